@@ -1,0 +1,138 @@
+"""The `epsim` command line. Parses only: each subcommand's work lives in
+`epsim.commands.<name>.run(args) -> exit code`, imported when that subcommand runs.
+
+Exit codes: 0 success, 1 a run that finished but failed its check, 2 bad input (one line on
+stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from epsim import __version__
+
+
+def _add_simulate(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate a scenario (SimPy engine)",
+                       description="Simulate serving a scenario and report throughput, TTFT, TPOT.")
+    p.add_argument("scenario", nargs="?", default=None,
+                   help="scenario YAML (default: the shipped default scenario)")
+    p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
+    p.add_argument("--out", help="results directory (summary.json, timeseries.csv, PNG figures)")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field by dotted path, e.g. deployment.ep_size=16 (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-plots", action="store_true", help="skip PNG figures")
+    p.add_argument("--timeline", action="store_true",
+                   help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
+
+
+def _add_cost(sub) -> None:
+    p = sub.add_parser("cost", help="predict one MoE layer's dispatch/experts/combine time")
+    p.add_argument("--model", required=True, help="zoo model name or HF config.json")
+    p.add_argument("--cluster", default="H200", help="zoo GPU name (nodes = ep / GPUs per node)")
+    p.add_argument("--backend", required=True, help="none | torch | deepep | mooncake")
+    p.add_argument("--deepep-mode", default="normal", choices=["normal", "low_latency"])
+    p.add_argument("--ep", type=int, required=True, help="EP size")
+    p.add_argument("--tokens-per-rank", type=int, required=True)
+    p.add_argument("--skew", default="uniform", help="uniform | zipf:ALPHA | hotset:K:FRAC | trace:PATH")
+    p.add_argument("--dispatch-dtype", default="bf16", choices=["bf16", "fp8"])
+    p.add_argument("--profile", help="calibration profile JSON")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_eplb(sub) -> None:
+    p = sub.add_parser("eplb", help="compute an EPLB placement from expert loads")
+    p.add_argument("loads_file", nargs="?", help="same as --loads")
+    p.add_argument("--loads", help="loads: JSON, NPY, CSV ([layers, experts]) or an SGLang dump")
+    p.add_argument("--replicas", type=int, required=True, help="physical expert slots per layer")
+    p.add_argument("--groups", type=int, default=1, help="expert groups")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--algorithm", default="deepseek",
+                   help="deepseek | deepseek_hierarchical | deepseek_global | sticky")
+    p.add_argument("--previous", help="previous placement JSON (phy2log) for move-aware algorithms")
+    p.add_argument("--json", action="store_true", help="print the maps as JSON")
+
+
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a profile from measurements (live or recorded)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--live", action="store_true", help="run the live bench, then fit")
+    src.add_argument("--records", nargs="+", help="fit offline from record files (JSONL)")
+    p.add_argument("--gpus", type=int, default=None, help="local GPUs to use (default: all, or 2 CPU ranks)")
+    p.add_argument("--backends", nargs="+", default=None, help="backends to measure")
+    p.add_argument("--quick", action="store_true", help="a small sweep (minutes)")
+    p.add_argument("--out", default=None, help="profile JSON to write")
+    p.add_argument("--records-out", default=None, help="where the live bench writes its records")
+    p.add_argument("--holdout", default=None, help="hold-out rule, e.g. 'tokens=64,1024;skew=zipf'")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _add_validate(sub) -> None:
+    p = sub.add_parser("validate", help="predicted against measured, per record")
+    p.add_argument("--profile", default=None, help="profile JSON (default: shipped)")
+    p.add_argument("--records", nargs="+", default=None, help="record files (default: shipped)")
+    p.add_argument("--holdout", default=None, help="judge only held-out records, e.g. 'tokens=64,1024'")
+    p.add_argument("--out", default=None, help="directory for the table (markdown, CSV) and PNG plots")
+    p.add_argument("--json", action="store_true")
+
+
+def _add_plan(sub) -> None:
+    p = sub.add_parser("plan", help="sweep a scenario over deployment choices")
+    p.add_argument("scenario", help="scenario YAML")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                   help="dotted key and values, e.g. deployment.ep_size=8,16,32 (repeatable)")
+    p.add_argument("--objective", action="append", default=[],
+                   help="e.g. min:num_gpus, max:throughput_tokens_per_s_per_gpu")
+    p.add_argument("--constraint", action="append", default=[], help="e.g. 'tpot_ms.p99<=50'")
+    p.add_argument("--executor", default="local", choices=["local", "ray"])
+    p.add_argument("--ray-address", default=None, help="ray.init(address=...); default: a local runtime")
+    p.add_argument("--workers", type=int, default=None, help="local processes (default: all cores)")
+    p.add_argument("--out", default=None, help="results directory (resumable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="epsim", description="Simulate MoE inference with expert parallelism, "
+                                  "calibrated against live GPU measurements.")
+    parser.add_argument("--version", action="version", version=f"epsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    _add_simulate(sub)
+    _add_cost(sub)
+    _add_eplb(sub)
+    _add_calibrate(sub)
+    _add_validate(sub)
+    _add_plan(sub)
+    sub.add_parser("models", help="list the model zoo").add_argument("--json", action="store_true")
+    sub.add_parser("hardware", help="list the hardware zoo").add_argument("--json", action="store_true")
+    return parser
+
+
+_COMMAND_MODULE = {"models": "zoo", "hardware": "zoo"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from epsim.errors import EpsimError
+    module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
+    try:
+        return int(module.run(args) or 0)
+    except EpsimError as exc:
+        print(f"epsim {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"epsim {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""MeasurementRecord: one measured configuration per JSON line (schema `epsim.record/1`).
+
+`live/` writes these; `epsim calibrate` fits profiles on them; `epsim validate` judges
+predictions against them. Times are microseconds; counts are per rank, rank order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from epsim.errors import RecordError
+from epsim.spec.errors import format_error
+
+SCHEMA = "epsim.record/1"
+
+RecordKind = Literal[
+    "dispatch",      # tokens sent to the ranks holding their experts
+    "combine",       # expert outputs returned and weighted-summed
+    "experts",       # grouped GEMM of the local experts on received tokens
+    "moe_layer",     # router + dispatch + experts + combine, end to end
+    "rebalance",     # EPLB weight moves between ranks
+    "p2p_copy",      # reference GPU-to-GPU copy bandwidth on the same machine
+    "allreduce",     # the `none` backend's all-reduce of hidden states
+    "expert_load",   # recorder output: tokens per [layer, expert] over a window
+    "equality",      # a correctness check (max abs error vs the reference), not a timing
+]
+
+
+class Provenance(BaseModel):
+    """Where a record was measured."""
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    device: str = Field(min_length=1, description="e.g. '2x NVIDIA H200' or 'cpu (gloo)'")
+    hardware: str = Field(default="", description="zoo GPU name the device matches, e.g. 'H200'")
+    driver: str = ""
+    torch: str = ""
+    nccl: str = ""
+    mooncake: str = ""
+    deep_ep: str = ""
+    cuda: str = ""
+    commit: str = ""
+    host: str = ""
+    timestamp: str = ""
+
+
+class MeasurementRecord(BaseModel):
+    """One measured configuration.
+
+    Routing counts (what the cost models consume) are taken from the actual dispatch:
+    `recv_tokens_per_rank[r]` token copies rank r received, `send_tokens_per_rank[r]` copies
+    it sent, `expert_tokens_per_rank[r]` token-expert pairs its experts computed, and
+    `local_expert_tokens[r][j]` tokens of its j-th local expert. Timings are the median over
+    `num_iters` of the slowest rank's time per iteration.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_: Literal["epsim.record/1"] = Field(default=SCHEMA, alias="schema")
+    kind: RecordKind
+    backend: str = Field(min_length=1, description="none | torch | mooncake | deepep | p2p")
+    mode: str = Field(default="", description="deepep normal | low_latency; empty otherwise")
+    ep_size: int = Field(gt=0)
+    num_tokens_per_rank: int = Field(ge=0)
+    hidden_size: int = Field(ge=0)
+    moe_intermediate_size: int = Field(default=0, ge=0)
+    num_experts: int = Field(default=0, ge=0, description="logical experts")
+    num_physical_experts: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=0)
+    model: str = ""
+    dispatch_dtype: Literal["bf16", "fp8", ""] = "bf16"
+    skew: dict = Field(default_factory=dict)
+    seed: int = 0
+    recv_tokens_per_rank: list[float] = Field(default_factory=list)
+    send_tokens_per_rank: list[float] = Field(default_factory=list)
+    expert_tokens_per_rank: list[float] = Field(default_factory=list)
+    local_expert_tokens: list[list[float]] = Field(default_factory=list)
+    bytes: float = Field(default=0.0, ge=0, description="payload bytes (rebalance, p2p_copy)")
+    num_layers: int = Field(default=1, ge=0)
+    median_us: float = Field(default=0.0, ge=0)
+    p10_us: float = Field(default=0.0, ge=0)
+    p90_us: float = Field(default=0.0, ge=0)
+    per_rank_median_us: list[float] = Field(default_factory=list)
+    num_iters: int = Field(default=0, ge=0)
+    value: float | None = Field(default=None, description="non-timing result, e.g. max abs error")
+    loads: list[list[float]] | None = Field(default=None, description="expert_load: [layers, experts]")
+    forward_pass_id: int | None = None
+    extra: dict = Field(default_factory=dict)
+    provenance: Provenance
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MeasurementRecord":
+        timed = self.kind not in ("expert_load", "equality")
+        for name in ("median_us", "p10_us", "p90_us"):
+            value = getattr(self, name)
+            if not math.isfinite(value):
+                raise ValueError(f"{name} ({value}) must be a finite number of microseconds")
+        if timed and self.median_us <= 0:
+            raise ValueError(f"median_us ({self.median_us}) must be > 0 for a timing record")
+        if timed and self.p10_us and self.p90_us and not self.p10_us <= self.median_us <= self.p90_us:
+            raise ValueError(f"median_us ({self.median_us}) must lie between p10_us ({self.p10_us}) "
+                             f"and p90_us ({self.p90_us})")
+        for name in ("recv_tokens_per_rank", "send_tokens_per_rank", "expert_tokens_per_rank",
+                     "per_rank_median_us"):
+            values = getattr(self, name)
+            if values and len(values) != self.ep_size:
+                raise ValueError(f"{name} has {len(values)} entries; it must have ep_size "
+                                 f"({self.ep_size})")
+            if any(not math.isfinite(v) or v < 0 for v in values):
+                raise ValueError(f"{name} must hold finite values >= 0")
+        if self.local_expert_tokens and len(self.local_expert_tokens) != self.ep_size:
+            raise ValueError(f"local_expert_tokens has {len(self.local_expert_tokens)} rows; it "
+                             f"must have ep_size ({self.ep_size})")
+        if self.kind == "expert_load" and self.loads is None:
+            raise ValueError("loads (missing) must be a [layers, experts] list for expert_load")
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(by_alias=True, exclude_defaults=False), separators=(",", ":"))
+
+
+def records_hash(paths: Iterable[str | Path]) -> str:
+    """sha256 over the bytes of the record files, in the order given."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+def read_records(path: str | Path, strict: bool = True) -> list[MeasurementRecord]:
+    """Read a JSON Lines file of measurement records.
+
+    Args:
+        strict: raise on the first bad line; else warn naming each bad line and skip it.
+    Raises:
+        RecordError: `<file>:<line>: <field> (<value>) must ...` for a bad line (strict).
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read records ({exc.strerror})") from None
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problem = f"{where}: not valid JSON ({exc.msg})"
+        else:
+            if isinstance(data, dict) and data.get("schema", SCHEMA) != SCHEMA:
+                problem = f"{where}: schema ({data.get('schema')!r}) must be {SCHEMA!r}"
+            else:
+                try:
+                    out.append(MeasurementRecord.model_validate(data))
+                    continue
+                except ValidationError as exc:
+                    problem = format_error(exc.errors()[0], MeasurementRecord, where)
+        if strict:
+            raise RecordError(problem)
+        warnings.warn(problem, stacklevel=2)
+    return out
+
+
+def write_records(records: Iterable[MeasurementRecord], path: str | Path, append: bool = True) -> int:
+    """Append (or write) records as JSON Lines; returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("a" if append else "w") as fh:
+        for record in records:
+            fh.write(record.to_json() + "\n")
+            count += 1
+    return count

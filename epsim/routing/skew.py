@@ -1,0 +1,160 @@
+"""SkewModel: per-layer expert popularity over time, from a skew spec.
+
+One object serves both consumers: the simulator draws `[layers, experts]` loads per step,
+the live bench draws `[tokens, top_k]` expert choices. Same spec and seed, same popularity.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from epsim.errors import SpecError
+from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares
+from epsim.routing.sampling import sample_loads, sample_topk
+from epsim.routing.trace import read_trace
+
+
+class SkewModel:
+    """Expert popularity `[layers, experts]` (shares of routed slots) as a function of time.
+
+    Construction draws, from `seed`: per-layer noise (`layer_variation`), which experts are
+    hot in each layer (`shuffle_per_layer`), and the drift process. Drift swaps the popularity
+    of two experts of a layer at `drift_rate_per_s` per expert: the popularity *distribution*
+    stays fixed while *which* experts are popular wanders, so a placement computed earlier
+    grows stale at that rate.
+    """
+
+    def __init__(self, spec, num_layers: int, num_experts: int, top_k: int, seed: int = 0,
+                 base_dir: str | Path = "."):
+        self.spec = spec
+        self.num_layers, self.num_experts, self.top_k = num_layers, num_experts, top_k
+        rng = np.random.default_rng([seed, 0x5E3])
+        self._trace: np.ndarray | None = None
+        kind = spec.kind
+        if kind == "trace":
+            trace = read_trace(Path(base_dir) / spec.path)
+            if trace.shape[1:] != (num_layers, num_experts):
+                # a trace of fewer layers repeats cyclically; the expert count must match
+                if trace.shape[2] != num_experts:
+                    raise SpecError(f"workload.skew.path ({spec.path!r}) has {trace.shape[2]} "
+                                    f"experts; the model has {num_experts}")
+                reps = -(-num_layers // trace.shape[1])
+                trace = np.tile(trace, (1, reps, 1))[:, :num_layers]
+            totals = trace.sum(axis=2, keepdims=True)
+            self._trace = cap_shares(np.where(totals > 0, trace / np.maximum(totals, 1e-300),
+                                              1.0 / num_experts), top_k)
+            base = self._trace.mean(axis=0)
+        else:
+            if kind == "uniform":
+                shares = uniform_shares(num_experts)
+            elif kind == "zipf":
+                shares = zipf_shares(num_experts, spec.alpha)
+            elif kind == "hotset":
+                shares = hotset_shares(num_experts, spec.num_hot, spec.hot_frac)
+            else:  # pragma: no cover - the spec's discriminator admits no other kind
+                raise SpecError(f"workload.skew.kind ({kind!r}) is not supported")
+            base = np.tile(shares, (num_layers, 1))
+            if spec.layer_variation > 0:
+                base = base * rng.lognormal(0.0, spec.layer_variation, base.shape)
+                base /= base.sum(axis=1, keepdims=True)
+            if spec.shuffle_per_layer:
+                base = np.take_along_axis(base, rng.permuted(
+                    np.tile(np.arange(num_experts), (num_layers, 1)), axis=1), axis=1)
+            base = cap_shares(base, top_k)
+        self._base = base                                  # [layers, experts]
+        self._drift_rng_seed = (seed, 0xD21F7)
+        self._reset_drift()
+
+    # -- drift -----------------------------------------------------------------------------
+    def _reset_drift(self) -> None:
+        self._perm = np.tile(np.arange(self.num_experts), (self.num_layers, 1))  # [layers, experts]
+        self._drift_t_s = 0.0
+        self._drift_rng = np.random.default_rng(list(self._drift_rng_seed))
+
+    def _advance(self, t_s: float) -> None:
+        rate = getattr(self.spec, "drift_rate_per_s", 0.0)
+        if rate <= 0 or t_s <= self._drift_t_s:
+            if t_s < self._drift_t_s:
+                self._reset_drift()
+                self._advance(t_s)
+            return
+        # swaps in (t0, t]: each involves two experts, so E*rate/2 swaps per layer per second
+        dt = t_s - self._drift_t_s
+        counts = self._drift_rng.poisson(rate * self.num_experts / 2.0 * dt, self.num_layers)
+        for layer in np.nonzero(counts)[0]:
+            pairs = self._drift_rng.integers(0, self.num_experts, (counts[layer], 2))
+            perm = self._perm[layer]
+            for a, b in pairs:
+                perm[a], perm[b] = perm[b], perm[a]
+        self._drift_t_s = t_s
+
+    # -- public ----------------------------------------------------------------------------
+    def popularity(self, t_s: float = 0.0, step: int = 0) -> np.ndarray:
+        """Shares of routed slots at simulated time `t_s` (trace: at forward pass `step`).
+
+        Returns:
+            [layers, experts] float64, rows sum to 1, entries <= 1/top_k.
+        """
+        if self._trace is not None:
+            return self._trace[step % self._trace.shape[0]]
+        self._advance(t_s)
+        return np.take_along_axis(self._base, self._perm, axis=1)
+
+    def loads(self, num_tokens: int, rng: np.random.Generator, t_s: float = 0.0,
+              step: int = 0) -> np.ndarray:
+        """[layers, experts] float64 routed-token counts for a batch of `num_tokens` tokens."""
+        return sample_loads(self.popularity(t_s, step), num_tokens, self.top_k, rng)
+
+    def topk(self, num_tokens: int, rng: np.random.Generator, layer: int = 0, t_s: float = 0.0,
+             step: int = 0) -> np.ndarray:
+        """[tokens, top_k] int64 expert choices of `num_tokens` tokens in `layer`."""
+        return sample_topk(self.popularity(t_s, step)[layer], num_tokens, self.top_k, rng)
+
+    def descriptor(self) -> dict:
+        """The skew as a plain dict (for measurement records and reports)."""
+        return self.spec.model_dump()
+
+
+def skew_from_dict(data: dict | str, num_layers: int, num_experts: int, top_k: int,
+                   seed: int = 0, base_dir: str | Path = ".") -> SkewModel:
+    """Build a SkewModel from a descriptor dict (`{"kind": "zipf", "alpha": 1.2}`) or a
+    short string (`uniform`, `zipf:1.2`, `hotset:8:0.5`)."""
+    from pydantic import TypeAdapter
+
+    from epsim.spec.errors import validate  # noqa: F401 (error style shared with specs)
+    from epsim.spec.workload import SkewSpec
+    if isinstance(data, str):
+        data = parse_skew(data)
+    try:
+        spec = TypeAdapter(SkewSpec).validate_python(data)
+    except Exception as exc:
+        from pydantic import ValidationError
+        if isinstance(exc, ValidationError):
+            from epsim.spec.errors import format_error
+            from epsim.spec.workload import WorkloadSpec
+            err = exc.errors()[0]
+            err = {**err, "loc": ("skew",) + tuple(err["loc"])}
+            raise SpecError(format_error(err, WorkloadSpec, "skew")) from None
+        raise
+    return SkewModel(spec, num_layers, num_experts, top_k, seed=seed, base_dir=base_dir)
+
+
+def parse_skew(text: str) -> dict:
+    """`uniform` | `zipf:ALPHA` | `hotset:NUM_HOT:HOT_FRAC` | `trace:PATH` -> descriptor dict."""
+    kind, _, rest = text.partition(":")
+    args = rest.split(":") if rest else []
+    try:
+        if kind == "uniform" and not args:
+            return {"kind": "uniform"}
+        if kind == "zipf" and len(args) == 1:
+            return {"kind": "zipf", "alpha": float(args[0])}
+        if kind == "hotset" and len(args) == 2:
+            return {"kind": "hotset", "num_hot": int(args[0]), "hot_frac": float(args[1])}
+        if kind == "trace" and rest:
+            return {"kind": "trace", "path": rest}
+    except ValueError:
+        pass
+    raise SpecError(f"skew ({text!r}) must be one of uniform, zipf:ALPHA, "
+                    f"hotset:NUM_HOT:HOT_FRAC, trace:PATH")

@@ -1,0 +1,135 @@
+"""Recorded expert loads: our JSON Lines traces and SGLang expert-distribution dumps.
+
+Both read to one array, `[steps, layers, experts]` logical-expert token counts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from epsim.errors import SpecError
+
+
+def physical_to_logical_counts(physical_counts: np.ndarray, physical_to_logical: np.ndarray,
+                               num_logical: int | None = None) -> np.ndarray:
+    """Sum the counts of every replica into its logical expert.
+
+    Args:
+        physical_counts: [..., layers, physical] counts.
+        physical_to_logical: [layers, physical] int, logical id of each physical slot (-1 = empty).
+    Returns:
+        [..., layers, logical] float64.
+    """
+    counts = np.asarray(physical_counts, dtype=np.float64)
+    p2l = np.asarray(physical_to_logical, dtype=np.int64)
+    num_logical = num_logical or int(p2l.max()) + 1
+    num_layers = p2l.shape[0]
+    flat = counts.reshape(-1, num_layers, p2l.shape[1])
+    out = np.zeros((flat.shape[0], num_layers, num_logical))
+    for layer in range(num_layers):
+        valid = p2l[layer] >= 0
+        np.add.at(out[:, layer, :], (slice(None), p2l[layer][valid]), flat[:, layer, valid])
+    return out.reshape(*counts.shape[:-1], num_logical)
+
+
+def read_jsonl_trace(path: str | Path) -> np.ndarray:
+    """Read our trace: one JSON object per line with `loads` = [layers, experts] counts.
+
+    Lines are ordered by `forward_pass_id` when present (measurement records of kind
+    `expert_load` from the live recorder qualify).
+
+    Returns:
+        [steps, layers, experts] float64.
+    Raises:
+        SpecError: a line that is not JSON, lacks `loads`, or has a different shape.
+    """
+    path = Path(path)
+    steps: list[tuple[int, np.ndarray]] = []
+    shape = None
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if "loads" not in obj:
+                raise SpecError(f"{path}:{lineno}: loads (missing) must be a [layers, experts] list")
+            loads = np.asarray(obj["loads"], dtype=np.float64)
+            if loads.ndim == 1:
+                loads = loads[None, :]
+            if loads.ndim != 2 or not np.isfinite(loads).all() or (loads < 0).any():
+                raise SpecError(f"{path}:{lineno}: loads must be a [layers, experts] list of "
+                                f"finite counts >= 0")
+            if shape is not None and loads.shape != shape:
+                raise SpecError(f"{path}:{lineno}: loads shape {list(loads.shape)} must match "
+                                f"earlier lines {list(shape)}")
+            shape = loads.shape
+            steps.append((int(obj.get("forward_pass_id", len(steps))), loads))
+    if not steps:
+        raise SpecError(f"{path}: no trace lines found")
+    steps.sort(key=lambda item: item[0])
+    return np.stack([loads for _, loads in steps])
+
+
+def read_sglang_dump(path: str | Path) -> np.ndarray:
+    """Read SGLang's expert-distribution recorder output (`.pt` file or a folder of them).
+
+    Per-pass dumps hold `records` (each with `forward_pass_id`, `rank`,
+    `global_physical_count` [layers, physical]) and `last_physical_to_logical_map`
+    [layers, physical]; stat dumps hold `logical_count` [..., layers, experts]. Loaded with
+    `torch.load(weights_only=True)`: tensors and plain containers only, never arbitrary pickles.
+
+    Returns:
+        [steps, layers, experts] float64 logical counts, one step per forward pass.
+    """
+    try:
+        import torch  # only this reader needs torch
+    except ImportError:
+        raise SpecError(f"{path}: reading an SGLang .pt dump needs torch "
+                        f"(pip install 'epsim[live]')") from None
+    path = Path(path)
+    files = sorted(path.glob("*.pt")) if path.is_dir() else [path]
+    if not files:
+        raise SpecError(f"{path}: no .pt files found")
+    per_pass: dict[int, np.ndarray] = {}
+    stat_counts = []
+    p2l = None
+    for file in files:
+        try:
+            pack = torch.load(file, weights_only=True, map_location="cpu")
+        except Exception as exc:  # torch raises many types for a bad file
+            raise SpecError(f"{file}: not a readable SGLang dump ({type(exc).__name__}: {exc})") from None
+        if not isinstance(pack, dict):
+            raise SpecError(f"{file}: must hold a dict with 'records' or 'logical_count'")
+        if "logical_count" in pack:
+            counts = np.asarray(pack["logical_count"], dtype=np.float64)
+            stat_counts.append(counts.reshape(-1, *counts.shape[-2:]))
+            continue
+        if "records" not in pack or "last_physical_to_logical_map" not in pack:
+            raise SpecError(f"{file}: must hold 'records' and 'last_physical_to_logical_map' "
+                            f"(SGLang per_pass mode) or 'logical_count' (stat mode)")
+        p2l = np.asarray(pack["last_physical_to_logical_map"], dtype=np.int64)
+        for i, record in enumerate(pack["records"]):
+            try:
+                fid, gpc = int(record["forward_pass_id"]), np.asarray(record["global_physical_count"])
+            except (KeyError, TypeError):
+                raise SpecError(f"{file}: records[{i}] must have forward_pass_id, rank and "
+                                f"global_physical_count") from None
+            per_pass[fid] = per_pass.get(fid, 0) + gpc.astype(np.float64)
+    if stat_counts:
+        return np.concatenate(stat_counts)
+    physical = np.stack([per_pass[k] for k in sorted(per_pass)])  # [steps, layers, physical]
+    return physical_to_logical_counts(physical, p2l)
+
+
+def read_trace(path: str | Path) -> np.ndarray:
+    """Read a trace by file type: `.pt` or a folder -> SGLang, otherwise our JSONL."""
+    path = Path(path)
+    if path.suffix == ".pt" or path.is_dir():
+        return read_sglang_dump(path)
+    return read_jsonl_trace(path)

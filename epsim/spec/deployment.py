@@ -1,0 +1,78 @@
+"""How the model is laid out and served: EP size, all-to-all backend, EPLB, batching.
+
+Option names follow SGLang's server arguments where one exists.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+A2ABackend = Literal["none", "torch", "deepep", "mooncake"]
+DeepEPMode = Literal["auto", "normal", "low_latency"]
+EPLBAlgorithm = Literal["deepseek", "deepseek_hierarchical", "deepseek_global", "sticky"]
+ReplicaSelection = Literal["static", "random", "round_robin"]
+
+
+class FailureSpec(BaseModel):
+    """One rank lost at a scenario time (elastic EP)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_s: float = Field(ge=0, description="simulated seconds after start")
+    rank: int = Field(ge=0)
+    recover_after_s: float | None = Field(default=None, gt=0,
+                                          description="rank rejoins after this long; None = never")
+
+
+class DeploymentSpec(BaseModel):
+    """One serving instance: attention data-parallel, MoE expert-parallel over `ep_size` ranks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ep_size: int = Field(default=8, gt=0)
+    enable_dp_attention: bool = True
+    moe_a2a_backend: A2ABackend = "deepep"
+    deepep_mode: DeepEPMode = "auto"
+    dispatch_dtype: Literal["bf16", "fp8"] = "fp8"
+    disaggregation_mode: Literal["null", "prefill", "decode"] = "null"
+    enable_two_batch_overlap: bool = False
+
+    # batching (per DP rank)
+    max_running_requests: int = Field(default=256, gt=0, description="per DP rank")
+    chunked_prefill_size: int = Field(default=8192, gt=0, description="prefill tokens per step per DP rank")
+    schedule_policy: Literal["fcfs"] = "fcfs"
+
+    # EPLB
+    enable_eplb: bool = False
+    ep_num_redundant_experts: int = Field(default=0, ge=0)
+    eplb_rebalance_num_iterations: int = Field(default=1000, gt=0)
+    expert_distribution_recorder_buffer_size: int = Field(
+        default=1000, gt=0, description="statistics window, forward passes")
+    eplb_rebalance_layers_per_chunk: int | None = Field(default=None, gt=0)
+    eplb_algorithm: EPLBAlgorithm = "deepseek"
+    eplb_stop_the_world: bool = Field(
+        default=True, description="False: move one layer chunk per later step instead of stalling")
+    ep_dispatch_algorithm: ReplicaSelection = "static"
+
+    # elastic EP
+    failures: list[FailureSpec] = Field(default_factory=list)
+    elastic_recovery: Literal["replicas", "reload"] = "replicas"
+    reload_gbps: float = Field(default=25.0, gt=0, description="expert reload from host/storage, GB/s")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DeploymentSpec":
+        for i, failure in enumerate(self.failures):
+            if failure.rank >= self.ep_size:
+                raise ValueError(f"failures.{i}.rank ({failure.rank}) must be < ep_size ({self.ep_size})")
+        if self.ep_num_redundant_experts % self.ep_size:
+            raise ValueError(f"ep_num_redundant_experts ({self.ep_num_redundant_experts}) must be a "
+                             f"multiple of ep_size ({self.ep_size}) so every rank holds equal slots")
+        return self
+
+    def deepep_mode_for(self, phase: Literal["prefill", "decode"]) -> Literal["normal", "low_latency"]:
+        """SGLang's rule: `auto` is normal kernels for prefill, low-latency for decode."""
+        if self.deepep_mode == "auto":
+            return "normal" if phase == "prefill" else "low_latency"
+        return self.deepep_mode

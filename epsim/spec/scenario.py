@@ -1,0 +1,163 @@
+"""A scenario: model + cluster + deployment + workload + seed, loaded from YAML.
+
+Loading validates everything up front; a bad file fails here with one line naming the file,
+the field path, the bad value and what is allowed, never later in the simulation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from epsim.errors import SpecError
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.errors import validate
+from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
+from epsim.spec.workload import HotSetSkew, TraceSkew, TraceArrivals, WorkloadSpec
+
+
+class Scenario(BaseModel):
+    """Everything one simulation needs. `model` may be a zoo name, an inline spec, or
+    `{hf_config: path/to/config.json}` (relative to the scenario file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "scenario"
+    description: str = ""
+    model: ModelSpec
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    deployment: DeploymentSpec = Field(default_factory=DeploymentSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    seed: int = Field(default=0, ge=0)
+    profile: str | None = Field(default=None, description="calibration profile JSON; None = shipped default")
+    base_dir: str = Field(default=".", description="directory relative paths resolve against")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _resolve_model(cls, value: Any, info: ValidationInfo) -> Any:
+        from epsim.zoo import get_model, model_names
+        if isinstance(value, str):
+            if value not in model_names():
+                raise ValueError(f"model ({value!r}) must be one of {model_names()} "
+                                 f"or a mapping with the model's fields or hf_config")
+            return get_model(value)
+        if isinstance(value, dict) and "hf_config" in value:
+            base = Path((info.context or {}).get("base_dir", "."))
+            return ModelSpec.from_hf_config(base / value["hf_config"], name=value.get("name"))
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        m, c, d, w = self.model, self.cluster, self.deployment, self.workload
+        if d.ep_size > c.num_gpus:
+            raise ValueError(f"deployment.ep_size ({d.ep_size}) must be <= the cluster's GPUs "
+                             f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus})")
+        if d.ep_size > c.gpus_per_node_resolved and d.ep_size % c.gpus_per_node_resolved:
+            raise ValueError(f"deployment.ep_size ({d.ep_size}) must be a multiple of gpus_per_node "
+                             f"({c.gpus_per_node_resolved}) when it spans nodes")
+        num_slots = m.num_experts + d.ep_num_redundant_experts
+        if num_slots % d.ep_size:
+            raise ValueError(f"deployment.ep_size ({d.ep_size}) must divide experts + redundant "
+                             f"({m.num_experts} + {d.ep_num_redundant_experts} = {num_slots})")
+        if d.ep_num_redundant_experts and not d.enable_eplb:
+            raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
+                             f"needs deployment.enable_eplb: true")
+        skew = w.skew
+        if isinstance(skew, HotSetSkew):
+            if skew.num_hot >= m.num_experts:
+                raise ValueError(f"workload.skew.num_hot ({skew.num_hot}) must be < the model's "
+                                 f"num_experts ({m.num_experts})")
+            inclusion = skew.hot_frac / skew.num_hot * m.top_k
+            if inclusion > 1:
+                raise ValueError(
+                    f"workload.skew.hot_frac ({skew.hot_frac}) must be <= num_hot / top_k "
+                    f"({skew.num_hot}/{m.top_k} = {skew.num_hot / m.top_k:.3f}); a token picks an "
+                    f"expert at most once")
+        base = Path(self.base_dir)
+        for label, spec in (("workload.skew.path", skew), ("workload.arrivals.path", w.arrivals)):
+            if isinstance(spec, (TraceSkew, TraceArrivals)) and not (base / spec.path).is_file():
+                raise ValueError(f"{label} ({spec.path!r}) must be an existing file "
+                                 f"(relative to {base})")
+        return self
+
+    def resolve_path(self, path: str) -> Path:
+        """A path from the scenario, relative to the scenario file's directory."""
+        return Path(self.base_dir) / path
+
+    @property
+    def dp_size(self) -> int:
+        """Attention data-parallel ranks: one per EP rank with DP attention, else one."""
+        return self.deployment.ep_size if self.deployment.enable_dp_attention else 1
+
+
+def _set_dotted(data: dict, dotted: str, value: Any, where: str) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if isinstance(child, BaseModel):
+            child = node[key] = child.model_dump()
+        if not isinstance(child, dict):
+            raise SpecError(f"{where}: {dotted} cannot be set: {key} is not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`deployment.ep_size=16` -> ("deployment.ep_size", 16); values parse as YAML scalars."""
+    if "=" not in text:
+        raise SpecError(f"--set ({text!r}) must look like key.path=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise SpecError(f"--set ({text!r}) must look like key.path=value")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def scenario_from_dict(data: dict, where: str = "scenario", base_dir: str | Path = ".",
+                       overrides: dict[str, Any] | None = None) -> Scenario:
+    """Validate a scenario mapping, applying dotted-path overrides first."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: (top level) ({type(data).__name__}) must be a mapping of "
+                        f"scenario fields")
+    data = dict(data)
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value, where)
+    data.setdefault("base_dir", str(base_dir))
+    return validate(Scenario, data, where, context={"base_dir": str(base_dir)})
+
+
+def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Read and validate a scenario YAML file.
+
+    Args:
+        path: the YAML file; or a name of a scenario shipped in `scenarios/` / package data.
+        overrides: `["deployment.ep_size=16", ...]` or a `{dotted.path: value}` mapping.
+    Raises:
+        SpecError: unreadable file, bad YAML, or any invalid field (one line).
+    """
+    path = Path(path)
+    where = str(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{where}: cannot read scenario file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if isinstance(overrides, list):
+        overrides = dict(parse_override(o) for o in overrides)
+    return scenario_from_dict(data, where=where, base_dir=path.parent, overrides=overrides)

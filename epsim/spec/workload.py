@@ -1,0 +1,115 @@
+"""What the deployment serves: request arrivals, lengths, and how tokens pick experts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- expert-popularity skew -----------------------------------------------------------------
+class _SkewCommon(_Strict):
+    layer_variation: float = Field(
+        default=0.0, ge=0, description="sigma of log-normal noise on popularity per [layer, expert]")
+    shuffle_per_layer: bool = Field(default=True, description="hot experts differ from layer to layer")
+    drift_rate_per_s: float = Field(
+        default=0.0, ge=0, description="popularity swaps per expert per simulated second")
+
+
+class UniformSkew(_SkewCommon):
+    kind: Literal["uniform"] = "uniform"
+
+
+class ZipfSkew(_SkewCommon):
+    """Popularity of the i-th most popular expert proportional to i^-alpha."""
+    kind: Literal["zipf"] = "zipf"
+    alpha: float = Field(gt=0)
+
+
+class HotSetSkew(_SkewCommon):
+    """`num_hot` experts take `hot_frac` of all routed token slots."""
+    kind: Literal["hotset"] = "hotset"
+    num_hot: int = Field(gt=0)
+    hot_frac: float = Field(gt=0, lt=1)
+
+
+class TraceSkew(_SkewCommon):
+    """Replay of recorded expert loads: our JSONL, or an SGLang expert-distribution dump (.pt)."""
+    kind: Literal["trace"] = "trace"
+    path: str = Field(min_length=1)
+
+
+SkewSpec = Annotated[Union[UniformSkew, ZipfSkew, HotSetSkew, TraceSkew], Field(discriminator="kind")]
+
+
+# -- request lengths --------------------------------------------------------------------------
+class FixedLength(_Strict):
+    kind: Literal["fixed"] = "fixed"
+    value: int = Field(gt=0)
+
+
+class UniformLength(_Strict):
+    kind: Literal["uniform"] = "uniform"
+    low: int = Field(gt=0)
+    high: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "UniformLength":
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class LogNormalLength(_Strict):
+    kind: Literal["lognormal"] = "lognormal"
+    mean: float = Field(gt=0, description="mean length, tokens")
+    sigma: float = Field(default=0.5, ge=0)
+    max: int = Field(default=32768, gt=0)
+
+
+LengthSpec = Annotated[Union[FixedLength, UniformLength, LogNormalLength], Field(discriminator="kind")]
+
+
+# -- arrivals -----------------------------------------------------------------------------------
+class PoissonArrivals(_Strict):
+    kind: Literal["poisson"] = "poisson"
+    rate_per_s: float = Field(gt=0, description="requests per second, whole instance")
+
+
+class BurstyArrivals(_Strict):
+    """Gamma-distributed gaps: coefficient of variation `cv` > 1 gives bursts."""
+    kind: Literal["bursty"] = "bursty"
+    rate_per_s: float = Field(gt=0)
+    cv: float = Field(default=3.0, gt=0)
+
+
+class TraceArrivals(_Strict):
+    """Arrival times (and optionally lengths) from a CSV/JSONL file with `arrival_s` per row."""
+    kind: Literal["trace"] = "trace"
+    path: str = Field(min_length=1)
+
+
+ArrivalSpec = Annotated[Union[PoissonArrivals, BurstyArrivals, TraceArrivals], Field(discriminator="kind")]
+
+
+class WorkloadSpec(_Strict):
+    """Requests over `duration_s` simulated seconds; statistics skip the first `warmup_s`."""
+
+    arrivals: ArrivalSpec = Field(default_factory=lambda: PoissonArrivals(rate_per_s=10.0))
+    input_len: LengthSpec = Field(default_factory=lambda: FixedLength(value=1024))
+    output_len: LengthSpec = Field(default_factory=lambda: FixedLength(value=256))
+    skew: SkewSpec = Field(default_factory=UniformSkew)
+    duration_s: float = Field(default=30.0, gt=0)
+    warmup_s: float = Field(default=0.0, ge=0)
+    initial_running_per_rank: int = Field(
+        default=0, ge=0, description="decode requests already running per DP rank at t=0")
+
+    @model_validator(mode="after")
+    def _window(self) -> "WorkloadSpec":
+        if self.warmup_s >= self.duration_s:
+            raise ValueError(f"warmup_s ({self.warmup_s}) must be < duration_s ({self.duration_s})")
+        return self
