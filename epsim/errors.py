@@ -20,3 +20,7 @@ class RecordError(EpsimError, ValueError):
 
 class ProfileError(EpsimError, ValueError):
     """A calibration profile is malformed or does not cover what is asked of it."""
+
+
+class PlacementError(EpsimError, ValueError):
+    """An expert placement (EPLB maps) or the input of a placement algorithm is invalid."""

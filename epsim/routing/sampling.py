@@ -34,14 +34,20 @@ def sample_topk(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random.
     return np.take_along_axis(order, pos, axis=1).astype(np.int64)
 
 
-def sample_loads(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random.Generator) -> np.ndarray:
+def sample_loads(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random.Generator,
+                 spread: np.ndarray | None = None) -> np.ndarray:
     """Tokens routed to each expert when `num_tokens` tokens each pick `top_k` experts.
 
-    Multinomial over the `num_tokens * top_k` slots (exact below
-    `EXACT_BELOW_SLOTS_PER_EXPERT` slots per expert, normal approximation above).
+    Multinomial over the `n = num_tokens * top_k` slots: exact below
+    `EXACT_BELOW_SLOTS_PER_EXPERT` slots per expert; above, the normal approximation with the
+    multinomial's mean `n q` and covariance `n (diag(q) - q q^T)`, drawn as
+    `y = sqrt(n q) z`, `x = n q + y - q sum(y)` with independent standard normals z (the
+    subtraction gives each expert variance `n q (1 - q)` and every row the exact total).
 
     Args:
         shares: [layers, experts] float64, rows sum to 1.
+        spread: optional [layers, experts] `sqrt(shares)`, precomputed by a caller that
+            samples the same shares many times (the simulator's step loop).
     Returns:
         [layers, experts] float64 loads (whole numbers when exact), rows summing to
         `num_tokens * top_k` up to rounding.
@@ -52,10 +58,19 @@ def sample_loads(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random
         return np.zeros_like(shares)
     if num_slots / shares.shape[-1] < EXACT_BELOW_SLOTS_PER_EXPERT:
         return rng.multinomial(num_slots, shares).astype(np.float64)
-    mean = num_slots * shares
-    loads = mean + np.sqrt(mean * (1.0 - shares)) * rng.standard_normal(shares.shape)
-    np.maximum(loads, 0.0, out=loads)
-    loads *= num_slots / loads.sum(axis=-1, keepdims=True)  # conserve slots exactly
+    if spread is None:
+        spread = np.sqrt(shares)
+    # n * max(q + (sqrt(q) z - q sum(sqrt(q) z)) / sqrt(n), 0), built in place
+    loads = rng.standard_normal(shares.shape)
+    loads *= spread
+    loads -= shares * loads.sum(axis=-1, keepdims=True)
+    loads *= 1.0 / np.sqrt(num_slots)
+    loads += shares
+    if loads.min() < 0.0:
+        # clipping a (rare) negative draw breaks the exact total: rescale to conserve slots
+        np.maximum(loads, 0.0, out=loads)
+        loads /= loads.sum(axis=-1, keepdims=True)
+    loads *= num_slots
     return loads
 
 

@@ -69,9 +69,13 @@ class SkewModel:
 
     # -- drift -----------------------------------------------------------------------------
     def _reset_drift(self) -> None:
-        self._perm = np.tile(np.arange(self.num_experts), (self.num_layers, 1))  # [layers, experts]
         self._drift_t_s = 0.0
         self._drift_rng = np.random.default_rng(list(self._drift_rng_seed))
+        # popularity [0] and its square root [1] (for the normal approximation in `loads`),
+        # permuted in place by the drift; callers get read-only views
+        self._state = np.stack([self._base, np.sqrt(self._base)])        # [2, layers, experts]
+        self._pop_view = self._state[0].view()
+        self._pop_view.flags.writeable = False
 
     def _advance(self, t_s: float) -> None:
         rate = getattr(self.spec, "drift_rate_per_s", 0.0)
@@ -80,14 +84,23 @@ class SkewModel:
                 self._reset_drift()
                 self._advance(t_s)
             return
-        # swaps in (t0, t]: each involves two experts, so E*rate/2 swaps per layer per second
+        # swaps in (t0, t]: each involves two experts, so E*rate/2 swaps per layer per second;
+        # independent Poisson counts per layer = one Poisson total spread uniformly over layers
         dt = t_s - self._drift_t_s
-        counts = self._drift_rng.poisson(rate * self.num_experts / 2.0 * dt, self.num_layers)
-        for layer in np.nonzero(counts)[0]:
-            pairs = self._drift_rng.integers(0, self.num_experts, (counts[layer], 2))
-            perm = self._perm[layer]
-            for a, b in pairs:
-                perm[a], perm[b] = perm[b], perm[a]
+        num_swaps = self._drift_rng.poisson(rate * self.num_experts / 2.0 * dt * self.num_layers)
+        if num_swaps:
+            # expert a anywhere (flat [layer, expert] index), expert b in the same layer
+            flat_a = self._drift_rng.integers(0, self.num_layers * self.num_experts, num_swaps)
+            flat_b = flat_a - flat_a % self.num_experts + self._drift_rng.integers(
+                0, self.num_experts, num_swaps)
+            touched = np.sort(np.concatenate([flat_a, flat_b]))
+            disjoint = not (touched[1:] == touched[:-1]).any()
+            for row in self._state.reshape(2, -1):           # popularity, then its square root
+                if disjoint:                                 # order does not matter: all at once
+                    row[flat_a], row[flat_b] = row[flat_b], row[flat_a]
+                else:                                        # swaps of one layer compose
+                    for a, b in zip(flat_a.tolist(), flat_b.tolist()):
+                        row[a], row[b] = row[b], row[a]
         self._drift_t_s = t_s
 
     # -- public ----------------------------------------------------------------------------
@@ -100,12 +113,15 @@ class SkewModel:
         if self._trace is not None:
             return self._trace[step % self._trace.shape[0]]
         self._advance(t_s)
-        return np.take_along_axis(self._base, self._perm, axis=1)
+        return self._pop_view
 
     def loads(self, num_tokens: int, rng: np.random.Generator, t_s: float = 0.0,
               step: int = 0) -> np.ndarray:
         """[layers, experts] float64 routed-token counts for a batch of `num_tokens` tokens."""
-        return sample_loads(self.popularity(t_s, step), num_tokens, self.top_k, rng)
+        shares = self.popularity(t_s, step)
+        if self._trace is not None:
+            return sample_loads(shares, num_tokens, self.top_k, rng)
+        return sample_loads(shares, num_tokens, self.top_k, rng, spread=self._state[1])
 
     def topk(self, num_tokens: int, rng: np.random.Generator, layer: int = 0, t_s: float = 0.0,
              step: int = 0) -> np.ndarray:

@@ -42,6 +42,8 @@ class DeploymentSpec(BaseModel):
     # batching (per DP rank)
     max_running_requests: int = Field(default=256, gt=0, description="per DP rank")
     chunked_prefill_size: int = Field(default=8192, gt=0, description="prefill tokens per step per DP rank")
+    enable_mixed_chunk: bool = Field(
+        default=False, description="decode tokens ride along in prefill (extend) batches")
     schedule_policy: Literal["fcfs"] = "fcfs"
 
     # EPLB
@@ -66,9 +68,8 @@ class DeploymentSpec(BaseModel):
         for i, failure in enumerate(self.failures):
             if failure.rank >= self.ep_size:
                 raise ValueError(f"failures.{i}.rank ({failure.rank}) must be < ep_size ({self.ep_size})")
-        if self.ep_num_redundant_experts % self.ep_size:
-            raise ValueError(f"ep_num_redundant_experts ({self.ep_num_redundant_experts}) must be a "
-                             f"multiple of ep_size ({self.ep_size}) so every rank holds equal slots")
+        # equal slots per rank needs (experts + redundant) % ep_size == 0, which needs the
+        # model: checked by Scenario (DeepSeek's decode layout has 32 redundant over EP 144)
         return self
 
     def deepep_mode_for(self, phase: Literal["prefill", "decode"]) -> Literal["normal", "low_latency"]:

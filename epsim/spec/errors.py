@@ -6,6 +6,7 @@ Every message reads `<where>: <field path> (<value>) must <rule>`, e.g.
 
 from __future__ import annotations
 
+import re
 import typing
 from typing import Any, TypeVar
 
@@ -21,30 +22,64 @@ def _fmt_value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str] | None:
-    """Field names of the model that `loc` (a path into `cls`) points inside."""
-    current: Any = cls
+def _walk(cls: type[BaseModel], loc: tuple) -> tuple[tuple, list[type[BaseModel]]]:
+    """Follow a raw pydantic path into `cls`: (the path without the discriminator tags
+    pydantic puts into tagged unions, the models the path ends inside)."""
+    out = []
+    members: list[type[BaseModel]] = [cls]
     for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if isinstance(part, str) and len(members) > 1:
+            tagged = [m for m in members if _tag_of(m) == part]
+            if tagged:
+                members = tagged
+                continue
+        out.append(part)
+        if isinstance(part, int):
             continue
-        field = current.model_fields.get(part)
-        if field is None:
-            return None
-        current = _model_in(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return sorted(current.model_fields)
-    return None
+        if len(members) == 1 and part in members[0].model_fields:
+            members = _models_in(members[0].model_fields[part].annotation)
+        else:
+            members = []
+    return tuple(out), members
 
 
-def _model_in(annotation: Any) -> Any:
-    """The BaseModel inside an annotation (Optional[X], list[X], X), else the annotation."""
+def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str] | None:
+    """Field names of the model that `loc` (a raw pydantic path into `cls`) points inside."""
+    members = _walk(cls, loc)[1]
+    return sorted(members[0].model_fields) if len(members) == 1 else None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every BaseModel an annotation may hold (X, Optional[X], list[X], a union of models)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
+        return [annotation]
+    found: list[type[BaseModel]] = []
     for arg in typing.get_args(annotation):
-        found = _model_in(arg)
-        if isinstance(found, type) and issubclass(found, BaseModel):
-            return found
-    return annotation
+        found += [m for m in _models_in(arg) if m not in found]
+    return found
+
+
+def _tag_of(model: type[BaseModel]) -> Any:
+    field = model.model_fields.get("kind")
+    return field.default if field is not None else None
+
+
+_LEADING_NAME = re.compile(r"^([A-Za-z_]\w*)(?:\.[\w.]+)? \(")
+
+
+def _value_error_line(where: str, loc: tuple, msg: str) -> str:
+    """Our validators say `name (value) must ...` about a field of the model at `loc`; put the
+    path in front once: `deployment.failures.0.rank (9) must ...`."""
+    if not loc:
+        return f"{where}: {msg}"
+    path = ".".join(str(p) for p in loc)
+    match = _LEADING_NAME.match(msg)
+    if match is None:
+        return f"{where}: {path}: {msg}"
+    if match.group(1) == str(loc[-1]):          # a field validator naming its own field
+        parent = ".".join(str(p) for p in loc[:-1])
+        return f"{where}: {parent + '.' if parent else ''}{msg}"
+    return f"{where}: {path}.{msg}"
 
 
 _RULES = {
@@ -77,14 +112,15 @@ _RULES = {
 
 def format_error(err: dict, cls: type[BaseModel], where: str) -> str:
     """One line for one pydantic error dict."""
-    loc = tuple(err["loc"])
+    raw_loc = tuple(err["loc"])
+    loc = _walk(cls, raw_loc)[0]           # `workload.skew.zipf.alpha` -> `workload.skew.alpha`
     kind = err["type"]
     ctx = err.get("ctx") or {}
     path = ".".join(str(p) for p in loc) or "(top level)"
     if kind == "missing":
         return f"{where}: {path} (missing) must be given"
     if kind == "extra_forbidden":
-        allowed = _fields_at(cls, loc[:-1])
+        allowed = _fields_at(cls, raw_loc[:-1])
         hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
         return f"{where}: {path} ({_fmt_value(err['input'])}) is not a known field{hint}"
     if kind == "union_tag_invalid":
@@ -93,11 +129,7 @@ def format_error(err: dict, cls: type[BaseModel], where: str) -> str:
         return f"{where}: {path} ({_fmt_value(value)}) {_RULES[kind](ctx)}"
     value = err.get("input")
     if kind == "value_error":
-        msg = str(ctx.get("error", err["msg"]))
-        # our validators already say `name (value) must ...`; put the path in front
-        if loc:
-            return f"{where}: {path}: {msg}"
-        return f"{where}: {msg}"
+        return _value_error_line(where, loc, str(ctx.get("error", err["msg"])))
     rule = _RULES.get(kind)
     text = rule(ctx) if rule else f"is invalid: {err['msg']}"
     return f"{where}: {path} ({_fmt_value(value)}) {text}"

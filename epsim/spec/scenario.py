@@ -60,6 +60,10 @@ class Scenario(BaseModel):
             raise ValueError(f"deployment.ep_size ({d.ep_size}) must be a multiple of gpus_per_node "
                              f"({c.gpus_per_node_resolved}) when it spans nodes")
         num_slots = m.num_experts + d.ep_num_redundant_experts
+        if num_slots % d.ep_size and m.num_experts % d.ep_size == 0:
+            raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
+                             f"must be a multiple of ep_size ({d.ep_size}) so every rank holds "
+                             f"equal slots ({m.num_experts} experts + {d.ep_num_redundant_experts})")
         if num_slots % d.ep_size:
             raise ValueError(f"deployment.ep_size ({d.ep_size}) must divide experts + redundant "
                              f"({m.num_experts} + {d.ep_num_redundant_experts} = {num_slots})")

@@ -1,0 +1,103 @@
+"""`epsim cost`: one MoE layer's predicted dispatch, expert and combine time.
+
+Nodes = EP size / GPUs per node of the cluster's GPU; every rank holds `tokens_per_rank`
+tokens routed by the given skew (one sampled layer, from `--seed`), experts placed
+contiguously without redundancy. `layer_us` = dispatch + experts + combine (no attention).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from epsim.errors import SpecError
+
+
+def _model(name: str):
+    from epsim.spec.model import ModelSpec
+    from epsim.zoo import get_model, model_names
+    if name in model_names():
+        return get_model(name)
+    if Path(name).is_file():
+        return ModelSpec.from_hf_config(name)
+    raise SpecError(f"--model ({name!r}) must be one of {model_names()} or a Hugging Face "
+                    f"config.json file")
+
+
+def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, skew: str = "uniform",
+               deepep_mode: str = "normal", dispatch_dtype: str = "bf16", profile=None,
+               seed: int = 0) -> dict:
+    """Predict one MoE layer; returns the numbers `epsim cost` prints.
+
+    Raises:
+        SpecError: a value outside what the models accept (one line naming it).
+    """
+    from epsim.cost import CostModel, build_tables, contiguous_placement
+    from epsim.profile import load_profile
+    from epsim.routing import skew_from_dict
+    from epsim.spec.deployment import DeploymentSpec
+    from epsim.spec.errors import validate
+    from epsim.spec.hardware import ClusterSpec
+    from epsim.zoo import get_hardware
+
+    if tokens_per_rank < 0:
+        raise SpecError(f"--tokens-per-rank ({tokens_per_rank}) must be >= 0")
+    if ep <= 0:
+        raise SpecError(f"--ep ({ep}) must be > 0")
+    per_node = get_hardware(gpu).gpus_per_node
+    if ep > per_node and ep % per_node:
+        raise SpecError(f"--ep ({ep}) must be <= {per_node} or a multiple of {per_node} "
+                        f"(GPUs per {gpu} node)")
+    if model.num_experts % ep:
+        raise SpecError(f"--ep ({ep}) must divide the model's experts ({model.num_experts})")
+    cluster = ClusterSpec(gpu=gpu, num_nodes=max(1, ep // per_node))
+    deployment = validate(DeploymentSpec, {
+        "ep_size": ep, "moe_a2a_backend": backend, "deepep_mode": deepep_mode,
+        "dispatch_dtype": dispatch_dtype}, "epsim cost")
+    profile = profile if profile is not None else load_profile()
+    cost_model = CostModel(model, cluster, deployment, profile)
+    mode = cost_model.mode_for("decode" if deepep_mode == "low_latency" else "prefill")
+    profile.warn_outside(backend, "dispatch", mode, num_tokens_per_rank=tokens_per_rank, ep_size=ep)
+    skew_model = skew_from_dict(skew, 1, model.num_experts, model.top_k, seed=seed)
+    rng = np.random.default_rng([seed, 0xC057])
+    loads = skew_model.loads(ep * tokens_per_rank, rng)                   # [1, experts]
+    tables = build_tables(contiguous_placement(1, model.num_experts, ep), model.num_experts, ep,
+                          per_node)
+    moe = cost_model.moe(loads, np.full(ep, float(tokens_per_rank)), tables,
+                         "decode" if deepep_mode == "low_latency" else "prefill")
+    tr = moe.traffic
+    pairs = tr.pairs[0]
+    return {
+        "model": model.name, "gpu": gpu, "backend": backend, "mode": moe.mode or None,
+        "ep_size": ep, "num_nodes": cluster.num_nodes, "tokens_per_rank": tokens_per_rank,
+        "dispatch_dtype": dispatch_dtype, "skew": skew, "seed": seed,
+        "dispatch_us": float(moe.dispatch_us[0]), "experts_us": float(moe.experts_us[0]),
+        "combine_us": float(moe.combine_us[0]), "layer_us": float(moe.layer_us[0]),
+        "max_rank_pairs": float(pairs.max()), "mean_rank_pairs": float(pairs.mean()),
+        "busiest_nvl_copies": float(tr.nvl_copies[0].max()),
+        "busiest_rdma_copies": float(tr.rdma_copies[0].max()),
+        "profile": profile.name or profile.path or "datasheet",
+    }
+
+
+def run(args) -> int:
+    from epsim.profile import load_profile
+    model = _model(args.model)
+    profile = load_profile(args.profile) if args.profile else None
+    result = layer_cost(model, args.cluster, args.backend, args.ep, args.tokens_per_rank,
+                        skew=args.skew, deepep_mode=args.deepep_mode,
+                        dispatch_dtype=args.dispatch_dtype, profile=profile, seed=args.seed)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    mode = f" ({result['mode']})" if result["mode"] else ""
+    print(f"{result['model']} on {result['ep_size']} x {result['gpu']} ({result['num_nodes']} node(s)), "
+          f"{result['backend']}{mode}, {result['tokens_per_rank']} tokens/rank, skew {result['skew']}, "
+          f"profile {result['profile']}")
+    for key in ("dispatch_us", "experts_us", "combine_us", "layer_us"):
+        print(f"  {key:<12}{result[key]:>12.1f}")
+    print(f"  busiest rank: {result['max_rank_pairs']:.0f} token-expert pairs "
+          f"(mean {result['mean_rank_pairs']:.0f})")
+    return 0

@@ -1,0 +1,58 @@
+"""`epsim simulate`: run a scenario, print a summary table, write results to `--out`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from epsim.errors import SpecError
+
+DEFAULT_SCENARIO = Path("scenarios") / "default.yaml"
+
+
+def resolve_scenario_path(given: str | None) -> Path:
+    """The scenario file: as given, else `scenarios/default.yaml` under the current directory."""
+    if given:
+        return Path(given)
+    if DEFAULT_SCENARIO.is_file():
+        return DEFAULT_SCENARIO
+    raise SpecError(f"scenario (not given) must be a YAML file; {DEFAULT_SCENARIO} does not exist "
+                    f"under {Path.cwd()} (run from the repository root or pass SCENARIO.yaml)")
+
+
+def run(args) -> int:
+    from epsim.spec import load_scenario
+
+    path = resolve_scenario_path(args.scenario)
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"seed={args.seed}")
+    scenario = load_scenario(path, overrides)      # a bad file fails before the heavy imports
+
+    from epsim.profile import load_profile
+    from epsim.report import format_table, summarize, write_summary, write_timeseries
+    from epsim.sim import simulate
+    profile = load_profile(args.profile) if args.profile else None
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecError(f"--out ({str(out)!r}) must be a writable directory ({exc.strerror})") from None
+    result = simulate(scenario, profile=profile, progress=not args.no_progress)
+    summary = summarize(result)
+    print(format_table(summary))
+    if out is None:
+        return 0
+    write_summary(summary, out / "summary.json")
+    write_timeseries(result, out / "timeseries.csv")
+    written = ["summary.json", "timeseries.csv"]
+    if not args.no_plots:
+        from epsim.report.figures import write_figures
+        written += [p.name for p in write_figures(result, out)]
+    if args.timeline and result.last_step is not None:
+        from epsim.report.timeline import write_timeline
+        write_timeline(result.last_step.cost, out / "timeline.json",
+                       scenario.deployment.enable_two_batch_overlap)
+        written.append("timeline.json")
+    print(f"\nwrote {', '.join(written)} to {out}")
+    return 0

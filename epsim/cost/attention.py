@@ -1,0 +1,163 @@
+"""Attention and the dense parts of a step, per DP rank, from datasheet figures.
+
+Each is a roofline (`epsim.cost.roofline`): weight bytes + KV-cache bytes against FLOPs.
+Attention of one layer on one rank:
+
+    bytes = attention_weights + router_weights + kv_bytes * (decode_context + prefill_context
+            + new tokens written)
+    flops = 2 * attention_params * tokens + core_flops_per_pair * (decode_context + prefill_pairs)
+
+where `decode_context` sums the context lengths of the decode tokens (each reads its whole KV
+cache) and `prefill_pairs` counts causal (query, key) pairs of the prefill chunks (the
+quadratic term). Dense FFN layers, shared experts and the LM head are GEMM rooflines on the
+rank's own tokens with the `any/experts` efficiencies. No live measurement of attention exists:
+these stay datasheet x efficiency (`any/attention`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
+
+import numpy as np
+
+from epsim.cost.roofline import TENSOR_EFFICIENCY, roofline_us
+from epsim.spec.hardware import HardwareSpec
+from epsim.spec.model import ModelSpec
+
+ATTENTION_HBM_EFFICIENCY = 0.7       # paged KV reads reach less than a streaming copy
+
+
+@dataclass(frozen=True, eq=False)
+class BatchCounts:
+    """What each DP rank runs in one step, `[dp]` float64 each.
+
+    Attributes:
+        decode_tokens: decode tokens (one per running request that decodes).
+        decode_context: sum over decode tokens of their context length (KV entries read).
+        prefill_tokens: prefill (extend) tokens in this step's chunk.
+        prefill_context: sum over prefilling requests of prefix + chunk (KV entries read).
+        prefill_pairs: causal (query, key) pairs of the chunks: sum of chunk*prefix + chunk*(chunk+1)/2.
+        sampled_tokens: rows through the LM head (decode tokens + prompts finishing prefill).
+        phase: "prefill" if any rank extends this step, else "decode".
+    """
+
+    decode_tokens: np.ndarray
+    decode_context: np.ndarray
+    prefill_tokens: np.ndarray
+    prefill_context: np.ndarray
+    prefill_pairs: np.ndarray
+    sampled_tokens: np.ndarray
+    phase: str = "decode"
+
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """[dp] tokens each rank runs through the model."""
+        return self.decode_tokens + self.prefill_tokens
+
+    def scaled(self, fraction: float) -> "BatchCounts":
+        """One micro-batch of two-batch overlap: every count times `fraction`."""
+        return replace(self, **{name: getattr(self, name) * fraction for name in (
+            "decode_tokens", "decode_context", "prefill_tokens", "prefill_context",
+            "prefill_pairs", "sampled_tokens")})
+
+    @classmethod
+    def uniform_decode(cls, num_ranks: int, tokens_per_rank: float, context: float) -> "BatchCounts":
+        """Every rank decodes `tokens_per_rank` requests of `context` tokens each."""
+        t = np.full(num_ranks, float(tokens_per_rank))
+        z = np.zeros(num_ranks)
+        return cls(t, t * context, z, z, z, t, "decode")
+
+
+def attention_defaults(hardware: HardwareSpec) -> dict[str, float]:
+    """Datasheet parameters of `any/attention`."""
+    return {"base_us": 4.0, "hbm_gbps": hardware.hbm_gbps * ATTENTION_HBM_EFFICIENCY,
+            "tflops": hardware.bf16_tflops * TENSOR_EFFICIENCY}
+
+
+def overhead_defaults() -> dict[str, float]:
+    """Datasheet-free defaults of `any/step_overhead`: scheduling, sampling, launch gaps."""
+    return {"base_us": 150.0, "per_layer_us": 3.0}
+
+
+def core_flops_per_pair(model: ModelSpec, phase: str) -> float:
+    """FLOPs per (query, key) pair: scores and the weighted sum of values, all heads.
+
+    GQA: 4 * heads * head_dim. MLA decode runs absorbed over the latent
+    (2*heads*(kv_lora + rope) + 2*heads*kv_lora); MLA prefill runs per head
+    (2*heads*(nope + rope) + 2*heads*v_head).
+    """
+    heads = model.num_attention_heads
+    if model.attention == "mla":
+        if phase == "decode":
+            return 2.0 * heads * (model.kv_lora_rank + model.qk_rope_head_dim + model.kv_lora_rank)
+        return 2.0 * heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+    return 4.0 * heads * model.head_dim
+
+
+@lru_cache(maxsize=32)
+def _attention_constants(model: ModelSpec) -> tuple[float, float, float, float, float]:
+    """(weight bytes, projection flops per token, core flops per decode / prefill pair, KV bytes
+    per token) of one layer: attention projections plus the router's BF16 gate."""
+    router_params = model.hidden_size * model.num_experts
+    return (model.attention_params * model.weight_bytes_per_param + 2.0 * router_params,
+            2.0 * (model.attention_params + router_params),
+            core_flops_per_pair(model, "decode"), core_flops_per_pair(model, "prefill"),
+            model.kv_bytes_per_token_per_layer)
+
+
+def attention_work(batch: BatchCounts, model: ModelSpec, tp_size: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes [dp], flops [dp]) of one attention layer per rank; `tp_size` ranks share one
+    DP group's attention (weights, KV and FLOPs split evenly)."""
+    weight_bytes, proj_flops, core_decode, core_prefill, kv_bytes = _attention_constants(model)
+    tokens = batch.tokens
+    kv_entries = batch.decode_context + tokens
+    flops = proj_flops * tokens + core_decode * batch.decode_context
+    if batch.phase == "prefill":                  # decode steps carry no prefill terms
+        kv_entries = kv_entries + batch.prefill_context
+        flops = flops + core_prefill * batch.prefill_pairs
+    num_bytes = weight_bytes * (tokens > 0) + kv_bytes * kv_entries
+    if tp_size > 1:
+        return num_bytes / tp_size, flops / tp_size
+    return num_bytes, flops
+
+
+def attention_us(batch: BatchCounts, model: ModelSpec, params: dict[str, float],
+                 tp_size: int = 1) -> np.ndarray:
+    """[dp] microseconds of one attention layer (plus router) per rank; 0 for an idle rank."""
+    num_bytes, flops = attention_work(batch, model, tp_size)
+    busy = batch.tokens > 0
+    return np.where(busy, params["base_us"] + roofline_us(num_bytes, flops, params["hbm_gbps"],
+                                                         params["tflops"]), 0.0)
+
+
+def gemm_us(weight_bytes: float, flops_per_token: float, tokens: np.ndarray,
+            gemm_params: dict[str, float], tp_size: int = 1) -> np.ndarray:
+    """[dp] roofline microseconds of a dense GEMM block on each rank's tokens (0 when idle)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    t = roofline_us(weight_bytes / tp_size * (tokens > 0), flops_per_token * tokens / tp_size,
+                    gemm_params["hbm_gbps"], gemm_params["tflops"])
+    return t
+
+
+def dense_ffn_us(tokens: np.ndarray, model: ModelSpec, gemm_params: dict[str, float],
+                 tp_size: int = 1) -> np.ndarray:
+    """[dp] one dense (non-MoE) FFN layer: SwiGLU of width `intermediate_size`."""
+    params = 3.0 * model.hidden_size * model.intermediate_size
+    return gemm_us(params * model.weight_bytes_per_param, 2.0 * params, tokens, gemm_params, tp_size)
+
+
+def shared_experts_us(tokens: np.ndarray, model: ModelSpec, gemm_params: dict[str, float],
+                      tp_size: int = 1) -> np.ndarray:
+    """[dp] the shared experts of one MoE layer on each rank's own tokens (0 without them)."""
+    if model.num_shared_experts == 0:
+        return np.zeros_like(np.asarray(tokens, dtype=np.float64))
+    params = float(model.num_shared_experts * model.expert_params)
+    return gemm_us(params * model.weight_bytes_per_param, 2.0 * params, tokens, gemm_params, tp_size)
+
+
+def lm_head_us(sampled_tokens: np.ndarray, model: ModelSpec, gemm_params: dict[str, float],
+               tp_size: int = 1) -> np.ndarray:
+    """[dp] the LM head (BF16 vocab projection) on the rows that sample a token."""
+    params = float(model.vocab_size * model.hidden_size)
+    return gemm_us(2.0 * params, 2.0 * params, sampled_tokens, gemm_params, tp_size)

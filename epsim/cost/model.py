@@ -1,0 +1,260 @@
+"""CostModel: one step's time from its per-layer, per-rank counts, all coefficients from a Profile.
+
+An MoE layer in EP with DP attention is bulk-synchronous (docs/model.md):
+
+    layer_us = attention (slowest rank) + dispatch + experts (slowest rank) + combine
+
+or, with two-batch overlap, two half micro-batches whose communication hides behind the
+other's compute: `max(2*compute_half, 2*comm_half) + min(compute_half, comm_half)`.
+A step adds the dense layers, the LM head and a per-step overhead.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, dense_ffn_us,
+                                  lm_head_us, overhead_defaults, shared_experts_us)
+from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
+                             comm_defaults, comm_us, dedup_for, dispatch_bytes_per_copy)
+from epsim.cost.experts import experts_defaults, experts_us, flops_per_pair
+from epsim.cost.tables import PlacementTables
+from epsim.cost.traffic import Traffic, count_traffic
+from epsim.profile import Profile, load_profile
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
+
+
+def layer_defaults() -> dict[str, float]:
+    """Parameters of `<backend>/moe_layer`: `sync_us`, what a whole MoE layer adds to its
+    dispatch, experts and combine timed apart (ranks reaching each collective at different
+    times; negative where stages overlap). The live bench measures it; unmeasured, 0."""
+    return {"sync_us": 0.0}
+
+
+class ProfileHardwareWarning(UserWarning):
+    """The profile was measured on another GPU than the cluster's; its fits are not used."""
+
+
+@dataclass(frozen=True, eq=False)
+class MoECost:
+    """Dispatch, expert and combine time of every MoE layer, `[layers]` microseconds
+    (`sync_us`: what the whole layer adds to the three, see `layer_defaults`)."""
+
+    dispatch_us: np.ndarray
+    experts_us: np.ndarray
+    combine_us: np.ndarray
+    traffic: Traffic
+    mode: str
+    sync_us: float = 0.0
+
+    @property
+    def layer_us(self) -> np.ndarray:
+        return self.dispatch_us + self.experts_us + self.combine_us + self.sync_us
+
+
+@dataclass(frozen=True, eq=False)
+class StepCost:
+    """One step's time, by part. Per-layer arrays are `[moe_layers]` float64 microseconds.
+
+    With two-batch overlap, the part arrays hold both micro-batches' work and `layer_us` the
+    overlapped layer time, so `layer_us` may be less than the sum of the parts; `traffic` is
+    then one micro-batch's (`traffic.fraction` = 0.5).
+    """
+
+    attention_us: np.ndarray
+    dispatch_us: np.ndarray
+    experts_us: np.ndarray
+    combine_us: np.ndarray
+    shared_experts_us: np.ndarray
+    layer_us: np.ndarray
+    dense_us: float
+    overhead_us: float
+    step_us: float
+    phase: str
+    mode: str
+    traffic: Traffic
+    parts: np.ndarray        # [6, layers]: the six per-layer arrays above as rows, in order
+
+
+class CostModel:
+    """Predicts step and MoE-layer times of one deployment.
+
+    Args:
+        model, cluster, deployment: the specs; EP ranks `deployment.ep_size`, ranks per node
+            `min(gpus_per_node, ep_size)`.
+        profile: coefficients per component; unset ones take datasheet defaults. A profile
+            measured on another GPU type is ignored with a ProfileHardwareWarning.
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
+                 profile: Profile | None = None):
+        self.model, self.cluster, self.deployment = model, cluster, deployment
+        self.profile = profile if profile is not None else load_profile()
+        hw = cluster.hardware
+        self.num_ranks = deployment.ep_size
+        self.ranks_per_node = min(cluster.gpus_per_node_resolved, self.num_ranks)
+        self.num_nodes = self.num_ranks // self.ranks_per_node
+        self.backend = deployment.moe_a2a_backend
+        self.tp_size = 1 if deployment.enable_dp_attention else self.num_ranks
+        self.profile_applies = self.profile.hardware == cluster.gpu or not self.profile.components
+        if not self.profile_applies:
+            warnings.warn(f"profile {self.profile.name or self.profile.path} was measured on "
+                          f"{self.profile.hardware}; the cluster is {cluster.gpu}: using datasheet "
+                          f"defaults for {cluster.gpu}", ProfileHardwareWarning, stacklevel=2)
+        modes = ("normal", "low_latency") if self.backend == "deepep" else ("",)
+        self._mode = {phase: deployment.deepep_mode_for(phase) if self.backend == "deepep" else ""
+                      for phase in ("prefill", "decode")}
+        self.comm_params = {} if self.backend == "none" else {
+            (kind, mode): self._params(self.backend, kind, mode,
+                                       comm_defaults(self.backend, mode, cluster))
+            for kind in ("dispatch", "combine") for mode in modes}
+        self.collective_params = self._params("none", "allreduce", "", collective_defaults(cluster))
+        self.allgather_params = self._params("none", "allgather", "", self.collective_params)
+        self.sync_us = self._params(self.backend, "moe_layer", "", layer_defaults())["sync_us"]
+        self.experts_params = self._params(self.backend, "experts", "",     # falls back to any/
+                                           experts_defaults(hw, model.weight_dtype))
+        self.attention_params = self._params("any", "attention", "", attention_defaults(hw))
+        self.overhead_params = self._params("any", "step_overhead", "", overhead_defaults())
+        self.pair_flops = flops_per_pair(model.hidden_size, model.moe_intermediate_size)
+        self._token_ranges = self._fitted_ranges(modes)
+
+    def _fitted_ranges(self, modes: tuple[str, ...]) -> list[tuple[str, str, str, float, float]]:
+        """Warn (ExtrapolationWarning) now where EP size or hidden size lie outside what the
+        used fitted components saw; return their token ranges for `moe` to check."""
+        if not self.profile_applies:
+            return []
+        used = [(self.backend, "experts", "")] + (
+            [("none", "allreduce", "")] if self.backend == "none" else
+            [(self.backend, kind, mode) for kind in ("dispatch", "combine") for mode in modes])
+        out = []
+        for backend, kind, mode in used:
+            comp = self.profile.component(backend, kind, mode)
+            if comp is None or comp.source != "fit":
+                continue
+            self.profile.warn_outside(backend, kind, mode, ep_size=self.num_ranks,
+                                      hidden_size=self.model.hidden_size)
+            if "num_tokens_per_rank" in comp.valid_range:
+                out.append((backend, kind, mode, *comp.valid_range["num_tokens_per_rank"]))
+        return out
+
+    def _check_tokens(self, tokens_per_rank: np.ndarray) -> None:
+        """Warn once per component when a batch's tokens per rank leave its fitted range."""
+        most = float(tokens_per_rank.max()) if tokens_per_rank.size else 0.0
+        for i, (backend, kind, mode, lo, hi) in enumerate(self._token_ranges):
+            if not lo <= most <= hi:
+                self.profile.warn_outside(backend, kind, mode, num_tokens_per_rank=most)
+                self._token_ranges = self._token_ranges[:i] + self._token_ranges[i + 1:]
+                break
+
+    def _params(self, backend: str, kind: str, mode: str,
+                defaults: dict[str, float]) -> dict[str, float]:
+        if not self.profile_applies:
+            return dict(defaults)
+        return self.profile.params(backend, kind, mode, defaults=defaults)
+
+    def mode_for(self, phase: str) -> str:
+        """The deepep kernel mode of a phase (SGLang's `deepep_mode` rule); "" for others."""
+        return self._mode[phase]
+
+    def ep_tokens(self, batch: BatchCounts) -> np.ndarray:
+        """[ranks] tokens each EP rank dispatches: its own with DP attention, else an even
+        split of the one DP group's tokens (SGLang scatters them before dispatch)."""
+        if self.deployment.enable_dp_attention:
+            return batch.tokens
+        return np.full(self.num_ranks, float(batch.tokens.sum()) / self.num_ranks)
+
+    def moe(self, loads: np.ndarray, tokens_per_rank: np.ndarray, tables: PlacementTables,
+            phase: str = "decode", fraction: float = 1.0) -> MoECost:
+        """Dispatch, experts and combine of every MoE layer for one (micro-)batch.
+
+        Args:
+            loads: [layers, experts] token-expert pairs of the whole batch.
+            tokens_per_rank: [ranks] tokens each EP rank dispatches (whole batch).
+            fraction: the micro-batch's share of the batch (two-batch overlap: 0.5).
+        """
+        mode = self.mode_for(phase)
+        dedup = dedup_for(self.backend, mode)
+        if self._token_ranges:
+            self._check_tokens(np.asarray(tokens_per_rank))
+        tr = count_traffic(loads, tokens_per_rank, tables, dedup, fraction)
+        m = self.model
+        expert = experts_us(tr.pairs, tr.active_experts, m.expert_bytes, self.pair_flops,
+                            self.experts_params)
+        num_layers = expert.shape[0]
+        if self.backend == "none":
+            hidden_bytes = tr.num_tokens * m.hidden_size * 2.0
+            gather = collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 1,
+                                   self.allgather_params) if self.tp_size == 1 else 0.0
+            reduce = collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 2,
+                                   self.collective_params)
+            dispatch = np.full(num_layers, float(gather))
+            combine = np.full(num_layers, float(reduce))
+        else:
+            dispatch = comm_us(tr, dispatch_bytes_per_copy(
+                m.hidden_size, self.deployment.dispatch_dtype, m.top_k, dedup),
+                self.comm_params[("dispatch", mode)])
+            combine = comm_us(tr, combine_bytes_per_copy(m.hidden_size),
+                              self.comm_params[("combine", mode)])
+        return MoECost(dispatch, expert, combine, tr, mode, self.sync_us)
+
+    def step(self, batch: BatchCounts, loads: np.ndarray, tables: PlacementTables) -> StepCost:
+        """The time of one forward step of every DP rank (lockstep).
+
+        Args:
+            batch: per-DP-rank counts (`[dp]`, dp = ep_size with DP attention, else 1).
+            loads: [moe_layers, experts] token-expert pairs of the whole batch.
+            tables: the current placement's `build_tables`.
+        """
+        m, d = self.model, self.deployment
+        tbo = d.enable_two_batch_overlap
+        fraction = 0.5 if tbo else 1.0
+        part = batch.scaled(fraction) if tbo else batch
+        attn = self._attention_layer_us(part)
+        shared = float(shared_experts_us(part.tokens, m, self.experts_params, self.tp_size).max()
+                       ) if m.num_shared_experts else 0.0
+        moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction)
+        compute = attn + shared + moe.experts_us                           # [layers]
+        comm = moe.dispatch_us + moe.combine_us
+        if tbo:
+            layer = np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm)
+            scale = 2.0
+        else:
+            layer = compute + comm
+            scale = 1.0
+        if self.sync_us:
+            layer = layer + scale * self.sync_us           # once per micro-batch's collectives
+        num_layers = layer.shape[0]
+        dense = float(lm_head_us(batch.sampled_tokens, m, self.experts_params, self.tp_size).max())
+        if m.num_dense_layers:
+            dense += m.num_dense_layers * (self._attention_layer_us(batch) + float(
+                dense_ffn_us(batch.tokens, m, self.experts_params, self.tp_size).max()))
+        overhead = (self.overhead_params["base_us"]
+                    + self.overhead_params["per_layer_us"] * m.num_layers)
+        step = float(layer.sum()) + dense + overhead
+        parts = np.empty((6, num_layers))     # one block, so a recorder sums all parts at once
+        parts[0] = attn * scale
+        parts[1] = moe.dispatch_us
+        parts[2] = moe.experts_us
+        parts[3] = moe.combine_us
+        parts[4] = shared * scale
+        parts[5] = layer
+        if scale != 1.0:
+            parts[1:4] *= scale
+        return StepCost(
+            attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
+            shared_experts_us=parts[4], layer_us=parts[5], dense_us=dense, overhead_us=overhead,
+            step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
+
+    def _attention_layer_us(self, batch: BatchCounts) -> float:
+        """Slowest rank's attention of one layer, plus the TP all-reduce without DP attention."""
+        t = float(attention_us(batch, self.model, self.attention_params, self.tp_size).max())
+        if self.tp_size > 1:
+            hidden_bytes = float(batch.tokens.sum()) * self.model.hidden_size * 2.0
+            t += float(collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 2,
+                                     self.collective_params))
+        return t

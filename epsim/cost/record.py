@@ -1,0 +1,177 @@
+"""Evaluate one cost component directly on a MeasurementRecord's counts.
+
+The calibration fitter (least squares) needs, per record, the component it measures, that
+component's design row and coefficient names; validation needs the predicted microseconds.
+Both come from the same models the simulator runs (`comm`, `experts`), fed with the counts
+the live bench measured instead of expected values:
+
+  dispatch / combine  `send_tokens_per_rank`, `recv_tokens_per_rank`: link-crossing token
+                      copies per rank (copies a rank sends to itself should be left out).
+                      On one node all copies are NVLink; across nodes they split by the share
+                      of remote peers, `(ep - gpus_per_node) / (ep - 1)`.
+  experts             `local_expert_tokens` (pairs per local expert; active = nonzero), or
+                      `expert_tokens_per_rank` with every local expert taken as active.
+  allreduce           `bytes` if set, else `ep_size * num_tokens_per_rank * hidden * 2` (BF16).
+                      The `none` backend's dispatch is its all-gather (`none/allgather`, over
+                      `none/allreduce`), its combine the all-reduce.
+  moe_layer           dispatch + experts + combine of the record's backend, plus the layer's
+                      `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
+                             combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
+                             dispatch_bytes_per_copy)
+from epsim.cost.experts import experts_defaults, experts_features, flops_per_pair
+from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
+from epsim.cost.model import layer_defaults
+from epsim.errors import ProfileError, RecordError
+from epsim.profile import Profile
+from epsim.records import MeasurementRecord
+from epsim.spec.hardware import ClusterSpec
+
+PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce")
+
+
+@dataclass(frozen=True)
+class RecordFeatures:
+    """One record's row for a least-squares fit of one component.
+
+    Attributes:
+        component: profile key, e.g. "torch/dispatch", "deepep/combine/low_latency", "any/experts".
+        coef_names: names of the coefficients the row multiplies (e.g. "inv_nvl_gbps").
+        row: [len(coef_names)] float64; `row @ coefficients` is microseconds.
+        coefficients: [len(coef_names)] the profile's current coefficients of that component.
+    """
+
+    component: str
+    coef_names: tuple[str, ...]
+    row: np.ndarray
+    coefficients: np.ndarray
+
+    @property
+    def predicted_us(self) -> float:
+        return float(self.row @ self.coefficients)
+
+
+def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
+    from epsim.zoo import get_hardware, hardware_names
+    gpu = record.provenance.hardware or profile.hardware
+    if gpu not in hardware_names():
+        raise RecordError(f"provenance.hardware ({gpu!r}) must be one of {hardware_names()}")
+    per_node = get_hardware(gpu).gpus_per_node
+    return ClusterSpec(gpu=gpu, num_nodes=max(1, -(-record.ep_size // per_node)))
+
+
+def _mode(record: MeasurementRecord) -> str:
+    if record.backend != "deepep":
+        return ""
+    if record.mode not in ("", "normal", "low_latency"):
+        raise RecordError(f"mode ({record.mode!r}) must be one of ['normal', 'low_latency'] for deepep")
+    return record.mode or "normal"
+
+
+def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
+    values = getattr(record, name)
+    if not values:
+        raise RecordError(f"{name} (empty) must hold ep_size ({record.ep_size}) counts for a "
+                          f"{record.kind} record")
+    return np.asarray(values, dtype=np.float64)
+
+
+def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordFeatures:
+    backend, mode = record.backend, _mode(record)
+    cluster = _cluster(record, profile)
+    if backend == "none":
+        return _collective_row(record, profile, passes=1 if kind == "dispatch" else 2)
+    dedup = dedup_for(backend, mode)
+    copies = np.maximum(_counts(record, "send_tokens_per_rank"), _counts(record, "recv_tokens_per_rank"))
+    ranks_per_node = min(cluster.gpus_per_node_resolved, record.ep_size)
+    remote = (record.ep_size - ranks_per_node) / max(record.ep_size - 1, 1)
+    if kind == "dispatch":
+        per_copy = dispatch_bytes_per_copy(record.hidden_size, record.dispatch_dtype or "bf16",
+                                           record.top_k, dedup)
+    else:
+        per_copy = combine_bytes_per_copy(record.hidden_size)
+    params = profile.params(backend, kind, mode, defaults=comm_defaults(backend, mode, cluster))
+    row = comm_features(copies * (1 - remote), copies * remote, copies, per_copy, params)
+    key = f"{backend}/{kind}" + (f"/{mode}" if mode else "")
+    return RecordFeatures(key, COMM_TERMS.coef_names, row, COMM_TERMS.coefficients(params))
+
+
+def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) -> RecordFeatures:
+    cluster = _cluster(record, profile)
+    num_bytes = record.bytes or record.ep_size * record.num_tokens_per_rank * record.hidden_size * 2.0
+    params = profile.params("none", "allreduce", defaults=collective_defaults(cluster))
+    key = "none/allreduce"
+    if passes == 1:             # the all-gather: its own fit where measured, else the all-reduce's
+        params, key = profile.params("none", "allgather", defaults=params), "none/allgather"
+    row = collective_features(num_bytes, record.ep_size, cluster.num_nodes, passes)
+    return RecordFeatures(key, COLLECTIVE_TERMS.coef_names, row, COLLECTIVE_TERMS.coefficients(params))
+
+
+def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
+    cluster = _cluster(record, profile)
+    if record.local_expert_tokens:
+        local = [np.asarray(row, dtype=np.float64) for row in record.local_expert_tokens]
+        pairs = np.array([row.sum() for row in local])
+        active = np.array([float((row > 0).sum()) for row in local])
+    else:
+        pairs = _counts(record, "expert_tokens_per_rank")
+        slots = record.num_physical_experts or record.num_experts
+        if not slots:
+            raise RecordError("num_experts (0) must be > 0 for an experts record without "
+                              "local_expert_tokens")
+        active = np.full(record.ep_size, slots / record.ep_size)
+    if not record.moe_intermediate_size:
+        raise RecordError("moe_intermediate_size (0) must be > 0 for an experts record")
+    expert_bytes = 3.0 * record.hidden_size * record.moe_intermediate_size * 2.0   # BF16 weights
+    # the experts stage includes the backend's own layout work: `<backend>/experts` over `any/experts`
+    params = profile.params(record.backend, "experts", defaults=experts_defaults(cluster.hardware))
+    row = experts_features(pairs, active, expert_bytes,
+                           flops_per_pair(record.hidden_size, record.moe_intermediate_size), params)
+    key = f"{record.backend}/experts" if f"{record.backend}/experts" in profile.components else "any/experts"
+    return RecordFeatures(key, EXPERT_TERMS.coef_names, row, EXPERT_TERMS.coefficients(params))
+
+
+def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
+    """The design row of the component a record measures (kinds dispatch, combine, experts,
+    allreduce).
+
+    Raises:
+        ProfileError: a kind that is not one linear component (moe_layer, rebalance, ...).
+        RecordError: counts the model needs are missing.
+    """
+    if record.kind in ("dispatch", "combine"):
+        check_backend(record.backend)
+        return _comm_row(record, profile, record.kind)
+    if record.kind == "experts":
+        return _experts_row(record, profile)
+    if record.kind == "allreduce":
+        return _collective_row(record, profile, passes=2)
+    raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "
+                       f"'allreduce'] for a design row")
+
+
+def predict_record(record: MeasurementRecord, profile: Profile) -> float:
+    """Predicted microseconds of what `record` measured (kinds `PREDICTABLE_KINDS`).
+
+    Raises:
+        ProfileError: a kind the cost models do not predict.
+        RecordError: counts the model needs are missing.
+    """
+    if record.kind == "moe_layer":
+        check_backend(record.backend)
+        sync = profile.params(record.backend, "moe_layer", defaults=layer_defaults())["sync_us"]
+        return (_comm_row(record, profile, "dispatch").predicted_us
+                + _experts_row(record, profile).predicted_us
+                + _comm_row(record, profile, "combine").predicted_us + sync)
+    if record.kind not in PREDICTABLE_KINDS:
+        raise ProfileError(f"kind ({record.kind!r}) must be one of {list(PREDICTABLE_KINDS)} "
+                           f"to be predicted")
+    return record_features(record, profile).predicted_us

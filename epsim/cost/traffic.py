@@ -1,0 +1,277 @@
+"""Token movement of one MoE dispatch: the pairs each rank computes and the copies on each link.
+
+Expected values over `[layers, ranks]` from a step's logical expert loads (token-expert pairs,
+`SkewModel.loads`), the tokens each source rank holds, and a placement of physical expert
+slots on ranks (slot p lives on rank `p // slots_per_rank`, rank r on node
+`r // ranks_per_node`). A token picks logical expert e with probability
+`pi_e = load_e / num_tokens` (its inclusion probability); combine moves the same copies back.
+
+Copy counting follows the kernels (`dedup`):
+  "pair"  DeepEP low-latency, Mooncake EP: one copy per (token, selected expert).
+  "rank"  our `torch` backend (and DeepEP normal inside one node): one copy per destination
+          rank the token hits, hit probability `1 - prod_{e on r}(1 - pi_e)`.
+  "node"  DeepEP normal across nodes: one RDMA copy per destination node (to the rank with the
+          sender's local index), then NVLink forwarding to each hit rank of that node.
+Copies to the sender's own rank cross no link (`self_copies`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import numpy as np
+
+from epsim.cost.tables import PlacementTables
+from epsim.errors import SpecError
+
+DEDUP_KINDS = ("pair", "rank", "node")
+
+
+@dataclass(frozen=True, eq=False)
+class Traffic:
+    """One dispatch's expected token movement, `[layers, ranks]` float64 each.
+
+    Attributes:
+        pairs: token-expert pairs each rank's experts compute (dispatched = combined pairs).
+        active_experts: local expert slots that receive at least one token.
+        nvl_send, nvl_recv: token copies each rank sends / receives over NVLink.
+        rdma_send, rdma_recv: token copies each rank sends / receives over RDMA.
+        self_copies: copies a rank routes to itself (no link).
+        num_tokens: tokens in the batch (all source ranks).
+        dedup: "pair" | "rank" | "node" | "" (no copies counted, the `none` backend).
+        multi_node: the ranks span nodes (else every RDMA count is zero).
+        fraction: the batch share these counts are for (two-batch overlap: one micro-batch, 0.5).
+    """
+
+    pairs: np.ndarray
+    active_experts: np.ndarray
+    nvl_send: np.ndarray
+    nvl_recv: np.ndarray
+    rdma_send: np.ndarray
+    rdma_recv: np.ndarray
+    self_copies: np.ndarray
+    num_tokens: float
+    dedup: str
+    multi_node: bool = False
+    fraction: float = 1.0
+
+    @cached_property
+    def nvl_copies(self) -> np.ndarray:
+        """[layers, ranks] the busier direction of each rank's NVLink (max of send, receive)."""
+        return np.maximum(self.nvl_send, self.nvl_recv)
+
+    @cached_property
+    def rdma_copies(self) -> np.ndarray:
+        """[layers, ranks] the busier direction of each rank's RDMA NIC."""
+        return np.maximum(self.rdma_send, self.rdma_recv)
+
+    @cached_property
+    def copies(self) -> np.ndarray:
+        """[layers, ranks] link-crossing copies, busier direction (per-copy overhead)."""
+        return np.maximum(self.nvl_send + self.rdma_send, self.nvl_recv + self.rdma_recv)
+
+
+@lru_cache(maxsize=64)
+def _block_ones(n: int, group: int) -> np.ndarray:
+    """[n, n // group] float64: column j sums entries j*group .. (j+1)*group - 1."""
+    ones = np.kron(np.eye(n // group), np.ones((group, 1)))
+    ones.flags.writeable = False
+    return ones
+
+
+def rank_sum(x: np.ndarray, group: int) -> np.ndarray:
+    """Sum consecutive groups of `group` entries along the last axis, `[..., n] -> [..., n // group]`.
+
+    Sums along a short last axis are slow in numpy; a strided add (pairs) or a product with a
+    block of ones (larger groups) is several times faster (equal up to rounding).
+    """
+    if group == 1:
+        return x
+    if group == 2:
+        return x[..., 0::2] + x[..., 1::2]
+    return x @ _block_ones(x.shape[-1], group)
+
+
+def group_prod(x: np.ndarray, group: int) -> np.ndarray:
+    """Product of consecutive groups of `group` entries along the last axis (entries > 0).
+
+    Strided multiplies for groups up to 16; exp of summed logs beyond.
+    """
+    if group == 1:
+        return x
+    if group <= 16:
+        out = x[..., 0::group] * x[..., 1::group]
+        for k in range(2, group):
+            out *= x[..., k::group]
+        return out
+    return np.exp(np.log(x) @ _block_ones(x.shape[-1], group))
+
+
+def _active(slot_loads: np.ndarray, fraction: float, group: int) -> np.ndarray:
+    """[..., ranks] expected busy slots per rank when a micro-batch takes `fraction` of each
+    slot's tokens: a slot with `x` tokens keeps at least one with probability `1 - (1 - f)^x`."""
+    if fraction < 1.0:
+        return rank_sum(-np.expm1(slot_loads * np.log1p(-fraction)), group)
+    if slot_loads.min() > 0:                    # high load: every slot is busy
+        return np.full((*slot_loads.shape[:-1], slot_loads.shape[-1] // group), float(group))
+    busy = slot_loads > 0
+    if group == 2:
+        return np.add(busy[..., 0::2], busy[..., 1::2], dtype=np.float64)
+    return rank_sum(busy.astype(np.float64), group)
+
+
+def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: PlacementTables,
+                  dedup: str, fraction: float = 1.0) -> Traffic:
+    """Expected token movement of one dispatch.
+
+    Args:
+        loads: [layers, experts] float64 token-expert pairs per logical expert; rows sum to
+            num_tokens * top_k.
+        tokens_per_rank: [ranks] float64 tokens each source rank dispatches.
+        tables: `build_tables` of the current placement.
+        dedup: "pair" | "rank" | "node" (see module doc) or "" for pairs only.
+        fraction: the share of the batch one micro-batch carries (two-batch overlap: 0.5);
+            counts scale by it, busy slots follow `_active`.
+    Returns:
+        Traffic with `[layers, ranks]` arrays.
+    Raises:
+        SpecError: shapes that do not match the placement, or an unknown dedup.
+    """
+    if dedup not in DEDUP_KINDS + ("",):
+        raise SpecError(f"dedup ({dedup!r}) must be one of {list(DEDUP_KINDS)}")
+    loads = np.asarray(loads, dtype=np.float64)
+    tokens = np.asarray(tokens_per_rank, dtype=np.float64)
+    if loads.shape != (tables.num_layers, tables.num_experts):
+        raise SpecError(f"loads (shape {list(loads.shape)}) must be [layers, experts] = "
+                        f"[{tables.num_layers}, {tables.num_experts}]")
+    if tokens.shape != (tables.num_ranks,):
+        raise SpecError(f"tokens_per_rank (shape {list(tokens.shape)}) must be [ranks] = "
+                        f"[{tables.num_ranks}]")
+    num_tokens = float(tokens.sum())
+    if tables.source_slot is None:
+        return _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction)
+    return _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction)
+
+
+def _slot_values(values: np.ndarray, tables: PlacementTables) -> np.ndarray:
+    """[layers, experts] per logical expert -> [layers, physical] per slot, split over replicas."""
+    if tables.is_identity:
+        return values
+    return np.take_along_axis(values, tables.physical_to_logical, axis=1) * tables.slot_share
+
+
+def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traffic:
+    """Every source routes alike (no replicas, or an even split): closed forms over ranks."""
+    spr, rpn = tables.slots_per_rank, tables.ranks_per_node
+    multi_node = tables.num_nodes > 1
+    slot_loads = _slot_values(loads, tables)                             # [layers, physical]
+    pairs = rank_sum(slot_loads, spr)                                    # [layers, ranks]
+    active = _active(slot_loads, fraction, spr)
+    if not dedup or num_tokens <= 0:
+        zeros = np.zeros_like(pairs)
+        return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
+                       num_tokens * fraction, dedup, multi_node, fraction)
+    if dedup == "pair":
+        rate = pairs / num_tokens                                        # [layers, ranks] a_r
+    else:
+        slot_miss = 1.0 - np.minimum(slot_loads / num_tokens, 1.0 - 1e-12)  # 1 - pi per slot
+        rank_miss = group_prod(slot_miss, spr)
+        rate = 1.0 - rank_miss                                           # h_r, hit prob
+    if fraction != 1.0:                          # copies scale with tokens, rates do not
+        pairs, tokens, num_tokens = pairs * fraction, tokens * fraction, num_tokens * fraction
+    self_copies = rate * tokens
+    if not multi_node:                          # one node: every other rank is an NVLink peer
+        nvl_recv = rate * (num_tokens - tokens)
+        nvl_send = tokens * (rate.sum(axis=1, keepdims=True) - rate)
+        rdma_send = rdma_recv = np.zeros_like(rate)
+        return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
+                       num_tokens, dedup, multi_node, fraction)
+    node_tokens = np.repeat(rank_sum(tokens, rpn), rpn)                  # [ranks] T_node(r)
+    rate_node_r = np.repeat(rank_sum(rate, rpn), rpn, axis=1)            # [layers, ranks]
+    if dedup in ("pair", "rank"):
+        nvl_recv = rate * (node_tokens - tokens)
+        rdma_recv = rate * (num_tokens - node_tokens)
+        nvl_send = tokens * (rate_node_r - rate)
+        rdma_send = tokens * (rate.sum(axis=1, keepdims=True) - rate_node_r)
+    else:  # node dedup: RDMA once per node to the same local index, then NVLink forwarding
+        local_tokens = np.tile(rank_sum_strided(tokens, rpn), tables.num_nodes)  # T_loc(local r)
+        node_hit = 1.0 - group_prod(rank_miss, rpn)                      # [layers, nodes] g_n
+        node_hit_r = np.repeat(node_hit, rpn, axis=1)
+        nvl_recv = rate * (num_tokens - local_tokens)
+        rdma_recv = node_hit_r * (local_tokens - tokens)
+        nvl_send = (rate_node_r - rate) * local_tokens
+        rdma_send = tokens * (node_hit.sum(axis=1, keepdims=True) - node_hit_r)
+    return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
+                   num_tokens, dedup, multi_node, fraction)
+
+
+def rank_sum_strided(x: np.ndarray, group: int) -> np.ndarray:
+    """[n] -> [group]: sums of entries with the same index modulo `group` (same local rank)."""
+    return x.reshape(-1, group).sum(axis=0)
+
+
+def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> Traffic:
+    """Static selection with replicas: each source has its own slot map, `[sources, layers, ranks]`."""
+    num_ranks, num_layers, num_experts = tables.source_slot.shape
+    spr, rpn, num_nodes = tables.slots_per_rank, tables.ranks_per_node, tables.num_nodes
+    num_physical = tables.num_physical
+    src = np.arange(num_ranks)
+    layer_of = np.arange(num_layers)[None, :, None]
+    # per-slot loads: a logical expert's load split by the token share of the sources using it
+    slot_flat = (layer_of * num_physical + tables.source_slot).ravel()    # [sources*layers*experts]
+    src_share = np.broadcast_to((tokens / max(num_tokens, 1e-300))[:, None, None],
+                                tables.source_slot.shape).ravel()
+    slot_weight = np.bincount(slot_flat, src_share, minlength=num_layers * num_physical)
+    # over the slots of one logical expert the weights sum to 1: its load splits by source
+    slot_loads = slot_weight.reshape(num_layers, num_physical) * np.take_along_axis(
+        loads, tables.physical_to_logical, axis=1)                      # [layers, physical]
+    pairs = rank_sum(slot_loads, spr)
+    active = _active(slot_loads, fraction, spr)
+    if not dedup or num_tokens <= 0:
+        zeros = np.zeros_like(pairs)
+        return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
+                       num_tokens * fraction, dedup, tables.num_nodes > 1, fraction)
+    dest_rank = tables.source_slot // spr                                 # [sources, layers, experts]
+    flat = ((src[:, None, None] * num_layers + layer_of) * num_ranks + dest_rank).ravel()
+    pi = np.minimum(loads / num_tokens, 1.0)                              # [layers, experts]
+
+    def per_dest(weights: np.ndarray, index: np.ndarray, width: int) -> np.ndarray:
+        full = np.broadcast_to(weights, tables.source_slot.shape).ravel()
+        return np.bincount(index, full, minlength=num_ranks * num_layers * width).reshape(
+            num_ranks, num_layers, width)
+
+    if dedup == "pair":
+        rate = per_dest(pi, flat, num_ranks)                              # [src, layers, dst]
+    else:
+        log_miss = np.log1p(-np.minimum(pi, 1.0 - 1e-12))
+        rate = -np.expm1(per_dest(log_miss, flat, num_ranks))
+    node, local = src // rpn, src % rpn
+    same_node = node[:, None] == node[None, :]                            # [src, dst]
+    not_self = ~np.eye(num_ranks, dtype=bool)
+    diag = rate[src, :, src]                                              # [ranks, layers]
+    self_copies = (tokens[:, None] * diag).T
+    weighted = rate * tokens[:, None, None]                               # T_s * rate[s, l, r]
+    if dedup in ("pair", "rank") or num_nodes == 1:
+        nvl_mask = (same_node & not_self)[:, None, :]
+        nvl_recv = (weighted * nvl_mask).sum(axis=0)
+        rdma_recv = (weighted * ~same_node[:, None, :]).sum(axis=0)
+        nvl_send = (weighted * nvl_mask).sum(axis=2).T
+        rdma_send = (weighted * ~same_node[:, None, :]).sum(axis=2).T
+    else:
+        node_flat = ((src[:, None, None] * num_layers + layer_of) * num_nodes
+                     + dest_rank // rpn).ravel()
+        node_hit = -np.expm1(per_dest(log_miss, node_flat, num_nodes))    # [src, layers, nodes]
+        node_hit_r = node_hit[:, :, node]                                 # [src, layers, dst]
+        same_local = local[:, None] == local[None, :]
+        rdma_mask = (same_local & ~same_node)[:, None, :]
+        rdma_recv = (node_hit_r * tokens[:, None, None] * rdma_mask).sum(axis=0)
+        nvl_recv = (weighted * ~same_local[:, None, :]).sum(axis=0)
+        rdma_send = (tokens[:, None] * (node_hit.sum(axis=2) - node_hit[src, :, node])).T
+        # rank x sends over NVLink every token of a same-local-index source to x's node peers
+        node_rate = rank_sum(rate, rpn)                                   # [src, layers, nodes]
+        peers_excl = node_rate[:, :, node] - rate                         # [src, layers, x]
+        nvl_send = ((peers_excl * tokens[:, None, None]) * same_local[:, None, :]).sum(axis=0)
+    f = fraction
+    return Traffic(pairs * f, active, nvl_send * f, nvl_recv * f, rdma_send * f, rdma_recv * f,
+                   self_copies * f, num_tokens * f, dedup, tables.num_nodes > 1, f)

@@ -1,0 +1,87 @@
+"""Read an expert-load matrix `[layers, experts]` from a file, whatever its format.
+
+JSON (`[[...], ...]` or `{"loads": ...}`), NPY, CSV (one row per layer), our JSONL trace or
+an SGLang expert-distribution dump (`.pt` file or folder); traces are summed over steps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from epsim.eplb.inputs import check_weight
+from epsim.errors import PlacementError, SpecError
+
+FORMATS = ".json, .jsonl, .npy, .csv, or an SGLang dump (.pt file or folder)"
+
+
+def _from_json(path: Path) -> np.ndarray:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict):
+        if "loads" not in data:
+            raise SpecError(f"{path}: loads (missing) must be a [layers, experts] list "
+                            f"(keys found: {sorted(data)[:5]})")
+        data = data["loads"]
+    return _as_array(data, path)
+
+
+def _as_array(data, path: Path) -> np.ndarray:
+    try:
+        array = np.asarray(data, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecError(f"{path}: loads must be a rectangular [layers, experts] list of numbers") from None
+    return array
+
+
+def _from_csv(path: Path) -> np.ndarray:
+    try:
+        return np.loadtxt(path, delimiter=",", comments="#", ndmin=2, dtype=np.float64)
+    except ValueError as exc:
+        raise SpecError(f"{path}: loads must be numbers, one row per layer, comma-separated "
+                        f"({str(exc).splitlines()[0]})") from None
+
+
+def _from_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError):  # pickled objects, a corrupt header, not .npy at all
+        raise SpecError(f"{path}: not a numeric .npy array (write it with numpy.save)") from None
+
+
+def read_loads(path: str | Path) -> np.ndarray:
+    """Loads per logical expert, summed over recorded steps.
+
+    Returns:
+        [layers, experts] float64, finite and >= 0 (a 1-D file is one layer).
+    Raises:
+        SpecError / PlacementError: missing or unreadable file, unknown format, wrong shape,
+            NaN or negative loads; the message names the file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(f"{path}: loads file not found")
+    suffix = path.suffix.lower()
+    if path.is_dir() or suffix in (".pt", ".jsonl"):
+        from epsim.routing import read_trace
+        loads = read_trace(path).sum(axis=0)                                # [layers, experts]
+    elif suffix == ".json":
+        loads = _from_json(path)
+    elif suffix == ".csv":
+        loads = _from_csv(path)
+    elif suffix == ".npy":
+        loads = _from_npy(path)
+    else:
+        raise SpecError(f"{path}: loads file suffix ({suffix or 'none'!r}) must be one of {FORMATS}")
+    if loads.ndim == 1:
+        loads = loads[None, :]
+    elif loads.ndim == 3:                                                    # [steps, layers, experts]
+        loads = loads.sum(axis=0)
+    try:
+        return check_weight(loads, name="loads")
+    except PlacementError as exc:
+        raise PlacementError(f"{path}: {exc}") from None

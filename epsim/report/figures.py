@@ -1,0 +1,103 @@
+"""PNG figures of a run: latency CDFs, time per MoE layer by part, load per rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from epsim.report.summary import request_latencies_ms
+from epsim.sim.metrics import SimResult
+
+_PART_COLORS = {"attention_us": "#4c72b0", "dispatch_us": "#dd8452", "experts_us": "#55a868",
+                "combine_us": "#c44e52"}
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: str | Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
+def latency_cdf(result: SimResult, path: str | Path) -> None:
+    """Empirical CDFs of TTFT and TPOT (ms) of the measured requests."""
+    plt = _pyplot()
+    lat = request_latencies_ms(result)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, name, label in zip(axes, ("ttft_ms", "tpot_ms"), ("TTFT (ms)", "TPOT (ms)")):
+        values = np.sort(lat[name][np.isfinite(lat[name])])
+        if values.size:
+            ax.plot(values, np.arange(1, values.size + 1) / values.size, lw=1.5)
+            for q in (50, 90, 99):
+                ax.axvline(np.percentile(values, q), ls=":", color="gray", lw=0.8)
+        else:
+            ax.text(0.5, 0.5, "no measured requests", ha="center", transform=ax.transAxes)
+        ax.set_xlabel(label)
+        ax.set_ylabel("fraction of requests")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{result.scenario.name}: latency CDF (p50/p90/p99 dotted)")
+    _save(fig, path)
+
+
+def time_breakdown(result: SimResult, path: str | Path) -> None:
+    """Stacked mean microseconds of attention, dispatch, experts, combine per MoE layer."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4))
+    means = result.layer_mean_us
+    layers = np.arange(len(means["dispatch_us"]))
+    bottom = np.zeros(layers.shape[0])
+    for name, color in _PART_COLORS.items():
+        ax.bar(layers, means[name], bottom=bottom, color=color, width=0.9, label=name[:-3])
+        bottom += means[name]
+    overlapped = means["layer_us"]
+    if not np.allclose(overlapped, bottom):
+        ax.plot(layers, overlapped, "k.", ms=3, label="layer (two-batch overlap)")
+    ax.set_xlabel("MoE layer")
+    ax.set_ylabel("mean time per step (us)")
+    ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    ax.set_title(f"{result.scenario.name}: time per MoE layer")
+    _save(fig, path)
+
+
+def rank_load(result: SimResult, path: str | Path) -> None:
+    """Token-expert pairs per rank relative to the mean: averaged over layers and measured steps
+    (left), and per layer in the run's last step (right), where the skew shows."""
+    plt = _pyplot()
+    load = result.rank_pairs_mean
+    rel = load / load.mean() if load.mean() > 0 else np.ones_like(load)
+    measured = result.steps["start_us"] >= result.warmup_s * 1e6
+    per_step = result.steps["imbalance"][measured].mean() if measured.any() else float("nan")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 2]})
+    left.bar(np.arange(load.shape[0]), rel, color="#55a868", width=0.85)
+    left.axhline(1.0, color="gray", lw=0.8)
+    left.set_xlabel("EP rank")
+    left.set_ylabel("pairs / mean")
+    left.set_title(f"mean over layers and steps; per-step max/mean {per_step:.2f}", fontsize=10)
+    if result.last_step is not None:
+        pairs = result.last_step.cost.traffic.pairs                     # [layers, ranks]
+        mean = pairs.mean(axis=1, keepdims=True)
+        image = right.imshow(np.divide(pairs, mean, out=np.ones_like(pairs), where=mean > 0),
+                             aspect="auto", cmap="viridis", interpolation="nearest")
+        fig.colorbar(image, ax=right, label="pairs / layer mean")
+        right.set_xlabel("EP rank")
+        right.set_ylabel("MoE layer")
+        right.set_title("last step, per layer", fontsize=10)
+    fig.suptitle(f"{result.scenario.name}: load per rank")
+    _save(fig, path)
+
+
+def write_figures(result: SimResult, out_dir: str | Path) -> list[Path]:
+    """Write `latency_cdf.png`, `time_breakdown.png`, `rank_load.png`; returns the paths."""
+    out_dir = Path(out_dir)
+    paths = [out_dir / "latency_cdf.png", out_dir / "time_breakdown.png", out_dir / "rank_load.png"]
+    latency_cdf(result, paths[0])
+    time_breakdown(result, paths[1])
+    rank_load(result, paths[2])
+    return paths

@@ -1,0 +1,56 @@
+"""A per-layer timeline of one step as a Chrome trace (`chrome://tracing`, Perfetto).
+
+Built from one step's `StepCost` (no extra simulation): each MoE layer's attention,
+dispatch, experts and combine back to back on one track, or, with two-batch overlap, two
+micro-batch tracks where one's communication runs while the other computes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from epsim.cost.model import StepCost
+
+
+def _event(name: str, start_us: float, dur_us: float, tid: int, layer: int) -> dict:
+    return {"name": name, "ph": "X", "ts": round(start_us, 3), "dur": round(dur_us, 3),
+            "pid": 0, "tid": tid, "args": {"layer": layer}}
+
+
+def step_trace(cost: StepCost, two_batch_overlap: bool = False) -> dict:
+    """Chrome trace events of one step, microseconds from the step's start."""
+    events = []
+    t = 0.0
+    num_layers = cost.layer_us.shape[0]
+    for layer in range(num_layers):
+        if not two_batch_overlap:
+            for part in ("attention_us", "dispatch_us", "experts_us", "combine_us"):
+                dur = float(getattr(cost, part)[layer])
+                if part == "experts_us":
+                    dur += float(cost.shared_experts_us[layer])
+                events.append(_event(part[:-3], t, dur, 0, layer))
+                t += dur
+            continue
+        # each array holds both micro-batches: halves are one micro-batch's parts
+        compute = float(cost.attention_us[layer] + cost.experts_us[layer] + cost.shared_experts_us[layer]) / 2
+        comm = float(cost.dispatch_us[layer] + cost.combine_us[layer]) / 2
+        events.append(_event("compute mb0", t, compute, 0, layer))
+        events.append(_event("comm mb0", t + compute, comm, 1, layer))
+        start_b = t + compute
+        events.append(_event("compute mb1", start_b, compute, 0, layer))
+        events.append(_event("comm mb1", max(start_b + compute, t + compute + comm), comm, 1, layer))
+        t += float(cost.layer_us[layer])
+    events.append(_event("dense + lm_head", t, cost.dense_us, 0, -1))
+    t += cost.dense_us
+    events.append(_event("step overhead", t, cost.overhead_us, 0, -1))
+    names = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "compute"}}]
+    if two_batch_overlap:
+        names.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": 1,
+                      "args": {"name": "communication"}})
+    return {"traceEvents": names + events, "displayTimeUnit": "ms",
+            "otherData": {"phase": cost.phase, "mode": cost.mode, "step_us": cost.step_us}}
+
+
+def write_timeline(cost: StepCost, path: str | Path, two_batch_overlap: bool = False) -> None:
+    Path(path).write_text(json.dumps(step_trace(cost, two_batch_overlap)) + "\n")

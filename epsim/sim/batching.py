@@ -1,0 +1,229 @@
+"""Continuous batching on every DP rank at once, as arrays `[ranks, slots]`.
+
+Each DP rank holds up to `max_running_requests` requests in slots. Requests go to ranks
+round-robin by arrival order (SGLang's default DP load balancing) and wait FCFS for a slot.
+Each step a rank either extends (chunked prefill of at most `chunked_prefill_size` tokens,
+oldest requests first) or decodes one token for every running request; with
+`enable_mixed_chunk` it does both in one batch, the chunk budget shrinking by the decode count
+(SGLang's rules). Disaggregated instances: `prefill` finishes a request when its prompt is
+prefilled (first token); `decode` admits requests whose prompt is already in the KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from epsim.cost.attention import BatchCounts
+from epsim.sim.arrivals import Requests
+
+_NO_REQUEST = -1
+_EMPTY_LEFT = 1 << 30        # out_left of a free slot: never reaches 0, so no mask is needed
+
+
+@dataclass(eq=False)
+class Plan:
+    """One step's batch: per-rank counts for the cost model and what `commit` applies."""
+
+    batch: BatchCounts
+    decoding: np.ndarray                  # [ranks, slots] bool, slots that decode one token
+    prefill_alloc: np.ndarray | None      # [ranks, slots] int64 prefill tokens this step
+    finishing_prefill: np.ndarray | None  # [ranks, slots] bool, prompt completes this step
+    fresh_ids: np.ndarray | None          # decode instances: requests whose first step this is
+    num_waiting: int = 0                  # arrived requests still without a slot
+
+    @property
+    def num_tokens(self) -> float:
+        return float(self.batch.tokens.sum())
+
+
+class Scheduler:
+    """Request state of a run, vectorized over DP ranks and slots.
+
+    Args:
+        requests: arrivals (sorted); request i goes to rank `i % num_ranks`.
+        num_ranks: DP ranks; max_running: slots per rank; chunk_tokens: prefill budget per
+            rank per step.
+        mode: `disaggregation_mode` "null" | "prefill" | "decode".
+        mixed_chunk: decode tokens ride along in extend batches.
+        initial: requests already running at t=0 (decoding, `initial_progress` tokens done),
+            `num_ranks * k` of them, k per rank; excluded from latency statistics.
+    """
+
+    def __init__(self, requests: Requests, num_ranks: int, max_running: int, chunk_tokens: int,
+                 mode: str = "null", mixed_chunk: bool = False, initial: Requests | None = None,
+                 initial_progress: np.ndarray | None = None):
+        self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
+        self.mode, self.mixed_chunk = mode, mixed_chunk
+        self.num_arrivals = len(requests)
+        init = initial if initial is not None else Requests(np.zeros(0), np.zeros(0, np.int64),
+                                                            np.zeros(0, np.int64))
+        self.arrival_s = np.concatenate([requests.arrival_s, init.arrival_s])
+        self._arrivals = self.arrival_s[:self.num_arrivals]
+        self.input_len = np.concatenate([requests.input_len, init.input_len]).astype(np.int64)
+        self.output_len = np.concatenate([requests.output_len, init.output_len]).astype(np.int64)
+        if mode == "prefill":
+            self.output_len = np.ones_like(self.output_len)   # the first token ends it here
+        num = self.arrival_s.shape[0]
+        self.first_token_s = np.full(num, np.nan)
+        self.finish_s = np.full(num, np.nan)
+        self.is_initial = np.zeros(num, dtype=bool)
+        self.is_initial[self.num_arrivals:] = True
+        shape = (num_ranks, max_running)
+        # int32 slots: half the memory traffic of the per-step passes over [ranks, slots]
+        self.slot_req = np.full(shape, _NO_REQUEST, dtype=np.int32)
+        self.prefill_left = np.zeros(shape, dtype=np.int32)
+        self.context = np.zeros(shape, dtype=np.int32)          # 0 in a free slot
+        self.out_left = np.full(shape, _EMPTY_LEFT, dtype=np.int32)
+        self.admitted = np.zeros(num_ranks, dtype=np.int64)
+        self.occupied = np.zeros(num_ranks, dtype=np.int64)
+        self._rank_offset = num_ranks - 1 - np.arange(num_ranks)
+        # free slots as flat indices (rank * max_running + slot): few once batches are full, so
+        # admission never scans the whole slot array
+        self._free = np.arange(num_ranks * max_running, dtype=np.int64)
+        if num >= np.iinfo(np.int32).max:
+            raise ValueError(f"requests ({num}) must be fewer than 2**31 per run (int32 slot ids)")
+        self.input_tokens_done = 0.0
+        self.output_tokens_done = 0.0
+        if len(init):
+            self._place_initial(init, initial_progress)
+
+    def _place_initial(self, init: Requests, progress: np.ndarray | None) -> None:
+        per_rank = len(init) // self.num_ranks
+        if per_rank * self.num_ranks != len(init) or per_rank > self.max_running:
+            raise ValueError(f"initial requests ({len(init)}) must be num_ranks x k with k <= "
+                             f"max_running_requests ({self.max_running})")
+        done = np.zeros(len(init), dtype=np.int64) if progress is None else np.asarray(progress, np.int64)
+        done = np.minimum(done, self.output_len[self.num_arrivals:] - 1)
+        ids = self.num_arrivals + np.arange(len(init)).reshape(self.num_ranks, per_rank)
+        self.slot_req[:, :per_rank] = ids
+        self.context[:, :per_rank] = (init.input_len + done).reshape(self.num_ranks, per_rank)
+        self.out_left[:, :per_rank] = (self.output_len[ids.ravel()] - done).reshape(self.num_ranks, per_rank)
+        self.occupied[:] = per_rank
+        self._free = np.flatnonzero(self.slot_req < 0)
+
+    # -- queries -----------------------------------------------------------------------------
+    def arrived(self, now_s: float) -> np.ndarray:
+        """[ranks] requests that have arrived at each rank by `now_s` (round-robin)."""
+        n = int(np.searchsorted(self._arrivals, now_s, side="right"))
+        return (n + self._rank_offset) // self.num_ranks
+
+    def num_waiting(self, now_s: float) -> int:
+        return int((self.arrived(now_s) - self.admitted).sum())
+
+    def next_arrival_s(self, now_s: float) -> float:
+        """The first arrival after `now_s` (inf when none is left)."""
+        n = int(np.searchsorted(self._arrivals, now_s, side="right"))
+        return float(self._arrivals[n]) if n < self.num_arrivals else np.inf
+
+    # -- one step ------------------------------------------------------------------------------
+    def _admit(self, now_s: float, alive: np.ndarray | None) -> tuple[np.ndarray | None, int]:
+        """Move arrived requests into free slots, FCFS per rank.
+
+        Returns:
+            (ids admitted or None, requests still waiting).
+        """
+        waiting = self.arrived(now_s) - self.admitted
+        admit = np.minimum(waiting, self.max_running - self.occupied)
+        if alive is not None:
+            admit = np.where(alive, admit, 0)
+        num_waiting = int(waiting.sum())
+        if not admit.any():
+            return None, num_waiting
+        free = np.sort(self._free)                                         # by rank, then slot
+        rows = free // self.max_running
+        within = np.arange(free.shape[0]) - np.searchsorted(rows, rows)    # index within rank
+        pick = within < admit[rows]
+        slots, rows = free[pick], rows[pick]
+        self._free = free[~pick]
+        ids = rows + self.num_ranks * (self.admitted[rows] + within[pick])
+        self.slot_req.reshape(-1)[slots] = ids
+        self.out_left.reshape(-1)[slots] = self.output_len[ids]
+        if self.mode == "decode":
+            self.context.reshape(-1)[slots] = self.input_len[ids]
+        else:
+            self.prefill_left.reshape(-1)[slots] = self.input_len[ids]
+        self.admitted += admit
+        self.occupied += admit
+        return ids, num_waiting - int(admit.sum())
+
+    def plan(self, now_s: float, alive: np.ndarray | None = None) -> Plan:
+        """Admit arrivals and form this step's batch on every rank.
+
+        Args:
+            alive: [ranks] bool; a dead rank admits nothing and runs nothing (None: all alive).
+        """
+        fresh, num_waiting = self._admit(now_s, alive)
+        occupied = self.slot_req >= 0
+        if alive is not None:
+            occupied &= alive[:, None]
+        alloc = finishing = None
+        zeros = np.zeros(self.num_ranks)
+        prefill_tokens = prefill_context = prefill_pairs = finishing_count = zeros
+        if self.mode == "decode":
+            decoding = occupied
+        else:
+            fresh = None                       # first tokens come from finished prefills
+            pending = occupied & (self.prefill_left > 0)
+            extending = pending.any(axis=1)
+            decoding = occupied & ~pending
+            if not self.mixed_chunk:
+                decoding &= ~extending[:, None]
+            if extending.any():
+                budget = np.full(self.num_ranks, self.chunk_tokens, dtype=np.int64)
+                if self.mixed_chunk:
+                    budget = np.maximum(budget - decoding.sum(axis=1), 0)
+                alloc = self._chunk(pending, budget)
+                finishing = (alloc > 0) & (alloc == self.prefill_left)
+                prefill_tokens = alloc.sum(axis=1).astype(np.float64)
+                prefill_context = np.where(alloc > 0, self.context + alloc, 0).sum(axis=1).astype(np.float64)
+                prefill_pairs = (alloc * self.context + alloc * (alloc + 1) / 2.0).sum(axis=1)
+                finishing_count = finishing.sum(axis=1).astype(np.float64)
+        if self.mode == "decode" and alive is None:   # every used slot decodes; free slots hold 0
+            decode_tokens = self.occupied.astype(np.float64)
+            decode_context = self.context.sum(axis=1) + decode_tokens
+        else:
+            decode_tokens = decoding.sum(axis=1).astype(np.float64)
+            decode_context = (self.context * decoding).sum(axis=1) + decode_tokens
+        phase = "prefill" if (self.mode == "prefill" or prefill_tokens.any()) else "decode"
+        batch = BatchCounts(decode_tokens, decode_context, prefill_tokens, prefill_context,
+                            prefill_pairs, decode_tokens + finishing_count, phase)
+        return Plan(batch, decoding, alloc, finishing, fresh, num_waiting)
+
+    def _chunk(self, pending: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        """[ranks, slots] prefill tokens per slot: oldest requests first until `budget`."""
+        key = np.where(pending, self.slot_req, np.iinfo(np.int64).max)
+        order = np.argsort(key, axis=1, kind="stable")
+        left = np.take_along_axis(np.where(pending, self.prefill_left, 0), order, axis=1)
+        before = np.cumsum(left, axis=1) - left
+        take = np.clip(budget[:, None] - before, 0, left)
+        alloc = np.empty_like(take)
+        np.put_along_axis(alloc, order, take, axis=1)
+        return alloc
+
+    def commit(self, plan: Plan, now_s: float) -> None:
+        """Apply a finished step at `now_s`: tokens produced, first tokens, completions."""
+        decoding = plan.decoding
+        self.context += decoding
+        self.out_left -= decoding
+        self.output_tokens_done += float(plan.batch.decode_tokens.sum())
+        if plan.fresh_ids is not None:
+            self.first_token_s[plan.fresh_ids] = now_s
+        if plan.prefill_alloc is not None:
+            alloc, finishing = plan.prefill_alloc, plan.finishing_prefill
+            self.context += alloc
+            self.prefill_left -= alloc
+            self.out_left -= finishing
+            self.first_token_s[self.slot_req[finishing]] = now_s
+            self.input_tokens_done += float(alloc.sum())
+            self.output_tokens_done += float(finishing.sum())
+        done = np.flatnonzero(self.out_left <= 0)                        # flat slot indices
+        if done.shape[0]:
+            slot_req = self.slot_req.reshape(-1)
+            self.finish_s[slot_req[done]] = now_s
+            slot_req[done] = _NO_REQUEST
+            self.context.reshape(-1)[done] = 0
+            self.out_left.reshape(-1)[done] = _EMPTY_LEFT
+            self.occupied -= np.bincount(done // self.max_running, minlength=self.num_ranks)
+            self._free = np.concatenate([self._free, done])

@@ -1,0 +1,232 @@
+"""The SimPy engine: one process steps every DP rank in lockstep; time is microseconds.
+
+Each step: admit arrivals and form batches (`Scheduler.plan`) -> sample the step's expert
+loads at the current simulated time (`SkewModel.loads`) -> traffic over the current placement
+and the `CostModel` -> `yield env.timeout(step_us)` -> apply the step (`Scheduler.commit`).
+No SimPy event per request or token.
+
+Extension points (for EPLB and elastic EP, issue #3), kept small:
+  `sim.placement`        PlacementState the step reads; `update()` / `set_alive()` between steps.
+  `sim.add_process(f)`   `f(sim)` returns a generator, run as a SimPy process from t=0.
+  `sim.add_observer(f)`  `f(StepInfo)` after each step (expert loads for a statistics window).
+  `sim.stall(us, label)` stop-the-world: the next step starts `us` later.
+  `sim.charge(us)`        adds `us` to the next step's time (e.g. one chunk of weight moves).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Generator
+
+import numpy as np
+import simpy
+
+from epsim.cost.model import CostModel, StepCost
+from epsim.cost.tables import contiguous_placement
+from epsim.profile import Profile, load_profile
+from epsim.routing.skew import SkewModel
+from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
+from epsim.sim.batching import Scheduler
+from epsim.sim.metrics import MetricsRecorder, SimResult
+from epsim.sim.placement import PlacementState
+from epsim.spec.scenario import Scenario
+
+
+@dataclass(frozen=True, eq=False)
+class StepInfo:
+    """A finished step, as observers see it.
+
+    Attributes:
+        loads: [moe_layers, experts] token-expert pairs per logical expert.
+        tokens_per_rank: [dp] tokens each DP rank ran.
+    """
+
+    index: int
+    start_us: float
+    end_us: float
+    loads: np.ndarray
+    tokens_per_rank: np.ndarray
+    cost: StepCost
+    placement_version: int
+
+
+class Simulation:
+    """One run of a scenario.
+
+    Args:
+        scenario: validated `Scenario`.
+        profile: calibration profile (default: `load_profile()`, the shipped one).
+        seed: overrides `scenario.seed`.
+        progress: show a tqdm bar over simulated seconds.
+    """
+
+    def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
+                 progress: bool = False):
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.progress = progress
+        m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
+        self.profile = profile if profile is not None else load_profile(
+            scenario.resolve_path(scenario.profile) if scenario.profile else None)
+        self.env = simpy.Environment()
+        self.cost_model = CostModel(m, c, d, self.profile)
+        self.placement = PlacementState(
+            contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size,
+                                 d.ep_num_redundant_experts),
+            m.num_experts, d.ep_size, c.gpus_per_node_resolved, d.ep_dispatch_algorithm)
+        self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=self.seed,
+                              base_dir=scenario.base_dir)
+        self.requests = sample_requests(w, self.seed, scenario.base_dir)
+        dp = scenario.dp_size
+        max_running = d.max_running_requests
+        initial, progress_done = self._initial_requests(dp, max_running)
+        self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
+                                   d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done)
+        self.end_us = w.duration_s * 1e6
+        self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
+        # SFC64: a fast generator for the step loop's normal draws (seeded like the others)
+        self.routing_rng = np.random.Generator(np.random.SFC64([self.seed, 0x70AD]))
+        self.step_index = 0
+        self.last_step: StepInfo | None = None
+        self._observers: list[Callable[[StepInfo], None]] = []
+        self._processes: list[Callable[["Simulation"], Generator]] = []
+        self._stall_us = 0.0
+        self._stall_labels: list[str] = []
+        self._charge_us = 0.0
+
+    def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
+        """Requests decoding at t=0 (`workload.initial_running_per_rank`), part-way done so that
+        completions are spread out as in a steady state."""
+        w = self.scenario.workload
+        per_rank = min(w.initial_running_per_rank, max_running)
+        if per_rank == 0:
+            return None, None
+        rng = np.random.default_rng([self.seed, 0x1417])
+        num = per_rank * dp
+        input_len = sample_lengths(w.input_len, num, rng)
+        output_len = sample_lengths(w.output_len, num, rng)
+        done = np.floor(rng.random(num) * output_len).astype(np.int64)   # tokens already made
+        return Requests(np.zeros(num), input_len, output_len), done
+
+    # -- extension hooks --------------------------------------------------------------------------
+    def add_observer(self, observer: Callable[[StepInfo], None]) -> None:
+        """Call `observer(StepInfo)` after every step."""
+        self._observers.append(observer)
+
+    def add_process(self, factory: Callable[["Simulation"], Generator]) -> None:
+        """Run `factory(self)` as a SimPy process from the start of `run()`."""
+        self._processes.append(factory)
+
+    def stall(self, us: float, label: str = "") -> None:
+        """Stop the world: the next step starts `us` later (recorded as a stall)."""
+        if us < 0:
+            raise ValueError(f"stall us ({us}) must be >= 0")
+        self._stall_us += us
+        self._stall_labels.append(label)
+
+    def charge(self, us: float) -> None:
+        """Add `us` to the next step's time (shows as `extra_us` in the time series)."""
+        if us < 0:
+            raise ValueError(f"charge us ({us}) must be >= 0")
+        self._charge_us += us
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def _step_loop(self) -> Generator:
+        env, sched, cost_model, placement = self.env, self.scheduler, self.cost_model, self.placement
+        while True:
+            if self._stall_us > 0:
+                stall, self._stall_us = self._stall_us, 0.0
+                self.metrics.record_stall(env.now, stall, "+".join(filter(None, self._stall_labels)))
+                self._stall_labels = []
+                yield env.timeout(stall)
+                continue
+            now_s = env.now * 1e-6
+            alive = None if placement.all_alive else placement.alive
+            plan = sched.plan(now_s, alive)
+            num_tokens = plan.num_tokens
+            if num_tokens <= 0:
+                next_us = min(sched.next_arrival_s(now_s) * 1e6, self.end_us)
+                yield env.timeout(max(next_us - env.now, 1.0))
+                continue
+            loads = self.skew.loads(int(round(num_tokens)), self.routing_rng, t_s=now_s,
+                                    step=self.step_index)
+            cost = cost_model.step(plan.batch, loads, placement.tables)
+            extra, self._charge_us = self._charge_us, 0.0
+            start = env.now
+            yield env.timeout(cost.step_us + extra)
+            sched.commit(plan, env.now * 1e-6)
+            batch = plan.batch
+            prefill_tokens = float(batch.prefill_tokens.sum())
+            self.metrics.record(
+                start, cost.step_us + extra, extra, cost,
+                output_tokens=float(batch.sampled_tokens.sum()),
+                num_running=int(sched.occupied.sum()), num_waiting=plan.num_waiting,
+                placement_version=placement.version, prefill_tokens=prefill_tokens,
+                decode_tokens=num_tokens - prefill_tokens)
+            info = StepInfo(self.step_index, start, env.now, loads, batch.tokens, cost,
+                            placement.version)
+            self.last_step = info
+            for observer in self._observers:
+                observer(info)
+            self.step_index += 1
+
+    def _progress_loop(self, bar) -> Generator:
+        tick_us = max(self.end_us / 200.0, 1e3)
+        while True:
+            yield self.env.timeout(tick_us)
+            bar.update(tick_us * 1e-6)
+
+    def run(self) -> SimResult:
+        """Simulate `workload.duration_s` and return the recorded result."""
+        d = self.scenario.deployment
+        unhandled = [text for text, on in (
+            ("deployment.enable_eplb is set but no EPLB process runs: the placement stays static",
+             d.enable_eplb),
+            ("deployment.failures is set but no failure process runs: every rank stays alive",
+             bool(d.failures))) if on]
+        if unhandled and not self._processes:
+            # EPLB and elastic EP run as processes registered with add_process (issue #3)
+            warnings.warn("; ".join(unhandled), stacklevel=2)
+        wall_start = time.perf_counter()
+        self.env.process(self._step_loop())
+        for factory in self._processes:
+            self.env.process(factory(self))
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=round(self.end_us * 1e-6, 3), unit="sim s", desc=self.scenario.name,
+                       bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} sim s [{elapsed}<{remaining}]")
+            self.env.process(self._progress_loop(bar))
+        try:
+            self.env.run(until=self.end_us)
+        finally:
+            if bar is not None:
+                bar.n = bar.total
+                bar.close()
+        return self._result(time.perf_counter() - wall_start)
+
+    def _result(self, wall_seconds: float) -> SimResult:
+        sched, metrics, w = self.scheduler, self.metrics, self.scenario.workload
+        n = max(metrics.num_measured_steps, 1)
+        prof = self.profile
+        return SimResult(
+            scenario=self.scenario, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
+            num_gpus=self.scenario.deployment.ep_size, steps=metrics.step_table(),
+            layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
+            rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
+            arrival_s=sched.arrival_s, first_token_s=sched.first_token_s, finish_s=sched.finish_s,
+            input_len=sched.input_len, output_len=sched.output_len, is_initial=sched.is_initial,
+            stalls=list(metrics.stalls),
+            profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
+                          "records_sha256": prof.provenance.records_sha256,
+                          "applies": self.cost_model.profile_applies,
+                          "components": {k: v.source for k, v in sorted(prof.components.items())}},
+            wall_seconds=wall_seconds, last_step=self.last_step)
+
+
+def simulate(scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
+             progress: bool = False) -> SimResult:
+    """Run a scenario once (see `Simulation` for hooks)."""
+    return Simulation(scenario, profile=profile, seed=seed, progress=progress).run()

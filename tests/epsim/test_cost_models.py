@@ -1,0 +1,246 @@
+"""Cost models against hand-computed values; design rows equal the models; the facade and
+profile plumbing; predictions straight from measurement records."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from epsim.cost import CostModel, ProfileHardwareWarning, build_tables, contiguous_placement
+from epsim.cost.attention import BatchCounts
+from epsim.cost.comm import (collective_features, collective_us, comm_defaults, comm_features,
+                             comm_us, dedup_for, dispatch_bytes_per_copy)
+from epsim.cost.experts import experts_features, experts_us, flops_per_pair
+from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
+from epsim.cost.record import predict_record, record_features
+from epsim.cost.traffic import Traffic, count_traffic
+from epsim.errors import ProfileError, RecordError, SpecError
+from epsim.profile import Component, Profile
+from epsim.records import MeasurementRecord, Provenance
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_model
+
+PARAMS = {"base_us": 10.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0, "per_copy_us": 0.0}
+
+
+def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
+    arrays = [np.atleast_2d(np.asarray(a, dtype=float))
+              for a in (nvl_send, nvl_recv, rdma_send, rdma_recv)]
+    zeros = np.zeros_like(arrays[0])
+    return Traffic(zeros, zeros, *arrays, zeros, 0.0, "pair",
+                   multi_node=bool(arrays[2].any() or arrays[3].any()))
+
+
+def test_dispatch_bytes_per_copy():
+    assert dispatch_bytes_per_copy(4096, "bf16", 8, "pair") == 2 * 4096 + 16
+    assert dispatch_bytes_per_copy(4096, "fp8", 8, "pair") == 4096 + 4 * 4096 / 128 + 16
+    assert dispatch_bytes_per_copy(4096, "fp8", 8, "rank") == 4096 + 128 + 12 * 8
+    with pytest.raises(SpecError, match=r"dispatch_dtype \('int4'\) must be one of"):
+        dispatch_bytes_per_copy(4096, "int4", 8, "pair")
+
+
+def test_dedup_per_backend_and_sglang_mode_rule():
+    assert dedup_for("torch") == "rank"
+    assert dedup_for("mooncake") == "pair"
+    assert dedup_for("deepep", "normal") == "node"
+    assert dedup_for("deepep", "low_latency") == "pair"
+    assert dedup_for("none") == ""
+    auto = DeploymentSpec(deepep_mode="auto")
+    assert (auto.deepep_mode_for("prefill"), auto.deepep_mode_for("decode")) == ("normal", "low_latency")
+    with pytest.raises(SpecError, match=r"backend \('nccl'\) must be one of"):
+        dedup_for("nccl")
+
+
+def test_comm_busiest_rank_hand_computed():
+    # rank 1 receives 1000 copies over NVLink, rank 0 sends 400 over RDMA; 1000 bytes per copy
+    tr = _traffic([[0, 0]], [[0, 1000]], [[400, 0]], [[0, 0]])
+    # rank 0: 400*1000 B / 25 GB/s = 16 us; rank 1: 1e6 B / 100 GB/s = 10 us -> rank 0 decides
+    np.testing.assert_allclose(comm_us(tr, 1000.0, PARAMS), [10.0 + 16.0])
+    # the busier direction of a rank counts, not the sum of both
+    tr2 = _traffic([[500, 0]], [[1000, 0]], [[0, 0]], [[0, 0]])
+    np.testing.assert_allclose(comm_us(tr2, 1000.0, PARAMS), [10.0 + 10.0])
+    # twice the load, twice the bandwidth term
+    tr3 = _traffic([[0, 0]], [[0, 2000]], [[800, 0]], [[0, 0]])
+    np.testing.assert_allclose(comm_us(tr3, 1000.0, PARAMS), [10.0 + 32.0])
+    with_copy_cost = {**PARAMS, "per_copy_us": 0.01}
+    np.testing.assert_allclose(comm_us(tr, 1000.0, with_copy_cost), [26.0 + 0.01 * 1000])
+
+
+def test_comm_design_row_equals_model(rng):
+    params = {"base_us": 7.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0, "per_copy_us": 0.002}
+    tr = _traffic(*(rng.random((5, 8)) * 1000 for _ in range(4)))
+    rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params)
+    np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params), comm_us(tr, 4224.0, params))
+    assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
+    assert COMM_TERMS.coef_names == ("base_us", "inv_nvl_gbps", "inv_rdma_gbps", "per_copy_us")
+    # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
+    assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 1 / 300, 0.0, 0.0]))
+
+
+def test_experts_roofline_hand_computed():
+    params = {"base_us": 5.0, "per_expert_us": 1.0, "hbm_gbps": 1000.0, "tflops": 100.0}
+    expert_bytes, pair_flops = 1e6, 1e6
+    # low load: 2 active experts -> 2e6 B / 1000 GB/s = 2 us of weights > 10 pairs * 1e6 flops
+    np.testing.assert_allclose(experts_us(np.array([10.0]), np.array([2.0]), expert_bytes, pair_flops,
+                                          params), 5.0 + 2.0 + 2.0)
+    # high load: 1e6 pairs * 1e6 flops / 100 TF = 10000 us; FLOPs bound; doubling pairs doubles it
+    high = experts_us(np.array([1e6]), np.array([2.0]), expert_bytes, pair_flops, params)
+    double = experts_us(np.array([2e6]), np.array([2.0]), expert_bytes, pair_flops, params)
+    np.testing.assert_allclose(high, 5.0 + 2.0 + 10000.0)
+    np.testing.assert_allclose(double - 7.0, 2 * (high - 7.0))
+    # the slowest rank decides
+    np.testing.assert_allclose(experts_us(np.array([[1e6, 10.0]]), np.array([[2.0, 2.0]]), expert_bytes,
+                                          pair_flops, params), [10007.0])
+    assert flops_per_pair(2048, 768) == 6 * 2048 * 768
+
+
+def test_experts_design_row_equals_model(rng):
+    params = {"base_us": 5.0, "per_expert_us": 0.5, "hbm_gbps": 3000.0, "tflops": 500.0}
+    pairs = rng.random((6, 8)) * 5000
+    pairs[0] = 1.0                                        # a memory-bound layer too
+    active = rng.integers(1, 16, (6, 8)).astype(float)
+    rows = experts_features(pairs, active, 9.4e6, 9.4e6, params)
+    np.testing.assert_allclose(rows @ EXPERT_TERMS.coefficients(params),
+                               experts_us(pairs, active, 9.4e6, 9.4e6, params))
+    assert EXPERT_TERMS.params_from(EXPERT_TERMS.coefficients(params)) == pytest.approx(params)
+
+
+def test_ring_collective():
+    params = {"base_us": 15.0, "nvl_gbps": 100.0, "rdma_gbps": 10.0}
+    # all-reduce over 4 ranks in one node: 2 * 3/4 * 1e6 B / 100 GB/s = 15 us
+    np.testing.assert_allclose(collective_us(1e6, 4, 1, 2, params), 30.0)
+    # across nodes the RDMA link bounds the ring; all-gather moves half of an all-reduce
+    np.testing.assert_allclose(collective_us(1e6, 4, 2, 1, params), 15.0 + 75.0)
+    assert collective_us(1e6, 1, 1, 2, params) == 0.0
+    rows = collective_features(np.array([1e6, 2e6]), 4, 1, 2)
+    np.testing.assert_allclose(rows @ COLLECTIVE_TERMS.coefficients(params), [30.0, 45.0])
+
+
+def _cost_model(backend="mooncake", **deployment):
+    model = get_model("Qwen3-30B-A3B")
+    dep = DeploymentSpec(ep_size=8, moe_a2a_backend=backend, **deployment)
+    return CostModel(model, ClusterSpec(gpu="H200"), dep, Profile(name="datasheet", hardware="H200"))
+
+
+def _decode_batch(ranks=8, per_rank=64, context=1000):
+    return BatchCounts.uniform_decode(ranks, per_rank, context)
+
+
+def test_step_is_sum_of_parts_and_tbo_overlaps(rng):
+    model = get_model("Qwen3-30B-A3B")
+    tables = build_tables(contiguous_placement(model.num_moe_layers, 128, 8), 128, 8, 8)
+    loads = np.full((model.num_moe_layers, 128), 8 * 64 * 8 / 128)
+    plain = _cost_model().step(_decode_batch(), loads, tables)
+    parts = plain.attention_us + plain.dispatch_us + plain.experts_us + plain.combine_us
+    np.testing.assert_allclose(plain.layer_us, parts)
+    assert plain.step_us == pytest.approx(parts.sum() + plain.dense_us + plain.overhead_us)
+    tbo = _cost_model(enable_two_batch_overlap=True).step(_decode_batch(), loads, tables)
+    compute = (tbo.attention_us + tbo.experts_us) / 2
+    comm = (tbo.dispatch_us + tbo.combine_us) / 2
+    np.testing.assert_allclose(tbo.layer_us, np.maximum(2 * compute, 2 * comm) + np.minimum(compute, comm))
+    assert (tbo.layer_us < tbo.attention_us + tbo.dispatch_us + tbo.experts_us + tbo.combine_us).all()
+
+
+def test_deepep_kernels_follow_the_phase():
+    cm = _cost_model("deepep", deepep_mode="auto")
+    model = get_model("Qwen3-30B-A3B")
+    tables = build_tables(contiguous_placement(model.num_moe_layers, 128, 8), 128, 8, 8)
+    loads = np.full((model.num_moe_layers, 128), 8 * 64 * 8 / 128)
+    decode = cm.step(_decode_batch(), loads, tables)
+    prefill_batch = BatchCounts(*(np.zeros(8),) * 2, np.full(8, 64.0), np.full(8, 64.0),
+                                np.full(8, 2080.0), np.zeros(8), "prefill")
+    prefill = cm.step(prefill_batch, loads, tables)
+    assert (decode.mode, prefill.mode) == ("low_latency", "normal")
+    assert (decode.traffic.dedup, prefill.traffic.dedup) == ("pair", "node")
+
+
+def test_profile_overrides_datasheet_defaults_and_hardware_mismatch_warns():
+    model = get_model("Qwen3-30B-A3B")
+    tables = build_tables(contiguous_placement(1, 128, 8), 128, 8, 8)
+    loads = np.full((1, 128), 8 * 256 * 8 / 128)
+    tokens = np.full(8, 256.0)
+    cluster = ClusterSpec(gpu="H200")
+    dep = DeploymentSpec(ep_size=8, moe_a2a_backend="torch")
+    datasheet = CostModel(model, cluster, dep, Profile(name="d", hardware="H200"))
+    fitted = Profile(name="fit", hardware="H200", components={
+        "torch/dispatch": Component(params={"base_us": 99.0, "nvl_gbps": 10.0}, source="fit")})
+    slow = CostModel(model, cluster, dep, fitted)
+    assert slow.comm_params[("dispatch", "")]["rdma_gbps"] == comm_defaults("torch", "", cluster)["rdma_gbps"]
+    a, b = datasheet.moe(loads, tokens, tables), slow.moe(loads, tokens, tables)
+    assert b.dispatch_us[0] > a.dispatch_us[0] and b.combine_us[0] == a.combine_us[0]
+    with pytest.warns(ProfileHardwareWarning, match="measured on H200; the cluster is B200"):
+        other = CostModel(model, ClusterSpec(gpu="B200"), dep, fitted)
+    b200_defaults = comm_defaults("torch", "", ClusterSpec(gpu="B200"))
+    assert other.comm_params[("dispatch", "")] == b200_defaults
+
+
+def test_none_backend_is_allgather_plus_allreduce():
+    cm = _cost_model("none")
+    tables = build_tables(contiguous_placement(1, 128, 8), 128, 8, 8)
+    tokens = np.full(8, 100.0)
+    moe = cm.moe(np.full((1, 128), 800 * 8 / 128), tokens, tables)
+    hidden_bytes = 800 * 2048 * 2
+    np.testing.assert_allclose(moe.dispatch_us, collective_us(hidden_bytes, 8, 1, 1, cm.collective_params))
+    np.testing.assert_allclose(moe.combine_us, collective_us(hidden_bytes, 8, 1, 2, cm.collective_params))
+
+
+# -- measurement records ------------------------------------------------------------------------
+def _record(kind, backend="torch", **fields):
+    base = dict(kind=kind, backend=backend, ep_size=2, num_tokens_per_rank=256, hidden_size=2048,
+                moe_intermediate_size=768, num_experts=128, top_k=8, dispatch_dtype="bf16",
+                median_us=100.0, provenance=Provenance(device="2x NVIDIA H200", hardware="H200"))
+    return MeasurementRecord(**{**base, **fields})
+
+
+def test_predict_record_matches_the_simulator_models():
+    profile = Profile(name="datasheet", hardware="H200")
+    rec = _record("dispatch", send_tokens_per_rank=[900.0, 1000.0], recv_tokens_per_rank=[1000.0, 900.0])
+    params = comm_defaults("torch", "", ClusterSpec(gpu="H200"))
+    expected = params["base_us"] + 1000 * (2 * 2048 + 12 * 8) * 1e-3 / params["nvl_gbps"]
+    assert predict_record(rec, profile) == pytest.approx(expected)
+    feats = record_features(rec, profile)
+    assert feats.component == "torch/dispatch" and feats.coef_names[1] == "inv_nvl_gbps"
+    experts = _record("experts", local_expert_tokens=[[10.0] * 64, [0.0] * 32 + [20.0] * 32])
+    direct = experts_us(np.array([640.0, 640.0]), np.array([64.0, 32.0]), 3 * 2048 * 768 * 2.0,
+                        flops_per_pair(2048, 768), CostModel(
+                            get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=2),
+                            profile).experts_params)
+    assert predict_record(experts, profile) == pytest.approx(float(direct))
+    layer = _record("moe_layer", backend="mooncake", send_tokens_per_rank=[900.0, 1000.0],
+                    recv_tokens_per_rank=[1000.0, 900.0], local_expert_tokens=[[10.0] * 64] * 2)
+    assert predict_record(layer, profile) > predict_record(experts, profile)
+    allreduce = _record("allreduce", backend="none")
+    assert predict_record(allreduce, profile) == pytest.approx(float(collective_us(
+        2 * 256 * 2048 * 2.0, 2, 1, 2, CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"),
+                                                   DeploymentSpec(ep_size=2), profile).collective_params)))
+
+
+def test_predict_record_errors_name_the_problem():
+    profile = Profile(name="datasheet", hardware="H200")
+    with pytest.raises(RecordError, match=r"send_tokens_per_rank \(empty\) must hold ep_size \(2\) counts"):
+        predict_record(_record("dispatch"), profile)
+    with pytest.raises(ProfileError, match=r"kind \('rebalance'\) must be one of"):
+        predict_record(_record("rebalance"), profile)
+    with pytest.raises(RecordError, match=r"mode \('fast'\) must be one of"):
+        predict_record(_record("combine", backend="deepep", mode="fast", send_tokens_per_rank=[1, 1],
+                               recv_tokens_per_rank=[1, 1]), profile)
+
+
+def test_uniform_decode_counts():
+    batch = _decode_batch(4, 10, 100)
+    np.testing.assert_allclose(batch.tokens, 10)
+    np.testing.assert_allclose(batch.scaled(0.5).decode_context, 500)
+
+
+def test_moe_traffic_is_the_traffic_function(rng):
+    cm = _cost_model("torch")
+    tables = build_tables(contiguous_placement(2, 128, 8), 128, 8, 8)
+    loads = rng.random((2, 128)) * 100
+    tokens = np.full(8, loads.sum(axis=1)[0] / 8 / 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        moe = cm.moe(loads, tokens, tables)
+    np.testing.assert_allclose(moe.traffic.nvl_recv, count_traffic(loads, tokens, tables, "rank").nvl_recv)

@@ -1,0 +1,139 @@
+"""`epsim eplb` in a subprocess: every loads format, the maps, and one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.epsim.test_eplb_deepseek import README_LOG2PHY, README_LOGCNT, README_PHY2LOG, README_WEIGHT
+
+README_ARGS = ["--replicas", "16", "--groups", "4", "--nodes", "2", "--gpus", "8"]
+
+
+def epsim(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "epsim.cli", "eplb", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def readme_json(tmp_path):
+    path = tmp_path / "loads.json"
+    path.write_text(json.dumps(README_WEIGHT.tolist()))
+    return path
+
+
+def test_json_output_reproduces_the_reference_example(readme_json):
+    out = epsim(str(readme_json), *README_ARGS, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    np.testing.assert_array_equal(data["phy2log"], README_PHY2LOG)
+    np.testing.assert_array_equal(data["log2phy"], README_LOG2PHY)
+    np.testing.assert_array_equal(data["logcnt"], README_LOGCNT)
+    assert data["balancedness_before"] is None          # 12 experts do not split over 8 GPUs
+    assert len(data["balancedness_after"]) == 2 and min(data["balancedness_after"]) > 0.8
+
+
+def test_text_output_shows_balance_and_maps(tmp_path):
+    loads = np.zeros((2, 16))
+    loads[:, 0] = 1000
+    loads[:, 1:] = 10
+    path = tmp_path / "loads.csv"
+    np.savetxt(path, loads, delimiter=",", header="rows are layers")
+    out = epsim("--loads", str(path), "--replicas", "24", "--gpus", "8", "--nodes", "2")
+    assert out.returncode == 0, out.stderr
+    assert "algorithm: deepseek (global: num_groups 1 % num_nodes 2 != 0)" in out.stdout
+    before = next(line for line in out.stdout.splitlines() if line.startswith("balancedness before"))
+    after = next(line for line in out.stdout.splitlines() if line.startswith("balancedness after"))
+    assert float(before.split("mean ")[1].split(",")[0]) < float(after.split("mean ")[1].split(",")[0])
+    assert "layer   1:" in out.stdout and "logcnt:" in out.stdout
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npy3d", "json_dict", "jsonl"])
+def test_every_loads_format_gives_the_same_placement(fmt, tmp_path):
+    if fmt == "npy":
+        path = tmp_path / "loads.npy"
+        np.save(path, README_WEIGHT)
+    elif fmt == "npy3d":          # [steps, layers, experts]: summed over steps
+        path = tmp_path / "loads.npy"
+        np.save(path, np.stack([README_WEIGHT // 2, README_WEIGHT - README_WEIGHT // 2]))
+    elif fmt == "json_dict":
+        path = tmp_path / "loads.json"
+        path.write_text(json.dumps({"loads": README_WEIGHT.tolist(), "note": "window 1"}))
+    else:                         # our JSONL trace, one step per line
+        path = tmp_path / "trace.jsonl"
+        path.write_text("\n".join(json.dumps({"forward_pass_id": i, "loads": part.tolist()})
+                                  for i, part in enumerate([README_WEIGHT - 1, np.ones_like(README_WEIGHT)])))
+    out = epsim(str(path), *README_ARGS, "--json")
+    assert out.returncode == 0, out.stderr
+    np.testing.assert_array_equal(json.loads(out.stdout)["phy2log"], README_PHY2LOG)
+
+
+def test_sglang_stat_dump(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "expert_distribution.pt"
+    torch.save({"logical_count": torch.tensor(np.stack([README_WEIGHT, README_WEIGHT]))}, path)
+    out = epsim(str(path), *README_ARGS, "--json")
+    assert out.returncode == 0, out.stderr
+    np.testing.assert_array_equal(json.loads(out.stdout)["phy2log"], README_PHY2LOG)
+
+
+def test_previous_placement_round_trips_for_sticky(readme_json, tmp_path):
+    first = epsim(str(readme_json), *README_ARGS, "--algorithm", "sticky", "--json")
+    assert first.returncode == 0, first.stderr
+    previous = tmp_path / "previous.json"
+    previous.write_text(first.stdout)
+    again = epsim(str(readme_json), *README_ARGS, "--algorithm", "sticky", "--previous", str(previous), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["changed_slots"] == [0, 0]
+
+
+def _write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("make, args, message", [
+    (lambda p: _write(p, "neg.json", "[[1, -3, 2, 4]]"), ["--replicas", "4", "--gpus", "2"],
+     r"loads\[0, 1\] \(-3\) must be >= 0"),
+    (lambda p: _write(p, "nan.csv", "1,2,nan,4\n"), ["--replicas", "4", "--gpus", "2"],
+     r"loads\[0, 2\] \(nan\) must be finite"),
+    (lambda p: _write(p, "ok.json", "[[1, 2, 3, 4]]"), ["--replicas", "6", "--gpus", "4"],
+     r"num_replicas \(6\) must be a multiple of num_gpus \(4\)"),
+    (lambda p: _write(p, "ok.json", "[[1, 2, 3, 4]]"), ["--replicas", "4", "--gpus", "2", "--groups", "3"],
+     r"num_groups \(3\) must divide the logical experts \(4\)"),
+    (lambda p: _write(p, "ok.json", "[[1, 2, 3, 4]]"), ["--replicas", "4", "--gpus", "4", "--nodes", "3"],
+     r"num_nodes \(3\) must divide num_gpus \(4\)"),
+    (lambda p: _write(p, "ok.json", "[[1, 2, 3, 4]]"), ["--replicas", "2", "--gpus", "2"],
+     r"num_replicas \(2\) must be >= the logical experts \(4\)"),
+    (lambda p: _write(p, "ok.json", "[[1, 2, 3, 4]]"), ["--replicas", "4", "--gpus", "2", "--algorithm", "best"],
+     r"algorithm \('best'\) must be one of"),
+    (lambda p: str(p / "missing.json"), ["--replicas", "4", "--gpus", "2"], r"loads file not found"),
+    (lambda p: _write(p, "loads.txt", "1 2 3 4"), ["--replicas", "4", "--gpus", "2"],
+     r"loads file suffix \('.txt'\) must be one of"),
+    (lambda p: _write(p, "bad.json", "[[1, 2,"), ["--replicas", "4", "--gpus", "2"], r"not valid JSON"),
+    (lambda p: _write(p, "ragged.json", "[[1, 2], [3]]"), ["--replicas", "4", "--gpus", "2"],
+     r"loads must be a rectangular \[layers, experts\] list"),
+    (lambda p: _write(p, "words.csv", "a,b\n"), ["--replicas", "4", "--gpus", "2"],
+     r"loads must be numbers, one row per layer"),
+    (lambda p: _write(p, "fake.npy", "not an array"), ["--replicas", "4", "--gpus", "2"],
+     r"not a numeric .npy array"),
+])
+def test_bad_input_is_one_line_and_exit_2(make, args, message, tmp_path):
+    out = epsim(make(tmp_path), *args)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("epsim eplb: error: ")
+    assert re.search(message, lines[0]), lines[0]
+
+
+def test_missing_loads_argument_is_one_line_and_exit_2():
+    out = epsim("--replicas", "4", "--gpus", "2")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "loads (missing) must name a file" in out.stderr

@@ -1,0 +1,141 @@
+"""Each skew generator reproduces its target statistics from samples (seeded): uniform, Zipf
+slope, hot-set fraction, per-layer variation, drift rate, trace replay; and the samplers'
+moments."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from epsim.routing import SkewModel, gini, sample_loads, sample_topk, skew_from_dict
+from epsim.routing.popularity import zipf_shares
+from epsim.spec.workload import HotSetSkew, TraceSkew, UniformSkew, ZipfSkew
+
+
+def _mean_shares(model: SkewModel, rng, num_tokens=20_000, draws=20, **when) -> np.ndarray:
+    """[layers, experts] measured share of routed slots over `draws` sampled batches."""
+    total = sum(model.loads(num_tokens, rng, **when) for _ in range(draws))
+    return total / total.sum(axis=1, keepdims=True)
+
+
+def test_uniform_spreads_evenly(rng):
+    model = SkewModel(UniformSkew(), num_layers=4, num_experts=64, top_k=8, seed=1)
+    shares = _mean_shares(model, rng)
+    assert np.abs(shares * 64 - 1).max() < 0.05
+    assert gini(shares).max() < 0.02
+    topk = model.topk(20_000, rng, layer=2)
+    assert all(len(set(row)) == 8 for row in topk[:200])             # distinct experts per token
+    freq = np.bincount(topk.ravel(), minlength=64) / 20_000
+    np.testing.assert_allclose(freq, 8 / 64, atol=0.01)               # inclusion probability
+
+
+@pytest.mark.parametrize("alpha", [0.4, 0.8, 1.2])
+def test_zipf_reproduces_its_slope(rng, alpha):
+    model = SkewModel(ZipfSkew(alpha=alpha), num_layers=3, num_experts=64, top_k=2, seed=2)
+    shares = np.sort(_mean_shares(model, rng), axis=1)[:, ::-1]      # hot experts differ per layer
+    ranks = np.arange(1, 33)
+    for layer in range(3):
+        slope = np.polyfit(np.log(ranks), np.log(shares[layer, :32]), 1)[0]
+        assert slope == pytest.approx(-alpha, abs=0.05)
+    hot = [np.argmax(model.popularity()[layer]) for layer in range(3)]
+    assert len(set(hot)) > 1                                          # shuffled per layer
+
+
+def test_hotset_takes_its_fraction(rng):
+    spec = HotSetSkew(num_hot=4, hot_frac=0.3, shuffle_per_layer=False)
+    model = SkewModel(spec, num_layers=2, num_experts=32, top_k=4, seed=3)
+    shares = _mean_shares(model, rng)
+    np.testing.assert_allclose(shares[:, :4].sum(axis=1), 0.3, atol=0.005)
+    np.testing.assert_allclose(shares[:, 4:].std(axis=1) / shares[:, 4:].mean(axis=1), 0, atol=0.05)
+    # the live bench's top-k draws see the same hot set
+    topk = model.topk(20_000, rng, layer=0)
+    assert np.isin(topk, np.arange(4)).sum() / topk.size == pytest.approx(0.3, abs=0.01)
+
+
+def test_layer_variation_has_its_sigma():
+    model = SkewModel(UniformSkew(layer_variation=0.3), num_layers=64, num_experts=128, top_k=1, seed=4)
+    log_pop = np.log(model.popularity())
+    spread = (log_pop - log_pop.mean(axis=1, keepdims=True)).std()
+    assert spread == pytest.approx(0.3, rel=0.05)
+
+
+def test_drift_swaps_at_its_rate():
+    rate, num_layers, num_experts = 0.5, 8, 32
+    model = SkewModel(ZipfSkew(alpha=1.0, drift_rate_per_s=rate), num_layers, num_experts, 1, seed=5)
+    prev = model.popularity(0.0).copy()
+    changed = 0
+    horizon, dt = 50.0, 0.01
+    for t in np.arange(dt, horizon + dt / 2, dt):
+        now = model.popularity(float(t))
+        changed += int((now != prev).sum())
+        prev = now.copy()
+    # E*rate/2 swaps per layer per second; a swap of an expert with itself changes nothing
+    expected = rate * num_experts / 2 * num_layers * horizon * (1 - 1 / num_experts)
+    assert changed / 2 == pytest.approx(expected, abs=5 * np.sqrt(expected))
+
+
+def test_drift_makes_a_placement_stale_at_that_rate():
+    rate = 0.2
+    model = SkewModel(ZipfSkew(alpha=1.0, drift_rate_per_s=rate), 64, 32, 1, seed=6)
+    start = model.popularity(0.0).copy()
+    later = model.popularity(1.0 / rate)
+    # each expert joins swaps at `rate`: after 1/rate seconds ~e^-1 of them never moved
+    still = (later == start).mean()
+    assert still == pytest.approx(np.exp(-1) + (1 - np.exp(-1)) / 32, abs=0.04)
+    # asking for an earlier time replays the same drift path from the seed
+    np.testing.assert_array_equal(model.popularity(0.0), start)
+
+
+def test_same_seed_same_draws():
+    spec = ZipfSkew(alpha=0.9, layer_variation=0.2, drift_rate_per_s=0.1)
+    a, b, c = (SkewModel(spec, 4, 16, 2, seed=s) for s in (7, 7, 8))
+    np.testing.assert_array_equal(a.popularity(3.0), b.popularity(3.0))
+    assert not np.array_equal(a.popularity(3.0), c.popularity(3.0))
+    np.testing.assert_array_equal(a.loads(100, np.random.default_rng(1), t_s=3.0),
+                                  b.loads(100, np.random.default_rng(1), t_s=3.0))
+
+
+def test_trace_replay_of_our_jsonl(tmp_path, rng):
+    steps = [rng.integers(1, 50, (2, 8)).astype(float) for _ in range(3)]
+    path = tmp_path / "trace.jsonl"
+    # measurement records of kind expert_load qualify; lines are ordered by forward_pass_id
+    lines = [json.dumps({"kind": "expert_load", "forward_pass_id": i, "loads": steps[i].tolist()})
+             for i in (2, 0, 1)]
+    path.write_text("\n".join(lines) + "\n")
+    model = SkewModel(TraceSkew(path=path.name), num_layers=4, num_experts=8, top_k=1, seed=0,
+                      base_dir=tmp_path)
+    for step in range(4):                                             # wraps after the last pass
+        expected = steps[step % 3] / steps[step % 3].sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(model.popularity(step=step)[:2], expected)
+        np.testing.assert_allclose(model.popularity(step=step)[2:], expected)   # layers tile
+    measured = _mean_shares(model, rng, num_tokens=50_000, draws=10, step=1)
+    np.testing.assert_allclose(measured[:2], steps[1] / steps[1].sum(axis=1, keepdims=True), atol=0.01)
+    from_string = skew_from_dict(f"trace:{path}", num_layers=2, num_experts=8, top_k=1)
+    np.testing.assert_allclose(from_string.popularity(step=0), model.popularity(step=0)[:2])
+
+
+def test_sample_loads_moments_exact_and_normal_paths(rng):
+    shares = zipf_shares(16, 0.7)[None, :]
+    for num_tokens in (3, 4000):                                     # multinomial, then normal
+        draws = np.stack([sample_loads(shares, num_tokens, 2, rng)[0] for _ in range(3000)])
+        np.testing.assert_allclose(draws.sum(axis=1), num_tokens * 2)
+        n = num_tokens * 2
+        np.testing.assert_allclose(draws.mean(axis=0), n * shares[0], rtol=0.05, atol=0.05)
+        q = shares[0]
+        # the variance estimate of a count with mean ~0.2 is noisy: looser for the exact path
+        np.testing.assert_allclose(draws.var(axis=0), n * q * (1 - q), rtol=0.25 if n < 100 else 0.08)
+        cov01 = np.cov(draws[:, 0], draws[:, 1])[0, 1]             # multinomial: -n q0 q1
+        assert cov01 == pytest.approx(-n * q[0] * q[1], rel=0.25)
+    exact = sample_loads(shares, 3, 2, rng)
+    assert (exact == np.round(exact)).all()
+
+
+def test_sample_topk_inclusion_probabilities(rng):
+    shares = zipf_shares(12, 0.8)
+    shares = np.minimum(shares, 1 / 3)
+    shares /= shares.sum()
+    picks = sample_topk(shares, 30_000, 3, rng)
+    freq = np.bincount(picks.ravel(), minlength=12) / 30_000
+    np.testing.assert_allclose(freq, 3 * shares, atol=0.01)

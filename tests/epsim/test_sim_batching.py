@@ -1,0 +1,108 @@
+"""Continuous batching: slots, FCFS chunked prefill, decode, disaggregated modes, dead ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from epsim.sim.arrivals import Requests
+from epsim.sim.batching import Scheduler
+
+
+def _requests(arrival, input_len, output_len) -> Requests:
+    return Requests(np.asarray(arrival, float), np.asarray(input_len, np.int64),
+                    np.asarray(output_len, np.int64))
+
+
+def _step(sched: Scheduler, now_s: float, end_s: float, alive=None):
+    plan = sched.plan(now_s, alive)
+    sched.commit(plan, end_s)
+    return plan
+
+
+def test_round_robin_and_max_running():
+    reqs = _requests(np.zeros(10), [8] * 10, [4] * 10)
+    sched = Scheduler(reqs, num_ranks=2, max_running=3, chunk_tokens=1000, mode="decode")
+    plan = sched.plan(0.0)
+    assert sched.occupied.tolist() == [3, 3]
+    assert plan.num_waiting == 4
+    # request i lives on rank i % 2; rank 0 took 0, 2, 4 in order
+    assert sorted(sched.slot_req[0].tolist()) == [0, 2, 4]
+    assert sorted(sched.slot_req[1].tolist()) == [1, 3, 5]
+    np.testing.assert_allclose(plan.batch.decode_tokens, [3, 3])
+    # decode reads the whole context of each request (8 prompt + 1 new token)
+    np.testing.assert_allclose(plan.batch.decode_context, [27, 27])
+
+
+def test_decode_mode_first_token_and_completion():
+    reqs = _requests([0.0, 0.0], [5, 5], [1, 3])
+    sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=100, mode="decode")
+    _step(sched, 0.0, 1.0)
+    assert sched.first_token_s.tolist() == [1.0, 1.0]
+    assert sched.finish_s[0] == 1.0 and np.isnan(sched.finish_s[1])
+    _step(sched, 1.0, 2.0)
+    _step(sched, 2.0, 3.0)
+    assert sched.finish_s[1] == 3.0
+    assert sched.occupied.tolist() == [0]
+    assert sched.output_tokens_done == 4
+
+
+def test_chunked_prefill_is_fcfs_within_the_budget():
+    reqs = _requests([0.0, 0.0], [150, 30], [2, 2])
+    sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=100, mode="null")
+    first = _step(sched, 0.0, 1.0)
+    assert first.batch.phase == "prefill"
+    np.testing.assert_allclose(first.batch.prefill_tokens, [100])       # all to the oldest
+    np.testing.assert_allclose(first.batch.prefill_pairs, [100 * 101 / 2])
+    second = _step(sched, 1.0, 2.0)
+    np.testing.assert_allclose(second.batch.prefill_tokens, [80])       # 50 + 30
+    # second chunk of request 0: 50 queries over a 100-token prefix
+    assert second.batch.prefill_pairs[0] == 50 * 100 + 50 * 51 / 2 + 30 * 31 / 2
+    assert sched.first_token_s.tolist() == [2.0, 2.0]
+    third = _step(sched, 2.0, 3.0)
+    assert third.batch.phase == "decode"
+    np.testing.assert_allclose(third.batch.decode_tokens, [2])
+    assert sched.finish_s.tolist() == [3.0, 3.0]
+
+
+def test_prefill_stalls_decode_unless_mixed_chunk():
+    reqs = _requests([0.0, 0.5], [10, 10], [5, 5])
+    for mixed, expect_decode in ((False, 0), (True, 1)):
+        sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=100, mode="null",
+                          mixed_chunk=mixed)
+        _step(sched, 0.0, 0.6)                      # request 0 prefilled
+        plan = _step(sched, 0.6, 1.0)               # request 1 arrives: an extend step
+        assert plan.batch.prefill_tokens[0] == 10
+        assert plan.batch.decode_tokens[0] == expect_decode
+
+
+def test_prefill_instance_ends_requests_at_the_first_token():
+    reqs = _requests([0.0], [40], [100])
+    sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=32, mode="prefill")
+    assert _step(sched, 0.0, 1.0).batch.phase == "prefill"
+    _step(sched, 1.0, 2.0)
+    assert sched.first_token_s[0] == 2.0 and sched.finish_s[0] == 2.0
+    assert sched.input_tokens_done == 40
+
+
+def test_initial_requests_are_placed_part_way():
+    reqs = _requests([], [], [])
+    init = _requests(np.zeros(4), [10, 10, 10, 10], [5, 5, 5, 5])
+    sched = Scheduler(reqs, num_ranks=2, max_running=4, chunk_tokens=10, mode="decode",
+                      initial=init, initial_progress=np.array([0, 2, 4, 9]))
+    assert sched.occupied.tolist() == [2, 2]
+    # progress is capped so every initial request still has a token to make
+    np.testing.assert_array_equal(np.sort(sched.out_left[sched.slot_req >= 0]), [1, 1, 3, 5])
+    _step(sched, 0.0, 1.0)
+    assert np.isfinite(sched.finish_s).sum() == 2
+    assert sched.is_initial.all()
+
+
+def test_dead_rank_admits_and_runs_nothing():
+    reqs = _requests(np.zeros(4), [5] * 4, [3] * 4)
+    sched = Scheduler(reqs, num_ranks=2, max_running=4, chunk_tokens=10, mode="decode")
+    alive = np.array([True, False])
+    plan = _step(sched, 0.0, 1.0, alive)
+    np.testing.assert_allclose(plan.batch.tokens, [2, 0])
+    assert sched.occupied.tolist() == [2, 0] and plan.num_waiting == 2
+    assert sched.arrived(0.0).tolist() == [2, 2]
+    assert sched.next_arrival_s(0.0) == np.inf
