@@ -68,8 +68,17 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--backends", nargs="+", default=None, help="backends to measure")
     p.add_argument("--quick", action="store_true", help="a small sweep (minutes)")
     p.add_argument("--out", default=None, help="profile JSON to write")
-    p.add_argument("--records-out", default=None, help="where the live bench writes its records")
-    p.add_argument("--holdout", default=None, help="hold-out rule, e.g. 'tokens=64,1024;skew=zipf'")
+    p.add_argument("--records-out", default=None,
+                   help="where the live bench writes its records (default runs/calibrate/records.jsonl)")
+    p.add_argument("--holdout", default=None,
+                   help="hold-out rule: 'default' (fit_tokens=1,4,16,64,256,1024,4096;skew=hotset), "
+                        "'none', or clauses like 'tokens=64,1024;skew=zipf' (docs/calibration.md)")
+    p.add_argument("--name", default=None, help="profile name")
+    p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
+    p.add_argument("--cpu", action="store_true", help="--live on CPU ranks (gloo) even with GPUs")
+    p.add_argument("--budget-s", type=float, default=float("inf"),
+                   help="--live: stop starting points after this many seconds (records kept)")
+    p.add_argument("--eplb", action="store_true", help="--live: also run live.eplb.bench")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -77,25 +86,45 @@ def _add_validate(sub) -> None:
     p = sub.add_parser("validate", help="predicted against measured, per record")
     p.add_argument("--profile", default=None, help="profile JSON (default: shipped)")
     p.add_argument("--records", nargs="+", default=None, help="record files (default: shipped)")
-    p.add_argument("--holdout", default=None, help="judge only held-out records, e.g. 'tokens=64,1024'")
+    p.add_argument("--holdout", default=None,
+                   help="hold-out rule (default: the one the profile was fitted with)")
     p.add_argument("--out", default=None, help="directory for the table (markdown, CSV) and PNG plots")
+    p.add_argument("--doc", default=None,
+                   help="markdown file whose generated section gets the tables (docs/validation.md)")
+    p.add_argument("--max-mape", type=float, default=None,
+                   help="exit 1 if a backend's held-out MAPE of a kind exceeds this percent")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
     p.add_argument("--json", action="store_true")
 
 
 def _add_plan(sub) -> None:
-    p = sub.add_parser("plan", help="sweep a scenario over deployment choices")
+    p = sub.add_parser("plan", help="sweep a scenario over deployment choices",
+                       description="Cartesian sweep of a scenario: results table, Pareto frontier, "
+                                   "best configuration under constraints (docs/planning.md).")
     p.add_argument("scenario", help="scenario YAML")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
-                   help="dotted key and values, e.g. deployment.ep_size=8,16,32 (repeatable)")
+                   help="dotted key and values, e.g. deployment.ep_size=8,16,32 or a range "
+                        "8:128:x2 / 0:64:+16 (repeatable; points are the Cartesian product)")
     p.add_argument("--objective", action="append", default=[],
-                   help="e.g. min:num_gpus, max:throughput_tokens_per_s_per_gpu")
-    p.add_argument("--constraint", action="append", default=[], help="e.g. 'tpot_ms.p99<=50'")
+                   help="min:METRIC or max:METRIC, first one decides (repeatable; default "
+                        "min:num_gpus then max:throughput_tokens_per_s_per_gpu)")
+    p.add_argument("--constraint", action="append", default=[],
+                   help="METRIC<=VALUE etc., e.g. 'tpot_ms.p99<=50' (repeatable)")
+    p.add_argument("--pareto", action="append", default=[],
+                   help="objectives of the Pareto frontier (repeatable; default min:num_gpus, "
+                        "min:tpot_ms.p99, max:throughput_tokens_per_s_per_gpu)")
     p.add_argument("--executor", default="local", choices=["local", "ray"])
     p.add_argument("--ray-address", default=None, help="ray.init(address=...); default: a local runtime")
-    p.add_argument("--workers", type=int, default=None, help="local processes (default: all cores)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes, or CPUs of a local Ray runtime (default: all cores)")
     p.add_argument("--out", default=None, help="results directory (resumable)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a base-scenario field by dotted path (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    p.add_argument("--profile", default=None, help="calibration profile JSON for every point")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="skip pareto.png and sweep.png")
 
 
 def build_parser() -> argparse.ArgumentParser:

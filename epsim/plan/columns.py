@@ -1,0 +1,131 @@
+"""The columns of a plan's results table: metrics from a run's summary, and columns derived
+from the scenario alone (GPUs, nodes, cost, memory per GPU).
+
+Metric names are the summary's keys, nested ones joined by dots (`tpot_ms.p99`), so a
+constraint reads like the summary.json it comes from. The memory columns are a planning
+estimate, not a simulation output: weights as the model's parameter counts times the weight
+dtype, KV cache for `max_running_requests` requests at mean input + output length.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+GIB = float(1 << 30)
+
+_SCALARS = (
+    "throughput_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu",
+    "requests_per_s", "prefill_step_frac", "busy_frac", "stall_us_total",
+    "imbalance_max_over_mean", "rank_load_max_over_mean", "num_steps", "num_measured_steps",
+)
+_LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms", "step_ms")
+_STATS = ("p50", "p90", "p99", "mean", "count")
+_REQUESTS = ("arrived", "measured", "finished")
+_BREAKDOWN = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
+              "extra")
+_LAYER_MEANS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "layer_us")
+# sections a summary has only when the scenario enables EPLB or has failures (NaN otherwise)
+_SECTIONS = {
+    "eplb": ("num_rebalances", "stall_us_total", "moved_bytes_total", "balancedness_after_mean"),
+    "elastic": ("lost_requests", "stall_us_total"),
+}
+
+METRIC_COLUMNS: tuple[str, ...] = (
+    _SCALARS + ("balancedness",)
+    + tuple(f"{name}.{stat}" for name in _LATENCIES for stat in _STATS)
+    + tuple(f"num_requests.{name}" for name in _REQUESTS)
+    + tuple(f"time_breakdown_frac.{name}" for name in _BREAKDOWN)
+    + tuple(f"{name}.mean_over_layers" for name in _LAYER_MEANS)
+    + tuple(f"{section}.{name}" for section, names in _SECTIONS.items() for name in names)
+)
+
+DERIVED_COLUMNS: tuple[str, ...] = (
+    "num_gpus", "num_nodes", "cost_per_hour", "expert_slots_per_gpu", "expert_weights_gib_per_gpu",
+    "other_weights_gib_per_gpu", "kv_cache_gib_per_gpu", "hbm_headroom_gib",
+)
+
+# computed from a row once its metrics are known
+COST_COLUMNS: tuple[str, ...] = ("cost_per_million_output_tokens",)
+
+
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def summary_metrics(summary: dict) -> dict[str, float]:
+    """`METRIC_COLUMNS` -> value from an `epsim.report.summarize` dict (NaN where the run has
+    none, e.g. TPOT when no measured request finished)."""
+    row = {name: _number(summary.get(name)) for name in _SCALARS}
+    imbalance = row["imbalance_max_over_mean"]
+    row["balancedness"] = 1.0 / imbalance if imbalance > 0 else float("nan")
+    for name in _LATENCIES:
+        stats = summary.get(name) or {}
+        row.update({f"{name}.{stat}": _number(stats.get(stat)) for stat in _STATS})
+    requests = summary.get("num_requests") or {}
+    row.update({f"num_requests.{name}": _number(requests.get(name)) for name in _REQUESTS})
+    breakdown = summary.get("time_breakdown_frac") or {}
+    row.update({f"time_breakdown_frac.{name}": _number(breakdown.get(name, 0.0)) for name in _BREAKDOWN})
+    for name in _LAYER_MEANS:
+        values = summary.get(name) or []
+        row[f"{name}.mean_over_layers"] = sum(values) / len(values) if values else float("nan")
+    for section, names in _SECTIONS.items():
+        values = summary.get(section) or {}
+        row.update({f"{section}.{name}": _number(values.get(name)) for name in names})
+    return row
+
+
+def mean_length(spec) -> float:
+    """Mean of a request-length spec (tokens); a lognormal's `mean` ignoring its `max` clip."""
+    if spec.kind == "fixed":
+        return float(spec.value)
+    if spec.kind == "uniform":
+        return (spec.low + spec.high) / 2.0
+    if spec.kind == "lognormal":
+        return float(spec.mean)
+    return float("nan")
+
+
+def derived_columns(scenario) -> dict[str, float]:
+    """`DERIVED_COLUMNS` of one validated scenario.
+
+    One serving instance uses `ep_size` GPUs (DP attention or TP attention over the same
+    GPUs). Per GPU it holds `(experts + redundant) / ep_size` expert slots of every MoE layer;
+    with DP attention a full copy of the attention, embeddings, shared experts and dense
+    layers (with TP attention, 1/ep_size of them).
+    """
+    m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
+    num_gpus = d.ep_size
+    gpus_per_node = c.gpus_per_node_resolved
+    slots = (m.num_experts + d.ep_num_redundant_experts) / d.ep_size
+    expert_bytes = slots * m.num_moe_layers * m.expert_bytes
+    dense_params = (m.attention_params * m.num_layers
+                    + m.num_shared_experts * m.expert_params * m.num_moe_layers
+                    + m.num_dense_layers * 3 * m.hidden_size * m.intermediate_size)
+    embedding_bytes = 2.0 * m.vocab_size * m.hidden_size * 2.0   # embedding + LM head, BF16
+    other_bytes = dense_params * m.weight_bytes_per_param + embedding_bytes
+    context = mean_length(w.input_len) + mean_length(w.output_len)
+    kv_bytes = d.max_running_requests * context * m.kv_bytes_per_token_per_layer * m.num_layers
+    if not d.enable_dp_attention:
+        other_bytes /= d.ep_size
+        kv_bytes = kv_bytes / d.ep_size     # one DP group's requests, heads split over the ranks
+    used = (expert_bytes + other_bytes + kv_bytes) / GIB
+    return {
+        "num_gpus": float(num_gpus),
+        "num_nodes": float(math.ceil(num_gpus / gpus_per_node)),
+        "cost_per_hour": num_gpus * c.price_per_gpu_hour,
+        "expert_slots_per_gpu": slots,
+        "expert_weights_gib_per_gpu": expert_bytes / GIB,
+        "other_weights_gib_per_gpu": other_bytes / GIB,
+        "kv_cache_gib_per_gpu": kv_bytes / GIB,
+        "hbm_headroom_gib": c.hardware.hbm_gib - used,
+    }
+
+
+def cost_columns(row: dict) -> dict[str, float]:
+    """Cost per million output tokens: `cost_per_hour / (output tokens/s x 3600) x 1e6`
+    (NaN without a price or without output)."""
+    tokens_per_hour = row.get("output_tokens_per_s_per_gpu", math.nan) * row["num_gpus"] * 3600.0
+    price = row["cost_per_hour"]
+    ok = price > 0 and tokens_per_hour > 0
+    return {"cost_per_million_output_tokens": price / tokens_per_hour * 1e6 if ok else math.nan}

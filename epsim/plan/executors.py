@@ -1,0 +1,131 @@
+"""Where a sweep's points run: in this process, in local processes, or on a Ray cluster.
+
+Every executor calls the same task, `run_point`, which simulates one scenario and returns its
+metrics; a point's result depends only on its scenario, seed and profile, so the executors
+give identical tables. `local` runs a spawn-context process pool (safe on every platform, no
+forked SimPy or BLAS state; with one worker it runs in this process). `ray` connects to
+`ray.init(address=...)`, or starts a local runtime with `workers` CPUs when no address is
+given, and shuts down only a runtime it started.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from epsim.errors import EpsimError, SpecError
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True, eq=False)
+class PointTask:
+    """What a worker needs: the validated scenario and the profile path (None = default)."""
+
+    scenario: Any
+    profile_path: str | None
+
+
+def run_point(task: PointTask) -> dict:
+    """Simulate one point. Returns `{"metrics": {...}, "warnings": [...]}` or `{"error": msg}`
+    for an error the user can fix (anything else is a bug and propagates)."""
+    import warnings
+
+    from epsim.plan.columns import summary_metrics
+    from epsim.profile import load_profile
+    from epsim.report.summary import summarize
+    from epsim.sim import simulate
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            profile = load_profile(task.profile_path) if task.profile_path else None
+            result = simulate(task.scenario, profile=profile)
+        except EpsimError as exc:
+            return {"error": str(exc)}
+    messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    return {"metrics": summary_metrics(summarize(result)), "warnings": messages}
+
+
+def default_workers() -> int:
+    """CPUs this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_executor(executor: str, workers: int | None) -> None:
+    """Raise SpecError for an unknown executor or a worker count below one."""
+    if executor not in EXECUTORS:
+        raise SpecError(f"--executor ({executor!r}) must be one of {list(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise SpecError(f"--workers ({workers}) must be >= 1")
+
+
+Done = Callable[[int, dict], None]
+
+
+def _run_inline(tasks: list[PointTask], on_done: Done) -> None:
+    for i, task in enumerate(tasks):
+        on_done(i, run_point(task))
+
+
+def _run_local(tasks: list[PointTask], workers: int, on_done: Done) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+        futures = {pool.submit(run_point, task): i for i, task in enumerate(tasks)}
+        try:
+            for future in as_completed(futures):
+                on_done(futures[future], future.result())
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _run_ray(tasks: list[PointTask], workers: int, address: str | None, on_done: Done) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("--executor (ray) needs the ray package: pip install 'epsim[dist]'") from None
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                     logging_level="ERROR", log_to_driver=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SpecError(f"--ray-address ({address}) must reach a Ray cluster: {first}") from None
+    try:
+        remote = ray.remote(num_cpus=1)(run_point)
+        refs = {remote.remote(task): i for i, task in enumerate(tasks)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=min(len(pending), 8), timeout=1.0)
+            for ref in done:
+                on_done(refs[ref], ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def execute(tasks: list[PointTask], on_done: Done, executor: str = "local", workers: int | None = None,
+            ray_address: str | None = None) -> None:
+    """Run every task, calling `on_done(task index, result)` in this process as each finishes
+    (in completion order, which differs between runs; results do not).
+
+    Raises:
+        SpecError: an unknown executor, workers < 1, ray missing or unreachable.
+    """
+    check_executor(executor, workers)
+    if not tasks:
+        return
+    workers = workers or default_workers()
+    if executor == "ray":
+        _run_ray(tasks, workers, ray_address, on_done)
+    elif workers == 1 or len(tasks) == 1:
+        _run_inline(tasks, on_done)
+    else:
+        _run_local(tasks, workers, on_done)

@@ -1,0 +1,166 @@
+"""Sweep points: the base scenario with one point's values applied, validated, and keyed.
+
+A point's key is a hash of its resolved scenario (seed included), the profile's content and
+epsim's code, so a results directory knows which points it already holds. A point whose
+values fail validation (an EP size that does not divide the experts, redundant experts without
+EPLB) is skipped with the validation message as its reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from epsim.errors import EpsimError, SpecError
+
+
+@dataclass(frozen=True)
+class BaseScenario:
+    """A scenario as data, before validation: what the sweep starts every point from."""
+
+    data: dict
+    where: str
+    base_dir: str
+
+
+@dataclass(frozen=True, eq=False)
+class Point:
+    """One valid configuration of a sweep.
+
+    Attributes:
+        index: position in the sweep's Cartesian order.
+        values: `{swept key: value}`.
+        scenario: the validated `Scenario`.
+        key: 16 hex digits identifying (scenario, seed, profile, epsim's code).
+        profile_path: the profile the simulation loads (None = the shipped default).
+    """
+
+    index: int
+    values: dict[str, Any]
+    scenario: Any
+    key: str
+    profile_path: str | None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A point whose values do not make a valid scenario."""
+
+    index: int
+    values: dict[str, Any]
+    reason: str
+
+
+def load_base(scenario: str | Path | dict, overrides: list[str] | dict[str, Any] | None = None,
+              base_dir: str | Path = ".") -> BaseScenario:
+    """Read a scenario file (or take a mapping) and apply `--set` style overrides.
+
+    The result is validated once as a whole, so an error in the base scenario is reported
+    as such, not as every point being skipped.
+
+    Raises:
+        SpecError: unreadable file, bad YAML, or an invalid base scenario.
+    """
+    from epsim.spec.scenario import load_scenario, parse_override, scenario_from_dict
+    if isinstance(scenario, dict):
+        data, where = copy.deepcopy(scenario), "scenario"
+    else:
+        path = Path(scenario)
+        load_scenario(path)    # the file's own errors, reported with its line and column
+        data, where, base_dir = yaml.safe_load(path.read_text()), str(path), path.parent
+    if isinstance(overrides, list):
+        overrides = dict(parse_override(o) for o in overrides)
+    from epsim.plan.sweep import check_key
+    for key, value in (overrides or {}).items():
+        check_key(key, flag="--set")
+        data = apply_values(data, {key: value}, where, str(base_dir))
+    scenario_from_dict(data, where=where, base_dir=base_dir)
+    return BaseScenario(data, where, str(base_dir))
+
+
+def _resolved_model(data: dict, base_dir: str) -> dict:
+    """The `model` entry as a full mapping (a zoo name or `hf_config` reference expanded), so
+    that `model.<field>` can be set on top of it."""
+    from epsim.spec.model import ModelSpec
+    from epsim.zoo import get_model
+    model = data.get("model")
+    if isinstance(model, str):
+        return get_model(model).model_dump()
+    if isinstance(model, dict) and "hf_config" in model:
+        return ModelSpec.from_hf_config(Path(base_dir) / model["hf_config"], name=model.get("name")).model_dump()
+    return model
+
+
+def apply_values(data: dict, values: dict[str, Any], where: str, base_dir: str = ".") -> dict:
+    """A copy of `data` with each dotted key set (missing mappings created on the way)."""
+    data = copy.deepcopy(data)
+    if any(key.startswith("model.") for key in values):
+        data["model"] = _resolved_model(data, base_dir)
+    for dotted, value in values.items():
+        node = data
+        parts = dotted.split(".")
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise SpecError(f"{where}: {dotted} cannot be set: {'.'.join(parts[:depth + 1])} "
+                                f"({child!r}) is not a mapping")
+            node = child
+        node[parts[-1]] = copy.deepcopy(value)
+    return data
+
+
+@lru_cache(maxsize=32)
+def profile_digest(profile_path: str | None) -> str:
+    """sha256 (16 hex digits) of the profile's content: the shipped default when None."""
+    from epsim.profile import load_profile
+    profile = load_profile(profile_path)
+    return hashlib.sha256(profile.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 (16 hex digits) of epsim's own files (sources and zoo data): a cached point is
+    reused only by the code that computed it."""
+    import epsim
+    root = Path(epsim.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".yaml", ".json") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def point_key(scenario, profile_path: str | None) -> str:
+    """Identity of a point's result: scenario (without `base_dir`, so a moved results
+    directory still resumes), seed, profile content and epsim's code."""
+    blob = json.dumps({"scenario": scenario.model_dump(mode="json", exclude={"base_dir"}),
+                       "profile": profile_digest(profile_path), "code": code_digest()},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def build_point(base: BaseScenario, index: int, values: dict[str, Any],
+                profile_path: str | None = None) -> Point | Skipped:
+    """Validate one point; a validation failure becomes `Skipped` with its message.
+
+    Args:
+        profile_path: a profile that overrides the scenario's own `profile` field.
+    """
+    from epsim.spec.scenario import scenario_from_dict
+    try:
+        data = apply_values(base.data, values, base.where, base.base_dir)
+        scenario = scenario_from_dict(data, where="point", base_dir=base.base_dir)
+    except EpsimError as exc:
+        return Skipped(index, values, str(exc).removeprefix("point: "))
+    if profile_path is None and scenario.profile:
+        profile_path = str(scenario.resolve_path(scenario.profile))
+    return Point(index, values, scenario, point_key(scenario, profile_path), profile_path)

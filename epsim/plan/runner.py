@@ -1,0 +1,322 @@
+"""`run_plan`: expand a sweep, run the points not already done, and choose among them.
+
+Flow: sweep axes -> base scenario (+ overrides) -> one validated scenario per point (invalid
+ones skipped with their reason) -> run the points missing from the results directory's cache
+-> table rows in sweep order (swept values, derived columns, metrics) -> feasible, Pareto and
+best columns -> files (results.csv/.parquet, skipped.csv, plan.json, PNG plots).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from epsim.errors import SpecError
+from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, cost_columns,
+                                derived_columns)
+from epsim.plan.executors import PointTask, check_executor, default_workers, execute
+from epsim.plan.points import BaseScenario, Point, Skipped, build_point, load_base
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, Constraint, InfeasibleError,
+                               Objective, infeasible_message, lexicographic_best, parse_constraint,
+                               parse_objective, pareto_mask)
+from epsim.plan.store import PointCache, cell, prepare_dir, write_csv, write_parquet
+from epsim.plan.sweep import SweepAxis, check_axes, expand, num_points, parse_sweep
+
+ID_COLUMNS = ("point", "point_id")
+FLAG_COLUMNS = ("error", "feasible", "pareto", "best")
+
+
+@dataclass(eq=False)
+class PlanResult:
+    """A finished sweep.
+
+    Attributes:
+        rows: one dict per valid point, in sweep order (`columns` keys).
+        best: index into `rows` of the best feasible point (None: no constraints met).
+        frontier: indices into `rows` of the Pareto frontier.
+        skipped: points whose values fail validation, with the reason.
+        warnings: distinct warnings the simulations raised -> number of points.
+    """
+
+    rows: list[dict]
+    columns: list[str]
+    axes: list[SweepAxis]
+    constraints: list[Constraint]
+    objectives: list[Objective]
+    pareto: list[Objective]
+    best: int | None
+    frontier: list[int]
+    skipped: list[Skipped]
+    num_computed: int
+    num_cached: int
+    wall_s: float
+    out: Path | None = None
+    warnings: dict[str, int] = field(default_factory=dict)
+    infeasible: str | None = None     # why no point meets the constraints, when none does
+
+    @property
+    def keys(self) -> list[str]:
+        return [axis.key for axis in self.axes]
+
+    @property
+    def best_row(self) -> dict | None:
+        return None if self.best is None else self.rows[self.best]
+
+    def column(self, name: str) -> np.ndarray:
+        """[rows] values of one column (float64 where numeric)."""
+        values = [row.get(name) for row in self.rows]
+        try:
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        except (TypeError, ValueError):
+            return np.array(values, dtype=object)
+
+    def describe(self, index: int) -> str:
+        """`deployment.ep_size=32, ...` of a row (its swept values)."""
+        row = self.rows[index]
+        return ", ".join(f"{key}={row[key]}" for key in self.keys) or "the base scenario"
+
+    def to_pandas(self):
+        import pandas as pd
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+
+def _axes(sweeps) -> list[SweepAxis]:
+    if isinstance(sweeps, dict):
+        axes = [SweepAxis(key, tuple(values if isinstance(values, (list, tuple)) else [values]))
+                for key, values in sweeps.items()]
+        for axis in axes:
+            if not axis.values:
+                raise SpecError(f"--sweep key ({axis.key}) must have at least one value")
+    else:
+        axes = [s if isinstance(s, SweepAxis) else parse_sweep(s) for s in sweeps]
+    check_axes(axes)
+    return axes
+
+
+def _group_reason(reason: str) -> str:
+    """A skip reason with its numbers elided, so that one rule counts once."""
+    return re.sub(r"\([^()]*\)", "(…)", reason)
+
+
+def skip_reasons(skipped: list[Skipped], limit: int = 3) -> str:
+    """`30 like deployment.ep_size (12) must divide ...; 10 like ...`: the commonest rules
+    (a rule counts once whatever its numbers), each with its first message."""
+    counts = Counter(_group_reason(s.reason) for s in skipped)
+    first: dict[str, str] = {}
+    for s in skipped:
+        first.setdefault(_group_reason(s.reason), s.reason)
+    parts = [f"{n} like {first[rule]}" for rule, n in counts.most_common(limit)]
+    if len(counts) > limit:
+        parts.append(f"{len(counts) - limit} other reason(s)")
+    return "; ".join(parts)
+
+
+def _objectives(texts, default, known, flag) -> list[Objective]:
+    return [parse_objective(t, known, flag) for t in (texts or default)]
+
+
+def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | list[SweepAxis] = (),
+             *, constraints: list[str] = (), objectives: list[str] = (), pareto: list[str] = (),
+             executor: str = "local", workers: int | None = None, ray_address: str | None = None,
+             out: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None,
+             seed: int | None = None, profile: str | Path | None = None, progress: bool = True,
+             plots: bool = True, require_feasible: bool = True) -> PlanResult:
+    """Sweep a scenario and choose the best configuration.
+
+    Args:
+        scenario: a scenario YAML path, or the scenario as a mapping.
+        sweeps: `["deployment.ep_size=8,16,32", ...]`, `{key: [values]}` or `SweepAxis` list.
+        constraints: `["tpot_ms.p99<=50", ...]`; objectives: `["min:num_gpus", ...]` (default
+            `DEFAULT_OBJECTIVES`); pareto: the frontier's objectives (default `DEFAULT_PARETO`).
+        executor: "local" (processes; `workers`, default all CPUs) or "ray" (`ray_address`).
+        out: results directory; finished points there are not recomputed.
+        overrides: `--set` style overrides applied to the base scenario; seed: overrides its seed.
+        profile: a profile JSON for every point (default: each scenario's own, or the shipped one).
+        require_feasible: raise InfeasibleError (after writing the files) when constraints
+            are given and no point meets them all.
+    Raises:
+        SpecError: bad sweep syntax, unknown keys or metrics, no valid point, no feasible point.
+    """
+    check_executor(executor, workers)
+    axes = _axes(sweeps)
+    overrides = dict(overrides) if isinstance(overrides, dict) else list(overrides or [])
+    if seed is not None:
+        if isinstance(overrides, dict):
+            overrides["seed"] = seed
+        else:
+            overrides.append(f"seed={seed}")
+    base = load_base(scenario, overrides)
+    keys = [axis.key for axis in axes]
+    known = keys + list(DERIVED_COLUMNS) + list(METRIC_COLUMNS) + list(COST_COLUMNS)
+    parsed_constraints = [parse_constraint(t, known) for t in constraints]
+    parsed_objectives = _objectives(objectives, DEFAULT_OBJECTIVES, known, "--objective")
+    parsed_pareto = _objectives(pareto, DEFAULT_PARETO, known, "--pareto")
+    _check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
+    out_dir = prepare_dir(out)
+    profile_path = str(Path(profile).resolve()) if profile is not None else None
+
+    points, skipped = _build_points(base, axes, profile_path)
+    cache = PointCache(out_dir)
+    start = time.perf_counter()
+    results, num_computed = _run_missing(points, cache, executor, workers, ray_address, progress)
+    wall_s = time.perf_counter() - start
+
+    rows = [_row(point, keys, results[point.key]) for point in points]
+    columns = (list(ID_COLUMNS) + keys + list(DERIVED_COLUMNS) + list(COST_COLUMNS)
+               + list(METRIC_COLUMNS) + list(FLAG_COLUMNS))
+    warning_counts = Counter(w for p in points for w in results[p.key].get("warnings", []))
+    result = PlanResult(rows, columns, axes, parsed_constraints, parsed_objectives, parsed_pareto,
+                        None, [], skipped, num_computed, len(points) - num_computed, wall_s, out_dir,
+                        dict(warning_counts))
+    _choose(result)
+    if parsed_constraints and result.best is None:
+        cols = {c.metric: result.column(c.metric) for c in parsed_constraints}
+        result.infeasible = infeasible_message(cols, parsed_constraints, result.describe)
+    if out_dir is not None:
+        _write(result, base, executor, workers, plots)
+    if result.infeasible and require_feasible:
+        raise InfeasibleError(result.infeasible)
+    return result
+
+
+def _check_numeric_keys(axes: list[SweepAxis], uses: list[Constraint | Objective]) -> None:
+    """A constraint or objective on a swept key needs numbers (bools count) as its values."""
+    values = {axis.key: axis.values for axis in axes}
+    for use in uses:
+        bad = [v for v in values.get(use.metric, ()) if not isinstance(v, (int, float))]
+        if bad:
+            raise SpecError(f"{use.text} names a swept key whose values are not all numbers "
+                            f"({use.metric} = {bad[0]!r}); constraints and objectives compare numbers")
+
+
+def _build_points(base: BaseScenario, axes: list[SweepAxis],
+                  profile_path: str | None) -> tuple[list[Point], list[Skipped]]:
+    points: list[Point] = []
+    skipped: list[Skipped] = []
+    for index, values in enumerate(expand(axes)):
+        built = build_point(base, index, values, profile_path)
+        (points if isinstance(built, Point) else skipped).append(built)
+    if not points:
+        total = num_points(axes)
+        raise SpecError(f"no valid configuration among the {total} sweep point(s): "
+                        + skip_reasons(skipped))
+    return points, skipped
+
+
+def _run_missing(points: list[Point], cache: PointCache, executor: str, workers: int | None,
+                 ray_address: str | None, progress: bool) -> tuple[dict[str, dict], int]:
+    """Results by point key: cached ones, then the rest computed (each distinct key once)."""
+    results: dict[str, dict] = {}
+    todo: dict[str, Point] = {}
+    for point in points:
+        entry = cache.get(point.key)
+        if entry is not None:
+            results[point.key] = entry
+        else:
+            todo.setdefault(point.key, point)
+    missing = list(todo.values())
+    tasks = [PointTask(p.scenario, p.profile_path) for p in missing]
+    bar = None
+    if progress and tasks:
+        from tqdm import tqdm
+        bar = tqdm(total=len(tasks), unit="pt", desc=f"plan ({executor})", dynamic_ncols=True)
+
+    def on_done(i: int, result: dict) -> None:
+        key = missing[i].key
+        results[key] = result
+        if "error" not in result:
+            cache.add(key, result)
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        execute(tasks, on_done, executor, workers, ray_address)
+    finally:
+        cache.close()
+        if bar is not None:
+            bar.close()
+    return results, len(tasks)
+
+
+def _row(point: Point, keys: list[str], result: dict) -> dict:
+    row: dict[str, Any] = {"point": point.index, "point_id": point.key}
+    row.update({key: cell(point.values[key]) for key in keys})
+    row.update(derived_columns(point.scenario))
+    metrics = result.get("metrics") or {}
+    row.update({name: metrics.get(name, float("nan")) for name in METRIC_COLUMNS})
+    row.update(cost_columns(row))
+    row["error"] = result.get("error", "")
+    return row
+
+
+def _costs(result: PlanResult, objectives: list[Objective]) -> np.ndarray:
+    """[rows, objectives] lower-is-better costs."""
+    return np.stack([o.cost(result.column(o.metric)) for o in objectives], axis=1)
+
+
+def _choose(result: PlanResult) -> None:
+    """Fill `feasible`, `pareto`, `best` (columns and attributes)."""
+    num_rows = len(result.rows)
+    feasible = np.ones(num_rows, dtype=bool)
+    for c in result.constraints:
+        feasible &= c.met(result.column(c.metric))
+    frontier = pareto_mask(_costs(result, result.pareto))
+    costs = _costs(result, result.objectives)
+    best = lexicographic_best(costs, feasible & np.isfinite(costs).all(axis=1))
+    result.best = best
+    result.frontier = [int(i) for i in np.flatnonzero(frontier)]
+    for i, row in enumerate(result.rows):
+        row["feasible"] = bool(feasible[i])
+        row["pareto"] = bool(frontier[i])
+        row["best"] = i == best
+
+
+def _machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpus": default_workers(), "python": platform.python_version()}
+
+
+def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int | None,
+           plots: bool) -> None:
+    out = result.out
+    write_csv(result.rows, result.columns, out / "results.csv")
+    parquet = write_parquet(result.rows, result.columns, out / "results.parquet")
+    if result.skipped:
+        rows = [{"point": s.index, **{k: cell(s.values[k]) for k in result.keys}, "reason": s.reason}
+                for s in result.skipped]
+        write_csv(rows, ["point", *result.keys, "reason"], out / "skipped.csv")
+    figures = []
+    if plots:
+        from epsim.plan.plots import write_plots
+        figures = [p.name for p in write_plots(result, out)]
+    best = result.best_row
+    meta = {
+        "scenario": base.where,
+        "sweeps": {axis.key: list(axis.values) for axis in result.axes},
+        "constraints": [c.text for c in result.constraints],
+        "objectives": [o.text for o in result.objectives],
+        "pareto": [o.text for o in result.pareto],
+        "executor": executor, "workers": workers or default_workers(),
+        "counts": {"points": len(result.rows) + len(result.skipped), "valid": len(result.rows),
+                   "skipped": len(result.skipped), "computed": result.num_computed,
+                   "cached": result.num_cached,
+                   "errors": sum(1 for r in result.rows if r["error"])},
+        "wall_s": result.wall_s,
+        "machine": _machine(),
+        "best": None if best is None else {"point": best["point"], "point_id": best["point_id"],
+                                           "values": {k: best[k] for k in result.keys}},
+        "infeasible": result.infeasible,
+        "frontier": [result.rows[i]["point_id"] for i in result.frontier],
+        "warnings": result.warnings,
+        "files": ["results.csv"] + (["results.parquet"] if parquet else [])
+        + (["skipped.csv"] if result.skipped else []) + figures,
+    }
+    (out / "plan.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")

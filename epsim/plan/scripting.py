@@ -1,0 +1,80 @@
+"""What the scenario scripts in `scenarios/` share: their command line and figure saving.
+
+Every script accepts `--quick` (or `EPSIM_QUICK=1`): a reduced size that runs in seconds, which
+the tests use so that no script can rot; `--out DIR` for its PNG and plan directory; and
+`--workers` / `--executor` for its sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def script_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse a scenario script's command line.
+
+    Returns:
+        Namespace with `quick` (bool), `out` (Path, created), `workers`, `executor`,
+        `progress` (bool).
+    """
+    parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="reduced size, seconds not minutes (also EPSIM_QUICK=1)")
+    parser.add_argument("--out", default=".", help="directory for the PNG and the plan results")
+    parser.add_argument("--workers", type=int, default=None, help="sweep processes (default: all cores)")
+    parser.add_argument("--executor", default="local", choices=["local", "ray"])
+    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    args = parser.parse_args(argv)
+    args.quick = args.quick or os.environ.get("EPSIM_QUICK", "") not in ("", "0")
+    args.out = Path(args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def save_figure(fig, out: Path, stem: str, title: str) -> Path:
+    """Title and lay out `fig`, save it as `out/planning_<stem>.png` (the name docs/planning.md
+    links) and close it."""
+    import matplotlib.pyplot as plt
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(out) / f"planning_{stem}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"plot: {path}")
+    return path
+
+
+def use_agg() -> None:
+    """Headless matplotlib (scripts run in CI and over SSH)."""
+    import matplotlib
+    matplotlib.use("Agg")
+
+
+def settled_eplb_simulation(scenario, profile=None):
+    """A `Simulation` of `scenario` whose placement is what EPLB settles on when popularity
+    holds still: the scenario's `eplb_algorithm` run on the skew model's popularity at t=0,
+    over `experts + ep_num_redundant_experts` slots, installed before the first step.
+
+    Returns:
+        (simulation, expected balancedness: mean over layers of mean/max GPU load under the
+        scenario's replica selection).
+    """
+    from epsim.eplb import compute_placement
+    from epsim.sim import Simulation
+    d, m, c = scenario.deployment, scenario.model, scenario.cluster
+    sim = Simulation(scenario, profile=profile)
+    popularity = sim.skew.popularity(0.0)                                    # [layers, experts]
+    num_nodes = max(1, d.ep_size // c.gpus_per_node_resolved)
+    placement = compute_placement(d.eplb_algorithm, popularity, m.num_experts + d.ep_num_redundant_experts,
+                                  m.num_expert_groups, num_nodes, d.ep_size)
+    sim.placement.update(placement)
+    return sim, float(placement.balancedness(popularity, d.ep_dispatch_algorithm).mean())
+
+
+def log2_axis(ax) -> None:
+    """A base-2 log x axis labelled with plain numbers (8, 16, 32 rather than 2^3, 2^4, 2^5)."""
+    from matplotlib.ticker import ScalarFormatter
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(ScalarFormatter())

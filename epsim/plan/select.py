@@ -1,0 +1,165 @@
+"""Choosing among a sweep's points: constraints, objectives, the Pareto frontier, the best point.
+
+A constraint is `METRIC OP VALUE` (`tpot_ms.p99<=50`); a point with a NaN metric does not
+meet it. Objectives are `min:METRIC` / `max:METRIC`; the best point is the feasible one that
+wins the first objective, ties going to the next. The frontier holds the points no other
+point beats on every Pareto objective (NaN rows excluded).
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from epsim.errors import SpecError
+
+_OPS: dict[str, Callable] = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
+                             "==": operator.eq}
+_CONSTRAINT = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|<|>)\s*(\S+)\s*$")
+
+DEFAULT_OBJECTIVES = ("min:num_gpus", "max:throughput_tokens_per_s_per_gpu")
+DEFAULT_PARETO = ("min:num_gpus", "min:tpot_ms.p99", "max:throughput_tokens_per_s_per_gpu")
+
+
+class InfeasibleError(SpecError):
+    """No point meets every constraint (the message says which came closest)."""
+
+
+def _known(metric: str, known: list[str], flag: str, text: str) -> None:
+    if metric not in known:
+        close = difflib.get_close_matches(metric, known, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise SpecError(f"{flag} ({text!r}) names an unknown metric ({metric}); {hint}must be one "
+                        f"of {', '.join(known)}")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    metric: str
+    op: str
+    bound: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.metric}{self.op}{self.bound:g}"
+
+    def met(self, values: np.ndarray) -> np.ndarray:
+        """[points] bool; NaN never meets a constraint."""
+        with np.errstate(invalid="ignore"):
+            return _OPS[self.op](values, self.bound) & np.isfinite(values)
+
+    def miss(self, values: np.ndarray) -> np.ndarray:
+        """[points] relative violation, 0 where met, inf where NaN: `|value - bound| / |bound|`."""
+        scale = abs(self.bound) or 1.0
+        gap = np.abs(values - self.bound) / scale
+        return np.where(self.met(values), 0.0, np.where(np.isfinite(values), gap, np.inf))
+
+    def best(self, values: np.ndarray) -> float:
+        """The value closest to meeting it (smallest for <, <=; largest for >, >=)."""
+        finite = values[np.isfinite(values)]
+        if finite.size == 0:
+            return float("nan")
+        if self.op in ("<", "<="):
+            return float(finite.min())
+        if self.op in (">", ">="):
+            return float(finite.max())
+        return float(finite[np.argmin(np.abs(finite - self.bound))])
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    sense: str     # "min" | "max"
+
+    @property
+    def text(self) -> str:
+        return f"{self.sense}:{self.metric}"
+
+    def cost(self, values: np.ndarray) -> np.ndarray:
+        """Lower is better; NaN becomes +inf."""
+        cost = values if self.sense == "min" else -values
+        return np.where(np.isfinite(cost), cost, np.inf)
+
+
+def parse_constraint(text: str, known: list[str]) -> Constraint:
+    """`tpot_ms.p99<=50` -> Constraint. Raises SpecError for bad syntax or an unknown metric."""
+    match = _CONSTRAINT.match(text)
+    if match is None:
+        raise SpecError(f"--constraint ({text!r}) must look like METRIC<=VALUE "
+                        f"(operators <=, >=, <, >, ==), e.g. tpot_ms.p99<=50")
+    metric, op, raw = match.groups()
+    _known(metric, known, "--constraint", text)
+    try:
+        bound = float(raw)
+    except ValueError:
+        raise SpecError(f"--constraint ({text!r}) value ({raw}) must be a number") from None
+    return Constraint(metric, op, bound)
+
+
+def parse_objective(text: str, known: list[str], flag: str = "--objective") -> Objective:
+    """`min:num_gpus` -> Objective. Raises SpecError for bad syntax or an unknown metric."""
+    sense, sep, metric = text.strip().partition(":")
+    if not sep or sense not in ("min", "max") or not metric:
+        raise SpecError(f"{flag} ({text!r}) must look like min:METRIC or max:METRIC, "
+                        f"e.g. min:num_gpus")
+    _known(metric, known, flag, text)
+    return Objective(metric, sense)
+
+
+def pareto_mask(costs: np.ndarray) -> np.ndarray:
+    """Points no other point dominates (<= on every cost, < on one). Rows with inf are out.
+
+    Args:
+        costs: [points, objectives] float64, lower is better.
+    Returns:
+        [points] bool.
+    """
+    finite = np.isfinite(costs).all(axis=1)
+    keep = finite.copy()
+    idx = np.flatnonzero(finite)
+    sub = costs[idx]
+    for i, row in zip(idx, sub):
+        dominated = (sub <= row).all(axis=1) & (sub < row).any(axis=1)
+        keep[i] = not dominated.any()
+    return keep
+
+
+def lexicographic_best(costs: np.ndarray, candidates: np.ndarray) -> int | None:
+    """Index of the candidate with the smallest costs, first column first (None if none)."""
+    idx = np.flatnonzero(candidates)
+    if idx.size == 0:
+        return None
+    order = np.lexsort(costs[idx].T[::-1])     # lexsort's last key is the primary one
+    return int(idx[order[0]])
+
+
+def infeasible_message(columns: dict[str, np.ndarray], constraints: list[Constraint],
+                       describe: Callable[[int], str]) -> str:
+    """Why no point meets all constraints, in one line: a constraint no point meets (the one
+    closest, with its best value and where), else the point that comes closest overall."""
+    misses = np.stack([c.miss(columns[c.metric]) for c in constraints], axis=1)   # [points, constraints]
+    num_points = misses.shape[0]
+    never = [j for j, c in enumerate(constraints) if not c.met(columns[c.metric]).any()]
+    if never:
+        j = min(never, key=lambda k: misses[:, k].min())
+        c = constraints[j]
+        best = c.best(columns[c.metric])
+        if not np.isfinite(best):
+            return (f"no configuration meets all constraints ({num_points} points): {c.text} has no "
+                    f"value at any point ({c.metric} is NaN everywhere; lengthen workload.duration_s?)")
+        at = int(np.argmin(misses[:, j]))
+        others = f"; {len(never) - 1} other constraint(s) also met nowhere" if len(never) > 1 else ""
+        return (f"no configuration meets all constraints ({num_points} points): closest is {c.text}, "
+                f"best value {best:.4g} at {describe(at)}{others}")
+    worst = misses.max(axis=1)
+    at = int(np.argmin(worst))
+    j = int(np.argmax(misses[at]))
+    c = constraints[j]
+    return (f"no configuration meets all constraints together ({num_points} points; each alone is "
+            f"met somewhere): closest is {describe(at)}, which misses {c.text} with "
+            f"{columns[c.metric][at]:.4g}")

@@ -1,0 +1,87 @@
+"""Qwen3-235B-A22B decode on H200: the fewest GPUs that keep TPOT p99 <= 50 ms at a request rate.
+
+Sweeps the EP size (8..128 GPUs, one instance with DP attention) and the request rate, keeps
+configurations that meet TPOT p99 <= 50 ms, keep up with the arrivals (TTFT p99 <= 2 s: a decode
+instance that cannot keep up queues requests, so TTFT grows without bound) and fit in HBM,
+and reports the fewest GPUs, at the scenario's rate and at each rate swept.
+
+    python scenarios/qwen235b_h200_decode.py [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import epsim
+from epsim.plan import run_plan
+from epsim.plan.scripting import log2_axis, save_figure, script_args, use_agg
+
+SCENARIO = Path(__file__).with_suffix(".yaml")
+TPOT_P99_MS = 50.0
+CONSTRAINTS = [f"tpot_ms.p99<={TPOT_P99_MS:g}", "ttft_ms.p99<=2000", "hbm_headroom_gib>=0"]
+
+
+def main(argv=None) -> None:
+    args = script_args(__doc__, argv)
+    base = epsim.load_scenario(SCENARIO)
+    rate = base.workload.arrivals.rate_per_s
+    if args.quick:
+        sweeps = ["deployment.ep_size=8,16", f"workload.arrivals.rate_per_s={rate:g}"]
+        overrides = ["workload.duration_s=3", "workload.warmup_s=1", "workload.output_len.mean=40"]
+    else:
+        sweeps = ["deployment.ep_size=8:128:x2", f"workload.arrivals.rate_per_s=100,{rate:g},300,400"]
+        overrides = []
+    result = run_plan(SCENARIO, sweeps, constraints=CONSTRAINTS, objectives=["min:num_gpus"],
+                      overrides=overrides, out=args.out / "plan_qwen235b_h200_decode",
+                      workers=args.workers, executor=args.executor, progress=args.progress,
+                      require_feasible=False)
+
+    rates = sorted({row["workload.arrivals.rate_per_s"] for row in result.rows})
+    print(f"{'rate req/s':>10} {'fewest GPUs':>12} {'TPOT p99 ms':>12} {'TTFT p99 ms':>12} "
+          f"{'tok/s/GPU':>10} {'$/M out tok':>11}")
+    fewest = {}
+    for r in rates:
+        ok = [row for row in result.rows if row["workload.arrivals.rate_per_s"] == r and row["feasible"]]
+        if not ok:
+            print(f"{r:>10g} {'none':>12}  (no EP size swept meets {', '.join(CONSTRAINTS)})")
+            continue
+        row = min(ok, key=lambda x: (x["num_gpus"], -x["throughput_tokens_per_s_per_gpu"]))
+        fewest[r] = row
+        print(f"{r:>10g} {row['num_gpus']:>12g} {row['tpot_ms.p99']:>12.1f} {row['ttft_ms.p99']:>12.0f} "
+              f"{row['throughput_tokens_per_s_per_gpu']:>10.0f} {row['cost_per_million_output_tokens']:>11.3f}")
+    if rate in fewest:
+        row = fewest[rate]
+        print(f"answer: at {rate:g} req/s, EP {row['deployment.ep_size']} on {row['num_gpus']:g} H200 "
+              f"({row['num_nodes']:g} node(s)) is the fewest GPUs with TPOT p99 {row['tpot_ms.p99']:.1f} ms "
+              f"<= {TPOT_P99_MS:g} ms (TTFT p99 {row['ttft_ms.p99']:.0f} ms, "
+              f"{row['hbm_headroom_gib']:.0f} GiB HBM left per GPU)")
+    else:
+        print(f"answer: at {rate:g} req/s no EP size swept meets {', '.join(CONSTRAINTS)}")
+
+    use_agg()
+    import matplotlib.pyplot as plt
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for r in rates:
+        rows = [row for row in result.rows if row["workload.arrivals.rate_per_s"] == r]
+        gpus = [row["num_gpus"] for row in rows]
+        line, = ax.plot(gpus, [row["tpot_ms.p99"] for row in rows], marker="o", label=f"{r:g} req/s")
+        ax2.plot(gpus, [row["ttft_ms.p99"] for row in rows], marker="o", color=line.get_color())
+        if r in fewest:
+            ax.plot([fewest[r]["num_gpus"]], [fewest[r]["tpot_ms.p99"]], marker="*", markersize=16,
+                    color=line.get_color(), markeredgecolor="black")
+    ax.axhline(TPOT_P99_MS, color="tab:red", linestyle="--", linewidth=1, label="TPOT p99 target")
+    ax2.axhline(2000, color="tab:red", linestyle="--", linewidth=1, label="keeps up (TTFT p99 2 s)")
+    for a, label in ((ax, "TPOT p99 (ms)"), (ax2, "TTFT p99 (ms), log")):
+        log2_axis(a)
+        a.set_xlabel("GPUs (EP size)")
+        a.set_ylabel(label)
+        a.grid(alpha=0.3)
+    ax2.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    save_figure(fig, args.out, "qwen235b_h200_decode",
+                "Qwen3-235B-A22B decode on H200: star = fewest GPUs meeting all constraints")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""A small, fast scenario for the plan tests: Qwen3-30B-A3B decode, about 0.1 s per point."""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+
+TINY_PLAN_SCENARIO = {
+    "name": "tiny_plan",
+    "model": "Qwen3-30B-A3B",
+    "cluster": {"gpu": "H200", "num_nodes": 2, "price_per_gpu_hour": 2.0},
+    "deployment": {"ep_size": 8, "disaggregation_mode": "decode", "moe_a2a_backend": "deepep",
+                   "max_running_requests": 32},
+    "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 200},
+                 "output_len": {"kind": "fixed", "value": 20},
+                 "skew": {"kind": "zipf", "alpha": 0.5}, "duration_s": 1.0, "warmup_s": 0.3},
+    "seed": 3,
+}
+
+
+def write_tiny_scenario(directory) -> str:
+    path = directory / "tiny_plan.yaml"
+    path.write_text(yaml.safe_dump(copy.deepcopy(TINY_PLAN_SCENARIO)))
+    return str(path)

@@ -1,0 +1,32 @@
+"""The same checks on GPUs (NCCL, Mooncake); skipped without them. The GPU suite
+(scripts/gpu_suite.sh) is the one-call version the lead runs on 2x H200."""
+
+import pytest
+import torch
+
+from live.checks import EqualityCase, equality_cases_worker, tolerance
+from live.config import MoeConfig
+from live.dist import run_ranks
+
+pytestmark = pytest.mark.gpu
+
+CONFIG = MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=16, top_k=4)
+
+
+def _need_gpus(count: int) -> None:
+    if torch.cuda.device_count() < count:
+        pytest.skip(f"needs {count} CUDA GPUs; {torch.cuda.device_count()} visible")
+
+
+@pytest.mark.parametrize("backend", ["torch", "none", "mooncake"])
+def test_ep2_equals_single_device_in_bf16(backend):
+    _need_gpus(2)
+    if backend == "mooncake":
+        pytest.importorskip("mooncake.mooncake_ep_buffer", reason="Mooncake EP is not installed")
+    cases = [EqualityCase(CONFIG, backend, (64, 48), dtype="bfloat16", device="cuda",
+                          skew={"kind": "hotset", "num_hot": 4, "hot_frac": 0.6})]
+    results = run_ranks(equality_cases_worker, 2, "nccl", (cases,), timeout_s=300)
+    for rank_results in results:
+        r = rank_results[0]
+        assert r["max_abs_err"] <= tolerance("bfloat16", r["ref_max_abs"])
+        assert r["conserve_min"] == r["conserve_max"] == CONFIG.top_k
