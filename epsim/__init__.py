@@ -14,6 +14,7 @@ _EXPORTS = {
     "ModelSpec": "epsim.spec", "ClusterSpec": "epsim.spec", "DeploymentSpec": "epsim.spec",
     "WorkloadSpec": "epsim.spec", "Scenario": "epsim.spec", "HardwareSpec": "epsim.spec",
     "load_scenario": "epsim.spec", "scenario_from_dict": "epsim.spec",
+    "scenario_from_text": "epsim.spec",
     "get_model": "epsim.zoo", "get_hardware": "epsim.zoo",
     "model_names": "epsim.zoo", "hardware_names": "epsim.zoo",
     "EpsimError": "epsim.errors", "SpecError": "epsim.errors",

@@ -76,8 +76,14 @@ class Profile(BaseModel):
 
     # -- lookup ----------------------------------------------------------------------------
     def component(self, backend: str, kind: str, mode: str = "") -> Component | None:
-        """The most specific component: `backend/kind/mode`, `backend/kind`, `any/kind`."""
-        keys = ([f"{backend}/{kind}/{mode}"] if mode else []) + [f"{backend}/{kind}", f"any/{kind}"]
+        """The most specific component: `backend/kind/mode`, `backend/kind`, `any/kind`.
+
+        A mode of several parts (`low_latency/fp8`) falls back part by part:
+        `deepep/dispatch/low_latency/fp8`, `deepep/dispatch/low_latency`, `deepep/dispatch`, ...
+        """
+        parts = [p for p in mode.split("/") if p]
+        keys = [f"{backend}/{kind}/" + "/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+        keys += [f"{backend}/{kind}", f"any/{kind}"]
         for key in keys:
             if key in self.components:
                 return self.components[key]

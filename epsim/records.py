@@ -11,7 +11,7 @@ import json
 import math
 import warnings
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -81,11 +81,12 @@ class MeasurementRecord(BaseModel):
     send_tokens_per_rank: list[float] = Field(default_factory=list)
     expert_tokens_per_rank: list[float] = Field(default_factory=list)
     local_expert_tokens: list[list[float]] = Field(default_factory=list)
-    bytes: float = Field(default=0.0, ge=0, description="payload bytes (rebalance, p2p_copy)")
+    bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False,
+                         description="payload bytes (rebalance, p2p_copy)")
     num_layers: int = Field(default=1, ge=0)
-    median_us: float = Field(default=0.0, ge=0)
-    p10_us: float = Field(default=0.0, ge=0)
-    p90_us: float = Field(default=0.0, ge=0)
+    median_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    p10_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    p90_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     per_rank_median_us: list[float] = Field(default_factory=list)
     num_iters: int = Field(default=0, ge=0)
     value: float | None = Field(default=None, description="non-timing result, e.g. max abs error")
@@ -141,12 +142,16 @@ def read_records(path: str | Path, strict: bool = True) -> list[MeasurementRecor
     Raises:
         RecordError: `<file>:<line>: <field> (<value>) must ...` for a bad line (strict).
     """
+    return [record for _, record in iter_records(path, strict)]
+
+
+def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, MeasurementRecord]]:
+    """`read_records`, with each record's 1-based line number (for messages naming the line)."""
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise RecordError(f"{path}: cannot read records ({exc.strerror})") from None
-    out = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -160,14 +165,15 @@ def read_records(path: str | Path, strict: bool = True) -> list[MeasurementRecor
                 problem = f"{where}: schema ({data.get('schema')!r}) must be {SCHEMA!r}"
             else:
                 try:
-                    out.append(MeasurementRecord.model_validate(data))
-                    continue
+                    record = MeasurementRecord.model_validate(data)
                 except ValidationError as exc:
                     problem = format_error(exc.errors()[0], MeasurementRecord, where)
+                else:
+                    yield lineno, record
+                    continue
         if strict:
             raise RecordError(problem)
-        warnings.warn(problem, stacklevel=2)
-    return out
+        warnings.warn(problem, stacklevel=3)
 
 
 def write_records(records: Iterable[MeasurementRecord], path: str | Path, append: bool = True) -> int:

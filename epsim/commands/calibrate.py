@@ -40,8 +40,10 @@ def _measure(args) -> list[Path]:
         raise EpsimError(f"the live bench measured nothing ({records}); see the warnings above")
     paths = [records]
     if args.eplb:
+        eplb = records.parent / "eplb_records.jsonl"          # what live.eplb.bench writes
+        eplb.unlink(missing_ok=True)
         print(run_eplb_bench(records.parent, args.quick), file=sys.stderr)
-        paths += sorted(p for p in records.parent.glob("*.jsonl") if p != records)
+        paths += [eplb] if eplb.is_file() and eplb.stat().st_size else []
     return paths
 
 

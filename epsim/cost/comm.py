@@ -79,6 +79,15 @@ def dispatch_bytes_per_copy(hidden_size: int, dispatch_dtype: str, top_k: int, d
     return payload + meta
 
 
+def component_mode(kernel_mode: str, kind: str, dispatch_dtype: str) -> str:
+    """The profile mode path of a component: the DeepEP kernel mode, then `fp8` for the parts
+    an FP8 dispatch changes — the dispatch (a cast per token on send) and the experts stage
+    (which takes FP8 rows); the combine returns BF16 either way.
+    E.g. "", "fp8", "low_latency", "low_latency/fp8"."""
+    fp8 = dispatch_dtype == "fp8" and kind in ("dispatch", "experts")
+    return "/".join(p for p in (kernel_mode, "fp8" if fp8 else "") if p)
+
+
 def combine_bytes_per_copy(hidden_size: int) -> float:
     """Combine returns each copy's expert output in BF16: 2 bytes per hidden value."""
     return 2.0 * hidden_size

@@ -19,7 +19,8 @@ import numpy as np
 from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, dense_ffn_us,
                                   lm_head_us, overhead_defaults, shared_experts_us)
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
-                             comm_defaults, comm_us, dedup_for, dispatch_bytes_per_copy)
+                             comm_defaults, comm_us, component_mode, dedup_for,
+                             dispatch_bytes_per_copy)
 from epsim.cost.experts import experts_defaults, experts_us, flops_per_pair
 from epsim.cost.tables import PlacementTables
 from epsim.cost.traffic import Traffic, count_traffic
@@ -109,14 +110,16 @@ class CostModel:
         modes = ("normal", "low_latency") if self.backend == "deepep" else ("",)
         self._mode = {phase: deployment.deepep_mode_for(phase) if self.backend == "deepep" else ""
                       for phase in ("prefill", "decode")}
+        dtype = deployment.dispatch_dtype
         self.comm_params = {} if self.backend == "none" else {
-            (kind, mode): self._params(self.backend, kind, mode,
+            (kind, mode): self._params(self.backend, kind, component_mode(mode, kind, dtype),
                                        comm_defaults(self.backend, mode, cluster))
             for kind in ("dispatch", "combine") for mode in modes}
         self.collective_params = self._params("none", "allreduce", "", collective_defaults(cluster))
         self.allgather_params = self._params("none", "allgather", "", self.collective_params)
         self.sync_us = self._params(self.backend, "moe_layer", "", layer_defaults())["sync_us"]
-        self.experts_params = self._params(self.backend, "experts", "",     # falls back to any/
+        self.experts_params = self._params(self.backend, "experts",       # falls back to any/
+                                           component_mode("", "experts", dtype),
                                            experts_defaults(hw, model.weight_dtype))
         self.attention_params = self._params("any", "attention", "", attention_defaults(hw))
         self.overhead_params = self._params("any", "step_overhead", "", overhead_defaults())
@@ -128,16 +131,21 @@ class CostModel:
         used fitted components saw; return their token ranges for `moe` to check."""
         if not self.profile_applies:
             return []
-        used = [(self.backend, "experts", "")] + (
+        dtype = self.deployment.dispatch_dtype
+        used = [(self.backend, "experts", component_mode("", "experts", dtype))] + (
             [("none", "allreduce", "")] if self.backend == "none" else
-            [(self.backend, kind, mode) for kind in ("dispatch", "combine") for mode in modes])
-        out = []
+            [(self.backend, kind, component_mode(mode, kind, dtype))
+             for kind in ("dispatch", "combine") for mode in modes])
+        out, warned = [], set()
         for backend, kind, mode in used:
             comp = self.profile.component(backend, kind, mode)
             if comp is None or comp.source != "fit":
                 continue
-            self.profile.warn_outside(backend, kind, mode, ep_size=self.num_ranks,
-                                      hidden_size=self.model.hidden_size)
+            for name, value in (("ep_size", self.num_ranks), ("hidden_size", self.model.hidden_size)):
+                lo_hi = comp.valid_range.get(name)
+                if name not in warned and lo_hi and not lo_hi[0] <= value <= lo_hi[1]:
+                    self.profile.warn_outside(backend, kind, mode, **{name: value})
+                    warned.add(name)                  # one warning per quantity, not per part
             if "num_tokens_per_rank" in comp.valid_range:
                 out.append((backend, kind, mode, *comp.valid_range["num_tokens_per_rank"]))
         return out
@@ -145,6 +153,8 @@ class CostModel:
     def _check_tokens(self, tokens_per_rank: np.ndarray) -> None:
         """Warn once per component when a batch's tokens per rank leave its fitted range."""
         most = float(tokens_per_rank.max()) if tokens_per_rank.size else 0.0
+        if most <= 0:                                 # an idle step predicts nothing
+            return
         for i, (backend, kind, mode, lo, hi) in enumerate(self._token_ranges):
             if not lo <= most <= hi:
                 self.profile.warn_outside(backend, kind, mode, num_tokens_per_rank=most)

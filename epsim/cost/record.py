@@ -16,6 +16,8 @@ the live bench measured instead of expected values:
                       `none/allreduce`), its combine the all-reduce.
   moe_layer           dispatch + experts + combine of the record's backend, plus the layer's
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
+Components are looked up most specific first (`component_mode`): an FP8 dispatch reads
+`<backend>/dispatch/fp8` and `<backend>/experts/fp8` where fitted, else the BF16 ones.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
-                             combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
-                             dispatch_bytes_per_copy)
+                             combine_bytes_per_copy, comm_defaults, comm_features, component_mode,
+                             dedup_for, dispatch_bytes_per_copy)
 from epsim.cost.experts import experts_defaults, experts_features, flops_per_pair
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.model import layer_defaults
@@ -76,6 +78,11 @@ def _mode(record: MeasurementRecord) -> str:
     return record.mode or "normal"
 
 
+def component_key(backend: str, kind: str, mode_path: str) -> str:
+    """Profile key of a component: `torch/dispatch`, `mooncake/experts/fp8`, ..."""
+    return f"{backend}/{kind}" + (f"/{mode_path}" if mode_path else "")
+
+
 def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
     values = getattr(record, name)
     if not values:
@@ -98,10 +105,11 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
                                            record.top_k, dedup)
     else:
         per_copy = combine_bytes_per_copy(record.hidden_size)
-    params = profile.params(backend, kind, mode, defaults=comm_defaults(backend, mode, cluster))
+    path = component_mode(mode, kind, record.dispatch_dtype)
+    params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
     row = comm_features(copies * (1 - remote), copies * remote, copies, per_copy, params)
-    key = f"{backend}/{kind}" + (f"/{mode}" if mode else "")
-    return RecordFeatures(key, COMM_TERMS.coef_names, row, COMM_TERMS.coefficients(params))
+    return RecordFeatures(component_key(backend, kind, path), COMM_TERMS.coef_names, row,
+                          COMM_TERMS.coefficients(params))
 
 
 def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) -> RecordFeatures:
@@ -131,12 +139,15 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     if not record.moe_intermediate_size:
         raise RecordError("moe_intermediate_size (0) must be > 0 for an experts record")
     expert_bytes = 3.0 * record.hidden_size * record.moe_intermediate_size * 2.0   # BF16 weights
-    # the experts stage includes the backend's own layout work: `<backend>/experts` over `any/experts`
-    params = profile.params(record.backend, "experts", defaults=experts_defaults(cluster.hardware))
+    # the experts stage includes the backend's own layout work: `<backend>/experts[/fp8]` over
+    # `<backend>/experts` over `any/experts`
+    path = component_mode("", "experts", record.dispatch_dtype)
+    params = profile.params(record.backend, "experts", path,
+                            defaults=experts_defaults(cluster.hardware))
     row = experts_features(pairs, active, expert_bytes,
                            flops_per_pair(record.hidden_size, record.moe_intermediate_size), params)
-    key = f"{record.backend}/experts" if f"{record.backend}/experts" in profile.components else "any/experts"
-    return RecordFeatures(key, EXPERT_TERMS.coef_names, row, EXPERT_TERMS.coefficients(params))
+    return RecordFeatures(component_key(record.backend, "experts", path), EXPERT_TERMS.coef_names,
+                          row, EXPERT_TERMS.coefficients(params))
 
 
 def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatures:

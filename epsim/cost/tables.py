@@ -1,16 +1,19 @@
 """Placement lookup tables: where each physical expert slot lives and, for static replica
 selection, which slot each source rank sends each logical expert to.
 
-Slot p lives on rank `p // slots_per_rank`; rank r on node `r // ranks_per_node`. Built once
-per placement (the simulator rebuilds them when EPLB installs a new one).
+Slot p lives on rank `p // slots_per_rank`; rank r on node `r // ranks_per_node` (the geometry
+of `epsim.eplb.Placement`, which the tables hold). Built once per placement (the simulator
+rebuilds them when EPLB installs a new one or a rank fails).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from epsim.eplb.placement import Placement
 from epsim.errors import SpecError
 
 REPLICA_SELECTIONS = ("static", "random", "round_robin")
@@ -38,62 +41,134 @@ def contiguous_placement(num_layers: int, num_experts: int, num_ranks: int,
 class PlacementTables:
     """Lookup tables a placement implies for the traffic math; built once per placement.
 
+    The geometry (slots per rank, ranks per node, replica counts, the static replica map) is
+    `placement`'s, an `epsim.eplb.Placement`: one owner for the simulator, EPLB and `live/`.
+
     Attributes:
-        physical_to_logical: [layers, physical] int64.
-        num_experts: logical experts per layer.
-        num_ranks, ranks_per_node: EP ranks, and ranks on each node.
+        placement: the placement (`num_gpus` = EP ranks, `num_nodes` = ranks / ranks per node).
         dispatch_algorithm: `ep_dispatch_algorithm`: static | random | round_robin.
         slot_share: [layers, physical] float64, the share of its logical expert's tokens a slot
-            gets when every source splits evenly over replicas (1 without replicas).
-        is_identity: slot p holds logical p in every layer (no gather needed).
+            gets when every source splits evenly over the live replicas (1 without replicas; 0 on
+            a dead rank).
+        is_identity: slot p holds logical p in every layer and every rank is alive (no gather).
         source_slot: [ranks, layers, experts] int64 slot each source rank sends logical e to
             (static selection with replicas only; else None: sources are interchangeable).
+        alive: [ranks] bool, ranks that serve (elastic EP); dead ranks get no tokens.
     """
 
-    physical_to_logical: np.ndarray
-    num_experts: int
-    num_ranks: int
-    ranks_per_node: int
+    placement: Placement
     dispatch_algorithm: str
     slot_share: np.ndarray
     is_identity: bool
     source_slot: np.ndarray | None = None
+    alive: np.ndarray | None = None
+
+    @property
+    def physical_to_logical(self) -> np.ndarray:
+        """[layers, physical] int64."""
+        return self.placement.physical_to_logical
+
+    @property
+    def num_experts(self) -> int:
+        return self.placement.num_logical
+
+    @property
+    def num_ranks(self) -> int:
+        return self.placement.num_gpus
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.placement.gpus_per_node
 
     @property
     def num_layers(self) -> int:
-        return self.physical_to_logical.shape[0]
+        return self.placement.num_layers
 
     @property
     def num_physical(self) -> int:
-        return self.physical_to_logical.shape[1]
+        return self.placement.num_physical
 
     @property
     def slots_per_rank(self) -> int:
-        return self.num_physical // self.num_ranks
+        return self.placement.slots_per_gpu
 
     @property
     def num_nodes(self) -> int:
-        return self.num_ranks // self.ranks_per_node
+        return self.placement.num_nodes
+
+    @cached_property
+    def source_operators(self) -> "SourceOperators":
+        """Sparse linear maps of the static per-source choice (`source_slot` must be set);
+        built on first use, then every step of this placement reuses them."""
+        return SourceOperators.build(self)
+
+
+@dataclass(frozen=True, eq=False)
+class SourceOperators:
+    """`source_slot` as sparse 0/1 matrices, so per-step sums over (source, layer, expert) are
+    one sparse product each (scipy.sparse CSC, built straight from the map: no column holds a
+    row twice, so nothing needs sorting or merging).
+
+    Attributes:
+        to_slot: [layers * physical, sources]: slot weight = sum of the shares of the sources
+            that send to the slot.
+        to_rank: [sources * layers * ranks, layers * experts]: per source and layer, the sum
+            over the experts it sends to each destination rank.
+        to_node: same with destination nodes, `[sources * layers * nodes, layers * experts]`.
+    """
+
+    to_slot: object
+    to_rank: object
+    to_node: object
+
+    @classmethod
+    def build(cls, tables: "PlacementTables") -> "SourceOperators":
+        from scipy import sparse                    # only runs with static replicas
+        num_sources, num_layers, num_experts = tables.source_slot.shape
+        num_physical, num_ranks, num_nodes = tables.num_physical, tables.num_ranks, tables.num_nodes
+        nnz = tables.source_slot.size
+        ones = np.ones(nnz)
+
+        def csc(rows: np.ndarray, column_size: int, shape: tuple[int, int]):
+            """Columns of `column_size` consecutive entries of `rows` (already column-major)."""
+            return sparse.csc_matrix((ones, rows.ravel(), np.arange(0, nnz + 1, column_size)),
+                                     shape=shape)
+
+        # to_slot: one column per source, its [layers, experts] slots (distinct per layer)
+        slot_rows = tables.source_slot + (np.arange(num_layers) * num_physical)[None, :, None]
+        to_slot = csc(slot_rows, num_layers * num_experts, (num_layers * num_physical, num_sources))
+        # to_rank / to_node: one column per (layer, expert), one row per source in it
+        dest = tables.source_slot.transpose(1, 2, 0) // tables.slots_per_rank    # [L, E, S] rank
+        row = (np.arange(num_sources)[None, None, :] * num_layers
+               + np.arange(num_layers)[:, None, None])                          # s * L + l
+        columns = num_layers * num_experts
+        to_rank = csc(row * num_ranks + dest, num_sources, (num_sources * num_layers * num_ranks, columns))
+        to_node = csc(row * num_nodes + dest // tables.ranks_per_node, num_sources,
+                      (num_sources * num_layers * num_nodes, columns))
+        return cls(to_slot, to_rank, to_node)
 
 
 def build_tables(physical_to_logical: np.ndarray, num_experts: int, num_ranks: int,
                  gpus_per_node: int, dispatch_algorithm: str = "static",
-                 per_source: bool | None = None) -> PlacementTables:
+                 per_source: bool | None = None, alive: np.ndarray | None = None) -> PlacementTables:
     """Validate a placement and precompute what `count_traffic` needs.
 
     Static selection (SGLang's `ep_dispatch_algorithm=static`) sends each source rank's tokens
-    for a logical expert to one fixed replica: one on the source's own rank if any, else one on
-    its node (spread by the source's local index), else one spread by source index. Random and
-    round-robin split every source's tokens evenly over the replicas (their expected value).
+    for a logical expert to one fixed replica (`Placement.static_dispatch_map`): one on the
+    source's own rank if any, else one on its node (spread by the source's local index), else
+    one spread by source index. Random and round-robin split every source's tokens evenly over
+    the replicas (their expected value).
 
     Args:
         physical_to_logical: [layers, physical] int, logical expert of each slot.
         gpus_per_node: GPUs per node of the cluster; ranks per node = min(it, num_ranks).
         per_source: force (True) or forbid (False) per-source tables; default: only for static
             selection when some expert has replicas.
+        alive: [ranks] bool, ranks that serve (None: all). Slots on dead ranks take no tokens;
+            replicas are chosen among live ones.
     Raises:
         SpecError: a slot count not divisible by ranks, ids out of range, an expert with no
-            slot, or an unknown selection.
+            (live) slot, or an unknown selection.
     """
     p2l = np.asarray(physical_to_logical)
     if p2l.ndim != 2:
@@ -112,47 +187,27 @@ def build_tables(physical_to_logical: np.ndarray, num_experts: int, num_ranks: i
     if p2l.min() < 0 or p2l.max() >= num_experts:
         raise SpecError(f"physical_to_logical values ({p2l.min()}..{p2l.max()}) must be in "
                         f"[0, {num_experts})")
-    counts = np.zeros((num_layers, num_experts), dtype=np.int64)         # [layers, experts]
-    np.add.at(counts, (np.repeat(np.arange(num_layers), num_physical), p2l.ravel()), 1)
+    placement = Placement.from_physical_to_logical(p2l, num_experts, num_ranks,
+                                                   num_ranks // ranks_per_node)
+    if alive is not None:
+        alive = np.array(alive, dtype=bool)
+        if alive.shape != (num_ranks,):
+            raise SpecError(f"alive (shape {list(alive.shape)}) must be [ranks] = [{num_ranks}]")
+        alive = None if alive.all() else alive
+    if alive is not None:
+        alive.setflags(write=False)
+    counts = placement.live_counts(alive)                                # [layers, experts]
     if (counts == 0).any():
         layer, expert = np.argwhere(counts == 0)[0]
-        raise SpecError(f"logical expert {expert} of layer {layer} has no slot; every expert "
+        where = "" if alive is None else " on a live rank"
+        raise SpecError(f"logical expert {expert} of layer {layer} has no slot{where}; every expert "
                         f"must have >= 1 replica")
     slot_share = 1.0 / np.take_along_axis(counts, p2l, axis=1)           # [layers, physical]
-    is_identity = num_physical == num_experts and bool(
+    if alive is not None:
+        slot_share = np.where(placement.live_slots(alive)[None, :], slot_share, 0.0)
+    is_identity = alive is None and num_physical == num_experts and bool(
         (p2l == np.arange(num_experts)[None, :]).all())
     if per_source is None:
         per_source = dispatch_algorithm == "static" and bool((counts > 1).any())
-    source_slot = _static_source_slots(p2l, counts, num_ranks, ranks_per_node) if per_source else None
-    return PlacementTables(p2l, num_experts, num_ranks, ranks_per_node, dispatch_algorithm,
-                           slot_share, is_identity, source_slot)
-
-
-def _static_source_slots(p2l: np.ndarray, counts: np.ndarray, num_ranks: int,
-                         ranks_per_node: int) -> np.ndarray:
-    """[ranks, layers, experts] the slot each source rank uses for each logical expert."""
-    num_layers, num_physical = p2l.shape
-    num_experts = counts.shape[1]
-    slots_per_rank = num_physical // num_ranks
-    sources = np.arange(num_ranks)
-    src_node, src_local = sources // ranks_per_node, sources % ranks_per_node
-    # single-replica experts: every source uses the one slot
-    first_slot = np.full((num_layers, num_experts), -1, dtype=np.int64)
-    layer_idx = np.repeat(np.arange(num_layers), num_physical)
-    slot_idx = np.tile(np.arange(num_physical), num_layers)
-    first_slot[layer_idx[::-1], p2l.ravel()[::-1]] = slot_idx[::-1]     # lowest slot wins
-    out = np.broadcast_to(first_slot, (num_ranks, num_layers, num_experts)).copy()
-    for layer, expert in zip(*np.nonzero(counts > 1)):
-        slots = np.nonzero(p2l[layer] == expert)[0]                       # [replicas]
-        ranks = slots // slots_per_rank
-        on_rank = ranks[None, :] == sources[:, None]                      # [ranks, replicas]
-        on_node = (ranks[None, :] // ranks_per_node) == src_node[:, None]
-        num_on_node = on_node.sum(axis=1)
-        # k-th same-node replica, k spread by the source's local index
-        kth = src_local % np.maximum(num_on_node, 1)
-        node_pick = (np.cumsum(on_node, axis=1) == (kth + 1)[:, None]) & on_node
-        spread = (sources + layer + expert) % len(slots)
-        choice = np.where(on_rank.any(axis=1), on_rank.argmax(axis=1),
-                          np.where(num_on_node > 0, node_pick.argmax(axis=1), spread))
-        out[:, layer, expert] = slots[choice]
-    return out
+    source_slot = placement.static_dispatch_map(alive) if per_source else None
+    return PlacementTables(placement, dispatch_algorithm, slot_share, is_identity, source_slot, alive)

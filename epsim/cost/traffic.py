@@ -217,12 +217,9 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> T
     spr, rpn, num_nodes = tables.slots_per_rank, tables.ranks_per_node, tables.num_nodes
     num_physical = tables.num_physical
     src = np.arange(num_ranks)
-    layer_of = np.arange(num_layers)[None, :, None]
+    ops = tables.source_operators                                         # sparse, per placement
     # per-slot loads: a logical expert's load split by the token share of the sources using it
-    slot_flat = (layer_of * num_physical + tables.source_slot).ravel()    # [sources*layers*experts]
-    src_share = np.broadcast_to((tokens / max(num_tokens, 1e-300))[:, None, None],
-                                tables.source_slot.shape).ravel()
-    slot_weight = np.bincount(slot_flat, src_share, minlength=num_layers * num_physical)
+    slot_weight = ops.to_slot @ (tokens / max(num_tokens, 1e-300))       # [layers * physical]
     # over the slots of one logical expert the weights sum to 1: its load splits by source
     slot_loads = slot_weight.reshape(num_layers, num_physical) * np.take_along_axis(
         loads, tables.physical_to_logical, axis=1)                      # [layers, physical]
@@ -232,20 +229,18 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> T
         zeros = np.zeros_like(pairs)
         return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
                        num_tokens * fraction, dedup, tables.num_nodes > 1, fraction)
-    dest_rank = tables.source_slot // spr                                 # [sources, layers, experts]
-    flat = ((src[:, None, None] * num_layers + layer_of) * num_ranks + dest_rank).ravel()
     pi = np.minimum(loads / num_tokens, 1.0)                              # [layers, experts]
 
-    def per_dest(weights: np.ndarray, index: np.ndarray, width: int) -> np.ndarray:
-        full = np.broadcast_to(weights, tables.source_slot.shape).ravel()
-        return np.bincount(index, full, minlength=num_ranks * num_layers * width).reshape(
-            num_ranks, num_layers, width)
+    def per_dest(weights: np.ndarray, operator, width: int) -> np.ndarray:
+        """[src, layers, width]: sum of `weights` [layers, experts] over the experts each source
+        sends to each destination rank (or node)."""
+        return (operator @ weights.ravel()).reshape(num_ranks, num_layers, width)
 
     if dedup == "pair":
-        rate = per_dest(pi, flat, num_ranks)                              # [src, layers, dst]
+        rate = per_dest(pi, ops.to_rank, num_ranks)                       # [src, layers, dst]
     else:
         log_miss = np.log1p(-np.minimum(pi, 1.0 - 1e-12))
-        rate = -np.expm1(per_dest(log_miss, flat, num_ranks))
+        rate = -np.expm1(per_dest(log_miss, ops.to_rank, num_ranks))
     node, local = src // rpn, src % rpn
     same_node = node[:, None] == node[None, :]                            # [src, dst]
     not_self = ~np.eye(num_ranks, dtype=bool)
@@ -259,9 +254,7 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> T
         nvl_send = (weighted * nvl_mask).sum(axis=2).T
         rdma_send = (weighted * ~same_node[:, None, :]).sum(axis=2).T
     else:
-        node_flat = ((src[:, None, None] * num_layers + layer_of) * num_nodes
-                     + dest_rank // rpn).ravel()
-        node_hit = -np.expm1(per_dest(log_miss, node_flat, num_nodes))    # [src, layers, nodes]
+        node_hit = -np.expm1(per_dest(log_miss, ops.to_node, num_nodes))  # [src, layers, nodes]
         node_hit_r = node_hit[:, :, node]                                 # [src, layers, dst]
         same_local = local[:, None] == local[None, :]
         rdma_mask = (same_local & ~same_node)[:, None, :]

@@ -15,10 +15,11 @@ from epsim.eplb.loads import read_loads
 from epsim.eplb.placement import SELECTIONS, Placement
 from epsim.eplb.registry import ALGORITHMS, compute_placement
 from epsim.eplb.sticky import sticky_placement
+from epsim.eplb.survivors import fill_lost
 
 __all__ = [
     "ALGORITHMS", "ALGORITHM_US_PER_SLOT", "Placement", "REBALANCE_DEFAULTS", "RebalanceCost",
     "SELECTIONS", "TransferPlan", "algorithm_us", "chunk_rank_us", "compute_placement",
-    "deepseek_placement", "plan_transfers", "read_loads", "rebalance_cost", "rebalance_experts",
-    "rebalance_params", "sticky_placement",
+    "deepseek_placement", "fill_lost", "plan_transfers", "read_loads", "rebalance_cost",
+    "rebalance_experts", "rebalance_params", "sticky_placement",
 ]

@@ -98,11 +98,16 @@ class TransferPlan:
         return float(self.changed_slots.sum()) * self.expert_bytes
 
 
-def plan_transfers(old: Placement, new: Placement, expert_bytes: float) -> TransferPlan:
+def plan_transfers(old: Placement, new: Placement, expert_bytes: float,
+                   alive: np.ndarray | None = None) -> TransferPlan:
     """Route every changed slot's weights (module docstring) and tally bytes per link.
 
+    Args:
+        alive: [gpus] bool, GPUs that can send (elastic EP: a failed GPU holds weights no one
+            can read); None = all.
     Raises:
-        PlacementError: placements of different shape or topology, or expert_bytes <= 0.
+        PlacementError: placements of different shape or topology, expert_bytes <= 0, or an
+            expert with no live holder to copy from.
     """
     if not expert_bytes > 0:
         raise PlacementError(f"expert_bytes ({expert_bytes}) must be > 0")
@@ -124,7 +129,8 @@ def plan_transfers(old: Placement, new: Placement, expert_bytes: float) -> Trans
         old_row, new_row = old.physical_to_logical[layer], new.physical_to_logical[layer]
         holders: dict[int, set[int]] = {}
         for slot, expert in enumerate(old_row):
-            holders.setdefault(int(expert), set()).add(int(gpu_of_slot[slot]))
+            if alive is None or alive[gpu_of_slot[slot]]:
+                holders.setdefault(int(expert), set()).add(int(gpu_of_slot[slot]))
         sent = np.zeros(num_gpus)
         for slot in np.nonzero(old_row != new_row)[0]:
             dst, expert = int(gpu_of_slot[slot]), int(new_row[slot])
@@ -206,7 +212,8 @@ def chunk_rank_us(plan: TransferPlan, params: dict[str, float], layers: slice) -
 
 def rebalance_cost(old: Placement, new: Placement, expert_bytes: float, params: dict[str, float],
                    algorithm: str | None = "deepseek", layers_per_chunk: int | None = None,
-                   stop_the_world: bool = True, measured_algorithm_us: float | None = None) -> RebalanceCost:
+                   stop_the_world: bool = True, measured_algorithm_us: float | None = None,
+                   alive: np.ndarray | None = None) -> RebalanceCost:
     """Time, bytes and memory of moving from `old` to `new`.
 
     Args:
@@ -217,6 +224,7 @@ def rebalance_cost(old: Placement, new: Placement, expert_bytes: float, params: 
         layers_per_chunk: `eplb_rebalance_layers_per_chunk`; None = all layers at once.
         stop_the_world: `eplb_stop_the_world`.
         measured_algorithm_us: use this instead of the model (e.g. a timed call).
+        alive: [gpus] bool, GPUs that can send weights (see `plan_transfers`).
     Raises:
         PlacementError: mismatched placements, bad chunk size or non-positive bandwidths.
     """
@@ -229,7 +237,7 @@ def rebalance_cost(old: Placement, new: Placement, expert_bytes: float, params: 
     if not isinstance(layers_per_chunk, (int, np.integer)) or layers_per_chunk <= 0:
         raise PlacementError(f"layers_per_chunk ({layers_per_chunk!r}) must be a positive integer")
     layers_per_chunk = min(int(layers_per_chunk), num_layers)
-    plan = plan_transfers(old, new, expert_bytes)
+    plan = plan_transfers(old, new, expert_bytes, alive)
     chunk_us, slowest = [], []
     for start in range(0, num_layers, layers_per_chunk):
         layers = slice(start, min(start + layers_per_chunk, num_layers))

@@ -205,6 +205,75 @@ class Placement:
         remote = ranks_in_empty_nodes[rows, p2l] / counts[rows, p2l]
         return (own + same_node + remote) / self.num_gpus
 
+    def live_slots(self, alive: np.ndarray | None = None) -> np.ndarray:
+        """[physical] bool, slots on the `alive` GPUs ([gpus] bool; None: every slot)."""
+        if alive is None:
+            return np.ones(self.num_physical, dtype=bool)
+        return np.repeat(np.asarray(alive, dtype=bool), self.slots_per_gpu)
+
+    def live_counts(self, alive: np.ndarray | None = None) -> np.ndarray:
+        """[layers, logical] int64 replicas of each expert on the `alive` GPUs (None: all)."""
+        if alive is None:
+            return self.logical_count
+        key = np.where(self.live_slots(alive)[None, :], self.physical_to_logical, self.num_logical)
+        counts = np.zeros((self.num_layers, self.num_logical + 1), dtype=np.int64)
+        np.add.at(counts, (np.broadcast_to(np.arange(self.num_layers)[:, None], key.shape), key), 1)
+        return counts[:, :self.num_logical]
+
+    def static_dispatch_map(self, alive: np.ndarray | None = None) -> np.ndarray:
+        """SGLang's `static` replica choice as one fixed map: the slot each source GPU sends
+        each logical expert's tokens to.
+
+        A replica on the source's own GPU if any; else the k-th replica in its node (k = the
+        source's index in the node, modulo the node's replicas); else replica
+        `(source + layer + expert) mod replicas`. Replicas count in ascending slot order and
+        only on `alive` GPUs. This is the simulator's and `live/`'s realization of SGLang's
+        seeded fair choice; it is close to, not exactly, fair (sources that hold a replica
+        still take a local index), which `replica_fractions("static")` models by expectation.
+
+        Args:
+            alive: [gpus] bool, GPUs that serve (None: all). Dead sources get a map too (they
+                send nothing).
+        Returns:
+            [gpus, layers, logical] int64 slot ids.
+        Raises:
+            PlacementError: an expert with no replica on a live GPU.
+        """
+        p2l = self.physical_to_logical
+        num_layers, num_physical = p2l.shape
+        num_gpus, num_logical, spr = self.num_gpus, self.num_logical, self.slots_per_gpu
+        key = np.where(self.live_slots(alive)[None, :], p2l, num_logical)  # dead slots sort last
+        order = np.argsort(key, axis=1, kind="stable")                       # [layers, physical]
+        counts = self.live_counts(alive)                                     # [layers, logical]
+        if (counts == 0).any():
+            layer, expert = np.argwhere(counts == 0)[0]
+            raise PlacementError(f"logical expert {expert} of layer {layer} has no replica on a "
+                                 f"live GPU; every expert must keep >= 1")
+        starts = np.cumsum(counts, axis=1) - counts                          # [layers, logical]
+        out = np.broadcast_to(np.take_along_axis(order, starts, axis=1),     # lowest live slot
+                              (num_gpus, num_layers, num_logical)).copy()
+        layer, expert = np.nonzero(counts > 1)                               # [K] replicated
+        if layer.shape[0] == 0:
+            return out
+        num = counts[layer, expert]                                          # [K]
+        kth_replica = np.arange(int(num.max()))[None, :]                     # [1, M]
+        valid = kth_replica < num[:, None]                                   # [K, M]
+        slots = order[layer[:, None], np.minimum(starts[layer, expert][:, None] + kth_replica,
+                                                 num_physical - 1)]          # [K, M] ascending
+        gpu = np.where(valid, slots // spr, -1)
+        node = np.where(valid, gpu // self.gpus_per_node, -1)
+        src = np.arange(num_gpus)
+        on_gpu = gpu[:, :, None] == src[None, None, :]                       # [K, M, gpus]
+        on_node = node[:, :, None] == (src // self.gpus_per_node)[None, None, :]
+        num_on_node = on_node.sum(axis=1)                                    # [K, gpus]
+        kth = (src % self.gpus_per_node)[None, :] % np.maximum(num_on_node, 1)
+        node_pick = (np.cumsum(on_node, axis=1) == (kth + 1)[:, None, :]) & on_node
+        spread = (src[None, :] + layer[:, None] + expert[:, None]) % num[:, None]
+        choice = np.where(on_gpu.any(axis=1), on_gpu.argmax(axis=1),
+                          np.where(num_on_node > 0, node_pick.argmax(axis=1), spread))  # [K, gpus]
+        out[:, layer, expert] = np.take_along_axis(slots, choice, axis=1).T
+        return out
+
     def physical_loads(self, weight: np.ndarray, selection: str = "random") -> np.ndarray:
         """[layers, physical] float64 tokens each slot serves, from logical `weight`
         [layers, logical]."""

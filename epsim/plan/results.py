@@ -87,32 +87,42 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[str], list[str]]:
     return rows, header, keys
 
 
-def load_results(path: str | Path, constraints: list[str] = (), objectives: list[str] = (),
-                 pareto: list[str] = ()):
-    """A `PlanResult` from a results.csv (or the directory holding it), chosen among under
-    `constraints`, `objectives` (default `DEFAULT_OBJECTIVES`) and `pareto` (default
-    `DEFAULT_PARETO`) exactly as `run_plan` chooses.
+def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: list[str] = (),
+           objectives: list[str] = (), pareto: list[str] = ()):
+    """A `PlanResult` of finished rows (as `run_plan` or `read_rows` give them), chosen among
+    under `constraints`, `objectives` (default `DEFAULT_OBJECTIVES`) and `pareto` (default
+    `DEFAULT_PARETO`) exactly as `run_plan` chooses. The rows' flag columns are rewritten.
 
     Raises:
-        SpecError: a bad table (see `read_rows`), or a constraint or objective naming a column
-            the table lacks.
+        SpecError: a constraint or objective naming a column the rows lack, bad syntax.
     """
     from epsim.plan.runner import PlanResult, _check_numeric_keys, _choose
     from epsim.plan.select import infeasible_message
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.csv"
-    rows, columns, keys = read_rows(path)
     known = [c for c in columns if c not in ("point", "point_id", "error", "feasible", "pareto", "best")]
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = [parse_objective(t, known, "--objective") for t in (objectives or DEFAULT_OBJECTIVES)]
     parsed_pareto = [parse_objective(t, known, "--pareto") for t in (pareto or DEFAULT_PARETO)]
     axes = [SweepAxis(key, tuple(dict.fromkeys(row[key] for row in rows))) for key in keys]
     _check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
-    result = PlanResult(rows, columns, axes, parsed_constraints, parsed_objectives, parsed_pareto,
-                        None, [], [], 0, len(rows), 0.0)
+    rows = [dict(row) for row in rows]
+    result = PlanResult(rows, list(columns), axes, parsed_constraints, parsed_objectives,
+                        parsed_pareto, None, [], [], 0, len(rows), 0.0)
     _choose(result)
     if parsed_constraints and result.best is None:
         cols = {c.metric: result.column(c.metric) for c in parsed_constraints}
         result.infeasible = infeasible_message(cols, parsed_constraints, result.describe)
     return result
+
+
+def load_results(path: str | Path, constraints: list[str] = (), objectives: list[str] = (),
+                 pareto: list[str] = ()):
+    """`choose` over the rows of a results.csv (or the directory holding it).
+
+    Raises:
+        SpecError: a bad table (see `read_rows`), or a bad constraint or objective.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.csv"
+    rows, columns, keys = read_rows(path)
+    return choose(rows, columns, keys, constraints, objectives, pareto)

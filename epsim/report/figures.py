@@ -1,4 +1,5 @@
-"""PNG figures of a run: latency CDFs, time per MoE layer by part, load per rank."""
+"""PNG figures of a run: latency CDFs, time per MoE layer by part, load per rank; with EPLB or
+failures, balancedness and step time over time with the rebalances and failures marked."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from epsim.report.summary import request_latencies_ms
+from epsim.report.summary import latency_windows, request_latencies_ms
 from epsim.sim.metrics import SimResult
 
 _PART_COLORS = {"attention_us": "#4c72b0", "dispatch_us": "#dd8452", "experts_us": "#55a868",
@@ -93,11 +94,83 @@ def rank_load(result: SimResult, path: str | Path) -> None:
     _save(fig, path)
 
 
+def _mark_events(ax, result: SimResult) -> None:
+    """Rebalances as dotted lines (spans where they stall), failures red, recoveries green."""
+    for event in result.rebalances:
+        ax.axvline(event["at_s"], color="tab:purple", ls=":", lw=0.8)
+        if event["stall_us"] > 0:
+            ax.axvspan(event["at_s"], event["at_s"] + event["stall_us"] * 1e-6, color="tab:purple", alpha=0.15)
+    for event in result.elastic_events:
+        color = "tab:red" if event["kind"] == "failure" else "tab:green"
+        ax.axvline(event["at_s"], color=color, lw=1.2)
+        if event["stall_us"] > 0:
+            ax.axvspan(event["at_s"], event["at_s"] + event["stall_us"] * 1e-6, color=color, alpha=0.15)
+
+
+def eplb_timeline(result: SimResult, path: str | Path) -> None:
+    """Per-step balancedness and step time over simulated time; rebalances (purple, stalls
+    shaded), failures (red) and recoveries (green) marked."""
+    plt = _pyplot()
+    steps = result.steps
+    t_s = steps["start_us"] * 1e-6
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+    top.plot(t_s, steps["balancedness"], lw=0.8, color="#4c72b0")
+    for event in result.rebalances:
+        top.plot([event["at_s"]], [event["balancedness_after"]], "v", color="tab:purple", ms=5)
+    top.set_ylabel("balancedness (mean/max)")
+    top.set_ylim(0, 1.02)
+    bottom.plot(t_s, steps["step_us"] * 1e-3, lw=0.8, color="#55a868")
+    bottom.set_ylabel("step time (ms)")
+    bottom.set_xlabel("simulated time (s)")
+    for ax in (top, bottom):
+        _mark_events(ax, result)
+        ax.grid(alpha=0.3)
+    num = len(result.rebalances)
+    top.set_title(f"per step; {num} rebalance(s) dotted, window balancedness after each as triangles",
+                  fontsize=9)
+    fig.suptitle(f"{result.scenario.name}: balance and step time over time")
+    _save(fig, path)
+
+
+def failure_latency(result: SimResult, path: str | Path, window_s: float | None = None,
+                    baseline: SimResult | None = None) -> None:
+    """TTFT (by arrival), TPOT (by finish) and step time over time across failures, in windows
+    of `window_s` (default: 1/40 of the run); `baseline` (the same run without failures) dashed."""
+    plt = _pyplot()
+    window_s = window_s or result.duration_s / 40
+    w = latency_windows(result, window_s)
+    base = latency_windows(baseline, window_s) if baseline is not None else None
+    fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
+    for ax, key, label in zip(axes, ("ttft_ms", "tpot_ms", "step_ms"),
+                              ("TTFT (ms), by arrival", "TPOT (ms), by finish", "step time (ms)")):
+        ax.plot(w["t_s"], w[key], marker=".", lw=1.0, label="with the failure(s)")
+        if base is not None:
+            ax.plot(base["t_s"], base[key], ls="--", color="0.5", lw=1.0, label="without")
+        ax.set_ylabel(label, fontsize=9)
+        _mark_events(ax, result)
+        ax.grid(alpha=0.3)
+    if base is not None:
+        axes[0].legend(fontsize=8)
+    axes[-1].set_xlabel(f"simulated time (s), {window_s:g}-s windows")
+    lost = int(result.lost.sum()) if result.lost is not None else 0
+    fig.suptitle(f"{result.scenario.name}: latency across failures (red) and recoveries (green); "
+                 f"{lost} requests lost")
+    _save(fig, path)
+
+
 def write_figures(result: SimResult, out_dir: str | Path) -> list[Path]:
-    """Write `latency_cdf.png`, `time_breakdown.png`, `rank_load.png`; returns the paths."""
+    """Write `latency_cdf.png`, `time_breakdown.png`, `rank_load.png`, and with EPLB or failures
+    `eplb_timeline.png`, with failures `failure_latency.png`; returns the paths."""
     out_dir = Path(out_dir)
     paths = [out_dir / "latency_cdf.png", out_dir / "time_breakdown.png", out_dir / "rank_load.png"]
     latency_cdf(result, paths[0])
     time_breakdown(result, paths[1])
     rank_load(result, paths[2])
+    d = result.scenario.deployment
+    if d.enable_eplb or d.failures:
+        paths.append(out_dir / "eplb_timeline.png")
+        eplb_timeline(result, paths[-1])
+    if d.failures:
+        paths.append(out_dir / "failure_latency.png")
+        failure_latency(result, paths[-1])
     return paths

@@ -42,6 +42,41 @@ def request_latencies_ms(result: SimResult) -> dict[str, np.ndarray]:
     return {"ttft_ms": (first - arrival) * 1e3, "tpot_ms": tpot * 1e3, "e2e_ms": (finish - arrival) * 1e3}
 
 
+def latency_windows(result: SimResult, window_s: float) -> dict[str, np.ndarray]:
+    """Latency over simulated time, per window of `window_s` (NaN where a window has none).
+
+    Returns:
+        `t_s` (window centres), `step_ms` (mean step time of steps starting in the window),
+        `ttft_ms` (mean TTFT of requests arriving in it), `tpot_ms` (mean TPOT of requests
+        finishing in it), `balancedness` (mean per-step balancedness), `[windows]` each.
+        All requests count (warm-up and those running at t=0 too), to show the whole run.
+    """
+    if not window_s > 0:
+        raise ValueError(f"window_s ({window_s}) must be > 0")
+    num = max(1, int(np.ceil(result.duration_s / window_s - 1e-9)))
+    edges = np.arange(num + 1) * window_s
+
+    def mean_by(times: np.ndarray, values: np.ndarray) -> np.ndarray:
+        ok = np.isfinite(times) & np.isfinite(values)
+        which = np.clip((times[ok] / window_s).astype(np.int64), 0, num - 1)
+        sums = np.bincount(which, values[ok], minlength=num)
+        counts = np.bincount(which, minlength=num)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+    steps = result.steps
+    start_s = steps["start_us"] * 1e-6
+    out_len = result.output_len.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot_ms = np.where(out_len > 1, (result.finish_s - result.first_token_s) / (out_len - 1), np.nan) * 1e3
+    arrived = np.where(result.is_initial, np.nan, result.arrival_s)        # t=0 requests have no TTFT
+    return {"t_s": (edges[:-1] + edges[1:]) / 2,
+            "step_ms": mean_by(start_s, steps["step_us"] * 1e-3),
+            "ttft_ms": mean_by(arrived, (result.first_token_s - result.arrival_s) * 1e3),
+            "tpot_ms": mean_by(result.finish_s, tpot_ms),
+            "balancedness": mean_by(start_s, steps["balancedness"])}
+
+
 def summarize(result: SimResult) -> dict:
     """The run's summary (everything in it is a function of scenario, profile and seed,
     except `wall_seconds`)."""
@@ -64,6 +99,7 @@ def summarize(result: SimResult) -> dict:
                  for name in parts}
     layer = {name: [float(v) for v in values] for name, values in result.layer_mean_us.items()}
     rank_load = result.rank_pairs_mean
+    lost = result.lost if result.lost is not None else np.zeros_like(result.is_initial)
     return {
         "scenario": result.scenario.model_dump(mode="json"),
         "profile": result.profile_info,
@@ -75,7 +111,7 @@ def summarize(result: SimResult) -> dict:
         "num_steps": int(steps["step_us"].shape[0]),
         "num_measured_steps": int(measured.sum()),
         "num_requests": {"arrived": int((~result.is_initial).sum()), "measured": num_measured,
-                         "finished": int(finished.sum())},
+                         "finished": int(finished.sum()), "lost": int(lost.sum())},
         "throughput_tokens_per_s_per_gpu": processed / per_gpu_s,
         "input_tokens_per_s_per_gpu": prefill / per_gpu_s,
         "output_tokens_per_s_per_gpu": output / per_gpu_s,
@@ -89,11 +125,42 @@ def summarize(result: SimResult) -> dict:
         "stall_us_total": stall_us,
         "time_breakdown_frac": breakdown,
         "imbalance_max_over_mean": float(steps["imbalance"][measured].mean()) if measured.any() else 1.0,
+        "balancedness": float(steps["balancedness"][measured].mean()) if measured.any() else 1.0,
         "rank_load_max_over_mean": float(rank_load.max() / rank_load.mean()) if rank_load.mean() > 0 else 1.0,
         "rank_load_pairs_mean": [float(v) for v in rank_load],
         **{name: layer[name] for name in ("attention_us", "dispatch_us", "experts_us", "combine_us",
                                            "layer_us")},
+        **_eplb_and_elastic(result),
     }
+
+
+def _eplb_and_elastic(result: SimResult) -> dict:
+    """`eplb` (rebalances: totals and every event) and `elastic` (failures) sections, present
+    when the scenario enables them."""
+    d = result.scenario.deployment
+    out = {}
+    if d.enable_eplb:
+        events = result.rebalances
+        out["eplb"] = {
+            "num_rebalances": len(events),
+            "stall_us_total": float(sum(e["stall_us"] for e in events)),
+            "spread_us_total": float(sum(e["spread_us"] for e in events)),
+            "moved_bytes_total": float(sum(e["moved_bytes"] for e in events)),
+            "balancedness_before_mean": (float(np.mean([e["balancedness_before"] for e in events]))
+                                         if events else None),
+            "balancedness_after_mean": (float(np.mean([e["balancedness_after"] for e in events]))
+                                        if events else None),
+            "rebalances": events,
+        }
+    if d.failures:
+        events = result.elastic_events
+        out["elastic"] = {
+            "recovery": d.elastic_recovery,
+            "lost_requests": int(sum(e["lost_requests"] for e in events)),
+            "stall_us_total": float(sum(e["stall_us"] for e in events)),
+            "events": events,
+        }
+    return out
 
 
 def write_summary(summary: dict, path: str | Path) -> None:
@@ -147,6 +214,18 @@ def format_table(summary: dict) -> str:
         "step time share      " + "  ".join(f"{k} {v * 100:.1f}%" for k, v in
                                             s["time_breakdown_frac"].items() if v > 0.0005),
         f"imbalance            max/mean pairs per rank {s['imbalance_max_over_mean']:.3f} "
-        f"(per step), {s['rank_load_max_over_mean']:.3f} (mean load)",
+        f"(per step), {s['rank_load_max_over_mean']:.3f} (mean load); balancedness "
+        f"{s['balancedness']:.3f}",
     ]
+    if "eplb" in s:
+        e = s["eplb"]
+        before, after = e["balancedness_before_mean"], e["balancedness_after_mean"]
+        lines.append(f"EPLB                 {e['num_rebalances']} rebalances, stall {e['stall_us_total'] * 1e-6:.3f} s"
+                     f", spread {e['spread_us_total'] * 1e-6:.3f} s, moved {e['moved_bytes_total'] / 1e9:.1f} GB"
+                     + (f"; window balancedness {before:.3f} -> {after:.3f}" if before is not None else ""))
+    if "elastic" in s:
+        e = s["elastic"]
+        fails = [ev for ev in e["events"] if ev["kind"] == "failure"]
+        lines.append(f"elastic EP           {len(fails)} failure(s), {e['recovery']} recovery, "
+                     f"{e['lost_requests']} requests lost, stall {e['stall_us_total'] * 1e-6:.3f} s")
     return "\n".join(lines)

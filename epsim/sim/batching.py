@@ -7,6 +7,10 @@ oldest requests first) or decodes one token for every running request; with
 `enable_mixed_chunk` it does both in one batch, the chunk budget shrinking by the decode count
 (SGLang's rules). Disaggregated instances: `prefill` finishes a request when its prompt is
 prefilled (first token); `decode` admits requests whose prompt is already in the KV cache.
+
+Elastic EP: `drop_rank` loses a failed rank's running and queued requests (its scheduler process
+is gone), and `route_to` sends later arrivals round-robin over the live ranks only (SGLang's
+data-parallel controller skips dead workers).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class Scheduler:
         num = self.arrival_s.shape[0]
         self.first_token_s = np.full(num, np.nan)
         self.finish_s = np.full(num, np.nan)
+        self.lost = np.zeros(num, dtype=bool)                 # on a rank that failed
         self.is_initial = np.zeros(num, dtype=bool)
         self.is_initial[self.num_arrivals:] = True
         shape = (num_ranks, max_running)
@@ -79,6 +84,9 @@ class Scheduler:
         self.admitted = np.zeros(num_ranks, dtype=np.int64)
         self.occupied = np.zeros(num_ranks, dtype=np.int64)
         self._rank_offset = num_ranks - 1 - np.arange(num_ranks)
+        # routing epochs: arrivals from index `start` on go round-robin over `ranks`
+        # (request j to ranks[j % len(ranks)]); one epoch over every rank is the fast path
+        self._epochs: list[tuple[int, np.ndarray]] = [(0, np.arange(num_ranks))]
         # free slots as flat indices (rank * max_running + slot): few once batches are full, so
         # admission never scans the whole slot array
         self._free = np.arange(num_ranks * max_running, dtype=np.int64)
@@ -86,6 +94,7 @@ class Scheduler:
             raise ValueError(f"requests ({num}) must be fewer than 2**31 per run (int32 slot ids)")
         self.input_tokens_done = 0.0
         self.output_tokens_done = 0.0
+        self._dropped = False            # a rank was dropped while a planned step ran
         if len(init):
             self._place_initial(init, initial_progress)
 
@@ -107,7 +116,40 @@ class Scheduler:
     def arrived(self, now_s: float) -> np.ndarray:
         """[ranks] requests that have arrived at each rank by `now_s` (round-robin)."""
         n = int(np.searchsorted(self._arrivals, now_s, side="right"))
-        return (n + self._rank_offset) // self.num_ranks
+        if len(self._epochs) == 1:
+            return (n + self._rank_offset) // self.num_ranks
+        counts = np.zeros(self.num_ranks, dtype=np.int64)
+        for (start, ranks), end in zip(self._epochs, self._epoch_ends()):
+            end = min(end, n)
+            if end > start:
+                pos = np.arange(ranks.shape[0])
+                counts[ranks] += _num_mod(end, pos, ranks.shape[0]) - _num_mod(start, pos, ranks.shape[0])
+        return counts
+
+    def _epoch_ends(self) -> list[int]:
+        return [start for start, _ in self._epochs[1:]] + [self.num_arrivals]
+
+    def _request_ids(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Ids of the `index`-th request (0-based, arrival order) routed to rank `rows`."""
+        if len(self._epochs) == 1:
+            return rows + self.num_ranks * index
+        out = np.full(rows.shape[0], -1, dtype=np.int64)
+        before = np.zeros(rows.shape[0], dtype=np.int64)     # the rank's requests in earlier epochs
+        for (start, ranks), end in zip(self._epochs, self._epoch_ends()):
+            width = ranks.shape[0]
+            pos_of = np.full(self.num_ranks, -1, dtype=np.int64)
+            pos_of[ranks] = np.arange(width)
+            pos = pos_of[rows]
+            member = pos >= 0
+            pos = np.maximum(pos, 0)
+            count = np.where(member, _num_mod(end, pos, width) - _num_mod(start, pos, width), 0)
+            k = index - before
+            hit = member & (k >= 0) & (k < count)
+            first = start + (pos - start) % width                 # first j >= start on this rank
+            out[hit] = (first + width * k)[hit]
+            before += count
+        assert (out >= 0).all(), "request index beyond the routed arrivals"
+        return out
 
     def num_waiting(self, now_s: float) -> int:
         return int((self.arrived(now_s) - self.admitted).sum())
@@ -116,6 +158,41 @@ class Scheduler:
         """The first arrival after `now_s` (inf when none is left)."""
         n = int(np.searchsorted(self._arrivals, now_s, side="right"))
         return float(self._arrivals[n]) if n < self.num_arrivals else np.inf
+
+    # -- elastic EP ----------------------------------------------------------------------------
+    def route_to(self, alive: np.ndarray, now_s: float) -> None:
+        """Route arrivals after `now_s` round-robin over the ranks where `alive` ([ranks] bool)."""
+        ranks = np.flatnonzero(alive)
+        if ranks.shape[0] == 0:
+            raise ValueError("alive (no rank) must keep at least one rank to route requests to")
+        n = int(np.searchsorted(self._arrivals, now_s, side="right"))
+        if self._epochs[-1][0] == n:
+            self._epochs[-1] = (n, ranks)
+        else:
+            self._epochs.append((n, ranks))
+
+    def drop_rank(self, rank: int, now_s: float) -> np.ndarray:
+        """A failed rank loses its requests, running and queued; its slots become free.
+
+        Returns:
+            [lost] int64 request ids (marked in `lost`; they never finish).
+        """
+        arrived = self.arrived(now_s)
+        queued = np.arange(self.admitted[rank], arrived[rank])
+        waiting = self._request_ids(np.full(queued.shape[0], rank), queued)
+        self.admitted[rank] = arrived[rank]
+        row = self.slot_req[rank]
+        used = np.flatnonzero(row >= 0)
+        lost = np.concatenate([row[used].astype(np.int64), waiting])
+        self.lost[lost] = True
+        self.slot_req[rank] = _NO_REQUEST
+        self.prefill_left[rank] = 0
+        self.context[rank] = 0
+        self.out_left[rank] = _EMPTY_LEFT
+        self.occupied[rank] = 0
+        self._free = np.concatenate([self._free, rank * self.max_running + used])
+        self._dropped = True
+        return lost
 
     # -- one step ------------------------------------------------------------------------------
     def _admit(self, now_s: float, alive: np.ndarray | None) -> tuple[np.ndarray | None, int]:
@@ -137,7 +214,7 @@ class Scheduler:
         pick = within < admit[rows]
         slots, rows = free[pick], rows[pick]
         self._free = free[~pick]
-        ids = rows + self.num_ranks * (self.admitted[rows] + within[pick])
+        ids = self._request_ids(rows, self.admitted[rows] + within[pick])
         self.slot_req.reshape(-1)[slots] = ids
         self.out_left.reshape(-1)[slots] = self.output_len[ids]
         if self.mode == "decode":
@@ -154,6 +231,7 @@ class Scheduler:
         Args:
             alive: [ranks] bool; a dead rank admits nothing and runs nothing (None: all alive).
         """
+        self._dropped = False
         fresh, num_waiting = self._admit(now_s, alive)
         occupied = self.slot_req >= 0
         if alive is not None:
@@ -204,6 +282,8 @@ class Scheduler:
 
     def commit(self, plan: Plan, now_s: float) -> None:
         """Apply a finished step at `now_s`: tokens produced, first tokens, completions."""
+        if self._dropped:                 # a rank failed mid-step: its part of the step is lost
+            plan = self._without_freed(plan)
         decoding = plan.decoding
         self.context += decoding
         self.out_left -= decoding
@@ -227,3 +307,20 @@ class Scheduler:
             self.out_left.reshape(-1)[done] = _EMPTY_LEFT
             self.occupied -= np.bincount(done // self.max_running, minlength=self.num_ranks)
             self._free = np.concatenate([self._free, done])
+
+    def _without_freed(self, plan: Plan) -> Plan:
+        """`plan` restricted to slots that still hold a request (`drop_rank` freed the rest)."""
+        live = self.slot_req >= 0
+        fresh = plan.fresh_ids
+        if fresh is not None:
+            fresh = fresh[~self.lost[fresh]]
+        alloc = finishing = None
+        if plan.prefill_alloc is not None:
+            alloc = np.where(live, plan.prefill_alloc, 0)
+            finishing = plan.finishing_prefill & live
+        return Plan(plan.batch, plan.decoding & live, alloc, finishing, fresh, plan.num_waiting)
+
+
+def _num_mod(end, pos: np.ndarray, width: int) -> np.ndarray:
+    """How many j in [0, end) have j % width == pos (elementwise over `pos`)."""
+    return np.maximum(0, (end - pos + width - 1) // width)

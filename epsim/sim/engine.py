@@ -5,12 +5,15 @@ loads at the current simulated time (`SkewModel.loads`) -> traffic over the curr
 and the `CostModel` -> `yield env.timeout(step_us)` -> apply the step (`Scheduler.commit`).
 No SimPy event per request or token.
 
-Extension points (for EPLB and elastic EP, issue #3), kept small:
-  `sim.placement`        PlacementState the step reads; `update()` / `set_alive()` between steps.
-  `sim.add_process(f)`   `f(sim)` returns a generator, run as a SimPy process from t=0.
-  `sim.add_observer(f)`  `f(StepInfo)` after each step (expert loads for a statistics window).
-  `sim.stall(us, label)` stop-the-world: the next step starts `us` later.
-  `sim.charge(us)`        adds `us` to the next step's time (e.g. one chunk of weight moves).
+Extension points, kept small:
+  `sim.placement`          PlacementState the step reads; `update()` / `set_alive()` between steps.
+  `sim.add_process(f)`     `f(sim)` returns a generator, run as a SimPy process from t=0.
+  `sim.add_observer(f)`    `f(StepInfo)` after each step (expert loads for a statistics window).
+  `sim.stall(us, label)`   stop-the-world: the next step starts `us` later.
+  `sim.charge(us, label)`  adds `us` to the next step's time (e.g. one chunk of weight moves).
+
+The scenario's own processes use them: with `deployment.enable_eplb` an `EPLBManager`
+(`epsim.sim.eplb_process`), with `deployment.failures` an `ElasticEP` (`epsim.sim.elastic`).
 """
 
 from __future__ import annotations
@@ -60,10 +63,15 @@ class Simulation:
         profile: calibration profile (default: `load_profile()`, the shipped one).
         seed: overrides `scenario.seed`.
         progress: show a tqdm bar over simulated seconds.
+        scenario_processes: run the scenario's EPLB manager and failures (False: only what
+            `add_process` / `add_observer` add, e.g. to hold a hand-made placement fixed).
+    Attributes:
+        eplb: the `EPLBManager` (None without `enable_eplb` or scenario processes).
+        elastic: the `ElasticEP` failure process (None without `failures`).
     """
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
-                 progress: bool = False):
+                 progress: bool = False, scenario_processes: bool = True):
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.progress = progress
@@ -95,6 +103,13 @@ class Simulation:
         self._stall_us = 0.0
         self._stall_labels: list[str] = []
         self._charge_us = 0.0
+        self.eplb = self.elastic = None
+        if scenario_processes and d.enable_eplb:
+            from epsim.sim.eplb_process import EPLBManager
+            self.eplb = EPLBManager(self)
+        if scenario_processes and d.failures:
+            from epsim.sim.elastic import ElasticEP
+            self.elastic = ElasticEP(self)
 
     def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
         """Requests decoding at t=0 (`workload.initial_running_per_rank`), part-way done so that
@@ -126,11 +141,12 @@ class Simulation:
         self._stall_us += us
         self._stall_labels.append(label)
 
-    def charge(self, us: float) -> None:
+    def charge(self, us: float, label: str = "") -> None:
         """Add `us` to the next step's time (shows as `extra_us` in the time series)."""
         if us < 0:
             raise ValueError(f"charge us ({us}) must be >= 0")
         self._charge_us += us
+        self.metrics.record_charge(us, label)
 
     # -- the loop ------------------------------------------------------------------------------------
     def _step_loop(self) -> Generator:
@@ -153,6 +169,7 @@ class Simulation:
             loads = self.skew.loads(int(round(num_tokens)), self.routing_rng, t_s=now_s,
                                     step=self.step_index)
             cost = cost_model.step(plan.batch, loads, placement.tables)
+            version, num_alive = placement.version, placement.num_alive   # as the step saw them
             extra, self._charge_us = self._charge_us, 0.0
             start = env.now
             yield env.timeout(cost.step_us + extra)
@@ -163,10 +180,9 @@ class Simulation:
                 start, cost.step_us + extra, extra, cost,
                 output_tokens=float(batch.sampled_tokens.sum()),
                 num_running=int(sched.occupied.sum()), num_waiting=plan.num_waiting,
-                placement_version=placement.version, prefill_tokens=prefill_tokens,
-                decode_tokens=num_tokens - prefill_tokens)
-            info = StepInfo(self.step_index, start, env.now, loads, batch.tokens, cost,
-                            placement.version)
+                placement_version=version, prefill_tokens=prefill_tokens,
+                decode_tokens=num_tokens - prefill_tokens, num_alive=num_alive)
+            info = StepInfo(self.step_index, start, env.now, loads, batch.tokens, cost, version)
             self.last_step = info
             for observer in self._observers:
                 observer(info)
@@ -183,11 +199,11 @@ class Simulation:
         d = self.scenario.deployment
         unhandled = [text for text, on in (
             ("deployment.enable_eplb is set but no EPLB process runs: the placement stays static",
-             d.enable_eplb),
+             d.enable_eplb and self.eplb is None),
             ("deployment.failures is set but no failure process runs: every rank stays alive",
-             bool(d.failures))) if on]
-        if unhandled and not self._processes:
-            # EPLB and elastic EP run as processes registered with add_process (issue #3)
+             bool(d.failures) and self.elastic is None)) if on]
+        if unhandled and not self._processes and not self._observers:
+            # scenario_processes=False and nothing added in their place
             warnings.warn("; ".join(unhandled), stacklevel=2)
         wall_start = time.perf_counter()
         self.env.process(self._step_loop())
@@ -218,7 +234,9 @@ class Simulation:
             rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
             arrival_s=sched.arrival_s, first_token_s=sched.first_token_s, finish_s=sched.finish_s,
             input_len=sched.input_len, output_len=sched.output_len, is_initial=sched.is_initial,
-            stalls=list(metrics.stalls),
+            stalls=list(metrics.stalls), lost=sched.lost, charged_us=dict(metrics.charged_us),
+            rebalances=[e.as_dict() for e in self.eplb.events] if self.eplb is not None else [],
+            elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],
             profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
                           "records_sha256": prof.provenance.records_sha256,
                           "applies": self.cost_model.profile_applies,

@@ -17,21 +17,28 @@ STEP_COLUMNS = (
     "start_us", "step_us", "is_prefill", "num_tokens", "prefill_tokens", "decode_tokens",
     "output_tokens", "num_running", "num_waiting", "attention_us", "dispatch_us", "experts_us",
     "combine_us", "shared_experts_us", "dense_us", "overhead_us", "extra_us", "imbalance",
-    "placement_version",
+    "balancedness", "num_alive", "placement_version",
 )
 
 
-def imbalance(pairs: np.ndarray) -> float:
-    """Mean over layers of max/mean token-expert pairs per rank (1.0 = balanced).
+def balance(pairs: np.ndarray, num_live: int | None = None) -> tuple[float, float]:
+    """(imbalance, balancedness) of one step over its live ranks.
 
-    Every layer routes the same number of pairs, so the mean over layers of max/mean is
-    the mean of the per-layer maxima over the per-layer mean.
+    imbalance = mean over layers of max/mean pairs per rank; balancedness = mean over layers
+    of mean/max (EPLB's measure, 1.0 = balanced). Both from the per-layer maxima: every layer
+    routes the same number of pairs.
 
     Args:
         pairs: [layers, ranks] pairs each rank computes.
+        num_live: ranks the mean is over; default all.
     """
-    total = float(pairs[0].sum()) if pairs.size else 0.0     # = num_ranks * mean
-    return float(pairs.max(axis=1).sum()) * pairs.shape[1] / (total * pairs.shape[0]) if total > 0 else 1.0
+    total = float(pairs[0].sum()) if pairs.size else 0.0     # = num_live * mean
+    if total <= 0:
+        return 1.0, 1.0
+    num_live = pairs.shape[1] if num_live is None else num_live
+    peak = pairs.max(axis=1)                                   # [layers]
+    mean = total / num_live
+    return float(peak.sum()) / (mean * peak.shape[0]), float((mean / peak).mean())
 
 
 class MetricsRecorder:
@@ -45,6 +52,7 @@ class MetricsRecorder:
         self.rank_pairs_sum = np.zeros(num_ranks)
         self.num_measured_steps = 0
         self.stalls: list[tuple[float, float, str]] = []
+        self.charged_us: dict[str, float] = {}                   # extra step time by label
 
     @property
     def layer_sums(self) -> dict[str, np.ndarray]:
@@ -53,14 +61,16 @@ class MetricsRecorder:
 
     def record(self, start_us: float, step_us: float, extra_us: float, cost: StepCost,
                output_tokens: float, num_running: int, num_waiting: int,
-               placement_version: int, prefill_tokens: float, decode_tokens: float) -> None:
+               placement_version: int, prefill_tokens: float, decode_tokens: float,
+               num_alive: int | None = None) -> None:
         pairs = cost.traffic.pairs
         parts = cost.parts                                         # [6, layers] in PARTS order
         totals = parts.sum(axis=1).tolist()
+        num_alive = pairs.shape[1] if num_alive is None else num_alive
         self.rows.append((
             start_us, step_us, cost.phase == "prefill", prefill_tokens + decode_tokens, prefill_tokens,
             decode_tokens, output_tokens, num_running, num_waiting, *totals[:5], cost.dense_us,
-            cost.overhead_us, extra_us, imbalance(pairs), placement_version))
+            cost.overhead_us, extra_us, *balance(pairs, num_alive), num_alive, placement_version))
         if start_us >= self.warmup_us:
             self.part_sums += parts
             self.rank_pairs_sum += pairs.sum(axis=0) / cost.traffic.fraction   # whole batch
@@ -68,6 +78,9 @@ class MetricsRecorder:
 
     def record_stall(self, start_us: float, stall_us: float, label: str) -> None:
         self.stalls.append((start_us, stall_us, label))
+
+    def record_charge(self, us: float, label: str) -> None:
+        self.charged_us[label] = self.charged_us.get(label, 0.0) + us
 
     def rank_pairs_mean(self) -> np.ndarray:
         """[ranks] mean pairs per rank per layer per measured step."""
@@ -90,7 +103,12 @@ class SimResult:
         steps: `STEP_COLUMNS` -> [steps] arrays.
         layer_mean_us: per-layer means over measured steps, `[moe_layers]` each.
         rank_pairs_mean: [ranks] mean token-expert pairs per rank per layer per measured step.
-        arrival_s, first_token_s, finish_s, input_len, output_len, is_initial: [requests].
+        arrival_s, first_token_s, finish_s, input_len, output_len, is_initial, lost: [requests]
+            (`lost`: on a rank that failed; never finishes).
+        stalls: (start_us, stall_us, label) of every stop-the-world pause.
+        charged_us: extra step time added by `Simulation.charge`, by label (µs, whole run).
+        rebalances: one dict per EPLB rebalance (`epsim.sim.eplb_process.RebalanceEvent.as_dict`).
+        elastic_events: one dict per rank failure or recovery (`epsim.sim.elastic`).
     """
 
     scenario: object
@@ -112,3 +130,7 @@ class SimResult:
     profile_info: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     last_step: object = None     # StepInfo of the last completed step (for a timeline)
+    lost: np.ndarray | None = None
+    charged_us: dict = field(default_factory=dict)
+    rebalances: list = field(default_factory=list)
+    elastic_events: list = field(default_factory=list)

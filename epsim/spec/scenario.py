@@ -70,6 +70,8 @@ class Scenario(BaseModel):
         if d.ep_num_redundant_experts and not d.enable_eplb:
             raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
                              f"needs deployment.enable_eplb: true")
+        if d.failures:
+            _check_failures(d, num_slots // d.ep_size, m.num_experts)
         skew = w.skew
         if isinstance(skew, HotSetSkew):
             if skew.num_hot >= m.num_experts:
@@ -96,6 +98,34 @@ class Scenario(BaseModel):
     def dp_size(self) -> int:
         """Attention data-parallel ranks: one per EP rank with DP attention, else one."""
         return self.deployment.ep_size if self.deployment.enable_dp_attention else 1
+
+
+def _check_failures(d: DeploymentSpec, slots_per_rank: int, num_experts: int) -> None:
+    """What elastic EP needs of `deployment.failures` (see `epsim.sim.elastic`)."""
+    if not d.enable_dp_attention:
+        raise ValueError("deployment.failures needs deployment.enable_dp_attention: true (elastic EP "
+                         "masks a DP-attention rank; a TP attention group cannot lose one)")
+    outages = []
+    for i, f in enumerate(d.failures):
+        end = f.at_s + f.recover_after_s if f.recover_after_s is not None else float("inf")
+        for j, (rank, start, stop) in enumerate(outages):
+            if rank == f.rank and f.at_s < stop and start < end:
+                raise ValueError(f"deployment.failures.{i} (rank {f.rank} at {f.at_s:g} s) must not "
+                                 f"overlap failures.{j} (rank {rank} down from {start:g} s)")
+        outages.append((f.rank, f.at_s, end))
+        if d.elastic_recovery == "reload" and f.recover_after_s is None:
+            raise ValueError(f"deployment.failures.{i}.recover_after_s (None) must be set with "
+                             f"elastic_recovery: reload (the instance waits for the rank to come back)")
+    if d.elastic_recovery != "replicas":
+        return
+    # the most ranks down at once: count outages covering each failure's start
+    most_down = max(sum(start <= at < stop for _, start, stop in outages) for _, at, _ in outages)
+    survivors = d.ep_size - most_down
+    if survivors * slots_per_rank < num_experts:
+        raise ValueError(
+            f"deployment.elastic_recovery (replicas) needs the surviving ranks to hold every expert: "
+            f"{survivors} ranks x {slots_per_rank} slots ({survivors * slots_per_rank}) must be >= "
+            f"num_experts ({num_experts}); add ep_num_redundant_experts or use elastic_recovery: reload")
 
 
 def _set_dotted(data: dict, dotted: str, value: Any, where: str) -> None:
@@ -151,11 +181,23 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
         SpecError: unreadable file, bad YAML, or any invalid field (one line).
     """
     path = Path(path)
-    where = str(path)
     try:
         text = path.read_text()
     except OSError as exc:
-        raise SpecError(f"{where}: cannot read scenario file ({exc.strerror})") from None
+        raise SpecError(f"{path}: cannot read scenario file ({exc.strerror})") from None
+    return scenario_from_text(text, str(path), path.parent, overrides)
+
+
+def scenario_from_text(text: str, where: str = "scenario", base_dir: str | Path = ".",
+                       overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Parse and validate scenario YAML text (an upload, an editor's contents).
+
+    Args:
+        where: the name messages give the text (a file name).
+        base_dir: what relative paths in it (traces, hf_config) resolve against.
+    Raises:
+        SpecError: bad YAML (with line and column) or any invalid field (one line).
+    """
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -164,4 +206,4 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
         raise SpecError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
-    return scenario_from_dict(data, where=where, base_dir=path.parent, overrides=overrides)
+    return scenario_from_dict(data, where=where, base_dir=base_dir, overrides=overrides)

@@ -62,7 +62,6 @@ def test_same_seed_same_summary_except_wall_seconds(tmp_path, capsys):
     assert summaries[0]["ttft_ms"] != summaries[2]["ttft_ms"]
 
 
-@pytest.mark.filterwarnings("ignore:deployment.(enable_eplb|failures) is set")  # no EPLB process yet
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_every_shipped_scenario_runs_at_a_small_size(path, capsys):
     assert main(["simulate", str(path), "--set", "workload.duration_s=1.0", "--set",

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
+from epsim.eplb import fill_lost
 from epsim.sim import Simulation, simulate
 from epsim.spec import scenario_from_dict
 
@@ -116,19 +117,25 @@ def test_placement_update_changes_traffic():
 
 
 def test_a_failed_rank_gets_no_tokens():
-    sim = Simulation(tiny_scenario())
+    # 16 experts + 8 redundant on 4 ranks: the 3 survivors' 18 slots can hold every expert
+    sc = tiny_scenario(deployment={"enable_eplb": True, "ep_num_redundant_experts": 8})
+    sim = Simulation(sc, scenario_processes=False)
     tokens = []
-    sim.add_observer(lambda info: tokens.append((info.start_us, info.tokens_per_rank.copy())))
+    sim.add_observer(lambda info: tokens.append((info.start_us, info.tokens_per_rank.copy(),
+                                                 info.cost.traffic.pairs[:, 2].sum())))
 
     def failure(s):
         yield s.env.timeout(0.2e6)
-        s.placement.set_alive(2, False)
+        p2l = s.placement.physical_to_logical.copy()
+        live = np.r_[0:12, 18:24]                                # rank 2 holds slots 12..17
+        p2l[:, live] = fill_lost(p2l[:, live], 16)[0]
+        s.placement.set_alive(2, False, placement=p2l)
 
     sim.add_process(failure)
     sim.run()
-    after = [t for start, t in tokens if start > 0.2e6]
-    assert after and all(t[2] == 0 for t in after)
-    assert any(t[2] > 0 for start, t in tokens if start < 0.2e6)
+    after = [(t, pairs) for start, t, pairs in tokens if start > 0.2e6]
+    assert after and all(t[2] == 0 and pairs == 0 for t, pairs in after)
+    assert any(t[2] > 0 for start, t, _ in tokens if start < 0.2e6)
 
 
 def test_progress_bar_reaches_the_end(capsys):
@@ -143,7 +150,6 @@ def test_import_epsim_loads_no_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.filterwarnings("ignore:deployment.enable_eplb is set but no EPLB process runs")
 @pytest.mark.parametrize("backend, deployment", [
     ("none", {"enable_dp_attention": False}),
     ("deepep", {"deepep_mode": "auto", "enable_two_batch_overlap": True}),
@@ -172,19 +178,22 @@ def test_deployment_variants_run_and_conserve_tokens(backend, deployment):
 
 
 def test_eplb_or_failures_without_a_process_warn():
+    # the scenario's own processes turned off and nothing in their place: the run says so
     eplb = tiny_scenario(deployment={"enable_eplb": True}, workload={"duration_s": 0.05,
                                                                      "warmup_s": 0.0})
     with pytest.warns(UserWarning, match="enable_eplb is set but no EPLB process runs: the placement"):
-        simulate(eplb)
-    failing = tiny_scenario(deployment={"failures": [{"at_s": 0.01, "rank": 1}]},
+        Simulation(eplb, scenario_processes=False).run()
+    failing = tiny_scenario(deployment={"failures": [{"at_s": 0.01, "rank": 1, "recover_after_s": 0.01}],
+                                        "elastic_recovery": "reload"},
                             workload={"duration_s": 0.05, "warmup_s": 0.0})
     with pytest.warns(UserWarning, match="failures is set but no failure process runs"):
-        simulate(failing)
+        Simulation(failing, scenario_processes=False).run()
     def rebalancer(s):                           # a (trivial) EPLB process takes it over
         yield s.env.timeout(1.0)
 
-    sim = Simulation(eplb)
+    sim = Simulation(eplb, scenario_processes=False)
     sim.add_process(rebalancer)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sim.run()
+        simulate(eplb)                           # the scenario's EPLB manager runs: no warning

@@ -1,0 +1,293 @@
+"""What the app shows, computed by epsim's public API and cached (`st.cache_data`), so a rerun
+with the same inputs is instant. No model logic here: scenarios, runs, validation, sweeps and
+their choices all come from epsim; this module only calls it and packs the results as plain,
+picklable data for the pages.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+import yaml
+
+from epsim.errors import EpsimError, SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS_DIR = ROOT / "scenarios"
+LOCAL_CALIBRATION_DIR = Path("runs") / "calibrate"      # where `epsim calibrate --live` writes
+NUM_WINDOWS = 60                                          # load heatmap columns over a run
+
+
+# -- scenarios -----------------------------------------------------------------------------------
+def shipped_scenarios() -> dict[str, Path]:
+    """`scenarios/*.yaml` by name (sorted, `default` first)."""
+    paths = sorted(SCENARIOS_DIR.glob("*.yaml"))
+    return dict(sorted(((p.stem, p) for p in paths), key=lambda kv: (kv[0] != "default", kv[0])))
+
+
+@st.cache_data(show_spinner=False)
+def parse_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}"):
+    """The validated `Scenario` of YAML text with `{dotted.path: value}` overrides (JSON).
+
+    Raises:
+        SpecError: epsim's one-line message (bad YAML, a field's path, value and rule).
+    """
+    from epsim.spec import scenario_from_text
+    return scenario_from_text(text, where, base_dir, json.loads(overrides_json))
+
+
+@st.cache_data(show_spinner=False)
+def eplb_scenarios() -> list[str]:
+    """Names of the shipped scenarios that enable EPLB."""
+    out = []
+    for name, path in shipped_scenarios().items():
+        try:
+            if parse_scenario(path.read_text(), f"scenarios/{path.name}", str(SCENARIOS_DIR)).deployment.enable_eplb:
+                out.append(name)
+        except EpsimError:
+            continue
+    return out
+
+
+# -- one run ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunView:
+    """One simulated run as the pages draw it.
+
+    Attributes:
+        summary: `epsim.report.summarize` of the run; table: its stdout table.
+        summary_json, timeseries_csv: the files `epsim simulate --out` writes, as text.
+        latencies_ms: ttft_ms, tpot_ms, e2e_ms -> [measured requests].
+        layer_mean_us: attention_us, dispatch_us, ... -> [moe_layers] mean per measured step.
+        rank_pairs_mean: [ranks] mean token-expert pairs per rank per layer per measured step.
+        steps: t_s, step_ms, balancedness, imbalance, num_running, num_waiting,
+            placement_version -> [steps].
+        rebalances: EPLB events (dicts); stalls: (start_us, stall_us, label); elastic_events.
+        window_t_s: [windows] centres; rank_pairs: [windows, layers, ranks] and
+            expert_loads: [windows, layers, experts] float32 sums (`epsim.sim.LoadTrace`).
+        warnings: distinct warnings the run raised.
+    """
+
+    summary: dict
+    table: str
+    summary_json: str
+    timeseries_csv: str
+    latencies_ms: dict
+    layer_mean_us: dict
+    rank_pairs_mean: np.ndarray
+    steps: dict
+    rebalances: list
+    stalls: list
+    elastic_events: list
+    window_t_s: np.ndarray
+    rank_pairs: np.ndarray
+    expert_loads: np.ndarray
+    warnings: list
+
+
+def _share(sums: np.ndarray, layer: int | None) -> np.ndarray:
+    from epsim.sim.load_trace import LoadTrace
+    return LoadTrace._share(sums.astype(np.float64), layer)
+
+
+def rank_share(view: RunView, layer: int | None = None) -> np.ndarray:
+    """[windows, ranks] load / mean rank load (`LoadTrace.rank_share`)."""
+    return _share(view.rank_pairs, layer)
+
+
+def expert_share(view: RunView, layer: int | None = None) -> np.ndarray:
+    """[windows, experts] load / mean expert load (`LoadTrace.expert_share`)."""
+    return _share(view.expert_loads, layer)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}") -> RunView:
+    """Simulate a scenario (text + overrides) with a progress bar; cached by its inputs, so a
+    second call with the same inputs returns at once."""
+    from epsim.report import request_latencies_ms, summarize, write_summary, write_timeseries
+    from epsim.report.summary import format_table
+    from epsim.sim import LoadTrace, Simulation
+
+    scenario = parse_scenario(text, where, base_dir, overrides_json)
+    bar = st.progress(0.0, text=f"simulating {scenario.name}: 0 of {scenario.workload.duration_s:g} s")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sim = Simulation(scenario)
+        trace = LoadTrace(sim, NUM_WINDOWS)
+        end_us = sim.end_us
+
+        def ticker(sim):
+            tick_us = end_us / 40
+            while True:
+                yield sim.env.timeout(tick_us)
+                bar.progress(min(sim.env.now / end_us, 1.0),
+                             text=f"simulating {scenario.name}: {sim.env.now * 1e-6:.1f} of "
+                                  f"{end_us * 1e-6:g} s")
+
+        sim.add_process(ticker)
+        result = sim.run()
+    bar.empty()
+    summary = summarize(result)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_summary(summary, Path(tmp) / "summary.json")
+        write_timeseries(result, Path(tmp) / "timeseries.csv")
+        summary_json = (Path(tmp) / "summary.json").read_text()
+        timeseries_csv = (Path(tmp) / "timeseries.csv").read_text()
+    s = result.steps
+    steps = {"t_s": s["start_us"] * 1e-6, "step_ms": s["step_us"] * 1e-3,
+             **{k: s[k] for k in ("balancedness", "imbalance", "num_running", "num_waiting",
+                                  "placement_version")}}
+    return RunView(
+        summary=summary, table=format_table(summary), summary_json=summary_json,
+        timeseries_csv=timeseries_csv, latencies_ms=request_latencies_ms(result),
+        layer_mean_us=dict(result.layer_mean_us), rank_pairs_mean=result.rank_pairs_mean,
+        steps=steps, rebalances=list(result.rebalances), stalls=list(result.stalls),
+        elastic_events=list(result.elastic_events), window_t_s=trace.t_s,
+        rank_pairs=trace.rank_pairs.astype(np.float32),
+        expert_loads=trace.expert_loads.astype(np.float32),
+        warnings=sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
+
+
+# -- EPLB interval sweep ---------------------------------------------------------------------------
+@st.cache_data(show_spinner="simulating every rebalance interval and a run without EPLB…")
+def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
+                   intervals: tuple[int, ...], workers: int):
+    """`epsim.sim.eplb_sweep.sweep_rebalance_interval` of the scenario: (rows, baseline row,
+    best row)."""
+    from epsim.sim.eplb_sweep import sweep_rebalance_interval
+    scenario = parse_scenario(text, where, base_dir, overrides_json)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sweep = sweep_rebalance_interval(scenario, list(intervals), workers=workers)
+    return sweep.rows, sweep.baseline, sweep.best
+
+
+# -- validation --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ValidationView:
+    """Predicted against measured (`epsim.validate.validate`).
+
+    Attributes:
+        rows: one `epsim.validate.Comparison` per judged record.
+        markdown: the error tables `epsim validate` prints.
+        warnings: records skipped and extrapolations, one line each.
+    """
+
+    rows: list
+    markdown: str
+    warnings: list
+
+
+def shipped_validation_files() -> tuple[list[Path], Path | None]:
+    """The records and profile that ship with epsim (empty / None before they do)."""
+    from epsim.calibrate import default_record_paths
+    from epsim.profile import default_profile_path
+    profile = default_profile_path()
+    return default_record_paths(), profile if profile.is_file() else None
+
+
+def local_calibration_files() -> tuple[list[Path], Path | None]:
+    """What `epsim calibrate --live` last wrote under ./runs/calibrate (empty / None if not)."""
+    records = sorted(LOCAL_CALIBRATION_DIR.glob("*.jsonl")) if LOCAL_CALIBRATION_DIR.is_dir() else []
+    profile = LOCAL_CALIBRATION_DIR / "profile.json"
+    return [p for p in records if p.stat().st_size], profile if profile.is_file() else None
+
+
+def _safe_name(name: str) -> str:
+    return Path(name).name or "upload"
+
+
+@st.cache_data(show_spinner="predicting every record…", max_entries=8)
+def validation(record_files: tuple[tuple[str, bytes], ...], profile_file: tuple[str, bytes]) -> ValidationView:
+    """Validate a profile on record files given as (name, bytes); messages name the files.
+
+    Raises:
+        EpsimError: an unreadable or invalid profile, or no record that can be judged.
+    """
+    from epsim.profile import Profile
+    from epsim.validate import validate
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = str(Path(tmp).resolve()) + "/"
+        paths = []
+        for i, (name, content) in enumerate(record_files):
+            folder = Path(tmp) / f"r{i}"      # two uploads may share a name
+            folder.mkdir()
+            paths.append(folder / _safe_name(name))
+            paths[-1].write_bytes(content)
+        profile_path = Path(tmp) / _safe_name(profile_file[0])
+        profile_path.write_bytes(profile_file[1])
+
+        def clean(text: str) -> str:
+            out = text.replace(prefix, "")
+            for i in range(len(record_files)):
+                out = out.replace(f"r{i}/", "")
+            return out
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                profile = Profile.load(profile_path)
+                report = validate(profile, paths, plots=False)
+            except EpsimError as exc:
+                raise type(exc)(clean(str(exc))) from None
+        messages = [clean(str(w.message)) for w in caught]
+        if not report.rows:
+            first = f" (first problem: {messages[0]})" if messages else ""
+            raise SpecError(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) must hold "
+                            f"at least one dispatch, combine, experts or moe_layer record the profile "
+                            f"can predict{first}")
+        rows = [r.__class__(**{**r.__dict__, "where": clean(r.where)}) for r in report.rows]
+        return ValidationView(rows, clean(report.markdown), list(dict.fromkeys(messages)))
+
+
+# -- planning -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepView:
+    """A finished sweep's rows before choosing (`epsim.plan.run_plan` without constraints)."""
+
+    rows: list
+    columns: list
+    keys: list
+    skipped: list        # "values: reason" of points that are not valid scenarios
+    warnings: dict
+    wall_s: float
+
+
+@st.cache_data(show_spinner="simulating every sweep point…", max_entries=8)
+def run_sweep(text: str, where: str, base_dir: str, sweeps: tuple[str, ...],
+              overrides: tuple[str, ...], workers: int) -> SweepView:
+    """`epsim.plan.run_plan` of the scenario text over `sweeps` (`KEY=V1,V2` each)."""
+    from epsim.plan import run_plan
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        parse_scenario(text, where, base_dir)           # raises epsim's message for the YAML
+        raise
+    if not isinstance(data, dict):
+        parse_scenario(text, where, base_dir)
+    data.setdefault("base_dir", base_dir)               # traces resolve as for the file itself
+    result = run_plan(data, list(sweeps), overrides=list(overrides), workers=workers,
+                      progress=False, plots=False, require_feasible=False)
+    skipped = [", ".join(f"{k}={v}" for k, v in s.values.items()) + f": {s.reason}" for s in result.skipped]
+    return SweepView(result.rows, result.columns, result.keys, skipped, result.warnings, result.wall_s)
+
+
+def read_results_table(name: str, content: bytes):
+    """An uploaded results.csv as (rows, columns, keys) (`epsim.plan.results.read_rows`)."""
+    from epsim.plan.results import read_rows
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / _safe_name(name)
+        path.write_bytes(content)
+        return read_rows(path)
+
+
+def choose(rows: list, columns: list, keys: list, constraints: list[str], objectives: list[str]):
+    """`epsim.plan.results.choose`: feasible points, Pareto frontier, best point."""
+    from epsim.plan.results import choose as plan_choose
+    return plan_choose(rows, columns, keys, constraints, objectives)

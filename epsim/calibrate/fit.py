@@ -1,0 +1,179 @@
+"""Least-squares fit of one cost component on measured records.
+
+Each component is linear in its coefficients once the busiest rank and a roofline's bound
+side are known (`epsim.cost.linear`): the design row of a record is `record_features` — the
+very function the simulator's models are built from — so a fitted profile is exactly what the
+simulator evaluates. The fit alternates: rows at the current parameters -> bounded least
+squares -> new parameters, until the rows stop changing (the busiest rank and the bound side
+depend on the parameters).
+
+Objective: relative error, `sum_i ((row_i . c - y_i) / y_i)^2`, since measured times span
+10 µs ... 10 ms and a millisecond point must not drown the small ones. Bounds are physical:
+every coefficient >= 0, and an inverse bandwidth or throughput >= 1 / datasheet peak (no link
+or GPU beats its datasheet). A column that is zero on every record (RDMA on one node) is not
+fitted: its parameter keeps the datasheet value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import lsq_linear
+
+from epsim.calibrate.inputs import SourcedRecord
+from epsim.cost.record import record_features
+from epsim.profile import Component, Profile
+
+MAX_ROUNDS = 12
+
+
+@dataclass
+class ComponentFit:
+    """The fit of one profile component.
+
+    Attributes:
+        key: profile key, e.g. "torch/dispatch", "mooncake/experts", "none/allreduce".
+        params: fitted parameters (only the fitted ones; others keep defaults).
+        predicted_us, measured_us: [records] on the fit records.
+        records: the fit records.
+        rounds: alternations until the rows settled.
+        note: how it went, e.g. columns left at datasheet values.
+    """
+
+    key: str
+    params: dict[str, float]
+    predicted_us: np.ndarray
+    measured_us: np.ndarray
+    records: list[SourcedRecord]
+    rounds: int
+    note: str = ""
+    valid_range: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def ape(self) -> np.ndarray:
+        """[records] absolute percentage errors."""
+        return np.abs(self.predicted_us - self.measured_us) / self.measured_us * 100.0
+
+    def residuals(self) -> dict[str, float]:
+        ape = self.ape
+        return {"mape": round(float(ape.mean()), 3), "max_ape": round(float(ape.max()), 3),
+                "num_records": float(len(ape)), "rounds": float(self.rounds)}
+
+    def component(self) -> Component:
+        return Component(params={k: float(v) for k, v in self.params.items()}, source="fit",
+                         residuals=self.residuals(), valid_range=self.valid_range, note=self.note)
+
+
+def valid_range(records: list[SourcedRecord]) -> dict[str, list[float]]:
+    """The data range of a fit: tokens per rank, hidden size, EP size (min, max)."""
+    out = {}
+    for name in ("num_tokens_per_rank", "hidden_size", "ep_size"):
+        values = [getattr(s.record, name) for s in records]
+        out[name] = [float(min(values)), float(max(values))]
+    return out
+
+
+def _lower_bounds(coef_names: tuple[str, ...], peaks: dict[str, float]) -> np.ndarray:
+    """0 for plain coefficients; 1/peak for `inv_<param>` with a datasheet peak."""
+    return np.array([1.0 / peaks[n[4:]] if n.startswith("inv_") and n[4:] in peaks else 0.0
+                     for n in coef_names])
+
+
+def _solve(rows: np.ndarray, measured: np.ndarray, lower: np.ndarray, relative: bool) -> np.ndarray:
+    """Bounded least squares on the used columns; unused columns get NaN (not fitted)."""
+    weights = 1.0 / measured if relative else np.ones_like(measured)
+    a = rows * weights[:, None]
+    b = measured * weights
+    used = np.abs(rows).max(axis=0) > 0
+    coef = np.full(rows.shape[1], np.nan)
+    if not used.any():
+        return coef
+    scale = np.abs(a[:, used]).max(axis=0)                      # columns of comparable size
+    sol = lsq_linear(a[:, used] / scale, b, bounds=(lower[used] * scale, np.inf),
+                     method="bvls", lsmr_tol="auto")
+    coef[used] = sol.x / scale
+    return coef
+
+
+def _starts(terms, peaks: dict[str, float]) -> list[dict[str, float]]:
+    """Starting parameters: the roofline's bound side is a local choice, so the experts fit
+    starts from several compute-to-memory balances and keeps the best (one start otherwise)."""
+    from epsim.cost.linear import EXPERT_TERMS
+    if terms is not EXPERT_TERMS:
+        return [{}]
+    return [{"hbm_gbps": peaks["hbm_gbps"] * h, "tflops": peaks["tflops"] * f}
+            for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01)]
+
+
+def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
+                  peaks: dict[str, float], relative: bool = True) -> ComponentFit:
+    """Fit profile component `key` on `records` (all of one component).
+
+    Args:
+        profile: the evaluation profile; its `components[key]` is replaced by each round's
+            parameters (so `record_features` picks the busiest rank with them).
+        peaks: datasheet peaks by parameter name (`nvl_gbps`, `hbm_gbps`, `tflops`, ...).
+    """
+    from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
+    names = record_features(records[0].record, profile).coef_names
+    terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS)}[names]
+    measured = np.array([s.record.median_us for s in records])
+    lower = _lower_bounds(names, peaks)
+    best = None
+    for start in _starts(terms, peaks):
+        profile.components[key] = Component(params=start, source="fit")
+        result = _alternate(key, records, profile, terms, measured, lower, relative)
+        if best is None or result[0] < best[0]:
+            best = result
+    _, params, predicted, coef, rounds = best
+    profile.components[key] = Component(params=params, source="fit")
+    unfitted = [p for p, c in zip(terms.params, coef) if not np.isfinite(c)]
+    note = f"not in the data, datasheet kept: {', '.join(unfitted)}" if unfitted else ""
+    return ComponentFit(key, params, predicted, measured, records, rounds, note, valid_range(records))
+
+
+def _alternate(key, records, profile, terms, measured, lower, relative):
+    """Rows at the current parameters -> least squares -> parameters, until the rows settle.
+
+    Returns:
+        (objective, params, predicted [records], coefficients, rounds)
+    """
+    feats = [record_features(s.record, profile) for s in records]
+    previous, params, coef, rounds = None, {}, None, 0
+    for rounds in range(1, MAX_ROUNDS + 1):
+        rows = np.stack([f.row for f in feats])
+        if previous is not None and np.array_equal(rows, previous):
+            break
+        coef = _solve(rows, measured, lower, relative)
+        fitted = terms.params_from(np.nan_to_num(coef, nan=0.0))
+        params = {p: fitted[p] for p, c in zip(terms.params, coef) if np.isfinite(c) and p in fitted}
+        profile.components[key] = Component(params=params, source="fit")
+        previous = rows
+        feats = [record_features(s.record, profile) for s in records]
+    predicted = np.array([f.predicted_us for f in feats])
+    weights = 1.0 / measured if relative else np.ones_like(measured)
+    objective = float((((predicted - measured) * weights) ** 2).sum())
+    return objective, params, predicted, coef, rounds
+
+
+def fit_layer_sync(key: str, records: list[SourcedRecord], profile: Profile,
+                   relative: bool = True) -> ComponentFit:
+    """`<backend>/moe_layer`'s `sync_us`: the constant a whole layer adds to its fitted parts.
+
+    With the parts fixed, the least-squares constant is closed-form:
+    `c = sum w_i^2 (y_i - parts_i) / sum w_i^2`, `w_i = 1/y_i` (relative) or 1.
+
+    Args:
+        profile: the evaluation profile holding the fitted parts (dispatch, experts, combine).
+    """
+    from epsim.cost.record import predict_record
+    profile.components[key] = Component(params={"sync_us": 0.0}, source="fit")
+    parts = np.array([predict_record(s.record, profile) for s in records])
+    measured = np.array([s.record.median_us for s in records])
+    w2 = 1.0 / measured ** 2 if relative else np.ones_like(measured)
+    sync = float((w2 * (measured - parts)).sum() / w2.sum())
+    profile.components[key] = Component(params={"sync_us": sync}, source="fit")
+    return ComponentFit(key, {"sync_us": sync}, parts + sync, measured, records, 1,
+                        "layer time beyond its fitted parts (rank desynchronization; < 0: overlap)",
+                        valid_range(records))

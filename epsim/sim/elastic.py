@@ -1,0 +1,117 @@
+"""Elastic EP in the simulator: EP ranks fail at scenario times and may come back.
+
+What a failure does (`deployment.failures`, each `at_s`, `rank`, `recover_after_s`), following
+SGLang's elastic EP over Mooncake:
+
+- The rank's DP-attention scheduler is gone: its running and queued requests are lost (a
+  client would resend them; not modelled). Later arrivals go round-robin over the live ranks
+  (SGLang's data-parallel controller skips dead workers).
+- `elastic_recovery: replicas` (Mooncake EP): the rank is masked as Mooncake EP's
+  `active_ranks` does, so no token is dispatched to it. Experts with a replica on a survivor
+  are served there at once. An expert whose only replicas were on the failed rank is re-placed
+  into a survivor slot of the expert with the most replicas (`epsim.eplb.fill_lost`) and its
+  weights are reloaded from host or storage at `reload_gbps` per GPU; every MoE layer needs
+  it, so serving stalls until the slowest survivor has reloaded. With EPLB on, a rebalance onto
+  the survivors follows at once (SGLang elastic EP triggers one on failure). When the rank comes back
+  (`recover_after_s`), it has loaded its slots' weights before rejoining (off the serving path),
+  is unmasked, takes new requests, and EPLB rebalances onto all ranks again.
+- `elastic_recovery: reload` (no elastic EP): nothing can serve the failed rank's experts, so
+  the whole instance waits until the rank is back and has reloaded all its slots at
+  `reload_gbps` (`recover_after_s` is then required).
+"""
+
+from __future__ import annotations
+
+from typing import Generator
+
+import numpy as np
+
+from epsim.eplb.survivors import fill_lost
+
+
+class ElasticEP:
+    """Runs every `deployment.failures` entry as a SimPy process of `sim`.
+
+    Attributes:
+        events: one dict per failure or recovery: `kind`, `at_s`, `rank`, `num_alive`,
+            `lost_requests`, `reloaded_experts` (layer x expert pairs), `reload_bytes`,
+            `stall_us`.
+    """
+
+    def __init__(self, sim):
+        self.sim = sim
+        d, m = sim.scenario.deployment, sim.scenario.model
+        self.mode = d.elastic_recovery
+        self.reload_bytes_per_us = d.reload_gbps * 1e3                # 1 GB/s = 1e3 bytes/us
+        self.expert_bytes = m.expert_bytes
+        self.slots_per_rank = (m.num_experts + d.ep_num_redundant_experts) // d.ep_size
+        self.events: list[dict] = []
+        self.down = np.zeros(d.ep_size, dtype=bool)                   # failed, not yet back
+        self._paused_until_us = 0.0                                   # `reload` mode outages
+        for failure in d.failures:
+            sim.add_process(lambda s, f=failure: self._outage(f))
+
+    def _outage(self, failure) -> Generator:
+        env = self.sim.env
+        yield env.timeout(failure.at_s * 1e6)
+        self.fail(failure.rank, failure.recover_after_s)
+        if failure.recover_after_s is not None:
+            yield env.timeout(failure.recover_after_s * 1e6)
+            self.recover(failure.rank)
+
+    def _event(self, kind: str, rank: int, **values) -> dict:
+        event = {"kind": kind, "at_s": self.sim.env.now * 1e-6, "rank": rank,
+                 "num_alive": int((~self.down).sum()), "lost_requests": 0,
+                 "reloaded_experts": 0, "reload_bytes": 0.0, "stall_us": 0.0, **values}
+        self.events.append(event)
+        return event
+
+    def fail(self, rank: int, recover_after_s: float | None = None) -> dict:
+        """Rank `rank` fails now (see the module docstring); returns the event."""
+        sim = self.sim
+        now_s = sim.env.now * 1e-6
+        state, sched = sim.placement, sim.scheduler
+        lost = sched.drop_rank(rank, now_s)
+        self.down[rank] = True
+        alive = ~self.down
+        sched.route_to(alive, now_s)
+        if self.mode == "reload":
+            # every layer waits for the rank's experts: serving pauses until it is back, reloaded
+            reload_bytes = self.slots_per_rank * state.physical_to_logical.shape[0] * self.expert_bytes
+            end_us = sim.env.now + recover_after_s * 1e6 + reload_bytes / self.reload_bytes_per_us
+            stall = max(0.0, end_us - max(sim.env.now, self._paused_until_us))
+            self._paused_until_us = max(self._paused_until_us, end_us)
+            if stall > 0:
+                sim.stall(stall, "rank failure")
+            return self._event("failure", rank, lost_requests=len(lost),
+                               reloaded_experts=self.slots_per_rank * state.physical_to_logical.shape[0],
+                               reload_bytes=reload_bytes, stall_us=stall)
+        spr = self.slots_per_rank
+        live = np.flatnonzero(np.repeat(alive, spr))
+        survivors, lost_experts = fill_lost(state.physical_to_logical[:, live], state.num_experts)
+        target = state.physical_to_logical.copy()
+        target[:, live] = survivors
+        # reloads: per survivor rank, its slots that changed; the slowest survivor sets the pause
+        changed = target != state.physical_to_logical                           # [layers, physical]
+        per_rank = changed.reshape(changed.shape[0], -1, spr).sum(axis=(0, 2))   # [ranks]
+        stall = float(per_rank.max()) * self.expert_bytes / self.reload_bytes_per_us
+        state.set_alive(rank, False, placement=target)
+        if stall > 0:
+            sim.stall(stall, "expert reload")
+        if sim.eplb is not None:
+            sim.eplb.trigger("failure")
+        return self._event("failure", rank, lost_requests=len(lost),
+                           reloaded_experts=int(changed.sum()),
+                           reload_bytes=float(changed.sum()) * self.expert_bytes, stall_us=stall)
+
+    def recover(self, rank: int) -> dict:
+        """Rank `rank` rejoins now with its slots' weights loaded; returns the event."""
+        sim = self.sim
+        state = sim.placement
+        if self.mode == "replicas":
+            state.set_alive(rank, True)
+            if sim.eplb is not None:
+                sim.eplb.trigger("recovery")
+        self.down[rank] = False
+        sim.scheduler.route_to(~self.down, sim.env.now * 1e-6)
+        return self._event("recovery", rank)

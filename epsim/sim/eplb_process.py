@@ -1,0 +1,233 @@
+"""EPLB over time: SGLang's EPLB manager inside the simulator.
+
+As SGLang's `EPLBManager`: the expert-distribution recorder keeps the logical expert loads of
+the last `expert_distribution_recorder_buffer_size` forward passes (a ring, emptied when a
+rebalance reads it); after every `eplb_rebalance_num_iterations` forward passes the manager
+computes a placement of experts + `ep_num_redundant_experts` slots from that window
+(`eplb_algorithm`, the previous placement given), moves the weights, then counts again. SGLang
+asserts the interval is at least the window; here a shorter interval is allowed and its window
+is simply the passes since the last rebalance. Cost from `epsim.eplb.rebalance_cost`:
+stop-the-world (`eplb_stop_the_world`) stalls serving for all of it; otherwise one chunk of
+`eplb_rebalance_layers_per_chunk` layers moves per later forward pass, its time added to that
+pass, and a chunk's layers serve the new placement from the pass that moves them on.
+
+The run starts from SGLang's trivial placement (experts in order, redundant slots repeating
+experts 0, 1, ...); the first rebalance replaces it. With failed ranks (`epsim.sim.elastic`) the
+placement is computed over the survivors' slots only, and a failure or a recovery triggers a
+rebalance at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Generator
+
+import numpy as np
+
+from epsim.cost.tables import PlacementTables, build_tables
+from epsim.cost.traffic import count_traffic
+from epsim.eplb import Placement, algorithm_us, compute_placement, rebalance_cost, rebalance_params
+from epsim.sim.metrics import balance
+
+
+@dataclass(eq=False)
+class RebalanceEvent:
+    """One rebalance.
+
+    Attributes:
+        at_s: simulated time it was decided (after forward pass `step`).
+        reason: "interval" (every N passes), "failure" or "recovery" (elastic EP).
+        window_steps: forward passes in the statistics window.
+        balancedness_before, balancedness_after: mean over layers of mean/max GPU load of the
+            window's loads on the old and the new placement (live ranks, the deployment's
+            replica selection).
+        changed_slots, moved_bytes, nvlink_bytes, rdma_bytes: what moved (all layers).
+        algorithm_us: modelled placement-algorithm time (µs).
+        stall_us: stop-the-world pause (0 when spread over steps).
+        spread_us: time added to later steps when spread (0 when stop-the-world).
+        num_chunks, layers_per_chunk: how the layers moved.
+        spare_buffer_bytes: per rank, for one chunk in flight.
+        done_s: when the last chunk took effect (None while moving or if cut short).
+        num_alive: ranks serving when it was decided.
+    """
+
+    at_s: float
+    step: int
+    reason: str
+    window_steps: int
+    balancedness_before: float
+    balancedness_after: float
+    changed_slots: int
+    moved_bytes: float
+    nvlink_bytes: float
+    rdma_bytes: float
+    algorithm_us: float
+    stall_us: float
+    spread_us: float
+    num_chunks: int
+    layers_per_chunk: int
+    spare_buffer_bytes: float
+    stop_the_world: bool
+    num_alive: int
+    done_s: float | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class LoadWindow:
+    """Logical loads of the last `size` forward passes, a ring of `[layers, experts]`.
+
+    float32 halves the ring's memory (size x layers x experts x 4 bytes: 48 MB for 1000 passes
+    of Qwen3-235B); counts of a pass are exact in it up to 2^24 token-expert pairs.
+    """
+
+    def __init__(self, size: int, num_layers: int, num_experts: int):
+        self.size = size
+        self.shape = (num_layers, num_experts)
+        self._ring: np.ndarray | None = None
+        self.count = 0                       # passes recorded since the last reset
+
+    def reset(self) -> None:
+        """Empty the window (SGLang's recorder starts afresh once a rebalance has read it)."""
+        self.count = 0
+
+    def add(self, loads: np.ndarray) -> None:
+        if self._ring is None:
+            self._ring = np.zeros((self.size, *self.shape), dtype=np.float32)
+        self._ring[self.count % self.size] = loads
+        self.count += 1
+
+    @property
+    def num_steps(self) -> int:
+        return min(self.count, self.size)
+
+    def total(self) -> np.ndarray:
+        """[layers, experts] float64 loads summed over the window."""
+        if self._ring is None:
+            return np.zeros(self.shape)
+        return self._ring[:self.num_steps].sum(axis=0, dtype=np.float64)
+
+
+def window_balancedness(tables: PlacementTables, weight: np.ndarray) -> float:
+    """Mean over layers of mean/max load of the live ranks, for `weight` [layers, experts]
+    routed over `tables` as the step loop routes it (every live rank sending an equal share)."""
+    alive = tables.alive if tables.alive is not None else np.ones(tables.num_ranks, dtype=bool)
+    pairs = count_traffic(weight, alive.astype(np.float64), tables, "").pairs      # [layers, ranks]
+    return balance(pairs, int(alive.sum()))[1]
+
+
+class EPLBManager:
+    """Rebalances `sim.placement` every `eplb_rebalance_num_iterations` forward passes.
+
+    Registers itself as a step observer of `sim` (SGLang calls its manager at the end of every
+    forward pass; here a Python generator advanced once per pass, as SGLang's is).
+
+    Attributes:
+        events: every `RebalanceEvent`, in order.
+        window: the statistics `LoadWindow`.
+    """
+
+    def __init__(self, sim):
+        self.sim = sim
+        m, c, d = sim.scenario.model, sim.scenario.cluster, sim.scenario.deployment
+        self.model, self.deployment = m, d
+        self.num_physical = m.num_experts + d.ep_num_redundant_experts
+        self.ranks_per_node = min(c.gpus_per_node_resolved, d.ep_size)
+        self.num_nodes = d.ep_size // self.ranks_per_node
+        self.params = rebalance_params(sim.profile if sim.cost_model.profile_applies else None, c)
+        self.window = LoadWindow(d.expert_distribution_recorder_buffer_size, m.num_moe_layers,
+                                 m.num_experts)
+        self.events: list[RebalanceEvent] = []
+        self._pending: str | None = None
+        self._main = self._entrypoint()
+        next(self._main)
+        sim.add_observer(self.on_step)
+
+    # -- driven by the step loop -----------------------------------------------------------
+    def on_step(self, info) -> None:
+        """After every forward pass: record its loads, advance the manager one pass."""
+        self.window.add(info.loads)
+        if self._pending is not None:
+            # a failure or recovery: drop what is in flight, rebalance over the live ranks now
+            reason, self._pending = self._pending, None
+            self._main.close()
+            self._main = self._entrypoint(first=reason)
+        next(self._main)
+
+    def trigger(self, reason: str) -> None:
+        """Rebalance at the end of the current forward pass (elastic EP calls this)."""
+        self._pending = reason
+
+    def _entrypoint(self, first: str | None = None) -> Generator[None, None, None]:
+        if first is not None:
+            yield from self.rebalance(first)
+        while True:
+            for _ in range(self.deployment.eplb_rebalance_num_iterations):
+                yield
+            yield from self.rebalance("interval")
+
+    # -- one rebalance ---------------------------------------------------------------------
+    def target(self, weight: np.ndarray) -> np.ndarray:
+        """[layers, physical] the algorithm's placement of `weight` over the live ranks' slots
+        (a dead rank's slots keep what they hold)."""
+        state, d = self.sim.placement, self.deployment
+        groups = self.model.num_expert_groups
+        if state.all_alive:
+            new = compute_placement(d.eplb_algorithm, weight, self.num_physical, groups,
+                                    self.num_nodes, d.ep_size, previous=state.placement)
+            return new.physical_to_logical
+        # survivors of a failure: no longer equal GPUs per node, so one node (global policy)
+        live = np.flatnonzero(np.repeat(state.alive, self.num_physical // d.ep_size))
+        previous = Placement.from_physical_to_logical(state.physical_to_logical[:, live],
+                                                      self.model.num_experts, state.num_alive)
+        new = compute_placement(d.eplb_algorithm, weight, live.shape[0], groups, 1,
+                                state.num_alive, previous=previous)
+        out = state.physical_to_logical.copy()
+        out[:, live] = new.physical_to_logical
+        return out
+
+    def rebalance(self, reason: str) -> Generator[None, None, None]:
+        """Compute, cost and install a placement; yields once per further pass it spans."""
+        sim, d, state = self.sim, self.deployment, self.sim.placement
+        weight = self.window.total()
+        window_steps = self.window.num_steps
+        self.window.reset()
+        if not weight.any():
+            return                                         # nothing recorded yet
+        old_tables = state.tables
+        target = self.target(weight)
+        new_tables = build_tables(target, self.model.num_experts, d.ep_size, self.ranks_per_node,
+                                  d.ep_dispatch_algorithm, alive=None if state.all_alive else state.alive)
+        num_live_slots = state.num_alive * (self.num_physical // d.ep_size)
+        cost = rebalance_cost(
+            old_tables.placement, new_tables.placement, self.model.expert_bytes, self.params,
+            algorithm=None, layers_per_chunk=d.eplb_rebalance_layers_per_chunk,
+            stop_the_world=d.eplb_stop_the_world, alive=None if state.all_alive else state.alive,
+            measured_algorithm_us=algorithm_us(self.params, d.eplb_algorithm,
+                                               self.model.num_moe_layers, num_live_slots))
+        now_s = sim.env.now * 1e-6
+        event = RebalanceEvent(
+            at_s=now_s, step=sim.step_index, reason=reason, window_steps=window_steps,
+            balancedness_before=window_balancedness(old_tables, weight),
+            balancedness_after=window_balancedness(new_tables, weight),
+            changed_slots=cost.changed_slots, moved_bytes=cost.moved_bytes,
+            nvlink_bytes=cost.nvlink_bytes, rdma_bytes=cost.rdma_bytes,
+            algorithm_us=cost.algorithm_us, stall_us=cost.stall_us if d.eplb_stop_the_world else 0.0,
+            spread_us=0.0 if d.eplb_stop_the_world else float(cost.step_us.sum()),
+            num_chunks=cost.num_chunks, layers_per_chunk=cost.layers_per_chunk,
+            spare_buffer_bytes=cost.spare_buffer_bytes, stop_the_world=d.eplb_stop_the_world,
+            num_alive=state.num_alive)
+        self.events.append(event)
+        if d.eplb_stop_the_world:
+            sim.stall(cost.stall_us, "eplb")
+            state.update(target)
+            event.done_s = now_s + cost.stall_us * 1e-6
+            return
+        num_layers = self.model.num_moe_layers
+        for i, start in enumerate(range(0, num_layers, cost.layers_per_chunk)):
+            if i:
+                yield                                      # one forward pass per chunk
+            sim.charge(float(cost.step_us[i]), "eplb")
+            state.update(target, layers=slice(start, min(start + cost.layers_per_chunk, num_layers)))
+        event.done_s = sim.env.now * 1e-6

@@ -1,0 +1,95 @@
+"""Validation figures (PNG, matplotlib Agg): predicted against measured, and curves over tokens
+per rank with the measured points, per backend."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from epsim.validate.compare import Comparison
+from epsim.validate.table import JUDGED_KINDS
+
+_KIND_COLORS = {"dispatch": "tab:blue", "combine": "tab:orange", "experts": "tab:green",
+                "moe_layer": "tab:red", "allreduce": "tab:purple"}
+_SKEW_MARKERS = {"uniform": "o", "zipf": "s", "hotset": "^", "trace": "D"}
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def scatter(rows: list[Comparison], path: Path, title: str = "") -> Path:
+    """Predicted against measured, log-log, one color per kind; hollow markers = fit set."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    for kind in sorted({r.kind for r in rows}, key=lambda k: list(_KIND_COLORS).index(k)):
+        for split, face in (("fit", "none"), ("holdout", None)):
+            part = [r for r in rows if r.kind == kind and r.split == split]
+            if not part:
+                continue
+            color = _KIND_COLORS.get(kind, "gray")
+            ax.scatter([r.measured_us for r in part], [r.predicted_us for r in part], s=16,
+                       facecolors=face or color, edgecolors=color, linewidths=0.8,
+                       label=f"{kind} ({split})")
+    lo = min(min(r.measured_us, r.predicted_us) for r in rows) * 0.8
+    hi = max(max(r.measured_us, r.predicted_us) for r in rows) * 1.25
+    line = np.array([lo, hi])
+    ax.plot(line, line, "k-", lw=0.8)
+    for f in (0.9, 1.1):
+        ax.plot(line, line * f, "k:", lw=0.6)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured µs",
+           ylabel="predicted µs", title=title or "predicted vs measured (dotted: ±10%)")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def curves(rows: list[Comparison], backend: str, path: Path) -> Path:
+    """One panel per kind: measured points (marker = skew) and the prediction at each measured
+    point joined along tokens per rank (line = uniform), one color per shape and dtype."""
+    plt = _pyplot()
+    kinds = [k for k in JUDGED_KINDS if any(r.kind == k and r.backend == backend for r in rows)]
+    fig, axes = plt.subplots(1, max(1, len(kinds)), figsize=(4.2 * max(1, len(kinds)), 3.8),
+                             squeeze=False)
+    series = sorted({(r.model, r.dispatch_dtype) for r in rows if r.backend == backend})
+    colors = {s: f"C{i}" for i, s in enumerate(series)}
+    for ax, kind in zip(axes[0], kinds):
+        part = [r for r in rows if r.backend == backend and r.kind == kind]
+        lines: dict[tuple, list[Comparison]] = defaultdict(list)
+        for r in part:
+            skew_kind = r.skew.split(":")[0]
+            ax.scatter(r.tokens, r.measured_us, marker=_SKEW_MARKERS.get(skew_kind, "x"), s=14,
+                       color=colors[(r.model, r.dispatch_dtype)],
+                       facecolors="none" if r.split == "fit" else None)
+            if skew_kind == "uniform":
+                lines[(r.model, r.dispatch_dtype)].append(r)
+        for key, pts in sorted(lines.items()):
+            pts.sort(key=lambda r: r.tokens)
+            ax.plot([r.tokens for r in pts], [r.predicted_us for r in pts], color=colors[key],
+                    lw=1.0, label=f"{key[0]} {key[1]}")
+        ax.set(xscale="log", yscale="log", xlabel="tokens per rank", ylabel="µs",
+               title=f"{backend} {kind}")
+    axes[0][0].legend(fontsize=7, title="line: predicted (uniform)", title_fontsize=7)
+    fig.suptitle("markers: measured (o uniform, s zipf, ^ hot set; hollow = fit set)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(rows: list[Comparison], out: Path) -> list[Path]:
+    """scatter.png and curves_<backend>.png into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not rows:
+        return []
+    paths = [scatter(rows, out / "scatter.png")]
+    for backend in sorted({r.backend for r in rows}):
+        paths.append(curves(rows, backend, out / f"curves_{backend}.png"))
+    return paths

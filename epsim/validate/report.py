@@ -1,0 +1,98 @@
+"""`validate()`: record files and a profile in, the error tables, CSVs and figures out.
+
+The hold-out rule defaults to the one the profile was fitted with (its provenance), so the
+records the fit never saw are the ones judged. `--doc` rewrites the part of a markdown file
+between `DOC_BEGIN` and `DOC_END` with the generated tables: docs/validation.md regenerates
+from the shipped records and profile with one command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from epsim.calibrate.holdout import Holdout
+from epsim.calibrate.inputs import load_records
+from epsim.errors import ProfileError
+from epsim.profile import Profile
+from epsim.validate.compare import Comparison, compare
+from epsim.validate.table import markdown, skew_effects, verdict, write_csv
+
+DOC_BEGIN = "<!-- BEGIN epsim validate (generated; do not edit by hand) -->"
+DOC_END = "<!-- END epsim validate -->"
+
+
+@dataclass
+class ValidationReport:
+    """Result of `validate`.
+
+    Attributes:
+        rows: one Comparison per judged record.
+        markdown: the tables (the text `--doc` inserts).
+        passed: (backend, kind) -> held-out MAPE within the bound.
+        files: what was written.
+    """
+
+    rows: list[Comparison]
+    markdown: str
+    passed: dict[tuple[str, str], bool]
+    holdout: Holdout
+    files: list[Path] = field(default_factory=list)
+
+
+def holdout_of(profile: Profile, rule: str | None) -> Holdout:
+    """The rule given, else the profile's own fit rule, else the default."""
+    if rule is not None:
+        return Holdout.parse(rule)
+    return Holdout.parse(profile.provenance.holdout.get("rule"))
+
+
+def update_doc(path: Path, text: str) -> None:
+    """Replace the generated part of a markdown file (between DOC_BEGIN and DOC_END)."""
+    doc = path.read_text()
+    begin, end = doc.find(DOC_BEGIN), doc.find(DOC_END)
+    if begin < 0 or end < begin:
+        raise ProfileError(f"{path}: markers ({DOC_BEGIN!r} ... {DOC_END!r}) must enclose the "
+                           f"generated tables")
+    path.write_text(doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:])
+
+
+def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
+             out: str | Path | None = None, doc: str | Path | None = None, plots: bool = True,
+             max_mape: float = 10.0, strict: bool = False) -> ValidationReport:
+    """Judge `profile` on record files.
+
+    Args:
+        rule: hold-out rule (default: the profile's own).
+        out: directory for validation.md, comparisons/summary/skew_effect CSVs and PNGs.
+        doc: a markdown file whose generated section is replaced by the tables.
+        max_mape: the bound the verdict column checks (percent).
+    """
+    holdout = holdout_of(profile, rule)
+    records, files = load_records(paths, strict=strict)
+    rows = compare(records, profile, holdout)
+    prov = profile.provenance
+    header = {
+        "profile": f"{profile.name or profile.path} (hardware {profile.hardware}; records sha256 "
+                   f"{prov.records_sha256[:12] or 'n/a'})",
+        "records": ", ".join(f"{f.path} ({f.num_records}, sha256 {f.sha256[:12]})" for f in files),
+        "hold-out rule": holdout.describe(),
+        "judged": f"{sum(r.split == 'holdout' for r in rows)} held-out and "
+                  f"{sum(r.split == 'fit' for r in rows)} fit-set records",
+    }
+    text = markdown(rows, header, max_mape)
+    report = ValidationReport(rows, text, verdict(rows, max_mape), holdout)
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "validation.md").write_text(text)
+        report.files.append(out / "validation.md")
+        report.files += write_csv(rows, skew_effects(rows), out)
+        if plots:
+            from epsim.validate.plots import write_plots
+            report.files += write_plots(rows, out)
+    if doc is not None:
+        update_doc(Path(doc), text)
+        report.files.append(Path(doc))
+    return report

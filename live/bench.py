@@ -1,0 +1,317 @@
+"""live.bench: the calibration sweep — dispatch, combine, expert compute and the whole MoE layer
+measured over tokens per rank, model shapes, skews, backends and dispatch dtypes.
+
+Every point runs the real Qwen3 MoE block on spawned EP ranks (NCCL, one GPU each; or gloo on
+CPU) with expert choices drawn from `epsim.routing` — the simulator's own skew generator —
+and becomes four `epsim.records.MeasurementRecord` lines (`dispatch`, `experts`, `combine`,
+`moe_layer`) appended to the records file as soon as measured, so a run stopped by its time
+budget keeps what it measured. See `live.bench_worker` for how a point is timed.
+
+    python -m live.bench --out DIR [--quick] [--cpu] [--budget-s 300] [--eplb]
+
+The default grid (a few minutes on 2x H200): Qwen3-30B-A3B (H 2048, I 768) and
+Qwen3-235B-A22B (H 4096, I 1536), 128 experts, top-8; tokens per rank 1, 2, 4, ..., 4096;
+skews uniform, Zipf(1.0) and a hot set of 16 experts taking half the traffic, all on rank 0
+(`shuffle_per_layer: false`) so the busiest rank slows; `torch` in BF16, `mooncake` in BF16
+and FP8 dispatch, `none` at a few points, `deepep` where it imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from live.bench_worker import BenchCase, BenchSettings, bench_worker
+from live.config import MoeConfig
+
+log = logging.getLogger("live.bench")
+
+GPU_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B")
+GPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+NONE_TOKENS = (1, 8, 64, 512, 4096)          # `none` is a reference: a few points suffice
+SPLIT_ABOVE_TOKENS = 512   # low-latency buffers for more tokens are a separate (later) case
+SKEWS = ({"kind": "uniform"}, {"kind": "zipf", "alpha": 1.0},
+         {"kind": "hotset", "num_hot": 16, "hot_frac": 0.5, "shuffle_per_layer": False})
+FP8_BACKENDS = ("mooncake", "deepep")         # backends that cast the dispatch to FP8 themselves
+
+# CPU (gloo) shapes: small enough for a 2-core CI, two hidden sizes so per-copy and per-byte
+# terms separate in the fit, the same 8-expert hot set on rank 0
+CPU_MODELS = {"cpu-h256": MoeConfig(hidden_size=256, moe_intermediate_size=128, num_experts=8,
+                                    top_k=2),
+              "cpu-h512": MoeConfig(hidden_size=512, moe_intermediate_size=128, num_experts=8,
+                                    top_k=2)}
+CPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CPU_SKEWS = ({"kind": "uniform"}, {"kind": "zipf", "alpha": 1.0},
+             {"kind": "hotset", "num_hot": 2, "hot_frac": 0.5, "shuffle_per_layer": False})
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Cases to run, how, and on how many ranks."""
+
+    cases: tuple[BenchCase, ...]
+    settings: BenchSettings
+    world_size: int
+    dist_backend: str                 # "nccl" or "gloo"
+    notes: tuple[str, ...] = ()       # e.g. backends left out and why
+
+    @property
+    def num_points(self) -> int:
+        return sum(len(c.token_counts) * len(c.skews) for c in self.cases)
+
+
+@dataclass
+class BenchResult:
+    """What a bench run produced."""
+
+    records_path: Path
+    num_records: int = 0
+    num_points: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    provenance: dict = field(default_factory=dict)
+
+
+def _zoo_config(name: str) -> MoeConfig:
+    from epsim.zoo import get_model
+    return MoeConfig.from_model_spec(get_model(name), num_layers=1)
+
+
+def _available(backend: str, cpu: bool) -> str:
+    """Why `backend` cannot run here ("" if it can)."""
+    import torch
+
+    from live.backends import backend_class
+    from live.errors import BackendUnavailableError, LiveError
+    try:
+        backend_class(backend).check_available(torch.device("cpu" if cpu else "cuda"))
+    except (BackendUnavailableError, LiveError) as exc:
+        return str(exc)
+    return ""
+
+
+def plan_sweep(backends: list[str] | None = None, models: list[str] | None = None,
+               tokens: list[int] | None = None, skews: list[dict] | None = None,
+               dtypes: list[str] | None = None, quick: bool = False, cpu: bool = False,
+               world_size: int = 2, num_iters: int | None = None, seed: int = 0) -> BenchPlan:
+    """The sweep as cases, in priority order (what a spent budget drops comes last).
+
+    Args:
+        backends: default torch, mooncake, deepep, none (CPU: torch, none); ones that cannot
+            run here are left out with a note.
+        models: zoo names (GPU) or CPU shape labels; tokens, skews: the grid (defaults above).
+        dtypes: dispatch dtypes; FP8 only for backends that cast on the fly (mooncake, deepep).
+        quick: a small grid (GPU: one shape, 8 token counts, uniform and hot set; CPU: 7 token
+            counts).
+        cpu: gloo on CPU with the small CPU shapes in float32.
+    Raises:
+        LiveError: an unknown backend, model or dtype, or tokens <= 0.
+    """
+    from live.backends import BACKENDS
+    from live.errors import LiveError
+
+    if backends is not None:
+        for name in backends:
+            if name not in BACKENDS:
+                raise LiveError(f"backend ({name!r}) must be one of {', '.join(BACKENDS)}")
+    for d in dtypes or ():
+        if d not in ("bf16", "fp8"):
+            raise LiveError(f"dispatch dtype ({d!r}) must be 'bf16' or 'fp8'")
+    if tokens is not None and (not tokens or min(tokens) <= 0):
+        raise LiveError(f"tokens ({tokens}) must be positive counts")
+    notes = []
+    if cpu:
+        unknown = [m for m in models or () if m not in CPU_MODELS]
+        if unknown:
+            raise LiveError(f"models ({unknown}) must be among {list(CPU_MODELS)} on CPU")
+        shapes = {name: CPU_MODELS[name] for name in models or CPU_MODELS}
+        grid = tuple(tokens or (CPU_TOKENS[:7] if quick else CPU_TOKENS))
+        skew_list = tuple(skews or CPU_SKEWS)
+        wanted = backends or ["torch", "none"]
+        settings = BenchSettings(device="cpu", dtype="float32",
+                                 num_iters=num_iters or (10 if quick else 20), num_warmup=2,
+                                 seed=seed, device_only=False)
+        none_grid = grid
+    else:
+        names = models or (GPU_MODELS[:1] if quick else GPU_MODELS)
+        try:
+            shapes = {name: _zoo_config(name) for name in names}
+        except Exception as exc:  # SpecError naming the zoo's models
+            raise LiveError(str(exc)) from None
+        grid = tuple(tokens or ((1, 4, 8, 16, 64, 128, 256, 1024) if quick else GPU_TOKENS))
+        skew_list = tuple(skews or (SKEWS[::2] if quick else SKEWS))
+        wanted = backends or ["torch", "mooncake", "deepep", "none"]
+        settings = BenchSettings(device="cuda", dtype="bfloat16",
+                                 num_iters=num_iters or (10 if quick else 20), num_warmup=3,
+                                 seed=seed)
+        none_grid = tuple(t for t in grid if t in NONE_TOKENS) or grid[:: max(1, len(grid) // 4)]
+    runnable = []
+    for name in wanted:
+        reason = _available(name, cpu)
+        if reason:
+            notes.append(f"{name}: not measured ({reason})")
+        else:
+            runnable.append(name)
+    small = tuple(t for t in grid if t <= SPLIT_ABOVE_TOKENS)
+    large = tuple(t for t in grid if t > SPLIT_ABOVE_TOKENS)
+    # priority: the all-to-all backends, then the `none` reference, then the largest batches of
+    # the low-latency backends (their biggest buffers), so a spent budget drops the least
+    first, reference, last = [], [], []
+    for backend in runnable:
+        for dtype in (dtypes or ["bf16", "fp8"]):
+            if dtype == "fp8" and (cpu or backend not in FP8_BACKENDS):
+                continue
+            for model, config in shapes.items():
+                if backend == "none":
+                    none_skews = tuple(s for s in skew_list if s["kind"] != "zipf")
+                    reference.append(BenchCase(backend, model, config, dtype, none_grid, none_skews))
+                elif backend in FP8_BACKENDS and large and small:
+                    first.append(BenchCase(backend, model, config, dtype, small, skew_list))
+                    last.append(BenchCase(backend, model, config, dtype, large, skew_list))
+                else:
+                    first.append(BenchCase(backend, model, config, dtype, grid, skew_list))
+    cases = tuple(c for c in first + reference + last if c.token_counts and c.skews)
+    return BenchPlan(cases, settings, world_size, "gloo" if cpu else "nccl", tuple(notes))
+
+
+def run_bench(plan: BenchPlan, records_path: str | Path, budget_s: float = float("inf"),
+              progress: bool = True) -> BenchResult:
+    """Run the plan on spawned ranks, appending records to `records_path`.
+
+    Stops starting points when `budget_s` is spent (what was measured is kept); a rank that
+    fails or hangs ends the run with an error in `BenchResult.errors`, records kept.
+    """
+    from live.dist import apply_safe_env, run_ranks
+    from live.provenance import collect
+
+    apply_safe_env()
+    records_path = Path(records_path)
+    records_path.parent.mkdir(parents=True, exist_ok=True)
+    records_path.touch()
+    provenance = collect(plan.world_size, plan.dist_backend)
+    result = BenchResult(records_path, provenance=provenance, errors=list(plan.notes))
+    start = time.time()
+    deadline = start + budget_s
+    # ranks stop starting points at the budget; past it plus a grace, they are stopped
+    timeout_s = 60.0 + (budget_s if budget_s != float("inf") else 24 * 3600.0)
+    try:
+        per_rank = run_ranks(bench_worker, plan.world_size, plan.dist_backend,
+                             (list(plan.cases), plan.settings, provenance, str(records_path),
+                              deadline, progress), timeout_s=timeout_s)
+        summary = per_rank[0]
+        result.num_points, result.skipped = summary["num_points"], summary["skipped"]
+        result.errors += summary["errors"]
+    except RuntimeError as exc:
+        result.errors.append(f"ranks stopped: {exc}")
+    result.num_records = sum(1 for line in records_path.read_text().splitlines() if line.strip())
+    result.seconds = time.time() - start
+    return result
+
+
+def run_eplb_bench(out: Path, quick: bool) -> str:
+    """`python -m live.eplb.bench --out OUT` when that module exists; returns a status line."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("live.eplb.bench") is None:
+        return "live.eplb.bench: not present, rebalance records not measured"
+    cmd = [sys.executable, "-m", "live.eplb.bench", "--out", str(out)] + (["--quick"] if quick else [])
+    done = subprocess.run(cmd, check=False)
+    return f"live.eplb.bench: exit code {done.returncode}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m live.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "out/bench"), help="output folder")
+    parser.add_argument("--records-name", default="bench.jsonl", help="records file in --out")
+    parser.add_argument("--quick", action="store_true", help="a small grid")
+    parser.add_argument("--cpu", action="store_true", help="gloo on CPU (default when no GPU)")
+    parser.add_argument("--gpus", type=int, default=None, help="ranks (default 2)")
+    parser.add_argument("--backends", nargs="+", default=None)
+    parser.add_argument("--models", nargs="+", default=None)
+    parser.add_argument("--tokens", default=None, help="comma list of tokens per rank")
+    parser.add_argument("--skews", nargs="+", default=None,
+                        help="uniform | zipf:ALPHA | hotset:NUM_HOT:FRAC (hot set on rank 0)")
+    parser.add_argument("--dtypes", nargs="+", default=None, help="dispatch dtypes: bf16 fp8")
+    parser.add_argument("--iters", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget-s", type=float, default=float("inf"),
+                        help="stop starting points after this many seconds (records kept)")
+    parser.add_argument("--eplb", action="store_true", help="also run live.eplb.bench into --out")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, force=True, format="%(asctime)s %(message)s",
+                        handlers=[logging.FileHandler(out / "bench.log", mode="a"),
+                                  logging.StreamHandler(sys.stderr)])
+    from live.errors import LiveError
+
+    try:
+        plan = bench_plan_from_args(args)
+    except LiveError as exc:
+        print(f"live.bench: error: {exc}", file=sys.stderr)
+        return 2
+    log.info("plan: %d cases, %d points on %d ranks (%s): %s", len(plan.cases), plan.num_points,
+             plan.world_size, plan.dist_backend, ", ".join(c.label for c in plan.cases))
+    for note in plan.notes:
+        log.info("%s", note)
+    result = run_bench(plan, out / args.records_name, args.budget_s, not args.no_progress)
+    log.info("bench: %d records from %d points in %.0f s (%d skipped)", result.num_records,
+             result.num_points, result.seconds, result.skipped)
+    for error in result.errors:
+        log.warning("%s", error)
+    eplb = run_eplb_bench(out, args.quick) if args.eplb else ""
+    if eplb:
+        log.info("%s", eplb)
+    summary = {"records": str(result.records_path), "num_records": result.num_records,
+               "num_points": result.num_points, "skipped": result.skipped,
+               "seconds": round(result.seconds, 1), "errors": result.errors, "eplb": eplb,
+               "settings": asdict(plan.settings), "provenance": result.provenance,
+               "cases": [c.label for c in plan.cases]}
+    (out / "bench_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return 0 if result.num_records else 1
+
+
+def bench_plan_from_args(args) -> BenchPlan:
+    """A BenchPlan from parsed `live.bench` (or `epsim calibrate --live`) options."""
+    import torch
+
+    from epsim.routing import parse_skew
+    from live.errors import LiveError
+
+    cpu = bool(getattr(args, "cpu", False)) or torch.cuda.device_count() < max(2, args.gpus or 2)
+    world_size = args.gpus or 2
+    if world_size < 2:
+        raise LiveError(f"--gpus ({world_size}) must be >= 2: one rank has nothing to dispatch")
+    tokens = None
+    if getattr(args, "tokens", None):
+        try:
+            tokens = [int(t) for t in str(args.tokens).split(",")]
+        except ValueError:
+            raise LiveError(f"--tokens ({args.tokens!r}) must be a comma list of integers") from None
+    skews = None
+    if getattr(args, "skews", None):
+        from epsim.errors import SpecError
+        try:
+            skews = [parse_skew(s) for s in args.skews]
+        except SpecError as exc:
+            raise LiveError(str(exc)) from None
+        for skew in skews:
+            if skew["kind"] == "hotset":
+                skew["shuffle_per_layer"] = False     # hot experts first: on rank 0
+    return plan_sweep(args.backends, getattr(args, "models", None), tokens, skews,
+                      getattr(args, "dtypes", None), quick=args.quick, cpu=cpu,
+                      world_size=world_size, num_iters=getattr(args, "iters", None),
+                      seed=getattr(args, "seed", 0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""What each EP rank runs for `live.bench`: every point of a case, timed stage by stage.
+
+Per point (backend, shape, dispatch dtype, skew, tokens per rank) and iteration:
+
+1. an *isolated* forward: the ranks wait for each other (device sync + barrier) before each
+   stage, so dispatch, experts and combine are each timed from a common start and no stage
+   absorbs another rank's lateness — what the simulator's bulk-synchronous layer composes;
+2. the *whole layer*: one ordinary forward, as it runs in a model (`moe_layer` record);
+3. on CUDA, the grouped GEMM alone launched ahead behind `torch.cuda._sleep` (device time
+   without host launch overhead, kept as `extra.device_us` of the `experts` record).
+
+A record's time is the median over iterations of the slowest rank's time; counts come from
+the dispatch itself (`DispatchStats`). Rank 0 appends records to the file as they are made.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from live.checks import DTYPES
+from live.config import MoeConfig
+from live.routing import forced_routing
+from live.timing import StageTimer, summarize_us
+
+STAGES = ("dispatch", "experts", "combine")
+SLEEP_CYCLES = 2_000_000    # >= 1 ms of GPU spin (clocks <= 2 GHz): the host launches meanwhile
+MAX_LAUNCH_US = 500.0       # a launch slower than this may have outrun the sleep: discarded
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One backend, model shape and dispatch dtype, timed over token counts and skews.
+
+    Attributes:
+        model: zoo name of the shape (or a label for the CPU shapes).
+        config: block sizes (one layer is run).
+        token_counts: tokens per rank, ascending.
+        skews: `epsim.routing` skew descriptors.
+    """
+
+    backend: str
+    model: str
+    config: MoeConfig
+    dispatch_dtype: str
+    token_counts: tuple[int, ...]
+    skews: tuple[dict, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}/{self.model}/{self.dispatch_dtype}"
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How every point is measured."""
+
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+    num_iters: int = 20
+    num_warmup: int = 3
+    seed: int = 0
+    device_only: bool = True
+
+
+class IsolatingTimer(StageTimer):
+    """A StageTimer that makes all ranks wait (device sync + barrier) before each stage.
+
+    `stage_us()` then holds each stage timed from a common start; the gaps spent waiting are
+    named "_fence" and left out of the stages.
+    """
+
+    def __init__(self, device: torch.device, group):
+        super().__init__(device)
+        self.group = group
+
+    def _fence(self) -> None:
+        fence(self.device, self.group)
+
+    def start(self) -> None:
+        self._fence()
+        super().start()
+
+    def mark(self, name: str) -> None:
+        super().mark(name)
+        self._fence()
+        super().mark("_fence")
+
+
+def fence(device: torch.device, group) -> None:
+    """Every rank's queued work done, then a barrier."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    dist.barrier(group=group)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _device(settings: BenchSettings) -> torch.device:
+    if settings.device == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# Low-latency kernels lay their buffer out by (hidden, max tokens per rank); one buffer per
+# process and group is kept (`live.backends.base.shared_buffer`). A point gets a group (and so
+# a buffer) of its own layout, made once and kept: a buffer is never re-laid out or rebuilt.
+LOW_LATENCY_BACKENDS = ("mooncake", "deepep")
+_LAYOUT_GROUPS: dict[tuple[int, int], object] = {}
+
+
+def max_tokens_for(tokens: int) -> int:
+    """Buffer size of a point: its batch rounded up to 8 tokens (Mooncake's FP8 dispatch needs
+    ranks x max tokens divisible by 4). A buffer sized for the sweep's largest batch would make
+    small batches pay for its padded rows; a deployment sizes it for its batch, so do we."""
+    return -(-max(tokens, 1) // 8) * 8
+
+
+def _point_backend(case: BenchCase, group, settings: BenchSettings, device: torch.device,
+                   tokens: int):
+    """The backend a point runs with (built on every rank alike, same order)."""
+    from live.backends import BackendSpec, make_backend
+
+    max_tokens = max_tokens_for(tokens)
+    if case.backend in LOW_LATENCY_BACKENDS:
+        key = (case.config.hidden_size, max_tokens)
+        if key not in _LAYOUT_GROUPS:
+            _LAYOUT_GROUPS[key] = dist.new_group(list(range(dist.get_world_size(group))))
+        group = _LAYOUT_GROUPS[key]
+    spec = BackendSpec(hidden_size=case.config.hidden_size,
+                       num_physical_experts=case.config.num_experts, top_k=case.config.top_k,
+                       max_tokens_per_rank=max_tokens, dtype=DTYPES[settings.dtype],
+                       device=device, dispatch_dtype=case.dispatch_dtype)
+    backend = make_backend(case.backend, spec, group)
+    if hasattr(backend, "check_active_ranks"):
+        backend.check_active_ranks = False              # no host sync inside timed forwards
+    return backend
+
+
+def _build(case: BenchCase, group, settings: BenchSettings, device: torch.device):
+    """The one-layer model of a case with random weights (its backend is set per point)."""
+    from live.model import Qwen3MoeModel
+    from live.weights import random_weights
+
+    dtype = DTYPES[settings.dtype]
+    backend = _point_backend(case, group, settings, device, case.token_counts[0])
+    model = Qwen3MoeModel(case.config, 0, 1, backend=backend, group=group, dtype=dtype,
+                          device=device, seed=settings.seed)
+    model.load_weight_cache(random_weights(case.config, [0], seed=settings.seed, dtype=dtype,
+                                           device=device))
+    return model
+
+
+def _device_only_experts_us(block, counts: torch.Tensor, rows: torch.Tensor) -> tuple[float, float]:
+    """Device time of the grouped GEMM alone (launched behind a GPU sleep) and host launch time.
+
+    Returns:
+        (device_us, launch_us); device_us is NaN when the host needed longer to launch than
+        the sleep lasted (then the gap would include host time).
+    """
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    t0 = time.perf_counter()
+    begin.record()
+    block.experts(rows, counts)
+    end.record()
+    launch_us = (time.perf_counter() - t0) * 1e6
+    end.synchronize()
+    device_us = begin.elapsed_time(end) * 1e3
+    return (device_us if launch_us < MAX_LAUNCH_US else float("nan")), launch_us
+
+
+def measure_point(rank: int, group, model, case: BenchCase, skew, tokens: int,
+                  settings: BenchSettings, device: torch.device) -> dict:
+    """Time one point on this rank.
+
+    Returns:
+        {"isolated": {stage: [iters] us}, "layer": [iters] us, "in_layer": {stage: [iters]},
+         "device_us": [iters] (CUDA only), "launch_us": [iters], "stats": DispatchStats lists}.
+    """
+    cfg = case.config
+    block = model.block(0)
+    rng = np.random.default_rng([settings.seed, rank, tokens])
+    routing = forced_routing(skew, tokens, rng, layer=0, device=device)
+    gen = torch.Generator(device=device).manual_seed(settings.seed + 7919 * rank + tokens)
+    x = torch.randn(tokens, cfg.hidden_size, generator=gen, device=device).to(DTYPES[settings.dtype])
+    isolated_timer, layer_timer = IsolatingTimer(device, group), StageTimer(device)
+    out = {"isolated": {s: [] for s in STAGES}, "layer": [], "in_layer": {s: [] for s in STAGES},
+           "device_us": [], "launch_us": []}
+    device_only = settings.device_only and device.type == "cuda"
+    rows = None
+    with torch.no_grad():
+        for it in range(settings.num_warmup + settings.num_iters):
+            block(x, routing=routing, timer=isolated_timer)
+            isolated = isolated_timer.stage_us()
+            fence(device, group)
+            block(x, routing=routing, timer=layer_timer)
+            layer = layer_timer.stage_us()
+            if device_only:
+                counts = block.last_stats.local_expert_tokens
+                if rows is None:
+                    rows = torch.randn(int(counts.sum()), cfg.hidden_size, device=device,
+                                       generator=gen).to(DTYPES[settings.dtype])
+                try:
+                    device_us, launch_us = _device_only_experts_us(block, counts, rows)
+                except Exception:  # noqa: BLE001 - an optional extra must not stop the sweep
+                    device_us = launch_us = float("nan")
+            if it < settings.num_warmup:
+                continue
+            for stage in STAGES:
+                out["isolated"][stage].append(isolated.get(stage, 0.0))
+                out["in_layer"][stage].append(layer.get(stage, 0.0))
+            out["layer"].append(layer["total"])
+            if device_only:
+                out["device_us"].append(device_us)
+                out["launch_us"].append(launch_us)
+    out["stats"] = block.last_stats.to_host()
+    return out
+
+
+def _link_counts(stats: list[dict], key: str) -> list[float]:
+    """[ranks] copies each rank exchanged with *other* ranks (its own copies cross no link)."""
+    return [float(sum(v for peer, v in enumerate(s[key]) if peer != rank))
+            for rank, s in enumerate(stats)]
+
+
+def point_records(case: BenchCase, skew_desc: dict, tokens: int, per_rank: list[dict],
+                  settings: BenchSettings, provenance: dict, num_physical: int) -> list[dict]:
+    """The dispatch, experts, combine and moe_layer record dicts of one point (all ranks)."""
+    cfg = case.config
+    stats = [r["stats"] for r in per_rank]
+    deepep_class = case.backend != "none"
+    extra = {"dtype": settings.dtype, "forward": "deepep" if deepep_class else "normal",
+             "timer": "cuda_events" if settings.device == "cuda" else "perf_counter",
+             "timing": "isolated stages (sync + barrier before each); moe_layer: one forward",
+             "recv_tokens_from_rank": [s["recv_tokens_from_rank"] for s in stats],
+             "send_tokens_to_rank": [s["send_tokens_to_rank"] for s in stats]}
+    common = dict(
+        backend=case.backend, mode="", ep_size=len(per_rank), num_tokens_per_rank=tokens,
+        hidden_size=cfg.hidden_size, moe_intermediate_size=cfg.moe_intermediate_size,
+        num_experts=cfg.num_experts, num_physical_experts=num_physical, top_k=cfg.top_k,
+        model=case.model, dispatch_dtype=case.dispatch_dtype if settings.dtype == "bfloat16" else "",
+        skew=skew_desc, seed=settings.seed, num_layers=1, num_iters=settings.num_iters,
+        recv_tokens_per_rank=_link_counts(stats, "recv_tokens_from_rank"),
+        send_tokens_per_rank=_link_counts(stats, "send_tokens_to_rank"),
+        expert_tokens_per_rank=[float(sum(s["local_expert_tokens"])) for s in stats],
+        local_expert_tokens=[[float(v) for v in s["local_expert_tokens"]] for s in stats],
+        provenance=provenance)
+    out = []
+    for stage in STAGES:
+        samples = np.array([r["isolated"][stage] for r in per_rank])     # [ranks, iters]
+        in_layer = np.array([r["in_layer"][stage] for r in per_rank])
+        rec_extra = dict(extra, in_layer_per_rank_median_us=np.median(in_layer, axis=1).tolist())
+        if not deepep_class:
+            rec_extra["op"] = "all_gather" if stage == "dispatch" else (
+                "all_reduce" if stage == "combine" else "local_experts")
+        if stage == "experts" and per_rank[0]["device_us"]:
+            device = np.array([r["device_us"] for r in per_rank])         # [ranks, iters]
+            slowest = device.max(axis=0)
+            if np.isfinite(slowest).any():
+                rec_extra["device_us"] = float(np.nanmedian(slowest))
+                rec_extra["device_note"] = ("grouped GEMM alone on the measured counts, launched "
+                                            "behind a GPU sleep: no host overhead")
+            rec_extra["launch_us"] = float(np.nanmedian([r["launch_us"] for r in per_rank]))
+        out.append(dict(common, kind=stage, extra=rec_extra, **summarize_us(samples.max(axis=0)),
+                        per_rank_median_us=np.median(samples, axis=1).tolist()))
+    layer = np.array([r["layer"] for r in per_rank])
+    out.append(dict(common, kind="moe_layer", extra=dict(extra, timing="one forward"),
+                    **summarize_us(layer.max(axis=0)),
+                    per_rank_median_us=np.median(layer, axis=1).tolist()))
+    return out
+
+
+def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
+                 settings: BenchSettings, provenance: dict, records_path: str,
+                 deadline_s: float, progress: bool) -> dict:
+    """Run every case on this rank; rank 0 appends records to `records_path` as it goes.
+
+    A case that raises is reported and skipped (configuration errors raise on every rank
+    before any collective). A point is started only if rank 0 expects it to end before
+    `deadline_s` (a `time.time()` value), judged by the last point's duration.
+
+    Returns:
+        {"num_records", "num_points", "errors": [str], "skipped": int} (counts on rank 0).
+    """
+    from epsim.records import MeasurementRecord
+    from epsim.routing import skew_from_dict
+
+    device = _device(settings)
+    if device.type == "cpu":
+        torch.set_num_threads(1)       # one core per rank: threads of two ranks would fight
+    total = sum(len(c.token_counts) * len(c.skews) for c in cases)
+    bar = None
+    if rank == 0 and progress:
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=total, desc="live.bench", unit="point", mininterval=1.0)
+        except ImportError:
+            pass
+    summary = {"num_records": 0, "num_points": 0, "errors": [], "skipped": 0}
+    last_point_s = 0.0
+    handle = open(records_path, "a") if rank == 0 else None
+    try:
+        for case in cases:
+            points = len(case.token_counts) * len(case.skews)
+            go = [time.time() + last_point_s < deadline_s]
+            dist.broadcast_object_list(go, src=0, group=group)
+            try:
+                model = _build(case, group, settings, device) if go[0] else None
+            except Exception as exc:  # noqa: BLE001 - reported, the sweep goes on
+                summary["errors"].append(f"{case.label}: {type(exc).__name__}: {exc}")
+                model = None
+            if model is None:
+                summary["skipped"] += points
+                if bar is not None:
+                    bar.update(points)
+                continue
+            skews = [(d, skew_from_dict(d, 1, case.config.num_experts, case.config.top_k,
+                                        seed=settings.seed)) for d in case.skews]
+            # token counts outer: a point's backend layout is made once and serves every skew
+            for tokens in case.token_counts:
+                for skew_desc, skew in skews:
+                    if bar is not None:
+                        bar.update(1)
+                    go = [time.time() + last_point_s < deadline_s]
+                    dist.broadcast_object_list(go, src=0, group=group)
+                    if not go[0]:
+                        summary["skipped"] += 1
+                        continue
+                    start = time.time()
+                    try:
+                        model.block(0).backend = _point_backend(case, group, settings, device,
+                                                                tokens)
+                        mine = measure_point(rank, group, model, case, skew, tokens, settings,
+                                             device)
+                    except Exception as exc:  # noqa: BLE001 - reported; the next point runs
+                        # (errors before a collective, e.g. a kernel's shape limit, hit every
+                        # rank alike, so the ranks stay in step)
+                        summary["errors"].append(f"{case.label} {skew_desc.get('kind')} "
+                                                 f"T={tokens}: {type(exc).__name__}: {exc}")
+                        continue
+                    gathered = [None] * world_size
+                    dist.all_gather_object(gathered, mine, group=group)
+                    if rank == 0:
+                        for rec in point_records(case, skew.descriptor(), tokens, gathered,
+                                                 settings, provenance, model.placement.num_physical):
+                            handle.write(MeasurementRecord.model_validate(rec).to_json() + "\n")
+                            summary["num_records"] += 1
+                        handle.flush()
+                    summary["num_points"] += 1
+                    last_point_s = time.time() - start
+            del model
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        if handle is not None:
+            handle.close()
+        if bar is not None:
+            bar.close()
+    return summary

@@ -1,0 +1,168 @@
+"""Elastic EP in the engine: a failed rank is masked and loses its requests, its experts are served
+by replicas or reloaded, it comes back; the scheduler's routing; the load-time checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from epsim.errors import PlacementError, SpecError
+from epsim.report import latency_windows, summarize
+from epsim.sim import Simulation
+from epsim.sim.arrivals import Requests
+from epsim.sim.batching import Scheduler
+from epsim.eplb import fill_lost
+from epsim.sim.elastic import ElasticEP
+from tests.epsim.test_sim_engine import tiny_scenario
+
+FAIL_S, BACK_S = 0.1, 0.1
+
+
+def failing_scenario(deployment=None, workload=None):
+    """Tiny model, 16 experts + 16 redundant on 4 ranks (trivial placement: every expert on two
+    ranks, r and r + 2), rank 1 fails at 0.1 s and is back 0.1 s later; decode with full batches."""
+    return tiny_scenario(
+        deployment={"enable_eplb": True, "ep_num_redundant_experts": 16, "disaggregation_mode": "decode",
+                    "max_running_requests": 32, "eplb_rebalance_num_iterations": 100_000,
+                    "failures": [{"at_s": FAIL_S, "rank": 1, "recover_after_s": BACK_S}],
+                    **(deployment or {})},
+        workload={"initial_running_per_rank": 32, "arrivals": {"kind": "poisson", "rate_per_s": 4000.0},
+                  "duration_s": 0.3, "warmup_s": 0.0, **(workload or {})})
+
+
+def run(scenario):
+    sim = Simulation(scenario)
+    seen = []
+    sim.add_observer(lambda info: seen.append((info.start_us * 1e-6, info.tokens_per_rank.copy(),
+                                               info.cost.traffic.pairs.sum(axis=0))))
+    return sim, sim.run(), seen
+
+
+def test_failure_masks_the_rank_and_recovery_restores_it():
+    sim, res, seen = run(failing_scenario())
+    during = [(tokens, pairs) for t, tokens, pairs in seen if FAIL_S + 0.005 < t < FAIL_S + BACK_S]
+    after = [(tokens, pairs) for t, tokens, pairs in seen if t > FAIL_S + BACK_S + 0.005]
+    before = [(tokens, pairs) for t, tokens, pairs in seen if t < FAIL_S]
+    assert during and after and before
+    # while down: no attention tokens and no expert pairs on rank 1 (nothing dispatched to it)
+    assert all(tokens[1] == 0 and pairs[1] == 0 for tokens, pairs in during)
+    assert all(tokens[1] > 0 and pairs[1] > 0 for tokens, pairs in before + after)
+    alive = res.steps["num_alive"]
+    starts = res.steps["start_us"] * 1e-6
+    assert set(alive[(starts > FAIL_S) & (starts < FAIL_S + BACK_S)]) == {3}
+    assert alive[-1] == 4 and alive[0] == 4
+    # every expert had a replica on a survivor: nothing reloaded, no stall but EPLB's (which
+    # rebalances onto the survivors, then onto all four again)
+    fail, back = res.elastic_events
+    assert (fail["kind"], fail["rank"], fail["num_alive"], back["kind"], back["num_alive"]) == \
+        ("failure", 1, 3, "recovery", 4)
+    assert fail["reloaded_experts"] == 0 and fail["stall_us"] == 0
+    assert [label for _, _, label in res.stalls] == ["eplb", "eplb"]
+
+
+def test_failed_rank_loses_its_requests_and_later_arrivals_avoid_it():
+    sim, res, _ = run(failing_scenario())
+    sched = sim.scheduler
+    lost = np.flatnonzero(res.lost)
+    assert res.elastic_events[0]["lost_requests"] == lost.size > 0
+    assert not np.isfinite(res.finish_s[lost]).any()
+    # requests arriving while rank 1 is down go round-robin over ranks 0, 2, 3; then to all again
+    routed = sched.arrived(FAIL_S + BACK_S) - sched.arrived(FAIL_S)
+    assert routed[1] == 0 and routed[[0, 2, 3]].min() >= 100
+    assert routed[[0, 2, 3]].max() - routed[[0, 2, 3]].min() <= 1
+    assert (sched.arrived(0.3) - sched.arrived(FAIL_S + BACK_S))[1] >= 50
+    summary = summarize(res)
+    assert summary["num_requests"]["lost"] == lost.size
+    assert summary["elastic"]["lost_requests"] == lost.size
+
+
+def test_lost_experts_are_reloaded_and_serving_stalls_for_the_slowest_survivor():
+    # 16 experts + 8 redundant: the trivial placement replicates experts 0..7 only (on ranks 2
+    # and 3), so rank 1's experts 8..11 have no other replica and are reloaded onto survivors
+    sc = failing_scenario({"ep_num_redundant_experts": 8, "reload_gbps": 10.0})
+    sim = Simulation(sc, scenario_processes=False)                     # the failure alone, no EPLB
+    sim.elastic = ElasticEP(sim)
+    res = sim.run()
+    fail = res.elastic_events[0]
+    p2l = sim.placement.physical_to_logical
+    trivial = np.tile(np.arange(24) % 16, (4, 1))
+    live = np.r_[0:6, 12:24]                                           # rank 1 holds slots 6..11
+    expected, lost = fill_lost(trivial[:, live], 16)
+    assert lost == {layer: [8, 9, 10, 11] for layer in range(4)}
+    changed = expected != trivial[:, live]                             # [layers, live slots]
+    per_rank = changed.reshape(4, 3, 6).sum(axis=(0, 2))               # survivors 0, 2, 3
+    stall_us = per_rank.max() * sc.model.expert_bytes / (10.0 * 1e3)
+    assert fail["reloaded_experts"] == 16 and fail["stall_us"] == pytest.approx(stall_us)
+    assert res.stalls[0][2] == "expert reload" and res.stalls[0][1] == pytest.approx(stall_us)
+    np.testing.assert_array_equal(p2l[:, live], expected)
+    np.testing.assert_array_equal(p2l[:, 6:12], trivial[:, 6:12])        # rank 1 kept its slots
+
+
+def test_eplb_rebalances_onto_the_survivors_at_once():
+    sc = failing_scenario({"ep_num_redundant_experts": 8, "eplb_algorithm": "deepseek_global",
+                           "ep_dispatch_algorithm": "random"})
+    sim, res, _ = run(sc)
+    reasons = [(e["reason"], e["num_alive"]) for e in res.rebalances]
+    assert reasons[:2] == [("failure", 3), ("recovery", 4)]
+    failure = res.rebalances[0]
+    assert failure["at_s"] >= FAIL_S and failure["balancedness_after"] >= failure["balancedness_before"]
+
+
+def test_reload_mode_pauses_the_instance_until_the_rank_is_back():
+    sc = failing_scenario({"enable_eplb": False, "ep_num_redundant_experts": 0, "elastic_recovery": "reload",
+                           "reload_gbps": 50.0})
+    sim, res, seen = run(sc)
+    fail = res.elastic_events[0]
+    reload_us = 4 * 4 * sc.model.expert_bytes / (50.0 * 1e3)         # 4 slots x 4 layers
+    assert fail["reload_bytes"] == 16 * sc.model.expert_bytes
+    starts = np.array([t for t, _, _ in seen])
+    gap = starts[starts > FAIL_S].min() - starts[starts <= FAIL_S].max()
+    # no pass runs from the failure until the rank is back and reloaded
+    assert gap >= BACK_S + reload_us * 1e-6
+    assert res.stalls[0][2] == "rank failure"
+    windows = latency_windows(res, 0.02)
+    assert np.isnan(windows["step_ms"][(windows["t_s"] > FAIL_S + 0.02) & (windows["t_s"] < FAIL_S + BACK_S)]).all()
+
+
+def test_scheduler_drop_and_reroute():
+    reqs = Requests(np.linspace(0.0, 1.0, 12), np.full(12, 8, np.int64), np.full(12, 100, np.int64))
+    sched = Scheduler(reqs, num_ranks=3, max_running=2, chunk_tokens=100, mode="decode")
+    sched.plan(0.5)                                                   # requests 0..5 arrived
+    assert sched.arrived(0.5).tolist() == [2, 2, 2]
+    lost = sched.drop_rank(1, 0.5)
+    assert sorted(lost.tolist()) == [1, 4] and sched.occupied[1] == 0 and sched.lost[[1, 4]].all()
+    sched.route_to(np.array([True, False, True]), 0.5)
+    sched.plan(1.0)
+    # arrivals 6..11 alternate over ranks 0 and 2; rank 1 gets none
+    assert sched.arrived(1.0).tolist() == [5, 2, 5]
+    assert (sched.slot_req[1] < 0).all()
+    assert sorted(sched.slot_req[0].tolist() + sched.slot_req[2].tolist()) == [0, 2, 3, 5]
+    assert sched.num_waiting(1.0) == 6
+
+
+def test_fill_lost_keeps_every_expert():
+    p2l = np.array([[0, 0, 1, 2, 2, 2]])
+    out, lost = fill_lost(p2l, 4)
+    assert lost == {0: [3]} and sorted(out[0].tolist()) == [0, 0, 1, 2, 2, 3]
+    with pytest.raises(PlacementError, match=r"the surviving slots \(3\) must hold every one of the 4"):
+        fill_lost(p2l[:, :3], 4)
+
+
+@pytest.mark.parametrize("deployment, message", [
+    ({"enable_dp_attention": False, "failures": [{"at_s": 1.0, "rank": 1}]},
+     r"deployment.failures needs deployment.enable_dp_attention: true"),
+    ({"failures": [{"at_s": 1.0, "rank": 1}]},
+     r"deployment.elastic_recovery \(replicas\) needs the surviving ranks to hold every expert: "
+     r"3 ranks x 4 slots \(12\) must be >= num_experts \(16\)"),
+    ({"failures": [{"at_s": 1.0, "rank": 1}], "elastic_recovery": "reload"},
+     r"deployment.failures.0.recover_after_s \(None\) must be set with elastic_recovery: reload"),
+    ({"failures": [{"at_s": 1.0, "rank": 1, "recover_after_s": 2.0}, {"at_s": 2.0, "rank": 1}],
+      "elastic_recovery": "reload"},
+     r"deployment.failures.1 \(rank 1 at 2 s\) must not overlap failures.0"),
+    ({"enable_eplb": True, "ep_num_redundant_experts": 4,
+      "failures": [{"at_s": 1.0, "rank": 1}, {"at_s": 1.5, "rank": 2}]},
+     r"2 ranks x 5 slots \(10\) must be >= num_experts \(16\)"),
+])
+def test_bad_failure_specs_fail_at_load_time(deployment, message):
+    with pytest.raises(SpecError, match=message):
+        tiny_scenario(deployment=deployment)
