@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
 import yaml
 
-from epsim.errors import EpsimError, SpecError
+from epsim.errors import EpsimError, RecordError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = ROOT / "scenarios"
@@ -91,19 +91,16 @@ class RunView:
     warnings: list
 
 
-def _share(sums: np.ndarray, layer: int | None) -> np.ndarray:
-    from epsim.sim.load_trace import LoadTrace
-    return LoadTrace._share(sums.astype(np.float64), layer)
-
-
 def rank_share(view: RunView, layer: int | None = None) -> np.ndarray:
-    """[windows, ranks] load / mean rank load (`LoadTrace.rank_share`)."""
-    return _share(view.rank_pairs, layer)
+    """[windows, ranks] load / mean rank load (`epsim.sim.load_trace.load_share`)."""
+    from epsim.sim.load_trace import load_share
+    return load_share(view.rank_pairs, layer)
 
 
 def expert_share(view: RunView, layer: int | None = None) -> np.ndarray:
-    """[windows, experts] load / mean expert load (`LoadTrace.expert_share`)."""
-    return _share(view.expert_loads, layer)
+    """[windows, experts] load / mean expert load (`epsim.sim.load_trace.load_share`)."""
+    from epsim.sim.load_trace import load_share
+    return load_share(view.expert_loads, layer)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -213,10 +210,9 @@ def validation(record_files: tuple[tuple[str, bytes], ...], profile_file: tuple[
     from epsim.profile import Profile
     from epsim.validate import validate
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = str(Path(tmp).resolve()) + "/"
+        folders = [Path(tmp) / f"upload{i}" for i in range(len(record_files))]   # names may repeat
         paths = []
-        for i, (name, content) in enumerate(record_files):
-            folder = Path(tmp) / f"r{i}"      # two uploads may share a name
+        for folder, (name, content) in zip(folders, record_files):
             folder.mkdir()
             paths.append(folder / _safe_name(name))
             paths[-1].write_bytes(content)
@@ -224,10 +220,11 @@ def validation(record_files: tuple[tuple[str, bytes], ...], profile_file: tuple[
         profile_path.write_bytes(profile_file[1])
 
         def clean(text: str) -> str:
-            out = text.replace(prefix, "")
-            for i in range(len(record_files)):
-                out = out.replace(f"r{i}/", "")
-            return out
+            """A message with the temporary folders left out: it names the files as given."""
+            for folder in folders + [Path(tmp)]:
+                for form in {str(folder), str(folder.resolve())}:
+                    text = text.replace(form + "/", "")
+            return text
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -239,10 +236,10 @@ def validation(record_files: tuple[tuple[str, bytes], ...], profile_file: tuple[
         messages = [clean(str(w.message)) for w in caught]
         if not report.rows:
             first = f" (first problem: {messages[0]})" if messages else ""
-            raise SpecError(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) must hold "
-                            f"at least one dispatch, combine, experts or moe_layer record the profile "
-                            f"can predict{first}")
-        rows = [r.__class__(**{**r.__dict__, "where": clean(r.where)}) for r in report.rows]
+            raise RecordError(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) must "
+                              f"hold at least one dispatch, combine, experts or moe_layer record "
+                              f"the profile can predict{first}")
+        rows = [replace(r, where=clean(r.where)) for r in report.rows]
         return ValidationView(rows, clean(report.markdown), list(dict.fromkeys(messages)))
 
 
@@ -264,14 +261,9 @@ def run_sweep(text: str, where: str, base_dir: str, sweeps: tuple[str, ...],
               overrides: tuple[str, ...], workers: int) -> SweepView:
     """`epsim.plan.run_plan` of the scenario text over `sweeps` (`KEY=V1,V2` each)."""
     from epsim.plan import run_plan
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        parse_scenario(text, where, base_dir)           # raises epsim's message for the YAML
-        raise
-    if not isinstance(data, dict):
-        parse_scenario(text, where, base_dir)
-    data.setdefault("base_dir", base_dir)               # traces resolve as for the file itself
+    parse_scenario(text, where, base_dir)       # a bad base scenario fails with epsim's message
+    data = yaml.safe_load(text)
+    data.setdefault("base_dir", base_dir)       # traces resolve as for the file itself
     result = run_plan(data, list(sweeps), overrides=list(overrides), workers=workers,
                       progress=False, plots=False, require_feasible=False)
     skipped = [", ".join(f"{k}={v}" for k, v in s.values.items()) + f": {s.reason}" for s in result.skipped]
@@ -291,3 +283,12 @@ def choose(rows: list, columns: list, keys: list, constraints: list[str], object
     """`epsim.plan.results.choose`: feasible points, Pareto frontier, best point."""
     from epsim.plan.results import choose as plan_choose
     return plan_choose(rows, columns, keys, constraints, objectives)
+
+
+def results_csv(rows: list, columns: list) -> str:
+    """A results table as the text of `epsim plan`'s results.csv (loadable here again)."""
+    from epsim.plan.store import write_csv
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "results.csv"
+        write_csv(rows, columns, path)
+        return path.read_text()

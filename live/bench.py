@@ -63,7 +63,7 @@ class BenchPlan:
 
     @property
     def num_points(self) -> int:
-        return sum(len(c.token_counts) * len(c.skews) for c in self.cases)
+        return self.settings.num_passes * sum(len(c.token_counts) * len(c.skews) for c in self.cases)
 
 
 @dataclass
@@ -100,7 +100,8 @@ def _available(backend: str, cpu: bool) -> str:
 def plan_sweep(backends: list[str] | None = None, models: list[str] | None = None,
                tokens: list[int] | None = None, skews: list[dict] | None = None,
                dtypes: list[str] | None = None, quick: bool = False, cpu: bool = False,
-               world_size: int = 2, num_iters: int | None = None, seed: int = 0) -> BenchPlan:
+               world_size: int = 2, num_iters: int | None = None, seed: int = 0,
+               num_passes: int | None = None) -> BenchPlan:
     """The sweep as cases, in priority order (what a spent budget drops comes last).
 
     Args:
@@ -111,6 +112,7 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
         quick: a small grid (GPU: one shape, 8 token counts, uniform and hot set; CPU: 7 token
             counts).
         cpu: gloo on CPU with the small CPU shapes in float32.
+        num_passes: sweeps over the grid in shuffled orders (default 3 on GPU, 1 on CPU).
     Raises:
         LiveError: an unknown backend, model or dtype, or tokens <= 0.
     """
@@ -137,7 +139,7 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
         wanted = backends or ["torch", "none"]
         settings = BenchSettings(device="cpu", dtype="float32",
                                  num_iters=num_iters or (10 if quick else 20), num_warmup=2,
-                                 seed=seed, device_only=False)
+                                 seed=seed, device_only=False, num_passes=num_passes or 1)
         none_grid = grid
     else:
         names = models or (GPU_MODELS[:1] if quick else GPU_MODELS)
@@ -150,7 +152,7 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
         wanted = backends or ["torch", "mooncake", "deepep", "none"]
         settings = BenchSettings(device="cuda", dtype="bfloat16",
                                  num_iters=num_iters or (10 if quick else 20), num_warmup=3,
-                                 seed=seed)
+                                 seed=seed, num_passes=num_passes or (1 if quick else 3))
         none_grid = tuple(t for t in grid if t in NONE_TOKENS) or grid[:: max(1, len(grid) // 4)]
     runnable = []
     for name in wanted:
@@ -242,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=None, help="dispatch dtypes: bf16 fp8")
     parser.add_argument("--iters", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--passes", type=int, default=None,
+                        help="sweeps over the grid in shuffled orders (default: 3 on GPU, 1 on CPU)")
     parser.add_argument("--budget-s", type=float, default=float("inf"),
                         help="stop starting points after this many seconds (records kept)")
     parser.add_argument("--eplb", action="store_true", help="also run live.eplb.bench into --out")
@@ -310,7 +314,7 @@ def bench_plan_from_args(args) -> BenchPlan:
     return plan_sweep(args.backends, getattr(args, "models", None), tokens, skews,
                       getattr(args, "dtypes", None), quick=args.quick, cpu=cpu,
                       world_size=world_size, num_iters=getattr(args, "iters", None),
-                      seed=getattr(args, "seed", 0))
+                      seed=getattr(args, "seed", 0), num_passes=getattr(args, "passes", None))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ Per point (backend, shape, dispatch dtype, skew, tokens per rank) and iteration:
 
 A record's time is the median over iterations of the slowest rank's time; counts come from
 the dispatch itself (`DispatchStats`). Rank 0 appends records to the file as they are made.
+
+Host overhead on the GPU machine drifts between slow and fast states that last longer than a
+point (medians of neighbouring points differ by up to ~30% while each point's p10-p90 is tight),
+so with `num_passes > 1` the grid is swept several times, each pass in its own shuffled token
+order, and every record carries `extra.pass`; `epsim.calibrate.inputs.merge_passes` takes the
+median over passes.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class BenchSettings:
     num_warmup: int = 3
     seed: int = 0
     device_only: bool = True
+    num_passes: int = 1      # sweeps over the whole grid, each in its own shuffled token order
 
 
 class IsolatingTimer(StageTimer):
@@ -277,6 +284,18 @@ def point_records(case: BenchCase, skew_desc: dict, tokens: int, per_rank: list[
     return out
 
 
+def _pin_cores(rank: int, world_size: int) -> None:
+    """Pin this rank to its own share of the cores (fewer migrations, steadier host timing)."""
+    import os
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return
+    share = len(cores) // world_size
+    if share >= 1:
+        os.sched_setaffinity(0, cores[rank * share:(rank + 1) * share])
+
+
 def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
                  settings: BenchSettings, provenance: dict, records_path: str,
                  deadline_s: float, progress: bool) -> dict:
@@ -295,7 +314,7 @@ def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
     device = _device(settings)
     if device.type == "cpu":
         torch.set_num_threads(1)       # one core per rank: threads of two ranks would fight
-    total = sum(len(c.token_counts) * len(c.skews) for c in cases)
+    total = settings.num_passes * sum(len(c.token_counts) * len(c.skews) for c in cases)
     bar = None
     if rank == 0 and progress:
         try:
@@ -306,8 +325,10 @@ def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
     summary = {"num_records": 0, "num_points": 0, "errors": [], "skipped": 0}
     last_point_s = 0.0
     handle = open(records_path, "a") if rank == 0 else None
+    _pin_cores(rank, world_size)
+    passes = [(p, case) for p in range(settings.num_passes) for case in cases]
     try:
-        for case in cases:
+        for pass_index, case in passes:
             points = len(case.token_counts) * len(case.skews)
             go = [time.time() + last_point_s < deadline_s]
             dist.broadcast_object_list(go, src=0, group=group)
@@ -323,8 +344,11 @@ def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
                 continue
             skews = [(d, skew_from_dict(d, 1, case.config.num_experts, case.config.top_k,
                                         seed=settings.seed)) for d in case.skews]
-            # token counts outer: a point's backend layout is made once and serves every skew
-            for tokens in case.token_counts:
+            # token counts outer: a point's backend layout is made once and serves every skew;
+            # each pass visits them in its own order (the same on every rank)
+            order = np.random.default_rng([settings.seed, 0x9A55, pass_index]).permutation(
+                len(case.token_counts)) if settings.num_passes > 1 else range(len(case.token_counts))
+            for tokens in (case.token_counts[i] for i in order):
                 for skew_desc, skew in skews:
                     if bar is not None:
                         bar.update(1)
@@ -350,6 +374,8 @@ def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
                     if rank == 0:
                         for rec in point_records(case, skew.descriptor(), tokens, gathered,
                                                  settings, provenance, model.placement.num_physical):
+                            if settings.num_passes > 1:
+                                rec["extra"]["pass"] = pass_index
                             handle.write(MeasurementRecord.model_validate(rec).to_json() + "\n")
                             summary["num_records"] += 1
                         handle.flush()

@@ -24,7 +24,8 @@ from typing import Iterable
 
 from epsim.calibrate.fit import ComponentFit, fit_component, fit_layer_sync
 from epsim.calibrate.holdout import Holdout
-from epsim.calibrate.inputs import RecordFileInfo, RecordWarning, SourcedRecord, load_records
+from epsim.calibrate.inputs import (RecordFileInfo, RecordWarning, SourcedRecord, load_records,
+                                    merge_passes)
 from epsim.errors import EpsimError, ProfileError, RecordError
 from epsim.profile import Profile, ProfileProvenance, RecordSource
 
@@ -150,6 +151,7 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
     from epsim.calibrate.rebalance import fit_rebalance
     holdout = holdout or Holdout.parse(None)
     records, files = load_records(paths, strict=strict)
+    records = merge_passes(records)
     hardware = _hardware(records) if records else "cpu"
     base = Profile(name=name or f"{hardware} fit", hardware=hardware)
     skipped: list[str] = []

@@ -10,11 +10,14 @@ milliseconds were probably written), token-expert pairs that exceed `ep_size x t
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Iterable
+
+import numpy as np
 
 from epsim.errors import RecordError
 from epsim.records import MeasurementRecord, iter_records
@@ -116,3 +119,60 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
             count += 1
         files.append(RecordFileInfo(shown, hashlib.sha256(path.read_bytes()).hexdigest(), count))
     return out, files
+
+
+_TIMING_FIELDS = ("median_us", "p10_us", "p90_us", "per_rank_median_us", "extra", "provenance")
+
+
+def _config_key(record: MeasurementRecord) -> str:
+    """Everything that identifies a measured configuration (not its timings or pass)."""
+    return json.dumps(record.model_dump(exclude=set(_TIMING_FIELDS)), sort_keys=True)
+
+
+def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
+    """Merge the passes of a multi-pass bench run: one record per configuration.
+
+    `live.bench` sweeps its grid several times in shuffled orders (records carry `extra.pass`)
+    because the host's overhead drifts between states that outlast a point. The merged record
+    keeps the first pass's counts (routing is seeded, so identical) and takes the median over
+    passes of `median_us`, `p10_us` and `p90_us`; `extra.pass_medians_us` lists the passes.
+    Records without `extra.pass` are kept as they are.
+
+    Returns:
+        records in first-seen order, where the first line of a merged group names it.
+    """
+    groups: dict[str, list[SourcedRecord]] = {}
+    order: list[tuple[str, SourcedRecord]] = []
+    for item in records:
+        if "pass" not in item.record.extra:
+            order.append(("", item))
+            continue
+        key = _config_key(item.record)
+        if key not in groups:
+            groups[key] = []
+            order.append((key, item))
+        groups[key].append(item)
+    out = []
+    for key, item in order:
+        if not key:
+            out.append(item)
+            continue
+        members = [m.record for m in groups[key]]
+        if len(members) == 1:
+            out.append(item)
+            continue
+        medians = [m.median_us for m in members]
+        extra = {k: v for k, v in members[0].extra.items() if k != "pass"}
+        extra.update(passes=len(members), pass_medians_us=medians)
+        merged = members[0].model_copy(update=dict(
+            median_us=float(np.median(medians)),
+            p10_us=float(np.median([m.p10_us for m in members])),
+            p90_us=float(np.median([m.p90_us for m in members])),
+            per_rank_median_us=np.median([m.per_rank_median_us for m in members], axis=0).tolist()
+            if all(m.per_rank_median_us for m in members) else members[0].per_rank_median_us,
+            extra=extra))
+        # p10 <= median <= p90 must still hold after taking medians separately
+        merged = merged.model_copy(update=dict(p10_us=min(merged.p10_us, merged.median_us),
+                                               p90_us=max(merged.p90_us, merged.median_us)))
+        out.append(SourcedRecord(merged, item.path, item.line))
+    return out

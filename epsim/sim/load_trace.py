@@ -15,6 +15,23 @@ from __future__ import annotations
 import numpy as np
 
 
+def load_share(sums: np.ndarray, layer: int | None = None) -> np.ndarray:
+    """Each column's share of a window relative to the mean column: 1.0 = an average rank or
+    expert, 2.0 = twice the average.
+
+    Args:
+        sums: [windows, layers, columns] loads (`LoadTrace.rank_pairs` or `.expert_loads`).
+        layer: one MoE layer, or None for all layers summed.
+    Returns:
+        [windows, columns] float64; NaN in windows without steps.
+    """
+    sums = np.asarray(sums, dtype=np.float64)
+    part = sums.sum(axis=1) if layer is None else sums[:, layer]      # [windows, columns]
+    mean = part.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mean > 0, part / mean, np.nan)
+
+
 class LoadTrace:
     """Per-window sums of a run's loads, filled as the run steps.
 
@@ -55,21 +72,12 @@ class LoadTrace:
         self.expert_loads[window] += info.loads                          # [layers, experts]
         self.num_steps[window] += 1
 
-    @staticmethod
-    def _share(sums: np.ndarray, layer: int | None) -> np.ndarray:
-        """[windows, columns] `sums` of one layer (or all summed) over its mean per window;
-        NaN in windows without steps."""
-        part = sums.sum(axis=1) if layer is None else sums[:, layer]      # [windows, columns]
-        mean = part.mean(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(mean > 0, part / mean, np.nan)
-
     def rank_share(self, layer: int | None = None) -> np.ndarray:
         """[windows, ranks] pairs per rank / mean over ranks (1.0 = balanced; the busiest rank
         sets the pace), of MoE layer `layer` or all layers summed."""
-        return self._share(self.rank_pairs, layer)
+        return load_share(self.rank_pairs, layer)
 
     def expert_share(self, layer: int | None = None) -> np.ndarray:
         """[windows, experts] pairs per logical expert / mean over experts, of MoE layer
         `layer` or all layers summed."""
-        return self._share(self.expert_loads, layer)
+        return load_share(self.expert_loads, layer)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from epsim.calibrate.holdout import Holdout
-from epsim.calibrate.inputs import load_records
+from epsim.calibrate.inputs import load_records, merge_passes
 from epsim.errors import ProfileError
 from epsim.profile import Profile
 from epsim.validate.compare import Comparison, compare
@@ -71,6 +71,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     """
     holdout = holdout_of(profile, rule)
     records, files = load_records(paths, strict=strict)
+    records = merge_passes(records)
     rows = compare(records, profile, holdout)
     prov = profile.provenance
     header = {

@@ -251,7 +251,7 @@ def _equality(rank, world_size, group, step, provenance) -> list[dict]:
     try:
         results = scenarios_worker(rank, world_size, group, [step], provenance)
     except Exception as exc:  # noqa: BLE001 - every rank must still reach the exchange below
-        results = [{"error": f"rank {rank}: {type(exc).__name__}: {exc}"}]
+        results = [{"exception": f"rank {rank}: {type(exc).__name__}: {exc}"}]
     return _equality_records(rank, world_size, group, [step], results, provenance)
 
 
@@ -273,7 +273,7 @@ def _equality_records(rank, world_size, group, scenarios, results, provenance) -
 
     gathered = [None] * world_size
     dist.all_gather_object(gathered, results, group=group)
-    failures = [g[0]["error"] for g in gathered if "error" in g[0]]
+    failures = [g[0]["exception"] for g in gathered if "exception" in g[0]]
     if failures:                                  # raised alike on every rank
         raise RuntimeError("; ".join(failures))
     if rank != 0:

@@ -166,3 +166,27 @@ def test_fill_lost_keeps_every_expert():
 def test_bad_failure_specs_fail_at_load_time(deployment, message):
     with pytest.raises(SpecError, match=message):
         tiny_scenario(deployment=deployment)
+
+
+def test_simulate_cli_reports_rebalances_and_failures(tmp_path, capsys):
+    import csv
+    import json
+
+    import yaml
+
+    from epsim.cli import main
+    sc = failing_scenario({"eplb_rebalance_num_iterations": 40, "expert_distribution_recorder_buffer_size": 40})
+    path = tmp_path / "failing.yaml"
+    path.write_text(yaml.safe_dump(sc.model_dump(mode="json", exclude={"base_dir"})))
+    assert main(["simulate", str(path), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "EPLB " in out and "rebalances" in out and "elastic EP           1 failure(s)" in out
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["eplb"]["num_rebalances"] == len(summary["eplb"]["rebalances"]) >= 3
+    assert [e["kind"] for e in summary["elastic"]["events"]] == ["failure", "recovery"]
+    rows = list(csv.DictReader((run / "timeseries.csv").open()))
+    assert {"balancedness", "num_alive", "extra_us"} <= set(rows[0])
+    assert {float(r["num_alive"]) for r in rows} == {3.0, 4.0}
+    for name in ("eplb_timeline.png", "failure_latency.png"):
+        assert (run / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,172 @@
+"""Altair charts of epsim results (altair ships with streamlit): drawing only, the numbers come
+from `app.data`. Every function takes plain arrays or rows and returns an `alt.Chart`."""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+PART_COLORS = {"attention": "#4c72b0", "dispatch": "#dd8452", "experts": "#55a868",
+               "combine": "#c44e52", "shared_experts": "#8172b3"}
+KIND_ORDER = ["dispatch", "combine", "experts", "moe_layer", "allreduce"]
+
+
+def latency_cdf(values_ms: np.ndarray, label: str) -> alt.Chart:
+    """Empirical CDF of one latency (ms), p50/p90/p99 as dotted rules."""
+    values = np.sort(values_ms[np.isfinite(values_ms)])
+    frame = pd.DataFrame({label: values, "fraction of requests": np.arange(1, values.size + 1) / max(values.size, 1)})
+    line = alt.Chart(frame).mark_line(interpolate="step-after").encode(
+        x=alt.X(f"{label}:Q", scale=alt.Scale(zero=False)), y="fraction of requests:Q",
+        tooltip=[alt.Tooltip(f"{label}:Q", format=".2f"), alt.Tooltip("fraction of requests:Q", format=".3f")])
+    if not values.size:
+        return line
+    marks = pd.DataFrame({"percentile": ["p50", "p90", "p99"], label: np.percentile(values, [50, 90, 99])})
+    rules = alt.Chart(marks).mark_rule(strokeDash=[3, 3], color="gray").encode(
+        x=f"{label}:Q", tooltip=["percentile", alt.Tooltip(f"{label}:Q", format=".2f")])
+    return (line + rules).properties(height=260)
+
+
+def layer_breakdown(layer_mean_us: dict) -> alt.Chart:
+    """Stacked mean µs per MoE layer: attention, dispatch, experts, combine (and shared
+    experts where the model has them); the overlapped layer time as ticks when it differs."""
+    parts = [p for p in PART_COLORS if np.any(np.asarray(layer_mean_us.get(f"{p}_us", [0])) > 0)]
+    num_layers = len(layer_mean_us["layer_us"])
+    frame = pd.DataFrame([{"MoE layer": i, "part": p, "mean µs per step": float(layer_mean_us[f"{p}_us"][i])}
+                          for p in parts for i in range(num_layers)])
+    bars = alt.Chart(frame).mark_bar().encode(
+        x=alt.X("MoE layer:O", axis=alt.Axis(labelOverlap=True)), y="sum(mean µs per step):Q",
+        color=alt.Color("part:N", sort=parts, scale=alt.Scale(domain=parts, range=[PART_COLORS[p] for p in parts])),
+        order=alt.Order("part_order:Q"), tooltip=["MoE layer", "part", alt.Tooltip("mean µs per step:Q", format=".1f")],
+    ).transform_calculate(part_order=f"indexof({parts!r}, datum.part)")
+    total = np.sum([layer_mean_us[f"{p}_us"] for p in parts], axis=0)
+    if np.allclose(total, layer_mean_us["layer_us"]):
+        return bars.properties(height=300)
+    ticks = alt.Chart(pd.DataFrame({"MoE layer": np.arange(num_layers), "layer µs (two-batch overlap)":
+                                    layer_mean_us["layer_us"]})).mark_tick(color="black", thickness=2).encode(
+        x="MoE layer:O", y="layer µs (two-batch overlap):Q")
+    return (bars + ticks).properties(height=300)
+
+
+def rank_load(rank_pairs_mean: np.ndarray) -> alt.Chart:
+    """Mean token-expert pairs per EP rank relative to the mean (1.0 = balanced)."""
+    mean = rank_pairs_mean.mean()
+    rel = rank_pairs_mean / mean if mean > 0 else np.ones_like(rank_pairs_mean)
+    frame = pd.DataFrame({"EP rank": np.arange(rel.size), "pairs / mean": rel,
+                          "pairs per layer per step": rank_pairs_mean})
+    bars = alt.Chart(frame).mark_bar(color="#55a868").encode(
+        x="EP rank:O", y="pairs / mean:Q",
+        tooltip=["EP rank", alt.Tooltip("pairs / mean:Q", format=".3f"),
+                 alt.Tooltip("pairs per layer per step:Q", format=".1f")])
+    rule = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray").encode(y="y:Q")
+    return (bars + rule).properties(height=260)
+
+
+def over_time(t_s: np.ndarray, values: np.ndarray, label: str, events: list | None = None,
+              stalls: list | None = None, y_zero: bool = False) -> alt.Chart:
+    """A per-step series over simulated time; rebalances as purple rules (stop-the-world
+    stalls shaded) and failures red / recoveries green when given."""
+    frame = pd.DataFrame({"simulated time (s)": t_s, label: values})
+    layers = [alt.Chart(frame).mark_line(strokeWidth=1).encode(
+        x="simulated time (s):Q", y=alt.Y(f"{label}:Q", scale=alt.Scale(zero=y_zero)),
+        tooltip=[alt.Tooltip("simulated time (s):Q", format=".3f"), alt.Tooltip(f"{label}:Q", format=".3f")])]
+    if stalls:
+        spans = pd.DataFrame({"start": [s[0] * 1e-6 for s in stalls],
+                              "end": [(s[0] + s[1]) * 1e-6 for s in stalls],
+                              "stall (s)": [s[1] * 1e-6 for s in stalls], "cause": [s[2] for s in stalls]})
+        layers.insert(0, alt.Chart(spans).mark_rect(opacity=0.18, color="purple").encode(
+            x="start:Q", x2="end:Q", tooltip=["cause", alt.Tooltip("stall (s):Q", format=".3f")]))
+    if events:
+        marks = pd.DataFrame(events)
+        layers.append(alt.Chart(marks).mark_rule(strokeDash=[4, 3]).encode(
+            x="at_s:Q", color=alt.Color("event:N", scale=alt.Scale(
+                domain=["rebalance", "failure", "recovery"], range=["purple", "red", "green"])),
+            tooltip=[c for c in marks.columns]))
+    return alt.layer(*layers).properties(height=240)
+
+
+def heatmap(t_s: np.ndarray, share: np.ndarray, column: str) -> alt.Chart:
+    """[windows, columns] share of the mean load as a heatmap: time across, ranks or experts
+    down; 1.0 = an average rank (diverging colors around it)."""
+    num_windows, num_columns = share.shape
+    frame = pd.DataFrame({
+        "simulated time (s)": np.repeat(np.round(t_s, 3), num_columns),
+        column: np.tile(np.arange(num_columns), num_windows),
+        "load / mean": share.reshape(-1)}).dropna()
+    top = float(np.nanmax(share)) if np.isfinite(share).any() else 2.0
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("simulated time (s):O", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
+        y=alt.Y(f"{column}:O", axis=alt.Axis(labelOverlap=True)),
+        color=alt.Color("load / mean:Q", scale=alt.Scale(scheme="redblue", reverse=True, domainMid=1.0,
+                                                         domain=[0.0, max(top, 1.01)])),
+        tooltip=["simulated time (s)", column, alt.Tooltip("load / mean:Q", format=".3f")],
+    ).properties(height=min(24 * num_columns + 40, 520))
+
+
+def interval_sweep(rows: list[dict], baseline: dict | None, metric: str, label: str) -> alt.Chart:
+    """A metric against the rebalance interval (log x), the run without EPLB dashed."""
+    frame = pd.DataFrame({"rebalance interval (forward passes)": [r["interval"] for r in rows],
+                          label: [r[metric] for r in rows]})
+    line = alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("rebalance interval (forward passes):Q", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y(f"{label}:Q", scale=alt.Scale(zero=False)),
+        tooltip=list(frame.columns))
+    if baseline is None:
+        return line.properties(height=260)
+    rule = alt.Chart(pd.DataFrame({label: [baseline[metric]], "run": ["without EPLB"]})).mark_rule(
+        strokeDash=[5, 4], color="gray").encode(y=f"{label}:Q", tooltip=["run", f"{label}:Q"])
+    return (line + rule).properties(height=260)
+
+
+def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
+    """Predicted against measured µs, log-log, one color per kind, filled = held out; the
+    diagonal and ±10% dotted."""
+    lo = float(min(frame["measured µs"].min(), frame["predicted µs"].min())) * 0.8
+    hi = float(max(frame["measured µs"].max(), frame["predicted µs"].max())) * 1.25
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    points = alt.Chart(frame).mark_point(size=40).encode(
+        x=alt.X("measured µs:Q", scale=scale), y=alt.Y("predicted µs:Q", scale=scale),
+        color=alt.Color("kind:N", sort=KIND_ORDER), shape="split:N",
+        fill=alt.condition("datum.split == 'holdout'", alt.Color("kind:N", sort=KIND_ORDER), alt.value("transparent")),
+        tooltip=["where", "backend", "kind", "model", "skew", "tokens per rank", "split",
+                 alt.Tooltip("measured µs:Q", format=".1f"), alt.Tooltip("predicted µs:Q", format=".1f"),
+                 alt.Tooltip("error %:Q", format="+.1f")])
+    guide = pd.DataFrame([{"measured µs": x, "predicted µs": x * f, "line": name}
+                          for f, name in ((1.0, "exact"), (0.9, "-10%"), (1.1, "+10%")) for x in (lo, hi)])
+    lines = alt.Chart(guide).mark_line(color="black", strokeWidth=0.8).encode(
+        x=alt.X("measured µs:Q", scale=scale), y=alt.Y("predicted µs:Q", scale=scale), detail="line:N",
+        strokeDash=alt.condition("datum.line == 'exact'", alt.value([1, 0]), alt.value([2, 3])))
+    return (lines + points).properties(height=480)
+
+
+def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
+    """Per kind: measured medians over tokens per rank with p10-p90 bars, the prediction at
+    each point joined as a line, one color per shape, dtype and skew."""
+    base = alt.Chart(frame).encode(
+        x=alt.X("tokens per rank:Q", scale=alt.Scale(type="log", base=2)),
+        color=alt.Color("series:N", title="shape, dtype, skew"))
+    bands = base.mark_errorbar(ticks=True).encode(
+        y=alt.Y("p10 µs:Q", scale=alt.Scale(type="log"), title="µs"), y2="p90 µs:Q")
+    measured = base.mark_point(filled=True, size=30).encode(
+        y="measured µs:Q", tooltip=["where", "series", "tokens per rank",
+                                    alt.Tooltip("measured µs:Q", format=".1f"),
+                                    alt.Tooltip("predicted µs:Q", format=".1f"),
+                                    alt.Tooltip("error %:Q", format="+.1f")])
+    predicted = base.mark_line(strokeWidth=1.2).encode(y="predicted µs:Q", detail="series:N")
+    kinds = [k for k in KIND_ORDER if k in set(frame["kind"])]
+    return alt.layer(bands, predicted, measured, data=frame).properties(width=300, height=240).facet(
+        column=alt.Column("kind:N", sort=kinds, title=None)).resolve_scale(y="independent")
+
+
+def pareto(frame: pd.DataFrame, x: str, y: str, y_title: str) -> alt.Chart:
+    """One metric against GPUs: infeasible points grey, the frontier ringed, the best starred."""
+    status = frame.assign(status=np.where(frame["best"], "best (cheapest meeting the SLO)",
+                                          np.where(~frame["feasible"], "misses the SLO",
+                                                   np.where(frame["pareto"], "Pareto frontier", "feasible"))))
+    domain = ["best (cheapest meeting the SLO)", "Pareto frontier", "feasible", "misses the SLO"]
+    return alt.Chart(status).mark_point(filled=True, size=90).encode(
+        x=alt.X(f"{x}:Q", scale=alt.Scale(zero=False)), y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=False)),
+        color=alt.Color("status:N", scale=alt.Scale(domain=domain, range=["#f2b701", "#d62728", "#1f77b4", "#bbbbbb"])),
+        shape=alt.Shape("status:N", scale=alt.Scale(domain=domain, range=["diamond", "circle", "circle", "cross"])),
+        tooltip=["configuration", alt.Tooltip(f"{x}:Q"), alt.Tooltip(f"{y}:Q", format=".4g"), "status"],
+    ).properties(height=320)

@@ -1,0 +1,213 @@
+"""EPLB page: a run with EPLB over time — load per rank or per expert as a heatmap, balancedness
+and step time with the rebalances and their stalls marked, the rebalance events — and the
+rebalance-interval sweep (`epsim.sim.eplb_sweep`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app import charts, data, ui
+from epsim.errors import EpsimError, SpecError
+
+FROM_SCENARIO_PAGE = "the Scenario page's last run"
+RUN = "eplb_run"
+SWEEP = "eplb_sweep"
+
+
+def _source() -> ui.ScenarioSource | None:
+    extra = {}
+    last = st.session_state.get("scenario_run")
+    if last:
+        extra[FROM_SCENARIO_PAGE] = ui.ScenarioSource(last["text"], last["where"], last["base_dir"],
+                                                      last["overrides"])
+    choices = data.eplb_scenarios()
+    return ui.scenario_source("eplb", default="eplb_redundancy_32gpu", choices=choices, extra=extra)
+
+
+def run_form(scenario, key: str) -> dict | None:
+    """EPLB settings of the run; on submit, overrides (merged over the source's own)."""
+    d, w = scenario.deployment, scenario.workload
+    with st.form(f"{key}_form"):
+        cols = st.columns(6)
+        every = cols[0].number_input("rebalance every N forward passes", min_value=1,
+                                     value=int(d.eplb_rebalance_num_iterations), step=1, key=f"{key}_every")
+        window = cols[1].number_input("statistics window (passes)", min_value=1,
+                                      value=int(d.expert_distribution_recorder_buffer_size), step=1,
+                                      key=f"{key}_window")
+        duration = cols[2].number_input("simulated seconds", min_value=0.001, value=float(w.duration_s),
+                                        key=f"{key}_dur")
+        warmup = cols[3].number_input("warm-up seconds", min_value=0.0, value=float(w.warmup_s),
+                                      key=f"{key}_warm")
+        stop = cols[4].checkbox("stop the world", d.eplb_stop_the_world, key=f"{key}_stw",
+                                help="off: one chunk of layers moves per later forward pass")
+        enable = cols[5].checkbox("enable EPLB", True, key=f"{key}_on",
+                                  help="off: the static placement, for comparison")
+        submitted = st.form_submit_button("Run with EPLB", type="primary")
+    if not submitted:
+        return None
+    return {"deployment.enable_eplb": bool(enable),
+            "deployment.eplb_rebalance_num_iterations": int(every),
+            "deployment.expert_distribution_recorder_buffer_size": int(window),
+            "deployment.eplb_stop_the_world": bool(stop), "workload.duration_s": float(duration),
+            "workload.warmup_s": float(warmup)}
+
+
+def _events(view) -> list[dict]:
+    out = [{"at_s": e["at_s"], "event": "rebalance", "reason": e["reason"],
+            "balancedness after": round(e["balancedness_after"], 3)} for e in view.rebalances]
+    out += [{"at_s": e["at_s"], "event": e["kind"], "reason": f"rank {e.get('rank', '?')}",
+             "balancedness after": float("nan")} for e in view.elastic_events]
+    return out
+
+
+def over_time(view) -> None:
+    s = view.summary
+    eplb = s.get("eplb", {})
+    cols = st.columns(5)
+    cols[0].metric("rebalances", f"{eplb.get('num_rebalances', 0)}")
+    cols[1].metric("stalled", ui.fmt(eplb.get("stall_us_total", 0.0) * 1e-6, ".3f", " s"))
+    cols[2].metric("weights moved", ui.fmt(eplb.get("moved_bytes_total", 0.0) / 1e9, ".0f", " GB"))
+    cols[3].metric("balancedness per step", ui.fmt(s["balancedness"], ".3f"))
+    before, after = eplb.get("balancedness_before_mean"), eplb.get("balancedness_after_mean")
+    cols[4].metric("window balancedness before → after",
+                   "-" if before is None else f"{before:.3f} → {after:.3f}")
+    events = _events(view)
+    st.markdown("**Balancedness per step** (mean/max GPU load; rebalances dashed, stop-the-world stalls shaded)")
+    st.altair_chart(charts.over_time(view.steps["t_s"], view.steps["balancedness"], "balancedness",
+                                     events, view.stalls), width="stretch")
+    st.markdown("**Step time**")
+    st.altair_chart(charts.over_time(view.steps["t_s"], view.steps["step_ms"], "step time (ms)", events,
+                                     view.stalls, y_zero=True), width="stretch")
+    left, right = st.columns(2)
+    per = left.radio("Heatmap of load", ["per EP rank", "per expert"], horizontal=True, key="eplb_per")
+    num_layers = view.rank_pairs.shape[1]
+    layer = right.selectbox("MoE layer", ["all layers summed"] + list(range(num_layers)), key="eplb_layer")
+    layer = None if layer == "all layers summed" else int(layer)
+    share = data.rank_share(view, layer) if per == "per EP rank" else data.expert_share(view, layer)
+    column = "EP rank" if per == "per EP rank" else "expert"
+    st.markdown(f"**Load {per} over time** (tokens routed / the mean {column}, in "
+                f"{view.window_t_s[1] - view.window_t_s[0] if len(view.window_t_s) > 1 else 0:g}-s windows; "
+                "red = busier than average)")
+    st.altair_chart(charts.heatmap(view.window_t_s, share, column), width="stretch")
+    if view.rebalances:
+        st.markdown("**Rebalances**")
+        st.dataframe(pd.DataFrame([{
+            "at (s)": e["at_s"], "reason": e["reason"], "window (passes)": e["window_steps"],
+            "balancedness before": e["balancedness_before"], "after": e["balancedness_after"],
+            "changed slots": e["changed_slots"], "moved (GB)": e["moved_bytes"] / 1e9,
+            "stall (ms)": e["stall_us"] * 1e-3, "spread (ms)": e["spread_us"] * 1e-3,
+            "chunks": e["num_chunks"], "done (s)": e["done_s"]} for e in view.rebalances]),
+            hide_index=True, width="stretch")
+    if view.stalls:
+        st.markdown("**Stalls** (serving paused)")
+        st.dataframe(pd.DataFrame([{"start (s)": a * 1e-6, "length (ms)": b * 1e-3, "cause": c}
+                                   for a, b, c in view.stalls]), hide_index=True, width="stretch")
+
+
+def _intervals(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise SpecError(f"intervals ({text!r}) must be positive integers separated by commas, e.g. 25,50,100")
+    return values
+
+
+def sweep_section(source: ui.ScenarioSource, overrides: dict, scenario) -> None:
+    st.subheader("Rebalance interval sweep")
+    st.caption("The same scenario at several `eplb_rebalance_num_iterations`, and once without EPLB: "
+               "rebalancing often pays the weight moves often; rarely, the placement goes stale.")
+    with st.form("eplb_sweep_form"):
+        cols = st.columns(4)
+        text = cols[0].text_input("intervals (forward passes)", "25,50,100,200,400", key="eplb_intervals")
+        duration = cols[1].number_input("simulated seconds per run", min_value=0.001,
+                                        value=float(scenario.workload.duration_s), key="eplb_sweep_dur")
+        warmup = cols[2].number_input("warm-up seconds", min_value=0.0, value=float(scenario.workload.warmup_s),
+                                      key="eplb_sweep_warm")
+        workers = cols[3].number_input("processes", min_value=1, max_value=64,
+                                       value=min(2, _cpus()), step=1, key="eplb_workers")
+        if st.form_submit_button("Run interval sweep"):
+            merged = {**overrides, "deployment.enable_eplb": True, "workload.duration_s": float(duration),
+                      "workload.warmup_s": float(warmup)}
+            try:
+                params = {"source": source, "overrides": json.dumps(merged, sort_keys=True),
+                          "intervals": _intervals(text), "workers": int(workers)}
+                data.parse_scenario(source.text, source.where, source.base_dir, params["overrides"])
+            except EpsimError as exc:
+                st.error(str(exc))
+            else:
+                st.session_state[SWEEP] = params
+    params = st.session_state.get(SWEEP)
+    if params is None:
+        return
+    src = params["source"]
+    rows, baseline, best = data.interval_sweep(src.text, src.where, src.base_dir, params["overrides"],
+                                               params["intervals"], params["workers"])
+    st.success(f"best: rebalance every {best['interval']} forward passes, "
+               f"{best['output_tokens_per_s_per_gpu']:.0f} output tokens/s/GPU"
+               + (f" ({best['output_tokens_per_s_per_gpu'] / baseline['output_tokens_per_s_per_gpu'] - 1:+.1%} "
+                  f"over no EPLB)" if baseline and baseline["output_tokens_per_s_per_gpu"] > 0 else ""))
+    for row in rows:
+        row["weight-move time (s)"] = row["stall_s"] + row["spread_s"]
+    cols = st.columns(3)
+    for col, (metric, label) in zip(cols, (("output_tokens_per_s_per_gpu", "output tokens/s/GPU"),
+                                           ("balancedness", "balancedness per step"),
+                                           ("weight-move time (s)", "weight-move time (s)"))):
+        col.altair_chart(charts.interval_sweep(rows, baseline if metric in baseline else None, metric, label),
+                         width="stretch")
+    st.dataframe(pd.DataFrame(rows + ([baseline] if baseline else [])), hide_index=True, width="stretch")
+
+
+def _cpus() -> int:
+    from epsim.plan.executors import default_workers
+    return default_workers()
+
+
+def page() -> None:
+    st.title("EPLB over time")
+    st.caption("Expert-parallel load balancing in the simulator: the load each rank and expert sees over "
+               "time, the rebalances (SGLang's EPLB manager) and what they cost.")
+    source = _source()
+    if source is None:
+        return
+    try:
+        scenario = data.parse_scenario(source.text, source.where, source.base_dir, source.overrides)
+    except EpsimError as exc:
+        st.error(str(exc))
+        return
+    if not scenario.deployment.enable_eplb:
+        st.info(f"{scenario.name} has EPLB off; the run below turns it on (untick 'enable EPLB' to compare).")
+    changed = run_form(scenario, f"eplb_{source.digest}")
+    if changed is not None:
+        merged = {**json.loads(source.overrides), **changed}
+        if not merged["deployment.enable_eplb"]:
+            merged["deployment.ep_num_redundant_experts"] = 0     # redundant slots need EPLB
+        overrides = json.dumps(merged, sort_keys=True)
+        try:
+            data.parse_scenario(source.text, source.where, source.base_dir, overrides)  # fail here, not mid-run
+        except EpsimError as exc:
+            st.error(str(exc))
+        else:
+            st.session_state[RUN] = {"source": source, "overrides": overrides}
+    run = st.session_state.get(RUN)
+    if run is None:
+        st.info("Set the EPLB options and press 'Run with EPLB'.")
+        return
+    src = run["source"]
+    view = data.run_scenario(src.text, src.where, src.base_dir, run["overrides"])
+    st.subheader(f"{view.summary['scenario']['name']}: {view.summary['sim_seconds']:g} simulated s, "
+                 f"{view.summary['num_steps']} steps")
+    for warning in view.warnings:
+        st.warning(warning)
+    over_time(view)
+    sweep_section(src, json.loads(run["overrides"]), data.parse_scenario(src.text, src.where, src.base_dir,
+                                                                         run["overrides"]))
+
+
+with ui.guarded():
+    page()

@@ -1,0 +1,195 @@
+"""Scenario page: pick or upload a scenario, edit its main fields in a form (the rest in the
+YAML editor), run it with a progress bar, and see the KPIs, the latency CDFs, the time per MoE
+layer, the load per rank; download summary.json and timeseries.csv."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import streamlit as st
+
+from app import charts, data, ui
+from epsim.errors import EpsimError
+
+LAST_RUN = "scenario_run"          # session key: the inputs of the run shown (the EPLB page reuses it)
+SKEW_KINDS = ("uniform", "zipf", "hotset")
+
+
+def _choices(model, field: str) -> list[str]:
+    """The values a Literal field of a spec allows (read from the pydantic schema)."""
+    return list(typing.get_args(model.model_fields[field].annotation))
+
+
+def _select(label: str, options: list, value, key: str, **kwargs):
+    options = list(options) + ([value] if value not in options else [])
+    return st.selectbox(label, options, index=options.index(value), key=key, **kwargs)
+
+
+def _int(label: str, value: int, key: str, min_value: int = 1, **kwargs) -> int:
+    return int(st.number_input(label, min_value=min_value, value=int(value), step=1, key=key, **kwargs))
+
+
+def _float(label: str, value: float, key: str, min_value: float = 0.0, **kwargs) -> float:
+    return float(st.number_input(label, min_value=min_value, value=float(value), key=key, **kwargs))
+
+
+def _skew_widgets(skew, key: str) -> dict:
+    """Skew kind and its parameters; returns the whole `workload.skew` mapping."""
+    current = skew.model_dump(mode="json")
+    if skew.kind not in SKEW_KINDS:               # a trace: edit it in the YAML
+        st.caption(f"skew: {skew.kind} (edit it in the YAML)")
+        return current
+    kind = st.selectbox("skew kind", SKEW_KINDS, index=SKEW_KINDS.index(skew.kind), key=f"{key}_kind")
+    alpha = _float("Zipf alpha (zipf)", current.get("alpha", 1.0), f"{key}_alpha", min_value=0.01)
+    num_hot = _int("hot experts (hotset)", current.get("num_hot", 16), f"{key}_hot")
+    hot_frac = _float("hot share of tokens (hotset)", current.get("hot_frac", 0.5), f"{key}_frac",
+                      min_value=0.01, max_value=0.99)
+    drift = _float("drift (swaps/expert/s)", current["drift_rate_per_s"], f"{key}_drift", format="%.4f")
+    common = {k: current[k] for k in ("layer_variation", "shuffle_per_layer")}
+    params = {"zipf": {"alpha": alpha}, "hotset": {"num_hot": num_hot, "hot_frac": hot_frac}}.get(kind, {})
+    return {"kind": kind, **params, **common, "drift_rate_per_s": drift}
+
+
+def scenario_form(scenario, key: str) -> dict | None:
+    """The main fields, prefilled from `scenario`; on submit, the changed ones as
+    `{dotted.path: value}` overrides (None before submit)."""
+    from epsim.spec import DeploymentSpec
+    from epsim.zoo import hardware_names, model_names
+    m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
+    values: dict = {}
+    with st.form(f"{key}_form"):
+        left, mid, right, far = st.columns(4)
+        with left:
+            st.markdown("**Model and cluster**")
+            values["model"] = _select("model", model_names(), m.name, f"{key}_model")
+            values["cluster.gpu"] = _select("GPU", hardware_names(), c.gpu, f"{key}_gpu")
+            values["cluster.num_nodes"] = _int("nodes", c.num_nodes, f"{key}_nodes")
+            values["cluster.price_per_gpu_hour"] = _float("price per GPU-hour", c.price_per_gpu_hour, f"{key}_price")
+            values["seed"] = _int("seed", scenario.seed, f"{key}_seed", min_value=0)
+        with mid:
+            st.markdown("**Deployment**")
+            values["deployment.ep_size"] = _int("EP size (GPUs)", d.ep_size, f"{key}_ep")
+            for field, label in (("moe_a2a_backend", "all-to-all backend"), ("deepep_mode", "DeepEP mode"),
+                                 ("dispatch_dtype", "dispatch dtype"), ("disaggregation_mode", "disaggregation")):
+                values[f"deployment.{field}"] = _select(label, _choices(DeploymentSpec, field),
+                                                        getattr(d, field), f"{key}_{field}")
+            values["deployment.enable_dp_attention"] = st.checkbox("DP attention", d.enable_dp_attention, key=f"{key}_dp")
+            values["deployment.enable_two_batch_overlap"] = st.checkbox(
+                "two-batch overlap", d.enable_two_batch_overlap, key=f"{key}_tbo")
+            values["deployment.max_running_requests"] = _int("max running requests / rank",
+                                                             d.max_running_requests, f"{key}_mrr")
+            values["deployment.chunked_prefill_size"] = _int("chunked prefill size", d.chunked_prefill_size,
+                                                             f"{key}_chunk")
+        with right:
+            st.markdown("**Workload**")
+            if hasattr(w.arrivals, "rate_per_s"):
+                values["workload.arrivals.rate_per_s"] = _float("arrival rate (req/s)", w.arrivals.rate_per_s,
+                                                                f"{key}_rate", min_value=0.001)
+            values["workload.skew"] = _skew_widgets(w.skew, f"{key}_skew")
+            values["workload.duration_s"] = _float("simulated seconds", w.duration_s, f"{key}_dur", min_value=0.001)
+            values["workload.warmup_s"] = _float("warm-up seconds", w.warmup_s, f"{key}_warm")
+        with far:
+            st.markdown("**EPLB**")
+            values["deployment.enable_eplb"] = st.checkbox("enable EPLB", d.enable_eplb, key=f"{key}_eplb")
+            values["deployment.ep_num_redundant_experts"] = _int("redundant experts", d.ep_num_redundant_experts,
+                                                                 f"{key}_red", min_value=0)
+            values["deployment.eplb_rebalance_num_iterations"] = _int(
+                "rebalance every N forward passes", d.eplb_rebalance_num_iterations, f"{key}_every")
+            values["deployment.eplb_algorithm"] = _select("algorithm", _choices(DeploymentSpec, "eplb_algorithm"),
+                                                          d.eplb_algorithm, f"{key}_algo")
+            values["deployment.eplb_stop_the_world"] = st.checkbox("stop the world", d.eplb_stop_the_world,
+                                                                   key=f"{key}_stw")
+        submitted = st.form_submit_button("Run simulation", type="primary")
+    if not submitted:
+        return None
+    base = {"model": m.name, "seed": scenario.seed, "workload.skew": w.skew.model_dump(mode="json")}
+    changed = {}
+    for path, value in values.items():
+        old = base[path] if path in base else _get(scenario, path)
+        if value != old:
+            changed[path] = value
+    return changed
+
+
+def _get(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def kpis(summary: dict) -> None:
+    cols = st.columns(4)
+    cols[0].metric("throughput / GPU", ui.fmt(summary["throughput_tokens_per_s_per_gpu"], ".0f", " tok/s"))
+    cols[1].metric("output / GPU", ui.fmt(summary["output_tokens_per_s_per_gpu"], ".0f", " tok/s"))
+    cols[2].metric("finished requests", ui.fmt(summary["requests_per_s"], ".1f", " /s"))
+    cols[3].metric("balancedness (mean/max)", ui.fmt(summary["balancedness"], ".3f"))
+    for name, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        cols = st.columns(4)
+        for col, q in zip(cols, ("p50", "p90", "p99")):
+            col.metric(f"{label} {q}", ui.fmt(summary[name][q], ".2f", " ms"))
+        cols[3].metric(f"{label} mean", ui.fmt(summary[name]["mean"], ".2f", " ms"))
+
+
+def results(run: dict) -> None:
+    view = data.run_scenario(run["text"], run["where"], run["base_dir"], run["overrides"])
+    s = view.summary
+    sc = s["scenario"]
+    st.subheader(f"Results: {sc['name']}")
+    st.caption(f"{sc['model']['name']} on {sc['deployment']['ep_size']} x {sc['cluster']['gpu']}, "
+               f"{sc['deployment']['moe_a2a_backend']}; simulated {s['sim_seconds']:g} s "
+               f"({s['num_steps']} steps) in {s['wall_seconds']:.1f} s; profile "
+               f"{s['profile']['name'] or s['profile']['path']}; seed {s['seed']}"
+               + (f"; overrides {run['overrides']}" if run["overrides"] != "{}" else ""))
+    for warning in view.warnings:
+        st.warning(warning)
+    kpis(s)
+    left, right = st.columns(2)
+    left.markdown("**TTFT, CDF of measured requests**")
+    left.altair_chart(charts.latency_cdf(view.latencies_ms["ttft_ms"], "TTFT (ms)"), width="stretch")
+    right.markdown("**TPOT, CDF of measured requests**")
+    right.altair_chart(charts.latency_cdf(view.latencies_ms["tpot_ms"], "TPOT (ms)"), width="stretch")
+    left, right = st.columns([3, 2])
+    left.markdown("**Time per MoE layer, mean per step (µs)**")
+    left.altair_chart(charts.layer_breakdown(view.layer_mean_us), width="stretch")
+    right.markdown("**Load per EP rank (token-expert pairs / mean)**")
+    right.altair_chart(charts.rank_load(view.rank_pairs_mean), width="stretch")
+    st.markdown("**Step time over the run**")
+    st.altair_chart(charts.over_time(view.steps["t_s"], view.steps["step_ms"], "step time (ms)",
+                                     stalls=view.stalls, y_zero=True), width="stretch")
+    left, right, _ = st.columns([1, 1, 3])
+    left.download_button("summary.json", view.summary_json, file_name="summary.json",
+                         mime="application/json", on_click="ignore")
+    right.download_button("timeseries.csv", view.timeseries_csv, file_name="timeseries.csv",
+                          mime="text/csv", on_click="ignore")
+    with st.expander("Summary table (as `epsim simulate` prints it)"):
+        st.code(view.table, language=None)
+
+
+def page() -> None:
+    st.title("Scenario")
+    st.caption("Pick a shipped scenario or upload one, change what you like, run it. Predictions use "
+               "the scenario's profile (default: the shipped calibration profile).")
+    source = ui.scenario_source("sc")
+    if source is not None:
+        try:
+            scenario = data.parse_scenario(source.text, source.where, source.base_dir)
+        except EpsimError as exc:
+            st.error(str(exc))
+        else:
+            changed = scenario_form(scenario, f"sc_{source.digest}")
+            if changed is not None:
+                overrides = json.dumps(changed, sort_keys=True)
+                try:
+                    data.parse_scenario(source.text, source.where, source.base_dir, overrides)  # fail here
+                except EpsimError as exc:
+                    st.error(str(exc))
+                else:
+                    st.session_state[LAST_RUN] = {"text": source.text, "where": source.where,
+                                                  "base_dir": source.base_dir, "overrides": overrides}
+    if LAST_RUN in st.session_state:
+        results(st.session_state[LAST_RUN])
+
+
+with ui.guarded():
+    page()
