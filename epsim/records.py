@@ -65,7 +65,8 @@ class MeasurementRecord(BaseModel):
     schema_: Literal["epsim.record/1"] = Field(default=SCHEMA, alias="schema")
     kind: RecordKind
     backend: str = Field(min_length=1, description="none | torch | mooncake | deepep | p2p")
-    mode: str = Field(default="", description="deepep normal | low_latency; empty otherwise")
+    mode: str = Field(default="", description="deepep normal | low_latency; plus a 'graph' part "
+                      "for device-only timings (launched ahead of the GPU, as a CUDA graph replays)")
     ep_size: int = Field(gt=0)
     num_tokens_per_rank: int = Field(ge=0)
     hidden_size: int = Field(ge=0)

@@ -101,7 +101,8 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
                tokens: list[int] | None = None, skews: list[dict] | None = None,
                dtypes: list[str] | None = None, quick: bool = False, cpu: bool = False,
                world_size: int = 2, num_iters: int | None = None, seed: int = 0,
-               num_passes: int | None = None) -> BenchPlan:
+               num_passes: int | None = None, graph: bool = False,
+               graph_only: bool = False) -> BenchPlan:
     """The sweep as cases, in priority order (what a spent budget drops comes last).
 
     Args:
@@ -113,6 +114,8 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
             counts).
         cpu: gloo on CPU with the small CPU shapes in float32.
         num_passes: sweeps over the grid in shuffled orders (default 3 on GPU, 1 on CPU).
+        graph: also time forwards launched ahead of the GPU (`mode: graph` records; CUDA only).
+        graph_only: only those (no eager timings).
     Raises:
         LiveError: an unknown backend, model or dtype, or tokens <= 0.
     """
@@ -152,7 +155,8 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
         wanted = backends or ["torch", "mooncake", "deepep", "none"]
         settings = BenchSettings(device="cuda", dtype="bfloat16",
                                  num_iters=num_iters or (10 if quick else 20), num_warmup=3,
-                                 seed=seed, num_passes=num_passes or (1 if quick else 3))
+                                 seed=seed, num_passes=num_passes or (1 if quick else 3),
+                                 graph=graph or graph_only, eager=not graph_only)
         none_grid = tuple(t for t in grid if t in NONE_TOKENS) or grid[:: max(1, len(grid) // 4)]
     runnable = []
     for name in wanted:
@@ -246,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--passes", type=int, default=None,
                         help="sweeps over the grid in shuffled orders (default: 3 on GPU, 1 on CPU)")
+    parser.add_argument("--graph", action="store_true",
+                        help="also time forwards launched ahead of the GPU (CUDA-graph-like, "
+                             "records with mode 'graph')")
+    parser.add_argument("--graph-only", action="store_true", help="only the launched-ahead timings")
     parser.add_argument("--budget-s", type=float, default=float("inf"),
                         help="stop starting points after this many seconds (records kept)")
     parser.add_argument("--eplb", action="store_true", help="also run live.eplb.bench into --out")
@@ -314,7 +322,8 @@ def bench_plan_from_args(args) -> BenchPlan:
     return plan_sweep(args.backends, getattr(args, "models", None), tokens, skews,
                       getattr(args, "dtypes", None), quick=args.quick, cpu=cpu,
                       world_size=world_size, num_iters=getattr(args, "iters", None),
-                      seed=getattr(args, "seed", 0), num_passes=getattr(args, "passes", None))
+                      seed=getattr(args, "seed", 0), num_passes=getattr(args, "passes", None),
+                      graph=getattr(args, "graph", False), graph_only=getattr(args, "graph_only", False))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,13 @@ Per point (backend, shape, dispatch dtype, skew, tokens per rank) and iteration:
    absorbs another rank's lateness — what the simulator's bulk-synchronous layer composes;
 2. the *whole layer*: one ordinary forward, as it runs in a model (`moe_layer` record);
 3. on CUDA, the grouped GEMM alone launched ahead behind `torch.cuda._sleep` (device time
-   without host launch overhead, kept as `extra.device_us` of the `experts` record).
+   without host launch overhead, kept as `extra.device_us` of the `experts` record);
+4. with `graph`, whole forwards *launched ahead*: the ranks align on the device (an
+   all-reduce), the GPU sleeps while the host enqueues the forward, and CUDA events time each
+   stage on the device alone — what a CUDA-graph replay pays, without the eager host path.
+   These become records with `mode: graph`; an iteration whose launch outlasted the sleep (a
+   host sync inside, e.g. `torch`'s split sizes) is discarded, and a point without enough
+   valid iterations has no graph records.
 
 A record's time is the median over iterations of the slowest rank's time; counts come from
 the dispatch itself (`DispatchStats`). Rank 0 appends records to the file as they are made.
@@ -37,6 +43,9 @@ from live.timing import StageTimer, summarize_us
 STAGES = ("dispatch", "experts", "combine")
 SLEEP_CYCLES = 2_000_000    # >= 1 ms of GPU spin (clocks <= 2 GHz): the host launches meanwhile
 MAX_LAUNCH_US = 500.0       # a launch slower than this may have outrun the sleep: discarded
+GRAPH_SLEEP_CYCLES = 8_000_000   # >= 4 ms of GPU spin: an eager forward launches meanwhile
+GRAPH_MAX_LAUNCH_US = 3000.0     # ... and must have finished launching well before it ends
+GRAPH_WARMUP = 2
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,9 @@ class BenchSettings:
     seed: int = 0
     device_only: bool = True
     num_passes: int = 1      # sweeps over the whole grid, each in its own shuffled token order
+    eager: bool = True       # time the eager forward (records without a mode)
+    graph: bool = False      # also time forwards launched ahead (records with mode "graph")
+    graph_iters: int = 15
 
 
 class IsolatingTimer(StageTimer):
@@ -202,8 +214,9 @@ def measure_point(rank: int, group, model, case: BenchCase, skew, tokens: int,
            "device_us": [], "launch_us": []}
     device_only = settings.device_only and device.type == "cuda"
     rows = None
+    eager_iters = settings.num_warmup + settings.num_iters if settings.eager else 0
     with torch.no_grad():
-        for it in range(settings.num_warmup + settings.num_iters):
+        for it in range(eager_iters):
             block(x, routing=routing, timer=isolated_timer)
             isolated = isolated_timer.stage_us()
             fence(device, group)
@@ -227,7 +240,37 @@ def measure_point(rank: int, group, model, case: BenchCase, skew, tokens: int,
             if device_only:
                 out["device_us"].append(device_us)
                 out["launch_us"].append(launch_us)
+        if settings.graph and device.type == "cuda":
+            out["graph"] = _launched_ahead(block, x, routing, group, device, settings.graph_iters)
     out["stats"] = block.last_stats.to_host()
+    return out
+
+
+def _launched_ahead(block, x, routing, group, device: torch.device, num_iters: int) -> dict:
+    """Stage times of forwards launched ahead of the GPU (see the module doc, item 4).
+
+    Returns:
+        {stage: [iters] us, "layer": [iters], "launch_us": [iters]}; NaN where the host's launch
+        outlasted the sleep (the stage times would then include host time).
+    """
+    timer = StageTimer(device)
+    align = torch.zeros(1, device=device)
+    out = {s: [] for s in STAGES} | {"layer": [], "launch_us": []}
+    for it in range(GRAPH_WARMUP + num_iters):
+        fence(device, group)
+        dist.all_reduce(align, group=group)          # the GPUs leave this together
+        torch.cuda._sleep(GRAPH_SLEEP_CYCLES)
+        t0 = time.perf_counter()
+        block(x, routing=routing, timer=timer)
+        launch_us = (time.perf_counter() - t0) * 1e6
+        stages = timer.stage_us()
+        if it < GRAPH_WARMUP:
+            continue
+        ok = launch_us < GRAPH_MAX_LAUNCH_US
+        for stage in STAGES:
+            out[stage].append(stages.get(stage, 0.0) if ok else float("nan"))
+        out["layer"].append(stages["total"] if ok else float("nan"))
+        out["launch_us"].append(launch_us)
     return out
 
 
@@ -260,7 +303,7 @@ def point_records(case: BenchCase, skew_desc: dict, tokens: int, per_rank: list[
         local_expert_tokens=[[float(v) for v in s["local_expert_tokens"]] for s in stats],
         provenance=provenance)
     out = []
-    for stage in STAGES:
+    for stage in STAGES if per_rank[0]["layer"] else ():
         samples = np.array([r["isolated"][stage] for r in per_rank])     # [ranks, iters]
         in_layer = np.array([r["in_layer"][stage] for r in per_rank])
         rec_extra = dict(extra, in_layer_per_rank_median_us=np.median(in_layer, axis=1).tolist())
@@ -277,10 +320,38 @@ def point_records(case: BenchCase, skew_desc: dict, tokens: int, per_rank: list[
             rec_extra["launch_us"] = float(np.nanmedian([r["launch_us"] for r in per_rank]))
         out.append(dict(common, kind=stage, extra=rec_extra, **summarize_us(samples.max(axis=0)),
                         per_rank_median_us=np.median(samples, axis=1).tolist()))
-    layer = np.array([r["layer"] for r in per_rank])
-    out.append(dict(common, kind="moe_layer", extra=dict(extra, timing="one forward"),
-                    **summarize_us(layer.max(axis=0)),
-                    per_rank_median_us=np.median(layer, axis=1).tolist()))
+    if per_rank[0]["layer"]:
+        layer = np.array([r["layer"] for r in per_rank])
+        out.append(dict(common, kind="moe_layer", extra=dict(extra, timing="one forward"),
+                        **summarize_us(layer.max(axis=0)),
+                        per_rank_median_us=np.median(layer, axis=1).tolist()))
+    else:          # graph-only runs time no eager forward
+        out = []
+    if "graph" in per_rank[0]:
+        out += _graph_records(common, extra, per_rank)
+    return out
+
+
+def _graph_records(common: dict, extra: dict, per_rank: list[dict]) -> list[dict]:
+    """`mode: graph` records of one point: each stage's device time, slowest rank per
+    iteration, median over the valid iterations (none if fewer than half are valid)."""
+    out = []
+    launch = np.array([r["graph"]["launch_us"] for r in per_rank])          # [ranks, iters]
+    for kind, name in (("dispatch", "dispatch"), ("experts", "experts"), ("combine", "combine"),
+                       ("moe_layer", "layer")):
+        samples = np.array([r["graph"][name] for r in per_rank])           # [ranks, iters]
+        slowest = samples.max(axis=0)                  # NaN where any rank's launch was late
+        valid = slowest[np.isfinite(slowest)]
+        if len(valid) < max(1, samples.shape[1] // 2):
+            return []
+        out.append(dict(common, kind=kind, mode="graph", num_iters=len(valid),
+                        extra=dict(extra, timing=("device only: launched ahead behind a GPU "
+                                                  "sleep after an all-reduce (a CUDA graph "
+                                                  "replay's time, no host launch)"),
+                                   launch_us=float(np.median(launch)),
+                                   valid_iters=int(len(valid))),
+                        **summarize_us(valid),
+                        per_rank_median_us=np.nanmedian(samples, axis=1).tolist()))
     return out
 
 

@@ -63,22 +63,23 @@ def evaluation_profile(profile: Profile) -> Profile:
 
 def component_keys(record) -> list[str]:
     """Profile components a record is fitted into (none for moe_layer and non-timings)."""
-    from epsim.cost.comm import component_mode
-    from epsim.cost.record import component_key
-    kind, backend, dtype = record.kind, record.backend, record.dispatch_dtype
+    from epsim.cost.record import GRAPH, component_key, is_graph, mode_path
+    kind, backend = record.kind, record.backend
+    graph = is_graph(record)
     if kind in ("dispatch", "combine"):
         if backend == "none":
-            return ["none/allgather" if kind == "dispatch" else "none/allreduce"]
-        mode = (record.mode or "normal") if backend == "deepep" else ""
-        return [component_key(backend, kind, component_mode(mode, kind, dtype))]
+            key = "none/allgather" if kind == "dispatch" else "none/allreduce"
+            return [key + (f"/{GRAPH}" if graph else "")]
+        return [component_key(backend, kind, mode_path(record, kind))]
     if kind == "allreduce":
-        return ["none/allreduce"]
+        return ["none/allreduce" + (f"/{GRAPH}" if graph else "")]
     if kind == "experts":
-        path = component_mode("", kind, dtype)
-        # the pooled `any/experts` (for backends not measured) takes BF16 dispatches only
-        return [component_key(backend, kind, path)] + ([] if path else ["any/experts"])
+        path = mode_path(record, kind)
+        # the pooled `any/experts[/graph]` (for backends not measured) takes BF16 dispatches
+        pooled = [component_key("any", kind, GRAPH if graph else "")] if path in ("", GRAPH) else []
+        return [component_key(backend, kind, path)] + pooled
     if kind == "moe_layer":
-        return [f"{backend}/moe_layer"]
+        return [f"{backend}/moe_layer" + (f"/{GRAPH}" if graph else "")]
     return []
 
 

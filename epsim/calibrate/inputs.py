@@ -165,7 +165,7 @@ def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
         extra = {k: v for k, v in members[0].extra.items() if k != "pass"}
         extra.update(passes=len(members), pass_medians_us=medians)
         merged = members[0].model_copy(update=dict(
-            median_us=float(np.median(medians)),
+            median_us=float(np.mean(medians)),
             p10_us=float(np.median([m.p10_us for m in members])),
             p90_us=float(np.median([m.p90_us for m in members])),
             per_rank_median_us=np.median([m.per_rank_median_us for m in members], axis=0).tolist()

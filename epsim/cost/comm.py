@@ -3,10 +3,14 @@
 A DeepEP-class all-to-all (`torch`, `deepep`, `mooncake`) costs, per layer,
 
     t = base_us + max_r(nvl_bytes_r / nvl_gbps + rdma_bytes_r / rdma_gbps) * 1e-3
-        + per_copy_us * max_r(copies_r)
+        + per_copy_us * max_r(copies_r) + slot_us_per_kb * max_s(slot_bytes_s) * 1e-3
 
 where `nvl_bytes_r` is the busier direction (send or receive) of rank r's NVLink traffic and
 likewise for RDMA: the busiest rank sets the pace. bytes / (GB/s) is ns, hence the 1e-3.
+`slot_bytes_s` is what the busiest single expert slot receives: low-latency kernels (DeepEP LL,
+Mooncake EP) queue copies per expert, so one hot expert paces them even when the ranks are
+balanced (measured on two H200: Zipf(1) routing, whose hottest expert takes every token, made
+Mooncake's dispatch 2x slower than uniform routing with the same bytes per rank).
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
 of the bytes over each rank's slowest link.
@@ -84,7 +88,7 @@ def component_mode(kernel_mode: str, kind: str, dispatch_dtype: str) -> str:
     an FP8 dispatch changes — the dispatch (a cast per token on send) and the experts stage
     (which takes FP8 rows); the combine returns BF16 either way.
     E.g. "", "fp8", "low_latency", "low_latency/fp8"."""
-    fp8 = dispatch_dtype == "fp8" and kind in ("dispatch", "experts")
+    fp8 = dispatch_dtype == "fp8" and kind in ("dispatch", "experts", "combine")
     return "/".join(p for p in (kernel_mode, "fp8" if fp8 else "") if p)
 
 
@@ -102,27 +106,33 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
         "nvl_gbps": cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY,
         "rdma_gbps": cluster.rdma_gbps_resolved * RDMA_EFFICIENCY,
         "per_copy_us": 0.0,
+        "slot_us_per_kb": 0.0,
     }
 
 
 def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.ndarray,
-                  bytes_per_copy: float, params: dict[str, float]) -> np.ndarray:
+                  bytes_per_copy: float, params: dict[str, float],
+                  max_slot_pairs: np.ndarray | float = 0.0) -> np.ndarray:
     """Design rows of the all-to-all model at each layer's busiest rank.
 
     Args:
         nvl_copies, rdma_copies: [..., ranks] busier direction of each rank's link (copies).
         copies: [..., ranks] link-crossing copies per rank (busier direction).
         params: picks the busiest rank (the one whose bytes take longest).
+        max_slot_pairs: [...] pairs into the busiest single expert slot.
     Returns:
-        [..., 4] float64 columns (1, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies); times
-        `COMM_TERMS.coefficients(params)` gives microseconds.
+        [..., 5] float64 columns (1, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
+        slot_bytes*1e-3); times `COMM_TERMS.coefficients(params)` gives microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
     rdma_kb = np.asarray(rdma_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
     busiest = (nvl_kb / params["nvl_gbps"] + rdma_kb / params["rdma_gbps"]).argmax(axis=-1)[..., None]
     nvl_b = np.take_along_axis(nvl_kb, busiest, axis=-1)[..., 0]
     rdma_b = np.take_along_axis(rdma_kb, busiest, axis=-1)[..., 0]
-    return np.stack([np.ones_like(nvl_b), nvl_b, rdma_b, np.asarray(copies).max(axis=-1)], axis=-1)
+    slot_kb = np.broadcast_to(np.asarray(max_slot_pairs, dtype=np.float64) * (bytes_per_copy * 1e-3),
+                              nvl_b.shape)
+    return np.stack([np.ones_like(nvl_b), nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb],
+                    axis=-1)
 
 
 def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float]) -> np.ndarray:
@@ -138,6 +148,8 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float]) -
     t = params["base_us"] + busy.max(axis=-1)
     if params["per_copy_us"]:
         t = t + params["per_copy_us"] * traffic.copies.max(axis=-1)
+    if params.get("slot_us_per_kb") and traffic.max_slot_pairs is not None:
+        t = t + params["slot_us_per_kb"] * traffic.max_slot_pairs * kb
     return t
 
 

@@ -82,6 +82,11 @@ class StepCost:
     parts: np.ndarray        # [6, layers]: the six per-layer arrays above as rows, in order
 
 
+def _graph(mode_path: str) -> str:
+    """The CUDA-graph variant of a component mode path (`fp8` -> `fp8/graph`)."""
+    return "/".join(p for p in (mode_path, "graph") if p)
+
+
 class CostModel:
     """Predicts step and MoE-layer times of one deployment.
 
@@ -115,12 +120,26 @@ class CostModel:
             (kind, mode): self._params(self.backend, kind, component_mode(mode, kind, dtype),
                                        comm_defaults(self.backend, mode, cluster))
             for kind in ("dispatch", "combine") for mode in modes}
+        # decode steps replayed as CUDA graphs (SGLang: batches up to cuda_graph_max_bs) pay
+        # device time only: `.../graph` components, measured launched ahead of the GPU; where
+        # none was measured (e.g. `torch`, whose split sizes pass through the host and cannot be
+        # captured) the lookup falls back to the eager component
+        self.graph_enabled = not deployment.disable_cuda_graph
+        self.graph_comm_params = {
+            key: self._params(self.backend, key[0], _graph(component_mode(key[1], key[0], dtype)),
+                              params)
+            for key, params in self.comm_params.items()}
         self.collective_params = self._params("none", "allreduce", "", collective_defaults(cluster))
         self.allgather_params = self._params("none", "allgather", "", self.collective_params)
         self.sync_us = self._params(self.backend, "moe_layer", "", layer_defaults())["sync_us"]
+        self.graph_sync_us = self._params(self.backend, "moe_layer", "graph",
+                                          {"sync_us": self.sync_us})["sync_us"]
         self.experts_params = self._params(self.backend, "experts",       # falls back to any/
                                            component_mode("", "experts", dtype),
                                            experts_defaults(hw, model.weight_dtype))
+        self.graph_experts_params = self._params(
+            self.backend, "experts", _graph(component_mode("", "experts", dtype)),
+            self.experts_params)
         self.attention_params = self._params("any", "attention", "", attention_defaults(hw))
         self.overhead_params = self._params("any", "step_overhead", "", overhead_defaults())
         self.pair_flops = flops_per_pair(model.hidden_size, model.moe_intermediate_size)
@@ -178,14 +197,20 @@ class CostModel:
             return batch.tokens
         return np.full(self.num_ranks, float(batch.tokens.sum()) / self.num_ranks)
 
+    def uses_graph(self, batch: BatchCounts) -> bool:
+        """A pure decode step within `cuda_graph_max_bs` tokens per rank replays a CUDA graph."""
+        return (self.graph_enabled and batch.phase == "decode"
+                and float(batch.tokens.max(initial=0.0)) <= self.deployment.cuda_graph_max_bs)
+
     def moe(self, loads: np.ndarray, tokens_per_rank: np.ndarray, tables: PlacementTables,
-            phase: str = "decode", fraction: float = 1.0) -> MoECost:
+            phase: str = "decode", fraction: float = 1.0, graph: bool = False) -> MoECost:
         """Dispatch, experts and combine of every MoE layer for one (micro-)batch.
 
         Args:
             loads: [layers, experts] token-expert pairs of the whole batch.
             tokens_per_rank: [ranks] tokens each EP rank dispatches (whole batch).
             fraction: the micro-batch's share of the batch (two-batch overlap: 0.5).
+            graph: a CUDA-graph replay (device time only, `.../graph` components).
         """
         mode = self.mode_for(phase)
         dedup = dedup_for(self.backend, mode)
@@ -193,8 +218,10 @@ class CostModel:
             self._check_tokens(np.asarray(tokens_per_rank))
         tr = count_traffic(loads, tokens_per_rank, tables, dedup, fraction)
         m = self.model
+        experts_params = self.graph_experts_params if graph else self.experts_params
+        comm_params = self.graph_comm_params if graph else self.comm_params
         expert = experts_us(tr.pairs, tr.active_experts, m.expert_bytes, self.pair_flops,
-                            self.experts_params)
+                            experts_params)
         num_layers = expert.shape[0]
         if self.backend == "none":
             hidden_bytes = tr.num_tokens * m.hidden_size * 2.0
@@ -207,10 +234,11 @@ class CostModel:
         else:
             dispatch = comm_us(tr, dispatch_bytes_per_copy(
                 m.hidden_size, self.deployment.dispatch_dtype, m.top_k, dedup),
-                self.comm_params[("dispatch", mode)])
+                comm_params[("dispatch", mode)])
             combine = comm_us(tr, combine_bytes_per_copy(m.hidden_size),
-                              self.comm_params[("combine", mode)])
-        return MoECost(dispatch, expert, combine, tr, mode, self.sync_us)
+                              comm_params[("combine", mode)])
+        return MoECost(dispatch, expert, combine, tr, mode,
+                       self.graph_sync_us if graph else self.sync_us)
 
     def step(self, batch: BatchCounts, loads: np.ndarray, tables: PlacementTables) -> StepCost:
         """The time of one forward step of every DP rank (lockstep).
@@ -225,9 +253,11 @@ class CostModel:
         fraction = 0.5 if tbo else 1.0
         part = batch.scaled(fraction) if tbo else batch
         attn = self._attention_layer_us(part)
-        shared = float(shared_experts_us(part.tokens, m, self.experts_params, self.tp_size).max()
+        graph = self.uses_graph(batch)
+        experts_params = self.graph_experts_params if graph else self.experts_params
+        shared = float(shared_experts_us(part.tokens, m, experts_params, self.tp_size).max()
                        ) if m.num_shared_experts else 0.0
-        moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction)
+        moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
         compute = attn + shared + moe.experts_us                           # [layers]
         comm = moe.dispatch_us + moe.combine_us
         if tbo:
@@ -236,13 +266,13 @@ class CostModel:
         else:
             layer = compute + comm
             scale = 1.0
-        if self.sync_us:
-            layer = layer + scale * self.sync_us           # once per micro-batch's collectives
+        if moe.sync_us:
+            layer = layer + scale * moe.sync_us            # once per micro-batch's collectives
         num_layers = layer.shape[0]
-        dense = float(lm_head_us(batch.sampled_tokens, m, self.experts_params, self.tp_size).max())
+        dense = float(lm_head_us(batch.sampled_tokens, m, experts_params, self.tp_size).max())
         if m.num_dense_layers:
             dense += m.num_dense_layers * (self._attention_layer_us(batch) + float(
-                dense_ffn_us(batch.tokens, m, self.experts_params, self.tp_size).max()))
+                dense_ffn_us(batch.tokens, m, experts_params, self.tp_size).max()))
         overhead = (self.overhead_params["base_us"]
                     + self.overhead_params["per_layer_us"] * m.num_layers)
         step = float(layer.sum()) + dense + overhead

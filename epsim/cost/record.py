@@ -70,12 +70,34 @@ def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, num_nodes=max(1, -(-record.ep_size // per_node)))
 
 
+GRAPH = "graph"   # mode part of device-only timings: launched ahead, as a CUDA graph replays
+
+
+def is_graph(record: MeasurementRecord) -> bool:
+    """The record times the device alone (`mode` holds "graph"), not the eager host path."""
+    return GRAPH in record.mode.split("/")
+
+
 def _mode(record: MeasurementRecord) -> str:
+    """The DeepEP kernel mode of a record ("" for other backends)."""
+    parts = [p for p in record.mode.split("/") if p and p != GRAPH]
     if record.backend != "deepep":
+        if parts:
+            raise RecordError(f"mode ({record.mode!r}) must be '' or 'graph' for backend "
+                              f"{record.backend!r}")
         return ""
-    if record.mode not in ("", "normal", "low_latency"):
-        raise RecordError(f"mode ({record.mode!r}) must be one of ['normal', 'low_latency'] for deepep")
-    return record.mode or "normal"
+    if len(parts) > 1 or (parts and parts[0] not in ("normal", "low_latency")):
+        raise RecordError(f"mode ({record.mode!r}) must be one of ['normal', 'low_latency'] "
+                          f"(optionally with '/graph') for deepep")
+    return parts[0] if parts else "normal"
+
+
+def mode_path(record: MeasurementRecord, kind: str) -> str:
+    """The profile mode path of the component `record` feeds for `kind`: kernel mode, `fp8`
+    where the dispatch dtype changes it, then `graph` for device-only timings, e.g.
+    "fp8/graph" (lookups fall back part by part: a graph component missing uses the eager one)."""
+    path = component_mode(_mode(record), kind, record.dispatch_dtype)
+    return "/".join(p for p in (path, GRAPH if is_graph(record) else "") if p)
 
 
 def component_key(backend: str, kind: str, mode_path: str) -> str:
@@ -105,9 +127,10 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
                                            record.top_k, dedup)
     else:
         per_copy = combine_bytes_per_copy(record.hidden_size)
-    path = component_mode(mode, kind, record.dispatch_dtype)
+    path = mode_path(record, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
-    row = comm_features(copies * (1 - remote), copies * remote, copies, per_copy, params)
+    hottest = max((max(row) for row in record.local_expert_tokens if row), default=0.0)
+    row = comm_features(copies * (1 - remote), copies * remote, copies, per_copy, params, hottest)
     return RecordFeatures(component_key(backend, kind, path), COMM_TERMS.coef_names, row,
                           COMM_TERMS.coefficients(params))
 
@@ -141,7 +164,7 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     expert_bytes = 3.0 * record.hidden_size * record.moe_intermediate_size * 2.0   # BF16 weights
     # the experts stage includes the backend's own layout work: `<backend>/experts[/fp8]` over
     # `<backend>/experts` over `any/experts`
-    path = component_mode("", "experts", record.dispatch_dtype)
+    path = mode_path(record, "experts")
     params = profile.params(record.backend, "experts", path,
                             defaults=experts_defaults(cluster.hardware))
     row = experts_features(pairs, active, expert_bytes,
@@ -178,7 +201,8 @@ def predict_record(record: MeasurementRecord, profile: Profile) -> float:
     """
     if record.kind == "moe_layer":
         check_backend(record.backend)
-        sync = profile.params(record.backend, "moe_layer", defaults=layer_defaults())["sync_us"]
+        sync = profile.params(record.backend, "moe_layer", GRAPH if is_graph(record) else "",
+                              defaults=layer_defaults())["sync_us"]
         return (_comm_row(record, profile, "dispatch").predicted_us
                 + _experts_row(record, profile).predicted_us
                 + _comm_row(record, profile, "combine").predicted_us + sync)

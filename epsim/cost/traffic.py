@@ -42,6 +42,8 @@ class Traffic:
         dedup: "pair" | "rank" | "node" | "" (no copies counted, the `none` backend).
         multi_node: the ranks span nodes (else every RDMA count is zero).
         fraction: the batch share these counts are for (two-batch overlap: one micro-batch, 0.5).
+        max_slot_pairs: [layers] pairs into the busiest single expert slot (low-latency kernels
+            queue copies per expert, so the busiest expert paces them).
     """
 
     pairs: np.ndarray
@@ -55,6 +57,7 @@ class Traffic:
     dedup: str
     multi_node: bool = False
     fraction: float = 1.0
+    max_slot_pairs: np.ndarray | None = None
 
     @cached_property
     def nvl_copies(self) -> np.ndarray:
@@ -168,10 +171,11 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traff
     slot_loads = _slot_values(loads, tables)                             # [layers, physical]
     pairs = rank_sum(slot_loads, spr)                                    # [layers, ranks]
     active = _active(slot_loads, fraction, spr)
+    hottest = slot_loads.max(axis=1) * fraction                          # [layers]
     if not dedup or num_tokens <= 0:
         zeros = np.zeros_like(pairs)
         return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
-                       num_tokens * fraction, dedup, multi_node, fraction)
+                       num_tokens * fraction, dedup, multi_node, fraction, hottest)
     if dedup == "pair":
         rate = pairs / num_tokens                                        # [layers, ranks] a_r
     else:
@@ -186,7 +190,7 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traff
         nvl_send = tokens * (rate.sum(axis=1, keepdims=True) - rate)
         rdma_send = rdma_recv = np.zeros_like(rate)
         return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
-                       num_tokens, dedup, multi_node, fraction)
+                       num_tokens, dedup, multi_node, fraction, hottest)
     node_tokens = np.repeat(rank_sum(tokens, rpn), rpn)                  # [ranks] T_node(r)
     rate_node_r = np.repeat(rank_sum(rate, rpn), rpn, axis=1)            # [layers, ranks]
     if dedup in ("pair", "rank"):
@@ -203,7 +207,7 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traff
         nvl_send = (rate_node_r - rate) * local_tokens
         rdma_send = tokens * (node_hit.sum(axis=1, keepdims=True) - node_hit_r)
     return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
-                   num_tokens, dedup, multi_node, fraction)
+                   num_tokens, dedup, multi_node, fraction, hottest)
 
 
 def rank_sum_strided(x: np.ndarray, group: int) -> np.ndarray:
@@ -225,10 +229,11 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> T
         loads, tables.physical_to_logical, axis=1)                      # [layers, physical]
     pairs = rank_sum(slot_loads, spr)
     active = _active(slot_loads, fraction, spr)
+    hottest = slot_loads.max(axis=1) * fraction                          # [layers]
     if not dedup or num_tokens <= 0:
         zeros = np.zeros_like(pairs)
         return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
-                       num_tokens * fraction, dedup, tables.num_nodes > 1, fraction)
+                       num_tokens * fraction, dedup, tables.num_nodes > 1, fraction, hottest)
     pi = np.minimum(loads / num_tokens, 1.0)                              # [layers, experts]
 
     def per_dest(weights: np.ndarray, operator, width: int) -> np.ndarray:
@@ -267,4 +272,4 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> T
         nvl_send = ((peers_excl * tokens[:, None, None]) * same_local[:, None, :]).sum(axis=0)
     f = fraction
     return Traffic(pairs * f, active, nvl_send * f, nvl_recv * f, rdma_send * f, rdma_recv * f,
-                   self_copies * f, num_tokens * f, dedup, tables.num_nodes > 1, f)
+                   self_copies * f, num_tokens * f, dedup, tables.num_nodes > 1, f, hottest)

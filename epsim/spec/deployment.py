@@ -38,6 +38,10 @@ class DeploymentSpec(BaseModel):
     dispatch_dtype: Literal["bf16", "fp8"] = "fp8"
     disaggregation_mode: Literal["null", "prefill", "decode"] = "null"
     enable_two_batch_overlap: bool = False
+    disable_cuda_graph: bool = Field(
+        default=False, description="SGLang's flag: decode steps run eagerly, paying host launch time")
+    cuda_graph_max_bs: int = Field(
+        default=256, gt=0, description="largest decode batch per rank replayed as a CUDA graph")
 
     # batching (per DP rank)
     max_running_requests: int = Field(default=256, gt=0, description="per DP rank")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from epsim.calibrate.build import component_keys, evaluation_profile
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import RecordWarning, SourcedRecord
-from epsim.cost.record import PREDICTABLE_KINDS, predict_record
+from epsim.cost.record import PREDICTABLE_KINDS, is_graph, predict_record
 from epsim.errors import EpsimError
 from epsim.profile import ExtrapolationWarning, Profile
 
@@ -101,7 +101,8 @@ def compare(records: list[SourcedRecord], profile: Profile, holdout: Holdout) ->
         if is_outside:
             outside.append(s.where)
         out.append(Comparison(
-            where=s.where, kind=r.kind, backend=r.backend, model=r.model or f"H{r.hidden_size}",
+            where=s.where, kind=r.kind, model=r.model or f"H{r.hidden_size}",
+            backend=r.backend + ("+graph" if is_graph(r) else ""),
             hidden_size=r.hidden_size, dispatch_dtype=r.dispatch_dtype or "native",
             skew=skew_label(r.skew), tokens=r.num_tokens_per_rank, measured_us=r.median_us,
             predicted_us=float(predicted), split="holdout" if holdout.held_out(r) else "fit",

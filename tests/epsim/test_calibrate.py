@@ -175,7 +175,7 @@ def test_calibrate_command_errors_are_one_line(tmp_path, capsys):
     assert main(["calibrate", "--records", str(tmp_path / "x.jsonl"), "--holdout", "tokens"]) == 2
 
 
-def test_fp8_dispatch_gets_its_own_dispatch_and_experts_components(tmp_path):
+def test_fp8_dispatch_gets_its_own_dispatch_combine_and_experts_components(tmp_path):
     """An FP8 dispatch casts on send and the experts take FP8 rows: those two parts are fitted
     apart from BF16 (`mooncake/dispatch/fp8`, `mooncake/experts/fp8`); the combine is shared."""
     truth = Profile(name="truth", hardware="H200", components={
@@ -199,7 +199,8 @@ def test_fp8_dispatch_gets_its_own_dispatch_and_experts_components(tmp_path):
     profile = calibrate([path]).profile
     keys = {k for k in profile.components if k.startswith("mooncake/")}
     assert keys == {"mooncake/dispatch", "mooncake/dispatch/fp8", "mooncake/combine",
-                    "mooncake/experts", "mooncake/experts/fp8", "mooncake/moe_layer"}
+                    "mooncake/combine/fp8", "mooncake/experts", "mooncake/experts/fp8",
+                    "mooncake/moe_layer"}
     assert "any/experts" in profile.components                   # pooled from BF16 only
     for key in keys - {"mooncake/moe_layer"}:
         assert profile.components[key].residuals["mape"] < 0.01, key

@@ -3,6 +3,7 @@ profile plumbing; predictions straight from measurement records."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -23,7 +24,8 @@ from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
 
-PARAMS = {"base_us": 10.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0, "per_copy_us": 0.0}
+PARAMS = {"base_us": 10.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0, "per_copy_us": 0.0,
+          "slot_us_per_kb": 0.0}
 
 
 def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
@@ -70,14 +72,27 @@ def test_comm_busiest_rank_hand_computed():
 
 
 def test_comm_design_row_equals_model(rng):
-    params = {"base_us": 7.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0, "per_copy_us": 0.002}
-    tr = _traffic(*(rng.random((5, 8)) * 1000 for _ in range(4)))
-    rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params)
+    params = {"base_us": 7.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0, "per_copy_us": 0.002,
+              "slot_us_per_kb": 0.03}
+    tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
+                             max_slot_pairs=rng.random(5) * 500)
+    rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params,
+                         tr.max_slot_pairs)
     np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params), comm_us(tr, 4224.0, params))
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
-    assert COMM_TERMS.coef_names == ("base_us", "inv_nvl_gbps", "inv_rdma_gbps", "per_copy_us")
+    assert COMM_TERMS.coef_names == ("base_us", "inv_nvl_gbps", "inv_rdma_gbps", "per_copy_us",
+                                     "slot_us_per_kb")
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
-    assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 1 / 300, 0.0, 0.0]))
+    assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 1 / 300, 0.0, 0.0, 0.0]))
+
+
+def test_busiest_expert_slot_paces_low_latency_kernels():
+    # same bytes per rank; one slot takes 800 pairs instead of 100: 700 * 1 KB * 0.03 us/KB more
+    tr = _traffic([[0, 0]], [[1000, 1000]], [[0, 0]], [[0, 0]])
+    params = {**PARAMS, "slot_us_per_kb": 0.03}
+    balanced = comm_us(dataclasses.replace(tr, max_slot_pairs=np.array([100.0])), 1000.0, params)
+    hot = comm_us(dataclasses.replace(tr, max_slot_pairs=np.array([800.0])), 1000.0, params)
+    np.testing.assert_allclose(hot - balanced, [700 * 1.0 * 0.03])
 
 
 def test_experts_roofline_hand_computed():
