@@ -174,11 +174,14 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
                           f"its components keep datasheet values", CalibrationWarning, stacklevel=2)
     peaks = peaks_of(hardware)
     fits: dict[str, ComponentFit] = {}
-    for key in sorted(k for k in groups if not k.endswith("/moe_layer")):
+    def is_layer(key: str) -> bool:            # `<backend>/moe_layer[/graph]`
+        return key.split("/")[1] == "moe_layer"
+
+    for key in sorted(k for k in groups if not is_layer(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks)
     fitted = base.model_copy(update={"components": {k: f.component() for k, f in fits.items()}})
-    for key in sorted(k for k in groups if k.endswith("/moe_layer")):
+    for key in sorted(k for k in groups if is_layer(k)):
         fits[key] = fit_layer_sync(key, groups[key], evaluation_profile(fitted.model_copy(deep=True)))
     components = {key: fit.component() for key, fit in sorted(fits.items())}
     rebalance = fit_rebalance([s for s in fit_set if s.record.kind in ("p2p_copy", "rebalance")],
