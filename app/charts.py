@@ -10,6 +10,7 @@ import pandas as pd
 PART_COLORS = {"attention": "#4c72b0", "dispatch": "#dd8452", "experts": "#55a868",
                "combine": "#c44e52", "shared_experts": "#8172b3"}
 KIND_ORDER = ["dispatch", "combine", "experts", "moe_layer", "allreduce"]
+KIND_SCALE = alt.Scale(domain=KIND_ORDER, range=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"])
 
 
 def latency_cdf(values_ms: np.ndarray, label: str) -> alt.Chart:
@@ -29,22 +30,25 @@ def latency_cdf(values_ms: np.ndarray, label: str) -> alt.Chart:
 
 def layer_breakdown(layer_mean_us: dict) -> alt.Chart:
     """Stacked mean µs per MoE layer: attention, dispatch, experts, combine (and shared
-    experts where the model has them); the overlapped layer time as ticks when it differs."""
+    experts where the model has them); the layer's total as black ticks where it differs from
+    the parts' sum (two-batch overlap hides communication; a profile's fitted sync term adds
+    or, when negative, overlaps)."""
     parts = [p for p in PART_COLORS if np.any(np.asarray(layer_mean_us.get(f"{p}_us", [0])) > 0)]
     num_layers = len(layer_mean_us["layer_us"])
     frame = pd.DataFrame([{"MoE layer": i, "part": p, "mean µs per step": float(layer_mean_us[f"{p}_us"][i])}
                           for p in parts for i in range(num_layers)])
     bars = alt.Chart(frame).mark_bar().encode(
-        x=alt.X("MoE layer:O", axis=alt.Axis(labelOverlap=True)), y="sum(mean µs per step):Q",
+        x=alt.X("MoE layer:O", axis=alt.Axis(labelOverlap=True)),
+        y=alt.Y("sum(mean µs per step):Q", title="mean µs per step"),
         color=alt.Color("part:N", sort=parts, scale=alt.Scale(domain=parts, range=[PART_COLORS[p] for p in parts])),
         order=alt.Order("part_order:Q"), tooltip=["MoE layer", "part", alt.Tooltip("mean µs per step:Q", format=".1f")],
     ).transform_calculate(part_order=f"indexof({parts!r}, datum.part)")
     total = np.sum([layer_mean_us[f"{p}_us"] for p in parts], axis=0)
     if np.allclose(total, layer_mean_us["layer_us"]):
         return bars.properties(height=300)
-    ticks = alt.Chart(pd.DataFrame({"MoE layer": np.arange(num_layers), "layer µs (two-batch overlap)":
+    ticks = alt.Chart(pd.DataFrame({"MoE layer": np.arange(num_layers), "layer total µs":
                                     layer_mean_us["layer_us"]})).mark_tick(color="black", thickness=2).encode(
-        x="MoE layer:O", y="layer µs (two-batch overlap):Q")
+        x="MoE layer:O", y="layer total µs:Q", tooltip=["MoE layer", alt.Tooltip("layer total µs:Q", format=".1f")])
     return (bars + ticks).properties(height=300)
 
 
@@ -68,18 +72,20 @@ def over_time(t_s: np.ndarray, values: np.ndarray, label: str, events: list | No
     stalls shaded) and failures red / recoveries green when given."""
     frame = pd.DataFrame({"simulated time (s)": t_s, label: values})
     layers = [alt.Chart(frame).mark_line(strokeWidth=1).encode(
-        x="simulated time (s):Q", y=alt.Y(f"{label}:Q", scale=alt.Scale(zero=y_zero)),
+        x=alt.X("simulated time (s):Q", title="simulated time (s)"),
+        y=alt.Y(f"{label}:Q", scale=alt.Scale(zero=y_zero)),
         tooltip=[alt.Tooltip("simulated time (s):Q", format=".3f"), alt.Tooltip(f"{label}:Q", format=".3f")])]
     if stalls:
         spans = pd.DataFrame({"start": [s[0] * 1e-6 for s in stalls],
                               "end": [(s[0] + s[1]) * 1e-6 for s in stalls],
                               "stall (s)": [s[1] * 1e-6 for s in stalls], "cause": [s[2] for s in stalls]})
         layers.insert(0, alt.Chart(spans).mark_rect(opacity=0.18, color="purple").encode(
-            x="start:Q", x2="end:Q", tooltip=["cause", alt.Tooltip("stall (s):Q", format=".3f")]))
+            x=alt.X("start:Q", title="simulated time (s)"), x2="end:Q",
+            tooltip=["cause", alt.Tooltip("stall (s):Q", format=".3f")]))
     if events:
         marks = pd.DataFrame(events)
         layers.append(alt.Chart(marks).mark_rule(strokeDash=[4, 3]).encode(
-            x="at_s:Q", color=alt.Color("event:N", scale=alt.Scale(
+            x=alt.X("at_s:Q", title="simulated time (s)"), color=alt.Color("event:N", scale=alt.Scale(
                 domain=["rebalance", "failure", "recovery"], range=["purple", "red", "green"])),
             tooltip=[c for c in marks.columns]))
     return alt.layer(*layers).properties(height=240)
@@ -89,17 +95,21 @@ def heatmap(t_s: np.ndarray, share: np.ndarray, column: str) -> alt.Chart:
     """[windows, columns] share of the mean load as a heatmap: time across, ranks or experts
     down; 1.0 = an average rank (diverging colors around it)."""
     num_windows, num_columns = share.shape
+    half = (t_s[1] - t_s[0]) / 2 if num_windows > 1 else t_s[0]
     frame = pd.DataFrame({
-        "simulated time (s)": np.repeat(np.round(t_s, 3), num_columns),
+        "from (s)": np.repeat(t_s - half, num_columns), "to (s)": np.repeat(t_s + half, num_columns),
         column: np.tile(np.arange(num_columns), num_windows),
         "load / mean": share.reshape(-1)}).dropna()
     top = float(np.nanmax(share)) if np.isfinite(share).any() else 2.0
     return alt.Chart(frame).mark_rect().encode(
-        x=alt.X("simulated time (s):O", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
+        x=alt.X("from (s):Q", title="simulated time (s)",
+                scale=alt.Scale(domain=[float(t_s[0] - half), float(t_s[-1] + half)], nice=False)),
+        x2="to (s):Q",
         y=alt.Y(f"{column}:O", axis=alt.Axis(labelOverlap=True)),
         color=alt.Color("load / mean:Q", scale=alt.Scale(scheme="redblue", reverse=True, domainMid=1.0,
                                                          domain=[0.0, max(top, 1.01)])),
-        tooltip=["simulated time (s)", column, alt.Tooltip("load / mean:Q", format=".3f")],
+        tooltip=[alt.Tooltip("from (s):Q", format=".2f"), alt.Tooltip("to (s):Q", format=".2f"), column,
+                 alt.Tooltip("load / mean:Q", format=".3f")],
     ).properties(height=min(24 * num_columns + 40, 520))
 
 
@@ -126,8 +136,9 @@ def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
     scale = alt.Scale(type="log", domain=[lo, hi])
     points = alt.Chart(frame).mark_point(size=40).encode(
         x=alt.X("measured µs:Q", scale=scale), y=alt.Y("predicted µs:Q", scale=scale),
-        color=alt.Color("kind:N", sort=KIND_ORDER), shape="split:N",
-        fill=alt.condition("datum.split == 'holdout'", alt.Color("kind:N", sort=KIND_ORDER), alt.value("transparent")),
+        color=alt.Color("kind:N", sort=KIND_ORDER, scale=KIND_SCALE), shape="split:N",
+        fill=alt.condition("datum.split == 'holdout'", alt.Color("kind:N", sort=KIND_ORDER, scale=KIND_SCALE),
+                           alt.value("transparent")),
         tooltip=["where", "backend", "kind", "model", "skew", "tokens per rank", "split",
                  alt.Tooltip("measured µs:Q", format=".1f"), alt.Tooltip("predicted µs:Q", format=".1f"),
                  alt.Tooltip("error %:Q", format="+.1f")])
@@ -154,19 +165,26 @@ def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
                                     alt.Tooltip("error %:Q", format="+.1f")])
     predicted = base.mark_line(strokeWidth=1.2).encode(y="predicted µs:Q", detail="series:N")
     kinds = [k for k in KIND_ORDER if k in set(frame["kind"])]
-    return alt.layer(bands, predicted, measured, data=frame).properties(width=300, height=240).facet(
-        column=alt.Column("kind:N", sort=kinds, title=None)).resolve_scale(y="independent")
+    return alt.layer(bands, predicted, measured, data=frame).properties(width=340, height=220).facet(
+        facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent")
 
 
-def pareto(frame: pd.DataFrame, x: str, y: str, y_title: str) -> alt.Chart:
-    """One metric against GPUs: infeasible points grey, the frontier ringed, the best starred."""
-    status = frame.assign(status=np.where(frame["best"], "best (cheapest meeting the SLO)",
-                                          np.where(~frame["feasible"], "misses the SLO",
-                                                   np.where(frame["pareto"], "Pareto frontier", "feasible"))))
-    domain = ["best (cheapest meeting the SLO)", "Pareto frontier", "feasible", "misses the SLO"]
-    return alt.Chart(status).mark_point(filled=True, size=90).encode(
-        x=alt.X(f"{x}:Q", scale=alt.Scale(zero=False)), y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=False)),
-        color=alt.Color("status:N", scale=alt.Scale(domain=domain, range=["#f2b701", "#d62728", "#1f77b4", "#bbbbbb"])),
-        shape=alt.Shape("status:N", scale=alt.Scale(domain=domain, range=["diamond", "circle", "circle", "cross"])),
-        tooltip=["configuration", alt.Tooltip(f"{x}:Q"), alt.Tooltip(f"{y}:Q", format=".4g"), "status"],
+def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str) -> alt.Chart:
+    """One metric against another (GPUs): color = the cheapest point meeting the SLO (gold),
+    the Pareto frontier (red), the rest (blue); shape = meets the SLO (circle) or not (cross)."""
+    role = np.where(frame["best"], "cheapest meeting the SLO",
+                    np.where(frame["pareto"], "Pareto frontier", "other"))
+    slo = np.where(frame["feasible"].astype(bool), "meets the SLO", "misses the SLO")
+    # plain column names: vega-lite reads a dot in a field name as nesting (tpot_ms.p99)
+    plot = pd.DataFrame({x_title: frame[x], y_title: frame[y], "point": role, "SLO": slo,
+                         "configuration": frame["configuration"]})
+    roles = ["cheapest meeting the SLO", "Pareto frontier", "other"]
+    return alt.Chart(plot).mark_point(filled=True, size=110, opacity=0.85).encode(
+        x=alt.X(f"{x_title}:Q", scale=alt.Scale(zero=False)),
+        y=alt.Y(f"{y_title}:Q", scale=alt.Scale(zero=False)),
+        color=alt.Color("point:N", scale=alt.Scale(domain=roles, range=["#f2b701", "#d62728", "#1f77b4"])),
+        shape=alt.Shape("SLO:N", scale=alt.Scale(domain=["meets the SLO", "misses the SLO"],
+                                                 range=["circle", "cross"])),
+        tooltip=["configuration", alt.Tooltip(f"{x_title}:Q"), alt.Tooltip(f"{y_title}:Q", format=".4g"),
+                 "point", "SLO"],
     ).properties(height=320)

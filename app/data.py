@@ -6,6 +6,7 @@ picklable data for the pages.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import warnings
@@ -70,7 +71,7 @@ class RunView:
             placement_version -> [steps].
         rebalances: EPLB events (dicts); stalls: (start_us, stall_us, label); elastic_events.
         window_t_s: [windows] centres; rank_pairs: [windows, layers, ranks] and
-            expert_loads: [windows, layers, experts] float32 sums (`epsim.sim.LoadTrace`).
+            expert_loads: [windows, layers, experts] float32 sums (`epsim.sim.load_trace.LoadTrace`).
         warnings: distinct warnings the run raised.
     """
 
@@ -109,7 +110,8 @@ def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}
     second call with the same inputs returns at once."""
     from epsim.report import request_latencies_ms, summarize, write_summary, write_timeseries
     from epsim.report.summary import format_table
-    from epsim.sim import LoadTrace, Simulation
+    from epsim.sim import Simulation
+    from epsim.sim.load_trace import LoadTrace
 
     scenario = parse_scenario(text, where, base_dir, overrides_json)
     bar = st.progress(0.0, text=f"simulating {scenario.name}: 0 of {scenario.workload.duration_s:g} s")
@@ -200,15 +202,33 @@ def _safe_name(name: str) -> str:
     return Path(name).name or "upload"
 
 
+def files_key(files: list[tuple[str, bytes | Path]]) -> str:
+    """What identifies record and profile files: the content of uploads, path, size and
+    modification time of files on disk (so megabytes of shipped records are not hashed on
+    every rerun)."""
+    digest = hashlib.sha256()
+    for name, content in files:
+        if isinstance(content, Path):
+            stat = content.stat()
+            digest.update(f"{content.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+        else:
+            digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    return digest.hexdigest()
+
+
 @st.cache_data(show_spinner="predicting every record…", max_entries=8)
-def validation(record_files: tuple[tuple[str, bytes], ...], profile_file: tuple[str, bytes]) -> ValidationView:
-    """Validate a profile on record files given as (name, bytes); messages name the files.
+def validation(key: str, _record_files: tuple, _profile_file: tuple) -> ValidationView:
+    """Validate a profile on record files, each (name, bytes or a Path to read); messages name
+    the files. Cached by `key` (`files_key` of all the files).
 
     Raises:
         EpsimError: an unreadable or invalid profile, or no record that can be judged.
     """
     from epsim.profile import Profile
     from epsim.validate import validate
+    record_files = [(name, c.read_bytes() if isinstance(c, Path) else c) for name, c in _record_files]
+    profile_file = (_profile_file[0], _profile_file[1].read_bytes() if isinstance(_profile_file[1], Path)
+                    else _profile_file[1])
     with tempfile.TemporaryDirectory() as tmp:
         folders = [Path(tmp) / f"upload{i}" for i in range(len(record_files))]   # names may repeat
         paths = []
@@ -262,9 +282,9 @@ def run_sweep(text: str, where: str, base_dir: str, sweeps: tuple[str, ...],
     """`epsim.plan.run_plan` of the scenario text over `sweeps` (`KEY=V1,V2` each)."""
     from epsim.plan import run_plan
     parse_scenario(text, where, base_dir)       # a bad base scenario fails with epsim's message
-    data = yaml.safe_load(text)
-    data.setdefault("base_dir", base_dir)       # traces resolve as for the file itself
-    result = run_plan(data, list(sweeps), overrides=list(overrides), workers=workers,
+    mapping = yaml.safe_load(text)
+    mapping.setdefault("base_dir", base_dir)    # traces resolve as for the file itself
+    result = run_plan(mapping, list(sweeps), overrides=list(overrides), workers=workers,
                       progress=False, plots=False, require_feasible=False)
     skipped = [", ".join(f"{k}={v}" for k, v in s.values.items()) + f": {s.reason}" for s in result.skipped]
     return SweepView(result.rows, result.columns, result.keys, skipped, result.warnings, result.wall_s)

@@ -62,7 +62,7 @@ def scenario_source(key: str, default: str = "default", choices: list[str] | Non
     expander. Returns None until an upload arrives."""
     shipped = data.shipped_scenarios()
     names = [n for n in (choices or list(shipped)) if n in shipped]
-    options = list(extra or {}) + ["shipped scenario", "upload a YAML file"]
+    options = ["shipped scenario"] + list(extra or {}) + ["upload a YAML file"]
     origin = st.radio("Scenario", options, horizontal=True, key=f"{key}_origin")
     if extra and origin in extra:
         source = extra[origin]

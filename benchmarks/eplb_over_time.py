@@ -14,6 +14,9 @@ Parts:
               lost at 15 s, back 10 s later, against the same run without the failure
               (docs/img/elastic_ep64_failure_latency.png).
   speed       R1 (benchmarks/sim_speed.py's scenario) in simulated s per wall s, EPLB off and on.
+
+Every run uses datasheet H200 costs (no fitted component), so the numbers show the EPLB and
+elastic mechanics independent of the calibration profile shipped at the time.
 """
 
 from __future__ import annotations
@@ -37,11 +40,16 @@ RESULTS = ROOT / "benchmarks" / "results" / "eplb_over_time.md"
 INTERVALS = [5, 10, 25, 50, 100, 200, 400, 800]
 
 
+def datasheet():
+    from epsim.profile import Profile
+    return Profile(name="datasheet-H200", hardware="H200")
+
+
 def sweep(write: bool, workers: int) -> list[str]:
     from epsim.sim.eplb_sweep import interval_figure, sweep_rebalance_interval
     from epsim.spec import load_scenario
     scenario = load_scenario(SCENARIOS / "eplb_interval_drift.yaml")
-    result = sweep_rebalance_interval(scenario, INTERVALS, workers=workers)
+    result = sweep_rebalance_interval(scenario, INTERVALS, profile=datasheet(), workers=workers)
     best = result.best
     lines = ["## Rebalance interval under drift (scenarios/eplb_interval_drift.yaml)", "",
              "```", result.table(), "```", "",
@@ -71,7 +79,7 @@ def redundancy(write: bool) -> list[str]:
             ("EPLB deepseek (hierarchical), random", load_scenario(path, ["deployment.eplb_algorithm=deepseek"])),
             ("no EPLB, no redundancy", without_eplb(load_scenario(path)))]
     for name, scenario in runs:
-        res = simulate(scenario)
+        res = simulate(scenario, profile=datasheet())
         s = summarize(res)
         imb = res.steps["imbalance"]
         if res.rebalances:
@@ -99,7 +107,7 @@ def elastic(write: bool) -> list[str]:
                  "deployment.failures": [{"at_s": 15.0, "rank": 5, "recover_after_s": 10.0}]}
     failing = load_scenario(SCENARIOS / "elastic_ep64_failure.yaml", overrides)
     healthy = load_scenario(SCENARIOS / "elastic_ep64_failure.yaml", {**overrides, "deployment.failures": []})
-    with_failure, without = simulate(failing), simulate(healthy)
+    with_failure, without = simulate(failing, profile=datasheet()), simulate(healthy, profile=datasheet())
     s = summarize(with_failure)
     fail, back = s["elastic"]["events"]
     w, b = latency_windows(with_failure, 1.0), latency_windows(without, 1.0)
@@ -122,7 +130,8 @@ def elastic(write: bool) -> list[str]:
              f"{np.nanmean(b['step_ms'][(b['t_s'] > 16) & (b['t_s'] < 25)]):.2f} ms at 16-25 s)"]
     # without elastic EP: nothing serves the lost rank's experts until it is back and reloaded
     paused = simulate(load_scenario(SCENARIOS / "elastic_ep64_failure.yaml",
-                                    {**overrides, "deployment.elastic_recovery": "reload"}))
+                                    {**overrides, "deployment.elastic_recovery": "reload"}),
+                      profile=datasheet())
     p = latency_windows(paused, 1.0)
     event = paused.elastic_events[0]
     lines.append(f"- `elastic_recovery: reload` instead: serving pauses {event['stall_us'] * 1e-6:.2f} s "
@@ -154,7 +163,7 @@ def speed() -> list[str]:
         best, res = None, None
         for _ in range(3):
             start = time.perf_counter()
-            res = simulate(scenario)
+            res = simulate(scenario, profile=datasheet())
             wall = time.perf_counter() - start
             best = wall if best is None else min(best, wall)
         lines.append(f"| {name} | {len(res.rebalances)} | {res.steps['step_us'].size} | {best:.2f} | "
@@ -182,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write and args.only is None:
         RESULTS.write_text("# EPLB over time and elastic EP (benchmarks/eplb_over_time.py)\n\n"
                            "Recorded with `python benchmarks/eplb_over_time.py --write` on the 2-core "
-                           "development machine (shared, so wall times vary +-30 %).\n\n" + text + "\n")
+                           "development machine (shared, so wall times vary +-30 %), datasheet H200 "
+                           "costs.\n\n" + text + "\n")
     return 0
 
 

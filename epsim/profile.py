@@ -76,14 +76,19 @@ class Profile(BaseModel):
 
     # -- lookup ----------------------------------------------------------------------------
     def component(self, backend: str, kind: str, mode: str = "") -> Component | None:
-        """The most specific component: `backend/kind/mode`, `backend/kind`, `any/kind`.
+        """The most specific component: `backend/kind/mode`, `backend/kind`, `any/kind/mode`,
+        `any/kind`.
 
         A mode of several parts (`low_latency/fp8`) falls back part by part:
         `deepep/dispatch/low_latency/fp8`, `deepep/dispatch/low_latency`, `deepep/dispatch`, ...
+        A backend's own eager component comes before a pooled one of the same mode (`torch`
+        measured no `graph` experts because it cannot be captured: its eager fit applies).
         """
         parts = [p for p in mode.split("/") if p]
-        keys = [f"{backend}/{kind}/" + "/".join(parts[:i]) for i in range(len(parts), 0, -1)]
-        keys += [f"{backend}/{kind}", f"any/{kind}"]
+        keys = []
+        for owner in (backend, "any"):
+            keys += [f"{owner}/{kind}/" + "/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+            keys.append(f"{owner}/{kind}")
         for key in keys:
             if key in self.components:
                 return self.components[key]

@@ -146,13 +146,25 @@ def read_records(path: str | Path, strict: bool = True) -> list[MeasurementRecor
     return [record for _, record in iter_records(path, strict)]
 
 
+def read_text(path: str | Path) -> str:
+    """A record file's text; `.gz` files (the shipped records are kept compressed) decompressed."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        import gzip
+        with gzip.open(path, "rt") as fh:
+            return fh.read()
+    return path.read_text()
+
+
 def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, MeasurementRecord]]:
     """`read_records`, with each record's 1-based line number (for messages naming the line)."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        lines = read_text(path).splitlines()
     except OSError as exc:
         raise RecordError(f"{path}: cannot read records ({exc.strerror})") from None
+    except (EOFError, UnicodeDecodeError) as exc:      # a truncated .gz, a binary file
+        raise RecordError(f"{path}: cannot read records ({type(exc).__name__}: {exc})") from None
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -11,7 +11,7 @@
 #   scripts/gpu_calibrate.sh -- --backends torch none                       # extra live.bench options
 #
 # Then, here (one command; docs/calibration.md):
-#   epsim calibrate --records epsim/data/records/h200x2/*.jsonl --out epsim/data/profiles/h200x2.json --name h200x2 \
+#   epsim calibrate --records epsim/data/records/h200x2/*.jsonl* --out epsim/data/profiles/h200x2.json --name h200x2 \
 #     && epsim validate --out docs/validation --doc docs/validation.md
 set -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -73,8 +72,10 @@ def over_time(view) -> None:
     cols[2].metric("weights moved", ui.fmt(eplb.get("moved_bytes_total", 0.0) / 1e9, ".0f", " GB"))
     cols[3].metric("balancedness per step", ui.fmt(s["balancedness"], ".3f"))
     before, after = eplb.get("balancedness_before_mean"), eplb.get("balancedness_after_mean")
-    cols[4].metric("window balancedness before → after",
-                   "-" if before is None else f"{before:.3f} → {after:.3f}")
+    cols[4].metric("window balancedness after", ui.fmt(after, ".3f"),
+                   delta=None if before is None else f"{after - before:+.3f} vs before",
+                   help="the statistics window's loads on the new placement against the old one, "
+                        "mean over rebalances")
     events = _events(view)
     st.markdown("**Balancedness per step** (mean/max GPU load; rebalances dashed, stop-the-world stalls shaded)")
     st.altair_chart(charts.over_time(view.steps["t_s"], view.steps["balancedness"], "balancedness",
@@ -160,7 +161,10 @@ def sweep_section(source: ui.ScenarioSource, overrides: dict, scenario) -> None:
                                            ("weight-move time (s)", "weight-move time (s)"))):
         col.altair_chart(charts.interval_sweep(rows, baseline if metric in baseline else None, metric, label),
                          width="stretch")
-    st.dataframe(pd.DataFrame(rows + ([baseline] if baseline else [])), hide_index=True, width="stretch")
+    every = rows + ([baseline] if baseline else [])
+    table = pd.DataFrame(every).drop(columns=["enable_eplb"])
+    table["interval"] = [f"every {r['interval']}" if r["enable_eplb"] else "no EPLB" for r in every]
+    st.dataframe(table, hide_index=True, width="stretch")
 
 
 def _cpus() -> int:

@@ -36,10 +36,10 @@ def sweep_table():
     with st.form("plan_form"):
         left, right = st.columns(2)
         sweeps = left.text_area("Sweeps, one `KEY=V1,V2,...` per line (ranges: `8:128:x2`, `0:64:+16`)",
-                                "deployment.ep_size=8,16,32,64\ndeployment.dispatch_dtype=fp8,bf16",
+                                "deployment.ep_size=8,16,32,64",
                                 height=120, key="plan_sweeps")
         overrides = right.text_area("Changes for every point, one `KEY=VALUE` per line (shorter runs "
-                                    "sweep faster)", "workload.duration_s=6\nworkload.warmup_s=2",
+                                    "sweep faster)", "# workload.duration_s=10",
                                     height=120, key="plan_overrides")
         workers = st.number_input("processes", min_value=1, max_value=64, value=min(2, _cpus()), step=1,
                                   key="plan_workers")
@@ -68,7 +68,7 @@ def slo_inputs(columns: list[str]) -> tuple[list[str], list[str]]:
     """Constraints and objectives from the SLO widgets."""
     st.subheader("Service-level objective")
     cols = st.columns(4)
-    tpot = cols[0].number_input("TPOT p99 ≤ (ms; 0 = any)", min_value=0.0, value=30.0, key="plan_tpot")
+    tpot = cols[0].number_input("TPOT p99 ≤ (ms; 0 = any)", min_value=0.0, value=50.0, key="plan_tpot")
     ttft = cols[1].number_input("TTFT p99 ≤ (ms; 0 = any)", min_value=0.0, value=2000.0, key="plan_ttft")
     cheapest = cols[2].selectbox("cheapest by", [c for c in CHEAPEST_BY if c in columns],
                                  format_func=CHEAPEST_BY.get, key="plan_cheapest")
@@ -96,12 +96,12 @@ def show(result) -> None:
         cols[2].metric("TTFT p99", ui.fmt(row["ttft_ms.p99"], ".0f", " ms"))
         cols[3].metric("throughput / GPU", ui.fmt(row["throughput_tokens_per_s_per_gpu"], ".0f", " tok/s"))
     elif result.infeasible:
-        st.error(result.infeasible)
+        st.warning(result.infeasible)         # an answer, not an input error
     st.markdown(f"**Pareto frontier** of {', '.join(o.text for o in result.pareto)}: "
                 f"{len(result.frontier)} of {len(result.rows)} point(s)")
     left, right = st.columns(2)
-    left.altair_chart(charts.pareto(frame, "num_gpus", "tpot_ms.p99", "TPOT p99 (ms)"), width="stretch")
-    right.altair_chart(charts.pareto(frame, "num_gpus", "throughput_tokens_per_s_per_gpu",
+    left.altair_chart(charts.pareto(frame, "num_gpus", "tpot_ms.p99", "GPUs", "TPOT p99 (ms)"), width="stretch")
+    right.altair_chart(charts.pareto(frame, "num_gpus", "throughput_tokens_per_s_per_gpu", "GPUs",
                                      "throughput per GPU (tokens/s)"), width="stretch")
     shown = [c for c in result.keys + SHOWN + ["feasible", "pareto", "best"] if c in frame.columns]
     st.dataframe(frame[shown], hide_index=True, width="stretch")

@@ -150,7 +150,8 @@ def results(run: dict) -> None:
     right.markdown("**TPOT, CDF of measured requests**")
     right.altair_chart(charts.latency_cdf(view.latencies_ms["tpot_ms"], "TPOT (ms)"), width="stretch")
     left, right = st.columns([3, 2])
-    left.markdown("**Time per MoE layer, mean per step (µs)**")
+    left.markdown("**Time per MoE layer, mean per step (µs)**; black ticks: the layer's total where it "
+                  "differs from the parts' sum (overlap, fitted sync)")
     left.altair_chart(charts.layer_breakdown(view.layer_mean_us), width="stretch")
     right.markdown("**Load per EP rank (token-expert pairs / mean)**")
     right.altair_chart(charts.rank_load(view.rank_pairs_mean), width="stretch")

@@ -18,12 +18,12 @@ LOCAL = "last local calibration (runs/calibrate)"
 UPLOAD = "upload records and a profile"
 
 
-def _files(paths: list[Path]) -> tuple[tuple[str, bytes], ...]:
-    return tuple((p.name, p.read_bytes()) for p in paths)
+def _files(paths: list[Path]) -> tuple[tuple[str, Path], ...]:
+    return tuple((p.name, p) for p in paths)
 
 
-def inputs() -> tuple[tuple[tuple[str, bytes], ...], tuple[str, bytes]] | None:
-    """(record files, profile file) as (name, bytes), from the source the user picks."""
+def inputs() -> tuple[tuple, tuple] | None:
+    """(record files, profile file), each (name, bytes or Path), from the source the user picks."""
     shipped_records, shipped_profile = data.shipped_validation_files()
     local_records, local_profile = data.local_calibration_files()
     options = ([SHIPPED] if shipped_records and shipped_profile else []) + \
@@ -89,7 +89,8 @@ def page() -> None:
     if chosen is None:
         return
     try:
-        view = data.validation(*chosen)
+        records, profile = chosen
+        view = data.validation(data.files_key([*records, profile]), records, profile)
     except EpsimError as exc:
         st.error(str(exc))
         return

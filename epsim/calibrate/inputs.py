@@ -54,9 +54,11 @@ class RecordFileInfo:
 
 
 def default_record_paths() -> list[Path]:
-    """The shipped records (`epsim/data/records/h200x2/*.jsonl`), sorted; empty if none ship."""
+    """The shipped records (`epsim/data/records/h200x2/*.jsonl[.gz]`), sorted; empty if none."""
     folder = Path(str(resources.files("epsim") / "data" / DEFAULT_RECORDS_DIR))
-    return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")])
 
 
 def _display(path: Path) -> str:
@@ -121,7 +123,8 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
     return out, files
 
 
-_TIMING_FIELDS = ("median_us", "p10_us", "p90_us", "per_rank_median_us", "extra", "provenance")
+_TIMING_FIELDS = ("median_us", "p10_us", "p90_us", "per_rank_median_us", "num_iters", "extra",
+                  "provenance")
 
 
 def _config_key(record: MeasurementRecord) -> str:
@@ -134,8 +137,9 @@ def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
 
     `live.bench` sweeps its grid several times in shuffled orders (records carry `extra.pass`)
     because the host's overhead drifts between states that outlast a point. The merged record
-    keeps the first pass's counts (routing is seeded, so identical) and takes the median over
-    passes of `median_us`, `p10_us` and `p90_us`; `extra.pass_medians_us` lists the passes.
+    keeps the first pass's counts (routing is seeded, so identical); its `median_us` is the
+    *mean* of the passes' medians (the expected time over host states) and `p10_us`/`p90_us`
+    the medians of theirs; `extra.pass_medians_us` lists the passes.
     Records without `extra.pass` are kept as they are.
 
     Returns:

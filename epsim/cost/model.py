@@ -83,8 +83,8 @@ class StepCost:
 
 
 def _graph(mode_path: str) -> str:
-    """The CUDA-graph variant of a component mode path (`fp8` -> `fp8/graph`)."""
-    return "/".join(p for p in (mode_path, "graph") if p)
+    """The CUDA-graph variant of a component mode path (`fp8` -> `graph/fp8`)."""
+    return "/".join(p for p in ("graph", mode_path) if p)
 
 
 class CostModel:
@@ -121,7 +121,7 @@ class CostModel:
                                        comm_defaults(self.backend, mode, cluster))
             for kind in ("dispatch", "combine") for mode in modes}
         # decode steps replayed as CUDA graphs (SGLang: batches up to cuda_graph_max_bs) pay
-        # device time only: `.../graph` components, measured launched ahead of the GPU; where
+        # device time only: `<kind>/graph[/...]` components, measured launched ahead; where
         # none was measured (e.g. `torch`, whose split sizes pass through the host and cannot be
         # captured) the lookup falls back to the eager component
         self.graph_enabled = not deployment.disable_cuda_graph

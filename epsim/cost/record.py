@@ -93,11 +93,12 @@ def _mode(record: MeasurementRecord) -> str:
 
 
 def mode_path(record: MeasurementRecord, kind: str) -> str:
-    """The profile mode path of the component `record` feeds for `kind`: kernel mode, `fp8`
-    where the dispatch dtype changes it, then `graph` for device-only timings, e.g.
-    "fp8/graph" (lookups fall back part by part: a graph component missing uses the eager one)."""
+    """The profile mode path of the component `record` feeds for `kind`: `graph` for
+    device-only timings, then the kernel mode and `fp8` where the dispatch dtype changes it,
+    e.g. "graph/fp8". Lookups drop parts from the end, so a missing `graph/fp8` component falls
+    back to `graph` (device time) before the eager components."""
     path = component_mode(_mode(record), kind, record.dispatch_dtype)
-    return "/".join(p for p in (path, GRAPH if is_graph(record) else "") if p)
+    return "/".join(p for p in (GRAPH if is_graph(record) else "", path) if p)
 
 
 def component_key(backend: str, kind: str, mode_path: str) -> str:

@@ -220,7 +220,7 @@ class Placement:
         np.add.at(counts, (np.broadcast_to(np.arange(self.num_layers)[:, None], key.shape), key), 1)
         return counts[:, :self.num_logical]
 
-    def static_dispatch_map(self, alive: np.ndarray | None = None) -> np.ndarray:
+    def static_dispatch_map(self, alive: np.ndarray | None = None, layers=None) -> np.ndarray:
         """SGLang's `static` replica choice as one fixed map: the slot each source GPU sends
         each logical expert's tokens to.
 
@@ -234,19 +234,22 @@ class Placement:
         Args:
             alive: [gpus] bool, GPUs that serve (None: all). Dead sources get a map too (they
                 send nothing).
+            layers: only these layers (indices or a slice; None: all).
         Returns:
             [gpus, layers, logical] int64 slot ids.
         Raises:
             PlacementError: an expert with no replica on a live GPU.
         """
-        p2l = self.physical_to_logical
+        layer_ids = np.arange(self.num_layers)[slice(None) if layers is None else layers]
+        p2l = self.physical_to_logical[layer_ids]
         num_layers, num_physical = p2l.shape
         num_gpus, num_logical, spr = self.num_gpus, self.num_logical, self.slots_per_gpu
         key = np.where(self.live_slots(alive)[None, :], p2l, num_logical)  # dead slots sort last
         order = np.argsort(key, axis=1, kind="stable")                       # [layers, physical]
-        counts = self.live_counts(alive)                                     # [layers, logical]
+        counts = self.live_counts(alive)[layer_ids]                          # [layers, logical]
         if (counts == 0).any():
             layer, expert = np.argwhere(counts == 0)[0]
+            layer = layer_ids[layer]
             raise PlacementError(f"logical expert {expert} of layer {layer} has no replica on a "
                                  f"live GPU; every expert must keep >= 1")
         starts = np.cumsum(counts, axis=1) - counts                          # [layers, logical]
@@ -268,7 +271,7 @@ class Placement:
         num_on_node = on_node.sum(axis=1)                                    # [K, gpus]
         kth = (src % self.gpus_per_node)[None, :] % np.maximum(num_on_node, 1)
         node_pick = (np.cumsum(on_node, axis=1) == (kth + 1)[:, None, :]) & on_node
-        spread = (src[None, :] + layer[:, None] + expert[:, None]) % num[:, None]
+        spread = (src[None, :] + layer_ids[layer][:, None] + expert[:, None]) % num[:, None]
         choice = np.where(on_gpu.any(axis=1), on_gpu.argmax(axis=1),
                           np.where(num_on_node > 0, node_pick.argmax(axis=1), spread))  # [K, gpus]
         out[:, layer, expert] = np.take_along_axis(slots, choice, axis=1).T

@@ -197,13 +197,14 @@ class EPLBManager:
             return                                         # nothing recorded yet
         old_tables = state.tables
         target = self.target(weight)
+        alive = None if state.all_alive else state.alive.copy()
         new_tables = build_tables(target, self.model.num_experts, d.ep_size, self.ranks_per_node,
-                                  d.ep_dispatch_algorithm, alive=None if state.all_alive else state.alive)
+                                  d.ep_dispatch_algorithm, alive=alive)
         num_live_slots = state.num_alive * (self.num_physical // d.ep_size)
         cost = rebalance_cost(
             old_tables.placement, new_tables.placement, self.model.expert_bytes, self.params,
             algorithm=None, layers_per_chunk=d.eplb_rebalance_layers_per_chunk,
-            stop_the_world=d.eplb_stop_the_world, alive=None if state.all_alive else state.alive,
+            stop_the_world=d.eplb_stop_the_world, alive=alive,
             measured_algorithm_us=algorithm_us(self.params, d.eplb_algorithm,
                                                self.model.num_moe_layers, num_live_slots))
         now_s = sim.env.now * 1e-6
@@ -221,7 +222,7 @@ class EPLBManager:
         self.events.append(event)
         if d.eplb_stop_the_world:
             sim.stall(cost.stall_us, "eplb")
-            state.update(target)
+            state.update(target, tables=new_tables)
             event.done_s = now_s + cost.stall_us * 1e-6
             return
         num_layers = self.model.num_moe_layers

@@ -59,14 +59,20 @@ class PlacementState:
                             self.dispatch_algorithm, per_source=per_source,
                             alive=None if self.all_alive else self.alive)
 
-    def update(self, placement, layers=None) -> None:
+    def update(self, placement, layers=None, tables: PlacementTables | None = None) -> None:
         """Install a new placement (validated now, so a bad one fails where it is made).
 
         Args:
             placement: [layers, physical] ints or an object with `.physical_to_logical`.
             layers: install only these rows (indices or a slice); the rest stay. Tables of the
                 other layers are kept, so moving a rebalance chunk by chunk stays cheap.
+            tables: `build_tables` of the whole new placement under the current alive mask,
+                when the caller has them already (not checked against `placement`).
         """
+        if tables is not None and layers is None:
+            self._p2l, self._tables = tables.physical_to_logical, tables
+            self.version += 1
+            return
         p2l = np.array(getattr(placement, "physical_to_logical", placement), dtype=np.int64)
         old = self._tables
         if layers is not None:
@@ -88,13 +94,13 @@ class PlacementState:
         per_source = self.dispatch_algorithm == "static" and replicated
         if per_source != (old.source_slot is not None):
             return None
-        part = self._build(p2l[rows], per_source=per_source)
+        part = self._build(p2l[rows], per_source=False)                  # validates the rows
         share = old.slot_share.copy()
         share[rows] = part.slot_share
         source = None
-        if per_source:
+        if per_source:       # the spread rule uses the true layer ids, so not `part`'s map
             source = old.source_slot.copy()
-            source[:, rows] = part.source_slot
+            source[:, rows] = full.static_dispatch_map(part.alive, layers=rows)
         identity = self.all_alive and not replicated and bool(
             (p2l == np.arange(p2l.shape[1])[None, :]).all())
         return PlacementTables(full, self.dispatch_algorithm, share, identity, source, part.alive)

@@ -16,7 +16,9 @@ from epsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
-SHORT = ["--set", "workload.duration_s=1.5", "--set", "workload.warmup_s=0.3", "--no-progress"]
+# short requests so that some finish within the short run (the default is a decode instance)
+SHORT = ["--set", "workload.duration_s=1.5", "--set", "workload.warmup_s=0.3",
+         "--set", "workload.output_len={kind: fixed, value: 16}", "--no-progress"]
 
 
 def _epsim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

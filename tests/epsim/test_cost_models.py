@@ -95,20 +95,21 @@ def test_busiest_expert_slot_paces_low_latency_kernels():
     np.testing.assert_allclose(hot - balanced, [700 * 1.0 * 0.03])
 
 
-def test_experts_roofline_hand_computed():
+def test_experts_weights_plus_flops_hand_computed():
     params = {"base_us": 5.0, "per_expert_us": 1.0, "hbm_gbps": 1000.0, "tflops": 100.0}
     expert_bytes, pair_flops = 1e6, 1e6
-    # low load: 2 active experts -> 2e6 B / 1000 GB/s = 2 us of weights > 10 pairs * 1e6 flops
+    # 2 active experts: 2e6 B / 1000 GB/s = 2 us of weights; 10 pairs * 1e6 flops / 100 TF = 0.1 us
     np.testing.assert_allclose(experts_us(np.array([10.0]), np.array([2.0]), expert_bytes, pair_flops,
-                                          params), 5.0 + 2.0 + 2.0)
-    # high load: 1e6 pairs * 1e6 flops / 100 TF = 10000 us; FLOPs bound; doubling pairs doubles it
+                                          params), 5.0 + 2.0 + 2.0 + 0.1)
+    # high load: 1e6 pairs * 1e6 flops / 100 TF = 10000 us on top of the weights; doubling the
+    # pairs doubles the FLOP part only
     high = experts_us(np.array([1e6]), np.array([2.0]), expert_bytes, pair_flops, params)
     double = experts_us(np.array([2e6]), np.array([2.0]), expert_bytes, pair_flops, params)
-    np.testing.assert_allclose(high, 5.0 + 2.0 + 10000.0)
-    np.testing.assert_allclose(double - 7.0, 2 * (high - 7.0))
+    np.testing.assert_allclose(high, 5.0 + 2.0 + 2.0 + 10000.0)
+    np.testing.assert_allclose(double - 9.0, 2 * (high - 9.0))
     # the slowest rank decides
     np.testing.assert_allclose(experts_us(np.array([[1e6, 10.0]]), np.array([[2.0, 2.0]]), expert_bytes,
-                                          pair_flops, params), [10007.0])
+                                          pair_flops, params), [10009.0])
     assert flops_per_pair(2048, 768) == 6 * 2048 * 768
 
 

@@ -1,5 +1,6 @@
 """Elastic EP in the engine: a failed rank is masked and loses its requests, its experts are served
-by replicas or reloaded, it comes back; the scheduler's routing; the load-time checks."""
+by replicas or reloaded, it comes back; the scheduler's routing; the load-time checks. Runs use
+datasheet costs, so they test the mechanics whatever profile ships."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from epsim.sim.batching import Scheduler
 from epsim.eplb import fill_lost
 from epsim.sim.elastic import ElasticEP
 from tests.epsim.test_sim_engine import tiny_scenario
+from tests.epsim.test_sim_eplb import DATASHEET
 
 FAIL_S, BACK_S = 0.1, 0.1
 
@@ -31,7 +33,7 @@ def failing_scenario(deployment=None, workload=None):
 
 
 def run(scenario):
-    sim = Simulation(scenario)
+    sim = Simulation(scenario, profile=DATASHEET)
     seen = []
     sim.add_observer(lambda info: seen.append((info.start_us * 1e-6, info.tokens_per_rank.copy(),
                                                info.cost.traffic.pairs.sum(axis=0))))
@@ -80,7 +82,7 @@ def test_lost_experts_are_reloaded_and_serving_stalls_for_the_slowest_survivor()
     # 16 experts + 8 redundant: the trivial placement replicates experts 0..7 only (on ranks 2
     # and 3), so rank 1's experts 8..11 have no other replica and are reloaded onto survivors
     sc = failing_scenario({"ep_num_redundant_experts": 8, "reload_gbps": 10.0})
-    sim = Simulation(sc, scenario_processes=False)                     # the failure alone, no EPLB
+    sim = Simulation(sc, profile=DATASHEET, scenario_processes=False)  # the failure alone, no EPLB
     sim.elastic = ElasticEP(sim)
     res = sim.run()
     fail = res.elastic_events[0]
@@ -176,8 +178,10 @@ def test_simulate_cli_reports_rebalances_and_failures(tmp_path, capsys):
 
     from epsim.cli import main
     sc = failing_scenario({"eplb_rebalance_num_iterations": 40, "expert_distribution_recorder_buffer_size": 40})
+    (tmp_path / "datasheet.json").write_text(DATASHEET.model_dump_json(by_alias=True))
     path = tmp_path / "failing.yaml"
-    path.write_text(yaml.safe_dump(sc.model_dump(mode="json", exclude={"base_dir"})))
+    path.write_text(yaml.safe_dump({**sc.model_dump(mode="json", exclude={"base_dir"}),
+                                    "profile": "datasheet.json"}))
     assert main(["simulate", str(path), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "EPLB " in out and "rebalances" in out and "elastic EP           1 failure(s)" in out

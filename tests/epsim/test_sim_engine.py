@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from epsim.eplb import fill_lost
+from epsim.profile import Profile
 from epsim.sim import Simulation, simulate
 from epsim.spec import scenario_from_dict
 
@@ -191,9 +192,10 @@ def test_eplb_or_failures_without_a_process_warn():
     def rebalancer(s):                           # a (trivial) EPLB process takes it over
         yield s.env.timeout(1.0)
 
-    sim = Simulation(eplb, scenario_processes=False)
+    datasheet = Profile(name="datasheet-H200", hardware="H200")   # no extrapolation warnings
+    sim = Simulation(eplb, profile=datasheet, scenario_processes=False)
     sim.add_process(rebalancer)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sim.run()
-        simulate(eplb)                           # the scenario's EPLB manager runs: no warning
+        simulate(eplb, profile=datasheet)        # the scenario's EPLB manager runs: no warning

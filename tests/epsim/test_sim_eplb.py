@@ -1,5 +1,6 @@
 """EPLB over time in the engine: when rebalances happen, what they cost, what they do to balance,
-and the interval sweep."""
+and the interval sweep. Runs use datasheet costs (`DATASHEET`), so they test the mechanics
+whatever profile ships."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from epsim.eplb import Placement, rebalance_cost, rebalance_params
 from epsim.errors import SpecError
+from epsim.profile import Profile
 from epsim.report import summarize
 from epsim.sim import Simulation, simulate
 from epsim.sim.eplb_process import LoadWindow, window_balancedness
@@ -18,6 +20,7 @@ from epsim.spec import load_scenario
 from tests.epsim.test_sim_engine import tiny_scenario
 
 NUM_EXPERTS, NUM_RANKS, NUM_LAYERS = 16, 4, 4
+DATASHEET = Profile(name="datasheet-H200", hardware="H200")        # no fitted component
 
 
 def eplb_scenario(deployment=None, workload=None, **sections):
@@ -36,7 +39,7 @@ def eplb_scenario(deployment=None, workload=None, **sections):
 
 def run_with_steps(scenario, **kwargs):
     """Run; `seen[k]` is the placement the manager leaves after pass k, i.e. pass k + 1's."""
-    sim = Simulation(scenario, **kwargs)
+    sim = Simulation(scenario, profile=DATASHEET, **kwargs)
     seen = []
     sim.add_observer(lambda info: seen.append((info.index, sim.placement.physical_to_logical.copy())))
     return sim, sim.run(), seen
@@ -98,7 +101,7 @@ def test_stop_the_world_stall_equals_rebalance_cost():
 def test_balancedness_improves_after_a_rebalance_under_skew():
     sc = eplb_scenario({"eplb_rebalance_num_iterations": 40, "expert_distribution_recorder_buffer_size": 40},
                        {"duration_s": 0.5})
-    res = simulate(sc)
+    res = simulate(sc, profile=DATASHEET)
     first = res.rebalances[0]
     bal = res.steps["balancedness"]
     k = first["step"]
@@ -116,7 +119,7 @@ def test_balancedness_decays_under_drift(drift_rate_per_s):
     sc = eplb_scenario({"eplb_rebalance_num_iterations": 20, "expert_distribution_recorder_buffer_size": 20},
                        {"skew": {"kind": "zipf", "alpha": 1.2, "drift_rate_per_s": drift_rate_per_s},
                         "duration_s": 0.1})
-    sim = Simulation(sc)
+    sim = Simulation(sc, profile=DATASHEET)
     res = sim.run()
     assert len(res.rebalances) >= 1
     tables, at_s = sim.placement.tables, res.rebalances[-1]["at_s"]
@@ -145,8 +148,8 @@ def test_same_seed_same_summary_with_eplb_and_a_failure():
     sc = eplb_scenario({"ep_num_redundant_experts": 8, "failures": [{"at_s": 0.1, "rank": 2, "recover_after_s": 0.1}],
                         "ep_dispatch_algorithm": "static"},
                        {"arrivals": {"kind": "poisson", "rate_per_s": 3000.0}, "duration_s": 0.2})
-    a, b = summarize(simulate(sc)), summarize(simulate(sc))
-    c = summarize(simulate(sc, seed=99))
+    a, b = summarize(simulate(sc, profile=DATASHEET)), summarize(simulate(sc, profile=DATASHEET))
+    c = summarize(simulate(sc, seed=99, profile=DATASHEET))
     for s in (a, b, c):
         s.pop("wall_seconds")
     assert a == b
@@ -156,14 +159,14 @@ def test_same_seed_same_summary_with_eplb_and_a_failure():
 
 def test_interval_sweep_and_comparison_helpers():
     sc = eplb_scenario({}, {"skew": {"kind": "zipf", "alpha": 1.2, "drift_rate_per_s": 2.0}, "duration_s": 0.2})
-    sweep = sweep_rebalance_interval(sc, [5, 20, 80])
+    sweep = sweep_rebalance_interval(sc, [5, 20, 80], profile=DATASHEET)
     assert [row["interval"] for row in sweep.rows] == [5, 20, 80]
     assert sweep.baseline is not None and not sweep.baseline["enable_eplb"]
     counts = [row["num_rebalances"] for row in sweep.rows]
     assert counts[0] > counts[1] > counts[2]                     # more often, more stalls
     assert sweep.rows[0]["stall_s"] > sweep.rows[2]["stall_s"]
     assert sweep.best in sweep.rows and "<- best" in sweep.table()
-    comparison = compare_eplb(sc)
+    comparison = compare_eplb(sc, profile=DATASHEET)
     assert comparison["eplb"]["balancedness"] > comparison["static"]["balancedness"]
     assert comparison["gain_frac"] == pytest.approx(
         comparison["eplb"]["output_tokens_per_s_per_gpu"] / comparison["static"]["output_tokens_per_s_per_gpu"] - 1)
@@ -181,7 +184,7 @@ def test_redundancy_scenario_takes_the_busiest_gpu_from_2_5x_to_under_1_15x():
                        {"workload.duration_s": 2.5, "workload.warmup_s": 0.0,
                         "deployment.eplb_rebalance_num_iterations": 15,
                         "deployment.expert_distribution_recorder_buffer_size": 15})
-    res = simulate(sc)
+    res = simulate(sc, profile=DATASHEET)
     first = res.rebalances[0]
     k = first["step"]
     busiest_over_mean = res.steps["imbalance"]                     # per pass, max/mean over 32 GPUs
@@ -189,3 +192,22 @@ def test_redundancy_scenario_takes_the_busiest_gpu_from_2_5x_to_under_1_15x():
     assert busiest_over_mean[k + 1:].size >= 5 and busiest_over_mean[k + 1:].max() <= 1.15
     assert 1.0 / first["balancedness_after"] <= 1.15
     assert res.steps["step_us"][k + 1:].mean() < 0.7 * res.steps["step_us"][:k + 1].mean()
+
+
+@pytest.mark.parametrize("selection", ["static", "random"])
+def test_placement_state_chunk_updates_match_a_fresh_build(selection, rng):
+    from epsim.cost.tables import build_tables
+    from epsim.sim.placement import PlacementState
+    p2l = np.tile(np.arange(24) % 16, (4, 1))                      # 16 experts + 8 redundant
+    state = PlacementState(p2l, 16, 4, 2, selection)               # 2 nodes of 2 ranks
+    target = np.stack([rng.permutation(np.r_[np.arange(16), rng.integers(0, 16, 8)]) for _ in range(4)])
+    for layer in range(4):
+        state.update(target, layers=slice(layer, layer + 1))
+        fresh = build_tables(state.physical_to_logical, 16, 4, 2, selection)
+        np.testing.assert_array_equal(state.physical_to_logical[:layer + 1], target[:layer + 1])
+        np.testing.assert_allclose(state.tables.slot_share, fresh.slot_share)
+        if selection == "static":
+            np.testing.assert_array_equal(state.tables.source_slot, fresh.source_slot)
+        else:
+            assert state.tables.source_slot is None and fresh.source_slot is None
+    assert state.version == 5

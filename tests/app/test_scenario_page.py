@@ -1,0 +1,91 @@
+"""Scenario page (AppTest): run a shipped scenario through the form, the KPIs equal epsim's own
+summary of the same scenario, the charts and downloads are there; bad uploads and bad form
+values show epsim's one-line error, never a traceback."""
+
+from __future__ import annotations
+
+import epsim
+from tests.app.apptest import ROOT, button, count, errors, keyed, metrics, submit
+
+from app.ui import fmt
+
+
+def _run_default(at, **values) -> None:
+    """The default scenario with widget values set ({key suffix: value}), run."""
+    submit(at, "Run simulation", **values)
+
+
+def test_run_shows_kpis_charts_and_downloads_from_epsim(app):
+    _run_default(app)
+    shown = metrics(app)
+    # the same scenario through epsim's API gives the numbers the page shows
+    from epsim.report import summarize
+    from epsim.sim import simulate
+    summary = summarize(simulate(epsim.load_scenario(ROOT / "scenarios" / "default.yaml")))
+    assert shown["throughput / GPU"] == f"{summary['throughput_tokens_per_s_per_gpu']:.0f} tok/s"
+    assert shown["balancedness (mean/max)"] == f"{summary['balancedness']:.3f}"
+    for name, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        for q in ("p50", "p90", "p99", "mean"):
+            assert shown[f"{label} {q}"] == fmt(summary[name][q], ".2f", " ms")
+    assert summary["ttft_ms"]["count"] > 0 and shown["TTFT p50"].endswith(" ms")
+    assert count(app, "vega_lite_chart") == 5        # TTFT and TPOT CDFs, per layer, per rank, step time
+    assert [b.label for b in app.get("download_button")] == ["summary.json", "timeseries.csv"]
+    assert "Results: default" in [s.value for s in app.subheader]
+
+
+def test_form_edits_become_overrides(app):
+    _run_default(app, _ep=4, _dur=5.0, _warm=1.0)
+    caption = " ".join(c.value for c in app.caption)
+    assert "on 4 x H200" in caption
+    assert '"deployment.ep_size": 4' in caption         # the overrides applied are named
+    assert "Results: default" in [s.value for s in app.subheader]
+
+
+def test_rerun_keeps_the_results(app):
+    _run_default(app)
+    first = metrics(app)
+    app.run()                                            # e.g. after a download click
+    assert metrics(app) == first
+
+
+def test_invalid_form_value_names_the_field(app):
+    keyed(app.number_input, "_dur").set_value(1.0)
+    keyed(app.number_input, "_warm").set_value(1.0)
+    button(app, "Run simulation").click()
+    app.run()
+    assert not app.exception
+    assert errors(app) == ["scenarios/default.yaml: workload.warmup_s (1.0) must be < duration_s (1.0)"]
+    assert not app.metric                                # nothing ran
+
+
+def test_bad_uploads_show_one_line_errors(app):
+    app.radio(key="sc_origin").set_value("upload a YAML file")
+    app.run()
+    assert [i.value for i in app.info]                   # asks for a file
+    cases = [
+        (b"model: [\n", "bad.yaml: not valid YAML at line 2, column 1: expected the node content, "
+                        "but found '<stream end>'"),
+        (b"deployment: {ep_size: 8}\n", "bad.yaml: model (missing) must be given"),
+        (b"model: Qwen3-30B-A3B\ndeployment: {ep_size: 3}\n",
+         "bad.yaml: deployment.ep_size (3) must divide experts + redundant (128 + 0 = 128)"),
+        (b"\xff\xfe\x00binary", "bad.yaml (9 bytes) must be UTF-8 text (a YAML scenario)"),
+    ]
+    for content, message in cases:
+        app.file_uploader(key="sc_upload").set_value(("bad.yaml", content, "application/x-yaml"))
+        app.run()
+        assert not app.exception
+        assert errors(app) == [message]
+
+
+def test_uploaded_scenario_runs(app):
+    app.radio(key="sc_origin").set_value("upload a YAML file")
+    app.run()
+    text = b"name: mine\nmodel: Qwen3-30B-A3B\ndeployment: {ep_size: 2, moe_a2a_backend: torch}\n" \
+           b"workload: {duration_s: 1, warmup_s: 0.2}\n"
+    app.file_uploader(key="sc_upload").set_value(("mine.yaml", text, "application/x-yaml"))
+    app.run()
+    button(app, "Run simulation").click()
+    app.run()
+    assert not app.exception and not errors(app)
+    assert "Results: mine" in [s.value for s in app.subheader]
+    assert "throughput / GPU" in metrics(app)

@@ -1,0 +1,94 @@
+"""Predicted vs measured page (AppTest): uploaded real CPU (gloo) records and their profile give
+the numbers `epsim.validate` gives; filters narrow them; the shipped profile and records load
+by default when they ship; bad uploads show one-line errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from epsim.profile import load_profile
+from epsim.validate import validate
+from tests.app.apptest import DATA, count, errors, metrics, open_page
+
+RECORDS = DATA / "gloo_records.jsonl"
+PROFILE = DATA / "gloo_profile.json"
+
+
+def _upload(at, records: tuple[str, bytes], profile: tuple[str, bytes]) -> None:
+    at.radio(key="val_origin").set_value("upload records and a profile")
+    at.run()
+    at.file_uploader(key="val_records").set_value((records[0], records[1], "application/json"))
+    at.file_uploader(key="val_profile").set_value((profile[0], profile[1], "application/json"))
+    at.run()
+    assert not at.exception, at.exception
+
+
+@pytest.fixture(scope="module")
+def expected():
+    """What epsim.validate says about the same files."""
+    return validate(load_profile(PROFILE), [RECORDS], plots=False).rows
+
+
+def test_uploaded_records_match_epsim_validate(app, expected):
+    open_page(app, "validation")
+    _upload(app, (RECORDS.name, RECORDS.read_bytes()), (PROFILE.name, PROFILE.read_bytes()))
+    assert not errors(app)
+    shown = metrics(app)
+    held = [r.ape for r in expected if r.split == "holdout"]
+    fit = [r.ape for r in expected if r.split == "fit"]
+    assert shown["records shown"] == str(len(expected))
+    assert shown["held-out MAPE"] == f"{np.mean(held):.1f} %"
+    assert shown["fit-set MAPE"] == f"{np.mean(fit):.1f} %"
+    assert shown["worst error"] == f"{max(r.ape for r in expected):.1f} %"
+    backends = sorted({r.backend for r in expected})
+    assert count(app, "vega_lite_chart") == 1 + len(backends)     # scatter + curves per backend
+    table = app.dataframe[0].value                                  # error by split, backend, kind
+    assert int(table["records"].sum()) == len(expected)
+    where = set(app.dataframe[1].value["where"])
+    assert all(w.startswith("gloo_records.jsonl:") for w in where)  # no temporary paths leak
+
+
+def test_filters_narrow_the_rows(app, expected):
+    open_page(app, "validation")
+    _upload(app, (RECORDS.name, RECORDS.read_bytes()), (PROFILE.name, PROFILE.read_bytes()))
+    app.multiselect(key="val_f_backend").set_value(["torch"])
+    app.multiselect(key="val_f_kind").set_value(["dispatch", "combine"])
+    app.run()
+    torch = [r for r in expected if r.backend == "torch" and r.kind in ("dispatch", "combine")]
+    assert metrics(app)["records shown"] == str(len(torch))
+    assert count(app, "vega_lite_chart") == 2
+    app.multiselect(key="val_f_backend").set_value([])
+    app.run()
+    assert [w.value for w in app.warning] == ["No record matches the filters."]
+
+
+def test_bad_uploads_show_one_line_errors(app):
+    open_page(app, "validation")
+    good_records = (RECORDS.name, RECORDS.read_bytes())
+    good_profile = (PROFILE.name, PROFILE.read_bytes())
+    cases = [
+        (good_records, ("profile.json", b"{not json"),
+         "profile.json: not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
+        (good_records, ("profile.json", b'{"schema": "other/9"}'),
+         "profile.json: schema ('other/9') must be 'epsim.profile/1'"),
+        (("records.jsonl", b"hello\n"), good_profile,
+         "records (records.jsonl) must hold at least one dispatch, combine, experts or moe_layer record "
+         "the profile can predict (first problem: records.jsonl:1: not valid JSON (Expecting value))"),
+    ]
+    for records, profile, message in cases:
+        _upload(app, records, profile)
+        assert errors(app) == [message]
+        assert not app.metric
+
+
+def test_shipped_profile_and_records_load_by_default(app):
+    from epsim.calibrate import default_record_paths
+    from epsim.profile import default_profile_path
+    if not (default_record_paths() and default_profile_path().is_file()):
+        pytest.skip("no measured profile and records ship in this checkout yet")
+    open_page(app, "validation")
+    assert app.radio(key="val_origin").value == "shipped profile and records (epsim/data)"
+    assert not errors(app)
+    assert int(metrics(app)["records shown"]) > 0
+    assert count(app, "vega_lite_chart") >= 2
