@@ -148,7 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
 _COMMAND_MODULE = {"models": "zoo", "hardware": "zoo"}
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings as one line on stderr (`epsim: ExtrapolationWarning: ...`), no source echo."""
+    return f"epsim: {category.__name__}: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+    warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     from epsim.errors import EpsimError

@@ -30,12 +30,12 @@ def rebalanced(row: dict) -> bool:
 def main(argv=None) -> None:
     args = script_args(__doc__, argv)
     if args.quick:
-        intervals = "10,40"
+        intervals = "5,10,20"
         overrides = ["workload.duration_s=2", "workload.warmup_s=0.5", "deployment.ep_size=8",
                      "cluster.num_nodes=1", "deployment.ep_num_redundant_experts=8",
                      "deployment.expert_distribution_recorder_buffer_size=10", "workload.skew.drift_rate_per_s=1.0"]
     else:
-        intervals = "10,25,50,100,200,400,800"
+        intervals = "5,10,15,25,50,100,200,400"
         overrides = []
     common = dict(overrides=overrides, workers=args.workers, executor=args.executor, progress=args.progress)
     swept = run_plan(SCENARIO, [f"{KEY}={intervals}"], objectives=["max:output_tokens_per_s_per_gpu"],
