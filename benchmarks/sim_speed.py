@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(
             "# Simulator speed (benchmarks/sim_speed.py)\n\n"
-            f"Recorded with `python benchmarks/sim_speed.py --write --profile` ({pinned}; "
+            f"Recorded with `python benchmarks/sim_speed.py {' '.join(sys.argv[1:])}` ({pinned}; "
             f"fastest of {args.repeats} runs per configuration: the machine is shared, so expect "
             "+-20 % between recordings).\n\n"
             "Steps take different simulated time at each EP size and layer count (more nodes, more "
