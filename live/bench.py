@@ -117,11 +117,19 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
         graph: also time forwards launched ahead of the GPU (`mode: graph` records; CUDA only).
         graph_only: only those (no eager timings).
     Raises:
-        LiveError: an unknown backend, model or dtype, or tokens <= 0.
+        LiveError: an unknown backend, model or dtype, tokens, iterations or passes <= 0, or
+            graph timings on CPU.
     """
     from live.backends import BACKENDS
     from live.errors import LiveError
 
+    for name, value in (("iters", num_iters), ("passes", num_passes)):
+        if value is not None and value <= 0:        # 0 would otherwise fall back to the default
+            raise LiveError(f"{name} ({value}) must be >= 1")
+    if cpu and (graph or graph_only):
+        flag = "--graph-only" if graph_only else "--graph"
+        raise LiveError(f"graph timings ({flag}) must run on CUDA GPUs; this plan runs on CPU "
+                        f"ranks (--cpu, or fewer GPUs visible than ranks)")
     if backends is not None:
         for name in backends:
             if name not in BACKENDS:
@@ -299,10 +307,10 @@ def bench_plan_from_args(args) -> BenchPlan:
     from epsim.routing import parse_skew
     from live.errors import LiveError
 
-    cpu = bool(getattr(args, "cpu", False)) or torch.cuda.device_count() < max(2, args.gpus or 2)
-    world_size = args.gpus or 2
+    world_size = 2 if args.gpus is None else args.gpus
     if world_size < 2:
         raise LiveError(f"--gpus ({world_size}) must be >= 2: one rank has nothing to dispatch")
+    cpu = bool(getattr(args, "cpu", False)) or torch.cuda.device_count() < world_size
     tokens = None
     if getattr(args, "tokens", None):
         try:

@@ -1,0 +1,155 @@
+"""Ablations of the calibration choices documented in docs/validation.md ("How the model got here").
+
+Each variant refits the shipped records with one modelling choice undone and judges it under the
+same hold-out rule, so every before/after number in that section comes from this script:
+
+  shipped          the model and merging as shipped
+  median_passes    a configuration's passes merged by the median of their medians, not the mean
+  no_slot_term     no busiest-expert-slot term in dispatch/combine (`slot_us_per_kb` column zeroed)
+  no_fp8_combine   the combine after an FP8 dispatch shares the BF16 combine component
+  roofline_experts expert compute as max(weights, FLOPs) instead of weights + FLOPs
+Plus the cross-run check: the shipped profile judged on the first, single-pass run
+(benchmarks/results/h200x2_run1/), every record in-sample (`--holdout none`).
+
+    python benchmarks/validation_ablations.py [--write]     # table -> benchmarks/results/validation_ablations.md
+
+The variants patch the cost model's record-level functions (`epsim.cost.record`) in this process
+only; nothing in the package changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from epsim.calibrate import calibrate  # noqa: E402
+from epsim.calibrate.inputs import default_record_paths, merge_passes  # noqa: E402
+from epsim.cost import comm as comm_mod  # noqa: E402
+from epsim.cost import experts as experts_mod  # noqa: E402
+from epsim.cost import record as record_mod  # noqa: E402
+from epsim.cost.roofline import roofline_features, roofline_us  # noqa: E402
+from epsim.profile import load_profile  # noqa: E402
+from epsim.validate import validate  # noqa: E402
+from epsim.validate.table import ErrorStats, group  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "validation_ablations.md"
+RUN1 = ROOT / "benchmarks" / "results" / "h200x2_run1" / "bench.jsonl.gz"
+KINDS = ("dispatch", "combine", "experts", "moe_layer")
+
+
+def _median_passes(records):
+    """`merge_passes`, then each merged time replaced by the median of its pass medians."""
+    out = []
+    for item in merge_passes(records):
+        medians = item.record.extra.get("pass_medians_us")
+        if medians:
+            value = float(np.median(medians))
+            item = type(item)(item.record.model_copy(update=dict(
+                median_us=value, p10_us=min(item.record.p10_us, value),
+                p90_us=max(item.record.p90_us, value))), item.path, item.line)
+        out.append(item)
+    return out
+
+
+def _no_slot(*args, **kwargs):
+    rows = comm_mod.comm_features(*args, **kwargs)
+    rows[..., 4] = 0.0                                     # the slot_us_per_kb column
+    return rows
+
+
+def _old_component_mode(kernel_mode: str, kind: str, dispatch_dtype: str) -> str:
+    fp8 = dispatch_dtype == "fp8" and kind in ("dispatch", "experts")
+    return "/".join(p for p in (kernel_mode, "fp8" if fp8 else "") if p)
+
+
+def _roofline_features(pairs, active, expert_bytes, pair_flops, params):
+    """The experts design row of a roofline max (the form before the change)."""
+    pairs = np.asarray(pairs, dtype=np.float64)
+    active = np.asarray(active, dtype=np.float64)
+    rank_us = params["per_expert_us"] * active + roofline_us(
+        active * expert_bytes, pairs * pair_flops, params["hbm_gbps"], params["tflops"])
+    slowest = rank_us.argmax(axis=-1)[..., None]
+    a = np.take_along_axis(active, slowest, axis=-1)[..., 0]
+    p = np.take_along_axis(pairs, slowest, axis=-1)[..., 0]
+    bound = roofline_features(a * expert_bytes, p * pair_flops, params["hbm_gbps"], params["tflops"])
+    return np.concatenate([np.stack([np.ones_like(a), a], axis=-1), bound], axis=-1)
+
+
+VARIANTS = {
+    "shipped": lambda: contextlib.nullcontext(),
+    "median_passes": lambda: _patches(("epsim.calibrate.build.merge_passes", _median_passes),
+                                      ("epsim.validate.report.merge_passes", _median_passes)),
+    "no_slot_term": lambda: _patches(("epsim.cost.record.comm_features", _no_slot)),
+    "no_fp8_combine": lambda: _patches(("epsim.cost.record.component_mode", _old_component_mode)),
+    "roofline_experts": lambda: _patches(("epsim.cost.record.experts_features", _roofline_features)),
+}
+
+
+@contextlib.contextmanager
+def _patches(*targets):
+    with contextlib.ExitStack() as stack:
+        for target, new in targets:
+            stack.enter_context(mock.patch(target, new))
+        yield
+
+
+def _mape(rows, split: str) -> dict[tuple[str, str], ErrorStats]:
+    return group([r for r in rows if r.split == split], "backend", "kind")
+
+
+def run() -> str:
+    paths = default_record_paths()
+    lines = ["# Calibration ablations (benchmarks/validation_ablations.py)", "",
+             "Held-out MAPE % per backend and stage, the shipped records refitted with one choice "
+             "undone (docs/validation.md, \"How the model got here\").", ""]
+    results = {}
+    for name, patch in VARIANTS.items():
+        with patch(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            profile = calibrate(paths, name=name).profile
+            report = validate(profile, paths, plots=False)
+        results[name] = _mape(report.rows, "holdout")
+    backends = sorted({key[0] for stats in results.values() for key in stats})
+    lines.append("| backend | stage | " + " | ".join(VARIANTS) + " |")
+    lines.append("|---|---|" + "---|" * len(VARIANTS))
+    for backend in backends:
+        for kind in KINDS:
+            cells = [results[v].get((backend, kind)) for v in VARIANTS]
+            if all(c is None for c in cells):
+                continue
+            lines.append(f"| {backend} | {kind} | " + " | ".join(
+                f"{c.mape:.1f}" if c else "-" for c in cells) + " |")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cross = validate(load_profile(), [RUN1], rule="none", plots=False)
+    lines += ["", "Cross-run: the shipped profile on the first, single-pass run "
+              "(`benchmarks/results/h200x2_run1/`, all records in-sample): MAPE % / bias %", "",
+              "| backend | stage | MAPE % | bias % |", "|---|---|---|---|"]
+    for (backend, kind), stats in sorted(_mape(cross.rows, "fit").items()):
+        if kind in KINDS:
+            lines.append(f"| {backend} | {kind} | {stats.mape:.1f} | {stats.bias:+.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    args = parser.parse_args(argv)
+    text = run()
+    print(text)
+    if args.write:
+        RESULTS.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
