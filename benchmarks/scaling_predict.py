@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from epsim.calibrate.inputs import load_records, merge_passes
-from epsim.cost.comm import component_mode, dedup_for
+from epsim.cost.comm import dedup_for
+from epsim.profile import mode_path
 from epsim.cost.record import predict_record
 from epsim.errors import EpsimError, RecordError, SpecError
 from epsim.profile import Profile, default_profile_path
@@ -165,7 +166,7 @@ def fitted_ep_range(profile: Profile, backend: str, kind: str, dispatch_dtype: s
     parts = ("dispatch", "combine", "experts") if kind == "moe_layer" else (kind,)
     ranges = []
     for part in parts:
-        comp = profile.component(backend, part, component_mode("", part, dispatch_dtype))
+        comp = profile.component(backend, part, mode_path("", part, dispatch_dtype))
         if comp is not None and comp.source == "fit" and "ep_size" in comp.valid_range:
             ranges.append(comp.valid_range["ep_size"])
     if not ranges:

@@ -13,8 +13,8 @@ Plus the cross-run check: the shipped profile judged on the first, single-pass r
 
     python benchmarks/validation_ablations.py [--write]     # table -> benchmarks/results/validation_ablations.md
 
-The variants patch the cost model's record-level functions (`epsim.cost.record`) in this process
-only; nothing in the package changes.
+The variants patch the cost model's record-level functions (`epsim.cost.record`) or the profile's
+FP8 mode rule (`epsim.profile.FP8_KINDS`) in this process only; nothing in the package changes.
 """
 
 from __future__ import annotations
@@ -66,11 +66,6 @@ def _no_slot(*args, **kwargs):
     return rows
 
 
-def _old_component_mode(kernel_mode: str, kind: str, dispatch_dtype: str) -> str:
-    fp8 = dispatch_dtype == "fp8" and kind in ("dispatch", "experts")
-    return "/".join(p for p in (kernel_mode, "fp8" if fp8 else "") if p)
-
-
 def _roofline_features(pairs, active, expert_bytes, pair_flops, params):
     """The experts design row of a roofline max (the form before the change)."""
     pairs = np.asarray(pairs, dtype=np.float64)
@@ -89,7 +84,7 @@ VARIANTS = {
     "median_passes": lambda: _patches(("epsim.calibrate.build.merge_passes", _median_passes),
                                       ("epsim.validate.report.merge_passes", _median_passes)),
     "no_slot_term": lambda: _patches(("epsim.cost.record.comm_features", _no_slot)),
-    "no_fp8_combine": lambda: _patches(("epsim.cost.record.component_mode", _old_component_mode)),
+    "no_fp8_combine": lambda: _patches(("epsim.profile.FP8_KINDS", ("dispatch", "experts"))),
     "roofline_experts": lambda: _patches(("epsim.cost.record.experts_features", _roofline_features)),
 }
 

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from epsim import __version__
+from epsim import __version__, vocab
 
 
 def _add_simulate(sub) -> None:
@@ -34,12 +34,12 @@ def _add_cost(sub) -> None:
     p = sub.add_parser("cost", help="predict one MoE layer's dispatch/experts/combine time")
     p.add_argument("--model", required=True, help="zoo model name or HF config.json")
     p.add_argument("--cluster", default="H200", help="zoo GPU name (nodes = ep / GPUs per node)")
-    p.add_argument("--backend", required=True, help="none | torch | deepep | mooncake")
-    p.add_argument("--deepep-mode", default="normal", choices=["normal", "low_latency"])
+    p.add_argument("--backend", required=True, help=" | ".join(vocab.A2A_BACKENDS))
+    p.add_argument("--deepep-mode", default="normal", choices=list(vocab.DEEPEP_MODES))
     p.add_argument("--ep", type=int, required=True, help="EP size")
     p.add_argument("--tokens-per-rank", type=int, required=True)
     p.add_argument("--skew", default="uniform", help="uniform | zipf:ALPHA | hotset:K:FRAC | trace:PATH")
-    p.add_argument("--dispatch-dtype", default="bf16", choices=["bf16", "fp8"])
+    p.add_argument("--dispatch-dtype", default="bf16", choices=list(vocab.DISPATCH_DTYPES))
     p.add_argument("--profile", help="calibration profile JSON")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -7,6 +7,16 @@ A profile is JSON (schema `epsim.profile/1`). Each component, keyed `"<backend>/
   residuals    fit quality on the records it was fitted on (`mape`, `max_ape`, `num_records`)
   valid_range  the data range it was fitted on, e.g. {"num_tokens_per_rank": [1, 4096]}
 and the profile's `provenance` names the record files (with sha256) it came from.
+
+This module owns the profile's vocabulary; nothing else spells a key or a mode path:
+  component_key(backend, kind, mode_path)     "deepep/dispatch/graph/low_latency/fp8"
+  mode_path(kernel_mode, kind, dtype, graph)  the mode part: `graph` (device-only timings, as a
+                                              CUDA graph replays) first, then the DeepEP kernel
+                                              mode, then `fp8` for the parts an FP8 dispatch
+                                              changes (`FP8_KINDS`)
+  record_mode_path(record, kind), component_keys(record)   the same for a measurement record
+  Component.outside(**values)                 the one fitted-range check (what lies outside)
+  Profile.component(...) looks a key up most specific first, dropping mode parts from the end.
 """
 
 from __future__ import annotations
@@ -26,6 +36,82 @@ from epsim.spec.errors import format_error
 SCHEMA = "epsim.profile/1"
 DEFAULT_PROFILE = "profiles/h200x2.json"   # package data, measured on two H200 over NVLink
 
+GRAPH = "graph"   # mode part of device-only timings: launched ahead, as a CUDA graph replays
+FP8 = "fp8"       # mode part of the components an FP8 dispatch changes
+# an FP8 dispatch changes the dispatch (a cast per token on send) and the experts stage (it
+# takes FP8 rows); the combine after it, though BF16, is its own component too (ablation
+# `no_fp8_combine` in benchmarks/validation_ablations.py)
+FP8_KINDS = ("dispatch", "experts", "combine")
+
+
+def component_key(backend: str, kind: str, mode_path: str = "") -> str:
+    """Profile key of a component: `torch/dispatch`, `mooncake/experts/fp8`, ..."""
+    return f"{backend}/{kind}" + (f"/{mode_path}" if mode_path else "")
+
+
+def mode_path(kernel_mode: str = "", kind: str = "", dispatch_dtype: str = "bf16",
+              graph: bool = False) -> str:
+    """The mode part of a component key: `graph` for device-only timings, the DeepEP kernel
+    mode, then `fp8` where the dispatch dtype changes `kind` (`FP8_KINDS`).
+    E.g. "", "fp8", "low_latency", "graph/low_latency/fp8"."""
+    fp8 = dispatch_dtype == FP8 and kind in FP8_KINDS
+    return "/".join(p for p in (GRAPH if graph else "", kernel_mode, FP8 if fp8 else "") if p)
+
+
+def is_graph(record) -> bool:
+    """A record (`epsim.records.MeasurementRecord`) times the device alone (`mode` holds
+    "graph"), not the eager host path."""
+    return GRAPH in record.mode.split("/")
+
+
+def kernel_mode(record) -> str:
+    """The DeepEP kernel mode of a record ("normal" if unset; "" for other backends).
+
+    Raises:
+        RecordError: a mode the record's backend does not have.
+    """
+    from epsim import vocab
+    from epsim.errors import RecordError
+
+    parts = [p for p in record.mode.split("/") if p and p != GRAPH]
+    if record.backend != "deepep":
+        if parts:
+            raise RecordError(f"mode ({record.mode!r}) must be '' or 'graph' for backend "
+                              f"{record.backend!r}")
+        return ""
+    if len(parts) > 1 or (parts and parts[0] not in vocab.DEEPEP_MODES):
+        raise RecordError(f"mode ({record.mode!r}) must be one of {list(vocab.DEEPEP_MODES)} "
+                          f"(optionally with '/graph') for deepep")
+    return parts[0] if parts else "normal"
+
+
+def record_mode_path(record, kind: str) -> str:
+    """The mode path of the component `record` feeds for `kind`, e.g. "graph/fp8". Lookups drop
+    parts from the end, so a missing `graph/fp8` component falls back to `graph` (device time)
+    before the eager components."""
+    return mode_path(kernel_mode(record), kind, record.dispatch_dtype, is_graph(record))
+
+
+def component_keys(record) -> list[str]:
+    """Profile components a record is fitted into, most specific first (none for moe_layer
+    parts and non-timings): the `none` backend's dispatch is its all-gather, its combine the
+    all-reduce; BF16 experts timings also feed the pooled `any/experts[/graph]`."""
+    kind, backend = record.kind, record.backend
+    graph = GRAPH if is_graph(record) else ""
+    if kind in ("dispatch", "combine"):
+        if backend == "none":
+            return [component_key("none", "allgather" if kind == "dispatch" else "allreduce", graph)]
+        return [component_key(backend, kind, record_mode_path(record, kind))]
+    if kind == "allreduce":
+        return [component_key("none", "allreduce", graph)]
+    if kind == "experts":
+        path = record_mode_path(record, kind)
+        pooled = [component_key("any", kind, graph)] if path in ("", GRAPH) else []
+        return [component_key(backend, kind, path)] + pooled
+    if kind == "moe_layer":
+        return [component_key(backend, "moe_layer", graph)]
+    return []
+
 
 class ExtrapolationWarning(UserWarning):
     """A prediction was asked outside the data range a fitted component was fitted on."""
@@ -39,6 +125,19 @@ class Component(BaseModel):
     residuals: dict[str, float] = Field(default_factory=dict)
     valid_range: dict[str, list[float]] = Field(default_factory=dict)
     note: str = ""
+
+    def outside(self, **values: float) -> list[str]:
+        """The fitted-range check: one "name (value) outside fitted [lo, hi]" per value outside
+        the range this component was fitted on; none for a datasheet component or a quantity
+        it has no range for."""
+        if self.source != "fit":
+            return []
+        out = []
+        for name, value in values.items():
+            lo_hi = self.valid_range.get(name)
+            if lo_hi and value is not None and not lo_hi[0] <= value <= lo_hi[1]:
+                out.append(f"{name} ({value:g}) outside fitted [{lo_hi[0]:g}, {lo_hi[1]:g}]")
+        return out
 
 
 class RecordSource(BaseModel):
@@ -103,13 +202,7 @@ class Profile(BaseModel):
     def warn_outside(self, backend: str, kind: str, mode: str = "", **values: float) -> bool:
         """Warn (ExtrapolationWarning) if any value lies outside the component's fitted range."""
         comp = self.component(backend, kind, mode)
-        if comp is None or comp.source != "fit":
-            return False
-        outside = []
-        for name, value in values.items():
-            lo_hi = comp.valid_range.get(name)
-            if lo_hi and not lo_hi[0] <= value <= lo_hi[1]:
-                outside.append(f"{name} ({value:g}) outside fitted [{lo_hi[0]:g}, {lo_hi[1]:g}]")
+        outside = [] if comp is None else comp.outside(**values)
         if outside:
             warnings.warn(f"profile {self.name or self.path}: {backend}/{kind}: "
                           + "; ".join(outside) + " -- extrapolating", ExtrapolationWarning,

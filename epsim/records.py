@@ -15,10 +15,12 @@ from typing import Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from epsim import vocab
 from epsim.errors import RecordError
 from epsim.spec.errors import format_error
 
 SCHEMA = "epsim.record/1"
+RecordDtype = Literal[(*vocab.DISPATCH_DTYPES, "")]   # "": the backend's native dtype
 
 RecordKind = Literal[
     "dispatch",      # tokens sent to the ranks holding their experts
@@ -75,7 +77,7 @@ class MeasurementRecord(BaseModel):
     num_physical_experts: int = Field(default=0, ge=0)
     top_k: int = Field(default=0, ge=0)
     model: str = ""
-    dispatch_dtype: Literal["bf16", "fp8", ""] = "bf16"
+    dispatch_dtype: RecordDtype = "bf16"
     skew: dict = Field(default_factory=dict)
     seed: int = 0
     recv_tokens_per_rank: list[float] = Field(default_factory=list)

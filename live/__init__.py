@@ -5,7 +5,7 @@ the backend registry (`live.backends`), forced routing from `epsim.routing`
 (`live.routing.forced_routing`) and rank spawning (`live.dist`). Importing `live` imports torch.
 """
 
-from live.backends import BACKENDS, BackendSpec, is_deepep_class_backend, make_backend
+from live.backends import BACKENDS, BackendSpec, make_backend
 from live.block import Qwen3MoeSparseMoeBlock
 from live.config import MoeConfig
 from live.errors import BackendUnavailableError, LiveError
@@ -16,4 +16,4 @@ from live.routing import Routing, forced_routing, route
 
 __all__ = ["BACKENDS", "BackendSpec", "BackendUnavailableError", "ExpertPlacement", "LazyValue",
            "LiveError", "MoeConfig", "Qwen3MoeModel", "Qwen3MoeSparseMoeBlock", "Routing",
-           "forced_routing", "is_deepep_class_backend", "make_backend", "route"]
+           "forced_routing", "make_backend", "route"]

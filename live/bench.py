@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from epsim import vocab
 from live.bench_worker import BenchCase, BenchSettings, bench_worker
 from live.config import MoeConfig
 
@@ -38,7 +39,6 @@ NONE_TOKENS = (1, 8, 64, 512, 4096)          # `none` is a reference: a few poin
 SPLIT_ABOVE_TOKENS = 512   # low-latency buffers for more tokens are a separate (later) case
 SKEWS = ({"kind": "uniform"}, {"kind": "zipf", "alpha": 1.0},
          {"kind": "hotset", "num_hot": 16, "hot_frac": 0.5, "shuffle_per_layer": False})
-FP8_BACKENDS = ("mooncake", "deepep")         # backends that cast the dispatch to FP8 themselves
 
 # CPU (gloo) shapes: small enough for a 2-core CI, two hidden sizes so per-copy and per-byte
 # terms separate in the fit, the same 8-expert hot set on rank 0
@@ -120,7 +120,6 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
         LiveError: an unknown backend, model or dtype, tokens, iterations or passes <= 0, or
             graph timings on CPU.
     """
-    from live.backends import BACKENDS
     from live.errors import LiveError
 
     for name, value in (("iters", num_iters), ("passes", num_passes)):
@@ -132,11 +131,11 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
                         f"ranks (--cpu, or fewer GPUs visible than ranks)")
     if backends is not None:
         for name in backends:
-            if name not in BACKENDS:
-                raise LiveError(f"backend ({name!r}) must be one of {', '.join(BACKENDS)}")
+            if name not in vocab.BACKENDS:
+                raise LiveError(f"backend ({name!r}) must be one of {', '.join(vocab.A2A_BACKENDS)}")
     for d in dtypes or ():
-        if d not in ("bf16", "fp8"):
-            raise LiveError(f"dispatch dtype ({d!r}) must be 'bf16' or 'fp8'")
+        if d not in vocab.DISPATCH_DTYPES:
+            raise LiveError(f"dispatch dtype ({d!r}) must be one of {list(vocab.DISPATCH_DTYPES)}")
     if tokens is not None and (not tokens or min(tokens) <= 0):
         raise LiveError(f"tokens ({tokens}) must be positive counts")
     notes = []
@@ -179,14 +178,15 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
     # the low-latency backends (their biggest buffers), so a spent budget drops the least
     first, reference, last = [], [], []
     for backend in runnable:
-        for dtype in (dtypes or ["bf16", "fp8"]):
-            if dtype == "fp8" and (cpu or backend not in FP8_BACKENDS):
+        caps = vocab.backend(backend)
+        for dtype in (dtypes or vocab.DISPATCH_DTYPES):
+            if dtype == "fp8" and (cpu or not caps.fp8_dispatch):
                 continue
             for model, config in shapes.items():
-                if backend == "none":
+                if not caps.deepep_class:
                     none_skews = tuple(s for s in skew_list if s["kind"] != "zipf")
                     reference.append(BenchCase(backend, model, config, dtype, none_grid, none_skews))
-                elif backend in FP8_BACKENDS and large and small:
+                elif caps.low_latency and large and small:
                     first.append(BenchCase(backend, model, config, dtype, small, skew_list))
                     last.append(BenchCase(backend, model, config, dtype, large, skew_list))
                 else:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from epsim import vocab
 from live.checks import DTYPES
 from live.config import MoeConfig
 from live.routing import forced_routing
@@ -145,7 +146,6 @@ def _device(settings: BenchSettings) -> torch.device:
 # Low-latency kernels lay their buffer out by (hidden, max tokens per rank); one buffer per
 # process and group is kept (`live.backends.base.shared_buffer`). A point gets a group (and so
 # a buffer) of its own layout, made once and kept: a buffer is never re-laid out or rebuilt.
-LOW_LATENCY_BACKENDS = ("mooncake", "deepep")
 _LAYOUT_GROUPS: dict[tuple[int, int], object] = {}
 
 
@@ -162,7 +162,7 @@ def _point_backend(case: BenchCase, group, settings: BenchSettings, device: torc
     from live.backends import BackendSpec, make_backend
 
     max_tokens = max_tokens_for(tokens)
-    if case.backend in LOW_LATENCY_BACKENDS:
+    if vocab.backend(case.backend).low_latency:
         key = (case.config.hidden_size, max_tokens)
         if key not in _LAYOUT_GROUPS:
             _LAYOUT_GROUPS[key] = dist.new_group(list(range(dist.get_world_size(group))))
@@ -172,7 +172,7 @@ def _point_backend(case: BenchCase, group, settings: BenchSettings, device: torc
                        max_tokens_per_rank=max_tokens, dtype=DTYPES[settings.dtype],
                        device=device, dispatch_dtype=case.dispatch_dtype)
     backend = make_backend(case.backend, spec, group)
-    if hasattr(backend, "check_active_ranks"):
+    if backend.capabilities.masking:
         backend.check_active_ranks = False              # no host sync inside timed forwards
     return backend
 
@@ -308,7 +308,7 @@ def point_records(case: BenchCase, skew_desc: dict, tokens: int, per_rank: list[
     """The dispatch, experts, combine and moe_layer record dicts of one point (all ranks)."""
     cfg = case.config
     stats = [r["stats"] for r in per_rank]
-    deepep_class = case.backend != "none"
+    deepep_class = vocab.is_deepep_class(case.backend)
     extra = {"dtype": settings.dtype, "forward": "deepep" if deepep_class else "normal",
              "timer": "cuda_events" if settings.device == "cuda" else "perf_counter",
              "timing": "isolated stages (sync + barrier before each); moe_layer: one forward",

@@ -4,7 +4,7 @@ Router (linear, no bias) -> softmax in fp32 -> top-k -> renormalize (`norm_topk_
 each choice mapped to a physical slot -> experts (grouped GEMM over the rank's slots) ->
 weighted sum. On one device it computes what transformers' `Qwen3MoeSparseMoeBlock` computes;
 over ranks the backend decides the path: `forward_deepep` (dispatch / experts / combine) when
-`is_deepep_class_backend(backend)`, else `forward_normal` (all-gather / experts / all-reduce).
+`epsim.vocab.is_deepep_class(backend.name)`, else `forward_normal` (all-gather / experts / all-reduce).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from live.backends import (A2ABackend, AllReduceBackend, BackendSpec, Dispatched, DispatchStats,
-                           is_deepep_class_backend)
+from epsim import vocab
+from live.backends import A2ABackend, AllReduceBackend, BackendSpec, Dispatched, DispatchStats
 from live.backends.base import pairs_by_slot, reduce_pairs
 from live.config import MoeConfig
 from live.errors import LiveError
 from live.experts import FusedExperts
-from live.placement import DISPATCH_MODES, ExpertPlacement
+from live.placement import ExpertPlacement
 from live.routing import Routing, route
 from live.timing import StageTimer
 
@@ -60,9 +60,9 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
         super().__init__()
         if not 0 <= layer_id < config.num_layers:
             raise LiveError(f"layer_id ({layer_id}) must be in [0, {config.num_layers})")
-        if dispatch_mode not in DISPATCH_MODES:
+        if dispatch_mode not in vocab.LIVE_REPLICA_SELECTIONS:
             raise LiveError(f"dispatch_mode ({dispatch_mode!r}) must be one of "
-                            f"{', '.join(DISPATCH_MODES)}")
+                            f"{', '.join(vocab.LIVE_REPLICA_SELECTIONS)}")
         self.config, self.layer_id, self.dispatch_mode = config, layer_id, dispatch_mode
         self.backend = backend if backend is not None else single_device_backend(config, dtype, device)
         self.rank, self.ep_size = self.backend.rank, self.backend.ep_size
@@ -160,7 +160,8 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
             timer.mark("router")
         topk_slots = self.select_slots(routing.topk_ids)
         expert_fn = self.experts if expert_fn is None else expert_fn
-        forward = self.forward_deepep if is_deepep_class_backend(self.backend) else self.forward_normal
+        forward = (self.forward_deepep if vocab.is_deepep_class(self.backend.name)
+                   else self.forward_normal)
         out = forward(x, topk_slots, routing.topk_weights, expert_fn, timer)
         self.last_routing = routing
         return out.reshape(shape)

@@ -13,7 +13,6 @@ import numpy as np
 from epsim.errors import EpsimError
 from live.errors import LiveError
 
-DISPATCH_MODES = ("static", "random")
 GPUS_PER_NODE = 8
 
 

@@ -5,7 +5,7 @@ protocol (`holdout`), fits every component by bounded least squares on the simul
 design rows (`fit`, `rebalance`) and returns the profile with its provenance (`build`).
 """
 
-from epsim.calibrate.build import (Calibration, CalibrationWarning, calibrate, component_keys,
+from epsim.calibrate.build import (Calibration, CalibrationWarning, calibrate,
                                    evaluation_profile)
 from epsim.calibrate.fit import ComponentFit, fit_component
 from epsim.calibrate.holdout import DEFAULT_RULE, Holdout
@@ -13,5 +13,5 @@ from epsim.calibrate.inputs import (RecordFileInfo, RecordWarning, SourcedRecord
                                     default_record_paths, load_records)
 
 __all__ = ["Calibration", "CalibrationWarning", "ComponentFit", "DEFAULT_RULE", "Holdout",
-           "RecordFileInfo", "RecordWarning", "SourcedRecord", "calibrate", "component_keys",
+           "RecordFileInfo", "RecordWarning", "SourcedRecord", "calibrate",
            "default_record_paths", "evaluation_profile", "fit_component", "load_records"]

@@ -27,7 +27,7 @@ from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import (RecordFileInfo, RecordWarning, SourcedRecord, load_records,
                                     merge_passes)
 from epsim.errors import EpsimError, ProfileError, RecordError
-from epsim.profile import Profile, ProfileProvenance, RecordSource
+from epsim.profile import Profile, ProfileProvenance, RecordSource, component_keys
 
 NOMINAL_GPU = "H200"      # cluster whose datasheet fills unfitted values of a CPU (gloo) profile
 METHOD = ("bounded least squares per component on the fit set, relative-error weighted; "
@@ -59,28 +59,6 @@ def evaluation_profile(profile: Profile) -> Profile:
     if profile.hardware in hardware_names():
         return profile
     return profile.model_copy(update={"hardware": NOMINAL_GPU})
-
-
-def component_keys(record) -> list[str]:
-    """Profile components a record is fitted into (none for moe_layer and non-timings)."""
-    from epsim.cost.record import GRAPH, component_key, is_graph, mode_path
-    kind, backend = record.kind, record.backend
-    graph = is_graph(record)
-    if kind in ("dispatch", "combine"):
-        if backend == "none":
-            key = "none/allgather" if kind == "dispatch" else "none/allreduce"
-            return [key + (f"/{GRAPH}" if graph else "")]
-        return [component_key(backend, kind, mode_path(record, kind))]
-    if kind == "allreduce":
-        return ["none/allreduce" + (f"/{GRAPH}" if graph else "")]
-    if kind == "experts":
-        path = mode_path(record, kind)
-        # the pooled `any/experts[/graph]` (for backends not measured) takes BF16 dispatches
-        pooled = [component_key("any", kind, GRAPH if graph else "")] if path in ("", GRAPH) else []
-        return [component_key(backend, kind, path)] + pooled
-    if kind == "moe_layer":
-        return [f"{backend}/moe_layer" + (f"/{GRAPH}" if graph else "")]
-    return []
 
 
 def _hardware(records: list[SourcedRecord]) -> str:

@@ -26,10 +26,9 @@ import numpy as np
 
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS
 from epsim.cost.traffic import Traffic
+from epsim import vocab
 from epsim.errors import SpecError
 from epsim.spec.hardware import ClusterSpec
-
-BACKENDS = ("none", "torch", "deepep", "mooncake")
 
 # Datasheet defaults: achieved / datasheet bandwidth, and small fixed latencies (us). The
 # calibration profile replaces them with fitted values where a live measurement exists.
@@ -49,21 +48,14 @@ _PAIR_META_BYTES = 16     # per copy: DeepEP low-latency's int4 source-info head
 
 
 def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise SpecError(f"backend ({backend!r}) must be one of {list(BACKENDS)}")
+    if backend not in vocab.BACKENDS:
+        raise SpecError(f"backend ({backend!r}) must be one of {list(vocab.A2A_BACKENDS)}")
     return backend
 
 
 def dedup_for(backend: str, mode: str = "") -> str:
     """How `backend` (in deepep `mode`) counts copies: "pair", "rank", "node" or "" (none)."""
-    check_backend(backend)
-    if backend == "none":
-        return ""
-    if backend == "torch":
-        return "rank"
-    if backend == "mooncake" or mode == "low_latency":
-        return "pair"
-    return "node"
+    return vocab.copies_for(check_backend(backend), mode)
 
 
 def dispatch_bytes_per_copy(hidden_size: int, dispatch_dtype: str, top_k: int, dedup: str) -> float:
@@ -78,18 +70,10 @@ def dispatch_bytes_per_copy(hidden_size: int, dispatch_dtype: str, top_k: int, d
     elif dispatch_dtype == "fp8":
         payload = hidden_size + 4.0 * hidden_size / _FP8_BLOCK
     else:
-        raise SpecError(f"dispatch_dtype ({dispatch_dtype!r}) must be one of ['bf16', 'fp8']")
+        raise SpecError(f"dispatch_dtype ({dispatch_dtype!r}) must be one of "
+                        f"{list(vocab.DISPATCH_DTYPES)}")
     meta = _PAIR_META_BYTES if dedup == "pair" else _DEDUP_META_BYTES * top_k
     return payload + meta
-
-
-def component_mode(kernel_mode: str, kind: str, dispatch_dtype: str) -> str:
-    """The profile mode path of a component: the DeepEP kernel mode, then `fp8` for the parts
-    an FP8 dispatch changes — the dispatch (a cast per token on send) and the experts stage
-    (which takes FP8 rows); the combine returns BF16 either way.
-    E.g. "", "fp8", "low_latency", "low_latency/fp8"."""
-    fp8 = dispatch_dtype == "fp8" and kind in ("dispatch", "experts", "combine")
-    return "/".join(p for p in (kernel_mode, "fp8" if fp8 else "") if p)
 
 
 def combine_bytes_per_copy(hidden_size: int) -> float:

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epsim import vocab
 from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, dense_ffn_us,
                                   lm_head_us, overhead_defaults, shared_experts_us)
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
-                             comm_defaults, comm_us, component_mode, dedup_for,
+                             comm_defaults, comm_us, dedup_for,
                              dispatch_bytes_per_copy)
 from epsim.cost.experts import experts_defaults, experts_us, flops_per_pair
 from epsim.cost.tables import PlacementTables
 from epsim.cost.traffic import Traffic, count_traffic
-from epsim.profile import Profile, load_profile
+from epsim.profile import GRAPH, Profile, load_profile, mode_path
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -82,11 +83,6 @@ class StepCost:
     parts: np.ndarray        # [6, layers]: the six per-layer arrays above as rows, in order
 
 
-def _graph(mode_path: str) -> str:
-    """The CUDA-graph variant of a component mode path (`fp8` -> `graph/fp8`)."""
-    return "/".join(p for p in ("graph", mode_path) if p)
-
-
 class CostModel:
     """Predicts step and MoE-layer times of one deployment.
 
@@ -112,12 +108,12 @@ class CostModel:
             warnings.warn(f"profile {self.profile.name or self.profile.path} was measured on "
                           f"{self.profile.hardware}; the cluster is {cluster.gpu}: using datasheet "
                           f"defaults for {cluster.gpu}", ProfileHardwareWarning, stacklevel=2)
-        modes = ("normal", "low_latency") if self.backend == "deepep" else ("",)
+        modes = vocab.DEEPEP_MODES if self.backend == "deepep" else ("",)
         self._mode = {phase: deployment.deepep_mode_for(phase) if self.backend == "deepep" else ""
                       for phase in ("prefill", "decode")}
         dtype = deployment.dispatch_dtype
         self.comm_params = {} if self.backend == "none" else {
-            (kind, mode): self._params(self.backend, kind, component_mode(mode, kind, dtype),
+            (kind, mode): self._params(self.backend, kind, mode_path(mode, kind, dtype),
                                        comm_defaults(self.backend, mode, cluster))
             for kind in ("dispatch", "combine") for mode in modes}
         # decode steps replayed as CUDA graphs (SGLang: batches up to cuda_graph_max_bs) pay
@@ -126,19 +122,19 @@ class CostModel:
         # captured) the lookup falls back to the eager component
         self.graph_enabled = not deployment.disable_cuda_graph
         self.graph_comm_params = {
-            key: self._params(self.backend, key[0], _graph(component_mode(key[1], key[0], dtype)),
+            key: self._params(self.backend, key[0], mode_path(key[1], key[0], dtype, graph=True),
                               params)
             for key, params in self.comm_params.items()}
         self.collective_params = self._params("none", "allreduce", "", collective_defaults(cluster))
         self.allgather_params = self._params("none", "allgather", "", self.collective_params)
         self.sync_us = self._params(self.backend, "moe_layer", "", layer_defaults())["sync_us"]
-        self.graph_sync_us = self._params(self.backend, "moe_layer", "graph",
+        self.graph_sync_us = self._params(self.backend, "moe_layer", GRAPH,
                                           {"sync_us": self.sync_us})["sync_us"]
         self.experts_params = self._params(self.backend, "experts",       # falls back to any/
-                                           component_mode("", "experts", dtype),
+                                           mode_path("", "experts", dtype),
                                            experts_defaults(hw, model.weight_dtype))
         self.graph_experts_params = self._params(
-            self.backend, "experts", _graph(component_mode("", "experts", dtype)),
+            self.backend, "experts", mode_path("", "experts", dtype, graph=True),
             self.experts_params)
         self.attention_params = self._params("any", "attention", "", attention_defaults(hw))
         self.overhead_params = self._params("any", "step_overhead", "", overhead_defaults())
@@ -151,9 +147,9 @@ class CostModel:
         if not self.profile_applies:
             return []
         dtype = self.deployment.dispatch_dtype
-        used = [(self.backend, "experts", component_mode("", "experts", dtype))] + (
+        used = [(self.backend, "experts", mode_path("", "experts", dtype))] + (
             [("none", "allreduce", "")] if self.backend == "none" else
-            [(self.backend, kind, component_mode(mode, kind, dtype))
+            [(self.backend, kind, mode_path(mode, kind, dtype))
              for kind in ("dispatch", "combine") for mode in modes])
         out, warned = [], set()
         for backend, kind, mode in used:
@@ -161,8 +157,7 @@ class CostModel:
             if comp is None or comp.source != "fit":
                 continue
             for name, value in (("ep_size", self.num_ranks), ("hidden_size", self.model.hidden_size)):
-                lo_hi = comp.valid_range.get(name)
-                if name not in warned and lo_hi and not lo_hi[0] <= value <= lo_hi[1]:
+                if name not in warned and comp.outside(**{name: value}):
                     self.profile.warn_outside(backend, kind, mode, **{name: value})
                     warned.add(name)                  # one warning per quantity, not per part
             if "num_tokens_per_rank" in comp.valid_range:

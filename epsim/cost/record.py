@@ -16,8 +16,9 @@ the live bench measured instead of expected values:
                       `none/allreduce`), its combine the all-reduce.
   moe_layer           dispatch + experts + combine of the record's backend, plus the layer's
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
-Components are looked up most specific first (`component_mode`): an FP8 dispatch reads
-`<backend>/dispatch/fp8` and `<backend>/experts/fp8` where fitted, else the BF16 ones.
+Components are looked up most specific first (keys and mode paths: `epsim.profile`): an FP8
+dispatch reads `<backend>/dispatch/fp8` and `<backend>/experts/fp8` where fitted, else the BF16
+ones.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
-                             combine_bytes_per_copy, comm_defaults, comm_features, component_mode,
-                             dedup_for, dispatch_bytes_per_copy)
+                             combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
+                             dispatch_bytes_per_copy)
 from epsim.cost.experts import experts_defaults, experts_features, flops_per_pair
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.model import layer_defaults
 from epsim.errors import ProfileError, RecordError
-from epsim.profile import Profile
+from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
+                           record_mode_path)
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
 
@@ -70,42 +72,6 @@ def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, num_nodes=max(1, -(-record.ep_size // per_node)))
 
 
-GRAPH = "graph"   # mode part of device-only timings: launched ahead, as a CUDA graph replays
-
-
-def is_graph(record: MeasurementRecord) -> bool:
-    """The record times the device alone (`mode` holds "graph"), not the eager host path."""
-    return GRAPH in record.mode.split("/")
-
-
-def _mode(record: MeasurementRecord) -> str:
-    """The DeepEP kernel mode of a record ("" for other backends)."""
-    parts = [p for p in record.mode.split("/") if p and p != GRAPH]
-    if record.backend != "deepep":
-        if parts:
-            raise RecordError(f"mode ({record.mode!r}) must be '' or 'graph' for backend "
-                              f"{record.backend!r}")
-        return ""
-    if len(parts) > 1 or (parts and parts[0] not in ("normal", "low_latency")):
-        raise RecordError(f"mode ({record.mode!r}) must be one of ['normal', 'low_latency'] "
-                          f"(optionally with '/graph') for deepep")
-    return parts[0] if parts else "normal"
-
-
-def mode_path(record: MeasurementRecord, kind: str) -> str:
-    """The profile mode path of the component `record` feeds for `kind`: `graph` for
-    device-only timings, then the kernel mode and `fp8` where the dispatch dtype changes it,
-    e.g. "graph/fp8". Lookups drop parts from the end, so a missing `graph/fp8` component falls
-    back to `graph` (device time) before the eager components."""
-    path = component_mode(_mode(record), kind, record.dispatch_dtype)
-    return "/".join(p for p in (GRAPH if is_graph(record) else "", path) if p)
-
-
-def component_key(backend: str, kind: str, mode_path: str) -> str:
-    """Profile key of a component: `torch/dispatch`, `mooncake/experts/fp8`, ..."""
-    return f"{backend}/{kind}" + (f"/{mode_path}" if mode_path else "")
-
-
 def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
     values = getattr(record, name)
     if not values:
@@ -115,7 +81,7 @@ def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
 
 
 def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordFeatures:
-    backend, mode = record.backend, _mode(record)
+    backend, mode = record.backend, kernel_mode(record)
     cluster = _cluster(record, profile)
     if backend == "none":
         return _collective_row(record, profile, passes=1 if kind == "dispatch" else 2)
@@ -128,7 +94,7 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
                                            record.top_k, dedup)
     else:
         per_copy = combine_bytes_per_copy(record.hidden_size)
-    path = mode_path(record, kind)
+    path = record_mode_path(record, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
     hottest = max((max(row) for row in record.local_expert_tokens if row), default=0.0)
     row = comm_features(copies * (1 - remote), copies * remote, copies, per_copy, params, hottest)
@@ -165,7 +131,7 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     expert_bytes = 3.0 * record.hidden_size * record.moe_intermediate_size * 2.0   # BF16 weights
     # the experts stage includes the backend's own layout work: `<backend>/experts[/fp8]` over
     # `<backend>/experts` over `any/experts`
-    path = mode_path(record, "experts")
+    path = record_mode_path(record, "experts")
     params = profile.params(record.backend, "experts", path,
                             defaults=experts_defaults(cluster.hardware))
     row = experts_features(pairs, active, expert_bytes,

@@ -15,8 +15,7 @@ import numpy as np
 
 from epsim.eplb.placement import Placement
 from epsim.errors import SpecError
-
-REPLICA_SELECTIONS = ("static", "random", "round_robin")
+from epsim.vocab import REPLICA_SELECTIONS
 
 
 def contiguous_placement(num_layers: int, num_experts: int, num_ranks: int,

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.errors import PlacementError
-
-SELECTIONS = ("static", "random", "round_robin")
+from epsim.vocab import REPLICA_SELECTIONS as SELECTIONS
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

@@ -9,10 +9,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-A2ABackend = Literal["none", "torch", "deepep", "mooncake"]
-DeepEPMode = Literal["auto", "normal", "low_latency"]
+from epsim import vocab
+
+# the literals are `epsim.vocab`'s tuples, so a new backend or mode is added in one place
+A2ABackend = Literal[vocab.A2A_BACKENDS]
+DeepEPMode = Literal[vocab.DEEPEP_MODE_CHOICES]
 EPLBAlgorithm = Literal["deepseek", "deepseek_hierarchical", "deepseek_global", "sticky"]
-ReplicaSelection = Literal["static", "random", "round_robin"]
+ReplicaSelection = Literal[vocab.REPLICA_SELECTIONS]
 
 
 class FailureSpec(BaseModel):
@@ -35,7 +38,7 @@ class DeploymentSpec(BaseModel):
     enable_dp_attention: bool = True
     moe_a2a_backend: A2ABackend = "deepep"
     deepep_mode: DeepEPMode = "auto"
-    dispatch_dtype: Literal["bf16", "fp8"] = "fp8"
+    dispatch_dtype: Literal[vocab.DISPATCH_DTYPES] = "fp8"
     disaggregation_mode: Literal["null", "prefill", "decode"] = "null"
     enable_two_batch_overlap: bool = False
     disable_cuda_graph: bool = Field(

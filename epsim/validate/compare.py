@@ -11,12 +11,12 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from epsim.calibrate.build import component_keys, evaluation_profile
+from epsim.calibrate.build import evaluation_profile
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import RecordWarning, SourcedRecord
-from epsim.cost.record import PREDICTABLE_KINDS, is_graph, predict_record
+from epsim.cost.record import PREDICTABLE_KINDS, predict_record
 from epsim.errors import EpsimError
-from epsim.profile import ExtrapolationWarning, Profile
+from epsim.profile import ExtrapolationWarning, Profile, component_keys, is_graph
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,8 @@ def _outside(record, profile: Profile) -> bool:
         comp = profile.components.get(key)
         if comp is None or comp.source != "fit":
             continue
-        for name, (lo, hi) in comp.valid_range.items():
-            value = getattr(record, name, None)
-            if value is not None and not lo <= value <= hi:
-                return True
+        if comp.outside(**{name: getattr(record, name, None) for name in comp.valid_range}):
+            return True
         break                # the most specific fitted component is the one used
     return False
 

@@ -1,4 +1,6 @@
-"""All-to-all backends by name, and the one predicate the block uses to pick its forward path.
+"""All-to-all backends by name (the classes of `epsim.vocab.BACKENDS`, which holds what each can
+do; `epsim.vocab.is_deepep_class(name)` is the one predicate the block uses to pick its forward
+path).
 
 | name | forward | copies sent | runs on |
 |---|---|---|---|
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from epsim import vocab
 from live.backends.base import A2ABackend, BackendSpec, Dispatched, DispatchStats
 from live.backends.deepep import DeepEPBackend
 from live.backends.mooncake import MooncakeBackend
@@ -19,9 +22,9 @@ from live.backends.none import AllReduceBackend, GatheredTokens
 from live.backends.torch_a2a import TorchA2ABackend
 from live.errors import LiveError
 
-BACKENDS: dict[str, type[A2ABackend]] = {
-    cls.name: cls for cls in (AllReduceBackend, TorchA2ABackend, MooncakeBackend, DeepEPBackend)
-}
+_CLASSES = {cls.name: cls for cls in (AllReduceBackend, TorchA2ABackend, MooncakeBackend,
+                                      DeepEPBackend)}
+BACKENDS: dict[str, type[A2ABackend]] = {name: _CLASSES[name] for name in vocab.A2A_BACKENDS}
 
 
 def backend_class(name: str) -> type[A2ABackend]:
@@ -33,23 +36,20 @@ def backend_class(name: str) -> type[A2ABackend]:
                         f"{', '.join(BACKENDS)}") from None
 
 
-def is_deepep_class_backend(backend: str | A2ABackend) -> bool:
-    """True when the block runs dispatch / experts / combine (`forward_deepep`) with this
-    backend; False for the all-gather / all-reduce path (`forward_normal`)."""
-    cls = backend_class(backend) if isinstance(backend, str) else type(backend)
-    return cls.deepep_class
-
-
 def make_backend(name: str, spec: BackendSpec, group=None) -> A2ABackend:
     """Check and build a backend.
 
     Shape limits are checked first (they need no GPU), then availability (imports, devices).
 
     Raises:
-        LiveError: unknown name, or shapes the backend cannot take.
+        LiveError: unknown name, an FP8 dispatch the backend does not cast, or shapes the
+            backend cannot take.
         BackendUnavailableError: the library or the GPU it needs is missing.
     """
     cls = backend_class(name)
+    if spec.dispatch_dtype == "fp8" and not vocab.backend(name).fp8_dispatch:
+        raise LiveError(f"dispatch_dtype ('fp8') must be 'bf16' for backend {name!r}; FP8 "
+                        f"dispatch: {', '.join(vocab.backends_with('fp8_dispatch'))}")
     cls.check_spec(spec)
     cls.check_available(torch.device(spec.device))
     return cls(spec, group)
@@ -57,4 +57,4 @@ def make_backend(name: str, spec: BackendSpec, group=None) -> A2ABackend:
 
 __all__ = ["A2ABackend", "AllReduceBackend", "BACKENDS", "BackendSpec", "DeepEPBackend",
            "Dispatched", "DispatchStats", "GatheredTokens", "MooncakeBackend",
-           "TorchA2ABackend", "backend_class", "is_deepep_class_backend", "make_backend"]
+           "TorchA2ABackend", "backend_class", "make_backend"]

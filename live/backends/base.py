@@ -15,6 +15,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from epsim import vocab
 from live.errors import BackendUnavailableError, LiveError
 
 
@@ -43,8 +44,9 @@ class BackendSpec:
     mode: str = "normal"
 
     def __post_init__(self):
-        if self.dispatch_dtype not in ("bf16", "fp8"):
-            raise LiveError(f"dispatch_dtype ({self.dispatch_dtype!r}) must be 'bf16' or 'fp8'")
+        if self.dispatch_dtype not in vocab.DISPATCH_DTYPES:
+            raise LiveError(f"dispatch_dtype ({self.dispatch_dtype!r}) must be one of "
+                            f"{list(vocab.DISPATCH_DTYPES)}")
         if self.max_tokens_per_rank <= 0:
             raise LiveError(f"max_tokens_per_rank ({self.max_tokens_per_rank}) must be >= 1")
 
@@ -94,14 +96,18 @@ class Dispatched:
 class A2ABackend(ABC):
     """A named all-to-all backend over one EP process group.
 
-    Subclasses set `name`, `deepep_class` (dispatch/combine rather than gather/all-reduce) and
-    `requires_cuda`, implement `check_spec` (shape limits, runs anywhere) and `check_available`
+    Subclasses set `name` (an `epsim.vocab.BACKENDS` entry, which holds what the backend can do:
+    `capabilities`) and `requires_cuda`, implement `check_spec` (shape limits, runs anywhere) and `check_available`
     (imports and devices), and the data path.
     """
 
     name: ClassVar[str] = ""
-    deepep_class: ClassVar[bool] = True
     requires_cuda: ClassVar[bool] = False
+
+    @property
+    def capabilities(self) -> vocab.Backend:
+        """What this backend can do: its row of `epsim.vocab.BACKENDS`, the one table of them."""
+        return vocab.backend(self.name)
 
     def __init__(self, spec: BackendSpec, group=None):
         self.spec = spec

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from epsim import vocab
 from live.backends import packed
 from live.backends.base import (A2ABackend, BackendSpec, Dispatched, DispatchStats,
                                 dedup_expert_payload, dedup_expert_rows, shared_buffer,
@@ -21,7 +22,7 @@ from live.backends.base import (A2ABackend, BackendSpec, Dispatched, DispatchSta
 from live.backends.packed import LowLatencyHandle, LowLatencyLayout, check_low_latency_spec
 from live.errors import LiveError
 
-MODES = ("normal", "low_latency")
+MODES = vocab.DEEPEP_MODES
 LL_MAX_HIDDEN = 8192
 LL_MAX_TOP_K = 9          # DeepEP low-latency combine keeps top-k in registers (kNumMaxTopk = 9)
 NORMAL_MAX_RANKS_NVLINK = 8
@@ -41,7 +42,6 @@ class DeepEPBackend(LowLatencyLayout, A2ABackend):
     """DeepEP Buffer in `spec.mode` ("normal" or "low_latency")."""
 
     name = "deepep"
-    deepep_class = True
     requires_cuda = True
 
     def __init__(self, spec: BackendSpec, group=None):

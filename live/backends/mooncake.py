@@ -30,7 +30,6 @@ class MooncakeBackend(LowLatencyLayout, A2ABackend):
     """Mooncake EP buffer: one copy per pair, packed per local expert, weighted combine."""
 
     name = "mooncake"
-    deepep_class = True
     requires_cuda = True
 
     def __init__(self, spec: BackendSpec, group=None, timeout_us: int = DEFAULT_TIMEOUT_US):

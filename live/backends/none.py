@@ -38,7 +38,6 @@ class AllReduceBackend(A2ABackend):
     """forward_normal's collectives: all-gather tokens, all-reduce outputs."""
 
     name = "none"
-    deepep_class = False
     requires_cuda = False
 
     def gather(self, x: torch.Tensor, topk_slots: torch.Tensor,

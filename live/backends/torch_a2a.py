@@ -36,7 +36,6 @@ class TorchA2ABackend(A2ABackend):
     """DeepEP-normal-class dispatch over `all_to_all_single` (dedup per destination rank)."""
 
     name = "torch"
-    deepep_class = True
     requires_cuda = False
 
     def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits) -> None:

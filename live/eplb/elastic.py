@@ -119,7 +119,7 @@ def mask_ranks(model, inactive: Sequence[int],
                             current.ep_size, current.gpus_per_node, active)
     # `torch` and `none` run collectives over the whole group: there a masked rank must go on
     # calling forward (with no tokens); a rank that is gone needs shrink_group
-    if hasattr(backend, "set_active_ranks"):
+    if backend.capabilities.masking:
         backend.set_active_ranks(active)
     moves = None
     model.update_placement(target)

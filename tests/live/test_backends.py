@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from epsim import vocab
 from live.backends import (BACKENDS, AllReduceBackend, BackendSpec, DeepEPBackend, MooncakeBackend,
-                           TorchA2ABackend, backend_class, is_deepep_class_backend, make_backend)
+                           TorchA2ABackend, backend_class, make_backend)
 from live.errors import BackendUnavailableError, LiveError
 
 
@@ -14,17 +15,37 @@ def _spec(**kwargs):
 
 
 def test_registry_and_forward_path_predicate():
-    assert list(BACKENDS) == ["none", "torch", "mooncake", "deepep"]
+    assert list(BACKENDS) == ["none", "torch", "deepep", "mooncake"]
     assert backend_class("torch") is TorchA2ABackend
-    assert [is_deepep_class_backend(name) for name in BACKENDS] == [False, True, True, True]
+    assert [vocab.is_deepep_class(name) for name in BACKENDS] == [False, True, True, True]
     single = make_backend("none", _spec(dtype=torch.float32, num_physical_experts=8))
-    assert isinstance(single, AllReduceBackend) and not is_deepep_class_backend(single)
-    assert is_deepep_class_backend(make_backend("torch", _spec()))
+    assert isinstance(single, AllReduceBackend) and not single.capabilities.deepep_class
+    assert make_backend("torch", _spec()).capabilities.deepep_class
+
+
+def test_registry_matches_vocabulary():
+    """Every class's capabilities are the vocabulary's: masking is `set_active_ranks`, the
+    low-latency layout is `LowLatencyLayout`, the normal forward is the all-reduce backend's."""
+    from live.backends.packed import LowLatencyLayout
+
+    assert tuple(BACKENDS) == vocab.A2A_BACKENDS
+    for name, cls in BACKENDS.items():
+        caps = vocab.backend(name)
+        assert cls.name == name
+        assert hasattr(cls, "set_active_ranks") == caps.masking, name
+        assert issubclass(cls, LowLatencyLayout) == caps.low_latency, name
+        assert (not issubclass(cls, AllReduceBackend)) == caps.deepep_class, name
+
+
+def test_fp8_dispatch_only_where_the_backend_casts():
+    with pytest.raises(LiveError, match=r"dispatch_dtype \('fp8'\) must be 'bf16' for backend "
+                                        r"'torch'; FP8 dispatch: deepep, mooncake"):
+        make_backend("torch", _spec(dispatch_dtype="fp8"))
 
 
 def test_unknown_backend():
     with pytest.raises(LiveError, match=r"moe_a2a_backend \('nccl'\) must be one of none, torch, "
-                                        r"mooncake, deepep"):
+                                        r"deepep, mooncake"):
         make_backend("nccl", _spec())
 
 
@@ -50,7 +71,7 @@ def test_gpu_backend_without_a_gpu(name):
 
 
 def test_spec_values_are_checked():
-    with pytest.raises(LiveError, match=r"dispatch_dtype \('fp4'\) must be 'bf16' or 'fp8'"):
+    with pytest.raises(LiveError, match=r"dispatch_dtype \('fp4'\) must be one of \['bf16', 'fp8'\]"):
         _spec(dispatch_dtype="fp4")
     with pytest.raises(LiveError, match=r"max_tokens_per_rank \(0\) must be >= 1"):
         _spec(max_tokens_per_rank=0)

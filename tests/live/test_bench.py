@@ -55,9 +55,9 @@ def test_low_latency_backends_split_large_batches_into_a_later_case():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"backends": ["nccl"]}, r"backend \('nccl'\) must be one of none, torch, mooncake, deepep"),
+    ({"backends": ["nccl"]}, r"backend \('nccl'\) must be one of none, torch, deepep, mooncake"),
     ({"tokens": [0, 4]}, r"tokens \(\[0, 4\]\) must be positive counts"),
-    ({"dtypes": ["fp16"]}, r"dispatch dtype \('fp16'\) must be 'bf16' or 'fp8'"),
+    ({"dtypes": ["fp16"]}, r"dispatch dtype \('fp16'\) must be one of \['bf16', 'fp8'\]"),
     ({"models": ["tiny"], "cpu": True}, r"models \(\['tiny'\]\) must be among"),
 ])
 def test_bad_plans_name_the_value(kwargs, message):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import live.bench as bench
+from epsim import vocab
 from epsim.records import read_records
 from epsim.routing import parse_skew
 
@@ -28,7 +29,7 @@ def test_prediction_grid_is_the_bench_grid():
     # the script asks for the hot set by name; live.bench puts it on rank 0 as predicted
     assert "--skews uniform hotset:16:0.5" in SCRIPT.read_text()
     assert {**parse_skew("hotset:16:0.5"), "shuffle_per_layer": False} == sp.SKEWS[1]
-    assert {b for b, _ in sp.CASES} <= set(bench.FP8_BACKENDS) | {"torch"}
+    assert {b for b, _ in sp.CASES} <= set(vocab.backends_with("fp8_dispatch")) | {"torch"}
 
 
 @pytest.mark.slow
