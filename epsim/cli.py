@@ -40,6 +40,11 @@ def _add_cost(sub) -> None:
     p.add_argument("--tokens-per-rank", type=int, required=True)
     p.add_argument("--skew", default="uniform", help="uniform | zipf:ALPHA | hotset:K:FRAC | trace:PATH")
     p.add_argument("--dispatch-dtype", default="bf16", choices=list(vocab.DISPATCH_DTYPES))
+    p.add_argument("--mode", default="auto", choices=["auto", "graph", "eager"],
+                   help="graph: device time (CUDA-graph step); eager: device + host overhead; "
+                        "auto (default): what SGLang runs for the phase (decode graph, prefill eager)")
+    p.add_argument("--phase", default=None, choices=["prefill", "decode"],
+                   help="default: decode up to cuda_graph_max_bs tokens per rank, else prefill")
     p.add_argument("--profile", help="calibration profile JSON")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -6,6 +6,10 @@ A profile is JSON (schema `epsim.profile/1`). Each component, keyed `"<backend>/
   source       "fit" (least squares on measured records) or "datasheet" (no measurement)
   residuals    fit quality on the records it was fitted on (`mape`, `max_ape`, `num_records`)
   valid_range  the data range it was fitted on, e.g. {"num_tokens_per_rank": [1, 4096]}
+  spread       measured / predicted spread (`epsim.cost.spread`): pass-to-pass, run-to-run and
+               fit residual log standard deviations, giving each prediction its p10/p90
+A key ending in `/host` (`mooncake/dispatch/host`, `any/experts/host`) is the host overhead an
+eager step adds to the device time of `<backend>/<kind>/graph` (`epsim.cost.timing`).
 and the profile's `provenance` names the record files (with sha256) it came from.
 
 This module owns the profile's vocabulary; nothing else spells a key or a mode path:
@@ -124,6 +128,7 @@ class Component(BaseModel):
     source: str = Field(default="fit", pattern="^(fit|datasheet|derived)$")
     residuals: dict[str, float] = Field(default_factory=dict)
     valid_range: dict[str, list[float]] = Field(default_factory=dict)
+    spread: dict[str, float] = Field(default_factory=dict)
     note: str = ""
 
     def outside(self, **values: float) -> list[str]:
@@ -175,7 +180,12 @@ class Profile(BaseModel):
 
     # -- lookup ----------------------------------------------------------------------------
     def component(self, backend: str, kind: str, mode: str = "") -> Component | None:
-        """The most specific component: `backend/kind/mode`, `backend/kind`, `any/kind/mode`,
+        """The most specific component (`resolve`'s, without its key)."""
+        found = self.resolve(backend, kind, mode)
+        return found[1] if found else None
+
+    def resolve(self, backend: str, kind: str, mode: str = "") -> tuple[str, Component] | None:
+        """(key, component) of the most specific component: `backend/kind/mode`, `backend/kind`, `any/kind/mode`,
         `any/kind`.
 
         A mode of several parts (`low_latency/fp8`) falls back part by part:
@@ -190,7 +200,7 @@ class Profile(BaseModel):
             keys.append(f"{owner}/{kind}")
         for key in keys:
             if key in self.components:
-                return self.components[key]
+                return key, self.components[key]
         return None
 
     def params(self, backend: str, kind: str, mode: str = "",

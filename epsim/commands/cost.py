@@ -28,13 +28,19 @@ def _model(name: str):
 
 def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, skew: str = "uniform",
                deepep_mode: str = "normal", dispatch_dtype: str = "bf16", profile=None,
-               seed: int = 0) -> dict:
+               seed: int = 0, time_mode: str = "auto", phase: str | None = None) -> dict:
     """Predict one MoE layer; returns the numbers `epsim cost` prints.
+
+    `time_mode` "auto" costs the layer as SGLang runs its phase: a decode step within
+    `cuda_graph_max_bs` tokens per rank replays a CUDA graph (device time), others run eagerly
+    (device time + host overhead); "graph" / "eager" force one. `phase` defaults to decode up
+    to `cuda_graph_max_bs` tokens per rank (or with low-latency kernels), else prefill.
 
     Raises:
         SpecError: a value outside what the models accept (one line naming it).
     """
     from epsim.cost import CostModel, build_tables, contiguous_placement
+    from epsim.cost.provenance import provenance
     from epsim.profile import load_profile
     from epsim.routing import skew_from_dict
     from epsim.spec.deployment import DeploymentSpec
@@ -56,8 +62,14 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     deployment = validate(DeploymentSpec, {
         "ep_size": ep, "moe_a2a_backend": backend, "deepep_mode": deepep_mode,
         "dispatch_dtype": dispatch_dtype}, "epsim cost")
+    if phase is None:
+        phase = ("decode" if deepep_mode == "low_latency"
+                 or tokens_per_rank <= deployment.cuda_graph_max_bs else "prefill")
+    if phase not in ("prefill", "decode"):
+        raise SpecError(f"--phase ({phase!r}) must be one of ['prefill', 'decode']")
     profile = profile if profile is not None else load_profile()
-    cost_model = CostModel(model, cluster, deployment, profile)
+    cost_model = CostModel(model, cluster, deployment, profile, time_mode=time_mode)
+    graph = cost_model.graph_step(phase, tokens_per_rank)
     mode = cost_model.mode_for("decode" if deepep_mode == "low_latency" else "prefill")
     profile.warn_outside(backend, "dispatch", mode, num_tokens_per_rank=tokens_per_rank, ep_size=ep)
     skew_model = skew_from_dict(skew, 1, model.num_experts, model.top_k, seed=seed)
@@ -66,11 +78,14 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     tables = build_tables(contiguous_placement(1, model.num_experts, ep), model.num_experts, ep,
                           per_node)
     moe = cost_model.moe(loads, np.full(ep, float(tokens_per_rank)), tables,
-                         "decode" if deepep_mode == "low_latency" else "prefill")
+                         "decode" if deepep_mode == "low_latency" else "prefill", graph=graph)
+    cost_model.record_layer(moe, graph, tokens_per_rank)
     tr = moe.traffic
     pairs = tr.pairs[0]
     return {
         "model": model.name, "gpu": gpu, "backend": backend, "mode": moe.mode or None,
+        "phase": phase, "time_mode": time_mode, "graph": graph,
+        "time": "device" if graph else "device+host",
         "ep_size": ep, "num_nodes": cluster.num_nodes, "tokens_per_rank": tokens_per_rank,
         "dispatch_dtype": dispatch_dtype, "skew": skew, "seed": seed,
         "dispatch_us": float(moe.dispatch_us[0]), "experts_us": float(moe.experts_us[0]),
@@ -79,7 +94,32 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "busiest_nvl_copies": float(tr.nvl_copies[0].max()),
         "busiest_rdma_copies": float(tr.rdma_copies[0].max()),
         "profile": profile.name or profile.path or "datasheet",
+        **_stages(cost_model, moe, graph),
+        "provenance": provenance(cost_model, of="layer time"),
     }
+
+
+def _stages(cost_model, moe, graph: bool) -> dict:
+    """Host overhead per stage (0 in a graph step) and p10/p90 of each stage and the layer
+    (None where a part has no measured spread; the layer's band adds its parts' bands)."""
+    from epsim.cost.timing import stage_band
+    host, band = {}, {}
+    for kind, values in (("dispatch", moe.dispatch_us), ("experts", moe.experts_us),
+                         ("combine", moe.combine_us)):
+        if cost_model.backend == "none" and kind != "experts":
+            host[kind], band[kind] = 0.0, None
+            continue
+        timing = cost_model.timings[(kind, moe.mode if kind != "experts" else "", not graph)]
+        host[kind] = cost_model.host_us(kind, moe.mode, graph)
+        band[kind] = stage_band(cost_model.profile, timing, float(values[0]) - host[kind], graph)
+    layer = None
+    if all(b is not None for b in band.values()):
+        layer = tuple(sum(b[i] for b in band.values()) + moe.sync_us for i in (0, 1))
+    out = {"host_us": host}
+    for kind, b in [*band.items(), ("layer", layer)]:
+        out[f"{kind}_p10_us"] = None if b is None else float(b[0])
+        out[f"{kind}_p90_us"] = None if b is None else float(b[1])
+    return out
 
 
 def run(args) -> int:
@@ -88,7 +128,8 @@ def run(args) -> int:
     profile = load_profile(args.profile) if args.profile else None
     result = layer_cost(model, args.cluster, args.backend, args.ep, args.tokens_per_rank,
                         skew=args.skew, deepep_mode=args.deepep_mode,
-                        dispatch_dtype=args.dispatch_dtype, profile=profile, seed=args.seed)
+                        dispatch_dtype=args.dispatch_dtype, profile=profile, seed=args.seed,
+                        time_mode=args.mode, phase=args.phase)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -96,8 +137,17 @@ def run(args) -> int:
     print(f"{result['model']} on {result['ep_size']} x {result['gpu']} ({result['num_nodes']} node(s)), "
           f"{result['backend']}{mode}, {result['tokens_per_rank']} tokens/rank, skew {result['skew']}, "
           f"profile {result['profile']}")
-    for key in ("dispatch_us", "experts_us", "combine_us", "layer_us"):
-        print(f"  {key:<12}{result[key]:>12.1f}")
+    how = ("device time (CUDA-graph step)" if result["graph"]
+           else "device time + host overhead (eager step)")
+    print(f"  time: {how}, {result['phase']} phase, --mode {result['time_mode']}")
+    print(f"  {'':<12}{'median':>10}{'p10':>10}{'p90':>10}{'host':>10}")
+    for kind in ("dispatch", "experts", "combine", "layer"):
+        p10, p90 = result[f"{kind}_p10_us"], result[f"{kind}_p90_us"]
+        host = result["host_us"].get(kind, sum(result["host_us"].values()))
+        print(f"  {kind + '_us':<12}{result[kind + '_us']:>10.1f}"
+              f"{'-' if p10 is None else format(p10, '.1f'):>10}"
+              f"{'-' if p90 is None else format(p90, '.1f'):>10}{host:>10.1f}")
+    print(f"  {result['provenance']['line']}")
     print(f"  busiest rank: {result['max_rank_pairs']:.0f} token-expert pairs "
           f"(mean {result['mean_rank_pairs']:.0f})")
     return 0

@@ -24,8 +24,11 @@ from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_p
                              dispatch_bytes_per_copy)
 from epsim.cost.experts import experts_defaults, experts_us, flops_per_pair
 from epsim.cost.tables import PlacementTables
+from epsim.cost.provenance import Ledger
+from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.traffic import Traffic, count_traffic
-from epsim.profile import GRAPH, Profile, load_profile, mode_path
+from epsim.errors import SpecError
+from epsim.profile import Profile, load_profile, mode_path
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -91,10 +94,12 @@ class CostModel:
             `min(gpus_per_node, ep_size)`.
         profile: coefficients per component; unset ones take datasheet defaults. A profile
             measured on another GPU type is ignored with a ProfileHardwareWarning.
+        time_mode: "auto" (SGLang: decode steps within `cuda_graph_max_bs` replay CUDA graphs,
+            device time; others eager, device + host overhead), "graph" or "eager" for all.
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
-                 profile: Profile | None = None):
+                 profile: Profile | None = None, time_mode: str = "auto"):
         self.model, self.cluster, self.deployment = model, cluster, deployment
         self.profile = profile if profile is not None else load_profile()
         hw = cluster.hardware
@@ -111,35 +116,48 @@ class CostModel:
         modes = vocab.DEEPEP_MODES if self.backend == "deepep" else ("",)
         self._mode = {phase: deployment.deepep_mode_for(phase) if self.backend == "deepep" else ""
                       for phase in ("prefill", "decode")}
+        if time_mode not in TIME_MODES:
+            raise SpecError(f"mode ({time_mode!r}) must be one of {list(TIME_MODES)}")
+        self.time_mode = time_mode
         dtype = deployment.dispatch_dtype
-        self.comm_params = {} if self.backend == "none" else {
-            (kind, mode): self._params(self.backend, kind, mode_path(mode, kind, dtype),
-                                       comm_defaults(self.backend, mode, cluster))
-            for kind in ("dispatch", "combine") for mode in modes}
-        # decode steps replayed as CUDA graphs (SGLang: batches up to cuda_graph_max_bs) pay
-        # device time only: `<kind>/graph[/...]` components, measured launched ahead; where
-        # none was measured (e.g. `torch`, whose split sizes pass through the host and cannot be
-        # captured) the lookup falls back to the eager component
+        # each stage in an eager step and in a CUDA-graph step (`epsim.cost.timing`): decode
+        # steps SGLang replays as CUDA graphs (batches up to cuda_graph_max_bs) pay device time
+        # only; eager steps add the host overhead, fitted on its own, to the device time. Where
+        # no device-only timing exists (`torch`) the eager component serves both.
         self.graph_enabled = not deployment.disable_cuda_graph
-        self.graph_comm_params = {
-            key: self._params(self.backend, key[0], mode_path(key[1], key[0], dtype, graph=True),
-                              params)
-            for key, params in self.comm_params.items()}
+        stages = [(kind, mode) for kind in ("dispatch", "combine") for mode in modes] \
+            if self.backend != "none" else []
+        self.timings: dict[tuple[str, str, bool], StageTiming] = {}
+        self.comm_params, self.graph_comm_params = {}, {}
+        for kind, mode in stages:
+            path = mode_path(mode, kind, dtype)
+            defaults = comm_defaults(self.backend, mode, cluster)
+            eager, graph = (self._timing(kind, path, e) for e in (True, False))
+            self.timings[(kind, mode, True)], self.timings[(kind, mode, False)] = eager, graph
+            self.comm_params[(kind, mode)] = self._params(self.backend, kind, eager.mode_path,
+                                                          defaults)
+            self.graph_comm_params[(kind, mode)] = self._params(self.backend, kind,
+                                                                graph.mode_path, defaults)
+        path = mode_path("", "experts", dtype)
+        eager, graph = (self._timing("experts", path, e) for e in (True, False))
+        self.timings[("experts", "", True)], self.timings[("experts", "", False)] = eager, graph
+        defaults = experts_defaults(hw, model.weight_dtype)
+        self.experts_params = self._params(self.backend, "experts", path, defaults)  # or any/
+        if eager.device_only:          # device time + host overhead: the graph fit is the device's
+            self.experts_params = self._params(self.backend, "experts", eager.mode_path,
+                                               self.experts_params)
+        self.graph_experts_params = self._params(self.backend, "experts", graph.mode_path,
+                                                 self.experts_params)
         self.collective_params = self._params("none", "allreduce", "", collective_defaults(cluster))
         self.allgather_params = self._params("none", "allgather", "", self.collective_params)
         self.sync_us = self._params(self.backend, "moe_layer", "", layer_defaults())["sync_us"]
-        self.graph_sync_us = self._params(self.backend, "moe_layer", GRAPH,
+        self.graph_sync_us = self._params(self.backend, "moe_layer", "graph",
                                           {"sync_us": self.sync_us})["sync_us"]
-        self.experts_params = self._params(self.backend, "experts",       # falls back to any/
-                                           mode_path("", "experts", dtype),
-                                           experts_defaults(hw, model.weight_dtype))
-        self.graph_experts_params = self._params(
-            self.backend, "experts", mode_path("", "experts", dtype, graph=True),
-            self.experts_params)
         self.attention_params = self._params("any", "attention", "", attention_defaults(hw))
         self.overhead_params = self._params("any", "step_overhead", "", overhead_defaults())
         self.pair_flops = flops_per_pair(model.hidden_size, model.moe_intermediate_size)
         self._token_ranges = self._fitted_ranges(modes)
+        self.ledger = Ledger()               # what the costed steps spent, for `provenance`
 
     def _fitted_ranges(self, modes: tuple[str, ...]) -> list[tuple[str, str, str, float, float]]:
         """Warn (ExtrapolationWarning) now where EP size or hidden size lie outside what the
@@ -175,6 +193,18 @@ class CostModel:
                 self._token_ranges = self._token_ranges[:i] + self._token_ranges[i + 1:]
                 break
 
+    def _timing(self, kind: str, mode_path: str, eager: bool) -> StageTiming:
+        if not self.profile_applies:
+            return StageTiming(kind, eager, "", mode_path, False)
+        return stage_timing(self.profile, self.backend, kind, mode_path, eager)
+
+    def host_us(self, kind: str, mode: str, graph: bool) -> float:
+        """Host overhead one `kind` stage adds in a step (0 in a CUDA-graph step)."""
+        if graph:
+            return 0.0
+        timing = self.timings.get((kind, mode if kind != "experts" else "", True))
+        return timing.host_us if timing is not None else 0.0      # `none`: no a2a stages
+
     def _params(self, backend: str, kind: str, mode: str,
                 defaults: dict[str, float]) -> dict[str, float]:
         if not self.profile_applies:
@@ -193,9 +223,18 @@ class CostModel:
         return np.full(self.num_ranks, float(batch.tokens.sum()) / self.num_ranks)
 
     def uses_graph(self, batch: BatchCounts) -> bool:
-        """A pure decode step within `cuda_graph_max_bs` tokens per rank replays a CUDA graph."""
-        return (self.graph_enabled and batch.phase == "decode"
-                and float(batch.tokens.max(initial=0.0)) <= self.deployment.cuda_graph_max_bs)
+        """Whether a step is costed as a CUDA-graph replay (device time only).
+
+        `time_mode` "auto" follows SGLang: a pure decode step within `cuda_graph_max_bs` tokens
+        per rank replays a CUDA graph, others run eagerly; "graph" / "eager" force one."""
+        return self.graph_step(batch.phase, float(batch.tokens.max(initial=0.0)))
+
+    def graph_step(self, phase: str, max_tokens_per_rank: float) -> bool:
+        """`uses_graph` for a step of `phase` whose busiest rank runs `max_tokens_per_rank`."""
+        if self.time_mode != "auto":
+            return self.time_mode == "graph"
+        return (self.graph_enabled and phase == "decode"
+                and max_tokens_per_rank <= self.deployment.cuda_graph_max_bs)
 
     def moe(self, loads: np.ndarray, tokens_per_rank: np.ndarray, tables: PlacementTables,
             phase: str = "decode", fraction: float = 1.0, graph: bool = False) -> MoECost:
@@ -216,7 +255,7 @@ class CostModel:
         experts_params = self.graph_experts_params if graph else self.experts_params
         comm_params = self.graph_comm_params if graph else self.comm_params
         expert = experts_us(tr.pairs, tr.active_experts, m.expert_bytes, self.pair_flops,
-                            experts_params)
+                            experts_params) + self.host_us("experts", "", graph)
         num_layers = expert.shape[0]
         if self.backend == "none":
             hidden_bytes = tr.num_tokens * m.hidden_size * 2.0
@@ -229,9 +268,9 @@ class CostModel:
         else:
             dispatch = comm_us(tr, dispatch_bytes_per_copy(
                 m.hidden_size, self.deployment.dispatch_dtype, m.top_k, dedup),
-                comm_params[("dispatch", mode)])
+                comm_params[("dispatch", mode)]) + self.host_us("dispatch", mode, graph)
             combine = comm_us(tr, combine_bytes_per_copy(m.hidden_size),
-                              comm_params[("combine", mode)])
+                              comm_params[("combine", mode)]) + self.host_us("combine", mode, graph)
         return MoECost(dispatch, expert, combine, tr, mode,
                        self.graph_sync_us if graph else self.sync_us)
 
@@ -271,6 +310,8 @@ class CostModel:
         overhead = (self.overhead_params["base_us"]
                     + self.overhead_params["per_layer_us"] * m.num_layers)
         step = float(layer.sum()) + dense + overhead
+        self._record(graph, moe.mode, attn, moe, shared, dense, overhead, scale, num_layers,
+                     float(self.ep_tokens(batch).max(initial=0.0)))
         parts = np.empty((6, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
         parts[1] = moe.dispatch_us
@@ -284,6 +325,23 @@ class CostModel:
             attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
             shared_experts_us=parts[4], layer_us=parts[5], dense_us=dense, overhead_us=overhead,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
+
+    def record_layer(self, moe: MoECost, graph: bool, max_tokens: float) -> None:
+        """Add one MoE layer costed alone (`epsim cost`) to `ledger`."""
+        self._record(graph, moe.mode, 0.0, moe, 0.0, 0.0, 0.0, 1.0, moe.experts_us.shape[0],
+                     max_tokens)
+
+    def _record(self, graph: bool, mode: str, attn: float, moe: MoECost, shared: float,
+                dense: float, overhead: float, scale: float, num_layers: int,
+                max_tokens: float) -> None:
+        """Add one step's parts to `ledger` (for the provenance shares)."""
+        host = [self.host_us(kind, mode, graph) * num_layers * scale
+                for kind in ("dispatch", "experts", "combine")]
+        row = np.array([attn * scale * num_layers, float(moe.dispatch_us.sum()) * scale,
+                        float(moe.experts_us.sum()) * scale, float(moe.combine_us.sum()) * scale,
+                        shared * scale * num_layers, dense, overhead, *host,
+                        moe.sync_us * scale * num_layers])
+        self.ledger.add(graph, mode, row, max_tokens)
 
     def _attention_layer_us(self, batch: BatchCounts) -> float:
         """Slowest rank's attention of one layer, plus the TP all-reduce without DP attention."""

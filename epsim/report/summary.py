@@ -102,7 +102,10 @@ def summarize(result: SimResult) -> dict:
     lost = result.lost if result.lost is not None else np.zeros_like(result.is_initial)
     return {
         "scenario": result.scenario.model_dump(mode="json"),
-        "profile": result.profile_info,
+        "profile": {k: v for k, v in result.profile_info.items() if k != "provenance"},
+        # which component gave each part of the time: fitted / extrapolated / datasheet, with
+        # the share of step time each covers and its p10/p90 band (epsim.cost.provenance)
+        "provenance": result.profile_info.get("provenance", {}),
         "seed": result.seed,
         "sim_seconds": result.duration_s,
         "warmup_s": result.warmup_s,
@@ -213,6 +216,7 @@ def format_table(summary: dict) -> str:
         f"experts {mean['experts_us']:.1f}  combine {mean['combine_us']:.1f}  layer {mean['layer_us']:.1f}",
         "step time share      " + "  ".join(f"{k} {v * 100:.1f}%" for k, v in
                                             s["time_breakdown_frac"].items() if v > 0.0005),
+        f"provenance           {s['provenance']['line']}" if s.get("provenance") else "",
         f"imbalance            max/mean pairs per rank {s['imbalance_max_over_mean']:.3f} "
         f"(per step), {s['rank_load_max_over_mean']:.3f} (mean load); balancedness "
         f"{s['balancedness']:.3f}",

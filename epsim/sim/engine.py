@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from epsim.cost.model import CostModel, StepCost
+from epsim.cost.provenance import provenance
 from epsim.cost.tables import contiguous_placement
 from epsim.profile import Profile, load_profile
 from epsim.routing.skew import SkewModel
@@ -240,7 +241,8 @@ class Simulation:
             profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
                           "records_sha256": prof.provenance.records_sha256,
                           "applies": self.cost_model.profile_applies,
-                          "components": {k: v.source for k, v in sorted(prof.components.items())}},
+                          "components": {k: v.source for k, v in sorted(prof.components.items())},
+                          "provenance": provenance(self.cost_model)},
             wall_seconds=wall_seconds, last_step=self.last_step)
 
 

@@ -1,0 +1,225 @@
+"""Provenance of a prediction: which profile component gave each part of the time, and how
+far to trust it.
+
+Every part a `CostModel` costs is tagged
+  fitted        a component fitted on measurements, used inside its fitted range;
+  extrapolated  a fitted component used outside it (`axes` names how: EP size, hidden size,
+                tokens per rank, RDMA bandwidth, another kernel);
+  datasheet     no measurement: datasheet figures times stated efficiencies;
+with the share of step time it covers (from a `Ledger` of the steps costed) and, where the
+profile stores spreads, the p10/p90 band ratios. Device time and host overhead are separate
+entries (`time`: "device", "host", or "device+host" for an eager-timed component).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from epsim.cost.timing import band_ratios
+
+# ledger columns, in order
+COLUMNS = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
+           "dispatch_host", "experts_host", "combine_host", "sync")
+_COL = {name: i for i, name in enumerate(COLUMNS)}
+TAGS = ("fitted", "extrapolated", "datasheet")
+
+
+@dataclass
+class Ledger:
+    """Time the costed steps spent per part, by step kind `(graph, kernel mode)`.
+
+    Attributes:
+        sums: (graph, mode) -> [len(COLUMNS)] float64 µs summed over steps (stage columns
+            include their host overhead; `*_host` columns repeat the host part alone).
+        tokens: (graph, mode) -> [min, max] tokens per rank of the steps' busiest rank.
+        steps: (graph, mode) -> number of steps.
+    """
+
+    sums: dict[tuple[bool, str], np.ndarray] = field(default_factory=dict)
+    tokens: dict[tuple[bool, str], list[float]] = field(default_factory=dict)
+    steps: dict[tuple[bool, str], int] = field(default_factory=dict)
+
+    def add(self, graph: bool, mode: str, row: np.ndarray, max_tokens: float) -> None:
+        key = (graph, mode)
+        if key not in self.sums:
+            self.sums[key] = np.zeros(len(COLUMNS))
+            self.tokens[key] = [max_tokens, max_tokens]
+            self.steps[key] = 0
+        self.sums[key] += row
+        lo_hi = self.tokens[key]
+        if max_tokens > 0:
+            lo_hi[0] = min(lo_hi[0], max_tokens) if lo_hi[0] > 0 else max_tokens
+            lo_hi[1] = max(lo_hi[1], max_tokens)
+        self.steps[key] += 1
+
+    @property
+    def total_us(self) -> float:
+        """Sum of every part's time (host counted once; the layer sync by magnitude, as it may
+        be negative where stages overlap)."""
+        return float(sum(v[:_COL["dispatch_host"]].sum() + abs(v[_COL["sync"]])
+                         for v in self.sums.values()))
+
+
+@dataclass(frozen=True)
+class ComponentUse:
+    """One part of the time and where it came from.
+
+    Attributes:
+        part: "attention", "dispatch", "experts", "combine", "shared_experts", "dense",
+            "overhead", "sync".
+        time: "device", "host", or "device+host" (an eager-timed component).
+        key: profile key used ("" for datasheet defaults); `label` names it for people.
+        tag: one of TAGS; `axes`: why extrapolated (empty otherwise).
+        share: its fraction of the summed step time.
+        p10_ratio, p90_ratio: measured/predicted band of the component (None: no measured band).
+        steps: "graph", "eager" or "graph+eager": the step kinds it was used in.
+    """
+
+    part: str
+    time: str
+    key: str
+    tag: str
+    axes: tuple[str, ...]
+    share: float
+    p10_ratio: float | None
+    p90_ratio: float | None
+    steps: str
+
+    @property
+    def label(self) -> str:
+        return self.key or f"datasheet {self.part}"
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["axes"] = list(self.axes)
+        return d
+
+
+def _outside(component, values: dict[str, tuple[float, float]]) -> list[str]:
+    """Axes on which the values used (name -> (lo, hi)) leave the component's fitted range
+    (`Component.outside`, the one fitted-range check, at both ends)."""
+    out = []
+    for name, (lo, hi) in values.items():
+        if hi > 0:
+            out += [a for a in component.outside(**{name: hi}) + component.outside(**{name: lo})
+                    if a not in out]
+    return out
+
+
+def _tag(profile, key: str, values: dict[str, tuple[float, float]],
+         extra_axes: list[str]) -> tuple[str, tuple[str, ...], float | None, float | None]:
+    comp = profile.components.get(key) if key else None
+    if comp is None or comp.source == "datasheet":
+        return "datasheet", tuple(extra_axes), None, None
+    axes = _outside(comp, values) + extra_axes if comp.source == "fit" else extra_axes
+    band = band_ratios(comp)
+    return ("extrapolated" if axes else "fitted", tuple(axes),
+            band[0] if band else None, band[1] if band else None)
+
+
+def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
+    """Every part the ledger's steps spent time on, with its component and tag, largest first."""
+    cm = cost_model
+    profile = cm.profile
+    applies = cm.profile_applies
+    total = ledger.total_us or 1.0
+    ep = {"ep_size": (cm.num_ranks, cm.num_ranks)}
+    hidden = {"hidden_size": (cm.model.hidden_size, cm.model.hidden_size)}
+    acc: dict[tuple[str, str, str], dict] = {}
+
+    def use(part, time, key, us, graph, values, extra=()):
+        if us <= 0:
+            return
+        key = key if applies else ""
+        entry = acc.setdefault((part, time, key), {"us": 0.0, "steps": set(), "values": {},
+                                                   "extra": set()})
+        entry["us"] += us
+        entry["steps"].add("graph" if graph else "eager")
+        for name, (lo, hi) in values.items():
+            old = entry["values"].get(name)
+            entry["values"][name] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        entry["extra"].update(extra)
+
+    experts_key = ""
+    for (graph, mode), row in ledger.sums.items():
+        lo, hi = ledger.tokens[(graph, mode)]
+        values = {**hidden, "num_tokens_per_rank": (lo, hi)}     # experts: per-rank work
+        comm_values = {**ep, **values}
+        eager = not graph
+        rdma = []
+        if cm.num_nodes > 1 and not any("rdma_gbps" in cm.profile.components.get(t.key).params
+                                        for t in cm.timings.values()
+                                        if t.key and t.kind != "experts" and applies):
+            rdma = ["RDMA bandwidth datasheet (no fit saw more than one node)"]
+        for kind in ("dispatch", "combine", "experts"):
+            us, host = row[_COL[kind]], row[_COL[f"{kind}_host"]]
+            if cm.backend == "none" and kind != "experts":
+                key = "none/allgather" if kind == "dispatch" else "none/allreduce"
+                if key not in profile.components and kind == "dispatch":
+                    key = "none/allreduce"
+                use(kind, "device+host", key if key in profile.components else "", us, graph,
+                    comm_values, rdma)
+                continue
+            t = cm.timings[(kind, mode if kind != "experts" else "", eager)]
+            extra = list(rdma if kind != "experts" else [])
+            if not eager and not t.device_only and t.key:
+                extra.append("eager-timed component used for a graph step (host included)")
+            use(kind, "device+host" if t.key and not t.device_only else "device", t.key, us - host, graph,
+                values if kind == "experts" else comm_values, extra)
+            if host > 0:
+                use(kind, "host", t.host_key, host, graph, {})
+            if kind == "experts":
+                experts_key = t.key
+        use("attention", "device", "any/attention" if "any/attention" in profile.components
+            else "", row[_COL["attention"]], graph, {})
+        gemm = ["dense GEMM costed with the experts fit's bandwidth and FLOP rate"]
+        use("shared_experts", "device", experts_key, row[_COL["shared_experts"]], graph, {}, gemm)
+        use("dense", "device", experts_key, row[_COL["dense"]], graph, {}, gemm)
+        use("overhead", "host", "any/step_overhead" if "any/step_overhead" in profile.components
+            else "", row[_COL["overhead"]], graph, {})
+        sync_key = f"{cm.backend}/moe_layer" + ("/graph" if graph else "")
+        if sync_key not in profile.components:
+            sync_key = f"{cm.backend}/moe_layer"
+        use("sync", "device" if graph else "device+host", sync_key, abs(row[_COL["sync"]]), graph,
+            comm_values)
+    out = []
+    for (part, time, key), e in acc.items():
+        tag, axes, p10, p90 = _tag(profile, key, e["values"], sorted(e["extra"]))
+        out.append(ComponentUse(part, time, key, tag, axes, e["us"] / total, p10, p90,
+                                "+".join(sorted(e["steps"]))))
+    return sorted(out, key=lambda u: (-u.share, u.part, u.time))
+
+
+_NAMES = {"attention": "attention", "dispatch": "dispatch", "combine": "combine",
+          "experts": "experts", "shared_experts": "shared experts", "dense": "dense layers",
+          "overhead": "step overhead", "sync": "layer sync"}
+
+
+def summarize(uses: list[ComponentUse], of: str = "step time") -> dict:
+    """Shares by tag, the datasheet parts, and the one line the CLI prints:
+    `measured: 62 % of step time (extrapolated: 20 %); datasheet: attention, RDMA`."""
+    share = {tag: sum(u.share for u in uses if u.tag == tag) for tag in TAGS}
+    datasheet = sorted({_NAMES[u.part] + (" host" if u.time == "host" and u.part != "overhead"
+                                          else "") for u in uses if u.tag == "datasheet"})
+    if any("RDMA" in a for u in uses for a in u.axes):
+        datasheet.append("RDMA")
+    extrapolated = sorted({_NAMES[u.part] for u in uses if u.tag == "extrapolated"})
+    line = f"measured: {share['fitted'] * 100:.0f} % of {of} in fitted range"
+    if extrapolated:
+        line += (f", {share['extrapolated'] * 100:.0f} % extrapolated "
+                 f"({', '.join(extrapolated)})")
+    line += "; datasheet: " + (f"{share['datasheet'] * 100:.0f} % ({', '.join(datasheet)})"
+                               if datasheet else "none")
+    return {"measured_share": share["fitted"], "extrapolated_share": share["extrapolated"],
+            "datasheet_share": share["datasheet"], "datasheet": datasheet,
+            "extrapolated": extrapolated, "line": line}
+
+
+def provenance(cost_model, ledger: Ledger | None = None, of: str = "step time") -> dict:
+    """The provenance block of `summary.json` and `epsim cost --json`: `components` (every
+    ComponentUse as a dict), the shares by tag, the datasheet parts and the CLI line."""
+    uses = component_uses(cost_model, ledger or cost_model.ledger)
+    return {"time_mode": cost_model.time_mode, **summarize(uses, of),
+            "components": [u.as_dict() for u in uses]}

@@ -1,0 +1,129 @@
+"""Device time vs host overhead (`--mode graph|eager`), and the provenance of every part of a
+prediction: fitted, extrapolated or datasheet, with its share of the time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from epsim.commands.cost import layer_cost
+from epsim.cost import CostModel, build_tables, contiguous_placement
+from epsim.errors import SpecError
+from epsim.profile import Component, Profile
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_model
+
+ROOT = Path(__file__).resolve().parents[2]
+RANGE = {"num_tokens_per_rank": [1.0, 1024.0], "hidden_size": [2048.0, 2048.0],
+         "ep_size": [2.0, 2.0]}
+
+
+def _epsim(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "epsim.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _comp(spread=None, **params) -> Component:
+    return Component(params=params, source="fit", valid_range=RANGE, spread=spread or {})
+
+
+@pytest.fixture()
+def split_profile() -> Profile:
+    """Device-only components for mooncake, and host overheads fitted apart."""
+    comm = dict(base_us=20.0, nvl_gbps=150.0, per_copy_us=0.0, slot_us_per_kb=0.0)
+    return Profile(name="split", hardware="H200", components={
+        "mooncake/dispatch/graph": _comp({"fit_log_sd": 0.05}, **comm),
+        "mooncake/combine/graph": _comp({"fit_log_sd": 0.05}, **comm),
+        "mooncake/experts/graph": _comp({"fit_log_sd": 0.04}, base_us=30.0, per_expert_us=0.5,
+                                        hbm_gbps=3000.0, tflops=400.0),
+        "mooncake/dispatch/host": _comp({"p10_ratio": 0.8, "p90_ratio": 1.5}, base_us=200.0),
+        "mooncake/combine/host": _comp({"p10_ratio": 0.8, "p90_ratio": 1.5}, base_us=100.0),
+        "mooncake/experts/host": _comp({"p10_ratio": 0.8, "p90_ratio": 1.5}, base_us=300.0),
+    })
+
+
+def _layer(profile, mode, tokens=64, backend="mooncake", ep=2, model="Qwen3-30B-A3B"):
+    return layer_cost(get_model(model), "H200", backend, ep, tokens, profile=profile,
+                      time_mode=mode)
+
+
+def test_eager_step_is_device_time_plus_host_overhead(split_profile):
+    graph, eager = _layer(split_profile, "graph"), _layer(split_profile, "eager")
+    assert graph["graph"] and not eager["graph"]
+    assert graph["host_us"] == {"dispatch": 0.0, "experts": 0.0, "combine": 0.0}
+    assert eager["host_us"] == {"dispatch": 200.0, "experts": 300.0, "combine": 100.0}
+    for kind, host in eager["host_us"].items():
+        assert eager[f"{kind}_us"] == pytest.approx(graph[f"{kind}_us"] + host)
+    # auto: a decode-sized batch replays a graph, a prefill-sized one runs eagerly
+    assert _layer(split_profile, "auto", tokens=64)["graph"]
+    assert not _layer(split_profile, "auto", tokens=4096)["graph"]
+
+
+def test_bands_combine_device_spread_and_host_distribution(split_profile):
+    graph, eager = _layer(split_profile, "graph"), _layer(split_profile, "eager")
+    z = 1.2815515655446004
+    d = graph["dispatch_us"]
+    assert graph["dispatch_p10_us"] == pytest.approx(d * np.exp(-z * 0.05))
+    assert graph["dispatch_p90_us"] == pytest.approx(d * np.exp(z * 0.05))
+    assert eager["dispatch_p10_us"] == pytest.approx(d * np.exp(-z * 0.05) + 160.0)
+    assert eager["dispatch_p90_us"] == pytest.approx(d * np.exp(z * 0.05) + 300.0)
+    for r in (graph, eager):
+        assert r["layer_p10_us"] < r["layer_us"] < r["layer_p90_us"]
+
+
+def test_provenance_tags_fitted_and_host_parts(split_profile):
+    prov = _layer(split_profile, "eager")["provenance"]
+    parts = {(u["part"], u["time"]): u for u in prov["components"]}
+    assert parts[("dispatch", "device")]["key"] == "mooncake/dispatch/graph"
+    assert parts[("dispatch", "host")]["key"] == "mooncake/dispatch/host"
+    assert all(u["tag"] == "fitted" for u in prov["components"])
+    assert sum(u["share"] for u in prov["components"]) == pytest.approx(1.0)
+    assert prov["measured_share"] == pytest.approx(1.0)
+    # outside the fitted tokens: extrapolated, naming the axis
+    far = _layer(split_profile, "graph", tokens=4096)["provenance"]
+    axes = {u["part"]: u["axes"] for u in far["components"]}
+    assert any("num_tokens_per_rank (4096) outside fitted [1, 1024]" in a for a in axes["experts"])
+    assert far["measured_share"] == 0.0 and far["extrapolated_share"] == pytest.approx(1.0)
+
+
+def test_bad_time_mode_is_one_line():
+    m = get_model("Qwen3-30B-A3B")
+    with pytest.raises(SpecError, match=r"mode \('fast'\) must be one of"):
+        CostModel(m, ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=2), time_mode="fast")
+
+
+def test_cost_cli_names_deepep_datasheet_components():
+    proc = _epsim("cost", "--model", "DeepSeek-V3", "--backend", "deepep", "--ep", "64",
+                  "--tokens-per-rank", "128")
+    assert proc.returncode == 0, proc.stderr
+    assert "time: device time (CUDA-graph step), decode phase, --mode auto" in proc.stdout
+    line = next(l for l in proc.stdout.splitlines() if "measured:" in l)
+    assert "datasheet:" in line and "dispatch" in line and "combine" in line and "RDMA" in line
+    proc = _epsim("cost", "--model", "DeepSeek-V3", "--backend", "deepep", "--ep", "64",
+                  "--tokens-per-rank", "128", "--mode", "eager", "--json")
+    data = json.loads(proc.stdout)
+    assert data["time_mode"] == "eager" and data["time"] == "device+host"
+    tags = {u["part"]: u["tag"] for u in data["provenance"]["components"]}
+    assert tags["dispatch"] == tags["combine"] == "datasheet"
+    assert tags["experts"] == "extrapolated"             # hidden 7168 no fit saw
+    assert set(data["provenance"]["datasheet"]) >= {"dispatch", "combine", "RDMA"}
+
+
+def test_simulate_deepep_scenario_names_datasheet_components(tmp_path):
+    out = tmp_path / "run"
+    proc = _epsim("simulate", "scenarios/deepseek_v3_decode.yaml", "--out", str(out),
+                  "--no-plots", "--no-progress", "--set", "workload.duration_s=0.3",
+                  "--set", "workload.warmup_s=0.0")
+    assert proc.returncode == 0, proc.stderr
+    assert "provenance           measured:" in proc.stdout
+    prov = json.loads((out / "summary.json").read_text())["provenance"]
+    assert {"attention", "dispatch", "combine"} <= set(prov["datasheet"])
+    shares = sum(prov[f"{t}_share"] for t in ("measured", "extrapolated", "datasheet"))
+    assert shares == pytest.approx(1.0)
+    assert all(u["tag"] in ("fitted", "extrapolated", "datasheet") for u in prov["components"])
