@@ -46,6 +46,7 @@ class EqualityCase:
     dispatch_mode: str = "static"
     load: str = "cache"
     dispatch_dtype: str = "bf16"
+    deepep_mode: str = "normal"
     label: str = ""
 
 
@@ -100,7 +101,8 @@ def equality_worker(rank: int, world_size: int, group, case: EqualityCase) -> di
     model = Qwen3MoeModel(cfg, placement=case.placement, backend=case.backend, group=group,
                           dtype=dtype, device=device, dispatch_mode=case.dispatch_mode,
                           max_tokens_per_rank=max(max(case.tokens_per_rank), 1),
-                          dispatch_dtype=case.dispatch_dtype, seed=case.seed)
+                          dispatch_dtype=case.dispatch_dtype, deepep_mode=case.deepep_mode,
+                          seed=case.seed)
     if case.load == "checkpoint":
         model.load_weights(to_hf_names(weights))
     else:

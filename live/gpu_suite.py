@@ -9,7 +9,8 @@ tiny shapes (`python -m live.gpu_suite --quick --out DIR`). Parts:
 2. ep_torch: `none` and `torch` at EP 2 over NCCL (gloo in --quick): equality with the
    single-device block (router and hot-set skew with redundant experts), then timings.
 3. ep_mooncake: `mooncake` at EP 2: equality, then timings (skipped with the reason on CPU).
-4. ep_deepep: `deepep` availability (deep_ep needs torch >= 2.13 + CUDA; recorded as skipped).
+4. ep_deepep: `deepep` at EP 2 where a DeepEP build imports (scripts/build_deepep.sh), else
+   recorded as skipped with the reason.
 5. weight_cache_ipc: the IPC weight-cache load path from a spawned producer (CUDA IPC on GPU,
    shared memory on CPU), checked against the checkpoint path.
 

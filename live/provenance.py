@@ -29,6 +29,31 @@ def _version(*dists: str) -> str:
     return ""
 
 
+def deep_ep_version() -> str:
+    """The installed DeepEP: its version, plus what `scripts/build_deepep.sh` recorded in the
+    wheel (release, commit, torch, CUDA, NVSHMEM) when it was built from source; "" if absent.
+
+    Reads `deep_ep/_build_info.py` as a file: importing `deep_ep` would load its CUDA extension.
+    """
+    import importlib.util
+    import runpy
+
+    version = _version("sgl-deep-ep", "deep-ep", "deep_ep")
+    try:
+        spec = importlib.util.find_spec("deep_ep")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return version
+    info_path = Path(list(spec.submodule_search_locations)[0]) / "_build_info.py"
+    if not info_path.is_file():
+        return version
+    info = runpy.run_path(str(info_path)).get("BUILD_INFO", {})
+    return (f"{version} ({info.get('release', '?')} {info.get('commit', '?')[:12]}; torch "
+            f"{info.get('torch', '?')}, CUDA {info.get('cuda', '?')}, NVSHMEM "
+            f"{info.get('nvshmem') or 'none'}; kernels {info.get('kernels', '?')})")
+
+
 def commit() -> str:
     """`EPSIM_COMMIT` if set, else `git rev-parse HEAD` (+ "-dirty" with local changes)."""
     if os.environ.get("EPSIM_COMMIT"):
@@ -60,6 +85,6 @@ def collect(world_size: int, backend: str) -> dict:
     return {"device": device, "hardware": hardware, "driver": driver, "torch": torch.__version__,
             "nccl": nccl, "cuda": torch.version.cuda or "",
             "mooncake": _version("mooncake-transfer-engine-cuda13", "mooncake-transfer-engine"),
-            "deep_ep": _version("sgl-deep-ep", "deep-ep", "deep_ep"),
+            "deep_ep": deep_ep_version(),
             "commit": commit(), "host": platform.node(),
             "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -1,9 +1,11 @@
 """`deepep`: DeepEP's `Buffer`, normal (dedup per rank) and low-latency (one copy per pair).
 
 Where it runs: `deep_ep` must import, which needs a DeepEP build for the installed torch and
-CUDA. The builds we can get (sgl-deep-ep) need torch >= 2.13 with CUDA; our CPU machine has
-no GPU and our GPU machine has torch 2.11, so this backend runs on neither — its tests skip
-with that reason and it has never been executed. It is written against DeepEP's documented
+CUDA. The `sgl-deep-ep` wheels need torch >= 2.13; `scripts/build_deepep.sh` builds DeepEP
+v1.2.1 from source against the GPU image's torch 2.11 / CUDA 13 with NVSHMEM (all kernels). On
+one H200 the low-latency path has run for real at EP 1 and matched the single-device block
+(`python -m live.deepep_smoke`, `benchmarks/results/deepep_build_h200/`); the normal
+(intranode) kernels need 2, 4 or 8 ranks and have not run yet. Written against DeepEP's
 `Buffer` API (`get_dispatch_layout`/`dispatch`/`combine`, `low_latency_dispatch`/
 `low_latency_combine`).
 """
@@ -87,8 +89,9 @@ class DeepEPBackend(LowLatencyLayout, A2ABackend):
     @classmethod
     def check_available(cls, device: torch.device) -> None:
         super().check_available(device)
-        cls.require_module("deep_ep", "DeepEP builds need torch >= 2.13 with CUDA (our GPU "
-                                      "machine has torch 2.11), so use 'torch' or 'mooncake'")
+        cls.require_module("deep_ep", "build it for this torch and CUDA with "
+                                      "scripts/build_deepep.sh (sgl-deep-ep wheels need torch "
+                                      ">= 2.13), or use 'torch' or 'mooncake'")
 
     def dispatch(self, x, topk_slots, topk_weights) -> Dispatched:
         topk_slots = topk_slots.contiguous()

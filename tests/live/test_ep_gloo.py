@@ -27,14 +27,17 @@ def _cases(world_size: int) -> list[EqualityCase]:
     tokens = TOKENS[:world_size]
     redundant = _redundant(world_size)
     out = []
-    for backend in ("torch", "none"):
+    # torch "low_latency": the static-shape layout without host sync (padding rows masked)
+    for backend, mode in (("torch", "normal"), ("torch", "low_latency"), ("none", "normal")):
+        name = backend if mode == "normal" else f"{backend}-{mode}"
         out += [
-            EqualityCase(CONFIG, backend, tokens, label=f"{backend}/router"),
+            EqualityCase(CONFIG, backend, tokens, deepep_mode=mode, label=f"{name}/router"),
             EqualityCase(CONFIG, backend, tokens, placement=redundant, skew=HOTSET,
-                         load="checkpoint", label=f"{backend}/hotset+redundant/checkpoint"),
+                         load="checkpoint", deepep_mode=mode,
+                         label=f"{name}/hotset+redundant/checkpoint"),
             EqualityCase(CONFIG, backend, tokens, placement=redundant,
                          skew={"kind": "zipf", "alpha": 1.5}, dispatch_mode="random",
-                         label=f"{backend}/zipf+redundant/random/cache"),
+                         deepep_mode=mode, label=f"{name}/zipf+redundant/random/cache"),
         ]
     return out
 
