@@ -69,7 +69,9 @@ def _add_calibrate(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--live", action="store_true", help="run the live bench, then fit")
     src.add_argument("--records", nargs="+", help="fit offline from record files (JSONL)")
-    p.add_argument("--gpus", type=int, default=None, help="local GPUs to use (default: all, or 2 CPU ranks)")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="local GPUs to use (default: all visible; 1: the single-GPU components; "
+                        "no GPU: 2 CPU ranks)")
     p.add_argument("--backends", nargs="+", default=None, help="backends to measure")
     p.add_argument("--quick", action="store_true", help="a small sweep (minutes)")
     p.add_argument("--out", default=None, help="profile JSON to write")

@@ -2,6 +2,10 @@
 
 `live/` writes these; `epsim calibrate` fits profiles on them; `epsim validate` judges
 predictions against them. Times are microseconds; counts are per rank, rank order.
+
+Schema 2 (`epsim.record/2`) adds, all optional: the single-GPU kinds (`attention_prefill`,
+`attention_decode`, `dense_mlp`), `timing` (what a time measures: device, host or eager),
+`num_local_experts`, the attention sizes and `intermediate_size`. Version 1 lines still read.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from epsim import vocab
 from epsim.errors import RecordError
 from epsim.spec.errors import format_error
 
-SCHEMA = "epsim.record/1"
+SCHEMA = "epsim.record/2"
+READABLE_SCHEMAS = ("epsim.record/1", SCHEMA)
 RecordDtype = Literal[(*vocab.DISPATCH_DTYPES, "")]   # "": the backend's native dtype
 
 RecordKind = Literal[
@@ -32,7 +37,21 @@ RecordKind = Literal[
     "allreduce",     # the `none` backend's all-reduce of hidden states
     "expert_load",   # recorder output: tokens per [layer, expert] over a window
     "equality",      # a correctness check (max abs error vs the reference), not a timing
+    "attention_prefill",  # causal GQA attention over new tokens (one GPU, `live.components`)
+    "attention_decode",   # one new token per sequence against a KV cache (one GPU)
+    "dense_mlp",     # a dense SwiGLU MLP: dense layers, DeepSeek's shared expert (one GPU)
 ]
+
+# What a record's times measure (schema 2):
+#   device: GPU time alone -- CUDA-graph replays timed with CUDA events, launched ahead of the
+#       GPU so no host work is inside (what a CUDA-graph decode step pays);
+#   host: host time to issue one eager call (Python, dispatch, kernel launches; no device wait),
+#       the overhead an eager step adds on top of device time where the host is the bottleneck;
+#   eager: one eager call from an idle GPU, CUDA events around it (device time plus the launch
+#       gaps the host leaves); on CPU, a monotonic clock around the call;
+#   "": schema-1 records -- stage gaps of an eager forward (device and host time mixed), or
+#       `mode: graph` for launched-ahead forwards.
+Timing = Literal["", "device", "host", "eager"]
 
 
 class Provenance(BaseModel):
@@ -64,8 +83,9 @@ class MeasurementRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_: Literal["epsim.record/1"] = Field(default=SCHEMA, alias="schema")
+    schema_: Literal["epsim.record/1", "epsim.record/2"] = Field(default=SCHEMA, alias="schema")
     kind: RecordKind
+    timing: Timing = Field(default="", description="device | host | eager (see `Timing`)")
     backend: str = Field(min_length=1, description="none | torch | mooncake | deepep | p2p")
     mode: str = Field(default="", description="deepep normal | low_latency; plus a 'graph' part "
                       "for device-only timings (launched ahead of the GPU, as a CUDA graph replays)")
@@ -75,6 +95,15 @@ class MeasurementRecord(BaseModel):
     moe_intermediate_size: int = Field(default=0, ge=0)
     num_experts: int = Field(default=0, ge=0, description="logical experts")
     num_physical_experts: int = Field(default=0, ge=0)
+    num_local_experts: int = Field(default=0, ge=0, description="experts the measured GPU holds "
+                                   "(single-GPU experts records: rank 0 of an EP group of ep_size)")
+    intermediate_size: int = Field(default=0, ge=0, description="dense_mlp: the MLP's width")
+    num_attention_heads: int = Field(default=0, ge=0, description="attention: query heads")
+    num_kv_heads: int = Field(default=0, ge=0, description="attention: key/value heads (GQA)")
+    head_dim: int = Field(default=0, ge=0)
+    num_seqs: int = Field(default=0, ge=0, description="attention: sequences in the batch")
+    context_len: int = Field(default=0, ge=0, description="attention: key/value tokens per sequence "
+                             "(prefill: the sequence itself; decode: the cache)")
     top_k: int = Field(default=0, ge=0)
     model: str = ""
     dispatch_dtype: RecordDtype = "bf16"
@@ -176,8 +205,9 @@ def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, M
         except json.JSONDecodeError as exc:
             problem = f"{where}: not valid JSON ({exc.msg})"
         else:
-            if isinstance(data, dict) and data.get("schema", SCHEMA) != SCHEMA:
-                problem = f"{where}: schema ({data.get('schema')!r}) must be {SCHEMA!r}"
+            if isinstance(data, dict) and data.get("schema", SCHEMA) not in READABLE_SCHEMAS:
+                problem = (f"{where}: schema ({data.get('schema')!r}) must be one of "
+                           f"{', '.join(READABLE_SCHEMAS)}")
             else:
                 try:
                     record = MeasurementRecord.model_validate(data)

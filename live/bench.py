@@ -310,7 +310,11 @@ def bench_plan_from_args(args) -> BenchPlan:
     world_size = 2 if args.gpus is None else args.gpus
     if world_size < 2:
         raise LiveError(f"--gpus ({world_size}) must be >= 2: one rank has nothing to dispatch")
-    cpu = bool(getattr(args, "cpu", False)) or torch.cuda.device_count() < world_size
+    visible = torch.cuda.device_count()
+    cpu = bool(getattr(args, "cpu", False)) or visible == 0
+    if not cpu and visible < world_size:      # never a silent fall back to CPU ranks
+        raise LiveError(f"--gpus ({world_size}) must be <= the {visible} GPU(s) visible; pass "
+                        f"--cpu for CPU ranks (one GPU: python -m live.component_bench)")
     tokens = None
     if getattr(args, "tokens", None):
         try:

@@ -45,6 +45,19 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor)
     return torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
 
 
+def swiglu_mlp(x: torch.Tensor, gate_up_weight: torch.Tensor,
+               down_weight: torch.Tensor) -> torch.Tensor:
+    """One SwiGLU MLP (an expert, a shared expert, a dense layer): `down(silu(gate(x)) * up(x))`.
+
+    Args:
+        x: [rows, H]; gate_up_weight: [2*I, H] (gate rows first, then up); down_weight: [H, I].
+    Returns:
+        [rows, H].
+    """
+    gate, up = F.linear(x, gate_up_weight).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, down_weight)
+
+
 def expert_mlp(x: torch.Tensor, counts: torch.Tensor, gate_up_proj: torch.Tensor,
                down_proj: torch.Tensor, impl: str = "auto") -> torch.Tensor:
     """SwiGLU experts on rows grouped by expert: `down(silu(gate(x)) * up(x))`.
@@ -72,9 +85,8 @@ def expert_mlp(x: torch.Tensor, counts: torch.Tensor, gate_up_proj: torch.Tensor
     begin = 0
     for slot, count in enumerate(counts.tolist()):
         if count:
-            rows = x[begin:begin + count]
-            gate, up = F.linear(rows, gate_up_proj[slot]).chunk(2, dim=-1)
-            out[begin:begin + count] = F.linear(F.silu(gate) * up, down_proj[slot])
+            out[begin:begin + count] = swiglu_mlp(x[begin:begin + count], gate_up_proj[slot],
+                                                  down_proj[slot])
             begin += count
     return out
 

@@ -12,21 +12,71 @@ from epsim.errors import EpsimError
 DEFAULT_LIVE_DIR = Path("runs/calibrate")
 
 
+COMMUNICATION_NOTE = ("communication (dispatch, combine) needs two or more GPUs: it is taken "
+                      "from the shipped records (2x H200, epsim/data/records/h200x2), what they "
+                      "do not cover from the datasheet")
+
+
+def choose_live_bench(num_gpus_visible: int, gpus: int | None, cpu: bool) -> str:
+    """Which live bench `--live` runs here; never CPU ranks while a GPU is visible, unless asked.
+
+    Args:
+        num_gpus_visible: `torch.cuda.device_count()`; gpus: `--gpus` (None: all visible);
+        cpu: `--cpu`.
+    Returns:
+        "cpu": the EP bench on 2 CPU ranks (gloo) -- `--cpu`, or no GPU visible;
+        "components": every single-GPU component on one GPU (`live.component_bench`);
+        "ep": the EP bench on `gpus` GPUs (NCCL).
+    Raises:
+        EpsimError: `--gpus` below 1 or above the GPUs visible (no silent fallback to CPU ranks).
+    """
+    if cpu:
+        return "cpu"
+    if gpus is not None and gpus < 1:
+        raise EpsimError(f"--gpus ({gpus}) must be >= 1; pass --cpu to measure on CPU ranks")
+    if num_gpus_visible == 0:
+        if gpus is not None:
+            raise EpsimError(f"--gpus ({gpus}) must be <= the 0 GPUs visible; pass --cpu to "
+                             f"measure on CPU ranks")
+        return "cpu"
+    wanted = num_gpus_visible if gpus is None else gpus
+    if wanted > num_gpus_visible:
+        raise EpsimError(f"--gpus ({gpus}) must be <= the {num_gpus_visible} GPU(s) visible; "
+                         f"pass --cpu to measure on CPU ranks instead")
+    return "components" if wanted == 1 else "ep"
+
+
+def _num_gpus_visible() -> int:
+    import torch
+    return torch.cuda.device_count()
+
+
 def _measure(args) -> list[Path]:
-    """Run `live.bench` as the options say; returns the records file."""
+    """Run the live bench the machine and options call for; returns the record files to fit."""
     try:
-        from live.bench import bench_plan_from_args, run_bench, run_eplb_bench
         from live.errors import LiveError
+        num_gpus = _num_gpus_visible()
     except ImportError as exc:
         raise EpsimError(f"--live needs the live extra (torch): pip install 'epsim[live]' "
                          f"({exc})") from None
+    which = choose_live_bench(num_gpus, args.gpus, args.cpu)
     records = Path(args.records_out or DEFAULT_LIVE_DIR / "records.jsonl")
+    records.parent.mkdir(parents=True, exist_ok=True)
+    if which == "components":
+        return _measure_components(args, records)
+    from live.bench import bench_plan_from_args, run_bench, run_eplb_bench
+
+    if which == "cpu" and not args.cpu:
+        print("live bench: no GPU visible: measuring on CPU ranks (gloo), a CPU profile",
+              file=sys.stderr)
     args.tokens = args.skews = args.models = args.dtypes = args.iters = None
+    args.cpu = which == "cpu"
+    if which == "ep":
+        args.gpus = args.gpus or num_gpus
     try:
         plan = bench_plan_from_args(args)
     except LiveError as exc:
         raise EpsimError(str(exc)) from None
-    records.parent.mkdir(parents=True, exist_ok=True)
     records.write_text("")                     # a fresh file: the profile names exactly this run
     print(f"live bench: {plan.num_points} points, {len(plan.cases)} cases on {plan.world_size} "
           f"{'GPUs (nccl)' if plan.dist_backend == 'nccl' else 'CPU ranks (gloo)'} -> {records}",
@@ -45,6 +95,32 @@ def _measure(args) -> list[Path]:
         print(run_eplb_bench(records.parent, args.quick), file=sys.stderr)
         paths += [eplb] if eplb.is_file() and eplb.stat().st_size else []
     return paths
+
+
+def _measure_components(args, records: Path) -> list[Path]:
+    """One GPU: time every single-GPU component on it; communication from the shipped records."""
+    from epsim.calibrate.inputs import default_record_paths
+    from live.component_bench import plan_components, run_components
+    from live.errors import LiveError
+
+    try:
+        plan = plan_components("cuda", quick=args.quick)
+    except LiveError as exc:
+        raise EpsimError(str(exc)) from None
+    records.write_text("")
+    print(f"live bench: {plan.num_points} points (experts, attention, dense MLP) on 1 GPU, "
+          f"device time, host overhead and eager time each -> {records}", file=sys.stderr)
+    print(f"live bench: {COMMUNICATION_NOTE}", file=sys.stderr)
+    for note in plan.notes[1:]:
+        print(f"live bench: {note}", file=sys.stderr)
+    result = run_components(plan, records, args.budget_s, progress=not args.no_progress)
+    for skipped in result.skipped:
+        print(f"epsim calibrate: note: {skipped}", file=sys.stderr)
+    print(f"live bench: {result.num_records} records from {result.num_points} points in "
+          f"{result.seconds:.0f} s on {result.provenance.get('device', '?')}", file=sys.stderr)
+    if not result.num_records:
+        raise EpsimError(f"the live bench measured nothing ({records}); see the notes above")
+    return [records] + default_record_paths()
 
 
 def _summary(cal) -> str:

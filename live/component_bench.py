@@ -1,0 +1,283 @@
+"""live.component_bench: every single-GPU component timed on one GPU (or, with --cpu, the CPU).
+
+Experts (grouped GEMM of the Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3 shapes, 8 to 128
+local experts, 1 to 16384 tokens per rank, uniform, Zipf(1) and hot-set routing), GQA attention
+(prefill over sequence lengths, decode over batch x context) and dense MLPs (DeepSeek-V3's dense
+layers and shared expert), each point timed as device time, host overhead and eager time
+(`live.op_timing`) and written as `epsim.records` lines (`timing` says which), appended as
+measured so a run stopped by its budget keeps what it measured. Communication needs two or more
+GPUs: `live.bench` measures it.
+
+    python -m live.component_bench --out DIR [--quick] [--cpu] [--passes 2] [--budget-s 400]
+
+With `--passes N` the grid is swept N times, each pass in its own shuffled order within a
+shape (records carry `extra.pass`): the spread between passes is the pass-to-pass spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from live.components import AttentionShape, ExpertShape, MlpShape, Point
+
+TOKENS = tuple(2 ** i for i in range(15))                     # 1 .. 16384 tokens per rank
+EXPERT_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3")
+LOCAL_EXPERTS = (8, 16, 32, 64, 128)
+SKEWS = ({"kind": "uniform"},
+         {"kind": "zipf", "alpha": 1.0, "shuffle_per_layer": False},
+         {"kind": "hotset", "num_hot": 16, "hot_frac": 0.5, "shuffle_per_layer": False})
+ATTENTION_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B")      # GQA; DeepSeek-V3's MLA: see notes
+PREFILL = ((1, 128), (1, 256), (1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (1, 16384),
+           (4, 256), (4, 1024), (4, 4096))                    # (sequences, tokens each)
+DECODE_SEQS = (1, 4, 16, 64, 256)
+DECODE_CONTEXT = (512, 2048, 8192, 32768)
+MAX_KV_TOKENS = 1 << 22                                       # seqs x context (8.6 GB of KV)
+MLP_SHAPES = (MlpShape("DeepSeek-V3/dense", 7168, 18432),
+              MlpShape("DeepSeek-V3/shared_expert", 7168, 2048),
+              MlpShape("h2048-i6144", 2048, 6144))
+NOTES = ("communication (dispatch, combine) needs two or more GPUs: not measured here",
+         "DeepSeek-V3 attention (MLA) not measured: the image has no MLA kernel; it stays datasheet")
+
+# CPU: tiny shapes so the whole grid runs in seconds (tests, and the record format)
+CPU_EXPERTS = ExpertShape("cpu-h256", 256, 128, 16, 2)
+CPU_ATTENTION = AttentionShape("cpu-gqa", 8, 2, 32)
+CPU_MLP = MlpShape("cpu-h256-i512", 256, 512)
+
+
+@dataclass(frozen=True)
+class ComponentPlan:
+    points: tuple[Point, ...]
+    device: str                    # "cuda" | "cpu"
+    dtype: str                     # "bfloat16" | "float32"
+    num_iters: int
+    num_warmup: int = 3
+    num_passes: int = 1
+    seed: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def num_points(self) -> int:
+        return len(self.points) * self.num_passes
+
+
+@dataclass
+class ComponentResult:
+    records_path: Path
+    num_records: int = 0
+    num_points: int = 0
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    provenance: dict = field(default_factory=dict)
+
+
+def _expert_shape(name: str) -> ExpertShape:
+    from epsim.zoo import get_model
+    spec = get_model(name)
+    return ExpertShape(name, spec.hidden_size, spec.moe_intermediate_size, spec.num_experts,
+                       spec.top_k)
+
+
+def _attention_shape(name: str) -> AttentionShape:
+    from epsim.zoo import get_model
+    spec = get_model(name)
+    return AttentionShape(name, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim)
+
+
+def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] | None = None,
+                    num_iters: int | None = None, num_passes: int | None = None,
+                    seed: int = 0) -> ComponentPlan:
+    """The grid, grouped by weight shape (one allocation per shape).
+
+    Args:
+        device: "cuda" (the grid above, BF16) or "cpu" (tiny shapes, float32).
+        quick: a few points per component (a minute on one GPU).
+        kinds: components to keep (default all): experts, attention_prefill, attention_decode,
+            dense_mlp.
+    Raises:
+        LiveError: an unknown kind or device, iterations or passes <= 0.
+    """
+    from live.errors import LiveError
+
+    all_kinds = ("experts", "attention_prefill", "attention_decode", "dense_mlp")
+    for kind in kinds or ():
+        if kind not in all_kinds:
+            raise LiveError(f"kind ({kind!r}) must be one of {', '.join(all_kinds)}")
+    if device not in ("cuda", "cpu"):
+        raise LiveError(f"device ({device!r}) must be 'cuda' or 'cpu'")
+    for name, value in (("iters", num_iters), ("passes", num_passes)):
+        if value is not None and value <= 0:
+            raise LiveError(f"{name} ({value}) must be >= 1")
+    points: list[Point] = []
+    skews = [tuple(sorted(s.items())) for s in SKEWS]
+    if device == "cpu":
+        hot = tuple(sorted({"kind": "hotset", "num_hot": 2, "hot_frac": 0.5,
+                            "shuffle_per_layer": False}.items()))
+        points += [Point("experts", CPU_EXPERTS, t, n, s) for n in (4, 16)
+                   for s in (skews[0], hot) for t in (1, 4, 16, 64)]
+        points += [Point("attention_prefill", CPU_ATTENTION, num_seqs=1, context_len=c)
+                   for c in (16, 64)]
+        points += [Point("attention_decode", CPU_ATTENTION, num_seqs=b, context_len=c)
+                   for b in (1, 4) for c in (64, 256)]
+        points += [Point("dense_mlp", CPU_MLP, t) for t in (1, 16, 64)]
+    else:
+        models = EXPERT_MODELS[:1] if quick else EXPERT_MODELS
+        for name in models:
+            shape = _expert_shape(name)
+            locals_ = (8, 128) if quick else [n for n in LOCAL_EXPERTS if n <= shape.num_experts]
+            for n in locals_:
+                for s in (skews[::2] if quick else skews):
+                    points += [Point("experts", shape, t, n, s)
+                               for t in ((1, 16, 256, 4096) if quick else TOKENS)]
+        for name in ATTENTION_MODELS[:1] if quick else ATTENTION_MODELS:
+            shape = _attention_shape(name)
+            prefill = ((1, 512), (1, 4096)) if quick else PREFILL
+            points += [Point("attention_prefill", shape, num_seqs=b, context_len=c)
+                       for b, c in prefill]
+            decode = ((1, 2048), (64, 2048)) if quick else [
+                (b, c) for b in DECODE_SEQS for c in DECODE_CONTEXT if b * c <= MAX_KV_TOKENS]
+            points += [Point("attention_decode", shape, num_seqs=b, context_len=c)
+                       for b, c in decode]
+        for shape in MLP_SHAPES[1:2] if quick else MLP_SHAPES:
+            points += [Point("dense_mlp", shape, t) for t in ((1, 64, 1024) if quick else TOKENS)]
+    points = [p for p in points if p.kind in (kinds or all_kinds)]
+    cpu = device == "cpu"
+    return ComponentPlan(tuple(points), device, "float32" if cpu else "bfloat16",
+                         num_iters or (5 if cpu else 20), num_warmup=1 if cpu else 3,
+                         num_passes=num_passes or (1 if quick or cpu else 2), seed=seed,
+                         notes=NOTES[:1] if cpu else NOTES)
+
+
+def _pass_order(points: tuple[Point, ...], rng: np.random.Generator) -> list[Point]:
+    """Points grouped by weight shape (groups in plan order), shuffled within each group."""
+    groups: dict[tuple, list[Point]] = {}
+    for point in points:
+        groups.setdefault(point.weight_key, []).append(point)
+    out = []
+    for members in groups.values():
+        out += [members[i] for i in rng.permutation(len(members))]
+    return out
+
+
+def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: float = float("inf"),
+                   progress: bool = True) -> ComponentResult:
+    """Time every point of the plan, appending records to `records_path` as measured.
+
+    Stops starting points once `budget_s` is spent (what was measured is kept).
+    """
+    import torch
+
+    from epsim.records import MeasurementRecord, write_records
+    from live.checks import DTYPES
+    from live.components import WeightCache, build_op
+    from live.op_timing import L2Flush, time_op
+    from live.provenance import collect
+
+    records_path = Path(records_path)
+    records_path.parent.mkdir(parents=True, exist_ok=True)
+    records_path.touch()
+    device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" \
+        else torch.device("cpu")
+    provenance = collect(1, "nccl" if plan.device == "cuda" else "gloo")
+    if plan.device == "cpu":
+        provenance["device"] = "1x cpu"
+    result = ComponentResult(records_path, provenance=provenance)
+    weights = WeightCache(device, DTYPES[plan.dtype], plan.seed)
+    flush = L2Flush(device)
+    max_local = {p.shape: max(q.num_local for q in plan.points if q.shape == p.shape)
+                 for p in plan.points if p.kind == "experts"}
+    start = last_print = time.time()
+    done = 0
+    for pass_id in range(plan.num_passes):
+        order = _pass_order(plan.points, np.random.default_rng([plan.seed, pass_id]))
+        for point in order:
+            if time.time() - start > budget_s:
+                result.skipped.append(f"pass {pass_id}: {plan.num_points - done} points not "
+                                      f"started, time budget spent")
+                break
+            done += 1
+            op, fields = build_op(point, weights, max_local.get(point.shape, 0), plan.seed)
+            if op is None:
+                if pass_id == 0:
+                    result.skipped.append(f"{point.label}: {fields['skipped']}")
+                continue
+            with torch.no_grad():
+                times = time_op(op, device, plan.num_iters, plan.num_warmup, flush)
+            del op
+            extra = dict(fields.pop("extra", {}), dtype=plan.dtype, method=times.method,
+                         l2="flushed before each call" if device.type == "cuda" else "",
+                         **{"pass": pass_id})
+            if times.graph_error:
+                extra["graph_error"] = times.graph_error
+            records = [MeasurementRecord(**fields, backend="local", timing=timing,
+                                         dispatch_dtype="", seed=plan.seed, **summary,
+                                         num_iters=plan.num_iters, extra=extra,
+                                         provenance=provenance)
+                       for timing, summary in times.summaries().items()]
+            result.num_records += write_records(records, records_path)
+            if progress and (time.time() - last_print > 10 or done == plan.num_points):
+                last_print = time.time()
+                print(f"  [{time.time() - start:5.0f} s] pass {pass_id + 1}/{plan.num_passes}: "
+                      f"{done}/{plan.num_points} points ({point.label})", file=sys.stderr,
+                      flush=True)
+        else:
+            continue
+        break
+    result.num_points = done
+    result.seconds = time.time() - start
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m live.component_bench",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "out/components"))
+    parser.add_argument("--records-name", default="components.jsonl")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--cpu", action="store_true", help="time on the CPU (tiny shapes)")
+    parser.add_argument("--kinds", nargs="+", default=None)
+    parser.add_argument("--iters", type=int, default=None)
+    parser.add_argument("--passes", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget-s", type=float, default=float("inf"))
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    from live.errors import LiveError
+
+    import torch
+    if not args.cpu and not torch.cuda.is_available():
+        print("live.component_bench: error: no CUDA GPU visible; pass --cpu to time on the CPU",
+              file=sys.stderr)
+        return 2
+    try:
+        plan = plan_components("cpu" if args.cpu else "cuda", args.quick, args.kinds, args.iters,
+                               args.passes, args.seed)
+    except LiveError as exc:
+        print(f"live.component_bench: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for note in plan.notes:
+        print(f"live.component_bench: {note}", file=sys.stderr)
+    result = run_components(plan, out / args.records_name, args.budget_s, not args.no_progress)
+    summary = {"records": str(result.records_path), "num_records": result.num_records,
+               "num_points": result.num_points, "seconds": round(result.seconds, 1),
+               "skipped": result.skipped, "notes": list(plan.notes),
+               "provenance": result.provenance}
+    (out / "components_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"live.component_bench: {result.num_records} records from {result.num_points} points "
+          f"in {result.seconds:.0f} s ({len(result.skipped)} skipped) -> {result.records_path}",
+          file=sys.stderr)
+    return 0 if result.num_records else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The single-GPU component bench: its grid, its records (run for real on the CPU), and
+`epsim calibrate --live` choosing it when one GPU is visible (device count faked) -- never a
+silent fall back to CPU ranks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import live.bench
+import live.component_bench
+from epsim.cli import main
+from epsim.commands.calibrate import choose_live_bench
+from epsim.errors import EpsimError
+from epsim.records import read_records
+from live.component_bench import plan_components, run_components
+from live.components import Point, expert_rows
+from live.errors import LiveError
+from live.op_timing import time_op
+
+
+def test_cpu_run_writes_every_component_as_valid_records(tmp_path):
+    plan = plan_components("cpu", num_passes=2)
+    result = run_components(plan, tmp_path / "c.jsonl", progress=False)
+    records = read_records(tmp_path / "c.jsonl")
+    assert result.num_records == len(records) == 2 * len(plan.points) == result.num_points
+    assert {r.kind for r in records} == {"experts", "attention_prefill", "attention_decode",
+                                         "dense_mlp"}
+    assert {r.extra["pass"] for r in records} == {0, 1}
+    for r in records:
+        # on the CPU host and device are one: the only honest timing is the eager call's clock
+        assert r.timing == "eager" and r.extra["method"] == "perf_counter"
+        assert r.backend == "local" and r.provenance.device == "1x cpu"
+        assert 0 < r.p10_us <= r.median_us <= r.p90_us and r.num_iters == plan.num_iters
+    experts = [r for r in records if r.kind == "experts"]
+    for r in experts:
+        assert r.ep_size * r.num_local_experts == r.num_experts
+        assert r.extra["rows"] == sum(r.local_expert_tokens[0]) == r.expert_tokens_per_rank[0]
+    # the emulated group routes ep_size x tokens x top_k copies in all
+    for r in experts:
+        assert sum(r.expert_tokens_per_rank) == pytest.approx(
+            r.ep_size * r.num_tokens_per_rank * r.top_k, abs=r.num_experts)
+    decode = [r for r in records if r.kind == "attention_decode"]
+    assert all(r.num_tokens_per_rank == r.num_seqs and r.extra["kernel"].startswith("sdpa/")
+               for r in decode)
+
+
+def test_hot_set_lands_on_the_measured_rank():
+    shape = plan_components("cpu").points[0].shape             # 16 experts, top-2
+    uniform = Point("experts", shape, 256, 4, (("kind", "uniform"),))
+    hot = Point("experts", shape, 256, 4, tuple(sorted(
+        {"kind": "hotset", "num_hot": 2, "hot_frac": 0.5, "shuffle_per_layer": False}.items())))
+    rows_u, rows_h = expert_rows(uniform, 0), expert_rows(hot, 0)    # [ranks, local]
+    assert rows_u.shape == rows_h.shape == (4, 4)
+    assert rows_h[0].sum() > 1.5 * rows_u[0].sum()
+    assert rows_h.sum(axis=1).argmax() == 0                     # the busiest rank is measured
+
+
+def test_time_op_on_cpu_has_no_device_time():
+    x = torch.randn(64, 64)
+    times = time_op(lambda: x @ x, torch.device("cpu"), num_iters=4, num_warmup=1)
+    assert times.device_us == [] and times.host_us == [] and len(times.eager_us) == 4
+    assert set(times.summaries()) == {"eager"}
+
+
+def test_gpu_grid_covers_the_issue():
+    plan = plan_components("cuda")
+    experts = [p for p in plan.points if p.kind == "experts"]
+    assert {p.shape.name for p in experts} == {"Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3"}
+    assert {p.num_local for p in experts} == {8, 16, 32, 64, 128}
+    assert {p.tokens for p in experts} == {2 ** i for i in range(15)}      # 1 .. 16384
+    assert {dict(p.skew)["kind"] for p in experts} == {"uniform", "zipf", "hotset"}
+    attention = [p for p in plan.points if p.kind.startswith("attention")]
+    assert {p.shape.num_kv_heads for p in attention} == {4}                # GQA shapes
+    assert max(p.context_len for p in attention if p.kind == "attention_prefill") == 16384
+    assert {p.shape.name for p in plan.points if p.kind == "dense_mlp"} >= {
+        "DeepSeek-V3/dense", "DeepSeek-V3/shared_expert"}
+    assert plan.dtype == "bfloat16" and plan.num_passes == 2
+    assert any("needs two or more GPUs" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"kinds": ["router"]}, r"kind \('router'\) must be one of experts"),
+    ({"num_iters": 0}, r"iters \(0\) must be >= 1"),
+    ({"device": "tpu"}, r"device \('tpu'\) must be 'cuda' or 'cpu'"),
+])
+def test_bad_component_plans_name_the_value(kwargs, message):
+    with pytest.raises(LiveError, match=message):
+        plan_components(**kwargs)
+
+
+@pytest.mark.parametrize("visible, gpus, cpu, expected", [
+    (0, None, False, "cpu"), (1, None, False, "components"), (1, 1, False, "components"),
+    (2, None, False, "ep"), (2, 1, False, "components"), (8, 4, False, "ep"),
+    (1, None, True, "cpu"), (2, 2, True, "cpu"),
+])
+def test_choose_live_bench(visible, gpus, cpu, expected):
+    assert choose_live_bench(visible, gpus, cpu) == expected
+
+
+@pytest.mark.parametrize("visible, gpus", [(1, 2), (0, 2), (2, 0), (4, 8)])
+def test_no_silent_cpu_fallback(visible, gpus):
+    with pytest.raises(EpsimError, match=rf"--gpus \({gpus}\) must be"):
+        choose_live_bench(visible, gpus, False)
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+    """A machine that shows one GPU: torch's device count faked; the EP bench must not run."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+    def no_ep_bench(*args, **kwargs):
+        raise AssertionError("the EP bench (CPU ranks) ran on a machine with a GPU")
+    monkeypatch.setattr(live.bench, "run_bench", no_ep_bench)
+
+
+def test_calibrate_live_on_one_gpu_times_gpu_components(one_gpu, monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def gpu_run(plan, records_path, budget_s=float("inf"), progress=True):
+        seen["plan"] = plan          # no GPU here to time on: what matters is what was chosen
+        return live.component_bench.ComponentResult(records_path)
+    monkeypatch.setattr(live.component_bench, "run_components", gpu_run)
+    records = tmp_path / "r.jsonl"
+    code = main(["calibrate", "--live", "--no-progress", "--records-out", str(records),
+                 "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    plan = seen["plan"]
+    assert plan.device == "cuda" and plan.dtype == "bfloat16"
+    assert {p.kind for p in plan.points} == {"experts", "attention_prefill", "attention_decode",
+                                             "dense_mlp"}
+    lines = err.splitlines()
+    assert sum("needs two or more GPUs" in line for line in lines) == 1
+    assert "on 1 GPU" in err and "CPU ranks" not in err
+    # nothing was measured (the fake timed nothing): an error, not a CPU profile
+    assert code == 2 and "measured nothing" in lines[-1]
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_calibrate_live_refuses_more_gpus_than_visible(one_gpu, tmp_path, capsys):
+    code = main(["calibrate", "--live", "--gpus", "2", "--records-out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "--gpus (2) must be <= the 1 GPU(s) visible; pass --cpu" in err[0]
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_live_bench_refuses_cpu_ranks_when_a_gpu_is_visible(one_gpu, tmp_path):
+    assert live.bench.main(["--out", str(tmp_path), "--quick", "--no-progress"]) == 2
+    assert not (tmp_path / "bench.jsonl").exists()
+
+
+def test_component_bench_cli_on_cpu(tmp_path):
+    assert live.component_bench.main(["--cpu", "--out", str(tmp_path), "--kinds", "dense_mlp",
+                                      "--iters", "2", "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "components_summary.json").read_text())
+    assert summary["num_records"] == 3 and summary["provenance"]["device"] == "1x cpu"
+    assert np.all([r.kind == "dense_mlp" for r in read_records(tmp_path / "components.jsonl")])
