@@ -132,6 +132,9 @@ def _add_plan(sub) -> None:
     p.add_argument("--profile", default=None, help="calibration profile JSON for every point")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-plots", action="store_true", help="skip pareto.png and sweep.png")
+    p.add_argument("--no-keep-up", action="store_true",
+                   help="judge points by the constraints alone (default: a feasible point must "
+                        "also serve its offered load, docs/planning.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:

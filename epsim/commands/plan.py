@@ -41,10 +41,16 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     errors = [r for r in result.rows if r["error"]]
     if errors:
         lines.append(f"errors     {len(errors)} point(s) failed to simulate, e.g. {errors[0]['error']}")
-    if result.constraints:
+    from epsim.plan.runner import rejected
+    from epsim.plan.select import keep_up_statement
+    if result.constraints or result.keep_up:
         num_feasible = sum(1 for r in result.rows if r["feasible"])
-        lines.append(f"feasible   {num_feasible} of {num_valid} meet "
-                     + " and ".join(c.text for c in result.constraints))
+        rules = [c.text for c in result.constraints] + (["keep-up"] if result.keep_up else [])
+        lines.append(f"feasible   {num_feasible} of {num_valid} meet " + " and ".join(rules))
+    if result.keep_up:
+        lines.append(f"           {keep_up_statement(result.constraints)}")
+    for i, why in rejected(result)[:MAX_FRONTIER_ROWS]:
+        lines.append(f"rejected   {result.describe(i)}: {why}")
     if result.best is not None:
         lines.append(f"best       {result.describe(result.best)}  "
                      f"(by {', '.join(o.text for o in result.objectives)})")
@@ -67,7 +73,8 @@ def run(args) -> int:
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
                       workers=args.workers, ray_address=args.ray_address, out=args.out,
                       overrides=args.overrides, seed=args.seed, profile=args.profile,
-                      progress=not args.no_progress, plots=not args.no_plots, require_feasible=False)
+                      progress=not args.no_progress, plots=not args.no_plots, require_feasible=False,
+                      keep_up=not args.no_keep_up)
     print("\n".join(summary_lines(result, args.scenario, args.executor)))
     if result.out is not None:
         print(f"\nwrote results.csv, plan.json and figures to {result.out}")

@@ -19,14 +19,16 @@ _SCALARS = (
     "requests_per_s", "prefill_step_frac", "busy_frac", "stall_us_total",
     "imbalance_max_over_mean", "rank_load_max_over_mean", "num_steps", "num_measured_steps",
 )
-_LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms", "step_ms")
+_LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "step_ms")
 _STATS = ("p50", "p90", "p99", "mean", "count")
 _REQUESTS = ("arrived", "measured", "finished")
 _BREAKDOWN = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
               "extra")
 _LAYER_MEANS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "layer_us")
-# sections a summary has only when the scenario enables EPLB or has failures (NaN otherwise)
+# sections of a summary (eplb and elastic only when the scenario enables EPLB or has failures;
+# NaN otherwise); keep_up.ok is 1.0 or 0.0
 _SECTIONS = {
+    "keep_up": ("offered_rps", "served_rps", "served_frac", "backlog_growth_rps", "ok"),
     "eplb": ("num_rebalances", "stall_us_total", "moved_bytes_total", "balancedness_after_mean"),
     "elastic": ("lost_requests", "stall_us_total"),
 }

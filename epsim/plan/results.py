@@ -88,16 +88,17 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[str], list[str]]:
 
 
 def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: list[str] = (),
-           objectives: list[str] = (), pareto: list[str] = ()):
+           objectives: list[str] = (), pareto: list[str] = (), keep_up: bool = True):
     """A `PlanResult` of finished rows (as `run_plan` or `read_rows` give them), chosen among
     under `constraints`, `objectives` (default `DEFAULT_OBJECTIVES`) and `pareto` (default
     `DEFAULT_PARETO`) exactly as `run_plan` chooses. The rows' flag columns are rewritten.
+    Keep-up applies when asked and the rows have its column (`keep_up.ok`).
 
     Raises:
         SpecError: a constraint or objective naming a column the rows lack, bad syntax.
     """
-    from epsim.plan.runner import PlanResult, _check_numeric_keys, _choose
-    from epsim.plan.select import infeasible_message
+    from epsim.plan.runner import PlanResult, _check_numeric_keys, _choose, _explain_infeasible
+    from epsim.plan.select import KEEP_UP_METRIC
     known = [c for c in columns if c not in ("point", "point_id", "error", "feasible", "pareto", "best")]
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = [parse_objective(t, known, "--objective") for t in (objectives or DEFAULT_OBJECTIVES)]
@@ -106,16 +107,15 @@ def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: l
     _check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
     rows = [dict(row) for row in rows]
     result = PlanResult(rows, list(columns), axes, parsed_constraints, parsed_objectives,
-                        parsed_pareto, None, [], [], 0, len(rows), 0.0)
+                        parsed_pareto, None, [], [], 0, len(rows), 0.0,
+                        keep_up=keep_up and KEEP_UP_METRIC in columns)
     _choose(result)
-    if parsed_constraints and result.best is None:
-        cols = {c.metric: result.column(c.metric) for c in parsed_constraints}
-        result.infeasible = infeasible_message(cols, parsed_constraints, result.describe)
+    _explain_infeasible(result)
     return result
 
 
 def load_results(path: str | Path, constraints: list[str] = (), objectives: list[str] = (),
-                 pareto: list[str] = ()):
+                 pareto: list[str] = (), keep_up: bool = True):
     """`choose` over the rows of a results.csv (or the directory holding it).
 
     Raises:
@@ -125,4 +125,4 @@ def load_results(path: str | Path, constraints: list[str] = (), objectives: list
     if path.is_dir():
         path = path / "results.csv"
     rows, columns, keys = read_rows(path)
-    return choose(rows, columns, keys, constraints, objectives, pareto)
+    return choose(rows, columns, keys, constraints, objectives, pareto, keep_up)

@@ -24,9 +24,10 @@ from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, c
                                 derived_columns)
 from epsim.plan.executors import PointTask, check_executor, default_workers, execute
 from epsim.plan.points import BaseScenario, Point, Skipped, build_point, load_base
-from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, Constraint, InfeasibleError,
-                               Objective, infeasible_message, lexicographic_best, parse_constraint,
-                               parse_objective, pareto_mask)
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, KEEP_UP_METRIC, Constraint,
+                               InfeasibleError, Objective, infeasible_message, keep_up_statement,
+                               lexicographic_best, parse_constraint, parse_objective, pareto_mask,
+                               rejection)
 from epsim.plan.store import PointCache, cell, prepare_dir, write_csv, write_parquet
 from epsim.plan.sweep import SweepAxis, check_axes, expand, num_points, parse_sweep
 
@@ -61,6 +62,7 @@ class PlanResult:
     out: Path | None = None
     warnings: dict[str, int] = field(default_factory=dict)
     infeasible: str | None = None     # why no point meets the constraints, when none does
+    keep_up: bool = True              # feasibility includes keep-up (`epsim.report.keep_up`)
 
     @property
     def keys(self) -> list[str]:
@@ -128,7 +130,7 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
              executor: str = "local", workers: int | None = None, ray_address: str | None = None,
              out: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None,
              seed: int | None = None, profile: str | Path | None = None, progress: bool = True,
-             plots: bool = True, require_feasible: bool = True) -> PlanResult:
+             plots: bool = True, require_feasible: bool = True, keep_up: bool = True) -> PlanResult:
     """Sweep a scenario and choose the best configuration.
 
     Args:
@@ -142,6 +144,8 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
         profile: a profile JSON for every point (default: each scenario's own, or the shipped one).
         require_feasible: raise InfeasibleError (after writing the files) when constraints
             are given and no point meets them all.
+        keep_up: a feasible point must also keep up with its offered load (served >= 97 % of
+            offered, backlog not growing; `epsim.report.keep_up`); False: constraints only.
     Raises:
         SpecError: bad sweep syntax, unknown keys or metrics, no valid point, no feasible point.
     """
@@ -175,11 +179,9 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     warning_counts = Counter(w for p in points for w in results[p.key].get("warnings", []))
     result = PlanResult(rows, columns, axes, parsed_constraints, parsed_objectives, parsed_pareto,
                         None, [], skipped, num_computed, len(points) - num_computed, wall_s, out_dir,
-                        dict(warning_counts))
+                        dict(warning_counts), keep_up=keep_up)
     _choose(result)
-    if parsed_constraints and result.best is None:
-        cols = {c.metric: result.column(c.metric) for c in parsed_constraints}
-        result.infeasible = infeasible_message(cols, parsed_constraints, result.describe)
+    _explain_infeasible(result)
     if out_dir is not None:
         _write(result, base, executor, workers, plots)
     if result.infeasible and require_feasible:
@@ -262,10 +264,34 @@ def _costs(result: PlanResult, objectives: list[Objective]) -> np.ndarray:
     return np.stack([o.cost(result.column(o.metric)) for o in objectives], axis=1)
 
 
+def _explain_infeasible(result: PlanResult) -> None:
+    """Set `result.infeasible` when no point is feasible: keep-up first, then constraints."""
+    if result.best is not None:
+        return
+    if result.keep_up and not (result.column(KEEP_UP_METRIC) == 1.0).any() and result.rows:
+        served = result.column("keep_up.served_frac")
+        at = int(np.nanargmax(served)) if np.isfinite(served).any() else 0
+        result.infeasible = (f"no configuration keeps up with its offered load ({len(result.rows)} "
+                             f"points): closest is {result.describe(at)}, which "
+                             f"{rejection(result.rows[at], [], True)}")
+    elif result.constraints:
+        cols = {c.metric: result.column(c.metric) for c in result.constraints}
+        keeps = result.column(KEEP_UP_METRIC) == 1.0 if result.keep_up else None
+        result.infeasible = infeasible_message(cols, result.constraints, result.describe, keeps)
+
+
+def rejected(result: PlanResult) -> list[tuple[int, str]]:
+    """(row index, reason) of every point that is not feasible, in sweep order."""
+    return [(i, rejection(row, result.constraints, result.keep_up))
+            for i, row in enumerate(result.rows) if not row["feasible"]]
+
+
 def _choose(result: PlanResult) -> None:
     """Fill `feasible`, `pareto`, `best` (columns and attributes)."""
     num_rows = len(result.rows)
     feasible = np.ones(num_rows, dtype=bool)
+    if result.keep_up:
+        feasible &= result.column(KEEP_UP_METRIC) == 1.0
     for c in result.constraints:
         feasible &= c.met(result.column(c.metric))
     frontier = pareto_mask(_costs(result, result.pareto))
@@ -302,6 +328,8 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         "scenario": base.where,
         "sweeps": {axis.key: list(axis.values) for axis in result.axes},
         "constraints": [c.text for c in result.constraints],
+        "keep_up": keep_up_statement(result.constraints) if result.keep_up else "not applied (--no-keep-up)",
+        "rejected": [{"point": result.rows[i]["point"], "reason": why} for i, why in rejected(result)],
         "objectives": [o.text for o in result.objectives],
         "pareto": [o.text for o in result.pareto],
         "executor": executor, "workers": workers or default_workers(),

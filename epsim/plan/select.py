@@ -23,6 +23,9 @@ _OPS: dict[str, Callable] = {"<=": operator.le, ">=": operator.ge, "<": operator
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|<|>)\s*(\S+)\s*$")
 
 DEFAULT_OBJECTIVES = ("min:num_gpus", "max:throughput_tokens_per_s_per_gpu")
+# keep-up is part of feasibility (`epsim.report.keep_up`): a point that does not serve its
+# offered load meets no SLO, whatever its latencies over a short window say
+KEEP_UP_METRIC = "keep_up.ok"
 DEFAULT_PARETO = ("min:num_gpus", "min:tpot_ms.p99", "max:throughput_tokens_per_s_per_gpu")
 
 
@@ -111,6 +114,32 @@ def parse_objective(text: str, known: list[str], flag: str = "--objective") -> O
     return Objective(metric, sense)
 
 
+def keep_up_statement(constraints: list[Constraint]) -> str:
+    """What keep-up means in a plan's answer (TTFT from the constraints, when there is one)."""
+    from epsim.report.keep_up import RULE
+    ttft = [c.text for c in constraints if c.metric.startswith("ttft_ms.")]
+    return (f"keep-up: {RULE}; TTFT {' and '.join(ttft) if ttft else 'has no target (add --constraint ttft_ms.p99<=...)'}")
+
+
+def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) -> str:
+    """Why a row is not feasible, in a few words ('' when it is)."""
+    if row.get("error"):
+        return f"failed: {row['error']}"
+    reasons = []
+    if keep_up and not row.get(KEEP_UP_METRIC) == 1.0:
+        offered, served = row.get("keep_up.offered_rps"), row.get("keep_up.served_rps")
+        growth = row.get("keep_up.backlog_growth_rps")
+        text = f"serves {served:.3g} of {offered:.3g} req/s" if offered == offered and offered else "no keep-up verdict"
+        if growth == growth and growth and offered and growth > 0.03 * offered:
+            text += f", backlog grows {growth:.3g}/s"
+        reasons.append(text + ": overloaded")
+    for c in constraints:
+        value = row.get(c.metric, float("nan"))
+        if not bool(c.met(np.array([value], dtype=np.float64))[0]):
+            reasons.append(f"{c.metric} {'-' if value != value else format(value, '.4g')} misses {c.op}{c.bound:g}")
+    return "; ".join(reasons)
+
+
 def pareto_mask(costs: np.ndarray) -> np.ndarray:
     """Points no other point dominates (<= on every cost, < on one). Rows with inf are out.
 
@@ -139,9 +168,20 @@ def lexicographic_best(costs: np.ndarray, candidates: np.ndarray) -> int | None:
 
 
 def infeasible_message(columns: dict[str, np.ndarray], constraints: list[Constraint],
-                       describe: Callable[[int], str]) -> str:
+                       describe: Callable[[int], str], among: np.ndarray | None = None) -> str:
     """Why no point meets all constraints, in one line: a constraint no point meets (the one
-    closest, with its best value and where), else the point that comes closest overall."""
+    closest, with its best value and where), else the point that comes closest overall.
+
+    Args:
+        among: [points] bool, judge only these (the points that keep up); None: all.
+    """
+    if among is not None and not among.all():
+        idx = np.flatnonzero(among)
+        if idx.size == 0:
+            return "no configuration keeps up with its offered load"
+        text = infeasible_message({k: v[idx] for k, v in columns.items()}, constraints,
+                                  lambda i: describe(int(idx[i])))
+        return text.replace("no configuration meets", "no configuration that keeps up meets", 1)
     misses = np.stack([c.miss(columns[c.metric]) for c in constraints], axis=1)   # [points, constraints]
     num_points = misses.shape[0]
     never = [j for j, c in enumerate(constraints) if not c.met(columns[c.metric]).any()]

@@ -1,9 +1,19 @@
 """A finished run as numbers: `summary.json`, `timeseries.csv` and the stdout table.
 
-Latency statistics cover requests that arrive at or after `warmup_s` (requests running at
-t=0 are left out); throughput and per-layer means cover steps that start at or after it.
-TPOT of a request is `(finish - first token) / (output tokens - 1)`; requests unfinished at
-the end are left out of TPOT (which biases it toward shorter requests, as any finite run).
+The measurement window runs from `warmup_s` to the end; throughput and per-layer means cover
+the steps that start in it. Latencies, as a user feels them:
+
+- TTFT: every request arriving in the window that got its first token.
+- TPOT: per request active in the window, finished or not (those running at t=0 too), the mean
+  of its inter-token gaps that ended in the window (`epsim.sim.token_gaps`), every stall it
+  lived through (EPLB stop-the-world, a failure's reload) included.
+- ITL: every inter-token gap that ended in the window, each token once (per step, the mean
+  gap of the requests it emitted for; exact when a step's requests had their previous token
+  at the same time, as in decode).
+- end-to-end: requests arriving in the window that finished in it.
+
+A statistic with no sample shows `-`, and `latency_notes` says why. `keep_up` says whether
+the instance serves its offered load (`epsim.report.keep_up`).
 """
 
 from __future__ import annotations
@@ -14,32 +24,93 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.report.keep_up import keep_up
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
 
 PERCENTILES = (50, 90, 99)
 
 
-def percentiles(values: np.ndarray) -> dict[str, float | int | None]:
-    """`{"p50", "p90", "p99", "mean", "count"}` of the finite values (None when there are none)."""
+def percentiles(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float | int | None]:
+    """`{"p50", "p90", "p99", "mean", "count"}` of the finite values (None when there are none).
+
+    Args:
+        weights: [values] how many samples each value stands for (None: one each); `count` is
+            then their sum and the percentiles are of the expanded samples.
+    """
     values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
+    keep = np.isfinite(values)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        keep &= weights > 0
+    values = values[keep]
     if values.size == 0:
         return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "count": 0}
-    qs = np.percentile(values, PERCENTILES)
+    if weights is None:
+        qs = np.percentile(values, PERCENTILES)
+        return {**{f"p{q}": float(v) for q, v in zip(PERCENTILES, qs)},
+                "mean": float(values.mean()), "count": int(values.size)}
+    weights = weights[keep]
+    order = np.argsort(values, kind="stable")
+    values, weights = values[order], weights[order]
+    upper = np.cumsum(weights)                            # sample k lies in (upper - w, upper]
+    total = upper[-1]
+    qs = [values[min(int(np.searchsorted(upper, q / 100.0 * total)), values.size - 1)]
+          for q in PERCENTILES]
     return {**{f"p{q}": float(v) for q, v in zip(PERCENTILES, qs)},
-            "mean": float(values.mean()), "count": int(values.size)}
+            "mean": float((values * weights).sum() / total), "count": int(round(total))}
+
+
+def tpot_ms(result: SimResult) -> np.ndarray:
+    """[requests with a gap in the window] mean inter-token gap (ms), stalls included."""
+    gaps = result.window_gaps
+    if gaps is None:
+        return np.zeros(0)
+    has = gaps.count >= 1
+    return gaps.span_s[has] / gaps.count[has] * 1e3
 
 
 def request_latencies_ms(result: SimResult) -> dict[str, np.ndarray]:
-    """Per-request TTFT, TPOT and end-to-end latency (ms) of the measured requests."""
+    """Per-request TTFT and end-to-end latency (ms) of the requests arriving in the window
+    (NaN where none yet), and TPOT (ms) of every request with an inter-token gap in it."""
     measured = ~result.is_initial & (result.arrival_s >= result.warmup_s)
     arrival = result.arrival_s[measured]
     first = result.first_token_s[measured]
     finish = result.finish_s[measured]
-    out = result.output_len[measured].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out > 1, (finish - first) / (out - 1), np.nan)
-    return {"ttft_ms": (first - arrival) * 1e3, "tpot_ms": tpot * 1e3, "e2e_ms": (finish - arrival) * 1e3}
+    return {"ttft_ms": (first - arrival) * 1e3, "tpot_ms": tpot_ms(result),
+            "e2e_ms": (finish - arrival) * 1e3}
+
+
+def itl_ms(result: SimResult) -> dict[str, float | int | None]:
+    """Percentiles of the inter-token gaps (ms) closed by the steps starting in the window."""
+    steps = result.steps
+    measured = steps["start_us"] >= result.warmup_s * 1e6
+    return percentiles(steps["itl_mean_us"][measured] * 1e-3, steps["itl_count"][measured])
+
+
+def latency_notes(summary: dict, result: SimResult) -> dict[str, str]:
+    """Why a latency statistic has no value: `{name: reason}` for each empty one."""
+    window_s = result.duration_s - result.warmup_s
+    steps = result.steps
+    in_window = steps["start_us"] >= result.warmup_s * 1e6
+    if not in_window.any():
+        reason = (f"no step started in the {window_s:g}-s window (shorter than one step, or "
+                  f"nothing to run)")
+        return {name: reason for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+                if not summary[name]["count"]}
+    notes = {}
+    n = summary["num_requests"]
+    if not summary["ttft_ms"]["count"]:
+        notes["ttft_ms"] = ("no request arrived in the window" if not n["measured"] else
+                            f"none of the {n['measured']} requests arriving in the window was "
+                            f"admitted and got its first token")
+    if not summary["tpot_ms"]["count"]:
+        notes["tpot_ms"] = notes["itl_ms"] = ("no request produced two tokens in the window "
+                                              "(prefill-only instance, or nothing admitted)")
+    if not summary["e2e_ms"]["count"]:
+        notes["e2e_ms"] = (f"none of the {n['measured']} requests arriving in the window finished "
+                           f"within it (outputs outlast the {window_s:g}-s window; TPOT counts "
+                           f"unfinished requests)")
+    return notes
 
 
 def latency_windows(result: SimResult, window_s: float) -> dict[str, np.ndarray]:
@@ -47,33 +118,33 @@ def latency_windows(result: SimResult, window_s: float) -> dict[str, np.ndarray]
 
     Returns:
         `t_s` (window centres), `step_ms` (mean step time of steps starting in the window),
-        `ttft_ms` (mean TTFT of requests arriving in it), `tpot_ms` (mean TPOT of requests
-        finishing in it), `balancedness` (mean per-step balancedness), `[windows]` each.
-        All requests count (warm-up and those running at t=0 too), to show the whole run.
+        `ttft_ms` (mean TTFT of requests arriving in it), `tpot_ms` (mean inter-token gap of
+        the tokens emitted in it, stalls included), `balancedness` (mean per-step
+        balancedness), `[windows]` each. All requests count (warm-up and those running at t=0
+        too), to show the whole run.
     """
     if not window_s > 0:
         raise ValueError(f"window_s ({window_s}) must be > 0")
     num = max(1, int(np.ceil(result.duration_s / window_s - 1e-9)))
     edges = np.arange(num + 1) * window_s
 
-    def mean_by(times: np.ndarray, values: np.ndarray) -> np.ndarray:
-        ok = np.isfinite(times) & np.isfinite(values)
+    def mean_by(times: np.ndarray, values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        weights = np.ones_like(values) if weights is None else weights
+        ok = np.isfinite(times) & np.isfinite(values) & (weights > 0)
         which = np.clip((times[ok] / window_s).astype(np.int64), 0, num - 1)
-        sums = np.bincount(which, values[ok], minlength=num)
-        counts = np.bincount(which, minlength=num)
+        sums = np.bincount(which, values[ok] * weights[ok], minlength=num)
+        counts = np.bincount(which, weights[ok], minlength=num)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+            return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan)
 
     steps = result.steps
     start_s = steps["start_us"] * 1e-6
-    out_len = result.output_len.astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot_ms = np.where(out_len > 1, (result.finish_s - result.first_token_s) / (out_len - 1), np.nan) * 1e3
+    end_s = start_s + steps["step_us"] * 1e-6
     arrived = np.where(result.is_initial, np.nan, result.arrival_s)        # t=0 requests have no TTFT
     return {"t_s": (edges[:-1] + edges[1:]) / 2,
             "step_ms": mean_by(start_s, steps["step_us"] * 1e-3),
             "ttft_ms": mean_by(arrived, (result.first_token_s - result.arrival_s) * 1e3),
-            "tpot_ms": mean_by(result.finish_s, tpot_ms),
+            "tpot_ms": mean_by(end_s, steps["itl_mean_us"] * 1e-3, steps["itl_count"]),
             "balancedness": mean_by(start_s, steps["balancedness"])}
 
 
@@ -100,7 +171,8 @@ def summarize(result: SimResult) -> dict:
     layer = {name: [float(v) for v in values] for name, values in result.layer_mean_us.items()}
     rank_load = result.rank_pairs_mean
     lost = result.lost if result.lost is not None else np.zeros_like(result.is_initial)
-    return {
+    ttft = percentiles(lat["ttft_ms"])
+    summary = {
         "scenario": result.scenario.model_dump(mode="json"),
         "profile": {k: v for k, v in result.profile_info.items() if k != "provenance"},
         # which component gave each part of the time: fitted / extrapolated / datasheet, with
@@ -119,8 +191,11 @@ def summarize(result: SimResult) -> dict:
         "input_tokens_per_s_per_gpu": prefill / per_gpu_s,
         "output_tokens_per_s_per_gpu": output / per_gpu_s,
         "requests_per_s": float(finished.sum()) / window_s,
-        "ttft_ms": percentiles(lat["ttft_ms"]),
+        "keep_up": keep_up(result.arrival_s, result.first_token_s, result.is_initial, lost,
+                           result.warmup_s, result.duration_s, ttft["p99"]),
+        "ttft_ms": ttft,
         "tpot_ms": percentiles(lat["tpot_ms"]),
+        "itl_ms": itl_ms(result),
         "e2e_ms": percentiles(lat["e2e_ms"]),
         "step_ms": percentiles(steps["step_us"][measured] * 1e-3),
         "prefill_step_frac": float(steps["is_prefill"][measured].mean()) if measured.any() else 0.0,
@@ -135,6 +210,8 @@ def summarize(result: SimResult) -> dict:
                                            "layer_us")},
         **_eplb_and_elastic(result),
     }
+    summary["latency_notes"] = latency_notes(summary, result)
+    return summary
 
 
 def _eplb_and_elastic(result: SimResult) -> dict:
@@ -202,12 +279,15 @@ def format_table(summary: dict) -> str:
         f"throughput {s['throughput_tokens_per_s_per_gpu']:.1f} tokens/s/GPU "
         f"(input {s['input_tokens_per_s_per_gpu']:.1f}, output {s['output_tokens_per_s_per_gpu']:.1f})",
         "",
+        f"keep-up    {s['keep_up']['verdict']}",
+        "",
         f"{'latency (ms)':<14}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}",
     ]
-    for name in ("ttft_ms", "tpot_ms", "e2e_ms", "step_ms"):
+    notes = s.get("latency_notes", {})
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "step_ms"):
         p = s[name]
         lines.append(f"{name[:-3]:<14}{_fmt(p['p50']):>10}{_fmt(p['p90']):>10}{_fmt(p['p99']):>10}"
-                     f"{_fmt(p['mean']):>10}")
+                     f"{_fmt(p['mean']):>10}" + (f"  ({notes[name]})" if name in notes else ""))
     mean = {k: float(np.mean(s[k])) if s[k] else 0.0 for k in
             ("attention_us", "dispatch_us", "experts_us", "combine_us", "layer_us")}
     lines += [

@@ -21,6 +21,7 @@ import numpy as np
 
 from epsim.cost.attention import BatchCounts
 from epsim.sim.arrivals import Requests
+from epsim.sim.token_gaps import NO_GAPS, StepGaps, TokenClock, WindowGaps
 
 _NO_REQUEST = -1
 _EMPTY_LEFT = 1 << 30        # out_left of a free slot: never reaches 0, so no mask is needed
@@ -52,12 +53,14 @@ class Scheduler:
         mode: `disaggregation_mode` "null" | "prefill" | "decode".
         mixed_chunk: decode tokens ride along in extend batches.
         initial: requests already running at t=0 (decoding, `initial_progress` tokens done),
-            `num_ranks * k` of them, k per rank; excluded from latency statistics.
+            `num_ranks * k` of them, k per rank; excluded from TTFT and end-to-end statistics
+            (their inter-token gaps count, `epsim.sim.token_gaps`).
+        window_start_s: the measurement window (token gaps) opens at the first step at or after it.
     """
 
     def __init__(self, requests: Requests, num_ranks: int, max_running: int, chunk_tokens: int,
                  mode: str = "null", mixed_chunk: bool = False, initial: Requests | None = None,
-                 initial_progress: np.ndarray | None = None):
+                 initial_progress: np.ndarray | None = None, window_start_s: float = 0.0):
         self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
         self.mode, self.mixed_chunk = mode, mixed_chunk
         self.num_arrivals = len(requests)
@@ -95,6 +98,7 @@ class Scheduler:
         self.input_tokens_done = 0.0
         self.output_tokens_done = 0.0
         self._dropped = False            # a rank was dropped while a planned step ran
+        self.clock = TokenClock(shape, num, window_start_s)
         if len(init):
             self._place_initial(init, initial_progress)
 
@@ -111,6 +115,7 @@ class Scheduler:
         self.out_left[:, :per_rank] = (self.output_len[ids.ravel()] - done).reshape(self.num_ranks, per_rank)
         self.occupied[:] = per_rank
         self._free = np.flatnonzero(self.slot_req < 0)
+        self.clock.last_s[:, :per_rank] = 0.0          # as if their last token came at t=0
 
     # -- queries -----------------------------------------------------------------------------
     def arrived(self, now_s: float) -> np.ndarray:
@@ -151,6 +156,16 @@ class Scheduler:
         assert (out >= 0).all(), "request index beyond the routed arrivals"
         return out
 
+    def slot_tokens(self) -> np.ndarray:
+        """[ranks, slots] tokens the slot's request has produced (0 in a free slot)."""
+        used = self.slot_req >= 0
+        return np.where(used, self.output_len[np.maximum(self.slot_req, 0)] - self.out_left, 0)
+
+    def window_gaps(self) -> WindowGaps:
+        """Per request, the inter-token gaps that ended in the measurement window."""
+        return self.clock.window_gaps(self.slot_req, self.slot_tokens(), self.output_len,
+                                      self.first_token_s, self.finish_s, self.lost)
+
     def num_waiting(self, now_s: float) -> int:
         return int((self.arrived(now_s) - self.admitted).sum())
 
@@ -184,6 +199,7 @@ class Scheduler:
         row = self.slot_req[rank]
         used = np.flatnonzero(row >= 0)
         lost = np.concatenate([row[used].astype(np.int64), waiting])
+        self.clock.lose(row[used], self.slot_tokens()[rank, used], self.clock.last_s[rank, used])
         self.lost[lost] = True
         self.slot_req[rank] = _NO_REQUEST
         self.prefill_left[rank] = 0
@@ -216,6 +232,7 @@ class Scheduler:
         self._free = free[~pick]
         ids = self._request_ids(rows, self.admitted[rows] + within[pick])
         self.slot_req.reshape(-1)[slots] = ids
+        self.clock.admit(slots)
         self.out_left.reshape(-1)[slots] = self.output_len[ids]
         if self.mode == "decode":
             self.context.reshape(-1)[slots] = self.input_len[ids]
@@ -232,6 +249,8 @@ class Scheduler:
             alive: [ranks] bool; a dead rank admits nothing and runs nothing (None: all alive).
         """
         self._dropped = False
+        if self.clock.opened_s is None:
+            self.clock.open_if_due(now_s, self.slot_req, self.slot_tokens())
         fresh, num_waiting = self._admit(now_s, alive)
         occupied = self.slot_req >= 0
         if alive is not None:
@@ -280,11 +299,17 @@ class Scheduler:
         np.put_along_axis(alloc, order, take, axis=1)
         return alloc
 
-    def commit(self, plan: Plan, now_s: float) -> None:
-        """Apply a finished step at `now_s`: tokens produced, first tokens, completions."""
+    def commit(self, plan: Plan, now_s: float) -> StepGaps:
+        """Apply a finished step at `now_s`: tokens produced, first tokens, completions.
+
+        Returns:
+            the inter-token gaps the step closed (its ITL).
+        """
         if self._dropped:                 # a rank failed mid-step: its part of the step is lost
             plan = self._without_freed(plan)
         decoding = plan.decoding
+        emitting = decoding if plan.finishing_prefill is None else decoding | plan.finishing_prefill
+        gaps = self.clock.emit(now_s, emitting) if emitting is not None else NO_GAPS
         self.context += decoding
         self.out_left -= decoding
         self.output_tokens_done += float(plan.batch.decode_tokens.sum())
@@ -307,6 +332,7 @@ class Scheduler:
             self.out_left.reshape(-1)[done] = _EMPTY_LEFT
             self.occupied -= np.bincount(done // self.max_running, minlength=self.num_ranks)
             self._free = np.concatenate([self._free, done])
+        return gaps
 
     def _without_freed(self, plan: Plan) -> Plan:
         """`plan` restricted to slots that still hold a request (`drop_rank` freed the rest)."""

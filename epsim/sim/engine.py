@@ -92,7 +92,8 @@ class Simulation:
         max_running = d.max_running_requests
         initial, progress_done = self._initial_requests(dp, max_running)
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
-                                   d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done)
+                                   d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
+                                   window_start_s=w.warmup_s)
         self.end_us = w.duration_s * 1e6
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)
@@ -174,7 +175,7 @@ class Simulation:
             extra, self._charge_us = self._charge_us, 0.0
             start = env.now
             yield env.timeout(cost.step_us + extra)
-            sched.commit(plan, env.now * 1e-6)
+            gaps = sched.commit(plan, env.now * 1e-6)
             batch = plan.batch
             prefill_tokens = float(batch.prefill_tokens.sum())
             self.metrics.record(
@@ -182,7 +183,7 @@ class Simulation:
                 output_tokens=float(batch.sampled_tokens.sum()),
                 num_running=int(sched.occupied.sum()), num_waiting=plan.num_waiting,
                 placement_version=version, prefill_tokens=prefill_tokens,
-                decode_tokens=num_tokens - prefill_tokens, num_alive=num_alive)
+                decode_tokens=num_tokens - prefill_tokens, num_alive=num_alive, gaps=gaps)
             info = StepInfo(self.step_index, start, env.now, loads, batch.tokens, cost, version)
             self.last_step = info
             for observer in self._observers:
@@ -236,6 +237,7 @@ class Simulation:
             arrival_s=sched.arrival_s, first_token_s=sched.first_token_s, finish_s=sched.finish_s,
             input_len=sched.input_len, output_len=sched.output_len, is_initial=sched.is_initial,
             stalls=list(metrics.stalls), lost=sched.lost, charged_us=dict(metrics.charged_us),
+            window_gaps=sched.window_gaps(),
             rebalances=[e.as_dict() for e in self.eplb.events] if self.eplb is not None else [],
             elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],
             profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,

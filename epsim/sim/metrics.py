@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from epsim.cost.model import StepCost
+from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
 
 PARTS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "shared_experts_us", "layer_us")
 STEP_COLUMNS = (
     "start_us", "step_us", "is_prefill", "num_tokens", "prefill_tokens", "decode_tokens",
     "output_tokens", "num_running", "num_waiting", "attention_us", "dispatch_us", "experts_us",
     "combine_us", "shared_experts_us", "dense_us", "overhead_us", "extra_us", "imbalance",
-    "balancedness", "num_alive", "placement_version",
+    "balancedness", "num_alive", "placement_version", "itl_count", "itl_mean_us", "itl_max_us",
 )
 
 
@@ -62,7 +63,8 @@ class MetricsRecorder:
     def record(self, start_us: float, step_us: float, extra_us: float, cost: StepCost,
                output_tokens: float, num_running: int, num_waiting: int,
                placement_version: int, prefill_tokens: float, decode_tokens: float,
-               num_alive: int | None = None) -> None:
+               num_alive: int | None = None, gaps: StepGaps = NO_GAPS) -> None:
+        """One step's row; `gaps`: the inter-token gaps it closed (`itl_*` columns, µs)."""
         pairs = cost.traffic.pairs
         parts = cost.parts                                         # [6, layers] in PARTS order
         totals = parts.sum(axis=1).tolist()
@@ -70,7 +72,8 @@ class MetricsRecorder:
         self.rows.append((
             start_us, step_us, cost.phase == "prefill", prefill_tokens + decode_tokens, prefill_tokens,
             decode_tokens, output_tokens, num_running, num_waiting, *totals[:5], cost.dense_us,
-            cost.overhead_us, extra_us, *balance(pairs, num_alive), num_alive, placement_version))
+            cost.overhead_us, extra_us, *balance(pairs, num_alive), num_alive, placement_version,
+            gaps.count, gaps.mean_s * 1e6, gaps.max_s * 1e6))
         if start_us >= self.warmup_us:
             self.part_sums += parts
             self.rank_pairs_sum += pairs.sum(axis=0) / cost.traffic.fraction   # whole batch
@@ -105,6 +108,8 @@ class SimResult:
         rank_pairs_mean: [ranks] mean token-expert pairs per rank per layer per measured step.
         arrival_s, first_token_s, finish_s, input_len, output_len, is_initial, lost: [requests]
             (`lost`: on a rank that failed; never finishes).
+        window_gaps: per request, inter-token gaps that ended in the measurement window
+            (`epsim.sim.token_gaps.WindowGaps`; TPOT = span_s / count).
         stalls: (start_us, stall_us, label) of every stop-the-world pause.
         charged_us: extra step time added by `Simulation.charge`, by label (µs, whole run).
         rebalances: one dict per EPLB rebalance (`epsim.sim.eplb_process.RebalanceEvent.as_dict`).
@@ -134,3 +139,4 @@ class SimResult:
     charged_us: dict = field(default_factory=dict)
     rebalances: list = field(default_factory=list)
     elastic_events: list = field(default_factory=list)
+    window_gaps: WindowGaps | None = None

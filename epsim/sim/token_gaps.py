@@ -1,0 +1,119 @@
+"""Inter-token gaps as a user feels them: when each request got each token, stalls included.
+
+The scheduler's slots `[ranks, slots]` carry the time of their request's last token
+(`last_s`, NaN before the first one). Each step that emits tokens reports the gaps it closed
+(count, sum, max: every decoding request's `now - last token`), which is the inter-token
+latency (ITL) of that step; a stall (EPLB stop-the-world, a failure's reload) lies inside the
+next gap of every request that lived through it. At the end `window_gaps` gives, per request,
+how many gaps it closed inside the measurement window and how long they took in total, so TPOT
+counts every request active in the window, finished or not.
+
+Requests running at t=0 (`initial`) are taken to have had their last token at t=0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StepGaps:
+    """The inter-token gaps one step closed: `count` requests, `mean_s` and `max_s` over them
+    (0 when `count` is 0)."""
+
+    count: int
+    mean_s: float
+    max_s: float
+
+
+NO_GAPS = StepGaps(0, 0.0, 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class WindowGaps:
+    """Per request `[requests]`: `count` inter-token gaps that ended inside the window
+    (int64) and their total `span_s` (float64 s); TPOT = span_s / count where count >= 1."""
+
+    count: np.ndarray
+    span_s: np.ndarray
+    start_s: float
+
+
+class TokenClock:
+    """Times of last tokens per slot and, from the window start on, per-request gap counts.
+
+    Args:
+        shape: (ranks, slots) of the scheduler.
+        num_requests: requests of the run (arrivals, then initial ones).
+        window_start_s: the measurement window opens at the first step at or after it.
+    """
+
+    def __init__(self, shape: tuple[int, int], num_requests: int, window_start_s: float):
+        self.last_s = np.full(shape, np.nan)                 # [ranks, slots]
+        self.window_start_s = window_start_s
+        self.opened_s: float | None = None
+        self.anchor_tokens = np.zeros(num_requests, dtype=np.int64)   # tokens at window start
+        self.anchor_s = np.full(num_requests, np.nan)                 # last token before it
+        self.end_tokens = np.zeros(num_requests, dtype=np.int64)      # of lost requests
+        self.end_s = np.full(num_requests, np.nan)
+
+    def admit(self, flat_slots: np.ndarray) -> None:
+        self.last_s.reshape(-1)[flat_slots] = np.nan
+
+    def open_if_due(self, now_s: float, slot_req: np.ndarray, tokens: np.ndarray) -> None:
+        """Open the window at the first step at or after `window_start_s`: remember each
+        running request's token count and last token time (`tokens`: [ranks, slots])."""
+        if self.opened_s is not None or now_s < self.window_start_s:
+            return
+        self.opened_s = now_s
+        used = slot_req >= 0
+        ids = slot_req[used]
+        self.anchor_tokens[ids] = tokens[used]
+        self.anchor_s[ids] = self.last_s[used]
+
+    def emit(self, now_s: float, emitting: np.ndarray) -> StepGaps:
+        """Slots `emitting` ([ranks, slots] bool) got a token at `now_s`: the gaps they close."""
+        previous = self.last_s
+        had = emitting & ~np.isnan(previous)
+        count = int(np.count_nonzero(had))
+        gaps = NO_GAPS
+        if count:
+            total = count * now_s - float(np.sum(previous, where=had))
+            earliest = float(np.min(previous, where=had, initial=np.inf))
+            gaps = StepGaps(count, total / count, now_s - earliest)
+        np.copyto(self.last_s, now_s, where=emitting)
+        return gaps
+
+    def lose(self, ids: np.ndarray, tokens: np.ndarray, last_s: np.ndarray) -> None:
+        """Requests `ids` were lost with `tokens` produced, the last at `last_s`."""
+        self.end_tokens[ids] = tokens
+        self.end_s[ids] = last_s
+
+    def window_gaps(self, slot_req: np.ndarray, tokens: np.ndarray, output_len: np.ndarray,
+                    first_token_s: np.ndarray, finish_s: np.ndarray, lost: np.ndarray) -> WindowGaps:
+        """Per request: gaps that ended in the window and their total time (see `WindowGaps`).
+
+        Args:
+            slot_req, tokens: [ranks, slots] request ids (-1 free) and tokens produced so far.
+            output_len, first_token_s, finish_s, lost: [requests].
+        """
+        num = output_len.shape[0]
+        end_tokens = np.where(lost, self.end_tokens, 0)
+        end_s = np.where(lost, self.end_s, np.nan)
+        done = np.isfinite(finish_s)
+        end_tokens = np.where(done, output_len, end_tokens)
+        end_s = np.where(done, finish_s, end_s)
+        used = slot_req >= 0
+        end_tokens[slot_req[used]] = tokens[used]
+        end_s[slot_req[used]] = self.last_s[used]
+        start = self.opened_s if self.opened_s is not None else np.inf
+        anchored = np.isfinite(self.anchor_s)
+        from_tokens = np.where(anchored, self.anchor_tokens, 1)
+        from_s = np.where(anchored, self.anchor_s, first_token_s)
+        count = end_tokens - from_tokens
+        span = end_s - from_s
+        active = (count >= 1) & np.isfinite(span) & (end_s >= start)
+        return WindowGaps(np.where(active, count, 0).astype(np.int64),
+                          np.where(active, span, 0.0), float(start if num else 0.0))

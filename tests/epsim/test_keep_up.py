@@ -1,0 +1,76 @@
+"""Keep-up is part of feasibility: the verdict, `epsim simulate`'s line, and `epsim plan`
+rejecting the default scenario's overloaded EP 4 deepep point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from epsim.plan import run_plan
+from epsim.plan.runner import rejected
+from epsim.report.keep_up import backlog_growth_rps, keep_up
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = str(ROOT / "scenarios" / "default.yaml")
+
+
+def _verdict(arrival, first, **kw):
+    arrival, first = np.asarray(arrival, float), np.asarray(first, float)
+    n = arrival.shape[0]
+    return keep_up(arrival, first, np.zeros(n, bool), np.zeros(n, bool), 0.0, 10.0, **kw)
+
+
+def test_a_served_stream_keeps_up():
+    arrival = np.arange(0, 10, 0.01)                        # 100 req/s
+    out = _verdict(arrival, arrival + 0.02)
+    assert out["ok"] and out["served_frac"] == pytest.approx(1.0, abs=0.01)
+    assert out["verdict"].startswith("serves 99.9 of 100 req/s: keeps up (margin served 99.9 %")
+
+
+def test_half_served_is_overloaded_in_one_line():
+    arrival = np.arange(0, 10, 0.01)
+    first = arrival * 2                                      # request k starts at 0.02 k: 50 req/s
+    first = np.where(first < 10, first, np.nan)
+    out = _verdict(arrival, first)
+    assert not out["ok"]
+    assert out["verdict"] == "serves 50 of 100 req/s; waiting requests grow 50/s: overloaded"
+    assert backlog_growth_rps(arrival, first, 0.0, 10.0) == pytest.approx(50.0, rel=0.02)
+
+
+def test_ttft_target_joins_the_verdict():
+    arrival = np.arange(0, 10, 0.01)
+    out = _verdict(arrival, arrival + 0.02, ttft_p99_ms=20.0, ttft_target_ms=10.0)
+    assert not out["ok"] and "TTFT p99 20 ms > 10 ms" in out["verdict"]
+
+
+def test_simulate_flags_the_overloaded_instance_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "epsim.cli", "simulate", DEFAULT, "--set",
+                           "deployment.ep_size=4", "--set", "deployment.moe_a2a_backend=deepep",
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("keep-up")]
+    assert len(line) == 1 and line[0].endswith(": overloaded")
+    assert "serves" in line[0] and "of 61.2 req/s" in line[0]
+
+
+def test_plan_rejects_the_overloaded_ep4_deepep_point_on_the_default_scenario():
+    # the case of issue #13: TPOT p99 <= 25 ms alone picked EP 4 deepep, which serves ~56 of
+    # the ~61 req/s offered while its waiting queue grows
+    result = run_plan(DEFAULT, ["deployment.ep_size=4,8", "deployment.moe_a2a_backend=mooncake,deepep"],
+                      constraints=["tpot_ms.p99<=25"], workers=1, progress=False)
+    by = {(r["deployment.ep_size"], r["deployment.moe_a2a_backend"]): r for r in result.rows}
+    ep4 = by[(4, "deepep")]
+    assert ep4["tpot_ms.p99"] <= 25                          # it meets the SLO on latency ...
+    assert ep4["keep_up.ok"] == 0.0 and not ep4["feasible"]  # ... but does not keep up
+    reasons = dict((result.rows[i]["point"], why) for i, why in rejected(result))
+    assert "overloaded" in reasons[ep4["point"]]
+    best = result.best_row
+    assert best["num_gpus"] == 8 and best["keep_up.ok"] == 1.0
+    assert best["keep_up.served_frac"] >= 0.97
+    no_keep_up = run_plan(DEFAULT, ["deployment.ep_size=4,8", "deployment.moe_a2a_backend=mooncake,deepep"],
+                          constraints=["tpot_ms.p99<=25"], workers=1, progress=False, keep_up=False)
+    assert no_keep_up.best_row["num_gpus"] == 4             # what the SLO alone would answer
