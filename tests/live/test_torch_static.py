@@ -69,3 +69,19 @@ def test_side_by_side_benchmark_dry_run(tmp_path):
         else:                                          # one row per (token, destination)
             assert 1 <= r["rows_sent"] <= 2 * r["tokens_per_rank"]
     assert "| tokens/rank | mode |" in (tmp_path / "table.md").read_text()
+
+
+@pytest.mark.slow
+def test_rebalance_traffic_benchmark_dry_run(tmp_path):
+    from epsim.records import read_records
+
+    proc = subprocess.run([sys.executable, "benchmarks/rebalance_traffic.py", "--cpu", "--experts",
+                           "1", "2", "--iters", "1", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    records = read_records(tmp_path / "records.jsonl")          # valid MeasurementRecords
+    expert_bytes = 3 * 64 * 32 * 4            # the CPU shape's expert, fp32
+    assert [(r.bytes, r.extra["num_transfers"]) for r in records] == [
+        (expert_bytes, 2), (expert_bytes, 1), (2 * expert_bytes, 4), (2 * expert_bytes, 1)]
+    fit = json.loads((tmp_path / "fit.json").read_text())
+    assert fit["num_points"] == 4 and set(fit) >= {"base_us", "per_transfer_us", "wire_gbps"}
