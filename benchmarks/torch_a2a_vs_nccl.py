@@ -7,12 +7,12 @@ ranks and routing (uniform top-k over the experts, drawn by `epsim.routing`):
 - `raw`: `all_to_all_single` of the dispatch's token rows and back (the combine's rows), with
   the split sizes known ahead — the library floor for these bytes;
 - `normal`: the backend's exact layout (uneven splits, counts through the host);
-- `low_latency`: its static layout (equal splits of `max_tokens_per_rank` rows per rank, no host
+- `static`: its static layout (equal splits of `max_tokens_per_rank` rows per rank, no host
   sync), against a raw exchange of *its* bytes (the padded rows).
 
 Each is the median over iterations launched back to back, wall time per iteration measured
 with CUDA events around the whole loop (host overhead included, as a serving engine pays it in
-eager mode), plus for `low_latency` the same loop replayed from a CUDA graph (device time).
+eager mode), plus for `static` the same loop replayed from a CUDA graph (device time).
 
     python benchmarks/torch_a2a_vs_nccl.py --gpus 2 --out benchmarks/results/torch_a2a_vs_nccl_h200x2
     python benchmarks/torch_a2a_vs_nccl.py --cpu --gpus 2 --out /tmp/a2a   # gloo dry run (numbers mean nothing)
@@ -89,7 +89,7 @@ def worker(rank: int, world_size: int, group, args: dict) -> list[dict]:
         weights = torch.full(ids.shape, 1.0 / top_k, dtype=torch.float32, device=device)
         x = torch.randn(tokens, hidden, dtype=dtype, device=device)
         iters = max(5, min(200, 20_000 // tokens)) if cuda else 3
-        for mode in ("normal", "low_latency"):
+        for mode in ("normal", "static"):
             spec = BackendSpec(hidden_size=hidden, num_physical_experts=experts, top_k=top_k,
                                max_tokens_per_rank=tokens, dtype=dtype, device=device, mode=mode)
             backend = make_backend("torch", spec, group)
@@ -118,7 +118,7 @@ def worker(rank: int, world_size: int, group, args: dict) -> list[dict]:
             row = {"tokens_per_rank": tokens, "mode": mode, "path_us": path_us, "raw_us": raw_us,
                    "ratio": path_us / raw_us, "rows_sent": int(sum(send)),
                    "bytes_sent": int(sum(send)) * hidden * x.element_size()}
-            if cuda and mode == "low_latency":
+            if cuda and mode == "static":
                 # no host sync inside: the round trip captures in a CUDA graph (device time)
                 stream = torch.cuda.Stream()
                 stream.wait_stream(torch.cuda.current_stream())

@@ -31,7 +31,8 @@ class BackendSpec:
         dtype: hidden dtype (bf16 on GPU; the CPU backends also take fp32).
         device: where tokens live.
         dispatch_dtype: "bf16" or "fp8" (fp8 only where the backend casts on the fly).
-        mode: DeepEP kernel family, "normal" or "low_latency" (others ignore it).
+        mode: DeepEP kernel family, "normal" or "low_latency"; the `torch` backend's layout,
+            "normal" (exact splits) or "static" (no host sync); others ignore it.
     """
 
     hidden_size: int

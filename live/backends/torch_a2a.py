@@ -7,9 +7,9 @@ back. Runs on NCCL (GPU) and gloo (CPU), in one of two layouts (`BackendSpec.mod
 
 - "normal": exact, uneven splits. The split sizes must reach the host, so dispatch
   synchronizes with the device (DeepEP's normal mode does too, for its counts).
-- "low_latency": static shapes and no host sync, like DeepEP's low-latency kernels: every rank
-  sends `max_tokens_per_rank` rows to every rank (`[ranks, max_tokens, H]`, equal splits, the
-  counts travel on the device in the same exchange) and the receiver masks the rows past each
+- "static": static shapes and no host sync, like DeepEP's low-latency kernels: every rank
+  sends `max_tokens_per_rank` rows to every rank (`[ranks, max_tokens, H]`, equal splits; the
+  counts are exchanged on the device too) and the receiver masks the rows past each
   source's count. It moves `ranks * max_tokens_per_rank` rows per rank whatever the routing (as
   a CUDA-graph decode batch padded to its graph size does) and can be captured in a CUDA graph.
 """
@@ -27,7 +27,7 @@ from live.backends.base import (A2ABackend, BackendSpec, Dispatched, DispatchSta
 from live.backends.packed import compact_index
 from live.errors import LiveError
 
-MODES = ("normal", "low_latency")
+MODES = ("normal", "static")   # exact splits with a host sync; static shapes without
 
 
 @dataclass
@@ -46,7 +46,7 @@ class _Handle:
 
 @dataclass
 class _StaticHandle:
-    """State of a "low_latency" (static-shape) dispatch; C = max_tokens_per_rank."""
+    """State of a "static" (static-shape) dispatch; C = max_tokens_per_rank."""
 
     target: torch.Tensor         # [tokens, ranks] int64 row of (token, rank) in the send buffer, or ranks*C
     send_counts: torch.Tensor    # [ranks] int64 rows sent to each rank
@@ -59,14 +59,14 @@ class _StaticHandle:
 
 class TorchA2ABackend(A2ABackend):
     """DeepEP-class dispatch over `all_to_all_single` (dedup per destination rank), exact
-    ("normal") or static-shape without host sync ("low_latency")."""
+    ("normal") or static-shape without host sync ("static")."""
 
     name = "torch"
     requires_cuda = False
 
     def __init__(self, spec: BackendSpec, group=None):
         super().__init__(spec, group)
-        self.static = spec.mode == "low_latency"
+        self.static = spec.mode == "static"
 
     @classmethod
     def check_spec(cls, spec: BackendSpec) -> None:
@@ -114,7 +114,7 @@ class TorchA2ABackend(A2ABackend):
         capacity = self.spec.max_tokens_per_rank
         if num_tokens > capacity:
             raise LiveError(f"tokens ({num_tokens}) must be <= max_tokens_per_rank ({capacity}) "
-                            f"for the torch backend in low_latency mode")
+                            f"for the torch backend in static mode")
         ranks = torch.arange(self.ep_size, device=x.device)
         dest = torch.where(topk_slots >= 0, topk_slots // self.num_local_slots, -1)  # [tokens, top_k]
         in_rank = (dest.unsqueeze(-1) == ranks).any(dim=1)                  # [tokens, ranks]

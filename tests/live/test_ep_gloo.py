@@ -27,8 +27,8 @@ def _cases(world_size: int) -> list[EqualityCase]:
     tokens = TOKENS[:world_size]
     redundant = _redundant(world_size)
     out = []
-    # torch "low_latency": the static-shape layout without host sync (padding rows masked)
-    for backend, mode in (("torch", "normal"), ("torch", "low_latency"), ("none", "normal")):
+    # torch "static": the static-shape layout without host sync (padding rows masked)
+    for backend, mode in (("torch", "normal"), ("torch", "static"), ("none", "normal")):
         name = backend if mode == "normal" else f"{backend}-{mode}"
         out += [
             EqualityCase(CONFIG, backend, tokens, deepep_mode=mode, label=f"{name}/router"),

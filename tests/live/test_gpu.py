@@ -39,7 +39,7 @@ def test_torch_static_layout_captures_in_a_cuda_graph():
 
     device = torch.device("cuda", 0)
     spec = BackendSpec(hidden_size=256, num_physical_experts=8, top_k=2, max_tokens_per_rank=32,
-                       dtype=torch.bfloat16, device=device, mode="low_latency")
+                       dtype=torch.bfloat16, device=device, mode="static")
     backend = make_backend("torch", spec, None)
     x = torch.randn(32, 256, dtype=torch.bfloat16, device=device)
     ids = torch.randint(0, 8, (32, 2), device=device)

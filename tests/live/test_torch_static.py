@@ -1,4 +1,4 @@
-"""The `torch` backend's static ("low_latency") layout: same counts as the exact layout, a
+"""The `torch` backend's static ("static") layout: same counts as the exact layout, a
 fixed number of rows per rank, and the side-by-side benchmark's dry run on gloo ranks."""
 
 import json
@@ -27,7 +27,7 @@ def test_static_layout_matches_exact_layout_on_one_rank():
     ids[2, 1] = -1                                             # a dropped choice
     weights = torch.rand(6, 3, generator=gen)
     outs, counts = {}, {}
-    for mode in ("normal", "low_latency"):
+    for mode in ("normal", "static"):
         backend = make_backend("torch", _spec(mode), None)
         dispatched = backend.dispatch(x, ids, weights)
         rows, slot_counts = backend.expert_rows(dispatched)
@@ -35,21 +35,21 @@ def test_static_layout_matches_exact_layout_on_one_rank():
         payload = backend.expert_payload(rows * 2.0, dispatched)     # experts: times two
         outs[mode] = backend.combine(payload, dispatched)
         assert dispatched.stats.send_tokens_to_rank.tolist() == [6]
-    assert counts["normal"] == counts["low_latency"]
+    assert counts["normal"] == counts["static"]
     expected = 2.0 * x * torch.where(ids >= 0, weights, 0).sum(dim=1, keepdim=True)
     for mode, out in outs.items():
         torch.testing.assert_close(out, expected, msg=mode)
 
 
 def test_static_layout_refuses_more_tokens_than_its_capacity():
-    backend = make_backend("torch", _spec("low_latency", tokens=4), None)
+    backend = make_backend("torch", _spec("static", tokens=4), None)
     with pytest.raises(LiveError, match=r"tokens \(6\) must be <= max_tokens_per_rank \(4\)"):
         backend.dispatch(torch.zeros(6, 16), torch.zeros(6, 3, dtype=torch.int64),
                          torch.ones(6, 3))
 
 
 def test_unknown_mode_is_refused():
-    with pytest.raises(LiveError, match=r"mode \('fast'\) must be one of normal, low_latency"):
+    with pytest.raises(LiveError, match=r"mode \('fast'\) must be one of normal, static"):
         make_backend("torch", _spec("fast"), None)
 
 
@@ -61,10 +61,10 @@ def test_side_by_side_benchmark_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [(r["tokens_per_rank"], r["mode"]) for r in rows] == [
-        (1, "normal"), (1, "low_latency"), (5, "normal"), (5, "low_latency")]
+        (1, "normal"), (1, "static"), (5, "normal"), (5, "static")]
     for r in rows:
         assert r["path_us"] > 0 and r["raw_us"] > 0
-        if r["mode"] == "low_latency":                 # capacity rows to every rank
+        if r["mode"] == "static":                 # capacity rows to every rank
             assert r["rows_sent"] == 2 * r["tokens_per_rank"]
         else:                                          # one row per (token, destination)
             assert 1 <= r["rows_sent"] <= 2 * r["tokens_per_rank"]
