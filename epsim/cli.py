@@ -45,6 +45,8 @@ def _add_cost(sub) -> None:
                         "auto (default): what SGLang runs for the phase (decode graph, prefill eager)")
     p.add_argument("--phase", default=None, choices=["prefill", "decode"],
                    help="default: decode up to cuda_graph_max_bs tokens per rank, else prefill")
+    p.add_argument("--network", default=None,
+                   help="infiniband | roce | efa | nvl72 (default: the GPU's datasheet network)")
     p.add_argument("--profile", help="calibration profile JSON")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -1,4 +1,4 @@
-"""The model and hardware zoo shipped as package data (`epsim/data/zoo/`)."""
+"""The model, hardware and network zoo shipped as package data (`epsim/data/zoo/`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from epsim.errors import SpecError
 from epsim.spec.errors import validate
 from epsim.spec.hardware import HardwareSpec
 from epsim.spec.model import ModelSpec
+from epsim.spec.network import NETWORK_KINDS, Network, NetworkSpec
 
 
 def _zoo_dir(kind: str):
@@ -51,3 +52,61 @@ def get_hardware(name: str) -> HardwareSpec:
     if data is None:
         raise SpecError(f"gpu ({name!r}) must be one of {hardware_names()}")
     return validate(HardwareSpec, data, f"zoo/hardware/{name}.yaml")
+
+
+# -- networks ------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _network_defaults() -> dict[str, dict[str, dict]]:
+    """{kind: {gpu: {system, nics_per_node, nic_gbit_per_s, source}}} from zoo/networks.yaml."""
+    return yaml.safe_load((resources.files("epsim") / "data" / "zoo" / "networks.yaml").read_text())
+
+
+def network_defaults() -> list[tuple[str, str, dict]]:
+    """Every datasheet network default as (kind, gpu, entry), in file order."""
+    return [(kind, gpu, entry) for kind, by_gpu in _network_defaults().items()
+            for gpu, entry in by_gpu.items()]
+
+
+def check_network(spec: NetworkSpec, gpu: str) -> None:
+    """Raise ValueError (`network.<field> (<value>) must ...`) when `spec` cannot apply to `gpu`."""
+    hw = get_hardware(gpu)
+    if (spec.kind == "nvl72") != (hw.network == "nvl72"):
+        nvl72_gpus = [n for n in hardware_names() if get_hardware(n).network == "nvl72"]
+        if spec.kind == "nvl72":
+            raise ValueError(f"network.kind ('nvl72') must go with an NVL72 GPU {nvl72_gpus}; "
+                             f"{gpu} nodes hold {hw.gpus_per_node} GPUs on NVLink")
+        raise ValueError(f"network.kind ({spec.kind!r}) must be 'nvl72' for {gpu}: its node is a "
+                         f"{hw.gpus_per_node}-GPU NVLink rack whose racks meet over InfiniBand")
+    default = _network_defaults().get(spec.kind, {}).get(gpu)
+    if default is None and (spec.nics_per_node is None or spec.nic_gbit_per_s is None):
+        known = sorted(_network_defaults().get(spec.kind, {}))
+        missing = "nics_per_node" if spec.nics_per_node is None else "nic_gbit_per_s"
+        raise ValueError(f"network.{missing} (unset) must be given for {spec.kind} on {gpu}: no "
+                         f"datasheet default (defaults exist for {known})")
+
+
+def resolve_network(spec: NetworkSpec, gpu: str, gpus_per_node: int) -> Network:
+    """`spec` with unset fields from the datasheet default of its kind for `gpu`.
+
+    Raises:
+        SpecError: the kind does not fit the GPU, or has no default and leaves a field unset.
+    """
+    try:
+        check_network(spec, gpu)
+    except ValueError as exc:
+        raise SpecError(f"cluster.{exc}") from None
+    default = _network_defaults().get(spec.kind, {}).get(gpu, {})
+    return Network(kind=spec.kind,
+                   nics_per_node=spec.nics_per_node or default["nics_per_node"],
+                   nic_gbit_per_s=float(spec.nic_gbit_per_s or default["nic_gbit_per_s"]),
+                   gpus_per_node=gpus_per_node,
+                   system=default.get("system", "custom") if not (spec.nics_per_node or
+                                                                  spec.nic_gbit_per_s) else "custom",
+                   source=default.get("source", ""))
+
+
+def get_network(kind: str, gpu: str) -> Network:
+    """The datasheet network of `kind` for a node of `gpu`. Raises SpecError."""
+    if kind not in NETWORK_KINDS:
+        raise SpecError(f"network ({kind!r}) must be one of {list(NETWORK_KINDS)}")
+    return resolve_network(NetworkSpec(kind=kind), gpu, get_hardware(gpu).gpus_per_node)

@@ -28,7 +28,8 @@ def _model(name: str):
 
 def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, skew: str = "uniform",
                deepep_mode: str = "normal", dispatch_dtype: str = "bf16", profile=None,
-               seed: int = 0, time_mode: str = "auto", phase: str | None = None) -> dict:
+               seed: int = 0, time_mode: str = "auto", phase: str | None = None,
+               network: str | None = None) -> dict:
     """Predict one MoE layer; returns the numbers `epsim cost` prints.
 
     `time_mode` "auto" costs the layer as SGLang runs its phase: a decode step within
@@ -58,7 +59,11 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
                         f"(GPUs per {gpu} node)")
     if model.num_experts % ep:
         raise SpecError(f"--ep ({ep}) must divide the model's experts ({model.num_experts})")
-    cluster = ClusterSpec(gpu=gpu, num_nodes=max(1, ep // per_node))
+    from epsim.spec.network import NETWORK_KINDS
+    if network is not None and network not in NETWORK_KINDS:
+        raise SpecError(f"--network ({network!r}) must be one of {list(NETWORK_KINDS)}")
+    cluster = validate(ClusterSpec, {"gpu": gpu, "num_nodes": max(1, ep // per_node),
+                                     "network": network}, "--network")
     deployment = validate(DeploymentSpec, {
         "ep_size": ep, "moe_a2a_backend": backend, "deepep_mode": deepep_mode,
         "dispatch_dtype": dispatch_dtype}, "epsim cost")
@@ -82,6 +87,7 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     cost_model.record_layer(moe, graph, tokens_per_rank)
     tr = moe.traffic
     pairs = tr.pairs[0]
+    net = cluster.network_resolved
     return {
         "model": model.name, "gpu": gpu, "backend": backend, "mode": moe.mode or None,
         "phase": phase, "time_mode": time_mode, "graph": graph,
@@ -93,6 +99,9 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "max_rank_pairs": float(pairs.max()), "mean_rank_pairs": float(pairs.mean()),
         "busiest_nvl_copies": float(tr.nvl_copies[0].max()),
         "busiest_rdma_copies": float(tr.rdma_copies[0].max()),
+        "network": net.kind, "network_detail": net.describe(),
+        "transport": cost_model.transport.name,
+        "rdma_gbps": float(cost_model.comm_params[("dispatch", mode)]["rdma_gbps"]),
         "profile": profile.name or profile.path or "datasheet",
         **_stages(cost_model, moe, graph),
         "provenance": provenance(cost_model, of="layer time"),
@@ -129,7 +138,7 @@ def run(args) -> int:
     result = layer_cost(model, args.cluster, args.backend, args.ep, args.tokens_per_rank,
                         skew=args.skew, deepep_mode=args.deepep_mode,
                         dispatch_dtype=args.dispatch_dtype, profile=profile, seed=args.seed,
-                        time_mode=args.mode, phase=args.phase)
+                        time_mode=args.mode, phase=args.phase, network=args.network)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -139,6 +148,9 @@ def run(args) -> int:
           f"profile {result['profile']}")
     how = ("device time (CUDA-graph step)" if result["graph"]
            else "device time + host overhead (eager step)")
+    if result["num_nodes"] > 1:
+        print(f"  network {result['network_detail']}, {result['backend']} path "
+              f"{result['transport']}, {result['rdma_gbps']:.1f} GB/s per GPU achievable")
     print(f"  time: {how}, {result['phase']} phase, --mode {result['time_mode']}")
     print(f"  {'':<12}{'median':>10}{'p10':>10}{'p90':>10}{'host':>10}")
     for kind in ("dispatch", "experts", "combine", "layer"):

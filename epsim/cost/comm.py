@@ -82,13 +82,21 @@ def combine_bytes_per_copy(hidden_size: int) -> float:
 
 
 # -- all-to-all (torch, deepep, mooncake) ------------------------------------------------------
+def rdma_gbps_default(backend: str, cluster: ClusterSpec) -> float:
+    """Achievable scale-out GB/s per GPU: NIC line rate x RDMA_EFFICIENCY x the framing ratio of
+    the backend's transport path over the cluster's network (`epsim.cost.transport`)."""
+    from epsim.cost.transport import transport_path
+    path = transport_path(backend, cluster.network_resolved.kind)
+    return cluster.rdma_gbps_resolved * RDMA_EFFICIENCY * path.wire_ratio
+
+
 def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, float]:
     """Datasheet parameters of `<backend>/dispatch|combine[/mode]` for a cluster."""
     check_backend(backend)
     return {
         "base_us": _BASE_US[(backend, mode if backend == "deepep" else "")],
         "nvl_gbps": cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY,
-        "rdma_gbps": cluster.rdma_gbps_resolved * RDMA_EFFICIENCY,
+        "rdma_gbps": rdma_gbps_default(backend, cluster),
         "per_copy_us": 0.0,
         "slot_us_per_kb": 0.0,
     }
@@ -142,7 +150,7 @@ def collective_defaults(cluster: ClusterSpec) -> dict[str, float]:
     """Datasheet parameters of `none/allreduce`."""
     return {"base_us": _BASE_US[("none", "")],
             "nvl_gbps": cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY,
-            "rdma_gbps": cluster.rdma_gbps_resolved * RDMA_EFFICIENCY}
+            "rdma_gbps": rdma_gbps_default("none", cluster)}
 
 
 def collective_features(num_bytes: np.ndarray | float, num_ranks: int, num_nodes: int,

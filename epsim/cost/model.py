@@ -29,6 +29,7 @@ from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.traffic import Traffic, count_traffic
 from epsim.errors import SpecError
 from epsim.profile import Profile, load_profile, mode_path
+from epsim.cost.transport import network_us, transport_path
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -155,6 +156,9 @@ class CostModel:
                                           {"sync_us": self.sync_us})["sync_us"]
         self.attention_params = self._params("any", "attention", "", attention_defaults(hw))
         self.overhead_params = self._params("any", "step_overhead", "", overhead_defaults())
+        # the scale-out path of this backend over the cluster's network (a separate term:
+        # fabric latency and host-proxy messages, added where ranks span nodes)
+        self.transport = transport_path(self.backend, cluster.network_resolved.kind)
         self.pair_flops = flops_per_pair(model.hidden_size, model.moe_intermediate_size)
         self._token_ranges = self._fitted_ranges(modes)
         self.ledger = Ledger()               # what the costed steps spent, for `provenance`
@@ -271,6 +275,8 @@ class CostModel:
                 comm_params[("dispatch", mode)]) + self.host_us("dispatch", mode, graph)
             combine = comm_us(tr, combine_bytes_per_copy(m.hidden_size),
                               comm_params[("combine", mode)]) + self.host_us("combine", mode, graph)
+            fabric = network_us(tr, self.transport)
+            dispatch, combine = dispatch + fabric, combine + fabric
         return MoECost(dispatch, expert, combine, tr, mode,
                        self.graph_sync_us if graph else self.sync_us)
 

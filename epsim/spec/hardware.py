@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from epsim.spec.network import Network, NetworkKind, NetworkSpec
 
 
 class HardwareSpec(BaseModel):
     """One GPU model and the node it ships in, from vendor datasheets.
 
-    Bandwidths in GB/s (1e9 bytes/s) per direction, NIC speed in Gb/s (bits) as sold.
+    Bandwidths in GB/s (1e9 bytes/s) per direction. `network` is the scale-out kind the node
+    ships with; its NIC count and speed (Gb/s, bits, as sold) are in `zoo/networks.yaml`. For
+    NVL72 systems a "node" is the 72-GPU NVLink domain.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -19,14 +23,9 @@ class HardwareSpec(BaseModel):
     hbm_gbps: float = Field(gt=0, description="HBM bandwidth, GB/s")
     hbm_gib: float = Field(gt=0)
     nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
-    nic_gbits: float = Field(gt=0, description="scale-out NIC per GPU, Gb/s")
-    gpus_per_node: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
+    network: NetworkKind = Field(default="infiniband", description="default scale-out kind")
     source: str = ""
-
-    @property
-    def nic_gbps(self) -> float:
-        """Scale-out NIC per GPU per direction in GB/s (bytes)."""
-        return self.nic_gbits / 8.0
 
 
 class ClusterSpec(BaseModel):
@@ -42,14 +41,28 @@ class ClusterSpec(BaseModel):
     num_nodes: int = Field(default=1, gt=0)
     gpus_per_node: int | None = Field(default=None, gt=0)
     nvlink_gbps: float | None = Field(default=None, gt=0)
-    rdma_gbps: float | None = Field(default=None, gt=0, description="per GPU per direction, GB/s")
+    rdma_gbps: float | None = Field(default=None, gt=0, description="per GPU per direction, GB/s; "
+                                    "overrides what `network` gives")
+    network: NetworkSpec | None = Field(default=None, description="scale-out network; a kind "
+                                        "string is short for {kind: ...}; None = the GPU's default")
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network_kind(cls, value):
+        return {"kind": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _known_gpu(self) -> "ClusterSpec":
         from epsim.zoo import hardware_names
         if self.gpu not in hardware_names():
             raise ValueError(f"gpu ({self.gpu!r}) must be one of {hardware_names()}")
+        if self.network is not None:
+            from epsim.zoo import check_network
+            try:
+                check_network(self.network, self.gpu)
+            except ValueError as exc:
+                raise ValueError(str(exc).removeprefix("cluster.")) from None
         return self
 
     @property
@@ -70,5 +83,14 @@ class ClusterSpec(BaseModel):
         return self.nvlink_gbps or self.hardware.nvlink_gbps
 
     @property
+    def network_resolved(self) -> Network:
+        """The scale-out network with datasheet defaults filled in (`zoo/networks.yaml`)."""
+        from epsim.zoo import resolve_network
+        return resolve_network(self.network or NetworkSpec(kind=self.hardware.network), self.gpu,
+                               self.gpus_per_node_resolved)
+
+    @property
     def rdma_gbps_resolved(self) -> float:
-        return self.rdma_gbps or self.hardware.nic_gbps
+        """Scale-out bandwidth per GPU per direction, GB/s: `rdma_gbps`, else the network's
+        NICs x Gb/s / 8 / GPUs per node."""
+        return self.rdma_gbps or self.network_resolved.nic_gbps_per_gpu
