@@ -14,6 +14,19 @@ import sys
 from epsim import __version__, vocab
 
 
+class _Parser(argparse.ArgumentParser):
+    """Every subcommand's parser: no abbreviated options (`--mode` is not `--model`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
+def output_options(parser, progress: bool = False) -> None:
+    from epsim.commands.output import add_options
+    add_options(parser, progress)
+
+
 def _add_simulate(sub) -> None:
     p = sub.add_parser("simulate", help="simulate a scenario (SimPy engine)",
                        description="Simulate serving a scenario and report throughput, TTFT, TPOT.")
@@ -24,22 +37,27 @@ def _add_simulate(sub) -> None:
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field by dotted path, e.g. deployment.ep_size=16 (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="skip PNG figures")
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
+    output_options(p, progress=True)
 
 
 def _add_cost(sub) -> None:
-    p = sub.add_parser("cost", help="predict one MoE layer's dispatch/experts/combine time")
+    p = sub.add_parser("cost", help="predict one MoE layer's dispatch/experts/combine time",
+                       description="One MoE layer's predicted dispatch, expert and combine time "
+                                   "(docs/model.md).")
     p.add_argument("--model", required=True, help="zoo model name or HF config.json")
     p.add_argument("--cluster", default="H200", help="zoo GPU name (nodes = ep / GPUs per node)")
     p.add_argument("--backend", required=True, help=" | ".join(vocab.A2A_BACKENDS))
-    p.add_argument("--deepep-mode", default="normal", choices=list(vocab.DEEPEP_MODES))
-    p.add_argument("--ep", type=int, required=True, help="EP size")
-    p.add_argument("--tokens-per-rank", type=int, required=True)
+    p.add_argument("--deepep-mode", default="normal", choices=list(vocab.DEEPEP_MODES),
+                   help="DeepEP kernels for --backend deepep (default normal)")
+    p.add_argument("--ep", type=int, required=True, help="EP size (ranks, one GPU each)")
+    p.add_argument("--tokens-per-rank", type=int, required=True,
+                   help="tokens each rank holds before dispatch")
     p.add_argument("--skew", default="uniform", help="uniform | zipf:ALPHA | hotset:K:FRAC | trace:PATH")
-    p.add_argument("--dispatch-dtype", default="bf16", choices=list(vocab.DISPATCH_DTYPES))
+    p.add_argument("--dispatch-dtype", default="bf16", choices=list(vocab.DISPATCH_DTYPES),
+                   help="dtype of the dispatched activations (default bf16)")
     p.add_argument("--mode", default="auto", choices=["auto", "graph", "eager"],
                    help="graph: device time (CUDA-graph step); eager: device + host overhead; "
                         "auto (default): what SGLang runs for the phase (decode graph, prefill eager)")
@@ -47,27 +65,40 @@ def _add_cost(sub) -> None:
                    help="default: decode up to cuda_graph_max_bs tokens per rank, else prefill")
     p.add_argument("--network", default=None,
                    help="infiniband | roce | efa | nvl72 (default: the GPU's datasheet network)")
-    p.add_argument("--profile", help="calibration profile JSON")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled routing (default 0)")
+    output_options(p)
 
 
 def _add_eplb(sub) -> None:
-    p = sub.add_parser("eplb", help="compute an EPLB placement from expert loads")
+    p = sub.add_parser("eplb", help="compute an EPLB placement from expert loads",
+                       description="An EPLB placement from expert loads, its balance, and what a "
+                                   "rebalance to it would move and cost (docs/eplb.md).")
     p.add_argument("loads_file", nargs="?", help="same as --loads")
     p.add_argument("--loads", help="loads: JSON, NPY, CSV ([layers, experts]) or an SGLang dump")
     p.add_argument("--replicas", type=int, required=True, help="physical expert slots per layer")
-    p.add_argument("--groups", type=int, default=1, help="expert groups")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--groups", type=int, default=1,
+                   help="expert groups of the model (DeepSeek-V3: 8; default 1); the hierarchical "
+                        "policy applies when groups divide over nodes")
+    p.add_argument("--nodes", type=int, default=1, help="nodes the GPUs span (default 1)")
+    p.add_argument("--gpus", type=int, required=True,
+                   help="GPUs (EP ranks) in all; must divide --replicas")
+    p.add_argument("--gpu", default="H200",
+                   help="zoo GPU whose links price the rebalance's weight moves (default H200)")
+    p.add_argument("--model", default=None,
+                   help="zoo model whose expert size prices the moves (default: the zoo model "
+                        "with as many experts as the loads, if exactly one)")
     p.add_argument("--algorithm", default="deepseek",
                    help="deepseek | deepseek_hierarchical | deepseek_global | sticky")
-    p.add_argument("--previous", help="previous placement JSON (phy2log) for move-aware algorithms")
-    p.add_argument("--json", action="store_true", help="print the maps as JSON")
+    p.add_argument("--previous", help="previous placement JSON (an `--json` output, or phy2log) "
+                                       "for move-aware algorithms and the move cost")
+    output_options(p)
 
 
 def _add_calibrate(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit a profile from measurements (live or recorded)")
+    p = sub.add_parser("calibrate", help="fit a profile from measurements (live or recorded)",
+                       description="Fit a calibration profile on measured records, measuring them "
+                                   "first with --live (docs/calibration.md).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--live", action="store_true", help="run the live bench, then fit")
     src.add_argument("--records", nargs="+", help="fit offline from record files (JSONL)")
@@ -88,23 +119,28 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
     p.add_argument("--eplb", action="store_true", help="--live: also run live.eplb.bench")
-    p.add_argument("--no-progress", action="store_true")
+    output_options(p, progress=True)
 
 
 def _add_validate(sub) -> None:
-    p = sub.add_parser("validate", help="predicted against measured, per record")
+    p = sub.add_parser("validate", help="predicted against measured, per record",
+                       description="The profile's predictions against measured records by the "
+                                   "hold-out protocol: a one-screen summary here, the full tables "
+                                   "and plots under --out (docs/validation.md).")
     p.add_argument("--profile", default=None, help="profile JSON (default: shipped)")
     p.add_argument("--records", nargs="+", default=None, help="record files (default: shipped)")
     p.add_argument("--holdout", default=None,
                    help="hold-out rule (default: the one the profile was fitted with)")
-    p.add_argument("--out", default=None, help="directory for the table (markdown, CSV) and PNG plots")
+    p.add_argument("--out", default="runs/validate",
+                   help="directory for the full tables (markdown, CSV) and PNG plots "
+                        "(default runs/validate)")
     p.add_argument("--doc", default=None,
                    help="markdown file whose generated section gets the tables (docs/validation.md)")
     p.add_argument("--max-mape", type=float, default=None,
                    help="exit 1 if a backend's held-out MAPE of a kind exceeds this percent")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
-    p.add_argument("--json", action="store_true")
+    output_options(p)
 
 
 def _add_plan(sub) -> None:
@@ -123,7 +159,8 @@ def _add_plan(sub) -> None:
     p.add_argument("--pareto", action="append", default=[],
                    help="objectives of the Pareto frontier (repeatable; default min:num_gpus, "
                         "min:tpot_ms.p99, max:throughput_tokens_per_s_per_gpu)")
-    p.add_argument("--executor", default="local", choices=["local", "ray"])
+    p.add_argument("--executor", default="local", choices=["local", "ray"],
+                   help="where points run: local processes (default) or Ray")
     p.add_argument("--ray-address", default=None, help="ray.init(address=...); default: a local runtime")
     p.add_argument("--workers", type=int, default=None,
                    help="processes, or CPUs of a local Ray runtime (default: all cores)")
@@ -132,19 +169,19 @@ def _add_plan(sub) -> None:
                    help="override a base-scenario field by dotted path (repeatable)")
     p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     p.add_argument("--profile", default=None, help="calibration profile JSON for every point")
-    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-plots", action="store_true", help="skip pareto.png and sweep.png")
     p.add_argument("--no-keep-up", action="store_true",
                    help="judge points by the constraints alone (default: a feasible point must "
                         "also serve its offered load, docs/planning.md)")
+    output_options(p, progress=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="epsim", description="Simulate MoE inference with expert parallelism, "
+        prog="epsim", allow_abbrev=False, description="Simulate MoE inference with expert parallelism, "
                                   "calibrated against live GPU measurements.")
     parser.add_argument("--version", action="version", version=f"epsim {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     _add_simulate(sub)
     _add_cost(sub)
@@ -152,8 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_validate(sub)
     _add_plan(sub)
-    sub.add_parser("models", help="list the model zoo").add_argument("--json", action="store_true")
-    sub.add_parser("hardware", help="list the hardware zoo").add_argument("--json", action="store_true")
+    output_options(sub.add_parser("models", help="list the model zoo"))
+    output_options(sub.add_parser("hardware", help="list the hardware zoo"))
     return parser
 
 
@@ -170,13 +207,23 @@ def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
+    from epsim.commands import output
     from epsim.errors import EpsimError
     module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
     try:
-        return int(module.run(args) or 0)
+        with output.caught_warnings() as warned:
+            report = module.run(args)
+        if isinstance(report, output.Report):
+            return output.emit(report, args, warned)
+        for note in output.merge_notes(warned):     # a command that prints for itself
+            print(f"note: {note}")
+        return int(report or 0)
     except EpsimError as exc:
         print(f"epsim {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:                # `epsim ... | head`: the reader has gone
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"epsim {args.command}: interrupted", file=sys.stderr)
         return 130

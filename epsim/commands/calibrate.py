@@ -4,7 +4,6 @@ with the live bench (`--live`, which imports `live/` and torch here and nowhere 
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 from epsim.errors import EpsimError
@@ -60,6 +59,7 @@ def _measure(args) -> list[Path]:
         raise EpsimError(f"--live needs the live extra (torch): pip install 'epsim[live]' "
                          f"({exc})") from None
     which = choose_live_bench(num_gpus, args.gpus, args.cpu)
+    from epsim.commands.output import wants_progress
     records = Path(args.records_out or DEFAULT_LIVE_DIR / "records.jsonl")
     records.parent.mkdir(parents=True, exist_ok=True)
     if which == "components":
@@ -81,7 +81,7 @@ def _measure(args) -> list[Path]:
     print(f"live bench: {plan.num_points} points, {len(plan.cases)} cases on {plan.world_size} "
           f"{'GPUs (nccl)' if plan.dist_backend == 'nccl' else 'CPU ranks (gloo)'} -> {records}",
           file=sys.stderr)
-    result = run_bench(plan, records, args.budget_s, progress=not args.no_progress)
+    result = run_bench(plan, records, args.budget_s, progress=wants_progress(args))
     for error in result.errors:
         print(f"epsim calibrate: warning: {error}", file=sys.stderr)
     print(f"live bench: {result.num_records} records from {result.num_points} points in "
@@ -113,7 +113,8 @@ def _measure_components(args, records: Path) -> list[Path]:
     print(f"live bench: {COMMUNICATION_NOTE}", file=sys.stderr)
     for note in plan.notes[1:]:
         print(f"live bench: {note}", file=sys.stderr)
-    result = run_components(plan, records, args.budget_s, progress=not args.no_progress)
+    from epsim.commands.output import wants_progress
+    result = run_components(plan, records, args.budget_s, progress=wants_progress(args))
     for skipped in result.skipped:
         print(f"epsim calibrate: note: {skipped}", file=sys.stderr)
     print(f"live bench: {result.num_records} records from {result.num_points} points in "
@@ -123,22 +124,24 @@ def _measure_components(args, records: Path) -> list[Path]:
     return [records] + default_record_paths()
 
 
-def _summary(cal) -> str:
+def _summary(cal) -> list[str]:
+    from epsim.commands.output import number
     lines = [f"profile {cal.profile.name} (hardware {cal.profile.hardware}): fitted on "
              f"{cal.num_fit} records, {cal.num_held_out} held out "
              f"(rule {cal.holdout.describe()})",
              f"  {'component':<22}{'records':>8}{'fit MAPE %':>12}{'max %':>8}  parameters"]
     for key, comp in sorted(cal.profile.components.items()):
         res = comp.residuals
-        params = ", ".join(f"{k}={v:.4g}" for k, v in comp.params.items())
+        params = ", ".join(f"{k}={number(v)}" for k, v in comp.params.items())
         lines.append(f"  {key:<22}{res.get('num_records', 0):>8.0f}{res.get('mape', 0):>12.1f}"
                      f"{res.get('max_ape', 0):>8.1f}  {params}"
                      + (f"  [{comp.note}]" if comp.note else ""))
-    return "\n".join(lines)
+    return lines
 
 
-def run(args) -> int:
+def run(args):
     from epsim.calibrate import Holdout, calibrate
+    from epsim.commands.output import Report
 
     holdout = Holdout.parse(args.holdout)
     if args.live:
@@ -147,16 +150,13 @@ def run(args) -> int:
     else:
         paths = [Path(p) for p in args.records]
         out = Path(args.out) if args.out else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cal = calibrate(paths, holdout, name=args.name or "", strict=args.strict,
-                        backends=args.backends)
-    for w in caught:
-        print(f"epsim calibrate: warning: {w.message}", file=sys.stderr)
-    print(_summary(cal))
+    cal = calibrate(paths, holdout, name=args.name or "", strict=args.strict,
+                    backends=args.backends)
+    data = {"profile": cal.profile.model_dump(by_alias=True), "num_fit": cal.num_fit,
+            "num_held_out": cal.num_held_out, "holdout": cal.holdout.describe(),
+            "records": [str(p) for p in paths]}
+    lines = _summary(cal)
     if out is not None:
         cal.profile.save(out)
-        print(f"wrote {out}")
-    else:
-        print("(no --out: profile not written)")
-    return 0
+        return Report(data, lines, files=[out])
+    return Report(data, lines, notes=["no --out: profile not written"])

@@ -7,7 +7,6 @@ contiguously without redundancy. `layer_us` = dispatch + experts + combine (no a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -131,7 +130,8 @@ def _stages(cost_model, moe, graph: bool) -> dict:
     return out
 
 
-def run(args) -> int:
+def run(args):
+    from epsim.commands.output import Report, duration, table
     from epsim.profile import load_profile
     model = _model(args.model)
     profile = load_profile(args.profile) if args.profile else None
@@ -139,27 +139,25 @@ def run(args) -> int:
                         skew=args.skew, deepep_mode=args.deepep_mode,
                         dispatch_dtype=args.dispatch_dtype, profile=profile, seed=args.seed,
                         time_mode=args.mode, phase=args.phase, network=args.network)
-    if args.json:
-        print(json.dumps(result, indent=1))
-        return 0
     mode = f" ({result['mode']})" if result["mode"] else ""
-    print(f"{result['model']} on {result['ep_size']} x {result['gpu']} ({result['num_nodes']} node(s)), "
-          f"{result['backend']}{mode}, {result['tokens_per_rank']} tokens/rank, skew {result['skew']}, "
-          f"profile {result['profile']}")
     how = ("device time (CUDA-graph step)" if result["graph"]
            else "device time + host overhead (eager step)")
+    lines = [f"{result['model']} on {result['ep_size']} x {result['gpu']} ({result['num_nodes']} "
+             f"node(s)), {result['backend']}{mode}, {result['tokens_per_rank']} tokens/rank, skew "
+             f"{result['skew']}, profile {result['profile']}",
+             f"  time: {how}, {result['phase']} phase, --mode {result['time_mode']}"]
     if result["num_nodes"] > 1:
-        print(f"  network {result['network_detail']}, {result['backend']} path "
-              f"{result['transport']}, {result['rdma_gbps']:.1f} GB/s per GPU achievable")
-    print(f"  time: {how}, {result['phase']} phase, --mode {result['time_mode']}")
-    print(f"  {'':<12}{'median':>10}{'p10':>10}{'p90':>10}{'host':>10}")
-    for kind in ("dispatch", "experts", "combine", "layer"):
-        p10, p90 = result[f"{kind}_p10_us"], result[f"{kind}_p90_us"]
+        lines.insert(1, f"  network {result['network_detail']}, {result['backend']} path "
+                        f"{result['transport']}, {result['rdma_gbps']:.1f} GB/s per GPU achievable")
+    rows = []
+    for name, kind in (("dispatch", "dispatch"), ("experts", "experts"), ("combine", "combine"),
+                       ("MoE layer", "layer")):
         host = result["host_us"].get(kind, sum(result["host_us"].values()))
-        print(f"  {kind + '_us':<12}{result[kind + '_us']:>10.1f}"
-              f"{'-' if p10 is None else format(p10, '.1f'):>10}"
-              f"{'-' if p90 is None else format(p90, '.1f'):>10}{host:>10.1f}")
-    print(f"  {result['provenance']['line']}")
-    print(f"  busiest rank: {result['max_rank_pairs']:.0f} token-expert pairs "
-          f"(mean {result['mean_rank_pairs']:.0f})")
-    return 0
+        rows.append([name, duration(result[f"{kind}_us"]), duration(result[f"{kind}_p10_us"]),
+                     duration(result[f"{kind}_p90_us"]), duration(host)])
+    lines += table(["stage", "median", "p10", "p90", "host"], rows)
+    lines.append(f"  {result['provenance']['line']}")
+    lines.append(f"  busiest rank: {result['max_rank_pairs']:.0f} token-expert pairs "
+                 f"(mean {result['mean_rank_pairs']:.0f}); MoE layer = dispatch + experts + "
+                 f"combine (no attention)")
+    return Report(result, lines)

@@ -38,7 +38,88 @@ def _policy(args) -> str:
             f"% num_nodes {args.nodes} {'==' if hierarchical else '!='} 0)")
 
 
-def run(args) -> int:
+def _expert_bytes(args, num_logical: int) -> tuple[float | None, str]:
+    """Bytes of one expert's weights and the model they come from: `--model`, else the one zoo
+    model with as many experts as the loads; (None, why) when that is not one model."""
+    from epsim.zoo import get_model, model_names
+    if args.model is not None:
+        if args.model not in model_names():
+            raise SpecError(f"--model ({args.model!r}) must be one of {model_names()}")
+        model = get_model(args.model)
+        if model.num_experts != num_logical:
+            raise SpecError(f"--model ({args.model!r}) has {model.num_experts} experts; the loads "
+                            f"have {num_logical}")
+        return float(model.expert_bytes), model.name
+    fits = [get_model(n) for n in model_names() if get_model(n).num_experts == num_logical]
+    if len(fits) == 1:
+        return float(fits[0].expert_bytes), fits[0].name
+    return None, (f"no bytes or times: give --model ({', '.join(m.name for m in fits)} have "
+                  f"{num_logical} experts)" if fits else
+                  f"no bytes or times: no zoo model has {num_logical} experts")
+
+
+PRICED_KEYS = ("gpu", "moved_bytes", "nvlink_bytes", "rdma_bytes", "local_copy_bytes",
+               "recv_bytes_per_rank", "send_bytes_per_rank", "slowest_rank",
+               "slowest_rank_transfer_us", "algorithm_us", "base_us", "stall_us_stop_the_world",
+               "spare_buffer_bytes_per_rank")
+
+
+def move_cost(args, old, new, num_logical: int) -> dict:
+    """What moving from `old` to `new` rewrites and costs, from the simulator's rebalance
+    model (`epsim.eplb.rebalance_cost`, stop-the-world, all layers in one chunk)."""
+    from epsim.eplb import plan_transfers, rebalance_cost, rebalance_params
+    from epsim.profile import load_profile
+    from epsim.spec.hardware import ClusterSpec
+    changed = int(new.changed_slots(old).sum())
+    expert_bytes, model = _expert_bytes(args, num_logical)
+    if expert_bytes is None:
+        args.unpriced = model                       # why: a note under the result
+    out = {"from": "--previous" if args.previous else "trivial (experts in order, redundant slots "
+                                                       "repeating experts 0, 1, ...)",
+           "changed_slots": changed, "total_slots": int(new.physical_to_logical.size),
+           "model": model if expert_bytes else None, "expert_bytes": expert_bytes}
+    if expert_bytes is None:
+        return {**out, **dict.fromkeys(PRICED_KEYS)}
+    cluster = ClusterSpec(gpu=args.gpu, num_nodes=args.nodes, gpus_per_node=args.gpus // args.nodes)
+    profile = load_profile()
+    params = rebalance_params(profile if profile.hardware == args.gpu else None, cluster)
+    plan = plan_transfers(old, new, expert_bytes)
+    recv = (plan.recv_nvlink_bytes + plan.recv_rdma_bytes).sum(axis=0)     # [gpus]
+    send = (plan.send_nvlink_bytes + plan.send_rdma_bytes).sum(axis=0)     # [gpus]
+    cost = rebalance_cost(old, new, expert_bytes, params, algorithm=args.algorithm)
+    return {**out, "gpu": args.gpu, "moved_bytes": cost.moved_bytes,
+            "nvlink_bytes": cost.nvlink_bytes, "rdma_bytes": cost.rdma_bytes,
+            "local_copy_bytes": float(plan.local_copies.sum()) * expert_bytes,
+            "recv_bytes_per_rank": recv.tolist(), "send_bytes_per_rank": send.tolist(),
+            "slowest_rank": int(cost.chunk_slowest_rank[0]),
+            "slowest_rank_transfer_us": float(cost.chunk_us[0]),
+            "algorithm_us": cost.algorithm_us, "base_us": cost.base_us,
+            "stall_us_stop_the_world": cost.stall_us,
+            "spare_buffer_bytes_per_rank": cost.spare_buffer_bytes}
+
+
+def _cost_lines(cost: dict) -> list[str]:
+    from epsim.commands.output import duration, size
+    lines = [f"rebalance from {cost['from']}: {cost['changed_slots']} of {cost['total_slots']} "
+             f"slots change"]
+    if cost["expert_bytes"] is None:
+        return lines
+    recv = cost["recv_bytes_per_rank"]
+    lines += [
+        f"  rewrites   {size(cost['moved_bytes'])} ({cost['model']}, {size(cost['expert_bytes'])} "
+        f"per expert): {size(cost['nvlink_bytes'])} over NVLink, {size(cost['rdma_bytes'])} over "
+        f"RDMA, {size(cost['local_copy_bytes'])} copied on the same GPU ({cost['gpu']} links)",
+        f"  per rank   received max {size(max(recv))}, mean {size(sum(recv) / len(recv))}",
+        f"  slowest    rank {cost['slowest_rank']}: {duration(cost['slowest_rank_transfer_us'])} "
+        f"to move every layer",
+        f"  stall      {duration(cost['stall_us_stop_the_world'])} with stop-the-world (transfers "
+        f"+ algorithm {duration(cost['algorithm_us'])} + fixed {duration(cost['base_us'])})"]
+    return lines
+
+
+def run(args):
+    from epsim.commands.output import Report
+    from epsim.cost.tables import contiguous_placement
     from epsim.eplb import Placement, compute_placement, read_loads
     loads = read_loads(_loads_path(args))                                   # [layers, experts]
     num_layers, num_logical = loads.shape
@@ -50,35 +131,40 @@ def run(args) -> int:
     if num_logical % args.gpus == 0:
         before = Placement.contiguous(num_layers, num_logical, args.gpus, args.nodes).balancedness(loads)
     changed = placement.changed_slots(previous) if previous is not None else None
-    if args.json:
-        out = {"algorithm": args.algorithm, "num_layers": num_layers, "num_logical": num_logical,
-               "balancedness_before": None if before is None else before.tolist(),
-               "balancedness_after": after.tolist(), **placement.to_dict()}
-        if changed is not None:
-            out["changed_slots"] = changed.tolist()
-        print(json.dumps(out))
-        return 0
-    print(f"algorithm: {_policy(args)}")
-    print(f"layers {num_layers}, logical experts {num_logical}, physical slots {args.replicas} "
-          f"({placement.num_redundant} redundant), GPUs {args.gpus} ({placement.slots_per_gpu} "
-          f"slots each), nodes {args.nodes}")
-    if before is None:
-        print(f"balancedness before: n/a (experts {num_logical} do not divide over {args.gpus} GPUs "
-              f"without redundancy)")
-    else:
-        print(f"balancedness before (contiguous, no redundancy): mean {before.mean():.4f}, "
-              f"worst layer {before.min():.4f}  (busiest GPU {1 / before.min():.2f}x mean)")
-    print(f"balancedness after: mean {after.mean():.4f}, worst layer {after.min():.4f}  "
-          f"(busiest GPU {1 / after.min():.2f}x mean)")
+    start = previous if previous is not None else Placement.from_physical_to_logical(
+        contiguous_placement(num_layers, num_logical, args.gpus, args.replicas - num_logical),
+        num_logical, args.gpus, args.nodes)
+    cost = move_cost(args, start, placement, num_logical)
+    data = {"algorithm": args.algorithm, "num_layers": num_layers, "num_logical": num_logical,
+            "balancedness_before": None if before is None else before.tolist(),
+            "balancedness_after": after.tolist(), **placement.to_dict(), "rebalance": cost}
     if changed is not None:
-        print(f"changed slots vs previous: {int(changed.sum())} of {placement.physical_to_logical.size}")
+        data["changed_slots"] = changed.tolist()
+    lines = [f"algorithm: {_policy(args)}",
+             f"layers {num_layers}, logical experts {num_logical}, physical slots {args.replicas} "
+             f"({placement.num_redundant} redundant), GPUs {args.gpus} ({placement.slots_per_gpu} "
+             f"slots each), nodes {args.nodes}"]
+    if before is None:
+        lines.append(f"balancedness before: n/a (experts {num_logical} do not divide over "
+                     f"{args.gpus} GPUs without redundancy)")
+    else:
+        lines.append(f"balancedness before (contiguous, no redundancy): mean {before.mean():.4f}, "
+                     f"worst layer {before.min():.4f}  (busiest GPU {1 / before.min():.2f}x mean)")
+    lines.append(f"balancedness after: mean {after.mean():.4f}, worst layer {after.min():.4f}  "
+                 f"(busiest GPU {1 / after.min():.2f}x mean)")
+    if changed is not None:
+        lines.append(f"changed slots vs previous: {int(changed.sum())} of "
+                     f"{placement.physical_to_logical.size}")
+    lines += _cost_lines(cost)
     width = len(str(num_logical - 1))
-    print("phy2log (slots grouped by GPU):")
+    lines.append("phy2log (slots grouped by GPU):")
     for layer in range(num_layers):
         gpus = placement.physical_to_logical[layer].reshape(args.gpus, -1)
         row = " | ".join(" ".join(f"{e:>{width}}" for e in gpu) for gpu in gpus)
-        print(f"  layer {layer:>3}: {row}")
-    print("logcnt:")
+        lines.append(f"  layer {layer:>3}: {row}")
+    lines.append("logcnt:")
     for layer in range(num_layers):
-        print(f"  layer {layer:>3}: {np.array2string(placement.logical_count[layer], max_line_width=10**6)}")
-    return 0
+        lines.append(f"  layer {layer:>3}: "
+                     f"{np.array2string(placement.logical_count[layer], max_line_width=10**6)}")
+    notes = [f"rebalance cost: {args.unpriced}"] if cost["expert_bytes"] is None else []
+    return Report(data, lines, notes=notes)

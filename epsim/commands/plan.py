@@ -3,31 +3,24 @@ the results directory (see `epsim.plan`)."""
 
 from __future__ import annotations
 
-import math
-
 MAX_FRONTIER_ROWS = 15
 
 
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return "-" if math.isnan(value) else f"{value:.4g}"
-    return str(value)
-
-
-def format_rows(result, indices: list[int]) -> list[str]:
-    """A fixed-width table of rows: swept values, then Pareto, constraint and objective metrics."""
+def table_columns(result) -> list[str]:
+    """Swept keys, then the Pareto, constraint and objective metrics (each once)."""
     names = list(result.keys)
     for metric in ([o.metric for o in result.pareto] + [c.metric for c in result.constraints]
                    + [o.metric for o in result.objectives]):
         if metric not in names:
             names.append(metric)
-    cells = [[_fmt(result.rows[i][n]) for n in names] for i in indices]
-    widths = [max([len(n)] + [len(row[j]) for row in cells]) for j, n in enumerate(names)]
-    lines = ["  " + "  ".join(n.rjust(w) for n, w in zip(names, widths))]
-    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-    return lines
+    return names
+
+
+def format_rows(result, indices: list[int]) -> list[str]:
+    """An aligned table of rows: swept values, then Pareto, constraint and objective metrics."""
+    from epsim.commands.output import table
+    names = table_columns(result)
+    return table(names, [[result.rows[i][n] for n in names] for i in indices])
 
 
 def summary_lines(result, scenario: str, executor: str) -> list[str]:
@@ -61,23 +54,40 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
                  + (f" (first {MAX_FRONTIER_ROWS})" if len(order) > MAX_FRONTIER_ROWS else ""))
     if order:
         lines += format_rows(result, order[:MAX_FRONTIER_ROWS])
-    for message, count in sorted(result.warnings.items()):
-        lines.append(f"warning    ({count} point(s)) {message}")
     return lines
 
 
-def run(args) -> int:
+def _note(message: str) -> str:
+    """`ExtrapolationWarning: profile ...` -> `profile ...` (a note says what, not which class)."""
+    head, _, rest = message.partition(": ")
+    return rest if rest and head.endswith("Warning") and " " not in head else message
+
+
+def run(args):
+    from epsim.commands.output import Report, json_safe, wants_progress
     from epsim.plan.runner import run_plan
-    from epsim.plan.select import InfeasibleError
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
                       workers=args.workers, ray_address=args.ray_address, out=args.out,
                       overrides=args.overrides, seed=args.seed, profile=args.profile,
-                      progress=not args.no_progress, plots=not args.no_plots, require_feasible=False,
+                      progress=wants_progress(args), plots=not args.no_plots, require_feasible=False,
                       keep_up=not args.no_keep_up)
-    print("\n".join(summary_lines(result, args.scenario, args.executor)))
+    names = table_columns(result)
+    data = json_safe({
+        "scenario": args.scenario, "sweeps": {a.key: list(a.values) for a in result.axes},
+        "constraints": [c.text for c in result.constraints],
+        "objectives": [o.text for o in result.objectives],
+        "pareto": [o.text for o in result.pareto],
+        "counts": {"points": len(result.rows) + len(result.skipped), "valid": len(result.rows),
+                   "skipped": len(result.skipped), "computed": result.num_computed,
+                   "cached": result.num_cached,
+                   "errors": sum(1 for r in result.rows if r["error"])},
+        "columns": names,
+        "best": None if result.best is None else {n: result.rows[result.best][n] for n in names},
+        "frontier": [{n: result.rows[i][n] for n in names} for i in result.frontier],
+        "infeasible": result.infeasible, "wall_s": result.wall_s,
+        "out": None if result.out is None else str(result.out)})
+    lines = summary_lines(result, args.scenario, args.executor)
     if result.out is not None:
-        print(f"\nwrote results.csv, plan.json and figures to {result.out}")
-    if result.infeasible:
-        raise InfeasibleError(result.infeasible)
-    return 0
+        lines.append(f"\nwrote results.csv, plan.json and figures to {result.out}")
+    return Report(data, lines, notes=[_note(m) for m in result.warnings], error=result.infeasible)

@@ -19,7 +19,7 @@ def resolve_scenario_path(given: str | None) -> Path:
                     f"under {Path.cwd()} (run from the repository root or pass SCENARIO.yaml)")
 
 
-def run(args) -> int:
+def run(args):
     from epsim.spec import load_scenario
 
     path = resolve_scenario_path(args.scenario)
@@ -28,6 +28,7 @@ def run(args) -> int:
         overrides.append(f"seed={args.seed}")
     scenario = load_scenario(path, overrides)      # a bad file fails before the heavy imports
 
+    from epsim.commands.output import Report, json_safe, wants_progress
     from epsim.profile import load_profile
     from epsim.report import format_table, summarize, write_summary, write_timeseries
     from epsim.sim import simulate
@@ -38,21 +39,21 @@ def run(args) -> int:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecError(f"--out ({str(out)!r}) must be a writable directory ({exc.strerror})") from None
-    result = simulate(scenario, profile=profile, progress=not args.no_progress)
+    result = simulate(scenario, profile=profile, progress=wants_progress(args))
     summary = summarize(result)
-    print(format_table(summary))
+    report = Report(json_safe(summary), format_table(summary).splitlines())
     if out is None:
-        return 0
+        return report
     write_summary(summary, out / "summary.json")
     write_timeseries(result, out / "timeseries.csv")
-    written = ["summary.json", "timeseries.csv"]
+    report.files += [out / "summary.json", out / "timeseries.csv"]
     if not args.no_plots:
         from epsim.report.figures import write_figures
-        written += [p.name for p in write_figures(result, out)]
+        report.files += list(write_figures(result, out))
     if args.timeline and result.last_step is not None:
         from epsim.report.timeline import write_timeline
         write_timeline(result.last_step.cost, out / "timeline.json",
                        scenario.deployment.enable_two_batch_overlap)
-        written.append("timeline.json")
-    print(f"\nwrote {', '.join(written)} to {out}")
-    return 0
+        report.files.append(out / "timeline.json")
+    report.lines.append("")
+    return report

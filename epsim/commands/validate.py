@@ -1,20 +1,77 @@
 """`epsim validate`: the profile's predictions against measured records, by the hold-out
-protocol; prints the error tables, writes them (markdown, CSV) and the figures with `--out`."""
+protocol. Prints a one-screen summary (per backend and kind: held-out MAPE, baselines where the
+table has them, fit-set MAPE, the worst case) and writes the full tables (markdown, CSV) and
+plots to `--out` (default runs/validate/)."""
 
 from __future__ import annotations
 
-import json
-import sys
-import warnings
 from pathlib import Path
 
 from epsim.errors import EpsimError
 
+# Header names for the summary's known columns; any other column of `summary_rows` (a
+# baseline, say) is shown under its own name, `_mape` as `... MAPE %`.
+COLUMN_NAMES = {"backend": "backend", "kind": "kind", "num": "held out", "mape": "MAPE %",
+                "fit_mape": "fit-set MAPE %", "worst": "worst %", "worst_at": "worst at",
+                "bias": "bias %"}
+FIRST = ("backend", "kind", "num", "mape")
+LAST = ("fit_mape", "worst", "worst_at")
+HIDDEN = ("bias",)                 # in --json and the full tables; not worth a summary column
 
-def run(args) -> int:
+
+def summary_columns(rows: list[dict]) -> list[str]:
+    """The summary's columns: the known first, then whatever else the rows carry, then the
+    worst case."""
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    middle = [k for k in keys if k not in FIRST + LAST + HIDDEN]
+    return [k for k in FIRST if k in keys] + middle + [k for k in LAST if k in keys]
+
+
+def column_name(key: str) -> str:
+    if key in COLUMN_NAMES:
+        return COLUMN_NAMES[key]
+    name = key.replace("_", " ")
+    for suffix, unit in ((" mape", " MAPE %"), (" pct", " %")):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)] + unit
+    return name
+
+
+def summary_lines(report, max_mape: float) -> list[str]:
+    from epsim.commands.output import table
+    from epsim.validate import summary_rows
+    from epsim.validate.report import describe_measured_on
+    rows = summary_rows(report.rows)
+    held = sum(r.split == "holdout" for r in report.rows)
+    fit = len(report.rows) - held
+    lines = [f"measured on  {describe_measured_on(report.measured_on)}",
+             f"judged       {held} held-out records (rule {report.holdout.describe()}), "
+             f"{fit} fit-set records (in-sample)"]
+    if not rows:
+        return lines + ["no held-out records: nothing to judge (see --holdout)"]
+    columns = summary_columns(rows)
+
+    def cell(row, key):
+        value = row.get(key)
+        if isinstance(value, float):
+            return f"{value:+.1f}" if key == "bias" else f"{value:.1f}"
+        return value
+    lines.append("")
+    lines += table([column_name(k) for k in columns], [[cell(r, k) for k in columns] for r in rows],
+                   indent="")
+    failed = [f"{b}/{k}" for (b, k), ok in report.passed.items() if not ok]
+    lines.append("")
+    lines.append(f"held-out MAPE <= {max_mape:g}%: "
+                 + (f"all {len(report.passed)} backend/kind pairs" if not failed else
+                    f"no for {', '.join(failed)}"))
+    return lines
+
+
+def run(args):
     from epsim.calibrate import default_record_paths
+    from epsim.commands.output import Report
     from epsim.profile import default_profile_path, load_profile
-    from epsim.validate import validate
+    from epsim.validate import summary_rows, validate
 
     if args.profile is None and not default_profile_path().is_file():
         raise EpsimError("--profile (none given) must name a profile JSON: no measured profile "
@@ -25,24 +82,20 @@ def run(args) -> int:
         raise EpsimError("--records (none given) must name record files: no records ship in this "
                          "install")
     max_mape = args.max_mape if args.max_mape is not None else 10.0
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = validate(profile, paths, args.holdout, args.out, args.doc, plots=not args.no_plots,
-                          max_mape=max_mape, strict=args.strict)
-    for w in caught:
-        print(f"epsim validate: warning: {w.message}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"holdout": report.holdout.describe(),
-                          "passed": {f"{b}/{k}": ok for (b, k), ok in report.passed.items()},
-                          "rows": [dict(r.__dict__, error_pct=r.error_pct) for r in report.rows]},
-                         indent=1))
-    else:
-        print(report.markdown)
-        for path in report.files:
-            print(f"wrote {path}")
-    if args.max_mape is not None and not all(report.passed.values()):
-        failed = [f"{b}/{k}" for (b, k), ok in report.passed.items() if not ok]
-        print(f"epsim validate: held-out MAPE above {max_mape:g}% for {', '.join(failed)}",
-              file=sys.stderr)
-        return 1
-    return 0
+    out = Path(args.out) if args.out else None
+    report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
+                      max_mape=max_mape, strict=args.strict)
+    data = {"profile": profile.name or str(profile.path), "holdout": report.holdout.describe(),
+            "measured_on": report.measured_on, "max_mape": max_mape,
+            "passed": {f"{b}/{k}": ok for (b, k), ok in report.passed.items()},
+            "summary": summary_rows(report.rows),
+            "rows": [dict(r.__dict__, error_pct=r.error_pct) for r in report.rows]}
+    lines = [f"profile      {data['profile']} (hardware {profile.hardware})", *summary_lines(report, max_mape)]
+    if out is not None:
+        lines.append(f"full tables (by skew, tokens per rank, shape; skew effect) in "
+                     f"{out / 'validation.md'}")
+    failed = [f"{b}/{k}" for (b, k), ok in report.passed.items() if not ok]
+    if args.max_mape is not None and failed:                 # the check --max-mape asked for
+        return Report(data, lines, files=report.files, exit_code=1,
+                      error=f"held-out MAPE above {max_mape:g}% for {', '.join(failed)}")
+    return Report(data, lines, files=report.files)

@@ -19,7 +19,8 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
         Namespace with `quick` (bool), `out` (Path, created), `workers`, `executor`,
         `progress` (bool).
     """
-    parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description=description.strip().splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--quick", action="store_true",
                         help="reduced size, seconds not minutes (also EPSIM_QUICK=1)")
     parser.add_argument("--out", default=".", help="directory for the PNG and the plan results")
@@ -27,6 +28,8 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
     parser.add_argument("--executor", default="local", choices=["local", "ray"])
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     args = parser.parse_args(argv)
+    from epsim.commands.output import defer_warnings_to_exit
+    defer_warnings_to_exit()            # warnings as `note:` lines under the result, once each
     args.quick = args.quick or os.environ.get("EPSIM_QUICK", "") not in ("", "0")
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)

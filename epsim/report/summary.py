@@ -260,40 +260,39 @@ def write_timeseries(result: SimResult, path: str | Path) -> None:
             writer.writerow([f"{v:.9g}" for v in row])
 
 
-def _fmt(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def format_table(summary: dict) -> str:
     """The stdout summary: throughput, latency percentiles, where a step's time goes."""
+    from epsim.commands.output import duration, number, size, table
     s = summary
     sc = s["scenario"]
     d = sc["deployment"]
+    n = s["num_requests"]
     lines = [
         f"scenario   {sc['name']}: {sc['model']['name']} on {d['ep_size']} x {sc['cluster']['gpu']} "
         f"(EP {d['ep_size']}, {d['moe_a2a_backend']}, disaggregation {d['disaggregation_mode']})",
         f"simulated  {s['sim_seconds']:g} s ({s['num_steps']} steps) in {s['wall_seconds']:.2f} s wall; "
         f"profile {s['profile']['name'] or s['profile']['path'] or '-'}",
-        f"requests   {s['num_requests']['measured']} measured, {s['num_requests']['finished']} finished "
-        f"({s['requests_per_s']:.1f}/s)",
+        f"requests   {n['measured']} arrived after the {s['warmup_s']:g} s warm-up (the latencies "
+        f"below are theirs), {n['finished']} of them finished ({s['requests_per_s']:.1f}/s), "
+        f"{n['measured'] - n['finished']} still running at the end"
+        + (f", {n['lost']} lost" if n.get("lost") else ""),
         f"throughput {s['throughput_tokens_per_s_per_gpu']:.1f} tokens/s/GPU "
         f"(input {s['input_tokens_per_s_per_gpu']:.1f}, output {s['output_tokens_per_s_per_gpu']:.1f})",
         "",
         f"keep-up    {s['keep_up']['verdict']}",
         "",
-        f"{'latency (ms)':<14}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}",
     ]
     notes = s.get("latency_notes", {})
-    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "step_ms"):
-        p = s[name]
-        lines.append(f"{name[:-3]:<14}{_fmt(p['p50']):>10}{_fmt(p['p90']):>10}{_fmt(p['p99']):>10}"
-                     f"{_fmt(p['mean']):>10}" + (f"  ({notes[name]})" if name in notes else ""))
+    names = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "step_ms")
+    lines += table(["latency (ms)", "p50", "p90", "p99", "mean", "count", ""],
+                   [[name[:-3], *(s[name][k] for k in ("p50", "p90", "p99", "mean")),
+                     s[name].get("count"), f"({notes[name]})" if name in notes else ""]
+                    for name in names], indent="")
     mean = {k: float(np.mean(s[k])) if s[k] else 0.0 for k in
             ("attention_us", "dispatch_us", "experts_us", "combine_us", "layer_us")}
     lines += [
         "",
-        f"MoE layer (mean us)  attention {mean['attention_us']:.1f}  dispatch {mean['dispatch_us']:.1f}  "
-        f"experts {mean['experts_us']:.1f}  combine {mean['combine_us']:.1f}  layer {mean['layer_us']:.1f}",
+        "MoE layer (mean)     " + "  ".join(f"{k[:-3]} {duration(v)}" for k, v in mean.items()),
         "step time share      " + "  ".join(f"{k} {v * 100:.1f}%" for k, v in
                                             s["time_breakdown_frac"].items() if v > 0.0005),
         f"provenance           {s['provenance']['line']}" if s.get("provenance") else "",
@@ -304,12 +303,14 @@ def format_table(summary: dict) -> str:
     if "eplb" in s:
         e = s["eplb"]
         before, after = e["balancedness_before_mean"], e["balancedness_after_mean"]
-        lines.append(f"EPLB                 {e['num_rebalances']} rebalances, stall {e['stall_us_total'] * 1e-6:.3f} s"
-                     f", spread {e['spread_us_total'] * 1e-6:.3f} s, moved {e['moved_bytes_total'] / 1e9:.1f} GB"
-                     + (f"; window balancedness {before:.3f} -> {after:.3f}" if before is not None else ""))
+        lines.append(f"EPLB                 {e['num_rebalances']} rebalances, stall "
+                     f"{duration(e['stall_us_total'])}, spread {duration(e['spread_us_total'])}, "
+                     f"moved {size(e['moved_bytes_total'])}"
+                     + (f"; window balancedness {number(before)} -> {number(after)}"
+                        if before is not None else ""))
     if "elastic" in s:
         e = s["elastic"]
         fails = [ev for ev in e["events"] if ev["kind"] == "failure"]
         lines.append(f"elastic EP           {len(fails)} failure(s), {e['recovery']} recovery, "
-                     f"{e['lost_requests']} requests lost, stall {e['stall_us_total'] * 1e-6:.3f} s")
+                     f"{e['lost_requests']} requests lost, stall {duration(e['stall_us_total'])}")
     return "\n".join(lines)

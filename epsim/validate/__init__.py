@@ -7,7 +7,8 @@ draws them, `report.validate` does all of it for record files and a profile.
 
 from epsim.validate.compare import Comparison, compare, skew_label
 from epsim.validate.report import ValidationReport, validate
-from epsim.validate.table import ErrorStats, SkewEffect, group, markdown, skew_effects, verdict
+from epsim.validate.table import (ErrorStats, SkewEffect, group, markdown, skew_effects, summary_rows,
+                                  verdict)
 
 __all__ = ["Comparison", "ErrorStats", "SkewEffect", "ValidationReport", "compare", "group",
-           "markdown", "skew_effects", "skew_label", "validate", "verdict"]
+           "markdown", "skew_effects", "skew_label", "summary_rows", "validate", "verdict"]

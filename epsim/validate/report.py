@@ -32,6 +32,8 @@ class ValidationReport:
         markdown: the tables (the text `--doc` inserts).
         passed: (backend, kind) -> held-out MAPE within the bound.
         files: what was written.
+        measured_on: where the records were measured, one dict per device (`device`,
+            `ep_sizes`, `first_date`, `last_date`, `num_records`).
     """
 
     rows: list[Comparison]
@@ -39,6 +41,33 @@ class ValidationReport:
     passed: dict[tuple[str, str], bool]
     holdout: Holdout
     files: list[Path] = field(default_factory=list)
+    measured_on: list[dict] = field(default_factory=list)
+
+
+def measured_on(records) -> list[dict]:
+    """Devices, EP sizes and dates of `SourcedRecord`s, one dict per device (sorted)."""
+    by_device: dict[str, list] = {}
+    for s in records:
+        by_device.setdefault(s.record.provenance.device or "unknown device", []).append(s.record)
+    out = []
+    for device in sorted(by_device):
+        recs = by_device[device]
+        dates = sorted(r.provenance.timestamp[:10] for r in recs if r.provenance.timestamp)
+        out.append({"device": device, "ep_sizes": sorted({r.ep_size for r in recs}),
+                    "first_date": dates[0] if dates else None,
+                    "last_date": dates[-1] if dates else None, "num_records": len(recs)})
+    return out
+
+
+def describe_measured_on(where: list[dict]) -> str:
+    """`2x NVIDIA H200, EP 2, 2026-11-28 to 2026-11-30 (4336 records)`; `; ` between devices."""
+    parts = []
+    for w in where:
+        dates = (w["first_date"] if w["first_date"] == w["last_date"] else
+                 f"{w['first_date']} to {w['last_date']}") if w["first_date"] else "undated"
+        parts.append(f"{w['device']}, EP {', '.join(map(str, w['ep_sizes']))}, {dates} "
+                     f"({w['num_records']} records)")
+    return "; ".join(parts)
 
 
 def holdout_of(profile: Profile, rule: str | None) -> Holdout:
@@ -71,6 +100,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     """
     holdout = holdout_of(profile, rule)
     records, files = load_records(paths, strict=strict)
+    where = measured_on(records)
     records = merge_passes(records)
     rows = compare(records, profile, holdout)
     prov = profile.provenance
@@ -78,12 +108,13 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         "profile": f"{profile.name or profile.path} (hardware {profile.hardware}; records sha256 "
                    f"{prov.records_sha256[:12] or 'n/a'})",
         "records": ", ".join(f"{f.path} ({f.num_records}, sha256 {f.sha256[:12]})" for f in files),
+        "measured on": describe_measured_on(where),
         "hold-out rule": holdout.describe(),
         "judged": f"{sum(r.split == 'holdout' for r in rows)} held-out and "
                   f"{sum(r.split == 'fit' for r in rows)} fit-set records",
     }
     text = markdown(rows, header, max_mape)
-    report = ValidationReport(rows, text, verdict(rows, max_mape), holdout)
+    report = ValidationReport(rows, text, verdict(rows, max_mape), holdout, measured_on=where)
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)

@@ -112,6 +112,19 @@ def verdict(rows: list[Comparison], max_mape: float) -> dict[tuple[str, str], bo
     return {k: s.mape <= max_mape for k, s in group(held, "backend", "kind").items()}
 
 
+def summary_rows(rows: list[Comparison]) -> list[dict]:
+    """One dict per (backend, kind) with held-out records: `backend`, `kind`, every
+    `ErrorStats` field of the held-out records (whatever fields it has, so new ones such as
+    baselines flow through to `epsim validate`'s summary), and `fit_mape` (in-sample, None
+    without fit-set records)."""
+    from dataclasses import asdict
+    held = group([r for r in rows if r.split == "holdout"], "backend", "kind")
+    fit = group([r for r in rows if r.split == "fit"], "backend", "kind")
+    return [{"backend": backend, "kind": kind, **asdict(stats),
+             "fit_mape": fit[(backend, kind)].mape if (backend, kind) in fit else None}
+            for (backend, kind), stats in held.items()]
+
+
 def _stats_table(title: str, header: list[str], stats: dict[tuple, ErrorStats],
                  max_mape: float | None = None) -> list[str]:
     cols = header + ["records", "MAPE %", "worst %", "worst at", "bias %"]

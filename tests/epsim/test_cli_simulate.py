@@ -94,7 +94,7 @@ def test_cost_prints_one_layer(capsys):
     assert main(["cost", "--model", "Qwen3-30B-A3B", "--backend", "torch", "--ep", "8",
                  "--tokens-per-rank", "256"]) == 0
     text = capsys.readouterr().out
-    assert "dispatch_us" in text and "layer_us" in text
+    assert "dispatch" in text and "MoE layer" in text and " µs" in text
 
 
 @pytest.mark.parametrize("args, message", [

@@ -99,10 +99,18 @@ def test_validate_uses_the_profiles_own_holdout(tmp_path):
 
 def test_validate_command_exit_codes(fitted, tmp_path, capsys):
     records, profile_path = fitted
-    args = ["validate", "--profile", str(profile_path), "--records", str(records), "--no-plots"]
+    args = ["validate", "--profile", str(profile_path), "--records", str(records), "--no-plots",
+            "--out", str(tmp_path / "val")]
     assert main(args + ["--max-mape", "10"]) == 0
     out = capsys.readouterr().out
-    assert "Held out (" in out and "| torch | moe_layer |" in out
+    lines = out.splitlines()
+    assert len(lines) <= 30                                   # a one-screen summary
+    header = next(line for line in lines if line.startswith("backend"))
+    assert header.split()[:5] == ["backend", "kind", "held", "out", "MAPE"]
+    assert any(line.split()[:2] == ["torch", "moe_layer"] for line in lines)
+    assert "measured on  2x NVIDIA H200, EP 2" in out
+    assert f"wrote validation.md, comparisons.csv, summary.csv, skew_effect.csv to {tmp_path / 'val'}" in out
+    assert "Held out (" in (tmp_path / "val" / "validation.md").read_text()
     assert main(args + ["--max-mape", "0.01"]) == 1
     assert "held-out MAPE above 0.01% for torch/dispatch" in capsys.readouterr().err
     assert main(args + ["--holdout", "skew=lumpy"]) == 2

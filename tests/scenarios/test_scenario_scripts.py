@@ -3,6 +3,7 @@ every scenario file loads and simulates a short while."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,10 @@ def test_script_answers_at_reduced_size(stem, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     answers = [line for line in proc.stdout.splitlines() if line.startswith("answer: ")]
     assert len(answers) == 1, proc.stdout
+    # warnings are `note:` lines, once each, never Python's `file.py:12: XWarning` echo
+    assert not re.search(r"\.py:\d+: \w*Warning", proc.stderr + proc.stdout), proc.stderr[-2000:]
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note")]
+    assert len(notes) == len(set(notes)), notes
     png = tmp_path / f"planning_{stem}.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -1,0 +1,235 @@
+"""How every `epsim` command speaks: one convention, here and nowhere else.
+
+A command's `run(args)` returns a `Report`: `data` (what `--json` prints: a JSON object whose
+keys are the command's stable contract, plus `notes` and `files`), `lines` (the human summary,
+aligned tables, SI units, no scientific notation, `-` for a missing value) and `files` written.
+`emit` prints it: the summary on stdout, then `wrote ...`, then every warning raised during
+the run as one `note:` line under the result, each distinct message once (messages that differ
+only in the values in parentheses, like the EP sizes of a plan, merge into one line).
+`--json` prints the object alone; `--quiet` prints nothing but errors (files are still written).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+_PAREN = re.compile(r"\(([^()]*)\)")
+
+
+@dataclass
+class Report:
+    """What a command produced.
+
+    Attributes:
+        data: the `--json` object (stable keys; `notes` and `files` are added by `emit`).
+        lines: the human summary, one string per line.
+        files: paths written (listed as `wrote ...` under the summary).
+        exit_code: 0 done, 1 a run that finished but failed its check.
+        notes: messages for the reader besides the warnings caught during the run.
+        error: the run finished but its answer is an error or a failed check (printed after
+            the summary on stderr as `epsim CMD: error: ...`; exit code 2 unless `exit_code`
+            says otherwise).
+    """
+
+    data: dict
+    lines: list[str]
+    files: list[Path] = field(default_factory=list)
+    exit_code: int = 0
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def add_options(parser, progress: bool = False) -> None:
+    """`--json` and `--quiet` (and `--no-progress` where a command draws a progress bar)."""
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (stable keys, warnings under 'notes') instead "
+                             "of the summary")
+    parser.add_argument("--quiet", action="store_true",
+                        help="print nothing but errors (files are still written; the exit code "
+                             "tells the outcome)")
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def wants_progress(args) -> bool:
+    """A progress bar only for a person reading the summary (not with --json or --quiet)."""
+    return not (getattr(args, "no_progress", False) or getattr(args, "json", False)
+                or getattr(args, "quiet", False))
+
+
+# -- notes -------------------------------------------------------------------------------------
+def merge_notes(messages: Iterable[str]) -> list[str]:
+    """Distinct messages in first-seen order; messages equal but for the text inside
+    parentheses merge into one, the distinct values joined (`ep_size (8, 16) outside ...`)."""
+    groups: dict[str, list[list[str]]] = {}
+    for message in messages:
+        message = " ".join(str(message).split())              # one line
+        template = _PAREN.sub("()", message)
+        values = _PAREN.findall(message)
+        groups.setdefault(template, [])
+        if values not in groups[template]:
+            groups[template].append(values)
+    out = []
+    for template, variants in groups.items():
+        merged = []
+        for i in range(len(variants[0])):
+            distinct = list(dict.fromkeys(v[i] for v in variants))
+            merged.append(", ".join(distinct))
+        parts = template.split("()")
+        out.append(parts[0] + "".join(f"({m}){p}" for m, p in zip(merged, parts[1:])))
+    return out
+
+
+@contextmanager
+def caught_warnings() -> Iterator[list[str]]:
+    """Collect every warning raised inside as its message (nothing printed): the list fills
+    when the block ends."""
+    messages: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield messages
+        finally:
+            messages += [str(w.message) for w in caught]
+
+
+def defer_warnings_to_exit() -> None:
+    """For scripts: warnings become `note:` lines printed once each when the script ends
+    (under its result), never Python's file/line echo."""
+    import atexit
+    seen: list[str] = []
+
+    def collect(message, category, filename, lineno, file=None, line=None):
+        seen.append(str(message))
+
+    def flush():
+        sys.stdout.flush()
+        for note in merge_notes(seen):
+            print(f"note: {note}")
+
+    warnings.showwarning = collect
+    warnings.simplefilter("always")
+    atexit.register(flush)
+
+
+# -- printing ----------------------------------------------------------------------------------
+def emit(report: Report, args, warned: Sequence[str] = ()) -> int:
+    """Print `report` by the convention (see the module docstring); returns its exit code."""
+    notes = merge_notes([*report.notes, *warned])
+    code = report.exit_code or (2 if report.error else 0)
+    if getattr(args, "json", False) and not getattr(args, "quiet", False):
+        data = {**report.data, "files": [str(p) for p in report.files], "notes": notes}
+        print(json.dumps(data, indent=1, default=_json_default, allow_nan=False))
+    elif not getattr(args, "quiet", False):
+        lines = list(report.lines)
+        if report.files:
+            lines.append(wrote_line(report.files))
+        lines += [f"note: {n}" for n in notes]
+        print("\n".join(lines))
+    if report.error:
+        sys.stdout.flush()
+        print(f"epsim {args.command}: error: {report.error}", file=sys.stderr)
+    return code
+
+
+def wrote_line(files: Sequence[Path]) -> str:
+    """`wrote a.json, b.png to DIR` (one directory), else `wrote DIR/a.json, OTHER/b.md`."""
+    files = [Path(p) for p in files]
+    parents = {p.parent for p in files}
+    if len(parents) == 1 and len(files) > 1:
+        return f"wrote {', '.join(p.name for p in files)} to {files[0].parent}"
+    return f"wrote {', '.join(str(p) for p in files)}"
+
+
+def _json_default(value):
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_safe(value):
+    """NaN and infinities as None (JSON has none), recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# -- numbers -----------------------------------------------------------------------------------
+def number(value, digits: int = 4) -> str:
+    """A number for a person: fixed point with about `digits` significant digits, never
+    scientific notation; integers as they are; `-` for None or NaN, `yes`/`no` for booleans."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{value:.0f}"
+        if value == 0 or abs(value) >= 10 ** (digits - 1):
+            return f"{value:.0f}"
+        decimals = digits - 1 - math.floor(math.log10(abs(value)))
+        return f"{value:.{min(decimals, 6)}f}"
+    return str(value)
+
+
+def duration(us: float | None) -> str:
+    """A time given in µs with its SI unit: `850 ns`, `12.3 µs`, `4.56 ms`, `1.23 s`."""
+    if us is None or (isinstance(us, float) and math.isnan(us)):
+        return "-"
+    for scale, unit in ((1e6, "s"), (1e3, "ms"), (1.0, "µs")):
+        if abs(us) >= scale:
+            return f"{number(us / scale, 3)} {unit}"
+    return f"{number(us * 1e3, 3)} ns" if us else "0 µs"
+
+
+def size(num_bytes: float | None) -> str:
+    """Bytes with an SI prefix (1 GB = 1e9 bytes, as the rest of epsim): `37.7 MB`."""
+    if num_bytes is None or (isinstance(num_bytes, float) and math.isnan(num_bytes)):
+        return "-"
+    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(num_bytes) >= scale:
+            return f"{number(num_bytes / scale, 3)} {unit}"
+    return f"{num_bytes:.0f} B"
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence], indent: str = "  ") -> list[str]:
+    """An aligned table: a header row, then one line per row; numbers right-aligned, text
+    left-aligned; cells formatted by `number` unless already strings."""
+    cells = [[c if isinstance(c, str) else number(c) for c in row] for row in rows]
+    numeric = [all(_numeric(row[j]) for row in cells) if cells else False
+               for j in range(len(columns))]
+    widths = [max([len(columns[j])] + [len(row[j]) for row in cells]) for j in range(len(columns))]
+
+    def line(values):
+        return indent + "  ".join((v.rjust(w) if num else v.ljust(w))
+                                  for v, w, num in zip(values, widths, numeric)).rstrip()
+    return [line(columns)] + [line(row) for row in cells]
+
+
+def _numeric(text: str) -> bool:
+    if text == "-":
+        return True
+    head = text.split(" ")[0].replace("%", "").lstrip("+-")
+    return head.replace(".", "", 1).isdigit() or head == "inf"
