@@ -260,15 +260,14 @@ class CostModel:
         comm_params = self.graph_comm_params if graph else self.comm_params
         expert = experts_us(tr.pairs, tr.active_experts, m.expert_bytes, self.pair_flops,
                             experts_params) + self.host_us("experts", "", graph)
-        num_layers = expert.shape[0]
         if self.backend == "none":
             hidden_bytes = tr.num_tokens * m.hidden_size * 2.0
             gather = collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 1,
                                    self.allgather_params) if self.tp_size == 1 else 0.0
             reduce = collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 2,
                                    self.collective_params)
-            dispatch = np.full(num_layers, float(gather))
-            combine = np.full(num_layers, float(reduce))
+            dispatch = np.full(expert.shape, float(gather))       # [layers] (or [steps, layers])
+            combine = np.full(expert.shape, float(reduce))
         else:
             dispatch = comm_us(tr, dispatch_bytes_per_copy(
                 m.hidden_size, self.deployment.dispatch_dtype, m.top_k, dedup),
@@ -280,13 +279,16 @@ class CostModel:
         return MoECost(dispatch, expert, combine, tr, mode,
                        self.graph_sync_us if graph else self.sync_us)
 
-    def step(self, batch: BatchCounts, loads: np.ndarray, tables: PlacementTables) -> StepCost:
+    def step(self, batch: BatchCounts, loads: np.ndarray | None, tables: PlacementTables,
+             moe: MoECost | None = None) -> StepCost:
         """The time of one forward step of every DP rank (lockstep).
 
         Args:
             batch: per-DP-rank counts (`[dp]`, dp = ep_size with DP attention, else 1).
             loads: [moe_layers, experts] token-expert pairs of the whole batch.
             tables: the current placement's `build_tables`.
+            moe: this step's `moe(...)` when the caller priced it already (the fast engine
+                prices many steps' MoE layers in one call); `loads` is then unused.
         """
         m, d = self.model, self.deployment
         tbo = d.enable_two_batch_overlap
@@ -297,7 +299,8 @@ class CostModel:
         experts_params = self.graph_experts_params if graph else self.experts_params
         shared = float(shared_experts_us(part.tokens, m, experts_params, self.tp_size).max()
                        ) if m.num_shared_experts else 0.0
-        moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
+        if moe is None:
+            moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
         compute = attn + shared + moe.experts_us                           # [layers]
         comm = moe.dispatch_us + moe.combine_us
         if tbo:

@@ -130,7 +130,8 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
 
     Args:
         loads: [layers, experts] float64 token-expert pairs per logical expert; rows sum to
-            num_tokens * top_k.
+            num_tokens * top_k. `[steps, layers, experts]` prices many steps of the same
+            batch shape at once (the fast engine; the returned arrays gain the `steps` axis).
         tokens_per_rank: [ranks] float64 tokens each source rank dispatches.
         tables: `build_tables` of the current placement.
         dedup: "pair" | "rank" | "node" (see module doc) or "" for pairs only.
@@ -145,7 +146,7 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
         raise SpecError(f"dedup ({dedup!r}) must be one of {list(DEDUP_KINDS)}")
     loads = np.asarray(loads, dtype=np.float64)
     tokens = np.asarray(tokens_per_rank, dtype=np.float64)
-    if loads.shape != (tables.num_layers, tables.num_experts):
+    if loads.shape[-2:] != (tables.num_layers, tables.num_experts) or loads.ndim > 3:
         raise SpecError(f"loads (shape {list(loads.shape)}) must be [layers, experts] = "
                         f"[{tables.num_layers}, {tables.num_experts}]")
     if tokens.shape != (tables.num_ranks,):
@@ -154,14 +155,39 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
     num_tokens = float(tokens.sum())
     if tables.source_slot is None:
         return _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction)
+    if loads.ndim == 3:
+        return stack_traffic([_traffic_per_source(step, tokens, num_tokens, tables, dedup, fraction)
+                              for step in loads])
     return _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction)
 
 
+_TRAFFIC_ARRAYS = ("pairs", "active_experts", "nvl_send", "nvl_recv", "rdma_send", "rdma_recv",
+                   "self_copies", "max_slot_pairs")
+
+
+def stack_traffic(steps: list[Traffic]) -> Traffic:
+    """One Traffic with a leading `[steps]` axis from per-step ones of the same batch."""
+    first = steps[0]
+    arrays = {name: np.stack([getattr(t, name) for t in steps]) for name in _TRAFFIC_ARRAYS}
+    return Traffic(num_tokens=first.num_tokens, dedup=first.dedup, multi_node=first.multi_node,
+                   fraction=first.fraction, **arrays)
+
+
+def traffic_at(traffic: Traffic, index: int) -> Traffic:
+    """Step `index` of a Traffic with a leading `[steps]` axis."""
+    return Traffic(*(getattr(traffic, name)[index] for name in _TRAFFIC_ARRAYS[:7]),
+                   traffic.num_tokens, traffic.dedup, traffic.multi_node, traffic.fraction,
+                   traffic.max_slot_pairs[index])
+
+
 def _slot_values(values: np.ndarray, tables: PlacementTables) -> np.ndarray:
-    """[layers, experts] per logical expert -> [layers, physical] per slot, split over replicas."""
+    """[..., layers, experts] per logical expert -> [..., layers, physical] per slot, split over
+    replicas."""
     if tables.is_identity:
         return values
-    return np.take_along_axis(values, tables.physical_to_logical, axis=1) * tables.slot_share
+    p2l = tables.physical_to_logical
+    p2l = p2l.reshape((1,) * (values.ndim - 2) + p2l.shape)
+    return np.take_along_axis(values, p2l, axis=-1) * tables.slot_share
 
 
 def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traffic:
@@ -171,7 +197,7 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traff
     slot_loads = _slot_values(loads, tables)                             # [layers, physical]
     pairs = rank_sum(slot_loads, spr)                                    # [layers, ranks]
     active = _active(slot_loads, fraction, spr)
-    hottest = slot_loads.max(axis=1) * fraction                          # [layers]
+    hottest = slot_loads.max(axis=-1) * fraction                         # [layers]
     if not dedup or num_tokens <= 0:
         zeros = np.zeros_like(pairs)
         return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
@@ -187,25 +213,25 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traff
     self_copies = rate * tokens
     if not multi_node:                          # one node: every other rank is an NVLink peer
         nvl_recv = rate * (num_tokens - tokens)
-        nvl_send = tokens * (rate.sum(axis=1, keepdims=True) - rate)
+        nvl_send = tokens * (rate.sum(axis=-1, keepdims=True) - rate)
         rdma_send = rdma_recv = np.zeros_like(rate)
         return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
                        num_tokens, dedup, multi_node, fraction, hottest)
     node_tokens = np.repeat(rank_sum(tokens, rpn), rpn)                  # [ranks] T_node(r)
-    rate_node_r = np.repeat(rank_sum(rate, rpn), rpn, axis=1)            # [layers, ranks]
+    rate_node_r = np.repeat(rank_sum(rate, rpn), rpn, axis=-1)           # [layers, ranks]
     if dedup in ("pair", "rank"):
         nvl_recv = rate * (node_tokens - tokens)
         rdma_recv = rate * (num_tokens - node_tokens)
         nvl_send = tokens * (rate_node_r - rate)
-        rdma_send = tokens * (rate.sum(axis=1, keepdims=True) - rate_node_r)
+        rdma_send = tokens * (rate.sum(axis=-1, keepdims=True) - rate_node_r)
     else:  # node dedup: RDMA once per node to the same local index, then NVLink forwarding
         local_tokens = np.tile(rank_sum_strided(tokens, rpn), tables.num_nodes)  # T_loc(local r)
         node_hit = 1.0 - group_prod(rank_miss, rpn)                      # [layers, nodes] g_n
-        node_hit_r = np.repeat(node_hit, rpn, axis=1)
+        node_hit_r = np.repeat(node_hit, rpn, axis=-1)
         nvl_recv = rate * (num_tokens - local_tokens)
         rdma_recv = node_hit_r * (local_tokens - tokens)
         nvl_send = (rate_node_r - rate) * local_tokens
-        rdma_send = tokens * (node_hit.sum(axis=1, keepdims=True) - node_hit_r)
+        rdma_send = tokens * (node_hit.sum(axis=-1, keepdims=True) - node_hit_r)
     return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
                    num_tokens, dedup, multi_node, fraction, hottest)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 # Below this many routed slots per expert, loads are drawn exactly (multinomial); above it a
@@ -78,3 +80,59 @@ def loads_from_topk(topk_idx: np.ndarray, num_experts: int) -> np.ndarray:
     """[tokens, top_k] expert ids -> [experts] int64 token counts (`-1` entries ignored)."""
     flat = np.asarray(topk_idx).reshape(-1)
     return np.bincount(flat[flat >= 0], minlength=num_experts).astype(np.int64)
+
+
+# The block sampler's normals: 2**16 equiprobable levels of the inverse normal CDF (the midpoint
+# quantile of each level), scaled to unit variance. One uint16 of raw generator output picks a
+# level, ~4x cheaper than the ziggurat; tails beyond 4.3 sd (probability 1.5e-5) are cut, far
+# below what the multinomial-normal approximation itself neglects.
+NORMAL_LEVELS = 1 << 16
+
+
+@lru_cache(maxsize=1)
+def _normal_levels() -> np.ndarray:
+    from scipy.special import ndtri
+    z = ndtri((np.arange(NORMAL_LEVELS) + 0.5) / NORMAL_LEVELS)
+    z /= np.sqrt(np.mean(z * z))                        # unit variance exactly (mean 0 by symmetry)
+    out = z.astype(np.float32)
+    out.flags.writeable = False
+    return out
+
+
+def table_normal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Standard normals of `shape` (float32) from the 2**16-level quantile table."""
+    num = int(np.prod(shape))
+    raw = rng.bit_generator.random_raw((num + 3) // 4).view(np.uint16)[:num]
+    return np.take(_normal_levels(), raw).reshape(shape)
+
+
+def sample_loads_block(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random.Generator,
+                       spread: np.ndarray | None = None) -> np.ndarray:
+    """`sample_loads` for many steps in one vectorised draw (the fast engine).
+
+    Same distribution as `sample_loads`: exact multinomial below `EXACT_BELOW_SLOTS_PER_EXPERT`
+    slots per expert, else the normal approximation, here with `table_normal` deviates.
+
+    Args:
+        shares: [steps, layers, experts] float64, each row sums to 1 (a step's popularity).
+        spread: optional `sqrt(shares)`.
+    Returns:
+        [steps, layers, experts] float64 loads, rows summing to `num_tokens * top_k`.
+    """
+    shares = np.asarray(shares, dtype=np.float64)
+    num_slots = num_tokens * top_k
+    if num_slots == 0:
+        return np.zeros_like(shares)
+    if num_slots / shares.shape[-1] < EXACT_BELOW_SLOTS_PER_EXPERT:
+        return rng.multinomial(num_slots, shares).astype(np.float64)
+    if spread is None:
+        spread = np.sqrt(shares)
+    y = table_normal(rng, shares.shape) * spread                 # float64 [steps, layers, experts]
+    y -= shares * y.sum(axis=-1, keepdims=True)
+    y *= 1.0 / np.sqrt(num_slots)
+    y += shares
+    if y.min() < 0.0:
+        np.maximum(y, 0.0, out=y)
+        y /= y.sum(axis=-1, keepdims=True)
+    y *= num_slots
+    return y

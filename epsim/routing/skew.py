@@ -12,7 +12,7 @@ import numpy as np
 
 from epsim.errors import SpecError
 from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares
-from epsim.routing.sampling import sample_loads, sample_topk
+from epsim.routing.sampling import sample_loads, sample_loads_block, sample_topk
 from epsim.routing.trace import read_trace
 
 
@@ -122,6 +122,19 @@ class SkewModel:
         if self._trace is not None:
             return sample_loads(shares, num_tokens, self.top_k, rng)
         return sample_loads(shares, num_tokens, self.top_k, rng, spread=self._state[1])
+
+    def loads_block(self, num_draws: int, num_tokens: int, rng: np.random.Generator,
+                    t_s: float = 0.0, step: int = 0) -> np.ndarray:
+        """[draws, layers, experts] `num_draws` independent loads of a batch of `num_tokens`
+        tokens at simulated time `t_s` (trace: forward passes `step`, `step + 1`, ...), drawn
+        at once (`sample_loads_block`; the fast engine)."""
+        if self._trace is not None:
+            steps = (step + np.arange(num_draws)) % self._trace.shape[0]
+            return sample_loads_block(self._trace[steps], num_tokens, self.top_k, rng)
+        self._advance(t_s)
+        shape = (num_draws,) + self._base.shape
+        return sample_loads_block(np.broadcast_to(self._state[0], shape), num_tokens, self.top_k,
+                                  rng, spread=np.broadcast_to(self._state[1], shape))
 
     def topk(self, num_tokens: int, rng: np.random.Generator, layer: int = 0, t_s: float = 0.0,
              step: int = 0) -> np.ndarray:

@@ -3,7 +3,9 @@
 Each step: admit arrivals and form batches (`Scheduler.plan`) -> sample the step's expert
 loads at the current simulated time (`SkewModel.loads`) -> traffic over the current placement
 and the `CostModel` -> `yield env.timeout(step_us)` -> apply the step (`Scheduler.commit`).
-No SimPy event per request or token.
+No SimPy event per request or token. The middle part is the engine's `stepper`
+(`epsim.sim.stepper`): the `fast` engine draws and prices many steps of one batch shape at
+once, the `reference` engine one step at a time.
 
 Extension points, kept small:
   `sim.placement`          PlacementState the step reads; `update()` / `set_alive()` between steps.
@@ -35,6 +37,7 @@ from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
 from epsim.sim.batching import Scheduler
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
+from epsim.sim.stepper import DEFAULT_ENGINE, make_stepper
 from epsim.spec.scenario import Scenario
 
 
@@ -66,13 +69,15 @@ class Simulation:
         progress: show a tqdm bar over simulated seconds.
         scenario_processes: run the scenario's EPLB manager and failures (False: only what
             `add_process` / `add_observer` add, e.g. to hold a hand-made placement fixed).
+        engine: "fast" (default) or "reference" (`epsim.sim.stepper`).
     Attributes:
         eplb: the `EPLBManager` (None without `enable_eplb` or scenario processes).
         elastic: the `ElasticEP` failure process (None without `failures`).
     """
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
-                 progress: bool = False, scenario_processes: bool = True):
+                 progress: bool = False, scenario_processes: bool = True,
+                 engine: str = DEFAULT_ENGINE):
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.progress = progress
@@ -98,6 +103,8 @@ class Simulation:
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)
         self.routing_rng = np.random.Generator(np.random.SFC64([self.seed, 0x70AD]))
+        self.engine = engine
+        self.stepper = make_stepper(engine, self)
         self.step_index = 0
         self.last_step: StepInfo | None = None
         self._observers: list[Callable[[StepInfo], None]] = []
@@ -132,6 +139,10 @@ class Simulation:
         """Call `observer(StepInfo)` after every step."""
         self._observers.append(observer)
 
+    @property
+    def has_observers(self) -> bool:
+        return bool(self._observers)
+
     def add_process(self, factory: Callable[["Simulation"], Generator]) -> None:
         """Run `factory(self)` as a SimPy process from the start of `run()`."""
         self._processes.append(factory)
@@ -152,7 +163,7 @@ class Simulation:
 
     # -- the loop ------------------------------------------------------------------------------------
     def _step_loop(self) -> Generator:
-        env, sched, cost_model, placement = self.env, self.scheduler, self.cost_model, self.placement
+        env, sched, placement = self.env, self.scheduler, self.placement
         while True:
             if self._stall_us > 0:
                 stall, self._stall_us = self._stall_us, 0.0
@@ -168,9 +179,7 @@ class Simulation:
                 next_us = min(sched.next_arrival_s(now_s) * 1e6, self.end_us)
                 yield env.timeout(max(next_us - env.now, 1.0))
                 continue
-            loads = self.skew.loads(int(round(num_tokens)), self.routing_rng, t_s=now_s,
-                                    step=self.step_index)
-            cost = cost_model.step(plan.batch, loads, placement.tables)
+            loads, cost = self.stepper.price(plan.batch, now_s, self.step_index)
             version, num_alive = placement.version, placement.num_alive   # as the step saw them
             extra, self._charge_us = self._charge_us, 0.0
             start = env.now
@@ -249,6 +258,6 @@ class Simulation:
 
 
 def simulate(scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
-             progress: bool = False) -> SimResult:
-    """Run a scenario once (see `Simulation` for hooks)."""
-    return Simulation(scenario, profile=profile, seed=seed, progress=progress).run()
+             progress: bool = False, engine: str = DEFAULT_ENGINE) -> SimResult:
+    """Run a scenario once (see `Simulation` for hooks; `engine`: "fast" | "reference")."""
+    return Simulation(scenario, profile=profile, seed=seed, progress=progress, engine=engine).run()

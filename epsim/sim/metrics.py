@@ -54,6 +54,7 @@ class MetricsRecorder:
         self.num_measured_steps = 0
         self.stalls: list[tuple[float, float, str]] = []
         self.charged_us: dict[str, float] = {}                   # extra step time by label
+        self._stats_memo: dict[tuple[int, int], tuple] = {}
 
     @property
     def layer_sums(self) -> dict[str, np.ndarray]:
@@ -69,15 +70,30 @@ class MetricsRecorder:
         parts = cost.parts                                         # [6, layers] in PARTS order
         totals = parts.sum(axis=1).tolist()
         num_alive = pairs.shape[1] if num_alive is None else num_alive
+        stats = self._pair_stats(cost.traffic, num_alive)
         self.rows.append((
             start_us, step_us, cost.phase == "prefill", prefill_tokens + decode_tokens, prefill_tokens,
             decode_tokens, output_tokens, num_running, num_waiting, *totals[:5], cost.dense_us,
-            cost.overhead_us, extra_us, *balance(pairs, num_alive), num_alive, placement_version,
+            cost.overhead_us, extra_us, stats[0], stats[1], num_alive, placement_version,
             gaps.count, gaps.mean_s * 1e6, gaps.max_s * 1e6))
         if start_us >= self.warmup_us:
             self.part_sums += parts
-            self.rank_pairs_sum += pairs.sum(axis=0) / cost.traffic.fraction   # whole batch
+            self.rank_pairs_sum += stats[2]
             self.num_measured_steps += 1
+
+    def _pair_stats(self, traffic, num_alive: int) -> tuple[float, float, np.ndarray]:
+        """(imbalance, balancedness, [ranks] whole-batch pairs summed over layers) of a step's
+        traffic; remembered per Traffic object, since the fast engine's steps reuse a few."""
+        key = (id(traffic), num_alive)
+        hit = self._stats_memo.get(key)
+        if hit is not None and hit[0] is traffic:
+            return hit[1]
+        pairs = traffic.pairs
+        stats = (*balance(pairs, num_alive), pairs.sum(axis=0) / traffic.fraction)
+        if len(self._stats_memo) >= 16:
+            self._stats_memo.clear()
+        self._stats_memo[key] = (traffic, stats)               # holds traffic: its id stays unique
+        return stats
 
     def record_stall(self, start_us: float, stall_us: float, label: str) -> None:
         self.stalls.append((start_us, stall_us, label))

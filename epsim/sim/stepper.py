@@ -1,0 +1,150 @@
+"""How the engine prices a step: draw its `[layers, experts]` loads, then `CostModel.step`.
+
+Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=...)`):
+
+- `reference`: one draw (`SkewModel.loads`) and one `CostModel.step` per step — the original
+  engine, kept as the yardstick the fast one is tested against (tests/epsim/test_sim_fast.py).
+- `fast` (default): a pool of M independent draws of the MoE layers (loads `[M, layers,
+  experts]` in one vectorised draw with quantile-table normals, `SkewModel.loads_block`,
+  priced in one `CostModel.moe` call) serves the steps of one batch shape — tokens per rank,
+  phase, CUDA graph or not, placement version — each step taking one draw at random; each step
+  still adds its own attention, dense layers and overhead from its own batch. A pool serves at
+  most `USES_PER_DRAW` steps per draw, and is redrawn when the shape or placement changes or,
+  under popularity drift, once `DRIFT_STALE_FRAC` of the experts may have swapped since it was
+  drawn (the drift window). M covers the steps a pool is expected to serve (1 when shapes
+  change every step, as in the reference). Each step's MoE cost is thus a correct draw of its
+  distribution (marginals exact), but steps that share a pool are not independent, and the
+  popularity they see lags by at most the drift window. Step observers (EPLB's statistics
+  window) get a fresh draw of each step's loads, so sums over steps keep the reference's noise.
+  Same seed, same result; a different
+  random stream from the reference engine, so the two agree statistically, not bit for bit
+  (tolerances: tests/epsim/test_sim_fast.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from epsim.cost.attention import BatchCounts
+from epsim.cost.model import MoECost, StepCost
+from epsim.cost.traffic import traffic_at
+
+if TYPE_CHECKING:
+    from epsim.sim.engine import Simulation
+
+ENGINES = ("fast", "reference")
+DEFAULT_ENGINE = "fast"
+MAX_DRAWS = 4            # draws per pool (M)
+USES_PER_DRAW = 8        # steps a pool serves per draw it holds, at most
+DRIFT_STALE_FRAC = 0.02  # redraw once this share of experts may have swapped (drift)
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine ({engine!r}) must be one of {list(ENGINES)}")
+    return engine
+
+
+class ReferenceStepper:
+    """One draw and one full `CostModel.step` per step."""
+
+    def __init__(self, sim: "Simulation"):
+        self.sim = sim
+
+    def price(self, batch: BatchCounts, now_s: float, step: int) -> tuple[np.ndarray, StepCost]:
+        """This step's loads `[layers, experts]` and cost."""
+        sim = self.sim
+        loads = sim.skew.loads(int(round(float(batch.tokens.sum()))), sim.routing_rng,
+                               t_s=now_s, step=step)
+        return loads, sim.cost_model.step(batch, loads, sim.placement.tables)
+
+
+class _Pool:
+    """Draws of one batch shape: loads `[M, layers, experts]`, MoE costs `[M, layers]`."""
+
+    def __init__(self, key: tuple, t_s: float, max_uses: int, num_tokens: int, loads: np.ndarray,
+                 moe: MoECost):
+        self.key, self.t_s, self.max_uses, self.loads, self.moe = key, t_s, max_uses, loads, moe
+        self.num_tokens = num_tokens
+        self.used = 0
+        self._rows: list[MoECost] | None = None
+
+    def take(self, row: int) -> tuple[np.ndarray, MoECost]:
+        """Draw `row`'s loads and MoE cost (the same objects each time the row serves, so
+        per-step statistics of them can be remembered, `MetricsRecorder.record`)."""
+        self.used += 1
+        if self._rows is None:
+            m = self.moe
+            self._rows = [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i],
+                                  traffic_at(m.traffic, i), m.mode, m.sync_us)
+                          for i in range(self.loads.shape[0])]
+        return self.loads[row], self._rows[row]
+
+
+class PoolStepper:
+    """The fast engine's pricing: steps reuse a few draws of their batch shape (module doc)."""
+
+    def __init__(self, sim: "Simulation"):
+        self.sim = sim
+        spec = sim.scenario.workload.skew
+        rate = getattr(spec, "drift_rate_per_s", 0.0)
+        # a trace changes popularity every forward pass: every step draws anew
+        self.fresh_every_step = spec.kind == "trace"
+        self.drift_window_s = DRIFT_STALE_FRAC / rate if rate > 0 else np.inf
+        self.fraction = 0.5 if sim.scenario.deployment.enable_two_batch_overlap else 1.0
+        self.rng = np.random.Generator(np.random.SFC64([sim.seed, 0x9007]))
+        self._pool: _Pool | None = None
+        self._last_lifetime = MAX_DRAWS * USES_PER_DRAW
+        self.num_draws = 0
+        self.num_pools = 0
+
+    def price(self, batch: BatchCounts, now_s: float, step: int) -> tuple[np.ndarray, StepCost]:
+        sim = self.sim
+        cost_model, placement = sim.cost_model, sim.placement
+        tokens = cost_model.ep_tokens(batch)
+        graph = cost_model.uses_graph(batch)
+        key = (tokens.tobytes(), batch.phase, graph, placement.version)
+        pool = self._pool
+        if (pool is None or pool.key != key or pool.used >= pool.max_uses
+                or now_s - pool.t_s >= self.drift_window_s):
+            if pool is not None:
+                self._last_lifetime = pool.used
+            pool = self._pool = self._new_pool(key, batch, tokens, graph, now_s, step)
+        row = int(self.rng.integers(pool.loads.shape[0])) if pool.loads.shape[0] > 1 else 0
+        loads, moe = pool.take(row)
+        if sim.has_observers and pool.max_uses > 1:
+            # observers (EPLB's statistics window) sum loads over many steps: a reused draw
+            # would make those sums noisier than independent steps, so they get a fresh one
+            loads = sim.skew.loads_block(1, pool.num_tokens, sim.routing_rng, now_s, step)[0]
+        return loads, cost_model.step(batch, None, placement.tables, moe=moe)
+
+    def _new_pool(self, key: tuple, batch: BatchCounts, tokens: np.ndarray, graph: bool,
+                  now_s: float, step: int) -> _Pool:
+        """M draws where M covers the steps this pool is expected to serve, `USES_PER_DRAW`
+        steps per draw: up to the drift window, and no more than twice what the last pool
+        served (a shape that keeps changing gets one draw per step, as the reference)."""
+        sim = self.sim
+        if self.fresh_every_step:
+            expected = 1
+        else:
+            last = sim.last_step
+            step_s = (last.end_us - last.start_us) * 1e-6 if last is not None else 0.0
+            by_drift = self.drift_window_s / step_s if step_s > 0 else np.inf
+            expected = max(1, int(min(MAX_DRAWS * USES_PER_DRAW, by_drift,
+                                      2 * self._last_lifetime)))
+        num_draws = min(MAX_DRAWS, -(-expected // USES_PER_DRAW))
+        num_tokens = int(round(float(tokens.sum())))
+        loads = sim.skew.loads_block(num_draws, num_tokens, sim.routing_rng, now_s, step)
+        moe = sim.cost_model.moe(loads, tokens, sim.placement.tables, batch.phase,
+                                 self.fraction, graph)
+        self.num_draws += num_draws
+        self.num_pools += 1
+        max_uses = 1 if self.fresh_every_step else num_draws * USES_PER_DRAW
+        return _Pool(key, now_s, max_uses, num_tokens, loads, moe)
+
+
+def make_stepper(engine: str, sim: "Simulation"):
+    """The stepper of `engine` ("fast" | "reference") for a simulation."""
+    return PoolStepper(sim) if check_engine(engine) == "fast" else ReferenceStepper(sim)
