@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import streamlit as st
-import yaml
 
 from epsim.errors import EpsimError, RecordError
 
@@ -280,9 +279,10 @@ class SweepView:
 def run_sweep(text: str, where: str, base_dir: str, sweeps: tuple[str, ...],
               overrides: tuple[str, ...], workers: int) -> SweepView:
     """`epsim.plan.run_plan` of the scenario text over `sweeps` (`KEY=V1,V2` each)."""
+    from epsim.io import load_yaml
     from epsim.plan import run_plan
     parse_scenario(text, where, base_dir)       # a bad base scenario fails with epsim's message
-    mapping = yaml.safe_load(text)
+    mapping = load_yaml(text, where)
     mapping.setdefault("base_dir", base_dir)    # traces resolve as for the file itself
     result = run_plan(mapping, list(sweeps), overrides=list(overrides), workers=workers,
                       progress=False, plots=False, require_feasible=False)

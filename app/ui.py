@@ -49,11 +49,16 @@ class ScenarioSource:
 
 
 def read_upload(upload, what: str) -> str:
-    """An uploaded file's text. Raises EpsimError when it is not UTF-8 text."""
-    try:
-        return upload.getvalue().decode("utf-8")
-    except UnicodeDecodeError:
-        raise EpsimError(f"{upload.name} ({upload.size} bytes) must be UTF-8 text ({what})") from None
+    """An uploaded file's text (`epsim.io`: at most its size cap, UTF-8, no NUL bytes).
+
+    Raises:
+        EpsimError: one line naming the upload and what is wrong.
+    """
+    from epsim.io import MAX_TEXT_BYTES, decode_text
+    if upload.size > MAX_TEXT_BYTES:
+        raise EpsimError(f"{upload.name} ({upload.size} bytes) must be at most "
+                         f"{MAX_TEXT_BYTES // 2**20} MiB ({what})")
+    return decode_text(upload.getvalue(), upload.name, what)
 
 
 def scenario_source(key: str, default: str = "default", choices: list[str] | None = None,

@@ -15,11 +15,15 @@ from epsim import __version__, vocab
 
 
 class _Parser(argparse.ArgumentParser):
-    """Every subcommand's parser: no abbreviated options (`--mode` is not `--model`)."""
+    """Every subcommand's parser: no abbreviated options (`--mode` is not `--model`); its
+    errors one line and exit code 2 (no usage block first)."""
 
     def __init__(self, *args, **kwargs):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
 
 
 def output_options(parser, progress: bool = False) -> None:
@@ -176,9 +180,14 @@ def _add_plan(sub) -> None:
     output_options(p, progress=True)
 
 
+def one_line(text: str) -> str:
+    """A message on one line: line breaks and runs of spaces folded to one space."""
+    return " ".join(str(text).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="epsim", allow_abbrev=False, description="Simulate MoE inference with expert parallelism, "
+    parser = _Parser(
+        prog="epsim", description="Simulate MoE inference with expert parallelism, "
                                   "calibrated against live GPU measurements.")
     parser.add_argument("--version", action="version", version=f"epsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -219,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {note}")
         return int(report or 0)
     except EpsimError as exc:
-        print(f"epsim {args.command}: error: {exc}", file=sys.stderr)
+        print(f"epsim {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:                # `epsim ... | head`: the reader has gone
         sys.stderr.close()

@@ -227,25 +227,39 @@ class Profile(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
         """Read a profile JSON. Raises ProfileError naming the file and field."""
+        from epsim.io import load_json
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise ProfileError(f"{path}: cannot read profile ({exc.strerror})") from None
-        except json.JSONDecodeError as exc:
-            raise ProfileError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        return cls.from_dict(data, where=str(path))
+        return cls.from_dict(load_json(path, "profile", ProfileError), where=str(path))
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "profile") -> "Profile":
         if isinstance(data, dict) and data.get("schema", SCHEMA) != SCHEMA:
             raise ProfileError(f"{where}: schema ({data.get('schema')!r}) must be {SCHEMA!r}")
+        from epsim.spec.numbers import check_numbers
+        bad = check_numbers(data)
+        if bad is not None:
+            raise ProfileError(f"{where}: {bad[0]} {bad[1]}")
         try:
             profile = cls.model_validate(data)
         except ValidationError as exc:
             raise ProfileError(format_error(exc.errors()[0], cls, where)) from None
+        _check_physical(profile, where)
         profile.path = where
         return profile
+
+
+def _check_physical(profile: Profile, where: str) -> None:
+    """Every parameter within its physical bounds, every fitted range `[low, high]`."""
+    from epsim.physical import param_problem, range_problem
+    for key, comp in profile.components.items():
+        for name, value in comp.params.items():
+            problem = param_problem(name, value)
+            if problem:
+                raise ProfileError(f"{where}: components.{key}.params.{name} ({value:g}) {problem}")
+        for name, bounds in comp.valid_range.items():
+            problem = range_problem(bounds)
+            if problem:
+                raise ProfileError(f"{where}: components.{key}.valid_range.{name} ({bounds}) {problem}")
 
 
 def default_profile_path() -> Path:

@@ -178,36 +178,36 @@ def read_records(path: str | Path, strict: bool = True) -> list[MeasurementRecor
 
 
 def read_text(path: str | Path) -> str:
-    """A record file's text; `.gz` files (the shipped records are kept compressed) decompressed."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        import gzip
-        with gzip.open(path, "rt") as fh:
-            return fh.read()
-    return path.read_text()
+    """A record file's text; `.gz` files (the shipped records are kept compressed) decompressed.
+
+    Raises:
+        RecordError: unreadable, over the size cap, corrupt gzip, not UTF-8 (`epsim.io`).
+    """
+    from epsim.io import read_text as read_capped
+    return read_capped(path, "records", error=RecordError)
 
 
 def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, MeasurementRecord]]:
     """`read_records`, with each record's 1-based line number (for messages naming the line)."""
+    from epsim.io import loads_json
+    from epsim.spec.numbers import check_numbers
     path = Path(path)
-    try:
-        lines = read_text(path).splitlines()
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot read records ({exc.strerror})") from None
-    except (EOFError, UnicodeDecodeError) as exc:      # a truncated .gz, a binary file
-        raise RecordError(f"{path}: cannot read records ({type(exc).__name__}: {exc})") from None
+    lines = read_text(path).splitlines()
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problem = f"{where}: not valid JSON ({exc.msg})"
+            data = loads_json(line, where, RecordError)
+        except RecordError as exc:
+            problem = str(exc)
         else:
+            bad = check_numbers(data, MeasurementRecord)
             if isinstance(data, dict) and data.get("schema", SCHEMA) not in READABLE_SCHEMAS:
-                problem = (f"{where}: schema ({data.get('schema')!r}) must be one of "
+                problem = (f"{where}: schema ({str(data.get('schema'))[:40]!r}) must be one of "
                            f"{', '.join(READABLE_SCHEMAS)}")
+            elif bad is not None:
+                problem = f"{where}: {bad[0]} {bad[1]}"
             else:
                 try:
                     record = MeasurementRecord.model_validate(data)

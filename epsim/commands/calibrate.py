@@ -142,14 +142,16 @@ def _summary(cal) -> list[str]:
 def run(args):
     from epsim.calibrate import Holdout, calibrate
     from epsim.commands.output import Report
+    from epsim.io import check_output_file
 
     holdout = Holdout.parse(args.holdout)
-    if args.live:
+    if args.live:                 # where results go is checked before minutes of measuring
+        out = check_output_file(args.out or DEFAULT_LIVE_DIR / "profile.json")
+        check_output_file(args.records_out or DEFAULT_LIVE_DIR / "records.jsonl", "--records-out")
         paths = _measure(args)
-        out = Path(args.out or DEFAULT_LIVE_DIR / "profile.json")
     else:
         paths = [Path(p) for p in args.records]
-        out = Path(args.out) if args.out else None
+        out = check_output_file(args.out) if args.out else None
     cal = calibrate(paths, holdout, name=args.name or "", strict=args.strict,
                     backends=args.backends)
     data = {"profile": cal.profile.model_dump(by_alias=True), "num_fit": cal.num_fit,

@@ -21,12 +21,8 @@ def _loads_path(args) -> str:
 
 def _previous(path: str, num_logical: int):
     from epsim.eplb import Placement
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read previous placement ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    from epsim.io import load_json
+    data = load_json(path, "previous placement")
     return Placement.from_dict(data, num_logical=num_logical, where=path)
 
 

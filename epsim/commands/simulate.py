@@ -20,6 +20,7 @@ def resolve_scenario_path(given: str | None) -> Path:
 
 
 def run(args):
+    from epsim.io import check_output_dir
     from epsim.spec import load_scenario
 
     path = resolve_scenario_path(args.scenario)
@@ -33,12 +34,7 @@ def run(args):
     from epsim.report import format_table, summarize, write_summary, write_timeseries
     from epsim.sim import simulate
     profile = load_profile(args.profile) if args.profile else None
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SpecError(f"--out ({str(out)!r}) must be a writable directory ({exc.strerror})") from None
+    out = check_output_dir(args.out) if args.out else None
     result = simulate(scenario, profile=profile, progress=wants_progress(args))
     summary = summarize(result)
     report = Report(json_safe(summary), format_table(summary).splitlines())

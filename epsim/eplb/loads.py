@@ -6,22 +6,20 @@ an SGLang expert-distribution dump (`.pt` file or folder); traces are summed ove
 
 from __future__ import annotations
 
-import json
+import io
 from pathlib import Path
 
 import numpy as np
 
 from epsim.eplb.inputs import check_weight
 from epsim.errors import PlacementError, SpecError
+from epsim.io import MAX_BINARY_BYTES, load_json, read_bytes, read_text
 
 FORMATS = ".json, .jsonl, .npy, .csv, or an SGLang dump (.pt file or folder)"
 
 
 def _from_json(path: Path) -> np.ndarray:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = load_json(path, "loads file")
     if isinstance(data, dict):
         if "loads" not in data:
             raise SpecError(f"{path}: loads (missing) must be a [layers, experts] list "
@@ -39,16 +37,18 @@ def _as_array(data, path: Path) -> np.ndarray:
 
 
 def _from_csv(path: Path) -> np.ndarray:
+    text = read_text(path, "loads file")
     try:
-        return np.loadtxt(path, delimiter=",", comments="#", ndmin=2, dtype=np.float64)
+        return np.loadtxt(io.StringIO(text), delimiter=",", comments="#", ndmin=2, dtype=np.float64)
     except ValueError as exc:
         raise SpecError(f"{path}: loads must be numbers, one row per layer, comma-separated "
                         f"({str(exc).splitlines()[0]})") from None
 
 
 def _from_npy(path: Path) -> np.ndarray:
+    data = read_bytes(path, "loads file", MAX_BINARY_BYTES)
     try:
-        return np.load(path, allow_pickle=False)
+        return np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError):  # pickled objects, a corrupt header, not .npy at all
         raise SpecError(f"{path}: not a numeric .npy array (write it with numpy.save)") from None
 

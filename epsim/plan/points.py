@@ -16,7 +16,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from epsim.errors import EpsimError, SpecError
 
@@ -72,9 +71,11 @@ def load_base(scenario: str | Path | dict, overrides: list[str] | dict[str, Any]
     if isinstance(scenario, dict):
         data, where = copy.deepcopy(scenario), "scenario"
     else:
+        from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
         path = Path(scenario)
         load_scenario(path)    # the file's own errors, reported with its line and column
-        data, where, base_dir = yaml.safe_load(path.read_text()), str(path), path.parent
+        data = load_yaml(read_text(path, "scenario file", MAX_YAML_BYTES), str(path))
+        where, base_dir = str(path), path.parent
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
     from epsim.plan.sweep import check_key
@@ -93,7 +94,7 @@ def _resolved_model(data: dict, base_dir: str) -> dict:
     model = data.get("model")
     if isinstance(model, str):
         return get_model(model).model_dump()
-    if isinstance(model, dict) and "hf_config" in model:
+    if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
         return ModelSpec.from_hf_config(Path(base_dir) / model["hf_config"], name=model.get("name")).model_dump()
     return model
 

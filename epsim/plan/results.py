@@ -29,7 +29,7 @@ def _number(text: str, where: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise SpecError(f"{where} ({text!r}) must be a number") from None
+        raise SpecError(f"{where} ({text[:40]!r}) must be a number") from None
 
 
 def read_rows(path: str | Path) -> tuple[list[dict], list[str], list[str]]:
@@ -42,11 +42,9 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[str], list[str]]:
         SpecError: unreadable, not CSV, missing the id, GPU or error columns, a non-number in
             a numeric column, or no rows.
     """
+    from epsim.io import decode_text, read_bytes
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path.name}: cannot read results table ({getattr(exc, 'strerror', None) or exc})") from None
+    text = decode_text(read_bytes(path, "results table"), path.name, "results table")
     lines = text.splitlines()
     try:
         reader = csv.reader(lines)

@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from epsim.errors import SpecError
 
 CACHE_NAME = "points.jsonl"
 
@@ -27,7 +26,7 @@ class PointCache:
         self.entries: dict[str, dict] = {}
         self.num_unreadable = 0
         if self.path is not None and self.path.is_file():
-            for line in self.path.read_text().splitlines():
+            for line in self.path.read_text(errors="replace").splitlines():  # a cut line may end mid-character
                 if not line.strip():
                     continue
                 try:
@@ -60,12 +59,8 @@ class PointCache:
 def prepare_dir(out: str | Path | None) -> Path | None:
     if out is None:
         return None
-    path = Path(out)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SpecError(f"--out ({str(path)!r}) must be a writable directory ({exc.strerror})") from None
-    return path
+    from epsim.io import check_output_dir
+    return check_output_dir(out)
 
 
 def cell(value: Any) -> Any:

@@ -15,7 +15,6 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import yaml
 from pydantic import BaseModel
 
 from epsim.errors import SpecError
@@ -90,9 +89,11 @@ def parse_value(text: str) -> Any:
 
     Numbers YAML 1.1 leaves as strings (`1e3`, `1e-3` need a dot there) become numbers.
     """
+    from epsim.errors import EpsimError
+    from epsim.io import load_yaml
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = load_yaml(text, "--sweep")
+    except EpsimError:
         return text
     if isinstance(value, str) and re.fullmatch(_NUMBER, value.strip()):
         return _number(value.strip())

@@ -5,7 +5,6 @@ Both read to one array, `[steps, layers, experts]` logical-expert token counts.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -46,30 +45,32 @@ def read_jsonl_trace(path: str | Path) -> np.ndarray:
     Raises:
         SpecError: a line that is not JSON, lacks `loads`, or has a different shape.
     """
+    from epsim.io import loads_json, read_text
     path = Path(path)
     steps: list[tuple[int, np.ndarray]] = []
     shape = None
-    with path.open() as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if "loads" not in obj:
-                raise SpecError(f"{path}:{lineno}: loads (missing) must be a [layers, experts] list")
+    for lineno, line in enumerate(read_text(path, "trace").splitlines(), 1):
+        if not line.strip():
+            continue
+        obj = loads_json(line, f"{path}:{lineno}")
+        if not isinstance(obj, dict) or "loads" not in obj:
+            raise SpecError(f"{path}:{lineno}: loads (missing) must be a [layers, experts] list")
+        try:
             loads = np.asarray(obj["loads"], dtype=np.float64)
-            if loads.ndim == 1:
-                loads = loads[None, :]
-            if loads.ndim != 2 or not np.isfinite(loads).all() or (loads < 0).any():
-                raise SpecError(f"{path}:{lineno}: loads must be a [layers, experts] list of "
-                                f"finite counts >= 0")
-            if shape is not None and loads.shape != shape:
-                raise SpecError(f"{path}:{lineno}: loads shape {list(loads.shape)} must match "
-                                f"earlier lines {list(shape)}")
-            shape = loads.shape
-            steps.append((int(obj.get("forward_pass_id", len(steps))), loads))
+            step = int(obj.get("forward_pass_id", len(steps)))
+        except (TypeError, ValueError, OverflowError):
+            raise SpecError(f"{path}:{lineno}: loads must be a [layers, experts] list of numbers "
+                            f"and forward_pass_id an integer") from None
+        if loads.ndim == 1:
+            loads = loads[None, :]
+        if loads.ndim != 2 or not np.isfinite(loads).all() or (loads < 0).any():
+            raise SpecError(f"{path}:{lineno}: loads must be a [layers, experts] list of "
+                            f"finite counts >= 0")
+        if shape is not None and loads.shape != shape:
+            raise SpecError(f"{path}:{lineno}: loads shape {list(loads.shape)} must match "
+                            f"earlier lines {list(shape)}")
+        shape = loads.shape
+        steps.append((step, loads))
     if not steps:
         raise SpecError(f"{path}: no trace lines found")
     steps.sort(key=lambda item: item[0])
@@ -100,31 +101,75 @@ def read_sglang_dump(path: str | Path) -> np.ndarray:
     stat_counts = []
     p2l = None
     for file in files:
-        try:
-            pack = torch.load(file, weights_only=True, map_location="cpu")
-        except Exception as exc:  # torch raises many types for a bad file
-            raise SpecError(f"{file}: not a readable SGLang dump ({type(exc).__name__}: {exc})") from None
+        pack = _load_pt(file, torch)
         if not isinstance(pack, dict):
-            raise SpecError(f"{file}: must hold a dict with 'records' or 'logical_count'")
+            raise SpecError(f"{file}: must hold a dict with 'records' or 'logical_count' "
+                            f"(it holds a {type(pack).__name__})")
         if "logical_count" in pack:
-            counts = np.asarray(pack["logical_count"], dtype=np.float64)
+            counts = _counts(pack["logical_count"], file, "logical_count")
+            if counts.ndim < 2:
+                raise SpecError(f"{file}: logical_count (shape {list(counts.shape)}) must be "
+                                f"[..., layers, experts]")
             stat_counts.append(counts.reshape(-1, *counts.shape[-2:]))
             continue
         if "records" not in pack or "last_physical_to_logical_map" not in pack:
             raise SpecError(f"{file}: must hold 'records' and 'last_physical_to_logical_map' "
                             f"(SGLang per_pass mode) or 'logical_count' (stat mode)")
-        p2l = np.asarray(pack["last_physical_to_logical_map"], dtype=np.int64)
-        for i, record in enumerate(pack["records"]):
+        p2l = _counts(pack["last_physical_to_logical_map"], file, "last_physical_to_logical_map",
+                      low=-1)
+        if p2l.ndim != 2 or p2l.size == 0 or (p2l != np.round(p2l)).any():
+            raise SpecError(f"{file}: last_physical_to_logical_map (shape {list(p2l.shape)}) must "
+                            f"be a non-empty [layers, physical] integer map")
+        p2l = p2l.astype(np.int64)
+        records = pack["records"]
+        if not isinstance(records, (list, tuple)):
+            raise SpecError(f"{file}: records ({type(records).__name__}) must be a list")
+        for i, record in enumerate(records):
             try:
-                fid, gpc = int(record["forward_pass_id"]), np.asarray(record["global_physical_count"])
-            except (KeyError, TypeError):
+                fid = int(record["forward_pass_id"])
+                gpc = record["global_physical_count"]
+            except (KeyError, TypeError, ValueError):
                 raise SpecError(f"{file}: records[{i}] must have forward_pass_id, rank and "
                                 f"global_physical_count") from None
-            per_pass[fid] = per_pass.get(fid, 0) + gpc.astype(np.float64)
+            gpc = _counts(gpc, file, f"records[{i}].global_physical_count")
+            if gpc.shape != p2l.shape:
+                raise SpecError(f"{file}: records[{i}].global_physical_count (shape "
+                                f"{list(gpc.shape)}) must match last_physical_to_logical_map "
+                                f"{list(p2l.shape)}")
+            per_pass[fid] = per_pass.get(fid, 0) + gpc
     if stat_counts:
+        if len({c.shape[1:] for c in stat_counts}) > 1:
+            raise SpecError(f"{path}: logical_count shapes must agree across files")
         return np.concatenate(stat_counts)
+    if not per_pass:
+        raise SpecError(f"{path}: no records found (records must be a non-empty list)")
     physical = np.stack([per_pass[k] for k in sorted(per_pass)])  # [steps, layers, physical]
     return physical_to_logical_counts(physical, p2l)
+
+
+def _load_pt(file: Path, torch):
+    """`torch.load(weights_only=True)` of a size-capped file. torch's own message is not
+    passed on: it advises `weights_only=False`, which would run arbitrary pickled code."""
+    import io
+
+    from epsim.io import MAX_BINARY_BYTES, read_bytes
+    data = read_bytes(file, "SGLang dump", MAX_BINARY_BYTES)
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises many types for a bad file  # noqa: BLE001
+        raise SpecError(f"{file}: must be an SGLang expert-distribution dump saved with torch.save "
+                        f"(tensors and plain containers only; {type(exc).__name__} reading it)") from None
+
+
+def _counts(value, file: Path, name: str, low: float = 0.0) -> np.ndarray:
+    """A tensor/list of counts as a float64 array; finite and >= `low`, or SpecError."""
+    try:
+        array = np.asarray(value.cpu().numpy() if hasattr(value, "cpu") else value, dtype=np.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise SpecError(f"{file}: {name} must be a tensor of numbers") from None
+    if not np.isfinite(array).all() or (array < low).any():
+        raise SpecError(f"{file}: {name} must hold finite counts >= {low:g}")
+    return array
 
 
 def read_trace(path: str | Path) -> np.ndarray:

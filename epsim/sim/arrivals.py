@@ -8,13 +8,15 @@ variation `cv` (shape 1/cv^2, same mean rate); trace arrivals read `arrival_s` (
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from epsim.errors import SpecError
+
+
+MAX_TRACE_LEN = 1e8   # tokens of one prompt or output: far beyond any model's context
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,19 +70,12 @@ def read_arrival_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray | None,
     Raises:
         SpecError: `<file>:<line>: <field> (<value>) must ...` for a bad row.
     """
+    from epsim.io import loads_json, read_text
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read arrival trace ({exc.strerror})") from None
+    text = read_text(path, "arrival trace")
     if path.suffix in (".jsonl", ".json"):
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append((lineno, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise SpecError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        rows = [(lineno, loads_json(line, f"{path}:{lineno}"))
+                for lineno, line in enumerate(text.splitlines(), 1) if line.strip()]
     else:
         reader = csv.DictReader(text.splitlines())
         rows = [(i + 2, row) for i, row in enumerate(reader)]
@@ -95,13 +90,15 @@ def read_arrival_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray | None,
             if raw in (None, ""):
                 values.append(np.nan)
                 continue
+            shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:37] + "..."
             try:
                 value = float(raw)
-            except (TypeError, ValueError):
-                raise SpecError(f"{path}:{lineno}: {name} ({raw!r}) must be a number") from None
-            low = 0.0 if name == "arrival_s" else 1.0
-            if not np.isfinite(value) or value < low:
-                raise SpecError(f"{path}:{lineno}: {name} ({raw!r}) must be a finite number >= {low:g}")
+            except (TypeError, ValueError, OverflowError):
+                raise SpecError(f"{path}:{lineno}: {name} ({shown}) must be a number") from None
+            low, high = (0.0, 1e12) if name == "arrival_s" else (1.0, MAX_TRACE_LEN)
+            if not np.isfinite(value) or not low <= value <= high:
+                raise SpecError(f"{path}:{lineno}: {name} ({shown}) must be a finite number "
+                                f">= {low:g} and <= {high:g}")
             values.append(value)
     arrival = np.asarray(columns["arrival_s"])
     lengths = []

@@ -7,6 +7,7 @@ Every message reads `<where>: <field path> (<value>) must <rule>`, e.g.
 from __future__ import annotations
 
 import re
+import reprlib
 import typing
 from typing import Any, TypeVar
 
@@ -17,8 +18,19 @@ from epsim.errors import SpecError
 M = TypeVar("M", bound=BaseModel)
 
 
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 2, 4, 3, 50, 50
+    return short
+
+
+_SHORT = _short_repr()
+
+
 def _fmt_value(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
+    """At most ~60 characters of a value, built without expanding it (a YAML alias bomb is a
+    list of lists a billion items long: `str()` of it would never finish)."""
+    text = _SHORT.repr(value) if isinstance(value, (str, list, tuple, dict, set)) else str(value)[:80]
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -138,9 +150,15 @@ def format_error(err: dict, cls: type[BaseModel], where: str) -> str:
 def validate(cls: type[M], data: Any, where: str, context: dict | None = None) -> M:
     """`cls.model_validate(data)`, raising SpecError with the first error as one line.
 
+    Numbers are checked first (`epsim.spec.numbers`): finite, bounded, no bool for a number.
+
     Raises:
         SpecError: `<where>: <path> (<value>) must <rule>` (further errors counted).
     """
+    from epsim.spec.numbers import check_numbers
+    bad = check_numbers(data, cls)
+    if bad is not None:
+        raise SpecError(f"{where}: {bad[0]} {bad[1]}")
     try:
         return cls.model_validate(data, context=context)
     except ValidationError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -114,13 +113,14 @@ class ModelSpec(BaseModel):
         Raises:
             SpecError: the file is not JSON or lacks the keys of either family.
         """
+        from epsim.io import load_json
         path = Path(path)
-        try:
-            cfg = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(f"{path}: cannot read a JSON config ({exc})") from None
-        return cls.from_hf_dict(cfg, name=name or cfg.get("_name_or_path") or path.parent.name,
-                                where=str(path))
+        cfg = load_json(path, "model config")
+        if not isinstance(cfg, dict):
+            raise SpecError(f"{path}: model config ({type(cfg).__name__}) must be a JSON object "
+                            f"of Hugging Face config keys")
+        name = name or cfg.get("_name_or_path") or path.parent.name
+        return cls.from_hf_dict(cfg, name=str(name), where=str(path))
 
     @classmethod
     def from_hf_dict(cls, cfg: dict, name: str, where: str = "config") -> "ModelSpec":
@@ -131,6 +131,9 @@ class ModelSpec(BaseModel):
                                 f"Qwen3-MoE or DeepSeek-V3 config.json")
             return cfg[key]
 
+        if not isinstance(cfg, dict):
+            raise SpecError(f"{where}: model config ({type(cfg).__name__}) must be a mapping of "
+                            f"Hugging Face config keys")
         if "n_routed_experts" in cfg:  # DeepSeek-V2/V3 keys
             fields = dict(
                 num_experts=need("n_routed_experts"),
@@ -145,15 +148,21 @@ class ModelSpec(BaseModel):
                 qk_nope_head_dim=cfg.get("qk_nope_head_dim", 0),
                 v_head_dim=cfg.get("v_head_dim", 0),
                 head_dim=cfg.get("v_head_dim", 128),
-                weight_dtype="fp8" if (cfg.get("quantization_config") or {}).get("quant_method") == "fp8"
-                else "bf16",
+                weight_dtype="fp8" if _quant_method(cfg) == "fp8" else "bf16",
             )
         elif "num_experts" in cfg:  # Qwen2/3-MoE keys
             heads = need("num_attention_heads")
+            if not cfg.get("head_dim") and (isinstance(heads, bool) or not isinstance(heads, int)
+                                            or heads <= 0):
+                raise SpecError(f"{where}: num_attention_heads ({heads!r:.40}) must be an integer "
+                                f"> 0 (head_dim = hidden_size / num_attention_heads)")
+            hidden = need("hidden_size")
+            if not cfg.get("head_dim") and (isinstance(hidden, bool) or not isinstance(hidden, int)):
+                raise SpecError(f"{where}: hidden_size ({hidden!r:.40}) must be an integer")
             fields = dict(
                 num_experts=cfg["num_experts"],
                 num_shared_experts=1 if cfg.get("shared_expert_intermediate_size") else 0,
-                num_dense_layers=len(cfg.get("mlp_only_layers") or []),
+                num_dense_layers=len(_int_list(cfg, "mlp_only_layers", where)),
                 head_dim=cfg.get("head_dim") or need("hidden_size") // heads,
             )
         else:
@@ -173,3 +182,15 @@ class ModelSpec(BaseModel):
         )
         from epsim.spec.errors import validate
         return validate(cls, fields, where)
+
+
+def _quant_method(cfg: dict):
+    quant = cfg.get("quantization_config")
+    return quant.get("quant_method") if isinstance(quant, dict) else None
+
+
+def _int_list(cfg: dict, key: str, where: str) -> list:
+    value = cfg.get(key) or []
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: {key} ({value!r:.40}) must be a list of layer indices")
+    return value

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from epsim.errors import SpecError
@@ -46,6 +45,9 @@ class Scenario(BaseModel):
                                  f"or a mapping with the model's fields or hf_config")
             return get_model(value)
         if isinstance(value, dict) and "hf_config" in value:
+            if not isinstance(value["hf_config"], str) or not value["hf_config"]:
+                raise ValueError(f"model.hf_config ({value['hf_config']!r:.60}) must be a path to "
+                                 f"a config.json (relative to the scenario file)")
             base = Path((info.context or {}).get("base_dir", "."))
             return ModelSpec.from_hf_config(base / value["hf_config"], name=value.get("name"))
         return value
@@ -151,9 +153,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise SpecError(f"--set ({text!r}) must look like key.path=value")
+    from epsim.io import load_yaml
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
+        value = load_yaml(raw, "--set")
+    except SpecError:
         value = raw
     return key, value
 
@@ -180,11 +183,9 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
     Raises:
         SpecError: unreadable file, bad YAML, or any invalid field (one line).
     """
+    from epsim.io import MAX_YAML_BYTES, read_text
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read scenario file ({exc.strerror})") from None
+    text = read_text(path, "scenario file", MAX_YAML_BYTES)
     return scenario_from_text(text, str(path), path.parent, overrides)
 
 
@@ -196,14 +197,11 @@ def scenario_from_text(text: str, where: str = "scenario", base_dir: str | Path 
         where: the name messages give the text (a file name).
         base_dir: what relative paths in it (traces, hf_config) resolve against.
     Raises:
-        SpecError: bad YAML (with line and column) or any invalid field (one line).
+        SpecError: bad YAML (with line and column; nesting, aliases and duplicate keys
+            bounded by `epsim.io`) or any invalid field (one line).
     """
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    from epsim.io import load_yaml
+    data = load_yaml(text, where)
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
     return scenario_from_dict(data, where=where, base_dir=base_dir, overrides=overrides)

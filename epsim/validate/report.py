@@ -77,13 +77,25 @@ def holdout_of(profile: Profile, rule: str | None) -> Holdout:
     return Holdout.parse(profile.provenance.holdout.get("rule"))
 
 
-def update_doc(path: Path, text: str) -> None:
-    """Replace the generated part of a markdown file (between DOC_BEGIN and DOC_END)."""
-    doc = path.read_text()
+def _read_doc(path: Path) -> tuple[str, int, int]:
+    """The markdown text of `--doc` and where its generated part begins and ends.
+
+    Raises:
+        SpecError / ProfileError: not a writable text file, or the markers missing.
+    """
+    from epsim.io import check_output_file, read_text
+    check_output_file(path, "--doc", must_exist=True)
+    doc = read_text(path, "--doc file", error=ProfileError)
     begin, end = doc.find(DOC_BEGIN), doc.find(DOC_END)
     if begin < 0 or end < begin:
         raise ProfileError(f"{path}: markers ({DOC_BEGIN!r} ... {DOC_END!r}) must enclose the "
                            f"generated tables")
+    return doc, begin, end
+
+
+def update_doc(path: Path, text: str) -> None:
+    """Replace the generated part of a markdown file (between DOC_BEGIN and DOC_END)."""
+    doc, begin, end = _read_doc(path)
     path.write_text(doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:])
 
 
@@ -97,7 +109,14 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         out: directory for validation.md, comparisons/summary/skew_effect CSVs and PNGs.
         doc: a markdown file whose generated section is replaced by the tables.
         max_mape: the bound the verdict column checks (percent).
+    Raises:
+        EpsimError: bad records, rule, `out` or `doc` (these two checked before any work).
     """
+    from epsim.io import check_output_dir
+    if out is not None:
+        check_output_dir(out)
+    if doc is not None:
+        _read_doc(Path(doc))
     holdout = holdout_of(profile, rule)
     records, files = load_records(paths, strict=strict)
     where = measured_on(records)
