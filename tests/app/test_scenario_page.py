@@ -68,7 +68,13 @@ def test_bad_uploads_show_one_line_errors(app):
         (b"deployment: {ep_size: 8}\n", "bad.yaml: model (missing) must be given"),
         (b"model: Qwen3-30B-A3B\ndeployment: {ep_size: 3}\n",
          "bad.yaml: deployment.ep_size (3) must divide experts + redundant (128 + 0 = 128)"),
-        (b"\xff\xfe\x00binary", "bad.yaml (9 bytes) must be UTF-8 text (a YAML scenario)"),
+        (b"\xff\xfe\x00binary", "bad.yaml: a YAML scenario must be UTF-8 text; it is UTF-16 (save it "
+                                "as UTF-8)"),
+        (b"a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + b"".join(
+            b"a%d: &a%d [" % (i, i) + b", ".join([b"*a" if i == 1 else b"*a%d" % (i - 1)] * 10) + b"]\n"
+            for i in range(1, 8)),
+         "bad.yaml: aliases must expand to at most 200000 nodes; the one at line 6 expands to more "
+         "(an alias bomb?)"),
     ]
     for content, message in cases:
         app.file_uploader(key="sc_upload").set_value(("bad.yaml", content, "application/x-yaml"))
