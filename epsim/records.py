@@ -198,7 +198,7 @@ def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, M
             continue
         where = f"{path}:{lineno}"
         try:
-            data = loads_json(line, where, RecordError)
+            data = loads_json(line, where, RecordError, one_line=True)
         except RecordError as exc:
             problem = str(exc)
         else:

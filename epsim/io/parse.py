@@ -127,17 +127,20 @@ def load_yaml(text: str, where: str, error: type[EpsimError] = SpecError) -> Any
         raise error(f"{where}: nesting must be at most {MAX_DEPTH} levels deep") from None
 
 
-def loads_json(text: str, where: str, error: type[EpsimError] = SpecError) -> Any:
+def loads_json(text: str, where: str, error: type[EpsimError] = SpecError,
+               one_line: bool = False) -> Any:
     """Parse JSON text, nesting at most MAX_DEPTH levels. `NaN`/`Infinity` (which `json.dumps`
     writes) parse, so that the field check after it names the field (`epsim.spec.numbers`).
 
+    Args:
+        one_line: `text` is one line of a JSON Lines file (`where` names it): no "at line 1".
     Raises:
         error: `<where>: not valid JSON (<msg> at line L)` or the bound refused (one line).
     """
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        at = f" at line {exc.lineno}" if "\n" in text.strip() else ""
+        at = "" if one_line else f" at line {exc.lineno}"   # `where` names a JSONL line itself
         raise error(f"{where}: not valid JSON ({exc.msg}{at})") from None
     except RecursionError:
         raise error(f"{where}: nesting must be at most {MAX_DEPTH} levels deep") from None

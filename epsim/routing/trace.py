@@ -52,7 +52,7 @@ def read_jsonl_trace(path: str | Path) -> np.ndarray:
     for lineno, line in enumerate(read_text(path, "trace").splitlines(), 1):
         if not line.strip():
             continue
-        obj = loads_json(line, f"{path}:{lineno}")
+        obj = loads_json(line, f"{path}:{lineno}", one_line=True)
         if not isinstance(obj, dict) or "loads" not in obj:
             raise SpecError(f"{path}:{lineno}: loads (missing) must be a [layers, experts] list")
         try:

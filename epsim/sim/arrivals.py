@@ -74,7 +74,7 @@ def read_arrival_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray | None,
     path = Path(path)
     text = read_text(path, "arrival trace")
     if path.suffix in (".jsonl", ".json"):
-        rows = [(lineno, loads_json(line, f"{path}:{lineno}"))
+        rows = [(lineno, loads_json(line, f"{path}:{lineno}", one_line=True))
                 for lineno, line in enumerate(text.splitlines(), 1) if line.strip()]
     else:
         reader = csv.DictReader(text.splitlines())
