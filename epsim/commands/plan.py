@@ -3,6 +3,8 @@ the results directory (see `epsim.plan`)."""
 
 from __future__ import annotations
 
+import json
+
 MAX_FRONTIER_ROWS = 15
 
 
@@ -44,12 +46,21 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
         lines.append(f"           {keep_up_statement(result.constraints)}")
     for i, why in rejected(result)[:MAX_FRONTIER_ROWS]:
         lines.append(f"rejected   {result.describe(i)}: {why}")
-    if result.best is not None:
+    from epsim.plan.answers import answer_line
+    lines.append(f"workload   {result.workload}" + (" (swept values replace these)"
+                                                    if len(result.answers) > 1 else ""))
+    if len(result.answers) > 1:
+        lines.append(f"answers    one per workload point (the workload is given, not chosen; "
+                     f"by {', '.join(o.text for o in result.objectives)}):")
+        lines += [f"  {answer_line(result, a)}" for a in result.answers]
+    elif result.best is not None:
         lines.append(f"best       {result.describe(result.best)}  "
                      f"(by {', '.join(o.text for o in result.objectives)})")
         lines += format_rows(result, [result.best])
+        lines.append(f"answer     {answer_line(result, result.answers[0])}")
     order = sorted(result.frontier, key=lambda i: [result.rows[i][o.metric] for o in result.pareto])
-    lines.append(f"frontier   {len(result.frontier)} point(s) on the Pareto frontier of "
+    lines.append(f"frontier   {len(result.frontier)} point(s) on the Pareto frontier"
+                 + (" of each workload point" if len(result.answers) > 1 else "") + " of "
                  f"{', '.join(o.text for o in result.pareto)}"
                  + (f" (first {MAX_FRONTIER_ROWS})" if len(order) > MAX_FRONTIER_ROWS else ""))
     if order:
@@ -63,9 +74,35 @@ def _note(message: str) -> str:
     return rest if rest and head.endswith("Warning") and " " not in head else message
 
 
-def run(args):
+def run_max_rate(args):
+    """`--max-rate`: per deployment, the highest rate meeting the SLO (`epsim.plan.max_rate`)."""
+    from pathlib import Path
+
     from epsim.commands.output import Report, json_safe, wants_progress
-    from epsim.plan.runner import run_plan
+    from epsim.plan.max_rate import find_max_rates, max_rate_lines
+    answers = find_max_rates(args.scenario, args.sweep, constraints=args.constraint,
+                             overrides=args.overrides, seed=args.seed, profile=args.profile,
+                             executor=args.executor, workers=args.workers,
+                             ray_address=args.ray_address, out=args.out,
+                             progress=wants_progress(args), keep_up=not args.no_keep_up)
+    rows = [{"deployment": a.deployment, "max_rate_per_s": a.rate_per_s,
+             "fails_at_per_s": a.fails_at_per_s, "fails_because": a.fails_because,
+             "invalid": a.invalid, "tried": a.tried, "row": a.row} for a in answers]
+    data = json_safe({"scenario": args.scenario, "constraints": list(args.constraint),
+                      "max_rate": rows})
+    lines = max_rate_lines(answers, args.constraint)
+    files = []
+    if args.out is not None:
+        files.append(Path(args.out) / "max_rate.json")
+        files[0].write_text(json.dumps(data["max_rate"], indent=1, default=str) + "\n")
+    return Report(data, lines, files=files)
+
+
+def run(args):
+    if args.max_rate:
+        return run_max_rate(args)
+    from epsim.commands.output import Report, json_safe, wants_progress
+    from epsim.plan.runner import rejected, run_plan
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
                       workers=args.workers, ray_address=args.ray_address, out=args.out,
@@ -85,6 +122,12 @@ def run(args):
         "columns": names,
         "best": None if result.best is None else {n: result.rows[result.best][n] for n in names},
         "frontier": [{n: result.rows[i][n] for n in names} for i in result.frontier],
+        "workload": result.workload,
+        "keep_up": result.keep_up,
+        "answers": [{"workload": a.workload, "best": None if a.best is None else
+                     {n: result.rows[a.best][n] for n in names}, "reason": a.reason}
+                    for a in result.answers],
+        "rejected": [{"point": result.rows[i]["point"], "reason": why} for i, why in rejected(result)],
         "infeasible": result.infeasible, "wall_s": result.wall_s,
         "out": None if result.out is None else str(result.out)})
     lines = summary_lines(result, args.scenario, args.executor)

@@ -29,6 +29,7 @@ _LAYER_MEANS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "laye
 # NaN otherwise); keep_up.ok is 1.0 or 0.0
 _SECTIONS = {
     "keep_up": ("offered_rps", "served_rps", "served_frac", "backlog_growth_rps", "ok"),
+    "provenance": ("measured_share", "extrapolated_share", "datasheet_share"),
     "eplb": ("num_rebalances", "stall_us_total", "moved_bytes_total", "balancedness_after_mean"),
     "elastic": ("lost_requests", "stall_us_total"),
 }

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from epsim.errors import SpecError
+from epsim.plan.answers import Answer, answer_line, group_by_workload, workload_text
 from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, cost_columns,
                                 derived_columns)
 from epsim.plan.executors import PointTask, check_executor, default_workers, execute
@@ -41,7 +42,9 @@ class PlanResult:
 
     Attributes:
         rows: one dict per valid point, in sweep order (`columns` keys).
-        best: index into `rows` of the best feasible point (None: no constraints met).
+        best: index into `rows` of the best feasible point when the sweep has one workload
+            point (None: none feasible, or several workload points: see `answers`).
+        answers: per workload point (swept `workload.*` values), its best point or why none.
         frontier: indices into `rows` of the Pareto frontier.
         skipped: points whose values fail validation, with the reason.
         warnings: distinct warnings the simulations raised -> number of points.
@@ -63,6 +66,8 @@ class PlanResult:
     warnings: dict[str, int] = field(default_factory=dict)
     infeasible: str | None = None     # why no point meets the constraints, when none does
     keep_up: bool = True              # feasibility includes keep-up (`epsim.report.keep_up`)
+    answers: list[Answer] = field(default_factory=list)   # one per workload point
+    workload: str = "as in the results table"             # the base workload, in words
 
     @property
     def keys(self) -> list[str]:
@@ -180,6 +185,9 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     result = PlanResult(rows, columns, axes, parsed_constraints, parsed_objectives, parsed_pareto,
                         None, [], skipped, num_computed, len(points) - num_computed, wall_s, out_dir,
                         dict(warning_counts), keep_up=keep_up)
+    from epsim.spec.scenario import scenario_from_dict
+    result.workload = workload_text(scenario_from_dict(base.data, where=base.where,
+                                                       base_dir=base.base_dir).workload)
     _choose(result)
     _explain_infeasible(result)
     if out_dir is not None:
@@ -264,20 +272,32 @@ def _costs(result: PlanResult, objectives: list[Objective]) -> np.ndarray:
     return np.stack([o.cost(result.column(o.metric)) for o in objectives], axis=1)
 
 
-def _explain_infeasible(result: PlanResult) -> None:
-    """Set `result.infeasible` when no point is feasible: keep-up first, then constraints."""
-    if result.best is not None:
-        return
-    if result.keep_up and not (result.column(KEEP_UP_METRIC) == 1.0).any() and result.rows:
-        served = result.column("keep_up.served_frac")
+def _why_none(result: PlanResult, idx: np.ndarray) -> str:
+    """Why no row among `idx` is feasible: keep-up first, then the constraints."""
+    describe = lambda i: result.describe(int(idx[i]))          # noqa: E731
+    keeps = result.column(KEEP_UP_METRIC)[idx] == 1.0
+    if result.keep_up and not keeps.any():
+        served = result.column("keep_up.served_frac")[idx]
         at = int(np.nanargmax(served)) if np.isfinite(served).any() else 0
-        result.infeasible = (f"no configuration keeps up with its offered load ({len(result.rows)} "
-                             f"points): closest is {result.describe(at)}, which "
-                             f"{rejection(result.rows[at], [], True)}")
-    elif result.constraints:
-        cols = {c.metric: result.column(c.metric) for c in result.constraints}
-        keeps = result.column(KEEP_UP_METRIC) == 1.0 if result.keep_up else None
-        result.infeasible = infeasible_message(cols, result.constraints, result.describe, keeps)
+        return (f"no configuration keeps up with its offered load ({idx.size} points): closest is "
+                f"{describe(at)}, which {rejection(result.rows[idx[at]], [], True)}")
+    if not result.constraints:
+        return "no point has finite objectives"
+    cols = {c.metric: result.column(c.metric)[idx] for c in result.constraints}
+    return infeasible_message(cols, result.constraints, describe, keeps if result.keep_up else None)
+
+
+def _explain_infeasible(result: PlanResult) -> None:
+    """Set `result.infeasible` when no workload point has an answer."""
+    if not (result.keep_up or result.constraints):
+        return
+    if any(a.best is not None for a in result.answers) or not result.rows:
+        return
+    if len(result.answers) == 1:
+        result.infeasible = result.answers[0].reason
+    else:
+        result.infeasible = ("no workload point has an answer: "
+                             + "; ".join(f"{a.describe()}: {a.reason}" for a in result.answers[:3]))
 
 
 def rejected(result: PlanResult) -> list[tuple[int, str]]:
@@ -294,15 +314,26 @@ def _choose(result: PlanResult) -> None:
         feasible &= result.column(KEEP_UP_METRIC) == 1.0
     for c in result.constraints:
         feasible &= c.met(result.column(c.metric))
-    frontier = pareto_mask(_costs(result, result.pareto))
+    pareto_costs = _costs(result, result.pareto)
+    frontier = np.zeros(num_rows, dtype=bool)
     costs = _costs(result, result.objectives)
-    best = lexicographic_best(costs, feasible & np.isfinite(costs).all(axis=1))
-    result.best = best
+    candidates = feasible & np.isfinite(costs).all(axis=1)
+    result.answers = group_by_workload(result.rows, result.keys)
+    for answer in result.answers:
+        idx = np.array(answer.rows, dtype=np.int64)
+        frontier[idx] = pareto_mask(pareto_costs[idx])          # within one workload point
+        mask = np.zeros(num_rows, dtype=bool)
+        mask[idx] = True
+        answer.best = lexicographic_best(costs, candidates & mask)
+        answer.reason = None if answer.best is not None else _why_none(result, idx)
+    bests = {a.best for a in result.answers if a.best is not None}
+    # one workload point: its best is the plan's; several: each has its own (never one across)
+    result.best = result.answers[0].best if len(result.answers) == 1 else None
     result.frontier = [int(i) for i in np.flatnonzero(frontier)]
     for i, row in enumerate(result.rows):
         row["feasible"] = bool(feasible[i])
         row["pareto"] = bool(frontier[i])
-        row["best"] = i == best
+        row["best"] = i in bests
 
 
 def _machine() -> dict:
@@ -328,6 +359,7 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         "scenario": base.where,
         "sweeps": {axis.key: list(axis.values) for axis in result.axes},
         "constraints": [c.text for c in result.constraints],
+        "workload": result.workload,
         "keep_up": keep_up_statement(result.constraints) if result.keep_up else "not applied (--no-keep-up)",
         "rejected": [{"point": result.rows[i]["point"], "reason": why} for i, why in rejected(result)],
         "objectives": [o.text for o in result.objectives],
@@ -341,6 +373,11 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         "machine": _machine(),
         "best": None if best is None else {"point": best["point"], "point_id": best["point_id"],
                                            "values": {k: best[k] for k in result.keys}},
+        "answers": [{"workload": a.workload, "reason": a.reason,
+                     "best": None if a.best is None else {
+                         "point": result.rows[a.best]["point"],
+                         "values": {k: result.rows[a.best][k] for k in result.keys}},
+                     "line": answer_line(result, a)} for a in result.answers],
         "infeasible": result.infeasible,
         "frontier": [result.rows[i]["point_id"] for i in result.frontier],
         "warnings": result.warnings,
