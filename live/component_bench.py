@@ -202,14 +202,22 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
                                       f"started, time budget spent")
                 break
             done += 1
-            op, fields = build_op(point, weights, max_local.get(point.shape, 0), plan.seed)
-            if op is None:
-                if pass_id == 0:
-                    result.skipped.append(f"{point.label}: {fields['skipped']}")
+            try:
+                op, fields = build_op(point, weights, max_local.get(point.shape, 0), plan.seed)
+                if op is None:
+                    if pass_id == 0:
+                        result.skipped.append(f"{point.label}: {fields['skipped']}")
+                    continue
+                with torch.no_grad():
+                    times = time_op(op, device, plan.num_iters, plan.num_warmup, flush)
+            except Exception as exc:  # noqa: BLE001 - reported; one failed point ends no run
+                result.skipped.append(f"pass {pass_id}: {point.label}: failed: "
+                                      f"{type(exc).__name__}: {str(exc)[:200]}")
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
                 continue
-            with torch.no_grad():
-                times = time_op(op, device, plan.num_iters, plan.num_warmup, flush)
-            del op
+            finally:
+                op = None
             extra = dict(fields.pop("extra", {}), dtype=plan.dtype, method=times.method,
                          l2="flushed before each call" if device.type == "cuda" else "",
                          **{"pass": pass_id})
