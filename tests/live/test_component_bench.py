@@ -159,3 +159,24 @@ def test_component_bench_cli_on_cpu(tmp_path):
     summary = json.loads((tmp_path / "components_summary.json").read_text())
     assert summary["num_records"] == 3 and summary["provenance"]["device"] == "1x cpu"
     assert np.all([r.kind == "dense_mlp" for r in read_records(tmp_path / "components.jsonl")])
+
+
+def test_rounded_sampled_counts_pass_the_plausibility_check():
+    from epsim.calibrate.inputs import plausibility_problem
+    from epsim.records import MeasurementRecord
+
+    shape = plan_components("cpu").points[0].shape
+    point = Point("experts", shape, 1 << 14, 4, (("kind", "uniform"),))   # normal approximation
+    rows = expert_rows(point, 0)
+    base = dict(kind="experts", timing="device", backend="local", ep_size=rows.shape[0],
+                num_tokens_per_rank=point.tokens, hidden_size=shape.hidden_size,
+                num_experts=shape.num_experts, top_k=shape.top_k, median_us=10.0,
+                provenance={"device": "test"})
+    total = rows.shape[0] * point.tokens * shape.top_k
+    assert abs(int(rows.sum()) - total) <= shape.num_experts / 2
+    record = MeasurementRecord(**base, local_expert_tokens=rows.astype(float).tolist(),
+                               expert_tokens_per_rank=rows.sum(axis=1).astype(float).tolist())
+    assert plausibility_problem(record) == ""
+    scaled = record.model_copy(update={"expert_tokens_per_rank": [v * 2 for v in
+                                                                  record.expert_tokens_per_rank]})
+    assert "must be <= ep_size x tokens x top_k" in plausibility_problem(scaled)
