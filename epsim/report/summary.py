@@ -222,6 +222,8 @@ def _eplb_and_elastic(result: SimResult) -> dict:
     if d.enable_eplb:
         events = result.rebalances
         out["eplb"] = {
+            "init_expert_location": d.init_expert_location,
+            "note": _no_rebalance_note(result),
             "num_rebalances": len(events),
             "stall_us_total": float(sum(e["stall_us"] for e in events)),
             "spread_us_total": float(sum(e["spread_us"] for e in events)),
@@ -241,6 +243,23 @@ def _eplb_and_elastic(result: SimResult) -> dict:
             "events": events,
         }
     return out
+
+
+def _no_rebalance_note(result: SimResult) -> str | None:
+    """Why no rebalance happened (in the run, or in its measurement window); None if one did."""
+    d = result.scenario.deployment
+    events = result.rebalances
+    start = f"the placement stayed as init_expert_location ({d.init_expert_location}) made it"
+    if not events:
+        passes = int(result.steps["step_us"].shape[0])
+        if passes < d.eplb_rebalance_num_iterations:
+            return (f"no rebalance: the run's {passes} forward passes are fewer than "
+                    f"eplb_rebalance_num_iterations ({d.eplb_rebalance_num_iterations}); {start}")
+        return f"no rebalance: no expert load was recorded; {start}"
+    if not any(e["at_s"] >= result.warmup_s for e in events):
+        return (f"no rebalance in the measurement window: {len(events)} during the "
+                f"{result.warmup_s:g} s warm-up")
+    return None
 
 
 def write_summary(summary: dict, path: str | Path) -> None:
@@ -307,7 +326,8 @@ def format_table(summary: dict) -> str:
                      f"{duration(e['stall_us_total'])}, spread {duration(e['spread_us_total'])}, "
                      f"moved {size(e['moved_bytes_total'])}"
                      + (f"; window balancedness {number(before)} -> {number(after)}"
-                        if before is not None else ""))
+                        if before is not None else "")
+                     + (f"; {e['note']}" if e.get("note") else ""))
     if "elastic" in s:
         e = s["elastic"]
         fails = [ev for ev in e["events"] if ev["kind"] == "failure"]

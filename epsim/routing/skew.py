@@ -115,6 +115,12 @@ class SkewModel:
         self._advance(t_s)
         return self._pop_view
 
+    def mean_popularity(self) -> np.ndarray:
+        """[layers, experts] expected shares before any drift (a trace: its mean over passes)."""
+        if self._trace is not None:
+            return self._trace.mean(axis=0)
+        return self.popularity(0.0).copy()
+
     def loads(self, num_tokens: int, rng: np.random.Generator, t_s: float = 0.0,
               step: int = 0) -> np.ndarray:
         """[layers, experts] float64 routed-token counts for a batch of `num_tokens` tokens."""

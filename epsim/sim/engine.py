@@ -30,11 +30,11 @@ import simpy
 
 from epsim.cost.model import CostModel, StepCost
 from epsim.cost.provenance import provenance
-from epsim.cost.tables import contiguous_placement
 from epsim.profile import Profile, load_profile
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
 from epsim.sim.batching import Scheduler
+from epsim.sim.initial_placement import initial_placement
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
 from epsim.sim.stepper import DEFAULT_ENGINE, make_stepper
@@ -86,12 +86,11 @@ class Simulation:
             scenario.resolve_path(scenario.profile) if scenario.profile else None)
         self.env = simpy.Environment()
         self.cost_model = CostModel(m, c, d, self.profile)
-        self.placement = PlacementState(
-            contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size,
-                                 d.ep_num_redundant_experts),
-            m.num_experts, d.ep_size, c.gpus_per_node_resolved, d.ep_dispatch_algorithm)
         self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=self.seed,
                               base_dir=scenario.base_dir)
+        self.placement = PlacementState(
+            initial_placement(scenario, self.skew),       # deployment.init_expert_location
+            m.num_experts, d.ep_size, c.gpus_per_node_resolved, d.ep_dispatch_algorithm)
         self.requests = sample_requests(w, self.seed, scenario.base_dir)
         dp = scenario.dp_size
         max_running = d.max_running_requests

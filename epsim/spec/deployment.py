@@ -64,6 +64,12 @@ class DeploymentSpec(BaseModel):
     eplb_stop_the_world: bool = Field(
         default=True, description="False: move one layer chunk per later step instead of stalling")
     ep_dispatch_algorithm: ReplicaSelection = "static"
+    init_expert_location: str = Field(
+        default="trivial", min_length=1,
+        description="placement before the first step (SGLang's --init-expert-location): trivial "
+                    "(experts in order), from_skew (EPLB placement of the workload's own skew "
+                    "model), or a file of recorded expert loads (our JSONL trace, an SGLang "
+                    "expert-distribution dump, .json/.csv/.npy [layers, experts])")
 
     # elastic EP
     failures: list[FailureSpec] = Field(default_factory=list)

@@ -69,9 +69,15 @@ class Scenario(BaseModel):
         if num_slots % d.ep_size:
             raise ValueError(f"deployment.ep_size ({d.ep_size}) must divide experts + redundant "
                              f"({m.num_experts} + {d.ep_num_redundant_experts} = {num_slots})")
-        if d.ep_num_redundant_experts and not d.enable_eplb:
+        if d.ep_num_redundant_experts and not d.enable_eplb and d.init_expert_location == "trivial":
             raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
-                             f"needs deployment.enable_eplb: true")
+                             f"needs deployment.enable_eplb: true or an init_expert_location "
+                             f"(from_skew or recorded loads) to place the replicas")
+        location = d.init_expert_location
+        if location not in ("trivial", "from_skew") and not (Path(self.base_dir) / location).exists():
+            raise ValueError(f"deployment.init_expert_location ({location!r}) must be trivial, "
+                             f"from_skew or an existing file or folder of recorded expert loads "
+                             f"(relative to {self.base_dir})")
         if d.failures:
             _check_failures(d, num_slots // d.ep_size, m.num_experts)
         skew = w.skew
