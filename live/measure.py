@@ -130,7 +130,7 @@ def _time_case(rank: int, group, case: TimingCase, provenance: dict) -> list[dic
         model.backend.check_active_ranks = False      # no host sync inside timed iterations
     from epsim.routing import skew_from_dict
 
-    deepep = block.backend.deepep_class
+    deepep = block.backend.capabilities.deepep_class
     timer = StageTimer(device)
     out = []
     for skew_desc in case.skews:
