@@ -169,14 +169,15 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
                    progress: bool = True) -> ComponentResult:
     """Time every point of the plan, appending records to `records_path` as measured.
 
-    Stops starting points once `budget_s` is spent (what was measured is kept).
+    Stops starting points once `budget_s` is spent (what was measured is kept); a point that
+    fails is reported in `skipped` and the run goes on.
     """
     import torch
 
-    from epsim.records import MeasurementRecord, write_records
+    from epsim.records import write_records
     from live.checks import DTYPES
-    from live.components import WeightCache, build_op
-    from live.op_timing import L2Flush, time_op
+    from live.components import WeightCache
+    from live.op_timing import L2Flush
     from live.provenance import collect
 
     records_path = Path(records_path)
@@ -188,58 +189,62 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
     if plan.device == "cpu":
         provenance["device"] = "1x cpu"
     result = ComponentResult(records_path, provenance=provenance)
-    weights = WeightCache(device, DTYPES[plan.dtype], plan.seed)
-    flush = L2Flush(device)
-    max_local = {p.shape: max(q.num_local for q in plan.points if q.shape == p.shape)
-                 for p in plan.points if p.kind == "experts"}
+    weights, flush = WeightCache(device, DTYPES[plan.dtype], plan.seed), L2Flush(device)
+    max_local: dict = {}                     # expert shape -> the most local experts it is run with
+    for point in plan.points:
+        max_local[point.shape] = max(max_local.get(point.shape, 0), point.num_local)
+    schedule = [(pass_id, point) for pass_id in range(plan.num_passes)
+                for point in _pass_order(plan.points, np.random.default_rng([plan.seed, pass_id]))]
     start = last_print = time.time()
-    done = 0
-    for pass_id in range(plan.num_passes):
-        order = _pass_order(plan.points, np.random.default_rng([plan.seed, pass_id]))
-        for point in order:
-            if time.time() - start > budget_s:
-                result.skipped.append(f"pass {pass_id}: {plan.num_points - done} points not "
-                                      f"started, time budget spent")
-                break
-            done += 1
-            try:
-                op, fields = build_op(point, weights, max_local.get(point.shape, 0), plan.seed)
-                if op is None:
-                    if pass_id == 0:
-                        result.skipped.append(f"{point.label}: {fields['skipped']}")
-                    continue
-                with torch.no_grad():
-                    times = time_op(op, device, plan.num_iters, plan.num_warmup, flush)
-            except Exception as exc:  # noqa: BLE001 - reported; one failed point ends no run
-                result.skipped.append(f"pass {pass_id}: {point.label}: failed: "
-                                      f"{type(exc).__name__}: {str(exc)[:200]}")
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                continue
-            finally:
-                op = None
-            extra = dict(fields.pop("extra", {}), dtype=plan.dtype, method=times.method,
-                         l2="flushed before each call" if device.type == "cuda" else "",
-                         **{"pass": pass_id})
-            if times.graph_error:
-                extra["graph_error"] = times.graph_error
-            records = [MeasurementRecord(**fields, backend="local", timing=timing,
-                                         dispatch_dtype="", seed=plan.seed, **summary,
-                                         num_iters=plan.num_iters, extra=extra,
-                                         provenance=provenance)
-                       for timing, summary in times.summaries().items()]
-            result.num_records += write_records(records, records_path)
-            if progress and (time.time() - last_print > 10 or done == plan.num_points):
-                last_print = time.time()
-                print(f"  [{time.time() - start:5.0f} s] pass {pass_id + 1}/{plan.num_passes}: "
-                      f"{done}/{plan.num_points} points ({point.label})", file=sys.stderr,
-                      flush=True)
+    for done, (pass_id, point) in enumerate(schedule):
+        if time.time() - start > budget_s:
+            result.skipped.append(f"{len(schedule) - done} points not started, time budget spent")
+            break
+        try:
+            records = _time_point(point, pass_id, plan, weights, max_local[point.shape], flush,
+                                  provenance)
+        except Exception as exc:  # noqa: BLE001 - reported; one failed point ends no run
+            records = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        if isinstance(records, str):
+            if pass_id == 0 or records.startswith("failed"):
+                result.skipped.append(f"{point.label}: {records}")
         else:
-            continue
-        break
-    result.num_points = done
+            result.num_records += write_records(records, records_path)
+        result.num_points = done + 1
+        if progress and (time.time() - last_print > 10 or done + 1 == len(schedule)):
+            last_print = time.time()
+            print(f"  [{time.time() - start:5.0f} s] pass {pass_id + 1}/{plan.num_passes}: "
+                  f"{done + 1}/{plan.num_points} points ({point.label})", file=sys.stderr,
+                  flush=True)
     result.seconds = time.time() - start
     return result
+
+
+def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_local: int, flush,
+                provenance: dict):
+    """The records of one point (one per timing), or why it was left out (a string)."""
+    import torch
+
+    from epsim.records import MeasurementRecord
+    from live.components import build_op
+    from live.op_timing import time_op
+
+    op, fields = build_op(point, weights, max_local, plan.seed)
+    if op is None:
+        return fields["skipped"]
+    with torch.no_grad():
+        times = time_op(op, weights.device, plan.num_iters, plan.num_warmup, flush)
+    extra = dict(fields.pop("extra", {}), dtype=plan.dtype, method=times.method,
+                 l2="flushed before each call" if weights.device.type == "cuda" else "",
+                 **{"pass": pass_id})
+    if times.graph_error:
+        extra["graph_error"] = times.graph_error
+    return [MeasurementRecord(**fields, backend="local", timing=timing, dispatch_dtype="",
+                              seed=plan.seed, **summary, num_iters=plan.num_iters, extra=extra,
+                              provenance=provenance)
+            for timing, summary in times.summaries().items()]
 
 
 def main(argv: list[str] | None = None) -> int:

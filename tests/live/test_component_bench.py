@@ -180,3 +180,11 @@ def test_rounded_sampled_counts_pass_the_plausibility_check():
     scaled = record.model_copy(update={"expert_tokens_per_rank": [v * 2 for v in
                                                                   record.expert_tokens_per_rank]})
     assert "must be <= ep_size x tokens x top_k" in plausibility_problem(scaled)
+
+
+def test_spent_budget_keeps_what_was_measured(tmp_path):
+    plan = plan_components("cpu", kinds=["dense_mlp"], num_iters=2)
+    result = run_components(plan, tmp_path / "c.jsonl", budget_s=-1.0, progress=False)
+    assert result.num_points == result.num_records == 0
+    assert result.skipped == [f"{len(plan.points)} points not started, time budget spent"]
+    assert (tmp_path / "c.jsonl").read_text() == ""
