@@ -55,7 +55,7 @@ else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     HAVE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     GPUS=${GPUS:-$HAVE}
-    # live.bench falls back to CPU ranks when GPUs are missing: refuse instead
+    # live.bench refuses too few GPUs as well; this names the machine kind to ask for
     if [ "$HAVE" -lt "$GPUS" ]; then
         echo "gpu_scaling.sh: --gpus ($GPUS) must be <= the GPUs here ($HAVE); use kind nvidia-h200-x$GPUS" >&2
         exit 2
