@@ -1,19 +1,21 @@
-"""One rank lost in EP 64 with elastic EP: the latency dip and the recovery.
+"""One rank lost in EP 64 with elastic EP: requests lost, the transient, the new steady state.
 
-Simulates the scenario twice with the same seed, with and without its rank failure, both
-starting from the placement EPLB settles on for the skew (an instance that has served a while;
-the periodic rebalances keep it fresh), and follows, per 1-s window, the time between
-consecutive decode steps (every running request's time per output token, stalls included) and
-TTFT. Reports what the engine did at the failure (requests lost, experts reloaded, stalls),
-the dip (the worst window around the failure over the median before it), the recovery (until
-a window is back within 10% of the new steady level) and the lasting cost of serving on one
-rank fewer (median after the failure against the healthy run's). Medians keep EPLB's periodic
-rebalance stalls, which both runs have, out of the levels.
+Three runs with the same seed, all starting from the placement EPLB settles on for the skew
+(an instance that has served a while; periodic rebalances keep it fresh): without the failure,
+with it (rank 5 lost at 15 s), and with the rank lost from the start (before the measurement
+window), which is the new steady state at the same offered load. The answer keeps like with
+like:
 
-Failures and recovery are modelled in the simulator's engine (`epsim.sim.elastic`); if the
-engine at hand does not model them, the two runs are identical and this script says so.
+- requests lost: the failed rank's running and queued requests (a client would resend them);
+- the transient: the recovery stall (expert reload, the rebalance onto the survivors), then a
+  lighter load while arrivals refill the lost requests' places -- steps are quicker then
+  because fewer requests run, which is not a speed-up;
+- the new steady state: the rank-lost-from-the-start run against the healthy one over the
+  same window at the same offered load (mean step and TPOT; keep-up of both).
 
-    python scenarios/elastic_ep64_failure.py [--quick] [--out DIR]
+Failures and recovery are modelled in the simulator's engine (`epsim.sim.elastic`).
+
+    python scenarios/elastic_ep64_failure.py [--quick | --lite] [--out DIR]
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from pathlib import Path
 import numpy as np
 
 import epsim
-from epsim.plan.scripting import save_figure, script_args, settled_eplb_simulation, use_agg
+from epsim.plan.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
+from epsim.report import summarize
 
 SCENARIO = Path(__file__).with_suffix(".yaml")
-RECOVERED_WITHIN = 0.10
+REFILLED = 0.98          # the lost requests count as replaced once this share of the running
+                         # requests before the failure runs again
 
 
 def windows(result, window_s: float) -> dict[str, np.ndarray]:
@@ -46,93 +50,119 @@ def windows(result, window_s: float) -> dict[str, np.ndarray]:
     return {"t_s": edges[:-1] + window_s / 2, "token_ms": gap, "ttft_ms": ttft}
 
 
-def dip_and_recovery(t_s: np.ndarray, token_ms: np.ndarray, fail_s: float, window_s: float,
-                     settle_s: float) -> tuple[float, float, float, float]:
-    """(baseline, dip ratio, seconds to recover, new level) from per-window ms per token.
+def transient(steps: dict, fail_s: float, settle_s: float) -> dict:
+    """The failure's transient from the step table of the run with it.
 
-    baseline: median of the windows in the `settle_s` before the failure; dip: the worst window
-    from the one holding the failure to `settle_s` after it, over the baseline; new level: median
-    of the windows from `settle_s` after the failure; recovery: from the failure to the end of
-    the first later window within RECOVERED_WITHIN of the new level.
+    Returns:
+        `running_before` (median running requests over `settle_s` before the failure),
+        `running_low` (fewest after it), `refill_s` (from the failure until running requests are
+        back to `REFILLED` of before; NaN if never in the run), `step_ratio` (mean step during the
+        refill over the mean before).
     """
-    before = (t_s >= fail_s - settle_s) & (t_s < fail_s)
-    around = (t_s >= fail_s - window_s / 2) & (t_s < fail_s + settle_s)
-    later = t_s >= fail_s + settle_s
-    baseline = float(np.nanmedian(token_ms[before]))
-    level = float(np.nanmedian(token_ms[later]))
-    worst = float(np.nanmax(token_ms[around]))
-    peak_at = t_s[around][int(np.nanargmax(token_ms[around]))]
-    back = (t_s > peak_at) & (token_ms <= (1.0 + RECOVERED_WITHIN) * level)
-    recovered = float(t_s[np.flatnonzero(back)[0]] + window_s / 2 - fail_s) if back.any() else float("nan")
-    return baseline, worst / baseline, recovered, level
+    t = steps["start_us"] * 1e-6
+    running, step_ms = steps["num_running"], steps["step_us"] * 1e-3
+    before = (t >= fail_s - settle_s) & (t < fail_s)
+    after = t >= fail_s
+    level = float(np.median(running[before]))
+    back = after & (running >= REFILLED * level)
+    refill_s = float(t[np.flatnonzero(back)[0]] - fail_s) if back.any() else float("nan")
+    refilling = after & (t < fail_s + (refill_s if np.isfinite(refill_s) else np.inf))
+    return {"running_before": level, "running_low": float(running[after].min()),
+            "refill_s": refill_s,
+            "step_ratio": float(step_ms[refilling].mean() / step_ms[before].mean()) if refilling.any()
+            else float("nan")}
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
     args = script_args(__doc__, argv)
     overrides = {}
     if args.quick:
-        overrides = {"workload.duration_s": 3.0, "workload.warmup_s": 0.5, "deployment.ep_size": 16,
+        overrides = {"workload.duration_s": 4.0, "workload.warmup_s": 1.5, "deployment.ep_size": 16,
                      "cluster.num_nodes": 2, "deployment.ep_num_redundant_experts": 16,
                      "workload.arrivals.rate_per_s": 60, "workload.initial_running_per_rank": 4,
-                     "deployment.eplb_rebalance_num_iterations": 30,
-                     "deployment.failures": [{"at_s": 1.5, "rank": 5}]}
+                     "workload.output_len": {"kind": "fixed", "value": 24},
+                     "deployment.eplb_rebalance_num_iterations": 100_000,
+                     "deployment.failures": [{"at_s": 2.5, "rank": 5}]}
+    elif args.lite:
+        overrides = {"workload.duration_s": 16.0, "workload.warmup_s": 3.0,
+                     "deployment.failures": [{"at_s": 6.0, "rank": 5}]}
     failing = epsim.load_scenario(SCENARIO, overrides)
-    healthy = epsim.load_scenario(SCENARIO, {**overrides, "deployment.failures": []})
     failure = failing.deployment.failures[0]
-    window_s = 0.25 if args.quick else 1.0
-    # settled placement from t=0: otherwise the first periodic rebalance (not the failure) would
-    # decide how the runs differ whenever it comes after the failure
+    healthy = epsim.load_scenario(SCENARIO, {**overrides, "deployment.failures": []})
+    # the new steady state: the same rank lost at the start of the warm-up, so the measurement
+    # window sees the survivors serving the full offered load (not a load that dropped with the
+    # loss), its recovery stall long over
+    early = epsim.load_scenario(SCENARIO, {**overrides, "deployment.failures": [
+        {"at_s": 0.02, "rank": failure.rank}]})
     failed_run = settled_eplb_simulation(failing)[0].run()
-    with_failure = windows(failed_run, window_s)
-    without = windows(settled_eplb_simulation(healthy)[0].run(), window_s)
-    t = with_failure["t_s"]
-    settle_s = 1.0 if args.quick else 5.0
-    before = (t >= failure.at_s - settle_s) & (t < failure.at_s)
-    after = t > failure.at_s
-    print(f"before the failure (median of the {settle_s:g} s before it): "
-          f"{np.nanmedian(with_failure['token_ms'][before]):.2f} ms per output token, "
-          f"TTFT {np.nanmedian(with_failure['ttft_ms'][before]):.0f} ms")
+    healthy_run = settled_eplb_simulation(healthy)[0].run()
+    window_s = 0.25 if args.quick else 1.0
+    with_failure, without = windows(failed_run, window_s), windows(healthy_run, window_s)
+    settle_s = 1.0 if args.quick else 5.0 if not args.lite else 2.0
+    ep = failing.deployment.ep_size
+    rate = failing.workload.arrivals.rate_per_s
+
+    lost = sum(e.get("lost_requests", 0) for e in failed_run.elastic_events if e["kind"] == "failure")
+    stall_ms = sum(e["stall_us"] for e in failed_run.elastic_events) * 1e-3
+    stall_ms += sum(e["stall_us"] for e in failed_run.rebalances
+                    if failure.at_s <= e["at_s"] < failure.at_s + 1.0 and e["reason"] == "failure") * 1e-3
     for event in failed_run.elastic_events:
         print(f"engine: {event['kind']} of rank {event['rank']} at {event['at_s']:g} s: "
               f"{event.get('lost_requests', 0)} requests lost, {event.get('reloaded_experts', 0)} experts "
               f"reloaded, stall {event['stall_us'] * 1e-3:.1f} ms")
     for event in failed_run.rebalances:
         if failure.at_s <= event["at_s"] < failure.at_s + 1.0:
-            print(f"engine: EPLB rebalance at {event['at_s']:.2f} s onto {event['num_alive']} ranks, "
-                  f"stall {event['stall_us'] * 1e-3:.1f} ms")
-    title = f"Elastic EP {failing.deployment.ep_size}: one rank lost"
-    same = all(np.allclose(with_failure[k], without[k], equal_nan=True) for k in ("token_ms", "ttft_ms"))
-    if same:
-        title += " (not modelled by this engine: both runs identical)"
-        print(f"answer: none yet -- losing rank {failure.rank} at {failure.at_s:g} s changed nothing: this "
-              f"epsim.sim does not model rank failures (deployment.failures), so there is no dip to "
-              f"measure. Re-run when it does.")
+            print(f"engine: EPLB rebalance ({event['reason']}) at {event['at_s']:.2f} s onto "
+                  f"{event['num_alive']} ranks, stall {event['stall_us'] * 1e-3:.1f} ms")
+    trans = transient(failed_run.steps, failure.at_s, settle_s)
+    base, new = summarize(healthy_run), summarize(settled_eplb_simulation(early)[0].run())
+    step_change = new["step_ms"]["mean"] / base["step_ms"]["mean"] - 1.0
+    tpot_change = new["tpot_ms"]["mean"] / base["tpot_ms"]["mean"] - 1.0
+    if trans["running_low"] >= REFILLED * trans["running_before"]:
+        lighter = ("no lighter-load phase (arrivals queued during the stall refilled the lost "
+                   "requests' places at once)")
     else:
-        baseline, dip, recovered, level = dip_and_recovery(t, with_failure["token_ms"], failure.at_s,
-                                                           window_s, settle_s)
-        healthy_level = float(np.nanmedian(without["token_ms"][t >= failure.at_s + settle_s]))
-        ttft_peak = np.nanmax(np.where(after, with_failure["ttft_ms"], np.nan))
-        print(f"answer: losing rank {failure.rank} of {failing.deployment.ep_size} at {failure.at_s:g} s "
-              f"makes output tokens {dip:.2f}x slower at worst ({window_s:g}-s windows; TTFT peaks at "
-              f"{ttft_peak:.0f} ms) and they are back within {RECOVERED_WITHIN:.0%} of the new level "
-              f"{recovered:.1f} s after the failure; on {failing.deployment.ep_size - 1} ranks a token then takes "
-              f"{level:.2f} ms ({(level / healthy_level - 1) * 100:+.1f}% against the run without the "
-              f"failure; {baseline:.2f} ms before it)")
+        refill = (f"{trans['refill_s']:.1f} s" if np.isfinite(trans["refill_s"])
+                  else "the rest of the run")
+        lighter = (f"then a lighter load for {refill} ({trans['running_low']:.0f} of "
+                   f"{trans['running_before']:.0f} requests running at the lowest, until arrivals "
+                   f"refill them; steps {trans['step_ratio']:.2f}x meanwhile because fewer requests "
+                   f"run -- not a speed-up)")
+    text = (f"losing rank {failure.rank} of {ep} at {failure.at_s:g} s loses {lost} requests; "
+            f"transient: {stall_ms:.0f} ms recovery stall, {lighter}; new steady state at the same {rate:g} req/s on {ep - 1} ranks: "
+            f"step {new['step_ms']['mean']:.2f} ms vs {base['step_ms']['mean']:.2f} ms on {ep} "
+            f"({step_change * 100:+.1f} %), TPOT {new['tpot_ms']['mean']:.2f} vs "
+            f"{base['tpot_ms']['mean']:.2f} ms ({tpot_change * 100:+.1f} %); keep-up on {ep - 1} "
+            f"ranks: {new['keep_up']['verdict']}")
+    line = answer(args, text)
 
     use_agg()
     import matplotlib.pyplot as plt
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    for data, label, style in ((without, "no failure", "--"), (with_failure, f"rank {failure.rank} lost", "-")):
+    fig, (ax, ax2, ax3) = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
+    t_steps = failed_run.steps["start_us"] * 1e-6
+    for data, run, label, style in ((without, healthy_run, "no failure", "--"),
+                                    (with_failure, failed_run, f"rank {failure.rank} lost", "-")):
         ax.plot(data["t_s"], data["token_ms"], style, label=label)
         ax2.plot(data["t_s"], data["ttft_ms"], style, label=label)
-    for a in (ax, ax2):
+        ax3.plot(run.steps["start_us"] * 1e-6, run.steps["num_running"], style, label=label)
+    ax.axhline(new["tpot_ms"]["mean"], color="tab:purple", linewidth=1, linestyle=":",
+               label=f"new steady state on {ep - 1} ranks (same load)")
+    for a in (ax, ax2, ax3):
         a.axvline(failure.at_s, color="tab:red", linewidth=1, label="failure")
         a.grid(alpha=0.3)
+    if np.isfinite(trans["refill_s"]):
+        ax3.axvspan(failure.at_s, failure.at_s + trans["refill_s"], color="tab:orange", alpha=0.15,
+                    label="lighter load while lost requests are replaced")
     ax.set_ylabel(f"ms per output token\n({window_s:g}-s mean, stalls included)")
     ax2.set_ylabel("TTFT by arrival (ms)")
-    ax2.set_xlabel("simulated time (s)")
-    ax.legend(fontsize=8)
-    save_figure(fig, args.out, "elastic_ep64_failure", title)
+    ax3.set_ylabel("running requests")
+    ax3.set_xlim(0, max(t_steps.max() if t_steps.size else 0, failing.workload.duration_s))
+    ax3.set_xlabel("simulated time (s)")
+    ax.legend(fontsize=7)
+    ax3.legend(fontsize=7)
+    save_figure(fig, args.out, "elastic_ep64_failure", f"Elastic EP {ep}: one rank lost")
+    return {"answer": line, "direction": "slower" if step_change >= 0 and tpot_change >= 0 else "faster",
+            "step_change": step_change, "tpot_change": tpot_change, "lost": lost}
 
 
 if __name__ == "__main__":

@@ -16,13 +16,18 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
     """Parse a scenario script's command line.
 
     Returns:
-        Namespace with `quick` (bool), `out` (Path, created), `workers`, `executor`,
-        `progress` (bool).
+        Namespace with `quick`, `lite` (bool), `out` (Path, created), `workers`, `executor`,
+        `progress` (bool), `size` ("quick", "lite" or "full").
     """
     parser = argparse.ArgumentParser(description=description.strip().splitlines()[0],
                                      allow_abbrev=False)
-    parser.add_argument("--quick", action="store_true",
-                        help="reduced size, seconds not minutes (also EPSIM_QUICK=1)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="reduced size, seconds not minutes (also EPSIM_QUICK=1); its answer "
+                           "says so")
+    size.add_argument("--lite", action="store_true",
+                      help="full-lite: the full question (model, EP sizes, load) over a shorter "
+                           "simulated time; its answer says so")
     parser.add_argument("--out", default=".", help="directory for the PNG and the plan results")
     parser.add_argument("--workers", type=int, default=None, help="sweep processes (default: all cores)")
     parser.add_argument("--executor", default="local", choices=["local", "ray"])
@@ -30,10 +35,23 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
     args = parser.parse_args(argv)
     from epsim.commands.output import defer_warnings_to_exit
     defer_warnings_to_exit()            # warnings as `note:` lines under the result, once each
-    args.quick = args.quick or os.environ.get("EPSIM_QUICK", "") not in ("", "0")
+    args.quick = args.quick or (not args.lite and os.environ.get("EPSIM_QUICK", "") not in ("", "0"))
+    args.size = "quick" if args.quick else "lite" if args.lite else "full"
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     return args
+
+
+SIZE_LABELS = {"quick": "[quick: reduced size, not the full answer] ",
+               "lite": "[full-lite: the full question over a shorter simulated time] ", "full": ""}
+
+
+def answer(args, text: str) -> str:
+    """Print and return the script's answer line: `answer: ` then, for a reduced size, a label
+    saying so (a quick answer must never pass for the full one)."""
+    line = f"answer: {SIZE_LABELS[args.size]}{text}"
+    print(line)
+    return line
 
 
 def save_figure(fig, out: Path, stem: str, title: str) -> Path:

@@ -121,7 +121,7 @@ class Scheduler:
     def arrived(self, now_s: float) -> np.ndarray:
         """[ranks] requests that have arrived at each rank by `now_s` (round-robin)."""
         n = int(np.searchsorted(self._arrivals, now_s, side="right"))
-        if len(self._epochs) == 1:
+        if self._one_epoch():
             return (n + self._rank_offset) // self.num_ranks
         counts = np.zeros(self.num_ranks, dtype=np.int64)
         for (start, ranks), end in zip(self._epochs, self._epoch_ends()):
@@ -131,12 +131,17 @@ class Scheduler:
                 counts[ranks] += _num_mod(end, pos, ranks.shape[0]) - _num_mod(start, pos, ranks.shape[0])
         return counts
 
+    def _one_epoch(self) -> bool:
+        """Every arrival goes round-robin over all ranks (the fast path); not so once a rank
+        failed, even before the first arrival (`route_to` then replaces the only epoch)."""
+        return len(self._epochs) == 1 and self._epochs[0][1].shape[0] == self.num_ranks
+
     def _epoch_ends(self) -> list[int]:
         return [start for start, _ in self._epochs[1:]] + [self.num_arrivals]
 
     def _request_ids(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Ids of the `index`-th request (0-based, arrival order) routed to rank `rows`."""
-        if len(self._epochs) == 1:
+        if self._one_epoch():
             return rows + self.num_ranks * index
         out = np.full(rows.shape[0], -1, dtype=np.int64)
         before = np.zeros(rows.shape[0], dtype=np.int64)     # the rank's requests in earlier epochs
