@@ -145,6 +145,9 @@ def _add_validate(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
     output_options(p)
+    p.add_argument("--published", action="store_true",
+                   help="published results (DeepEP, LMSYS, TensorRT-LLM, EPLB reports) against "
+                        "datasheet predictions; --out FILE writes the table (docs/published.md)")
 
 
 def _add_plan(sub) -> None:

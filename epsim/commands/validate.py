@@ -5,6 +5,7 @@ plots to `--out` (default runs/validate/)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from epsim.errors import EpsimError
@@ -67,7 +68,30 @@ def summary_lines(report, max_mape: float) -> list[str]:
     return lines
 
 
+def run_published(args):
+    """`epsim validate --published`: published results against datasheet predictions; the
+    table goes to `--out` (a file, or published.md in a directory) or, without it, stdout."""
+    from epsim.commands.output import Report
+    from epsim.validate.published import markdown, published_rows, rows_json
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")        # datasheet profiles on purpose: no mismatch noise
+        rows = published_rows()
+    text = markdown(rows)
+    if not args.out:
+        return Report(rows_json(rows), text.rstrip("\n").splitlines())
+    out = Path(args.out)
+    out = out / "published.md" if out.is_dir() else out
+    out.write_text(text)
+    data = rows_json(rows)
+    lines = [f"{s['table']}: {s['rows']} rows, MAPE {s['mape_pct']:.1f} %"
+             + ("" if s["target_pct"] is None else f" (target {s['target_pct']:g} %, {s['verdict']})")
+             for s in data["summary"]]
+    return Report(data, lines, files=[out])
+
+
 def run(args):
+    if getattr(args, "published", False):
+        return run_published(args)
     from epsim.calibrate import default_record_paths
     from epsim.commands.output import Report
     from epsim.profile import default_profile_path, load_profile

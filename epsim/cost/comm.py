@@ -2,11 +2,15 @@
 
 A DeepEP-class all-to-all (`torch`, `deepep`, `mooncake`) costs, per layer,
 
-    t = base_us + max_r(nvl_bytes_r / nvl_gbps + rdma_bytes_r / rdma_gbps) * 1e-3
+    t = base_us + max_r(max(nvl_bytes_r / nvl_gbps, rdma_bytes_r / rdma_gbps)) * 1e-3
         + per_copy_us * max_r(copies_r) + slot_us_per_kb * max_s(slot_bytes_s) * 1e-3
 
 where `nvl_bytes_r` is the busier direction (send or receive) of rank r's NVLink traffic and
-likewise for RDMA: the busiest rank sets the pace. bytes / (GB/s) is ns, hence the 1e-3.
+likewise for RDMA: the busiest rank sets the pace. NVLink and the NIC are separate engines
+that move bytes at the same time (DeepEP's normal kernels pipeline RDMA receive and NVLink
+forwarding through chunked buffers; low-latency kernels and NCCL post to both at once), so a
+rank's transfer ends with its slower link, not the sum of both. bytes / (GB/s) is ns, hence
+the 1e-3.
 `slot_bytes_s` is what the busiest single expert slot receives: low-latency kernels (DeepEP LL,
 Mooncake EP) queue copies per expert, so one hot expert paces them even when the ranks are
 balanced (measured on two H200: Zipf(1) routing, whose hottest expert takes every token, made
@@ -110,7 +114,8 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
     Args:
         nvl_copies, rdma_copies: [..., ranks] busier direction of each rank's link (copies).
         copies: [..., ranks] link-crossing copies per rank (busier direction).
-        params: picks the busiest rank (the one whose bytes take longest).
+        params: picks the busiest rank (the one whose slower link takes longest) and, at it,
+            the link that paces it (the other link's column is zero).
         max_slot_pairs: [...] pairs into the busiest single expert slot.
     Returns:
         [..., 5] float64 columns (1, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
@@ -118,9 +123,13 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
     rdma_kb = np.asarray(rdma_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
-    busiest = (nvl_kb / params["nvl_gbps"] + rdma_kb / params["rdma_gbps"]).argmax(axis=-1)[..., None]
+    nvl_t, rdma_t = nvl_kb / params["nvl_gbps"], rdma_kb / params["rdma_gbps"]
+    busiest = np.maximum(nvl_t, rdma_t).argmax(axis=-1)[..., None]
     nvl_b = np.take_along_axis(nvl_kb, busiest, axis=-1)[..., 0]
     rdma_b = np.take_along_axis(rdma_kb, busiest, axis=-1)[..., 0]
+    rdma_paces = (np.take_along_axis(rdma_t, busiest, axis=-1)[..., 0]
+                  > np.take_along_axis(nvl_t, busiest, axis=-1)[..., 0])
+    nvl_b, rdma_b = np.where(rdma_paces, 0.0, nvl_b), np.where(rdma_paces, rdma_b, 0.0)
     slot_kb = np.broadcast_to(np.asarray(max_slot_pairs, dtype=np.float64) * (bytes_per_copy * 1e-3),
                               nvl_b.shape)
     return np.stack([np.ones_like(nvl_b), nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb],
@@ -135,8 +144,8 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float]) -
     """
     kb = bytes_per_copy * 1e-3
     busy = traffic.nvl_copies * (kb / params["nvl_gbps"])                # [layers, ranks]
-    if traffic.multi_node:
-        busy = busy + traffic.rdma_copies * (kb / params["rdma_gbps"])
+    if traffic.multi_node:                     # links run concurrently: the slower one paces
+        busy = np.maximum(busy, traffic.rdma_copies * (kb / params["rdma_gbps"]))
     t = params["base_us"] + busy.max(axis=-1)
     if params["per_copy_us"]:
         t = t + params["per_copy_us"] * traffic.copies.max(axis=-1)

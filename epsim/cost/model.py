@@ -42,6 +42,21 @@ def layer_defaults() -> dict[str, float]:
     return {"sync_us": 0.0}
 
 
+def max_nodes_per_token(model: ModelSpec, num_nodes: int) -> float | None:
+    """Nodes one token's experts may span under group-limited routing, or None (no limit).
+
+    DeepSeek-V3 picks `topk_group` of `num_expert_groups` groups per token; with experts laid
+    out contiguously a group covers `num_nodes / num_expert_groups` nodes (at least one node's
+    share), so a token reaches at most `topk_group * max(1, num_nodes / groups)` nodes
+    (EP 64 on 8 nodes: 4 of 8).
+    """
+    groups = model.num_expert_groups
+    if groups <= 1 or model.topk_group >= groups or num_nodes <= 1:
+        return None
+    cap = model.topk_group * max(1.0, num_nodes / groups)
+    return cap if cap < num_nodes else None
+
+
 class ProfileHardwareWarning(UserWarning):
     """The profile was measured on another GPU than the cluster's; its fits are not used."""
 
@@ -159,6 +174,7 @@ class CostModel:
         # the scale-out path of this backend over the cluster's network (a separate term:
         # fabric latency and host-proxy messages, added where ranks span nodes)
         self.transport = transport_path(self.backend, cluster.network_resolved.kind)
+        self.max_nodes_per_token = max_nodes_per_token(model, self.num_nodes)
         self.pair_flops = flops_per_pair(model.hidden_size, model.moe_intermediate_size)
         self._token_ranges = self._fitted_ranges(modes)
         self.ledger = Ledger()               # what the costed steps spent, for `provenance`
@@ -254,7 +270,8 @@ class CostModel:
         dedup = dedup_for(self.backend, mode)
         if self._token_ranges:
             self._check_tokens(np.asarray(tokens_per_rank))
-        tr = count_traffic(loads, tokens_per_rank, tables, dedup, fraction)
+        tr = count_traffic(loads, tokens_per_rank, tables, dedup, fraction,
+                           self.max_nodes_per_token)
         m = self.model
         experts_params = self.graph_experts_params if graph else self.experts_params
         comm_params = self.graph_comm_params if graph else self.comm_params

@@ -12,6 +12,10 @@ Copy counting follows the kernels (`dedup`):
           rank the token hits, hit probability `1 - prod_{e on r}(1 - pi_e)`.
   "node"  DeepEP normal across nodes: one RDMA copy per destination node (to the rank with the
           sender's local index), then NVLink forwarding to each hit rank of that node.
+          Group-limited routing (DeepSeek-V3: each token's experts lie in `topk_group` of
+          `n_group` groups) caps the nodes a token reaches at `max_nodes_per_token` of N: a
+          node is picked with f = max_nodes / N, and then its experts with pi / f. (With
+          per-source replica maps the node-hit probabilities are scaled to sum to the cap.)
 Copies to the sender's own rank cross no link (`self_copies`).
 """
 
@@ -125,7 +129,8 @@ def _active(slot_loads: np.ndarray, fraction: float, group: int) -> np.ndarray:
 
 
 def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: PlacementTables,
-                  dedup: str, fraction: float = 1.0) -> Traffic:
+                  dedup: str, fraction: float = 1.0,
+                  max_nodes_per_token: float | None = None) -> Traffic:
     """Expected token movement of one dispatch.
 
     Args:
@@ -137,6 +142,7 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
         dedup: "pair" | "rank" | "node" (see module doc) or "" for pairs only.
         fraction: the share of the batch one micro-batch carries (two-batch overlap: 0.5);
             counts scale by it, busy slots follow `_active`.
+        max_nodes_per_token: nodes a token's experts may span (group-limited routing), or None.
     Returns:
         Traffic with `[layers, ranks]` arrays.
     Raises:
@@ -154,11 +160,22 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
                         f"[{tables.num_ranks}]")
     num_tokens = float(tokens.sum())
     if tables.source_slot is None:
-        return _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction)
+        return _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction,
+                               max_nodes_per_token)
     if loads.ndim == 3:
-        return stack_traffic([_traffic_per_source(step, tokens, num_tokens, tables, dedup, fraction)
-                              for step in loads])
-    return _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction)
+        return stack_traffic([_traffic_per_source(step, tokens, num_tokens, tables, dedup, fraction,
+                                                  max_nodes_per_token) for step in loads])
+    return _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
+                               max_nodes_per_token)
+
+
+def _cap_nodes(node_hit: np.ndarray, max_nodes: float | None) -> np.ndarray:
+    """[..., nodes] node-hit probabilities scaled so a token reaches at most `max_nodes` nodes
+    in expectation (group-limited routing); unchanged without a cap."""
+    if max_nodes is None:
+        return node_hit
+    expected = node_hit.sum(axis=-1, keepdims=True)
+    return node_hit * np.minimum(1.0, max_nodes / np.maximum(expected, 1e-300))
 
 
 _TRAFFIC_ARRAYS = ("pairs", "active_experts", "nvl_send", "nvl_recv", "rdma_send", "rdma_recv",
@@ -190,7 +207,7 @@ def _slot_values(values: np.ndarray, tables: PlacementTables) -> np.ndarray:
     return np.take_along_axis(values, p2l, axis=-1) * tables.slot_share
 
 
-def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traffic:
+def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_nodes=None) -> Traffic:
     """Every source routes alike (no replicas, or an even split): closed forms over ranks."""
     spr, rpn = tables.slots_per_rank, tables.ranks_per_node
     multi_node = tables.num_nodes > 1
@@ -205,9 +222,12 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traff
     if dedup == "pair":
         rate = pairs / num_tokens                                        # [layers, ranks] a_r
     else:
-        slot_miss = 1.0 - np.minimum(slot_loads / num_tokens, 1.0 - 1e-12)  # 1 - pi per slot
+        # group-limited routing: a node is among a token's `max_nodes` of N with probability
+        # f = max_nodes / N, and given that, each of its experts is picked with pi / f
+        f = max_nodes / tables.num_nodes if max_nodes is not None and multi_node else 1.0
+        slot_miss = 1.0 - np.minimum(slot_loads / (num_tokens * f), 1.0 - 1e-12)  # 1 - pi/f
         rank_miss = group_prod(slot_miss, spr)
-        rate = 1.0 - rank_miss                                           # h_r, hit prob
+        rate = f * (1.0 - rank_miss)                                     # h_r, hit prob
     if fraction != 1.0:                          # copies scale with tokens, rates do not
         pairs, tokens, num_tokens = pairs * fraction, tokens * fraction, num_tokens * fraction
     self_copies = rate * tokens
@@ -226,7 +246,7 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction) -> Traff
         rdma_send = tokens * (rate.sum(axis=-1, keepdims=True) - rate_node_r)
     else:  # node dedup: RDMA once per node to the same local index, then NVLink forwarding
         local_tokens = np.tile(rank_sum_strided(tokens, rpn), tables.num_nodes)  # T_loc(local r)
-        node_hit = 1.0 - group_prod(rank_miss, rpn)                      # [layers, nodes] g_n
+        node_hit = f * (1.0 - group_prod(rank_miss, rpn))                # [layers, nodes] g_n
         node_hit_r = np.repeat(node_hit, rpn, axis=-1)
         nvl_recv = rate * (num_tokens - local_tokens)
         rdma_recv = node_hit_r * (local_tokens - tokens)
@@ -241,7 +261,8 @@ def rank_sum_strided(x: np.ndarray, group: int) -> np.ndarray:
     return x.reshape(-1, group).sum(axis=0)
 
 
-def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> Traffic:
+def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
+                        max_nodes=None) -> Traffic:
     """Static selection with replicas: each source has its own slot map, `[sources, layers, ranks]`."""
     num_ranks, num_layers, num_experts = tables.source_slot.shape
     spr, rpn, num_nodes = tables.slots_per_rank, tables.ranks_per_node, tables.num_nodes
@@ -285,7 +306,8 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction) -> T
         nvl_send = (weighted * nvl_mask).sum(axis=2).T
         rdma_send = (weighted * ~same_node[:, None, :]).sum(axis=2).T
     else:
-        node_hit = -np.expm1(per_dest(log_miss, ops.to_node, num_nodes))  # [src, layers, nodes]
+        node_hit = _cap_nodes(-np.expm1(per_dest(log_miss, ops.to_node, num_nodes)),
+                              max_nodes)                                  # [src, layers, nodes]
         node_hit_r = node_hit[:, :, node]                                 # [src, layers, dst]
         same_local = local[:, None] == local[None, :]
         rdma_mask = (same_local & ~same_node)[:, None, :]

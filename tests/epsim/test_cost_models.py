@@ -69,6 +69,9 @@ def test_comm_busiest_rank_hand_computed():
     np.testing.assert_allclose(comm_us(tr3, 1000.0, PARAMS), [10.0 + 32.0])
     with_copy_cost = {**PARAMS, "per_copy_us": 0.01}
     np.testing.assert_allclose(comm_us(tr, 1000.0, with_copy_cost), [26.0 + 0.01 * 1000])
+    # one rank on both links: NVLink (10 us) and the NIC (16 us) run at once, the slower paces
+    both = _traffic([[0, 0]], [[1000, 0]], [[400, 0]], [[0, 0]])
+    np.testing.assert_allclose(comm_us(both, 1000.0, PARAMS), [10.0 + 16.0])
 
 
 def test_comm_design_row_equals_model(rng):

@@ -169,3 +169,21 @@ def test_bad_inputs_fail_with_one_clear_line():
         build_tables(contiguous_placement(1, 8, 4), 8, 4, 4, "fastest")
     with pytest.raises(SpecError, match=r"num_ranks \(4\) must divide the physical expert slots"):
         contiguous_placement(1, 8, 4, num_redundant=2)
+
+
+def test_group_limited_routing_caps_the_nodes_a_token_reaches():
+    # 64 experts on 16 ranks in 4 nodes, top-8 uniform; a token may reach 2 of the 4 nodes
+    experts, ranks, per_node, tokens = 64, 16, 4, 100.0
+    loads = np.full((1, experts), ranks * tokens * 8 / experts)
+    tables = build_tables(contiguous_placement(1, experts, ranks), experts, ranks, per_node)
+    free = count_traffic(loads, np.full(ranks, tokens), tables, "node")
+    capped = count_traffic(loads, np.full(ranks, tokens), tables, "node", max_nodes_per_token=2)
+    # RDMA copies a rank sends per token: remote nodes hit, f * (1 - (1 - pi/f)^16) each
+    f, pi = 2 / 4, 8 / 64
+    node_hit = f * (1 - (1 - pi / f) ** 16)
+    assert capped.rdma_send[0, 0] / tokens == pytest.approx(3 * node_hit)
+    assert capped.rdma_send.sum() == pytest.approx(capped.rdma_recv.sum())       # all arrive
+    assert capped.nvl_send.sum() == pytest.approx(capped.nvl_recv.sum())
+    assert 4 * node_hit <= 2.0 < 4 * (1 - (1 - pi) ** 16)                        # cap binds
+    assert capped.rdma_send.sum() < free.rdma_send.sum()
+    np.testing.assert_allclose(capped.pairs, free.pairs)                         # pairs unchanged
