@@ -70,7 +70,7 @@ def summary_lines(report, max_mape: float) -> list[str]:
 
 def run_published(args):
     """`epsim validate --published`: published results against datasheet predictions; the
-    table goes to `--out` (a file, or published.md in a directory) or, without it, stdout."""
+    table goes to `--out` (a .md file, or published.md in a directory)."""
     from epsim.commands.output import Report
     from epsim.validate.published import markdown, published_rows, rows_json
     with warnings.catch_warnings():
@@ -80,7 +80,9 @@ def run_published(args):
     if not args.out:
         return Report(rows_json(rows), text.rstrip("\n").splitlines())
     out = Path(args.out)
-    out = out / "published.md" if out.is_dir() else out
+    if out.suffix != ".md":                      # a directory (the default runs/validate)
+        out = out / "published.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     data = rows_json(rows)
     lines = [f"{s['table']}: {s['rows']} rows, MAPE {s['mape_pct']:.1f} %"
