@@ -10,8 +10,38 @@ import numpy as np
 from epsim.report.summary import latency_windows, request_latencies_ms
 from epsim.sim.metrics import SimResult
 
-_PART_COLORS = {"attention_us": "#4c72b0", "dispatch_us": "#dd8452", "experts_us": "#55a868",
-                "combine_us": "#c44e52"}
+_PART_COLORS = {"attention": "#4c72b0", "dispatch": "#dd8452", "experts": "#55a868",
+                "combine": "#c44e52", "shared experts": "#8172b3", "sync (fitted)": "#999999"}
+STACK_PARTS = (("attention", "attention_us"), ("dispatch", "dispatch_us"), ("experts", "experts_us"),
+               ("combine", "combine_us"), ("shared experts", "shared_experts_us"))
+
+
+def layer_stack(layer_mean_us: dict, two_batch_overlap: bool) -> tuple[dict[str, np.ndarray], str | None]:
+    """What a MoE layer's mean time is made of, as parts that stack to the layer's time.
+
+    The layer's time (`layer_us`) is its parts plus the profile's fitted `sync_us` (time the
+    whole layer adds beyond them), minus what two-batch overlap hides. A positive remainder is
+    its own part, "sync (fitted)", so the stack reaches the layer's time; a negative one (overlap)
+    cannot stack and is returned as the label of the layer-time marks drawn inside the bars.
+
+    Args:
+        layer_mean_us: `SimResult.layer_mean_us` / summary keys, `[moe_layers]` each (µs).
+    Returns:
+        ({part name: [moe_layers] µs} of the non-zero parts in stacking order, label of the
+        layer-time marks or None when the stack is the layer's time).
+    """
+    parts = {name: np.asarray(layer_mean_us[key], dtype=np.float64) for name, key in STACK_PARTS
+             if key in layer_mean_us and np.any(np.asarray(layer_mean_us[key]) > 0)}
+    layer = np.asarray(layer_mean_us["layer_us"], dtype=np.float64)
+    rest = layer - np.sum(list(parts.values()), axis=0)                  # [moe_layers]
+    tolerance = 1e-6 * np.maximum(layer, 1.0)
+    if np.all(rest >= -tolerance):
+        if np.any(rest > tolerance):
+            parts["sync (fitted)"] = np.maximum(rest, 0.0)
+        return parts, None
+    why = "two-batch overlap hides part of the stack" if two_batch_overlap else \
+        "the fitted sync term is negative: the parts overlap"
+    return parts, f"MoE layer time ({why})"
 
 
 def _pyplot():
@@ -48,22 +78,25 @@ def latency_cdf(result: SimResult, path: str | Path) -> None:
 
 
 def time_breakdown(result: SimResult, path: str | Path) -> None:
-    """Stacked mean microseconds of attention, dispatch, experts, combine per MoE layer."""
+    """Stacked mean µs per MoE layer of its parts (`layer_stack`); where overlap makes the
+    layer shorter than its parts, the layer's time as a black line inside each bar."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4))
-    means = result.layer_mean_us
-    layers = np.arange(len(means["dispatch_us"]))
+    parts, marks = layer_stack(result.layer_mean_us,
+                               result.scenario.deployment.enable_two_batch_overlap)
+    layers = np.arange(len(result.layer_mean_us["layer_us"]))
     bottom = np.zeros(layers.shape[0])
-    for name, color in _PART_COLORS.items():
-        ax.bar(layers, means[name], bottom=bottom, color=color, width=0.9, label=name[:-3])
-        bottom += means[name]
-    overlapped = means["layer_us"]
-    if not np.allclose(overlapped, bottom):
-        ax.plot(layers, overlapped, "k.", ms=3, label="layer (two-batch overlap)")
+    for name, values in parts.items():
+        ax.bar(layers, values, bottom=bottom, color=_PART_COLORS[name], width=0.9, label=name)
+        bottom += values
+    if marks is not None:
+        ax.hlines(result.layer_mean_us["layer_us"], layers - 0.45, layers + 0.45, colors="black",
+                  lw=1.5, label=marks)
     ax.set_xlabel("MoE layer")
-    ax.set_ylabel("mean time per step (us)")
-    ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    ax.set_title(f"{result.scenario.name}: time per MoE layer")
+    ax.set_ylabel("mean time per step (µs)")
+    ax.legend(ncol=min(len(parts) + (marks is not None), 4), fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.15))
+    ax.set_title(f"{result.scenario.name}: mean time per MoE layer and step, by part")
     _save(fig, path)
 
 
