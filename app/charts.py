@@ -8,8 +8,22 @@ import numpy as np
 import pandas as pd
 
 PART_COLORS = {"attention": "#4c72b0", "dispatch": "#dd8452", "experts": "#55a868",
-               "combine": "#c44e52", "shared_experts": "#8172b3"}
+               "combine": "#c44e52", "shared experts": "#8172b3", "sync (fitted)": "#999999"}
 KIND_ORDER = ["dispatch", "combine", "experts", "moe_layer", "allreduce"]
+SPLIT_ORDER = ["held out", "fit set"]
+# grouped colours for (model, dtype) series: one hue per model, dark bf16 / light fp8
+MODEL_HUES = [("#1f4e9c", "#7fa7e0"), ("#c2571a", "#f2a56b"), ("#2a7d3a", "#8fd19b"),
+              ("#7b3fa0", "#c9a3e3"), ("#8c6d1f", "#e0c370")]
+SKEW_SHAPES = {"uniform": "circle", "zipf": "square", "hotset": "triangle-up", "trace": "diamond"}
+
+
+def finish(chart):
+    """What every chart of the app gets: SVG (legend labels are text a test can read) and
+    legends that never cut a label."""
+    return chart.properties(usermeta={"embedOptions": {"renderer": "svg"}}).configure_legend(
+        labelLimit=0, titleLimit=0)
+
+
 KIND_SCALE = alt.Scale(domain=KIND_ORDER, range=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"])
 
 
@@ -21,35 +35,37 @@ def latency_cdf(values_ms: np.ndarray, label: str) -> alt.Chart:
         x=alt.X(f"{label}:Q", scale=alt.Scale(zero=False)), y="fraction of requests:Q",
         tooltip=[alt.Tooltip(f"{label}:Q", format=".2f"), alt.Tooltip("fraction of requests:Q", format=".3f")])
     if not values.size:
-        return line
+        return finish(line)
     marks = pd.DataFrame({"percentile": ["p50", "p90", "p99"], label: np.percentile(values, [50, 90, 99])})
     rules = alt.Chart(marks).mark_rule(strokeDash=[3, 3], color="gray").encode(
         x=f"{label}:Q", tooltip=["percentile", alt.Tooltip(f"{label}:Q", format=".2f")])
-    return (line + rules).properties(height=260)
+    return finish((line + rules).properties(height=260))
 
 
-def layer_breakdown(layer_mean_us: dict) -> alt.Chart:
-    """Stacked mean µs per MoE layer: attention, dispatch, experts, combine (and shared
-    experts where the model has them); the layer's total as black ticks where it differs from
-    the parts' sum (two-batch overlap hides communication; a profile's fitted sync term adds
-    or, when negative, overlaps)."""
-    parts = [p for p in PART_COLORS if np.any(np.asarray(layer_mean_us.get(f"{p}_us", [0])) > 0)]
+def layer_breakdown(layer_mean_us: dict, two_batch_overlap: bool) -> alt.Chart:
+    """Stacked mean µs per MoE layer of its parts (`epsim.report.figures.layer_stack`: the
+    parts reach the layer's time, a fitted sync term its own part); where overlap makes the layer
+    shorter than its parts, the layer's time as black ticks inside the bars."""
+    from epsim.report.figures import layer_stack
+    parts, marks = layer_stack(layer_mean_us, two_batch_overlap)
+    names = list(parts)
     num_layers = len(layer_mean_us["layer_us"])
-    frame = pd.DataFrame([{"MoE layer": i, "part": p, "mean µs per step": float(layer_mean_us[f"{p}_us"][i])}
-                          for p in parts for i in range(num_layers)])
+    frame = pd.DataFrame([{"MoE layer": i, "part": p, "mean µs per step": float(parts[p][i])}
+                          for p in names for i in range(num_layers)])
     bars = alt.Chart(frame).mark_bar().encode(
         x=alt.X("MoE layer:O", axis=alt.Axis(labelOverlap=True)),
-        y=alt.Y("sum(mean µs per step):Q", title="mean µs per step"),
-        color=alt.Color("part:N", sort=parts, scale=alt.Scale(domain=parts, range=[PART_COLORS[p] for p in parts])),
+        y=alt.Y("sum(mean µs per step):Q", title="mean time per step (µs)"),
+        color=alt.Color("part:N", sort=names, scale=alt.Scale(domain=names, range=[PART_COLORS[p] for p in names])),
         order=alt.Order("part_order:Q"), tooltip=["MoE layer", "part", alt.Tooltip("mean µs per step:Q", format=".1f")],
-    ).transform_calculate(part_order=f"indexof({parts!r}, datum.part)")
-    total = np.sum([layer_mean_us[f"{p}_us"] for p in parts], axis=0)
-    if np.allclose(total, layer_mean_us["layer_us"]):
-        return bars.properties(height=300)
-    ticks = alt.Chart(pd.DataFrame({"MoE layer": np.arange(num_layers), "layer total µs":
-                                    layer_mean_us["layer_us"]})).mark_tick(color="black", thickness=2).encode(
-        x="MoE layer:O", y="layer total µs:Q", tooltip=["MoE layer", alt.Tooltip("layer total µs:Q", format=".1f")])
-    return (bars + ticks).properties(height=300)
+    ).transform_calculate(part_order=f"indexof({names!r}, datum.part)")
+    if marks is None:
+        return finish(bars.properties(height=300))
+    ticks = alt.Chart(pd.DataFrame({"MoE layer": np.arange(num_layers), "layer time (µs)":
+                                    layer_mean_us["layer_us"], "mark": marks})).mark_tick(
+        thickness=2).encode(x="MoE layer:O", y="layer time (µs):Q",
+                            color=alt.Color("mark:N", title=None, scale=alt.Scale(range=["black"])),
+                            tooltip=["MoE layer", alt.Tooltip("layer time (µs):Q", format=".1f")])
+    return finish(alt.layer(bars, ticks).resolve_scale(color="independent").properties(height=300))
 
 
 def rank_load(rank_pairs_mean: np.ndarray) -> alt.Chart:
@@ -59,11 +75,11 @@ def rank_load(rank_pairs_mean: np.ndarray) -> alt.Chart:
     frame = pd.DataFrame({"EP rank": np.arange(rel.size), "pairs / mean": rel,
                           "pairs per layer per step": rank_pairs_mean})
     bars = alt.Chart(frame).mark_bar(color="#55a868").encode(
-        x="EP rank:O", y="pairs / mean:Q",
+        x="EP rank:O", y=alt.Y("pairs / mean:Q", title="token-expert pairs / mean (ratio)"),
         tooltip=["EP rank", alt.Tooltip("pairs / mean:Q", format=".3f"),
                  alt.Tooltip("pairs per layer per step:Q", format=".1f")])
     rule = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray").encode(y="y:Q")
-    return (bars + rule).properties(height=260)
+    return finish((bars + rule).properties(height=260))
 
 
 def over_time(t_s: np.ndarray, values: np.ndarray, label: str, events: list | None = None,
@@ -88,7 +104,7 @@ def over_time(t_s: np.ndarray, values: np.ndarray, label: str, events: list | No
             x=alt.X("at_s:Q", title="simulated time (s)"), color=alt.Color("event:N", scale=alt.Scale(
                 domain=["rebalance", "failure", "recovery"], range=["purple", "red", "green"])),
             tooltip=[c for c in marks.columns]))
-    return alt.layer(*layers).properties(height=240)
+    return finish(alt.layer(*layers).properties(height=240))
 
 
 def heatmap(t_s: np.ndarray, share: np.ndarray, column: str) -> alt.Chart:
@@ -101,16 +117,18 @@ def heatmap(t_s: np.ndarray, share: np.ndarray, column: str) -> alt.Chart:
         column: np.tile(np.arange(num_columns), num_windows),
         "load / mean": share.reshape(-1)}).dropna()
     top = float(np.nanmax(share)) if np.isfinite(share).any() else 2.0
-    return alt.Chart(frame).mark_rect().encode(
+    chart = alt.Chart(frame).mark_rect().encode(
         x=alt.X("from (s):Q", title="simulated time (s)",
                 scale=alt.Scale(domain=[float(t_s[0] - half), float(t_s[-1] + half)], nice=False)),
         x2="to (s):Q",
         y=alt.Y(f"{column}:O", axis=alt.Axis(labelOverlap=True)),
-        color=alt.Color("load / mean:Q", scale=alt.Scale(scheme="redblue", reverse=True, domainMid=1.0,
-                                                         domain=[0.0, max(top, 1.01)])),
+        color=alt.Color("load / mean:Q", title="load / mean (ratio)",
+                        scale=alt.Scale(scheme="redblue", reverse=True, domainMid=1.0,
+                                        domain=[0.0, max(top, 1.01)])),
         tooltip=[alt.Tooltip("from (s):Q", format=".2f"), alt.Tooltip("to (s):Q", format=".2f"), column,
                  alt.Tooltip("load / mean:Q", format=".3f")],
-    ).properties(height=min(24 * num_columns + 40, 520))
+    )
+    return finish(chart.properties(height=min(24 * num_columns + 40, 520)))
 
 
 def interval_sweep(rows: list[dict], baseline: dict | None, metric: str, label: str) -> alt.Chart:
@@ -122,22 +140,24 @@ def interval_sweep(rows: list[dict], baseline: dict | None, metric: str, label: 
         y=alt.Y(f"{label}:Q", scale=alt.Scale(zero=False)),
         tooltip=list(frame.columns))
     if baseline is None:
-        return line.properties(height=260)
+        return finish(line.properties(height=260))
     rule = alt.Chart(pd.DataFrame({label: [baseline[metric]], "run": ["without EPLB"]})).mark_rule(
         strokeDash=[5, 4], color="gray").encode(y=f"{label}:Q", tooltip=["run", f"{label}:Q"])
-    return (line + rule).properties(height=260)
+    return finish((line + rule).properties(height=260))
 
 
 def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
-    """Predicted against measured µs, log-log, one color per kind, filled = held out; the
-    diagonal and ±10% dotted."""
+    """Predicted against measured µs, log-log, one colour per kind, filled = held out, hollow =
+    fit set; the diagonal and ±10% dotted."""
     lo = float(min(frame["measured µs"].min(), frame["predicted µs"].min())) * 0.8
     hi = float(max(frame["measured µs"].max(), frame["predicted µs"].max())) * 1.25
     scale = alt.Scale(type="log", domain=[lo, hi])
     points = alt.Chart(frame).mark_point(size=40).encode(
-        x=alt.X("measured µs:Q", scale=scale), y=alt.Y("predicted µs:Q", scale=scale),
-        color=alt.Color("kind:N", sort=KIND_ORDER, scale=KIND_SCALE), shape="split:N",
-        fill=alt.condition("datum.split == 'holdout'", alt.Color("kind:N", sort=KIND_ORDER, scale=KIND_SCALE),
+        x=alt.X("measured µs:Q", scale=scale, title="measured (µs)"),
+        y=alt.Y("predicted µs:Q", scale=scale, title="predicted (µs)"),
+        color=alt.Color("kind:N", sort=KIND_ORDER, scale=KIND_SCALE),
+        shape=alt.Shape("split:N", sort=SPLIT_ORDER, title="record"),
+        fill=alt.condition("datum.split == 'held out'", alt.Color("kind:N", sort=KIND_ORDER, scale=KIND_SCALE),
                            alt.value("transparent")),
         tooltip=["where", "backend", "kind", "model", "skew", "tokens per rank", "split",
                  alt.Tooltip("measured µs:Q", format=".1f"), alt.Tooltip("predicted µs:Q", format=".1f"),
@@ -147,26 +167,47 @@ def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
     lines = alt.Chart(guide).mark_line(color="black", strokeWidth=0.8).encode(
         x=alt.X("measured µs:Q", scale=scale), y=alt.Y("predicted µs:Q", scale=scale), detail="line:N",
         strokeDash=alt.condition("datum.line == 'exact'", alt.value([1, 0]), alt.value([2, 3])))
-    return (lines + points).properties(height=480)
+    return finish((lines + points).properties(height=480))
+
+
+def series_colors(keys: list[str], models: list[str]) -> list[str]:
+    """Colours of `model dtype` series keys: one hue per model (in `models` order), dark for
+    the first dtype, light for the next."""
+    out = []
+    for key in keys:
+        model, _, dtype = key.rpartition(" ")
+        hue = MODEL_HUES[models.index(model) % len(MODEL_HUES)] if model in models else ("#555555", "#aaaaaa")
+        out.append(hue[0] if dtype in ("bf16", "", "-") else hue[1])
+    return out
 
 
 def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
     """Per kind: measured medians over tokens per rank with p10-p90 bars, the prediction at
-    each point joined as a line, one color per shape, dtype and skew."""
+    each point joined as a line. Colour = shape and dtype (`shape` column: short labels, one
+    hue per model), point shape and line dash = skew."""
+    keys = sorted(set(frame["shape"]))
+    models = sorted({k.rpartition(" ")[0] for k in keys})
+    skews = sorted(set(frame["skew kind"]))
+    color = alt.Color("shape:N", title="shape, dtype", sort=keys,
+                      scale=alt.Scale(domain=keys, range=series_colors(keys, models)))
     base = alt.Chart(frame).encode(
-        x=alt.X("tokens per rank:Q", scale=alt.Scale(type="log", base=2)),
-        color=alt.Color("series:N", title="shape, dtype, skew"))
+        x=alt.X("tokens per rank:Q", scale=alt.Scale(type="log", base=2)), color=color)
     bands = base.mark_errorbar(ticks=True).encode(
-        y=alt.Y("p10 µs:Q", scale=alt.Scale(type="log"), title="µs"), y2="p90 µs:Q")
+        y=alt.Y("p10 µs:Q", scale=alt.Scale(type="log"), title="time (µs)"), y2="p90 µs:Q",
+        detail="series:N")
     measured = base.mark_point(filled=True, size=30).encode(
-        y="measured µs:Q", tooltip=["where", "series", "tokens per rank",
-                                    alt.Tooltip("measured µs:Q", format=".1f"),
-                                    alt.Tooltip("predicted µs:Q", format=".1f"),
-                                    alt.Tooltip("error %:Q", format="+.1f")])
-    predicted = base.mark_line(strokeWidth=1.2).encode(y="predicted µs:Q", detail="series:N")
+        y="measured µs:Q",
+        shape=alt.Shape("skew kind:N", title="skew", sort=skews,
+                        scale=alt.Scale(domain=skews, range=[SKEW_SHAPES.get(k, "cross") for k in skews])),
+        tooltip=["where", "model", "dtype", "skew", "tokens per rank",
+                 alt.Tooltip("measured µs:Q", format=".1f"),
+                 alt.Tooltip("predicted µs:Q", format=".1f"), alt.Tooltip("error %:Q", format="+.1f")])
+    predicted = base.mark_line(strokeWidth=1.2).encode(
+        y="predicted µs:Q", detail="series:N",
+        strokeDash=alt.StrokeDash("skew kind:N", title="skew", sort=skews))
     kinds = [k for k in KIND_ORDER if k in set(frame["kind"])]
-    return alt.layer(bands, predicted, measured, data=frame).properties(width=340, height=220).facet(
-        facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent")
+    return finish(alt.layer(bands, predicted, measured, data=frame).properties(width=340, height=220).facet(
+        facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent"))
 
 
 def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str) -> alt.Chart:
@@ -179,7 +220,7 @@ def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str) -> a
     plot = pd.DataFrame({x_title: frame[x], y_title: frame[y], "point": role, "SLO": slo,
                          "configuration": frame["configuration"]})
     roles = ["cheapest meeting the SLO", "Pareto frontier", "other"]
-    return alt.Chart(plot).mark_point(filled=True, size=110, opacity=0.85).encode(
+    chart = alt.Chart(plot).mark_point(filled=True, size=110, opacity=0.85).encode(
         x=alt.X(f"{x_title}:Q", scale=alt.Scale(zero=False)),
         y=alt.Y(f"{y_title}:Q", scale=alt.Scale(zero=False)),
         color=alt.Color("point:N", scale=alt.Scale(domain=roles, range=["#f2b701", "#d62728", "#1f77b4"])),
@@ -187,4 +228,5 @@ def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str) -> a
                                                  range=["circle", "cross"])),
         tooltip=["configuration", alt.Tooltip(f"{x_title}:Q"), alt.Tooltip(f"{y_title}:Q", format=".4g"),
                  "point", "SLO"],
-    ).properties(height=320)
+    )
+    return finish(chart.properties(height=320))

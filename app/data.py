@@ -7,9 +7,12 @@ picklable data for the pages.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
+import sys
 import tempfile
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +25,25 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = ROOT / "scenarios"
 LOCAL_CALIBRATION_DIR = Path("runs") / "calibrate"      # where `epsim calibrate --live` writes
 NUM_WINDOWS = 60                                          # load heatmap columns over a run
+
+
+@contextmanager
+def workers_skip_the_page():
+    """Let spawned worker processes (sweeps) start without running the page.
+
+    Streamlit executes a page as module `__main__`; a spawned worker re-imports `__main__` by
+    its file, so it would run the page again, without a session (the server log's "missing
+    ScriptRunContext" and "No runtime found" warnings, and wasted work). A main module whose
+    spec is named `__main__` is not re-imported (multiprocessing.spawn), so the workers import
+    only the epsim functions they run.
+    """
+    main = sys.modules["__main__"]
+    spec = main.__dict__.get("__spec__")
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = spec
 
 
 # -- scenarios -----------------------------------------------------------------------------------
@@ -162,7 +184,8 @@ def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
     scenario = parse_scenario(text, where, base_dir, overrides_json)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sweep = sweep_rebalance_interval(scenario, list(intervals), workers=workers)
+        with workers_skip_the_page():
+            sweep = sweep_rebalance_interval(scenario, list(intervals), workers=workers)
     return sweep.rows, sweep.baseline, sweep.best
 
 
@@ -175,11 +198,13 @@ class ValidationView:
         rows: one `epsim.validate.Comparison` per judged record.
         markdown: the error tables `epsim validate` prints.
         warnings: records skipped and extrapolations, one line each.
+        measured_on: where the records were measured (device, EP sizes, dates, count).
     """
 
     rows: list
     markdown: str
     warnings: list
+    measured_on: str = ""
 
 
 def shipped_validation_files() -> tuple[list[Path], Path | None]:
@@ -223,6 +248,7 @@ def validation(key: str, _record_files: tuple, _profile_file: tuple) -> Validati
     Raises:
         EpsimError: an unreadable or invalid profile, or no record that can be judged.
     """
+    from epsim.calibrate.inputs import load_records
     from epsim.profile import Profile
     from epsim.validate import validate
     record_files = [(name, c.read_bytes() if isinstance(c, Path) else c) for name, c in _record_files]
@@ -247,8 +273,22 @@ def validation(key: str, _record_files: tuple, _profile_file: tuple) -> Validati
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            problems = []                  # every file's problem at once, not the first only
             try:
                 profile = Profile.load(profile_path)
+            except EpsimError as exc:
+                problems.append(clean(str(exc)))
+            try:
+                loaded, _ = load_records(paths)
+                if not loaded:
+                    problems.append(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) "
+                                    f"must hold at least one valid record"
+                                    + (f" (first problem: {clean(str(caught[0].message))})" if caught else ""))
+            except EpsimError as exc:
+                problems.append(clean(str(exc)))
+            if problems:
+                raise EpsimError("\n\n".join(problems))
+            try:
                 report = validate(profile, paths, plots=False)
             except EpsimError as exc:
                 raise type(exc)(clean(str(exc))) from None
@@ -259,7 +299,10 @@ def validation(key: str, _record_files: tuple, _profile_file: tuple) -> Validati
                               f"hold at least one dispatch, combine, experts or moe_layer record "
                               f"the profile can predict{first}")
         rows = [replace(r, where=clean(r.where)) for r in report.rows]
-        return ValidationView(rows, clean(report.markdown), list(dict.fromkeys(messages)))
+        from epsim.commands.output import merge_notes
+        from epsim.validate.report import describe_measured_on
+        return ValidationView(rows, clean(report.markdown), merge_notes(messages),
+                              describe_measured_on(report.measured_on))
 
 
 # -- planning -----------------------------------------------------------------------------------------
@@ -284,8 +327,9 @@ def run_sweep(text: str, where: str, base_dir: str, sweeps: tuple[str, ...],
     parse_scenario(text, where, base_dir)       # a bad base scenario fails with epsim's message
     mapping = load_yaml(text, where)
     mapping.setdefault("base_dir", base_dir)    # traces resolve as for the file itself
-    result = run_plan(mapping, list(sweeps), overrides=list(overrides), workers=workers,
-                      progress=False, plots=False, require_feasible=False)
+    with workers_skip_the_page():
+        result = run_plan(mapping, list(sweeps), overrides=list(overrides), workers=workers,
+                          progress=False, plots=False, require_feasible=False)
     skipped = [", ".join(f"{k}={v}" for k, v in s.values.items()) + f": {s.reason}" for s in result.skipped]
     return SweepView(result.rows, result.columns, result.keys, skipped, result.warnings, result.wall_s)
 

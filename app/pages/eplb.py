@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, data, ui
+from epsim.commands.output import number
 from epsim.errors import EpsimError, SpecError
 
 FROM_SCENARIO_PAGE = "the Scenario page's last run"
@@ -90,9 +91,9 @@ def over_time(view) -> None:
     layer = None if layer == "all layers summed" else int(layer)
     share = data.rank_share(view, layer) if per == "per EP rank" else data.expert_share(view, layer)
     column = "EP rank" if per == "per EP rank" else "expert"
+    window_s = view.window_t_s[1] - view.window_t_s[0] if len(view.window_t_s) > 1 else 0.0
     st.markdown(f"**Load {per} over time** (tokens routed / the mean {column}, in "
-                f"{view.window_t_s[1] - view.window_t_s[0] if len(view.window_t_s) > 1 else 0:g}-s windows; "
-                "red = busier than average)")
+                f"{number(float(window_s), 2)} s windows; red = busier than average)")
     st.altair_chart(charts.heatmap(view.window_t_s, share, column), width="stretch")
     if view.rebalances:
         st.markdown("**Rebalances**")
@@ -164,7 +165,8 @@ def sweep_section(source: ui.ScenarioSource, overrides: dict, scenario) -> None:
     every = rows + ([baseline] if baseline else [])
     table = pd.DataFrame(every).drop(columns=["enable_eplb"])
     table["interval"] = [f"every {r['interval']}" if r["enable_eplb"] else "no EPLB" for r in every]
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(ui.human_columns(table.rename(columns={"interval": "rebalance"})), hide_index=True,
+                 width="stretch")
 
 
 def _cpus() -> int:

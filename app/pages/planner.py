@@ -59,8 +59,9 @@ def sweep_table():
         with st.expander("Skipped points"):
             for line in view.skipped:
                 st.text(line)
-    for message, count in sorted(view.warnings.items()):
-        st.warning(f"({count} point(s)) {message}")
+    from epsim.commands.output import merge_notes
+    for message in merge_notes(view.warnings):        # one line for all EP sizes alike
+        st.warning(message)
     return view.rows, view.columns, view.keys
 
 
@@ -104,7 +105,7 @@ def show(result) -> None:
     right.altair_chart(charts.pareto(frame, "num_gpus", "throughput_tokens_per_s_per_gpu", "GPUs",
                                      "throughput per GPU (tokens/s)"), width="stretch")
     shown = [c for c in result.keys + SHOWN + ["feasible", "pareto", "best"] if c in frame.columns]
-    st.dataframe(frame[shown], hide_index=True, width="stretch")
+    st.dataframe(ui.human_columns(frame[shown]), hide_index=True, width="stretch")
     st.download_button("results.csv", data.results_csv(result.rows, result.columns), file_name="results.csv",
                        mime="text/csv", on_click="ignore")
 

@@ -12,6 +12,7 @@ import streamlit as st
 from app import charts, data, ui
 from epsim.errors import EpsimError
 
+GOOD_SOURCE = "scenario_good_source"  # session key: the last scenario text that loaded
 LAST_RUN = "scenario_run"          # session key: the inputs of the run shown (the EPLB page reuses it)
 SKEW_KINDS = ("uniform", "zipf", "hotset")
 
@@ -150,9 +151,10 @@ def results(run: dict) -> None:
     right.markdown("**TPOT, CDF of measured requests**")
     right.altair_chart(charts.latency_cdf(view.latencies_ms["tpot_ms"], "TPOT (ms)"), width="stretch")
     left, right = st.columns([3, 2])
-    left.markdown("**Time per MoE layer, mean per step (µs)**; black ticks: the layer's total where it "
-                  "differs from the parts' sum (overlap, fitted sync)")
-    left.altair_chart(charts.layer_breakdown(view.layer_mean_us), width="stretch")
+    tbo = sc["deployment"]["enable_two_batch_overlap"]
+    left.markdown("**Time per MoE layer, mean per step (µs)**, by part"
+                  + ("; black ticks: the layer's time where overlap hides part of the stack" if tbo else ""))
+    left.altair_chart(charts.layer_breakdown(view.layer_mean_us, tbo), width="stretch")
     right.markdown("**Load per EP rank (token-expert pairs / mean)**")
     right.altair_chart(charts.rank_load(view.rank_pairs_mean), width="stretch")
     st.markdown("**Step time over the run**")
@@ -171,23 +173,31 @@ def page() -> None:
     st.title("Scenario")
     st.caption("Pick a shipped scenario or upload one, change what you like, run it. Predictions use "
                "the scenario's profile (default: the shipped calibration profile).")
-    source = ui.scenario_source("sc")
+    try:
+        source = ui.scenario_source("sc")
+        scenario = None if source is None else data.parse_scenario(source.text, source.where,
+                                                                     source.base_dir)
+    except EpsimError as exc:
+        # the error, and the form stays: on the last scenario that loaded (or the default), so
+        # the page keeps its shape while the file is fixed or uploaded again
+        st.error(str(exc))
+        source = st.session_state.get(GOOD_SOURCE) or ui.default_source()
+        scenario = data.parse_scenario(source.text, source.where, source.base_dir)
+        st.caption(f"The form below shows {source.where} until the file above loads.")
+    else:
+        if source is not None:
+            st.session_state[GOOD_SOURCE] = source
     if source is not None:
-        try:
-            scenario = data.parse_scenario(source.text, source.where, source.base_dir)
-        except EpsimError as exc:
-            st.error(str(exc))
-        else:
-            changed = scenario_form(scenario, f"sc_{source.digest}")
-            if changed is not None:
-                overrides = json.dumps(changed, sort_keys=True)
-                try:
-                    data.parse_scenario(source.text, source.where, source.base_dir, overrides)  # fail here
-                except EpsimError as exc:
-                    st.error(str(exc))
-                else:
-                    st.session_state[LAST_RUN] = {"text": source.text, "where": source.where,
-                                                  "base_dir": source.base_dir, "overrides": overrides}
+        changed = scenario_form(scenario, f"sc_{source.digest}")
+        if changed is not None:
+            overrides = json.dumps(changed, sort_keys=True)
+            try:
+                data.parse_scenario(source.text, source.where, source.base_dir, overrides)  # fail here
+            except EpsimError as exc:
+                st.error(str(exc))
+            else:
+                st.session_state[LAST_RUN] = {"text": source.text, "where": source.where,
+                                              "base_dir": source.base_dir, "overrides": overrides}
     if LAST_RUN in st.session_state:
         results(st.session_state[LAST_RUN])
 

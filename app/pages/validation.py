@@ -48,43 +48,73 @@ def inputs() -> tuple[tuple, tuple] | None:
     return tuple((r.name, r.getvalue()) for r in records), (profile.name, profile.getvalue())
 
 
+def short_models(models) -> dict[str, str]:
+    """A short label per model name: its size (`Qwen3-235B-A22B` -> `235B`) where that is
+    unique among `models`, else the name itself."""
+    import re
+    short = {}
+    for name in sorted(set(models)):
+        match = re.search(r"(\d+(?:\.\d+)?[BMT])\b", name)
+        short[name] = match.group(1) if match else name
+    labels = list(short.values())
+    return {name: label if labels.count(label) == 1 else name for name, label in short.items()}
+
+
 def frame_of(rows: list) -> pd.DataFrame:
+    short = short_models(r.model for r in rows)
+    shape = [f"{short[r.model]} {r.dispatch_dtype or '-'}" for r in rows]
     return pd.DataFrame({
-        "where": [r.where for r in rows], "split": [r.split for r in rows],
+        "where": [r.where for r in rows],
+        "split": ["held out" if r.split == "holdout" else "fit set" for r in rows],
         "backend": [r.backend for r in rows], "kind": [r.kind for r in rows],
         "model": [r.model for r in rows], "dtype": [r.dispatch_dtype for r in rows],
         "skew": [r.skew for r in rows], "tokens per rank": [r.tokens for r in rows],
         "measured µs": [r.measured_us for r in rows], "predicted µs": [r.predicted_us for r in rows],
         "error %": [r.error_pct for r in rows], "p10 µs": [r.p10_us for r in rows],
         "p90 µs": [r.p90_us for r in rows], "outside fitted range": [r.outside for r in rows],
-        "series": [f"{r.model} {r.dispatch_dtype} {r.skew}" for r in rows]})
+        "shape": shape, "skew kind": [r.skew.split(":")[0] for r in rows],
+        "series": [f"{s} {r.skew}" for s, r in zip(shape, rows)]})
+
+
+def key_table(rows: list) -> pd.DataFrame:
+    """What the curves' short labels stand for."""
+    short = short_models(r.model for r in rows)
+    hidden = {r.model: r.hidden_size for r in rows}
+    return pd.DataFrame([{"label": label, "model": name, "hidden size": hidden[name],
+                          "dispatch dtypes": ", ".join(sorted({r.dispatch_dtype or "-" for r in rows
+                                                              if r.model == name}))}
+                         for name, label in short.items()])
 
 
 def filters(rows: list) -> list:
-    """Multiselects over backend, kind, skew, model and split; the rows that pass."""
-    fields = [("backend", "backend"), ("kind", "kind"), ("skew", "skew"), ("model", "model"),
-              ("split", "fit set / held out")]
-    cols = st.columns(len(fields))
+    """Pills (every label whole) over split, backend, kind, skew and model; the rows that pass."""
+    fields = [("split", "held out / fit set"), ("backend", "backend"), ("kind", "kind"),
+              ("skew", "skew"), ("model", "model")]
+    names = {"holdout": "held out", "fit": "fit set"}
     chosen = {}
-    for col, (field, label) in zip(cols, fields):
+    box = st.expander("Filters (every record shown until you narrow them)", expanded=True)
+    for field, label in fields:
         values = sorted({getattr(r, field) for r in rows}, key=lambda v: (
-            charts.KIND_ORDER.index(v) if field == "kind" and v in charts.KIND_ORDER else 99, str(v)))
-        chosen[field] = set(col.multiselect(label, values, default=values, key=f"val_f_{field}"))
+            charts.KIND_ORDER.index(v) if field == "kind" and v in charts.KIND_ORDER else
+            (0 if v == "holdout" else 1) if field == "split" else 99, str(v)))
+        chosen[field] = set(box.pills(label, values, selection_mode="multi", default=values,
+                                      format_func=lambda v: names.get(v, v), key=f"val_f_{field}"))
     return [r for r in rows if all(getattr(r, f) in chosen[f] for f, _ in fields)]
 
 
 def error_table(rows: list) -> pd.DataFrame:
     from epsim.validate import group
-    return pd.DataFrame([{"split": split, "backend": backend, "kind": kind, "records": s.num,
+    return pd.DataFrame([{"backend": backend, "kind": kind, "records": s.num,
                           "MAPE %": round(s.mape, 1), "worst %": round(s.worst, 1), "worst at": s.worst_at,
                           "bias %": round(s.bias, 1)}
-                         for (split, backend, kind), s in group(rows, "split", "backend", "kind").items()])
+                         for (backend, kind), s in group(rows, "backend", "kind").items()])
 
 
 def page() -> None:
     st.title("Predicted vs measured")
     st.caption("Every record the cost models predict, predicted with the simulator's own formulas from "
-               "the record's counts. Held-out records were not used to fit the profile.")
+               "the record's counts. Held-out records were not used to fit the profile: they are the "
+               "judgement; fit-set errors are in-sample.")
     chosen = inputs()
     if chosen is None:
         return
@@ -94,8 +124,9 @@ def page() -> None:
     except EpsimError as exc:
         st.error(str(exc))
         return
+    st.info(f"**Measured on** {view.measured_on}")
     if view.warnings:
-        with st.expander(f"{len(view.warnings)} warning(s): records skipped or extrapolated"):
+        with st.expander(f"{len(view.warnings)} note(s): records skipped or extrapolated"):
             for warning in view.warnings:
                 st.text(warning)
     rows = filters(view.rows)
@@ -105,27 +136,40 @@ def page() -> None:
     held = [r for r in rows if r.split == "holdout"]
     fit = [r for r in rows if r.split == "fit"]
     cols = st.columns(4)
-    cols[0].metric("records shown", f"{len(rows)}")
-    cols[1].metric("held-out MAPE", ui.fmt(sum(r.ape for r in held) / len(held) if held else None, ".1f", " %"))
-    cols[2].metric("fit-set MAPE", ui.fmt(sum(r.ape for r in fit) / len(fit) if fit else None, ".1f", " %"))
-    cols[3].metric("worst error", ui.fmt(max(r.ape for r in rows), ".1f", " %"))
+    cols[0].metric("held-out MAPE", ui.fmt(sum(r.ape for r in held) / len(held) if held else None, ".1f", " %"),
+                   help="mean absolute error of the records the fit never saw")
+    cols[1].metric("worst held-out error", ui.fmt(max(r.ape for r in held) if held else None, ".1f", " %"))
+    cols[2].metric("fit-set MAPE (in-sample)",
+                   ui.fmt(sum(r.ape for r in fit) / len(fit) if fit else None, ".1f", " %"))
+    cols[3].metric("records: held out + fit set", f"{len(held)} + {len(fit)}")
     frame = frame_of(rows)
     left, right = st.columns([2, 3])
-    left.markdown("**Predicted against measured** (filled: held out; dotted: ±10%)")
+    left.markdown("**Predicted against measured** (filled: held out; hollow: fit set; dotted: ±10%)")
     left.altair_chart(charts.predicted_vs_measured(frame), width="stretch")
-    right.markdown("**Error by split, backend and kind**")
-    right.dataframe(error_table(rows), hide_index=True, width="stretch")
+    with right:
+        st.markdown(f"**Held out: error by backend and kind** ({len(held)} records)")
+        if held:
+            st.dataframe(error_table(held), hide_index=True, width="stretch")
+        else:
+            st.caption("no held-out record passes the filters")
+        st.markdown(f"**Fit set (in-sample): error by backend and kind** ({len(fit)} records)")
+        if fit:
+            st.dataframe(error_table(fit), hide_index=True, width="stretch")
+        else:
+            st.caption("no fit-set record passes the filters")
     st.markdown("**Curves per kind over tokens per rank**: measured median with p10-p90 bars (points), "
-                "predicted (lines), one color per shape, dtype and skew")
+                "predicted (lines); colour = model and dispatch dtype (one hue per model, dark bf16, "
+                "light fp8), point shape and line dash = skew")
+    st.dataframe(key_table(rows), hide_index=True)
     for backend in sorted({r.backend for r in rows}):
         st.markdown(f"*{backend}*")
         st.altair_chart(charts.curves_by_kind(frame[frame["backend"] == backend]), width="content")
     with st.expander("Every comparison"):
-        shown = frame.drop(columns=["series"])
+        shown = frame.drop(columns=["series", "shape", "skew kind"])
         st.dataframe(shown, hide_index=True, width="stretch")
         st.download_button("comparisons.csv", shown.to_csv(index=False), file_name="comparisons.csv",
                            mime="text/csv", on_click="ignore")
-    with st.expander("The error tables as `epsim validate` prints them (all records, no filters)"):
+    with st.expander("The error tables as `epsim validate` writes them (all records, no filters)"):
         st.markdown(view.markdown)
 
 

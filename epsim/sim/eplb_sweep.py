@@ -59,7 +59,10 @@ def run_row(scenario, seed: int | None = None, profile=None) -> dict:
 def _run_all(scenarios: list, seed: int | None, profile, workers: int) -> list[dict]:
     if workers <= 1 or len(scenarios) <= 1:
         return [run_row(sc, seed, profile) for sc in scenarios]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    import multiprocessing
+    # spawn, as epsim.plan's pool: a forked child of a threaded host (the app's server) inherits
+    # its locks and state; a fresh interpreter does not
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(run_row, sc, seed, profile) for sc in scenarios]
         return [f.result() for f in futures]
 

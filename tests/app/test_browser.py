@@ -110,6 +110,21 @@ def _no_errors(tab) -> None:
     assert tab.locator("[data-testid='stException']").count() == 0
 
 
+def _legend_labels(tab) -> list[str]:
+    """Every legend label of every chart on the page, as drawn (the app's charts render SVG, so
+    a label vega cut short ends in '…')."""
+    labels = tab.locator("[data-testid='stVegaLiteChart'] svg .role-legend-label text")
+    return [text.strip() for text in labels.all_text_contents()]
+
+
+def _legends_whole(tab, expected: list[str]) -> list[str]:
+    """No legend label is cut short, and the ones expected are there whole."""
+    labels = _legend_labels(tab)
+    assert not [label for label in labels if label.endswith("…")], labels
+    assert set(expected) <= set(labels), (expected, labels)
+    return labels
+
+
 def _go(tab, title: str) -> None:
     tab.locator("[data-testid='stSidebarNav'] a", has_text=title).click()
     tab.get_by_role("heading", name=title).wait_for()
@@ -132,6 +147,7 @@ def test_default_scenario_runs_and_renders(page):
     _wait_charts(page, 5)                            # 2 CDFs, layer breakdown, rank load, step time
     page.get_by_role("button", name="summary.json").wait_for()
     _no_errors(page)
+    _legends_whole(page, ["attention", "dispatch", "experts", "combine"])
     _screenshot(page, "scenario")
 
 
@@ -147,6 +163,10 @@ def test_predicted_vs_measured_page(page):
     assert "MAPE" in " ".join(page.get_by_test_id("stMetric").all_inner_texts())
     _wait_charts(page, 2)
     _no_errors(page)
+    page.get_by_text("Measured on").first.wait_for()
+    labels = _legends_whole(page, ["dispatch", "held out", "fit set"])
+    assert any(label.endswith(("bf16", "fp8", "-")) for label in labels), labels   # shape, dtype
+    assert "uniform" in labels                                                      # skew
     _screenshot(page, "validation")
 
 
@@ -161,6 +181,8 @@ def test_eplb_page(page):
     page.get_by_text("best: rebalance every").wait_for()
     _wait_charts(page, 6)
     _no_errors(page)
+    _legends_whole(page, ["rebalance"])
+    assert "-s windows" not in page.inner_text("body")              # "0.67 s windows"
     _screenshot(page, "eplb")
 
 
@@ -173,4 +195,12 @@ def test_planner_page(page):
     answer.filter(has_text="SLO").or_(answer.filter(has_text="constraints")).first.wait_for()
     _wait_charts(page, 2)
     _no_errors(page)
+    _legends_whole(page, ["Pareto frontier", "meets the SLO"])
     _screenshot(page, "planner")
+
+
+def test_server_log_has_no_context_warnings(page):
+    """After every page and both sweeps: sweep workers did not run the page again (which would
+    log 'missing ScriptRunContext' and 'No runtime found')."""
+    log = (OUT / "streamlit.log").read_text()
+    assert "missing ScriptRunContext" not in log and "No runtime found" not in log, log[-3000:]

@@ -61,7 +61,8 @@ def test_interval_sweep_picks_epsims_best(app):
     assert [s.value for s in app.success][0].startswith(f"best: rebalance every {best['interval']} forward passes")
     assert count(app, "vega_lite_chart") == 6
     table = app.dataframe[-1].value
-    assert list(table["interval"]) == ["every 4", "every 12", "no EPLB"]
+    assert list(table["rebalance"]) == ["every 4", "every 12", "no EPLB"]
+    assert "output tokens/s per GPU" in table.columns               # human column names
 
 
 def test_bad_interval_text_names_it(app):

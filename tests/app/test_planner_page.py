@@ -48,7 +48,7 @@ def _check_choice(at, plan_dir, constraints: list[str]) -> None:
         assert [w.value for w in at.warning][-1] == expected.infeasible
     assert count(at, "vega_lite_chart") == 2                     # GPUs vs TPOT, GPUs vs throughput
     table = at.dataframe[-1].value
-    assert list(table["deployment.ep_size"]) == [8, 16, 32]
+    assert list(table["EP size"]) == [8, 16, 32]                # human column names
     assert list(table["pareto"]) == [row["pareto"] for row in expected.rows]
 
 

@@ -81,6 +81,7 @@ def test_bad_uploads_show_one_line_errors(app):
         app.run()
         assert not app.exception
         assert errors(app) == [message]
+        assert [b for b in app.button if b.label == "Run simulation"]     # the form stays
 
 
 def test_uploaded_scenario_runs(app):

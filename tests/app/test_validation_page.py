@@ -37,28 +37,33 @@ def test_uploaded_records_match_epsim_validate(app, expected):
     shown = metrics(app)
     held = [r.ape for r in expected if r.split == "holdout"]
     fit = [r.ape for r in expected if r.split == "fit"]
-    assert shown["records shown"] == str(len(expected))
+    assert shown["records: held out + fit set"] == f"{len(held)} + {len(fit)}"
     assert shown["held-out MAPE"] == f"{np.mean(held):.1f} %"
-    assert shown["fit-set MAPE"] == f"{np.mean(fit):.1f} %"
-    assert shown["worst error"] == f"{max(r.ape for r in expected):.1f} %"
+    assert shown["fit-set MAPE (in-sample)"] == f"{np.mean(fit):.1f} %"
+    assert shown["worst held-out error"] == f"{max(held):.1f} %"
     backends = sorted({r.backend for r in expected})
     assert count(app, "vega_lite_chart") == 1 + len(backends)     # scatter + curves per backend
-    table = app.dataframe[0].value                                  # error by split, backend, kind
-    assert int(table["records"].sum()) == len(expected)
-    where = set(app.dataframe[1].value["where"])
+    held_table, fit_table = app.dataframe[0].value, app.dataframe[1].value   # held out first
+    assert int(held_table["records"].sum()) == len(held)
+    assert int(fit_table["records"].sum()) == len(fit)
+    assert "Measured on** 2x cpu (gloo), EP 2, 2026-11-29" in " ".join(i.value for i in app.info)
+    key = app.dataframe[2].value                                    # the curves' short labels
+    assert list(key["model"]) == sorted({r.model for r in expected})
+    where = set(app.dataframe[3].value["where"])
     assert all(w.startswith("gloo_records.jsonl:") for w in where)  # no temporary paths leak
 
 
 def test_filters_narrow_the_rows(app, expected):
     open_page(app, "validation")
     _upload(app, (RECORDS.name, RECORDS.read_bytes()), (PROFILE.name, PROFILE.read_bytes()))
-    app.multiselect(key="val_f_backend").set_value(["torch"])
-    app.multiselect(key="val_f_kind").set_value(["dispatch", "combine"])
+    app.pills(key="val_f_backend").set_value(["torch"])
+    app.pills(key="val_f_kind").set_value(["dispatch", "combine"])
     app.run()
     torch = [r for r in expected if r.backend == "torch" and r.kind in ("dispatch", "combine")]
-    assert metrics(app)["records shown"] == str(len(torch))
+    held = sum(r.split == "holdout" for r in torch)
+    assert metrics(app)["records: held out + fit set"] == f"{held} + {len(torch) - held}"
     assert count(app, "vega_lite_chart") == 2
-    app.multiselect(key="val_f_backend").set_value([])
+    app.pills(key="val_f_backend").set_value([])
     app.run()
     assert [w.value for w in app.warning] == ["No record matches the filters."]
 
@@ -73,8 +78,12 @@ def test_bad_uploads_show_one_line_errors(app):
         (good_records, ("profile.json", b'{"schema": "other/9"}'),
          "profile.json: schema ('other/9') must be 'epsim.profile/1'"),
         (("records.jsonl", b"hello\n"), good_profile,
-         "records (records.jsonl) must hold at least one dispatch, combine, experts or moe_layer record "
-         "the profile can predict (first problem: records.jsonl:1: not valid JSON (Expecting value))"),
+         "records (records.jsonl) must hold at least one valid record (first problem: "
+         "records.jsonl:1: not valid JSON (Expecting value))"),
+        (("records.jsonl", b"hello\n"), ("profile.json", b"{not json"),      # both, together
+         "profile.json: not valid JSON (Expecting property name enclosed in double quotes at line 1)"
+         "\n\nrecords (records.jsonl) must hold at least one valid record (first problem: "
+         "records.jsonl:1: not valid JSON (Expecting value))"),
     ]
     for records, profile, message in cases:
         _upload(app, records, profile)
@@ -90,5 +99,7 @@ def test_shipped_profile_and_records_load_by_default(app):
     open_page(app, "validation")
     assert app.radio(key="val_origin").value == "shipped profile and records (epsim/data)"
     assert not errors(app)
-    assert int(metrics(app)["records shown"]) > 0
+    assert int(metrics(app)["records: held out + fit set"].split()[0]) > 0
+    info = " ".join(i.value for i in app.info)
+    assert "Measured on** 2x NVIDIA H200, EP" in info
     assert count(app, "vega_lite_chart") >= 2
