@@ -174,6 +174,7 @@ def summarize(result: SimResult) -> dict:
     ttft = percentiles(lat["ttft_ms"])
     summary = {
         "scenario": result.scenario.model_dump(mode="json"),
+        "network": network_info(result.scenario),
         "profile": {k: v for k, v in result.profile_info.items() if k != "provenance"},
         # which component gave each part of the time: fitted / extrapolated / datasheet, with
         # the share of step time each covers and its p10/p90 band (epsim.cost.provenance)
@@ -279,6 +280,18 @@ def write_timeseries(result: SimResult, path: str | Path) -> None:
             writer.writerow([f"{v:.9g}" for v in row])
 
 
+def network_info(scenario) -> dict:
+    """The cluster's scale-out network and the backend's path over it (datasheet figures)."""
+    from epsim.cost.transport import transport_path
+    net = scenario.cluster.network_resolved
+    path = transport_path(scenario.deployment.moe_a2a_backend, net.kind)
+    return {"kind": net.kind, "nics_per_node": net.nics_per_node,
+            "nic_gbit_per_s": net.nic_gbit_per_s, "nic_gbps_per_gpu": net.nic_gbps_per_gpu,
+            "system": net.system, "transport": path.name, "latency_us": path.latency_us,
+            "spans_nodes": scenario.deployment.ep_size > scenario.cluster.gpus_per_node_resolved,
+            "source": "datasheet"}
+
+
 def format_table(summary: dict) -> str:
     """The stdout summary: throughput, latency percentiles, where a step's time goes."""
     from epsim.commands.output import duration, number, size, table
@@ -289,6 +302,10 @@ def format_table(summary: dict) -> str:
     lines = [
         f"scenario   {sc['name']}: {sc['model']['name']} on {d['ep_size']} x {sc['cluster']['gpu']} "
         f"(EP {d['ep_size']}, {d['moe_a2a_backend']}, disaggregation {d['disaggregation_mode']})",
+        *([f"network    {s['network']['kind']}: {s['network']['nics_per_node']} x "
+           f"{s['network']['nic_gbit_per_s']:g} Gb/s per node ({s['network']['nic_gbps_per_gpu']:g} "
+           f"GB/s per GPU), {d['moe_a2a_backend']} over {s['network']['transport']} (datasheet)"]
+          if s.get("network", {}).get("spans_nodes") else []),
         f"simulated  {s['sim_seconds']:g} s ({s['num_steps']} steps) in {s['wall_seconds']:.2f} s wall; "
         f"profile {s['profile']['name'] or s['profile']['path'] or '-'}",
         f"requests   {n['measured']} arrived after the {s['warmup_s']:g} s warm-up (the latencies "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.network import Network
 from epsim.zoo import get_model, get_network
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_nic_gigabits_become_gigabytes_per_gpu_once():
@@ -94,7 +97,7 @@ def test_nvl72_keeps_ep64_inside_nvlink():
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "epsim.cli", *args], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, cwd=ROOT)
 
 
 def test_cost_cli_takes_a_network_and_rejects_a_bad_one():
@@ -122,3 +125,15 @@ def test_hardware_lists_gpus_and_networks():
     assert all(n["source"] for n in out["networks"])
     text = _cli("hardware").stdout
     assert "AWS p5.48xlarge" in text and "gigabits" in text
+
+
+def test_simulate_reports_the_network_it_ran_over(tmp_path):
+    common = ["simulate", "scenarios/r1_qwen235b_ep64_decode.yaml", "--set", "workload.duration_s=2",
+              "--set", "workload.warmup_s=1", "--no-plots", "--no-progress", "--json"]
+    ib = json.loads(_cli(*common, "--set", "cluster.network=infiniband").stdout)
+    efa = json.loads(_cli(*common, "--set", "cluster.network=efa").stdout)
+    assert (ib["network"]["kind"], ib["network"]["transport"]) == ("infiniband", "IBGDA")
+    assert efa["network"]["transport"] == "CPU proxy (libfabric)" and efa["network"]["spans_nodes"]
+    assert efa["network"]["nic_gbps_per_gpu"] == ib["network"]["nic_gbps_per_gpu"] == 50.0
+    # same bytes per GPU, but the proxy and latency make each EFA step slower
+    assert efa["output_tokens_per_s_per_gpu"] < ib["output_tokens_per_s_per_gpu"]
