@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
-from epsim.cost.model import MoECost, StepCost
+from epsim.cost.model import CostModel, MoECost, StepCost
+from epsim.cost.tables import PlacementTables
 from epsim.cost.traffic import traffic_at
+from epsim.routing.skew import SkewModel
 
 if TYPE_CHECKING:
     from epsim.sim.engine import Simulation
@@ -61,26 +63,35 @@ class ReferenceStepper:
         return loads, sim.cost_model.step(batch, loads, sim.placement.tables)
 
 
+def moe_draws(cost_model: CostModel, skew: SkewModel, rng: np.random.Generator,
+              tables: PlacementTables, batch: BatchCounts, num_draws: int, t_s: float = 0.0,
+              step: int = 0) -> tuple[np.ndarray, list[MoECost]]:
+    """`num_draws` independent draws of a batch's MoE layers, drawn and priced at once.
+
+    Returns:
+        (loads [draws, layers, experts], one `MoECost` per draw with `[layers]` arrays), each
+        draw ready for `cost_model.step(batch, None, tables, moe=...)`.
+    """
+    tokens = cost_model.ep_tokens(batch)
+    num_tokens = int(round(float(tokens.sum())))
+    fraction = 0.5 if cost_model.deployment.enable_two_batch_overlap else 1.0
+    loads = skew.loads_block(num_draws, num_tokens, rng, t_s, step)
+    m = cost_model.moe(loads, tokens, tables, batch.phase, fraction, cost_model.uses_graph(batch))
+    rows = [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i], traffic_at(m.traffic, i),
+                    m.mode, m.sync_us) for i in range(num_draws)]
+    return loads, rows
+
+
 class _Pool:
-    """Draws of one batch shape: loads `[M, layers, experts]`, MoE costs `[M, layers]`."""
+    """Draws of one batch shape: loads `[M, layers, experts]` and M MoE costs. A row returns
+    the same objects each time it serves, so per-step statistics of them can be remembered
+    (`MetricsRecorder.record`)."""
 
     def __init__(self, key: tuple, t_s: float, max_uses: int, num_tokens: int, loads: np.ndarray,
-                 moe: MoECost):
-        self.key, self.t_s, self.max_uses, self.loads, self.moe = key, t_s, max_uses, loads, moe
+                 rows: list[MoECost]):
+        self.key, self.t_s, self.max_uses, self.loads, self.rows = key, t_s, max_uses, loads, rows
         self.num_tokens = num_tokens
         self.used = 0
-        self._rows: list[MoECost] | None = None
-
-    def take(self, row: int) -> tuple[np.ndarray, MoECost]:
-        """Draw `row`'s loads and MoE cost (the same objects each time the row serves, so
-        per-step statistics of them can be remembered, `MetricsRecorder.record`)."""
-        self.used += 1
-        if self._rows is None:
-            m = self.moe
-            self._rows = [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i],
-                                  traffic_at(m.traffic, i), m.mode, m.sync_us)
-                          for i in range(self.loads.shape[0])]
-        return self.loads[row], self._rows[row]
 
 
 class PoolStepper:
@@ -93,7 +104,6 @@ class PoolStepper:
         # a trace changes popularity every forward pass: every step draws anew
         self.fresh_every_step = spec.kind == "trace"
         self.drift_window_s = DRIFT_STALE_FRAC / rate if rate > 0 else np.inf
-        self.fraction = 0.5 if sim.scenario.deployment.enable_two_batch_overlap else 1.0
         self.rng = np.random.Generator(np.random.SFC64([sim.seed, 0x9007]))
         self._pool: _Pool | None = None
         self._last_lifetime = MAX_DRAWS * USES_PER_DRAW
@@ -103,25 +113,24 @@ class PoolStepper:
     def price(self, batch: BatchCounts, now_s: float, step: int) -> tuple[np.ndarray, StepCost]:
         sim = self.sim
         cost_model, placement = sim.cost_model, sim.placement
-        tokens = cost_model.ep_tokens(batch)
-        graph = cost_model.uses_graph(batch)
-        key = (tokens.tobytes(), batch.phase, graph, placement.version)
+        key = (cost_model.ep_tokens(batch).tobytes(), batch.phase, cost_model.uses_graph(batch),
+               placement.version)
         pool = self._pool
         if (pool is None or pool.key != key or pool.used >= pool.max_uses
                 or now_s - pool.t_s >= self.drift_window_s):
             if pool is not None:
                 self._last_lifetime = pool.used
-            pool = self._pool = self._new_pool(key, batch, tokens, graph, now_s, step)
-        row = int(self.rng.integers(pool.loads.shape[0])) if pool.loads.shape[0] > 1 else 0
-        loads, moe = pool.take(row)
+            pool = self._pool = self._new_pool(key, batch, now_s, step)
+        row = int(self.rng.integers(len(pool.rows))) if len(pool.rows) > 1 else 0
+        pool.used += 1
+        loads, moe = pool.loads[row], pool.rows[row]
         if sim.has_observers and pool.max_uses > 1:
             # observers (EPLB's statistics window) sum loads over many steps: a reused draw
             # would make those sums noisier than independent steps, so they get a fresh one
             loads = sim.skew.loads_block(1, pool.num_tokens, sim.routing_rng, now_s, step)[0]
         return loads, cost_model.step(batch, None, placement.tables, moe=moe)
 
-    def _new_pool(self, key: tuple, batch: BatchCounts, tokens: np.ndarray, graph: bool,
-                  now_s: float, step: int) -> _Pool:
+    def _new_pool(self, key: tuple, batch: BatchCounts, now_s: float, step: int) -> _Pool:
         """M draws where M covers the steps this pool is expected to serve, `USES_PER_DRAW`
         steps per draw: up to the drift window, and no more than twice what the last pool
         served (a shape that keeps changing gets one draw per step, as the reference)."""
@@ -135,14 +144,12 @@ class PoolStepper:
             expected = max(1, int(min(MAX_DRAWS * USES_PER_DRAW, by_drift,
                                       2 * self._last_lifetime)))
         num_draws = min(MAX_DRAWS, -(-expected // USES_PER_DRAW))
-        num_tokens = int(round(float(tokens.sum())))
-        loads = sim.skew.loads_block(num_draws, num_tokens, sim.routing_rng, now_s, step)
-        moe = sim.cost_model.moe(loads, tokens, sim.placement.tables, batch.phase,
-                                 self.fraction, graph)
+        loads, rows = moe_draws(sim.cost_model, sim.skew, sim.routing_rng, sim.placement.tables,
+                                batch, num_draws, now_s, step)
         self.num_draws += num_draws
         self.num_pools += 1
         max_uses = 1 if self.fresh_every_step else num_draws * USES_PER_DRAW
-        return _Pool(key, now_s, max_uses, num_tokens, loads, moe)
+        return _Pool(key, now_s, max_uses, int(round(float(batch.tokens.sum()))), loads, rows)
 
 
 def make_stepper(engine: str, sim: "Simulation"):

@@ -1,0 +1,237 @@
+"""The analytic screen: a configuration's steady state from the cost model alone, no event loop.
+
+Tier 1 of `epsim plan --screen` (docs/planning.md, "Two-tier planning"). The same `CostModel`
+the simulator uses prices a decode step and a prefill chunk at the *expected* batch (every
+rank alike: `B` running requests of mean context `E[I] + E[O^2] / (2 E[O])`, the context a
+running request holds averaged over its time in the batch; a chunk of `chunked_prefill_size`
+prompt tokens per rank, each rank's from its own prompt drawn token-weighted; moments from
+`LENGTH_SAMPLES` draws of the length specs), averaged over `NUM_DRAWS` draws of the expert loads from
+the skew model at t=0 (with EPLB, over the placement EPLB settles on for that popularity).
+Little's law closes the loop — a rank with arrival rate `lam` (requests/s) and `O` output
+tokens per request holds `B = lam * O * TPOT` requests — solved by fixed-point iteration:
+
+  decode instance  TPOT = t_decode(B); TTFT = one decode step.
+  prefill instance a step runs the prompt tokens that arrived during the previous one (at most
+                   a chunk): P = min(chunk, lam * I * t_prefill(P)); TTFT = the wait for the
+                   running step, then ceil(I / P) steps.
+  colocated        prefill steps pause decoding (SGLang without mixed chunks): n_p prefill
+                   steps per second take a share n_p * t_prefill of the time, so
+                   TPOT = t_decode / (1 - n_p * t_prefill).
+
+A rank that cannot keep up (B above `max_running_requests`, or the prefill share reaching 1)
+is `keep_up = 0`: TTFT is then infinite and throughput the saturated rate. What the screen
+leaves out, and the simulation has: queueing variance, per-request length spread, drift in
+time, EPLB rebalance costs, stalls. Percentile metrics of the simulation are therefore
+compared with the screen's means (`benchmarks/screen_vs_sim.py` records how well they agree).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from epsim.cost.attention import BatchCounts
+from epsim.cost.model import CostModel
+from epsim.cost.tables import build_tables, contiguous_placement
+from epsim.errors import SpecError
+from epsim.routing.skew import SkewModel
+from epsim.sim.stepper import moe_draws
+
+NUM_DRAWS = 2              # load draws averaged per priced step
+LENGTH_SAMPLES = 20_000    # draws of the length specs for their moments
+FIXED_POINT_ITERATIONS = 6
+
+# screen metrics, named like the simulation's summary columns they estimate
+SCREEN_METRICS = ("tpot_ms", "ttft_ms", "step_ms", "throughput_tokens_per_s_per_gpu",
+                  "output_tokens_per_s_per_gpu", "requests_per_s", "running_per_rank",
+                  "keep_up")
+
+
+@dataclass(frozen=True)
+class Steady:
+    """A rank's steady state (times in seconds)."""
+
+    tpot_s: float
+    ttft_s: float
+    step_s: float
+    running_per_rank: float
+    served_rps: float
+    tokens_per_s: float
+    output_per_s: float
+    keep_up: bool
+
+
+class SteadyStateModel:
+    """Prices expected batches of one scenario (see module doc).
+
+    Args:
+        scenario: a validated `Scenario`.
+        profile: calibration profile (None: the shipped one).
+    Raises:
+        SpecError: arrivals without a mean rate (a trace) or lengths without a mean.
+    """
+
+    def __init__(self, scenario, profile=None, seed: int = 0):
+        from epsim.profile import load_profile
+        from epsim.sim.arrivals import sample_lengths
+        self.scenario = scenario
+        m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
+        if not hasattr(w.arrivals, "rate_per_s"):
+            raise SpecError(f"workload.arrivals.kind ({w.arrivals.kind!r}) must have a mean "
+                            "rate (poisson or bursty) for the screen")
+        self.dp = scenario.dp_size
+        rng = np.random.default_rng([scenario.seed, 0x1E6])
+        inputs = sample_lengths(w.input_len, LENGTH_SAMPLES, rng).astype(np.float64)
+        outputs = sample_lengths(w.output_len, LENGTH_SAMPLES, rng).astype(np.float64)
+        self.input_len, self.output_len = float(inputs.mean()), float(outputs.mean())
+        self.decode_context = self.input_len + float((outputs ** 2).mean()) / (2 * self.output_len)
+        # one prompt per rank, drawn with probability proportional to its tokens, and where in
+        # it the rank's chunk lies (uniform)
+        pick = rng.choice(LENGTH_SAMPLES, self.dp, p=inputs / inputs.sum())
+        self._rank_prompts = (inputs[pick], rng.random(self.dp))
+        self.rate_per_rank = w.arrivals.rate_per_s / self.dp
+        profile = profile if profile is not None else load_profile(
+            scenario.resolve_path(scenario.profile) if scenario.profile else None)
+        self.cost_model = CostModel(m, c, d, profile)
+        self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=scenario.seed,
+                              base_dir=scenario.base_dir)
+        self.rng = np.random.Generator(np.random.SFC64([scenario.seed, 0x5C2E]))
+        p2l = contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size,
+                                   d.ep_num_redundant_experts)
+        ranks_per_node = min(c.gpus_per_node_resolved, d.ep_size)
+        if d.enable_eplb:          # the placement EPLB settles on for the t=0 popularity
+            from epsim.eplb import compute_placement
+            p2l = compute_placement(d.eplb_algorithm, self.skew.popularity(0.0) * 1e6,
+                                    m.num_experts + d.ep_num_redundant_experts,
+                                    m.num_expert_groups, d.ep_size // ranks_per_node,
+                                    d.ep_size).physical_to_logical
+        self.tables = build_tables(p2l, m.num_experts, d.ep_size, ranks_per_node,
+                                   d.ep_dispatch_algorithm)
+        self._cache: dict[tuple, float] = {}
+
+    def step_s(self, batch: BatchCounts) -> float:
+        """Mean time of a step running `batch` over `NUM_DRAWS` load draws (seconds)."""
+        _, rows = moe_draws(self.cost_model, self.skew, self.rng, self.tables, batch, NUM_DRAWS)
+        return float(np.mean([self.cost_model.step(batch, None, self.tables, moe=moe).step_us
+                              for moe in rows])) * 1e-6
+
+    def decode_s(self, running: float) -> float:
+        """A decode step with `running` requests on every rank (rounded up to whole ones)."""
+        b = max(1, math.ceil(running - 1e-9))
+        key = ("decode", b)
+        if key not in self._cache:
+            self._cache[key] = self.step_s(BatchCounts.uniform_decode(self.dp, b,
+                                                                      self.decode_context))
+        return self._cache[key]
+
+    def prefill_s(self, tokens: float) -> float:
+        """A prefill step of `tokens` prompt tokens per rank. Each rank's chunk comes from its
+        own prompt (drawn token-weighted from the input lengths, at a uniformly drawn chunk of
+        it), since the slowest rank's attention sets the pace of the step."""
+        p = max(1, math.ceil(tokens - 1e-9))
+        key = ("prefill", p)
+        if key not in self._cache:
+            prompt, u = self._rank_prompts                     # [dp] each
+            num_chunks = np.ceil(prompt / p)
+            prefix = np.where(prompt > p, np.floor(u * num_chunks) * p, 0.0)
+            prefix = np.minimum(prefix, np.maximum(prompt - p, 0.0))
+            full = np.full(self.dp, float(p))
+            # a chunk of one long prompt, or whole short prompts of about the drawn length
+            pairs = np.where(prompt > p, full * prefix + full * (full + 1.0) / 2.0,
+                             full * (prompt + 1.0) / 2.0)
+            sampled = np.where(prompt > p, 1.0 / num_chunks, full / prompt)
+            z = np.zeros(self.dp)
+            self._cache[key] = self.step_s(BatchCounts(z, z, full, prefix + full, pairs, sampled,
+                                                       "prefill"))
+        return self._cache[key]
+
+    # -- the three instance kinds ---------------------------------------------------------
+    def steady(self) -> Steady:
+        mode = self.scenario.deployment.disaggregation_mode
+        if mode == "decode":
+            return self._decode()
+        if mode == "prefill":
+            return self._prefill()
+        return self._colocated()
+
+    def _decode(self) -> Steady:
+        d, lam, out = self.scenario.deployment, self.rate_per_rank, self.output_len
+        cap = d.max_running_requests
+        running = float(cap)
+        t = self.decode_s(running)
+        keep_up = lam * out * t < cap
+        if keep_up:
+            for _ in range(FIXED_POINT_ITERATIONS):
+                running = min(cap, max(1.0, lam * out * t))
+                t = self.decode_s(running)
+        served = min(lam, running / (out * t))
+        return Steady(t, t if keep_up else math.inf, t, running, served * self.dp,
+                      served * out * self.dp, served * out * self.dp, keep_up)
+
+    def _prefill(self) -> Steady:
+        chunk, lam, i = self.scenario.deployment.chunked_prefill_size, self.rate_per_rank, self.input_len
+        p = float(chunk)
+        t = self.prefill_s(p)
+        keep_up = lam * i * t < chunk
+        if keep_up:
+            for _ in range(FIXED_POINT_ITERATIONS):
+                p = min(chunk, max(1.0, lam * i * t))
+                t = self.prefill_s(p)
+        served = min(lam, p / (i * t))
+        ttft = 0.5 * t + math.ceil(i / p) * t if keep_up else math.inf
+        return Steady(ttft, ttft, t, p / i, served * self.dp, served * i * self.dp,
+                      served * self.dp, keep_up)
+
+    def _colocated(self) -> Steady:
+        d, lam, i, out = self.scenario.deployment, self.rate_per_rank, self.input_len, self.output_len
+        cap, chunk = d.max_running_requests, d.chunked_prefill_size
+        running, t_d = float(cap), self.decode_s(cap)
+        p, t_p = float(chunk), self.prefill_s(chunk)
+        keep_up = True
+        for _ in range(FIXED_POINT_ITERATIONS):
+            # prefill steps per second: one per request's chunk when arrivals are sparse, at
+            # most one per decode step when dense (the arrivals since the last one, batched)
+            n_p = min(lam * math.ceil(i / chunk), 1.0 / (t_d + t_p))
+            p = min(chunk, max(1.0, lam * i / n_p))
+            t_p = self.prefill_s(p)
+            busy = n_p * t_p
+            if busy >= 1.0 or lam * i > chunk / t_p:
+                keep_up = False
+                break
+            tpot = t_d / (1.0 - busy)
+            new_running = lam * out * tpot
+            if new_running >= cap:
+                keep_up = False
+                break
+            running = max(1.0, new_running)
+            t_d = self.decode_s(running)
+        if not keep_up:
+            running, t_d = float(cap), self.decode_s(cap)
+            t_p = self.prefill_s(chunk)
+            # saturated: the served rate that fills the batch, prefill share at that rate
+            served = cap / (out * t_d + cap * i * t_p / chunk) if chunk else 0.0
+            busy = min(0.99, served * i / chunk * t_p)
+            tpot = t_d / (1.0 - busy)
+            return Steady(tpot, math.inf, t_d, running, served * self.dp,
+                          served * (i + out) * self.dp, served * out * self.dp, False)
+        ttft = 0.5 * t_d + math.ceil(i / max(p, 1.0)) * t_p + (math.ceil(i / chunk) - 1) * t_d
+        return Steady(t_d / (1.0 - n_p * t_p), ttft, t_d, running, lam * self.dp,
+                      lam * (i + out) * self.dp, lam * out * self.dp, True)
+
+
+def screen_metrics(scenario, profile=None) -> dict[str, float]:
+    """`SCREEN_METRICS` of one scenario (ms for times, per GPU for throughputs).
+
+    Raises:
+        SpecError: see `SteadyStateModel`.
+    """
+    model = SteadyStateModel(scenario, profile)
+    s = model.steady()
+    num_gpus = scenario.deployment.ep_size
+    return {"tpot_ms": s.tpot_s * 1e3, "ttft_ms": s.ttft_s * 1e3, "step_ms": s.step_s * 1e3,
+            "throughput_tokens_per_s_per_gpu": s.tokens_per_s / num_gpus,
+            "output_tokens_per_s_per_gpu": s.output_per_s / num_gpus,
+            "requests_per_s": s.served_rps, "running_per_rank": s.running_per_rank,
+            "keep_up": 1.0 if s.keep_up else 0.0}
