@@ -183,6 +183,22 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-keep-up", action="store_true",
                    help="judge points by the constraints alone (default: a feasible point must "
                         "also serve its offered load, docs/planning.md)")
+    p.add_argument("--screen", action="store_true",
+                   help="two tiers: screen every point analytically (no event loop), simulate "
+                        "only the screen's candidates and their neighbours (docs/planning.md)")
+    p.add_argument("--screen-margin", type=float, default=None, metavar="FRAC",
+                   help="with --screen: a candidate meets each constraint within this share of "
+                        "its bound by the screen's estimate (default 0.25)")
+    p.add_argument("--screen-top", type=int, default=None, metavar="N",
+                   help="with --screen: also simulate the N best by the objectives (default 3)")
+    p.add_argument("--fleet", action="store_true",
+                   help="size prefill and decode pools (instances, EP size, backend: the --sweep "
+                        "deployment.* values) for the scenario's workload under "
+                        "--constraint ttft_ms.p99<=MS and tpot_ms.p99<=MS (docs/planning.md)")
+    p.add_argument("--kv-transfer", default="mooncake", choices=["mooncake", "nccl"],
+                   help="with --fleet: the KV-cache path between the pools (default mooncake)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="with --fleet: the screen's answer only, without simulating the pools")
     output_options(p, progress=True)
 
 

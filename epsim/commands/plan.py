@@ -101,6 +101,9 @@ def run_max_rate(args):
 def run(args):
     if args.max_rate:
         return run_max_rate(args)
+    if args.fleet:
+        from epsim.commands.fleet import run as run_fleet
+        return run_fleet(args)
     from epsim.commands.output import Report, json_safe, wants_progress
     from epsim.plan.runner import rejected, run_plan
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
@@ -108,7 +111,8 @@ def run(args):
                       workers=args.workers, ray_address=args.ray_address, out=args.out,
                       overrides=args.overrides, seed=args.seed, profile=args.profile,
                       progress=wants_progress(args), plots=not args.no_plots, require_feasible=False,
-                      keep_up=not args.no_keep_up)
+                      keep_up=not args.no_keep_up, screen=args.screen,
+                      screen_margin=args.screen_margin, screen_top=args.screen_top)
     names = table_columns(result)
     data = json_safe({
         "scenario": args.scenario, "sweeps": {a.key: list(a.values) for a in result.axes},

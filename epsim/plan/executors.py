@@ -63,19 +63,20 @@ def check_executor(executor: str, workers: int | None) -> None:
 
 
 Done = Callable[[int, dict], None]
+Task = Callable[[Any], dict]
 
 
-def _run_inline(tasks: list[PointTask], on_done: Done) -> None:
+def _run_inline(tasks: list, on_done: Done, fn: Task = run_point) -> None:
     for i, task in enumerate(tasks):
-        on_done(i, run_point(task))
+        on_done(i, fn(task))
 
 
-def _run_local(tasks: list[PointTask], workers: int, on_done: Done) -> None:
+def _run_local(tasks: list, workers: int, on_done: Done, fn: Task = run_point) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
-        futures = {pool.submit(run_point, task): i for i, task in enumerate(tasks)}
+        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
         try:
             for future in as_completed(futures):
                 on_done(futures[future], future.result())
@@ -85,7 +86,8 @@ def _run_local(tasks: list[PointTask], workers: int, on_done: Done) -> None:
             raise
 
 
-def _run_ray(tasks: list[PointTask], workers: int, address: str | None, on_done: Done) -> None:
+def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done,
+             fn: Task = run_point) -> None:
     try:
         import ray
     except ImportError:
@@ -99,7 +101,7 @@ def _run_ray(tasks: list[PointTask], workers: int, address: str | None, on_done:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SpecError(f"--ray-address ({address}) must reach a Ray cluster: {first}") from None
     try:
-        remote = ray.remote(num_cpus=1)(run_point)
+        remote = ray.remote(num_cpus=1)(fn)
         refs = {remote.remote(task): i for i, task in enumerate(tasks)}
         pending = list(refs)
         while pending:
@@ -111,10 +113,12 @@ def _run_ray(tasks: list[PointTask], workers: int, address: str | None, on_done:
             ray.shutdown()
 
 
-def execute(tasks: list[PointTask], on_done: Done, executor: str = "local", workers: int | None = None,
-            ray_address: str | None = None) -> None:
-    """Run every task, calling `on_done(task index, result)` in this process as each finishes
-    (in completion order, which differs between runs; results do not).
+def execute(tasks: list, on_done: Done, executor: str = "local", workers: int | None = None,
+            ray_address: str | None = None, fn: Task = run_point) -> None:
+    """Run `fn` (default `run_point`; the screen passes `epsim.plan.tiers.screen_chunk`) on
+    every task, calling `on_done(task index, result)` in this process as each finishes (in
+    completion order, which differs between runs; results do not). `fn` must be a module-level
+    function (it travels to worker processes by name).
 
     Raises:
         SpecError: an unknown executor, workers < 1, ray missing or unreachable.
@@ -124,8 +128,8 @@ def execute(tasks: list[PointTask], on_done: Done, executor: str = "local", work
         return
     workers = workers or default_workers()
     if executor == "ray":
-        _run_ray(tasks, workers, ray_address, on_done)
+        _run_ray(tasks, workers, ray_address, on_done, fn)
     elif workers == 1 or len(tasks) == 1:
-        _run_inline(tasks, on_done)
+        _run_inline(tasks, on_done, fn)
     else:
-        _run_local(tasks, workers, on_done)
+        _run_local(tasks, workers, on_done, fn)

@@ -135,7 +135,9 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
              executor: str = "local", workers: int | None = None, ray_address: str | None = None,
              out: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None,
              seed: int | None = None, profile: str | Path | None = None, progress: bool = True,
-             plots: bool = True, require_feasible: bool = True, keep_up: bool = True) -> PlanResult:
+             plots: bool = True, require_feasible: bool = True, keep_up: bool = True,
+             screen: bool = False, screen_margin: float | None = None,
+             screen_top: int | None = None) -> PlanResult:
     """Sweep a scenario and choose the best configuration.
 
     Args:
@@ -151,6 +153,8 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
             are given and no point meets them all.
         keep_up: a feasible point must also keep up with its offered load (served >= 97 % of
             offered, backlog not growing; `epsim.report.keep_up`); False: constraints only.
+        screen: two tiers (`epsim.plan.tiers`): screen every point analytically, simulate the
+            screen's candidates and their neighbours only (`screen_margin`, `screen_top`).
     Raises:
         SpecError: bad sweep syntax, unknown keys or metrics, no valid point, no feasible point.
     """
@@ -175,15 +179,25 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     points, skipped = _build_points(base, axes, profile_path)
     cache = PointCache(out_dir)
     start = time.perf_counter()
-    results, num_computed = _run_missing(points, cache, executor, workers, ray_address, progress)
+    to_run, screen_cols = points, []
+    if screen:
+        from epsim.plan.tiers import screen_tier
+        to_run, screen_cols = screen_tier(
+            points, keys, axes, out_dir, executor, workers, ray_address, progress,
+            parsed_constraints, parsed_objectives, parsed_pareto, keep_up, screen_margin,
+            screen_top)
+    results, num_computed = _run_missing(to_run, cache, executor, workers, ray_address, progress)
     wall_s = time.perf_counter() - start
 
-    rows = [_row(point, keys, results[point.key]) for point in points]
+    rows = [_row(point, keys, results.get(point.key, {})) for point in points]
+    for row, extra in zip(rows, screen_cols):
+        row.update(extra)
     columns = (list(ID_COLUMNS) + keys + list(DERIVED_COLUMNS) + list(COST_COLUMNS)
-               + list(METRIC_COLUMNS) + list(FLAG_COLUMNS))
-    warning_counts = Counter(w for p in points for w in results[p.key].get("warnings", []))
+               + list(METRIC_COLUMNS) + list(screen_cols[0] if screen_cols else [])
+               + list(FLAG_COLUMNS))
+    warning_counts = Counter(w for p in to_run for w in results[p.key].get("warnings", []))
     result = PlanResult(rows, columns, axes, parsed_constraints, parsed_objectives, parsed_pareto,
-                        None, [], skipped, num_computed, len(points) - num_computed, wall_s, out_dir,
+                        None, [], skipped, num_computed, len(to_run) - num_computed, wall_s, out_dir,
                         dict(warning_counts), keep_up=keep_up)
     from epsim.spec.scenario import scenario_from_dict
     result.workload = workload_text(scenario_from_dict(base.data, where=base.where,

@@ -11,9 +11,10 @@ Little's law closes the loop — a rank with arrival rate `lam` (requests/s) and
 tokens per request holds `B = lam * O * TPOT` requests — solved by fixed-point iteration:
 
   decode instance  TPOT = t_decode(B); TTFT = one decode step.
-  prefill instance a step runs the prompt tokens that arrived during the previous one (at most
-                   a chunk): P = min(chunk, lam * I * t_prefill(P)); TTFT = the wait for the
-                   running step, then ceil(I / P) steps.
+  prefill instance a step runs the prompt tokens that arrived during the previous one (at
+                   least one prompt, at most a chunk): P = min(chunk, max(I, lam * I *
+                   t_prefill(P))); TTFT = the wait for the running step, then ceil(I / chunk)
+                   steps.
   colocated        prefill steps pause decoding (SGLang without mixed chunks): n_p prefill
                    steps per second take a share n_p * t_prefill of the time, so
                    TPOT = t_decode / (1 - n_p * t_prefill).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -47,6 +49,20 @@ FIXED_POINT_ITERATIONS = 6
 SCREEN_METRICS = ("tpot_ms", "ttft_ms", "step_ms", "throughput_tokens_per_s_per_gpu",
                   "output_tokens_per_s_per_gpu", "requests_per_s", "running_per_rank",
                   "keep_up")
+
+
+@lru_cache(maxsize=64)
+def _length_samples(input_spec: str, output_spec: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`LENGTH_SAMPLES` input and output lengths (float64) of two length specs (as JSON, so a
+    sweep's points share one draw)."""
+    from pydantic import TypeAdapter
+
+    from epsim.sim.arrivals import sample_lengths
+    from epsim.spec.workload import LengthSpec
+    adapter = TypeAdapter(LengthSpec)
+    rng = np.random.default_rng([seed, 0x1E6])
+    return tuple(sample_lengths(adapter.validate_json(spec), LENGTH_SAMPLES, rng).astype(np.float64)
+                 for spec in (input_spec, output_spec))
 
 
 @dataclass(frozen=True)
@@ -75,23 +91,23 @@ class SteadyStateModel:
 
     def __init__(self, scenario, profile=None, seed: int = 0):
         from epsim.profile import load_profile
-        from epsim.sim.arrivals import sample_lengths
         self.scenario = scenario
         m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
         if not hasattr(w.arrivals, "rate_per_s"):
             raise SpecError(f"workload.arrivals.kind ({w.arrivals.kind!r}) must have a mean "
                             "rate (poisson or bursty) for the screen")
         self.dp = scenario.dp_size
-        rng = np.random.default_rng([scenario.seed, 0x1E6])
-        inputs = sample_lengths(w.input_len, LENGTH_SAMPLES, rng).astype(np.float64)
-        outputs = sample_lengths(w.output_len, LENGTH_SAMPLES, rng).astype(np.float64)
+        inputs, outputs = _length_samples(w.input_len.model_dump_json(),
+                                          w.output_len.model_dump_json(), scenario.seed)
         self.input_len, self.output_len = float(inputs.mean()), float(outputs.mean())
         self.decode_context = self.input_len + float((outputs ** 2).mean()) / (2 * self.output_len)
         # one prompt per rank, drawn with probability proportional to its tokens, and where in
         # it the rank's chunk lies (uniform)
+        rng = np.random.default_rng([scenario.seed, 0x1E7])
         pick = rng.choice(LENGTH_SAMPLES, self.dp, p=inputs / inputs.sum())
         self._rank_prompts = (inputs[pick], rng.random(self.dp))
         self.rate_per_rank = w.arrivals.rate_per_s / self.dp
+        self.max_running = d.max_running_requests
         profile = profile if profile is not None else load_profile(
             scenario.resolve_path(scenario.profile) if scenario.profile else None)
         self.cost_model = CostModel(m, c, d, profile)
@@ -148,7 +164,11 @@ class SteadyStateModel:
         return self._cache[key]
 
     # -- the three instance kinds ---------------------------------------------------------
-    def steady(self) -> Steady:
+    def steady(self, rate_per_s: float | None = None) -> Steady:
+        """The steady state at the scenario's arrival rate, or at `rate_per_s` (requests per
+        second, whole instance; step prices are kept across rates)."""
+        if rate_per_s is not None:
+            self.rate_per_rank = rate_per_s / self.dp
         mode = self.scenario.deployment.disaggregation_mode
         if mode == "decode":
             return self._decode()
@@ -158,7 +178,7 @@ class SteadyStateModel:
 
     def _decode(self) -> Steady:
         d, lam, out = self.scenario.deployment, self.rate_per_rank, self.output_len
-        cap = d.max_running_requests
+        cap = self.max_running
         running = float(cap)
         t = self.decode_s(running)
         keep_up = lam * out * t < cap
@@ -177,16 +197,18 @@ class SteadyStateModel:
         keep_up = lam * i * t < chunk
         if keep_up:
             for _ in range(FIXED_POINT_ITERATIONS):
-                p = min(chunk, max(1.0, lam * i * t))
+                # the prompts that arrived during the last step, at least one whole prompt
+                # (the busiest rank sets the pace), at most a chunk
+                p = min(chunk, max(i, lam * i * t))
                 t = self.prefill_s(p)
         served = min(lam, p / (i * t))
-        ttft = 0.5 * t + math.ceil(i / p) * t if keep_up else math.inf
+        ttft = 0.5 * t + math.ceil(i / chunk) * t if keep_up else math.inf
         return Steady(ttft, ttft, t, p / i, served * self.dp, served * i * self.dp,
                       served * self.dp, keep_up)
 
     def _colocated(self) -> Steady:
         d, lam, i, out = self.scenario.deployment, self.rate_per_rank, self.input_len, self.output_len
-        cap, chunk = d.max_running_requests, d.chunked_prefill_size
+        cap, chunk = self.max_running, d.chunked_prefill_size
         running, t_d = float(cap), self.decode_s(cap)
         p, t_p = float(chunk), self.prefill_s(chunk)
         keep_up = True
@@ -194,7 +216,7 @@ class SteadyStateModel:
             # prefill steps per second: one per request's chunk when arrivals are sparse, at
             # most one per decode step when dense (the arrivals since the last one, batched)
             n_p = min(lam * math.ceil(i / chunk), 1.0 / (t_d + t_p))
-            p = min(chunk, max(1.0, lam * i / n_p))
+            p = min(chunk, max(i, lam * i / n_p))
             t_p = self.prefill_s(p)
             busy = n_p * t_p
             if busy >= 1.0 or lam * i > chunk / t_p:
@@ -216,9 +238,33 @@ class SteadyStateModel:
             tpot = t_d / (1.0 - busy)
             return Steady(tpot, math.inf, t_d, running, served * self.dp,
                           served * (i + out) * self.dp, served * out * self.dp, False)
-        ttft = 0.5 * t_d + math.ceil(i / max(p, 1.0)) * t_p + (math.ceil(i / chunk) - 1) * t_d
+        ttft = 0.5 * t_d + math.ceil(i / chunk) * t_p + (math.ceil(i / chunk) - 1) * t_d
         return Steady(t_d / (1.0 - n_p * t_p), ttft, t_d, running, lam * self.dp,
                       lam * (i + out) * self.dp, lam * out * self.dp, True)
+
+
+_MODELS: dict[str, SteadyStateModel] = {}
+_MAX_MODELS = 256
+# fields that change no step price: a sweep's points that differ only in them share one model
+_NOT_PRICED = {"name": True, "description": True, "base_dir": True,
+               "workload": {"arrivals", "duration_s", "warmup_s"},
+               "deployment": {"max_running_requests"}}
+
+
+def steady_model(scenario, profile=None) -> SteadyStateModel:
+    """A `SteadyStateModel` for `scenario`, shared with earlier scenarios of this process that
+    differ only in arrivals and `max_running_requests` (their step prices are the same)."""
+    import json
+    key = json.dumps([scenario.model_dump(mode="json", exclude=_NOT_PRICED),
+                      id(profile) if profile is not None else None], sort_keys=True)
+    model = _MODELS.get(key)
+    if model is None:
+        if len(_MODELS) >= _MAX_MODELS:
+            _MODELS.clear()
+        model = _MODELS[key] = SteadyStateModel(scenario, profile)
+    model.scenario = scenario
+    model.max_running = scenario.deployment.max_running_requests
+    return model
 
 
 def screen_metrics(scenario, profile=None) -> dict[str, float]:
@@ -227,11 +273,36 @@ def screen_metrics(scenario, profile=None) -> dict[str, float]:
     Raises:
         SpecError: see `SteadyStateModel`.
     """
-    model = SteadyStateModel(scenario, profile)
-    s = model.steady()
+    if not hasattr(scenario.workload.arrivals, "rate_per_s"):
+        SteadyStateModel(scenario, profile)                  # raises the arrivals error
+    s = steady_model(scenario, profile).steady(scenario.workload.arrivals.rate_per_s)
     num_gpus = scenario.deployment.ep_size
     return {"tpot_ms": s.tpot_s * 1e3, "ttft_ms": s.ttft_s * 1e3, "step_ms": s.step_s * 1e3,
             "throughput_tokens_per_s_per_gpu": s.tokens_per_s / num_gpus,
             "output_tokens_per_s_per_gpu": s.output_per_s / num_gpus,
             "requests_per_s": s.served_rps, "running_per_rank": s.running_per_rank,
             "keep_up": 1.0 if s.keep_up else 0.0}
+
+
+def max_rate(model: SteadyStateModel, ok, high_per_s: float, rel_tol: float = 0.01) -> tuple[float, Steady | None]:
+    """The highest arrival rate (requests/s, whole instance) whose steady state satisfies
+    `ok(Steady)`, by bisection below `high_per_s` (ok must fail above a threshold only).
+
+    Returns:
+        (rate, its Steady); (0.0, None) when even a trickle fails.
+    """
+    low, high = 0.0, high_per_s
+    best = None
+    probe = high_per_s * 1e-3
+    state = model.steady(probe)
+    if not ok(state):
+        return 0.0, None
+    low, best = probe, state
+    while high - low > rel_tol * high:
+        mid = 0.5 * (low + high)
+        state = model.steady(mid)
+        if ok(state):
+            low, best = mid, state
+        else:
+            high = mid
+    return low, best

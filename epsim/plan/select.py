@@ -125,6 +125,9 @@ def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) ->
     """Why a row is not feasible, in a few words ('' when it is)."""
     if row.get("error"):
         return f"failed: {row['error']}"
+    if row.get("tier") == "screened":            # two-tier plans (`epsim.plan.tiers`)
+        return (f"not simulated: the screen ranks it out (screen TPOT {row['screen.tpot_ms']:.4g} ms, "
+                f"keeps up: {'yes' if row['screen.keep_up'] == 1.0 else 'no'})")
     reasons = []
     if keep_up and not row.get(KEEP_UP_METRIC) == 1.0:
         offered, served = row.get("keep_up.offered_rps"), row.get("keep_up.served_rps")

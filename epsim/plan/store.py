@@ -21,8 +21,8 @@ CACHE_NAME = "points.jsonl"
 class PointCache:
     """Finished points by key; in memory only when `directory` is None."""
 
-    def __init__(self, directory: Path | None):
-        self.path = directory / CACHE_NAME if directory is not None else None
+    def __init__(self, directory: Path | None, name: str = CACHE_NAME):
+        self.path = directory / name if directory is not None else None
         self.entries: dict[str, dict] = {}
         self.num_unreadable = 0
         if self.path is not None and self.path.is_file():

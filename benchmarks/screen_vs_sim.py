@@ -1,0 +1,178 @@
+"""The analytic screen against the simulation (two-tier planning, docs/planning.md).
+
+    python benchmarks/screen_vs_sim.py            # print
+    python benchmarks/screen_vs_sim.py --write    # also record benchmarks/results/screen_vs_sim.md
+
+Part 1, speed: the screen alone on a large sweep of `scenarios/qwen235b_h200_decode.yaml`
+(5,760 configurations: EP size x backend x dispatch dtype x batch limit x two-batch overlap x
+arrival rate x skew), on the local executor with `--workers` processes.
+
+Part 2, agreement, on a stated sample: the 200-point Cartesian sweep `SAMPLE_SWEEP` of the same
+scenario (30 simulated s per point, statistics after 10 s), every point simulated (`epsim plan`
+without a screen) and screened. Recorded: Spearman rank correlation and relative error of the
+screen's TPOT (against the simulation's mean and p99) and throughput per GPU, keep-up agreement,
+and whether `epsim plan --screen` (simulating only the screen's candidates and neighbours)
+gives the same answer as simulating all 200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = ROOT / "scenarios" / "qwen235b_h200_decode.yaml"
+RESULTS = ROOT / "benchmarks" / "results" / "screen_vs_sim.md"
+
+SPEED_SWEEP = ["deployment.ep_size=8:128:x2", "deployment.moe_a2a_backend=deepep,mooncake",
+               "deployment.dispatch_dtype=bf16,fp8", "deployment.max_running_requests=32,64,128,256",
+               "deployment.enable_two_batch_overlap=false,true",
+               "workload.arrivals.rate_per_s=50:600:+50", "workload.skew.alpha=0.4,0.8,1.2"]
+SAMPLE_SWEEP = ["deployment.ep_size=8:128:x2", "deployment.moe_a2a_backend=deepep,mooncake",
+                "deployment.max_running_requests=32,64,128,256",
+                "workload.arrivals.rate_per_s=100:500:+100"]
+CONSTRAINTS = ["tpot_ms.p99<=50"]
+
+
+def screen_speed(workers: int) -> dict:
+    """Build and screen every point of `SPEED_SWEEP` (no simulation)."""
+    from epsim.plan.points import load_base
+    from epsim.plan.runner import _axes, _build_points
+    from epsim.plan.tiers import screen_points
+    start = time.perf_counter()
+    points, skipped = _build_points(load_base(SCENARIO), _axes(SPEED_SWEEP), None)
+    built = time.perf_counter()
+    screened = screen_points(points, None, "local", workers, None, progress=False)
+    end = time.perf_counter()
+    return {"points": len(points), "skipped": len(skipped), "build_s": built - start,
+            "screen_s": end - built, "total_s": end - start,
+            "priced": sum(1 for v in screened.values() if v)}
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(spearmanr(a[ok], b[ok]).statistic) if ok.sum() > 2 else float("nan")
+
+
+def rel_err(est: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    ok = np.isfinite(est) & np.isfinite(ref) & (ref > 0)
+    return np.abs(est[ok] - ref[ok]) / ref[ok]
+
+
+def agreement(workers: int, out: Path) -> dict:
+    from epsim.plan.runner import run_plan
+    common = dict(constraints=CONSTRAINTS, executor="local", workers=workers, out=out,
+                  progress=False, plots=False, require_feasible=False)
+    start = time.perf_counter()
+    full = run_plan(SCENARIO, SAMPLE_SWEEP, **common)
+    full_s = time.perf_counter() - start
+    start = time.perf_counter()
+    two = run_plan(SCENARIO, SAMPLE_SWEEP, screen=True, **common)   # simulations cached
+    two_s = time.perf_counter() - start
+    col = lambda res, name: res.column(name)                        # noqa: E731
+    keeps = col(two, "screen.keep_up") == 1.0
+    sim_keeps = col(full, "keep_up.ok") == 1.0
+    both = keeps & sim_keeps
+    s_tpot, s_thr = col(two, "screen.tpot_ms"), col(two, "screen.throughput_tokens_per_s_per_gpu")
+    tpot_mean, tpot_p99 = col(full, "tpot_ms.mean"), col(full, "tpot_ms.p99")
+    thr = col(full, "throughput_tokens_per_s_per_gpu")
+    describe = lambda res: "none" if res.best is None else res.describe(res.best)   # noqa: E731
+    return {
+        "points": len(full.rows), "full_s": full_s, "two_tier_s": two_s,
+        "simulated_by_two_tier": int(sum(1 for r in two.rows if r["tier"] == "simulated")),
+        "rho_tpot_mean": spearman(s_tpot[both], tpot_mean[both]),
+        "rho_tpot_p99": spearman(s_tpot[both], tpot_p99[both]),
+        "rho_throughput": spearman(s_thr, thr),
+        "err_tpot_mean": rel_err(s_tpot[both], tpot_mean[both]),
+        "err_tpot_p99": rel_err(s_tpot[both], tpot_p99[both]),
+        "err_throughput": rel_err(s_thr[both], thr[both]),
+        "num_both_keep_up": int(both.sum()),
+        "keep_up_agree": float((keeps == sim_keeps).mean()),
+        "screen_only_keeps": int((keeps & ~sim_keeps).sum()),
+        "sim_only_keeps": int((~keeps & sim_keeps).sum()),
+        "best_full": describe(full), "best_two": describe(two),
+        "same_answer": (full.best is not None and two.best is not None
+                        and full.rows[full.best]["point_id"] == two.rows[two.best]["point_id"])
+                       or (full.best is None and two.best is None),
+    }
+
+
+def pct(errors: np.ndarray, q: float) -> str:
+    return f"{np.percentile(errors, q) * 100:.1f} %" if errors.size else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "runs" / "screen_vs_sim"),
+                        help="results directory of the sample's plans")
+    parser.add_argument("--write", action="store_true", help=f"record results in {RESULTS}")
+    args = parser.parse_args(argv)
+    import warnings
+    warnings.simplefilter("ignore")
+    speed = screen_speed(args.workers)
+    load_speed = os.getloadavg()[0]
+    print(f"screen: {speed}", file=sys.stderr)
+    agree = agreement(args.workers, Path(args.out))
+    load_agree = os.getloadavg()[0]
+    print({k: v for k, v in agree.items() if not isinstance(v, np.ndarray)}, file=sys.stderr)
+    lines = [
+        "## Speed: the screen alone", "",
+        f"`{SCENARIO.name}` swept over {len(SPEED_SWEEP)} axes: "
+        + "; ".join(f"`{s}`" for s in SPEED_SWEEP) + ".", "",
+        "| configurations | skipped (invalid) | build s | screen s | total s | configurations/s | "
+        "workers | load average (1 min) |", "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {speed['points']} | {speed['skipped']} | {speed['build_s']:.1f} | {speed['screen_s']:.1f} "
+        f"| {speed['total_s']:.1f} | {speed['points'] / speed['total_s']:.0f} | {args.workers} "
+        f"| {load_speed:.1f} |", "",
+        "## Agreement with the simulation (stated sample)", "",
+        f"Sample: the {agree['points']}-point Cartesian sweep "
+        + "; ".join(f"`{s}`" for s in SAMPLE_SWEEP)
+        + f" of `{SCENARIO.name}` (30 simulated s per point, statistics after 10 s), constraint "
+        + ", ".join(f"`{c}`" for c in CONSTRAINTS) + ", keep-up required.", "",
+        "| quantity | Spearman rank correlation | median abs. rel. error | p90 abs. rel. error |",
+        "|---|---:|---:|---:|",
+        f"| screen TPOT vs simulated TPOT mean | {agree['rho_tpot_mean']:.3f} | "
+        f"{pct(agree['err_tpot_mean'], 50)} | {pct(agree['err_tpot_mean'], 90)} |",
+        f"| screen TPOT vs simulated TPOT p99 | {agree['rho_tpot_p99']:.3f} | "
+        f"{pct(agree['err_tpot_p99'], 50)} | {pct(agree['err_tpot_p99'], 90)} |",
+        f"| screen vs simulated throughput per GPU | {agree['rho_throughput']:.3f} | "
+        f"{pct(agree['err_throughput'], 50)} | {pct(agree['err_throughput'], 90)} |", "",
+        f"TPOT rows: the {agree['num_both_keep_up']} points that keep up by both (a point that does "
+        "not keep up has no steady-state TPOT); throughput correlation over all points, errors over "
+        "those that keep up by both.", "",
+        f"Keep-up verdicts agree on {agree['keep_up_agree'] * 100:.1f} % of the points "
+        f"({agree['screen_only_keeps']} keep up by the screen only, {agree['sim_only_keeps']} by "
+        "the simulation only).", "",
+        "## Does the answer change?", "",
+        f"- all {agree['points']} simulated ({agree['full_s']:.0f} s): **{agree['best_full']}**",
+        f"- two tiers, {agree['simulated_by_two_tier']} of {agree['points']} simulated: "
+        f"**{agree['best_two']}** (the second plan reuses the first's simulations from the results "
+        f"directory, so its {agree['two_tier_s']:.0f} s is the screen and the choice only)",
+        f"- same answer: **{'yes' if agree['same_answer'] else 'no'}**", "",
+        f"Load average (1 min) at the end of the agreement runs: {load_agree:.1f} on 2 cores "
+        "shared with other work, so wall times are upper bounds.",
+    ]
+    report = "\n".join(lines)
+    print(report)
+    if args.write:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(
+            "# Two-tier planning: the analytic screen against the simulation "
+            "(benchmarks/screen_vs_sim.py)\n\n"
+            f"Recorded with `python benchmarks/screen_vs_sim.py {' '.join(sys.argv[1:])}` on "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+            f"{platform.python_version()}.\n\n" + report + "\n")
+        print(f"\nwrote {RESULTS}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

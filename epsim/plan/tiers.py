@@ -1,0 +1,219 @@
+"""Two-tier planning (`epsim plan --screen`): screen every point analytically, simulate few.
+
+Tier 1 prices every valid point with `epsim.plan.screen` (no event loop; chunks of
+`SCREEN_CHUNK` points per task through the same executors as simulations, results kept in the
+results directory's `screen.jsonl`, so a rerun screens only new points). Tier 2 simulates the
+candidates: per workload point, the screen-feasible points (keep-up, and each constraint met
+by the screen's estimate within `margin`) that lie on the screen's Pareto frontier or rank in
+the first `top` by the objectives, plus every neighbour of those (one swept value one step
+away on one axis, feasible or not, so the simulation can correct the screen near its
+boundary). The plan then chooses among the simulated points only, as without a screen;
+screened-only rows keep their `screen.*` columns and NaN simulation metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from epsim.errors import EpsimError
+from epsim.plan.answers import group_by_workload
+from epsim.plan.executors import execute
+from epsim.plan.points import Point
+from epsim.plan.screen import SCREEN_METRICS
+from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
+from epsim.plan.store import PointCache
+
+SCREEN_CACHE = "screen.jsonl"
+SCREEN_COLUMNS = tuple(f"screen.{name}" for name in SCREEN_METRICS) + ("tier",)
+SCREEN_CHUNK = 64
+DEFAULT_MARGIN = 0.25
+DEFAULT_TOP = 3
+
+# simulation metric -> the screen estimate it is compared with (latency percentiles with the
+# screen's steady-state mean; inter-token gaps with TPOT)
+_LATENCY_ESTIMATE = {"tpot_ms": "tpot_ms", "itl_ms": "tpot_ms", "ttft_ms": "ttft_ms",
+                     "step_ms": "step_ms"}
+_SAME_NAME = {"throughput_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "requests_per_s"}
+
+
+@dataclass(frozen=True, eq=False)
+class ScreenTask:
+    """A chunk of points for one worker: `(scenario, profile_path)` each."""
+
+    items: list
+
+
+@lru_cache(maxsize=8)
+def _profile(path: str | None):
+    from epsim.profile import load_profile
+    return load_profile(path)
+
+
+def screen_chunk(task: ScreenTask) -> dict:
+    """Screen every point of a chunk: `{"results": [{"metrics": {...}} | {"error": msg}]}`."""
+    import warnings
+
+    from epsim.plan.screen import screen_metrics
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # the simulation tier reports warnings
+        for scenario, profile_path in task.items:
+            try:
+                out.append({"metrics": screen_metrics(scenario, _profile(profile_path))})
+            except EpsimError as exc:
+                out.append({"error": str(exc)})
+    return {"results": out}
+
+
+def screen_points(points: list[Point], out_dir: Path | None, executor: str, workers: int | None,
+                  ray_address: str | None, progress: bool) -> dict[str, dict]:
+    """Screen metrics by point key (`{}` for a point the screen cannot price)."""
+    cache = PointCache(out_dir, SCREEN_CACHE)
+    results: dict[str, dict] = {}
+    todo: dict[str, Point] = {}
+    for point in points:
+        entry = cache.get(point.key)
+        if entry is not None:
+            results[point.key] = entry["metrics"]
+        else:
+            todo.setdefault(point.key, point)
+    missing = list(todo.values())
+    chunks = [missing[i:i + SCREEN_CHUNK] for i in range(0, len(missing), SCREEN_CHUNK)]
+    tasks = [ScreenTask([(p.scenario, p.profile_path) for p in chunk]) for chunk in chunks]
+    bar = None
+    if progress and missing:
+        from tqdm import tqdm
+        bar = tqdm(total=len(missing), unit="pt", desc=f"screen ({executor})", dynamic_ncols=True)
+
+    def on_done(i: int, result: dict) -> None:
+        for point, one in zip(chunks[i], result["results"]):
+            results[point.key] = one.get("metrics", {})
+            if "metrics" in one:
+                cache.add(point.key, one)
+        if bar is not None:
+            bar.update(len(chunks[i]))
+
+    try:
+        execute(tasks, on_done, executor, workers, ray_address, fn=screen_chunk)
+    finally:
+        cache.close()
+        if bar is not None:
+            bar.close()
+    return results
+
+
+def screen_estimate(metric: str, row: dict) -> float | None:
+    """The screen's estimate of a plan metric in a row (`screen.*`, derived and swept columns
+    are already there); None where the screen has none (the metric is not screened)."""
+    head = metric.split(".")[0]
+    if metric in _SAME_NAME:
+        return row.get(f"screen.{metric}")
+    if head in _LATENCY_ESTIMATE:
+        return row.get(f"screen.{_LATENCY_ESTIMATE[head]}")
+    if metric == "keep_up.ok":
+        return row.get("screen.keep_up")
+    value = row.get(metric)
+    return value if isinstance(value, (int, float)) else None
+
+
+def _column(rows: list[dict], metric: str) -> np.ndarray:
+    values = [screen_estimate(metric, row) for row in rows]
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _relaxed(c: Constraint, margin: float) -> Constraint:
+    """`c` loosened by `margin` of its bound (the screen estimates, the simulation decides)."""
+    slack = abs(c.bound) * margin
+    if c.op in ("<", "<="):
+        return Constraint(c.metric, c.op, c.bound + slack)
+    if c.op in (">", ">="):
+        return Constraint(c.metric, c.op, c.bound - slack)
+    return c
+
+
+def select_candidates(points: list[Point], rows: list[dict], keys: list[str],
+                      axes_values: dict[str, tuple], constraints: list[Constraint],
+                      objectives: list[Objective], pareto: list[Objective], keep_up: bool,
+                      margin: float = DEFAULT_MARGIN, top: int = DEFAULT_TOP) -> list[int]:
+    """Indices (into `points` / `rows`) of the points to simulate (module doc)."""
+    n = len(rows)
+    ok = np.ones(n, dtype=bool)
+    if keep_up:
+        ok &= _column(rows, "keep_up.ok") == 1.0
+    for c in constraints:
+        values = _column(rows, c.metric)
+        ok &= np.isnan(values) | _relaxed(c, margin).met(values)    # NaN: not screened
+    chosen = np.zeros(n, dtype=bool)
+    pareto_costs = np.stack([o.cost(_column(rows, o.metric)) for o in pareto], axis=1)
+    costs = np.stack([o.cost(_column(rows, o.metric)) for o in objectives], axis=1)
+    for answer in group_by_workload(rows, keys):
+        idx = np.array(answer.rows, dtype=np.int64)
+        good = idx[ok[idx]]
+        if good.size == 0:        # nothing passes the screen: simulate the closest few
+            good = idx[np.argsort(costs[idx, 0], kind="stable")[:top]]
+        chosen[good[pareto_mask(pareto_costs[good])]] = True
+        remaining = np.ones(n, dtype=bool)
+        for _ in range(top):
+            mask = np.zeros(n, dtype=bool)
+            mask[good] = True
+            best = lexicographic_best(costs, mask & remaining & np.isfinite(costs).all(axis=1))
+            if best is None:
+                break
+            chosen[best] = True
+            remaining[best] = False
+    return sorted(set(np.flatnonzero(chosen).tolist()) | _neighbours(
+        points, np.flatnonzero(chosen), keys, axes_values))
+
+
+def _neighbours(points: list[Point], chosen: np.ndarray, keys: list[str],
+                axes_values: dict[str, tuple]) -> set[int]:
+    """Points one step away on one axis from a chosen point."""
+    def position(point: Point) -> tuple:
+        return tuple(axes_values[k].index(point.values[k]) for k in keys)
+
+    where = {position(p): i for i, p in enumerate(points)}
+    out: set[int] = set()
+    for i in chosen.tolist():
+        pos = position(points[i])
+        for axis in range(len(keys)):
+            for step in (-1, 1):
+                other = pos[:axis] + (pos[axis] + step,) + pos[axis + 1:]
+                if other in where:
+                    out.add(where[other])
+    return out
+
+
+def screen_row_values(screen: dict, simulated: bool) -> dict:
+    """The `SCREEN_COLUMNS` of one row."""
+    row = {f"screen.{name}": float(screen.get(name, float("nan"))) for name in SCREEN_METRICS}
+    row["tier"] = "simulated" if simulated else "screened"
+    return row
+
+
+def screen_tier(points: list[Point], keys: list[str], axes, out_dir: Path | None, executor: str,
+                workers: int | None, ray_address: str | None, progress: bool,
+                constraints: list[Constraint], objectives: list[Objective],
+                pareto: list[Objective], keep_up: bool, margin: float | None,
+                top: int | None) -> tuple[list[Point], list[dict]]:
+    """Tier 1 for `run_plan`: (points to simulate, `SCREEN_COLUMNS` values per point)."""
+    from epsim.plan.columns import derived_columns
+    from epsim.plan.store import cell
+    screened = screen_points(points, out_dir, executor, workers, ray_address, progress)
+    rows = []
+    for point in points:
+        row = {key: cell(point.values[key]) for key in keys}
+        row.update(derived_columns(point.scenario))
+        row.update(screen_row_values(screened.get(point.key, {}), False))
+        rows.append(row)
+    chosen = select_candidates(points, rows, keys, {a.key: a.values for a in axes}, constraints,
+                               objectives, pareto, keep_up,
+                               DEFAULT_MARGIN if margin is None else margin,
+                               DEFAULT_TOP if top is None else top)
+    for i in chosen:
+        rows[i]["tier"] = "simulated"
+    screen_cols = [{name: row[name] for name in SCREEN_COLUMNS} for row in rows]
+    return [points[i] for i in chosen], screen_cols
