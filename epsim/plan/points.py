@@ -142,9 +142,11 @@ def code_digest() -> str:
 
 def point_key(scenario, profile_path: str | None) -> str:
     """Identity of a point's result: scenario (without `base_dir`, so a moved results
-    directory still resumes), seed, profile content and epsim's code."""
+    directory still resumes), seed, profile content, epsim's code and the simulator engine."""
+    from epsim.sim.stepper import default_engine
     blob = json.dumps({"scenario": scenario.model_dump(mode="json", exclude={"base_dir"}),
-                       "profile": profile_digest(profile_path), "code": code_digest()},
+                       "profile": profile_digest(profile_path), "code": code_digest(),
+                       "engine": default_engine()},
                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

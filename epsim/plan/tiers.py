@@ -4,10 +4,10 @@ Tier 1 prices every valid point with `epsim.plan.screen` (no event loop; chunks 
 `SCREEN_CHUNK` points per task through the same executors as simulations, results kept in the
 results directory's `screen.jsonl`, so a rerun screens only new points). Tier 2 simulates the
 candidates: per workload point, the screen-feasible points (keep-up, and each constraint met
-by the screen's estimate within `margin`) that lie on the screen's Pareto frontier or rank in
-the first `top` by the objectives, plus every neighbour of those (one swept value one step
-away on one axis, feasible or not, so the simulation can correct the screen near its
-boundary). The plan then chooses among the simulated points only, as without a screen;
+by the screen's estimate within `margin`) that lie on the screen's Pareto frontier (one point
+per distinct estimate) or rank in the first `top` by the objectives, plus every neighbour of
+those `top` (one swept value one step away on one axis, feasible or not, so the simulation can
+correct the screen near its boundary). The plan then chooses among the simulated points only, as without a screen;
 screened-only rows keep their `screen.*` columns and NaN simulation metrics.
 """
 
@@ -147,7 +147,8 @@ def select_candidates(points: list[Point], rows: list[dict], keys: list[str],
     for c in constraints:
         values = _column(rows, c.metric)
         ok &= np.isnan(values) | _relaxed(c, margin).met(values)    # NaN: not screened
-    chosen = np.zeros(n, dtype=bool)
+    frontier = np.zeros(n, dtype=bool)
+    best = np.zeros(n, dtype=bool)
     pareto_costs = np.stack([o.cost(_column(rows, o.metric)) for o in pareto], axis=1)
     costs = np.stack([o.cost(_column(rows, o.metric)) for o in objectives], axis=1)
     for answer in group_by_workload(rows, keys):
@@ -155,18 +156,23 @@ def select_candidates(points: list[Point], rows: list[dict], keys: list[str],
         good = idx[ok[idx]]
         if good.size == 0:        # nothing passes the screen: simulate the closest few
             good = idx[np.argsort(costs[idx, 0], kind="stable")[:top]]
-        chosen[good[pareto_mask(pareto_costs[good])]] = True
-        remaining = np.ones(n, dtype=bool)
+        # the frontier, one point per distinct screen estimate (points the screen cannot tell
+        # apart, e.g. batch limits a light load never reaches, count once)
+        _, first = np.unique(np.round(pareto_costs[good], 9), axis=0, return_index=True)
+        distinct = good[np.sort(first)]
+        frontier[distinct[pareto_mask(pareto_costs[distinct])]] = True
+        remaining = np.zeros(n, dtype=bool)
+        remaining[good] = True
+        remaining &= np.isfinite(costs).all(axis=1)
         for _ in range(top):
-            mask = np.zeros(n, dtype=bool)
-            mask[good] = True
-            best = lexicographic_best(costs, mask & remaining & np.isfinite(costs).all(axis=1))
-            if best is None:
+            pick = lexicographic_best(costs, remaining)
+            if pick is None:
                 break
-            chosen[best] = True
-            remaining[best] = False
-    return sorted(set(np.flatnonzero(chosen).tolist()) | _neighbours(
-        points, np.flatnonzero(chosen), keys, axes_values))
+            best[pick] = True
+            remaining[pick] = False
+    chosen = frontier | best
+    return sorted(set(np.flatnonzero(chosen).tolist())
+                  | _neighbours(points, np.flatnonzero(best), keys, axes_values))
 
 
 def _neighbours(points: list[Point], chosen: np.ndarray, keys: list[str],

@@ -37,7 +37,7 @@ from epsim.sim.batching import Scheduler
 from epsim.sim.initial_placement import initial_placement
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
-from epsim.sim.stepper import DEFAULT_ENGINE, make_stepper
+from epsim.sim.stepper import default_engine, make_stepper
 from epsim.spec.scenario import Scenario
 
 
@@ -69,7 +69,7 @@ class Simulation:
         progress: show a tqdm bar over simulated seconds.
         scenario_processes: run the scenario's EPLB manager and failures (False: only what
             `add_process` / `add_observer` add, e.g. to hold a hand-made placement fixed).
-        engine: "fast" (default) or "reference" (`epsim.sim.stepper`).
+        engine: "fast" or "reference" (`epsim.sim.stepper`; None: `$EPSIM_ENGINE`, else fast).
     Attributes:
         eplb: the `EPLBManager` (None without `enable_eplb` or scenario processes).
         elastic: the `ElasticEP` failure process (None without `failures`).
@@ -77,7 +77,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
                  progress: bool = False, scenario_processes: bool = True,
-                 engine: str = DEFAULT_ENGINE):
+                 engine: str | None = None):
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.progress = progress
@@ -102,8 +102,8 @@ class Simulation:
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)
         self.routing_rng = np.random.Generator(np.random.SFC64([self.seed, 0x70AD]))
-        self.engine = engine
-        self.stepper = make_stepper(engine, self)
+        self.engine = default_engine() if engine is None else engine
+        self.stepper = make_stepper(self.engine, self)
         self.step_index = 0
         self.last_step: StepInfo | None = None
         self._observers: list[Callable[[StepInfo], None]] = []
@@ -257,6 +257,6 @@ class Simulation:
 
 
 def simulate(scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
-             progress: bool = False, engine: str = DEFAULT_ENGINE) -> SimResult:
+             progress: bool = False, engine: str | None = None) -> SimResult:
     """Run a scenario once (see `Simulation` for hooks; `engine`: "fast" | "reference")."""
     return Simulation(scenario, profile=profile, seed=seed, progress=progress, engine=engine).run()

@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 
 ENGINES = ("fast", "reference")
 DEFAULT_ENGINE = "fast"
+ENGINE_VARIABLE = "EPSIM_ENGINE"     # overrides the default (benchmarks run sweeps on both)
 MAX_DRAWS = 4            # draws per pool (M)
 USES_PER_DRAW = 8        # steps a pool serves per draw it holds, at most
-DRIFT_STALE_FRAC = 0.02  # redraw once this share of experts may have swapped (drift)
+DRIFT_STALE_FRAC = 0.05  # redraw once this share of experts may have swapped (drift)
 
 
 def check_engine(engine: str) -> str:
@@ -152,6 +153,13 @@ class PoolStepper:
         return _Pool(key, now_s, max_uses, int(round(float(batch.tokens.sum()))), loads, rows)
 
 
-def make_stepper(engine: str, sim: "Simulation"):
-    """The stepper of `engine` ("fast" | "reference") for a simulation."""
-    return PoolStepper(sim) if check_engine(engine) == "fast" else ReferenceStepper(sim)
+def default_engine() -> str:
+    """`$EPSIM_ENGINE` if set, else "fast" (read at each call, so worker processes follow it)."""
+    import os
+    return check_engine(os.environ.get(ENGINE_VARIABLE, DEFAULT_ENGINE))
+
+
+def make_stepper(engine: str | None, sim: "Simulation"):
+    """The stepper of `engine` ("fast" | "reference"; None: `default_engine()`)."""
+    engine = default_engine() if engine is None else check_engine(engine)
+    return PoolStepper(sim) if engine == "fast" else ReferenceStepper(sim)
