@@ -100,8 +100,8 @@ def resolve_network(spec: NetworkSpec, gpu: str, gpus_per_node: int) -> Network:
                    nics_per_node=spec.nics_per_node or default["nics_per_node"],
                    nic_gbit_per_s=float(spec.nic_gbit_per_s or default["nic_gbit_per_s"]),
                    gpus_per_node=gpus_per_node,
-                   system=default.get("system", "custom") if not (spec.nics_per_node or
-                                                                  spec.nic_gbit_per_s) else "custom",
+                   system=("custom" if spec.nics_per_node or spec.nic_gbit_per_s
+                           else default.get("system", "")),
                    source=default.get("source", ""))
 
 

@@ -126,13 +126,14 @@ def _lmsys_rows(data: dict) -> list[PublishedRow]:
 
 
 def _trtllm_rows(data: dict) -> list[PublishedRow]:
-    # the input distribution: the no-EPLB per-expert spread (std 164.1 on mean 128), less the
-    # sampling noise of a mean-128 count (variance ~ mean) that the popularity does not carry
-    cv = float(np.sqrt((164.1 / 128.0) ** 2 - 1.0 / 128.0))
+    # the input distribution: the no-EPLB per-expert spread, less the sampling noise of a count
+    # of that mean (variance ~ mean), which the popularity itself does not carry
+    load = data["input_expert_load"]
+    cv = float(np.sqrt((load["std"] / load["mean"]) ** 2 - 1.0 / load["mean"]))
     rows = []
     for row in data["rows"]:
         value = predict.eplb_imbalance(row["ep"], row["slots_per_rank"], row["eplb"], cv,
-                                       tokens=4096)
+                                       tokens=load["tokens_per_iteration"])
         case = (f"EP{row['ep']}, {row['slots_per_rank']} slots/rank, "
                 f"{'EPLB' if row['eplb'] else 'no EPLB'}")
         rows.append(PublishedRow("TensorRT-LLM wide-EP EPLB, DeepSeek-R1 on GB200", "imbalance",
@@ -147,10 +148,8 @@ def _rebalance_rows(data: dict) -> list[PublishedRow]:
     rows = []
     for row in data["rows"]:
         c = row["conditions"]
-        bytes_per_param = 0.5625 if "nvfp4" in str(c.get("weight_dtype", "")) else 1.0
-        gpu = c.get("gpu", "H800")
-        value = predict.rebalance_stall_s(gpu, c["ep"], c.get("redundant", 32), bytes_per_param,
-                                          network=c.get("network"))
+        value = predict.rebalance_stall_s(row["gpu"], c["ep"], row["redundant"],
+                                          c["bytes_per_param"], network=c.get("network"))
         rows.append(PublishedRow("EPLB rebalance cost (stop-the-world)", "rebalance",
                                  _source(row["source"]), _conditions(c, row.get("assumed", "")),
                                  row["id"], float(row["value"]), value, row["unit"],

@@ -112,6 +112,9 @@ def test_cost_cli_takes_a_network_and_rejects_a_bad_one():
     assert bad.stderr.strip().splitlines() == [
         "epsim cost: error: --network ('ethernet') must be one of "
         "['infiniband', 'roce', 'efa', 'nvl72']"]
+    none = json.loads(_cli("cost", "--model", "Qwen3-30B-A3B", "--backend", "none", "--ep", "16",
+                           "--tokens-per-rank", "64", "--network", "roce", "--json").stdout)
+    assert none["transport"] == "NCCL net/IB (RoCEv2)" and none["rdma_gbps"] < 40.0
     nvl = _cli(*common, "--network", "nvl72")
     assert nvl.returncode == 2 and "network.kind ('nvl72') must go with an NVL72 GPU" in nvl.stderr
 
