@@ -11,9 +11,6 @@ PART_COLORS = {"attention": "#4c72b0", "dispatch": "#dd8452", "experts": "#55a86
                "combine": "#c44e52", "shared experts": "#8172b3", "sync (fitted)": "#999999"}
 KIND_ORDER = ["dispatch", "combine", "experts", "moe_layer", "allreduce"]
 SPLIT_ORDER = ["held out", "fit set"]
-# grouped colours for (model, dtype) series: one hue per model, dark bf16 / light fp8
-MODEL_HUES = [("#1f4e9c", "#7fa7e0"), ("#c2571a", "#f2a56b"), ("#2a7d3a", "#8fd19b"),
-              ("#7b3fa0", "#c9a3e3"), ("#8c6d1f", "#e0c370")]
 SKEW_SHAPES = {"uniform": "circle", "zipf": "square", "hotset": "triangle-up", "trace": "diamond"}
 
 
@@ -170,26 +167,17 @@ def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
     return finish((lines + points).properties(height=480))
 
 
-def series_colors(keys: list[str], models: list[str]) -> list[str]:
-    """Colours of `model dtype` series keys: one hue per model (in `models` order), dark for
-    the first dtype, light for the next."""
-    out = []
-    for key in keys:
-        model, _, dtype = key.rpartition(" ")
-        hue = MODEL_HUES[models.index(model) % len(MODEL_HUES)] if model in models else ("#555555", "#aaaaaa")
-        out.append(hue[0] if dtype in ("bf16", "", "-") else hue[1])
-    return out
-
-
 def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
     """Per kind: measured medians over tokens per rank with p10-p90 bars, the prediction at
     each point joined as a line. Colour = shape and dtype (`shape` column: short labels, one
-    hue per model), point shape and line dash = skew."""
-    keys = sorted(set(frame["shape"]))
-    models = sorted({k.rpartition(" ")[0] for k in keys})
+    hue per model, `epsim.validate.plots.series_colors`), point shape and line dash = skew."""
+    from epsim.validate.plots import series_colors
+    pairs = frame[["shape", "model", "dtype"]].drop_duplicates().sort_values("shape")
+    colors = series_colors(list(zip(pairs["model"], pairs["dtype"])))
+    keys = list(pairs["shape"])
     skews = sorted(set(frame["skew kind"]))
-    color = alt.Color("shape:N", title="shape, dtype", sort=keys,
-                      scale=alt.Scale(domain=keys, range=series_colors(keys, models)))
+    color = alt.Color("shape:N", title="shape, dtype", sort=keys, scale=alt.Scale(
+        domain=keys, range=[colors[(m, d)] for m, d in zip(pairs["model"], pairs["dtype"])]))
     base = alt.Chart(frame).encode(
         x=alt.X("tokens per rank:Q", scale=alt.Scale(type="log", base=2)), color=color)
     bands = base.mark_errorbar(ticks=True).encode(

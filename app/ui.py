@@ -129,5 +129,12 @@ def column_label(name: str) -> str:
 
 
 def human_columns(frame):
-    """`frame` with `column_label` names (a copy)."""
-    return frame.rename(columns={c: column_label(c) for c in frame.columns})
+    """`frame` with `column_label` names and float columns rounded to about four significant
+    digits of their largest value (a copy)."""
+    out = frame.rename(columns={c: column_label(c) for c in frame.columns})
+    for name in out.columns:
+        if out[name].dtype.kind == "f":
+            top = out[name].abs().max()
+            if top > 0 and math.isfinite(top):
+                out[name] = out[name].round(max(0, min(4, 3 - math.floor(math.log10(top)))))
+    return out

@@ -14,6 +14,28 @@ from epsim.validate.table import JUDGED_KINDS
 _KIND_COLORS = {"dispatch": "tab:blue", "combine": "tab:orange", "experts": "tab:green",
                 "moe_layer": "tab:red", "allreduce": "tab:purple"}
 _SKEW_MARKERS = {"uniform": "o", "zipf": "s", "hotset": "^", "trace": "D"}
+# grouped colours of (model, dispatch dtype) series: one hue per model, dark for the first dtype
+# (bf16), light for the next (fp8) -- shared with the app's curves
+MODEL_HUES = (("#1f4e9c", "#7fa7e0"), ("#c2571a", "#f2a56b"), ("#2a7d3a", "#8fd19b"),
+              ("#7b3fa0", "#c9a3e3"), ("#8c6d1f", "#e0c370"))
+
+
+def series_colors(series: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """A colour per (model, dtype): the model's hue (models in sorted order), dark for bf16 or
+    no dtype, light otherwise."""
+    models = sorted({model for model, _ in series})
+    return {(model, dtype): MODEL_HUES[models.index(model) % len(MODEL_HUES)][
+        0 if dtype in ("bf16", "", "-") else 1] for model, dtype in series}
+
+
+def _plain_log_axes(ax) -> None:
+    """Log axes labelled 100, 1000, not 10^2, 10^3 (times read at a glance)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    plain = FuncFormatter(lambda v, _: f"{v:g}" if v < 1e5 else f"{v:.0f}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
 def _pyplot():
@@ -35,15 +57,16 @@ def scatter(rows: list[Comparison], path: Path, title: str = "") -> Path:
             color = _KIND_COLORS.get(kind, "gray")
             ax.scatter([r.measured_us for r in part], [r.predicted_us for r in part], s=16,
                        facecolors=face or color, edgecolors=color, linewidths=0.8,
-                       label=f"{kind} ({split})")
+                       label=f"{kind} ({'held out' if split == 'holdout' else 'fit set'})")
     lo = min(min(r.measured_us, r.predicted_us) for r in rows) * 0.8
     hi = max(max(r.measured_us, r.predicted_us) for r in rows) * 1.25
     line = np.array([lo, hi])
     ax.plot(line, line, "k-", lw=0.8)
     for f in (0.9, 1.1):
         ax.plot(line, line * f, "k:", lw=0.6)
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured µs",
-           ylabel="predicted µs", title=title or "predicted vs measured (dotted: ±10%)")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (µs)",
+           ylabel="predicted (µs)", title=title or "predicted vs measured (dotted: ±10%)")
+    _plain_log_axes(ax)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -59,7 +82,7 @@ def curves(rows: list[Comparison], backend: str, path: Path) -> Path:
     fig, axes = plt.subplots(1, max(1, len(kinds)), figsize=(4.2 * max(1, len(kinds)), 3.8),
                              squeeze=False)
     series = sorted({(r.model, r.dispatch_dtype) for r in rows if r.backend == backend})
-    colors = {s: f"C{i}" for i, s in enumerate(series)}
+    colors = series_colors(series)
     for ax, kind in zip(axes[0], kinds):
         part = [r for r in rows if r.backend == backend and r.kind == kind]
         lines: dict[tuple, list[Comparison]] = defaultdict(list)
@@ -74,8 +97,9 @@ def curves(rows: list[Comparison], backend: str, path: Path) -> Path:
             pts.sort(key=lambda r: r.tokens)
             ax.plot([r.tokens for r in pts], [r.predicted_us for r in pts], color=colors[key],
                     lw=1.0, label=f"{key[0]} {key[1]}")
-        ax.set(xscale="log", yscale="log", xlabel="tokens per rank", ylabel="µs",
+        ax.set(xscale="log", yscale="log", xlabel="tokens per rank", ylabel="time (µs)",
                title=f"{backend} {kind}")
+        _plain_log_axes(ax)
     axes[0][0].legend(fontsize=7, title="line: predicted (uniform)", title_fontsize=7)
     fig.suptitle("markers: measured (o uniform, s zipf, ^ hot set; hollow = fit set)", fontsize=8)
     fig.tight_layout()
