@@ -137,3 +137,33 @@ def test_missing_loads_argument_is_one_line_and_exit_2():
     out = epsim("--replicas", "4", "--gpus", "2")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "loads (missing) must name a file" in out.stderr
+
+
+def test_rebalance_cost_is_the_simulators_model(tmp_path):
+    """What `epsim eplb` says a rebalance moves and costs is `epsim.eplb.rebalance_cost` from
+    SGLang's trivial placement to the new one (stop-the-world, all layers in one chunk)."""
+    from epsim.cost.tables import contiguous_placement
+    from epsim.eplb import Placement, compute_placement, plan_transfers, rebalance_cost, rebalance_params
+    from epsim.profile import load_profile
+    from epsim.spec.hardware import ClusterSpec
+    from epsim.zoo import get_model
+    loads = np.random.default_rng(1).zipf(1.4, (3, 128)).astype(float)     # [layers, experts]
+    path = tmp_path / "loads.npy"
+    np.save(path, loads)
+    out = epsim(str(path), "--replicas", "144", "--gpus", "8", "--model", "Qwen3-30B-A3B", "--json")
+    assert out.returncode == 0, out.stderr
+    cost = json.loads(out.stdout)["rebalance"]
+    new = compute_placement("deepseek", loads, 144, 1, 1, 8)
+    old = Placement.from_physical_to_logical(contiguous_placement(3, 128, 8, 16), 128, 8, 1)
+    expert_bytes = get_model("Qwen3-30B-A3B").expert_bytes
+    params = rebalance_params(load_profile(), ClusterSpec(gpu="H200", gpus_per_node=8))
+    expected = rebalance_cost(old, new, expert_bytes, params, algorithm="deepseek")
+    assert cost["stall_us_stop_the_world"] == pytest.approx(expected.stall_us)
+    assert cost["slowest_rank_transfer_us"] == pytest.approx(float(expected.chunk_us[0]))
+    assert cost["moved_bytes"] == pytest.approx(expected.moved_bytes)
+    plan = plan_transfers(old, new, expert_bytes)
+    assert cost["recv_bytes_per_rank"] == pytest.approx(
+        (plan.recv_nvlink_bytes + plan.recv_rdma_bytes).sum(axis=0).tolist())
+    assert sum(cost["recv_bytes_per_rank"]) + cost["local_copy_bytes"] == pytest.approx(cost["moved_bytes"])
+    text = epsim(str(path), "--replicas", "144", "--gpus", "8").stdout    # two zoo models have 128 experts
+    assert "rebalance from trivial" in text and "give --model" in text
