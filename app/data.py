@@ -134,7 +134,9 @@ def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}
     from epsim.sim import Simulation
     from epsim.sim.load_trace import LoadTrace
 
+    from epsim.budget import check_run
     scenario = parse_scenario(text, where, base_dir, overrides_json)
+    check_run(scenario, where)          # an upload cannot ask for 1e9 requests or seconds
     bar = st.progress(0.0, text=f"simulating {scenario.name}: 0 of {scenario.workload.duration_s:g} s")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

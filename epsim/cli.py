@@ -31,6 +31,12 @@ def output_options(parser, progress: bool = False) -> None:
     add_options(parser, progress)
 
 
+def _budget_option(parser) -> None:
+    parser.add_argument("--no-budget-check", action="store_true",
+                        help="run even when the cost estimated beforehand exceeds the budget "
+                             "(memory, steps x layers x ranks, sweep points; epsim.budget)")
+
+
 def _add_simulate(sub) -> None:
     p = sub.add_parser("simulate", help="simulate a scenario (SimPy engine)",
                        description="Simulate serving a scenario and report throughput, TTFT, TPOT.")
@@ -44,6 +50,7 @@ def _add_simulate(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip PNG figures")
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
+    _budget_option(p)
     output_options(p, progress=True)
 
 
@@ -96,6 +103,7 @@ def _add_eplb(sub) -> None:
                    help="deepseek | deepseek_hierarchical | deepseek_global | sticky")
     p.add_argument("--previous", help="previous placement JSON (an `--json` output, or phy2log) "
                                        "for move-aware algorithms and the move cost")
+    _budget_option(p)
     output_options(p)
 
 
@@ -199,6 +207,7 @@ def _add_plan(sub) -> None:
                    help="with --fleet: the KV-cache path between the pools (default mooncake)")
     p.add_argument("--no-verify", action="store_true",
                    help="with --fleet: the screen's answer only, without simulating the pools")
+    _budget_option(p)
     output_options(p, progress=True)
 
 

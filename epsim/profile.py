@@ -236,7 +236,7 @@ class Profile(BaseModel):
         if isinstance(data, dict) and data.get("schema", SCHEMA) != SCHEMA:
             raise ProfileError(f"{where}: schema ({data.get('schema')!r}) must be {SCHEMA!r}")
         from epsim.spec.numbers import check_numbers
-        bad = check_numbers(data)
+        bad = check_numbers(data, cls)
         if bad is not None:
             raise ProfileError(f"{where}: {bad[0]} {bad[1]}")
         try:

@@ -58,11 +58,16 @@ class Holdout:
                 raise SpecError(f"holdout clause ({clause!r}) must be KEY=V1,V2 with KEY one of "
                                 f"{list(_KEYS)}, or the rule 'none' or 'default'")
             values.setdefault(key, []).extend(items)
+        if not values:
+            raise SpecError(f"holdout ({text!r}) must have a clause KEY=V1,V2 with KEY one of "
+                            f"{list(_KEYS)}, or be the rule 'none' or 'default'")
         try:
             fit = frozenset(int(v) for v in values["fit_tokens"]) if "fit_tokens" in values else None
             tokens = frozenset(int(v) for v in values.get("tokens", []))
         except ValueError:
             raise SpecError(f"holdout ({text!r}): token counts must be integers") from None
+        if any(t < 1 for t in (fit or frozenset()) | tokens):
+            raise SpecError(f"holdout ({text!r}): token counts must be >= 1")
         skews = frozenset(values.get("skew", []))
         unknown = sorted(skews - set(SKEW_KINDS))
         if unknown:

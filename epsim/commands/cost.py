@@ -13,6 +13,8 @@ import numpy as np
 
 from epsim.errors import SpecError
 
+MAX_TOKENS_PER_RANK = 10**7   # tokens of one rank in one step; SGLang's prefill chunks are ~8k-16k
+
 
 def _model(name: str):
     from epsim.spec.model import ModelSpec
@@ -48,8 +50,11 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     from epsim.spec.hardware import ClusterSpec
     from epsim.zoo import get_hardware
 
-    if tokens_per_rank < 0:
-        raise SpecError(f"--tokens-per-rank ({tokens_per_rank}) must be >= 0")
+    if not 0 <= tokens_per_rank <= MAX_TOKENS_PER_RANK:
+        raise SpecError(f"--tokens-per-rank ({tokens_per_rank:.6g}) must be >= 0 and <= "
+                        f"{MAX_TOKENS_PER_RANK:.0e} (tokens one rank holds in one step)")
+    if not 0 <= seed < 2**63:
+        raise SpecError(f"--seed ({seed:.6g}) must be >= 0 and < 2**63")
     if ep <= 0:
         raise SpecError(f"--ep ({ep}) must be > 0")
     per_node = get_hardware(gpu).gpus_per_node

@@ -120,6 +120,9 @@ def run(args):
     loads = read_loads(_loads_path(args))                                   # [layers, experts]
     num_layers, num_logical = loads.shape
     previous = _previous(args.previous, num_logical) if args.previous else None
+    if not args.no_budget_check:
+        from epsim.budget import check_eplb
+        check_eplb(args.algorithm, num_layers, args.replicas)
     placement = compute_placement(args.algorithm, loads, args.replicas, args.groups, args.nodes,
                                   args.gpus, previous=previous)
     after = placement.balancedness(loads)                                   # [layers]

@@ -28,6 +28,9 @@ def run(args):
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
     scenario = load_scenario(path, overrides)      # a bad file fails before the heavy imports
+    if not args.no_budget_check:
+        from epsim.budget import check_run
+        check_run(scenario, str(path))
 
     from epsim.commands.output import Report, json_safe, wants_progress
     from epsim.profile import load_profile

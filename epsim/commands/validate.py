@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from epsim.errors import EpsimError
+from epsim.errors import EpsimError, RecordError
 
 # Header names for the summary's known columns; any other column of `summary_rows` (a
 # baseline, say) is shown under its own name, `_mape` as `... MAPE %`.
@@ -108,9 +108,14 @@ def run(args):
         raise EpsimError("--records (none given) must name record files: no records ship in this "
                          "install")
     max_mape = args.max_mape if args.max_mape is not None else 10.0
+    if not 0 <= max_mape < float("inf"):
+        raise EpsimError(f"--max-mape ({max_mape}) must be a finite percentage >= 0")
     out = Path(args.out) if args.out else None
     report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
                       max_mape=max_mape, strict=args.strict)
+    if not report.rows:
+        raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "
+                          f"dispatch, combine, experts or moe_layer record the profile can predict")
     data = {"profile": profile.name or str(profile.path), "holdout": report.holdout.describe(),
             "measured_on": report.measured_on, "max_mape": max_mape,
             "passed": {f"{b}/{k}": ok for (b, k), ok in report.passed.items()},

@@ -30,6 +30,8 @@ def _from_json(path: Path) -> np.ndarray:
 
 def _as_array(data, path: Path) -> np.ndarray:
     try:
+        if np.asarray(data).dtype == bool:                 # true/false are not token counts
+            raise ValueError
         array = np.asarray(data, dtype=np.float64)
     except (TypeError, ValueError):
         raise SpecError(f"{path}: loads must be a rectangular [layers, experts] list of numbers") from None

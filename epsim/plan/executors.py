@@ -28,8 +28,8 @@ class PointTask:
 
 
 def run_point(task: PointTask) -> dict:
-    """Simulate one point. Returns `{"metrics": {...}, "warnings": [...]}` or `{"error": msg}`
-    for an error the user can fix (anything else is a bug and propagates)."""
+    """Simulate one point. Returns `{"metrics": {...}, "warnings": [...]}` or `{"error": msg}`:
+    a failing point is a failed row with its one-line reason, and the sweep goes on."""
     import warnings
 
     from epsim.plan.columns import summary_metrics
@@ -42,9 +42,38 @@ def run_point(task: PointTask) -> dict:
             profile = load_profile(task.profile_path) if task.profile_path else None
             result = simulate(task.scenario, profile=profile)
         except EpsimError as exc:
-            return {"error": str(exc)}
+            return {"error": " ".join(str(exc).split())}
+        except MemoryError:
+            return {"error": "ran out of memory simulating this point"}
+        except Exception as exc:  # noqa: BLE001 -- one point's bug must not end the sweep
+            text = " ".join(str(exc).split())[:200]
+            return {"error": f"internal error ({type(exc).__name__}: {text}); please report it"}
     messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
     return {"metrics": summary_metrics(summarize(result)), "warnings": messages}
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Pool-worker initializer: exit when the parent process is gone (`kill -9` included), so
+    no worker, and then no multiprocessing resource tracker, outlives an interrupted plan.
+
+    Linux gets SIGKILL from the kernel at once (PR_SET_PDEATHSIG); everywhere a daemon
+    thread checks the parent every half second."""
+    import threading
+    import time
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)      # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:                                # died before we got here
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def default_workers() -> int:
@@ -75,7 +104,8 @@ def _run_local(tasks: list, workers: int, on_done: Done, fn: Task = run_point) -
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
+                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
         try:
             for future in as_completed(futures):
@@ -93,6 +123,8 @@ def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done,
     except ImportError:
         raise SpecError("--executor (ray) needs the ray package: pip install 'epsim[dist]'") from None
     started = not ray.is_initialized()
+    if started and address:
+        _check_reachable(address)
     if started:
         try:
             ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
@@ -111,6 +143,24 @@ def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done,
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, in one line, when a `host:port` Ray address has nothing listening
+    (ray.init would retry for ~20 s, printing its logs)."""
+    import socket
+    target = address.removeprefix("ray://")
+    if target in ("auto", "local") or ":" not in target:
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return
+    except ValueError:
+        raise SpecError(f"--ray-address ({address}) must be host:port or ray://host:port") from None
+    except OSError as exc:
+        raise SpecError(f"--ray-address ({address}) must reach a Ray cluster: nothing answers at "
+                        f"{host}:{port} ({exc.strerror or type(exc).__name__})") from None
 
 
 def execute(tasks: list, on_done: Done, executor: str = "local", workers: int | None = None,

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from epsim.budget import check_run, check_sweep
 from epsim.errors import SpecError
 from epsim.plan.answers import Answer, answer_line, group_by_workload, workload_text
 from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, cost_columns,
@@ -137,7 +138,7 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
              seed: int | None = None, profile: str | Path | None = None, progress: bool = True,
              plots: bool = True, require_feasible: bool = True, keep_up: bool = True,
              screen: bool = False, screen_margin: float | None = None,
-             screen_top: int | None = None) -> PlanResult:
+             screen_top: int | None = None, check_budget: bool = True) -> PlanResult:
     """Sweep a scenario and choose the best configuration.
 
     Args:
@@ -155,11 +156,15 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
             offered, backlog not growing; `epsim.report.keep_up`); False: constraints only.
         screen: two tiers (`epsim.plan.tiers`): screen every point analytically, simulate the
             screen's candidates and their neighbours only (`screen_margin`, `screen_top`).
+        check_budget: refuse a sweep of more than `epsim.budget.MAX_SWEEP_POINTS` points and skip
+            points over a run's budget (`epsim.budget`), each with its reason.
     Raises:
         SpecError: bad sweep syntax, unknown keys or metrics, no valid point, no feasible point.
     """
     check_executor(executor, workers)
     axes = _axes(sweeps)
+    if check_budget:
+        check_sweep(num_points(axes))        # the product, before anything expands it
     overrides = dict(overrides) if isinstance(overrides, dict) else list(overrides or [])
     if seed is not None:
         if isinstance(overrides, dict):
@@ -176,7 +181,7 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     out_dir = prepare_dir(out)
     profile_path = str(Path(profile).resolve()) if profile is not None else None
 
-    points, skipped = _build_points(base, axes, profile_path)
+    points, skipped = _build_points(base, axes, profile_path, check_budget)
     cache = PointCache(out_dir)
     start = time.perf_counter()
     to_run, screen_cols = points, []
@@ -221,12 +226,17 @@ def _check_numeric_keys(axes: list[SweepAxis], uses: list[Constraint | Objective
                             f"({use.metric} = {bad[0]!r}); constraints and objectives compare numbers")
 
 
-def _build_points(base: BaseScenario, axes: list[SweepAxis],
-                  profile_path: str | None) -> tuple[list[Point], list[Skipped]]:
+def _build_points(base: BaseScenario, axes: list[SweepAxis], profile_path: str | None,
+                  check_budget: bool = True) -> tuple[list[Point], list[Skipped]]:
     points: list[Point] = []
     skipped: list[Skipped] = []
     for index, values in enumerate(expand(axes)):
         built = build_point(base, index, values, profile_path)
+        if check_budget and isinstance(built, Point):
+            try:
+                check_run(built.scenario, "point")
+            except SpecError as exc:
+                built = Skipped(index, values, str(exc).removeprefix("point: "))
         (points if isinstance(built, Point) else skipped).append(built)
     if not points:
         total = num_points(axes)

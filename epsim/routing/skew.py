@@ -160,8 +160,12 @@ def skew_from_dict(data: dict | str, num_layers: int, num_experts: int, top_k: i
 
     from epsim.spec.errors import validate  # noqa: F401 (error style shared with specs)
     from epsim.spec.workload import SkewSpec
+    from epsim.spec.numbers import check_numbers
     if isinstance(data, str):
         data = parse_skew(data)
+    bad = check_numbers(data)
+    if bad is not None:
+        raise SpecError(f"skew: skew.{bad[0]} {bad[1]}")
     try:
         spec = TypeAdapter(SkewSpec).validate_python(data)
     except Exception as exc:

@@ -30,6 +30,7 @@ import simpy
 
 from epsim.cost.model import CostModel, StepCost
 from epsim.cost.provenance import provenance
+from epsim.errors import SpecError
 from epsim.profile import Profile, load_profile
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
@@ -95,6 +96,10 @@ class Simulation:
         dp = scenario.dp_size
         max_running = d.max_running_requests
         initial, progress_done = self._initial_requests(dp, max_running)
+        if len(self.requests) == 0 and initial is None:
+            raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
+                            f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
+                            f"raise the arrival rate or the duration")
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s)

@@ -134,6 +134,7 @@ class ModelSpec(BaseModel):
         if not isinstance(cfg, dict):
             raise SpecError(f"{where}: model config ({type(cfg).__name__}) must be a mapping of "
                             f"Hugging Face config keys")
+        _check_hf_types(cfg, where)
         if "n_routed_experts" in cfg:  # DeepSeek-V2/V3 keys
             fields = dict(
                 num_experts=need("n_routed_experts"),
@@ -152,13 +153,9 @@ class ModelSpec(BaseModel):
             )
         elif "num_experts" in cfg:  # Qwen2/3-MoE keys
             heads = need("num_attention_heads")
-            if not cfg.get("head_dim") and (isinstance(heads, bool) or not isinstance(heads, int)
-                                            or heads <= 0):
-                raise SpecError(f"{where}: num_attention_heads ({heads!r:.40}) must be an integer "
-                                f"> 0 (head_dim = hidden_size / num_attention_heads)")
-            hidden = need("hidden_size")
-            if not cfg.get("head_dim") and (isinstance(hidden, bool) or not isinstance(hidden, int)):
-                raise SpecError(f"{where}: hidden_size ({hidden!r:.40}) must be an integer")
+            if not cfg.get("head_dim") and heads <= 0:
+                raise SpecError(f"{where}: num_attention_heads ({heads}) must be > 0 "
+                                f"(head_dim = hidden_size / num_attention_heads)")
             fields = dict(
                 num_experts=cfg["num_experts"],
                 num_shared_experts=1 if cfg.get("shared_expert_intermediate_size") else 0,
@@ -182,6 +179,26 @@ class ModelSpec(BaseModel):
         )
         from epsim.spec.errors import validate
         return validate(cls, fields, where)
+
+
+_HF_INT_KEYS = ("n_routed_experts", "n_shared_experts", "first_k_dense_replace", "n_group",
+                "topk_group", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                "v_head_dim", "num_experts", "num_attention_heads", "hidden_size", "head_dim",
+                "num_hidden_layers", "moe_intermediate_size", "intermediate_size",
+                "num_experts_per_tok", "num_key_value_heads", "vocab_size",
+                "shared_expert_intermediate_size")
+
+
+def _check_hf_types(cfg: dict, where: str) -> None:
+    """Every key the reader uses holds what Hugging Face writes there: integers (or null) for
+    sizes and counts, true/false for `norm_topk_prob`; nothing is coerced (`bool("x")`)."""
+    for key in _HF_INT_KEYS:
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SpecError(f"{where}: {key} ({str(value)[:40]}) must be an integer")
+    flag = cfg.get("norm_topk_prob")
+    if flag is not None and not isinstance(flag, bool):
+        raise SpecError(f"{where}: norm_topk_prob ({str(flag)[:40]}) must be true or false")
 
 
 def _quant_method(cfg: dict):

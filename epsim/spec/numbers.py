@@ -9,6 +9,7 @@ otherwise read `ep_size: true` as 1 and let `.inf` through to `gt=0` fields.
 from __future__ import annotations
 
 import math
+import types
 import typing
 from typing import Any
 
@@ -25,16 +26,34 @@ def _number_kind(annotation: Any) -> str | None:
     return "a number" if float in args else "an integer"
 
 
-def _submodel(annotation: Any, value: Any) -> type[BaseModel] | None:
-    """The model a mapping value is validated as: the field's model, or the tagged member of a
+def _strip_optional(annotation: Any) -> Any:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def _model_of(annotation: Any, value: Any) -> type[BaseModel] | None:
+    """The model a mapping is validated as: the annotation's model, or the member of a tagged
     union picked by the mapping's `kind`."""
-    from epsim.spec.errors import _models_in, _tag_of
-    models = _models_in(annotation)
-    if len(models) == 1:
-        return models[0]
+    annotation = _strip_optional(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return None
+    models = [m for m in typing.get_args(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
     kind = value.get("kind") if isinstance(value, dict) else None
-    tagged = [m for m in models if _tag_of(m) == kind]
+    tagged = [m for m in models if m.model_fields.get("kind") is not None
+              and m.model_fields["kind"].default == kind]
     return tagged[0] if len(tagged) == 1 else None
+
+
+def _inner(annotation: Any, position: int) -> Any:
+    """`X` of `list[X]` (position 0) or of `dict[str, X]` (position 1), else None."""
+    args = typing.get_args(_strip_optional(annotation))
+    return args[position] if len(args) > position else None
 
 
 def check_numbers(data: Any, cls: type[BaseModel] | None = None) -> tuple[str, str] | None:
@@ -42,28 +61,33 @@ def check_numbers(data: Any, cls: type[BaseModel] | None = None) -> tuple[str, s
 
     Args:
         data: raw input (dicts, lists, scalars) about to be validated as `cls`.
-        cls: the model, for the bool check (a bool is refused where a field is numeric).
+        cls: the model, for the bool check (a bool is refused where the field, a list's item
+            or a mapping's value is declared a number).
     """
     stack: list[tuple[Any, tuple, Any]] = [(data, (), cls)]
     while stack:
-        value, path, model = stack.pop()
+        value, path, annotation = stack.pop()
         if isinstance(value, bool):
+            kind = _number_kind(annotation) if annotation is not None else None
+            if kind is not None:
+                return _dotted(path), f"({str(value).lower()}) must be {kind}, not true/false"
             continue
         if isinstance(value, float) and not math.isfinite(value):
             return _dotted(path), f"({value}) must be a finite number"
         if isinstance(value, (int, float)) and abs(value) > MAX_MAGNITUDE:
             return _dotted(path), f"({value:.3g}) must be at most {MAX_MAGNITUDE:g} in magnitude"
         if isinstance(value, dict):
-            fields = model.model_fields if model is not None else {}
+            model = _model_of(annotation, value) if annotation is not None else None
             for key, child in value.items():
-                field = fields.get(key) if isinstance(key, str) else None
-                kind = _number_kind(field.annotation) if field is not None else None
-                if kind is not None and isinstance(child, bool):
-                    return _dotted(path + (key,)), f"({str(child).lower()}) must be {kind}, not true/false"
-                sub = _submodel(field.annotation, child) if field is not None else None
-                stack.append((child, path + (key,), sub))
+                if model is not None:
+                    field = model.model_fields.get(key) if isinstance(key, str) else None
+                    inner = field.annotation if field is not None else None
+                else:
+                    inner = _inner(annotation, 1) if annotation is not None else None
+                stack.append((child, path + (key,), inner))
         elif isinstance(value, (list, tuple)):
-            stack.extend((child, path + (i,), model) for i, child in enumerate(value))
+            inner = _inner(annotation, 0) if annotation is not None else None
+            stack.extend((child, path + (i,), inner) for i, child in enumerate(value))
     return None
 
 

@@ -14,10 +14,12 @@ class _Strict(BaseModel):
 # -- expert-popularity skew -----------------------------------------------------------------
 class _SkewCommon(_Strict):
     layer_variation: float = Field(
-        default=0.0, ge=0, description="sigma of log-normal noise on popularity per [layer, expert]")
+        default=0.0, ge=0, le=10, description="sigma of log-normal noise on popularity per "
+                                              "[layer, expert] (<= 10: e^10 is already 2e4x)")
     shuffle_per_layer: bool = Field(default=True, description="hot experts differ from layer to layer")
     drift_rate_per_s: float = Field(
-        default=0.0, ge=0, description="popularity swaps per expert per simulated second")
+        default=0.0, ge=0, le=100, description="popularity swaps per expert per simulated second "
+                                               "(<= 100: faster reshuffles every step anyway)")
 
 
 class UniformSkew(_SkewCommon):
@@ -84,7 +86,8 @@ class BurstyArrivals(_Strict):
     """Gamma-distributed gaps: coefficient of variation `cv` > 1 gives bursts."""
     kind: Literal["bursty"] = "bursty"
     rate_per_s: float = Field(gt=0)
-    cv: float = Field(default=3.0, gt=0)
+    cv: float = Field(default=3.0, ge=1e-3, le=1e3,
+                      description="gap coefficient of variation; gamma shape 1/cv^2 stays finite")
 
 
 class TraceArrivals(_Strict):

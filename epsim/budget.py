@@ -1,0 +1,124 @@
+"""What a run will cost, estimated before it starts, and refused past a stated budget.
+
+A simulation's host work grows with its steps x MoE layers x ranks, its memory with the
+requests it draws up front, the slots in flight and one row per step; a sweep multiplies
+its points; an EPLB placement grows with layers x physical slots (`sticky` with their
+square). The estimates are upper bounds from the spec alone (no step is priced): steps are
+at most `duration / shortest possible step`, the shortest step being `MIN_LAYER_US` per MoE
+layer plus `MIN_STEP_OVERHEAD_US`, well under any measured step. Past a budget the command
+stops with one line saying what to shrink; `--no-budget-check` runs it anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epsim.errors import SpecError
+
+MAX_BYTES = 8 * 2**30            # memory budget of one run (GiB stated in messages)
+MAX_RANK_LAYER_STEPS = 1e12      # time budget: ~1 day of simulated R1 decode on 64 ranks
+MAX_SWEEP_POINTS = 100_000       # points of one plan (the product of every --sweep axis)
+MAX_EPLB_SECONDS = 30.0          # estimated host seconds of one placement
+
+MIN_LAYER_US = 10.0              # no MoE layer is faster: the shipped fits' dispatch and
+MIN_STEP_OVERHEAD_US = 100.0     # combine bases alone are >= 15 us each; a step's overhead ~150 us
+BYTES_PER_REQUEST = 128          # arrival, lengths, first token, finish, scheduler state
+BYTES_PER_SLOT = 64              # the scheduler's [ranks, max_running] arrays
+BYTES_PER_STEP = 256             # one row of `epsim.sim.metrics.STEP_COLUMNS`
+# measured on this project's CI-class CPU: DeepSeek's greedy ~2e-5 s per layer x slot, sticky
+# ~3e-8 s per layer x slot^2 (8192 slots: 0.14 s and 1.8 s)
+EPLB_S_PER_SLOT = {"sticky": 3e-8}
+EPLB_S_PER_SLOT_LINEAR = 2e-5
+
+OVERRIDE = "pass --no-budget-check to run it anyway"
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """Upper-bound estimate of one simulation.
+
+    Attributes:
+        num_requests: requests drawn up front (arrivals x duration + initial running).
+        num_slots: DP ranks x max_running_requests.
+        max_steps: duration / shortest possible step.
+        rank_layer_steps: max_steps x MoE layers x ranks (the time budget's unit).
+        bytes: requests, slots and step rows (memory budget's unit).
+    """
+
+    num_requests: float
+    num_slots: float
+    max_steps: float
+    rank_layer_steps: float
+    bytes: float
+
+    def problem(self) -> str | None:
+        """Why this run is over budget (None if it is not)."""
+        if self.bytes > MAX_BYTES:
+            return (f"needs up to {self.bytes / 2**30:.3g} GiB (requests {self.num_requests:.3g} x "
+                    f"{BYTES_PER_REQUEST} B, slots {self.num_slots:.3g} x {BYTES_PER_SLOT} B, steps "
+                    f"{self.max_steps:.3g} x {BYTES_PER_STEP} B); the budget is "
+                    f"{MAX_BYTES / 2**30:g} GiB")
+        if self.rank_layer_steps > MAX_RANK_LAYER_STEPS:
+            return (f"would simulate up to {self.rank_layer_steps:.3g} rank-layer steps (steps x MoE "
+                    f"layers x ranks); the budget is {MAX_RANK_LAYER_STEPS:g}")
+        return None
+
+
+def run_cost(scenario) -> RunCost:
+    """The upper-bound cost of simulating `scenario` (a validated `Scenario`)."""
+    m, d, w = scenario.model, scenario.deployment, scenario.workload
+    dp = scenario.dp_size
+    rate = getattr(w.arrivals, "rate_per_s", 0.0)          # trace arrivals: bounded by the file cap
+    initial = dp * min(w.initial_running_per_rank, d.max_running_requests)
+    num_requests = rate * w.duration_s + initial
+    num_slots = float(dp) * d.max_running_requests
+    shortest_step_us = MIN_LAYER_US * max(m.num_moe_layers, 1) + MIN_STEP_OVERHEAD_US
+    max_steps = w.duration_s * 1e6 / shortest_step_us
+    cells = max_steps * max(m.num_moe_layers, 1) * d.ep_size
+    nbytes = (num_requests * BYTES_PER_REQUEST + num_slots * BYTES_PER_SLOT
+              + max_steps * BYTES_PER_STEP)
+    return RunCost(num_requests, num_slots, max_steps, cells, nbytes)
+
+
+def check_run(scenario, where: str = "scenario") -> RunCost:
+    """Raise SpecError when a simulation of `scenario` would exceed the budget.
+
+    Raises:
+        SpecError: `<where>: this run needs up to 37 GiB (...); the budget is 8 GiB; shrink
+            workload.duration_s or workload.arrivals.rate_per_s, or pass --no-budget-check`.
+    """
+    cost = run_cost(scenario)
+    problem = cost.problem()
+    if problem:
+        raise SpecError(f"{where}: this run {problem}; shrink workload.duration_s, "
+                        f"workload.arrivals.rate_per_s or deployment.max_running_requests, or "
+                        f"{OVERRIDE}")
+    return cost
+
+
+def check_sweep(num_points: int) -> None:
+    """Raise SpecError when a sweep has more points than the budget (before expanding it)."""
+    if num_points > MAX_SWEEP_POINTS:
+        raise SpecError(f"--sweep ({num_points:.3g} points, the product of every axis) must have at "
+                        f"most {MAX_SWEEP_POINTS} points; sweep fewer values, or {OVERRIDE}")
+
+
+def eplb_seconds(algorithm: str, num_layers: int, num_replicas: int) -> float:
+    """Estimated host seconds of one placement (measured rates above)."""
+    cells = float(num_layers) * num_replicas
+    quadratic = EPLB_S_PER_SLOT.get(algorithm)
+    return cells * num_replicas * quadratic if quadratic else cells * EPLB_S_PER_SLOT_LINEAR
+
+
+def check_eplb(algorithm: str, num_layers: int, num_replicas: int) -> None:
+    """Raise SpecError when a placement would exceed the time or memory budget.
+
+    Raises:
+        SpecError: `--replicas (400000000) would take ~8e+03 s ...; the budget is 120 s ...`.
+    """
+    seconds = eplb_seconds(algorithm, num_layers, num_replicas)
+    nbytes = float(num_layers) * num_replicas * 8 * 8          # ~8 int64 [layers, slots] arrays
+    if nbytes > MAX_BYTES or seconds > MAX_EPLB_SECONDS:
+        raise SpecError(f"--replicas ({num_replicas}) over {num_layers} layer(s) would take ~{seconds:.2g} s "
+                        f"and {nbytes / 2**30:.2g} GiB with {algorithm}; the budget is "
+                        f"{MAX_EPLB_SECONDS:g} s and {MAX_BYTES / 2**30:g} GiB; {OVERRIDE}")
