@@ -106,19 +106,22 @@ def _lmsys_rows(data: dict) -> list[PublishedRow]:
     rows = []
     src = data["source"]
     for row in data["rows"]:
+        gpu = row.get("gpu", "H100")
         if row["phase"] == "prefill":
-            value = predict.serving_throughput("prefill", row["ep"], tokens_per_rank=row["tokens_per_rank"],
+            value = predict.serving_throughput("prefill", row["ep"], gpu,
+                                               tokens_per_rank=row["tokens_per_rank"],
                                                input_len=row["input_len"])
-            case = (f"prefill EP{row['ep']}, {row['tokens_per_rank']} tokens/GPU, input "
+            case = (f"{gpu} prefill EP{row['ep']}, {row['tokens_per_rank']} tokens/GPU, input "
                     f"{row['input_len']}, routing {row['routing']}"
                     + (f" (assumed: {row['assumed']})" if row.get("assumed") else ""))
         else:
-            value = predict.serving_throughput("decode", row["ep"], redundant=row["redundant"],
+            value = predict.serving_throughput("decode", row["ep"], gpu, redundant=row["redundant"],
                                                batch_per_rank=row["batch_per_rank"],
                                                context=row["context"])
-            case = (f"decode EP{row['ep']} (+{row['redundant']} redundant), batch "
+            case = (f"{gpu} decode EP{row['ep']} (+{row['redundant']} redundant), batch "
                     f"{row['batch_per_rank']}/GPU, KV {row['context']}, routing {row['routing']}")
-        rows.append(PublishedRow("LMSYS DeepSeek-V3 on 96 H100 (SGLang)", "throughput",
+        rows.append(PublishedRow("LMSYS DeepSeek-V3 on 96 H100 (SGLang; DeepSeek's H800 figures)",
+                                 "throughput",
                                  _source(src), _conditions(data["conditions"]),
                                  case, float(row["value"]), value, data["unit"], row["quote"],
                                  data.get("if_missed", "")))

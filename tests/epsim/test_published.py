@@ -34,7 +34,7 @@ def rows():
 def test_every_row_has_source_quote_and_a_finite_prediction(rows):
     tables = {r.table for r in rows}
     assert {"DeepEP V1 normal kernels (H800, InfiniBand)", "DeepEP V1 low-latency kernels (H800, InfiniBand)",
-            "DeepEP V2 (SM90 / SM100)", "LMSYS DeepSeek-V3 on 96 H100 (SGLang)",
+            "DeepEP V2 (SM90 / SM100)", "LMSYS DeepSeek-V3 on 96 H100 (SGLang; DeepSeek's H800 figures)",
             "TensorRT-LLM wide-EP EPLB, DeepSeek-R1 on GB200",
             "TensorRT-LLM Qwen3-235B-A22B offline throughput",
             "EPLB rebalance cost (stop-the-world)"} <= tables
