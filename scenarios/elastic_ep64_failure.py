@@ -134,7 +134,7 @@ def main(argv=None) -> dict:
             f"({step_change * 100:+.1f} %), TPOT {new['tpot_ms']['mean']:.2f} vs "
             f"{base['tpot_ms']['mean']:.2f} ms ({tpot_change * 100:+.1f} %); keep-up on {ep - 1} "
             f"ranks: {new['keep_up']['verdict']}")
-    line = answer(args, text)
+    answer_line = answer(args, text)
 
     use_agg()
     import matplotlib.pyplot as plt
@@ -161,7 +161,7 @@ def main(argv=None) -> dict:
     ax.legend(fontsize=7)
     ax3.legend(fontsize=7)
     save_figure(fig, args.out, "elastic_ep64_failure", f"Elastic EP {ep}: one rank lost")
-    return {"answer": line, "direction": "slower" if step_change >= 0 and tpot_change >= 0 else "faster",
+    return {"answer": answer_line, "direction": "slower" if step_change >= 0 and tpot_change >= 0 else "faster",
             "step_change": step_change, "tpot_change": tpot_change, "lost": lost}
 
 

@@ -74,23 +74,22 @@ def use_agg() -> None:
 
 
 def settled_eplb_simulation(scenario, profile=None):
-    """A `Simulation` of `scenario` whose placement is what EPLB settles on when popularity
-    holds still: the scenario's `eplb_algorithm` run on the skew model's popularity at t=0,
-    over `experts + ep_num_redundant_experts` slots, installed before the first step.
+    """A `Simulation` of `scenario` starting from the placement EPLB settles on when popularity
+    holds still: `deployment.init_expert_location: from_skew` (`epsim.sim.initial_placement`).
 
     Returns:
-        (simulation, expected balancedness: mean over layers of mean/max GPU load under the
-        scenario's replica selection).
+        (simulation, expected balancedness: mean over layers of mean/max GPU load of the skew's
+        expected loads under the scenario's replica selection).
     """
-    from epsim.eplb import compute_placement
     from epsim.sim import Simulation
-    d, m, c = scenario.deployment, scenario.model, scenario.cluster
-    sim = Simulation(scenario, profile=profile)
-    popularity = sim.skew.popularity(0.0)                                    # [layers, experts]
-    num_nodes = max(1, d.ep_size // c.gpus_per_node_resolved)
-    placement = compute_placement(d.eplb_algorithm, popularity, m.num_experts + d.ep_num_redundant_experts,
-                                  m.num_expert_groups, num_nodes, d.ep_size)
-    sim.placement.update(placement)
+    from epsim.spec.scenario import scenario_from_dict
+    data = scenario.model_dump()
+    data["deployment"]["init_expert_location"] = "from_skew"
+    settled = scenario_from_dict(data, where=scenario.name, base_dir=scenario.base_dir)
+    sim = Simulation(settled, profile=profile)
+    placement = sim.placement.placement
+    popularity = sim.skew.mean_popularity()                                   # [layers, experts]
+    d = settled.deployment
     return sim, float(placement.balancedness(popularity, d.ep_dispatch_algorithm).mean())
 
 
