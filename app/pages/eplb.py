@@ -79,8 +79,8 @@ def over_time(view) -> None:
                         "mean over rebalances")
     events = _events(view)
     st.markdown("**Balancedness per step** (mean/max GPU load; rebalances dashed, stop-the-world stalls shaded)")
-    st.altair_chart(charts.over_time(view.steps["t_s"], view.steps["balancedness"], "balancedness",
-                                     events, view.stalls), width="stretch")
+    st.altair_chart(charts.over_time(view.steps["t_s"], view.steps["balancedness"],
+                                     "balancedness (mean/max)", events, view.stalls), width="stretch")
     st.markdown("**Step time**")
     st.altair_chart(charts.over_time(view.steps["t_s"], view.steps["step_ms"], "step time (ms)", events,
                                      view.stalls, y_zero=True), width="stretch")

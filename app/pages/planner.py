@@ -59,8 +59,8 @@ def sweep_table():
         with st.expander("Skipped points"):
             for line in view.skipped:
                 st.text(line)
-    from epsim.commands.output import merge_notes
-    for message in merge_notes(view.warnings):        # one line for all EP sizes alike
+    from epsim.commands.output import merge_notes, without_category
+    for message in merge_notes(without_category(m) for m in view.warnings):   # one line for all EP sizes
         st.warning(message)
     return view.rows, view.columns, view.keys
 

@@ -4,6 +4,7 @@ with the live bench (`--live`, which imports `live/` and torch here and nowhere 
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 from epsim.errors import EpsimError
@@ -50,6 +51,12 @@ def _num_gpus_visible() -> int:
     return torch.cuda.device_count()
 
 
+def _say(args, text: str) -> None:
+    """Progress of a live run on stderr (the result goes to stdout); nothing with --quiet."""
+    if not getattr(args, "quiet", False):
+        print(text, file=sys.stderr)
+
+
 def _measure(args) -> list[Path]:
     """Run the live bench the machine and options call for; returns the record files to fit."""
     try:
@@ -67,8 +74,7 @@ def _measure(args) -> list[Path]:
     from live.bench import bench_plan_from_args, run_bench, run_eplb_bench
 
     if which == "cpu" and not args.cpu:
-        print("live bench: no GPU visible: measuring on CPU ranks (gloo), a CPU profile",
-              file=sys.stderr)
+        _say(args, "live bench: no GPU visible: measuring on CPU ranks (gloo), a CPU profile")
     args.tokens = args.skews = args.models = args.dtypes = args.iters = None
     args.cpu = which == "cpu"
     if which == "ep":
@@ -78,21 +84,21 @@ def _measure(args) -> list[Path]:
     except LiveError as exc:
         raise EpsimError(str(exc)) from None
     records.write_text("")                     # a fresh file: the profile names exactly this run
-    print(f"live bench: {plan.num_points} points, {len(plan.cases)} cases on {plan.world_size} "
-          f"{'GPUs (nccl)' if plan.dist_backend == 'nccl' else 'CPU ranks (gloo)'} -> {records}",
-          file=sys.stderr)
+    _say(args, f"live bench: {plan.num_points} points, {len(plan.cases)} cases on {plan.world_size} "
+          f"{'GPUs (nccl)' if plan.dist_backend == 'nccl' else 'CPU ranks (gloo)'} -> {records}")
     result = run_bench(plan, records, args.budget_s, progress=wants_progress(args))
     for error in result.errors:
-        print(f"epsim calibrate: warning: {error}", file=sys.stderr)
-    print(f"live bench: {result.num_records} records from {result.num_points} points in "
-          f"{result.seconds:.0f} s ({result.skipped} skipped)", file=sys.stderr)
+        warnings.warn(str(error), stacklevel=2)              # a note under the result
+    _say(args, f"live bench: {result.num_records} records from {result.num_points} points in "
+          f"{result.seconds:.0f} s ({result.skipped} skipped)")
     if not result.num_records:
-        raise EpsimError(f"the live bench measured nothing ({records}); see the warnings above")
+        first = f"; first problem: {result.errors[0]}" if result.errors else ""
+        raise EpsimError(f"the live bench measured nothing ({records}){first}")
     paths = [records]
     if args.eplb:
         eplb = records.parent / "eplb_records.jsonl"          # what live.eplb.bench writes
         eplb.unlink(missing_ok=True)
-        print(run_eplb_bench(records.parent, args.quick), file=sys.stderr)
+        _say(args, run_eplb_bench(records.parent, args.quick))
         paths += [eplb] if eplb.is_file() and eplb.stat().st_size else []
     return paths
 
@@ -108,19 +114,20 @@ def _measure_components(args, records: Path) -> list[Path]:
     except LiveError as exc:
         raise EpsimError(str(exc)) from None
     records.write_text("")
-    print(f"live bench: {plan.num_points} points (experts, attention, dense MLP) on 1 GPU, "
-          f"device time, host overhead and eager time each -> {records}", file=sys.stderr)
-    print(f"live bench: {COMMUNICATION_NOTE}", file=sys.stderr)
+    _say(args, f"live bench: {plan.num_points} points (experts, attention, dense MLP) on 1 GPU, "
+          f"device time, host overhead and eager time each -> {records}")
+    _say(args, f"live bench: {COMMUNICATION_NOTE}")
     for note in plan.notes[1:]:
-        print(f"live bench: {note}", file=sys.stderr)
+        _say(args, f"live bench: {note}")
     from epsim.commands.output import wants_progress
     result = run_components(plan, records, args.budget_s, progress=wants_progress(args))
     for skipped in result.skipped:
-        print(f"epsim calibrate: note: {skipped}", file=sys.stderr)
-    print(f"live bench: {result.num_records} records from {result.num_points} points in "
-          f"{result.seconds:.0f} s on {result.provenance.get('device', '?')}", file=sys.stderr)
+        warnings.warn(str(skipped), stacklevel=2)            # a note under the result
+    _say(args, f"live bench: {result.num_records} records from {result.num_points} points in "
+          f"{result.seconds:.0f} s on {result.provenance.get('device', '?')}")
     if not result.num_records:
-        raise EpsimError(f"the live bench measured nothing ({records}); see the notes above")
+        first = f"; first problem: {result.skipped[0]}" if result.skipped else ""
+        raise EpsimError(f"the live bench measured nothing ({records}){first}")
     return [records] + default_record_paths()
 
 

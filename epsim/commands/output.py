@@ -88,6 +88,13 @@ def merge_notes(messages: Iterable[str]) -> list[str]:
     return out
 
 
+def without_category(message: str) -> str:
+    """`ExtrapolationWarning: profile ...` -> `profile ...` (a note says what, not which class;
+    worker processes report their warnings with the class in front)."""
+    head, _, rest = message.partition(": ")
+    return rest if rest and head.endswith("Warning") and " " not in head else message
+
+
 @contextmanager
 def caught_warnings() -> Iterator[list[str]]:
     """Collect every warning raised inside as its message (nothing printed): the list fills

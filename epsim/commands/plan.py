@@ -68,10 +68,6 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     return lines
 
 
-def _note(message: str) -> str:
-    """`ExtrapolationWarning: profile ...` -> `profile ...` (a note says what, not which class)."""
-    head, _, rest = message.partition(": ")
-    return rest if rest and head.endswith("Warning") and " " not in head else message
 
 
 def run_max_rate(args):
@@ -104,7 +100,7 @@ def run(args):
     if args.fleet:
         from epsim.commands.fleet import run as run_fleet
         return run_fleet(args)
-    from epsim.commands.output import Report, json_safe, wants_progress
+    from epsim.commands.output import Report, json_safe, wants_progress, without_category
     from epsim.plan.runner import rejected, run_plan
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
@@ -138,4 +134,4 @@ def run(args):
     lines = summary_lines(result, args.scenario, args.executor)
     if result.out is not None:
         lines.append(f"\nwrote results.csv, plan.json and figures to {result.out}")
-    return Report(data, lines, notes=[_note(m) for m in result.warnings], error=result.infeasible)
+    return Report(data, lines, notes=[without_category(m) for m in result.warnings], error=result.infeasible)
