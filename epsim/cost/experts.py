@@ -1,82 +1,169 @@
-"""Routed-expert compute of one MoE layer: grouped GEMM over each rank's local experts.
+"""Routed-expert compute of one MoE layer: the grouped GEMM over each rank's local experts.
 
-Per rank r (SwiGLU experts: gate, up, down projections; 2 flops per multiply-add):
+Physics of a grouped SwiGLU GEMM (gate+up `[2I, H]`, down `[H, I]` per expert), per rank r:
 
-    t_r = base_us + per_expert_us * active_r
-          + active_r * expert_bytes / hbm_gbps * 1e-3
-          + 6 * hidden * moe_intermediate * pairs_r / tflops * 1e-6
+    t_r = base_us + per_expert_us * A_r + max(mem_us_r, math_us_r)
+    mem_us_r  = (A_r * expert_bytes + rows_r * act_bytes_per_row) / hbm_gbps * 1e-3
+    math_us_r = quantized_flops_r / tflops * 1e-6
 
-Additive, not a roofline max: every active expert streams its weights from HBM once and fills
-its GEMM pipeline — a cost proportional to the expert's size whatever its token count — and
-the FLOPs then run at the asymptotic rate. Measured on two H200 (docs/validation.md), a rank
-whose 16 hot experts each take ~2048 tokens computed 46% more pairs than a uniform rank (~512
-per expert) in only 17% more time, which a max() with one FLOP rate cannot express and this
-sum can (the per-expert term is what small GEMMs lose). Weight reads dominate at low load,
-FLOPs at high. The layer waits for the slowest rank: `experts_us = max_r t_r`.
+  A_r                experts the rank's tokens actually touch (weights stream from HBM once each)
+  rows_r             token-expert pairs the rank computes; `act_bytes_per_row = 4H + 12I` (BF16
+                     activations in and out of both GEMMs and the SwiGLU)
+  quantized_flops_r  the FLOPs the tensor cores actually run: every expert's rows are padded to
+                     whole `TILE_M`-row tiles (tile quantization, per expert), and each GEMM's
+                     tiles (`sum_e ceil(n_e / TILE_M) * ceil(N / TILE_N)`) run in whole waves of
+                     one tile per SM (wave quantization): `ceil(tiles / num_sms) * num_sms *
+                     2 * TILE_M * TILE_N * K` for GEMM 1 (N = 2I, K = H) and GEMM 2 (N = H, K = I).
+
+Every parameter is physical and bounded by the hardware it names: `hbm_gbps` <= the datasheet
+HBM bandwidth, `tflops` <= the datasheet dense tensor peak (the fitter's bounds), `base_us` the
+launch and tail of the kernels, `per_expert_us` what each group's prologue costs. The layer
+waits for the slowest rank: `experts_us = max_r t_r`. A dense MLP (dense layers, shared
+experts) is the same GEMM with one expert (`dense_work`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
+TILE_M = 64       # rows per tile of the grouped GEMM (see docs/model.md: chosen among 16, 64, 128)
+TILE_N = 128      # output columns per tile
+# streaming multiprocessors per GPU (datasheets); one tile per SM per wave
+NUM_SMS = {"H100": 132, "H200": 132, "H800": 132, "H20": 78, "B200": 148, "B300": 148,
+           "GB200": 152, "GB300": 160}
+DEFAULT_NUM_SMS = 132
+
+
+def num_sms(gpu: str) -> int:
+    """Streaming multiprocessors of a zoo GPU (132, Hopper's, for one not listed)."""
+    return NUM_SMS.get(gpu, DEFAULT_NUM_SMS)
+
+
+@dataclass(frozen=True)
+class ExpertGemm:
+    """The shape of one SwiGLU expert's GEMMs and the GPU they run on.
+
+    Attributes:
+        hidden_size, intermediate_size: H and I of one expert (`moe_intermediate_size`).
+        weight_bytes: bytes of one expert's weights (`3 * H * I * bytes per parameter`).
+        num_sms: streaming multiprocessors (wave size).
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    weight_bytes: float
+    num_sms: int = DEFAULT_NUM_SMS
+
+    @property
+    def act_bytes_per_row(self) -> float:
+        """BF16 activation bytes one row moves: x in, gate/up out and in, h out and in, y out."""
+        return 4.0 * self.hidden_size + 12.0 * self.intermediate_size
+
+    @property
+    def flops_per_row(self) -> float:
+        """Unpadded FLOPs of one row through the expert (3 GEMMs x 2 flops per multiply-add)."""
+        return 6.0 * self.hidden_size * self.intermediate_size
+
+    def quantized_mflops(self, row_tiles: np.ndarray) -> np.ndarray:
+        """[...] MFLOPs run after tile and wave quantization, from `row_tiles` [...] =
+        `sum_e ceil(n_e / TILE_M)` over a rank's experts."""
+        h, i, s = self.hidden_size, self.intermediate_size, self.num_sms
+        out = 0.0
+        for n, k in ((2 * i, h), (h, i)):                   # gate+up GEMM, then down GEMM
+            tiles = np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N)
+            out = out + np.ceil(tiles / s) * (s * 2.0 * TILE_M * TILE_N * k * 1e-6)
+        return out
+
+
+def row_tiles(rows_per_expert: np.ndarray) -> np.ndarray:
+    """[...] `sum_e ceil(n_e / TILE_M)` over the last axis (`[..., experts]` rows per expert)."""
+    return np.ceil(np.asarray(rows_per_expert, dtype=np.float64) / TILE_M).sum(axis=-1)
+
 
 def experts_defaults(hardware: HardwareSpec, weight_dtype: str = "bf16") -> dict[str, float]:
     """Datasheet parameters of `any/experts`: HBM and tensor peak times stated efficiencies."""
     peak = hardware.fp8_tflops if weight_dtype == "fp8" else hardware.bf16_tflops
-    return {"base_us": 8.0, "per_expert_us": 1.0,
+    return {"base_us": 8.0, "per_expert_us": 0.0,
             "hbm_gbps": hardware.hbm_gbps * HBM_EFFICIENCY, "tflops": peak * TENSOR_EFFICIENCY}
 
 
-def flops_per_pair(hidden_size: int, moe_intermediate_size: int) -> float:
-    """FLOPs of one token through one SwiGLU expert: 3 GEMMs x 2 flops per multiply-add."""
-    return 6.0 * hidden_size * moe_intermediate_size
+def _work(pairs, active, tiles, gemm: ExpertGemm) -> tuple[np.ndarray, np.ndarray]:
+    """(memory KB, quantized MFLOPs), elementwise over [..., ranks]."""
+    mem_kb = (active * gemm.weight_bytes + pairs * gemm.act_bytes_per_row) * 1e-3
+    return mem_kb, gemm.quantized_mflops(tiles)
 
 
-def experts_rank_us(pairs: np.ndarray, active: np.ndarray, expert_bytes: float,
-                    pair_flops: float, params: dict[str, float]) -> np.ndarray:
+def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, gemm: ExpertGemm,
+                    params: dict[str, float]) -> np.ndarray:
     """[..., ranks] microseconds each rank spends on its local experts.
 
     Args:
-        pairs: [..., ranks] token-expert pairs computed per rank.
+        pairs: [..., ranks] token-expert pairs (rows) computed per rank.
         active: [..., ranks] local experts that received >= 1 token.
-        expert_bytes: weight bytes of one expert; pair_flops: `flops_per_pair`.
+        tiles: [..., ranks] `row_tiles` of each rank's experts.
     """
-    return params["base_us"] + _variable_us(pairs, active, expert_bytes, pair_flops, params)
-
-
-def _variable_us(pairs: np.ndarray, active: np.ndarray, expert_bytes: float, pair_flops: float,
-                 params: dict[str, float]) -> np.ndarray:
-    """`experts_rank_us` without `base_us` (the max over ranks adds it once per layer)."""
-    t = (active * (expert_bytes * 1e-3 / params["hbm_gbps"])
-         + pairs * (pair_flops * 1e-6 / params["tflops"]))
-    if params["per_expert_us"]:
-        t += params["per_expert_us"] * active
+    pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
+    mem_kb, mflops = _work(pairs, active, tiles, gemm)
+    t = np.maximum(mem_kb / params["hbm_gbps"], mflops / params["tflops"])
+    t = t + params["base_us"]
+    if params.get("per_expert_us"):
+        t = t + params["per_expert_us"] * active
     return t
 
 
-def experts_features(pairs: np.ndarray, active: np.ndarray, expert_bytes: float,
-                     pair_flops: float, params: dict[str, float]) -> np.ndarray:
-    """Design rows at the slowest rank (picked with `params`).
+def experts_features(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, gemm: ExpertGemm,
+                     params: dict[str, float]) -> np.ndarray:
+    """Design rows at the slowest rank (slowest and bound side picked with `params`).
 
     Returns:
-        [..., 4] columns (1, active, weight_bytes*1e-3 or 0, flops*1e-6 or 0); times
-        `EXPERT_TERMS.coefficients(params)` gives `experts_us`.
+        [..., 4] columns (1, active, memory KB if memory-bound else 0, quantized MFLOPs if
+        compute-bound else 0); times `EXPERT_TERMS.coefficients(params)` gives `experts_us`.
     """
-    pairs = np.asarray(pairs, dtype=np.float64)
-    active = np.asarray(active, dtype=np.float64)
-    slowest = experts_rank_us(pairs, active, expert_bytes, pair_flops, params).argmax(axis=-1)[..., None]
-    a = np.take_along_axis(active, slowest, axis=-1)[..., 0]
-    p = np.take_along_axis(pairs, slowest, axis=-1)[..., 0]
-    bound = np.stack([a * expert_bytes * 1e-3, p * pair_flops * 1e-6], axis=-1)
-    return np.concatenate([np.stack([np.ones_like(a), a], axis=-1), bound], axis=-1)
+    pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
+    slowest = experts_rank_us(pairs, active, tiles, gemm, params).argmax(axis=-1)[..., None]
+    a, p, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (active, pairs, tiles))
+    mem_kb, mflops = _work(p, a, n, gemm)
+    mem_bound = mem_kb / params["hbm_gbps"] >= mflops / params["tflops"]
+    return np.stack([np.ones_like(a), a, np.where(mem_bound, mem_kb, 0.0),
+                     np.where(mem_bound, 0.0, mflops)], axis=-1)
 
 
-def experts_us(pairs: np.ndarray, active: np.ndarray, expert_bytes: float, pair_flops: float,
+def experts_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, gemm: ExpertGemm,
                params: dict[str, float]) -> np.ndarray:
     """[...] microseconds of the slowest rank (`max_r experts_rank_us`)."""
-    return params["base_us"] + _variable_us(np.asarray(pairs, dtype=np.float64),
-                                            np.asarray(active, dtype=np.float64),
-                                            expert_bytes, pair_flops, params).max(axis=-1)
+    return experts_rank_us(pairs, active, tiles, gemm, params).max(axis=-1)
+
+
+def dense_us(tokens: np.ndarray, gemm: ExpertGemm, params: dict[str, float]) -> np.ndarray:
+    """[...] microseconds of a dense SwiGLU MLP (one expert) on `tokens` rows; 0 when idle."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    busy = tokens > 0
+    t = experts_rank_us(tokens, busy.astype(np.float64), np.ceil(tokens / TILE_M), gemm, params)
+    return np.where(busy, t, 0.0)
+
+
+def even_row_tiles(pairs: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """[...] `row_tiles` when a rank's rows split evenly over its active experts (the
+    simulator's expected loads: each active expert gets `pairs / active` rows)."""
+    pairs = np.asarray(pairs, dtype=np.float64)
+    active = np.asarray(active, dtype=np.float64)
+    per = np.divide(pairs, active, out=np.zeros_like(pairs), where=active > 0)
+    return active * np.ceil(per / TILE_M)
+
+
+def model_gemm(model, gpu: str) -> ExpertGemm:
+    """The routed experts' `ExpertGemm` of a `ModelSpec` on a zoo GPU."""
+    return ExpertGemm(model.hidden_size, model.moe_intermediate_size, model.expert_bytes,
+                      num_sms(gpu))
+
+
+def dense_gemm(hidden_size: int, intermediate_size: int, bytes_per_param: float,
+               gpu: str) -> ExpertGemm:
+    """A dense SwiGLU MLP of width `intermediate_size` as one expert."""
+    return ExpertGemm(hidden_size, intermediate_size,
+                      3.0 * hidden_size * intermediate_size * bytes_per_param, num_sms(gpu))

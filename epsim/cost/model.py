@@ -22,7 +22,7 @@ from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us,
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
                              comm_defaults, comm_us, dedup_for,
                              dispatch_bytes_per_copy)
-from epsim.cost.experts import experts_defaults, experts_us, flops_per_pair
+from epsim.cost.experts import even_row_tiles, experts_defaults, experts_us, model_gemm
 from epsim.cost.tables import PlacementTables
 from epsim.cost.provenance import Ledger
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
@@ -175,7 +175,7 @@ class CostModel:
         # fabric latency and host-proxy messages, added where ranks span nodes)
         self.transport = transport_path(self.backend, cluster.network_resolved.kind)
         self.max_nodes_per_token = max_nodes_per_token(model, self.num_nodes)
-        self.pair_flops = flops_per_pair(model.hidden_size, model.moe_intermediate_size)
+        self.gemm = model_gemm(model, cluster.gpu)           # the routed experts' grouped GEMM
         self._token_ranges = self._fitted_ranges(modes)
         self.ledger = Ledger()               # what the costed steps spent, for `provenance`
 
@@ -275,7 +275,8 @@ class CostModel:
         m = self.model
         experts_params = self.graph_experts_params if graph else self.experts_params
         comm_params = self.graph_comm_params if graph else self.comm_params
-        expert = experts_us(tr.pairs, tr.active_experts, m.expert_bytes, self.pair_flops,
+        expert = experts_us(tr.pairs, tr.active_experts,
+                            even_row_tiles(tr.pairs, tr.active_experts), self.gemm,
                             experts_params) + self.host_us("experts", "", graph)
         if self.backend == "none":
             hidden_bytes = tr.num_tokens * m.hidden_size * 2.0

@@ -30,7 +30,8 @@ import numpy as np
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy)
-from epsim.cost.experts import experts_defaults, experts_features, flops_per_pair
+from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults, experts_features,
+                                num_sms, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.model import layer_defaults
 from epsim.errors import ProfileError, RecordError
@@ -119,6 +120,7 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
         local = [np.asarray(row, dtype=np.float64) for row in record.local_expert_tokens]
         pairs = np.array([row.sum() for row in local])
         active = np.array([float((row > 0).sum()) for row in local])
+        tiles = np.array([float(row_tiles(row)) for row in local])
     else:
         pairs = _counts(record, "expert_tokens_per_rank")
         slots = record.num_physical_experts or record.num_experts
@@ -126,16 +128,21 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
             raise RecordError("num_experts (0) must be > 0 for an experts record without "
                               "local_expert_tokens")
         active = np.full(record.ep_size, slots / record.ep_size)
+        tiles = even_row_tiles(pairs, active)
+    measured = record.extra.get("measured_rank")
+    if measured is not None:          # a single-GPU record times one rank of its EP group
+        pairs, active, tiles = (x[[int(measured)]] for x in (pairs, active, tiles))
     if not record.moe_intermediate_size:
         raise RecordError("moe_intermediate_size (0) must be > 0 for an experts record")
-    expert_bytes = 3.0 * record.hidden_size * record.moe_intermediate_size * 2.0   # BF16 weights
+    gemm = ExpertGemm(record.hidden_size, record.moe_intermediate_size,
+                      3.0 * record.hidden_size * record.moe_intermediate_size * 2.0,  # BF16
+                      num_sms(cluster.gpu))
     # the experts stage includes the backend's own layout work: `<backend>/experts[/fp8]` over
     # `<backend>/experts` over `any/experts`
     path = record_mode_path(record, "experts")
     params = profile.params(record.backend, "experts", path,
                             defaults=experts_defaults(cluster.hardware))
-    row = experts_features(pairs, active, expert_bytes,
-                           flops_per_pair(record.hidden_size, record.moe_intermediate_size), params)
+    row = experts_features(pairs, active, tiles, gemm, params)
     return RecordFeatures(component_key(record.backend, "experts", path), EXPERT_TERMS.coef_names,
                           row, EXPERT_TERMS.coefficients(params))
 
