@@ -7,7 +7,8 @@ same hold-out rule, so every before/after number in that section comes from this
   median_passes    a configuration's passes merged by the median of their medians, not the mean
   no_slot_term     no busiest-expert-slot term in dispatch/combine (`slot_us_per_kb` column zeroed)
   no_fp8_combine   the combine after an FP8 dispatch shares the BF16 combine component
-  roofline_experts expert compute as max(weights, FLOPs) instead of weights + FLOPs
+  additive_experts expert compute as weights + unquantized FLOPs (the form before the
+                   grouped-GEMM physics) instead of max(weights, tile- and wave-quantized FLOPs)
 Plus the cross-run check: the shipped profile judged on the first, single-pass run
 (benchmarks/results/h200x2_run1/), every record in-sample (`--holdout none`).
 
@@ -36,7 +37,6 @@ from epsim.calibrate.inputs import default_record_paths, merge_passes  # noqa: E
 from epsim.cost import comm as comm_mod  # noqa: E402
 from epsim.cost import experts as experts_mod  # noqa: E402
 from epsim.cost import record as record_mod  # noqa: E402
-from epsim.cost.roofline import roofline_features, roofline_us  # noqa: E402
 from epsim.profile import load_profile  # noqa: E402
 from epsim.validate import validate  # noqa: E402
 from epsim.validate.table import ErrorStats, group  # noqa: E402
@@ -66,17 +66,17 @@ def _no_slot(*args, **kwargs):
     return rows
 
 
-def _roofline_features(pairs, active, expert_bytes, pair_flops, params):
-    """The experts design row of a roofline max (the form before the change)."""
+def _additive_features(pairs, active, tiles, gemm, params):
+    """The experts design row of the additive form before the grouped-GEMM physics (weights
+    plus unquantized FLOPs, summed; no tile or wave quantization)."""
     pairs = np.asarray(pairs, dtype=np.float64)
     active = np.asarray(active, dtype=np.float64)
-    rank_us = params["per_expert_us"] * active + roofline_us(
-        active * expert_bytes, pairs * pair_flops, params["hbm_gbps"], params["tflops"])
+    mem_kb = active * gemm.weight_bytes * 1e-3
+    mflops = pairs * gemm.flops_per_row * 1e-6
+    rank_us = params["per_expert_us"] * active + mem_kb / params["hbm_gbps"] + mflops / params["tflops"]
     slowest = rank_us.argmax(axis=-1)[..., None]
-    a = np.take_along_axis(active, slowest, axis=-1)[..., 0]
-    p = np.take_along_axis(pairs, slowest, axis=-1)[..., 0]
-    bound = roofline_features(a * expert_bytes, p * pair_flops, params["hbm_gbps"], params["tflops"])
-    return np.concatenate([np.stack([np.ones_like(a), a], axis=-1), bound], axis=-1)
+    a, m, f = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (active, mem_kb, mflops))
+    return np.stack([np.ones_like(a), a, m, f, np.zeros_like(a)], axis=-1)
 
 
 VARIANTS = {
@@ -85,7 +85,7 @@ VARIANTS = {
                                       ("epsim.validate.report.merge_passes", _median_passes)),
     "no_slot_term": lambda: _patches(("epsim.cost.record.comm_features", _no_slot)),
     "no_fp8_combine": lambda: _patches(("epsim.profile.FP8_KINDS", ("dispatch", "experts"))),
-    "roofline_experts": lambda: _patches(("epsim.cost.record.experts_features", _roofline_features)),
+    "additive_experts": lambda: _patches(("epsim.cost.record.experts_features", _additive_features)),
 }
 
 
@@ -111,7 +111,7 @@ def run() -> str:
         with patch(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             profile = calibrate(paths, name=name).profile
-            report = validate(profile, paths, plots=False)
+            report = validate(profile, paths, plots=False, extrapolate=False)
         results[name] = _mape(report.rows, "holdout")
     backends = sorted({key[0] for stats in results.values() for key in stats})
     lines.append("| backend | stage | " + " | ".join(VARIANTS) + " |")
@@ -125,7 +125,7 @@ def run() -> str:
                 f"{c.mape:.1f}" if c else "-" for c in cells) + " |")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cross = validate(load_profile(), [RUN1], rule="none", plots=False)
+        cross = validate(load_profile(), [RUN1], rule="none", plots=False, extrapolate=False)
     lines += ["", "Cross-run: the shipped profile on the first, single-pass run "
               "(`benchmarks/results/h200x2_run1/`, all records in-sample): MAPE % / bias %", "",
               "| backend | stage | MAPE % | bias % |", "|---|---|---|---|"]

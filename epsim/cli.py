@@ -126,6 +126,9 @@ def _add_calibrate(sub) -> None:
                    help="hold-out rule: 'default' (fit_tokens=1,4,16,64,256,1024,4096;skew=hotset), "
                         "'none', or clauses like 'tokens=64,1024;skew=zipf' (docs/calibration.md)")
     p.add_argument("--name", default=None, help="profile name")
+    p.add_argument("--spread-records", nargs="+", default=None, metavar="FILE",
+                   help="another run's records: used only for each component's run-to-run "
+                        "spread (p10/p90 bands), never fitted on")
     p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
     p.add_argument("--cpu", action="store_true", help="--live on CPU ranks (gloo) even with GPUs")
     p.add_argument("--budget-s", type=float, default=float("inf"),
@@ -152,6 +155,12 @@ def _add_validate(sub) -> None:
                    help="exit 1 if a backend's held-out MAPE of a kind exceeds this percent")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
+    p.add_argument("--no-extrapolation", action="store_true",
+                   help="skip the extrapolation hold-outs (tokens, shape, run) and their baselines")
+    p.add_argument("--run-fit", nargs="+", default=None,
+                   help="run hold-out: record files of one run to fit on")
+    p.add_argument("--run-judged", nargs="+", default=None,
+                   help="run hold-out: another run's record files to judge")
     output_options(p)
     p.add_argument("--published", action="store_true",
                    help="published results (DeepEP, LMSYS, TensorRT-LLM, EPLB reports) against "

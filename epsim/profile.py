@@ -64,8 +64,8 @@ def mode_path(kernel_mode: str = "", kind: str = "", dispatch_dtype: str = "bf16
 
 def is_graph(record) -> bool:
     """A record (`epsim.records.MeasurementRecord`) times the device alone (`mode` holds
-    "graph"), not the eager host path."""
-    return GRAPH in record.mode.split("/")
+    "graph", or a single-GPU record's `timing` is "device"), not the eager host path."""
+    return GRAPH in record.mode.split("/") or getattr(record, "timing", "") == "device"
 
 
 def kernel_mode(record) -> str:

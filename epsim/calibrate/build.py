@@ -27,7 +27,7 @@ from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import (RecordFileInfo, RecordWarning, SourcedRecord, load_records,
                                     merge_passes)
 from epsim.errors import EpsimError, ProfileError, RecordError
-from epsim.profile import Profile, ProfileProvenance, RecordSource, component_keys
+from epsim.profile import GRAPH, Profile, ProfileProvenance, RecordSource, component_keys
 
 NOMINAL_GPU = "H200"      # cluster whose datasheet fills unfitted values of a CPU (gloo) profile
 METHOD = ("bounded least squares per component on the fit set, relative-error weighted; "
@@ -117,30 +117,84 @@ def _predictable(s: SourcedRecord, profile: Profile, skipped: list[str]) -> bool
 
 
 def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name: str = "",
-              strict: bool = False, backends: Iterable[str] | None = None) -> Calibration:
+              strict: bool = False, backends: Iterable[str] | None = None,
+              spread_paths: Iterable[str | Path] = ()) -> Calibration:
     """Fit a profile on record files under a hold-out protocol.
 
     Args:
         holdout: which records the fit may use (default: `Holdout.parse(None)`, the default rule).
         backends: backends the caller expects; one without records is warned about.
         strict: a bad record line raises instead of being skipped with a warning.
+        spread_paths: another run's record files, used only for the run-to-run spread of the
+            components (never fitted on).
     Raises:
         RecordError: unreadable files, or no record any component can be fitted on.
     """
-    from epsim.calibrate.rebalance import fit_rebalance
     holdout = holdout or Holdout.parse(None)
-    records, files = load_records(paths, strict=strict)
-    records = merge_passes(records)
+    raw, files = load_records(paths, strict=strict)
+    spread_paths = list(spread_paths)
+    other, other_files = load_records(spread_paths, strict=strict) if spread_paths else ([], [])
+    cal = fit_records(raw, files, holdout, name, backends, other)
+    if other_files:
+        cal.profile.provenance.spread_records = [
+            {"path": f.path, "sha256": f.sha256, "num_records": f.num_records} for f in other_files]
+    return cal
+
+
+def _fit_keys(record) -> list[str]:
+    """Components a record is fitted into here: none for a single-GPU host or eager timing
+    (`timing` host | eager: judged, not fitted; device time and host overhead are fitted
+    apart) and for the kinds that are not one linear component."""
+    if getattr(record, "timing", "") in ("host", "eager"):
+        return []
+    return component_keys(record)
+
+
+def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
+           ) -> tuple[dict[str, list[SourcedRecord]], list[SourcedRecord]]:
+    """Fit records per component key, and the eager records whose stage has a device-only
+    component (their host overhead is fitted apart, `epsim.calibrate.host`).
+
+    The pooled `any/experts[/graph]` takes the single-GPU (`local`) grouped GEMM records alone
+    where there are any: the 2-GPU backends' experts stages include their own layout work.
+    """
+    from epsim.calibrate.host import HOST_KINDS, device_twin
+    groups: dict[str, list[SourcedRecord]] = defaultdict(list)
+    for s in fit_set:
+        keys = _fit_keys(s.record)
+        if keys and _predictable(s, base, skipped):
+            for key in keys:
+                groups[key].append(s)
+    if any(s.record.backend == "local" for k in groups if k.startswith("any/experts")
+           for s in groups[k]):
+        for key in [k for k in groups if k.startswith("any/experts")]:
+            groups[key] = [s for s in groups[key] if s.record.backend == "local"]
+    eager_host = []
+    for key in list(groups):
+        members = groups[key]
+        r = members[0].record
+        if r.kind not in HOST_KINDS or GRAPH in key.split("/") or key.startswith("any/"):
+            continue
+        if component_keys(device_twin(r))[0] in groups:      # device time measured too
+            eager_host += members
+            del groups[key]
+    return groups, eager_host
+
+
+def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: Holdout,
+                name: str = "", backends: Iterable[str] | None = None,
+                spread_raw: list[SourcedRecord] = ()) -> Calibration:
+    """`calibrate` on records already read (`load_records`; passes not yet merged);
+    `spread_raw`: another run's records, for the run-to-run spread only."""
+    from epsim.calibrate.host import fit_host, host_samples
+    from epsim.calibrate.rebalance import fit_rebalance
+    from epsim.calibrate.spread import component_spread, run_deviations
+    records = merge_passes(raw)
     hardware = _hardware(records) if records else "cpu"
     base = Profile(name=name or f"{hardware} fit", hardware=hardware)
     skipped: list[str] = []
     fit_set = [s for s in records if not holdout.held_out(s.record)]
-    groups: dict[str, list[SourcedRecord]] = defaultdict(list)
-    for s in fit_set:
-        keys = component_keys(s.record)
-        if keys and _predictable(s, base, skipped):
-            for key in keys:
-                groups[key].append(s)
+    groups, eager_host = _group(fit_set, base, skipped)
     if not groups and not any(s.record.kind in ("p2p_copy", "rebalance") for s in fit_set):
         raise RecordError(f"records ({', '.join(f.path for f in files)}) hold no dispatch, combine, "
                           f"experts or rebalance timing in the fit set of holdout "
@@ -151,6 +205,7 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
             warnings.warn(f"backend {backend!r}: no records in {', '.join(f.path for f in files)}; "
                           f"its components keep datasheet values", CalibrationWarning, stacklevel=2)
     peaks = peaks_of(hardware)
+    run_devs = run_deviations([*raw, *spread_raw])
     fits: dict[str, ComponentFit] = {}
     def is_layer(key: str) -> bool:            # `<backend>/moe_layer[/graph]`
         return key.split("/")[1] == "moe_layer"
@@ -158,10 +213,18 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
     for key in sorted(k for k in groups if not is_layer(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks)
-    fitted = base.model_copy(update={"components": {k: f.component() for k, f in fits.items()}})
+    components = {k: f.component() for k, f in fits.items()}
+    for key, fit in fits.items():
+        components[key].spread = component_spread(fit.records, fit.predicted_us, fit.measured_us,
+                                                  run_devs)
+    device_profile = evaluation_profile(base.model_copy(update={"components": dict(components)}))
+    for key, samples in sorted(host_samples(eager_host, device_profile).items()):
+        components[key] = fit_host(samples)
+    fitted = base.model_copy(update={"components": dict(components)})
     for key in sorted(k for k in groups if is_layer(k)):
         fits[key] = fit_layer_sync(key, groups[key], evaluation_profile(fitted.model_copy(deep=True)))
-    components = {key: fit.component() for key, fit in sorted(fits.items())}
+        components[key] = fits[key].component()
+    components = dict(sorted(components.items()))
     rebalance = fit_rebalance([s for s in fit_set if s.record.kind in ("p2p_copy", "rebalance")],
                               peaks["nvl_gbps"])
     if rebalance is not None:

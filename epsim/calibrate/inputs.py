@@ -129,7 +129,7 @@ _TIMING_FIELDS = ("median_us", "p10_us", "p90_us", "per_rank_median_us", "num_it
                   "provenance")
 
 
-def _config_key(record: MeasurementRecord) -> str:
+def config_key(record: MeasurementRecord) -> str:
     """Everything that identifies a measured configuration (not its timings or pass)."""
     return json.dumps(record.model_dump(exclude=set(_TIMING_FIELDS)), sort_keys=True)
 
@@ -153,7 +153,7 @@ def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
         if "pass" not in item.record.extra:
             order.append(("", item))
             continue
-        key = _config_key(item.record)
+        key = config_key(item.record)
         if key not in groups:
             groups[key] = []
             order.append((key, item))

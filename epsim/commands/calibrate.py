@@ -160,7 +160,7 @@ def run(args):
         paths = [Path(p) for p in args.records]
         out = check_output_file(args.out) if args.out else None
     cal = calibrate(paths, holdout, name=args.name or "", strict=args.strict,
-                    backends=args.backends)
+                    backends=args.backends, spread_paths=args.spread_records or ())
     data = {"profile": cal.profile.model_dump(by_alias=True), "num_fit": cal.num_fit,
             "num_held_out": cal.num_held_out, "holdout": cal.holdout.describe(),
             "records": [str(p) for p in paths]}

@@ -68,6 +68,20 @@ def summary_lines(report, max_mape: float) -> list[str]:
     return lines
 
 
+def _run_pair(args, paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Record files of the run hold-out: `--run-fit`/`--run-judged`, else the defaults when the
+    shipped records are judged and the second run exists under the working directory."""
+    if args.run_fit or args.run_judged:
+        if not (args.run_fit and args.run_judged):
+            raise EpsimError("--run-fit and --run-judged must be given together (the records to "
+                             "fit on and another run's records to judge)")
+        return [Path(p) for p in args.run_fit], [Path(p) for p in args.run_judged]
+    if args.records:
+        return [], []
+    from epsim.validate.extrapolation import default_run_pair
+    return default_run_pair(paths)
+
+
 def run_published(args):
     """`epsim validate --published`: published results against datasheet predictions; the
     table goes to `--out` (a .md file, or published.md in a directory)."""
@@ -98,6 +112,7 @@ def run(args):
     from epsim.commands.output import Report
     from epsim.profile import default_profile_path, load_profile
     from epsim.validate import summary_rows, validate
+    from epsim.validate.extrapolation import stats
 
     if args.profile is None and not default_profile_path().is_file():
         raise EpsimError("--profile (none given) must name a profile JSON: no measured profile "
@@ -111,8 +126,12 @@ def run(args):
     if not 0 <= max_mape < float("inf"):
         raise EpsimError(f"--max-mape ({max_mape}) must be a finite percentage >= 0")
     out = Path(args.out) if args.out else None
+    run_fit, run_judged = _run_pair(args, paths)
     report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
-                      max_mape=max_mape, strict=args.strict)
+                      max_mape=max_mape, strict=args.strict,
+                      extrapolate=not args.no_extrapolation, run_fit=run_fit,
+                      run_judged=run_judged)
+    extrapolation = stats(report.extrapolation)
     if not report.rows:
         raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "
                           f"dispatch, combine, experts or moe_layer record the profile can predict")
@@ -120,8 +139,16 @@ def run(args):
             "measured_on": report.measured_on, "max_mape": max_mape,
             "passed": {f"{b}/{k}": ok for (b, k), ok in report.passed.items()},
             "summary": summary_rows(report.rows),
-            "rows": [dict(r.__dict__, error_pct=r.error_pct) for r in report.rows]}
+            "rows": [dict(r.__dict__, error_pct=r.error_pct) for r in report.rows],
+            # extrapolation hold-outs (tokens, shape, run) against the two baselines
+            "extrapolation": [dict(s.__dict__, skill=s.skill, beats_both=s.beats_both)
+                              for s in extrapolation]}
     lines = [f"profile      {data['profile']} (hardware {profile.hardware})", *summary_lines(report, max_mape)]
+    if extrapolation:
+        flagged = [f"{s.axis}: {s.component}" for s in extrapolation if not s.beats_both]
+        lines.append(f"extrapolation {len(extrapolation)} axis/component pairs judged against a "
+                     f"constant and log-log; not beating both: "
+                     + (", ".join(flagged) if flagged else "none"))
     if out is not None:
         lines.append(f"full tables (by skew, tokens per rank, shape; skew effect) in "
                      f"{out / 'validation.md'}")

@@ -4,7 +4,7 @@ Physics of a grouped SwiGLU GEMM (gate+up `[2I, H]`, down `[H, I]` per expert), 
 
     t_r = base_us + per_expert_us * A_r + max(mem_us_r, math_us_r)
     mem_us_r  = (A_r * expert_bytes + rows_r * act_bytes_per_row) / hbm_gbps * 1e-3
-    math_us_r = quantized_flops_r / tflops * 1e-6
+    math_us_r = quantized_flops_r / tflops * 1e-6 + wave_us * waves_r
 
   A_r                experts the rank's tokens actually touch (weights stream from HBM once each)
   rows_r             token-expert pairs the rank computes; `act_bytes_per_row = 4H + 12I` (BF16
@@ -14,10 +14,14 @@ Physics of a grouped SwiGLU GEMM (gate+up `[2I, H]`, down `[H, I]` per expert), 
                      tiles (`sum_e ceil(n_e / TILE_M) * ceil(N / TILE_N)`) run in whole waves of
                      one tile per SM (wave quantization): `ceil(tiles / num_sms) * num_sms *
                      2 * TILE_M * TILE_N * K` for GEMM 1 (N = 2I, K = H) and GEMM 2 (N = H, K = I).
+  waves_r            those waves, summed over both GEMMs: each wave pays a tile's prologue and
+                     epilogue (`wave_us`) besides its K-long main loop, so a short K (small
+                     hidden or intermediate size) runs below the asymptotic rate
 
 Every parameter is physical and bounded by the hardware it names: `hbm_gbps` <= the datasheet
 HBM bandwidth, `tflops` <= the datasheet dense tensor peak (the fitter's bounds), `base_us` the
-launch and tail of the kernels, `per_expert_us` what each group's prologue costs. The layer
+launch and tail of the kernels, `per_expert_us` what each group's prologue costs, `wave_us`
+a wave's fixed time (tile prologue and epilogue). The layer
 waits for the slowest rank: `experts_us = max_r t_r`. A dense MLP (dense layers, shared
 experts) is the same GEMM with one expert (`dense_work`).
 """
@@ -72,12 +76,20 @@ class ExpertGemm:
     def quantized_mflops(self, row_tiles: np.ndarray) -> np.ndarray:
         """[...] MFLOPs run after tile and wave quantization, from `row_tiles` [...] =
         `sum_e ceil(n_e / TILE_M)` over a rank's experts."""
+        return self._waves(row_tiles)[0]
+
+    def waves(self, row_tiles: np.ndarray) -> np.ndarray:
+        """[...] waves of tiles the two GEMMs run (each pays a tile's prologue and epilogue)."""
+        return self._waves(row_tiles)[1]
+
+    def _waves(self, row_tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h, i, s = self.hidden_size, self.intermediate_size, self.num_sms
-        out = 0.0
+        mflops, waves = 0.0, 0.0
         for n, k in ((2 * i, h), (h, i)):                   # gate+up GEMM, then down GEMM
-            tiles = np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N)
-            out = out + np.ceil(tiles / s) * (s * 2.0 * TILE_M * TILE_N * k * 1e-6)
-        return out
+            w = np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
+            mflops = mflops + w * (s * 2.0 * TILE_M * TILE_N * k * 1e-6)
+            waves = waves + w
+        return mflops, waves
 
 
 def row_tiles(rows_per_expert: np.ndarray) -> np.ndarray:
@@ -88,14 +100,19 @@ def row_tiles(rows_per_expert: np.ndarray) -> np.ndarray:
 def experts_defaults(hardware: HardwareSpec, weight_dtype: str = "bf16") -> dict[str, float]:
     """Datasheet parameters of `any/experts`: HBM and tensor peak times stated efficiencies."""
     peak = hardware.fp8_tflops if weight_dtype == "fp8" else hardware.bf16_tflops
-    return {"base_us": 8.0, "per_expert_us": 0.0,
+    return {"base_us": 8.0, "per_expert_us": 0.0, "wave_us": 0.0,
             "hbm_gbps": hardware.hbm_gbps * HBM_EFFICIENCY, "tflops": peak * TENSOR_EFFICIENCY}
 
 
-def _work(pairs, active, tiles, gemm: ExpertGemm) -> tuple[np.ndarray, np.ndarray]:
-    """(memory KB, quantized MFLOPs), elementwise over [..., ranks]."""
+def _work(pairs, active, tiles, gemm: ExpertGemm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(memory KB, quantized MFLOPs, waves), elementwise over [..., ranks]."""
     mem_kb = (active * gemm.weight_bytes + pairs * gemm.act_bytes_per_row) * 1e-3
-    return mem_kb, gemm.quantized_mflops(tiles)
+    mflops, waves = gemm._waves(tiles)
+    return mem_kb, mflops, waves
+
+
+def _math_us(mflops, waves, params: dict[str, float]):
+    return mflops / params["tflops"] + waves * params.get("wave_us", 0.0)
 
 
 def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, gemm: ExpertGemm,
@@ -108,8 +125,8 @@ def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, ge
         tiles: [..., ranks] `row_tiles` of each rank's experts.
     """
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
-    mem_kb, mflops = _work(pairs, active, tiles, gemm)
-    t = np.maximum(mem_kb / params["hbm_gbps"], mflops / params["tflops"])
+    mem_kb, mflops, waves = _work(pairs, active, tiles, gemm)
+    t = np.maximum(mem_kb / params["hbm_gbps"], _math_us(mflops, waves, params))
     t = t + params["base_us"]
     if params.get("per_expert_us"):
         t = t + params["per_expert_us"] * active
@@ -121,16 +138,17 @@ def experts_features(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, g
     """Design rows at the slowest rank (slowest and bound side picked with `params`).
 
     Returns:
-        [..., 4] columns (1, active, memory KB if memory-bound else 0, quantized MFLOPs if
-        compute-bound else 0); times `EXPERT_TERMS.coefficients(params)` gives `experts_us`.
+        [..., 5] columns (1, active, memory KB if memory-bound else 0, then if compute-bound
+        else 0: quantized MFLOPs, waves); times `EXPERT_TERMS.coefficients(params)` gives
+        `experts_us`.
     """
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, params).argmax(axis=-1)[..., None]
     a, p, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (active, pairs, tiles))
-    mem_kb, mflops = _work(p, a, n, gemm)
-    mem_bound = mem_kb / params["hbm_gbps"] >= mflops / params["tflops"]
+    mem_kb, mflops, waves = _work(p, a, n, gemm)
+    mem_bound = mem_kb / params["hbm_gbps"] >= _math_us(mflops, waves, params)
     return np.stack([np.ones_like(a), a, np.where(mem_bound, mem_kb, 0.0),
-                     np.where(mem_bound, 0.0, mflops)], axis=-1)
+                     np.where(mem_bound, 0.0, mflops), np.where(mem_bound, 0.0, waves)], axis=-1)
 
 
 def experts_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, gemm: ExpertGemm,

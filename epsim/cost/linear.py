@@ -48,5 +48,5 @@ class LinearTerms:
 COMM_TERMS = LinearTerms(("base_us", "nvl_gbps", "rdma_gbps", "per_copy_us", "slot_us_per_kb"),
                          frozenset({"nvl_gbps", "rdma_gbps"}))
 COLLECTIVE_TERMS = LinearTerms(("base_us", "nvl_gbps", "rdma_gbps"), frozenset({"nvl_gbps", "rdma_gbps"}))
-EXPERT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_gbps", "tflops"),
+EXPERT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_gbps", "tflops", "wave_us"),
                            frozenset({"hbm_gbps", "tflops"}))

@@ -58,10 +58,12 @@ class RecordFeatures:
     coef_names: tuple[str, ...]
     row: np.ndarray
     coefficients: np.ndarray
+    host_us: float = 0.0
 
     @property
     def predicted_us(self) -> float:
-        return float(self.row @ self.coefficients)
+        """Device time (`row @ coefficients`) plus the host overhead of an eager record."""
+        return float(self.row @ self.coefficients) + self.host_us
 
 
 def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
@@ -71,6 +73,21 @@ def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
         raise RecordError(f"provenance.hardware ({gpu!r}) must be one of {hardware_names()}")
     per_node = get_hardware(gpu).gpus_per_node
     return ClusterSpec(gpu=gpu, num_nodes=max(1, -(-record.ep_size // per_node)))
+
+
+def _device_path(record: MeasurementRecord, profile: Profile, kind: str) -> tuple[str, float]:
+    """(mode path to read the device-time parameters with, host overhead µs to add): an eager
+    record of a stage whose profile holds device time and host overhead apart is predicted as
+    the simulator predicts an eager step (`epsim.cost.timing.stage_timing`); others by their
+    own component."""
+    from epsim.cost.timing import stage_timing
+    path = record_mode_path(record, kind)
+    if is_graph(record):
+        return path, 0.0
+    timing = stage_timing(profile, record.backend, kind, path, eager=True)
+    if timing.host_key:
+        return timing.mode_path, timing.host_us
+    return path, 0.0
 
 
 def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
@@ -95,12 +112,12 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
                                            record.top_k, dedup)
     else:
         per_copy = combine_bytes_per_copy(record.hidden_size)
-    path = record_mode_path(record, kind)
+    path, host = _device_path(record, profile, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
     hottest = max((max(row) for row in record.local_expert_tokens if row), default=0.0)
     row = comm_features(copies * (1 - remote), copies * remote, copies, per_copy, params, hottest)
     return RecordFeatures(component_key(backend, kind, path), COMM_TERMS.coef_names, row,
-                          COMM_TERMS.coefficients(params))
+                          COMM_TERMS.coefficients(params), host)
 
 
 def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) -> RecordFeatures:
@@ -139,12 +156,12 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
                       num_sms(cluster.gpu))
     # the experts stage includes the backend's own layout work: `<backend>/experts[/fp8]` over
     # `<backend>/experts` over `any/experts`
-    path = record_mode_path(record, "experts")
+    path, host = _device_path(record, profile, "experts")
     params = profile.params(record.backend, "experts", path,
                             defaults=experts_defaults(cluster.hardware))
     row = experts_features(pairs, active, tiles, gemm, params)
     return RecordFeatures(component_key(record.backend, "experts", path), EXPERT_TERMS.coef_names,
-                          row, EXPERT_TERMS.coefficients(params))
+                          row, EXPERT_TERMS.coefficients(params), host)
 
 
 def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatures:

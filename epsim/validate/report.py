@@ -42,6 +42,7 @@ class ValidationReport:
     holdout: Holdout
     files: list[Path] = field(default_factory=list)
     measured_on: list[dict] = field(default_factory=list)
+    extrapolation: list = field(default_factory=list)   # epsim.validate.extrapolation.Judged
 
 
 def measured_on(records) -> list[dict]:
@@ -101,7 +102,9 @@ def update_doc(path: Path, text: str) -> None:
 
 def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
              out: str | Path | None = None, doc: str | Path | None = None, plots: bool = True,
-             max_mape: float = 10.0, strict: bool = False) -> ValidationReport:
+             max_mape: float = 10.0, strict: bool = False, extrapolate: bool = True,
+             run_fit: Iterable[str | Path] = (), run_judged: Iterable[str | Path] = ()
+             ) -> ValidationReport:
     """Judge `profile` on record files.
 
     Args:
@@ -109,6 +112,8 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         out: directory for validation.md, comparisons/summary/skew_effect CSVs and PNGs.
         doc: a markdown file whose generated section is replaced by the tables.
         max_mape: the bound the verdict column checks (percent).
+        extrapolate: also judge the extrapolation axes (`epsim.validate.extrapolation`): tokens
+            and shape on `paths`, run on `run_fit` -> `run_judged` where given.
     Raises:
         EpsimError: bad records, rule, `out` or `doc` (these two checked before any work).
     """
@@ -133,7 +138,13 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
                   f"{sum(r.split == 'fit' for r in rows)} fit-set records",
     }
     text = markdown(rows, header, max_mape)
-    report = ValidationReport(rows, text, verdict(rows, max_mape), holdout, measured_on=where)
+    judged = []
+    if extrapolate:
+        from epsim.validate import extrapolation
+        judged, notes = extrapolation.extrapolation(paths, run_fit, run_judged)
+        text = extrapolation.markdown(judged, notes, max_mape) + "\n" + text
+    report = ValidationReport(rows, text, verdict(rows, max_mape), holdout, measured_on=where,
+                              extrapolation=judged)
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)

@@ -54,12 +54,13 @@ def point_counts(tokens: int, skew: dict, rng: np.random.Generator, num_experts:
 
 def synthetic_records(noise: float = 0.0, seed: int = 0, tokens=TOKENS, skews=SKEWS,
                       truth: Profile = TRUTH, backend: str = "torch",
-                      dispatch_dtype: str = "bf16") -> list[MeasurementRecord]:
+                      dispatch_dtype: str = "bf16", shapes: dict = SHAPES,
+                      scale: float = 1.0) -> list[MeasurementRecord]:
     """dispatch, experts, combine and moe_layer records of `backend` over the grid, timed by
-    `truth` times a log-normal factor of sd `noise`."""
+    `truth` times `scale` (another machine) times a log-normal factor of sd `noise`."""
     rng = np.random.default_rng(seed)
     out = []
-    for model, (hidden, inter) in SHAPES.items():
+    for model, (hidden, inter) in shapes.items():
         for skew in skews:
             for t in tokens:
                 counts = point_counts(t, skew, rng, per_pair=backend == "mooncake")
@@ -70,7 +71,7 @@ def synthetic_records(noise: float = 0.0, seed: int = 0, tokens=TOKENS, skews=SK
                                 dispatch_dtype=dispatch_dtype, median_us=1.0,
                                 provenance=PROVENANCE, num_iters=20, **counts)
                     rec = MeasurementRecord(**base)
-                    us = predict_record(rec, truth) * float(np.exp(rng.normal(0.0, noise)))
+                    us = predict_record(rec, truth) * scale * float(np.exp(rng.normal(0.0, noise)))
                     out.append(rec.model_copy(update={"median_us": us, "p10_us": us * 0.95,
                                                       "p90_us": us * 1.05}))
     return out

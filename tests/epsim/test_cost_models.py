@@ -13,7 +13,8 @@ from epsim.cost import CostModel, ProfileHardwareWarning, build_tables, contiguo
 from epsim.cost.attention import BatchCounts
 from epsim.cost.comm import (collective_features, collective_us, comm_defaults, comm_features,
                              comm_us, dedup_for, dispatch_bytes_per_copy)
-from epsim.cost.experts import experts_features, experts_us, flops_per_pair
+from epsim.cost.experts import (TILE_M, TILE_N, ExpertGemm, even_row_tiles, experts_features,
+                                experts_us, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.cost.traffic import Traffic, count_traffic
@@ -98,32 +99,43 @@ def test_busiest_expert_slot_paces_low_latency_kernels():
     np.testing.assert_allclose(hot - balanced, [700 * 1.0 * 0.03])
 
 
-def test_experts_weights_plus_flops_hand_computed():
+def test_experts_grouped_gemm_physics_hand_computed():
+    """Weights of touched experts and activations over HBM against tile- and wave-quantized
+    FLOPs over the tensor rate; the larger wins; the slowest rank decides."""
     params = {"base_us": 5.0, "per_expert_us": 1.0, "hbm_gbps": 1000.0, "tflops": 100.0}
-    expert_bytes, pair_flops = 1e6, 1e6
-    # 2 active experts: 2e6 B / 1000 GB/s = 2 us of weights; 10 pairs * 1e6 flops / 100 TF = 0.1 us
-    np.testing.assert_allclose(experts_us(np.array([10.0]), np.array([2.0]), expert_bytes, pair_flops,
-                                          params), 5.0 + 2.0 + 2.0 + 0.1)
-    # high load: 1e6 pairs * 1e6 flops / 100 TF = 10000 us on top of the weights; doubling the
-    # pairs doubles the FLOP part only
-    high = experts_us(np.array([1e6]), np.array([2.0]), expert_bytes, pair_flops, params)
-    double = experts_us(np.array([2e6]), np.array([2.0]), expert_bytes, pair_flops, params)
-    np.testing.assert_allclose(high, 5.0 + 2.0 + 2.0 + 10000.0)
-    np.testing.assert_allclose(double - 9.0, 2 * (high - 9.0))
+    gemm = ExpertGemm(hidden_size=256, intermediate_size=128, weight_bytes=1e6, num_sms=4)
+    # 2 experts with 1 row each: memory 2e6 B + 2 rows * (4*256 + 12*128) B = 2005120 B -> 2.00512 us
+    # FLOPs: 2 row tiles; GEMM1 N=256 -> 2 col tiles -> 4 tiles = 1 wave of 4 SMs:
+    #   4 * 2*TILE_M*128*256 ; GEMM2 N=256, K=128 -> same tiles: 4 * 2*TILE_M*128*128
+    flops = 4 * 2 * TILE_M * TILE_N * 256 + 4 * 2 * TILE_M * TILE_N * 128
+    assert gemm.quantized_mflops(np.array(2.0)) == pytest.approx(flops * 1e-6)
+    math_us = flops * 1e-6 / 100.0
+    mem_us = 2005120 * 1e-3 / 1000.0
+    t = experts_us(np.array([2.0]), np.array([2.0]), np.array([2.0]), gemm, params)
+    np.testing.assert_allclose(t, 5.0 + 2.0 + max(mem_us, math_us))
+    # one more row in an expert's tile costs nothing (tile quantization); a new tile does
+    assert row_tiles(np.array([1.0, TILE_M])) == 2 and row_tiles(np.array([1.0, TILE_M + 1])) == 3
     # the slowest rank decides
-    np.testing.assert_allclose(experts_us(np.array([[1e6, 10.0]]), np.array([[2.0, 2.0]]), expert_bytes,
-                                          pair_flops, params), [10009.0])
-    assert flops_per_pair(2048, 768) == 6 * 2048 * 768
+    two = experts_us(np.array([[2.0, 1e5]]), np.array([[2.0, 2.0]]),
+                     np.array([[2.0, 2 * np.ceil(5e4 / TILE_M)]]), gemm, params)
+    one = experts_us(np.array([1e5]), np.array([2.0]), np.array([2 * np.ceil(5e4 / TILE_M)]),
+                     gemm, params)
+    np.testing.assert_allclose(two, one)
+    # even split: `pairs / active` rows per expert
+    assert even_row_tiles(np.array([3 * TILE_M]), np.array([3.0])) == 3
 
 
 def test_experts_design_row_equals_model(rng):
     params = {"base_us": 5.0, "per_expert_us": 0.5, "hbm_gbps": 3000.0, "tflops": 500.0}
+    gemm = ExpertGemm(2048, 768, 9.4e6)
     pairs = rng.random((6, 8)) * 5000
     pairs[0] = 1.0                                        # a memory-bound layer too
     active = rng.integers(1, 16, (6, 8)).astype(float)
-    rows = experts_features(pairs, active, 9.4e6, 9.4e6, params)
+    tiles = even_row_tiles(pairs, active)
+    rows = experts_features(pairs, active, tiles, gemm, params)
+    assert (rows[0, 2] > 0) and (rows[-1, 3] > 0)         # both bound sides appear
     np.testing.assert_allclose(rows @ EXPERT_TERMS.coefficients(params),
-                               experts_us(pairs, active, 9.4e6, 9.4e6, params))
+                               experts_us(pairs, active, tiles, gemm, params))
     assert EXPERT_TERMS.params_from(EXPERT_TERMS.coefficients(params)) == pytest.approx(params)
 
 
@@ -223,8 +235,9 @@ def test_predict_record_matches_the_simulator_models():
     feats = record_features(rec, profile)
     assert feats.component == "torch/dispatch" and feats.coef_names[1] == "inv_nvl_gbps"
     experts = _record("experts", local_expert_tokens=[[10.0] * 64, [0.0] * 32 + [20.0] * 32])
-    direct = experts_us(np.array([640.0, 640.0]), np.array([64.0, 32.0]), 3 * 2048 * 768 * 2.0,
-                        flops_per_pair(2048, 768), CostModel(
+    direct = experts_us(np.array([640.0, 640.0]), np.array([64.0, 32.0]),
+                        np.array([64.0, 32.0]), ExpertGemm(2048, 768, 3 * 2048 * 768 * 2.0),
+                        CostModel(
                             get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=2),
                             profile).experts_params)
     assert predict_record(experts, profile) == pytest.approx(float(direct))

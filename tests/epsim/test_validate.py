@@ -12,6 +12,7 @@ from epsim.cli import main
 from epsim.errors import ProfileError
 from epsim.profile import Profile, default_profile_path
 from epsim.validate import compare, group, skew_effects, validate
+from epsim.validate.extrapolation import default_run_pair
 from epsim.validate.report import DOC_BEGIN, DOC_END
 from tests.epsim.calibrate_fixtures import write_synthetic
 
@@ -130,8 +131,11 @@ def test_shipped_records_reproduce_the_documented_table():
     import os
     cwd = os.getcwd()
     os.chdir(doc.parents[1])                  # record paths print relative to the repo root
-    try:
-        report = validate(Profile.load(default_profile_path()), paths, plots=False)
+    try:                                      # the run hold-out's second run lies there too
+        run_fit, run_judged = default_run_pair(paths)
+        report = validate(Profile.load(default_profile_path()), paths, plots=False,
+                          run_fit=run_fit, run_judged=run_judged)
     finally:
         os.chdir(cwd)
+    assert run_judged and "- run: fit epsim/data/records/h200x2/bench.jsonl.gz" in section
     assert report.markdown.strip() == section

@@ -1,0 +1,255 @@
+"""Validation on hold-outs that are extrapolation, against two baselines.
+
+Each axis splits the records, refits a profile on one side (`epsim.calibrate.fit_records`, no
+further hold-out) and judges the other side:
+  tokens  fit tokens per rank <= 1024, judge 2048-16384 (larger batches than any fit saw)
+  shape   fit the Qwen3 shapes, judge DeepSeek-V3 (a model shape no fit saw)
+  run     fit one run's record files, judge another run's (another machine or VM instance)
+
+Next to the model's MAPE, two baselines built from the same fit-set points:
+  constant  the median of the fit-set points of the same configuration (all but the axis)
+  log-log   those points joined in log-log along the axis variable (tokens per rank; for the
+            shape axis the shape's size), interpolated, or extrapolated from the two nearest
+and a skill score `1 - MAPE_model / min(MAPE_constant, MAPE_loglog)`: > 0 beats both. A
+component that does not beat both is flagged.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from epsim.calibrate.holdout import Holdout
+from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
+
+FIT_MAX_TOKENS = 1024
+JUDGED_TOKENS = (2048, 16384)
+FIT_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B")
+JUDGED_MODELS = ("DeepSeek-V3",)
+AXES = ("tokens", "shape", "run")
+JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
+          "dense_mlp")
+# fields that are not a configuration's identity: timings, measured counts, provenance
+_NOT_CONFIG = {"median_us", "p10_us", "p90_us", "per_rank_median_us", "num_iters", "extra",
+               "provenance", "recv_tokens_per_rank", "send_tokens_per_rank",
+               "expert_tokens_per_rank", "local_expert_tokens", "seed", "value", "loads",
+               "forward_pass_id"}
+_SHAPE = {"model", "hidden_size", "moe_intermediate_size", "num_experts", "num_physical_experts",
+          "top_k", "intermediate_size", "num_attention_heads", "num_kv_heads", "head_dim",
+          "ep_size"}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One judged record: measured, the model's prediction and the two baselines (µs)."""
+
+    axis: str
+    component: str            # "<backend>[+graph]/<kind>"
+    where: str
+    tokens: int
+    model: str
+    measured_us: float
+    predicted_us: float
+    constant_us: float
+    loglog_us: float
+
+    def ape(self, value: float) -> float:
+        return abs(value - self.measured_us) / self.measured_us * 100.0
+
+
+@dataclass(frozen=True)
+class AxisStats:
+    """MAPEs of one component on one axis."""
+
+    axis: str
+    component: str
+    num: int
+    model_mape: float
+    constant_mape: float
+    loglog_mape: float
+
+    @property
+    def skill(self) -> float:
+        """1 - model / best baseline (> 0: the model beats both)."""
+        best = min(self.constant_mape, self.loglog_mape)
+        return 1.0 - self.model_mape / best if best > 0 else float("-inf")
+
+    @property
+    def beats_both(self) -> bool:
+        return self.model_mape < self.constant_mape and self.model_mape < self.loglog_mape
+
+
+def component_label(record) -> str:
+    from epsim.profile import is_graph
+    return f"{record.backend}{'+graph' if is_graph(record) else ''}/{record.kind}"
+
+
+def _x(record, axis: str) -> float:
+    """The axis variable: tokens per rank, or for the shape axis the shape's size."""
+    if axis != "shape":
+        return float(record.num_tokens_per_rank)
+    if record.kind == "experts":
+        return float(record.hidden_size * record.moe_intermediate_size)
+    if record.kind == "dense_mlp":
+        return float(record.hidden_size * record.intermediate_size)
+    if record.kind.startswith("attention"):
+        return float(record.num_attention_heads * record.head_dim)
+    return float(record.hidden_size)
+
+
+def _key(record, axis: str) -> str:
+    """A configuration without the axis variable (what baselines pool over)."""
+    import json
+    drop = set(_NOT_CONFIG) | ({"num_tokens_per_rank"} if axis != "shape" else _SHAPE)
+    if axis != "shape" and record.kind == "attention_prefill":
+        drop.add("context_len")          # prefill tokens = sequences x context
+    if axis != "shape" and record.kind == "attention_decode":
+        drop.add("num_seqs")             # decode tokens = sequences
+    return json.dumps(record.model_dump(exclude=drop), sort_keys=True, default=str)
+
+
+def loglog(points: list[tuple[float, float]], x: float) -> float:
+    """Piecewise linear in log-log through `points` (x, y) (duplicate x averaged), evaluated at
+    x: interpolated inside, extrapolated from the two nearest points outside; one point: its y."""
+    by_x: dict[float, list[float]] = defaultdict(list)
+    for px, py in points:
+        by_x[px].append(py)
+    xs = np.array(sorted(by_x))
+    ys = np.array([np.mean(by_x[v]) for v in xs])
+    if len(xs) == 1:
+        return float(ys[0])
+    lx, ly, t = np.log(xs), np.log(ys), np.log(x)
+    i = int(np.clip(np.searchsorted(lx, t), 1, len(lx) - 1))
+    slope = (ly[i] - ly[i - 1]) / (lx[i] - lx[i - 1])
+    return float(np.exp(ly[i - 1] + slope * (t - lx[i - 1])))
+
+
+def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecord],
+          files) -> list[Judged]:
+    """Refit on `fit_raw`, then predict every judged record of the `JUDGED` kinds the models
+    can evaluate (others are left out), with both baselines from the fit set."""
+    from epsim.calibrate.build import evaluation_profile, fit_records
+    from epsim.cost.record import predict_record
+    from epsim.errors import EpsimError
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = fit_records(fit_raw, files, Holdout(), name=f"validate-{axis}")
+    profile = evaluation_profile(cal.profile)
+    fit = [s for s in merge_passes(fit_raw) if s.record.kind in JUDGED]
+    pools: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_component: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in fit:
+        pools[_key(s.record, axis)].append((_x(s.record, axis), s.record.median_us))
+        by_component[component_label(s.record)].append((_x(s.record, axis), s.record.median_us))
+    out = []
+    for s in merge_passes(judged_raw):
+        r = s.record
+        if r.kind not in JUDGED or getattr(r, "timing", "") in ("host", "eager"):
+            continue
+        points = pools.get(_key(r, axis)) or by_component.get(component_label(r))
+        if not points:
+            continue                      # nothing like it was fitted: no baseline, not judged
+        try:
+            predicted = predict_record(r, profile)
+        except EpsimError:
+            continue
+        x = _x(r, axis)
+        out.append(Judged(axis, component_label(r), s.where, r.num_tokens_per_rank,
+                          r.model or f"H{r.hidden_size}", r.median_us, float(predicted),
+                          float(np.median([y for _, y in points])), loglog(points, x)))
+    return out
+
+
+def split_tokens(raw: list[SourcedRecord]) -> tuple[list[SourcedRecord], list[SourcedRecord]]:
+    fit = [s for s in raw if s.record.num_tokens_per_rank <= FIT_MAX_TOKENS]
+    lo, hi = JUDGED_TOKENS
+    return fit, [s for s in raw if lo <= s.record.num_tokens_per_rank <= hi]
+
+
+def split_shape(raw: list[SourcedRecord]) -> tuple[list[SourcedRecord], list[SourcedRecord]]:
+    return ([s for s in raw if s.record.model in FIT_MODELS],
+            [s for s in raw if s.record.model in JUDGED_MODELS])
+
+
+def stats(rows: list[Judged]) -> list[AxisStats]:
+    """AxisStats per (axis, component), in axis then component order."""
+    groups: dict[tuple[str, str], list[Judged]] = defaultdict(list)
+    for r in rows:
+        groups[(r.axis, r.component)].append(r)
+    out = []
+    for (axis, comp) in sorted(groups, key=lambda k: (AXES.index(k[0]), k[1])):
+        g = groups[(axis, comp)]
+        out.append(AxisStats(axis, comp, len(g),
+                             float(np.mean([r.ape(r.predicted_us) for r in g])),
+                             float(np.mean([r.ape(r.constant_us) for r in g])),
+                             float(np.mean([r.ape(r.loglog_us) for r in g]))))
+    return out
+
+
+# the run hold-out when none is named: the shipped two-H200 eager records (run 2) fit, the same
+# grid measured on another VM instance (run 1, kept in benchmarks/) judged
+DEFAULT_RUN_FIT = "h200x2/bench.jsonl.gz"
+DEFAULT_RUN_JUDGED = Path("benchmarks") / "results" / "h200x2_run1" / "bench.jsonl.gz"
+
+
+def default_run_pair(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """(fit, judged) record files of the default run hold-out among `paths` (the shipped
+    records), with the second run under the working directory; ([], []) when absent."""
+    fit = [Path(p) for p in paths if Path(p).as_posix().endswith(DEFAULT_RUN_FIT)]
+    if not fit or not DEFAULT_RUN_JUDGED.is_file():
+        return [], []
+    return fit, [DEFAULT_RUN_JUDGED]
+
+
+def extrapolation(paths: Iterable[str | Path], run_fit: Iterable[str | Path] = (),
+                  run_judged: Iterable[str | Path] = ()) -> tuple[list[Judged], dict[str, str]]:
+    """Judge the three axes: tokens and shape on `paths`, run on `run_fit` -> `run_judged`.
+
+    Returns:
+        (every judged row, axis -> what it fitted and judged, or why it was not judged).
+    """
+    raw, files = load_records(paths)
+    rows: list[Judged] = []
+    notes = {}
+    for axis, (fit, judged) in (("tokens", split_tokens(raw)), ("shape", split_shape(raw))):
+        if not fit or not judged:
+            notes[axis] = "not judged: no records on one side of the split"
+            continue
+        got = judge(axis, fit, judged, files)
+        rows += got
+        notes[axis] = f"fit {len(merge_passes(fit))} records, judged {len(got)}"
+    run_fit, run_judged = list(run_fit), list(run_judged)
+    if run_fit and run_judged:
+        fit_raw, fit_files = load_records(run_fit)
+        judged_raw, judged_files = load_records(run_judged)
+        got = judge("run", fit_raw, judged_raw, fit_files)
+        rows += got
+        notes["run"] = (f"fit {', '.join(f.path for f in fit_files)}; judged "
+                        f"{', '.join(f.path for f in judged_files)} ({len(got)} records)")
+    else:
+        notes["run"] = "not judged: no second run's records given"
+    return rows, notes
+
+
+def markdown(rows: list[Judged], notes: dict[str, str], max_mape: float = 10.0) -> str:
+    """The extrapolation table: per axis and component, model MAPE, both baselines, skill."""
+    lines = ["**Extrapolation hold-outs: the model against two baselines** (constant: fit-set "
+             "median of the same configuration; log-log: fit-set points joined in log-log along "
+             "the axis; skill = 1 - model / best baseline; flagged **no** where the model does "
+             "not beat both)", ""]
+    for axis in AXES:
+        lines.append(f"- {axis}: {notes.get(axis, 'not judged')}")
+    cols = ["axis", "component", "records", "model MAPE %", "constant MAPE %", "log-log MAPE %",
+            "skill", "beats both", f"model <= {max_mape:g}%"]
+    lines += ["", "| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for s in stats(rows):
+        lines.append("| " + " | ".join([
+            s.axis, s.component, str(s.num), f"{s.model_mape:.1f}", f"{s.constant_mape:.1f}",
+            f"{s.loglog_mape:.1f}", f"{s.skill:+.2f}", "yes" if s.beats_both else "**no**",
+            "yes" if s.model_mape <= max_mape else "**no**"]) + " |")
+    return "\n".join(lines) + "\n"
