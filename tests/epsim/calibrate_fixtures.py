@@ -19,7 +19,7 @@ TRUTH = Profile(name="truth", hardware="H200", components={
     "torch/combine": Component(params={"base_us": 200.0, "nvl_gbps": 200.0, "per_copy_us": 0.02,
                                        "slot_us_per_kb": 0.0}),
     "torch/experts": Component(params={"base_us": 700.0, "per_expert_us": 2.0, "hbm_gbps": 3000.0,
-                                       "tflops": 300.0}),
+                                       "tflops": 300.0, "wave_us": 0.5}),
     "torch/moe_layer": Component(params={"sync_us": 40.0}),
 })
 SHAPES = {"Qwen3-30B-A3B": (2048, 768), "Qwen3-235B-A22B": (4096, 1536)}

@@ -126,7 +126,8 @@ def test_experts_grouped_gemm_physics_hand_computed():
 
 
 def test_experts_design_row_equals_model(rng):
-    params = {"base_us": 5.0, "per_expert_us": 0.5, "hbm_gbps": 3000.0, "tflops": 500.0}
+    params = {"base_us": 5.0, "per_expert_us": 0.5, "hbm_gbps": 3000.0, "tflops": 500.0,
+              "wave_us": 0.2}
     gemm = ExpertGemm(2048, 768, 9.4e6)
     pairs = rng.random((6, 8)) * 5000
     pairs[0] = 1.0                                        # a memory-bound layer too
