@@ -173,7 +173,7 @@ def speed() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["sweep", "redundancy", "elastic", "speed"])
     parser.add_argument("--write", action="store_true", help=f"record {RESULTS} and the figures")
     parser.add_argument("--workers", type=int, default=2, help="processes for the interval sweep")

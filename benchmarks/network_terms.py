@@ -57,7 +57,7 @@ def table() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     with warnings.catch_warnings():

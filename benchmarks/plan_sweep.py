@@ -119,7 +119,7 @@ def report(runs: dict, identical: bool, workers: int) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"record {RESULTS.relative_to(ROOT)}")
     parser.add_argument("--executors", default="local,ray")
     parser.add_argument("--workers", type=int, default=None, help="default: all cores")

@@ -406,7 +406,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=RESULTS, help="predictions JSONL (+ .md)")
     parser.add_argument("--profile", type=Path, default=None, help="default: the shipped profile")
     parser.add_argument("--ep", type=int, nargs="+", default=list(EP_SIZES))

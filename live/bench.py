@@ -242,7 +242,7 @@ def run_eplb_bench(out: Path, quick: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m live.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "out/bench"), help="output folder")
     parser.add_argument("--records-name", default="bench.jsonl", help="records file in --out")
     parser.add_argument("--quick", action="store_true", help="a small grid")

@@ -250,7 +250,7 @@ def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_lo
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    parser = argparse.ArgumentParser(prog="python -m live.component_bench",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.component_bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "out/components"))
     parser.add_argument("--records-name", default="components.jsonl")

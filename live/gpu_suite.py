@@ -181,7 +181,7 @@ PARTS = [("p2p_copy", part_p2p_copy, 10), ("hf_equality", part_hf_equality, 20),
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m live.gpu_suite",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.gpu_suite",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "out/gpu_suite"),
                         help="output folder (default: $OUT)")

@@ -89,7 +89,7 @@ def table(rows: dict[str, dict[str, list[float]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("records", nargs=2, type=Path)
     args = parser.parse_args(argv)
     print(table(spread(args.records)))

@@ -370,7 +370,7 @@ def run(out: Path, quick: bool = False, budget_s: float = 85.0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m live.eplb.bench",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.eplb.bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "out/eplb_bench"))
     parser.add_argument("--quick", action="store_true", help="CPU dry run: gloo, tiny shapes")

@@ -162,3 +162,20 @@ def test_numbers_for_people():
     assert size(37.75e6) == "37.8 MB" and size(512) == "512 B"
     lines = table(["name", "value"], [["a", 1.5], ["bb", None]], indent="")
     assert lines == ["name  value", "a     1.500", "bb        -"]
+
+
+def test_every_command_line_in_the_repository_refuses_abbreviations():
+    """Scripts, benchmarks and live/ entry points too: an option they lack is an error, never
+    silently another option with the same prefix."""
+    import ast
+    missing = []
+    for folder in ("epsim", "live", "scenarios", "benchmarks", "scripts", "app"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+                        == "ArgumentParser"):
+                    given = {k.arg: k.value for k in node.keywords}
+                    if not (isinstance(given.get("allow_abbrev"), ast.Constant)
+                            and given["allow_abbrev"].value is False):
+                        missing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert missing == []
