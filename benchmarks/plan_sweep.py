@@ -1,8 +1,10 @@
-"""Sweep speed: 640 configurations of the Qwen3-235B-A22B decode scenario with `epsim plan`,
-once with local processes and once on a local Ray runtime, on all cores of this machine; the
-two results tables must be byte-identical (same seed, same points).
+"""Sweep speed: 640 configurations of the Qwen3-235B-A22B decode scenario with `epsim plan`, in
+one run side by side: every point simulated with the reference engine, every point simulated
+with the fast engine, and two tiers (`--screen`: every point screened, the candidates simulated
+with the fast engine) on local processes and on a local Ray runtime, on all cores of this
+machine. The two-tier tables of both executors must be byte-identical (same seed, same points).
 
-    python benchmarks/plan_sweep.py            # run both executors, print the numbers
+    python benchmarks/plan_sweep.py            # run every variant, print the numbers
     python benchmarks/plan_sweep.py --write    # also record benchmarks/results/plan_sweep.md
 
 Each point simulates 6 s (statistics after 2 s) instead of the scenario's 30 s, which keeps the
@@ -55,14 +57,33 @@ def commit() -> str:
         return "unknown"
 
 
-def run(executor: str, out: Path, workers: int | None, progress: bool) -> tuple[object, float, float]:
+# variant -> (engine, executor, two tiers)
+VARIANTS = {
+    "reference engine, all simulated": ("reference", "local", False),
+    "fast engine, all simulated": ("fast", "local", False),
+    "two tiers (screen + fast engine), local": ("fast", "local", True),
+    "two tiers (screen + fast engine), Ray": ("fast", "ray", True),
+}
+
+
+def run(variant: str, out: Path, workers: int | None, progress: bool) -> tuple[object, float, float]:
     """(result, wall seconds, 1-minute load average at the end: other work on the machine)."""
     from epsim.plan import run_plan
-    start = time.perf_counter()
-    result = run_plan(SCENARIO, SWEEPS, constraints=CONSTRAINTS, objectives=OBJECTIVES,
-                      overrides=OVERRIDES, executor=executor, workers=workers, out=out,
-                      progress=progress, require_feasible=False)
-    return result, time.perf_counter() - start, os.getloadavg()[0]
+    from epsim.sim.stepper import ENGINE_VARIABLE
+    engine, executor, screen = VARIANTS[variant]
+    os.environ[ENGINE_VARIABLE] = engine           # worker processes inherit it
+    try:
+        start = time.perf_counter()
+        result = run_plan(SCENARIO, SWEEPS, constraints=CONSTRAINTS, objectives=OBJECTIVES,
+                          overrides=OVERRIDES, executor=executor, workers=workers, out=out,
+                          progress=progress, require_feasible=False, screen=screen)
+        return result, time.perf_counter() - start, os.getloadavg()[0]
+    finally:
+        del os.environ[ENGINE_VARIABLE]
+
+
+def answers(result) -> list[str]:
+    return [("none" if a.best is None else result.rows[a.best]["point_id"]) for a in result.answers]
 
 
 def report(runs: dict, identical: bool, workers: int) -> str:
@@ -70,14 +91,17 @@ def report(runs: dict, identical: bool, workers: int) -> str:
     import ray
 
     import epsim
-    first = next(iter(runs.values()))[0]
-    best = first.best_row
+    first = runs["fast engine, all simulated"][0]
     num_points = len(first.rows) + len(first.skipped)
+    ref_wall = runs["reference engine, all simulated"][1]
     lines = [
-        "# `epsim plan` sweep speed: 640 configurations, local processes vs Ray",
+        f"# `epsim plan` sweep speed: {num_points} configurations, reference and fast engine, "
+        "two tiers, local processes and Ray",
         "",
         "Recorded by `python benchmarks/plan_sweep.py --write` "
-        f"(epsim {epsim.__version__}, commit {commit()}).",
+        f"(epsim {epsim.__version__}, commit {commit()}), every variant in one run, one after the "
+        "other: the machine is shared by other agents, so the ratios between variants of this one "
+        "run are what counts, not the absolute times.",
         "",
         f"- machine: {cpu_model()}, {workers} cores used ({os.cpu_count()} visible), "
         f"{platform.platform()}, Python {platform.python_version()}, numpy {np.__version__}, "
@@ -89,30 +113,34 @@ def report(runs: dict, identical: bool, workers: int) -> str:
         f"- constraints {', '.join(f'`{c}`' for c in CONSTRAINTS)}; objectives "
         f"{', '.join(f'`{o}`' for o in OBJECTIVES)}",
         "",
-        "| executor | points computed | wall (s) | points/s | simulated s per wall s | load average at end |",
-        "|---|---|---|---|---|---|",
+        "| variant | points simulated | wall (s) | points/s (all points) | vs reference engine | "
+        "load average at end |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    for executor, (result, wall_s, load) in runs.items():
-        lines.append(f"| {executor} | {result.num_computed} | {wall_s:.1f} | {result.num_computed / wall_s:.2f} "
-                     f"| {result.num_computed * 6.0 / wall_s:.1f} | {load:.1f} |")
+    for variant, (result, wall_s, load) in runs.items():
+        lines.append(f"| {variant} | {result.num_computed} | {wall_s:.1f} | "
+                     f"{len(result.rows) / wall_s:.2f} | {ref_wall / wall_s:.2f}x | {load:.1f} |")
+    ref = answers(runs["reference engine, all simulated"][0])
+    fast = answers(first)
+    two = answers(runs["two tiers (screen + fast engine), local"][0])
     lines += [
         "",
-        "Wall time is the whole `run_plan` call: point validation, the runs, choosing, tables and plots; "
-        "for Ray it includes starting and stopping the local runtime. The 1-minute load average shows "
-        f"how busy the {workers} cores were (above {workers}: other work shared them). Ray's own "
-        "processes (GCS, raylet, workers' start-up) share the same cores, so on one small machine "
-        "it trails the process pool; it is there for sweeps that outgrow one machine.",
+        "Wall time is the whole `run_plan` call: point validation, the screen, the runs, choosing, "
+        "tables and plots; for Ray it includes starting and stopping the local runtime. The "
+        f"1-minute load average shows how busy the {workers} cores were (above {workers}: other "
+        "work shared them).",
+        "",
+        f"The sweep has {len(fast)} workload points (arrival rates), each with its own answer. "
+        f"Fast engine vs reference engine: same answer for **{sum(a == b for a, b in zip(ref, fast))} "
+        f"of {len(fast)}**; two tiers vs every point simulated (fast engine): same answer for "
+        f"**{sum(a == b for a, b in zip(fast, two))} of {len(fast)}**.",
         "",
         "Six simulated seconds are enough for step times and TPOT but too few for a queue that grows "
-        "slowly to push TTFT past its bound, so this table's best point is not the planning answer "
+        "slowly to push TTFT past its bound, so these answers are not the planning answer "
         "(`scenarios/qwen235b_h200_decode.py` simulates 30 s per point).",
         "",
-        f"Tables identical (results.csv byte for byte): **{'yes' if identical else 'NO'}**.",
-        "",
-        f"Feasible points: {sum(1 for r in first.rows if r['feasible'])} of {len(first.rows)}; best: "
-        + (f"`{first.describe(first.best)}` (TPOT p99 {best['tpot_ms.p99']:.1f} ms, "
-           f"{best['throughput_tokens_per_s_per_gpu']:.0f} tokens/s/GPU)" if best else "none")
-        + f"; {len(first.frontier)} points on the Pareto frontier.",
+        f"Two-tier tables of local processes and Ray identical (results.csv byte for byte): "
+        f"**{'yes' if identical else 'NO'}**.",
         "",
     ]
     return "\n".join(lines)
@@ -121,7 +149,6 @@ def report(runs: dict, identical: bool, workers: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"record {RESULTS.relative_to(ROOT)}")
-    parser.add_argument("--executors", default="local,ray")
     parser.add_argument("--workers", type=int, default=None, help="default: all cores")
     parser.add_argument("--out", default=None, help="keep the results directories here")
     args = parser.parse_args()
@@ -129,15 +156,15 @@ def main() -> int:
     workers = args.workers or default_workers()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="plan_sweep_"))
     runs = {}
-    for executor in args.executors.split(","):
-        out = base / executor
+    for i, variant in enumerate(VARIANTS):
+        out = base / f"variant{i}"
         if (out / "points.jsonl").exists():
             raise SystemExit(f"{out} already holds results; the benchmark needs a fresh directory")
-        result, wall_s, load = run(executor, out, workers, sys.stderr.isatty())
-        runs[executor] = (result, wall_s, load)
-        print(f"{executor}: {result.num_computed} points in {wall_s:.1f} s", flush=True)
-    tables = [(base / e / "results.csv").read_bytes() for e in runs]
-    identical = all(t == tables[0] for t in tables)
+        result, wall_s, load = run(variant, out, workers, sys.stderr.isatty())
+        runs[variant] = (result, wall_s, load)
+        print(f"{variant}: {result.num_computed} points simulated in {wall_s:.1f} s", flush=True)
+    tables = [(base / f"variant{i}" / "results.csv").read_bytes() for i in (2, 3)]
+    identical = tables[0] == tables[1]
     text = report(runs, identical, workers)
     print(text)
     if args.write:

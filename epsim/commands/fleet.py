@@ -16,7 +16,12 @@ def pool_line(role: str, option, verified: dict | None) -> str:
     if verified:
         key = "tpot_ms.p99" if role == "decode" else "ttft_ms.p99"
         keeps = "keeps up" if verified.get("keep_up.ok") == 1.0 else "does not keep up"
-        sim = f"; simulated {key.split('.')[0].upper()} p99 {_ms(verified.get(key))}, {keeps}"
+        sim = f"; simulated {key[:4].upper()} p99 {_ms(verified.get(key))}, {keeps}"
+        shares = [verified.get(f"provenance.{k}_share") for k in ("measured", "extrapolated",
+                                                                   "datasheet")]
+        if all(isinstance(v, float) and v == v for v in shares):
+            sim += (f"; step time {100 * shares[0]:.0f} % measured, {100 * shares[1]:.0f} % "
+                    f"extrapolated, {100 * shares[2]:.0f} % datasheet")
     what = "TPOT" if role == "decode" else "TTFT"
     return (f"{role:10s} {option.describe()} = {option.num_gpus} GPUs (screen: up to "
             f"{option.max_rate_per_s:.1f} req/s per instance, {what} {_ms(option.latency_ms)}{sim})")

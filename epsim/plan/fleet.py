@@ -15,8 +15,8 @@ fewest GPUs. Two tiers, as `epsim plan --screen`:
    instance at `rate / n_decode`, its batch starting at the screen's steady size) and their
    simulated p99s checked: `tpot_ms.p99 <= P` and keep-up for decode, `ttft_ms.p99 (prefill) +
    KV transfer + ttft_ms.p99 (decode) <= T` for the request (conservative: the p99s add) and
-   keep-up for prefill. A pool that misses gets one more instance and is simulated again (up to
-   `MAX_ROUNDS`).
+   keep-up for prefill. A pool that misses grows by 10 % (at least one instance) and is
+   simulated again (up to `MAX_ROUNDS`).
 
 The KV-cache transfer (`epsim.cost.kv_transfer`) is priced per request from the model's KV
 layout and tagged datasheet or measured. Results (pool options, fleet.json) and the
@@ -36,7 +36,7 @@ from epsim.plan.points import Point, build_point, load_base
 from epsim.plan.screen import SteadyStateModel, max_rate
 
 HEADROOM = 0.1        # the screen's mean must clear the p99 bound by this share
-MAX_ROUNDS = 4        # verification rounds (one more instance per failing pool per round)
+MAX_ROUNDS = 6        # verification rounds (a failing pool grows by 10 %, at least one instance)
 ROLES = ("prefill", "decode")
 
 
@@ -258,7 +258,8 @@ def _verify(fleet: Fleet, base, rate, profile_path, out_dir, executor, workers, 
         metrics = {role: results[p.key].get("metrics") or {} for role, p in points.items()}
         fleet.verified = {role: {k: metrics[role].get(k) for k in (
             "ttft_ms.p99", "tpot_ms.p99", "tpot_ms.mean", "keep_up.ok", "step_ms.mean",
-            "throughput_tokens_per_s_per_gpu")} for role in pools}
+            "throughput_tokens_per_s_per_gpu", "provenance.measured_share",
+            "provenance.extrapolated_share", "provenance.datasheet_share")} for role in pools}
         d, p = metrics["decode"], metrics["prefill"]
         fleet.request_ttft_p99_ms = (p.get("ttft_ms.p99", math.nan) + fleet.kv.transfer_us * 1e-3
                                      + d.get("ttft_ms.p99", math.nan))
@@ -268,10 +269,9 @@ def _verify(fleet: Fleet, base, rate, profile_path, out_dir, executor, workers, 
         fleet.meets_slo = decode_ok and prefill_ok
         if fleet.meets_slo:
             return
-        if not decode_ok:
-            fleet.decode.instances += 1
-        if not prefill_ok:
-            fleet.prefill.instances += 1
+        for ok, pool in ((decode_ok, fleet.decode), (prefill_ok, fleet.prefill)):
+            if not ok:
+                pool.instances += max(1, round(0.1 * pool.instances))
 
 
 def _write(fleet: Fleet, out: Path) -> None:

@@ -40,3 +40,17 @@ def test_ray_uses_a_running_runtime_and_leaves_it_up(tmp_path):
         ray.shutdown()
     assert result.num_computed == 2
     assert (resumed.num_computed, resumed.num_cached) == (1, 2)
+
+
+@pytest.mark.slow
+def test_ray_runs_the_two_tier_planner_unchanged(tmp_path):
+    scenario = write_tiny_scenario(tmp_path)
+    sweep = ["deployment.ep_size=2,4,8", "deployment.max_running_requests=8,16,32,64"]
+    common = dict(constraints=["tpot_ms.p99<=40"], workers=2, progress=False, plots=False,
+                  screen=True)
+    local = run_plan(scenario, sweep, executor="local", out=tmp_path / "local", **common)
+    on_ray = run_plan(scenario, sweep, executor="ray", out=tmp_path / "ray", **common)
+    assert not ray.is_initialized()
+    assert on_ray.num_computed == local.num_computed < len(local.rows)
+    assert (tmp_path / "ray" / "results.csv").read_bytes() == (tmp_path / "local" / "results.csv").read_bytes()
+    assert (tmp_path / "ray" / "screen.jsonl").is_file()
