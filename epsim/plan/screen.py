@@ -113,7 +113,7 @@ class SteadyStateModel:
         self.cost_model = CostModel(m, c, d, profile)
         self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=scenario.seed,
                               base_dir=scenario.base_dir)
-        self.rng = np.random.Generator(np.random.SFC64([scenario.seed, 0x5C2E]))
+        self.seed = scenario.seed
         p2l = contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size,
                                    d.ep_num_redundant_experts)
         ranks_per_node = min(c.gpus_per_node_resolved, d.ep_size)
@@ -127,9 +127,12 @@ class SteadyStateModel:
                                    d.ep_dispatch_algorithm)
         self._cache: dict[tuple, float] = {}
 
-    def step_s(self, batch: BatchCounts) -> float:
-        """Mean time of a step running `batch` over `NUM_DRAWS` load draws (seconds)."""
-        _, rows = moe_draws(self.cost_model, self.skew, self.rng, self.tables, batch, NUM_DRAWS)
+    def step_s(self, batch: BatchCounts, key: tuple[int, int]) -> float:
+        """Mean time of a step running `batch` over `NUM_DRAWS` load draws (seconds), drawn
+        from a generator seeded by the scenario's seed and `key` (kind, size): a price depends
+        on its batch alone, not on which prices were asked for before (so the executors agree)."""
+        rng = np.random.Generator(np.random.SFC64([self.seed, 0x5C2E, *key]))
+        _, rows = moe_draws(self.cost_model, self.skew, rng, self.tables, batch, NUM_DRAWS)
         return float(np.mean([self.cost_model.step(batch, None, self.tables, moe=moe).step_us
                               for moe in rows])) * 1e-6
 
@@ -139,7 +142,7 @@ class SteadyStateModel:
         key = ("decode", b)
         if key not in self._cache:
             self._cache[key] = self.step_s(BatchCounts.uniform_decode(self.dp, b,
-                                                                      self.decode_context))
+                                                                      self.decode_context), (0, b))
         return self._cache[key]
 
     def prefill_s(self, tokens: float) -> float:
@@ -160,7 +163,7 @@ class SteadyStateModel:
             sampled = np.where(prompt > p, 1.0 / num_chunks, full / prompt)
             z = np.zeros(self.dp)
             self._cache[key] = self.step_s(BatchCounts(z, z, full, prefix + full, pairs, sampled,
-                                                       "prefill"))
+                                                       "prefill"), (1, p))
         return self._cache[key]
 
     # -- the three instance kinds ---------------------------------------------------------
