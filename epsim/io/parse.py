@@ -125,6 +125,8 @@ def load_yaml(text: str, where: str, error: type[EpsimError] = SpecError) -> Any
         raise error(f"{where}: not valid YAML{at}: {problem[:160]}") from None
     except RecursionError:                  # belt and braces: the depth cap comes first
         raise error(f"{where}: nesting must be at most {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:               # an integer of more than 4300 digits, a bad date
+        raise error(f"{where}: not valid YAML: {str(exc).splitlines()[0][:120]}") from None
 
 
 def loads_json(text: str, where: str, error: type[EpsimError] = SpecError,
@@ -144,6 +146,8 @@ def loads_json(text: str, where: str, error: type[EpsimError] = SpecError,
         raise error(f"{where}: not valid JSON ({exc.msg}{at})") from None
     except RecursionError:
         raise error(f"{where}: nesting must be at most {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:               # an integer of more than 4300 digits
+        raise error(f"{where}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
     check_depth(data, where, error)
     return data
 

@@ -75,7 +75,7 @@ def check_numbers(data: Any, cls: type[BaseModel] | None = None) -> tuple[str, s
         if isinstance(value, float) and not math.isfinite(value):
             return _dotted(path), f"({value}) must be a finite number"
         if isinstance(value, (int, float)) and abs(value) > MAX_MAGNITUDE:
-            return _dotted(path), f"({value:.3g}) must be at most {MAX_MAGNITUDE:g} in magnitude"
+            return _dotted(path), f"({_short(value)}) must be at most {MAX_MAGNITUDE:g} in magnitude"
         if isinstance(value, dict):
             model = _model_of(annotation, value) if annotation is not None else None
             for key, child in value.items():
@@ -86,9 +86,19 @@ def check_numbers(data: Any, cls: type[BaseModel] | None = None) -> tuple[str, s
                     inner = _inner(annotation, 1) if annotation is not None else None
                 stack.append((child, path + (key,), inner))
         elif isinstance(value, (list, tuple)):
+            if all(type(x) is float or type(x) is int for x in value):     # the common case, fast
+                if all(abs(x) <= MAX_MAGNITUDE for x in value):           # False for NaN too
+                    continue
             inner = _inner(annotation, 0) if annotation is not None else None
             stack.extend((child, path + (i,), inner) for i, child in enumerate(value))
     return None
+
+
+def _short(value: int | float) -> str:
+    """A huge number in a few characters (an int of 400 digits is no float)."""
+    if isinstance(value, int) and value.bit_length() > 1000:
+        return f"an integer of ~{int(value.bit_length() * 0.30103)} digits"
+    return f"{float(value):.3g}"
 
 
 def _dotted(path: tuple) -> str:

@@ -61,7 +61,7 @@ LOADS = [[float((7 * layer + 3 * e) % 11 + 1) for e in range(16)] for layer in r
 YAML_VALUES = [(".inf", True), ("-.inf", True), (".nan", True), ("1.0e+30", True),
                ("[1, 2]", True), ("{a: 1}", True), ("-1", False), ("0", False),
                ("1.0e-300", False), ("1000000000", False), ("true", False), ("'abc'", False),
-               ("null", False)]
+               ("null", False), ("9" * 5000, True), ("2024-13-45", True)]
 JSON_VALUES = [(float("nan"), True), (float("inf"), True), (1e30, True), ("x", True),
                ([], True), ({}, True), (-1, False), (0, False), (True, False), (None, False)]
 ARG_VALUES = ["-1", "0", "1e20", "abc", "", "nan", "inf", "99999999999999999999"]
@@ -141,7 +141,8 @@ def _mutated_scenarios() -> list[tuple[str, bytes, bool, str, str]]:
                 continue
             seen.add(path)
             for raw, refuse in YAML_VALUES:
-                out.append((f"{path}={raw}", _with(tree, path, raw), refuse, path, raw))
+                shown = raw if len(raw) <= 24 else f"{raw[:6]}...({len(raw)} chars)"
+                out.append((f"{path}={shown}", _with(tree, path, raw), refuse, path, raw))
     return out
 
 
@@ -247,7 +248,8 @@ def corruptions(good: bytes, text_kind: str) -> list[tuple[str, Callable[[], byt
         ("directory", None, True),
     ]
     if text_kind in ("json", "jsonl"):
-        out.append(("deep-nesting", _const(_deep_json()), True))
+        out += [("deep-nesting", _const(_deep_json()), True),
+                ("huge-integer", _const(b"[" + b"9" * 5000 + b"]\n"), True)]
     if text_kind == "yaml":
         out += [("deep-nesting", _const(_deep_yaml()), True), ("alias-bomb", _const(_alias_bomb()), True),
                 ("duplicate-key", _const(good + b"seed: 1\n"), True)]
