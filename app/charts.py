@@ -198,23 +198,36 @@ def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
         facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent"))
 
 
-def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str) -> alt.Chart:
+def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str,
+           target: float | None = None, target_label: str = "SLO target") -> alt.Chart:
     """One metric against another (GPUs): color = the cheapest point meeting the SLO (gold),
-    the Pareto frontier (red), the rest (blue); shape = meets the SLO (circle) or not (cross)."""
+    the Pareto frontier (red), the rest (blue); shape = meets the SLO (circle) or not (cross);
+    each point labelled with `frame["label"]` (EP size and rate); `target` a dashed rule."""
     role = np.where(frame["best"], "cheapest meeting the SLO",
                     np.where(frame["pareto"], "Pareto frontier", "other"))
     slo = np.where(frame["feasible"].astype(bool), "meets the SLO", "misses the SLO")
     # plain column names: vega-lite reads a dot in a field name as nesting (tpot_ms.p99)
     plot = pd.DataFrame({x_title: frame[x], y_title: frame[y], "point": role, "SLO": slo,
-                         "configuration": frame["configuration"]})
+                         "configuration": frame["configuration"],
+                         "label": frame["label"] if "label" in frame else frame["configuration"]})
     roles = ["cheapest meeting the SLO", "Pareto frontier", "other"]
-    chart = alt.Chart(plot).mark_point(filled=True, size=110, opacity=0.85).encode(
-        x=alt.X(f"{x_title}:Q", scale=alt.Scale(zero=False)),
-        y=alt.Y(f"{y_title}:Q", scale=alt.Scale(zero=False)),
+    base = alt.Chart(plot).encode(x=alt.X(f"{x_title}:Q", scale=alt.Scale(zero=False)),
+                                  y=alt.Y(f"{y_title}:Q", scale=alt.Scale(zero=False)))
+    points = base.mark_point(filled=True, size=110, opacity=0.85).encode(
         color=alt.Color("point:N", scale=alt.Scale(domain=roles, range=["#f2b701", "#d62728", "#1f77b4"])),
         shape=alt.Shape("SLO:N", scale=alt.Scale(domain=["meets the SLO", "misses the SLO"],
                                                  range=["circle", "cross"])),
         tooltip=["configuration", alt.Tooltip(f"{x_title}:Q"), alt.Tooltip(f"{y_title}:Q", format=".4g"),
                  "point", "SLO"],
     )
+    labels = base.mark_text(align="left", dx=8, dy=-6, fontSize=10, color="#333333").encode(text="label:N")
+    chart = points + labels
+    if target is not None:
+        rule_frame = pd.DataFrame({y_title: [target], "target": [f"{target_label} {target:g}"]})
+        rule = alt.Chart(rule_frame).mark_rule(color="#d62728", strokeDash=[6, 4]).encode(
+            y=f"{y_title}:Q", tooltip=["target"])
+        text = alt.Chart(rule_frame).mark_text(align="left", baseline="bottom", dx=4, color="#d62728",
+                                               fontSize=10).encode(y=f"{y_title}:Q", text="target:N",
+                                                                   x=alt.value(0))
+        chart = chart + rule + text
     return finish(chart.properties(height=320))

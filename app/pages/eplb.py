@@ -150,10 +150,22 @@ def sweep_section(source: ui.ScenarioSource, overrides: dict, scenario) -> None:
     src = params["source"]
     rows, baseline, best = data.interval_sweep(src.text, src.where, src.base_dir, params["overrides"],
                                                params["intervals"], params["workers"])
-    st.success(f"best: rebalance every {best['interval']} forward passes, "
-               f"{best['output_tokens_per_s_per_gpu']:.0f} output tokens/s/GPU"
-               + (f" ({best['output_tokens_per_s_per_gpu'] / baseline['output_tokens_per_s_per_gpu'] - 1:+.1%} "
-                  f"over no EPLB)" if baseline and baseline["output_tokens_per_s_per_gpu"] > 0 else ""))
+    gain = (best["output_tokens_per_s_per_gpu"] / baseline["output_tokens_per_s_per_gpu"] - 1
+            if baseline and baseline["output_tokens_per_s_per_gpu"] > 0 else None)
+    if gain is not None and gain <= 0:
+        # as scenarios/eplb_interval_drift.py answers: no interval beats serving without EPLB
+        st.warning(f"turn EPLB off: no interval swept beats serving without it (the best, every "
+                   f"{best['interval']} forward passes, gives {best['output_tokens_per_s_per_gpu']:.0f} "
+                   f"output tokens/s/GPU, {gain:+.1%} against no EPLB)")
+    else:
+        st.success(f"best: rebalance every {best['interval']} forward passes, "
+                   f"{best['output_tokens_per_s_per_gpu']:.0f} output tokens/s/GPU"
+                   + (f" ({gain:+.1%} over no EPLB)" if gain is not None else ""))
+    overloaded = [r for r in rows + ([baseline] if baseline else []) if not r.get("keeps_up", True)]
+    if overloaded:
+        st.warning(f"{len(overloaded)} run(s) do not keep up with the offered load: "
+                   + "; ".join(f"{'every ' + str(r['interval']) if r['enable_eplb'] else 'no EPLB'}: "
+                               f"{r['keep_up']}" for r in overloaded))
     for row in rows:
         row["weight-move time (s)"] = row["stall_s"] + row["spread_s"]
     cols = st.columns(3)
@@ -163,7 +175,7 @@ def sweep_section(source: ui.ScenarioSource, overrides: dict, scenario) -> None:
         col.altair_chart(charts.interval_sweep(rows, baseline if metric in baseline else None, metric, label),
                          width="stretch")
     every = rows + ([baseline] if baseline else [])
-    table = pd.DataFrame(every).drop(columns=["enable_eplb"])
+    table = pd.DataFrame(every).drop(columns=["enable_eplb", "keep_up"], errors="ignore")
     table["interval"] = [f"every {r['interval']}" if r["enable_eplb"] else "no EPLB" for r in every]
     st.dataframe(ui.human_columns(table.rename(columns={"interval": "rebalance"})), hide_index=True,
                  width="stretch")
@@ -181,6 +193,12 @@ def page() -> None:
     source = _source()
     if source is None:
         return
+    run = st.session_state.get(RUN)
+    if run is not None and run["source"].digest != source.digest:
+        # another scenario (or its text edited): the last run and sweep answer another question
+        st.session_state.pop(RUN)
+        st.session_state.pop(SWEEP, None)
+        st.info("The scenario changed: the previous run and interval sweep were cleared.")
     try:
         scenario = data.parse_scenario(source.text, source.where, source.base_dir, source.overrides)
     except EpsimError as exc:
@@ -200,6 +218,7 @@ def page() -> None:
             st.error(str(exc))
         else:
             st.session_state[RUN] = {"source": source, "overrides": overrides}
+            st.session_state.pop(SWEEP, None)        # a sweep of the previous settings is stale
     run = st.session_state.get(RUN)
     if run is None:
         st.info("Set the EPLB options and press 'Run with EPLB'.")
@@ -210,6 +229,11 @@ def page() -> None:
                  f"{view.summary['num_steps']} steps")
     for warning in view.warnings:
         st.warning(warning)
+    keep = view.summary["keep_up"]
+    (st.caption if keep["ok"] else st.warning)(f"keep-up: {keep['verdict']}")
+    note = view.summary.get("eplb", {}).get("note")
+    if note:
+        st.info(note)
     over_time(view)
     sweep_section(src, json.loads(run["overrides"]), data.parse_scenario(src.text, src.where, src.base_dir,
                                                                          run["overrides"]))

@@ -1,6 +1,7 @@
 """Planner page: a sweep's results (`epsim plan`), run here or loaded from a results.csv; the
-Pareto frontier of GPUs against TPOT and throughput, and the cheapest configuration that meets
-an SLO (`epsim.plan`: constraints, objectives, frontier)."""
+Pareto frontier of GPUs against TPOT, TTFT and throughput with the SLO targets drawn, and the
+cheapest configuration that meets the SLO and keeps up with its load, one answer per workload
+point (`epsim.plan`: constraints, keep-up, objectives, frontier, answers)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ LOAD = "load a results table (results.csv of `epsim plan --out`)"
 TABLE = "plan_table"
 CHEAPEST_BY = {"num_gpus": "fewest GPUs", "cost_per_hour": "lowest cost per hour",
                "cost_per_million_output_tokens": "lowest cost per million output tokens"}
-SHOWN = ["num_gpus", "tpot_ms.p99", "ttft_ms.p99", "throughput_tokens_per_s_per_gpu",
-         "output_tokens_per_s_per_gpu", "cost_per_million_output_tokens", "hbm_headroom_gib", "error"]
+SHOWN = ["num_gpus", "tpot_ms.p99", "ttft_ms.p99", "keep_up.served_frac", "keep_up.backlog_growth_rps",
+         "throughput_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "cost_per_million_output_tokens",
+         "hbm_headroom_gib", "provenance.measured_share", "provenance.datasheet_share", "error"]
+RATE_KEY = "workload.arrivals.rate_per_s"
 
 
 def _lines(text: str) -> tuple[str, ...]:
@@ -47,6 +50,11 @@ def sweep_table():
             st.session_state[TABLE] = {"source": source, "sweeps": _lines(sweeps),
                                        "overrides": _lines(overrides), "workers": int(workers)}
     params = st.session_state.get(TABLE)
+    if params is not None and params["source"].digest != source.digest:
+        # another scenario (or its text edited): the last sweep answers a different question
+        st.session_state.pop(TABLE)
+        params = None
+        st.info("The scenario changed: the previous sweep's results were cleared.")
     if params is None:
         st.info("Set the sweep and press 'Run sweep'.")
         return None
@@ -82,28 +90,74 @@ def slo_inputs(columns: list[str]) -> tuple[list[str], list[str]]:
     return constraints, [f"min:{cheapest}", "max:throughput_tokens_per_s_per_gpu"]
 
 
-def show(result) -> None:
-    frame = result.to_pandas()
-    frame["configuration"] = [result.describe(i) for i in range(len(result.rows))]
-    if result.best is not None:
+def point_label(row: dict) -> str:
+    """`EP 16 @ 200 req/s`: what a chart point is (its EP size and offered rate)."""
+    ep = row.get("deployment.ep_size")
+    rate = row.get(RATE_KEY)
+    if rate is None:
+        rate = row.get("keep_up.offered_rps")
+    head = f"EP {ep}" if ep is not None else f"{row['num_gpus']:g} GPUs"
+    return head + ("" if rate is None or rate != rate else f" @ {rate:.3g} req/s")
+
+
+def _target(constraints, metric: str) -> float | None:
+    bounds = [c.bound for c in constraints if c.metric == metric and c.op in ("<", "<=")]
+    return min(bounds) if bounds else None
+
+
+def answers(result) -> None:
+    """The answer per workload point, with its keep-up margin and measured share."""
+    from epsim.plan.answers import answer_line
+    from epsim.plan.runner import rejected
+    from epsim.plan.select import keep_up_statement
+    if len(result.answers) > 1:
+        st.markdown("**One answer per workload point** (the workload is given, not chosen):")
+        for answer in result.answers:
+            (st.success if answer.best is not None else st.warning)(answer_line(result, answer))
+    elif result.best is not None:
         row = result.best_row
         st.success(f"Cheapest configuration meeting the SLO: **{result.describe(result.best)}** — "
                    f"{row['num_gpus']:g} GPUs, TPOT p99 {ui.fmt(row['tpot_ms.p99'], '.1f')} ms, TTFT p99 "
                    f"{ui.fmt(row['ttft_ms.p99'], '.0f')} ms, {ui.fmt(row['throughput_tokens_per_s_per_gpu'], '.0f')} "
                    f"tokens/s/GPU")
-        cols = st.columns(4)
+        st.caption(answer_line(result, result.answers[0]))
+        cols = st.columns(5)
         cols[0].metric("GPUs", ui.fmt(row["num_gpus"], ".0f"))
         cols[1].metric("TPOT p99", ui.fmt(row["tpot_ms.p99"], ".1f", " ms"))
         cols[2].metric("TTFT p99", ui.fmt(row["ttft_ms.p99"], ".0f", " ms"))
         cols[3].metric("throughput / GPU", ui.fmt(row["throughput_tokens_per_s_per_gpu"], ".0f", " tok/s"))
+        served = row.get("keep_up.served_frac")
+        cols[4].metric("keep-up: served", ui.fmt(None if served is None else served * 100, ".1f", " %"),
+                       help="share of the offered requests served in the window (>= 97 % to keep up)")
     elif result.infeasible:
         st.warning(result.infeasible)         # an answer, not an input error
-    st.markdown(f"**Pareto frontier** of {', '.join(o.text for o in result.pareto)}: "
-                f"{len(result.frontier)} of {len(result.rows)} point(s)")
-    left, right = st.columns(2)
-    left.altair_chart(charts.pareto(frame, "num_gpus", "tpot_ms.p99", "GPUs", "TPOT p99 (ms)"), width="stretch")
-    right.altair_chart(charts.pareto(frame, "num_gpus", "throughput_tokens_per_s_per_gpu", "GPUs",
-                                     "throughput per GPU (tokens/s)"), width="stretch")
+    if result.keep_up:
+        st.caption(keep_up_statement(result.constraints))
+    rejects = rejected(result)
+    if rejects:
+        with st.expander(f"Rejected points ({len(rejects)}) and why"):
+            for i, why in rejects:
+                st.text(f"{result.describe(i)}: {why}")
+
+
+def show(result) -> None:
+    frame = result.to_pandas()
+    frame["configuration"] = [result.describe(i) for i in range(len(result.rows))]
+    frame["label"] = [point_label(row) for row in result.rows]
+    answers(result)
+    st.markdown(f"**Pareto frontier** of {', '.join(o.text for o in result.pareto)}"
+                + (" within each workload point" if len(result.answers) > 1 else "")
+                + f": {len(result.frontier)} of {len(result.rows)} point(s)")
+    gpus = "GPUs (fewer is better)"
+    cols = st.columns(3)
+    cols[0].altair_chart(charts.pareto(frame, "num_gpus", "tpot_ms.p99", gpus, "TPOT p99, ms (lower is better)",
+                                       _target(result.constraints, "tpot_ms.p99"), "TPOT target"),
+                         width="stretch")
+    cols[1].altair_chart(charts.pareto(frame, "num_gpus", "ttft_ms.p99", gpus, "TTFT p99, ms (lower is better)",
+                                       _target(result.constraints, "ttft_ms.p99"), "TTFT target"),
+                         width="stretch")
+    cols[2].altair_chart(charts.pareto(frame, "num_gpus", "throughput_tokens_per_s_per_gpu", gpus,
+                                       "tokens/s per GPU (more is better)"), width="stretch")
     shown = [c for c in result.keys + SHOWN + ["feasible", "pareto", "best"] if c in frame.columns]
     st.dataframe(ui.human_columns(frame[shown]), hide_index=True, width="stretch")
     st.download_button("results.csv", data.results_csv(result.rows, result.columns), file_name="results.csv",

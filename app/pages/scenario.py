@@ -120,6 +120,12 @@ def _get(obj, dotted: str):
 
 
 def kpis(summary: dict) -> None:
+    keep = summary["keep_up"]        # first: latencies of an instance that falls behind mislead
+    (st.caption if keep["ok"] else st.warning)(f"keep-up: {keep['verdict']}")
+    notes = summary.get("latency_notes", {})
+    for name in ("tpot_ms", "ttft_ms"):
+        if name in notes:
+            st.caption(f"{name[:4].upper()}: - because {notes[name]}")
     cols = st.columns(4)
     cols[0].metric("throughput / GPU", ui.fmt(summary["throughput_tokens_per_s_per_gpu"], ".0f", " tok/s"))
     cols[1].metric("output / GPU", ui.fmt(summary["output_tokens_per_s_per_gpu"], ".0f", " tok/s"))

@@ -46,7 +46,7 @@ def _check_choice(at, plan_dir, constraints: list[str]) -> None:
         assert metrics(at)["GPUs"] == f"{best['num_gpus']:.0f}"
     else:
         assert [w.value for w in at.warning][-1] == expected.infeasible
-    assert count(at, "vega_lite_chart") == 2                     # GPUs vs TPOT, GPUs vs throughput
+    assert count(at, "vega_lite_chart") == 3                     # GPUs vs TPOT, TTFT, throughput
     table = at.dataframe[-1].value
     assert list(table["EP size"]) == [8, 16, 32]                # human column names
     assert list(table["pareto"]) == [row["pareto"] for row in expected.rows]
@@ -95,3 +95,47 @@ def test_bad_results_upload_and_bad_constraint(app, plan_dir):
     assert len(errors(app)) == 1
     assert errors(app)[0].startswith("--constraint ('tpot_p99<=3') names an unknown metric (tpot_p99); "
                                      "did you mean tpot_ms.p99")
+
+
+def _charts(at) -> list[str]:
+    """Each vega-lite chart on the page as text: its spec (JSON) and its datasets (Arrow; the
+    strings in them are plain UTF-8)."""
+    found = []
+
+    def walk(node):
+        if getattr(node, "type", "") == "vega_lite_chart":
+            found.append(node.proto.spec + "".join(d.data.data.decode("utf-8", "ignore")
+                                                   for d in node.proto.datasets))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+    walk(at.main)
+    return found
+
+
+def test_targets_labels_keep_up_and_a_changed_scenario_clears_the_sweep(app):
+    open_page(app, "planner")
+    app.selectbox(key="plan_name").set_value("default")
+    app.run()
+    app.text_area(key="plan_sweeps").set_value("deployment.ep_size=4,8")
+    app.text_area(key="plan_overrides").set_value("")            # the default 20 s: EP 4 fills up
+    app.number_input(key="plan_workers").set_value(1)
+    button(app, "Run sweep").click()
+    app.run()
+    assert not app.exception, app.exception
+    _slo(app, 25.0, 0.0)
+    specs = _charts(app)
+    assert len(specs) == 3                                   # GPUs vs TPOT, TTFT, throughput
+    assert "TPOT target 25" in specs[0] and "GPUs (fewer is better)" in specs[0]
+    assert "EP 4 @ " in specs[0] and "EP 8 @ " in specs[0]   # points say what they are
+    # EP 4 does not keep up with the default scenario's 60 req/s: rejected with the reason
+    assert any("keep-up: served >= 97%" in c.value for c in app.caption)
+    expander = [e for e in app.expander if e.label.startswith("Rejected points")]
+    assert expander and "overloaded" in expander[0].text[0].value
+    assert "**deployment.ep_size=8**" in app.success[0].value
+    table = app.dataframe[-1].value
+    assert "keep up served share" in " ".join(table.columns) or any("served" in c for c in table.columns)
+    app.selectbox(key="plan_name").set_value("qwen30b_ep_backend")
+    app.run()
+    assert not app.exception and not errors(app)
+    assert any("scenario changed" in i.value for i in app.info)
+    assert not app.success and not app.dataframe and not _charts(app)

@@ -96,3 +96,14 @@ def test_uploaded_scenario_runs(app):
     assert not app.exception and not errors(app)
     assert "Results: mine" in [s.value for s in app.subheader]
     assert "throughput / GPU" in metrics(app)
+
+
+def test_an_overloaded_instance_is_flagged_in_one_line(app):
+    # the default scenario at EP 4 over deepep serves ~56 of the ~61 req/s offered
+    keyed(app.selectbox, "_moe_a2a_backend").set_value("deepep")
+    _run_default(app, _ep=4)
+    flagged = [w.value for w in app.warning if w.value.startswith("keep-up: ")]
+    assert len(flagged) == 1 and flagged[0].endswith(": overloaded") and "of 61.2 req/s" in flagged[0]
+    _run_default(app, _ep=8)                       # EP 8 keeps up: a caption, no warning
+    assert not [w for w in app.warning if w.value.startswith("keep-up: ")]
+    assert any(c.value.startswith("keep-up: serves") and "keeps up" in c.value for c in app.caption)
