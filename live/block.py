@@ -21,7 +21,7 @@ from live.backends.base import pairs_by_slot, reduce_pairs
 from live.config import MoeConfig
 from live.errors import LiveError
 from live.experts import FusedExperts
-from live.placement import ExpertPlacement
+from live.location import ExpertLocation, as_placement
 from live.routing import Routing, route
 from live.timing import StageTimer
 
@@ -42,11 +42,12 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
     Args:
         config: block sizes.
         layer_id: model layer (row of the placement).
-        placement: ExpertPlacement, an `epsim.eplb.Placement`, a `[layers, physical]` array, or
-            None for the identity placement.
+        placement: an `epsim.eplb.Placement` (with its alive mask), a `[layers, physical]`
+            array, or None for the identity placement (`live.location.as_placement`).
         backend: an A2ABackend on the EP group; None = one device, no group.
         dispatch_mode: replica choice for redundant experts: "static" (per source rank, see
-            `ExpertPlacement.dispatch_map`) or "random" (uniform per choice, seeded).
+            `epsim.eplb.Placement.static_dispatch_map`) or "random" (uniform per choice among
+            the alive replicas, seeded).
         experts_impl: "auto" | "grouped_mm" | "loop".
     Attributes (after a forward):
         last_routing: the Routing used (logical ids; EPLB's recorder reads it).
@@ -70,8 +71,8 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
         self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False,
                               dtype=dtype, device=device)
         self.gate.weight.requires_grad_(False)
-        self.placement = ExpertPlacement.from_any(placement, config.num_layers, config.num_experts,
-                                                  self.ep_size)
+        self.placement = as_placement(placement, config.num_layers, config.num_experts,
+                                      self.ep_size)
         if self.placement.num_physical != self.backend.spec.num_physical_experts:
             raise LiveError(f"placement has {self.placement.num_physical} physical slots; the "
                             f"backend was built for {self.backend.spec.num_physical_experts}")
@@ -94,17 +95,13 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
     # -- placement -------------------------------------------------------------------------
     def update_placement(self, placement) -> None:
         """Point the replica choice at a new placement (EPLB moves the weights separately)."""
-        self.placement = ExpertPlacement.from_any(placement, self.config.num_layers,
-                                                  self.config.num_experts, self.ep_size)
-        layer = self.layer_id
-        self.local_logical = self.placement.local_logical(self.rank)[layer].copy()   # [slots]
-        static = self.placement.dispatch_map()[layer, self.rank]                     # [experts]
-        # slot per expert [experts]; replicas [experts, max_replicas]; counts [experts]
-        for name, value in (("slot_of_expert", static),
-                            ("replicas", self.placement.logical_to_physical[layer]),
-                            ("replica_count", self.placement.logical_count[layer])):
-            self.register_buffer(name, torch.tensor(np.array(value), device=self.device),
-                                 persistent=False)
+        self.placement = as_placement(placement, self.config.num_layers, self.config.num_experts,
+                                      self.ep_size, self.placement.num_nodes)
+        self.location = ExpertLocation.build(self.placement, self.layer_id, self.rank, self.device)
+        self.local_logical = self.location.local_logical                             # [slots]
+        # slot per expert [experts]; alive replicas [experts, max]; their counts [experts]
+        for name in ("slot_of_expert", "replicas", "replica_count"):
+            self.register_buffer(name, getattr(self.location, name), persistent=False)
 
     def set_backend(self, backend: A2ABackend, placement) -> None:
         """Serve through another backend and group (elastic EP); the local slots keep their

@@ -126,7 +126,7 @@ def _time_case(rank: int, group, case: TimingCase, provenance: dict) -> list[dic
                           seed=case.seed)
     model.load_weight_cache(random_weights(cfg, [0], seed=case.seed, dtype=dtype, device=device))
     block = model.block(0)
-    if hasattr(model.backend, "check_active_ranks"):
+    if model.backend.capabilities.masking:
         model.backend.check_active_ranks = False      # no host sync inside timed iterations
     from epsim.routing import skew_from_dict
 

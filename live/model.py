@@ -19,7 +19,7 @@ from live.block import Qwen3MoeSparseMoeBlock
 from live.config import MoeConfig
 from live.errors import LiveError
 from live.lazy import LazyValue
-from live.placement import ExpertPlacement
+from live.location import as_placement
 from live.routing import Routing
 from live.weights import HF_EXPERT, HF_GATE, fused_names, iter_safetensors
 
@@ -38,7 +38,10 @@ class Qwen3MoeModel(nn.Module):
     Args:
         config: block sizes (`num_layers` = all layers of the model).
         start_layer, end_layer: the layers held here (end exclusive; None = to the last).
-        placement: ExpertPlacement / `epsim.eplb.Placement` / `[layers, physical]` / None.
+        placement: `epsim.eplb.Placement` / `[layers, physical]` / `{rank: [layers][slots]}` /
+            None (`live.location.as_placement`).
+        ranks_per_node: EP ranks per node, for the static replica choice's same-node
+            preference (None: every rank in one node, as on one host).
         backend: backend name (`none`, `torch`, `mooncake`, `deepep`) or a built A2ABackend.
         group: the EP process group (None = one device).
         max_tokens_per_rank, dispatch_dtype, deepep_mode: sizing of the backend buffers.
@@ -49,7 +52,7 @@ class Qwen3MoeModel(nn.Module):
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
                  dispatch_mode: str = "static", experts_impl: str = "auto",
                  max_tokens_per_rank: int = 256, dispatch_dtype: str = "bf16",
-                 deepep_mode: str = "normal", seed: int = 0):
+                 deepep_mode: str = "normal", seed: int = 0, ranks_per_node: int | None = None):
         super().__init__()
         end_layer = config.num_layers if end_layer is None else end_layer
         if not 0 <= start_layer < end_layer <= config.num_layers:
@@ -57,8 +60,11 @@ class Qwen3MoeModel(nn.Module):
                             f"within [0, {config.num_layers})")
         self.config, self.start_layer, self.end_layer = config, start_layer, end_layer
         ep_size = 1 if group is None else torch.distributed.get_world_size(group)
-        self.placement = ExpertPlacement.from_any(placement, config.num_layers, config.num_experts,
-                                                  ep_size)
+        if ranks_per_node is not None and (ranks_per_node <= 0 or ep_size % ranks_per_node):
+            raise LiveError(f"ranks_per_node ({ranks_per_node}) must divide the EP ranks ({ep_size})")
+        num_nodes = 1 if ranks_per_node is None else ep_size // ranks_per_node
+        self.placement = as_placement(placement, config.num_layers, config.num_experts, ep_size,
+                                      num_nodes)
         if isinstance(backend, str):
             spec = BackendSpec(hidden_size=config.hidden_size,
                                num_physical_experts=self.placement.num_physical, top_k=config.top_k,
@@ -95,8 +101,9 @@ class Qwen3MoeModel(nn.Module):
     def update_placement(self, placement, layers: Iterable[int] | None = None) -> None:
         """New replica choice in every block, or only in `layers` (EPLB's chunked moves: the
         other blocks keep theirs); EPLB moves the weights itself."""
-        self.placement = ExpertPlacement.from_any(placement, self.config.num_layers,
-                                                  self.config.num_experts, self.placement.ep_size)
+        self.placement = as_placement(placement, self.config.num_layers, self.config.num_experts,
+                                      self.placement.num_ranks, self.placement.num_nodes,
+                                      self.placement.alive)
         for layer in self.layer_ids if layers is None else layers:
             self.block(layer).update_placement(self.placement)
 
@@ -121,8 +128,8 @@ class Qwen3MoeModel(nn.Module):
         """Serve on another EP group with the same slots per rank (elastic EP: the survivors of
         a failed rank). Builds the same backend on `group`; the blocks keep their weights."""
         ep_size = torch.distributed.get_world_size(group)
-        location = ExpertPlacement.from_any(placement, self.config.num_layers,
-                                            self.config.num_experts, ep_size)
+        location = as_placement(placement, self.config.num_layers, self.config.num_experts,
+                                ep_size)
         if location.slots_per_rank != self.placement.slots_per_rank:
             raise LiveError(f"placement has {location.slots_per_rank} slots per rank; the model "
                             f"holds {self.placement.slots_per_rank}")

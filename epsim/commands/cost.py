@@ -43,6 +43,7 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     """
     from epsim.cost import CostModel, build_tables, contiguous_placement
     from epsim.cost.provenance import provenance
+    from epsim.eplb import Placement
     from epsim.profile import load_profile
     from epsim.routing import skew_from_dict
     from epsim.spec.deployment import DeploymentSpec
@@ -84,8 +85,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     skew_model = skew_from_dict(skew, 1, model.num_experts, model.top_k, seed=seed)
     rng = np.random.default_rng([seed, 0xC057])
     loads = skew_model.loads(ep * tokens_per_rank, rng)                   # [1, experts]
-    tables = build_tables(contiguous_placement(1, model.num_experts, ep), model.num_experts, ep,
-                          per_node)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, model.num_experts, ep),
+                                               model.num_experts, ep, per_node))
     moe = cost_model.moe(loads, np.full(ep, float(tokens_per_rank)), tables,
                          "decode" if deepep_mode == "low_latency" else "prefill", graph=graph)
     cost_model.record_layer(moe, graph, tokens_per_rank)

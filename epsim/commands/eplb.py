@@ -63,7 +63,7 @@ PRICED_KEYS = ("gpu", "moved_bytes", "nvlink_bytes", "rdma_bytes", "local_copy_b
 def move_cost(args, old, new, num_logical: int) -> dict:
     """What moving from `old` to `new` rewrites and costs, from the simulator's rebalance
     model (`epsim.eplb.rebalance_cost`, stop-the-world, all layers in one chunk)."""
-    from epsim.eplb import plan_transfers, rebalance_cost, rebalance_params
+    from epsim.eplb import plan_moves, rebalance_cost, rebalance_params
     from epsim.profile import load_profile
     from epsim.spec.hardware import ClusterSpec
     changed = int(new.changed_slots(old).sum())
@@ -79,13 +79,13 @@ def move_cost(args, old, new, num_logical: int) -> dict:
     cluster = ClusterSpec(gpu=args.gpu, num_nodes=args.nodes, gpus_per_node=args.gpus // args.nodes)
     profile = load_profile()
     params = rebalance_params(profile if profile.hardware == args.gpu else None, cluster)
-    plan = plan_transfers(old, new, expert_bytes)
-    recv = (plan.recv_nvlink_bytes + plan.recv_rdma_bytes).sum(axis=0)     # [gpus]
-    send = (plan.send_nvlink_bytes + plan.send_rdma_bytes).sum(axis=0)     # [gpus]
+    plan = plan_moves(old, new, expert_bytes=expert_bytes)
+    pair = plan.bytes_by_pair()                                           # [ranks, ranks]
+    recv, send = pair.sum(axis=0), pair.sum(axis=1)                       # [ranks]
     cost = rebalance_cost(old, new, expert_bytes, params, algorithm=args.algorithm)
     return {**out, "gpu": args.gpu, "moved_bytes": cost.moved_bytes,
             "nvlink_bytes": cost.nvlink_bytes, "rdma_bytes": cost.rdma_bytes,
-            "local_copy_bytes": float(plan.local_copies.sum()) * expert_bytes,
+            "local_copy_bytes": plan.num_local_copies * expert_bytes,
             "recv_bytes_per_rank": recv.tolist(), "send_bytes_per_rank": send.tolist(),
             "slowest_rank": int(cost.chunk_slowest_rank[0]),
             "slowest_rank_transfer_us": float(cost.chunk_us[0]),
@@ -141,7 +141,7 @@ def run(args):
         data["changed_slots"] = changed.tolist()
     lines = [f"algorithm: {_policy(args)}",
              f"layers {num_layers}, logical experts {num_logical}, physical slots {args.replicas} "
-             f"({placement.num_redundant} redundant), GPUs {args.gpus} ({placement.slots_per_gpu} "
+             f"({placement.num_redundant} redundant), GPUs {args.gpus} ({placement.slots_per_rank} "
              f"slots each), nodes {args.nodes}"]
     if before is None:
         lines.append(f"balancedness before: n/a (experts {num_logical} do not divide over "

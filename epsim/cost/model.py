@@ -30,6 +30,7 @@ from epsim.cost.traffic import Traffic, count_traffic
 from epsim.errors import SpecError
 from epsim.profile import Profile, load_profile, mode_path
 from epsim.cost.transport import network_us, transport_path
+from epsim.eplb.placement import ranks_per_node
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -107,7 +108,7 @@ class CostModel:
 
     Args:
         model, cluster, deployment: the specs; EP ranks `deployment.ep_size`, ranks per node
-            `min(gpus_per_node, ep_size)`.
+            `epsim.eplb.ranks_per_node`.
         profile: coefficients per component; unset ones take datasheet defaults. A profile
             measured on another GPU type is ignored with a ProfileHardwareWarning.
         time_mode: "auto" (SGLang: decode steps within `cuda_graph_max_bs` replay CUDA graphs,
@@ -120,7 +121,7 @@ class CostModel:
         self.profile = profile if profile is not None else load_profile()
         hw = cluster.hardware
         self.num_ranks = deployment.ep_size
-        self.ranks_per_node = min(cluster.gpus_per_node_resolved, self.num_ranks)
+        self.ranks_per_node = ranks_per_node(self.num_ranks, cluster.gpus_per_node_resolved)
         self.num_nodes = self.num_ranks // self.ranks_per_node
         self.backend = deployment.moe_a2a_backend
         self.tp_size = 1 if deployment.enable_dp_attention else self.num_ranks

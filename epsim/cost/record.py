@@ -34,6 +34,7 @@ from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults, ex
                                 num_sms, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.model import layer_defaults
+from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
@@ -105,8 +106,8 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
         return _collective_row(record, profile, passes=1 if kind == "dispatch" else 2)
     dedup = dedup_for(backend, mode)
     copies = np.maximum(_counts(record, "send_tokens_per_rank"), _counts(record, "recv_tokens_per_rank"))
-    ranks_per_node = min(cluster.gpus_per_node_resolved, record.ep_size)
-    remote = (record.ep_size - ranks_per_node) / max(record.ep_size - 1, 1)
+    per_node = ranks_per_node(record.ep_size, cluster.gpus_per_node_resolved)
+    remote = (record.ep_size - per_node) / max(record.ep_size - 1, 1)
     if kind == "dispatch":
         per_copy = dispatch_bytes_per_copy(record.hidden_size, record.dispatch_dtype or "bf16",
                                            record.top_k, dedup)

@@ -2,7 +2,7 @@
 selection, which slot each source rank sends each logical expert to.
 
 Slot p lives on rank `p // slots_per_rank`; rank r on node `r // ranks_per_node` (the geometry
-of `epsim.eplb.Placement`, which the tables hold). Built once per placement (the simulator
+of `epsim.eplb.Placement`, which the tables hold and read it from). Built once per placement (the simulator
 rebuilds them when EPLB installs a new one or a rank fails).
 """
 
@@ -40,11 +40,12 @@ def contiguous_placement(num_layers: int, num_experts: int, num_ranks: int,
 class PlacementTables:
     """Lookup tables a placement implies for the traffic math; built once per placement.
 
-    The geometry (slots per rank, ranks per node, replica counts, the static replica map) is
-    `placement`'s, an `epsim.eplb.Placement`: one owner for the simulator, EPLB and `live/`.
+    The geometry (slots per rank, ranks per node, replica counts, the alive mask, the static
+    replica map) is `placement`'s, an `epsim.eplb.Placement`: one owner for the simulator, EPLB
+    and `live/`; these tables add only what the per-step traffic sums read.
 
     Attributes:
-        placement: the placement (`num_gpus` = EP ranks, `num_nodes` = ranks / ranks per node).
+        placement: the placement, with its alive mask (elastic EP: dead ranks get no tokens).
         dispatch_algorithm: `ep_dispatch_algorithm`: static | random | round_robin.
         slot_share: [layers, physical] float64, the share of its logical expert's tokens a slot
             gets when every source splits evenly over the live replicas (1 without replicas; 0 on
@@ -52,7 +53,6 @@ class PlacementTables:
         is_identity: slot p holds logical p in every layer and every rank is alive (no gather).
         source_slot: [ranks, layers, experts] int64 slot each source rank sends logical e to
             (static selection with replicas only; else None: sources are interchangeable).
-        alive: [ranks] bool, ranks that serve (elastic EP); dead ranks get no tokens.
     """
 
     placement: Placement
@@ -60,40 +60,6 @@ class PlacementTables:
     slot_share: np.ndarray
     is_identity: bool
     source_slot: np.ndarray | None = None
-    alive: np.ndarray | None = None
-
-    @property
-    def physical_to_logical(self) -> np.ndarray:
-        """[layers, physical] int64."""
-        return self.placement.physical_to_logical
-
-    @property
-    def num_experts(self) -> int:
-        return self.placement.num_logical
-
-    @property
-    def num_ranks(self) -> int:
-        return self.placement.num_gpus
-
-    @property
-    def ranks_per_node(self) -> int:
-        return self.placement.gpus_per_node
-
-    @property
-    def num_layers(self) -> int:
-        return self.placement.num_layers
-
-    @property
-    def num_physical(self) -> int:
-        return self.placement.num_physical
-
-    @property
-    def slots_per_rank(self) -> int:
-        return self.placement.slots_per_gpu
-
-    @property
-    def num_nodes(self) -> int:
-        return self.placement.num_nodes
 
     @cached_property
     def source_operators(self) -> "SourceOperators":
@@ -124,7 +90,8 @@ class SourceOperators:
     def build(cls, tables: "PlacementTables") -> "SourceOperators":
         from scipy import sparse                    # only runs with static replicas
         num_sources, num_layers, num_experts = tables.source_slot.shape
-        num_physical, num_ranks, num_nodes = tables.num_physical, tables.num_ranks, tables.num_nodes
+        p = tables.placement
+        num_physical, num_ranks, num_nodes = p.num_physical, p.num_ranks, p.num_nodes
         nnz = tables.source_slot.size
         ones = np.ones(nnz)
 
@@ -137,20 +104,19 @@ class SourceOperators:
         slot_rows = tables.source_slot + (np.arange(num_layers) * num_physical)[None, :, None]
         to_slot = csc(slot_rows, num_layers * num_experts, (num_layers * num_physical, num_sources))
         # to_rank / to_node: one column per (layer, expert), one row per source in it
-        dest = tables.source_slot.transpose(1, 2, 0) // tables.slots_per_rank    # [L, E, S] rank
+        dest = tables.source_slot.transpose(1, 2, 0) // p.slots_per_rank         # [L, E, S] rank
         row = (np.arange(num_sources)[None, None, :] * num_layers
                + np.arange(num_layers)[:, None, None])                          # s * L + l
         columns = num_layers * num_experts
         to_rank = csc(row * num_ranks + dest, num_sources, (num_sources * num_layers * num_ranks, columns))
-        to_node = csc(row * num_nodes + dest // tables.ranks_per_node, num_sources,
+        to_node = csc(row * num_nodes + dest // p.ranks_per_node, num_sources,
                       (num_sources * num_layers * num_nodes, columns))
         return cls(to_slot, to_rank, to_node)
 
 
-def build_tables(physical_to_logical: np.ndarray, num_experts: int, num_ranks: int,
-                 gpus_per_node: int, dispatch_algorithm: str = "static",
-                 per_source: bool | None = None, alive: np.ndarray | None = None) -> PlacementTables:
-    """Validate a placement and precompute what `count_traffic` needs.
+def build_tables(placement: Placement, dispatch_algorithm: str = "static",
+                 per_source: bool | None = None) -> PlacementTables:
+    """Precompute what `count_traffic` needs for `placement` (validated here).
 
     Static selection (SGLang's `ep_dispatch_algorithm=static`) sends each source rank's tokens
     for a logical expert to one fixed replica (`Placement.static_dispatch_map`): one on the
@@ -159,54 +125,25 @@ def build_tables(physical_to_logical: np.ndarray, num_experts: int, num_ranks: i
     the replicas (their expected value).
 
     Args:
-        physical_to_logical: [layers, physical] int, logical expert of each slot.
-        gpus_per_node: GPUs per node of the cluster; ranks per node = min(it, num_ranks).
+        placement: an `epsim.eplb.Placement` (`Placement.on_cluster` for a slot map); slots on
+            ranks outside its alive mask take no tokens, replicas are chosen among live ones.
         per_source: force (True) or forbid (False) per-source tables; default: only for static
             selection when some expert has replicas.
-        alive: [ranks] bool, ranks that serve (None: all). Slots on dead ranks take no tokens;
-            replicas are chosen among live ones.
     Raises:
-        SpecError: a slot count not divisible by ranks, ids out of range, an expert with no
-            (live) slot, or an unknown selection.
+        SpecError: an unknown selection; PlacementError: broken maps or an expert with no slot
+            on a live rank.
     """
-    p2l = np.asarray(physical_to_logical)
-    if p2l.ndim != 2:
-        raise SpecError(f"physical_to_logical (shape {list(p2l.shape)}) must be [layers, physical]")
-    p2l = p2l.astype(np.int64)
-    num_layers, num_physical = p2l.shape
     if dispatch_algorithm not in REPLICA_SELECTIONS:
         raise SpecError(f"ep_dispatch_algorithm ({dispatch_algorithm!r}) must be one of "
                         f"{list(REPLICA_SELECTIONS)}")
-    if num_ranks <= 0 or num_physical % num_ranks:
-        raise SpecError(f"num_ranks ({num_ranks}) must divide the physical slots ({num_physical})")
-    ranks_per_node = min(gpus_per_node, num_ranks)
-    if num_ranks % ranks_per_node:
-        raise SpecError(f"num_ranks ({num_ranks}) must be a multiple of gpus_per_node "
-                        f"({gpus_per_node}) when it spans nodes")
-    if p2l.min() < 0 or p2l.max() >= num_experts:
-        raise SpecError(f"physical_to_logical values ({p2l.min()}..{p2l.max()}) must be in "
-                        f"[0, {num_experts})")
-    placement = Placement.from_physical_to_logical(p2l, num_experts, num_ranks,
-                                                   num_ranks // ranks_per_node)
-    if alive is not None:
-        alive = np.array(alive, dtype=bool)
-        if alive.shape != (num_ranks,):
-            raise SpecError(f"alive (shape {list(alive.shape)}) must be [ranks] = [{num_ranks}]")
-        alive = None if alive.all() else alive
-    if alive is not None:
-        alive.setflags(write=False)
-    counts = placement.live_counts(alive)                                # [layers, experts]
-    if (counts == 0).any():
-        layer, expert = np.argwhere(counts == 0)[0]
-        where = "" if alive is None else " on a live rank"
-        raise SpecError(f"logical expert {expert} of layer {layer} has no slot{where}; every expert "
-                        f"must have >= 1 replica")
+    placement.check_live()
+    p2l, counts = placement.physical_to_logical, placement.live_counts()   # [layers, experts]
     slot_share = 1.0 / np.take_along_axis(counts, p2l, axis=1)           # [layers, physical]
-    if alive is not None:
-        slot_share = np.where(placement.live_slots(alive)[None, :], slot_share, 0.0)
-    is_identity = alive is None and num_physical == num_experts and bool(
-        (p2l == np.arange(num_experts)[None, :]).all())
+    if not placement.all_alive:
+        slot_share = np.where(placement.live_slots()[None, :], slot_share, 0.0)
+    is_identity = placement.all_alive and placement.num_redundant == 0 and bool(
+        (p2l == np.arange(placement.num_logical)[None, :]).all())
     if per_source is None:
         per_source = dispatch_algorithm == "static" and bool((counts > 1).any())
-    source_slot = placement.static_dispatch_map(alive) if per_source else None
-    return PlacementTables(placement, dispatch_algorithm, slot_share, is_identity, source_slot, alive)
+    source_slot = placement.static_dispatch_map() if per_source else None
+    return PlacementTables(placement, dispatch_algorithm, slot_share, is_identity, source_slot)

@@ -152,12 +152,12 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
         raise SpecError(f"dedup ({dedup!r}) must be one of {list(DEDUP_KINDS)}")
     loads = np.asarray(loads, dtype=np.float64)
     tokens = np.asarray(tokens_per_rank, dtype=np.float64)
-    if loads.shape[-2:] != (tables.num_layers, tables.num_experts) or loads.ndim > 3:
+    if loads.shape[-2:] != (tables.placement.num_layers, tables.placement.num_logical) or loads.ndim > 3:
         raise SpecError(f"loads (shape {list(loads.shape)}) must be [layers, experts] = "
-                        f"[{tables.num_layers}, {tables.num_experts}]")
-    if tokens.shape != (tables.num_ranks,):
+                        f"[{tables.placement.num_layers}, {tables.placement.num_logical}]")
+    if tokens.shape != (tables.placement.num_ranks,):
         raise SpecError(f"tokens_per_rank (shape {list(tokens.shape)}) must be [ranks] = "
-                        f"[{tables.num_ranks}]")
+                        f"[{tables.placement.num_ranks}]")
     num_tokens = float(tokens.sum())
     if tables.source_slot is None:
         return _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction,
@@ -202,15 +202,15 @@ def _slot_values(values: np.ndarray, tables: PlacementTables) -> np.ndarray:
     replicas."""
     if tables.is_identity:
         return values
-    p2l = tables.physical_to_logical
+    p2l = tables.placement.physical_to_logical
     p2l = p2l.reshape((1,) * (values.ndim - 2) + p2l.shape)
     return np.take_along_axis(values, p2l, axis=-1) * tables.slot_share
 
 
 def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_nodes=None) -> Traffic:
     """Every source routes alike (no replicas, or an even split): closed forms over ranks."""
-    spr, rpn = tables.slots_per_rank, tables.ranks_per_node
-    multi_node = tables.num_nodes > 1
+    spr, rpn = tables.placement.slots_per_rank, tables.placement.ranks_per_node
+    multi_node = tables.placement.num_nodes > 1
     slot_loads = _slot_values(loads, tables)                             # [layers, physical]
     pairs = rank_sum(slot_loads, spr)                                    # [layers, ranks]
     active = _active(slot_loads, fraction, spr)
@@ -224,7 +224,7 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_node
     else:
         # group-limited routing: a node is among a token's `max_nodes` of N with probability
         # f = max_nodes / N, and given that, each of its experts is picked with pi / f
-        f = max_nodes / tables.num_nodes if max_nodes is not None and multi_node else 1.0
+        f = max_nodes / tables.placement.num_nodes if max_nodes is not None and multi_node else 1.0
         slot_miss = 1.0 - np.minimum(slot_loads / (num_tokens * f), 1.0 - 1e-12)  # 1 - pi/f
         rank_miss = group_prod(slot_miss, spr)
         rate = f * (1.0 - rank_miss)                                     # h_r, hit prob
@@ -245,7 +245,7 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_node
         nvl_send = tokens * (rate_node_r - rate)
         rdma_send = tokens * (rate.sum(axis=-1, keepdims=True) - rate_node_r)
     else:  # node dedup: RDMA once per node to the same local index, then NVLink forwarding
-        local_tokens = np.tile(rank_sum_strided(tokens, rpn), tables.num_nodes)  # T_loc(local r)
+        local_tokens = np.tile(rank_sum_strided(tokens, rpn), tables.placement.num_nodes)  # T_loc(local r)
         node_hit = f * (1.0 - group_prod(rank_miss, rpn))                # [layers, nodes] g_n
         node_hit_r = np.repeat(node_hit, rpn, axis=-1)
         nvl_recv = rate * (num_tokens - local_tokens)
@@ -265,22 +265,22 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
                         max_nodes=None) -> Traffic:
     """Static selection with replicas: each source has its own slot map, `[sources, layers, ranks]`."""
     num_ranks, num_layers, num_experts = tables.source_slot.shape
-    spr, rpn, num_nodes = tables.slots_per_rank, tables.ranks_per_node, tables.num_nodes
-    num_physical = tables.num_physical
+    spr, rpn, num_nodes = tables.placement.slots_per_rank, tables.placement.ranks_per_node, tables.placement.num_nodes
+    num_physical = tables.placement.num_physical
     src = np.arange(num_ranks)
     ops = tables.source_operators                                         # sparse, per placement
     # per-slot loads: a logical expert's load split by the token share of the sources using it
     slot_weight = ops.to_slot @ (tokens / max(num_tokens, 1e-300))       # [layers * physical]
     # over the slots of one logical expert the weights sum to 1: its load splits by source
     slot_loads = slot_weight.reshape(num_layers, num_physical) * np.take_along_axis(
-        loads, tables.physical_to_logical, axis=1)                      # [layers, physical]
+        loads, tables.placement.physical_to_logical, axis=1)                      # [layers, physical]
     pairs = rank_sum(slot_loads, spr)
     active = _active(slot_loads, fraction, spr)
     hottest = slot_loads.max(axis=1) * fraction                          # [layers]
     if not dedup or num_tokens <= 0:
         zeros = np.zeros_like(pairs)
         return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
-                       num_tokens * fraction, dedup, tables.num_nodes > 1, fraction, hottest)
+                       num_tokens * fraction, dedup, tables.placement.num_nodes > 1, fraction, hottest)
     pi = np.minimum(loads / num_tokens, 1.0)                              # [layers, experts]
 
     def per_dest(weights: np.ndarray, operator, width: int) -> np.ndarray:
@@ -320,4 +320,4 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
         nvl_send = ((peers_excl * tokens[:, None, None]) * same_local[:, None, :]).sum(axis=0)
     f = fraction
     return Traffic(pairs * f, active, nvl_send * f, nvl_recv * f, rdma_send * f, rdma_recv * f,
-                   self_copies * f, num_tokens * f, dedup, tables.num_nodes > 1, f, hottest)
+                   self_copies * f, num_tokens * f, dedup, tables.placement.num_nodes > 1, f, hottest)

@@ -1,24 +1,41 @@
-"""Placement: which logical expert each physical expert slot holds, per MoE layer.
+"""Placement: which logical expert each physical expert slot holds, per MoE layer, and which EP
+ranks serve (the alive mask of elastic EP).
 
-Slot `s` of a layer lives on GPU `s // slots_per_gpu`; GPU `g` on node `g // gpus_per_node`.
-Every algorithm in `epsim.eplb` returns a `Placement`; the simulator, `live/` and the app
-read loads, balance and moves from it.
+Slot `s` of a layer lives on rank `s // slots_per_rank`; rank `r` on node `r // ranks_per_node`.
+Every algorithm in `epsim.eplb` returns a `Placement`; the simulator, `live/` and the app read
+loads, balance, the static dispatch map (`epsim.eplb.replicas`) and moves (`epsim.eplb.moves`)
+from it. A failed rank keeps its slots in the maps (what it held is what it holds when it comes
+back) but takes no tokens and sends no weights: every "live" view below leaves it out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Sequence
 
 import numpy as np
 
+from epsim.eplb import replicas
 from epsim.errors import PlacementError
-from epsim.vocab import REPLICA_SELECTIONS as SELECTIONS
 
 
-def _readonly(array: np.ndarray) -> np.ndarray:
-    array = np.array(array, dtype=np.int64, copy=True)
+def _readonly(array: np.ndarray, dtype=np.int64) -> np.ndarray:
+    array = np.array(array, dtype=dtype, copy=True)
     array.setflags(write=False)
     return array
+
+
+def ranks_per_node(num_ranks: int, gpus_per_node: int) -> int:
+    """EP ranks per node: an EP group smaller than a node sits inside one node.
+
+    Raises:
+        PlacementError: a group spanning nodes that is not a whole number of nodes.
+    """
+    per_node = min(int(gpus_per_node), int(num_ranks))
+    if per_node <= 0 or num_ranks % per_node:
+        raise PlacementError(f"num_ranks ({num_ranks}) must be a multiple of gpus_per_node "
+                             f"({gpus_per_node}) when it spans nodes")
+    return per_node
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,23 +45,26 @@ class Placement:
     Attributes:
         physical_to_logical: [layers, physical] int64, logical expert held by each slot.
         logical_to_physical: [layers, logical, max_replicas] int64, slots of each logical
-            expert in replica order, padded with -1.
-        logical_count: [layers, logical] int64, replicas of each logical expert.
-        num_gpus: EP ranks; every GPU holds `physical // num_gpus` consecutive slots.
-        num_nodes: nodes; every node holds `num_gpus // num_nodes` consecutive GPUs.
+            expert in replica order (alive or not), padded with -1.
+        logical_count: [layers, logical] int64, replicas of each logical expert (alive or not).
+        num_ranks: EP ranks; every rank holds `physical // num_ranks` consecutive slots.
+        num_nodes: nodes; every node holds `num_ranks // num_nodes` consecutive ranks.
+        alive: [ranks] bool, ranks that serve (read-only); None = every rank.
     """
 
     physical_to_logical: np.ndarray
     logical_to_physical: np.ndarray
     logical_count: np.ndarray
-    num_gpus: int
+    num_ranks: int
     num_nodes: int = 1
+    alive: np.ndarray | None = None
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_physical_to_logical(cls, physical_to_logical: np.ndarray, num_logical: int,
-                                 num_gpus: int, num_nodes: int = 1,
-                                 replica_rank: np.ndarray | None = None) -> "Placement":
+                                 num_ranks: int, num_nodes: int = 1,
+                                 replica_rank: np.ndarray | None = None,
+                                 alive: np.ndarray | None = None) -> "Placement":
         """Derive `logical_to_physical` and `logical_count` from the slot map.
 
         Args:
@@ -52,8 +72,9 @@ class Placement:
             num_logical: logical experts per layer.
             replica_rank: [layers, physical] int, the replica index of each slot within its
                 expert (the order of `logical_to_physical`); default: ascending slot order.
+            alive: [ranks] bool, ranks that serve (None: all).
         Raises:
-            PlacementError: ids outside [0, num_logical) or a malformed replica_rank.
+            PlacementError: ids outside [0, num_logical), a malformed replica_rank or mask.
         """
         p2l = np.asarray(physical_to_logical)
         if p2l.ndim != 2 or p2l.size == 0:
@@ -89,20 +110,31 @@ class Placement:
             raise PlacementError(f"replica_rank must be in [0, {max_replicas})")
         l2p = np.full((num_layers, num_logical * max_replicas), -1, dtype=np.int64)
         l2p[rows, p2l * max_replicas + replica_rank] = np.arange(num_physical)[None, :]
-        return cls(_readonly(p2l), _readonly(l2p.reshape(num_layers, num_logical, max_replicas)),
-                   _readonly(counts), int(num_gpus), int(num_nodes))
+        out = cls(_readonly(p2l), _readonly(l2p.reshape(num_layers, num_logical, max_replicas)),
+                  _readonly(counts), int(num_ranks), int(num_nodes))
+        return out if alive is None else out.with_alive(alive)
 
     @classmethod
-    def contiguous(cls, num_layers: int, num_logical: int, num_gpus: int,
+    def on_cluster(cls, physical_to_logical: np.ndarray, num_logical: int, num_ranks: int,
+                   gpus_per_node: int, alive: np.ndarray | None = None) -> "Placement":
+        """A slot map over `num_ranks` EP ranks of a cluster with `gpus_per_node` GPUs per node
+        (nodes: `ranks_per_node`), validated."""
+        num_nodes = num_ranks // ranks_per_node(num_ranks, gpus_per_node)
+        return cls.from_physical_to_logical(physical_to_logical, num_logical, num_ranks,
+                                            num_nodes, alive=alive).validate()
+
+    @classmethod
+    def contiguous(cls, num_layers: int, num_logical: int, num_ranks: int,
                    num_nodes: int = 1) -> "Placement":
-        """No redundancy: expert `e` on GPU `e // (num_logical // num_gpus)` in every layer."""
+        """No redundancy: expert `e` on rank `e // (num_logical // num_ranks)` in every layer."""
         p2l = np.tile(np.arange(num_logical), (num_layers, 1))
-        return cls.from_physical_to_logical(p2l, num_logical, num_gpus, num_nodes)
+        return cls.from_physical_to_logical(p2l, num_logical, num_ranks, num_nodes)
 
     @classmethod
     def from_dict(cls, data: dict, num_logical: int | None = None, where: str = "placement") -> "Placement":
-        """Read `{"phy2log": [[...]], "num_gpus": G, "num_nodes": N}` (the shape `to_dict` and
-        `epsim eplb --json` write); `num_logical` defaults to the largest id + 1."""
+        """Read `{"phy2log": [[...]], "num_ranks": R, "num_nodes": N}` (the shape `to_dict` and
+        `epsim eplb --json` write; `num_gpus` is read as `num_ranks`); `num_logical` defaults
+        to the largest id + 1."""
         if not isinstance(data, dict) or "phy2log" not in data:
             raise PlacementError(f"{where}: phy2log (missing) must be a [layers, physical] list")
         try:
@@ -112,20 +144,92 @@ class Placement:
                                  f"list of expert ids") from None
         if p2l.ndim == 1:
             p2l = p2l[None, :]
-        num_gpus = data.get("num_gpus")
-        if not isinstance(num_gpus, int) or num_gpus <= 0:
-            raise PlacementError(f"{where}: num_gpus ({num_gpus!r}) must be a positive integer")
+        key = "num_ranks" if "num_ranks" in data or "num_gpus" not in data else "num_gpus"
+        num_ranks = data.get(key)
+        if not isinstance(num_ranks, int) or num_ranks <= 0:
+            raise PlacementError(f"{where}: {key} ({num_ranks!r}) must be a positive integer")
         num_nodes = data.get("num_nodes", 1)
         if not isinstance(num_nodes, int) or num_nodes <= 0:
             raise PlacementError(f"{where}: num_nodes ({num_nodes!r}) must be a positive integer")
         if num_logical is None:
             num_logical = int(np.nanmax(p2l)) + 1 if p2l.size else 0
         try:
-            return cls.from_physical_to_logical(p2l, num_logical, num_gpus, num_nodes).validate()
+            return cls.from_physical_to_logical(p2l, num_logical, num_ranks, num_nodes).validate()
         except PlacementError as exc:
             raise PlacementError(f"{where}: {exc}") from None
 
-    # -- shape ---------------------------------------------------------------------------
+    # -- derived placements ------------------------------------------------------------------
+    def with_alive(self, alive: np.ndarray | Sequence[bool] | None) -> "Placement":
+        """The same slots with another alive mask ([ranks] bool; None or all True: all serve).
+
+        Raises:
+            PlacementError: a mask of the wrong length or with no rank alive.
+        """
+        if alive is not None:
+            alive = np.asarray(alive)
+            if alive.shape != (self.num_ranks,):
+                raise PlacementError(f"alive (shape {list(alive.shape)}) must be [ranks] = "
+                                     f"[{self.num_ranks}]")
+            alive = None if alive.astype(bool).all() else _readonly(alive, bool)
+        if alive is not None and not alive.any():
+            raise PlacementError("alive (no rank) must keep at least one rank serving")
+        if _same_mask(alive, self.alive):
+            return self                              # keeps a computed dispatch map
+        return replace(self, alive=alive)
+
+    def with_physical_to_logical(self, physical_to_logical: np.ndarray) -> "Placement":
+        """Other slots on the same ranks, nodes and mask (validated)."""
+        return Placement.from_physical_to_logical(physical_to_logical, self.num_logical,
+                                                  self.num_ranks, self.num_nodes,
+                                                  alive=self.alive).validate()
+
+    def with_rows(self, other: "Placement", layers) -> "Placement":
+        """This placement with `layers` (indices or a slice) taken from `other` (a layer chunk of
+        a rebalance moved), this mask. Both are valid per layer, so rows mix without validating
+        again; a dispatch map computed here keeps its other rows (each layer's map depends on
+        that layer alone), so moving chunk by chunk recomputes only the chunk's."""
+        rows = np.arange(self.num_layers)[layers]
+
+        def mix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            if a.ndim == 3 and a.shape[2] != b.shape[2]:   # replica tables: pad to the wider
+                width = max(a.shape[2], b.shape[2])
+                a, b = (np.pad(x, ((0, 0), (0, 0), (0, width - x.shape[2])), constant_values=-1)
+                        for x in (a, b))
+            out = np.array(a, copy=True)
+            out[rows] = b[rows]
+            out.setflags(write=False)
+            return out
+
+        out = replace(self, physical_to_logical=mix(self.physical_to_logical, other.physical_to_logical),
+                      logical_to_physical=mix(self.logical_to_physical, other.logical_to_physical),
+                      logical_count=mix(self.logical_count, other.logical_count))
+        mine = self.__dict__.get("_dispatch_map")
+        if mine is not None:
+            full = mine.copy()
+            full[:, rows] = out.static_dispatch_map(layers=rows)
+            full.setflags(write=False)
+            out.__dict__["_dispatch_map"] = full
+        return out
+
+    def survivors(self) -> "Placement":
+        """The alive ranks' slots alone, renumbered, as one node of `num_alive` ranks (what the
+        survivors of a failure serve; placement algorithms run on it)."""
+        return Placement.from_physical_to_logical(
+            self.physical_to_logical[:, self.live_slot_ids()], self.num_logical, self.num_alive)
+
+    def expand(self, survivors: "Placement | np.ndarray") -> "Placement":
+        """Inverse of `survivors`: the alive ranks' slots replaced by `survivors`' (a Placement
+        or [layers, alive slots]), the failed ranks' slots unchanged, this topology and mask."""
+        compact = np.asarray(getattr(survivors, "physical_to_logical", survivors))
+        slots = self.live_slot_ids()
+        if compact.shape != (self.num_layers, len(slots)):
+            raise PlacementError(f"survivor placement (shape {list(compact.shape)}) must be "
+                                 f"[layers, alive slots] = {[self.num_layers, len(slots)]}")
+        out = self.physical_to_logical.copy()
+        out[:, slots] = compact
+        return self.with_physical_to_logical(out)
+
+    # -- shape -----------------------------------------------------------------------------
     @property
     def num_layers(self) -> int:
         return self.physical_to_logical.shape[0]
@@ -143,138 +247,112 @@ class Placement:
         return self.num_physical - self.num_logical
 
     @property
-    def slots_per_gpu(self) -> int:
-        return self.num_physical // self.num_gpus
+    def slots_per_rank(self) -> int:
+        return self.num_physical // self.num_ranks
 
     @property
-    def gpus_per_node(self) -> int:
-        return self.num_gpus // self.num_nodes
+    def ranks_per_node(self) -> int:
+        return self.num_ranks // self.num_nodes
 
-    def gpu_of_slot(self) -> np.ndarray:
-        """[physical] int64, the GPU (EP rank) each slot lives on."""
-        return np.arange(self.num_physical) // self.slots_per_gpu
+    @property
+    def alive_mask(self) -> np.ndarray:
+        """[ranks] bool, True where the rank serves (all True without a mask)."""
+        return np.ones(self.num_ranks, dtype=bool) if self.alive is None else self.alive.copy()
 
-    def node_of_gpu(self) -> np.ndarray:
-        """[gpus] int64, the node each GPU lives in."""
-        return np.arange(self.num_gpus) // self.gpus_per_node
+    @property
+    def all_alive(self) -> bool:
+        return self.alive is None
+
+    @property
+    def num_alive(self) -> int:
+        return self.num_ranks if self.alive is None else int(self.alive.sum())
+
+    def rank_of_slot(self) -> np.ndarray:
+        """[physical] int64, the EP rank each slot lives on."""
+        return np.arange(self.num_physical) // self.slots_per_rank
+
+    def node_of_rank(self) -> np.ndarray:
+        """[ranks] int64, the node each rank lives in."""
+        return np.arange(self.num_ranks) // self.ranks_per_node
+
+    def local_slots(self, rank: int) -> np.ndarray:
+        """[layers, slots_per_rank] int64, the logical expert of each slot `rank` holds."""
+        begin = rank * self.slots_per_rank
+        return self.physical_to_logical[:, begin:begin + self.slots_per_rank]
 
     def as_tuple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`(phy2log, log2phy, logcnt)`, the reference EPLB's return value."""
         return self.physical_to_logical, self.logical_to_physical, self.logical_count
 
     def to_dict(self) -> dict:
-        """JSON-ready maps under the reference's names, plus the topology."""
-        return {"phy2log": self.physical_to_logical.tolist(),
-                "log2phy": self.logical_to_physical.tolist(),
-                "logcnt": self.logical_count.tolist(),
-                "num_gpus": self.num_gpus, "num_nodes": self.num_nodes}
+        """JSON-ready maps under the reference's names, plus the topology (and the mask)."""
+        out = {"phy2log": self.physical_to_logical.tolist(),
+               "log2phy": self.logical_to_physical.tolist(),
+               "logcnt": self.logical_count.tolist(),
+               "num_ranks": self.num_ranks, "num_nodes": self.num_nodes}
+        if self.alive is not None:
+            out["alive"] = self.alive.tolist()
+        return out
 
-    # -- loads -----------------------------------------------------------------------------
-    def replica_fractions(self, selection: str = "random") -> np.ndarray:
-        """Share of its logical expert's tokens each slot receives (expected value).
+    # -- the live ranks' view ----------------------------------------------------------------
+    def live_slots(self) -> np.ndarray:
+        """[physical] bool, slots on alive ranks."""
+        return np.repeat(self.alive_mask, self.slots_per_rank)
 
-        `random` and `round_robin` split an expert's tokens evenly over its replicas. `static`
-        follows SGLang's static dispatch map: every source rank (1/num_gpus of the tokens
-        under DP attention) sends an expert's tokens to a replica on its own GPU if one
-        exists, else to one in its node, else to any; ties are split evenly, the expectation
-        of SGLang's seeded fair draw.
+    def live_slot_ids(self) -> np.ndarray:
+        """[alive physical] int64, the slots on alive ranks, ascending."""
+        return np.flatnonzero(self.live_slots())
 
-        Returns:
-            [layers, physical] float64; per layer and expert the shares sum to 1.
-        """
-        if selection not in SELECTIONS:
-            raise PlacementError(f"selection ({selection!r}) must be one of {list(SELECTIONS)}")
-        p2l = self.physical_to_logical
-        counts = self.logical_count
-        rows = np.arange(self.num_layers)[:, None]
-        if selection != "static":
-            return 1.0 / counts[rows, p2l]
-        gpu = np.broadcast_to(self.gpu_of_slot()[None, :], p2l.shape)
-        node = gpu // self.gpus_per_node
-        gpu_count = np.zeros((self.num_layers, self.num_gpus, self.num_logical))
-        np.add.at(gpu_count, (np.broadcast_to(rows, p2l.shape), gpu, p2l), 1)  # [layers, gpus, logical]
-        node_count = gpu_count.reshape(self.num_layers, self.num_nodes, self.gpus_per_node,
-                                       self.num_logical).sum(axis=2)            # [layers, nodes, logical]
-        gpus_without = (gpu_count.reshape(self.num_layers, self.num_nodes, self.gpus_per_node,
-                                          self.num_logical) == 0).sum(axis=2)   # [layers, nodes, logical]
-        # source ranks in nodes holding no replica of the expert spread over all its replicas
-        ranks_in_empty_nodes = ((node_count == 0).sum(axis=1) * self.gpus_per_node)  # [layers, logical]
-        own = 1.0 / gpu_count[rows, gpu, p2l]
-        same_node = gpus_without[rows, node, p2l] / node_count[rows, node, p2l]
-        remote = ranks_in_empty_nodes[rows, p2l] / counts[rows, p2l]
-        return (own + same_node + remote) / self.num_gpus
-
-    def live_slots(self, alive: np.ndarray | None = None) -> np.ndarray:
-        """[physical] bool, slots on the `alive` GPUs ([gpus] bool; None: every slot)."""
-        if alive is None:
-            return np.ones(self.num_physical, dtype=bool)
-        return np.repeat(np.asarray(alive, dtype=bool), self.slots_per_gpu)
-
-    def live_counts(self, alive: np.ndarray | None = None) -> np.ndarray:
-        """[layers, logical] int64 replicas of each expert on the `alive` GPUs (None: all)."""
-        if alive is None:
+    def live_counts(self) -> np.ndarray:
+        """[layers, logical] int64 replicas of each expert on alive ranks."""
+        if self.alive is None:
             return self.logical_count
-        key = np.where(self.live_slots(alive)[None, :], self.physical_to_logical, self.num_logical)
+        key = np.where(self.live_slots()[None, :], self.physical_to_logical, self.num_logical)
         counts = np.zeros((self.num_layers, self.num_logical + 1), dtype=np.int64)
         np.add.at(counts, (np.broadcast_to(np.arange(self.num_layers)[:, None], key.shape), key), 1)
         return counts[:, :self.num_logical]
 
-    def static_dispatch_map(self, alive: np.ndarray | None = None, layers=None) -> np.ndarray:
-        """SGLang's `static` replica choice as one fixed map: the slot each source GPU sends
-        each logical expert's tokens to.
+    def live_logical_to_physical(self) -> np.ndarray:
+        """[layers, logical, max alive replicas] int64, each expert's slots on alive ranks in
+        replica order, -1 padded (what a `random` replica choice draws from)."""
+        if self.alive is None:
+            return self.logical_to_physical
+        l2p = self.logical_to_physical
+        keep = (l2p >= 0) & self.live_slots()[np.maximum(l2p, 0)]
+        order = np.argsort(~keep, axis=2, kind="stable")                  # kept first, in order
+        out = np.where(np.take_along_axis(keep, order, axis=2), np.take_along_axis(l2p, order, axis=2), -1)
+        return _readonly(out[:, :, :max(int(self.live_counts().max()), 1)])
 
-        A replica on the source's own GPU if any; else the k-th replica in its node (k = the
-        source's index in the node, modulo the node's replicas); else replica
-        `(source + layer + expert) mod replicas`. Replicas count in ascending slot order and
-        only on `alive` GPUs. This is the simulator's and `live/`'s realization of SGLang's
-        seeded fair choice; it is close to, not exactly, fair (sources that hold a replica
-        still take a local index), which `replica_fractions("static")` models by expectation.
-
-        Args:
-            alive: [gpus] bool, GPUs that serve (None: all). Dead sources get a map too (they
-                send nothing).
-            layers: only these layers (indices or a slice; None: all).
-        Returns:
-            [gpus, layers, logical] int64 slot ids.
-        Raises:
-            PlacementError: an expert with no replica on a live GPU.
-        """
-        layer_ids = np.arange(self.num_layers)[slice(None) if layers is None else layers]
-        p2l = self.physical_to_logical[layer_ids]
-        num_layers, num_physical = p2l.shape
-        num_gpus, num_logical, spr = self.num_gpus, self.num_logical, self.slots_per_gpu
-        key = np.where(self.live_slots(alive)[None, :], p2l, num_logical)  # dead slots sort last
-        order = np.argsort(key, axis=1, kind="stable")                       # [layers, physical]
-        counts = self.live_counts(alive)[layer_ids]                          # [layers, logical]
+    def check_live(self) -> "Placement":
+        """Raise PlacementError unless every logical expert has a replica on an alive rank."""
+        counts = self.live_counts()
         if (counts == 0).any():
             layer, expert = np.argwhere(counts == 0)[0]
-            layer = layer_ids[layer]
             raise PlacementError(f"logical expert {expert} of layer {layer} has no replica on a "
-                                 f"live GPU; every expert must keep >= 1")
-        starts = np.cumsum(counts, axis=1) - counts                          # [layers, logical]
-        out = np.broadcast_to(np.take_along_axis(order, starts, axis=1),     # lowest live slot
-                              (num_gpus, num_layers, num_logical)).copy()
-        layer, expert = np.nonzero(counts > 1)                               # [K] replicated
-        if layer.shape[0] == 0:
-            return out
-        num = counts[layer, expert]                                          # [K]
-        kth_replica = np.arange(int(num.max()))[None, :]                     # [1, M]
-        valid = kth_replica < num[:, None]                                   # [K, M]
-        slots = order[layer[:, None], np.minimum(starts[layer, expert][:, None] + kth_replica,
-                                                 num_physical - 1)]          # [K, M] ascending
-        gpu = np.where(valid, slots // spr, -1)
-        node = np.where(valid, gpu // self.gpus_per_node, -1)
-        src = np.arange(num_gpus)
-        on_gpu = gpu[:, :, None] == src[None, None, :]                       # [K, M, gpus]
-        on_node = node[:, :, None] == (src // self.gpus_per_node)[None, None, :]
-        num_on_node = on_node.sum(axis=1)                                    # [K, gpus]
-        kth = (src % self.gpus_per_node)[None, :] % np.maximum(num_on_node, 1)
-        node_pick = (np.cumsum(on_node, axis=1) == (kth + 1)[:, None, :]) & on_node
-        spread = (src[None, :] + layer_ids[layer][:, None] + expert[:, None]) % num[:, None]
-        choice = np.where(on_gpu.any(axis=1), on_gpu.argmax(axis=1),
-                          np.where(num_on_node > 0, node_pick.argmax(axis=1), spread))  # [K, gpus]
-        out[:, layer, expert] = np.take_along_axis(slots, choice, axis=1).T
-        return out
+                                 f"live rank; every expert must keep >= 1")
+        return self
+
+    # -- tokens ----------------------------------------------------------------------------
+    def static_dispatch_map(self, layers=None) -> np.ndarray:
+        """[ranks, layers, logical] int64: the slot each source rank sends each logical
+        expert's tokens to under SGLang's `static` selection, over alive replicas
+        (`epsim.eplb.replicas.static_dispatch_map`); all layers are computed once and kept.
+
+        Raises:
+            PlacementError: an expert with no replica on an alive rank.
+        """
+        if layers is not None:
+            return replicas.static_dispatch_map(self, layers)
+        if "_dispatch_map" not in self.__dict__:
+            full = replicas.static_dispatch_map(self, None)
+            full.setflags(write=False)
+            self.__dict__["_dispatch_map"] = full       # a cache; the dataclass stays frozen
+        return self.__dict__["_dispatch_map"]
+
+    def replica_fractions(self, selection: str = "random") -> np.ndarray:
+        """[layers, physical] float64 share of its logical expert's tokens each slot receives
+        (expected value; `epsim.eplb.replicas.replica_fractions`)."""
+        return replicas.replica_fractions(self, selection)
 
     def physical_loads(self, weight: np.ndarray, selection: str = "random") -> np.ndarray:
         """[layers, physical] float64 tokens each slot serves, from logical `weight`
@@ -283,19 +361,19 @@ class Placement:
         rows = np.arange(self.num_layers)[:, None]
         return weight[rows, self.physical_to_logical] * self.replica_fractions(selection)
 
-    def gpu_loads(self, weight: np.ndarray, selection: str = "random") -> np.ndarray:
-        """[layers, gpus] float64 tokens each GPU's experts serve.
+    def rank_loads(self, weight: np.ndarray, selection: str = "random") -> np.ndarray:
+        """[layers, ranks] float64 tokens each rank's experts serve.
 
         Args:
             weight: [layers, logical] tokens routed to each logical expert.
             selection: how tokens pick among replicas: static | random | round_robin.
         """
         per_slot = self.physical_loads(weight, selection)
-        return per_slot.reshape(self.num_layers, self.num_gpus, self.slots_per_gpu).sum(axis=2)
+        return per_slot.reshape(self.num_layers, self.num_ranks, self.slots_per_rank).sum(axis=2)
 
     def balancedness(self, weight: np.ndarray, selection: str = "random") -> np.ndarray:
-        """[layers] float64 mean GPU load / max GPU load (1.0 = balanced; 1.0 for idle layers)."""
-        loads = self.gpu_loads(weight, selection)
+        """[layers] float64 mean rank load / max rank load (1.0 = balanced; 1.0 for idle layers)."""
+        loads = self.rank_loads(weight, selection)
         peak = loads.max(axis=1)
         return np.where(peak > 0, loads.mean(axis=1) / np.where(peak > 0, peak, 1.0), 1.0)
 
@@ -316,60 +394,14 @@ class Placement:
 
     # -- invariants ------------------------------------------------------------------------
     def validate(self) -> "Placement":
-        """Check the invariants; return self.
-
-        Every logical expert has >= 1 replica, every GPU the same number of slots, every node
-        the same number of GPUs, and the three maps agree.
+        """Check the invariants (`epsim.eplb.replicas.check_maps`); return self.
 
         Raises:
             PlacementError: naming the first broken invariant.
         """
-        p2l, l2p, counts = self.physical_to_logical, self.logical_to_physical, self.logical_count
-        if p2l.ndim != 2 or l2p.ndim != 3 or counts.ndim != 2:
-            raise PlacementError(f"maps (ndim {p2l.ndim}, {l2p.ndim}, {counts.ndim}) must be "
-                                 f"[layers, physical], [layers, logical, replicas], [layers, logical]")
-        num_layers, num_physical = p2l.shape
-        if counts.shape[0] != num_layers or l2p.shape[:2] != counts.shape:
-            raise PlacementError(f"map shapes {list(p2l.shape)}, {list(l2p.shape)}, "
-                                 f"{list(counts.shape)} must agree on layers and logical experts")
-        if self.num_gpus <= 0 or num_physical % self.num_gpus:
-            raise PlacementError(f"num_gpus ({self.num_gpus}) must be > 0 and divide the "
-                                 f"physical slots ({num_physical}) so every GPU holds equal slots")
-        if self.num_nodes <= 0 or self.num_gpus % self.num_nodes:
-            raise PlacementError(f"num_nodes ({self.num_nodes}) must be > 0 and divide "
-                                 f"num_gpus ({self.num_gpus})")
-        num_logical = counts.shape[1]
-        bad = np.argwhere((p2l < 0) | (p2l >= num_logical))
-        if len(bad):
-            layer, slot = bad[0]
-            raise PlacementError(f"physical_to_logical[{layer}, {slot}] ({p2l[layer, slot]}) "
-                                 f"must be in [0, {num_logical})")
-        missing = np.argwhere(counts < 1)
-        if len(missing):
-            layer, expert = missing[0]
-            raise PlacementError(f"logical_count[{layer}, {expert}] ({counts[layer, expert]}) "
-                                 f"must be >= 1; every logical expert needs a replica")
-        rows = np.arange(num_layers)[:, None]
-        actual = np.zeros_like(counts)
-        np.add.at(actual, (np.broadcast_to(rows, p2l.shape), p2l), 1)
-        wrong = np.argwhere(actual != counts)
-        if len(wrong):
-            layer, expert = wrong[0]
-            raise PlacementError(f"logical_count[{layer}, {expert}] ({counts[layer, expert]}) must "
-                                 f"equal the slots holding it ({actual[layer, expert]})")
-        valid = l2p >= 0                                                    # [layers, logical, replicas]
-        if (valid.sum(axis=2) != counts).any() or (np.diff(valid.astype(np.int8), axis=2) > 0).any():
-            raise PlacementError("logical_to_physical must list exactly logical_count slots per "
-                                 "expert, then -1 padding")
-        if (l2p >= num_physical).any():
-            raise PlacementError(f"logical_to_physical entries must be < the physical slots ({num_physical})")
-        layer_idx = np.broadcast_to(np.arange(num_layers)[:, None, None], l2p.shape)
-        experts = np.broadcast_to(np.arange(num_logical)[None, :, None], l2p.shape)
-        if (p2l[layer_idx[valid], l2p[valid]] != experts[valid]).any():
-            raise PlacementError("logical_to_physical must point at slots whose "
-                                 "physical_to_logical is that expert")
-        seen = np.zeros((num_layers, num_physical), dtype=np.int64)
-        np.add.at(seen, (layer_idx[valid], l2p[valid]), 1)
-        if (seen != 1).any():
-            raise PlacementError("logical_to_physical must list every physical slot exactly once")
+        replicas.check_maps(self)
         return self
+
+
+def _same_mask(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))

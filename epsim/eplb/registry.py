@@ -1,7 +1,7 @@
 """Placement algorithms by name: the `DeploymentSpec.eplb_algorithm` literals.
 
-Every entry is called as `fn(weight, num_replicas, num_groups, num_nodes, num_gpus,
-previous=None) -> Placement`; algorithms that ignore the previous placement accept it anyway,
+Every entry is called as `fn(weight, num_replicas, num_groups, num_nodes, num_ranks,
+previous=None) -> Placement` (DeepSeek's reference calls the ranks `num_gpus`); algorithms that ignore the previous placement accept it anyway,
 so the EPLB manager can call any of them the same way.
 """
 
@@ -35,7 +35,7 @@ ALGORITHMS: dict[str, PlacementFn] = {
 
 
 def compute_placement(algorithm: str, weight: np.ndarray, num_replicas: int, num_groups: int = 1,
-                      num_nodes: int = 1, num_gpus: int = 1,
+                      num_nodes: int = 1, num_ranks: int = 1,
                       previous: Placement | None = None) -> Placement:
     """Run the named algorithm on `weight` [layers, logical] and return a validated Placement.
 
@@ -45,4 +45,4 @@ def compute_placement(algorithm: str, weight: np.ndarray, num_replicas: int, num
     fn = ALGORITHMS.get(algorithm)
     if fn is None:
         raise PlacementError(f"algorithm ({algorithm!r}) must be one of {sorted(ALGORITHMS)}")
-    return fn(weight, num_replicas, num_groups, num_nodes, num_gpus, previous=previous).validate()
+    return fn(weight, num_replicas, num_groups, num_nodes, num_ranks, previous=previous).validate()

@@ -193,8 +193,8 @@ def sticky_placement(weight, num_replicas: int, num_groups: int = 1, num_nodes: 
                 f"previous placement (shape {list(previous.physical_to_logical.shape)}, "
                 f"{previous.num_logical} experts) must match [layers, num_replicas] = "
                 f"{list(expected)} with {num_logical} experts")
-        if previous.num_gpus != num_gpus:
-            raise PlacementError(f"previous placement num_gpus ({previous.num_gpus}) must equal "
+        if previous.num_ranks != num_gpus:
+            raise PlacementError(f"previous placement num_ranks ({previous.num_ranks}) must equal "
                                  f"num_gpus ({num_gpus})")
     slots_per_gpu = num_replicas // num_gpus
     base = deepseek_placement(weight, num_replicas, 1, 1, num_gpus)

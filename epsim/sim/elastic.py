@@ -26,7 +26,7 @@ from typing import Generator
 
 import numpy as np
 
-from epsim.eplb.survivors import fill_lost
+from epsim.eplb.survivors import refill_survivors
 
 
 class ElasticEP:
@@ -87,12 +87,9 @@ class ElasticEP:
                                reloaded_experts=self.slots_per_rank * state.physical_to_logical.shape[0],
                                reload_bytes=reload_bytes, stall_us=stall)
         spr = self.slots_per_rank
-        live = np.flatnonzero(np.repeat(alive, spr))
-        survivors, lost_experts = fill_lost(state.physical_to_logical[:, live], state.num_experts)
-        target = state.physical_to_logical.copy()
-        target[:, live] = survivors
+        target, _ = refill_survivors(state.placement.with_alive(alive))
         # reloads: per survivor rank, its slots that changed; the slowest survivor sets the pause
-        changed = target != state.physical_to_logical                           # [layers, physical]
+        changed = target.physical_to_logical != state.physical_to_logical       # [layers, physical]
         per_rank = changed.reshape(changed.shape[0], -1, spr).sum(axis=(0, 2))   # [ranks]
         stall = float(per_rank.max()) * self.expert_bytes / self.reload_bytes_per_us
         state.set_alive(rank, False, placement=target)

@@ -31,6 +31,7 @@ import simpy
 from epsim.cost.model import CostModel, StepCost
 from epsim.cost.provenance import provenance
 from epsim.errors import SpecError
+from epsim.eplb.placement import Placement
 from epsim.profile import Profile, load_profile
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
@@ -89,9 +90,9 @@ class Simulation:
         self.cost_model = CostModel(m, c, d, self.profile)
         self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=self.seed,
                               base_dir=scenario.base_dir)
-        self.placement = PlacementState(
+        self.placement = PlacementState(Placement.on_cluster(
             initial_placement(scenario, self.skew),       # deployment.init_expert_location
-            m.num_experts, d.ep_size, c.gpus_per_node_resolved, d.ep_dispatch_algorithm)
+            m.num_experts, d.ep_size, c.gpus_per_node_resolved), d.ep_dispatch_algorithm)
         self.requests = sample_requests(w, self.seed, scenario.base_dir)
         dp = scenario.dp_size
         max_running = d.max_running_requests

@@ -26,7 +26,7 @@ import numpy as np
 
 from epsim.cost.tables import PlacementTables, build_tables
 from epsim.cost.traffic import count_traffic
-from epsim.eplb import Placement, algorithm_us, compute_placement, rebalance_cost, rebalance_params
+from epsim.eplb import Placement, algorithm_us, place_over_survivors, rebalance_cost, rebalance_params
 from epsim.sim.metrics import balance
 
 
@@ -112,7 +112,7 @@ class LoadWindow:
 def window_balancedness(tables: PlacementTables, weight: np.ndarray) -> float:
     """Mean over layers of mean/max load of the live ranks, for `weight` [layers, experts]
     routed over `tables` as the step loop routes it (every live rank sending an equal share)."""
-    alive = tables.alive if tables.alive is not None else np.ones(tables.num_ranks, dtype=bool)
+    alive = tables.placement.alive_mask
     pairs = count_traffic(weight, alive.astype(np.float64), tables, "").pairs      # [layers, ranks]
     return balance(pairs, int(alive.sum()))[1]
 
@@ -132,9 +132,6 @@ class EPLBManager:
         self.sim = sim
         m, c, d = sim.scenario.model, sim.scenario.cluster, sim.scenario.deployment
         self.model, self.deployment = m, d
-        self.num_physical = m.num_experts + d.ep_num_redundant_experts
-        self.ranks_per_node = min(c.gpus_per_node_resolved, d.ep_size)
-        self.num_nodes = d.ep_size // self.ranks_per_node
         self.params = rebalance_params(sim.profile if sim.cost_model.profile_applies else None, c)
         self.window = LoadWindow(d.expert_distribution_recorder_buffer_size, m.num_moe_layers,
                                  m.num_experts)
@@ -168,24 +165,11 @@ class EPLBManager:
             yield from self.rebalance("interval")
 
     # -- one rebalance ---------------------------------------------------------------------
-    def target(self, weight: np.ndarray) -> np.ndarray:
-        """[layers, physical] the algorithm's placement of `weight` over the live ranks' slots
-        (a dead rank's slots keep what they hold)."""
-        state, d = self.sim.placement, self.deployment
-        groups = self.model.num_expert_groups
-        if state.all_alive:
-            new = compute_placement(d.eplb_algorithm, weight, self.num_physical, groups,
-                                    self.num_nodes, d.ep_size, previous=state.placement)
-            return new.physical_to_logical
-        # survivors of a failure: no longer equal GPUs per node, so one node (global policy)
-        live = np.flatnonzero(np.repeat(state.alive, self.num_physical // d.ep_size))
-        previous = Placement.from_physical_to_logical(state.physical_to_logical[:, live],
-                                                      self.model.num_experts, state.num_alive)
-        new = compute_placement(d.eplb_algorithm, weight, live.shape[0], groups, 1,
-                                state.num_alive, previous=previous)
-        out = state.physical_to_logical.copy()
-        out[:, live] = new.physical_to_logical
-        return out
+    def target(self, weight: np.ndarray) -> Placement:
+        """The algorithm's placement of `weight` over the live ranks' slots (a dead rank's
+        slots keep what they hold; `epsim.eplb.place_over_survivors`)."""
+        return place_over_survivors(self.deployment.eplb_algorithm, weight, self.sim.placement.placement,
+                                    self.model.num_expert_groups)
 
     def rebalance(self, reason: str) -> Generator[None, None, None]:
         """Compute, cost and install a placement; yields once per further pass it spans."""
@@ -197,14 +181,12 @@ class EPLBManager:
             return                                         # nothing recorded yet
         old_tables = state.tables
         target = self.target(weight)
-        alive = None if state.all_alive else state.alive.copy()
-        new_tables = build_tables(target, self.model.num_experts, d.ep_size, self.ranks_per_node,
-                                  d.ep_dispatch_algorithm, alive=alive)
-        num_live_slots = state.num_alive * (self.num_physical // d.ep_size)
+        new_tables = build_tables(target, d.ep_dispatch_algorithm)
+        num_live_slots = state.num_alive * target.slots_per_rank
         cost = rebalance_cost(
-            old_tables.placement, new_tables.placement, self.model.expert_bytes, self.params,
+            old_tables.placement, target, self.model.expert_bytes, self.params,
             algorithm=None, layers_per_chunk=d.eplb_rebalance_layers_per_chunk,
-            stop_the_world=d.eplb_stop_the_world, alive=alive,
+            stop_the_world=d.eplb_stop_the_world,
             measured_algorithm_us=algorithm_us(self.params, d.eplb_algorithm,
                                                self.model.num_moe_layers, num_live_slots))
         now_s = sim.env.now * 1e-6

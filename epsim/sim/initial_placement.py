@@ -42,8 +42,9 @@ def initial_placement(scenario, skew) -> np.ndarray:
                             f"{list(weight.shape)} must be [moe layers, experts] = "
                             f"[{m.num_moe_layers}, {m.num_experts}] for {m.name}")
     from epsim.eplb import compute_placement
-    ranks_per_node = min(c.gpus_per_node_resolved, d.ep_size)
+    from epsim.eplb.placement import ranks_per_node
     placement = compute_placement(d.eplb_algorithm, np.asarray(weight, dtype=np.float64),
                                   m.num_experts + d.ep_num_redundant_experts, m.num_expert_groups,
-                                  d.ep_size // ranks_per_node, d.ep_size)
+                                  d.ep_size // ranks_per_node(d.ep_size, c.gpus_per_node_resolved),
+                                  d.ep_size)
     return placement.physical_to_logical

@@ -13,6 +13,7 @@ import numpy as np
 
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
+from epsim.eplb import Placement
 from epsim.profile import Profile
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
@@ -60,7 +61,8 @@ def deepep_layer(gpu: str, ep: int, tokens: int, kernel: str, stage: str,
         model = model.model_copy(update={"num_expert_groups": nodes, "topk_group": min(nodes, 4)})
     cm = cost_model(model, gpu, ep, "deepep", kernel, network=network, dispatch_dtype="fp8")
     loads = np.full((1, experts), ep * tokens * top_k / experts)          # [layers, experts]
-    tables = build_tables(contiguous_placement(1, experts, ep), experts, ep, min(per_node, ep))
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, experts, ep), experts, ep,
+                                               per_node))
     moe = cm.moe(loads, np.full(ep, float(tokens)), tables,
                  "decode" if kernel == "low_latency" else "prefill")
     time_us = float((moe.dispatch_us if stage == "dispatch" else moe.combine_us)[0])
@@ -122,7 +124,7 @@ def serving_throughput(phase: str, ep: int, gpu: str = "H100", redundant: int = 
     loads = np.full((layers, e), ep * tokens * model.top_k / e)           # [layers, experts]
     p2l = contiguous_placement(layers, e, ep, redundant)
     per_node = get_hardware(gpu).gpus_per_node
-    tables = build_tables(p2l, e, ep, min(per_node, ep))
+    tables = build_tables(Placement.on_cluster(p2l, e, ep, per_node))
     step = cm.step(batch, loads, tables)
     return per_node * tokens / (step.step_us * 1e-6)
 
@@ -237,7 +239,7 @@ def offline_throughput_per_gpu(model_name: str, gpu: str, ep: int, isl: int, osl
     counts = BatchCounts(t, t * context, p, p, p / isl * isl * (isl + 1) / 2, t + p / isl, "prefill")
     e, layers = model.num_experts, model.num_moe_layers
     loads = np.full((layers, e), ep * (batch + prefill) * model.top_k / e)
-    tables = build_tables(contiguous_placement(layers, e, ep), e, ep,
-                          min(hw.gpus_per_node, ep))
+    tables = build_tables(Placement.on_cluster(contiguous_placement(layers, e, ep), e, ep,
+                                               hw.gpus_per_node))
     step = cm.step(counts, loads, tables)
     return {"tokens_per_s_per_gpu": batch / (step.step_us * 1e-6), "batch_per_gpu": batch}

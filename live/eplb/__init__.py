@@ -1,18 +1,17 @@
-"""Live EPLB: expert-load recorder, expert location maps, the weight updater between EP ranks,
-the manager that rebalances every N forward passes, and elastic EP (masked or lost ranks).
+"""Live EPLB: the expert-load recorder, the weight updater between EP ranks, the manager that
+rebalances every N forward passes, and elastic EP (masked or lost ranks).
 
-Placements come from `epsim.eplb.compute_placement`, the simulator's own algorithms.
+Where experts live, the move plan of a rebalance and the re-placement over survivors are
+`epsim.eplb`'s (`Placement`, `plan_moves`, `place_over_survivors`, `refill_survivors`): the
+simulator's own rules. This package moves the weights; `live.location` turns a placement into
+the tensors a block dispatches with.
 """
 
-from live.eplb.elastic import ElasticResult, fill_lost, mask_ranks, shrink_group
-from live.eplb.location import ExpertLocation, as_location, location_of, rank_slots_to_physical
+from live.eplb.elastic import ElasticResult, mask_ranks, shrink_group
 from live.eplb.manager import EplbManager
-from live.eplb.plan import RELOAD, ExpertMove, MovePlan, plan_moves
 from live.eplb.recorder import ExpertLoadRecorder
 from live.eplb.result import RebalanceResult, rebalance_record
 from live.eplb.updater import ExpertWeightUpdater, RebalanceAborted
 
-__all__ = ["ElasticResult", "EplbManager", "ExpertLoadRecorder", "ExpertLocation", "ExpertMove",
-           "ExpertWeightUpdater", "MovePlan", "RELOAD", "RebalanceAborted", "RebalanceResult",
-           "as_location", "fill_lost", "location_of", "mask_ranks", "plan_moves",
-           "rank_slots_to_physical", "rebalance_record", "shrink_group"]
+__all__ = ["ElasticResult", "EplbManager", "ExpertLoadRecorder", "ExpertWeightUpdater",
+           "RebalanceAborted", "RebalanceResult", "mask_ranks", "rebalance_record", "shrink_group"]

@@ -174,7 +174,7 @@ def sweep(group, case: SweepCase, provenance: dict) -> tuple[list[dict], list[in
         verified = True
         descriptor = model.routed_experts_weights_of_layer
         for layer in model.layer_ids:                   # every slot holds its expert, bitwise
-            experts = model.placement.local_logical(rank)[layer]
+            experts = model.placement.local_slots(rank)[layer]
             for tensor, name in zip(descriptor[layer], fused_names(layer)[1:]):
                 verified &= bool(torch.equal(tensor, weights[name][torch.tensor(experts.tolist())]))
         ok = torch.tensor([int(verified)], device=device if device.type == "cuda" else "cpu")

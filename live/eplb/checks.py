@@ -91,7 +91,7 @@ class Setup:
         descriptor = self.model.routed_experts_weights_of_layer
         for layer in self.model.layer_ids:
             _, gate_up, down = fused_names(layer)
-            experts = self.model.placement.local_logical(self.rank)[layer]
+            experts = self.model.placement.local_slots(self.rank)[layer]
             for slot, expert in enumerate(experts.tolist()):
                 for tensor, name in zip(descriptor[layer], (gate_up, down)):
                     if not torch.equal(tensor[slot], self.pristine[name][expert]):
@@ -208,7 +208,7 @@ def _other_placement(env: Setup) -> np.ndarray:
     loads[:, ::3] = 50.0
     loads[:, 1] += np.arange(cfg.num_layers)          # a different order in every layer
     new = compute_placement("deepseek_global", loads, placement.num_physical, 1, 1,
-                            placement.ep_size).physical_to_logical
+                            placement.num_ranks).physical_to_logical
     return new if (new != placement.physical_to_logical).any(axis=1).all() else new[:, ::-1]
 
 
@@ -254,7 +254,7 @@ def bad_inputs(env: Setup) -> dict:
     model = env.model
     placement = model.placement
     p2l = placement.physical_to_logical
-    ep, slots = placement.ep_size, placement.slots_per_rank
+    ep, slots = placement.num_ranks, placement.slots_per_rank
     dropped = p2l.copy()
     dropped[0][dropped[0] == 0] = 1                                    # expert 0 gone in layer 0
     per_rank = {r: [p2l[layer, r * slots:(r + 1) * slots].tolist()
@@ -298,7 +298,7 @@ def elastic(env: Setup, lost_rank: int, how: str, group, rebalance_after: bool =
     case, model = env.case, env.model
     if not with_source:
         return _elastic_without_source(env, lost_rank)
-    ws = model.placement.ep_size
+    ws = model.placement.num_ranks
     survivors = [r for r in range(ws) if r != lost_rank]
     skew = _skew(case, HOTSET, 11)
     routing = env.routing(skew)

@@ -88,8 +88,8 @@ def control_for(model, control_group=None) -> Control:
     """
     if control_group is not None:
         return Control(control_group)
-    active = getattr(model.placement, "active_ranks", None)
-    if active is not None and not active.all():
+    active = model.placement.alive_mask
+    if not active.all():
         if int(active.sum()) == 1:
             return Control(None)
         raise LiveError(f"control_group (None) must be the survivors' process group while ranks "

@@ -12,7 +12,8 @@ Two ways, by backend:
   survivors form a smaller process group and the model serves on it with the same per-rank
   slots, re-placed the same way.
 
-Only the survivors call these; the lost ranks take no part.
+Only the survivors call these; the lost ranks take no part. The re-placement is the
+simulator's (`epsim.eplb.refill_survivors`, `fill_lost`), so live and simulated elastic EP agree.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from live.eplb.location import ExpertLocation, check_ranks, location_of
+from epsim.eplb import Placement
+from epsim.errors import EpsimError
 from live.eplb.updater import ExpertWeightUpdater, RebalanceResult
 from live.errors import BackendUnavailableError, LiveError
+from live.location import check_ranks
 
 
 @dataclass(frozen=True)
@@ -46,39 +49,29 @@ class ElasticResult:
     moves: RebalanceResult | None
 
 
-def fill_lost(physical_to_logical, num_experts: int) -> tuple[np.ndarray, dict[int, list[int]]]:
-    """Give every expert missing from a slot map a slot, taking slots of surplus replicas: the
-    simulator's rule (`epsim.eplb.fill_lost`), so live and simulated re-placements agree.
-
-    Args:
-        physical_to_logical: [layers, slots] int, the survivors' slots.
-    Returns:
-        ([layers, slots] int64 with every expert present, {layer: lost experts}).
-    Raises:
-        LiveError: fewer slots than experts.
-    """
-    from epsim.eplb import fill_lost as simulated
-    from epsim.errors import PlacementError
+def _refill(placement: Placement) -> tuple[Placement, dict[int, list[int]]]:
+    """`epsim.eplb.refill_survivors` with its error as a LiveError."""
+    from epsim.eplb import refill_survivors
 
     try:
-        return simulated(physical_to_logical, num_experts)
-    except PlacementError as exc:
+        return refill_survivors(placement)
+    except EpsimError as exc:
         raise LiveError(str(exc)) from None
 
 
-def _survivors(model, inactive: Sequence[int]) -> tuple[ExpertLocation, np.ndarray]:
-    """(current location, the active mask once `inactive` are masked), validated."""
-    current = location_of(model)
-    ranks = check_ranks(list(inactive), current.ep_size, name="inactive rank")
+def _survivors(model, inactive: Sequence[int]) -> tuple[Placement, np.ndarray]:
+    """(current placement, the alive mask once `inactive` are masked), validated."""
+    current = model.placement
+    ranks = check_ranks(list(inactive), current.num_ranks, name="inactive rank")
     rank = model.backend.rank
     if rank in ranks:
         raise LiveError(f"inactive rank ({rank}) is this rank; only the survivors call this")
-    active = current.active_ranks.copy()
+    active = current.alive_mask
     active[ranks] = False
     num_slots = int(active.sum()) * current.slots_per_rank
-    if num_slots < current.num_experts:
+    if num_slots < current.num_logical:
         raise LiveError(f"the surviving ranks {np.nonzero(active)[0].tolist()} hold {num_slots} "
-                        f"slots; they must hold every one of the {current.num_experts} experts "
+                        f"slots; they must hold every one of the {current.num_logical} experts "
                         f"(add redundant experts)")
     return current, active
 
@@ -113,10 +106,8 @@ def mask_ranks(model, inactive: Sequence[int],
         raise BackendUnavailableError("mooncake runs its Python fallback here (collectives over the "
                                       "whole group), which cannot leave a rank out; mask needs its "
                                       "NVLink/IBGDA kernels")
-    compact, lost = fill_lost(current.compact(active), current.num_experts)
+    target, lost = _refill(current.with_alive(active))
     _need_source(lost, weight_source)
-    target = ExpertLocation(current.expand(compact, active), current.num_experts,
-                            current.ep_size, current.gpus_per_node, active)
     # `torch` and `none` run collectives over the whole group: there a masked rank must go on
     # calling forward (with no tokens); a rank that is gone needs shrink_group
     if backend.capabilities.masking:
@@ -125,7 +116,7 @@ def mask_ranks(model, inactive: Sequence[int],
     model.update_placement(target)
     if lost:
         updater = ExpertWeightUpdater(model, layers_per_chunk, weight_source, control_group)
-        moves = updater.restore(current.physical_to_logical, target)
+        moves = updater.restore(current, target)
     return ElasticResult(np.nonzero(active)[0].tolist(), lost, not lost, moves)
 
 
@@ -149,11 +140,9 @@ def shrink_group(model, group, inactive: Sequence[int],
     if size != len(survivors) or dist.get_rank(group) != survivors.index(model.backend.rank):
         raise LiveError(f"group (size {size}, this rank {dist.get_rank(group)}) must hold the "
                         f"survivors {survivors} in order")
-    contents = current.compact(active)
-    compact, lost = fill_lost(contents, current.num_experts)
+    contents = current.with_alive(active).survivors()        # the survivors' slots, renumbered
+    target, lost = _refill(contents)
     _need_source(lost, weight_source)
-    target = ExpertLocation(compact, current.num_experts, len(survivors),
-                            current.gpus_per_node)
     model.set_group(group, target)
     moves = None
     if lost:

@@ -4,7 +4,7 @@
 `rebalance()`) control rank 0 runs `epsim.eplb.compute_placement` — the simulator's own
 algorithms — on the window's loads summed over ranks, broadcasts the slot map, and every rank
 applies it with the updater in the same order. With masked ranks the placement is computed over
-the active ranks and their slots only.
+the alive ranks and their slots only (`epsim.eplb.place_over_survivors`, the simulator's rule).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
+from epsim.eplb import Placement
 from live.eplb.control import Control, control_for
-from live.eplb.location import ExpertLocation, location_of
 from live.eplb.recorder import ExpertLoadRecorder
 from live.eplb.result import RebalanceResult
 from live.eplb.updater import ExpertWeightUpdater, FaultHook
@@ -33,14 +33,14 @@ class EplbManager:
         rebalance_num_iterations: forward passes between automatic rebalances.
         window: forward passes of statistics (default: rebalance_num_iterations).
         layers_per_chunk, weight_source, fault: passed to `ExpertWeightUpdater`.
-        num_groups, num_nodes: expert groups and nodes for the hierarchical algorithms.
+        num_groups: expert groups for the hierarchical algorithms (nodes: the placement's).
         control_group: group of the votes and load sums (default: the EP group).
     """
 
     def __init__(self, model, algorithm: str = "deepseek", rebalance_num_iterations: int = 1000,
                  window: int | None = None, layers_per_chunk: int = 1,
                  weight_source: Mapping[str, torch.Tensor] | None = None, num_groups: int = 1,
-                 num_nodes: int = 1, control_group=None, fault: FaultHook | None = None):
+                 control_group=None, fault: FaultHook | None = None):
         from epsim.eplb import ALGORITHMS
 
         if algorithm not in ALGORITHMS:
@@ -50,7 +50,7 @@ class EplbManager:
                             f"positive number of forward passes")
         self.model, self.algorithm = model, algorithm
         self.rebalance_num_iterations = rebalance_num_iterations
-        self.num_groups, self.num_nodes = num_groups, num_nodes
+        self.num_groups = num_groups
         self.recorder = ExpertLoadRecorder(model, window or rebalance_num_iterations, control_group)
         self.updater = ExpertWeightUpdater(model, layers_per_chunk, weight_source, control_group,
                                            fault)
@@ -83,7 +83,7 @@ class EplbManager:
         """
         if loads is None:
             loads = self.recorder.window_loads()
-        current = location_of(self.model)
+        current = self.model.placement
         new, algorithm_us = self.compute(loads, current)
         result = self.updater.apply(new, between_chunks)
         mode = self.model.block(self.model.layer_ids[0]).dispatch_mode
@@ -91,36 +91,30 @@ class EplbManager:
         extra = {"algorithm": self.algorithm, "algorithm_us": algorithm_us,
                  "balancedness_before": _balancedness(current, loads, selection),
                  "balancedness_after": _balancedness(new, loads, selection),
-                 "selection": selection, "active_ranks": current.active_rank_ids,
+                 "selection": selection,
+                 "active_ranks": np.flatnonzero(current.alive_mask).tolist(),
                  "forward_passes": self.num_passes}
         result = replace(result, extra={**result.extra, **extra})
         self.results.append(result)
         return result
 
-    def compute(self, loads: np.ndarray, current: ExpertLocation) -> tuple[ExpertLocation, float]:
-        """Control rank 0 runs the algorithm over the active ranks; every rank gets its slot map.
+    def compute(self, loads: np.ndarray, current: Placement) -> tuple[Placement, float]:
+        """Control rank 0 runs the algorithm over the alive ranks; every rank gets its slot map.
 
         Returns:
-            (the new location, the algorithm's wall time in µs on control rank 0).
+            (the new placement, the algorithm's wall time in µs on control rank 0).
         """
-        from epsim.eplb import Placement, compute_placement
+        from epsim.eplb import place_over_survivors
         from epsim.errors import EpsimError
 
         control = self.control
         answer = None
         if control.rank == 0:
-            compact = current.compact()
-            num_active = len(current.active_rank_ids)
-            num_nodes = self.num_nodes if not current.is_masked else 1   # elastic: one node
             start = time.perf_counter()
             try:
-                previous = Placement.from_physical_to_logical(compact, current.num_experts,
-                                                              num_active, num_nodes).validate()
-                placement = compute_placement(self.algorithm, np.asarray(loads, dtype=np.float64),
-                                              compact.shape[1], self.num_groups, num_nodes,
-                                              num_active, previous=previous)
-                answer = (current.expand(placement.physical_to_logical),
-                          (time.perf_counter() - start) * 1e6, None)
+                placement = place_over_survivors(self.algorithm, np.asarray(loads, dtype=np.float64),
+                                                 current, self.num_groups)
+                answer = (placement.physical_to_logical, (time.perf_counter() - start) * 1e6, None)
             except EpsimError as exc:
                 answer = (None, 0.0, f"{self.algorithm}: {exc}")
         p2l, algorithm_us, error = control.broadcast_object(answer)
@@ -129,11 +123,7 @@ class EplbManager:
         return current.with_physical_to_logical(p2l), algorithm_us
 
 
-def _balancedness(location: ExpertLocation, loads: np.ndarray, selection: str) -> list[float]:
-    """[layers] mean / max load of the active ranks, from `loads` (as `epsim.eplb` models it)."""
-    from epsim.eplb import Placement
-
-    active = location.active_rank_ids
-    placement = Placement.from_physical_to_logical(location.compact(), location.num_experts,
-                                                   len(active))
-    return placement.balancedness(np.asarray(loads, dtype=np.float64), selection).round(4).tolist()
+def _balancedness(placement: Placement, loads: np.ndarray, selection: str) -> list[float]:
+    """[layers] mean / max load of the alive ranks, from `loads` (as `epsim.eplb` models it)."""
+    survivors = placement.survivors()
+    return survivors.balancedness(np.asarray(loads, dtype=np.float64), selection).round(4).tolist()

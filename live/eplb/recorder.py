@@ -125,7 +125,7 @@ class ExpertLoadRecorder:
         out = []
         for i, (pass_id, _, _) in enumerate(self._passes):
             out.append(dict(
-                kind="expert_load", backend=self.model.backend.name, ep_size=placement.ep_size,
+                kind="expert_load", backend=self.model.backend.name, ep_size=placement.num_ranks,
                 num_tokens_per_rank=0, hidden_size=cfg.hidden_size,
                 moe_intermediate_size=cfg.moe_intermediate_size, num_experts=cfg.num_experts,
                 num_physical_experts=placement.num_physical, top_k=cfg.top_k,

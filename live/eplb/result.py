@@ -68,13 +68,13 @@ def rebalance_record(results: Sequence[RebalanceResult], model, provenance: dict
     slowest = [r.slowest_us for r in results]
     per_rank = np.median([r.per_rank_total_us for r in results], axis=0).tolist()
     busiest = max(max(first.plan["send_bytes_per_rank"]), max(first.plan["recv_bytes_per_rank"]))
-    base = dict(kind="rebalance", backend=model.backend.name, ep_size=placement.ep_size,
+    base = dict(kind="rebalance", backend=model.backend.name, ep_size=placement.num_ranks,
                 num_tokens_per_rank=0, hidden_size=cfg.hidden_size,
                 moe_intermediate_size=cfg.moe_intermediate_size, num_experts=cfg.num_experts,
                 num_physical_experts=placement.num_physical, top_k=cfg.top_k,
                 num_layers=len(model.layer_ids), bytes=first.plan["link_bytes"],
                 num_iters=len(results), **summarize_us(slowest),
-                per_rank_median_us=per_rank if len(per_rank) == placement.ep_size else [],
+                per_rank_median_us=per_rank if len(per_rank) == placement.num_ranks else [],
                 extra={**first.record_extra(), "gbps": busiest / (float(np.median(slowest)) * 1e3)},
                 provenance=provenance)
     extra = fields.pop("extra", {})

@@ -21,11 +21,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from epsim.eplb import RELOAD, ExpertMove, MovePlan, Placement, plan_moves
+from epsim.errors import EpsimError
 from live.eplb.control import Control, control_for
-from live.eplb.location import ExpertLocation, as_location, location_of
-from live.eplb.plan import RELOAD, ExpertMove, MovePlan, plan_moves
 from live.eplb.result import RebalanceResult
 from live.errors import LiveError
+from live.location import as_placement
 from live.weights import fused_names
 
 FAULT_STAGES = ("prepare", "staged")
@@ -71,28 +72,30 @@ class ExpertWeightUpdater:
         return control_for(self.model, self.control_group)
 
     # -- public ----------------------------------------------------------------------------
-    def check(self, placement) -> ExpertLocation:
+    def check(self, placement) -> Placement:
         """The new placement as the model must serve it, validated (no weights touched).
 
+        Args:
+            placement: any form `live.location.as_placement` reads; forms without a mask take
+                the model's.
         Raises:
             LiveError: a dropped logical expert, unequal slots per rank, a rank out of range, a
-                GPU count, slot count or mask that does not match the model.
+                rank count, slot count or mask that does not match the model.
         """
-        old = location_of(self.model)
+        old = self.model.placement
         cfg = self.model.config
-        mask = None if isinstance(placement, ExpertLocation) else old.active_ranks
         try:
-            new = as_location(placement, cfg.num_layers, cfg.num_experts, old.ep_size, mask,
-                              old.gpus_per_node)
+            new = as_placement(placement, cfg.num_layers, cfg.num_experts, old.num_ranks,
+                               old.num_nodes, old.alive)
         except LiveError as exc:
             raise LiveError(f"new placement: {exc}") from None
         if new.num_physical != old.num_physical:
             raise LiveError(f"new placement has {new.num_physical} physical slots "
                             f"({new.slots_per_rank} per rank); the model holds "
                             f"{old.slots_per_rank} per rank ({old.num_physical} in all)")
-        if not np.array_equal(new.active_ranks, old.active_ranks):
-            raise LiveError(f"new placement's active ranks ({new.active_ranks.astype(int).tolist()}) "
-                            f"must be the model's ({old.active_ranks.astype(int).tolist()}); "
+        if not np.array_equal(new.alive_mask, old.alive_mask):
+            raise LiveError(f"new placement's alive ranks ({new.alive_mask.astype(int).tolist()}) "
+                            f"must be the model's ({old.alive_mask.astype(int).tolist()}); "
                             f"masking is live.eplb.elastic's job")
         return new
 
@@ -111,35 +114,32 @@ class ExpertWeightUpdater:
                 the old placement serves again.
         """
         start = time.perf_counter()
-        old = location_of(self.model)
+        old = self.model.placement
         new = self.check(placement)
-        return self._apply(start, old.physical_to_logical, new, old, between_chunks, allow_reload)
+        return self._apply(start, old, new, old, between_chunks, allow_reload)
 
-    def restore(self, contents, target: ExpertLocation,
+    def restore(self, contents: Placement, target: Placement,
                 allow_reload: bool | None = None) -> RebalanceResult:
         """Make the slots hold `target` given what they hold now, while the model does not serve
         (elastic EP: after a rank is lost, before serving resumes). The model already carries
         `target`'s maps; no chunk is rolled back (the old placement cannot serve any more).
 
         Args:
-            contents: [layers, physical] int, the expert each slot holds now; -1 = lost.
+            contents: what each slot holds now; slots on ranks `target` leaves out are lost.
         Raises:
             LiveError: an expert with no copy and no weight source, or a rank failed mid-move.
         """
         start = time.perf_counter()
         return self._apply(start, contents, target, None, None, allow_reload)
 
-    def _apply(self, start: float, contents, new: ExpertLocation, old: ExpertLocation | None,
+    def _apply(self, start: float, contents: Placement, new: Placement, old: Placement | None,
                between_chunks, allow_reload: bool | None) -> RebalanceResult:
         self._served_us = 0.0               # time spent serving between chunks, not moving
         reload = self.weight_source is not None if allow_reload is None else allow_reload
-        active = new.active_ranks if old is None else new.active_ranks & old.active_ranks
-        readable = np.where(active[new.rank_of_slot()][None, :], contents, -1)
-        plan = plan_moves(readable, new.physical_to_logical, new.slots_per_rank,
-                          self.expert_bytes(), new.gpus_per_node, active, reload,
-                          layers=self.model.layer_ids)
+        alive = contents.alive_mask & new.alive_mask
+        plan = self._plan(contents, new, alive, reload, self.model.layer_ids)
         chunks = self._chunks()
-        checksum = _checksum(contents, new.physical_to_logical, active)
+        checksum = _checksum(contents.physical_to_logical, new.physical_to_logical, alive)
         # every rank must derive the same plan, or their transfers would not pair up
         mismatch = self._vote(-1, "start", None, checksum, lambda: None)
         if mismatch is not None:
@@ -161,6 +161,16 @@ class ExpertWeightUpdater:
                                spare_buffer_bytes=self.spare_buffer_bytes,
                                extra={"served_between_chunks_us": self._served_us})
 
+    def _plan(self, old: Placement, new: Placement, alive: np.ndarray, reload: bool,
+              layers) -> MovePlan:
+        """`epsim.eplb.plan_moves`: the simulator's transfer rule, so live and modelled bytes
+        agree."""
+        try:
+            return plan_moves(old, new, alive, reload, expert_bytes=self.expert_bytes(),
+                              layers=layers)
+        except EpsimError as exc:
+            raise LiveError(str(exc)) from None
+
     def expert_bytes(self) -> int:
         """Bytes of one expert slot, all its tensors (descriptor of the first held layer)."""
         tensors = self.model.routed_experts_weights_of_layer[self.model.layer_ids[0]]
@@ -176,7 +186,7 @@ class ExpertWeightUpdater:
         step = self.layers_per_chunk
         return [layers[i:i + step] for i in range(0, len(layers), step)]
 
-    def _move(self, plan: MovePlan, chunks, start: ExpertLocation | None, target: ExpertLocation,
+    def _move(self, plan: MovePlan, chunks, start: Placement | None, target: Placement,
               checksum: int, between_chunks, fault: FaultHook | None):
         """Run the chunks; stop at the first failed vote. With a `start` location each committed
         chunk's blocks switch to `target`'s maps at once; without, the caller sets the maps.
@@ -240,17 +250,14 @@ class ExpertWeightUpdater:
         rank, message = next((r, e) for r, e in enumerate(errors) if e is not None)
         return f"control rank {rank} at chunk {chunk} ({stage}): {message}"
 
-    def _roll_back(self, old: ExpertLocation, new: ExpertLocation, done: list[int],
-                   failure: str) -> None:
+    def _roll_back(self, old: Placement, new: Placement, done: list[int], failure: str) -> None:
         """Move the committed layers back to `old` and raise RebalanceAborted."""
         if done:
             current = old.with_rows(new, done)
-            plan = plan_moves(current.physical_to_logical, old.physical_to_logical,
-                              old.slots_per_rank, self.expert_bytes(), old.gpus_per_node,
-                              old.active_ranks, allow_reload=False, layers=done)
+            plan = self._plan(current, old, old.alive_mask, False, done)
             chunks = [c for c in self._chunks() if set(c) & set(done)]
             checksum = _checksum(current.physical_to_logical, old.physical_to_logical,
-                                 old.active_ranks)
+                                 old.alive_mask)
             _, _, again = self._move(plan, chunks, current, old, checksum, None, None)
             if again is not None:
                 raise LiveError(f"rebalance failed ({failure}) and moving layers {done} back failed "

@@ -10,6 +10,7 @@ import pytest
 from tests.epsim.calibrate_fixtures import TRUTH, synthetic_records, write_synthetic
 from epsim.calibrate import Holdout, calibrate
 from epsim.cli import main
+from epsim.eplb import Placement
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.record import predict_record
 from epsim.errors import SpecError
@@ -134,7 +135,7 @@ def test_cost_model_warns_outside_the_fitted_range(synthetic):
         cm = CostModel(model, ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=8,
                                                                         moe_a2a_backend="torch"),
                        profile)
-    tables = build_tables(contiguous_placement(1, 128, 8), 128, 8, 8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
     with pytest.warns(ExtrapolationWarning, match=r"num_tokens_per_rank \(8192\) outside fitted"):
         cm.moe(np.full((1, 128), 8 * 8192 * 8 / 128), np.full(8, 8192.0), tables)
     with pytest.warns(ExtrapolationWarning, match=r"hidden_size \(7168\) outside fitted"):
@@ -243,7 +244,7 @@ def test_simulator_uses_the_fitted_layer_and_allgather_components():
         "none/allreduce": Component(params={"base_us": 20.0, "nvl_gbps": 100.0}),
         "none/allgather": Component(params={"base_us": 300.0, "nvl_gbps": 100.0})})
     model, cluster = get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200")
-    tables = build_tables(contiguous_placement(1, 128, 2), 128, 2, 8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 2), 128, 2, 8))
     loads, tokens = np.full((1, 128), 2 * 64 * 8 / 128), np.full(2, 64.0)
     torch_cm = CostModel(model, cluster, DeploymentSpec(ep_size=2, moe_a2a_backend="torch"), profile)
     moe = torch_cm.moe(loads, tokens, tables)

@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+from epsim.eplb import Placement
 from epsim.cost import CostModel, ProfileHardwareWarning, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
 from epsim.cost.comm import (collective_features, collective_us, comm_defaults, comm_features,
@@ -163,7 +164,7 @@ def _decode_batch(ranks=8, per_rank=64, context=1000):
 
 def test_step_is_sum_of_parts_and_tbo_overlaps(rng):
     model = get_model("Qwen3-30B-A3B")
-    tables = build_tables(contiguous_placement(model.num_moe_layers, 128, 8), 128, 8, 8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(model.num_moe_layers, 128, 8), 128, 8, 8))
     loads = np.full((model.num_moe_layers, 128), 8 * 64 * 8 / 128)
     plain = _cost_model().step(_decode_batch(), loads, tables)
     parts = plain.attention_us + plain.dispatch_us + plain.experts_us + plain.combine_us
@@ -179,7 +180,7 @@ def test_step_is_sum_of_parts_and_tbo_overlaps(rng):
 def test_deepep_kernels_follow_the_phase():
     cm = _cost_model("deepep", deepep_mode="auto")
     model = get_model("Qwen3-30B-A3B")
-    tables = build_tables(contiguous_placement(model.num_moe_layers, 128, 8), 128, 8, 8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(model.num_moe_layers, 128, 8), 128, 8, 8))
     loads = np.full((model.num_moe_layers, 128), 8 * 64 * 8 / 128)
     decode = cm.step(_decode_batch(), loads, tables)
     prefill_batch = BatchCounts(*(np.zeros(8),) * 2, np.full(8, 64.0), np.full(8, 64.0),
@@ -191,7 +192,7 @@ def test_deepep_kernels_follow_the_phase():
 
 def test_profile_overrides_datasheet_defaults_and_hardware_mismatch_warns():
     model = get_model("Qwen3-30B-A3B")
-    tables = build_tables(contiguous_placement(1, 128, 8), 128, 8, 8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
     loads = np.full((1, 128), 8 * 256 * 8 / 128)
     tokens = np.full(8, 256.0)
     cluster = ClusterSpec(gpu="H200")
@@ -211,7 +212,7 @@ def test_profile_overrides_datasheet_defaults_and_hardware_mismatch_warns():
 
 def test_none_backend_is_allgather_plus_allreduce():
     cm = _cost_model("none")
-    tables = build_tables(contiguous_placement(1, 128, 8), 128, 8, 8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
     tokens = np.full(8, 100.0)
     moe = cm.moe(np.full((1, 128), 800 * 8 / 128), tokens, tables)
     hidden_bytes = 800 * 2048 * 2
@@ -270,7 +271,7 @@ def test_uniform_decode_counts():
 
 def test_moe_traffic_is_the_traffic_function(rng):
     cm = _cost_model("torch")
-    tables = build_tables(contiguous_placement(2, 128, 8), 128, 8, 8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(2, 128, 8), 128, 8, 8))
     loads = rng.random((2, 128)) * 100
     tokens = np.full(8, loads.sum(axis=1)[0] / 8 / 8)
     with warnings.catch_warnings():

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from epsim.eplb import Placement
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.cost.traffic import count_traffic, rank_sum
-from epsim.errors import SpecError
+from epsim.errors import PlacementError, SpecError
 
 
 def _random_case(rng, num_layers, num_experts, num_ranks, top_k):
@@ -21,7 +22,7 @@ def test_pair_mode_hand_computed_one_node():
     # 1 layer, 4 experts on 2 ranks (experts 0,1 on rank 0; 2,3 on rank 1), top-2, 10 tokens
     loads = np.array([[6.0, 2.0, 8.0, 4.0]])             # 20 pairs = 10 tokens x 2
     tokens = np.array([4.0, 6.0])
-    tables = build_tables(contiguous_placement(1, 4, 2), 4, 2, gpus_per_node=8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 4, 2), 4, 2, 8))
     tr = count_traffic(loads, tokens, tables, "pair")
     # a token picks rank 0's experts with rate (6+2)/10 = 0.8 copies, rank 1's with 1.2
     np.testing.assert_allclose(tr.pairs, [[8.0, 12.0]])
@@ -34,7 +35,7 @@ def test_pair_mode_hand_computed_one_node():
 def test_rank_dedup_hit_probability_hand_computed():
     loads = np.array([[6.0, 2.0, 8.0, 4.0]])
     tokens = np.array([4.0, 6.0])
-    tables = build_tables(contiguous_placement(1, 4, 2), 4, 2, gpus_per_node=8)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 4, 2), 4, 2, 8))
     tr = count_traffic(loads, tokens, tables, "rank")
     hit0 = 1 - (1 - 0.6) * (1 - 0.2)                     # pi = load / tokens
     hit1 = 1 - (1 - 0.8) * (1 - 0.4)
@@ -48,7 +49,7 @@ def test_node_dedup_hand_computed_two_nodes():
     # 4 ranks, 2 per node; one expert per rank; 2 tokens on each rank, top-1
     loads = np.array([[4.0, 2.0, 1.0, 1.0]])              # 8 tokens x 1
     tokens = np.full(4, 2.0)
-    tables = build_tables(contiguous_placement(1, 4, 4), 4, 4, gpus_per_node=2)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 4, 4), 4, 4, 2))
     tr = count_traffic(loads, tokens, tables, "node")
     pi = loads[0] / 8.0
     node_hit = [1 - (1 - pi[0]) * (1 - pi[1]), 1 - (1 - pi[2]) * (1 - pi[3])]
@@ -70,10 +71,10 @@ def test_conservation_and_shared_equals_per_source(rng, dedup, shape):
     num_layers, num_experts, num_ranks, gpus_per_node = shape
     top_k = 4
     loads, tokens = _random_case(rng, num_layers, num_experts, num_ranks, top_k)
-    p2l = contiguous_placement(num_layers, num_experts, num_ranks)
-    shared = count_traffic(loads, tokens, build_tables(p2l, num_experts, num_ranks, gpus_per_node), dedup)
-    per_src = count_traffic(loads, tokens, build_tables(p2l, num_experts, num_ranks, gpus_per_node,
-                                                  per_source=True), dedup)
+    placement = Placement.on_cluster(contiguous_placement(num_layers, num_experts, num_ranks),
+                                     num_experts, num_ranks, gpus_per_node)
+    shared = count_traffic(loads, tokens, build_tables(placement), dedup)
+    per_src = count_traffic(loads, tokens, build_tables(placement, per_source=True), dedup)
     for field in ("pairs", "active_experts", "nvl_send", "nvl_recv", "rdma_send", "rdma_recv",
                   "self_copies"):
         np.testing.assert_allclose(getattr(shared, field), getattr(per_src, field), rtol=1e-10,
@@ -91,7 +92,7 @@ def test_conservation_and_shared_equals_per_source(rng, dedup, shape):
 
 def test_load_doubling_doubles_counts(rng):
     loads, tokens = _random_case(rng, 2, 32, 8, 4)
-    tables = build_tables(contiguous_placement(2, 32, 8), 32, 8, gpus_per_node=4)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(2, 32, 8), 32, 8, 4))
     for dedup in ("pair", "rank", "node"):
         one = count_traffic(loads, tokens, tables, dedup)
         two = count_traffic(2 * loads, 2 * tokens, tables, dedup)
@@ -103,7 +104,7 @@ def test_redundant_replicas_split_even_for_random_selection(rng):
     # 8 experts, 8 redundant slots on 4 ranks: every expert has two replicas
     p2l = contiguous_placement(1, 8, 4, num_redundant=8)
     loads, tokens = _random_case(rng, 1, 8, 4, 2)
-    tables = build_tables(p2l, 8, 4, gpus_per_node=4, dispatch_algorithm="random")
+    tables = build_tables(Placement.on_cluster(p2l, 8, 4, 4), "random")
     assert tables.source_slot is None
     tr = count_traffic(loads, tokens, tables, "pair")
     slot_loads = loads[0][p2l[0]] / 2.0                    # each replica gets half
@@ -115,21 +116,22 @@ def test_static_selection_prefers_the_local_replica(rng):
     num_ranks, num_experts = 4, 4
     p2l = np.tile(np.arange(num_experts), (1, num_ranks))  # slot p holds expert p % 4
     loads, tokens = _random_case(rng, 1, num_experts, num_ranks, 2)
-    tables = build_tables(p2l, num_experts, num_ranks, gpus_per_node=4, dispatch_algorithm="static")
+    tables = build_tables(Placement.on_cluster(p2l, num_experts, num_ranks, 4), "static")
     assert tables.source_slot is not None
     tr = count_traffic(loads, tokens, tables, "pair")
     assert np.allclose(tr.nvl_recv, 0) and np.allclose(tr.nvl_send, 0)
     # each rank computes exactly the pairs of its own tokens
     np.testing.assert_allclose(tr.pairs[0], tokens * 2)
     # an even split (round robin) moves 3/4 of them over NVLink instead
-    rr = count_traffic(loads, tokens, build_tables(p2l, num_experts, num_ranks, 4, "round_robin"), "pair")
+    rr = count_traffic(loads, tokens, build_tables(Placement.on_cluster(p2l, num_experts, num_ranks, 4),
+                                                   "round_robin"), "pair")
     np.testing.assert_allclose(rr.nvl_recv.sum(), tokens.sum() * 2 * 3 / 4)
 
 
 def test_static_selection_falls_back_to_same_node_replica():
     # 2 nodes x 2 ranks; expert 0 has replicas on rank 0 and rank 2 (one per node)
     p2l = np.array([[0, 1, 2, 3, 0, 1, 2, 3]])            # 2 slots per rank
-    tables = build_tables(p2l, 4, 4, gpus_per_node=2, dispatch_algorithm="static")
+    tables = build_tables(Placement.on_cluster(p2l, 4, 4, 2), "static")
     # rank 1 (node 0) must use expert 0's slot on rank 0, rank 3 (node 1) the one on rank 2
     assert tables.source_slot[1, 0, 0] // 2 == 0
     assert tables.source_slot[3, 0, 0] // 2 == 2
@@ -137,7 +139,7 @@ def test_static_selection_falls_back_to_same_node_replica():
 
 def test_half_batch_fraction(rng):
     loads, tokens = _random_case(rng, 2, 16, 4, 2)
-    tables = build_tables(contiguous_placement(2, 16, 4), 16, 4, gpus_per_node=4)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(2, 16, 4), 16, 4, 4))
     full = count_traffic(loads, tokens, tables, "rank")
     half = count_traffic(loads, tokens, tables, "rank", 0.5)
     np.testing.assert_allclose(half.pairs, full.pairs / 2)
@@ -145,7 +147,7 @@ def test_half_batch_fraction(rng):
     # a slot with x tokens keeps one in a half batch with probability 1 - 2^-x
     sparse = np.zeros((1, 16))
     sparse[0, [0, 5]] = [1.0, 3.0]                       # expert 0 on rank 0, expert 5 on rank 1
-    one_layer = build_tables(contiguous_placement(1, 16, 4), 16, 4, 4)
+    one_layer = build_tables(Placement.on_cluster(contiguous_placement(1, 16, 4), 16, 4, 4))
     two_tokens = np.array([1.0, 1.0, 0.0, 0.0])
     half_active = count_traffic(sparse, two_tokens, one_layer, "pair", 0.5).active_experts[0]
     np.testing.assert_allclose(half_active, [0.5, 1 - 0.5 ** 3, 0, 0])
@@ -154,19 +156,23 @@ def test_half_batch_fraction(rng):
 
 
 def test_bad_inputs_fail_with_one_clear_line():
-    tables = build_tables(contiguous_placement(2, 8, 4), 8, 4, 4)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(2, 8, 4), 8, 4, 4))
     with pytest.raises(SpecError, match=r"loads \(shape \[2, 7\]\) must be \[layers, experts\] = \[2, 8\]"):
         count_traffic(np.ones((2, 7)), np.ones(4), tables, "pair")
     with pytest.raises(SpecError, match=r"tokens_per_rank \(shape \[3\]\) must be \[ranks\] = \[4\]"):
         count_traffic(np.ones((2, 8)), np.ones(3), tables, "pair")
     with pytest.raises(SpecError, match=r"dedup \('token'\) must be one of"):
         count_traffic(np.ones((2, 8)), np.ones(4), tables, "token")
-    with pytest.raises(SpecError, match=r"logical expert 7 of layer 0 has no slot"):
-        build_tables(np.array([[0, 1, 2, 3, 4, 5, 6, 6]]), 8, 4, 4)
-    with pytest.raises(SpecError, match=r"num_ranks \(3\) must divide the physical slots \(8\)"):
-        build_tables(contiguous_placement(1, 8, 4), 8, 3, 4)
+    with pytest.raises(PlacementError, match=r"logical_count\[0, 7\] \(0\) must be >= 1"):
+        build_tables(Placement.on_cluster(np.array([[0, 1, 2, 3, 4, 5, 6, 6]]), 8, 4, 4))
+    with pytest.raises(PlacementError, match=r"num_ranks \(3\) must be > 0 and divide the physical "
+                                             r"slots \(8\)"):
+        build_tables(Placement.on_cluster(contiguous_placement(1, 8, 4), 8, 3, 4))
+    with pytest.raises(PlacementError, match=r"num_ranks \(12\) must be a multiple of gpus_per_node "
+                                             r"\(8\) when it spans nodes"):
+        Placement.on_cluster(contiguous_placement(1, 24, 12), 24, 12, 8)
     with pytest.raises(SpecError, match=r"ep_dispatch_algorithm \('fastest'\) must be one of"):
-        build_tables(contiguous_placement(1, 8, 4), 8, 4, 4, "fastest")
+        build_tables(Placement.on_cluster(contiguous_placement(1, 8, 4), 8, 4, 4), "fastest")
     with pytest.raises(SpecError, match=r"num_ranks \(4\) must divide the physical expert slots"):
         contiguous_placement(1, 8, 4, num_redundant=2)
 

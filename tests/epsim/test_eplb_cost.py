@@ -1,11 +1,12 @@
-"""Rebalance cost: routing of weight moves, per-link time with the slowest rank, chunks."""
+"""Rebalance cost: routing of weight moves (`plan_moves`), per-link time with the slowest rank,
+chunks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from epsim.eplb import (Placement, plan_transfers, rebalance_cost, rebalance_params,
+from epsim.eplb import (Placement, plan_moves, rebalance_cost, rebalance_params,
                         sticky_placement)
 from epsim.errors import PlacementError
 from epsim.profile import Component, Profile
@@ -17,9 +18,9 @@ PARAMS = {"base_us": 100.0, "per_layer_us": 10.0, "nvlink_gbps": 100.0, "rdma_gb
           "nvlink_latency_us": 5.0, "rdma_latency_us": 20.0, "deepseek_us_per_slot": 1.0}
 
 
-def _placement(rows, num_gpus=4, num_nodes=2, num_logical=None):
+def _placement(rows, num_ranks=4, num_nodes=2, num_logical=None):
     rows = np.asarray(rows)
-    return Placement.from_physical_to_logical(rows, num_logical or int(rows.max()) + 1, num_gpus, num_nodes)
+    return Placement.from_physical_to_logical(rows, num_logical or int(rows.max()) + 1, num_ranks, num_nodes)
 
 
 def test_no_change_costs_only_the_fixed_parts():
@@ -34,12 +35,13 @@ def test_no_change_costs_only_the_fixed_parts():
 def test_swap_inside_a_node_goes_over_nvlink():
     old = _placement([[0, 1, 2, 3, 4, 5, 6, 7]])
     new = _placement([[2, 1, 0, 3, 4, 5, 6, 7]])          # GPUs 0 and 1 (node 0) swap experts
-    plan = plan_transfers(old, new, 10 * MB)
+    plan = plan_moves(old, new, expert_bytes=10 * MB)
     assert plan.changed_slots.tolist() == [2] and plan.moved_bytes == 20 * MB
-    np.testing.assert_allclose(plan.send_nvlink_bytes, [[10 * MB, 10 * MB, 0, 0]])
-    np.testing.assert_allclose(plan.recv_nvlink_bytes, [[10 * MB, 10 * MB, 0, 0]])
-    assert plan.send_rdma_bytes.sum() == 0
-    np.testing.assert_array_equal(plan.nvlink_transfers, [[2, 2, 0, 0]])
+    links = plan.link_tallies()
+    np.testing.assert_allclose(links["send_nvlink_bytes"], [[10 * MB, 10 * MB, 0, 0]])
+    np.testing.assert_allclose(links["recv_nvlink_bytes"], [[10 * MB, 10 * MB, 0, 0]])
+    assert links["send_rdma_bytes"].sum() == 0
+    np.testing.assert_array_equal(links["nvlink_transfers"], [[2, 2, 0, 0]])
     cost = rebalance_cost(old, new, 10 * MB, PARAMS, algorithm=None)
     # each of GPUs 0, 1: 10 MB / (100 GB/s = 1e5 bytes/µs) = 100 µs + 2 transfers x 5 µs
     np.testing.assert_allclose(cost.chunk_us, [10 + 100 + 10])
@@ -57,14 +59,14 @@ def test_swap_across_nodes_goes_over_rdma():
 def test_a_replica_already_on_the_gpu_is_a_local_copy_and_same_node_source_wins():
     old = _placement([[0, 1, 2, 3, 4, 5, 0, 6]], num_logical=7)    # expert 0 on GPUs 0 and 3
     new = _placement([[1, 0, 2, 3, 4, 5, 0, 6]], num_logical=7)    # GPU 0 swaps its own slots
-    plan = plan_transfers(old, new, MB)
-    assert plan.local_copies.tolist() == [2] and plan.send_nvlink_bytes.sum() == 0
+    plan = plan_moves(old, new, expert_bytes=MB)
+    assert plan.local_copies.tolist() == [2] and plan.link_tallies()["send_nvlink_bytes"].sum() == 0
     new = _placement([[0, 1, 0, 3, 4, 5, 0, 6]], num_logical=7)    # GPU 1 wants expert 0
-    plan = plan_transfers(old, new, MB)
-    np.testing.assert_allclose(plan.send_nvlink_bytes, [[MB, 0, 0, 0]])   # from GPU 0, same node
+    plan = plan_moves(old, new, expert_bytes=MB)
+    np.testing.assert_allclose(plan.link_tallies()["send_nvlink_bytes"], [[MB, 0, 0, 0]])   # from GPU 0, same node
     new = _placement([[0, 1, 2, 3, 0, 5, 0, 6]], num_logical=7)    # GPU 2 (node 1) wants it
-    plan = plan_transfers(old, new, MB)
-    np.testing.assert_allclose(plan.send_nvlink_bytes, [[0, 0, 0, MB]])   # from GPU 3, same node
+    plan = plan_moves(old, new, expert_bytes=MB)
+    np.testing.assert_allclose(plan.link_tallies()["send_nvlink_bytes"], [[0, 0, 0, MB]])   # from GPU 3, same node
 
 
 def test_chunks_split_layers_and_the_slowest_rank_sets_each_chunk():
@@ -113,9 +115,9 @@ def test_params_come_from_the_cluster_then_the_profile():
 def test_bad_inputs_are_rejected():
     old = _placement([[0, 1, 2, 3, 4, 5, 6, 7]])
     with pytest.raises(PlacementError, match=r"expert_bytes \(0\) must be > 0"):
-        plan_transfers(old, old, 0)
+        plan_moves(old, old, expert_bytes=0)
     with pytest.raises(PlacementError, match=r"must have the same shape and topology"):
-        plan_transfers(old, _placement([[0, 1, 2, 3, 4, 5, 6, 7]], num_nodes=1), MB)
+        plan_moves(old, _placement([[0, 1, 2, 3, 4, 5, 6, 7]], num_nodes=1))
     with pytest.raises(PlacementError, match=r"layers_per_chunk \(0\) must be a positive integer"):
         rebalance_cost(old, old, MB, PARAMS, layers_per_chunk=0)
     with pytest.raises(PlacementError, match=r"rdma_gbps \(0\) must be > 0"):

@@ -72,7 +72,7 @@ def test_hierarchical_keeps_each_group_inside_one_node():
     rng = np.random.default_rng(3)
     weight = rng.integers(0, 1000, (3, 32))
     placement = deepseek_placement(weight, 48, num_groups=8, num_nodes=4, num_gpus=8, policy="hierarchical")
-    node_of_slot = placement.gpu_of_slot() // placement.gpus_per_node
+    node_of_slot = placement.rank_of_slot() // placement.ranks_per_node
     for layer in range(3):
         group = placement.physical_to_logical[layer] // 4                      # 8 groups of 4
         for g in range(8):

@@ -39,7 +39,7 @@ def _check_invariants(placement: Placement, weight: np.ndarray, num_replicas: in
     p2l, l2p, counts = placement.as_tuple()
     assert p2l.shape == (num_layers, num_replicas)
     assert (counts >= 1).all()                                          # every expert placed
-    assert num_replicas % num_gpus == 0 and placement.slots_per_gpu * num_gpus == num_replicas
+    assert num_replicas % num_gpus == 0 and placement.slots_per_rank * num_gpus == num_replicas
     for layer in range(num_layers):
         np.testing.assert_array_equal(np.bincount(p2l[layer], minlength=num_logical), counts[layer])
         for expert in range(num_logical):
@@ -47,7 +47,7 @@ def _check_invariants(placement: Placement, weight: np.ndarray, num_replicas: in
             assert (l2p[layer, expert][counts[layer, expert]:] == -1).all()
             assert (p2l[layer, slots] == expert).all()
     for selection in ("static", "random"):
-        np.testing.assert_allclose(placement.gpu_loads(weight, selection).sum(axis=1), weight.sum(axis=1),
+        np.testing.assert_allclose(placement.rank_loads(weight, selection).sum(axis=1), weight.sum(axis=1),
                                    rtol=1e-9, atol=1e-9)
 
 
@@ -78,8 +78,8 @@ def test_sticky_is_never_less_balanced_than_deepseek_global(case, seed):
     for prev in (None, previous):
         sticky = compute_placement("sticky", weight, num_replicas, num_groups, num_nodes, num_gpus, previous=prev)
         _check_invariants(sticky, weight, num_replicas, num_gpus)
-        assert (sticky.gpu_loads(weight).max(axis=1)
-                <= reference.gpu_loads(weight).max(axis=1) * (1 + 1e-9) + 1e-9).all()
+        assert (sticky.rank_loads(weight).max(axis=1)
+                <= reference.rank_loads(weight).max(axis=1) * (1 + 1e-9) + 1e-9).all()
     # unchanged loads and a previous placement from them: nothing moves
     same = compute_placement("sticky", weight, num_replicas, num_groups, num_nodes, num_gpus, previous=reference)
     again = compute_placement("sticky", weight, num_replicas, num_groups, num_nodes, num_gpus, previous=same)

@@ -37,7 +37,7 @@ def test_skew_puts_about_2_5x_the_mean_on_the_busiest_gpu(deepseek_v3_loads):
 def test_32_redundant_slots_bring_every_layer_to_1_15x(deepseek_v3_loads, algorithm):
     num_replicas = deepseek_v3_loads.shape[1] + NUM_REDUNDANT
     placement = compute_placement(algorithm, deepseek_v3_loads, num_replicas, 8, NUM_NODES, NUM_GPUS)
-    assert placement.slots_per_gpu == 9
+    assert placement.slots_per_rank == 9
     # tokens split evenly over replicas (`ep_dispatch_algorithm` random), as EPLB assumes
     busiest_over_mean = 1.0 / placement.balancedness(deepseek_v3_loads, "random")
     assert busiest_over_mean.max() <= 1.15

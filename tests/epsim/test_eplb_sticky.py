@@ -30,9 +30,9 @@ def test_moves_far_fewer_slots_than_deepseek_at_equal_balancedness():
         p1 = compute_placement(algorithm, w1, *SHAPE, previous=p0)
         moved[algorithm] = int(p1.changed_slots(p0).sum())
         if algorithm == "deepseek_global":
-            reference_peak = p1.gpu_loads(w1).max(axis=1)
+            reference_peak = p1.rank_loads(w1).max(axis=1)
         else:
-            assert (p1.gpu_loads(w1).max(axis=1) <= reference_peak * (1 + 1e-9)).all()
+            assert (p1.rank_loads(w1).max(axis=1) <= reference_peak * (1 + 1e-9)).all()
     assert moved["sticky"] * 4 < moved["deepseek_global"], moved
 
 
@@ -47,10 +47,10 @@ def test_without_previous_it_is_at_least_as_balanced_as_deepseek_global():
 def test_tolerance_bounds_the_busiest_gpu_by_the_refined_placement():
     w0, w1 = _windows(seed=2)
     p0 = sticky_placement(w0, *SHAPE)
-    refined_peak = sticky_placement(w1, *SHAPE).gpu_loads(w1).max(axis=1)
+    refined_peak = sticky_placement(w1, *SHAPE).rank_loads(w1).max(axis=1)
     for tol in (0.0, 0.02, 0.1):
         p1 = sticky_placement(w1, *SHAPE, previous=p0, tolerance_frac=tol)
-        assert (p1.gpu_loads(w1).max(axis=1) <= refined_peak * (1 + tol) * (1 + 1e-9)).all()
+        assert (p1.rank_loads(w1).max(axis=1) <= refined_peak * (1 + tol) * (1 + 1e-9)).all()
     loose = sticky_placement(w1, *SHAPE, previous=p0, tolerance_frac=0.1).changed_slots(p0).sum()
     tight = sticky_placement(w1, *SHAPE, previous=p0, tolerance_frac=0.0).changed_slots(p0).sum()
     assert loose < tight
@@ -66,7 +66,7 @@ def test_same_loads_move_nothing():
 def test_previous_from_another_algorithm_and_from_contiguous():
     w0, w1 = _windows(seed=4, num_layers=2)
     contiguous = Placement.from_physical_to_logical(
-        np.tile(np.r_[np.arange(64), np.arange(16)], (2, 1)), 64, num_gpus=16, num_nodes=2)
+        np.tile(np.r_[np.arange(64), np.arange(16)], (2, 1)), 64, num_ranks=16, num_nodes=2)
     for previous in (contiguous, compute_placement("deepseek", w0, *SHAPE)):
         p1 = sticky_placement(w1, *SHAPE, previous=previous).validate()
         assert p1.changed_slots(previous).sum() < p1.physical_to_logical.size
@@ -90,5 +90,5 @@ def test_bad_arguments_are_rejected():
     with pytest.raises(PlacementError, match=r"previous placement \(shape \[2, 80\], 64 experts\) must "
                                               r"match \[layers, num_replicas\] = \[2, 96\]"):
         sticky_placement(w0, 96, 8, 2, 16, previous=p0)
-    with pytest.raises(PlacementError, match=r"previous placement num_gpus \(16\) must equal num_gpus \(8\)"):
+    with pytest.raises(PlacementError, match=r"previous placement num_ranks \(16\) must equal num_gpus \(8\)"):
         sticky_placement(w0, 80, 8, 2, 8, previous=p0)

@@ -197,13 +197,16 @@ def test_redundancy_scenario_takes_the_busiest_gpu_from_2_5x_to_under_1_15x():
 @pytest.mark.parametrize("selection", ["static", "random"])
 def test_placement_state_chunk_updates_match_a_fresh_build(selection, rng):
     from epsim.cost.tables import build_tables
+    from epsim.eplb import Placement
     from epsim.sim.placement import PlacementState
     p2l = np.tile(np.arange(24) % 16, (4, 1))                      # 16 experts + 8 redundant
-    state = PlacementState(p2l, 16, 4, 2, selection)               # 2 nodes of 2 ranks
+    state = PlacementState(Placement.on_cluster(p2l, 16, 4, 2), selection)   # 2 nodes of 2 ranks
     target = np.stack([rng.permutation(np.r_[np.arange(16), rng.integers(0, 16, 8)]) for _ in range(4)])
+    new = Placement.on_cluster(target, 16, 4, 2)
+    build_tables(new, selection)                                   # as EPLB does: maps computed
     for layer in range(4):
-        state.update(target, layers=slice(layer, layer + 1))
-        fresh = build_tables(state.physical_to_logical, 16, 4, 2, selection)
+        state.update(new, layers=slice(layer, layer + 1))
+        fresh = build_tables(Placement.on_cluster(state.physical_to_logical, 16, 4, 2), selection)
         np.testing.assert_array_equal(state.physical_to_logical[:layer + 1], target[:layer + 1])
         np.testing.assert_allclose(state.tables.slot_share, fresh.slot_share)
         if selection == "static":

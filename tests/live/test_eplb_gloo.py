@@ -136,7 +136,7 @@ def test_bad_input_fails_before_any_weight_moves(runs):
     expected = {"dropped_expert": r"logical_count\[0, 0\] \(0\) must be >= 1",
                 "unequal_slots": rf"rank {world_size - 1} holds \d+ slots in layer 0; every rank "
                                  rf"must hold the same number",
-                "unequal_slots_array": r"must be divisible by ep_size",
+                "unequal_slots_array": r"must be divisible by the EP ranks",
                 "rank_out_of_range": rf"rank \({world_size}\) must be in \[0, {world_size}\)",
                 "mask_rank_out_of_range": rf"inactive rank \({world_size}\) must be in",
                 "mask_self": r"inactive rank \(\d\) is this rank; only the survivors call this",

@@ -45,7 +45,7 @@ def _holds(model, cache) -> bool:
     """Every slot's tensors equal its expert's in the cache, bitwise."""
     descriptor = model.routed_experts_weights_of_layer
     for layer in model.layer_ids:
-        experts = model.placement.local_logical(0)[layer].tolist()
+        experts = model.placement.local_slots(0)[layer].tolist()
         for tensor, name in zip(descriptor[layer], fused_names(layer)[1:]):
             if not torch.equal(tensor, cache[name][experts]):
                 return False

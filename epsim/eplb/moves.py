@@ -1,0 +1,222 @@
+"""The one transfer rule of a rebalance: which expert weights move, from where to where.
+
+`plan_moves(old, new)` gives one `ExpertMove` per slot whose logical expert changes; the
+rebalance-cost model (`epsim.eplb.cost`) tallies its bytes per link and rank, and `live/`'s
+weight updater posts exactly these transfers, so modelled and measured bytes agree. The rule:
+a slot is filled by a local copy when its rank already held the expert, else from a rank that
+held it — same node first, then the one that has sent least in this layer, then the lowest
+rank — reading the lowest slot that rank held it in. Slots of failed ranks are neither read nor
+written; an expert no alive rank holds any more is reloaded from a weight source when allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable
+
+import numpy as np
+
+from epsim.errors import PlacementError
+
+RELOAD = -1  # ExpertMove.src_rank of a slot filled from the weight source (checkpoint / cache)
+
+
+@dataclass(frozen=True)
+class ExpertMove:
+    """One slot rewritten.
+
+    Attributes:
+        layer: model layer.
+        dst_slot: physical slot written (on rank `dst_slot // slots_per_rank`).
+        expert: logical expert the slot holds afterwards.
+        src_rank: rank whose old slot is read, or RELOAD.
+        src_slot: physical slot read in the old placement (-1 for RELOAD).
+    """
+
+    layer: int
+    dst_slot: int
+    expert: int
+    src_rank: int
+    src_slot: int
+
+
+@dataclass(frozen=True, eq=False)
+class MovePlan:
+    """Every move of one rebalance, sorted by (layer, dst_slot): every rank derives the same
+    plan from the same two placements, so both ends of each transfer post it in the same order.
+
+    Attributes:
+        moves: the moves.
+        num_layers, num_ranks, ranks_per_node, slots_per_rank: shape of the placements.
+        expert_bytes: bytes of one expert's weights (all its tensors).
+    """
+
+    moves: tuple[ExpertMove, ...]
+    num_layers: int
+    num_ranks: int
+    ranks_per_node: int
+    slots_per_rank: int
+    expert_bytes: float
+
+    def dst_rank(self, move: ExpertMove) -> int:
+        return move.dst_slot // self.slots_per_rank
+
+    def for_layers(self, layers: Iterable[int]) -> list[ExpertMove]:
+        wanted = set(layers)
+        return [m for m in self.moves if m.layer in wanted]
+
+    # -- columns -------------------------------------------------------------------------------
+    @cached_property
+    def _columns(self) -> dict[str, np.ndarray]:
+        """[moves] int64 arrays: layer, src (rank or RELOAD), dst (rank)."""
+        layer = np.array([m.layer for m in self.moves], dtype=np.int64)
+        src = np.array([m.src_rank for m in self.moves], dtype=np.int64)
+        dst = np.array([m.dst_slot for m in self.moves], dtype=np.int64) // self.slots_per_rank
+        return {"layer": layer, "src": src, "dst": dst}
+
+    def _transfer(self) -> np.ndarray:
+        """[moves] bool, moves that cross ranks (point-to-point transfers)."""
+        c = self._columns
+        return (c["src"] != RELOAD) & (c["src"] != c["dst"])
+
+    # -- tallies ---------------------------------------------------------------------------
+    @property
+    def changed_slots(self) -> np.ndarray:
+        """[layers] int64 slots rewritten."""
+        return np.bincount(self._columns["layer"], minlength=self.num_layers).astype(np.int64)
+
+    @property
+    def local_copies(self) -> np.ndarray:
+        """[layers] int64 slots filled from the same rank (no link)."""
+        c = self._columns
+        return np.bincount(c["layer"][c["src"] == c["dst"]], minlength=self.num_layers).astype(np.int64)
+
+    @property
+    def num_local_copies(self) -> int:
+        return int(self.local_copies.sum())
+
+    @property
+    def num_reloads(self) -> int:
+        return int((self._columns["src"] == RELOAD).sum())
+
+    @property
+    def moved_bytes(self) -> float:
+        """Changed slots x expert bytes: what the rebalance rewrites, links or not."""
+        return float(len(self.moves)) * self.expert_bytes
+
+    def link_tallies(self) -> dict[str, np.ndarray]:
+        """Per layer and rank, what crosses each link kind (the rebalance-cost model's input).
+
+        Returns:
+            {"send_nvlink_bytes", "recv_nvlink_bytes", "send_rdma_bytes", "recv_rdma_bytes":
+            [layers, ranks] float64; "nvlink_transfers", "rdma_transfers": [layers, ranks]
+            int64, transfers a rank takes part in (either end)}. A transfer inside a node is
+            NVLink, across nodes RDMA.
+        """
+        c, shape = self._columns, (self.num_layers, self.num_ranks)
+        out = {}
+        moving = self._transfer()
+        same_node = c["src"] // self.ranks_per_node == c["dst"] // self.ranks_per_node
+        for link, on_link in (("nvlink", moving & same_node), ("rdma", moving & ~same_node)):
+            layer, src, dst = c["layer"][on_link], c["src"][on_link], c["dst"][on_link]
+            send, recv = np.zeros(shape), np.zeros(shape)
+            count = np.zeros(shape, dtype=np.int64)
+            np.add.at(send, (layer, src), self.expert_bytes)
+            np.add.at(recv, (layer, dst), self.expert_bytes)
+            np.add.at(count, (layer, src), 1)
+            np.add.at(count, (layer, dst), 1)
+            out.update({f"send_{link}_bytes": send, f"recv_{link}_bytes": recv,
+                        f"{link}_transfers": count})
+        return out
+
+    def bytes_by_pair(self) -> np.ndarray:
+        """[ranks, ranks] float64 bytes sent from rank i to rank j over links (i != j)."""
+        c, moving = self._columns, self._transfer()
+        out = np.zeros((self.num_ranks, self.num_ranks))
+        np.add.at(out, (c["src"][moving], c["dst"][moving]), self.expert_bytes)
+        return out
+
+    def transfers_per_rank(self) -> np.ndarray:
+        """[ranks] int64 transfers each rank takes part in (either end), as the cost model counts."""
+        c, moving = self._columns, self._transfer()
+        return (np.bincount(c["src"][moving], minlength=self.num_ranks)
+                + np.bincount(c["dst"][moving], minlength=self.num_ranks)).astype(np.int64)
+
+    def reload_bytes_per_rank(self) -> np.ndarray:
+        """[ranks] float64 bytes each rank reloads from the weight source."""
+        c = self._columns
+        reload = c["src"] == RELOAD
+        return np.bincount(c["dst"][reload], minlength=self.num_ranks) * self.expert_bytes
+
+    def summary(self) -> dict:
+        """JSON-ready tallies (bytes in bytes, per rank in rank order)."""
+        pair = self.bytes_by_pair()
+        return {"changed_slots": int(self.changed_slots.sum()),
+                "changed_slots_per_layer": self.changed_slots.tolist(),
+                "local_copies": self.num_local_copies, "reloads": self.num_reloads,
+                "link_bytes": float(pair.sum()),
+                "moved_bytes": self.moved_bytes,
+                "send_bytes_per_rank": pair.sum(axis=1).tolist(),
+                "recv_bytes_per_rank": pair.sum(axis=0).tolist(),
+                "bytes_by_pair": pair.tolist(),
+                "transfers_per_rank": self.transfers_per_rank().tolist(),
+                "reload_bytes_per_rank": self.reload_bytes_per_rank().tolist(),
+                "expert_bytes": self.expert_bytes}
+
+
+def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = False, *,
+               expert_bytes: float = 1.0, layers: Iterable[int] | None = None) -> MovePlan:
+    """The moves that turn placement `old` into `new` (module docstring for the rule).
+
+    Args:
+        old, new: `epsim.eplb.Placement`s of the same shape and topology.
+        alive: [ranks] bool, ranks that can send and receive; default: alive in both.
+        allow_reload: fill experts no alive rank holds from the weight source; else raise.
+        expert_bytes: bytes of one expert (for the tallies), > 0.
+        layers: plan only these layers (e.g. those a pipeline stage holds); None = all.
+    Raises:
+        PlacementError: placements of different shape or topology, expert_bytes <= 0, or an
+            expert with no readable copy and no reload.
+    """
+    if not expert_bytes > 0:
+        raise PlacementError(f"expert_bytes ({expert_bytes}) must be > 0")
+    if (old.physical_to_logical.shape != new.physical_to_logical.shape
+            or old.num_ranks != new.num_ranks or old.num_nodes != new.num_nodes):
+        raise PlacementError(
+            f"old and new placements (shape {list(old.physical_to_logical.shape)} on "
+            f"{old.num_ranks} ranks/{old.num_nodes} nodes vs {list(new.physical_to_logical.shape)} "
+            f"on {new.num_ranks}/{new.num_nodes}) must have the same shape and topology")
+    if alive is None:
+        alive = old.alive_mask & new.alive_mask
+    alive = np.asarray(alive, dtype=bool)
+    if alive.shape != (new.num_ranks,):
+        raise PlacementError(f"alive (shape {list(alive.shape)}) must be [ranks] = [{new.num_ranks}]")
+    old_p2l, new_p2l = old.physical_to_logical, new.physical_to_logical
+    rank_of, node_of = new.rank_of_slot(), new.node_of_rank()
+    readable = alive[rank_of]                                          # [physical]
+    moves: list[ExpertMove] = []
+    for layer in range(new.num_layers) if layers is None else sorted(set(layers)):
+        holders: dict[int, dict[int, int]] = {}                        # expert -> {rank: lowest slot}
+        for slot in np.flatnonzero(readable)[::-1]:
+            holders.setdefault(int(old_p2l[layer, slot]), {})[int(rank_of[slot])] = int(slot)
+        sent = np.zeros(new.num_ranks)
+        for slot in np.flatnonzero(readable & (old_p2l[layer] != new_p2l[layer])):
+            dst, expert = int(rank_of[slot]), int(new_p2l[layer, slot])
+            sources = holders.get(expert, {})
+            if dst in sources:
+                src = dst
+            elif sources:
+                near = [r for r in sources if node_of[r] == node_of[dst]]
+                src = min(near or sources, key=lambda r: (sent[r], r))
+                sent[src] += expert_bytes
+            elif allow_reload:
+                moves.append(ExpertMove(layer, int(slot), expert, RELOAD, -1))
+                continue
+            else:
+                raise PlacementError(f"logical expert {expert} of layer {layer} has no readable copy "
+                                     f"on the alive ranks {np.flatnonzero(alive).tolist()}; pass a "
+                                     f"weight source to reload it")
+            moves.append(ExpertMove(layer, int(slot), expert, src, sources[src]))
+    return MovePlan(tuple(moves), new.num_layers, new.num_ranks, new.ranks_per_node,
+                    new.slots_per_rank, float(expert_bytes))

@@ -1,0 +1,162 @@
+"""How tokens pick among an expert's replicas (SGLang's `ep_dispatch_algorithm`), and the
+invariants a placement's maps keep. Functions of an `epsim.eplb.Placement`, which calls them;
+the simulator's traffic tables and `live/`'s block both take the static map from here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from epsim.errors import PlacementError
+from epsim.vocab import REPLICA_SELECTIONS
+
+
+def replica_fractions(placement, selection: str = "random") -> np.ndarray:
+    """Share of its logical expert's tokens each slot receives (expected value).
+
+    `random` and `round_robin` split an expert's tokens evenly over its replicas. `static`
+    follows SGLang's static dispatch map: every source rank (1/num_ranks of the tokens under DP
+    attention) sends an expert's tokens to a replica on its own rank if one exists, else to one
+    in its node, else to any; ties are split evenly, the expectation of SGLang's seeded fair
+    draw. Every rank and replica counts (the alive mask is the traffic tables' business).
+
+    Returns:
+        [layers, physical] float64; per layer and expert the shares sum to 1.
+    Raises:
+        PlacementError: an unknown selection.
+    """
+    if selection not in REPLICA_SELECTIONS:
+        raise PlacementError(f"selection ({selection!r}) must be one of {list(REPLICA_SELECTIONS)}")
+    p = placement
+    p2l, counts = p.physical_to_logical, p.logical_count
+    rows = np.arange(p.num_layers)[:, None]
+    if selection != "static":
+        return 1.0 / counts[rows, p2l]
+    rank = np.broadcast_to(p.rank_of_slot()[None, :], p2l.shape)
+    node = rank // p.ranks_per_node
+    rank_count = np.zeros((p.num_layers, p.num_ranks, p.num_logical))
+    np.add.at(rank_count, (np.broadcast_to(rows, p2l.shape), rank, p2l), 1)  # [layers, ranks, logical]
+    by_node = rank_count.reshape(p.num_layers, p.num_nodes, p.ranks_per_node, p.num_logical)
+    node_count = by_node.sum(axis=2)                                     # [layers, nodes, logical]
+    ranks_without = (by_node == 0).sum(axis=2)                           # [layers, nodes, logical]
+    # source ranks in nodes holding no replica of the expert spread over all its replicas
+    ranks_in_empty_nodes = (node_count == 0).sum(axis=1) * p.ranks_per_node  # [layers, logical]
+    own = 1.0 / rank_count[rows, rank, p2l]
+    same_node = ranks_without[rows, node, p2l] / node_count[rows, node, p2l]
+    remote = ranks_in_empty_nodes[rows, p2l] / counts[rows, p2l]
+    return (own + same_node + remote) / p.num_ranks
+
+
+def static_dispatch_map(placement, layers=None) -> np.ndarray:
+    """SGLang's `static` replica choice as one fixed map: the slot each source rank sends each
+    logical expert's tokens to.
+
+    A replica on the source's own rank if any; else the k-th replica in its node (k = the
+    source's index in the node, modulo the node's replicas); else replica
+    `(source + layer + expert) mod replicas`. Replicas count in ascending slot order and only
+    on alive ranks. This is the simulator's and `live/`'s realization of SGLang's seeded fair
+    choice; it is close to, not exactly, fair (sources that hold a replica still take a local
+    index), which `replica_fractions(..., "static")` models by expectation.
+
+    Args:
+        placement: an `epsim.eplb.Placement` (its alive mask applies). Failed sources get a
+            map too (they send nothing).
+        layers: only these layers (indices or a slice; None: all).
+    Returns:
+        [ranks, layers, logical] int64 slot ids.
+    Raises:
+        PlacementError: an expert with no replica on an alive rank.
+    """
+    p = placement
+    layer_ids = np.arange(p.num_layers)[slice(None) if layers is None else layers]
+    p2l = p.physical_to_logical[layer_ids]
+    num_layers, num_physical = p2l.shape
+    num_ranks, num_logical, spr, rpn = p.num_ranks, p.num_logical, p.slots_per_rank, p.ranks_per_node
+    key = np.where(p.live_slots()[None, :], p2l, num_logical)            # dead slots sort last
+    order = np.argsort(key, axis=1, kind="stable")                       # [layers, physical]
+    counts = p.live_counts()[layer_ids]                                  # [layers, logical]
+    if (counts == 0).any():
+        layer, expert = np.argwhere(counts == 0)[0]
+        raise PlacementError(f"logical expert {expert} of layer {layer_ids[layer]} has no replica "
+                             f"on a live rank; every expert must keep >= 1")
+    starts = np.cumsum(counts, axis=1) - counts                          # [layers, logical]
+    out = np.broadcast_to(np.take_along_axis(order, starts, axis=1),     # lowest live slot
+                          (num_ranks, num_layers, num_logical)).copy()
+    layer, expert = np.nonzero(counts > 1)                               # [K] replicated
+    if layer.shape[0] == 0:
+        return out
+    num = counts[layer, expert]                                          # [K]
+    kth_replica = np.arange(int(num.max()))[None, :]                     # [1, M]
+    valid = kth_replica < num[:, None]                                   # [K, M]
+    slots = order[layer[:, None], np.minimum(starts[layer, expert][:, None] + kth_replica,
+                                             num_physical - 1)]          # [K, M] ascending
+    rank = np.where(valid, slots // spr, -1)
+    node = np.where(valid, rank // rpn, -1)
+    src = np.arange(num_ranks)
+    on_rank = rank[:, :, None] == src[None, None, :]                     # [K, M, ranks]
+    on_node = node[:, :, None] == (src // rpn)[None, None, :]
+    num_on_node = on_node.sum(axis=1)                                    # [K, ranks]
+    kth = (src % rpn)[None, :] % np.maximum(num_on_node, 1)
+    node_pick = (np.cumsum(on_node, axis=1) == (kth + 1)[:, None, :]) & on_node
+    spread = (src[None, :] + layer_ids[layer][:, None] + expert[:, None]) % num[:, None]
+    choice = np.where(on_rank.any(axis=1), on_rank.argmax(axis=1),
+                      np.where(num_on_node > 0, node_pick.argmax(axis=1), spread))  # [K, ranks]
+    out[:, layer, expert] = np.take_along_axis(slots, choice, axis=1).T
+    return out
+
+
+def check_maps(placement) -> None:
+    """Raise PlacementError naming the first broken invariant of a placement's maps.
+
+    Every logical expert has >= 1 replica, every rank the same number of slots, every node the
+    same number of ranks, and the three maps agree.
+    """
+    p = placement
+    p2l, l2p, counts = p.physical_to_logical, p.logical_to_physical, p.logical_count
+    if p2l.ndim != 2 or l2p.ndim != 3 or counts.ndim != 2:
+        raise PlacementError(f"maps (ndim {p2l.ndim}, {l2p.ndim}, {counts.ndim}) must be "
+                             f"[layers, physical], [layers, logical, replicas], [layers, logical]")
+    num_layers, num_physical = p2l.shape
+    if counts.shape[0] != num_layers or l2p.shape[:2] != counts.shape:
+        raise PlacementError(f"map shapes {list(p2l.shape)}, {list(l2p.shape)}, "
+                             f"{list(counts.shape)} must agree on layers and logical experts")
+    if p.num_ranks <= 0 or num_physical % p.num_ranks:
+        raise PlacementError(f"num_ranks ({p.num_ranks}) must be > 0 and divide the "
+                             f"physical slots ({num_physical}) so every rank holds equal slots")
+    if p.num_nodes <= 0 or p.num_ranks % p.num_nodes:
+        raise PlacementError(f"num_nodes ({p.num_nodes}) must be > 0 and divide "
+                             f"num_ranks ({p.num_ranks})")
+    num_logical = counts.shape[1]
+    bad = np.argwhere((p2l < 0) | (p2l >= num_logical))
+    if len(bad):
+        layer, slot = bad[0]
+        raise PlacementError(f"physical_to_logical[{layer}, {slot}] ({p2l[layer, slot]}) "
+                             f"must be in [0, {num_logical})")
+    missing = np.argwhere(counts < 1)
+    if len(missing):
+        layer, expert = missing[0]
+        raise PlacementError(f"logical_count[{layer}, {expert}] ({counts[layer, expert]}) "
+                             f"must be >= 1; every logical expert needs a replica")
+    rows = np.arange(num_layers)[:, None]
+    actual = np.zeros_like(counts)
+    np.add.at(actual, (np.broadcast_to(rows, p2l.shape), p2l), 1)
+    wrong = np.argwhere(actual != counts)
+    if len(wrong):
+        layer, expert = wrong[0]
+        raise PlacementError(f"logical_count[{layer}, {expert}] ({counts[layer, expert]}) must "
+                             f"equal the slots holding it ({actual[layer, expert]})")
+    valid = l2p >= 0                                                    # [layers, logical, replicas]
+    if (valid.sum(axis=2) != counts).any() or (np.diff(valid.astype(np.int8), axis=2) > 0).any():
+        raise PlacementError("logical_to_physical must list exactly logical_count slots per "
+                             "expert, then -1 padding")
+    if (l2p >= num_physical).any():
+        raise PlacementError(f"logical_to_physical entries must be < the physical slots ({num_physical})")
+    layer_idx = np.broadcast_to(np.arange(num_layers)[:, None, None], l2p.shape)
+    experts = np.broadcast_to(np.arange(num_logical)[None, :, None], l2p.shape)
+    if (p2l[layer_idx[valid], l2p[valid]] != experts[valid]).any():
+        raise PlacementError("logical_to_physical must point at slots whose "
+                             "physical_to_logical is that expert")
+    seen = np.zeros((num_layers, num_physical), dtype=np.int64)
+    np.add.at(seen, (layer_idx[valid], l2p[valid]), 1)
+    if (seen != 1).any():
+        raise PlacementError("logical_to_physical must list every physical slot exactly once")
