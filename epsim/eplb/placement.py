@@ -132,9 +132,9 @@ class Placement:
 
     @classmethod
     def from_dict(cls, data: dict, num_logical: int | None = None, where: str = "placement") -> "Placement":
-        """Read `{"phy2log": [[...]], "num_ranks": R, "num_nodes": N}` (the shape `to_dict` and
-        `epsim eplb --json` write; `num_gpus` is read as `num_ranks`); `num_logical` defaults
-        to the largest id + 1."""
+        """Read `{"phy2log": [[...]], "num_gpus": R, "num_nodes": N}` (the shape `to_dict` and
+        `epsim eplb --json` write, the reference's names); `num_logical` defaults to the largest
+        id + 1."""
         if not isinstance(data, dict) or "phy2log" not in data:
             raise PlacementError(f"{where}: phy2log (missing) must be a [layers, physical] list")
         try:
@@ -144,10 +144,9 @@ class Placement:
                                  f"list of expert ids") from None
         if p2l.ndim == 1:
             p2l = p2l[None, :]
-        key = "num_ranks" if "num_ranks" in data or "num_gpus" not in data else "num_gpus"
-        num_ranks = data.get(key)
+        num_ranks = data.get("num_gpus")
         if not isinstance(num_ranks, int) or num_ranks <= 0:
-            raise PlacementError(f"{where}: {key} ({num_ranks!r}) must be a positive integer")
+            raise PlacementError(f"{where}: num_gpus ({num_ranks!r}) must be a positive integer")
         num_nodes = data.get("num_nodes", 1)
         if not isinstance(num_nodes, int) or num_nodes <= 0:
             raise PlacementError(f"{where}: num_nodes ({num_nodes!r}) must be a positive integer")
@@ -285,11 +284,12 @@ class Placement:
         return self.physical_to_logical, self.logical_to_physical, self.logical_count
 
     def to_dict(self) -> dict:
-        """JSON-ready maps under the reference's names, plus the topology (and the mask)."""
+        """JSON-ready maps and topology under the reference's names (`num_gpus`: the EP ranks),
+        plus the alive mask when some rank failed."""
         out = {"phy2log": self.physical_to_logical.tolist(),
                "log2phy": self.logical_to_physical.tolist(),
                "logcnt": self.logical_count.tolist(),
-               "num_ranks": self.num_ranks, "num_nodes": self.num_nodes}
+               "num_gpus": self.num_ranks, "num_nodes": self.num_nodes}
         if self.alive is not None:
             out["alive"] = self.alive.tolist()
         return out

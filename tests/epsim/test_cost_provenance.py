@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from epsim.commands.cost import layer_cost
-from epsim.cost import CostModel, build_tables, contiguous_placement
+from epsim.cost import CostModel
 from epsim.errors import SpecError
 from epsim.profile import Component, Profile
 from epsim.spec.deployment import DeploymentSpec

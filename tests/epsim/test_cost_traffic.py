@@ -181,7 +181,8 @@ def test_group_limited_routing_caps_the_nodes_a_token_reaches():
     # 64 experts on 16 ranks in 4 nodes, top-8 uniform; a token may reach 2 of the 4 nodes
     experts, ranks, per_node, tokens = 64, 16, 4, 100.0
     loads = np.full((1, experts), ranks * tokens * 8 / experts)
-    tables = build_tables(contiguous_placement(1, experts, ranks), experts, ranks, per_node)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, experts, ranks), experts,
+                                               ranks, per_node))
     free = count_traffic(loads, np.full(ranks, tokens), tables, "node")
     capped = count_traffic(loads, np.full(ranks, tokens), tables, "node", max_nodes_per_token=2)
     # RDMA copies a rank sends per token: remote nodes hit, f * (1 - (1 - pi/f)^16) each

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from epsim.eplb import Placement
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.comm import RDMA_EFFICIENCY, dispatch_bytes_per_copy
 from epsim.cost.transport import LATENCY_US, PROXY_US_PER_MESSAGE, WIRE_RATIO, transport_path
@@ -57,8 +58,8 @@ def _decode_layer(kind: str, ep: int = 32, gpu: str = "H200", backend: str = "de
                                 dispatch_dtype="fp8")
     cost = CostModel(model, cluster, deployment, Profile(name="datasheet", hardware=gpu))
     loads = np.full((1, model.num_experts), ep * 128 * model.top_k / model.num_experts)
-    tables = build_tables(contiguous_placement(1, model.num_experts, ep), model.num_experts, ep,
-                          min(per_node, ep))
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, model.num_experts, ep),
+                                               model.num_experts, ep, per_node))
     return cost, cost.moe(loads, np.full(ep, 128.0), tables, "decode")
 
 
