@@ -37,6 +37,7 @@ import numpy as np
 from epsim.cost.attention import BatchCounts
 from epsim.cost.model import CostModel
 from epsim.cost.tables import build_tables, contiguous_placement
+from epsim.eplb.placement import Placement
 from epsim.errors import SpecError
 from epsim.routing.skew import SkewModel
 from epsim.sim.stepper import moe_draws
@@ -116,15 +117,13 @@ class SteadyStateModel:
         self.seed = scenario.seed
         p2l = contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size,
                                    d.ep_num_redundant_experts)
-        ranks_per_node = min(c.gpus_per_node_resolved, d.ep_size)
+        placement = Placement.on_cluster(p2l, m.num_experts, d.ep_size, c.gpus_per_node_resolved)
         if d.enable_eplb:          # the placement EPLB settles on for the t=0 popularity
             from epsim.eplb import compute_placement
-            p2l = compute_placement(d.eplb_algorithm, self.skew.popularity(0.0) * 1e6,
-                                    m.num_experts + d.ep_num_redundant_experts,
-                                    m.num_expert_groups, d.ep_size // ranks_per_node,
-                                    d.ep_size).physical_to_logical
-        self.tables = build_tables(p2l, m.num_experts, d.ep_size, ranks_per_node,
-                                   d.ep_dispatch_algorithm)
+            placement = compute_placement(d.eplb_algorithm, self.skew.popularity(0.0) * 1e6,
+                                          placement.num_physical, m.num_expert_groups,
+                                          placement.num_nodes, d.ep_size)
+        self.tables = build_tables(placement, d.ep_dispatch_algorithm)
         self._cache: dict[tuple, float] = {}
 
     def step_s(self, batch: BatchCounts, key: tuple[int, int]) -> float:

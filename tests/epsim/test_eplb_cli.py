@@ -143,7 +143,7 @@ def test_rebalance_cost_is_the_simulators_model(tmp_path):
     """What `epsim eplb` says a rebalance moves and costs is `epsim.eplb.rebalance_cost` from
     SGLang's trivial placement to the new one (stop-the-world, all layers in one chunk)."""
     from epsim.cost.tables import contiguous_placement
-    from epsim.eplb import Placement, compute_placement, plan_transfers, rebalance_cost, rebalance_params
+    from epsim.eplb import Placement, compute_placement, plan_moves, rebalance_cost, rebalance_params
     from epsim.profile import load_profile
     from epsim.spec.hardware import ClusterSpec
     from epsim.zoo import get_model
@@ -161,9 +161,8 @@ def test_rebalance_cost_is_the_simulators_model(tmp_path):
     assert cost["stall_us_stop_the_world"] == pytest.approx(expected.stall_us)
     assert cost["slowest_rank_transfer_us"] == pytest.approx(float(expected.chunk_us[0]))
     assert cost["moved_bytes"] == pytest.approx(expected.moved_bytes)
-    plan = plan_transfers(old, new, expert_bytes)
-    assert cost["recv_bytes_per_rank"] == pytest.approx(
-        (plan.recv_nvlink_bytes + plan.recv_rdma_bytes).sum(axis=0).tolist())
+    plan = plan_moves(old, new, expert_bytes=expert_bytes)
+    assert cost["recv_bytes_per_rank"] == pytest.approx(plan.bytes_by_pair().sum(axis=0).tolist())
     assert sum(cost["recv_bytes_per_rank"]) + cost["local_copy_bytes"] == pytest.approx(cost["moved_bytes"])
     text = epsim(str(path), "--replicas", "144", "--gpus", "8").stdout    # two zoo models have 128 experts
     assert "rebalance from trivial" in text and "give --model" in text
