@@ -105,6 +105,24 @@ def run_published(args):
     return Report(data, lines, files=[out])
 
 
+def extrapolation_lines(extrapolation: list) -> list[str]:
+    """The extrapolation hold-outs as one compact table: a row per component, a column per
+    axis, each cell `model MAPE / best baseline MAPE`, `!` where the model does not beat both."""
+    from epsim.commands.output import table
+    if not extrapolation:
+        return []
+    axes = list(dict.fromkeys(s.axis for s in extrapolation))
+    components = sorted({s.component for s in extrapolation})
+    cell = {(s.axis, s.component): f"{s.model_mape:.1f} / {min(s.constant_mape, s.loglog_mape):.1f}"
+            + ("  " if s.beats_both else " !") for s in extrapolation}
+    flagged = sum(not s.beats_both for s in extrapolation)
+    return (["", f"extrapolation hold-outs: MAPE % of the model / of the better baseline (constant, "
+                 f"log-log), refitted without the axis's far side; ! = a baseline does as well "
+                 f"({flagged} of {len(extrapolation)})"]
+            + table(["component", *(f"{a} axis" for a in axes)],
+                    [[c, *(cell.get((a, c), "-") for a in axes)] for c in components], indent=""))
+
+
 def run(args):
     if getattr(args, "published", False):
         return run_published(args)
@@ -144,11 +162,7 @@ def run(args):
             "extrapolation": [dict(s.__dict__, skill=s.skill, beats_both=s.beats_both)
                               for s in extrapolation]}
     lines = [f"profile      {data['profile']} (hardware {profile.hardware})", *summary_lines(report, max_mape)]
-    if extrapolation:
-        flagged = [f"{s.axis}: {s.component}" for s in extrapolation if not s.beats_both]
-        lines.append(f"extrapolation {len(extrapolation)} axis/component pairs judged against a "
-                     f"constant and log-log; not beating both: "
-                     + (", ".join(flagged) if flagged else "none"))
+    lines += extrapolation_lines(extrapolation)
     if out is not None:
         lines.append(f"full tables (by skew, tokens per rank, shape; skew effect) in "
                      f"{out / 'validation.md'}")

@@ -67,7 +67,7 @@ def _commands(files) -> dict[str, tuple[list[str], set[str]]]:
                   "rebalance"}),
         "calibrate": (["calibrate", "--records", str(GLOO_RECORDS), "--out", str(out / "p.json")],
                       {"profile", "num_fit", "num_held_out", "holdout", "records"}),
-        "validate": (["validate", "--no-plots", "--out", str(out / "validate")],
+        "validate": (["validate", "--no-plots", "--no-extrapolation", "--out", str(out / "validate")],
                      {"profile", "holdout", "measured_on", "max_mape", "passed", "summary", "rows"}),
         "plan": (["plan", files["plan"], "--sweep", "deployment.ep_size=4,8", "--workers", "1",
                   "--no-plots"],
