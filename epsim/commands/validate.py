@@ -86,17 +86,20 @@ def run_published(args):
     """`epsim validate --published`: published results against datasheet predictions; the
     table goes to `--out` (a .md file, or published.md in a directory)."""
     from epsim.commands.output import Report
+    from epsim.io import check_output_file
     from epsim.validate.published import markdown, published_rows, rows_json
+    out = None
+    if args.out:                                 # checked before the work
+        out = Path(args.out)
+        if out.suffix != ".md":                  # a directory (the default runs/validate)
+            out = out / "published.md"
+        check_output_file(out)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")        # datasheet profiles on purpose: no mismatch noise
         rows = published_rows()
     text = markdown(rows)
-    if not args.out:
+    if out is None:
         return Report(rows_json(rows), text.rstrip("\n").splitlines())
-    out = Path(args.out)
-    if out.suffix != ".md":                      # a directory (the default runs/validate)
-        out = out / "published.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     data = rows_json(rows)
     lines = [f"{s['table']}: {s['rows']} rows, MAPE {s['mape_pct']:.1f} %"

@@ -473,6 +473,8 @@ def arg_cases() -> list[Case]:
         cases.append(Case(f"args/calibrate--out={output}/p.json", "calibrate",
                           ("calibrate", "--records", "{d}/r.jsonl", "--out", output + "/p.json"),
                           records + a_file, True))
+        cases.append(Case(f"args/validate--published--out={output}/t.md", "validate",
+                          ("validate", "--published", "--out", output + "/t.md"), a_file, True))
         cases.append(Case(f"args/validate--doc={output}", "validate",
                           ("validate", "--records", "{d}/r.jsonl", "--doc", output), records + a_file, True))
         cases.append(Case(f"args/plan--out={output}", "plan",
