@@ -73,7 +73,10 @@ def main(argv=None) -> dict:
                         f"per H800 node ({prefill_node / uncached:.2f}x the published uncached "
                         f"{uncached / 1e3:.1f}k) and {decode_node / 1e3:.1f}k output tokens/s per node at "
                         f"TPOT {tpot:.0f} ms ({decode_node / PUBLISHED['decode']:.2f}x the published 14.8k "
-                        f"at {lo:.0f}-{hi:.0f} ms); H800 costs are datasheet-only")
+                        f"at {lo:.0f}-{hi:.0f} ms); H800 costs are datasheet-only (keep-up and shares "
+                        f"below: decode)", decode,
+                        epsim.load_scenario(HERE / "deepseek_v3_decode.yaml", sizes[1]).workload,
+                        saturated=True)
 
     use_agg()
     import matplotlib.pyplot as plt

@@ -134,7 +134,8 @@ def main(argv=None) -> dict:
             f"({step_change * 100:+.1f} %), TPOT {new['tpot_ms']['mean']:.2f} vs "
             f"{base['tpot_ms']['mean']:.2f} ms ({tpot_change * 100:+.1f} %); keep-up on {ep - 1} "
             f"ranks: {new['keep_up']['verdict']}")
-    answer_line = answer(args, text)
+    from epsim.plan import summary_metrics
+    answer_line = answer(args, text, summary_metrics(new), failing.workload)
 
     use_agg()
     import matplotlib.pyplot as plt

@@ -66,9 +66,8 @@ def main(argv=None) -> dict:
         answer_line = answer(args, f"at {rate:g} req/s{scaled}, EP {row['deployment.ep_size']} on {row['num_gpus']:g} "
                             f"H200 ({row['num_nodes']:g} node(s)) is the fewest GPUs with TPOT p99 "
                             f"{row['tpot_ms.p99']:.1f} ms <= {TPOT_P99_MS:g} ms (TTFT p99 "
-                            f"{row['ttft_ms.p99']:.0f} ms; serves {row['keep_up.served_rps']:.0f} of "
-                            f"{row['keep_up.offered_rps']:.0f} req/s; {row['hbm_headroom_gib']:.0f} GiB HBM "
-                            f"left per GPU)")
+                            f"{row['ttft_ms.p99']:.0f} ms; {row['hbm_headroom_gib']:.0f} GiB HBM "
+                            f"left per GPU)", row, base.workload)
         direction = int(row["deployment.ep_size"])
     else:
         answer_line = answer(args, f"at {asked:g} req/s no EP size swept meets {', '.join(CONSTRAINTS)} "

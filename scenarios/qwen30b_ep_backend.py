@@ -75,7 +75,8 @@ def main(argv=None) -> dict:
                         f"TPOT {top['step_ms.p50']:.2f} ms, {gain * 100:.0f}% above "
                         f"{runner_up['deployment.moe_a2a_backend']} at the same EP size; at EP 8 "
                         f"{at8['deployment.moe_a2a_backend']} leads (communication costs: "
-                        + "; ".join(f"{b} {src}" for b, src in sources.items()) + ")")
+                        + "; ".join(f"{b} {src}" for b, src in sources.items()) + ")", top,
+                        epsim.load_scenario(SCENARIO, overrides).workload, saturated=True)
 
     use_agg()
     import matplotlib.pyplot as plt

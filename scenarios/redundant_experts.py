@@ -76,7 +76,11 @@ def main(argv=None) -> dict:
         else:
             parts.append(f"with {sel} replica selection no R up to {counts[-1]} reaches {TARGET_BALANCEDNESS} "
                          f"(best {best['expected_balancedness']:.3f} at R={best['redundant']})")
-    answer_line = answer(args, "; ".join(parts))
+    shown = next((row for row in rows["random"] if row["expected_balancedness"] >= TARGET_BALANCEDNESS),
+                 rows["random"][-1])
+    answer_line = answer(args, "; ".join(parts) + f" (keep-up and shares below: random selection, "
+                                                  f"R={shown['redundant']})", shown,
+                         epsim.load_scenario(SCENARIO, quick).workload, saturated=True)
     static = rows["static"]
     direction = "more balanced" if static[1]["expected_balancedness"] > static[0]["expected_balancedness"] \
         else "not more balanced"

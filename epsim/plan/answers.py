@@ -36,7 +36,7 @@ class Answer:
     best: int | None = None
     reason: str | None = None
 
-    def describe(self, base_workload: str = "the scenario's workload") -> str:
+    def describe(self, base_workload: str = "the workload above") -> str:
         return ", ".join(f"{k}={v}" for k, v in self.workload.items()) or base_workload
 
 

@@ -46,12 +46,43 @@ SIZE_LABELS = {"quick": "[quick: reduced size, not the full answer] ",
                "lite": "[full-lite: the full question over a shorter simulated time] ", "full": ""}
 
 
-def answer(args, text: str) -> str:
-    """Print and return the script's answer line: `answer: ` then, for a reduced size, a label
-    saying so (a quick answer must never pass for the full one)."""
-    line = f"answer: {SIZE_LABELS[args.size]}{text}"
+def answer(args, text: str, row: dict | None = None, workload=None, saturated: bool = False) -> str:
+    """Print and return the script's answer line: `answer: `, for a reduced size a label saying
+    so (a quick answer must never pass for the full one), the text, then what every answer
+    states: its workload (a `WorkloadSpec`), and from its plan row the keep-up margin and the
+    share of step time that is measured (`margin_and_share`)."""
+    from epsim.plan.answers import workload_text
+    extra = ([f"workload: {workload_text(workload)}"] if workload is not None else []) + \
+        ([margin_and_share(row, saturated)] if row is not None else [])
+    line = f"answer: {SIZE_LABELS[args.size]}{text}" + "".join(f" [{e}]" for e in extra)
     print(line)
     return line
+
+
+def margin_and_share(row: dict, saturated: bool = False) -> str:
+    """`keep-up: serves 198 of 198 req/s (100.2 %); step time 40 % measured, ...` of a plan row
+    (`epsim.plan.summary_metrics` keys): what every answer states besides its number.
+
+    Args:
+        saturated: the scenario keeps every rank's batch full on purpose (arrivals outpace
+            completions): its answer is throughput at a full batch, not a serving rate.
+    """
+    import math
+    served, offered = row.get("keep_up.served_rps"), row.get("keep_up.offered_rps")
+    if not offered or math.isnan(offered):
+        keep = "keep-up: no arrivals in the window"
+    elif saturated:
+        keep = (f"keep-up: saturated by design, full batches (serves {served:.4g} of the "
+                f"{offered:.4g} req/s offered): a throughput answer, not a serving rate")
+    else:
+        keep = (f"keep-up: serves {served:.4g} of {offered:.4g} req/s ({row['keep_up.served_frac'] * 100:.1f} %"
+                f"{'' if row.get('keep_up.ok') == 1.0 else ', overloaded'})")
+    measured = row.get("provenance.measured_share")
+    if measured is None or math.isnan(measured):
+        return keep
+    return (f"{keep}; step time {measured * 100:.0f} % measured, "
+            f"{row['provenance.extrapolated_share'] * 100:.0f} % extrapolated, "
+            f"{row['provenance.datasheet_share'] * 100:.0f} % datasheet")
 
 
 def save_figure(fig, out: Path, stem: str, title: str) -> Path:
