@@ -180,9 +180,9 @@ def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}
 @st.cache_data(show_spinner="simulating every rebalance interval and a run without EPLB…")
 def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
                    intervals: tuple[int, ...], workers: int):
-    """`epsim.sim.eplb_sweep.sweep_rebalance_interval` of the scenario: (rows, baseline row,
+    """`epsim.plan.eplb_sweep.sweep_rebalance_interval` of the scenario: (rows, baseline row,
     best row)."""
-    from epsim.sim.eplb_sweep import sweep_rebalance_interval
+    from epsim.plan.eplb_sweep import sweep_rebalance_interval
     scenario = parse_scenario(text, where, base_dir, overrides_json)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

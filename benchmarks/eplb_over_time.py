@@ -46,7 +46,7 @@ def datasheet():
 
 
 def sweep(write: bool, workers: int) -> list[str]:
-    from epsim.sim.eplb_sweep import interval_figure, sweep_rebalance_interval
+    from epsim.plan.eplb_sweep import interval_figure, sweep_rebalance_interval
     from epsim.spec import load_scenario
     scenario = load_scenario(SCENARIOS / "eplb_interval_drift.yaml")
     result = sweep_rebalance_interval(scenario, INTERVALS, profile=datasheet(), workers=workers)
@@ -68,7 +68,7 @@ def redundancy(write: bool) -> list[str]:
     from epsim.report.figures import eplb_timeline
     from epsim.report.summary import summarize
     from epsim.sim import simulate
-    from epsim.sim.eplb_sweep import without_eplb
+    from epsim.plan.eplb_sweep import without_eplb
     from epsim.spec import load_scenario
     path = SCENARIOS / "eplb_redundancy_32gpu.yaml"
     lines = ["## 32 redundant experts on 32 GPUs (scenarios/eplb_redundancy_32gpu.yaml)", "",

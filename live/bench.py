@@ -9,11 +9,9 @@ budget keeps what it measured. See `live.bench_worker` for how a point is timed.
 
     python -m live.bench --out DIR [--quick] [--cpu] [--budget-s 300] [--eplb]
 
-The default grid (a few minutes on 2x H200): Qwen3-30B-A3B (H 2048, I 768) and
-Qwen3-235B-A22B (H 4096, I 1536), 128 experts, top-8; tokens per rank 1, 2, 4, ..., 4096;
-skews uniform, Zipf(1.0) and a hot set of 16 experts taking half the traffic, all on rank 0
-(`shuffle_per_layer: false`) so the busiest rank slows; `torch` in BF16, `mooncake` in BF16
-and FP8 dispatch, `none` at a few points, `deepep` where it imports.
+The default grid (a few minutes on 2x H200) is `epsim.calibrate.grid`'s (shapes, tokens per
+rank, skews; defined once, also predicted by `epsim.validate.scaling`); `torch` in BF16,
+`mooncake` in BF16 and FP8 dispatch, `none` at a few points, `deepep` where it imports.
 """
 
 from __future__ import annotations
@@ -28,27 +26,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from epsim import vocab
+from epsim.calibrate.grid import (CPU_SHAPES, CPU_SKEWS, CPU_TOKENS, GPU_MODELS, GPU_TOKENS,
+                                  NONE_TOKENS, SKEWS, SPLIT_ABOVE_TOKENS)
 from live.bench_worker import BenchCase, BenchSettings, bench_worker
 from live.config import MoeConfig
 
 log = logging.getLogger("live.bench")
 
-GPU_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B")
-GPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-NONE_TOKENS = (1, 8, 64, 512, 4096)          # `none` is a reference: a few points suffice
-SPLIT_ABOVE_TOKENS = 512   # low-latency buffers for more tokens are a separate (later) case
-SKEWS = ({"kind": "uniform"}, {"kind": "zipf", "alpha": 1.0},
-         {"kind": "hotset", "num_hot": 16, "hot_frac": 0.5, "shuffle_per_layer": False})
-
-# CPU (gloo) shapes: small enough for a 2-core CI, two hidden sizes so per-copy and per-byte
-# terms separate in the fit, the same 8-expert hot set on rank 0
-CPU_MODELS = {"cpu-h256": MoeConfig(hidden_size=256, moe_intermediate_size=128, num_experts=8,
-                                    top_k=2),
-              "cpu-h512": MoeConfig(hidden_size=512, moe_intermediate_size=128, num_experts=8,
-                                    top_k=2)}
-CPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-CPU_SKEWS = ({"kind": "uniform"}, {"kind": "zipf", "alpha": 1.0},
-             {"kind": "hotset", "num_hot": 2, "hot_frac": 0.5, "shuffle_per_layer": False})
+# CPU (gloo) shapes: small enough for a 2-core CI (the grid's `CPU_SHAPES` as block sizes)
+CPU_MODELS = {name: MoeConfig(hidden_size=s.hidden_size, moe_intermediate_size=s.moe_intermediate_size,
+                              num_experts=s.num_experts, top_k=s.top_k)
+              for name, s in CPU_SHAPES.items()}
 
 
 @dataclass(frozen=True)
@@ -122,6 +110,9 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
     """
     from live.errors import LiveError
 
+    if world_size < 2:
+        raise LiveError(f"world_size ({world_size}) must be >= 2: one rank has nothing to "
+                        f"dispatch (one GPU: python -m live.component_bench)")
     for name, value in (("iters", num_iters), ("passes", num_passes)):
         if value is not None and value <= 0:        # 0 would otherwise fall back to the default
             raise LiveError(f"{name} ({value}) must be >= 1")
@@ -301,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench_plan_from_args(args) -> BenchPlan:
-    """A BenchPlan from parsed `live.bench` (or `epsim calibrate --live`) options."""
+    """A BenchPlan from parsed `live.bench` options (`epsim calibrate --live` calls `plan_sweep`
+    with its own keywords)."""
     import torch
 
     from epsim.routing import parse_skew
@@ -311,18 +303,18 @@ def bench_plan_from_args(args) -> BenchPlan:
     if world_size < 2:
         raise LiveError(f"--gpus ({world_size}) must be >= 2: one rank has nothing to dispatch")
     visible = torch.cuda.device_count()
-    cpu = bool(getattr(args, "cpu", False)) or visible == 0
+    cpu = args.cpu or visible == 0
     if not cpu and visible < world_size:      # never a silent fall back to CPU ranks
         raise LiveError(f"--gpus ({world_size}) must be <= the {visible} GPU(s) visible; pass "
                         f"--cpu for CPU ranks (one GPU: python -m live.component_bench)")
     tokens = None
-    if getattr(args, "tokens", None):
+    if args.tokens:
         try:
             tokens = [int(t) for t in str(args.tokens).split(",")]
         except ValueError:
             raise LiveError(f"--tokens ({args.tokens!r}) must be a comma list of integers") from None
     skews = None
-    if getattr(args, "skews", None):
+    if args.skews:
         from epsim.errors import SpecError
         try:
             skews = [parse_skew(s) for s in args.skews]
@@ -331,11 +323,9 @@ def bench_plan_from_args(args) -> BenchPlan:
         for skew in skews:
             if skew["kind"] == "hotset":
                 skew["shuffle_per_layer"] = False     # hot experts first: on rank 0
-    return plan_sweep(args.backends, getattr(args, "models", None), tokens, skews,
-                      getattr(args, "dtypes", None), quick=args.quick, cpu=cpu,
-                      world_size=world_size, num_iters=getattr(args, "iters", None),
-                      seed=getattr(args, "seed", 0), num_passes=getattr(args, "passes", None),
-                      graph=getattr(args, "graph", False), graph_only=getattr(args, "graph_only", False))
+    return plan_sweep(args.backends, args.models, tokens, skews, args.dtypes, quick=args.quick,
+                      cpu=cpu, world_size=world_size, num_iters=args.iters, seed=args.seed,
+                      num_passes=args.passes, graph=args.graph, graph_only=args.graph_only)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ point (medians of neighbouring points differ by up to ~30% while each point's p1
 so with `num_passes > 1` the grid is swept several times, each pass in its own shuffled token
 order, and every record carries `extra.pass`; `epsim.calibrate.inputs.merge_passes` takes the
 median over passes.
+
+The timers and fences are `live.timing`'s; the records of a point are shaped by
+`live.bench_records`; the grid is `epsim.calibrate.grid`.
 """
 
 from __future__ import annotations
@@ -39,14 +42,10 @@ from epsim import vocab
 from live.checks import DTYPES
 from live.config import MoeConfig
 from live.routing import forced_routing
-from live.timing import StageTimer, summarize_us
+from live.bench_records import point_records
+from live.timing import (STAGES, IsolatingTimer, StageTimer, device_experts_us, fence,
+                         launched_ahead)
 
-STAGES = ("dispatch", "experts", "combine")
-SLEEP_CYCLES = 2_000_000    # >= 1 ms of GPU spin (clocks <= 2 GHz): the host launches meanwhile
-MAX_LAUNCH_US = 500.0       # a launch slower than this may have outrun the sleep: discarded
-GRAPH_SLEEP_CYCLES = 8_000_000   # >= 4 ms of GPU spin: an eager forward launches meanwhile
-GRAPH_MAX_LAUNCH_US = 3000.0     # ... and must have finished launching well before it ends
-GRAPH_WARMUP = 2
 
 
 @dataclass(frozen=True)
@@ -86,55 +85,6 @@ class BenchSettings:
     eager: bool = True       # time the eager forward (records without a mode)
     graph: bool = False      # also time forwards launched ahead (records with mode "graph")
     graph_iters: int = 15
-
-
-class IsolatingTimer(StageTimer):
-    """A StageTimer that makes all ranks wait (device sync + barrier) before each stage.
-
-    `stage_us()` then holds each stage timed from a common start; the gaps spent waiting are
-    named "_fence" and left out of the stages.
-    """
-
-    def __init__(self, device: torch.device, group):
-        super().__init__(device)
-        self.group = group
-
-    def _fence(self) -> None:
-        fence(self.device, self.group)
-
-    def start(self) -> None:
-        self._fence()
-        super().start()
-
-    def mark(self, name: str) -> None:
-        super().mark(name)
-        self._fence()
-        super().mark("_fence")
-
-
-class DeviceFenceTimer(StageTimer):
-    """A StageTimer whose marks are followed by a device-side barrier (a one-element
-    all-reduce on the stream): stages launched ahead are timed from a common device start
-    without a host sync; the barrier's own time is named "_fence" and left out."""
-
-    def __init__(self, device: torch.device, group):
-        super().__init__(device)
-        self.group = group
-        self._one = torch.zeros(1, device=device)
-
-    def mark(self, name: str) -> None:
-        super().mark(name)
-        dist.all_reduce(self._one, group=self.group)
-        super().mark("_fence")
-
-
-def fence(device: torch.device, group) -> None:
-    """Every rank's queued work done, then a barrier."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    dist.barrier(group=group)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _device(settings: BenchSettings) -> torch.device:
@@ -191,26 +141,6 @@ def _build(case: BenchCase, group, settings: BenchSettings, device: torch.device
     return model
 
 
-def _device_only_experts_us(block, counts: torch.Tensor, rows: torch.Tensor) -> tuple[float, float]:
-    """Device time of the grouped GEMM alone (launched behind a GPU sleep) and host launch time.
-
-    Returns:
-        (device_us, launch_us); device_us is NaN when the host needed longer to launch than
-        the sleep lasted (then the gap would include host time).
-    """
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    torch.cuda._sleep(SLEEP_CYCLES)
-    t0 = time.perf_counter()
-    begin.record()
-    block.experts(rows, counts)
-    end.record()
-    launch_us = (time.perf_counter() - t0) * 1e6
-    end.synchronize()
-    device_us = begin.elapsed_time(end) * 1e3
-    return (device_us if launch_us < MAX_LAUNCH_US else float("nan")), launch_us
-
-
 def measure_point(rank: int, group, model, case: BenchCase, skew, tokens: int,
                   settings: BenchSettings, device: torch.device) -> dict:
     """Time one point on this rank.
@@ -244,7 +174,7 @@ def measure_point(rank: int, group, model, case: BenchCase, skew, tokens: int,
                     rows = torch.randn(int(counts.sum()), cfg.hidden_size, device=device,
                                        generator=gen).to(DTYPES[settings.dtype])
                 try:
-                    device_us, launch_us = _device_only_experts_us(block, counts, rows)
+                    device_us, launch_us = device_experts_us(block, counts, rows)
                 except Exception:  # noqa: BLE001 - an optional extra must not stop the sweep
                     device_us = launch_us = float("nan")
             if it < settings.num_warmup:
@@ -257,125 +187,8 @@ def measure_point(rank: int, group, model, case: BenchCase, skew, tokens: int,
                 out["device_us"].append(device_us)
                 out["launch_us"].append(launch_us)
         if settings.graph and device.type == "cuda":
-            out["graph"] = _launched_ahead(block, x, routing, group, device, settings.graph_iters)
+            out["graph"] = launched_ahead(block, x, routing, group, device, settings.graph_iters)
     out["stats"] = block.last_stats.to_host()
-    return out
-
-
-def _launched_ahead(block, x, routing, group, device: torch.device, num_iters: int) -> dict:
-    """Stage times of forwards launched ahead of the GPU (see the module doc, item 4).
-
-    Returns:
-        {stage: [iters] us, "layer": [iters], "launch_us": [iters]}; NaN where the host's launch
-        outlasted the sleep (the stage times would then include host time).
-    """
-    # stages: each from a common device start (a device barrier after every mark), so one
-    # rank's slow experts do not show up as the other rank's combine; the layer: a plain forward
-    isolated, plain = DeviceFenceTimer(device, group), StageTimer(device)
-    align = torch.zeros(1, device=device)
-    out = {s: [] for s in STAGES} | {"layer": [], "launch_us": []}
-
-    def ahead(timer) -> tuple[dict, float]:
-        fence(device, group)
-        dist.all_reduce(align, group=group)          # the GPUs leave this together
-        torch.cuda._sleep(GRAPH_SLEEP_CYCLES)
-        t0 = time.perf_counter()
-        block(x, routing=routing, timer=timer)
-        launch_us = (time.perf_counter() - t0) * 1e6
-        return timer.stage_us(), launch_us
-
-    for it in range(GRAPH_WARMUP + num_iters):
-        stages, launch_us = ahead(isolated)
-        layer, layer_launch_us = ahead(plain)
-        if it < GRAPH_WARMUP:
-            continue
-        ok = max(launch_us, layer_launch_us) < GRAPH_MAX_LAUNCH_US
-        for stage in STAGES:
-            out[stage].append(stages.get(stage, 0.0) if ok else float("nan"))
-        out["layer"].append(layer["total"] if ok else float("nan"))
-        out["launch_us"].append(max(launch_us, layer_launch_us))
-    return out
-
-
-def _link_counts(stats: list[dict], key: str) -> list[float]:
-    """[ranks] copies each rank exchanged with *other* ranks (its own copies cross no link)."""
-    return [float(sum(v for peer, v in enumerate(s[key]) if peer != rank))
-            for rank, s in enumerate(stats)]
-
-
-def point_records(case: BenchCase, skew_desc: dict, tokens: int, per_rank: list[dict],
-                  settings: BenchSettings, provenance: dict, num_physical: int) -> list[dict]:
-    """The dispatch, experts, combine and moe_layer record dicts of one point (all ranks)."""
-    cfg = case.config
-    stats = [r["stats"] for r in per_rank]
-    deepep_class = vocab.is_deepep_class(case.backend)
-    extra = {"dtype": settings.dtype, "forward": "deepep" if deepep_class else "normal",
-             "timer": "cuda_events" if settings.device == "cuda" else "perf_counter",
-             "timing": "isolated stages (sync + barrier before each); moe_layer: one forward",
-             "recv_tokens_from_rank": [s["recv_tokens_from_rank"] for s in stats],
-             "send_tokens_to_rank": [s["send_tokens_to_rank"] for s in stats]}
-    common = dict(
-        backend=case.backend, mode="", ep_size=len(per_rank), num_tokens_per_rank=tokens,
-        hidden_size=cfg.hidden_size, moe_intermediate_size=cfg.moe_intermediate_size,
-        num_experts=cfg.num_experts, num_physical_experts=num_physical, top_k=cfg.top_k,
-        model=case.model, dispatch_dtype=case.dispatch_dtype if settings.dtype == "bfloat16" else "",
-        skew=skew_desc, seed=settings.seed, num_layers=1, num_iters=settings.num_iters,
-        recv_tokens_per_rank=_link_counts(stats, "recv_tokens_from_rank"),
-        send_tokens_per_rank=_link_counts(stats, "send_tokens_to_rank"),
-        expert_tokens_per_rank=[float(sum(s["local_expert_tokens"])) for s in stats],
-        local_expert_tokens=[[float(v) for v in s["local_expert_tokens"]] for s in stats],
-        provenance=provenance)
-    out = []
-    for stage in STAGES if per_rank[0]["layer"] else ():
-        samples = np.array([r["isolated"][stage] for r in per_rank])     # [ranks, iters]
-        in_layer = np.array([r["in_layer"][stage] for r in per_rank])
-        rec_extra = dict(extra, in_layer_per_rank_median_us=np.median(in_layer, axis=1).tolist())
-        if not deepep_class:
-            rec_extra["op"] = "all_gather" if stage == "dispatch" else (
-                "all_reduce" if stage == "combine" else "local_experts")
-        if stage == "experts" and per_rank[0]["device_us"]:
-            device = np.array([r["device_us"] for r in per_rank])         # [ranks, iters]
-            slowest = device.max(axis=0)
-            if np.isfinite(slowest).any():
-                rec_extra["device_us"] = float(np.nanmedian(slowest))
-                rec_extra["device_note"] = ("grouped GEMM alone on the measured counts, launched "
-                                            "behind a GPU sleep: no host overhead")
-            rec_extra["launch_us"] = float(np.nanmedian([r["launch_us"] for r in per_rank]))
-        out.append(dict(common, kind=stage, extra=rec_extra, **summarize_us(samples.max(axis=0)),
-                        per_rank_median_us=np.median(samples, axis=1).tolist()))
-    if per_rank[0]["layer"]:
-        layer = np.array([r["layer"] for r in per_rank])
-        out.append(dict(common, kind="moe_layer", extra=dict(extra, timing="one forward"),
-                        **summarize_us(layer.max(axis=0)),
-                        per_rank_median_us=np.median(layer, axis=1).tolist()))
-    else:          # graph-only runs time no eager forward
-        out = []
-    if "graph" in per_rank[0]:
-        out += _graph_records(common, extra, per_rank)
-    return out
-
-
-def _graph_records(common: dict, extra: dict, per_rank: list[dict]) -> list[dict]:
-    """`mode: graph` records of one point: each stage's device time, slowest rank per
-    iteration, median over the valid iterations (none if fewer than half are valid)."""
-    out = []
-    launch = np.array([r["graph"]["launch_us"] for r in per_rank])          # [ranks, iters]
-    for kind, name in (("dispatch", "dispatch"), ("experts", "experts"), ("combine", "combine"),
-                       ("moe_layer", "layer")):
-        samples = np.array([r["graph"][name] for r in per_rank])           # [ranks, iters]
-        slowest = samples.max(axis=0)                  # NaN where any rank's launch was late
-        valid = slowest[np.isfinite(slowest)]
-        if len(valid) < max(1, samples.shape[1] // 2):
-            return []
-        out.append(dict(common, kind=kind, mode="graph", num_iters=len(valid),
-                        extra=dict(extra, timing=("device only: launched ahead behind a GPU "
-                                                  "sleep after an all-reduce (a CUDA graph "
-                                                  "replay's time, no host launch); stages "
-                                                  "between device barriers, moe_layer plain"),
-                                   launch_us=float(np.median(launch)),
-                                   valid_iters=int(len(valid))),
-                        **summarize_us(valid),
-                        per_rank_median_us=np.nanmedian(samples, axis=1).tolist()))
     return out
 
 

@@ -1,6 +1,6 @@
 """EPLB page: a run with EPLB over time — load per rank or per expert as a heatmap, balancedness
 and step time with the rebalances and their stalls marked, the rebalance events — and the
-rebalance-interval sweep (`epsim.sim.eplb_sweep`)."""
+rebalance-interval sweep (`epsim.plan.eplb_sweep`)."""
 
 from __future__ import annotations
 

@@ -71,16 +71,14 @@ def _measure(args) -> list[Path]:
     records.parent.mkdir(parents=True, exist_ok=True)
     if which == "components":
         return _measure_components(args, records)
-    from live.bench import bench_plan_from_args, run_bench, run_eplb_bench
+    from live.bench import plan_sweep, run_bench, run_eplb_bench
 
     if which == "cpu" and not args.cpu:
         _say(args, "live bench: no GPU visible: measuring on CPU ranks (gloo), a CPU profile")
-    args.tokens = args.skews = args.models = args.dtypes = args.iters = None
-    args.cpu = which == "cpu"
-    if which == "ep":
-        args.gpus = args.gpus or num_gpus
+    world_size = args.gpus or (2 if which == "cpu" else num_gpus)
     try:
-        plan = bench_plan_from_args(args)
+        plan = plan_sweep(backends=args.backends, quick=args.quick, cpu=which == "cpu",
+                          world_size=world_size)
     except LiveError as exc:
         raise EpsimError(str(exc)) from None
     records.write_text("")                     # a fresh file: the profile names exactly this run

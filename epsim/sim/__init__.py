@@ -1,15 +1,14 @@
 """The SimPy engine: arrivals, continuous batching, lockstep steps priced by `epsim.cost`;
-EPLB over time and elastic EP as processes of it."""
+EPLB over time and elastic EP as processes of it. (Studies that run many simulations, such as the
+rebalance-interval sweep, live in `epsim.plan`.)"""
 
 from epsim.sim.arrivals import Requests, sample_requests
 from epsim.sim.batching import Plan, Scheduler
 from epsim.sim.elastic import ElasticEP
 from epsim.sim.engine import Simulation, StepInfo, simulate
 from epsim.sim.eplb_process import EPLBManager, RebalanceEvent
-from epsim.sim.eplb_sweep import IntervalSweep, compare_eplb, sweep_rebalance_interval
 from epsim.sim.metrics import SimResult
 from epsim.sim.placement import PlacementState
 
-__all__ = ["EPLBManager", "ElasticEP", "IntervalSweep", "PlacementState", "Plan", "RebalanceEvent",
-           "Requests", "Scheduler", "SimResult", "Simulation", "StepInfo", "compare_eplb",
-           "sample_requests", "simulate", "sweep_rebalance_interval"]
+__all__ = ["EPLBManager", "ElasticEP", "PlacementState", "Plan", "RebalanceEvent", "Requests",
+           "Scheduler", "SimResult", "Simulation", "StepInfo", "sample_requests", "simulate"]

@@ -1,6 +1,6 @@
 """EPLB page (AppTest): a shipped EPLB scenario run over time shows the rebalances epsim's own
 run makes, the balance and step-time series, the load heatmaps per rank and per expert, and the
-rebalance-interval sweep with the best interval `epsim.sim.eplb_sweep` picks."""
+rebalance-interval sweep with the best interval `epsim.plan.eplb_sweep` picks."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_interval_sweep_picks_epsims_best(app):
     button(app, "Run interval sweep").click()
     app.run()
     assert not app.exception and not errors(app)
-    from epsim.sim.eplb_sweep import sweep_rebalance_interval
+    from epsim.plan.eplb_sweep import sweep_rebalance_interval
     scenario = epsim.load_scenario(SCENARIO, {**SHORT, "deployment.enable_eplb": True, "workload.duration_s": 5.0})
     sweep = sweep_rebalance_interval(scenario, [4, 12])
     best, baseline = sweep.best, sweep.baseline

@@ -15,7 +15,7 @@ from epsim.profile import Profile
 from epsim.report import summarize
 from epsim.sim import Simulation, simulate
 from epsim.sim.eplb_process import LoadWindow, window_balancedness
-from epsim.sim.eplb_sweep import compare_eplb, sweep_rebalance_interval
+from epsim.plan.eplb_sweep import compare_eplb, sweep_rebalance_interval
 from epsim.spec import load_scenario
 from tests.epsim.test_sim_engine import tiny_scenario
 

@@ -1,5 +1,5 @@
 """The scaling validation's live side on CPU ranks (gloo): the real bench at EP 4 records exactly
-the counts benchmarks/scaling_predict.py redraws, the prediction grid is the bench's, and
+the counts `epsim.validate.scaling` redraws, the prediction grid is the bench's, and
 scripts/gpu_scaling.sh runs end to end (bench -> predictions -> --compare)."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import pytest
 
 import live.bench as bench
 from epsim import vocab
+from epsim.calibrate import grid
+from epsim.validate import scaling as sc
 from epsim.records import read_records
 from epsim.routing import parse_skew
 
@@ -24,8 +26,13 @@ SCRIPT = ROOT / "scripts" / "gpu_scaling.sh"
 
 
 def test_prediction_grid_is_the_bench_grid():
-    assert sp.TOKENS == bench.GPU_TOKENS and sp.MODELS == bench.GPU_MODELS
-    assert sp.SKEWS == (bench.SKEWS[0], bench.SKEWS[2])
+    """One grid (`epsim.calibrate.grid`): what live.bench measures is what is predicted."""
+    assert bench.GPU_TOKENS is grid.GPU_TOKENS and bench.GPU_MODELS is grid.GPU_MODELS
+    assert set(map(str, sp.SKEWS)) <= set(map(str, bench.SKEWS))
+    assert {name: (c.hidden_size, c.moe_intermediate_size, c.num_experts, c.top_k)
+            for name, c in bench.CPU_MODELS.items()} == {
+        s.name: (s.hidden_size, s.moe_intermediate_size, s.num_experts, s.top_k)
+        for s in sc.cpu_shapes()}
     # the script asks for the hot set by name; live.bench puts it on rank 0 as predicted
     assert "--skews uniform hotset:16:0.5" in SCRIPT.read_text()
     assert {**parse_skew("hotset:16:0.5"), "shuffle_per_layer": False} == sp.SKEWS[1]
@@ -44,10 +51,10 @@ def test_bench_at_ep4_records_the_redrawn_counts(tmp_path):
     assert not result.errors, result.errors
     records = read_records(tmp_path / "r.jsonl")
     assert len(records) == 2 * 2 * 4
-    shape = next(s for s in sp.cpu_shapes() if s.name == "cpu-h256")
+    shape = next(s for s in sc.cpu_shapes() if s.name == "cpu-h256")
     for r in records:
         assert r.ep_size == 4 and r.seed == 5
-        c = sp.bench_counts(r.skew, shape, 4, r.num_tokens_per_rank, "torch", seed=5)
+        c = sc.bench_counts(r.skew, shape, 4, r.num_tokens_per_rank, "torch", seed=5)
         assert (r.send_tokens_per_rank, r.recv_tokens_per_rank) == (c.send_tokens_per_rank,
                                                                     c.recv_tokens_per_rank)
         assert r.expert_tokens_per_rank == c.expert_tokens_per_rank

@@ -5,7 +5,7 @@ redundant experts); `sweep_rebalance_interval` simulates it at several
 `eplb_rebalance_num_iterations` and names the best. Rebalancing too often pays the weight moves
 too often; too rarely lets the placement go stale while popularity drifts.
 
-    from epsim.sim.eplb_sweep import sweep_rebalance_interval
+    from epsim.plan.eplb_sweep import sweep_rebalance_interval
     sweep = sweep_rebalance_interval(load_scenario("scenarios/eplb_interval_drift.yaml"),
                                      [25, 50, 100, 200, 400, 800])
     print(sweep.table(), sweep.best["interval"])
