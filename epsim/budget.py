@@ -114,11 +114,13 @@ def check_eplb(algorithm: str, num_layers: int, num_replicas: int) -> None:
     """Raise SpecError when a placement would exceed the time or memory budget.
 
     Raises:
-        SpecError: `--replicas (400000000) would take ~8e+03 s ...; the budget is 120 s ...`.
+        SpecError: `--replicas (400000000) would take ~8000 s ...; the budget is 120 s ...`.
     """
     seconds = eplb_seconds(algorithm, num_layers, num_replicas)
     nbytes = float(num_layers) * num_replicas * 8 * 8          # ~8 int64 [layers, slots] arrays
     if nbytes > MAX_BYTES or seconds > MAX_EPLB_SECONDS:
-        raise SpecError(f"--replicas ({num_replicas}) over {num_layers} layer(s) would take ~{seconds:.2g} s "
-                        f"and {nbytes / 2**30:.2g} GiB with {algorithm}; the budget is "
+        from epsim.commands.output import duration, number
+        raise SpecError(f"--replicas ({num_replicas}) over {num_layers} layer(s) would take "
+                        f"~{duration(seconds * 1e6)} and {number(nbytes / 2**30, 2)} GiB with {algorithm}; "
+                        f"the budget is "
                         f"{MAX_EPLB_SECONDS:g} s and {MAX_BYTES / 2**30:g} GiB; {OVERRIDE}")
