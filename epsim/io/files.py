@@ -9,6 +9,7 @@ after reading at most the cap, never read to the end.
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 from pathlib import Path
 
@@ -36,6 +37,8 @@ def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_TEXT_BYTES,
     """
     path = Path(path)
     try:
+        if stat.S_ISFIFO(os.stat(path).st_mode):       # open() would wait for a writer forever
+            raise error(f"{path}: {what} must be a regular file, not a named pipe")
         with open(path, "rb") as fh:
             data = _read_capped(fh, max_bytes)
     except OSError as exc:

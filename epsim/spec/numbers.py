@@ -20,6 +20,8 @@ MAX_MAGNITUDE = 1e15   # far above any count, rate or duration epsim means; belo
 
 def _number_kind(annotation: Any) -> str | None:
     """"an integer" / "a number" for a field of ints / numbers (Optional allowed), else None."""
+    if typing.get_origin(annotation) not in (None, typing.Union, types.UnionType):
+        return None                                   # list[float], dict[str, int], Literal[...]
     args = [a for a in (typing.get_args(annotation) or (annotation,)) if a is not type(None)]
     if not args or any(a not in (int, float) for a in args):
         return None

@@ -94,6 +94,11 @@ class Case:
     must_finish: bool = False
 
 
+def FIFO() -> bytes:
+    """Marker maker: the runner makes a named pipe (nobody writes to it) instead of a file."""
+    raise AssertionError("the runner creates a FIFO for this entry")
+
+
 def _const(data: bytes) -> Callable[[], bytes]:
     return lambda: data
 
@@ -246,6 +251,7 @@ def corruptions(good: bytes, text_kind: str) -> list[tuple[str, Callable[[], byt
         ("truncated", _const(good[: max(1, len(good) // 2)]), text_kind not in ("jsonl", "csv")),
         ("garbage", _const(_garbage(len(good))), True),
         ("directory", None, True),
+        ("named-pipe", FIFO, True),
     ]
     if text_kind in ("json", "jsonl"):
         out += [("deep-nesting", _const(_deep_json()), True),
@@ -324,7 +330,7 @@ def file_cases() -> list[Case]:
         command = "app" if label.startswith("app-") else argv[0]
         extra_files = tuple((n, _const(b)) for n, b in extra)
         for name, maker, refuse in corruptions(good, kind):
-            if command == "app" and maker is None:
+            if command == "app" and maker in (None, FIFO):
                 continue                                     # an upload is bytes, never a folder
             files = extra_files + (((fname, maker),) if maker is not None else ())
             if maker is None:

@@ -63,7 +63,9 @@ def _write_files(case, root: Path) -> None:
     for name, make in case.files:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        if make is not None:
+        if make is not None and make.__name__ == "FIFO":
+            os.mkfifo(path)
+        elif make is not None:
             path.write_bytes(make())
 
 

@@ -4,6 +4,7 @@ output paths — each refusal one line naming the file and the rule."""
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import time
 
@@ -51,6 +52,13 @@ def test_corrupt_and_oversized_gzip(tmp_path):
     bomb.write_bytes(gzip.compress(b" " * (3 * 2**20)))
     with pytest.raises(RecordError, match=r"must decompress to at most 2 MiB"):
         read_text(bomb, "records", max_bytes=2 * 2**20, error=RecordError)
+
+
+def test_named_pipe_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match=r"s.yaml: scenario must be a regular file, not a named pipe"):
+        read_bytes(fifo, "scenario")
 
 
 def test_missing_file_and_directory(tmp_path):
