@@ -123,23 +123,25 @@ def keep_up_statement(constraints: list[Constraint]) -> str:
 
 def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) -> str:
     """Why a row is not feasible, in a few words ('' when it is)."""
+    from epsim.report.keep_up import MAX_GROWTH_FRAC
     if row.get("error"):
         return f"failed: {row['error']}"
-    if row.get("tier") == "screened":            # two-tier plans (`epsim.plan.tiers`)
-        return (f"not simulated: the screen ranks it out (screen TPOT {row['screen.tpot_ms']:.4g} ms, "
-                f"keeps up: {'yes' if row['screen.keep_up'] == 1.0 else 'no'})")
+    if row.get("tier") == "screened":          # `--screen`: never simulated, so no verdict
+        return "not simulated: the screen ranks it out"
     reasons = []
     if keep_up and not row.get(KEEP_UP_METRIC) == 1.0:
         offered, served = row.get("keep_up.offered_rps"), row.get("keep_up.served_rps")
         growth = row.get("keep_up.backlog_growth_rps")
-        text = f"serves {served:.3g} of {offered:.3g} req/s" if offered == offered and offered else "no keep-up verdict"
-        if growth == growth and growth and offered and growth > 0.03 * offered:
+        known = offered is not None and offered == offered and offered > 0
+        text = f"serves {served:.3g} of {offered:.3g} req/s" if known else "no keep-up verdict"
+        if known and growth is not None and growth > MAX_GROWTH_FRAC * offered:
             text += f", backlog grows {growth:.3g}/s"
         reasons.append(text + ": overloaded")
     for c in constraints:
         value = row.get(c.metric, float("nan"))
         if not bool(c.met(np.array([value], dtype=np.float64))[0]):
-            reasons.append(f"{c.metric} {'-' if value != value else format(value, '.4g')} misses {c.op}{c.bound:g}")
+            shown = "-" if value != value else format(value, ".4g")
+            reasons.append(f"{c.metric} {shown} misses {c.op}{c.bound:g}")
     return "; ".join(reasons)
 
 

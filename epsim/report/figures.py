@@ -167,7 +167,7 @@ def eplb_timeline(result: SimResult, path: str | Path) -> None:
 
 def failure_latency(result: SimResult, path: str | Path, window_s: float | None = None,
                     baseline: SimResult | None = None) -> None:
-    """TTFT (by arrival), TPOT (by finish) and step time over time across failures, in windows
+    """TTFT (by arrival), inter-token gap (by token) and step time over time across failures, in windows
     of `window_s` (default: 1/40 of the run); `baseline` (the same run without failures) dashed."""
     plt = _pyplot()
     window_s = window_s or result.duration_s / 40
@@ -175,7 +175,7 @@ def failure_latency(result: SimResult, path: str | Path, window_s: float | None 
     base = latency_windows(baseline, window_s) if baseline is not None else None
     fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
     for ax, key, label in zip(axes, ("ttft_ms", "tpot_ms", "step_ms"),
-                              ("TTFT (ms), by arrival", "TPOT (ms), by finish", "step time (ms)")):
+                              ("TTFT (ms), by arrival", "time per output token (ms),\nstalls included", "step time (ms)")):
         ax.plot(w["t_s"], w[key], marker=".", lw=1.0, label="with the failure(s)")
         if base is not None:
             ax.plot(base["t_s"], base[key], ls="--", color="0.5", lw=1.0, label="without")

@@ -74,3 +74,16 @@ def test_plan_rejects_the_overloaded_ep4_deepep_point_on_the_default_scenario():
     no_keep_up = run_plan(DEFAULT, ["deployment.ep_size=4,8", "deployment.moe_a2a_backend=mooncake,deepep"],
                           constraints=["tpot_ms.p99<=25"], workers=1, progress=False, keep_up=False)
     assert no_keep_up.best_row["num_gpus"] == 4             # what the SLO alone would answer
+
+
+def test_rejection_reasons_name_keep_up_constraints_and_unsimulated_points():
+    from epsim.plan.select import parse_constraint, rejection
+    tpot = [parse_constraint("tpot_ms.p99<=25", ["tpot_ms.p99"])]
+    overloaded = {"keep_up.ok": 0.0, "keep_up.offered_rps": 61.2, "keep_up.served_rps": 55.9,
+                  "keep_up.backlog_growth_rps": 8.44, "tpot_ms.p99": 20.0, "error": ""}
+    assert rejection(overloaded, tpot) == "serves 55.9 of 61.2 req/s, backlog grows 8.44/s: overloaded"
+    assert rejection(overloaded, tpot, keep_up=False) == ""
+    slow = {**overloaded, "keep_up.ok": 1.0, "tpot_ms.p99": 31.0}
+    assert rejection(slow, tpot) == "tpot_ms.p99 31 misses <=25"
+    assert rejection({**slow, "tier": "screened"}, tpot) == "not simulated: the screen ranks it out"
+    assert rejection({**slow, "error": "boom"}, tpot) == "failed: boom"
