@@ -81,8 +81,8 @@ def time_run(scenario, repeats: int) -> dict[str, dict]:
     return best
 
 
-def profile_run(scenario, engine: str, top: int = 15) -> str:
-    """cProfile of one run: the functions with the most own time."""
+def profile_run(scenario, engine: str, top: int = 20) -> str:
+    """cProfile of one run: the functions with the most cumulative and the most own time."""
     import cProfile
     import io
     import pstats
@@ -92,10 +92,15 @@ def profile_run(scenario, engine: str, top: int = 15) -> str:
     prof.enable()
     simulate(scenario, engine=engine)
     prof.disable()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
-    text = buf.getvalue()
-    return text[text.index("ncalls") - 3:] if "ncalls" in text else text
+    out = []
+    for order in ("cumulative", "tottime"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(order).print_stats(top)
+        text = buf.getvalue()
+        total = next((line.strip() for line in text.splitlines() if "function calls" in line), "")
+        table = text[text.index("ncalls") - 3:] if "ncalls" in text else text
+        out.append(f"by {order} time ({total}):\n{table.rstrip()}\n")
+    return "\n".join(out)
 
 
 def engine_row(label: str, row: dict[str, dict]) -> str:
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     report = "\n".join(lines)
     if args.profile:
         for engine in ("fast", "reference"):
-            report += (f"\n\n## cProfile of R1, {engine} engine (own time, top 15)\n\n```\n"
+            report += (f"\n\n## cProfile of R1, {engine} engine (top 20)\n\n```\n"
                        + profile_run(r1_variant(), engine) + "```")
     print(report)
     if args.write:

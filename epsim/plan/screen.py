@@ -179,8 +179,7 @@ class SteadyStateModel:
         return self._colocated()
 
     def _decode(self) -> Steady:
-        d, lam, out = self.scenario.deployment, self.rate_per_rank, self.output_len
-        cap = self.max_running
+        lam, out, cap = self.rate_per_rank, self.output_len, self.max_running
         running = float(cap)
         t = self.decode_s(running)
         keep_up = lam * out * t < cap

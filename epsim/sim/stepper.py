@@ -16,9 +16,8 @@ Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=.
   distribution (marginals exact), but steps that share a pool are not independent, and the
   popularity they see lags by at most the drift window. Step observers (EPLB's statistics
   window) get a fresh draw of each step's loads, so sums over steps keep the reference's noise.
-  Same seed, same result; a different
-  random stream from the reference engine, so the two agree statistically, not bit for bit
-  (tolerances: tests/epsim/test_sim_fast.py).
+  Same seed, same result; a different random stream from the reference engine, so the two
+  agree statistically, not bit for bit (tolerances: tests/epsim/test_sim_fast.py).
 """
 
 from __future__ import annotations
