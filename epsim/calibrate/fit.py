@@ -118,7 +118,7 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
     from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
     names = record_features(records[0].record, profile).coef_names
     terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS)}[names]
-    measured = np.array([s.record.median_us for s in records])
+    measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, peaks)
     best = None
     for start in _starts(terms, peaks):
@@ -170,7 +170,7 @@ def fit_layer_sync(key: str, records: list[SourcedRecord], profile: Profile,
     from epsim.cost.record import predict_record
     profile.components[key] = Component(params={"sync_us": 0.0}, source="fit")
     parts = np.array([predict_record(s.record, profile) for s in records])
-    measured = np.array([s.record.median_us for s in records])
+    measured = np.array([s.measured_us for s in records])
     w2 = 1.0 / measured ** 2 if relative else np.ones_like(measured)
     sync = float((w2 * (measured - parts)).sum() / w2.sum())
     profile.components[key] = Component(params={"sync_us": sync}, source="fit")

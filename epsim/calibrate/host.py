@@ -39,8 +39,8 @@ def host_samples(records: list[SourcedRecord], profile: Profile
         if r.kind not in HOST_KINDS:
             continue
         device = predict_record(device_twin(r), profile)
-        out[component_key(r.backend, r.kind, HOST)].append((s, r.median_us, device))
-        out[component_key("any", r.kind, HOST)].append((s, r.median_us, device))
+        out[component_key(r.backend, r.kind, HOST)].append((s, s.measured_us, device))
+        out[component_key("any", r.kind, HOST)].append((s, s.measured_us, device))
     return out
 
 

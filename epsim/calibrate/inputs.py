@@ -33,15 +33,29 @@ class RecordWarning(UserWarning):
 
 @dataclass(frozen=True)
 class SourcedRecord:
-    """A record and where it came from."""
+    """A record and where it came from.
+
+    Attributes:
+        mean_of_pass_medians_us: for passes merged by `merge_passes`, the mean of the passes'
+            medians (µs); None for a single measurement.
+    """
 
     record: MeasurementRecord
     path: str
     line: int
+    mean_of_pass_medians_us: float | None = None
 
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
+
+    @property
+    def measured_us(self) -> float:
+        """The time fits and validation compare with (µs): the record's median, or for merged
+        passes the mean of their medians (the expected time over the host's drifting states)."""
+        if self.mean_of_pass_medians_us is None:
+            return self.record.median_us
+        return self.mean_of_pass_medians_us
 
 
 @dataclass(frozen=True)
@@ -139,10 +153,12 @@ def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
 
     `live.bench` sweeps its grid several times in shuffled orders (records carry `extra.pass`)
     because the host's overhead drifts between states that outlast a point. The merged record
-    keeps the first pass's counts (routing is seeded, so identical); its `median_us` is the
-    *mean* of the passes' medians (the expected time over host states) and `p10_us`/`p90_us`
-    the medians of theirs; `extra.pass_medians_us` lists the passes.
-    Records without `extra.pass` are kept as they are.
+    keeps the first pass's counts (routing is seeded, so identical); its `median_us`, `p10_us`
+    and `p90_us` are the medians of the passes' (so p10 <= median <= p90 holds as in every
+    pass), `extra.pass_medians_us` lists the passes, and the SourcedRecord carries the mean of
+    the passes' medians (`mean_of_pass_medians_us`, the expected time over host states: what
+    `measured_us` gives the fit and validation). Records without `extra.pass` are kept as they
+    are.
 
     Returns:
         records in first-seen order, where the first line of a merged group names it.
@@ -170,15 +186,14 @@ def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
         medians = [m.median_us for m in members]
         extra = {k: v for k, v in members[0].extra.items() if k != "pass"}
         extra.update(passes=len(members), pass_medians_us=medians)
+        # medians of per-pass statistics keep their order (p10_i <= median_i <= p90_i for every
+        # pass gives the same for the medians), so nothing needs clamping
         merged = members[0].model_copy(update=dict(
-            median_us=float(np.mean(medians)),
+            median_us=float(np.median(medians)),
             p10_us=float(np.median([m.p10_us for m in members])),
             p90_us=float(np.median([m.p90_us for m in members])),
             per_rank_median_us=np.median([m.per_rank_median_us for m in members], axis=0).tolist()
             if all(m.per_rank_median_us for m in members) else members[0].per_rank_median_us,
             extra=extra))
-        # p10 <= median <= p90 must still hold after taking medians separately
-        merged = merged.model_copy(update=dict(p10_us=min(merged.p10_us, merged.median_us),
-                                               p90_us=max(merged.p90_us, merged.median_us)))
-        out.append(SourcedRecord(merged, item.path, item.line))
+        out.append(SourcedRecord(merged, item.path, item.line, float(np.mean(medians))))
     return out

@@ -63,7 +63,7 @@ def fit_rebalance(records: list[SourcedRecord], nvlink_peak_gbps: float) -> Comp
     if len(used) < 2:
         return None
     a = np.stack(rows)
-    measured = np.array([s.record.median_us for s in used])
+    measured = np.array([s.measured_us for s in used])
     fitted = np.abs(a).max(axis=0) > 0
     scale = np.abs(a[:, fitted] / measured[:, None]).max(axis=0)
     lower_used = np.array([0.0, 0.0, 1.0 / nvlink_peak_gbps, 0.0])[fitted] * scale

@@ -37,7 +37,7 @@ def run_deviations(raw: list[SourcedRecord]) -> dict[str, float]:
     in two or more record files (unmerged records)."""
     by_config: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in raw:
-        by_config[config_key(s.record)][s.path].append(s.record.median_us)
+        by_config[config_key(s.record)][s.path].append(s.measured_us)
     out = {}
     for key, files in by_config.items():
         if len(files) >= 2:

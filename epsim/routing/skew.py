@@ -158,7 +158,6 @@ def skew_from_dict(data: dict | str, num_layers: int, num_experts: int, top_k: i
     short string (`uniform`, `zipf:1.2`, `hotset:8:0.5`)."""
     from pydantic import TypeAdapter
 
-    from epsim.spec.errors import validate  # noqa: F401 (error style shared with specs)
     from epsim.spec.workload import SkewSpec
     from epsim.spec.numbers import check_numbers
     if isinstance(data, str):

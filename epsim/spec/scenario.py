@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from epsim.errors import SpecError
 from epsim.spec.deployment import DeploymentSpec
@@ -34,23 +34,6 @@ class Scenario(BaseModel):
     seed: int = Field(default=0, ge=0)
     profile: str | None = Field(default=None, description="calibration profile JSON; None = shipped default")
     base_dir: str = Field(default=".", description="directory relative paths resolve against")
-
-    @field_validator("model", mode="before")
-    @classmethod
-    def _resolve_model(cls, value: Any, info: ValidationInfo) -> Any:
-        from epsim.zoo import get_model, model_names
-        if isinstance(value, str):
-            if value not in model_names():
-                raise ValueError(f"model ({value!r}) must be one of {model_names()} "
-                                 f"or a mapping with the model's fields or hf_config")
-            return get_model(value)
-        if isinstance(value, dict) and "hf_config" in value:
-            if not isinstance(value["hf_config"], str) or not value["hf_config"]:
-                raise ValueError(f"model.hf_config ({value['hf_config']!r:.60}) must be a path to "
-                                 f"a config.json (relative to the scenario file)")
-            base = Path((info.context or {}).get("base_dir", "."))
-            return ModelSpec.from_hf_config(base / value["hf_config"], name=value.get("name"))
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
@@ -177,7 +160,45 @@ def scenario_from_dict(data: dict, where: str = "scenario", base_dir: str | Path
     for key, value in (overrides or {}).items():
         _set_dotted(data, key, value, where)
     data.setdefault("base_dir", str(base_dir))
-    return validate(Scenario, data, where, context={"base_dir": str(base_dir)})
+    _resolve_zoo(data, where, Path(base_dir))
+    scenario = validate(Scenario, data, where)
+    if scenario.cluster.network is not None:
+        from epsim.zoo import check_network
+        try:
+            check_network(scenario.cluster.network, scenario.cluster.gpu)
+        except ValueError as exc:
+            raise SpecError(f"{where}: cluster.{exc}") from None
+    return scenario
+
+
+def _resolve_zoo(data: dict, where: str, base_dir: Path) -> None:
+    """Replace a zoo model name or an `hf_config` file by the model's spec and check the zoo GPU,
+    here in the loader: the specs' validators read no files (the network is checked against
+    the GPU once the cluster is valid).
+
+    Raises:
+        SpecError: an unknown model or GPU, or an unreadable config.json
+            (`<where>: <field path> (<value>) must ...`).
+    """
+    from epsim.zoo import get_model, hardware_names, model_names
+    model = data.get("model")
+    if isinstance(model, str):
+        if model not in model_names():
+            raise SpecError(f"{where}: model ({model!r}) must be one of {model_names()} or a "
+                            f"mapping with the model's fields or hf_config")
+        data["model"] = get_model(model)
+    elif isinstance(model, dict) and "hf_config" in model:
+        path = model["hf_config"]
+        if not isinstance(path, str) or not path:
+            raise SpecError(f"{where}: model.hf_config ({path!r:.60}) must be a path to a "
+                            f"config.json (relative to the scenario file)")
+        data["model"] = ModelSpec.from_hf_config(base_dir / path, name=model.get("name"))
+    cluster = data.get("cluster")
+    if not isinstance(cluster, dict):
+        return                                  # the default cluster, or the validator's error
+    gpu = cluster.get("gpu", ClusterSpec.model_fields["gpu"].default)
+    if isinstance(gpu, str) and gpu not in hardware_names():
+        raise SpecError(f"{where}: cluster.gpu ({gpu!r}) must be one of {hardware_names()}")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:

@@ -102,7 +102,7 @@ def compare(records: list[SourcedRecord], profile: Profile, holdout: Holdout) ->
             where=s.where, kind=r.kind, model=r.model or f"H{r.hidden_size}",
             backend=r.backend + ("+graph" if is_graph(r) else ""),
             hidden_size=r.hidden_size, dispatch_dtype=r.dispatch_dtype or "native",
-            skew=skew_label(r.skew), tokens=r.num_tokens_per_rank, measured_us=r.median_us,
+            skew=skew_label(r.skew), tokens=r.num_tokens_per_rank, measured_us=s.measured_us,
             predicted_us=float(predicted), split="holdout" if holdout.held_out(r) else "fit",
             outside=is_outside, p10_us=r.p10_us, p90_us=r.p90_us))
     if outside:

@@ -144,8 +144,8 @@ def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecor
     pools: dict[str, list[tuple[float, float]]] = defaultdict(list)
     by_component: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in fit:
-        pools[_key(s.record, axis)].append((_x(s.record, axis), s.record.median_us))
-        by_component[component_label(s.record)].append((_x(s.record, axis), s.record.median_us))
+        pools[_key(s.record, axis)].append((_x(s.record, axis), s.measured_us))
+        by_component[component_label(s.record)].append((_x(s.record, axis), s.measured_us))
     out = []
     for s in merge_passes(judged_raw):
         r = s.record
@@ -160,7 +160,7 @@ def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecor
             continue
         x = _x(r, axis)
         out.append(Judged(axis, component_label(r), s.where, r.num_tokens_per_rank,
-                          r.model or f"H{r.hidden_size}", r.median_us, float(predicted),
+                          r.model or f"H{r.hidden_size}", s.measured_us, float(predicted),
                           float(np.median([y for _, y in points])), loglog(points, x)))
     return out
 

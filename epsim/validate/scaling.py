@@ -251,7 +251,7 @@ def compare(measured_paths: list[Path], predictions: dict[tuple, dict]) -> Scali
         rows[r.ep_size].append(Comparison(
             where=s.where, kind=r.kind, backend=r.backend, model=r.model,
             hidden_size=r.hidden_size, dispatch_dtype=r.dispatch_dtype or "native",
-            skew=skew_label(r.skew), tokens=r.num_tokens_per_rank, measured_us=r.median_us,
+            skew=skew_label(r.skew), tokens=r.num_tokens_per_rank, measured_us=s.measured_us,
             predicted_us=p["predicted_us"], split="holdout", outside=p["extrapolated_ep"],
             p10_us=r.p10_us, p90_us=r.p90_us))
     if not rows:

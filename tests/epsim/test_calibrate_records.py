@@ -141,3 +141,26 @@ def test_write_and_read_roundtrip_keeps_line_numbers(tmp_path):
     loaded, files = load_records([path])
     assert [s.line for s in loaded] == list(range(1, len(recs) + 1))
     assert [s.record for s in loaded] == recs and files[0].num_records == len(recs)
+
+
+def test_merged_passes_name_their_statistics_and_clamp_nothing(lines):
+    """Three passes of one point: the merged record holds the medians of the passes' median,
+    p10 and p90 (ordered without any clamping); the mean of the pass medians, which the fit and
+    validation use, is carried under its own name and may lie outside that band."""
+    from epsim.calibrate.inputs import SourcedRecord, merge_passes
+    from epsim.records import MeasurementRecord
+
+    base = json.loads(lines[0])
+    passes = [(9.0, 10.0, 11.0), (10.0, 11.0, 12.0), (28.0, 30.0, 32.0)]    # (p10, median, p90)
+    records = [SourcedRecord(MeasurementRecord.model_validate(
+        {**base, "p10_us": p10, "median_us": med, "p90_us": p90,
+         "extra": {**base.get("extra", {}), "pass": i}}), "r.jsonl", i + 1)
+        for i, (p10, med, p90) in enumerate(passes)]
+    (merged,) = merge_passes(records)
+    r = merged.record
+    assert (r.p10_us, r.median_us, r.p90_us) == (10.0, 11.0, 12.0)
+    assert r.extra["pass_medians_us"] == [10.0, 11.0, 30.0] and r.extra["passes"] == 3
+    assert merged.mean_of_pass_medians_us == pytest.approx(17.0) == merged.measured_us
+    assert not r.p10_us <= merged.measured_us <= r.p90_us       # said, not clamped away
+    single = merge_passes(records[:1])[0]
+    assert single.measured_us == single.record.median_us == 10.0
