@@ -82,8 +82,25 @@ def load_base(scenario: str | Path | dict, overrides: list[str] | dict[str, Any]
     for key, value in (overrides or {}).items():
         check_key(key, flag="--set")
         data = apply_values(data, {key: value}, where, str(base_dir))
-    scenario_from_dict(data, where=where, base_dir=base_dir)
+    read_traces(scenario_from_dict(data, where=where, base_dir=base_dir))
     return BaseScenario(data, where, str(base_dir))
+
+
+def read_traces(scenario) -> None:
+    """Read the scenario's trace files once, so that a bad one stops the plan before it starts
+    (one line) rather than failing every point in its worker.
+
+    Raises:
+        SpecError: the reader's `<file>:<line>: ...` message.
+    """
+    from epsim.routing.skew import SkewModel
+    from epsim.sim.arrivals import sample_requests
+    m, w = scenario.model, scenario.workload
+    if w.arrivals.kind == "trace":
+        sample_requests(w, scenario.seed, scenario.base_dir)
+    if w.skew.kind == "trace":
+        SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=scenario.seed,
+                  base_dir=scenario.base_dir)
 
 
 def _resolved_model(data: dict, base_dir: str) -> dict:
