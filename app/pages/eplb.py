@@ -97,17 +97,18 @@ def over_time(view) -> None:
     st.altair_chart(charts.heatmap(view.window_t_s, share, column), width="stretch")
     if view.rebalances:
         st.markdown("**Rebalances**")
-        st.dataframe(pd.DataFrame([{
+        st.dataframe(ui.human_columns(pd.DataFrame([{
             "at (s)": e["at_s"], "reason": e["reason"], "window (passes)": e["window_steps"],
             "balancedness before": e["balancedness_before"], "after": e["balancedness_after"],
             "changed slots": e["changed_slots"], "moved (GB)": e["moved_bytes"] / 1e9,
             "stall (ms)": e["stall_us"] * 1e-3, "spread (ms)": e["spread_us"] * 1e-3,
-            "chunks": e["num_chunks"], "done (s)": e["done_s"]} for e in view.rebalances]),
+            "chunks": e["num_chunks"], "done (s)": e["done_s"]} for e in view.rebalances])),
             hide_index=True, width="stretch")
     if view.stalls:
         st.markdown("**Stalls** (serving paused)")
-        st.dataframe(pd.DataFrame([{"start (s)": a * 1e-6, "length (ms)": b * 1e-3, "cause": c}
-                                   for a, b, c in view.stalls]), hide_index=True, width="stretch")
+        st.dataframe(ui.human_columns(pd.DataFrame([{"start (s)": a * 1e-6, "length (ms)": b * 1e-3,
+                                                     "cause": c} for a, b, c in view.stalls])),
+                     hide_index=True, width="stretch")
 
 
 def _intervals(text: str) -> tuple[int, ...]:

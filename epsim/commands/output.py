@@ -178,6 +178,13 @@ def json_safe(value):
 
 
 # -- numbers -----------------------------------------------------------------------------------
+def brief(value, digits: int = 3) -> str:
+    """A number inside a sentence: `number` without trailing zeros (`50`, `61.2`, `1020`), as
+    `:.3g` reads but never `1.02e+03`."""
+    text = number(value, digits)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def number(value, digits: int = 4) -> str:
     """A number for a person: fixed point with about `digits` significant digits, never
     scientific notation; integers as they are; `-` for None or NaN, `yes`/`no` for booleans."""

@@ -12,6 +12,8 @@ point that meets the SLO only at some rates above a failing one is not searched 
 
 from __future__ import annotations
 
+from epsim.commands.output import brief
+
 from dataclasses import dataclass, field
 
 from epsim.errors import SpecError
@@ -135,10 +137,10 @@ def max_rate_lines(answers: list[MaxRate], constraints, rel_tol: float = 0.05) -
                          f"({a.fails_because})")
             continue
         row = a.row
-        above = (f"fails at {a.fails_at_per_s:.4g}: {a.fails_because}" if a.fails_at_per_s
+        above = (f"fails at {brief(a.fails_at_per_s, 4)}: {a.fails_because}" if a.fails_at_per_s
                  else f"still meets it at {MAX_FACTOR:g}x the scenario's rate")
-        lines.append(f"  {name}: {a.rate_per_s:.4g} req/s on {row['num_gpus']:g} GPUs "
-                     f"({a.rate_per_s / row['num_gpus']:.3g} req/s/GPU; TPOT p99 "
-                     f"{row['tpot_ms.p99']:.4g} ms, TTFT p99 {row['ttft_ms.p99']:.4g} ms; "
+        lines.append(f"  {name}: {brief(a.rate_per_s, 4)} req/s on {row['num_gpus']:g} GPUs "
+                     f"({brief(a.rate_per_s / row['num_gpus'], 3)} req/s/GPU; TPOT p99 "
+                     f"{brief(row['tpot_ms.p99'], 4)} ms, TTFT p99 {brief(row['ttft_ms.p99'], 4)} ms; "
                      f"{len(a.tried)} runs); {above}")
     return lines

@@ -8,6 +8,8 @@ point beats on every Pareto objective (NaN rows excluded).
 
 from __future__ import annotations
 
+from epsim.commands.output import brief
+
 import difflib
 import operator
 import re
@@ -133,9 +135,9 @@ def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) ->
         offered, served = row.get("keep_up.offered_rps"), row.get("keep_up.served_rps")
         growth = row.get("keep_up.backlog_growth_rps")
         known = offered is not None and offered == offered and offered > 0
-        text = f"serves {served:.3g} of {offered:.3g} req/s" if known else "no keep-up verdict"
+        text = f"serves {brief(served, 3)} of {brief(offered, 3)} req/s" if known else "no keep-up verdict"
         if known and growth is not None and growth > MAX_GROWTH_FRAC * offered:
-            text += f", backlog grows {growth:.3g}/s"
+            text += f", backlog grows {brief(growth, 3)}/s"
         reasons.append(text + ": overloaded")
     for c in constraints:
         value = row.get(c.metric, float("nan"))
@@ -200,11 +202,11 @@ def infeasible_message(columns: dict[str, np.ndarray], constraints: list[Constra
         at = int(np.argmin(misses[:, j]))
         others = f"; {len(never) - 1} other constraint(s) also met nowhere" if len(never) > 1 else ""
         return (f"no configuration meets all constraints ({num_points} points): closest is {c.text}, "
-                f"best value {best:.4g} at {describe(at)}{others}")
+                f"best value {brief(best, 4)} at {describe(at)}{others}")
     worst = misses.max(axis=1)
     at = int(np.argmin(worst))
     j = int(np.argmax(misses[at]))
     c = constraints[j]
     return (f"no configuration meets all constraints together ({num_points} points; each alone is "
             f"met somewhere): closest is {describe(at)}, which misses {c.text} with "
-            f"{columns[c.metric][at]:.4g}")
+            f"{brief(columns[c.metric][at], 4)}")

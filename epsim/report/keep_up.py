@@ -17,6 +17,8 @@ it; `epsim.plan` adds that from its constraints). `summarize` puts the verdict i
 
 from __future__ import annotations
 
+from epsim.commands.output import brief
+
 import numpy as np
 
 MIN_SERVED_FRAC = 0.97
@@ -67,11 +69,11 @@ def keep_up(arrival_s: np.ndarray, first_token_s: np.ndarray, is_initial: np.nda
            "backlog_growth_rps": growth, "ttft_target_ms": ttft_target_ms, "rule": RULE}
     reasons = []
     if offered and served < MIN_SERVED_FRAC * offered:
-        reasons.append(f"serves {served_rps:.3g} of {offered_rps:.3g} req/s")
+        reasons.append(f"serves {brief(served_rps, 3)} of {brief(offered_rps, 3)} req/s")
     if offered and growth > MAX_GROWTH_FRAC * offered_rps:
-        reasons.append(f"waiting requests grow {growth:.3g}/s")
+        reasons.append(f"waiting requests grow {brief(growth, 3)}/s")
     if ttft_target_ms is not None and not (ttft_p99_ms is not None and ttft_p99_ms <= ttft_target_ms):
-        shown = "-" if ttft_p99_ms is None else f"{ttft_p99_ms:.4g} ms"
+        shown = "-" if ttft_p99_ms is None else f"{brief(ttft_p99_ms, 4)} ms"
         reasons.append(f"TTFT p99 {shown} > {ttft_target_ms:g} ms")
     out["ok"] = not reasons
     if not offered:
@@ -79,7 +81,7 @@ def keep_up(arrival_s: np.ndarray, first_token_s: np.ndarray, is_initial: np.nda
     elif reasons:
         out["verdict"] = f"{'; '.join(reasons)}: overloaded"
     else:
-        out["verdict"] = (f"serves {served_rps:.3g} of {offered_rps:.3g} req/s: keeps up "
+        out["verdict"] = (f"serves {brief(served_rps, 3)} of {brief(offered_rps, 3)} req/s: keeps up "
                           f"(margin {margin_text(out)})")
     return out
 

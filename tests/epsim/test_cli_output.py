@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from epsim.cli import build_parser, main
-from epsim.commands.output import duration, merge_notes, number, size, table
+from epsim.commands.output import brief, duration, merge_notes, number, size, table
 from tests.epsim.plan_fixtures import write_tiny_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,6 +160,7 @@ def test_numbers_for_people():
     assert duration(0.85) == "850 ns" and duration(83.14) == "83.1 µs"
     assert duration(4561.0) == "4.56 ms" and duration(1.634e7) == "16.3 s"
     assert size(37.75e6) == "37.8 MB" and size(512) == "512 B"
+    assert brief(1020.4) == "1020" and brief(49.96) == "50" and brief(61.2) == "61.2"
     lines = table(["name", "value"], [["a", 1.5], ["bb", None]], indent="")
     assert lines == ["name  value", "a     1.500", "bb        -"]
 
