@@ -11,6 +11,11 @@ by the W0 -> W1 rebalance, bytes moved and the modelled stop-the-world stall.
     python benchmarks/eplb_gain.py                 # writes benchmarks/results/eplb_gain.{json,csv}
     python benchmarks/eplb_gain.py --plots         # also docs/img/eplb_*.png
     python benchmarks/eplb_gain.py --timing        # algorithm wall time per layer x slot
+    python benchmarks/eplb_gain.py --quick --out benchmarks/results/quick   # the reduced size
+
+Every number is deterministic (seeded draws, the models) except `algorithm_wall_s`, the host
+wall time of the algorithm call on the machine that ran it; the JSON records the command that
+made it. `tests/benchmarks/test_recorded_results.py` reruns `--quick` and compares.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import csv
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +49,8 @@ LAYER_VARIATION = 0.3           # log-normal sigma of popularity per [layer, exp
 DRIFT_RATE_PER_S = 0.05         # popularity swaps per expert per second between W0 and W1
 WINDOW_TOKENS = 1000 * 32 * 64  # 1000 decode steps of 64 tokens on each of 32 ranks
 ALGORITHMS = ("deepseek", "deepseek_global", "sticky")
+QUICK_SKEWS = ({"kind": "zipf", "alpha": 1.0}, {"kind": "hotset", "num_hot": 8, "hot_frac": 0.5})
+HOST_TIME_FIELDS = ("algorithm_wall_s",)     # host wall time: not reproducible across machines
 
 # DeepSeek-V3 on four 8xH200 nodes, 32 redundant slots (9 per GPU), as SGLang deploys it
 CONFIG = {"model": "DeepSeek-V3", "num_gpus": 32, "num_nodes": 4, "num_redundant": 32}
@@ -213,26 +221,35 @@ def plot(summary: list[dict], sweep: list[dict]) -> list[Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per skew (default 3; --quick 1)")
     parser.add_argument("--plots", action="store_true")
     parser.add_argument("--timing", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="the reduced size: 1 seed, skews zipf:1.0 and hotset:8:0.5")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for eplb_gain.{json,csv}")
     args = parser.parse_args()
+    if args.quick and args.plots:
+        parser.error("--plots draws the full run (docs/img); leave out --quick")
+    seeds = args.seeds or (1 if args.quick else 3)
+    skews = QUICK_SKEWS if args.quick else SKEWS
     model = get_model(CONFIG["model"])
     params = rebalance_params(None, ClusterSpec(gpu="H200", num_nodes=CONFIG["num_nodes"]))
     if args.timing:
         print(json.dumps({"us_per_layer_slot": timing(model), "machine": platform.processor()
                           or platform.machine()}, indent=1))
         return
-    rows = [row for skew in SKEWS for seed in range(args.seeds) for row in run_case(skew, seed, model, params)]
+    rows = [row for skew in skews for seed in range(seeds) for row in run_case(skew, seed, model, params)]
     summary = summarize(rows)
     sweep = tolerance_sweep(model)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {"config": CONFIG, "layer_variation": LAYER_VARIATION, "drift_rate_per_s": DRIFT_RATE_PER_S,
-            "window_tokens": WINDOW_TOKENS, "expert_bytes": model.expert_bytes, "seeds": args.seeds,
-            "params": params}
-    (RESULTS / "eplb_gain.json").write_text(json.dumps(
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python", "benchmarks/eplb_gain.py", *sys.argv[1:]])
+    meta = {"command": command, "config": CONFIG, "layer_variation": LAYER_VARIATION,
+            "drift_rate_per_s": DRIFT_RATE_PER_S, "window_tokens": WINDOW_TOKENS,
+            "expert_bytes": model.expert_bytes, "seeds": seeds, "params": params,
+            "host_time_fields": list(HOST_TIME_FIELDS)}
+    (args.out / "eplb_gain.json").write_text(json.dumps(
         {"meta": meta, "summary": summary, "tolerance_sweep": sweep, "rows": rows}, indent=1) + "\n")
-    with (RESULTS / "eplb_gain.csv").open("w", newline="") as fh:
+    with (args.out / "eplb_gain.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(summary[0]))
         writer.writeheader()
         writer.writerows(summary)
