@@ -11,8 +11,9 @@ stop-the-world (`eplb_stop_the_world`) stalls serving for all of it; otherwise o
 `eplb_rebalance_layers_per_chunk` layers moves per later forward pass, its time added to that
 pass, and a chunk's layers serve the new placement from the pass that moves them on.
 
-The run starts from SGLang's trivial placement (experts in order, redundant slots repeating
-experts 0, 1, ...); the first rebalance replaces it. With failed ranks (`epsim.sim.elastic`) the
+The run starts from `deployment.init_expert_location` (`epsim.sim.initial_placement`; default
+SGLang's trivial placement: experts in order, redundant slots repeating experts 0, 1, ...); the
+first rebalance replaces it. With failed ranks (`epsim.sim.elastic`) the
 placement is computed over the survivors' slots only, and a failure or a recovery triggers a
 rebalance at once.
 """
