@@ -3,7 +3,7 @@
 Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=...)`):
 
 - `reference`: one draw (`SkewModel.loads`) and one `CostModel.step` per step — the original
-  engine, kept as the yardstick the fast one is tested against (tests/epsim/test_sim_fast.py).
+  engine, kept as the yardstick the fast one is tested against (tests/epsim/sim/test_fast.py).
 - `fast` (default): a pool of M independent draws of the MoE layers (loads `[M, layers,
   experts]` in one vectorised draw with quantile-table normals, `SkewModel.loads_block`,
   priced in one `CostModel.moe` call) serves the steps of one batch shape — tokens per rank,
@@ -17,7 +17,7 @@ Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=.
   popularity they see lags by at most the drift window. Step observers (EPLB's statistics
   window) get a fresh draw of each step's loads, so sums over steps keep the reference's noise.
   Same seed, same result; a different random stream from the reference engine, so the two
-  agree statistically, not bit for bit (tolerances: tests/epsim/test_sim_fast.py).
+  agree statistically, not bit for bit (tolerances: tests/epsim/sim/test_fast.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ for number, except host wall times (which no two machines share; each result nam
 
 Covered here: `eplb_gain.py --quick` (benchmarks/results/quick/eplb_gain.json) and
 `network_terms.py` (benchmarks/results/network_terms.md, full size: seconds). The scaling
-predictions regenerate in tests/epsim/test_scaling_predict.py.
+predictions regenerate in tests/epsim/validate/test_scaling.py.
 """
 
 from __future__ import annotations

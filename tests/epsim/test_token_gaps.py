@@ -12,7 +12,7 @@ from epsim.report.summary import format_table, tpot_ms
 from epsim.sim import Simulation, simulate
 from epsim.sim.arrivals import Requests
 from epsim.sim.batching import Scheduler
-from tests.epsim.test_sim_engine import tiny_scenario
+from tests.epsim.sim.test_engine import tiny_scenario
 
 
 def _requests(arrival, input_len, output_len) -> Requests:

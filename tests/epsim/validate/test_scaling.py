@@ -19,7 +19,7 @@ from epsim.profile import Profile, default_profile_path
 from epsim.records import read_records, read_text
 from epsim.validate import scaling as sc
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from benchmarks import scaling_predict as sp  # noqa: E402  (a script folder, not a package)
 

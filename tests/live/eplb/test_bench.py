@@ -13,7 +13,7 @@ from epsim.records import read_records
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_quick_run_writes_rebalance_p2p_and_equality_records(tmp_path):

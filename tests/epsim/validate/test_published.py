@@ -13,7 +13,7 @@ import pytest
 from epsim.validate import published_predict as predict
 from epsim.validate.published import published_data, published_rows
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_docs_published_regenerates_byte_for_byte(tmp_path):

@@ -19,7 +19,7 @@ from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RANGE = {"num_tokens_per_rank": [1.0, 1024.0], "hidden_size": [2048.0, 2048.0],
          "ep_size": [2.0, 2.0]}
 

@@ -125,7 +125,7 @@ def test_shipped_records_reproduce_the_documented_table():
     paths = default_record_paths()
     if not paths or not default_profile_path().is_file():
         pytest.skip("no shipped H200 records/profile in this tree yet (docs/calibration.md)")
-    doc = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
+    doc = Path(__file__).resolve().parents[3] / "docs" / "validation.md"
     text = doc.read_text()
     section = text[text.index(DOC_BEGIN) + len(DOC_BEGIN):text.index(DOC_END)].strip()
     import os

@@ -14,8 +14,8 @@ from epsim.sim.arrivals import Requests
 from epsim.sim.batching import Scheduler
 from epsim.eplb import fill_lost
 from epsim.sim.elastic import ElasticEP
-from tests.epsim.test_sim_engine import tiny_scenario
-from tests.epsim.test_sim_eplb import DATASHEET
+from tests.epsim.sim.test_engine import tiny_scenario
+from tests.epsim.sim.test_eplb_process import DATASHEET
 
 FAIL_S, BACK_S = 0.1, 0.1
 

@@ -17,7 +17,7 @@ from epsim.sim import Simulation, simulate
 from epsim.sim.eplb_process import LoadWindow, window_balancedness
 from epsim.plan.eplb_sweep import compare_eplb, sweep_rebalance_interval
 from epsim.spec import load_scenario
-from tests.epsim.test_sim_engine import tiny_scenario
+from tests.epsim.sim.test_engine import tiny_scenario
 
 NUM_EXPERTS, NUM_RANKS, NUM_LAYERS = 16, 4, 4
 DATASHEET = Profile(name="datasheet-H200", hardware="H200")        # no fitted component
@@ -179,7 +179,7 @@ def test_interval_sweep_and_comparison_helpers():
 
 def test_redundancy_scenario_takes_the_busiest_gpu_from_2_5x_to_under_1_15x():
     # scenarios/eplb_redundancy_32gpu.yaml at a small size: the first rebalance after 15 passes
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     sc = load_scenario(root / "scenarios" / "eplb_redundancy_32gpu.yaml",
                        {"workload.duration_s": 2.5, "workload.warmup_s": 0.0,
                         "deployment.eplb_rebalance_num_iterations": 15,

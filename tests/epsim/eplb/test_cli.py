@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.epsim.test_eplb_deepseek import README_LOG2PHY, README_LOGCNT, README_PHY2LOG, README_WEIGHT
+from tests.epsim.eplb.test_deepseek import README_LOG2PHY, README_LOGCNT, README_PHY2LOG, README_WEIGHT
 
 README_ARGS = ["--replicas", "16", "--groups", "4", "--nodes", "2", "--gpus", "8"]
 

@@ -11,7 +11,7 @@ from epsim.sim import Simulation
 from epsim.sim.load_trace import LoadTrace, load_share
 from epsim.spec import load_scenario
 
-DEFAULT = Path(__file__).resolve().parents[2] / "scenarios" / "default.yaml"
+DEFAULT = Path(__file__).resolve().parents[3] / "scenarios" / "default.yaml"
 
 
 @pytest.mark.parametrize("overlap", [False, True])

@@ -12,7 +12,7 @@ from epsim.errors import SpecError
 from epsim.plan import run_plan
 from epsim.plan.results import choose, load_results, read_rows
 
-SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "default.yaml"
+SCENARIO = Path(__file__).resolve().parents[3] / "scenarios" / "default.yaml"
 SWEEPS = ["deployment.ep_size=2,4,8", "deployment.moe_a2a_backend=torch,deepep"]
 OVERRIDES = ["workload.duration_s=2", "workload.warmup_s=0.5"]
 

@@ -12,7 +12,7 @@ from epsim.eplb import compute_placement
 from epsim.errors import EpsimError
 from epsim.report import summarize
 from epsim.sim import Simulation, simulate
-from tests.epsim.test_sim_engine import tiny_scenario
+from tests.epsim.sim.test_engine import tiny_scenario
 
 SKEWED = {"skew": {"kind": "zipf", "alpha": 1.2}, "duration_s": 0.3, "warmup_s": 0.05}
 
