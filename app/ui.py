@@ -104,7 +104,7 @@ def fmt(value, spec: str = ".1f", unit: str = "") -> str:
 ACRONYMS = {"tpot": "TPOT", "ttft": "TTFT", "itl": "ITL", "e2e": "end-to-end", "hbm": "HBM",
             "ep": "EP", "gpu": "GPU", "gpus": "GPUs", "eplb": "EPLB", "moe": "MoE", "a2a": "all-to-all",
             "dp": "DP", "tbo": "two-batch overlap"}
-UNITS = {"ms": "ms", "s": "s", "us": "µs", "gb": "GB", "gib": "GiB", "gbps": "GB/s", "pct": "%",
+UNITS = {"ms": "ms", "s": "s", "us": "µs", "gb": "GB", "gib": "GiB", "gbps": "GB/s", "pct": "%", "rps": "req/s",
          "frac": "share"}
 PREFIXES = ("deployment.", "workload.", "cluster.", "model.")
 
