@@ -114,6 +114,10 @@ def component_keys(record) -> list[str]:
         return [component_key(backend, kind, path)] + pooled
     if kind == "moe_layer":
         return [component_key(backend, "moe_layer", graph)]
+    single = {"attention_prefill": "attention_prefill", "attention_decode": "attention_decode",
+              "dense_mlp": "dense"}                  # single-GPU kernels: pooled, `any/...`
+    if kind in single:
+        return [component_key("any", single[kind], graph)]
     return []
 
 

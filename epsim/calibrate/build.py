@@ -169,6 +169,8 @@ def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
            for s in groups[k]):
         for key in [k for k in groups if k.startswith("any/experts")]:
             groups[key] = [s for s in groups[key] if s.record.backend == "local"]
+            if not groups[key]:
+                del groups[key]
     eager_host = []
     for key in list(groups):
         members = groups[key]

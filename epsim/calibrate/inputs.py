@@ -22,7 +22,9 @@ import numpy as np
 from epsim.errors import RecordError
 from epsim.records import MeasurementRecord, iter_records
 
-DEFAULT_RECORDS_DIR = "records/h200x2"     # package data: the records the shipped profile fits
+# package data: the records the shipped profile fits -- two H200 over NVLink (communication and
+# the 2-GPU block's stages) and one H200 on two machines (experts, attention, dense MLP kernels)
+DEFAULT_RECORDS_DIRS = ("records/h200x2", "records/h200_single")
 MIN_PLAUSIBLE_US = 0.5
 TIMED_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce", "rebalance", "p2p_copy")
 
@@ -68,11 +70,14 @@ class RecordFileInfo:
 
 
 def default_record_paths() -> list[Path]:
-    """The shipped records (`epsim/data/records/h200x2/*.jsonl[.gz]`), sorted; empty if none."""
-    folder = Path(str(resources.files("epsim") / "data" / DEFAULT_RECORDS_DIR))
-    if not folder.is_dir():
-        return []
-    return sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")])
+    """The shipped records (`epsim/data/records/{h200x2,h200_single}/*.jsonl[.gz]`), sorted
+    within each folder; empty if none."""
+    out = []
+    for name in DEFAULT_RECORDS_DIRS:
+        folder = Path(str(resources.files("epsim") / "data" / name))
+        if folder.is_dir():
+            out += sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")])
+    return out
 
 
 def _display(path: Path) -> str:

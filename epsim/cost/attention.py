@@ -9,9 +9,10 @@ Attention of one layer on one rank:
 
 where `decode_context` sums the context lengths of the decode tokens (each reads its whole KV
 cache) and `prefill_pairs` counts causal (query, key) pairs of the prefill chunks (the
-quadratic term). Dense FFN layers, shared experts and the LM head are GEMM rooflines on the
-rank's own tokens with the `any/experts` efficiencies. No live measurement of attention exists:
-these stay datasheet x efficiency (`any/attention`).
+quadratic term); `any/attention` holds its datasheet x efficiency parameters. Where the profile
+holds single-GPU kernel fits (`any/attention_decode/graph`, `any/attention_prefill/graph`),
+`measured_attention_us` replaces it: the projections as a dense GEMM plus the fitted kernels.
+The LM head is a GEMM roofline on the sampled rows.
 """
 
 from __future__ import annotations
@@ -140,24 +141,62 @@ def gemm_us(weight_bytes: float, flops_per_token: float, tokens: np.ndarray,
     return t
 
 
-def dense_ffn_us(tokens: np.ndarray, model: ModelSpec, gemm_params: dict[str, float],
-                 tp_size: int = 1) -> np.ndarray:
-    """[dp] one dense (non-MoE) FFN layer: SwiGLU of width `intermediate_size`."""
-    params = 3.0 * model.hidden_size * model.intermediate_size
-    return gemm_us(params * model.weight_bytes_per_param, 2.0 * params, tokens, gemm_params, tp_size)
-
-
-def shared_experts_us(tokens: np.ndarray, model: ModelSpec, gemm_params: dict[str, float],
-                      tp_size: int = 1) -> np.ndarray:
-    """[dp] the shared experts of one MoE layer on each rank's own tokens (0 without them)."""
-    if model.num_shared_experts == 0:
-        return np.zeros_like(np.asarray(tokens, dtype=np.float64))
-    params = float(model.num_shared_experts * model.expert_params)
-    return gemm_us(params * model.weight_bytes_per_param, 2.0 * params, tokens, gemm_params, tp_size)
-
-
 def lm_head_us(sampled_tokens: np.ndarray, model: ModelSpec, gemm_params: dict[str, float],
                tp_size: int = 1) -> np.ndarray:
     """[dp] the LM head (BF16 vocab projection) on the rows that sample a token."""
     params = float(model.vocab_size * model.hidden_size)
     return gemm_us(2.0 * params, 2.0 * params, sampled_tokens, gemm_params, tp_size)
+
+
+# -- measured attention kernels (single-GPU records: `any/attention_decode|prefill/graph`) -------
+FLASH_BLOCK = 128        # query and key block of a flash-attention kernel (one CTA per block)
+
+
+def core_work(kv_bytes: np.ndarray, pairs: np.ndarray, flops_per_pair: float, head_dim: int,
+              num_sms: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(memory KB, MFLOPs, waves) of the attention kernel itself (scores, softmax, values).
+
+    Memory: the KV cache read (and Q, O); FLOPs: `flops_per_pair` per (query, key) pair;
+    waves: `ceil(flops / (num_sms * block flops))`, a block being `4 * 128 * 128 * head_dim`.
+    """
+    flops = np.asarray(pairs, dtype=np.float64) * flops_per_pair
+    block = 4.0 * FLASH_BLOCK * FLASH_BLOCK * head_dim
+    return (np.asarray(kv_bytes, dtype=np.float64) * 1e-3, flops * 1e-6,
+            np.ceil(flops / (num_sms * block)))
+
+
+def core_us(mem_kb: np.ndarray, mflops: np.ndarray, waves: np.ndarray,
+            params: dict[str, float]) -> np.ndarray:
+    """Microseconds of an attention kernel, the experts' form (`EXPERT_TERMS`): `base_us +
+    max(memory / hbm_gbps, FLOPs / tflops + waves * wave_us)`; 0 where there is no work."""
+    math = mflops / params["tflops"] + waves * params.get("wave_us", 0.0)
+    t = params["base_us"] + np.maximum(mem_kb / params["hbm_gbps"], math)
+    return np.where(mflops > 0, t, 0.0)
+
+
+def core_features(mem_kb: float, mflops: float, waves: float, params: dict[str, float]) -> np.ndarray:
+    """[5] design row of `core_us` in `EXPERT_TERMS` order (no per-expert column)."""
+    math = mflops / params["tflops"] + waves * params.get("wave_us", 0.0)
+    if mem_kb / params["hbm_gbps"] >= math:
+        return np.array([1.0, 0.0, mem_kb, 0.0, 0.0])
+    return np.array([1.0, 0.0, 0.0, mflops, waves])
+
+
+def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str, float],
+                          prefill: dict[str, float], projections: dict[str, float], num_sms: int,
+                          tp_size: int = 1) -> np.ndarray:
+    """[dp] one attention layer per rank with fitted kernels: the projections (and router) as a
+    dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' kernel over their contexts
+    (`decode`) and the prefill chunks' causal kernel (`prefill`); 0 for an idle rank."""
+    weight_bytes, proj_flops, core_decode, core_prefill, kv_bytes = _attention_constants(model)
+    tokens = batch.tokens
+    hd = model.head_dim if model.attention != "mla" else model.kv_lora_rank
+    proj = gemm_us(weight_bytes, proj_flops, tokens, projections, tp_size)
+    t = proj + core_us(*core_work(kv_bytes * batch.decode_context / tp_size,
+                                  batch.decode_context / tp_size, core_decode, hd, num_sms),
+                       decode)
+    if batch.phase == "prefill":
+        t = t + core_us(*core_work(kv_bytes * (batch.prefill_context + batch.prefill_tokens) / tp_size,
+                                   batch.prefill_pairs / tp_size, core_prefill, hd, num_sms),
+                        prefill)
+    return np.where(tokens > 0, t, 0.0)

@@ -17,18 +17,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim import vocab
-from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, dense_ffn_us,
-                                  lm_head_us, overhead_defaults, shared_experts_us)
+from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, gemm_us,
+                                  lm_head_us, measured_attention_us, overhead_defaults)
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
                              comm_defaults, comm_us, dedup_for,
                              dispatch_bytes_per_copy)
-from epsim.cost.experts import even_row_tiles, experts_defaults, experts_us, model_gemm
+from epsim.cost.experts import (dense_gemm, dense_us, even_row_tiles, experts_defaults, experts_us,
+                                model_gemm)
 from epsim.cost.tables import PlacementTables
 from epsim.cost.provenance import Ledger
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.traffic import Traffic, count_traffic
 from epsim.errors import SpecError
-from epsim.profile import Profile, load_profile, mode_path
+from epsim.profile import GRAPH, Profile, load_profile, mode_path
 from epsim.cost.transport import network_us, transport_path
 from epsim.eplb.placement import ranks_per_node
 from epsim.spec.deployment import DeploymentSpec
@@ -177,6 +178,13 @@ class CostModel:
         self.transport = transport_path(self.backend, cluster.network_resolved.kind)
         self.max_nodes_per_token = max_nodes_per_token(model, self.num_nodes)
         self.gemm = model_gemm(model, cluster.gpu)           # the routed experts' grouped GEMM
+        # single-GPU kernels measured device-only (`any/dense/graph`, `any/attention_*/graph`):
+        # dense MLPs (dense layers, shared experts) with the experts' physics, attention as its
+        # projections (a dense GEMM) plus the fitted decode and prefill kernels; None: the
+        # datasheet rooflines of section 5 of docs/model.md
+        self.dense_params = self._kernel("dense")
+        decode, prefill = self._kernel("attention_decode"), self._kernel("attention_prefill")
+        self.attention_kernels = (decode, prefill) if decode and prefill else None
         self._token_ranges = self._fitted_ranges(modes)
         self.ledger = Ledger()               # what the costed steps spent, for `provenance`
 
@@ -218,6 +226,17 @@ class CostModel:
         if not self.profile_applies:
             return StageTiming(kind, eager, "", mode_path, False)
         return stage_timing(self.profile, self.backend, kind, mode_path, eager)
+
+    def _kernel(self, kind: str) -> dict[str, float] | None:
+        """Parameters of a fitted single-GPU kernel component `any/<kind>/graph`, or None."""
+        if not self.profile_applies or self.profile.resolve("any", kind, GRAPH) is None:
+            return None
+        defaults = experts_defaults(self.cluster.hardware, self.model.weight_dtype)
+        return self.profile.params("any", kind, GRAPH, defaults=defaults)
+
+    def _gemm_params(self, experts_params: dict[str, float]) -> dict[str, float]:
+        """Rates of a dense GEMM: the fitted dense MLP's, else the experts'."""
+        return self.dense_params or experts_params
 
     def host_us(self, kind: str, mode: str, graph: bool) -> float:
         """Host overhead one `kind` stage adds in a step (0 in a CUDA-graph step)."""
@@ -316,8 +335,8 @@ class CostModel:
         attn = self._attention_layer_us(part)
         graph = self.uses_graph(batch)
         experts_params = self.graph_experts_params if graph else self.experts_params
-        shared = float(shared_experts_us(part.tokens, m, experts_params, self.tp_size).max()
-                       ) if m.num_shared_experts else 0.0
+        shared = float(self._mlp_us(part.tokens, m.num_shared_experts * m.moe_intermediate_size,
+                                    experts_params).max()) if m.num_shared_experts else 0.0
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
         compute = attn + shared + moe.experts_us                           # [layers]
@@ -331,10 +350,11 @@ class CostModel:
         if moe.sync_us:
             layer = layer + scale * moe.sync_us            # once per micro-batch's collectives
         num_layers = layer.shape[0]
-        dense = float(lm_head_us(batch.sampled_tokens, m, experts_params, self.tp_size).max())
+        dense = float(lm_head_us(batch.sampled_tokens, m, self._gemm_params(experts_params),
+                                 self.tp_size).max())
         if m.num_dense_layers:
             dense += m.num_dense_layers * (self._attention_layer_us(batch) + float(
-                dense_ffn_us(batch.tokens, m, experts_params, self.tp_size).max()))
+                self._mlp_us(batch.tokens, m.intermediate_size, experts_params).max()))
         overhead = (self.overhead_params["base_us"]
                     + self.overhead_params["per_layer_us"] * m.num_layers)
         step = float(layer.sum()) + dense + overhead
@@ -371,9 +391,27 @@ class CostModel:
                         moe.sync_us * scale * num_layers])
         self.ledger.add(graph, mode, row, max_tokens)
 
+    def _mlp_us(self, tokens: np.ndarray, width: int, experts_params: dict[str, float]) -> np.ndarray:
+        """[dp] a dense SwiGLU MLP of `width` on each rank's tokens: the fitted dense kernel
+        (`epsim.cost.experts.dense_us`), else the datasheet roofline with the experts' rates."""
+        m = self.model
+        if self.dense_params is None:
+            params = float(3 * m.hidden_size * width)
+            return gemm_us(params * m.weight_bytes_per_param, 2.0 * params, tokens, experts_params,
+                           self.tp_size)
+        gemm = dense_gemm(m.hidden_size, max(width // self.tp_size, 1), m.weight_bytes_per_param,
+                          self.cluster.gpu)
+        return dense_us(tokens, gemm, self.dense_params)
+
     def _attention_layer_us(self, batch: BatchCounts) -> float:
         """Slowest rank's attention of one layer, plus the TP all-reduce without DP attention."""
-        t = float(attention_us(batch, self.model, self.attention_params, self.tp_size).max())
+        if self.attention_kernels is not None:
+            decode, prefill = self.attention_kernels
+            t = float(measured_attention_us(batch, self.model, decode, prefill,
+                                            self._gemm_params(self.experts_params),
+                                            self.gemm.num_sms, self.tp_size).max())
+        else:
+            t = float(attention_us(batch, self.model, self.attention_params, self.tp_size).max())
         if self.tp_size > 1:
             hidden_bytes = float(batch.tokens.sum()) * self.model.hidden_size * 2.0
             t += float(collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 2,

@@ -172,11 +172,21 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                 use(kind, "host", t.host_key, host, graph, {})
             if kind == "experts":
                 experts_key = t.key
-        use("attention", "device", "any/attention" if "any/attention" in profile.components
-            else "", row[_COL["attention"]], graph, {})
-        gemm = ["dense GEMM costed with the experts fit's bandwidth and FLOP rate"]
-        use("shared_experts", "device", experts_key, row[_COL["shared_experts"]], graph, {}, gemm)
-        use("dense", "device", experts_key, row[_COL["dense"]], graph, {}, gemm)
+        if cm.attention_kernels is not None:
+            mla = ["MLA attention costed with the GQA kernels' fits"] \
+                if cm.model.attention == "mla" else []
+            use("attention", "device", "any/attention_decode/graph", row[_COL["attention"]],
+                graph, {}, mla)
+        else:
+            use("attention", "device", "any/attention" if "any/attention" in profile.components
+                else "", row[_COL["attention"]], graph, {})
+        if cm.dense_params is not None:
+            gemm, gemm_key = [], "any/dense/graph"
+        else:
+            gemm = ["dense GEMM costed with the experts fit's bandwidth and FLOP rate"]
+            gemm_key = experts_key
+        use("shared_experts", "device", gemm_key, row[_COL["shared_experts"]], graph, hidden, gemm)
+        use("dense", "device", gemm_key, row[_COL["dense"]], graph, hidden, gemm)
         use("overhead", "host", "any/step_overhead" if "any/step_overhead" in profile.components
             else "", row[_COL["overhead"]], graph, {})
         sync_key = f"{cm.backend}/moe_layer" + ("/graph" if graph else "")

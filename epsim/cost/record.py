@@ -30,8 +30,8 @@ import numpy as np
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy)
-from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults, experts_features,
-                                num_sms, row_tiles)
+from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defaults,
+                                experts_features, num_sms, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.model import layer_defaults
 from epsim.eplb.placement import ranks_per_node
@@ -41,7 +41,11 @@ from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
 
-PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce")
+PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
+                     "attention_prefill", "attention_decode", "dense_mlp")
+# single-GPU kinds and the component each fits (`any/<component>[/graph]`)
+SINGLE_GPU_COMPONENTS = {"attention_prefill": "attention_prefill",
+                         "attention_decode": "attention_decode", "dense_mlp": "dense"}
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,43 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
                           row, EXPERT_TERMS.coefficients(params), host)
 
 
+def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
+    """Design row of a single-GPU kernel record: a dense SwiGLU MLP (one expert's physics,
+    `epsim.cost.experts.dense_us`) or an attention kernel (`epsim.cost.attention.core_us`)."""
+    from epsim.cost.attention import FLASH_BLOCK, core_features, core_work
+    from epsim.profile import GRAPH
+    cluster = _cluster(record, profile)
+    kind = SINGLE_GPU_COMPONENTS[record.kind]
+    path = GRAPH if is_graph(record) else ""
+    params = profile.params("any", kind, path, defaults=experts_defaults(cluster.hardware))
+    sms = num_sms(cluster.gpu)
+    if record.kind == "dense_mlp":
+        if not (record.hidden_size and record.intermediate_size):
+            raise RecordError("hidden_size and intermediate_size must be > 0 for a dense_mlp record")
+        gemm = ExpertGemm(record.hidden_size, record.intermediate_size,
+                          3.0 * record.hidden_size * record.intermediate_size * 2.0, sms)
+        t = float(record.num_tokens_per_rank)
+        row = experts_features(np.array([t]), np.array([1.0 if t > 0 else 0.0]),
+                               np.array([np.ceil(t / TILE_M)]), gemm, params)
+        row[1] = 0.0          # one expert always: its per-expert term is the base's
+    else:
+        h, kv, hd = record.num_attention_heads, record.num_kv_heads, record.head_dim
+        seqs, ctx = record.num_seqs, record.context_len
+        if not (h and kv and hd and seqs and ctx):
+            raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs and "
+                              "context_len must be > 0 for an attention record")
+        q_len = ctx if record.kind == "attention_prefill" else 1
+        if q_len > 1:       # causal: whole 128 x 128 blocks on and below the diagonal
+            blocks = -(-ctx // FLASH_BLOCK)
+            pairs = seqs * FLASH_BLOCK * FLASH_BLOCK * blocks * (blocks + 1) / 2.0
+        else:
+            pairs = seqs * ctx
+        num_bytes = 2.0 * seqs * (2.0 * q_len * h * hd + 2.0 * ctx * kv * hd)   # q, o; k, v
+        row = core_features(*core_work(num_bytes, pairs, 4.0 * h * hd, hd, sms), params)
+    return RecordFeatures(component_key("any", kind, path), EXPERT_TERMS.coef_names, row,
+                          EXPERT_TERMS.coefficients(params))
+
+
 def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     """The design row of the component a record measures (kinds dispatch, combine, experts,
     allreduce).
@@ -178,6 +219,8 @@ def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatur
         return _comm_row(record, profile, record.kind)
     if record.kind == "experts":
         return _experts_row(record, profile)
+    if record.kind in SINGLE_GPU_COMPONENTS:
+        return _single_gpu_row(record, profile)
     if record.kind == "allreduce":
         return _collective_row(record, profile, passes=2)
     raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "

@@ -88,8 +88,8 @@ def compare(records: list[SourcedRecord], profile: Profile, holdout: Holdout) ->
     out, outside = [], []
     for s in records:
         r = s.record
-        if r.kind not in PREDICTABLE_KINDS:
-            continue
+        if r.kind not in PREDICTABLE_KINDS or getattr(r, "timing", "") in ("host", "eager"):
+            continue              # a single-GPU kernel's host or eager timing: not a prediction
         try:
             predicted = predict_record(r, evaluable)
         except EpsimError as exc:

@@ -3,7 +3,8 @@
 Each axis splits the records, refits a profile on one side (`epsim.calibrate.fit_records`, no
 further hold-out) and judges the other side:
   tokens  fit tokens per rank <= 1024, judge 2048-16384 (larger batches than any fit saw)
-  shape   fit the Qwen3 shapes, judge DeepSeek-V3 (a model shape no fit saw)
+  shape   fit the Qwen3 shapes (and the other shapes measured), judge DeepSeek-V3 (a model
+          shape no fit saw)
   run     fit one run's record files, judge another run's (another machine or VM instance)
 
 Next to the model's MAPE, two baselines built from the same fit-set points:
@@ -29,7 +30,6 @@ from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
 
 FIT_MAX_TOKENS = 1024
 JUDGED_TOKENS = (2048, 16384)
-FIT_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B")
 JUDGED_MODELS = ("DeepSeek-V3",)
 AXES = ("tokens", "shape", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
@@ -172,8 +172,10 @@ def split_tokens(raw: list[SourcedRecord]) -> tuple[list[SourcedRecord], list[So
 
 
 def split_shape(raw: list[SourcedRecord]) -> tuple[list[SourcedRecord], list[SourcedRecord]]:
-    return ([s for s in raw if s.record.model in FIT_MODELS],
-            [s for s in raw if s.record.model in JUDGED_MODELS])
+    """Judged: records of a `JUDGED_MODELS` shape (or one of its parts, `DeepSeek-V3/dense`);
+    fit: every other shape (the Qwen3 models, the bench's plain `h2048-i6144` MLP)."""
+    judged = [s for s in raw if s.record.model.split("/")[0] in JUDGED_MODELS]
+    return [s for s in raw if s.record.model.split("/")[0] not in JUDGED_MODELS], judged
 
 
 def stats(rows: list[Judged]) -> list[AxisStats]:
@@ -191,19 +193,29 @@ def stats(rows: list[Judged]) -> list[AxisStats]:
     return out
 
 
-# the run hold-out when none is named: the shipped two-H200 eager records (run 2) fit, the same
-# grid measured on another VM instance (run 1, kept in benchmarks/) judged
-DEFAULT_RUN_FIT = "h200x2/bench.jsonl.gz"
-DEFAULT_RUN_JUDGED = Path("benchmarks") / "results" / "h200x2_run1" / "bench.jsonl.gz"
+# the run hold-outs when none is named: (fit, judged) pairs of the shipped records -- the
+# two-H200 eager records (run 2) fit and the same grid on another VM instance (run 1, kept in
+# benchmarks/) judged; the single-H200 records of one machine fit, the other machine's judged
+DEFAULT_RUN_PAIRS = (("h200x2/bench.jsonl.gz",
+                      Path("benchmarks") / "results" / "h200x2_run1" / "bench.jsonl.gz"),
+                     ("h200_single/run1.jsonl.gz", "h200_single/run2.jsonl.gz"))
 
 
 def default_run_pair(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
-    """(fit, judged) record files of the default run hold-out among `paths` (the shipped
-    records), with the second run under the working directory; ([], []) when absent."""
-    fit = [Path(p) for p in paths if Path(p).as_posix().endswith(DEFAULT_RUN_FIT)]
-    if not fit or not DEFAULT_RUN_JUDGED.is_file():
-        return [], []
-    return fit, [DEFAULT_RUN_JUDGED]
+    """(fit, judged) record files of the default run hold-outs: for each pair whose fit file is
+    among `paths` (the shipped records) and whose judged file is too, or lies under the working
+    directory; ([], []) when none."""
+    paths = [Path(p) for p in paths]
+    fit, judged = [], []
+    for fit_name, judged_name in DEFAULT_RUN_PAIRS:
+        mine = [p for p in paths if p.as_posix().endswith(fit_name)]
+        other = [p for p in paths if p.as_posix().endswith(str(judged_name))]
+        if not other and Path(judged_name).is_file():
+            other = [Path(judged_name)]
+        if mine and other:
+            fit += mine
+            judged += other
+    return fit, judged
 
 
 def extrapolation(paths: Iterable[str | Path], run_fit: Iterable[str | Path] = (),

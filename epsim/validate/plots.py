@@ -12,7 +12,8 @@ from epsim.validate.compare import Comparison
 from epsim.validate.table import JUDGED_KINDS
 
 _KIND_COLORS = {"dispatch": "tab:blue", "combine": "tab:orange", "experts": "tab:green",
-                "moe_layer": "tab:red", "allreduce": "tab:purple"}
+                "moe_layer": "tab:red", "allreduce": "tab:purple", "attention_prefill": "tab:brown",
+                "attention_decode": "tab:pink", "dense_mlp": "tab:olive"}
 _SKEW_MARKERS = {"uniform": "o", "zipf": "s", "hotset": "^", "trace": "D"}
 # grouped colours of (model, dispatch dtype) series: one hue per model, dark for the first dtype
 # (bf16), light for the next (fp8) -- shared with the app's curves

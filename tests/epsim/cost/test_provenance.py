@@ -111,7 +111,10 @@ def test_cost_cli_names_deepep_datasheet_components():
     assert data["time_mode"] == "eager" and data["time"] == "device+host"
     tags = {u["part"]: u["tag"] for u in data["provenance"]["components"]}
     assert tags["dispatch"] == tags["combine"] == "datasheet"
-    assert tags["experts"] == "extrapolated"             # hidden 7168 no fit saw
+    keys = {u["part"]: u["key"] for u in data["provenance"]["components"]}
+    # DeepSeek-V3's experts were measured on one H200 (the single-GPU records): device time
+    # from the pooled grouped-GEMM fit, host overhead from the pooled eager-minus-device fit
+    assert keys["experts"] == "any/experts/graph" and tags["experts"] == "fitted"
     assert set(data["provenance"]["datasheet"]) >= {"dispatch", "combine", "RDMA"}
 
 
@@ -127,3 +130,35 @@ def test_simulate_deepep_scenario_names_datasheet_components(tmp_path):
     shares = sum(prov[f"{t}_share"] for t in ("measured", "extrapolated", "datasheet"))
     assert shares == pytest.approx(1.0)
     assert all(u["tag"] in ("fitted", "extrapolated", "datasheet") for u in prov["components"])
+
+
+def test_single_gpu_kernel_fits_cost_attention_and_dense_parts():
+    """With `any/attention_*/graph` and `any/dense/graph` fitted, a step's attention is the
+    projections plus the fitted kernels and the shared experts the dense MLP physics; the
+    provenance names those components."""
+    from epsim.cost import BatchCounts
+    from epsim.cost.attention import core_us, core_work
+    kernel = dict(base_us=10.0, per_expert_us=0.0, hbm_gbps=3000.0, tflops=400.0, wave_us=1.0)
+    profile = Profile(name="kernels", hardware="H200", components={
+        f"any/{k}/graph": _comp(**kernel) for k in ("attention_decode", "attention_prefill",
+                                                    "dense")})
+    m = get_model("DeepSeek-V3")
+    cm = CostModel(m, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), profile)
+    assert cm.attention_kernels is not None and cm.dense_params is not None
+    batch = BatchCounts.uniform_decode(32, 64, 4096.0)
+    slower = Profile(name="slow", hardware="H200", components={
+        **profile.components, "any/attention_decode/graph": _comp(**{**kernel, "base_us": 60.0})})
+    cm_slow = CostModel(m, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), slower)
+    assert cm_slow._attention_layer_us(batch) == pytest.approx(cm._attention_layer_us(batch) + 50.0)
+    # the decode kernel term is core_us of the batch's KV reads and (query, key) pairs
+    kv = m.kv_bytes_per_token_per_layer * 64 * 4096.0
+    assert core_us(*core_work(kv, 64 * 4096.0, 1.0, 512, 132), kernel) > kernel["base_us"]
+    tables = build_tables(contiguous_placement(m.num_moe_layers, m.num_experts, 32),
+                          m.num_experts, 32, 8)
+    loads = np.full((m.num_moe_layers, m.num_experts), 32 * 64 * m.top_k / m.num_experts)
+    cm.step(batch, loads, tables)
+    from epsim.cost.provenance import provenance
+    uses = {u["part"]: u for u in provenance(cm)["components"]}
+    assert uses["attention"]["key"] == "any/attention_decode/graph"
+    assert any("MLA" in a for a in uses["attention"]["axes"])          # GQA fits on MLA
+    assert uses["shared_experts"]["key"] == "any/dense/graph"
