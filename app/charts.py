@@ -231,3 +231,20 @@ def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str,
                                                                    x=alt.value(0))
         chart = chart + rule + text
     return finish(chart.properties(height=320))
+
+
+TAG_COLORS = alt.Scale(domain=["fitted", "extrapolated", "datasheet"],
+                       range=["#2ca02c", "#ff7f0e", "#999999"])
+
+
+def provenance_bands(frame: pd.DataFrame) -> alt.Chart:
+    """Predicted mean time per MoE-layer part with its p10-p90 band (where the component has a
+    measured spread), coloured by provenance tag. Columns: part, µs, p10 µs, p90 µs, tag."""
+    base = alt.Chart(frame).encode(y=alt.Y("part:N", sort=None, title=None))
+    bars = base.mark_bar().encode(
+        x=alt.X("µs:Q", title="mean per MoE layer (µs), p10-p90 band"),
+        color=alt.Color("tag:N", scale=TAG_COLORS, title="provenance"),
+        tooltip=["part", "tag", "component", alt.Tooltip("µs:Q", format=".1f"),
+                 alt.Tooltip("p10 µs:Q", format=".1f"), alt.Tooltip("p90 µs:Q", format=".1f")])
+    band = base.mark_errorbar(ticks=True, color="black").encode(x="p10 µs:Q", x2="p90 µs:Q")
+    return finish((bars + band).properties(height=30 * max(len(frame), 1) + 20))

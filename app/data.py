@@ -13,7 +13,7 @@ import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -201,12 +201,15 @@ class ValidationView:
         markdown: the error tables `epsim validate` prints.
         warnings: records skipped and extrapolations, one line each.
         measured_on: where the records were measured (device, EP sizes, dates, count).
+        extrapolation: per axis and component, the model's MAPE on the extrapolation hold-outs
+            next to the two baselines (`epsim.validate.extrapolation.stats`, as dicts).
     """
 
     rows: list
     markdown: str
     warnings: list
     measured_on: str = ""
+    extrapolation: list = field(default_factory=list)
 
 
 def shipped_validation_files() -> tuple[list[Path], Path | None]:
@@ -303,8 +306,11 @@ def validation(key: str, _record_files: tuple, _profile_file: tuple) -> Validati
         rows = [replace(r, where=clean(r.where)) for r in report.rows]
         from epsim.commands.output import merge_notes
         from epsim.validate.report import describe_measured_on
+        from epsim.validate.extrapolation import stats
+        extrapolation = [dict(e.__dict__, skill=e.skill, beats_both=e.beats_both)
+                         for e in stats(report.extrapolation)]
         return ValidationView(rows, clean(report.markdown), merge_notes(messages),
-                              describe_measured_on(report.measured_on))
+                              describe_measured_on(report.measured_on), extrapolation)
 
 
 # -- planning -----------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import typing
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 from app import charts, data, ui
@@ -138,6 +140,44 @@ def kpis(summary: dict) -> None:
         cols[3].metric(f"{label} mean", ui.fmt(summary[name]["mean"], ".2f", " ms"))
 
 
+def provenance_frame(summary: dict, layer_mean_us: dict) -> pd.DataFrame:
+    """Per MoE-layer part (attention, dispatch, experts, combine): the mean predicted time, the
+    p10-p90 band of the component that gave most of it (device time; NaN where it has no
+    measured spread) and its provenance tag."""
+    uses = summary.get("provenance", {}).get("components", [])
+    rows = []
+    for part in ("attention", "dispatch", "experts", "combine"):
+        mine = [u for u in uses if u["part"] == part and u["time"] != "host"]
+        if not mine or f"{part}_us" not in layer_mean_us:
+            continue
+        top = max(mine, key=lambda u: u["share"])
+        us = float(np.mean(layer_mean_us[f"{part}_us"]))
+        lo, hi = top["p10_ratio"], top["p90_ratio"]
+        rows.append({"part": part, "µs": us, "p10 µs": us * lo if lo else np.nan,
+                     "p90 µs": us * hi if hi else np.nan, "tag": top["tag"],
+                     "component": top["key"] or "datasheet"})
+    return pd.DataFrame(rows)
+
+
+def provenance(summary: dict, layer_mean_us: dict) -> None:
+    """Where the numbers come from: the one line, the bands per part, every component."""
+    prov = summary.get("provenance")
+    if not prov:
+        return
+    st.info(f"**Where the numbers come from** ({prov['time_mode']} steps: CUDA-graph decode "
+            f"steps are device time, eager steps device time + host overhead): {prov['line']}")
+    frame = provenance_frame(summary, layer_mean_us)
+    if not frame.empty:
+        st.altair_chart(charts.provenance_bands(frame), width="stretch")
+    with st.expander("Every component the prediction used (tag, share of step time, band)"):
+        st.dataframe(pd.DataFrame([{
+            "part": u["part"], "time": u["time"], "component": u["key"] or "datasheet",
+            "tag": u["tag"], "why": "; ".join(u["axes"]), "share %": round(100 * u["share"], 1),
+            "p10 / p90": (f"{u['p10_ratio']:.2f} / {u['p90_ratio']:.2f}"
+                          if u["p10_ratio"] else "-"), "steps": u["steps"]}
+            for u in prov["components"]]), hide_index=True, width="stretch")
+
+
 def results(run: dict) -> None:
     view = data.run_scenario(run["text"], run["where"], run["base_dir"], run["overrides"])
     s = view.summary
@@ -151,6 +191,7 @@ def results(run: dict) -> None:
     for warning in view.warnings:
         st.warning(warning)
     kpis(s)
+    provenance(s, view.layer_mean_us)
     left, right = st.columns(2)
     left.markdown("**TTFT, CDF of measured requests**")
     left.altair_chart(charts.latency_cdf(view.latencies_ms["ttft_ms"], "TTFT (ms)"), width="stretch")

@@ -110,6 +110,27 @@ def error_table(rows: list) -> pd.DataFrame:
                          for (backend, kind), s in group(rows, "backend", "kind").items()])
 
 
+def extrapolation_table(rows: list[dict]) -> None:
+    """The extrapolation hold-outs (tokens above the fit, an unseen shape, another run): the
+    model's MAPE next to a constant and log-log, a component that does not beat both flagged."""
+    st.markdown("**Extrapolation hold-outs against two baselines** (constant: the fit-set median "
+                "of the same configuration; log-log: the fit-set points joined along the axis; "
+                "skill = 1 - model / best baseline)")
+    if not rows:
+        st.caption("no extrapolation hold-out in these records (tokens above 1024, a "
+                   "DeepSeek-V3 shape); the run axis is in docs/validation.md")
+        return
+    flagged = [f"{r['axis']}: {r['component']}" for r in rows if not r["beats_both"]]
+    if flagged:
+        st.warning("Does not beat both baselines: " + ", ".join(flagged))
+    st.dataframe(pd.DataFrame([{
+        "axis": r["axis"], "component": r["component"], "records": r["num"],
+        "model MAPE %": round(r["model_mape"], 1), "constant MAPE %": round(r["constant_mape"], 1),
+        "log-log MAPE %": round(r["loglog_mape"], 1), "skill": round(r["skill"], 2),
+        "beats both": "yes" if r["beats_both"] else "NO"} for r in rows]),
+        hide_index=True, width="stretch")
+
+
 def page() -> None:
     st.title("Predicted vs measured")
     st.caption("Every record the cost models predict, predicted with the simulator's own formulas from "
@@ -164,6 +185,7 @@ def page() -> None:
     for backend in sorted({r.backend for r in rows}):
         st.markdown(f"*{backend}*")
         st.altair_chart(charts.curves_by_kind(frame[frame["backend"] == backend]), width="content")
+    extrapolation_table(view.extrapolation)
     with st.expander("Every comparison"):
         shown = frame.drop(columns=["series", "shape", "skew kind"])
         st.dataframe(shown, hide_index=True, width="stretch")

@@ -74,6 +74,7 @@ class MoECost:
     traffic: Traffic
     mode: str
     sync_us: float = 0.0
+    network_us: np.ndarray | float = 0.0    # the fabric's part of each dispatch and combine
 
     @property
     def layer_us(self) -> np.ndarray:
@@ -193,11 +194,11 @@ class CostModel:
         used fitted components saw; return their token ranges for `moe` to check."""
         if not self.profile_applies:
             return []
-        dtype = self.deployment.dispatch_dtype
-        used = [(self.backend, "experts", mode_path("", "experts", dtype))] + (
-            [("none", "allreduce", "")] if self.backend == "none" else
-            [(self.backend, kind, mode_path(mode, kind, dtype))
-             for kind in ("dispatch", "combine") for mode in modes])
+        # the components the steps read: each stage's in eager and in graph steps (`timings`)
+        used = list(dict.fromkeys((self.backend, t.kind, t.mode_path)
+                                  for t in self.timings.values() if t.key))
+        if self.backend == "none":
+            used.append(("none", "allreduce", ""))
         out, warned = [], set()
         for backend, kind, mode in used:
             comp = self.profile.component(backend, kind, mode)
@@ -314,6 +315,8 @@ class CostModel:
                               comm_params[("combine", mode)]) + self.host_us("combine", mode, graph)
             fabric = network_us(tr, self.transport)
             dispatch, combine = dispatch + fabric, combine + fabric
+            return MoECost(dispatch, expert, combine, tr, mode,
+                           self.graph_sync_us if graph else self.sync_us, fabric)
         return MoECost(dispatch, expert, combine, tr, mode,
                        self.graph_sync_us if graph else self.sync_us)
 
@@ -385,10 +388,14 @@ class CostModel:
         """Add one step's parts to `ledger` (for the provenance shares)."""
         host = [self.host_us(kind, mode, graph) * num_layers * scale
                 for kind in ("dispatch", "experts", "combine")]
-        row = np.array([attn * scale * num_layers, float(moe.dispatch_us.sum()) * scale,
-                        float(moe.experts_us.sum()) * scale, float(moe.combine_us.sum()) * scale,
+        network = float(np.sum(moe.network_us)) * scale
+        if np.ndim(moe.network_us) == 0:
+            network *= num_layers
+        row = np.array([attn * scale * num_layers, float(moe.dispatch_us.sum()) * scale - network,
+                        float(moe.experts_us.sum()) * scale,
+                        float(moe.combine_us.sum()) * scale - network,
                         shared * scale * num_layers, dense, overhead, *host,
-                        moe.sync_us * scale * num_layers])
+                        moe.sync_us * scale * num_layers, 2.0 * network])
         self.ledger.add(graph, mode, row, max_tokens)
 
     def _mlp_us(self, tokens: np.ndarray, width: int, experts_params: dict[str, float]) -> np.ndarray:

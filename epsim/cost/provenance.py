@@ -21,7 +21,7 @@ from epsim.cost.timing import band_ratios
 
 # ledger columns, in order
 COLUMNS = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
-           "dispatch_host", "experts_host", "combine_host", "sync")
+           "dispatch_host", "experts_host", "combine_host", "sync", "network")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
 TAGS = ("fitted", "extrapolated", "datasheet")
 
@@ -58,7 +58,7 @@ class Ledger:
     def total_us(self) -> float:
         """Sum of every part's time (host counted once; the layer sync by magnitude, as it may
         be negative where stages overlap)."""
-        return float(sum(v[:_COL["dispatch_host"]].sum() + abs(v[_COL["sync"]])
+        return float(sum(v[:_COL["dispatch_host"]].sum() + abs(v[_COL["sync"]]) + v[_COL["network"]]
                          for v in self.sums.values()))
 
 
@@ -68,7 +68,7 @@ class ComponentUse:
 
     Attributes:
         part: "attention", "dispatch", "experts", "combine", "shared_experts", "dense",
-            "overhead", "sync".
+            "overhead", "sync", "network" (the fabric's part of dispatch and combine).
         time: "device", "host", or "device+host" (an eager-timed component).
         key: profile key used ("" for datasheet defaults); `label` names it for people.
         tag: one of TAGS; `axes`: why extrapolated (empty otherwise).
@@ -103,8 +103,9 @@ def _outside(component, values: dict[str, tuple[float, float]]) -> list[str]:
     out = []
     for name, (lo, hi) in values.items():
         if hi > 0:
-            out += [a for a in component.outside(**{name: hi}) + component.outside(**{name: lo})
-                    if a not in out]
+            for axis in component.outside(**{name: hi}) + component.outside(**{name: lo}):
+                if axis not in out:
+                    out.append(axis)
     return out
 
 
@@ -189,6 +190,9 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         use("dense", "device", gemm_key, row[_COL["dense"]], graph, hidden, gemm)
         use("overhead", "host", "any/step_overhead" if "any/step_overhead" in profile.components
             else "", row[_COL["overhead"]], graph, {})
+        use("network", "device", "", row[_COL["network"]], graph, {},
+            [f"{cm.transport.name} over the cluster's network: fabric latency and proxy "
+             f"messages"])
         sync_key = f"{cm.backend}/moe_layer" + ("/graph" if graph else "")
         if sync_key not in profile.components:
             sync_key = f"{cm.backend}/moe_layer"
@@ -204,7 +208,7 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
 
 _NAMES = {"attention": "attention", "dispatch": "dispatch", "combine": "combine",
           "experts": "experts", "shared_experts": "shared experts", "dense": "dense layers",
-          "overhead": "step overhead", "sync": "layer sync"}
+          "overhead": "step overhead", "sync": "layer sync", "network": "network"}
 
 
 def summarize(uses: list[ComponentUse], of: str = "step time") -> dict:

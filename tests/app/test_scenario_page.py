@@ -28,7 +28,17 @@ def test_run_shows_kpis_charts_and_downloads_from_epsim(app):
         for q in ("p50", "p90", "p99", "mean"):
             assert shown[f"{label} {q}"] == fmt(summary[name][q], ".2f", " ms")
     assert summary["ttft_ms"]["count"] > 0 and shown["TTFT p50"].endswith(" ms")
-    assert count(app, "vega_lite_chart") == 5        # TTFT and TPOT CDFs, per layer, per rank, step time
+    # TTFT and TPOT CDFs, provenance bands, per layer, per rank, step time
+    assert count(app, "vega_lite_chart") == 6
+    # where the numbers come from: the same line as summary.json's, and the band per part
+    info = " ".join(i.value for i in app.info)
+    assert summary["provenance"]["line"] in info and "device time + host overhead" in info
+    from app.pages.scenario import provenance_frame
+    frame = provenance_frame(summary, {f"{p}_us": [100.0] for p in ("attention", "dispatch",
+                                                                    "experts", "combine")})
+    assert list(frame["part"]) == ["attention", "dispatch", "experts", "combine"]
+    banded = frame.dropna()
+    assert len(banded) and ((banded["p10 µs"] < 100.0) & (banded["p90 µs"] > 100.0)).all()
     assert [b.label for b in app.get("download_button")] == ["summary.json", "timeseries.csv"]
     assert "Results: default" in [s.value for s in app.subheader]
 
