@@ -142,21 +142,16 @@ def kpis(summary: dict) -> None:
 
 def provenance_frame(summary: dict, layer_mean_us: dict) -> pd.DataFrame:
     """Per MoE-layer part (attention, dispatch, experts, combine): the mean predicted time, the
-    p10-p90 band of the component that gave most of it (device time; NaN where it has no
-    measured spread) and its provenance tag."""
-    uses = summary.get("provenance", {}).get("components", [])
-    rows = []
-    for part in ("attention", "dispatch", "experts", "combine"):
-        mine = [u for u in uses if u["part"] == part and u["time"] != "host"]
-        if not mine or f"{part}_us" not in layer_mean_us:
-            continue
-        top = max(mine, key=lambda u: u["share"])
-        us = float(np.mean(layer_mean_us[f"{part}_us"]))
-        lo, hi = top["p10_ratio"], top["p90_ratio"]
-        rows.append({"part": part, "µs": us, "p10 µs": us * lo if lo else np.nan,
-                     "p90 µs": us * hi if hi else np.nan, "tag": top["tag"],
-                     "component": top["key"] or "datasheet"})
-    return pd.DataFrame(rows)
+    p10-p90 band of the component that gave most of it (NaN where it has no measured spread)
+    and its provenance tag (`epsim.cost.provenance.part_bands`)."""
+    from epsim.cost.provenance import part_bands
+    bands = part_bands(summary.get("provenance", {}), {
+        part: float(np.mean(layer_mean_us[f"{part}_us"]))
+        for part in ("attention", "dispatch", "experts", "combine") if f"{part}_us" in layer_mean_us})
+    return pd.DataFrame([{"part": part, "µs": b["mean_us"],
+                          "p10 µs": np.nan if b["p10_us"] is None else b["p10_us"],
+                          "p90 µs": np.nan if b["p90_us"] is None else b["p90_us"],
+                          "tag": b["tag"], "component": b["component"]} for part, b in bands.items()])
 
 
 def provenance(summary: dict, layer_mean_us: dict) -> None:

@@ -237,3 +237,21 @@ def provenance(cost_model, ledger: Ledger | None = None, of: str = "step time") 
     uses = component_uses(cost_model, ledger or cost_model.ledger)
     return {"time_mode": cost_model.time_mode, **summarize(uses, of),
             "components": [u.as_dict() for u in uses]}
+
+
+def part_bands(prov: dict, mean_us: dict[str, float]) -> dict[str, dict]:
+    """p10/p90 next to predicted times: per part (`mean_us`: part -> predicted µs), the band
+    of the device-time component that gave most of it (None where it has no measured spread,
+    e.g. a datasheet part), its tag and key."""
+    uses = prov.get("components", [])
+    out = {}
+    for part, us in mean_us.items():
+        mine = [u for u in uses if u["part"] == part and u["time"] != "host"]
+        if not mine:
+            continue
+        top = max(mine, key=lambda u: u["share"])
+        lo, hi = top["p10_ratio"], top["p90_ratio"]
+        out[part] = {"mean_us": us, "p10_us": us * lo if lo else None,
+                     "p90_us": us * hi if hi else None, "tag": top["tag"],
+                     "component": top["key"] or "datasheet"}
+    return out

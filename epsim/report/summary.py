@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.cost.provenance import part_bands
 from epsim.report.keep_up import keep_up
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
 
@@ -179,6 +180,11 @@ def summarize(result: SimResult) -> dict:
         # which component gave each part of the time: fitted / extrapolated / datasheet, with
         # the share of step time each covers and its p10/p90 band (epsim.cost.provenance)
         "provenance": result.profile_info.get("provenance", {}),
+        # the mean MoE-layer parts with the p10/p90 of the component behind each
+        "layer_bands_us": part_bands(result.profile_info.get("provenance", {}), {
+            part: float(np.mean(result.layer_mean_us[f"{part}_us"]))
+            for part in ("attention", "dispatch", "experts", "combine")
+            if f"{part}_us" in result.layer_mean_us}),
         "seed": result.seed,
         "sim_seconds": result.duration_s,
         "warmup_s": result.warmup_s,
