@@ -113,6 +113,7 @@ class Simulation:
         self.step_index = 0
         self.last_step: StepInfo | None = None
         self._observers: list[Callable[[StepInfo], None]] = []
+        self.wants_fresh_loads = False     # an observer sums loads over steps (EPLB statistics)
         self._processes: list[Callable[["Simulation"], Generator]] = []
         self._stall_us = 0.0
         self._stall_labels: list[str] = []
@@ -140,13 +141,17 @@ class Simulation:
         return Requests(np.zeros(num), input_len, output_len), done
 
     # -- extension hooks --------------------------------------------------------------------------
-    def add_observer(self, observer: Callable[[StepInfo], None]) -> None:
-        """Call `observer(StepInfo)` after every step."""
-        self._observers.append(observer)
+    def add_observer(self, observer: Callable[[StepInfo], None], fresh_loads: bool = False) -> None:
+        """Call `observer(StepInfo)` after every step.
 
-    @property
-    def has_observers(self) -> bool:
-        return bool(self._observers)
+        Args:
+            fresh_loads: the observer sums `info.loads` over many steps and needs them drawn
+                independently per step (EPLB's statistics window); the fast engine then draws
+                each step's loads afresh. A passive observer (a load trace for plots) leaves
+                this False, so watching a run never changes its results.
+        """
+        self._observers.append(observer)
+        self.wants_fresh_loads |= fresh_loads
 
     def add_process(self, factory: Callable[["Simulation"], Generator]) -> None:
         """Run `factory(self)` as a SimPy process from the start of `run()`."""

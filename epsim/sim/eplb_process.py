@@ -140,7 +140,7 @@ class EPLBManager:
         self._pending: str | None = None
         self._main = self._entrypoint()
         next(self._main)
-        sim.add_observer(self.on_step)
+        sim.add_observer(self.on_step, fresh_loads=True)
 
     # -- driven by the step loop -----------------------------------------------------------
     def on_step(self, info) -> None:

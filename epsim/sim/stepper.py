@@ -14,8 +14,9 @@ Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=.
   drawn (the drift window). M covers the steps a pool is expected to serve (1 when shapes
   change every step, as in the reference). Each step's MoE cost is thus a correct draw of its
   distribution (marginals exact), but steps that share a pool are not independent, and the
-  popularity they see lags by at most the drift window. Step observers (EPLB's statistics
-  window) get a fresh draw of each step's loads, so sums over steps keep the reference's noise.
+  popularity they see lags by at most the drift window. Step observers that sum loads (EPLB's
+  statistics window, `add_observer(..., fresh_loads=True)`) get a fresh draw of each step's
+  loads, so sums over steps keep the reference's noise; passive observers change nothing.
   Same seed, same result; a different random stream from the reference engine, so the two
   agree statistically, not bit for bit (tolerances: tests/epsim/sim/test_fast.py).
 """
@@ -126,7 +127,7 @@ class PoolStepper:
         row = int(self.rng.integers(len(pool.rows))) if len(pool.rows) > 1 else 0
         pool.used += 1
         loads, moe = pool.loads[row], pool.rows[row]
-        if sim.has_observers and pool.max_uses > 1:
+        if sim.wants_fresh_loads and pool.max_uses > 1:
             # observers (EPLB's statistics window) sum loads over many steps: a reused draw
             # would make those sums noisier than independent steps, so they get a fresh one
             loads = sim.skew.loads_block(1, pool.num_tokens, sim.routing_rng, now_s, step)[0]

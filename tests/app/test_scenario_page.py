@@ -1,46 +1,15 @@
-"""Scenario page (AppTest): run a shipped scenario through the form, the KPIs equal epsim's own
-summary of the same scenario, the charts and downloads are there; bad uploads and bad form
-values show epsim's one-line error, never a traceback."""
+"""Scenario page (AppTest): form edits become overrides, reruns keep results, and bad uploads
+and bad form values show epsim's one-line error, never a traceback (the KPIs of a whole run
+against epsim's own summary: test_whole_run_kpis.py)."""
 
 from __future__ import annotations
 
-import epsim
-from tests.app.apptest import ROOT, button, count, errors, keyed, metrics, submit
-
-from app.ui import fmt
+from tests.app.apptest import button, errors, keyed, metrics, submit
 
 
 def _run_default(at, **values) -> None:
     """The default scenario with widget values set ({key suffix: value}), run."""
     submit(at, "Run simulation", **values)
-
-
-def test_run_shows_kpis_charts_and_downloads_from_epsim(app):
-    _run_default(app)
-    shown = metrics(app)
-    # the same scenario through epsim's API gives the numbers the page shows
-    from epsim.report import summarize
-    from epsim.sim import simulate
-    summary = summarize(simulate(epsim.load_scenario(ROOT / "scenarios" / "default.yaml")))
-    assert shown["throughput / GPU"] == f"{summary['throughput_tokens_per_s_per_gpu']:.0f} tok/s"
-    assert shown["balancedness (mean/max)"] == f"{summary['balancedness']:.3f}"
-    for name, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
-        for q in ("p50", "p90", "p99", "mean"):
-            assert shown[f"{label} {q}"] == fmt(summary[name][q], ".2f", " ms")
-    assert summary["ttft_ms"]["count"] > 0 and shown["TTFT p50"].endswith(" ms")
-    # TTFT and TPOT CDFs, provenance bands, per layer, per rank, step time
-    assert count(app, "vega_lite_chart") == 6
-    # where the numbers come from: the same line as summary.json's, and the band per part
-    info = " ".join(i.value for i in app.info)
-    assert summary["provenance"]["line"] in info and "device time + host overhead" in info
-    from app.pages.scenario import provenance_frame
-    frame = provenance_frame(summary, {f"{p}_us": [100.0] for p in ("attention", "dispatch",
-                                                                    "experts", "combine")})
-    assert list(frame["part"]) == ["attention", "dispatch", "experts", "combine"]
-    banded = frame.dropna()
-    assert len(banded) and ((banded["p10 µs"] < 100.0) & (banded["p90 µs"] > 100.0)).all()
-    assert [b.label for b in app.get("download_button")] == ["summary.json", "timeseries.csv"]
-    assert "Results: default" in [s.value for s in app.subheader]
 
 
 def test_form_edits_become_overrides(app):

@@ -112,3 +112,20 @@ def test_fast_engine_same_seed_same_result_and_reuses_draws():
 def test_engine_name_is_checked():
     with pytest.raises(ValueError, match=r"engine \('slow'\) must be one of"):
         check_engine("slow")
+
+
+def test_a_passive_observer_changes_nothing():
+    """A load trace (the app's heatmaps) watches a run without changing its results."""
+    from pathlib import Path
+
+    import epsim
+    from epsim.sim.load_trace import LoadTrace
+
+    root = Path(__file__).resolve().parents[3]
+    scenario = epsim.load_scenario(root / "scenarios" / "default.yaml")
+    plain = summarize(simulate(scenario))
+    sim = Simulation(scenario)
+    LoadTrace(sim, 10)
+    watched = summarize(sim.run())
+    assert watched["throughput_tokens_per_s_per_gpu"] == plain["throughput_tokens_per_s_per_gpu"]
+    assert watched["tpot_ms"] == plain["tpot_ms"]
