@@ -37,7 +37,7 @@ def sample_topk(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random.
 
 
 def sample_loads(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random.Generator,
-                 spread: np.ndarray | None = None) -> np.ndarray:
+                 spread: np.ndarray | None = None, normal=None) -> np.ndarray:
     """Tokens routed to each expert when `num_tokens` tokens each pick `top_k` experts.
 
     Multinomial over the `n = num_tokens * top_k` slots: exact below
@@ -50,6 +50,9 @@ def sample_loads(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random
         shares: [layers, experts] float64, rows sum to 1.
         spread: optional [layers, experts] `sqrt(shares)`, precomputed by a caller that
             samples the same shares many times (the simulator's step loop).
+        normal: `f(rng, shape)` giving standard normals; None: the generator's own
+            (`sample_loads_block` passes `table_normal`). Leading dimensions of `shares` are
+            sampled alike.
     Returns:
         [layers, experts] float64 loads (whole numbers when exact), rows summing to
         `num_tokens * top_k` up to rounding.
@@ -63,8 +66,8 @@ def sample_loads(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random
     if spread is None:
         spread = np.sqrt(shares)
     # n * max(q + (sqrt(q) z - q sum(sqrt(q) z)) / sqrt(n), 0), built in place
-    loads = rng.standard_normal(shares.shape)
-    loads *= spread
+    z = rng.standard_normal(shares.shape) if normal is None else normal(rng, shares.shape)
+    loads = z * spread
     loads -= shares * loads.sum(axis=-1, keepdims=True)
     loads *= 1.0 / np.sqrt(num_slots)
     loads += shares
@@ -119,20 +122,4 @@ def sample_loads_block(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.
     Returns:
         [steps, layers, experts] float64 loads, rows summing to `num_tokens * top_k`.
     """
-    shares = np.asarray(shares, dtype=np.float64)
-    num_slots = num_tokens * top_k
-    if num_slots == 0:
-        return np.zeros_like(shares)
-    if num_slots / shares.shape[-1] < EXACT_BELOW_SLOTS_PER_EXPERT:
-        return rng.multinomial(num_slots, shares).astype(np.float64)
-    if spread is None:
-        spread = np.sqrt(shares)
-    y = table_normal(rng, shares.shape) * spread                 # float64 [steps, layers, experts]
-    y -= shares * y.sum(axis=-1, keepdims=True)
-    y *= 1.0 / np.sqrt(num_slots)
-    y += shares
-    if y.min() < 0.0:
-        np.maximum(y, 0.0, out=y)
-        y /= y.sum(axis=-1, keepdims=True)
-    y *= num_slots
-    return y
+    return sample_loads(shares, num_tokens, top_k, rng, spread, normal=table_normal)
