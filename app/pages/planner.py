@@ -108,7 +108,7 @@ def _target(constraints, metric: str) -> float | None:
 def answers(result) -> None:
     """The answer per workload point, with its keep-up margin and measured share."""
     from epsim.plan.answers import answer_line
-    from epsim.plan.runner import rejected
+    from epsim.plan.choice import rejected
     from epsim.plan.select import keep_up_statement
     if len(result.answers) > 1:
         st.markdown("**One answer per workload point** (the workload is given, not chosen):")

@@ -36,7 +36,7 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     errors = [r for r in result.rows if r["error"]]
     if errors:
         lines.append(f"errors     {len(errors)} point(s) failed to simulate, e.g. {errors[0]['error']}")
-    from epsim.plan.runner import rejected
+    from epsim.plan.choice import rejected
     from epsim.plan.select import keep_up_statement
     if result.constraints or result.keep_up:
         num_feasible = sum(1 for r in result.rows if r["feasible"])
@@ -101,7 +101,8 @@ def run(args):
         from epsim.commands.fleet import run as run_fleet
         return run_fleet(args)
     from epsim.commands.output import Report, json_safe, wants_progress, without_category
-    from epsim.plan.runner import rejected, run_plan
+    from epsim.plan.choice import rejected
+    from epsim.plan.runner import run_plan
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
                       workers=args.workers, ray_address=args.ray_address, out=args.out,
@@ -116,10 +117,7 @@ def run(args):
         "constraints": [c.text for c in result.constraints],
         "objectives": [o.text for o in result.objectives],
         "pareto": [o.text for o in result.pareto],
-        "counts": {"points": len(result.rows) + len(result.skipped), "valid": len(result.rows),
-                   "skipped": len(result.skipped), "computed": result.num_computed,
-                   "cached": result.num_cached,
-                   "errors": sum(1 for r in result.rows if r["error"])},
+        "counts": result.counts(),
         "columns": names,
         "best": None if result.best is None else {n: result.rows[result.best][n] for n in names},
         "frontier": [{n: result.rows[i][n] for n in names} for i in result.frontier],

@@ -5,7 +5,8 @@ for the simulator and `live/`.
 | module | concept |
 |---|---|
 | `placement` | `Placement`: slot maps of every layer, ranks and nodes, the alive mask |
-| `replicas` | the static dispatch map, replica shares, the maps' invariants |
+| `maps` | the replica table and counts derived from a slot map; the maps' invariants |
+| `replicas` | the static dispatch map, replica shares |
 | `moves` | `plan_moves(old, new) -> MovePlan`: the one transfer rule of a rebalance |
 | `cost` | what a rebalance costs (time per chunk, bytes per link, spare buffer) |
 | `survivors` | placing over the alive ranks only (elastic EP) |

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from epsim.eplb import replicas
+from epsim.eplb.maps import check_maps, derive_maps
 from epsim.errors import PlacementError
 
 
@@ -65,7 +66,7 @@ class Placement:
                                  num_ranks: int, num_nodes: int = 1,
                                  replica_rank: np.ndarray | None = None,
                                  alive: np.ndarray | None = None) -> "Placement":
-        """Derive `logical_to_physical` and `logical_count` from the slot map.
+        """A placement of a slot map, its other maps derived (`epsim.eplb.maps.derive_maps`).
 
         Args:
             physical_to_logical: [layers, physical] int, logical id per slot.
@@ -76,42 +77,9 @@ class Placement:
         Raises:
             PlacementError: ids outside [0, num_logical), a malformed replica_rank or mask.
         """
-        p2l = np.asarray(physical_to_logical)
-        if p2l.ndim != 2 or p2l.size == 0:
-            raise PlacementError(f"physical_to_logical (shape {list(p2l.shape)}) must be a "
-                                 f"non-empty [layers, physical] matrix")
-        if not np.issubdtype(p2l.dtype, np.integer):
-            if not (np.isfinite(p2l).all() and (p2l == np.round(p2l)).all()):
-                raise PlacementError("physical_to_logical must hold whole expert ids")
-            p2l = p2l.astype(np.int64)
-        bad = np.argwhere((p2l < 0) | (p2l >= num_logical))
-        if len(bad):
-            layer, slot = bad[0]
-            raise PlacementError(f"physical_to_logical[{layer}, {slot}] ({p2l[layer, slot]}) "
-                                 f"must be in [0, {num_logical})")
-        num_layers, num_physical = p2l.shape
-        rows = np.arange(num_layers)[:, None]
-        counts = np.zeros((num_layers, num_logical), dtype=np.int64)
-        np.add.at(counts, (np.broadcast_to(rows, p2l.shape), p2l), 1)
-        if replica_rank is None:
-            # rank of each slot among earlier slots of the same expert: stable sort by expert
-            order = np.argsort(p2l, axis=1, kind="stable")                  # [layers, physical]
-            sorted_ids = np.take_along_axis(p2l, order, axis=1)
-            starts = np.cumsum(counts, axis=1) - counts                      # [layers, logical]
-            ranks_sorted = np.arange(num_physical)[None, :] - np.take_along_axis(starts, sorted_ids, axis=1)
-            replica_rank = np.empty_like(p2l)
-            np.put_along_axis(replica_rank, order, ranks_sorted, axis=1)
-        replica_rank = np.asarray(replica_rank, dtype=np.int64)
-        if replica_rank.shape != p2l.shape:
-            raise PlacementError(f"replica_rank (shape {list(replica_rank.shape)}) must match "
-                                 f"physical_to_logical ({list(p2l.shape)})")
-        max_replicas = max(int(counts.max()), 1)
-        if (replica_rank < 0).any() or (replica_rank >= max_replicas).any():
-            raise PlacementError(f"replica_rank must be in [0, {max_replicas})")
-        l2p = np.full((num_layers, num_logical * max_replicas), -1, dtype=np.int64)
-        l2p[rows, p2l * max_replicas + replica_rank] = np.arange(num_physical)[None, :]
-        out = cls(_readonly(p2l), _readonly(l2p.reshape(num_layers, num_logical, max_replicas)),
-                  _readonly(counts), int(num_ranks), int(num_nodes))
+        maps = derive_maps(physical_to_logical, num_logical, replica_rank)
+        out = cls(_readonly(maps.physical_to_logical), _readonly(maps.logical_to_physical),
+                  _readonly(maps.logical_count), int(num_ranks), int(num_nodes))
         return out if alive is None else out.with_alive(alive)
 
     @classmethod
@@ -394,12 +362,12 @@ class Placement:
 
     # -- invariants ------------------------------------------------------------------------
     def validate(self) -> "Placement":
-        """Check the invariants (`epsim.eplb.replicas.check_maps`); return self.
+        """Check the invariants (`epsim.eplb.maps.check_maps`); return self.
 
         Raises:
             PlacementError: naming the first broken invariant.
         """
-        replicas.check_maps(self)
+        check_maps(self)
         return self
 
 

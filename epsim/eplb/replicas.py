@@ -1,6 +1,6 @@
-"""How tokens pick among an expert's replicas (SGLang's `ep_dispatch_algorithm`), and the
-invariants a placement's maps keep. Functions of an `epsim.eplb.Placement`, which calls them;
-the simulator's traffic tables and `live/`'s block both take the static map from here.
+"""How tokens pick among an expert's replicas (SGLang's `ep_dispatch_algorithm`). Functions of
+an `epsim.eplb.Placement`, which calls them; the simulator's traffic tables and `live/`'s block
+both take the static map from here.
 """
 
 from __future__ import annotations
@@ -103,60 +103,3 @@ def static_dispatch_map(placement, layers=None) -> np.ndarray:
                       np.where(num_on_node > 0, node_pick.argmax(axis=1), spread))  # [K, ranks]
     out[:, layer, expert] = np.take_along_axis(slots, choice, axis=1).T
     return out
-
-
-def check_maps(placement) -> None:
-    """Raise PlacementError naming the first broken invariant of a placement's maps.
-
-    Every logical expert has >= 1 replica, every rank the same number of slots, every node the
-    same number of ranks, and the three maps agree.
-    """
-    p = placement
-    p2l, l2p, counts = p.physical_to_logical, p.logical_to_physical, p.logical_count
-    if p2l.ndim != 2 or l2p.ndim != 3 or counts.ndim != 2:
-        raise PlacementError(f"maps (ndim {p2l.ndim}, {l2p.ndim}, {counts.ndim}) must be "
-                             f"[layers, physical], [layers, logical, replicas], [layers, logical]")
-    num_layers, num_physical = p2l.shape
-    if counts.shape[0] != num_layers or l2p.shape[:2] != counts.shape:
-        raise PlacementError(f"map shapes {list(p2l.shape)}, {list(l2p.shape)}, "
-                             f"{list(counts.shape)} must agree on layers and logical experts")
-    if p.num_ranks <= 0 or num_physical % p.num_ranks:
-        raise PlacementError(f"num_ranks ({p.num_ranks}) must be > 0 and divide the "
-                             f"physical slots ({num_physical}) so every rank holds equal slots")
-    if p.num_nodes <= 0 or p.num_ranks % p.num_nodes:
-        raise PlacementError(f"num_nodes ({p.num_nodes}) must be > 0 and divide "
-                             f"num_ranks ({p.num_ranks})")
-    num_logical = counts.shape[1]
-    bad = np.argwhere((p2l < 0) | (p2l >= num_logical))
-    if len(bad):
-        layer, slot = bad[0]
-        raise PlacementError(f"physical_to_logical[{layer}, {slot}] ({p2l[layer, slot]}) "
-                             f"must be in [0, {num_logical})")
-    missing = np.argwhere(counts < 1)
-    if len(missing):
-        layer, expert = missing[0]
-        raise PlacementError(f"logical_count[{layer}, {expert}] ({counts[layer, expert]}) "
-                             f"must be >= 1; every logical expert needs a replica")
-    rows = np.arange(num_layers)[:, None]
-    actual = np.zeros_like(counts)
-    np.add.at(actual, (np.broadcast_to(rows, p2l.shape), p2l), 1)
-    wrong = np.argwhere(actual != counts)
-    if len(wrong):
-        layer, expert = wrong[0]
-        raise PlacementError(f"logical_count[{layer}, {expert}] ({counts[layer, expert]}) must "
-                             f"equal the slots holding it ({actual[layer, expert]})")
-    valid = l2p >= 0                                                    # [layers, logical, replicas]
-    if (valid.sum(axis=2) != counts).any() or (np.diff(valid.astype(np.int8), axis=2) > 0).any():
-        raise PlacementError("logical_to_physical must list exactly logical_count slots per "
-                             "expert, then -1 padding")
-    if (l2p >= num_physical).any():
-        raise PlacementError(f"logical_to_physical entries must be < the physical slots ({num_physical})")
-    layer_idx = np.broadcast_to(np.arange(num_layers)[:, None, None], l2p.shape)
-    experts = np.broadcast_to(np.arange(num_logical)[None, :, None], l2p.shape)
-    if (p2l[layer_idx[valid], l2p[valid]] != experts[valid]).any():
-        raise PlacementError("logical_to_physical must point at slots whose "
-                             "physical_to_logical is that expert")
-    seen = np.zeros((num_layers, num_physical), dtype=np.int64)
-    np.add.at(seen, (layer_idx[valid], l2p[valid]), 1)
-    if (seen != 1).any():
-        raise PlacementError("logical_to_physical must list every physical slot exactly once")

@@ -10,7 +10,8 @@ constraints, and pick the best configuration and the Pareto frontier.
 
 from epsim.plan.columns import DERIVED_COLUMNS, METRIC_COLUMNS, derived_columns, summary_metrics
 from epsim.plan.executors import EXECUTORS, PointTask, run_point
-from epsim.plan.runner import PlanResult, run_plan
+from epsim.plan.choice import PlanResult
+from epsim.plan.runner import run_plan
 from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, Constraint, InfeasibleError,
                                Objective, pareto_mask, parse_constraint, parse_objective)
 from epsim.plan.sweep import SweepAxis, expand_range, parse_sweep

@@ -95,20 +95,19 @@ def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: l
     Raises:
         SpecError: a constraint or objective naming a column the rows lack, bad syntax.
     """
-    from epsim.plan.runner import PlanResult, _check_numeric_keys, _choose, _explain_infeasible
+    from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows
     from epsim.plan.select import KEEP_UP_METRIC
     known = [c for c in columns if c not in ("point", "point_id", "error", "feasible", "pareto", "best")]
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = [parse_objective(t, known, "--objective") for t in (objectives or DEFAULT_OBJECTIVES)]
     parsed_pareto = [parse_objective(t, known, "--pareto") for t in (pareto or DEFAULT_PARETO)]
     axes = [SweepAxis(key, tuple(dict.fromkeys(row[key] for row in rows))) for key in keys]
-    _check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
+    check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
     rows = [dict(row) for row in rows]
     result = PlanResult(rows, list(columns), axes, parsed_constraints, parsed_objectives,
                         parsed_pareto, None, [], [], 0, len(rows), 0.0,
                         keep_up=keep_up and KEEP_UP_METRIC in columns)
-    _choose(result)
-    _explain_infeasible(result)
+    choose_rows(result)
     return result
 
 

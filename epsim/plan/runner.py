@@ -3,7 +3,7 @@
 Flow: sweep axes -> base scenario (+ overrides) -> one validated scenario per point (invalid
 ones skipped with their reason) -> run the points missing from the results directory's cache
 -> table rows in sweep order (swept values, derived columns, metrics) -> feasible, Pareto and
-best columns -> files (results.csv/.parquet, skipped.csv, plan.json, PNG plots).
+best columns (`epsim.plan.choice`) -> files (results.csv/.parquet, skipped.csv, plan.json, PNG plots).
 """
 
 from __future__ import annotations
@@ -13,87 +13,24 @@ import platform
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from epsim.budget import check_run, check_sweep
 from epsim.errors import SpecError
-from epsim.plan.answers import Answer, answer_line, group_by_workload, workload_text
+from epsim.plan.answers import answer_line, workload_text
+from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows, rejected
 from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, cost_columns,
                                 derived_columns)
 from epsim.plan.executors import PointTask, check_executor, default_workers, execute
 from epsim.plan.points import BaseScenario, Point, Skipped, build_point, load_base
-from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, KEEP_UP_METRIC, Constraint,
-                               InfeasibleError, Objective, infeasible_message, keep_up_statement,
-                               lexicographic_best, parse_constraint, parse_objective, pareto_mask,
-                               rejection)
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, InfeasibleError, Objective,
+                               keep_up_statement, parse_constraint, parse_objective)
 from epsim.plan.store import PointCache, cell, prepare_dir, write_csv, write_parquet
 from epsim.plan.sweep import SweepAxis, check_axes, expand, num_points, parse_sweep
 
 ID_COLUMNS = ("point", "point_id")
 FLAG_COLUMNS = ("error", "feasible", "pareto", "best")
-
-
-@dataclass(eq=False)
-class PlanResult:
-    """A finished sweep.
-
-    Attributes:
-        rows: one dict per valid point, in sweep order (`columns` keys).
-        best: index into `rows` of the best feasible point when the sweep has one workload
-            point (None: none feasible, or several workload points: see `answers`).
-        answers: per workload point (swept `workload.*` values), its best point or why none.
-        frontier: indices into `rows` of the Pareto frontier.
-        skipped: points whose values fail validation, with the reason.
-        warnings: distinct warnings the simulations raised -> number of points.
-    """
-
-    rows: list[dict]
-    columns: list[str]
-    axes: list[SweepAxis]
-    constraints: list[Constraint]
-    objectives: list[Objective]
-    pareto: list[Objective]
-    best: int | None
-    frontier: list[int]
-    skipped: list[Skipped]
-    num_computed: int
-    num_cached: int
-    wall_s: float
-    out: Path | None = None
-    warnings: dict[str, int] = field(default_factory=dict)
-    infeasible: str | None = None     # why no point meets the constraints, when none does
-    keep_up: bool = True              # feasibility includes keep-up (`epsim.report.keep_up`)
-    answers: list[Answer] = field(default_factory=list)   # one per workload point
-    workload: str = "as in the results table"             # the base workload, in words
-
-    @property
-    def keys(self) -> list[str]:
-        return [axis.key for axis in self.axes]
-
-    @property
-    def best_row(self) -> dict | None:
-        return None if self.best is None else self.rows[self.best]
-
-    def column(self, name: str) -> np.ndarray:
-        """[rows] values of one column (float64 where numeric)."""
-        values = [row.get(name) for row in self.rows]
-        try:
-            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-        except (TypeError, ValueError):
-            return np.array(values, dtype=object)
-
-    def describe(self, index: int) -> str:
-        """`deployment.ep_size=32, ...` of a row (its swept values)."""
-        row = self.rows[index]
-        return ", ".join(f"{key}={row[key]}" for key in self.keys) or "the base scenario"
-
-    def to_pandas(self):
-        import pandas as pd
-        return pd.DataFrame(self.rows, columns=self.columns)
 
 
 def _axes(sweeps) -> list[SweepAxis]:
@@ -177,7 +114,7 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = _objectives(objectives, DEFAULT_OBJECTIVES, known, "--objective")
     parsed_pareto = _objectives(pareto, DEFAULT_PARETO, known, "--pareto")
-    _check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
+    check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
     out_dir = prepare_dir(out)
     profile_path = str(Path(profile).resolve()) if profile is not None else None
 
@@ -207,23 +144,12 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     from epsim.spec.scenario import scenario_from_dict
     result.workload = workload_text(scenario_from_dict(base.data, where=base.where,
                                                        base_dir=base.base_dir).workload)
-    _choose(result)
-    _explain_infeasible(result)
+    choose_rows(result)
     if out_dir is not None:
         _write(result, base, executor, workers, plots)
     if result.infeasible and require_feasible:
         raise InfeasibleError(result.infeasible)
     return result
-
-
-def _check_numeric_keys(axes: list[SweepAxis], uses: list[Constraint | Objective]) -> None:
-    """A constraint or objective on a swept key needs numbers (bools count) as its values."""
-    values = {axis.key: axis.values for axis in axes}
-    for use in uses:
-        bad = [v for v in values.get(use.metric, ()) if not isinstance(v, (int, float))]
-        if bad:
-            raise SpecError(f"{use.text} names a swept key whose values are not all numbers "
-                            f"({use.metric} = {bad[0]!r}); constraints and objectives compare numbers")
 
 
 def _build_points(base: BaseScenario, axes: list[SweepAxis], profile_path: str | None,
@@ -291,75 +217,6 @@ def _row(point: Point, keys: list[str], result: dict) -> dict:
     return row
 
 
-def _costs(result: PlanResult, objectives: list[Objective]) -> np.ndarray:
-    """[rows, objectives] lower-is-better costs."""
-    return np.stack([o.cost(result.column(o.metric)) for o in objectives], axis=1)
-
-
-def _why_none(result: PlanResult, idx: np.ndarray) -> str:
-    """Why no row among `idx` is feasible: keep-up first, then the constraints."""
-    describe = lambda i: result.describe(int(idx[i]))          # noqa: E731
-    keeps = result.column(KEEP_UP_METRIC)[idx] == 1.0
-    if result.keep_up and not keeps.any():
-        served = result.column("keep_up.served_frac")[idx]
-        at = int(np.nanargmax(served)) if np.isfinite(served).any() else 0
-        return (f"no configuration keeps up with its offered load ({idx.size} points): closest is "
-                f"{describe(at)}, which {rejection(result.rows[idx[at]], [], True)}")
-    if not result.constraints:
-        return "no point has finite objectives"
-    cols = {c.metric: result.column(c.metric)[idx] for c in result.constraints}
-    return infeasible_message(cols, result.constraints, describe, keeps if result.keep_up else None)
-
-
-def _explain_infeasible(result: PlanResult) -> None:
-    """Set `result.infeasible` when no workload point has an answer."""
-    if not (result.keep_up or result.constraints):
-        return
-    if any(a.best is not None for a in result.answers) or not result.rows:
-        return
-    if len(result.answers) == 1:
-        result.infeasible = result.answers[0].reason
-    else:
-        result.infeasible = ("no workload point has an answer: "
-                             + "; ".join(f"{a.describe()}: {a.reason}" for a in result.answers[:3]))
-
-
-def rejected(result: PlanResult) -> list[tuple[int, str]]:
-    """(row index, reason) of every point that is not feasible, in sweep order."""
-    return [(i, rejection(row, result.constraints, result.keep_up))
-            for i, row in enumerate(result.rows) if not row["feasible"]]
-
-
-def _choose(result: PlanResult) -> None:
-    """Fill `feasible`, `pareto`, `best` (columns and attributes)."""
-    num_rows = len(result.rows)
-    feasible = np.ones(num_rows, dtype=bool)
-    if result.keep_up:
-        feasible &= result.column(KEEP_UP_METRIC) == 1.0
-    for c in result.constraints:
-        feasible &= c.met(result.column(c.metric))
-    pareto_costs = _costs(result, result.pareto)
-    frontier = np.zeros(num_rows, dtype=bool)
-    costs = _costs(result, result.objectives)
-    candidates = feasible & np.isfinite(costs).all(axis=1)
-    result.answers = group_by_workload(result.rows, result.keys)
-    for answer in result.answers:
-        idx = np.array(answer.rows, dtype=np.int64)
-        frontier[idx] = pareto_mask(pareto_costs[idx])          # within one workload point
-        mask = np.zeros(num_rows, dtype=bool)
-        mask[idx] = True
-        answer.best = lexicographic_best(costs, candidates & mask)
-        answer.reason = None if answer.best is not None else _why_none(result, idx)
-    bests = {a.best for a in result.answers if a.best is not None}
-    # one workload point: its best is the plan's; several: each has its own (never one across)
-    result.best = result.answers[0].best if len(result.answers) == 1 else None
-    result.frontier = [int(i) for i in np.flatnonzero(frontier)]
-    for i, row in enumerate(result.rows):
-        row["feasible"] = bool(feasible[i])
-        row["pareto"] = bool(frontier[i])
-        row["best"] = i in bests
-
-
 def _machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": default_workers(), "python": platform.python_version()}
@@ -389,10 +246,7 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         "objectives": [o.text for o in result.objectives],
         "pareto": [o.text for o in result.pareto],
         "executor": executor, "workers": workers or default_workers(),
-        "counts": {"points": len(result.rows) + len(result.skipped), "valid": len(result.rows),
-                   "skipped": len(result.skipped), "computed": result.num_computed,
-                   "cached": result.num_cached,
-                   "errors": sum(1 for r in result.rows if r["error"])},
+        "counts": result.counts(),
         "wall_s": result.wall_s,
         "machine": _machine(),
         "best": None if best is None else {"point": best["point"], "point_id": best["point_id"],

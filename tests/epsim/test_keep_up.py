@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from epsim.plan import run_plan
-from epsim.plan.runner import rejected
+from epsim.plan.choice import rejected
 from epsim.report.keep_up import backlog_growth_rps, keep_up
 
 ROOT = Path(__file__).resolve().parents[2]
