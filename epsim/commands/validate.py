@@ -68,18 +68,19 @@ def summary_lines(report, max_mape: float) -> list[str]:
     return lines
 
 
-def _run_pair(args, paths: list[Path]) -> tuple[list[Path], list[Path]]:
-    """Record files of the run hold-out: `--run-fit`/`--run-judged`, else the defaults when the
-    shipped records are judged and the second run exists under the working directory."""
+def _run_pairs(args, paths: list[Path]) -> list:
+    """Run hold-outs (`extrapolation.RunPair`): `--run-fit`/`--run-judged`, else the defaults
+    when the shipped records are judged and the other runs exist under the working directory."""
+    from epsim.validate.extrapolation import RunPair, default_run_pairs
     if args.run_fit or args.run_judged:
         if not (args.run_fit and args.run_judged):
             raise EpsimError("--run-fit and --run-judged must be given together (the records to "
                              "fit on and another run's records to judge)")
-        return [Path(p) for p in args.run_fit], [Path(p) for p in args.run_judged]
+        return [RunPair(tuple(Path(p) for p in args.run_fit),
+                        tuple(Path(p) for p in args.run_judged))]
     if args.records:
-        return [], []
-    from epsim.validate.extrapolation import default_run_pair
-    return default_run_pair(paths)
+        return []
+    return default_run_pairs(paths)
 
 
 def run_published(args):
@@ -114,9 +115,9 @@ def extrapolation_lines(extrapolation: list) -> list[str]:
     from epsim.commands.output import table
     if not extrapolation:
         return []
-    axes = list(dict.fromkeys(s.axis for s in extrapolation))
+    axes = list(dict.fromkeys(s.label for s in extrapolation))
     components = sorted({s.component for s in extrapolation})
-    cell = {(s.axis, s.component): f"{s.model_mape:.1f} / {min(s.constant_mape, s.loglog_mape):.1f}"
+    cell = {(s.label, s.component): f"{s.model_mape:.1f} / {min(s.constant_mape, s.loglog_mape):.1f}"
             + ("  " if s.beats_both else " !") for s in extrapolation}
     flagged = sum(not s.beats_both for s in extrapolation)
     return (["", f"extrapolation hold-outs: MAPE % of the model / of the better baseline (constant, "
@@ -147,11 +148,9 @@ def run(args):
     if not 0 <= max_mape < float("inf"):
         raise EpsimError(f"--max-mape ({max_mape}) must be a finite percentage >= 0")
     out = Path(args.out) if args.out else None
-    run_fit, run_judged = _run_pair(args, paths)
     report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
                       max_mape=max_mape, strict=args.strict,
-                      extrapolate=not args.no_extrapolation, run_fit=run_fit,
-                      run_judged=run_judged)
+                      extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths))
     extrapolation = stats(report.extrapolation)
     if not report.rows:
         raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "

@@ -5,7 +5,9 @@ further hold-out) and judges the other side:
   tokens  fit tokens per rank <= 1024, judge 2048-16384 (larger batches than any fit saw)
   shape   fit the Qwen3 shapes (and the other shapes measured), judge DeepSeek-V3 (a model
           shape no fit saw)
-  run     fit one run's record files, judge another run's (another machine or VM instance)
+  run     fit one run's record files, judge another run's (another machine or VM instance);
+          several `RunPair`s are judged each on its own refit, their rows labelled
+          `run (<pair name>)`
 
 Next to the model's MAPE, two baselines built from the same fit-set points:
   constant  the median of the fit-set points of the same configuration (all but the axis)
@@ -21,7 +23,7 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -57,6 +59,7 @@ class Judged:
     predicted_us: float
     constant_us: float
     loglog_us: float
+    pair: str = ""            # the run axis's RunPair name ("" for the unnamed pair)
 
     def ape(self, value: float) -> float:
         return abs(value - self.measured_us) / self.measured_us * 100.0
@@ -72,6 +75,12 @@ class AxisStats:
     model_mape: float
     constant_mape: float
     loglog_mape: float
+    pair: str = ""
+
+    @property
+    def label(self) -> str:
+        """The axis as tables print it: `run (<pair>)` for a named run pair."""
+        return axis_label(self.axis, self.pair)
 
     @property
     def skill(self) -> float:
@@ -82,6 +91,21 @@ class AxisStats:
     @property
     def beats_both(self) -> bool:
         return self.model_mape < self.constant_mape and self.model_mape < self.loglog_mape
+
+
+@dataclass(frozen=True)
+class RunPair:
+    """One run hold-out: refit on the `fit` record files, judge the `judged` ones (the same grid
+    measured on another machine or VM instance). `name` labels the rows of a pair judged next
+    to others ("" for the unnamed one)."""
+
+    fit: tuple[Path, ...]
+    judged: tuple[Path, ...]
+    name: str = ""
+
+
+def axis_label(axis: str, pair: str = "") -> str:
+    return f"{axis} ({pair})" if pair else axis
 
 
 def component_label(record) -> str:
@@ -130,9 +154,10 @@ def loglog(points: list[tuple[float, float]], x: float) -> float:
 
 
 def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecord],
-          files) -> list[Judged]:
+          files, pair: str = "") -> list[Judged]:
     """Refit on `fit_raw`, then predict every judged record of the `JUDGED` kinds the models
-    can evaluate (others are left out), with both baselines from the fit set."""
+    can evaluate (others are left out), with both baselines from the fit set; rows carry
+    `pair` (the run pair's name)."""
     from epsim.calibrate.build import evaluation_profile, fit_records
     from epsim.cost.record import predict_record
     from epsim.errors import EpsimError
@@ -161,7 +186,7 @@ def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecor
         x = _x(r, axis)
         out.append(Judged(axis, component_label(r), s.where, r.num_tokens_per_rank,
                           r.model or f"H{r.hidden_size}", s.measured_us, float(predicted),
-                          float(np.median([y for _, y in points])), loglog(points, x)))
+                          float(np.median([y for _, y in points])), loglog(points, x), pair))
     return out
 
 
@@ -179,51 +204,69 @@ def split_shape(raw: list[SourcedRecord]) -> tuple[list[SourcedRecord], list[Sou
 
 
 def stats(rows: list[Judged]) -> list[AxisStats]:
-    """AxisStats per (axis, component), in axis then component order."""
-    groups: dict[tuple[str, str], list[Judged]] = defaultdict(list)
+    """AxisStats per (axis, run pair, component), in axis, pair then component order."""
+    groups: dict[tuple[str, str, str], list[Judged]] = defaultdict(list)
     for r in rows:
-        groups[(r.axis, r.component)].append(r)
+        groups[(r.axis, r.pair, r.component)].append(r)
     out = []
-    for (axis, comp) in sorted(groups, key=lambda k: (AXES.index(k[0]), k[1])):
-        g = groups[(axis, comp)]
+    for (axis, pair, comp) in sorted(groups, key=lambda k: (AXES.index(k[0]), k[1], k[2])):
+        g = groups[(axis, pair, comp)]
         out.append(AxisStats(axis, comp, len(g),
                              float(np.mean([r.ape(r.predicted_us) for r in g])),
                              float(np.mean([r.ape(r.constant_us) for r in g])),
-                             float(np.mean([r.ape(r.loglog_us) for r in g]))))
+                             float(np.mean([r.ape(r.loglog_us) for r in g])), pair))
     return out
 
 
-# the run hold-outs when none is named: (fit, judged) pairs of the shipped records -- the
-# two-H200 eager records (run 2) fit and the same grid on another VM instance (run 1, kept in
-# benchmarks/) judged; the single-H200 records of one machine fit, the other machine's judged
-DEFAULT_RUN_PAIRS = (("h200x2/bench.jsonl.gz",
-                      Path("benchmarks") / "results" / "h200x2_run1" / "bench.jsonl.gz"),
-                     ("h200_single/run1.jsonl.gz", "h200_single/run2.jsonl.gz"))
+# the run hold-outs when none is named, each (name, [(fit file, judged file)]): a fit file is
+# matched among the judged paths (the shipped records) by its ending, else taken under the
+# working directory, as every judged file is; a pair is judged when every file of at least one
+# of its (fit, judged) couples is found.
+#   ""                    the shipped two-H200 eager records (run 2) fit and the same grid on
+#                         another VM instance (run 1, kept in benchmarks/) judged; the
+#                         single-H200 records of one machine fit, the other machine's judged
+#   "#18: machine 1 -> 2" issue 18's two separately leased two-H200 machines (torch, DeepEP
+#                         normal mode, none; eager): machine 1 fit, machine 2 judged. Kept in
+#                         benchmarks/ and only judged: they are not in the shipped profile's fit
+_ISSUE18 = Path("benchmarks") / "results" / "h200x2_issue18"
+DEFAULT_RUN_PAIRS = (
+    ("", (("h200x2/bench.jsonl.gz", Path("benchmarks") / "results" / "h200x2_run1" / "bench.jsonl.gz"),
+          ("h200_single/run1.jsonl.gz", "h200_single/run2.jsonl.gz"))),
+    ("#18: machine 1 -> 2", ((_ISSUE18 / "bench" / "bench.jsonl.gz",
+                              _ISSUE18 / "machine2" / "bench" / "bench.jsonl.gz"),)),
+)
 
 
-def default_run_pair(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
-    """(fit, judged) record files of the default run hold-outs: for each pair whose fit file is
-    among `paths` (the shipped records) and whose judged file is too, or lies under the working
-    directory; ([], []) when none."""
+def _find(name: str | Path, paths: list[Path]) -> list[Path]:
+    """`name` among `paths` (by its ending), else under the working directory; [] if neither."""
+    found = [p for p in paths if p.as_posix().endswith(Path(name).as_posix())]
+    return found or ([Path(name)] if Path(name).is_file() else [])
+
+
+def default_run_pairs(paths: Iterable[str | Path]) -> list[RunPair]:
+    """The default run hold-outs (`DEFAULT_RUN_PAIRS`) whose files are found, given `paths`
+    (the shipped records); [] when none."""
     paths = [Path(p) for p in paths]
-    fit, judged = [], []
-    for fit_name, judged_name in DEFAULT_RUN_PAIRS:
-        mine = [p for p in paths if p.as_posix().endswith(fit_name)]
-        other = [p for p in paths if p.as_posix().endswith(str(judged_name))]
-        if not other and Path(judged_name).is_file():
-            other = [Path(judged_name)]
-        if mine and other:
-            fit += mine
-            judged += other
-    return fit, judged
+    out = []
+    for name, couples in DEFAULT_RUN_PAIRS:
+        fit, judged = [], []
+        for fit_name, judged_name in couples:
+            mine, other = _find(fit_name, paths), _find(judged_name, paths)
+            if mine and other:
+                fit += mine
+                judged += other
+        if fit:
+            out.append(RunPair(tuple(fit), tuple(judged), name))
+    return out
 
 
-def extrapolation(paths: Iterable[str | Path], run_fit: Iterable[str | Path] = (),
-                  run_judged: Iterable[str | Path] = ()) -> tuple[list[Judged], dict[str, str]]:
-    """Judge the three axes: tokens and shape on `paths`, run on `run_fit` -> `run_judged`.
+def extrapolation(paths: Iterable[str | Path], run_pairs: Sequence[RunPair] = ()
+                  ) -> tuple[list[Judged], dict[str, str]]:
+    """Judge the three axes: tokens and shape on `paths`, run on each of `run_pairs` (its own
+    refit on the pair's fit files, judged on its judged files).
 
     Returns:
-        (every judged row, axis -> what it fitted and judged, or why it was not judged).
+        (every judged row, axis label -> what it fitted and judged, or why it was not judged).
     """
     raw, files = load_records(paths)
     rows: list[Judged] = []
@@ -235,15 +278,15 @@ def extrapolation(paths: Iterable[str | Path], run_fit: Iterable[str | Path] = (
         got = judge(axis, fit, judged, files)
         rows += got
         notes[axis] = f"fit {len(merge_passes(fit))} records, judged {len(got)}"
-    run_fit, run_judged = list(run_fit), list(run_judged)
-    if run_fit and run_judged:
-        fit_raw, fit_files = load_records(run_fit)
-        judged_raw, judged_files = load_records(run_judged)
-        got = judge("run", fit_raw, judged_raw, fit_files)
+    for pair in run_pairs:
+        fit_raw, fit_files = load_records(pair.fit)
+        judged_raw, judged_files = load_records(pair.judged)
+        got = judge("run", fit_raw, judged_raw, fit_files, pair.name)
         rows += got
-        notes["run"] = (f"fit {', '.join(f.path for f in fit_files)}; judged "
-                        f"{', '.join(f.path for f in judged_files)} ({len(got)} records)")
-    else:
+        notes[axis_label("run", pair.name)] = (
+            f"fit {', '.join(f.path for f in fit_files)}; judged "
+            f"{', '.join(f.path for f in judged_files)} ({len(got)} records)")
+    if not run_pairs:
         notes["run"] = "not judged: no second run's records given"
     return rows, notes
 
@@ -254,14 +297,13 @@ def markdown(rows: list[Judged], notes: dict[str, str], max_mape: float = 10.0) 
              "median of the same configuration; log-log: fit-set points joined in log-log along "
              "the axis; skill = 1 - model / best baseline; flagged **no** where the model does "
              "not beat both)", ""]
-    for axis in AXES:
-        lines.append(f"- {axis}: {notes.get(axis, 'not judged')}")
+    lines += [f"- {label}: {note}" for label, note in notes.items()]
     cols = ["axis", "component", "records", "model MAPE %", "constant MAPE %", "log-log MAPE %",
             "skill", "beats both", f"model <= {max_mape:g}%"]
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for s in stats(rows):
         lines.append("| " + " | ".join([
-            s.axis, s.component, str(s.num), f"{s.model_mape:.1f}", f"{s.constant_mape:.1f}",
+            s.label, s.component, str(s.num), f"{s.model_mape:.1f}", f"{s.constant_mape:.1f}",
             f"{s.loglog_mape:.1f}", f"{s.skill:+.2f}", "yes" if s.beats_both else "**no**",
             "yes" if s.model_mape <= max_mape else "**no**"]) + " |")
     return "\n".join(lines) + "\n"

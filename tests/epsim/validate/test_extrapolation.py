@@ -10,7 +10,7 @@ import pytest
 
 from epsim.cli import main
 from epsim.records import write_records
-from epsim.validate.extrapolation import extrapolation, loglog, markdown, stats
+from epsim.validate.extrapolation import RunPair, extrapolation, loglog, markdown, stats
 from tests.epsim.calibrate_fixtures import SHAPES, synthetic_records
 
 TOKENS = (1, 4, 16, 64, 256, 1024, 2048, 8192)
@@ -41,7 +41,7 @@ def files(tmp_path_factory):
 
 def test_every_axis_is_judged_with_both_baselines(files):
     a, b = files
-    rows, notes = extrapolation([a], [a], [b])
+    rows, notes = extrapolation([a], [RunPair((a,), (b,))])
     assert {r.axis for r in rows} == {"tokens", "shape", "run"}
     tokens = [r for r in rows if r.axis == "tokens"]
     assert {r.tokens for r in tokens} == {2048, 8192}                 # only above the fitted 1024
@@ -63,7 +63,7 @@ def test_every_axis_is_judged_with_both_baselines(files):
 
 def test_a_component_that_loses_to_a_baseline_is_flagged(files):
     a, b = files
-    rows, notes = extrapolation([a], [a], [b])
+    rows, notes = extrapolation([a], [RunPair((a,), (b,))])
     lines = [l for l in markdown(rows, notes).splitlines() if l.startswith("| run |")]
     beaten = [s for s in stats(rows) if s.axis == "run" and not s.beats_both]
     assert beaten and all(any(f"| {s.component} |" in l and "**no**" in l for l in lines)
@@ -86,3 +86,20 @@ def test_validate_command_reports_extrapolation_and_checks_run_files(files, tmp_
                  str(a), "--no-plots"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--run-fit and --run-judged must be given together" in err[0]
+
+
+def test_named_run_pairs_are_judged_each_on_its_own_refit(files):
+    """Two pairs: their rows are labelled apart, and a pair's numbers do not depend on the
+    other pair (each has its own refit)."""
+    a, b = files
+    alone, _ = extrapolation([a], [RunPair((a,), (b,))])
+    both, notes = extrapolation([a], [RunPair((a,), (b,)), RunPair((b,), (a,), "b -> a")])
+    assert list(notes)[-2:] == ["run", "run (b -> a)"] and "run_a.jsonl" in notes["run (b -> a)"]
+    by = {(s.label, s.component): s for s in stats(both)}
+    for s in stats(alone):
+        if s.axis == "run":
+            assert by[("run", s.component)] == s
+    # machine b is 10% slower: fitted on b, a's points are predicted ~10% high
+    reverse = by[("run (b -> a)", "torch/experts")]
+    assert reverse.pair == "b -> a" and 6.0 < reverse.model_mape < 12.0
+    assert "| run (b -> a) | torch/experts |" in markdown(both, notes)
