@@ -47,17 +47,29 @@ class MovePlan:
     plan from the same two placements, so both ends of each transfer post it in the same order.
 
     Attributes:
-        moves: the moves.
+        layer, dst_slot, expert, src_rank, src_slot: [moves] int64, the `ExpertMove` fields
+            as columns (the tallies read these; `moves` builds the objects on first use).
         num_layers, num_ranks, ranks_per_node, slots_per_rank: shape of the placements.
         expert_bytes: bytes of one expert's weights (all its tensors).
     """
 
-    moves: tuple[ExpertMove, ...]
+    layer: np.ndarray
+    dst_slot: np.ndarray
+    expert: np.ndarray
+    src_rank: np.ndarray
+    src_slot: np.ndarray
     num_layers: int
     num_ranks: int
     ranks_per_node: int
     slots_per_rank: int
     expert_bytes: float
+
+    @cached_property
+    def moves(self) -> tuple[ExpertMove, ...]:
+        """The moves as `ExpertMove`s, in (layer, dst_slot) order."""
+        return tuple(ExpertMove(*row) for row in zip(
+            self.layer.tolist(), self.dst_slot.tolist(), self.expert.tolist(),
+            self.src_rank.tolist(), self.src_slot.tolist()))
 
     def dst_rank(self, move: ExpertMove) -> int:
         return move.dst_slot // self.slots_per_rank
@@ -70,10 +82,7 @@ class MovePlan:
     @cached_property
     def _columns(self) -> dict[str, np.ndarray]:
         """[moves] int64 arrays: layer, src (rank or RELOAD), dst (rank)."""
-        layer = np.array([m.layer for m in self.moves], dtype=np.int64)
-        src = np.array([m.src_rank for m in self.moves], dtype=np.int64)
-        dst = np.array([m.dst_slot for m in self.moves], dtype=np.int64) // self.slots_per_rank
-        return {"layer": layer, "src": src, "dst": dst}
+        return {"layer": self.layer, "src": self.src_rank, "dst": self.dst_slot // self.slots_per_rank}
 
     def _transfer(self) -> np.ndarray:
         """[moves] bool, moves that cross ranks (point-to-point transfers)."""
@@ -103,7 +112,7 @@ class MovePlan:
     @property
     def moved_bytes(self) -> float:
         """Changed slots x expert bytes: what the rebalance rewrites, links or not."""
-        return float(len(self.moves)) * self.expert_bytes
+        return float(self.layer.shape[0]) * self.expert_bytes
 
     def link_tallies(self) -> dict[str, np.ndarray]:
         """Per layer and rank, what crosses each link kind (the rebalance-cost model's input).
@@ -192,31 +201,56 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
     alive = np.asarray(alive, dtype=bool)
     if alive.shape != (new.num_ranks,):
         raise PlacementError(f"alive (shape {list(alive.shape)}) must be [ranks] = [{new.num_ranks}]")
-    old_p2l, new_p2l = old.physical_to_logical, new.physical_to_logical
     rank_of, node_of = new.rank_of_slot(), new.node_of_rank()
-    readable = alive[rank_of]                                          # [physical]
-    moves: list[ExpertMove] = []
-    for layer in range(new.num_layers) if layers is None else sorted(set(layers)):
-        holders: dict[int, dict[int, int]] = {}                        # expert -> {rank: lowest slot}
-        for slot in np.flatnonzero(readable)[::-1]:
-            holders.setdefault(int(old_p2l[layer, slot]), {})[int(rank_of[slot])] = int(slot)
-        sent = np.zeros(new.num_ranks)
-        for slot in np.flatnonzero(readable & (old_p2l[layer] != new_p2l[layer])):
-            dst, expert = int(rank_of[slot]), int(new_p2l[layer, slot])
-            sources = holders.get(expert, {})
-            if dst in sources:
-                src = dst
-            elif sources:
-                near = [r for r in sources if node_of[r] == node_of[dst]]
-                src = min(near or sources, key=lambda r: (sent[r], r))
-                sent[src] += expert_bytes
-            elif allow_reload:
-                moves.append(ExpertMove(layer, int(slot), expert, RELOAD, -1))
-                continue
-            else:
-                raise PlacementError(f"logical expert {expert} of layer {layer} has no readable copy "
-                                     f"on the alive ranks {np.flatnonzero(alive).tolist()}; pass a "
-                                     f"weight source to reload it")
-            moves.append(ExpertMove(layer, int(slot), expert, src, sources[src]))
-    return MovePlan(tuple(moves), new.num_layers, new.num_ranks, new.ranks_per_node,
-                    new.slots_per_rank, float(expert_bytes))
+    layer_ids = (np.arange(new.num_layers) if layers is None
+                 else np.array(sorted(set(int(x) for x in layers)), dtype=np.int64))
+    old_p2l = old.physical_to_logical[layer_ids]                          # [layers, physical]
+    new_p2l = new.physical_to_logical[layer_ids]
+    num_ranks, num_layers = new.num_ranks, layer_ids.shape[0]
+    num_experts = int(max(old.num_logical, new.num_logical))
+    readable = alive[rank_of]                                              # [physical]
+    # holders: the lowest old slot of each (layer, expert, rank) among readable slots, -1 if none
+    # (slots ascend, so the first occurrence of a key is its lowest slot)
+    slots = np.flatnonzero(readable)
+    key = ((np.arange(num_layers)[:, None] * num_experts + old_p2l[:, slots]) * num_ranks
+           + rank_of[slots]).ravel()                                        # [layers * readable]
+    first = np.full(num_layers * num_experts * num_ranks, -1, dtype=np.int64)
+    unique, at = np.unique(key, return_index=True)
+    first[unique] = np.tile(slots, num_layers)[at]
+    first = first.reshape(num_layers, num_experts, num_ranks)              # [layers, experts, ranks]
+    held = first >= 0
+    # the slots that change, in (layer, slot) order
+    row, slot = np.nonzero(readable & (old_p2l != new_p2l))
+    dst, expert = rank_of[slot], new_p2l[row, slot]
+    has_copy = held[row, expert].any(axis=1)                               # [moves]
+    if not allow_reload and not has_copy.all():
+        i = int(np.argmin(has_copy))
+        raise PlacementError(f"logical expert {int(expert[i])} of layer {int(layer_ids[row[i]])} has "
+                             f"no readable copy on the alive ranks {np.flatnonzero(alive).tolist()}; "
+                             "pass a weight source to reload it")
+    local = held[row, expert, dst]
+    # the greedy choice of a sender depends on what each rank has sent before in its layer: walk
+    # the layers in lockstep, the k-th changing slot of every layer at once
+    src = np.where(local, dst, RELOAD).astype(np.int64)
+    pick = np.flatnonzero(~local & has_copy)
+    rank_ids = np.arange(num_ranks)
+    if pick.shape[0]:
+        starts = np.searchsorted(row[pick], row[pick], side="left")
+        order = np.argsort(np.arange(pick.shape[0]) - starts, kind="stable")   # by k, then layer
+        k_of = (np.arange(pick.shape[0]) - starts)[order]
+        bounds = np.flatnonzero(np.diff(k_of)) + 1
+        sent = np.zeros((num_layers, num_ranks), dtype=np.int64)            # transfers sent
+        for group in np.split(pick[order], bounds):
+            lay, d = row[group], dst[group]
+            hold = held[lay, expert[group]]                                  # [group, ranks]
+            near = hold & (node_of[None, :] == node_of[d][:, None])
+            candidate = np.where(near.any(axis=1)[:, None], near, hold)
+            # least sent first, then the lowest rank
+            score = np.where(candidate, sent[lay] * num_ranks + rank_ids, np.iinfo(np.int64).max)
+            chosen = score.argmin(axis=1)
+            src[group] = chosen
+            sent[lay, chosen] += 1
+    src_slot = np.where(src == RELOAD, -1, first[row, expert, np.maximum(src, 0)])
+    return MovePlan(layer_ids[row].astype(np.int64), slot.astype(np.int64), expert.astype(np.int64),
+                    src, src_slot.astype(np.int64), new.num_layers, new.num_ranks,
+                    new.ranks_per_node, new.slots_per_rank, float(expert_bytes))

@@ -61,3 +61,49 @@ def test_only_some_layers():
     old = _placement([[0, 1, 2, 3, 4, 5, 6, 7]] * 2)
     new = _placement([[1, 0, 2, 3, 4, 5, 6, 7]] * 2)
     assert {m.layer for m in plan_moves(old, new, layers=[1]).moves} == {1}
+
+
+def _rule_one_slot_at_a_time(old, new, alive, allow_reload):
+    """The transfer rule written out slot by slot (the module docstring), as the oracle the
+    vectorised `plan_moves` must reproduce exactly: [(layer, dst_slot, expert, src_rank, src_slot)]."""
+    rank_of, node_of = new.rank_of_slot(), new.node_of_rank()
+    readable = alive[rank_of]
+    out = []
+    for layer in range(new.num_layers):
+        holders = {}                                                   # expert -> {rank: lowest slot}
+        for slot in np.flatnonzero(readable)[::-1]:
+            holders.setdefault(int(old.physical_to_logical[layer, slot]), {})[int(rank_of[slot])] = int(slot)
+        sent = np.zeros(new.num_ranks)
+        changed = readable & (old.physical_to_logical[layer] != new.physical_to_logical[layer])
+        for slot in np.flatnonzero(changed):
+            dst, expert = int(rank_of[slot]), int(new.physical_to_logical[layer, slot])
+            sources = holders.get(expert, {})
+            if dst in sources:
+                src = dst
+            elif sources:
+                near = [r for r in sources if node_of[r] == node_of[dst]]
+                src = min(near or sources, key=lambda r: (sent[r], r))
+                sent[src] += 1
+            else:
+                assert allow_reload
+                out.append((layer, int(slot), expert, RELOAD, -1))
+                continue
+            out.append((layer, int(slot), expert, src, sources[src]))
+    return out
+
+
+@pytest.mark.parametrize("num_nodes", [1, 2, 4])
+def test_vectorised_plan_matches_the_rule_slot_by_slot(rng, num_nodes):
+    num_ranks, slots_per_rank, num_experts, num_layers = 8, 3, 16, 6
+    for trial in range(15):
+        alive = np.ones(num_ranks, dtype=bool)
+        if trial % 3 == 2:
+            alive[rng.choice(num_ranks, 2, replace=False)] = False
+        rows = [np.stack([rng.permutation(np.r_[np.arange(num_experts),
+                                                rng.choice(num_experts, num_ranks * slots_per_rank - num_experts)])
+                          for _ in range(num_layers)]) for _ in range(2)]
+        old, new = (Placement.from_physical_to_logical(r, num_experts, num_ranks, num_nodes) for r in rows)
+        plan = plan_moves(old, new, alive, allow_reload=True)
+        want = _rule_one_slot_at_a_time(old, new, alive, True)
+        got = [(m.layer, m.dst_slot, m.expert, m.src_rank, m.src_slot) for m in plan.moves]
+        assert got == want
