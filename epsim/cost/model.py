@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -79,6 +80,40 @@ class MoECost:
     @property
     def layer_us(self) -> np.ndarray:
         return self.dispatch_us + self.experts_us + self.combine_us + self.sync_us
+
+    # derived once per object: the fast engine prices one MoECost for many steps
+    @cached_property
+    def comm_us(self) -> np.ndarray:
+        """[layers] dispatch + combine."""
+        return self.dispatch_us + self.combine_us
+
+    @cached_property
+    def stage_rows(self) -> np.ndarray:
+        """[3, layers] dispatch, experts, combine as rows."""
+        return np.stack([self.dispatch_us, self.experts_us, self.combine_us])
+
+    @cached_property
+    def sums(self) -> tuple[float, float, float, float]:
+        """(dispatch, experts, combine, network) summed over layers (µs)."""
+        network = float(np.sum(self.network_us))
+        if np.ndim(self.network_us) == 0:
+            network *= self.experts_us.shape[-1]
+        return (float(self.dispatch_us.sum()), float(self.experts_us.sum()),
+                float(self.combine_us.sum()), network)
+
+
+@dataclass(frozen=True)
+class _TokenTerms:
+    """What a step costs that depends only on its tokens per rank (`CostModel._token_terms`):
+    CUDA graph or eager, one layer's shared experts, the LM head, one dense layer's MLP, the
+    per-step overhead (µs, slowest rank each), the busiest EP rank's tokens."""
+
+    graph: bool
+    shared_us: float
+    lm_head_us: float
+    dense_mlp_us: float
+    overhead_us: float
+    max_tokens: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,6 +223,8 @@ class CostModel:
         self.attention_kernels = (decode, prefill) if decode and prefill else None
         self._token_ranges = self._fitted_ranges(modes)
         self.ledger = Ledger()               # what the costed steps spent, for `provenance`
+        self._terms_memo: dict[tuple, _TokenTerms] = {}
+        self._host_rows: dict[tuple[bool, str], np.ndarray] = {}
 
     def _fitted_ranges(self, modes: tuple[str, ...]) -> list[tuple[str, str, str, float, float]]:
         """Warn (ExtrapolationWarning) now where EP size or hidden size lie outside what the
@@ -238,6 +275,15 @@ class CostModel:
     def _gemm_params(self, experts_params: dict[str, float]) -> dict[str, float]:
         """Rates of a dense GEMM: the fitted dense MLP's, else the experts'."""
         return self.dense_params or experts_params
+
+    def _host_row(self, graph: bool, mode: str) -> np.ndarray:
+        """[3] host overhead of dispatch, experts and combine in one layer of a step."""
+        key = (graph, mode)
+        row = self._host_rows.get(key)
+        if row is None:
+            row = self._host_rows[key] = np.array(
+                [self.host_us(kind, mode, graph) for kind in ("dispatch", "experts", "combine")])
+        return row
 
     def host_us(self, kind: str, mode: str, graph: bool) -> float:
         """Host overhead one `kind` stage adds in a step (0 in a CUDA-graph step)."""
@@ -331,19 +377,16 @@ class CostModel:
             moe: this step's `moe(...)` when the caller priced it already (the fast engine
                 prices many steps' MoE layers in one call); `loads` is then unused.
         """
-        m, d = self.model, self.deployment
-        tbo = d.enable_two_batch_overlap
+        tbo = self.deployment.enable_two_batch_overlap
         fraction = 0.5 if tbo else 1.0
         part = batch.scaled(fraction) if tbo else batch
         attn = self._attention_layer_us(part)
-        graph = self.uses_graph(batch)
-        experts_params = self.graph_experts_params if graph else self.experts_params
-        shared = float(self._mlp_us(part.tokens, m.num_shared_experts * m.moe_intermediate_size,
-                                    experts_params).max()) if m.num_shared_experts else 0.0
+        terms = self._token_terms(batch, part)
+        graph, shared = terms.graph, terms.shared_us
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
-        compute = attn + shared + moe.experts_us                           # [layers]
-        comm = moe.dispatch_us + moe.combine_us
+        compute = (attn + shared) + moe.experts_us                         # [layers]
+        comm = moe.comm_us
         if tbo:
             layer = np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm)
             scale = 2.0
@@ -353,21 +396,17 @@ class CostModel:
         if moe.sync_us:
             layer = layer + scale * moe.sync_us            # once per micro-batch's collectives
         num_layers = layer.shape[0]
-        dense = float(lm_head_us(batch.sampled_tokens, m, self._gemm_params(experts_params),
-                                 self.tp_size).max())
-        if m.num_dense_layers:
-            dense += m.num_dense_layers * (self._attention_layer_us(batch) + float(
-                self._mlp_us(batch.tokens, m.intermediate_size, experts_params).max()))
-        overhead = (self.overhead_params["base_us"]
-                    + self.overhead_params["per_layer_us"] * m.num_layers)
+        dense = terms.lm_head_us
+        if self.model.num_dense_layers:
+            dense += self.model.num_dense_layers * (self._attention_layer_us(batch)
+                                                    + terms.dense_mlp_us)
+        overhead = terms.overhead_us
         step = float(layer.sum()) + dense + overhead
         self._record(graph, moe.mode, attn, moe, shared, dense, overhead, scale, num_layers,
-                     float(self.ep_tokens(batch).max(initial=0.0)))
+                     terms.max_tokens)
         parts = np.empty((6, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
-        parts[1] = moe.dispatch_us
-        parts[2] = moe.experts_us
-        parts[3] = moe.combine_us
+        parts[1:4] = moe.stage_rows
         parts[4] = shared * scale
         parts[5] = layer
         if scale != 1.0:
@@ -376,6 +415,31 @@ class CostModel:
             attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
             shared_experts_us=parts[4], layer_us=parts[5], dense_us=dense, overhead_us=overhead,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
+
+    def _token_terms(self, batch: BatchCounts, part: BatchCounts) -> "_TokenTerms":
+        """The parts of a step that depend only on its tokens per rank (not on contexts or
+        loads), remembered for the last few batch shapes: a run repeats few of them."""
+        key = (batch.tokens.tobytes(), batch.sampled_tokens.tobytes(), batch.phase)
+        hit = self._terms_memo.get(key)
+        if hit is not None:
+            return hit
+        m = self.model
+        graph = self.uses_graph(batch)
+        experts_params = self.graph_experts_params if graph else self.experts_params
+        shared = float(self._mlp_us(part.tokens, m.num_shared_experts * m.moe_intermediate_size,
+                                    experts_params).max()) if m.num_shared_experts else 0.0
+        lm_head = float(lm_head_us(batch.sampled_tokens, m, self._gemm_params(experts_params),
+                                   self.tp_size).max())
+        dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, experts_params).max()
+                          ) if m.num_dense_layers else 0.0
+        overhead = (self.overhead_params["base_us"]
+                    + self.overhead_params["per_layer_us"] * m.num_layers)
+        terms = _TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
+                            float(self.ep_tokens(batch).max(initial=0.0)))
+        if len(self._terms_memo) >= 64:
+            self._terms_memo.clear()
+        self._terms_memo[key] = terms
+        return terms
 
     def record_layer(self, moe: MoECost, graph: bool, max_tokens: float) -> None:
         """Add one MoE layer costed alone (`epsim cost`) to `ledger`."""
@@ -386,16 +450,13 @@ class CostModel:
                 dense: float, overhead: float, scale: float, num_layers: int,
                 max_tokens: float) -> None:
         """Add one step's parts to `ledger` (for the provenance shares)."""
-        host = [self.host_us(kind, mode, graph) * num_layers * scale
-                for kind in ("dispatch", "experts", "combine")]
-        network = float(np.sum(moe.network_us)) * scale
-        if np.ndim(moe.network_us) == 0:
-            network *= num_layers
-        row = np.array([attn * scale * num_layers, float(moe.dispatch_us.sum()) * scale - network,
-                        float(moe.experts_us.sum()) * scale,
-                        float(moe.combine_us.sum()) * scale - network,
-                        shared * scale * num_layers, dense, overhead, *host,
-                        moe.sync_us * scale * num_layers, 2.0 * network])
+        host = self._host_row(graph, mode) * num_layers * scale
+        dispatch, experts, combine, network = moe.sums
+        network *= scale
+        row = np.array([attn * scale * num_layers, dispatch * scale - network, experts * scale,
+                        combine * scale - network, shared * scale * num_layers, dense, overhead,
+                        host[0], host[1], host[2], moe.sync_us * scale * num_layers,
+                        2.0 * network])
         self.ledger.add(graph, mode, row, max_tokens)
 
     def _mlp_us(self, tokens: np.ndarray, width: int, experts_params: dict[str, float]) -> np.ndarray:

@@ -83,6 +83,7 @@ class Scheduler:
         self.slot_req = np.full(shape, _NO_REQUEST, dtype=np.int32)
         self.prefill_left = np.zeros(shape, dtype=np.int32)
         self.context = np.zeros(shape, dtype=np.int32)          # 0 in a free slot
+        self.context_sum = np.zeros(num_ranks, dtype=np.int64)   # [ranks] context.sum(axis=1)
         self.out_left = np.full(shape, _EMPTY_LEFT, dtype=np.int32)
         self.admitted = np.zeros(num_ranks, dtype=np.int64)
         self.occupied = np.zeros(num_ranks, dtype=np.int64)
@@ -112,6 +113,7 @@ class Scheduler:
         ids = self.num_arrivals + np.arange(len(init)).reshape(self.num_ranks, per_rank)
         self.slot_req[:, :per_rank] = ids
         self.context[:, :per_rank] = (init.input_len + done).reshape(self.num_ranks, per_rank)
+        self.context_sum[:] = self.context.sum(axis=1)
         self.out_left[:, :per_rank] = (self.output_len[ids.ravel()] - done).reshape(self.num_ranks, per_rank)
         self.occupied[:] = per_rank
         self._free = np.flatnonzero(self.slot_req < 0)
@@ -209,6 +211,7 @@ class Scheduler:
         self.slot_req[rank] = _NO_REQUEST
         self.prefill_left[rank] = 0
         self.context[rank] = 0
+        self.context_sum[rank] = 0
         self.out_left[rank] = _EMPTY_LEFT
         self.occupied[rank] = 0
         self._free = np.concatenate([self._free, rank * self.max_running + used])
@@ -241,6 +244,8 @@ class Scheduler:
         self.out_left.reshape(-1)[slots] = self.output_len[ids]
         if self.mode == "decode":
             self.context.reshape(-1)[slots] = self.input_len[ids]
+            self.context_sum += np.bincount(rows, weights=self.input_len[ids],
+                                            minlength=self.num_ranks).astype(np.int64)
         else:
             self.prefill_left.reshape(-1)[slots] = self.input_len[ids]
         self.admitted += admit
@@ -284,7 +289,7 @@ class Scheduler:
                 finishing_count = finishing.sum(axis=1).astype(np.float64)
         if self.mode == "decode" and alive is None:   # every used slot decodes; free slots hold 0
             decode_tokens = self.occupied.astype(np.float64)
-            decode_context = self.context.sum(axis=1) + decode_tokens
+            decode_context = self.context_sum + decode_tokens
         else:
             decode_tokens = decoding.sum(axis=1).astype(np.float64)
             decode_context = (self.context * decoding).sum(axis=1) + decode_tokens
@@ -310,12 +315,15 @@ class Scheduler:
         Returns:
             the inter-token gaps the step closed (its ITL).
         """
-        if self._dropped:                 # a rank failed mid-step: its part of the step is lost
+        dropped = self._dropped
+        if dropped:                       # a rank failed mid-step: its part of the step is lost
             plan = self._without_freed(plan)
         decoding = plan.decoding
         emitting = decoding if plan.finishing_prefill is None else decoding | plan.finishing_prefill
         gaps = self.clock.emit(now_s, emitting) if emitting is not None else NO_GAPS
         self.context += decoding
+        self.context_sum += (decoding.sum(axis=1) if dropped
+                             else plan.batch.decode_tokens.astype(np.int64))
         self.out_left -= decoding
         self.output_tokens_done += float(plan.batch.decode_tokens.sum())
         if plan.fresh_ids is not None:
@@ -323,6 +331,8 @@ class Scheduler:
         if plan.prefill_alloc is not None:
             alloc, finishing = plan.prefill_alloc, plan.finishing_prefill
             self.context += alloc
+            self.context_sum += (alloc.sum(axis=1) if dropped
+                                 else plan.batch.prefill_tokens.astype(np.int64))
             self.prefill_left -= alloc
             self.out_left -= finishing
             self.first_token_s[self.slot_req[finishing]] = now_s
@@ -333,9 +343,13 @@ class Scheduler:
             slot_req = self.slot_req.reshape(-1)
             self.finish_s[slot_req[done]] = now_s
             slot_req[done] = _NO_REQUEST
-            self.context.reshape(-1)[done] = 0
+            rows = done // self.max_running
+            context = self.context.reshape(-1)
+            self.context_sum -= np.bincount(rows, weights=context[done],
+                                            minlength=self.num_ranks).astype(np.int64)
+            context[done] = 0
             self.out_left.reshape(-1)[done] = _EMPTY_LEFT
-            self.occupied -= np.bincount(done // self.max_running, minlength=self.num_ranks)
+            self.occupied -= np.bincount(rows, minlength=self.num_ranks)
             self._free = np.concatenate([self._free, done])
         return gaps
 

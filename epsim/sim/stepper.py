@@ -16,7 +16,8 @@ Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=.
   distribution (marginals exact), but steps that share a pool are not independent, and the
   popularity they see lags by at most the drift window. Step observers that sum loads (EPLB's
   statistics window, `add_observer(..., fresh_loads=True)`) get a fresh draw of each step's
-  loads, so sums over steps keep the reference's noise; passive observers change nothing.
+  loads (drawn `FRESH_BLOCK` steps at a time, within the pool's drift window), so sums over
+  steps keep the reference's noise; passive observers change nothing.
   Same seed, same result; a different random stream from the reference engine, so the two
   agree statistically, not bit for bit (tolerances: tests/epsim/sim/test_fast.py).
 """
@@ -42,6 +43,7 @@ ENGINE_VARIABLE = "EPSIM_ENGINE"     # overrides the default (benchmarks run swe
 MAX_DRAWS = 4            # draws per pool (M)
 USES_PER_DRAW = 8        # steps a pool serves per draw it holds, at most
 DRIFT_STALE_FRAC = 0.05  # redraw once this share of experts may have swapped (drift)
+FRESH_BLOCK = 8          # observers' fresh loads drawn this many steps at a time
 
 
 def check_engine(engine: str) -> str:
@@ -95,6 +97,8 @@ class _Pool:
         self.key, self.t_s, self.max_uses, self.loads, self.rows = key, t_s, max_uses, loads, rows
         self.num_tokens = num_tokens
         self.used = 0
+        self.fresh: np.ndarray | None = None    # [n, layers, experts] fresh loads for observers
+        self.fresh_used = 0
 
 
 class PoolStepper:
@@ -129,8 +133,14 @@ class PoolStepper:
         loads, moe = pool.loads[row], pool.rows[row]
         if sim.wants_fresh_loads and pool.max_uses > 1:
             # observers (EPLB's statistics window) sum loads over many steps: a reused draw
-            # would make those sums noisier than independent steps, so they get a fresh one
-            loads = sim.skew.loads_block(1, pool.num_tokens, sim.routing_rng, now_s, step)[0]
+            # would make those sums noisier than independent steps, so they get a fresh one,
+            # drawn FRESH_BLOCK at a time (at the popularity of the first step of the block)
+            if pool.fresh is None or pool.fresh_used == pool.fresh.shape[0]:
+                num = min(FRESH_BLOCK, pool.max_uses - pool.used + 1)
+                pool.fresh = sim.skew.loads_block(num, pool.num_tokens, sim.routing_rng, now_s, step)
+                pool.fresh_used = 0
+            loads = pool.fresh[pool.fresh_used]
+            pool.fresh_used += 1
         return loads, cost_model.step(batch, None, placement.tables, moe=moe)
 
     def _new_pool(self, key: tuple, batch: BatchCounts, now_s: float, step: int) -> _Pool:

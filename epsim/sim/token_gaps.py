@@ -77,13 +77,13 @@ class TokenClock:
         """Slots `emitting` ([ranks, slots] bool) got a token at `now_s`: the gaps they close."""
         previous = self.last_s
         had = emitting & ~np.isnan(previous)
-        count = int(np.count_nonzero(had))
         gaps = NO_GAPS
-        if count:
-            total = count * now_s - float(np.sum(previous, where=had))
-            earliest = float(np.min(previous, where=had, initial=np.inf))
-            gaps = StepGaps(count, total / count, now_s - earliest)
-        np.copyto(self.last_s, now_s, where=emitting)
+        last = previous[had]                                   # [count] one boolean gather
+        if last.shape[0]:
+            count = last.shape[0]
+            gaps = StepGaps(count, (count * now_s - float(last.sum())) / count,
+                            now_s - float(last.min()))
+        np.copyto(previous, now_s, where=emitting)
         return gaps
 
     def lose(self, ids: np.ndarray, tokens: np.ndarray, last_s: np.ndarray) -> None:

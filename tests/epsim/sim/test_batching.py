@@ -106,3 +106,24 @@ def test_dead_rank_admits_and_runs_nothing():
     assert sched.occupied.tolist() == [2, 0] and plan.num_waiting == 2
     assert sched.arrived(0.0).tolist() == [2, 2]
     assert sched.next_arrival_s(0.0) == np.inf
+
+
+def test_context_sums_follow_the_slots_in_every_mode(rng):
+    """`context_sum` (kept step by step so decode steps need no pass over the slots) equals the
+    slots' contexts summed per rank, through admissions, completions, prefill and a dropped rank."""
+    num = 200
+    reqs = _requests(np.sort(rng.random(num)) * 2.0, rng.integers(1, 300, num),
+                     rng.integers(1, 40, num))
+    for mode, mixed in (("decode", False), ("null", False), ("null", True), ("prefill", False)):
+        sched = Scheduler(reqs, num_ranks=3, max_running=5, chunk_tokens=64, mode=mode,
+                          mixed_chunk=mixed)
+        now = 0.0
+        for step in range(300):
+            plan = sched.plan(now)
+            if step == 150:
+                sched.drop_rank(1, now)               # mid-step, as a failure lands
+                sched.route_to(np.array([True, False, True]), now)
+            now += 0.01
+            sched.commit(plan, now)
+            np.testing.assert_array_equal(sched.context_sum, sched.context.sum(axis=1),
+                                          err_msg=f"{mode} mixed={mixed} step {step}")
