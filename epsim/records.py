@@ -4,7 +4,7 @@
 predictions against them. Times are microseconds; counts are per rank, rank order.
 
 Schema 2 (`epsim.record/2`) adds, all optional: the single-GPU kinds (`attention_prefill`,
-`attention_decode`, `dense_mlp`), `timing` (what a time measures: device, host or eager),
+`attention_decode`, `dense_mlp`, `block_ops`), `timing` (what a time measures: device, host or eager),
 `num_local_experts`, the attention sizes and `intermediate_size`. Version 1 lines still read.
 """
 
@@ -40,6 +40,7 @@ RecordKind = Literal[
     "attention_prefill",  # causal GQA attention over new tokens (one GPU, `live.components`)
     "attention_decode",   # one new token per sequence against a KV cache (one GPU)
     "dense_mlp",     # a dense SwiGLU MLP: dense layers, DeepSeek's shared expert (one GPU)
+    "block_ops",     # the block's own ops: router, permute, top-k weighting and sum (one GPU)
 ]
 
 # What a record's times measure (schema 2):

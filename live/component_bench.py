@@ -3,7 +3,8 @@
 Experts (grouped GEMM of the Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3 shapes, 8 to 128
 local experts, 1 to 16384 tokens per rank, uniform, Zipf(1) and hot-set routing), GQA attention
 (prefill over sequence lengths, decode over batch x context) and dense MLPs (DeepSeek-V3's dense
-layers and shared expert), each point timed as device time, host overhead and eager time
+layers and shared expert) and the block's own ops (router, permute, top-k weighting: `block_ops`,
+the three expert shapes, 1 to 16384 tokens), each point timed as device time, host overhead and eager time
 (`live.op_timing`) and written as `epsim.records` lines (`timing` says which), appended as
 measured so a run stopped by its budget keeps what it measured. Communication needs two or more
 GPUs: `live.bench` measures it.
@@ -99,13 +100,13 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
         device: "cuda" (the grid above, BF16) or "cpu" (tiny shapes, float32).
         quick: a few points per component (a minute on one GPU).
         kinds: components to keep (default all): experts, attention_prefill, attention_decode,
-            dense_mlp.
+            dense_mlp, block_ops.
     Raises:
         LiveError: an unknown kind or device, iterations or passes <= 0.
     """
     from live.errors import LiveError
 
-    all_kinds = ("experts", "attention_prefill", "attention_decode", "dense_mlp")
+    all_kinds = ("experts", "attention_prefill", "attention_decode", "dense_mlp", "block_ops")
     for kind in kinds or ():
         if kind not in all_kinds:
             raise LiveError(f"kind ({kind!r}) must be one of {', '.join(all_kinds)}")
@@ -126,6 +127,7 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
         points += [Point("attention_decode", CPU_ATTENTION, num_seqs=b, context_len=c)
                    for b in (1, 4) for c in (64, 256)]
         points += [Point("dense_mlp", CPU_MLP, t) for t in (1, 16, 64)]
+        points += [Point("block_ops", CPU_EXPERTS, t) for t in (1, 16, 64)]
     else:
         models = EXPERT_MODELS[:1] if quick else EXPERT_MODELS
         for name in models:
@@ -146,6 +148,9 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
                        for b, c in decode]
         for shape in MLP_SHAPES[1:2] if quick else MLP_SHAPES:
             points += [Point("dense_mlp", shape, t) for t in ((1, 64, 1024) if quick else TOKENS)]
+        for name in EXPERT_MODELS[:1] if quick else EXPERT_MODELS:
+            points += [Point("block_ops", _expert_shape(name), t)
+                       for t in ((1, 64, 1024) if quick else TOKENS)]
     points = [p for p in points if p.kind in (kinds or all_kinds)]
     cpu = device == "cpu"
     return ComponentPlan(tuple(points), device, "float32" if cpu else "bfloat16",
@@ -236,14 +241,26 @@ def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_lo
         return fields["skipped"]
     with torch.no_grad():
         times = time_op(op, weights.device, plan.num_iters, plan.num_warmup, flush)
+    parts = {}                 # block_ops: each sub-part timed alone, same three timings
+    for name, part_op in fields.pop("parts", {}).items():
+        with torch.no_grad():
+            part = time_op(part_op, weights.device, plan.num_iters, plan.num_warmup, flush)
+        parts[name] = part.summaries()
+        if part.graph_error:
+            times.graph_error = times.graph_error or f"{name}: {part.graph_error}"
     extra = dict(fields.pop("extra", {}), dtype=plan.dtype, method=times.method,
                  l2="flushed before each call" if weights.device.type == "cuda" else "",
                  **{"pass": pass_id})
     if times.graph_error:
         extra["graph_error"] = times.graph_error
+
+    def extra_of(timing: str) -> dict:
+        if not parts:
+            return extra
+        return dict(extra, parts={name: p[timing] for name, p in parts.items() if timing in p})
     return [MeasurementRecord(**fields, backend="local", timing=timing, dispatch_dtype="",
-                              seed=plan.seed, **summary, num_iters=plan.num_iters, extra=extra,
-                              provenance=provenance)
+                              seed=plan.seed, **summary, num_iters=plan.num_iters,
+                              extra=extra_of(timing), provenance=provenance)
             for timing, summary in times.summaries().items()]
 
 

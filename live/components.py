@@ -11,6 +11,12 @@
   efficient, cuDNN, math that runs the shape; the record names it).
 - **attention_decode**: one new token per sequence against a KV cache of `context_len` tokens.
 - **dense_mlp**: a dense SwiGLU MLP (DeepSeek-V3's dense layers and shared expert).
+- **block_ops**: the block's own work around the experts, on one GPU holding every expert (EP 1):
+  the live block's forward (`Qwen3MoeSparseMoeBlock`, router on) with the experts replaced by
+  the identity, i.e. router GEMM + fp32 softmax + top-k + renormalize + slot choice, the permute
+  into expert order, and the top-k weighting with its fp32 sum and cast back. Its sub-parts
+  (`router`, `permute`, `combine_weighting`: the block's `route`/`select_slots`,
+  `permute_local`, `weight_local`) are timed alone too, into `extra.parts`.
 
 Weights and activations are random normal (never zeros: they run faster than real data).
 """
@@ -81,12 +87,12 @@ class Point:
                     f"/t{self.tokens}")
         if self.kind.startswith("attention"):
             return f"{self.kind}/{self.shape.name}/b{self.num_seqs}/ctx{self.context_len}"
-        return f"dense_mlp/{self.shape.name}/t{self.tokens}"
+        return f"{self.kind}/{self.shape.name}/t{self.tokens}"
 
     @property
     def weight_key(self) -> tuple:
         """Points with the same key share one weight allocation (see `WeightCache`)."""
-        return (self.kind, self.shape) if self.kind in ("experts", "dense_mlp") else ()
+        return (self.kind, self.shape) if self.kind in ("experts", "dense_mlp", "block_ops") else ()
 
 
 def expert_rows(point: Point, seed: int) -> np.ndarray:
@@ -117,11 +123,30 @@ class WeightCache:
         self.device, self.dtype, self.seed = device, dtype, seed
         self._key, self._tensors = None, ()
 
+    def block(self, key: tuple, shape: ExpertShape):
+        """The single-device live block of an expert shape (random router, every expert on this
+        device), held like the weights: one shape at a time."""
+        if key != self._key:
+            self._drop()
+            from live.block import Qwen3MoeSparseMoeBlock
+            from live.config import MoeConfig
+            config = MoeConfig(shape.hidden_size, shape.intermediate_size, shape.num_experts,
+                               shape.top_k)
+            block = Qwen3MoeSparseMoeBlock(config, dtype=self.dtype, device=self.device)
+            gen = torch.Generator(device=self.device).manual_seed(self.seed)
+            block.gate.weight.copy_(_randn(block.gate.weight.shape, gen, self.device, self.dtype)
+                                    * (shape.hidden_size ** -0.5))
+            self._key, self._tensors = key, (block,)
+        return self._tensors[0]
+
+    def _drop(self) -> None:
+        self._key, self._tensors = None, ()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def get(self, key: tuple, shape, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
         if key != self._key or self._tensors[0].shape[0] < num_slots:
-            self._tensors = ()
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+            self._drop()
             gen = torch.Generator(device=self.device).manual_seed(self.seed)
             h, i = shape.hidden_size, shape.intermediate_size
             lead = (num_slots,) if key[0] == "experts" else ()
@@ -159,8 +184,37 @@ def build_op(point: Point, weights: WeightCache, max_local: int, seed: int
         return (lambda: swiglu_mlp(x, gate_up, down)), fields
     if point.kind in ("attention_prefill", "attention_decode"):
         return _attention_op(point, gen, device, dtype)
+    if point.kind == "block_ops":
+        return _block_ops_op(point, weights, gen)
     raise LiveError(f"kind ({point.kind!r}) must be experts, attention_prefill, "
-                    f"attention_decode or dense_mlp")
+                    f"attention_decode, dense_mlp or block_ops")
+
+
+def _block_ops_op(point: Point, weights: WeightCache, gen):
+    """The live block's forward with identity experts, and its three sub-parts as ops
+    (`fields["parts"]`), each on inputs the previous part made once beforehand."""
+    shape = point.shape
+    block = weights.block(point.weight_key, shape)
+    x = _randn((point.tokens, shape.hidden_size), gen, weights.device, weights.dtype)
+
+    def identity_experts(rows, counts):
+        return rows
+    with torch.no_grad():
+        routing = block.route(x)
+        slots = block.select_slots(routing.topk_ids)
+        gathered = block.backend.gather(x, slots, routing.topk_weights)
+        rows, pairs = block.permute_local(gathered)
+    fields = dict(kind="block_ops", num_tokens_per_rank=point.tokens, ep_size=1,
+                  hidden_size=shape.hidden_size, moe_intermediate_size=shape.intermediate_size,
+                  num_experts=shape.num_experts, num_physical_experts=shape.num_experts,
+                  top_k=shape.top_k, model=shape.name,
+                  extra={"pairs": int(point.tokens * shape.top_k),
+                         "router": "softmax top-k, renormalized (Qwen3), fp32 weights"})
+    fields["parts"] = {
+        "router": lambda: block.select_slots(block.route(x).topk_ids),
+        "permute": lambda: block.permute_local(gathered),
+        "combine_weighting": lambda: block.weight_local(rows, gathered, pairs)}
+    return (lambda: block(x, expert_fn=identity_experts)), fields
 
 
 def _experts_op(point: Point, weights: WeightCache, max_local: int, seed: int, gen):

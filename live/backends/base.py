@@ -209,15 +209,23 @@ def dedup_expert_payload(expert_y: torch.Tensor, handle) -> torch.Tensor:
     return per_row.to(expert_y.dtype)
 
 
-def pairs_by_slot(local_slot: torch.Tensor, num_slots: int):
+def pairs_by_slot(local_slot: torch.Tensor, num_slots: int, all_local: bool = False):
     """Order (row, k) pairs of received tokens by local slot.
 
     Args:
         local_slot: [rows, top_k] int64, local slot of each choice or -1 (not on this rank).
+        all_local: the caller knows no entry is -1 (one rank holds every slot): the pairs are
+            then every (row, k) in row-major order, found without `nonzero`'s host sync (same
+            result).
     Returns:
         (pair_row [pairs] int64, pair_k [pairs] int64, counts [num_slots] int64): rows grouped
         by slot in slot order; within a slot in row order.
     """
+    if all_local:
+        slot = local_slot.reshape(-1)
+        order = torch.argsort(slot, stable=True)
+        top_k = local_slot.shape[1]
+        return order // top_k, order % top_k, slot_counts(slot, num_slots)
     row, k = torch.nonzero(local_slot >= 0, as_tuple=True)
     slot = local_slot[row, k]
     order = torch.argsort(slot, stable=True)

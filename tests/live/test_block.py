@@ -88,3 +88,13 @@ def test_config_from_the_zoo():
     assert (config.hidden_size, config.moe_intermediate_size, config.num_experts,
             config.top_k) == (4096, 1536, 128, 8)
     assert config.num_layers == 94
+
+
+def test_all_local_pairs_equal_the_nonzero_path():
+    """One rank: the sync-free pairs (what a CUDA graph captures) are the nonzero path's."""
+    import torch
+
+    from live.backends.base import pairs_by_slot
+    slots = torch.randint(0, 16, (37, 4), generator=torch.Generator().manual_seed(3))
+    for a, b in zip(pairs_by_slot(slots, 16), pairs_by_slot(slots, 16, all_local=True)):
+        assert torch.equal(a, b)

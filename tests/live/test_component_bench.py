@@ -16,7 +16,7 @@ from epsim.cli import main
 from epsim.commands.calibrate import choose_live_bench
 from epsim.errors import EpsimError
 from epsim.records import read_records
-from live.component_bench import plan_components, run_components
+from live.component_bench import EXPERT_MODELS, plan_components, run_components
 from live.components import Point, expert_rows
 from live.errors import LiveError
 from live.op_timing import time_op
@@ -28,7 +28,7 @@ def test_cpu_run_writes_every_component_as_valid_records(tmp_path):
     records = read_records(tmp_path / "c.jsonl")
     assert result.num_records == len(records) == 2 * len(plan.points) == result.num_points
     assert {r.kind for r in records} == {"experts", "attention_prefill", "attention_decode",
-                                         "dense_mlp"}
+                                         "dense_mlp", "block_ops"}
     assert {r.extra["pass"] for r in records} == {0, 1}
     for r in records:
         # on the CPU host and device are one: the only honest timing is the eager call's clock
@@ -78,6 +78,9 @@ def test_gpu_grid_covers_the_issue():
     assert max(p.context_len for p in attention if p.kind == "attention_prefill") == 16384
     assert {p.shape.name for p in plan.points if p.kind == "dense_mlp"} >= {
         "DeepSeek-V3/dense", "DeepSeek-V3/shared_expert"}
+    block = [p for p in plan.points if p.kind == "block_ops"]
+    assert {p.shape.name for p in block} == set(EXPERT_MODELS)
+    assert {p.tokens for p in block} == {2 ** i for i in range(15)}
     assert plan.dtype == "bfloat16" and plan.num_passes == 2
     assert any("needs two or more GPUs" in n for n in plan.notes)
 
@@ -131,7 +134,7 @@ def test_calibrate_live_on_one_gpu_times_gpu_components(one_gpu, monkeypatch, tm
     plan = seen["plan"]
     assert plan.device == "cuda" and plan.dtype == "bfloat16"
     assert {p.kind for p in plan.points} == {"experts", "attention_prefill", "attention_decode",
-                                             "dense_mlp"}
+                                             "dense_mlp", "block_ops"}
     lines = err.splitlines()
     assert sum("needs two or more GPUs" in line for line in lines) == 1
     assert "on 1 GPU" in err and "CPU ranks" not in err
@@ -188,3 +191,32 @@ def test_spent_budget_keeps_what_was_measured(tmp_path):
     assert result.num_points == result.num_records == 0
     assert result.skipped == [f"{len(plan.points)} points not started, time budget spent"]
     assert (tmp_path / "c.jsonl").read_text() == ""
+
+
+def test_block_ops_times_the_live_blocks_own_work_and_its_parts(tmp_path):
+    plan = plan_components("cpu", kinds=["block_ops"], num_iters=2)
+    run_components(plan, tmp_path / "b.jsonl", progress=False)
+    records = read_records(tmp_path / "b.jsonl")
+    assert sorted(r.num_tokens_per_rank for r in records) == sorted(p.tokens for p in plan.points)
+    for r in records:
+        assert r.kind == "block_ops" and r.ep_size == 1 and r.backend == "local"
+        assert r.extra["pairs"] == r.num_tokens_per_rank * r.top_k
+        assert set(r.extra["parts"]) == {"router", "permute", "combine_weighting"}
+        assert all(p["median_us"] > 0 for p in r.extra["parts"].values())
+
+
+def test_block_ops_op_is_the_block_forward_without_experts():
+    """The timed op is the live block itself: with identity experts its output is the input
+    weighted by the renormalized routing weights, i.e. x (they sum to one per token)."""
+    from live.components import WeightCache, build_op
+    shape = plan_components("cpu").points[0].shape
+    cache = WeightCache(torch.device("cpu"), torch.float32, 0)
+    op, fields = build_op(Point("block_ops", shape, 32), cache, 0, 0)
+    out = op()
+    block = cache.block(("block_ops", shape), shape)
+    x = torch.randn(32, shape.hidden_size, generator=torch.Generator().manual_seed(32))
+    assert torch.allclose(block(x, expert_fn=lambda rows, counts: rows), x, atol=1e-5)
+    assert out.shape == (32, shape.hidden_size)
+    rows, (pair_row, pair_k, counts) = fields["parts"]["permute"]()
+    assert rows.shape == (32 * shape.top_k, shape.hidden_size) and int(counts.sum()) == 32 * shape.top_k
+    assert fields["parts"]["combine_weighting"]().shape == (32, shape.hidden_size)
