@@ -118,6 +118,8 @@ def component_keys(record) -> list[str]:
               "dense_mlp": "dense"}                  # single-GPU kernels: pooled, `any/...`
     if kind in single:
         return [component_key("any", single[kind], graph)]
+    if kind == "block_ops":                          # the block's own ops: pooled, `any/...`
+        return [component_key("any", kind, graph)]
     return []
 
 

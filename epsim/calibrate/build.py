@@ -10,6 +10,8 @@ Components (profile keys, `epsim.profile`):
   `any/experts`                              all backends pooled (for backends not measured)
   `<backend>/moe_layer`                       `sync_us`: what a whole layer adds to its parts
   `any/rebalance`                            EPLB weight moves (`epsim.calibrate.rebalance`)
+  `any/block_ops/graph`, `any/block_ops/host`  the block's own ops (router, permute, top-k
+                                             weighting) on one GPU: device time, host part
 The parts are fitted first; a layer's `sync_us` then on `moe_layer` records, the parts fixed.
 """
 
@@ -160,18 +162,21 @@ def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
     """
     from epsim.calibrate.host import HOST_KINDS, device_twin
     groups: dict[str, list[SourcedRecord]] = defaultdict(list)
+    eager_block_ops = []          # single-GPU block ops timed eagerly: their host part
     for s in fit_set:
         keys = _fit_keys(s.record)
         if keys and _predictable(s, base, skipped):
             for key in keys:
                 groups[key].append(s)
+        elif s.record.kind == "block_ops" and s.record.timing == "eager":
+            eager_block_ops.append(s)
     if any(s.record.backend == "local" for k in groups if k.startswith("any/experts")
            for s in groups[k]):
         for key in [k for k in groups if k.startswith("any/experts")]:
             groups[key] = [s for s in groups[key] if s.record.backend == "local"]
             if not groups[key]:
                 del groups[key]
-    eager_host = []
+    eager_host = [s for s in eager_block_ops if component_keys(device_twin(s.record))[0] in groups]
     for key in list(groups):
         members = groups[key]
         r = members[0].record

@@ -115,9 +115,10 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
             parameters (so `record_features` picks the busiest rank with them).
         peaks: datasheet peaks by parameter name (`nvl_gbps`, `hbm_gbps`, `tflops`, ...).
     """
-    from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
+    from epsim.cost.linear import BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
     names = record_features(records[0].record, profile).coef_names
-    terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS)}[names]
+    terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS,
+                                       BLOCK_OPS_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, peaks)
     best = None

@@ -1,7 +1,8 @@
 """Fit of host overhead (`<backend>/<kind>/host`, pooled `any/<kind>/host`): what an eager step
 adds to a stage's device time.
 
-For every eager record of a stage whose device time was measured too (a `graph` component),
+For every eager record of a stage whose device time was measured too (a `graph` component;
+for the block's own ops, the single-GPU `block_ops` records timed eager and device-only),
 a host sample is `measured - device prediction` at the record's own counts: the launch,
 synchronization and Python time the eager harness exposed. The component stores the median as
 `base_us` (>= 0: a host cannot give time back) and the samples' p10/p90 relative to it as
@@ -19,7 +20,7 @@ from epsim.calibrate.inputs import SourcedRecord
 from epsim.profile import GRAPH, Component, Profile, component_key
 
 HOST = "host"
-HOST_KINDS = ("dispatch", "combine", "experts")
+HOST_KINDS = ("dispatch", "combine", "experts", "block_ops")
 
 
 def device_twin(record):
@@ -39,7 +40,8 @@ def host_samples(records: list[SourcedRecord], profile: Profile
         if r.kind not in HOST_KINDS:
             continue
         device = predict_record(device_twin(r), profile)
-        out[component_key(r.backend, r.kind, HOST)].append((s, s.measured_us, device))
+        if r.backend != "local":                  # single-GPU records: the pooled key alone
+            out[component_key(r.backend, r.kind, HOST)].append((s, s.measured_us, device))
         out[component_key("any", r.kind, HOST)].append((s, s.measured_us, device))
     return out
 

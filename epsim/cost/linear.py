@@ -50,3 +50,5 @@ COMM_TERMS = LinearTerms(("base_us", "nvl_gbps", "rdma_gbps", "per_copy_us", "sl
 COLLECTIVE_TERMS = LinearTerms(("base_us", "nvl_gbps", "rdma_gbps"), frozenset({"nvl_gbps", "rdma_gbps"}))
 EXPERT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_gbps", "tflops", "wave_us"),
                            frozenset({"hbm_gbps", "tflops"}))
+BLOCK_OPS_TERMS = LinearTerms(("base_us", "sort_block_us", "sort_device_us", "hbm_gbps", "tflops"),
+                              frozenset({"hbm_gbps", "tflops"}))

@@ -16,6 +16,8 @@ the live bench measured instead of expected values:
                       `none/allreduce`), its combine the all-reduce.
   moe_layer           dispatch + experts + combine of the record's backend, plus the layer's
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
+  block_ops           tokens per rank and `extra.pairs` (one GPU: tokens x top_k), the block's
+                      router, permute and weighting (`epsim.cost.block_ops`, `any/block_ops`).
 Components are looked up most specific first (keys and mode paths: `epsim.profile`): an FP8
 dispatch reads `<backend>/dispatch/fp8` and `<backend>/experts/fp8` where fitted, else the BF16
 ones.
@@ -42,7 +44,7 @@ from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
-                     "attention_prefill", "attention_decode", "dense_mlp")
+                     "attention_prefill", "attention_decode", "dense_mlp", "block_ops")
 # single-GPU kinds and the component each fits (`any/<component>[/graph]`)
 SINGLE_GPU_COMPONENTS = {"attention_prefill": "attention_prefill",
                          "attention_decode": "attention_decode", "dense_mlp": "dense"}
@@ -206,6 +208,25 @@ def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatur
                           EXPERT_TERMS.coefficients(params))
 
 
+def _block_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
+    """Design row of a `block_ops` record (`epsim.cost.block_ops`): the measured GPU's own
+    tokens and the pairs its experts compute (`extra.pairs`, else tokens x top_k: one GPU
+    holds every expert)."""
+    from epsim.cost.block_ops import block_ops_defaults, block_ops_features
+    from epsim.cost.linear import BLOCK_OPS_TERMS
+    if not (record.hidden_size and record.num_experts and record.top_k):
+        raise RecordError("hidden_size, num_experts and top_k must be > 0 for a block_ops record")
+    cluster = _cluster(record, profile)
+    path, host = _device_path(record, profile, "block_ops")
+    params = profile.params("any", "block_ops", path, defaults=block_ops_defaults(cluster.hardware))
+    tokens = float(record.num_tokens_per_rank)
+    pairs = float(record.extra.get("pairs", tokens * record.top_k))
+    row = block_ops_features(tokens, pairs, record.hidden_size, record.num_experts, record.top_k,
+                             params)
+    return RecordFeatures(component_key("any", "block_ops", path), BLOCK_OPS_TERMS.coef_names, row,
+                          BLOCK_OPS_TERMS.coefficients(params), host)
+
+
 def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     """The design row of the component a record measures (kinds dispatch, combine, experts,
     allreduce).
@@ -223,6 +244,8 @@ def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatur
         return _single_gpu_row(record, profile)
     if record.kind == "allreduce":
         return _collective_row(record, profile, passes=2)
+    if record.kind == "block_ops":
+        return _block_ops_row(record, profile)
     raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "
                        f"'allreduce'] for a design row")
 

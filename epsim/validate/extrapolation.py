@@ -35,7 +35,7 @@ JUDGED_TOKENS = (2048, 16384)
 JUDGED_MODELS = ("DeepSeek-V3",)
 AXES = ("tokens", "shape", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
-          "dense_mlp")
+          "dense_mlp", "block_ops")
 # fields that are not a configuration's identity: timings, measured counts, provenance
 _NOT_CONFIG = {"median_us", "p10_us", "p90_us", "per_rank_median_us", "num_iters", "extra",
                "provenance", "recv_tokens_per_rank", "send_tokens_per_rank",
@@ -121,6 +121,8 @@ def _x(record, axis: str) -> float:
         return float(record.hidden_size * record.moe_intermediate_size)
     if record.kind == "dense_mlp":
         return float(record.hidden_size * record.intermediate_size)
+    if record.kind == "block_ops":          # bytes per token grow with H, the router with E x H
+        return float(record.hidden_size * record.num_experts)
     if record.kind.startswith("attention"):
         return float(record.num_attention_heads * record.head_dim)
     return float(record.hidden_size)

@@ -1,0 +1,108 @@
+"""The MoE block's own ops around the experts: router, permute into expert order, top-k weighting.
+
+What the live block (`live.block.Qwen3MoeSparseMoeBlock`) runs on one rank besides dispatch,
+grouped GEMM and combine, per MoE layer, with `T` the rank's own tokens, `P` the token-expert
+pairs its experts compute (one rank: `P = T * top_k`), `H` hidden, `E` experts, `k` top-k:
+
+  router             gate GEMM `[T, H] x [H, E]` (BF16), softmax in fp32, top-k, renormalize,
+                     slot choice: `2TH + 2EH + 12TE + 40Tk + 8T` bytes, `2TEH` FLOPs
+  permute            choices -> (row, k) pairs sorted by slot (`torch.argsort`), rows gathered
+                     into expert order: `4HP + 112P` bytes
+  combine_weighting  each pair's output times its weight (BF16), fp32 copy, `index_add_` into
+                     `[T, H]` fp32 (k atomic adds per element), cast back: `22HP + 10TH + 36P`
+
+(bytes counted from the kernels' reads and writes: `epsim/cost/block_ops.py`'s `block_ops_work`).
+The kernels run one after another, so their times add; the router GEMM alone is a roofline:
+
+    t = base_us + sort_block_us * [P > 128] + sort_device_us * [P > 4096]
+        + other_bytes / hbm_gbps * 1e-3
+        + max(gemm_bytes / hbm_gbps * 1e-3, router_flops / tflops * 1e-6)
+
+  base_us         the fixed device time of the ~25 small kernels (launch and tail each)
+  sort_block_us   `torch.argsort` of more than 128 keys runs a one-block radix sort instead of
+                  the in-warp/bitonic sort (PyTorch `sortKeyValueInplace`)
+  sort_device_us  more than 4096 keys: the multi-kernel device-wide radix sort (cub)
+  hbm_gbps        HBM bandwidth these passes reach (<= datasheet; the fp32 atomic adds of the
+                  weighting, most of the bytes, run below a plain copy's rate)
+  tflops          the router GEMM's tensor rate (<= datasheet BF16 peak); at `E` 128-256 the
+                  GEMM is memory-bound on H200 (intensity ~E FLOP/byte), so a fit on such
+                  records keeps the datasheet value
+
+The layer waits for the slowest rank: `max_r t_r`. Fitted as `any/block_ops/graph` (device
+time) and `any/block_ops/host` (what an eager step adds) on `block_ops` records of one GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.spec.hardware import HardwareSpec
+
+SMALL_SORT_KEYS = 128       # argsort up to this many keys: one warp / bitonic sort
+BLOCK_SORT_KEYS = 4096      # up to this many: one-block radix sort; above: device radix sort
+PARTS = ("router", "permute", "combine_weighting")
+
+
+def block_ops_defaults(hardware: HardwareSpec) -> dict[str, float]:
+    """Datasheet parameters of `any/block_ops`: ~25 kernels at ~1.6 µs each, no sort steps,
+    HBM and tensor peak times the stated efficiencies."""
+    return {"base_us": 40.0, "sort_block_us": 0.0, "sort_device_us": 0.0,
+            "hbm_gbps": hardware.hbm_gbps * HBM_EFFICIENCY,
+            "tflops": hardware.bf16_tflops * TENSOR_EFFICIENCY}
+
+
+def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{part: (bytes, FLOPs)} of each part, elementwise over `tokens` and `pairs` ([...]).
+
+    Args:
+        tokens: [...] the rank's own tokens (router, the weighted sum's output rows).
+        pairs: [...] token-expert pairs the rank's experts compute (permute, weighting).
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    p = np.asarray(pairs, dtype=np.float64)
+    h, e, k = float(hidden_size), float(num_experts), float(top_k)
+    busy = (t > 0) | (p > 0)
+    router = np.where(t > 0, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k + 8 * t, 0.0)
+    zero = np.zeros_like(p * t)
+    return {"router": (router, 2.0 * t * e * h),
+            "permute": (np.where(busy, 4 * h * p + 112 * p, 0.0), zero),
+            "combine_weighting": (np.where(busy, 22 * h * p + 10 * t * h + 36 * p, 0.0), zero)}
+
+
+def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
+                       params: dict[str, float], parts: tuple[str, ...] = PARTS) -> np.ndarray:
+    """[..., 5] design columns (1, [P > 128], [P > 4096], memory KB, router GEMM MFLOPs) of
+    the given parts; times `BLOCK_OPS_TERMS.coefficients(params)` gives `block_ops_us`.
+
+    The router GEMM is a roofline: its operand bytes (`2TH + 2EH + 2TE`) go to the memory
+    column when memory-bound at `params`, else its FLOPs to the math column; every other pass
+    streams memory. The fixed column counts when any part runs, the sort columns with the
+    permute."""
+    work = block_ops_work(tokens, pairs, hidden_size, num_experts, top_k)
+    num_bytes = sum(work[part][0] for part in parts)
+    flops = sum(work[part][1] for part in parts)
+    t = np.asarray(tokens, dtype=np.float64) * np.ones_like(num_bytes)
+    gemm_bytes = np.where(t > 0, 2.0 * (t + num_experts) * hidden_size + 2.0 * t * num_experts,
+                          0.0) if "router" in parts else np.zeros_like(num_bytes)
+    compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
+    mem_kb = (num_bytes - np.where(compute_bound, gemm_bytes, 0.0)) * 1e-3
+    p = np.asarray(pairs, dtype=np.float64) * np.ones_like(num_bytes)
+    busy = (num_bytes > 0).astype(np.float64)
+    sort = busy if "permute" in parts else np.zeros_like(busy)
+    return np.stack([busy, sort * (p > SMALL_SORT_KEYS), sort * (p > BLOCK_SORT_KEYS),
+                     mem_kb, np.where(compute_bound, flops * 1e-6, 0.0)], axis=-1)
+
+
+def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
+                 params: dict[str, float], parts: tuple[str, ...] = PARTS) -> np.ndarray:
+    """[...] microseconds of the slowest rank's block ops (`[..., ranks]` in, last axis reduced).
+
+    Args:
+        tokens: [..., ranks] each rank's own tokens; pairs: [..., ranks] pairs it computes.
+        parts: the parts to cost (the rest lie inside another fitted stage: docs/model.md).
+    """
+    from epsim.cost.linear import BLOCK_OPS_TERMS
+    rows = block_ops_features(tokens, pairs, hidden_size, num_experts, top_k, params, parts)
+    return (rows @ BLOCK_OPS_TERMS.coefficients(params)).max(axis=-1)
