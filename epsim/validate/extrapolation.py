@@ -233,7 +233,8 @@ def stats(rows: list[Judged]) -> list[AxisStats]:
 _ISSUE18 = Path("benchmarks") / "results" / "h200x2_issue18"
 DEFAULT_RUN_PAIRS = (
     ("", (("h200x2/bench.jsonl.gz", Path("benchmarks") / "results" / "h200x2_run1" / "bench.jsonl.gz"),
-          ("h200_single/run1.jsonl.gz", "h200_single/run2.jsonl.gz"))),
+          ("h200_single/run1.jsonl.gz", "h200_single/run2.jsonl.gz"),
+          ("h200_single/block_ops_run1.jsonl.gz", "h200_single/block_ops_run2.jsonl.gz"))),
     ("#18: machine 1 -> 2", ((_ISSUE18 / "bench" / "bench.jsonl.gz",
                               _ISSUE18 / "machine2" / "bench" / "bench.jsonl.gz"),)),
 )
