@@ -3,6 +3,12 @@
     python benchmarks/eplb_over_time.py                 # everything (a few minutes on 2 cores)
     python benchmarks/eplb_over_time.py --only speed    # one part: sweep | redundancy | elastic | speed
     python benchmarks/eplb_over_time.py --write         # also record results and figures
+    python benchmarks/eplb_over_time.py --only sweep --intervals 400,800   # some rows of a part
+    python benchmarks/eplb_over_time.py --only speed --repeats 1           # its counts, one timing
+
+Every number but the wall times regenerates from the committed code (same seeds, same result):
+tests/benchmarks/test_recorded_results.py reruns the redundancy part, the sweep's longest
+intervals and the speed part's counts, and compares them with the recorded ones.
 
 Parts:
   sweep       scenarios/eplb_interval_drift.yaml at rebalance intervals 5..800 passes, and without
@@ -45,11 +51,11 @@ def datasheet():
     return Profile(name="datasheet-H200", hardware="H200")
 
 
-def sweep(write: bool, workers: int) -> list[str]:
+def sweep(write: bool, workers: int, intervals: list[int] = INTERVALS) -> list[str]:
     from epsim.plan.eplb_sweep import interval_figure, sweep_rebalance_interval
     from epsim.spec import load_scenario
     scenario = load_scenario(SCENARIOS / "eplb_interval_drift.yaml")
-    result = sweep_rebalance_interval(scenario, INTERVALS, profile=datasheet(), workers=workers)
+    result = sweep_rebalance_interval(scenario, intervals, profile=datasheet(), workers=workers)
     best = result.best
     lines = ["## Rebalance interval under drift (scenarios/eplb_interval_drift.yaml)", "",
              "```", result.table(), "```", "",
@@ -142,11 +148,11 @@ def elastic(write: bool) -> list[str]:
     return lines
 
 
-def speed() -> list[str]:
+def speed(repeats: int = 3) -> list[str]:
     from epsim.sim import simulate
     from epsim.spec import load_scenario
     r1 = SCENARIOS / "r1_qwen235b_ep64_decode.yaml"
-    lines = ["## Speed (R1: Qwen3-235B-A22B decode, EP 64, 60 simulated s; fastest of 3, one thread)", "",
+    lines = [f"## Speed (R1: Qwen3-235B-A22B decode, EP 64, 60 simulated s; fastest of {repeats}, one thread)", "",
              "| EPLB | rebalances | steps | wall s | sim s / wall s |", "|---|---:|---:|---:|---:|"]
     cases = [("off", []),
              ("on, every 100 passes, static dispatch", ["deployment.enable_eplb=true",
@@ -161,7 +167,7 @@ def speed() -> list[str]:
     for name, sets in cases:
         scenario = load_scenario(r1, sets)
         best, res = None, None
-        for _ in range(3):
+        for _ in range(repeats):
             start = time.perf_counter()
             res = simulate(scenario, profile=datasheet())
             wall = time.perf_counter() - start
@@ -177,9 +183,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["sweep", "redundancy", "elastic", "speed"])
     parser.add_argument("--write", action="store_true", help=f"record {RESULTS} and the figures")
     parser.add_argument("--workers", type=int, default=2, help="processes for the interval sweep")
+    parser.add_argument("--intervals", default=",".join(map(str, INTERVALS)),
+                        help="sweep: comma list of rebalance intervals (forward passes)")
+    parser.add_argument("--repeats", type=int, default=3, help="speed: timings per case (fastest kept)")
     args = parser.parse_args(argv)
-    parts = {"sweep": lambda: sweep(args.write, args.workers), "redundancy": lambda: redundancy(args.write),
-             "elastic": lambda: elastic(args.write), "speed": speed}
+    try:
+        intervals = [int(n) for n in args.intervals.split(",")]
+    except ValueError:
+        parser.error(f"--intervals ({args.intervals!r}) must be a comma list of integers")
+    if args.repeats < 1:
+        parser.error(f"--repeats ({args.repeats}) must be >= 1")
+    if args.write and (intervals != INTERVALS or args.repeats != 3):
+        parser.error("--write records the full run: drop --intervals and --repeats")
+    parts = {"sweep": lambda: sweep(args.write, args.workers, intervals),
+             "redundancy": lambda: redundancy(args.write), "elastic": lambda: elastic(args.write),
+             "speed": lambda: speed(args.repeats)}
     report = []
     for name, run in parts.items():
         if args.only in (None, name):

@@ -6,6 +6,11 @@ machine. The two-tier tables of both executors must be byte-identical (same seed
 
     python benchmarks/plan_sweep.py            # run every variant, print the numbers
     python benchmarks/plan_sweep.py --write    # also record benchmarks/results/plan_sweep.md
+    python benchmarks/plan_sweep.py --quick --write   # 8 points: benchmarks/results/quick/
+
+`--quick` sweeps `QUICK_SWEEPS` the same way (seconds); every number of its table but the wall
+times, speeds and load averages regenerates, which tests/benchmarks/test_recorded_results.py
+checks against benchmarks/results/quick/plan_sweep.md.
 
 Each point simulates 6 s (statistics after 2 s) instead of the scenario's 30 s, which keeps the
 whole sweep to a few minutes on 2 cores; the timings measure the sweep machinery and the
@@ -26,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "qwen235b_h200_decode.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "plan_sweep.md"
+QUICK_RESULTS = ROOT / "benchmarks" / "results" / "quick" / "plan_sweep.md"
 SWEEPS = [
     "deployment.ep_size=8:128:x2",
     "workload.arrivals.rate_per_s=50:400:+50",
@@ -33,6 +39,11 @@ SWEEPS = [
     "deployment.dispatch_dtype=bf16,fp8",
     "deployment.max_running_requests=64,128",
     "deployment.enable_two_batch_overlap=false,true",
+]
+QUICK_SWEEPS = [
+    "deployment.ep_size=8,16",
+    "workload.arrivals.rate_per_s=100,200",
+    "deployment.moe_a2a_backend=deepep,mooncake",
 ]
 OVERRIDES = ["workload.duration_s=6", "workload.warmup_s=2"]
 CONSTRAINTS = ["tpot_ms.p99<=50", "ttft_ms.p99<=2000", "hbm_headroom_gib>=0"]
@@ -66,7 +77,8 @@ VARIANTS = {
 }
 
 
-def run(variant: str, out: Path, workers: int | None, progress: bool) -> tuple[object, float, float]:
+def run(variant: str, out: Path, workers: int | None, progress: bool,
+        sweeps: list[str] = SWEEPS) -> tuple[object, float, float]:
     """(result, wall seconds, 1-minute load average at the end: other work on the machine)."""
     from epsim.plan import run_plan
     from epsim.sim.stepper import ENGINE_VARIABLE
@@ -74,7 +86,7 @@ def run(variant: str, out: Path, workers: int | None, progress: bool) -> tuple[o
     os.environ[ENGINE_VARIABLE] = engine           # worker processes inherit it
     try:
         start = time.perf_counter()
-        result = run_plan(SCENARIO, SWEEPS, constraints=CONSTRAINTS, objectives=OBJECTIVES,
+        result = run_plan(SCENARIO, sweeps, constraints=CONSTRAINTS, objectives=OBJECTIVES,
                           overrides=OVERRIDES, executor=executor, workers=workers, out=out,
                           progress=progress, require_feasible=False, screen=screen)
         return result, time.perf_counter() - start, os.getloadavg()[0]
@@ -87,7 +99,8 @@ def answers(result) -> list[str]:
     return [("none" if a.best is None else result.describe(a.best)) for a in result.answers]
 
 
-def report(runs: dict, identical: bool, workers: int) -> str:
+def report(runs: dict, identical: bool, workers: int, sweeps: list[str] = SWEEPS,
+           command: str = "python benchmarks/plan_sweep.py --write") -> str:
     import numpy as np
     import ray
 
@@ -99,7 +112,7 @@ def report(runs: dict, identical: bool, workers: int) -> str:
         f"# `epsim plan` sweep speed: {num_points} configurations, reference and fast engine, "
         "two tiers, local processes and Ray",
         "",
-        "Recorded by `python benchmarks/plan_sweep.py --write` "
+        f"Recorded by `{command}` "
         f"(epsim {epsim.__version__}, commit {commit()}), every variant in one run, one after the "
         "other: the machine is shared by other agents, so the ratios between variants of this one "
         "run are what counts, not the absolute times.",
@@ -110,7 +123,7 @@ def report(runs: dict, identical: bool, workers: int) -> str:
         f"- scenario: `scenarios/qwen235b_h200_decode.yaml` with `--set {' --set '.join(OVERRIDES)}` "
         "(6 simulated seconds per point, statistics after 2 s)",
         "- sweep (Cartesian, "
-        f"{num_points} points): " + "; ".join(f"`{s}`" for s in SWEEPS),
+        f"{num_points} points): " + "; ".join(f"`{s}`" for s in sweeps),
         f"- constraints {', '.join(f'`{c}`' for c in CONSTRAINTS)}; objectives "
         f"{', '.join(f'`{o}`' for o in OBJECTIVES)}",
         "",
@@ -160,7 +173,10 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help=f"record {RESULTS.relative_to(ROOT)}")
     parser.add_argument("--workers", type=int, default=None, help="default: all cores")
     parser.add_argument("--out", default=None, help="keep the results directories here")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"sweep QUICK_SWEEPS (8 points); --write records {QUICK_RESULTS.relative_to(ROOT)}")
     args = parser.parse_args()
+    sweeps, results = (QUICK_SWEEPS, QUICK_RESULTS) if args.quick else (SWEEPS, RESULTS)
     from epsim.plan.executors import default_workers
     workers = args.workers or default_workers()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="plan_sweep_"))
@@ -169,16 +185,18 @@ def main() -> int:
         out = base / f"variant{i}"
         if (out / "points.jsonl").exists():
             raise SystemExit(f"{out} already holds results; the benchmark needs a fresh directory")
-        result, wall_s, load = run(variant, out, workers, sys.stderr.isatty())
+        result, wall_s, load = run(variant, out, workers, sys.stderr.isatty(), sweeps)
         runs[variant] = (result, wall_s, load)
         print(f"{variant}: {result.num_computed} points simulated in {wall_s:.1f} s", flush=True)
     tables = [(base / f"variant{i}" / "results.csv").read_bytes() for i in (2, 3)]
     identical = tables[0] == tables[1]
-    text = report(runs, identical, workers)
+    command = "python benchmarks/plan_sweep.py" + (" --quick" if args.quick else "") + " --write"
+    text = report(runs, identical, workers, sweeps, command)
     print(text)
     if args.write:
-        RESULTS.write_text(text)
-        print(f"wrote {RESULTS}")
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(text)
+        print(f"wrote {results}")
     return 0 if identical else 1
 
 

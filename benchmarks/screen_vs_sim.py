@@ -2,6 +2,7 @@
 
     python benchmarks/screen_vs_sim.py            # print
     python benchmarks/screen_vs_sim.py --write    # also record benchmarks/results/screen_vs_sim.md
+    python benchmarks/screen_vs_sim.py --quick --write   # reduced size: benchmarks/results/quick/
 
 Part 1, speed: the screen alone on a large sweep of `scenarios/qwen235b_h200_decode.yaml`
 (5,760 configurations: EP size x backend x dispatch dtype x batch limit x two-batch overlap x
@@ -13,6 +14,10 @@ without a screen) and screened. Recorded: Spearman rank correlation and relative
 screen's TPOT (against the simulation's mean and p99) and throughput per GPU, keep-up agreement,
 and whether `epsim plan --screen` (simulating only the screen's candidates and neighbours)
 gives the same answer as simulating all 200.
+
+`--quick` runs the same two parts on `QUICK_SPEED_SWEEP` and `QUICK_SAMPLE_SWEEP` (seconds, not
+minutes); its every number but the wall times and load averages regenerates, which
+tests/benchmarks/test_recorded_results.py checks against benchmarks/results/quick/screen_vs_sim.md.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "qwen235b_h200_decode.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "screen_vs_sim.md"
+QUICK_RESULTS = ROOT / "benchmarks" / "results" / "quick" / "screen_vs_sim.md"
 
 SPEED_SWEEP = ["deployment.ep_size=8:128:x2", "deployment.moe_a2a_backend=deepep,mooncake",
                "deployment.dispatch_dtype=bf16,fp8", "deployment.max_running_requests=32,64,128,256",
@@ -37,16 +43,20 @@ SPEED_SWEEP = ["deployment.ep_size=8:128:x2", "deployment.moe_a2a_backend=deepep
 SAMPLE_SWEEP = ["deployment.ep_size=8:128:x2", "deployment.moe_a2a_backend=deepep,mooncake",
                 "deployment.max_running_requests=32,64,128,256",
                 "workload.arrivals.rate_per_s=100:500:+100"]
+QUICK_SPEED_SWEEP = ["deployment.ep_size=8:128:x2", "deployment.moe_a2a_backend=deepep,mooncake",
+                     "workload.arrivals.rate_per_s=100:500:+100"]
+QUICK_SAMPLE_SWEEP = ["deployment.ep_size=8:128:x2", "deployment.moe_a2a_backend=deepep",
+                      "workload.arrivals.rate_per_s=100,200"]
 CONSTRAINTS = ["tpot_ms.p99<=50"]
 
 
-def screen_speed(workers: int) -> dict:
-    """Build and screen every point of `SPEED_SWEEP` (no simulation)."""
+def screen_speed(workers: int, sweep: list[str]) -> dict:
+    """Build and screen every point of `sweep` (no simulation)."""
     from epsim.plan.points import load_base
     from epsim.plan.runner import _axes, _build_points
     from epsim.plan.tiers import screen_points
     start = time.perf_counter()
-    points, skipped = _build_points(load_base(SCENARIO), _axes(SPEED_SWEEP), None)
+    points, skipped = _build_points(load_base(SCENARIO), _axes(sweep), None)
     built = time.perf_counter()
     screened = screen_points(points, None, "local", workers, None, progress=False)
     end = time.perf_counter()
@@ -66,15 +76,15 @@ def rel_err(est: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.abs(est[ok] - ref[ok]) / ref[ok]
 
 
-def agreement(workers: int, out: Path) -> dict:
+def agreement(workers: int, out: Path, sweep: list[str]) -> dict:
     from epsim.plan.runner import run_plan
     common = dict(constraints=CONSTRAINTS, executor="local", workers=workers, out=out,
                   progress=False, plots=False, require_feasible=False)
     start = time.perf_counter()
-    full = run_plan(SCENARIO, SAMPLE_SWEEP, **common)
+    full = run_plan(SCENARIO, sweep, **common)
     full_s = time.perf_counter() - start
     start = time.perf_counter()
-    two = run_plan(SCENARIO, SAMPLE_SWEEP, screen=True, **common)   # simulations cached
+    two = run_plan(SCENARIO, sweep, screen=True, **common)   # simulations cached
     two_s = time.perf_counter() - start
     col = lambda res, name: res.column(name)                        # noqa: E731
     keeps = col(two, "screen.keep_up") == 1.0
@@ -119,19 +129,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "runs" / "screen_vs_sim"),
                         help="results directory of the sample's plans")
     parser.add_argument("--write", action="store_true", help=f"record results in {RESULTS}")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the reduced sweeps (seconds); --write records {QUICK_RESULTS}")
     args = parser.parse_args(argv)
     import warnings
     warnings.simplefilter("ignore")
-    speed = screen_speed(args.workers)
+    speed_sweep = QUICK_SPEED_SWEEP if args.quick else SPEED_SWEEP
+    sample_sweep = QUICK_SAMPLE_SWEEP if args.quick else SAMPLE_SWEEP
+    results = QUICK_RESULTS if args.quick else RESULTS
+    speed = screen_speed(args.workers, speed_sweep)
     load_speed = os.getloadavg()[0]
     print(f"screen: {speed}", file=sys.stderr)
-    agree = agreement(args.workers, Path(args.out))
+    agree = agreement(args.workers, Path(args.out) / ("quick" if args.quick else ""), sample_sweep)
     load_agree = os.getloadavg()[0]
     print({k: v for k, v in agree.items() if not isinstance(v, np.ndarray)}, file=sys.stderr)
     lines = [
         "## Speed: the screen alone", "",
-        f"`{SCENARIO.name}` swept over {len(SPEED_SWEEP)} axes: "
-        + "; ".join(f"`{s}`" for s in SPEED_SWEEP) + ".", "",
+        f"`{SCENARIO.name}` swept over {len(speed_sweep)} axes: "
+        + "; ".join(f"`{s}`" for s in speed_sweep) + ".", "",
         "| configurations | skipped (invalid) | build s | screen s | total s | configurations/s | "
         "workers | load average (1 min) |", "|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {speed['points']} | {speed['skipped']} | {speed['build_s']:.1f} | {speed['screen_s']:.1f} "
@@ -139,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| {load_speed:.1f} |", "",
         "## Agreement with the simulation (stated sample)", "",
         f"Sample: the {agree['points']}-point Cartesian sweep "
-        + "; ".join(f"`{s}`" for s in SAMPLE_SWEEP)
+        + "; ".join(f"`{s}`" for s in sample_sweep)
         + f" of `{SCENARIO.name}` (30 simulated s per point, statistics after 10 s), constraint "
         + ", ".join(f"`{c}`" for c in CONSTRAINTS) + ", keep-up required.", "",
         "| quantity | Spearman rank correlation | median abs. rel. error | p90 abs. rel. error |",
@@ -172,14 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     report = "\n".join(lines)
     print(report)
     if args.write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(
             "# Two-tier planning: the analytic screen against the simulation "
             "(benchmarks/screen_vs_sim.py)\n\n"
             f"Recorded with `python benchmarks/screen_vs_sim.py {' '.join(sys.argv[1:])}` on "
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
             f"{platform.python_version()}.\n\n" + report + "\n")
-        print(f"\nwrote {RESULTS}", file=sys.stderr)
+        print(f"\nwrote {results}", file=sys.stderr)
     return 0
 
 

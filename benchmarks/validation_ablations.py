@@ -14,6 +14,9 @@ Plus the cross-run check: the shipped profile judged on the first, single-pass r
 
     python benchmarks/validation_ablations.py [--write]     # table -> benchmarks/results/validation_ablations.md
 
+Deterministic and seconds long: tests/benchmarks/test_recorded_results.py reruns it and compares
+its output with the recorded table, so a change to the fit or the records shows there.
+
 The variants patch the cost model's record-level functions (`epsim.cost.record`) or the profile's
 FP8 mode rule (`epsim.profile.FP8_KINDS`) in this process only; nothing in the package changes.
 """
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     text = run()
-    print(text)
+    print(text, end="")                  # exactly the recorded file (the test compares them)
     if args.write:
         RESULTS.write_text(text)
     return 0

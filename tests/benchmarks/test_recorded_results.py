@@ -2,15 +2,20 @@
 reduced size where the full run is long) and its output must equal the committed result, number
 for number, except host wall times (which no two machines share; each result names them).
 
-Covered here: `eplb_gain.py --quick` (benchmarks/results/quick/eplb_gain.json) and
-`network_terms.py` (benchmarks/results/network_terms.md, full size: seconds). The scaling
-predictions regenerate in tests/epsim/validate/test_scaling.py.
+Covered here: `eplb_gain.py --quick` (benchmarks/results/quick/eplb_gain.json);
+`network_terms.py` and `validation_ablations.py` (their results at full size: seconds);
+`eplb_over_time.py`, all of its redundancy part at full size, the sweep's longest intervals and
+the speed part's counts (its elastic part, three 40-s runs at EP 64, is not rerun here);
+`plan_sweep.py --quick` and `screen_vs_sim.py --quick` (benchmarks/results/quick/: timed results,
+so every number but the times; their full results must have the quick ones' table structure).
+The scaling predictions regenerate in tests/epsim/validate/test_scaling.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,9 +69,107 @@ def test_eplb_gain_full_result_names_its_command_and_shape():
                         ("algorithm_wall_s",)) == _without(row, ("algorithm_wall_s",))
 
 
-@pytest.mark.parametrize("script, result", [("network_terms.py", "network_terms.md")])
+@pytest.mark.parametrize("script, result", [("network_terms.py", "network_terms.md"),
+                                            ("validation_ablations.py", "validation_ablations.md")])
 def test_markdown_results_regenerate(script, result):
     printed = _run(f"benchmarks/{script}").stdout
     committed = (RESULTS / result).read_text()
     body = committed.split("-->\n\n", 1)[1] if committed.startswith("<!--") else committed
     assert printed == body
+
+
+# -- timed results: everything but the times ------------------------------------------------------
+def _section(text: str, heading: str) -> list[str]:
+    """The lines of the `## heading...` section of a result, up to its `(part: N s wall)` line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"## {heading}"))
+    end = next(i for i in range(start, len(lines)) if lines[i].endswith(" s wall)"))
+    return [line for line in lines[start:end] if line.strip()]
+
+
+def _cells(row: str, columns: tuple[int, ...]) -> list[str]:
+    """The named columns of a markdown table row (`| a | b |`)."""
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    return [cells[i] for i in columns]
+
+
+def test_eplb_over_time_regenerates_but_for_wall_times():
+    committed = (RESULTS / "eplb_over_time.md").read_text()
+    redundancy = _run("benchmarks/eplb_over_time.py", "--only", "redundancy").stdout
+    assert _section(redundancy, "32 redundant") == _section(committed, "32 redundant")
+
+    # the sweep's rows are independent runs: its longest intervals and no EPLB, in seconds
+    sweep = _run("benchmarks/eplb_over_time.py", "--only", "sweep", "--intervals", "400,800",
+                 "--workers", "1").stdout
+    def rows(text):
+        table = [line.replace("<- best", "").rstrip() for line in _section(text, "Rebalance")]
+        return {line.split()[0]: line for line in table if re.match(r"\s+(\d+|no EPLB)\s", line)}
+    again, recorded = rows(sweep), rows(committed)
+    assert set(again) == {"400", "800", "no"} and len(recorded) == 9
+    assert all(again[k] == recorded[k] for k in again)
+
+    # speed: the steps and rebalances of each case (one timing instead of the fastest of 3)
+    speed = _run("benchmarks/eplb_over_time.py", "--only", "speed", "--repeats", "1").stdout
+    def counts(text):
+        return [_cells(line, (0, 1, 2)) for line in _section(text, "Speed")
+                if line.startswith("| ") and line[2:5] in ("off", "on,")]
+    assert len(counts(committed)) == 3 and counts(speed) == counts(committed)
+
+
+def _masked(text: str, timed: dict[str, tuple[int, ...]], drop: tuple[str, ...]) -> list[str]:
+    """A timed result's lines with the times taken out: lines starting with a `drop` prefix go;
+    table rows whose first cell starts with a `timed` key keep only those columns; `(… s)` and
+    `its N s is` wall times are masked."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(drop):
+            continue
+        for label, columns in timed.items():
+            if line.startswith("| ") and _cells(line, (0,))[0].startswith(label):
+                line = " | ".join(_cells(line, columns))
+        out.append(re.sub(r"\(\d+ s\)|its \d+ s is", "(wall)", line))
+    return out
+
+
+def _structure(text: str) -> list[str]:
+    """Headings and table headers of a result, numbers masked, and its tables' first cells."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or line.startswith("| quantity") or line.startswith("| variant") \
+                or line.startswith("| configurations"):
+            out.append(re.sub(r"\d[\d,]*", "#", line))
+        elif line.startswith("| ") and not line.startswith("|--"):
+            first = _cells(line, (0,))[0]
+            out.append("row: " + ("#" if re.fullmatch(r"[\d.]+", first) else first))
+    return out
+
+
+PLAN_SWEEP_TIMED = {"reference engine": (0, 1), "fast engine": (0, 1), "two tiers": (0, 1)}
+PLAN_SWEEP_DROP = ("Recorded by", "- machine:")
+
+
+def test_plan_sweep_quick_regenerates_but_for_times(tmp_path):
+    pytest.importorskip("ray")                      # one variant runs on a local Ray runtime
+    committed = (RESULTS / "quick" / "plan_sweep.md").read_text()
+    assert "Recorded by `python benchmarks/plan_sweep.py --quick --write`" in committed
+    again = _run("benchmarks/plan_sweep.py", "--quick", "--out", str(tmp_path)).stdout
+    again = again[again.index("# `epsim plan`"):]          # after the per-variant progress lines
+    assert _masked(again, PLAN_SWEEP_TIMED, PLAN_SWEEP_DROP) == \
+        _masked(committed, PLAN_SWEEP_TIMED, PLAN_SWEEP_DROP)
+    assert _structure((RESULTS / "plan_sweep.md").read_text()) == _structure(committed)
+
+
+SCREEN_DROP = ("Recorded with", "Load average")
+
+
+def test_screen_vs_sim_quick_regenerates_but_for_times(tmp_path):
+    committed = (RESULTS / "quick" / "screen_vs_sim.md").read_text()
+    assert "Recorded with `python benchmarks/screen_vs_sim.py --quick --write`" in committed
+    again = _run("benchmarks/screen_vs_sim.py", "--quick", "--out", str(tmp_path)).stdout
+    def masked(text):                     # the printed report is the file less its title
+        lines = _masked(text[text.index("## Speed"):], {}, SCREEN_DROP)
+        speed_row = next(i for i, line in enumerate(lines) if line.startswith("|---:")) + 1
+        lines[speed_row] = " | ".join(_cells(lines[speed_row], (0, 1)))   # counts, not times
+        return lines
+    assert masked(again) == masked(committed)
+    assert _structure((RESULTS / "screen_vs_sim.md").read_text()) == _structure(committed)
