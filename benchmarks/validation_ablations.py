@@ -7,6 +7,9 @@ same hold-out rule, so every before/after number in that section comes from this
   median_passes    a configuration's passes merged by the median of their medians, not the mean
   no_slot_term     no busiest-expert-slot term in dispatch/combine (`slot_us_per_kb` column zeroed)
   no_fp8_combine   the combine after an FP8 dispatch shares the BF16 combine component
+  no_overlap       dispatch/combine as the plain sum `base_us + transfer` (no fixed work hidden
+                   under the transfer: `overlap_us` held at 0)
+  no_spill         no L2-spill term in dispatch/combine (`spill_gbps` column zeroed)
   additive_experts expert compute as weights + unquantized FLOPs (the form before the
                    grouped-GEMM physics) instead of max(weights, tile- and wave-quantized FLOPs)
 Plus the cross-run check: the shipped profile judged on the first, single-pass run
@@ -38,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from epsim.calibrate import calibrate  # noqa: E402
 from epsim.calibrate.inputs import default_record_paths, merge_passes  # noqa: E402
 from epsim.cost import comm as comm_mod  # noqa: E402
+from epsim.cost.linear import COMM_TERMS  # noqa: E402
 from epsim.cost import experts as experts_mod  # noqa: E402
 from epsim.cost import record as record_mod  # noqa: E402
 from epsim.profile import load_profile  # noqa: E402
@@ -56,7 +60,19 @@ def _median_passes(records):
 
 def _no_slot(*args, **kwargs):
     rows = comm_mod.comm_features(*args, **kwargs)
-    rows[..., 4] = 0.0                                     # the slot_us_per_kb column
+    rows[..., COMM_TERMS.coef_names.index("slot_us_per_kb")] = 0.0
+    return rows
+
+
+def _no_overlap(*args, **kwargs):
+    args = list(args)
+    args[4] = {**args[4], "overlap_us": 0.0}               # params: every record on the transfer side
+    return comm_mod.comm_features(*args, **kwargs)
+
+
+def _no_spill(*args, **kwargs):
+    rows = comm_mod.comm_features(*args, **kwargs)
+    rows[..., COMM_TERMS.coef_names.index("inv_spill_gbps")] = 0.0
     return rows
 
 
@@ -78,6 +94,8 @@ VARIANTS = {
     "median_passes": lambda: _patches(("epsim.calibrate.build.merge_passes", _median_passes),
                                       ("epsim.validate.report.merge_passes", _median_passes)),
     "no_slot_term": lambda: _patches(("epsim.cost.record.comm_features", _no_slot)),
+    "no_overlap": lambda: _patches(("epsim.cost.record.comm_features", _no_overlap)),
+    "no_spill": lambda: _patches(("epsim.cost.record.comm_features", _no_spill)),
     "no_fp8_combine": lambda: _patches(("epsim.profile.FP8_KINDS", ("dispatch", "experts"))),
     "additive_experts": lambda: _patches(("epsim.cost.record.experts_features", _additive_features)),
 }

@@ -84,7 +84,8 @@ def peaks_of(hardware: str) -> dict[str, float]:
     cluster = ClusterSpec(gpu=hardware if hardware != "cpu" else NOMINAL_GPU)
     hw = cluster.hardware
     return {"nvl_gbps": cluster.nvlink_gbps_resolved, "rdma_gbps": cluster.rdma_gbps_resolved,
-            "hbm_gbps": hw.hbm_gbps, "tflops": hw.bf16_tflops}
+            "hbm_gbps": hw.hbm_gbps, "tflops": hw.bf16_tflops,
+            "spill_gbps": hw.hbm_gbps}
 
 
 def _provenance(records: list[SourcedRecord], files: list[RecordFileInfo], holdout: Holdout,

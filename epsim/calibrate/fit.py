@@ -106,6 +106,20 @@ def _starts(terms, peaks: dict[str, float]) -> list[dict[str, float]]:
             for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01)]
 
 
+OVERLAP_SHARES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def _overlap_starts(terms, best_params: dict[str, float]) -> list[dict[str, float]]:
+    """Starts of `base_us + max(overlap_us, transfer)` from the plain-sum fit: a share of its
+    fixed cost moved under the transfer, its transfer terms kept (so each record starts on the
+    side it lies: small transfers pay the whole fixed cost, large ones hide that share)."""
+    if "overlap_us" not in terms.params or "base_us" not in best_params:
+        return []
+    base = best_params["base_us"]
+    return [{**best_params, "base_us": base * (1 - f), "overlap_us": base * f}
+            for f in OVERLAP_SHARES]
+
+
 def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
                   peaks: dict[str, float], relative: bool = True) -> ComponentFit:
     """Fit profile component `key` on `records` (all of one component).
@@ -126,6 +140,11 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
         profile.components[key] = Component(params=start, source="fit")
         result = _alternate(key, records, profile, terms, measured, lower, relative)
         if best is None or result[0] < best[0]:
+            best = result
+    for start in _overlap_starts(terms, best[1]):
+        profile.components[key] = Component(params=start, source="fit")
+        result = _alternate(key, records, profile, terms, measured, lower, relative)
+        if result[0] < best[0] * (1 - 1e-6):         # a tie keeps the plain sum
             best = result
     _, params, predicted, coef, rounds = best
     profile.components[key] = Component(params=params, source="fit")

@@ -2,8 +2,10 @@
 
 A DeepEP-class all-to-all (`torch`, `deepep`, `mooncake`) costs, per layer,
 
-    t = base_us + max_r(max(nvl_bytes_r / nvl_gbps, rdma_bytes_r / rdma_gbps)) * 1e-3
-        + per_copy_us * max_r(copies_r) + slot_us_per_kb * max_s(slot_bytes_s) * 1e-3
+    t = base_us + max(overlap_us, transfer_us)
+    transfer_us = max_r(max(nvl_bytes_r / nvl_gbps, rdma_bytes_r / rdma_gbps)) * 1e-3
+                  + per_copy_us * max_r(copies_r) + slot_us_per_kb * max_s(slot_bytes_s) * 1e-3
+                  + max(0, max_r(pair_bytes_r) - l2_bytes) / spill_gbps * 1e-3   (pair copies)
 
 where `nvl_bytes_r` is the busier direction (send or receive) of rank r's NVLink traffic and
 likewise for RDMA: the busiest rank sets the pace. NVLink and the NIC are separate engines
@@ -15,13 +17,20 @@ the 1e-3.
 Mooncake EP) queue copies per expert, so one hot expert paces them even when the ranks are
 balanced (measured on two H200: Zipf(1) routing, whose hottest expert takes every token, made
 Mooncake's dispatch 2x slower than uniform routing with the same bytes per rank).
+`overlap_us` is fixed work that runs *while* the copies move (a kernel's count exchange and
+buffer bookkeeping, or in an eager call the host's time after it launched the transfer), so a
+large transfer hides it: `base_us` is what nothing hides. With `overlap_us = 0` the form is
+the plain sum. `pair_bytes_r` is what rank r's low-latency receive buffer holds (every
+(token, expert) pair it computes); beyond the GPU's L2 (`l2_bytes`) the kernel's writes and
+the reads after them go to HBM, at `spill_gbps` (<= HBM bandwidth) for the bytes that spill.
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
-of the bytes over each rank's slowest link.
+of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
 
-Every model is linear in its coefficients (`base_us`, `1/nvl_gbps`, `1/rdma_gbps`,
-`per_copy_us`) once the busiest rank is known: `comm_features` returns the design row a
-least-squares fitter needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
+Every model is linear in its coefficients (`base_us`, `overlap_us`, `1/nvl_gbps`,
+`1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`) once the busiest rank and the
+side of the max are known: `comm_features` returns the design row a least-squares fitter
+needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
 """
 
 from __future__ import annotations
@@ -46,9 +55,27 @@ _BASE_US = {
     ("none", ""): 15.0,              # one NCCL collective
 }
 
+# L2 cache per GPU (bytes): Hopper 50 MB (NVIDIA H100 / H200 datasheets; H800 is the same die).
+# A GPU not listed takes Hopper's, a stated assumption (Blackwell's is larger: less spill).
+L2_BYTES = {"H100": 50e6, "H800": 50e6, "H200": 50e6}
+DEFAULT_L2_BYTES = 50e6
+
 _FP8_BLOCK = 128          # DeepEP FP8 dispatch: one float32 scale per 128 hidden values
 _DEDUP_META_BYTES = 12    # per top-k choice: int64 expert index + float32 weight
 _PAIR_META_BYTES = 16     # per copy: DeepEP low-latency's int4 source-info header
+
+
+def l2_bytes(gpu: str) -> float:
+    """L2 cache of a zoo GPU, bytes (Hopper's 50 MB for one not listed)."""
+    return L2_BYTES.get(gpu, DEFAULT_L2_BYTES)
+
+
+def per_message(dedup: str) -> bool:
+    """Whether a kernel moves every (token, expert) pair as its own message (`pair` copies:
+    DeepEP low-latency, Mooncake EP): only those pay the per-copy, busiest-slot and L2-spill
+    terms. Rank- and node-deduplicated paths (NCCL all-to-all, DeepEP normal) pack their copies
+    into contiguous buffers, whose cost is the bytes."""
+    return dedup == "pair"
 
 
 def check_backend(backend: str) -> str:
@@ -99,27 +126,35 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
     check_backend(backend)
     return {
         "base_us": _BASE_US[(backend, mode if backend == "deepep" else "")],
+        "overlap_us": 0.0,
         "nvl_gbps": cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY,
         "rdma_gbps": rdma_gbps_default(backend, cluster),
         "per_copy_us": 0.0,
         "slot_us_per_kb": 0.0,
+        "spill_gbps": cluster.hardware.hbm_gbps,      # a spilled byte costs at least one HBM pass
     }
 
 
 def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.ndarray,
                   bytes_per_copy: float, params: dict[str, float],
-                  max_slot_pairs: np.ndarray | float = 0.0) -> np.ndarray:
+                  max_slot_pairs: np.ndarray | float = 0.0,
+                  max_pairs: np.ndarray | float = 0.0, l2: float = DEFAULT_L2_BYTES) -> np.ndarray:
     """Design rows of the all-to-all model at each layer's busiest rank.
 
     Args:
         nvl_copies, rdma_copies: [..., ranks] busier direction of each rank's link (copies).
-        copies: [..., ranks] link-crossing copies per rank (busier direction).
-        params: picks the busiest rank (the one whose slower link takes longest) and, at it,
-            the link that paces it (the other link's column is zero).
+        copies: [..., ranks] link-crossing copies per rank (busier direction); zeros for a
+            kernel that is not `per_message`, as are `max_slot_pairs` and `max_pairs`.
+        params: pick the busiest rank (the one whose slower link takes longest), at it the
+            link that paces it (the other link's column is zero), and the side of
+            `max(overlap_us, transfer)` (the other side's columns are zero).
         max_slot_pairs: [...] pairs into the busiest single expert slot.
+        max_pairs: [...] pairs of the rank computing the most (its receive buffer holds them).
+        l2: the GPU's L2 cache, bytes (`l2_bytes`).
     Returns:
-        [..., 5] float64 columns (1, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
-        slot_bytes*1e-3); times `COMM_TERMS.coefficients(params)` gives microseconds.
+        [..., 7] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
+        slot_bytes*1e-3, spilled bytes*1e-3); times `COMM_TERMS.coefficients(params)` gives
+        microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
     rdma_kb = np.asarray(rdma_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
@@ -132,11 +167,19 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
     nvl_b, rdma_b = np.where(rdma_paces, 0.0, nvl_b), np.where(rdma_paces, rdma_b, 0.0)
     slot_kb = np.broadcast_to(np.asarray(max_slot_pairs, dtype=np.float64) * (bytes_per_copy * 1e-3),
                               nvl_b.shape)
-    return np.stack([np.ones_like(nvl_b), nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb],
-                    axis=-1)
+    spill_kb = np.broadcast_to(np.maximum(
+        np.asarray(max_pairs, dtype=np.float64) * bytes_per_copy - l2, 0.0) * 1e-3, nvl_b.shape)
+    transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb],
+                        axis=-1)                                        # [..., 5]
+    coef = COMM_TERMS.coefficients(params)
+    hidden = transfer @ coef[2:] < params.get("overlap_us", 0.0)       # the fixed work paces
+    transfer = np.where(hidden[..., None], 0.0, transfer)
+    ones = np.ones_like(nvl_b)
+    return np.concatenate([np.stack([ones, hidden.astype(np.float64)], axis=-1), transfer], axis=-1)
 
 
-def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float]) -> np.ndarray:
+def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
+            l2: float = DEFAULT_L2_BYTES) -> np.ndarray:
     """[layers] microseconds of one dispatch (or combine) of `traffic`.
 
     The module formula evaluated directly (the step loop's hot path); equals
@@ -146,44 +189,54 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float]) -
     busy = traffic.nvl_copies * (kb / params["nvl_gbps"])                # [layers, ranks]
     if traffic.multi_node:                     # links run concurrently: the slower one paces
         busy = np.maximum(busy, traffic.rdma_copies * (kb / params["rdma_gbps"]))
-    t = params["base_us"] + busy.max(axis=-1)
-    if params["per_copy_us"]:
-        t = t + params["per_copy_us"] * traffic.copies.max(axis=-1)
-    if params.get("slot_us_per_kb") and traffic.max_slot_pairs is not None:
-        t = t + params["slot_us_per_kb"] * traffic.max_slot_pairs * kb
-    return t
+    t = busy.max(axis=-1)
+    if per_message(traffic.dedup):
+        if params["per_copy_us"]:
+            t = t + params["per_copy_us"] * traffic.copies.max(axis=-1)
+        if params.get("slot_us_per_kb") and traffic.max_slot_pairs is not None:
+            t = t + params["slot_us_per_kb"] * traffic.max_slot_pairs * kb
+        if params.get("spill_gbps"):
+            spill_kb = np.maximum(traffic.pairs.max(axis=-1) * bytes_per_copy - l2, 0.0) * 1e-3
+            t = t + spill_kb / params["spill_gbps"]
+    return params["base_us"] + np.maximum(params.get("overlap_us", 0.0), t)
 
 
 # -- collectives (the `none` backend, TP attention) ---------------------------------------------
 def collective_defaults(cluster: ClusterSpec) -> dict[str, float]:
     """Datasheet parameters of `none/allreduce`."""
-    return {"base_us": _BASE_US[("none", "")],
+    return {"base_us": _BASE_US[("none", "")], "overlap_us": 0.0,
             "nvl_gbps": cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY,
             "rdma_gbps": rdma_gbps_default("none", cluster)}
 
 
 def collective_features(num_bytes: np.ndarray | float, num_ranks: int, num_nodes: int,
-                        passes: int) -> np.ndarray:
+                        passes: int, params: dict[str, float] | None = None) -> np.ndarray:
     """Design rows of a ring collective over `num_ranks` ranks.
 
     Each rank moves `passes * (n-1)/n * num_bytes` (all-gather: passes=1, all-reduce: 2) over
-    its slowest link: RDMA when the ring spans nodes, else NVLink.
+    its slowest link: RDMA when the ring spans nodes, else NVLink; `params` (when given) pick
+    the side of `max(overlap_us, transfer)`.
 
     Returns:
-        [..., 3] float64 columns (1, nvl_bytes*1e-3, rdma_bytes*1e-3).
+        [..., 4] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3).
     """
     num_bytes = np.asarray(num_bytes, dtype=np.float64)
     moved_kb = passes * (num_ranks - 1) / num_ranks * num_bytes * 1e-3
     zero = np.zeros_like(moved_kb)
     if num_ranks == 1:
-        return np.stack([zero, zero, zero], axis=-1)
+        return np.stack([zero, zero, zero, zero], axis=-1)
+    one = np.ones_like(moved_kb)
+    link = "rdma_gbps" if num_nodes > 1 else "nvl_gbps"
+    hidden = (zero if params is None else
+              (moved_kb / params[link] < params.get("overlap_us", 0.0)).astype(np.float64))
+    moved_kb = np.where(hidden > 0, 0.0, moved_kb)
     if num_nodes > 1:
-        return np.stack([np.ones_like(moved_kb), zero, moved_kb], axis=-1)
-    return np.stack([np.ones_like(moved_kb), moved_kb, zero], axis=-1)
+        return np.stack([one, hidden, zero, moved_kb], axis=-1)
+    return np.stack([one, hidden, moved_kb, zero], axis=-1)
 
 
 def collective_us(num_bytes: np.ndarray | float, num_ranks: int, num_nodes: int, passes: int,
                   params: dict[str, float]) -> np.ndarray:
     """Microseconds of a ring all-gather (passes=1) or all-reduce (passes=2) of `num_bytes`."""
-    rows = collective_features(num_bytes, num_ranks, num_nodes, passes)
+    rows = collective_features(num_bytes, num_ranks, num_nodes, passes, params)
     return rows @ COLLECTIVE_TERMS.coefficients(params)

@@ -45,9 +45,11 @@ class LinearTerms:
         return out
 
 
-COMM_TERMS = LinearTerms(("base_us", "nvl_gbps", "rdma_gbps", "per_copy_us", "slot_us_per_kb"),
-                         frozenset({"nvl_gbps", "rdma_gbps"}))
-COLLECTIVE_TERMS = LinearTerms(("base_us", "nvl_gbps", "rdma_gbps"), frozenset({"nvl_gbps", "rdma_gbps"}))
+COMM_TERMS = LinearTerms(("base_us", "overlap_us", "nvl_gbps", "rdma_gbps", "per_copy_us",
+                          "slot_us_per_kb", "spill_gbps"),
+                         frozenset({"nvl_gbps", "rdma_gbps", "spill_gbps"}))
+COLLECTIVE_TERMS = LinearTerms(("base_us", "overlap_us", "nvl_gbps", "rdma_gbps"),
+                               frozenset({"nvl_gbps", "rdma_gbps"}))
 EXPERT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_gbps", "tflops", "wave_us"),
                            frozenset({"hbm_gbps", "tflops"}))
 BLOCK_OPS_TERMS = LinearTerms(("base_us", "sort_block_us", "sort_device_us", "hbm_gbps", "tflops"),

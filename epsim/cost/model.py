@@ -21,7 +21,7 @@ from epsim import vocab
 from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, gemm_us,
                                   lm_head_us, measured_attention_us, overhead_defaults)
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
-                             comm_defaults, comm_us, dedup_for,
+                             comm_defaults, comm_us, dedup_for, l2_bytes,
                              dispatch_bytes_per_copy)
 from epsim.cost.experts import (dense_gemm, dense_us, even_row_tiles, experts_defaults, experts_us,
                                 model_gemm)
@@ -354,11 +354,12 @@ class CostModel:
             dispatch = np.full(expert.shape, float(gather))       # [layers] (or [steps, layers])
             combine = np.full(expert.shape, float(reduce))
         else:
+            l2 = l2_bytes(self.cluster.gpu)
             dispatch = comm_us(tr, dispatch_bytes_per_copy(
                 m.hidden_size, self.deployment.dispatch_dtype, m.top_k, dedup),
-                comm_params[("dispatch", mode)]) + self.host_us("dispatch", mode, graph)
+                comm_params[("dispatch", mode)], l2) + self.host_us("dispatch", mode, graph)
             combine = comm_us(tr, combine_bytes_per_copy(m.hidden_size),
-                              comm_params[("combine", mode)]) + self.host_us("combine", mode, graph)
+                              comm_params[("combine", mode)], l2) + self.host_us("combine", mode, graph)
             fabric = network_us(tr, self.transport)
             dispatch, combine = dispatch + fabric, combine + fabric
             return MoECost(dispatch, expert, combine, tr, mode,

@@ -31,7 +31,7 @@ import numpy as np
 
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
-                             dispatch_bytes_per_copy)
+                             dispatch_bytes_per_copy, l2_bytes, per_message)
 from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
@@ -121,8 +121,14 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
         per_copy = combine_bytes_per_copy(record.hidden_size)
     path, host = _device_path(record, profile, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
-    hottest = max((max(row) for row in record.local_expert_tokens if row), default=0.0)
-    row = comm_features(copies * (1 - remote), copies * remote, copies, per_copy, params, hottest)
+    hottest = staged = 0.0
+    if per_message(dedup):     # per-copy, busiest-slot and L2-spill terms (`comm.per_message`)
+        hottest = max((max(row) for row in record.local_expert_tokens if row), default=0.0)
+        staged = max((sum(row) for row in record.local_expert_tokens if row),
+                     default=max(record.expert_tokens_per_rank, default=0.0))
+    messages = copies if per_message(dedup) else np.zeros_like(copies)
+    row = comm_features(copies * (1 - remote), copies * remote, messages, per_copy, params, hottest,
+                        staged, l2_bytes(cluster.gpu))
     return RecordFeatures(component_key(backend, kind, path), COMM_TERMS.coef_names, row,
                           COMM_TERMS.coefficients(params), host)
 
@@ -134,7 +140,7 @@ def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) ->
     key = "none/allreduce"
     if passes == 1:             # the all-gather: its own fit where measured, else the all-reduce's
         params, key = profile.params("none", "allgather", defaults=params), "none/allgather"
-    row = collective_features(num_bytes, record.ep_size, cluster.num_nodes, passes)
+    row = collective_features(num_bytes, record.ep_size, cluster.num_nodes, passes, params)
     return RecordFeatures(key, COLLECTIVE_TERMS.coef_names, row, COLLECTIVE_TERMS.coefficients(params))
 
 

@@ -14,10 +14,10 @@ from epsim.records import MeasurementRecord, Provenance, write_records
 PROVENANCE = Provenance(device="2x NVIDIA H200", hardware="H200", torch="2.11.0", nccl="2.28.9",
                         commit="abc123")
 TRUTH = Profile(name="truth", hardware="H200", components={
-    "torch/dispatch": Component(params={"base_us": 900.0, "nvl_gbps": 150.0, "per_copy_us": 0.05,
-                                        "slot_us_per_kb": 0.01}),
-    "torch/combine": Component(params={"base_us": 200.0, "nvl_gbps": 200.0, "per_copy_us": 0.02,
-                                       "slot_us_per_kb": 0.0}),
+    # torch (NCCL, rank-deduplicated copies) pays bytes, no per-copy terms (`comm.per_message`);
+    # its dispatch hides 10 us of fixed work under transfers larger than that (from ~200 tokens)
+    "torch/dispatch": Component(params={"base_us": 900.0, "overlap_us": 10.0, "nvl_gbps": 150.0}),
+    "torch/combine": Component(params={"base_us": 200.0, "nvl_gbps": 200.0}),
     "torch/experts": Component(params={"base_us": 700.0, "per_expert_us": 2.0, "hbm_gbps": 3000.0,
                                        "tflops": 300.0, "wave_us": 0.5}),
     "torch/moe_layer": Component(params={"sync_us": 40.0}),

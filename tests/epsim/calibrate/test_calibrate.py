@@ -70,7 +70,7 @@ def test_fit_recovers_the_parameters_that_made_the_records(tmp_path):
 
 
 def test_noisy_fit_predicts_held_out_records(synthetic):
-    """3% noise: the parameters trade off (per-copy against per-byte), the predictions of
+    """3% noise: the parameters trade off (fixed work hidden or not), the predictions of
     records the fit never saw (other token counts, the hot set) stay within the noise."""
     cal = calibrate([synthetic])
     held = [r for r in synthetic_records(noise=0.0, seed=5) if cal.holdout.held_out(r)]
@@ -78,8 +78,11 @@ def test_noisy_fit_predicts_held_out_records(synthetic):
     errors = [abs(predict_record(r, cal.profile) / predict_record(r, TRUTH) - 1) for r in held]
     assert max(errors) < 0.08
     for key in ("torch/dispatch", "torch/combine", "torch/experts"):
-        base = cal.profile.components[key].params["base_us"]
-        assert base == pytest.approx(TRUTH.components[key].params["base_us"], rel=0.1), key
+        # a small batch's fixed cost: `base_us` plus the fixed work a transfer could hide (how
+        # the two split is set only by the few points whose transfer outlasts it)
+        fitted, truth = cal.profile.components[key].params, TRUTH.components[key].params
+        fixed = fitted["base_us"] + fitted.get("overlap_us", 0.0)
+        assert fixed == pytest.approx(truth["base_us"] + truth.get("overlap_us", 0.0), rel=0.1), key
 
 
 def test_fit_never_sees_held_out_records(tmp_path):
@@ -108,7 +111,10 @@ def test_bandwidth_never_exceeds_the_datasheet(tmp_path):
     from epsim.records import write_records
     write_records(synthetic_records(truth=fast, tokens=(1, 16, 256, 4096)), path, append=False)
     params = calibrate([path]).profile.components["torch/dispatch"].params
-    assert params["nvl_gbps"] <= ClusterSpec(gpu="H200").nvlink_gbps_resolved + 1e-9
+    # flat times: either the bandwidth sits at its datasheet bound, or the fixed work hides
+    # every transfer and the bandwidth is not fitted at all (the datasheet value stays)
+    assert params.get("nvl_gbps", 0.0) <= ClusterSpec(gpu="H200").nvlink_gbps_resolved + 1e-9
+    assert "nvl_gbps" in params or params["overlap_us"] > 0
     assert "rdma_gbps" not in params                     # one node: no RDMA column to fit
 
 

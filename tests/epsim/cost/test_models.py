@@ -26,8 +26,8 @@ from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
 
-PARAMS = {"base_us": 10.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0, "per_copy_us": 0.0,
-          "slot_us_per_kb": 0.0}
+PARAMS = {"base_us": 10.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0,
+          "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0}
 
 
 def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
@@ -77,18 +77,48 @@ def test_comm_busiest_rank_hand_computed():
 
 
 def test_comm_design_row_equals_model(rng):
-    params = {"base_us": 7.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0, "per_copy_us": 0.002,
-              "slot_us_per_kb": 0.03}
+    params = {"base_us": 7.0, "overlap_us": 3.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0,
+              "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0}
     tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
-                             max_slot_pairs=rng.random(5) * 500)
+                             max_slot_pairs=rng.random(5) * 500,
+                             pairs=rng.random((5, 8)) * 40000)
+    for counts in (tr.nvl_send, tr.nvl_recv, tr.rdma_send, tr.rdma_recv, tr.pairs):
+        counts[0] = 1.0                                   # layer 0: the overlapped work paces
+    tr.max_slot_pairs[0] = 1.0
     rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params,
-                         tr.max_slot_pairs)
+                         tr.max_slot_pairs, tr.pairs.max(axis=-1))
+    assert rows[0, 1] == 1.0 and (rows[1:, 1] == 0.0).all() and (rows[:, 6] > 0).any()
     np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params), comm_us(tr, 4224.0, params))
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
-    assert COMM_TERMS.coef_names == ("base_us", "inv_nvl_gbps", "inv_rdma_gbps", "per_copy_us",
-                                     "slot_us_per_kb")
+    assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
+                                     "per_copy_us", "slot_us_per_kb", "inv_spill_gbps")
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
-    assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 1 / 300, 0.0, 0.0, 0.0]))
+    assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 0.0, 1 / 300, 0.0, 0.0, 0.0,
+                                                               1 / 500]))
+
+
+def test_fixed_work_hidden_under_a_large_transfer():
+    """`base_us + max(overlap_us, transfer)`: a small transfer pays the overlapped fixed work,
+    a large one hides it (the time's slope is the bandwidth's, its intercept `base_us`)."""
+    params = {**PARAMS, "overlap_us": 20.0}
+    small = _traffic([[0, 0]], [[500, 0]], [[0, 0]], [[0, 0]])      # 5 us on NVLink
+    large = _traffic([[0, 0]], [[5000, 0]], [[0, 0]], [[0, 0]])     # 50 us
+    np.testing.assert_allclose(comm_us(small, 1000.0, params), [10.0 + 20.0])
+    np.testing.assert_allclose(comm_us(large, 1000.0, params), [10.0 + 50.0])
+    np.testing.assert_allclose(comm_us(large, 1000.0, PARAMS), [10.0 + 50.0])   # 0: the plain sum
+
+
+def test_staged_pairs_beyond_l2_spill_to_hbm():
+    """Low-latency kernels stage every pair in a receive buffer; bytes beyond the L2 cost
+    `1 / spill_gbps` each; rank-deduplicated kernels (NCCL) pay no per-pair terms."""
+    tr = dataclasses.replace(_traffic([[0, 0]], [[1000, 0]], [[0, 0]], [[0, 0]]),
+                             pairs=np.array([[60000.0, 1000.0]]))   # 60 MB at 1000 B per pair
+    params = {**PARAMS, "spill_gbps": 1000.0}
+    t = comm_us(tr, 1000.0, params, l2=50e6)
+    np.testing.assert_allclose(t, [10.0 + 10.0 + 10e6 * 1e-3 / 1000.0])   # 10 MB spill: 10 us
+    np.testing.assert_allclose(comm_us(tr, 1000.0, params, l2=100e6), [20.0])
+    nccl = dataclasses.replace(tr, dedup="rank")
+    np.testing.assert_allclose(comm_us(nccl, 1000.0, {**params, "per_copy_us": 1.0}), [20.0])
 
 
 def test_busiest_expert_slot_paces_low_latency_kernels():
@@ -142,14 +172,19 @@ def test_experts_design_row_equals_model(rng):
 
 
 def test_ring_collective():
-    params = {"base_us": 15.0, "nvl_gbps": 100.0, "rdma_gbps": 10.0}
+    params = {"base_us": 15.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 10.0}
     # all-reduce over 4 ranks in one node: 2 * 3/4 * 1e6 B / 100 GB/s = 15 us
     np.testing.assert_allclose(collective_us(1e6, 4, 1, 2, params), 30.0)
     # across nodes the RDMA link bounds the ring; all-gather moves half of an all-reduce
     np.testing.assert_allclose(collective_us(1e6, 4, 2, 1, params), 15.0 + 75.0)
     assert collective_us(1e6, 1, 1, 2, params) == 0.0
-    rows = collective_features(np.array([1e6, 2e6]), 4, 1, 2)
+    rows = collective_features(np.array([1e6, 2e6]), 4, 1, 2, params)
     np.testing.assert_allclose(rows @ COLLECTIVE_TERMS.coefficients(params), [30.0, 45.0])
+    # fixed work that the transfer hides: 20 us of it covers the 15 us ring, not the 30 us one
+    hidden = {**params, "overlap_us": 20.0}
+    rows = collective_features(np.array([1e6, 2e6]), 4, 1, 2, hidden)
+    np.testing.assert_allclose(rows @ COLLECTIVE_TERMS.coefficients(hidden), [35.0, 45.0])
+    np.testing.assert_allclose(collective_us(np.array([1e6, 2e6]), 4, 1, 2, hidden), [35.0, 45.0])
 
 
 def _cost_model(backend="mooncake", **deployment):
@@ -235,7 +270,7 @@ def test_predict_record_matches_the_simulator_models():
     expected = params["base_us"] + 1000 * (2 * 2048 + 12 * 8) * 1e-3 / params["nvl_gbps"]
     assert predict_record(rec, profile) == pytest.approx(expected)
     feats = record_features(rec, profile)
-    assert feats.component == "torch/dispatch" and feats.coef_names[1] == "inv_nvl_gbps"
+    assert feats.component == "torch/dispatch" and feats.coef_names[2] == "inv_nvl_gbps"
     experts = _record("experts", local_expert_tokens=[[10.0] * 64, [0.0] * 32 + [20.0] * 32])
     direct = experts_us(np.array([640.0, 640.0]), np.array([64.0, 32.0]),
                         np.array([64.0, 32.0]), ExpertGemm(2048, 768, 3 * 2048 * 768 * 2.0),
