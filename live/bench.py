@@ -17,9 +17,7 @@ rank, skews; defined once, also predicted by `epsim.validate.scaling`); `torch` 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +26,7 @@ from pathlib import Path
 from epsim import vocab
 from epsim.calibrate.grid import (CPU_SHAPES, CPU_SKEWS, CPU_TOKENS, GPU_MODELS, GPU_TOKENS,
                                   NONE_TOKENS, SKEWS, SPLIT_ABOVE_TOKENS)
+from live.bench_run import RunResult, add_run_options, check_counts, open_records, write_summary
 from live.bench_worker import BenchCase, BenchSettings, bench_worker
 from live.config import MoeConfig
 
@@ -55,16 +54,23 @@ class BenchPlan:
 
 
 @dataclass
-class BenchResult:
-    """What a bench run produced."""
+class BenchResult(RunResult):
+    """What a bench run produced (`live.bench_run.RunResult`), plus the points skipped and the
+    errors (backends left out, ranks stopped)."""
 
-    records_path: Path
-    num_records: int = 0
-    num_points: int = 0
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    provenance: dict = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[str]:
+        return list(self.errors)
+
+    def summary(self) -> dict:
+        return dict(super().summary(), skipped=self.skipped, errors=self.errors)
+
+    def line(self) -> str:
+        return (f"{self.num_records} records from {self.num_points} points in {self.seconds:.0f} s "
+                f"({self.skipped} skipped)")
 
 
 def _zoo_config(name: str) -> MoeConfig:
@@ -113,9 +119,7 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
     if world_size < 2:
         raise LiveError(f"world_size ({world_size}) must be >= 2: one rank has nothing to "
                         f"dispatch (one GPU: python -m live.component_bench)")
-    for name, value in (("iters", num_iters), ("passes", num_passes)):
-        if value is not None and value <= 0:        # 0 would otherwise fall back to the default
-            raise LiveError(f"{name} ({value}) must be >= 1")
+    check_counts(num_iters, num_passes)
     if cpu and (graph or graph_only):
         flag = "--graph-only" if graph_only else "--graph"
         raise LiveError(f"graph timings ({flag}) must run on CUDA GPUs; this plan runs on CPU "
@@ -197,9 +201,7 @@ def run_bench(plan: BenchPlan, records_path: str | Path, budget_s: float = float
     from live.provenance import collect
 
     apply_safe_env()
-    records_path = Path(records_path)
-    records_path.parent.mkdir(parents=True, exist_ok=True)
-    records_path.touch()
+    records_path = open_records(records_path)
     provenance = collect(plan.world_size, plan.dist_backend)
     result = BenchResult(records_path, provenance=provenance, errors=list(plan.notes))
     start = time.time()
@@ -234,10 +236,7 @@ def run_eplb_bench(out: Path, quick: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "out/bench"), help="output folder")
-    parser.add_argument("--records-name", default="bench.jsonl", help="records file in --out")
-    parser.add_argument("--quick", action="store_true", help="a small grid")
-    parser.add_argument("--cpu", action="store_true", help="gloo on CPU (default when no GPU)")
+    add_run_options(parser, "bench", cpu_help="gloo on CPU (default when no GPU)")
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default 2)")
     parser.add_argument("--backends", nargs="+", default=None)
     parser.add_argument("--models", nargs="+", default=None)
@@ -245,18 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skews", nargs="+", default=None,
                         help="uniform | zipf:ALPHA | hotset:NUM_HOT:FRAC (hot set on rank 0)")
     parser.add_argument("--dtypes", nargs="+", default=None, help="dispatch dtypes: bf16 fp8")
-    parser.add_argument("--iters", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--passes", type=int, default=None,
-                        help="sweeps over the grid in shuffled orders (default: 3 on GPU, 1 on CPU)")
     parser.add_argument("--graph", action="store_true",
                         help="also time forwards launched ahead of the GPU (CUDA-graph-like, "
                              "records with mode 'graph')")
     parser.add_argument("--graph-only", action="store_true", help="only the launched-ahead timings")
-    parser.add_argument("--budget-s", type=float, default=float("inf"),
-                        help="stop starting points after this many seconds (records kept)")
     parser.add_argument("--eplb", action="store_true", help="also run live.eplb.bench into --out")
-    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -275,19 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     for note in plan.notes:
         log.info("%s", note)
     result = run_bench(plan, out / args.records_name, args.budget_s, not args.no_progress)
-    log.info("bench: %d records from %d points in %.0f s (%d skipped)", result.num_records,
-             result.num_points, result.seconds, result.skipped)
+    log.info("bench: %s", result.line())
     for error in result.errors:
         log.warning("%s", error)
     eplb = run_eplb_bench(out, args.quick) if args.eplb else ""
     if eplb:
         log.info("%s", eplb)
-    summary = {"records": str(result.records_path), "num_records": result.num_records,
-               "num_points": result.num_points, "skipped": result.skipped,
-               "seconds": round(result.seconds, 1), "errors": result.errors, "eplb": eplb,
-               "settings": asdict(plan.settings), "provenance": result.provenance,
-               "cases": [c.label for c in plan.cases]}
-    (out / "bench_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_summary(out, "bench", dict(result.summary(), eplb=eplb, settings=asdict(plan.settings),
+                                     cases=[c.label for c in plan.cases]))
     return 0 if result.num_records else 1
 
 

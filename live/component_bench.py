@@ -18,7 +18,6 @@ shape (records carry `extra.pass`): the spread between passes is the pass-to-pas
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from live.bench_run import RunResult, add_run_options, check_counts, open_records, write_summary
 from live.components import AttentionShape, ExpertShape, MlpShape, Point
 
 TOKENS = tuple(2 ** i for i in range(15))                     # 1 .. 16384 tokens per rank
@@ -69,13 +69,22 @@ class ComponentPlan:
 
 
 @dataclass
-class ComponentResult:
-    records_path: Path
-    num_records: int = 0
-    num_points: int = 0
+class ComponentResult(RunResult):
+    """What a component run produced (`live.bench_run.RunResult`), plus the points left out and
+    why (failed, not applicable, budget spent)."""
+
     skipped: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    provenance: dict = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[str]:
+        return list(self.skipped)
+
+    def summary(self) -> dict:
+        return dict(super().summary(), skipped=self.skipped)
+
+    def line(self) -> str:
+        return (f"{self.num_records} records from {self.num_points} points in {self.seconds:.0f} s "
+                f"on {self.provenance.get('device', '?')} ({len(self.skipped)} skipped)")
 
 
 def _expert_shape(name: str) -> ExpertShape:
@@ -112,9 +121,7 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
             raise LiveError(f"kind ({kind!r}) must be one of {', '.join(all_kinds)}")
     if device not in ("cuda", "cpu"):
         raise LiveError(f"device ({device!r}) must be 'cuda' or 'cpu'")
-    for name, value in (("iters", num_iters), ("passes", num_passes)):
-        if value is not None and value <= 0:
-            raise LiveError(f"{name} ({value}) must be >= 1")
+    check_counts(num_iters, num_passes)
     points: list[Point] = []
     skews = [tuple(sorted(s.items())) for s in SKEWS]
     if device == "cpu":
@@ -185,9 +192,7 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
     from live.op_timing import L2Flush
     from live.provenance import collect
 
-    records_path = Path(records_path)
-    records_path.parent.mkdir(parents=True, exist_ok=True)
-    records_path.touch()
+    records_path = open_records(records_path)
     device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" \
         else torch.device("cpu")
     provenance = collect(1, "nccl" if plan.device == "cuda" else "gloo")
@@ -265,20 +270,10 @@ def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_lo
 
 
 def main(argv: list[str] | None = None) -> int:
-    import os
-
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.component_bench",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "out/components"))
-    parser.add_argument("--records-name", default="components.jsonl")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--cpu", action="store_true", help="time on the CPU (tiny shapes)")
+    add_run_options(parser, "components", cpu_help="time on the CPU (tiny shapes)")
     parser.add_argument("--kinds", nargs="+", default=None)
-    parser.add_argument("--iters", type=int, default=None)
-    parser.add_argument("--passes", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--budget-s", type=float, default=float("inf"))
-    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     from live.errors import LiveError
 
@@ -298,14 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     for note in plan.notes:
         print(f"live.component_bench: {note}", file=sys.stderr)
     result = run_components(plan, out / args.records_name, args.budget_s, not args.no_progress)
-    summary = {"records": str(result.records_path), "num_records": result.num_records,
-               "num_points": result.num_points, "seconds": round(result.seconds, 1),
-               "skipped": result.skipped, "notes": list(plan.notes),
-               "provenance": result.provenance}
-    (out / "components_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"live.component_bench: {result.num_records} records from {result.num_points} points "
-          f"in {result.seconds:.0f} s ({len(result.skipped)} skipped) -> {result.records_path}",
-          file=sys.stderr)
+    write_summary(out, "components", dict(result.summary(), notes=list(plan.notes)))
+    print(f"live.component_bench: {result.line()} -> {result.records_path}", file=sys.stderr)
     return 0 if result.num_records else 1
 
 

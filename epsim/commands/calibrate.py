@@ -58,15 +58,18 @@ def _say(args, text: str) -> None:
 
 
 def _measure(args) -> list[Path]:
-    """Run the live bench the machine and options call for; returns the record files to fit."""
+    """Run the live bench the machine and options call for; returns the record files to fit.
+
+    Raises:
+        EpsimError: no live extra, GPUs asked for that are not there, a bad plan (`LiveError`
+            is one), or a run that measured nothing.
+    """
     try:
-        from live.errors import LiveError
         num_gpus = _num_gpus_visible()
     except ImportError as exc:
         raise EpsimError(f"--live needs the live extra (torch): pip install 'epsim[live]' "
                          f"({exc})") from None
     which = choose_live_bench(num_gpus, args.gpus, args.cpu)
-    from epsim.commands.output import wants_progress
     records = Path(args.records_out or DEFAULT_LIVE_DIR / "records.jsonl")
     records.parent.mkdir(parents=True, exist_ok=True)
     if which == "components":
@@ -76,22 +79,11 @@ def _measure(args) -> list[Path]:
     if which == "cpu" and not args.cpu:
         _say(args, "live bench: no GPU visible: measuring on CPU ranks (gloo), a CPU profile")
     world_size = args.gpus or (2 if which == "cpu" else num_gpus)
-    try:
-        plan = plan_sweep(backends=args.backends, quick=args.quick, cpu=which == "cpu",
-                          world_size=world_size)
-    except LiveError as exc:
-        raise EpsimError(str(exc)) from None
-    records.write_text("")                     # a fresh file: the profile names exactly this run
+    plan = plan_sweep(backends=args.backends, quick=args.quick, cpu=which == "cpu",
+                      world_size=world_size)
     _say(args, f"live bench: {plan.num_points} points, {len(plan.cases)} cases on {plan.world_size} "
           f"{'GPUs (nccl)' if plan.dist_backend == 'nccl' else 'CPU ranks (gloo)'} -> {records}")
-    result = run_bench(plan, records, args.budget_s, progress=wants_progress(args))
-    for error in result.errors:
-        warnings.warn(str(error), stacklevel=2)              # a note under the result
-    _say(args, f"live bench: {result.num_records} records from {result.num_points} points in "
-          f"{result.seconds:.0f} s ({result.skipped} skipped)")
-    if not result.num_records:
-        first = f"; first problem: {result.errors[0]}" if result.errors else ""
-        raise EpsimError(f"the live bench measured nothing ({records}){first}")
+    _run_live(args, records, plan, run_bench)
     paths = [records]
     if args.eplb:
         eplb = records.parent / "eplb_records.jsonl"          # what live.eplb.bench writes
@@ -105,30 +97,36 @@ def _measure_components(args, records: Path) -> list[Path]:
     """One GPU: time every single-GPU component on it; communication from the shipped records."""
     from epsim.calibrate.inputs import default_record_paths
     from live.component_bench import plan_components, run_components
-    from live.errors import LiveError
 
-    try:
-        plan = plan_components("cuda", quick=args.quick)
-    except LiveError as exc:
-        raise EpsimError(str(exc)) from None
-    records.write_text("")
+    plan = plan_components("cuda", quick=args.quick)
     _say(args, f"live bench: {plan.num_points} points (experts, attention, dense MLP) on 1 GPU, "
           f"device time, host overhead and eager time each -> {records}")
     _say(args, f"live bench: {COMMUNICATION_NOTE}")
     for note in plan.notes[1:]:
         _say(args, f"live bench: {note}")
-    from epsim.commands.output import wants_progress
-    result = run_components(plan, records, args.budget_s, progress=wants_progress(args))
-    for skipped in result.skipped:
-        warnings.warn(str(skipped), stacklevel=2)            # a note under the result
-    _say(args, f"live bench: {result.num_records} records from {result.num_points} points in "
-          f"{result.seconds:.0f} s on {result.provenance.get('device', '?')}")
-    if not result.num_records:
-        first = f"; first problem: {result.skipped[0]}" if result.skipped else ""
-        raise EpsimError(f"the live bench measured nothing ({records}){first}")
+    _run_live(args, records, plan, run_components)
     # the shipped two-GPU records give communication; the shipped single-GPU ones are left out,
     # so this GPU's own kernel timings are the ones fitted
     return [records] + [p for p in default_record_paths() if "h200_single" not in p.parts]
+
+
+def _run_live(args, records: Path, plan, run) -> None:
+    """Run a live bench's `plan` with its `run` function (`live.bench.run_bench`,
+    `live.component_bench.run_components`) into a fresh `records` file; its problems become
+    notes under the result.
+
+    Raises:
+        EpsimError: the run measured nothing (naming its first problem).
+    """
+    from epsim.commands.output import wants_progress
+    records.write_text("")                     # a fresh file: the profile names exactly this run
+    result = run(plan, records, args.budget_s, progress=wants_progress(args))
+    for problem in result.problems:
+        warnings.warn(str(problem), stacklevel=2)            # a note under the result
+    _say(args, f"live bench: {result.line()}")
+    if not result.num_records:
+        first = f"; first problem: {result.problems[0]}" if result.problems else ""
+        raise EpsimError(f"the live bench measured nothing ({records}){first}")
 
 
 def _summary(cal) -> list[str]:

@@ -1,0 +1,85 @@
+"""What every live bench run shares (`live.bench` on EP ranks, `live.component_bench` on one
+device): its command line (output folder, records file, size, seed, iterations, passes, time
+budget, progress), the checks on its counts, the records file it appends to, and its outcome
+(`RunResult`: records written, points run, problems, seconds, provenance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class RunResult:
+    """What a bench run produced. `live.bench.BenchResult` and
+    `live.component_bench.ComponentResult` add what only they count.
+
+    Attributes:
+        records_path: the JSON Lines file the records were appended to.
+        num_records: records written; num_points: points run (all passes).
+        seconds: wall time of the run (host clock, s).
+        provenance: device, library versions and commit (`live.provenance.collect`).
+    """
+
+    records_path: Path
+    num_records: int = 0
+    num_points: int = 0
+    seconds: float = 0.0
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[str]:
+        """What went wrong or was left out, one message each (none here: see the subclasses)."""
+        return []
+
+    def summary(self) -> dict:
+        """The JSON summary every bench writes next to its records."""
+        return {"records": str(self.records_path), "num_records": self.num_records,
+                "num_points": self.num_points, "seconds": round(self.seconds, 1),
+                "provenance": self.provenance}
+
+
+def check_counts(num_iters: int | None, num_passes: int | None) -> None:
+    """Raise LiveError unless iterations and passes are None (the default) or >= 1 (0 would
+    otherwise fall back to the default silently)."""
+    from live.errors import LiveError
+    for name, value in (("iters", num_iters), ("passes", num_passes)):
+        if value is not None and value <= 0:
+            raise LiveError(f"{name} ({value}) must be >= 1")
+
+
+def open_records(records_path: str | Path) -> Path:
+    """The records file, its folder made and the file created if missing (records are appended
+    as measured, so a run stopped by its budget keeps what it measured)."""
+    records_path = Path(records_path)
+    records_path.parent.mkdir(parents=True, exist_ok=True)
+    records_path.touch()
+    return records_path
+
+
+def add_run_options(parser: argparse.ArgumentParser, name: str, cpu_help: str) -> None:
+    """The options every bench takes: `--out` (default `$OUT` or `out/<name>`), `--records-name`
+    (`<name>.jsonl`), `--quick`, `--cpu`, `--iters`, `--passes`, `--seed`, `--budget-s`,
+    `--no-progress`."""
+    parser.add_argument("--out", default=os.environ.get("OUT", f"out/{name}"), help="output folder")
+    parser.add_argument("--records-name", default=f"{name}.jsonl", help="records file in --out")
+    parser.add_argument("--quick", action="store_true", help="a small grid")
+    parser.add_argument("--cpu", action="store_true", help=cpu_help)
+    parser.add_argument("--iters", type=int, default=None, help="timed iterations per point")
+    parser.add_argument("--passes", type=int, default=None,
+                        help="sweeps over the grid in shuffled orders (the pass-to-pass spread)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget-s", type=float, default=float("inf"),
+                        help="stop starting points after this many seconds (records kept)")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def write_summary(out: Path, name: str, summary: dict) -> Path:
+    """`<out>/<name>_summary.json`, indented."""
+    path = Path(out) / f"{name}_summary.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return path
