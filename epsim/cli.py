@@ -31,6 +31,30 @@ def output_options(parser, progress: bool = False) -> None:
     add_options(parser, progress)
 
 
+def _scenario_options(parser, what: str, set_example: str) -> None:
+    """`--profile`, `--seed` and `--set`: how a command that runs a scenario changes it."""
+    parser.add_argument("--profile", default=None,
+                        help=f"calibration profile JSON for {what} (default: the scenario's own, "
+                             f"or the shipped H200 profile)")
+    parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override a field by dotted path, e.g. {set_example} (repeatable)")
+
+
+def _strict_option(parser) -> None:
+    parser.add_argument("--strict", action="store_true",
+                        help="a bad record line is an error, not a warning")
+
+
+def executor_options(parser) -> None:
+    """`--executor` and `--workers`: where the points of a sweep run (also every scenario
+    script's, `epsim.plan.scripting`)."""
+    parser.add_argument("--executor", default="local", choices=["local", "ray"],
+                        help="where points run: local processes (default) or Ray")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes, or CPUs of a local Ray runtime (default: all cores)")
+
+
 def _budget_option(parser) -> None:
     parser.add_argument("--no-budget-check", action="store_true",
                         help="run even when the cost estimated beforehand exceeds the budget "
@@ -42,11 +66,8 @@ def _add_simulate(sub) -> None:
                        description="Simulate serving a scenario and report throughput, TTFT, TPOT.")
     p.add_argument("scenario", nargs="?", default=None,
                    help="scenario YAML (default: the shipped default scenario)")
-    p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
+    _scenario_options(p, "the run", "deployment.ep_size=16")
     p.add_argument("--out", help="results directory (summary.json, timeseries.csv, PNG figures)")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field by dotted path, e.g. deployment.ep_size=16 (repeatable)")
     p.add_argument("--no-plots", action="store_true", help="skip PNG figures")
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
@@ -129,7 +150,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--spread-records", nargs="+", default=None, metavar="FILE",
                    help="another run's records: used only for each component's run-to-run "
                         "spread (p10/p90 bands), never fitted on")
-    p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
+    _strict_option(p)
     p.add_argument("--cpu", action="store_true", help="--live on CPU ranks (gloo) even with GPUs")
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
@@ -154,7 +175,7 @@ def _add_validate(sub) -> None:
     p.add_argument("--max-mape", type=float, default=None,
                    help="exit 1 if a backend's held-out MAPE of a kind exceeds this percent")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--strict", action="store_true", help="a bad record line is an error, not a warning")
+    _strict_option(p)
     p.add_argument("--no-extrapolation", action="store_true",
                    help="skip the extrapolation hold-outs (tokens, shape, run) and their baselines")
     p.add_argument("--run-fit", nargs="+", default=None,
@@ -183,16 +204,10 @@ def _add_plan(sub) -> None:
     p.add_argument("--pareto", action="append", default=[],
                    help="objectives of the Pareto frontier (repeatable; default min:num_gpus, "
                         "min:tpot_ms.p99, max:throughput_tokens_per_s_per_gpu)")
-    p.add_argument("--executor", default="local", choices=["local", "ray"],
-                   help="where points run: local processes (default) or Ray")
+    executor_options(p)
     p.add_argument("--ray-address", default=None, help="ray.init(address=...); default: a local runtime")
-    p.add_argument("--workers", type=int, default=None,
-                   help="processes, or CPUs of a local Ray runtime (default: all cores)")
     p.add_argument("--out", default=None, help="results directory (resumable)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a base-scenario field by dotted path (repeatable)")
-    p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
-    p.add_argument("--profile", default=None, help="calibration profile JSON for every point")
+    _scenario_options(p, "every point", "workload.duration_s=10")
     p.add_argument("--no-plots", action="store_true", help="skip pareto.png and sweep.png")
     p.add_argument("--max-rate", action="store_true",
                    help="per deployment point, bisect workload.arrivals.rate_per_s for the highest "

@@ -19,6 +19,7 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
         Namespace with `quick`, `lite` (bool), `out` (Path, created), `workers`, `executor`,
         `progress` (bool), `size` ("quick", "lite" or "full").
     """
+    from epsim.cli import executor_options
     parser = argparse.ArgumentParser(description=description.strip().splitlines()[0],
                                      allow_abbrev=False)
     size = parser.add_mutually_exclusive_group()
@@ -29,8 +30,7 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
                       help="full-lite: the full question (model, EP sizes, load) over a shorter "
                            "simulated time; its answer says so")
     parser.add_argument("--out", default=".", help="directory for the PNG and the plan results")
-    parser.add_argument("--workers", type=int, default=None, help="sweep processes (default: all cores)")
-    parser.add_argument("--executor", default="local", choices=["local", "ray"])
+    executor_options(parser)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     args = parser.parse_args(argv)
     from epsim.commands.output import defer_warnings_to_exit
