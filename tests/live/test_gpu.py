@@ -18,13 +18,15 @@ def _need_gpus(count: int) -> None:
         pytest.skip(f"needs {count} CUDA GPUs; {torch.cuda.device_count()} visible")
 
 
-@pytest.mark.parametrize("backend", ["torch", "none", "mooncake"])
-def test_ep2_equals_single_device_in_bf16(backend):
+@pytest.mark.parametrize("backend, mode", [("torch", "normal"), ("torch", "static"),
+                                           ("none", "normal"), ("mooncake", "normal")])
+def test_ep2_equals_single_device_in_bf16(backend, mode):
     _need_gpus(2)
     if backend == "mooncake":
         pytest.importorskip("mooncake.mooncake_ep_buffer", reason="Mooncake EP is not installed")
     cases = [EqualityCase(CONFIG, backend, (64, 48), dtype="bfloat16", device="cuda",
-                          skew={"kind": "hotset", "num_hot": 4, "hot_frac": 0.6})]
+                          skew={"kind": "hotset", "num_hot": 4, "hot_frac": 0.6},
+                          deepep_mode=mode)]
     results = run_ranks(equality_cases_worker, 2, "nccl", (cases,), timeout_s=300)
     for rank_results in results:
         r = rank_results[0]
