@@ -12,7 +12,9 @@ same hold-out rule, so every before/after number in that section comes from this
   no_spill         no L2-spill term in dispatch/combine (`spill_gbps` column zeroed)
   additive_experts expert compute as weights + unquantized FLOPs (the form before the
                    grouped-GEMM physics) instead of max(weights, tile- and wave-quantized FLOPs)
-Plus the cross-run check: the shipped profile judged on the first, single-pass run
+Plus the tokens extrapolation (refit on tokens per rank <= 1024, judge 2048-4096) of dispatch
+and combine with the communication choices (`no_overlap`, `no_spill`) undone, and the cross-run
+check: the shipped profile judged on the first, single-pass run
 (benchmarks/results/h200x2_run1/), every record in-sample (`--holdout none`).
 
     python benchmarks/validation_ablations.py [--write]     # table -> benchmarks/results/validation_ablations.md
@@ -39,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from epsim.calibrate import calibrate  # noqa: E402
-from epsim.calibrate.inputs import default_record_paths, merge_passes  # noqa: E402
+from epsim.calibrate.inputs import default_record_paths, load_records, merge_passes  # noqa: E402
 from epsim.cost import comm as comm_mod  # noqa: E402
 from epsim.cost.linear import COMM_TERMS  # noqa: E402
 from epsim.cost import experts as experts_mod  # noqa: E402
@@ -113,6 +115,33 @@ def _mape(rows, split: str) -> dict[tuple[str, str], ErrorStats]:
     return group([r for r in rows if r.split == split], "backend", "kind")
 
 
+COMM_VARIANTS = ("shipped", "no_overlap", "no_spill")
+
+
+def _tokens_axis(paths) -> list[str]:
+    """The tokens extrapolation hold-out (refit on tokens per rank <= 1024, judge 2048-4096) of
+    dispatch and combine with the communication choices undone, next to both baselines."""
+    from epsim.validate.extrapolation import judge, split_tokens, stats
+    raw, files = load_records(paths)
+    fit, judged = split_tokens(raw)
+    results = {}
+    for name in COMM_VARIANTS:
+        with VARIANTS[name](), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results[name] = {s.component: s for s in stats(judge("tokens", fit, judged, files))}
+    lines = ["", "Tokens extrapolation (fit tokens per rank <= 1024, judge 2048-4096): model "
+             "MAPE % with each communication choice undone, and the two baselines", "",
+             "| component | " + " | ".join(COMM_VARIANTS) + " | constant | log-log |",
+             "|---|" + "---|" * (len(COMM_VARIANTS) + 2)]
+    for component, shipped in sorted(results["shipped"].items()):
+        if component.split("/")[-1] not in ("dispatch", "combine"):
+            continue
+        cells = [f"{results[v][component].model_mape:.1f}" for v in COMM_VARIANTS]
+        lines.append(f"| {component} | " + " | ".join(cells)
+                     + f" | {shipped.constant_mape:.1f} | {shipped.loglog_mape:.1f} |")
+    return lines
+
+
 def run() -> str:
     paths = default_record_paths()
     lines = ["# Calibration ablations (benchmarks/validation_ablations.py)", "",
@@ -135,6 +164,7 @@ def run() -> str:
                 continue
             lines.append(f"| {backend} | {kind} | " + " | ".join(
                 f"{c.mape:.1f}" if c else "-" for c in cells) + " |")
+    lines += _tokens_axis(paths)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cross = validate(load_profile(), [RUN1], rule="none", plots=False, extrapolate=False)
