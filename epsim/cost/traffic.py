@@ -298,26 +298,31 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
     not_self = ~np.eye(num_ranks, dtype=bool)
     diag = rate[src, :, src]                                              # [ranks, layers]
     self_copies = (tokens[:, None] * diag).T
-    weighted = rate * tokens[:, None, None]                               # T_s * rate[s, l, r]
+
+    def weigh(mask: np.ndarray) -> np.ndarray:
+        """[src, dst] float64: T_s where `mask`, else 0 (the source's tokens on those pairs)."""
+        return np.where(mask, tokens[:, None], 0.0)
+
+    # sums over sources or destinations of T_s * x[s, l, r] on masked pairs: one einsum each,
+    # one pass over [src, layers, dst] and no temporaries of that size
     if dedup in ("pair", "rank") or num_nodes == 1:
-        nvl_mask = (same_node & not_self)[:, None, :]
-        nvl_recv = (weighted * nvl_mask).sum(axis=0)
-        rdma_recv = (weighted * ~same_node[:, None, :]).sum(axis=0)
-        nvl_send = (weighted * nvl_mask).sum(axis=2).T
-        rdma_send = (weighted * ~same_node[:, None, :]).sum(axis=2).T
+        on_nvl, on_rdma = weigh(same_node & not_self), weigh(~same_node)
+        nvl_recv = np.einsum("slr,sr->lr", rate, on_nvl)
+        rdma_recv = np.einsum("slr,sr->lr", rate, on_rdma)
+        nvl_send = np.einsum("slr,sr->ls", rate, on_nvl)
+        rdma_send = np.einsum("slr,sr->ls", rate, on_rdma)
     else:
         node_hit = _cap_nodes(-np.expm1(per_dest(log_miss, ops.to_node, num_nodes)),
                               max_nodes)                                  # [src, layers, nodes]
-        node_hit_r = node_hit[:, :, node]                                 # [src, layers, dst]
         same_local = local[:, None] == local[None, :]
-        rdma_mask = (same_local & ~same_node)[:, None, :]
-        rdma_recv = (node_hit_r * tokens[:, None, None] * rdma_mask).sum(axis=0)
-        nvl_recv = (weighted * ~same_local[:, None, :]).sum(axis=0)
+        rdma_recv = np.einsum("slr,sr->lr", node_hit[:, :, node], weigh(same_local & ~same_node))
+        nvl_recv = np.einsum("slr,sr->lr", rate, weigh(~same_local))
         rdma_send = (tokens[:, None] * (node_hit.sum(axis=2) - node_hit[src, :, node])).T
         # rank x sends over NVLink every token of a same-local-index source to x's node peers
         node_rate = rank_sum(rate, rpn)                                   # [src, layers, nodes]
-        peers_excl = node_rate[:, :, node] - rate                         # [src, layers, x]
-        nvl_send = ((peers_excl * tokens[:, None, None]) * same_local[:, None, :]).sum(axis=0)
+        on_local = weigh(same_local)
+        nvl_send = (np.einsum("slr,sr->lr", node_rate[:, :, node], on_local)
+                    - np.einsum("slr,sr->lr", rate, on_local))
     f = fraction
     return Traffic(pairs * f, active, nvl_send * f, nvl_recv * f, rdma_send * f, rdma_recv * f,
                    self_copies * f, num_tokens * f, dedup, tables.placement.num_nodes > 1, f, hottest)

@@ -20,6 +20,7 @@ rebalance at once.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Generator
 
@@ -77,26 +78,31 @@ class RebalanceEvent:
 
 
 class LoadWindow:
-    """Logical loads of the last `size` forward passes, a ring of `[layers, experts]`.
+    """Logical loads of the last `size` forward passes, each `[layers, experts]`.
 
-    float32 halves the ring's memory (size x layers x experts x 4 bytes: 48 MB for 1000 passes
-    of Qwen3-235B); counts of a pass are exact in it up to 2^24 token-expert pairs.
+    Kept as a running float64 sum of the passes (as float32, whose counts are exact up to 2^24
+    token-expert pairs) and, for when more than `size` passes arrive between two reads, the
+    last `size` passes themselves (float32: 48 MB for 1000 passes of Qwen3-235B at most,
+    allocated as passes arrive).
     """
 
     def __init__(self, size: int, num_layers: int, num_experts: int):
         self.size = size
         self.shape = (num_layers, num_experts)
-        self._ring: np.ndarray | None = None
+        self._passes: deque[np.ndarray] = deque(maxlen=size)
+        self._sum = np.zeros(self.shape)
         self.count = 0                       # passes recorded since the last reset
 
     def reset(self) -> None:
         """Empty the window (SGLang's recorder starts afresh once a rebalance has read it)."""
         self.count = 0
+        self._passes.clear()
+        self._sum[:] = 0.0
 
     def add(self, loads: np.ndarray) -> None:
-        if self._ring is None:
-            self._ring = np.zeros((self.size, *self.shape), dtype=np.float32)
-        self._ring[self.count % self.size] = loads
+        one = loads.astype(np.float32)
+        self._passes.append(one)
+        self._sum += one
         self.count += 1
 
     @property
@@ -105,9 +111,9 @@ class LoadWindow:
 
     def total(self) -> np.ndarray:
         """[layers, experts] float64 loads summed over the window."""
-        if self._ring is None:
-            return np.zeros(self.shape)
-        return self._ring[:self.num_steps].sum(axis=0, dtype=np.float64)
+        if self.count <= self.size:
+            return self._sum.copy()
+        return np.sum(self._passes, axis=0, dtype=np.float64)
 
 
 def window_balancedness(tables: PlacementTables, weight: np.ndarray) -> float:
