@@ -82,15 +82,39 @@ def static_vs_normal_worker(rank: int, world_size: int, group, tokens: list[int]
     if num_tokens > 1:
         ids[1, 0] = -1                                              # a dropped choice
     weights = torch.rand(num_tokens, top_k, generator=gen)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpNames(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
     out = {}
     for mode in ("normal", "static"):
         spec = BackendSpec(hidden_size=hidden, num_physical_experts=experts, top_k=top_k,
                            max_tokens_per_rank=max(tokens), dtype=torch.bfloat16, mode=mode)
         backend = make_backend("torch", spec, group)
-        dispatched = backend.dispatch(x, ids, weights)
-        rows, counts = backend.expert_rows(dispatched)
-        payload = backend.expert_payload(rows * 2.0, dispatched)
-        combined = backend.combine(payload, dispatched)
+        seen: set[str] = set()
+        plain = {name: getattr(torch.Tensor, name) for name in ("item", "tolist")}
+
+        def reads_back(name):
+            def call(self, *args, **kwargs):
+                seen.add(name)                # a value read back to the host
+                return plain[name](self, *args, **kwargs)
+            return call
+
+        for name in plain:
+            setattr(torch.Tensor, name, reads_back(name))
+        try:
+            with OpNames():               # every aten op of the round trip, stats left out
+                dispatched = backend.dispatch(x, ids, weights)
+                rows, counts = backend.expert_rows(dispatched)
+                payload = backend.expert_payload(rows * 2.0, dispatched)
+                combined = backend.combine(payload, dispatched)
+        finally:
+            for name, fn in plain.items():
+                setattr(torch.Tensor, name, fn)
+        out[f"{mode}_ops"] = sorted(seen)
         assert combined.dtype == torch.bfloat16 and combined.shape == (num_tokens, hidden)
         out[mode] = combined.float().numpy()
         out[f"{mode}_stats"] = dispatched.stats.to_host()
@@ -108,7 +132,7 @@ def test_static_layout_equals_exact_layout_over_gloo(tokens):
     """The static layout (all-gather; reduce-scatter at two ranks, all-to-all and a sum with
     fp32 accumulation at three) returns the exact layout's outputs in bf16: bitwise at two
     ranks, within one bf16 rounding at three; its counts are the exact layout's, a rank without
-    tokens included."""
+    tokens included; and no op of its round trip reads a value back to the host."""
     from live.dist import run_ranks
 
     import numpy as np
@@ -123,5 +147,11 @@ def test_static_layout_equals_exact_layout_over_gloo(tokens):
         np.testing.assert_allclose(r["static"], r["reference"], rtol=0.02, atol=0.02)
         assert r["static_stats"] == r["normal_stats"], rank
         assert r["static_counts"] == r["normal_counts"]
+        # no host sync: nothing reads a value back (.item/.tolist) or sizes by data (nonzero);
+        # the exact layout does both, which shows the check sees them
+        syncs = {"item", "tolist", "_local_scalar_dense", "nonzero", "masked_select", "unique",
+                 "bincount"}
+        assert syncs.isdisjoint(r["static_ops"]), sorted(syncs & set(r["static_ops"]))
+        assert {"tolist", "nonzero"} <= set(r["normal_ops"])
     assert sum(sum(r["static_stats"]["local_expert_tokens"]) for r in results) == \
         sum(3 * t for t in tokens) - sum(1 for t in tokens if t > 1)   # pairs conserved
