@@ -36,22 +36,28 @@ def hardware_names() -> list[str]:
     return list(_load("hardware"))
 
 
+def _entry(kind: str, name: str, spec_class, label: str):
+    """The zoo's `kind` ("models", "hardware") entry `name` as a validated `spec_class`.
+
+    Raises:
+        SpecError: `<label> (<name>) must be one of [...]`, the names the zoo has.
+    """
+    data = _load(kind).get(name)
+    if data is None:
+        raise SpecError(f"{label} ({name!r}) must be one of {list(_load(kind))}")
+    return validate(spec_class, data, f"zoo/{kind}/{name}.yaml")
+
+
 @lru_cache(maxsize=None)
 def get_model(name: str) -> ModelSpec:
     """A zoo model by name. Raises SpecError naming the known models."""
-    data = _load("models").get(name)
-    if data is None:
-        raise SpecError(f"model ({name!r}) must be one of {model_names()}")
-    return validate(ModelSpec, data, f"zoo/models/{name}.yaml")
+    return _entry("models", name, ModelSpec, "model")
 
 
 @lru_cache(maxsize=None)
 def get_hardware(name: str) -> HardwareSpec:
     """A zoo GPU by name. Raises SpecError naming the known GPUs."""
-    data = _load("hardware").get(name)
-    if data is None:
-        raise SpecError(f"gpu ({name!r}) must be one of {hardware_names()}")
-    return validate(HardwareSpec, data, f"zoo/hardware/{name}.yaml")
+    return _entry("hardware", name, HardwareSpec, "gpu")
 
 
 # -- networks ------------------------------------------------------------------------------------

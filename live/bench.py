@@ -26,7 +26,8 @@ from pathlib import Path
 from epsim import vocab
 from epsim.calibrate.grid import (CPU_SHAPES, CPU_SKEWS, CPU_TOKENS, GPU_MODELS, GPU_TOKENS,
                                   NONE_TOKENS, SKEWS, SPLIT_ABOVE_TOKENS)
-from live.bench_run import RunResult, add_run_options, check_counts, open_records, write_summary
+from live.bench_run import (RunResult, add_run_options, check_counts, log_to, open_records,
+                            write_summary)
 from live.bench_worker import BenchCase, BenchSettings, bench_worker
 from live.config import MoeConfig
 
@@ -250,11 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graph-only", action="store_true", help="only the launched-ahead timings")
     parser.add_argument("--eplb", action="store_true", help="also run live.eplb.bench into --out")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO, force=True, format="%(asctime)s %(message)s",
-                        handlers=[logging.FileHandler(out / "bench.log", mode="a"),
-                                  logging.StreamHandler(sys.stderr)])
+    out = log_to(args.out, "bench", mode="a")
     from live.errors import LiveError
 
     try:

@@ -1,14 +1,18 @@
 """What every live bench run shares (`live.bench` on EP ranks, `live.component_bench` on one
 device): its command line (output folder, records file, size, seed, iterations, passes, time
 budget, progress), the checks on its counts, the records file it appends to, and its outcome
-(`RunResult`: records written, points run, problems, seconds, provenance).
+(`RunResult`: records written, points run, problems, seconds, provenance). `log_to` is the
+output folder and log of every live entry point (the benches, `live.eplb.bench`,
+`live.gpu_suite`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,3 +87,20 @@ def write_summary(out: Path, name: str, summary: dict) -> Path:
     path = Path(out) / f"{name}_summary.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
     return path
+
+
+def log_to(out: str | Path, name: str, mode: str = "w", levels: bool = False) -> Path:
+    """Make the output folder and send INFO logging to `<out>/<name>.log` (`mode` "a" appends
+    to an earlier run's log) and to stderr; with `levels`, each line names its level.
+
+    Returns:
+        The output folder.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, force=True,
+                        format="%(asctime)s %(levelname)s %(message)s" if levels
+                        else "%(asctime)s %(message)s",
+                        handlers=[logging.FileHandler(out / f"{name}.log", mode=mode),
+                                  logging.StreamHandler(sys.stderr)])
+    return out

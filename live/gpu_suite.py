@@ -30,7 +30,6 @@ import sys
 import time
 import traceback
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -192,11 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=",".join(name for name, _, _ in PARTS))
     args = parser.parse_args(argv)
     apply_safe_env()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    handlers = [logging.FileHandler(out / "suite.log", mode="w"), logging.StreamHandler(sys.stderr)]
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
-                        format="%(asctime)s %(levelname)s %(message)s")
+    from live.bench_run import log_to
+    out = log_to(args.out, "suite", levels=True)
     from epsim.records import MeasurementRecord, write_records
     from live.errors import BackendUnavailableError
     from live.provenance import collect

@@ -377,11 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=85.0,
                         help="wall-clock budget; parts that would start later are skipped")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO, force=True, format="%(asctime)s %(message)s",
-                        handlers=[logging.FileHandler(out / "eplb.log", mode="w"),
-                                  logging.StreamHandler(sys.stderr)])
+    from live.bench_run import log_to
+    out = log_to(args.out, "eplb")
     summary = run(out, args.quick, args.budget_s)
     log.info("done in %.0f s: %s; failed: %s", summary["seconds"], summary["kinds"],
              summary["failed"] or "none")
