@@ -11,12 +11,28 @@ given, and shuts down only a runtime it started.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from epsim.errors import EpsimError, SpecError
 
 EXECUTORS = ("local", "ray")
+
+
+@contextmanager
+def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], Any]]:
+    """A progress bar over `total` points on stderr while the block runs (none when not `show`
+    or nothing to do); yields `advance(num_points)`."""
+    if not (show and total):
+        yield lambda num_points: None
+        return
+    from tqdm import tqdm
+    bar = tqdm(total=total, unit="pt", desc=desc, dynamic_ncols=True)
+    try:
+        yield bar.update
+    finally:
+        bar.close()
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,7 +22,8 @@ from epsim.plan.answers import answer_line, workload_text
 from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows, rejected
 from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, cost_columns,
                                 derived_columns)
-from epsim.plan.executors import PointTask, check_executor, default_workers, execute
+from epsim.plan.executors import (PointTask, check_executor, default_workers, execute,
+                                  progress_bar)
 from epsim.plan.points import BaseScenario, Point, Skipped, build_point, load_base
 from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, InfeasibleError, Objective,
                                keep_up_statement, parse_constraint, parse_objective)
@@ -174,35 +175,17 @@ def _build_points(base: BaseScenario, axes: list[SweepAxis], profile_path: str |
 def _run_missing(points: list[Point], cache: PointCache, executor: str, workers: int | None,
                  ray_address: str | None, progress: bool) -> tuple[dict[str, dict], int]:
     """Results by point key: cached ones, then the rest computed (each distinct key once)."""
-    results: dict[str, dict] = {}
-    todo: dict[str, Point] = {}
-    for point in points:
-        entry = cache.get(point.key)
-        if entry is not None:
-            results[point.key] = entry
-        else:
-            todo.setdefault(point.key, point)
-    missing = list(todo.values())
+    results, missing = cache.split(points)
     tasks = [PointTask(p.scenario, p.profile_path) for p in missing]
-    bar = None
-    if progress and tasks:
-        from tqdm import tqdm
-        bar = tqdm(total=len(tasks), unit="pt", desc=f"plan ({executor})", dynamic_ncols=True)
+    with cache, progress_bar(len(tasks), f"plan ({executor})", progress) as advance:
+        def on_done(i: int, result: dict) -> None:
+            key = missing[i].key
+            results[key] = result
+            if "error" not in result:
+                cache.add(key, result)
+            advance(1)
 
-    def on_done(i: int, result: dict) -> None:
-        key = missing[i].key
-        results[key] = result
-        if "error" not in result:
-            cache.add(key, result)
-        if bar is not None:
-            bar.update(1)
-
-    try:
         execute(tasks, on_done, executor, workers, ray_address)
-    finally:
-        cache.close()
-        if bar is not None:
-            bar.close()
     return results, len(tasks)
 
 

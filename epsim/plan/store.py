@@ -12,7 +12,7 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 CACHE_NAME = "points.jsonl"
@@ -39,6 +39,20 @@ class PointCache:
     def get(self, key: str) -> dict | None:
         return self.entries.get(key)
 
+    def split(self, points: list, value: Callable[[dict], Any] = lambda entry: entry
+              ) -> tuple[dict[str, Any], list]:
+        """(`value` of each cached entry by key, the points to compute: not cached, each
+        distinct `point.key` once, in order)."""
+        results: dict[str, Any] = {}
+        todo: dict[str, Any] = {}
+        for point in points:
+            entry = self.entries.get(point.key)
+            if entry is not None:
+                results[point.key] = value(entry)
+            else:
+                todo.setdefault(point.key, point)
+        return results, list(todo.values())
+
     def add(self, key: str, result: dict) -> None:
         entry = {"key": key, "metrics": result["metrics"], "warnings": result.get("warnings", [])}
         self.entries[key] = entry
@@ -54,6 +68,12 @@ class PointCache:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+    def __enter__(self) -> "PointCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def prepare_dir(out: str | Path | None) -> Path | None:

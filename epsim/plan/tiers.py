@@ -21,7 +21,7 @@ import numpy as np
 
 from epsim.errors import EpsimError
 from epsim.plan.answers import group_by_workload
-from epsim.plan.executors import execute
+from epsim.plan.executors import execute, progress_bar
 from epsim.plan.points import Point
 from epsim.plan.screen import SCREEN_METRICS
 from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
@@ -73,36 +73,18 @@ def screen_points(points: list[Point], out_dir: Path | None, executor: str, work
                   ray_address: str | None, progress: bool) -> dict[str, dict]:
     """Screen metrics by point key (`{}` for a point the screen cannot price)."""
     cache = PointCache(out_dir, SCREEN_CACHE)
-    results: dict[str, dict] = {}
-    todo: dict[str, Point] = {}
-    for point in points:
-        entry = cache.get(point.key)
-        if entry is not None:
-            results[point.key] = entry["metrics"]
-        else:
-            todo.setdefault(point.key, point)
-    missing = list(todo.values())
+    results, missing = cache.split(points, lambda entry: entry["metrics"])
     chunks = [missing[i:i + SCREEN_CHUNK] for i in range(0, len(missing), SCREEN_CHUNK)]
     tasks = [ScreenTask([(p.scenario, p.profile_path) for p in chunk]) for chunk in chunks]
-    bar = None
-    if progress and missing:
-        from tqdm import tqdm
-        bar = tqdm(total=len(missing), unit="pt", desc=f"screen ({executor})", dynamic_ncols=True)
+    with cache, progress_bar(len(missing), f"screen ({executor})", progress) as advance:
+        def on_done(i: int, result: dict) -> None:
+            for point, one in zip(chunks[i], result["results"]):
+                results[point.key] = one.get("metrics", {})
+                if "metrics" in one:
+                    cache.add(point.key, one)
+            advance(len(chunks[i]))
 
-    def on_done(i: int, result: dict) -> None:
-        for point, one in zip(chunks[i], result["results"]):
-            results[point.key] = one.get("metrics", {})
-            if "metrics" in one:
-                cache.add(point.key, one)
-        if bar is not None:
-            bar.update(len(chunks[i]))
-
-    try:
         execute(tasks, on_done, executor, workers, ray_address, fn=screen_chunk)
-    finally:
-        cache.close()
-        if bar is not None:
-            bar.close()
     return results
 
 
