@@ -41,6 +41,7 @@ import torch.distributed as dist
 from epsim import vocab
 from live.checks import DTYPES
 from live.config import MoeConfig
+from live.dist import rank_device
 from live.routing import forced_routing
 from live.bench_records import point_records
 from live.timing import (STAGES, IsolatingTimer, StageTimer, device_experts_us, fence,
@@ -85,12 +86,6 @@ class BenchSettings:
     eager: bool = True       # time the eager forward (records without a mode)
     graph: bool = False      # also time forwards launched ahead (records with mode "graph")
     graph_iters: int = 15
-
-
-def _device(settings: BenchSettings) -> torch.device:
-    if settings.device == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 # Low-latency kernels lay their buffer out by (hidden, max tokens per rank); one buffer per
@@ -219,7 +214,7 @@ def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
     from epsim.records import MeasurementRecord
     from epsim.routing import skew_from_dict
 
-    device = _device(settings)
+    device = rank_device(settings.device)
     if device.type == "cpu":
         torch.set_num_threads(1)       # one core per rank: threads of two ranks would fight
     total = settings.num_passes * sum(len(c.token_counts) * len(c.skews) for c in cases)

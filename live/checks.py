@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from live.config import MoeConfig
+from live.dist import rank_device
 from live.model import Qwen3MoeModel
 from live.routing import Routing, forced_routing
 from live.weights import random_weights, to_hf_names
@@ -82,8 +83,7 @@ def equality_worker(rank: int, world_size: int, group, case: EqualityCase) -> di
          "conserve_min", "conserve_max", "num_tokens"}.
     """
     cfg, dtype = case.config, DTYPES[case.dtype]
-    device = (torch.device("cuda", torch.cuda.current_device()) if case.device == "cuda"
-              else torch.device("cpu"))
+    device = rank_device(case.device)
     layers = range(cfg.num_layers)
     weights = random_weights(cfg, layers, seed=case.seed, dtype=dtype, device=device)
     if group is not None:

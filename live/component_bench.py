@@ -189,12 +189,12 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
     from epsim.records import write_records
     from live.checks import DTYPES
     from live.components import WeightCache
+    from live.dist import rank_device
     from live.op_timing import L2Flush
     from live.provenance import collect
 
     records_path = open_records(records_path)
-    device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" \
-        else torch.device("cpu")
+    device = rank_device(plan.device)
     provenance = collect(1, "nccl" if plan.device == "cuda" else "gloo")
     if plan.device == "cpu":
         provenance["device"] = "1x cpu"

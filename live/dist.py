@@ -26,6 +26,14 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
 
 
+def rank_device(kind: str) -> torch.device:
+    """This process's device of `kind` ("cuda": the GPU `run_ranks` gave this rank, the
+    current CUDA device; "cpu")."""
+    if kind == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def apply_safe_env() -> None:
     """Set SAFE_ENV in this process (children inherit it)."""
     os.environ.update(SAFE_ENV)

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from live.checks import DTYPES
 from live.config import MoeConfig
+from live.dist import rank_device
 from live.model import Qwen3MoeModel
 from live.routing import forced_routing
 from live.timing import StageTimer, summarize_us
@@ -118,8 +119,7 @@ def timing_worker(rank: int, world_size: int, group, cases: list[TimingCase], pr
 
 def _time_case(rank: int, group, case: TimingCase, provenance: dict) -> list[dict]:
     cfg, dtype = case.config, DTYPES[case.dtype]
-    device = (torch.device("cuda", torch.cuda.current_device()) if case.device == "cuda"
-              else torch.device("cpu"))
+    device = rank_device(case.device)
     model = Qwen3MoeModel(cfg, 0, 1, backend=case.backend, group=group, dtype=dtype,
                           device=device, max_tokens_per_rank=max(case.token_counts),
                           dispatch_dtype=case.dispatch_dtype, deepep_mode=case.deepep_mode,

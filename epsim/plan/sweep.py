@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import itertools
 import re
-import typing
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pydantic import BaseModel
 
 from epsim.errors import SpecError
+from epsim.spec.errors import models_in
 
 MAX_RANGE_VALUES = 10_000
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -123,16 +123,6 @@ def parse_sweep(text: str) -> SweepAxis:
     return SweepAxis(key, tuple(values))
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """Every BaseModel class inside an annotation (X, X | None, list[X], a union of variants)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    found: list[type[BaseModel]] = []
-    for arg in typing.get_args(annotation):
-        found.extend(m for m in _models_in(arg) if m not in found)
-    return found
-
-
 def check_key(key: str, root: type[BaseModel] | None = None, flag: str = "--sweep") -> None:
     """Check that a dotted key names a field of the scenario schema.
 
@@ -156,7 +146,7 @@ def check_key(key: str, root: type[BaseModel] | None = None, flag: str = "--swee
         if part not in fields:
             raise SpecError(f"{flag} key ({key}) must name a scenario field: {part!r} is not a "
                             f"field of {at}; allowed: {', '.join(sorted(fields))}")
-        models = _models_in(fields[part].annotation)
+        models = models_in(fields[part].annotation)
 
 
 def check_axes(axes: list[SweepAxis]) -> None:

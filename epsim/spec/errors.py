@@ -49,7 +49,7 @@ def _walk(cls: type[BaseModel], loc: tuple) -> tuple[tuple, list[type[BaseModel]
         if isinstance(part, int):
             continue
         if len(members) == 1 and part in members[0].model_fields:
-            members = _models_in(members[0].model_fields[part].annotation)
+            members = models_in(members[0].model_fields[part].annotation)
         else:
             members = []
     return tuple(out), members
@@ -61,13 +61,13 @@ def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str] | None:
     return sorted(members[0].model_fields) if len(members) == 1 else None
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def models_in(annotation: Any) -> list[type[BaseModel]]:
     """Every BaseModel an annotation may hold (X, Optional[X], list[X], a union of models)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     found: list[type[BaseModel]] = []
     for arg in typing.get_args(annotation):
-        found += [m for m in _models_in(arg) if m not in found]
+        found += [m for m in models_in(arg) if m not in found]
     return found
 
 

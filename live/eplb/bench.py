@@ -141,6 +141,7 @@ def sweep(group, case: SweepCase, provenance: dict) -> tuple[list[dict], list[in
     """Rebalance records of one expert shape (rank 0) and the per-rank bytes moved."""
     from live.checks import DTYPES
     from live.config import MoeConfig
+    from live.dist import rank_device
     from live.eplb.result import rebalance_record
     from live.eplb.updater import ExpertWeightUpdater
     from live.model import Qwen3MoeModel
@@ -150,8 +151,7 @@ def sweep(group, case: SweepCase, provenance: dict) -> tuple[list[dict], list[in
                     num_experts=case.num_experts, top_k=min(8, case.num_experts),
                     num_layers=case.num_layers)
     dtype = DTYPES[case.dtype]
-    device = torch.device("cuda", torch.cuda.current_device()) if case.device == "cuda" else \
-        torch.device("cpu")
+    device = rank_device(case.device)
     weights = random_weights(cfg, range(cfg.num_layers), seed=7, dtype=dtype, device=device)
     for tensor in weights.values():
         dist.broadcast(tensor, src=dist.get_global_rank(group, 0), group=group)
@@ -196,9 +196,10 @@ def bench_worker(rank: int, world_size: int, group, quick: bool, provenance: dic
     """Every part on this rank; rank 0 appends each part's records to `records_path` as soon as
     it has them (a run stopped later keeps them). A part that raises is reported and the next
     one runs (configuration errors raise on every rank alike, before any collective)."""
+    from live.dist import rank_device
     if quick:
         torch.set_num_threads(1)
-    device = torch.device("cuda", torch.cuda.current_device()) if not quick else torch.device("cpu")
+    device = rank_device("cpu" if quick else "cuda")
     errors, sizes = [], []
 
     def part(name: str, fn) -> None:

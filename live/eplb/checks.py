@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from live.checks import DTYPES, EqualityCase, case_inputs
+from live.dist import rank_device
 from live.eplb.elastic import mask_ranks, shrink_group
 from live.eplb.manager import EplbManager
 from live.eplb.result import rebalance_record
@@ -103,8 +104,7 @@ def setup(rank: int, world_size: int, group, case: EplbCase, cache: dict | None 
     """Weights (identical on every rank), the reference on a private copy, the EP model loaded
     by `case.load`; `cache`: shared-memory weights handed over by the parent (the IPC path)."""
     cfg, dtype = case.config, DTYPES[case.dtype]
-    device = (torch.device("cuda", torch.cuda.current_device()) if case.device == "cuda"
-              else torch.device("cpu"))
+    device = rank_device(case.device)
     layers = range(cfg.num_layers)
     if cache is None:
         weights = random_weights(cfg, layers, seed=case.seed, dtype=dtype, device=device)
