@@ -145,13 +145,17 @@ def _graph_us(fn, device, iters: int) -> float:
 
 def _send_rows(ids, num_local: int, world_size: int, copies: str, tokens: int) -> list[int]:
     """[ranks] rows this rank sends to each rank: one per (token, rank), per pair, or padded."""
+    import torch
+
+    from live.backends.base import token_ranks
+    from live.backends.packed import send_to_rank
+
     if copies == "padded":
         return [tokens] * world_size
-    dest = np.where(ids >= 0, ids // num_local, -1)                             # [tokens, top_k]
-    hits = dest[:, :, None] == np.arange(world_size)                            # [tokens, k, ranks]
+    slots = torch.as_tensor(ids, dtype=torch.int64)                             # [tokens, top_k]
     if copies == "pair":
-        return [int(n) for n in hits.sum(axis=(0, 1))]
-    return [int(n) for n in hits.any(axis=1).sum(axis=0)]
+        return send_to_rank(slots, num_local, world_size).tolist()
+    return token_ranks(slots, num_local, world_size).sum(dim=0).tolist()
 
 
 def _run_path(path: str, experts: int, ll_max_tokens: int, group, x, ids_t, weights,

@@ -179,6 +179,13 @@ class A2ABackend(ABC):
         raise NotImplementedError(f"backend {self.name!r} has no combine")
 
 
+def token_ranks(topk_slots: torch.Tensor, num_local_slots: int, num_ranks: int) -> torch.Tensor:
+    """[tokens, ranks] bool: the ranks holding at least one of each token's chosen slots (a
+    dedup backend sends the token once to each; slot -1 floor-divides to rank -1: none)."""
+    ranks = torch.arange(num_ranks, device=topk_slots.device)
+    return ((topk_slots // num_local_slots).unsqueeze(-1) == ranks).any(dim=1)
+
+
 def pack_choices(slots: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """[rows, 2*top_k] int64: slot ids, then the fp32 weights' bit patterns, so one collective
     moves both."""

@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from live.backends.base import (A2ABackend, BackendSpec, Dispatched, DispatchStats,
                                 dedup_expert_payload, dedup_expert_rows, pack_choices, reduce_pairs,
-                                slot_counts, unpack_choices)
+                                slot_counts, token_ranks, unpack_choices)
 from live.backends.packed import compact_index
 from live.errors import LiveError
 
@@ -91,9 +91,7 @@ class _StaticHandle:
     @property
     def send_counts(self) -> torch.Tensor:
         """[ranks] int64 tokens of this rank that chose a slot of each rank."""
-        dest = self.topk_slots // self.num_local_slots                      # -1 stays -1
-        ranks = torch.arange(self.num_ranks, device=dest.device)
-        return (dest.unsqueeze(-1) == ranks).any(dim=1).sum(dim=0)
+        return token_ranks(self.topk_slots, self.num_local_slots, self.num_ranks).sum(dim=0)
 
 
 def _all_gather(out: torch.Tensor, inp: torch.Tensor, group) -> None:
@@ -134,9 +132,8 @@ class TorchA2ABackend(A2ABackend):
         if self.static:
             return self._dispatch_static(x, topk_slots, topk_weights)
         num_tokens, top_k = topk_slots.shape
-        ranks = torch.arange(self.ep_size, device=x.device)
-        dest = torch.where(topk_slots >= 0, topk_slots // self.num_local_slots, -1)  # [tokens, top_k]
-        in_rank = (dest.unsqueeze(-1) == ranks).any(dim=1)                  # [tokens, ranks]
+        dest = topk_slots // self.num_local_slots                           # [tokens, top_k]; -1: -1
+        in_rank = token_ranks(topk_slots, self.num_local_slots, self.ep_size)   # [tokens, ranks]
         send_rank, src_token = torch.nonzero(in_rank.T, as_tuple=True)      # rank-major order
         send_counts = in_rank.sum(dim=0).to(torch.int64)                    # [ranks]
         # metadata: the token's slots that are local to the destination, else -1
