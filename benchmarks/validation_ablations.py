@@ -10,11 +10,13 @@ same hold-out rule, so every before/after number in that section comes from this
   no_overlap       dispatch/combine as the plain sum `base_us + transfer` (no fixed work hidden
                    under the transfer: `overlap_us` held at 0)
   no_spill         no L2-spill term in dispatch/combine (`spill_gbps` column zeroed)
+  free_transfer    every fitted transfer coefficient kept, even under 2 standard errors (no
+                   datasheet value for what the data do not determine)
   additive_experts expert compute as weights + unquantized FLOPs (the form before the
                    grouped-GEMM physics) instead of max(weights, tile- and wave-quantized FLOPs)
 Plus the tokens extrapolation (refit on tokens per rank <= 1024, judge 2048-4096) of dispatch
-and combine with the communication choices (`no_overlap`, `no_spill`) undone, and the cross-run
-check: the shipped profile judged on the first, single-pass run
+and combine with the communication choices (`no_overlap`, `no_spill`, `free_transfer`) undone,
+and the cross-run check: the shipped profile judged on the first, single-pass run
 (benchmarks/results/h200x2_run1/), every record in-sample (`--holdout none`).
 
     python benchmarks/validation_ablations.py [--write]     # table -> benchmarks/results/validation_ablations.md
@@ -98,6 +100,7 @@ VARIANTS = {
     "no_slot_term": lambda: _patches(("epsim.cost.record.comm_features", _no_slot)),
     "no_overlap": lambda: _patches(("epsim.cost.record.comm_features", _no_overlap)),
     "no_spill": lambda: _patches(("epsim.cost.record.comm_features", _no_spill)),
+    "free_transfer": lambda: _patches(("epsim.calibrate.fit.MIN_T", 0.0)),
     "no_fp8_combine": lambda: _patches(("epsim.profile.FP8_KINDS", ("dispatch", "experts"))),
     "additive_experts": lambda: _patches(("epsim.cost.record.experts_features", _additive_features)),
 }
@@ -115,7 +118,7 @@ def _mape(rows, split: str) -> dict[tuple[str, str], ErrorStats]:
     return group([r for r in rows if r.split == split], "backend", "kind")
 
 
-COMM_VARIANTS = ("shipped", "no_overlap", "no_spill")
+COMM_VARIANTS = ("shipped", "no_overlap", "no_spill", "free_transfer")
 
 
 def _tokens_axis(paths) -> list[str]:

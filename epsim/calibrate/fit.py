@@ -80,12 +80,17 @@ def _lower_bounds(coef_names: tuple[str, ...], peaks: dict[str, float]) -> np.nd
                      for n in coef_names])
 
 
-def _solve(rows: np.ndarray, measured: np.ndarray, lower: np.ndarray, relative: bool) -> np.ndarray:
-    """Bounded least squares on the used columns; unused columns get NaN (not fitted)."""
+def _solve(rows: np.ndarray, measured: np.ndarray, lower: np.ndarray, relative: bool,
+           fixed: dict[int, float] | None = None) -> np.ndarray:
+    """Bounded least squares on the used columns; unused columns get NaN (not fitted), and so
+    do `fixed` ones (column -> coefficient held at its datasheet value, moved to the left side)."""
     weights = 1.0 / measured if relative else np.ones_like(measured)
+    fixed = fixed or {}
+    offset = sum((rows[:, j] * c for j, c in fixed.items()), np.zeros_like(measured))
     a = rows * weights[:, None]
-    b = measured * weights
+    b = (measured - offset) * weights
     used = np.abs(rows).max(axis=0) > 0
+    used[list(fixed)] = False
     coef = np.full(rows.shape[1], np.nan)
     if not used.any():
         return coef
@@ -94,6 +99,26 @@ def _solve(rows: np.ndarray, measured: np.ndarray, lower: np.ndarray, relative: 
                      method="bvls", lsmr_tol="auto")
     coef[used] = sol.x / scale
     return coef
+
+
+MIN_T = 2.0       # a transfer coefficient below 2 standard errors is not determined by the data
+
+
+def _weak_columns(rows: np.ndarray, measured: np.ndarray, coef: np.ndarray, relative: bool,
+                  candidates: list[int]) -> list[int]:
+    """Columns among `candidates` whose fitted coefficient is under `MIN_T` standard errors
+    (weighted least squares: `sigma^2 (A'A)^-1` on the fitted columns)."""
+    weights = 1.0 / measured if relative else np.ones_like(measured)
+    a = rows * weights[:, None]
+    used = np.isfinite(coef) & (np.abs(rows).max(axis=0) > 0)
+    n, k = a.shape[0], int(used.sum())
+    if n <= k:
+        return []
+    resid = a[:, used] @ coef[used] - measured * weights
+    cov = resid @ resid / (n - k) * np.linalg.pinv(a[:, used].T @ a[:, used])
+    se = np.full(len(coef), np.inf)
+    se[used] = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    return [j for j in candidates if used[j] and coef[j] < MIN_T * se[j]]
 
 
 def _starts(terms, peaks: dict[str, float]) -> list[dict[str, float]]:
@@ -135,25 +160,52 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
                                        BLOCK_OPS_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, peaks)
+    best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative)
+    weak = []
+    if terms in (COMM_TERMS, COLLECTIVE_TERMS):
+        # a transfer coefficient (bandwidth, per-copy, slot, spill) the fit set does not
+        # determine keeps its datasheet value instead of following noise (host-bound stages)
+        profile.components[key] = Component(params=best[1], source="fit")
+        rows = np.stack([record_features(s.record, profile).row for s in records])
+        transfer = [j for j, n in enumerate(terms.coef_names) if n not in ("base_us", "overlap_us")]
+        weak = _weak_columns(rows, measured, best[3], relative, transfer)
+        if weak:
+            profile.components.pop(key, None)
+            datasheet = record_features(records[0].record, profile).coefficients
+            best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative,
+                             {j: float(datasheet[j]) for j in weak})
+    _, params, predicted, coef, rounds = best
+    profile.components[key] = Component(params=params, source="fit")
+    weak_names = [terms.params[j] for j in weak]
+    unfitted = [p for p, c in zip(terms.params, coef) if not np.isfinite(c) and p not in weak_names]
+    notes = []
+    if unfitted:
+        notes.append(f"not in the data, datasheet kept: {', '.join(unfitted)}")
+    if weak_names:
+        notes.append(f"not determined by the data (< {MIN_T:g} standard errors), datasheet "
+                     f"kept: {', '.join(weak_names)}")
+    return ComponentFit(key, params, predicted, measured, records, rounds, "; ".join(notes),
+                        valid_range(records))
+
+
+def _best_fit(key, records, profile, terms, peaks, measured, lower, relative, fixed=None):
+    """The best of the alternations from every start (`_starts`, then `_overlap_starts` from
+    the plain sum's solution), `fixed` columns held at their values."""
     best = None
     for start in _starts(terms, peaks):
         profile.components[key] = Component(params=start, source="fit")
-        result = _alternate(key, records, profile, terms, measured, lower, relative)
+        result = _alternate(key, records, profile, terms, measured, lower, relative, fixed)
         if best is None or result[0] < best[0]:
             best = result
     for start in _overlap_starts(terms, best[1]):
         profile.components[key] = Component(params=start, source="fit")
-        result = _alternate(key, records, profile, terms, measured, lower, relative)
+        result = _alternate(key, records, profile, terms, measured, lower, relative, fixed)
         if result[0] < best[0] * (1 - 1e-6):         # a tie keeps the plain sum
             best = result
-    _, params, predicted, coef, rounds = best
-    profile.components[key] = Component(params=params, source="fit")
-    unfitted = [p for p, c in zip(terms.params, coef) if not np.isfinite(c)]
-    note = f"not in the data, datasheet kept: {', '.join(unfitted)}" if unfitted else ""
-    return ComponentFit(key, params, predicted, measured, records, rounds, note, valid_range(records))
+    return best
 
 
-def _alternate(key, records, profile, terms, measured, lower, relative):
+def _alternate(key, records, profile, terms, measured, lower, relative, fixed=None):
     """Rows at the current parameters -> least squares -> parameters, until the rows settle.
 
     Returns:
@@ -165,7 +217,7 @@ def _alternate(key, records, profile, terms, measured, lower, relative):
         rows = np.stack([f.row for f in feats])
         if previous is not None and np.array_equal(rows, previous):
             break
-        coef = _solve(rows, measured, lower, relative)
+        coef = _solve(rows, measured, lower, relative, fixed)
         fitted = terms.params_from(np.nan_to_num(coef, nan=0.0))
         params = {p: fitted[p] for p, c in zip(terms.params, coef) if np.isfinite(c) and p in fitted}
         profile.components[key] = Component(params=params, source="fit")

@@ -118,6 +118,37 @@ def test_bandwidth_never_exceeds_the_datasheet(tmp_path):
     assert "rdma_gbps" not in params                     # one node: no RDMA column to fit
 
 
+def test_a_byte_term_below_the_noise_keeps_its_datasheet_value(tmp_path):
+    """A host-bound stage: 1 ms flat, bytes costing ~nothing, 5 % noise. The fitted bandwidth
+    would follow the noise; under 2 standard errors it keeps the datasheet value and says so."""
+    flat = Profile(name="flat", hardware="H200", components={
+        **TRUTH.components,
+        "torch/dispatch": TRUTH.components["torch/dispatch"].model_copy(
+            update={"params": {"base_us": 1000.0, "nvl_gbps": 1e6}})})
+    path = tmp_path / "flat.jsonl"
+    from epsim.records import write_records
+    write_records(synthetic_records(truth=flat, noise=0.05, seed=3, tokens=(1, 16, 256, 1024)),
+                  path, append=False)
+    cal = calibrate([path], holdout=Holdout.parse("none"))
+    fit = cal.fits["torch/dispatch"]
+    assert "nvl_gbps" not in fit.params
+    # below 2 standard errors, or hidden under the fixed work altogether: either way not fitted
+    assert "datasheet kept" in fit.note and "nvl_gbps" in fit.note
+    assert cal.profile.components["torch/dispatch"].note == fit.note
+    # a byte term well above the noise is fitted (the combine of the same records)
+    assert cal.fits["torch/combine"].params["nvl_gbps"] == pytest.approx(200.0, rel=0.2)
+
+
+def test_weak_columns_are_the_coefficients_under_two_standard_errors():
+    from epsim.calibrate.fit import _weak_columns
+    rows = np.stack([np.ones(6), np.arange(6.0)], axis=1)
+    for y, weak in (([1000, 1003, 998, 1001, 1002, 999], [1]),       # slope lost in the noise
+                    ([1000, 1101, 1199, 1300, 1402, 1499], [])):     # slope 100 per step
+        y = np.asarray(y, dtype=float)
+        coef = np.linalg.lstsq(rows / y[:, None], np.ones(6), rcond=None)[0]
+        assert _weak_columns(rows, y, coef, relative=True, candidates=[1]) == weak
+
+
 def test_profile_provenance_names_its_records(synthetic, tmp_path):
     cal = calibrate([synthetic], name="syn")
     prov = cal.profile.provenance
