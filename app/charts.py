@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 PART_COLORS = {"attention": "#4c72b0", "dispatch": "#dd8452", "experts": "#55a868",
-               "combine": "#c44e52", "shared experts": "#8172b3", "sync (fitted)": "#999999"}
+               "combine": "#c44e52", "shared experts": "#8172b3", "block ops": "#937860",
+               "sync (fitted)": "#999999"}
 KIND_ORDER = ["dispatch", "combine", "experts", "moe_layer", "allreduce"]
 SPLIT_ORDER = ["held out", "fit set"]
 SKEW_SHAPES = {"uniform": "circle", "zipf": "square", "hotset": "triangle-up", "trace": "diamond"}

@@ -100,7 +100,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "ep_size": ep, "num_nodes": cluster.num_nodes, "tokens_per_rank": tokens_per_rank,
         "dispatch_dtype": dispatch_dtype, "skew": skew, "seed": seed,
         "dispatch_us": float(moe.dispatch_us[0]), "experts_us": float(moe.experts_us[0]),
-        "combine_us": float(moe.combine_us[0]), "layer_us": float(moe.layer_us[0]),
+        "combine_us": float(moe.combine_us[0]), "block_ops_us": float(np.ravel(moe.block_ops_us)[0]),
+        "layer_us": float(moe.layer_us[0]), "block_ops_parts": list(cost_model.block_ops_parts[not graph]),
         "max_rank_pairs": float(pairs.max()), "mean_rank_pairs": float(pairs.mean()),
         "busiest_nvl_copies": float(tr.nvl_copies[0].max()),
         "busiest_rdma_copies": float(tr.rdma_copies[0].max()),
@@ -127,6 +128,9 @@ def _stages(cost_model, moe, graph: bool) -> dict:
         timing = cost_model.timings[(kind, moe.mode if kind != "experts" else "", not graph)]
         host[kind] = cost_model.host_us(kind, moe.mode, graph)
         band[kind] = stage_band(cost_model.profile, timing, float(values[0]) - host[kind], graph)
+    host["block_ops"] = cost_model.block_ops_host_us(graph)
+    band["block_ops"] = stage_band(cost_model.profile, cost_model.block_ops_timings[not graph],
+                                   float(np.ravel(moe.block_ops_us)[0]) - host["block_ops"], graph)
     layer = None
     if all(b is not None for b in band.values()):
         layer = tuple(sum(b[i] for b in band.values()) + moe.sync_us for i in (0, 1))
@@ -158,7 +162,7 @@ def run(args):
                         f"{result['transport']}, {result['rdma_gbps']:.1f} GB/s per GPU achievable")
     rows = []
     for name, kind in (("dispatch", "dispatch"), ("experts", "experts"), ("combine", "combine"),
-                       ("MoE layer", "layer")):
+                       ("block ops", "block_ops"), ("MoE layer", "layer")):
         host = result["host_us"].get(kind, sum(result["host_us"].values()))
         rows.append([name, duration(result[f"{kind}_us"]), duration(result[f"{kind}_p10_us"]),
                      duration(result[f"{kind}_p90_us"]), duration(host)])
@@ -166,5 +170,8 @@ def run(args):
     lines.append(f"  {result['provenance']['line']}")
     lines.append(f"  busiest rank: {result['max_rank_pairs']:.0f} token-expert pairs "
                  f"(mean {result['mean_rank_pairs']:.0f}); MoE layer = dispatch + experts + "
-                 f"combine (no attention)")
+                 f"combine + block ops (no attention)")
+    if result["block_ops_parts"] == ["router"]:
+        lines.append(f"  block ops: the router; the permute and top-k weighting lie inside "
+                     f"{result['backend']}'s fitted experts stage (docs/model.md)")
     return Report(result, lines)

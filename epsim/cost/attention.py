@@ -3,7 +3,7 @@
 Each is a roofline (`epsim.cost.roofline`): weight bytes + KV-cache bytes against FLOPs.
 Attention of one layer on one rank:
 
-    bytes = attention_weights + router_weights + kv_bytes * (decode_context + prefill_context
+    bytes = attention_weights + kv_bytes * (decode_context + prefill_context
             + new tokens written)
     flops = 2 * attention_params * tokens + core_flops_per_pair * (decode_context + prefill_pairs)
 
@@ -99,10 +99,10 @@ def core_flops_per_pair(model: ModelSpec, phase: str) -> float:
 @lru_cache(maxsize=32)
 def _attention_constants(model: ModelSpec) -> tuple[float, float, float, float, float]:
     """(weight bytes, projection flops per token, core flops per decode / prefill pair, KV bytes
-    per token) of one layer: attention projections plus the router's BF16 gate."""
-    router_params = model.hidden_size * model.num_experts
-    return (model.attention_params * model.weight_bytes_per_param + 2.0 * router_params,
-            2.0 * (model.attention_params + router_params),
+    per token) of one layer: the attention projections (the router's gate GEMM is the block
+    ops' term, `epsim.cost.block_ops`)."""
+    return (model.attention_params * model.weight_bytes_per_param,
+            2.0 * model.attention_params,
             core_flops_per_pair(model, "decode"), core_flops_per_pair(model, "prefill"),
             model.kv_bytes_per_token_per_layer)
 
@@ -125,7 +125,7 @@ def attention_work(batch: BatchCounts, model: ModelSpec, tp_size: int = 1) -> tu
 
 def attention_us(batch: BatchCounts, model: ModelSpec, params: dict[str, float],
                  tp_size: int = 1) -> np.ndarray:
-    """[dp] microseconds of one attention layer (plus router) per rank; 0 for an idle rank."""
+    """[dp] microseconds of one attention layer per rank; 0 for an idle rank."""
     num_bytes, flops = attention_work(batch, model, tp_size)
     busy = batch.tokens > 0
     return np.where(busy, params["base_us"] + roofline_us(num_bytes, flops, params["hbm_gbps"],
@@ -185,7 +185,7 @@ def core_features(mem_kb: float, mflops: float, waves: float, params: dict[str, 
 def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str, float],
                           prefill: dict[str, float], projections: dict[str, float], num_sms: int,
                           tp_size: int = 1) -> np.ndarray:
-    """[dp] one attention layer per rank with fitted kernels: the projections (and router) as a
+    """[dp] one attention layer per rank with fitted kernels: the projections as a
     dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' kernel over their contexts
     (`decode`) and the prefill chunks' causal kernel (`prefill`); 0 for an idle rank."""
     weight_bytes, proj_flops, core_decode, core_prefill, kv_bytes = _attention_constants(model)

@@ -14,11 +14,13 @@ pairs its experts compute (one rank: `P = T * top_k`), `H` hidden, `E` experts, 
 (bytes counted from the kernels' reads and writes: `epsim/cost/block_ops.py`'s `block_ops_work`).
 The kernels run one after another, so their times add; the router GEMM alone is a roofline:
 
-    t = base_us + sort_block_us * [P > 128] + sort_device_us * [P > 4096]
+    t = launch_us * kernels + sort_block_us * [P > 128] + sort_device_us * [P > 4096]
         + other_bytes / hbm_gbps * 1e-3
         + max(gemm_bytes / hbm_gbps * 1e-3, router_flops / tflops * 1e-6)
 
-  base_us         the fixed device time of the ~25 small kernels (launch and tail each)
+  launch_us       per-launch base: the fixed device time (launch, ramp, tail) of each of the
+                  parts' kernels (`KERNELS`: 6 router, 14 permute, 7 weighting; counted from the
+                  aten ops the block dispatches, tests/live/test_block.py)
   sort_block_us   `torch.argsort` of more than 128 keys runs a one-block radix sort instead of
                   the in-warp/bitonic sort (PyTorch `sortKeyValueInplace`)
   sort_device_us  more than 4096 keys: the multi-kernel device-wide radix sort (cub)
@@ -39,15 +41,18 @@ import numpy as np
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
+# kernels each part launches: the aten ops the live block dispatches on CUDA in BF16, views
+# and scalars left out (tests/live/test_block.py counts them)
+KERNELS = {"router": 6, "permute": 14, "combine_weighting": 7}
 SMALL_SORT_KEYS = 128       # argsort up to this many keys: one warp / bitonic sort
 BLOCK_SORT_KEYS = 4096      # up to this many: one-block radix sort; above: device radix sort
 PARTS = ("router", "permute", "combine_weighting")
 
 
 def block_ops_defaults(hardware: HardwareSpec) -> dict[str, float]:
-    """Datasheet parameters of `any/block_ops`: ~25 kernels at ~1.6 µs each, no sort steps,
-    HBM and tensor peak times the stated efficiencies."""
-    return {"base_us": 40.0, "sort_block_us": 0.0, "sort_device_us": 0.0,
+    """Datasheet parameters of `any/block_ops`: 2 µs per kernel launched from a CUDA graph (a
+    stated assumption), no sort steps, HBM and tensor peak times the stated efficiencies."""
+    return {"launch_us": 2.0, "sort_block_us": 0.0, "sort_device_us": 0.0,
             "hbm_gbps": hardware.hbm_gbps * HBM_EFFICIENCY,
             "tflops": hardware.bf16_tflops * TENSOR_EFFICIENCY}
 
@@ -73,13 +78,13 @@ def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
 
 def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
                        params: dict[str, float], parts: tuple[str, ...] = PARTS) -> np.ndarray:
-    """[..., 5] design columns (1, [P > 128], [P > 4096], memory KB, router GEMM MFLOPs) of
-    the given parts; times `BLOCK_OPS_TERMS.coefficients(params)` gives `block_ops_us`.
+    """[..., 5] design columns (kernels, [P > 128], [P > 4096], memory KB, router GEMM MFLOPs)
+    of the given parts; times `BLOCK_OPS_TERMS.coefficients(params)` gives `block_ops_us`.
 
     The router GEMM is a roofline: its operand bytes (`2TH + 2EH + 2TE`) go to the memory
     column when memory-bound at `params`, else its FLOPs to the math column; every other pass
-    streams memory. The fixed column counts when any part runs, the sort columns with the
-    permute."""
+    streams memory. The kernels column counts the parts' launches (none on an idle rank),
+    the sort columns come with the permute."""
     work = block_ops_work(tokens, pairs, hidden_size, num_experts, top_k)
     num_bytes = sum(work[part][0] for part in parts)
     flops = sum(work[part][1] for part in parts)
@@ -91,7 +96,8 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
     p = np.asarray(pairs, dtype=np.float64) * np.ones_like(num_bytes)
     busy = (num_bytes > 0).astype(np.float64)
     sort = busy if "permute" in parts else np.zeros_like(busy)
-    return np.stack([busy, sort * (p > SMALL_SORT_KEYS), sort * (p > BLOCK_SORT_KEYS),
+    launches = busy * sum(KERNELS[part] for part in parts)
+    return np.stack([launches, sort * (p > SMALL_SORT_KEYS), sort * (p > BLOCK_SORT_KEYS),
                      mem_kb, np.where(compute_bound, flops * 1e-6, 0.0)], axis=-1)
 
 

@@ -20,6 +20,8 @@ import numpy as np
 from epsim import vocab
 from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, gemm_us,
                                   lm_head_us, measured_attention_us, overhead_defaults)
+from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
+from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
                              comm_defaults, comm_us, dedup_for, l2_bytes,
                              dispatch_bytes_per_copy)
@@ -76,10 +78,14 @@ class MoECost:
     mode: str
     sync_us: float = 0.0
     network_us: np.ndarray | float = 0.0    # the fabric's part of each dispatch and combine
+    # the block's own ops the three stages do not hold (router; permute and weighting where
+    # the experts component is the bare grouped GEMM): `CostModel.block_ops_parts`
+    block_ops_us: np.ndarray | float = 0.0
 
     @property
     def layer_us(self) -> np.ndarray:
-        return self.dispatch_us + self.experts_us + self.combine_us + self.sync_us
+        return (self.dispatch_us + self.experts_us + self.combine_us + self.block_ops_us
+                + self.sync_us)
 
     # derived once per object: the fast engine prices one MoECost for many steps
     @cached_property
@@ -100,6 +106,13 @@ class MoECost:
             network *= self.experts_us.shape[-1]
         return (float(self.dispatch_us.sum()), float(self.experts_us.sum()),
                 float(self.combine_us.sum()), network)
+
+    @cached_property
+    def block_ops_sum(self) -> float:
+        """Block ops summed over layers (µs)."""
+        if np.ndim(self.block_ops_us) == 0:
+            return float(self.block_ops_us) * self.experts_us.shape[-1]
+        return float(np.sum(self.block_ops_us))
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,7 @@ class StepCost:
     experts_us: np.ndarray
     combine_us: np.ndarray
     shared_experts_us: np.ndarray
+    block_ops_us: np.ndarray
     layer_us: np.ndarray
     dense_us: float
     overhead_us: float
@@ -137,7 +151,7 @@ class StepCost:
     phase: str
     mode: str
     traffic: Traffic
-    parts: np.ndarray        # [6, layers]: the six per-layer arrays above as rows, in order
+    parts: np.ndarray        # [7, layers]: the seven per-layer arrays above as rows, in order
 
 
 class CostModel:
@@ -223,8 +237,27 @@ class CostModel:
         self.attention_kernels = (decode, prefill) if decode and prefill else None
         self._token_ranges = self._fitted_ranges(modes)
         self.ledger = Ledger()               # what the costed steps spent, for `provenance`
+        # the block's own ops (router, permute, top-k weighting; `epsim.cost.block_ops`):
+        # device time from `any/block_ops/graph`, an eager step adds `any/block_ops/host`
+        self.block_ops_timings = {eager: stage_timing(self.profile, "any", "block_ops", "", eager)
+                                  if self.profile_applies else
+                                  StageTiming("block_ops", eager, "", GRAPH, False)
+                                  for eager in (True, False)}
+        self.block_ops_params = {eager: self._params("any", "block_ops", t.mode_path,
+                                                     block_ops_defaults(hw))
+                                 for eager, t in self.block_ops_timings.items()}
+        self.block_ops_parts = {eager: self._block_ops_parts(eager) for eager in (True, False)}
         self._terms_memo: dict[tuple, _TokenTerms] = {}
         self._host_rows: dict[tuple[bool, str], np.ndarray] = {}
+
+    def _block_ops_parts(self, eager: bool) -> tuple[str, ...]:
+        """The block ops a step adds on its own (docs/model.md, "The block's own ops"): the
+        router always (the bench forces routing, so no measured stage holds it); the permute
+        and the weighting only where the experts stage is costed by the bare grouped GEMM
+        (`any/experts...` or datasheet): a backend's own experts fit (`<backend>/experts...`)
+        already holds its layout work around the GEMM."""
+        key = self.timings[("experts", "", eager)].key
+        return ("router",) if key.split("/")[0] == self.backend else BLOCK_OPS_PARTS
 
     def _fitted_ranges(self, modes: tuple[str, ...]) -> list[tuple[str, str, str, float, float]]:
         """Warn (ExtrapolationWarning) now where EP size or hidden size lie outside what the
@@ -345,6 +378,10 @@ class CostModel:
         expert = experts_us(tr.pairs, tr.active_experts,
                             even_row_tiles(tr.pairs, tr.active_experts), self.gemm,
                             experts_params) + self.host_us("experts", "", graph)
+        own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
+        block = block_ops_us(np.broadcast_to(own, tr.pairs.shape), tr.pairs, m.hidden_size,
+                             m.num_experts, m.top_k, self.block_ops_params[not graph],
+                             self.block_ops_parts[not graph]) + self.block_ops_host_us(graph)
         if self.backend == "none":
             hidden_bytes = tr.num_tokens * m.hidden_size * 2.0
             gather = collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 1,
@@ -363,9 +400,13 @@ class CostModel:
             fabric = network_us(tr, self.transport)
             dispatch, combine = dispatch + fabric, combine + fabric
             return MoECost(dispatch, expert, combine, tr, mode,
-                           self.graph_sync_us if graph else self.sync_us, fabric)
+                           self.graph_sync_us if graph else self.sync_us, fabric, block)
         return MoECost(dispatch, expert, combine, tr, mode,
-                       self.graph_sync_us if graph else self.sync_us)
+                       self.graph_sync_us if graph else self.sync_us, block_ops_us=block)
+
+    def block_ops_host_us(self, graph: bool) -> float:
+        """Host overhead the block ops add in a step (0 in a CUDA-graph step)."""
+        return 0.0 if graph else self.block_ops_timings[True].host_us
 
     def step(self, batch: BatchCounts, loads: np.ndarray | None, tables: PlacementTables,
              moe: MoECost | None = None) -> StepCost:
@@ -386,7 +427,7 @@ class CostModel:
         graph, shared = terms.graph, terms.shared_us
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
-        compute = (attn + shared) + moe.experts_us                         # [layers]
+        compute = (attn + shared) + moe.experts_us + moe.block_ops_us      # [layers]
         comm = moe.comm_us
         if tbo:
             layer = np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm)
@@ -405,16 +446,19 @@ class CostModel:
         step = float(layer.sum()) + dense + overhead
         self._record(graph, moe.mode, attn, moe, shared, dense, overhead, scale, num_layers,
                      terms.max_tokens)
-        parts = np.empty((6, num_layers))     # one block, so a recorder sums all parts at once
+        parts = np.empty((7, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
         parts[1:4] = moe.stage_rows
         parts[4] = shared * scale
-        parts[5] = layer
+        parts[5] = moe.block_ops_us
+        parts[6] = layer
         if scale != 1.0:
             parts[1:4] *= scale
+            parts[5] *= scale
         return StepCost(
             attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
-            shared_experts_us=parts[4], layer_us=parts[5], dense_us=dense, overhead_us=overhead,
+            shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense,
+            overhead_us=overhead,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
 
     def _token_terms(self, batch: BatchCounts, part: BatchCounts) -> "_TokenTerms":
@@ -457,7 +501,8 @@ class CostModel:
         row = np.array([attn * scale * num_layers, dispatch * scale - network, experts * scale,
                         combine * scale - network, shared * scale * num_layers, dense, overhead,
                         host[0], host[1], host[2], moe.sync_us * scale * num_layers,
-                        2.0 * network])
+                        2.0 * network, moe.block_ops_sum * scale,
+                        self.block_ops_host_us(graph) * num_layers * scale])
         self.ledger.add(graph, mode, row, max_tokens)
 
     def _mlp_us(self, tokens: np.ndarray, width: int, experts_params: dict[str, float]) -> np.ndarray:

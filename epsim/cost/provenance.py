@@ -21,7 +21,8 @@ from epsim.cost.timing import band_ratios
 
 # ledger columns, in order
 COLUMNS = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
-           "dispatch_host", "experts_host", "combine_host", "sync", "network")
+           "dispatch_host", "experts_host", "combine_host", "sync", "network", "block_ops",
+           "block_ops_host")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
 TAGS = ("fitted", "extrapolated", "datasheet")
 
@@ -59,7 +60,7 @@ class Ledger:
         """Sum of every part's time (host counted once; the layer sync by magnitude, as it may
         be negative where stages overlap)."""
         return float(sum(v[:_COL["dispatch_host"]].sum() + abs(v[_COL["sync"]]) + v[_COL["network"]]
-                         for v in self.sums.values()))
+                         + v[_COL["block_ops"]] for v in self.sums.values()))
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class ComponentUse:
 
     Attributes:
         part: "attention", "dispatch", "experts", "combine", "shared_experts", "dense",
-            "overhead", "sync", "network" (the fabric's part of dispatch and combine).
+            "overhead", "sync", "network" (the fabric's part of dispatch and combine),
+            "block_ops" (the block's router, permute and weighting, `epsim.cost.block_ops`).
         time: "device", "host", or "device+host" (an eager-timed component).
         key: profile key used ("" for datasheet defaults); `label` names it for people.
         tag: one of TAGS; `axes`: why extrapolated (empty otherwise).
@@ -173,6 +175,15 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                 use(kind, "host", t.host_key, host, graph, {})
             if kind == "experts":
                 experts_key = t.key
+        block = cm.block_ops_timings[eager]
+        us, host = row[_COL["block_ops"]], row[_COL["block_ops_host"]]
+        # permute and weighting added in full (the experts stage is the bare grouped GEMM):
+        # the live block's torch ops stand in for the backend's own layout kernels
+        layout = (["permute and weighting as the live block's torch ops (docs/model.md 4a)"]
+                  if block.key and "permute" in cm.block_ops_parts[eager] else [])
+        use("block_ops", "device", block.key, us - host, graph, values, layout)
+        if host > 0:
+            use("block_ops", "host", block.host_key, host, graph, {})
         if cm.attention_kernels is not None:
             mla = ["MLA attention costed with the GQA kernels' fits"] \
                 if cm.model.attention == "mla" else []
@@ -208,7 +219,8 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
 
 _NAMES = {"attention": "attention", "dispatch": "dispatch", "combine": "combine",
           "experts": "experts", "shared_experts": "shared experts", "dense": "dense layers",
-          "overhead": "step overhead", "sync": "layer sync", "network": "network"}
+          "overhead": "step overhead", "sync": "layer sync", "network": "network",
+          "block_ops": "block ops"}
 
 
 def summarize(uses: list[ComponentUse], of: str = "step time") -> dict:

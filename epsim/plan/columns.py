@@ -22,9 +22,9 @@ _SCALARS = (
 _LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "step_ms")
 _STATS = ("p50", "p90", "p99", "mean", "count")
 _REQUESTS = ("arrived", "measured", "finished")
-_BREAKDOWN = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
-              "extra")
-_LAYER_MEANS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "layer_us")
+_BREAKDOWN = ("attention", "dispatch", "experts", "combine", "shared_experts", "block_ops", "dense",
+              "overhead", "extra")
+_LAYER_MEANS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "block_ops_us", "layer_us")
 # sections of a summary (eplb and elastic only when the scenario enables EPLB or has failures;
 # NaN otherwise); keep_up.ok is 1.0 or 0.0
 _SECTIONS = {

@@ -11,9 +11,11 @@ from epsim.report.summary import latency_windows, request_latencies_ms
 from epsim.sim.metrics import SimResult
 
 _PART_COLORS = {"attention": "#4c72b0", "dispatch": "#dd8452", "experts": "#55a868",
-                "combine": "#c44e52", "shared experts": "#8172b3", "sync (fitted)": "#999999"}
+                "combine": "#c44e52", "shared experts": "#8172b3", "block ops": "#937860",
+                "sync (fitted)": "#999999"}
 STACK_PARTS = (("attention", "attention_us"), ("dispatch", "dispatch_us"), ("experts", "experts_us"),
-               ("combine", "combine_us"), ("shared experts", "shared_experts_us"))
+               ("combine", "combine_us"), ("shared experts", "shared_experts_us"),
+               ("block ops", "block_ops_us"))
 
 
 def layer_stack(layer_mean_us: dict, two_batch_overlap: bool) -> tuple[dict[str, np.ndarray], str | None]:

@@ -166,7 +166,7 @@ def summarize(result: SimResult) -> dict:
     busy_us = float(steps["step_us"][measured].sum())
     stall_us = float(sum(s[1] for s in result.stalls if s[0] >= warm_us))
     parts = ("attention_us", "dispatch_us", "experts_us", "combine_us", "shared_experts_us",
-             "dense_us", "overhead_us", "extra_us")
+             "block_ops_us", "dense_us", "overhead_us", "extra_us")
     breakdown = {name[:-3]: (float(steps[name][measured].sum()) / busy_us if busy_us else 0.0)
                  for name in parts}
     layer = {name: [float(v) for v in values] for name, values in result.layer_mean_us.items()}
@@ -183,7 +183,7 @@ def summarize(result: SimResult) -> dict:
         # the mean MoE-layer parts with the p10/p90 of the component behind each
         "layer_bands_us": part_bands(result.profile_info.get("provenance", {}), {
             part: float(np.mean(result.layer_mean_us[f"{part}_us"]))
-            for part in ("attention", "dispatch", "experts", "combine")
+            for part in ("attention", "dispatch", "experts", "combine", "block_ops")
             if f"{part}_us" in result.layer_mean_us}),
         "seed": result.seed,
         "sim_seconds": result.duration_s,
@@ -214,7 +214,7 @@ def summarize(result: SimResult) -> dict:
         "rank_load_max_over_mean": float(rank_load.max() / rank_load.mean()) if rank_load.mean() > 0 else 1.0,
         "rank_load_pairs_mean": [float(v) for v in rank_load],
         **{name: layer[name] for name in ("attention_us", "dispatch_us", "experts_us", "combine_us",
-                                           "layer_us")},
+                                           "block_ops_us", "layer_us")},
         **_eplb_and_elastic(result),
     }
     summary["latency_notes"] = latency_notes(summary, result)
@@ -331,7 +331,8 @@ def format_table(summary: dict) -> str:
                      s[name].get("count"), f"({notes[name]})" if name in notes else ""]
                     for name in names], indent="")
     mean = {k: float(np.mean(s[k])) if s[k] else 0.0 for k in
-            ("attention_us", "dispatch_us", "experts_us", "combine_us", "layer_us")}
+            ("attention_us", "dispatch_us", "experts_us", "combine_us", "block_ops_us", "layer_us")
+            if k in s}
     lines += [
         "",
         "MoE layer (mean)     " + "  ".join(f"{k[:-3]} {duration(v)}" for k, v in mean.items()),

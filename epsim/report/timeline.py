@@ -27,13 +27,14 @@ def step_trace(cost: StepCost, two_batch_overlap: bool = False) -> dict:
         if not two_batch_overlap:
             for part in ("attention_us", "dispatch_us", "experts_us", "combine_us"):
                 dur = float(getattr(cost, part)[layer])
-                if part == "experts_us":
-                    dur += float(cost.shared_experts_us[layer])
+                if part == "experts_us":     # the rank's own compute: shared experts, block ops
+                    dur += float(cost.shared_experts_us[layer] + cost.block_ops_us[layer])
                 events.append(_event(part[:-3], t, dur, 0, layer))
                 t += dur
             continue
         # each array holds both micro-batches: halves are one micro-batch's parts
-        compute = float(cost.attention_us[layer] + cost.experts_us[layer] + cost.shared_experts_us[layer]) / 2
+        compute = float(cost.attention_us[layer] + cost.experts_us[layer]
+                        + cost.shared_experts_us[layer] + cost.block_ops_us[layer]) / 2
         comm = float(cost.dispatch_us[layer] + cost.combine_us[layer]) / 2
         events.append(_event("compute mb0", t, compute, 0, layer))
         events.append(_event("comm mb0", t + compute, comm, 1, layer))

@@ -13,11 +13,13 @@ import numpy as np
 from epsim.cost.model import StepCost
 from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
 
-PARTS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "shared_experts_us", "layer_us")
+PARTS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "shared_experts_us",
+         "block_ops_us", "layer_us")
 STEP_COLUMNS = (
     "start_us", "step_us", "is_prefill", "num_tokens", "prefill_tokens", "decode_tokens",
     "output_tokens", "num_running", "num_waiting", "attention_us", "dispatch_us", "experts_us",
-    "combine_us", "shared_experts_us", "dense_us", "overhead_us", "extra_us", "imbalance",
+    "combine_us", "shared_experts_us", "block_ops_us", "dense_us", "overhead_us", "extra_us",
+    "imbalance",
     "balancedness", "num_alive", "placement_version", "itl_count", "itl_mean_us", "itl_max_us",
 )
 
@@ -67,13 +69,13 @@ class MetricsRecorder:
                num_alive: int | None = None, gaps: StepGaps = NO_GAPS) -> None:
         """One step's row; `gaps`: the inter-token gaps it closed (`itl_*` columns, µs)."""
         pairs = cost.traffic.pairs
-        parts = cost.parts                                         # [6, layers] in PARTS order
+        parts = cost.parts                                         # [7, layers] in PARTS order
         totals = parts.sum(axis=1).tolist()
         num_alive = pairs.shape[1] if num_alive is None else num_alive
         stats = self._pair_stats(cost.traffic, num_alive)
         self.rows.append((
             start_us, step_us, cost.phase == "prefill", prefill_tokens + decode_tokens, prefill_tokens,
-            decode_tokens, output_tokens, num_running, num_waiting, *totals[:5], cost.dense_us,
+            decode_tokens, output_tokens, num_running, num_waiting, *totals[:6], cost.dense_us,
             cost.overhead_us, extra_us, stats[0], stats[1], num_alive, placement_version,
             gaps.count, gaps.mean_s * 1e6, gaps.max_s * 1e6))
         if start_us >= self.warmup_us:

@@ -82,7 +82,8 @@ def moe_draws(cost_model: CostModel, skew: SkewModel, rng: np.random.Generator,
     m = cost_model.moe(loads, tokens, tables, batch.phase, fraction, cost_model.uses_graph(batch))
     rows = [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i], traffic_at(m.traffic, i),
                     m.mode, m.sync_us,
-                    m.network_us[i] if np.ndim(m.network_us) else m.network_us)
+                    m.network_us[i] if np.ndim(m.network_us) else m.network_us,
+                    m.block_ops_us[i] if np.ndim(m.block_ops_us) else m.block_ops_us)
             for i in range(num_draws)]
     return loads, rows
 

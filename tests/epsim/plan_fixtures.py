@@ -1,4 +1,5 @@
-"""A small, fast scenario for the plan tests: Qwen3-30B-A3B decode, about 0.1 s per point."""
+"""A small, fast scenario for the plan tests: Qwen3-30B-A3B decode, about 0.15 s per point (a
+window of 1.2 s: the keep-up verdict needs a few dozen steps of ~15 ms)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ TINY_PLAN_SCENARIO = {
                    "max_running_requests": 32},
     "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 200},
                  "output_len": {"kind": "fixed", "value": 20},
-                 "skew": {"kind": "zipf", "alpha": 0.5}, "duration_s": 1.0, "warmup_s": 0.3},
+                 "skew": {"kind": "zipf", "alpha": 0.5}, "duration_s": 1.5, "warmup_s": 0.3},
     "seed": 3,
 }
 

@@ -89,7 +89,7 @@ def test_cost_prints_one_layer(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["num_nodes"] == 8 and result["mode"] == "low_latency"
     assert result["layer_us"] == pytest.approx(result["dispatch_us"] + result["experts_us"]
-                                               + result["combine_us"])
+                                               + result["combine_us"] + result["block_ops_us"])
     assert result["busiest_rdma_copies"] > 0
     assert main(["cost", "--model", "Qwen3-30B-A3B", "--backend", "torch", "--ep", "8",
                  "--tokens-per-rank", "256"]) == 0

@@ -98,3 +98,40 @@ def test_all_local_pairs_equal_the_nonzero_path():
     slots = torch.randint(0, 16, (37, 4), generator=torch.Generator().manual_seed(3))
     for a, b in zip(pairs_by_slot(slots, 16), pairs_by_slot(slots, 16, all_local=True)):
         assert torch.equal(a, b)
+
+
+def test_kernel_counts_of_the_block_ops_model_are_the_blocks_ops():
+    """`epsim.cost.block_ops.KERNELS` (the per-launch term's launches) counts the aten ops each
+    part of the live block dispatches in BF16 (views and scalars launch no kernel)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from epsim.cost.block_ops import KERNELS
+    from live.component_bench import CPU_EXPERTS
+    from live.components import Point, WeightCache, build_op
+    no_kernel = {"view", "t", "unsqueeze", "slice", "scalar_tensor", "_unsafe_view", "expand",
+                 "alias"}
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] not in no_kernel:
+                self.ops.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    cache = WeightCache(torch.device("cpu"), torch.bfloat16, 0)
+    whole, fields = build_op(Point("block_ops", CPU_EXPERTS, 8), cache, 0, 0)
+    counted = {}
+    for name, op in [("all", whole), *fields["parts"].items()]:
+        with torch.no_grad(), Count() as count:
+            op()
+        counted[name] = len(count.ops)
+        if name == "router":              # CPU casts before the softmax; CUDA's fp32 softmax
+            assert count.ops.count("_to_copy.default") == 1    # reads BF16 (half_to_float)
+            counted[name] -= 1
+    counted["all"] -= 1
+    assert {k: counted[k] for k in KERNELS} == KERNELS
+    assert counted["all"] == sum(KERNELS.values())

@@ -286,7 +286,7 @@ def test_simulator_uses_the_fitted_layer_and_allgather_components():
     torch_cm = CostModel(model, cluster, DeploymentSpec(ep_size=2, moe_a2a_backend="torch"), profile)
     moe = torch_cm.moe(loads, tokens, tables)
     assert moe.layer_us[0] == pytest.approx(moe.dispatch_us[0] + moe.experts_us[0]
-                                            + moe.combine_us[0] + 50.0)
+                                            + moe.combine_us[0] + moe.block_ops_us[0] + 50.0)
     none_cm = CostModel(model, cluster, DeploymentSpec(ep_size=2, moe_a2a_backend="none"), profile)
     none = none_cm.moe(loads, tokens, tables)
     gathered_kb = 128 * 2048 * 2.0 * 0.5 * 1e-3                    # (n-1)/n of the batch, once

@@ -202,14 +202,17 @@ def test_step_is_sum_of_parts_and_tbo_overlaps(rng):
     tables = build_tables(Placement.on_cluster(contiguous_placement(model.num_moe_layers, 128, 8), 128, 8, 8))
     loads = np.full((model.num_moe_layers, 128), 8 * 64 * 8 / 128)
     plain = _cost_model().step(_decode_batch(), loads, tables)
-    parts = plain.attention_us + plain.dispatch_us + plain.experts_us + plain.combine_us
+    parts = (plain.attention_us + plain.dispatch_us + plain.experts_us + plain.combine_us
+             + plain.block_ops_us)
+    assert (plain.block_ops_us > 0).all()
     np.testing.assert_allclose(plain.layer_us, parts)
     assert plain.step_us == pytest.approx(parts.sum() + plain.dense_us + plain.overhead_us)
     tbo = _cost_model(enable_two_batch_overlap=True).step(_decode_batch(), loads, tables)
-    compute = (tbo.attention_us + tbo.experts_us) / 2
+    compute = (tbo.attention_us + tbo.experts_us + tbo.block_ops_us) / 2     # a rank's own work
     comm = (tbo.dispatch_us + tbo.combine_us) / 2
     np.testing.assert_allclose(tbo.layer_us, np.maximum(2 * compute, 2 * comm) + np.minimum(compute, comm))
-    assert (tbo.layer_us < tbo.attention_us + tbo.dispatch_us + tbo.experts_us + tbo.combine_us).all()
+    assert (tbo.layer_us < tbo.attention_us + tbo.dispatch_us + tbo.experts_us + tbo.combine_us
+            + tbo.block_ops_us).all()
 
 
 def test_deepep_kernels_follow_the_phase():

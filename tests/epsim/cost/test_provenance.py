@@ -45,6 +45,9 @@ def split_profile() -> Profile:
         "mooncake/dispatch/host": _comp({"p10_ratio": 0.8, "p90_ratio": 1.5}, base_us=200.0),
         "mooncake/combine/host": _comp({"p10_ratio": 0.8, "p90_ratio": 1.5}, base_us=100.0),
         "mooncake/experts/host": _comp({"p10_ratio": 0.8, "p90_ratio": 1.5}, base_us=300.0),
+        "any/block_ops/graph": _comp({"fit_log_sd": 0.03}, launch_us=3.0, sort_block_us=20.0,
+                                     sort_device_us=50.0, hbm_gbps=2000.0, tflops=600.0),
+        "any/block_ops/host": _comp({"p10_ratio": 0.8, "p90_ratio": 1.5}, base_us=800.0),
     })
 
 
@@ -56,8 +59,9 @@ def _layer(profile, mode, tokens=64, backend="mooncake", ep=2, model="Qwen3-30B-
 def test_eager_step_is_device_time_plus_host_overhead(split_profile):
     graph, eager = _layer(split_profile, "graph"), _layer(split_profile, "eager")
     assert graph["graph"] and not eager["graph"]
-    assert graph["host_us"] == {"dispatch": 0.0, "experts": 0.0, "combine": 0.0}
-    assert eager["host_us"] == {"dispatch": 200.0, "experts": 300.0, "combine": 100.0}
+    assert graph["host_us"] == {"dispatch": 0.0, "experts": 0.0, "combine": 0.0, "block_ops": 0.0}
+    assert eager["host_us"] == {"dispatch": 200.0, "experts": 300.0, "combine": 100.0,
+                                "block_ops": 800.0}
     for kind, host in eager["host_us"].items():
         assert eager[f"{kind}_us"] == pytest.approx(graph[f"{kind}_us"] + host)
     # auto: a decode-sized batch replays a graph, a prefill-sized one runs eagerly
@@ -82,6 +86,8 @@ def test_provenance_tags_fitted_and_host_parts(split_profile):
     parts = {(u["part"], u["time"]): u for u in prov["components"]}
     assert parts[("dispatch", "device")]["key"] == "mooncake/dispatch/graph"
     assert parts[("dispatch", "host")]["key"] == "mooncake/dispatch/host"
+    assert parts[("block_ops", "device")]["key"] == "any/block_ops/graph"
+    assert parts[("block_ops", "host")]["key"] == "any/block_ops/host"
     assert all(u["tag"] == "fitted" for u in prov["components"])
     assert sum(u["share"] for u in prov["components"]) == pytest.approx(1.0)
     assert prov["measured_share"] == pytest.approx(1.0)

@@ -41,7 +41,7 @@ def test_screen_keeps_up_below_capacity_and_not_above():
 
 def test_screen_tracks_the_simulated_steady_decode_step():
     # a decode instance that reaches its steady batch within the run (outputs of 20 tokens)
-    sc = tiny(duration_s=3.0, warmup_s=1.0, arrivals={"kind": "poisson", "rate_per_s": 1000})
+    sc = tiny(duration_s=3.0, warmup_s=1.0, arrivals={"kind": "poisson", "rate_per_s": 800})
     screen = screen_metrics(sc)
     sim = summarize(simulate(sc))
     assert screen["keep_up"] == 1.0 and sim["keep_up"]["ok"]

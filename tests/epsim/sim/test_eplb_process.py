@@ -124,7 +124,8 @@ def test_balancedness_decays_under_drift(drift_rate_per_s):
     assert len(res.rebalances) >= 1
     tables, at_s = sim.placement.tables, res.rebalances[-1]["at_s"]
     later = [window_balancedness(tables, sim.skew.popularity(at_s + dt)) for dt in (0.0, 0.5, 2.0)]
-    assert later[0] > 0.85
+    # the placement answers the window's loads: under drift they are 20 steps old at `at_s`
+    assert later[0] > 0.8
     if drift_rate_per_s == 0:
         assert later[-1] == pytest.approx(later[0])
     else:
