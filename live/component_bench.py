@@ -40,6 +40,11 @@ PREFILL = ((1, 128), (1, 256), (1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 81
 DECODE_SEQS = (1, 4, 16, 64, 256)
 DECODE_CONTEXT = (512, 2048, 8192, 32768)
 MAX_KV_TOKENS = 1 << 22                                       # seqs x context (8.6 GB of KV)
+# the attention hold-out grid (`--grid holdout`): what the calibration grid does not reach, to
+# judge the attention fits on -- a GQA shape no fit saw (Qwen3-Coder-480B-A35B: 96 query heads,
+# 8 KV heads) on the whole attention grid, and decode batches above the grid's 256 sequences
+HOLDOUT_SHAPES = ("Qwen3-Coder-480B-A35B",)
+HOLDOUT_DECODE = tuple((b, c) for b in (1024, 2048, 4096) for c in (512, 1024))
 MLP_SHAPES = (MlpShape("DeepSeek-V3/dense", 7168, 18432),
               MlpShape("DeepSeek-V3/shared_expert", 7168, 2048),
               MlpShape("h2048-i6144", 2048, 6144))
@@ -102,7 +107,7 @@ def _attention_shape(name: str) -> AttentionShape:
 
 def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] | None = None,
                     num_iters: int | None = None, num_passes: int | None = None,
-                    seed: int = 0) -> ComponentPlan:
+                    seed: int = 0, grid: str = "calibration") -> ComponentPlan:
     """The grid, grouped by weight shape (one allocation per shape).
 
     Args:
@@ -110,8 +115,10 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
         quick: a few points per component (a minute on one GPU).
         kinds: components to keep (default all): experts, attention_prefill, attention_decode,
             dense_mlp, block_ops.
+        grid: "calibration" (the grid above) or "holdout" (attention only: `HOLDOUT_SHAPES` on
+            the attention grid, and `HOLDOUT_DECODE` batches of every attention shape).
     Raises:
-        LiveError: an unknown kind or device, iterations or passes <= 0.
+        LiveError: an unknown kind, device or grid, iterations or passes <= 0.
     """
     from live.errors import LiveError
 
@@ -121,6 +128,8 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
             raise LiveError(f"kind ({kind!r}) must be one of {', '.join(all_kinds)}")
     if device not in ("cuda", "cpu"):
         raise LiveError(f"device ({device!r}) must be 'cuda' or 'cpu'")
+    if grid not in ("calibration", "holdout"):
+        raise LiveError(f"grid ({grid!r}) must be 'calibration' or 'holdout'")
     check_counts(num_iters, num_passes)
     points: list[Point] = []
     skews = [tuple(sorted(s.items())) for s in SKEWS]
@@ -135,6 +144,17 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
                    for b in (1, 4) for c in (64, 256)]
         points += [Point("dense_mlp", CPU_MLP, t) for t in (1, 16, 64)]
         points += [Point("block_ops", CPU_EXPERTS, t) for t in (1, 16, 64)]
+    elif grid == "holdout":
+        for name in ATTENTION_MODELS + HOLDOUT_SHAPES:
+            shape = _attention_shape(name)
+            decode = list(HOLDOUT_DECODE)
+            if name in HOLDOUT_SHAPES:
+                points += [Point("attention_prefill", shape, num_seqs=b, context_len=c)
+                           for b, c in PREFILL]
+                decode += [(b, c) for b in DECODE_SEQS for c in DECODE_CONTEXT
+                           if b * c <= MAX_KV_TOKENS]
+            points += [Point("attention_decode", shape, num_seqs=b, context_len=c)
+                       for b, c in decode]
     else:
         models = EXPERT_MODELS[:1] if quick else EXPERT_MODELS
         for name in models:
@@ -273,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.component_bench",
                                      description=__doc__.split("\n")[0])
     add_run_options(parser, "components", cpu_help="time on the CPU (tiny shapes)")
-    parser.add_argument("--kinds", nargs="+", default=None)
+    parser.add_argument("--kinds", nargs="+", default=None,
+                        help="components to time (default all): experts, attention_prefill, "
+                             "attention_decode, dense_mlp, block_ops")
+    parser.add_argument("--grid", choices=("calibration", "holdout"), default="calibration",
+                        help="calibration: the fit grid; holdout: attention shapes and decode "
+                             "batches the fit grid does not reach (to judge the fits on)")
     args = parser.parse_args(argv)
     from live.errors import LiveError
 
@@ -284,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         plan = plan_components("cpu" if args.cpu else "cuda", args.quick, args.kinds, args.iters,
-                               args.passes, args.seed)
+                               args.passes, args.seed, args.grid)
     except LiveError as exc:
         print(f"live.component_bench: error: {exc}", file=sys.stderr)
         return 2

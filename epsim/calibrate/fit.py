@@ -122,10 +122,10 @@ def _weak_columns(rows: np.ndarray, measured: np.ndarray, coef: np.ndarray, rela
 
 
 def _starts(terms, peaks: dict[str, float]) -> list[dict[str, float]]:
-    """Starting parameters: the roofline's bound side is a local choice, so the experts fit
-    starts from several compute-to-memory balances and keeps the best (one start otherwise)."""
-    from epsim.cost.linear import EXPERT_TERMS
-    if terms is not EXPERT_TERMS:
+    """Starting parameters: the roofline's bound side is a local choice, so the experts and
+    attention kernel fits start from several compute-to-memory balances and keeps the best (one start otherwise)."""
+    from epsim.cost.linear import ATTENTION_TERMS, EXPERT_TERMS
+    if terms not in (EXPERT_TERMS, ATTENTION_TERMS):
         return [{}]
     return [{"hbm_gbps": peaks["hbm_gbps"] * h, "tflops": peaks["tflops"] * f}
             for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01)]
@@ -154,10 +154,11 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
             parameters (so `record_features` picks the busiest rank with them).
         peaks: datasheet peaks by parameter name (`nvl_gbps`, `hbm_gbps`, `tflops`, ...).
     """
-    from epsim.cost.linear import BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
+    from epsim.cost.linear import (ATTENTION_TERMS, BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS,
+                                   EXPERT_TERMS)
     names = record_features(records[0].record, profile).coef_names
     terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS,
-                                       BLOCK_OPS_TERMS)}[names]
+                                       ATTENTION_TERMS, BLOCK_OPS_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, peaks)
     best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative)

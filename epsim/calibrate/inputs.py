@@ -23,10 +23,9 @@ from epsim.errors import RecordError
 from epsim.records import MeasurementRecord, iter_records
 
 # package data: the records the shipped profile fits -- two H200 over NVLink (communication and
-# the 2-GPU block's stages) and one H200 on two machines (experts, attention, dense MLP kernels)
-# (the single-H200 records are fitted by `epsim calibrate --records` naming them; the shipped
-# profile does not include them yet, docs/calibration.md)
-DEFAULT_RECORDS_DIRS = ("records/h200x2",)
+# the 2-GPU block's stages) and one H200 on two machines (experts, attention, dense MLP kernels,
+# the block's own ops)
+DEFAULT_RECORDS_DIRS = ("records/h200x2", "records/h200_single")
 MIN_PLAUSIBLE_US = 0.5
 TIMED_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce", "rebalance", "p2p_copy")
 

@@ -22,6 +22,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from epsim.cost.flash import decode_work, kernel_us, prefill_work
 from epsim.cost.roofline import TENSOR_EFFICIENCY, roofline_us
 from epsim.spec.hardware import HardwareSpec
 from epsim.spec.model import ModelSpec
@@ -41,6 +42,8 @@ class BatchCounts:
         prefill_pairs: causal (query, key) pairs of the chunks: sum of chunk*prefix + chunk*(chunk+1)/2.
         sampled_tokens: rows through the LM head (decode tokens + prompts finishing prefill).
         phase: "prefill" if any rank extends this step, else "decode".
+        prefill_seqs: prefill chunks (sequences extending) in this step; None: one chunk on
+            each rank that extends (what the flash kernel's CTA count follows).
     """
 
     decode_tokens: np.ndarray
@@ -50,6 +53,14 @@ class BatchCounts:
     prefill_pairs: np.ndarray
     sampled_tokens: np.ndarray
     phase: str = "decode"
+    prefill_seqs: np.ndarray | None = None
+
+    @cached_property
+    def prefill_chunks(self) -> np.ndarray:
+        """[dp] prefill chunks per rank (`prefill_seqs`, else 1 where a rank extends)."""
+        if self.prefill_seqs is not None:
+            return self.prefill_seqs
+        return (self.prefill_tokens > 0).astype(np.float64)
 
     @cached_property
     def tokens(self) -> np.ndarray:
@@ -58,9 +69,10 @@ class BatchCounts:
 
     def scaled(self, fraction: float) -> "BatchCounts":
         """One micro-batch of two-batch overlap: every count times `fraction`."""
-        return replace(self, **{name: getattr(self, name) * fraction for name in (
+        scaled = {name: getattr(self, name) * fraction for name in (
             "decode_tokens", "decode_context", "prefill_tokens", "prefill_context",
-            "prefill_pairs", "sampled_tokens")})
+            "prefill_pairs", "sampled_tokens")}
+        return replace(self, prefill_seqs=self.prefill_chunks * fraction, **scaled)
 
     @classmethod
     def uniform_decode(cls, num_ranks: int, tokens_per_rank: float, context: float) -> "BatchCounts":
@@ -149,54 +161,32 @@ def lm_head_us(sampled_tokens: np.ndarray, model: ModelSpec, gemm_params: dict[s
 
 
 # -- measured attention kernels (single-GPU records: `any/attention_decode|prefill/graph`) -------
-FLASH_BLOCK = 128        # query and key block of a flash-attention kernel (one CTA per block)
-
-
-def core_work(kv_bytes: np.ndarray, pairs: np.ndarray, flops_per_pair: float, head_dim: int,
-              num_sms: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(memory KB, MFLOPs, waves) of the attention kernel itself (scores, softmax, values).
-
-    Memory: the KV cache read (and Q, O); FLOPs: `flops_per_pair` per (query, key) pair;
-    waves: `ceil(flops / (num_sms * block flops))`, a block being `4 * 128 * 128 * head_dim`.
-    """
-    flops = np.asarray(pairs, dtype=np.float64) * flops_per_pair
-    block = 4.0 * FLASH_BLOCK * FLASH_BLOCK * head_dim
-    return (np.asarray(kv_bytes, dtype=np.float64) * 1e-3, flops * 1e-6,
-            np.ceil(flops / (num_sms * block)))
-
-
-def core_us(mem_kb: np.ndarray, mflops: np.ndarray, waves: np.ndarray,
-            params: dict[str, float]) -> np.ndarray:
-    """Microseconds of an attention kernel, the experts' form (`EXPERT_TERMS`): `base_us +
-    max(memory / hbm_gbps, FLOPs / tflops + waves * wave_us)`; 0 where there is no work."""
-    math = mflops / params["tflops"] + waves * params.get("wave_us", 0.0)
-    t = params["base_us"] + np.maximum(mem_kb / params["hbm_gbps"], math)
-    return np.where(mflops > 0, t, 0.0)
-
-
-def core_features(mem_kb: float, mflops: float, waves: float, params: dict[str, float]) -> np.ndarray:
-    """[5] design row of `core_us` in `EXPERT_TERMS` order (no per-expert column)."""
-    math = mflops / params["tflops"] + waves * params.get("wave_us", 0.0)
-    if mem_kb / params["hbm_gbps"] >= math:
-        return np.array([1.0, 0.0, mem_kb, 0.0, 0.0])
-    return np.array([1.0, 0.0, 0.0, mflops, waves])
-
-
 def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str, float],
                           prefill: dict[str, float], projections: dict[str, float], num_sms: int,
                           tp_size: int = 1) -> np.ndarray:
     """[dp] one attention layer per rank with fitted kernels: the projections as a
-    dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' kernel over their contexts
-    (`decode`) and the prefill chunks' causal kernel (`prefill`); 0 for an idle rank."""
-    weight_bytes, proj_flops, core_decode, core_prefill, kv_bytes = _attention_constants(model)
+    dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' flash kernel over their
+    contexts (`decode`) and the prefill chunks' causal one (`prefill`; `epsim.cost.flash`);
+    `tp_size` ranks split the heads; 0 for an idle rank."""
+    weight_bytes, proj_flops, _, _, _ = _attention_constants(model)
+    heads, kv_heads, head_dim = attention_heads(model, tp_size)
     tokens = batch.tokens
-    hd = model.head_dim if model.attention != "mla" else model.kv_lora_rank
-    proj = gemm_us(weight_bytes, proj_flops, tokens, projections, tp_size)
-    t = proj + core_us(*core_work(kv_bytes * batch.decode_context / tp_size,
-                                  batch.decode_context / tp_size, core_decode, hd, num_sms),
-                       decode)
+    t = gemm_us(weight_bytes, proj_flops, tokens, projections, tp_size)
+    t = t + kernel_us(decode_work(batch.decode_tokens, batch.decode_context, heads, kv_heads,
+                                  head_dim, num_sms), decode)
     if batch.phase == "prefill":
-        t = t + core_us(*core_work(kv_bytes * (batch.prefill_context + batch.prefill_tokens) / tp_size,
-                                   batch.prefill_pairs / tp_size, core_prefill, hd, num_sms),
-                        prefill)
+        t = t + kernel_us(prefill_work(batch.prefill_tokens, batch.prefill_context,
+                                       batch.prefill_chunks, heads, kv_heads, head_dim, num_sms),
+                          prefill)
     return np.where(tokens > 0, t, 0.0)
+
+
+def attention_heads(model: ModelSpec, tp_size: int = 1) -> tuple[int, int, int]:
+    """(query heads, KV heads, head_dim) one rank's attention kernel runs: GQA heads split over
+    `tp_size` ranks (a KV head at least); MLA as its absorbed decode form, every query head
+    against one latent KV head of `kv_lora_rank` (its measured kernels are GQA ones: the
+    provenance line says so)."""
+    if model.attention == "mla":
+        return max(model.num_attention_heads // tp_size, 1), 1, model.kv_lora_rank
+    return (max(model.num_attention_heads // tp_size, 1),
+            max(model.num_key_value_heads // tp_size, 1), model.head_dim)

@@ -52,5 +52,7 @@ COLLECTIVE_TERMS = LinearTerms(("base_us", "overlap_us", "nvl_gbps", "rdma_gbps"
                                frozenset({"nvl_gbps", "rdma_gbps"}))
 EXPERT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_gbps", "tflops", "wave_us"),
                            frozenset({"hbm_gbps", "tflops"}))
+ATTENTION_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_gbps", "tflops"),
+                              frozenset({"hbm_gbps", "tflops"}))
 BLOCK_OPS_TERMS = LinearTerms(("launch_us", "sort_block_us", "sort_device_us", "hbm_gbps", "tflops"),
                               frozenset({"hbm_gbps", "tflops"}))

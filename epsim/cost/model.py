@@ -25,6 +25,7 @@ from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
                              comm_defaults, comm_us, dedup_for, l2_bytes,
                              dispatch_bytes_per_copy)
+from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.experts import (dense_gemm, dense_us, even_row_tiles, experts_defaults, experts_us,
                                 model_gemm)
 from epsim.cost.tables import PlacementTables
@@ -302,7 +303,8 @@ class CostModel:
         """Parameters of a fitted single-GPU kernel component `any/<kind>/graph`, or None."""
         if not self.profile_applies or self.profile.resolve("any", kind, GRAPH) is None:
             return None
-        defaults = experts_defaults(self.cluster.hardware, self.model.weight_dtype)
+        defaults = (attention_kernel_defaults(self.cluster.hardware) if kind.startswith("attention")
+                    else experts_defaults(self.cluster.hardware, self.model.weight_dtype))
         return self.profile.params("any", kind, GRAPH, defaults=defaults)
 
     def _gemm_params(self, experts_params: dict[str, float]) -> dict[str, float]:

@@ -34,7 +34,7 @@ from epsim.cost.comm import (check_backend, collective_defaults, collective_feat
                              dispatch_bytes_per_copy, l2_bytes, per_message)
 from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, row_tiles)
-from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
+from epsim.cost.linear import ATTENTION_TERMS, COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.model import layer_defaults
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
@@ -179,39 +179,46 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
 
 def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     """Design row of a single-GPU kernel record: a dense SwiGLU MLP (one expert's physics,
-    `epsim.cost.experts.dense_us`) or an attention kernel (`epsim.cost.attention.core_us`)."""
-    from epsim.cost.attention import FLASH_BLOCK, core_features, core_work
-    from epsim.profile import GRAPH
+    `epsim.cost.experts.dense_us`) or a flash-attention kernel (`epsim.cost.flash`)."""
     cluster = _cluster(record, profile)
     kind = SINGLE_GPU_COMPONENTS[record.kind]
     path = GRAPH if is_graph(record) else ""
-    params = profile.params("any", kind, path, defaults=experts_defaults(cluster.hardware))
     sms = num_sms(cluster.gpu)
-    if record.kind == "dense_mlp":
-        if not (record.hidden_size and record.intermediate_size):
-            raise RecordError("hidden_size and intermediate_size must be > 0 for a dense_mlp record")
-        gemm = ExpertGemm(record.hidden_size, record.intermediate_size,
-                          3.0 * record.hidden_size * record.intermediate_size * 2.0, sms)
-        t = float(record.num_tokens_per_rank)
-        row = experts_features(np.array([t]), np.array([1.0 if t > 0 else 0.0]),
-                               np.array([np.ceil(t / TILE_M)]), gemm, params)
-        row[1] = 0.0          # one expert always: its per-expert term is the base's
-    else:
-        h, kv, hd = record.num_attention_heads, record.num_kv_heads, record.head_dim
-        seqs, ctx = record.num_seqs, record.context_len
-        if not (h and kv and hd and seqs and ctx):
-            raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs and "
-                              "context_len must be > 0 for an attention record")
-        q_len = ctx if record.kind == "attention_prefill" else 1
-        if q_len > 1:       # causal: whole 128 x 128 blocks on and below the diagonal
-            blocks = -(-ctx // FLASH_BLOCK)
-            pairs = seqs * FLASH_BLOCK * FLASH_BLOCK * blocks * (blocks + 1) / 2.0
-        else:
-            pairs = seqs * ctx
-        num_bytes = 2.0 * seqs * (2.0 * q_len * h * hd + 2.0 * ctx * kv * hd)   # q, o; k, v
-        row = core_features(*core_work(num_bytes, pairs, 4.0 * h * hd, hd, sms), params)
+    if record.kind != "dense_mlp":
+        return _attention_row(record, profile, kind, path, sms)
+    params = profile.params("any", kind, path, defaults=experts_defaults(cluster.hardware))
+    if not (record.hidden_size and record.intermediate_size):
+        raise RecordError("hidden_size and intermediate_size must be > 0 for a dense_mlp record")
+    gemm = ExpertGemm(record.hidden_size, record.intermediate_size,
+                      3.0 * record.hidden_size * record.intermediate_size * 2.0, sms)
+    t = float(record.num_tokens_per_rank)
+    row = experts_features(np.array([t]), np.array([1.0 if t > 0 else 0.0]),
+                           np.array([np.ceil(t / TILE_M)]), gemm, params)
+    row[1] = 0.0          # one expert always: its per-expert term is the base's
     return RecordFeatures(component_key("any", kind, path), EXPERT_TERMS.coef_names, row,
                           EXPERT_TERMS.coefficients(params))
+
+
+def _attention_row(record: MeasurementRecord, profile: Profile, kind: str, path: str,
+                   sms: int) -> RecordFeatures:
+    """An attention record: `num_seqs` causal chunks of `context_len` new tokens (prefill), or
+    `num_seqs` single queries against `context_len` cached keys each (decode)."""
+    from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
+                                  prefill_work)
+    h, kv, hd = record.num_attention_heads, record.num_kv_heads, record.head_dim
+    seqs, ctx = record.num_seqs, record.context_len
+    if not (h and kv and hd and seqs and ctx):
+        raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs and "
+                          "context_len must be > 0 for an attention record")
+    one = np.ones(1)
+    if record.kind == "attention_prefill":
+        work = prefill_work(one * seqs * ctx, one * seqs * ctx, one * seqs, h, kv, hd, sms)
+    else:
+        work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms)
+    params = profile.params("any", kind, path,
+                            defaults=attention_kernel_defaults(_cluster(record, profile).hardware))
+    return RecordFeatures(component_key("any", kind, path), ATTENTION_TERMS.coef_names,
+                          kernel_features(work, params)[0], ATTENTION_TERMS.coefficients(params))
 
 
 def _block_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:

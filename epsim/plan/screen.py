@@ -161,8 +161,9 @@ class SteadyStateModel:
                              full * (prompt + 1.0) / 2.0)
             sampled = np.where(prompt > p, 1.0 / num_chunks, full / prompt)
             z = np.zeros(self.dp)
+            chunks = np.where(prompt > p, 1.0, full / prompt)      # prefill chunks per rank
             self._cache[key] = self.step_s(BatchCounts(z, z, full, prefix + full, pairs, sampled,
-                                                       "prefill"), (1, p))
+                                                       "prefill", chunks), (1, p))
         return self._cache[key]
 
     # -- the three instance kinds ---------------------------------------------------------

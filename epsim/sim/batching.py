@@ -267,7 +267,7 @@ class Scheduler:
             occupied &= alive[:, None]
         alloc = finishing = None
         zeros = np.zeros(self.num_ranks)
-        prefill_tokens = prefill_context = prefill_pairs = finishing_count = zeros
+        prefill_tokens = prefill_context = prefill_pairs = finishing_count = prefill_seqs = zeros
         if self.mode == "decode":
             decoding = occupied
         else:
@@ -286,6 +286,7 @@ class Scheduler:
                 prefill_tokens = alloc.sum(axis=1).astype(np.float64)
                 prefill_context = np.where(alloc > 0, self.context + alloc, 0).sum(axis=1).astype(np.float64)
                 prefill_pairs = (alloc * self.context + alloc * (alloc + 1) / 2.0).sum(axis=1)
+                prefill_seqs = (alloc > 0).sum(axis=1).astype(np.float64)
                 finishing_count = finishing.sum(axis=1).astype(np.float64)
         if self.mode == "decode" and alive is None:   # every used slot decodes; free slots hold 0
             decode_tokens = self.occupied.astype(np.float64)
@@ -295,7 +296,7 @@ class Scheduler:
             decode_context = (self.context * decoding).sum(axis=1) + decode_tokens
         phase = "prefill" if (self.mode == "prefill" or prefill_tokens.any()) else "decode"
         batch = BatchCounts(decode_tokens, decode_context, prefill_tokens, prefill_context,
-                            prefill_pairs, decode_tokens + finishing_count, phase)
+                            prefill_pairs, decode_tokens + finishing_count, phase, prefill_seqs)
         return Plan(batch, decoding, alloc, finishing, fresh, num_waiting)
 
     def _chunk(self, pending: np.ndarray, budget: np.ndarray) -> np.ndarray:

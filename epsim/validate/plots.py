@@ -13,7 +13,7 @@ from epsim.validate.table import JUDGED_KINDS
 
 _KIND_COLORS = {"dispatch": "tab:blue", "combine": "tab:orange", "experts": "tab:green",
                 "moe_layer": "tab:red", "allreduce": "tab:purple", "attention_prefill": "tab:brown",
-                "attention_decode": "tab:pink", "dense_mlp": "tab:olive"}
+                "attention_decode": "tab:pink", "dense_mlp": "tab:olive", "block_ops": "tab:cyan"}
 _SKEW_MARKERS = {"uniform": "o", "zipf": "s", "hotset": "^", "trace": "D"}
 # grouped colours of (model, dispatch dtype) series: one hue per model, dark for the first dtype
 # (bf16), light for the next (fp8) -- shared with the app's curves
@@ -50,7 +50,8 @@ def scatter(rows: list[Comparison], path: Path, title: str = "") -> Path:
     """Predicted against measured, log-log, one color per kind; hollow markers = fit set."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 6))
-    for kind in sorted({r.kind for r in rows}, key=lambda k: list(_KIND_COLORS).index(k)):
+    order = list(_KIND_COLORS)
+    for kind in sorted({r.kind for r in rows}, key=lambda k: (order.index(k) if k in order else len(order), k)):
         for split, face in (("fit", "none"), ("holdout", None)):
             part = [r for r in rows if r.kind == kind and r.split == split]
             if not part:

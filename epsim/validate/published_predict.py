@@ -116,7 +116,7 @@ def serving_throughput(phase: str, ep: int, gpu: str = "H100", redundant: int = 
         t = np.full(ep, float(tokens_per_rank))
         z = np.zeros(ep)
         batch = BatchCounts(z, z, t, t, np.full(ep, requests * input_len * (input_len + 1) / 2),
-                            np.full(ep, requests), "prefill")
+                            np.full(ep, requests), "prefill", np.full(ep, requests))
         tokens = tokens_per_rank
     else:
         batch = BatchCounts.uniform_decode(ep, batch_per_rank, context)
@@ -236,7 +236,8 @@ def offline_throughput_per_gpu(model_name: str, gpu: str, ep: int, isl: int, osl
                     enable_dp_attention=True, chunked_prefill_size=max(int(prefill), 1))
     t = np.full(ep, batch)
     p = np.full(ep, prefill)
-    counts = BatchCounts(t, t * context, p, p, p / isl * isl * (isl + 1) / 2, t + p / isl, "prefill")
+    counts = BatchCounts(t, t * context, p, p, p / isl * isl * (isl + 1) / 2, t + p / isl, "prefill",
+                         p / isl)
     e, layers = model.num_experts, model.num_moe_layers
     loads = np.full((layers, e), ep * (batch + prefill) * model.top_k / e)
     tables = build_tables(Placement.on_cluster(contiguous_placement(layers, e, ep), e, ep,

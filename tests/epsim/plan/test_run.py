@@ -159,7 +159,9 @@ def test_model_fields_sweep_and_dict_sweeps():
 
 
 def test_eplb_and_elastic_columns_come_from_the_summary():
+    # 150 req/s: the rebalance stalls and the failed rank still leave an instance that keeps up
     result = run_plan(TINY_PLAN_SCENARIO, {
+        "workload.arrivals.rate_per_s": [150],
         "deployment.enable_eplb": [True], "deployment.ep_num_redundant_experts": [24],
         "deployment.eplb_rebalance_num_iterations": [20],
         "deployment.failures": [[], [{"at_s": 0.5, "rank": 3}]]}, workers=1, progress=False)

@@ -1,0 +1,189 @@
+"""Work of a flash-attention kernel on a GPU: its thread blocks (CTAs), tiles and waves.
+
+The single-GPU records time `scaled_dot_product_attention`'s flash kernel (FlashAttention-2,
+the one the GPU image runs for GQA with head_dim 128). Its time is set by how its CTAs land
+on the SMs, not by the FLOPs of the (query, key) pairs alone:
+
+- **decode** (one query per sequence): the query heads sharing a KV head are swapped into
+  the row axis, so a CTA covers one (sequence, KV head) and its rows are padded to the
+  kernel's 64 (split-KV kernel) or 128 (plain kernel) query rows. When those CTAs cannot fill
+  the GPU (fewer than 0.8 x 2 per SM) the keys are split over `num_splits` CTAs, chosen as
+  FlashAttention-2's `num_splits_heuristic` does, and a combine kernel follows. All CTAs are
+  equal: the busiest slot runs `ceil(ctas / slots)` of them.
+- **prefill** (causal): a CTA covers 128 query rows of one (sequence, head); the CTA of the
+  i-th row block of a chunk after a prefix of p keys computes `ceil(p / 128) + i + 1` tiles of
+  128 x 128. They are launched longest first and greedily placed on the slots; the busiest
+  slot's tiles are `longest` when every CTA has a slot, else about
+  `max(longest, total / slots + longest / 2)` (within ~10 % of a greedy-placement simulation
+  from 64 to 16384 CTAs; docs/model.md 5a).
+
+A slot is one of the two CTAs resident per SM (registers of a 4-warp head_dim-128 CTA): a CTA
+runs at a slot's share of the tensor rate whether or not its SM has another (its own four
+warps issue the MMAs; fitted on prefills up to 1024 tokens, this predicts 2048-16384 within
+2.6 %, a CTA alone on its SM running at the whole SM's rate within 20 %). A tile costs
+`rows x 128 keys x head_dim x 4` FLOPs (scores and values); the kernel's time is
+
+    base_us + waves x wave_us + splits x per_split_us
+            + max(bytes / hbm_gbps, busiest slot's FLOPs x slots / tflops)
+
+`waves` = `ceil(ctas / slots)`: each wave pays its CTAs' prologue and epilogue; each split of
+the keys a partial output written and read back by the combine. `ATTENTION_TERMS`
+(`epsim.cost.linear`) orders the design row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.spec.hardware import HardwareSpec
+
+KEY_BLOCK = 128           # keys per split-KV block and per prefill tile
+PREFILL_ROWS = 128        # query rows of a CTA of the plain (prefill, unsplit decode) kernel
+SPLIT_ROWS = 64           # query rows of a split-KV CTA
+CTAS_PER_SM = 2           # CTAs resident per SM (registers of a 4-warp head_dim-128 CTA)
+MAX_SPLITS = 128
+BYTES = 2.0               # BF16 Q, K, V, O
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """What one attention kernel launch does per DP rank, `[dp]` float64 each.
+
+    Attributes:
+        waves: CTA waves (`ceil(ctas / slots)`, 0 without work).
+        splits: key splits of a split-KV decode (a combine kernel follows), else 0.
+        mflops: the busiest slot's tile FLOPs times the slot count, MFLOP (at the GPU's whole
+            tensor rate this is the kernel's math time).
+        mem_kb: Q, K, V and O bytes moved, KB.
+    """
+
+    waves: np.ndarray
+    splits: np.ndarray
+    mflops: np.ndarray
+    mem_kb: np.ndarray
+
+
+def attention_kernel_defaults(hardware: HardwareSpec) -> dict[str, float]:
+    """Datasheet parameters of `any/attention_decode|prefill`: HBM and tensor peaks times stated
+    efficiencies, a few µs of fixed cost per launch and per wave."""
+    return {"base_us": 8.0, "wave_us": 2.0, "per_split_us": 0.5,
+            "hbm_gbps": hardware.hbm_gbps * HBM_EFFICIENCY,
+            "tflops": hardware.bf16_tflops * TENSOR_EFFICIENCY}
+
+
+@lru_cache(maxsize=4096)
+def num_splits(units: int, num_key_blocks: int, num_sms: int) -> int:
+    """Key splits of a decode launch, FlashAttention-2's `num_splits_heuristic`.
+
+    Args:
+        units: CTAs before splitting (sequences x KV heads x 64-row blocks).
+        num_key_blocks: `ceil(context / 128)`.
+    Returns:
+        The fewest splits whose wave efficiency (`n / ceil(n)`, n = units x splits over
+        2 CTAs per SM) is within 85 % of the best; 1 when the CTAs already fill the GPU.
+    """
+    slots = CTAS_PER_SM * num_sms
+    if units <= 0 or units >= 0.8 * slots:
+        return 1
+    top = min(MAX_SPLITS, slots, num_key_blocks)
+
+    def eligible(s: int) -> bool:          # a split count that changes the blocks per split
+        return s == 1 or math.ceil(num_key_blocks / s) != math.ceil(num_key_blocks / (s - 1))
+
+    def efficiency(s: int) -> float:
+        n = units * s / slots
+        return n / math.ceil(n)
+
+    candidates = [s for s in range(1, top + 1) if eligible(s)]
+    best = max(efficiency(s) for s in candidates)
+    return next(s for s in candidates if efficiency(s) >= 0.85 * best)
+
+
+def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int,
+                head_dim: int, num_sms: int) -> KernelWork:
+    """The decode kernel of one layer: `seqs` single-token queries, each against its KV cache.
+
+    Args:
+        seqs: [dp] decoding sequences per rank.
+        context: [dp] KV entries they read in all (sum of their context lengths); the CTAs
+            are sized at the mean context.
+        heads, kv_heads: query and KV heads on the rank; head_dim: per head.
+    """
+    seqs = np.asarray(seqs, dtype=np.float64)
+    context = np.asarray(context, dtype=np.float64)
+    busy = seqs > 0
+    rows = max(heads // max(kv_heads, 1), 1)
+    mean_ctx = np.where(busy, context / np.where(busy, seqs, 1.0), 0.0)
+    units = np.rint(seqs).astype(np.int64) * kv_heads * math.ceil(rows / SPLIT_ROWS)
+    blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
+    pairs, where = np.unique(np.stack([units, blocks]), axis=1, return_inverse=True)
+    splits = np.array([num_splits(int(u), int(b), num_sms) for u, b in pairs.T])[where.ravel()]
+    split = splits > 1
+    # split-KV CTAs: 64 rows, ceil(blocks / splits) key blocks; the plain kernel: 128 rows,
+    # the keys in its 64-key blocks
+    ctas = np.where(split, units * splits,
+                    np.rint(seqs) * kv_heads * math.ceil(rows / PREFILL_ROWS))
+    keys = np.where(split, np.ceil(blocks / splits) * KEY_BLOCK, np.ceil(mean_ctx / 64.0) * 64.0)
+    m = np.where(split, SPLIT_ROWS, PREFILL_ROWS)
+    slots = CTAS_PER_SM * num_sms
+    waves = np.where(busy, np.ceil(ctas / slots), 0.0)
+    mflops = np.where(busy, waves * keys * m * head_dim * 4.0 * slots * 1e-6, 0.0)
+    mem = BYTES * (2.0 * seqs * heads * head_dim + 2.0 * context * kv_heads * head_dim)
+    return KernelWork(waves, np.where(split, splits, 0).astype(np.float64), mflops,
+                      np.where(busy, mem * 1e-3, 0.0))
+
+
+def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,
+                 kv_heads: int, head_dim: int, num_sms: int) -> KernelWork:
+    """The causal prefill kernel of one layer: `seqs` chunks of `tokens` new tokens in all.
+
+    Args:
+        tokens: [dp] new (query) tokens per rank.
+        context: [dp] sum over the chunks of prefix + chunk (keys the last query sees).
+        seqs: [dp] chunks per rank; they are costed as equal chunks after equal prefixes.
+    """
+    tokens = np.asarray(tokens, dtype=np.float64)
+    context = np.asarray(context, dtype=np.float64)
+    seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
+    busy = tokens > 0
+    safe = np.where(busy, seqs, 1.0)
+    chunk = tokens / safe
+    prefix = np.maximum(context / safe - chunk, 0.0)
+    row_blocks = np.ceil(chunk / PREFILL_ROWS)                      # CTAs per (chunk, head)
+    prefix_tiles = np.ceil(prefix / KEY_BLOCK)
+    slots = CTAS_PER_SM * num_sms
+    ctas = heads * seqs * row_blocks
+    total = heads * seqs * (row_blocks * prefix_tiles + row_blocks * (row_blocks + 1) / 2.0)
+    longest = prefix_tiles + row_blocks
+    busiest = np.where(ctas <= slots, longest, np.maximum(longest, total / slots + longest / 2.0))
+    tile_flops = PREFILL_ROWS * KEY_BLOCK * head_dim * 4.0
+    mem = BYTES * (2.0 * tokens * heads * head_dim + 2.0 * context * kv_heads * head_dim)
+    zero = np.zeros_like(tokens)
+    return KernelWork(np.where(busy, np.ceil(ctas / slots), 0.0), zero,
+                      np.where(busy, busiest * tile_flops * slots * 1e-6, 0.0),
+                      np.where(busy, mem * 1e-3, 0.0))
+
+
+def _math_us(work: KernelWork, params: dict[str, float]) -> np.ndarray:
+    return work.mflops / params["tflops"]
+
+
+def kernel_us(work: KernelWork, params: dict[str, float]) -> np.ndarray:
+    """[dp] microseconds of the kernel (module docstring); 0 where there is no work."""
+    t = (params["base_us"] + work.waves * params["wave_us"] + work.splits * params["per_split_us"]
+         + np.maximum(work.mem_kb / params["hbm_gbps"], _math_us(work, params)))
+    return np.where(work.mflops > 0, t, 0.0)
+
+
+def kernel_features(work: KernelWork, params: dict[str, float]) -> np.ndarray:
+    """[dp, 5] design rows in `ATTENTION_TERMS` order (base, waves, splits, memory KB or 0,
+    MFLOPs or 0: the bound side at `params`)."""
+    memory_bound = work.mem_kb / params["hbm_gbps"] >= _math_us(work, params)
+    busy = (work.mflops > 0).astype(np.float64)
+    return np.stack([busy, work.waves, work.splits, np.where(memory_bound, work.mem_kb, 0.0),
+                     np.where(memory_bound, 0.0, work.mflops)], axis=-1)
