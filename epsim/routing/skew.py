@@ -93,14 +93,7 @@ class SkewModel:
             flat_a = self._drift_rng.integers(0, self.num_layers * self.num_experts, num_swaps)
             flat_b = flat_a - flat_a % self.num_experts + self._drift_rng.integers(
                 0, self.num_experts, num_swaps)
-            touched = np.sort(np.concatenate([flat_a, flat_b]))
-            disjoint = not (touched[1:] == touched[:-1]).any()
-            for row in self._state.reshape(2, -1):           # popularity, then its square root
-                if disjoint:                                 # order does not matter: all at once
-                    row[flat_a], row[flat_b] = row[flat_b], row[flat_a]
-                else:                                        # swaps of one layer compose
-                    for a, b in zip(flat_a.tolist(), flat_b.tolist()):
-                        row[a], row[b] = row[b], row[a]
+            _apply_swaps(self._state.reshape(2, -1), flat_a, flat_b)
         self._drift_t_s = t_s
 
     # -- public ----------------------------------------------------------------------------
@@ -150,6 +143,31 @@ class SkewModel:
     def descriptor(self) -> dict:
         """The skew as a plain dict (for measurement records and reports)."""
         return self.spec.model_dump()
+
+
+def _apply_swaps(rows: np.ndarray, flat_a: np.ndarray, flat_b: np.ndarray) -> None:
+    """Swap entries `flat_a[i]` and `flat_b[i]` of every row of `rows` ([rows, n], in place),
+    one swap after the other in order `i`.
+
+    A swap that shares no entry with any other commutes with all of them, so those move at
+    once; only swaps that share an entry compose in order, and they are few (a drift step
+    draws hundreds of swaps over tens of thousands of entries). Their composition is found
+    on entry indices (a permutation), then applied to every row in one gather: the same
+    values end in the same places as swapping them one by one.
+    """
+    touched, counts = np.unique(np.concatenate([flat_a, flat_b]), return_counts=True)
+    if counts.max(initial=0) < 2:                 # disjoint: order does not matter
+        rows[:, flat_a], rows[:, flat_b] = rows[:, flat_b], rows[:, flat_a]
+        return
+    shared = touched[counts > 1]
+    chained = np.isin(flat_a, shared) | np.isin(flat_b, shared)    # [swaps] share an entry
+    free_a, free_b = flat_a[~chained], flat_b[~chained]
+    rows[:, free_a], rows[:, free_b] = rows[:, free_b], rows[:, free_a]
+    source: dict[int, int] = {}                   # entry -> entry whose value ends there
+    for a, b in zip(flat_a[chained].tolist(), flat_b[chained].tolist()):
+        source[a], source[b] = source.get(b, b), source.get(a, a)
+    to = np.fromiter(source.keys(), dtype=np.int64, count=len(source))
+    rows[:, to] = rows[:, np.fromiter(source.values(), dtype=np.int64, count=len(source))]
 
 
 def skew_from_dict(data: dict | str, num_layers: int, num_experts: int, top_k: int,
