@@ -239,14 +239,17 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
         order = np.argsort(np.arange(pick.shape[0]) - starts, kind="stable")   # by k, then layer
         k_of = (np.arange(pick.shape[0]) - starts)[order]
         bounds = np.flatnonzero(np.diff(k_of)) + 1
+        moves = pick[order]                                                  # by k, then layer
+        # who may send does not depend on what was sent: every move's candidates at once
+        hold = held[row[moves], expert[moves]]                               # [moves, ranks]
+        near = hold & (node_of[None, :] == node_of[dst[moves]][:, None])
+        candidate = np.where(near.any(axis=1)[:, None], near, hold)
         sent = np.zeros((num_layers, num_ranks), dtype=np.int64)            # transfers sent
-        for group in np.split(pick[order], bounds):
-            lay, d = row[group], dst[group]
-            hold = held[lay, expert[group]]                                  # [group, ranks]
-            near = hold & (node_of[None, :] == node_of[d][:, None])
-            candidate = np.where(near.any(axis=1)[:, None], near, hold)
+        for start, stop in zip([0, *bounds.tolist()], [*bounds.tolist(), moves.shape[0]]):
+            group, lay = moves[start:stop], row[moves[start:stop]]
             # least sent first, then the lowest rank
-            score = np.where(candidate, sent[lay] * num_ranks + rank_ids, np.iinfo(np.int64).max)
+            score = np.where(candidate[start:stop], sent[lay] * num_ranks + rank_ids,
+                             np.iinfo(np.int64).max)
             chosen = score.argmin(axis=1)
             src[group] = chosen
             sent[lay, chosen] += 1
