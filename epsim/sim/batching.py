@@ -15,6 +15,7 @@ data-parallel controller skips dead workers).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,10 @@ class Scheduler:
                                                             np.zeros(0, np.int64))
         self.arrival_s = np.concatenate([requests.arrival_s, init.arrival_s])
         self._arrivals = self.arrival_s[:self.num_arrivals]
+        # the same times as a list: `bisect_right` on it counts arrivals up to a time exactly as
+        # `searchsorted(side="right")` does, without numpy's per-call overhead on a scalar
+        self._arrival_list = self._arrivals.tolist()
+        self._arrived_memo: tuple[int, np.ndarray] | None = None   # (arrivals, [ranks] counts)
         self.input_len = np.concatenate([requests.input_len, init.input_len]).astype(np.int64)
         self.output_len = np.concatenate([requests.output_len, init.output_len]).astype(np.int64)
         if mode == "prefill":
@@ -81,6 +86,12 @@ class Scheduler:
         shape = (num_ranks, max_running)
         # int32 slots: half the memory traffic of the per-step passes over [ranks, slots]
         self.slot_req = np.full(shape, _NO_REQUEST, dtype=np.int32)
+        # slot_req >= 0, kept as slots fill and empty. A plan holds it as its decoding slots, so
+        # only the next plan's admissions and its own commit write it in place; a rank dropped
+        # mid-step writes a copy
+        self._used = np.zeros(shape, dtype=bool)
+        self._zeros = np.zeros(num_ranks)            # the per-rank counts of nothing (read-only)
+        self._zeros.flags.writeable = False
         self.prefill_left = np.zeros(shape, dtype=np.int32)
         self.context = np.zeros(shape, dtype=np.int32)          # 0 in a free slot
         self.context_sum = np.zeros(num_ranks, dtype=np.int64)   # [ranks] context.sum(axis=1)
@@ -112,19 +123,25 @@ class Scheduler:
         done = np.minimum(done, self.output_len[self.num_arrivals:] - 1)
         ids = self.num_arrivals + np.arange(len(init)).reshape(self.num_ranks, per_rank)
         self.slot_req[:, :per_rank] = ids
+        self._used[:, :per_rank] = True
         self.context[:, :per_rank] = (init.input_len + done).reshape(self.num_ranks, per_rank)
         self.context_sum[:] = self.context.sum(axis=1)
         self.out_left[:, :per_rank] = (self.output_len[ids.ravel()] - done).reshape(self.num_ranks, per_rank)
         self.occupied[:] = per_rank
         self._free = np.flatnonzero(self.slot_req < 0)
-        self.clock.last_s[:, :per_rank] = 0.0          # as if their last token came at t=0
+        self.clock.start_at_zero((slice(None), slice(None, per_rank)))   # last token at t=0
 
     # -- queries -----------------------------------------------------------------------------
     def arrived(self, now_s: float) -> np.ndarray:
         """[ranks] requests that have arrived at each rank by `now_s` (round-robin)."""
-        n = int(np.searchsorted(self._arrivals, now_s, side="right"))
+        n = bisect_right(self._arrival_list, now_s)
         if self._one_epoch():
-            return (n + self._rank_offset) // self.num_ranks
+            memo = self._arrived_memo
+            if memo is None or memo[0] != n:
+                counts = (n + self._rank_offset) // self.num_ranks
+                counts.flags.writeable = False        # shared by the calls at the same count
+                memo = self._arrived_memo = (n, counts)
+            return memo[1]
         counts = np.zeros(self.num_ranks, dtype=np.int64)
         for (start, ranks), end in zip(self._epochs, self._epoch_ends()):
             end = min(end, n)
@@ -178,8 +195,8 @@ class Scheduler:
 
     def next_arrival_s(self, now_s: float) -> float:
         """The first arrival after `now_s` (inf when none is left)."""
-        n = int(np.searchsorted(self._arrivals, now_s, side="right"))
-        return float(self._arrivals[n]) if n < self.num_arrivals else np.inf
+        n = bisect_right(self._arrival_list, now_s)
+        return self._arrival_list[n] if n < self.num_arrivals else np.inf
 
     # -- elastic EP ----------------------------------------------------------------------------
     def route_to(self, alive: np.ndarray, now_s: float) -> None:
@@ -187,7 +204,7 @@ class Scheduler:
         ranks = np.flatnonzero(alive)
         if ranks.shape[0] == 0:
             raise ValueError("alive (no rank) must keep at least one rank to route requests to")
-        n = int(np.searchsorted(self._arrivals, now_s, side="right"))
+        n = bisect_right(self._arrival_list, now_s)
         if self._epochs[-1][0] == n:
             self._epochs[-1] = (n, ranks)
         else:
@@ -209,6 +226,8 @@ class Scheduler:
         self.clock.lose(row[used], self.slot_tokens()[rank, used], self.clock.last_s[rank, used])
         self.lost[lost] = True
         self.slot_req[rank] = _NO_REQUEST
+        self._used = self._used.copy()          # the plan of the step in flight keeps its own
+        self._used[rank] = False
         self.prefill_left[rank] = 0
         self.context[rank] = 0
         self.context_sum[rank] = 0
@@ -240,6 +259,7 @@ class Scheduler:
         self._free = free[~pick]
         ids = self._request_ids(rows, self.admitted[rows] + within[pick])
         self.slot_req.reshape(-1)[slots] = ids
+        self._used.reshape(-1)[slots] = True
         self.clock.admit(slots)
         self.out_left.reshape(-1)[slots] = self.output_len[ids]
         if self.mode == "decode":
@@ -262,11 +282,9 @@ class Scheduler:
         if self.clock.opened_s is None:
             self.clock.open_if_due(now_s, self.slot_req, self.slot_tokens())
         fresh, num_waiting = self._admit(now_s, alive)
-        occupied = self.slot_req >= 0
-        if alive is not None:
-            occupied &= alive[:, None]
+        occupied = self._used if alive is None else self._used & alive[:, None]
         alloc = finishing = None
-        zeros = np.zeros(self.num_ranks)
+        zeros = self._zeros
         prefill_tokens = prefill_context = prefill_pairs = finishing_count = prefill_seqs = zeros
         if self.mode == "decode":
             decoding = occupied
@@ -294,7 +312,8 @@ class Scheduler:
         else:
             decode_tokens = decoding.sum(axis=1).astype(np.float64)
             decode_context = (self.context * decoding).sum(axis=1) + decode_tokens
-        phase = "prefill" if (self.mode == "prefill" or prefill_tokens.any()) else "decode"
+        phase = "prefill" if (self.mode == "prefill" or (alloc is not None and prefill_tokens.any())
+                              ) else "decode"
         batch = BatchCounts(decode_tokens, decode_context, prefill_tokens, prefill_context,
                             prefill_pairs, decode_tokens + finishing_count, phase, prefill_seqs)
         return Plan(batch, decoding, alloc, finishing, fresh, num_waiting)
@@ -344,6 +363,7 @@ class Scheduler:
             slot_req = self.slot_req.reshape(-1)
             self.finish_s[slot_req[done]] = now_s
             slot_req[done] = _NO_REQUEST
+            self._used.reshape(-1)[done] = False
             rows = done // self.max_running
             context = self.context.reshape(-1)
             self.context_sum -= np.bincount(rows, weights=context[done],

@@ -52,6 +52,7 @@ class TokenClock:
 
     def __init__(self, shape: tuple[int, int], num_requests: int, window_start_s: float):
         self.last_s = np.full(shape, np.nan)                 # [ranks, slots]
+        self._timed = np.zeros(shape, dtype=bool)           # ~isnan(last_s), kept as it changes
         self.window_start_s = window_start_s
         self.opened_s: float | None = None
         self.anchor_tokens = np.zeros(num_requests, dtype=np.int64)   # tokens at window start
@@ -61,6 +62,12 @@ class TokenClock:
 
     def admit(self, flat_slots: np.ndarray) -> None:
         self.last_s.reshape(-1)[flat_slots] = np.nan
+        self._timed.reshape(-1)[flat_slots] = False
+
+    def start_at_zero(self, index) -> None:
+        """Slots `index` (of `[ranks, slots]`) had their last token at t=0 (initial requests)."""
+        self.last_s[index] = 0.0
+        self._timed[index] = True
 
     def open_if_due(self, now_s: float, slot_req: np.ndarray, tokens: np.ndarray) -> None:
         """Open the window at the first step at or after `window_start_s`: remember each
@@ -76,7 +83,7 @@ class TokenClock:
     def emit(self, now_s: float, emitting: np.ndarray) -> StepGaps:
         """Slots `emitting` ([ranks, slots] bool) got a token at `now_s`: the gaps they close."""
         previous = self.last_s
-        had = emitting & ~np.isnan(previous)
+        had = emitting & self._timed
         gaps = NO_GAPS
         last = previous[had]                                   # [count] one boolean gather
         if last.shape[0]:
@@ -84,6 +91,7 @@ class TokenClock:
             gaps = StepGaps(count, (count * now_s - float(last.sum())) / count,
                             now_s - float(last.min()))
         np.copyto(previous, now_s, where=emitting)
+        self._timed |= emitting
         return gaps
 
     def lose(self, ids: np.ndarray, tokens: np.ndarray, last_s: np.ndarray) -> None:
