@@ -134,7 +134,7 @@ def run(args):
     from epsim.commands.output import Report
     from epsim.profile import default_profile_path, load_profile
     from epsim.validate import summary_rows, validate
-    from epsim.validate.extrapolation import stats
+    from epsim.validate.extrapolation import default_judged_only, stats
 
     if args.profile is None and not default_profile_path().is_file():
         raise EpsimError("--profile (none given) must name a profile JSON: no measured profile "
@@ -150,7 +150,8 @@ def run(args):
     out = Path(args.out) if args.out else None
     report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
                       max_mape=max_mape, strict=args.strict,
-                      extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths))
+                      extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths),
+                      judged_only=[] if args.records else default_judged_only())
     extrapolation = stats(report.extrapolation)
     if not report.rows:
         raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "

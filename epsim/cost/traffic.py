@@ -22,7 +22,7 @@ Copies to the sender's own rank cross no link (`self_copies`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -79,31 +79,28 @@ class Traffic:
         return np.maximum(self.nvl_send + self.rdma_send, self.nvl_recv + self.rdma_recv)
 
 
-@lru_cache(maxsize=64)
-def _block_ones(n: int, group: int) -> np.ndarray:
-    """[n, n // group] float64: column j sums entries j*group .. (j+1)*group - 1."""
-    ones = np.kron(np.eye(n // group), np.ones((group, 1)))
-    ones.flags.writeable = False
-    return ones
-
-
 def rank_sum(x: np.ndarray, group: int) -> np.ndarray:
     """Sum consecutive groups of `group` entries along the last axis, `[..., n] -> [..., n // group]`.
 
-    Sums along a short last axis are slow in numpy; a strided add (pairs) or a product with a
-    block of ones (larger groups) is several times faster (equal up to rounding).
+    Sums along a short last axis are slow in numpy; strided adds (groups up to 16) or a sum over
+    a reshaped axis are several times faster. Neither calls BLAS: a product with a block of ones
+    was as fast on one thread, but its result (last bits) and speed (100x slower on two busy
+    cores) changed with the BLAS thread count, so a seed did not give one result everywhere.
     """
     if group == 1:
         return x
-    if group == 2:
-        return x[..., 0::2] + x[..., 1::2]
-    return x @ _block_ones(x.shape[-1], group)
+    if group <= 16:
+        out = x[..., 0::group] + x[..., 1::group]
+        for k in range(2, group):
+            out += x[..., k::group]
+        return out
+    return x.reshape(*x.shape[:-1], x.shape[-1] // group, group).sum(axis=-1)
 
 
 def group_prod(x: np.ndarray, group: int) -> np.ndarray:
     """Product of consecutive groups of `group` entries along the last axis (entries > 0).
 
-    Strided multiplies for groups up to 16; exp of summed logs beyond.
+    Strided multiplies for groups up to 16; exp of summed logs beyond (`rank_sum`, no BLAS).
     """
     if group == 1:
         return x
@@ -112,7 +109,7 @@ def group_prod(x: np.ndarray, group: int) -> np.ndarray:
         for k in range(2, group):
             out *= x[..., k::group]
         return out
-    return np.exp(np.log(x) @ _block_ones(x.shape[-1], group))
+    return np.exp(rank_sum(np.log(x), group))
 
 
 def _active(slot_loads: np.ndarray, fraction: float, group: int) -> np.ndarray:

@@ -3,11 +3,15 @@
 Each axis splits the records, refits a profile on one side (`epsim.calibrate.fit_records`, no
 further hold-out) and judges the other side:
   tokens  fit tokens per rank <= 1024, judge 2048-16384 (larger batches than any fit saw)
-  shape   fit the Qwen3 shapes (and the other shapes measured), judge DeepSeek-V3 (a model
-          shape no fit saw)
+  shape   fit the Qwen3 shapes (and the other shapes measured), judge DeepSeek-V3 and
+          Qwen3-Coder-480B-A35B's attention (model shapes no fit saw)
   run     fit one run's record files, judge another run's (another machine or VM instance);
           several `RunPair`s are judged each on its own refit, their rows labelled
           `run (<pair name>)`
+
+Records given as judged only (`default_judged_only`: the attention hold-out grid measured on
+one H200, kept in benchmarks/) join the judged side of the tokens and shape axes and are never
+fitted.
 
 Next to the model's MAPE, two baselines built from the same fit-set points:
   constant  the median of the fit-set points of the same configuration (all but the axis)
@@ -32,7 +36,7 @@ from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
 
 FIT_MAX_TOKENS = 1024
 JUDGED_TOKENS = (2048, 16384)
-JUDGED_MODELS = ("DeepSeek-V3",)
+JUDGED_MODELS = ("DeepSeek-V3", "Qwen3-Coder-480B-A35B")
 AXES = ("tokens", "shape", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
           "dense_mlp", "block_ops")
@@ -231,13 +235,21 @@ def stats(rows: list[Judged]) -> list[AxisStats]:
 #                         normal mode, none; eager): machine 1 fit, machine 2 judged. Kept in
 #                         benchmarks/ and only judged: they are not in the shipped profile's fit
 _ISSUE18 = Path("benchmarks") / "results" / "h200x2_issue18"
+_HOLDOUT = Path("benchmarks") / "results" / "h200_attention_holdout"
 DEFAULT_RUN_PAIRS = (
     ("", (("h200x2/bench.jsonl.gz", Path("benchmarks") / "results" / "h200x2_run1" / "bench.jsonl.gz"),
           ("h200_single/run1.jsonl.gz", "h200_single/run2.jsonl.gz"),
-          ("h200_single/block_ops_run1.jsonl.gz", "h200_single/block_ops_run2.jsonl.gz"))),
+          ("h200_single/block_ops_run1.jsonl.gz", "h200_single/block_ops_run2.jsonl.gz"),
+          (_HOLDOUT / "run1" / "components.jsonl.gz", _HOLDOUT / "run2" / "components.jsonl.gz"))),
     ("#18: machine 1 -> 2", ((_ISSUE18 / "bench" / "bench.jsonl.gz",
                               _ISSUE18 / "machine2" / "bench" / "bench.jsonl.gz"),)),
 )
+
+
+# judged only, never fitted (`extrapolation(judged_only=...)`): the attention hold-out grid of
+# one H200 (`live.component_bench --grid holdout`: Qwen3-Coder-480B-A35B's GQA shape, decode
+# batches of 1024-4096 sequences); its second machine's file is the run axis's judged side
+DEFAULT_JUDGED_ONLY = (_HOLDOUT / "run1" / "components.jsonl.gz",)
 
 
 def _find(name: str | Path, paths: list[Path]) -> list[Path]:
@@ -263,24 +275,34 @@ def default_run_pairs(paths: Iterable[str | Path]) -> list[RunPair]:
     return out
 
 
-def extrapolation(paths: Iterable[str | Path], run_pairs: Sequence[RunPair] = ()
-                  ) -> tuple[list[Judged], dict[str, str]]:
-    """Judge the three axes: tokens and shape on `paths`, run on each of `run_pairs` (its own
-    refit on the pair's fit files, judged on its judged files).
+def default_judged_only() -> list[Path]:
+    """`DEFAULT_JUDGED_ONLY` files found under the working directory (none in an install)."""
+    return [p for p in DEFAULT_JUDGED_ONLY if p.is_file()]
+
+
+def extrapolation(paths: Iterable[str | Path], run_pairs: Sequence[RunPair] = (),
+                  judged_only: Sequence[str | Path] = ()) -> tuple[list[Judged], dict[str, str]]:
+    """Judge the three axes: tokens and shape on `paths` (and the judged side of `judged_only`,
+    never fitted), run on each of `run_pairs` (its own refit on the pair's fit files, judged on
+    its judged files).
 
     Returns:
         (every judged row, axis label -> what it fitted and judged, or why it was not judged).
     """
     raw, files = load_records(paths)
+    extra = load_records(judged_only)[0] if judged_only else []
     rows: list[Judged] = []
     notes = {}
-    for axis, (fit, judged) in (("tokens", split_tokens(raw)), ("shape", split_shape(raw))):
+    for axis, split in (("tokens", split_tokens), ("shape", split_shape)):
+        fit, judged = split(raw)
+        judged = judged + split(extra)[1]
         if not fit or not judged:
             notes[axis] = "not judged: no records on one side of the split"
             continue
         got = judge(axis, fit, judged, files)
         rows += got
-        notes[axis] = f"fit {len(merge_passes(fit))} records, judged {len(got)}"
+        notes[axis] = f"fit {len(merge_passes(fit))} records, judged {len(got)}" + (
+            f" (with the judged-only {', '.join(str(p) for p in judged_only)})" if extra else "")
     for pair in run_pairs:
         fit_raw, fit_files = load_records(pair.fit)
         judged_raw, judged_files = load_records(pair.judged)

@@ -103,7 +103,7 @@ def update_doc(path: Path, text: str) -> None:
 def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
              out: str | Path | None = None, doc: str | Path | None = None, plots: bool = True,
              max_mape: float = 10.0, strict: bool = False, extrapolate: bool = True,
-             run_pairs: Sequence = ()) -> ValidationReport:
+             run_pairs: Sequence = (), judged_only: Sequence = ()) -> ValidationReport:
     """Judge `profile` on record files.
 
     Args:
@@ -112,7 +112,8 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         doc: a markdown file whose generated section is replaced by the tables.
         max_mape: the bound the verdict column checks (percent).
         extrapolate: also judge the extrapolation axes (`epsim.validate.extrapolation`): tokens
-            and shape on `paths`, run on each of `run_pairs` (`extrapolation.RunPair`).
+            and shape on `paths` (plus the judged side of `judged_only`, never fitted), run on
+            each of `run_pairs` (`extrapolation.RunPair`).
     Raises:
         EpsimError: bad records, rule, `out` or `doc` (these two checked before any work).
     """
@@ -140,7 +141,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     judged = []
     if extrapolate:
         from epsim.validate import extrapolation
-        judged, notes = extrapolation.extrapolation(paths, run_pairs)
+        judged, notes = extrapolation.extrapolation(paths, run_pairs, judged_only)
         text = extrapolation.markdown(judged, notes, max_mape) + "\n" + text
     report = ValidationReport(rows, text, verdict(rows, max_mape), holdout, measured_on=where,
                               extrapolation=judged)
