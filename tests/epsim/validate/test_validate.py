@@ -12,7 +12,7 @@ from epsim.cli import main
 from epsim.errors import ProfileError
 from epsim.profile import Profile, default_profile_path
 from epsim.validate import compare, group, skew_effects, validate
-from epsim.validate.extrapolation import default_run_pairs
+from epsim.validate.extrapolation import default_judged_only, default_run_pairs
 from epsim.validate.report import DOC_BEGIN, DOC_END
 from tests.epsim.calibrate_fixtures import write_synthetic
 
@@ -133,11 +133,14 @@ def test_shipped_records_reproduce_the_documented_table():
     os.chdir(doc.parents[1])                  # record paths print relative to the repo root
     try:                                      # the run hold-out's second run lies there too
         run_pairs = default_run_pairs(paths)
+        judged_only = default_judged_only()
         report = validate(Profile.load(default_profile_path()), paths, plots=False,
-                          run_pairs=run_pairs)
+                          run_pairs=run_pairs, judged_only=judged_only)
     finally:
         os.chdir(cwd)
     assert [p.name for p in run_pairs] == ["", "#18: machine 1 -> 2"]
+    assert [p.name for p in judged_only] == ["components.jsonl.gz"]     # the attention hold-out grid
+    assert "(with the judged-only benchmarks/results/h200_attention_holdout/run1/" in section
     assert "- run: fit epsim/data/records/h200x2/bench.jsonl.gz" in section
     assert ("- run (#18: machine 1 -> 2): fit benchmarks/results/h200x2_issue18/bench/bench.jsonl.gz"
             in section)
