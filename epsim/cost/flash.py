@@ -118,22 +118,21 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     context = np.asarray(context, dtype=np.float64)
     busy = seqs > 0
     rows = max(heads // max(kv_heads, 1), 1)
-    slots = CTAS_PER_SM * num_sms
-    mean_ctx = context / np.where(busy, seqs, 1.0)
-    whole = np.rint(seqs)
-    units = whole * (kv_heads * math.ceil(rows / SPLIT_ROWS))
-    blocks = np.ceil(mean_ctx / KEY_BLOCK)
-    splits = np.ones_like(units)
-    # the heuristic only splits launches that fill less than 0.8 of the slots (a step's ranks
-    # repeat a few (units, blocks) pairs: cached)
-    for i in np.flatnonzero(busy & (units < 0.8 * slots)).tolist():
-        splits[i] = num_splits(int(units[i]), int(blocks[i]), num_sms)
+    mean_ctx = np.where(busy, context / np.where(busy, seqs, 1.0), 0.0)
+    units = np.rint(seqs).astype(np.int64) * kv_heads * math.ceil(rows / SPLIT_ROWS)
+    blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
+    # one memoised lookup per rank (`num_splits` is an lru_cache; a per-step np.unique over
+    # the (units, blocks) pairs cost several times more than the lookups it saved)
+    splits = np.array([num_splits(u, b, num_sms) for u, b in zip(units.tolist(), blocks.tolist())],
+                      dtype=np.int64)
     split = splits > 1
     # split-KV CTAs: 64 rows, ceil(blocks / splits) key blocks; the plain kernel: 128 rows,
     # the keys in its 64-key blocks
-    ctas = np.where(split, units * splits, whole * (kv_heads * math.ceil(rows / PREFILL_ROWS)))
+    ctas = np.where(split, units * splits,
+                    np.rint(seqs) * kv_heads * math.ceil(rows / PREFILL_ROWS))
     keys = np.where(split, np.ceil(blocks / splits) * KEY_BLOCK, np.ceil(mean_ctx / 64.0) * 64.0)
     m = np.where(split, SPLIT_ROWS, PREFILL_ROWS)
+    slots = CTAS_PER_SM * num_sms
     waves = np.where(busy, np.ceil(ctas / slots), 0.0)
     mflops = np.where(busy, waves * keys * m * head_dim * 4.0 * slots * 1e-6, 0.0)
     mem = BYTES * (2.0 * seqs * heads * head_dim + 2.0 * context * kv_heads * head_dim)
