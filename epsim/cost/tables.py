@@ -71,47 +71,83 @@ class PlacementTables:
 @dataclass(frozen=True, eq=False)
 class SourceOperators:
     """`source_slot` as sparse 0/1 matrices, so per-step sums over (source, layer, expert) are
-    one sparse product each (scipy.sparse CSC, built straight from the map: no column holds a
-    row twice, so nothing needs sorting or merging).
+    one sparse product each.
+
+    scipy.sparse CSR with every row's entries in increasing column order: a product adds each
+    output's terms from 0 in that order, the order the column-major (CSC) form of the same
+    matrix adds them in, so both give the same bits; CSR reads its rows in turn instead of
+    scattering into the output, faster on these shapes. Built by masking, not sorting: which
+    slots each source uses (`used`, `[sources, layers, physical]`), with each destination's
+    slots ordered by the logical expert they hold.
 
     Attributes:
         to_slot: [layers * physical, sources]: slot weight = sum of the shares of the sources
             that send to the slot.
         to_rank: [sources * layers * ranks, layers * experts]: per source and layer, the sum
             over the experts it sends to each destination rank.
-        to_node: same with destination nodes, `[sources * layers * nodes, layers * experts]`.
+        to_node: same with destination nodes, `[sources * layers * nodes, layers * experts]`
+            (built on first use: only node-deduplicated copies read it).
     """
 
+    tables: "PlacementTables"
+    used: np.ndarray         # [sources, layers, physical] bool, slot p is the one s sends p's expert to
     to_slot: object
     to_rank: object
-    to_node: object
 
     @classmethod
     def build(cls, tables: "PlacementTables") -> "SourceOperators":
-        from scipy import sparse                    # only runs with static replicas
-        num_sources, num_layers, num_experts = tables.source_slot.shape
         p = tables.placement
-        num_physical, num_ranks, num_nodes = p.num_physical, p.num_ranks, p.num_nodes
-        nnz = tables.source_slot.size
-        ones = np.ones(nnz)
+        num_sources, num_layers, num_experts = tables.source_slot.shape
+        p2l = p.physical_to_logical                                              # [L, P]
+        slot_ids = np.arange(p.num_physical, dtype=np.int32)
+        source_slot = tables.source_slot.astype(np.int32)
+        used = np.take_along_axis(source_slot, np.broadcast_to(p2l, (num_sources, *p2l.shape)),
+                                  axis=2) == slot_ids                            # [S, L, P]
+        assert int(np.count_nonzero(used)) == source_slot.size   # one slot per (source, expert)
+        ones = np.ones(source_slot.size)
+        # to_slot: row (layer, slot), its sources in increasing order
+        by_slot = np.ascontiguousarray(used.transpose(1, 2, 0))                  # [L, P, S]
+        sources = np.broadcast_to(np.arange(num_sources, dtype=np.int32), by_slot.shape)[by_slot]
+        to_slot = _csr(ones, sources, by_slot.sum(axis=2), num_sources)
+        return cls(tables, used, to_slot, _to_destination(tables, used, p.slots_per_rank, ones))
 
-        def csc(rows: np.ndarray, column_size: int, shape: tuple[int, int]):
-            """Columns of `column_size` consecutive entries of `rows` (already column-major)."""
-            return sparse.csc_matrix((ones, rows.ravel(), np.arange(0, nnz + 1, column_size)),
-                                     shape=shape)
+    @cached_property
+    def to_node(self):
+        p = self.tables.placement
+        return _to_destination(self.tables, self.used, p.slots_per_rank * p.ranks_per_node,
+                               np.ones(self.tables.source_slot.size))
 
-        # to_slot: one column per source, its [layers, experts] slots (distinct per layer)
-        slot_rows = tables.source_slot + (np.arange(num_layers) * num_physical)[None, :, None]
-        to_slot = csc(slot_rows, num_layers * num_experts, (num_layers * num_physical, num_sources))
-        # to_rank / to_node: one column per (layer, expert), one row per source in it
-        dest = tables.source_slot.transpose(1, 2, 0) // p.slots_per_rank         # [L, E, S] rank
-        row = (np.arange(num_sources)[None, None, :] * num_layers
-               + np.arange(num_layers)[:, None, None])                          # s * L + l
-        columns = num_layers * num_experts
-        to_rank = csc(row * num_ranks + dest, num_sources, (num_sources * num_layers * num_ranks, columns))
-        to_node = csc(row * num_nodes + dest // p.ranks_per_node, num_sources,
-                      (num_sources * num_layers * num_nodes, columns))
-        return cls(to_slot, to_rank, to_node)
+
+def _csr(ones: np.ndarray, indices: np.ndarray, counts: np.ndarray, num_columns: int):
+    """CSR matrix of the given column `indices` (row-major), `counts` [...] entries per row."""
+    from scipy import sparse                    # only runs with static replicas
+    indptr = np.zeros(counts.size + 1, dtype=np.int32)
+    np.cumsum(counts.ravel(), out=indptr[1:])
+    return sparse.csr_matrix((ones, indices, indptr), shape=(counts.size, num_columns))
+
+
+def _to_destination(tables: "PlacementTables", used: np.ndarray, slots_per_dest: int,
+                    ones: np.ndarray):
+    """[sources * layers * dests, layers * experts] CSR: row (source, layer, dest) holds the
+    experts that source sends to that destination (rank or node), in increasing order.
+
+    A destination's slots, ordered by the logical expert each holds ([layers, physical]
+    `order`), list its row's experts in increasing order where the source uses them (a source
+    uses one slot per expert, so no expert appears twice)."""
+    p = tables.placement
+    num_sources, num_layers, num_experts = tables.source_slot.shape
+    p2l = p.physical_to_logical                                                  # [L, P]
+    num_dest = p.num_physical // slots_per_dest
+    by_dest = p2l.reshape(num_layers, num_dest, slots_per_dest)
+    order = np.argsort(by_dest, axis=2, kind="stable") + (
+        np.arange(num_dest) * slots_per_dest)[None, :, None]                    # [L, D, k] slots
+    order = order.reshape(num_layers, -1)
+    mask = np.take_along_axis(used, np.broadcast_to(order, used.shape), axis=2)  # [S, L, P]
+    columns = (np.take_along_axis(p2l, order, axis=1)
+               + (np.arange(num_layers) * num_experts)[:, None]).astype(np.int32)  # l * E + e
+    indices = np.broadcast_to(columns, mask.shape)[mask]
+    counts = mask.reshape(num_sources, num_layers, num_dest, slots_per_dest).sum(axis=3)
+    return _csr(ones, indices, counts, num_layers * num_experts)
 
 
 def build_tables(placement: Placement, dispatch_algorithm: str = "static",
