@@ -442,8 +442,9 @@ class CostModel:
         num_layers = layer.shape[0]
         dense = terms.lm_head_us
         if self.model.num_dense_layers:
-            dense += self.model.num_dense_layers * (self._attention_layer_us(batch)
-                                                    + terms.dense_mlp_us)
+            # without two-batch overlap `part` is `batch`: its attention is priced already
+            whole = attn if part is batch else self._attention_layer_us(batch)
+            dense += self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         overhead = terms.overhead_us
         step = float(layer.sum()) + dense + overhead
         self._record(graph, moe.mode, attn, moe, shared, dense, overhead, scale, num_layers,
