@@ -8,7 +8,7 @@ rebuilds them when EPLB installs a new one or a rank fails).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -81,8 +81,11 @@ class SourceOperators:
     slots ordered by the logical expert they hold.
 
     Attributes:
-        to_slot: [layers * physical, sources]: slot weight = sum of the shares of the sources
-            that send to the slot.
+        to_slot: [slot sets, sources]: the distinct sets of sources that send to one slot
+            (most slots are sent to by every live source), one row each; `slot_set`
+            [layers * physical] int, each slot's row. Slot weight (`slot_weights`) = sum of
+            the shares of the sources that send to the slot; equal rows give equal sums, so
+            one product per distinct set gives every slot's bits.
         to_rank: [sources * layers * ranks, layers * experts]: per source and layer, the sum
             over the experts it sends to each destination rank.
         to_node: same with destination nodes, `[sources * layers * nodes, layers * experts]`
@@ -92,7 +95,17 @@ class SourceOperators:
     tables: "PlacementTables"
     used: np.ndarray         # [sources, layers, physical] bool, slot p is the one s sends p's expert to
     to_slot: object
+    slot_set: np.ndarray
     to_rank: object
+    _last_weights: list = field(default_factory=lambda: [None, None])   # (share bytes, weights)
+
+    def slot_weights(self, share: np.ndarray) -> np.ndarray:
+        """[layers * physical] `to_slot` rows of the sources' token shares ([sources]), spread
+        to every slot; the last one is remembered (the draws of one batch share it)."""
+        key = share.tobytes()
+        if self._last_weights[0] != key:
+            self._last_weights[:] = [key, (self.to_slot @ share)[self.slot_set]]
+        return self._last_weights[1]
 
     @classmethod
     def build(cls, tables: "PlacementTables") -> "SourceOperators":
@@ -105,11 +118,16 @@ class SourceOperators:
                                   axis=2) == slot_ids                            # [S, L, P]
         assert int(np.count_nonzero(used)) == source_slot.size   # one slot per (source, expert)
         ones = np.ones(source_slot.size)
-        # to_slot: row (layer, slot), its sources in increasing order
-        by_slot = np.ascontiguousarray(used.transpose(1, 2, 0))                  # [L, P, S]
-        sources = np.broadcast_to(np.arange(num_sources, dtype=np.int32), by_slot.shape)[by_slot]
-        to_slot = _csr(ones, sources, by_slot.sum(axis=2), num_sources)
-        return cls(tables, used, to_slot, _to_destination(tables, used, p.slots_per_rank, ones))
+        # to_slot: one row per distinct set of sources sending to a slot, in increasing order
+        by_slot = np.ascontiguousarray(used.transpose(1, 2, 0)).reshape(-1, num_sources)
+        packed = np.packbits(by_slot, axis=1)                                    # [L * P, S / 8]
+        _, first, slot_set = np.unique(packed.view(np.dtype((np.void, packed.shape[1]))).ravel(),
+                                       return_index=True, return_inverse=True)
+        sets = by_slot[first]                                                    # [sets, S]
+        sources = np.broadcast_to(np.arange(num_sources, dtype=np.int32), sets.shape)[sets]
+        to_slot = _csr(ones[:sources.size], sources, sets.sum(axis=1), num_sources)
+        return cls(tables, used, to_slot, slot_set.ravel(),
+                   _to_destination(tables, used, p.slots_per_rank, ones))
 
     @cached_property
     def to_node(self):

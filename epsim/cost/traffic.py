@@ -267,7 +267,7 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
     src = np.arange(num_ranks)
     ops = tables.source_operators                                         # sparse, per placement
     # per-slot loads: a logical expert's load split by the token share of the sources using it
-    slot_weight = ops.to_slot @ (tokens / max(num_tokens, 1e-300))       # [layers * physical]
+    slot_weight = ops.slot_weights(tokens / max(num_tokens, 1e-300))     # [layers * physical]
     # over the slots of one logical expert the weights sum to 1: its load splits by source
     slot_loads = slot_weight.reshape(num_layers, num_physical) * np.take_along_axis(
         loads, tables.placement.physical_to_logical, axis=1)                      # [layers, physical]

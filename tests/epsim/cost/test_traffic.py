@@ -194,3 +194,45 @@ def test_group_limited_routing_caps_the_nodes_a_token_reaches():
     assert 4 * node_hit <= 2.0 < 4 * (1 - (1 - pi) ** 16)                        # cap binds
     assert capped.rdma_send.sum() < free.rdma_send.sum()
     np.testing.assert_allclose(capped.pairs, free.pairs)                         # pairs unchanged
+
+
+def _column_major_sums(source_slot: np.ndarray, slots_per_dest: int, num_dest: int,
+                       weights: np.ndarray) -> np.ndarray:
+    """[sources, layers, dests] the per-destination sums of `weights` [layers, experts] as a
+    column-major sweep adds them: from 0, experts in increasing order (the CSC product's order)."""
+    num_sources, num_layers, num_experts = source_slot.shape
+    out = np.zeros((num_sources, num_layers, num_dest))
+    for layer in range(num_layers):
+        for expert in range(num_experts):
+            for source in range(num_sources):
+                out[source, layer, source_slot[source, layer, expert] // slots_per_dest] += \
+                    weights[layer, expert]
+    return out
+
+
+def test_source_operators_add_in_expert_and_source_order(rng):
+    """The sparse operators' products are the plain sums in one fixed order (experts, sources
+    increasing from 0), bit for bit: a change of layout must not change a result's last bits."""
+    num_ranks, gpus_per_node, num_experts, num_layers = 8, 4, 12, 3
+    live_slots = np.r_[0:10, 12:16]                                       # rank 5 is lost
+    p2l = rng.integers(0, num_experts, (num_layers, 16))                  # 2 slots per rank
+    for layer in range(num_layers):                                       # all on live ranks
+        p2l[layer, rng.permutation(live_slots)[:num_experts]] = np.arange(num_experts)
+    alive = np.ones(num_ranks, dtype=bool)
+    alive[5] = False
+    placement = Placement.on_cluster(p2l, num_experts, num_ranks, gpus_per_node, alive)
+    tables = build_tables(placement, "static", per_source=True)
+    ops = tables.source_operators
+    weights = rng.random((num_layers, num_experts)) ** 3
+    for operator, per_dest, num_dest in ((ops.to_rank, 2, num_ranks),
+                                         (ops.to_node, 2 * gpus_per_node, 2)):
+        got = (operator @ weights.ravel()).reshape(num_ranks, num_layers, num_dest)
+        want = _column_major_sums(tables.source_slot, per_dest, num_dest, weights)
+        assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    share = rng.random(num_ranks)
+    want = np.zeros(num_layers * 16)
+    for source in range(num_ranks):                                       # sources in order
+        for layer in range(num_layers):
+            for expert in range(num_experts):
+                want[layer * 16 + tables.source_slot[source, layer, expert]] += share[source]
+    assert np.array_equal(ops.slot_weights(share).view(np.int64), want.view(np.int64))
