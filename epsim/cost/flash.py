@@ -118,26 +118,35 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     context = np.asarray(context, dtype=np.float64)
     busy = seqs > 0
     rows = max(heads // max(kv_heads, 1), 1)
-    mean_ctx = np.where(busy, context / np.where(busy, seqs, 1.0), 0.0)
-    units = np.rint(seqs).astype(np.int64) * kv_heads * math.ceil(rows / SPLIT_ROWS)
+    mean_ctx = np.divide(context, seqs, out=np.zeros_like(context), where=busy)
+    num_seqs = np.rint(seqs)
+    units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / SPLIT_ROWS))
     blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
-    # one memoised lookup per rank (`num_splits` is an lru_cache; a per-step np.unique over
-    # the (units, blocks) pairs cost several times more than the lookups it saved)
-    splits = np.array([num_splits(u, b, num_sms) for u, b in zip(units.tolist(), blocks.tolist())],
-                      dtype=np.int64)
+    # `num_splits` is 1 where the CTAs fill the GPU (or there are none): look up only the
+    # others, once per rank (an lru_cache; a per-step np.unique over the (units, blocks)
+    # pairs cost several times more than the lookups it saved)
+    splits = np.ones(units.shape, dtype=np.int64)
+    fill = (units > 0) & (units < 0.8 * (CTAS_PER_SM * num_sms))
+    if fill.any():
+        splits[fill] = [num_splits(u, b, num_sms)
+                        for u, b in zip(units[fill].tolist(), blocks[fill].tolist())]
     split = splits > 1
-    # split-KV CTAs: 64 rows, ceil(blocks / splits) key blocks; the plain kernel: 128 rows,
-    # the keys in its 64-key blocks
-    ctas = np.where(split, units * splits,
-                    np.rint(seqs) * kv_heads * math.ceil(rows / PREFILL_ROWS))
-    keys = np.where(split, np.ceil(blocks / splits) * KEY_BLOCK, np.ceil(mean_ctx / 64.0) * 64.0)
-    m = np.where(split, SPLIT_ROWS, PREFILL_ROWS)
+    plain_ctas = num_seqs * kv_heads * math.ceil(rows / PREFILL_ROWS)
+    plain_keys = np.ceil(mean_ctx / 64.0) * 64.0
+    if split.any():
+        # split-KV CTAs: 64 rows, ceil(blocks / splits) key blocks; the plain kernel: 128 rows,
+        # the keys in its 64-key blocks
+        ctas = np.where(split, units * splits, plain_ctas)
+        keys = np.where(split, np.ceil(blocks / splits) * KEY_BLOCK, plain_keys)
+        m = np.where(split, SPLIT_ROWS, PREFILL_ROWS)
+        num_key_splits = np.where(split, splits, 0).astype(np.float64)
+    else:                       # no rank splits its keys (most steps): the plain kernel's terms
+        ctas, keys, m, num_key_splits = plain_ctas, plain_keys, PREFILL_ROWS, np.zeros_like(seqs)
     slots = CTAS_PER_SM * num_sms
     waves = np.where(busy, np.ceil(ctas / slots), 0.0)
     mflops = np.where(busy, waves * keys * m * head_dim * 4.0 * slots * 1e-6, 0.0)
     mem = BYTES * (2.0 * seqs * heads * head_dim + 2.0 * context * kv_heads * head_dim)
-    return KernelWork(waves, np.where(split, splits, 0).astype(np.float64), mflops,
-                      np.where(busy, mem * 1e-3, 0.0))
+    return KernelWork(waves, num_key_splits, mflops, np.where(busy, mem * 1e-3, 0.0))
 
 
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,
