@@ -235,19 +235,26 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_node
         return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
                        num_tokens, dedup, multi_node, fraction, hottest)
     node_tokens = np.repeat(rank_sum(tokens, rpn), rpn)                  # [ranks] T_node(r)
-    rate_node_r = np.repeat(rank_sum(rate, rpn), rpn, axis=-1)           # [layers, ranks]
+    # per-node terms broadcast over each node's ranks on [..., nodes, rpn] views (the same
+    # value at every rank of a node, as a repeat to [..., ranks] gives, without the copy)
+    num_nodes = tables.placement.num_nodes
+    by_node = (*rate.shape[:-1], num_nodes, rpn)
+    rate_n, tokens_n = rate.reshape(by_node), tokens.reshape(num_nodes, rpn)
+    rate_node_r = rank_sum(rate, rpn)[..., None]                         # [layers, nodes, 1]
     if dedup in ("pair", "rank"):
         nvl_recv = rate * (node_tokens - tokens)
         rdma_recv = rate * (num_tokens - node_tokens)
-        nvl_send = tokens * (rate_node_r - rate)
-        rdma_send = tokens * (rate.sum(axis=-1, keepdims=True) - rate_node_r)
+        nvl_send = (tokens_n * (rate_node_r - rate_n)).reshape(rate.shape)
+        rdma_send = (tokens_n * (rate.sum(axis=-1, keepdims=True)[..., None] - rate_node_r)
+                     ).reshape(rate.shape)
     else:  # node dedup: RDMA once per node to the same local index, then NVLink forwarding
-        local_tokens = np.tile(rank_sum_strided(tokens, rpn), tables.placement.num_nodes)  # T_loc(local r)
+        local_tokens = np.tile(rank_sum_strided(tokens, rpn), num_nodes)  # T_loc(local r)
         node_hit = f * (1.0 - group_prod(rank_miss, rpn))                # [layers, nodes] g_n
         node_hit_r = np.repeat(node_hit, rpn, axis=-1)
         nvl_recv = rate * (num_tokens - local_tokens)
         rdma_recv = node_hit_r * (local_tokens - tokens)
-        nvl_send = (rate_node_r - rate) * local_tokens
+        nvl_send = ((rate_node_r - rate_n) * local_tokens.reshape(num_nodes, rpn)
+                    ).reshape(rate.shape)
         rdma_send = tokens * (node_hit.sum(axis=-1, keepdims=True) - node_hit_r)
     return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
                    num_tokens, dedup, multi_node, fraction, hottest)
