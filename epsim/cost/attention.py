@@ -163,15 +163,19 @@ def lm_head_us(sampled_tokens: np.ndarray, model: ModelSpec, gemm_params: dict[s
 # -- measured attention kernels (single-GPU records: `any/attention_decode|prefill/graph`) -------
 def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str, float],
                           prefill: dict[str, float], projections: dict[str, float], num_sms: int,
-                          tp_size: int = 1) -> np.ndarray:
+                          tp_size: int = 1, projections_us: np.ndarray | None = None) -> np.ndarray:
     """[dp] one attention layer per rank with fitted kernels: the projections as a
     dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' flash kernel over their
     contexts (`decode`) and the prefill chunks' causal one (`prefill`; `epsim.cost.flash`);
-    `tp_size` ranks split the heads; 0 for an idle rank."""
-    weight_bytes, proj_flops, _, _, _ = _attention_constants(model)
+    `tp_size` ranks split the heads; 0 for an idle rank.
+
+    Args:
+        projections_us: [dp] `attention_projections_us` of these tokens when the caller has it
+            (it depends on the tokens alone; the engine remembers it per batch shape)."""
     heads, kv_heads, head_dim = attention_heads(model, tp_size)
     tokens = batch.tokens
-    t = gemm_us(weight_bytes, proj_flops, tokens, projections, tp_size)
+    t = (attention_projections_us(tokens, model, projections, tp_size)
+         if projections_us is None else projections_us)
     t = t + kernel_us(decode_work(batch.decode_tokens, batch.decode_context, heads, kv_heads,
                                   head_dim, num_sms), decode)
     if batch.phase == "prefill":
@@ -179,6 +183,13 @@ def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str
                                        batch.prefill_chunks, heads, kv_heads, head_dim, num_sms),
                           prefill)
     return np.where(tokens > 0, t, 0.0)
+
+
+def attention_projections_us(tokens: np.ndarray, model: ModelSpec, projections: dict[str, float],
+                             tp_size: int = 1) -> np.ndarray:
+    """[dp] the attention projections of each rank's `tokens` as a dense GEMM roofline."""
+    weight_bytes, proj_flops, _, _, _ = _attention_constants(model)
+    return gemm_us(weight_bytes, proj_flops, tokens, projections, tp_size)
 
 
 def attention_heads(model: ModelSpec, tp_size: int = 1) -> tuple[int, int, int]:

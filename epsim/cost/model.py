@@ -18,8 +18,9 @@ from functools import cached_property
 import numpy as np
 
 from epsim import vocab
-from epsim.cost.attention import (BatchCounts, attention_defaults, attention_us, gemm_us,
-                                  lm_head_us, measured_attention_us, overhead_defaults)
+from epsim.cost.attention import (BatchCounts, attention_defaults, attention_projections_us,
+                                  attention_us, gemm_us, lm_head_us, measured_attention_us,
+                                  overhead_defaults)
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_rank_us
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
@@ -249,6 +250,7 @@ class CostModel:
                                  for eager, t in self.block_ops_timings.items()}
         self.block_ops_parts = {eager: self._block_ops_parts(eager) for eager in (True, False)}
         self._terms_memo: dict[tuple, _TokenTerms] = {}
+        self._projections_memo: dict[bytes, np.ndarray] = {}     # tokens -> [dp] µs
         self._host_rows: dict[tuple[bool, str], np.ndarray] = {}
 
     def _block_ops_parts(self, eager: bool) -> tuple[str, ...]:
@@ -524,9 +526,17 @@ class CostModel:
         """Slowest rank's attention of one layer, plus the TP all-reduce without DP attention."""
         if self.attention_kernels is not None:
             decode, prefill = self.attention_kernels
-            t = float(measured_attention_us(batch, self.model, decode, prefill,
-                                            self._gemm_params(self.experts_params),
-                                            self.gemm.num_sms, self.tp_size).max())
+            projections = self._gemm_params(self.experts_params)
+            key = batch.tokens.tobytes()        # the projections depend on the tokens alone
+            proj = self._projections_memo.get(key)
+            if proj is None:
+                if len(self._projections_memo) >= 64:
+                    self._projections_memo.clear()
+                proj = self._projections_memo[key] = attention_projections_us(
+                    batch.tokens, self.model, projections, self.tp_size)
+                proj.flags.writeable = False
+            t = float(measured_attention_us(batch, self.model, decode, prefill, projections,
+                                            self.gemm.num_sms, self.tp_size, proj).max())
         else:
             t = float(attention_us(batch, self.model, self.attention_params, self.tp_size).max())
         if self.tp_size > 1:
