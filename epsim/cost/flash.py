@@ -121,19 +121,21 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     mean_ctx = np.divide(context, seqs, out=np.zeros_like(context), where=busy)
     num_seqs = np.rint(seqs)
     units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / SPLIT_ROWS))
-    blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
     # `num_splits` is 1 where the CTAs fill the GPU (or there are none): look up only the
     # others, once per rank (an lru_cache; a per-step np.unique over the (units, blocks)
     # pairs cost several times more than the lookups it saved)
-    splits = np.ones(units.shape, dtype=np.int64)
     fill = (units > 0) & (units < 0.8 * (CTAS_PER_SM * num_sms))
+    any_split = False
     if fill.any():
+        blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
+        splits = np.ones(units.shape, dtype=np.int64)
         splits[fill] = [num_splits(u, b, num_sms)
                         for u, b in zip(units[fill].tolist(), blocks[fill].tolist())]
-    split = splits > 1
+        split = splits > 1
+        any_split = bool(split.any())
     plain_ctas = num_seqs * kv_heads * math.ceil(rows / PREFILL_ROWS)
     plain_keys = np.ceil(mean_ctx / 64.0) * 64.0
-    if split.any():
+    if any_split:
         # split-KV CTAs: 64 rows, ceil(blocks / splits) key blocks; the plain kernel: 128 rows,
         # the keys in its 64-key blocks
         ctas = np.where(split, units * splits, plain_ctas)
