@@ -92,7 +92,7 @@ class SourceOperators:
             (built on first use: only node-deduplicated copies read it).
     """
 
-    tables: "PlacementTables"
+    placement: Placement     # (not the tables, which hold these operators: no reference cycle)
     used: np.ndarray         # [sources, layers, physical] bool, slot p is the one s sends p's expert to
     to_slot: object
     slot_set: np.ndarray
@@ -128,14 +128,14 @@ class SourceOperators:
         sets = by_slot[first]                                                    # [sets, S]
         sources = np.broadcast_to(np.arange(num_sources, dtype=np.int32), sets.shape)[sets]
         to_slot = _csr(ones[:sources.size], sources, sets.sum(axis=1, dtype=np.int32), num_sources)
-        return cls(tables, used, to_slot, slot_set.ravel(),
-                   _to_destination(tables, used, p.slots_per_rank, ones))
+        return cls(p, used, to_slot, slot_set.ravel(),
+                   _to_destination(p, used, p.slots_per_rank, ones))
 
     @cached_property
     def to_node(self):
-        p = self.tables.placement
-        return _to_destination(self.tables, self.used, p.slots_per_rank * p.ranks_per_node,
-                               np.ones(self.tables.source_slot.size))
+        p = self.placement
+        return _to_destination(p, self.used, p.slots_per_rank * p.ranks_per_node,
+                               np.ones(self.used.shape[0] * self.used.shape[1] * p.num_logical))
 
 
 def _csr(ones: np.ndarray, indices: np.ndarray, counts: np.ndarray, num_columns: int):
@@ -146,16 +146,14 @@ def _csr(ones: np.ndarray, indices: np.ndarray, counts: np.ndarray, num_columns:
     return sparse.csr_matrix((ones, indices, indptr), shape=(counts.size, num_columns))
 
 
-def _to_destination(tables: "PlacementTables", used: np.ndarray, slots_per_dest: int,
-                    ones: np.ndarray):
+def _to_destination(p: Placement, used: np.ndarray, slots_per_dest: int, ones: np.ndarray):
     """[sources * layers * dests, layers * experts] CSR: row (source, layer, dest) holds the
     experts that source sends to that destination (rank or node), in increasing order.
 
     A destination's slots, ordered by the logical expert each holds ([layers, physical]
     `order`), list its row's experts in increasing order where the source uses them (a source
     uses one slot per expert, so no expert appears twice)."""
-    p = tables.placement
-    num_sources, num_layers, num_experts = tables.source_slot.shape
+    num_sources, num_layers, num_experts = used.shape[0], used.shape[1], p.num_logical
     p2l = p.physical_to_logical                                                  # [L, P]
     num_dest = p.num_physical // slots_per_dest
     by_dest = p2l.reshape(num_layers, num_dest, slots_per_dest)
