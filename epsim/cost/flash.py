@@ -118,13 +118,14 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     context = np.asarray(context, dtype=np.float64)
     busy = seqs > 0
     rows = max(heads // max(kv_heads, 1), 1)
+    slots = CTAS_PER_SM * num_sms
     mean_ctx = np.divide(context, seqs, out=np.zeros_like(context), where=busy)
     num_seqs = np.rint(seqs)
     units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / SPLIT_ROWS))
     # `num_splits` is 1 where the CTAs fill the GPU (or there are none): look up only the
     # others, once per rank (an lru_cache; a per-step np.unique over the (units, blocks)
     # pairs cost several times more than the lookups it saved)
-    fill = (units > 0) & (units < 0.8 * (CTAS_PER_SM * num_sms))
+    fill = (units > 0) & (units < 0.8 * slots)
     any_split = False
     if fill.any():
         blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
@@ -144,7 +145,6 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
         num_key_splits = np.where(split, splits, 0).astype(np.float64)
     else:                       # no rank splits its keys (most steps): the plain kernel's terms
         ctas, keys, m, num_key_splits = plain_ctas, plain_keys, PREFILL_ROWS, np.zeros_like(seqs)
-    slots = CTAS_PER_SM * num_sms
     waves = np.where(busy, np.ceil(ctas / slots), 0.0)
     mflops = np.where(busy, waves * keys * m * head_dim * 4.0 * slots * 1e-6, 0.0)
     mem = BYTES * (2.0 * seqs * heads * head_dim + 2.0 * context * kv_heads * head_dim)

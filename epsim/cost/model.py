@@ -26,9 +26,9 @@ from epsim.cost.block_ops import block_ops_defaults, block_ops_rank_us
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
                              comm_defaults, comm_us, dedup_for, l2_bytes,
                              dispatch_bytes_per_copy)
-from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.experts import (dense_gemm, dense_us, even_row_tiles, experts_defaults, experts_us,
                                 model_gemm)
+from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.tables import PlacementTables
 from epsim.cost.provenance import Ledger
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing

@@ -85,8 +85,23 @@ def test_gpu_grid_covers_the_issue():
     assert any("needs two or more GPUs" in n for n in plan.notes)
 
 
+def test_holdout_grid_reaches_what_the_calibration_grid_does_not():
+    """`--grid holdout`: attention only, a GQA shape the calibration grid has not (8 KV heads),
+    and decode batches above its 256 sequences for every attention shape."""
+    calibration = plan_components("cuda").points
+    holdout = plan_components("cuda", grid="holdout").points
+    assert {p.kind for p in holdout} == {"attention_prefill", "attention_decode"}
+    assert {p.shape.name for p in holdout if p.shape.num_kv_heads == 8} == {"Qwen3-Coder-480B-A35B"}
+    seen = {(p.kind, p.shape.name, p.num_seqs, p.context_len) for p in calibration}
+    assert not seen & {(p.kind, p.shape.name, p.num_seqs, p.context_len) for p in holdout}
+    big = {(p.shape.name, p.num_seqs) for p in holdout if p.num_seqs >= 1024}
+    assert {name for name, _ in big} == {"Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen3-Coder-480B-A35B"}
+    assert all(p.num_seqs * p.context_len <= live.component_bench.MAX_KV_TOKENS for p in holdout)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"kinds": ["router"]}, r"kind \('router'\) must be one of experts"),
+    ({"grid": "all"}, r"grid \('all'\) must be 'calibration' or 'holdout'"),
     ({"num_iters": 0}, r"iters \(0\) must be >= 1"),
     ({"device": "tpu"}, r"device \('tpu'\) must be 'cuda' or 'cpu'"),
 ])
