@@ -84,16 +84,19 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
     The router GEMM is a roofline: its operand bytes (`2TH + 2EH + 2TE`) go to the memory
     column when memory-bound at `params`, else its FLOPs to the math column; every other pass
     streams memory. The kernels column counts the parts' launches (none on an idle rank),
-    the sort columns come with the permute."""
+    the sort columns come with the permute. `tokens` may be `[ranks]` against `pairs`
+    `[..., ranks]` (the engines' draws and layers): the terms of the tokens alone are then
+    computed once per rank, with the same bits as on tokens broadcast to the pairs' shape."""
     work = block_ops_work(tokens, pairs, hidden_size, num_experts, top_k)
-    num_bytes = sum(work[part][0] for part in parts)
-    flops = sum(work[part][1] for part in parts)
-    t = np.asarray(tokens, dtype=np.float64) * np.ones_like(num_bytes)
+    shape = np.broadcast_shapes(np.shape(tokens), np.shape(pairs))
+    num_bytes = np.broadcast_to(sum(work[part][0] for part in parts), shape)
+    flops = np.broadcast_to(sum(work[part][1] for part in parts), shape)
+    t = np.asarray(tokens, dtype=np.float64)
     gemm_bytes = np.where(t > 0, 2.0 * (t + num_experts) * hidden_size + 2.0 * t * num_experts,
-                          0.0) if "router" in parts else np.zeros_like(num_bytes)
+                          0.0) if "router" in parts else 0.0
     compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
     mem_kb = (num_bytes - np.where(compute_bound, gemm_bytes, 0.0)) * 1e-3
-    p = np.asarray(pairs, dtype=np.float64) * np.ones_like(num_bytes)
+    p = np.asarray(pairs, dtype=np.float64)
     busy = (num_bytes > 0).astype(np.float64)
     sort = busy if "permute" in parts else np.zeros_like(busy)
     launches = busy * sum(KERNELS[part] for part in parts)
@@ -106,58 +109,10 @@ def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
     """[...] microseconds of the slowest rank's block ops (`[..., ranks]` in, last axis reduced).
 
     Args:
-        tokens: [..., ranks] each rank's own tokens; pairs: [..., ranks] pairs it computes.
+        tokens: [..., ranks] (or [ranks]) each rank's own tokens; pairs: [..., ranks] pairs
+            it computes.
         parts: the parts to cost (the rest lie inside another fitted stage: docs/model.md).
     """
     from epsim.cost.linear import BLOCK_OPS_TERMS
     rows = block_ops_features(tokens, pairs, hidden_size, num_experts, top_k, params, parts)
-    return (rows @ BLOCK_OPS_TERMS.coefficients(params)).max(axis=-1)
-
-
-def block_ops_rank_us(tokens_per_rank: np.ndarray, pairs: np.ndarray, hidden_size: int,
-                      num_experts: int, top_k: int, params: dict[str, float],
-                      parts: tuple[str, ...] = PARTS) -> np.ndarray:
-    """`block_ops_us(np.broadcast_to(tokens_per_rank, pairs.shape), pairs, ...)`, the same bits:
-    the terms of the tokens alone (router bytes and FLOPs, the router GEMM's bound side, the
-    weighting's output rows) are computed once per rank, not once per (draw, layer, rank).
-
-    Each element goes through the same floating-point operations in the same order as in
-    `block_ops_features` (broadcasting changes no value); the design rows are laid out alike
-    before the one product with the coefficients, so it rounds alike too.
-
-    Args:
-        tokens_per_rank: [ranks] each rank's own tokens.
-        pairs: [..., ranks] pairs each rank computes.
-    """
-    from epsim.cost.linear import BLOCK_OPS_TERMS
-    if parts != tuple(part for part in PARTS if part in parts) or parts[:1] != ("router",):
-        # the fast path adds the parts' bytes in PARTS order, router first, as the sum does
-        return block_ops_us(np.broadcast_to(tokens_per_rank, np.shape(pairs)), pairs, hidden_size,
-                            num_experts, top_k, params, parts)
-    t = np.asarray(tokens_per_rank, dtype=np.float64)                 # [ranks]
-    p = np.asarray(pairs, dtype=np.float64)                           # [..., ranks]
-    h, e, k = float(hidden_size), float(num_experts), float(top_k)
-    # per rank: the terms of `block_ops_work` and `block_ops_features` that read tokens only
-    router = np.where(t > 0, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k + 8 * t, 0.0)
-    flops = 2.0 * t * e * h            # the other parts add zeros, which change no bit here
-    gemm_bytes = np.where(t > 0, 2.0 * (t + num_experts) * hidden_size + 2.0 * t * num_experts,
-                          0.0)
-    compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
-    num_bytes = router + np.zeros_like(p)                             # [..., ranks]
-    if "permute" in parts or "combine_weighting" in parts:
-        busy = (t > 0) | (p > 0)
-    if "permute" in parts:
-        num_bytes = num_bytes + np.where(busy, 4 * h * p + 112 * p, 0.0)
-    if "combine_weighting" in parts:
-        num_bytes = num_bytes + np.where(busy, 22 * h * p + 10 * t * h + 36 * p, 0.0)
-    rows = np.empty((*num_bytes.shape, 5))
-    is_busy = (num_bytes > 0).astype(np.float64)
-    rows[..., 0] = is_busy * sum(KERNELS[part] for part in parts)
-    if "permute" in parts:
-        rows[..., 1] = is_busy * (p > SMALL_SORT_KEYS)
-        rows[..., 2] = is_busy * (p > BLOCK_SORT_KEYS)
-    else:
-        rows[..., 1:3] = 0.0
-    rows[..., 3] = (num_bytes - np.where(compute_bound, gemm_bytes, 0.0)) * 1e-3
-    rows[..., 4] = np.where(compute_bound, flops * 1e-6, 0.0)
     return (rows @ BLOCK_OPS_TERMS.coefficients(params)).max(axis=-1)

@@ -14,13 +14,13 @@ on the SMs, not by the FLOPs of the (query, key) pairs alone:
   i-th row block of a chunk after a prefix of p keys computes `ceil(p / 128) + i + 1` tiles of
   128 x 128. They are launched longest first and greedily placed on the slots; the busiest
   slot's tiles are `longest` when every CTA has a slot, else about
-  `max(longest, total / slots + longest / 2)` (within ~10 % of a greedy-placement simulation
-  from 64 to 16384 CTAs; docs/model.md 5a).
+  `max(longest, total / slots + longest / 2)` (-12 % to +7 % of a greedy placement over 32-384
+  (chunk, head) groups of 128-16384 tokens, tests/epsim/cost/test_flash.py; docs/model.md 5a).
 
 A slot is one of the two CTAs resident per SM (registers of a 4-warp head_dim-128 CTA): a CTA
 runs at a slot's share of the tensor rate whether or not its SM has another (its own four
 warps issue the MMAs; fitted on prefills up to 1024 tokens, this predicts 2048-16384 within
-2.6 %, a CTA alone on its SM running at the whole SM's rate within 20 %). A tile costs
+2.3 %, `epsim validate`'s tokens axis). A tile costs
 `rows x 128 keys x head_dim x 4` FLOPs (scores and values); the kernel's time is
 
     base_us + waves x wave_us + splits x per_split_us

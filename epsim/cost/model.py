@@ -22,7 +22,7 @@ from epsim.cost.attention import (BatchCounts, attention_defaults, attention_pro
                                   attention_us, gemm_us, lm_head_us, measured_attention_us,
                                   overhead_defaults)
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
-from epsim.cost.block_ops import block_ops_defaults, block_ops_rank_us
+from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
                              comm_defaults, comm_us, dedup_for, l2_bytes,
                              dispatch_bytes_per_copy)
@@ -383,9 +383,9 @@ class CostModel:
                             even_row_tiles(tr.pairs, tr.active_experts), self.gemm,
                             experts_params) + self.host_us("experts", "", graph)
         own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
-        block = block_ops_rank_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
-                                  self.block_ops_params[not graph],
-                                  self.block_ops_parts[not graph]) + self.block_ops_host_us(graph)
+        block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
+                             self.block_ops_params[not graph],
+                             self.block_ops_parts[not graph]) + self.block_ops_host_us(graph)
         if self.backend == "none":
             hidden_bytes = tr.num_tokens * m.hidden_size * 2.0
             gather = collective_us(hidden_bytes, self.num_ranks, self.num_nodes, 1,

@@ -185,7 +185,7 @@ def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatur
     path = GRAPH if is_graph(record) else ""
     sms = num_sms(cluster.gpu)
     if record.kind != "dense_mlp":
-        return _attention_row(record, profile, kind, path, sms)
+        return _attention_row(record, profile, kind, path, cluster)
     params = profile.params("any", kind, path, defaults=experts_defaults(cluster.hardware))
     if not (record.hidden_size and record.intermediate_size):
         raise RecordError("hidden_size and intermediate_size must be > 0 for a dense_mlp record")
@@ -200,7 +200,7 @@ def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatur
 
 
 def _attention_row(record: MeasurementRecord, profile: Profile, kind: str, path: str,
-                   sms: int) -> RecordFeatures:
+                   cluster: ClusterSpec) -> RecordFeatures:
     """An attention record: `num_seqs` causal chunks of `context_len` new tokens (prefill), or
     `num_seqs` single queries against `context_len` cached keys each (decode)."""
     from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
@@ -210,13 +210,12 @@ def _attention_row(record: MeasurementRecord, profile: Profile, kind: str, path:
     if not (h and kv and hd and seqs and ctx):
         raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs and "
                           "context_len must be > 0 for an attention record")
-    one = np.ones(1)
+    one, sms = np.ones(1), num_sms(cluster.gpu)
     if record.kind == "attention_prefill":
         work = prefill_work(one * seqs * ctx, one * seqs * ctx, one * seqs, h, kv, hd, sms)
     else:
         work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms)
-    params = profile.params("any", kind, path,
-                            defaults=attention_kernel_defaults(_cluster(record, profile).hardware))
+    params = profile.params("any", kind, path, defaults=attention_kernel_defaults(cluster.hardware))
     return RecordFeatures(component_key("any", kind, path), ATTENTION_TERMS.coef_names,
                           kernel_features(work, params)[0], ATTENTION_TERMS.coefficients(params))
 

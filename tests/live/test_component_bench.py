@@ -99,6 +99,13 @@ def test_holdout_grid_reaches_what_the_calibration_grid_does_not():
     assert all(p.num_seqs * p.context_len <= live.component_bench.MAX_KV_TOKENS for p in holdout)
 
 
+def test_bad_grid_on_the_command_line_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        live.component_bench.main(["--cpu", "--grid", "all"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and "argument --grid: invalid choice: 'all'" in err[-1]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"kinds": ["router"]}, r"kind \('router'\) must be one of experts"),
     ({"grid": "all"}, r"grid \('all'\) must be 'calibration' or 'holdout'"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from epsim.cost.block_ops import (BLOCK_SORT_KEYS, PARTS, block_ops_defaults, block_ops_features,
-                                  block_ops_rank_us, block_ops_us, block_ops_work)
+                                  block_ops_us, block_ops_work)
 from epsim.cost.linear import BLOCK_OPS_TERMS
 from epsim.zoo import get_hardware
 
@@ -34,8 +34,8 @@ def test_parts_add_up_and_the_slowest_rank_sets_the_pace():
 
 @pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",)])
 def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts):
-    """`block_ops_rank_us` (tokens per rank, the engines' path) is `block_ops_us` on tokens
-    broadcast over draws and layers, to the last bit: same operations per element."""
+    """`block_ops_us` on tokens per rank (the engines' path: their terms once per rank) is
+    `block_ops_us` on tokens broadcast over draws and layers, to the last bit."""
     tokens = rng.integers(0, 600, 16).astype(np.float64) * 0.5          # [ranks], some idle
     tokens[[3, 7]] = 0.0
     pairs = rng.random((3, 5, 16)) * rng.choice([10.0, 300.0, 9000.0], size=(3, 5, 16))
@@ -43,7 +43,7 @@ def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts):
     for params in (block_ops_defaults(H200), {**block_ops_defaults(H200), "tflops": 0.5,
                                                "sort_block_us": 3.0, "sort_device_us": 7.0}):
         want = block_ops_us(np.broadcast_to(tokens, pairs.shape), pairs, 4096, 128, 8, params, parts)
-        got = block_ops_rank_us(tokens, pairs, 4096, 128, 8, params, parts)
+        got = block_ops_us(tokens, pairs, 4096, 128, 8, params, parts)
         assert got.shape == want.shape == (3, 5)
         assert np.array_equal(got.view(np.int64), want.view(np.int64))
 

@@ -1,0 +1,80 @@
+"""The flash-attention kernel's work (`epsim.cost.flash`): the split heuristic, the decode CTAs,
+and the prefill's closed-form busiest slot against a greedy placement of its CTAs."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import pytest
+
+from epsim.cost.flash import (CTAS_PER_SM, PREFILL_ROWS, KEY_BLOCK, decode_work, kernel_features,
+                              kernel_us, num_splits, prefill_work)
+
+SMS = 132
+SLOTS = CTAS_PER_SM * SMS
+
+
+def _greedy_busiest(group_tiles: list[int], groups: int, slots: int) -> float:
+    """Tiles of the busiest slot when CTAs are launched group by group, longest first, each on
+    the slot that frees first (a GPU's block scheduler)."""
+    free = [0.0] * slots
+    for _ in range(groups):
+        for tiles in group_tiles:
+            heapq.heappush(free, heapq.heappop(free) + tiles)
+    return max(free)
+
+
+@pytest.mark.parametrize("units, blocks, splits", [
+    (256, 256, 1),          # 256 CTAs fill 0.8 of 264 slots: no split
+    (64, 256, 4),           # 16 sequences x 4 KV heads: 4 splits reach 256 of 264 slots
+    (16, 256, 14),          # best eligible efficiency 0.97 (16 splits); 14 is within 85 % of it
+    (4, 64, 64),            # one sequence: split down to one key block each
+])
+def test_split_heuristic_follows_flash_attention_2(units, blocks, splits):
+    assert num_splits(units, blocks, SMS) == splits
+
+
+def test_decode_pads_the_rows_and_counts_waves_of_equal_ctas():
+    # 64 sequences x 4 KV heads = 256 CTAs of 128 padded rows: one wave, each over all keys
+    work = decode_work(np.array([64.0, 0.0]), np.array([64 * 32768.0, 0.0]), 32, 4, 128, SMS)
+    assert work.waves.tolist() == [1.0, 0.0] and work.splits.tolist() == [0.0, 0.0]
+    assert work.mflops[0] == pytest.approx(1 * 32768 * PREFILL_ROWS * 128 * 4 * SLOTS * 1e-6)
+    # 32 or 64 query heads over the same 4 KV heads: the same padded tiles, the same time
+    wider = decode_work(np.array([64.0]), np.array([64 * 32768.0]), 64, 4, 128, SMS)
+    assert wider.mflops[0] == work.mflops[0] and wider.waves[0] == work.waves[0]
+    params = {"base_us": 7.0, "wave_us": 3.0, "per_split_us": 0.25, "hbm_gbps": 3700.0,
+              "tflops": 360.0}
+    assert kernel_us(work, params)[1] == 0.0                          # an idle rank costs nothing
+    rows = kernel_features(work, params)
+    coef = np.array([7.0, 3.0, 0.25, 1 / 3700.0, 1 / 360.0])
+    assert rows @ coef == pytest.approx(kernel_us(work, params))      # the fitter's form
+
+
+def test_decode_splits_a_few_long_sequences():
+    work = decode_work(np.array([1.0]), np.array([32768.0]), 32, 4, 128, SMS)
+    assert work.splits[0] == 64 and work.waves[0] == 1.0              # 256 CTAs of 4 key blocks
+
+
+@pytest.mark.parametrize("groups", [32, 64, 96, 128, 192, 256, 384])
+def test_prefill_busiest_slot_is_within_12_percent_of_a_greedy_placement(groups):
+    """(chunk, head) groups of 128 .. 16384 tokens: the closed form
+    `max(longest, total / slots + longest / 2)` (longest alone when every CTA has a slot)."""
+    ratios = []
+    for row_blocks in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128):
+        tokens = float(row_blocks * PREFILL_ROWS)
+        heads = groups                                  # one chunk: a group per head
+        work = prefill_work(np.array([tokens]), np.array([tokens]), np.array([1.0]), heads, 4,
+                            128, SMS)
+        tile_flops = PREFILL_ROWS * KEY_BLOCK * 128 * 4.0
+        closed = work.mflops[0] / (tile_flops * SLOTS * 1e-6)
+        greedy = _greedy_busiest(list(range(row_blocks, 0, -1)), groups, SLOTS)
+        ratios.append(closed / greedy)
+    assert 0.88 <= min(ratios) and max(ratios) <= 1.07
+
+
+def test_prefill_after_a_prefix_reads_its_tiles():
+    alone = prefill_work(np.array([512.0]), np.array([512.0]), np.array([1.0]), 32, 4, 128, SMS)
+    later = prefill_work(np.array([512.0]), np.array([4096.0]), np.array([1.0]), 32, 4, 128, SMS)
+    assert later.mflops[0] > alone.mflops[0] and later.mem_kb[0] > alone.mem_kb[0]
+    assert later.waves[0] == alone.waves[0]             # the same CTAs, each longer
