@@ -22,7 +22,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from epsim.cost.flash import decode_work, kernel_us, prefill_work
+from epsim.cost.flash import DecodeKernel, kernel_us, prefill_work
 from epsim.cost.roofline import TENSOR_EFFICIENCY, roofline_us
 from epsim.spec.hardware import HardwareSpec
 from epsim.spec.model import ModelSpec
@@ -163,7 +163,8 @@ def lm_head_us(sampled_tokens: np.ndarray, model: ModelSpec, gemm_params: dict[s
 # -- measured attention kernels (single-GPU records: `any/attention_decode|prefill/graph`) -------
 def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str, float],
                           prefill: dict[str, float], projections: dict[str, float], num_sms: int,
-                          tp_size: int = 1, projections_us: np.ndarray | None = None) -> np.ndarray:
+                          tp_size: int = 1, projections_us: np.ndarray | None = None,
+                          decode_kernel: DecodeKernel | None = None) -> np.ndarray:
     """[dp] one attention layer per rank with fitted kernels: the projections as a
     dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' flash kernel over their
     contexts (`decode`) and the prefill chunks' causal one (`prefill`; `epsim.cost.flash`);
@@ -171,13 +172,16 @@ def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str
 
     Args:
         projections_us: [dp] `attention_projections_us` of these tokens when the caller has it
-            (it depends on the tokens alone; the engine remembers it per batch shape)."""
+            (it depends on the tokens alone; the engine remembers it per batch shape).
+        decode_kernel: a `DecodeKernel` of these heads and `decode` (the same bits, faster
+            over steps that keep their sequence counts)."""
     heads, kv_heads, head_dim = attention_heads(model, tp_size)
     tokens = batch.tokens
     t = (attention_projections_us(tokens, model, projections, tp_size)
          if projections_us is None else projections_us)
-    t = t + kernel_us(decode_work(batch.decode_tokens, batch.decode_context, heads, kv_heads,
-                                  head_dim, num_sms), decode)
+    if decode_kernel is None:
+        decode_kernel = DecodeKernel(heads, kv_heads, head_dim, num_sms, decode)
+    t = t + decode_kernel.us(batch.decode_tokens, batch.decode_context)
     if batch.phase == "prefill":
         t = t + kernel_us(prefill_work(batch.prefill_tokens, batch.prefill_context,
                                        batch.prefill_chunks, heads, kv_heads, head_dim, num_sms),

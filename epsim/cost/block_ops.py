@@ -57,9 +57,12 @@ def block_ops_defaults(hardware: HardwareSpec) -> dict[str, float]:
             "tflops": hardware.bf16_tflops * TENSOR_EFFICIENCY}
 
 
-def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
-                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{part: (bytes, FLOPs)} of each part, elementwise over `tokens` and `pairs` ([...]).
+def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
+                   parts: tuple[str, ...] = PARTS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{part: (bytes, FLOPs)} of each of `parts`, elementwise over `tokens` and `pairs`.
+
+    Each term keeps its own shape: the router's are `tokens`-shaped, the permute's and the
+    weighting's broadcast `tokens` against `pairs`, and their FLOPs are a scalar 0.
 
     Args:
         tokens: [...] the rank's own tokens (router, the weighted sum's output rows).
@@ -68,12 +71,23 @@ def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
     t = np.asarray(tokens, dtype=np.float64)
     p = np.asarray(pairs, dtype=np.float64)
     h, e, k = float(hidden_size), float(num_experts), float(top_k)
-    busy = (t > 0) | (p > 0)
-    router = np.where(t > 0, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k + 8 * t, 0.0)
-    zero = np.zeros_like(p * t)
-    return {"router": (router, 2.0 * t * e * h),
-            "permute": (np.where(busy, 4 * h * p + 112 * p, 0.0), zero),
-            "combine_weighting": (np.where(busy, 22 * h * p + 10 * t * h + 36 * p, 0.0), zero)}
+    has_tokens = t > 0
+    # a rank with tokens runs every part; the mask is needed only where some rank has none
+    busy = None if has_tokens.all() else has_tokens | (p > 0)
+
+    def on_busy(x: np.ndarray) -> np.ndarray:
+        return x if busy is None else np.where(busy, x, 0.0)
+
+    work = {}
+    for part in parts:
+        if part == "router":
+            work[part] = (np.where(has_tokens, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k
+                                   + 8 * t, 0.0), 2.0 * t * e * h)
+        elif part == "permute":
+            work[part] = (on_busy(4 * h * p + 112 * p), 0.0)
+        else:
+            work[part] = (on_busy(22 * h * p + 10 * t * h + 36 * p), 0.0)
+    return work
 
 
 def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
@@ -87,21 +101,26 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
     the sort columns come with the permute. `tokens` may be `[ranks]` against `pairs`
     `[..., ranks]` (the engines' draws and layers): the terms of the tokens alone are then
     computed once per rank, with the same bits as on tokens broadcast to the pairs' shape."""
-    work = block_ops_work(tokens, pairs, hidden_size, num_experts, top_k)
-    shape = np.broadcast_shapes(np.shape(tokens), np.shape(pairs))
-    num_bytes = np.broadcast_to(sum(work[part][0] for part in parts), shape)
-    flops = np.broadcast_to(sum(work[part][1] for part in parts), shape)
+    work = block_ops_work(tokens, pairs, hidden_size, num_experts, top_k, parts)
     t = np.asarray(tokens, dtype=np.float64)
+    p = np.asarray(pairs, dtype=np.float64)
+    shape = np.broadcast_shapes(t.shape, p.shape)
+    num_bytes = sum(work[part][0] for part in parts)
+    flops = work["router"][1] if "router" in parts else np.zeros_like(t)   # tokens-shaped
     gemm_bytes = np.where(t > 0, 2.0 * (t + num_experts) * hidden_size + 2.0 * t * num_experts,
                           0.0) if "router" in parts else 0.0
     compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
-    mem_kb = (num_bytes - np.where(compute_bound, gemm_bytes, 0.0)) * 1e-3
-    p = np.asarray(pairs, dtype=np.float64)
-    busy = (num_bytes > 0).astype(np.float64)
-    sort = busy if "permute" in parts else np.zeros_like(busy)
-    launches = busy * sum(KERNELS[part] for part in parts)
-    return np.stack([launches, sort * (p > SMALL_SORT_KEYS), sort * (p > BLOCK_SORT_KEYS),
-                     mem_kb, np.where(compute_bound, flops * 1e-6, 0.0)], axis=-1)
+    rows = np.empty(shape + (5,))
+    busy = np.greater(num_bytes, 0, out=rows[..., 0])        # 1.0 where the rank runs anything
+    if "permute" in parts:
+        np.multiply(busy, p > SMALL_SORT_KEYS, out=rows[..., 1])
+        np.multiply(busy, p > BLOCK_SORT_KEYS, out=rows[..., 2])
+    else:
+        rows[..., 1:3] = 0.0
+    np.multiply((num_bytes - np.where(compute_bound, gemm_bytes, 0.0)), 1e-3, out=rows[..., 3])
+    rows[..., 4] = np.where(compute_bound, flops * 1e-6, 0.0)
+    rows[..., 0] *= sum(KERNELS[part] for part in parts)                  # launches
+    return rows
 
 
 def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,

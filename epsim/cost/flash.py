@@ -151,6 +151,66 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     return KernelWork(waves, num_key_splits, mflops, np.where(busy, mem * 1e-3, 0.0))
 
 
+class DecodeKernel:
+    """`kernel_us(decode_work(seqs, context, ...), params)` of one model on one GPU, bit for bit,
+    with what the sequence counts alone decide (CTAs, waves, the fixed terms) remembered for
+    the last counts: a decode batch keeps its counts for many steps while its contexts grow.
+    Where a rank would split its keys (the split depends on the contexts) it is computed whole.
+
+    Args:
+        heads, kv_heads, head_dim: one rank's kernel (`attention_heads`); params: fitted
+            `any/attention_decode` terms (`ATTENTION_TERMS`).
+    """
+
+    def __init__(self, heads: int, kv_heads: int, head_dim: int, num_sms: int,
+                 params: dict[str, float]):
+        self.heads, self.kv_heads, self.head_dim, self.num_sms = heads, kv_heads, head_dim, num_sms
+        self.params = params
+        self._memo: tuple[bytes, tuple | None] | None = None
+
+    def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """[dp] microseconds of the decode kernel (0 on an idle rank); `seqs`, `context` [dp]."""
+        seqs = np.asarray(seqs, dtype=np.float64)
+        key = seqs.tobytes()
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, self._count_terms(seqs))
+        terms = self._memo[1]
+        if terms is None:
+            return kernel_us(decode_work(seqs, context, self.heads, self.kv_heads, self.head_dim,
+                                         self.num_sms), self.params)
+        busy, all_busy, waves, fixed_us, query_bytes = terms
+        context = np.asarray(context, dtype=np.float64)
+        # decode_work's and kernel_us's operations on the contexts, in their order
+        mean_ctx = context / seqs if all_busy else np.divide(
+            context, seqs, out=np.zeros_like(context), where=busy)
+        keys = np.ceil(mean_ctx / 64.0) * 64.0
+        slots = CTAS_PER_SM * self.num_sms
+        mflops = waves * keys * PREFILL_ROWS * self.head_dim * 4.0 * slots * 1e-6
+        mem_kb = BYTES * (query_bytes + 2.0 * context * self.kv_heads * self.head_dim) * 1e-3
+        if not all_busy:
+            mflops = np.where(busy, mflops, 0.0)
+            mem_kb = np.where(busy, mem_kb, 0.0)
+        p = self.params
+        t = fixed_us + np.maximum(mem_kb / p["hbm_gbps"], mflops / p["tflops"])
+        return np.where(mflops > 0, t, 0.0)
+
+    def _count_terms(self, seqs: np.ndarray) -> tuple | None:
+        """decode_work's terms of `seqs` alone when no rank splits its keys (else None)."""
+        rows = max(self.heads // max(self.kv_heads, 1), 1)
+        slots = CTAS_PER_SM * self.num_sms
+        num_seqs = np.rint(seqs)
+        units = num_seqs.astype(np.int64) * (self.kv_heads * math.ceil(rows / SPLIT_ROWS))
+        if ((units > 0) & (units < 0.8 * slots)).any():
+            return None
+        busy = seqs > 0
+        ctas = num_seqs * self.kv_heads * math.ceil(rows / PREFILL_ROWS)
+        waves = np.where(busy, np.ceil(ctas / slots), 0.0)
+        p = self.params
+        fixed_us = p["base_us"] + waves * p["wave_us"] + np.zeros_like(seqs) * p["per_split_us"]
+        return (busy, bool(busy.all()), waves, fixed_us,
+                2.0 * seqs * self.heads * self.head_dim)
+
+
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,
                  kv_heads: int, head_dim: int, num_sms: int) -> KernelWork:
     """The causal prefill kernel of one layer: `seqs` chunks of `tokens` new tokens in all.

@@ -18,9 +18,9 @@ from functools import cached_property
 import numpy as np
 
 from epsim import vocab
-from epsim.cost.attention import (BatchCounts, attention_defaults, attention_projections_us,
-                                  attention_us, gemm_us, lm_head_us, measured_attention_us,
-                                  overhead_defaults)
+from epsim.cost.attention import (BatchCounts, attention_defaults, attention_heads,
+                                  attention_projections_us, attention_us, gemm_us, lm_head_us,
+                                  measured_attention_us, overhead_defaults)
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
@@ -28,7 +28,7 @@ from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_p
                              dispatch_bytes_per_copy)
 from epsim.cost.experts import (dense_gemm, dense_us, even_row_tiles, experts_defaults, experts_us,
                                 model_gemm)
-from epsim.cost.flash import attention_kernel_defaults
+from epsim.cost.flash import DecodeKernel, attention_kernel_defaults
 from epsim.cost.tables import PlacementTables
 from epsim.cost.provenance import Ledger
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
@@ -237,6 +237,8 @@ class CostModel:
         self.dense_params = self._kernel("dense")
         decode, prefill = self._kernel("attention_decode"), self._kernel("attention_prefill")
         self.attention_kernels = (decode, prefill) if decode and prefill else None
+        self._decode_kernel = DecodeKernel(*attention_heads(model, self.tp_size),
+                                           self.gemm.num_sms, decode) if decode else None
         self._token_ranges = self._fitted_ranges(modes)
         self.ledger = Ledger()               # what the costed steps spent, for `provenance`
         # the block's own ops (router, permute, top-k weighting; `epsim.cost.block_ops`):
@@ -536,7 +538,8 @@ class CostModel:
                     batch.tokens, self.model, projections, self.tp_size)
                 proj.flags.writeable = False
             t = float(measured_attention_us(batch, self.model, decode, prefill, projections,
-                                            self.gemm.num_sms, self.tp_size, proj).max())
+                                            self.gemm.num_sms, self.tp_size, proj,
+                                            self._decode_kernel).max())
         else:
             t = float(attention_us(batch, self.model, self.attention_params, self.tp_size).max())
         if self.tp_size > 1:

@@ -42,19 +42,28 @@ def balanced_packing(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np
         return (np.broadcast_to(np.arange(num_items), weight.shape).copy(),
                 np.zeros(weight.shape, dtype=np.int64))
     order = np.argsort(-weight, axis=1, kind="stable")                      # [rows, items]
-    pack_index = np.full(weight.shape, -1, dtype=np.int64)
-    rank_in_pack = np.full(weight.shape, -1, dtype=np.int64)
-    pack_weight = np.zeros((num_rows, num_packs), dtype=weight.dtype)      # [rows, packs]
-    pack_items = np.zeros((num_rows, num_packs), dtype=np.int64)
-    rows = np.arange(num_rows)
+    sorted_weight = np.take_along_axis(weight, order, axis=1)
+    # the weight of each pack that has room, inf once full (flat [rows * packs]): the same
+    # values the rule compares, kept as packs fill instead of masked every step
+    open_weight = np.zeros(num_rows * num_packs, dtype=weight.dtype)
+    pack_items = np.zeros(num_rows * num_packs, dtype=np.int64)
+    row_start = np.arange(num_rows) * num_packs
+    packs = np.empty((num_items, num_rows), dtype=np.int64)                # by step
+    ranks = np.empty((num_items, num_rows), dtype=np.int64)
     for step in range(num_items):
-        item = order[:, step]                                               # [rows]
-        open_weight = np.where(pack_items < items_per_pack, pack_weight, np.inf)
-        pack = np.argmin(open_weight, axis=1)                               # [rows]
-        pack_index[rows, item] = pack
-        rank_in_pack[rows, item] = pack_items[rows, pack]
-        pack_weight[rows, pack] += weight[rows, item]
-        pack_items[rows, pack] += 1
+        pack = open_weight.reshape(num_rows, num_packs).argmin(axis=1)      # [rows]
+        flat = row_start + pack
+        taken = pack_items[flat]
+        packs[step], ranks[step] = pack, taken
+        open_weight[flat] += sorted_weight[:, step]
+        pack_items[flat] = taken + 1
+        full = taken + 1 == items_per_pack
+        if full.any():
+            open_weight[flat[full]] = np.inf
+    pack_index = np.empty(weight.shape, dtype=np.int64)
+    rank_in_pack = np.empty(weight.shape, dtype=np.int64)
+    np.put_along_axis(pack_index, order, packs.T, axis=1)
+    np.put_along_axis(rank_in_pack, order, ranks.T, axis=1)
     return pack_index, rank_in_pack
 
 

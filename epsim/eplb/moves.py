@@ -214,7 +214,7 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
     slots = np.flatnonzero(readable)
     key = ((np.arange(num_layers)[:, None] * num_experts + old_p2l[:, slots]) * num_ranks
            + rank_of[slots]).ravel()                                        # [layers * readable]
-    first = np.full(num_layers * num_experts * num_ranks, -1, dtype=np.int64)
+    first = np.full(num_layers * num_experts * num_ranks, -1, dtype=np.int32)   # slots < 2**31
     unique, at = np.unique(key, return_index=True)
     first[unique] = np.tile(slots, num_layers)[at]
     first = first.reshape(num_layers, num_experts, num_ranks)              # [layers, experts, ranks]

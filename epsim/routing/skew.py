@@ -155,12 +155,13 @@ def _apply_swaps(rows: np.ndarray, flat_a: np.ndarray, flat_b: np.ndarray) -> No
     on entry indices (a permutation), then applied to every row in one gather: the same
     values end in the same places as swapping them one by one.
     """
-    touched, counts = np.unique(np.concatenate([flat_a, flat_b]), return_counts=True)
+    _, inverse, counts = np.unique(np.concatenate([flat_a, flat_b]), return_inverse=True,
+                                   return_counts=True)
     if counts.max(initial=0) < 2:                 # disjoint: order does not matter
         rows[:, flat_a], rows[:, flat_b] = rows[:, flat_b], rows[:, flat_a]
         return
-    shared = touched[counts > 1]
-    chained = np.isin(flat_a, shared) | np.isin(flat_b, shared)    # [swaps] share an entry
+    shared = (counts > 1)[inverse]                # [2 * swaps] the entry is in another swap
+    chained = shared[:flat_a.shape[0]] | shared[flat_a.shape[0]:]  # [swaps] share an entry
     free_a, free_b = flat_a[~chained], flat_b[~chained]
     rows[:, free_a], rows[:, free_b] = rows[:, free_b], rows[:, free_a]
     source: dict[int, int] = {}                   # entry -> entry whose value ends there

@@ -11,6 +11,14 @@ prefilled (first token); `decode` admits requests whose prompt is already in the
 Elastic EP: `drop_rank` loses a failed rank's running and queued requests (its scheduler process
 is gone), and `route_to` sends later arrivals round-robin over the live ranks only (SGLang's
 data-parallel controller skips dead workers).
+
+Decode instances while every rank is alive (most decode runs, R1 among them) take a shorter
+path with the same results: every running request decodes one token per step, so instead of
+counting each slot's context and tokens left down every step, a slot keeps the step count at
+which it finishes (its context is its start plus the steps since), the finishing slots of each
+step are looked up, and the inter-token gaps are all "now minus the previous step". The
+per-slot arrays are formed only when asked for (`context`, `out_left`, the window's last-token
+times) and for good once a rank fails.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from epsim.sim.token_gaps import NO_GAPS, StepGaps, TokenClock, WindowGaps
 
 _NO_REQUEST = -1
 _EMPTY_LEFT = 1 << 30        # out_left of a free slot: never reaches 0, so no mask is needed
+_FEW_FREE = 64               # free slots up to which admission walks them in plain Python
 
 
 @dataclass(eq=False)
@@ -93,9 +102,9 @@ class Scheduler:
         self._zeros = np.zeros(num_ranks)            # the per-rank counts of nothing (read-only)
         self._zeros.flags.writeable = False
         self.prefill_left = np.zeros(shape, dtype=np.int32)
-        self.context = np.zeros(shape, dtype=np.int32)          # 0 in a free slot
+        self._context = np.zeros(shape, dtype=np.int32)          # 0 in a free slot
         self.context_sum = np.zeros(num_ranks, dtype=np.int64)   # [ranks] context.sum(axis=1)
-        self.out_left = np.full(shape, _EMPTY_LEFT, dtype=np.int32)
+        self._out_left = np.full(shape, _EMPTY_LEFT, dtype=np.int32)
         self.admitted = np.zeros(num_ranks, dtype=np.int64)
         self.occupied = np.zeros(num_ranks, dtype=np.int64)
         self._rank_offset = num_ranks - 1 - np.arange(num_ranks)
@@ -110,6 +119,16 @@ class Scheduler:
         self.input_tokens_done = 0.0
         self.output_tokens_done = 0.0
         self._dropped = False            # a rank was dropped while a planned step ran
+        # the decode path (module doc): `_context` and `_out_left` are not kept; instead
+        # context = `_ctx0 + _commits` and tokens left = `_end - _commits` in a used slot
+        self._lazy = mode == "decode"
+        self._commits = 0
+        self._ctx0 = np.zeros(shape, dtype=np.int64)
+        self._end = np.zeros(shape, dtype=np.int64)
+        self._finishing: dict[int, list[int]] = {}   # commit count -> flat slots that end there
+        self._last_commit_s = 0.0        # every used slot's last token (initial ones: t=0)
+        self._in_flight: np.ndarray | None = None   # flat slots admitted by the planned step
+        self._gap_buf = np.empty(num_ranks * max_running)
         self.clock = TokenClock(shape, num, window_start_s)
         if len(init):
             self._place_initial(init, initial_progress)
@@ -124,12 +143,63 @@ class Scheduler:
         ids = self.num_arrivals + np.arange(len(init)).reshape(self.num_ranks, per_rank)
         self.slot_req[:, :per_rank] = ids
         self._used[:, :per_rank] = True
-        self.context[:, :per_rank] = (init.input_len + done).reshape(self.num_ranks, per_rank)
-        self.context_sum[:] = self.context.sum(axis=1)
-        self.out_left[:, :per_rank] = (self.output_len[ids.ravel()] - done).reshape(self.num_ranks, per_rank)
+        self._context[:, :per_rank] = (init.input_len + done).reshape(self.num_ranks, per_rank)
+        self.context_sum[:] = self._context.sum(axis=1)
+        self._out_left[:, :per_rank] = (self.output_len[ids.ravel()] - done).reshape(
+            self.num_ranks, per_rank)
         self.occupied[:] = per_rank
         self._free = np.flatnonzero(self.slot_req < 0)
         self.clock.start_at_zero((slice(None), slice(None, per_rank)))   # last token at t=0
+        if self._lazy:
+            slots = np.flatnonzero(self._used)
+            self._start_lazy(slots, self._context.reshape(-1)[slots],
+                             self._out_left.reshape(-1)[slots])
+
+    # -- the decode path's slots (module doc) -------------------------------------------------
+    def _start_lazy(self, slots: np.ndarray, context: np.ndarray, out_left: np.ndarray) -> None:
+        """Flat `slots` start with `context` and `out_left` tokens to go, now."""
+        self._ctx0.reshape(-1)[slots] = context - self._commits
+        # a request always decodes at least one token (`out_left` 0 ends after its first)
+        end = self._commits + np.maximum(out_left, 1)
+        self._end.reshape(-1)[slots] = end
+        finishing = self._finishing
+        for at, slot in zip(end.tolist(), slots.tolist()):
+            if at in finishing:
+                finishing[at].append(slot)
+            else:
+                finishing[at] = [slot]
+
+    @property
+    def context(self) -> np.ndarray:
+        """[ranks, slots] int32 KV entries of each slot's request (0 in a free slot)."""
+        if not self._lazy:
+            return self._context
+        return np.where(self._used, self._ctx0 + self._commits, 0).astype(np.int32)
+
+    @property
+    def out_left(self) -> np.ndarray:
+        """[ranks, slots] int32 tokens each slot's request has still to produce."""
+        if not self._lazy:
+            return self._out_left
+        return np.where(self._used, self._end - self._commits, _EMPTY_LEFT).astype(np.int32)
+
+    def _stamp_clock(self) -> None:
+        """Write the last-token times the decode path does not keep: every used slot but those
+        the step in flight admitted got its last token at the last commit."""
+        timed = self._used.copy()
+        if self._in_flight is not None:
+            timed.reshape(-1)[self._in_flight] = False
+        self.clock.stamp(timed, self._last_commit_s)
+
+    def _leave_lazy(self) -> None:
+        """Form the per-slot arrays and keep them from now on (a rank failed)."""
+        if not self._lazy:
+            return
+        self._stamp_clock()
+        self._context = self.context
+        self._out_left = self.out_left
+        self._lazy = False
+        self._finishing = {}
 
     # -- queries -----------------------------------------------------------------------------
     def arrived(self, now_s: float) -> np.ndarray:
@@ -187,6 +257,8 @@ class Scheduler:
 
     def window_gaps(self) -> WindowGaps:
         """Per request, the inter-token gaps that ended in the measurement window."""
+        if self._lazy:
+            self._stamp_clock()
         return self.clock.window_gaps(self.slot_req, self.slot_tokens(), self.output_len,
                                       self.first_token_s, self.finish_s, self.lost)
 
@@ -216,6 +288,7 @@ class Scheduler:
         Returns:
             [lost] int64 request ids (marked in `lost`; they never finish).
         """
+        self._leave_lazy()
         arrived = self.arrived(now_s)
         queued = np.arange(self.admitted[rank], arrived[rank])
         waiting = self._request_ids(np.full(queued.shape[0], rank), queued)
@@ -229,9 +302,9 @@ class Scheduler:
         self._used = self._used.copy()          # the plan of the step in flight keeps its own
         self._used[rank] = False
         self.prefill_left[rank] = 0
-        self.context[rank] = 0
+        self._context[rank] = 0
         self.context_sum[rank] = 0
-        self.out_left[rank] = _EMPTY_LEFT
+        self._out_left[rank] = _EMPTY_LEFT
         self.occupied[rank] = 0
         self._free = np.concatenate([self._free, rank * self.max_running + used])
         self._dropped = True
@@ -251,26 +324,62 @@ class Scheduler:
         num_waiting = int(waiting.sum())
         if not admit.any():
             return None, num_waiting
-        free = np.sort(self._free)                                         # by rank, then slot
-        rows = free // self.max_running
-        within = np.arange(free.shape[0]) - np.searchsorted(rows, rows)    # index within rank
-        pick = within < admit[rows]
-        slots, rows = free[pick], rows[pick]
-        self._free = free[~pick]
-        ids = self._request_ids(rows, self.admitted[rows] + within[pick])
+        slots, rows, within = self._pick_free(admit)
+        ids = self._request_ids(rows, self.admitted[rows] + within)
         self.slot_req.reshape(-1)[slots] = ids
         self._used.reshape(-1)[slots] = True
         self.clock.admit(slots)
-        self.out_left.reshape(-1)[slots] = self.output_len[ids]
+        input_len = self.input_len[ids]
+        if self._lazy:
+            self._start_lazy(slots, input_len, self.output_len[ids])
+            self._in_flight = slots
+        else:
+            self._out_left.reshape(-1)[slots] = self.output_len[ids]
         if self.mode == "decode":
-            self.context.reshape(-1)[slots] = self.input_len[ids]
-            self.context_sum += np.bincount(rows, weights=self.input_len[ids],
+            if not self._lazy:
+                self._context.reshape(-1)[slots] = input_len
+            self.context_sum += np.bincount(rows, weights=input_len,
                                             minlength=self.num_ranks).astype(np.int64)
         else:
-            self.prefill_left.reshape(-1)[slots] = self.input_len[ids]
+            self.prefill_left.reshape(-1)[slots] = input_len
         self.admitted += admit
         self.occupied += admit
         return ids, num_waiting - int(admit.sum())
+
+    def _pick_free(self, admit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The free slots that take `admit` ([ranks]) requests on each rank, lowest first,
+        taken out of the free list.
+
+        Returns:
+            (flat slots, their ranks, index of each within its rank's admissions), int64.
+        """
+        free = self._free
+        if free.shape[0] <= _FEW_FREE:     # a full batch frees a few slots a step: plain Python
+            admit_of = admit.tolist()
+            picked: list[int] = []
+            ranks: list[int] = []
+            within: list[int] = []
+            kept: list[int] = []
+            row, k = -1, 0
+            for slot in sorted(free.tolist()):                     # by rank, then slot
+                r = slot // self.max_running
+                k = k + 1 if r == row else 0
+                row = r
+                if k < admit_of[r]:
+                    picked.append(slot)
+                    ranks.append(r)
+                    within.append(k)
+                else:
+                    kept.append(slot)
+            self._free = np.array(kept, dtype=np.int64)
+            return (np.array(picked, dtype=np.int64), np.array(ranks, dtype=np.int64),
+                    np.array(within, dtype=np.int64))
+        free = np.sort(free)                                               # by rank, then slot
+        rows = free // self.max_running
+        index = np.arange(free.shape[0]) - np.searchsorted(rows, rows)     # index within rank
+        pick = index < admit[rows]
+        self._free = free[~pick]
+        return free[pick], rows[pick], index[pick]
 
     def plan(self, now_s: float, alive: np.ndarray | None = None) -> Plan:
         """Admit arrivals and form this step's batch on every rank.
@@ -279,7 +388,12 @@ class Scheduler:
             alive: [ranks] bool; a dead rank admits nothing and runs nothing (None: all alive).
         """
         self._dropped = False
-        if self.clock.opened_s is None:
+        if alive is not None:
+            self._leave_lazy()
+        self._in_flight = None
+        if self.clock.opened_s is None and now_s >= self.clock.window_start_s:
+            if self._lazy:
+                self._stamp_clock()
             self.clock.open_if_due(now_s, self.slot_req, self.slot_tokens())
         fresh, num_waiting = self._admit(now_s, alive)
         occupied = self._used if alive is None else self._used & alive[:, None]
@@ -302,8 +416,9 @@ class Scheduler:
                 alloc = self._chunk(pending, budget)
                 finishing = (alloc > 0) & (alloc == self.prefill_left)
                 prefill_tokens = alloc.sum(axis=1).astype(np.float64)
-                prefill_context = np.where(alloc > 0, self.context + alloc, 0).sum(axis=1).astype(np.float64)
-                prefill_pairs = (alloc * self.context + alloc * (alloc + 1) / 2.0).sum(axis=1)
+                prefill_context = np.where(alloc > 0, self._context + alloc, 0).sum(
+                    axis=1).astype(np.float64)
+                prefill_pairs = (alloc * self._context + alloc * (alloc + 1) / 2.0).sum(axis=1)
                 prefill_seqs = (alloc > 0).sum(axis=1).astype(np.float64)
                 finishing_count = finishing.sum(axis=1).astype(np.float64)
         if self.mode == "decode" and alive is None:   # every used slot decodes; free slots hold 0
@@ -311,7 +426,7 @@ class Scheduler:
             decode_context = self.context_sum + decode_tokens
         else:
             decode_tokens = decoding.sum(axis=1).astype(np.float64)
-            decode_context = (self.context * decoding).sum(axis=1) + decode_tokens
+            decode_context = (self._context * decoding).sum(axis=1) + decode_tokens
         phase = "prefill" if (self.mode == "prefill" or (alloc is not None and prefill_tokens.any())
                               ) else "decode"
         batch = BatchCounts(decode_tokens, decode_context, prefill_tokens, prefill_context,
@@ -336,40 +451,75 @@ class Scheduler:
             the inter-token gaps the step closed (its ITL).
         """
         dropped = self._dropped
+        if self._lazy:
+            return self._commit_lazy(plan, now_s)
         if dropped:                       # a rank failed mid-step: its part of the step is lost
             plan = self._without_freed(plan)
         decoding = plan.decoding
         emitting = decoding if plan.finishing_prefill is None else decoding | plan.finishing_prefill
         gaps = self.clock.emit(now_s, emitting) if emitting is not None else NO_GAPS
-        self.context += decoding
+        self._context += decoding
         self.context_sum += (decoding.sum(axis=1) if dropped
                              else plan.batch.decode_tokens.astype(np.int64))
-        self.out_left -= decoding
+        self._out_left -= decoding
         self.output_tokens_done += float(plan.batch.decode_tokens.sum())
         if plan.fresh_ids is not None:
             self.first_token_s[plan.fresh_ids] = now_s
         if plan.prefill_alloc is not None:
             alloc, finishing = plan.prefill_alloc, plan.finishing_prefill
-            self.context += alloc
+            self._context += alloc
             self.context_sum += (alloc.sum(axis=1) if dropped
                                  else plan.batch.prefill_tokens.astype(np.int64))
             self.prefill_left -= alloc
-            self.out_left -= finishing
+            self._out_left -= finishing
             self.first_token_s[self.slot_req[finishing]] = now_s
             self.input_tokens_done += float(alloc.sum())
             self.output_tokens_done += float(finishing.sum())
-        done = np.flatnonzero(self.out_left <= 0)                        # flat slot indices
+        done = np.flatnonzero(self._out_left <= 0)                        # flat slot indices
         if done.shape[0]:
             slot_req = self.slot_req.reshape(-1)
             self.finish_s[slot_req[done]] = now_s
             slot_req[done] = _NO_REQUEST
             self._used.reshape(-1)[done] = False
             rows = done // self.max_running
-            context = self.context.reshape(-1)
+            context = self._context.reshape(-1)
             self.context_sum -= np.bincount(rows, weights=context[done],
                                             minlength=self.num_ranks).astype(np.int64)
             context[done] = 0
-            self.out_left.reshape(-1)[done] = _EMPTY_LEFT
+            self._out_left.reshape(-1)[done] = _EMPTY_LEFT
+            self.occupied -= np.bincount(rows, minlength=self.num_ranks)
+            self._free = np.concatenate([self._free, done])
+        return gaps
+
+    def _commit_lazy(self, plan: Plan, now_s: float) -> StepGaps:
+        """`commit` on the decode path: every used slot decoded one token (module doc)."""
+        num_used = int(self.occupied.sum())      # = the plan's decode tokens (all used decode)
+        fresh = 0 if self._in_flight is None else self._in_flight.shape[0]
+        count = num_used - fresh                 # slots that had a token before this step
+        gaps = NO_GAPS
+        if count:
+            last = self._gap_buf[:count]         # the gathered last-token times `emit` sums
+            last.fill(self._last_commit_s)
+            gaps = StepGaps(count, (count * now_s - float(last.sum())) / count,
+                            now_s - self._last_commit_s)
+        self._last_commit_s = now_s
+        self._in_flight = None
+        self._commits += 1
+        self.context_sum += self.occupied
+        self.output_tokens_done += num_used
+        if plan.fresh_ids is not None:
+            self.first_token_s[plan.fresh_ids] = now_s
+        finishing = self._finishing.pop(self._commits, None)
+        if finishing is not None:
+            done = np.array(sorted(finishing), dtype=np.int64)     # flat slots, as `commit`'s
+            slot_req = self.slot_req.reshape(-1)
+            self.finish_s[slot_req[done]] = now_s
+            slot_req[done] = _NO_REQUEST
+            self._used.reshape(-1)[done] = False
+            rows = done // self.max_running
+            context = self._ctx0.reshape(-1)[done] + self._commits
+            self.context_sum -= np.bincount(rows, weights=context,
+                                            minlength=self.num_ranks).astype(np.int64)
             self.occupied -= np.bincount(rows, minlength=self.num_ranks)
             self._free = np.concatenate([self._free, done])
         return gaps

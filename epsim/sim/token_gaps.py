@@ -69,6 +69,12 @@ class TokenClock:
         self.last_s[index] = 0.0
         self._timed[index] = True
 
+    def stamp(self, slots: np.ndarray, now_s: float) -> None:
+        """Slots `slots` ([ranks, slots] bool) had their last token at `now_s` (times a
+        caller kept in bulk: the scheduler's decode path)."""
+        self.last_s[slots] = now_s
+        self._timed |= slots
+
     def open_if_due(self, now_s: float, slot_req: np.ndarray, tokens: np.ndarray) -> None:
         """Open the window at the first step at or after `window_start_s`: remember each
         running request's token count and last token time (`tokens`: [ranks, slots])."""

@@ -78,3 +78,21 @@ def test_prefill_after_a_prefix_reads_its_tiles():
     later = prefill_work(np.array([512.0]), np.array([4096.0]), np.array([1.0]), 32, 4, 128, SMS)
     assert later.mflops[0] > alone.mflops[0] and later.mem_kb[0] > alone.mem_kb[0]
     assert later.waves[0] == alone.waves[0]             # the same CTAs, each longer
+
+
+def test_decode_kernel_gives_the_bits_of_decode_work(rng):
+    """`DecodeKernel` (the engine's decode attention, its count terms remembered) equals
+    `kernel_us(decode_work(...))` bit for bit: full GPUs, split-KV launches, idle ranks, and
+    the same counts at new contexts."""
+    from epsim.cost.flash import DecodeKernel
+    params = {"base_us": 7.3, "wave_us": 1.9, "per_split_us": 0.7, "hbm_gbps": 3100.0,
+              "tflops": 370.0}
+    for heads, kv_heads, head_dim in ((64, 4, 128), (96, 8, 128), (128, 1, 576)):
+        kernel = DecodeKernel(heads, kv_heads, head_dim, SMS, params)
+        for seqs in (np.full(8, 128.0), np.array([1.0, 3.0, 0.0, 256.0, 7.0, 128.0, 0.0, 64.0]),
+                     rng.integers(0, 300, 8).astype(float)):
+            for _ in range(3):                       # contexts grow; the counts stay
+                context = seqs * rng.integers(1, 20000, 8)
+                want = kernel_us(decode_work(seqs, context, heads, kv_heads, head_dim, SMS), params)
+                got = kernel.us(seqs, context)
+                assert np.array_equal(got.view(np.int64), want.view(np.int64))

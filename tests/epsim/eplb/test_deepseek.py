@@ -111,3 +111,29 @@ def test_deterministic_and_float32_ties_break_by_index():
         np.testing.assert_array_equal(a, b)
     # equal loads: every expert gets exactly two replicas
     assert (first[2] == 2).all()
+
+
+def _packing_one_by_one(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The greedy rule item by item, in plain Python (what `balanced_packing` vectorises)."""
+    per_pack = weight.shape[1] // num_packs
+    pack_index = np.full(weight.shape, -1)
+    rank_in_pack = np.full(weight.shape, -1)
+    for r, row in enumerate(weight):
+        loads, counts = [0.0] * num_packs, [0] * num_packs
+        for item in sorted(range(len(row)), key=lambda i: -row[i]):      # stable: ties by index
+            pack = min((p for p in range(num_packs) if counts[p] < per_pack),
+                       key=lambda p: (loads[p], p))
+            pack_index[r, item], rank_in_pack[r, item] = pack, counts[pack]
+            loads[pack] = float(np.float32(loads[pack]) + row[item])       # float32, as numpy adds
+            counts[pack] += 1
+    return pack_index, rank_in_pack
+
+
+def test_balanced_packing_is_the_greedy_rule_item_by_item(rng):
+    """Ties included (weights on a coarse grid), many rows at once."""
+    for num_items, num_packs in ((12, 4), (32, 8), (64, 2)):
+        weight = rng.integers(0, 6, (7, num_items)).astype(np.float32)
+        pack, rank = balanced_packing(weight, num_packs)
+        want_pack, want_rank = _packing_one_by_one(weight, num_packs)
+        np.testing.assert_array_equal(pack, want_pack)
+        np.testing.assert_array_equal(rank, want_rank)

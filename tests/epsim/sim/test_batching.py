@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from epsim.sim.arrivals import Requests
 from epsim.sim.batching import Scheduler
@@ -127,3 +128,59 @@ def test_context_sums_follow_the_slots_in_every_mode(rng):
             sched.commit(plan, now)
             np.testing.assert_array_equal(sched.context_sum, sched.context.sum(axis=1),
                                           err_msg=f"{mode} mixed={mixed} step {step}")
+
+
+def _scheduler_state(sched: Scheduler) -> dict:
+    gaps = sched.window_gaps()
+    return {"context": sched.context, "out_left": sched.out_left, "slot_req": sched.slot_req,
+            "context_sum": sched.context_sum, "occupied": sched.occupied,
+            "first": sched.first_token_s, "finish": sched.finish_s, "lost": sched.lost,
+            "last_s": sched.clock.last_s, "count": gaps.count, "span": gaps.span_s}
+
+
+@pytest.mark.parametrize("fail_planned_alive", [True, False])
+def test_decode_path_keeps_the_bits_of_the_per_slot_one(rng, fail_planned_alive):
+    """The decode path (finish steps, bulk last-token times) gives exactly what the per-slot
+    arrays give, step by step: batches, inter-token gaps, first and last tokens, the window's
+    TPOT gaps; through initial requests, the window opening, a stall and a failing rank (that
+    lands in a step planned with every rank alive, or in one planned without it)."""
+    num = 400
+    reqs = _requests(np.sort(rng.random(num)) * 3.0, rng.integers(1, 300, num),
+                     rng.integers(1, 60, num))
+    init = _requests(np.zeros(12), rng.integers(1, 300, 12), rng.integers(1, 60, 12))
+    progress = rng.integers(0, 60, 12)
+    runs = []
+    for per_slot in (False, True):
+        sched = Scheduler(reqs, num_ranks=4, max_running=6, chunk_tokens=64, mode="decode",
+                          initial=init, initial_progress=progress, window_start_s=0.5)
+        if per_slot:
+            sched._leave_lazy()                     # the per-slot arrays from the start
+        assert sched._lazy is not per_slot
+        now, seen = 0.0, []
+        for step in range(400):
+            if step == 100:
+                now += 0.3                           # a stall: the next gap holds it
+            if step == 150:                          # the step's state as the decode path keeps it
+                seen.append({k: np.copy(v) for k, v in _scheduler_state(sched).items()})
+            alive = (None if step < 300 or (step == 300 and fail_planned_alive)
+                     else np.array([True, True, False, True]))
+            plan = sched.plan(now, alive)
+            if step == 300:
+                sched.drop_rank(2, now)               # mid-step, as a failure lands
+                sched.route_to(np.array([True, True, False, True]), now)
+            now += 0.01
+            gaps = sched.commit(plan, now)
+            seen.append((plan.batch.decode_tokens.tolist(), plan.batch.decode_context.tolist(),
+                         gaps.count, gaps.mean_s, gaps.max_s))
+        assert sched._lazy is False                   # the failure ends the decode path
+        seen.append(_scheduler_state(sched))
+        runs.append(seen)
+    lazy, per_slot = runs
+    assert len(lazy) == len(per_slot)
+    for a, b in zip(lazy, per_slot):
+        if isinstance(a, dict):
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        else:
+            assert a == b
+    assert lazy[-1]["count"].sum() > 1000 and np.isfinite(lazy[-1]["finish"]).sum() > 100
