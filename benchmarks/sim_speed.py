@@ -109,6 +109,47 @@ def profile_run(scenario, engine: str, top: int = 20) -> str:
     return "\n".join(out)
 
 
+# one scenario's fast engine, fastest of N, in the checkout on sys.path[0] (`--against`): a
+# subprocess per checkout, so each imports its own epsim
+_CHECKOUT_RUN = """
+import os, sys, time, warnings
+sys.path.insert(0, sys.argv[1])
+warnings.simplefilter("ignore")
+from epsim.spec import load_scenario
+from epsim.sim import simulate
+scenario, best = load_scenario(sys.argv[2]), None
+for _ in range(int(sys.argv[3])):
+    cpu = time.process_time()
+    result = simulate(scenario, engine="fast")
+    cpu = time.process_time() - cpu
+    best = cpu if best is None else min(best, cpu)
+print(best, result.steps["step_us"].shape[0], result.duration_s)
+"""
+
+
+def against_rows(checkouts: dict[str, Path], scenarios: list[Path], repeats: int,
+                 rounds: int = 2) -> list[str]:
+    """The fast engine of each checkout on each scenario, by CPU time: `rounds` subprocesses
+    per checkout, checkouts alternating, each the fastest of `repeats` runs."""
+    rows = []
+    for path in scenarios:
+        best: dict[str, tuple[float, int, float]] = {}
+        for _ in range(rounds):
+            for name, tree in checkouts.items():
+                out = subprocess.run([sys.executable, "-c", _CHECKOUT_RUN, str(tree), str(path),
+                                      str(repeats)], capture_output=True, text=True, cwd=tree,
+                                     env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
+                cpu, steps, sim_s = out.stdout.split()[-3:]
+                if name not in best or float(cpu) < best[name][0]:
+                    best[name] = (float(cpu), int(steps), float(sim_s))
+        (old_cpu, steps, sim_s), (new_cpu, _, _) = best["then"], best["now"]
+        rows.append(f"| `{path.stem}` | {steps} | {old_cpu / steps * 1e6:.0f} | "
+                    f"{new_cpu / steps * 1e6:.0f} | {sim_s / old_cpu:.0f} | **{sim_s / new_cpu:.0f}** | "
+                    f"{old_cpu / new_cpu:.2f} |")
+        print(rows[-1], file=sys.stderr)
+    return rows
+
+
 def engine_row(label: str, row: dict[str, dict]) -> str:
     ref, fast = row["reference"], row["fast"]
     return (f"| {label} | {ref['steps']} | {ref['step_ms']:.2f} / {fast['step_ms']:.2f} | "
@@ -151,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="simulated seconds per EP / layer sweep point")
     parser.add_argument("--write", action="store_true", help=f"record results in {RESULTS}")
     parser.add_argument("--profile", action="store_true", help="append a cProfile of R1")
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT",
+                        help="also time this checkout's fast engine against another's (e.g. "
+                             "`git worktree add /tmp/then <commit>`), side by side")
     parser.add_argument("--pin", action="store_true",
                         help="pin to one CPU (on a shared machine the OS may do better unpinned)")
     args = parser.parse_args(argv)
@@ -197,6 +241,19 @@ def main(argv: list[str] | None = None) -> int:
               "end, on 2 cores shared with other work: absolute speeds are lower bounds; the "
               "fast / reference ratios, measured side by side in this one process, are what "
               "this table is for."]
+    if args.against is not None:
+        then = subprocess.run(["git", "-C", str(args.against), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        lines += ["", f"## Against the fast engine of commit {then}", "",
+                  f"The same scenarios in two checkouts, this one and `{then}`'s, each in its own "
+                  f"process, alternating (2 processes each, fastest of {args.repeats} runs per "
+                  "process), by CPU time: what the code changed, with the machine's speed the "
+                  "same for both.", "",
+                  "| scenario | steps | then CPU us/step | now CPU us/step | then sim s / CPU s | "
+                  "now sim s / CPU s | now / then speed |", "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += against_rows({"then": args.against.resolve(), "now": ROOT},
+                              [R1] + [ROOT / "scenarios" / f"{name}.yaml" for name in EPLB_SCENARIOS],
+                              args.repeats)
     report = "\n".join(lines)
     if args.profile:
         for engine in ("fast", "reference"):

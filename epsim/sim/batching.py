@@ -125,7 +125,7 @@ class Scheduler:
         self._commits = 0
         self._ctx0 = np.zeros(shape, dtype=np.int64)
         self._end = np.zeros(shape, dtype=np.int64)
-        self._finishing: dict[int, list[int]] = {}   # commit count -> flat slots that end there
+        self._finishing = _FinishQueue()
         self._last_commit_s = 0.0        # every used slot's last token (initial ones: t=0)
         self._in_flight: np.ndarray | None = None   # flat slots admitted by the planned step
         self._gap_buf = np.empty(num_ranks * max_running)
@@ -162,12 +162,7 @@ class Scheduler:
         # a request always decodes at least one token (`out_left` 0 ends after its first)
         end = self._commits + np.maximum(out_left, 1)
         self._end.reshape(-1)[slots] = end
-        finishing = self._finishing
-        for at, slot in zip(end.tolist(), slots.tolist()):
-            if at in finishing:
-                finishing[at].append(slot)
-            else:
-                finishing[at] = [slot]
+        self._finishing.add(end, slots)
 
     @property
     def context(self) -> np.ndarray:
@@ -199,7 +194,7 @@ class Scheduler:
         self._context = self.context
         self._out_left = self.out_left
         self._lazy = False
-        self._finishing = {}
+        self._finishing = _FinishQueue()
 
     # -- queries -----------------------------------------------------------------------------
     def arrived(self, now_s: float) -> np.ndarray:
@@ -509,9 +504,8 @@ class Scheduler:
         self.output_tokens_done += num_used
         if plan.fresh_ids is not None:
             self.first_token_s[plan.fresh_ids] = now_s
-        finishing = self._finishing.pop(self._commits, None)
-        if finishing is not None:
-            done = np.array(sorted(finishing), dtype=np.int64)     # flat slots, as `commit`'s
+        done = self._finishing.pop(self._commits)
+        if done is not None:
             slot_req = self.slot_req.reshape(-1)
             self.finish_s[slot_req[done]] = now_s
             slot_req[done] = _NO_REQUEST
@@ -535,6 +529,47 @@ class Scheduler:
             alloc = np.where(live, plan.prefill_alloc, 0)
             finishing = plan.finishing_prefill & live
         return Plan(plan.batch, plan.decoding & live, alloc, finishing, fresh, plan.num_waiting)
+
+
+class _FinishQueue:
+    """Flat slots by the commit count at which their request ends (the decode path): a few
+    slots a step in a dict, a cohort of many (the initial requests, a first admission) as one
+    sorted array read with a cursor."""
+
+    def __init__(self):
+        self._few: dict[int, list[int]] = {}
+        self._cohorts: list[list] = []          # [ends sorted, their slots, cursor]
+
+    def add(self, ends: np.ndarray, slots: np.ndarray) -> None:
+        if ends.shape[0] > _FEW_FREE:
+            order = np.argsort(ends, kind="stable")
+            self._cohorts.append([ends[order], slots[order], 0])
+            return
+        few = self._few
+        for at, slot in zip(ends.tolist(), slots.tolist()):
+            if at in few:
+                few[at].append(slot)
+            else:
+                few[at] = [slot]
+
+    def pop(self, at: int) -> np.ndarray | None:
+        """int64 flat slots ending at commit count `at`, ascending (None: none); each count is
+        asked for once, in increasing order."""
+        parts = []
+        few = self._few.pop(at, None)
+        if few is not None:
+            parts.append(np.array(few, dtype=np.int64))
+        for cohort in self._cohorts:
+            ends, slots, cursor = cohort
+            if ends[cursor] == at:
+                stop = int(np.searchsorted(ends, at, side="right"))
+                parts.append(slots[cursor:stop])
+                cohort[2] = stop
+        if self._cohorts and any(c[2] == c[0].shape[0] for c in self._cohorts):
+            self._cohorts = [c for c in self._cohorts if c[2] < c[0].shape[0]]
+        if not parts:
+            return None
+        return np.sort(parts[0] if len(parts) == 1 else np.concatenate(parts))
 
 
 def _num_mod(end, pos: np.ndarray, width: int) -> np.ndarray:

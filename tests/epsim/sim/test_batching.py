@@ -135,7 +135,9 @@ def _scheduler_state(sched: Scheduler) -> dict:
     return {"context": sched.context, "out_left": sched.out_left, "slot_req": sched.slot_req,
             "context_sum": sched.context_sum, "occupied": sched.occupied,
             "first": sched.first_token_s, "finish": sched.finish_s, "lost": sched.lost,
-            "last_s": sched.clock.last_s, "count": gaps.count, "span": gaps.span_s}
+            # a free slot's last-token time is never read again (admission resets it)
+            "last_s": np.where(sched.slot_req >= 0, sched.clock.last_s, -1.0),
+            "count": gaps.count, "span": gaps.span_s}
 
 
 @pytest.mark.parametrize("fail_planned_alive", [True, False])
@@ -147,11 +149,12 @@ def test_decode_path_keeps_the_bits_of_the_per_slot_one(rng, fail_planned_alive)
     num = 400
     reqs = _requests(np.sort(rng.random(num)) * 3.0, rng.integers(1, 300, num),
                      rng.integers(1, 60, num))
-    init = _requests(np.zeros(12), rng.integers(1, 300, 12), rng.integers(1, 60, 12))
-    progress = rng.integers(0, 60, 12)
+    # 80 initial requests: more than admission walks one by one (`_FEW_FREE`)
+    init = _requests(np.zeros(80), rng.integers(1, 300, 80), rng.integers(1, 60, 80))
+    progress = rng.integers(0, 60, 80)
     runs = []
     for per_slot in (False, True):
-        sched = Scheduler(reqs, num_ranks=4, max_running=6, chunk_tokens=64, mode="decode",
+        sched = Scheduler(reqs, num_ranks=4, max_running=24, chunk_tokens=64, mode="decode",
                           initial=init, initial_progress=progress, window_start_s=0.5)
         if per_slot:
             sched._leave_lazy()                     # the per-slot arrays from the start
