@@ -4,11 +4,15 @@ on one core, and wall time as EP size (8 -> 128) and layer count (24 -> 94) grow
 
     python benchmarks/sim_speed.py                 # print the tables
     python benchmarks/sim_speed.py --write         # also record benchmarks/results/sim_speed.md
+    git worktree add /tmp/then <commit>
+    python benchmarks/sim_speed.py --against /tmp/then   # also: this fast engine against that one
 
 Everything runs in this one single-threaded process (one BLAS thread; `--pin` also pins it
 to one CPU), so the numbers are ratios measured side by side. Each configuration runs
 `--repeats` times per engine, the engines alternating; the fastest run counts (the least
-disturbed by other work on the machine).
+disturbed by other work on the machine). `--against` runs both checkouts' fast engines in
+two worker processes taking turns run by run, so a change's speed-up is measured with the
+machine in the same state for both.
 """
 
 from __future__ import annotations
@@ -109,44 +113,52 @@ def profile_run(scenario, engine: str, top: int = 20) -> str:
     return "\n".join(out)
 
 
-# one scenario's fast engine, fastest of N, in the checkout on sys.path[0] (`--against`): a
-# subprocess per checkout, so each imports its own epsim
-_CHECKOUT_RUN = """
-import os, sys, time, warnings
+# a worker that times the fast engine of the checkout on sys.path[0] (`--against`), one run per
+# scenario path read from stdin, answering "CPU seconds, steps, simulated seconds"; one
+# long-lived process per checkout, each importing its own epsim once
+_CHECKOUT_WORKER = """
+import sys, time, warnings
 sys.path.insert(0, sys.argv[1])
 warnings.simplefilter("ignore")
 from epsim.spec import load_scenario
 from epsim.sim import simulate
-scenario, best = load_scenario(sys.argv[2]), None
-for _ in range(int(sys.argv[3])):
+for line in sys.stdin:
+    scenario = load_scenario(line.strip())
     cpu = time.process_time()
     result = simulate(scenario, engine="fast")
     cpu = time.process_time() - cpu
-    best = cpu if best is None else min(best, cpu)
-print(best, result.steps["step_us"].shape[0], result.duration_s)
+    print(cpu, result.steps["step_us"].shape[0], result.duration_s, flush=True)
 """
 
 
-def against_rows(checkouts: dict[str, Path], scenarios: list[Path], repeats: int,
-                 rounds: int = 2) -> list[str]:
-    """The fast engine of each checkout on each scenario, by CPU time: `rounds` subprocesses
-    per checkout, checkouts alternating, each the fastest of `repeats` runs."""
+def against_rows(checkouts: dict[str, Path], scenarios: list[Path], rounds: int) -> list[str]:
+    """The fast engine of each checkout on each scenario, by CPU time: one worker process per
+    checkout, the two taking turns run by run (`rounds` runs each, the fastest counts), so
+    both see the machine in the same state."""
+    workers = {name: subprocess.Popen([sys.executable, "-c", _CHECKOUT_WORKER, str(tree)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+               for name, tree in checkouts.items()}
     rows = []
-    for path in scenarios:
-        best: dict[str, tuple[float, int, float]] = {}
-        for _ in range(rounds):
-            for name, tree in checkouts.items():
-                out = subprocess.run([sys.executable, "-c", _CHECKOUT_RUN, str(tree), str(path),
-                                      str(repeats)], capture_output=True, text=True, cwd=tree,
-                                     env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
-                cpu, steps, sim_s = out.stdout.split()[-3:]
-                if name not in best or float(cpu) < best[name][0]:
-                    best[name] = (float(cpu), int(steps), float(sim_s))
-        (old_cpu, steps, sim_s), (new_cpu, _, _) = best["then"], best["now"]
-        rows.append(f"| `{path.stem}` | {steps} | {old_cpu / steps * 1e6:.0f} | "
-                    f"{new_cpu / steps * 1e6:.0f} | {sim_s / old_cpu:.0f} | **{sim_s / new_cpu:.0f}** | "
-                    f"{old_cpu / new_cpu:.2f} |")
-        print(rows[-1], file=sys.stderr)
+    try:
+        for path in scenarios:
+            best: dict[str, tuple[float, int, float]] = {}
+            for _ in range(rounds):
+                for name, worker in workers.items():
+                    worker.stdin.write(f"{path}\n")
+                    worker.stdin.flush()
+                    cpu, steps, sim_s = worker.stdout.readline().split()
+                    if name not in best or float(cpu) < best[name][0]:
+                        best[name] = (float(cpu), int(steps), float(sim_s))
+            (old_cpu, steps, sim_s), (new_cpu, _, _) = best["then"], best["now"]
+            rows.append(f"| `{path.stem}` | {steps} | {old_cpu / steps * 1e6:.0f} | "
+                        f"{new_cpu / steps * 1e6:.0f} | {sim_s / old_cpu:.0f} | "
+                        f"**{sim_s / new_cpu:.0f}** | {old_cpu / new_cpu:.2f} |")
+            print(rows[-1], file=sys.stderr)
+    finally:
+        for worker in workers.values():
+            worker.stdin.close()
+            worker.wait()
     return rows
 
 
@@ -162,6 +174,7 @@ ENGINE_HEADER = ["| {} | steps | mean step ms (ref / fast) | ref wall us/step | 
                  "ref sim s / wall s | fast sim s / wall s | fast / ref speed | "
                  "fast CPU us/step | fast sim s / CPU s |",
                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+AGAINST_ROUNDS = 10     # runs per checkout and scenario for `--against`
 TARGETS = {"R1": 1000.0, "EPLB": 300.0}     # issue #17: simulated s per wall s on one core
 
 
@@ -245,15 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         then = subprocess.run(["git", "-C", str(args.against), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
         lines += ["", f"## Against the fast engine of commit {then}", "",
-                  f"The same scenarios in two checkouts, this one and `{then}`'s, each in its own "
-                  f"process, alternating (2 processes each, fastest of {args.repeats} runs per "
-                  "process), by CPU time: what the code changed, with the machine's speed the "
-                  "same for both.", "",
+                  f"The same scenarios in two checkouts, this one and `{then}`'s, one worker "
+                  f"process each, taking turns run by run ({AGAINST_ROUNDS} runs each, the "
+                  "fastest counts), by CPU time: what the code changed, with the machine in the "
+                  "same state for both.", "",
                   "| scenario | steps | then CPU us/step | now CPU us/step | then sim s / CPU s | "
                   "now sim s / CPU s | now / then speed |", "|---|---:|---:|---:|---:|---:|---:|"]
         lines += against_rows({"then": args.against.resolve(), "now": ROOT},
                               [R1] + [ROOT / "scenarios" / f"{name}.yaml" for name in EPLB_SCENARIOS],
-                              args.repeats)
+                              AGAINST_ROUNDS)
     report = "\n".join(lines)
     if args.profile:
         for engine in ("fast", "reference"):

@@ -1,0 +1,29 @@
+"""benchmarks/sim_speed.py's `--against`: two checkouts' fast engines in worker processes that
+take turns, each answering with its own run."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sim_speed():
+    spec = importlib.util.spec_from_file_location("sim_speed", ROOT / "benchmarks" / "sim_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_against_times_both_checkouts_run_by_run():
+    sim_speed = _sim_speed()
+    scenario = ROOT / "scenarios" / "qwen235b_pd_fleet.yaml"          # a short run
+    rows = sim_speed.against_rows({"then": ROOT, "now": ROOT}, [scenario], rounds=2)
+    assert len(rows) == 1
+    cells = [c.strip().strip("*`") for c in rows[0].strip("|").split("|")]
+    name, steps, then_us, now_us, then_speed, now_speed, ratio = cells
+    assert name == scenario.stem and int(steps) > 0
+    assert all(float(x) > 0 for x in (then_us, now_us, then_speed, now_speed, ratio))
+    assert re.fullmatch(r"\d+\.\d\d", ratio)
