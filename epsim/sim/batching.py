@@ -34,7 +34,7 @@ from epsim.sim.token_gaps import NO_GAPS, StepGaps, TokenClock, WindowGaps
 
 _NO_REQUEST = -1
 _EMPTY_LEFT = 1 << 30        # out_left of a free slot: never reaches 0, so no mask is needed
-_FEW_FREE = 64               # free slots up to which admission walks them in plain Python
+_FEW_FREE = 64               # slots up to which admission and the finish queue walk them in Python
 
 
 @dataclass(eq=False)
