@@ -209,16 +209,14 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
     num_ranks, num_layers = new.num_ranks, layer_ids.shape[0]
     num_experts = int(max(old.num_logical, new.num_logical))
     readable = alive[rank_of]                                              # [physical]
-    # holders: the lowest old slot of each (layer, expert, rank) among readable slots, -1 if none
-    # (slots ascend, so the first occurrence of a key is its lowest slot)
+    # which ranks hold each (layer, expert) among readable slots, as a bool table (a quarter of
+    # the pages an int table of slots takes: on this path every page first touched costs)
     slots = np.flatnonzero(readable)
     key = ((np.arange(num_layers)[:, None] * num_experts + old_p2l[:, slots]) * num_ranks
            + rank_of[slots]).ravel()                                        # [layers * readable]
-    first = np.full(num_layers * num_experts * num_ranks, -1, dtype=np.int32)   # slots < 2**31
-    unique, at = np.unique(key, return_index=True)
-    first[unique] = np.tile(slots, num_layers)[at]
-    first = first.reshape(num_layers, num_experts, num_ranks)              # [layers, experts, ranks]
-    held = first >= 0
+    held = np.zeros(num_layers * num_experts * num_ranks, dtype=bool)
+    held[key] = True
+    held = held.reshape(num_layers, num_experts, num_ranks)               # [layers, experts, ranks]
     # the slots that change, in (layer, slot) order
     row, slot = np.nonzero(readable & (old_p2l != new_p2l))
     dst, expert = rank_of[slot], new_p2l[row, slot]
@@ -253,7 +251,11 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
             chosen = score.argmin(axis=1)
             src[group] = chosen
             sent[lay, chosen] += 1
-    src_slot = np.where(src == RELOAD, -1, first[row, expert, np.maximum(src, 0)])
+    # the sender's lowest old slot holding the expert (slots ascend within a rank)
+    spr = new.slots_per_rank
+    sender = np.maximum(src, 0)
+    match = old_p2l.reshape(num_layers, num_ranks, spr)[row, sender] == expert[:, None]
+    src_slot = np.where(src == RELOAD, -1, sender * spr + match.argmax(axis=1))
     return MovePlan(layer_ids[row].astype(np.int64), slot.astype(np.int64), expert.astype(np.int64),
                     src, src_slot.astype(np.int64), new.num_layers, new.num_ranks,
                     new.ranks_per_node, new.slots_per_rank, float(expert_bytes))
