@@ -104,8 +104,40 @@ def num_splits(units: int, num_key_blocks: int, num_sms: int) -> int:
     return next(s for s in candidates if efficiency(s) >= 0.85 * best)
 
 
+@dataclass(frozen=True)
+class DecodeCounts:
+    """What a decode launch takes from its sequence counts alone, `[dp]` each (`decode_counts`):
+    a decode batch keeps its counts for many steps while its contexts grow."""
+
+    seqs: np.ndarray           # float64 decoding sequences per rank
+    busy: np.ndarray           # seqs > 0
+    all_busy: bool
+    units: np.ndarray          # int64 CTAs before any key split
+    fill: np.ndarray           # ranks whose CTAs fill less than 0.8 of the slots: may split keys
+    may_split: bool            # fill.any()
+    plain_ctas: np.ndarray     # CTAs of the plain (unsplit) kernel
+    plain_waves: np.ndarray    # its waves (0 on an idle rank)
+    query_bytes: np.ndarray    # 2 x seqs x heads x head_dim (the queries and outputs)
+
+
+def decode_counts(seqs: np.ndarray, heads: int, kv_heads: int, head_dim: int,
+                  num_sms: int) -> DecodeCounts:
+    """The terms of `decode_work` that depend on the sequence counts alone."""
+    seqs = np.asarray(seqs, dtype=np.float64)
+    busy = seqs > 0
+    rows = max(heads // max(kv_heads, 1), 1)
+    slots = CTAS_PER_SM * num_sms
+    num_seqs = np.rint(seqs)
+    units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / SPLIT_ROWS))
+    fill = (units > 0) & (units < 0.8 * slots)
+    plain_ctas = num_seqs * kv_heads * math.ceil(rows / PREFILL_ROWS)
+    return DecodeCounts(seqs, busy, bool(busy.all()), units, fill, bool(fill.any()), plain_ctas,
+                        np.where(busy, np.ceil(plain_ctas / slots), 0.0),
+                        2.0 * seqs * heads * head_dim)
+
+
 def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int,
-                head_dim: int, num_sms: int) -> KernelWork:
+                head_dim: int, num_sms: int, counts: DecodeCounts | None = None) -> KernelWork:
     """The decode kernel of one layer: `seqs` single-token queries, each against its KV cache.
 
     Args:
@@ -113,49 +145,50 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
         context: [dp] KV entries they read in all (sum of their context lengths); the CTAs
             are sized at the mean context.
         heads, kv_heads: query and KV heads on the rank; head_dim: per head.
+        counts: `decode_counts` of these `seqs` when the caller keeps them (`DecodeKernel`).
     """
-    seqs = np.asarray(seqs, dtype=np.float64)
+    if counts is None:
+        counts = decode_counts(seqs, heads, kv_heads, head_dim, num_sms)
+    seqs, busy = counts.seqs, counts.busy
     context = np.asarray(context, dtype=np.float64)
-    busy = seqs > 0
-    rows = max(heads // max(kv_heads, 1), 1)
     slots = CTAS_PER_SM * num_sms
-    mean_ctx = np.divide(context, seqs, out=np.zeros_like(context), where=busy)
-    num_seqs = np.rint(seqs)
-    units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / SPLIT_ROWS))
+    mean_ctx = context / seqs if counts.all_busy else np.divide(
+        context, seqs, out=np.zeros_like(context), where=busy)
     # `num_splits` is 1 where the CTAs fill the GPU (or there are none): look up only the
     # others, once per rank (an lru_cache; a per-step np.unique over the (units, blocks)
     # pairs cost several times more than the lookups it saved)
-    fill = (units > 0) & (units < 0.8 * slots)
     any_split = False
-    if fill.any():
+    if counts.may_split:
+        fill = counts.fill
         blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
-        splits = np.ones(units.shape, dtype=np.int64)
+        splits = np.ones(counts.units.shape, dtype=np.int64)
         splits[fill] = [num_splits(u, b, num_sms)
-                        for u, b in zip(units[fill].tolist(), blocks[fill].tolist())]
+                        for u, b in zip(counts.units[fill].tolist(), blocks[fill].tolist())]
         split = splits > 1
         any_split = bool(split.any())
-    plain_ctas = num_seqs * kv_heads * math.ceil(rows / PREFILL_ROWS)
     plain_keys = np.ceil(mean_ctx / 64.0) * 64.0
     if any_split:
         # split-KV CTAs: 64 rows, ceil(blocks / splits) key blocks; the plain kernel: 128 rows,
         # the keys in its 64-key blocks
-        ctas = np.where(split, units * splits, plain_ctas)
+        ctas = np.where(split, counts.units * splits, counts.plain_ctas)
         keys = np.where(split, np.ceil(blocks / splits) * KEY_BLOCK, plain_keys)
         m = np.where(split, SPLIT_ROWS, PREFILL_ROWS)
         num_key_splits = np.where(split, splits, 0).astype(np.float64)
+        waves = np.where(busy, np.ceil(ctas / slots), 0.0)
     else:                       # no rank splits its keys (most steps): the plain kernel's terms
-        ctas, keys, m, num_key_splits = plain_ctas, plain_keys, PREFILL_ROWS, np.zeros_like(seqs)
-    waves = np.where(busy, np.ceil(ctas / slots), 0.0)
-    mflops = np.where(busy, waves * keys * m * head_dim * 4.0 * slots * 1e-6, 0.0)
-    mem = BYTES * (2.0 * seqs * heads * head_dim + 2.0 * context * kv_heads * head_dim)
-    return KernelWork(waves, num_key_splits, mflops, np.where(busy, mem * 1e-3, 0.0))
+        keys, m, num_key_splits = plain_keys, PREFILL_ROWS, np.zeros_like(seqs)
+        waves = counts.plain_waves
+    mflops = waves * keys * m * head_dim * 4.0 * slots * 1e-6
+    mem_kb = BYTES * (counts.query_bytes + 2.0 * context * kv_heads * head_dim) * 1e-3
+    if not counts.all_busy:     # an idle rank: no work (where-less when every rank has some)
+        mflops = np.where(busy, mflops, 0.0)
+        mem_kb = np.where(busy, mem_kb, 0.0)
+    return KernelWork(waves, num_key_splits, mflops, mem_kb)
 
 
 class DecodeKernel:
-    """`kernel_us(decode_work(seqs, context, ...), params)` of one model on one GPU, bit for bit,
-    with what the sequence counts alone decide (CTAs, waves, the fixed terms) remembered for
-    the last counts: a decode batch keeps its counts for many steps while its contexts grow.
-    Where a rank would split its keys (the split depends on the contexts) it is computed whole.
+    """`kernel_us(decode_work(seqs, context, ...), params)` of one model on one GPU, with the
+    `decode_counts` of the last sequence counts remembered (the same bits).
 
     Args:
         heads, kv_heads, head_dim: one rank's kernel (`attention_heads`); params: fitted
@@ -166,49 +199,17 @@ class DecodeKernel:
                  params: dict[str, float]):
         self.heads, self.kv_heads, self.head_dim, self.num_sms = heads, kv_heads, head_dim, num_sms
         self.params = params
-        self._memo: tuple[bytes, tuple | None] | None = None
+        self._counts: tuple[bytes, DecodeCounts] | None = None
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
         """[dp] microseconds of the decode kernel (0 on an idle rank); `seqs`, `context` [dp]."""
         seqs = np.asarray(seqs, dtype=np.float64)
         key = seqs.tobytes()
-        if self._memo is None or self._memo[0] != key:
-            self._memo = (key, self._count_terms(seqs))
-        terms = self._memo[1]
-        if terms is None:
-            return kernel_us(decode_work(seqs, context, self.heads, self.kv_heads, self.head_dim,
-                                         self.num_sms), self.params)
-        busy, all_busy, waves, fixed_us, query_bytes = terms
-        context = np.asarray(context, dtype=np.float64)
-        # decode_work's and kernel_us's operations on the contexts, in their order
-        mean_ctx = context / seqs if all_busy else np.divide(
-            context, seqs, out=np.zeros_like(context), where=busy)
-        keys = np.ceil(mean_ctx / 64.0) * 64.0
-        slots = CTAS_PER_SM * self.num_sms
-        mflops = waves * keys * PREFILL_ROWS * self.head_dim * 4.0 * slots * 1e-6
-        mem_kb = BYTES * (query_bytes + 2.0 * context * self.kv_heads * self.head_dim) * 1e-3
-        if not all_busy:
-            mflops = np.where(busy, mflops, 0.0)
-            mem_kb = np.where(busy, mem_kb, 0.0)
-        p = self.params
-        t = fixed_us + np.maximum(mem_kb / p["hbm_gbps"], mflops / p["tflops"])
-        return np.where(mflops > 0, t, 0.0)
-
-    def _count_terms(self, seqs: np.ndarray) -> tuple | None:
-        """decode_work's terms of `seqs` alone when no rank splits its keys (else None)."""
-        rows = max(self.heads // max(self.kv_heads, 1), 1)
-        slots = CTAS_PER_SM * self.num_sms
-        num_seqs = np.rint(seqs)
-        units = num_seqs.astype(np.int64) * (self.kv_heads * math.ceil(rows / SPLIT_ROWS))
-        if ((units > 0) & (units < 0.8 * slots)).any():
-            return None
-        busy = seqs > 0
-        ctas = num_seqs * self.kv_heads * math.ceil(rows / PREFILL_ROWS)
-        waves = np.where(busy, np.ceil(ctas / slots), 0.0)
-        p = self.params
-        fixed_us = p["base_us"] + waves * p["wave_us"] + np.zeros_like(seqs) * p["per_split_us"]
-        return (busy, bool(busy.all()), waves, fixed_us,
-                2.0 * seqs * self.heads * self.head_dim)
+        if self._counts is None or self._counts[0] != key:
+            self._counts = (key, decode_counts(seqs, self.heads, self.kv_heads, self.head_dim,
+                                               self.num_sms))
+        return kernel_us(decode_work(seqs, context, self.heads, self.kv_heads, self.head_dim,
+                                     self.num_sms, self._counts[1]), self.params)
 
 
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,

@@ -109,7 +109,7 @@ def table_normal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray
     levels = _normal_levels()
     # the gather below reads the 256 KB table at random: once other work has pushed it out of
     # the cache, every read waits on memory. One sequential pass (any reduction) pulls it back
-    # at streaming speed first; R1 runs ~15 % faster, with the same values
+    # at streaming speed first (the same values)
     levels.view(np.uint64).max()
     return np.take(levels, raw).reshape(shape)
 

@@ -472,19 +472,24 @@ class Scheduler:
             self.output_tokens_done += float(finishing.sum())
         done = np.flatnonzero(self._out_left <= 0)                        # flat slot indices
         if done.shape[0]:
-            slot_req = self.slot_req.reshape(-1)
-            self.finish_s[slot_req[done]] = now_s
-            slot_req[done] = _NO_REQUEST
-            self._used.reshape(-1)[done] = False
-            rows = done // self.max_running
             context = self._context.reshape(-1)
-            self.context_sum -= np.bincount(rows, weights=context[done],
-                                            minlength=self.num_ranks).astype(np.int64)
+            self._finish(done, context[done], now_s)
             context[done] = 0
             self._out_left.reshape(-1)[done] = _EMPTY_LEFT
-            self.occupied -= np.bincount(rows, minlength=self.num_ranks)
-            self._free = np.concatenate([self._free, done])
         return gaps
+
+    def _finish(self, done: np.ndarray, context: np.ndarray, now_s: float) -> None:
+        """Flat slots `done`, whose requests hold `context` KV entries each, finished at
+        `now_s`: their requests end and the slots are free."""
+        slot_req = self.slot_req.reshape(-1)
+        self.finish_s[slot_req[done]] = now_s
+        slot_req[done] = _NO_REQUEST
+        self._used.reshape(-1)[done] = False
+        rows = done // self.max_running
+        self.context_sum -= np.bincount(rows, weights=context,
+                                        minlength=self.num_ranks).astype(np.int64)
+        self.occupied -= np.bincount(rows, minlength=self.num_ranks)
+        self._free = np.concatenate([self._free, done])
 
     def _commit_lazy(self, plan: Plan, now_s: float) -> StepGaps:
         """`commit` on the decode path: every used slot decoded one token (module doc)."""
@@ -506,16 +511,7 @@ class Scheduler:
             self.first_token_s[plan.fresh_ids] = now_s
         done = self._finishing.pop(self._commits)
         if done is not None:
-            slot_req = self.slot_req.reshape(-1)
-            self.finish_s[slot_req[done]] = now_s
-            slot_req[done] = _NO_REQUEST
-            self._used.reshape(-1)[done] = False
-            rows = done // self.max_running
-            context = self._ctx0.reshape(-1)[done] + self._commits
-            self.context_sum -= np.bincount(rows, weights=context,
-                                            minlength=self.num_ranks).astype(np.int64)
-            self.occupied -= np.bincount(rows, minlength=self.num_ranks)
-            self._free = np.concatenate([self._free, done])
+            self._finish(done, self._ctx0.reshape(-1)[done] + self._commits, now_s)
         return gaps
 
     def _without_freed(self, plan: Plan) -> Plan:
