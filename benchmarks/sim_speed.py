@@ -211,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pin", action="store_true",
                         help="pin to one CPU (on a shared machine the OS may do better unpinned)")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats ({args.repeats}) must be >= 1")
+    if args.against is not None and not (args.against / "epsim" / "sim" / "engine.py").is_file():
+        parser.error(f"--against ({args.against}) must be an epsim checkout (e.g. `git worktree "
+                     "add /tmp/then <commit>`)")
     pinned = one_core(args.pin)
 
     from epsim.spec import load_scenario

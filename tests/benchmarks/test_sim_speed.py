@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,3 +29,13 @@ def test_against_times_both_checkouts_run_by_run():
     assert name == scenario.stem and int(steps) > 0
     assert all(float(x) > 0 for x in (then_us, now_us, then_speed, now_speed, ratio))
     assert re.fullmatch(r"\d+\.\d\d", ratio)
+
+
+def test_bad_arguments_stop_before_any_timing(tmp_path):
+    """A wrong `--against` or `--repeats` is named on one line, exit 2, before minutes of runs."""
+    for args, field in ((["--against", str(tmp_path)], "--against"), (["--repeats", "0"], "--repeats")):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_speed.py"), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines()[-1].startswith(f"sim_speed.py: error: {field} (")
+        assert not done.stdout
