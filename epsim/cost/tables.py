@@ -70,8 +70,8 @@ class PlacementTables:
 
 @dataclass(frozen=True, eq=False)
 class SourceOperators:
-    """`source_slot` as sparse 0/1 matrices, so per-step sums over (source, layer, expert) are
-    one sparse product each.
+    """`source_slot` as sparse 0/1 matrices and per-slot masks, so per-step sums over (source,
+    layer, expert) are one sparse product or one pass over `[layers, physical]` each.
 
     scipy.sparse CSR with every row's entries in increasing column order: a product adds each
     output's terms from 0 in that order, the order the column-major (CSC) form of the same
@@ -86,8 +86,15 @@ class SourceOperators:
             [layers * physical] int, each slot's row. Slot weight (`slot_weights`) = sum of
             the shares of the sources that send to the slot; equal rows give equal sums, so
             one product per distinct set gives every slot's bits.
+        to_slot_peer, to_slot_remote: the same for the sources in the slot's node other than its
+            own rank, and for the sources in other nodes (`peer_remote_tokens`).
+        own_used: [layers, physical] bool, the slot is the one its own rank sends its expert to.
+        node_first: [layers, physical] bool, the lowest live slot of each expert a node holds
+            (one per node and expert).
+        node_holds_all: [layers, nodes] bool, the node holds a live replica of every expert.
         to_rank: [sources * layers * ranks, layers * experts]: per source and layer, the sum
-            over the experts it sends to each destination rank.
+            over the experts it sends to each destination rank (built on first use: only
+            rank- and node-deduplicated copies read it).
         to_node: same with destination nodes, `[sources * layers * nodes, layers * experts]`
             (built on first use: only node-deduplicated copies read it).
     """
@@ -96,8 +103,15 @@ class SourceOperators:
     used: np.ndarray         # [sources, layers, physical] bool, slot p is the one s sends p's expert to
     to_slot: object
     slot_set: np.ndarray
-    to_rank: object
+    to_slot_peer: object
+    peer_set: np.ndarray
+    to_slot_remote: object
+    remote_set: np.ndarray
+    own_used: np.ndarray
+    node_first: np.ndarray
+    node_holds_all: np.ndarray
     _last_weights: list = field(default_factory=lambda: [None, None])   # (share bytes, weights)
+    _last_tokens: list = field(default_factory=lambda: [None, None])    # (token bytes, sums)
 
     def slot_weights(self, share: np.ndarray) -> np.ndarray:
         """[layers * physical] `to_slot` rows of the sources' token shares ([sources]), spread
@@ -106,6 +120,17 @@ class SourceOperators:
         if self._last_weights[0] != key:
             self._last_weights[:] = [key, (self.to_slot @ share)[self.slot_set]]
         return self._last_weights[1]
+
+    def peer_remote_tokens(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[layers, physical] twice: the tokens ([sources]) sent to each slot by the sources in
+        its node other than its own rank, and by the sources in other nodes; the last pair is
+        remembered (the draws of one batch share it)."""
+        key = tokens.tobytes()
+        if self._last_tokens[0] != key:
+            shape = self.own_used.shape
+            self._last_tokens[:] = [key, ((self.to_slot_peer @ tokens)[self.peer_set].reshape(shape),
+                                          (self.to_slot_remote @ tokens)[self.remote_set].reshape(shape))]
+        return self._last_tokens[1]
 
     @classmethod
     def build(cls, tables: "PlacementTables") -> "SourceOperators":
@@ -119,23 +144,60 @@ class SourceOperators:
         used = (np.take(source_slot.reshape(num_sources, -1), held, axis=1)
                 .reshape(num_sources, num_layers, -1) == slot_ids)               # [S, L, P]
         assert int(np.count_nonzero(used)) == source_slot.size   # one slot per (source, expert)
-        ones = np.ones(source_slot.size)
-        # to_slot: one row per distinct set of sources sending to a slot, in increasing order
-        by_slot = np.ascontiguousarray(used.transpose(1, 2, 0)).reshape(-1, num_sources)
-        packed = np.packbits(by_slot, axis=1)                                    # [L * P, S / 8]
-        _, first, slot_set = np.unique(packed.view(np.dtype((np.void, packed.shape[1]))).ravel(),
-                                       return_index=True, return_inverse=True)
-        sets = by_slot[first]                                                    # [sets, S]
-        sources = np.broadcast_to(np.arange(num_sources, dtype=np.int32), sets.shape)[sets]
-        to_slot = _csr(ones[:sources.size], sources, sets.sum(axis=1, dtype=np.int32), num_sources)
-        return cls(p, used, to_slot, slot_set.ravel(),
-                   _to_destination(p, used, p.slots_per_rank, ones))
+        by_slot = np.ascontiguousarray(used.transpose(1, 2, 0))                  # [L, P, S]
+        rank = p.rank_of_slot()                                                  # [P]
+        node, source_node = rank // p.ranks_per_node, p.node_of_rank()
+        same_node = node[:, None] == source_node[None, :]                        # [P, S]
+        peer = same_node & (rank[:, None] != np.arange(num_sources)[None, :])
+        own_used = used[rank[None, :], np.arange(num_layers)[:, None], slot_ids[None, :]]
+        node_first = _first_per_node(p)
+        held_in_node = _group_count(node_first, p.slots_per_rank * p.ranks_per_node)
+        return cls(p, used, *_source_sets(by_slot), *_source_sets(by_slot & peer),
+                   *_source_sets(by_slot & ~same_node), own_used, node_first,
+                   held_in_node == num_experts)
+
+    @cached_property
+    def to_rank(self):
+        p = self.placement
+        return _to_destination(p, self.used, p.slots_per_rank,
+                               np.ones(self.used.shape[0] * self.used.shape[1] * p.num_logical))
 
     @cached_property
     def to_node(self):
         p = self.placement
         return _to_destination(p, self.used, p.slots_per_rank * p.ranks_per_node,
                                np.ones(self.used.shape[0] * self.used.shape[1] * p.num_logical))
+
+
+def _source_sets(by_slot: np.ndarray):
+    """(CSR [sets, sources] of the distinct rows of `by_slot` ([layers, physical, sources] bool:
+    which sources send to each slot), [layers * physical] int each slot's row), rows in the
+    order `np.unique` sorts them, each row's sources in increasing order."""
+    num_sources = by_slot.shape[-1]
+    by_slot = by_slot.reshape(-1, num_sources)
+    packed = np.packbits(by_slot, axis=1)                                        # [L * P, S / 8]
+    _, first, slot_set = np.unique(packed.view(np.dtype((np.void, packed.shape[1]))).ravel(),
+                                   return_index=True, return_inverse=True)
+    sets = by_slot[first]                                                        # [sets, S]
+    sources = np.broadcast_to(np.arange(num_sources, dtype=np.int32), sets.shape)[sets]
+    return (_csr(np.ones(sources.size), sources, sets.sum(axis=1, dtype=np.int32), num_sources),
+            slot_set.ravel())
+
+
+def _first_per_node(p: Placement) -> np.ndarray:
+    """[layers, physical] bool: per layer, node and logical expert, its lowest live slot."""
+    num_layers, num_physical = p.physical_to_logical.shape
+    node = p.rank_of_slot() // p.ranks_per_node
+    dead = p.num_nodes * p.num_logical                                           # sorts last
+    key = np.where(p.live_slots()[None, :], node[None, :] * p.num_logical + p.physical_to_logical,
+                   dead)                                                         # [L, P]
+    order = np.argsort(key, axis=1, kind="stable")
+    ordered = np.take_along_axis(key, order, axis=1)
+    first = np.ones_like(ordered, dtype=bool)
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    out = np.zeros((num_layers, num_physical), dtype=bool)
+    np.put_along_axis(out, order, first & (ordered < dead), axis=1)
+    return out
 
 
 def _csr(ones: np.ndarray, indices: np.ndarray, counts: np.ndarray, num_columns: int):

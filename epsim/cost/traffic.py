@@ -159,7 +159,7 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
     if tables.source_slot is None:
         return _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction,
                                max_nodes_per_token)
-    if loads.ndim == 3:
+    if loads.ndim == 3 and dedup not in ("pair", ""):
         return stack_traffic([_traffic_per_source(step, tokens, num_tokens, tables, dedup, fraction,
                                                   max_nodes_per_token) for step in loads])
     return _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
@@ -267,36 +267,87 @@ def rank_sum_strided(x: np.ndarray, group: int) -> np.ndarray:
 
 def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
                         max_nodes=None) -> Traffic:
-    """Static selection with replicas: each source has its own slot map, `[sources, layers, ranks]`."""
-    num_ranks, num_layers, num_experts = tables.source_slot.shape
-    spr, rpn, num_nodes = tables.placement.slots_per_rank, tables.placement.ranks_per_node, tables.placement.num_nodes
-    num_physical = tables.placement.num_physical
-    src = np.arange(num_ranks)
+    """Static selection with replicas: each source has its own slot map. Pair copies (and pairs
+    alone) take `[..., layers, experts]` loads, a leading draws axis included; rank- and
+    node-deduplicated copies one `[layers, experts]` draw (`[src, layers, ranks]` rates)."""
+    num_layers = tables.source_slot.shape[1]
+    spr, num_physical = tables.placement.slots_per_rank, tables.placement.num_physical
     ops = tables.source_operators                                         # sparse, per placement
+    p2l = tables.placement.physical_to_logical
+    p2l = p2l.reshape((1,) * (loads.ndim - 2) + p2l.shape)
     # per-slot loads: a logical expert's load split by the token share of the sources using it
     slot_weight = ops.slot_weights(tokens / max(num_tokens, 1e-300))     # [layers * physical]
     # over the slots of one logical expert the weights sum to 1: its load splits by source
     slot_loads = slot_weight.reshape(num_layers, num_physical) * np.take_along_axis(
-        loads, tables.placement.physical_to_logical, axis=1)                      # [layers, physical]
+        loads, p2l, axis=-1)                                             # [..., layers, physical]
     pairs = rank_sum(slot_loads, spr)
     active = _active(slot_loads, fraction, spr)
-    hottest = slot_loads.max(axis=1) * fraction                          # [layers]
+    hottest = slot_loads.max(axis=-1) * fraction                         # [..., layers]
+    multi_node = tables.placement.num_nodes > 1
     if not dedup or num_tokens <= 0:
         zeros = np.zeros_like(pairs)
         return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
-                       num_tokens * fraction, dedup, tables.placement.num_nodes > 1, fraction, hottest)
-    pi = np.minimum(loads / num_tokens, 1.0)                              # [layers, experts]
+                       num_tokens * fraction, dedup, multi_node, fraction, hottest)
+    pi = np.minimum(loads / num_tokens, 1.0)                              # [..., layers, experts]
+    if dedup == "pair":
+        links = _pair_copies_per_source(pi, np.take_along_axis(pi, p2l, axis=-1), tokens, tables)
+    else:
+        links = _deduplicated_copies_per_source(pi, tokens, tables, dedup, max_nodes)
+    f = fraction
+    nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies = (x * f for x in links)
+    return Traffic(pairs * f, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
+                   num_tokens * f, dedup, multi_node, f, hottest)
+
+
+def _pair_copies_per_source(pi, slot_pi, tokens, tables) -> tuple[np.ndarray, ...]:
+    """(nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies), `[..., layers, ranks]`, of one
+    copy per (token, expert) under the static map, from per-slot sums only.
+
+    Receive side: a slot's copies are its expert's pick rate pi times the tokens of the sources
+    sending to it, split by where they sit (`SourceOperators.peer_remote_tokens`). Send side:
+    the static map (`epsim.eplb.replicas.static_dispatch_map`) sends to the source's own replica
+    if it has one and to one in its node if the node has one, so a source's NVLink rate is the
+    pi of the experts its node holds but it does not, its RDMA rate that of the experts its node
+    does not hold; which replica it picks does not matter.
+
+    Args:
+        pi: [..., layers, experts] pick probabilities; slot_pi: [..., layers, physical] per slot.
+        tokens: [ranks] tokens each source dispatches.
+    """
+    p, ops = tables.placement, tables.source_operators
+    spr, rpn = p.slots_per_rank, p.ranks_per_node
+    peer_tokens, remote_tokens = ops.peer_remote_tokens(tokens)          # [layers, physical]
+    nvl_recv = rank_sum(slot_pi * peer_tokens, spr)
+    rdma_recv = rank_sum(slot_pi * remote_tokens, spr)
+    own_rate = rank_sum(slot_pi * ops.own_used, spr)                     # [..., layers, ranks]
+    self_copies = own_rate * tokens
+    if rpn == 1:                                 # the node is the rank: no NVLink peers
+        nvl_send = np.zeros_like(own_rate)
+        node_rate = own_rate
+    else:
+        node_rate = np.repeat(rank_sum(slot_pi * ops.node_first, spr * rpn), rpn, axis=-1)
+        nvl_send = tokens * (node_rate - own_rate)
+    # a node that holds every expert sends nothing over RDMA (exactly, not a rounding residue)
+    remote_rate = np.where(np.repeat(ops.node_holds_all, rpn, axis=-1), 0.0,
+                           pi.sum(axis=-1, keepdims=True) - node_rate)
+    return nvl_send, nvl_recv, tokens * remote_rate, rdma_recv, self_copies
+
+
+def _deduplicated_copies_per_source(pi, tokens, tables, dedup, max_nodes) -> tuple[np.ndarray, ...]:
+    """(nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies), `[layers, ranks]`, of rank- or
+    node-deduplicated copies: per source and destination hit probabilities `[src, layers, dst]`."""
+    num_ranks, num_layers, _ = tables.source_slot.shape
+    rpn, num_nodes = tables.placement.ranks_per_node, tables.placement.num_nodes
+    ops = tables.source_operators
+    src = np.arange(num_ranks)
 
     def per_dest(weights: np.ndarray, operator, width: int) -> np.ndarray:
         """[src, layers, width]: sum of `weights` [layers, experts] over the experts each source
         sends to each destination rank (or node)."""
         return (operator @ weights.ravel()).reshape(num_ranks, num_layers, width)
 
-    if dedup == "pair":
-        rate = per_dest(pi, ops.to_rank, num_ranks)                       # [src, layers, dst]
-    else:
-        log_miss = np.log1p(-np.minimum(pi, 1.0 - 1e-12))
-        rate = -np.expm1(per_dest(log_miss, ops.to_rank, num_ranks))
+    log_miss = np.log1p(-np.minimum(pi, 1.0 - 1e-12))
+    rate = -np.expm1(per_dest(log_miss, ops.to_rank, num_ranks))          # [src, layers, dst]
     node, local = src // rpn, src % rpn
     same_node = node[:, None] == node[None, :]                            # [src, dst]
     not_self = ~np.eye(num_ranks, dtype=bool)
@@ -309,7 +360,7 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
 
     # sums over sources or destinations of T_s * x[s, l, r] on masked pairs: one einsum each,
     # one pass over [src, layers, dst] and no temporaries of that size
-    if dedup in ("pair", "rank") or num_nodes == 1:
+    if dedup == "rank" or num_nodes == 1:
         on_nvl, on_rdma = weigh(same_node & not_self), weigh(~same_node)
         nvl_recv = np.einsum("slr,sr->lr", rate, on_nvl)
         rdma_recv = np.einsum("slr,sr->lr", rate, on_rdma)
@@ -327,6 +378,4 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
         on_local = weigh(same_local)
         nvl_send = (np.einsum("slr,sr->lr", node_rate[:, :, node], on_local)
                     - np.einsum("slr,sr->lr", rate, on_local))
-    f = fraction
-    return Traffic(pairs * f, active, nvl_send * f, nvl_recv * f, rdma_send * f, rdma_recv * f,
-                   self_copies * f, num_tokens * f, dedup, tables.placement.num_nodes > 1, f, hottest)
+    return nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies

@@ -242,13 +242,13 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
         hold = held[row[moves], expert[moves]]                               # [moves, ranks]
         near = hold & (node_of[None, :] == node_of[dst[moves]][:, None])
         candidate = np.where(near.any(axis=1)[:, None], near, hold)
+        # least sent first, then the lowest rank: score sent * ranks + rank, and a rank that
+        # cannot send scores above any that can (a move sends at most once per rank and k)
+        rank_score = np.where(candidate, rank_ids, num_ranks * (moves.shape[0] + 1))
         sent = np.zeros((num_layers, num_ranks), dtype=np.int64)            # transfers sent
         for start, stop in zip([0, *bounds.tolist()], [*bounds.tolist(), moves.shape[0]]):
             group, lay = moves[start:stop], row[moves[start:stop]]
-            # least sent first, then the lowest rank
-            score = np.where(candidate[start:stop], sent[lay] * num_ranks + rank_ids,
-                             np.iinfo(np.int64).max)
-            chosen = score.argmin(axis=1)
+            chosen = (sent[lay] * num_ranks + rank_score[start:stop]).argmin(axis=1)
             src[group] = chosen
             sent[lay, chosen] += 1
     # the sender's lowest old slot holding the expert (slots ascend within a rank)

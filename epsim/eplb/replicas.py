@@ -90,16 +90,28 @@ def static_dispatch_map(placement, layers=None) -> np.ndarray:
     valid = kth_replica < num[:, None]                                   # [K, M]
     slots = order[layer[:, None], np.minimum(starts[layer, expert][:, None] + kth_replica,
                                              num_physical - 1)]          # [K, M] ascending
-    rank = np.where(valid, slots // spr, -1)
-    node = np.where(valid, rank // rpn, -1)
-    src = np.arange(num_ranks)
-    on_rank = rank[:, :, None] == src[None, None, :]                     # [K, M, ranks]
-    on_node = node[:, :, None] == (src // rpn)[None, None, :]
-    num_on_node = on_node.sum(axis=1)                                    # [K, ranks]
-    kth = (src % rpn)[None, :] % np.maximum(num_on_node, 1)
-    node_pick = (np.cumsum(on_node, axis=1) == (kth + 1)[:, None, :]) & on_node
-    spread = (src[None, :] + layer_ids[layer][:, None] + expert[:, None]) % num[:, None]
-    choice = np.where(on_rank.any(axis=1), on_rank.argmax(axis=1),
-                      np.where(num_on_node > 0, node_pick.argmax(axis=1), spread))  # [K, ranks]
-    out[:, layer, expert] = np.take_along_axis(slots, choice, axis=1).T
+    rank = slots // spr                                                  # [K, M]
+    # tables below are [ranks, K] (rows are written into `out` whole) and int32, whose
+    # division is several times faster than int64's
+    num_k = layer.shape[0]
+    src, num32 = np.arange(num_ranks, dtype=np.int32), num.astype(np.int32)
+    # no replica on the source's node: spread by source, layer and expert
+    choice = (src[:, None] + (layer_ids[layer] + expert).astype(np.int32)[None, :]) % num32
+    # replicas ascend by slot, so by rank and node: a node's replicas are one run of m
+    num_on_node = np.bincount((np.arange(num_k)[:, None] * p.num_nodes + rank // rpn)[valid],
+                              minlength=num_k * p.num_nodes).reshape(num_k, p.num_nodes).T
+    num_on_node = np.ascontiguousarray(num_on_node, dtype=np.int32)     # [nodes, K]
+    first_on_node = np.cumsum(num_on_node, axis=0, dtype=np.int32) - num_on_node
+    src_node = src // rpn
+    on_node = num_on_node[src_node]                                      # [ranks, K]
+    choice = np.where(on_node > 0, first_on_node[src_node] + (src % rpn)[:, None]
+                      % np.maximum(on_node, 1), choice)
+    for m in range(int(num.max()) - 1, -1, -1):       # a replica on the source's own rank;
+        k = np.flatnonzero(valid[:, m])               # the lowest m last, so it wins
+        choice[rank[k, m], k] = m
+    width = slots.shape[1]
+    picked = np.take(slots.ravel(), choice + np.arange(0, num_k * width, width, dtype=np.int32))
+    flat, rows = layer * num_logical + expert, out.reshape(num_ranks, -1)
+    for source in range(num_ranks):      # one row at a time: a [:, K] scatter strides by rows
+        rows[source, flat] = picked[source]
     return out

@@ -236,3 +236,63 @@ def test_source_operators_add_in_expert_and_source_order(rng):
             for expert in range(num_experts):
                 want[layer * 16 + tables.source_slot[source, layer, expert]] += share[source]
     assert np.array_equal(ops.slot_weights(share).view(np.int64), want.view(np.int64))
+
+
+def _pair_copies_by_source(loads, tokens, source_slot, slots_per_rank, ranks_per_node):
+    """(nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies) [layers, ranks] of one copy per
+    (token, expert), summed source by source and expert by expert from the static map."""
+    num_sources, num_layers, num_experts = source_slot.shape
+    out = np.zeros((5, num_layers, num_sources))
+    pi = np.minimum(loads / tokens.sum(), 1.0)
+    for source in range(num_sources):
+        for layer in range(num_layers):
+            for expert in range(num_experts):
+                dest = source_slot[source, layer, expert] // slots_per_rank
+                copies = tokens[source] * pi[layer, expert]
+                if dest == source:
+                    out[4, layer, source] += copies
+                elif dest // ranks_per_node == source // ranks_per_node:
+                    out[0, layer, source] += copies
+                    out[1, layer, dest] += copies
+                else:
+                    out[2, layer, source] += copies
+                    out[3, layer, dest] += copies
+    return out
+
+
+@pytest.mark.parametrize("num_ranks, gpus_per_node, lost", [(8, 4, 5), (8, 2, None), (6, 1, 2),
+                                                            (4, 4, 0)])
+def test_pair_copies_with_replicas_equal_the_sum_over_sources(rng, num_ranks, gpus_per_node, lost):
+    """The pair path's per-slot sums (no `[src, layers, dst]` rates) equal the copies summed
+    source by source under the static map, with replicas, a lost rank, and a draws axis."""
+    num_experts, num_layers, slots_per_rank = 8, 3, 3
+    num_physical = num_ranks * slots_per_rank
+    alive = np.ones(num_ranks, dtype=bool)
+    if lost is not None:
+        alive[lost] = False
+    live_slots = np.flatnonzero(np.repeat(alive, slots_per_rank))
+    p2l = rng.integers(0, num_experts, (num_layers, num_physical))        # random replicas
+    for layer in range(num_layers):                                       # every expert live
+        p2l[layer, rng.permutation(live_slots)[:num_experts]] = np.arange(num_experts)
+    placement = Placement.on_cluster(p2l, num_experts, num_ranks, gpus_per_node,
+                                     None if lost is None else alive)
+    tables = build_tables(placement, "static", per_source=True)
+    tokens = rng.integers(1, 20, num_ranks).astype(float)
+    if lost is not None:
+        tokens[lost] = 0.0                                                # a lost rank sends nothing
+    draws = rng.random((3, num_layers, num_experts)) ** 2 + 0.01          # [draws, layers, experts]
+    draws *= tokens.sum() * 4 / draws.sum(axis=-1, keepdims=True)         # top-4 pairs per layer
+    together = count_traffic(draws, tokens, tables, "pair", fraction=0.5)
+    for index, loads in enumerate(draws):
+        alone = count_traffic(loads, tokens, tables, "pair", fraction=0.5)
+        want = _pair_copies_by_source(loads, tokens, tables.source_slot, slots_per_rank,
+                                      gpus_per_node) * 0.5
+        for field, expected in zip(("nvl_send", "nvl_recv", "rdma_send", "rdma_recv",
+                                    "self_copies"), want):
+            np.testing.assert_allclose(getattr(alone, field), expected, rtol=1e-12, atol=1e-12,
+                                       err_msg=field)
+            assert np.array_equal(getattr(together, field)[index], getattr(alone, field)), field
+        if gpus_per_node >= num_ranks:
+            assert not alone.rdma_send.any() and not alone.rdma_recv.any()
+        if gpus_per_node == 1:
+            assert not alone.nvl_send.any() and not alone.nvl_recv.any()
