@@ -62,6 +62,19 @@ class PlacementTables:
     source_slot: np.ndarray | None = None
 
     @cached_property
+    def _slot_columns(self) -> np.ndarray:
+        """[layers * physical] int: each slot's logical expert as a flat (layer, expert) index."""
+        p = self.placement
+        return (np.arange(p.num_layers)[:, None] * p.num_logical + p.physical_to_logical).ravel()
+
+    def per_slot(self, values: np.ndarray) -> np.ndarray:
+        """[..., layers, experts] -> [..., layers, physical]: each slot's logical expert's value
+        (one flat gather, several times faster than `take_along_axis` at these sizes)."""
+        lead = values.shape[:-2]
+        return np.take(values.reshape(*lead, -1), self._slot_columns, axis=-1).reshape(
+            *lead, *self.placement.physical_to_logical.shape)
+
+    @cached_property
     def source_operators(self) -> "SourceOperators":
         """Sparse linear maps of the static per-source choice (`source_slot` must be set);
         built on first use, then every step of this placement reuses them."""
@@ -86,8 +99,9 @@ class SourceOperators:
             [layers * physical] int, each slot's row. Slot weight (`slot_weights`) = sum of
             the shares of the sources that send to the slot; equal rows give equal sums, so
             one product per distinct set gives every slot's bits.
-        to_slot_peer, to_slot_remote: the same for the sources in the slot's node other than its
-            own rank, and for the sources in other nodes (`peer_remote_tokens`).
+        to_slot_peer_remote: the same for the sources in the slot's node other than its own
+            rank, then for the sources in other nodes, stacked (`peer_remote_tokens`);
+            `peer_remote_set` [2 * layers * physical] each one's row.
         own_used: [layers, physical] bool, the slot is the one its own rank sends its expert to.
         node_first: [layers, physical] bool, the lowest live slot of each expert a node holds
             (one per node and expert).
@@ -103,10 +117,8 @@ class SourceOperators:
     used: np.ndarray         # [sources, layers, physical] bool, slot p is the one s sends p's expert to
     to_slot: object
     slot_set: np.ndarray
-    to_slot_peer: object
-    peer_set: np.ndarray
-    to_slot_remote: object
-    remote_set: np.ndarray
+    to_slot_peer_remote: object
+    peer_remote_set: np.ndarray
     own_used: np.ndarray
     node_first: np.ndarray
     node_holds_all: np.ndarray
@@ -127,9 +139,8 @@ class SourceOperators:
         remembered (the draws of one batch share it)."""
         key = tokens.tobytes()
         if self._last_tokens[0] != key:
-            shape = self.own_used.shape
-            self._last_tokens[:] = [key, ((self.to_slot_peer @ tokens)[self.peer_set].reshape(shape),
-                                          (self.to_slot_remote @ tokens)[self.remote_set].reshape(shape))]
+            both = (self.to_slot_peer_remote @ tokens)[self.peer_remote_set]
+            self._last_tokens[:] = [key, tuple(both.reshape(2, *self.own_used.shape))]
         return self._last_tokens[1]
 
     @classmethod
@@ -152,27 +163,28 @@ class SourceOperators:
         own_used = used[rank[None, :], np.arange(num_layers)[:, None], slot_ids[None, :]]
         node_first = _first_per_node(p)
         held_in_node = _group_count(node_first, p.slots_per_rank * p.ranks_per_node)
-        return cls(p, used, *_source_sets(by_slot), *_source_sets(by_slot & peer),
-                   *_source_sets(by_slot & ~same_node), own_used, node_first,
-                   held_in_node == num_experts)
+        return cls(p, used, *_source_sets(by_slot),
+                   *_source_sets(np.stack([by_slot & peer, by_slot & ~same_node])), own_used,
+                   node_first, held_in_node == num_experts)
 
     @cached_property
     def to_rank(self):
-        p = self.placement
-        return _to_destination(p, self.used, p.slots_per_rank,
-                               np.ones(self.used.shape[0] * self.used.shape[1] * p.num_logical))
+        return self._to_destination(self.placement.slots_per_rank)
 
     @cached_property
     def to_node(self):
+        return self._to_destination(self.placement.slots_per_rank * self.placement.ranks_per_node)
+
+    def _to_destination(self, slots_per_dest: int):
         p = self.placement
-        return _to_destination(p, self.used, p.slots_per_rank * p.ranks_per_node,
+        return _to_destination(p, self.used, slots_per_dest,
                                np.ones(self.used.shape[0] * self.used.shape[1] * p.num_logical))
 
 
 def _source_sets(by_slot: np.ndarray):
-    """(CSR [sets, sources] of the distinct rows of `by_slot` ([layers, physical, sources] bool:
-    which sources send to each slot), [layers * physical] int each slot's row), rows in the
-    order `np.unique` sorts them, each row's sources in increasing order."""
+    """(CSR [sets, sources] of the distinct rows of `by_slot` ([..., layers, physical, sources]
+    bool: which sources send to each slot), [... * layers * physical] int each slot's row), rows
+    in the order `np.unique` sorts them, each row's sources in increasing order."""
     num_sources = by_slot.shape[-1]
     by_slot = by_slot.reshape(-1, num_sources)
     packed = np.packbits(by_slot, axis=1)                                        # [L * P, S / 8]

@@ -199,9 +199,7 @@ def _slot_values(values: np.ndarray, tables: PlacementTables) -> np.ndarray:
     replicas."""
     if tables.is_identity:
         return values
-    p2l = tables.placement.physical_to_logical
-    p2l = p2l.reshape((1,) * (values.ndim - 2) + p2l.shape)
-    return np.take_along_axis(values, p2l, axis=-1) * tables.slot_share
+    return tables.per_slot(values) * tables.slot_share
 
 
 def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_nodes=None) -> Traffic:
@@ -273,13 +271,11 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
     num_layers = tables.source_slot.shape[1]
     spr, num_physical = tables.placement.slots_per_rank, tables.placement.num_physical
     ops = tables.source_operators                                         # sparse, per placement
-    p2l = tables.placement.physical_to_logical
-    p2l = p2l.reshape((1,) * (loads.ndim - 2) + p2l.shape)
     # per-slot loads: a logical expert's load split by the token share of the sources using it
     slot_weight = ops.slot_weights(tokens / max(num_tokens, 1e-300))     # [layers * physical]
     # over the slots of one logical expert the weights sum to 1: its load splits by source
-    slot_loads = slot_weight.reshape(num_layers, num_physical) * np.take_along_axis(
-        loads, p2l, axis=-1)                                             # [..., layers, physical]
+    slot_loads = slot_weight.reshape(num_layers, num_physical) * tables.per_slot(
+        loads)                                                           # [..., layers, physical]
     pairs = rank_sum(slot_loads, spr)
     active = _active(slot_loads, fraction, spr)
     hottest = slot_loads.max(axis=-1) * fraction                         # [..., layers]
@@ -290,7 +286,7 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
                        num_tokens * fraction, dedup, multi_node, fraction, hottest)
     pi = np.minimum(loads / num_tokens, 1.0)                              # [..., layers, experts]
     if dedup == "pair":
-        links = _pair_copies_per_source(pi, np.take_along_axis(pi, p2l, axis=-1), tokens, tables)
+        links = _pair_copies_per_source(pi, tables.per_slot(pi), tokens, tables)
     else:
         links = _deduplicated_copies_per_source(pi, tokens, tables, dedup, max_nodes)
     f = fraction
