@@ -58,7 +58,7 @@ class ExpertLocation:
             raise LiveError(f"{exc} (re-place it onto the alive ranks first: "
                             f"live.eplb.elastic.mask_ranks)") from None
         return cls(placement, layer, rank, placement.local_slots(rank)[layer].copy(),
-                   torch.tensor(np.array(static), device=device),
+                   torch.tensor(np.array(static), dtype=torch.int64, device=device),
                    torch.tensor(np.array(placement.live_logical_to_physical()[layer]), device=device),
                    torch.tensor(np.array(placement.live_counts()[layer]), device=device))
 

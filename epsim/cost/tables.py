@@ -51,7 +51,7 @@ class PlacementTables:
             gets when every source splits evenly over the live replicas (1 without replicas; 0 on
             a dead rank).
         is_identity: slot p holds logical p in every layer and every rank is alive (no gather).
-        source_slot: [ranks, layers, experts] int64 slot each source rank sends logical e to
+        source_slot: [ranks, layers, experts] int32 slot each source rank sends logical e to
             (static selection with replicas only; else None: sources are interchangeable).
     """
 
@@ -147,20 +147,25 @@ class SourceOperators:
     def build(cls, tables: "PlacementTables") -> "SourceOperators":
         p = tables.placement
         num_sources, num_layers, num_experts = tables.source_slot.shape
-        p2l = p.physical_to_logical                                              # [L, P]
-        slot_ids = np.arange(p.num_physical, dtype=np.int32)
-        source_slot = tables.source_slot.astype(np.int32)
-        # one gather along the flat (layer, expert) axis: [S, L * E] -> [S, L * P]
-        held = (np.arange(num_layers)[:, None] * num_experts + p2l).ravel()     # l * E + p2l
-        used = (np.take(source_slot.reshape(num_sources, -1), held, axis=1)
-                .reshape(num_sources, num_layers, -1) == slot_ids)               # [S, L, P]
-        assert int(np.count_nonzero(used)) == source_slot.size   # one slot per (source, expert)
-        by_slot = np.ascontiguousarray(used.transpose(1, 2, 0))                  # [L, P, S]
+        source_slot = tables.source_slot                                        # int32
+        layer_ids = np.arange(num_layers)
+        # an expert with one live replica is sent to that slot by every source: one [L, P]
+        # pattern for all sources, then the replicated experts' per-source choices on top
+        # (no [S, L, P] int gather: at EP 144 each fresh page of one costs a fault)
+        varies = p.live_counts() > 1                                             # [L, E]
+        shared = np.zeros((num_layers, p.num_physical), dtype=bool)
+        shared[layer_ids[:, None], source_slot[0]] = ~varies
+        by_slot = np.repeat(shared[:, :, None], num_sources, axis=2)             # [L, P, S]
+        layer, expert = np.nonzero(varies)
+        by_slot[layer[None, :], source_slot[:, layer, expert],
+                np.arange(num_sources)[:, None]] = True
+        assert int(np.count_nonzero(by_slot)) == source_slot.size   # one slot per (source, expert)
+        used = by_slot.transpose(2, 0, 1)                                        # [S, L, P] view
         rank = p.rank_of_slot()                                                  # [P]
         node, source_node = rank // p.ranks_per_node, p.node_of_rank()
         same_node = node[:, None] == source_node[None, :]                        # [P, S]
         peer = same_node & (rank[:, None] != np.arange(num_sources)[None, :])
-        own_used = used[rank[None, :], np.arange(num_layers)[:, None], slot_ids[None, :]]
+        own_used = by_slot[:, np.arange(p.num_physical), rank]                    # [L, P]
         node_first = _first_per_node(p)
         held_in_node = _group_count(node_first, p.slots_per_rank * p.ranks_per_node)
         return cls(p, used, *_source_sets(by_slot),

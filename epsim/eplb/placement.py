@@ -302,7 +302,7 @@ class Placement:
 
     # -- tokens ----------------------------------------------------------------------------
     def static_dispatch_map(self, layers=None) -> np.ndarray:
-        """[ranks, layers, logical] int64: the slot each source rank sends each logical
+        """[ranks, layers, logical] int32: the slot each source rank sends each logical
         expert's tokens to under SGLang's `static` selection, over alive replicas
         (`epsim.eplb.replicas.static_dispatch_map`); all layers are computed once and kept.
 

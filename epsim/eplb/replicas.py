@@ -63,7 +63,8 @@ def static_dispatch_map(placement, layers=None) -> np.ndarray:
             map too (they send nothing).
         layers: only these layers (indices or a slice; None: all).
     Returns:
-        [ranks, layers, logical] int64 slot ids.
+        [ranks, layers, logical] int32 slot ids (int32: at EP 144 the map is 2 M entries, and
+        every page of a fresh array costs a fault).
     Raises:
         PlacementError: an expert with no replica on an alive rank.
     """
@@ -80,8 +81,8 @@ def static_dispatch_map(placement, layers=None) -> np.ndarray:
         raise PlacementError(f"logical expert {expert} of layer {layer_ids[layer]} has no replica "
                              f"on a live rank; every expert must keep >= 1")
     starts = np.cumsum(counts, axis=1) - counts                          # [layers, logical]
-    out = np.broadcast_to(np.take_along_axis(order, starts, axis=1),     # lowest live slot
-                          (num_ranks, num_layers, num_logical)).copy()
+    lowest = np.take_along_axis(order, starts, axis=1).astype(np.int32)  # lowest live slot
+    out = np.broadcast_to(lowest, (num_ranks, num_layers, num_logical)).copy()
     layer, expert = np.nonzero(counts > 1)                               # [K] replicated
     if layer.shape[0] == 0:
         return out
