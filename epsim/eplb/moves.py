@@ -220,37 +220,52 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
     # the slots that change, in (layer, slot) order
     row, slot = np.nonzero(readable & (old_p2l != new_p2l))
     dst, expert = rank_of[slot], new_p2l[row, slot]
-    has_copy = held[row, expert].any(axis=1)                               # [moves]
+    holders = held[row, expert]                                            # [moves, ranks]
+    has_copy = holders.any(axis=1)
     if not allow_reload and not has_copy.all():
         i = int(np.argmin(has_copy))
         raise PlacementError(f"logical expert {int(expert[i])} of layer {int(layer_ids[row[i]])} has "
                              f"no readable copy on the alive ranks {np.flatnonzero(alive).tolist()}; "
                              "pass a weight source to reload it")
-    local = held[row, expert, dst]
-    # the greedy choice of a sender depends on what each rank has sent before in its layer: walk
-    # the layers in lockstep, the k-th changing slot of every layer at once
+    local = holders[np.arange(row.shape[0]), dst]
+    # the greedy choice of a sender depends on what each rank has sent before in its layer
     src = np.where(local, dst, RELOAD).astype(np.int64)
     pick = np.flatnonzero(~local & has_copy)
     rank_ids = np.arange(num_ranks)
     if pick.shape[0]:
-        starts = np.searchsorted(row[pick], row[pick], side="left")
-        order = np.argsort(np.arange(pick.shape[0]) - starts, kind="stable")   # by k, then layer
-        k_of = (np.arange(pick.shape[0]) - starts)[order]
-        bounds = np.flatnonzero(np.diff(k_of)) + 1
-        moves = pick[order]                                                  # by k, then layer
+        lay_of = row[pick]                                                   # ascending
+        k_of = np.arange(pick.shape[0]) - np.searchsorted(lay_of, lay_of)   # k-th in its layer
         # who may send does not depend on what was sent: every move's candidates at once
-        hold = held[row[moves], expert[moves]]                               # [moves, ranks]
-        near = hold & (node_of[None, :] == node_of[dst[moves]][:, None])
+        hold = holders[pick]                                                 # [moves, ranks]
+        near = hold & (node_of[None, :] == node_of[dst[pick]][:, None])
         candidate = np.where(near.any(axis=1)[:, None], near, hold)
-        # least sent first, then the lowest rank: score sent * ranks + rank, and a rank that
-        # cannot send scores above any that can (a move sends at most once per rank and k)
-        rank_score = np.where(candidate, rank_ids, num_ranks * (moves.shape[0] + 1))
-        sent = np.zeros((num_layers, num_ranks), dtype=np.int64)            # transfers sent
-        for start, stop in zip([0, *bounds.tolist()], [*bounds.tolist(), moves.shape[0]]):
-            group, lay = moves[start:stop], row[moves[start:stop]]
-            chosen = (sent[lay] * num_ranks + rank_score[start:stop]).argmin(axis=1)
-            src[group] = chosen
-            sent[lay, chosen] += 1
+        # a move with one candidate sends from it whatever was sent before; only the others
+        # (most moves have one holder) walk the layers in lockstep, the j-th of every layer at
+        # once, counting what the single ones sent earlier in the layer by a sorted key
+        only = candidate.sum(axis=1) == 1
+        src[pick[only]] = candidate[only].argmax(axis=1)
+        multi = np.flatnonzero(~only)
+        if multi.shape[0]:
+            width = int(k_of.max()) + 1
+            single_key = np.sort((lay_of[only] * num_ranks + src[pick[only]]) * width + k_of[only])
+            lay_m = lay_of[multi]
+            key0 = (lay_m[:, None] * num_ranks + rank_ids[None, :]) * width  # [multi, ranks]
+            sent_before = (np.searchsorted(single_key, key0 + k_of[multi][:, None])
+                           - np.searchsorted(single_key, key0))
+            # least sent first, then the lowest rank: score sent * ranks + rank, and a rank
+            # that cannot send scores above any that can
+            score0 = sent_before * num_ranks + np.where(candidate[multi], rank_ids,
+                                                        num_ranks * (pick.shape[0] + 1))
+            j_of = np.arange(multi.shape[0]) - np.searchsorted(lay_m, lay_m)
+            order = np.argsort(j_of, kind="stable")                         # by j, then layer
+            bounds = np.flatnonzero(np.diff(j_of[order])) + 1
+            sent = np.zeros((num_layers, num_ranks), dtype=np.int64)        # by multi moves
+            for start, stop in zip([0, *bounds.tolist()], [*bounds.tolist(), order.shape[0]]):
+                group = order[start:stop]
+                lay = lay_m[group]
+                chosen = (sent[lay] * num_ranks + score0[group]).argmin(axis=1)
+                src[pick[multi[group]]] = chosen
+                sent[lay, chosen] += 1
     # the sender's lowest old slot holding the expert (slots ascend within a rank)
     spr = new.slots_per_rank
     sender = np.maximum(src, 0)
