@@ -105,7 +105,8 @@ class SourceOperators:
         own_used: [layers, physical] bool, the slot is the one its own rank sends its expert to.
         node_first: [layers, physical] bool, the lowest live slot of each expert a node holds
             (one per node and expert).
-        node_holds_all: [layers, nodes] bool, the node holds a live replica of every expert.
+        node_holds_all: [layers, ranks] bool, the rank's node holds a live replica of every
+            expert (its sources send nothing over RDMA).
         to_rank: [sources * layers * ranks, layers * experts]: per source and layer, the sum
             over the experts it sends to each destination rank (built on first use: only
             rank- and node-deduplicated copies read it).
@@ -170,7 +171,7 @@ class SourceOperators:
         held_in_node = _group_count(node_first, p.slots_per_rank * p.ranks_per_node)
         return cls(p, used, *_source_sets(by_slot),
                    *_source_sets(np.stack([by_slot & peer, by_slot & ~same_node])), own_used,
-                   node_first, held_in_node == num_experts)
+                   node_first, np.repeat(held_in_node == num_experts, p.ranks_per_node, axis=-1))
 
     @cached_property
     def to_rank(self):

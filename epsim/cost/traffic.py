@@ -324,7 +324,7 @@ def _pair_copies_per_source(pi, slot_pi, tokens, tables) -> tuple[np.ndarray, ..
         node_rate = np.repeat(rank_sum(slot_pi * ops.node_first, spr * rpn), rpn, axis=-1)
         nvl_send = tokens * (node_rate - own_rate)
     # a node that holds every expert sends nothing over RDMA (exactly, not a rounding residue)
-    remote_rate = np.where(np.repeat(ops.node_holds_all, rpn, axis=-1), 0.0,
+    remote_rate = np.where(ops.node_holds_all, 0.0,
                            pi.sum(axis=-1, keepdims=True) - node_rate)
     return nvl_send, nvl_recv, tokens * remote_rate, rdma_recv, self_copies
 
