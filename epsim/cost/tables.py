@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from epsim.eplb.placement import Placement
+from epsim.eplb.replicas import StaticMap
 from epsim.errors import SpecError
 from epsim.vocab import REPLICA_SELECTIONS
 
@@ -51,15 +52,21 @@ class PlacementTables:
             gets when every source splits evenly over the live replicas (1 without replicas; 0 on
             a dead rank).
         is_identity: slot p holds logical p in every layer and every rank is alive (no gather).
-        source_slot: [ranks, layers, experts] int32 slot each source rank sends logical e to
-            (static selection with replicas only; else None: sources are interchangeable).
+        static_map: the slot each source rank sends each logical expert to, compact
+            (`Placement.static_dispatch_parts`; static selection with replicas only; else None:
+            sources are interchangeable).
     """
 
     placement: Placement
     dispatch_algorithm: str
     slot_share: np.ndarray
     is_identity: bool
-    source_slot: np.ndarray | None = None
+    static_map: StaticMap | None = None
+
+    @property
+    def source_slot(self) -> np.ndarray | None:
+        """[ranks, layers, experts] int32 `static_map` in full (None without one)."""
+        return None if self.static_map is None else self.placement.static_dispatch_map()
 
     @cached_property
     def _slot_columns(self) -> np.ndarray:
@@ -76,15 +83,16 @@ class PlacementTables:
 
     @cached_property
     def source_operators(self) -> "SourceOperators":
-        """Sparse linear maps of the static per-source choice (`source_slot` must be set);
+        """Sparse linear maps of the static per-source choice (`static_map` must be set);
         built on first use, then every step of this placement reuses them."""
         return SourceOperators.build(self)
 
 
 @dataclass(frozen=True, eq=False)
 class SourceOperators:
-    """`source_slot` as sparse 0/1 matrices and per-slot masks, so per-step sums over (source,
-    layer, expert) are one sparse product or one pass over `[layers, physical]` each.
+    """The static map (`PlacementTables.static_map`) as sparse 0/1 matrices and per-slot masks,
+    so per-step sums over (source, layer, expert) are one sparse product or one pass over
+    `[layers, physical]` each.
 
     scipy.sparse CSR with every row's entries in increasing column order: a product adds each
     output's terms from 0 in that order, the order the column-major (CSC) form of the same
@@ -115,7 +123,7 @@ class SourceOperators:
     """
 
     placement: Placement     # (not the tables, which hold these operators: no reference cycle)
-    used: np.ndarray         # [sources, layers, physical] bool, slot p is the one s sends p's expert to
+    static_map: StaticMap
     to_slot: object
     slot_set: np.ndarray
     to_slot_peer_remote: object
@@ -146,32 +154,59 @@ class SourceOperators:
 
     @classmethod
     def build(cls, tables: "PlacementTables") -> "SourceOperators":
-        p = tables.placement
-        num_sources, num_layers, num_experts = tables.source_slot.shape
-        source_slot = tables.source_slot                                        # int32
-        layer_ids = np.arange(num_layers)
-        # an expert with one live replica is sent to that slot by every source: one [L, P]
-        # pattern for all sources, then the replicated experts' per-source choices on top
-        # (no [S, L, P] int gather: at EP 144 each fresh page of one costs a fault)
+        """From the compact map: an expert with one live replica is sent to its slot by every
+        source, so only the slots of replicated experts (`varied`, a tenth of them at EP 144)
+        get a row of their own; the others share the all-sources, the own-node and other-node
+        rows of their rank (the same distinct sets, so the same sums, as one row per slot)."""
+        p, static = tables.placement, tables.static_map
+        num_sources = static.picked.shape[0]
+        num_layers, num_physical = p.physical_to_logical.shape
         varies = p.live_counts() > 1                                             # [L, E]
-        shared = np.zeros((num_layers, p.num_physical), dtype=bool)
-        shared[layer_ids[:, None], source_slot[0]] = ~varies
-        by_slot = np.repeat(shared[:, :, None], num_sources, axis=2)             # [L, P, S]
-        layer, expert = np.nonzero(varies)
-        by_slot[layer[None, :], source_slot[:, layer, expert],
-                np.arange(num_sources)[:, None]] = True
-        assert int(np.count_nonzero(by_slot)) == source_slot.size   # one slot per (source, expert)
-        used = by_slot.transpose(2, 0, 1)                                        # [S, L, P] view
-        rank = p.rank_of_slot()                                                  # [P]
-        node, source_node = rank // p.ranks_per_node, p.node_of_rank()
-        same_node = node[:, None] == source_node[None, :]                        # [P, S]
-        peer = same_node & (rank[:, None] != np.arange(num_sources)[None, :])
-        own_used = by_slot[:, np.arange(p.num_physical), rank]                    # [L, P]
+        shared = _shared_slots(static, varies, num_physical)                     # [L, P]
+        varied = np.take_along_axis(varies, p.physical_to_logical, axis=1).ravel()   # [L * P]
+        flat = np.flatnonzero(varied)
+        row_of = np.full(num_layers * num_physical, -1, dtype=np.int64)
+        row_of[flat] = np.arange(flat.shape[0])
+        by_varied = np.zeros((flat.shape[0], num_sources), dtype=bool)           # [V, S]
+        by_varied[row_of[static.layer * num_physical + static.picked],
+                  np.arange(num_sources)[:, None]] = True
+        assert int(np.count_nonzero(by_varied)) == static.picked.size   # one slot per (source, expert)
+        rank = np.tile(p.rank_of_slot(), num_layers)                            # [L * P]
+        node_of = p.node_of_rank()
+        same_node = node_of[:, None] == node_of[None, :]                         # [ranks, S]
+        peer = same_node & ~np.eye(num_sources, dtype=bool)
+        varied_rank = rank[flat]
+        everyone, nobody = np.ones((1, num_sources), bool), np.zeros((1, num_sources), bool)
+        to_slot, sets = _source_sets(np.concatenate([by_varied, everyone, nobody]))
+        num_varied = flat.shape[0]
+        slot_set = np.where(shared.ravel(), sets[num_varied], sets[num_varied + 1])
+        slot_set[flat] = sets[:num_varied]
+        to_peer_remote, sets = _source_sets(np.concatenate([
+            by_varied & peer[varied_rank], by_varied & ~same_node[varied_rank], peer,
+            ~same_node, nobody]))
+        peer_set = np.where(shared.ravel(), sets[2 * num_varied + rank], sets[-1])
+        remote_set = np.where(shared.ravel(), sets[2 * num_varied + num_sources + rank], sets[-1])
+        peer_set[flat], remote_set[flat] = sets[:num_varied], sets[num_varied:2 * num_varied]
+        own_used = shared.ravel().copy()
+        own_used[flat] = by_varied[np.arange(num_varied), varied_rank]
         node_first = _first_per_node(p)
         held_in_node = _group_count(node_first, p.slots_per_rank * p.ranks_per_node)
-        return cls(p, used, *_source_sets(by_slot),
-                   *_source_sets(np.stack([by_slot & peer, by_slot & ~same_node])), own_used,
-                   node_first, np.repeat(held_in_node == num_experts, p.ranks_per_node, axis=-1))
+        return cls(p, static, to_slot, slot_set, to_peer_remote,
+                   np.concatenate([peer_set, remote_set]),
+                   own_used.reshape(num_layers, num_physical), node_first,
+                   np.repeat(held_in_node == p.num_logical, p.ranks_per_node, axis=-1))
+
+    @cached_property
+    def used(self) -> np.ndarray:
+        """[sources, layers, physical] bool: slot p is the one source s sends p's expert to
+        (built on first use: only rank- and node-deduplicated copies read it)."""
+        static = self.static_map
+        num_sources = static.picked.shape[0]
+        shared = _shared_slots(static, self.placement.live_counts() > 1,
+                               self.placement.num_physical)
+        by_slot = np.repeat(shared[None, :, :], num_sources, axis=0)             # [S, L, P]
+        by_slot[np.arange(num_sources)[:, None], static.layer[None, :], static.picked] = True
+        return by_slot
 
     @cached_property
     def to_rank(self):
@@ -185,6 +220,15 @@ class SourceOperators:
         p = self.placement
         return _to_destination(p, self.used, slots_per_dest,
                                np.ones(self.used.shape[0] * self.used.shape[1] * p.num_logical))
+
+
+def _shared_slots(static: StaticMap, varies: np.ndarray, num_physical: int) -> np.ndarray:
+    """[layers, physical] bool: the slot every source sends its expert to (the one live replica
+    of an expert; `varies` [layers, experts]: the expert has more than one)."""
+    num_layers = static.lowest.shape[0]
+    shared = np.zeros((num_layers, num_physical), dtype=bool)
+    shared[np.arange(num_layers)[:, None], static.lowest] = ~varies
+    return shared
 
 
 def _source_sets(by_slot: np.ndarray):
@@ -285,5 +329,5 @@ def build_tables(placement: Placement, dispatch_algorithm: str = "static",
         (p2l == np.arange(placement.num_logical)[None, :]).all())
     if per_source is None:
         per_source = dispatch_algorithm == "static" and bool((counts > 1).any())
-    source_slot = placement.static_dispatch_map() if per_source else None
-    return PlacementTables(placement, dispatch_algorithm, slot_share, is_identity, source_slot)
+    static_map = placement.static_dispatch_parts() if per_source else None
+    return PlacementTables(placement, dispatch_algorithm, slot_share, is_identity, static_map)

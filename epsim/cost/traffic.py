@@ -156,7 +156,7 @@ def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: Placem
         raise SpecError(f"tokens_per_rank (shape {list(tokens.shape)}) must be [ranks] = "
                         f"[{tables.placement.num_ranks}]")
     num_tokens = float(tokens.sum())
-    if tables.source_slot is None:
+    if tables.static_map is None:
         return _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction,
                                max_nodes_per_token)
     if loads.ndim == 3 and dedup not in ("pair", ""):
@@ -268,7 +268,7 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
     """Static selection with replicas: each source has its own slot map. Pair copies (and pairs
     alone) take `[..., layers, experts]` loads, a leading draws axis included; rank- and
     node-deduplicated copies one `[layers, experts]` draw (`[src, layers, ranks]` rates)."""
-    num_layers = tables.source_slot.shape[1]
+    num_layers = tables.placement.num_layers
     spr, num_physical = tables.placement.slots_per_rank, tables.placement.num_physical
     ops = tables.source_operators                                         # sparse, per placement
     # per-slot loads: a logical expert's load split by the token share of the sources using it
@@ -332,7 +332,7 @@ def _pair_copies_per_source(pi, slot_pi, tokens, tables) -> tuple[np.ndarray, ..
 def _deduplicated_copies_per_source(pi, tokens, tables, dedup, max_nodes) -> tuple[np.ndarray, ...]:
     """(nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies), `[layers, ranks]`, of rank- or
     node-deduplicated copies: per source and destination hit probabilities `[src, layers, dst]`."""
-    num_ranks, num_layers, _ = tables.source_slot.shape
+    num_ranks, num_layers = tables.placement.num_ranks, tables.placement.num_layers
     rpn, num_nodes = tables.placement.ranks_per_node, tables.placement.num_nodes
     ops = tables.source_operators
     src = np.arange(num_ranks)

@@ -170,12 +170,10 @@ class Placement:
         out = replace(self, physical_to_logical=mix(self.physical_to_logical, other.physical_to_logical),
                       logical_to_physical=mix(self.logical_to_physical, other.logical_to_physical),
                       logical_count=mix(self.logical_count, other.logical_count))
-        mine = self.__dict__.get("_dispatch_map")
+        mine = self.__dict__.get("_dispatch_parts")
         if mine is not None:
-            full = mine.copy()
-            full[:, rows] = out.static_dispatch_map(layers=rows)
-            full.setflags(write=False)
-            out.__dict__["_dispatch_map"] = full
+            chunk = replicas.static_dispatch_parts(out, layers=rows)
+            out.__dict__["_dispatch_parts"] = mine.with_rows(rows, chunk)
         return out
 
     def survivors(self) -> "Placement":
@@ -304,7 +302,7 @@ class Placement:
     def static_dispatch_map(self, layers=None) -> np.ndarray:
         """[ranks, layers, logical] int32: the slot each source rank sends each logical
         expert's tokens to under SGLang's `static` selection, over alive replicas
-        (`epsim.eplb.replicas.static_dispatch_map`); all layers are computed once and kept.
+        (`epsim.eplb.replicas.static_dispatch_parts`); all layers are computed once and kept.
 
         Raises:
             PlacementError: an expert with no replica on an alive rank.
@@ -312,10 +310,21 @@ class Placement:
         if layers is not None:
             return replicas.static_dispatch_map(self, layers)
         if "_dispatch_map" not in self.__dict__:
-            full = replicas.static_dispatch_map(self, None)
+            full = self.static_dispatch_parts().full()
             full.setflags(write=False)
             self.__dict__["_dispatch_map"] = full       # a cache; the dataclass stays frozen
         return self.__dict__["_dispatch_map"]
+
+    def static_dispatch_parts(self) -> "replicas.StaticMap":
+        """`static_dispatch_map` kept compact (`epsim.eplb.replicas.StaticMap`: the replicated
+        experts' per-source choices only), computed once and kept.
+
+        Raises:
+            PlacementError: an expert with no replica on an alive rank.
+        """
+        if "_dispatch_parts" not in self.__dict__:
+            self.__dict__["_dispatch_parts"] = replicas.static_dispatch_parts(self)
+        return self.__dict__["_dispatch_parts"]
 
     def replica_fractions(self, selection: str = "random") -> np.ndarray:
         """[layers, physical] float64 share of its logical expert's tokens each slot receives

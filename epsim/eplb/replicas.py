@@ -5,6 +5,8 @@ both take the static map from here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from epsim.errors import PlacementError
@@ -47,7 +49,55 @@ def replica_fractions(placement, selection: str = "random") -> np.ndarray:
     return (own + same_node + remote) / p.num_ranks
 
 
+@dataclass(frozen=True, eq=False)
+class StaticMap:
+    """SGLang's `static` replica choice (`static_dispatch_parts`), kept compact: an expert with
+    one live replica is sent to it by every source, so only the replicated experts carry a
+    per-source choice (at EP 144 the full `[ranks, layers, logical]` map is 2 M entries, the
+    replicated part a tenth of them).
+
+    Attributes:
+        lowest: [layers, logical] int32 lowest live slot of each expert (every source's choice
+            for an expert with one live replica).
+        layer, expert: [K] int64, the experts with more than one live replica, in (layer,
+            expert) order (layers counted within the map's rows).
+        picked: [ranks, K] int32, the slot each source sends each of those experts to.
+    """
+
+    lowest: np.ndarray
+    layer: np.ndarray
+    expert: np.ndarray
+    picked: np.ndarray
+
+    def full(self) -> np.ndarray:
+        """[ranks, layers, logical] int32: the slot each source sends each expert to."""
+        num_ranks = self.picked.shape[0]
+        num_layers, num_logical = self.lowest.shape
+        out = np.broadcast_to(self.lowest, (num_ranks, num_layers, num_logical)).copy()
+        flat, rows = self.layer * num_logical + self.expert, out.reshape(num_ranks, -1)
+        for source in range(num_ranks):      # one row at a time: a [:, K] scatter strides by rows
+            rows[source, flat] = self.picked[source]
+        return out
+
+    def with_rows(self, rows: np.ndarray, chunk: "StaticMap") -> "StaticMap":
+        """This map with layers `rows` ([n] indices) taken from `chunk` (the map of those rows
+        alone, its layers counted within them)."""
+        lowest = self.lowest.copy()
+        lowest[rows] = chunk.lowest
+        keep = ~np.isin(self.layer, rows)
+        layer = np.concatenate([self.layer[keep], rows[chunk.layer]])
+        expert = np.concatenate([self.expert[keep], chunk.expert])
+        picked = np.concatenate([self.picked[:, keep], chunk.picked], axis=1)
+        order = np.argsort(layer * lowest.shape[1] + expert, kind="stable")
+        return StaticMap(lowest, layer[order], expert[order], np.ascontiguousarray(picked[:, order]))
+
+
 def static_dispatch_map(placement, layers=None) -> np.ndarray:
+    """`static_dispatch_parts(placement, layers).full()`: [ranks, layers, logical] int32."""
+    return static_dispatch_parts(placement, layers).full()
+
+
+def static_dispatch_parts(placement, layers=None) -> StaticMap:
     """SGLang's `static` replica choice as one fixed map: the slot each source rank sends each
     logical expert's tokens to.
 
@@ -63,8 +113,7 @@ def static_dispatch_map(placement, layers=None) -> np.ndarray:
             map too (they send nothing).
         layers: only these layers (indices or a slice; None: all).
     Returns:
-        [ranks, layers, logical] int32 slot ids (int32: at EP 144 the map is 2 M entries, and
-        every page of a fresh array costs a fault).
+        the map, compact (`StaticMap`; `.full()` is `[ranks, layers, logical]` int32 slot ids).
     Raises:
         PlacementError: an expert with no replica on an alive rank.
     """
@@ -82,18 +131,17 @@ def static_dispatch_map(placement, layers=None) -> np.ndarray:
                              f"on a live rank; every expert must keep >= 1")
     starts = np.cumsum(counts, axis=1) - counts                          # [layers, logical]
     lowest = np.take_along_axis(order, starts, axis=1).astype(np.int32)  # lowest live slot
-    out = np.broadcast_to(lowest, (num_ranks, num_layers, num_logical)).copy()
     layer, expert = np.nonzero(counts > 1)                               # [K] replicated
     if layer.shape[0] == 0:
-        return out
+        return StaticMap(lowest, layer, expert, np.zeros((num_ranks, 0), dtype=np.int32))
     num = counts[layer, expert]                                          # [K]
     kth_replica = np.arange(int(num.max()))[None, :]                     # [1, M]
     valid = kth_replica < num[:, None]                                   # [K, M]
     slots = order[layer[:, None], np.minimum(starts[layer, expert][:, None] + kth_replica,
                                              num_physical - 1)]          # [K, M] ascending
     rank = slots // spr                                                  # [K, M]
-    # tables below are [ranks, K] (rows are written into `out` whole) and int32, whose
-    # division is several times faster than int64's
+    # tables below are [ranks, K] (`StaticMap.full` writes them into the map row by row) and
+    # int32, whose division is several times faster than int64's
     num_k = layer.shape[0]
     src, num32 = np.arange(num_ranks, dtype=np.int32), num.astype(np.int32)
     # no replica on the source's node: spread by source, layer and expert
@@ -112,7 +160,4 @@ def static_dispatch_map(placement, layers=None) -> np.ndarray:
         choice[rank[k, m], k] = m
     width = slots.shape[1]
     picked = np.take(slots.ravel(), choice + np.arange(0, num_k * width, width, dtype=np.int32))
-    flat, rows = layer * num_logical + expert, out.reshape(num_ranks, -1)
-    for source in range(num_ranks):      # one row at a time: a [:, K] scatter strides by rows
-        rows[source, flat] = picked[source]
-    return out
+    return StaticMap(lowest, layer, expert, picked)
