@@ -65,17 +65,23 @@ def sample_loads(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random
         return rng.multinomial(num_slots, shares).astype(np.float64)
     if spread is None:
         spread = np.sqrt(shares)
-    # n * max(q + (sqrt(q) z - q sum(sqrt(q) z)) / sqrt(n), 0), built in place
     z = rng.standard_normal(shares.shape) if normal is None else normal(rng, shares.shape)
-    loads = z * spread
-    loads -= shares * loads.sum(axis=-1, keepdims=True)
-    loads *= 1.0 / np.sqrt(num_slots)
-    loads += shares
+    loads = _shifted(z, shares, spread, num_slots)
     if loads.min() < 0.0:
         # clipping a (rare) negative draw breaks the exact total: rescale to conserve slots
         np.maximum(loads, 0.0, out=loads)
         loads /= loads.sum(axis=-1, keepdims=True)
     loads *= num_slots
+    return loads
+
+
+def _shifted(z: np.ndarray, shares: np.ndarray, spread: np.ndarray, num_slots: int) -> np.ndarray:
+    """q + (sqrt(q) z - q sum(sqrt(q) z)) / sqrt(n), built in place: the normal approximation's
+    shares before clipping (`sample_loads`)."""
+    loads = z * spread
+    loads -= shares * loads.sum(axis=-1, keepdims=True)
+    loads *= 1.0 / np.sqrt(num_slots)
+    loads += shares
     return loads
 
 
@@ -104,14 +110,22 @@ def _normal_levels() -> np.ndarray:
 
 def table_normal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Standard normals of `shape` (float32) from the 2**16-level quantile table."""
-    num = int(np.prod(shape))
-    raw = rng.bit_generator.random_raw((num + 3) // 4).view(np.uint16)[:num]
+    return _levels_of(_table_raw(rng, int(np.prod(shape)))).reshape(shape)
+
+
+def _table_raw(rng: np.random.Generator, num: int) -> np.ndarray:
+    """[num] uint16 table levels: the generator's output `table_normal` reads."""
+    return rng.bit_generator.random_raw((num + 3) // 4).view(np.uint16)[:num]
+
+
+def _levels_of(raw: np.ndarray) -> np.ndarray:
+    """The quantile table's normals (float32) at levels `raw`."""
     levels = _normal_levels()
     # the gather below reads the 256 KB table at random: once other work has pushed it out of
     # the cache, every read waits on memory. One sequential pass (any reduction) pulls it back
     # at streaming speed first (the same values)
     levels.view(np.uint64).max()
-    return np.take(levels, raw).reshape(shape)
+    return np.take(levels, raw)
 
 
 def sample_loads_block(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.random.Generator,
@@ -128,3 +142,59 @@ def sample_loads_block(shares: np.ndarray, num_tokens: int, top_k: int, rng: np.
         [steps, layers, experts] float64 loads, rows summing to `num_tokens * top_k`.
     """
     return sample_loads(shares, num_tokens, top_k, rng, spread, normal=table_normal)
+
+
+class LoadRows:
+    """`num` draws of `sample_loads_block` at one popularity, each formed when first asked for
+    (`row`): the generator's output is taken at once, exactly as the block takes it, so the
+    stream and every row's bits are the block's, and rows never asked for (a pool that ends
+    early) cost only their raw output.
+
+    A block rescales every draw once any entry of any draw would go negative (`sample_loads`),
+    so rows are formed alone only where no entry can (`cannot_clip`); elsewhere, and for exact
+    multinomial draws, `block` holds the whole block drawn at once.
+    """
+
+    def __init__(self, num: int, block: np.ndarray | None = None, raw: np.ndarray | None = None,
+                 shares: np.ndarray | None = None, spread: np.ndarray | None = None,
+                 num_slots: int = 0):
+        """block: [num, layers, experts] drawn loads; or raw: [num * layers * experts] uint16
+        table levels (`table_normal`'s) with the draws' shares and spread [layers, experts]."""
+        self.num, self._block, self._raw = num, block, raw
+        self._shares, self._spread, self._num_slots = shares, spread, num_slots
+
+    def row(self, i: int) -> np.ndarray:
+        """[layers, experts] float64 loads of draw `i` (< num)."""
+        if self._block is not None:
+            return self._block[i]
+        size = self._shares.size
+        z = _levels_of(self._raw[i * size:(i + 1) * size]).reshape(self._shares.shape)
+        loads = _shifted(z, self._shares, self._spread, self._num_slots)
+        loads *= self._num_slots
+        return loads
+
+
+def sample_load_rows(num: int, shares: np.ndarray, spread: np.ndarray, num_tokens: int,
+                     top_k: int, rng: np.random.Generator, lazy: bool) -> LoadRows:
+    """`sample_loads_block` of `num` draws at `shares` ([layers, experts], `spread` their square
+    roots), as `LoadRows`: formed on demand if `lazy` (the caller checked `cannot_clip` and
+    keeps `shares` and `spread` unchanged), else drawn at once."""
+    if lazy:
+        return LoadRows(num, raw=_table_raw(rng, num * shares.size), shares=shares,
+                        spread=spread, num_slots=num_tokens * top_k)
+    shape = (num,) + shares.shape
+    return LoadRows(num, block=sample_loads_block(np.broadcast_to(shares, shape), num_tokens,
+                                                  top_k, rng, np.broadcast_to(spread, shape)))
+
+
+def cannot_clip(shares: np.ndarray, spread: np.ndarray, num_slots: int) -> bool:
+    """No draw of `sample_loads_block` at `shares` ([layers, experts], `spread` their square
+    roots) and `num_slots` can have a negative entry: every normal of the table lies within
+    its extreme levels +-z_max, so an entry is at least q - (sqrt(q) + q sum(sqrt(q))) z_max /
+    sqrt(n); kept clear of 0 by far more than rounding can move it."""
+    if num_slots <= 0 or num_slots / shares.shape[-1] < EXACT_BELOW_SLOTS_PER_EXPERT:
+        return False
+    z_max = float(_normal_levels()[-1])
+    low = shares - (spread + shares * spread.sum(axis=-1, keepdims=True)) * (
+        z_max / np.sqrt(num_slots))
+    return bool(low.min() > 1e-9 * shares.max())

@@ -12,7 +12,8 @@ import numpy as np
 
 from epsim.errors import SpecError
 from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares
-from epsim.routing.sampling import sample_loads, sample_loads_block, sample_topk
+from epsim.routing.sampling import (LoadRows, cannot_clip, sample_load_rows, sample_loads,
+                                    sample_loads_block, sample_topk)
 from epsim.routing.trace import read_trace
 
 
@@ -64,6 +65,8 @@ class SkewModel:
                     np.tile(np.arange(num_experts), (num_layers, 1)), axis=1), axis=1)
             base = cap_shares(base, top_k)
         self._base = base                                  # [layers, experts]
+        # slots -> `cannot_clip`: drift permutes a layer's shares, which leaves the bound as is
+        self._no_clip: dict[int, bool] = {}
         self._drift_rng_seed = (seed, 0xD21F7)
         self._reset_drift()
 
@@ -134,6 +137,25 @@ class SkewModel:
         shape = (num_draws,) + self._base.shape
         return sample_loads_block(np.broadcast_to(self._state[0], shape), num_tokens, self.top_k,
                                   rng, spread=np.broadcast_to(self._state[1], shape))
+
+    def load_rows(self, num_draws: int, num_tokens: int, rng: np.random.Generator,
+                  t_s: float = 0.0, step: int = 0) -> LoadRows:
+        """`loads_block` with each draw formed when first read (`LoadRows`: the same random
+        stream and the same bits; the fast engine's fresh loads for observers, which a pool
+        that ends early never reads)."""
+        if self._trace is not None:
+            return LoadRows(num_draws, block=self.loads_block(num_draws, num_tokens, rng, t_s, step))
+        self._advance(t_s)
+        shares, spread = self._state
+        num_slots = num_tokens * self.top_k
+        lazy = self._no_clip.get(num_slots)
+        if lazy is None:
+            if len(self._no_clip) >= 256:
+                self._no_clip.clear()
+            lazy = self._no_clip[num_slots] = cannot_clip(shares, spread, num_slots)
+        if lazy and getattr(self.spec, "drift_rate_per_s", 0.0) > 0:
+            shares, spread = shares.copy(), spread.copy()     # drift swaps the state in place
+        return sample_load_rows(num_draws, shares, spread, num_tokens, self.top_k, rng, lazy)
 
     def topk(self, num_tokens: int, rng: np.random.Generator, layer: int = 0, t_s: float = 0.0,
              step: int = 0) -> np.ndarray:

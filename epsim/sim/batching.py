@@ -34,7 +34,7 @@ from epsim.sim.token_gaps import NO_GAPS, StepGaps, TokenClock, WindowGaps
 
 _NO_REQUEST = -1
 _EMPTY_LEFT = 1 << 30        # out_left of a free slot: never reaches 0, so no mask is needed
-_FEW_FREE = 64               # slots up to which admission and the finish queue walk them in Python
+_FEW_FREE = 64               # slots up to which the finish queue walks them in Python
 
 
 @dataclass(eq=False)
@@ -111,9 +111,6 @@ class Scheduler:
         # routing epochs: arrivals from index `start` on go round-robin over `ranks`
         # (request j to ranks[j % len(ranks)]); one epoch over every rank is the fast path
         self._epochs: list[tuple[int, np.ndarray]] = [(0, np.arange(num_ranks))]
-        # free slots as flat indices (rank * max_running + slot): few once batches are full, so
-        # admission never scans the whole slot array
-        self._free = np.arange(num_ranks * max_running, dtype=np.int64)
         if num >= np.iinfo(np.int32).max:
             raise ValueError(f"requests ({num}) must be fewer than 2**31 per run (int32 slot ids)")
         self.input_tokens_done = 0.0
@@ -148,7 +145,6 @@ class Scheduler:
         self._out_left[:, :per_rank] = (self.output_len[ids.ravel()] - done).reshape(
             self.num_ranks, per_rank)
         self.occupied[:] = per_rank
-        self._free = np.flatnonzero(self.slot_req < 0)
         self.clock.start_at_zero((slice(None), slice(None, per_rank)))   # last token at t=0
         if self._lazy:
             slots = np.flatnonzero(self._used)
@@ -301,7 +297,6 @@ class Scheduler:
         self.context_sum[rank] = 0
         self._out_left[rank] = _EMPTY_LEFT
         self.occupied[rank] = 0
-        self._free = np.concatenate([self._free, rank * self.max_running + used])
         self._dropped = True
         return lost
 
@@ -342,39 +337,21 @@ class Scheduler:
         return ids, num_waiting - int(admit.sum())
 
     def _pick_free(self, admit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The free slots that take `admit` ([ranks]) requests on each rank, lowest first,
-        taken out of the free list.
+        """The free slots that take `admit` ([ranks]) requests on each rank, lowest first.
+
+        Only the ranks that admit are read (a few a step), so a step costs the same whether
+        batches are full or mostly empty.
 
         Returns:
-            (flat slots, their ranks, index of each within its rank's admissions), int64.
+            (flat slots by rank then slot, their ranks, index of each within its rank's
+            admissions), int64.
         """
-        free = self._free
-        if free.shape[0] <= _FEW_FREE:     # a full batch frees a few slots a step: plain Python
-            admit_of = admit.tolist()
-            picked: list[int] = []
-            ranks: list[int] = []
-            within: list[int] = []
-            kept: list[int] = []
-            row, k = -1, 0
-            for slot in sorted(free.tolist()):                     # by rank, then slot
-                r = slot // self.max_running
-                k = k + 1 if r == row else 0
-                row = r
-                if k < admit_of[r]:
-                    picked.append(slot)
-                    ranks.append(r)
-                    within.append(k)
-                else:
-                    kept.append(slot)
-            self._free = np.array(kept, dtype=np.int64)
-            return (np.array(picked, dtype=np.int64), np.array(ranks, dtype=np.int64),
-                    np.array(within, dtype=np.int64))
-        free = np.sort(free)                                               # by rank, then slot
-        rows = free // self.max_running
-        index = np.arange(free.shape[0]) - np.searchsorted(rows, rows)     # index within rank
-        pick = index < admit[rows]
-        self._free = free[~pick]
-        return free[pick], rows[pick], index[pick]
+        rows = np.flatnonzero(admit)
+        free = ~self._used[rows]                                           # [admitting, slots]
+        index = np.cumsum(free, axis=1)                    # 1-based among the rank's free slots
+        row, slot = np.nonzero(free & (index <= admit[rows][:, None]))
+        ranks = rows[row]
+        return ranks * self.max_running + slot, ranks, index[row, slot] - 1
 
     def plan(self, now_s: float, alive: np.ndarray | None = None) -> Plan:
         """Admit arrivals and form this step's batch on every rank.
@@ -489,7 +466,6 @@ class Scheduler:
         self.context_sum -= np.bincount(rows, weights=context,
                                         minlength=self.num_ranks).astype(np.int64)
         self.occupied -= np.bincount(rows, minlength=self.num_ranks)
-        self._free = np.concatenate([self._free, done])
 
     def _commit_lazy(self, plan: Plan, now_s: float) -> StepGaps:
         """`commit` on the decode path: every used slot decoded one token (module doc)."""

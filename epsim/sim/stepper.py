@@ -16,8 +16,9 @@ Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=.
   distribution (marginals exact), but steps that share a pool are not independent, and the
   popularity they see lags by at most the drift window. Step observers that sum loads (EPLB's
   statistics window, `add_observer(..., fresh_loads=True)`) get a fresh draw of each step's
-  loads (drawn `FRESH_BLOCK` steps at a time, within the pool's drift window), so sums over
-  steps keep the reference's noise; passive observers change nothing.
+  loads (drawn `FRESH_BLOCK` steps at a time, within the pool's drift window, each formed when
+  first read: `SkewModel.load_rows`), so sums over steps keep the reference's noise; passive
+  observers change nothing.
   Same seed, same result; a different random stream from the reference engine, so the two
   agree statistically, not bit for bit (tolerances: tests/epsim/sim/test_fast.py).
 """
@@ -32,6 +33,7 @@ from epsim.cost.attention import BatchCounts
 from epsim.cost.model import CostModel, MoECost, StepCost
 from epsim.cost.tables import PlacementTables
 from epsim.cost.traffic import traffic_at
+from epsim.routing.sampling import LoadRows
 from epsim.routing.skew import SkewModel
 
 if TYPE_CHECKING:
@@ -98,7 +100,7 @@ class _Pool:
         self.key, self.t_s, self.max_uses, self.loads, self.rows = key, t_s, max_uses, loads, rows
         self.num_tokens = num_tokens
         self.used = 0
-        self.fresh: np.ndarray | None = None    # [n, layers, experts] fresh loads for observers
+        self.fresh: LoadRows | None = None      # n fresh [layers, experts] loads for observers
         self.fresh_used = 0
 
 
@@ -136,11 +138,11 @@ class PoolStepper:
             # observers (EPLB's statistics window) sum loads over many steps: a reused draw
             # would make those sums noisier than independent steps, so they get a fresh one,
             # drawn FRESH_BLOCK at a time (at the popularity of the first step of the block)
-            if pool.fresh is None or pool.fresh_used == pool.fresh.shape[0]:
+            if pool.fresh is None or pool.fresh_used == pool.fresh.num:
                 num = min(FRESH_BLOCK, pool.max_uses - pool.used + 1)
-                pool.fresh = sim.skew.loads_block(num, pool.num_tokens, sim.routing_rng, now_s, step)
+                pool.fresh = sim.skew.load_rows(num, pool.num_tokens, sim.routing_rng, now_s, step)
                 pool.fresh_used = 0
-            loads = pool.fresh[pool.fresh_used]
+            loads = pool.fresh.row(pool.fresh_used)
             pool.fresh_used += 1
         return loads, cost_model.step(batch, None, placement.tables, moe=moe)
 
