@@ -34,7 +34,7 @@ from epsim.sim.token_gaps import NO_GAPS, StepGaps, TokenClock, WindowGaps
 
 _NO_REQUEST = -1
 _EMPTY_LEFT = 1 << 30        # out_left of a free slot: never reaches 0, so no mask is needed
-_FEW_FREE = 64               # slots up to which the finish queue walks them in Python
+_FEW_FREE = 64               # slots up to which admission and the finish queue walk them in Python
 
 
 @dataclass(eq=False)
@@ -99,6 +99,9 @@ class Scheduler:
         # only the next plan's admissions and its own commit write it in place; a rank dropped
         # mid-step writes a copy
         self._used = np.zeros(shape, dtype=bool)
+        # free slots as flat indices (rank * max_running + slot), kept only while they are few
+        # (`_pick_free`); None: formed from `_used` when next needed
+        self._free: np.ndarray | None = None
         self._zeros = np.zeros(num_ranks)            # the per-rank counts of nothing (read-only)
         self._zeros.flags.writeable = False
         self.prefill_left = np.zeros(shape, dtype=np.int32)
@@ -292,6 +295,7 @@ class Scheduler:
         self.slot_req[rank] = _NO_REQUEST
         self._used = self._used.copy()          # the plan of the step in flight keeps its own
         self._used[rank] = False
+        self._free = None
         self.prefill_left[rank] = 0
         self._context[rank] = 0
         self.context_sum[rank] = 0
@@ -339,13 +343,35 @@ class Scheduler:
     def _pick_free(self, admit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The free slots that take `admit` ([ranks]) requests on each rank, lowest first.
 
-        Only the ranks that admit are read (a few a step), so a step costs the same whether
-        batches are full or mostly empty.
-
         Returns:
             (flat slots by rank then slot, their ranks, index of each within its rank's
             admissions), int64.
         """
+        if self.num_ranks * self.max_running - int(self.occupied.sum()) <= _FEW_FREE:
+            # a full batch frees a few slots a step: plain Python over them, walked
+            # over a list of them kept while there are few (formed once from `_used`)
+            free = np.flatnonzero(~self._used) if self._free is None else self._free
+            admit_of = admit.tolist()
+            picked: list[int] = []
+            ranks: list[int] = []
+            within: list[int] = []
+            kept: list[int] = []
+            row, k = -1, 0
+            for slot in sorted(free.tolist()):                             # by rank, then slot
+                r = slot // self.max_running
+                k = k + 1 if r == row else 0
+                row = r
+                if k < admit_of[r]:
+                    picked.append(slot)
+                    ranks.append(r)
+                    within.append(k)
+                else:
+                    kept.append(slot)
+            self._free = np.array(kept, dtype=np.int64)
+            return (np.array(picked, dtype=np.int64), np.array(ranks, dtype=np.int64),
+                    np.array(within, dtype=np.int64))
+        # many free slots (batches short of full): read the admitting ranks' rows only
+        self._free = None
         rows = np.flatnonzero(admit)
         free = ~self._used[rows]                                           # [admitting, slots]
         index = np.cumsum(free, axis=1)                    # 1-based among the rank's free slots
@@ -466,6 +492,8 @@ class Scheduler:
         self.context_sum -= np.bincount(rows, weights=context,
                                         minlength=self.num_ranks).astype(np.int64)
         self.occupied -= np.bincount(rows, minlength=self.num_ranks)
+        if self._free is not None:
+            self._free = np.concatenate([self._free, done])
 
     def _commit_lazy(self, plan: Plan, now_s: float) -> StepGaps:
         """`commit` on the decode path: every used slot decoded one token (module doc)."""
