@@ -50,7 +50,14 @@ def balanced_packing(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np
     row_start = np.arange(num_rows) * num_packs
     packs = np.empty((num_items, num_rows), dtype=np.int64)                # by step
     ranks = np.empty((num_items, num_rows), dtype=np.int64)
-    for step in range(num_items):
+    first = 0
+    if (sorted_weight[:, :num_packs] > 0).all():
+        # every pack is empty and lightest in turn: item j of the first num_packs goes to pack j
+        first = num_packs
+        packs[:first], ranks[:first] = np.arange(first)[:, None], 0
+        open_weight += sorted_weight[:, :first].ravel()
+        pack_items[:] = 1
+    for step in range(first, num_items):
         pack = open_weight.reshape(num_rows, num_packs).argmin(axis=1)      # [rows]
         flat = row_start + pack
         taken = pack_items[flat]
