@@ -127,14 +127,16 @@ class MovePlan:
         out = {}
         moving = self._transfer()
         same_node = c["src"] // self.ranks_per_node == c["dst"] // self.ranks_per_node
+        size = shape[0] * shape[1]
         for link, on_link in (("nvlink", moving & same_node), ("rdma", moving & ~same_node)):
-            layer, src, dst = c["layer"][on_link], c["src"][on_link], c["dst"][on_link]
-            send, recv = np.zeros(shape), np.zeros(shape)
-            count = np.zeros(shape, dtype=np.int64)
-            np.add.at(send, (layer, src), self.expert_bytes)
-            np.add.at(recv, (layer, dst), self.expert_bytes)
-            np.add.at(count, (layer, src), 1)
-            np.add.at(count, (layer, dst), 1)
+            row = c["layer"][on_link] * self.num_ranks
+            src, dst = row + c["src"][on_link], row + c["dst"][on_link]     # flat (layer, rank)
+            # bincount adds its weights in order from 0, as np.add.at does: the same sums
+            each = np.full(src.shape[0], float(self.expert_bytes))
+            send = np.bincount(src, weights=each, minlength=size).reshape(shape)
+            recv = np.bincount(dst, weights=each, minlength=size).reshape(shape)
+            count = (np.bincount(src, minlength=size)
+                     + np.bincount(dst, minlength=size)).astype(np.int64).reshape(shape)
             out.update({f"send_{link}_bytes": send, f"recv_{link}_bytes": recv,
                         f"{link}_transfers": count})
         return out
@@ -142,9 +144,9 @@ class MovePlan:
     def bytes_by_pair(self) -> np.ndarray:
         """[ranks, ranks] float64 bytes sent from rank i to rank j over links (i != j)."""
         c, moving = self._columns, self._transfer()
-        out = np.zeros((self.num_ranks, self.num_ranks))
-        np.add.at(out, (c["src"][moving], c["dst"][moving]), self.expert_bytes)
-        return out
+        pair = c["src"][moving] * self.num_ranks + c["dst"][moving]
+        return np.bincount(pair, weights=np.full(pair.shape[0], float(self.expert_bytes)),
+                           minlength=self.num_ranks ** 2).reshape(self.num_ranks, self.num_ranks)
 
     def transfers_per_rank(self) -> np.ndarray:
         """[ranks] int64 transfers each rank takes part in (either end), as the cost model counts."""

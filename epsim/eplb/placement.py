@@ -273,9 +273,10 @@ class Placement:
         """[layers, logical] int64 replicas of each expert on alive ranks."""
         if self.alive is None:
             return self.logical_count
+        width = self.num_logical + 1                  # dead slots count in a last column
         key = np.where(self.live_slots()[None, :], self.physical_to_logical, self.num_logical)
-        counts = np.zeros((self.num_layers, self.num_logical + 1), dtype=np.int64)
-        np.add.at(counts, (np.broadcast_to(np.arange(self.num_layers)[:, None], key.shape), key), 1)
+        flat = (np.arange(self.num_layers)[:, None] * width + key).ravel()
+        counts = np.bincount(flat, minlength=self.num_layers * width).reshape(self.num_layers, width)
         return counts[:, :self.num_logical]
 
     def live_logical_to_physical(self) -> np.ndarray:

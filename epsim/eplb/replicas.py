@@ -36,8 +36,9 @@ def replica_fractions(placement, selection: str = "random") -> np.ndarray:
         return 1.0 / counts[rows, p2l]
     rank = np.broadcast_to(p.rank_of_slot()[None, :], p2l.shape)
     node = rank // p.ranks_per_node
-    rank_count = np.zeros((p.num_layers, p.num_ranks, p.num_logical))
-    np.add.at(rank_count, (np.broadcast_to(rows, p2l.shape), rank, p2l), 1)  # [layers, ranks, logical]
+    flat = ((rows * p.num_ranks + rank) * p.num_logical + p2l).ravel()
+    rank_count = np.bincount(flat, minlength=p.num_layers * p.num_ranks * p.num_logical).astype(
+        np.float64).reshape(p.num_layers, p.num_ranks, p.num_logical)  # [layers, ranks, logical]
     by_node = rank_count.reshape(p.num_layers, p.num_nodes, p.ranks_per_node, p.num_logical)
     node_count = by_node.sum(axis=2)                                     # [layers, nodes, logical]
     ranks_without = (by_node == 0).sum(axis=2)                           # [layers, nodes, logical]
