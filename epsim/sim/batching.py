@@ -347,10 +347,12 @@ class Scheduler:
             (flat slots by rank then slot, their ranks, index of each within its rank's
             admissions), int64.
         """
-        if self.num_ranks * self.max_running - int(self.occupied.sum()) <= _FEW_FREE:
-            # a full batch frees a few slots a step: plain Python over them, walked
-            # over a list of them kept while there are few (formed once from `_used`)
-            free = np.flatnonzero(~self._used) if self._free is None else self._free
+        free = self._free
+        if free is None and self.num_ranks * self.max_running - int(self.occupied.sum()) <= _FEW_FREE:
+            free = np.flatnonzero(~self._used)
+        if free is not None and free.shape[0] <= _FEW_FREE:
+            # a full batch frees a few slots a step: plain Python over them, walked over a
+            # list of them kept while there are few (formed once from `_used`)
             admit_of = admit.tolist()
             picked: list[int] = []
             ranks: list[int] = []
