@@ -187,3 +187,33 @@ def test_decode_path_keeps_the_bits_of_the_per_slot_one(rng, fail_planned_alive)
         else:
             assert a == b
     assert lazy[-1]["count"].sum() > 1000 and np.isfinite(lazy[-1]["finish"]).sum() > 100
+
+
+def test_admission_takes_the_lowest_free_slots_oldest_first(rng):
+    """With many free slots (short batches: only the admitting ranks' rows are read) and with
+    few (full batches: a kept list walked in Python), each rank's arrivals take its lowest free
+    slots, oldest request first, through a dropped rank."""
+    num, ranks = 3000, 4
+    reqs = _requests(np.sort(rng.random(num)) * 3.0, rng.integers(1, 50, num),
+                     rng.integers(1, 30, num))
+    for mode in ("decode", "null"):
+        sched = Scheduler(reqs, num_ranks=ranks, max_running=40, chunk_tokens=64, mode=mode)
+        now, regimes = 0.0, set()
+        for step in range(400):
+            before = sched.slot_req.copy()
+            plan = sched.plan(now)
+            filled = (sched.slot_req >= 0) & (before < 0)
+            if filled.any():
+                regimes.add(int((before < 0).sum()) <= 64)
+            for r in range(ranks):
+                slots = np.flatnonzero(filled[r])
+                assert slots.tolist() == np.flatnonzero(before[r] < 0)[:slots.shape[0]].tolist()
+                ids = sched.slot_req[r, slots]
+                assert (np.diff(ids) > 0).all()                       # arrival order
+                assert step > 200 or (ids % ranks == r).all()         # round-robin until the drop
+            if step == 200:
+                sched.drop_rank(1, now)
+                sched.route_to(np.array([True, False, True, True]), now)
+            now += 0.01
+            sched.commit(plan, now)
+        assert regimes == {True, False}, (mode, regimes)     # both admission paths ran
