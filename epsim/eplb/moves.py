@@ -222,42 +222,65 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
     # the slots that change, in (layer, slot) order
     row, slot = np.nonzero(readable & (old_p2l != new_p2l))
     dst, expert = rank_of[slot], new_p2l[row, slot]
-    holders = held[row, expert]                                            # [moves, ranks]
-    has_copy = holders.any(axis=1)
+    bits = None
+    if num_ranks <= 64:
+        # each move's holders as one 64-bit word (bit r: rank r): the per-move tests below are
+        # word operations instead of passes over [moves, ranks]
+        bits = _as_words(held)[row, expert]                                # [moves] uint64
+        has_copy = bits != 0
+        local = ((bits >> dst.astype(np.uint64)) & np.uint64(1)).astype(bool)
+    else:
+        holders = held[row, expert]                                        # [moves, ranks]
+        has_copy = holders.any(axis=1)
+        local = holders[np.arange(row.shape[0]), dst]
     if not allow_reload and not has_copy.all():
         i = int(np.argmin(has_copy))
         raise PlacementError(f"logical expert {int(expert[i])} of layer {int(layer_ids[row[i]])} has "
                              f"no readable copy on the alive ranks {np.flatnonzero(alive).tolist()}; "
                              "pass a weight source to reload it")
-    local = holders[np.arange(row.shape[0]), dst]
     # the greedy choice of a sender depends on what each rank has sent before in its layer
     src = np.where(local, dst, RELOAD).astype(np.int64)
     pick = np.flatnonzero(~local & has_copy)
-    rank_ids = np.arange(num_ranks)
     if pick.shape[0]:
         lay_of = row[pick]                                                   # ascending
         k_of = np.arange(pick.shape[0]) - np.searchsorted(lay_of, lay_of)   # k-th in its layer
-        # who may send does not depend on what was sent: every move's candidates at once
-        hold = holders[pick]                                                 # [moves, ranks]
-        near = hold & (node_of[None, :] == node_of[dst[pick]][:, None])
-        candidate = np.where(near.any(axis=1)[:, None], near, hold)
-        # a move with one candidate sends from it whatever was sent before; only the others
+        # who may send does not depend on what was sent: every move's candidates at once; a
+        # move with one candidate sends from it whatever was sent before; only the others
         # (most moves have one holder) walk the layers in lockstep, the j-th of every layer at
         # once, counting what the single ones sent earlier in the layer by a sorted key
-        only = candidate.sum(axis=1) == 1
-        src[pick[only]] = candidate[only].argmax(axis=1)
-        multi = np.flatnonzero(~only)
+        if bits is not None:
+            hold = bits[pick]
+            in_node = _as_words(node_of[None, :] == np.arange(new.num_nodes)[:, None])  # [nodes]
+            near = hold & in_node[node_of[dst[pick]]]
+            word = np.where(near != 0, near, hold)
+            only = (word & (word - np.uint64(1))) == 0                      # one bit set
+            src[pick[only]] = np.frexp(word[only].astype(np.float64))[1] - 1   # its index
+            multi = np.flatnonzero(~only)
+            candidate_multi = np.unpackbits(word[multi].astype("<u8").view(np.uint8).reshape(
+                -1, 8), axis=1, bitorder="little")[:, :num_ranks].astype(bool)
+        else:
+            hold = holders[pick]                                             # [moves, ranks]
+            near = hold & (node_of[None, :] == node_of[dst[pick]][:, None])
+            candidate = np.where(near.any(axis=1)[:, None], near, hold)
+            only = candidate.sum(axis=1) == 1
+            src[pick[only]] = candidate[only].argmax(axis=1)
+            multi = np.flatnonzero(~only)
+            candidate_multi = candidate[multi]
         if multi.shape[0]:
             width = int(k_of.max()) + 1
             single_key = np.sort((lay_of[only] * num_ranks + src[pick[only]]) * width + k_of[only])
             lay_m = lay_of[multi]
-            key0 = (lay_m[:, None] * num_ranks + rank_ids[None, :]) * width  # [multi, ranks]
-            sent_before = (np.searchsorted(single_key, key0 + k_of[multi][:, None])
+            # least sent first, then the lowest rank: score sent * ranks + rank, below
+            # pick * ranks for a rank that can send (it sent fewer than the layer's moves);
+            # one that cannot scores `never`, above any that can, so only the candidates'
+            # earlier single sends are counted
+            never = num_ranks * (pick.shape[0] + 1)
+            at, rank = np.nonzero(candidate_multi)                          # [candidates]
+            key0 = (lay_m[at] * num_ranks + rank) * width
+            sent_before = (np.searchsorted(single_key, key0 + k_of[multi][at])
                            - np.searchsorted(single_key, key0))
-            # least sent first, then the lowest rank: score sent * ranks + rank, and a rank
-            # that cannot send scores above any that can
-            score0 = sent_before * num_ranks + np.where(candidate[multi], rank_ids,
-                                                        num_ranks * (pick.shape[0] + 1))
+            score0 = np.full(candidate_multi.shape, never, dtype=np.int64)  # [multi, ranks]
+            score0[at, rank] = sent_before * num_ranks + rank
             j_of = np.arange(multi.shape[0]) - np.searchsorted(lay_m, lay_m)
             order = np.argsort(j_of, kind="stable")                         # by j, then layer
             bounds = np.flatnonzero(np.diff(j_of[order])) + 1
@@ -276,3 +299,11 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
     return MovePlan(layer_ids[row].astype(np.int64), slot.astype(np.int64), expert.astype(np.int64),
                     src, src_slot.astype(np.int64), new.num_layers, new.num_ranks,
                     new.ranks_per_node, new.slots_per_rank, float(expert_bytes))
+
+
+def _as_words(mask: np.ndarray) -> np.ndarray:
+    """[..., n] bool (n <= 64) -> [...] uint64 with bit i set where `mask[..., i]`."""
+    packed = np.packbits(mask, axis=-1, bitorder="little")                 # [..., ceil(n / 8)]
+    words = np.zeros(mask.shape[:-1] + (8,), dtype=np.uint8)
+    words[..., :packed.shape[-1]] = packed
+    return words.view("<u8")[..., 0]

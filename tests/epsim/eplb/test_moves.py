@@ -92,9 +92,13 @@ def _rule_one_slot_at_a_time(old, new, alive, allow_reload):
     return out
 
 
-@pytest.mark.parametrize("num_nodes", [1, 2, 4])
-def test_vectorised_plan_matches_the_rule_slot_by_slot(rng, num_nodes):
-    num_ranks, slots_per_rank, num_experts, num_layers = 8, 3, 16, 6
+@pytest.mark.parametrize("num_ranks, slots_per_rank, num_experts, num_nodes",
+                         [(8, 3, 16, 1), (8, 3, 16, 2), (8, 3, 16, 4),
+                          (64, 2, 96, 8),      # holders as one 64-bit word, the top bit used
+                          (72, 2, 100, 9)])    # more ranks than bits: holders as bool rows
+def test_vectorised_plan_matches_the_rule_slot_by_slot(rng, num_ranks, slots_per_rank,
+                                                       num_experts, num_nodes):
+    num_layers = 6
     for trial in range(15):
         alive = np.ones(num_ranks, dtype=bool)
         if trial % 3 == 2:
