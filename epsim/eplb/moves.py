@@ -222,17 +222,12 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
     # the slots that change, in (layer, slot) order
     row, slot = np.nonzero(readable & (old_p2l != new_p2l))
     dst, expert = rank_of[slot], new_p2l[row, slot]
-    bits = None
-    if num_ranks <= 64:
-        # each move's holders as one 64-bit word (bit r: rank r): the per-move tests below are
-        # word operations instead of passes over [moves, ranks]
-        bits = _as_words(held)[row, expert]                                # [moves] uint64
-        has_copy = bits != 0
-        local = ((bits >> dst.astype(np.uint64)) & np.uint64(1)).astype(bool)
-    else:
-        holders = held[row, expert]                                        # [moves, ranks]
-        has_copy = holders.any(axis=1)
-        local = holders[np.arange(row.shape[0]), dst]
+    # each move's holders as bits (bit r % 64 of word r // 64: rank r), so the per-move tests
+    # below are word operations instead of passes over [moves, ranks]
+    bits = _as_words(held)[row, expert]                                    # [moves, words]
+    has_copy = bits.any(axis=1)
+    local = ((bits[np.arange(row.shape[0]), dst // 64] >> (dst % 64).astype(np.uint64))
+             & np.uint64(1)).astype(bool)
     if not allow_reload and not has_copy.all():
         i = int(np.argmin(has_copy))
         raise PlacementError(f"logical expert {int(expert[i])} of layer {int(layer_ids[row[i]])} has "
@@ -248,24 +243,19 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
         # move with one candidate sends from it whatever was sent before; only the others
         # (most moves have one holder) walk the layers in lockstep, the j-th of every layer at
         # once, counting what the single ones sent earlier in the layer by a sorted key
-        if bits is not None:
-            hold = bits[pick]
-            in_node = _as_words(node_of[None, :] == np.arange(new.num_nodes)[:, None])  # [nodes]
-            near = hold & in_node[node_of[dst[pick]]]
-            word = np.where(near != 0, near, hold)
-            only = (word & (word - np.uint64(1))) == 0                      # one bit set
-            src[pick[only]] = np.frexp(word[only].astype(np.float64))[1] - 1   # its index
-            multi = np.flatnonzero(~only)
-            candidate_multi = np.unpackbits(word[multi].astype("<u8").view(np.uint8).reshape(
-                -1, 8), axis=1, bitorder="little")[:, :num_ranks].astype(bool)
-        else:
-            hold = holders[pick]                                             # [moves, ranks]
-            near = hold & (node_of[None, :] == node_of[dst[pick]][:, None])
-            candidate = np.where(near.any(axis=1)[:, None], near, hold)
-            only = candidate.sum(axis=1) == 1
-            src[pick[only]] = candidate[only].argmax(axis=1)
-            multi = np.flatnonzero(~only)
-            candidate_multi = candidate[multi]
+        hold = bits[pick]                                                    # [moves, words]
+        in_node = _as_words(node_of[None, :] == np.arange(new.num_nodes)[:, None])  # [nodes, words]
+        near = hold & in_node[node_of[dst[pick]]]
+        word = np.where(near.any(axis=1)[:, None], near, hold)
+        # one candidate: one word nonzero, holding one bit (x & (x - 1) clears the lowest)
+        only = ((word != 0).sum(axis=1) == 1) & ((word & (word - np.uint64(1))) == 0).all(axis=1)
+        single = word[only]
+        in_word = single.argmax(axis=1)                                      # its nonzero word
+        top = np.frexp(single[np.arange(single.shape[0]), in_word].astype(np.float64))[1] - 1
+        src[pick[only]] = in_word * 64 + top                                 # the bit's rank
+        multi = np.flatnonzero(~only)
+        candidate_multi = np.unpackbits(word[multi].astype("<u8").view(np.uint8), axis=1,
+                                        bitorder="little")[:, :num_ranks].astype(bool)
         if multi.shape[0]:
             width = int(k_of.max()) + 1
             single_key = np.sort((lay_of[only] * num_ranks + src[pick[only]]) * width + k_of[only])
@@ -302,8 +292,9 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
 
 
 def _as_words(mask: np.ndarray) -> np.ndarray:
-    """[..., n] bool (n <= 64) -> [...] uint64 with bit i set where `mask[..., i]`."""
+    """[..., n] bool -> [..., ceil(n / 64)] uint64, bit i % 64 of word i // 64 set where
+    `mask[..., i]`."""
     packed = np.packbits(mask, axis=-1, bitorder="little")                 # [..., ceil(n / 8)]
-    words = np.zeros(mask.shape[:-1] + (8,), dtype=np.uint8)
+    words = np.zeros(mask.shape[:-1] + (-(-packed.shape[-1] // 8) * 8,), dtype=np.uint8)
     words[..., :packed.shape[-1]] = packed
-    return words.view("<u8")[..., 0]
+    return words.view("<u8")
