@@ -94,8 +94,8 @@ def _rule_one_slot_at_a_time(old, new, alive, allow_reload):
 
 @pytest.mark.parametrize("num_ranks, slots_per_rank, num_experts, num_nodes",
                          [(8, 3, 16, 1), (8, 3, 16, 2), (8, 3, 16, 4),
-                          (64, 2, 96, 8),      # holders as one 64-bit word, the top bit used
-                          (72, 2, 100, 9)])    # more ranks than bits: holders as bool rows
+                          (64, 2, 96, 8),      # holders in one 64-bit word, its top bit used
+                          (72, 2, 100, 9)])    # holders in two words
 def test_vectorised_plan_matches_the_rule_slot_by_slot(rng, num_ranks, slots_per_rank,
                                                        num_experts, num_nodes):
     num_layers = 6
