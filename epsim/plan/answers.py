@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from epsim.report.keep_up import unsettled_text
+
 WORKLOAD_PREFIX = "workload."
 
 
@@ -86,6 +88,8 @@ def answer_line(result, answer: Answer) -> str:
     keep = (f"serves {_fmt(served, '.3g')} of {_fmt(offered, '.3g')} req/s "
             f"({_fmt(100 * row.get('keep_up.served_frac', np.nan), '.1f')} %, backlog "
             f"{_fmt(row.get('keep_up.backlog_growth_rps'), '+.2g')}/s)")
+    if row.get("keep_up.settled") == 0.0:
+        keep += "; " + unsettled_text(row["keep_up.running_growth_rps"], row["keep_up.offered_rps"])
     measured = row.get("provenance.measured_share")
     share = ("" if measured is None or np.isnan(measured) else
              f"; {100 * measured:.0f} % of step time measured, "

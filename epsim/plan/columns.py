@@ -26,9 +26,10 @@ _BREAKDOWN = ("attention", "dispatch", "experts", "combine", "shared_experts", "
               "overhead", "extra")
 _LAYER_MEANS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "block_ops_us", "layer_us")
 # sections of a summary (eplb and elastic only when the scenario enables EPLB or has failures;
-# NaN otherwise); keep_up.ok is 1.0 or 0.0
+# NaN otherwise); keep_up.ok and keep_up.settled are 1.0 or 0.0
 _SECTIONS = {
-    "keep_up": ("offered_rps", "served_rps", "served_frac", "backlog_growth_rps", "ok"),
+    "keep_up": ("offered_rps", "served_rps", "served_frac", "backlog_growth_rps", "ok",
+                "running_growth_rps", "settled"),
     "provenance": ("measured_share", "extrapolated_share", "datasheet_share"),
     "eplb": ("num_rebalances", "stall_us_total", "moved_bytes_total", "balancedness_after_mean"),
     "elastic": ("lost_requests", "stall_us_total"),

@@ -8,7 +8,11 @@ prompt tokens per rank, each rank's from its own prompt drawn token-weighted; mo
 `LENGTH_SAMPLES` draws of the length specs), averaged over `NUM_DRAWS` draws of the expert loads from
 the skew model at t=0 (with EPLB, over the placement EPLB settles on for that popularity).
 Little's law closes the loop — a rank with arrival rate `lam` (requests/s) and `O` output
-tokens per request holds `B = lam * O * TPOT` requests — solved by fixed-point iteration:
+tokens per request holds `B = lam * O * TPOT` requests. Prices are kept per whole request (or
+prompt token), so the steady batch is the least whole number `b` with `lam * O * t(b) <= b`,
+found by bisection (`least_fixed_point`: log2 of the batch limit prices, converged whatever the
+slope; iterating `B <- lam * O * t(B)` from the limit converges slowly where that slope is near
+1, the load a rank can just carry):
 
   decode instance  TPOT = t_decode(B); TTFT = one decode step.
   prefill instance a step runs the prompt tokens that arrived during the previous one (at
@@ -44,7 +48,7 @@ from epsim.sim.stepper import moe_draws
 
 NUM_DRAWS = 2              # load draws averaged per priced step
 LENGTH_SAMPLES = 20_000    # draws of the length specs for their moments
-FIXED_POINT_ITERATIONS = 6
+COLOCATED_MAX_ITERATIONS = 64   # until the whole-request batch repeats
 
 # screen metrics, named like the simulation's summary columns they estimate
 SCREEN_METRICS = ("tpot_ms", "ttft_ms", "step_ms", "throughput_tokens_per_s_per_gpu",
@@ -181,28 +185,28 @@ class SteadyStateModel:
 
     def _decode(self) -> Steady:
         lam, out, cap = self.rate_per_rank, self.output_len, self.max_running
+        needed = lambda b: lam * out * self.decode_s(b)         # noqa: E731  Little's law
         running = float(cap)
         t = self.decode_s(running)
-        keep_up = lam * out * t < cap
+        keep_up = needed(cap) < cap
         if keep_up:
-            for _ in range(FIXED_POINT_ITERATIONS):
-                running = min(cap, max(1.0, lam * out * t))
-                t = self.decode_s(running)
+            b = least_fixed_point(needed, 1, cap)
+            running, t = max(1.0, needed(b)), self.decode_s(b)
         served = min(lam, running / (out * t))
         return Steady(t, t if keep_up else math.inf, t, running, served * self.dp,
                       served * out * self.dp, served * out * self.dp, keep_up)
 
     def _prefill(self) -> Steady:
         chunk, lam, i = self.scenario.deployment.chunked_prefill_size, self.rate_per_rank, self.input_len
+        # a step's prompt tokens: those that arrived during the last step, at least one whole
+        # prompt (the busiest rank sets the pace), at most a chunk
+        needed = lambda n: min(chunk, max(i, lam * i * self.prefill_s(n)))   # noqa: E731
         p = float(chunk)
         t = self.prefill_s(p)
         keep_up = lam * i * t < chunk
         if keep_up:
-            for _ in range(FIXED_POINT_ITERATIONS):
-                # the prompts that arrived during the last step, at least one whole prompt
-                # (the busiest rank sets the pace), at most a chunk
-                p = min(chunk, max(i, lam * i * t))
-                t = self.prefill_s(p)
+            n = least_fixed_point(needed, min(chunk, max(1, math.ceil(i - 1e-9))), chunk)
+            p, t = needed(n), self.prefill_s(n)
         served = min(lam, p / (i * t))
         ttft = 0.5 * t + math.ceil(i / chunk) * t if keep_up else math.inf
         return Steady(ttft, ttft, t, p / i, served * self.dp, served * i * self.dp,
@@ -213,8 +217,11 @@ class SteadyStateModel:
         cap, chunk = self.max_running, d.chunked_prefill_size
         running, t_d = float(cap), self.decode_s(cap)
         p, t_p = float(chunk), self.prefill_s(chunk)
+        last_chunk = -1
         keep_up = True
-        for _ in range(FIXED_POINT_ITERATIONS):
+        # both the batch and the prefill chunk settle together, so this one iterates, from the
+        # batch limit down, until the whole-request batch and whole-token chunk repeat
+        for _ in range(COLOCATED_MAX_ITERATIONS):
             # prefill steps per second: one per request's chunk when arrivals are sparse, at
             # most one per decode step when dense (the arrivals since the last one, batched)
             n_p = min(lam * math.ceil(i / chunk), 1.0 / (t_d + t_p))
@@ -229,8 +236,12 @@ class SteadyStateModel:
             if new_running >= cap:
                 keep_up = False
                 break
-            running = max(1.0, new_running)
+            repeated = (math.ceil(max(1.0, new_running) - 1e-9) == math.ceil(running - 1e-9)
+                        and math.ceil(p - 1e-9) == last_chunk)
+            running, last_chunk = max(1.0, new_running), math.ceil(p - 1e-9)
             t_d = self.decode_s(running)
+            if repeated:
+                break
         if not keep_up:
             running, t_d = float(cap), self.decode_s(cap)
             t_p = self.prefill_s(chunk)
@@ -243,6 +254,23 @@ class SteadyStateModel:
         ttft = 0.5 * t_d + math.ceil(i / chunk) * t_p + (math.ceil(i / chunk) - 1) * t_d
         return Steady(t_d / (1.0 - n_p * t_p), ttft, t_d, running, lam * self.dp,
                       lam * (i + out) * self.dp, lam * out * self.dp, True)
+
+
+def least_fixed_point(needed, low: int, high: int) -> int:
+    """The least whole number `n` in [low, high] with `needed(n) <= n`, given `needed(high) <= high`.
+
+    `needed` is nondecreasing (a larger batch takes longer, so it needs more requests in flight),
+    so `needed(n) - n` falls through zero once: bisection finds the crossing in
+    `log2(high - low)` calls."""
+    if needed(low) <= low:
+        return low
+    while high - low > 1:                    # needed(low) > low, needed(high) <= high
+        mid = (low + high) // 2
+        if needed(mid) <= mid:
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 _MODELS: dict[str, SteadyStateModel] = {}

@@ -77,6 +77,9 @@ def margin_and_share(row: dict, saturated: bool = False) -> str:
     else:
         keep = (f"keep-up: serves {served:.4g} of {offered:.4g} req/s ({row['keep_up.served_frac'] * 100:.1f} %"
                 f"{'' if row.get('keep_up.ok') == 1.0 else ', overloaded'})")
+        if row.get("keep_up.settled") == 0.0:
+            from epsim.report.keep_up import unsettled_text
+            keep += "; " + unsettled_text(row["keep_up.running_growth_rps"], offered)
     measured = row.get("provenance.measured_share")
     if measured is None or math.isnan(measured):
         return keep

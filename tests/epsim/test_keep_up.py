@@ -12,7 +12,7 @@ import pytest
 
 from epsim.plan import run_plan
 from epsim.plan.choice import rejected
-from epsim.report.keep_up import backlog_growth_rps, keep_up
+from epsim.report.keep_up import backlog_growth_rps, keep_up, running_growth_rps
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = str(ROOT / "scenarios" / "default.yaml")
@@ -45,6 +45,56 @@ def test_ttft_target_joins_the_verdict():
     arrival = np.arange(0, 10, 0.01)
     out = _verdict(arrival, arrival + 0.02, ttft_p99_ms=20.0, ttft_target_ms=10.0)
     assert not out["ok"] and "TTFT p99 20 ms > 10 ms" in out["verdict"]
+
+
+def test_a_filling_batch_keeps_up_but_is_not_settled():
+    # 100 req/s, every request starts at once (no waiting), while the running batch grows by
+    # 40 requests per second: 40 % of the arrivals still accumulate in the batch (arrival noise
+    # alone moves a steady batch's slope by ~7 req/s over this 5 s half-window)
+    arrival = np.arange(0, 10, 0.01)
+    steps = np.arange(0, 10, 0.05)
+    out = _verdict(arrival, arrival + 0.02, step_start_s=steps, num_running=100 + 40 * steps)
+    assert out["running_growth_rps"] == pytest.approx(40.0)
+    assert out["ok"] and not out["settled"]
+    assert out["verdict"].endswith("running batch still grows (40 req/s, 40% of offered, over the "
+                                   "window's second half): not steady, latencies are below the "
+                                   "steady state's (simulate longer, or start near the steady "
+                                   "batch with workload.initial_running_per_rank)")
+    flat = _verdict(arrival, arrival + 0.02, step_start_s=steps,
+                    num_running=150 + 5 * np.sin(7 * steps))
+    assert flat["settled"] and abs(flat["running_growth_rps"]) < 5.0
+    assert "running batch" not in flat["verdict"]
+    draining = _verdict(arrival, arrival + 0.02, step_start_s=steps, num_running=600 - 40 * steps)
+    assert not draining["settled"] and "still shrinks" in draining["verdict"]
+    assert "latencies are above" in draining["verdict"]
+    assert running_growth_rps(steps[:2], np.ones(2), 0.0, 10.0) is None   # too few steps
+    assert _verdict(arrival, arrival + 0.02)["settled"]                    # not judged
+
+
+def test_a_run_started_near_its_steady_batch_settles_where_an_empty_start_does_not():
+    # Qwen3-30B decode at EP 8, 100 req/s of 400 output tokens: started empty, the batch is
+    # still filling after 3 s and TPOT is a third short; started at the steady batch the
+    # screen computes, the window is steady and its TPOT is the screen's
+    import copy
+
+    from epsim.plan.screen import screen_metrics
+    from epsim.report.summary import summarize
+    from epsim.sim import simulate
+    from epsim.spec import scenario_from_dict
+    from tests.epsim.plan_fixtures import TINY_PLAN_SCENARIO
+    data = copy.deepcopy(TINY_PLAN_SCENARIO)
+    data["deployment"]["max_running_requests"] = 256
+    data["workload"].update(output_len={"kind": "fixed", "value": 400}, duration_s=3.0,
+                            warmup_s=1.0, arrivals={"kind": "poisson", "rate_per_s": 100})
+    cold = summarize(simulate(scenario_from_dict(data)))
+    screen = screen_metrics(scenario_from_dict(data))
+    data["workload"]["initial_running_per_rank"] = round(screen["running_per_rank"])
+    warm = summarize(simulate(scenario_from_dict(data)))
+    assert cold["keep_up"]["ok"] and not cold["keep_up"]["settled"]
+    assert cold["keep_up"]["running_growth_rps"] > 0.5 * cold["keep_up"]["offered_rps"]
+    assert warm["keep_up"]["ok"] and warm["keep_up"]["settled"]
+    assert warm["tpot_ms"]["mean"] == pytest.approx(screen["tpot_ms"], rel=0.03)
+    assert cold["tpot_ms"]["mean"] < 0.8 * warm["tpot_ms"]["mean"]
 
 
 def test_simulate_flags_the_overloaded_instance_in_one_line():

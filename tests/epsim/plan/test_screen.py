@@ -4,6 +4,7 @@ the KV-cache transfer component."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -37,6 +38,37 @@ def test_screen_keeps_up_below_capacity_and_not_above():
     assert low["output_tokens_per_s_per_gpu"] == pytest.approx(200 * 20 / 8)
     more = screen_metrics(tiny(arrivals={"kind": "poisson", "rate_per_s": 2000}))
     assert more["tpot_ms"] >= low["tpot_ms"] and more["running_per_rank"] > low["running_per_rank"]
+
+
+def test_steady_decode_batch_solves_littles_law_whatever_the_batch_limit():
+    # near capacity a rank's batch grows almost one for one with its step time, where iterating
+    # B <- lam * O * t(B) from the limit converges slowly: the answer must not depend on a limit
+    # that does not bind, and must be the least whole batch b with lam * O * t(b) <= b
+    from epsim.plan.screen import steady_model
+    rate = 0.9 * _max_keep_up_rate(cap=64)
+    states = []
+    for cap in (64, 128, 256):
+        sc = tiny(arrivals={"kind": "poisson", "rate_per_s": rate})
+        sc = sc.model_copy(update={"deployment": sc.deployment.model_copy(
+            update={"max_running_requests": cap})})
+        model = steady_model(sc)
+        s = model.steady(rate)
+        assert s.keep_up and s.running_per_rank < 64
+        b = math.ceil(s.running_per_rank)
+        needed = lambda n: model.rate_per_rank * model.output_len * model.decode_s(n)  # noqa: E731
+        assert s.tpot_s == model.decode_s(b) and s.running_per_rank == pytest.approx(needed(b))
+        assert needed(b) <= b and needed(b - 1) > b - 1
+        states.append((s.tpot_s, s.running_per_rank))
+    assert states[0] == states[1] == states[2]
+
+
+def _max_keep_up_rate(cap: int) -> float:
+    """The highest arrival rate the tiny decode instance keeps up with at batch limit `cap`."""
+    from epsim.plan.screen import max_rate, steady_model
+    sc = tiny()
+    sc = sc.model_copy(update={"deployment": sc.deployment.model_copy(
+        update={"max_running_requests": cap})})
+    return max_rate(steady_model(sc), lambda s: s.keep_up, 1e6)[0]
 
 
 def test_screen_tracks_the_simulated_steady_decode_step():
