@@ -328,8 +328,9 @@ class SweepView:
 
 @st.cache_data(show_spinner="simulating every sweep point…", max_entries=8)
 def run_sweep(text: str, where: str, base_dir: str, sweeps: tuple[str, ...],
-              overrides: tuple[str, ...], workers: int) -> SweepView:
-    """`epsim.plan.run_plan` of the scenario text over `sweeps` (`KEY=V1,V2` each)."""
+              overrides: tuple[str, ...], workers: int, warm_start: bool = False) -> SweepView:
+    """`epsim.plan.run_plan` of the scenario text over `sweeps` (`KEY=V1,V2` each);
+    `warm_start`: decode points start at the screen's steady batch (`--warm-start`)."""
     from epsim.io import load_yaml
     from epsim.plan import run_plan
     parse_scenario(text, where, base_dir)       # a bad base scenario fails with epsim's message
@@ -337,7 +338,8 @@ def run_sweep(text: str, where: str, base_dir: str, sweeps: tuple[str, ...],
     mapping.setdefault("base_dir", base_dir)    # traces resolve as for the file itself
     with workers_skip_the_page():
         result = run_plan(mapping, list(sweeps), overrides=list(overrides), workers=workers,
-                          progress=False, plots=False, require_feasible=False)
+                          progress=False, plots=False, require_feasible=False,
+                          warm_start=warm_start)
     skipped = [", ".join(f"{k}={v}" for k, v in s.values.items()) + f": {s.reason}" for s in result.skipped]
     return SweepView(result.rows, result.columns, result.keys, skipped, result.warnings, result.wall_s)
 

@@ -2,7 +2,8 @@
 one run side by side: every point simulated with the reference engine, every point simulated
 with the fast engine, and two tiers (`--screen`: every point screened, the candidates simulated
 with the fast engine) on local processes and on a local Ray runtime, on all cores of this
-machine. The two-tier tables of both executors must be byte-identical (same seed, same points).
+machine; then all simulated and two tiers again with `--warm-start` (each simulation starts at
+the screen's steady batch). The two-tier tables of both executors must be byte-identical (same seed, same points).
 
     python benchmarks/plan_sweep.py            # run every variant, print the numbers
     python benchmarks/plan_sweep.py --write    # also record benchmarks/results/plan_sweep.md
@@ -69,11 +70,13 @@ def commit() -> str:
 
 
 # variant -> (engine, executor, two tiers)
-VARIANTS = {
-    "reference engine, all simulated": ("reference", "local", False),
-    "fast engine, all simulated": ("fast", "local", False),
-    "two tiers (screen + fast engine), local": ("fast", "local", True),
-    "two tiers (screen + fast engine), Ray": ("fast", "ray", True),
+VARIANTS = {     # engine, executor, screen, warm start
+    "reference engine, all simulated": ("reference", "local", False, False),
+    "fast engine, all simulated": ("fast", "local", False, False),
+    "two tiers (screen + fast engine), local": ("fast", "local", True, False),
+    "two tiers (screen + fast engine), Ray": ("fast", "ray", True, False),
+    "fast engine, all simulated, --warm-start": ("fast", "local", False, True),
+    "two tiers (screen + fast engine), local, --warm-start": ("fast", "local", True, True),
 }
 
 
@@ -82,13 +85,14 @@ def run(variant: str, out: Path, workers: int | None, progress: bool,
     """(result, wall seconds, 1-minute load average at the end: other work on the machine)."""
     from epsim.plan import run_plan
     from epsim.sim.stepper import ENGINE_VARIABLE
-    engine, executor, screen = VARIANTS[variant]
+    engine, executor, screen, warm_start = VARIANTS[variant]
     os.environ[ENGINE_VARIABLE] = engine           # worker processes inherit it
     try:
         start = time.perf_counter()
         result = run_plan(SCENARIO, sweeps, constraints=CONSTRAINTS, objectives=OBJECTIVES,
                           overrides=OVERRIDES, executor=executor, workers=workers, out=out,
-                          progress=progress, require_feasible=False, screen=screen)
+                          progress=progress, require_feasible=False, screen=screen,
+                          warm_start=warm_start)
         return result, time.perf_counter() - start, os.getloadavg()[0]
     finally:
         del os.environ[ENGINE_VARIABLE]
@@ -137,6 +141,8 @@ def report(runs: dict, identical: bool, workers: int, sweeps: list[str] = SWEEPS
     ref = answers(runs["reference engine, all simulated"][0])
     fast = answers(first)
     two = answers(runs["two tiers (screen + fast engine), local"][0])
+    warm = answers(runs["fast engine, all simulated, --warm-start"][0])
+    warm_two = answers(runs["two tiers (screen + fast engine), local, --warm-start"][0])
     lines += [
         "",
         "Wall time is the whole `run_plan` call: point validation, the screen, the runs, choosing, "
@@ -157,9 +163,17 @@ def report(runs: dict, identical: bool, workers: int, sweeps: list[str] = SWEEPS
         "short simulation passes points the screen ranks out; with 30 s per point the two tiers "
         "give the all-simulated answer (benchmarks/results/screen_vs_sim.md).",
         "",
-        "Answers per arrival rate (all simulated with the fast engine | two tiers):",
+        "`--warm-start` starts every simulated point at the screen's steady batch, so the 6 s "
+        "measure the steady state instead of the fill. Two tiers vs every point simulated, both "
+        "with `--warm-start`: same answer for "
+        f"**{sum(a == b for a, b in zip(warm, warm_two))} of {len(fast)}**; every point simulated, "
+        "started empty vs with `--warm-start`: same answer for "
+        f"{sum(a == b for a, b in zip(fast, warm))} of {len(fast)}.",
         "",
-        *[f"- {a} | {b}" for a, b in zip(fast, two)],
+        "Answers per arrival rate (all simulated with the fast engine | two tiers | all simulated "
+        "with `--warm-start` | two tiers with `--warm-start`):",
+        "",
+        *[f"- {a} | {b} | {c} | {d}" for a, b, c, d in zip(fast, two, warm, warm_two)],
         "",
         f"Two-tier tables of local processes and Ray identical (results.csv byte for byte): "
         f"**{'yes' if identical else 'NO'}**.",

@@ -10,7 +10,8 @@ arrival rate x skew), on the local executor with `--workers` processes.
 
 Part 2, agreement, on a stated sample: the 200-point Cartesian sweep `SAMPLE_SWEEP` of the same
 scenario (30 simulated s per point, statistics after 10 s), every point simulated (`epsim plan`
-without a screen) and screened. Recorded: Spearman rank correlation and relative error of the
+without a screen; started empty, and again from the screen's steady batch, `--warm-start`) and
+screened. Recorded: Spearman rank correlation and relative error of the
 screen's TPOT (against the simulation's mean and p99) and throughput per GPU, keep-up agreement,
 and whether `epsim plan --screen` (simulating only the screen's candidates and neighbours)
 gives the same answer as simulating all 200.
@@ -76,59 +77,97 @@ def rel_err(est: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.abs(est[ok] - ref[ok]) / ref[ok]
 
 
+def compare(screened, simulated) -> dict:
+    """The screen's estimates (`screened`: a `--screen` plan's rows) against one all-simulated
+    plan of the same points: rank correlations and relative errors over the points that keep up
+    by both, and over those of them whose run settled (`keep_up.settled`: the window reached a
+    steady batch, epsim/report/keep_up.py), and keep-up agreement."""
+    col = lambda res, name: res.column(name)                        # noqa: E731
+    keeps = col(screened, "screen.keep_up") == 1.0
+    sim_keeps = col(simulated, "keep_up.ok") == 1.0
+    settled = col(simulated, "keep_up.settled") == 1.0
+    s_tpot = col(screened, "screen.tpot_ms")
+    s_thr = col(screened, "screen.throughput_tokens_per_s_per_gpu")
+    tpot_mean, tpot_p99 = col(simulated, "tpot_ms.mean"), col(simulated, "tpot_ms.p99")
+    thr = col(simulated, "throughput_tokens_per_s_per_gpu")
+    out = {"num_settled": int(settled.sum()),
+           "rho_throughput": spearman(s_thr, thr),
+           "keep_up_agree": float((keeps == sim_keeps).mean()),
+           "keep_up_agree_settled": (float((keeps == sim_keeps)[settled].mean())
+                                     if settled.any() else float("nan")),
+           "screen_only_keeps": int((keeps & ~sim_keeps).sum()),
+           "sim_only_keeps": int((~keeps & sim_keeps).sum()),
+           "sim_only_keeps_unsettled": int((~keeps & sim_keeps & ~settled).sum())}
+    for suffix, rows in (("", keeps & sim_keeps), ("_settled", keeps & sim_keeps & settled)):
+        out.update({f"num_rows{suffix}": int(rows.sum()),
+                    f"rho_tpot_mean{suffix}": spearman(s_tpot[rows], tpot_mean[rows]),
+                    f"rho_tpot_p99{suffix}": spearman(s_tpot[rows], tpot_p99[rows]),
+                    f"err_tpot_mean{suffix}": rel_err(s_tpot[rows], tpot_mean[rows]),
+                    f"err_tpot_p99{suffix}": rel_err(s_tpot[rows], tpot_p99[rows]),
+                    f"err_throughput{suffix}": rel_err(s_thr[rows], thr[rows])})
+    return out
+
+
+def answers(res) -> list[str]:
+    return [f"{a.describe()}: " + ("none" if a.best is None else res.describe(a.best))
+            for a in res.answers]
+
+
+def num_same(a, b) -> int:
+    """Workload points where plans `a` and `b` choose the same deployment (or none)."""
+    def chosen(res, answer):
+        return None if answer.best is None else {k: res.rows[answer.best][k] for k in res.keys}
+    return sum(chosen(a, x) == chosen(b, y) for x, y in zip(a.answers, b.answers))
+
+
 def agreement(workers: int, out: Path, sweep: list[str]) -> dict:
+    """Every point simulated, started empty and from the screen's steady batch
+    (`--warm-start`), and the two-tier plan of each, against the screen."""
     from epsim.plan.runner import run_plan
     common = dict(constraints=CONSTRAINTS, executor="local", workers=workers, out=out,
                   progress=False, plots=False, require_feasible=False)
-    start = time.perf_counter()
-    full = run_plan(SCENARIO, sweep, **common)
-    full_s = time.perf_counter() - start
-    start = time.perf_counter()
-    two = run_plan(SCENARIO, sweep, screen=True, **common)   # simulations cached
-    two_s = time.perf_counter() - start
-    col = lambda res, name: res.column(name)                        # noqa: E731
-    keeps = col(two, "screen.keep_up") == 1.0
-    sim_keeps = col(full, "keep_up.ok") == 1.0
-    both = keeps & sim_keeps
-    # a run whose batch still fills (or drains) in its window has not reached the steady state
-    # the screen computes (`keep_up.settled`, epsim/report/keep_up.py)
-    settled = col(full, "keep_up.settled") == 1.0
-    steady = both & settled
-    s_tpot, s_thr = col(two, "screen.tpot_ms"), col(two, "screen.throughput_tokens_per_s_per_gpu")
-    tpot_mean, tpot_p99 = col(full, "tpot_ms.mean"), col(full, "tpot_ms.p99")
-    thr = col(full, "throughput_tokens_per_s_per_gpu")
-    def answers(res) -> list[str]:
-        return [f"{a.describe()}: " + ("none" if a.best is None else res.describe(a.best))
-                for a in res.answers]
-
-    same = [(a.best is None and b.best is None) or (
-        a.best is not None and b.best is not None
-        and full.rows[a.best]["point_id"] == two.rows[b.best]["point_id"])
-        for a, b in zip(full.answers, two.answers)]
+    plans, wall_s = {}, {}
+    for name, kw in (("full", {}), ("two", {"screen": True}), ("warm", {"warm_start": True}),
+                     ("warm_two", {"screen": True, "warm_start": True})):
+        start = time.perf_counter()
+        plans[name] = run_plan(SCENARIO, sweep, **kw, **common)   # later plans reuse runs
+        wall_s[name] = time.perf_counter() - start
+    two, full, warm, warm_two = plans["two"], plans["full"], plans["warm"], plans["warm_two"]
     return {
-        "points": len(full.rows), "full_s": full_s, "two_tier_s": two_s,
+        "points": len(full.rows), "wall_s": wall_s,
         "simulated_by_two_tier": int(sum(1 for r in two.rows if r["tier"] == "simulated")),
-        "rho_tpot_mean": spearman(s_tpot[both], tpot_mean[both]),
-        "rho_tpot_p99": spearman(s_tpot[both], tpot_p99[both]),
-        "rho_throughput": spearman(s_thr, thr),
-        "err_tpot_mean": rel_err(s_tpot[both], tpot_mean[both]),
-        "err_tpot_p99": rel_err(s_tpot[both], tpot_p99[both]),
-        "err_throughput": rel_err(s_thr[both], thr[both]),
-        "rho_tpot_mean_settled": spearman(s_tpot[steady], tpot_mean[steady]),
-        "rho_tpot_p99_settled": spearman(s_tpot[steady], tpot_p99[steady]),
-        "err_tpot_mean_settled": rel_err(s_tpot[steady], tpot_mean[steady]),
-        "err_tpot_p99_settled": rel_err(s_tpot[steady], tpot_p99[steady]),
-        "err_throughput_settled": rel_err(s_thr[steady], thr[steady]),
-        "num_both_keep_up": int(both.sum()), "num_steady": int(steady.sum()),
-        "num_settled": int(settled.sum()),
-        "keep_up_agree": float((keeps == sim_keeps).mean()),
-        "keep_up_agree_settled": float((keeps == sim_keeps)[settled].mean()) if settled.any() else float("nan"),
-        "sim_only_keeps_unsettled": int((~keeps & sim_keeps & ~settled).sum()),
-        "screen_only_keeps": int((keeps & ~sim_keeps).sum()),
-        "sim_only_keeps": int((~keeps & sim_keeps).sum()),
-        "answers_full": answers(full), "answers_two": answers(two),
-        "num_answers": len(same), "num_same": int(sum(same)),
+        "cold": compare(two, full), "warm": compare(two, warm),
+        "answers": {name: answers(res) for name, res in plans.items()},
+        "num_answers": len(full.answers), "same_two": num_same(full, two),
+        "same_warm_two": num_same(warm, warm_two), "same_cold_warm": num_same(full, warm),
     }
+
+
+def agreement_lines(c: dict, points: int) -> list[str]:
+    """The agreement table and keep-up line of one `compare` result."""
+    def row(label: str, key: str, rho: bool = True) -> str:
+        return (f"| {label} | {c['rho_' + key]:.3f} | " if rho else f"| {label} | - | ") + \
+            f"{pct(c['err_' + key], 50)} | {pct(c['err_' + key], 90)} |"
+    return [
+        "| quantity | Spearman rank correlation | median abs. rel. error | p90 abs. rel. error |",
+        "|---|---:|---:|---:|",
+        row("screen TPOT vs simulated TPOT mean", "tpot_mean"),
+        row("screen TPOT vs simulated TPOT p99", "tpot_p99"),
+        row("screen vs simulated throughput per GPU", "throughput"),
+        row("screen TPOT vs simulated TPOT mean, settled runs", "tpot_mean_settled"),
+        row("screen TPOT vs simulated TPOT p99, settled runs", "tpot_p99_settled"),
+        row("screen vs simulated throughput per GPU, settled runs", "throughput_settled", False), "",
+        f"TPOT rows: the {c['num_rows']} points that keep up by both (a point that does not keep "
+        "up has no steady-state TPOT); throughput correlation over all points, errors over those "
+        f"that keep up by both. *Settled runs*: the {c['num_rows_settled']} of them whose "
+        "simulation reached a steady batch in its window (`keep_up.settled`: the running "
+        "requests grew or shrank by less than 10 % of the offered rate, or within arrival noise, "
+        f"over the window's second half); {points - c['num_settled']} of the {points} "
+        "simulations are not settled.", "",
+        f"Keep-up verdicts agree on {c['keep_up_agree'] * 100:.1f} % of the points "
+        f"({c['screen_only_keeps']} keep up by the screen only, {c['sim_only_keeps']} by the "
+        f"simulation only, {c['sim_only_keeps_unsettled']} of those in runs not settled); on "
+        f"{c['keep_up_agree_settled'] * 100:.1f} % of the settled runs.", ""]
 
 
 def pct(errors: np.ndarray, q: float) -> str:
@@ -154,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"screen: {speed}", file=sys.stderr)
     agree = agreement(args.workers, Path(args.out) / ("quick" if args.quick else ""), sample_sweep)
     load_agree = os.getloadavg()[0]
-    print({k: v for k, v in agree.items() if not isinstance(v, np.ndarray)}, file=sys.stderr)
+    print({k: v for k, v in agree.items() if k not in ("cold", "warm")}, file=sys.stderr)
     lines = [
         "## Speed: the screen alone", "",
         f"`{SCENARIO.name}` swept over {len(speed_sweep)} axes: "
@@ -169,43 +208,30 @@ def main(argv: list[str] | None = None) -> int:
         + "; ".join(f"`{s}`" for s in sample_sweep)
         + f" of `{SCENARIO.name}` (30 simulated s per point, statistics after 10 s), constraint "
         + ", ".join(f"`{c}`" for c in CONSTRAINTS) + ", keep-up required.", "",
-        "| quantity | Spearman rank correlation | median abs. rel. error | p90 abs. rel. error |",
-        "|---|---:|---:|---:|",
-        f"| screen TPOT vs simulated TPOT mean | {agree['rho_tpot_mean']:.3f} | "
-        f"{pct(agree['err_tpot_mean'], 50)} | {pct(agree['err_tpot_mean'], 90)} |",
-        f"| screen TPOT vs simulated TPOT p99 | {agree['rho_tpot_p99']:.3f} | "
-        f"{pct(agree['err_tpot_p99'], 50)} | {pct(agree['err_tpot_p99'], 90)} |",
-        f"| screen vs simulated throughput per GPU | {agree['rho_throughput']:.3f} | "
-        f"{pct(agree['err_throughput'], 50)} | {pct(agree['err_throughput'], 90)} |",
-        f"| screen TPOT vs simulated TPOT mean, settled runs | {agree['rho_tpot_mean_settled']:.3f} | "
-        f"{pct(agree['err_tpot_mean_settled'], 50)} | {pct(agree['err_tpot_mean_settled'], 90)} |",
-        f"| screen TPOT vs simulated TPOT p99, settled runs | {agree['rho_tpot_p99_settled']:.3f} | "
-        f"{pct(agree['err_tpot_p99_settled'], 50)} | {pct(agree['err_tpot_p99_settled'], 90)} |",
-        f"| screen vs simulated throughput per GPU, settled runs | - | "
-        f"{pct(agree['err_throughput_settled'], 50)} | {pct(agree['err_throughput_settled'], 90)} |", "",
-        f"TPOT rows: the {agree['num_both_keep_up']} points that keep up by both (a point that does "
-        "not keep up has no steady-state TPOT); throughput correlation over all points, errors over "
-        f"those that keep up by both. *Settled runs*: the {agree['num_steady']} of them whose "
-        "simulation reached a steady batch in its window (`keep_up.settled`: the running requests "
-        "grew or shrank by less than 10 % of the offered rate, or within arrival noise, over the "
-        f"window's second half); {agree['points'] - agree['num_settled']} of the "
-        f"{agree['points']} simulations are not settled: their batch is still filling when the "
-        "30 s end, so they see a smaller batch and a shorter TPOT than the steady state the "
-        "screen computes.", "",
-        f"Keep-up verdicts agree on {agree['keep_up_agree'] * 100:.1f} % of the points "
-        f"({agree['screen_only_keeps']} keep up by the screen only, {agree['sim_only_keeps']} by "
-        f"the simulation only, {agree['sim_only_keeps_unsettled']} of those in runs not settled); "
-        f"on {agree['keep_up_agree_settled'] * 100:.1f} % of the settled runs.", "",
+        "### Simulations started empty (the scenario as written)", "",
+        *agreement_lines(agree["cold"], agree["points"]),
+        "A run that starts empty fills its batch over about a request's lifetime, longer near "
+        "capacity; the runs not settled end while it is still filling, so they see a smaller "
+        "batch and a shorter TPOT than the steady state the screen computes, and keep up.", "",
+        "### Simulations started at the screen's steady batch (`--warm-start`)", "",
+        *agreement_lines(agree["warm"], agree["points"]),
         "## Does the answer change?", "",
         f"The arrival rate is a workload key, so the plan answers each of the "
         f"{agree['num_answers']} rates separately (least GPUs, then throughput per GPU).", "",
-        f"All {agree['points']} simulated ({agree['full_s']:.0f} s):", "",
-        *[f"- {line}" for line in agree["answers_full"]], "",
+        f"All {agree['points']} simulated, started empty ({agree['wall_s']['full']:.0f} s):", "",
+        *[f"- {line}" for line in agree["answers"]["full"]], "",
         f"Two tiers, {agree['simulated_by_two_tier']} of {agree['points']} simulated (the plan "
         "reuses the first plan's simulations from the results directory, so its "
-        f"{agree['two_tier_s']:.0f} s is the screen and the choice only):", "",
-        *[f"- {line}" for line in agree["answers_two"]], "",
-        f"Same answer for **{agree['num_same']} of {agree['num_answers']}** rates.", "",
+        f"{agree['wall_s']['two']:.0f} s is the screen and the choice only):", "",
+        *[f"- {line}" for line in agree["answers"]["two"]], "",
+        f"Same answer for **{agree['same_two']} of {agree['num_answers']}** rates.", "",
+        f"All {agree['points']} simulated from the screen's steady batch, `--warm-start` "
+        f"({agree['wall_s']['warm']:.0f} s):", "",
+        *[f"- {line}" for line in agree["answers"]["warm"]], "",
+        f"Two tiers with `--warm-start`: same answer as all simulated with `--warm-start` for "
+        f"**{agree['same_warm_two']} of {agree['num_answers']}** rates; all simulated, started "
+        f"empty or from the steady batch: same answer for {agree['same_cold_warm']} of "
+        f"{agree['num_answers']}.", "",
         f"Load average (1 min) at the end of the agreement runs: {load_agree:.1f} on 2 cores "
         "shared with other work, so wall times are upper bounds.",
     ]

@@ -223,6 +223,10 @@ def _add_plan(sub) -> None:
                         "its bound by the screen's estimate (default 0.25)")
     p.add_argument("--screen-top", type=int, default=None, metavar="N",
                    help="with --screen: also simulate the N best by the objectives (default 3)")
+    p.add_argument("--warm-start", action="store_true",
+                   help="start each simulated decode point at the screen's steady batch "
+                        "(workload.initial_running_per_rank), so a short run measures the steady "
+                        "state, not its fill (docs/planning.md)")
     p.add_argument("--fleet", action="store_true",
                    help="size prefill and decode pools (instances, EP size, backend: the --sweep "
                         "deployment.* values) for the scenario's workload under "

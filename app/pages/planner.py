@@ -15,7 +15,7 @@ TABLE = "plan_table"
 CHEAPEST_BY = {"num_gpus": "fewest GPUs", "cost_per_hour": "lowest cost per hour",
                "cost_per_million_output_tokens": "lowest cost per million output tokens"}
 SHOWN = ["num_gpus", "tpot_ms.p99", "ttft_ms.p99", "keep_up.served_frac", "keep_up.backlog_growth_rps",
-         "throughput_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "cost_per_million_output_tokens",
+         "keep_up.settled", "initial_running_per_rank", "throughput_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "cost_per_million_output_tokens",
          "hbm_headroom_gib", "provenance.measured_share", "provenance.datasheet_share", "error"]
 RATE_KEY = "workload.arrivals.rate_per_s"
 
@@ -44,11 +44,16 @@ def sweep_table():
         overrides = right.text_area("Changes for every point, one `KEY=VALUE` per line (shorter runs "
                                     "sweep faster)", "# workload.duration_s=10",
                                     height=120, key="plan_overrides")
-        workers = st.number_input("processes", min_value=1, max_value=64, value=min(2, _cpus()), step=1,
-                                  key="plan_workers")
+        left, right = st.columns(2)
+        workers = left.number_input("processes", min_value=1, max_value=64, value=min(2, _cpus()),
+                                    step=1, key="plan_workers")
+        warm = right.checkbox("start decode points at the screen's steady batch (`--warm-start`: "
+                              "a short run then measures the steady state, not its fill)", False,
+                              key="plan_warm")
         if st.form_submit_button("Run sweep", type="primary"):
             st.session_state[TABLE] = {"source": source, "sweeps": _lines(sweeps),
-                                       "overrides": _lines(overrides), "workers": int(workers)}
+                                       "overrides": _lines(overrides), "workers": int(workers),
+                                       "warm_start": bool(warm)}
     params = st.session_state.get(TABLE)
     if params is not None and params["source"].digest != source.digest:
         # another scenario (or its text edited): the last sweep answers a different question
@@ -60,7 +65,7 @@ def sweep_table():
         return None
     src = params["source"]
     view = data.run_sweep(src.text, src.where, src.base_dir, params["sweeps"], params["overrides"],
-                          params["workers"])
+                          params["workers"], params.get("warm_start", False))
     st.caption(f"{len(view.rows)} point(s) simulated in {view.wall_s:.1f} s"
                + (f"; {len(view.skipped)} skipped as invalid" if view.skipped else ""))
     if view.skipped:

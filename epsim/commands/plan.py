@@ -110,7 +110,7 @@ def run(args):
                       progress=wants_progress(args), plots=not args.no_plots, require_feasible=False,
                       keep_up=not args.no_keep_up, screen=args.screen,
                       screen_margin=args.screen_margin, screen_top=args.screen_top,
-                      check_budget=not args.no_budget_check)
+                      warm_start=args.warm_start, check_budget=not args.no_budget_check)
     names = table_columns(result)
     data = json_safe({
         "scenario": args.scenario, "sweeps": {a.key: list(a.values) for a in result.axes},

@@ -47,6 +47,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
 DERIVED_COLUMNS: tuple[str, ...] = (
     "num_gpus", "num_nodes", "cost_per_hour", "expert_slots_per_gpu", "expert_weights_gib_per_gpu",
     "other_weights_gib_per_gpu", "kv_cache_gib_per_gpu", "hbm_headroom_gib",
+    "initial_running_per_rank",
 )
 
 # computed from a row once its metrics are known
@@ -123,6 +124,8 @@ def derived_columns(scenario) -> dict[str, float]:
         "other_weights_gib_per_gpu": other_bytes / GIB,
         "kv_cache_gib_per_gpu": kv_bytes / GIB,
         "hbm_headroom_gib": c.hardware.hbm_gib - used,
+        # requests per rank running at t=0 (`--warm-start` sets it from the screen)
+        "initial_running_per_rank": float(w.initial_running_per_rank),
     }
 
 

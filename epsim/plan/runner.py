@@ -76,7 +76,8 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
              seed: int | None = None, profile: str | Path | None = None, progress: bool = True,
              plots: bool = True, require_feasible: bool = True, keep_up: bool = True,
              screen: bool = False, screen_margin: float | None = None,
-             screen_top: int | None = None, check_budget: bool = True) -> PlanResult:
+             screen_top: int | None = None, warm_start: bool = False,
+             check_budget: bool = True) -> PlanResult:
     """Sweep a scenario and choose the best configuration.
 
     Args:
@@ -94,6 +95,8 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
             offered, backlog not growing; `epsim.report.keep_up`); False: constraints only.
         screen: two tiers (`epsim.plan.tiers`): screen every point analytically, simulate the
             screen's candidates and their neighbours only (`screen_margin`, `screen_top`).
+        warm_start: start each simulated decode point at the screen's steady batch
+            (`epsim.plan.tiers.warm_started`; points that set `initial_running_per_rank` keep it).
         check_budget: refuse a sweep of more than `epsim.budget.MAX_SWEEP_POINTS` points and skip
             points over a run's budget (`epsim.budget`), each with its reason.
     Raises:
@@ -129,6 +132,12 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
             points, keys, axes, out_dir, executor, workers, ray_address, progress,
             parsed_constraints, parsed_objectives, parsed_pareto, keep_up, screen_margin,
             screen_top)
+    if warm_start:
+        from epsim.plan.tiers import screen_points, warm_started
+        started = warm_started(base, to_run, screen_points(to_run, out_dir, executor, workers,
+                                                           ray_address, progress))
+        to_run = [started.get(p.index, p) for p in to_run]
+        points = [started.get(p.index, p) for p in points]
     results, num_computed = _run_missing(to_run, cache, executor, workers, ray_address, progress)
     wall_s = time.perf_counter() - start
 

@@ -88,6 +88,33 @@ def screen_points(points: list[Point], out_dir: Path | None, executor: str, work
     return results
 
 
+def warm_started(base, points: list[Point], screened: dict[str, dict]) -> dict[int, Point]:
+    """`--warm-start`: by point index, each decode point rebuilt to start at the screen's
+    steady batch (`workload.initial_running_per_rank` = its running requests per rank, whole,
+    within [1, max_running_requests]; the batch limit for a point that does not keep up, whose
+    steady state is a full batch). Points of other modes, points that set a start of their own
+    and points the screen cannot price are left out (they run as they are).
+
+    A run that starts empty spends about a request's lifetime filling its batch, longer near
+    capacity, and a short run can end before the steady state it is meant to measure
+    (`keep_up.settled`); the fleet's verification starts its decode pools the same way."""
+    from epsim.plan.points import build_point
+    out: dict[int, Point] = {}
+    for point in points:
+        s = point.scenario
+        running = screened.get(point.key, {}).get("running_per_rank")
+        if (s.deployment.disaggregation_mode != "decode" or s.workload.initial_running_per_rank
+                or running is None or not np.isfinite(running)):
+            continue
+        start = int(min(s.deployment.max_running_requests, max(1, round(running))))
+        built = build_point(base, point.index, {**point.values,
+                                                "workload.initial_running_per_rank": start},
+                            point.profile_path)
+        if isinstance(built, Point):
+            out[point.index] = built
+    return out
+
+
 def screen_estimate(metric: str, row: dict) -> float | None:
     """The screen's estimate of a plan metric in a row (`screen.*`, derived and swept columns
     are already there); None where the screen has none (the metric is not screened)."""

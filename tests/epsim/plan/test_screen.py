@@ -3,6 +3,7 @@ the KV-cache transfer component."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from epsim.cost.kv_transfer import kv_bytes_per_request, kv_transfer
 from epsim.errors import SpecError
 from epsim.plan import run_plan
+from epsim.plan.answers import answer_line
 from epsim.plan.fleet import size_fleet
 from epsim.plan.screen import screen_metrics
 from epsim.report.summary import summarize
@@ -114,6 +116,38 @@ def test_two_tier_plan_simulates_fewer_points_and_writes_screen_columns(tmp_path
     assert again.num_computed == 0
     full = run_plan(scenario, SWEEP, out=tmp_path / "two", **common)    # the rest, simulated
     assert [a.best for a in full.answers] == [a.best for a in two.answers]
+
+
+def test_warm_start_begins_decode_points_at_the_screens_steady_batch(tmp_path):
+    # 400-token answers at 50 and 100 req/s on EP 8: started empty, 3 s end while the batch
+    # still fills; started at the screen's steady batch, each window is steady
+    data = json.loads(json.dumps(TINY_PLAN_SCENARIO))
+    data["deployment"]["max_running_requests"] = 256
+    data["workload"].update(output_len={"kind": "fixed", "value": 400}, duration_s=3.0,
+                            warmup_s=1.0)
+    sweep = ["workload.arrivals.rate_per_s=50,100"]
+    cold = run_plan(data, sweep, workers=1, progress=False, screen=True)
+    warm = run_plan(data, sweep, workers=1, progress=False, screen=True, warm_start=True,
+                    out=tmp_path / "warm")
+    for c, w in zip(cold.rows, warm.rows):
+        assert c["initial_running_per_rank"] == 0.0 and c["keep_up.settled"] == 0.0
+        assert w["initial_running_per_rank"] == round(w["screen.running_per_rank"]) > 0
+        assert w["keep_up.settled"] == 1.0 and w["keep_up.ok"] == 1.0
+        assert w["tpot_ms.mean"] == pytest.approx(w["screen.tpot_ms"], rel=0.05)
+        assert c["tpot_ms.mean"] < 0.9 * w["tpot_ms.mean"]
+    assert "not steady" in answer_line(cold, cold.answers[1])
+    assert "not steady" not in answer_line(warm, warm.answers[1])
+    # the CLI flag reaches the same plan (its results directory holds the simulations)
+    proc = subprocess.run([sys.executable, "-m", "epsim.cli", "plan", write_tiny_scenario(tmp_path),
+                           "--sweep", "workload.arrivals.rate_per_s=100", "--warm-start",
+                           "--set", "deployment.max_running_requests=256",
+                           "--set", "workload.output_len.value=400", "--set", "workload.duration_s=3",
+                           "--set", "workload.warmup_s=1", "--no-progress", "--no-plots",
+                           "--out", str(tmp_path / "cli")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    row = next(csv.DictReader((tmp_path / "cli" / "results.csv").open()))
+    assert float(row["initial_running_per_rank"]) == warm.rows[1]["initial_running_per_rank"]
 
 
 def test_kv_transfer_bytes_follow_the_kv_layout():
