@@ -231,7 +231,8 @@ def page() -> None:
     for warning in view.warnings:
         st.warning(warning)
     keep = view.summary["keep_up"]
-    (st.caption if keep["ok"] else st.warning)(f"keep-up: {keep['verdict']}")
+    (st.caption if keep["ok"] and keep.get("settled", True) else st.warning)(
+        f"keep-up: {keep['verdict']}")
     note = view.summary.get("eplb", {}).get("note")
     if note:
         st.info(note)

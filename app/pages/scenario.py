@@ -123,7 +123,8 @@ def _get(obj, dotted: str):
 
 def kpis(summary: dict) -> None:
     keep = summary["keep_up"]        # first: latencies of an instance that falls behind mislead
-    (st.caption if keep["ok"] else st.warning)(f"keep-up: {keep['verdict']}")
+    (st.caption if keep["ok"] and keep.get("settled", True) else st.warning)(
+        f"keep-up: {keep['verdict']}")
     notes = summary.get("latency_notes", {})
     for name in ("tpot_ms", "ttft_ms"):
         if name in notes:
