@@ -68,6 +68,26 @@ def test_sweep_in_the_app_picks_what_epsim_plan_picks(app, plan_dir):
     assert not app.success
 
 
+def test_warm_start_in_the_app_starts_points_as_epsim_plan_does(app, tmp_path):
+    open_page(app, "planner")
+    app.text_area(key="plan_sweeps").set_value("\n".join(SWEEP))
+    app.text_area(key="plan_overrides").set_value("workload.duration_s=6\nworkload.warmup_s=2")
+    app.number_input(key="plan_workers").set_value(1)
+    app.checkbox(key="plan_warm").check()
+    button(app, "Run sweep").click()
+    app.run()
+    assert not app.exception, app.exception
+    _slo(app, 0.0, 0.0)
+    expected = run_plan(SCENARIO, SWEEP, overrides=["workload.duration_s=6", "workload.warmup_s=2"],
+                        objectives=OBJECTIVES, warm_start=True, workers=1, progress=False,
+                        plots=False, require_feasible=False, constraints=["hbm_headroom_gib>=0"])
+    table = app.dataframe[-1].value
+    started = [c for c in table.columns if "initial" in c.lower()]
+    assert len(started) == 1
+    assert list(table[started[0]]) == [row["initial_running_per_rank"] for row in expected.rows]
+    assert all(row["initial_running_per_rank"] > 0 for row in expected.rows)
+
+
 def test_uploaded_results_table(app, plan_dir):
     open_page(app, "planner")
     app.radio(key="plan_mode").set_value("load a results table (results.csv of `epsim plan --out`)")
