@@ -34,6 +34,7 @@ from typing import Any
 from epsim.errors import SpecError
 from epsim.plan.points import Point, build_point, load_base
 from epsim.plan.screen import SteadyStateModel, max_rate
+from epsim.plan.tiers import steady_start
 
 HEADROOM = 0.1        # the screen's mean must clear the p99 bound by this share
 MAX_ROUNDS = 6        # verification rounds (a failing pool grows by 10 %, at least one instance)
@@ -169,8 +170,8 @@ def _verify_point(base, option: PoolOption, rate: float, steady_running: float,
     values = {**option.values, "deployment.disaggregation_mode": option.role,
               "workload.arrivals.rate_per_s": rate / option.instances}
     if option.role == "decode":     # start at the steady batch the screen predicts
-        cap = option.point.scenario.deployment.max_running_requests
-        values["workload.initial_running_per_rank"] = int(min(cap, max(1, round(steady_running))))
+        values["workload.initial_running_per_rank"] = steady_start(
+            steady_running, option.point.scenario.deployment.max_running_requests)
     built = build_point(base, 0, values, profile_path)
     if not isinstance(built, Point):
         raise SpecError(f"fleet {option.role} pool {option.describe()}: {built.reason}")

@@ -88,6 +88,12 @@ def screen_points(points: list[Point], out_dir: Path | None, executor: str, work
     return results
 
 
+def steady_start(running_per_rank: float, max_running: int) -> int:
+    """Requests per rank to start a decode run with: the screen's steady batch, whole, within
+    [1, max_running] (`--warm-start`, and the fleet's verification)."""
+    return int(min(max_running, max(1, round(running_per_rank))))
+
+
 def warm_started(base, points: list[Point], screened: dict[str, dict]) -> dict[int, Point]:
     """`--warm-start`: by point index, each decode point rebuilt to start at the screen's
     steady batch (`workload.initial_running_per_rank` = its running requests per rank, whole,
@@ -106,10 +112,9 @@ def warm_started(base, points: list[Point], screened: dict[str, dict]) -> dict[i
         if (s.deployment.disaggregation_mode != "decode" or s.workload.initial_running_per_rank
                 or running is None or not np.isfinite(running)):
             continue
-        start = int(min(s.deployment.max_running_requests, max(1, round(running))))
-        built = build_point(base, point.index, {**point.values,
-                                                "workload.initial_running_per_rank": start},
-                            point.profile_path)
+        built = build_point(base, point.index, {
+            **point.values, "workload.initial_running_per_rank":
+                steady_start(running, s.deployment.max_running_requests)}, point.profile_path)
         if isinstance(built, Point):
             out[point.index] = built
     return out
