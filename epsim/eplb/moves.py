@@ -254,9 +254,9 @@ def plan_moves(old, new, alive: np.ndarray | None = None, allow_reload: bool = F
         top = np.frexp(single[np.arange(single.shape[0]), in_word].astype(np.float64))[1] - 1
         src[pick[only]] = in_word * 64 + top                                 # the bit's rank
         multi = np.flatnonzero(~only)
-        candidate_multi = np.unpackbits(word[multi].astype("<u8").view(np.uint8), axis=1,
-                                        bitorder="little")[:, :num_ranks].astype(bool)
         if multi.shape[0]:
+            candidate_multi = np.unpackbits(word[multi].astype("<u8").view(np.uint8), axis=1,
+                                            bitorder="little")[:, :num_ranks].astype(bool)
             width = int(k_of.max()) + 1
             single_key = np.sort((lay_of[only] * num_ranks + src[pick[only]]) * width + k_of[only])
             lay_m = lay_of[multi]

@@ -125,17 +125,18 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     points, skipped = _build_points(base, axes, profile_path, check_budget)
     cache = PointCache(out_dir)
     start = time.perf_counter()
-    to_run, screen_cols = points, []
+    to_run, screen_cols, screened = points, [], None
     if screen:
         from epsim.plan.tiers import screen_tier
-        to_run, screen_cols = screen_tier(
+        to_run, screen_cols, screened = screen_tier(
             points, keys, axes, out_dir, executor, workers, ray_address, progress,
             parsed_constraints, parsed_objectives, parsed_pareto, keep_up, screen_margin,
             screen_top)
     if warm_start:
         from epsim.plan.tiers import screen_points, warm_started
-        started = warm_started(base, to_run, screen_points(to_run, out_dir, executor, workers,
-                                                           ray_address, progress))
+        if screened is None:               # two tiers screened every point already
+            screened = screen_points(to_run, out_dir, executor, workers, ray_address, progress)
+        started = warm_started(base, to_run, screened)
         to_run = [started.get(p.index, p) for p in to_run]
         points = [started.get(p.index, p) for p in points]
     results, num_computed = _run_missing(to_run, cache, executor, workers, ray_address, progress)

@@ -218,8 +218,9 @@ def screen_tier(points: list[Point], keys: list[str], axes, out_dir: Path | None
                 workers: int | None, ray_address: str | None, progress: bool,
                 constraints: list[Constraint], objectives: list[Objective],
                 pareto: list[Objective], keep_up: bool, margin: float | None,
-                top: int | None) -> tuple[list[Point], list[dict]]:
-    """Tier 1 for `run_plan`: (points to simulate, `SCREEN_COLUMNS` values per point)."""
+                top: int | None) -> tuple[list[Point], list[dict], dict[str, dict]]:
+    """Tier 1 for `run_plan`: (points to simulate, `SCREEN_COLUMNS` values per point, screen
+    metrics by point key)."""
     from epsim.plan.columns import derived_columns
     from epsim.plan.store import cell
     screened = screen_points(points, out_dir, executor, workers, ray_address, progress)
@@ -236,4 +237,4 @@ def screen_tier(points: list[Point], keys: list[str], axes, out_dir: Path | None
     for i in chosen:
         rows[i]["tier"] = "simulated"
     screen_cols = [{name: row[name] for name in SCREEN_COLUMNS} for row in rows]
-    return [points[i] for i in chosen], screen_cols
+    return [points[i] for i in chosen], screen_cols, screened
