@@ -71,16 +71,18 @@ def time_run(scenario, repeats: int) -> dict[str, dict]:
     simulated seconds per wall second, and the mean step time (the two engines must agree);
     also the least CPU time of this process over the runs (`cpu_*`: what the run itself cost,
     less disturbed than wall time when other work shares the cores)."""
-    from epsim.sim import simulate
+    from epsim.sim import Simulation
     best: dict[str, dict] = {}
     for _ in range(repeats):
         for engine in ENGINES:
             cpu_start, start = time.process_time(), time.perf_counter()
-            result = simulate(scenario, engine=engine)
+            sim = Simulation(scenario, engine=engine)       # what `simulate` does
+            result = sim.run()
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
             steps = int(result.steps["step_us"].shape[0])
             if engine not in best or wall < best[engine]["wall_s"]:
                 best[engine] = {"wall_s": wall, "steps": steps, "sim_s": result.duration_s,
+                                "leapt": sim.leaper.num_steps if sim.leaper is not None else 0,
                                 "speed": result.duration_s / wall,
                                 "wall_us_per_step": wall / steps * 1e6,
                                 "step_ms": float(result.steps["step_us"].mean() * 1e-3),
@@ -167,13 +169,13 @@ def engine_row(label: str, row: dict[str, dict]) -> str:
     return (f"| {label} | {ref['steps']} | {ref['step_ms']:.2f} / {fast['step_ms']:.2f} | "
             f"{ref['wall_us_per_step']:.0f} | {fast['wall_us_per_step']:.0f} | "
             f"{ref['speed']:.0f} | **{fast['speed']:.0f}** | {ref['wall_s'] / fast['wall_s']:.2f} | "
-            f"{fast['cpu_us_per_step']:.0f} | {fast['cpu_speed']:.0f} |")
+            f"{fast['cpu_us_per_step']:.0f} | {fast['cpu_speed']:.0f} | {fast['leapt']} |")
 
 
 ENGINE_HEADER = ["| {} | steps | mean step ms (ref / fast) | ref wall us/step | fast wall us/step | "
                  "ref sim s / wall s | fast sim s / wall s | fast / ref speed | "
-                 "fast CPU us/step | fast sim s / CPU s |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 "fast CPU us/step | fast sim s / CPU s | steps leapt (fast) |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 AGAINST_ROUNDS = 10     # runs per checkout and scenario for `--against`
 TARGETS = {"R1": 1000.0, "EPLB": 300.0}     # issue #17: simulated s per wall s on one core
 
@@ -228,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
              f"CPU time, {fast['cpu_us_per_step']:.0f} us per step), reference engine "
              f"{r1['reference']['speed']:.0f}x; fast / reference = "
              f"**{r1['reference']['wall_s'] / fast['wall_s']:.2f}** (fastest of {args.repeats} "
-             "each, engines alternating).", "",
+             f"each, engines alternating). The fast engine leapt {fast['leapt']} of its "
+             f"{fast['steps']} steps (`epsim.sim.leap`: saturated decode steps priced and "
+             "applied many at once).", "",
              ENGINE_HEADER[0].format("scenario"), ENGINE_HEADER[1], engine_row("R1", r1), "",
              "## Scenarios with EPLB on", "",
              ENGINE_HEADER[0].format("scenario"), ENGINE_HEADER[1]]
@@ -285,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Recorded with `python benchmarks/sim_speed.py {' '.join(sys.argv[1:])}` ({pinned}; "
             f"fastest of {args.repeats} runs per configuration: the machine is shared, so expect "
             "+-20 % between recordings).\n\n"
-            "The fast engine (`epsim.sim.stepper`, docs/model.md) against the reference engine, "
-            "side by side in one process. Steps take different simulated time at each EP size "
+            "The fast engine (`epsim.sim.stepper` and `epsim.sim.leap`, docs/model.md) against "
+            "the reference engine, side by side in one process. Steps take different simulated time at each EP size "
             "and layer count, so growth is judged per step.\n\n"
             + report + "\n\n## Machine\n\n```\n" + machine() + "\n```\n")
         print(f"\nwrote {RESULTS}", file=sys.stderr)

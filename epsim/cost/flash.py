@@ -201,15 +201,22 @@ class DecodeKernel:
         self.params = params
         self._counts: tuple[bytes, DecodeCounts] | None = None
 
-    def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """[dp] microseconds of the decode kernel (0 on an idle rank); `seqs`, `context` [dp]."""
+    def counts(self, seqs: np.ndarray) -> DecodeCounts:
+        """`decode_counts` of `seqs` ([dp]), remembered for the last sequence counts."""
         seqs = np.asarray(seqs, dtype=np.float64)
         key = seqs.tobytes()
         if self._counts is None or self._counts[0] != key:
             self._counts = (key, decode_counts(seqs, self.heads, self.kv_heads, self.head_dim,
                                                self.num_sms))
-        return kernel_us(decode_work(seqs, context, self.heads, self.kv_heads, self.head_dim,
-                                     self.num_sms, self._counts[1]), self.params)
+        return self._counts[1]
+
+    def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """[dp] microseconds of the decode kernel (0 on an idle rank); `seqs` [dp], `context`
+        [dp] (or [steps, dp] for steps of these counts that split no keys: `counts(seqs)`
+        without `may_split`)."""
+        counts = self.counts(seqs)
+        return kernel_us(decode_work(counts.seqs, context, self.heads, self.kv_heads,
+                                     self.head_dim, self.num_sms, counts), self.params)
 
 
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,

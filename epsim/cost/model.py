@@ -156,6 +156,40 @@ class StepCost:
     parts: np.ndarray        # [7, layers]: the seven per-layer arrays above as rows, in order
 
 
+@dataclass(frozen=True, eq=False)
+class _MoEStack:
+    """A few MoE costs' arrays stacked for `CostModel.decode_steps`: experts, block ops and
+    dispatch + combine `[moes, layers]`, the three stages `[moes, 3, layers]`, sync `[moes]`."""
+
+    experts: np.ndarray
+    block: np.ndarray
+    comm: np.ndarray
+    stages: np.ndarray
+    sync: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class StepBlock:
+    """k decode steps priced at once (`CostModel.decode_steps`): `step_us` [k] and `parts`
+    [k, 7, layers] (`StepCost.parts` of each step); `cost(i, moe)` is step i's StepCost."""
+
+    step_us: np.ndarray
+    parts: np.ndarray
+    dense_us: float
+    overhead_us: float
+    phase: str
+    attention_us: np.ndarray          # [k] one layer's attention (slowest rank)
+    terms: "_TokenTerms"
+
+    def cost(self, i: int, moe: MoECost) -> StepCost:
+        p = self.parts[i]
+        return StepCost(attention_us=p[0], dispatch_us=p[1], experts_us=p[2], combine_us=p[3],
+                        shared_experts_us=p[4], block_ops_us=p[5], layer_us=p[6],
+                        dense_us=self.dense_us, overhead_us=self.overhead_us,
+                        step_us=float(self.step_us[i]), phase=self.phase, mode=moe.mode,
+                        traffic=moe.traffic, parts=p)
+
+
 class CostModel:
     """Predicts step and MoE-layer times of one deployment.
 
@@ -254,6 +288,7 @@ class CostModel:
         self._terms_memo: dict[tuple, _TokenTerms] = {}
         self._projections_memo: dict[bytes, np.ndarray] = {}     # tokens -> [dp] µs
         self._host_rows: dict[tuple[bool, str], np.ndarray] = {}
+        self._stack_memo: tuple[tuple[MoECost, ...], _MoEStack] | None = None
 
     def _block_ops_parts(self, eager: bool) -> tuple[str, ...]:
         """The block ops a step adds on its own (docs/model.md, "The block's own ops"): the
@@ -443,6 +478,7 @@ class CostModel:
             scale = 1.0
         if moe.sync_us:
             layer = layer + scale * moe.sync_us            # once per micro-batch's collectives
+        # `decode_steps` repeats this arithmetic over many steps: change the two together
         num_layers = layer.shape[0]
         dense = terms.lm_head_us
         if self.model.num_dense_layers:
@@ -467,6 +503,78 @@ class CostModel:
             shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense,
             overhead_us=overhead,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
+
+    def leaps(self, batch: BatchCounts) -> bool:
+        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
+        neither two-batch overlap, TP attention, dense layers nor a split-KV decode launch (the
+        terms `decode_steps` does not vectorise; the engine then steps one at a time)."""
+        return (batch.phase == "decode" and not self.deployment.enable_two_batch_overlap
+                and self.tp_size == 1 and not self.model.num_dense_layers
+                and self._decode_kernel is not None and self.attention_kernels is not None
+                and not self._decode_kernel.counts(batch.decode_tokens).may_split)
+
+    def decode_steps(self, batch: BatchCounts, contexts: np.ndarray,
+                     moes: list[MoECost]) -> "StepBlock":
+        """`step(batch, None, tables, moe=moes[i])` for k decode steps that differ only in
+        their contexts, at once (the engine's leap over a saturated decode batch,
+        `epsim.sim.leap`): `step`'s arithmetic on `[k, ...]` arrays, so the same bits as k
+        calls (tests/epsim/sim/test_leap.py holds the two together).
+
+        Args:
+            batch: the steps' counts (`leaps(batch)`); its `decode_context` is unused.
+            contexts: [k, dp] each step's `decode_context`.
+            moes: k MoE costs, one per step (a pool's rows, shared between steps).
+        `ledger` is left alone: `record_decode_steps` adds the steps that are kept.
+        """
+        terms = self._token_terms(batch, batch)
+        shared = terms.shared_us
+        proj = self._projections(batch.tokens, self._gemm_params(self.experts_params))
+        per_rank = proj + self._decode_kernel.us(batch.decode_tokens, contexts)     # [k, dp]
+        attn = np.where(batch.tokens > 0, per_rank, 0.0).max(axis=1)                 # [k]
+        rows = {id(m): m for m in moes}
+        index = {key: i for i, key in enumerate(rows)}
+        pick = np.fromiter((index[id(m)] for m in moes), dtype=np.int64, count=len(moes))
+        stacked = self._moe_stack(tuple(rows.values()))
+        experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
+        layer = ((attn[:, None] + shared) + experts + block) + comm              # [k, layers]
+        if stacked.sync.any():
+            layer = layer + stacked.sync[pick][:, None]
+        dense, overhead = terms.lm_head_us, terms.overhead_us
+        step_us = layer.sum(axis=1) + dense + overhead
+        num_layers = layer.shape[1]
+        parts = np.empty((len(moes), 7, num_layers))
+        parts[:, 0] = attn[:, None]
+        parts[:, 1:4] = stacked.stages[pick]
+        parts[:, 4] = shared
+        parts[:, 5] = block
+        parts[:, 6] = layer
+        return StepBlock(step_us, parts, dense, overhead, batch.phase, attn, terms)
+
+    def _moe_stack(self, moes: tuple[MoECost, ...]) -> "_MoEStack":
+        """The arrays of a few MoE costs stacked (`[moes, layers]`), remembered for the last
+        set (a pool's rows, asked for at every leap over it)."""
+        memo = self._stack_memo
+        if memo is not None and len(memo[0]) == len(moes) and all(
+                a is b for a, b in zip(memo[0], moes)):
+            return memo[1]
+        stacked = _MoEStack(
+            np.stack([m.experts_us for m in moes]),
+            np.stack([np.broadcast_to(m.block_ops_us, m.experts_us.shape) for m in moes]),
+            np.stack([m.comm_us for m in moes]), np.stack([m.stage_rows for m in moes]),
+            np.array([m.sync_us for m in moes]))
+        self._stack_memo = (moes, stacked)
+        return stacked
+
+    def record_decode_steps(self, block: "StepBlock", moes: list[MoECost]) -> None:
+        """Add the first `len(moes)` steps of a `decode_steps` block to `ledger`, as `step`
+        would have one by one."""
+        terms, num_layers = block.terms, block.parts.shape[2]
+        base = {id(m): self._ledger_row(terms.graph, m.mode, 0.0, m, terms.shared_us,
+                                        block.dense_us, block.overhead_us, 1.0, num_layers)
+                for m in moes}
+        rows = np.stack([base[id(m)] for m in moes])
+        rows[:, 0] = block.attention_us[:len(moes)] * 1.0 * num_layers    # as `_ledger_row`
+        self.ledger.add_rows(terms.graph, moes[0].mode, rows, terms.max_tokens)
 
     def _token_terms(self, batch: BatchCounts, part: BatchCounts) -> "_TokenTerms":
         """The parts of a step that depend only on its tokens per rank (not on contexts or
@@ -502,15 +610,20 @@ class CostModel:
                 dense: float, overhead: float, scale: float, num_layers: int,
                 max_tokens: float) -> None:
         """Add one step's parts to `ledger` (for the provenance shares)."""
+        self.ledger.add(graph, mode, self._ledger_row(graph, mode, attn, moe, shared, dense,
+                                                      overhead, scale, num_layers), max_tokens)
+
+    def _ledger_row(self, graph: bool, mode: str, attn: float, moe: MoECost, shared: float,
+                    dense: float, overhead: float, scale: float, num_layers: int) -> np.ndarray:
+        """[len(provenance.COLUMNS)] one step's parts as `ledger` sums them."""
         host = self._host_row(graph, mode) * num_layers * scale
         dispatch, experts, combine, network = moe.sums
         network *= scale
-        row = np.array([attn * scale * num_layers, dispatch * scale - network, experts * scale,
-                        combine * scale - network, shared * scale * num_layers, dense, overhead,
-                        host[0], host[1], host[2], moe.sync_us * scale * num_layers,
-                        2.0 * network, moe.block_ops_sum * scale,
-                        self.block_ops_host_us(graph) * num_layers * scale])
-        self.ledger.add(graph, mode, row, max_tokens)
+        return np.array([attn * scale * num_layers, dispatch * scale - network, experts * scale,
+                         combine * scale - network, shared * scale * num_layers, dense, overhead,
+                         host[0], host[1], host[2], moe.sync_us * scale * num_layers,
+                         2.0 * network, moe.block_ops_sum * scale,
+                         self.block_ops_host_us(graph) * num_layers * scale])
 
     def _mlp_us(self, tokens: np.ndarray, width: int, experts_params: dict[str, float]) -> np.ndarray:
         """[dp] a dense SwiGLU MLP of `width` on each rank's tokens: the fitted dense kernel
@@ -524,19 +637,25 @@ class CostModel:
                           self.cluster.gpu)
         return dense_us(tokens, gemm, self.dense_params)
 
+    def _projections(self, tokens: np.ndarray, projections: dict[str, float]) -> np.ndarray:
+        """[dp] `attention_projections_us` of `tokens`, remembered per batch shape (they depend
+        on the tokens alone; read-only)."""
+        key = tokens.tobytes()
+        proj = self._projections_memo.get(key)
+        if proj is None:
+            if len(self._projections_memo) >= 64:
+                self._projections_memo.clear()
+            proj = self._projections_memo[key] = attention_projections_us(
+                tokens, self.model, projections, self.tp_size)
+            proj.flags.writeable = False
+        return proj
+
     def _attention_layer_us(self, batch: BatchCounts) -> float:
         """Slowest rank's attention of one layer, plus the TP all-reduce without DP attention."""
         if self.attention_kernels is not None:
             decode, prefill = self.attention_kernels
             projections = self._gemm_params(self.experts_params)
-            key = batch.tokens.tobytes()        # the projections depend on the tokens alone
-            proj = self._projections_memo.get(key)
-            if proj is None:
-                if len(self._projections_memo) >= 64:
-                    self._projections_memo.clear()
-                proj = self._projections_memo[key] = attention_projections_us(
-                    batch.tokens, self.model, projections, self.tp_size)
-                proj.flags.writeable = False
+            proj = self._projections(batch.tokens, projections)
             t = float(measured_attention_us(batch, self.model, decode, prefill, projections,
                                             self.gemm.num_sms, self.tp_size, proj,
                                             self._decode_kernel).max())

@@ -55,6 +55,14 @@ class Ledger:
             lo_hi[1] = max(lo_hi[1], max_tokens)
         self.steps[key] += 1
 
+    def add_rows(self, graph: bool, mode: str, rows: np.ndarray, max_tokens: float) -> None:
+        """`add` of each row of `rows` ([steps, columns]) in turn (the same sums)."""
+        self.add(graph, mode, rows[0], max_tokens)
+        sums = self.sums[(graph, mode)]
+        for row in rows[1:]:
+            sums += row
+        self.steps[(graph, mode)] += rows.shape[0] - 1
+
     @property
     def total_us(self) -> float:
         """Sum of every part's time (host counted once; the layer sync by magnitude, as it may

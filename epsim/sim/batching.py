@@ -520,6 +520,131 @@ class Scheduler:
             self._finish(done, self._ctx0.reshape(-1)[done] + self._commits, now_s)
         return gaps
 
+    # -- many steps at once (`epsim.sim.leap`) -----------------------------------------------
+    def saturated(self, now_s: float, max_steps: int) -> "Saturated | None":
+        """The next steps while the decode path stays saturated, formed without changing
+        anything (`apply_saturated` then applies the first k of them).
+
+        Saturated: a decode instance with every rank alive, each step refilling every slot
+        that the last one freed from requests already waiting now, none of them finishing
+        within these steps. Then a step's batch is known before the steps ahead of it run
+        (full on every rank; contexts from the requests that end and start), and only their
+        times are left to find; the step that opens the measurement window (`window_due_s`)
+        must be planned as usual. None: not saturated.
+        """
+        if not (self._lazy and self.mode == "decode" and self._one_epoch() and max_steps >= 1):
+            return None
+        dp, mr = self.num_ranks, self.max_running
+        if dp * mr - int(self.occupied.sum()) > _FEW_FREE:
+            return None
+        free = self._free if self._free is not None else np.flatnonzero(~self._used)
+        c = self._commits
+        finishing = self._finishing.peek(c + 1, c + max_steps)            # [steps] flat slots
+        admits = [np.sort(free).astype(np.int64)] + finishing[:-1]        # a step refills the last's
+        sizes = np.array([a.shape[0] for a in admits], dtype=np.int64)
+        slots = np.concatenate(admits)
+        step_of = np.repeat(np.arange(max_steps), sizes)
+        rank = slots // mr
+        group = step_of * dp + rank                         # non-decreasing: by step, then rank
+        counts = np.bincount(group, minlength=max_steps * dp).reshape(max_steps, dp)
+        taken = np.cumsum(counts, axis=0)                   # [steps, dp] admitted so far
+        within = np.arange(group.shape[0]) - np.searchsorted(group, group, side="left")
+        index = (taken - counts + self.admitted)[step_of, rank] + within
+        ids = rank + dp * index                             # `_request_ids` on one epoch
+        # steps whose admissions the requests waiting now cover
+        covered = (taken <= (self.arrived(now_s) - self.admitted)).all(axis=1)
+        num = int(np.argmin(covered)) if not covered.all() else max_steps
+        # ... and in which none of the admitted requests finishes
+        ends = c + step_of + np.maximum(self.output_len[np.minimum(ids, len(self.output_len) - 1)], 1)
+        bound = np.full(max_steps, np.iinfo(np.int64).max)
+        np.minimum.at(bound, step_of, ends - c - 1)
+        fits = np.minimum.accumulate(bound) >= np.arange(1, max_steps + 1)
+        num = min(num, int(np.argmin(fits)) if not fits.all() else max_steps)
+        if num == 0:
+            return None
+        input_len = self.input_len[np.minimum(ids, len(self.input_len) - 1)]
+        added = np.bincount(group, weights=input_len, minlength=max_steps * dp).reshape(
+            max_steps, dp).astype(np.int64)
+        fin = np.concatenate(finishing)
+        fin_step = np.repeat(np.arange(max_steps), [f.shape[0] for f in finishing])
+        fin_group = fin_step * dp + fin // mr
+        ended = np.bincount(fin_group, weights=self._ctx0.reshape(-1)[fin] + (c + 1 + fin_step),
+                            minlength=max_steps * dp).reshape(max_steps, dp).astype(np.int64)
+        ended_count = np.bincount(fin_group, minlength=max_steps * dp).reshape(max_steps, dp)
+        # context_sum as each step plans: + its admissions; after each commit: + one token per
+        # slot (all full), - the contexts of the requests that ended
+        change = added.copy()
+        change[1:] += mr - ended[:-1]
+        context_sum = self.context_sum + np.cumsum(change, axis=0)              # [steps, dp]
+        return Saturated(num, slots, rank, step_of, ids, ends, sizes, finishing, fin, fin_step,
+                         ended, ended_count, added, context_sum)
+
+    @property
+    def window_due_s(self) -> float:
+        """The time from which the next step opens the measurement window (inf: open)."""
+        return self.clock.window_start_s if self.clock.opened_s is None else np.inf
+
+    def saturated_batch(self) -> BatchCounts:
+        """The batch of every saturated step (`saturated`; its `decode_context` that of the
+        first): full on every rank."""
+        tokens = np.full(self.num_ranks, float(self.max_running))
+        zeros = self._zeros
+        return BatchCounts(tokens, tokens, zeros, zeros, zeros, tokens + zeros, "decode", zeros)
+
+    def apply_saturated(self, sat: "Saturated", num: int, start_s: np.ndarray,
+                        end_s: np.ndarray) -> tuple[list[StepGaps], list[int], list[int]]:
+        """Apply the first `num` steps of `sat`, which start at `start_s` and end at `end_s`
+        ([num] s): what `plan` and `commit` of each would have done.
+
+        Returns:
+            (each step's gaps, requests waiting after its admissions, requests running after
+            its commit).
+        """
+        mr, c = self.max_running, self._commits
+        full = self.num_ranks * mr
+        take = int(sat.sizes[:num].sum())
+        slots, ids, step_of = sat.slots[:take], sat.ids[:take], sat.step_of[:take]
+        fin_take = int(np.searchsorted(sat.fin_step, num, side="left"))
+        fin, fin_step = sat.fin[:fin_take], sat.fin_step[:fin_take]
+        flat_req = self.slot_req.reshape(-1)
+        self.finish_s[flat_req[fin]] = end_s[fin_step]
+        self.first_token_s[ids] = end_s[step_of]
+        flat_req[slots] = ids
+        self._used.reshape(-1)[slots] = True
+        self.clock.admit(slots)
+        self._ctx0.reshape(-1)[slots] = self.input_len[ids] - (c + step_of)
+        self._end.reshape(-1)[slots] = sat.ends[:take]
+        self._finishing.drop_through(c + num)
+        self._finishing.add(sat.ends[:take], slots, few=True)
+        last = sat.finishing[num - 1]
+        flat_req[last] = _NO_REQUEST
+        self._used.reshape(-1)[last] = False
+        self.context_sum[:] = sat.context_sum[num - 1] + mr - sat.ended[num - 1]
+        self.occupied[:] = mr - sat.ended_count[num - 1]
+        self.admitted += sat.added_count(num, self.num_ranks)
+        arrived = np.searchsorted(self._arrivals, start_s, side="right")
+        num_waiting = (arrived - int(self.admitted.sum()) + take
+                       - np.cumsum(sat.sizes[:num])).tolist()
+        gaps = []
+        previous = self._last_commit_s
+        for size, now in zip(sat.sizes[:num].tolist(), end_s.tolist()):
+            count = full - size
+            if count:
+                buf = self._gap_buf[:count]        # as `_commit_lazy` sums them (the same bits)
+                buf.fill(previous)
+                gaps.append(StepGaps(count, (count * now - float(buf.sum())) / count, now - previous))
+            else:
+                gaps.append(NO_GAPS)
+            previous = now
+            self.output_tokens_done += full
+        self._last_commit_s = previous
+        self._in_flight = None
+        self._dropped = False
+        self._commits = c + num
+        self._free = last.copy() if last.shape[0] <= _FEW_FREE else None
+        running = (full - sat.ended_count[:num].sum(axis=1)).tolist()
+        return gaps, num_waiting, running
+
     def _without_freed(self, plan: Plan) -> Plan:
         """`plan` restricted to slots that still hold a request (`drop_rank` freed the rest)."""
         live = self.slot_req >= 0
@@ -533,6 +658,42 @@ class Scheduler:
         return Plan(plan.batch, plan.decoding & live, alloc, finishing, fresh, plan.num_waiting)
 
 
+@dataclass(frozen=True, eq=False)
+class Saturated:
+    """Up to `num` saturated decode steps (`Scheduler.saturated`), step i = 0, 1, ...
+
+    Attributes:
+        slots, rank, step_of, ids, ends: [admissions] flat slots (on ranks `rank`) refilled,
+            at step i, with request ids that end at commit count `ends`; by step, then slot.
+        sizes: [steps] admissions per step.
+        finishing: per step, the flat slots whose requests end at its commit (sorted).
+        fin, fin_step: those slots in one array, and their steps.
+        ended, ended_count: [steps, dp] the contexts and the number of the requests that end.
+        added: [steps, dp] the contexts admitted.
+        context_sum: [steps, dp] int64 each rank's context sum as the step runs (without the
+            token each slot adds).
+    """
+
+    num: int
+    slots: np.ndarray
+    rank: np.ndarray
+    step_of: np.ndarray
+    ids: np.ndarray
+    ends: np.ndarray
+    sizes: np.ndarray
+    finishing: list
+    fin: np.ndarray
+    fin_step: np.ndarray
+    ended: np.ndarray
+    ended_count: np.ndarray
+    added: np.ndarray
+    context_sum: np.ndarray
+
+    def added_count(self, num: int, num_ranks: int) -> np.ndarray:
+        """[dp] requests the first `num` steps admit on each rank."""
+        return np.bincount(self.rank[:int(self.sizes[:num].sum())], minlength=num_ranks)
+
+
 class _FinishQueue:
     """Flat slots by the commit count at which their request ends (the decode path): a few
     slots a step in a dict, a cohort of many (the initial requests, a first admission) as one
@@ -541,9 +702,12 @@ class _FinishQueue:
     def __init__(self):
         self._few: dict[int, list[int]] = {}
         self._cohorts: list[list] = []          # [ends sorted, their slots, cursor]
+        self._popped = 0                        # the last commit count asked for
 
-    def add(self, ends: np.ndarray, slots: np.ndarray) -> None:
-        if ends.shape[0] > _FEW_FREE:
+    def add(self, ends: np.ndarray, slots: np.ndarray, few: bool = False) -> None:
+        """Slots `slots` end at commit counts `ends`; `few`: into the dict whatever their
+        number (a leap's admissions: many, but a few per count)."""
+        if ends.shape[0] > _FEW_FREE and not few:
             order = np.argsort(ends, kind="stable")
             self._cohorts.append([ends[order], slots[order], 0])
             return
@@ -558,6 +722,7 @@ class _FinishQueue:
         """int64 flat slots ending at commit count `at`, ascending (None: none); each count is
         asked for once, in increasing order."""
         parts = []
+        self._popped = at
         few = self._few.pop(at, None)
         if few is not None:
             parts.append(np.array(few, dtype=np.int64))
@@ -572,6 +737,36 @@ class _FinishQueue:
         if not parts:
             return None
         return np.sort(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+
+    def peek(self, first: int, last: int) -> list[np.ndarray]:
+        """What `pop(at)` would return for each `at` in `first..last` (empty arrays for none),
+        leaving the queue as it is."""
+        parts: list[list[np.ndarray]] = [[] for _ in range(last - first + 1)]
+        few = self._few
+        for at in range(first, last + 1):
+            slots = few.get(at)
+            if slots is not None:
+                parts[at - first].append(np.array(slots, dtype=np.int64))
+        for ends, slots, cursor in self._cohorts:
+            bounds = np.searchsorted(ends, np.arange(first, last + 2), side="left").tolist()
+            for i in range(last - first + 1):
+                lo, hi = max(bounds[i], cursor), bounds[i + 1]
+                if hi > lo:
+                    parts[i].append(slots[lo:hi])
+        empty = np.zeros(0, dtype=np.int64)
+        return [empty if not p else np.sort(p[0] if len(p) == 1 else np.concatenate(p))
+                for p in parts]
+
+    def drop_through(self, last: int) -> None:
+        """Forget every slot ending at a commit count up to `last` (`pop` of each in turn)."""
+        few = self._few
+        for at in range(self._popped + 1, last + 1):
+            few.pop(at, None)
+        self._popped = max(self._popped, last)
+        for cohort in self._cohorts:
+            cohort[2] = max(cohort[2], int(np.searchsorted(cohort[0], last, side="right")))
+        self._cohorts = [c for c in self._cohorts if c[2] < c[0].shape[0]]
 
 
 def _num_mod(end, pos: np.ndarray, width: int) -> np.ndarray:

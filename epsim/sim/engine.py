@@ -37,6 +37,7 @@ from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
 from epsim.sim.batching import Scheduler
 from epsim.sim.initial_placement import initial_placement
+from epsim.sim.leap import Leaper
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
 from epsim.sim.stepper import default_engine, make_stepper
@@ -72,6 +73,8 @@ class Simulation:
         scenario_processes: run the scenario's EPLB manager and failures (False: only what
             `add_process` / `add_observer` add, e.g. to hold a hand-made placement fixed).
         engine: "fast" or "reference" (`epsim.sim.stepper`; None: `$EPSIM_ENGINE`, else fast).
+        leap: the fast engine leaps over saturated decode steps (`epsim.sim.leap`; the same
+            results; False: one step at a time, the yardstick its tests compare with).
     Attributes:
         eplb: the `EPLBManager` (None without `enable_eplb` or scenario processes).
         elastic: the `ElasticEP` failure process (None without `failures`).
@@ -79,7 +82,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
                  progress: bool = False, scenario_processes: bool = True,
-                 engine: str | None = None):
+                 engine: str | None = None, leap: bool = True):
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.progress = progress
@@ -110,6 +113,8 @@ class Simulation:
         self.routing_rng = np.random.Generator(np.random.SFC64([self.seed, 0x70AD]))
         self.engine = default_engine() if engine is None else engine
         self.stepper = make_stepper(self.engine, self)
+        self.leap = leap
+        self.leaper: Leaper | None = None       # set as the run starts, where it applies
         self.step_index = 0
         self.last_step: StepInfo | None = None
         self._observers: list[Callable[[StepInfo], None]] = []
@@ -139,6 +144,18 @@ class Simulation:
         output_len = sample_lengths(w.output_len, num, rng)
         done = np.floor(rng.random(num) * output_len).astype(np.int64)   # tokens already made
         return Requests(np.zeros(num), input_len, output_len), done
+
+    @property
+    def watched(self) -> bool:
+        """Something reads the run step by step: an observer, an added process, EPLB or
+        failures (the fast engine's leap then stays off, `epsim.sim.leap`)."""
+        return bool(self._observers or self._processes or self.eplb is not None
+                    or self.elastic is not None)
+
+    @property
+    def time_added(self) -> bool:
+        """A stall or a charge waits for the next step."""
+        return self._stall_us > 0 or self._charge_us > 0
 
     # -- extension hooks --------------------------------------------------------------------------
     def add_observer(self, observer: Callable[[StepInfo], None], fresh_loads: bool = False) -> None:
@@ -174,6 +191,7 @@ class Simulation:
     # -- the loop ------------------------------------------------------------------------------------
     def _step_loop(self) -> Generator:
         env, sched, placement = self.env, self.scheduler, self.placement
+        leaper = self.leaper = Leaper(self) if self.leap and Leaper.applies(self) else None
         while True:
             if self._stall_us > 0:
                 stall, self._stall_us = self._stall_us, 0.0
@@ -181,6 +199,17 @@ class Simulation:
                 self._stall_labels = []
                 yield env.timeout(stall)
                 continue
+            if leaper is not None:
+                leapt = leaper.leap(env.now)
+                if leapt is not None:
+                    for step_us in leapt.step_us:     # applied already; SimPy's clock follows
+                        yield env.timeout(step_us)
+                    self.step_index += len(leapt.step_us)
+                    self.last_step = StepInfo(self.step_index - 1, leapt.last_start_us,
+                                              leapt.last_end_us, leapt.last_loads,
+                                              leapt.last_tokens, leapt.last_cost,
+                                              leapt.placement_version)
+                    continue
             now_s = env.now * 1e-6
             alive = None if placement.all_alive else placement.alive
             plan = sched.plan(now_s, alive)

@@ -123,15 +123,8 @@ class PoolStepper:
     def price(self, batch: BatchCounts, now_s: float, step: int) -> tuple[np.ndarray, StepCost]:
         sim = self.sim
         cost_model, placement = sim.cost_model, sim.placement
-        key = (cost_model.ep_tokens(batch).tobytes(), batch.phase, cost_model.uses_graph(batch),
-               placement.version)
-        pool = self._pool
-        if (pool is None or pool.key != key or pool.used >= pool.max_uses
-                or now_s - pool.t_s >= self.drift_window_s):
-            if pool is not None:
-                self._last_lifetime = pool.used
-            pool = self._pool = self._new_pool(key, batch, now_s, step)
-        row = int(self.rng.integers(len(pool.rows))) if len(pool.rows) > 1 else 0
+        pool = self.pool_for(batch, now_s, step)
+        row = self.draw_rows(pool, 1)[0]
         pool.used += 1
         loads, moe = pool.loads[row], pool.rows[row]
         if sim.wants_fresh_loads and pool.max_uses > 1:
@@ -145,6 +138,39 @@ class PoolStepper:
             loads = pool.fresh.row(pool.fresh_used)
             pool.fresh_used += 1
         return loads, cost_model.step(batch, None, placement.tables, moe=moe)
+
+    def current_pool(self, batch: BatchCounts, now_s: float) -> _Pool | None:
+        """The current pool if it serves a step of `batch` at `now_s` (None: a new one would)."""
+        pool = self._pool
+        if (pool is None or pool.used >= pool.max_uses or now_s - pool.t_s >= self.drift_window_s
+                or pool.key != self.pool_key(batch)):
+            return None
+        return pool
+
+    def pool_for(self, batch: BatchCounts, now_s: float, step: int) -> _Pool:
+        """The pool that serves a step of `batch` at `now_s`: the current one, else a new one
+        (another batch shape or placement, no uses left, or past the drift window)."""
+        pool = self.current_pool(batch, now_s)
+        if pool is None:
+            key, pool = self.pool_key(batch), self._pool
+            if pool is not None:
+                self._last_lifetime = pool.used
+            pool = self._pool = self._new_pool(key, batch, now_s, step)
+        return pool
+
+    def pool_key(self, batch: BatchCounts) -> tuple:
+        """The batch shape a pool serves: tokens per rank, phase, CUDA graph, placement version."""
+        cost_model = self.sim.cost_model
+        return (cost_model.ep_tokens(batch).tobytes(), batch.phase, cost_model.uses_graph(batch),
+                self.sim.placement.version)
+
+    def draw_rows(self, pool: _Pool, num: int) -> list[int]:
+        """The rows of `pool` the next `num` steps take, one draw at random each (one random
+        number per step, step by step: the stream does not depend on how many are drawn at once)."""
+        if len(pool.rows) == 1:
+            return [0] * num
+        rng, size = self.rng, len(pool.rows)
+        return [int(rng.integers(size)) for _ in range(num)]
 
     def _new_pool(self, key: tuple, batch: BatchCounts, now_s: float, step: int) -> _Pool:
         """M draws where M covers the steps this pool is expected to serve, `USES_PER_DRAW`

@@ -1,0 +1,108 @@
+"""The fast engine's leap over saturated decode steps (`epsim.sim.leap`) changes nothing: a run
+that leaps and the same run stepped one at a time (`leap=False`) give the same bits, step rows,
+request times, token gaps, per-layer sums, the last step and the provenance ledger alike."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from epsim.sim import Simulation
+from epsim.spec import load_scenario, scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[3]
+QWEN_DECODE = {
+    "name": "leap", "model": "Qwen3-235B-A22B", "cluster": {"gpu": "H200", "num_nodes": 2},
+    "deployment": {"ep_size": 16, "enable_dp_attention": True, "moe_a2a_backend": "deepep",
+                   "dispatch_dtype": "fp8", "disaggregation_mode": "decode",
+                   "max_running_requests": 64},
+    "workload": {"input_len": {"kind": "lognormal", "mean": 2048, "sigma": 0.5},
+                 "output_len": {"kind": "lognormal", "mean": 400, "sigma": 0.5},
+                 "skew": {"kind": "zipf", "alpha": 0.6, "drift_rate_per_s": 0.05},
+                 "arrivals": {"kind": "poisson", "rate_per_s": 400},
+                 "initial_running_per_rank": 64, "duration_s": 8.0, "warmup_s": 2.0},
+}
+
+
+def qwen_decode(**workload):
+    data = {**QWEN_DECODE, "workload": {**QWEN_DECODE["workload"], **workload}}
+    return scenario_from_dict(data)
+
+
+def run_both(scenario, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = []
+        for leap in (True, False):
+            sim = Simulation(scenario, leap=leap, **kwargs)
+            runs.append((sim, sim.run()))
+    return runs
+
+
+def assert_same(a, b, where=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, np.ndarray):
+        assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True), where
+    else:
+        assert a == b, where
+
+
+def assert_same_runs(runs):
+    (leapt, a), (stepped, b) = runs
+    assert_same(a.steps, b.steps, "steps")
+    assert_same(a.layer_mean_us, b.layer_mean_us, "layer_mean_us")
+    for name in ("rank_pairs_mean", "first_token_s", "finish_s"):
+        assert_same(getattr(a, name), getattr(b, name), name)
+    assert_same(a.window_gaps.count, b.window_gaps.count, "window_gaps.count")
+    assert_same(a.window_gaps.span_s, b.window_gaps.span_s, "window_gaps.span_s")
+    assert_same({str(k): v for k, v in leapt.cost_model.ledger.sums.items()},
+                {str(k): v for k, v in stepped.cost_model.ledger.sums.items()}, "ledger")
+    assert leapt.cost_model.ledger.steps == stepped.cost_model.ledger.steps
+    assert_same(a.last_step.cost.parts, b.last_step.cost.parts, "last step")
+    assert (a.last_step.index, a.last_step.end_us) == (b.last_step.index, b.last_step.end_us)
+    assert stepped.leaper is None
+
+
+@pytest.mark.parametrize("case, workload", [
+    # full batches all run long: most steps leap, cut at the pool's drift window and the run's end
+    ("saturated", {}),
+    # requests short enough to finish within the steps a leap looks at: leaps end before them
+    ("short_outputs", {"output_len": {"kind": "lognormal", "mean": 30, "sigma": 0.8},
+                       "arrivals": {"kind": "poisson", "rate_per_s": 2000}}),
+    # arrivals just above completions: the few waiting cover few steps, leaps end where they do
+    ("thin_queue", {"arrivals": {"kind": "poisson", "rate_per_s": 70}}),
+])
+def test_leaping_gives_the_bits_of_stepping_one_at_a_time(case, workload):
+    runs = run_both(qwen_decode(**workload))
+    assert_same_runs(runs)
+    leaper = runs[0][0].leaper
+    steps = runs[0][1].steps["step_us"].shape[0]
+    assert leaper is not None and leaper.num_steps > 0
+    if case == "saturated":
+        assert leaper.num_steps > 0.7 * steps
+
+
+def test_r1_leaps_over_most_steps_with_the_same_result():
+    scenario = load_scenario(ROOT / "scenarios" / "r1_qwen235b_ep64_decode.yaml")
+    scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(
+        update={"duration_s": 15.0})})
+    runs = run_both(scenario)
+    assert_same_runs(runs)
+    assert runs[0][0].leaper.num_steps > 0.8 * runs[0][1].steps["step_us"].shape[0]
+
+
+def test_a_run_with_an_observer_steps_one_at_a_time():
+    seen = []
+    sim = Simulation(qwen_decode(), leap=True)
+    sim.add_observer(lambda info: seen.append(info.index))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = sim.run()
+    assert sim.leaper is None
+    assert seen == list(range(result.steps["step_us"].shape[0]))
