@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from epsim.errors import SpecError
+from epsim.spec.workload import STEADY
 
 MAX_BYTES = 8 * 2**30            # memory budget of one run (GiB stated in messages)
 MAX_RANK_LAYER_STEPS = 1e12      # time budget: ~1 day of simulated R1 decode on 64 ranks
@@ -69,7 +70,9 @@ def run_cost(scenario) -> RunCost:
     m, d, w = scenario.model, scenario.deployment, scenario.workload
     dp = scenario.dp_size
     rate = getattr(w.arrivals, "rate_per_s", 0.0)          # trace arrivals: bounded by the file cap
-    initial = dp * min(w.initial_running_per_rank, d.max_running_requests)
+    per_rank = w.initial_running_per_rank
+    initial = dp * (d.max_running_requests if per_rank == STEADY       # at most a full batch
+                    else min(per_rank, d.max_running_requests))
     num_requests = rate * w.duration_s + initial
     num_slots = float(dp) * d.max_running_requests
     shortest_step_us = MIN_LAYER_US * max(m.num_moe_layers, 1) + MIN_STEP_OVERHEAD_US

@@ -10,7 +10,10 @@ dtype, KV cache for `max_running_requests` requests at mean input + output lengt
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
+
+from epsim.spec.workload import STEADY
 
 GIB = float(1 << 30)
 
@@ -91,8 +94,28 @@ def mean_length(spec) -> float:
     return float("nan")
 
 
-def derived_columns(scenario) -> dict[str, float]:
-    """`DERIVED_COLUMNS` of one validated scenario.
+def initial_per_rank(scenario, profile_path: str | None = None) -> int:
+    """Decode requests per rank a point's run starts with: `workload.initial_running_per_rank`,
+    "steady" resolved as the engine resolves it (the screen's steady batch, with the point's
+    profile: `profile_path`, else the scenario's)."""
+    per_rank = scenario.workload.initial_running_per_rank
+    if per_rank != STEADY:
+        return per_rank
+    from epsim.plan.screen import steady_running_per_rank
+    if profile_path is None and scenario.profile:
+        profile_path = str(scenario.resolve_path(scenario.profile))
+    return steady_running_per_rank(scenario, _profile(profile_path))
+
+
+@lru_cache(maxsize=8)
+def _profile(path: str | None):
+    from epsim.profile import load_profile
+    return load_profile(path)
+
+
+def derived_columns(scenario, profile_path: str | None = None) -> dict[str, float]:
+    """`DERIVED_COLUMNS` of one validated scenario (`profile_path`: the point's profile, for
+    a "steady" start).
 
     One serving instance uses `ep_size` GPUs (DP attention or TP attention over the same
     GPUs). Per GPU it holds `(experts + redundant) / ep_size` expert slots of every MoE layer;
@@ -124,8 +147,9 @@ def derived_columns(scenario) -> dict[str, float]:
         "other_weights_gib_per_gpu": other_bytes / GIB,
         "kv_cache_gib_per_gpu": kv_bytes / GIB,
         "hbm_headroom_gib": c.hardware.hbm_gib - used,
-        # requests per rank running at t=0 (`--warm-start` sets it from the screen)
-        "initial_running_per_rank": float(w.initial_running_per_rank),
+        # requests per rank running at t=0 (`--warm-start` sets it from the screen; "steady"
+        # resolved: `initial_per_rank`)
+        "initial_running_per_rank": float(initial_per_rank(scenario, profile_path)),
     }
 
 

@@ -33,8 +33,7 @@ from typing import Any
 
 from epsim.errors import SpecError
 from epsim.plan.points import Point, build_point, load_base
-from epsim.plan.screen import SteadyStateModel, max_rate
-from epsim.plan.tiers import steady_start
+from epsim.plan.screen import SteadyStateModel, max_rate, steady_start
 
 HEADROOM = 0.1        # the screen's mean must clear the p99 bound by this share
 MAX_ROUNDS = 6        # verification rounds (a failing pool grows by 10 %, at least one instance)

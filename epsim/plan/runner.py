@@ -202,7 +202,7 @@ def _run_missing(points: list[Point], cache: PointCache, executor: str, workers:
 def _row(point: Point, keys: list[str], result: dict) -> dict:
     row: dict[str, Any] = {"point": point.index, "point_id": point.key}
     row.update({key: cell(point.values[key]) for key in keys})
-    row.update(derived_columns(point.scenario))
+    row.update(derived_columns(point.scenario, point.profile_path))
     metrics = result.get("metrics") or {}
     row.update({name: metrics.get(name, float("nan")) for name in METRIC_COLUMNS})
     row.update(cost_columns(row))

@@ -314,6 +314,23 @@ def screen_metrics(scenario, profile=None) -> dict[str, float]:
             "keep_up": 1.0 if s.keep_up else 0.0}
 
 
+def steady_start(running_per_rank: float, max_running: int) -> int:
+    """Requests per rank to start a decode run with: the screen's steady batch, whole, within
+    [1, max_running] (`workload.initial_running_per_rank: steady`, `epsim plan --warm-start`,
+    the fleet's verification)."""
+    return int(min(max_running, max(1, round(running_per_rank))))
+
+
+def steady_running_per_rank(scenario, profile=None) -> int:
+    """`steady_start` of the scenario's own steady batch (`screen_metrics`' running requests per
+    rank; a full batch where the instance cannot keep up): what `initial_running_per_rank:
+    steady` starts a run with, resolved per run, so every point of a sweep and every rate of a
+    `--max-rate` bisection starts at its own."""
+    running = screen_metrics(scenario, profile)["running_per_rank"]
+    max_running = scenario.deployment.max_running_requests
+    return steady_start(running, max_running) if np.isfinite(running) else max_running
+
+
 def max_rate(model: SteadyStateModel, ok, high_per_s: float, rel_tol: float = 0.01) -> tuple[float, Steady | None]:
     """The highest arrival rate (requests/s, whole instance) whose steady state satisfies
     `ok(Steady)`, by bisection below `high_per_s` (ok must fail above a threshold only).

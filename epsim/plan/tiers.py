@@ -23,7 +23,7 @@ from epsim.errors import EpsimError
 from epsim.plan.answers import group_by_workload
 from epsim.plan.executors import execute, progress_bar
 from epsim.plan.points import Point
-from epsim.plan.screen import SCREEN_METRICS
+from epsim.plan.screen import SCREEN_METRICS, steady_start
 from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
 from epsim.plan.store import PointCache
 
@@ -86,12 +86,6 @@ def screen_points(points: list[Point], out_dir: Path | None, executor: str, work
 
         execute(tasks, on_done, executor, workers, ray_address, fn=screen_chunk)
     return results
-
-
-def steady_start(running_per_rank: float, max_running: int) -> int:
-    """Requests per rank to start a decode run with: the screen's steady batch, whole, within
-    [1, max_running] (`--warm-start`, and the fleet's verification)."""
-    return int(min(max_running, max(1, round(running_per_rank))))
 
 
 def warm_started(base, points: list[Point], screened: dict[str, dict]) -> dict[int, Point]:
@@ -227,7 +221,7 @@ def screen_tier(points: list[Point], keys: list[str], axes, out_dir: Path | None
     rows = []
     for point in points:
         row = {key: cell(point.values[key]) for key in keys}
-        row.update(derived_columns(point.scenario))
+        row.update(derived_columns(point.scenario, point.profile_path))
         row.update(screen_row_values(screened.get(point.key, {}), False))
         rows.append(row)
     chosen = select_candidates(points, rows, keys, {a.key: a.values for a in axes}, constraints,

@@ -144,7 +144,7 @@ def unsettled_text(running_growth_rps: float, offered_rps: float) -> str:
             f"{abs(running_growth_rps) / offered_rps:.0%} of offered, over the window's second half): "
             f"not steady, latencies are {'below' if running_growth_rps > 0 else 'above'} the steady "
             "state's (simulate longer, or start near the steady batch: "
-            "workload.initial_running_per_rank, or epsim plan --warm-start)")
+            "workload.initial_running_per_rank: steady, or epsim plan --warm-start)")
 
 
 def margin_text(verdict: dict) -> str:

@@ -554,15 +554,17 @@ class Scheduler:
         # steps whose admissions the requests waiting now cover
         covered = (taken <= (self.arrived(now_s) - self.admitted)).all(axis=1)
         num = int(np.argmin(covered)) if not covered.all() else max_steps
-        # ... and in which none of the admitted requests finishes
-        ends = c + step_of + np.maximum(self.output_len[np.minimum(ids, len(self.output_len) - 1)], 1)
+        # ... and in which none of the admitted requests finishes (ids past the queue's cover
+        # may name no request: clipped, and their steps are cut anyway)
+        known = np.minimum(ids, len(self.output_len) - 1)
+        ends = c + step_of + np.maximum(self.output_len[known], 1)
         bound = np.full(max_steps, np.iinfo(np.int64).max)
         np.minimum.at(bound, step_of, ends - c - 1)
         fits = np.minimum.accumulate(bound) >= np.arange(1, max_steps + 1)
         num = min(num, int(np.argmin(fits)) if not fits.all() else max_steps)
         if num == 0:
             return None
-        input_len = self.input_len[np.minimum(ids, len(self.input_len) - 1)]
+        input_len = self.input_len[known]
         added = np.bincount(group, weights=input_len, minlength=max_steps * dp).reshape(
             max_steps, dp).astype(np.int64)
         fin = np.concatenate(finishing)

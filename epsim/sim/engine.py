@@ -42,6 +42,7 @@ from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
 from epsim.sim.stepper import default_engine, make_stepper
 from epsim.spec.scenario import Scenario
+from epsim.spec.workload import STEADY
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +77,8 @@ class Simulation:
         leap: the fast engine leaps over saturated decode steps (`epsim.sim.leap`; the same
             results; False: one step at a time, the yardstick its tests compare with).
     Attributes:
+        initial_running_per_rank: decode requests running per rank at t=0 (the scenario's,
+            "steady" resolved).
         eplb: the `EPLBManager` (None without `enable_eplb` or scenario processes).
         elastic: the `ElasticEP` failure process (None without `failures`).
     """
@@ -99,6 +102,7 @@ class Simulation:
         self.requests = sample_requests(w, self.seed, scenario.base_dir)
         dp = scenario.dp_size
         max_running = d.max_running_requests
+        self.initial_running_per_rank = self._initial_per_rank()
         initial, progress_done = self._initial_requests(dp, max_running)
         if len(self.requests) == 0 and initial is None:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
@@ -131,11 +135,20 @@ class Simulation:
             from epsim.sim.elastic import ElasticEP
             self.elastic = ElasticEP(self)
 
+    def _initial_per_rank(self) -> int:
+        """`workload.initial_running_per_rank`, "steady" resolved: the screen's steady batch of
+        this scenario (`epsim.plan.screen.steady_running_per_rank`)."""
+        w = self.scenario.workload
+        if w.initial_running_per_rank != STEADY:
+            return w.initial_running_per_rank
+        from epsim.plan.screen import steady_running_per_rank   # the plan's screen prices it
+        return steady_running_per_rank(self.scenario, self.profile)
+
     def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
-        """Requests decoding at t=0 (`workload.initial_running_per_rank`), part-way done so that
+        """Requests decoding at t=0 (`initial_running_per_rank`), part-way done so that
         completions are spread out as in a steady state."""
         w = self.scenario.workload
-        per_rank = min(w.initial_running_per_rank, max_running)
+        per_rank = min(self.initial_running_per_rank, max_running)
         if per_rank == 0:
             return None, None
         rng = np.random.default_rng([self.seed, 0x1417])
@@ -293,7 +306,8 @@ class Simulation:
                           "applies": self.cost_model.profile_applies,
                           "components": {k: v.source for k, v in sorted(prof.components.items())},
                           "provenance": provenance(self.cost_model)},
-            wall_seconds=wall_seconds, last_step=self.last_step)
+            wall_seconds=wall_seconds, last_step=self.last_step,
+            initial_running_per_rank=self.initial_running_per_rank)
 
 
 def simulate(scenario: Scenario, profile: Profile | None = None, seed: int | None = None,

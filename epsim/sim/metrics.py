@@ -152,6 +152,7 @@ class SimResult:
         charged_us: extra step time added by `Simulation.charge`, by label (µs, whole run).
         rebalances: one dict per EPLB rebalance (`epsim.sim.eplb_process.RebalanceEvent.as_dict`).
         elastic_events: one dict per rank failure or recovery (`epsim.sim.elastic`).
+        initial_running_per_rank: requests per rank running at t=0, "steady" resolved.
     """
 
     scenario: object
@@ -178,3 +179,4 @@ class SimResult:
     rebalances: list = field(default_factory=list)
     elastic_events: list = field(default_factory=list)
     window_gaps: WindowGaps | None = None
+    initial_running_per_rank: int = 0   # decode requests per rank at t=0 ("steady" resolved)

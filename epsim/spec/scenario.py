@@ -16,7 +16,7 @@ from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.errors import validate
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
-from epsim.spec.workload import HotSetSkew, TraceSkew, TraceArrivals, WorkloadSpec
+from epsim.spec.workload import STEADY, HotSetSkew, TraceSkew, TraceArrivals, WorkloadSpec
 
 
 class Scenario(BaseModel):
@@ -56,6 +56,15 @@ class Scenario(BaseModel):
             raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
                              f"needs deployment.enable_eplb: true or an init_expert_location "
                              f"(from_skew or recorded loads) to place the replicas")
+        if w.initial_running_per_rank == STEADY:
+            if d.disaggregation_mode != "decode":
+                raise ValueError(f"workload.initial_running_per_rank ('{STEADY}') needs "
+                                 f"deployment.disaggregation_mode: decode (it starts decode "
+                                 f"requests; this is {d.disaggregation_mode!r})")
+            if not hasattr(w.arrivals, "rate_per_s"):
+                raise ValueError(f"workload.initial_running_per_rank ('{STEADY}') needs arrivals "
+                                 f"with a rate_per_s (poisson or bursty) to find the steady "
+                                 f"batch; give a number instead")
         location = d.init_expert_location
         if location not in ("trivial", "from_skew") and not (Path(self.base_dir) / location).exists():
             raise ValueError(f"deployment.init_expert_location ({location!r}) must be trivial, "

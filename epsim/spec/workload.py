@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+
+
+STEADY = "steady"     # initial_running_per_rank: start at the screen's steady batch (`epsim.plan.screen`)
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -108,8 +111,17 @@ class WorkloadSpec(_Strict):
     skew: SkewSpec = Field(default_factory=UniformSkew)
     duration_s: float = Field(default=30.0, gt=0)
     warmup_s: float = Field(default=0.0, ge=0)
-    initial_running_per_rank: int = Field(
-        default=0, ge=0, description="decode requests already running per DP rank at t=0")
+    initial_running_per_rank: int | Literal["steady"] = Field(
+        default=0, description="decode requests already running per DP rank at t=0; 'steady': "
+                               "the screen's steady batch at this workload and deployment")
+
+    @field_validator("initial_running_per_rank", mode="before")
+    @classmethod
+    def _initial(cls, value):
+        if value == STEADY or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return value
+        raise ValueError(f"initial_running_per_rank ({value!r}) must be an integer >= 0 or "
+                         f"'{STEADY}' (the screen's steady batch)")
 
     @model_validator(mode="after")
     def _window(self) -> "WorkloadSpec":

@@ -59,7 +59,7 @@ def test_a_filling_batch_keeps_up_but_is_not_settled():
     assert out["verdict"].endswith("running batch still grows (40 req/s, 40% of offered, over the "
                                    "window's second half): not steady, latencies are below the "
                                    "steady state's (simulate longer, or start near the steady "
-                                   "batch: workload.initial_running_per_rank, or epsim plan "
+                                   "batch: workload.initial_running_per_rank: steady, or epsim plan "
                                    "--warm-start)")
     flat = _verdict(arrival, arrival + 0.02, step_start_s=steps,
                     num_running=150 + 5 * np.sin(7 * steps))
