@@ -532,11 +532,9 @@ class Scheduler:
         times are left to find; the step that opens the measurement window (`window_due_s`)
         must be planned as usual. None: not saturated.
         """
-        if not (self._lazy and self.mode == "decode" and self._one_epoch() and max_steps >= 1):
+        if not (self.may_saturate() and self._one_epoch() and max_steps >= 1):
             return None
         dp, mr = self.num_ranks, self.max_running
-        if dp * mr - int(self.occupied.sum()) > _FEW_FREE:
-            return None
         free = self._free if self._free is not None else np.flatnonzero(~self._used)
         c = self._commits
         finishing = self._finishing.peek(c + 1, c + max_steps)            # [steps] flat slots
@@ -580,6 +578,11 @@ class Scheduler:
         context_sum = self.context_sum + np.cumsum(change, axis=0)              # [steps, dp]
         return Saturated(num, slots, rank, step_of, ids, ends, sizes, finishing, fin, fin_step,
                          ended, ended_count, added, context_sum)
+
+    def may_saturate(self) -> bool:
+        """A quick test before `saturated`: the decode path, a few free slots at most."""
+        return (self._lazy and self.mode == "decode"
+                and self.num_ranks * self.max_running - int(self.occupied.sum()) <= _FEW_FREE)
 
     @property
     def window_due_s(self) -> float:

@@ -51,6 +51,8 @@ class Leaper:
         self.sim = sim
         self.num_leaps = 0
         self.num_steps = 0
+        self._batch = None          # `Scheduler.saturated_batch`, and whether it leaps at all
+        self._leaps = False
 
     @staticmethod
     def applies(sim: "Simulation") -> bool:
@@ -66,9 +68,14 @@ class Leaper:
         stepper, sched, cost_model = sim.stepper, sim.scheduler, sim.cost_model
         if sim.time_added or not sim.placement.all_alive:
             return None
+        if not sched.may_saturate():           # cheap: most unsaturated steps end here
+            return None
         now_s = now_us * 1e-6
-        batch = sched.saturated_batch()
-        if not cost_model.leaps(batch):
+        if self._batch is None:                 # a saturated batch is full: always the same
+            self._batch = sched.saturated_batch()
+            self._leaps = cost_model.leaps(self._batch)
+        batch = self._batch
+        if not self._leaps:
             return None
         current = stepper.current_pool(batch, now_s)
         sat = sched.saturated(now_s, MAX_LEAP if current is None else current.max_uses - current.used)
