@@ -194,6 +194,8 @@ def summarize(result: SimResult) -> dict:
         "num_measured_steps": int(measured.sum()),
         "num_requests": {"arrived": int((~result.is_initial).sum()), "measured": num_measured,
                          "finished": int(finished.sum()), "lost": int(lost.sum())},
+        # decode requests per rank running at t=0 ("steady" resolved to the screen's batch)
+        "initial_running_per_rank": int(result.initial_running_per_rank),
         "throughput_tokens_per_s_per_gpu": processed / per_gpu_s,
         "input_tokens_per_s_per_gpu": prefill / per_gpu_s,
         "output_tokens_per_s_per_gpu": output / per_gpu_s,
@@ -299,6 +301,16 @@ def network_info(scenario) -> dict:
             "source": "datasheet"}
 
 
+def _start_text(summary: dict) -> str:
+    """What the run started from, where it did not start empty."""
+    per_rank = summary.get("initial_running_per_rank", 0)
+    if not per_rank:
+        return ""
+    steady = summary["scenario"]["workload"].get("initial_running_per_rank") == "steady"
+    return (f"; started with {per_rank} running per rank"
+            + (" (steady: the screen's steady batch)" if steady else ""))
+
+
 def format_table(summary: dict) -> str:
     """The stdout summary: throughput, latency percentiles, where a step's time goes."""
     from epsim.commands.output import duration, number, size, table
@@ -318,7 +330,7 @@ def format_table(summary: dict) -> str:
         f"requests   {n['measured']} arrived after the {s['warmup_s']:g} s warm-up (the latencies "
         f"below are theirs), {n['finished']} of them finished ({s['requests_per_s']:.1f}/s), "
         f"{n['measured'] - n['finished']} still running at the end"
-        + (f", {n['lost']} lost" if n.get("lost") else ""),
+        + (f", {n['lost']} lost" if n.get("lost") else "") + _start_text(s),
         f"throughput {s['throughput_tokens_per_s_per_gpu']:.1f} tokens/s/GPU "
         f"(input {s['input_tokens_per_s_per_gpu']:.1f}, output {s['output_tokens_per_s_per_gpu']:.1f})",
         "",

@@ -45,6 +45,7 @@ def _commands(files) -> dict[str, tuple[list[str], set[str]]]:
         "simulate": (["simulate", "scenarios/default.yaml", *SHORT],
                      {"scenario", "profile", "seed", "sim_seconds", "warmup_s", "wall_seconds",
                       "num_gpus", "num_steps", "num_measured_steps", "num_requests",
+                      "initial_running_per_rank",
                       "throughput_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu",
                       "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_ms", "tpot_ms",
                       "e2e_ms", "step_ms", "prefill_step_frac", "busy_frac", "stall_us_total",

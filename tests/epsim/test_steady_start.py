@@ -13,6 +13,7 @@ import yaml
 from epsim.errors import SpecError
 from epsim.plan.columns import derived_columns
 from epsim.plan.screen import steady_running_per_rank
+from epsim.report.summary import format_table, summarize
 from epsim.sim import Simulation
 from epsim.spec import scenario_from_dict
 
@@ -45,6 +46,10 @@ def test_steady_starts_at_the_screens_batch_and_equals_that_number():
     for name in ("step_us", "num_running", "itl_mean_us"):
         assert np.array_equal(result.steps[name], explicit.steps[name])
     assert derived_columns(steady)["initial_running_per_rank"] == per_rank
+    summary = summarize(result)
+    assert summary["initial_running_per_rank"] == per_rank
+    assert (f"started with {per_rank} running per rank (steady: the screen's steady batch)"
+            in format_table(summary))
 
 
 def test_each_rate_starts_at_its_own_steady_batch():
