@@ -156,3 +156,18 @@ def test_load_rows_are_the_block_bit_for_bit(alpha, tokens, lazy):
     for i in (3, 0, 4):
         np.testing.assert_array_equal(rows.row(i), block[i])
     np.testing.assert_array_equal(rng_a.random(4), rng_b.random(4))
+
+
+def test_drift_swaps_at_once_equal_swapping_one_by_one():
+    from epsim.routing.skew import _apply_swaps
+    rng = np.random.default_rng(7)
+    layers, experts = 6, 16
+    for num_swaps in (0, 1, 5, 40, 300):             # disjoint, a few chained, many chained
+        rows = rng.random((2, layers * experts))
+        flat_a = rng.integers(0, layers * experts, num_swaps)
+        flat_b = flat_a - flat_a % experts + rng.integers(0, experts, num_swaps)  # self-swaps too
+        expected = rows.copy()
+        for a, b in zip(flat_a, flat_b):
+            expected[:, [a, b]] = expected[:, [b, a]]
+        _apply_swaps(rows, flat_a, flat_b)
+        assert np.array_equal(rows, expected)
