@@ -569,9 +569,10 @@ class CostModel:
         """Add the first `len(moes)` steps of a `decode_steps` block to `ledger`, as `step`
         would have one by one."""
         terms, num_layers = block.terms, block.parts.shape[2]
-        base = {id(m): self._ledger_row(terms.graph, m.mode, 0.0, m, terms.shared_us,
-                                        block.dense_us, block.overhead_us, 1.0, num_layers)
-                for m in moes}
+        distinct = {id(m): m for m in moes}
+        base = {key: self._ledger_row(terms.graph, m.mode, 0.0, m, terms.shared_us,
+                                      block.dense_us, block.overhead_us, 1.0, num_layers)
+                for key, m in distinct.items()}
         rows = np.stack([base[id(m)] for m in moes])
         rows[:, 0] = block.attention_us[:len(moes)] * 1.0 * num_layers    # as `_ledger_row`
         self.ledger.add_rows(terms.graph, moes[0].mode, rows, terms.max_tokens)

@@ -99,12 +99,12 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     "steady" resolved as the engine resolves it (the screen's steady batch, with the point's
     profile: `profile_path`, else the scenario's)."""
     per_rank = scenario.workload.initial_running_per_rank
-    if per_rank != STEADY:
+    if per_rank != STEADY:                  # no profile to load
         return per_rank
-    from epsim.plan.screen import steady_running_per_rank
+    from epsim.plan.screen import initial_running_per_rank
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
-    return steady_running_per_rank(scenario, _profile(profile_path))
+    return initial_running_per_rank(scenario, _profile(profile_path))
 
 
 @lru_cache(maxsize=8)

@@ -45,6 +45,7 @@ from epsim.eplb.placement import Placement
 from epsim.errors import SpecError
 from epsim.routing.skew import SkewModel
 from epsim.sim.stepper import moe_draws
+from epsim.spec.workload import STEADY
 
 NUM_DRAWS = 2              # load draws averaged per priced step
 LENGTH_SAMPLES = 20_000    # draws of the length specs for their moments
@@ -319,6 +320,14 @@ def steady_start(running_per_rank: float, max_running: int) -> int:
     [1, max_running] (`workload.initial_running_per_rank: steady`, `epsim plan --warm-start`,
     the fleet's verification)."""
     return int(min(max_running, max(1, round(running_per_rank))))
+
+
+def initial_running_per_rank(scenario, profile=None) -> int:
+    """Decode requests per rank a run of `scenario` starts with: its
+    `workload.initial_running_per_rank`, "steady" resolved (`steady_running_per_rank`, with
+    `profile`: None, the shipped one). The engine and the plan's columns both ask here."""
+    per_rank = scenario.workload.initial_running_per_rank
+    return steady_running_per_rank(scenario, profile) if per_rank == STEADY else per_rank
 
 
 def steady_running_per_rank(scenario, profile=None) -> int:

@@ -27,6 +27,7 @@ import numpy as np
 from epsim.cost.provenance import part_bands
 from epsim.report.keep_up import keep_up
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
+from epsim.spec.workload import STEADY
 
 PERCENTILES = (50, 90, 99)
 
@@ -306,7 +307,7 @@ def _start_text(summary: dict) -> str:
     per_rank = summary.get("initial_running_per_rank", 0)
     if not per_rank:
         return ""
-    steady = summary["scenario"]["workload"].get("initial_running_per_rank") == "steady"
+    steady = summary["scenario"]["workload"].get("initial_running_per_rank") == STEADY
     return (f"; started with {per_rank} running per rank"
             + (" (steady: the screen's steady batch)" if steady else ""))
 

@@ -577,7 +577,7 @@ class Scheduler:
         change[1:] += mr - ended[:-1]
         context_sum = self.context_sum + np.cumsum(change, axis=0)              # [steps, dp]
         return Saturated(num, slots, rank, step_of, ids, ends, sizes, finishing, fin, fin_step,
-                         ended, ended_count, added, context_sum)
+                         ended, ended_count, context_sum)
 
     def may_saturate(self) -> bool:
         """A quick test before `saturated`: the decode path, a few free slots at most."""
@@ -674,7 +674,6 @@ class Saturated:
         finishing: per step, the flat slots whose requests end at its commit (sorted).
         fin, fin_step: those slots in one array, and their steps.
         ended, ended_count: [steps, dp] the contexts and the number of the requests that end.
-        added: [steps, dp] the contexts admitted.
         context_sum: [steps, dp] int64 each rank's context sum as the step runs (without the
             token each slot adds).
     """
@@ -691,7 +690,6 @@ class Saturated:
     fin_step: np.ndarray
     ended: np.ndarray
     ended_count: np.ndarray
-    added: np.ndarray
     context_sum: np.ndarray
 
     def added_count(self, num: int, num_ranks: int) -> np.ndarray:

@@ -138,11 +138,10 @@ class Simulation:
     def _initial_per_rank(self) -> int:
         """`workload.initial_running_per_rank`, "steady" resolved: the screen's steady batch of
         this scenario (`epsim.plan.screen.steady_running_per_rank`)."""
-        w = self.scenario.workload
-        if w.initial_running_per_rank != STEADY:
-            return w.initial_running_per_rank
-        from epsim.plan.screen import steady_running_per_rank   # the plan's screen prices it
-        return steady_running_per_rank(self.scenario, self.profile)
+        if self.scenario.workload.initial_running_per_rank != STEADY:   # plain runs skip the plan package
+            return self.scenario.workload.initial_running_per_rank
+        from epsim.plan.screen import initial_running_per_rank   # the plan's screen prices it
+        return initial_running_per_rank(self.scenario, self.profile)
 
     def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
         """Requests decoding at t=0 (`initial_running_per_rank`), part-way done so that

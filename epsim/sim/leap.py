@@ -77,7 +77,7 @@ class Leaper:
         batch = self._batch
         if not self._leaps:
             return None
-        current = stepper.current_pool(batch, now_s)
+        current = stepper.current_pool(batch, now_s)        # its uses left bound the leap
         sat = sched.saturated(now_s, MAX_LEAP if current is None else current.max_uses - current.used)
         if sat is None or sat.num < 2:
             return None

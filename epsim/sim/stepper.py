@@ -139,22 +139,23 @@ class PoolStepper:
             pool.fresh_used += 1
         return loads, cost_model.step(batch, None, placement.tables, moe=moe)
 
-    def current_pool(self, batch: BatchCounts, now_s: float) -> _Pool | None:
-        """The current pool if it serves a step of `batch` at `now_s` (None: a new one would)."""
+    def current_pool(self, batch: BatchCounts, now_s: float, key: tuple | None = None) -> _Pool | None:
+        """The current pool if it serves a step of `batch` at `now_s` (None: a new one would;
+        `key`: `pool_key(batch)` where the caller has it)."""
         pool = self._pool
         if (pool is None or pool.used >= pool.max_uses or now_s - pool.t_s >= self.drift_window_s
-                or pool.key != self.pool_key(batch)):
+                or pool.key != (self.pool_key(batch) if key is None else key)):
             return None
         return pool
 
     def pool_for(self, batch: BatchCounts, now_s: float, step: int) -> _Pool:
         """The pool that serves a step of `batch` at `now_s`: the current one, else a new one
         (another batch shape or placement, no uses left, or past the drift window)."""
-        pool = self.current_pool(batch, now_s)
+        key = self.pool_key(batch)
+        pool = self.current_pool(batch, now_s, key)
         if pool is None:
-            key, pool = self.pool_key(batch), self._pool
-            if pool is not None:
-                self._last_lifetime = pool.used
+            if self._pool is not None:
+                self._last_lifetime = self._pool.used
             pool = self._pool = self._new_pool(key, batch, now_s, step)
         return pool
 

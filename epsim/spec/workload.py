@@ -6,9 +6,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-
-
 STEADY = "steady"     # initial_running_per_rank: start at the screen's steady batch (`epsim.plan.screen`)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -74,3 +74,24 @@ def test_bad_steady_starts_name_the_field(change, message):
         data[section].update(values)
     with pytest.raises(SpecError, match=message):
         scenario_from_dict(data, where="default.yaml")
+
+
+def test_a_steady_start_needs_arrivals_with_a_rate(tmp_path):
+    (tmp_path / "arrivals.csv").write_text("arrival_s\n0.1\n0.2\n")
+    data = yaml.safe_load(DEFAULT.read_text())
+    data["workload"]["arrivals"] = {"kind": "trace", "path": "arrivals.csv"}
+    with pytest.raises(SpecError, match=r"initial_running_per_rank \('steady'\) needs arrivals "
+                                        r"with a rate_per_s \(poisson or bursty\)"):
+        scenario_from_dict(data, where="default.yaml", base_dir=tmp_path)
+
+
+def test_a_bad_start_is_one_line_and_exit_2_on_the_cli():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "epsim.cli", "simulate", str(DEFAULT), "--set",
+                           "workload.initial_running_per_rank=warm"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "workload.initial_running_per_rank ('warm') must be an integer " \
+                                ">= 0 or 'steady'" in lines[0]
