@@ -175,17 +175,21 @@ class StepBlock:
 
     step_us: np.ndarray
     parts: np.ndarray
-    dense_us: float
+    dense_us: float | np.ndarray      # [k] with dense layers (their attention differs by step)
     overhead_us: float
     phase: str
     attention_us: np.ndarray          # [k] one layer's attention (slowest rank)
     terms: "_TokenTerms"
 
+    def dense(self, i: int) -> float:
+        """Step i's dense layers and LM head (µs)."""
+        return float(self.dense_us[i]) if np.ndim(self.dense_us) else self.dense_us
+
     def cost(self, i: int, moe: MoECost) -> StepCost:
         p = self.parts[i]
         return StepCost(attention_us=p[0], dispatch_us=p[1], experts_us=p[2], combine_us=p[3],
                         shared_experts_us=p[4], block_ops_us=p[5], layer_us=p[6],
-                        dense_us=self.dense_us, overhead_us=self.overhead_us,
+                        dense_us=self.dense(i), overhead_us=self.overhead_us,
                         step_us=float(self.step_us[i]), phase=self.phase, mode=moe.mode,
                         traffic=moe.traffic, parts=p)
 
@@ -506,10 +510,10 @@ class CostModel:
 
     def leaps(self, batch: BatchCounts) -> bool:
         """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
-        neither two-batch overlap, TP attention, dense layers nor a split-KV decode launch (the
+        neither two-batch overlap, TP attention nor a split-KV decode launch (the
         terms `decode_steps` does not vectorise; the engine then steps one at a time)."""
         return (batch.phase == "decode" and not self.deployment.enable_two_batch_overlap
-                and self.tp_size == 1 and not self.model.num_dense_layers
+                and self.tp_size == 1
                 and self._decode_kernel is not None and self.attention_kernels is not None
                 and not self._decode_kernel.counts(batch.decode_tokens).may_split)
 
@@ -540,6 +544,8 @@ class CostModel:
         if stacked.sync.any():
             layer = layer + stacked.sync[pick][:, None]
         dense, overhead = terms.lm_head_us, terms.overhead_us
+        if self.model.num_dense_layers:         # [k]: their attention follows the contexts
+            dense = dense + self.model.num_dense_layers * (attn + terms.dense_mlp_us)
         step_us = layer.sum(axis=1) + dense + overhead
         num_layers = layer.shape[1]
         parts = np.empty((len(moes), 7, num_layers))
@@ -570,11 +576,15 @@ class CostModel:
         would have one by one."""
         terms, num_layers = block.terms, block.parts.shape[2]
         distinct = {id(m): m for m in moes}
+        per_step_dense = bool(np.ndim(block.dense_us))
         base = {key: self._ledger_row(terms.graph, m.mode, 0.0, m, terms.shared_us,
-                                      block.dense_us, block.overhead_us, 1.0, num_layers)
+                                      0.0 if per_step_dense else block.dense_us,
+                                      block.overhead_us, 1.0, num_layers)
                 for key, m in distinct.items()}
         rows = np.stack([base[id(m)] for m in moes])
         rows[:, 0] = block.attention_us[:len(moes)] * 1.0 * num_layers    # as `_ledger_row`
+        if per_step_dense:
+            rows[:, 5] = block.dense_us[:len(moes)]
         self.ledger.add_rows(terms.graph, moes[0].mode, rows, terms.max_tokens)
 
     def _token_terms(self, batch: BatchCounts, part: BatchCounts) -> "_TokenTerms":

@@ -165,10 +165,16 @@ class LoadRows:
 
     def row(self, i: int) -> np.ndarray:
         """[layers, experts] float64 loads of draw `i` (< num)."""
+        return self.rows(i, i + 1)[0]
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """[stop - start, layers, experts] float64 loads of draws `start` .. `stop - 1`, formed
+        at once (the bits of forming them one by one: the same arithmetic per entry)."""
         if self._block is not None:
-            return self._block[i]
+            return self._block[start:stop]
         size = self._shares.size
-        z = _levels_of(self._raw[i * size:(i + 1) * size]).reshape(self._shares.shape)
+        z = _levels_of(self._raw[start * size:stop * size]).reshape(
+            (stop - start,) + self._shares.shape)
         loads = _shifted(z, self._shares, self._spread, self._num_slots)
         loads *= self._num_slots
         return loads

@@ -159,10 +159,11 @@ class Simulation:
 
     @property
     def watched(self) -> bool:
-        """Something reads the run step by step: an observer, an added process, EPLB or
-        failures (the fast engine's leap then stays off, `epsim.sim.leap`)."""
-        return bool(self._observers or self._processes or self.eplb is not None
-                    or self.elastic is not None)
+        """Something reads the run step by step besides EPLB's statistics window (which takes
+        leapt steps' loads at once, `EPLBManager.on_quiet_steps`): another observer, an added
+        process or failures (the fast engine's leap then stays off, `epsim.sim.leap`)."""
+        eplb = [self.eplb.on_step] if self.eplb is not None else []
+        return bool(self._processes or self.elastic is not None or self._observers != eplb)
 
     @property
     def time_added(self) -> bool:

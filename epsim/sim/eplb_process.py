@@ -100,10 +100,16 @@ class LoadWindow:
         self._sum[:] = 0.0
 
     def add(self, loads: np.ndarray) -> None:
-        one = loads.astype(np.float32)
-        self._passes.append(one)
-        self._sum += one
-        self.count += 1
+        """Record one pass's loads `[layers, experts]`."""
+        self.add_many(loads[None])
+
+    def add_many(self, loads: np.ndarray) -> None:
+        """Record passes' loads `[passes, layers, experts]`, in order."""
+        passes = loads.astype(np.float32)
+        self._passes.extend(passes[-self.size:])
+        for one in passes:                  # one by one: the running sum's bits as ever
+            self._sum += one
+        self.count += passes.shape[0]
 
     @property
     def num_steps(self) -> int:
@@ -144,6 +150,7 @@ class EPLBManager:
                                  m.num_experts)
         self.events: list[RebalanceEvent] = []
         self._pending: str | None = None
+        self._quiet = 0          # passes ahead whose `on_step` only records (`quiet_steps`)
         self._main = self._entrypoint()
         next(self._main)
         sim.add_observer(self.on_step, fresh_loads=True)
@@ -159,16 +166,38 @@ class EPLBManager:
             self._main = self._entrypoint(first=reason)
         next(self._main)
 
+    @property
+    def quiet_steps(self) -> int:
+        """Forward passes ahead whose `on_step` only records their loads (neither a rebalance
+        nor a chunk to move): the passes the fast engine may leap over (`epsim.sim.leap`),
+        handing their loads over with `on_quiet_steps`."""
+        return 0 if self._pending is not None else self._quiet
+
+    def on_quiet_steps(self, loads: list[np.ndarray]) -> None:
+        """`on_step` of passes within `quiet_steps`, given their loads in blocks `[passes,
+        layers, experts]`, in order."""
+        num = sum(block.shape[0] for block in loads)
+        if num > self.quiet_steps:
+            raise ValueError(f"{num} passes handed over; {self.quiet_steps} are quiet")
+        for block in loads:
+            self.window.add_many(block)
+        for _ in range(num):
+            next(self._main)
+
     def trigger(self, reason: str) -> None:
         """Rebalance at the end of the current forward pass (elastic EP calls this)."""
         self._pending = reason
 
     def _entrypoint(self, first: str | None = None) -> Generator[None, None, None]:
         if first is not None:
+            self._quiet = 0
             yield from self.rebalance(first)
         while True:
-            for _ in range(self.deployment.eplb_rebalance_num_iterations):
+            interval = self.deployment.eplb_rebalance_num_iterations
+            for passed in range(1, interval + 1):
+                self._quiet = interval - passed     # the last pass's `on_step` rebalances
                 yield
+            self._quiet = 0
             yield from self.rebalance("interval")
 
     # -- one rebalance ---------------------------------------------------------------------

@@ -4,14 +4,19 @@ A decode instance whose batches stay full (every slot a step frees refilled at t
 requests already waiting, none of them finishing within the steps ahead) runs steps whose
 batches are known before the steps ahead of them run: full on every rank, the contexts
 following from the requests that end and start (`Scheduler.saturated`). While the fast
-engine's pool of MoE draws serves them (`epsim.sim.stepper`), all that is left to find is
-their times. The leap prices up to the pool's remaining uses in one vectorised call
-(`CostModel.decode_steps`), keeps the steps that start within the pool's drift window (and
-before the measurement window opens, if it has yet to) and end before the run does, and applies them to the scheduler and the recorder as the one-step loop
-would have done them: the same random stream, the same bits (tests/epsim/sim/test_leap.py).
+engine's pools of MoE draws serve them (`epsim.sim.stepper`), all that is left to find is
+their times. The leap takes up to `MAX_LEAP` of them in segments, one per pool: a segment
+prices up to its pool's remaining uses in one vectorised call (`CostModel.decode_steps`) and
+keeps the steps that start within the pool's drift window (and before the measurement window
+opens, if it has yet to) and end before the run does; the next segment starts where it
+stopped, with the pool the one-step loop would draw there. The steps are then applied to the
+scheduler, the recorder and EPLB's statistics window as the one-step loop would have done
+them: the same random stream, the same bits (tests/epsim/sim/test_leap.py).
 
-It only runs where nothing watches steps one by one: no observer, no added process, neither
-EPLB nor failures, nothing stalled or charged; `Simulation(..., leap=False)` turns it off.
+It only runs where nothing watches steps one by one but EPLB's statistics window, which takes
+the loads of the passes that only record (`EPLBManager.quiet_steps`; the pass that rebalances
+is stepped as usual): no other observer, no added process, no failures, nothing stalled or
+charged; `Simulation(..., leap=False)` turns it off.
 """
 
 from __future__ import annotations
@@ -21,13 +26,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from epsim.cost.model import StepCost
+from epsim.cost.model import StepBlock, StepCost
 from epsim.sim.stepper import PoolStepper
 
 if TYPE_CHECKING:
     from epsim.sim.engine import Simulation
 
-MAX_LEAP = 32            # steps priced at once, at most (a pool serves no more)
+MAX_LEAP = 128           # steps looked at once, at most (one pool serves up to its uses of them)
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +49,17 @@ class Leap:
     placement_version: int
 
 
+@dataclass(frozen=True, eq=False)
+class _Segment:
+    """Steps of one leap served by one pool: their MoE costs, block and times (µs, [n])."""
+
+    moes: list
+    block: StepBlock
+    start_us: np.ndarray
+    end_us: np.ndarray
+    loads: list          # blocks [steps, layers, experts]: what observers see of each step, or the last
+
+
 class Leaper:
     """Leaps over the saturated steps of one run (module doc)."""
 
@@ -56,7 +72,8 @@ class Leaper:
 
     @staticmethod
     def applies(sim: "Simulation") -> bool:
-        """Whether a run may leap: the fast engine, and nothing that watches steps one by one."""
+        """Whether a run may leap: the fast engine, and nothing that watches steps one by one
+        but EPLB's statistics window (which takes the leapt steps' loads at once)."""
         stepper = sim.stepper
         return (isinstance(stepper, PoolStepper) and not stepper.fresh_every_step
                 and not sim.watched)
@@ -65,55 +82,100 @@ class Leaper:
         """Apply the saturated steps from `now_us` on, as many as can be leapt (their times
         are for the engine to wait out), or None: take one step as usual."""
         sim = self.sim
-        stepper, sched, cost_model = sim.stepper, sim.scheduler, sim.cost_model
+        sched, cost_model, eplb = sim.scheduler, sim.cost_model, sim.eplb
         if sim.time_added or not sim.placement.all_alive:
             return None
         if not sched.may_saturate():           # cheap: most unsaturated steps end here
             return None
-        now_s = now_us * 1e-6
         if self._batch is None:                 # a saturated batch is full: always the same
             self._batch = sched.saturated_batch()
             self._leaps = cost_model.leaps(self._batch)
-        batch = self._batch
         if not self._leaps:
             return None
-        current = stepper.current_pool(batch, now_s)        # its uses left bound the leap
-        sat = sched.saturated(now_s, MAX_LEAP if current is None else current.max_uses - current.used)
+        # EPLB's passes that only record: the one that rebalances is stepped as usual
+        quiet = eplb.quiet_steps if eplb is not None else MAX_LEAP
+        sat = sched.saturated(now_s=now_us * 1e-6, max_steps=min(MAX_LEAP, quiet))
         if sat is None or sat.num < 2:
             return None
-        # the pool this step takes, as `PoolStepper.price` would find it (or draw it) next
-        pool = stepper.pool_for(batch, now_s, sim.step_index)
-        num = min(sat.num, pool.max_uses - pool.used)
-        if num < 2:
+        segments, done, start_us = [], 0, now_us
+        last_step_s = None                      # the engine's last step, until a segment's
+        while done < sat.num:
+            segment = self._segment(sat, done, start_us, last_step_s)
+            if segment is None:
+                break
+            segments.append(segment)
+            num = len(segment.moes)
+            done += num
+            start_us = float(segment.end_us[-1])
+            last_step_s = float(segment.block.step_us[num - 1]) * 1e-6
+        if not segments:
             return None
+        return self._apply(sat, done, segments)
+
+    def _segment(self, sat, done: int, start_us: float, last_step_s: float | None) -> _Segment | None:
+        """Steps `done`, `done + 1`, ... of `sat` from `start_us` on, as far as the pool that
+        serves the first of them serves them (its uses and drift window), the measurement
+        window's opening and the run's end allow; None: not one."""
+        sim = self.sim
+        stepper, sched, batch = sim.stepper, sim.scheduler, self._batch
+        start_s = start_us * 1e-6
+        if start_us >= sim.end_us or start_s >= sched.window_due_s:
+            return None
+        # the pool this step takes, as `PoolStepper.price` would find it (or draw it) next
+        step = sim.step_index + done
+        pool = stepper.pool_for(batch, start_s, step, last_step_s)
+        num = min(sat.num - done, pool.max_uses - pool.used)
         state = stepper.rng.bit_generator.state
         rows = stepper.draw_rows(pool, num)
         moes = [pool.rows[r] for r in rows]
-        block = cost_model.decode_steps(batch, sat.context_sum[:num] + batch.decode_tokens, moes)
-        times = np.cumsum(np.concatenate([[now_us], block.step_us]))    # as SimPy adds them
-        start_us, end_us = times[:-1], times[1:]
-        start_s = start_us * 1e-6
-        kept = ((start_s - pool.t_s < stepper.drift_window_s) & (end_us < sim.end_us)
-                & (start_s < sched.window_due_s))
+        block = sim.cost_model.decode_steps(
+            batch, sat.context_sum[done:done + num] + batch.decode_tokens, moes)
+        times = np.cumsum(np.concatenate([[start_us], block.step_us]))    # as SimPy adds them
+        starts_us, ends_us = times[:-1], times[1:]
+        starts_s = starts_us * 1e-6
+        kept = ((starts_s - pool.t_s < stepper.drift_window_s) & (ends_us < sim.end_us)
+                & (starts_s < sched.window_due_s))
         keep = num if kept.all() else int(np.argmin(kept))
         if keep < num:            # the steps past the pool's window or the run's end: undrawn
             stepper.rng.bit_generator.state = state
-            if keep < 2:
+            if keep == 0:
                 return None
             rows = stepper.draw_rows(pool, keep)
             moes = moes[:keep]
-        start_us, end_us, step_us = start_us[:keep], end_us[:keep], block.step_us[:keep]
-        gaps, waiting, running = sched.apply_saturated(sat, keep, start_us * 1e-6, end_us * 1e-6)
-        pool.used += keep
-        cost_model.record_decode_steps(block, moes)
-        placement = sim.placement
+        if stepper.fresh_for(pool):
+            loads = stepper.fresh_loads(pool, starts_s[:keep].tolist(), step)
+        else:
+            pool.used += keep
+            loads = [pool.loads[rows[-1]][None]]
+        return _Segment(moes, block, starts_us[:keep], ends_us[:keep], loads)
+
+    def _apply(self, sat, num: int, segments: list[_Segment]) -> Leap:
+        """Apply the first `num` steps of `sat`, priced in `segments`, to the scheduler, the
+        cost model's ledger, the recorder and EPLB's window, as the one-step loop would."""
+        sim = self.sim
+        sched, cost_model, batch, placement = sim.scheduler, sim.cost_model, self._batch, sim.placement
+        start_us = np.concatenate([seg.start_us for seg in segments])
+        end_us = np.concatenate([seg.end_us for seg in segments])
+        gaps, waiting, running = sched.apply_saturated(sat, num, start_us * 1e-6, end_us * 1e-6)
         num_tokens = float(batch.tokens.sum())
-        sim.metrics.record_steps(start_us, step_us, block.parts, moes, block.dense_us,
-                                 block.overhead_us, num_tokens, float(batch.sampled_tokens.sum()),
-                                 running, waiting, placement.version, placement.num_alive, gaps)
+        output_tokens = float(batch.sampled_tokens.sum())
+        at = 0
+        for seg in segments:
+            n = len(seg.moes)
+            cost_model.record_decode_steps(seg.block, seg.moes)
+            steps = slice(at, at + n)
+            sim.metrics.record_steps(seg.start_us, seg.block.step_us[:n], seg.block.parts[:n],
+                                     seg.moes, seg.block.dense_us, seg.block.overhead_us,
+                                     num_tokens, output_tokens, running[steps], waiting[steps],
+                                     placement.version, placement.num_alive, gaps[steps])
+            at += n
+        if sim.eplb is not None:
+            sim.eplb.on_quiet_steps([block for seg in segments for block in seg.loads])
         self.num_leaps += 1
-        self.num_steps += keep
-        last = keep - 1
-        return Leap(step_us.tolist(), float(start_us[last]), float(end_us[last]),
-                    pool.loads[rows[last]], batch.tokens, block.cost(last, moes[last]),
+        self.num_steps += num
+        last = segments[-1]
+        n = len(last.moes) - 1
+        step_us = [t for seg in segments for t in seg.block.step_us[:len(seg.moes)].tolist()]
+        return Leap(step_us, float(last.start_us[n]), float(last.end_us[n]),
+                    last.loads[-1][-1], batch.tokens, last.block.cost(n, last.moes[n]),
                     placement.version)

@@ -84,19 +84,20 @@ class MetricsRecorder:
             self.num_measured_steps += 1
 
     def record_steps(self, start_us: np.ndarray, step_us: np.ndarray, parts: np.ndarray,
-                     moes: list, dense_us: float, overhead_us: float, num_tokens: float,
+                     moes: list, dense_us: float | np.ndarray, overhead_us: float, num_tokens: float,
                      output_tokens: float, num_running: list[int], num_waiting: list[int],
                      placement_version: int, num_alive: int, gaps: list[StepGaps]) -> None:
         """`record` of k decode steps at once (the engine's leap, `epsim.sim.leap`): `start_us`,
-        `step_us` [k], `parts` [k, 7, layers], one MoE cost per step (its traffic); no prefill
-        and no extra time. The same rows and sums as k calls."""
+        `step_us` [k], `parts` [k, 7, layers], one MoE cost per step (its traffic), `dense_us`
+        one for all or [k]; no prefill and no extra time. The same rows and sums as k calls."""
         totals = parts.sum(axis=2).tolist()
+        dense = dense_us.tolist() if np.ndim(dense_us) else [dense_us] * len(moes)
         for i, (start, step, moe, gap) in enumerate(zip(start_us.tolist(), step_us.tolist(),
                                                         moes, gaps)):
             stats = self._pair_stats(moe.traffic, num_alive)
             self.rows.append((
                 start, step, False, num_tokens, 0.0, num_tokens, output_tokens, num_running[i],
-                num_waiting[i], *totals[i][:6], dense_us, overhead_us, 0.0, stats[0], stats[1],
+                num_waiting[i], *totals[i][:6], dense[i], overhead_us, 0.0, stats[0], stats[1],
                 num_alive, placement_version, gap.count, gap.mean_s * 1e6, gap.max_s * 1e6))
             if start >= self.warmup_us:
                 self.part_sums += parts[i]

@@ -125,19 +125,42 @@ class PoolStepper:
         cost_model, placement = sim.cost_model, sim.placement
         pool = self.pool_for(batch, now_s, step)
         row = self.draw_rows(pool, 1)[0]
-        pool.used += 1
-        loads, moe = pool.loads[row], pool.rows[row]
-        if sim.wants_fresh_loads and pool.max_uses > 1:
-            # observers (EPLB's statistics window) sum loads over many steps: a reused draw
-            # would make those sums noisier than independent steps, so they get a fresh one,
-            # drawn FRESH_BLOCK at a time (at the popularity of the first step of the block)
+        loads = self.take(pool, row, now_s, step)
+        return loads, cost_model.step(batch, None, placement.tables, moe=pool.rows[row])
+
+    def take(self, pool: _Pool, row: int, now_s: float, step: int) -> np.ndarray:
+        """One use of `pool`'s draw `row` by the step at `now_s`: the loads `[layers, experts]`
+        its observers see."""
+        if not self.fresh_for(pool):
+            pool.used += 1
+            return pool.loads[row]
+        return self.fresh_loads(pool, [now_s], step)[0][0]
+
+    def fresh_for(self, pool: _Pool) -> bool:
+        """Whether the observers of steps `pool` serves see fresh loads (`fresh_loads`)."""
+        return self.sim.wants_fresh_loads and pool.max_uses > 1
+
+    def fresh_loads(self, pool: _Pool, starts_s: list[float], step: int) -> list[np.ndarray]:
+        """The next `len(starts_s)` uses of `pool` (`fresh_for`), by steps `step`, `step + 1`,
+        ... starting at `starts_s`: the fresh loads their observers see, as `take` would give
+        them one by one, in blocks `[steps, layers, experts]` (in order; not copied into one).
+
+        Observers (EPLB's statistics window) sum loads over many steps: a reused draw would
+        make those sums noisier than independent steps, so they get fresh ones, drawn
+        FRESH_BLOCK at a time (at the popularity of the first step of the block)."""
+        sim, out, done, num = self.sim, [], 0, len(starts_s)
+        while done < num:
             if pool.fresh is None or pool.fresh_used == pool.fresh.num:
-                num = min(FRESH_BLOCK, pool.max_uses - pool.used + 1)
-                pool.fresh = sim.skew.load_rows(num, pool.num_tokens, sim.routing_rng, now_s, step)
+                size = min(FRESH_BLOCK, pool.max_uses - pool.used)
+                pool.fresh = sim.skew.load_rows(size, pool.num_tokens, sim.routing_rng,
+                                                starts_s[done], step + done)
                 pool.fresh_used = 0
-            loads = pool.fresh.row(pool.fresh_used)
-            pool.fresh_used += 1
-        return loads, cost_model.step(batch, None, placement.tables, moe=moe)
+            take = min(num - done, pool.fresh.num - pool.fresh_used)
+            out.append(pool.fresh.rows(pool.fresh_used, pool.fresh_used + take))
+            pool.fresh_used += take
+            pool.used += take
+            done += take
+        return out
 
     def current_pool(self, batch: BatchCounts, now_s: float, key: tuple | None = None) -> _Pool | None:
         """The current pool if it serves a step of `batch` at `now_s` (None: a new one would;
@@ -148,15 +171,21 @@ class PoolStepper:
             return None
         return pool
 
-    def pool_for(self, batch: BatchCounts, now_s: float, step: int) -> _Pool:
+    def pool_for(self, batch: BatchCounts, now_s: float, step: int,
+                 last_step_s: float | None = None) -> _Pool:
         """The pool that serves a step of `batch` at `now_s`: the current one, else a new one
-        (another batch shape or placement, no uses left, or past the drift window)."""
+        (another batch shape or placement, no uses left, or past the drift window).
+        `last_step_s`: the time of the step before (None: `sim.last_step`'s; a leap that
+        has yet to tell the engine its steps says it)."""
         key = self.pool_key(batch)
         pool = self.current_pool(batch, now_s, key)
         if pool is None:
             if self._pool is not None:
                 self._last_lifetime = self._pool.used
-            pool = self._pool = self._new_pool(key, batch, now_s, step)
+            if last_step_s is None:
+                last = self.sim.last_step
+                last_step_s = (last.end_us - last.start_us) * 1e-6 if last is not None else 0.0
+            pool = self._pool = self._new_pool(key, batch, now_s, step, last_step_s)
         return pool
 
     def pool_key(self, batch: BatchCounts) -> tuple:
@@ -173,16 +202,15 @@ class PoolStepper:
         rng, size = self.rng, len(pool.rows)
         return [int(rng.integers(size)) for _ in range(num)]
 
-    def _new_pool(self, key: tuple, batch: BatchCounts, now_s: float, step: int) -> _Pool:
+    def _new_pool(self, key: tuple, batch: BatchCounts, now_s: float, step: int,
+                  step_s: float) -> _Pool:
         """M draws where M covers the steps this pool is expected to serve, `USES_PER_DRAW`
-        steps per draw: up to the drift window, and no more than twice what the last pool
-        served (a shape that keeps changing gets one draw per step, as the reference)."""
+        steps per draw: up to the drift window (at `step_s` per step), and no more than twice
+        what the last pool served (a shape that keeps changing gets one draw per step, as the reference)."""
         sim = self.sim
         if self.fresh_every_step:
             expected = 1
         else:
-            last = sim.last_step
-            step_s = (last.end_us - last.start_us) * 1e-6 if last is not None else 0.0
             by_drift = self.drift_window_s / step_s if step_s > 0 else np.inf
             expected = max(1, int(min(MAX_DRAWS * USES_PER_DRAW, by_drift,
                                       2 * self._last_lifetime)))

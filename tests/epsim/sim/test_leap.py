@@ -1,6 +1,7 @@
 """The fast engine's leap over saturated decode steps (`epsim.sim.leap`) changes nothing: a run
 that leaps and the same run stepped one at a time (`leap=False`) give the same bits, step rows,
-request times, token gaps, per-layer sums, the last step and the provenance ledger alike."""
+request times, token gaps, per-layer sums, the last step, the provenance ledger and EPLB's
+rebalances alike."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ QWEN_DECODE = {
 }
 
 
-def qwen_decode(**workload):
-    data = {**QWEN_DECODE, "workload": {**QWEN_DECODE["workload"], **workload}}
+def qwen_decode(deployment: dict | None = None, **workload):
+    data = {**QWEN_DECODE, "workload": {**QWEN_DECODE["workload"], **workload},
+            "deployment": {**QWEN_DECODE["deployment"], **(deployment or {})}}
     return scenario_from_dict(data)
 
 
@@ -88,6 +90,34 @@ def test_leaping_gives_the_bits_of_stepping_one_at_a_time(case, workload):
         assert leaper.num_steps > 0.7 * steps
 
 
+@pytest.mark.parametrize("stop_the_world", [True, False])
+def test_leaping_with_eplb_gives_the_bits_of_stepping_one_at_a_time(stop_the_world):
+    # EPLB's window takes the leapt passes' loads; the pass that rebalances (a stall, or
+    # chunks charged to the passes after it) is stepped as usual, and leaping resumes after
+    scenario = qwen_decode({"enable_eplb": True, "ep_num_redundant_experts": 16,
+                            "eplb_rebalance_num_iterations": 20,
+                            "eplb_stop_the_world": stop_the_world,
+                            "eplb_rebalance_layers_per_chunk": 24})
+    runs = run_both(scenario)
+    assert_same_runs(runs)
+    (leapt, a), (_, b) = runs
+    assert len(a.rebalances) >= 3 and a.rebalances == b.rebalances
+    assert a.stalls == b.stalls and a.charged_us == b.charged_us
+    assert leapt.leaper.num_steps > 0.5 * a.steps["step_us"].shape[0]
+    assert leapt.leaper.num_leaps >= len(a.rebalances)
+
+
+def test_deepseek_dense_layers_and_eplb_leap_with_the_same_result():
+    # DeepSeek-V3's three dense layers: their attention follows each step's contexts
+    scenario = load_scenario(ROOT / "scenarios" / "eplb_redundancy_32gpu.yaml")
+    assert scenario.model.num_dense_layers > 0 and scenario.deployment.enable_eplb
+    runs = run_both(scenario)
+    assert_same_runs(runs)
+    (leapt, a), (_, b) = runs
+    assert a.rebalances == b.rebalances and len(a.rebalances) >= 2
+    assert leapt.leaper.num_steps > 0.8 * a.steps["step_us"].shape[0]
+
+
 def test_r1_leaps_over_most_steps_with_the_same_result():
     scenario = load_scenario(ROOT / "scenarios" / "r1_qwen235b_ep64_decode.yaml")
     scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(
@@ -98,6 +128,7 @@ def test_r1_leaps_over_most_steps_with_the_same_result():
 
 
 def test_a_run_with_an_observer_steps_one_at_a_time():
+    # (an observer besides EPLB's window: it may read anything of each step)
     seen = []
     sim = Simulation(qwen_decode(), leap=True)
     sim.add_observer(lambda info: seen.append(info.index))
