@@ -12,7 +12,7 @@ A step adds the dense layers, the LM head and a per-step overhead.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -178,8 +178,9 @@ class StepBlock:
     dense_us: float | np.ndarray      # [k] with dense layers (their attention differs by step)
     overhead_us: float
     phase: str
-    attention_us: np.ndarray          # [k] one layer's attention (slowest rank)
+    attention_us: np.ndarray          # [k] one layer's attention (slowest rank, one micro-batch)
     terms: "_TokenTerms"
+    scale: float = 1.0                # micro-batches per step (two-batch overlap: 2)
 
     def dense(self, i: int) -> float:
         """Step i's dense layers and LM head (µs)."""
@@ -510,12 +511,16 @@ class CostModel:
 
     def leaps(self, batch: BatchCounts) -> bool:
         """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
-        neither two-batch overlap, TP attention nor a split-KV decode launch (the
+        neither TP attention nor a split-KV decode launch (the
         terms `decode_steps` does not vectorise; the engine then steps one at a time)."""
-        return (batch.phase == "decode" and not self.deployment.enable_two_batch_overlap
-                and self.tp_size == 1
-                and self._decode_kernel is not None and self.attention_kernels is not None
-                and not self._decode_kernel.counts(batch.decode_tokens).may_split)
+        if not (batch.phase == "decode" and self.tp_size == 1):
+            return False
+        if self.attention_kernels is None:      # the datasheet roofline: elementwise in contexts
+            return True
+        if self._decode_kernel is None:
+            return False
+        part = batch.scaled(0.5) if self.deployment.enable_two_batch_overlap else batch
+        return not any(self._decode_kernel.counts(b.decode_tokens).may_split for b in (batch, part))
 
     def decode_steps(self, batch: BatchCounts, contexts: np.ndarray,
                      moes: list[MoECost]) -> "StepBlock":
@@ -530,31 +535,52 @@ class CostModel:
             moes: k MoE costs, one per step (a pool's rows, shared between steps).
         `ledger` is left alone: `record_decode_steps` adds the steps that are kept.
         """
-        terms = self._token_terms(batch, batch)
+        tbo = self.deployment.enable_two_batch_overlap
+        part = batch.scaled(0.5) if tbo else batch          # as `step`: one micro-batch
+        terms = self._token_terms(batch, part)
         shared = terms.shared_us
-        proj = self._projections(batch.tokens, self._gemm_params(self.experts_params))
-        per_rank = proj + self._decode_kernel.us(batch.decode_tokens, contexts)     # [k, dp]
-        attn = np.where(batch.tokens > 0, per_rank, 0.0).max(axis=1)                 # [k]
+        attn = self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
         rows = {id(m): m for m in moes}
         index = {key: i for i, key in enumerate(rows)}
         pick = np.fromiter((index[id(m)] for m in moes), dtype=np.int64, count=len(moes))
         stacked = self._moe_stack(tuple(rows.values()))
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
-        layer = ((attn[:, None] + shared) + experts + block) + comm              # [k, layers]
+        compute = (attn[:, None] + shared) + experts + block                    # [k, layers]
+        if tbo:
+            layer = np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm)
+            scale = 2.0
+        else:
+            layer = compute + comm
+            scale = 1.0
         if stacked.sync.any():
-            layer = layer + stacked.sync[pick][:, None]
+            layer = layer + scale * stacked.sync[pick][:, None]
         dense, overhead = terms.lm_head_us, terms.overhead_us
         if self.model.num_dense_layers:         # [k]: their attention follows the contexts
-            dense = dense + self.model.num_dense_layers * (attn + terms.dense_mlp_us)
+            whole = self._decode_attention(batch, contexts) if tbo else attn
+            dense = dense + self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         step_us = layer.sum(axis=1) + dense + overhead
         num_layers = layer.shape[1]
         parts = np.empty((len(moes), 7, num_layers))
-        parts[:, 0] = attn[:, None]
+        parts[:, 0] = attn[:, None] * scale
         parts[:, 1:4] = stacked.stages[pick]
-        parts[:, 4] = shared
+        parts[:, 4] = shared * scale
         parts[:, 5] = block
         parts[:, 6] = layer
-        return StepBlock(step_us, parts, dense, overhead, batch.phase, attn, terms)
+        if tbo:
+            parts[:, 1:4] *= scale
+            parts[:, 5] *= scale
+        return StepBlock(step_us, parts, dense, overhead, batch.phase, attn, terms, scale)
+
+    def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
+        """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`
+        ([k, dp]): the slowest rank's projections and decode kernel (or the datasheet
+        roofline), the same bits."""
+        if self.attention_kernels is None:
+            return attention_us(replace(batch, decode_context=contexts), self.model,
+                                self.attention_params).max(axis=1)
+        proj = self._projections(batch.tokens, self._gemm_params(self.experts_params))
+        per_rank = proj + self._decode_kernel.us(batch.decode_tokens, contexts)     # [k, dp]
+        return np.where(batch.tokens > 0, per_rank, 0.0).max(axis=1)
 
     def _moe_stack(self, moes: tuple[MoECost, ...]) -> "_MoEStack":
         """The arrays of a few MoE costs stacked (`[moes, layers]`), remembered for the last
@@ -579,10 +605,10 @@ class CostModel:
         per_step_dense = bool(np.ndim(block.dense_us))
         base = {key: self._ledger_row(terms.graph, m.mode, 0.0, m, terms.shared_us,
                                       0.0 if per_step_dense else block.dense_us,
-                                      block.overhead_us, 1.0, num_layers)
+                                      block.overhead_us, block.scale, num_layers)
                 for key, m in distinct.items()}
         rows = np.stack([base[id(m)] for m in moes])
-        rows[:, 0] = block.attention_us[:len(moes)] * 1.0 * num_layers    # as `_ledger_row`
+        rows[:, 0] = block.attention_us[:len(moes)] * block.scale * num_layers  # as `_ledger_row`
         if per_step_dense:
             rows[:, 5] = block.dense_us[:len(moes)]
         self.ledger.add_rows(terms.graph, moes[0].mode, rows, terms.max_tokens)

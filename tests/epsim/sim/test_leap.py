@@ -118,6 +118,18 @@ def test_deepseek_dense_layers_and_eplb_leap_with_the_same_result():
     assert leapt.leaper.num_steps > 0.8 * a.steps["step_us"].shape[0]
 
 
+def test_two_batch_overlap_and_datasheet_attention_leap_with_the_same_result():
+    # DeepSeek-V3 on H800: two micro-batches per step, attention from the datasheet roofline
+    # (the shipped profile is of H200), dense layers, EP 144
+    scenario = load_scenario(ROOT / "scenarios" / "deepseek_v3_decode.yaml")
+    assert scenario.deployment.enable_two_batch_overlap and scenario.cluster.gpu == "H800"
+    runs = run_both(scenario)
+    assert_same_runs(runs)
+    leapt = runs[0][0]
+    assert leapt.cost_model.attention_kernels is None
+    assert leapt.leaper.num_steps > 0.8 * runs[0][1].steps["step_us"].shape[0]
+
+
 def test_r1_leaps_over_most_steps_with_the_same_result():
     scenario = load_scenario(ROOT / "scenarios" / "r1_qwen235b_ep64_decode.yaml")
     scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(
