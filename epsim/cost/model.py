@@ -511,8 +511,8 @@ class CostModel:
 
     def leaps(self, batch: BatchCounts) -> bool:
         """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
-        neither TP attention nor a split-KV decode launch (the
-        terms `decode_steps` does not vectorise; the engine then steps one at a time)."""
+        neither TP attention nor a split-KV decode launch (the terms `decode_steps` does not
+        vectorise; the engine then steps one at a time)."""
         if not (batch.phase == "decode" and self.tp_size == 1):
             return False
         if self.attention_kernels is None:      # the datasheet roofline: elementwise in contexts

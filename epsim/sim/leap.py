@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from epsim.cost.model import StepBlock, StepCost
+from epsim.sim.batching import Saturated
 from epsim.sim.stepper import PoolStepper
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ class _Segment:
     block: StepBlock
     start_us: np.ndarray
     end_us: np.ndarray
-    loads: list          # blocks [steps, layers, experts]: what observers see of each step, or the last
+    loads: list          # blocks [steps, layers, experts]: what observers see of each step
+                         # (EPLB's fresh loads), or of the last alone
 
 
 class Leaper:
@@ -112,7 +114,8 @@ class Leaper:
             return None
         return self._apply(sat, done, segments)
 
-    def _segment(self, sat, done: int, start_us: float, last_step_s: float | None) -> _Segment | None:
+    def _segment(self, sat: Saturated, done: int, start_us: float,
+                 last_step_s: float | None) -> _Segment | None:
         """Steps `done`, `done + 1`, ... of `sat` from `start_us` on, as far as the pool that
         serves the first of them serves them (its uses and drift window), the measurement
         window's opening and the run's end allow; None: not one."""
@@ -149,11 +152,12 @@ class Leaper:
             loads = [pool.loads[rows[-1]][None]]
         return _Segment(moes, block, starts_us[:keep], ends_us[:keep], loads)
 
-    def _apply(self, sat, num: int, segments: list[_Segment]) -> Leap:
+    def _apply(self, sat: Saturated, num: int, segments: list[_Segment]) -> Leap:
         """Apply the first `num` steps of `sat`, priced in `segments`, to the scheduler, the
         cost model's ledger, the recorder and EPLB's window, as the one-step loop would."""
         sim = self.sim
-        sched, cost_model, batch, placement = sim.scheduler, sim.cost_model, self._batch, sim.placement
+        sched, cost_model, batch = sim.scheduler, sim.cost_model, self._batch
+        placement = sim.placement
         start_us = np.concatenate([seg.start_us for seg in segments])
         end_us = np.concatenate([seg.end_us for seg in segments])
         gaps, waiting, running = sched.apply_saturated(sat, num, start_us * 1e-6, end_us * 1e-6)

@@ -206,7 +206,8 @@ class PoolStepper:
                   step_s: float) -> _Pool:
         """M draws where M covers the steps this pool is expected to serve, `USES_PER_DRAW`
         steps per draw: up to the drift window (at `step_s` per step), and no more than twice
-        what the last pool served (a shape that keeps changing gets one draw per step, as the reference)."""
+        what the last pool served (a shape that keeps changing gets one draw per step, as the
+        reference)."""
         sim = self.sim
         if self.fresh_every_step:
             expected = 1
