@@ -106,10 +106,10 @@ class Leaper:
             if segment is None:
                 break
             segments.append(segment)
-            num = len(segment.moes)
-            done += num
+            done += len(segment.moes)
             start_us = float(segment.end_us[-1])
-            last_step_s = float(segment.block.step_us[num - 1]) * 1e-6
+            # as the engine's `last_step` gives it: end minus start
+            last_step_s = (start_us - float(segment.start_us[-1])) * 1e-6
         if not segments:
             return None
         return self._apply(sat, done, segments)
