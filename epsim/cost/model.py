@@ -195,6 +195,15 @@ class StepBlock:
                         traffic=moe.traffic, parts=p)
 
 
+def _overlapped(compute: np.ndarray, comm: np.ndarray, tbo: bool) -> tuple[np.ndarray, float]:
+    """(layer time, micro-batches per step) of one MoE layer from its compute and communication
+    (`[..., layers]`): with two-batch overlap two micro-batches, each one's communication
+    hidden behind the other's compute as far as it goes; else compute, then communication."""
+    if tbo:
+        return np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm), 2.0
+    return compute + comm, 1.0
+
+
 class CostModel:
     """Predicts step and MoE-layer times of one deployment.
 
@@ -474,13 +483,7 @@ class CostModel:
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
         compute = (attn + shared) + moe.experts_us + moe.block_ops_us      # [layers]
-        comm = moe.comm_us
-        if tbo:
-            layer = np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm)
-            scale = 2.0
-        else:
-            layer = compute + comm
-            scale = 1.0
+        layer, scale = _overlapped(compute, moe.comm_us, tbo)
         if moe.sync_us:
             layer = layer + scale * moe.sync_us            # once per micro-batch's collectives
         # `decode_steps` repeats this arithmetic over many steps: change the two together
@@ -546,12 +549,7 @@ class CostModel:
         stacked = self._moe_stack(tuple(rows.values()))
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
         compute = (attn[:, None] + shared) + experts + block                    # [k, layers]
-        if tbo:
-            layer = np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm)
-            scale = 2.0
-        else:
-            layer = compute + comm
-            scale = 1.0
+        layer, scale = _overlapped(compute, comm, tbo)
         if stacked.sync.any():
             layer = layer + scale * stacked.sync[pick][:, None]
         dense, overhead = terms.lm_head_us, terms.overhead_us
