@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from epsim.cost.linear import BLOCK_OPS_TERMS
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
@@ -127,11 +128,52 @@ def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
                  params: dict[str, float], parts: tuple[str, ...] = PARTS) -> np.ndarray:
     """[...] microseconds of the slowest rank's block ops (`[..., ranks]` in, last axis reduced).
 
+    `max_r (block_ops_features(...) @ BLOCK_OPS_TERMS.coefficients(params))`, evaluated
+    without the design rows (the engines' hot path, one value per draw, layer and rank): the
+    terms of the tokens alone (router, the weighting's output rows, the launches) are summed
+    once per rank, and per pair only what the pairs change (their bytes, the two sort steps)
+    is added. Equal to the rows' product up to rounding (tests/epsim/cost/test_block_ops.py).
+
     Args:
         tokens: [..., ranks] (or [ranks]) each rank's own tokens; pairs: [..., ranks] pairs
             it computes.
         parts: the parts to cost (the rest lie inside another fitted stage: docs/model.md).
     """
-    from epsim.cost.linear import BLOCK_OPS_TERMS
-    rows = block_ops_features(tokens, pairs, hidden_size, num_experts, top_k, params, parts)
-    return (rows @ BLOCK_OPS_TERMS.coefficients(params)).max(axis=-1)
+    launch, sort_block, sort_device, per_kb, per_mflop = BLOCK_OPS_TERMS.coefficients(params)
+    t = np.asarray(tokens, dtype=np.float64)
+    p = np.asarray(pairs, dtype=np.float64)
+    h, e, k = float(hidden_size), float(num_experts), float(top_k)
+    # bytes per pair, and per rank those of its own tokens (`block_ops_work`: a rank with
+    # neither tokens nor pairs moves none, so its busy mask changes no sum)
+    per_pair = (4 * h + 112 if "permute" in parts else 0.0) + (
+        22 * h + 36 if "combine_weighting" in parts else 0.0)
+    own = 10 * t * h if "combine_weighting" in parts else np.zeros_like(t)
+    if "router" in parts:
+        has_tokens = t > 0
+        flops = 2.0 * t * e * h
+        gemm_bytes = np.where(has_tokens, 2.0 * (t + e) * h + 2.0 * t * e, 0.0)
+        compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
+        own = own + np.where(has_tokens, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k + 8 * t,
+                             0.0) - np.where(compute_bound, gemm_bytes, 0.0)
+        own = own * (per_kb * 1e-3) + np.where(compute_bound, flops * 1e-6, 0.0) * per_mflop
+    else:
+        own = own * (per_kb * 1e-3)
+    launches = launch * sum(KERNELS[part] for part in parts)
+    if t.shape != p.shape[p.ndim - t.ndim:]:          # tokens reach beyond the pairs' shape
+        p = np.broadcast_to(p, np.broadcast_shapes(t.shape, p.shape))
+    out = p * (per_pair * per_kb * 1e-3)                       # [..., ranks]
+    # a rank launches its kernels where they move bytes: its own tokens (router, weighting)
+    # or pairs (permute, weighting)
+    by_tokens = "router" in parts or "combine_weighting" in parts
+    if by_tokens and (t > 0).all():         # every rank launches its kernels
+        out += own + launches
+    else:
+        out += own
+        busy = ((p > 0) | (t > 0) if per_pair else t > 0) if by_tokens else p > 0
+        out += np.where(busy, launches, 0.0)
+    if "permute" in parts:
+        if sort_block:                      # (a bool times a float: that float or 0)
+            out += (p > SMALL_SORT_KEYS) * sort_block
+        if sort_device:
+            out += (p > BLOCK_SORT_KEYS) * sort_device
+    return out.max(axis=-1)

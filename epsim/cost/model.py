@@ -302,7 +302,8 @@ class CostModel:
         self._terms_memo: dict[tuple, _TokenTerms] = {}
         self._projections_memo: dict[bytes, np.ndarray] = {}     # tokens -> [dp] µs
         self._host_rows: dict[tuple[bool, str], np.ndarray] = {}
-        self._stack_memo: tuple[tuple[MoECost, ...], _MoEStack] | None = None
+        self._stack_memo: tuple[dict[int, int], list[MoECost], _MoEStack] | None = None
+        self._ledger_memo: dict[tuple, tuple[MoECost, np.ndarray]] = {}
 
     def _block_ops_parts(self, eager: bool) -> tuple[str, ...]:
         """The block ops a step adds on its own (docs/model.md, "The block's own ops"): the
@@ -543,10 +544,8 @@ class CostModel:
         terms = self._token_terms(batch, part)
         shared = terms.shared_us
         attn = self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
-        rows = {id(m): m for m in moes}
-        index = {key: i for i, key in enumerate(rows)}
+        index, stacked = self._moe_stack(moes)
         pick = np.fromiter((index[id(m)] for m in moes), dtype=np.int64, count=len(moes))
-        stacked = self._moe_stack(tuple(rows.values()))
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
         compute = (attn[:, None] + shared) + experts + block                    # [k, layers]
         layer, scale = _overlapped(compute, comm, tbo)
@@ -580,32 +579,44 @@ class CostModel:
         per_rank = proj + self._decode_kernel.us(batch.decode_tokens, contexts)     # [k, dp]
         return np.where(batch.tokens > 0, per_rank, 0.0).max(axis=1)
 
-    def _moe_stack(self, moes: tuple[MoECost, ...]) -> "_MoEStack":
-        """The arrays of a few MoE costs stacked (`[moes, layers]`), remembered for the last
-        set (a pool's rows, asked for at every leap over it)."""
-        memo = self._stack_memo
-        if memo is not None and len(memo[0]) == len(moes) and all(
-                a is b for a, b in zip(memo[0], moes)):
-            return memo[1]
+    def _moe_stack(self, moes: list[MoECost]) -> tuple[dict[int, int], "_MoEStack"]:
+        """The arrays of the distinct MoE costs among `moes` stacked (`[distinct, layers]`)
+        and each one's row by `id`, remembered for the last set (a pool's rows, asked for at
+        every leap over it, in whatever order its steps drew them)."""
+        if self._stack_memo is not None:
+            index, held, stacked = self._stack_memo
+            if all(id(m) in index and held[index[id(m)]] is m for m in moes):
+                return index, stacked
+        distinct = list({id(m): m for m in moes}.values())
         stacked = _MoEStack(
-            np.stack([m.experts_us for m in moes]),
-            np.stack([np.broadcast_to(m.block_ops_us, m.experts_us.shape) for m in moes]),
-            np.stack([m.comm_us for m in moes]), np.stack([m.stage_rows for m in moes]),
-            np.array([m.sync_us for m in moes]))
-        self._stack_memo = (moes, stacked)
-        return stacked
+            np.stack([m.experts_us for m in distinct]),
+            np.stack([np.broadcast_to(m.block_ops_us, m.experts_us.shape) for m in distinct]),
+            np.stack([m.comm_us for m in distinct]), np.stack([m.stage_rows for m in distinct]),
+            np.array([m.sync_us for m in distinct]))
+        index = {id(m): i for i, m in enumerate(distinct)}
+        self._stack_memo = (index, distinct, stacked)
+        return index, stacked
 
     def record_decode_steps(self, block: "StepBlock", moes: list[MoECost]) -> None:
         """Add the first `len(moes)` steps of a `decode_steps` block to `ledger`, as `step`
         would have one by one."""
         terms, num_layers = block.terms, block.parts.shape[2]
-        distinct = {id(m): m for m in moes}
         per_step_dense = bool(np.ndim(block.dense_us))
-        base = {key: self._ledger_row(terms.graph, m.mode, 0.0, m, terms.shared_us,
-                                      0.0 if per_step_dense else block.dense_us,
-                                      block.overhead_us, block.scale, num_layers)
-                for key, m in distinct.items()}
-        rows = np.stack([base[id(m)] for m in moes])
+        dense = 0.0 if per_step_dense else block.dense_us
+        # a row per distinct MoE cost, remembered while its pool serves (each leap asks again)
+        memo, base = self._ledger_memo, []
+        for m in moes:
+            key = (id(m), terms.graph, terms.shared_us, dense, block.overhead_us, block.scale,
+                   num_layers)
+            hit = memo.get(key)
+            if hit is None or hit[0] is not m:
+                if len(memo) >= 64:
+                    memo.clear()
+                hit = memo[key] = (m, self._ledger_row(terms.graph, m.mode, 0.0, m,
+                                                       terms.shared_us, dense, block.overhead_us,
+                                                       block.scale, num_layers))
+            base.append(hit[1])
+        rows = np.stack(base)
         rows[:, 0] = block.attention_us[:len(moes)] * block.scale * num_layers  # as `_ledger_row`
         if per_step_dense:
             rows[:, 5] = block.dense_us[:len(moes)]

@@ -78,6 +78,24 @@ class Traffic:
         """[layers, ranks] link-crossing copies, busier direction (per-copy overhead)."""
         return np.maximum(self.nvl_send + self.rdma_send, self.nvl_recv + self.rdma_recv)
 
+    # the busiest rank's counts, [layers]: what the costs read (`comm_us`, `network_us`),
+    # each reduced once however many costs read it (a dispatch and a combine)
+    @cached_property
+    def nvl_peak(self) -> np.ndarray:
+        return self.nvl_copies.max(axis=-1)
+
+    @cached_property
+    def rdma_peak(self) -> np.ndarray:
+        return self.rdma_copies.max(axis=-1)
+
+    @cached_property
+    def copies_peak(self) -> np.ndarray:
+        return self.copies.max(axis=-1)
+
+    @cached_property
+    def pairs_peak(self) -> np.ndarray:
+        return self.pairs.max(axis=-1)
+
 
 def rank_sum(x: np.ndarray, group: int) -> np.ndarray:
     """Sum consecutive groups of `group` entries along the last axis, `[..., n] -> [..., n // group]`.

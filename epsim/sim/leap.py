@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from epsim.sim.engine import Simulation
 
 MAX_LEAP = 128           # steps looked at once, at most (one pool serves up to its uses of them)
+MIN_HORIZON = 16         # steps looked at once, at least (`Leaper.horizon`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,6 +72,7 @@ class Leaper:
         self.num_steps = 0
         self._batch = None          # `Scheduler.saturated_batch`, and whether it leaps at all
         self._leaps = False
+        self._horizon = MIN_HORIZON   # steps the last look found saturated, doubled (`horizon`)
 
     @staticmethod
     def applies(sim: "Simulation") -> bool:
@@ -96,8 +98,13 @@ class Leaper:
             return None
         # EPLB's passes that only record: the one that rebalances is stepped as usual
         quiet = eplb.quiet_steps if eplb is not None else MAX_LEAP
-        sat = sched.saturated(now_s=now_us * 1e-6, max_steps=min(MAX_LEAP, quiet))
-        if sat is None or sat.num < 2:
+        max_steps = min(quiet, self.horizon(now_us))
+        sat = sched.saturated(now_s=now_us * 1e-6, max_steps=max_steps)
+        num = 0 if sat is None else sat.num
+        # saturation that outlasts the look (or EPLB's quiet passes) says nothing of its length
+        grown = 2 * self._horizon if num >= max_steps else max(MIN_HORIZON, 2 * num)
+        self._horizon = min(MAX_LEAP, grown)
+        if num < 2:
             return None
         segments, done, start_us = [], 0, now_us
         last_step_s = None                      # the engine's last step, until a segment's
@@ -113,6 +120,21 @@ class Leaper:
         if not segments:
             return None
         return self._apply(sat, done, segments)
+
+    def horizon(self, now_us: float) -> int:
+        """Steps to look at from `now_us` (`Scheduler.saturated` forms every one of them, so
+        each costs, used or not): twice what the last look found saturated (twice its horizon
+        if all were), at least `MIN_HORIZON`, at most `MAX_LEAP`, and no further than the run's end or the
+        measurement window's opening, at the last step's time, allow (one more to spare).
+        A look that stops short leaps no fewer steps in all: the next look goes on from
+        there, and stepping them one at a time gives the same bits (module doc)."""
+        sim = self.sim
+        horizon = self._horizon
+        last = sim.last_step
+        if last is not None and last.end_us > last.start_us:
+            stop_us = min(sim.end_us, sim.scheduler.window_due_s * 1e6)
+            horizon = min(horizon, int((stop_us - now_us) / (last.end_us - last.start_us)) + 2)
+        return max(horizon, 1)
 
     def _segment(self, sat: Saturated, done: int, start_us: float,
                  last_step_s: float | None) -> _Segment | None:

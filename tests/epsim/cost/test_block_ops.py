@@ -47,6 +47,31 @@ def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts):
         assert got.shape == want.shape == (3, 5)
         assert np.array_equal(got.view(np.int64), want.view(np.int64))
 
+
+@pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",),
+                                   ("permute", "combine_weighting")])
+def test_block_ops_us_is_the_design_rows_times_the_coefficients_at_the_slowest_rank(rng, parts):
+    """`block_ops_us` skips the design rows the fit sees (`block_ops_features`): it is their
+    product with the coefficients, at the slowest rank, up to rounding; idle ranks (no
+    tokens, no pairs) launch nothing, ranks with pairs but no tokens of their own do."""
+    tokens = rng.integers(0, 600, 16).astype(np.float64)                # [ranks]
+    tokens[[3, 7]] = 0.0
+    pairs = rng.random((3, 5, 16)) * rng.choice([10.0, 300.0, 9000.0], size=(3, 5, 16))
+    pairs[0, 0, :4] = 0.0
+    pairs[1, :, 7] = 0.0                                               # rank 7 idle there
+    for params in (block_ops_defaults(H200), {**block_ops_defaults(H200), "tflops": 0.5,
+                                               "sort_block_us": 3.0, "sort_device_us": 7.0}):
+        coef = BLOCK_OPS_TERMS.coefficients(params)
+        for t in (tokens, tokens + 1.0):                   # some ranks idle, none
+            want = (block_ops_features(t, pairs, 4096, 128, 8, params, parts) @ coef).max(axis=-1)
+            got = block_ops_us(t, pairs, 4096, 128, 8, params, parts)
+            assert got.shape == want.shape == (3, 5)
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+            rank = block_ops_us(t[:, None], pairs[..., None], 4096, 128, 8, params, parts)
+            np.testing.assert_allclose(rank, block_ops_features(t, pairs, 4096, 128, 8, params,
+                                                                parts) @ coef, rtol=1e-13, atol=0)
+
+
 def test_bytes_follow_the_kernels_and_the_sort_steps_at_the_key_counts():
     work = block_ops_work(1024.0, 8192.0, 4096, 128, 8)
     assert work["router"][1] == 2 * 1024 * 128 * 4096                  # the gate GEMM's FLOPs
