@@ -123,11 +123,11 @@ class Leaper:
 
     def horizon(self, now_us: float) -> int:
         """Steps to look at from `now_us` (`Scheduler.saturated` forms every one of them, so
-        each costs, used or not): twice what the last look found saturated (twice its horizon
-        if all were), at least `MIN_HORIZON`, at most `MAX_LEAP`, and no further than the run's end or the
-        measurement window's opening, at the last step's time, allow (one more to spare).
-        A look that stops short leaps no fewer steps in all: the next look goes on from
-        there, and stepping them one at a time gives the same bits (module doc)."""
+        each costs, used or not): twice what the last look found saturated (twice its
+        horizon if all were), at least `MIN_HORIZON`, at most `MAX_LEAP`, and no further than
+        the run's end or the measurement window's opening allow at the last step's time (one
+        more to spare). A look cut short changes no result: the next look goes on from there,
+        and a leap gives the bits of stepping one at a time (module doc)."""
         sim = self.sim
         horizon = self._horizon
         last = sim.last_step
