@@ -10,7 +10,9 @@ on one core, and wall time as EP size (8 -> 128) and layer count (24 -> 94) grow
 Everything runs in this one single-threaded process (one BLAS thread; `--pin` also pins it
 to one CPU), so the numbers are ratios measured side by side. Each configuration runs
 `--repeats` times per engine, the engines alternating; the fastest run counts (the least
-disturbed by other work on the machine). `--against` runs both checkouts' fast engines in
+disturbed by other work on the machine). Every run is timed from a clean heap: the last run's
+objects are released and collected before the clock starts (freeing a run's results had
+fallen inside the next run's time). `--against` runs both checkouts' fast engines in
 two worker processes taking turns run by run, so a change's speed-up is measured with the
 machine in the same state for both.
 """
@@ -71,10 +73,16 @@ def time_run(scenario, repeats: int) -> dict[str, dict]:
     simulated seconds per wall second, and the mean step time (the two engines must agree);
     also the least CPU time of this process over the runs (`cpu_*`: what the run itself cost,
     less disturbed than wall time when other work shares the cores)."""
+    import gc
+
     from epsim.sim import Simulation
     best: dict[str, dict] = {}
+    sim = result = None
     for _ in range(repeats):
         for engine in ENGINES:
+            # the last run's objects go before the clock starts (freeing them is no part of this run)
+            sim = result = None
+            gc.collect()
             cpu_start, start = time.process_time(), time.perf_counter()
             sim = Simulation(scenario, engine=engine)       # what `simulate` does
             result = sim.run()
@@ -119,13 +127,15 @@ def profile_run(scenario, engine: str, top: int = 20) -> str:
 # scenario path read from stdin, answering "CPU seconds, steps, simulated seconds"; one
 # long-lived process per checkout, each importing its own epsim once
 _CHECKOUT_WORKER = """
-import sys, time, warnings
+import gc, sys, time, warnings
 sys.path.insert(0, sys.argv[1])
 warnings.simplefilter("ignore")
 from epsim.spec import load_scenario
 from epsim.sim import simulate
 for line in sys.stdin:
     scenario = load_scenario(line.strip())
+    result = None                  # the last run's objects go before the clock starts
+    gc.collect()
     cpu = time.process_time()
     result = simulate(scenario, engine="fast")
     cpu = time.process_time() - cpu
@@ -287,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         RESULTS.write_text(
             "# Simulator speed (benchmarks/sim_speed.py)\n\n"
             f"Recorded with `python benchmarks/sim_speed.py {' '.join(sys.argv[1:])}` ({pinned}; "
-            f"fastest of {args.repeats} runs per configuration: the machine is shared, so expect "
+            f"fastest of {args.repeats} runs per configuration, each timed from a clean heap (the last "
+            "run's objects freed before the clock starts): the machine is shared, so expect "
             "+-20 % between recordings).\n\n"
             "The fast engine (`epsim.sim.stepper` and `epsim.sim.leap`, docs/model.md) against "
             "the reference engine, side by side in one process. Steps take different simulated time at each EP size "
