@@ -25,6 +25,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"     # before numpy loads: one core means one BLAS thread too
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -73,11 +74,8 @@ def time_run(scenario, repeats: int) -> dict[str, dict]:
     simulated seconds per wall second, and the mean step time (the two engines must agree);
     also the least CPU time of this process over the runs (`cpu_*`: what the run itself cost,
     less disturbed than wall time when other work shares the cores)."""
-    import gc
-
     from epsim.sim import Simulation
     best: dict[str, dict] = {}
-    sim = result = None
     for _ in range(repeats):
         for engine in ENGINES:
             # the last run's objects go before the clock starts (freeing them is no part of this run)

@@ -36,6 +36,8 @@ time) and `any/block_ops/host` (what an eager step adds) on `block_ops` records 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from epsim.cost.linear import BLOCK_OPS_TERMS
@@ -91,6 +93,28 @@ def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
     return work
 
 
+@lru_cache(maxsize=16)
+def _bytes_per_pair(hidden_size: int, num_experts: int, top_k: int, parts: tuple[str, ...]) -> float:
+    """Bytes the parts move per token-expert pair (`block_ops_work` of one pair, no tokens of
+    its own: the work is linear in the pairs)."""
+    one = block_ops_work(0.0, 1.0, hidden_size, num_experts, top_k, parts)
+    return float(sum(one[part][0] for part in parts))
+
+
+def _router_gemm(t: np.ndarray, work: dict, hidden_size: int, num_experts: int,
+                 params: dict[str, float], parts: tuple[str, ...]) -> tuple:
+    """The router GEMM's roofline over tokens `t` ([...]): (its operand bytes where it is
+    compute-bound at `params`, else 0 -- what leaves the memory column; its MFLOPs where
+    compute-bound, else 0), tokens-shaped; (0, 0) without the router."""
+    if "router" not in parts:
+        return 0.0, 0.0
+    flops = work["router"][1]
+    gemm_bytes = np.where(t > 0, 2.0 * (t + num_experts) * hidden_size + 2.0 * t * num_experts,
+                          0.0)
+    compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
+    return np.where(compute_bound, gemm_bytes, 0.0), np.where(compute_bound, flops * 1e-6, 0.0)
+
+
 def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
                        params: dict[str, float], parts: tuple[str, ...] = PARTS) -> np.ndarray:
     """[..., 5] design columns (kernels, [P > 128], [P > 4096], memory KB, router GEMM MFLOPs)
@@ -107,10 +131,7 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
     p = np.asarray(pairs, dtype=np.float64)
     shape = np.broadcast_shapes(t.shape, p.shape)
     num_bytes = sum(work[part][0] for part in parts)
-    flops = work["router"][1] if "router" in parts else np.zeros_like(t)   # tokens-shaped
-    gemm_bytes = np.where(t > 0, 2.0 * (t + num_experts) * hidden_size + 2.0 * t * num_experts,
-                          0.0) if "router" in parts else 0.0
-    compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
+    gemm_bytes, gemm_mflops = _router_gemm(t, work, hidden_size, num_experts, params, parts)
     rows = np.empty(shape + (5,))
     busy = np.greater(num_bytes, 0, out=rows[..., 0])        # 1.0 where the rank runs anything
     if "permute" in parts:
@@ -118,8 +139,8 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
         np.multiply(busy, p > BLOCK_SORT_KEYS, out=rows[..., 2])
     else:
         rows[..., 1:3] = 0.0
-    np.multiply((num_bytes - np.where(compute_bound, gemm_bytes, 0.0)), 1e-3, out=rows[..., 3])
-    rows[..., 4] = np.where(compute_bound, flops * 1e-6, 0.0)
+    np.multiply(num_bytes - gemm_bytes, 1e-3, out=rows[..., 3])
+    rows[..., 4] = gemm_mflops
     rows[..., 0] *= sum(KERNELS[part] for part in parts)                  # launches
     return rows
 
@@ -142,35 +163,21 @@ def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
     launch, sort_block, sort_device, per_kb, per_mflop = BLOCK_OPS_TERMS.coefficients(params)
     t = np.asarray(tokens, dtype=np.float64)
     p = np.asarray(pairs, dtype=np.float64)
-    h, e, k = float(hidden_size), float(num_experts), float(top_k)
-    # bytes per pair, and per rank those of its own tokens (`block_ops_work`: a rank with
-    # neither tokens nor pairs moves none, so its busy mask changes no sum)
-    per_pair = (4 * h + 112 if "permute" in parts else 0.0) + (
-        22 * h + 36 if "combine_weighting" in parts else 0.0)
-    own = 10 * t * h if "combine_weighting" in parts else np.zeros_like(t)
-    if "router" in parts:
-        has_tokens = t > 0
-        flops = 2.0 * t * e * h
-        gemm_bytes = np.where(has_tokens, 2.0 * (t + e) * h + 2.0 * t * e, 0.0)
-        compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
-        own = own + np.where(has_tokens, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k + 8 * t,
-                             0.0) - np.where(compute_bound, gemm_bytes, 0.0)
-        own = own * (per_kb * 1e-3) + np.where(compute_bound, flops * 1e-6, 0.0) * per_mflop
-    else:
-        own = own * (per_kb * 1e-3)
-    launches = launch * sum(KERNELS[part] for part in parts)
+    # the work is linear in the pairs: its tokens' own terms (no pairs) plus bytes per pair
+    work = block_ops_work(t, 0.0, hidden_size, num_experts, top_k, parts)
+    own_bytes = sum(work[part][0] for part in parts)                   # tokens-shaped
+    per_pair = _bytes_per_pair(hidden_size, num_experts, top_k, parts)
+    gemm_bytes, gemm_mflops = _router_gemm(t, work, hidden_size, num_experts, params, parts)
+    own = (own_bytes - gemm_bytes) * (per_kb * 1e-3) + gemm_mflops * per_mflop
     if t.shape != p.shape[p.ndim - t.ndim:]:          # tokens reach beyond the pairs' shape
         p = np.broadcast_to(p, np.broadcast_shapes(t.shape, p.shape))
     out = p * (per_pair * per_kb * 1e-3)                       # [..., ranks]
-    # a rank launches its kernels where they move bytes: its own tokens (router, weighting)
-    # or pairs (permute, weighting)
-    by_tokens = "router" in parts or "combine_weighting" in parts
-    if by_tokens and (t > 0).all():         # every rank launches its kernels
+    launches = launch * sum(KERNELS[part] for part in parts)
+    if (np.asarray(own_bytes) > 0).all():   # every rank's own tokens move bytes: all launch
         out += own + launches
-    else:
+    else:                                   # as `block_ops_features`: where bytes move
         out += own
-        busy = ((p > 0) | (t > 0) if per_pair else t > 0) if by_tokens else p > 0
-        out += np.where(busy, launches, 0.0)
+        out += np.where(own_bytes + per_pair * p > 0, launches, 0.0)
     if "permute" in parts:
         if sort_block:                      # (a bool times a float: that float or 0)
             out += (p > SMALL_SORT_KEYS) * sort_block

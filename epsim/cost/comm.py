@@ -189,16 +189,16 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
     # the busiest rank's time from the busiest rank's counts: times a positive constant,
     # the largest count gives the largest product (rounding keeps the order), so these are
     # the bits of reducing the per-rank products
-    t = traffic.nvl_peak * (kb / params["nvl_gbps"])                     # [layers]
+    t = traffic.peak("nvl_copies") * (kb / params["nvl_gbps"])            # [layers]
     if traffic.multi_node:                     # links run concurrently: the slower one paces
-        t = np.maximum(t, traffic.rdma_peak * (kb / params["rdma_gbps"]))
+        t = np.maximum(t, traffic.peak("rdma_copies") * (kb / params["rdma_gbps"]))
     if per_message(traffic.dedup):
         if params["per_copy_us"]:
-            t = t + params["per_copy_us"] * traffic.copies_peak
+            t = t + params["per_copy_us"] * traffic.peak("copies")
         if params.get("slot_us_per_kb") and traffic.max_slot_pairs is not None:
             t = t + params["slot_us_per_kb"] * traffic.max_slot_pairs * kb
         if params.get("spill_gbps"):
-            spill_kb = np.maximum(traffic.pairs_peak * bytes_per_copy - l2, 0.0) * 1e-3
+            spill_kb = np.maximum(traffic.peak("pairs") * bytes_per_copy - l2, 0.0) * 1e-3
             t = t + spill_kb / params["spill_gbps"]
     return params["base_us"] + np.maximum(params.get("overlap_us", 0.0), t)
 

@@ -78,24 +78,18 @@ class Traffic:
         """[layers, ranks] link-crossing copies, busier direction (per-copy overhead)."""
         return np.maximum(self.nvl_send + self.rdma_send, self.nvl_recv + self.rdma_recv)
 
-    # the busiest rank's counts, [layers]: what the costs read (`comm_us`, `network_us`),
-    # each reduced once however many costs read it (a dispatch and a combine)
     @cached_property
-    def nvl_peak(self) -> np.ndarray:
-        return self.nvl_copies.max(axis=-1)
+    def _peaks(self) -> dict[str, np.ndarray]:
+        return {}
 
-    @cached_property
-    def rdma_peak(self) -> np.ndarray:
-        return self.rdma_copies.max(axis=-1)
-
-    @cached_property
-    def copies_peak(self) -> np.ndarray:
-        return self.copies.max(axis=-1)
-
-    @cached_property
-    def pairs_peak(self) -> np.ndarray:
-        return self.pairs.max(axis=-1)
-
+    def peak(self, name: str) -> np.ndarray:
+        """[layers] the busiest rank's `name` count (`pairs`, `nvl_copies`, `rdma_copies`,
+        `copies`): what the costs read (`comm_us`, `network_us`), reduced once however many
+        costs read it (a dispatch and a combine)."""
+        peaks = self._peaks
+        if name not in peaks:
+            peaks[name] = getattr(self, name).max(axis=-1)
+        return peaks[name]
 
 def rank_sum(x: np.ndarray, group: int) -> np.ndarray:
     """Sum consecutive groups of `group` entries along the last axis, `[..., n] -> [..., n // group]`.

@@ -118,5 +118,5 @@ def network_us(traffic: Traffic, path: TransportPath) -> np.ndarray | float:
         return 0.0
     t = path.latency_us
     if path.per_message_us and traffic.dedup == "pair":
-        t = t + path.per_message_us * traffic.rdma_peak
+        t = t + path.per_message_us * traffic.peak("rdma_copies")
     return t
