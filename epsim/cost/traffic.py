@@ -91,6 +91,7 @@ class Traffic:
             peaks[name] = getattr(self, name).max(axis=-1)
         return peaks[name]
 
+
 def rank_sum(x: np.ndarray, group: int) -> np.ndarray:
     """Sum consecutive groups of `group` entries along the last axis, `[..., n] -> [..., n // group]`.
 
