@@ -14,7 +14,9 @@ disturbed by other work on the machine). Every run is timed from a clean heap: t
 objects are released and collected before the clock starts (freeing a run's results had
 fallen inside the next run's time). `--against` runs both checkouts' fast engines in
 two worker processes taking turns run by run, so a change's speed-up is measured with the
-machine in the same state for both.
+machine in the same state for both. `--instructions` (with `--against`) also counts the
+machine instructions of one warm fast-engine run in each checkout under valgrind's callgrind:
+a count that does not move with the machine's load, for changes smaller than its noise.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import platform  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -40,6 +44,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "sim_speed.md"
 ENGINES = ("reference", "fast")
 EPLB_SCENARIOS = ("eplb_redundancy_32gpu", "eplb_interval_drift", "redundant_experts",
                   "deepseek_v3_decode", "deepseek_v3_prefill", "elastic_ep64_failure")
+# counted under callgrind (`--instructions`): ~50x slower than native, so R1 and two EPLB runs
+INSTRUCTION_SCENARIOS = ("r1_qwen235b_ep64_decode", "eplb_redundancy_32gpu", "elastic_ep64_failure")
 
 
 def one_core(pin: bool) -> str:
@@ -172,6 +178,105 @@ def against_rows(checkouts: dict[str, Path], scenarios: list[Path], rounds: int)
     return rows
 
 
+# runs one scenario's fast engine `runs` times in the checkout on sys.path[0] (`--instructions`)
+_COUNT_WORKER = """
+import sys, warnings
+sys.path.insert(0, sys.argv[1])
+warnings.simplefilter("ignore")
+from epsim.spec import load_scenario
+from epsim.sim import simulate
+scenario = load_scenario(sys.argv[2])
+for _ in range(int(sys.argv[3])):
+    result = simulate(scenario, engine="fast")
+print(result.steps["step_us"].shape[0])
+"""
+
+
+def count_instructions(tree: Path, scenario: Path, runs: int) -> subprocess.Popen:
+    """callgrind counting every instruction of `runs` fast-engine runs of `scenario` in
+    checkout `tree` (imports included), started: `collected` reads its count."""
+    return subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                             sys.executable, "-c", _COUNT_WORKER, str(tree), str(scenario),
+                             str(runs)], cwd=tree, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            # one hash seed: the same dict and set orders, so the same count
+                            env={**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"})
+
+
+def collected(proc: subprocess.Popen) -> tuple[int, int]:
+    """(instructions, steps of one run) of a finished `count_instructions`."""
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"valgrind failed ({proc.returncode}): {err[-500:]}")
+    total = next(line for line in err.splitlines() if "Collected :" in line)
+    return int(total.split(":")[-1].strip()), int(out.split()[-1])
+
+
+def instruction_rows(checkouts: dict[str, Path], scenarios: list[Path]) -> list[str]:
+    """Instructions of one warm fast-engine run (two runs less one: the imports and the first
+    run's one-time work drop out) of each scenario in each checkout, the four processes of a
+    scenario two at a time (a count does not depend on what else runs)."""
+    rows = []
+    for path in scenarios:
+        counts = {}
+        for name, tree in checkouts.items():
+            procs = [count_instructions(tree, path, runs) for runs in (1, 2)]
+            (one, steps), (two, _) = (collected(proc) for proc in procs)
+            counts[name] = (two - one, steps)
+        (then, steps), (now, _) = counts["then"], counts["now"]
+        rows.append(f"| `{path.stem}` | {steps} | {then / steps / 1e3:.0f} | {now / steps / 1e3:.0f} "
+                    f"| **{then / now:.2f}** |")
+        print(rows[-1], file=sys.stderr)
+    return rows
+
+
+def shape_effect_rows(name: str = "elastic_ep64_failure", num_draws: int = 64) -> list[str]:
+    """Why an unsaturated step gets its own pool: the MoE time (dispatch + experts + combine,
+    summed over layers) of `num_draws` draws priced at a step's batch shape and at the shape a
+    few steps later (the same draws, scaled to its tokens), against the draws' own spread."""
+    from epsim.cost.model import CostModel
+    from epsim.sim import Simulation
+    from epsim.spec import load_scenario
+    seen = []                                  # each priced batch: tokens per rank, tables
+    moe = CostModel.moe
+
+    def spy(self, loads, tokens, tables, *args, **kwargs):
+        seen.append((np.array(tokens, dtype=np.float64), tables, args, kwargs))
+        return moe(self, loads, tokens, tables, *args, **kwargs)
+
+    CostModel.moe = spy
+    try:
+        with warnings.catch_warnings():       # its profile's extrapolation, said in the run's own
+            warnings.simplefilter("ignore")
+            sim = Simulation(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
+            sim.run()
+    finally:
+        CostModel.moe = moe
+    rng = np.random.default_rng(17)
+
+    def moe_us(loads, tokens, tables, args, kwargs) -> np.ndarray:
+        """[draws] MoE microseconds per step."""
+        m = moe(sim.cost_model, loads, tokens, tables, *args, **kwargs)
+        return m.dispatch_us.sum(-1) + m.experts_us.sum(-1) + m.combine_us.sum(-1)
+
+    rows = []
+    for first in (50, 150, 250):
+        tokens, tables, args, kwargs = seen[first]
+        num_tokens = int(round(tokens.sum()))
+        loads = sim.skew.loads_block(num_draws, num_tokens, rng, 10.0, first)
+        base = moe_us(loads, tokens, tables, args, kwargs)
+        for later in (1, 2, 4, 8):
+            other, other_tables = seen[first + later][:2]
+            if other_tables is not tables:           # a rebalance between: another placement
+                continue
+            shift = moe_us(loads * (other.sum() / num_tokens), other, tables, args, kwargs) - base
+            rows.append(f"| {first} | +{later} | {num_tokens} -> {other.sum():.0f} | "
+                        f"{np.abs(other - tokens).sum():.0f} | {base.mean() / 1e3:.2f} | "
+                        f"{base.std():.0f} | {shift.mean():+.0f} | "
+                        f"{abs(shift.mean()) / base.std():.1f} |")
+    return rows
+
+
 def engine_row(label: str, row: dict[str, dict]) -> str:
     ref, fast = row["reference"], row["fast"]
     return (f"| {label} | {ref['steps']} | {ref['step_ms']:.2f} / {fast['step_ms']:.2f} | "
@@ -218,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", type=Path, metavar="CHECKOUT",
                         help="also time this checkout's fast engine against another's (e.g. "
                              "`git worktree add /tmp/then <commit>`), side by side")
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --against: also count both checkouts' instructions per run "
+                             "under valgrind (minutes; independent of the machine's load)")
     parser.add_argument("--pin", action="store_true",
                         help="pin to one CPU (on a shared machine the OS may do better unpinned)")
     args = parser.parse_args(argv)
@@ -226,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.against is not None and not (args.against / "epsim" / "sim" / "engine.py").is_file():
         parser.error(f"--against ({args.against}) must be an epsim checkout (e.g. `git worktree "
                      "add /tmp/then <commit>`)")
+    if args.instructions and (args.against is None or shutil.which("valgrind") is None):
+        missing = "no --against" if args.against is None else "no valgrind on PATH"
+        parser.error(f"--instructions ({missing}) needs --against CHECKOUT and valgrind on PATH")
     pinned = one_core(args.pin)
 
     from epsim.spec import load_scenario
@@ -284,6 +395,30 @@ def main(argv: list[str] | None = None) -> int:
         lines += against_rows({"then": args.against.resolve(), "now": ROOT},
                               [R1] + [ROOT / "scenarios" / f"{name}.yaml" for name in EPLB_SCENARIOS],
                               AGAINST_ROUNDS)
+    if args.instructions:
+        lines += ["", f"## Instructions, against commit {then}", "",
+                  "Machine instructions of one warm fast-engine run in each checkout "
+                  "(valgrind's callgrind, two runs less one: imports and first-run work drop out): "
+                  "the same on a busy machine as on an idle one, so a change's effect shows "
+                  "where the timings above are within their noise. Fewer instructions need not "
+                  "mean proportionally less time (memory stalls count for nothing here).", "",
+                  "| scenario | steps | then k instructions/step | now k instructions/step | "
+                  "then / now |", "|---|---:|---:|---:|---:|"]
+        lines += instruction_rows({"then": args.against.resolve(), "now": ROOT},
+                                  [ROOT / "scenarios" / f"{name}.yaml"
+                                   for name in INSTRUCTION_SCENARIOS])
+    lines += ["", "## Why an unsaturated step gets its own pool", "",
+              "`elastic_ep64_failure`'s batch changes shape at every step (requests arrive and "
+              "finish on a few ranks each step), so each step draws and prices its own loads. "
+              "Reusing a neighbour's pool would price a step at another shape: below, "
+              "64 draws of a step's MoE layers priced at its own batch and, the same draws "
+              "scaled to the tokens, at the batch 1 to 8 steps later. Where the busiest rank's "
+              "tokens move, the shift is several times the draws' own spread (the noise pools "
+              "may share), so pooling across nearby shapes would bias the step times, not only "
+              "correlate them.", "",
+              "| step | later | tokens | per-rank tokens moved | MoE ms (mean) | draw sd us | "
+              "shift us | shift / sd |", "|---:|---:|---|---:|---:|---:|---:|---:|",
+              *shape_effect_rows()]
     report = "\n".join(lines)
     if args.profile:
         for engine in ("fast", "reference"):

@@ -278,12 +278,17 @@ def _load_cached(path: str) -> Profile:
     return Profile.load(path)
 
 
-def load_profile(path: str | Path | None = None) -> Profile:
+def load_profile(path: str | Path | None = None, shared: bool = False) -> Profile:
     """A profile from `path`, or the shipped default; falls back to datasheet-only for the
-    default when no measured profile ships (then every component is `datasheet`)."""
+    default when no measured profile ships (then every component is `datasheet`).
+
+    A copy of the one read from disk, which the caller may change (calibration does);
+    `shared=True` gives that one itself, for readers that never change it (the simulator and
+    the cost model: a deep copy costs a millisecond or more per run, on every sweep point)."""
     if path is not None:
-        return _load_cached(str(Path(path).resolve())).model_copy(deep=True)
-    default = default_profile_path()
-    if default.is_file():
-        return _load_cached(str(default)).model_copy(deep=True)
-    return Profile(name="datasheet-H200", hardware="H200")
+        found = _load_cached(str(Path(path).resolve()))
+    elif default_profile_path().is_file():
+        found = _load_cached(str(default_profile_path()))
+    else:
+        return Profile(name="datasheet-H200", hardware="H200")
+    return found if shared else found.model_copy(deep=True)

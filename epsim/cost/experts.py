@@ -174,6 +174,25 @@ def even_row_tiles(pairs: np.ndarray, active: np.ndarray) -> np.ndarray:
     return active * np.ceil(per / TILE_M)
 
 
+def even_experts_us(pairs: np.ndarray, active: np.ndarray, gemm: ExpertGemm,
+                    params: dict[str, float]) -> np.ndarray:
+    """[...] `experts_us` at `even_row_tiles` (the simulator's expected loads; `[..., ranks]`
+    in, last axis reduced).
+
+    Where every rank has the same active experts (a loaded batch: all of them), a rank's time
+    grows with its pairs alone -- its tiles `a ceil(p / a / TILE_M)`, its memory, the math
+    (positive factors, `ceil`, a non-negative `wave_us`) and their roofline; rounding keeps
+    the order -- so the busiest rank's pairs give the slowest rank's time: the same bits from
+    one rank's terms instead of every rank's (the engines' hot path)."""
+    pairs = np.asarray(pairs, dtype=np.float64)
+    active = np.asarray(active, dtype=np.float64)
+    if (pairs.shape[-1] > 1 and active.shape == pairs.shape and params.get("wave_us", 0.0) >= 0
+            and params["tflops"] > 0 and params["hbm_gbps"] > 0
+            and active.min() == active.max()):
+        pairs, active = pairs.max(axis=-1, keepdims=True), active[..., :1]
+    return experts_us(pairs, active, even_row_tiles(pairs, active), gemm, params)
+
+
 def model_gemm(model, gpu: str) -> ExpertGemm:
     """The routed experts' `ExpertGemm` of a `ModelSpec` on a zoo GPU."""
     return ExpertGemm(model.hidden_size, model.moe_intermediate_size, model.expert_bytes,

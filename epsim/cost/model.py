@@ -26,7 +26,7 @@ from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (collective_defaults, collective_us, combine_bytes_per_copy,
                              comm_defaults, comm_us, dedup_for, l2_bytes,
                              dispatch_bytes_per_copy)
-from epsim.cost.experts import (dense_gemm, dense_us, even_row_tiles, experts_defaults, experts_us,
+from epsim.cost.experts import (dense_gemm, dense_us, even_experts_us, experts_defaults,
                                 model_gemm)
 from epsim.cost.flash import DecodeKernel, attention_kernel_defaults
 from epsim.cost.tables import PlacementTables
@@ -219,7 +219,7 @@ class CostModel:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
                  profile: Profile | None = None, time_mode: str = "auto"):
         self.model, self.cluster, self.deployment = model, cluster, deployment
-        self.profile = profile if profile is not None else load_profile()
+        self.profile = profile if profile is not None else load_profile(shared=True)
         hw = cluster.hardware
         self.num_ranks = deployment.ep_size
         self.ranks_per_node = ranks_per_node(self.num_ranks, cluster.gpus_per_node_resolved)
@@ -431,9 +431,8 @@ class CostModel:
         m = self.model
         experts_params = self.graph_experts_params if graph else self.experts_params
         comm_params = self.graph_comm_params if graph else self.comm_params
-        expert = experts_us(tr.pairs, tr.active_experts,
-                            even_row_tiles(tr.pairs, tr.active_experts), self.gemm,
-                            experts_params) + self.host_us("experts", "", graph)
+        expert = even_experts_us(tr.pairs, tr.active_experts, self.gemm,
+                                 experts_params) + self.host_us("experts", "", graph)
         own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
         block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
                              self.block_ops_params[not graph],

@@ -303,8 +303,12 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
     else:
         links = _deduplicated_copies_per_source(pi, tokens, tables, dedup, max_nodes)
     f = fraction
-    nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies = (x * f for x in links)
-    return Traffic(pairs * f, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
+    # the pair copies come as fresh contiguous arrays, which times 1 would only copy; the
+    # deduplicated ones partly as transposed views, which it makes contiguous
+    if f != 1.0 or dedup != "pair":
+        links, pairs = tuple(x * f for x in links), pairs * f
+    nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies = links
+    return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
                    num_tokens * f, dedup, multi_node, f, hottest)
 
 

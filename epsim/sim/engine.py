@@ -91,7 +91,7 @@ class Simulation:
         self.progress = progress
         m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
         self.profile = profile if profile is not None else load_profile(
-            scenario.resolve_path(scenario.profile) if scenario.profile else None)
+            scenario.resolve_path(scenario.profile) if scenario.profile else None, shared=True)
         self.env = simpy.Environment()
         self.cost_model = CostModel(m, c, d, self.profile)
         self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=self.seed,

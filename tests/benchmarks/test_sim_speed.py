@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,9 +36,30 @@ def test_against_times_both_checkouts_run_by_run():
 
 def test_bad_arguments_stop_before_any_timing(tmp_path):
     """A wrong `--against` or `--repeats` is named on one line, exit 2, before minutes of runs."""
-    for args, field in ((["--against", str(tmp_path)], "--against"), (["--repeats", "0"], "--repeats")):
+    for args, field in ((["--against", str(tmp_path)], "--against"), (["--repeats", "0"], "--repeats"),
+                        (["--instructions"], "--instructions")):
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_speed.py"), *args],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2
         assert done.stderr.strip().splitlines()[-1].startswith(f"sim_speed.py: error: {field} (")
         assert not done.stdout
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_instruction_counts_of_one_checkout_against_itself_agree():
+    """`--instructions` counts one warm run per checkout under callgrind: the same checkout
+    twice gives the same count, so a ratio away from 1 is the code's doing, not the machine's."""
+    sim_speed = _sim_speed()
+    scenario = ROOT / "scenarios" / "qwen235b_pd_fleet.yaml"          # a short run
+    rows = sim_speed.instruction_rows({"then": ROOT, "now": ROOT}, [scenario])
+    name, steps, then_k, now_k, ratio = [c.strip().strip("*`") for c in rows[0].strip("|").split("|")]
+    assert name == scenario.stem and int(steps) > 0 and float(then_k) > 0
+    assert then_k == now_k and ratio == "1.00"
+
+
+def test_a_neighbouring_batch_shape_moves_the_moe_time_beyond_the_draws_spread():
+    """The recorded reason an unsaturated step prices its own pool: the MoE time at the batch
+    a few steps later differs from the step's own by more than the draw-to-draw spread."""
+    rows = _sim_speed().shape_effect_rows()
+    ratios = [float(r.strip("|").split("|")[-1]) for r in rows]
+    assert len(rows) >= 8 and sum(r > 1.0 for r in ratios) > len(rows) / 2

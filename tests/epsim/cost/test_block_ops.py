@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from epsim.cost.block_ops import (BLOCK_SORT_KEYS, PARTS, block_ops_defaults, block_ops_features,
-                                  block_ops_us, block_ops_work)
+from epsim.cost.block_ops import (BLOCK_SORT_KEYS, PARTS, SMALL_SORT_KEYS, block_ops_defaults,
+                                  block_ops_features, block_ops_us, block_ops_work)
 from epsim.cost.linear import BLOCK_OPS_TERMS
 from epsim.zoo import get_hardware
 
@@ -32,20 +32,25 @@ def test_parts_add_up_and_the_slowest_rank_sets_the_pace():
 
 
 
-@pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",)])
+@pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",),
+                                   ("permute", "combine_weighting")])
 def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts):
-    """`block_ops_us` on tokens per rank (the engines' path: their terms once per rank) is
-    `block_ops_us` on tokens broadcast over draws and layers, to the last bit."""
-    tokens = rng.integers(0, 600, 16).astype(np.float64) * 0.5          # [ranks], some idle
-    tokens[[3, 7]] = 0.0
+    """`block_ops_us` on tokens per rank (the engines' path: their terms once per rank; for a
+    full batch, every rank's tokens alike, the busiest rank's pairs alone) is `block_ops_us` on
+    tokens broadcast over draws and layers, to the last bit, across the sort steps' key counts."""
+    varied = rng.integers(0, 600, 16).astype(np.float64) * 0.5          # [ranks], some idle
+    varied[[3, 7]] = 0.0
     pairs = rng.random((3, 5, 16)) * rng.choice([10.0, 300.0, 9000.0], size=(3, 5, 16))
     pairs[0, 0, :4] = 0.0                                              # [draws, layers, ranks]
-    for params in (block_ops_defaults(H200), {**block_ops_defaults(H200), "tflops": 0.5,
-                                               "sort_block_us": 3.0, "sort_device_us": 7.0}):
-        want = block_ops_us(np.broadcast_to(tokens, pairs.shape), pairs, 4096, 128, 8, params, parts)
-        got = block_ops_us(tokens, pairs, 4096, 128, 8, params, parts)
-        assert got.shape == want.shape == (3, 5)
-        assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    pairs[1, 0, :3] = [SMALL_SORT_KEYS, SMALL_SORT_KEYS + 1, BLOCK_SORT_KEYS]
+    for tokens in (varied, np.full(16, 128.0)):
+        for params in (block_ops_defaults(H200), {**block_ops_defaults(H200), "tflops": 0.5,
+                                                   "sort_block_us": 3.0, "sort_device_us": 7.0}):
+            want = block_ops_us(np.broadcast_to(tokens, pairs.shape), pairs, 4096, 128, 8, params,
+                                parts)
+            got = block_ops_us(tokens, pairs, 4096, 128, 8, params, parts)
+            assert got.shape == want.shape == (3, 5)
+            assert np.array_equal(got.view(np.int64), want.view(np.int64))
 
 
 @pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",),

@@ -14,13 +14,13 @@ from epsim.cost import CostModel, ProfileHardwareWarning, build_tables, contiguo
 from epsim.cost.attention import BatchCounts
 from epsim.cost.comm import (collective_features, collective_us, comm_defaults, comm_features,
                              comm_us, dedup_for, dispatch_bytes_per_copy)
-from epsim.cost.experts import (TILE_M, TILE_N, ExpertGemm, even_row_tiles, experts_features,
-                                experts_us, row_tiles)
+from epsim.cost.experts import (TILE_M, TILE_N, ExpertGemm, even_experts_us, even_row_tiles,
+                                experts_features, experts_us, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.cost.traffic import Traffic, count_traffic
 from epsim.errors import ProfileError, RecordError, SpecError
-from epsim.profile import Component, Profile
+from epsim.profile import Component, Profile, load_profile
 from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
@@ -169,6 +169,39 @@ def test_experts_design_row_equals_model(rng):
     np.testing.assert_allclose(rows @ EXPERT_TERMS.coefficients(params),
                                experts_us(pairs, active, tiles, gemm, params))
     assert EXPERT_TERMS.params_from(EXPERT_TERMS.coefficients(params)) == pytest.approx(params)
+
+
+@pytest.mark.parametrize("params", [
+    {"base_us": 5.0, "per_expert_us": 0.5, "hbm_gbps": 3000.0, "tflops": 500.0, "wave_us": 0.2},
+    {"base_us": 38.3, "per_expert_us": 0.0245, "hbm_gbps": 2911.3, "tflops": 619.6, "wave_us": 1.09},
+    {"base_us": 8.0, "per_expert_us": 0.0, "hbm_gbps": 4800.0, "tflops": 989.0, "wave_us": 0.0},
+    {"base_us": 8.0, "per_expert_us": 1.0, "hbm_gbps": 4800.0, "tflops": 989.0, "wave_us": -0.1}])
+def test_even_experts_us_is_every_ranks_time_at_the_slowest_rank_to_the_bit(rng, params):
+    """The engines' `even_experts_us` reduces over ranks first where every rank has the same
+    active experts; it gives the bits of `experts_us` over every rank's even-split tiles, on
+    both bound sides, tile edges and idle ranks, and forms every rank's time otherwise."""
+    gemm = ExpertGemm(4096, 1536, 3 * 4096 * 1536 * 2.0)
+    pairs = rng.random((3, 94, 64)) * rng.choice([1.0, 60.0, 900.0, 20000.0], size=(3, 94, 1))
+    pairs[0, :4] = np.round(pairs[0, :4] / TILE_M) * TILE_M * 2     # on tile edges
+    pairs[1, 0] = 0.0                                            # no tokens in a layer
+    for active in (np.full(pairs.shape, 2.0), np.where(pairs > 0, 2.0, 0.0),
+                   rng.integers(0, 3, pairs.shape).astype(float)):
+        want = experts_us(pairs, active, even_row_tiles(pairs, active), gemm, params)
+        got = even_experts_us(pairs, active, gemm, params)
+        assert got.shape == want.shape == (3, 94)
+        assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
+def test_a_loaded_profile_is_the_callers_to_change_unless_shared():
+    """Calibration changes the profile it loads; the simulator and the cost model only read
+    theirs, and share the one read from disk instead of copying it per run."""
+    mine = load_profile()
+    assert mine.components and mine is not load_profile()
+    mine.components.clear()                                 # a caller's change stays its own
+    assert load_profile().components and load_profile(shared=True).components
+    assert load_profile(shared=True) is load_profile(shared=True)
+    assert CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200", gpus_per_node=8),
+                     DeploymentSpec(ep_size=8)).profile is load_profile(shared=True)
 
 
 def test_ring_collective():
