@@ -246,7 +246,7 @@ def shape_effect_rows(name: str = "elastic_ep64_failure", num_draws: int = 64) -
 
     CostModel.moe = spy
     try:
-        with warnings.catch_warnings():       # its profile's extrapolation, said in the run's own
+        with warnings.catch_warnings():       # the profile's extrapolation: the timed runs say it
             warnings.simplefilter("ignore")
             sim = Simulation(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
             sim.run()
