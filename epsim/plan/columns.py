@@ -10,7 +10,6 @@ dtype, KV cache for `max_running_requests` requests at mean input + output lengt
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any
 
 from epsim.spec.workload import STEADY
@@ -104,13 +103,8 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     from epsim.plan.screen import initial_running_per_rank
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
-    return initial_running_per_rank(scenario, _profile(profile_path))
-
-
-@lru_cache(maxsize=8)
-def _profile(path: str | None):
     from epsim.profile import load_profile
-    return load_profile(path)
+    return initial_running_per_rank(scenario, load_profile(profile_path, shared=True))
 
 
 def derived_columns(scenario, profile_path: str | None = None) -> dict[str, float]:

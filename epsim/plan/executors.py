@@ -55,7 +55,7 @@ def run_point(task: PointTask) -> dict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            profile = load_profile(task.profile_path) if task.profile_path else None
+            profile = load_profile(task.profile_path, shared=True) if task.profile_path else None
             result = simulate(task.scenario, profile=profile)
         except EpsimError as exc:
             return {"error": " ".join(str(exc).split())}

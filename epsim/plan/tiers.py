@@ -14,7 +14,6 @@ screened-only rows keep their `screen.*` columns and NaN simulation metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -47,23 +46,19 @@ class ScreenTask:
     items: list
 
 
-@lru_cache(maxsize=8)
-def _profile(path: str | None):
-    from epsim.profile import load_profile
-    return load_profile(path)
-
-
 def screen_chunk(task: ScreenTask) -> dict:
     """Screen every point of a chunk: `{"results": [{"metrics": {...}} | {"error": msg}]}`."""
     import warnings
 
     from epsim.plan.screen import screen_metrics
+    from epsim.profile import load_profile
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")          # the simulation tier reports warnings
         for scenario, profile_path in task.items:
             try:
-                out.append({"metrics": screen_metrics(scenario, _profile(profile_path))})
+                profile = load_profile(profile_path, shared=True)   # read, never changed
+                out.append({"metrics": screen_metrics(scenario, profile)})
             except EpsimError as exc:
                 out.append({"error": str(exc)})
     return {"results": out}
