@@ -399,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", f"## Instructions, against commit {then}", "",
                   "Machine instructions of one warm fast-engine run in each checkout "
                   "(valgrind's callgrind, two runs less one: imports and first-run work drop out): "
-                  "the same on a busy machine as on an idle one, so a change's effect shows "
-                  "where the timings above are within their noise. Fewer instructions need not "
+                  "the same to a fraction of a percent on a busy machine as on an idle one "
+                  "(addresses and collection moments still vary a little), so a change's effect "
+                  "shows where the timings above are within their noise. Fewer instructions need not "
                   "mean proportionally less time (memory stalls count for nothing here).", "",
                   "| scenario | steps | then k instructions/step | now k instructions/step | "
                   "then / now |", "|---|---:|---:|---:|---:|"]

@@ -48,13 +48,14 @@ def test_bad_arguments_stop_before_any_timing(tmp_path):
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_instruction_counts_of_one_checkout_against_itself_agree():
     """`--instructions` counts one warm run per checkout under callgrind: the same checkout
-    twice gives the same count, so a ratio away from 1 is the code's doing, not the machine's."""
+    twice gives the same count to well under a percent (object addresses, which some dicts
+    hash, still vary between processes), so a ratio away from 1 is the code's doing."""
     sim_speed = _sim_speed()
     scenario = ROOT / "scenarios" / "qwen235b_pd_fleet.yaml"          # a short run
     rows = sim_speed.instruction_rows({"then": ROOT, "now": ROOT}, [scenario])
     name, steps, then_k, now_k, ratio = [c.strip().strip("*`") for c in rows[0].strip("|").split("|")]
     assert name == scenario.stem and int(steps) > 0 and float(then_k) > 0
-    assert then_k == now_k and ratio == "1.00"
+    assert abs(float(then_k) / float(now_k) - 1.0) < 0.003 and ratio == "1.00"
 
 
 def test_a_neighbouring_batch_shape_moves_the_moe_time_beyond_the_draws_spread():
