@@ -6,6 +6,7 @@ on one core, and wall time as EP size (8 -> 128) and layer count (24 -> 94) grow
     python benchmarks/sim_speed.py --write         # also record benchmarks/results/sim_speed.md
     git worktree add /tmp/then <commit>
     python benchmarks/sim_speed.py --against /tmp/then   # also: this fast engine against that one
+    python benchmarks/sim_speed.py --speculation   # only: how far ahead unsaturated batches are known
 
 Everything runs in this one single-threaded process (one BLAS thread; `--pin` also pins it
 to one CPU), so the numbers are ratios measured side by side. Each configuration runs
@@ -277,6 +278,49 @@ def shape_effect_rows(name: str = "elastic_ep64_failure", num_draws: int = 64) -
     return rows
 
 
+SPECULATION_CAP = 32      # steps ahead a speculation is followed, at most
+
+
+def speculation_depths(name: str = "elastic_ep64_failure") -> np.ndarray:
+    """How far an unsaturated run's batches are known ahead, a bound for leaping them: from each
+    step k (k >= 1, with `SPECULATION_CAP` steps after it), guess that each next step lasts as
+    long as step k - 1 and count the steps until an arrival falls between a guessed step start
+    and the actual one. Until then every step admits the requests it actually admits (admission
+    reads which requests have arrived and the batch), so its batch is known: a lower bound on
+    how many steps such a guess holds.
+
+    Returns:
+        [steps - 1 - SPECULATION_CAP] int, steps each speculation holds (at most the cap).
+    """
+    from epsim.sim import simulate
+    from epsim.spec import load_scenario
+    with warnings.catch_warnings():           # the profile's extrapolation: the timed runs say it
+        warnings.simplefilter("ignore")
+        result = simulate(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
+    start_s = result.steps["start_us"] * 1e-6
+    step_s = result.steps["step_us"] * 1e-6
+    arrivals = np.sort(np.asarray(result.arrival_s)[~np.asarray(result.is_initial)])
+    ahead = np.arange(1, SPECULATION_CAP + 1)
+    depths = []
+    for k in range(1, start_s.shape[0] - SPECULATION_CAP):
+        guessed = start_s[k] + ahead * step_s[k - 1]
+        actual = start_s[k + ahead]                  # (stalls between steps count as actual)
+        lo, hi = np.minimum(guessed, actual), np.maximum(guessed, actual)
+        crossed = np.searchsorted(arrivals, hi, "right") > np.searchsorted(arrivals, lo, "right")
+        depths.append(int(np.argmax(crossed)) if crossed.any() else SPECULATION_CAP)
+    return np.asarray(depths, dtype=np.int64)
+
+
+def speculation_line(name: str = "elastic_ep64_failure") -> str:
+    depths = speculation_depths(name)
+    if depths.shape[0] == 0:
+        return f"{name}: {SPECULATION_CAP + 1} steps or fewer, nothing to speculate over"
+    return (f"{name}: guessing each next step as long as the one before holds the batches of "
+            f"{depths.mean():.1f} steps on average (median {np.median(depths):.0f}, 10th "
+            f"percentile {np.percentile(depths, 10):.0f}, >= 4 steps {np.mean(depths >= 4):.0%}; "
+            f"{depths.shape[0]} speculations, at most {SPECULATION_CAP} steps each)")
+
+
 def engine_row(label: str, row: dict[str, dict]) -> str:
     ref, fast = row["reference"], row["fast"]
     return (f"| {label} | {ref['steps']} | {ref['step_ms']:.2f} / {fast['step_ms']:.2f} | "
@@ -326,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instructions", action="store_true",
                         help="with --against: also count both checkouts' instructions per run "
                              "under valgrind (minutes; independent of the machine's load)")
+    parser.add_argument("--speculation", metavar="SCENARIO", nargs="?",
+                        const="elastic_ep64_failure",
+                        help="only print how many steps ahead an unsaturated run's batches are "
+                             "known (a bound for leaping them; default elastic_ep64_failure)")
     parser.add_argument("--pin", action="store_true",
                         help="pin to one CPU (on a shared machine the OS may do better unpinned)")
     args = parser.parse_args(argv)
@@ -337,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.instructions and (args.against is None or shutil.which("valgrind") is None):
         missing = "no --against" if args.against is None else "no valgrind on PATH"
         parser.error(f"--instructions ({missing}) needs --against CHECKOUT and valgrind on PATH")
+    if args.speculation is not None:
+        if not (ROOT / "scenarios" / f"{args.speculation}.yaml").is_file():
+            parser.error(f"--speculation ({args.speculation}) must name a scenario in "
+                         f"{ROOT / 'scenarios'} (without .yaml)")
+        print(speculation_line(args.speculation))
+        return 0
     pinned = one_core(args.pin)
 
     from epsim.spec import load_scenario

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +36,11 @@ def test_against_times_both_checkouts_run_by_run():
 
 
 def test_bad_arguments_stop_before_any_timing(tmp_path):
-    """A wrong `--against` or `--repeats` is named on one line, exit 2, before minutes of runs."""
+    """A wrong `--against`, `--repeats`, `--instructions` or `--speculation` is named on one
+    line, exit 2, before minutes of runs."""
     for args, field in ((["--against", str(tmp_path)], "--against"), (["--repeats", "0"], "--repeats"),
-                        (["--instructions"], "--instructions")):
+                        (["--instructions"], "--instructions"),
+                        (["--speculation", "no_such_scenario"], "--speculation")):
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_speed.py"), *args],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2
@@ -64,3 +67,32 @@ def test_a_neighbouring_batch_shape_moves_the_moe_time_beyond_the_draws_spread()
     rows = _sim_speed().shape_effect_rows()
     ratios = [float(r.strip("|").split("|")[-1]) for r in rows]
     assert len(rows) >= 8 and sum(r > 1.0 for r in ratios) > len(rows) / 2
+
+
+def test_speculation_depths_match_a_step_by_step_count():
+    """`--speculation`: from each step, the steps until an arrival falls between a guessed step
+    start (each step as long as the one before the first) and the actual one, as a plain loop
+    over steps counts them; the same seed gives the same depths."""
+    from epsim.sim import simulate
+    from epsim.spec import load_scenario
+    sim_speed = _sim_speed()
+    name = "qwen30b_ep_backend"                     # a short run with arrivals
+    depths = sim_speed.speculation_depths(name)
+    result = simulate(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
+    start = result.steps["start_us"] * 1e-6
+    step = result.steps["step_us"] * 1e-6
+    arrivals = [t for t, initial in zip(result.arrival_s, result.is_initial) if not initial]
+    cap = sim_speed.SPECULATION_CAP
+    expected = []
+    for k in range(1, len(start) - cap):
+        held = 0
+        while held < cap:
+            guessed, actual = start[k] + (held + 1) * step[k - 1], start[k + held + 1]
+            lo, hi = min(guessed, actual), max(guessed, actual)
+            if any(lo < t <= hi for t in arrivals):
+                break
+            held += 1
+        expected.append(held)
+    assert depths.tolist() == expected
+    assert 0 < depths.mean() < cap and depths.min() < depths.max()     # neither trivial end
+    assert np.array_equal(sim_speed.speculation_depths(name), depths)
