@@ -17,7 +17,8 @@ fallen inside the next run's time). `--against` runs both checkouts' fast engine
 two worker processes taking turns run by run, so a change's speed-up is measured with the
 machine in the same state for both. `--instructions` (with `--against`) also counts the
 machine instructions of one warm fast-engine run in each checkout under valgrind's callgrind:
-a count that does not move with the machine's load, for changes smaller than its noise.
+a count that does not move with the machine's load, for changes smaller than its noise. The
+scenario that misses its target, `elastic_ep64_failure`, is also timed stage by stage (`STAGES`).
 """
 
 from __future__ import annotations
@@ -278,6 +279,89 @@ def shape_effect_rows(name: str = "elastic_ep64_failure", num_draws: int = 64) -
     return rows
 
 
+# the stages of a step timed by `stage_rows`: (label, module, class or None, function); none
+# calls another, so their times add up (the rest is the event loop, metrics and bookkeeping)
+STAGES = (
+    ("MoE loads drawn (a pool's draws)", "epsim.routing.skew", "SkewModel", "loads_block"),
+    ("MoE priced (traffic, experts, dispatch / combine)", "epsim.cost.model", "CostModel", "moe"),
+    ("observers' fresh loads (EPLB's window)", "epsim.sim.stepper", "PoolStepper", "take"),
+    ("rest of the step priced (attention, dense, overhead)", "epsim.cost.model", "CostModel",
+     "step"),
+    ("scheduler: admit and pick", "epsim.sim.batching", "Scheduler", "plan"),
+    ("scheduler: commit tokens and finishes", "epsim.sim.batching", "Scheduler", "commit"),
+    ("EPLB: window and rebalances", "epsim.sim.eplb_process", "EPLBManager", "on_step"),
+)
+MOE_STAGES = 3            # the first three: what a step's MoE layers cost the engine
+
+
+def stage_times(name: str = "elastic_ep64_failure", repeats: int = 3) -> tuple[float, int, float, list[float]]:
+    """Where a fast-engine step's wall time goes: each of `STAGES` timed around its calls (a
+    perf_counter pair per call, ~1 us against the ~1 ms steps timed here), in the run of
+    `repeats` whose total was least.
+
+    Returns:
+        (total wall s, steps, simulated s, [stages] wall s).
+    """
+    import importlib
+
+    from epsim.sim import Simulation
+    from epsim.spec import load_scenario
+    spent = [0.0] * len(STAGES)
+    originals = []
+
+    def timed(index: int, function):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[index] += time.perf_counter() - start
+        return call
+
+    for index, (_, module, owner, attr) in enumerate(STAGES):
+        holder = getattr(importlib.import_module(module), owner)
+        originals.append((holder, attr, getattr(holder, attr)))
+        setattr(holder, attr, timed(index, originals[-1][2]))
+    scenario = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+    best = None
+    try:
+        with warnings.catch_warnings():       # the profile's extrapolation: the timed runs say it
+            warnings.simplefilter("ignore")
+            for _ in range(repeats):
+                spent[:] = [0.0] * len(STAGES)
+                sim = result = None
+                gc.collect()
+                start = time.perf_counter()
+                sim = Simulation(scenario, engine="fast")
+                result = sim.run()
+                wall = time.perf_counter() - start
+                if best is None or wall < best[0]:
+                    best = (wall, int(result.steps["step_us"].shape[0]), result.duration_s,
+                            list(spent))
+    finally:
+        for holder, attr, function in originals:
+            setattr(holder, attr, function)
+    return best
+
+
+def stage_rows(name: str = "elastic_ep64_failure", repeats: int = 3) -> tuple[list[str], str]:
+    """`stage_times` as table rows (us per step, share) and the bound they set: the speed the
+    run would reach if its MoE layers (`MOE_STAGES`) cost nothing and the rest stayed."""
+    wall_s, steps, sim_s, spent = stage_times(name, repeats)
+    rows = [f"| {label} | {t / steps * 1e6:.0f} | {t / wall_s:.0%} |"
+            for (label, *_), t in zip(STAGES, spent)]
+    rest = wall_s - sum(spent)
+    rows.append(f"| the rest: SimPy, metrics, failures, setup | {rest / steps * 1e6:.0f} | "
+                f"{rest / wall_s:.0%} |")
+    rows.append(f"| **whole run** | **{wall_s / steps * 1e6:.0f}** | 100% |")
+    without = wall_s - sum(spent[:MOE_STAGES])
+    bound = (f"{steps} steps, {sim_s:.0f} simulated s in {wall_s:.3f} wall s: {sim_s / wall_s:.0f}x "
+             f"real time (timers included). With its MoE layers free (the first "
+             f"{MOE_STAGES} rows) the rest alone would take {without / steps * 1e6:.0f} us per "
+             f"step: {sim_s / without:.0f}x, against the {TARGETS['EPLB']:.0f}x target.")
+    return rows, bound
+
+
 SPECULATION_CAP = 32      # steps ahead a speculation is followed, at most
 
 
@@ -474,6 +558,12 @@ def main(argv: list[str] | None = None) -> int:
               "| step | later | tokens | per-rank tokens moved | MoE ms (mean) | draw sd us | "
               "shift us | shift / sd |", "|---:|---:|---|---:|---:|---:|---:|---:|",
               *shape_effect_rows()]
+    stages, bound = stage_rows(repeats=args.repeats)
+    lines += ["", "## Where an unsaturated step's time goes (`elastic_ep64_failure`, fast engine)",
+              "", "Each stage timed around its calls in one run (the least of "
+              f"{args.repeats} by total), wall time per step: the profile of the scenario that "
+              "misses its target. " + bound, "",
+              "| stage | wall us/step | share |", "|---|---:|---:|", *stages]
     report = "\n".join(lines)
     if args.profile:
         for engine in ("fast", "reference"):

@@ -81,7 +81,10 @@ def moe_draws(cost_model: CostModel, skew: SkewModel, rng: np.random.Generator,
     num_tokens = int(round(float(tokens.sum())))
     fraction = 0.5 if cost_model.deployment.enable_two_batch_overlap else 1.0
     loads = skew.loads_block(num_draws, num_tokens, rng, t_s, step)
-    m = cost_model.moe(loads, tokens, tables, batch.phase, fraction, cost_model.uses_graph(batch))
+    graph = cost_model.uses_graph(batch)
+    if num_draws == 1:     # (most pools of an unsaturated run) no draws axis to price or split off
+        return loads, [cost_model.moe(loads[0], tokens, tables, batch.phase, fraction, graph)]
+    m = cost_model.moe(loads, tokens, tables, batch.phase, fraction, graph)
     rows = [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i], traffic_at(m.traffic, i),
                     m.mode, m.sync_us,
                     m.network_us[i] if np.ndim(m.network_us) else m.network_us,

@@ -96,3 +96,16 @@ def test_speculation_depths_match_a_step_by_step_count():
     assert depths.tolist() == expected
     assert 0 < depths.mean() < cap and depths.min() < depths.max()     # neither trivial end
     assert np.array_equal(sim_speed.speculation_depths(name), depths)
+
+
+def test_stage_times_add_up_within_the_run_and_leave_the_engine_as_it_was():
+    """The recorded stage breakdown: every stage is timed in a run with EPLB on, the stages
+    (none calls another) add up to less than the whole run, and the timers are gone after."""
+    import importlib
+    sim_speed = _sim_speed()
+    wall_s, steps, sim_s, spent = sim_speed.stage_times("redundant_experts", repeats=1)
+    assert steps > 0 and sim_s > 0 and len(spent) == len(sim_speed.STAGES)
+    assert all(t > 0 for t in spent) and sum(spent) < wall_s
+    for _, module, owner, attr in sim_speed.STAGES:
+        function = getattr(getattr(importlib.import_module(module), owner), attr)
+        assert function.__qualname__ == f"{owner}.{attr}"

@@ -129,3 +129,37 @@ def test_a_passive_observer_changes_nothing():
     watched = summarize(sim.run())
     assert watched["throughput_tokens_per_s_per_gpu"] == plain["throughput_tokens_per_s_per_gpu"]
     assert watched["tpot_ms"] == plain["tpot_ms"]
+
+
+@pytest.mark.parametrize("name", ["eplb_redundancy_32gpu", "deepseek_v3_decode", "qwen30b_ep_backend"])
+def test_a_pool_of_one_draw_prices_it_as_a_block_of_one(name):
+    """`moe_draws` prices a lone draw without its draws axis: the bits of the block's row (per-
+    source replica maps, two-batch overlap, one node), the generator left where the block
+    leaves it."""
+    from pathlib import Path
+
+    import epsim
+    from epsim.cost.traffic import traffic_at
+    from epsim.sim.stepper import moe_draws
+
+    root = Path(__file__).resolve().parents[3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulation(epsim.load_scenario(root / "scenarios" / f"{name}.yaml"), engine="fast")
+        batch = sim.scheduler.plan(0.0).batch
+        cost_model, tables = sim.cost_model, sim.placement.tables
+        rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+        loads, (lone,) = moe_draws(cost_model, sim.skew, rng_a, tables, batch, 1)
+        block = cost_model.moe(loads, cost_model.ep_tokens(batch), tables, batch.phase,
+                               0.5 if cost_model.deployment.enable_two_batch_overlap else 1.0,
+                               cost_model.uses_graph(batch))
+    sim.skew.loads_block(1, int(round(float(cost_model.ep_tokens(batch).sum()))), rng_b)
+    assert rng_a.bit_generator.state == rng_b.bit_generator.state
+    for field in ("dispatch_us", "experts_us", "combine_us", "network_us", "block_ops_us"):
+        row = getattr(block, field)
+        np.testing.assert_array_equal(getattr(lone, field), row[0] if np.ndim(row) else row,
+                                      err_msg=field)
+    for field in ("pairs", "active_experts", "nvl_send", "nvl_recv", "rdma_send", "rdma_recv",
+                  "self_copies", "max_slot_pairs"):
+        np.testing.assert_array_equal(getattr(lone.traffic, field),
+                                      getattr(traffic_at(block.traffic, 0), field), err_msg=field)
