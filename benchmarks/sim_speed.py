@@ -308,14 +308,20 @@ def stage_times(name: str = "elastic_ep64_failure", repeats: int = 3) -> tuple[f
     from epsim.spec import load_scenario
     spent = [0.0] * len(STAGES)
     originals = []
+    running: list[int] = []             # the stage being timed (none may run inside another)
 
     def timed(index: int, function):
         def call(*args, **kwargs):
+            if running:
+                raise RuntimeError(f"stage {STAGES[index][3]} runs inside stage "
+                                   f"{STAGES[running[-1]][3]}: its time would count twice")
+            running.append(index)
             start = time.perf_counter()
             try:
                 return function(*args, **kwargs)
             finally:
                 spent[index] += time.perf_counter() - start
+                running.pop()
         return call
 
     for index, (_, module, owner, attr) in enumerate(STAGES):

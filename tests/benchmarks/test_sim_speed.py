@@ -99,13 +99,26 @@ def test_speculation_depths_match_a_step_by_step_count():
 
 
 def test_stage_times_add_up_within_the_run_and_leave_the_engine_as_it_was():
-    """The recorded stage breakdown: every stage is timed in a run with EPLB on, the stages
-    (none calls another) add up to less than the whole run, and the timers are gone after."""
+    """The recorded stage breakdown: every stage is timed in a run with EPLB on, none inside
+    another (`stage_times` stops if one is), so they add up to less than the whole run, and
+    the timers are gone after."""
     import importlib
     sim_speed = _sim_speed()
     wall_s, steps, sim_s, spent = sim_speed.stage_times("redundant_experts", repeats=1)
     assert steps > 0 and sim_s > 0 and len(spent) == len(sim_speed.STAGES)
     assert all(t > 0 for t in spent) and sum(spent) < wall_s
+    for _, module, owner, attr in sim_speed.STAGES:
+        function = getattr(getattr(importlib.import_module(module), owner), attr)
+        assert function.__qualname__ == f"{owner}.{attr}"
+
+
+def test_a_stage_inside_another_stops_the_timing_and_the_timers_still_go():
+    import importlib
+    sim_speed = _sim_speed()
+    sim_speed.STAGES = (("a step priced", "epsim.sim.stepper", "PoolStepper", "price"),
+                        ("its non-MoE part", "epsim.cost.model", "CostModel", "step"))
+    with pytest.raises(RuntimeError, match="stage step runs inside stage price"):
+        sim_speed.stage_times("qwen30b_ep_backend", repeats=1)
     for _, module, owner, attr in sim_speed.STAGES:
         function = getattr(getattr(importlib.import_module(module), owner), attr)
         assert function.__qualname__ == f"{owner}.{attr}"
