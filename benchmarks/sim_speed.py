@@ -294,7 +294,8 @@ STAGES = (
 MOE_STAGES = 3            # the first three: what a step's MoE layers cost the engine
 
 
-def stage_times(name: str = "elastic_ep64_failure", repeats: int = 3) -> tuple[float, int, float, list[float]]:
+def stage_times(name: str = "elastic_ep64_failure",
+                repeats: int = 3) -> tuple[float, int, float, list[float]]:
     """Where a fast-engine step's wall time goes: each of `STAGES` timed around its calls (a
     perf_counter pair per call, ~1 us against the ~1 ms steps timed here), in the run of
     `repeats` whose total was least.
@@ -361,11 +362,52 @@ def stage_rows(name: str = "elastic_ep64_failure", repeats: int = 3) -> tuple[li
                 f"{rest / wall_s:.0%} |")
     rows.append(f"| **whole run** | **{wall_s / steps * 1e6:.0f}** | 100% |")
     without = wall_s - sum(spent[:MOE_STAGES])
-    bound = (f"{steps} steps, {sim_s:.0f} simulated s in {wall_s:.3f} wall s: {sim_s / wall_s:.0f}x "
+    bound = (f"{steps} steps, {sim_s:.0f} simulated s in {wall_s:.3f} wall s: "
+             f"{sim_s / wall_s:.0f}x "
              f"real time (timers included). With its MoE layers free (the first "
              f"{MOE_STAGES} rows) the rest alone would take {without / steps * 1e6:.0f} us per "
              f"step: {sim_s / without:.0f}x, against the {TARGETS['EPLB']:.0f}x target.")
     return rows, bound
+
+
+BLOCK_DRAWS = (1, 2, 4, 8, 16)    # draws priced in one `CostModel.moe` call (`block_rows`)
+
+
+def block_rows(name: str = "elastic_ep64_failure", calls: int = 100) -> list[str]:
+    """Whether pricing many steps' MoE layers in one call would pay: `CostModel.moe` at a
+    step's batch (the first of the run) on blocks of `BLOCK_DRAWS` draws, timed alone (the
+    least of 3 runs of `calls` calls each), wall us per call and per draw."""
+    import epsim
+    from epsim.sim import Simulation
+    with warnings.catch_warnings():           # the profile's extrapolation: the timed runs say it
+        warnings.simplefilter("ignore")
+        sim = Simulation(epsim.load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
+    batch = sim.scheduler.plan(0.0).batch
+    cost_model, tables = sim.cost_model, sim.placement.tables
+    tokens = cost_model.ep_tokens(batch)
+    fraction = 0.5 if cost_model.deployment.enable_two_batch_overlap else 1.0
+    graph = cost_model.uses_graph(batch)
+    rng = np.random.default_rng(23)
+    rows = []
+    for num in BLOCK_DRAWS:
+        loads = sim.skew.loads_block(num, int(round(float(tokens.sum()))), rng)
+        block = loads[0] if num == 1 else loads          # as `moe_draws` prices them
+
+        def price():
+            cost_model.moe(block, tokens, tables, batch.phase, fraction, graph)
+
+        price()
+        best = np.inf
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(calls):
+                price()
+            best = min(best, (time.perf_counter() - start) / calls)
+        if not rows:
+            alone = best
+        rows.append(f"| {num} | {best * 1e6:.0f} | {best / num * 1e6:.0f} | "
+                    f"{alone / (best / num):.2f} |")
+    return rows
 
 
 SPECULATION_CAP = 32      # steps ahead a speculation is followed, at most
@@ -569,7 +611,14 @@ def main(argv: list[str] | None = None) -> int:
               "", "Each stage timed around its calls in one run (the least of "
               f"{args.repeats} by total), wall time per step: the profile of the scenario that "
               "misses its target. " + bound, "",
-              "| stage | wall us/step | share |", "|---|---:|---:|", *stages]
+              "| stage | wall us/step | share |", "|---|---:|---:|", *stages, "",
+              "Pricing many steps at once (an unsaturated leap, if the batches ahead were known) "
+              "would not change this much: the MoE pricing is bound by the arrays' elements, not "
+              "by the calls. `CostModel.moe` at the run's first batch, on blocks of draws, timed "
+              "alone (in the run the same call takes longer: other work has pushed its tables "
+              "out of the cache):", "",
+              "| draws per call | wall us per call | wall us per draw | per draw, against one |",
+              "|---:|---:|---:|---:|", *block_rows()]
     report = "\n".join(lines)
     if args.profile:
         for engine in ("fast", "reference"):

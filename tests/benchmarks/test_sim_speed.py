@@ -122,3 +122,12 @@ def test_a_stage_inside_another_stops_the_timing_and_the_timers_still_go():
     for _, module, owner, attr in sim_speed.STAGES:
         function = getattr(getattr(importlib.import_module(module), owner), attr)
         assert function.__qualname__ == f"{owner}.{attr}"
+
+
+def test_block_rows_price_each_block_size_once_per_row():
+    sim_speed = _sim_speed()
+    rows = sim_speed.block_rows("qwen30b_ep_backend", calls=2)
+    cells = [[float(c) for c in r.strip("|").split("|")] for r in rows]
+    assert [int(c[0]) for c in cells] == list(sim_speed.BLOCK_DRAWS)
+    assert all(c[1] > 0 and abs(c[2] - c[1] / c[0]) <= 1 for c in cells)   # per draw = per call / n
+    assert cells[0][3] == 1.0

@@ -131,7 +131,8 @@ def test_a_passive_observer_changes_nothing():
     assert watched["tpot_ms"] == plain["tpot_ms"]
 
 
-@pytest.mark.parametrize("name", ["eplb_redundancy_32gpu", "deepseek_v3_decode", "qwen30b_ep_backend"])
+@pytest.mark.parametrize("name", ["eplb_redundancy_32gpu", "deepseek_v3_decode",
+                                  "qwen30b_ep_backend"])
 def test_a_pool_of_one_draw_prices_it_as_a_block_of_one(name):
     """`moe_draws` prices a lone draw without its draws axis: the bits of the block's row (per-
     source replica maps, two-batch overlap, one node), the generator left where the block
