@@ -135,7 +135,7 @@ def test_a_passive_observer_changes_nothing():
                                   "qwen30b_ep_backend"])
 def test_a_pool_of_one_draw_prices_it_as_a_block_of_one(name):
     """`moe_draws` prices a lone draw without its draws axis: the bits of the block's row (per-
-    source replica maps, two-batch overlap, one node), the generator left where the block
+    source replica maps, two-batch overlap, no replicas), the generator left where the block
     leaves it."""
     from pathlib import Path
 
