@@ -41,7 +41,14 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-R1 = ROOT / "scenarios" / "r1_qwen235b_ep64_decode.yaml"
+
+
+def scenario_file(name: str) -> Path:
+    """scenarios/NAME.yaml."""
+    return ROOT / "scenarios" / f"{name}.yaml"
+
+
+R1 = scenario_file("r1_qwen235b_ep64_decode")
 RESULTS = ROOT / "benchmarks" / "results" / "sim_speed.md"
 ENGINES = ("reference", "fast")
 EPLB_SCENARIOS = ("eplb_redundancy_32gpu", "eplb_interval_drift", "redundant_experts",
@@ -250,7 +257,7 @@ def shape_effect_rows(name: str = "elastic_ep64_failure", num_draws: int = 64) -
     try:
         with warnings.catch_warnings():       # the profile's extrapolation: the timed runs say it
             warnings.simplefilter("ignore")
-            sim = Simulation(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
+            sim = Simulation(load_scenario(scenario_file(name)), engine="fast")
             sim.run()
     finally:
         CostModel.moe = moe
@@ -279,8 +286,9 @@ def shape_effect_rows(name: str = "elastic_ep64_failure", num_draws: int = 64) -
     return rows
 
 
-# the stages of a step timed by `stage_rows`: (label, module, class or None, function); none
-# calls another, so their times add up (the rest is the event loop, metrics and bookkeeping)
+# the stages of a step timed by `stage_rows`: (label, module, class, method); none runs inside
+# another (`stage_times` checks), so their times add up (the rest is the event loop, metrics
+# and bookkeeping)
 STAGES = (
     ("MoE loads drawn (a pool's draws)", "epsim.routing.skew", "SkewModel", "loads_block"),
     ("MoE priced (traffic, experts, dispatch / combine)", "epsim.cost.model", "CostModel", "moe"),
@@ -329,7 +337,7 @@ def stage_times(name: str = "elastic_ep64_failure",
         holder = getattr(importlib.import_module(module), owner)
         originals.append((holder, attr, getattr(holder, attr)))
         setattr(holder, attr, timed(index, originals[-1][2]))
-    scenario = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+    scenario = load_scenario(scenario_file(name))
     best = None
     try:
         with warnings.catch_warnings():       # the profile's extrapolation: the timed runs say it
@@ -374,27 +382,26 @@ BLOCK_DRAWS = (1, 2, 4, 8, 16)    # draws priced in one `CostModel.moe` call (`b
 
 
 def block_rows(name: str = "elastic_ep64_failure", calls: int = 100) -> list[str]:
-    """Whether pricing many steps' MoE layers in one call would pay: `CostModel.moe` at a
-    step's batch (the first of the run) on blocks of `BLOCK_DRAWS` draws, timed alone (the
-    least of 3 runs of `calls` calls each), wall us per call and per draw."""
+    """Whether pricing many steps' MoE layers in one call would pay: a pool's pricing
+    (`price_draws`: one `CostModel.moe` call) at a step's batch (the first of the run) on
+    blocks of `BLOCK_DRAWS` draws, timed alone (the least of 3 runs of `calls` calls each),
+    wall us per call and per draw."""
     import epsim
     from epsim.sim import Simulation
     with warnings.catch_warnings():           # the profile's extrapolation: the timed runs say it
         warnings.simplefilter("ignore")
-        sim = Simulation(epsim.load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
+        sim = Simulation(epsim.load_scenario(scenario_file(name)), engine="fast")
+    from epsim.sim.stepper import price_draws
     batch = sim.scheduler.plan(0.0).batch
     cost_model, tables = sim.cost_model, sim.placement.tables
-    tokens = cost_model.ep_tokens(batch)
-    fraction = 0.5 if cost_model.deployment.enable_two_batch_overlap else 1.0
-    graph = cost_model.uses_graph(batch)
+    num_tokens = int(round(float(cost_model.ep_tokens(batch).sum())))
     rng = np.random.default_rng(23)
     rows = []
     for num in BLOCK_DRAWS:
-        loads = sim.skew.loads_block(num, int(round(float(tokens.sum()))), rng)
-        block = loads[0] if num == 1 else loads          # as `moe_draws` prices them
+        loads = sim.skew.loads_block(num, num_tokens, rng)
 
         def price():
-            cost_model.moe(block, tokens, tables, batch.phase, fraction, graph)
+            price_draws(cost_model, tables, batch, loads)         # as a pool prices them
 
         price()
         best = np.inf
@@ -428,7 +435,7 @@ def speculation_depths(name: str = "elastic_ep64_failure") -> np.ndarray:
     from epsim.spec import load_scenario
     with warnings.catch_warnings():           # the profile's extrapolation: the timed runs say it
         warnings.simplefilter("ignore")
-        result = simulate(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
+        result = simulate(load_scenario(scenario_file(name)), engine="fast")
     start_s = result.steps["start_us"] * 1e-6
     step_s = result.steps["step_us"] * 1e-6
     arrivals = np.sort(np.asarray(result.arrival_s)[~np.asarray(result.is_initial)])
@@ -518,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = "no --against" if args.against is None else "no valgrind on PATH"
         parser.error(f"--instructions ({missing}) needs --against CHECKOUT and valgrind on PATH")
     if args.speculation is not None:
-        if not (ROOT / "scenarios" / f"{args.speculation}.yaml").is_file():
+        if not scenario_file(args.speculation).is_file():
             parser.error(f"--speculation ({args.speculation}) must name a scenario in "
                          f"{ROOT / 'scenarios'} (without .yaml)")
         print(speculation_line(args.speculation))
@@ -544,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = [f"- R1 >= {TARGETS['R1']:.0f}x: "
                f"{verdict(fast['speed'], fast['cpu_speed'], TARGETS['R1'])}"]
     for name in EPLB_SCENARIOS:
-        row = time_run(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), args.repeats)
+        row = time_run(load_scenario(scenario_file(name)), args.repeats)
         lines.append(engine_row(f"`{name}`", row))
         print(lines[-1], file=sys.stderr)
         f = row["fast"]
@@ -579,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
                   "| scenario | steps | then CPU us/step | now CPU us/step | then sim s / CPU s | "
                   "now sim s / CPU s | now / then speed |", "|---|---:|---:|---:|---:|---:|---:|"]
         lines += against_rows({"then": args.against.resolve(), "now": ROOT},
-                              [R1] + [ROOT / "scenarios" / f"{name}.yaml" for name in EPLB_SCENARIOS],
+                              [R1] + [scenario_file(name) for name in EPLB_SCENARIOS],
                               AGAINST_ROUNDS)
     if args.instructions:
         lines += ["", f"## Instructions, against commit {then}", "",
@@ -592,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
                   "| scenario | steps | then k instructions/step | now k instructions/step | "
                   "then / now |", "|---|---:|---:|---:|---:|"]
         lines += instruction_rows({"then": args.against.resolve(), "now": ROOT},
-                                  [ROOT / "scenarios" / f"{name}.yaml"
+                                  [scenario_file(name)
                                    for name in INSTRUCTION_SCENARIOS])
     lines += ["", "## Why an unsaturated step gets its own pool", "",
               "`elastic_ep64_failure`'s batch changes shape at every step (requests arrive and "

@@ -398,6 +398,12 @@ class CostModel:
             return batch.tokens
         return np.full(self.num_ranks, float(batch.tokens.sum()) / self.num_ranks)
 
+    @property
+    def micro_batch_fraction(self) -> float:
+        """The share of a batch one MoE dispatch carries: 0.5 under two-batch overlap (two
+        micro-batches), else 1 (`moe`'s `fraction`)."""
+        return 0.5 if self.deployment.enable_two_batch_overlap else 1.0
+
     def uses_graph(self, batch: BatchCounts) -> bool:
         """Whether a step is costed as a CUDA-graph replay (device time only).
 
@@ -475,7 +481,7 @@ class CostModel:
                 prices many steps' MoE layers in one call); `loads` is then unused.
         """
         tbo = self.deployment.enable_two_batch_overlap
-        fraction = 0.5 if tbo else 1.0
+        fraction = self.micro_batch_fraction
         part = batch.scaled(fraction) if tbo else batch
         attn = self._attention_layer_us(part)
         terms = self._token_terms(batch, part)

@@ -77,20 +77,25 @@ def moe_draws(cost_model: CostModel, skew: SkewModel, rng: np.random.Generator,
         (loads [draws, layers, experts], one `MoECost` per draw with `[layers]` arrays), each
         draw ready for `cost_model.step(batch, None, tables, moe=...)`.
     """
-    tokens = cost_model.ep_tokens(batch)
-    num_tokens = int(round(float(tokens.sum())))
-    fraction = 0.5 if cost_model.deployment.enable_two_batch_overlap else 1.0
+    num_tokens = int(round(float(cost_model.ep_tokens(batch).sum())))
     loads = skew.loads_block(num_draws, num_tokens, rng, t_s, step)
+    return loads, price_draws(cost_model, tables, batch, loads)
+
+
+def price_draws(cost_model: CostModel, tables: PlacementTables, batch: BatchCounts,
+                loads: np.ndarray) -> list[MoECost]:
+    """One `MoECost` per draw of `loads` ([draws, layers, experts]) at `batch`'s shape, all
+    priced in one `CostModel.moe` call (`moe_draws`)."""
+    tokens, fraction = cost_model.ep_tokens(batch), cost_model.micro_batch_fraction
     graph = cost_model.uses_graph(batch)
-    if num_draws == 1:     # (most pools of an unsaturated run) no draws axis to price or split off
-        return loads, [cost_model.moe(loads[0], tokens, tables, batch.phase, fraction, graph)]
+    if loads.shape[0] == 1:      # most pools of an unsaturated run: no draws axis to split
+        return [cost_model.moe(loads[0], tokens, tables, batch.phase, fraction, graph)]
     m = cost_model.moe(loads, tokens, tables, batch.phase, fraction, graph)
-    rows = [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i], traffic_at(m.traffic, i),
+    return [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i], traffic_at(m.traffic, i),
                     m.mode, m.sync_us,
                     m.network_us[i] if np.ndim(m.network_us) else m.network_us,
                     m.block_ops_us[i] if np.ndim(m.block_ops_us) else m.block_ops_us)
-            for i in range(num_draws)]
-    return loads, rows
+            for i in range(loads.shape[0])]
 
 
 class _Pool:

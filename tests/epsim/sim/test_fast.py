@@ -152,8 +152,7 @@ def test_a_pool_of_one_draw_prices_it_as_a_block_of_one(name):
         rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
         loads, (lone,) = moe_draws(cost_model, sim.skew, rng_a, tables, batch, 1)
         block = cost_model.moe(loads, cost_model.ep_tokens(batch), tables, batch.phase,
-                               0.5 if cost_model.deployment.enable_two_batch_overlap else 1.0,
-                               cost_model.uses_graph(batch))
+                               cost_model.micro_batch_fraction, cost_model.uses_graph(batch))
     sim.skew.loads_block(1, int(round(float(cost_model.ep_tokens(batch).sum()))), rng_b)
     assert rng_a.bit_generator.state == rng_b.bit_generator.state
     for field in ("dispatch_us", "experts_us", "combine_us", "network_us", "block_ops_us"):
