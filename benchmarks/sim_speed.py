@@ -621,9 +621,9 @@ def main(argv: list[str] | None = None) -> int:
               "| stage | wall us/step | share |", "|---|---:|---:|", *stages, "",
               "Pricing many steps at once (an unsaturated leap, if the batches ahead were known) "
               "would not change this much: the MoE pricing is bound by the arrays' elements, not "
-              "by the calls. `CostModel.moe` at the run's first batch, on blocks of draws, timed "
-              "alone (in the run the same call takes longer: other work has pushed its tables "
-              "out of the cache):", "",
+              "by the calls. A pool's pricing (`price_draws`: one `CostModel.moe` call) at the "
+              "run's first batch, on blocks of draws, timed alone (in the run the same call "
+              "takes longer: other work has pushed its tables out of the cache):", "",
               "| draws per call | wall us per call | wall us per draw | per draw, against one |",
               "|---:|---:|---:|---:|", *block_rows()]
     report = "\n".join(lines)
