@@ -7,7 +7,8 @@ Covered here: `eplb_gain.py --quick` (benchmarks/results/quick/eplb_gain.json);
 `eplb_over_time.py`, all of its redundancy part at full size, the sweep's longest intervals and
 the speed part's counts (its elastic part, three 40-s runs at EP 64, is not rerun here);
 `plan_sweep.py --quick` and `screen_vs_sim.py --quick` (benchmarks/results/quick/: timed results,
-so every number but the times; their full results must have the quick ones' table structure).
+so every number but the times; their full results must have the quick ones' table structure);
+`exact_draws.py --quick` (its agreement table; the full table must support the shipped threshold).
 The scaling predictions regenerate in tests/epsim/validate/test_scaling.py.
 """
 
@@ -173,3 +174,39 @@ def test_screen_vs_sim_quick_regenerates_but_for_times(tmp_path):
         return lines
     assert masked(again) == masked(committed)
     assert _structure((RESULTS / "screen_vs_sim.md").read_text()) == _structure(committed)
+
+
+# -- where exact load draws are needed ------------------------------------------------------------
+def test_exact_draws_quick_regenerates():
+    committed = (RESULTS / "quick" / "exact_draws.md").read_text()
+    assert "Recorded with `python benchmarks/exact_draws.py --quick --write`" in committed
+    assert _run("benchmarks/exact_draws.py", "--quick").stdout == committed
+
+
+def test_the_recorded_agreement_supports_the_shipped_exact_threshold():
+    """The threshold below which loads are drawn exactly is the one the full recorded table
+    supports: recomputed here from its printed rows, with the benchmark's tolerances."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import exact_draws
+    finally:
+        sys.path.pop(0)
+    from epsim.routing.sampling import EXACT_BELOW_SLOTS_PER_EXPERT
+    text = (RESULTS / "exact_draws.md").read_text()
+    assert "Recorded with `python benchmarks/exact_draws.py --write`" in text
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        name, level, _, mean, _, sd, p99 = [c.strip() for c in line.strip("|").split("|")]
+        # each printed diff (normal against exact, %) as the pair whose ratio gives it
+        diff = lambda cell: (100.0, 100.0 + float(cell.split()[0]))
+        rows.append({"scenario": name.strip("`"), "level": int(level), "mean": diff(mean),
+                     "sd": diff(sd), "p99": diff(p99)})
+    assert {r["scenario"] for r in rows} == set(exact_draws.SCENARIOS)
+    assert {r["level"] for r in rows} == set(exact_draws.LEVELS)
+    supported = exact_draws.supported_threshold(rows)
+    assert supported == EXACT_BELOW_SLOTS_PER_EXPERT
+    assert f"**{supported}** slots per expert; shipped threshold" in text
+    below = [r for r in rows if r["level"] < supported]
+    assert below and exact_draws.supported_threshold(below) is None   # where exact draws matter
