@@ -172,7 +172,7 @@ def report(quick: bool) -> str:
     threshold = supported_threshold(rows)
     shipped = sampling.EXACT_BELOW_SLOTS_PER_EXPERT
     command = "python benchmarks/exact_draws.py" + (" --quick" if quick else "") + " --write"
-    out = [f"# Exact or normal expert-load draws (benchmarks/exact_draws.py)", "",
+    out = ["# Exact or normal expert-load draws (benchmarks/exact_draws.py)", "",
            f"Recorded with `{command}` (numpy {np.__version__}, Python "
            f"{platform.python_version()}); same seed, same table.", "",
            "## Each step's MoE time with either kind of draw", "",
