@@ -55,7 +55,7 @@ def moe_times(name: str, per_expert: int, draws: int) -> dict[str, np.ndarray]:
     from epsim.spec import load_scenario
     sim = Simulation(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="reference")
     cost, skew, tables = sim.cost_model, sim.skew, sim.placement.tables
-    dp = sim.scenario.deployment.ep_size if sim.scenario.deployment.enable_dp_attention else 1
+    dp = sim.scenario.dp_size
     num_tokens = max(per_expert * skew.num_experts // skew.top_k, 1)
     tokens = np.full(dp, float(num_tokens // dp))
     tokens[:num_tokens % dp] += 1.0                               # [dp] the batch, evenly
@@ -70,7 +70,7 @@ def moe_times(name: str, per_expert: int, draws: int) -> dict[str, np.ndarray]:
         times = []
         for _ in range(draws):
             m = cost.moe(draw(rng), ep_tokens, tables, "decode", cost.micro_batch_fraction, graph)
-            times.append(float((m.dispatch_us + m.experts_us + m.combine_us).sum()) * 1e-3)
+            times.append(sum(m.sums[:3]) * 1e-3)              # dispatch, experts, combine
         out[kind] = np.array(times)
     return out
 
