@@ -381,11 +381,16 @@ def stage_rows(name: str = "elastic_ep64_failure", repeats: int = 3) -> tuple[li
 BLOCK_DRAWS = (1, 2, 4, 8, 16)    # draws priced in one `CostModel.moe` call (`block_rows`)
 
 
-def block_rows(name: str = "elastic_ep64_failure", calls: int = 100) -> list[str]:
-    """Whether pricing many steps' MoE layers in one call would pay: a pool's pricing
-    (`price_draws`: one `CostModel.moe` call) at a step's batch (the first of the run) on
-    blocks of `BLOCK_DRAWS` draws, timed alone (the least of 3 runs of `calls` calls each),
-    wall us per call and per draw."""
+def block_rows(name: str = "elastic_ep64_failure", calls: int = 100) -> tuple[list[str], float]:
+    """Whether pricing many steps' MoE layers in one call would pay, and what drawing and
+    pricing them costs at the least: a pool's draws (`SkewModel.loads_block`) and their pricing
+    (`price_draws`: one `CostModel.moe` call) at a step's batch (the first of the run), on
+    blocks of `BLOCK_DRAWS` draws, each timed alone (the least of 3 runs of `calls` calls each).
+
+    Returns:
+        (table rows: wall us per call and per draw, priced; drawn; both per draw),
+        the least wall us per draw of drawing and pricing together over the block sizes.
+    """
     import epsim
     from epsim.sim import Simulation
     with warnings.catch_warnings():           # the profile's extrapolation: the timed runs say it
@@ -396,25 +401,29 @@ def block_rows(name: str = "elastic_ep64_failure", calls: int = 100) -> list[str
     cost_model, tables = sim.cost_model, sim.placement.tables
     num_tokens = int(round(float(cost_model.ep_tokens(batch).sum())))
     rng = np.random.default_rng(23)
-    rows = []
-    for num in BLOCK_DRAWS:
-        loads = sim.skew.loads_block(num, num_tokens, rng)
 
-        def price():
-            price_draws(cost_model, tables, batch, loads)         # as a pool prices them
-
-        price()
+    def least_s(function) -> float:
+        function()
         best = np.inf
         for _ in range(3):
             start = time.perf_counter()
             for _ in range(calls):
-                price()
+                function()
             best = min(best, (time.perf_counter() - start) / calls)
+        return best
+
+    rows, least_us = [], np.inf
+    for num in BLOCK_DRAWS:
+        loads = sim.skew.loads_block(num, num_tokens, rng)
+        priced = least_s(lambda: price_draws(cost_model, tables, batch, loads))  # as a pool prices them
+        drawn = least_s(lambda: sim.skew.loads_block(num, num_tokens, rng))      # as a pool draws them
         if not rows:
-            alone = best
-        rows.append(f"| {num} | {best * 1e6:.0f} | {best / num * 1e6:.0f} | "
-                    f"{alone / (best / num):.2f} |")
-    return rows
+            alone = priced
+        both_us = (priced + drawn) / num * 1e6
+        least_us = min(least_us, both_us)
+        rows.append(f"| {num} | {priced * 1e6:.0f} | {priced / num * 1e6:.0f} | "
+                    f"{alone / (priced / num):.2f} | {drawn / num * 1e6:.0f} | {both_us:.0f} |")
+    return rows, least_us
 
 
 SPECULATION_CAP = 32      # steps ahead a speculation is followed, at most
@@ -550,8 +559,9 @@ def main(argv: list[str] | None = None) -> int:
              ENGINE_HEADER[0].format("scenario"), ENGINE_HEADER[1]]
     targets = [f"- R1 >= {TARGETS['R1']:.0f}x: "
                f"{verdict(fast['speed'], fast['cpu_speed'], TARGETS['R1'])}"]
+    eplb_rows = {}
     for name in EPLB_SCENARIOS:
-        row = time_run(load_scenario(scenario_file(name)), args.repeats)
+        row = eplb_rows[name] = time_run(load_scenario(scenario_file(name)), args.repeats)
         lines.append(engine_row(f"`{name}`", row))
         print(lines[-1], file=sys.stderr)
         f = row["fast"]
@@ -614,6 +624,16 @@ def main(argv: list[str] | None = None) -> int:
               "shift us | shift / sd |", "|---:|---:|---|---:|---:|---:|---:|---:|",
               *shape_effect_rows()]
     stages, bound = stage_rows(repeats=args.repeats)
+    blocks, least_us = block_rows()
+    step_ms = eplb_rows["elastic_ep64_failure"]["fast"]["step_ms"]
+    ceiling = (f"Every step of `elastic_ep64_failure` draws and prices its own MoE layers (its "
+               f"batch changes shape every step, above). At its mean step of {step_ms:.2f} ms "
+               f"(fast engine, its row above) and the least this table measures for drawing and "
+               f"pricing one step's layers ({least_us:.0f} us a draw, warm, in the best block "
+               f"size), that work alone caps the run at **{step_ms * 1e3 / least_us:.0f}x** real "
+               f"time, even if nothing else in a step cost anything: the "
+               f"{TARGETS['EPLB']:.0f}x target needs fewer or cheaper array elements per step, "
+               "not fewer calls.")
     lines += ["", "## Where an unsaturated step's time goes (`elastic_ep64_failure`, fast engine)",
               "", "Each stage timed around its calls in one run (the least of "
               f"{args.repeats} by total), wall time per step: the profile of the scenario that "
@@ -621,11 +641,13 @@ def main(argv: list[str] | None = None) -> int:
               "| stage | wall us/step | share |", "|---|---:|---:|", *stages, "",
               "Pricing many steps at once (an unsaturated leap, if the batches ahead were known) "
               "would not change this much: the MoE pricing is bound by the arrays' elements, not "
-              "by the calls. A pool's pricing (`price_draws`: one `CostModel.moe` call) at the "
-              "run's first batch, on blocks of draws, timed alone (in the run the same call "
-              "takes longer: other work has pushed its tables out of the cache):", "",
-              "| draws per call | wall us per call | wall us per draw | per draw, against one |",
-              "|---:|---:|---:|---:|", *block_rows()]
+              "by the calls. A pool's pricing (`price_draws`: one `CostModel.moe` call) and its "
+              "draws (`SkewModel.loads_block`) at the run's first batch, on blocks of draws, "
+              "each timed alone (in the run the same calls take longer: other work has pushed "
+              "their tables out of the cache):", "",
+              "| draws per call | priced: wall us per call | priced: wall us per draw | "
+              "per draw, against one | drawn: wall us per draw | drawn and priced: wall us per "
+              "draw |", "|---:|---:|---:|---:|---:|---:|", *blocks, "", ceiling]
     report = "\n".join(lines)
     if args.profile:
         for engine in ("fast", "reference"):

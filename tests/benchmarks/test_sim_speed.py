@@ -124,10 +124,12 @@ def test_a_stage_inside_another_stops_the_timing_and_the_timers_still_go():
         assert function.__qualname__ == f"{owner}.{attr}"
 
 
-def test_block_rows_price_each_block_size_once_per_row():
+def test_block_rows_time_each_block_size_once_per_row_and_give_the_least_per_draw():
     sim_speed = _sim_speed()
-    rows = sim_speed.block_rows("qwen30b_ep_backend", calls=2)
+    rows, least_us = sim_speed.block_rows("qwen30b_ep_backend", calls=2)
     cells = [[float(c) for c in r.strip("|").split("|")] for r in rows]
     assert [int(c[0]) for c in cells] == list(sim_speed.BLOCK_DRAWS)
     assert all(c[1] > 0 and abs(c[2] - c[1] / c[0]) <= 1 for c in cells)   # per draw = per call / n
     assert cells[0][3] == 1.0
+    assert all(c[4] > 0 and abs(c[5] - (c[2] + c[4])) <= 1 for c in cells)  # both = priced + drawn
+    assert abs(least_us - min(c[5] for c in cells)) <= 0.5
