@@ -399,7 +399,7 @@ def block_rows(name: str = "elastic_ep64_failure", calls: int = 100) -> tuple[li
     from epsim.sim.stepper import price_draws
     batch = sim.scheduler.plan(0.0).batch
     cost_model, tables = sim.cost_model, sim.placement.tables
-    num_tokens = int(round(float(cost_model.ep_tokens(batch).sum())))
+    num_tokens = batch.routed_tokens
     rng = np.random.default_rng(23)
 
     def least_s(function) -> float:

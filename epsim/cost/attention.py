@@ -67,6 +67,12 @@ class BatchCounts:
         """[dp] tokens each rank runs through the model."""
         return self.decode_tokens + self.prefill_tokens
 
+    @cached_property
+    def routed_tokens(self) -> int:
+        """Tokens of the whole batch as a whole number: what its `[layers, experts]` loads are
+        drawn for (`SkewModel.loads`, `loads_block`)."""
+        return int(round(float(self.tokens.sum())))
+
     def scaled(self, fraction: float) -> "BatchCounts":
         """One micro-batch of two-batch overlap: every count times `fraction`."""
         scaled = {name: getattr(self, name) * fraction for name in (

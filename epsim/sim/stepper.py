@@ -63,7 +63,7 @@ class ReferenceStepper:
     def price(self, batch: BatchCounts, now_s: float, step: int) -> tuple[np.ndarray, StepCost]:
         """This step's loads `[layers, experts]` and cost."""
         sim = self.sim
-        loads = sim.skew.loads(int(round(float(batch.tokens.sum()))), sim.routing_rng,
+        loads = sim.skew.loads(batch.routed_tokens, sim.routing_rng,
                                t_s=now_s, step=step)
         return loads, sim.cost_model.step(batch, loads, sim.placement.tables)
 
@@ -77,8 +77,7 @@ def moe_draws(cost_model: CostModel, skew: SkewModel, rng: np.random.Generator,
         (loads [draws, layers, experts], one `MoECost` per draw with `[layers]` arrays), each
         draw ready for `cost_model.step(batch, None, tables, moe=...)`.
     """
-    num_tokens = int(round(float(cost_model.ep_tokens(batch).sum())))
-    loads = skew.loads_block(num_draws, num_tokens, rng, t_s, step)
+    loads = skew.loads_block(num_draws, batch.routed_tokens, rng, t_s, step)
     return loads, price_draws(cost_model, tables, batch, loads)
 
 
@@ -229,7 +228,7 @@ class PoolStepper:
         self.num_draws += num_draws
         self.num_pools += 1
         max_uses = 1 if self.fresh_every_step else num_draws * USES_PER_DRAW
-        return _Pool(key, now_s, max_uses, int(round(float(batch.tokens.sum()))), loads, rows)
+        return _Pool(key, now_s, max_uses, batch.routed_tokens, loads, rows)
 
 
 def default_engine() -> str:

@@ -154,7 +154,7 @@ def test_a_pool_of_one_draw_prices_it_as_a_block_of_one(name):
         loads, (lone,) = moe_draws(cost_model, sim.skew, rng_a, tables, batch, 1)
         block = cost_model.moe(loads, cost_model.ep_tokens(batch), tables, batch.phase,
                                cost_model.micro_batch_fraction, cost_model.uses_graph(batch))
-    sim.skew.loads_block(1, int(round(float(cost_model.ep_tokens(batch).sum()))), rng_b)
+    sim.skew.loads_block(1, batch.routed_tokens, rng_b)
     assert rng_a.bit_generator.state == rng_b.bit_generator.state
     for field in ("dispatch_us", "experts_us", "combine_us", "network_us", "block_ops_us"):
         row = getattr(block, field)
