@@ -1,0 +1,29 @@
+"""Every shipped scenario gives the recorded results, bit for bit, on both engines
+(`benchmarks/scenario_hashes.py`): a change that moves a number must re-record the table and
+say why in its commit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scenario_hashes.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("scenario_hashes", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_every_shipped_scenario_hashes_as_recorded():
+    hashes = _module()
+    recorded = json.loads(hashes.RESULT.read_text())
+    assert sorted(recorded) == [p.name for p in hashes.scenario_paths()], \
+        "a scenario was added or removed: re-record with benchmarks/scenario_hashes.py --write"
+    assert hashes.table() == recorded
