@@ -86,7 +86,8 @@ class ShapeState:
         with torch.no_grad():
             times = time_op(op, self.device, plan.num_iters, plan.num_warmup, flush)
         extra = dict(fields.pop("extra", {}), dtype=plan.dtype, method=times.method,
-                     l2="flushed before each call" if self.device.type == "cuda" else "",
+                     l2=("" if self.device.type != "cuda" else
+                         "kept (no flush)" if plan.keep_l2 else "flushed before each call"),
                      **{"pass": 0})
         if times.graph_error:
             extra["graph_error"] = times.graph_error

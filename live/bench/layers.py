@@ -19,6 +19,7 @@ Each point is timed as device time (CUDA-graph replays), host overhead and eager
 as measured, so a run stopped by its budget keeps what it measured.
 
     python -m live.bench.layers --out DIR [--quick] [--cpu] [--budget-s 400] [--iters 20]
+                                [--models ...] [--keep-l2]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ STACK_EP_SIZES = (1, 8)
 STACK_LAYERS = (4, 8)
 STACK_LAYERS_LARGE = (2, 4)          # a DeepSeek-like layer holds 23 GB of experts
 QUICK_DECODE = ((8, 512), (64, 2048))
+LAYER_KINDS = ("decoder_layer", "layer_stack", "layer_part")
 NOTES = ("virtual EP n: one rank's work with dispatch and combine left out (no communication)",
          "DeepSeek-like: GQA stand-in for MLA (128 query heads, 2 KV heads), softmax router")
 
@@ -88,6 +90,7 @@ class LayerPlan:
     num_warmup: int = 3
     seed: int = 0
     notes: tuple[str, ...] = ()
+    keep_l2: bool = False          # no L2 flush before a timed call (layer kinds only)
 
 
 @dataclass
@@ -129,7 +132,8 @@ def shape_points(shape: LayerShape, decode, ep_sizes, stack_decode, stack_eps, s
 
 
 def plan_layers(device: str = "cuda", quick: bool = False, num_iters: int | None = None,
-                seed: int = 0, models: list[str] | None = None) -> LayerPlan:
+                seed: int = 0, models: list[str] | None = None, keep_l2: bool = False
+                ) -> LayerPlan:
     """The grid above ("cuda", BF16) or the tiny CPU grid ("cpu", float32).
 
     Args:
@@ -137,6 +141,9 @@ def plan_layers(device: str = "cuda", quick: bool = False, num_iters: int | None
             one point, EP 1 and 2).
         models: shapes to keep (default all): Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-like
             (CPU: cpu-tiny, cpu-tiny-shared).
+        keep_l2: time without flushing L2 before each call (what a benchmark repeating one
+            layer sees: its weights may stay in L2); the single-GPU components, whose records
+            say "flushed", are left out.
     Raises:
         LiveError: an unknown device or model, iterations <= 0.
     """
@@ -166,10 +173,12 @@ def plan_layers(device: str = "cuda", quick: bool = False, num_iters: int | None
         layers, stack = shape_points(shape, *grid)
         points, stacks = points + layers, stacks + stack
     points += stacks
+    if keep_l2:
+        points = [p for p in points if p.kind in LAYER_KINDS]
     cpu = device == "cpu"
     return LayerPlan(tuple(points), device, "float32" if cpu else "bfloat16",
                      num_iters or (3 if cpu else 20), num_warmup=1 if cpu else 3, seed=seed,
-                     notes=NOTES)
+                     notes=NOTES, keep_l2=keep_l2)
 
 
 def run_layers(plan: LayerPlan, records_path: str | Path, budget_s: float = float("inf"),
@@ -186,7 +195,7 @@ def run_layers(plan: LayerPlan, records_path: str | Path, budget_s: float = floa
     from live.bench.layer_points import ShapeState
     from live.checks import DTYPES
     from live.dist import rank_device
-    from live.op_timing import L2Flush
+    from live.op_timing import FLUSH_BYTES, L2Flush
     from live.provenance import collect
 
     records_path = open_records(records_path)
@@ -196,7 +205,7 @@ def run_layers(plan: LayerPlan, records_path: str | Path, budget_s: float = floa
     if plan.device == "cpu":
         provenance["device"] = "1x cpu"
     result = LayerResult(records_path, provenance=provenance)
-    flush, state = L2Flush(device), None
+    flush, state = L2Flush(device, 0 if plan.keep_l2 else FLUSH_BYTES), None
     start = last_print = time.time()
     for done, point in enumerate(plan.points):
         if time.time() - start > budget_s:
@@ -230,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench.layers",
                                      description=__doc__.split("\n")[0])
     add_run_options(parser, "layers", cpu_help="time on the CPU (tiny shapes)")
+    parser.add_argument("--keep-l2", action="store_true",
+                        help="no L2 flush before each timed call (layers and their sub-blocks "
+                             "only): what a benchmark repeating one layer measures")
     parser.add_argument("--models", nargs="+", default=None,
                         help=f"shapes (default all): {', '.join(LAYER_MODELS)}, DeepSeek-like "
                              f"(--cpu: {', '.join(s.name for s in CPU_SHAPES)})")
@@ -245,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.passes not in (None, 1):
             raise LiveError(f"passes ({args.passes}) must be 1: the layer grid is swept once")
         plan = plan_layers("cpu" if args.cpu else "cuda", args.quick, args.iters, args.seed,
-                           args.models)
+                           args.models, args.keep_l2)
     except LiveError as exc:
         print(f"live.bench.layers: error: {exc}", file=sys.stderr)
         return 2

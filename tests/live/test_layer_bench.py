@@ -128,3 +128,9 @@ def test_group_rows_are_epsim_routings_draw_busiest_rank_first():
     # above 8 pairs per expert the draw is sampled and rounded: the total within 1 %
     assert abs(rows.sum() - 8 * 64 * 8) <= 0.01 * 8 * 64 * 8
     assert list(rows.sum(axis=1)) == sorted(rows.sum(axis=1))[::-1]
+
+
+def test_keep_l2_times_only_the_layer_kinds_and_says_so(tmp_path):
+    plan = plan_layers("cpu", quick=True, models=[TINY.name], keep_l2=True)
+    assert {p.kind for p in plan.points} == {"decoder_layer", "layer_stack", "layer_part"}
+    assert plan.keep_l2 and not plan_layers("cuda").keep_l2
