@@ -154,7 +154,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--cpu", action="store_true", help="--live on CPU ranks (gloo) even with GPUs")
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
-    p.add_argument("--eplb", action="store_true", help="--live: also run live.eplb.bench")
+    p.add_argument("--eplb", action="store_true", help="--live: also run live.bench.eplb")
     output_options(p, progress=True)
 
 

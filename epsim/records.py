@@ -39,7 +39,7 @@ RecordKind = Literal[
     "allreduce",     # the `none` backend's all-reduce of hidden states
     "expert_load",   # recorder output: tokens per [layer, expert] over a window
     "equality",      # a correctness check (max abs error vs the reference), not a timing
-    "attention_prefill",  # causal GQA attention over new tokens (one GPU, `live.components`)
+    "attention_prefill",  # causal GQA attention over new tokens (one GPU, live.bench.component_ops)
     "attention_decode",   # one new token per sequence against a KV cache (one GPU)
     "dense_mlp",     # a dense SwiGLU MLP: dense layers, DeepSeek's shared expert (one GPU)
     "block_ops",     # the block's own ops: router, permute, top-k weighting and sum (one GPU)

@@ -98,7 +98,7 @@ def plausibility_problem(record: MeasurementRecord) -> str:
         pairs = sum(record.expert_tokens_per_rank) or sum(sum(r) for r in record.local_expert_tokens)
         most = record.ep_size * record.num_tokens_per_rank * record.top_k
         # loads sampled by epsim.routing are rounded per expert (single-GPU `experts` records,
-        # live.components): up to half a pair per expert above the total, never more
+        # live.bench.component_ops): up to half a pair per expert above the total, never more
         if pairs > most * (1 + 1e-9) + record.num_experts / 2:
             return (f"token-expert pairs ({pairs:g}) must be <= ep_size x tokens x top_k "
                     f"({most}); counts in other units?")
@@ -157,7 +157,7 @@ def config_key(record: MeasurementRecord) -> str:
 def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
     """Merge the passes of a multi-pass bench run: one record per configuration.
 
-    `live.bench` sweeps its grid several times in shuffled orders (records carry `extra.pass`)
+    `live.bench.sweep` sweeps its grid several times in shuffled orders (records carry `extra.pass`)
     because the host's overhead drifts between states that outlast a point. The merged record
     keeps the first pass's counts (routing is seeded, so identical); its `median_us`, `p10_us`
     and `p90_us` are the medians of the passes' (so p10 <= median <= p90 holds as in every

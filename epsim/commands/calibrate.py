@@ -25,7 +25,7 @@ def choose_live_bench(num_gpus_visible: int, gpus: int | None, cpu: bool) -> str
         cpu: `--cpu`.
     Returns:
         "cpu": the EP bench on 2 CPU ranks (gloo) -- `--cpu`, or no GPU visible;
-        "components": every single-GPU component on one GPU (`live.component_bench`);
+        "components": every single-GPU component on one GPU (`live.bench.components`);
         "ep": the EP bench on `gpus` GPUs (NCCL).
     Raises:
         EpsimError: `--gpus` below 1 or above the GPUs visible (no silent fallback to CPU ranks).
@@ -74,7 +74,7 @@ def _measure(args) -> list[Path]:
     records.parent.mkdir(parents=True, exist_ok=True)
     if which == "components":
         return _measure_components(args, records)
-    from live.bench import plan_sweep, run_bench, run_eplb_bench
+    from live.bench.sweep import plan_sweep, run_bench, run_eplb_bench
 
     if which == "cpu" and not args.cpu:
         _say(args, "live bench: no GPU visible: measuring on CPU ranks (gloo), a CPU profile")
@@ -86,7 +86,7 @@ def _measure(args) -> list[Path]:
     _run_live(args, records, plan, run_bench)
     paths = [records]
     if args.eplb:
-        eplb = records.parent / "eplb_records.jsonl"          # what live.eplb.bench writes
+        eplb = records.parent / "eplb_records.jsonl"          # what live.bench.eplb writes
         eplb.unlink(missing_ok=True)
         _say(args, run_eplb_bench(records.parent, args.quick))
         paths += [eplb] if eplb.is_file() and eplb.stat().st_size else []
@@ -96,7 +96,7 @@ def _measure(args) -> list[Path]:
 def _measure_components(args, records: Path) -> list[Path]:
     """One GPU: time every single-GPU component on it; communication from the shipped records."""
     from epsim.calibrate.inputs import default_record_paths
-    from live.component_bench import plan_components, run_components
+    from live.bench.components import plan_components, run_components
 
     plan = plan_components("cuda", quick=args.quick)
     _say(args, f"live bench: {plan.num_points} points (experts, attention, dense MLP) on 1 GPU, "
@@ -111,8 +111,8 @@ def _measure_components(args, records: Path) -> list[Path]:
 
 
 def _run_live(args, records: Path, plan, run) -> None:
-    """Run a live bench's `plan` with its `run` function (`live.bench.run_bench`,
-    `live.component_bench.run_components`) into a fresh `records` file; its problems become
+    """Run a live bench's `plan` with its `run` function (`live.bench.sweep.run_bench`,
+    `live.bench.components.run_components`) into a fresh `records` file; its problems become
     notes under the result.
 
     Raises:

@@ -183,7 +183,8 @@ def _parts_index(records: list[MeasurementRecord]) -> dict[tuple, float]:
         elif r.kind == "block_ops":
             out[("block_ops", r.model, 1, r.num_tokens_per_rank, 0)] = r.median_us
         elif r.kind == "dense_mlp" and r.model.endswith("/shared_expert"):
-            out[("shared_expert", r.model.rsplit("/", 1)[0], 1, r.num_tokens_per_rank, 0)] = r.median_us
+            layer = r.model.rsplit("/", 1)[0]
+            out[("shared_expert", layer, 1, r.num_tokens_per_rank, 0)] = r.median_us
     return out
 
 

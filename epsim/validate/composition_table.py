@@ -118,7 +118,8 @@ def parts_table(comp: Composition, backend: str) -> list[str]:
         lines.append(
             f"| {model} | {ep} | "
             + _part_cell(rows, lambda r: p[id(r)].attention_us, ("attention_block",)) + " | "
-            + _mean_pct(rows, lambda r: r.parts_us["attention_kernel"] / r.parts_us["attention_block"],
+            + _mean_pct(rows, lambda r: (r.parts_us["attention_kernel"]
+                                         / r.parts_us["attention_block"]),
                         ("attention_kernel", "attention_block"), sign="") + " | "
             + _part_cell(rows, lambda r: p[id(r)].experts_us + p[id(r)].block_ops_us,
                          ("experts_kernel", "block_ops")) + " | "

@@ -247,7 +247,7 @@ DEFAULT_RUN_PAIRS = (
 
 
 # judged only, never fitted (`extrapolation(judged_only=...)`): the attention hold-out grid of
-# one H200 (`live.component_bench --grid holdout`: Qwen3-Coder-480B-A35B's GQA shape, decode
+# one H200 (`live.bench.components --grid holdout`: Qwen3-Coder-480B-A35B's GQA shape, decode
 # batches of 1024-4096 sequences); its second machine's file is the run axis's judged side
 DEFAULT_JUDGED_ONLY = (_HOLDOUT / "run1" / "components.jsonl.gz",)
 

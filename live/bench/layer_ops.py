@@ -8,10 +8,10 @@ in decode, whole, as a "virtual EP n" rank, as a stack, and its parts, each an o
 - **Virtual EP n**: one rank of an EP n group with DP attention, its communication left out. Its
   own `B` sequences go through the same norms, attention and router; then `Qwen3MoeExperts` of
   its `E/n` local experts (views of the layer's first `E/n`) run on the token-expert pairs the
-  group's `n x B` tokens route to them: drawn by `epsim.routing` (`live.components.expert_rows`,
-  the component bench's draw), ranks sorted busiest first and rank 0 measured, as the simulator
-  prices the slowest rank. What dispatch delivers (the pairs, their expert and weight) and what
-  combine returns (`[B, H]` rows) are buffers.
+  group's `n x B` tokens route to them: drawn by `epsim.routing`
+  (`live.bench.component_ops.expert_rows`, the component bench's draw), ranks sorted busiest
+  first and rank 0 measured, as the simulator prices the slowest rank. What dispatch delivers
+  (the pairs, their expert and weight) and what combine returns (`[B, H]` rows) are buffers.
 - **Decode**: one new token per sequence against a KV cache of `context_len` tokens whose last
   slot takes the new token, so attention reads `context_len` keys, as `attention_decode` does;
   SDPA is held to the kernel the component bench picks for the shape (first of flash,
@@ -35,7 +35,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from live.components import AttentionShape, ExpertShape, MlpShape, Point, WeightCache, expert_rows
+from epsim.zoo import get_model
+from live.bench.component_ops import (AttentionShape, ExpertShape, MlpShape, Point, WeightCache,
+                                      expert_rows)
+from live.config import MoeConfig
+from live.experts import expert_mlp
 
 UNIFORM = (("kind", "uniform"),)
 LAYER_PARTS = ("attention_block", "moe_block", "experts_module", "router")
@@ -72,7 +76,6 @@ class LayerShape:
     def hf_config(self, num_experts: int | None = None):
         """`transformers.Qwen3MoeConfig` of this layer (every layer sparse, SDPA attention,
         grouped_mm experts); `num_experts`: a rank's local experts instead of all."""
-        from live.config import MoeConfig
         config = MoeConfig(self.hidden_size, self.moe_intermediate_size,
                            num_experts or self.num_experts, self.top_k).hf_config("grouped_mm")
         config.num_attention_heads, config.num_key_value_heads = self.num_heads, self.num_kv_heads
@@ -86,7 +89,6 @@ DEEPSEEK_LIKE = LayerShape("DeepSeek-like", 7168, 128, 2, 128, 2048, 256, 8, 204
 
 def zoo_shape(name: str) -> LayerShape:
     """A Qwen3 MoE model of `epsim.zoo` as a LayerShape (no shared expert)."""
-    from epsim.zoo import get_model
     m = get_model(name)
     return LayerShape(name, m.hidden_size, m.num_attention_heads, m.num_key_value_heads,
                       m.head_dim, m.moe_intermediate_size, m.num_experts, m.top_k)
@@ -153,7 +155,8 @@ class Layer:
         self.rotary = hf.Qwen3MoeRotaryEmbedding(config=self.config).to(device)
         self._local: dict[int, nn.Module] = {}
         # read once: a signature read inside the op would be timed as host overhead
-        self.cache_kwarg, self._layer_cache_kwarg = _cache_kwarg(layer.self_attn), _cache_kwarg(layer)
+        self.cache_kwarg = _cache_kwarg(layer.self_attn)
+        self._layer_cache_kwarg = _cache_kwarg(layer)
 
     def local_experts(self, ep_size: int) -> nn.Module:
         """`Qwen3MoeExperts` of a rank's `E / ep_size` experts: views of the first ones."""
@@ -177,7 +180,8 @@ class Layer:
         return x + h
 
     def moe_block(self, h, rank: "RankInputs | None"):
-        """Post-attention RMSNorm, the MoE block (EP 1) or a virtual rank's share of it, residual."""
+        """Post-attention RMSNorm, the MoE block (EP 1) or a virtual rank's share of it, and
+        the residual."""
         normed = self.hf.post_attention_layernorm(h)
         if rank is None:
             return h + self.hf.mlp(normed)
@@ -277,8 +281,8 @@ def route(layer: Layer, h: torch.Tensor) -> tuple[np.ndarray, tuple]:
 
 
 class SharedWeights(WeightCache):
-    """`live.components.WeightCache` whose experts are the layer's own (`build_op`'s experts op
-    then times the grouped GEMM on the same weights the layer holds)."""
+    """`live.bench.component_ops.WeightCache` whose experts are the layer's own (`build_op`'s
+    experts op then times the grouped GEMM on the same weights the layer holds)."""
 
     def __init__(self, layer: Layer, device, dtype, seed: int):
         super().__init__(device, dtype, seed)
@@ -294,7 +298,6 @@ class SharedWeights(WeightCache):
 def experts_op(layer: Layer, rows: np.ndarray, gen: torch.Generator):
     """The grouped GEMM alone (`live.experts.expert_mlp`, as `experts` records time it) on the
     measured rank's rows (`rows[0]`), weights shared with the layer."""
-    from live.experts import expert_mlp
     experts, num_local = layer.hf.mlp.experts, rows.shape[1]
     gate_up, down = experts.gate_up_proj[:num_local], experts.down_proj[:num_local]
     x = torch.randn(int(rows[0].sum()), layer.shape.hidden_size, generator=gen, device=gen.device,

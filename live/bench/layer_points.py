@@ -1,7 +1,7 @@
 """One shape's state on the device during a layer run (its layers, built as the points need
 them, and a virtual rank's inputs per EP size and batch) and the records of one point: its op
-(`live.bench.layer_ops`, or `live.components.build_op` for the single-GPU components), timed
-by `live.op_timing.time_op`, one `epsim.records` line per timing."""
+(`live.bench.layer_ops`, or `live.bench.component_ops.build_op` for the single-GPU
+components), timed by `live.bench.op_timing.time_op`, one `epsim.records` line per timing."""
 
 from __future__ import annotations
 
@@ -10,15 +10,18 @@ import zlib
 import numpy as np
 import torch
 
+from epsim.records import MeasurementRecord
+from live.bench.component_ops import Point, build_op
+from live.bench.components import _time_point
 from live.bench.layer_ops import (Layer, SharedWeights, decode_inputs, experts_op, rank_inputs,
                                   route, with_kernel)
-from live.components import Point, build_op
+from live.bench.op_timing import time_op
 
 COMPONENT_KINDS = ("attention_decode", "block_ops", "dense_mlp")
 
 
 def component_point(shape, kind: str, num_seqs: int, context_len: int = 0) -> Point:
-    """The `live.components` point of a component kind at a layer point of `shape`."""
+    """The `live.bench.component_ops` point of a component kind at a layer point of `shape`."""
     if kind == "attention_decode":
         return Point(kind, shape.attention, num_seqs=num_seqs, context_len=context_len)
     return Point(kind, shape.experts if kind == "block_ops" else shape.shared, num_seqs)
@@ -69,10 +72,6 @@ class ShapeState:
 
     def records(self, point, plan, flush, provenance: dict):
         """The point's records (one per timing), or why it was left out (a string)."""
-        from epsim.records import MeasurementRecord
-        from live.component_bench import _time_point
-        from live.op_timing import time_op
-
         if point.kind in COMPONENT_KINDS:         # timed as the component bench times them
             component = component_point(self.shape, point.kind, point.num_seqs,
                                         point.context_len)

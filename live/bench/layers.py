@@ -15,7 +15,7 @@ is), decode batches of B sequences at context C:
   + residual, `experts_module` = transformers' `Qwen3MoeExperts` alone, `router`).
 
 Each point is timed as device time (CUDA-graph replays), host overhead and eager time
-(`live.op_timing`, L2 flushed before each call) and written as `epsim.records` lines, appended
+(`live.bench.op_timing`, L2 flushed before each call) and written as `epsim.records` lines, appended
 as measured, so a run stopped by its budget keeps what it measured.
 
     python -m live.bench.layers --out DIR [--quick] [--cpu] [--budget-s 400] [--iters 20]
@@ -30,8 +30,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
+from epsim.records import write_records
+from live.bench.checks import DTYPES
 from live.bench.layer_ops import DEEPSEEK_LIKE, LayerShape, zoo_shape
-from live.bench_run import RunResult, add_run_options, check_counts, open_records, write_summary
+from live.bench.layer_points import ShapeState
+from live.bench.op_timing import FLUSH_BYTES, L2Flush
+from live.bench.provenance import collect
+from live.bench.run import RunResult, add_run_options, check_counts, open_records, write_summary
+from live.dist import rank_device
+from live.errors import LiveError
 
 LAYER_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B")
 EP_SIZES = (1, 2, 4, 8, 16)
@@ -77,7 +86,8 @@ class LayerPoint:
 
     @property
     def label(self) -> str:
-        what = self.part or self.kind + (f"x{self.num_layers}" if self.kind == "layer_stack" else "")
+        stack = f"x{self.num_layers}" if self.kind == "layer_stack" else ""
+        what = self.part or self.kind + stack
         return f"{what}/{self.shape.name}/ep{self.ep_size}/b{self.num_seqs}/ctx{self.context_len}"
 
 
@@ -95,7 +105,7 @@ class LayerPlan:
 
 @dataclass
 class LayerResult(RunResult):
-    """What a layer run produced (`live.bench_run.RunResult`), plus the points left out."""
+    """What a layer run produced (`live.bench.run.RunResult`), plus the points left out."""
 
     skipped: list[str] = field(default_factory=list)
 
@@ -147,7 +157,6 @@ def plan_layers(device: str = "cuda", quick: bool = False, num_iters: int | None
     Raises:
         LiveError: an unknown device or model, iterations <= 0.
     """
-    from live.errors import LiveError
     if device not in ("cuda", "cpu"):
         raise LiveError(f"device ({device!r}) must be 'cuda' or 'cpu'")
     check_counts(num_iters, None)
@@ -188,15 +197,7 @@ def run_layers(plan: LayerPlan, records_path: str | Path, budget_s: float = floa
     Stops starting points once `budget_s` is spent (what was measured is kept); a point that
     fails (out of memory, say) is reported in `skipped` and the run goes on.
     """
-    import torch
     import transformers
-
-    from epsim.records import write_records
-    from live.bench.layer_points import ShapeState
-    from live.checks import DTYPES
-    from live.dist import rank_device
-    from live.op_timing import FLUSH_BYTES, L2Flush
-    from live.provenance import collect
 
     records_path = open_records(records_path)
     device = rank_device(plan.device)
@@ -209,7 +210,8 @@ def run_layers(plan: LayerPlan, records_path: str | Path, budget_s: float = floa
     start = last_print = time.time()
     for done, point in enumerate(plan.points):
         if time.time() - start > budget_s:
-            result.skipped.append(f"{len(plan.points) - done} points not started, time budget spent")
+            result.skipped.append(f"{len(plan.points) - done} points not started, time budget "
+                                  f"spent")
             break
         if state is None or state.shape != point.shape:
             state = None                              # one shape's weights on the device at a time
@@ -246,9 +248,6 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"shapes (default all): {', '.join(LAYER_MODELS)}, DeepSeek-like "
                              f"(--cpu: {', '.join(s.name for s in CPU_SHAPES)})")
     args = parser.parse_args(argv)
-    from live.errors import LiveError
-
-    import torch
     if not args.cpu and not torch.cuda.is_available():
         print("live.bench.layers: error: no CUDA GPU visible; pass --cpu to time on the CPU",
               file=sys.stderr)

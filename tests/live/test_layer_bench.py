@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from epsim.records import read_records
+from live.bench.component_ops import Point, expert_rows
 from live.bench.layer_ops import (DEEPSEEK_LIKE, Layer, StaticKV, decode_inputs, group_rows,
                                   rank_inputs)
 from live.bench.layers import CPU_SHAPES, main, plan_layers, run_layers
-from live.components import Point, expert_rows
 from live.errors import LiveError
 from live.experts import swiglu_mlp
 
@@ -62,12 +62,14 @@ def test_grid_covers_the_issue():
     for p in layers:
         kinds = {(q.kind, q.part) for q in plan.points if q.shape == p.shape
                  and q.num_seqs == p.num_seqs and q.ep_size == p.ep_size}
-        assert {("experts", ""), ("layer_part", "moe_block"), ("layer_part", "experts_module")} <= kinds
+        assert {("experts", ""), ("layer_part", "moe_block"),
+                ("layer_part", "experts_module")} <= kinds
 
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(device="tpu"), "device .'tpu'. must be 'cuda' or 'cpu'"),
-    (dict(device="cpu", models=["Qwen3-30B-A3B"]), "model .'Qwen3-30B-A3B'. must be one of cpu-tiny"),
+    (dict(device="cpu", models=["Qwen3-30B-A3B"]),
+     "model .'Qwen3-30B-A3B'. must be one of cpu-tiny"),
     (dict(device="cuda", num_iters=0), r"iters \(0\) must be >= 1")])
 def test_bad_plans_name_the_value(kwargs, message):
     with pytest.raises(LiveError, match=message):

@@ -20,7 +20,7 @@ from epsim.records import read_records, write_records
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.validate.composition import compose_files, default_composition_paths, simulator_model
-from epsim.validate.composition_table import DOC_MARKERS, markdown, mape_pct
+from epsim.validate.composition_table import DOC_MARKERS, mape_pct, markdown
 from epsim.zoo import get_model
 
 SHIPPED = default_composition_paths()
@@ -78,7 +78,7 @@ def test_a_layer_is_priced_as_a_decode_step_prices_it(comp, small, backend):
         record = records[(row.ep_size, row.num_seqs, row.context_len)]
         ep = row.ep_size
         model = get_model("Qwen3-30B-A3B")
-        # the same layer as the zoo's (the dense FFN width, layers and vocabulary price no MoE layer)
+        # the zoo's layer (the dense FFN width, layers and vocabulary price no MoE layer)
         skip = {"name", "num_layers", "vocab_size", "intermediate_size"}
         assert simulator_model(record).model_dump(exclude=skip) == model.model_dump(exclude=skip)
         cost = CostModel(model, ClusterSpec(gpu="H200"), DeploymentSpec(

@@ -16,12 +16,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from live.checks import DTYPES, EqualityCase, case_inputs
+from epsim.eplb import compute_placement
+from epsim.routing import skew_from_dict
+from live.bench.checks import DTYPES, EqualityCase, case_inputs
 from live.dist import rank_device
 from live.eplb.elastic import mask_ranks, shrink_group
 from live.eplb.manager import EplbManager
 from live.eplb.result import rebalance_record
 from live.eplb.updater import ExpertWeightUpdater, RebalanceAborted
+from live.errors import LiveError
 from live.model import Qwen3MoeModel
 from live.routing import Routing, forced_routing
 from live.weights import fused_names, random_weights, to_hf_names
@@ -32,9 +35,9 @@ ZIPF = {"kind": "zipf", "alpha": 1.2}
 
 @dataclass(frozen=True)
 class EplbCase(EqualityCase):
-    """An EP model (`live.checks.EqualityCase` fields: config, backend, tokens_per_rank, initial
-    placement, dtype, device, seed, dispatch_mode, load, label) checked through rebalances
-    against the single-device block.
+    """An EP model (`live.bench.checks.EqualityCase` fields: config, backend, tokens_per_rank,
+    initial placement, dtype, device, seed, dispatch_mode, load, label) checked through
+    rebalances against the single-device block.
 
     Attributes:
         phases: (skew, algorithm, layers_per_chunk) per phase; a rebalance ends each phase,
@@ -131,8 +134,6 @@ def setup(rank: int, world_size: int, group, case: EplbCase, cache: dict | None 
 
 
 def _skew(case: EplbCase, descriptor: dict, phase: int):
-    from epsim.routing import skew_from_dict
-
     cfg = case.config
     return skew_from_dict(descriptor, cfg.num_layers, cfg.num_experts, cfg.top_k,
                           seed=case.seed + phase)
@@ -201,8 +202,6 @@ def rebalance_sequence(env: Setup, provenance: dict | None = None) -> dict:
 
 def _other_placement(env: Setup) -> np.ndarray:
     """A placement that changes every layer: deepseek on a hot-set skew of this case."""
-    from epsim.eplb import compute_placement
-
     cfg, placement = env.case.config, env.model.placement
     loads = np.ones((cfg.num_layers, cfg.num_experts))
     loads[:, ::3] = 50.0
@@ -249,8 +248,6 @@ def bad_inputs(env: Setup) -> dict:
     """Placements that drop an expert, give ranks unequal slots or name a rank out of range:
     each must raise LiveError before any weight moves (raised alike on every rank, before any
     collective, so no rank waits)."""
-    from live.errors import LiveError
-
     model = env.model
     placement = model.placement
     p2l = placement.physical_to_logical
@@ -343,8 +340,6 @@ def elastic(env: Setup, lost_rank: int, how: str, group, rebalance_after: bool =
 
 
 def _elastic_without_source(env: Setup, lost_rank: int) -> dict:
-    from live.errors import LiveError
-
     if env.rank == lost_rank:
         return {"lost": True}
     model = env.model

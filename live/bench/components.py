@@ -1,15 +1,15 @@
-"""live.component_bench: every single-GPU component timed on one GPU (or, with --cpu, the CPU).
+"""live.bench.components: every single-GPU component timed on one GPU (or, with --cpu, the CPU).
 
 Experts (grouped GEMM of the Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3 shapes, 8 to 128
 local experts, 1 to 16384 tokens per rank, uniform, Zipf(1) and hot-set routing), GQA attention
 (prefill over sequence lengths, decode over batch x context) and dense MLPs (DeepSeek-V3's dense
 layers and shared expert) and the block's own ops (router, permute, top-k weighting: `block_ops`,
 the three expert shapes, 1 to 16384 tokens), each point timed as device time, host overhead and eager time
-(`live.op_timing`) and written as `epsim.records` lines (`timing` says which), appended as
+(`live.bench.op_timing`) and written as `epsim.records` lines (`timing` says which), appended as
 measured so a run stopped by its budget keeps what it measured. Communication needs two or more
-GPUs: `live.bench` measures it.
+GPUs: `live.bench.sweep` measures it.
 
-    python -m live.component_bench --out DIR [--quick] [--cpu] [--passes 2] [--budget-s 400]
+    python -m live.bench.components --out DIR [--quick] [--cpu] [--passes 2] [--budget-s 400]
 
 With `--passes N` the grid is swept N times, each pass in its own shuffled order within a
 shape (records carry `extra.pass`): the spread between passes is the pass-to-pass spread.
@@ -24,9 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from live.bench_run import RunResult, add_run_options, check_counts, open_records, write_summary
-from live.components import AttentionShape, ExpertShape, MlpShape, Point
+from epsim.records import MeasurementRecord, write_records
+from epsim.zoo import get_model
+from live.bench.checks import DTYPES
+from live.bench.component_ops import (AttentionShape, ExpertShape, MlpShape, Point, WeightCache,
+                                      build_op)
+from live.bench.op_timing import L2Flush, time_op
+from live.bench.provenance import collect
+from live.bench.run import RunResult, add_run_options, check_counts, open_records, write_summary
+from live.dist import rank_device
+from live.errors import LiveError
 
 TOKENS = tuple(2 ** i for i in range(15))                     # 1 .. 16384 tokens per rank
 EXPERT_MODELS = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3")
@@ -75,7 +84,7 @@ class ComponentPlan:
 
 @dataclass
 class ComponentResult(RunResult):
-    """What a component run produced (`live.bench_run.RunResult`), plus the points left out and
+    """What a component run produced (`live.bench.run.RunResult`), plus the points left out and
     why (failed, not applicable, budget spent)."""
 
     skipped: list[str] = field(default_factory=list)
@@ -93,14 +102,12 @@ class ComponentResult(RunResult):
 
 
 def _expert_shape(name: str) -> ExpertShape:
-    from epsim.zoo import get_model
     spec = get_model(name)
     return ExpertShape(name, spec.hidden_size, spec.moe_intermediate_size, spec.num_experts,
                        spec.top_k)
 
 
 def _attention_shape(name: str) -> AttentionShape:
-    from epsim.zoo import get_model
     spec = get_model(name)
     return AttentionShape(name, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim)
 
@@ -120,8 +127,6 @@ def plan_components(device: str = "cuda", quick: bool = False, kinds: list[str] 
     Raises:
         LiveError: an unknown kind, device or grid, iterations or passes <= 0.
     """
-    from live.errors import LiveError
-
     all_kinds = ("experts", "attention_prefill", "attention_decode", "dense_mlp", "block_ops")
     for kind in kinds or ():
         if kind not in all_kinds:
@@ -204,15 +209,6 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
     Stops starting points once `budget_s` is spent (what was measured is kept); a point that
     fails is reported in `skipped` and the run goes on.
     """
-    import torch
-
-    from epsim.records import write_records
-    from live.checks import DTYPES
-    from live.components import WeightCache
-    from live.dist import rank_device
-    from live.op_timing import L2Flush
-    from live.provenance import collect
-
     records_path = open_records(records_path)
     device = rank_device(plan.device)
     provenance = collect(1, "nccl" if plan.device == "cuda" else "gloo")
@@ -255,12 +251,6 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
 def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_local: int, flush,
                 provenance: dict):
     """The records of one point (one per timing), or why it was left out (a string)."""
-    import torch
-
-    from epsim.records import MeasurementRecord
-    from live.components import build_op
-    from live.op_timing import time_op
-
     op, fields = build_op(point, weights, max_local, plan.seed)
     if op is None:
         return fields["skipped"]
@@ -290,7 +280,7 @@ def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_lo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.component_bench",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench.components",
                                      description=__doc__.split("\n")[0])
     add_run_options(parser, "components", cpu_help="time on the CPU (tiny shapes)")
     parser.add_argument("--kinds", nargs="+", default=None,
@@ -300,26 +290,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="calibration: the fit grid; holdout: attention shapes and decode "
                              "batches the fit grid does not reach (to judge the fits on)")
     args = parser.parse_args(argv)
-    from live.errors import LiveError
-
-    import torch
     if not args.cpu and not torch.cuda.is_available():
-        print("live.component_bench: error: no CUDA GPU visible; pass --cpu to time on the CPU",
+        print("live.bench.components: error: no CUDA GPU visible; pass --cpu to time on the CPU",
               file=sys.stderr)
         return 2
     try:
         plan = plan_components("cpu" if args.cpu else "cuda", args.quick, args.kinds, args.iters,
                                args.passes, args.seed, args.grid)
     except LiveError as exc:
-        print(f"live.component_bench: error: {exc}", file=sys.stderr)
+        print(f"live.bench.components: error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for note in plan.notes:
-        print(f"live.component_bench: {note}", file=sys.stderr)
+        print(f"live.bench.components: {note}", file=sys.stderr)
     result = run_components(plan, out / args.records_name, args.budget_s, not args.no_progress)
     write_summary(out, "components", dict(result.summary(), notes=list(plan.notes)))
-    print(f"live.component_bench: {result.line()} -> {result.records_path}", file=sys.stderr)
+    print(f"live.bench.components: {result.line()} -> {result.records_path}", file=sys.stderr)
     return 0 if result.num_records else 1
 
 

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from live.checks import DTYPES
+from epsim.routing import skew_from_dict
+from live.bench.checks import DTYPES
 from live.config import MoeConfig
 from live.dist import rank_device
 from live.model import Qwen3MoeModel
@@ -128,8 +129,6 @@ def _time_case(rank: int, group, case: TimingCase, provenance: dict) -> list[dic
     block = model.block(0)
     if model.backend.capabilities.masking:
         model.backend.check_active_ranks = False      # no host sync inside timed iterations
-    from epsim.routing import skew_from_dict
-
     deepep = block.backend.capabilities.deepep_class
     timer = StageTimer(device)
     out = []

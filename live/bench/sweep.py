@@ -1,13 +1,13 @@
-"""live.bench: the calibration sweep — dispatch, combine, expert compute and the whole MoE layer
-measured over tokens per rank, model shapes, skews, backends and dispatch dtypes.
+"""live.bench.sweep: the calibration sweep — dispatch, combine, expert compute and the whole MoE
+layer measured over tokens per rank, model shapes, skews, backends and dispatch dtypes.
 
 Every point runs the real Qwen3 MoE block on spawned EP ranks (NCCL, one GPU each; or gloo on
 CPU) with expert choices drawn from `epsim.routing` — the simulator's own skew generator —
 and becomes four `epsim.records.MeasurementRecord` lines (`dispatch`, `experts`, `combine`,
 `moe_layer`) appended to the records file as soon as measured, so a run stopped by its time
-budget keeps what it measured. See `live.bench_worker` for how a point is timed.
+budget keeps what it measured. See `live.bench.sweep_worker` for how a point is timed.
 
-    python -m live.bench --out DIR [--quick] [--cpu] [--budget-s 300] [--eplb]
+    python -m live.bench.sweep --out DIR [--quick] [--cpu] [--budget-s 300] [--eplb]
 
 The default grid (a few minutes on 2x H200) is `epsim.calibrate.grid`'s (shapes, tokens per
 rank, skews; defined once, also predicted by `epsim.validate.scaling`); `torch` in BF16,
@@ -18,23 +18,31 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from epsim import vocab
 from epsim.calibrate.grid import (CPU_SHAPES, CPU_SKEWS, CPU_TOKENS, GPU_MODELS, GPU_TOKENS,
                                   NONE_TOKENS, SKEWS, SPLIT_ABOVE_TOKENS)
-from live.bench_run import (RunResult, add_run_options, check_counts, log_to, open_records,
+from epsim.errors import SpecError
+from epsim.routing import parse_skew
+from epsim.zoo import get_model
+from live.backends import backend_class
+from live.bench.provenance import collect
+from live.bench.run import (RunResult, add_run_options, check_counts, log_to, open_records,
                             write_summary)
-from live.bench_worker import BenchCase, BenchSettings, bench_worker
+from live.bench.sweep_case import BenchCase, BenchSettings
+from live.bench.sweep_worker import bench_worker
 from live.config import MoeConfig
+from live.dist import apply_safe_env, run_ranks
+from live.errors import BackendUnavailableError, LiveError
 
-log = logging.getLogger("live.bench")
-# a bridge until this module moves into the package `live/bench/` (a parallel branch moves
-# it): the whole-layer bench (`live.bench.layers`) already lives in that folder
-__path__ = [str(Path(__file__).with_suffix(""))]
+log = logging.getLogger("live.bench.sweep")
 
 # CPU (gloo) shapes: small enough for a 2-core CI (the grid's `CPU_SHAPES` as block sizes)
 CPU_MODELS = {name: MoeConfig(hidden_size=s.hidden_size, moe_intermediate_size=s.moe_intermediate_size,
@@ -59,7 +67,7 @@ class BenchPlan:
 
 @dataclass
 class BenchResult(RunResult):
-    """What a bench run produced (`live.bench_run.RunResult`), plus the points skipped and the
+    """What a bench run produced (`live.bench.run.RunResult`), plus the points skipped and the
     errors (backends left out, ranks stopped)."""
 
     skipped: int = 0
@@ -78,16 +86,11 @@ class BenchResult(RunResult):
 
 
 def _zoo_config(name: str) -> MoeConfig:
-    from epsim.zoo import get_model
     return MoeConfig.from_model_spec(get_model(name), num_layers=1)
 
 
 def _available(backend: str, cpu: bool) -> str:
     """Why `backend` cannot run here ("" if it can)."""
-    import torch
-
-    from live.backends import backend_class
-    from live.errors import BackendUnavailableError, LiveError
     try:
         backend_class(backend).check_available(torch.device("cpu" if cpu else "cuda"))
     except (BackendUnavailableError, LiveError) as exc:
@@ -118,11 +121,9 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
         LiveError: an unknown backend, model or dtype, tokens, iterations or passes <= 0, or
             graph timings on CPU.
     """
-    from live.errors import LiveError
-
     if world_size < 2:
         raise LiveError(f"world_size ({world_size}) must be >= 2: one rank has nothing to "
-                        f"dispatch (one GPU: python -m live.component_bench)")
+                        f"dispatch (one GPU: python -m live.bench.components)")
     check_counts(num_iters, num_passes)
     if cpu and (graph or graph_only):
         flag = "--graph-only" if graph_only else "--graph"
@@ -201,9 +202,6 @@ def run_bench(plan: BenchPlan, records_path: str | Path, budget_s: float = float
     Stops starting points when `budget_s` is spent (what was measured is kept); a rank that
     fails or hangs ends the run with an error in `BenchResult.errors`, records kept.
     """
-    from live.dist import apply_safe_env, run_ranks
-    from live.provenance import collect
-
     apply_safe_env()
     records_path = open_records(records_path)
     provenance = collect(plan.world_size, plan.dist_backend)
@@ -227,19 +225,16 @@ def run_bench(plan: BenchPlan, records_path: str | Path, budget_s: float = float
 
 
 def run_eplb_bench(out: Path, quick: bool) -> str:
-    """`python -m live.eplb.bench --out OUT` when that module exists; returns a status line."""
-    import importlib.util
-    import subprocess
-
-    if importlib.util.find_spec("live.eplb.bench") is None:
-        return "live.eplb.bench: not present, rebalance records not measured"
-    cmd = [sys.executable, "-m", "live.eplb.bench", "--out", str(out)] + (["--quick"] if quick else [])
+    """`python -m live.bench.eplb --out OUT` in a process of its own; returns a status line."""
+    cmd = [sys.executable, "-m", "live.bench.eplb", "--out", str(out)]
+    cmd += ["--quick"] if quick else []
     done = subprocess.run(cmd, check=False)
-    return f"live.eplb.bench: exit code {done.returncode}"
+    return f"live.bench.eplb: exit code {done.returncode}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench.sweep",
+                                     description=__doc__.split("\n\n")[0])
     add_run_options(parser, "bench", cpu_help="gloo on CPU (default when no GPU)")
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default 2)")
     parser.add_argument("--backends", nargs="+", default=None)
@@ -252,15 +247,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time forwards launched ahead of the GPU (CUDA-graph-like, "
                              "records with mode 'graph')")
     parser.add_argument("--graph-only", action="store_true", help="only the launched-ahead timings")
-    parser.add_argument("--eplb", action="store_true", help="also run live.eplb.bench into --out")
+    parser.add_argument("--eplb", action="store_true", help="also run live.bench.eplb into --out")
     args = parser.parse_args(argv)
     out = log_to(args.out, "bench", mode="a")
-    from live.errors import LiveError
-
     try:
         plan = bench_plan_from_args(args)
     except LiveError as exc:
-        print(f"live.bench: error: {exc}", file=sys.stderr)
+        print(f"live.bench.sweep: error: {exc}", file=sys.stderr)
         return 2
     log.info("plan: %d cases, %d points on %d ranks (%s): %s", len(plan.cases), plan.num_points,
              plan.world_size, plan.dist_backend, ", ".join(c.label for c in plan.cases))
@@ -279,13 +272,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench_plan_from_args(args) -> BenchPlan:
-    """A BenchPlan from parsed `live.bench` options (`epsim calibrate --live` calls `plan_sweep`
-    with its own keywords)."""
-    import torch
-
-    from epsim.routing import parse_skew
-    from live.errors import LiveError
-
+    """A BenchPlan from parsed `live.bench.sweep` options (`epsim calibrate --live` calls
+    `plan_sweep` with its own keywords)."""
     world_size = 2 if args.gpus is None else args.gpus
     if world_size < 2:
         raise LiveError(f"--gpus ({world_size}) must be >= 2: one rank has nothing to dispatch")
@@ -293,7 +281,7 @@ def bench_plan_from_args(args) -> BenchPlan:
     cpu = args.cpu or visible == 0
     if not cpu and visible < world_size:      # never a silent fall back to CPU ranks
         raise LiveError(f"--gpus ({world_size}) must be <= the {visible} GPU(s) visible; pass "
-                        f"--cpu for CPU ranks (one GPU: python -m live.component_bench)")
+                        f"--cpu for CPU ranks (one GPU: python -m live.bench.components)")
     tokens = None
     if args.tokens:
         try:
@@ -302,7 +290,6 @@ def bench_plan_from_args(args) -> BenchPlan:
             raise LiveError(f"--tokens ({args.tokens!r}) must be a comma list of integers") from None
     skews = None
     if args.skews:
-        from epsim.errors import SpecError
         try:
             skews = [parse_skew(s) for s in args.skews]
         except SpecError as exc:

@@ -1,10 +1,10 @@
 """Run a DeepEP build on the GPUs at hand: what it contains, and the `deepep` backend for real.
 
-`python -m live.deepep_smoke --out DIR` (after `scripts/build_deepep.sh --build`, with the wheel
-on `PYTHONPATH`) reports the build (`deep_ep._build_info`), whether SM90 features are compiled,
-and runs the live block with the `deepep` backend next to the single-device block on the same
-weights and tokens (`live.checks.equality_worker`): outputs must agree within bf16 tolerance
-and every token must come back with exactly top-k pairs. With one GPU only the low-latency
+`python -m live.bench.deepep_smoke --out DIR` (after `scripts/build_deepep.sh --build`, with the
+wheel on `PYTHONPATH`) reports the build (`deep_ep._build_info`), whether SM90 features are
+compiled, and runs the live block with the `deepep` backend next to the single-device block on
+the same weights and tokens (`live.bench.checks.equality_worker`): outputs must agree within bf16
+tolerance and every token must come back with exactly top-k pairs. With one GPU only the low-latency
 kernels can run (DeepEP's intranode normal kernels are compiled for 2, 4 and 8 ranks); with two
 or more, both modes. Results go to `DIR/deepep_smoke.json`.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from live.checks import EqualityCase, equality_cases_worker, tolerance
+from live.bench.checks import EqualityCase, equality_cases_worker, tolerance
 from live.config import MoeConfig
 from live.dist import run_ranks
 
@@ -56,7 +56,7 @@ def cases(num_gpus: int, tokens_per_rank: int) -> list[EqualityCase]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m live.deepep_smoke", allow_abbrev=False,
+    parser = argparse.ArgumentParser(prog="python -m live.bench.deepep_smoke", allow_abbrev=False,
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for deepep_smoke.json")
     parser.add_argument("--tokens-per-rank", type=int, default=128,

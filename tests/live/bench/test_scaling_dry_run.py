@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-import live.bench as bench
+import live.bench.sweep as bench
 from epsim import vocab
 from epsim.calibrate import grid
 from epsim.validate import scaling as sc
 from epsim.records import read_records
 from epsim.routing import parse_skew
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from benchmarks import scaling_predict as sp  # noqa: E402  (a script folder, not a package)
 
@@ -26,14 +26,14 @@ SCRIPT = ROOT / "scripts" / "gpu_scaling.sh"
 
 
 def test_prediction_grid_is_the_bench_grid():
-    """One grid (`epsim.calibrate.grid`): what live.bench measures is what is predicted."""
+    """One grid (`epsim.calibrate.grid`): what live.bench.sweep measures is what is predicted."""
     assert bench.GPU_TOKENS is grid.GPU_TOKENS and bench.GPU_MODELS is grid.GPU_MODELS
     assert set(map(str, sp.SKEWS)) <= set(map(str, bench.SKEWS))
     assert {name: (c.hidden_size, c.moe_intermediate_size, c.num_experts, c.top_k)
             for name, c in bench.CPU_MODELS.items()} == {
         s.name: (s.hidden_size, s.moe_intermediate_size, s.num_experts, s.top_k)
         for s in sc.cpu_shapes()}
-    # the script asks for the hot set by name; live.bench puts it on rank 0 as predicted
+    # the script asks for the hot set by name; live.bench.sweep puts it on rank 0 as predicted
     assert "--skews uniform hotset:16:0.5" in SCRIPT.read_text()
     assert {**parse_skew("hotset:16:0.5"), "shuffle_per_layer": False} == sp.SKEWS[1]
     assert {b for b, _ in sp.CASES} <= set(vocab.backends_with("fp8_dispatch")) | {"torch"}
@@ -41,7 +41,7 @@ def test_prediction_grid_is_the_bench_grid():
 
 @pytest.mark.slow
 def test_bench_at_ep4_records_the_redrawn_counts(tmp_path):
-    """Four gloo ranks run the real block through `live.bench`; every record's per-rank counts
+    """Four gloo ranks run the real block through `live.bench.sweep`; every record's per-rank counts
     equal `bench_counts` for the same seed, tokens and skew."""
     skews = [{"kind": "uniform"}, {"kind": "hotset", "num_hot": 2, "hot_frac": 0.5,
                                    "shuffle_per_layer": False}]

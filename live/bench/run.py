@@ -1,9 +1,9 @@
-"""What every live bench run shares (`live.bench` on EP ranks, `live.component_bench` on one
+"""What every live bench run shares (`live.bench.sweep` on EP ranks, `live.bench.components` on one
 device): its command line (output folder, records file, size, seed, iterations, passes, time
 budget, progress), the checks on its counts, the records file it appends to, and its outcome
 (`RunResult`: records written, points run, problems, seconds, provenance). `log_to` is the
-output folder and log of every live entry point (the benches, `live.eplb.bench`,
-`live.gpu_suite`).
+output folder and log of every live entry point (the benches, `live.bench.eplb`,
+`live.bench.gpu_suite`).
 """
 
 from __future__ import annotations
@@ -16,17 +16,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from live.errors import LiveError
+
 
 @dataclass
 class RunResult:
-    """What a bench run produced. `live.bench.BenchResult` and
-    `live.component_bench.ComponentResult` add what only they count.
+    """What a bench run produced. `live.bench.sweep.BenchResult` and
+    `live.bench.components.ComponentResult` add what only they count.
 
     Attributes:
         records_path: the JSON Lines file the records were appended to.
         num_records: records written; num_points: points run (all passes).
         seconds: wall time of the run (host clock, s).
-        provenance: device, library versions and commit (`live.provenance.collect`).
+        provenance: device, library versions and commit (`live.bench.provenance.collect`).
     """
 
     records_path: Path
@@ -50,7 +52,6 @@ class RunResult:
 def check_counts(num_iters: int | None, num_passes: int | None) -> None:
     """Raise LiveError unless iterations and passes are None (the default) or >= 1 (0 would
     otherwise fall back to the default silently)."""
-    from live.errors import LiveError
     for name, value in (("iters", num_iters), ("passes", num_passes)):
         if value is not None and value <= 0:
             raise LiveError(f"{name} ({value}) must be >= 1")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import runpy
 import subprocess
 from datetime import datetime, timezone
 from importlib import metadata
@@ -35,9 +37,6 @@ def deep_ep_version() -> str:
 
     Reads `deep_ep/_build_info.py` as a file: importing `deep_ep` would load its CUDA extension.
     """
-    import importlib.util
-    import runpy
-
     version = _version("sgl-deep-ep", "deep-ep", "deep_ep")
     try:
         spec = importlib.util.find_spec("deep_ep")

@@ -1,7 +1,7 @@
 """The GPU suite: equality and per-backend timings on 2 GPUs, as measurement records.
 
 Run on the GPU machine in one call (scripts/gpu_suite.sh), or as a CPU dry run with gloo and
-tiny shapes (`python -m live.gpu_suite --quick --out DIR`). Parts:
+tiny shapes (`python -m live.bench.gpu_suite --quick --out DIR`). Parts:
 
 0. p2p_copy: reference cuda:0 -> cuda:1 copy bandwidth (GPU only).
 1. hf_equality: our block vs transformers' `Qwen3MoeSparseMoeBlock` on one device
@@ -34,14 +34,19 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from live.checks import EqualityCase, equality_worker, tolerance
+from epsim.records import MeasurementRecord, write_records
+from live.backends import DeepEPBackend, MooncakeBackend
+from live.bench.checks import EqualityCase, equality_worker, tolerance
+from live.bench.provenance import collect
+from live.bench.run import log_to
+from live.bench.suite_parts import (PartFailed, SuiteContext, part_hf_equality, part_p2p_copy,
+                                    part_weight_cache_ipc, record)
+from live.bench.suite_timing import TimingCase, timing_worker
 from live.config import MoeConfig
 from live.dist import apply_safe_env, run_ranks
-from live.measure import TimingCase, timing_worker
-from live.suite_parts import (PartFailed, SuiteContext, part_hf_equality, part_p2p_copy,
-                              part_weight_cache_ipc, record)
+from live.errors import BackendUnavailableError
 
-log = logging.getLogger("live.gpu_suite")
+log = logging.getLogger("live.bench.gpu_suite")
 
 
 def redundant_placement(config: MoeConfig, world_size: int, num_redundant: int, seed: int = 0):
@@ -162,13 +167,11 @@ def part_ep_torch(ctx: SuiteContext) -> list[dict]:
 
 
 def part_ep_mooncake(ctx: SuiteContext) -> list[dict]:
-    from live.backends import MooncakeBackend
     MooncakeBackend.check_available(torch.device(ctx.device))   # the reason where it cannot run
     return _ep_part(ctx, ["mooncake"], (16, 64, 256), fp8=True)
 
 
 def part_ep_deepep(ctx: SuiteContext) -> list[dict]:
-    from live.backends import DeepEPBackend
     DeepEPBackend.check_available(torch.device(ctx.device))     # the reason where it cannot run
     return _ep_part(ctx, ["deepep"], (16, 64, 256))
 
@@ -180,7 +183,7 @@ PARTS = [("p2p_copy", part_p2p_copy, 10), ("hf_equality", part_hf_equality, 20),
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.gpu_suite",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench.gpu_suite",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "out/gpu_suite"),
                         help="output folder (default: $OUT)")
@@ -191,12 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=",".join(name for name, _, _ in PARTS))
     args = parser.parse_args(argv)
     apply_safe_env()
-    from live.bench_run import log_to
     out = log_to(args.out, "suite", levels=True)
-    from epsim.records import MeasurementRecord, write_records
-    from live.errors import BackendUnavailableError
-    from live.provenance import collect
-
     ctx = SuiteContext(out=out, quick=args.quick, world_size=args.world_size,
                        deadline=time.time() + args.budget_s)
     ctx.provenance = collect(args.world_size, ctx.dist_backend)

@@ -1,19 +1,17 @@
-"""The records of one `live.bench` point: per-rank measurements (`live.bench_worker.measure_point`
-on every rank) shaped into `epsim.records.MeasurementRecord` dicts — the slowest rank's time per
-iteration, median over iterations; counts from the dispatch itself; `mode: graph` records from
-the forwards launched ahead."""
+"""The records of one `live.bench.sweep` point: per-rank measurements
+(`live.bench.sweep_worker.measure_point` on every rank) shaped into
+`epsim.records.MeasurementRecord` dicts — the slowest rank's time per iteration, median over
+iterations; counts from the dispatch itself; `mode: graph` records from the forwards launched
+ahead."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from epsim import vocab
-from live.timing import STAGES, summarize_us
-
-if TYPE_CHECKING:
-    from live.bench_worker import BenchCase, BenchSettings
+from live.bench.stage_timing import STAGES
+from live.bench.sweep_case import BenchCase, BenchSettings
+from live.timing import summarize_us
 
 
 def _link_counts(stats: list[dict], key: str) -> list[float]:

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_quick_run_writes_rebalance_p2p_and_equality_records(tmp_path):
     out = tmp_path / "eplb"
-    proc = subprocess.run([sys.executable, "-m", "live.eplb.bench", "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "live.bench.eplb", "--quick", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "eplb_summary.json").read_text())

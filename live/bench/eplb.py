@@ -1,13 +1,13 @@
 """The live EPLB bench: rebalance time against bytes moved, the P2P bandwidth next to it, and
 outputs equal to the single-device block's through rebalances and a masked rank.
 
-    python -m live.eplb.bench --out DIR [--quick] [--budget-s 85]
+    python -m live.bench.eplb --out DIR [--quick] [--budget-s 85]
 
 One spawn of 2 ranks (NCCL on GPUs; gloo and tiny shapes with --quick) runs, in order:
 
 1. `p2p`: bidirectional `batch_isend_irecv` bandwidth at every per-rank size the sweep moves
    (`p2p_copy` records; the parent also records the cuda:0 -> cuda:1 copy of
-   `live.suite_parts.part_p2p_copy`, GPU only).
+   `live.bench.suite_parts.part_p2p_copy`, GPU only).
 2. `sweep`: for Qwen3-30B-A3B's and Qwen3-235B-A22B's expert sizes (9.44 MB and 37.75 MB in
    BF16), rank 0 and rank 1 swap k experts in each of n layers, k x n from 1 expert to every
    slot of 4 layers, layer by layer and as one chunk; 5 timed rebalances each (`rebalance`
@@ -37,7 +37,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-log = logging.getLogger("live.eplb.bench")
+from epsim.records import MeasurementRecord, read_records, write_records
+from live.backends import backend_class
+from live.bench.checks import DTYPES, tolerance
+from live.bench.eplb_checks import EplbCase, scenarios_worker
+from live.bench.provenance import collect
+from live.bench.run import log_to
+from live.bench.suite_parts import SuiteContext, part_p2p_copy
+from live.config import MoeConfig
+from live.dist import apply_safe_env, rank_device, run_ranks
+from live.eplb.result import rebalance_record
+from live.eplb.updater import ExpertWeightUpdater
+from live.errors import BackendUnavailableError
+from live.model import Qwen3MoeModel
+from live.timing import summarize_us
+from live.weights import fused_names, random_weights
+
+log = logging.getLogger("live.bench.eplb")
 
 # (model, hidden, intermediate): 3 x H x I x 2 bytes per expert in BF16
 GPU_SHAPES = (("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536))
@@ -76,9 +92,6 @@ def sweep_cases(quick: bool) -> list[SweepCase]:
 def equality_cases(quick: bool) -> list:
     """(backend, EplbCase) for the equality part: EP 2, 16 slots per rank so one rank can hold
     every expert when the other is masked; rank 1's experts live only there (reloaded then)."""
-    from live.config import MoeConfig
-    from live.eplb.checks import EplbCase
-
     rows = np.r_[np.arange(8), np.arange(8), np.arange(8, 16), np.arange(8, 16)]
     if quick:
         cfg = MoeConfig(hidden_size=64, moe_intermediate_size=32, num_experts=16, top_k=4,
@@ -116,7 +129,6 @@ def p2p_bandwidth(group, sizes_bytes, device: torch.device, provenance: dict,
                 samples.append((time.perf_counter() - start) * 1e6)
         slowest = _slowest(samples, group, device)
         if rank == 0:
-            from live.timing import summarize_us
             stats = summarize_us(slowest)
             out.append(dict(kind="p2p_copy", backend="p2p", ep_size=2, num_tokens_per_rank=0,
                             hidden_size=0, bytes=float(size), num_iters=num_iters, **stats,
@@ -139,14 +151,6 @@ def _slowest(samples: list[float], group, device: torch.device) -> list[float]:
 
 def sweep(group, case: SweepCase, provenance: dict) -> tuple[list[dict], list[int]]:
     """Rebalance records of one expert shape (rank 0) and the per-rank bytes moved."""
-    from live.checks import DTYPES
-    from live.config import MoeConfig
-    from live.dist import rank_device
-    from live.eplb.result import rebalance_record
-    from live.eplb.updater import ExpertWeightUpdater
-    from live.model import Qwen3MoeModel
-    from live.weights import fused_names, random_weights
-
     cfg = MoeConfig(hidden_size=case.hidden_size, moe_intermediate_size=case.moe_intermediate_size,
                     num_experts=case.num_experts, top_k=min(8, case.num_experts),
                     num_layers=case.num_layers)
@@ -196,7 +200,6 @@ def bench_worker(rank: int, world_size: int, group, quick: bool, provenance: dic
     """Every part on this rank; rank 0 appends each part's records to `records_path` as soon as
     it has them (a run stopped later keeps them). A part that raises is reported and the next
     one runs (configuration errors raise on every rank alike, before any collective)."""
-    from live.dist import rank_device
     if quick:
         torch.set_num_threads(1)
     device = rank_device("cpu" if quick else "cuda")
@@ -241,14 +244,10 @@ def bench_worker(rank: int, world_size: int, group, quick: bool, provenance: dic
 
 
 def _append(records: list[dict], path: str) -> None:
-    from epsim.records import MeasurementRecord, write_records
-
     write_records([MeasurementRecord.model_validate(r) for r in records], path)
 
 
 def _equality(rank, world_size, group, step, provenance) -> list[dict]:
-    from live.eplb.checks import scenarios_worker
-
     try:
         results = scenarios_worker(rank, world_size, group, [step], provenance)
     except Exception as exc:  # noqa: BLE001 - every rank must still reach the exchange below
@@ -257,8 +256,6 @@ def _equality(rank, world_size, group, step, provenance) -> list[dict]:
 
 
 def _check_backend(backend: str, device: torch.device) -> None:
-    from live.backends import backend_class
-
     backend_class(backend).check_available(device)
 
 
@@ -270,8 +267,6 @@ def _go(deadline: float, group) -> bool:
 
 def _equality_records(rank, world_size, group, scenarios, results, provenance) -> list[dict]:
     """`equality` (and the manager's `rebalance`) records from every rank's results."""
-    from live.checks import tolerance
-
     gathered = [None] * world_size
     dist.all_gather_object(gathered, results, group=group)
     failures = [g[0]["exception"] for g in gathered if "exception" in g[0]]
@@ -317,12 +312,6 @@ def _equality_records(rank, world_size, group, scenarios, results, provenance) -
 # -- the parent ----------------------------------------------------------------------------------
 def run(out: Path, quick: bool = False, budget_s: float = 85.0) -> dict:
     """The whole bench into `out`; returns the summary (also written as eplb_summary.json)."""
-    from epsim.records import read_records
-    from live.dist import apply_safe_env, run_ranks
-    from live.errors import BackendUnavailableError
-    from live.provenance import collect
-    from live.suite_parts import SuiteContext, part_p2p_copy
-
     apply_safe_env()
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
@@ -371,14 +360,13 @@ def run(out: Path, quick: bool = False, budget_s: float = 85.0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.eplb.bench",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench.eplb",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "out/eplb_bench"))
     parser.add_argument("--quick", action="store_true", help="CPU dry run: gloo, tiny shapes")
     parser.add_argument("--budget-s", type=float, default=85.0,
                         help="wall-clock budget; parts that would start later are skipped")
     args = parser.parse_args(argv)
-    from live.bench_run import log_to
     out = log_to(args.out, "eplb")
     summary = run(out, args.quick, args.budget_s)
     log.info("done in %.0f s: %s; failed: %s", summary["seconds"], summary["kinds"],

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from epsim.routing import skew_from_dict
 from live.config import MoeConfig
 from live.dist import rank_device
 from live.model import Qwen3MoeModel
@@ -59,8 +60,6 @@ def case_inputs(case: EqualityCase, device: torch.device):
     x = torch.randn(total, cfg.hidden_size, generator=gen).to(dtype=dtype, device=device)
     if case.skew is None:
         return x, None
-    from epsim.routing import skew_from_dict
-
     skew = skew_from_dict(case.skew, cfg.num_layers, cfg.num_experts, cfg.top_k, seed=case.seed)
     rng = np.random.default_rng([case.seed, 0x70C])
     routing = {layer: forced_routing(skew, total, rng, layer=layer, device=device)

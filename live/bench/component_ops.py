@@ -28,7 +28,12 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from epsim.routing import skew_from_dict
+from live.block import Qwen3MoeSparseMoeBlock
+from live.config import MoeConfig
 from live.errors import LiveError
 from live.experts import expert_mlp, swiglu_mlp
 
@@ -101,8 +106,6 @@ def expert_rows(point: Point, seed: int) -> np.ndarray:
     `ep_size x tokens` tokens each pick `top_k` experts by `epsim.routing` (SkewModel.loads);
     rank r holds experts `r*num_local .. (r+1)*num_local - 1`.
     """
-    from epsim.routing import skew_from_dict
-
     shape = point.shape
     ep_size = shape.num_experts // point.num_local
     skew = skew_from_dict(dict(point.skew), 1, shape.num_experts, shape.top_k, seed=seed)
@@ -128,8 +131,6 @@ class WeightCache:
         device), held like the weights: one shape at a time."""
         if key != self._key:
             self._drop()
-            from live.block import Qwen3MoeSparseMoeBlock
-            from live.config import MoeConfig
             config = MoeConfig(shape.hidden_size, shape.intermediate_size, shape.num_experts,
                                shape.top_k)
             block = Qwen3MoeSparseMoeBlock(config, dtype=self.dtype, device=self.device)
@@ -245,9 +246,6 @@ SDPA_KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MA
 
 
 def _attention_op(point: Point, gen, device, dtype):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     shape = point.shape
     decode = point.kind == "attention_decode"
     q_len = 1 if decode else point.context_len

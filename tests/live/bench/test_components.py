@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-import live.bench
-import live.component_bench
+import live.bench.components
+import live.bench.sweep
 from epsim.cli import main
 from epsim.commands.calibrate import choose_live_bench
 from epsim.errors import EpsimError
 from epsim.records import read_records
-from live.component_bench import EXPERT_MODELS, plan_components, run_components
-from live.components import Point, expert_rows
+from live.bench.component_ops import Point, expert_rows
+from live.bench.components import EXPERT_MODELS, plan_components, run_components
+from live.bench.op_timing import time_op
 from live.errors import LiveError
-from live.op_timing import time_op
 
 
 def test_cpu_run_writes_every_component_as_valid_records(tmp_path):
@@ -96,12 +96,12 @@ def test_holdout_grid_reaches_what_the_calibration_grid_does_not():
     assert not seen & {(p.kind, p.shape.name, p.num_seqs, p.context_len) for p in holdout}
     big = {(p.shape.name, p.num_seqs) for p in holdout if p.num_seqs >= 1024}
     assert {name for name, _ in big} == {"Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen3-Coder-480B-A35B"}
-    assert all(p.num_seqs * p.context_len <= live.component_bench.MAX_KV_TOKENS for p in holdout)
+    assert all(p.num_seqs * p.context_len <= live.bench.components.MAX_KV_TOKENS for p in holdout)
 
 
 def test_bad_grid_on_the_command_line_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
-        live.component_bench.main(["--cpu", "--grid", "all"])
+        live.bench.components.main(["--cpu", "--grid", "all"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and "argument --grid: invalid choice: 'all'" in err[-1]
 
@@ -139,7 +139,7 @@ def one_gpu(monkeypatch):
 
     def no_ep_bench(*args, **kwargs):
         raise AssertionError("the EP bench (CPU ranks) ran on a machine with a GPU")
-    monkeypatch.setattr(live.bench, "run_bench", no_ep_bench)
+    monkeypatch.setattr(live.bench.sweep, "run_bench", no_ep_bench)
 
 
 def test_calibrate_live_on_one_gpu_times_gpu_components(one_gpu, monkeypatch, tmp_path, capsys):
@@ -147,8 +147,8 @@ def test_calibrate_live_on_one_gpu_times_gpu_components(one_gpu, monkeypatch, tm
 
     def gpu_run(plan, records_path, budget_s=float("inf"), progress=True):
         seen["plan"] = plan          # no GPU here to time on: what matters is what was chosen
-        return live.component_bench.ComponentResult(records_path)
-    monkeypatch.setattr(live.component_bench, "run_components", gpu_run)
+        return live.bench.components.ComponentResult(records_path)
+    monkeypatch.setattr(live.bench.components, "run_components", gpu_run)
     records = tmp_path / "r.jsonl"
     code = main(["calibrate", "--live", "--no-progress", "--records-out", str(records),
                  "--out", str(tmp_path / "p.json")])
@@ -174,12 +174,12 @@ def test_calibrate_live_refuses_more_gpus_than_visible(one_gpu, tmp_path, capsys
 
 
 def test_live_bench_refuses_cpu_ranks_when_a_gpu_is_visible(one_gpu, tmp_path):
-    assert live.bench.main(["--out", str(tmp_path), "--quick", "--no-progress"]) == 2
+    assert live.bench.sweep.main(["--out", str(tmp_path), "--quick", "--no-progress"]) == 2
     assert not (tmp_path / "bench.jsonl").exists()
 
 
 def test_component_bench_cli_on_cpu(tmp_path):
-    assert live.component_bench.main(["--cpu", "--out", str(tmp_path), "--kinds", "dense_mlp",
+    assert live.bench.components.main(["--cpu", "--out", str(tmp_path), "--kinds", "dense_mlp",
                                       "--iters", "2", "--no-progress"]) == 0
     summary = json.loads((tmp_path / "components_summary.json").read_text())
     assert summary["num_records"] == 3 and summary["provenance"]["device"] == "1x cpu"
@@ -230,7 +230,7 @@ def test_block_ops_times_the_live_blocks_own_work_and_its_parts(tmp_path):
 def test_block_ops_op_is_the_block_forward_without_experts():
     """The timed op is the live block itself: with identity experts its output is the input
     weighted by the renormalized routing weights, i.e. x (they sum to one per token)."""
-    from live.components import WeightCache, build_op
+    from live.bench.component_ops import WeightCache, build_op
     shape = plan_components("cpu").points[0].shape
     cache = WeightCache(torch.device("cpu"), torch.float32, 0)
     op, fields = build_op(Point("block_ops", shape, 32), cache, 0, 0)

@@ -1,4 +1,4 @@
-"""What each EP rank runs for `live.bench`: every point of a case, timed stage by stage.
+"""What each EP rank runs for `live.bench.sweep`: every point of a case, timed stage by stage.
 
 Per point (backend, shape, dispatch dtype, skew, tokens per rank) and iteration:
 
@@ -24,69 +24,35 @@ so with `num_passes > 1` the grid is swept several times, each pass in its own s
 order, and every record carries `extra.pass`; `epsim.calibrate.inputs.merge_passes` takes the
 median over passes.
 
-The timers and fences are `live.timing`'s; the records of a point are shaped by
-`live.bench_records`; the grid is `epsim.calibrate.grid`.
+The timers and fences are `live.bench.stage_timing`'s; the records of a point are shaped by
+`live.bench.sweep_records`; the grid is `epsim.calibrate.grid`.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from epsim import vocab
-from live.checks import DTYPES
-from live.config import MoeConfig
+from epsim.records import MeasurementRecord
+from epsim.routing import skew_from_dict
+from live.backends import BackendSpec, make_backend
+from live.bench.checks import DTYPES
+from live.bench.stage_timing import (STAGES, IsolatingTimer, device_experts_us, fence,
+                                     launched_ahead)
+from live.bench.sweep_case import BenchCase, BenchSettings
+from live.bench.sweep_records import point_records
 from live.dist import rank_device
+from live.model import Qwen3MoeModel
 from live.routing import forced_routing
-from live.bench_records import point_records
-from live.timing import (STAGES, IsolatingTimer, StageTimer, device_experts_us, fence,
-                         launched_ahead)
-
-
-
-@dataclass(frozen=True)
-class BenchCase:
-    """One backend, model shape and dispatch dtype, timed over token counts and skews.
-
-    Attributes:
-        model: zoo name of the shape (or a label for the CPU shapes).
-        config: block sizes (one layer is run).
-        token_counts: tokens per rank, ascending.
-        skews: `epsim.routing` skew descriptors.
-    """
-
-    backend: str
-    model: str
-    config: MoeConfig
-    dispatch_dtype: str
-    token_counts: tuple[int, ...]
-    skews: tuple[dict, ...]
-
-    @property
-    def label(self) -> str:
-        return f"{self.backend}/{self.model}/{self.dispatch_dtype}"
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """How every point is measured."""
-
-    device: str = "cuda"
-    dtype: str = "bfloat16"
-    num_iters: int = 20
-    num_warmup: int = 3
-    seed: int = 0
-    device_only: bool = True
-    num_passes: int = 1      # sweeps over the whole grid, each in its own shuffled token order
-    eager: bool = True       # time the eager forward (records without a mode)
-    graph: bool = False      # also time forwards launched ahead (records with mode "graph")
-    graph_iters: int = 15
-
+from live.timing import StageTimer
+from live.weights import random_weights
 
 # Low-latency kernels lay their buffer out by (hidden, max tokens per rank); one buffer per
 # process and group is kept (`live.backends.base.shared_buffer`). A point gets a group (and so
@@ -104,8 +70,6 @@ def max_tokens_for(tokens: int) -> int:
 def _point_backend(case: BenchCase, group, settings: BenchSettings, device: torch.device,
                    tokens: int):
     """The backend a point runs with (built on every rank alike, same order)."""
-    from live.backends import BackendSpec, make_backend
-
     max_tokens = max_tokens_for(tokens)
     if vocab.backend(case.backend).low_latency:
         key = (case.config.hidden_size, max_tokens)
@@ -124,9 +88,6 @@ def _point_backend(case: BenchCase, group, settings: BenchSettings, device: torc
 
 def _build(case: BenchCase, group, settings: BenchSettings, device: torch.device):
     """The one-layer model of a case with random weights (its backend is set per point)."""
-    from live.model import Qwen3MoeModel
-    from live.weights import random_weights
-
     dtype = DTYPES[settings.dtype]
     backend = _point_backend(case, group, settings, device, case.token_counts[0])
     model = Qwen3MoeModel(case.config, 0, 1, backend=backend, group=group, dtype=dtype,
@@ -189,7 +150,6 @@ def measure_point(rank: int, group, model, case: BenchCase, skew, tokens: int,
 
 def _pin_cores(rank: int, world_size: int) -> None:
     """Pin this rank to its own share of the cores (fewer migrations, steadier host timing)."""
-    import os
     try:
         cores = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -211,20 +171,12 @@ def bench_worker(rank: int, world_size: int, group, cases: list[BenchCase],
     Returns:
         {"num_records", "num_points", "errors": [str], "skipped": int} (counts on rank 0).
     """
-    from epsim.records import MeasurementRecord
-    from epsim.routing import skew_from_dict
-
     device = rank_device(settings.device)
     if device.type == "cpu":
         torch.set_num_threads(1)       # one core per rank: threads of two ranks would fight
     total = settings.num_passes * sum(len(c.token_counts) * len(c.skews) for c in cases)
-    bar = None
-    if rank == 0 and progress:
-        try:
-            from tqdm import tqdm
-            bar = tqdm(total=total, desc="live.bench", unit="point", mininterval=1.0)
-        except ImportError:
-            pass
+    bar = (tqdm(total=total, desc="live.bench.sweep", unit="point", mininterval=1.0)
+           if rank == 0 and progress else None)
     summary = {"num_records": 0, "num_points": 0, "errors": [], "skipped": 0}
     last_point_s = 0.0
     handle = open(records_path, "a") if rank == 0 else None

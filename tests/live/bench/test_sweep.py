@@ -1,6 +1,6 @@
-"""live.bench on CPU ranks (gloo): the sweep plan, the budget, records with real counts, and the
-whole loop `epsim calibrate --live --quick` -> profile -> `epsim validate`, plus the GPU script's
-CPU switch."""
+"""live.bench.sweep on CPU ranks (gloo): the sweep plan, the budget, records with real counts,
+and the whole loop `epsim calibrate --live --quick` -> profile -> `epsim validate`, plus the GPU
+script's CPU switch."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import live.bench.sweep as bench
 from epsim.cli import main
 from epsim.records import read_records
-from live.bench import BenchPlan, plan_sweep, run_bench
-from live.bench_worker import BenchSettings
+from live.bench.sweep import BenchPlan, plan_sweep, run_bench
+from live.bench.sweep_case import BenchSettings
 from live.errors import LiveError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_gpu_plan_orders_cases_and_notes_what_cannot_run():
@@ -41,7 +42,6 @@ def test_gpu_plan_orders_cases_and_notes_what_cannot_run():
 
 
 def test_low_latency_backends_split_large_batches_into_a_later_case():
-    import live.bench as bench
     real = bench._available
     bench._available = lambda name, cpu: ""            # pretend mooncake imports
     try:

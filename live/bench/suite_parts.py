@@ -15,13 +15,13 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from live.checks import DTYPES, tolerance
+from live.bench.checks import DTYPES, tolerance
 from live.config import MoeConfig
 from live.errors import BackendUnavailableError
 from live.model import Qwen3MoeModel
 from live.weights import fused_names, random_weights, save_hf_safetensors, serve_weight_cache
 
-log = logging.getLogger("live.gpu_suite")
+log = logging.getLogger("live.bench.gpu_suite")
 
 class PartFailed(Exception):
     """A part that failed after measuring something: `records` are kept."""
@@ -106,7 +106,7 @@ def part_hf_equality(ctx: SuiteContext) -> list[dict]:
         err = float((y.float() - ref.float()).abs().max())
         ref_max = float(ref.float().abs().max())
         timing = {"ours_us": _median_forward_us(lambda: ours.block(0)(x), device),
-                  "transformers_us": _median_forward_us(lambda: hf(x[None]), device)}
+                  "transformers_us": _median_forward_us(lambda block=hf: block(x[None]), device)}
         passed = err <= tolerance(ctx.dtype, ref_max)
         log.info("hf_equality %s: max|ours - transformers| = %.3g (ref max %.3g) -> %s; %s",
                  impl, err, ref_max, "PASS" if passed else "FAIL", timing)

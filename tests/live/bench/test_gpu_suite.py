@@ -12,14 +12,14 @@ from epsim.records import read_records
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_quick_run_writes_records_log_and_summary(tmp_path):
     out = tmp_path / "suite"
-    proc = subprocess.run([sys.executable, "-m", "live.gpu_suite", "--quick", "--out", str(out),
-                           "--budget-s", "240"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "live.bench.gpu_suite", "--quick", "--out",
+                           str(out), "--budget-s", "240"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     parts = summary["parts"]
