@@ -27,18 +27,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from epsim.records import write_records
 from live.bench.checks import DTYPES
+from live.bench.components import ComponentPlan, ComponentResult
 from live.bench.layer_ops import DEEPSEEK_LIKE, LayerShape, zoo_shape
 from live.bench.layer_points import ShapeState
 from live.bench.op_timing import FLUSH_BYTES, L2Flush
 from live.bench.provenance import collect
-from live.bench.run import RunResult, add_run_options, check_counts, open_records, write_summary
+from live.bench.run import add_run_options, check_counts, open_records, run_one_device
 from live.dist import rank_device
 from live.errors import LiveError
 
@@ -92,29 +93,11 @@ class LayerPoint:
 
 
 @dataclass(frozen=True)
-class LayerPlan:
-    points: tuple[LayerPoint, ...]
-    device: str                    # "cuda" | "cpu"
-    dtype: str                     # "bfloat16" | "float32"
-    num_iters: int
-    num_warmup: int = 3
-    seed: int = 0
-    notes: tuple[str, ...] = ()
-    keep_l2: bool = False          # no L2 flush before a timed call (layer kinds only)
+class LayerPlan(ComponentPlan):
+    """The component bench's plan (`points` are LayerPoints, one pass), plus whether L2 is
+    kept between calls (no flush; the layer kinds only)."""
 
-
-@dataclass
-class LayerResult(RunResult):
-    """What a layer run produced (`live.bench.run.RunResult`), plus the points left out."""
-
-    skipped: list[str] = field(default_factory=list)
-
-    @property
-    def problems(self) -> list[str]:
-        return list(self.skipped)
-
-    def summary(self) -> dict:
-        return dict(super().summary(), skipped=self.skipped)
+    keep_l2: bool = False
 
 
 def shape_points(shape: LayerShape, decode, ep_sizes, stack_decode, stack_eps, stack_layers
@@ -191,7 +174,7 @@ def plan_layers(device: str = "cuda", quick: bool = False, num_iters: int | None
 
 
 def run_layers(plan: LayerPlan, records_path: str | Path, budget_s: float = float("inf"),
-               progress: bool = True) -> LayerResult:
+               progress: bool = True) -> ComponentResult:
     """Time every point of the plan, appending records to `records_path` as measured.
 
     Stops starting points once `budget_s` is spent (what was measured is kept); a point that
@@ -205,7 +188,7 @@ def run_layers(plan: LayerPlan, records_path: str | Path, budget_s: float = floa
     provenance["transformers"] = transformers.__version__
     if plan.device == "cpu":
         provenance["device"] = "1x cpu"
-    result = LayerResult(records_path, provenance=provenance)
+    result = ComponentResult(records_path, provenance=provenance)
     flush, state = L2Flush(device, 0 if plan.keep_l2 else FLUSH_BYTES), None
     start = last_print = time.time()
     for done, point in enumerate(plan.points):
@@ -248,31 +231,14 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"shapes (default all): {', '.join(LAYER_MODELS)}, DeepSeek-like "
                              f"(--cpu: {', '.join(s.name for s in CPU_SHAPES)})")
     args = parser.parse_args(argv)
-    if not args.cpu and not torch.cuda.is_available():
-        print("live.bench.layers: error: no CUDA GPU visible; pass --cpu to time on the CPU",
-              file=sys.stderr)
-        return 2
-    try:
+
+    def make_plan() -> LayerPlan:
         if args.passes not in (None, 1):
             raise LiveError(f"passes ({args.passes}) must be 1: the layer grid is swept once")
-        plan = plan_layers("cpu" if args.cpu else "cuda", args.quick, args.iters, args.seed,
+        return plan_layers("cpu" if args.cpu else "cuda", args.quick, args.iters, args.seed,
                            args.models, args.keep_l2)
-    except LiveError as exc:
-        print(f"live.bench.layers: error: {exc}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for note in plan.notes:
-        print(f"live.bench.layers: {note}", file=sys.stderr)
-    result = run_layers(plan, out / args.records_name, args.budget_s, not args.no_progress)
-    write_summary(out, "layers", dict(result.summary(), notes=list(plan.notes),
-                                      command=" ".join(["python -m live.bench.layers",
-                                                        *(argv if argv is not None
-                                                          else sys.argv[1:])])))
-    print(f"live.bench.layers: {result.num_records} records from {result.num_points} points in "
-          f"{result.seconds:.0f} s on {result.provenance.get('device', '?')} "
-          f"({len(result.skipped)} skipped) -> {result.records_path}", file=sys.stderr)
-    return 0 if result.num_records else 1
+    command = " ".join(["python -m live.bench.layers", *(sys.argv[1:] if argv is None else argv)])
+    return run_one_device("layers", args, make_plan, run_layers, {"command": command})
 
 
 if __name__ == "__main__":
