@@ -40,9 +40,9 @@ from epsim.sim.initial_placement import initial_placement
 from epsim.sim.leap import Leaper
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
+from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
 from epsim.spec.scenario import Scenario
-from epsim.spec.workload import STEADY
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +102,8 @@ class Simulation:
         self.requests = sample_requests(w, self.seed, scenario.base_dir)
         dp = scenario.dp_size
         max_running = d.max_running_requests
-        self.initial_running_per_rank = self._initial_per_rank()
+        # "steady" resolved: the steady-batch model's batch of this scenario (`epsim.sim.steady`)
+        self.initial_running_per_rank = initial_running_per_rank(scenario, self.profile)
         initial, progress_done = self._initial_requests(dp, max_running)
         if len(self.requests) == 0 and initial is None:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
@@ -134,14 +135,6 @@ class Simulation:
         if scenario_processes and d.failures:
             from epsim.sim.elastic import ElasticEP
             self.elastic = ElasticEP(self)
-
-    def _initial_per_rank(self) -> int:
-        """`workload.initial_running_per_rank`, "steady" resolved: the screen's steady batch of
-        this scenario (`epsim.plan.screen.steady_running_per_rank`)."""
-        if self.scenario.workload.initial_running_per_rank != STEADY:   # plain runs skip the plan package
-            return self.scenario.workload.initial_running_per_rank
-        from epsim.plan.screen import initial_running_per_rank   # the plan's screen prices it
-        return initial_running_per_rank(self.scenario, self.profile)
 
     def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
         """Requests decoding at t=0 (`initial_running_per_rank`), part-way done so that
