@@ -22,16 +22,12 @@ charged; `Simulation(..., leap=False)` turns it off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from epsim.cost.model import StepBlock, StepCost
 from epsim.sim.batching import Saturated
 from epsim.sim.stepper import PoolStepper
-
-if TYPE_CHECKING:
-    from epsim.sim.engine import Simulation
 
 MAX_LEAP = 128           # steps looked at once, at most (one pool serves up to its uses of them)
 MIN_HORIZON = 16         # steps looked at once, at least (`Leaper.horizon`)
@@ -64,9 +60,15 @@ class _Segment:
 
 
 class Leaper:
-    """Leaps over the saturated steps of one run (module doc)."""
+    """Leaps over the saturated steps of one run (module doc).
 
-    def __init__(self, sim: "Simulation"):
+    Args:
+        sim: the run (`epsim.sim.engine.Simulation`; untyped here, since the engine imports
+            this module): its scheduler, stepper, cost model, placement, recorder and EPLB
+            manager, which a leap reads and advances as the one-step loop would.
+    """
+
+    def __init__(self, sim):
         self.sim = sim
         self.num_leaps = 0
         self.num_steps = 0
@@ -75,7 +77,7 @@ class Leaper:
         self._horizon = MIN_HORIZON   # steps the last look found saturated, doubled (`horizon`)
 
     @staticmethod
-    def applies(sim: "Simulation") -> bool:
+    def applies(sim) -> bool:
         """Whether a run may leap: the fast engine, and nothing that watches steps one by one
         but EPLB's statistics window (which takes the leapt steps' loads at once)."""
         stepper = sim.stepper
