@@ -281,6 +281,7 @@ class Simulation:
 
     def _result(self, wall_seconds: float) -> SimResult:
         sched, metrics, w = self.scheduler, self.metrics, self.scenario.workload
+        requests = sched.state                      # per request: lengths, times, losses
         n = max(metrics.num_measured_steps, 1)
         prof = self.profile
         return SimResult(
@@ -288,9 +289,10 @@ class Simulation:
             num_gpus=self.scenario.deployment.ep_size, steps=metrics.step_table(),
             layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
             rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
-            arrival_s=sched.arrival_s, first_token_s=sched.first_token_s, finish_s=sched.finish_s,
-            input_len=sched.input_len, output_len=sched.output_len, is_initial=sched.is_initial,
-            stalls=list(metrics.stalls), lost=sched.lost, charged_us=dict(metrics.charged_us),
+            arrival_s=requests.arrival_s, first_token_s=requests.first_token_s,
+            finish_s=requests.finish_s, input_len=requests.input_len,
+            output_len=requests.output_len, is_initial=requests.is_initial,
+            stalls=list(metrics.stalls), lost=requests.lost, charged_us=dict(metrics.charged_us),
             window_gaps=sched.window_gaps(),
             rebalances=[e.as_dict() for e in self.eplb.events] if self.eplb is not None else [],
             elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.model import StepBlock, StepCost
-from epsim.sim.batching import Saturated
+from epsim.sim.saturation import Saturated
 from epsim.sim.stepper import PoolStepper
 
 MAX_LEAP = 128           # steps looked at once, at most (one pool serves up to its uses of them)
@@ -184,7 +184,7 @@ class Leaper:
         placement = sim.placement
         start_us = np.concatenate([seg.start_us for seg in segments])
         end_us = np.concatenate([seg.end_us for seg in segments])
-        gaps, waiting, running = sched.apply_saturated(sat, num, start_us * 1e-6, end_us * 1e-6)
+        applied = sched.apply_saturated(sat, num, start_us * 1e-6, end_us * 1e-6)
         num_tokens = float(batch.tokens.sum())
         output_tokens = float(batch.sampled_tokens.sum())
         at = 0
@@ -194,8 +194,9 @@ class Leaper:
             steps = slice(at, at + n)
             sim.metrics.record_steps(seg.start_us, seg.block.step_us[:n], seg.block.parts[:n],
                                      seg.moes, seg.block.dense_us, seg.block.overhead_us,
-                                     num_tokens, output_tokens, running[steps], waiting[steps],
-                                     placement.version, placement.num_alive, gaps[steps])
+                                     num_tokens, output_tokens, applied.num_running[steps],
+                                     applied.num_waiting[steps], placement.version,
+                                     placement.num_alive, applied.gaps[steps])
             at += n
         if sim.eplb is not None:
             sim.eplb.on_quiet_steps([block for seg in segments for block in seg.loads])
