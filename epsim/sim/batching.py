@@ -12,16 +12,17 @@ cache.
 Elastic EP: `drop_rank` loses a failed rank's running and queued requests (its scheduler process
 is gone), and `route_to` sends later arrivals round-robin over the live ranks only.
 
-The scheduler's paths share one state object (`epsim.sim.slots.SlotState`: slots, request
-times, the token clock) and keep the rest to themselves. This module is the per-slot path,
-which runs every mode: per-slot contexts, tokens left and prefill tokens left, counted down
-every step. Decode instances while every rank is alive (most decode runs, R1 among them) take
-the decode path instead (`epsim.sim.decode_path`: the same results from a step count), and the
-fast engine applies their saturated steps many at once (`epsim.sim.saturation`, for
-`epsim.sim.leap`). Where what is to come would go: how many requests a rank admits is decided
-in `_admit` alone (a KV-cache capacity bound would cap it there); arrivals that depend on
-completions (closed-loop clients) are a variant of `RankQueues`; tokens made per decode step
-(speculative MTP steps) are counted in `commit`.
+The scheduler's paths share one state object (`epsim.sim.slots.SlotState`: slots, requests,
+the token clock) and keep the rest to themselves. This module is the per-slot path, which runs
+every mode: per-slot contexts, tokens left and prefill tokens left, counted down every step.
+Decode instances while every rank is alive (most decode runs, R1 among them) take the decode
+path instead (`epsim.sim.decode_path`: the same results from a step count), and the fast engine
+applies their saturated steps many at once (`epsim.sim.saturation`, for `epsim.sim.leap`).
+Where what is to come would go: how many requests a rank admits is decided in `_admit` alone (a
+KV-cache capacity bound on running requests would cap it there); arrivals that depend on
+completions (closed-loop clients) are a variant of `RankQueues`, told of each finish; tokens
+made per decode step (speculative MTP steps) are counted in `commit`; colocated instances with
+chunked prefill run `plan`'s extend branch.
 """
 
 from __future__ import annotations
