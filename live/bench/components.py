@@ -228,7 +228,7 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
             result.skipped.append(f"{len(schedule) - done} points not started, time budget spent")
             break
         try:
-            records = _time_point(point, pass_id, plan, weights, max_local[point.shape], flush,
+            records = time_point(point, pass_id, plan, weights, max_local[point.shape], flush,
                                   provenance)
         except Exception as exc:  # noqa: BLE001 - reported; one failed point ends no run
             records = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
@@ -249,8 +249,8 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
     return result
 
 
-def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_local: int, flush,
-                provenance: dict):
+def time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_local: int, flush,
+               provenance: dict):
     """The records of one point (one per timing), or why it was left out (a string)."""
     op, fields = build_op(point, weights, max_local, plan.seed)
     if op is None:

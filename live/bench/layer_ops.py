@@ -36,13 +36,11 @@ import torch
 from torch import nn
 
 from epsim.zoo import get_model
-from live.bench.component_ops import (AttentionShape, ExpertShape, MlpShape, Point, WeightCache,
-                                      expert_rows)
+from live.bench.component_ops import AttentionShape, ExpertShape, MlpShape, Point, expert_rows
 from live.config import MoeConfig
 from live.experts import expert_mlp
 
 UNIFORM = (("kind", "uniform"),)
-LAYER_PARTS = ("attention_block", "moe_block", "experts_module", "router")
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,7 @@ class Layer:
         if rank is None:
             return h + self.hf.mlp(normed)
         flat = normed.view(-1, self.shape.hidden_size)
-        self.hf.mlp.gate(flat)                  # its choices leave by dispatch (not timed)
+        self.hf.mlp.gate(flat)                  # routes own tokens; dispatch sends them (not timed)
         self.local_experts(rank.ep_size)(rank.pairs, rank.expert_ids, rank.weights)
         out = h + rank.combined                 # what combine returned (not timed)
         return out + self.shared(normed) if self.shared is not None else out
@@ -278,21 +276,6 @@ def route(layer: Layer, h: torch.Tensor) -> tuple[np.ndarray, tuple]:
         _, weights, ids = layer.hf.mlp.gate(normed)
     counts = torch.bincount(ids.flatten(), minlength=layer.shape.num_experts)
     return counts.cpu().numpy()[None, :].astype(np.int64), (normed, ids, weights)
-
-
-class SharedWeights(WeightCache):
-    """`live.bench.component_ops.WeightCache` whose experts are the layer's own (`build_op`'s
-    experts op then times the grouped GEMM on the same weights the layer holds)."""
-
-    def __init__(self, layer: Layer, device, dtype, seed: int):
-        super().__init__(device, dtype, seed)
-        self.layer = layer
-
-    def get(self, key: tuple, shape, num_slots: int):
-        if key[0] == "experts":
-            experts = self.layer.hf.mlp.experts
-            return experts.gate_up_proj, experts.down_proj
-        return super().get(key, shape, num_slots)
 
 
 def experts_op(layer: Layer, rows: np.ndarray, gen: torch.Generator):

@@ -11,10 +11,9 @@ import numpy as np
 import torch
 
 from epsim.records import MeasurementRecord
-from live.bench.component_ops import Point, build_op
-from live.bench.components import _time_point
-from live.bench.layer_ops import (Layer, SharedWeights, decode_inputs, experts_op, rank_inputs,
-                                  route, with_kernel)
+from live.bench.component_ops import Point, WeightCache, build_op
+from live.bench.components import time_point
+from live.bench.layer_ops import Layer, decode_inputs, experts_op, rank_inputs, route, with_kernel
 from live.bench.op_timing import time_op
 
 COMPONENT_KINDS = ("attention_decode", "block_ops", "dense_mlp")
@@ -29,13 +28,13 @@ def component_point(shape, kind: str, num_seqs: int, context_len: int = 0) -> Po
 
 class ShapeState:
     """What the points of one LayerShape share on the device: layers (layer i from seed + i),
-    the component ops' weights (`SharedWeights`: the experts are layer 0's) while component
-    points run, each virtual rank's inputs, and the SDPA kernel of each decode shape."""
+    the component ops' weights (`WeightCache`) while component points run, each virtual rank's
+    inputs, and the SDPA kernel of each decode shape."""
 
     def __init__(self, shape, device: torch.device, dtype: torch.dtype, seed: int):
         self.shape, self.device, self.dtype, self.seed = shape, device, dtype, seed
         self.layers: list[Layer] = []
-        self.weights: SharedWeights | None = None
+        self.weights: WeightCache | None = None
         self.ranks: dict[tuple[int, int], object] = {}
         self.kernels: dict[tuple[int, int], str] = {}
 
@@ -65,9 +64,9 @@ class ShapeState:
             self.kernels[key] = fields["extra"].get("kernel", "")
         return self.kernels[key]
 
-    def _weights(self) -> SharedWeights:
+    def _weights(self) -> WeightCache:
         if self.weights is None:
-            self.weights = SharedWeights(self.layer(0), self.device, self.dtype, self.seed)
+            self.weights = WeightCache(self.device, self.dtype, self.seed)
         return self.weights
 
     def records(self, point, plan, flush, provenance: dict):
@@ -75,7 +74,7 @@ class ShapeState:
         if point.kind in COMPONENT_KINDS:         # timed as the component bench times them
             component = component_point(self.shape, point.kind, point.num_seqs,
                                         point.context_len)
-            records = _time_point(component, 0, plan, self._weights(), 0, flush, provenance)
+            records = time_point(component, 0, plan, self._weights(), 0, flush, provenance)
             if point.kind == "attention_decode" and not isinstance(records, str):
                 self.kernels[(point.num_seqs, point.context_len)] = records[0].extra["kernel"]
             return records
