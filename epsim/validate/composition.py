@@ -77,10 +77,11 @@ def simulator_model(record: MeasurementRecord):
 
 class Pricer:
     """Prices measured layers through `epsim.cost.CostModel` (one cost model per shape, EP
-    size and backend, kept)."""
+    size and backend, kept); `time_mode` "graph" prices device time (a CUDA-graph decode
+    step), "eager" device time plus host overhead."""
 
-    def __init__(self, profile, gpu: str = "H200"):
-        self.profile, self.gpu = profile, gpu
+    def __init__(self, profile, gpu: str = "H200", time_mode: str = "graph"):
+        self.profile, self.gpu, self.time_mode = profile, gpu, time_mode
         self._models: dict[tuple, tuple] = {}
 
     def _cost_model(self, record: MeasurementRecord, backend: str):
@@ -99,7 +100,7 @@ class Pricer:
                                         enable_dp_attention=True)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # out-of-range fits are what is being judged
-                cost = CostModel(model, cluster, deployment, self.profile)
+                cost = CostModel(model, cluster, deployment, self.profile, self.time_mode)
             tables = build_tables(Placement.on_cluster(
                 contiguous_placement(1, model.num_experts, ep), model.num_experts, ep, per_node))
             self._models[key] = (cost, tables)
@@ -211,7 +212,8 @@ def compose(records: list[MeasurementRecord], profile, backends=vocab.A2A_BACKEN
         raise RecordError(f"records ({', '.join(sources or [])[:200]}) must hold decoder_layer "
                           f"records timed '{timing}' (live.bench.layers)")
     gpus = {r.provenance.hardware for r in layers if r.provenance.hardware}
-    pricer = Pricer(profile, gpus.pop() if len(gpus) == 1 else "H200")
+    pricer = Pricer(profile, gpus.pop() if len(gpus) == 1 else "H200",
+                    "graph" if timing == "device" else "eager")
     index = _parts_index(records)
     rows, one = [], {}
     for r in layers:

@@ -30,12 +30,12 @@ POINTS = ((8, 8192), (64, 512))                    # the issue's two points, Qwe
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> Path:
     """A small set cut from the shipped records: Qwen3-30B-A3B at EP 1 and 8, the issue's two
-    points, their parts and stacks, device time."""
+    points, their parts and stacks, device and eager time."""
     if not SHIPPED:
         pytest.skip("no shipped whole-layer records")
     keep = []
     for r in read_records(SHIPPED[0]):
-        if r.timing != "device" or r.model not in ("Qwen3-30B-A3B", "Qwen3-30B-A3B/shared_expert"):
+        if r.timing == "host" or r.model not in ("Qwen3-30B-A3B", "Qwen3-30B-A3B/shared_expert"):
             continue
         b = r.num_seqs or r.num_tokens_per_rank
         if r.ep_size in (1, 8) and b in (8, 64) and r.context_len in (0, *dict(POINTS).values()):
@@ -154,3 +154,14 @@ def test_shipped_records_reproduce_the_documented_tables():
     finally:
         os.chdir(cwd)
     assert section == "\n\n" + expected + "\n"
+
+
+def test_eager_records_are_priced_as_an_eager_step(small, comp):
+    """`--timing eager`: the eager timings of the same run against eager steps (device time
+    plus the fitted host overhead), not against CUDA-graph prices."""
+    eager = compose_files([small], load_profile(), timing="eager")
+    assert len(eager.layers) == len(comp.layers) and eager.timing == "eager"
+    for e, d in zip(eager.layers, comp.layers):
+        assert e.measured_us > d.measured_us                       # the host's gaps added
+        assert e.priced["mooncake"].layer_us > d.priced["mooncake"].layer_us
+    assert "eager time" in markdown(eager).splitlines()[0]
