@@ -193,7 +193,8 @@ def _add_validate(sub) -> None:
                         "and composition.csv, --doc FILE its section (docs/validation.md)")
     p.add_argument("--timing", choices=("device", "eager"), default="device",
                    help="--composition: the records' timing to judge (default device: CUDA-graph "
-                        "replays, what a decode step pays; eager: CPU runs, host-bound steps)")
+                        "replays, what a decode step pays; eager: one call from an idle device, "
+                        "priced as an eager step; all a CPU run has)")
 
 
 def _add_plan(sub) -> None:
