@@ -35,7 +35,7 @@ from epsim.cost.comm import (check_backend, collective_defaults, collective_feat
 from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, row_tiles)
 from epsim.cost.linear import ATTENTION_TERMS, COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
-from epsim.cost.model import layer_defaults
+from epsim.cost.moe import layer_defaults
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,

@@ -121,10 +121,9 @@ class Pricer:
         parts = (float(step.attention_us[0]), float(step.experts_us[0]),
                  float(step.block_ops_us[0]), float(step.shared_experts_us[0]))
         layer = float(step.layer_us[0])
-        per_layer = float(cost.overhead_params["per_layer_us"])
-        # which fit priced the experts (a diagnostic: the cost model names it nowhere public)
-        timing = getattr(cost, "timings", {}).get(("experts", "", not cost.uses_graph(batch)))
-        source = (getattr(timing, "key", "") or "datasheet") if timing is not None else "?"
+        per_layer = float(cost.params.overhead["per_layer_us"])
+        # which fit priced the experts (a diagnostic)
+        source = cost.params.step(cost.uses_graph(batch)).experts.timing.key or "datasheet"
         return Priced(layer - (comm if ep > 1 else 0.0) + per_layer, *parts, comm,
                       layer - sum(parts) - comm, per_layer, source)
 
