@@ -25,7 +25,7 @@ from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
-from epsim.cost.params import CostParams
+from epsim.cost.params import Coefficients, CostParams
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms, overlapped
 from epsim.cost.tables import PlacementTables
@@ -273,7 +273,7 @@ class CostModel:
         self._terms_memo[key] = terms
         return terms
 
-    def _mlp_us(self, tokens: np.ndarray, width: int, rates) -> np.ndarray:
+    def _mlp_us(self, tokens: np.ndarray, width: int, rates: Coefficients) -> np.ndarray:
         """[dp] a dense SwiGLU MLP of `width` on each rank's tokens: the fitted dense kernel
         (`epsim.cost.experts.dense_us`), else the datasheet roofline at `rates` (the experts')."""
         m, p = self.model, self.params
