@@ -123,8 +123,28 @@ def features_markdown(board: Scoreboard) -> str:
              "(ties: the one most rows need).", "",
              *report.md_table(["step", "feature", "rows it completes", "rows expressible after it"],
                               [[i + 1, f, gained, total] for i, (f, gained, total)
-                               in enumerate(feature_order(blocked))])]
+                               in enumerate(feature_order(blocked))]),
+             "", "## Once expressible, what prices them", "",
+             "Every in-scope row by what the shipped profile measured: its GPU, and the attention "
+             "kind of its model (the fits' provenance then tags each part fitted, extrapolated or "
+             "datasheet, per row).", "", *pricing_table(board.entries)]
     return "\n".join(lines) + "\n"
+
+
+def pricing_table(entries: list[dict]) -> list[str]:
+    """In-scope rows by (GPU, measured by the shipped profile or not) x the model's attention."""
+    from epsim.profile import load_profile
+    from epsim.validate.silicon.mapping import GPUS, MODELS
+    from epsim.zoo import get_model
+    measured_on = load_profile(shared=True).hardware
+    counts = Counter()
+    for e in entries:
+        gpu = GPUS.get(e["system"], e["system"])
+        kind = ("the shipped profile's GPU" if gpu == measured_on
+                else f"datasheet defaults (the profile is {measured_on}'s)")
+        counts[(gpu, kind, get_model(MODELS[e["model_path"]]).attention)] += 1
+    return report.md_table(["GPU", "priced by", "attention", "rows"],
+                           [[*key, n] for key, n in sorted(counts.items())])
 
 
 def rows_json(board: Scoreboard) -> dict:

@@ -68,6 +68,7 @@ def row_task(task: RowTask) -> dict:
     from epsim.validate.silicon.run import predict
     row = task.row
     entry = {"id": row.id, "system": row.system, "mode": row.mode, "model": row.model,
+             "model_path": row.model_path,
              "version": row.backend_version, "image": row.image, "precision": row.precision,
              "gemm_quant_mode": row.gemm_quant_mode, "moe_quant_mode": row.moe_quant_mode,
              "isl": row.isl, "osl": row.osl, "concurrency": row.concurrency, "layout": layout(row),
