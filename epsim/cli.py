@@ -134,7 +134,9 @@ def _add_calibrate(sub) -> None:
                                    "first with --live (docs/calibration.md).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--live", action="store_true", help="run the live bench, then fit")
-    src.add_argument("--records", nargs="+", help="fit offline from record files (JSONL)")
+    src.add_argument("--records", nargs="+",
+                     help="fit offline from record files (JSONL), or aic:SYSTEM[/FRAMEWORK[/VERSION]]: "
+                          "an installed aiconfigurator-core's op tables (docs/aic_tables.md)")
     p.add_argument("--gpus", type=int, default=None,
                    help="local GPUs to use (default: all visible; 1: the single-GPU components; "
                         "no GPU: 2 CPU ranks)")
@@ -142,7 +144,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--quick", action="store_true", help="a small sweep (minutes)")
     p.add_argument("--out", default=None, help="profile JSON to write")
     p.add_argument("--records-out", default=None,
-                   help="where the live bench writes its records (default runs/calibrate/records.jsonl)")
+                   help="where the live bench writes its records (default runs/calibrate/records.jsonl); "
+                        "with --records aic:...: the imported records (default runs/aic/)")
     p.add_argument("--holdout", default=None,
                    help="hold-out rule: 'default' (fit_tokens=1,4,16,64,256,1024,4096;skew=hotset), "
                         "'none', or clauses like 'tokens=64,1024;skew=zipf' (docs/calibration.md)")

@@ -121,10 +121,14 @@ def _predictable(s: SourcedRecord, profile: Profile, skipped: list[str]) -> bool
 
 def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name: str = "",
               strict: bool = False, backends: Iterable[str] | None = None,
-              spread_paths: Iterable[str | Path] = ()) -> Calibration:
+              spread_paths: Iterable[str | Path] = (), records_out: str | Path | None = None
+              ) -> Calibration:
     """Fit a profile on record files under a hold-out protocol.
 
     Args:
+        paths: record files; an `aic:SYSTEM[/FRAMEWORK[/VERSION]]` item imports an installed
+            aiconfigurator-core's op tables (`epsim.calibrate.aic`; `records_out` names the
+            file its records are written to) and tags each component with its source.
         holdout: which records the fit may use (default: `Holdout.parse(None)`, the default rule).
         backends: backends the caller expects; one without records is warned about.
         strict: a bad record line raises instead of being skipped with a warning.
@@ -133,7 +137,9 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
     Raises:
         RecordError: unreadable files, or no record any component can be fitted on.
     """
+    from epsim.calibrate.aic import expand_sources, tag_profile
     holdout = holdout or Holdout.parse(None)
+    paths, imports = expand_sources(paths, records_out)
     raw, files = load_records(paths, strict=strict)
     spread_paths = list(spread_paths)
     other, other_files = load_records(spread_paths, strict=strict) if spread_paths else ([], [])
@@ -141,6 +147,8 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
     if other_files:
         cal.profile.provenance.spread_records = [
             {"path": f.path, "sha256": f.sha256, "num_records": f.num_records} for f in other_files]
+    if imports:
+        tag_profile(cal, imports)
     return cal
 
 

@@ -154,11 +154,12 @@ def run(args):
         out = check_output_file(args.out or DEFAULT_LIVE_DIR / "profile.json")
         check_output_file(args.records_out or DEFAULT_LIVE_DIR / "records.jsonl", "--records-out")
         paths = _measure(args)
-    else:
-        paths = [Path(p) for p in args.records]
+    else:                         # files, or `aic:SYSTEM[/FRAMEWORK[/VERSION]]` (epsim.calibrate.aic)
+        paths = [p if p.startswith("aic:") else Path(p) for p in args.records]
         out = check_output_file(args.out) if args.out else None
     cal = calibrate(paths, holdout, name=args.name or "", strict=args.strict,
-                    backends=args.backends, spread_paths=args.spread_records or ())
+                    backends=args.backends, spread_paths=args.spread_records or (),
+                    records_out=None if args.live else args.records_out)
     data = {"profile": cal.profile.model_dump(by_alias=True), "num_fit": cal.num_fit,
             "num_held_out": cal.num_held_out, "holdout": cal.holdout.describe(),
             "records": [str(p) for p in paths]}

@@ -39,7 +39,7 @@ JUDGED_TOKENS = (2048, 16384)
 JUDGED_MODELS = ("DeepSeek-V3", "Qwen3-Coder-480B-A35B")
 AXES = ("tokens", "shape", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
-          "dense_mlp", "block_ops")
+          "dense_mlp", "block_ops", "allreduce")
 # fields that are not a configuration's identity: timings, measured counts, provenance
 _NOT_CONFIG = {"median_us", "p10_us", "p90_us", "per_rank_median_us", "num_iters", "extra",
                "provenance", "recv_tokens_per_rank", "send_tokens_per_rank",
