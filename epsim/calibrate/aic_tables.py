@@ -5,7 +5,8 @@ aiconfigurator-core (PyPI, Apache-2.0, NVIDIA) ships op-level measurements colle
 system as parquet files, `systems/data/<system>/<op>/<framework>/<version>/<table>.parquet`,
 each folder with a `collection_meta.yaml` (framework version, container image, collector).
 They are calibration data, like our own records. The same package also ships an end-to-end
-sample (`systems/silicon_sample.csv`): validation only, refused here (`check_op_table`).
+sample: validation only. What a fit may read is an allowlist (`check_calibration_input`): record
+files (JSON Lines) and parquet op tables inside a system's `data/` folder; nothing else opens.
 
 A version is resolved per table as AIC itself serves it: the newest collected version not
 newer than the one asked for (default: AIC's `current` version of that system and framework,
@@ -44,7 +45,7 @@ TABLES = (("gemm", "gemm_perf"), ("moe", "moe_perf"),
           ("quantize", "computescale_perf"), ("comm", "custom_allreduce_perf"),
           ("comm", "wideep_deepep_ll_perf"), ("comm", "wideep_deepep_normal_perf"))
 NCCL_TABLE = ("comm", "nccl_perf")          # `comm/nccl/<NCCL version>/`, not per framework
-END_TO_END_NAMES = ("silicon_sample.csv",)
+RECORD_SUFFIXES = (".jsonl", ".jsonl.gz")    # epsim's measurement records
 
 
 def zoo_gpu(system: str) -> str:
@@ -57,19 +58,23 @@ def aic_system(gpu: str) -> str:
     return next((s for s, g in AIC_TO_ZOO.items() if g and g == gpu), "")
 
 
-def check_op_table(path: str | Path) -> Path:
-    """`path` if it is an op-level table; an end-to-end measurement raises.
+def check_calibration_input(path: str | Path) -> Path:
+    """`path` if a fit may read it: an epsim record file (`.jsonl`, `.jsonl.gz`) or a parquet op
+    table in a system's folder of the package's `data/` (`data/<system>/<op>/...`). Anything
+    else -- end-to-end results (AIC's sample of whole deployments, epsim's published figures),
+    which are validation only -- is refused, so no fit can read them.
 
     Raises:
-        RecordError: AIC's silicon sample, or a file in epsim's published results
-            (`epsim/data/published`): end-to-end results are validation only, never fitted.
+        RecordError: `<path>: not a calibration input ...` naming what is allowed.
     """
     path = Path(path)
-    parts = path.resolve().parts
-    published = any(a == "data" and b == "published" for a, b in zip(parts, parts[1:]))
-    if path.name in END_TO_END_NAMES or published:
-        raise RecordError(f"{path}: an end-to-end measurement (validation only): no fit reads it; "
-                          f"calibrate on op-level tables or records")
+    parts = path.parts
+    table = path.suffix == ".parquet" and any(
+        a == "data" and b in AIC_TO_ZOO for a, b in zip(parts, parts[1:]))
+    if not (table or path.name.endswith(RECORD_SUFFIXES)):
+        raise RecordError(f"{path}: not a calibration input: a fit reads epsim record files "
+                          f"({', '.join(RECORD_SUFFIXES)}) and op tables (data/<system>/.../"
+                          f"*.parquet); end-to-end results are validation only")
     return path
 
 
@@ -166,7 +171,7 @@ class AicTable:
         """The table as a pandas DataFrame, rows of other devices left out (one old SGLang table
         of h200_sxm also holds H100 rows). Latencies stay in the table's units."""
         import pandas as pd
-        frame = pd.read_parquet(check_op_table(self.path))
+        frame = pd.read_parquet(check_calibration_input(self.path))
         prefix = DEVICE_PREFIX.get(self.system, "")
         if "device" in frame.columns and prefix:
             frame = frame[frame["device"].astype(str).str.startswith(prefix)]

@@ -114,20 +114,20 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
     Returns:
         (records in file order, one RecordFileInfo per file).
     Raises:
-        RecordError: no files, an unreadable file, an end-to-end measurement (AIC's silicon
-            sample, `epsim/data/published`), or (strict) a bad line.
+        RecordError: no files, an unreadable file, a file that is not a record file (an
+            end-to-end result: `aic_tables.check_calibration_input`), or (strict) a bad line.
     """
     paths = [Path(p) for p in paths]
     if not paths:
         raise RecordError("records (none given) must name at least one JSONL file")
     out: list[SourcedRecord] = []
     files: list[RecordFileInfo] = []
-    from epsim.calibrate.aic_tables import check_op_table
+    from epsim.calibrate.aic_tables import check_calibration_input
     for path in paths:
         shown = _display(path)
-        check_op_table(path)             # end-to-end results are validation only: never read
         if not path.is_file():
             raise RecordError(f"{shown}: no such record file")
+        check_calibration_input(path)    # record files only: end-to-end results are never read
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             numbered = list(iter_records(path, strict=strict))

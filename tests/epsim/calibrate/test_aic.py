@@ -21,7 +21,8 @@ from epsim.calibrate import Holdout, calibrate, load_records  # noqa: E402
 from epsim.calibrate.aic import import_source, record_paths  # noqa: E402
 from epsim.calibrate.aic_comm import _deepep_counts  # noqa: E402
 from epsim.calibrate.aic_records import MS_TO_US, balanced_counts  # noqa: E402
-from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, aic_system, check_op_table,  # noqa: E402
+from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, aic_system,  # noqa: E402
+                                        check_calibration_input,
                                         parse_source, zoo_gpu)
 from epsim.cli import main  # noqa: E402
 from epsim.errors import RecordError  # noqa: E402
@@ -175,11 +176,16 @@ def test_fit_inputs_are_op_tables_only(tmp_path):
     sample = tmp_path / "silicon_sample.csv"
     sample.write_text("id,silicon_ttft_ms\n")
     published = Path(__file__).resolve().parents[3] / "epsim" / "data" / "published" / "results.yaml"
+    aic_sample = FIXTURE.parent / "silicon_sample.csv"            # where the package keeps it
+    for path in (sample, published, aic_sample):
+        with pytest.raises(RecordError, match="not a calibration input: .*end-to-end results "
+                                              "are validation only"):
+            check_calibration_input(path)
     for path in (sample, published):
-        with pytest.raises(RecordError, match="end-to-end measurement .*no fit reads it"):
-            check_op_table(path)
-        with pytest.raises(RecordError, match="end-to-end measurement"):
+        with pytest.raises(RecordError, match="not a calibration input"):
             load_records([path])
+    for table in imported.tables:
+        assert check_calibration_input(table.path) == table.path
 
 
 def test_cli_aic_records(tmp_path, fixture_env, capsys):
