@@ -148,7 +148,8 @@ def sweep_rebalance_interval(scenario, intervals, seed: int | None = None, profi
         scenarios.append(without_eplb(scenario))
     rows = _run_all(scenarios, seed, profile, workers)
     if metric not in rows[0]:
-        raise SpecError(f"metric ({metric!r}) must be one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}")
+        numeric = sorted(k for k, v in rows[0].items() if isinstance(v, float))
+        raise SpecError(f"metric ({metric!r}) must be one of {numeric}")
     return IntervalSweep(rows[:len(intervals)], rows[-1] if baseline else None, metric)
 
 

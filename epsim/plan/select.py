@@ -120,7 +120,8 @@ def keep_up_statement(constraints: list[Constraint]) -> str:
     """What keep-up means in a plan's answer (TTFT from the constraints, when there is one)."""
     from epsim.report.keep_up import RULE
     ttft = [c.text for c in constraints if c.metric.startswith("ttft_ms.")]
-    return (f"keep-up: {RULE}; TTFT {' and '.join(ttft) if ttft else 'has no target (add --constraint ttft_ms.p99<=...)'}")
+    target = " and ".join(ttft) if ttft else "has no target (add --constraint ttft_ms.p99<=...)"
+    return f"keep-up: {RULE}; TTFT {target}"
 
 
 def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) -> str:
