@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import epsim
-from epsim.plan.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
+from epsim.commands.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
 from epsim.report import summarize
 
 SCENARIO = Path(__file__).with_suffix(".yaml")

@@ -8,7 +8,16 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from epsim.calibrate import default_record_paths
+from epsim.commands.output import Report
 from epsim.errors import EpsimError, RecordError
+from epsim.io import check_output_file
+from epsim.profile import default_profile_path, load_profile
+from epsim.text import table
+from epsim.validate import summary_rows, validate
+from epsim.validate.extrapolation import RunPair, default_judged_only, default_run_pairs, stats
+from epsim.validate.published import markdown, published_rows, rows_json
+from epsim.validate.report import describe_measured_on
 
 # Header names for the summary's known columns; any other column of `summary_rows` (a
 # baseline, say) is shown under its own name, `_mape` as `... MAPE %`.
@@ -39,9 +48,6 @@ def column_name(key: str) -> str:
 
 
 def summary_lines(report, max_mape: float) -> list[str]:
-    from epsim.commands.output import table
-    from epsim.validate import summary_rows
-    from epsim.validate.report import describe_measured_on
     rows = summary_rows(report.rows)
     held = sum(r.split == "holdout" for r in report.rows)
     fit = len(report.rows) - held
@@ -71,7 +77,6 @@ def summary_lines(report, max_mape: float) -> list[str]:
 def _run_pairs(args, paths: list[Path]) -> list:
     """Run hold-outs (`extrapolation.RunPair`): `--run-fit`/`--run-judged`, else the defaults
     when the shipped records are judged and the other runs exist under the working directory."""
-    from epsim.validate.extrapolation import RunPair, default_run_pairs
     if args.run_fit or args.run_judged:
         if not (args.run_fit and args.run_judged):
             raise EpsimError("--run-fit and --run-judged must be given together (the records to "
@@ -86,9 +91,6 @@ def _run_pairs(args, paths: list[Path]) -> list:
 def run_published(args):
     """`epsim validate --published`: published results against datasheet predictions; the
     table goes to `--out` (a .md file, or published.md in a directory)."""
-    from epsim.commands.output import Report
-    from epsim.io import check_output_file
-    from epsim.validate.published import markdown, published_rows, rows_json
     out = None
     if args.out:                                 # checked before the work
         out = Path(args.out)
@@ -112,7 +114,6 @@ def run_published(args):
 def extrapolation_lines(extrapolation: list) -> list[str]:
     """The extrapolation hold-outs as one compact table: a row per component, a column per
     axis, each cell `model MAPE / best baseline MAPE`, `!` where the model does not beat both."""
-    from epsim.commands.output import table
     if not extrapolation:
         return []
     axes = list(dict.fromkeys(s.label for s in extrapolation))
@@ -221,12 +222,6 @@ def run(args):
         return run_published(args)
     if getattr(args, "composition", False):
         return run_composition(args)
-    from epsim.calibrate import default_record_paths
-    from epsim.commands.output import Report
-    from epsim.profile import default_profile_path, load_profile
-    from epsim.validate import summary_rows, validate
-    from epsim.validate.extrapolation import default_judged_only, stats
-
     if args.profile is None and not default_profile_path().is_file():
         raise EpsimError("--profile (none given) must name a profile JSON: no measured profile "
                          "ships in this install")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from epsim.commands.output import Report
+from epsim.text import table
+from epsim.zoo import (get_hardware, get_model, get_network, hardware_names, model_names,
+                       network_defaults)
+
 
 def run(args):
-    from epsim.commands.output import Report, table
-    from epsim.zoo import get_hardware, get_model, get_network, hardware_names, model_names, network_defaults
     if args.command == "models":
         rows = [get_model(n) for n in model_names()]
         data = {"models": [m.model_dump() | {"expert_bytes": m.expert_bytes} for m in rows]}
