@@ -11,13 +11,13 @@ from pathlib import Path
 from epsim.calibrate import default_record_paths
 from epsim.commands.output import Report
 from epsim.errors import EpsimError, RecordError
-from epsim.io import check_output_file
+from epsim.io import check_output_dir, check_output_file
 from epsim.profile import default_profile_path, load_profile
 from epsim.text import table
-from epsim.validate import summary_rows, validate
+from epsim.validate import composition_table, published, summary_rows, validate
+from epsim.validate.composition import compose_files, default_composition_paths
 from epsim.validate.extrapolation import RunPair, default_judged_only, default_run_pairs, stats
-from epsim.validate.published import markdown, published_rows, rows_json
-from epsim.validate.report import describe_measured_on
+from epsim.validate.report import describe_measured_on, read_doc, update_doc
 
 # Header names for the summary's known columns; any other column of `summary_rows` (a
 # baseline, say) is shown under its own name, `_mape` as `... MAPE %`.
@@ -99,12 +99,12 @@ def run_published(args):
         check_output_file(out)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")        # datasheet profiles on purpose: no mismatch noise
-        rows = published_rows()
-    text = markdown(rows)
+        rows = published.published_rows()
+    text = published.markdown(rows)
     if out is None:
-        return Report(rows_json(rows), text.rstrip("\n").splitlines())
+        return Report(published.rows_json(rows), text.rstrip("\n").splitlines())
     out.write_text(text)
-    data = rows_json(rows)
+    data = published.rows_json(rows)
     lines = [f"{s['table']}: {s['rows']} rows, MAPE {s['mape_pct']:.1f} %"
              + ("" if s["target_pct"] is None else f" (target {s['target_pct']:g} %, {s['verdict']})")
              for s in data["summary"]]
@@ -132,37 +132,29 @@ def run_composition(args):
     """`epsim validate --composition`: whole layers measured on one GPU against the simulator's
     layer (`epsim.validate.composition`); tables to `--out` (composition.md, composition.csv)
     and to `--doc`'s composition section."""
-    from epsim.commands.output import Report
-    from epsim.io import check_output_dir
-    from epsim.profile import load_profile
-    from epsim.validate.composition import compose_files, default_composition_paths
-    from epsim.validate.composition_table import (DOC_MARKERS, markdown, rows_json,
-                                                  summary_lines, write_csv)
-    from epsim.validate.report import read_doc, update_doc
-
     paths = [Path(p) for p in args.records] if args.records else default_composition_paths()
     if not paths:
         raise EpsimError("--records (none given) must name whole-layer record files "
                          "(live.bench.layers): none ship in this install")
     out = check_output_dir(args.out) if args.out else None        # checked before the work
     if args.doc:
-        read_doc(Path(args.doc), DOC_MARKERS)
+        read_doc(Path(args.doc), composition_table.DOC_MARKERS)
     profile = load_profile(args.profile)
     comp = compose_files(paths, profile, timing=args.timing, strict=args.strict)
-    text = markdown(comp)
+    text = composition_table.markdown(comp)
     files = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "composition.md").write_text(text)
-        files += [out / "composition.md", write_csv(comp, out / "composition.csv")]
+        files += [out / "composition.md", composition_table.write_csv(comp, out / "composition.csv")]
     if args.doc:
-        update_doc(Path(args.doc), text, DOC_MARKERS)
+        update_doc(Path(args.doc), text, composition_table.DOC_MARKERS)
         files.append(Path(args.doc))
     lines = [f"profile      {profile.name or profile.path} (hardware {profile.hardware})",
-             *summary_lines(comp)]
+             *composition_table.summary_lines(comp)]
     if out is not None:
         lines.append(f"full tables (layer, stack, parts) in {out / 'composition.md'}")
-    return Report(rows_json(comp), lines, files=files)
+    return Report(composition_table.rows_json(comp), lines, files=files)
 
 
 def run_silicon(args):
