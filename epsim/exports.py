@@ -8,17 +8,17 @@ needs would import the zoo back. `epsim`, `epsim.spec` and `epsim.plan` re-expor
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
 
 
-def lazy_getattr(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
+def lazy_getattr(package: str, exports: dict[str, str]) -> Callable[[str], object]:
     """A module `__getattr__` (PEP 562) for `package` that imports `exports[name]` (a module's
     dotted name) when `name` is first read.
 
     Raises:
         AttributeError: `name` is not one of `exports`.
     """
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ through here.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 def brief(value, digits: int = 3) -> str:

@@ -18,10 +18,10 @@ import math
 import re
 import sys
 import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 _PAREN = re.compile(r"\(([^()]*)\)")
 

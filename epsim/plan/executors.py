@@ -11,8 +11,8 @@ runtime with `workers` CPUs when no address is given, and shuts down only a runt
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
 
 from epsim.errors import SpecError
 
@@ -32,7 +32,7 @@ def executor_options(parser) -> None:
 
 
 @contextmanager
-def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], Any]]:
+def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], object]]:
     """A progress bar over `total` points on stderr while the block runs (none when not `show`
     or nothing to do); yields `advance(num_points)`."""
     if not (show and total):
@@ -86,7 +86,7 @@ def check_executor(executor: str, workers: int | None) -> None:
 
 
 Done = Callable[[int, dict], None]
-Task = Callable[[Any], dict]
+Task = Callable[[object], dict]
 
 
 def _run_inline(tasks: list, on_done: Done, fn: Task) -> None:
