@@ -5,19 +5,24 @@ plots to `--out` (default runs/validate/)."""
 
 from __future__ import annotations
 
+import platform
 import warnings
 from pathlib import Path
 
 from epsim.calibrate import default_record_paths
-from epsim.commands.output import Report
+from epsim.commands.output import Report, wants_progress
 from epsim.errors import EpsimError, RecordError
 from epsim.io import check_output_dir, check_output_file
+from epsim.plan.executors import check_executor, default_workers
 from epsim.profile import default_profile_path, load_profile
 from epsim.text import table
 from epsim.validate import composition_table, published, summary_rows, validate
 from epsim.validate.composition import compose_files, default_composition_paths
 from epsim.validate.extrapolation import RunPair, default_judged_only, default_run_pairs, stats
 from epsim.validate.report import describe_measured_on, read_doc, update_doc
+from epsim.validate.silicon import document, peer
+from epsim.validate.silicon.rows import default_csv_path, read_rows
+from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
 
 # Header names for the summary's known columns; any other column of `summary_rows` (a
 # baseline, say) is shown under its own name, `_mape` as `... MAPE %`.
@@ -161,13 +166,6 @@ def run_silicon(args):
     """`epsim validate --silicon [CSV]`: the public silicon sample's in-scope rows, epsim beside
     the peer (docs/silicon.md); `--doc` regenerates that page, `--out` gets the per-row JSON and
     the missing-features table."""
-    import platform
-
-    from epsim.commands.output import Report, wants_progress
-    from epsim.plan.executors import check_executor, default_workers
-    from epsim.validate.silicon import document, peer
-    from epsim.validate.silicon.rows import default_csv_path, read_rows
-    from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
     path = Path(args.silicon) if args.silicon else default_csv_path()
     if path is None:
         raise EpsimError("--silicon (no CSV given) must name a silicon-sample CSV: none is installed "
@@ -178,10 +176,8 @@ def run_silicon(args):
     out = Path(args.out) if args.out else None
     doc = Path(args.doc) if args.doc else None
     if doc is not None:
-        from epsim.validate.report import read_doc
         read_doc(doc)                            # markers checked before the work
     if out is not None:
-        from epsim.io import check_output_dir
         check_output_dir(out)
     rows, scope = select(read_rows(path), args.sample, args.seed)
     use_peer = not args.no_peer and peer.available()
