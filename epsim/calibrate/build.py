@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
+from epsim.calibrate.aic import expand_sources, tag_profile
 from epsim.calibrate.fit import ComponentFit, fit_component, fit_layer_sync
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.host import HOST_KINDS, device_twin, fit_host, host_samples
@@ -140,7 +141,6 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
     Raises:
         RecordError: unreadable files, or no record any component can be fitted on.
     """
-    from epsim.calibrate.aic import expand_sources, tag_profile
     holdout = holdout or Holdout.parse(None)
     paths, imports = expand_sources(paths, records_out)
     raw, files = load_records(paths, strict=strict)
