@@ -99,7 +99,7 @@ def _mape(records, profile: Profile) -> tuple[int, float]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/aic_crosscheck.md"))
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")

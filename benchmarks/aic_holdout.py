@@ -58,7 +58,7 @@ def split_shape(raw):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--systems", nargs="+", default=[s for s, g in AIC_TO_ZOO.items() if g])
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/aic_holdout.md"))
     args = parser.parse_args(argv)

@@ -157,7 +157,7 @@ def rewrite(doc: Path, lines: list[str]) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--doc", default=str(ROOT / "docs" / "aic_tables.md"))
     args = parser.parse_args(argv)
     package_root()                                   # a one-line error when absent

@@ -10,8 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from epsim import __version__, vocab
+from epsim.commands import output
+from epsim.errors import EpsimError
+from epsim.plan.executors import executor_options
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,11 +28,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
-
-
-def output_options(parser, progress: bool = False) -> None:
-    from epsim.commands.output import add_options
-    add_options(parser, progress)
 
 
 def _scenario_options(parser, what: str, set_example: str) -> None:
@@ -44,15 +43,6 @@ def _scenario_options(parser, what: str, set_example: str) -> None:
 def _strict_option(parser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="a bad record line is an error, not a warning")
-
-
-def executor_options(parser) -> None:
-    """`--executor` and `--workers`: where the points of a sweep run (also every scenario
-    script's, `epsim.plan.scripting`)."""
-    parser.add_argument("--executor", default="local", choices=["local", "ray"],
-                        help="where points run: local processes (default) or Ray")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="processes, or CPUs of a local Ray runtime (default: all cores)")
 
 
 def _budget_option(parser) -> None:
@@ -72,7 +62,7 @@ def _add_simulate(sub) -> None:
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
     _budget_option(p)
-    output_options(p, progress=True)
+    output.add_options(p, progress=True)
 
 
 def _add_cost(sub) -> None:
@@ -99,7 +89,7 @@ def _add_cost(sub) -> None:
                    help="infiniband | roce | efa | nvl72 (default: the GPU's datasheet network)")
     p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled routing (default 0)")
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_eplb(sub) -> None:
@@ -125,7 +115,7 @@ def _add_eplb(sub) -> None:
     p.add_argument("--previous", help="previous placement JSON (an `--json` output, or phy2log) "
                                        "for move-aware algorithms and the move cost")
     _budget_option(p)
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_calibrate(sub) -> None:
@@ -158,7 +148,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
     p.add_argument("--eplb", action="store_true", help="--live: also run live.bench.eplb")
-    output_options(p, progress=True)
+    output.add_options(p, progress=True)
 
 
 def _add_validate(sub) -> None:
@@ -185,7 +175,7 @@ def _add_validate(sub) -> None:
                    help="run hold-out: record files of one run to fit on")
     p.add_argument("--run-judged", nargs="+", default=None,
                    help="run hold-out: another run's record files to judge")
-    output_options(p)
+    output.add_options(p)
     p.add_argument("--published", action="store_true",
                    help="published results (DeepEP, LMSYS, TensorRT-LLM, EPLB reports) against "
                         "datasheet predictions; --out FILE writes the table (docs/published.md)")
@@ -262,7 +252,7 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="with --fleet: the screen's answer only, without simulating the pools")
     _budget_option(p)
-    output_options(p, progress=True)
+    output.add_options(p, progress=True)
 
 
 def one_line(text: str) -> str:
@@ -283,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_validate(sub)
     _add_plan(sub)
-    output_options(sub.add_parser("models", help="list the model zoo"))
-    output_options(sub.add_parser("hardware", help="list the hardware zoo"))
+    output.add_options(sub.add_parser("models", help="list the model zoo"))
+    output.add_options(sub.add_parser("hardware", help="list the hardware zoo"))
     return parser
 
 
@@ -297,12 +287,9 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import warnings
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
-    from epsim.commands import output
-    from epsim.errors import EpsimError
     module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
     try:
         with output.caught_warnings() as warned:

@@ -26,7 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from epsim import vocab
 from epsim.errors import RecordError
+from epsim.io import loads_json, read_text as read_capped
 from epsim.spec.errors import format_error
+from epsim.spec.numbers import check_numbers
 
 SCHEMA = "epsim.record/4"
 READABLE_SCHEMAS = ("epsim.record/1", "epsim.record/2", "epsim.record/3", SCHEMA)
@@ -209,14 +211,11 @@ def read_text(path: str | Path) -> str:
     Raises:
         RecordError: unreadable, over the size cap, corrupt gzip, not UTF-8 (`epsim.io`).
     """
-    from epsim.io import read_text as read_capped
     return read_capped(path, "records", error=RecordError)
 
 
 def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, MeasurementRecord]]:
     """`read_records`, with each record's 1-based line number (for messages naming the line)."""
-    from epsim.io import loads_json
-    from epsim.spec.numbers import check_numbers
     path = Path(path)
     lines = read_text(path).splitlines()
     for lineno, line in enumerate(lines, 1):

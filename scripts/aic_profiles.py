@@ -55,7 +55,7 @@ def save_atomic(profile, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--systems", nargs="+", default=list(AIC_TO_ZOO))
     parser.add_argument("--out-dir", default=str(ROOT / "epsim" / "data" / "profiles"))
     args = parser.parse_args(argv)

@@ -19,6 +19,7 @@ from typing import Iterable
 
 import numpy as np
 
+from epsim.calibrate.aic_tables import check_calibration_input
 from epsim.errors import RecordError
 from epsim.records import MeasurementRecord, iter_records
 
@@ -122,7 +123,6 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
         raise RecordError("records (none given) must name at least one JSONL file")
     out: list[SourcedRecord] = []
     files: list[RecordFileInfo] = []
-    from epsim.calibrate.aic_tables import check_calibration_input
     for path in paths:
         shown = _display(path)
         if not path.is_file():

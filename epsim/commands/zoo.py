@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from epsim.commands.output import Report
+from epsim.profile import Profile, default_profile_path
+from epsim.text import table
+from epsim.zoo import (get_hardware, get_model, get_network, hardware_names, model_names,
+                       network_defaults)
+
 
 def run(args):
-    from epsim.commands.output import Report, table
-    from epsim.zoo import get_hardware, get_model, get_network, hardware_names, model_names, network_defaults
     if args.command == "models":
         rows = [get_model(n) for n in model_names()]
         data = {"models": [m.model_dump() | {"expert_bytes": m.expert_bytes} for m in rows]}
@@ -44,7 +48,6 @@ def run(args):
 def shipped_profiles() -> list[dict]:
     """The profiles under epsim/data/profiles: file, GPU, whether it is the default, and where
     its components' data came from (`provenance.sources`; our live records where absent)."""
-    from epsim.profile import Profile, default_profile_path
     folder = default_profile_path().parent
     out = []
     for path in sorted(folder.glob("*.json")):
