@@ -140,9 +140,13 @@ def _summary(cal) -> list[str]:
     for key, comp in sorted(cal.profile.components.items()):
         res = comp.residuals
         params = ", ".join(f"{k}={number(v)}" for k, v in comp.params.items())
+        source = [f"source: {comp.data_source}" + (f" ({', '.join(comp.tables)})"
+                                                     if comp.data_source == "aiconfigurator" else "")
+                  ] if comp.data_source else []
         lines.append(f"  {key:<22}{res.get('num_records', 0):>8.0f}{res.get('mape', 0):>12.1f}"
                      f"{res.get('max_ape', 0):>8.1f}  {params}"
-                     + (f"  [{comp.note}]" if comp.note else ""))
+                     + (f"  [{'; '.join(source + ([comp.note] if comp.note else []))}]"
+                        if source or comp.note else ""))
     return lines
 
 

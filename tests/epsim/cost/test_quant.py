@@ -1,0 +1,119 @@
+"""Quantised GEMMs and experts (`epsim.cost.quant`): bytes at the weight format, FLOPs at its
+tensor rate, the activation quantisation and the block scales as terms of their own, and the
+design rows the fitter reads equal to the model the simulator prices with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from epsim.cost.experts import experts_rank_us, model_gemm, row_tiles
+from epsim.cost.quant import (ACTIVATION_BYTES, EXPERT_QUANT_TERMS, GEMM_TERMS, absolute,
+                              experts_quant_features, gemm_defaults, gemm_features, gemm_us,
+                              gemm_work, layout_kb, quant_bytes_per_element, quant_expert_gemm,
+                              tensor_peak)
+from epsim.errors import SpecError
+from epsim.spec.quant import weight_bytes_per_element
+from epsim.zoo import get_hardware, get_model
+
+H200, B200 = get_hardware("H200"), get_hardware("B200")
+PARAMS = {"base_us": 5.0, "per_expert_us": 0.2, "hbm_frac": 0.8, "tensor_frac": 0.5,
+          "wave_us": 1.0, "dequant_us": 0.05}
+
+
+def test_weights_at_the_formats_bytes_math_at_its_peak():
+    m, n, k = np.array([1.0, 4096.0]), 7168, 2048
+    bf16 = gemm_work(m, n, k, "bf16", 132)
+    fp8 = gemm_work(m, n, k, "fp8_block", 132)
+    fp4 = gemm_work(m, n, k, "nvfp4", 148)
+    # one row: the weights dominate, at 2, 1 + 4/16384 and 0.5 + 1/16 bytes per weight
+    assert bf16.mem_kb[0] == pytest.approx((n * k * 2 + k * 2 + 2 * n) * 1e-3)
+    assert fp8.mem_kb[0] == pytest.approx((n * k * weight_bytes_per_element("fp8_block")
+                                           + k * ACTIVATION_BYTES["fp8_block"] + 2 * n) * 1e-3)
+    assert fp4.mem_kb[0] / bf16.mem_kb[0] == pytest.approx(0.5625 / 2, rel=3e-3)
+    assert tensor_peak(H200, "fp8_block") == H200.fp8_tflops > H200.bf16_tflops
+    assert tensor_peak(B200, "nvfp4") == B200.fp4_tflops
+    assert tensor_peak(H200, "w4a16") == H200.bf16_tflops        # weight-only: BF16 math
+    with pytest.raises(SpecError, match=r"weight format \('nvfp4'\) must run on a GPU with FP4 "
+                                        r"tensor cores: H200 has none"):
+        tensor_peak(H200, "nvfp4")
+
+
+def test_quantisation_and_scale_blocks_are_their_own_terms():
+    m = np.array([256.0])
+    assert gemm_work(m, 4096, 7168, "bf16", 132).quant_kb[0] == 0.0
+    fp8 = gemm_work(m, 4096, 7168, "fp8_block", 132)
+    assert fp8.quant_kb[0] == pytest.approx(256 * 7168 * (2 + 1 + 4 / 128) * 1e-3)
+    assert quant_bytes_per_element("w4a16") == 0.0
+    # DeepGEMM rescales each 128-deep K slice: waves x ceil(7168 / 128) blocks; per tensor: none
+    assert fp8.blocks[0] == fp8.waves[0] * 56
+    assert gemm_work(m, 4096, 7168, "fp8", 132).blocks[0] == 0.0
+    # a block-scaled GEMM is dearer by exactly dequant_us x blocks where it is compute-bound
+    big = gemm_work(np.array([16384.0]), 4096, 7168, "fp8_block", 132)
+    with_blocks = gemm_us(big, PARAMS, H200, "fp8_block")
+    without = gemm_us(big, {**PARAMS, "dequant_us": 0.0}, H200, "fp8_block")
+    assert with_blocks[0] - without[0] == pytest.approx(0.05 * big.blocks[0])
+
+
+def test_design_rows_times_coefficients_give_the_model():
+    rng = np.random.default_rng(1)
+    for fmt, hw in (("bf16", H200), ("fp8", H200), ("fp8_block", H200), ("nvfp4", B200)):
+        m = rng.integers(1, 20000, size=32).astype(float)
+        work = gemm_work(m, 4096, 7168, fmt, 148)
+        rows = gemm_features(work, PARAMS, hw, fmt)
+        assert np.allclose(rows @ GEMM_TERMS.coefficients(PARAMS), gemm_us(work, PARAMS, hw, fmt))
+
+
+def test_fractions_price_another_gpu_from_its_datasheet():
+    rates = absolute(PARAMS, B200, "fp8_block")
+    assert rates["hbm_gbps"] == pytest.approx(0.8 * B200.hbm_gbps)
+    assert rates["tflops"] == pytest.approx(0.5 * B200.fp8_tflops)
+    assert absolute(PARAMS, H200, "bf16")["tflops"] == pytest.approx(0.5 * H200.bf16_tflops)
+    # the same fit, twice the HBM bandwidth: a weight-bound GEMM takes less time on B200
+    one = gemm_work(np.array([1.0]), 7168, 7168, "fp8_block", 132)
+    assert gemm_us(one, PARAMS, B200, "fp8_block")[0] < gemm_us(one, PARAMS, H200, "fp8_block")[0]
+
+
+def test_bf16_experts_physics_is_unchanged():
+    """A BF16 `ExpertGemm` moves 4H + 12I activation bytes per row and has no quantisation or
+    scale-block term: the grouped GEMM the shipped fits were made with."""
+    gemm = model_gemm(get_model("Qwen3-235B-A22B"), "H200")
+    h, i = gemm.hidden_size, gemm.intermediate_size
+    assert gemm.act_bytes_per_row == 4.0 * h + 12.0 * i
+    assert gemm.quant_bytes_per_row == 0.0 and gemm.scale_block_k == 0
+    assert not gemm.scale_blocks(np.array([3.0])).any()
+
+
+def test_quant_expert_gemm_terms():
+    g = quant_expert_gemm(7168, 2048, "fp8_block", 132, top_k=8)
+    a = ACTIVATION_BYTES["fp8_block"]
+    assert g.weight_bytes == pytest.approx(3 * 7168 * 2048 * weight_bytes_per_element("fp8_block"))
+    assert g.act_bytes_per_row == pytest.approx((2 + a) * 7168 + (10 + a) * 2048)
+    # hidden states quantised once per token (1/top_k of a row), the SwiGLU output per row
+    assert g.quant_bytes_per_row == pytest.approx((2 + a) * (7168 / 8 + 2048))
+    arrived = quant_expert_gemm(7168, 2048, "fp8_block", 132, top_k=8, input_quantised=True)
+    assert arrived.quant_bytes_per_row == pytest.approx((2 + a) * 2048)
+    assert g.scale_block_k == 128
+    assert quant_expert_gemm(7168, 2048, "nvfp4", 148, 8).scale_block_k == 0
+
+
+def test_experts_design_rows_times_coefficients_give_the_slowest_rank():
+    rng = np.random.default_rng(2)
+    gemm = quant_expert_gemm(7168, 2048, "fp8_block", 132, top_k=8)
+    rates = absolute({**gemm_defaults(), **PARAMS}, H200, "fp8_block")
+    for _ in range(20):
+        counts = rng.integers(0, 300, size=(4, 8)).astype(float)        # [ranks, local experts]
+        pairs, active = counts.sum(axis=1), (counts > 0).sum(axis=1).astype(float)
+        tiles = np.array([row_tiles(c) for c in counts])
+        rows = experts_quant_features(pairs, active, tiles, gemm, PARAMS, H200, "fp8_block")
+        slowest = experts_rank_us(pairs, active, tiles, gemm, rates).max()
+        assert rows @ EXPERT_QUANT_TERMS.coefficients(PARAMS) == pytest.approx(slowest)
+    # the quantisation's bytes ride at the HBM rate: the design row's HBM column carries them
+    one = experts_quant_features(np.array([64.0]), np.array([1.0]), np.array([1.0]), gemm, PARAMS,
+                                 H200, "fp8_block")
+    assert one[2] * H200.hbm_gbps >= 64 * gemm.quant_bytes_per_row * 1e-3
+
+
+def test_layout_moves_every_received_token():
+    assert layout_kb(1000, 7168, "fp8_block") == pytest.approx(
+        1000 * (2 * (1 + 4 / 128) + 4) * 7168 * 1e-3)
