@@ -33,8 +33,9 @@ class _Parser(argparse.ArgumentParser):
 def _scenario_options(parser, what: str, set_example: str) -> None:
     """`--profile`, `--seed` and `--set`: how a command that runs a scenario changes it."""
     parser.add_argument("--profile", default=None,
-                        help=f"calibration profile JSON for {what} (default: the scenario's own, "
-                             f"or the shipped H200 profile)")
+                        help=f"calibration profile for {what}: a JSON file or a shipped profile's "
+                             f"name (aic_b200; `epsim hardware` lists them); default: the "
+                             f"scenario's own, else the default of its GPU (docs/model.md, 6)")
     parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a field by dotted path, e.g. {set_example} (repeatable)")
@@ -87,7 +88,9 @@ def _add_cost(sub) -> None:
                    help="default: decode up to cuda_graph_max_bs tokens per rank, else prefill")
     p.add_argument("--network", default=None,
                    help="infiniband | roce | efa | nvl72 (default: the GPU's datasheet network)")
-    p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
+    p.add_argument("--profile", help="calibration profile: a JSON file or a shipped profile's name "
+                                     "(aic_b200); default: the default of --cluster's GPU "
+                                     "(docs/model.md, section 6)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled routing (default 0)")
     output.add_options(p)
 
@@ -156,7 +159,8 @@ def _add_validate(sub) -> None:
                        description="The profile's predictions against measured records by the "
                                    "hold-out protocol: a one-screen summary here, the full tables "
                                    "and plots under --out (docs/validation.md).")
-    p.add_argument("--profile", default=None, help="profile JSON (default: shipped)")
+    p.add_argument("--profile", default=None, help="profile JSON or a shipped profile's name "
+                                                   "(default: shipped h200x2)")
     p.add_argument("--records", nargs="+", default=None, help="record files (default: shipped)")
     p.add_argument("--holdout", default=None,
                    help="hold-out rule (default: the one the profile was fitted with)")

@@ -78,8 +78,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
                  or tokens_per_rank <= deployment.cuda_graph_max_bs else "prefill")
     if phase not in ("prefill", "decode"):
         raise SpecError(f"--phase ({phase!r}) must be one of ['prefill', 'decode']")
-    profile = profile if profile is not None else load_profile()
     cost_model = CostModel(model, cluster, deployment, profile, time_mode=time_mode)
+    profile = cost_model.profile            # the named one, else the GPU's default
     graph = cost_model.graph_step(phase, tokens_per_rank)
     mode = cost_model.mode_for("decode" if deepep_mode == "low_latency" else "prefill")
     profile.warn_outside(backend, "dispatch", mode, num_tokens_per_rank=tokens_per_rank, ep_size=ep)
@@ -111,7 +111,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "network": net.kind, "network_detail": net.describe(),
         "transport": params.transport.name,
         "rdma_gbps": float((send.params if send else params.collectives.allreduce)["rdma_gbps"]),
-        "profile": profile.name or profile.path or "datasheet",
+        "profile": (profile.name or profile.path or "datasheet")
+        + ("" if cost_model.profile_rule == "named" else f", {cost_model.profile_rule}"),
         **_stages(cost_model, moe, graph),
         "provenance": provenance(cost_model, of="layer time"),
     }

@@ -23,6 +23,7 @@ from typing import Mapping
 import numpy as np
 
 from epsim.cost.experts import ExpertGemm
+from epsim.cost.mla import MlaParams
 from epsim.cost.timing import StageTiming
 from epsim.cost.transport import TransportPath
 from epsim.spec.deployment import DeploymentSpec
@@ -42,11 +43,15 @@ class StageParams:
             eager-timed, the host overhead an eager step adds).
         params: the component's coefficients over the datasheet defaults.
         bytes_per_copy: bytes one token copy carries (dispatch and combine; 0 otherwise).
+        layout_bytes_per_token: the experts stage of a component fitted with its layout work
+            (DeepEP normal's MoE runner on quantised experts, `epsim.cost.quant.layout_kb`):
+            bytes its scatter and gather move per token the rank received; 0 otherwise.
     """
 
     timing: StageTiming
     params: Coefficients
     bytes_per_copy: float = 0.0
+    layout_bytes_per_token: float = 0.0
 
     @property
     def host_us(self) -> float:
@@ -115,6 +120,8 @@ class AttentionParams:
             dense kernel's, else the eager step's experts' (in graph steps too).
         kv_cache_dtype: SGLang's `--kv-cache-dtype` (KV bytes per element,
             `epsim.spec.quant.kv_bytes_per_element`).
+        mla: an MLA model's layer (`epsim.cost.mla.MlaParams`: kernels, absorbed BMMs and
+            projections, each fitted or datasheet); None for GQA attention.
     """
 
     roofline: Coefficients
@@ -123,6 +130,8 @@ class AttentionParams:
     heads: tuple[int, int, int]
     projections: Coefficients
     kv_cache_dtype: str = "auto"
+    # -- MLA (epsim.cost.mla): its own kernels, BMMs and projections; None for GQA ----------
+    mla: MlaParams | None = None
 
     @property
     def kernels(self) -> tuple[Coefficients, Coefficients] | None:

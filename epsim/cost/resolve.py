@@ -8,6 +8,7 @@ engine of one run, and every user of one deployment, share one resolution.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
@@ -20,21 +21,27 @@ from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
-from epsim.cost.experts import experts_defaults, model_gemm
+from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import attention_kernel_defaults
+from epsim.cost.mla import MlaParams, absorbed_prefill, mla_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                Extrapolation, FittedRange, StageParams, StepKindParams,
                                TPCollectiveParams)
+from epsim.cost.quant import absolute, gemm_defaults, layout_kb, quant_expert_gemm
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
+from epsim.default_profile import default_profile
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import SpecError
-from epsim.profile import GRAPH, Profile, load_profile, mode_path
+from epsim.profile import (GRAPH, Component, Profile, component_key, format_kind, kv_kind,
+                           mode_path)
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
-from epsim.spec.quant import served_model
+from epsim.spec.quant import kv_bytes_per_element, served_model
+
+BF16_FORMATS = ("bf16", "fp16")      # experts priced by the BF16 components
 
 
 class ProfileHardwareWarning(UserWarning):
@@ -62,7 +69,8 @@ _MAX_RESOLVED = 32
 
 def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
                    profile: Profile | None = None, time_mode: str = "auto") -> CostParams:
-    """The `CostParams` of a deployment under `profile` (None: the shipped one).
+    """The `CostParams` of a deployment under `profile` (None: the default profile of the
+    cluster's GPU, `epsim.default_profile`).
 
     Resolved once per content: equal specs, profile (by its JSON and path) and time mode give
     the same object, remembered for the last few, so a run's screen and engine, a sweep's
@@ -77,7 +85,7 @@ def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: Deploymen
     """
     if time_mode not in TIME_MODES:
         raise SpecError(f"mode ({time_mode!r}) must be one of {list(TIME_MODES)}")
-    profile = profile if profile is not None else load_profile(shared=True)
+    profile = profile if profile is not None else default_profile(cluster.gpu)
     key = (model.model_dump_json(), cluster.model_dump_json(), deployment.model_dump_json(),
            time_mode, profile.path, profile.model_dump_json())
     found = _RESOLVED.get(key)
@@ -153,18 +161,97 @@ class _Resolver:
             # fabric latency and host-proxy messages, added where ranks span nodes)
             transport=transport_path(backend, c.network_resolved.kind),
             max_nodes_per_token=max_nodes_per_token(m, num_ranks // per_node),
-            l2_bytes=l2_bytes(c.gpu), gemm=model_gemm(m, c.gpu, par.moe_tp_size), eager=eager,
+            l2_bytes=l2_bytes(c.gpu), gemm=self._experts_gemm(par.moe_tp_size), eager=eager,
             graph=graph,
             collectives=CollectiveParams(_frozen(allreduce), _frozen(allgather)),
             attention=AttentionParams(
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
-                attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype),
+                attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype,
+                self._mla(tp_size)),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
             token_ranges=self._token_ranges(eager, graph),
             extrapolated=self._extrapolated(eager, graph, num_ranks),
             parallel=par, tp_collectives=self._tp_collectives())
+
+    # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
+    @property
+    def quantised_experts(self) -> bool:
+        """The routed experts are served in a format other than BF16 (`weight_dtype` after
+        `served_model`), so their own components price them."""
+        return self.model.weight_dtype not in BF16_FORMATS
+
+    def _experts_gemm(self, moe_tp_size: int) -> ExpertGemm:
+        """The routed experts' grouped GEMM: BF16 (`model_gemm`) or a quantised format's
+        (`quant_expert_gemm`: its bytes, activation quantisation, scale blocks), one MoE-TP
+        GPU's share of the intermediate size."""
+        m, c = self.model, self.cluster
+        if not self.quantised_experts:
+            return model_gemm(m, c.gpu, moe_tp_size)
+        return quant_expert_gemm(m.hidden_size, m.moe_intermediate_size // moe_tp_size,
+                                 m.weight_dtype, num_sms(c.gpu), m.top_k,
+                                 input_quantised=self.deployment.dispatch_dtype == "fp8")
+
+    def _exact(self, key: str) -> Component | None:
+        """The profile's component of exactly `key` (no fallback to another kernel's fit)."""
+        return self.profile.components.get(key) if self.applies else None
+
+    def _quant_experts(self, eager: bool, timing: StageTiming
+                       ) -> tuple[StageTiming, dict[str, float], float]:
+        """(timing, rates, layout bytes per received token) of quantised experts in an eager
+        or CUDA-graph step: DeepEP's own MoE runner where its tables were fitted
+        (`deepep/experts_<format>/graph/low_latency` in a CUDA-graph decode step,
+        `.../normal` eager, with its layout work), else the fused MoE kernel
+        (`any/experts_<format>/graph`), else datasheet efficiencies; fractions of the cluster's
+        GPU's datasheet, as rates (`epsim.cost.quant.absolute`). An eager step keeps the
+        experts stage's host overhead."""
+        fmt, hw = self.model.weight_dtype, self.cluster.hardware
+        kind = format_kind("experts", fmt)
+        candidates = [("any", GRAPH)]
+        if self.backend == "deepep":
+            candidates.insert(0, ("deepep", "normal" if eager else f"{GRAPH}/low_latency"))
+        for owner, path in candidates:
+            key = component_key(owner, kind, path)
+            comp = self._exact(key)
+            if comp is not None:
+                layout = layout_kb(1.0, self.model.hidden_size, fmt) * 1e3 \
+                    if path == "normal" else 0.0
+                return (replace(timing, key=key, mode_path=path, device_only=True),
+                        absolute({**gemm_defaults(), **comp.params}, hw, fmt), layout)
+        return (replace(timing, key="", mode_path=GRAPH, device_only=True),
+                absolute(gemm_defaults(), hw, fmt), 0.0)
+
+    def _fraction_params(self, kind: str, defaults: dict[str, float]
+                         ) -> tuple[Coefficients, str]:
+        """(parameters over `defaults`, key or "" for datasheet) of `any/<kind>/graph`."""
+        key = component_key("any", kind, GRAPH)
+        comp = self._exact(key)
+        return _frozen({**defaults, **(comp.params if comp else {})}), key if comp else ""
+
+    def _mla(self, tp_size: int) -> MlaParams | None:
+        """An MLA model's layer on one rank (`epsim.cost.mla`): the decode and prefill kernels
+        for the deployment's KV-cache dtype, the absorbed BMMs (FP8 for FP8 checkpoints) and
+        the projections in the dense weights' format, each its fit or datasheet efficiencies;
+        None for GQA (and DeepSeek sparse attention, which epsim does not price)."""
+        m, c = self.model, self.cluster
+        if m.attention != "mla":
+            return None
+        dense = m.dense_weight_dtype or m.weight_dtype
+        bmm = "fp8" if dense in ("fp8", "fp8_block") else "bf16"
+        kv = kv_kind(self.deployment.kv_cache_dtype)
+        decode, decode_key = self._fraction_params(format_kind("mla_decode", kv), mla_defaults())
+        prefill, prefill_key = self._fraction_params(format_kind("mla_prefill", kv),
+                                                     mla_defaults())
+        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), gemm_defaults())
+        gemm, gemm_key = self._fraction_params(format_kind("gemm", dense), gemm_defaults())
+        return MlaParams(
+            decode, prefill, bmms, gemm, bmm, dense,
+            MappingProxyType({"decode": decode_key, "prefill": prefill_key, "bmm": bmm_key,
+                              "projections": gemm_key}),
+            c.hardware, num_sms(c.gpu), max(m.num_attention_heads // tp_size, 1), m.hidden_size,
+            m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim,
+            kv_bytes_per_element(self.deployment.kv_cache_dtype), absorbed_prefill(c.gpu))
 
     def _tp_collectives(self) -> TPCollectiveParams:
         """SGLang's all-reduce by algorithm (`any/allreduce/graph/<algorithm>`, device time over
@@ -211,6 +298,11 @@ class _Resolver:
         experts_params = {True: experts,
                           False: self.coefficients(backend, "experts", timing[False].mode_path,
                                                    experts)}
+        layout = {True: 0.0, False: 0.0}
+        if self.quantised_experts:     # quantised weights: their own components (`_quant_experts`)
+            for eager in (True, False):
+                timing[eager], experts_params[eager], layout[eager] = self._quant_experts(
+                    eager, timing[eager])
         sync = self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"]
         sync_us = {True: sync,
                    False: self.coefficients(backend, "moe_layer", GRAPH, {"sync_us": sync})["sync_us"]}
@@ -223,7 +315,8 @@ class _Resolver:
             out[eager] = StepKindParams(
                 graph=not eager, dispatch=MappingProxyType(comm[eager]["dispatch"]),
                 combine=MappingProxyType(comm[eager]["combine"]),
-                experts=StageParams(timing[eager], _frozen(experts_params[eager])),
+                experts=StageParams(timing[eager], _frozen(experts_params[eager]),
+                                    layout_bytes_per_token=layout[eager]),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
                 block_ops_parts=self._block_ops_parts(timing[eager]),
@@ -250,7 +343,7 @@ class _Resolver:
         timings = [k.stage(kind, mode).timing for kind in ("dispatch", "combine")
                    for mode in eager.dispatch for k in steps]
         timings += [k.experts.timing for k in steps]
-        used = list(dict.fromkeys((self.backend, t.kind, t.mode_path) for t in timings if t.key))
+        used = list(dict.fromkeys(_used_component(self.backend, t) for t in timings if t.key))
         if self.backend == "none":
             used.append(("none", "allreduce", ""))
         return used
@@ -276,6 +369,15 @@ class _Resolver:
                     out.append(Extrapolation(backend, kind, mode, name, value))
                     seen.add(name)                    # one warning per quantity, not per part
         return tuple(out)
+
+
+def _used_component(backend: str, timing: StageTiming) -> tuple[str, str, str]:
+    """(backend, kind, mode path) a stage's fitted range is read from: its own stage's, or for a
+    component of another kind (a quantised format's `experts_<format>`) the key's parts."""
+    parts = timing.key.split("/")
+    if parts[1] == timing.kind:
+        return backend, timing.kind, timing.mode_path
+    return parts[0], parts[1], "/".join(parts[2:])
 
 
 def _host_row(comm: dict[str, dict[str, StageParams]], experts: StageTiming,

@@ -14,7 +14,9 @@ from typing import Any
 
 from epsim.cost.attention import kv_share
 from epsim.plan.screen import initial_running_per_rank
+from epsim.default_profile import default_profile
 from epsim.profile import load_profile
+from epsim.profile import profile_path as profile_path_of
 from epsim.spec.workload import STEADY
 
 GIB = float(1 << 30)
@@ -104,8 +106,9 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     if per_rank != STEADY:                  # no profile to load
         return per_rank
     if profile_path is None and scenario.profile:
-        profile_path = str(scenario.resolve_path(scenario.profile))
-    return initial_running_per_rank(scenario, load_profile(profile_path, shared=True))
+        profile_path = str(profile_path_of(scenario.profile, scenario.base_dir))
+    return initial_running_per_rank(scenario, load_profile(profile_path, shared=True)
+                                    if profile_path else default_profile(scenario.cluster.gpu))
 
 
 def derived_columns(scenario, profile_path: str | None = None) -> dict[str, float]:

@@ -40,6 +40,7 @@ from epsim.plan.screen import SteadyStateModel, max_rate, steady_start
 from epsim.plan.select import parse_constraint
 from epsim.plan.store import PointCache, prepare_dir, write_csv
 from epsim.plan.sweep import expand
+from epsim.default_profile import default_profile
 from epsim.profile import load_profile
 from epsim.spec.scenario import scenario_from_dict
 
@@ -214,7 +215,7 @@ def size_fleet(scenario: str | Path | dict, sweeps: list[str], constraints: list
                         "rate (poisson or bursty) with --fleet")
     rate = sc.workload.arrivals.rate_per_s
     profile_path = str(Path(profile).resolve()) if profile is not None else None
-    prof = load_profile(profile_path)
+    prof = load_profile(profile_path) if profile_path else default_profile(sc.cluster.gpu)
     probe = SteadyStateModel(sc, prof)
     kv = kv_transfer(sc.model, sc.cluster, kv_path, probe.input_len, prof)
 

@@ -24,6 +24,7 @@ from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
 from epsim.plan.columns import summary_metrics
 from epsim.plan.sweep import check_key
 from epsim.profile import load_profile
+from epsim.profile import profile_path as profile_path_of
 from epsim.report.summary import summarize
 from epsim.routing.skew import SkewModel
 from epsim.sim import simulate
@@ -185,7 +186,7 @@ def build_point(base: BaseScenario, index: int, values: dict[str, Any],
     except EpsimError as exc:
         return Skipped(index, values, str(exc).removeprefix("point: "))
     if profile_path is None and scenario.profile:
-        profile_path = str(scenario.resolve_path(scenario.profile))
+        profile_path = str(profile_path_of(scenario.profile, scenario.base_dir))
     return Point(index, values, scenario, point_key(scenario, profile_path), profile_path)
 
 

@@ -27,6 +27,7 @@ from epsim.plan.points import Point, build_point
 from epsim.plan.screen import SCREEN_METRICS, screen_metrics, steady_start
 from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
 from epsim.plan.store import PointCache, cell
+from epsim.default_profile import default_profile
 from epsim.profile import load_profile
 
 SCREEN_CACHE = "screen.jsonl"
@@ -56,7 +57,8 @@ def screen_chunk(task: ScreenTask) -> dict:
         warnings.simplefilter("ignore")          # the simulation tier reports warnings
         for scenario, profile_path in task.items:
             try:
-                profile = load_profile(profile_path, shared=True)   # read, never changed
+                profile = load_profile(profile_path, shared=True) if profile_path \
+                    else default_profile(scenario.cluster.gpu)           # read, never changed
                 out.append({"metrics": screen_metrics(scenario, profile)})
             except EpsimError as exc:
                 out.append({"error": str(exc)})
