@@ -85,7 +85,8 @@ def scenario_form(scenario, key: str) -> dict | None:
                                  ("dispatch_dtype", "dispatch dtype"), ("disaggregation_mode", "disaggregation")):
                 values[f"deployment.{field}"] = _select(label, _choices(DeploymentSpec, field),
                                                         getattr(d, field), f"{key}_{field}")
-            values["deployment.enable_dp_attention"] = st.checkbox("DP attention", d.enable_dp_attention, key=f"{key}_dp")
+            values["deployment.enable_dp_attention"] = st.checkbox("DP attention", d.enable_dp_attention,
+                                                                   key=f"{key}_dp")
             # the layout beyond EP and the number formats (SGLang's names; epsim.spec.parallel)
             values["deployment.tp_size"] = _optional_int("TP size, GPUs (0: EP size x MoE-TP)",
                                                          d.tp_size, f"{key}_tp")

@@ -12,6 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from epsim.cost.attention import kv_share
+from epsim.plan.screen import initial_running_per_rank
+from epsim.profile import load_profile
 from epsim.spec.workload import STEADY
 
 GIB = float(1 << 30)
@@ -100,10 +103,8 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     per_rank = scenario.workload.initial_running_per_rank
     if per_rank != STEADY:                  # no profile to load
         return per_rank
-    from epsim.plan.screen import initial_running_per_rank
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
-    from epsim.profile import load_profile
     return initial_running_per_rank(scenario, load_profile(profile_path, shared=True))
 
 
@@ -118,7 +119,6 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
     share of the KV heads (`epsim.cost.attention.kv_share`: all of MLA's latent); weights in
     the served formats, the KV cache in `kv_cache_dtype`.
     """
-    from epsim.cost.attention import kv_share
     m, c, d, w = scenario.served_model, scenario.cluster, scenario.deployment, scenario.workload
     par = d.parallel
     num_gpus = par.num_gpus

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from epsim.errors import SpecError
+from epsim.io import load_json
+from epsim.spec.errors import validate
 from epsim.spec.quant import WeightFormat, kv_bytes_per_element, weight_bytes_per_element
 
 # attention kinds: `gqa` (MHA is GQA with as many KV heads as query heads) and `mla` are
@@ -148,7 +150,6 @@ class ModelSpec(BaseModel):
         Raises:
             SpecError: the file is not JSON or lacks the keys of either family.
         """
-        from epsim.io import load_json
         path = Path(path)
         cfg = load_json(path, "model config")
         if not isinstance(cfg, dict):
@@ -229,7 +230,6 @@ class ModelSpec(BaseModel):
             weight_dtype=experts_format,
             dense_weight_dtype=dense_format,
         )
-        from epsim.spec.errors import validate
         return validate(cls, fields, where)
 
 
