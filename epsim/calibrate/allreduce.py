@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, allreduce_defaults,
+from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, algorithm, allreduce_defaults,
                                   custom_features, ring_features)
+from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
 
 MAX_ROUNDS = 40
@@ -45,6 +46,25 @@ class AllReducePoint:
     algorithm: str
 
 
+def points_from_records(records: list[MeasurementRecord], gpus_per_host: int) -> list[AllReducePoint]:
+    """The all-reduce records among `records` (kind `allreduce` with `bytes`: the op tables'
+    collectives, `epsim.calibrate.aic_comm`) as points: NCCL's (`extra.kernel` "NCCL") as `nccl`
+    at every size; SGLang's device-time ones (a CUDA-graph capture) as the algorithm SGLang runs
+    at their size on one host of `gpus_per_host` GPUs, those beyond its custom kernel (SGLang
+    calling NCCL) and eager ones left out."""
+    out = []
+    for r in records:
+        if r.kind != "allreduce" or r.bytes <= 0:
+            continue
+        if r.extra.get("kernel") == "NCCL":
+            out.append(AllReducePoint(r.bytes, r.ep_size, r.median_us, "nccl"))
+        elif r.timing == "device":
+            algo = algorithm(r.bytes, r.ep_size, -(-r.ep_size // gpus_per_host))
+            if algo != "nccl":
+                out.append(AllReducePoint(r.bytes, r.ep_size, r.median_us, algo))
+    return out
+
+
 def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarray]:
     """([points, 3] design rows, [points] µs) of `points` under `algo`'s form."""
     rows = [custom_features(p.num_bytes, p.num_ranks, algo) if algo != "nccl"
@@ -57,8 +77,11 @@ def _solve(rows: np.ndarray, us: np.ndarray, max_gbps: float) -> np.ndarray:
     the fixed terms >= 0 and the bandwidth <= `max_gbps`."""
     from scipy.optimize import lsq_linear       # scipy waits for the fit (epsim's import rule)
     weight = 1.0 / np.sqrt(us)
-    fit = lsq_linear(rows * weight[:, None], us * weight,
-                     bounds=([0.0, 0.0, 1.0 / max_gbps], [np.inf, np.inf, np.inf]))
+    # one GPU count makes the fixed and per-peer columns collinear: the solver's trust region
+    # then meets 0 / 0 on its way (it still returns a bounded least-squares solution)
+    with np.errstate(invalid="ignore"):
+        fit = lsq_linear(rows * weight[:, None], us * weight,
+                         bounds=([0.0, 0.0, 1.0 / max_gbps], [np.inf, np.inf, np.inf]))
     return fit.x
 
 
