@@ -5,8 +5,9 @@ A point is one timed all-reduce (message bytes, GPUs, device µs, the algorithm 
 Each custom algorithm is one line, fitted by bounded least squares; NCCL is the smaller of two
 protocol lines, fitted by alternating assignment (each point goes to the line that predicts it
 faster, as NCCL's tuner picks; both refitted until no point moves), started from a split at
-each decile of the message sizes, the split with the smallest error kept. Residuals are weighted by `1 / sqrt(measured)`, a middle way
-between absolute error (the large messages alone) and relative error (the small ones alone).
+each decile of the message sizes, the split with the smallest error kept. Residuals are
+weighted by `1 / sqrt(measured)`, a middle way between absolute error (the large messages
+alone) and relative error (the small ones alone).
 Bounds: fixed costs >= 0, bandwidths <= the datasheet (NVLink per direction of the cluster's
 GPU; NCCL's LL line <= half of it, the share of each 16-byte LL line that is data).
 

@@ -100,7 +100,7 @@ class DeploymentSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "DeploymentSpec":
-        self.parallel                                 # raises on a bad combination of sizes
+        _ = self.parallel                             # raises on a bad combination of sizes
         for i, failure in enumerate(self.failures):
             if failure.rank >= self.ep_size:
                 raise ValueError(f"failures.{i}.rank ({failure.rank}) must be < ep_size ({self.ep_size})")
