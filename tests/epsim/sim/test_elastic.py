@@ -132,7 +132,7 @@ def test_scheduler_drop_and_reroute():
     sched.plan(0.5)                                                   # requests 0..5 arrived
     assert sched.arrived(0.5).tolist() == [2, 2, 2]
     lost = sched.drop_rank(1, 0.5)
-    assert sorted(lost.tolist()) == [1, 4] and sched.occupied[1] == 0 and sched.lost[[1, 4]].all()
+    assert sorted(lost.tolist()) == [1, 4] and sched.occupied[1] == 0 and sched.state.lost[[1, 4]].all()
     sched.route_to(np.array([True, False, True]), 0.5)
     sched.plan(1.0)
     # arrivals 6..11 alternate over ranks 0 and 2; rank 1 gets none
