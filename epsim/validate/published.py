@@ -153,11 +153,12 @@ def _rebalance_rows(data: dict) -> list[PublishedRow]:
     rows = []
     for row in data["rows"]:
         c = row["conditions"]
-        terms = eplb.rebalance_terms(row["engine"], row["algorithm"], row["gpu"], c["ep"],
-                                     row["redundant"], c["bytes_per_param"],
-                                     row["tensors_per_expert"], row["window_steps"],
-                                     network=c.get("network"), gpus_per_node=c.get("gpus_per_node"),
-                                     stat_layers=row.get("stat_layers"))
+        terms = eplb.rebalance_terms(row["engine"], row["gpu"], c["ep"], row["redundant"],
+                                     c["bytes_per_param"], row["tensors_per_expert"],
+                                     row["window_steps"], network=c.get("network"),
+                                     gpus_per_node=c.get("gpus_per_node"),
+                                     version=row.get("version", "0.4.7"),
+                                     dispatch_static=row.get("dispatch_static", True))
         parts = ", ".join(f"{k} {t.us * 1e-3:.0f} ms" for k, t in terms.terms.items())
         rows.append(PublishedRow("EPLB rebalance cost (stop-the-world)", "rebalance",
                                  _source(row["source"]), _conditions(c, row.get("assumed", "")),
@@ -251,9 +252,10 @@ def markdown(rows: list[PublishedRow]) -> str:
         "",
         "Every row is a figure someone published (a DeepEP table, a serving blog, an EPLB report)",
         "and epsim's prediction of it from **datasheet profiles**, no constant chosen after reading",
-        "these figures. The EPLB rebalance and elastic-EP rows add the host terms we measured",
-        "ourselves (the shipped profile's `any/rebalance_host`, `live.bench.eplb_host` on a CPU;",
-        "per-transfer latency of `any/rebalance`) and configured defaults cited from source. The",
+        "these figures. The EPLB rebalance and elastic-EP rows price the engines' own code paths",
+        "term by term with host CPU times we measured (the shipped profile's `any/rebalance_host`:",
+        "SGLang's and vLLM's functions timed by `live.bench.eplb_host` on our CPU), the per-transfer",
+        "latency of `any/rebalance` and configured defaults cited from source. The",
         "figures, their sources and the exact quoted text are in `epsim/data/published/results.yaml`;",
         "the predictors in `epsim/validate/published_predict.py` and `published_eplb.py`.",
         "Error = (predicted - published) / published. Targets: kernel tables <= 15 % MAPE,",

@@ -177,31 +177,6 @@ def eplb_imbalance(ep: int, slots_per_rank: int, eplb: bool, expert_cv: float,
     return float(np.mean(ratios))
 
 
-def rebalance_stall_s(gpu: str, ep: int, redundant: int, bytes_per_param: float,
-                      network: str | None = None, num_layers: int = 58) -> float:
-    """Seconds one stop-the-world rebalance stalls serving (epsim.eplb.cost, datasheet terms):
-    DeepSeek-V3 experts, placement before and after from two independent Zipf(1) popularity
-    draws (the hot experts move), DeepSeek's algorithm."""
-    from epsim.eplb import compute_placement, rebalance_cost, rebalance_params
-    from epsim.routing import skew_from_dict
-    model = get_model("DeepSeek-V3")
-    per_node = get_hardware(gpu).gpus_per_node
-    nodes = max(1, ep // per_node)
-    cluster = ClusterSpec(gpu=gpu, num_nodes=nodes, network=network)
-    slots = model.num_experts + redundant
-    placements = []
-    for seed in (SEED, SEED + 1):
-        skew = skew_from_dict({"kind": "zipf", "alpha": 1.0}, num_layers, model.num_experts,
-                              model.top_k, seed=seed)
-        weight = skew.popularity()                                       # [layers, experts]
-        placements.append(compute_placement("deepseek", weight, slots, model.num_expert_groups,
-                                            nodes, ep))
-    expert_bytes = model.expert_params * bytes_per_param
-    cost = rebalance_cost(placements[0], placements[1], expert_bytes,
-                          rebalance_params(None, cluster), algorithm="deepseek")
-    return cost.stall_us * 1e-6
-
-
 def weight_bytes_per_gpu(model: ModelSpec, ep: int) -> float:
     """Weight bytes one GPU holds with DP attention: 1/ep of the routed experts, every
     attention block, dense FFN and shared expert, and BF16 embedding + LM head."""

@@ -1,313 +1,339 @@
-"""The terms of a rebalance that are not weight bytes on a link, timed where they run.
+"""The host terms of a rebalance, timed as CPU time of one thread where they run.
 
-    python -m live.bench.eplb_host --out DIR [--quick] [--sglang-root DIR ...] [--device]
+    python -m live.bench.eplb_host --out DIR [--quick] [--sglang-root DIR ...] [--vllm-root DIR]
 
-Host terms, on this machine's CPU with one torch thread (SGLang's GPU workers call
-`torch.set_num_threads(1)` in `ModelRunner.load_model`, so its EPLB runs single-threaded):
+Each term is timed with `time.thread_time` (CPU seconds of the calling thread) with one torch
+thread, as SGLang's GPU workers run (`torch.set_num_threads(1)` in `ModelRunner.load_model`):
+on a shared machine a wall clock also counts the time other processes hold the core. Wall time
+is kept beside it (`extra.wall_us`).
 
-- `algorithm`: the placement algorithm over a grid of layers x experts x replicas x ranks x
-  nodes: ours (`epsim.eplb`: `deepseek`, `deepseek_global`, `sticky`) and the serving engines'
-  own code, read from an installed or unpacked SGLang (`--sglang-root`, the folder holding
-  `sglang/`): DeepSeek's reference `eplb.py` as SGLang ships it
-  (`sglang/srt/eplb/eplb_algorithms/deepseek.py`, torch on the CPU: a Python loop per item) and
-  SGLang 0.4.6's `managers/deepseek_eplb.py` (the chunkwise algorithm over every step of the
-  recorder's window, `[steps, layers, experts]`; its prefill path runs on the CPU).
-- `plan`: `epsim.eplb.plan_moves` (the move plan every rank derives) per layer x physical slot.
-- `map_update`: the per-layer metadata update of a placement (SGLang's
-  `ExpertLocationMetadata.update` is a `torch.where` per map over [layers, ...]; timed as the
-  same five `torch.where`s on maps of the placement's shape).
+- `algorithm`: the placement algorithms on a grid of DeepSeek-V3-class shapes: ours
+  (`epsim.eplb`), DeepSeek's reference `eplb.py` as SGLang ships it (0.4.7:
+  `managers/eplb_algorithms/deepseek.py`, per-element torch; later: `eplb/eplb_algorithms/`,
+  Python lists) and vLLM's `distributed/eplb/policy/default.py` (numpy);
+- `sglang_dispatch_map`: SGLang's `compute_logical_to_rank_dispatch_physical_map` (static
+  dispatch, recomputed at every rebalance);
+- `sglang_updater`: SGLang's `update_expert_weights_single_layer` building one layer's P2P ops
+  (a one-rank gloo group; `batch_isend_irecv` not run: the transfers are priced by the link model);
+- `vllm_move_to_buffer`: vLLM's per-layer transfer plan, with a communicator that records only;
+- `plan`: `epsim.eplb.plan_moves`;
+- `gloo_message`: `monitored_barrier` over two local gloo CPU ranks, per message (the barrier
+  vLLM's NIXL communicator runs before every layer).
 
-Device terms (`--device`, one CUDA GPU): a device-to-device copy of one expert's tensors at
-expert sizes (the updater's staging and commit copies; bytes at the weight dtype) and the
-launch cost of a copy per tensor (`copy_` of small tensors, host time per call), and the
-capture time of a CUDA graph of the live Qwen3 MoE block (what a rank set change recaptures).
-
-Writes `eplb_host_records.jsonl` (kind `rebalance_term`, `epsim.records`), each record's
-`extra.term` naming the term, `extra.impl` the code that was timed (with its file's sha256) and
-`extra.work` the size the fit divides by. Files read from SGLang are timed, never copied here.
+Writes `eplb_host_records.jsonl` (kind `rebalance_term`), each with `extra.term`, `extra.impl`
+(the code timed, with its file's sha256) and `extra.work` (`epsim.eplb.host_terms.WORK_UNIT`).
+Files read from SGLang or vLLM are timed in place, never copied.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import importlib.util
 import json
 import os
-import platform
+import random
 import sys
+import tempfile
 import time
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from epsim.records import MeasurementRecord, write_records
+from epsim.eplb.host_terms import WORK_UNIT, unit_of, work_of
+from epsim.records import MeasurementRecord
 from live.bench.provenance import collect
 from live.timing import summarize_us
 
-SGLANG_REFERENCE = "sglang/srt/eplb/eplb_algorithms/deepseek.py"       # DeepSeek's eplb.py
-SGLANG_CHUNKWISE = "sglang/srt/managers/deepseek_eplb.py"              # SGLang 0.4.6.x
+SGLANG_FILES = {  # relative path -> (what it holds, implementation key)
+    "sglang/srt/managers/eplb_algorithms/deepseek.py": ("algorithm", "sglang047_reference"),
+    "sglang/srt/eplb/eplb_algorithms/deepseek.py": ("algorithm", "sglang_reference"),
+    "sglang/srt/managers/expert_location.py": ("dispatch_map", "sglang047_dispatch_map"),
+    "sglang/srt/eplb/expert_location.py": ("dispatch_map", "sglang_dispatch_map"),
+    "sglang/srt/model_executor/expert_location_updater.py": ("updater", "sglang_updater"),
+}
+VLLM_POLICY = "vllm/distributed/eplb/policy/default.py"
+VLLM_EXECUTE = "vllm/distributed/eplb/rebalance_execute.py"
 
-# (layers, experts, physical, ranks, nodes, groups): DeepSeek-V3 at EP 32 / 64 and smaller
-GRID = ((61, 256, 288, 32, 4, 8), (61, 256, 320, 64, 8, 8), (16, 256, 288, 32, 4, 8),
-        (48, 128, 160, 32, 4, 1), (8, 128, 160, 16, 2, 1))
+# (layers, experts, physical, ranks, nodes, groups): DeepSeek-V3 at EP 16 / 32 / 64 and smaller
+GRID = ((61, 256, 288, 16, 2, 8), (61, 256, 288, 32, 4, 8), (58, 256, 288, 32, 8, 8),
+        (61, 256, 320, 64, 8, 8), (16, 256, 288, 32, 4, 8), (48, 128, 160, 32, 4, 1),
+        (8, 128, 160, 16, 2, 1))
 QUICK_GRID = ((4, 32, 40, 8, 2, 4), (8, 32, 48, 8, 2, 4))
-STEPS = (10, 100, 1000)
-QUICK_STEPS = (2, 8)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
+def _cpu_timed(fn, repeats: int) -> tuple[list[float], list[float]]:
+    """(CPU µs, wall µs) of `repeats` calls after one warm-up call."""
+    fn()
+    cpu, wall = [], []
+    for _ in range(repeats):
+        c0, w0 = time.thread_time(), time.perf_counter()
+        fn()
+        cpu.append((time.thread_time() - c0) * 1e6)
+        wall.append((time.perf_counter() - w0) * 1e6)
+    return cpu, wall
 
 
-def _load(path: Path):
-    """A module from one file, without importing its package (the file needs only torch)."""
-    spec = importlib.util.spec_from_file_location(f"timed_{path.stem}", path)
+def _functions(path: Path, **globals_) -> dict:
+    """The top-level functions and classes of a file, compiled without its imports (which pull
+    in the whole engine); `globals_` supply the names they use."""
+    tree = ast.parse(path.read_text())
+    body = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    namespace = {"torch": torch, "np": np, "random": random, "List": List, "Dict": Dict,
+                 "Tuple": Tuple, "Optional": Optional, "P2POp": dist.P2POp,
+                 "dataclass": dataclass, "Sequence": Sequence, "CpuGpuEvent": object, **globals_}
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def _module(path: Path, stubs: dict[str, dict]):
+    """A file loaded as a module, its engine imports replaced by `stubs` (name -> attributes)."""
+    for name, attrs in stubs.items():
+        sys.modules.setdefault(name, types.ModuleType(name)).__dict__.update(attrs)
+    spec = importlib.util.spec_from_file_location(f"timed_{path.stem}_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def _timed(fn, repeats: int) -> list[float]:
-    fn()                                                     # warm-up (first-call costs)
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - start) * 1e6)
-    return out
+class _Recorder:
+    """Builds `rebalance_term` records sharing one provenance."""
 
+    def __init__(self, provenance: dict, cpu_name: str):
+        self.provenance, self.cpu = provenance, cpu_name
+        self.records: list[dict] = []
 
-def _record(term: str, impl: str, samples: list[float], work: float, shape: dict,
-            provenance: dict, timing: str = "host", **extra) -> dict:
-    return dict(kind="rebalance_term", timing=timing, backend="host" if timing == "host" else "p2p",
-                ep_size=int(shape.get("ranks", 1)), num_tokens_per_rank=0, hidden_size=0,
-                num_experts=int(shape.get("experts", 0)),
-                num_physical_experts=int(shape.get("physical", 0)),
-                num_layers=int(shape.get("layers", 1)), bytes=float(extra.pop("bytes", 0.0)),
-                num_iters=len(samples), **summarize_us(samples), provenance=provenance,
-                extra={"term": term, "impl": impl, "work": float(work), "shape": shape,
-                       "threads": torch.get_num_threads(), "cpu": _cpu_name(), **extra})
+    def add(self, term: str, impl: str, key: str, shape: dict, timed, digest: str = "") -> None:
+        cpu_us, wall_us = timed
+        work = (shape["work"], 0.0) if "work" in shape else work_of(
+            key, num_layers=shape["layers"], num_experts=shape["experts"],
+            num_physical=shape["physical"], num_ranks=shape["ranks"], num_nodes=shape["nodes"],
+            num_groups=shape["groups"])
+        self.records.append(dict(
+            kind="rebalance_term", timing="host", backend="host", ep_size=int(shape.get("ranks", 1)),
+            num_tokens_per_rank=0, hidden_size=0, num_experts=int(shape.get("experts", 0)),
+            num_physical_experts=int(shape.get("physical", 0)), num_layers=int(shape.get("layers", 1)),
+            num_iters=len(cpu_us), **summarize_us(cpu_us), provenance=self.provenance,
+            extra={"term": term, "impl": impl, "key": key, "work": float(work[0]),
+                   "work2": float(work[1]), "work_unit": list(WORK_UNIT[unit_of(key)]),
+                   "shape": shape, "threads": 1,
+                   "cpu": self.cpu, "clock": "thread_time",
+                   "wall_us": float(np.median(wall_us)), **({"sha256": digest} if digest else {})}))
 
 
 def _loads(rng: np.random.Generator, layers: int, experts: int) -> np.ndarray:
     """[layers, experts] float64 Zipf(1)-like loads, hot experts shuffled per layer."""
-    ranks = np.argsort(rng.random((layers, experts)), axis=1)
-    return 1e6 / (1.0 + ranks)
+    return 1e6 / (1.0 + np.argsort(rng.random((layers, experts)), axis=1))
 
 
-def bench_algorithms(grid, steps_list, roots: list[Path], provenance: dict, repeats: int) -> list[dict]:
-    """`algorithm` records: ours and, where SGLang is given, its code on the same loads."""
-    from epsim.eplb import compute_placement
+def bench_ours(grid, rec: _Recorder, repeats: int) -> None:
+    """Our algorithms and `plan_moves`."""
+    from epsim.eplb import compute_placement, plan_moves
     rng = np.random.default_rng(0)
-    out = []
-    impls = []
-    for root in roots:
-        for rel, kind in ((SGLANG_REFERENCE, "reference"), (SGLANG_CHUNKWISE, "chunkwise")):
-            path = root / rel
-            if path.is_file():
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                impls.append((kind, _load(path), f"{root.name}/{rel}", digest))
     for layers, experts, physical, ranks, nodes, groups in grid:
         shape = dict(layers=layers, experts=experts, physical=physical, ranks=ranks, nodes=nodes,
                      groups=groups)
         weight = _loads(rng, layers, experts)
-        items = layers * physical                                # slots placed
         for name in ("deepseek", "deepseek_global", "sticky"):
-            if name == "deepseek" and groups % nodes:
-                continue
-            samples = _timed(lambda: compute_placement(name, weight, physical, groups, nodes, ranks),
-                             repeats if name != "sticky" else 1)
-            out.append(_record("algorithm", f"epsim.eplb:{name}", samples, items, shape, provenance))
-        tensor = torch.as_tensor(weight, dtype=torch.float32)
-        for kind, module, where, digest in impls:
-            if kind == "reference":
+            timed = _cpu_timed(lambda: compute_placement(name, weight, physical, groups, nodes, ranks),
+                               repeats if name != "sticky" else 1)
+            rec.add("algorithm", f"epsim.eplb:{name}", name, shape, timed)
+        old, new = (compute_placement("deepseek_global", _loads(rng, layers, experts), physical, 1,
+                                      nodes, ranks) for _ in range(2))
+        rec.add("plan", "epsim.eplb:plan_moves", "plan", shape,
+                _cpu_timed(lambda: plan_moves(old, new, expert_bytes=1.0), repeats))
+
+
+def bench_sglang(root: Path, grid, rec: _Recorder) -> None:
+    """SGLang's own rebalance code, from an unpacked wheel."""
+    from epsim.eplb import compute_placement
+    rng = np.random.default_rng(1)
+    utils = {"sglang": {}, "sglang.srt": {},
+             "sglang.srt.utils": {"get_bool_env_var": lambda *a, **k: False}}
+    for rel, (what, key) in SGLANG_FILES.items():
+        path = root / rel
+        if not path.is_file():
+            continue
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        impl = f"{root.name}/{rel}"
+        for layers, experts, physical, ranks, nodes, groups in grid:
+            shape = dict(layers=layers, experts=experts, physical=physical, ranks=ranks,
+                         nodes=nodes, groups=groups)
+            weight = torch.as_tensor(_loads(rng, layers, experts), dtype=torch.float32)
+            if what == "algorithm":
+                module = _module(path, utils)
                 for hierarchical in (True, False):
                     if hierarchical and groups % nodes:
                         continue
-                    samples = _timed(lambda: module.rebalance_experts(
-                        tensor, physical, groups, nodes if hierarchical else 1, ranks,
-                        hierarchical) if "enable_hierarchical" in module.rebalance_experts.__code__.co_varnames
-                        else module.rebalance_experts(tensor, physical, groups,
-                                                      nodes if hierarchical else 1, ranks),
-                        1)
-                    out.append(_record("algorithm", f"{where}:{'hierarchical' if hierarchical else 'global'}",
-                                       samples, items, shape, provenance, sha256=digest))
-            elif groups % nodes == 0:
-                for steps in steps_list:
-                    counts = torch.as_tensor(rng.poisson(weight[None] * 1e-4 + 0.5,
-                                                         size=(steps, layers, experts)),
-                                             dtype=torch.int32)
-                    redundant_per_node = (physical - experts) // nodes
-                    samples = _timed(lambda: module.rebalance_experts(
-                        counts, physical, physical // ranks, groups, nodes, "prefill"), 1)
-                    out.append(_record(
-                        "algorithm", f"{where}:prefill", samples,
-                        steps * layers * experts * max(redundant_per_node, 1),
-                        {**shape, "steps": steps}, provenance, sha256=digest,
-                        work_unit="steps x layers x experts x redundant slots per node"))
-    return out
+                    timed = _cpu_timed(lambda: module.rebalance_experts(
+                        weight, physical, groups, nodes, ranks, hierarchical), 1)
+                    policy = "hierarchical" if hierarchical else "global"
+                    rec.add("algorithm", f"{impl}:{policy}", f"{key}_{policy}", shape, timed, digest)
+            elif what == "dispatch_map":
+                fns = _functions(path)
+                fns["_prefer_same_node_experts"] = lambda: False
+                l2p = torch.tensor(compute_placement("deepseek_global", weight.numpy(), physical,
+                                                    1, 1, ranks).logical_to_physical)
+                rec.add("dispatch_map", impl, key, shape, _cpu_timed(
+                    lambda: fns["compute_logical_to_rank_dispatch_physical_map"](
+                        l2p, ranks, physical, 0), 1), digest)
+            else:
+                rec.add("updater", impl, key, shape, _time_updater(path, layers, experts, physical,
+                                                                   ranks, nodes, rng), digest)
 
 
-def bench_plan(grid, provenance: dict, repeats: int) -> list[dict]:
-    """`plan` and `map_update` records on two placements of independent loads."""
-    from epsim.eplb import compute_placement, plan_moves
-    rng = np.random.default_rng(1)
-    out = []
+def _time_updater(path: Path, layers, experts, physical, ranks, nodes, rng):
+    """SGLang's per-layer move plan for rank 0 over all `layers` (P2P ops built, not posted)."""
+    from epsim.eplb import compute_placement
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0,
+                                world_size=1)
+    fns = _functions(path, logger=types.SimpleNamespace(info=print, warning=print))
+    dist_stub = types.SimpleNamespace(**{**dist.__dict__, "batch_isend_irecv": lambda ops: []})
+    fns["torch"] = types.SimpleNamespace(**{**torch.__dict__, "distributed": dist_stub})
+    maps = [compute_placement("deepseek_global", _loads(rng, layers, experts), physical, 1, nodes,
+                              ranks).physical_to_logical.tolist() for _ in range(2)]
+    spr = physical // ranks
+    weights = [torch.zeros(spr, 4) for _ in range(4)]
+    buffers = [torch.empty_like(w) for w in weights]
+
+    def run():
+        for layer in range(layers):
+            fns["update_expert_weights_single_layer"](weights, buffers, maps[0][layer],
+                                                      maps[1][layer], spr, ranks // nodes, 0)
+    return _cpu_timed(run, 2)
+
+
+def bench_vllm(root: Path, grid, rec: _Recorder) -> None:
+    """vLLM's default policy and per-layer transfer plan, from an unpacked wheel."""
+    from epsim.eplb import compute_placement
+    rng = np.random.default_rng(2)
+    policy_path, execute_path = root / VLLM_POLICY, root / VLLM_EXECUTE
+    if not policy_path.is_file():
+        return
+    policy = _functions(policy_path, AbstractEplbPolicy=object)["DefaultEplbPolicy"]
+    execute = _functions(execute_path)
+
+    class Recording:       # the communicator's interface, recording only
+        def add_send(self, *a, **k): pass
+        def add_recv(self, *a, **k): pass
+        def execute(self, *a, **k): pass
+
     for layers, experts, physical, ranks, nodes, groups in grid:
-        shape = dict(layers=layers, experts=experts, physical=physical, ranks=ranks, nodes=nodes)
-        old, new = (compute_placement("deepseek_global", _loads(rng, layers, experts), physical, 1,
-                                      nodes, ranks) for _ in range(2))
-        samples = _timed(lambda: plan_moves(old, new, expert_bytes=1.0), repeats)
-        out.append(_record("plan", "epsim.eplb:plan_moves", samples, layers * physical, shape,
-                           provenance))
-        # SGLang's ExpertLocationMetadata.update: torch.where over each of its maps
-        maps = [torch.zeros((layers, physical), dtype=torch.int64),
-                torch.zeros((layers, experts, physical), dtype=torch.int64),
-                torch.zeros((layers, experts), dtype=torch.int64),
-                torch.zeros((layers, experts), dtype=torch.int64)]
-        others = [m.clone() for m in maps]
+        shape = dict(layers=layers, experts=experts, physical=physical, ranks=ranks, nodes=nodes,
+                     groups=groups)
+        weight = torch.as_tensor(_loads(rng, layers, experts))
+        old = compute_placement("deepseek_global", weight.numpy(), physical, 1, 1, ranks)
+        rec.add("algorithm", f"{root.name}/{VLLM_POLICY}", "vllm_policy", shape, _cpu_timed(
+            lambda: policy.rebalance_experts(weight, physical, groups, nodes, ranks,
+                                             torch.as_tensor(old.physical_to_logical)), 1),
+            hashlib.sha256(policy_path.read_bytes()).hexdigest())
+        if "move_to_buffer" not in execute:
+            continue
+        new = compute_placement("deepseek_global", _loads(rng, layers, experts), physical, 1, 1, ranks)
+        spr = physical // ranks
+        weights = [torch.zeros(spr, 4) for _ in range(8)]
+        buffers = [torch.empty_like(w) for w in weights]
+        comm = Recording()
 
-        def update():
-            for mine, other in zip(maps, others):
-                mask = torch.tensor([i in (0,) for i in range(layers)])
-                mask = mask.view(*([-1] + [1] * (mine.dim() - 1)))
-                mine[...] = torch.where(mask, other, mine)
-        samples = _timed(update, repeats)
-        out.append(_record("map_update", "torch.where per map, as ExpertLocationMetadata.update",
-                           samples, layers * experts * physical, shape, provenance))
-    return out
-
-
-def bench_device(provenance: dict, quick: bool) -> list[dict]:
-    """Single-GPU terms: expert-sized device copies, per-tensor copy launches, graph capture."""
-    out = []
-    if not torch.cuda.is_available():
-        return out
-    device = torch.device("cuda", 0)
-    sizes = (2 ** 20, 9_437_184, 22_020_096, 37_748_736, 44_040_192) if not quick else (2 ** 20,)
-    for size in sizes:                                    # one expert's bytes, all tensors
-        src = torch.empty(size, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = []
-        for it in range(12):
-            torch.cuda.synchronize()
-            start.record()
-            dst.copy_(src)
-            end.record()
-            end.synchronize()
-            if it >= 2:
-                samples.append(start.elapsed_time(end) * 1e3)            # ms -> µs
-        out.append(_record("d2d_copy", "torch copy_ on one GPU (CUDA events)", samples, size,
-                           {"bytes": size}, provenance, timing="device", bytes=size,
-                           gbps=size / (float(np.median(samples)) * 1e3)))
-    # host cost of launching one copy per tensor (SGLang posts a copy_ per tensor per slot)
-    small = [torch.empty(4096, dtype=torch.uint8, device=device) for _ in range(64)]
-    target = [torch.empty_like(t) for t in small]
-
-    def launches():
-        for a, b in zip(target, small):
-            a.copy_(b)
-    torch.cuda.synchronize()
-    samples = [s / len(small) for s in _timed(launches, 20)]
-    torch.cuda.synchronize()
-    out.append(_record("copy_launch", "torch copy_ launch, host time per call", samples, 1,
-                       {"tensors": len(small)}, provenance))
-    out += _graph_capture(device, provenance, quick)
-    return out
+        def run():
+            for layer in range(layers):
+                execute["move_to_buffer"](spr, old.physical_to_logical[layer],
+                                          new.physical_to_logical[layer], weights, buffers,
+                                          None, 0, comm)
+        rec.add("plan", f"{root.name}/{VLLM_EXECUTE}:move_to_buffer", "vllm_move_to_buffer",
+                shape, _cpu_timed(run, 2), hashlib.sha256(execute_path.read_bytes()).hexdigest())
 
 
-def _graph_capture(device: torch.device, provenance: dict, quick: bool) -> list[dict]:
-    """Capture time of a CUDA graph of the live Qwen3 MoE block's forward (one device)."""
-    try:
-        from live.config import MoeConfig
-        from live.model import Qwen3MoeModel
-        from live.weights import random_weights
-    except Exception as exc:  # noqa: BLE001 - the record says why it is missing
-        print(f"graph capture skipped: {exc}", file=sys.stderr)
-        return []
-    out = []
-    shapes = ((2048, 768, 128, 8, 48),) if not quick else ((256, 128, 16, 4, 2),)
-    for hidden, inter, experts, top_k, layers in shapes:
-        cfg = MoeConfig(hidden_size=hidden, moe_intermediate_size=inter, num_experts=experts,
-                        top_k=top_k, num_layers=layers)
-        model = Qwen3MoeModel(cfg, backend="none", dtype=torch.bfloat16, device=device)
-        model.load_weight_cache(random_weights(cfg, range(layers), seed=0, dtype=torch.bfloat16,
-                                               device=device))
-        x = torch.randn(64, hidden, dtype=torch.bfloat16, device=device)
-        samples = []
-        for it in range(4):
-            stream = torch.cuda.Stream(device)
-            stream.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(stream):
-                model(x)                                      # warm-up on the side stream
-            torch.cuda.current_stream(device).wait_stream(stream)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            start = time.perf_counter()
-            with torch.cuda.graph(graph):
-                model(x)
-            torch.cuda.synchronize()
-            if it:
-                samples.append((time.perf_counter() - start) * 1e6)
-            del graph
-        out.append(_record("graph_capture", "torch.cuda.graph of live Qwen3MoeModel forward",
-                           samples, layers, {"layers": layers, "hidden": hidden,
-                                             "experts": experts, "tokens": 64}, provenance))
-        del model
-    return out
+def _barrier_worker(rank: int, world: int, store_path: str, repeats: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank,
+                            world_size=world)
+    for _ in range(20):
+        dist.monitored_barrier()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dist.monitored_barrier()
+        samples.append((time.perf_counter() - start) * 1e6)
+    if rank == 0:
+        Path(out).write_text(json.dumps(samples))
+    dist.destroy_process_group()
 
 
-def run(out: Path, quick: bool, roots: list[Path], device: bool) -> dict:
+def bench_barrier(rec: _Recorder, repeats: int) -> None:
+    """gloo `monitored_barrier` over two local CPU ranks: 2 messages through rank 0 (wall time:
+    it is waiting, not computing)."""
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "samples.json")
+        mp.spawn(_barrier_worker, args=(2, os.path.join(tmp, "store"), repeats, out), nprocs=2)
+        samples = json.loads(Path(out).read_text())
+    per_message = [s / 2 for s in samples]
+    rec.add("barrier", "torch.distributed.monitored_barrier (gloo, 2 local ranks), per message",
+            "gloo_message", {"ranks": 2, "work": 1.0}, (per_message, per_message))
+    # a message needs the other rank on a core: on a shared machine the median is mostly waiting
+    # for one, so the lower decile is what a message costs when the peer is running
+    rec.records[-1]["extra"]["uncontended_us"] = float(np.percentile(per_message, 10))
+
+
+def run(out: Path, quick: bool, sglang_roots: list[Path], vllm_root: Path | None) -> dict:
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
-    provenance = collect(1, "nccl" if device and torch.cuda.is_available() else "gloo")
-    if not (device and torch.cuda.is_available()):
-        provenance = {**provenance, "device": f"cpu ({_cpu_name()}), 1 thread"}
-    grid, steps = (QUICK_GRID, QUICK_STEPS) if quick else (GRID, STEPS)
-    repeats = 2 if quick else 3
-    records = bench_algorithms(grid, steps, roots, provenance, repeats)
-    records += bench_plan(grid, provenance, repeats)
-    if device:
-        records += bench_device(provenance, quick)
+    cpu_name = next((line.split(":", 1)[1].strip() for line in
+                     Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name")), "unknown cpu")
+    provenance = {**collect(1, "gloo"), "device": f"cpu ({cpu_name}), 1 thread"}
+    rec = _Recorder(provenance, cpu_name)
+    grid = QUICK_GRID if quick else GRID
+    bench_ours(grid, rec, 2 if quick else 3)
+    for root in sglang_roots:
+        bench_sglang(root, grid, rec)
+    if vllm_root is not None:
+        bench_vllm(vllm_root, grid, rec)
+    bench_barrier(rec, 50 if quick else 400)
     path = out / "eplb_host_records.jsonl"
-    try:
-        write_records([MeasurementRecord.model_validate(r) for r in records], path, append=False)
-    except ValueError:        # an epsim without the `rebalance_term` kind (the GPU machine's copy)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps({"schema": "epsim.record/2", **r}) + "\n" for r in records))
-        os.replace(tmp, path)
-    summary = {"records": len(records), "provenance": provenance,
-               "command": " ".join(["python -m live.bench.eplb_host", *sys.argv[1:]])}
-    (out / "eplb_host_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    for r in records:
-        print(f"{r['extra']['term']:12s} {r['extra']['impl'][:70]:70s} "
-              f"{json.dumps(r['extra']['shape'])[:70]:70s} {r['median_us']:12.1f} us", flush=True)
-    return summary
+    lines = "".join(MeasurementRecord.model_validate(r).to_json() + "\n" for r in rec.records)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(lines)
+    os.replace(tmp, path)
+    for r in rec.records:
+        print(f"{r['extra']['key']:36s} {json.dumps(r['extra']['shape'])[:60]:60s} "
+              f"{r['median_us']:12.1f} us cpu {r['extra']['wall_us']:12.1f} us wall", flush=True)
+    return {"records": len(rec.records), "provenance": provenance,
+            "command": " ".join(["python -m live.bench.eplb_host", *sys.argv[1:]])}
+
+
+def _arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench.eplb_host",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--sglang-root", action="append", default=[], type=Path,
+                        help="a folder holding an unpacked sglang/ (repeatable)")
+    parser.add_argument("--vllm-root", type=Path, default=None,
+                        help="a folder holding an unpacked vllm/")
+    parser.add_argument("--quick", action="store_true", help="tiny grid (tests)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "out/eplb_host"))
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m live.bench.eplb_host",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "out/eplb_host"))
-    parser.add_argument("--quick", action="store_true", help="tiny grid (tests)")
-    parser.add_argument("--sglang-root", action="append", default=[], type=Path,
-                        help="a folder holding an unpacked sglang/ (repeatable)")
-    parser.add_argument("--device", action="store_true", help="also the single-GPU terms")
-    args = parser.parse_args(argv)
+    args = _arguments().parse_args(argv)
     for root in args.sglang_root:
         if not (root / "sglang").is_dir():
             print(f"--sglang-root ({root}) must hold an unpacked sglang/ package", file=sys.stderr)
             return 2
-    run(Path(args.out), args.quick, args.sglang_root, args.device)
+    if args.vllm_root is not None and not (args.vllm_root / "vllm").is_dir():
+        print(f"--vllm-root ({args.vllm_root}) must hold an unpacked vllm/ package", file=sys.stderr)
+        return 2
+    summary = run(Path(args.out), args.quick, args.sglang_root, args.vllm_root)
+    (Path(args.out) / "eplb_host_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 
