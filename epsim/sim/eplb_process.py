@@ -153,7 +153,7 @@ class EPLBManager:
         self.sim = sim
         m, c, d = sim.scenario.model, sim.scenario.cluster, sim.scenario.deployment
         self.model, self.deployment = m, d
-        self.links = rebalance_params(sim.profile if sim.cost_model.profile_applies else None, c)
+        self.links = rebalance_params(sim.profile if sim.cost_model.params.profile_applies else None, c)
         self.params = per_op_params(self.links, tensors_per_expert(m.weight_dtype))
         # host terms were timed on a CPU: the scenario's profile if it has them, else the shipped ones
         host = sim.profile.params("any", "rebalance_host") if sim.profile is not None else {}
