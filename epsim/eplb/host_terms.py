@@ -56,6 +56,7 @@ WORK_UNIT = {
     "vllm_move_to_buffer": ("MoE layers", "MoE layers x slots per rank"),
     "plan": ("layers x physical slots", ""),
     "gloo_message": ("messages", ""),
+    "masked_path": ("layers x physical slots", ""),   # live.eplb.elastic.mask_ranks (ours)
 }
 PLACEMENT_KEYS = ("deepseek", "deepseek_global", "sticky", "sglang_reference_hierarchical",
                   "sglang_reference_global", "sglang047_reference_hierarchical",
@@ -96,7 +97,7 @@ def work_of(key: str, *, num_layers: int, num_experts: int, num_physical: int, n
         return float(num_layers * slots_per_rank), 0.0
     if unit == "vllm_move_to_buffer":
         return float(num_layers), float(num_layers * slots_per_rank)
-    if unit == "plan":
+    if unit in ("plan", "masked_path"):
         return float(num_layers * num_physical), 0.0
     return float(num_layers), 0.0
 

@@ -18,7 +18,9 @@ is kept beside it (`extra.wall_us`).
 - `vllm_move_to_buffer`: vLLM's per-layer transfer plan, with a communicator that records only;
 - `plan`: `epsim.eplb.plan_moves`;
 - `gloo_message`: `monitored_barrier` over two local gloo CPU ranks, per message (the barrier
-  vLLM's NIXL communicator runs before every layer).
+  vLLM's NIXL communicator runs before every layer);
+- `masked_path`: our live module's masked-rank path (`live.eplb.elastic.mask_ranks`) on the
+  survivor of two gloo CPU ranks, the lost rank's experts served by replicas.
 
 Writes `eplb_host_records.jsonl` (kind `rebalance_term`), each with `extra.term`, `extra.impl`
 (the code timed, with its file's sha256) and `extra.work` (`epsim.eplb.host_terms.WORK_UNIT`).
@@ -284,6 +286,28 @@ def bench_barrier(rec: _Recorder, repeats: int) -> None:
     rec.records[-1]["extra"]["uncontended_us"] = float(np.percentile(per_message, 10))
 
 
+def bench_masked_path(rec: _Recorder, quick: bool) -> None:
+    """Our live module's masked-rank path (`live.eplb.elastic.mask_ranks` on the survivor: the
+    re-placement over the survivors and the dispatch maps rebuilt) on two gloo CPU ranks, rank 1
+    lost, every expert also on rank 0 (served by replicas, nothing reloaded)."""
+    from live.bench.eplb_checks import EplbCase, scenarios_worker
+    from live.config import MoeConfig
+    from live.dist import run_ranks
+    layers, experts = (2, 8) if quick else (8, 64)
+    config = MoeConfig(hidden_size=64, moe_intermediate_size=32, num_experts=experts, top_k=4,
+                       num_layers=layers)
+    placement = np.tile(np.r_[np.arange(experts), np.arange(experts)[::-1]], (layers, 1))
+    case = EplbCase(config, "torch", (4, 4), placement, label="mask/replicas/timed")
+    per_rank = run_ranks(scenarios_worker, 2, "gloo",
+                         ([("elastic", case, {"lost_rank": 1, "how": "mask",
+                                              "rebalance_after": False})], None, None), timeout_s=600)
+    survivor = per_rank[0][0]
+    shape = dict(layers=layers, experts=experts, physical=2 * experts, ranks=2, nodes=1, groups=1,
+                 work=float(layers * 2 * experts))
+    rec.add("masked_path", "live.eplb.elastic:mask_ranks (torch backend, gloo, survivor rank 0)",
+            "masked_path", shape, ([survivor["path_cpu_us"]], [survivor["path_wall_us"]]))
+
+
 def run(out: Path, quick: bool, sglang_roots: list[Path], vllm_root: Path | None) -> dict:
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
@@ -299,6 +323,7 @@ def run(out: Path, quick: bool, sglang_roots: list[Path], vllm_root: Path | None
     if vllm_root is not None:
         bench_vllm(vllm_root, grid, rec)
     bench_barrier(rec, 50 if quick else 400)
+    bench_masked_path(rec, quick)
     path = out / "eplb_host_records.jsonl"
     lines = "".join(MeasurementRecord.model_validate(r).to_json() + "\n" for r in rec.records)
     tmp = path.with_suffix(".tmp")
