@@ -24,7 +24,7 @@ vLLM (`EplbState.rearrange`, sync mode, 0.22 with `communicator: nixl`; its log 
 `Rearranged experts in ... s` times all of it with CUDA events):
 
   gather        the window summed first, `[MoE layers, experts]`, all-reduced over EP;
-  algorithm     `policy.default` (numpy since vLLM 0.13);
+  algorithm     `policy.default` (numpy since PR #30697, December 2025);
   plan          `move_to_buffer` per layer (numpy);
   barrier       `NixlEplbCommunicator.execute` calls `monitored_barrier` on the gloo CPU group
                 before every layer's READs: 2 (n - 1) messages through rank 0;

@@ -28,6 +28,18 @@ import math
 
 import numpy as np
 
+from epsim.cost.tables import contiguous_placement
+from epsim.eplb import (
+    Placement, compute_placement, place_over_survivors, rebalance_cost, rebalance_params,
+    refill_survivors,
+)
+from epsim.eplb.host_terms import (
+    deployment_terms, per_op_params, shipped_host_params, tensors_per_expert,
+)
+from epsim.errors import SpecError
+from epsim.routing.skew import SkewModel
+from epsim.sim.steady import steady_state
+
 RESILIENCE_COLUMNS: tuple[str, ...] = (
     "rebalance_stall_s", "rebalances_per_hour", "rebalance_stall_s_per_hour",
     "balancedness_fresh", "balancedness_stale", "failures_per_hour", "failure_interruption_s",
@@ -46,9 +58,6 @@ def _instance_nodes(scenario) -> int:
 
 def rebalance_columns(scenario, profile, step_s: float) -> tuple[dict[str, float], object]:
     """The rebalance columns and the placement a rebalance leaves (None without EPLB)."""
-    from epsim.eplb import compute_placement, rebalance_cost
-    from epsim.eplb.host_terms import deployment_terms, per_op_params, tensors_per_expert
-    from epsim.routing.skew import SkewModel
     m, d, w = scenario.model, scenario.deployment, scenario.workload
     nodes = _instance_nodes(scenario)
     skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=scenario.seed,
@@ -78,8 +87,6 @@ def rebalance_columns(scenario, profile, step_s: float) -> tuple[dict[str, float
 
 
 def _links_and_host(scenario, profile):
-    from epsim.eplb import rebalance_params
-    from epsim.eplb.host_terms import shipped_host_params
     links = rebalance_params(profile, scenario.cluster)
     host = profile.params("any", "rebalance_host") if profile is not None else {}
     return links, host or shipped_host_params()
@@ -96,8 +103,6 @@ def elastic_possible(scenario) -> bool:
 
 def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]:
     """(interruption s, instance-seconds lost) of one GPU failure (module doc)."""
-    from epsim.eplb import place_over_survivors, rebalance_cost, refill_survivors
-    from epsim.eplb.host_terms import deployment_terms, per_op_params, tensors_per_expert
     m, c, d = scenario.model, scenario.cluster, scenario.deployment
     reload_bytes_per_s = d.reload_gbps * 1e9
     redone_tokens = steady.running_per_rank * _mean_output(scenario) / 2.0
@@ -106,8 +111,6 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
         down_s = d.moe_dispatch_timeout_s + d.failure_repair_s + weights / reload_bytes_per_s
         redo_s = d.ep_size * redone_tokens / max(steady.output_per_s, 1e-9)
         return down_s, down_s + redo_s
-    from epsim.cost.tables import contiguous_placement
-    from epsim.eplb import Placement
     if placement is None:
         placement = Placement.on_cluster(
             contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size, d.ep_num_redundant_experts),
@@ -138,12 +141,11 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
 
 
 def _mean_output(scenario) -> float:
-    from epsim.plan.columns import mean_length
+    from epsim.plan.columns import mean_length  # columns imports this module
     return mean_length(scenario.workload.output_len)
 
 
 def _mean_popularity(scenario) -> np.ndarray:
-    from epsim.routing.skew import SkewModel
     m, w = scenario.model, scenario.workload
     return np.array(SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=scenario.seed,
                               base_dir=scenario.base_dir).mean_popularity())
@@ -152,8 +154,6 @@ def _mean_popularity(scenario) -> np.ndarray:
 def resilience_columns(scenario, profile=None) -> dict[str, float]:
     """`RESILIENCE_COLUMNS` of one validated scenario (NaN where its steady state cannot be
     priced: arrivals without a mean rate)."""
-    from epsim.errors import SpecError
-    from epsim.sim.steady import steady_state
     try:
         steady = steady_state(scenario, profile)
     except SpecError:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from epsim.eplb import Placement, compute_placement, place_over_survivors, rebalance_params
 from epsim.cost.tables import contiguous_placement
+from epsim.eplb import Placement, compute_placement, place_over_survivors, rebalance_params
 from epsim.eplb.host_terms import (
     EngineRebalance, Shape, layer_moves_us, sglang_rebalance, shipped_host_params, vllm_rebalance,
 )

@@ -48,10 +48,15 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
+from epsim.eplb import compute_placement, plan_moves
 from epsim.eplb.host_terms import WORK_UNIT, unit_of, work_of
 from epsim.records import MeasurementRecord
+from live.bench.eplb_checks import EplbCase, scenarios_worker
 from live.bench.provenance import collect
+from live.config import MoeConfig
+from live.dist import run_ranks
 from live.timing import summarize_us
 
 SGLANG_FILES = {  # relative path -> (what it holds, implementation key)
@@ -137,7 +142,6 @@ def _loads(rng: np.random.Generator, layers: int, experts: int) -> np.ndarray:
 
 def bench_ours(grid, rec: _Recorder, repeats: int) -> None:
     """Our algorithms and `plan_moves`."""
-    from epsim.eplb import compute_placement, plan_moves
     rng = np.random.default_rng(0)
     for layers, experts, physical, ranks, nodes, groups in grid:
         shape = dict(layers=layers, experts=experts, physical=physical, ranks=ranks, nodes=nodes,
@@ -155,7 +159,6 @@ def bench_ours(grid, rec: _Recorder, repeats: int) -> None:
 
 def bench_sglang(root: Path, grid, rec: _Recorder) -> None:
     """SGLang's own rebalance code, from an unpacked wheel."""
-    from epsim.eplb import compute_placement
     rng = np.random.default_rng(1)
     utils = {"sglang": {}, "sglang.srt": {},
              "sglang.srt.utils": {"get_bool_env_var": lambda *a, **k: False}}
@@ -193,7 +196,6 @@ def bench_sglang(root: Path, grid, rec: _Recorder) -> None:
 
 def _time_updater(path: Path, layers, experts, physical, ranks, nodes, rng):
     """SGLang's per-layer move plan for rank 0 over all `layers` (P2P ops built, not posted)."""
-    from epsim.eplb import compute_placement
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0,
                                 world_size=1)
@@ -215,7 +217,6 @@ def _time_updater(path: Path, layers, experts, physical, ranks, nodes, rng):
 
 def bench_vllm(root: Path, grid, rec: _Recorder) -> None:
     """vLLM's default policy and per-layer transfer plan, from an unpacked wheel."""
-    from epsim.eplb import compute_placement
     rng = np.random.default_rng(2)
     policy_path, execute_path = root / VLLM_POLICY, root / VLLM_EXECUTE
     if not policy_path.is_file():
@@ -273,7 +274,6 @@ def _barrier_worker(rank: int, world: int, store_path: str, repeats: int, out: s
 def bench_barrier(rec: _Recorder, repeats: int) -> None:
     """gloo `monitored_barrier` over two local CPU ranks: 2 messages through rank 0 (wall time:
     it is waiting, not computing)."""
-    import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "samples.json")
         mp.spawn(_barrier_worker, args=(2, os.path.join(tmp, "store"), repeats, out), nprocs=2)
@@ -290,9 +290,6 @@ def bench_masked_path(rec: _Recorder, quick: bool) -> None:
     """Our live module's masked-rank path (`live.eplb.elastic.mask_ranks` on the survivor: the
     re-placement over the survivors and the dispatch maps rebuilt) on two gloo CPU ranks, rank 1
     lost, every expert also on rank 0 (served by replicas, nothing reloaded)."""
-    from live.bench.eplb_checks import EplbCase, scenarios_worker
-    from live.config import MoeConfig
-    from live.dist import run_ranks
     layers, experts = (2, 8) if quick else (8, 64)
     config = MoeConfig(hidden_size=64, moe_intermediate_size=32, num_experts=experts, top_k=4,
                        num_layers=layers)
