@@ -13,12 +13,15 @@ the nearest two (`residuals.heldout_*_mape`).
 
     python -m epsim.calibrate.rebalance_host RECORDS.jsonl --profile PROFILE.json
 
-refits that component of a profile in place (written atomically), leaving the others.
+refits that component of a profile in place (written atomically), leaving the others, and
+updates the profile's provenance for the records file (its sha256 and count, the combined
+`records_sha256` over every listed file, the device).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -125,6 +128,22 @@ def fit_rebalance_host(records: list[SourcedRecord]) -> Component | None:
                           + "; ".join(machines) + " (live.bench.eplb_host)")
 
 
+def _provenance(prov: dict, records: Path, raw: list[SourcedRecord]) -> None:
+    """The profile's provenance names `records` as fitted: its entry (sha256, count) replaced
+    or added, `records_sha256` recomputed over every listed file, the records' device added."""
+    from epsim.records import records_hash
+    path = str(records)
+    entry = {"path": path, "sha256": hashlib.sha256(records.read_bytes()).hexdigest(),
+             "num_records": len(raw)}
+    listed = [e for e in prov["records"] if e["path"] != path]
+    prov["records"] = listed + [entry]
+    prov["records_sha256"] = records_hash(e["path"] for e in prov["records"])
+    # device names hold commas ("cpu (AMD EPYC), 1 thread"): add a name only when absent
+    for device in sorted({s.record.provenance.device for s in raw}):
+        if device not in prov.get("device", ""):
+            prov["device"] = ", ".join(filter(None, [prov.get("device", ""), device]))
+
+
 def main(argv: list[str] | None = None) -> int:
     from epsim.calibrate.inputs import load_records
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m epsim.calibrate.rebalance_host",
@@ -143,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     data = json.loads(args.profile.read_text())
     data["components"]["any/rebalance_host"] = json.loads(component.model_dump_json())
+    _provenance(data["provenance"], args.records, raw)
     tmp = args.profile.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, args.profile)

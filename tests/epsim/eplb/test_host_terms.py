@@ -100,3 +100,22 @@ def test_the_recorded_host_terms_fit_every_implementation_better_than_the_baseli
                                                 residuals["heldout_loglog_mape"])
     first = json.loads(RECORDS.read_text().splitlines()[0])
     assert first["kind"] == "rebalance_term" and first["extra"]["clock"] == "thread_time"
+
+
+def test_refit_in_a_profile_names_the_records_it_fitted(tmp_path, monkeypatch):
+    from epsim.calibrate.rebalance_host import main
+    monkeypatch.chdir(RECORDS.parents[4])        # the profile lists its records from the repo root
+    from epsim.profile import default_profile_path
+    from epsim.records import records_hash
+    profile = tmp_path / "profile.json"
+    profile.write_text(default_profile_path().read_text())
+    records = tmp_path / "host.jsonl"
+    records.write_text("".join(RECORDS.read_text().splitlines(keepends=True)[:20]))
+    assert main([str(records), "--profile", str(profile)]) == 0
+    data = json.loads(profile.read_text())
+    entry = data["provenance"]["records"][-1]
+    assert entry["path"] == str(records) and entry["num_records"] == 20
+    assert data["provenance"]["records_sha256"] == records_hash(
+        e["path"] for e in data["provenance"]["records"])
+    assert data["components"]["any/rebalance_host"]["residuals"]["num_records"] == 20
+    assert main([str(tmp_path / "none.jsonl"), "--profile", str(profile)]) == 2
