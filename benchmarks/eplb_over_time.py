@@ -58,11 +58,11 @@ def sweep(write: bool, workers: int, intervals: list[int] = INTERVALS) -> list[s
     scenario = load_scenario(SCENARIOS / "eplb_interval_drift.yaml")
     result = sweep_rebalance_interval(scenario, intervals, profile=datasheet(), workers=workers)
     best = result.best
+    gain = best["output_tokens_per_s_per_gpu"] / result.baseline["output_tokens_per_s_per_gpu"] - 1
     lines = ["## Rebalance interval under drift (scenarios/eplb_interval_drift.yaml)", "",
              "```", result.table(), "```", "",
              f"Best: every {best['interval']} forward passes, {best['output_tokens_per_s_per_gpu']:.0f} "
-             f"output tokens/s/GPU ({best['output_tokens_per_s_per_gpu'] / result.baseline['output_tokens_per_s_per_gpu'] - 1:+.0%} "
-             f"over no EPLB); interior optimum: {result.is_interior}."]
+             f"output tokens/s/GPU ({gain:+.0%} over no EPLB); interior optimum: {result.is_interior}."]
     if write:
         skew = scenario.workload.skew
         interval_figure(result, IMG / "eplb_interval_sweep.png",
@@ -129,7 +129,7 @@ def elastic(write: bool) -> list[str]:
              f"{fail['reloaded_experts']} expert slots reloaded ({fail['reload_bytes'] / 1e9:.1f} GB), "
              f"stall {fail['stall_us'] * 1e-3:.0f} ms (detection {fail['detection_us'] * 1e-3:.0f} ms); "
              f"recovery at {back['at_s']:.1f} s",
-             f"- rebalances: " + ", ".join(f"{e['reason']} at {e['at_s']:.1f} s (stall {e['stall_us'] * 1e-3:.0f} ms, "
+             "- rebalances: " + ", ".join(f"{e['reason']} at {e['at_s']:.1f} s (stall {e['stall_us'] * 1e-3:.0f} ms, "
                                           f"window balancedness {e['balancedness_before']:.2f} -> "
                                           f"{e['balancedness_after']:.2f})" for e in s["eplb"]["rebalances"]),
              f"- worst 1-s window on 63 ranks: step {w['step_ms'][worst]:.1f} ms vs {b['step_ms'][worst]:.1f} ms "

@@ -13,6 +13,8 @@ import math
 from typing import Any
 
 from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
+from epsim.plan.screen import initial_running_per_rank
+from epsim.profile import load_profile
 from epsim.spec.workload import STEADY
 
 GIB = float(1 << 30)
@@ -101,10 +103,8 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     per_rank = scenario.workload.initial_running_per_rank
     if per_rank != STEADY:                  # no profile to load
         return per_rank
-    from epsim.plan.screen import initial_running_per_rank
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
-    from epsim.profile import load_profile
     return initial_running_per_rank(scenario, load_profile(profile_path, shared=True))
 
 
@@ -154,7 +154,6 @@ def _resilience(scenario, profile_path: str | None) -> dict[str, float]:
     d = scenario.deployment
     if not (d.enable_eplb or d.failures_per_gpu_hour > 0):
         return {name: math.nan for name in RESILIENCE_COLUMNS}
-    from epsim.profile import load_profile
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
     return resilience_columns(scenario, load_profile(profile_path, shared=True))

@@ -38,7 +38,7 @@ from epsim.eplb.host_terms import (
 )
 from epsim.errors import SpecError
 from epsim.routing.skew import SkewModel
-from epsim.sim.steady import steady_state
+from epsim.sim.steady import steady_model, steady_state
 
 RESILIENCE_COLUMNS: tuple[str, ...] = (
     "rebalance_stall_s", "rebalances_per_hour", "rebalance_stall_s_per_hour",
@@ -105,7 +105,8 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
     """(interruption s, instance-seconds lost) of one GPU failure (module doc)."""
     m, c, d = scenario.model, scenario.cluster, scenario.deployment
     reload_bytes_per_s = d.reload_gbps * 1e9
-    redone_tokens = steady.running_per_rank * _mean_output(scenario) / 2.0
+    # a lost request had produced half its output on average (the steady model's mean length)
+    redone_tokens = steady.running_per_rank * steady_model(scenario, profile).output_len / 2.0
     if not elastic_possible(scenario):
         weights = (m.num_experts + d.ep_num_redundant_experts) / d.ep_size * m.num_moe_layers * m.expert_bytes
         down_s = d.moe_dispatch_timeout_s + d.failure_repair_s + weights / reload_bytes_per_s
@@ -138,11 +139,6 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
         rejoin_s = deployment_terms(host, links, m, d, nodes, back.chunk_us).stall_us * 1e-6
     redo_s = redone_tokens / max(steady.output_per_s, 1e-9)
     return interruption, interruption + rejoin_s + d.failure_repair_s / d.ep_size + redo_s
-
-
-def _mean_output(scenario) -> float:
-    from epsim.plan.columns import mean_length  # columns imports this module
-    return mean_length(scenario.workload.output_len)
 
 
 def _mean_popularity(scenario) -> np.ndarray:
