@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from epsim.calibrate.inputs import SourcedRecord
+from epsim.calibrate.inputs import SourcedRecord, load_records
 from epsim.profile import Component
+from epsim.records import records_hash
 
 
 def impl_key(record) -> str:
@@ -131,7 +132,6 @@ def fit_rebalance_host(records: list[SourcedRecord]) -> Component | None:
 def _provenance(prov: dict, records: Path, raw: list[SourcedRecord]) -> None:
     """The profile's provenance names `records` as fitted: its entry (sha256, count) replaced
     or added, `records_sha256` recomputed over every listed file, the records' device added."""
-    from epsim.records import records_hash
     path = str(records)
     entry = {"path": path, "sha256": hashlib.sha256(records.read_bytes()).hexdigest(),
              "num_records": len(raw)}
@@ -145,7 +145,6 @@ def _provenance(prov: dict, records: Path, raw: list[SourcedRecord]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from epsim.calibrate.inputs import load_records
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m epsim.calibrate.rebalance_host",
                                      description="refit any/rebalance_host of a profile in place")
     parser.add_argument("records", type=Path)

@@ -44,6 +44,7 @@ import numpy as np
 
 from epsim.eplb.cost import rebalance_cost
 from epsim.errors import PlacementError
+from epsim.profile import Profile, default_profile_path
 
 # What each timed implementation's work is counted in: the loops it runs, a first and an
 # optional second count (one definition, used by the bench that times it and the model that
@@ -276,7 +277,6 @@ def tensors_per_expert(weight_dtype: str) -> int:
 def shipped_host_params() -> dict[str, float]:
     """`any/rebalance_host` of the shipped profile: host CPU times, whatever GPU a scenario
     names (the host terms were timed on a CPU, not on the profile's GPU)."""
-    from epsim.profile import Profile, default_profile_path
     return Profile.load(default_profile_path()).params("any", "rebalance_host")
 
 

@@ -18,7 +18,7 @@ from epsim.eplb.host_terms import (
     EngineRebalance, Shape, layer_moves_us, sglang_rebalance, shipped_host_params, vllm_rebalance,
 )
 from epsim.eplb.recovery import RecoveryTerms, failure_terms
-from epsim.profile import Profile
+from epsim.profile import Profile, default_profile_path
 from epsim.routing import skew_from_dict
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_hardware, get_model
@@ -29,7 +29,6 @@ SEED = 0
 @lru_cache(maxsize=1)
 def shipped_link_params() -> dict[str, float]:
     """`any/rebalance` of the shipped profile: the per-transfer latency we fitted on H200."""
-    from epsim.profile import default_profile_path
     return Profile.load(default_profile_path()).params("any", "rebalance")
 
 
