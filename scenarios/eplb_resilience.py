@@ -25,7 +25,7 @@ from pathlib import Path
 import epsim
 from epsim.plan.columns import derived_columns
 from epsim.plan.resilience import resilience_columns, serving_frac
-from epsim.plan.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
+from epsim.commands.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
 from epsim.report import summarize
 
 SCENARIO = Path(__file__).with_suffix(".yaml")
