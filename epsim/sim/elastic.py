@@ -8,8 +8,8 @@ SGLang's elastic EP over Mooncake:
   (SGLang's data-parallel controller skips dead workers).
 - `elastic_recovery: replicas` (Mooncake EP): serving first stalls for the failure's detection:
   the survivors' MoE dispatch waits for the dead rank until Mooncake EP's timeout (10 s as SGLang
-  sets it, `deployment.moe_dispatch_timeout_s`; `epsim.eplb.recovery`). The rank is then masked as Mooncake EP's `active_ranks` does,
-  so no token is dispatched to it. Experts with a replica on a survivor
+  sets it, `deployment.moe_dispatch_timeout_s`; `epsim.eplb.recovery`). The rank is then masked
+  as Mooncake EP's `active_ranks` does, so no token is dispatched to it. Experts with a replica on a survivor
   are served there at once. An expert whose only replicas were on the failed rank is re-placed
   into a survivor slot of the expert with the most replicas (`epsim.eplb.fill_lost`) and its
   weights are reloaded from host or storage at `reload_gbps` per GPU; every MoE layer needs
