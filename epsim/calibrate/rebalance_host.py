@@ -8,8 +8,8 @@ placement). Per implementation:
     t_us = <key>_base_us + <key>_us_per_unit x work + <key>_us_per_unit2 x work2
 
 by non-negative least squares on the relative error (each point weighted by 1 / t). The line
-is judged on held-out sizes: each distinct size predicted from the others, against a constant (their mean) and log-log interpolation between
-the nearest two (`residuals.heldout_*_mape`).
+is judged on held-out sizes: each distinct size predicted from the others, against a constant
+(their mean) and log-log interpolation between the nearest two (`residuals.heldout_*_mape`).
 
     python -m epsim.calibrate.rebalance_host RECORDS.jsonl --profile PROFILE.json
 
