@@ -1,11 +1,12 @@
 """The all-reduce model's extrapolation hold-outs on aiconfigurator-core's op tables, against
 the two baselines (docs/model.md, "TP attention and MoE-TP").
 
-For each system with both tables, the newest SGLang `custom_allreduce_perf` (rows captured in a
-CUDA graph: device time, BF16) gives the custom algorithm's points below its 8 MiB buffer, each
-assigned the algorithm SGLang runs at its size and GPU count (`epsim.cost.allreduce.algorithm`),
-and the newest `nccl_perf` (nccl-tests, FP16 all-reduce) the NCCL points. A table's
-`message_size` counts elements (AIC's collectors: `size // bytes_per_element`), 2 bytes each.
+For each system with both tables, epsim's importer (`epsim calibrate --records aic:SYSTEM/sglang`,
+`epsim.calibrate.aic`) reads SGLang's `custom_allreduce_perf` (rows captured in a CUDA graph:
+device time, BF16) and the `nccl_perf` the system's spec names (nccl-tests, FP16 all-reduce) as
+records; `epsim.calibrate.allreduce.points_from_records` makes the custom rows below the kernel's
+8 MiB buffer points of the algorithm SGLang runs at their size and GPU count, and every NCCL row
+an NCCL point. A table's `message_size` counts elements, 2 bytes each (the importer's `bytes`).
 
 Two extrapolation axes, each refitting `epsim.calibrate.allreduce.fit_allreduce` on one side:
   size  fit each (algorithm, GPU count)'s messages up to a quarter of its largest, judge the top
@@ -29,55 +30,37 @@ from pathlib import Path
 
 import numpy as np
 
-from epsim.calibrate.allreduce import AllReducePoint, fit_allreduce
-from epsim.cost.allreduce import ALGORITHMS, algorithm, allreduce_us, ring_us
+from epsim.calibrate.aic import import_source
+from epsim.calibrate.aic_tables import parse_source
+from epsim.calibrate.allreduce import AllReducePoint, fit_allreduce, points_from_records
+from epsim.cost.allreduce import ALGORITHMS, allreduce_us, ring_us
+from epsim.errors import EpsimError
 from epsim.spec.hardware import ClusterSpec
 from epsim.validate.extrapolation import loglog
 
 RESULT = Path(__file__).resolve().parent / "results" / "allreduce_holdout.md"
 SYSTEMS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "gb200": "GB200",
            "gb300": "GB300"}
-BYTES_PER_ELEMENT = 2          # BF16 / FP16 rows
+TABLES = ("custom_allreduce_perf", "nccl_perf")
 COMMAND = "python benchmarks/allreduce_holdout.py --write"
 
 
-def _newest(folder: Path, name: str) -> Path | None:
-    from packaging.version import Version
-    found = sorted(folder.glob(f"*/{name}"), key=lambda p: Version(p.parent.name))
-    return found[-1] if found else None
-
-
-def system_points(system: str) -> tuple[list[AllReducePoint], dict[str, str]] | None:
-    """(points, {table: file}) of an installed aiconfigurator-core system; None without both
-    tables (or without the package)."""
+def system_points(system: str) -> tuple[list[AllReducePoint], list[str]] | None:
+    """(points, table files) of an installed aiconfigurator-core system, through epsim's
+    importer (`aic:<system>/sglang`: the SGLang custom all-reduce table and the NCCL table the
+    system's spec names); None without both tables (or without the package)."""
     try:
-        from importlib import resources
-        root = Path(str(resources.files("aiconfigurator_core"))) / "systems" / "data" / system
-    except ModuleNotFoundError:
+        source = parse_source(f"aic:{system}/sglang")
+        tables = [t for t in source.tables() if t.name in TABLES]
+    except EpsimError:
         return None
-    import pandas as pd
-    custom = _newest(root / "comm" / "sglang", "custom_allreduce_perf.parquet")
-    nccl = _newest(root / "comm" / "nccl", "nccl_perf.parquet")
-    if custom is None or nccl is None:
+    if {t.name for t in tables} != set(TABLES):
         return None
-    points = []
+    imported = import_source(source, tables, grid=False)
     hw = ClusterSpec(gpu=SYSTEMS[system]).hardware
-    per_host = hw.gpus_per_host or hw.gpus_per_node
-    frame = pd.read_parquet(custom)
-    frame = frame[frame.backend.str.contains("graph") & (frame.allreduce_dtype == "bfloat16")]
-    for row in frame.itertuples(index=False):
-        size = float(row.message_size) * BYTES_PER_ELEMENT
-        hosts = -(-int(row.num_gpus) // per_host)
-        algo = algorithm(size, int(row.num_gpus), hosts)
-        if algo != "nccl":      # the table's rows beyond the custom kernel are SGLang calling NCCL
-            points.append(AllReducePoint(size, int(row.num_gpus), float(row.latency) * 1e3, algo))
-    frame = pd.read_parquet(nccl)
-    frame = frame[(frame.op_name == "all_reduce") & (frame.nccl_dtype == "half")]
-    for row in frame.itertuples(index=False):
-        points.append(AllReducePoint(float(row.message_size) * BYTES_PER_ELEMENT,
-                                     int(row.num_gpus), float(row.latency) * 1e3, "nccl"))
-    rel = root.parents[2]
-    return points, {"custom": str(custom.relative_to(rel)), "nccl": str(nccl.relative_to(rel))}
+    points = points_from_records(imported.fit + imported.pending,
+                                 hw.gpus_per_host or hw.gpus_per_node)
+    return points, [t.rel for t in tables]
 
 
 def predict(p: AllReducePoint, params: dict) -> float:
@@ -161,7 +144,7 @@ def report() -> str:
             continue
         points, files = found
         cluster = ClusterSpec(gpu=gpu)
-        sources.append(f"- {system}: `{files['custom']}`, `{files['nccl']}`")
+        sources.append(f"- {system}: " + ", ".join(f"`{f}`" for f in files))
         for axis in ("size", "gpus"):
             for r in judge(points, cluster, axis):
                 beats = r["model"] < r["constant"] and r["model"] < r["loglog"]

@@ -5,8 +5,9 @@ A point is one timed all-reduce (message bytes, GPUs, device µs, the algorithm 
 Each custom algorithm is one line, fitted by bounded least squares; NCCL is the smaller of two
 protocol lines, fitted by alternating assignment (each point goes to the line that predicts it
 faster, as NCCL's tuner picks; both refitted until no point moves), started from a split at
-each decile of the message sizes, the split with the smallest error kept. Residuals are weighted by `1 / sqrt(measured)`, a middle way
-between absolute error (the large messages alone) and relative error (the small ones alone).
+each decile of the message sizes, the split with the smallest error kept. Residuals are
+weighted by `1 / sqrt(measured)`, a middle way between absolute error (the large messages
+alone) and relative error (the small ones alone).
 Bounds: fixed costs >= 0, bandwidths <= the datasheet (NVLink per direction of the cluster's
 GPU; NCCL's LL line <= half of it, the share of each 16-byte LL line that is data).
 
@@ -19,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
-from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, allreduce_defaults,
+from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, algorithm, allreduce_defaults,
                                   custom_features, ring_features)
+from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
 
 MAX_ROUNDS = 40
@@ -46,6 +47,25 @@ class AllReducePoint:
     algorithm: str
 
 
+def points_from_records(records: list[MeasurementRecord], gpus_per_host: int) -> list[AllReducePoint]:
+    """The all-reduce records among `records` (kind `allreduce` with `bytes`: the op tables'
+    collectives, `epsim.calibrate.aic_comm`) as points: NCCL's (`extra.kernel` "NCCL") as `nccl`
+    at every size; SGLang's device-time ones (a CUDA-graph capture) as the algorithm SGLang runs
+    at their size on one host of `gpus_per_host` GPUs, those beyond its custom kernel (SGLang
+    calling NCCL) and eager ones left out."""
+    out = []
+    for r in records:
+        if r.kind != "allreduce" or r.bytes <= 0:
+            continue
+        if r.extra.get("kernel") == "NCCL":
+            out.append(AllReducePoint(r.bytes, r.ep_size, r.median_us, "nccl"))
+        elif r.timing == "device":
+            algo = algorithm(r.bytes, r.ep_size, -(-r.ep_size // gpus_per_host))
+            if algo != "nccl":
+                out.append(AllReducePoint(r.bytes, r.ep_size, r.median_us, algo))
+    return out
+
+
 def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarray]:
     """([points, 3] design rows, [points] µs) of `points` under `algo`'s form."""
     rows = [custom_features(p.num_bytes, p.num_ranks, algo) if algo != "nccl"
@@ -56,9 +76,13 @@ def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarr
 def _solve(rows: np.ndarray, us: np.ndarray, max_gbps: float) -> np.ndarray:
     """[3] (fixed µs, µs per latency count, µs per KB) minimising the weighted squared error,
     the fixed terms >= 0 and the bandwidth <= `max_gbps`."""
+    from scipy.optimize import lsq_linear       # scipy waits for the fit (epsim's import rule)
     weight = 1.0 / np.sqrt(us)
-    fit = lsq_linear(rows * weight[:, None], us * weight,
-                     bounds=([0.0, 0.0, 1.0 / max_gbps], [np.inf, np.inf, np.inf]))
+    # one GPU count makes the fixed and per-peer columns collinear: the solver's trust region
+    # then meets 0 / 0 on its way (it still returns a bounded least-squares solution)
+    with np.errstate(invalid="ignore"):
+        fit = lsq_linear(rows * weight[:, None], us * weight,
+                         bounds=([0.0, 0.0, 1.0 / max_gbps], [np.inf, np.inf, np.inf]))
     return fit.x
 
 

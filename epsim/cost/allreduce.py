@@ -3,9 +3,10 @@
 SGLang's `tensor_model_parallel_all_reduce` takes its custom all-reduce (vLLM's kernels in
 sgl-kernel) when the group is 2, 4, 6 or 8 GPUs of one host (on GB200 / GB300 racks a host is a
 4-GPU tray: groups of 8 there run NCCL, as aiconfigurator-core's GB300 table shows, ~27 µs flat
-at 8 GPUs) and the message is under its 8 MiB buffer, else NCCL. The custom kernel is one-shot (every GPU reads every peer's whole
-buffer and reduces it) on 2 GPUs, under 512 KiB on up to 4 and under 256 KiB on up to 8, else
-two-shot (reduce-scatter then all-gather through peer reads). With `S` bytes on `n` GPUs:
+at 8 GPUs) and the message is under its 8 MiB buffer, else NCCL. The custom kernel is
+one-shot (every GPU reads every peer's whole buffer and reduces it) on 2 GPUs, under 512 KiB
+on up to 4 and under 256 KiB on up to 8, else two-shot (reduce-scatter then all-gather through
+peer reads). With `S` bytes on `n` GPUs:
 
     oneshot   t = base_us + per_peer_us * (n - 1) + (n - 1) * S / nvl_gbps * 1e-3
     twoshot   t = base_us + per_peer_us * (n - 1) + 2 (n - 1) / n * S / nvl_gbps * 1e-3

@@ -115,8 +115,8 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
     if params.backend == "none":
         # all-gather and all-reduce over the tp_size GPUs (`epsim.cost.tp`; MoE-TP's reduce)
         gather, reduce = none_collectives_us(params, tr.num_tokens, graph)
-        dispatch = np.full(expert.shape, float(gather))       # [layers] (or [steps, layers])
-        combine = np.full(expert.shape, float(reduce))
+        dispatch = np.full(expert.shape, gather)       # [layers] (or [steps, layers])
+        combine = np.full(expert.shape, reduce)
         return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, block_ops_us=block)
     send, back = step.dispatch[mode], step.combine[mode]
     dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes) + send.host_us

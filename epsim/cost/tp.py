@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from epsim import vocab
 from epsim.cost.allreduce import allreduce_us, ring_us
 from epsim.cost.attention import BatchCounts
@@ -71,20 +69,17 @@ def attention_collectives_us(params: CostParams, batch: BatchCounts, graph: bool
     return 2.0 * (passes if graph else passes + tp.host_us)
 
 
-def none_collectives_us(params: CostParams, num_tokens, graph: bool):
-    """(gather, reduce) of the `none` backend's MoE layer for `num_tokens` tokens of the step
-    (a scalar or `[steps]`), over the instance's `tp_size` GPUs: the gather as the `none`
-    backend measured it (`none/allgather`, only with DP attention: without it every GPU holds
-    the group's tokens already); the reduce by the all-reduce model in a CUDA-graph step, as
-    measured (`none/allreduce`) in an eager one."""
+def none_collectives_us(params: CostParams, num_tokens: float, graph: bool) -> tuple[float, float]:
+    """(gather, reduce) µs of the `none` backend's MoE layer for `num_tokens` tokens of the step,
+    over the instance's `tp_size` GPUs: the gather as the `none` backend measured it
+    (`none/allgather`, only with DP attention: without it every GPU holds the group's tokens
+    already); the reduce by the all-reduce model in a CUDA-graph step, as measured
+    (`none/allreduce`) in an eager one."""
     par = params.parallel
-    num_bytes = np.asarray(num_tokens, dtype=np.float64) * params.model.hidden_size * HIDDEN_BYTES
+    num_bytes = num_tokens * params.model.hidden_size * HIDDEN_BYTES
     nodes, _ = _span(params, par.tp_size)
-    gather = (collective_us(num_bytes, par.tp_size, nodes, 1, params.collectives.allgather)
-              if par.dp_size > 1 else np.zeros_like(num_bytes))
+    gather = (float(collective_us(num_bytes, par.tp_size, nodes, 1, params.collectives.allgather))
+              if par.dp_size > 1 else 0.0)
     if graph:
-        reduce = np.vectorize(lambda b: tp_allreduce_us(float(b), par.tp_size, params, True),
-                              otypes=[np.float64])(num_bytes)
-    else:
-        reduce = collective_us(num_bytes, par.tp_size, nodes, 2, params.collectives.allreduce)
-    return gather, reduce
+        return gather, tp_allreduce_us(num_bytes, par.tp_size, params, True)
+    return gather, float(collective_us(num_bytes, par.tp_size, nodes, 2, params.collectives.allreduce))

@@ -43,6 +43,11 @@ class Parallel:
     def num_gpus(self) -> int:
         return self.tp_size
 
+    def describe(self) -> str:
+        """`8 GPUs: attention DP 2 x TP 4, MoE EP 8 x TP 1`."""
+        return (f"{self.tp_size} GPUs: attention DP {self.dp_size} x TP {self.attn_tp_size}, "
+                f"MoE EP {self.ep_size} x TP {self.moe_tp_size}")
+
 
 def resolve_parallel(ep_size: int, tp_size: int | None, dp_size: int | None,
                      moe_tp_size: int | None, enable_dp_attention: bool,

@@ -4,14 +4,16 @@ map onto them.
 
 Weight formats (storage bytes include their scales: what HBM holds and a GEMM streams):
 
-| format | values | scales | bytes / weight | tensor rate |
-| --- | --- | --- | --- | --- |
-| `bf16` | BF16 | - | 2 | BF16 |
-| `fp16` | FP16 | - | 2 | BF16 (same) |
-| `fp8` | FP8 E4M3 | one per tensor (or per output row: w8a8) | 1 | FP8 |
-| `fp8_block` | FP8 E4M3 | one float32 per 128 x 128 block (DeepSeek) | 1 + 4/16384 | FP8 |
-| `nvfp4` | FP4 E2M1 | one FP8 E4M3 per 16 values (+ one fp32) | 0.5 + 1/16 | FP4 |
-| `w4a16` | INT4 | one BF16 per 32 values (Kimi-K2.5's) | 0.5 + 2/32 | BF16 (dequant) |
+| format      | values   | scales                                     | bytes / weight | tensor rate |
+|-------------|----------|--------------------------------------------|----------------|-------------|
+| `bf16`      | BF16     | -                                          | 2              | BF16        |
+| `fp16`      | FP16     | -                                          | 2              | BF16 (same) |
+| `fp8`       | FP8 E4M3 | one per tensor (or per output row: w8a8)   | 1              | FP8         |
+| `fp8_block` | FP8 E4M3 | one float32 per 128 x 128 block (DeepSeek) | 1 + 4/16384    | FP8         |
+| `nvfp4`     | FP4 E2M1 | one FP8 E4M3 per 16 values (+ one fp32)    | 0.5 + 1/16     | FP4         |
+| `w4a16`     | INT4     | one BF16 per 32 values (Kimi-K2.5's)       | 0.5 + 2/32     | BF16 (*)    |
+
+(*) a weight-only format: the weights are dequantised to BF16 for the tensor cores.
 
 KV-cache dtypes (SGLang's `--kv-cache-dtype`): `auto` is the model's activation dtype, BF16
 for every zoo model (2 bytes); `bf16` 2; `fp8_e4m3` and `fp8_e5m2` 1 byte per element.

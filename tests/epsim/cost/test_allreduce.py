@@ -110,6 +110,28 @@ def test_the_fit_keeps_bandwidths_within_the_datasheet():
         fit_allreduce([AllReducePoint(1e3, 2, 1.0, "ring")], H200)
 
 
+def test_points_from_the_importers_records():
+    """The op tables as epsim's importer reads them (the committed h200_sxm fixture): NCCL rows
+    at every size, SGLang's CUDA-graph rows as the algorithm SGLang runs at their size, its
+    rows beyond the custom kernel (SGLang calling NCCL) and its eager rows left out."""
+    from epsim.calibrate.aic import import_source
+    from epsim.calibrate.aic_tables import parse_source
+    from epsim.calibrate.allreduce import points_from_records
+    fixture = ROOT / "tests" / "epsim" / "calibrate" / "aic_fixture" / "systems"
+    source = parse_source("aic:h200_sxm/sglang", root=fixture)
+    tables = [t for t in source.tables() if t.name in ("custom_allreduce_perf", "nccl_perf")]
+    imported = import_source(source, tables, grid=False)
+    records = [r for r in imported.fit + imported.pending if r.kind == "allreduce"]
+    points = points_from_records(records, gpus_per_host=8)
+    nccl = [p for p in points if p.algorithm == "nccl"]
+    custom = [p for p in points if p.algorithm != "nccl"]
+    assert len(nccl) == sum(r.extra.get("kernel") == "NCCL" for r in records) > 0
+    assert custom and all(p.num_bytes < 8 * MIB and algorithm(p.num_bytes, p.num_ranks, 1)
+                          == p.algorithm for p in custom)
+    device = [r for r in records if r.timing == "device"]
+    assert len(custom) == sum(r.bytes < 8 * MIB and r.ep_size in (2, 4, 6, 8) for r in device)
+
+
 @pytest.fixture(scope="module")
 def holdout():
     pytest.importorskip("aiconfigurator_core")
