@@ -11,10 +11,11 @@ by every query head (one "KV head"). A layer on one rank, `h = heads / attn_tp` 
     decode        absorbed: `W_UK` BMM per head ([T, nope] x [nope, kv_lora], `mla_gen_pre`), the
                   kernel over the latent (queries of kv_lora + rope, values of kv_lora), `W_UV` BMM
                   per head ([T, kv_lora] x [kv_lora, v], `mla_gen_post`)
-    prefill       the form the GPU's kernel runs: absorbed as decode (Hopper: FlashAttention-3's
-                  MLA path, as aiconfigurator's collector times it), or per head (Blackwell:
-                  TRT-LLM MLA; queries and keys of nope + rope, values of v, K and V up-projected
-                  from the latent for every key: `kv_b` [keys, kv_lora] -> h (nope + v))
+    prefill       per head, as SGLang runs it (MHA on its fa3 and trtllm_mla backends): `kv_b`
+                  [keys, kv_lora] -> h (nope + v) up-projects every key's K and V from the
+                  latent, then queries and keys of nope + rope, values of v. AIC's collector
+                  times Hopper's kernel in the absorbed form (as decode) and Blackwell's per
+                  head: the record rows follow the collector (`absorbed_prefill`)
 
 The kernel is costed as `epsim.cost.flash` costs a flash kernel -- CTAs of 64 or 128 query rows
 (the heads of one sequence swapped into rows: MLA's one KV head makes every head a row), key
@@ -44,8 +45,9 @@ from epsim.spec.gpu import HardwareSpec
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
                         frozenset({"hbm_frac", "tensor_frac"}))
 BF16_BYTES = 2.0
-# GPUs whose MLA prefill kernel runs the absorbed form (Hopper: FlashAttention-3's MLA path, as
-# aiconfigurator's tables time it); the others (Blackwell: TRT-LLM MLA) run it per head
+# GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
+# FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
+# itself runs a prefill per head on both (MHA): the simulator prices it so
 ABSORBED_PREFILL = ("H100", "H200", "H800", "H20")
 # DeepSeek's MLA sizes, for records that do not carry them (aiconfigurator's collectors time
 # DeepSeek-V3's attention: kv_lora 512, rope 64, nope 128, v 128)
@@ -91,7 +93,8 @@ def per_head_form(nope_dim: int, rope_dim: int, v_dim: int, kv_bytes: float) -> 
 
 
 def absorbed_prefill(gpu: str) -> bool:
-    """Whether the GPU's MLA prefill kernel runs the absorbed form (`ABSORBED_PREFILL`)."""
+    """Whether aiconfigurator's MLA prefill records of the GPU time the absorbed form
+    (`ABSORBED_PREFILL`): how a record is read, not how SGLang runs a prefill (per head)."""
     return gpu in ABSORBED_PREFILL
 
 
@@ -172,7 +175,8 @@ class MlaParams:
         heads: query heads on the rank (`num_attention_heads / attn_tp`).
         hidden_size, q_lora_rank, kv_lora_rank, rope_dim, nope_dim, v_dim: the model's sizes.
         kv_bytes: bytes of one cache element (`kv_cache_dtype`).
-        absorbed_prefill: the GPU's prefill kernel runs the absorbed form (`ABSORBED_PREFILL`).
+        absorbed_prefill: price the prefill in the absorbed form (False: per head, what SGLang
+            runs; the records of Hopper's kernel are absorbed, `ABSORBED_PREFILL`).
     """
 
     decode: Mapping[str, float]

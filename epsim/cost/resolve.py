@@ -23,7 +23,7 @@ from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_d
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
 from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import attention_kernel_defaults
-from epsim.cost.mla import MlaParams, absorbed_prefill, mla_defaults
+from epsim.cost.mla import MlaParams, mla_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                Extrapolation, FittedRange, StageParams, StepKindParams,
@@ -251,7 +251,11 @@ class _Resolver:
                               "projections": gemm_key}),
             c.hardware, num_sms(c.gpu), max(m.num_attention_heads // tp_size, 1), m.hidden_size,
             m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim,
-            kv_bytes_per_element(self.deployment.kv_cache_dtype), absorbed_prefill(c.gpu))
+            kv_bytes_per_element(self.deployment.kv_cache_dtype),
+            # SGLang runs an MLA prefill per head (MHA, `MHA_CHUNKED_KV`) on its fa3 and
+            # trtllm_mla backends alike; Hopper's kernel fit (timed absorbed by AIC's collector)
+            # gives the efficiencies the per-head work runs at
+            absorbed_prefill=False)
 
     def _tp_collectives(self) -> TPCollectiveParams:
         """SGLang's all-reduce by algorithm (`any/allreduce/graph/<algorithm>`, device time over
