@@ -116,12 +116,12 @@ def main(argv=None) -> int:
              f"fitted on these rows (its residual); `AIC hold-out`: refitted on every other token "
              f"count, judged on the rest. **Bold**: the better of shipped and AIC hold-out.", ""]
 
-    def table(title: str, key) -> None:
+    def table(title: str, column: str, key) -> None:
         groups = defaultdict(list)
         for row in rows:
             groups[key(row)].append(row)
         lines.extend([f"## {title}", "", "| " + " | ".join(
-            ["system", "kernel", "stage", title.split(" by ")[-1], "rows", "shipped %", "AIC fit %",
+            ["system", "kernel", "stage", column, "rows", "shipped %", "AIC fit %",
              "AIC hold-out %", "wins"]) + " |", "|---|---|---|---|---:|---:|---:|---:|---|"])
         for k in sorted(groups, key=str):
             g = groups[k]
@@ -132,9 +132,9 @@ def main(argv=None) -> int:
             lines.append("| " + " | ".join([*map(str, k), str(len(g)), *cells, win]) + " |")
         lines.append("")
 
-    table("by system, kernel and stage", lambda r: (r[0], r[1], r[2], "all"))
-    table("by tokens per rank", lambda r: (r[0], r[1], r[2], r[3]))
-    table("by hidden size", lambda r: (r[0], r[1], r[2], r[4]))
+    table("By system, kernel and stage", "rows of", lambda r: (r[0], r[1], r[2], "all"))
+    table("By tokens per rank", "tokens per rank", lambda r: (r[0], r[1], r[2], r[3]))
+    table("By hidden size", "hidden size", lambda r: (r[0], r[1], r[2], r[4]))
     wins = sum(1 for r in rows if r[7] < r[5])
     lines.append(f"Rows where the AIC hold-out beats the shipped profile: {wins} of {len(rows)}.")
     tmp = Path(args.out).with_suffix(".md.tmp")

@@ -168,8 +168,9 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
                    "kernel": str(row.kernel_source), "rows": float(counts[0].sum())})
         # fitted: one GPU holding every expert. With EP > 1 AIC's collector masks the remote
         # slots of rank 0's tokens (-1), and the fused Triton path still runs its alignment,
-        # activation and sum over all `T x k` slots: work the grouped-GEMM model has no term for
-        # (the quantised formats' EP and MoE-TP rows are judged, benchmarks/aic_holdout.py)
+        # activation and sum over all `T x k` slots: work the BF16 grouped-GEMM model has no
+        # term for; the quantised one prices it (`epsim.cost.quant.remote_slot_bytes`), and
+        # their EP and MoE-TP rows are judged (benchmarks/aic_holdout.py)
         kernel = FIT_MOE_KERNEL if bf16 else QUANT_MOE_KERNEL.get(table.system,
                                                                  BLACKWELL_QUANT_MOE_KERNEL)
         fit = (tp == 1 and ep == 1 and row.kernel_source == kernel

@@ -89,6 +89,14 @@ def received_layout_us(tr: Traffic, experts) -> np.ndarray:
     return received * experts.layout_bytes_per_token * 1e-3 / experts.params["hbm_gbps"]
 
 
+def remote_slots_us(tr: Traffic, top_k: int, experts) -> np.ndarray:
+    """[layers] the fused MoE kernel's work on the slots of other ranks' experts at the busiest
+    rank (`StageParams.remote_slot_bytes`: no dispatch, so its kernels run over every one of
+    the group's `tokens x top_k` slots, `epsim.cost.quant`)."""
+    remote = np.maximum(tr.num_tokens * top_k - tr.pairs.max(axis=-1), 0.0)
+    return remote * experts.remote_slot_bytes * 1e-3 / experts.params["hbm_gbps"]
+
+
 def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
              tables: PlacementTables, mode: str, fraction: float = 1.0,
              graph: bool = False) -> MoECost:
@@ -109,6 +117,8 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
                              step.experts.params) + step.experts.host_us
     if step.experts.layout_bytes_per_token:   # a runner fitted with its layout (quantised DeepEP)
         expert = expert + received_layout_us(tr, step.experts)
+    if step.experts.remote_slot_bytes:        # the fused kernel over every slot (`none`)
+        expert = expert + remote_slots_us(tr, m.top_k, step.experts)
     own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
     block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
                          step.block_ops.params, step.block_ops_parts) + step.block_ops.host_us

@@ -46,12 +46,17 @@ class StageParams:
         layout_bytes_per_token: the experts stage of a component fitted with its layout work
             (DeepEP normal's MoE runner on quantised experts, `epsim.cost.quant.layout_kb`):
             bytes its scatter and gather move per token the rank received; 0 otherwise.
+        remote_slot_bytes: the experts stage of the fused MoE kernel on quantised experts with
+            no dispatch (`none` backend: every rank holds the group's tokens): bytes it moves
+            per (token, expert) slot of another rank (`epsim.cost.quant.remote_slot_bytes`);
+            0 otherwise.
     """
 
     timing: StageTiming
     params: Coefficients
     bytes_per_copy: float = 0.0
     layout_bytes_per_token: float = 0.0
+    remote_slot_bytes: float = 0.0
 
     @property
     def host_us(self) -> float:

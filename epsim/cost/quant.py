@@ -218,6 +218,19 @@ def layout_kb(recv_tokens, hidden_size: int, fmt: str) -> np.ndarray:
     return np.asarray(recv_tokens, dtype=np.float64) * per_token * 1e-3
 
 
+def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k: int) -> float:
+    """Bytes SGLang's fused MoE kernel moves for one (token, expert) slot whose expert is on
+    another rank, when every rank holds the group's tokens (no dispatch: the `none` backend,
+    and AIC's `moe_perf` rows at EP > 1). Its kernels run over all `T x top_k` slots: a remote
+    slot's GEMM blocks write zeros (the gate+up output's `2I` and the down output's `H`, BF16),
+    the SwiGLU reads the `2I` and writes `I`, the quantisation of the SwiGLU output reads and
+    writes its `I` (`q_f`), the top-k sum reads the `H`, and the hidden state's quantisation
+    runs for every token (`H q_f / top_k` per slot). A local slot's share of this work is in
+    the fitted rates (EP 1 records, all slots local); this is the rest, at the same HBM rate."""
+    h, i, q = hidden_size, intermediate_size, quant_bytes_per_element(check_format(fmt))
+    return BF16_BYTES * (2.0 * i + 2.0 * i + i + 2.0 * h) + q * (i + h / max(top_k, 1))
+
+
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
                            hardware: HardwareSpec, fmt: str, layout=0.0) -> np.ndarray:
     """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
@@ -225,7 +238,9 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
     quantisation's bytes, then if compute-bound: µs at the format's datasheet peak, waves,
     scale blocks; times `EXPERT_QUANT_TERMS.coefficients(params)` gives the slowest rank's
-    `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB (`layout_kb`) at HBM."""
+    `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB at HBM: the backend's own
+    kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
+    slots, `remote_slot_bytes`)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]

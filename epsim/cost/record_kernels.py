@@ -29,7 +29,7 @@ from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_pre
                             per_head_form, prefill_kernel_work)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_work,
-                              layout_kb, quant_expert_gemm)
+                              layout_kb, quant_expert_gemm, remote_slot_bytes)
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, experts_mode_path, format_kind,
                            kv_kind)
@@ -105,6 +105,10 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     layout = 0.0
     if backend == "deepep" and path == "normal":     # the rank's received tokens, laid out
         layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
+    elif backend == "any":          # the fused kernel over the group's slots, remote ones too
+        remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
+        layout = max(remote, 0.0) * remote_slot_bytes(
+            record.hidden_size, record.moe_intermediate_size, fmt, record.top_k) * 1e-3
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout)
     return KernelRow(component_key(backend, kind, path), EXPERT_QUANT_TERMS.coef_names, row,
                      EXPERT_QUANT_TERMS.coefficients(params))

@@ -28,7 +28,8 @@ from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                Extrapolation, FittedRange, StageParams, StepKindParams,
                                TPCollectiveParams)
-from epsim.cost.quant import absolute, gemm_defaults, layout_kb, quant_expert_gemm
+from epsim.cost.quant import (absolute, gemm_defaults, layout_kb, quant_expert_gemm,
+                              remote_slot_bytes)
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
 from epsim.default_profile import default_profile
@@ -198,16 +199,19 @@ class _Resolver:
         return self.profile.components.get(key) if self.applies else None
 
     def _quant_experts(self, eager: bool, timing: StageTiming
-                       ) -> tuple[StageTiming, dict[str, float], float]:
-        """(timing, rates, layout bytes per received token) of quantised experts in an eager
-        or CUDA-graph step: DeepEP's own MoE runner where its tables were fitted
-        (`deepep/experts_<format>/graph/low_latency` in a CUDA-graph decode step,
+                       ) -> tuple[StageTiming, dict[str, float], float, float]:
+        """(timing, rates, layout bytes per received token, remote-slot bytes) of quantised
+        experts in an eager or CUDA-graph step: DeepEP's own MoE runner where its tables were
+        fitted (`deepep/experts_<format>/graph/low_latency` in a CUDA-graph decode step,
         `.../normal` eager, with its layout work), else the fused MoE kernel
-        (`any/experts_<format>/graph`), else datasheet efficiencies; fractions of the cluster's
-        GPU's datasheet, as rates (`epsim.cost.quant.absolute`). An eager step keeps the
-        experts stage's host overhead."""
-        fmt, hw = self.model.weight_dtype, self.cluster.hardware
-        kind = format_kind("experts", fmt)
+        (`any/experts_<format>/graph`; with the `none` backend over every slot of the group,
+        `StageParams.remote_slot_bytes`), else datasheet efficiencies; fractions of the
+        cluster's GPU's datasheet, as rates (`epsim.cost.quant.absolute`). An eager step keeps
+        the experts stage's host overhead."""
+        m, hw = self.model, self.cluster.hardware
+        fmt, kind = m.weight_dtype, format_kind("experts", m.weight_dtype)
+        remote = remote_slot_bytes(m.hidden_size, m.moe_intermediate_size, fmt, m.top_k) \
+            if self.backend == "none" else 0.0
         candidates = [("any", GRAPH)]
         if self.backend == "deepep":
             candidates.insert(0, ("deepep", "normal" if eager else f"{GRAPH}/low_latency"))
@@ -215,12 +219,11 @@ class _Resolver:
             key = component_key(owner, kind, path)
             comp = self._exact(key)
             if comp is not None:
-                layout = layout_kb(1.0, self.model.hidden_size, fmt) * 1e3 \
-                    if path == "normal" else 0.0
+                layout = layout_kb(1.0, m.hidden_size, fmt) * 1e3 if path == "normal" else 0.0
                 return (replace(timing, key=key, mode_path=path, device_only=True),
-                        absolute({**gemm_defaults(), **comp.params}, hw, fmt), layout)
+                        absolute({**gemm_defaults(), **comp.params}, hw, fmt), layout, remote)
         return (replace(timing, key="", mode_path=GRAPH, device_only=True),
-                absolute(gemm_defaults(), hw, fmt), 0.0)
+                absolute(gemm_defaults(), hw, fmt), 0.0, remote)
 
     def _fraction_params(self, kind: str, defaults: dict[str, float]
                          ) -> tuple[Coefficients, str]:
@@ -302,11 +305,11 @@ class _Resolver:
         experts_params = {True: experts,
                           False: self.coefficients(backend, "experts", timing[False].mode_path,
                                                    experts)}
-        layout = {True: 0.0, False: 0.0}
+        layout, remote = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
         if self.quantised_experts:     # quantised weights: their own components (`_quant_experts`)
             for eager in (True, False):
-                timing[eager], experts_params[eager], layout[eager] = self._quant_experts(
-                    eager, timing[eager])
+                timing[eager], experts_params[eager], layout[eager], remote[eager] = \
+                    self._quant_experts(eager, timing[eager])
         sync = self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"]
         sync_us = {True: sync,
                    False: self.coefficients(backend, "moe_layer", GRAPH, {"sync_us": sync})["sync_us"]}
@@ -320,7 +323,8 @@ class _Resolver:
                 graph=not eager, dispatch=MappingProxyType(comm[eager]["dispatch"]),
                 combine=MappingProxyType(comm[eager]["combine"]),
                 experts=StageParams(timing[eager], _frozen(experts_params[eager]),
-                                    layout_bytes_per_token=layout[eager]),
+                                    layout_bytes_per_token=layout[eager],
+                                    remote_slot_bytes=remote[eager]),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
                 block_ops_parts=self._block_ops_parts(timing[eager]),

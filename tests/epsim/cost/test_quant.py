@@ -4,15 +4,26 @@ design rows the fitter reads equal to the model the simulator prices with."""
 
 from __future__ import annotations
 
+import warnings
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from epsim.cost.experts import experts_rank_us, model_gemm, row_tiles
+from epsim.cost.model import CostModel
+from epsim.cost.moe import remote_slots_us
 from epsim.cost.quant import (ACTIVATION_BYTES, EXPERT_QUANT_TERMS, GEMM_TERMS, absolute,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_us,
                               gemm_work, layout_kb, quant_bytes_per_element, quant_expert_gemm,
-                              tensor_peak)
+                              remote_slot_bytes, tensor_peak)
+from epsim.calibrate.aic_records import balanced_counts
+from epsim.cost.record_kernels import kernel_record_features
 from epsim.errors import SpecError
+from epsim.profile import Profile
+from epsim.records import MeasurementRecord, Provenance
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
 from epsim.spec.quant import weight_bytes_per_element
 from epsim.zoo import get_hardware, get_model
 
@@ -117,3 +128,63 @@ def test_experts_design_rows_times_coefficients_give_the_slowest_rank():
 def test_layout_moves_every_received_token():
     assert layout_kb(1000, 7168, "fp8_block") == pytest.approx(
         1000 * (2 * (1 + 4 / 128) + 4) * 7168 * 1e-3)
+
+
+def _fused_row(ep: int, tokens: int = 1024) -> np.ndarray:
+    """The design row of an AIC-like fused-MoE fp8_block record of DeepSeek-V3's experts at EP
+    `ep` (rank 0 of the group, balanced routing of the group's `tokens`)."""
+    counts = balanced_counts(tokens, 256, 8).reshape(ep, 256 // ep)
+    record = MeasurementRecord(
+        kind="quant_experts", backend="local", median_us=1.0, timing="device", ep_size=ep,
+        num_tokens_per_rank=-(-tokens // ep), hidden_size=7168, moe_intermediate_size=2048,
+        num_experts=256, num_local_experts=256 // ep, top_k=8, weight_dtype="fp8_block",
+        local_expert_tokens=counts.tolist(), expert_tokens_per_rank=counts.sum(axis=1).tolist(),
+        extra={"measured_rank": 0, "num_tokens": tokens},
+        provenance=Provenance(device="H200", hardware="H200"))
+    return kernel_record_features(record, Profile(name="datasheet", hardware="H200")).row
+
+
+def test_fused_kernel_runs_over_every_slot_of_the_group():
+    """SGLang's fused MoE with no dispatch runs over all `T x top_k` slots: a remote slot's
+    zeros (2I + H BF16), the SwiGLU over them (2I in, I out), their quantisation (I) and the
+    top-k sum (H), and each token's hidden-state quantisation, at the HBM rate."""
+    q = quant_bytes_per_element("fp8_block")
+    assert remote_slot_bytes(7168, 2048, "fp8_block", 8) == pytest.approx(
+        2 * (5 * 2048 + 2 * 7168) + q * (2048 + 7168 / 8))
+    one = quant_expert_gemm(7168, 2048, "fp8_block", 132, top_k=8)
+    for ep in (2, 8, 64):
+        counts = balanced_counts(1024, 256, 8).reshape(ep, 256 // ep)
+        pairs = counts[0].sum()
+        local = experts_quant_features(np.array([pairs]), np.array([float((counts[0] > 0).sum())]),
+                                       np.array([float(row_tiles(counts[0]))]), one,
+                                       gemm_defaults(), H200, "fp8_block")
+        # the HBM column gains the remote slots' bytes, nothing else moves
+        extra = (1024 * 8 - pairs) * remote_slot_bytes(7168, 2048, "fp8_block", 8) * 1e-3
+        got = _fused_row(ep)
+        assert got[2] - local[2] == pytest.approx(extra / H200.hbm_gbps)
+        assert np.array_equal(np.delete(got, 2), np.delete(local, 2))
+    # EP 1: every slot is local, the fitted records' rows are unchanged
+    counts = balanced_counts(1024, 256, 8)
+    assert _fused_row(1)[2] == pytest.approx(experts_quant_features(
+        np.array([counts.sum()]), np.array([float((counts > 0).sum())]),
+        np.array([float(row_tiles(counts))]), one, gemm_defaults(), H200, "fp8_block")[2])
+
+
+def test_simulator_prices_remote_slots_with_the_none_backend_only():
+    def experts(backend: str):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cm = CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu="H200"),
+                           DeploymentSpec(ep_size=8, moe_a2a_backend=backend,
+                                          enable_dp_attention=True),
+                           Profile(name="datasheet", hardware="H200"))
+        return cm.params.step(True).experts
+    none = experts("none")
+    assert none.remote_slot_bytes == pytest.approx(remote_slot_bytes(7168, 2048, "fp8_block", 8))
+    assert experts("deepep").remote_slot_bytes == 0.0       # dispatched: only its own slots
+    # the busiest rank (most pairs) runs over the rest of the group's slots: [layers]
+    tr = SimpleNamespace(num_tokens=512.0, pairs=np.array([[600.0, 500.0], [400.0, 450.0]]))
+    got = remote_slots_us(tr, 8, none)
+    want = (512 * 8 - np.array([600.0, 450.0])) * none.remote_slot_bytes * 1e-3 \
+        / none.params["hbm_gbps"]
+    np.testing.assert_allclose(got, want)
