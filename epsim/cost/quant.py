@@ -63,6 +63,11 @@ GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequ
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
 FRACTIONS = ("hbm_frac", "tensor_frac")
+# GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
+# slot of the group's tokens (`remote_slot_bytes`); Blackwell runs FlashInfer's TRT-LLM MoE,
+# whose work on other ranks' slots is not this (aiconfigurator's B200 EP rows: the Triton
+# bytes price its NVFP4 rows 2x long at EP 128, its FP8-block rows 14 % short)
+TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
 
 
 def check_format(fmt: str) -> str:
@@ -218,16 +223,20 @@ def layout_kb(recv_tokens, hidden_size: int, fmt: str) -> np.ndarray:
     return np.asarray(recv_tokens, dtype=np.float64) * per_token * 1e-3
 
 
-def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k: int) -> float:
-    """Bytes SGLang's fused MoE kernel moves for one (token, expert) slot whose expert is on
-    another rank, when every rank holds the group's tokens (no dispatch: the `none` backend,
-    and AIC's `moe_perf` rows at EP > 1). Its kernels run over all `T x top_k` slots: a remote
+def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k: int,
+                      gpu: str) -> float:
+    """Bytes SGLang's fused Triton MoE kernel moves for one (token, expert) slot whose expert
+    is on another rank, when every rank holds the group's tokens (no dispatch: the `none`
+    backend, and AIC's `moe_perf` rows at EP > 1); 0 on a GPU whose SGLang runs another kernel
+    (`TRITON_MOE_GPUS`). Its kernels run over all `T x top_k` slots: a remote
     slot's GEMM blocks write zeros (the gate+up output's `2I` and the down output's `H`, BF16),
     the SwiGLU reads the `2I` and writes `I`, the quantisation of the SwiGLU output reads and
     writes its `I` (`q_f`), the top-k sum reads the `H`, and the hidden state's quantisation
     runs for every token (`H q_f / top_k` per slot). A local slot's share of this work is in
     the fitted rates (EP 1 records, all slots local); this is the rest, at the same HBM rate."""
     h, i, q = hidden_size, intermediate_size, quant_bytes_per_element(check_format(fmt))
+    if gpu not in TRITON_MOE_GPUS:
+        return 0.0
     return BF16_BYTES * (2.0 * i + 2.0 * i + i + 2.0 * h) + q * (i + h / max(top_k, 1))
 
 

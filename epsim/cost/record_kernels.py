@@ -108,7 +108,7 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     elif backend == "any":          # the fused kernel over the group's slots, remote ones too
         remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
-            record.hidden_size, record.moe_intermediate_size, fmt, record.top_k) * 1e-3
+            record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout)
     return KernelRow(component_key(backend, kind, path), EXPERT_QUANT_TERMS.coef_names, row,
                      EXPERT_QUANT_TERMS.coefficients(params))

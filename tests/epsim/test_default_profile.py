@@ -8,7 +8,7 @@ import json
 import pytest
 
 from epsim.cli import main
-from epsim.default_profile import FILLED_KINDS, aic_profile_name, default_profile
+from epsim.default_profile import aic_profile_name, default_profile, filled
 from epsim.errors import ProfileError
 from epsim.profile import Profile, default_profile_path, load_profile, profile_path
 
@@ -26,11 +26,15 @@ def test_the_default_rule():
     assert h200.name.startswith("h200x2") and h200.hardware == "H200"
     measured = load_profile(shared=True)
     assert all(h200.components[k] == c for k, c in measured.components.items())
-    # filled from aic_h200: only kinds our own records never cover, each naming its profile
-    filled = {k: c for k, c in h200.components.items() if k not in measured.components}
-    assert all(k.split("/")[1].startswith(FILLED_KINDS) for k in filled)
+    # filled from aic_h200: only kinds our own records never cover (and DeepEP, which our
+    # machines never ran), each naming its profile
+    added = {k: c for k, c in h200.components.items() if k not in measured.components}
+    assert all(filled(k) for k in added) and not any(filled(k) for k in measured.components)
+    assert {"deepep/dispatch/graph/low_latency/fp8", "deepep/combine/normal",
+            "any/experts_fp8_block/graph", "any/mla_decode_bf16/graph"} <= set(added)
+    assert not filled("deepep/experts/graph") and not filled("none/allreduce")
     assert all(c.profile == "aic_h200" and c.data_source == "aiconfigurator"
-               for c in filled.values())
+               for c in added.values())
     assert default_profile("B200").name == aic_profile_name("B200") == "aic_b200"
     assert default_profile("H800").components == {} and aic_profile_name("H800") == ""
     assert default_profile("B200") is default_profile("B200")          # one shared resolution

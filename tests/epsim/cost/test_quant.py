@@ -149,8 +149,10 @@ def test_fused_kernel_runs_over_every_slot_of_the_group():
     zeros (2I + H BF16), the SwiGLU over them (2I in, I out), their quantisation (I) and the
     top-k sum (H), and each token's hidden-state quantisation, at the HBM rate."""
     q = quant_bytes_per_element("fp8_block")
-    assert remote_slot_bytes(7168, 2048, "fp8_block", 8) == pytest.approx(
+    assert remote_slot_bytes(7168, 2048, "fp8_block", 8, "H200") == pytest.approx(
         2 * (5 * 2048 + 2 * 7168) + q * (2048 + 7168 / 8))
+    # Blackwell's SGLang runs FlashInfer's TRT-LLM MoE: not this kernel's work
+    assert remote_slot_bytes(7168, 2048, "nvfp4", 8, "B200") == 0.0
     one = quant_expert_gemm(7168, 2048, "fp8_block", 132, top_k=8)
     for ep in (2, 8, 64):
         counts = balanced_counts(1024, 256, 8).reshape(ep, 256 // ep)
@@ -159,7 +161,7 @@ def test_fused_kernel_runs_over_every_slot_of_the_group():
                                        np.array([float(row_tiles(counts[0]))]), one,
                                        gemm_defaults(), H200, "fp8_block")
         # the HBM column gains the remote slots' bytes, nothing else moves
-        extra = (1024 * 8 - pairs) * remote_slot_bytes(7168, 2048, "fp8_block", 8) * 1e-3
+        extra = (1024 * 8 - pairs) * remote_slot_bytes(7168, 2048, "fp8_block", 8, "H200") * 1e-3
         got = _fused_row(ep)
         assert got[2] - local[2] == pytest.approx(extra / H200.hbm_gbps)
         assert np.array_equal(np.delete(got, 2), np.delete(local, 2))
@@ -171,17 +173,19 @@ def test_fused_kernel_runs_over_every_slot_of_the_group():
 
 
 def test_simulator_prices_remote_slots_with_the_none_backend_only():
-    def experts(backend: str):
+    def experts(backend: str, gpu: str = "H200"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cm = CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu="H200"),
+            cm = CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu=gpu),
                            DeploymentSpec(ep_size=8, moe_a2a_backend=backend,
                                           enable_dp_attention=True),
-                           Profile(name="datasheet", hardware="H200"))
+                           Profile(name="datasheet", hardware=gpu))
         return cm.params.step(True).experts
     none = experts("none")
-    assert none.remote_slot_bytes == pytest.approx(remote_slot_bytes(7168, 2048, "fp8_block", 8))
+    assert none.remote_slot_bytes == pytest.approx(
+        remote_slot_bytes(7168, 2048, "fp8_block", 8, "H200"))
     assert experts("deepep").remote_slot_bytes == 0.0       # dispatched: only its own slots
+    assert experts("none", "B200").remote_slot_bytes == 0.0  # FlashInfer's TRT-LLM MoE
     # the busiest rank (most pairs) runs over the rest of the group's slots: [layers]
     tr = SimpleNamespace(num_tokens=512.0, pairs=np.array([[600.0, 500.0], [400.0, 450.0]]))
     got = remote_slots_us(tr, 8, none)
