@@ -13,11 +13,11 @@ import math
 from typing import Any
 
 from epsim.cost.attention import kv_share
-from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
-from epsim.plan.screen import initial_running_per_rank
 from epsim.default_profile import default_profile
+from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
 from epsim.profile import load_profile
 from epsim.profile import profile_path as profile_path_of
+from epsim.sim.steady import initial_running_per_rank
 from epsim.spec.workload import STEADY
 
 GIB = float(1 << 30)
