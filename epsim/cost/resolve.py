@@ -210,8 +210,9 @@ class _Resolver:
         the experts stage's host overhead."""
         m, hw = self.model, self.cluster.hardware
         fmt, kind = m.weight_dtype, format_kind("experts", m.weight_dtype)
-        remote = remote_slot_bytes(m.hidden_size, m.moe_intermediate_size, fmt, m.top_k,
-                                   self.cluster.gpu) if self.backend == "none" else 0.0
+        inter = m.moe_intermediate_size // self.deployment.parallel.moe_tp_size   # its share
+        remote = remote_slot_bytes(m.hidden_size, inter, fmt, m.top_k, self.cluster.gpu) \
+            if self.backend == "none" else 0.0
         candidates = [("any", GRAPH)]
         if self.backend == "deepep":
             candidates.insert(0, ("deepep", "normal" if eager else f"{GRAPH}/low_latency"))
