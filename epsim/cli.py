@@ -221,7 +221,8 @@ def _add_plan(sub) -> None:
                         "8:128:x2 / 0:64:+16 (repeatable; points are the Cartesian product)")
     p.add_argument("--objective", action="append", default=[],
                    help="min:METRIC or max:METRIC, first one decides (repeatable; default "
-                        "min:num_gpus then max:throughput_tokens_per_s_per_gpu)")
+                        "min:num_gpus, then max:slo_margin -- the largest margin to the latency "
+                        "constraints --, then min:tpot_ms.p99, min:ttft_ms.p99)")
     p.add_argument("--constraint", action="append", default=[],
                    help="METRIC<=VALUE etc., e.g. 'tpot_ms.p99<=50' (repeatable)")
     p.add_argument("--pareto", action="append", default=[],

@@ -13,16 +13,25 @@ def table_columns(result) -> list[str]:
     names = list(result.keys)
     for metric in ([o.metric for o in result.pareto] + [c.metric for c in result.constraints]
                    + [o.metric for o in result.objectives]):
+        if metric == "slo_margin" and not any(c.is_latency_slo for c in result.constraints):
+            continue                               # NaN everywhere without a latency SLO
         if metric not in names:
             names.append(metric)
     return names
 
 
+def status(row: dict) -> str:
+    """`feasible`, `marginal` (meets the constraints, its p10-p90 band does not) or `rejected`."""
+    return "feasible" if row["feasible"] else "marginal" if row.get("marginal") else "rejected"
+
+
 def format_rows(result, indices: list[int]) -> list[str]:
-    """An aligned table of rows: swept values, then Pareto, constraint and objective metrics."""
+    """An aligned table of rows: swept values, then Pareto, constraint and objective metrics,
+    then whether each is feasible (a frontier holds rejected points too)."""
     from epsim.commands.output import table
     names = table_columns(result)
-    return table(names, [[result.rows[i][n] for n in names] for i in indices])
+    return table(names + ["status"], [[result.rows[i][n] for n in names] + [status(result.rows[i])]
+                                      for i in indices])
 
 
 def summary_lines(result, scenario: str, executor: str) -> list[str]:
@@ -37,7 +46,7 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     if errors:
         lines.append(f"errors     {len(errors)} point(s) failed to simulate, e.g. {errors[0]['error']}")
     from epsim.plan.choice import rejected
-    from epsim.plan.select import keep_up_statement
+    from epsim.plan.select import keep_up_statement, rule_text
     if result.constraints or result.keep_up:
         num_feasible = sum(1 for r in result.rows if r["feasible"])
         rules = [c.text for c in result.constraints] + (["keep-up"] if result.keep_up else [])
@@ -45,17 +54,18 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     if result.keep_up:
         lines.append(f"           {keep_up_statement(result.constraints)}")
     for i, why in rejected(result)[:MAX_FRONTIER_ROWS]:
-        lines.append(f"rejected   {result.describe(i)}: {why}")
+        lines.append(f"{'marginal' if result.rows[i].get('marginal') else 'rejected':10s} "
+                     f"{result.describe(i)}: {why}")
+    lines.append(f"rule       {rule_text(result.objectives, result.constraints, result.keep_up)}")
     from epsim.plan.answers import answer_line
     lines.append(f"workload   {result.workload}" + (" (swept values replace these)"
                                                     if len(result.answers) > 1 else ""))
     if len(result.answers) > 1:
-        lines.append(f"answers    one per workload point (the workload is given, not chosen; "
-                     f"by {', '.join(o.text for o in result.objectives)}):")
+        lines.append("answers    one per workload point (the workload is given, not chosen; by the "
+                     "rule above):")
         lines += [f"  {answer_line(result, a)}" for a in result.answers]
     elif result.best is not None:
-        lines.append(f"best       {result.describe(result.best)}  "
-                     f"(by {', '.join(o.text for o in result.objectives)})")
+        lines.append(f"best       {result.describe(result.best)}  (by the rule above)")
         lines += format_rows(result, [result.best])
         lines.append(f"answer     {answer_line(result, result.answers[0])}")
     order = sorted(result.frontier, key=lambda i: [result.rows[i][o.metric] for o in result.pareto])
@@ -103,6 +113,7 @@ def run(args):
     from epsim.commands.output import Report, json_safe, wants_progress, without_category
     from epsim.plan.choice import rejected
     from epsim.plan.runner import run_plan
+    from epsim.plan.select import rule_text
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
                       workers=args.workers, ray_address=args.ray_address, out=args.out,
@@ -116,17 +127,20 @@ def run(args):
         "scenario": args.scenario, "sweeps": {a.key: list(a.values) for a in result.axes},
         "constraints": [c.text for c in result.constraints],
         "objectives": [o.text for o in result.objectives],
+        "rule": rule_text(result.objectives, result.constraints, result.keep_up),
         "pareto": [o.text for o in result.pareto],
         "counts": result.counts(),
         "columns": names,
         "best": None if result.best is None else {n: result.rows[result.best][n] for n in names},
-        "frontier": [{n: result.rows[i][n] for n in names} for i in result.frontier],
+        "frontier": [{**{n: result.rows[i][n] for n in names}, "status": status(result.rows[i])}
+                     for i in result.frontier],
         "workload": result.workload,
         "keep_up": result.keep_up,
         "answers": [{"workload": a.workload, "best": None if a.best is None else
                      {n: result.rows[a.best][n] for n in names}, "reason": a.reason}
                     for a in result.answers],
-        "rejected": [{"point": result.rows[i]["point"], "reason": why} for i, why in rejected(result)],
+        "rejected": [{"point": result.rows[i]["point"], "reason": why,
+                      "marginal": bool(result.rows[i].get("marginal"))} for i, why in rejected(result)],
         "infeasible": result.infeasible, "wall_s": result.wall_s,
         "out": None if result.out is None else str(result.out)})
     lines = summary_lines(result, args.scenario, args.executor)

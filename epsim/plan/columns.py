@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from epsim.plan.uncertainty import BAND_COLUMNS, step_band
 from epsim.spec.workload import STEADY
 
 GIB = float(1 << 30)
@@ -44,6 +45,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     + tuple(f"time_breakdown_frac.{name}" for name in _BREAKDOWN)
     + tuple(f"{name}.mean_over_layers" for name in _LAYER_MEANS)
     + tuple(f"{section}.{name}" for section, names in _SECTIONS.items() for name in names)
+    + BAND_COLUMNS
 )
 
 DERIVED_COLUMNS: tuple[str, ...] = (
@@ -79,6 +81,8 @@ def summary_metrics(summary: dict) -> dict[str, float]:
     for section, names in _SECTIONS.items():
         values = summary.get(section) or {}
         row.update({f"{section}.{name}": _number(values.get(name)) for name in names})
+    # the step time's p10-p90 band (`epsim.plan.uncertainty`), carried to the SLO's metrics
+    row.update(step_band((summary.get("provenance") or {}).get("components") or []))
     return row
 
 

@@ -25,13 +25,14 @@ from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, c
 from epsim.plan.executors import (PointTask, check_executor, default_workers, execute,
                                   progress_bar)
 from epsim.plan.points import BaseScenario, Point, Skipped, build_point, load_base
-from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, InfeasibleError, Objective,
-                               keep_up_statement, parse_constraint, parse_objective)
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, SLO_MARGIN, InfeasibleError,
+                               Objective, keep_up_statement, parse_constraint, parse_objective,
+                               rule_text)
 from epsim.plan.store import PointCache, cell, prepare_dir, write_csv, write_parquet
 from epsim.plan.sweep import SweepAxis, check_axes, expand, num_points, parse_sweep
 
 ID_COLUMNS = ("point", "point_id")
-FLAG_COLUMNS = ("error", "feasible", "pareto", "best")
+FLAG_COLUMNS = ("error", SLO_MARGIN, "marginal", "feasible", "pareto", "best")
 
 
 def _axes(sweeps) -> list[SweepAxis]:
@@ -114,7 +115,7 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
             overrides.append(f"seed={seed}")
     base = load_base(scenario, overrides)
     keys = [axis.key for axis in axes]
-    known = keys + list(DERIVED_COLUMNS) + list(METRIC_COLUMNS) + list(COST_COLUMNS)
+    known = keys + list(DERIVED_COLUMNS) + list(METRIC_COLUMNS) + list(COST_COLUMNS) + [SLO_MARGIN]
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = _objectives(objectives, DEFAULT_OBJECTIVES, known, "--objective")
     parsed_pareto = _objectives(pareto, DEFAULT_PARETO, known, "--pareto")
@@ -237,6 +238,7 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         "keep_up": keep_up_statement(result.constraints) if result.keep_up else "not applied (--no-keep-up)",
         "rejected": [{"point": result.rows[i]["point"], "reason": why} for i, why in rejected(result)],
         "objectives": [o.text for o in result.objectives],
+        "rule": rule_text(result.objectives, result.constraints, result.keep_up),
         "pareto": [o.text for o in result.pareto],
         "executor": executor, "workers": workers or default_workers(),
         "counts": result.counts(),
