@@ -240,12 +240,16 @@ TAG_COLORS = alt.Scale(domain=["fitted", "extrapolated", "datasheet"],
 
 def provenance_bands(frame: pd.DataFrame) -> alt.Chart:
     """Predicted mean time per MoE-layer part with its p10-p90 band (where the component has a
-    measured spread), coloured by provenance tag. Columns: part, µs, p10 µs, p90 µs, tag."""
-    base = alt.Chart(frame).encode(y=alt.Y("part:N", sort=None, title=None))
+    measured spread), coloured by provenance tag. Columns: part, µs, p10 µs, p90 µs, tag. Every
+    part labelled on the y axis; one x title (the band's own field would add its name to it)."""
+    title = "mean per MoE layer (µs), p10-p90 band"
+    base = alt.Chart(frame).encode(y=alt.Y("part:N", sort=None, title=None,
+                                           axis=alt.Axis(labelOverlap=False, labelLimit=0)))
     bars = base.mark_bar().encode(
-        x=alt.X("µs:Q", title="mean per MoE layer (µs), p10-p90 band"),
+        x=alt.X("µs:Q", title=title),
         color=alt.Color("tag:N", scale=TAG_COLORS, title="provenance"),
         tooltip=["part", "tag", "component", alt.Tooltip("µs:Q", format=".1f"),
                  alt.Tooltip("p10 µs:Q", format=".1f"), alt.Tooltip("p90 µs:Q", format=".1f")])
-    band = base.mark_errorbar(ticks=True, color="black").encode(x="p10 µs:Q", x2="p90 µs:Q")
-    return finish((bars + band).properties(height=30 * max(len(frame), 1) + 20))
+    band = base.mark_errorbar(ticks=True, color="black").encode(
+        x=alt.X("p10 µs:Q", title=title), x2="p90 µs:Q")
+    return finish((bars + band).properties(height=34 * max(len(frame), 1) + 20))

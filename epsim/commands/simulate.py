@@ -40,7 +40,8 @@ def run(args):
     out = check_output_dir(args.out) if args.out else None
     result = simulate(scenario, profile=profile, progress=wants_progress(args))
     summary = summarize(result)
-    report = Report(json_safe(summary), format_table(summary).splitlines())
+    from epsim.report.cautions import cautions
+    report = Report(json_safe(summary), format_table(summary).splitlines(), notes=cautions(summary))
     if out is None:
         return report
     write_summary(summary, out / "summary.json")
