@@ -16,19 +16,57 @@ from epsim import __version__, vocab
 
 class _Parser(argparse.ArgumentParser):
     """Every subcommand's parser: no abbreviated options (`--mode` is not `--model`); its
-    errors one line and exit code 2 (no usage block first)."""
+    errors one line and exit code 2 (no usage block first), a JSON object on stdout with
+    `--json`; an unknown option is named (with the nearest known one) before any missing one."""
 
     def __init__(self, *args, **kwargs):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        self._argv: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        # required options and groups are checked after the unknown ones, not before
+        required = [a for a in self._actions if a.required]
+        groups = [g for g in self._mutually_exclusive_groups if g.required]
+        for item in required + groups:
+            item.required = False
+        try:
+            namespace, extras = super().parse_known_args(args, namespace)
+        finally:
+            for item in required + groups:
+                item.required = True
+        unknown = [e for e in extras if e.startswith("-") and e != "-"]
+        if unknown:
+            from epsim.errors import did_you_mean
+            name = unknown[0].split("=", 1)[0]
+            guess = did_you_mean(name, [o for a in self._actions for o in a.option_strings])
+            self.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; {guess}" if guess else ""))
+        missing = [a.option_strings[0] if a.option_strings else (a.metavar or a.dest)
+                   for a in required if getattr(namespace, a.dest, None) is None]
+        missing += ["one of " + " or ".join(a.option_strings[0] for a in g._group_actions) for g in groups
+                    if all(getattr(namespace, a.dest, None) in (None, False) for a in g._group_actions)]
+        if missing:
+            self.error(f"the following arguments are required: {', '.join(missing)}")
+        return namespace, extras
 
     def error(self, message: str):
+        if "--json" in self._argv:
+            import json
+            self.exit(2, json.dumps({"error": f"{self.prog}: {one_line(message)}", "exit_code": 2})
+                      + "\n")
         self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
 
+    def _print_message(self, message, file=None):
+        # `exit(2, json)` writes to stderr; a JSON error belongs on stdout with the JSON output
+        if message and message.startswith('{"error"'):
+            file = sys.stdout
+        super()._print_message(message, file)
 
-def output_options(parser, progress: bool = False) -> None:
+
+def output_options(parser) -> None:
     from epsim.commands.output import add_options
-    add_options(parser, progress)
+    add_options(parser)
 
 
 def _scenario_options(parser, what: str, set_example: str) -> None:
@@ -72,7 +110,7 @@ def _add_simulate(sub) -> None:
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
     _budget_option(p)
-    output_options(p, progress=True)
+    output_options(p)
 
 
 def _add_cost(sub) -> None:
@@ -82,11 +120,14 @@ def _add_cost(sub) -> None:
     p.add_argument("--model", required=True, help="zoo model name or HF config.json")
     p.add_argument("--cluster", default="H200", help="zoo GPU name (nodes = ep / GPUs per node)")
     p.add_argument("--backend", required=True, help=" | ".join(vocab.A2A_BACKENDS))
-    p.add_argument("--deepep-mode", default="normal", choices=list(vocab.DEEPEP_MODES),
-                   help="DeepEP kernels for --backend deepep (default normal)")
-    p.add_argument("--ep", type=int, required=True, help="EP size (ranks, one GPU each)")
-    p.add_argument("--tokens-per-rank", type=int, required=True,
-                   help="tokens each rank holds before dispatch")
+    p.add_argument("--deepep-mode", default="auto", choices=list(vocab.DEEPEP_MODE_CHOICES),
+                   help="DeepEP kernels for --backend deepep (default auto, as SGLang and the "
+                        "scenarios: normal in prefill, low_latency in decode)")
+    p.add_argument("--ep", required=True,
+                   help="EP size (ranks, one GPU each); several print one table: 8,16,32")
+    p.add_argument("--tokens-per-rank", required=True,
+                   help="tokens each rank holds before dispatch; several print one table: "
+                        "64,128 or 1-4096 (doubling: 1, 2, 4, ... 4096)")
     p.add_argument("--skew", default="uniform", help="uniform | zipf:ALPHA | hotset:K:FRAC | trace:PATH")
     p.add_argument("--dispatch-dtype", default="bf16", choices=list(vocab.DISPATCH_DTYPES),
                    help="dtype of the dispatched activations (default bf16)")
@@ -155,7 +196,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
     p.add_argument("--eplb", action="store_true", help="--live: also run live.bench.eplb")
-    output_options(p, progress=True)
+    output_options(p)
 
 
 def _add_validate(sub) -> None:
@@ -260,7 +301,7 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="with --fleet: the screen's answer only, without simulating the pools")
     _budget_option(p)
-    output_options(p, progress=True)
+    output_options(p)
 
 
 def one_line(text: str) -> str:
@@ -311,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {note}")
         return int(report or 0)
     except EpsimError as exc:
-        print(f"epsim {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        output.print_error(f"epsim {args.command}", one_line(exc), args)
         return 2
     except BrokenPipeError:                # `epsim ... | head`: the reader has gone
         sys.stderr.close()

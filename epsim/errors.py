@@ -24,3 +24,17 @@ class ProfileError(EpsimError, ValueError):
 
 class PlacementError(EpsimError, ValueError):
     """An expert placement (EPLB maps) or the input of a placement algorithm is invalid."""
+
+
+def did_you_mean(value: str, choices, limit: int = 3) -> str:
+    """`did you mean ep_size?` for a misspelt name among `choices` (case ignored: `deepseek-v3`
+    finds `DeepSeek-V3`), or '' when nothing is close."""
+    import difflib
+    by_lower = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(str(value).lower(), list(by_lower), n=limit, cutoff=0.6)
+    return f"did you mean {' or '.join(by_lower[c] for c in close)}?" if close else ""
+
+
+def hinted(message: str, hint: str) -> str:
+    """`message; hint`, or the message alone when there is no hint."""
+    return f"{message}; {hint}" if hint else message

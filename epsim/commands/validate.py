@@ -222,7 +222,7 @@ def run(args):
     if getattr(args, "composition", False):
         return run_composition(args)
     from epsim.calibrate import default_record_paths
-    from epsim.commands.output import Report
+    from epsim.commands.output import Report, stages, wants_progress
     from epsim.profile import default_profile_path, load_profile
     from epsim.validate import summary_rows, validate
     from epsim.validate.extrapolation import default_judged_only, stats
@@ -242,7 +242,8 @@ def run(args):
     report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
                       max_mape=max_mape, strict=args.strict,
                       extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths),
-                      judged_only=[] if args.records else default_judged_only())
+                      judged_only=[] if args.records else default_judged_only(),
+                      stage=stages("validate", wants_progress(args)))
     extrapolation = stats(report.extrapolation)
     if not report.rows:
         raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "

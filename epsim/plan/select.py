@@ -16,7 +16,6 @@ differ only by the GPUs (already the first criterion) and by the window's noise.
 
 from __future__ import annotations
 
-import difflib
 import operator
 import re
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from epsim.commands.output import brief
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean
 from epsim.plan.uncertainty import band, band_columns, has_band
 
 _OPS: dict[str, Callable] = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
@@ -46,8 +45,8 @@ class InfeasibleError(SpecError):
 
 def _known(metric: str, known: list[str], flag: str, text: str) -> None:
     if metric not in known:
-        close = difflib.get_close_matches(metric, known, n=3, cutoff=0.6)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        guess = did_you_mean(metric, known)
+        hint = f"{guess} " if guess else ""
         raise SpecError(f"{flag} ({text!r}) names an unknown metric ({metric}); {hint}must be one "
                         f"of {', '.join(known)}")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean, hinted
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.errors import validate
 from epsim.spec.hardware import ClusterSpec
@@ -39,8 +39,10 @@ class Scenario(BaseModel):
     def _consistent(self) -> "Scenario":
         m, c, d, w = self.model, self.cluster, self.deployment, self.workload
         if d.ep_size > c.num_gpus:
+            nodes = -(-d.ep_size // c.gpus_per_node_resolved)
             raise ValueError(f"deployment.ep_size ({d.ep_size}) must be <= the cluster's GPUs "
-                             f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus})")
+                             f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus}); "
+                             f"set cluster.num_nodes: {nodes} for EP {d.ep_size}")
         if d.ep_size > c.gpus_per_node_resolved and d.ep_size % c.gpus_per_node_resolved:
             raise ValueError(f"deployment.ep_size ({d.ep_size}) must be a multiple of gpus_per_node "
                              f"({c.gpus_per_node_resolved}) when it spans nodes")
@@ -193,8 +195,9 @@ def _resolve_zoo(data: dict, where: str, base_dir: Path) -> None:
     model = data.get("model")
     if isinstance(model, str):
         if model not in model_names():
-            raise SpecError(f"{where}: model ({model!r}) must be one of {model_names()} or a "
-                            f"mapping with the model's fields or hf_config")
+            raise SpecError(hinted(f"{where}: model ({model!r}) must be one of {model_names()} or "
+                                   f"a mapping with the model's fields or hf_config",
+                                   did_you_mean(model, model_names())))
         data["model"] = get_model(model)
     elif isinstance(model, dict) and "hf_config" in model:
         path = model["hf_config"]
