@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
+import warnings
 
 from epsim import __version__, vocab
+from epsim.commands import output
+from epsim.errors import EpsimError, did_you_mean
+from epsim.plan.executors import executor_options
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,21 +43,20 @@ class _Parser(argparse.ArgumentParser):
                 item.required = True
         unknown = [e for e in extras if e.startswith("-") and e != "-"]
         if unknown:
-            from epsim.errors import did_you_mean
             name = unknown[0].split("=", 1)[0]
             guess = did_you_mean(name, [o for a in self._actions for o in a.option_strings])
             self.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; {guess}" if guess else ""))
         missing = [a.option_strings[0] if a.option_strings else (a.metavar or a.dest)
                    for a in required if getattr(namespace, a.dest, None) is None]
-        missing += ["one of " + " or ".join(a.option_strings[0] for a in g._group_actions) for g in groups
-                    if all(getattr(namespace, a.dest, None) in (None, False) for a in g._group_actions)]
+        missing += ["one of " + " or ".join(a.option_strings[0] for a in g._group_actions)
+                    for g in groups if all(getattr(namespace, a.dest, None) in (None, False)
+                                           for a in g._group_actions)]
         if missing:
             self.error(f"the following arguments are required: {', '.join(missing)}")
         return namespace, extras
 
     def error(self, message: str):
         if "--json" in self._argv:
-            import json
             self.exit(2, json.dumps({"error": f"{self.prog}: {one_line(message)}", "exit_code": 2})
                       + "\n")
         self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
@@ -62,11 +66,6 @@ class _Parser(argparse.ArgumentParser):
         if message and message.startswith('{"error"'):
             file = sys.stdout
         super()._print_message(message, file)
-
-
-def output_options(parser) -> None:
-    from epsim.commands.output import add_options
-    add_options(parser)
 
 
 def _scenario_options(parser, what: str, set_example: str) -> None:
@@ -82,15 +81,6 @@ def _scenario_options(parser, what: str, set_example: str) -> None:
 def _strict_option(parser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="a bad record line is an error, not a warning")
-
-
-def executor_options(parser) -> None:
-    """`--executor` and `--workers`: where the points of a sweep run (also every scenario
-    script's, `epsim.plan.scripting`)."""
-    parser.add_argument("--executor", default="local", choices=["local", "ray"],
-                        help="where points run: local processes (default) or Ray")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="processes, or CPUs of a local Ray runtime (default: all cores)")
 
 
 def _budget_option(parser) -> None:
@@ -110,7 +100,7 @@ def _add_simulate(sub) -> None:
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
     _budget_option(p)
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_cost(sub) -> None:
@@ -140,7 +130,7 @@ def _add_cost(sub) -> None:
                    help="infiniband | roce | efa | nvl72 (default: the GPU's datasheet network)")
     p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled routing (default 0)")
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_eplb(sub) -> None:
@@ -166,7 +156,7 @@ def _add_eplb(sub) -> None:
     p.add_argument("--previous", help="previous placement JSON (an `--json` output, or phy2log) "
                                        "for move-aware algorithms and the move cost")
     _budget_option(p)
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_calibrate(sub) -> None:
@@ -175,7 +165,9 @@ def _add_calibrate(sub) -> None:
                                    "first with --live (docs/calibration.md).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--live", action="store_true", help="run the live bench, then fit")
-    src.add_argument("--records", nargs="+", help="fit offline from record files (JSONL)")
+    src.add_argument("--records", nargs="+",
+                     help="fit offline from record files (JSONL), or aic:SYSTEM[/FRAMEWORK[/VERSION]]: "
+                          "an installed aiconfigurator-core's op tables (docs/aic_tables.md)")
     p.add_argument("--gpus", type=int, default=None,
                    help="local GPUs to use (default: all visible; 1: the single-GPU components; "
                         "no GPU: 2 CPU ranks)")
@@ -183,7 +175,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--quick", action="store_true", help="a small sweep (minutes)")
     p.add_argument("--out", default=None, help="profile JSON to write")
     p.add_argument("--records-out", default=None,
-                   help="where the live bench writes its records (default runs/calibrate/records.jsonl)")
+                   help="where the live bench writes its records (default runs/calibrate/records.jsonl); "
+                        "with --records aic:...: the imported records (default runs/aic/)")
     p.add_argument("--holdout", default=None,
                    help="hold-out rule: 'default' (fit_tokens=1,4,16,64,256,1024,4096;skew=hotset), "
                         "'none', or clauses like 'tokens=64,1024;skew=zipf' (docs/calibration.md)")
@@ -196,7 +189,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
     p.add_argument("--eplb", action="store_true", help="--live: also run live.bench.eplb")
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_validate(sub) -> None:
@@ -223,7 +216,7 @@ def _add_validate(sub) -> None:
                    help="run hold-out: record files of one run to fit on")
     p.add_argument("--run-judged", nargs="+", default=None,
                    help="run hold-out: another run's record files to judge")
-    output_options(p)
+    output.add_options(p)
     p.add_argument("--published", action="store_true",
                    help="published results (DeepEP, LMSYS, TensorRT-LLM, EPLB reports) against "
                         "datasheet predictions; --out FILE writes the table (docs/published.md)")
@@ -301,7 +294,7 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="with --fleet: the screen's answer only, without simulating the pools")
     _budget_option(p)
-    output_options(p)
+    output.add_options(p)
 
 
 def one_line(text: str) -> str:
@@ -322,8 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_validate(sub)
     _add_plan(sub)
-    output_options(sub.add_parser("models", help="list the model zoo"))
-    output_options(sub.add_parser("hardware", help="list the hardware zoo"))
+    output.add_options(sub.add_parser("models", help="list the model zoo"))
+    output.add_options(sub.add_parser("hardware", help="list the hardware zoo"))
     return parser
 
 
@@ -336,12 +329,9 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import warnings
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
-    from epsim.commands import output
-    from epsim.errors import EpsimError
     module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
     try:
         with output.caught_warnings() as warned:

@@ -14,15 +14,28 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim import vocab
+from epsim.commands.output import Report
+from epsim.cost import CostModel, build_tables, contiguous_placement
+from epsim.cost.provenance import provenance
+from epsim.cost.timing import stage_band
+from epsim.eplb import Placement
 from epsim.errors import SpecError, did_you_mean, hinted
+from epsim.profile import load_profile
+from epsim.routing import skew_from_dict
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.errors import validate
+from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
+from epsim.spec.network import NETWORK_KINDS
+from epsim.text import duration, table
+from epsim.zoo import get_hardware, get_model, model_names
 
 MAX_POINTS = 256             # rows of one `epsim cost` table
 MAX_TOKENS_PER_RANK = 10**7   # tokens of one rank in one step; SGLang's prefill chunks are ~8k-16k
 
 
 def _model(name: str):
-    from epsim.spec.model import ModelSpec
-    from epsim.zoo import get_model, model_names
     if name in model_names():
         return get_model(name)
     if Path(name).is_file():
@@ -45,16 +58,6 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     Raises:
         SpecError: a value outside what the models accept (one line naming it).
     """
-    from epsim.cost import CostModel, build_tables, contiguous_placement
-    from epsim.cost.provenance import provenance
-    from epsim.eplb import Placement
-    from epsim.profile import load_profile
-    from epsim.routing import skew_from_dict
-    from epsim.spec.deployment import DeploymentSpec
-    from epsim.spec.errors import validate
-    from epsim.spec.hardware import ClusterSpec
-    from epsim.zoo import get_hardware
-
     if not 0 <= tokens_per_rank <= MAX_TOKENS_PER_RANK:
         raise SpecError(f"--tokens-per-rank ({tokens_per_rank:.6g}) must be >= 0 and <= "
                         f"{MAX_TOKENS_PER_RANK:.0e} (tokens one rank holds in one step)")
@@ -68,12 +71,10 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
                         f"(GPUs per {gpu} node)")
     if model.num_experts % ep:
         raise SpecError(f"--ep ({ep}) must divide the model's experts ({model.num_experts})")
-    from epsim.spec.network import NETWORK_KINDS
     if network is not None and network not in NETWORK_KINDS:
         raise SpecError(f"--network ({network!r}) must be one of {list(NETWORK_KINDS)}")
     cluster = validate(ClusterSpec, {"gpu": gpu, "num_nodes": max(1, ep // per_node),
                                      "network": network}, "--network")
-    from epsim import vocab
     if backend not in vocab.A2A_BACKENDS:
         raise SpecError(hinted(f"--backend ({backend!r}) must be one of {list(vocab.A2A_BACKENDS)}",
                                did_you_mean(backend, vocab.A2A_BACKENDS)))
@@ -126,7 +127,6 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
 def _stages(cost_model, moe, graph: bool) -> dict:
     """Host overhead per stage (0 in a graph step) and p10/p90 of each stage and the layer
     (None where a part has no measured spread; the layer's band adds its parts' bands)."""
-    from epsim.cost.timing import stage_band
     host, band = {}, {}
     step = cost_model.params.step(graph)
     for kind, values in (("dispatch", moe.dispatch_us), ("experts", moe.experts_us),
@@ -185,7 +185,6 @@ def parse_counts(text: str, flag: str, limit: int = 1024) -> list[int]:
 
 def _detail_lines(result: dict) -> list[str]:
     """One point's summary: what was priced, the stages with their bands, provenance."""
-    from epsim.commands.output import duration, table
     mode = f" ({result['mode']})" if result["mode"] else ""
     how = ("device time (CUDA-graph step)" if result["graph"]
            else "device time + host overhead (eager step)")
@@ -216,7 +215,6 @@ def _detail_lines(result: dict) -> list[str]:
 def _table_lines(results: list[dict]) -> list[str]:
     """Several points: one row each (EP size, tokens per rank, phase and kernels, the stages,
     the layer's band, the measured share)."""
-    from epsim.commands.output import duration, table
     first = results[0]
     lines = [f"{first['model']} on {first['gpu']}, {first['backend']}, skew {first['skew']}, "
              f"profile {first['profile']}; MoE layer = dispatch + experts + combine + block ops "
@@ -233,8 +231,6 @@ def _table_lines(results: list[dict]) -> list[str]:
 
 
 def run(args):
-    from epsim.commands.output import Report
-    from epsim.profile import load_profile
     model = _model(args.model)
     profile = load_profile(args.profile) if args.profile else load_profile()
     eps = parse_counts(args.ep, "--ep", limit=64)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from epsim.plan.screen import initial_running_per_rank
+from epsim.profile import load_profile
 from epsim.plan.uncertainty import BAND_COLUMNS, step_band
 from epsim.spec.workload import STEADY
 
@@ -104,10 +106,8 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     per_rank = scenario.workload.initial_running_per_rank
     if per_rank != STEADY:                  # no profile to load
         return per_rank
-    from epsim.plan.screen import initial_running_per_rank
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
-    from epsim.profile import load_profile
     return initial_running_per_rank(scenario, load_profile(profile_path, shared=True))
 
 

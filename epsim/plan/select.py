@@ -23,9 +23,10 @@ from typing import Callable
 
 import numpy as np
 
-from epsim.commands.output import brief
 from epsim.errors import SpecError, did_you_mean
 from epsim.plan.uncertainty import band, band_columns, has_band
+from epsim.report.keep_up import MAX_GROWTH_FRAC, RULE
+from epsim.text import brief
 
 _OPS: dict[str, Callable] = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
                              "==": operator.eq}
@@ -174,7 +175,8 @@ def rule_text(objectives: list[Objective], constraints: list[Constraint], keep_u
                              f"SLO's percentile)")
         else:
             steps.append(names.get(o.text, f"{'lowest' if o.sense == 'min' else 'highest'} {o.metric}"))
-    among = "among the points that keep up and meet every constraint with their p10-p90 band"         if keep_up else "among the points that meet every constraint with their p10-p90 band"
+    among = ("among the points that keep up and meet every constraint with their p10-p90 band"
+             if keep_up else "among the points that meet every constraint with their p10-p90 band")
     text = f"{among}: {', then '.join(steps)}"
     if not any(o.metric.startswith(("throughput", "output_tokens", "input_tokens")) for o in objectives):
         text += ("; not by throughput per GPU: every such point serves the same offered load, so "
@@ -184,14 +186,13 @@ def rule_text(objectives: list[Objective], constraints: list[Constraint], keep_u
 
 def keep_up_statement(constraints: list[Constraint]) -> str:
     """What keep-up means in a plan's answer (TTFT from the constraints, when there is one)."""
-    from epsim.report.keep_up import RULE
     ttft = [c.text for c in constraints if c.metric.startswith("ttft_ms.")]
-    return (f"keep-up: {RULE}; TTFT {' and '.join(ttft) if ttft else 'has no target (add --constraint ttft_ms.p99<=...)'}")
+    target = " and ".join(ttft) if ttft else "has no target (add --constraint ttft_ms.p99<=...)"
+    return f"keep-up: {RULE}; TTFT {target}"
 
 
 def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) -> str:
     """Why a row is not feasible, in a few words ('' when it is)."""
-    from epsim.report.keep_up import MAX_GROWTH_FRAC
     if row.get("error"):
         return f"failed: {row['error']}"
     if row.get("tier") == "screened":          # `--screen`: never simulated, so no verdict

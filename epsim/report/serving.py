@@ -18,7 +18,7 @@ serving rate.
 
 from __future__ import annotations
 
-from epsim.commands.output import brief
+from epsim.text import brief
 
 SATURATED_BY_DESIGN = "saturated by design"
 DEFINITIONS = {

@@ -13,7 +13,7 @@ import pytest
 
 import epsim
 from epsim.plan.columns import summary_metrics
-from epsim.plan.scripting import margin_and_share
+from epsim.commands.scripting import margin_and_share
 from epsim.report import summarize
 from epsim.report.cautions import eplb_stale
 from epsim.report.serving import DEFINITIONS, SATURATED_BY_DESIGN
@@ -54,7 +54,7 @@ def test_cli_prints_the_three_numbers_with_their_words(tmp_path):
                           capture_output=True, text=True, timeout=300).stdout
     line = next(x for x in text.splitlines() if x.startswith("requests"))
     s = data["serving"]
-    from epsim.commands.output import brief
+    from epsim.text import brief
     for word, key in (("offered", "offered_rps"), ("served", "served_rps"), ("finished", "finished_rps")):
         assert f"{word} {brief(s[key], 3)}/s" in line
     assert "the window bounds finished, not capacity" in line
