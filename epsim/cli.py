@@ -155,6 +155,10 @@ def _add_eplb(sub) -> None:
                    help="deepseek | deepseek_hierarchical | deepseek_global | sticky")
     p.add_argument("--previous", help="previous placement JSON (an `--json` output, or phy2log) "
                                        "for move-aware algorithms and the move cost")
+    p.add_argument("--out", default=None,
+                   help="directory for the maps: expert_location.json (SGLang's "
+                        "--init-expert-location), logical_count.json (the loads, SGLang's other "
+                        "form), placement.json (epsim's maps, --previous), eplb.json (the summary)")
     _budget_option(p)
     output.add_options(p)
 
