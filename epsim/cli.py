@@ -297,6 +297,10 @@ def _add_plan(sub) -> None:
                    help="with --fleet: the KV-cache path between the pools (default mooncake)")
     p.add_argument("--no-verify", action="store_true",
                    help="with --fleet: the screen's answer only, without simulating the pools")
+    p.add_argument("--emit", choices=["sglang"], default=None,
+                   help="also print the answer as launch commands: sglang = SGLang server arguments "
+                        "per instance (a prefill/decode pair and the router with --fleet); a "
+                        "deployment value SGLang has no setting for is refused, never guessed")
     _budget_option(p)
     output.add_options(p)
 

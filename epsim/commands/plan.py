@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from epsim.commands.emit import plan_emit, precheck
 from epsim.commands.fleet import run as run_fleet
 from epsim.commands.output import Report, json_safe, wants_progress, without_category
+from epsim.errors import SpecError
 from epsim.plan.answers import answer_line
 from epsim.plan.choice import rejected
 from epsim.plan.max_rate import find_max_rates, max_rate_lines
@@ -106,6 +108,9 @@ def run_max_rate(args):
 
 
 def run(args):
+    if args.emit and args.max_rate:
+        raise SpecError("--emit (sglang) must go with a plan or --fleet answer, not --max-rate")
+    precheck(args)                          # a deployment SGLang cannot be told: before the work
     if args.max_rate:
         return run_max_rate(args)
     if args.fleet:
@@ -140,6 +145,11 @@ def run(args):
         "infeasible": result.infeasible, "wall_s": result.wall_s,
         "out": None if result.out is None else str(result.out)})
     lines = summary_lines(result, args.scenario, args.executor)
+    error = result.infeasible
+    if args.emit:
+        emitted, data["sglang"], emit_error = plan_emit(args, result)
+        lines += emitted
+        error = error or emit_error
     if result.out is not None:
         lines.append(f"\nwrote results.csv, plan.json and figures to {result.out}")
-    return Report(data, lines, notes=[without_category(m) for m in result.warnings], error=result.infeasible)
+    return Report(data, lines, notes=[without_category(m) for m in result.warnings], error=error)

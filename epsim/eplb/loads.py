@@ -1,7 +1,8 @@
 """Read an expert-load matrix `[layers, experts]` from a file, whatever its format.
 
-JSON (`[[...], ...]`, `{"loads": ...}` or SGLang's `{"logical_count": ...}`), NPY, CSV (one row per layer), our JSONL trace or
-an SGLang expert-distribution dump (`.pt` file or folder); traces are summed over steps.
+JSON (`[[...], ...]`, `{"loads": ...}` or SGLang's `{"logical_count": ...}`), NPY, CSV (one
+row per layer), our JSONL trace or an SGLang expert-distribution dump (`.pt` file or folder);
+traces are summed over steps.
 """
 
 from __future__ import annotations
