@@ -305,6 +305,21 @@ def _add_plan(sub) -> None:
     output.add_options(p)
 
 
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="two runs side by side with the deltas",
+                       description="Two runs side by side: what differs between their scenarios, "
+                                   "TPOT/TTFT/throughput/serving numbers with B - A, and where a "
+                                   "MoE layer's time moved (attention, dispatch, experts, combine).")
+    p.add_argument("run_a", help="results directory of `epsim simulate --out`, its summary.json, "
+                                 "or a scenario YAML (simulated)")
+    p.add_argument("run_b", help="the same for B")
+    p.add_argument("--set-a", action="append", default=[], metavar="KEY=VALUE",
+                   help="change A's scenario YAML by dotted path (repeatable)")
+    p.add_argument("--set-b", action="append", default=[], metavar="KEY=VALUE",
+                   help="change B's scenario YAML, e.g. deployment.moe_a2a_backend=deepep")
+    output.add_options(p)
+
+
 def one_line(text: str) -> str:
     """A message on one line: line breaks and runs of spaces folded to one space."""
     return " ".join(str(text).split())
@@ -323,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_validate(sub)
     _add_plan(sub)
+    _add_compare(sub)
     output.add_options(sub.add_parser("models", help="list the model zoo"))
     output.add_options(sub.add_parser("hardware", help="list the hardware zoo"))
     return parser
