@@ -15,11 +15,12 @@ SPLIT_ORDER = ["held out", "fit set"]
 SKEW_SHAPES = {"uniform": "circle", "zipf": "square", "hotset": "triangle-up", "trace": "diamond"}
 
 
-def finish(chart):
+def finish(chart, legend: str = "right"):
     """What every chart of the app gets: SVG (legend labels are text a test can read) and
-    legends that never cut a label."""
+    legends that never cut a label, outside the plot area (`legend`: right, or bottom for a
+    chart wide enough that a legend beside it would run past the page)."""
     return chart.properties(usermeta={"embedOptions": {"renderer": "svg"}}).configure_legend(
-        labelLimit=0, titleLimit=0)
+        labelLimit=0, titleLimit=0, orient=legend)
 
 
 KIND_SCALE = alt.Scale(domain=KIND_ORDER, range=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"])
@@ -168,17 +169,26 @@ def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
     return finish((lines + points).properties(height=480))
 
 
-def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
-    """Per kind: measured medians over tokens per rank with p10-p90 bars, the prediction at
-    each point joined as a line. Colour = shape and dtype (`shape` column: short labels, one
-    hue per model, `epsim.validate.plots.series_colors`), point shape and line dash = skew."""
+def series_scale(frame: pd.DataFrame) -> alt.Scale:
+    """The colour of every `shape` label (model and dtype) of `frame`: one hue per model, dark
+    bf16, light fp8 (`epsim.validate.plots.series_colors`), fixed over the whole frame so every
+    panel drawn from a part of it colours a model the same."""
     from epsim.validate.plots import series_colors
     pairs = frame[["shape", "model", "dtype"]].drop_duplicates().sort_values("shape")
     colors = series_colors(list(zip(pairs["model"], pairs["dtype"])))
-    keys = list(pairs["shape"])
+    return alt.Scale(domain=list(pairs["shape"]),
+                     range=[colors[(m, d)] for m, d in zip(pairs["model"], pairs["dtype"])])
+
+
+def curves_by_kind(frame: pd.DataFrame, colors: alt.Scale | None = None) -> alt.Chart:
+    """Per kind: measured medians over tokens per rank with p10-p90 bars, the prediction at
+    each point joined as a line. Colour = shape and dtype (`shape` column: short labels;
+    `colors` from `series_scale` of every panel's frame), point shape and line dash = skew; the
+    legends under the panels (beside two panels they ran past the page)."""
+    colors = colors or series_scale(frame)
+    keys = [k for k in colors.domain if k in set(frame["shape"])]
     skews = sorted(set(frame["skew kind"]))
-    color = alt.Color("shape:N", title="shape, dtype", sort=keys, scale=alt.Scale(
-        domain=keys, range=[colors[(m, d)] for m, d in zip(pairs["model"], pairs["dtype"])]))
+    color = alt.Color("shape:N", title="shape, dtype", sort=keys, scale=colors)
     base = alt.Chart(frame).encode(
         x=alt.X("tokens per rank:Q", scale=alt.Scale(type="log", base=2)), color=color)
     bands = base.mark_errorbar(ticks=True).encode(
@@ -196,7 +206,8 @@ def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
         strokeDash=alt.StrokeDash("skew kind:N", title="skew", sort=skews))
     kinds = [k for k in KIND_ORDER if k in set(frame["kind"])]
     return finish(alt.layer(bands, predicted, measured, data=frame).properties(width=340, height=220).facet(
-        facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent"))
+        facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent"),
+        legend="bottom")
 
 
 def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str,

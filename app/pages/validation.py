@@ -79,8 +79,10 @@ def frame_of(rows: list) -> pd.DataFrame:
 def key_table(rows: list) -> pd.DataFrame:
     """What the curves' short labels stand for."""
     short = short_models(r.model for r in rows)
-    hidden = {r.model: r.hidden_size for r in rows}
-    return pd.DataFrame([{"label": label, "model": name, "hidden size": hidden[name],
+    hidden: dict[str, int] = {}
+    for r in rows:          # records that carry no hidden size (0) do not hide the ones that do
+        hidden[r.model] = max(hidden.get(r.model, 0), r.hidden_size or 0)
+    return pd.DataFrame([{"label": label, "model": name, "hidden size": hidden[name] or "-",
                           "dispatch dtypes": ", ".join(sorted({r.dispatch_dtype or "-" for r in rows
                                                               if r.model == name}))}
                          for name, label in short.items()])
@@ -182,9 +184,11 @@ def page() -> None:
                 "predicted (lines); colour = model and dispatch dtype (one hue per model, dark bf16, "
                 "light fp8), point shape and line dash = skew")
     st.dataframe(key_table(rows), hide_index=True)
+    colors = charts.series_scale(frame)         # one colour per model and dtype on every panel
     for backend in sorted({r.backend for r in rows}):
         st.markdown(f"*{backend}*")
-        st.altair_chart(charts.curves_by_kind(frame[frame["backend"] == backend]), width="content")
+        st.altair_chart(charts.curves_by_kind(frame[frame["backend"] == backend], colors),
+                        width="content")
     extrapolation_table(view.extrapolation)
     with st.expander("Every comparison"):
         shown = frame.drop(columns=["series", "shape", "skew kind"])
