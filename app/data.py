@@ -176,6 +176,29 @@ def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}
         warnings=sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
 
 
+def overrides_json(lines: tuple[str, ...]) -> str:
+    """`KEY=VALUE` lines (as `epsim simulate --set`) as the JSON the run functions take.
+
+    Raises:
+        SpecError: a line that is not `key.path=value`.
+    """
+    from epsim.spec.scenario import parse_override
+    return json.dumps(dict(parse_override(line) for line in lines), sort_keys=True)
+
+
+def read_summary(name: str, content: bytes) -> dict:
+    """An uploaded summary.json of `epsim simulate --out` (`epsim.commands.compare.load_run`'s
+    check: a summary with the keys a comparison reads)."""
+    from epsim.commands.compare import load_run
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "summary.json"
+        path.write_bytes(content)
+        try:
+            return load_run(str(path), [], False)[0]
+        except EpsimError as exc:
+            raise type(exc)(str(exc).replace(str(path), _safe_name(name))) from None
+
+
 # -- EPLB interval sweep ---------------------------------------------------------------------------
 @st.cache_data(show_spinner="simulating every rebalance interval and a run without EPLB…")
 def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
@@ -245,10 +268,24 @@ def files_key(files: list[tuple[str, bytes | Path]]) -> str:
     return digest.hexdigest()
 
 
-@st.cache_data(show_spinner="predicting every record…", max_entries=8)
+def stage_box(what: str):
+    """A line on the page saying which step of a long computation runs, with the time so far
+    (`epsim.commands.output.stages` for the app); returns (stage function, clear function)."""
+    import time
+    box = st.empty()
+    start = time.perf_counter()
+
+    def stage(text: str) -> None:
+        box.info(f"{what}: {text} ({time.perf_counter() - start:.0f} s so far; the result is kept "
+                 f"for the next visit)", icon=":material/hourglass_top:")
+    return stage, box.empty
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
 def validation(key: str, _record_files: tuple, _profile_file: tuple) -> ValidationView:
     """Validate a profile on record files, each (name, bytes or a Path to read); messages name
-    the files. Cached by `key` (`files_key` of all the files).
+    the files. Cached by `key` (`files_key` of all the files). Each step (reading, predicting,
+    the extrapolation hold-outs' refits: a minute or more in all) is said on the page as it starts.
 
     Raises:
         EpsimError: an unreadable or invalid profile, or no record that can be judged.
@@ -279,6 +316,8 @@ def validation(key: str, _record_files: tuple, _profile_file: tuple) -> Validati
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             problems = []                  # every file's problem at once, not the first only
+            stage, clear = stage_box("Predicted vs measured")
+            stage(f"checking the profile and {len(record_files)} record file(s)")
             try:
                 profile = Profile.load(profile_path)
             except EpsimError as exc:
@@ -292,10 +331,13 @@ def validation(key: str, _record_files: tuple, _profile_file: tuple) -> Validati
             except EpsimError as exc:
                 problems.append(clean(str(exc)))
             if problems:
+                clear()
                 raise EpsimError("\n\n".join(problems))
             try:
-                report = validate(profile, paths, plots=False)
+                report = validate(profile, paths, plots=False, stage=stage)
+                clear()
             except EpsimError as exc:
+                clear()
                 raise type(exc)(clean(str(exc))) from None
         messages = [clean(str(w.message)) for w in caught]
         if not report.rows:

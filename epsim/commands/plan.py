@@ -11,7 +11,7 @@ from epsim.commands.fleet import run as run_fleet
 from epsim.commands.output import Report, json_safe, wants_progress, without_category
 from epsim.errors import SpecError
 from epsim.plan.answers import answer_line
-from epsim.plan.choice import rejected
+from epsim.plan.choice import rejected, row_status
 from epsim.plan.max_rate import find_max_rates, max_rate_lines
 from epsim.plan.runner import run_plan, skip_reasons
 from epsim.plan.select import keep_up_statement, rule_text
@@ -32,16 +32,11 @@ def table_columns(result) -> list[str]:
     return names
 
 
-def status(row: dict) -> str:
-    """`feasible`, `marginal` (meets the constraints, its p10-p90 band does not) or `rejected`."""
-    return "feasible" if row["feasible"] else "marginal" if row.get("marginal") else "rejected"
-
-
 def format_rows(result, indices: list[int]) -> list[str]:
     """An aligned table of rows: swept values, then Pareto, constraint and objective metrics,
     then whether each is feasible (a frontier holds rejected points too)."""
     names = table_columns(result)
-    return table(names + ["status"], [[result.rows[i][n] for n in names] + [status(result.rows[i])]
+    return table(names + ["status"], [[result.rows[i][n] for n in names] + [row_status(result.rows[i])]
                                       for i in indices])
 
 
@@ -133,7 +128,7 @@ def run(args):
         "counts": result.counts(),
         "columns": names,
         "best": None if result.best is None else {n: result.rows[result.best][n] for n in names},
-        "frontier": [{**{n: result.rows[i][n] for n in names}, "status": status(result.rows[i])}
+        "frontier": [{**{n: result.rows[i][n] for n in names}, "status": row_status(result.rows[i])}
                      for i in result.frontier],
         "workload": result.workload,
         "keep_up": result.keep_up,

@@ -137,6 +137,11 @@ def _explain_infeasible(result: PlanResult) -> None:
                              + "; ".join(f"{a.describe()}: {a.reason}" for a in result.answers[:3]))
 
 
+def row_status(row: dict) -> str:
+    """`feasible`, `marginal` (meets the constraints, its p10-p90 band does not) or `rejected`."""
+    return "feasible" if row["feasible"] else "marginal" if row.get("marginal") else "rejected"
+
+
 def rejected(result: PlanResult) -> list[tuple[int, str]]:
     """(row index, reason) of every point that is not feasible, in sweep order."""
     return [(i, rejection(row, result.constraints, result.keep_up))
