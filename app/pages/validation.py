@@ -166,20 +166,16 @@ def page() -> None:
                    ui.fmt(sum(r.ape for r in fit) / len(fit) if fit else None, ".1f", " %"))
     cols[3].metric("records: held out + fit set", f"{len(held)} + {len(fit)}")
     frame = frame_of(rows)
-    left, right = st.columns([2, 3])
-    left.markdown("**Predicted against measured** (filled: held out; hollow: fit set; dotted: ±10%)")
-    left.altair_chart(charts.predicted_vs_measured(frame), width="stretch")
-    with right:
-        st.markdown(f"**Held out: error by backend and kind** ({len(held)} records)")
-        if held:
-            st.dataframe(error_table(held), hide_index=True, width="stretch")
+    # the scatter on its own row: beside the tables its plot was under 200 px wide at 1400 px
+    st.markdown("**Predicted against measured** (filled: held out; hollow: fit set; dotted: ±10%)")
+    st.altair_chart(charts.predicted_vs_measured(frame), width="stretch")
+    left, right = st.columns(2)
+    for column, subset, what in ((left, held, "Held out"), (right, fit, "Fit set (in-sample)")):
+        column.markdown(f"**{what}: error by backend and kind** ({len(subset)} records)")
+        if subset:
+            column.dataframe(error_table(subset), hide_index=True, width="stretch")
         else:
-            st.caption("no held-out record passes the filters")
-        st.markdown(f"**Fit set (in-sample): error by backend and kind** ({len(fit)} records)")
-        if fit:
-            st.dataframe(error_table(fit), hide_index=True, width="stretch")
-        else:
-            st.caption("no fit-set record passes the filters")
+            column.caption(f"no {what.split(' (')[0].lower()} record passes the filters")
     st.markdown("**Curves per kind over tokens per rank**: measured median with p10-p90 bars (points), "
                 "predicted (lines); colour = model and dispatch dtype (one hue per model, dark bf16, "
                 "light fp8), point shape and line dash = skew")
