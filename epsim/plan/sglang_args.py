@@ -122,6 +122,17 @@ def _dispatch_dtype(value, scenario, launch):
                 "to plan what it runs")
 
 
+def _dispatch_timeout(value, scenario, launch):
+    # SGLang's Mooncake EP waits a fixed 10 s (timeout_us = 10_000_000 in its dispatcher)
+    if value != 10.0 and scenario.deployment.moe_a2a_backend == "mooncake":
+        _refuse("moe_dispatch_timeout_s", value, "SGLang's Mooncake EP dispatch timeout is fixed at "
+                "10 s (timeout_us in token_dispatcher/mooncake.py)")
+
+
+def _planning_input(value, scenario, launch):
+    """A number the planner prices with, not a server setting (nothing to emit)."""
+
+
 def _disaggregation(value, scenario, launch):
     if value != "null":
         launch.args += ["--disaggregation-mode", value]
@@ -205,6 +216,9 @@ SGLANG_ARGS: dict[str, Rule] = {
     "elastic_recovery": _simulation_only("elastic recovery is simulated; SGLang's elastic EP "
                                          "settings are not mapped"),
     "reload_gbps": _simulation_only("the expert reload bandwidth is a simulation input"),
+    "moe_dispatch_timeout_s": _dispatch_timeout,
+    "failures_per_gpu_hour": _planning_input,
+    "failure_repair_s": _planning_input,
 }
 
 
