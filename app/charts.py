@@ -19,8 +19,10 @@ def finish(chart, legend: str = "right"):
     """What every chart of the app gets: SVG (legend labels are text a test can read) and
     legends that never cut a label, outside the plot area (`legend`: right, or bottom for a
     chart wide enough that a legend beside it would run past the page)."""
+    # under the plot, a legend's entries wrap in columns (in one row they ran off the page)
+    wrap = {"columns": 4} if legend == "bottom" else {}
     return chart.properties(usermeta={"embedOptions": {"renderer": "svg"}}).configure_legend(
-        labelLimit=0, titleLimit=0, orient=legend)
+        labelLimit=0, titleLimit=0, orient=legend, **wrap)
 
 
 KIND_SCALE = alt.Scale(domain=KIND_ORDER, range=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"])
@@ -171,7 +173,7 @@ def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
 
 def series_scale(frame: pd.DataFrame) -> alt.Scale:
     """The colour of every `shape` label (model and dtype) of `frame`: one hue per model, dark
-    bf16, light fp8 (`epsim.validate.plots.series_colors`), fixed over the whole frame so every
+    bf16, light fp8, native between (`epsim.validate.plots.series_colors`), fixed over the whole frame so every
     panel drawn from a part of it colours a model the same."""
     from epsim.validate.plots import series_colors
     pairs = frame[["shape", "model", "dtype"]].drop_duplicates().sort_values("shape")

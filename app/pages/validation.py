@@ -178,7 +178,7 @@ def page() -> None:
             column.caption(f"no {what.split(' (')[0].lower()} record passes the filters")
     st.markdown("**Curves per kind over tokens per rank**: measured median with p10-p90 bars (points), "
                 "predicted (lines); colour = model and dispatch dtype (one hue per model, dark bf16, "
-                "light fp8), point shape and line dash = skew")
+                "light fp8, between them native), point shape and line dash = skew")
     st.dataframe(key_table(rows), hide_index=True)
     colors = charts.series_scale(frame)         # one colour per model and dtype on every panel
     for backend in sorted({r.backend for r in rows}):

@@ -17,6 +17,7 @@ import json
 import math
 import re
 import sys
+import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -73,7 +74,6 @@ def stages(command: str, show: bool):
     starts on stderr, with the time so far (`epsim validate: predicting 2431 records (3 s)`);
     silent when not `show` (`wants_progress`) or when stderr is not a terminal (a log or a
     caller reading stderr for the error line wants none)."""
-    import time
     start = time.perf_counter()
     show = show and sys.stderr.isatty()
 

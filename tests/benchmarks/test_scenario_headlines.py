@@ -4,20 +4,15 @@ the recorded numbers. The numbers live in one file; re-record it with `--write`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scenario_headlines.py"
+from tests.benchmarks import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("scenario_headlines", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scenario_headlines")
 
 
 def test_docs_show_the_recorded_headlines():
