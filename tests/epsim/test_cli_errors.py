@@ -74,7 +74,7 @@ def test_json_errors_are_json(tmp_path, capsys):
     assert data["exit_code"] == 2 and out.err == ""
     # EP above the cluster's GPUs: the hint says what to set
     assert data["error"].endswith("must be <= the cluster's GPUs (1 nodes x 8 = 8); set "
-                                  "cluster.num_nodes: 2 for EP 16")
+                                  "cluster.num_nodes: 2 for 16 GPUs")
     with pytest.raises(SystemExit):                 # a parse error too
         main(["cost", "--json", "--model", "Qwen3-30B-A3B"])
     assert json.loads(capsys.readouterr().out)["error"].startswith("epsim cost: the following arguments")
