@@ -10,7 +10,12 @@ checks the table covers the spec).
 
 Units differ where SGLang counts per server and epsim per DP rank: with DP attention SGLang
 divides `--max-running-requests` and `--chunked-prefill-size` by `--dp-size`
-(`server_args.py`, the scheduler), so they are emitted multiplied by the EP size. Sources:
+(`server_args.py`, the scheduler), so they are emitted multiplied by the DP size. The layout
+(`epsim.spec.parallel`) is emitted resolved: `--tp-size`, `--ep-size` and, with DP attention,
+`--dp-size`; SGLang derives MoE-TP (tp_size / ep_size) itself. Weight formats reach
+`--quantization` only where SGLang quantises at load or reads the checkpoint so (`fp8`,
+`w8a8_fp8`, `modelopt_fp8`, `modelopt_fp4`); a checkpoint's own format needs no argument, and
+another format needs another checkpoint (refused). Sources:
 sglang `srt/server_args.py`, `srt/eplb/expert_location.py` (what `--init-expert-location`
 reads), `srt/eplb/expert_location_dispatch.py` (`--ep-dispatch-algorithm`: static, dynamic),
 `srt/layers/moe/token_dispatcher/mooncake.py` (Mooncake EP dispatches FP8 always) and
@@ -69,7 +74,7 @@ def _value(option: str, per_server: bool = False) -> Rule:
             return
         d = scenario.deployment
         if per_server and d.enable_dp_attention:
-            value = value * d.ep_size
+            value = value * d.parallel.dp_size
         launch.args += [option, str(value)]
     return rule
 
@@ -91,10 +96,12 @@ def _simulation_only(why: str) -> Rule:
     return rule
 
 
-def _ep_size(value, scenario, launch):
-    # one instance: its GPUs are SGLang's tensor-parallel world, experts spread over all of them
-    nodes = math.ceil(value / scenario.cluster.gpus_per_node_resolved)
-    launch.args += ["--tp-size", str(value), "--ep-size", str(value)]
+def _tp_size(value, scenario, launch):
+    # one instance: its GPUs are SGLang's tensor-parallel world (resolved: unset is ep_size x
+    # moe_tp_size), one command per node
+    gpus = scenario.deployment.parallel.tp_size
+    nodes = math.ceil(gpus / scenario.cluster.gpus_per_node_resolved)
+    launch.args += ["--tp-size", str(gpus)]
     if nodes > 1:
         launch.args += ["--nnodes", str(nodes), "--node-rank", f"<0..{nodes - 1}>",
                         "--dist-init-addr", "<HOST:PORT>"]
@@ -104,7 +111,41 @@ def _ep_size(value, scenario, launch):
 
 def _dp_attention(value, scenario, launch):
     if value:
-        launch.args += ["--enable-dp-attention", "--dp-size", str(scenario.deployment.ep_size)]
+        launch.args += ["--enable-dp-attention", "--dp-size", str(scenario.deployment.parallel.dp_size)]
+
+
+def _resolved_elsewhere(value, scenario, launch):
+    """A size another row emits resolved (`--dp-size` with enable_dp_attention) or SGLang
+    derives (moe_tp_size = tp_size / ep_size): nothing of its own to emit."""
+
+
+# SGLang's --quantization values epsim takes, as they are; epsim's format names that SGLang
+# reaches only by a checkpoint in that format (no argument then)
+_QUANTIZATION = {"fp8": "fp8", "w8a8_fp8": "w8a8_fp8", "modelopt_fp8": "modelopt_fp8",
+                 "modelopt_fp4": "modelopt_fp4"}
+
+
+def _quantization(value, scenario, launch):
+    checkpoint = scenario.model.weight_dtype
+    if value is None or value == checkpoint:
+        return                 # SGLang reads the checkpoint's own quantization_config
+    if value == "nvfp4":
+        value = "modelopt_fp4"
+    if value not in _QUANTIZATION:
+        _refuse("quantization", value, f"SGLang serves a checkpoint in its own format "
+                f"({scenario.model.name}'s is {checkpoint}) or quantises at load to FP8 "
+                f"(--quantization fp8, w8a8_fp8); {value} weights need a {value} checkpoint: set "
+                f"model to one, or quantization to one of {sorted(_QUANTIZATION)}")
+    launch.args += ["--quantization", _QUANTIZATION[value]]
+    if value.startswith("modelopt") and not (value == "modelopt_fp4" and checkpoint == "nvfp4"):
+        launch.notes.append(f"--quantization {value} loads a checkpoint NVIDIA's ModelOpt quantised "
+                            f"({value.split('_')[1].upper()}) of {scenario.model.name}: --model-path "
+                            f"must be one")
+
+
+def _kv_cache_dtype(value, scenario, launch):
+    if value != "auto":        # SGLang's names: bf16, fp8_e4m3, fp8_e5m2 (and auto)
+        launch.args += ["--kv-cache-dtype", value]
 
 
 def _deepep_mode(value, scenario, launch):
@@ -181,8 +222,13 @@ _DISPATCH = {"static": "static", "random": "dynamic"}
 
 # every DeploymentSpec field -> how it reaches SGLang (module doc); one row per field
 SGLANG_ARGS: dict[str, Rule] = {
-    "ep_size": _ep_size,
+    "tp_size": _tp_size,
+    "ep_size": _value("--ep-size"),
     "enable_dp_attention": _dp_attention,
+    "dp_size": _resolved_elsewhere,          # --dp-size with enable_dp_attention's row
+    "moe_tp_size": _resolved_elsewhere,      # SGLang derives tp_size / ep_size
+    "quantization": _quantization,
+    "kv_cache_dtype": _kv_cache_dtype,
     "moe_a2a_backend": _choice(
         "moe_a2a_backend", "--moe-a2a-backend", {"none": "none", "deepep": "deepep", "mooncake": "mooncake"},
         "torch is epsim's reference all-to-all over torch.distributed (live/); SGLang runs none, "

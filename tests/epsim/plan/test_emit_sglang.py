@@ -63,7 +63,28 @@ def test_fields_reach_their_server_arguments_in_sglangs_units():
     assert launch(_scenario(dispatch_dtype="fp8")).env == {}
 
 
+def test_the_layout_and_formats_reach_sglang_resolved():
+    # DP attention in 4 groups of 2 GPUs over 8: --dp-size is the groups, per-server counts x 4
+    args = _args(tp_size=8, dp_size=4, max_running_requests=32)
+    assert _value(args, "--tp-size") == _value(args, "--ep-size") == "8"
+    assert _value(args, "--dp-size") == "4" and _value(args, "--max-running-requests") == str(32 * 4)
+    # MoE-TP: 4 EP ranks of 2 GPUs with the none backend; SGLang derives moe_tp itself
+    moe_tp = _args(tp_size=8, ep_size=4, moe_a2a_backend="none", enable_dp_attention=False)
+    assert _value(moe_tp, "--tp-size") == "8" and _value(moe_tp, "--ep-size") == "4"
+    assert "--moe-tp-size" not in moe_tp and "--dp-size" not in moe_tp
+    # formats: the checkpoint's own needs nothing, FP8 at load and the KV dtype are arguments
+    assert "--quantization" not in _args() and "--kv-cache-dtype" not in _args()
+    assert "--quantization" not in _args(quantization="bf16")          # Qwen3-30B-A3B is BF16
+    assert _value(_args(quantization="fp8"), "--quantization") == "fp8"
+    assert _value(_args(kv_cache_dtype="fp8_e4m3"), "--kv-cache-dtype") == "fp8_e4m3"
+    modelopt = launch(_scenario(quantization="modelopt_fp8"))      # needs ModelOpt's checkpoint
+    assert _value(modelopt.args, "--quantization") == "modelopt_fp8"
+    assert any("NVIDIA's ModelOpt quantised (FP8)" in note for note in modelopt.notes)
+
+
 @pytest.mark.parametrize("deployment, match", [
+    ({"quantization": "fp8_block"}, r"quantization \('fp8_block'\) has no SGLang setting: .*"
+                                    r"fp8_block weights need a fp8_block checkpoint"),
     ({"moe_a2a_backend": "torch"}, r"deployment.moe_a2a_backend \('torch'\) has no SGLang setting"),
     ({"moe_a2a_backend": "mooncake", "dispatch_dtype": "bf16"}, r"Mooncake EP dispatches FP8 always"),
     ({"enable_eplb": True, "eplb_algorithm": "sticky"}, r"eplb_algorithm \('sticky'\)"),
