@@ -28,10 +28,14 @@ class PlacementError(EpsimError, ValueError):
 
 def did_you_mean(value: str, choices, limit: int = 3) -> str:
     """`did you mean ep_size?` for a misspelt name among `choices` (case ignored: `deepseek-v3`
-    finds `DeepSeek-V3`), or '' when nothing is close."""
+    finds `DeepSeek-V3`), or '' when nothing is close. Only the guesses about as close as the
+    best one (`ep_sise` is ep_size, not also tp_size and dp_size, one letter further)."""
     import difflib
     by_lower = {str(c).lower(): str(c) for c in choices}
-    close = difflib.get_close_matches(str(value).lower(), list(by_lower), n=limit, cutoff=0.6)
+    value = str(value).lower()
+    close = difflib.get_close_matches(value, list(by_lower), n=limit, cutoff=0.6)
+    ratio = {c: difflib.SequenceMatcher(None, value, c).ratio() for c in close}
+    close = [c for c in close if ratio[c] >= ratio[close[0]] - 0.05] if close else []
     return f"did you mean {' or '.join(by_lower[c] for c in close)}?" if close else ""
 
 
