@@ -107,7 +107,8 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
              out: str | Path | None = None, doc: str | Path | None = None, plots: bool = True,
              max_mape: float = 10.0, strict: bool = False, extrapolate: bool = True,
              run_pairs: Sequence = (), judged_only: Sequence = (),
-             stage: Callable[[str], None] | None = None) -> ValidationReport:
+             stage: Callable[[str], None] | None = None, loaded: tuple | None = None
+             ) -> ValidationReport:
     """Judge `profile` on record files; `stage` hears each step as it starts (a minute or more
     in all with the extrapolation hold-outs).
 
@@ -119,6 +120,8 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         extrapolate: also judge the extrapolation axes (`epsim.validate.extrapolation`): tokens
             and shape on `paths` (plus the judged side of `judged_only`, never fitted), run on
             each of `run_pairs` (`extrapolation.RunPair`).
+        loaded: `load_records(paths, strict)` when the caller has read them already (the app
+            reads once to report every bad file together), so they are not read again.
     Raises:
         EpsimError: bad records, rule, `out` or `doc` (these two checked before any work).
     """
@@ -128,8 +131,9 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         read_doc(Path(doc))
     stage = stage or (lambda text: None)
     holdout = holdout_of(profile, rule)
-    stage("reading the records")
-    records, files = load_records(paths, strict=strict)
+    if loaded is None:
+        stage("reading the records")
+    records, files = loaded if loaded is not None else load_records(paths, strict=strict)
     where = measured_on(records)
     records = merge_passes(records)
     stage(f"predicting {len(records)} records with profile {profile.name or profile.path}")
