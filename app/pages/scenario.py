@@ -158,8 +158,8 @@ def kpis(summary: dict) -> None:
     cols[0].metric("throughput / GPU", ui.fmt(summary["throughput_tokens_per_s_per_gpu"], ".0f", " tok/s"))
     cols[1].metric("output / GPU", ui.fmt(summary["output_tokens_per_s_per_gpu"], ".0f", " tok/s"))
     # offered, served and finished as epsim defines them (`epsim.report.serving`)
-    cols[2].metric("served of offered", f"{ui.fmt(serving['served_rps'], '.1f')} of "
-                   f"{ui.fmt(serving['offered_rps'], '.1f')} req/s",
+    cols[2].metric("served / offered (req/s)", f"{ui.fmt(serving['served_rps'], '.1f')} / "
+                   f"{ui.fmt(serving['offered_rps'], '.1f')}",
                    help=f"served: {DEFINITIONS['served_rps']}; offered: {DEFINITIONS['offered_rps']}")
     cols[3].metric("finished in the window", ui.fmt(serving["finished_rps"], ".1f", " req/s"),
                    help=f"finished: {DEFINITIONS['finished_rps']}")

@@ -152,6 +152,13 @@ def _overlap(a, b, slack: float = 1.0) -> bool:
             and a[1] + a[3] - slack > b[1] and b[1] + b[3] - slack > a[1])
 
 
+def _metrics_whole(tab) -> None:
+    """No KPI value cut short (Streamlit ends a value wider than its column with an ellipsis)."""
+    cut = tab.evaluate("""() => [...document.querySelectorAll("[data-testid='stMetricValue'] div")]
+        .filter(d => d.scrollWidth > d.clientWidth + 1).map(d => d.textContent)""")
+    assert not cut, f"KPI values cut short: {cut}"
+
+
 def _readable(tab, min_plot_px: float = 0.0) -> list[dict]:
     """Every chart's geometry (`GEOMETRY_JS`), checked: legends outside the plot area, no two
     text labels overlapping, each plot area at least `min_plot_px` wide."""
@@ -186,13 +193,14 @@ def test_default_scenario_runs_and_renders(page):
     metrics = page.get_by_test_id("stMetric")
     metrics.nth(12).wait_for()                       # 5 throughput and serving + 4 TTFT + 4 TPOT
     text = " ".join(metrics.all_inner_texts())
-    for label in ("throughput / GPU", "served of offered", "finished in the window", "TTFT p50",
+    for label in ("throughput / GPU", "served / offered", "finished in the window", "TTFT p50",
                   "TTFT p99", "TPOT p50", "TPOT p99"):
         assert label in text
     assert "tok/s" in text and " ms" in text
     _wait_charts(page, 6)                            # provenance, 2 CDFs, layer breakdown, rank load, step time
     page.get_by_role("button", name="summary.json").wait_for()
     _no_errors(page)
+    _metrics_whole(page)
     _legends_whole(page, ["attention", "dispatch", "experts", "combine"])
     charts = _readable(page, min_plot_px=250)
     # the provenance bars name every part on their axis, block ops included, with one x title
@@ -219,6 +227,7 @@ def test_predicted_vs_measured_page(page):
     page.get_by_role("button", name="Judge the extrapolation hold-outs").wait_for()
     _wait_charts(page, 2)
     _no_errors(page)
+    _metrics_whole(page)
     page.get_by_text("Measured on").first.wait_for()
     labels = _legends_whole(page, ["dispatch", "held out", "fit set"])
     assert any(label.endswith(("bf16", "fp8", "-")) for label in labels), labels   # shape, dtype
@@ -242,6 +251,7 @@ def test_eplb_page(page):
     page.get_by_text("best: rebalance every").wait_for()
     _wait_charts(page, 6)
     _no_errors(page)
+    _metrics_whole(page)
     _legends_whole(page, ["rebalance"])
     _readable(page, min_plot_px=200)
     assert "-s windows" not in page.inner_text("body")              # "0.67 s windows"
@@ -258,6 +268,7 @@ def test_planner_page(page):
     page.get_by_text("Chosen among the points that keep up").wait_for()
     _wait_charts(page, 3)
     _no_errors(page)
+    _metrics_whole(page)
     # the SLO targets drawn (and named in the legend, not written over the data)
     _legends_whole(page, ["Pareto frontier", "meets the SLO", "TPOT p99 target 50", "TTFT p99 target 2000"])
     for width in (1280, 1920, WIDTH):               # the reading widths: every plot wide enough
@@ -275,6 +286,7 @@ def test_compare_page(page):
     page.get_by_text("Why: MoE layer").wait_for()
     _wait_charts(page, 1)
     _no_errors(page)
+    _metrics_whole(page)
     text = page.inner_text("[data-testid=stMain]")
     assert "deployment.moe_a2a_backend" in text and "mooncake → deepep" in text
     assert "keep-up A: " in text and "keep-up B: " in text
