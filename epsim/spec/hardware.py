@@ -21,7 +21,9 @@ class HardwareSpec(BaseModel):
     bf16_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak")
     fp8_tflops: float = Field(gt=0, description="dense FP8 tensor-core peak")
     hbm_gbps: float = Field(gt=0, description="HBM bandwidth, GB/s")
-    hbm_gib: float = Field(gt=0)
+    hbm_gib: float = Field(gt=0, description="HBM the device reports (GiB, 2^30 bytes): what "
+                           "SGLang's memory profile divides; the zoo converts its MiB once")
+    hbm_gb: float | None = Field(default=None, gt=0, description="the datasheet figure as sold")
     nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
     gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
     network: NetworkKind = Field(default="infiniband", description="default scale-out kind")

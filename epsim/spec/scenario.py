@@ -61,10 +61,10 @@ class Scenario(BaseModel):
                 raise ValueError(f"workload.initial_running_per_rank ('{STEADY}') needs "
                                  f"deployment.disaggregation_mode: decode (it starts decode "
                                  f"requests; this is {d.disaggregation_mode!r})")
-            if not hasattr(w.arrivals, "rate_per_s"):
+            if not hasattr(w.arrivals, "rate_per_s") and w.arrivals.kind != "concurrency":
                 raise ValueError(f"workload.initial_running_per_rank ('{STEADY}') needs arrivals "
-                                 f"with a rate_per_s (poisson or bursty) to find the steady "
-                                 f"batch; give a number instead")
+                                 f"with a rate_per_s (poisson or bursty) or clients (concurrency) "
+                                 f"to find the steady batch; give a number instead")
         location = d.init_expert_location
         if location not in ("trivial", "from_skew") and not (Path(self.base_dir) / location).exists():
             raise ValueError(f"deployment.init_expert_location ({location!r}) must be trivial, "
