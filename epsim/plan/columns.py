@@ -54,7 +54,8 @@ METRIC_COLUMNS: tuple[str, ...] = (
 )
 
 DERIVED_COLUMNS: tuple[str, ...] = (
-    "num_gpus", "num_nodes", "cost_per_hour", "expert_slots_per_gpu", "expert_weights_gib_per_gpu",
+    "num_gpus", "num_instances", "num_nodes", "cost_per_hour", "expert_slots_per_gpu",
+    "expert_weights_gib_per_gpu",
     "other_weights_gib_per_gpu", "kv_cache_gib_per_gpu", "hbm_headroom_gib",
     "mem_fraction_static", "kv_pool_gib_per_gpu", "max_total_num_tokens", "kv_running_limit",
     "initial_running_per_rank",
@@ -114,7 +115,7 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
     a "steady" start).
 
     One serving instance uses `ep_size` GPUs (DP attention or TP attention over the same
-    GPUs); one GPU's memory is `epsim.sim.memory`'s: `(experts + redundant) / ep_size` expert
+    GPUs), `num_instances` of them `num_gpus`; one GPU's memory is `epsim.sim.memory`'s: `(experts + redundant) / ep_size` expert
     slots of every MoE layer, the rest of the weights (replicated with DP attention, split with
     TP attention), the speculative draft's layer. `kv_cache_gib_per_gpu` is the KV of
     `max_running_requests` requests at mean input + output length, `hbm_headroom_gib` the HBM
@@ -122,13 +123,14 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
     pool SGLang would allocate, `kv_running_limit` the requests of mean context it holds.
     """
     m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
-    num_gpus = d.ep_size
+    num_gpus = d.ep_size * d.num_instances           # every instance sharing the workload
     gpus_per_node = c.gpus_per_node_resolved
     plan = memory_plan(scenario)
     context = mean_length(w.input_len) + mean_length(w.output_len)
     kv_gib = d.max_running_requests * context * kv_bytes_per_token(m, d) / GIB
     return {
         "num_gpus": float(num_gpus),
+        "num_instances": float(d.num_instances),
         "num_nodes": float(math.ceil(num_gpus / gpus_per_node)),
         "cost_per_hour": num_gpus * c.price_per_gpu_hour,
         "expert_slots_per_gpu": (m.num_experts + d.ep_num_redundant_experts) / d.ep_size,

@@ -192,6 +192,8 @@ def summarize(result: SimResult) -> dict:
         "warmup_s": result.warmup_s,
         "wall_seconds": result.wall_seconds,
         "num_gpus": result.num_gpus,
+        # instances sharing the workload (xPyD's side, or replicas); the numbers are one's
+        "num_instances": result.scenario.deployment.num_instances,
         "num_steps": int(steps["step_us"].shape[0]),
         "num_measured_steps": int(measured.sum()),
         "num_requests": {"arrived": int((~result.is_initial).sum()), "measured": num_measured,
@@ -205,7 +207,8 @@ def summarize(result: SimResult) -> dict:
         "keep_up": keep_up(result.arrival_s, result.first_token_s, result.is_initial, lost,
                            result.warmup_s, result.duration_s, ttft["p99"],
                            step_start_s=steps["start_us"] * 1e-6, num_running=steps["num_running"],
-                           clients=getattr(result.scenario.workload.arrivals, "clients", None)),
+                           clients=getattr(result.scenario.one_instance().workload.arrivals,
+                                           "clients", None)),
         # one GPU's memory and how its KV pool bound admission (`epsim.sim.memory`, `.kv_pool`)
         "kv_cache": result.kv_cache,
         # the same run as sglang.bench_serving would report it (`epsim.report.benchmark`)

@@ -90,6 +90,8 @@ class Simulation:
     def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
                  progress: bool = False, scenario_processes: bool = True,
                  engine: str | None = None, leap: bool = True):
+        self.stated = scenario              # as written; the run is one instance's share of it
+        scenario = scenario.one_instance()
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.progress = progress
@@ -347,7 +349,7 @@ class Simulation:
         n = max(metrics.num_measured_steps, 1)
         prof = self.profile
         return SimResult(
-            scenario=self.scenario, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
+            scenario=self.stated, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
             num_gpus=self.scenario.deployment.ep_size, steps=metrics.step_table(),
             layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
             rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,

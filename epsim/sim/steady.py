@@ -385,6 +385,7 @@ def steady_state(scenario, profile=None) -> Steady:
     Raises:
         SpecError: see `SteadyStateModel`.
     """
+    scenario = scenario.one_instance()          # one instance's share of the workload
     arrivals = scenario.workload.arrivals
     if not hasattr(arrivals, "rate_per_s"):
         if arrivals.kind != "concurrency":
@@ -414,5 +415,5 @@ def steady_running_per_rank(scenario, profile=None) -> int:
     steady` starts a run with, resolved per run, so every point of a sweep and every rate of a
     `--max-rate` bisection starts at its own."""
     running = steady_state(scenario, profile).running_per_rank
-    max_running = steady_model(scenario, profile).max_running
+    max_running = steady_model(scenario.one_instance(), profile).max_running
     return steady_start(running, max_running) if np.isfinite(running) else max_running

@@ -71,6 +71,12 @@ class DeploymentSpec(BaseModel):
                     "model), or a file of recorded expert loads (our JSONL trace, an SGLang "
                     "expert-distribution dump, .json/.csv/.npy [layers, experts])")
 
+    # instances behind the router: xPyD's x (prefill) or y (decode), or colocated replicas
+    num_instances: int = Field(
+        default=1, ge=1, le=4096, description="instances of this deployment sharing the workload "
+        "(the router sends each 1/num_instances of it, round-robin: xPyD's count on this side); "
+        "one is simulated")
+
     # memory (SGLang's server arguments; `epsim.sim.memory`, `epsim.sim.kv_pool`)
     mem_fraction_static: float | None = Field(
         default=None, gt=0, lt=1, description="share of the GPU's memory for weights and the KV "

@@ -163,3 +163,39 @@ def test_max_clients_brackets_the_slo_boundary(tmp_path):
 def steady_tpot_ms(scenario) -> float:
     from epsim.sim.steady import steady_state
     return steady_state(scenario).tpot_s * 1e3
+
+
+def test_instances_share_the_workload():
+    # xPyD: 2 decode instances behind the router, each simulated one gets half the clients
+    sc = tiny_scenario(
+        deployment={"disaggregation_mode": "decode", "num_instances": 2},
+        workload={"arrivals": {"kind": "concurrency", "clients": 8},
+                  "input_len": {"kind": "fixed", "value": 64},
+                  "output_len": {"kind": "fixed", "value": 8}, "duration_s": 0.6, "warmup_s": 0.0})
+    result = simulate(sc)
+    ends = (result.steps["start_us"] + result.steps["step_us"]) * 1e-6
+    finish = np.where(np.isfinite(result.finish_s), result.finish_s, np.inf)
+    in_flight = ((result.arrival_s[None, :] <= ends[:, None])
+                 & (finish[None, :] > ends[:, None])).sum(axis=1)
+    assert (in_flight == 4).all()
+    s = summarize(result)
+    assert s["num_instances"] == 2 and s["scenario"]["workload"]["arrivals"]["clients"] == 8
+    assert s["keep_up"]["verdict"].startswith("closed loop of 4 clients")
+    # an open loop: each instance gets half the rate
+    open_loop = tiny_scenario(deployment={"num_instances": 4})
+    assert open_loop.one_instance().workload.arrivals.rate_per_s == 100.0
+    with pytest.raises(SpecError, match=r"num_instances \(2\) needs poisson, bursty or concurrency"):
+        tiny_scenario(deployment={"num_instances": 2},
+                      workload={"arrivals": {"kind": "trace", "path": __file__}})
+
+
+def test_colocated_closed_loop_starts_steady_and_matches_the_steady_model():
+    # aggregated serving: prefill and decode on one instance, started at the screen's batch
+    from epsim.sim.steady import steady_state
+    sc = _closed(16, mode="null", initial_running_per_rank="steady", duration_s=1.5,
+                 warmup_s=0.5)
+    state = steady_state(sc)
+    result = simulate(sc)
+    assert result.initial_running_per_rank == 4
+    bench = summarize(result)["bench_serving"]
+    assert bench["mean_tpot_ms"] == pytest.approx(state.tpot_s * 1e3, rel=0.15)
