@@ -186,6 +186,15 @@ def _add_validate(sub) -> None:
     p.add_argument("--published", action="store_true",
                    help="published results (DeepEP, LMSYS, TensorRT-LLM, EPLB reports) against "
                         "datasheet predictions; --out FILE writes the table (docs/published.md)")
+    p.add_argument("--composition", action="store_true",
+                   help="the composition axis: whole decoder layers and stacks measured on one GPU "
+                        "(live.bench.layers; default records: the shipped h200_layer set) against "
+                        "the simulator's layer, per a2a backend; --out DIR writes composition.md "
+                        "and composition.csv, --doc FILE its section (docs/validation.md)")
+    p.add_argument("--timing", choices=("device", "eager"), default="device",
+                   help="--composition: the records' timing to judge (default device: CUDA-graph "
+                        "replays, what a decode step pays; eager: one call from an idle device, "
+                        "priced as an eager step; all a CPU run has)")
 
 
 def _add_plan(sub) -> None:

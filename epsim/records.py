@@ -5,7 +5,9 @@ predictions against them. Times are microseconds; counts are per rank, rank orde
 
 Schema 2 (`epsim.record/2`) adds, all optional: the single-GPU kinds (`attention_prefill`,
 `attention_decode`, `dense_mlp`, `block_ops`), `timing` (what a time measures: device, host or eager),
-`num_local_experts`, the attention sizes and `intermediate_size`. Version 1 lines still read.
+`num_local_experts`, the attention sizes and `intermediate_size`. Schema 3 (`epsim.record/3`)
+adds the whole-layer kinds of `live.bench.layers` (`decoder_layer`, `layer_stack`, `layer_part`).
+Version 1 and 2 lines still read.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from epsim import vocab
 from epsim.errors import RecordError
 from epsim.spec.errors import format_error
 
-SCHEMA = "epsim.record/2"
-READABLE_SCHEMAS = ("epsim.record/1", SCHEMA)
+SCHEMA = "epsim.record/3"
+READABLE_SCHEMAS = ("epsim.record/1", "epsim.record/2", SCHEMA)
 RecordDtype = Literal[(*vocab.DISPATCH_DTYPES, "")]   # "": the backend's native dtype
 
 RecordKind = Literal[
@@ -41,6 +43,9 @@ RecordKind = Literal[
     "attention_decode",   # one new token per sequence against a KV cache (one GPU)
     "dense_mlp",     # a dense SwiGLU MLP: dense layers, DeepSeek's shared expert (one GPU)
     "block_ops",     # the block's own ops: router, permute, top-k weighting and sum (one GPU)
+    "decoder_layer",  # a whole decoder layer in decode, one GPU: EP 1 or a virtual EP n rank
+    "layer_stack",   # `num_layers` decoder layers in one CUDA graph (one GPU)
+    "layer_part",    # a decoder layer's own sub-block (`extra.part`), timed alone (one GPU)
 ]
 
 # What a record's times measure (schema 2):
@@ -84,7 +89,7 @@ class MeasurementRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_: Literal["epsim.record/1", "epsim.record/2"] = Field(default=SCHEMA, alias="schema")
+    schema_: Literal[READABLE_SCHEMAS] = Field(default=SCHEMA, alias="schema")
     kind: RecordKind
     timing: Timing = Field(default="", description="device | host | eager (see `Timing`)")
     backend: str = Field(min_length=1, description="none | torch | mooncake | deepep | p2p")

@@ -90,6 +90,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     moe = cost_model.moe(loads, np.full(ep, float(tokens_per_rank)), tables,
                          "decode" if deepep_mode == "low_latency" else "prefill", graph=graph)
     cost_model.record_layer(moe, graph, tokens_per_rank)
+    params = cost_model.params
+    send = params.eager.stage("dispatch", mode)        # None for `none`: its all-gather
     tr = moe.traffic
     pairs = tr.pairs[0]
     net = cluster.network_resolved
@@ -101,14 +103,13 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "dispatch_dtype": dispatch_dtype, "skew": skew, "seed": seed,
         "dispatch_us": float(moe.dispatch_us[0]), "experts_us": float(moe.experts_us[0]),
         "combine_us": float(moe.combine_us[0]), "block_ops_us": float(np.ravel(moe.block_ops_us)[0]),
-        "layer_us": float(moe.layer_us[0]), "block_ops_parts": list(cost_model.block_ops_parts[not graph]),
+        "layer_us": float(moe.layer_us[0]), "block_ops_parts": list(params.step(graph).block_ops_parts),
         "max_rank_pairs": float(pairs.max()), "mean_rank_pairs": float(pairs.mean()),
         "busiest_nvl_copies": float(tr.nvl_copies[0].max()),
         "busiest_rdma_copies": float(tr.rdma_copies[0].max()),
         "network": net.kind, "network_detail": net.describe(),
-        "transport": cost_model.transport.name,
-        "rdma_gbps": float(cost_model.comm_params.get(("dispatch", mode),
-                                                      cost_model.collective_params)["rdma_gbps"]),
+        "transport": params.transport.name,
+        "rdma_gbps": float((send.params if send else params.collectives.allreduce)["rdma_gbps"]),
         "profile": profile.name or profile.path or "datasheet",
         **_stages(cost_model, moe, graph),
         "provenance": provenance(cost_model, of="layer time"),
@@ -120,16 +121,18 @@ def _stages(cost_model, moe, graph: bool) -> dict:
     (None where a part has no measured spread; the layer's band adds its parts' bands)."""
     from epsim.cost.timing import stage_band
     host, band = {}, {}
+    step = cost_model.params.step(graph)
     for kind, values in (("dispatch", moe.dispatch_us), ("experts", moe.experts_us),
                          ("combine", moe.combine_us)):
-        if cost_model.backend == "none" and kind != "experts":
+        stage = step.stage(kind, moe.mode)
+        if stage is None:                          # `none`: no all-to-all stages
             host[kind], band[kind] = 0.0, None
             continue
-        timing = cost_model.timings[(kind, moe.mode if kind != "experts" else "", not graph)]
-        host[kind] = cost_model.host_us(kind, moe.mode, graph)
-        band[kind] = stage_band(cost_model.profile, timing, float(values[0]) - host[kind], graph)
-    host["block_ops"] = cost_model.block_ops_host_us(graph)
-    band["block_ops"] = stage_band(cost_model.profile, cost_model.block_ops_timings[not graph],
+        host[kind] = stage.host_us
+        band[kind] = stage_band(cost_model.profile, stage.timing, float(values[0]) - host[kind],
+                                graph)
+    host["block_ops"] = step.block_ops.host_us
+    band["block_ops"] = stage_band(cost_model.profile, step.block_ops.timing,
                                    float(np.ravel(moe.block_ops_us)[0]) - host["block_ops"], graph)
     layer = None
     if all(b is not None for b in band.values()):

@@ -127,9 +127,48 @@ def extrapolation_lines(extrapolation: list) -> list[str]:
                     [[c, *(cell.get((a, c), "-") for a in axes)] for c in components], indent=""))
 
 
+def run_composition(args):
+    """`epsim validate --composition`: whole layers measured on one GPU against the simulator's
+    layer (`epsim.validate.composition`); tables to `--out` (composition.md, composition.csv)
+    and to `--doc`'s composition section."""
+    from epsim.commands.output import Report
+    from epsim.io import check_output_dir
+    from epsim.profile import load_profile
+    from epsim.validate.composition import compose_files, default_composition_paths
+    from epsim.validate.composition_table import (DOC_MARKERS, markdown, rows_json,
+                                                  summary_lines, write_csv)
+    from epsim.validate.report import read_doc, update_doc
+
+    paths = [Path(p) for p in args.records] if args.records else default_composition_paths()
+    if not paths:
+        raise EpsimError("--records (none given) must name whole-layer record files "
+                         "(live.bench.layers): none ship in this install")
+    out = check_output_dir(args.out) if args.out else None        # checked before the work
+    if args.doc:
+        read_doc(Path(args.doc), DOC_MARKERS)
+    profile = load_profile(args.profile)
+    comp = compose_files(paths, profile, timing=args.timing, strict=args.strict)
+    text = markdown(comp)
+    files = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "composition.md").write_text(text)
+        files += [out / "composition.md", write_csv(comp, out / "composition.csv")]
+    if args.doc:
+        update_doc(Path(args.doc), text, DOC_MARKERS)
+        files.append(Path(args.doc))
+    lines = [f"profile      {profile.name or profile.path} (hardware {profile.hardware})",
+             *summary_lines(comp)]
+    if out is not None:
+        lines.append(f"full tables (layer, stack, parts) in {out / 'composition.md'}")
+    return Report(rows_json(comp), lines, files=files)
+
+
 def run(args):
     if getattr(args, "published", False):
         return run_published(args)
+    if getattr(args, "composition", False):
+        return run_composition(args)
     from epsim.calibrate import default_record_paths
     from epsim.commands.output import Report
     from epsim.profile import default_profile_path, load_profile

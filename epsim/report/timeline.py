@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from epsim.cost.model import StepCost
+from epsim.cost.step import StepCost
 
 
 def _event(name: str, start_us: float, dur_us: float, tid: int, layer: int) -> dict:

@@ -28,8 +28,9 @@ from typing import Callable, Generator
 import numpy as np
 import simpy
 
-from epsim.cost.model import CostModel, StepCost
+from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
+from epsim.cost.step import StepCost
 from epsim.errors import SpecError
 from epsim.eplb.placement import Placement
 from epsim.profile import Profile, load_profile
@@ -362,7 +363,7 @@ class Simulation:
             elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],
             profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
                           "records_sha256": prof.provenance.records_sha256,
-                          "applies": self.cost_model.profile_applies,
+                          "applies": self.cost_model.params.profile_applies,
                           "components": {k: v.source for k, v in sorted(prof.components.items())},
                           "provenance": provenance(self.cost_model)},
             wall_seconds=wall_seconds, last_step=self.last_step,

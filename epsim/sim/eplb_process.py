@@ -145,7 +145,7 @@ class EPLBManager:
         self.sim = sim
         m, c, d = sim.scenario.model, sim.scenario.cluster, sim.scenario.deployment
         self.model, self.deployment = m, d
-        self.params = rebalance_params(sim.profile if sim.cost_model.profile_applies else None, c)
+        self.params = rebalance_params(sim.profile if sim.cost_model.params.profile_applies else None, c)
         self.window = LoadWindow(d.expert_distribution_recorder_buffer_size, m.num_moe_layers,
                                  m.num_experts)
         self.events: list[RebalanceEvent] = []

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.model import StepBlock, StepCost
+from epsim.cost.step import StepBlock, StepCost
 from epsim.sim.saturation import Saturated
 from epsim.sim.stepper import PoolStepper
 

@@ -30,7 +30,9 @@ import os
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
-from epsim.cost.model import CostModel, MoECost, StepCost
+from epsim.cost.model import CostModel
+from epsim.cost.moe import MoECost
+from epsim.cost.step import StepCost
 from epsim.cost.tables import PlacementTables
 from epsim.cost.traffic import traffic_at
 from epsim.routing.sampling import LoadRows

@@ -78,8 +78,9 @@ def holdout_of(profile: Profile, rule: str | None) -> Holdout:
     return Holdout.parse(profile.provenance.holdout.get("rule"))
 
 
-def _read_doc(path: Path) -> tuple[str, int, int]:
-    """The markdown text of `--doc` and where its generated part begins and ends.
+def read_doc(path: Path, markers: tuple[str, str] = (DOC_BEGIN, DOC_END)) -> tuple[str, int, int]:
+    """The markdown text of `--doc` and where its generated part (between `markers`) begins
+    and ends.
 
     Raises:
         SpecError / ProfileError: not a writable text file, or the markers missing.
@@ -87,17 +88,17 @@ def _read_doc(path: Path) -> tuple[str, int, int]:
     from epsim.io import check_output_file, read_text
     check_output_file(path, "--doc", must_exist=True)
     doc = read_text(path, "--doc file", error=ProfileError)
-    begin, end = doc.find(DOC_BEGIN), doc.find(DOC_END)
+    begin, end = doc.find(markers[0]), doc.find(markers[1])
     if begin < 0 or end < begin:
-        raise ProfileError(f"{path}: markers ({DOC_BEGIN!r} ... {DOC_END!r}) must enclose the "
-                           f"generated tables")
+        raise ProfileError(f"{path}: markers ({markers[0]!r} ... {markers[1]!r}) must enclose "
+                           f"the generated tables")
     return doc, begin, end
 
 
-def update_doc(path: Path, text: str) -> None:
-    """Replace the generated part of a markdown file (between DOC_BEGIN and DOC_END)."""
-    doc, begin, end = _read_doc(path)
-    path.write_text(doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:])
+def update_doc(path: Path, text: str, markers: tuple[str, str] = (DOC_BEGIN, DOC_END)) -> None:
+    """Replace the generated part of a markdown file (between the two markers)."""
+    doc, begin, end = read_doc(path, markers)
+    path.write_text(doc[:begin + len(markers[0])] + "\n\n" + text + "\n" + doc[end:])
 
 
 def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
@@ -121,7 +122,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     if out is not None:
         check_output_dir(out)
     if doc is not None:
-        _read_doc(Path(doc))
+        read_doc(Path(doc))
     holdout = holdout_of(profile, rule)
     records, files = load_records(paths, strict=strict)
     where = measured_on(records)

@@ -33,7 +33,8 @@ from live.bench.component_ops import (AttentionShape, ExpertShape, MlpShape, Poi
                                       build_op)
 from live.bench.op_timing import L2Flush, time_op
 from live.bench.provenance import collect
-from live.bench.run import RunResult, add_run_options, check_counts, open_records, write_summary
+from live.bench.run import (RunResult, add_run_options, check_counts, open_records,
+                             run_one_device)
 from live.dist import rank_device
 from live.errors import LiveError
 
@@ -227,7 +228,7 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
             result.skipped.append(f"{len(schedule) - done} points not started, time budget spent")
             break
         try:
-            records = _time_point(point, pass_id, plan, weights, max_local[point.shape], flush,
+            records = time_point(point, pass_id, plan, weights, max_local[point.shape], flush,
                                   provenance)
         except Exception as exc:  # noqa: BLE001 - reported; one failed point ends no run
             records = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
@@ -248,8 +249,8 @@ def run_components(plan: ComponentPlan, records_path: str | Path, budget_s: floa
     return result
 
 
-def _time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_local: int, flush,
-                provenance: dict):
+def time_point(point: Point, pass_id: int, plan: ComponentPlan, weights, max_local: int, flush,
+               provenance: dict):
     """The records of one point (one per timing), or why it was left out (a string)."""
     op, fields = build_op(point, weights, max_local, plan.seed)
     if op is None:
@@ -290,24 +291,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="calibration: the fit grid; holdout: attention shapes and decode "
                              "batches the fit grid does not reach (to judge the fits on)")
     args = parser.parse_args(argv)
-    if not args.cpu and not torch.cuda.is_available():
-        print("live.bench.components: error: no CUDA GPU visible; pass --cpu to time on the CPU",
-              file=sys.stderr)
-        return 2
-    try:
-        plan = plan_components("cpu" if args.cpu else "cuda", args.quick, args.kinds, args.iters,
-                               args.passes, args.seed, args.grid)
-    except LiveError as exc:
-        print(f"live.bench.components: error: {exc}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for note in plan.notes:
-        print(f"live.bench.components: {note}", file=sys.stderr)
-    result = run_components(plan, out / args.records_name, args.budget_s, not args.no_progress)
-    write_summary(out, "components", dict(result.summary(), notes=list(plan.notes)))
-    print(f"live.bench.components: {result.line()} -> {result.records_path}", file=sys.stderr)
-    return 0 if result.num_records else 1
+    return run_one_device("components", args, lambda: plan_components(
+        "cpu" if args.cpu else "cuda", args.quick, args.kinds, args.iters, args.passes, args.seed,
+        args.grid), run_components)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ device): its command line (output folder, records file, size, seed, iterations, 
 budget, progress), the checks on its counts, the records file it appends to, and its outcome
 (`RunResult`: records written, points run, problems, seconds, provenance). `log_to` is the
 output folder and log of every live entry point (the benches, `live.bench.eplb`,
-`live.bench.gpu_suite`).
+`live.bench.gpu_suite`); `run_one_device` what a one-device bench's command line does once
+parsed (`live.bench.components`, `live.bench.layers`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from live.errors import LiveError
 
@@ -105,3 +107,30 @@ def log_to(out: str | Path, name: str, mode: str = "w", levels: bool = False) ->
                         handlers=[logging.FileHandler(out / f"{name}.log", mode=mode),
                                   logging.StreamHandler(sys.stderr)])
     return out
+
+
+def run_one_device(name: str, args: argparse.Namespace, make_plan: Callable[[], object],
+                   run: Callable, summary: dict | None = None) -> int:
+    """A one-device bench's command line after parsing (`add_run_options(parser, name, ...)`):
+    no GPU visible without `--cpu`, or a plan `make_plan` refuses (LiveError), is one line and
+    exit 2; else the plan's notes, `run(plan, records_path, budget_s, progress)` into `--out`,
+    `<name>_summary.json` (plus `summary`) and exit 0 when records were written, 1 otherwise.
+    """
+    import torch
+    prog = f"live.bench.{name}"
+    if not args.cpu and not torch.cuda.is_available():
+        print(f"{prog}: error: no CUDA GPU visible; pass --cpu to time on the CPU", file=sys.stderr)
+        return 2
+    try:
+        plan = make_plan()
+    except LiveError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for note in plan.notes:
+        print(f"{prog}: {note}", file=sys.stderr)
+    result = run(plan, out / args.records_name, args.budget_s, not args.no_progress)
+    write_summary(out, name, dict(result.summary(), notes=list(plan.notes), **(summary or {})))
+    print(f"{prog}: {result.line()} -> {result.records_path}", file=sys.stderr)
+    return 0 if result.num_records else 1
