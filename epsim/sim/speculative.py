@@ -14,10 +14,10 @@ Each request then gets `k` tokens, 1 <= k <= num_steps + 1 (the accepted drafts 
 bonus token). The draft model of DeepSeek-V3/R1 is its MTP module: one decoder layer (MLA
 attention and an MoE layer with the target's experts, dispatched the same way) and the shared
 LM head, priced by the same cost model as a one-layer model (`DraftPricer`). The verify step is
-the target's decode step over `num_draft_tokens` tokens per request, each query reading its
-request's context (`verify_counts`): the cost model prices each decode token's KV reads, so a
-verify step reads a request's cache once per draft token, where the real kernel reads it once
-for all of them (an upper bound on the verify attention's memory traffic).
+the target's decode step over `num_draft_tokens` tokens per request (`verify_counts`): every
+token through the MoE layers and the LM head, the attention's FLOPs for every query, its KV
+cache read once per request and its decode kernel run once per request, the draft tokens' queries
+in one tile (`BatchCounts.decode_queries_per_seq`).
 
 Acceptance (`Acceptance`): each draft token is accepted, given the ones before it were, with a
 probability `a` alike at every position (a chain), so `P(k) = a^(k-1) (1 - a)` for k <= num_steps
@@ -92,7 +92,7 @@ def verify_counts(batch: BatchCounts, draft_tokens: int) -> BatchCounts:
     return BatchCounts(n * draft_tokens, batch.decode_context * draft_tokens + extra,
                        batch.prefill_tokens, batch.prefill_context, batch.prefill_pairs,
                        batch.sampled_tokens + n * (draft_tokens - 1), batch.phase,
-                       batch.prefill_seqs)
+                       batch.prefill_seqs, float(draft_tokens))
 
 
 class DraftPricer:
@@ -114,7 +114,7 @@ class DraftPricer:
             m.num_experts, d.ep_size, c.gpus_per_node_resolved)
         self.tables = build_tables(placement, d.ep_dispatch_algorithm)
         self.rng = np.random.Generator(np.random.SFC64([seed, 0xD4AF7]))
-        self.overhead_base_us = self.cost_model.overhead_params["base_us"]
+        self.overhead_base_us = self.cost_model.params.overhead["base_us"]
 
     def forward_us(self, batch: BatchCounts, t_s: float, rng: np.random.Generator) -> float:
         """One draft forward over `batch`, without the step's fixed overhead (the draft's

@@ -49,6 +49,7 @@ def test_verify_counts_run_every_draft_token():
     np.testing.assert_allclose(v.sampled_tokens, [12, 12])
     # query j reads context + j + 1 keys: 4 x 100 + (0+1+2+3) per request, 3 requests
     np.testing.assert_allclose(v.decode_context, [3 * (4 * 100 + 6)] * 2)
+    assert v.decode_queries_per_seq == 4.0       # one KV read and one kernel sequence per request
 
 
 def test_every_request_gets_its_output_and_the_accept_length_is_measured():
@@ -110,3 +111,20 @@ def test_speculation_pays_its_draft_and_verify():
 def test_bad_speculative_settings_name_the_field(deployment, message):
     with pytest.raises(SpecError, match=message):
         tiny_scenario(deployment=deployment)
+
+
+def test_a_verify_step_reads_each_cache_once_and_runs_every_query():
+    from epsim.cost.attention import attention_work
+    from epsim.zoo import get_model
+    qwen = get_model("Qwen3-235B-A22B")
+    decode = BatchCounts.uniform_decode(1, 8, context=4000.0)
+    verify = verify_counts(decode, 4)
+    as_tokens = BatchCounts(verify.decode_tokens, verify.decode_context, verify.prefill_tokens,
+                            verify.prefill_context, verify.prefill_pairs, verify.sampled_tokens)
+    (b_v, f_v), (b_t, f_t), (b_d, _) = (attention_work(b, qwen) for b in (verify, as_tokens, decode))
+    kv = qwen.kv_bytes_per_token_per_layer
+    # the same FLOPs as 32 decode tokens; the KV of 8 requests, not of 32 queries
+    np.testing.assert_allclose(f_v, f_t)
+    np.testing.assert_allclose(b_t - b_v, kv * verify.decode_context * (1 - 1 / 4))
+    assert b_v[0] == pytest.approx(b_d[0] + kv * (verify.decode_context[0] / 4 + 32
+                                                  - decode.decode_context[0] - 8), rel=1e-12)
