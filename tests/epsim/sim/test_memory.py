@@ -161,3 +161,15 @@ def test_kv_bound_run_reports_when_it_bound():
     assert kv["can_bind"] and kv["held_frac"] > 0.5 and kv["peak_used_frac"] <= 1.0
     per_rank = kv["max_total_num_tokens"] // (8192 + 512)
     assert result.steps["num_running"].max() <= 8 * per_rank + 8
+
+
+def test_the_steady_batch_is_capped_by_the_pool():
+    # 0.715 of the H200 leaves a pool of ~8 requests of 8192 + 1024 / 2 tokens with their 512
+    # reserved: the steady model's batch limit is that, not the 64 slots
+    from epsim.sim.memory import kv_running_limit
+    from epsim.sim.steady import steady_model
+    sc = _ds_scenario(mem_fraction_static=0.715, max_running_requests=64)
+    model = steady_model(sc)
+    plan = memory_plan(sc)
+    assert model.max_running == kv_running_limit(plan.max_total_num_tokens, model.decode_context, 512)
+    assert 1 <= model.max_running < 64
