@@ -24,11 +24,11 @@ the run without MTP, beside the published ones.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
+
+from recorded import write_recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "deepseek_v3_mtp_decode.yaml"
@@ -86,14 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     report = table(run())
     print(report)
     if args.write:
-        text = (f"# MTP against LMSYS's measurement\n\n`python benchmarks/mtp_lmsys.py --write` "
-                f"({time.perf_counter() - start:.0f} s on {platform.node() or 'this machine'}: "
-                f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-                f"{platform.python_version()}); the scenario, the quotes and what is compared: "
-                f"the script's docstring.\n\n{report}\n")
-        tmp = RESULTS.with_suffix(".md.tmp")
-        tmp.write_text(text)
-        tmp.replace(RESULTS)
+        write_recorded(RESULTS, "MTP against LMSYS's measurement",
+                       "python benchmarks/mtp_lmsys.py --write", start, report)
         print(f"wrote {RESULTS.relative_to(ROOT)}")
     return 0
 

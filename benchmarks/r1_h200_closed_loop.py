@@ -21,11 +21,11 @@ Nothing is tuned to the measurement.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
+
+from recorded import write_recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "deepseek_r1_h200_closed_loop.yaml"
@@ -74,14 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     text = report()
     print(text)
     if args.write:
-        body = (f"# DeepSeek-R1 FP8 on 8 H200, closed loop (issue #38)\n\n`python "
-                f"benchmarks/r1_h200_closed_loop.py --write` ({time.perf_counter() - start:.0f} s on "
-                f"{platform.node() or 'this machine'}: {platform.processor() or platform.machine()}, "
-                f"{os.cpu_count()} CPUs, Python {platform.python_version()}); what is compared: "
-                f"the script's docstring.\n\n{text}\n")
-        tmp = RESULTS.with_suffix(".md.tmp")
-        tmp.write_text(body)
-        tmp.replace(RESULTS)
+        write_recorded(RESULTS, "DeepSeek-R1 FP8 on 8 H200, closed loop (issue #38)",
+                       "python benchmarks/r1_h200_closed_loop.py --write", start, text)
         print(f"wrote {RESULTS.relative_to(ROOT)}")
     return 0
 
