@@ -109,6 +109,9 @@ class Simulation:
         self.requests = sample_requests(w, self.seed, scenario.base_dir)
         dp = scenario.dp_size
         max_running = d.max_running_requests
+        self.memory = memory_plan(scenario)               # weights, the KV pool (`epsim.sim.memory`)
+        if not self.memory.fits:
+            raise SpecError(f"deployment ({scenario.name}) does not fit: {self.memory.reason}")
         # "steady" resolved: the steady-batch model's batch of this scenario (`epsim.sim.steady`)
         self.initial_running_per_rank = initial_running_per_rank(scenario, self.profile)
         initial, progress_done = self._initial_requests(dp, max_running)
@@ -119,9 +122,6 @@ class Simulation:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
                             f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
                             f"raise the arrival rate or the duration")
-        self.memory = memory_plan(scenario)               # weights, the KV pool (`epsim.sim.memory`)
-        if not self.memory.fits:
-            raise SpecError(f"deployment ({scenario.name}) does not fit: {self.memory.reason}")
         self.kv_pool = KVPool(self.memory.max_total_num_tokens, d.num_reserved_decode_tokens,
                               max_running, self._longest_context(initial), w.warmup_s)
         # speculative decoding: tokens per verify step and the draft's forwards (`speculative`)
@@ -163,8 +163,7 @@ class Simulation:
         completions are spread out as in a steady state."""
         w, d = self.scenario.workload, self.scenario.deployment
         # at most what the slots and the KV pool hold at a part-way context (`epsim.sim.memory`)
-        plan = memory_plan(self.scenario)
-        kv_limit = kv_running_limit(plan.max_total_num_tokens, w.input_len.mean_tokens
+        kv_limit = kv_running_limit(self.memory.max_total_num_tokens, w.input_len.mean_tokens
                                     + w.output_len.mean_tokens / 2, d.num_reserved_decode_tokens)
         per_rank = min(self.initial_running_per_rank, max_running, kv_limit)
         if w.arrivals.kind == "concurrency":     # each one client's request
@@ -299,9 +298,9 @@ class Simulation:
         yield env.timeout(cost.step_us + draft + extra)
         gaps = sched.commit(plan, env.now * 1e-6)
         prefill_tokens = float(batch.prefill_tokens.sum())
-        verified = float(requests.sum()) * sched.draft_tokens
-        first = float(batch.sampled_tokens.sum()) - verified if plan.requests is not None else float(
-            batch.sampled_tokens.sum())
+        # first tokens of prompts that finished prefill (rows sampled beyond the verify's), and
+        # the tokens the verify gave its requests
+        first = float(batch.sampled_tokens.sum()) - float(requests.sum()) * sched.draft_tokens
         emitted = sched.emitted_tokens if plan.requests is not None else 0.0
         self.metrics.record(
             start, cost.step_us + draft + extra, extra, cost, output_tokens=emitted + first,

@@ -299,7 +299,6 @@ class SteadyStateModel:
         return Steady(t_d / (1.0 - n_p * t_p), ttft, t_d, running, lam * self.dp,
                       lam * (i + out) * self.dp, lam * out * self.dp, True)
 
-
     def _closed(self, mode: str) -> Steady:
         """A closed loop's steady state (module doc): the clients' rate at their batch."""
         cap, out, i = self.max_running, self.output_len, self.input_len
