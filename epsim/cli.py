@@ -195,6 +195,20 @@ def _add_validate(sub) -> None:
                    help="--composition: the records' timing to judge (default device: CUDA-graph "
                         "replays, what a decode step pays; eager: one call from an idle device, "
                         "priced as an eager step; all a CPU run has)")
+    p.add_argument("--silicon", nargs="?", const="", default=None, metavar="CSV",
+                   help="the public silicon sample's SGLang MoE rows (default CSV: an installed "
+                        "aiconfigurator-core's), epsim beside AIConfigurator; --doc docs/silicon.md "
+                        "regenerates the page, --out DIR gets silicon_rows.json.gz and "
+                        "silicon_features.md (docs/silicon.md)")
+    p.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="with --silicon: N in-scope rows drawn by --seed")
+    p.add_argument("--seed", type=int, default=0, help="with --silicon --sample: the draw's seed")
+    p.add_argument("--approximate", action="store_true",
+                   help="with --silicon: rows the spec cannot express run as the nearest scenario "
+                        "it can, tagged and tabled apart (never in the headline)")
+    p.add_argument("--no-peer", action="store_true", help="with --silicon: skip AIConfigurator")
+    executor_options(p)
+    p.add_argument("--ray-address", default=None, help="with --executor ray: ray.init(address=...)")
 
 
 def _add_plan(sub) -> None:

@@ -164,7 +164,59 @@ def run_composition(args):
     return Report(rows_json(comp), lines, files=files)
 
 
+def run_silicon(args):
+    """`epsim validate --silicon [CSV]`: the public silicon sample's in-scope rows, epsim beside
+    the peer (docs/silicon.md); `--doc` regenerates that page, `--out` gets the per-row JSON and
+    the missing-features table."""
+    import platform
+
+    from epsim.commands.output import Report, wants_progress
+    from epsim.plan.executors import check_executor, default_workers
+    from epsim.validate.silicon import document, peer
+    from epsim.validate.silicon.rows import default_csv_path, read_rows
+    from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
+    path = Path(args.silicon) if args.silicon else default_csv_path()
+    if path is None:
+        raise EpsimError("--silicon (no CSV given) must name a silicon-sample CSV: none is installed "
+                         "(pip install 'epsim[peer]' brings aiconfigurator-core's)")
+    if args.sample is not None and args.sample < 1:
+        raise EpsimError(f"--sample ({args.sample}) must be >= 1 rows")
+    check_executor(args.executor, args.workers)
+    out = Path(args.out) if args.out else None
+    doc = Path(args.doc) if args.doc else None
+    if doc is not None:
+        from epsim.validate.report import read_doc
+        read_doc(doc)                            # markers checked before the work
+    if out is not None:
+        from epsim.io import check_output_dir
+        check_output_dir(out)
+    rows, scope = select(read_rows(path), args.sample, args.seed)
+    use_peer = not args.no_peer and peer.available()
+    workers = args.workers or default_workers()
+    entries, wall_s = run_rows(rows, args.approximate, use_peer, args.executor, workers,
+                               wants_progress(args), args.ray_address)
+    board = Scoreboard(entries, scope, str(path), args.approximate,
+                       f"AIConfigurator {peer.version()}" if use_peer else None, workers, wall_s,
+                       sample=f"--sample {args.sample} --seed {args.seed}" if args.sample else "",
+                       extra={"csv_given": bool(args.silicon),
+                              "machine": f"{default_workers()} CPUs ({platform.machine()}), Python "
+                                         f"{platform.python_version()}"})
+    notes = [] if use_peer or args.no_peer else ["the peer was not run: AIConfigurator is not "
+                                                 "installed (pip install 'epsim[peer]')"]
+    report = Report(document.rows_json(board), document.headline_lines(board), notes=notes)
+    if doc is not None:
+        document.write_doc(doc, document.section(board))
+        report.files.append(doc)
+    if out is not None:
+        document.write_rows(board, out / "silicon_rows.json.gz")
+        document.write_atomic(out / "silicon_features.md", document.features_markdown(board).encode())
+        report.files += [out / "silicon_rows.json.gz", out / "silicon_features.md"]
+    return report
+
+
 def run(args):
+    if getattr(args, "silicon", None) is not None:
+        return run_silicon(args)
     if getattr(args, "published", False):
         return run_published(args)
     if getattr(args, "composition", False):
