@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from epsim.errors import SpecError
 from epsim.spec.workload import STEADY
+from epsim.text import duration, number
 
 MAX_BYTES = 8 * 2**30            # memory budget of one run (GiB stated in messages)
 MAX_RANK_LAYER_STEPS = 1e12      # time budget: ~1 day of simulated R1 decode on 64 ranks
@@ -122,7 +123,6 @@ def check_eplb(algorithm: str, num_layers: int, num_replicas: int) -> None:
     seconds = eplb_seconds(algorithm, num_layers, num_replicas)
     nbytes = float(num_layers) * num_replicas * 8 * 8          # ~8 int64 [layers, slots] arrays
     if nbytes > MAX_BYTES or seconds > MAX_EPLB_SECONDS:
-        from epsim.commands.output import duration, number
         raise SpecError(f"--replicas ({num_replicas}) over {num_layers} layer(s) would take "
                         f"~{duration(seconds * 1e6)} and {number(nbytes / 2**30, 2)} GiB with {algorithm}; "
                         f"the budget is "

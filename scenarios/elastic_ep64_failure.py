@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import epsim
-from epsim.plan.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
+from epsim.commands.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
 from epsim.report import summarize
 
 SCENARIO = Path(__file__).with_suffix(".yaml")
@@ -129,7 +129,8 @@ def main(argv=None) -> dict:
                    f"refill them; steps {trans['step_ratio']:.2f}x meanwhile because fewer requests "
                    f"run -- not a speed-up)")
     text = (f"losing rank {failure.rank} of {ep} at {failure.at_s:g} s loses {lost} requests; "
-            f"transient: {stall_ms:.0f} ms recovery stall, {lighter}; new steady state at the same {rate:g} req/s on {ep - 1} ranks: "
+            f"transient: {stall_ms:.0f} ms recovery stall, {lighter}; new steady state at the same "
+            f"{rate:g} req/s on {ep - 1} ranks: "
             f"step {new['step_ms']['mean']:.2f} ms vs {base['step_ms']['mean']:.2f} ms on {ep} "
             f"({step_change * 100:+.1f} %), TPOT {new['tpot_ms']['mean']:.2f} vs "
             f"{base['tpot_ms']['mean']:.2f} ms ({tpot_change * 100:+.1f} %); keep-up on {ep - 1} "

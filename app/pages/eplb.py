@@ -10,8 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, data, ui
-from epsim.commands.output import number
 from epsim.errors import EpsimError, SpecError
+from epsim.text import number
 
 FROM_SCENARIO_PAGE = "the Scenario page's last run"
 RUN = "eplb_run"

@@ -77,7 +77,8 @@ def scenario_form(scenario, key: str) -> dict | None:
                                  ("dispatch_dtype", "dispatch dtype"), ("disaggregation_mode", "disaggregation")):
                 values[f"deployment.{field}"] = _select(label, _choices(DeploymentSpec, field),
                                                         getattr(d, field), f"{key}_{field}")
-            values["deployment.enable_dp_attention"] = st.checkbox("DP attention", d.enable_dp_attention, key=f"{key}_dp")
+            values["deployment.enable_dp_attention"] = st.checkbox("DP attention", d.enable_dp_attention,
+                                                                   key=f"{key}_dp")
             values["deployment.enable_two_batch_overlap"] = st.checkbox(
                 "two-batch overlap", d.enable_two_batch_overlap, key=f"{key}_tbo")
             values["deployment.max_running_requests"] = _int("max running requests / rank",

@@ -19,6 +19,7 @@ from typing import Iterable
 
 import numpy as np
 
+from epsim.calibrate.aic_tables import check_calibration_input
 from epsim.errors import RecordError
 from epsim.records import MeasurementRecord, iter_records
 
@@ -114,7 +115,8 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
     Returns:
         (records in file order, one RecordFileInfo per file).
     Raises:
-        RecordError: no files, an unreadable file, or (strict) a bad line.
+        RecordError: no files, an unreadable file, a file that is not a record file (an
+            end-to-end result: `aic_tables.check_calibration_input`), or (strict) a bad line.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -125,6 +127,7 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
         shown = _display(path)
         if not path.is_file():
             raise RecordError(f"{shown}: no such record file")
+        check_calibration_input(path)    # record files only: end-to-end results are never read
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             numbered = list(iter_records(path, strict=strict))

@@ -7,7 +7,12 @@ import sys
 import warnings
 from pathlib import Path
 
+from epsim.calibrate import Holdout, calibrate
+from epsim.calibrate.inputs import default_record_paths
+from epsim.commands.output import Report, wants_progress
 from epsim.errors import EpsimError
+from epsim.io import check_output_file
+from epsim.text import number
 
 DEFAULT_LIVE_DIR = Path("runs/calibrate")
 
@@ -95,7 +100,6 @@ def _measure(args) -> list[Path]:
 
 def _measure_components(args, records: Path) -> list[Path]:
     """One GPU: time every single-GPU component on it; communication from the shipped records."""
-    from epsim.calibrate.inputs import default_record_paths
     from live.bench.components import plan_components, run_components
 
     plan = plan_components("cuda", quick=args.quick)
@@ -118,7 +122,6 @@ def _run_live(args, records: Path, plan, run) -> None:
     Raises:
         EpsimError: the run measured nothing (naming its first problem).
     """
-    from epsim.commands.output import wants_progress
     records.write_text("")                     # a fresh file: the profile names exactly this run
     result = run(plan, records, args.budget_s, progress=wants_progress(args))
     for problem in result.problems:
@@ -130,7 +133,6 @@ def _run_live(args, records: Path, plan, run) -> None:
 
 
 def _summary(cal) -> list[str]:
-    from epsim.commands.output import number
     lines = [f"profile {cal.profile.name} (hardware {cal.profile.hardware}): fitted on "
              f"{cal.num_fit} records, {cal.num_held_out} held out "
              f"(rule {cal.holdout.describe()})",
@@ -145,20 +147,17 @@ def _summary(cal) -> list[str]:
 
 
 def run(args):
-    from epsim.calibrate import Holdout, calibrate
-    from epsim.commands.output import Report
-    from epsim.io import check_output_file
-
     holdout = Holdout.parse(args.holdout)
     if args.live:                 # where results go is checked before minutes of measuring
         out = check_output_file(args.out or DEFAULT_LIVE_DIR / "profile.json")
         check_output_file(args.records_out or DEFAULT_LIVE_DIR / "records.jsonl", "--records-out")
         paths = _measure(args)
-    else:
-        paths = [Path(p) for p in args.records]
+    else:                         # files, or `aic:SYSTEM[/FRAMEWORK[/VERSION]]` (epsim.calibrate.aic)
+        paths = [p if p.startswith("aic:") else Path(p) for p in args.records]
         out = check_output_file(args.out) if args.out else None
     cal = calibrate(paths, holdout, name=args.name or "", strict=args.strict,
-                    backends=args.backends, spread_paths=args.spread_records or ())
+                    backends=args.backends, spread_paths=args.spread_records or (),
+                    records_out=None if args.live else args.records_out)
     data = {"profile": cal.profile.model_dump(by_alias=True), "num_fit": cal.num_fit,
             "num_held_out": cal.num_held_out, "holdout": cal.holdout.describe(),
             "records": [str(p) for p in paths]}

@@ -11,14 +11,26 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.commands.output import Report
+from epsim.cost import CostModel, build_tables, contiguous_placement
+from epsim.cost.provenance import provenance
+from epsim.cost.timing import stage_band
+from epsim.eplb import Placement
 from epsim.errors import SpecError
+from epsim.profile import load_profile
+from epsim.routing import skew_from_dict
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.errors import validate
+from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
+from epsim.spec.network import NETWORK_KINDS
+from epsim.text import duration, table
+from epsim.zoo import get_hardware, get_model, model_names
 
 MAX_TOKENS_PER_RANK = 10**7   # tokens of one rank in one step; SGLang's prefill chunks are ~8k-16k
 
 
 def _model(name: str):
-    from epsim.spec.model import ModelSpec
-    from epsim.zoo import get_model, model_names
     if name in model_names():
         return get_model(name)
     if Path(name).is_file():
@@ -41,16 +53,6 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     Raises:
         SpecError: a value outside what the models accept (one line naming it).
     """
-    from epsim.cost import CostModel, build_tables, contiguous_placement
-    from epsim.cost.provenance import provenance
-    from epsim.eplb import Placement
-    from epsim.profile import load_profile
-    from epsim.routing import skew_from_dict
-    from epsim.spec.deployment import DeploymentSpec
-    from epsim.spec.errors import validate
-    from epsim.spec.hardware import ClusterSpec
-    from epsim.zoo import get_hardware
-
     if not 0 <= tokens_per_rank <= MAX_TOKENS_PER_RANK:
         raise SpecError(f"--tokens-per-rank ({tokens_per_rank:.6g}) must be >= 0 and <= "
                         f"{MAX_TOKENS_PER_RANK:.0e} (tokens one rank holds in one step)")
@@ -64,7 +66,6 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
                         f"(GPUs per {gpu} node)")
     if model.num_experts % ep:
         raise SpecError(f"--ep ({ep}) must divide the model's experts ({model.num_experts})")
-    from epsim.spec.network import NETWORK_KINDS
     if network is not None and network not in NETWORK_KINDS:
         raise SpecError(f"--network ({network!r}) must be one of {list(NETWORK_KINDS)}")
     cluster = validate(ClusterSpec, {"gpu": gpu, "num_nodes": max(1, ep // per_node),
@@ -119,7 +120,6 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
 def _stages(cost_model, moe, graph: bool) -> dict:
     """Host overhead per stage (0 in a graph step) and p10/p90 of each stage and the layer
     (None where a part has no measured spread; the layer's band adds its parts' bands)."""
-    from epsim.cost.timing import stage_band
     host, band = {}, {}
     step = cost_model.params.step(graph)
     for kind, values in (("dispatch", moe.dispatch_us), ("experts", moe.experts_us),
@@ -145,8 +145,6 @@ def _stages(cost_model, moe, graph: bool) -> dict:
 
 
 def run(args):
-    from epsim.commands.output import Report, duration, table
-    from epsim.profile import load_profile
     model = _model(args.model)
     profile = load_profile(args.profile) if args.profile else None
     result = layer_cost(model, args.cluster, args.backend, args.ep, args.tokens_per_rank,

@@ -4,6 +4,16 @@ the results directory (see `epsim.plan`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+from epsim.commands.fleet import run as run_fleet
+from epsim.commands.output import Report, json_safe, wants_progress, without_category
+from epsim.plan.answers import answer_line
+from epsim.plan.choice import rejected
+from epsim.plan.max_rate import find_max_rates, max_rate_lines
+from epsim.plan.runner import run_plan, skip_reasons
+from epsim.plan.select import keep_up_statement
+from epsim.text import table
 
 MAX_FRONTIER_ROWS = 15
 
@@ -20,13 +30,11 @@ def table_columns(result) -> list[str]:
 
 def format_rows(result, indices: list[int]) -> list[str]:
     """An aligned table of rows: swept values, then Pareto, constraint and objective metrics."""
-    from epsim.commands.output import table
     names = table_columns(result)
     return table(names, [[result.rows[i][n] for n in names] for i in indices])
 
 
 def summary_lines(result, scenario: str, executor: str) -> list[str]:
-    from epsim.plan.runner import skip_reasons
     num_valid = len(result.rows)
     lines = [f"plan       {scenario}: {num_valid + len(result.skipped)} point(s), {num_valid} valid; "
              f"{result.num_computed} computed, {result.num_cached} from the results directory "
@@ -36,8 +44,6 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     errors = [r for r in result.rows if r["error"]]
     if errors:
         lines.append(f"errors     {len(errors)} point(s) failed to simulate, e.g. {errors[0]['error']}")
-    from epsim.plan.choice import rejected
-    from epsim.plan.select import keep_up_statement
     if result.constraints or result.keep_up:
         num_feasible = sum(1 for r in result.rows if r["feasible"])
         rules = [c.text for c in result.constraints] + (["keep-up"] if result.keep_up else [])
@@ -46,7 +52,6 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
         lines.append(f"           {keep_up_statement(result.constraints)}")
     for i, why in rejected(result)[:MAX_FRONTIER_ROWS]:
         lines.append(f"rejected   {result.describe(i)}: {why}")
-    from epsim.plan.answers import answer_line
     lines.append(f"workload   {result.workload}" + (" (swept values replace these)"
                                                     if len(result.answers) > 1 else ""))
     if len(result.answers) > 1:
@@ -72,10 +77,6 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
 
 def run_max_rate(args):
     """`--max-rate`: per deployment, the highest rate meeting the SLO (`epsim.plan.max_rate`)."""
-    from pathlib import Path
-
-    from epsim.commands.output import Report, json_safe, wants_progress
-    from epsim.plan.max_rate import find_max_rates, max_rate_lines
     answers = find_max_rates(args.scenario, args.sweep, constraints=args.constraint,
                              overrides=args.overrides, seed=args.seed, profile=args.profile,
                              executor=args.executor, workers=args.workers,
@@ -101,11 +102,7 @@ def run(args):
     if args.max_rate:
         return run_max_rate(args)
     if args.fleet:
-        from epsim.commands.fleet import run as run_fleet
         return run_fleet(args)
-    from epsim.commands.output import Report, json_safe, wants_progress, without_category
-    from epsim.plan.choice import rejected
-    from epsim.plan.runner import run_plan
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
                       workers=args.workers, ray_address=args.ray_address, out=args.out,

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from epsim.budget import check_run
+from epsim.commands.output import Report, json_safe, wants_progress
 from epsim.errors import SpecError
+from epsim.io import check_output_dir
+from epsim.profile import load_profile
+from epsim.report import format_table, summarize, write_summary, write_timeseries
+from epsim.report.figures import write_figures
+from epsim.report.timeline import write_timeline
+from epsim.sim import simulate
+from epsim.spec import load_scenario
 
 DEFAULT_SCENARIO = Path("scenarios") / "default.yaml"
 
@@ -20,22 +29,14 @@ def resolve_scenario_path(given: str | None) -> Path:
 
 
 def run(args):
-    from epsim.io import check_output_dir
-    from epsim.spec import load_scenario
-
     path = resolve_scenario_path(args.scenario)
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
-    scenario = load_scenario(path, overrides)      # a bad file fails before the heavy imports
+    scenario = load_scenario(path, overrides)      # a bad file fails before anything runs
     if not args.no_budget_check:
-        from epsim.budget import check_run
         check_run(scenario, str(path))
 
-    from epsim.commands.output import Report, json_safe, wants_progress
-    from epsim.profile import load_profile
-    from epsim.report import format_table, summarize, write_summary, write_timeseries
-    from epsim.sim import simulate
     profile = load_profile(args.profile) if args.profile else None
     out = check_output_dir(args.out) if args.out else None
     result = simulate(scenario, profile=profile, progress=wants_progress(args))
@@ -47,10 +48,8 @@ def run(args):
     write_timeseries(result, out / "timeseries.csv")
     report.files += [out / "summary.json", out / "timeseries.csv"]
     if not args.no_plots:
-        from epsim.report.figures import write_figures
         report.files += list(write_figures(result, out))
     if args.timeline and result.last_step is not None:
-        from epsim.report.timeline import write_timeline
         write_timeline(result.last_step.cost, out / "timeline.json",
                        scenario.deployment.enable_two_batch_overlap)
         report.files.append(out / "timeline.json")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from epsim.plan.screen import initial_running_per_rank
+from epsim.profile import load_profile
 from epsim.sim.memory import GIB, kv_bytes_per_token, kv_running_limit, memory_plan
 from epsim.spec.workload import STEADY
 
@@ -103,10 +105,8 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     per_rank = scenario.workload.initial_running_per_rank
     if per_rank != STEADY:                  # no profile to load
         return per_rank
-    from epsim.plan.screen import initial_running_per_rank
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
-    from epsim.profile import load_profile
     return initial_running_per_rank(scenario, load_profile(profile_path, shared=True))
 
 
@@ -115,12 +115,13 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
     a "steady" start).
 
     One serving instance uses `ep_size` GPUs (DP attention or TP attention over the same
-    GPUs), `num_instances` of them `num_gpus`; one GPU's memory is `epsim.sim.memory`'s: `(experts + redundant) / ep_size` expert
-    slots of every MoE layer, the rest of the weights (replicated with DP attention, split with
-    TP attention), the speculative draft's layer. `kv_cache_gib_per_gpu` is the KV of
-    `max_running_requests` requests at mean input + output length, `hbm_headroom_gib` the HBM
-    (GiB) left after weights and that KV; `kv_pool_gib_per_gpu` and `max_total_num_tokens` the
-    pool SGLang would allocate, `kv_running_limit` the requests of mean context it holds.
+    GPUs), `num_instances` of them `num_gpus`; one GPU's memory is `epsim.sim.memory`'s:
+    `(experts + redundant) / ep_size` expert slots of every MoE layer, the rest of the weights
+    (replicated with DP attention, split with TP attention), the speculative draft's layer.
+    `kv_cache_gib_per_gpu` is the KV of `max_running_requests` requests at mean input + output
+    length, `hbm_headroom_gib` the HBM (GiB) left after weights and that KV;
+    `kv_pool_gib_per_gpu` and `max_total_num_tokens` the pool SGLang would allocate,
+    `kv_running_limit` the requests of mean context it holds.
     """
     m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
     num_gpus = d.ep_size * d.num_instances           # every instance sharing the workload

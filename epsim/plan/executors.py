@@ -1,27 +1,38 @@
 """Where a sweep's points run: in this process, in local processes, or on a Ray cluster.
 
-Every executor calls the same task, `run_point`, which simulates one scenario and returns its
-metrics; a point's result depends only on its scenario, seed and profile, so the executors
-give identical tables. `local` runs a spawn-context process pool (safe on every platform, no
-forked SimPy or BLAS state; with one worker it runs in this process). `ray` connects to
-`ray.init(address=...)`, or starts a local runtime with `workers` CPUs when no address is
-given, and shuts down only a runtime it started.
+Every executor calls the task it is given (`epsim.plan.points.run_point` simulates one point;
+the screen passes its chunk function) on every item; a point's result depends only on its
+scenario, seed and profile, so the executors give identical tables. `local` runs a
+spawn-context process pool (safe on every platform, no forked SimPy or BLAS state; with one
+worker it runs in this process). `ray` connects to `ray.init(address=...)`, or starts a local
+runtime with `workers` CPUs when no address is given, and shuts down only a runtime it started.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
 
-from epsim.errors import EpsimError, SpecError
+from epsim.errors import SpecError
+
+# tqdm, ray and the process, thread and socket modules are imported where a sweep uses them:
+# `epsim --help` imports this module for `--executor`, and they would double its import time.
 
 EXECUTORS = ("local", "ray")
 
 
+def executor_options(parser) -> None:
+    """`--executor` and `--workers`: where the points of a sweep run (`epsim plan` and every
+    scenario script, `epsim.commands.scripting`)."""
+    parser.add_argument("--executor", default="local", choices=list(EXECUTORS),
+                        help="where points run: local processes (default) or Ray")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes, or CPUs of a local Ray runtime (default: all cores)")
+
+
 @contextmanager
-def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], Any]]:
+def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], object]]:
     """A progress bar over `total` points on stderr while the block runs (none when not `show`
     or nothing to do); yields `advance(num_points)`."""
     if not (show and total):
@@ -33,39 +44,6 @@ def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], 
         yield bar.update
     finally:
         bar.close()
-
-
-@dataclass(frozen=True, eq=False)
-class PointTask:
-    """What a worker needs: the validated scenario and the profile path (None = default)."""
-
-    scenario: Any
-    profile_path: str | None
-
-
-def run_point(task: PointTask) -> dict:
-    """Simulate one point. Returns `{"metrics": {...}, "warnings": [...]}` or `{"error": msg}`:
-    a failing point is a failed row with its one-line reason, and the sweep goes on."""
-    import warnings
-
-    from epsim.plan.columns import summary_metrics
-    from epsim.profile import load_profile
-    from epsim.report.summary import summarize
-    from epsim.sim import simulate
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            profile = load_profile(task.profile_path, shared=True) if task.profile_path else None
-            result = simulate(task.scenario, profile=profile)
-        except EpsimError as exc:
-            return {"error": " ".join(str(exc).split())}
-        except MemoryError:
-            return {"error": "ran out of memory simulating this point"}
-        except Exception as exc:  # noqa: BLE001 -- one point's bug must not end the sweep
-            text = " ".join(str(exc).split())[:200]
-            return {"error": f"internal error ({type(exc).__name__}: {text}); please report it"}
-    messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
-    return {"metrics": summary_metrics(summarize(result)), "warnings": messages}
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -108,15 +86,15 @@ def check_executor(executor: str, workers: int | None) -> None:
 
 
 Done = Callable[[int, dict], None]
-Task = Callable[[Any], dict]
+Task = Callable[[object], dict]
 
 
-def _run_inline(tasks: list, on_done: Done, fn: Task = run_point) -> None:
+def _run_inline(tasks: list, on_done: Done, fn: Task) -> None:
     for i, task in enumerate(tasks):
         on_done(i, fn(task))
 
 
-def _run_local(tasks: list, workers: int, on_done: Done, fn: Task = run_point) -> None:
+def _run_local(tasks: list, workers: int, on_done: Done, fn: Task) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     context = multiprocessing.get_context("spawn")
@@ -132,8 +110,7 @@ def _run_local(tasks: list, workers: int, on_done: Done, fn: Task = run_point) -
             raise
 
 
-def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done,
-             fn: Task = run_point) -> None:
+def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done, fn: Task) -> None:
     try:
         import ray
     except ImportError:
@@ -180,9 +157,9 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
 
 
 def execute(tasks: list, on_done: Done, executor: str = "local", workers: int | None = None,
-            ray_address: str | None = None, fn: Task = run_point) -> None:
-    """Run `fn` (default `run_point`; the screen passes `epsim.plan.tiers.screen_chunk`) on
-    every task, calling `on_done(task index, result)` in this process as each finishes (in
+            ray_address: str | None = None, *, fn: Task) -> None:
+    """Run `fn` (`epsim.plan.points.run_point`; the screen passes `epsim.plan.tiers.screen_chunk`)
+    on every task, calling `on_done(task index, result)` in this process as each finishes (in
     completion order, which differs between runs; results do not). `fn` must be a module-level
     function (it travels to worker processes by name).
 

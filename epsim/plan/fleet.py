@@ -31,9 +31,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epsim.cost.kv_transfer import kv_transfer
 from epsim.errors import SpecError
+from epsim.plan.executors import check_executor
 from epsim.plan.points import Point, build_point, load_base
+from epsim.plan.runner import _axes, _run_missing
 from epsim.plan.screen import SteadyStateModel, max_rate, steady_start
+from epsim.plan.select import parse_constraint
+from epsim.plan.store import PointCache, prepare_dir, write_csv
+from epsim.plan.sweep import expand
+from epsim.profile import load_profile
+from epsim.spec.scenario import scenario_from_dict
 
 HEADROOM = 0.1        # the screen's mean must clear the p99 bound by this share
 MAX_ROUNDS = 6        # verification rounds (a failing pool grows by 10 %, at least one instance)
@@ -80,7 +88,6 @@ def slo_bounds(constraints: list[str]) -> tuple[float, float]:
     Raises:
         SpecError: either bound missing, or another constraint given.
     """
-    from epsim.plan.select import parse_constraint
     bounds = {}
     for text in constraints:
         c = parse_constraint(text, ["ttft_ms.p99", "tpot_ms.p99"])
@@ -94,7 +101,6 @@ def slo_bounds(constraints: list[str]) -> tuple[float, float]:
 
 
 def _options(base, axes, role: str, profile_path: str | None) -> list[Point]:
-    from epsim.plan.sweep import expand
     points = []
     for i, values in enumerate(expand(axes)):
         built = build_point(base, i, {**values, "deployment.disaggregation_mode": role}, profile_path)
@@ -194,12 +200,6 @@ def size_fleet(scenario: str | Path | dict, sweeps: list[str], constraints: list
         SpecError: bad SLO, a sweep key outside `deployment.*`, arrivals without a rate, or no
             option meeting the SLO in a pool.
     """
-    from epsim.cost.kv_transfer import kv_transfer
-    from epsim.plan.executors import check_executor
-    from epsim.plan.runner import _axes, _run_missing
-    from epsim.plan.store import PointCache, prepare_dir
-    from epsim.profile import load_profile
-    from epsim.spec.scenario import scenario_from_dict
     check_executor(executor, workers)
     ttft_ms, tpot_ms = slo_bounds(constraints)
     axes = _axes(sweeps)
@@ -275,7 +275,6 @@ def _verify(fleet: Fleet, base, rate, profile_path, out_dir, executor, workers, 
 
 
 def _write(fleet: Fleet, out: Path) -> None:
-    from epsim.plan.store import write_csv
     rows = [{"role": o.role, **{k: str(v) for k, v in o.values.items()}, "ep_size": o.ep_size,
              "screen_max_rate_per_s": o.max_rate_per_s, "instances": o.instances,
              "num_gpus": o.num_gpus, "screen_latency_ms": o.latency_ms} for o in fleet.options]

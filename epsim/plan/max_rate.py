@@ -16,11 +16,17 @@ clients that meet the SLO (what a `bench_serving --max-concurrency` sweep asks).
 
 from __future__ import annotations
 
-from epsim.commands.output import brief
-
 from dataclasses import dataclass, field
 
 from epsim.errors import SpecError
+from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
+from epsim.plan.points import build_point, load_base
+from epsim.plan.runner import _axes, _row, _run_missing
+from epsim.plan.select import parse_constraint, rejection
+from epsim.plan.store import PointCache, prepare_dir
+from epsim.plan.sweep import expand
+from epsim.spec.scenario import scenario_from_dict
+from epsim.text import brief
 
 RATE_KEY = "workload.arrivals.rate_per_s"
 CLIENTS_KEY = "workload.arrivals.clients"      # the closed loop's search key
@@ -82,13 +88,6 @@ def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=
     Raises:
         SpecError: a swept workload key, arrivals without a rate, bad constraints.
     """
-    from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
-    from epsim.plan.points import build_point, load_base
-    from epsim.plan.runner import _axes, _row, _run_missing
-    from epsim.plan.select import parse_constraint, rejection
-    from epsim.plan.store import PointCache, prepare_dir
-    from epsim.plan.sweep import expand
-    from epsim.spec.scenario import scenario_from_dict
     if not 0 < rel_tol < 1:
         raise SpecError(f"rel_tol ({rel_tol}) must be in (0, 1)")
     axes = _axes(sweeps)

@@ -14,8 +14,11 @@ import math
 from pathlib import Path
 
 from epsim.errors import SpecError
+from epsim.io import decode_text, read_bytes
+from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows
 from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
-from epsim.plan.select import DEFAULT_OBJECTIVES, DEFAULT_PARETO, parse_constraint, parse_objective
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, KEEP_UP_METRIC, parse_constraint,
+                               parse_objective)
 from epsim.plan.sweep import SweepAxis, parse_value
 
 REQUIRED_COLUMNS = ("point", "point_id", "num_gpus", "error")
@@ -42,7 +45,6 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[str], list[str]]:
         SpecError: unreadable, not CSV, missing the id, GPU or error columns, a non-number in
             a numeric column, or no rows.
     """
-    from epsim.io import decode_text, read_bytes
     path = Path(path)
     text = decode_text(read_bytes(path, "results table"), path.name, "results table")
     lines = text.splitlines()
@@ -95,8 +97,6 @@ def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: l
     Raises:
         SpecError: a constraint or objective naming a column the rows lack, bad syntax.
     """
-    from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows
-    from epsim.plan.select import KEEP_UP_METRIC
     known = [c for c in columns if c not in ("point", "point_id", "error", "feasible", "pareto", "best")]
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = [parse_objective(t, known, "--objective") for t in (objectives or DEFAULT_OBJECTIVES)]

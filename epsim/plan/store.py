@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from epsim.io import check_output_dir
+
 
 CACHE_NAME = "points.jsonl"
 
@@ -79,7 +81,6 @@ class PointCache:
 def prepare_dir(out: str | Path | None) -> Path | None:
     if out is None:
         return None
-    from epsim.io import check_output_dir
     return check_output_dir(out)
 
 

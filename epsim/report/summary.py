@@ -25,10 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from epsim.cost.provenance import part_bands
+from epsim.cost.transport import transport_path
 from epsim.report.benchmark import bench_line, bench_serving, kv_line
 from epsim.report.keep_up import keep_up
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
 from epsim.spec.workload import STEADY
+from epsim.text import duration, number, size, table
 
 PERCENTILES = (50, 90, 99)
 
@@ -301,7 +303,6 @@ def write_timeseries(result: SimResult, path: str | Path) -> None:
 
 def network_info(scenario) -> dict:
     """The cluster's scale-out network and the backend's path over it (datasheet figures)."""
-    from epsim.cost.transport import transport_path
     net = scenario.cluster.network_resolved
     path = transport_path(scenario.deployment.moe_a2a_backend, net.kind)
     return {"kind": net.kind, "nics_per_node": net.nics_per_node,
@@ -323,7 +324,6 @@ def _start_text(summary: dict) -> str:
 
 def format_table(summary: dict) -> str:
     """The stdout summary: throughput, latency percentiles, where a step's time goes."""
-    from epsim.commands.output import duration, number, size, table
     s = summary
     sc = s["scenario"]
     d = sc["deployment"]

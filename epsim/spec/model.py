@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from epsim.errors import SpecError
+from epsim.io import load_json
+from epsim.spec.errors import validate
 
 _DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
@@ -113,7 +115,6 @@ class ModelSpec(BaseModel):
         Raises:
             SpecError: the file is not JSON or lacks the keys of either family.
         """
-        from epsim.io import load_json
         path = Path(path)
         cfg = load_json(path, "model config")
         if not isinstance(cfg, dict):
@@ -177,7 +178,6 @@ class ModelSpec(BaseModel):
             num_key_value_heads=cfg.get("num_key_value_heads") or need("num_attention_heads"),
             vocab_size=cfg.get("vocab_size", 151936),
         )
-        from epsim.spec.errors import validate
         return validate(cls, fields, where)
 
 

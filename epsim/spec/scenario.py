@@ -12,11 +12,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from epsim.errors import SpecError
+from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.errors import validate
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
-from epsim.spec.workload import STEADY, HotSetSkew, TraceSkew, TraceArrivals, WorkloadSpec
+from epsim.spec.workload import STEADY, HotSetSkew, TraceArrivals, TraceSkew, WorkloadSpec
+from epsim.zoo import check_network, get_model, hardware_names, model_names
 
 
 class Scenario(BaseModel):
@@ -168,7 +170,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise SpecError(f"--set ({text!r}) must look like key.path=value")
-    from epsim.io import load_yaml
     try:
         value = load_yaml(raw, "--set")
     except SpecError:
@@ -189,7 +190,6 @@ def scenario_from_dict(data: dict, where: str = "scenario", base_dir: str | Path
     _resolve_zoo(data, where, Path(base_dir))
     scenario = validate(Scenario, data, where)
     if scenario.cluster.network is not None:
-        from epsim.zoo import check_network
         try:
             check_network(scenario.cluster.network, scenario.cluster.gpu)
         except ValueError as exc:
@@ -206,7 +206,6 @@ def _resolve_zoo(data: dict, where: str, base_dir: Path) -> None:
         SpecError: an unknown model or GPU, or an unreadable config.json
             (`<where>: <field path> (<value>) must ...`).
     """
-    from epsim.zoo import get_model, hardware_names, model_names
     model = data.get("model")
     if isinstance(model, str):
         if model not in model_names():
@@ -236,7 +235,6 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
     Raises:
         SpecError: unreadable file, bad YAML, or any invalid field (one line).
     """
-    from epsim.io import MAX_YAML_BYTES, read_text
     path = Path(path)
     text = read_text(path, "scenario file", MAX_YAML_BYTES)
     return scenario_from_text(text, str(path), path.parent, overrides)
@@ -253,7 +251,6 @@ def scenario_from_text(text: str, where: str = "scenario", base_dir: str | Path 
         SpecError: bad YAML (with line and column; nesting, aliases and duplicate keys
             bounded by `epsim.io`) or any invalid field (one line).
     """
-    from epsim.io import load_yaml
     data = load_yaml(text, where)
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)

@@ -22,12 +22,21 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from epsim import vocab
+from epsim.calibrate.inputs import load_records
+from epsim.cost import BatchCounts, CostModel, build_tables, contiguous_placement
+from epsim.eplb import Placement
+from epsim.errors import RecordError
 from epsim.records import MeasurementRecord
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
+from epsim.zoo import get_hardware
 
 RECORDS_DIR = ("records", "h200_layer")    # the shipped whole-layer records (never fitted on)
 PARTS = ("attention_block", "attention_kernel", "moe_block", "experts_module", "experts_kernel",
@@ -36,7 +45,6 @@ PARTS = ("attention_block", "attention_kernel", "moe_block", "experts_module", "
 
 def default_composition_paths() -> list[Path]:
     """The shipped whole-layer records (`epsim/data/records/h200_layer/*.jsonl[.gz]`)."""
-    from importlib import resources
     folder = Path(str(resources.files("epsim") / "data" / Path(*RECORDS_DIR)))
     return sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")]) if folder.is_dir() else []
 
@@ -66,7 +74,6 @@ class Priced:
 def simulator_model(record: MeasurementRecord):
     """The measured layer's shape as the simulator's `ModelSpec` (one layer; GQA attention with
     the record's heads; a shared expert where the record has one, of the experts' width)."""
-    from epsim.spec.model import ModelSpec
     return ModelSpec(name=record.model, num_layers=1, hidden_size=record.hidden_size,
                      moe_intermediate_size=record.moe_intermediate_size,
                      num_experts=record.num_experts, top_k=record.top_k,
@@ -85,12 +92,6 @@ class Pricer:
         self._models: dict[tuple, tuple] = {}
 
     def _cost_model(self, record: MeasurementRecord, backend: str):
-        from epsim.cost import CostModel, build_tables, contiguous_placement
-        from epsim.eplb import Placement
-        from epsim.spec.deployment import DeploymentSpec
-        from epsim.spec.hardware import ClusterSpec
-        from epsim.zoo import get_hardware
-
         ep, model = record.ep_size, simulator_model(record)
         key = (model, ep, backend)
         if key not in self._models:
@@ -109,7 +110,6 @@ class Pricer:
     def price(self, record: MeasurementRecord, backend: str) -> Priced:
         """One layer of a decode step of `record.num_seqs` requests per rank at
         `record.context_len`, loads the record's rows per expert (`local_expert_tokens`)."""
-        from epsim.cost import BatchCounts
         cost, tables = self._cost_model(record, backend)
         ep = record.ep_size
         loads = np.asarray(record.local_expert_tokens, dtype=np.float64).reshape(1, -1)
@@ -204,7 +204,6 @@ def compose(records: list[MeasurementRecord], profile, backends=vocab.A2A_BACKEN
     Raises:
         RecordError: no `decoder_layer` record of that timing.
     """
-    from epsim.errors import RecordError
     records = [r for r in records if r.timing == timing]
     layers = [r for r in records if r.kind == "decoder_layer"]
     if not layers:
@@ -236,7 +235,6 @@ def compose(records: list[MeasurementRecord], profile, backends=vocab.A2A_BACKEN
 def compose_files(paths, profile, backends=vocab.A2A_BACKENDS, timing: str = "device",
                   strict: bool = False) -> Composition:
     """`compose` over record files (`epsim.calibrate.inputs.load_records`)."""
-    from epsim.calibrate.inputs import load_records
     sourced, files = load_records(paths, strict=strict)
     return compose([s.record for s in sourced], profile, backends, timing,
                    [f"{f.path} ({f.num_records}, sha256 {f.sha256[:12]})" for f in files])

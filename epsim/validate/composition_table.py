@@ -4,10 +4,12 @@ points; a one-screen summary, `--json` rows and a CSV (`epsim validate --composi
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import numpy as np
 
+from epsim.text import table
 from epsim.validate.composition import PARTS, Composition
 
 DOC_MARKERS = ("<!-- BEGIN epsim validate --composition (generated; do not edit by hand) -->",
@@ -163,7 +165,6 @@ def _layer_mape(rows, backend: str) -> str:
 
 def summary_lines(comp: Composition) -> list[str]:
     """One screen: layer MAPE at EP 1, at virtual EP 2-16 and for the stacks, per backend."""
-    from epsim.commands.output import table
     ep1 = [r for r in comp.layers if r.ep_size == 1]
     virtual = [r for r in comp.layers if r.ep_size > 1]
     stacks = [r for r in comp.stacks if r.one_us]
@@ -191,7 +192,6 @@ def rows_json(comp: Composition) -> dict:
 def write_csv(comp: Composition, path: Path) -> Path:
     """One row per measured layer: the point, measured whole and parts, and per backend the
     priced layer and parts (µs)."""
-    import csv
     fields = ("layer_us", "attention_us", "experts_us", "block_ops_us", "shared_us", "comm_us",
               "sync_us")
     with Path(path).open("w", newline="") as fh:

@@ -13,8 +13,10 @@ import numpy as np
 
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
-from epsim.eplb import Placement
+from epsim.eplb import Placement, compute_placement, rebalance_cost, rebalance_params
 from epsim.profile import Profile
+from epsim.routing import skew_from_dict
+from epsim.routing.popularity import zipf_shares
 from epsim.sim.memory import GIB, kv_bytes_per_token, weight_bytes
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
@@ -132,7 +134,6 @@ def serving_throughput(phase: str, ep: int, gpu: str = "H100", redundant: int = 
 
 def zipf_alpha_for_cv(cv: float, num_experts: int) -> float:
     """The Zipf exponent whose expert shares have coefficient of variation `cv` (bisection)."""
-    from epsim.routing.popularity import zipf_shares
     lo, hi = 0.0, 5.0
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -154,8 +155,6 @@ def eplb_imbalance(ep: int, slots_per_rank: int, eplb: bool, expert_cv: float,
     slots from `window` iterations of statistics and each replica takes an equal share; the
     ratio is measured on `iterations` later iterations (fresh samples of the same popularity).
     """
-    from epsim.eplb import compute_placement
-    from epsim.routing import skew_from_dict
     alpha = zipf_alpha_for_cv(expert_cv, num_experts)
     skew = skew_from_dict({"kind": "zipf", "alpha": alpha}, num_layers, num_experts, top_k,
                           seed=SEED)
@@ -183,8 +182,6 @@ def rebalance_stall_s(gpu: str, ep: int, redundant: int, bytes_per_param: float,
     """Seconds one stop-the-world rebalance stalls serving (epsim.eplb.cost, datasheet terms):
     DeepSeek-V3 experts, placement before and after from two independent Zipf(1) popularity
     draws (the hot experts move), DeepSeek's algorithm."""
-    from epsim.eplb import compute_placement, rebalance_cost, rebalance_params
-    from epsim.routing import skew_from_dict
     model = get_model("DeepSeek-V3")
     per_node = get_hardware(gpu).gpus_per_node
     nodes = max(1, ep // per_node)

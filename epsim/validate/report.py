@@ -15,8 +15,11 @@ from typing import Iterable, Sequence
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import load_records, merge_passes
 from epsim.errors import ProfileError
+from epsim.io import check_output_dir, check_output_file, read_text
 from epsim.profile import Profile
+from epsim.validate import extrapolation
 from epsim.validate.compare import Comparison, compare
+from epsim.validate.plots import write_plots
 from epsim.validate.table import markdown, skew_effects, verdict, write_csv
 
 DOC_BEGIN = "<!-- BEGIN epsim validate (generated; do not edit by hand) -->"
@@ -85,7 +88,6 @@ def read_doc(path: Path, markers: tuple[str, str] = (DOC_BEGIN, DOC_END)) -> tup
     Raises:
         SpecError / ProfileError: not a writable text file, or the markers missing.
     """
-    from epsim.io import check_output_file, read_text
     check_output_file(path, "--doc", must_exist=True)
     doc = read_text(path, "--doc file", error=ProfileError)
     begin, end = doc.find(markers[0]), doc.find(markers[1])
@@ -118,7 +120,6 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     Raises:
         EpsimError: bad records, rule, `out` or `doc` (these two checked before any work).
     """
-    from epsim.io import check_output_dir
     if out is not None:
         check_output_dir(out)
     if doc is not None:
@@ -141,7 +142,6 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     text = markdown(rows, header, max_mape)
     judged = []
     if extrapolate:
-        from epsim.validate import extrapolation
         judged, notes = extrapolation.extrapolation(paths, run_pairs, judged_only)
         text = extrapolation.markdown(judged, notes, max_mape) + "\n" + text
     report = ValidationReport(rows, text, verdict(rows, max_mape), holdout, measured_on=where,
@@ -153,7 +153,6 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         report.files.append(out / "validation.md")
         report.files += write_csv(rows, skew_effects(rows), out)
         if plots:
-            from epsim.validate.plots import write_plots
             report.files += write_plots(rows, out)
     if doc is not None:
         update_doc(Path(doc), text)

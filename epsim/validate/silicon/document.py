@@ -10,8 +10,12 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from epsim.profile import load_profile
+from epsim.validate.report import DOC_BEGIN, read_doc
 from epsim.validate.silicon import report
+from epsim.validate.silicon.mapping import GPUS, MODELS
 from epsim.validate.silicon.scoreboard import Scoreboard
+from epsim.zoo import get_model
 
 
 def command_line(board: Scoreboard) -> str:
@@ -133,9 +137,6 @@ def features_markdown(board: Scoreboard) -> str:
 
 def pricing_table(entries: list[dict]) -> list[str]:
     """In-scope rows by (GPU, measured by the shipped profile or not) x the model's attention."""
-    from epsim.profile import load_profile
-    from epsim.validate.silicon.mapping import GPUS, MODELS
-    from epsim.zoo import get_model
     measured_on = load_profile(shared=True).hardware
     counts = Counter()
     for e in entries:
@@ -180,6 +181,5 @@ def write_rows(board: Scoreboard, path: Path) -> None:
 
 def write_doc(path: Path, text: str) -> None:
     """Replace the generated part of `path` (between the validate markers) with `text`."""
-    from epsim.validate.report import DOC_BEGIN, read_doc
     doc, begin, end = read_doc(path)
     write_atomic(path, (doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:]).encode())

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epsim.errors import EpsimError
+from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.rows import Side, SiliconRow
+from epsim.zoo import get_hardware, get_model, hardware_names
 
 # row model -> zoo model: DeepSeek-R1 has DeepSeek-V3's architecture (the same config.json
 # shapes); Qwen3-235B-A22B-FP8 is Qwen3-235B-A22B with block-FP8 weights (a quantization need)
@@ -129,7 +131,6 @@ def _set(data: dict, path: str, value: Any) -> None:
 
 def spec_error(data: dict) -> str | None:
     """The spec's one-line refusal of a scenario mapping, or None when it builds."""
-    from epsim.spec.scenario import scenario_from_dict
     try:
         scenario_from_dict(copy.deepcopy(data), where="scenario")
     except EpsimError as exc:
@@ -143,7 +144,6 @@ def _short(detail: str) -> str:
 
 
 def _zoo_gpu(gpu: str) -> str | None:
-    from epsim.zoo import hardware_names
     return gpu if gpu in hardware_names() else None
 
 
@@ -198,7 +198,6 @@ def _base(row: SiliconRow, side: Side, role: str) -> dict:
     EP layout as the spec has it (instance = ep_size GPUs), Poisson arrivals as a placeholder.
     A GPU the zoo lacks stands in as H200 here, so that each other need is judged on its own
     (the `cluster.gpu` need then refuses the row's GPU)."""
-    from epsim.zoo import get_hardware
     gpu = _zoo_gpu(GPUS.get(row.system, row.system)) or "H200"
     per_node = get_hardware(gpu).gpus_per_node
     dp_attention = side.tp_size == 1
@@ -226,7 +225,6 @@ def _approximate(need: Need, data: dict, side: Side) -> str | None:
         return (f"attention TP {side.tp_size} x DP {side.attention_dp_size}, MoE-TP "
                 f"{side.moe_tp_size} x EP {side.moe_ep_size} as DP attention + EP {gpus}")
     if need.path == "deployment.quantization":
-        from epsim.zoo import get_model
         dtype = get_model(data["model"]).weight_dtype
         return f"{need.value} weights as the zoo's {dtype} weights on BF16-fitted kernels"
     if need.path.startswith("workload.arrivals"):

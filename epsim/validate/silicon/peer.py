@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import logging
 import re
 import time
+import types
 from contextlib import redirect_stdout
+from importlib.metadata import PackageNotFoundError, version as package_version
 
 PACKAGE = "aiconfigurator"
 FIELDS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "batch_size",
@@ -43,8 +46,6 @@ def available() -> bool:
 
 def version() -> str | None:
     """The installed AIConfigurator's version."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
     try:
         return package_version(PACKAGE)
     except PackageNotFoundError:
@@ -59,8 +60,6 @@ def _prepare() -> None:
     global _PREPARED
     if _PREPARED:
         return
-    import logging
-    import types
 
     import yaml
     logging.getLogger("aiconfigurator").setLevel(logging.ERROR)

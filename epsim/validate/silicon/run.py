@@ -19,6 +19,9 @@ import warnings
 from math import ceil
 
 from epsim.errors import EpsimError
+from epsim.report import summarize
+from epsim.sim import simulate
+from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.mapping import Instance, RowPlan
 
 ROUNDS = 2                       # rounds after pass 0 (each: every instance once)
@@ -31,9 +34,6 @@ SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands 
 
 def _simulate(data: dict) -> dict:
     """The summary (`epsim.report.summarize`) of one scenario mapping."""
-    from epsim.report import summarize
-    from epsim.sim import simulate
-    from epsim.spec.scenario import scenario_from_dict
     return summarize(simulate(scenario_from_dict(copy.deepcopy(data), where="silicon row")))
 
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from epsim.validate.silicon.rows import SiliconRow, out_of_scope
+from epsim.plan.executors import execute, progress_bar
+from epsim.validate.silicon.mapping import plan_row
+from epsim.validate.silicon.peer import estimate
+from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
+from epsim.validate.silicon.run import predict
 
 EP_BUCKETS = ((1, 1, "EP 1"), (2, 8, "EP 2-8"), (9, 10**9, "EP >8"))
 
@@ -64,8 +68,6 @@ def layout(row: SiliconRow) -> str:
 
 def row_task(task: RowTask) -> dict:
     """One row's entry (module doc). Runs in a worker process."""
-    from epsim.validate.silicon.mapping import plan_row
-    from epsim.validate.silicon.run import predict
     row = task.row
     entry = {"id": row.id, "system": row.system, "mode": row.mode, "model": row.model,
              "model_path": row.model_path,
@@ -88,7 +90,6 @@ def row_task(task: RowTask) -> dict:
         entry["epsim"] = ours
     entry["epsim"]["wall_s"] = round(time.perf_counter() - start, 3)     # mapping included
     if task.peer:
-        from epsim.validate.silicon.peer import estimate
         entry["peer"] = estimate(row)
     else:
         entry["peer"] = None
@@ -99,7 +100,6 @@ def select(rows: list[SiliconRow], num: int | None = None,
            seed: int = 0) -> tuple[list[SiliconRow], dict[str, int]]:
     """The in-scope rows (`num` of them drawn by `seed` when given, `rows.sample`) and the
     out-of-scope rows counted by reason."""
-    from epsim.validate.silicon.rows import sample
     scope: dict[str, int] = {}
     keep = []
     for row in rows:
@@ -116,7 +116,6 @@ def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = Tru
              ray_address: str | None = None) -> tuple[list[dict], float]:
     """Entries of the in-scope `rows` (in their order) and the wall seconds; a progress bar on
     stderr when `progress`."""
-    from epsim.plan.executors import execute, progress_bar
     tasks = [RowTask(row, approximate, peer) for row in rows]
     entries: list[dict | None] = [None] * len(tasks)
     start = time.perf_counter()

@@ -43,7 +43,8 @@ def test_table_rows_skipped_and_columns(planned):
     assert row["num_gpus"] == 4 and row["cost_per_hour"] == 8.0
     assert row["throughput_tokens_per_s_per_gpu"] > 0 and row["error"] == ""
     # derived per-GPU expert memory halves as EP doubles
-    assert result.rows[0]["expert_weights_gib_per_gpu"] == pytest.approx(2 * result.rows[2]["expert_weights_gib_per_gpu"])
+    assert result.rows[0]["expert_weights_gib_per_gpu"] == \
+        pytest.approx(2 * result.rows[2]["expert_weights_gib_per_gpu"])
     table = read_csv(out / "results.csv")
     assert [r["point_id"] for r in table] == [r["point_id"] for r in result.rows]
     skipped = read_csv(out / "skipped.csv")

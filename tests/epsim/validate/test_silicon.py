@@ -133,6 +133,10 @@ def test_approximate_tags_and_refusals(rows):
 FIT_CODE = [*sorted((ROOT / "epsim" / "calibrate").rglob("*.py")),
             *sorted((ROOT / "epsim" / "cost").rglob("*.py")), ROOT / "epsim" / "profile.py"]
 FORBIDDEN = ("silicon", "epsim.validate", "aiconfigurator", "published")
+# the op-table importer (`epsim/calibrate/aic*.py`) names the package whose op tables it reads
+# (calibration data, the design contract); what it may open is an allowlist of record files
+# and op tables (`aic_tables.check_calibration_input`, tests/epsim/calibrate/test_aic.py)
+IMPORTER_MAY_NAME = ("aiconfigurator",)
 
 
 def _code_strings(tree: ast.AST) -> list[str]:
@@ -156,7 +160,9 @@ def _code_strings(tree: ast.AST) -> list[str]:
 @pytest.mark.parametrize("path", FIT_CODE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_fit_code_references_no_validation_data(path):
     strings = _code_strings(ast.parse(path.read_text()))
-    hits = [s for s in strings for word in FORBIDDEN if word in s.lower()]
+    forbidden = [w for w in FORBIDDEN
+                 if not (path.name.startswith("aic") and w in IMPORTER_MAY_NAME)]
+    hits = [s for s in strings for word in forbidden if word in s.lower()]
     assert not hits, f"{path.relative_to(ROOT)} references validation data or code: {hits}"
 
 

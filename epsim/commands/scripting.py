@@ -8,8 +8,16 @@ the tests use so that no script can rot; `--out DIR` for its PNG and plan direct
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
+
+from epsim.commands.output import defer_warnings_to_exit
+from epsim.plan.answers import workload_text
+from epsim.plan.executors import executor_options
+from epsim.report.keep_up import unsettled_text
+from epsim.sim import Simulation
+from epsim.spec.scenario import scenario_from_dict
 
 
 def script_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
@@ -19,7 +27,6 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
         Namespace with `quick`, `lite` (bool), `out` (Path, created), `workers`, `executor`,
         `progress` (bool), `size` ("quick", "lite" or "full").
     """
-    from epsim.cli import executor_options
     parser = argparse.ArgumentParser(description=description.strip().splitlines()[0],
                                      allow_abbrev=False)
     size = parser.add_mutually_exclusive_group()
@@ -33,7 +40,6 @@ def script_args(description: str, argv: list[str] | None = None) -> argparse.Nam
     executor_options(parser)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     args = parser.parse_args(argv)
-    from epsim.commands.output import defer_warnings_to_exit
     defer_warnings_to_exit()            # warnings as `note:` lines under the result, once each
     args.quick = args.quick or (not args.lite and os.environ.get("EPSIM_QUICK", "") not in ("", "0"))
     args.size = "quick" if args.quick else "lite" if args.lite else "full"
@@ -51,7 +57,6 @@ def answer(args, text: str, row: dict | None = None, workload=None, saturated: b
     so (a quick answer must never pass for the full one), the text, then what every answer
     states: its workload (a `WorkloadSpec`), and from its plan row the keep-up margin and the
     share of step time that is measured (`margin_and_share`)."""
-    from epsim.plan.answers import workload_text
     extra = ([f"workload: {workload_text(workload)}"] if workload is not None else []) + \
         ([margin_and_share(row, saturated)] if row is not None else [])
     line = f"answer: {SIZE_LABELS[args.size]}{text}" + "".join(f" [{e}]" for e in extra)
@@ -67,7 +72,6 @@ def margin_and_share(row: dict, saturated: bool = False) -> str:
         saturated: the scenario keeps every rank's batch full on purpose (arrivals outpace
             completions): its answer is throughput at a full batch, not a serving rate.
     """
-    import math
     served, offered = row.get("keep_up.served_rps"), row.get("keep_up.offered_rps")
     if not offered or math.isnan(offered):
         keep = "keep-up: no arrivals in the window"
@@ -78,7 +82,6 @@ def margin_and_share(row: dict, saturated: bool = False) -> str:
         keep = (f"keep-up: serves {served:.4g} of {offered:.4g} req/s ({row['keep_up.served_frac'] * 100:.1f} %"
                 f"{'' if row.get('keep_up.ok') == 1.0 else ', overloaded'})")
         if row.get("keep_up.settled") == 0.0:
-            from epsim.report.keep_up import unsettled_text
             keep += "; " + unsettled_text(row["keep_up.running_growth_rps"], offered)
     measured = row.get("provenance.measured_share")
     if measured is None or math.isnan(measured):
@@ -115,8 +118,6 @@ def settled_eplb_simulation(scenario, profile=None):
         (simulation, expected balancedness: mean over layers of mean/max GPU load of the skew's
         expected loads under the scenario's replica selection).
     """
-    from epsim.sim import Simulation
-    from epsim.spec.scenario import scenario_from_dict
     data = scenario.model_dump()
     data["deployment"]["init_expert_location"] = "from_skew"
     settled = scenario_from_dict(data, where=scenario.name, base_dir=scenario.base_dir)
