@@ -23,12 +23,10 @@ the run without MTP, beside the published ones.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
-from recorded import write_recorded
+from recorded import recorded_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "deepseek_v3_mtp_decode.yaml"
@@ -79,17 +77,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--write", action="store_true", help=f"record {RESULTS.name}")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    report = table(run())
-    print(report)
-    if args.write:
-        write_recorded(RESULTS, "MTP against LMSYS's measurement",
-                       "python benchmarks/mtp_lmsys.py --write", start, report)
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
-    return 0
+    return recorded_main(argv, __doc__, RESULTS, "MTP against LMSYS's measurement",
+                         "python benchmarks/mtp_lmsys.py --write", lambda: table(run()))
 
 
 if __name__ == "__main__":

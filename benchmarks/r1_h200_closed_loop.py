@@ -20,12 +20,10 @@ Nothing is tuned to the measurement.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
-from recorded import write_recorded
+from recorded import recorded_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "deepseek_r1_h200_closed_loop.yaml"
@@ -67,17 +65,8 @@ def report() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--write", action="store_true", help=f"record {RESULTS.name}")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    text = report()
-    print(text)
-    if args.write:
-        write_recorded(RESULTS, "DeepSeek-R1 FP8 on 8 H200, closed loop (issue #38)",
-                       "python benchmarks/r1_h200_closed_loop.py --write", start, text)
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
-    return 0
+    return recorded_main(argv, __doc__, RESULTS, "DeepSeek-R1 FP8 on 8 H200, closed loop (issue #38)",
+                         "python benchmarks/r1_h200_closed_loop.py --write", report)
 
 
 if __name__ == "__main__":
