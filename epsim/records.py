@@ -41,6 +41,7 @@ RecordKind = Literal[
     "moe_layer",     # router + dispatch + experts + combine, end to end
     "rebalance",     # EPLB weight moves between ranks
     "p2p_copy",      # reference GPU-to-GPU copy bandwidth on the same machine
+    "rebalance_term",  # one term of a rebalance or recovery timed alone (live.bench.eplb_host)
     "allreduce",     # the `none` backend's all-reduce of hidden states
     "expert_load",   # recorder output: tokens per [layer, expert] over a window
     "equality",      # a correctness check (max abs error vs the reference), not a timing

@@ -10,6 +10,8 @@ Components (profile keys, `epsim.profile`):
   `any/experts`                              all backends pooled (for backends not measured)
   `<backend>/moe_layer`                       `sync_us`: what a whole layer adds to its parts
   `any/rebalance`                            EPLB weight moves (`epsim.calibrate.rebalance`)
+  `any/rebalance_host`                       a rebalance's host terms (placement algorithms,
+                                             move plan, map update: `epsim.calibrate.rebalance_host`)
   `any/block_ops/graph`, `any/block_ops/host`  the block's own ops (router, permute, top-k
                                              weighting) on one GPU: device time, host part
 The parts are fitted first; a layer's `sync_us` then on `moe_layer` records, the parts fixed.
@@ -31,6 +33,7 @@ from epsim.calibrate.host import HOST_KINDS, device_twin, fit_host, host_samples
 from epsim.calibrate.inputs import (RecordFileInfo, RecordWarning, SourcedRecord, load_records,
                                     merge_passes)
 from epsim.calibrate.rebalance import fit_rebalance
+from epsim.calibrate.rebalance_host import fit_rebalance_host
 from epsim.calibrate.spread import component_spread, run_deviations
 from epsim.cost.record import predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
@@ -71,8 +74,10 @@ def evaluation_profile(profile: Profile) -> Profile:
 
 
 def _hardware(records: list[SourcedRecord]) -> str:
-    names = {s.record.provenance.hardware for s in records}
-    devices = {s.record.provenance.device for s in records}
+    # a rebalance's host terms are timed on a CPU beside any GPU: they do not name the GPU
+    gpu = [s for s in records if not (s.record.kind == "rebalance_term" and s.record.timing == "host")]
+    names = {s.record.provenance.hardware for s in gpu or records}
+    devices = {s.record.provenance.device for s in gpu or records}
     if len(names) > 1:
         raise ProfileError(f"records come from several GPUs ({sorted(names)}); fit one profile "
                            f"per hardware")
@@ -210,7 +215,8 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     skipped: list[str] = []
     fit_set = [s for s in records if not holdout.held_out(s.record)]
     groups, eager_host = _group(fit_set, base, skipped)
-    if not groups and not any(s.record.kind in ("p2p_copy", "rebalance") for s in fit_set):
+    if not groups and not any(s.record.kind in ("p2p_copy", "rebalance", "rebalance_term")
+                              for s in fit_set):
         raise RecordError(f"records ({', '.join(f.path for f in files)}) hold no dispatch, combine, "
                           f"experts or rebalance timing in the fit set of holdout "
                           f"'{holdout.describe()}'")
@@ -244,6 +250,9 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
                               peaks["nvl_gbps"])
     if rebalance is not None:
         components["any/rebalance"] = rebalance
+    host = fit_rebalance_host(fit_set)
+    if host is not None:
+        components["any/rebalance_host"] = host
     num_held_out = len(records) - len(fit_set)
     profile = base.model_copy(update={
         "components": components,

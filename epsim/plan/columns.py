@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
 from epsim.plan.screen import initial_running_per_rank
 from epsim.profile import load_profile
 from epsim.sim.memory import GIB, kv_bytes_per_token, kv_running_limit, memory_plan
@@ -61,7 +62,7 @@ DERIVED_COLUMNS: tuple[str, ...] = (
     "other_weights_gib_per_gpu", "kv_cache_gib_per_gpu", "hbm_headroom_gib",
     "mem_fraction_static", "kv_pool_gib_per_gpu", "max_total_num_tokens", "kv_running_limit",
     "initial_running_per_rank",
-)
+) + RESILIENCE_COLUMNS
 
 # computed from a row once its metrics are known
 COST_COLUMNS: tuple[str, ...] = ("cost_per_million_output_tokens",)
@@ -147,7 +148,18 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
         # requests per rank running at t=0 (`--warm-start` sets it from the screen; "steady"
         # resolved: `initial_per_rank`)
         "initial_running_per_rank": float(initial_per_rank(scenario, profile_path)),
+        # with EPLB or a stated failure rate (`epsim.plan.resilience`); NaN otherwise
+        **_resilience(scenario, profile_path),
     }
+
+
+def _resilience(scenario, profile_path: str | None) -> dict[str, float]:
+    d = scenario.deployment
+    if not (d.enable_eplb or d.failures_per_gpu_hour > 0):
+        return {name: math.nan for name in RESILIENCE_COLUMNS}
+    if profile_path is None and scenario.profile:
+        profile_path = str(scenario.resolve_path(scenario.profile))
+    return resilience_columns(scenario, load_profile(profile_path, shared=True))
 
 
 def cost_columns(row: dict) -> dict[str, float]:

@@ -105,6 +105,16 @@ class DeploymentSpec(BaseModel):
     failures: list[FailureSpec] = Field(default_factory=list)
     elastic_recovery: Literal["replicas", "reload"] = "replicas"
     reload_gbps: float = Field(default=25.0, gt=0, description="expert reload from host/storage, GB/s")
+    moe_dispatch_timeout_s: float = Field(
+        default=10.0, gt=0, description="how long survivors wait in the EP dispatch for a failed "
+                                        "rank before masking it (Mooncake EP's timeout_us as SGLang "
+                                        "sets it: 10 s)")
+    failures_per_gpu_hour: float = Field(
+        default=0.0, ge=0, description="GPU failure rate for the planner's resilience columns "
+                                       "(failures per GPU-hour; 1e-4 is one per 10,000 GPU-hours)")
+    failure_repair_s: float = Field(
+        default=600.0, gt=0, description="planner: time until a failed rank is back (elastic EP: "
+                                         "rejoins; without it: the instance restarts)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "DeploymentSpec":

@@ -10,6 +10,7 @@ scenarios share one spawn (`scenarios_worker`), since process start-up is the sl
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -315,13 +316,18 @@ def elastic(env: Setup, lost_rank: int, how: str, group, rebalance_after: bool =
     end = begin + case.tokens_per_rank[env.rank]
     if how == "shrink":
         group = dist.new_group(survivors, use_local_synchronization=True)
+        cpu_s, wall_s = time.thread_time(), time.perf_counter()
         result = shrink_group(model, group, [lost_rank], weight_source=env.pristine)
         control = None
     else:
         control = (dist.new_group(survivors, backend="gloo", use_local_synchronization=True)
                    if len(survivors) > 1 else None)
+        cpu_s, wall_s = time.thread_time(), time.perf_counter()
         result = mask_ranks(model, [lost_rank], weight_source=env.pristine, control_group=control)
-    out = {"lost": False, "served_by_replicas": result.served_by_replicas,
+    # the survivor's host time of the re-placement (`live.bench.eplb_host` records it)
+    timed = {"path_cpu_us": (time.thread_time() - cpu_s) * 1e6,
+             "path_wall_us": (time.perf_counter() - wall_s) * 1e6}
+    out = {"lost": False, **timed, "served_by_replicas": result.served_by_replicas,
            "lost_experts": {int(k): v for k, v in result.lost_experts.items()},
            "reloads": 0 if result.moves is None else result.moves.plan["reloads"]}
     out["error"], out["ref_max"] = env.compare(routing, begin, end)
