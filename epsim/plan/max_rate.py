@@ -155,7 +155,9 @@ def max_rate_lines(answers: list[MaxRate], constraints, rel_tol: float = 0.05) -
         row = a.row
         above = (f"fails at {brief(a.fails_at_per_s, 4)}: {a.fails_because}" if a.fails_at_per_s
                  else f"still meets it at {MAX_FACTOR:g}x the scenario's rate")
-        served = (f"{brief(row['requests_per_s'] / row['num_gpus'], 3)} req/s/GPU served" if closed
+        # requests_per_s is one instance's (the run simulates one), num_gpus every instance's
+        served_rps = row["requests_per_s"] * row["num_instances"]
+        served = (f"{brief(served_rps / row['num_gpus'], 3)} req/s/GPU served" if closed
                   else f"{brief(a.rate_per_s / row['num_gpus'], 3)} req/s/GPU")
         lines.append(f"  {name}: {brief(a.rate_per_s, 4)} {unit} on {row['num_gpus']:g} GPUs "
                      f"({served}; TPOT p99 "

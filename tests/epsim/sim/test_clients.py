@@ -199,3 +199,14 @@ def test_colocated_closed_loop_starts_steady_and_matches_the_steady_model():
     assert result.initial_running_per_rank == 4
     bench = summarize(result)["bench_serving"]
     assert bench["mean_tpot_ms"] == pytest.approx(state.tpot_s * 1e3, rel=0.15)
+
+
+def test_max_clients_line_counts_every_instance():
+    # the row's requests_per_s is the simulated instance's, num_gpus every instance's: 2
+    # instances of 8 GPUs serving 4 req/s each are 0.5 req/s/GPU
+    from epsim.plan.max_rate import MaxRate, max_rate_lines
+    row = {"requests_per_s": 4.0, "num_instances": 2.0, "num_gpus": 16.0, "tpot_ms.p99": 30.0,
+           "ttft_ms.p99": 100.0}
+    answer = MaxRate({}, rate_per_s=64, row=row, fails_at_per_s=66, fails_because="x", whole=True,
+                     tried=[(64, True), (66, False)])
+    assert "64 clients on 16 GPUs (0.5 req/s/GPU served" in max_rate_lines([answer], [])[1]
