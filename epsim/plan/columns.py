@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
-from epsim.plan.screen import initial_running_per_rank
+from epsim.sim.steady import initial_running_per_rank
 from epsim.profile import load_profile
 from epsim.sim.memory import GIB, kv_bytes_per_token, kv_running_limit, memory_plan
 from epsim.spec.workload import STEADY
