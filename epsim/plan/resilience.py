@@ -13,8 +13,8 @@ For one scenario (its steady decode step from `epsim.sim.steady`, its skew model
   attention, redundant experts, survivors holding every expert): the dispatch timeout
   (`moe_dispatch_timeout_s`), reloads of experts no survivor held, the rebalance over the
   survivors, the timed-out forward run again (one steady decode step; the terms of
-  `epsim.eplb.recovery.failure_terms`), and the rejoin's rebalance; while the rank is away (`failure_repair_s`) the
-  instance serves at (ep - 1) / ep. Without: the instance is down until the rank is back and
+  `epsim.eplb.recovery.failure_terms`), and the rejoin's rebalance; while the rank is away
+  (`failure_repair_s`) the instance serves at (ep - 1) / ep. Without: the instance is down until the rank is back and
   every GPU has reloaded its weights (`reload_gbps`). Either way the failed ranks' running
   requests are lost and resent: the tokens they had produced (half an output on average) are
   work done again.
