@@ -174,7 +174,8 @@ def reasons_table(entries: list[dict], who: str) -> list[str]:
             for feature in dict.fromkeys(m["feature"] for m in side["missing"]):
                 counts[feature] += 1
         else:
-            counts[side["reasons"][0] if side["reasons"] else side["status"]] += 1
+            counts[side.get("reason_class") or (side["reasons"][0] if side["reasons"]
+                                                 else side["status"])] += 1
     if not counts:
         return ["none"]
     title = "missing feature (a row may need several)" if who == "epsim" else "reason class"

@@ -100,7 +100,7 @@ def predict(plan: RowPlan) -> dict:
     """
     entry = {"ttft_ms": None, "tpot_ms": None, "shares": {}, "wall_s": 0.0,
              "reasons": plan.reasons, "approximations": list(plan.approximations),
-             "assumptions": list(plan.assumptions),
+             "assumptions": list(plan.assumptions), "reason_class": plan.error_class,
              "missing": [{"path": m.need.path, "value": m.need.shown or m.need.value,
                           "feature": m.need.feature, "issue": m.need.issue} for m in plan.missing]}
     if not plan.expressible:
