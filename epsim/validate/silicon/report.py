@@ -193,6 +193,8 @@ def speed_lines(entries: list[dict], wall_s: float, workers: int, machine: str) 
              f"a row it cannot express costs only its mapping)"]
     if peer:
         peer_s = sum(p["wall_s"] for p in peer)
+        cached = sum(bool(p.get("cached")) for p in peer)
         lines.append(f"- the peer: {peer_s:.0f} row-seconds ({len(peer) / max(peer_s, 1e-9) * 60:.0f} "
-                     f"rows/min per core)")
+                     f"rows/min per core" + (f"; {cached} rows from its cache, timed when first run, "
+                                             f"not in the whole run's time" if cached else "") + ")")
     return lines

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from epsim.plan.executors import execute, progress_bar
 from epsim.validate.silicon.mapping import plan_row
-from epsim.validate.silicon.peer import estimate
+from epsim.validate.silicon.peer import estimate, row_key
 from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
 from epsim.validate.silicon.run import predict
 
@@ -113,10 +113,15 @@ def select(rows: list[SiliconRow], num: int | None = None,
 
 def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = True,
              executor: str = "local", workers: int | None = None, progress: bool = False,
-             ray_address: str | None = None) -> tuple[list[dict], float]:
+             ray_address: str | None = None,
+             peer_known: dict[str, dict] | None = None) -> tuple[list[dict], float]:
     """Entries of the in-scope `rows` (in their order) and the wall seconds; a progress bar on
-    stderr when `progress`."""
-    tasks = [RowTask(row, approximate, peer) for row in rows]
+    stderr when `progress`. `peer_known`: the peer's cached entries by `peer.row_key`
+    (those rows are not asked again; their entries say `cached`); answers found in this run
+    are added to it."""
+    known = peer_known if peer_known is not None else {}
+    keys = [row_key(row) for row in rows] if peer else [None] * len(rows)
+    tasks = [RowTask(row, approximate, peer and key not in known) for row, key in zip(rows, keys)]
     entries: list[dict | None] = [None] * len(tasks)
     start = time.perf_counter()
     with progress_bar(len(tasks), "silicon rows", progress) as advance:
@@ -125,4 +130,12 @@ def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = Tru
             advance(1)
         execute(tasks, on_done, executor=executor, workers=workers, ray_address=ray_address,
                 fn=row_task)
-    return entries, time.perf_counter() - start
+    wall_s = time.perf_counter() - start
+    for entry, task, key in zip(entries, tasks, keys):
+        if key is None:
+            continue
+        if task.peer:
+            known[key] = entry["peer"]
+        else:
+            entry["peer"] = {**known[key], "cached": True}
+    return entries, wall_s
