@@ -2,13 +2,13 @@
 the closed loop that measured them.
 
 A row's clients cycle through TTFT + (OSL - 1) x TPOT per request (`sglang.bench_serving`'s
-definitions, docs/silicon.md), so each side of a row depends on the other's latency. Pass 0 runs
-the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
-`ROUNDS` rounds run every instance with the cycle of the round before: a P/D pair's clients wait
-out the other side (think time), and the window is InferenceX's protocol (2 warm-up and 10
-measured requests per client). Under `approximate`, closed-loop clients become Poisson arrivals
-at the loop's rate (Little's law: clients / cycle) with the expected decoding requests running
-from t=0. Predicted TTFT and TPOT are the runs' mean TTFT and mean per-request TPOT.
+definitions, docs/silicon.md), so each side of a P/D pair depends on the other's latency. Pass 0
+runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
+`ROUNDS` rounds run every instance of a P/D pair with the cycle of the round before (its clients
+wait out the other side: think time), one round an agg instance; the window is InferenceX's
+protocol (2 warm-up and 10 measured requests per client). Under `approximate`, closed-loop
+clients become Poisson arrivals at the loop's rate (Little's law: clients / cycle) with the
+expected decoding requests running from t=0. Predicted TTFT and TPOT are the runs' mean TTFT and mean per-request TPOT.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from epsim.sim import simulate
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.mapping import Instance, RowPlan
 
-ROUNDS = 2                       # rounds after pass 0 (each: every instance once)
+ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
 PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
 PROTOCOL_REQUESTS = (2, 10)      # closed loop: warm-up and measured requests per client (InferenceX)
 OPEN_MIN_SAMPLES = 16            # open loop: arrivals the window holds at least
@@ -128,7 +128,9 @@ def _predict(plan: RowPlan, entry: dict) -> dict:
         return {"status": "failed", "reasons": ["pass 0 produced no TPOT: "
                                                  + first["latency_notes"].get("tpot_ms", "")]}
     shares = {}
-    for _ in range(ROUNDS):
+    # an agg instance's clients wait on no other side: one closed-loop run is the answer (a
+    # second would only size its window from the first's cycle); a P/D pair's sides agree in rounds
+    for _ in range(1 if [i.role for i in plan.instances] == ["agg"] else ROUNDS):
         new_ttft, new_tpot = ttft_ms, tpot_ms
         for instance in plan.instances:
             make = closed_round if instance.closed_loop else open_round
