@@ -83,6 +83,19 @@ def test_mapping_agg_tp_attention_moe_tp(rows):
         assert reason.startswith("needs ") and "=" in reason
 
 
+def test_mapping_dp_attention_over_attention_tp_groups(rows):
+    # attention DP 2 groups of TP 4 (8 GPUs), MoE-TP 8: SGLang's --tp 8 --dp 2 --enable-dp-attention
+    row = rows["dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81"]
+    row = replace(row, agg=replace(row.agg, tp_size=4, attention_dp_size=2, moe_tp_size=8, moe_ep_size=1))
+    (agg,) = plan_row(row).instances
+    deployment = agg.data["deployment"]
+    assert {k: deployment.get(k) for k in ("tp_size", "dp_size", "moe_tp_size", "ep_size",
+                                           "enable_dp_attention", "moe_a2a_backend")} == {
+        "tp_size": 8, "dp_size": 2, "moe_tp_size": 8, "ep_size": 1, "enable_dp_attention": True,
+        "moe_a2a_backend": "none"}
+    assert agg.dp_ranks == 2 and spec_error(agg.data) is None
+
+
 def test_mapping_disagg_wide_ep_with_workers(rows):
     plan = plan_row(rows["dsr1_gb200_sglang_fp4_disagg_1024x1024_c8192_cfg483"])
     prefill, decode = plan.instances
