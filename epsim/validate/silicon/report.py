@@ -156,7 +156,9 @@ def worst_table(entries: list[dict], who: str, status_of: str = "predicted") -> 
                               for role, s in side["shares"].items()])
         else:
             lacks = f"version {side['version_used']}" + ("; " + "; ".join(side["notes"]) if side["notes"] else "")
-        rows.append([e["id"], e["layout"], e["concurrency"], f"{signed(e, who, 'tpot_ms'):+.1f}",
+        shown = e["layout"] if e.get("layout_as_run", e["layout"]) == e["layout"] else (
+            f"{e['layout']} (ran: {e['layout_as_run']})")
+        rows.append([e["id"], shown, e["concurrency"], f"{signed(e, who, 'tpot_ms'):+.1f}",
                      f"{signed(e, who, 'ttft_ms'):+.1f}", lacks])
     return md_table(["row", "layout", "clients", "TPOT error %", "TTFT error %", "what it lacks"], rows)
 

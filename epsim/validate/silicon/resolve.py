@@ -47,6 +47,7 @@ class Resolved:
     error: str | None = None
     speculative: bool = False
     error_class: str | None = None
+    from_recipe: bool = False           # its workers and layout are a group's: the row has none
 
 
 def _unproduct(side: Side) -> Side | None:
@@ -142,7 +143,8 @@ def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
     redundant = {role: WIDE_EP_REDUNDANT for role, r in (("prefill", group.prefill),
                                                           ("decode", group.decode)) if r.wide_ep}
     return Resolved(replace(row, mode="disagg", agg=None, prefill=prefill, decode=decode),
-                    tuple(said), redundant or None, speculative=group.speculative == "mtp")
+                    tuple(said), redundant or None, speculative=group.speculative == "mtp",
+                    from_recipe=True)
 
 
 def resolve(row: SiliconRow) -> Resolved:
@@ -150,7 +152,7 @@ def resolve(row: SiliconRow) -> Resolved:
     if row.mode == "disagg" and not row.workers_stated or row.mode == "agg" and row.system in DISAGG_ONLY:
         return _from_recipe(row)
     if row.system in DISAGG_ONLY:       # stated, but may copy the wide-EP placeholder's ep: 1
-        return _from_recipe(row, stated=_as_stated(row))
+        return replace(_from_recipe(row, stated=_as_stated(row)), from_recipe=False)
     return _as_stated(row)
 
 

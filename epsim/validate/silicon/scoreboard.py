@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from epsim.plan.executors import execute, progress_bar
 from epsim.validate.silicon.mapping import plan_row
 from epsim.validate.silicon.peer import estimate, row_key
+from epsim.validate.silicon.resolve import resolve
 from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
 from epsim.validate.silicon.run import predict
 
@@ -49,7 +50,11 @@ def ep_bucket(size: int) -> str:
     return next(label for low, high, label in EP_BUCKETS if low <= size <= high)
 
 
-def mode_label(row: SiliconRow) -> str:
+def mode_label(row: SiliconRow, from_recipe: bool = False) -> str:
+    """The row's mode as a bucket: rows whose workers (or whole P/D layout) come from
+    InferenceX's recipe groups, or are not known, are never mixed with rows that state them."""
+    if from_recipe:
+        return "disagg, workers from InferenceX"
     if row.mode == "agg":
         return "agg"
     return "disagg" if row.workers_stated else "disagg, workers not stated"
@@ -69,13 +74,16 @@ def layout(row: SiliconRow) -> str:
 def row_task(task: RowTask) -> dict:
     """One row's entry (module doc). Runs in a worker process."""
     row = task.row
+    ran = resolve(row)
+    as_run = ran.row if ran.error is None else row      # the layout InferenceX ran, where known
     entry = {"id": row.id, "system": row.system, "mode": row.mode, "model": row.model,
              "model_path": row.model_path,
              "version": row.backend_version, "image": row.image, "precision": row.precision,
              "gemm_quant_mode": row.gemm_quant_mode, "moe_quant_mode": row.moe_quant_mode,
              "isl": row.isl, "osl": row.osl, "concurrency": row.concurrency, "layout": layout(row),
-             "bucket": {"system": row.system, "mode": mode_label(row), "model": row.model,
-                        "ep": ep_bucket(row.tpot_side.moe_ep_size)},
+             "layout_as_run": layout(as_run),
+             "bucket": {"system": row.system, "mode": mode_label(row, ran.from_recipe), "model": row.model,
+                        "ep": ep_bucket(as_run.tpot_side.moe_ep_size)},
              "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
     start = time.perf_counter()
     exact = plan_row(row)
