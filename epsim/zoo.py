@@ -7,7 +7,7 @@ from importlib import resources
 
 import yaml
 
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean, hinted
 from epsim.spec.errors import validate
 from epsim.spec.gpu import HardwareSpec
 from epsim.spec.model import ModelSpec
@@ -44,7 +44,8 @@ def _entry(kind: str, name: str, spec_class, label: str):
     """
     data = _load(kind).get(name)
     if data is None:
-        raise SpecError(f"{label} ({name!r}) must be one of {list(_load(kind))}")
+        raise SpecError(hinted(f"{label} ({name!r}) must be one of {list(_load(kind))}",
+                               did_you_mean(name, _load(kind))))
     return validate(spec_class, data, f"zoo/{kind}/{name}.yaml")
 
 

@@ -152,11 +152,18 @@ def kpis(summary: dict) -> None:
     for name in ("tpot_ms", "ttft_ms"):
         if name in notes:
             st.caption(f"{name[:4].upper()}: - because {notes[name]}")
-    cols = st.columns(4)
+    from epsim.report.serving import DEFINITIONS
+    serving = summary["serving"]
+    cols = st.columns(5)
     cols[0].metric("throughput / GPU", ui.fmt(summary["throughput_tokens_per_s_per_gpu"], ".0f", " tok/s"))
     cols[1].metric("output / GPU", ui.fmt(summary["output_tokens_per_s_per_gpu"], ".0f", " tok/s"))
-    cols[2].metric("finished requests", ui.fmt(summary["requests_per_s"], ".1f", " /s"))
-    cols[3].metric("balancedness (mean/max)", ui.fmt(summary["balancedness"], ".3f"))
+    # offered, served and finished as epsim defines them (`epsim.report.serving`)
+    cols[2].metric("served / offered (req/s)", f"{ui.fmt(serving['served_rps'], '.1f')} / "
+                   f"{ui.fmt(serving['offered_rps'], '.1f')}",
+                   help=f"served: {DEFINITIONS['served_rps']}; offered: {DEFINITIONS['offered_rps']}")
+    cols[3].metric("finished in the window", ui.fmt(serving["finished_rps"], ".1f", " req/s"),
+                   help=f"finished: {DEFINITIONS['finished_rps']}")
+    cols[4].metric("balancedness (mean/max)", ui.fmt(summary["balancedness"], ".3f"))
     for name, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
         cols = st.columns(4)
         for col, q in zip(cols, ("p50", "p90", "p99")):
@@ -165,14 +172,15 @@ def kpis(summary: dict) -> None:
 
 
 def provenance_frame(summary: dict, layer_mean_us: dict) -> pd.DataFrame:
-    """Per MoE-layer part (attention, dispatch, experts, combine): the mean predicted time, the
+    """Per MoE-layer part (attention, dispatch, experts, combine, block ops): the mean predicted time, the
     p10-p90 band of the component that gave most of it (NaN where it has no measured spread)
     and its provenance tag (`epsim.cost.provenance.part_bands`)."""
     from epsim.cost.provenance import part_bands
     bands = part_bands(summary.get("provenance", {}), {
         part: float(np.mean(layer_mean_us[f"{part}_us"]))
-        for part in ("attention", "dispatch", "experts", "combine") if f"{part}_us" in layer_mean_us})
-    return pd.DataFrame([{"part": part, "µs": b["mean_us"],
+        for part in ("attention", "dispatch", "experts", "combine", "block_ops")
+        if f"{part}_us" in layer_mean_us})
+    return pd.DataFrame([{"part": part.replace("_", " "), "µs": b["mean_us"],
                           "p10 µs": np.nan if b["p10_us"] is None else b["p10_us"],
                           "p90 µs": np.nan if b["p90_us"] is None else b["p90_us"],
                           "tag": b["tag"], "component": b["component"]} for part, b in bands.items()])
@@ -207,7 +215,8 @@ def results(run: dict) -> None:
                f"({s['num_steps']} steps) in {s['wall_seconds']:.1f} s; profile "
                f"{s['profile']['name'] or s['profile']['path']}; seed {s['seed']}"
                + (f"; overrides {run['overrides']}" if run["overrides"] != "{}" else ""))
-    for warning in view.warnings:
+    from epsim.report.cautions import cautions
+    for warning in view.warnings + cautions(s):
         st.warning(warning)
     kpis(s)
     provenance(s, view.layer_mean_us)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from epsim.plan.columns import mean_length
+from epsim.plan.uncertainty import band_text
 from epsim.report.keep_up import unsettled_text
 
 WORKLOAD_PREFIX = "workload."
@@ -83,7 +84,8 @@ def answer_line(result, answer: Answer) -> str:
         or "the scenario's deployment"
     metrics = []
     for metric in dict.fromkeys(c.metric for c in result.constraints):
-        metrics.append(f"{metric} {_fmt(row.get(metric), '.4g')}")
+        spread = band_text(row, metric)
+        metrics.append(f"{metric} {_fmt(row.get(metric), '.4g')}" + (f", {spread}" if spread else ""))
     served, offered = row.get("keep_up.served_rps"), row.get("keep_up.offered_rps")
     keep = (f"serves {_fmt(served, '.3g')} of {_fmt(offered, '.3g')} req/s "
             f"({_fmt(100 * row.get('keep_up.served_frac', np.nan), '.1f')} %, backlog "

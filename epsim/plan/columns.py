@@ -14,8 +14,9 @@ from typing import Any
 
 from epsim.cost.attention import kv_share
 from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
-from epsim.plan.screen import initial_running_per_rank
+from epsim.sim.steady import initial_running_per_rank
 from epsim.profile import load_profile
+from epsim.plan.uncertainty import BAND_COLUMNS, step_band
 from epsim.spec.workload import STEADY
 
 GIB = float(1 << 30)
@@ -48,6 +49,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     + tuple(f"time_breakdown_frac.{name}" for name in _BREAKDOWN)
     + tuple(f"{name}.mean_over_layers" for name in _LAYER_MEANS)
     + tuple(f"{section}.{name}" for section, names in _SECTIONS.items() for name in names)
+    + BAND_COLUMNS
 )
 
 DERIVED_COLUMNS: tuple[str, ...] = (
@@ -83,6 +85,8 @@ def summary_metrics(summary: dict) -> dict[str, float]:
     for section, names in _SECTIONS.items():
         values = summary.get(section) or {}
         row.update({f"{section}.{name}": _number(values.get(name)) for name in names})
+    # the step time's p10-p90 band (`epsim.plan.uncertainty`), carried to the SLO's metrics
+    row.update(step_band((summary.get("provenance") or {}).get("components") or []))
     return row
 
 
@@ -171,3 +175,32 @@ def cost_columns(row: dict) -> dict[str, float]:
     price = row["cost_per_hour"]
     ok = price > 0 and tokens_per_hour > 0
     return {"cost_per_million_output_tokens": price / tokens_per_hour * 1e6 if ok else math.nan}
+
+
+# -- names for people ---------------------------------------------------------------------
+ACRONYMS = {"tpot": "TPOT", "ttft": "TTFT", "itl": "ITL", "e2e": "end-to-end", "hbm": "HBM",
+            "ep": "EP", "gpu": "GPU", "gpus": "GPUs", "eplb": "EPLB", "moe": "MoE", "a2a": "all-to-all",
+            "dp": "DP", "tbo": "two-batch overlap", "slo": "SLO"}
+UNITS = {"ms": "ms", "s": "s", "us": "µs", "gb": "GB", "gib": "GiB", "gbps": "GB/s", "pct": "%", "rps": "req/s",
+         "frac": "share"}
+PREFIXES = ("deployment.", "workload.", "cluster.", "model.")
+
+
+def column_label(name: str) -> str:
+    """A column name for people: `tpot_ms.p99` -> `TPOT p99 (ms)`,
+    `throughput_tokens_per_s_per_gpu` -> `throughput tokens/s per GPU`, `num_gpus` -> `GPUs`,
+    `deployment.ep_size` -> `EP size`; names with spaces are left as they are."""
+    if " " in name:
+        return name
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    name = name.replace("rate_per_s", "rate_rps")     # an arrival rate is requests per second
+    words = name.replace(".", "_").split("_")
+    stat = words.pop() if len(words) > 1 and (words[-1] in ("mean", "max", "min")
+                                              or (words[-1][:1] == "p" and words[-1][1:].isdigit())) else ""
+    unit = UNITS[words.pop()] if len(words) > 1 and words[-1] in UNITS else ""
+    if len(words) > 1 and words[0] == "num":
+        words = words[1:]
+    text = " ".join(ACRONYMS.get(w, w) for w in words).replace(" per s", "/s")
+    return text + (f" {stat}" if stat else "") + (f" ({unit})" if unit else "")

@@ -27,6 +27,7 @@ import numpy as np
 from epsim.cost.provenance import part_bands
 from epsim.cost.transport import transport_path
 from epsim.report.keep_up import keep_up
+from epsim.report.serving import label_saturated, requests_line, serving
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
 from epsim.spec.workload import STEADY
 from epsim.text import duration, number, size, table
@@ -176,8 +177,9 @@ def summarize(result: SimResult) -> dict:
     rank_load = result.rank_pairs_mean
     lost = result.lost if result.lost is not None else np.zeros_like(result.is_initial)
     ttft = percentiles(lat["ttft_ms"])
+    scenario = result.scenario.model_dump(mode="json")
     summary = {
-        "scenario": result.scenario.model_dump(mode="json"),
+        "scenario": scenario,
         "network": network_info(result.scenario),
         "profile": {k: v for k, v in result.profile_info.items() if k != "provenance"},
         # which component gave each part of the time: fitted / extrapolated / datasheet, with
@@ -203,9 +205,10 @@ def summarize(result: SimResult) -> dict:
         "input_tokens_per_s_per_gpu": prefill / per_gpu_s,
         "output_tokens_per_s_per_gpu": output / per_gpu_s,
         "requests_per_s": float(finished.sum()) / window_s,
-        "keep_up": keep_up(result.arrival_s, result.first_token_s, result.is_initial, lost,
-                           result.warmup_s, result.duration_s, ttft["p99"],
-                           step_start_s=steps["start_us"] * 1e-6, num_running=steps["num_running"]),
+        "keep_up": label_saturated(keep_up(
+            result.arrival_s, result.first_token_s, result.is_initial, lost, result.warmup_s,
+            result.duration_s, ttft["p99"], step_start_s=steps["start_us"] * 1e-6,
+            num_running=steps["num_running"]), scenario),
         "ttft_ms": ttft,
         "tpot_ms": percentiles(lat["tpot_ms"]),
         "itl_ms": itl_ms(result),
@@ -224,6 +227,8 @@ def summarize(result: SimResult) -> dict:
         **_eplb_and_elastic(result),
     }
     summary["latency_notes"] = latency_notes(summary, result)
+    # offered, served and finished, defined once (`epsim.report.serving`)
+    summary["serving"] = serving(summary)
     return summary
 
 
@@ -327,7 +332,6 @@ def format_table(summary: dict) -> str:
     s = summary
     sc = s["scenario"]
     d = sc["deployment"]
-    n = s["num_requests"]
     lines = [
         f"scenario   {sc['name']}: {sc['model']['name']} on {s['num_gpus']} x {sc['cluster']['gpu']} "
         f"(EP {d['ep_size']}{_tp_text(d, s['num_gpus'])}, {d['moe_a2a_backend']}, disaggregation "
@@ -338,10 +342,7 @@ def format_table(summary: dict) -> str:
           if s.get("network", {}).get("spans_nodes") else []),
         f"simulated  {s['sim_seconds']:g} s ({s['num_steps']} steps) in {s['wall_seconds']:.2f} s wall; "
         f"profile {s['profile']['name'] or s['profile']['path'] or '-'}",
-        f"requests   {n['measured']} arrived after the {s['warmup_s']:g} s warm-up (the latencies "
-        f"below are theirs), {n['finished']} of them finished ({s['requests_per_s']:.1f}/s), "
-        f"{n['measured'] - n['finished']} still running at the end"
-        + (f", {n['lost']} lost" if n.get("lost") else "") + _start_text(s),
+        f"requests   {requests_line(s)}" + _start_text(s),
         f"throughput {s['throughput_tokens_per_s_per_gpu']:.1f} tokens/s/GPU "
         f"(input {s['input_tokens_per_s_per_gpu']:.1f}, output {s['output_tokens_per_s_per_gpu']:.1f})",
         "",

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean, hinted
 from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.errors import validate
@@ -45,8 +45,10 @@ class Scenario(BaseModel):
         # the instance's GPUs: `tp_size` where set, else `ep_size` (named as the user wrote it)
         gpus, field = d.num_gpus, "tp_size" if d.tp_size is not None else "ep_size"
         if gpus > c.num_gpus:
+            nodes = -(-gpus // c.gpus_per_node_resolved)
             raise ValueError(f"deployment.{field} ({gpus}) must be <= the cluster's GPUs "
-                             f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus})")
+                             f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus}); "
+                             f"set cluster.num_nodes: {nodes} for {gpus} GPUs")
         if gpus > c.gpus_per_node_resolved and gpus % c.gpus_per_node_resolved:
             raise ValueError(f"deployment.{field} ({gpus}) must be a multiple of gpus_per_node "
                              f"({c.gpus_per_node_resolved}) when it spans nodes")
@@ -227,8 +229,9 @@ def _resolve_zoo(data: dict, where: str, base_dir: Path) -> None:
     model = data.get("model")
     if isinstance(model, str):
         if model not in model_names():
-            raise SpecError(f"{where}: model ({model!r}) must be one of {model_names()} or a "
-                            f"mapping with the model's fields or hf_config")
+            raise SpecError(hinted(f"{where}: model ({model!r}) must be one of {model_names()} or "
+                                   f"a mapping with the model's fields or hf_config",
+                                   did_you_mean(model, model_names())))
         data["model"] = get_model(model)
     elif isinstance(model, dict) and "hf_config" in model:
         path = model["hf_config"]
