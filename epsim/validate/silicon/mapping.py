@@ -304,6 +304,9 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     else:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
                  ("decode", run.decode, run.decode.num_workers or 1)]
+    if ran.speculative:
+        assumptions.append("MTP as speculative_algorithm NEXTN with SGLang's defaults for DeepSeek "
+                           "(the recipe says spec-decoding: mtp, not its steps)")
     redundant = dict(ran.redundant_experts or {})
     experts = get_model(MODELS[row.model_path]).num_experts
     instances, missing, tags = [], [], []
