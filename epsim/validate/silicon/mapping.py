@@ -80,8 +80,11 @@ class Instance:
     Attributes:
         role: "agg" | "prefill" | "decode".
         data: the scenario mapping (its arrivals are set per pass by `epsim.validate.silicon.run`).
-        clients: closed-loop clients one instance serves (the row's clients / workers).
+        clients: closed-loop clients one instance serves (the row's clients / workers, rounded
+            up: the busiest instance).
         num_workers: instances of this kind.
+        routed_clients: the clients its scenario's arrivals carry: all of this side's where the
+            spec shares them over `deployment.num_instances` (its router), else `clients`.
         dp_ranks: attention-DP ranks of one instance (requests spread over them).
         closed_loop: the spec expresses closed-loop clients (else Poisson at their rate,
             only under `approximate`).
@@ -93,6 +96,7 @@ class Instance:
     num_workers: int
     dp_ranks: int
     closed_loop: bool
+    routed_clients: int = 0
 
 
 @dataclass(frozen=True)
@@ -248,7 +252,14 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
     if redundant_experts:
         data["deployment"].update(ep_num_redundant_experts=redundant_experts,
                                   init_expert_location="from_skew")
-    needs = side_needs(row, side) + closed_loop_needs(clients, row.mode == "disagg")
+    # xPyD: the spec's num_instances shares the side's clients round-robin and simulates the
+    # busiest instance; without the field, that instance is simulated with its share directly
+    routed = clients
+    trial = copy.deepcopy(data)
+    trial["deployment"]["num_instances"] = workers
+    if workers > 1 and spec_error(trial) is None:
+        data, routed = trial, row.concurrency
+    needs = side_needs(row, side) + closed_loop_needs(routed, row.mode == "disagg")
     if mtp and role != "prefill":       # the draft runs where tokens are decoded
         needs.append(Need("deployment.speculative_algorithm", "NEXTN", "MTP (DeepSeek's NEXTN draft)"))
     for need in needs:
@@ -269,16 +280,17 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
             tags.append(tag)
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
     data["deployment"]["max_running_requests"] = max(-(-clients // dp_ranks), 1)
-    return Instance(role, data, clients, workers, dp_ranks, closed), missing, tags
+    return Instance(role, data, clients, workers, dp_ranks, closed, routed), missing, tags
 
 
 def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
-    """Clients one instance serves: the row's clients over its workers (rounded, and said so)."""
-    share = total / workers
-    if share != int(share):
-        assumptions.append(f"{role}: {total} clients over {workers} instances = {share:.2f}, "
-                           f"simulated as {max(round(share), 1)}")
-    return max(round(share), 1)
+    """Clients one instance serves: the row's clients over its workers, rounded up as the
+    router's round-robin leaves the busiest instance (`Scenario.one_instance`), and said so."""
+    share = -(-total // workers)
+    if share * workers != total:
+        assumptions.append(f"{role}: {total} clients over {workers} instances = "
+                           f"{total / workers:.2f}, simulated as {share} (the busiest instance)")
+    return max(share, 1)
 
 
 def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:

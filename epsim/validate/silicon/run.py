@@ -62,7 +62,7 @@ def pass0(instance: Instance) -> dict:
 def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> dict:
     """One instance under its closed-loop clients; a P/D side's clients wait out the other side."""
     cycle_s = ttft_s + (osl - 1) * tpot_s
-    arrivals = {"kind": "concurrency", "clients": instance.clients}
+    arrivals = {"kind": "concurrency", "clients": instance.routed_clients or instance.clients}
     if instance.role == "prefill":
         arrivals["think_time_s"] = (osl - 1) * tpot_s
     elif instance.role == "decode":
@@ -75,11 +75,12 @@ def open_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> di
     """One instance under Poisson arrivals at its clients' rate, clients / cycle (Little's law),
     with the expected decoding requests running from t=0."""
     decode_s = (osl - 1) * tpot_s
-    rate = instance.clients / (ttft_s + decode_s)
+    rate = instance.clients / (ttft_s + decode_s)                 # one instance's
+    routed = (instance.routed_clients or instance.clients) / (ttft_s + decode_s)
     running = 0 if instance.role == "prefill" else _per_rank(rate * decode_s, instance)
     window = DECODE_WINDOW_S if instance.role == "decode" else max(OPEN_MIN_SAMPLES / rate,
                                                                    DECODE_WINDOW_S)
-    return _with(instance, {"kind": "poisson", "rate_per_s": rate}, (0.25 * window, 1.25 * window),
+    return _with(instance, {"kind": "poisson", "rate_per_s": routed}, (0.25 * window, 1.25 * window),
                  running)
 
 

@@ -101,6 +101,10 @@ def test_mapping_disagg_wide_ep_with_workers(rows):
     prefill, decode = plan.instances
     assert (prefill.role, prefill.clients, prefill.num_workers, prefill.dp_ranks) == ("prefill", 2048, 4, 4)
     assert (decode.role, decode.clients, decode.num_workers, decode.dp_ranks) == ("decode", 8192, 1, 32)
+    # the 4 prefill workers share the row's clients through the spec's router where it has one
+    # (deployment.num_instances), else the busiest instance runs its share directly
+    shared = prefill.data["deployment"].get("num_instances") == 4
+    assert prefill.routed_clients == (8192 if shared else 2048) and decode.routed_clients == 8192
     assert decode.data["cluster"] == {"gpu": "GB200", "num_nodes": 1}
     assert {k: decode.data["deployment"][k] for k in ("ep_size", "enable_dp_attention", "moe_a2a_backend",
                                                       "disaggregation_mode", "max_running_requests")} == {
@@ -121,7 +125,8 @@ def test_mapping_unstated_workers_and_b300(rows):
     assert b300.instances[0].data["cluster"]["gpu"] == "B300"
     assert "cluster.gpu" not in {m.need.path for m in b300.missing}
     odd = plan_row(rows["dsr1_gb300_sglang_fp8_disagg_8192x1024_c1024_cfg505"])
-    assert "prefill: 1024 clients over 5 instances = 204.80, simulated as 205" in odd.assumptions
+    assert ("prefill: 1024 clients over 5 instances = 204.80, simulated as 205 (the busiest "
+            "instance)") in odd.assumptions
 
 
 def test_approximate_tags_and_refusals(rows):
