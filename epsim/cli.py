@@ -277,7 +277,8 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip pareto.png and sweep.png")
     p.add_argument("--max-rate", action="store_true",
                    help="per deployment point, bisect workload.arrivals.rate_per_s for the highest "
-                        "rate that meets the constraints and keep-up")
+                        "rate that meets the constraints and keep-up (a closed loop: "
+                        "workload.arrivals.clients, the most concurrent clients)")
     p.add_argument("--no-keep-up", action="store_true",
                    help="judge points by the constraints alone (default: a feasible point must "
                         "also serve its offered load, docs/planning.md)")
