@@ -5,15 +5,17 @@ Most silicon rows are InferenceX runs (SemiAnalysisAI/InferenceX, Apache-2.0). I
 benchmark key (`dsr1-fp8-gb200-dynamo-sglang`), each ISL/OSL and each group of client counts,
 the workers and the `tp`, `ep`, `dp-attn` of each side. Where a silicon row does not state its
 workers, the group that ran it does. `epsim/data/silicon/inferencex_recipes.json` holds every
-version of the disaggregated SGLang DeepSeek-R1 keys (MTP groups marked), each with the commit and date it took
-effect; `python -m epsim.validate.silicon.inferencex_extract CLONE` regenerates it from a
-clone of the repository (docs/silicon.md).
+version of the disaggregated SGLang DeepSeek-R1 keys (MTP groups marked), each with the commit
+and date it took effect, and before them the GB200 launch script's groups;
+`python -m epsim.validate.silicon.inferencex_extract CLONE` regenerates it from a clone of the
+repository (docs/silicon.md).
 
 Early GB200 keys (December 2025) state `tp: 1, ep: 1, dp-attn: true` as placeholders and the
 size in `PREFILL_NODES` / `DECODE_NODES` (4 GPUs a GB200 tray); their launch scripts (ai-dynamo's
 `slurm_jobs/scripts/gb200-fp8.sh`) run `--tp-size TOTAL_GPUS --dp-size TOTAL_GPUS
---enable-dp-attention --enable-deepep-moe`: DP attention and DeepEP over every GPU of a worker
-(SGLang sets ep_size = tp_size for DeepEP), which `Recipe.wide_ep` records.
+--enable-dp-lm-head --enable-deepep-moe --ep-num-redundant-experts 32`: DP attention (which
+`--enable-dp-lm-head` requires) and DeepEP over every GPU of a worker (SGLang sets ep_size =
+tp_size for DeepEP), which `Recipe.wide_ep` records.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 RECIPES_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_recipes.json"
 MASTER_PATHS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
-# the keys the in-scope rows can come from: disaggregated SGLang DeepSeek-R1 without MTP
+# the keys the in-scope rows can come from: disaggregated SGLang DeepSeek-R1 (MTP groups marked)
 KEY_PREFIX, KEY_SUFFIX = "dsr1-", "-dynamo-sglang"
 GPUS_PER_NODE = {"gb200": 4, "gb300": 4}        # a *_NODES setting counts trays of 4 GPUs
 RUNNERS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",

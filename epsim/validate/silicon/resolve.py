@@ -95,7 +95,8 @@ def _fits(row: SiliconRow, group: inferencex.Group) -> bool:
         if gpus != recipe.gpus_per_worker(row.system):
             return False
         ep = recipe_side(recipe, row.system).moe_ep_size
-        if role == "prefill" and side.moe_ep_size != ep and not (recipe.wide_ep and side.moe_ep_size == 1):
+        if role == "prefill" and side.moe_ep_size != ep and not (recipe.wide_ep
+                                                                 and side.moe_ep_size == 1):
             return False
         if side.num_workers is not None and side.num_workers != recipe.workers:
             return False
@@ -110,19 +111,19 @@ def _describe(recipe: inferencex.Recipe, system: str) -> str:
 
 def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
     """The row's sides from the recipe group that ran it; `stated` (the row as it states
-    itself) where no group fits a row that states its workers."""
+    itself) where not exactly one group's layout fits a row that states its workers."""
     match = _MEASURED.search(row.source)
     found = inferencex.candidates(row.precision, row.system, row.isl, row.osl, row.concurrency or 0,
                                   match.group(1) if match else None, row.image or None)
     key = inferencex.key_for(row.precision, row.system)
     fitting = [g for g in found if _fits(row, g)]
-    if stated is not None and not fitting:
+    layouts = {(g.prefill, g.decode, g.speculative) for g in fitting}
+    if stated is not None and len(layouts) != 1:
         return stated
     if not found:
         return Resolved(row, error=f"no InferenceX recipe group of {key} ran {row.isl}/{row.osl} at "
                                    f"{row.concurrency} clients when the row was measured (the row "
                                    f"does not state its workers)", error_class=NO_GROUP)
-    layouts = {(g.prefill, g.decode, g.speculative) for g in fitting}
     if len(layouts) != 1:
         shown = "; ".join(f"P {_describe(g.prefill, row.system)} / D {_describe(g.decode, row.system)}"
                           + (" MTP" if g.speculative == "mtp" else "") for g in found)
@@ -149,7 +150,8 @@ def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
 
 def resolve(row: SiliconRow) -> Resolved:
     """The deployment a row measured (module doc)."""
-    if row.mode == "disagg" and not row.workers_stated or row.mode == "agg" and row.system in DISAGG_ONLY:
+    if (row.mode == "disagg" and not row.workers_stated
+            or row.mode == "agg" and row.system in DISAGG_ONLY):
         return _from_recipe(row)
     if row.system in DISAGG_ONLY:       # stated, but may copy the wide-EP placeholder's ep: 1
         return replace(_from_recipe(row, stated=_as_stated(row)), from_recipe=False)
