@@ -27,6 +27,7 @@ from typing import Callable, Generator
 
 import numpy as np
 import simpy
+from tqdm import tqdm
 
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
@@ -38,6 +39,8 @@ from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
 from epsim.sim.batching import Scheduler
 from epsim.sim.clients import ClosedLoop
+from epsim.sim.elastic import ElasticEP
+from epsim.sim.eplb_process import EPLBManager
 from epsim.sim.initial_placement import initial_placement
 from epsim.sim.kv_pool import KVPool
 from epsim.sim.leap import Leaper
@@ -152,10 +155,8 @@ class Simulation:
         self._charge_us = 0.0
         self.eplb = self.elastic = None
         if scenario_processes and d.enable_eplb:
-            from epsim.sim.eplb_process import EPLBManager
             self.eplb = EPLBManager(self)
         if scenario_processes and d.failures:
-            from epsim.sim.elastic import ElasticEP
             self.elastic = ElasticEP(self)
 
     def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
@@ -331,7 +332,6 @@ class Simulation:
             self.env.process(factory(self))
         bar = None
         if self.progress:
-            from tqdm import tqdm
             bar = tqdm(total=round(self.end_us * 1e-6, 3), unit="sim s", desc=self.scenario.name,
                        bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} sim s [{elapsed}<{remaining}]")
             self.env.process(self._progress_loop(bar))
