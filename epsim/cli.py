@@ -249,6 +249,10 @@ def _add_validate(sub) -> None:
                    help="with --silicon: rows the spec cannot express run as the nearest scenario "
                         "it can, tagged and tabled apart (never in the headline)")
     p.add_argument("--no-peer", action="store_true", help="with --silicon: skip AIConfigurator")
+    p.add_argument("--peer-cache", default=None, metavar="FILE",
+                   help="with --silicon: AIConfigurator's answers kept between runs, asked again "
+                        "only for new rows or another installed version (default with --out: "
+                        "DIR/silicon_peer.json.gz)")
     executor_options(p)
     p.add_argument("--ray-address", default=None, help="with --executor ray: ray.init(address=...)")
 
@@ -277,7 +281,8 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip pareto.png and sweep.png")
     p.add_argument("--max-rate", action="store_true",
                    help="per deployment point, bisect workload.arrivals.rate_per_s for the highest "
-                        "rate that meets the constraints and keep-up")
+                        "rate that meets the constraints and keep-up (a closed loop: "
+                        "workload.arrivals.clients, the most concurrent clients)")
     p.add_argument("--no-keep-up", action="store_true",
                    help="judge points by the constraints alone (default: a feasible point must "
                         "also serve its offered load, docs/planning.md)")

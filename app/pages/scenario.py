@@ -112,6 +112,9 @@ def scenario_form(scenario, key: str) -> dict | None:
             if hasattr(w.arrivals, "rate_per_s"):
                 values["workload.arrivals.rate_per_s"] = _float("arrival rate (req/s)", w.arrivals.rate_per_s,
                                                                 f"{key}_rate", min_value=0.001)
+            elif w.arrivals.kind == "concurrency":        # a closed loop: clients, not a rate
+                values["workload.arrivals.clients"] = _int("concurrent clients", w.arrivals.clients,
+                                                           f"{key}_clients", min_value=1)
             values["workload.skew"] = _skew_widgets(w.skew, f"{key}_skew")
             values["workload.duration_s"] = _float("simulated seconds", w.duration_s, f"{key}_dur", min_value=0.001)
             values["workload.warmup_s"] = _float("warm-up seconds", w.warmup_s, f"{key}_warm")
@@ -169,6 +172,26 @@ def kpis(summary: dict) -> None:
         for col, q in zip(cols, ("p50", "p90", "p99")):
             col.metric(f"{label} {q}", ui.fmt(summary[name][q], ".2f", " ms"))
         cols[3].metric(f"{label} mean", ui.fmt(summary[name]["mean"], ".2f", " ms"))
+    bench = summary.get("bench_serving")
+    if bench:                 # the same run as sglang.bench_serving reports it (docs/model.md)
+        st.caption(f"As sglang.bench_serving reports it ({bench['completed']} requests sent in the "
+                   f"window and completed; TPOT = (E2E - TTFT) / (output - 1) per request)"
+                   + (f"; accept length {bench['accept_length']:.2f}"
+                      if bench.get("accept_length") is not None else ""))
+        cols = st.columns(4)
+        for col, (key, label) in zip(cols, (("mean_tpot_ms", "mean TPOT"), ("median_tpot_ms", "median TPOT"),
+                                            ("median_itl_ms", "median ITL"), ("mean_ttft_ms", "mean TTFT"))):
+            col.metric(label, ui.fmt(bench[key], ".2f", " ms"))
+    kv = summary.get("kv_cache")
+    if kv:
+        text = (f"KV cache: {kv['max_total_num_tokens']:,} tokens per rank ({kv['kv_pool_gib']:.1f} GiB "
+                f"after {kv['weights_gib']:.1f} GiB of weights, mem_fraction_static "
+                f"{kv['mem_fraction_static']:g})")
+        if kv["can_bind"] and kv["held_frac"] > 0:
+            st.warning(f"{text}: it held waiting requests back in {kv['held_frac']:.0%} of the steps")
+        else:
+            st.caption(f"{text}: " + ("at most " + f"{kv['peak_used_frac']:.0%} full" if kv["can_bind"]
+                                      else "it never binds"))
 
 
 def provenance_frame(summary: dict, layer_mean_us: dict) -> pd.DataFrame:

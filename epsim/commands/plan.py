@@ -89,8 +89,11 @@ def run_max_rate(args):
                              executor=args.executor, workers=args.workers,
                              ray_address=args.ray_address, out=args.out,
                              progress=wants_progress(args), keep_up=not args.no_keep_up)
-    rows = [{"deployment": a.deployment, "max_rate_per_s": a.rate_per_s,
-             "fails_at_per_s": a.fails_at_per_s, "fails_because": a.fails_because,
+    # a closed loop searches its clients: the same fields, named for what they hold
+    found, fails = ("max_clients", "fails_at_clients") if any(a.whole for a in answers) else (
+        "max_rate_per_s", "fails_at_per_s")
+    rows = [{"deployment": a.deployment, found: a.rate_per_s,
+             fails: a.fails_at_per_s, "fails_because": a.fails_because,
              "invalid": a.invalid, "tried": a.tried, "row": a.row} for a in answers]
     data = json_safe({"scenario": args.scenario, "constraints": list(args.constraint),
                       "max_rate": rows})

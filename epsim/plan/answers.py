@@ -60,7 +60,9 @@ def workload_text(workload) -> str:
     """`poisson 60 req/s; input ~1024, output ~512 tokens (mean); skew zipf 0.4` of a
     `WorkloadSpec`: what every answer serves unless a swept value replaces it."""
     a, skew = workload.arrivals, workload.skew
-    rate = f"{a.kind} {a.rate_per_s:g} req/s" if hasattr(a, "rate_per_s") else f"{a.kind} arrivals"
+    rate = (f"{a.kind} {a.rate_per_s:g} req/s" if hasattr(a, "rate_per_s")
+            else f"closed loop of {a.clients} clients" if a.kind == "concurrency"
+            else f"{a.kind} arrivals")
     detail = {"zipf": lambda: f" {skew.alpha:g}", "hotset": lambda: f" {skew.num_hot} take {skew.hot_frac:g}"}
     skew_text = skew.kind + detail.get(skew.kind, lambda: "")()
     if getattr(skew, "drift_rate_per_s", 0):

@@ -115,8 +115,9 @@ def _dp_attention(value, scenario, launch):
 
 
 def _resolved_elsewhere(value, scenario, launch):
-    """A size another row emits resolved (`--dp-size` with enable_dp_attention) or SGLang
-    derives (moe_tp_size = tp_size / ep_size): nothing of its own to emit."""
+    """A value another row emits resolved (`--dp-size` with enable_dp_attention, the draft
+    chain with speculative_algorithm) or SGLang derives (moe_tp_size = tp_size / ep_size):
+    nothing of its own to emit."""
 
 
 # SGLang's --quantization values epsim takes, as they are; epsim's format names that SGLang
@@ -216,6 +217,28 @@ def _stop_the_world(value, scenario, launch):
                 "--eplb-rebalance-layers-per-chunk: set deployment.eplb_rebalance_layers_per_chunk")
 
 
+def _reserved_decode_tokens(value, scenario, launch):
+    if value != 512:           # SGLang's default (SGLANG_NUM_RESERVED_DECODE_TOKENS), an env var
+        launch.env["SGLANG_NUM_RESERVED_DECODE_TOKENS"] = str(value)
+
+
+def _speculative(value, scenario, launch):
+    """The draft chain resolved (`DeploymentSpec.speculative_steps`: what epsim simulated),
+    not left to SGLang's per-model defaults."""
+    if value is None:
+        return
+    steps, topk, tokens = scenario.deployment.speculative_steps
+    launch.args += ["--speculative-algorithm", value, "--speculative-num-steps", str(steps),
+                    "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens",
+                    str(tokens)]
+
+
+def _instances(value, scenario, launch):
+    if value > 1:
+        launch.notes.append(f"{value} instances of this command share the workload behind "
+                            f"sglang_router (round-robin), as deployment.num_instances says")
+
+
 _EPLB_ALGORITHMS = {"deepseek": "auto", "deepseek_hierarchical": "deepseek_hierarchical",
                     "deepseek_global": "deepseek"}
 _DISPATCH = {"static": "static", "random": "dynamic"}
@@ -242,6 +265,13 @@ SGLANG_ARGS: dict[str, Rule] = {
     "max_running_requests": _value("--max-running-requests", per_server=True),
     "chunked_prefill_size": _value("--chunked-prefill-size", per_server=True),
     "enable_mixed_chunk": _flag("--enable-mixed-chunk"),
+    "mem_fraction_static": _value("--mem-fraction-static"),
+    "num_reserved_decode_tokens": _reserved_decode_tokens,
+    "speculative_algorithm": _speculative,
+    "speculative_num_steps": _resolved_elsewhere,            # resolved in speculative_algorithm's
+    "speculative_eagle_topk": _resolved_elsewhere,
+    "speculative_num_draft_tokens": _resolved_elsewhere,
+    "speculative_accept_length": _planning_input,            # SGLang measures it, never takes it
     "schedule_policy": _value("--schedule-policy"),
     "enable_eplb": _flag("--enable-eplb"),
     "ep_num_redundant_experts": _value("--ep-num-redundant-experts"),
@@ -263,6 +293,7 @@ SGLANG_ARGS: dict[str, Rule] = {
                                          "settings are not mapped"),
     "reload_gbps": _simulation_only("the expert reload bandwidth is a simulation input"),
     "moe_dispatch_timeout_s": _dispatch_timeout,
+    "num_instances": _instances,
     "failures_per_gpu_hour": _planning_input,
     "failure_repair_s": _planning_input,
 }

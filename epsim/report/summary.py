@@ -26,6 +26,7 @@ import numpy as np
 
 from epsim.cost.provenance import part_bands
 from epsim.cost.transport import transport_path
+from epsim.report.benchmark import bench_line, bench_serving, kv_line
 from epsim.report.keep_up import keep_up
 from epsim.report.serving import label_saturated, requests_line, serving
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
@@ -170,7 +171,7 @@ def summarize(result: SimResult) -> dict:
     busy_us = float(steps["step_us"][measured].sum())
     stall_us = float(sum(s[1] for s in result.stalls if s[0] >= warm_us))
     parts = ("attention_us", "dispatch_us", "experts_us", "combine_us", "shared_experts_us",
-             "block_ops_us", "dense_us", "overhead_us", "extra_us")
+             "block_ops_us", "dense_us", "overhead_us", "extra_us", "draft_us")
     breakdown = {name[:-3]: (float(steps[name][measured].sum()) / busy_us if busy_us else 0.0)
                  for name in parts}
     layer = {name: [float(v) for v in values] for name, values in result.layer_mean_us.items()}
@@ -195,6 +196,8 @@ def summarize(result: SimResult) -> dict:
         "warmup_s": result.warmup_s,
         "wall_seconds": result.wall_seconds,
         "num_gpus": result.num_gpus,
+        # instances sharing the workload (xPyD's side, or replicas); the numbers are one's
+        "num_instances": result.scenario.deployment.num_instances,
         "num_steps": int(steps["step_us"].shape[0]),
         "num_measured_steps": int(measured.sum()),
         "num_requests": {"arrived": int((~result.is_initial).sum()), "measured": num_measured,
@@ -208,7 +211,13 @@ def summarize(result: SimResult) -> dict:
         "keep_up": label_saturated(keep_up(
             result.arrival_s, result.first_token_s, result.is_initial, lost, result.warmup_s,
             result.duration_s, ttft["p99"], step_start_s=steps["start_us"] * 1e-6,
-            num_running=steps["num_running"]), scenario),
+            num_running=steps["num_running"],
+            clients=getattr(result.scenario.one_instance().workload.arrivals, "clients", None)),
+            scenario),
+        # one GPU's memory and how its KV pool bound admission (`epsim.sim.memory`, `.kv_pool`)
+        "kv_cache": result.kv_cache,
+        # the same run as sglang.bench_serving would report it (`epsim.report.benchmark`)
+        "bench_serving": bench_serving(result),
         "ttft_ms": ttft,
         "tpot_ms": percentiles(lat["tpot_ms"]),
         "itl_ms": itl_ms(result),
@@ -345,6 +354,7 @@ def format_table(summary: dict) -> str:
         f"requests   {requests_line(s)}" + _start_text(s),
         f"throughput {s['throughput_tokens_per_s_per_gpu']:.1f} tokens/s/GPU "
         f"(input {s['input_tokens_per_s_per_gpu']:.1f}, output {s['output_tokens_per_s_per_gpu']:.1f})",
+        *([kv_line(s["kv_cache"])] if s.get("kv_cache") else []),
         "",
         f"keep-up    {s['keep_up']['verdict']}",
         "",
@@ -355,6 +365,8 @@ def format_table(summary: dict) -> str:
                    [[name[:-3], *(s[name][k] for k in ("p50", "p90", "p99", "mean")),
                      s[name].get("count"), f"({notes[name]})" if name in notes else ""]
                     for name in names], indent="")
+    if s.get("bench_serving"):
+        lines += ["", bench_line(s["bench_serving"])]
     mean = {k: float(np.mean(s[k])) if s[k] else 0.0 for k in
             ("attention_us", "dispatch_us", "experts_us", "combine_us", "block_ops_us", "layer_us")
             if k in s}

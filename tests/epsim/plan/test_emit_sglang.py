@@ -63,6 +63,23 @@ def test_fields_reach_their_server_arguments_in_sglangs_units():
     assert launch(_scenario(dispatch_dtype="fp8")).env == {}
 
 
+
+def test_serving_fields_reach_sglang():
+    # the KV pool's fraction and reserve, the draft chain resolved (SGLang's DeepSeek defaults
+    # 3, 1, 4 written out), the measured accept length never (SGLang reports it)
+    spec = launch(_scenario(mem_fraction_static=0.8, num_reserved_decode_tokens=256,
+                            speculative_algorithm="NEXTN", speculative_accept_length=2.5))
+    assert _value(spec.args, "--mem-fraction-static") == "0.8"
+    assert spec.env == {"SGLANG_NUM_RESERVED_DECODE_TOKENS": "256"}
+    assert [_value(spec.args, o) for o in ("--speculative-algorithm", "--speculative-num-steps",
+                                           "--speculative-eagle-topk",
+                                           "--speculative-num-draft-tokens")] == ["NEXTN", "3", "1", "4"]
+    assert not any("accept" in a for a in spec.args)
+    plain = launch(_scenario())
+    assert not any(a.startswith(("--speculative", "--mem-fraction")) for a in plain.args)
+    assert plain.env == {} and not plain.notes
+    assert any("2 instances of this command" in n for n in launch(_scenario(num_instances=2)).notes)
+
 def test_the_layout_and_formats_reach_sglang_resolved():
     # DP attention in 4 groups of 2 GPUs over 8: --dp-size is the groups, per-server counts x 4
     args = _args(tp_size=8, dp_size=4, max_running_requests=32)
