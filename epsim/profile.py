@@ -291,8 +291,11 @@ class Profile(BaseModel):
             return "datasheet"
         if comp.data_source:
             return comp.data_source
-        return "aiconfigurator" if (self.provenance.model_extra or {}).get("aic") \
-            else "epsim records"
+        imported = (self.provenance.model_extra or {}).get("aic")
+        if imported:            # an older imported profile: the package its provenance names
+            package = str(imported[0].get("package", "")).split(" ")[0]
+            return package.removesuffix("-core") or "op tables"
+        return "epsim records"
 
     # -- io --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
