@@ -24,3 +24,8 @@ class ProfileError(EpsimError, ValueError):
 
 class PlacementError(EpsimError, ValueError):
     """An expert placement (EPLB maps) or the input of a placement algorithm is invalid."""
+
+
+class WriteError(EpsimError):
+    """A file could not be written (disk full, permission, a directory in the way); the message
+    names the path, and the file that was there before is left as it was."""
