@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 from epsim.errors import EpsimError
+from epsim.io.write import write_text
 
 DEFAULT_LIVE_DIR = Path("runs/calibrate")
 
@@ -119,7 +120,7 @@ def _run_live(args, records: Path, plan, run) -> None:
         EpsimError: the run measured nothing (naming its first problem).
     """
     from epsim.commands.output import wants_progress
-    records.write_text("")                     # a fresh file: the profile names exactly this run
+    write_text(records, "")                    # a fresh file: the profile names exactly this run
     result = run(plan, records, args.budget_s, progress=wants_progress(args))
     for problem in result.problems:
         warnings.warn(str(problem), stacklevel=2)            # a note under the result

@@ -19,7 +19,20 @@ def resolve_scenario_path(given: str | None) -> Path:
                     f"under {Path.cwd()} (run from the repository root or pass SCENARIO.yaml)")
 
 
+def nothing_measured(summary: dict) -> str | None:
+    """One line saying the run measured nothing (no step started in its window), or None."""
+    if summary["num_measured_steps"]:
+        return None
+    window_s = summary["sim_seconds"] - summary["warmup_s"]
+    return (f"nothing measured: no step started in the {window_s:g}-s measurement window "
+            f"(warm-up {summary['warmup_s']:g} s of {summary['sim_seconds']:g} s; "
+            f"{summary['num_steps']} step(s) in all): lengthen workload.duration_s or shorten "
+            f"workload.warmup_s; the summary holds what the run did")
+
+
 def run(args):
+    import contextlib
+
     from epsim.io import check_output_dir
     from epsim.spec import load_scenario
 
@@ -33,26 +46,41 @@ def run(args):
         check_run(scenario, str(path))
 
     from epsim.commands.output import Report, json_safe, wants_progress
+    from epsim.io.rundir import RunDir
     from epsim.profile import load_profile
-    from epsim.report import format_table, summarize, write_summary, write_timeseries
+    from epsim.report import RUN_FILES, format_table, summarize
     from epsim.sim import simulate
     profile = load_profile(args.profile) if args.profile else None
     out = check_output_dir(args.out) if args.out else None
-    result = simulate(scenario, profile=profile, progress=wants_progress(args))
-    summary = summarize(result)
-    report = Report(json_safe(summary), format_table(summary).splitlines())
-    if out is None:
-        return report
-    write_summary(summary, out / "summary.json")
-    write_timeseries(result, out / "timeseries.csv")
-    report.files += [out / "summary.json", out / "timeseries.csv"]
-    if not args.no_plots:
-        from epsim.report.figures import write_figures
-        report.files += list(write_figures(result, out))
-    if args.timeline and result.last_step is not None:
-        from epsim.report.timeline import write_timeline
-        write_timeline(result.last_step.cost, out / "timeline.json",
-                       scenario.deployment.enable_two_batch_overlap)
-        report.files.append(out / "timeline.json")
+    # held from before the run: a second command writing to the same --out is refused up front
+    with RunDir(out, "simulate", RUN_FILES) if out else contextlib.nullcontext() as rundir:
+        result = simulate(scenario, profile=profile, progress=wants_progress(args))
+        summary = summarize(result)
+        empty = nothing_measured(summary)
+        report = Report(json_safe(summary), format_table(summary).splitlines(),
+                        notes=[empty] if empty else [])
+        if out is None:
+            return report
+        report.files += write_run(result, summary, out, rundir, plots=not args.no_plots,
+                                  timeline=args.timeline)
     report.lines.append("")
     return report
+
+
+def write_run(result, summary: dict, out: Path, rundir, plots: bool = True,
+              timeline: bool = False) -> list[Path]:
+    """A run's files in `out` (summary.json, timeseries.csv, figures, timeline.json), each
+    written atomically, then the manifest (`epsim.io.rundir`): returns the files written."""
+    from epsim.report import write_summary, write_timeseries
+    rundir.begin()
+    files = [write_summary(summary, out / "summary.json"),
+             write_timeseries(result, out / "timeseries.csv")]
+    if plots:
+        from epsim.report.figures import write_figures
+        files += write_figures(result, out)
+    if timeline and result.last_step is not None:
+        from epsim.report.timeline import write_timeline
+        files.append(write_timeline(result.last_step.cost, out / "timeline.json",
+                                    result.scenario.deployment.enable_two_batch_overlap))
+    rundir.finish(files)
+    return files

@@ -18,6 +18,9 @@ COLUMN_NAMES = {"backend": "backend", "kind": "kind", "num": "held out", "mape":
 FIRST = ("backend", "kind", "num", "mape")
 LAST = ("fit_mape", "worst", "worst_at")
 HIDDEN = ("bias",)                 # in --json and the full tables; not worth a summary column
+# every file `validate --out DIR` may write (`epsim.io.rundir`)
+VALIDATE_FILES = ("validation.md", "comparisons.csv", "summary.csv", "skew_effect.csv",
+                  "scatter.png", "curves_*.png")
 
 
 def summary_columns(rows: list[dict]) -> list[str]:
@@ -88,6 +91,7 @@ def run_published(args):
     table goes to `--out` (a .md file, or published.md in a directory)."""
     from epsim.commands.output import Report
     from epsim.io import check_output_file
+    from epsim.io.write import write_text
     from epsim.validate.published import markdown, published_rows, rows_json
     out = None
     if args.out:                                 # checked before the work
@@ -101,7 +105,7 @@ def run_published(args):
     text = markdown(rows)
     if out is None:
         return Report(rows_json(rows), text.rstrip("\n").splitlines())
-    out.write_text(text)
+    write_text(out, text)
     data = rows_json(rows)
     lines = [f"{s['table']}: {s['rows']} rows, MAPE {s['mape_pct']:.1f} %"
              + ("" if s["target_pct"] is None else f" (target {s['target_pct']:g} %, {s['verdict']})")
@@ -130,8 +134,12 @@ def extrapolation_lines(extrapolation: list) -> list[str]:
 def run(args):
     if getattr(args, "published", False):
         return run_published(args)
+    import contextlib
+
     from epsim.calibrate import default_record_paths
     from epsim.commands.output import Report
+    from epsim.io import check_output_dir
+    from epsim.io.rundir import RunDir
     from epsim.profile import default_profile_path, load_profile
     from epsim.validate import summary_rows, validate
     from epsim.validate.extrapolation import default_judged_only, stats
@@ -147,11 +155,16 @@ def run(args):
     max_mape = args.max_mape if args.max_mape is not None else 10.0
     if not 0 <= max_mape < float("inf"):
         raise EpsimError(f"--max-mape ({max_mape}) must be a finite percentage >= 0")
-    out = Path(args.out) if args.out else None
-    report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
-                      max_mape=max_mape, strict=args.strict,
-                      extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths),
-                      judged_only=[] if args.records else default_judged_only())
+    out = check_output_dir(args.out) if args.out else None
+    with RunDir(out, "validate", VALIDATE_FILES) if out else contextlib.nullcontext() as rundir:
+        if rundir is not None:
+            rundir.begin()
+        report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
+                          max_mape=max_mape, strict=args.strict,
+                          extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths),
+                          judged_only=[] if args.records else default_judged_only())
+        if rundir is not None:
+            rundir.finish(report.files)
     extrapolation = stats(report.extrapolation)
     if not report.rows:
         raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.io.write import write_figure
+
 _MAX_LINES = 8
 
 
@@ -132,8 +134,8 @@ def write_plots(result, out: Path) -> list[Path]:
         if name == "sweep.png" and not _metrics_to_show(result):
             continue
         fig = make(result)
-        path = Path(out) / name
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        try:
+            paths.append(write_figure(fig, Path(out) / name))
+        finally:
+            plt.close(fig)
     return paths

@@ -11,6 +11,8 @@ import argparse
 import os
 from pathlib import Path
 
+from epsim.io.write import write_figure
+
 
 def script_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
     """Parse a scenario script's command line.
@@ -94,9 +96,10 @@ def save_figure(fig, out: Path, stem: str, title: str) -> Path:
     import matplotlib.pyplot as plt
     fig.suptitle(title)
     fig.tight_layout()
-    path = Path(out) / f"planning_{stem}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        path = write_figure(fig, Path(out) / f"planning_{stem}.png")
+    finally:
+        plt.close(fig)
     print(f"plot: {path}")
     return path
 

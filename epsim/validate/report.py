@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import load_records, merge_passes
 from epsim.errors import ProfileError
+from epsim.io.write import write_text
 from epsim.profile import Profile
 from epsim.validate.compare import Comparison, compare
 from epsim.validate.table import markdown, skew_effects, verdict, write_csv
@@ -97,7 +98,7 @@ def _read_doc(path: Path) -> tuple[str, int, int]:
 def update_doc(path: Path, text: str) -> None:
     """Replace the generated part of a markdown file (between DOC_BEGIN and DOC_END)."""
     doc, begin, end = _read_doc(path)
-    path.write_text(doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:])
+    write_text(path, doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:])
 
 
 def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
@@ -148,7 +149,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "validation.md").write_text(text)
+        write_text(out / "validation.md", text)
         report.files.append(out / "validation.md")
         report.files += write_csv(rows, skew_effects(rows), out)
         if plots:
