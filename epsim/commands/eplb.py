@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 from epsim.errors import SpecError
@@ -113,6 +110,17 @@ def _cost_lines(cost: dict) -> list[str]:
     return lines
 
 
+def scale_free(loads: np.ndarray) -> np.ndarray:
+    """Loads `[layers, experts]` scaled by a power of two so that the largest lies in [0.5, 1):
+    a placement depends on the loads' shares, not their unit (x1e-50 used to give balancedness
+    0.13 instead of 0.98, x1e40 an overflow). A power of two scales every value exactly, so
+    loads already in range place as before, bit for bit; all-zero loads stay zero."""
+    top = float(loads.max()) if loads.size else 0.0
+    if not top > 0:
+        return loads
+    return np.ldexp(loads, -int(np.frexp(top)[1]))
+
+
 def run(args):
     from epsim.commands.output import Report
     from epsim.cost.tables import contiguous_placement
@@ -122,17 +130,23 @@ def run(args):
     previous = _previous(args.previous, num_logical) if args.previous else None
     if not args.no_budget_check:
         from epsim.budget import check_eplb
-        check_eplb(args.algorithm, num_layers, args.replicas)
+        check_eplb(args.algorithm, num_layers, args.replicas, args.gpus)
+    loads = scale_free(loads)
     placement = compute_placement(args.algorithm, loads, args.replicas, args.groups, args.nodes,
                                   args.gpus, previous=previous)
+    start = previous if previous is not None else Placement.from_physical_to_logical(
+        contiguous_placement(num_layers, num_logical, args.gpus, args.replicas - num_logical),
+        num_logical, args.gpus, args.nodes)
+    idle = ~loads.any(axis=1)                                               # [layers]
+    if idle.any():                # nothing recorded: the layer keeps its placement (as the
+        p2l = placement.physical_to_logical.copy()        # simulator's rebalance does)
+        p2l[idle] = start.physical_to_logical[idle]
+        placement = Placement.from_physical_to_logical(p2l, num_logical, args.gpus, args.nodes)
     after = placement.balancedness(loads)                                   # [layers]
     before = None
     if num_logical % args.gpus == 0:
         before = Placement.contiguous(num_layers, num_logical, args.gpus, args.nodes).balancedness(loads)
     changed = placement.changed_slots(previous) if previous is not None else None
-    start = previous if previous is not None else Placement.from_physical_to_logical(
-        contiguous_placement(num_layers, num_logical, args.gpus, args.replicas - num_logical),
-        num_logical, args.gpus, args.nodes)
     cost = move_cost(args, start, placement, num_logical)
     data = {"algorithm": args.algorithm, "num_layers": num_layers, "num_logical": num_logical,
             "balancedness_before": None if before is None else before.tolist(),
