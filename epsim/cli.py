@@ -270,7 +270,31 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"epsim: {category.__name__}: {message}\n"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: work stops at once, finished work is kept."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+    # SIGTERM (a supervisor, `timeout`) stops the work as Ctrl-C does, instead of killing the
+    # process mid-write; the handler before is restored when the command ends
+    own = (threading.current_thread() is threading.main_thread()
+           and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if own:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        if own:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _main(argv: list[str] | None) -> int:
     import warnings
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
@@ -292,9 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:                # `epsim ... | head`: the reader has gone
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print(f"epsim {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        print(f"epsim {args.command}: interrupted ({name}); files are written whole or not at "
+              f"all: a results directory it was writing is marked incomplete, and a plan's "
+              f"finished points are kept for a rerun", file=sys.stderr)
+        return 143 if name == "SIGTERM" else 130
 
 
 if __name__ == "__main__":

@@ -72,15 +72,24 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
 
 def run_max_rate(args):
     """`--max-rate`: per deployment, the highest rate meeting the SLO (`epsim.plan.max_rate`)."""
+    from epsim.commands.output import wants_progress
+    from epsim.plan.max_rate import find_max_rates
+    from epsim.plan.store import plan_dir, prepare_dir
+    with plan_dir(prepare_dir(args.out), "plan --max-rate") as rundir:
+        answers = find_max_rates(args.scenario, args.sweep, constraints=args.constraint,
+                                 overrides=args.overrides, seed=args.seed, profile=args.profile,
+                                 executor=args.executor, workers=args.workers,
+                                 ray_address=args.ray_address, out=args.out,
+                                 progress=wants_progress(args), keep_up=not args.no_keep_up)
+        return _max_rate_report(args, answers, rundir)
+
+
+def _max_rate_report(args, answers, rundir):
+    """`--max-rate`'s summary, and max_rate.json (then the manifest) in `--out`."""
     from pathlib import Path
 
-    from epsim.commands.output import Report, json_safe, wants_progress
-    from epsim.plan.max_rate import find_max_rates, max_rate_lines
-    answers = find_max_rates(args.scenario, args.sweep, constraints=args.constraint,
-                             overrides=args.overrides, seed=args.seed, profile=args.profile,
-                             executor=args.executor, workers=args.workers,
-                             ray_address=args.ray_address, out=args.out,
-                             progress=wants_progress(args), keep_up=not args.no_keep_up)
+    from epsim.commands.output import Report, json_safe
+    from epsim.plan.max_rate import max_rate_lines
     rows = [{"deployment": a.deployment, "max_rate_per_s": a.rate_per_s,
              "fails_at_per_s": a.fails_at_per_s, "fails_because": a.fails_because,
              "invalid": a.invalid, "tried": a.tried, "row": a.row} for a in answers]
@@ -88,9 +97,12 @@ def run_max_rate(args):
                       "max_rate": rows})
     lines = max_rate_lines(answers, args.constraint)
     files = []
-    if args.out is not None:
-        files.append(Path(args.out) / "max_rate.json")
-        files[0].write_text(json.dumps(data["max_rate"], indent=1, default=str) + "\n")
+    if rundir is not None:
+        from epsim.io.write import write_text
+        rundir.begin()
+        files.append(write_text(Path(args.out) / "max_rate.json",
+                                json.dumps(data["max_rate"], indent=1, default=str) + "\n"))
+        rundir.finish(files)
     return Report(data, lines, files=files)
 
 

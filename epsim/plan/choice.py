@@ -14,8 +14,8 @@ import numpy as np
 from epsim.errors import SpecError
 from epsim.plan.answers import Answer, group_by_workload
 from epsim.plan.points import Skipped
-from epsim.plan.select import (KEEP_UP_METRIC, Constraint, Objective, infeasible_message,
-                               lexicographic_best, pareto_mask, rejection)
+from epsim.plan.select import (KEEP_UP_METRIC, MEASURED_METRIC, Constraint, Objective,
+                               infeasible_message, lexicographic_best, pareto_mask, rejection)
 from epsim.plan.sweep import SweepAxis
 
 
@@ -101,8 +101,12 @@ def _costs(result: PlanResult, objectives: list[Objective]) -> np.ndarray:
 
 
 def _why_none(result: PlanResult, idx: np.ndarray) -> str:
-    """Why no row among `idx` is feasible: keep-up first, then the constraints."""
+    """Why no row among `idx` is feasible: failed or unmeasured everywhere, keep-up, then the
+    constraints."""
     describe = lambda i: result.describe(int(idx[i]))          # noqa: E731
+    own = [rejection(result.rows[i], [], False) for i in idx]   # failed, or nothing measured
+    if all(own):
+        return f"no configuration has an answer ({idx.size} points): {describe(0)}: {own[0]}"
     keeps = result.column(KEEP_UP_METRIC)[idx] == 1.0
     if result.keep_up and not keeps.any():
         served = result.column("keep_up.served_frac")[idx]
@@ -138,7 +142,9 @@ def choose_rows(result: PlanResult) -> None:
     """Fill `feasible`, `pareto`, `best` (columns and attributes), the answers per workload
     point, and `infeasible` when no workload point has an answer."""
     num_rows = len(result.rows)
-    feasible = np.ones(num_rows, dtype=bool)
+    feasible = np.array([not row.get("error") for row in result.rows], dtype=bool)
+    if MEASURED_METRIC in result.columns:       # (a table written before the column had none)
+        feasible &= result.column(MEASURED_METRIC) > 0
     if result.keep_up:
         feasible &= result.column(KEEP_UP_METRIC) == 1.0
     for c in result.constraints:

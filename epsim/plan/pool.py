@@ -1,0 +1,135 @@
+"""The local process pool a sweep's points run on: one spawned worker per slot, each fed one
+task at a time over its own pipe.
+
+It is built for what a long sweep meets. A worker that dies (the kernel's OOM killer, a
+`kill -9`) fails only the point it was running, with a one-line reason, and a fresh worker
+takes its slot: the sweep goes on (a `ProcessPoolExecutor` breaks whole, failing every point
+in flight). An interrupt (SIGINT, or SIGTERM, which `epsim.cli` turns into one) kills the
+workers at once, so the command exits in well under a second; every point that finished was
+already handed to `on_done` (and saved by it). Pipes carry the work, not multiprocessing
+queues, so no semaphore is left for the resource tracker to warn about.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections import deque
+from multiprocessing.connection import wait
+from typing import Any, Callable
+
+JOIN_TIMEOUT_S = 2.0
+
+
+def _serve(conn, fn: Callable, parent_pid: int) -> None:
+    """A worker: run `fn` on each `(index, task)` received, send back `(index, result)`;
+    stop on None or when the parent is gone."""
+    from epsim.plan.executors import die_with_parent
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent decides; it kills us on Ctrl-C
+    die_with_parent(parent_pid)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        index, task = message
+        conn.send((index, fn(task)))
+
+
+def death_reason(exitcode: int | None) -> str:
+    """Why a worker process ended without a result, in words."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (out of memory: the kernel's OOM killer, or kill -9)" if name == "SIGKILL" else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {exitcode}"
+
+
+class _Worker:
+    def __init__(self, context, fn: Callable):
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, fn, os.getpid()), daemon=True)
+        self.process.start()
+        child.close()
+        self.index: int | None = None           # the task it runs
+
+    def give(self, index: int, task: Any) -> None:
+        self.index = index
+        self.conn.send((index, task))
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+
+
+def run_pool(tasks: list, fn: Callable[[Any], dict], workers: int,
+             on_done: Callable[[int, dict], None]) -> None:
+    """Run `fn` on every task in at most `workers` spawned processes, calling
+    `on_done(task index, result)` here as each finishes. A worker that dies gives its task
+    `{"error": "the worker process was killed by SIGKILL ..."}`.
+
+    Raises:
+        whatever `on_done` raises, and KeyboardInterrupt: the workers are killed first.
+    """
+    context = multiprocessing.get_context("spawn")
+    todo = deque(enumerate(tasks))
+    pool: list[_Worker] = []
+    try:
+        for _ in range(min(workers, len(tasks))):
+            worker = _Worker(context, fn)
+            pool.append(worker)
+            worker.give(*todo.popleft())
+        while any(w.index is not None for w in pool):
+            busy = [w for w in pool if w.index is not None]
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            for worker in busy:
+                if worker.conn not in ready and worker.process.sentinel not in ready:
+                    continue
+                index, result = worker.index, None
+                try:
+                    if worker.conn.poll():
+                        _, result = worker.conn.recv()
+                except (EOFError, OSError):
+                    result = None                     # died while sending
+                if result is None and worker.process.sentinel not in ready and \
+                        worker.process.is_alive():
+                    continue                          # a spurious wake-up
+                worker.index = None
+                if result is None:                    # died: its point fails, a fresh one goes on
+                    worker.process.join(JOIN_TIMEOUT_S)
+                    result = {"error": f"the worker process simulating this point was "
+                                       f"{death_reason(worker.process.exitcode)}; the sweep "
+                                       f"went on without it"}
+                    worker.conn.close()
+                    pool.remove(worker)
+                    worker = None
+                    if todo:
+                        worker = _Worker(context, fn)
+                        pool.append(worker)
+                on_done(index, result)
+                if todo and worker is not None:
+                    worker.give(*todo.popleft())
+    finally:
+        for worker in pool:
+            if worker.index is None:
+                worker.stop()
+            else:
+                worker.kill()                         # interrupted or failed: do not wait for it
+        for worker in pool:
+            worker.process.join(JOIN_TIMEOUT_S)
+            if worker.process.is_alive():
+                worker.kill()
+                worker.process.join(JOIN_TIMEOUT_S)
+            worker.conn.close()

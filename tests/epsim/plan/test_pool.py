@@ -1,0 +1,65 @@
+"""The local pool (`epsim.plan.pool`): a worker that dies fails only its own point and the
+sweep goes on; an error in the caller (a full disk, an interrupt) stops every worker at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from epsim.plan.pool import death_reason, run_pool
+
+
+def square_or_die(x: int) -> dict:
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)          # as the kernel's OOM killer does
+    return {"metrics": {"x": float(x * x)}}
+
+
+def quick_or_slow(x: int) -> dict:
+    if x:
+        time.sleep(120)
+    return {"metrics": {"x": 0.0}}
+
+
+def _children() -> set[int]:
+    found = set()
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        try:
+            found |= set(map(int, open(f"/proc/{os.getpid()}/task/{task}/children").read().split()))
+        except OSError:
+            pass
+    return {pid for pid in found if os.path.exists(f"/proc/{pid}")
+            and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_a_dead_worker_fails_its_point_and_the_sweep_goes_on():
+    results = {}
+    run_pool(list(range(7)), square_or_die, 2, results.__setitem__)
+    assert sorted(results) == list(range(7))
+    assert results[3] == {"error": "the worker process simulating this point was killed by SIGKILL "
+                                   "(out of memory: the kernel's OOM killer, or kill -9); the sweep "
+                                   "went on without it"}
+    assert all(results[i] == {"metrics": {"x": float(i * i)}} for i in range(7) if i != 3)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_an_error_in_the_caller_stops_every_worker_at_once():
+    before = _children()
+
+    def on_done(index, result):
+        raise KeyboardInterrupt                       # Ctrl-C, or a write that failed
+
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_pool([0, 1, 1, 1], quick_or_slow, 2, on_done)
+    assert time.perf_counter() - start < 60           # the sleeping worker was not waited for
+    assert _children() <= before                      # no worker left behind
+
+
+def test_death_reasons():
+    assert death_reason(-signal.SIGTERM) == "killed by SIGTERM"
+    assert death_reason(1) == "exited with code 1"
