@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from epsim import vocab
 
@@ -75,6 +75,12 @@ class DeploymentSpec(BaseModel):
     failures: list[FailureSpec] = Field(default_factory=list)
     elastic_recovery: Literal["replicas", "reload"] = "replicas"
     reload_gbps: float = Field(default=25.0, gt=0, description="expert reload from host/storage, GB/s")
+
+    @field_validator("disaggregation_mode", mode="before")
+    @classmethod
+    def _null_mode(cls, value):
+        """YAML's unquoted `null` (None) is SGLang's mode "null": no disaggregation."""
+        return "null" if value is None else value
 
     @model_validator(mode="after")
     def _consistent(self) -> "DeploymentSpec":
