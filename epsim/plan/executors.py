@@ -12,10 +12,12 @@ runtime with `workers` CPUs when no address is given, and shuts down only a runt
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from epsim.budget import WORKER_BASE_BYTES
 from epsim.errors import EpsimError, SpecError
 
 EXECUTORS = ("local", "ray")
@@ -120,7 +122,6 @@ def memory_workers(task_bytes: float) -> int | None:
     (`epsim.budget.WORKER_BASE_BYTES`) plus `task_bytes`, the largest point's estimate
     (`epsim.budget.run_cost`, measured against peak RSS: benchmarks/memory_budget.py); None
     where the available memory is unknown."""
-    from epsim.budget import WORKER_BASE_BYTES
     available = available_bytes()
     if available is None:
         return None
@@ -133,9 +134,6 @@ def capped_workers(workers: int | None, num_tasks: int, task_bytes: float = 0.0)
     wanted = min(workers or default_workers(), max(num_tasks, 1))
     cap = memory_workers(task_bytes) if task_bytes else None
     if cap is not None and cap < wanted:
-        import warnings
-
-        from epsim.budget import WORKER_BASE_BYTES
         per = (task_bytes + WORKER_BASE_BYTES) / 2**30
         warnings.warn(f"workers ({wanted}) capped at {cap} by memory: each point may need up to "
                       f"{per:.2g} GiB and {available_bytes() / 2**30:.3g} GiB is available",

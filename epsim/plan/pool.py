@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from collections import deque
 from multiprocessing.connection import wait
 from typing import Any, Callable
@@ -36,7 +37,18 @@ def _serve(conn, fn: Callable, parent_pid: int) -> None:
         if message is None:
             return
         index, task = message
-        conn.send((index, fn(task)))
+        try:
+            result = fn(task)
+        except Exception as exc:  # noqa: BLE001 -- raised again in the parent, as a pool does
+            result = _Raised(exc)
+        conn.send((index, result))
+
+
+class _Raised:
+    """An exception `fn` raised in a worker, carried to the parent to be raised there."""
+
+    def __init__(self, exc: Exception):
+        self.exc = exc
 
 
 def death_reason(exitcode: int | None) -> str:
@@ -55,7 +67,15 @@ class _Worker:
     def __init__(self, context, fn: Callable):
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, fn, os.getpid()), daemon=True)
-        self.process.start()
+        # started with SIGINT ignored, which the child keeps from its first instruction: a
+        # Ctrl-C to the process group while it still imports prints no traceback from it
+        main = threading.current_thread() is threading.main_thread()
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            self.process.start()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, before)
         child.close()
         self.index: int | None = None           # the task it runs
 
@@ -78,10 +98,11 @@ def run_pool(tasks: list, fn: Callable[[Any], dict], workers: int,
              on_done: Callable[[int, dict], None]) -> None:
     """Run `fn` on every task in at most `workers` spawned processes, calling
     `on_done(task index, result)` here as each finishes. A worker that dies gives its task
-    `{"error": "the worker process was killed by SIGKILL ..."}`.
+    `{"error": "the worker process ... was killed by SIGKILL ..."}`.
 
     Raises:
-        whatever `on_done` raises, and KeyboardInterrupt: the workers are killed first.
+        whatever `fn` raises in a worker or `on_done` raises here, and KeyboardInterrupt: the
+        workers are killed first.
     """
     context = multiprocessing.get_context("spawn")
     todo = deque(enumerate(tasks))
@@ -103,6 +124,8 @@ def run_pool(tasks: list, fn: Callable[[Any], dict], workers: int,
                         _, result = worker.conn.recv()
                 except (EOFError, OSError):
                     result = None                     # died while sending
+                if isinstance(result, _Raised):
+                    raise result.exc
                 if result is None and worker.process.sentinel not in ready and \
                         worker.process.is_alive():
                     continue                          # a spurious wake-up

@@ -125,9 +125,11 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     profile_path = str(Path(profile).resolve()) if profile is not None else None
     with plan_dir(out_dir) as rundir:          # held from here: one plan per directory
         points, skipped = _build_points(base, axes, profile_path, check_budget)
-        result = _sweep(base, points, skipped, axes, keys, out_dir, executor, workers, ray_address,
-                        progress, (parsed_constraints, parsed_objectives, parsed_pareto), keep_up,
-                        screen, screen_margin, screen_top, warm_start)
+        result = _sweep(base, points, skipped, axes=axes, keys=keys, out_dir=out_dir,
+                        executor=executor, workers=workers, ray_address=ray_address,
+                        progress=progress, keep_up=keep_up,
+                        rules=(parsed_constraints, parsed_objectives, parsed_pareto),
+                        screen=(screen, screen_margin, screen_top), warm_start=warm_start)
         if rundir is not None:
             _write(result, base, executor, workers, plots, rundir)
     if result.infeasible and require_feasible:
@@ -135,12 +137,14 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     return result
 
 
-def _sweep(base: BaseScenario, points: list[Point], skipped: list[Skipped], axes, keys, out_dir,
-           executor, workers, ray_address, progress, rules, keep_up, screen, screen_margin,
-           screen_top, warm_start) -> PlanResult:
-    """Run the points missing from the cache (screened first with `screen`) and choose among
-    every point (`run_plan`'s arguments; `rules`: constraints, objectives, Pareto)."""
+def _sweep(base: BaseScenario, points: list[Point], skipped: list[Skipped], *, axes, keys, out_dir,
+           executor, workers, ray_address, progress, keep_up, rules, screen, warm_start
+           ) -> PlanResult:
+    """Run the points missing from the cache and choose among every point (`run_plan`'s
+    arguments; `rules`: its constraints, objectives and Pareto axes; `screen`: screen, margin,
+    top)."""
     parsed_constraints, parsed_objectives, parsed_pareto = rules
+    screen, screen_margin, screen_top = screen
     cache = point_cache(out_dir)
     start = time.perf_counter()
     to_run, screen_cols, screened = points, [], None

@@ -63,3 +63,14 @@ def test_an_error_in_the_caller_stops_every_worker_at_once():
 def test_death_reasons():
     assert death_reason(-signal.SIGTERM) == "killed by SIGTERM"
     assert death_reason(1) == "exited with code 1"
+
+
+def raise_on_two(x: int) -> dict:
+    if x == 2:
+        raise ValueError("a bug in the task")
+    return {"metrics": {"x": float(x)}}
+
+
+def test_an_exception_in_a_task_is_raised_here():
+    with pytest.raises(ValueError, match="a bug in the task"):
+        run_pool([0, 1, 2, 3], raise_on_two, 2, lambda i, r: None)
