@@ -106,7 +106,8 @@ def _why_none(result: PlanResult, idx: np.ndarray) -> str:
     describe = lambda i: result.describe(int(idx[i]))          # noqa: E731
     own = [rejection(result.rows[i], [], False) for i in idx]   # failed, or nothing measured
     if all(own):
-        return f"no configuration has an answer ({idx.size} points): {describe(0)}: {own[0]}"
+        return own[0] if idx.size == 1 else \
+            f"none of the {idx.size} points has an answer, e.g. {describe(0)}: {own[0]}"
     keeps = result.column(KEEP_UP_METRIC)[idx] == 1.0
     if result.keep_up and not keeps.any():
         served = result.column("keep_up.served_frac")[idx]
@@ -120,10 +121,12 @@ def _why_none(result: PlanResult, idx: np.ndarray) -> str:
 
 
 def _explain_infeasible(result: PlanResult) -> None:
-    """Set `result.infeasible` when no workload point has an answer."""
-    if not (result.keep_up or result.constraints):
-        return
+    """Set `result.infeasible` when no workload point has an answer (without constraints or
+    keep-up, only when every point failed or measured nothing)."""
     if any(a.best is not None for a in result.answers) or not result.rows:
+        return
+    if not (result.keep_up or result.constraints) and \
+            not all(rejection(row, [], False) for row in result.rows):
         return
     if len(result.answers) == 1:
         result.infeasible = result.answers[0].reason
