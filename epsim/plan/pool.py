@@ -12,6 +12,7 @@ queues, so no semaphore is left for the resource tracker to warn about.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -63,19 +64,33 @@ def death_reason(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+@contextlib.contextmanager
+def _sigint_ignored_by_children():
+    """Processes started inside ignore SIGINT from their first instruction (an ignored signal
+    stays ignored across exec; a blocked one does not): a Ctrl-C to the process group while a
+    worker still imports prints no traceback from it. This process blocks SIGINT meanwhile, so
+    one arriving is held and raised when the block ends (Linux queues a blocked signal even
+    while it is ignored), never lost. Only the main thread may change handlers: elsewhere
+    (the app's script thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class _Worker:
     def __init__(self, context, fn: Callable):
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, fn, os.getpid()), daemon=True)
-        # started with SIGINT ignored, which the child keeps from its first instruction: a
-        # Ctrl-C to the process group while it still imports prints no traceback from it
-        main = threading.current_thread() is threading.main_thread()
-        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-        try:
+        with _sigint_ignored_by_children():
             self.process.start()
-        finally:
-            if main:
-                signal.signal(signal.SIGINT, before)
         child.close()
         self.index: int | None = None           # the task it runs
 

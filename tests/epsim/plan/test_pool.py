@@ -74,3 +74,19 @@ def raise_on_two(x: int) -> dict:
 def test_an_exception_in_a_task_is_raised_here():
     with pytest.raises(ValueError, match="a bug in the task"):
         run_pool([0, 1, 2, 3], raise_on_two, 2, lambda i, r: None)
+
+
+def sigint_disposition(_: int) -> dict:
+    return {"ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN}
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs POSIX signal masks")
+def test_workers_ignore_ctrl_c_and_this_process_still_gets_it():
+    from epsim.plan.pool import _sigint_ignored_by_children
+    results = {}
+    run_pool([0, 1], sigint_disposition, 2, results.__setitem__)
+    assert results == {0: {"ignored": True}, 1: {"ignored": True}}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        with _sigint_ignored_by_children():
+            os.kill(os.getpid(), signal.SIGINT)       # held while workers start, not lost
