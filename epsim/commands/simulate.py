@@ -70,7 +70,9 @@ def run(args):
 def write_run(result, summary: dict, out: Path, rundir, plots: bool = True,
               timeline: bool = False) -> list[Path]:
     """A run's files in `out` (summary.json, timeseries.csv, figures, timeline.json), each
-    written atomically, then the manifest (`epsim.io.rundir`): returns the files written."""
+    written atomically, then the manifest (`epsim.io.rundir`): returns the files written, the
+    manifest last."""
+    from epsim.io.rundir import MANIFEST
     from epsim.report import write_summary, write_timeseries
     rundir.begin()
     files = [write_summary(summary, out / "summary.json"),
@@ -83,4 +85,4 @@ def write_run(result, summary: dict, out: Path, rundir, plots: bool = True,
         files.append(write_timeline(result.last_step.cost, out / "timeline.json",
                                     result.scenario.deployment.enable_two_batch_overlap))
     rundir.finish(files)
-    return files
+    return files + [out / MANIFEST]

@@ -22,6 +22,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable
 
 JOIN_TIMEOUT_S = 2.0
+WAKE_S = 0.5              # how often the waiting loop wakes (to act on a signal)
 
 
 def _serve(conn, fn: Callable, parent_pid: int) -> None:
@@ -93,6 +94,7 @@ class _Worker:
             self.process.start()
         child.close()
         self.index: int | None = None           # the task it runs
+        self.stopped = False                    # told to end (the sweep is done)
 
     def give(self, index: int, task: Any) -> None:
         self.index = index
@@ -101,6 +103,7 @@ class _Worker:
     def stop(self) -> None:
         try:
             self.conn.send(None)
+            self.stopped = True
         except OSError:
             pass
 
@@ -129,7 +132,10 @@ def run_pool(tasks: list, fn: Callable[[Any], dict], workers: int,
             worker.give(*todo.popleft())
         while any(w.index is not None for w in pool):
             busy = [w for w in pool if w.index is not None]
-            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            # a timeout: a signal another thread took (BLAS threads may, while this one holds
+            # SIGINT blocked to start a worker) is acted on within WAKE_S, not when a point ends
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+                         timeout=WAKE_S)
             for worker in busy:
                 if worker.conn not in ready and worker.process.sentinel not in ready:
                     continue
@@ -159,12 +165,14 @@ def run_pool(tasks: list, fn: Callable[[Any], dict], workers: int,
                 on_done(index, result)
                 if todo and worker is not None:
                     worker.give(*todo.popleft())
+        for worker in pool:                           # done: each idle worker ends itself
+            worker.stop()
     finally:
+        # interrupted or failed: every worker not told to end (running a point, or still
+        # importing) is killed, so that nothing is waited for
         for worker in pool:
-            if worker.index is None:
-                worker.stop()
-            else:
-                worker.kill()                         # interrupted or failed: do not wait for it
+            if not worker.stopped:
+                worker.kill()
         for worker in pool:
             worker.process.join(JOIN_TIMEOUT_S)
             if worker.process.is_alive():
