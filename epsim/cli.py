@@ -299,10 +299,10 @@ def _main(argv: list[str] | None) -> int:
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
-    from epsim.commands import output
     from epsim.errors import EpsimError
-    module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
-    try:
+    try:                                   # imports too: a Ctrl-C while they run is one line
+        from epsim.commands import output
+        module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
         with output.caught_warnings() as warned:
             report = module.run(args)
         if isinstance(report, output.Report):

@@ -98,7 +98,10 @@ class _Worker:
 
     def give(self, index: int, task: Any) -> None:
         self.index = index
-        self.conn.send((index, task))
+        try:
+            self.conn.send((index, task))
+        except OSError:          # it died meanwhile: its sentinel says so, and this task fails
+            pass
 
     def stop(self) -> None:
         try:
