@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from plan_sweep import cpu_model          # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "memory_budget.md"
 ADDRESS_SPACE_BYTES = 16 * 2**30      # each row's hard limit (a wrong estimate fails, not the host)
@@ -93,16 +95,6 @@ def measure(scenario: str, overrides: dict) -> dict:
     if proc.returncode:
         raise RuntimeError(f"{scenario} {overrides}: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def table(rows: list[tuple[str, dict]]) -> str:

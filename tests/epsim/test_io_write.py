@@ -9,7 +9,6 @@ here (the faults campaign fills a real tmpfs where it can mount one)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import signal
