@@ -4,8 +4,12 @@ disks, signals at random moments, dead workers, torn and tampered caches, edited
 files and shared results directories leave 0 tracebacks, 0 hangs, 0 stale answers, 0 lost
 files, and every interrupted run complete or marked incomplete (`faults_campaign.py`).
 
-CI runs a subset of each (a few minutes on 2 cores); the `slow` tests run all of it, the
-counts docs/bad_input.md records.
+CI runs a subset of each (`slow`: a minute or two each on 2 cores; the README's
+`python -m pytest -q` runs them). The whole campaigns take longer than CI should and are
+commands, their counts recorded in docs/bad_input.md:
+
+    python -m tests.epsim.bad_input_runner --campaign --cases tests.epsim.extremes_cases
+    python -m tests.epsim.faults_campaign --full --seed 1
 """
 
 from __future__ import annotations
@@ -28,24 +32,14 @@ def _extremes(tmp_path, cases: str) -> None:
     assert outcomes["refused"] >= 4 and outcomes["accepted"] >= 10, outcomes
 
 
+@pytest.mark.slow
 def test_valid_extremes_subset(tmp_path):
     _extremes(tmp_path, "tests.epsim.extremes_cases:ci_cases")
 
 
+@pytest.mark.slow
 def test_faults_subset(tmp_path):
     campaign = faults_campaign.run(tmp_path, full=False)
     print(faults_campaign.report(campaign))
     assert not campaign.problems, faults_campaign.report(campaign)
     assert sum(campaign.cases.values()) >= 15
-
-
-@pytest.mark.slow
-def test_valid_extremes_full(tmp_path):
-    _extremes(tmp_path, "tests.epsim.extremes_cases")
-
-
-@pytest.mark.slow
-def test_faults_full(tmp_path):
-    campaign = faults_campaign.run(tmp_path, full=True, seed=1)
-    print(faults_campaign.report(campaign))
-    assert not campaign.problems, faults_campaign.report(campaign)
