@@ -14,7 +14,8 @@ move nothing and are left out; filled allocations (`zeros`, `new_full`, ...) wri
 nothing. The collectives do not pass through the dispatcher: `torch.distributed.all_to_all_single`
 and its tensor forms of all-gather and reduce-scatter are wrapped instead: the bytes they
 receive are listed apart (`exchange`), the floor a raw exchange of the same rows also pays, and
-whatever the library does on the calling thread meanwhile (gloo copies) counts with them. Bytes are per rank; the largest rank is reported.
+whatever the library does on the calling thread meanwhile (gloo copies) counts with them. Bytes
+are per rank; the largest rank is reported.
 Deterministic: same arguments, same counts, on any machine.
 
     python benchmarks/a2a_bytes.py --hidden 4096 --tokens 256 4096 --out benchmarks/results/a2a_bytes

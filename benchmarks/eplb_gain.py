@@ -220,7 +220,8 @@ def plot(summary: list[dict], sweep: list[dict]) -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=None, help="seeds per skew (default 3; --quick 1)")
     parser.add_argument("--plots", action="store_true")
     parser.add_argument("--timing", action="store_true")

@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"record {RESULTS.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     from epsim import budget
+    from epsim.plan.executors import WORKER_BASE_BYTES
     measured = []
     for name, scenario, overrides in ROWS:
         measured.append((name, measure(scenario, overrides)))
@@ -130,12 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         f"Budget constants: {budget.BYTES_PER_REQUEST} B per request, {budget.BYTES_PER_SLOT} B "
         f"per slot, {budget.BYTES_PER_STEP} B per step (bound), EPLB "
         f"{budget.EPLB_BYTES_PER_SLOT} B per layer-slot + {budget.EPLB_BYTES_PER_MOVE_CELL} B per "
-        f"move cell; a worker is charged {budget.WORKER_BASE_BYTES / 2**20:.0f} MiB besides.",
+        f"move cell; a worker is charged {WORKER_BASE_BYTES / 2**20:.0f} MiB besides.",
         "",
         table(measured),
         "",
         f"Largest growth / estimate: {worst:.2f} (must be <= 1: the estimate bounds the growth); "
-        f"largest base {base / 2**20:.0f} MiB (<= the {budget.WORKER_BASE_BYTES / 2**20:.0f} MiB "
+        f"largest base {base / 2**20:.0f} MiB (<= the {WORKER_BASE_BYTES / 2**20:.0f} MiB "
         f"a worker is charged).",
         ""])
     print(text)

@@ -28,11 +28,11 @@ def terms(gpu: str, kind: str, ep: int, kernel: str, tokens: int) -> dict:
     out = deepep_layer(gpu, ep, tokens, kernel, "dispatch", network=kind)
     tr, cm = out["traffic"], out["cost_model"]
     mode = cm.mode_for("decode" if kernel == "low_latency" else "prefill")
-    params = cm.comm_params[("dispatch", mode)]
+    params = cm.params.eager.dispatch[mode].params
     kb = dispatch_bytes_per_copy(7168, "fp8", 8, tr.dedup) * 1e-3
     nvl = float(tr.nvl_copies.max() * kb / params["nvl_gbps"])
     nic = float(tr.rdma_copies.max() * kb / params["rdma_gbps"]) if tr.multi_node else 0.0
-    path = cm.transport
+    path = cm.params.transport
     proxy = path.per_message_us * float(tr.rdma_copies.max()) if (
         tr.multi_node and tr.dedup == "pair") else 0.0
     return {"total": out["time_us"], "nvlink": nvl, "nic": nic, "base": params["base_us"],

@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from live.bench.provenance import collect
     from live.dist import run_ranks
-    from live.provenance import collect
 
     cuda = not args.cpu
     if cuda and torch.cuda.device_count() < 2:

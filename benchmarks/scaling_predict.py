@@ -1,4 +1,5 @@
-"""Scaling predictions: what the shipped EP-2 profile says `live.bench` will measure at EP 4 and 8.
+"""Scaling predictions: what the shipped EP-2 profile says `live.bench.sweep` will measure at EP 4
+and 8.
 
 The claim epsim is bought for is that a profile measured on a few GPUs predicts a larger
 deployment (issue #9). This script writes that prediction down *before* the measurement: for

@@ -29,7 +29,8 @@ def scenario_paths() -> list[Path]:
 
 
 def summary_hash(path: Path, engine: str) -> str:
-    """sha256 of a run's summary (less `UNSTABLE_KEYS`), keys sorted."""
+    """sha256 of a run's summary (less `UNSTABLE_KEYS`), keys sorted, the checkout's path
+    written as `<repo>`."""
     from epsim.report import summarize
     from epsim.sim import simulate
     from epsim.spec import load_scenario
@@ -38,6 +39,9 @@ def summary_hash(path: Path, engine: str) -> str:
     for key in UNSTABLE_KEYS:
         summary.pop(key, None)
     text = json.dumps(summary, sort_keys=True, default=repr, allow_nan=True)
+    # the summary names the profile and scenario folder by absolute path: hash the same in any
+    # checkout (a worktree, CI's clone)
+    text = text.replace(str(REPO), "<repo>")
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -48,7 +52,7 @@ def table() -> dict[str, dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--write", action="store_true", help=f"re-record {RESULT.name}")
     args = parser.parse_args(argv)
     now = table()

@@ -54,8 +54,6 @@ from epsim.calibrate import calibrate  # noqa: E402
 from epsim.calibrate.inputs import default_record_paths, load_records, merge_passes  # noqa: E402
 from epsim.cost import comm as comm_mod  # noqa: E402
 from epsim.cost.linear import COMM_TERMS  # noqa: E402
-from epsim.cost import experts as experts_mod  # noqa: E402
-from epsim.cost import record as record_mod  # noqa: E402
 from epsim.profile import load_profile  # noqa: E402
 from epsim.validate import validate  # noqa: E402
 from epsim.validate.table import ErrorStats, group  # noqa: E402

@@ -6,7 +6,7 @@ matplotlib or simpy until used) and never imports torch.
 
 from __future__ import annotations
 
-import importlib
+from epsim.exports import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -22,9 +22,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'epsim' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from epsim.errors import SpecError
 from epsim.spec.workload import STEADY
+from epsim.text import duration, number
 
 MAX_BYTES = 8 * 2**30            # memory budget of one run (GiB stated in messages)
 MAX_RANK_LAYER_STEPS = 1e12      # time budget: ~1 day of simulated R1 decode on 64 ranks
@@ -30,7 +31,6 @@ MIN_STEP_OVERHEAD_US = 100.0     # combine bases alone are >= 15 us each; a step
 BYTES_PER_REQUEST = 320          # arrival, lengths, first token, finish, gaps, scheduler state
 BYTES_PER_SLOT = 96              # the scheduler's [ranks, max_running] arrays
 BYTES_PER_STEP = 256             # one row of `epsim.sim.metrics.STEP_COLUMNS`
-WORKER_BASE_BYTES = 256 * 2**20  # a plan worker before its point: interpreter, imports, caches
 # measured on this project's CI-class CPU: DeepSeek's greedy ~2e-5 s per layer x slot, sticky
 # ~3e-8 s per layer x slot^2 (8192 slots: 0.14 s and 1.8 s)
 EPLB_S_PER_SLOT = {"sticky": 3e-8}
@@ -74,7 +74,6 @@ class RunCost:
 
     def problem(self) -> str | None:
         """Why this run is over budget, with what to shrink (None if it is not)."""
-        from epsim.commands.output import duration
         shrink = ("shrink workload.duration_s, workload.arrivals.rate_per_s or "
                   "deployment.max_running_requests")
         if self.bytes > MAX_BYTES:
@@ -190,7 +189,6 @@ def check_eplb(algorithm: str, num_layers: int, num_replicas: int, num_ranks: in
     cost = eplb_cost(algorithm, num_layers, num_replicas, num_ranks)
     seconds, nbytes = cost.seconds, cost.bytes
     if nbytes > MAX_BYTES or seconds > MAX_EPLB_SECONDS:
-        from epsim.commands.output import duration, number
         raise SpecError(f"--replicas ({num_replicas}) over {num_layers} layer(s) would take "
                         f"~{duration(seconds * 1e6)} and {number(nbytes / 2**30, 2)} GiB with {algorithm}; "
                         f"the budget is "

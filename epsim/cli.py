@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
+import warnings
 
 from epsim import __version__, vocab
+from epsim.commands import output
+from epsim.errors import EpsimError
+from epsim.plan.executors import executor_options
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,11 +30,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
-
-
-def output_options(parser, progress: bool = False) -> None:
-    from epsim.commands.output import add_options
-    add_options(parser, progress)
 
 
 def _scenario_options(parser, what: str, set_example: str) -> None:
@@ -44,15 +45,6 @@ def _scenario_options(parser, what: str, set_example: str) -> None:
 def _strict_option(parser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="a bad record line is an error, not a warning")
-
-
-def executor_options(parser) -> None:
-    """`--executor` and `--workers`: where the points of a sweep run (also every scenario
-    script's, `epsim.plan.scripting`)."""
-    parser.add_argument("--executor", default="local", choices=["local", "ray"],
-                        help="where points run: local processes (default) or Ray")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="processes, or CPUs of a local Ray runtime (default: all cores)")
 
 
 def _budget_option(parser) -> None:
@@ -72,7 +64,7 @@ def _add_simulate(sub) -> None:
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
     _budget_option(p)
-    output_options(p, progress=True)
+    output.add_options(p, progress=True)
 
 
 def _add_cost(sub) -> None:
@@ -99,7 +91,7 @@ def _add_cost(sub) -> None:
                    help="infiniband | roce | efa | nvl72 (default: the GPU's datasheet network)")
     p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled routing (default 0)")
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_eplb(sub) -> None:
@@ -125,7 +117,7 @@ def _add_eplb(sub) -> None:
     p.add_argument("--previous", help="previous placement JSON (an `--json` output, or phy2log) "
                                        "for move-aware algorithms and the move cost")
     _budget_option(p)
-    output_options(p)
+    output.add_options(p)
 
 
 def _add_calibrate(sub) -> None:
@@ -134,7 +126,9 @@ def _add_calibrate(sub) -> None:
                                    "first with --live (docs/calibration.md).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--live", action="store_true", help="run the live bench, then fit")
-    src.add_argument("--records", nargs="+", help="fit offline from record files (JSONL)")
+    src.add_argument("--records", nargs="+",
+                     help="fit offline from record files (JSONL), or aic:SYSTEM[/FRAMEWORK[/VERSION]]: "
+                          "an installed aiconfigurator-core's op tables (docs/aic_tables.md)")
     p.add_argument("--gpus", type=int, default=None,
                    help="local GPUs to use (default: all visible; 1: the single-GPU components; "
                         "no GPU: 2 CPU ranks)")
@@ -142,7 +136,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--quick", action="store_true", help="a small sweep (minutes)")
     p.add_argument("--out", default=None, help="profile JSON to write")
     p.add_argument("--records-out", default=None,
-                   help="where the live bench writes its records (default runs/calibrate/records.jsonl)")
+                   help="where the live bench writes its records (default runs/calibrate/records.jsonl); "
+                        "with --records aic:...: the imported records (default runs/aic/)")
     p.add_argument("--holdout", default=None,
                    help="hold-out rule: 'default' (fit_tokens=1,4,16,64,256,1024,4096;skew=hotset), "
                         "'none', or clauses like 'tokens=64,1024;skew=zipf' (docs/calibration.md)")
@@ -154,8 +149,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--cpu", action="store_true", help="--live on CPU ranks (gloo) even with GPUs")
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
-    p.add_argument("--eplb", action="store_true", help="--live: also run live.eplb.bench")
-    output_options(p, progress=True)
+    p.add_argument("--eplb", action="store_true", help="--live: also run live.bench.eplb")
+    output.add_options(p, progress=True)
 
 
 def _add_validate(sub) -> None:
@@ -182,10 +177,33 @@ def _add_validate(sub) -> None:
                    help="run hold-out: record files of one run to fit on")
     p.add_argument("--run-judged", nargs="+", default=None,
                    help="run hold-out: another run's record files to judge")
-    output_options(p)
+    output.add_options(p)
     p.add_argument("--published", action="store_true",
                    help="published results (DeepEP, LMSYS, TensorRT-LLM, EPLB reports) against "
                         "datasheet predictions; --out FILE writes the table (docs/published.md)")
+    p.add_argument("--composition", action="store_true",
+                   help="the composition axis: whole decoder layers and stacks measured on one GPU "
+                        "(live.bench.layers; default records: the shipped h200_layer set) against "
+                        "the simulator's layer, per a2a backend; --out DIR writes composition.md "
+                        "and composition.csv, --doc FILE its section (docs/validation.md)")
+    p.add_argument("--timing", choices=("device", "eager"), default="device",
+                   help="--composition: the records' timing to judge (default device: CUDA-graph "
+                        "replays, what a decode step pays; eager: one call from an idle device, "
+                        "priced as an eager step; all a CPU run has)")
+    p.add_argument("--silicon", nargs="?", const="", default=None, metavar="CSV",
+                   help="the public silicon sample's SGLang MoE rows (default CSV: an installed "
+                        "aiconfigurator-core's), epsim beside AIConfigurator; --doc docs/silicon.md "
+                        "regenerates the page, --out DIR gets silicon_rows.json.gz and "
+                        "silicon_features.md (docs/silicon.md)")
+    p.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="with --silicon: N in-scope rows drawn by --seed")
+    p.add_argument("--seed", type=int, default=0, help="with --silicon --sample: the draw's seed")
+    p.add_argument("--approximate", action="store_true",
+                   help="with --silicon: rows the spec cannot express run as the nearest scenario "
+                        "it can, tagged and tabled apart (never in the headline)")
+    p.add_argument("--no-peer", action="store_true", help="with --silicon: skip AIConfigurator")
+    executor_options(p)
+    p.add_argument("--ray-address", default=None, help="with --executor ray: ray.init(address=...)")
 
 
 def _add_plan(sub) -> None:
@@ -236,7 +254,7 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="with --fleet: the screen's answer only, without simulating the pools")
     _budget_option(p)
-    output_options(p, progress=True)
+    output.add_options(p, progress=True)
 
 
 def one_line(text: str) -> str:
@@ -257,8 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_validate(sub)
     _add_plan(sub)
-    output_options(sub.add_parser("models", help="list the model zoo"))
-    output_options(sub.add_parser("hardware", help="list the hardware zoo"))
+    output.add_options(sub.add_parser("models", help="list the model zoo"))
+    output.add_options(sub.add_parser("hardware", help="list the hardware zoo"))
     return parser
 
 
@@ -279,8 +297,6 @@ def _on_sigterm(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-    import threading
     # SIGTERM (a supervisor, `timeout`) stops the work as Ctrl-C does, instead of killing the
     # process mid-write; the handler before is restored when the command ends
     own = (threading.current_thread() is threading.main_thread()
@@ -295,13 +311,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    import warnings
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
-    from epsim.errors import EpsimError
-    try:                                   # imports too: a Ctrl-C while they run is one line
-        from epsim.commands import output
+    try:                                   # a Ctrl-C while the command imports is one line too
         module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
         with output.caught_warnings() as warned:
             report = module.run(args)

@@ -35,9 +35,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from epsim.errors import ProfileError
+from epsim import vocab
+from epsim.errors import ProfileError, RecordError
+from epsim.io import load_json
 from epsim.io.write import write_text
+from epsim.physical import param_problem, range_problem
 from epsim.spec.errors import format_error
+from epsim.spec.numbers import check_numbers
 
 SCHEMA = "epsim.profile/1"
 DEFAULT_PROFILE = "profiles/h200x2.json"   # package data, measured on two H200 over NVLink
@@ -76,9 +80,6 @@ def kernel_mode(record) -> str:
     Raises:
         RecordError: a mode the record's backend does not have.
     """
-    from epsim import vocab
-    from epsim.errors import RecordError
-
     parts = [p for p in record.mode.split("/") if p and p != GRAPH]
     if record.backend != "deepep":
         if parts:
@@ -235,7 +236,6 @@ class Profile(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
         """Read a profile JSON. Raises ProfileError naming the file and field."""
-        from epsim.io import load_json
         path = Path(path)
         return cls.from_dict(load_json(path, "profile", ProfileError), where=str(path))
 
@@ -243,7 +243,6 @@ class Profile(BaseModel):
     def from_dict(cls, data: Any, where: str = "profile") -> "Profile":
         if isinstance(data, dict) and data.get("schema", SCHEMA) != SCHEMA:
             raise ProfileError(f"{where}: schema ({data.get('schema')!r}) must be {SCHEMA!r}")
-        from epsim.spec.numbers import check_numbers
         bad = check_numbers(data, cls)
         if bad is not None:
             raise ProfileError(f"{where}: {bad[0]} {bad[1]}")
@@ -258,7 +257,6 @@ class Profile(BaseModel):
 
 def _check_physical(profile: Profile, where: str) -> None:
     """Every parameter within its physical bounds, every fitted range `[low, high]`."""
-    from epsim.physical import param_problem, range_problem
     for key, comp in profile.components.items():
         for name, value in comp.params.items():
             problem = param_problem(name, value)

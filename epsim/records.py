@@ -5,7 +5,12 @@ predictions against them. Times are microseconds; counts are per rank, rank orde
 
 Schema 2 (`epsim.record/2`) adds, all optional: the single-GPU kinds (`attention_prefill`,
 `attention_decode`, `dense_mlp`, `block_ops`), `timing` (what a time measures: device, host or eager),
-`num_local_experts`, the attention sizes and `intermediate_size`. Version 1 lines still read.
+`num_local_experts`, the attention sizes and `intermediate_size`. Schema 3 (`epsim.record/3`)
+adds the whole-layer kinds of `live.bench.layers` (`decoder_layer`, `layer_stack`, `layer_part`).
+Schema 4 (`epsim.record/4`) adds, all optional, the kinds imported from the field's op databases
+that no cost model reads yet (`gemm`, `quant_experts`, `mla_prefill`, `mla_decode`, `mla_bmm`,
+`quantize`: `epsim.calibrate.aic`) and the fields they need: `weight_dtype`, `kv_cache_dtype`,
+`tp_size`, `moe_tp_size`. Version 1, 2 and 3 lines still read.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from epsim import vocab
 from epsim.errors import RecordError
+from epsim.io import loads_json, read_text as read_capped
 from epsim.io.write import LineAppender, write_text
 from epsim.spec.errors import format_error
+from epsim.spec.numbers import check_numbers
 
-SCHEMA = "epsim.record/2"
-READABLE_SCHEMAS = ("epsim.record/1", SCHEMA)
+SCHEMA = "epsim.record/4"
+READABLE_SCHEMAS = ("epsim.record/1", "epsim.record/2", "epsim.record/3", SCHEMA)
 RecordDtype = Literal[(*vocab.DISPATCH_DTYPES, "")]   # "": the backend's native dtype
 
 RecordKind = Literal[
@@ -35,13 +42,26 @@ RecordKind = Literal[
     "moe_layer",     # router + dispatch + experts + combine, end to end
     "rebalance",     # EPLB weight moves between ranks
     "p2p_copy",      # reference GPU-to-GPU copy bandwidth on the same machine
+    "rebalance_term",  # one term of a rebalance or recovery timed alone (live.bench.eplb_host)
     "allreduce",     # the `none` backend's all-reduce of hidden states
     "expert_load",   # recorder output: tokens per [layer, expert] over a window
     "equality",      # a correctness check (max abs error vs the reference), not a timing
-    "attention_prefill",  # causal GQA attention over new tokens (one GPU, `live.components`)
+    "attention_prefill",  # causal GQA attention over new tokens (one GPU, live.bench.component_ops)
     "attention_decode",   # one new token per sequence against a KV cache (one GPU)
     "dense_mlp",     # a dense SwiGLU MLP: dense layers, DeepSeek's shared expert (one GPU)
     "block_ops",     # the block's own ops: router, permute, top-k weighting and sum (one GPU)
+    "decoder_layer",  # a whole decoder layer in decode, one GPU: EP 1 or a virtual EP n rank
+    "layer_stack",   # `num_layers` decoder layers in one CUDA graph (one GPU)
+    "layer_part",    # a decoder layer's own sub-block (`extra.part`), timed alone (one GPU)
+    # schema 4, imported op tables with no cost model yet (never fitted into a component):
+    "gemm",          # one dense GEMM [m, k] x [k, n]: m = num_tokens_per_rank, k = hidden_size,
+                     # n = intermediate_size, weights in `weight_dtype`
+    "quant_experts",  # grouped SwiGLU GEMM of the local experts with quantised weights
+                     # (`weight_dtype` fp8_block, nvfp4, ...), else as `experts`
+    "mla_prefill",   # multi-head latent attention over new tokens (per attention-TP rank)
+    "mla_decode",    # MLA, one new token per sequence against a latent KV cache
+    "mla_bmm",       # MLA's absorbed-weight batched GEMMs (`extra.op`: pre or post attention)
+    "quantize",      # activation quantisation [m, k] to `weight_dtype` (m tokens, k = hidden_size)
 ]
 
 # What a record's times measure (schema 2):
@@ -85,7 +105,7 @@ class MeasurementRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_: Literal["epsim.record/1", "epsim.record/2"] = Field(default=SCHEMA, alias="schema")
+    schema_: Literal[READABLE_SCHEMAS] = Field(default=SCHEMA, alias="schema")
     kind: RecordKind
     timing: Timing = Field(default="", description="device | host | eager (see `Timing`)")
     backend: str = Field(min_length=1, description="none | torch | mooncake | deepep | p2p")
@@ -107,6 +127,14 @@ class MeasurementRecord(BaseModel):
     context_len: int = Field(default=0, ge=0, description="attention: key/value tokens per sequence "
                              "(prefill: the sequence itself; decode: the cache)")
     top_k: int = Field(default=0, ge=0)
+    weight_dtype: str = Field(default="", description="schema 4: the weights' dtype (bf16, fp8, "
+                              "fp8_block, nvfp4, ...); '' for BF16 records of schemas 1-3")
+    kv_cache_dtype: str = Field(default="", description="schema 4, attention: the KV cache's dtype "
+                                "(bf16, fp8); '' for BF16")
+    tp_size: int = Field(default=1, ge=1, description="schema 4: attention tensor-parallel size "
+                         "(the heads a record's GPU holds are num_attention_heads)")
+    moe_tp_size: int = Field(default=1, ge=1, description="schema 4: MoE tensor-parallel size (each "
+                             "expert's intermediate size split over it)")
     model: str = ""
     dispatch_dtype: RecordDtype = "bf16"
     skew: dict = Field(default_factory=dict)
@@ -185,14 +213,11 @@ def read_text(path: str | Path) -> str:
     Raises:
         RecordError: unreadable, over the size cap, corrupt gzip, not UTF-8 (`epsim.io`).
     """
-    from epsim.io import read_text as read_capped
     return read_capped(path, "records", error=RecordError)
 
 
 def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, MeasurementRecord]]:
     """`read_records`, with each record's 1-based line number (for messages naming the line)."""
-    from epsim.io import loads_json
-    from epsim.spec.numbers import check_numbers
     path = Path(path)
     lines = read_text(path).splitlines()
     for lineno, line in enumerate(lines, 1):

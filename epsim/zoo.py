@@ -9,7 +9,7 @@ import yaml
 
 from epsim.errors import SpecError
 from epsim.spec.errors import validate
-from epsim.spec.hardware import HardwareSpec
+from epsim.spec.gpu import HardwareSpec
 from epsim.spec.model import ModelSpec
 from epsim.spec.network import NETWORK_KINDS, Network, NetworkSpec
 

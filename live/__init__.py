@@ -1,8 +1,11 @@
-"""The live backend: the real Qwen3 MoE block over expert-parallel ranks, and its measurement harness.
+"""The live backend: the real Qwen3 MoE block over expert-parallel ranks.
 
-Public entry points: `MoeConfig`, `Qwen3MoeSparseMoeBlock`, `Qwen3MoeModel`, `ExpertLocation`,
-the backend registry (`live.backends`), forced routing from `epsim.routing`
-(`live.routing.forced_routing`) and rank spawning (`live.dist`). Importing `live` imports torch.
+Two wings: the model, its backends and the EPLB runtime (`live.*`, `live.backends`,
+`live.eplb`), and the measurement harness that times and checks it (`live.bench`), which the
+model never imports. Public entry points: `MoeConfig`, `Qwen3MoeSparseMoeBlock`,
+`Qwen3MoeModel`, `ExpertLocation`, the backend registry (`live.backends`), forced routing from
+`epsim.routing` (`live.routing.forced_routing`) and rank spawning (`live.dist`). Importing
+`live` imports torch.
 """
 
 from live.backends import BACKENDS, BackendSpec, make_backend

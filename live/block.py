@@ -200,8 +200,9 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
         self._last_dispatched = Dispatched((gathered, pairs[2]), lambda h: self.backend.stats(*h))
         return out
 
-    # the block's own work around the experts on one rank (timed alone by `live.components`'
-    # `block_ops`): the permute into expert order, and the top-k weighting and sum
+    # the block's own work around the experts on one rank (timed alone by
+    # `live.bench.component_ops`' `block_ops`): the permute into expert order, and the top-k
+    # weighting and sum
     def permute_local(self, gathered) -> tuple[torch.Tensor, tuple]:
         """Rows of the gathered tokens' pairs whose slot is on this rank, grouped by slot.
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import epsim
 from epsim.plan import run_plan
-from epsim.plan.scripting import answer, log2_axis, save_figure, script_args, use_agg
+from epsim.commands.scripting import answer, log2_axis, save_figure, script_args, use_agg
 
 SCENARIO = Path(__file__).with_suffix(".yaml")
 KEY = "deployment.eplb_rebalance_num_iterations"

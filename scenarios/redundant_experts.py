@@ -19,7 +19,7 @@ from pathlib import Path
 
 import epsim
 from epsim.plan import derived_columns, summary_metrics
-from epsim.plan.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
+from epsim.commands.scripting import answer, save_figure, script_args, settled_eplb_simulation, use_agg
 from epsim.report import summarize
 from epsim.sim import Simulation
 

@@ -14,7 +14,7 @@
 #     scripts/build_deepep.sh --build .gpu/deepep/DeepEP-v1.2.1.tar "$OUT"
 # The build writes to OUTDIR: the wheel deep_ep-*.whl, build_deepep.log, build_info.json
 # (release, commit, torch, CUDA, nvcc, NVSHMEM versions, wheel sha256 and size). The same info
-# is compiled into the wheel as `deep_ep._build_info.BUILD_INFO`, which live.provenance writes
+# is compiled into the wheel as `deep_ep._build_info.BUILD_INFO`, which live.bench.provenance writes
 # into every record of the `deepep` backend.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

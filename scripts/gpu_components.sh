@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `epsim calibrate --live` on one GPU, in one call on kind nvidia-h200 (carry the wheels):
-# every single-GPU component timed (live.component_bench), then fitted with the shipped
+# every single-GPU component timed (live.bench.components), then fitted with the shipped
 # two-GPU communication records. Writes into $OUT: calibrate.log (the command's output),
 # records.jsonl (the single-GPU records), profile.json, gpu.csv (clocks, power at start/end).
 #

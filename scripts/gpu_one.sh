@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What every one-GPU call shares (kind nvidia-h200, carry the wheels): install the carried
 # wheels, record the GPU's clocks and power before and after, run the command with its output
-# teed to $OUT/LOG. The scripts gpu_components.sh, gpu_block_ops.sh and
+# teed to $OUT/LOG. The scripts gpu_components.sh, gpu_block_ops.sh, gpu_layers.sh and
 # gpu_attention_holdout.sh name their command through it:
 #
 #   OUT=out/x scripts/gpu_one.sh LOG COMMAND [ARGS...]

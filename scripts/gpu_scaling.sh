@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling validation (issue #9) in one call per EP size: live.bench at EP N on one host over the
+# Scaling validation (issue #9) in one call per EP size: live.bench.sweep at EP N on one host over the
 # grid of the committed predictions (benchmarks/results/scaling_predictions.jsonl: torch BF16,
 # mooncake BF16 + FP8; Qwen3-30B-A3B and Qwen3-235B-A22B; tokens per rank 1..4096; uniform and
 # the hot set of 16 experts on rank 0; 3 passes, 30 iterations), then the comparison against
@@ -55,7 +55,7 @@ else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     HAVE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     GPUS=${GPUS:-$HAVE}
-    # live.bench refuses too few GPUs as well; this names the machine kind to ask for
+    # live.bench.sweep refuses too few GPUs as well; this names the machine kind to ask for
     if [ "$HAVE" -lt "$GPUS" ]; then
         echo "gpu_scaling.sh: --gpus ($GPUS) must be <= the GPUs here ($HAVE); use kind nvidia-h200-x$GPUS" >&2
         exit 2
@@ -70,7 +70,7 @@ if [ "$GPUS" -lt 2 ]; then
 fi
 RECORDS=bench_ep$GPUS.jsonl
 start=$(date +%s)
-"$PY" -m live.bench --out "$OUT" --records-name "$RECORDS" --gpus "$GPUS" --budget-s "$BUDGET" \
+"$PY" -m live.bench.sweep --out "$OUT" --records-name "$RECORDS" --gpus "$GPUS" --budget-s "$BUDGET" \
     --no-progress --backends torch mooncake --dtypes bf16 fp8 "${BENCH_ARGS[@]}"
 bench_rc=$?
 echo "gpu_scaling: bench at EP $GPUS exit $bench_rc after $(( $(date +%s) - start )) s"

@@ -12,4 +12,4 @@ export PYTHONPATH=/tmp/site:$PWD
 OUT=${OUT:-out/gpu_suite}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-exec python3 -m live.gpu_suite --out "$OUT" "$@"
+exec python3 -m live.bench.gpu_suite --out "$OUT" "$@"

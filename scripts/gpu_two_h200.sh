@@ -11,11 +11,11 @@
 #               memory allows (the low-latency paths to 1024)
 #   bench/      only when Mooncake imports: scripts/gpu_calibrate.sh -- --graph-only, its
 #               device-only (launched-ahead) records on the calibration grid, then
-#               live.eplb.bench. live.bench runs torch and DeepEP in their normal modes, which
+#               live.bench.eplb. live.bench.sweep runs torch and DeepEP in their normal modes, which
 #               wait on the host for counts, so launched ahead they give no records (the a2a
 #               part has their graph-capturable modes); both machines of
 #               benchmarks/results/h200x2_issue18/ have the eager records
-#   deepep/     live.deepep_smoke at EP 2: normal and low-latency modes against the
+#   deepep/     live.bench.deepep_smoke at EP 2: normal and low-latency modes against the
 #               single-device block (the DeepEP wheel is built first when none is carried)
 #   rebalance/  benchmarks/rebalance_traffic.py: n tensors vs one buffer per EPLB chunk
 #
@@ -106,10 +106,10 @@ if [ "$DRY" = 1 ] || "$PY" -c "import mooncake.ep" 2>/dev/null; then
     run_part bench 120 240 env OUT="$WORK/bench" scripts/gpu_calibrate.sh --budget-s 80 -- \
         --graph-only --backends mooncake || status=1
 else
-    echo "bench: skipped, Mooncake is not installed (no host-sync-free backend in live.bench)" \
+    echo "bench: skipped, Mooncake is not installed (no host-sync-free backend in live.bench.sweep)" \
         | tee -a "$OUT/parts.log"
 fi
-run_part deepep_smoke 60 150 "$PY" -m live.deepep_smoke --out "$WORK/deepep" || status=1
+run_part deepep_smoke 60 150 "$PY" -m live.bench.deepep_smoke --out "$WORK/deepep" || status=1
 run_part rebalance 30 90 "$PY" benchmarks/rebalance_traffic.py --out "$WORK/rebalance" || status=1
 echo "gpu_two_h200: done after $(( $(date +%s) - start )) s of $TOTAL" | tee -a "$OUT/parts.log"
 exit $status

@@ -1,6 +1,7 @@
-"""EPLB page: a run with EPLB over time — load per rank or per expert as a heatmap, balancedness
-and step time with the rebalances and their stalls marked, the rebalance events — and the
-rebalance-interval sweep (`epsim.plan.eplb_sweep`)."""
+"""EPLB page: what rebalances and GPU failures cost per hour (the plan's resilience columns,
+`epsim.plan.resilience`), a run with EPLB over time — load per rank or per expert as a heatmap,
+balancedness and step time with the rebalances and their stalls marked, the rebalance events —
+and the rebalance-interval sweep (`epsim.plan.eplb_sweep`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, data, ui
-from epsim.commands.output import number
 from epsim.errors import EpsimError, SpecError
+from epsim.text import number
 
 FROM_SCENARIO_PAGE = "the Scenario page's last run"
 RUN = "eplb_run"
@@ -112,6 +113,56 @@ def over_time(view) -> None:
                      hide_index=True, width="stretch")
 
 
+@st.cache_data(show_spinner="pricing rebalances and failures...", max_entries=16)
+def _resilience(text: str, where: str, base_dir: str, overrides: str) -> dict:
+    from epsim.plan.resilience import resilience_columns
+    return resilience_columns(data.parse_scenario(text, where, base_dir, overrides))
+
+
+def resilience_section(source: ui.ScenarioSource, scenario) -> None:
+    """Rebalance stall seconds per hour, interruption per GPU failure and goodput at a stated
+    failure rate, from the scenario alone (no run)."""
+    st.subheader("Rebalances and GPU failures per hour")
+    st.caption("From the scenario's steady decode step and its skew model's drift, without a run: one "
+               "rebalance priced term by term as SGLang runs it (gather, algorithm, dispatch map, "
+               "per-layer plans and weight moves), and one GPU failure as SGLang with Mooncake EP "
+               "recovers (dispatch timeout, reloads, rebalance over the survivors; without elastic EP "
+               "the instance restarts). Goodput counts the stalls, the interruptions, the capacity "
+               "missing while a rank is away and the work of lost requests done again.")
+    d = scenario.deployment
+    with st.form("eplb_resilience_form"):
+        cols = st.columns(3)
+        rate = cols[0].number_input("GPU failures per GPU-hour", min_value=0.0,
+                                    value=float(d.failures_per_gpu_hour or 1e-4), format="%g",
+                                    key="eplb_failure_rate")
+        repair = cols[1].number_input("repair time (s)", min_value=1.0, value=float(d.failure_repair_s),
+                                      key="eplb_repair_s",
+                                      help="until a failed rank rejoins (elastic EP) or the instance restarts")
+        every = cols[2].number_input("rebalance every N forward passes", min_value=1,
+                                     value=int(d.eplb_rebalance_num_iterations), step=1,
+                                     key="eplb_res_interval")
+        st.form_submit_button("Price")
+    overrides = json.dumps({**json.loads(source.overrides), "deployment.enable_eplb": True,
+                            "deployment.failures_per_gpu_hour": float(rate),
+                            "deployment.failure_repair_s": float(repair),
+                            "deployment.eplb_rebalance_num_iterations": int(every)}, sort_keys=True)
+    try:
+        row = _resilience(source.text, source.where, source.base_dir, overrides)
+    except EpsimError as exc:
+        st.error(str(exc))
+        return
+    cols = st.columns(4)
+    cols[0].metric("rebalance stall", ui.fmt(row["rebalance_stall_s"], ".2f", " s"))
+    cols[1].metric("rebalance stalls per hour", ui.fmt(row["rebalance_stall_s_per_hour"], ".1f", " s"))
+    cols[2].metric("interruption per GPU failure", ui.fmt(row["failure_interruption_s"], ".1f", " s"))
+    cols[3].metric("goodput", ui.fmt(row["goodput_frac"] * 100, ".2f", " %"))
+    st.caption(f"{ui.fmt(row['rebalances_per_hour'], '.1f')} rebalances per hour; balancedness "
+               f"{ui.fmt(row['balancedness_fresh'], '.3f')} fresh, {ui.fmt(row['balancedness_stale'], '.3f')} "
+               f"after an interval of drift; {ui.fmt(row['failures_per_hour'], '.3g')} failures per hour, "
+               f"each costing {ui.fmt(row['failure_lost_s'], '.1f')} instance-seconds (interruption, "
+               f"capacity while the rank is away, lost work done again)")
+
+
 def _intervals(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
@@ -209,6 +260,7 @@ def page() -> None:
         return
     if not scenario.deployment.enable_eplb:
         st.info(f"{scenario.name} has EPLB off; the run below turns it on (untick 'enable EPLB' to compare).")
+    resilience_section(source, scenario)
     changed = run_form(scenario, f"eplb_{source.digest}")
     if changed is not None:
         merged = {**json.loads(source.overrides), **changed}

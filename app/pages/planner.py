@@ -15,8 +15,9 @@ TABLE = "plan_table"
 CHEAPEST_BY = {"num_gpus": "fewest GPUs", "cost_per_hour": "lowest cost per hour",
                "cost_per_million_output_tokens": "lowest cost per million output tokens"}
 SHOWN = ["num_gpus", "tpot_ms.p99", "ttft_ms.p99", "keep_up.served_frac", "keep_up.backlog_growth_rps",
-         "keep_up.settled", "initial_running_per_rank", "throughput_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "cost_per_million_output_tokens",
-         "hbm_headroom_gib", "provenance.measured_share", "provenance.datasheet_share", "error"]
+         "keep_up.settled", "initial_running_per_rank", "throughput_tokens_per_s_per_gpu",
+         "output_tokens_per_s_per_gpu", "cost_per_million_output_tokens", "hbm_headroom_gib",
+         "provenance.measured_share", "provenance.datasheet_share", "error"]
 RATE_KEY = "workload.arrivals.rate_per_s"
 
 

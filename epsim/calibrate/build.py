@@ -10,6 +10,8 @@ Components (profile keys, `epsim.profile`):
   `any/experts`                              all backends pooled (for backends not measured)
   `<backend>/moe_layer`                       `sync_us`: what a whole layer adds to its parts
   `any/rebalance`                            EPLB weight moves (`epsim.calibrate.rebalance`)
+  `any/rebalance_host`                       a rebalance's host terms (placement algorithms,
+                                             move plan, map update: `epsim.calibrate.rebalance_host`)
   `any/block_ops/graph`, `any/block_ops/host`  the block's own ops (router, permute, top-k
                                              weighting) on one GPU: device time, host part
 The parts are fitted first; a layer's `sync_us` then on `moe_layer` records, the parts fixed.
@@ -24,12 +26,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
+from epsim.calibrate.aic import expand_sources, tag_profile
 from epsim.calibrate.fit import ComponentFit, fit_component, fit_layer_sync
 from epsim.calibrate.holdout import Holdout
+from epsim.calibrate.host import HOST_KINDS, device_twin, fit_host, host_samples
 from epsim.calibrate.inputs import (RecordFileInfo, RecordWarning, SourcedRecord, load_records,
                                     merge_passes)
+from epsim.calibrate.rebalance import fit_rebalance
+from epsim.calibrate.rebalance_host import fit_rebalance_host
+from epsim.calibrate.spread import component_spread, run_deviations
+from epsim.cost.record import predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
 from epsim.profile import GRAPH, Profile, ProfileProvenance, RecordSource, component_keys
+from epsim.records import records_hash
+from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import hardware_names
 
 NOMINAL_GPU = "H200"      # cluster whose datasheet fills unfitted values of a CPU (gloo) profile
 METHOD = ("bounded least squares per component on the fit set, relative-error weighted; "
@@ -57,15 +68,16 @@ class Calibration:
 def evaluation_profile(profile: Profile) -> Profile:
     """`profile` as the cost models can evaluate it: a CPU profile (hardware not a zoo GPU)
     gets the nominal H200 cluster for the datasheet values it did not fit."""
-    from epsim.zoo import hardware_names
     if profile.hardware in hardware_names():
         return profile
     return profile.model_copy(update={"hardware": NOMINAL_GPU})
 
 
 def _hardware(records: list[SourcedRecord]) -> str:
-    names = {s.record.provenance.hardware for s in records}
-    devices = {s.record.provenance.device for s in records}
+    # a rebalance's host terms are timed on a CPU beside any GPU: they do not name the GPU
+    gpu = [s for s in records if not (s.record.kind == "rebalance_term" and s.record.timing == "host")]
+    names = {s.record.provenance.hardware for s in gpu or records}
+    devices = {s.record.provenance.device for s in gpu or records}
     if len(names) > 1:
         raise ProfileError(f"records come from several GPUs ({sorted(names)}); fit one profile "
                            f"per hardware")
@@ -80,7 +92,6 @@ def _hardware(records: list[SourcedRecord]) -> str:
 
 def peaks_of(hardware: str) -> dict[str, float]:
     """Datasheet peaks bounding fitted bandwidths and throughputs (nominal GPU for 'cpu')."""
-    from epsim.spec.hardware import ClusterSpec
     cluster = ClusterSpec(gpu=hardware if hardware != "cpu" else NOMINAL_GPU)
     hw = cluster.hardware
     return {"nvl_gbps": cluster.nvlink_gbps_resolved, "rdma_gbps": cluster.rdma_gbps_resolved,
@@ -90,7 +101,6 @@ def peaks_of(hardware: str) -> dict[str, float]:
 
 def _provenance(records: list[SourcedRecord], files: list[RecordFileInfo], holdout: Holdout,
                 num_fit: int, num_held_out: int) -> ProfileProvenance:
-    from epsim.records import records_hash
     prov = [s.record.provenance for s in records]
     versions = {}
     for name in VERSION_FIELDS:
@@ -108,7 +118,6 @@ def _provenance(records: list[SourcedRecord], files: list[RecordFileInfo], holdo
 
 def _predictable(s: SourcedRecord, profile: Profile, skipped: list[str]) -> bool:
     """Whether the cost models can evaluate the record; if not, warn naming file and line."""
-    from epsim.cost.record import predict_record
     try:
         predict_record(s.record, evaluation_profile(profile))
     except EpsimError as exc:
@@ -121,10 +130,14 @@ def _predictable(s: SourcedRecord, profile: Profile, skipped: list[str]) -> bool
 
 def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name: str = "",
               strict: bool = False, backends: Iterable[str] | None = None,
-              spread_paths: Iterable[str | Path] = ()) -> Calibration:
+              spread_paths: Iterable[str | Path] = (), records_out: str | Path | None = None
+              ) -> Calibration:
     """Fit a profile on record files under a hold-out protocol.
 
     Args:
+        paths: record files; an `aic:SYSTEM[/FRAMEWORK[/VERSION]]` item imports an installed
+            aiconfigurator-core's op tables (`epsim.calibrate.aic`; `records_out` names the
+            file its records are written to) and tags each component with its source.
         holdout: which records the fit may use (default: `Holdout.parse(None)`, the default rule).
         backends: backends the caller expects; one without records is warned about.
         strict: a bad record line raises instead of being skipped with a warning.
@@ -134,6 +147,7 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
         RecordError: unreadable files, or no record any component can be fitted on.
     """
     holdout = holdout or Holdout.parse(None)
+    paths, imports = expand_sources(paths, records_out)
     raw, files = load_records(paths, strict=strict)
     spread_paths = list(spread_paths)
     other, other_files = load_records(spread_paths, strict=strict) if spread_paths else ([], [])
@@ -141,6 +155,8 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
     if other_files:
         cal.profile.provenance.spread_records = [
             {"path": f.path, "sha256": f.sha256, "num_records": f.num_records} for f in other_files]
+    if imports:
+        tag_profile(cal, imports)
     return cal
 
 
@@ -161,7 +177,6 @@ def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
     The pooled `any/experts[/graph]` takes the single-GPU (`local`) grouped GEMM records alone
     where there are any: the 2-GPU backends' experts stages include their own layout work.
     """
-    from epsim.calibrate.host import HOST_KINDS, device_twin
     groups: dict[str, list[SourcedRecord]] = defaultdict(list)
     eager_block_ops = []          # single-GPU block ops timed eagerly: their host part
     for s in fit_set:
@@ -194,16 +209,14 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
                 spread_raw: list[SourcedRecord] = ()) -> Calibration:
     """`calibrate` on records already read (`load_records`; passes not yet merged);
     `spread_raw`: another run's records, for the run-to-run spread only."""
-    from epsim.calibrate.host import fit_host, host_samples
-    from epsim.calibrate.rebalance import fit_rebalance
-    from epsim.calibrate.spread import component_spread, run_deviations
     records = merge_passes(raw)
     hardware = _hardware(records) if records else "cpu"
     base = Profile(name=name or f"{hardware} fit", hardware=hardware)
     skipped: list[str] = []
     fit_set = [s for s in records if not holdout.held_out(s.record)]
     groups, eager_host = _group(fit_set, base, skipped)
-    if not groups and not any(s.record.kind in ("p2p_copy", "rebalance") for s in fit_set):
+    if not groups and not any(s.record.kind in ("p2p_copy", "rebalance", "rebalance_term")
+                              for s in fit_set):
         raise RecordError(f"records ({', '.join(f.path for f in files)}) hold no dispatch, combine, "
                           f"experts or rebalance timing in the fit set of holdout "
                           f"'{holdout.describe()}'")
@@ -237,6 +250,9 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
                               peaks["nvl_gbps"])
     if rebalance is not None:
         components["any/rebalance"] = rebalance
+    host = fit_rebalance_host(fit_set)
+    if host is not None:
+        components["any/rebalance_host"] = host
     num_held_out = len(records) - len(fit_set)
     profile = base.model_copy(update={
         "components": components,

@@ -22,7 +22,9 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from epsim.calibrate.inputs import SourcedRecord
-from epsim.cost.record import record_features
+from epsim.cost.linear import (ATTENTION_TERMS, BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS,
+                               EXPERT_TERMS)
+from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
 
 MAX_ROUNDS = 12
@@ -124,7 +126,6 @@ def _weak_columns(rows: np.ndarray, measured: np.ndarray, coef: np.ndarray, rela
 def _starts(terms, peaks: dict[str, float]) -> list[dict[str, float]]:
     """Starting parameters: the roofline's bound side is a local choice, so the experts and
     attention kernel fits start from several compute-to-memory balances and keeps the best (one start otherwise)."""
-    from epsim.cost.linear import ATTENTION_TERMS, EXPERT_TERMS
     if terms not in (EXPERT_TERMS, ATTENTION_TERMS):
         return [{}]
     return [{"hbm_gbps": peaks["hbm_gbps"] * h, "tflops": peaks["tflops"] * f}
@@ -154,8 +155,6 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
             parameters (so `record_features` picks the busiest rank with them).
         peaks: datasheet peaks by parameter name (`nvl_gbps`, `hbm_gbps`, `tflops`, ...).
     """
-    from epsim.cost.linear import (ATTENTION_TERMS, BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS,
-                                   EXPERT_TERMS)
     names = record_features(records[0].record, profile).coef_names
     terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS,
                                        ATTENTION_TERMS, BLOCK_OPS_TERMS)}[names]
@@ -240,7 +239,6 @@ def fit_layer_sync(key: str, records: list[SourcedRecord], profile: Profile,
     Args:
         profile: the evaluation profile holding the fitted parts (dispatch, experts, combine).
     """
-    from epsim.cost.record import predict_record
     profile.components[key] = Component(params={"sync_us": 0.0}, source="fit")
     parts = np.array([predict_record(s.record, profile) for s in records])
     measured = np.array([s.measured_us for s in records])

@@ -1,4 +1,4 @@
-"""The calibration bench's grid, defined once: `live.bench` measures it and
+"""The calibration bench's grid, defined once: `live.bench.sweep` measures it and
 `epsim.validate.scaling` predicts it before it is measured (stdlib only, no torch).
 
 GPU: Qwen3-30B-A3B (H 2048, I 768) and Qwen3-235B-A22B (H 4096, I 1536), 128 experts, top-8;

@@ -17,6 +17,7 @@ from collections import defaultdict
 import numpy as np
 
 from epsim.calibrate.inputs import SourcedRecord
+from epsim.cost.record import predict_record
 from epsim.profile import GRAPH, Component, Profile, component_key
 
 HOST = "host"
@@ -33,7 +34,6 @@ def device_twin(record):
 def host_samples(records: list[SourcedRecord], profile: Profile
                  ) -> dict[str, list[tuple[SourcedRecord, float, float]]]:
     """(record, measured µs, device µs) per host key, for eager records of the host kinds."""
-    from epsim.cost.record import predict_record
     out: dict[str, list] = defaultdict(list)
     for s in records:
         r = s.record

@@ -19,6 +19,7 @@ from typing import Iterable
 
 import numpy as np
 
+from epsim.calibrate.aic_tables import check_calibration_input
 from epsim.errors import RecordError
 from epsim.records import MeasurementRecord, iter_records
 
@@ -98,7 +99,7 @@ def plausibility_problem(record: MeasurementRecord) -> str:
         pairs = sum(record.expert_tokens_per_rank) or sum(sum(r) for r in record.local_expert_tokens)
         most = record.ep_size * record.num_tokens_per_rank * record.top_k
         # loads sampled by epsim.routing are rounded per expert (single-GPU `experts` records,
-        # live.components): up to half a pair per expert above the total, never more
+        # live.bench.component_ops): up to half a pair per expert above the total, never more
         if pairs > most * (1 + 1e-9) + record.num_experts / 2:
             return (f"token-expert pairs ({pairs:g}) must be <= ep_size x tokens x top_k "
                     f"({most}); counts in other units?")
@@ -114,7 +115,8 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
     Returns:
         (records in file order, one RecordFileInfo per file).
     Raises:
-        RecordError: no files, an unreadable file, or (strict) a bad line.
+        RecordError: no files, an unreadable file, a file that is not a record file (an
+            end-to-end result: `aic_tables.check_calibration_input`), or (strict) a bad line.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -125,6 +127,7 @@ def load_records(paths: Iterable[str | Path], strict: bool = False
         shown = _display(path)
         if not path.is_file():
             raise RecordError(f"{shown}: no such record file")
+        check_calibration_input(path)    # record files only: end-to-end results are never read
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             numbered = list(iter_records(path, strict=strict))
@@ -157,7 +160,7 @@ def config_key(record: MeasurementRecord) -> str:
 def merge_passes(records: list[SourcedRecord]) -> list[SourcedRecord]:
     """Merge the passes of a multi-pass bench run: one record per configuration.
 
-    `live.bench` sweeps its grid several times in shuffled orders (records carry `extra.pass`)
+    `live.bench.sweep` sweeps its grid several times in shuffled orders (records carry `extra.pass`)
     because the host's overhead drifts between states that outlast a point. The merged record
     keeps the first pass's counts (routing is seeded, so identical); its `median_us`, `p10_us`
     and `p90_us` are the medians of the passes' (so p10 <= median <= p90 holds as in every

@@ -2,7 +2,7 @@
 
 Stored per component as `spread` (log standard deviations, `epsim.cost.timing.band_ratios`
 turns them into a p10/p90 band around every prediction):
-  pass_log_sd  pass to pass on one machine: `live.bench` sweeps its grid several times in
+  pass_log_sd  pass to pass on one machine: `live.bench.sweep` sweeps its grid several times in
                shuffled orders; the log deviation of each pass's median from their mean
   run_log_sd   run to run: a configuration measured in two record files (two machines or VM
                instances); `rms(log(a/b)) / sqrt(2)`, the deviation of one run (None if no

@@ -7,8 +7,13 @@ import sys
 import warnings
 from pathlib import Path
 
+from epsim.calibrate import Holdout, calibrate
+from epsim.calibrate.inputs import default_record_paths
+from epsim.commands.output import Report, wants_progress
 from epsim.errors import EpsimError
+from epsim.io import check_output_file
 from epsim.io.write import write_text
+from epsim.text import number
 
 DEFAULT_LIVE_DIR = Path("runs/calibrate")
 
@@ -26,7 +31,7 @@ def choose_live_bench(num_gpus_visible: int, gpus: int | None, cpu: bool) -> str
         cpu: `--cpu`.
     Returns:
         "cpu": the EP bench on 2 CPU ranks (gloo) -- `--cpu`, or no GPU visible;
-        "components": every single-GPU component on one GPU (`live.component_bench`);
+        "components": every single-GPU component on one GPU (`live.bench.components`);
         "ep": the EP bench on `gpus` GPUs (NCCL).
     Raises:
         EpsimError: `--gpus` below 1 or above the GPUs visible (no silent fallback to CPU ranks).
@@ -75,7 +80,7 @@ def _measure(args) -> list[Path]:
     records.parent.mkdir(parents=True, exist_ok=True)
     if which == "components":
         return _measure_components(args, records)
-    from live.bench import plan_sweep, run_bench, run_eplb_bench
+    from live.bench.sweep import plan_sweep, run_bench, run_eplb_bench
 
     if which == "cpu" and not args.cpu:
         _say(args, "live bench: no GPU visible: measuring on CPU ranks (gloo), a CPU profile")
@@ -87,7 +92,7 @@ def _measure(args) -> list[Path]:
     _run_live(args, records, plan, run_bench)
     paths = [records]
     if args.eplb:
-        eplb = records.parent / "eplb_records.jsonl"          # what live.eplb.bench writes
+        eplb = records.parent / "eplb_records.jsonl"          # what live.bench.eplb writes
         eplb.unlink(missing_ok=True)
         _say(args, run_eplb_bench(records.parent, args.quick))
         paths += [eplb] if eplb.is_file() and eplb.stat().st_size else []
@@ -96,8 +101,7 @@ def _measure(args) -> list[Path]:
 
 def _measure_components(args, records: Path) -> list[Path]:
     """One GPU: time every single-GPU component on it; communication from the shipped records."""
-    from epsim.calibrate.inputs import default_record_paths
-    from live.component_bench import plan_components, run_components
+    from live.bench.components import plan_components, run_components
 
     plan = plan_components("cuda", quick=args.quick)
     _say(args, f"live bench: {plan.num_points} points (experts, attention, dense MLP) on 1 GPU, "
@@ -112,14 +116,13 @@ def _measure_components(args, records: Path) -> list[Path]:
 
 
 def _run_live(args, records: Path, plan, run) -> None:
-    """Run a live bench's `plan` with its `run` function (`live.bench.run_bench`,
-    `live.component_bench.run_components`) into a fresh `records` file; its problems become
+    """Run a live bench's `plan` with its `run` function (`live.bench.sweep.run_bench`,
+    `live.bench.components.run_components`) into a fresh `records` file; its problems become
     notes under the result.
 
     Raises:
         EpsimError: the run measured nothing (naming its first problem).
     """
-    from epsim.commands.output import wants_progress
     write_text(records, "")                    # a fresh file: the profile names exactly this run
     result = run(plan, records, args.budget_s, progress=wants_progress(args))
     for problem in result.problems:
@@ -131,7 +134,6 @@ def _run_live(args, records: Path, plan, run) -> None:
 
 
 def _summary(cal) -> list[str]:
-    from epsim.commands.output import number
     lines = [f"profile {cal.profile.name} (hardware {cal.profile.hardware}): fitted on "
              f"{cal.num_fit} records, {cal.num_held_out} held out "
              f"(rule {cal.holdout.describe()})",
@@ -146,20 +148,17 @@ def _summary(cal) -> list[str]:
 
 
 def run(args):
-    from epsim.calibrate import Holdout, calibrate
-    from epsim.commands.output import Report
-    from epsim.io import check_output_file
-
     holdout = Holdout.parse(args.holdout)
     if args.live:                 # where results go is checked before minutes of measuring
         out = check_output_file(args.out or DEFAULT_LIVE_DIR / "profile.json")
         check_output_file(args.records_out or DEFAULT_LIVE_DIR / "records.jsonl", "--records-out")
         paths = _measure(args)
-    else:
-        paths = [Path(p) for p in args.records]
+    else:                         # files, or `aic:SYSTEM[/FRAMEWORK[/VERSION]]` (epsim.calibrate.aic)
+        paths = [p if p.startswith("aic:") else Path(p) for p in args.records]
         out = check_output_file(args.out) if args.out else None
     cal = calibrate(paths, holdout, name=args.name or "", strict=args.strict,
-                    backends=args.backends, spread_paths=args.spread_records or ())
+                    backends=args.backends, spread_paths=args.spread_records or (),
+                    records_out=None if args.live else args.records_out)
     data = {"profile": cal.profile.model_dump(by_alias=True), "num_fit": cal.num_fit,
             "num_held_out": cal.num_held_out, "holdout": cal.holdout.describe(),
             "records": [str(p) for p in paths]}

@@ -11,14 +11,26 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.commands.output import Report
+from epsim.cost import CostModel, build_tables, contiguous_placement
+from epsim.cost.provenance import provenance
+from epsim.cost.timing import stage_band
+from epsim.eplb import Placement
 from epsim.errors import SpecError
+from epsim.profile import load_profile
+from epsim.routing import skew_from_dict
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.errors import validate
+from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
+from epsim.spec.network import NETWORK_KINDS
+from epsim.text import duration, table
+from epsim.zoo import get_hardware, get_model, model_names
 
 MAX_TOKENS_PER_RANK = 10**7   # tokens of one rank in one step; SGLang's prefill chunks are ~8k-16k
 
 
 def _model(name: str):
-    from epsim.spec.model import ModelSpec
-    from epsim.zoo import get_model, model_names
     if name in model_names():
         return get_model(name)
     if Path(name).is_file():
@@ -41,16 +53,6 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     Raises:
         SpecError: a value outside what the models accept (one line naming it).
     """
-    from epsim.cost import CostModel, build_tables, contiguous_placement
-    from epsim.cost.provenance import provenance
-    from epsim.eplb import Placement
-    from epsim.profile import load_profile
-    from epsim.routing import skew_from_dict
-    from epsim.spec.deployment import DeploymentSpec
-    from epsim.spec.errors import validate
-    from epsim.spec.hardware import ClusterSpec
-    from epsim.zoo import get_hardware
-
     if not 0 <= tokens_per_rank <= MAX_TOKENS_PER_RANK:
         raise SpecError(f"--tokens-per-rank ({tokens_per_rank:.6g}) must be >= 0 and <= "
                         f"{MAX_TOKENS_PER_RANK:.0e} (tokens one rank holds in one step)")
@@ -64,7 +66,6 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
                         f"(GPUs per {gpu} node)")
     if model.num_experts % ep:
         raise SpecError(f"--ep ({ep}) must divide the model's experts ({model.num_experts})")
-    from epsim.spec.network import NETWORK_KINDS
     if network is not None and network not in NETWORK_KINDS:
         raise SpecError(f"--network ({network!r}) must be one of {list(NETWORK_KINDS)}")
     cluster = validate(ClusterSpec, {"gpu": gpu, "num_nodes": max(1, ep // per_node),
@@ -90,6 +91,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     moe = cost_model.moe(loads, np.full(ep, float(tokens_per_rank)), tables,
                          "decode" if deepep_mode == "low_latency" else "prefill", graph=graph)
     cost_model.record_layer(moe, graph, tokens_per_rank)
+    params = cost_model.params
+    send = params.eager.stage("dispatch", mode)        # None for `none`: its all-gather
     tr = moe.traffic
     pairs = tr.pairs[0]
     net = cluster.network_resolved
@@ -101,14 +104,13 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "dispatch_dtype": dispatch_dtype, "skew": skew, "seed": seed,
         "dispatch_us": float(moe.dispatch_us[0]), "experts_us": float(moe.experts_us[0]),
         "combine_us": float(moe.combine_us[0]), "block_ops_us": float(np.ravel(moe.block_ops_us)[0]),
-        "layer_us": float(moe.layer_us[0]), "block_ops_parts": list(cost_model.block_ops_parts[not graph]),
+        "layer_us": float(moe.layer_us[0]), "block_ops_parts": list(params.step(graph).block_ops_parts),
         "max_rank_pairs": float(pairs.max()), "mean_rank_pairs": float(pairs.mean()),
         "busiest_nvl_copies": float(tr.nvl_copies[0].max()),
         "busiest_rdma_copies": float(tr.rdma_copies[0].max()),
         "network": net.kind, "network_detail": net.describe(),
-        "transport": cost_model.transport.name,
-        "rdma_gbps": float(cost_model.comm_params.get(("dispatch", mode),
-                                                      cost_model.collective_params)["rdma_gbps"]),
+        "transport": params.transport.name,
+        "rdma_gbps": float((send.params if send else params.collectives.allreduce)["rdma_gbps"]),
         "profile": profile.name or profile.path or "datasheet",
         **_stages(cost_model, moe, graph),
         "provenance": provenance(cost_model, of="layer time"),
@@ -118,18 +120,19 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
 def _stages(cost_model, moe, graph: bool) -> dict:
     """Host overhead per stage (0 in a graph step) and p10/p90 of each stage and the layer
     (None where a part has no measured spread; the layer's band adds its parts' bands)."""
-    from epsim.cost.timing import stage_band
     host, band = {}, {}
+    step = cost_model.params.step(graph)
     for kind, values in (("dispatch", moe.dispatch_us), ("experts", moe.experts_us),
                          ("combine", moe.combine_us)):
-        if cost_model.backend == "none" and kind != "experts":
+        stage = step.stage(kind, moe.mode)
+        if stage is None:                          # `none`: no all-to-all stages
             host[kind], band[kind] = 0.0, None
             continue
-        timing = cost_model.timings[(kind, moe.mode if kind != "experts" else "", not graph)]
-        host[kind] = cost_model.host_us(kind, moe.mode, graph)
-        band[kind] = stage_band(cost_model.profile, timing, float(values[0]) - host[kind], graph)
-    host["block_ops"] = cost_model.block_ops_host_us(graph)
-    band["block_ops"] = stage_band(cost_model.profile, cost_model.block_ops_timings[not graph],
+        host[kind] = stage.host_us
+        band[kind] = stage_band(cost_model.profile, stage.timing, float(values[0]) - host[kind],
+                                graph)
+    host["block_ops"] = step.block_ops.host_us
+    band["block_ops"] = stage_band(cost_model.profile, step.block_ops.timing,
                                    float(np.ravel(moe.block_ops_us)[0]) - host["block_ops"], graph)
     layer = None
     if all(b is not None for b in band.values()):
@@ -142,8 +145,6 @@ def _stages(cost_model, moe, graph: bool) -> dict:
 
 
 def run(args):
-    from epsim.commands.output import Report, duration, table
-    from epsim.profile import load_profile
     model = _model(args.model)
     profile = load_profile(args.profile) if args.profile else None
     result = layer_cost(model, args.cluster, args.backend, args.ep, args.tokens_per_rank,

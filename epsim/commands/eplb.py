@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from epsim.budget import check_eplb
+from epsim.commands.output import Report
+from epsim.cost.tables import contiguous_placement
+from epsim.eplb import (Placement, compute_placement, plan_moves, read_loads, rebalance_cost,
+                        rebalance_params)
 from epsim.errors import SpecError
+from epsim.io import load_json
+from epsim.profile import load_profile
+from epsim.spec.hardware import ClusterSpec
+from epsim.text import duration, size
+from epsim.zoo import get_model, model_names
 
 
 def _loads_path(args) -> str:
@@ -17,8 +27,6 @@ def _loads_path(args) -> str:
 
 
 def _previous(path: str, num_logical: int):
-    from epsim.eplb import Placement
-    from epsim.io import load_json
     data = load_json(path, "previous placement")
     return Placement.from_dict(data, num_logical=num_logical, where=path)
 
@@ -34,7 +42,6 @@ def _policy(args) -> str:
 def _expert_bytes(args, num_logical: int) -> tuple[float | None, str]:
     """Bytes of one expert's weights and the model they come from: `--model`, else the one zoo
     model with as many experts as the loads; (None, why) when that is not one model."""
-    from epsim.zoo import get_model, model_names
     if args.model is not None:
         if args.model not in model_names():
             raise SpecError(f"--model ({args.model!r}) must be one of {model_names()}")
@@ -60,9 +67,6 @@ PRICED_KEYS = ("gpu", "moved_bytes", "nvlink_bytes", "rdma_bytes", "local_copy_b
 def move_cost(args, old, new, num_logical: int) -> dict:
     """What moving from `old` to `new` rewrites and costs, from the simulator's rebalance
     model (`epsim.eplb.rebalance_cost`, stop-the-world, all layers in one chunk)."""
-    from epsim.eplb import plan_moves, rebalance_cost, rebalance_params
-    from epsim.profile import load_profile
-    from epsim.spec.hardware import ClusterSpec
     changed = int(new.changed_slots(old).sum())
     expert_bytes, model = _expert_bytes(args, num_logical)
     if expert_bytes is None:
@@ -92,7 +96,6 @@ def move_cost(args, old, new, num_logical: int) -> dict:
 
 
 def _cost_lines(cost: dict) -> list[str]:
-    from epsim.commands.output import duration, size
     lines = [f"rebalance from {cost['from']}: {cost['changed_slots']} of {cost['total_slots']} "
              f"slots change"]
     if cost["expert_bytes"] is None:
@@ -122,14 +125,10 @@ def scale_free(loads: np.ndarray) -> np.ndarray:
 
 
 def run(args):
-    from epsim.commands.output import Report
-    from epsim.cost.tables import contiguous_placement
-    from epsim.eplb import Placement, compute_placement, read_loads
     loads = read_loads(_loads_path(args))                                   # [layers, experts]
     num_layers, num_logical = loads.shape
     previous = _previous(args.previous, num_logical) if args.previous else None
     if not args.no_budget_check:
-        from epsim.budget import check_eplb
         check_eplb(args.algorithm, num_layers, args.replicas, args.gpus)
     loads = scale_free(loads)
     placement = compute_placement(args.algorithm, loads, args.replicas, args.groups, args.nodes,

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+from epsim.commands.output import Report, json_safe, wants_progress
+from epsim.plan.fleet import size_fleet
 
 
 def _ms(value) -> str:
@@ -48,10 +52,6 @@ def fleet_lines(fleet, scenario: str) -> list[str]:
 
 
 def run(args):
-    from pathlib import Path
-
-    from epsim.commands.output import Report, json_safe, wants_progress
-    from epsim.plan.fleet import size_fleet
     fleet = size_fleet(args.scenario, args.sweep, args.constraint, kv_path=args.kv_transfer,
                        verify=not args.no_verify, executor=args.executor, workers=args.workers,
                        ray_address=args.ray_address, out=args.out, overrides=args.overrides,

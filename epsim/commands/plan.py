@@ -4,6 +4,18 @@ the results directory (see `epsim.plan`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+from epsim.commands.fleet import run as run_fleet
+from epsim.commands.output import Report, json_safe, wants_progress, without_category
+from epsim.io.write import write_text
+from epsim.plan.answers import answer_line
+from epsim.plan.choice import rejected
+from epsim.plan.max_rate import find_max_rates, max_rate_lines
+from epsim.plan.runner import run_plan, skip_reasons
+from epsim.plan.select import keep_up_statement
+from epsim.plan.store import plan_dir, prepare_dir
+from epsim.text import table
 
 MAX_FRONTIER_ROWS = 15
 
@@ -20,13 +32,11 @@ def table_columns(result) -> list[str]:
 
 def format_rows(result, indices: list[int]) -> list[str]:
     """An aligned table of rows: swept values, then Pareto, constraint and objective metrics."""
-    from epsim.commands.output import table
     names = table_columns(result)
     return table(names, [[result.rows[i][n] for n in names] for i in indices])
 
 
 def summary_lines(result, scenario: str, executor: str) -> list[str]:
-    from epsim.plan.runner import skip_reasons
     num_valid = len(result.rows)
     lines = [f"plan       {scenario}: {num_valid + len(result.skipped)} point(s), {num_valid} valid; "
              f"{result.num_computed} computed, {result.num_cached} from the results directory "
@@ -36,8 +46,6 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     errors = [r for r in result.rows if r["error"]]
     if errors:
         lines.append(f"errors     {len(errors)} point(s) failed to simulate, e.g. {errors[0]['error']}")
-    from epsim.plan.choice import rejected
-    from epsim.plan.select import keep_up_statement
     if result.constraints or result.keep_up:
         num_feasible = sum(1 for r in result.rows if r["feasible"])
         rules = [c.text for c in result.constraints] + (["keep-up"] if result.keep_up else [])
@@ -46,7 +54,6 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
         lines.append(f"           {keep_up_statement(result.constraints)}")
     for i, why in rejected(result)[:MAX_FRONTIER_ROWS]:
         lines.append(f"rejected   {result.describe(i)}: {why}")
-    from epsim.plan.answers import answer_line
     lines.append(f"workload   {result.workload}" + (" (swept values replace these)"
                                                     if len(result.answers) > 1 else ""))
     if len(result.answers) > 1:
@@ -68,13 +75,8 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     return lines
 
 
-
-
 def run_max_rate(args):
     """`--max-rate`: per deployment, the highest rate meeting the SLO (`epsim.plan.max_rate`)."""
-    from epsim.commands.output import wants_progress
-    from epsim.plan.max_rate import find_max_rates
-    from epsim.plan.store import plan_dir, prepare_dir
     with plan_dir(prepare_dir(args.out), "plan --max-rate") as rundir:
         answers = find_max_rates(args.scenario, args.sweep, constraints=args.constraint,
                                  overrides=args.overrides, seed=args.seed, profile=args.profile,
@@ -86,10 +88,6 @@ def run_max_rate(args):
 
 def _max_rate_report(args, answers, rundir):
     """`--max-rate`'s summary, and max_rate.json (then the manifest) in `--out`."""
-    from pathlib import Path
-
-    from epsim.commands.output import Report, json_safe
-    from epsim.plan.max_rate import max_rate_lines
     rows = [{"deployment": a.deployment, "max_rate_per_s": a.rate_per_s,
              "fails_at_per_s": a.fails_at_per_s, "fails_because": a.fails_because,
              "invalid": a.invalid, "tried": a.tried, "row": a.row} for a in answers]
@@ -98,7 +96,6 @@ def _max_rate_report(args, answers, rundir):
     lines = max_rate_lines(answers, args.constraint)
     files = []
     if rundir is not None:
-        from epsim.io.write import write_text
         rundir.begin()
         files.append(write_text(Path(args.out) / "max_rate.json",
                                 json.dumps(data["max_rate"], indent=1, default=str) + "\n"))
@@ -110,11 +107,7 @@ def run(args):
     if args.max_rate:
         return run_max_rate(args)
     if args.fleet:
-        from epsim.commands.fleet import run as run_fleet
         return run_fleet(args)
-    from epsim.commands.output import Report, json_safe, wants_progress, without_category
-    from epsim.plan.choice import rejected
-    from epsim.plan.runner import run_plan
     result = run_plan(args.scenario, args.sweep, constraints=args.constraint,
                       objectives=args.objective, pareto=args.pareto, executor=args.executor,
                       workers=args.workers, ray_address=args.ray_address, out=args.out,

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
+from epsim.budget import check_run
+from epsim.commands.output import Report, json_safe, wants_progress
 from epsim.errors import SpecError
+from epsim.io import check_output_dir
+from epsim.io.rundir import MANIFEST, RunDir
+from epsim.profile import load_profile
+from epsim.report import RUN_FILES, format_table, summarize, write_summary, write_timeseries
+from epsim.report.figures import write_figures
+from epsim.report.timeline import write_timeline
+from epsim.sim import simulate
+from epsim.spec import load_scenario
 
 DEFAULT_SCENARIO = Path("scenarios") / "default.yaml"
 
@@ -31,25 +42,14 @@ def nothing_measured(summary: dict) -> str | None:
 
 
 def run(args):
-    import contextlib
-
-    from epsim.io import check_output_dir
-    from epsim.spec import load_scenario
-
     path = resolve_scenario_path(args.scenario)
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
-    scenario = load_scenario(path, overrides)      # a bad file fails before the heavy imports
+    scenario = load_scenario(path, overrides)      # a bad file fails before anything runs
     if not args.no_budget_check:
-        from epsim.budget import check_run
         check_run(scenario, str(path))
 
-    from epsim.commands.output import Report, json_safe, wants_progress
-    from epsim.io.rundir import RunDir
-    from epsim.profile import load_profile
-    from epsim.report import RUN_FILES, format_table, summarize
-    from epsim.sim import simulate
     profile = load_profile(args.profile) if args.profile else None
     out = check_output_dir(args.out) if args.out else None
     # held from before the run: a second command writing to the same --out is refused up front
@@ -72,16 +72,12 @@ def write_run(result, summary: dict, out: Path, rundir, plots: bool = True,
     """A run's files in `out` (summary.json, timeseries.csv, figures, timeline.json), each
     written atomically, then the manifest (`epsim.io.rundir`): returns the files written, the
     manifest last."""
-    from epsim.io.rundir import MANIFEST
-    from epsim.report import write_summary, write_timeseries
     rundir.begin()
     files = [write_summary(summary, out / "summary.json"),
              write_timeseries(result, out / "timeseries.csv")]
     if plots:
-        from epsim.report.figures import write_figures
         files += write_figures(result, out)
     if timeline and result.last_step is not None:
-        from epsim.report.timeline import write_timeline
         files.append(write_timeline(result.last_step.cost, out / "timeline.json",
                                     result.scenario.deployment.enable_two_batch_overlap))
     rundir.finish(files)

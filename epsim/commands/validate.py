@@ -5,10 +5,27 @@ plots to `--out` (default runs/validate/)."""
 
 from __future__ import annotations
 
+import contextlib
+import platform
 import warnings
 from pathlib import Path
 
+from epsim.calibrate import default_record_paths
+from epsim.commands.output import Report, wants_progress
 from epsim.errors import EpsimError, RecordError
+from epsim.io import check_output_dir, check_output_file
+from epsim.io.rundir import RunDir
+from epsim.io.write import write_text
+from epsim.plan.executors import check_executor, default_workers
+from epsim.profile import default_profile_path, load_profile
+from epsim.text import table
+from epsim.validate import composition_table, published, summary_rows, validate
+from epsim.validate.composition import compose_files, default_composition_paths
+from epsim.validate.extrapolation import RunPair, default_judged_only, default_run_pairs, stats
+from epsim.validate.report import describe_measured_on, read_doc, update_doc
+from epsim.validate.silicon import document, peer
+from epsim.validate.silicon.rows import default_csv_path, read_rows
+from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
 
 # Header names for the summary's known columns; any other column of `summary_rows` (a
 # baseline, say) is shown under its own name, `_mape` as `... MAPE %`.
@@ -42,9 +59,6 @@ def column_name(key: str) -> str:
 
 
 def summary_lines(report, max_mape: float) -> list[str]:
-    from epsim.commands.output import table
-    from epsim.validate import summary_rows
-    from epsim.validate.report import describe_measured_on
     rows = summary_rows(report.rows)
     held = sum(r.split == "holdout" for r in report.rows)
     fit = len(report.rows) - held
@@ -74,7 +88,6 @@ def summary_lines(report, max_mape: float) -> list[str]:
 def _run_pairs(args, paths: list[Path]) -> list:
     """Run hold-outs (`extrapolation.RunPair`): `--run-fit`/`--run-judged`, else the defaults
     when the shipped records are judged and the other runs exist under the working directory."""
-    from epsim.validate.extrapolation import RunPair, default_run_pairs
     if args.run_fit or args.run_judged:
         if not (args.run_fit and args.run_judged):
             raise EpsimError("--run-fit and --run-judged must be given together (the records to "
@@ -89,10 +102,6 @@ def _run_pairs(args, paths: list[Path]) -> list:
 def run_published(args):
     """`epsim validate --published`: published results against datasheet predictions; the
     table goes to `--out` (a .md file, or published.md in a directory)."""
-    from epsim.commands.output import Report
-    from epsim.io import check_output_file
-    from epsim.io.write import write_text
-    from epsim.validate.published import markdown, published_rows, rows_json
     out = None
     if args.out:                                 # checked before the work
         out = Path(args.out)
@@ -101,12 +110,12 @@ def run_published(args):
         check_output_file(out)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")        # datasheet profiles on purpose: no mismatch noise
-        rows = published_rows()
-    text = markdown(rows)
+        rows = published.published_rows()
+    text = published.markdown(rows)
     if out is None:
-        return Report(rows_json(rows), text.rstrip("\n").splitlines())
+        return Report(published.rows_json(rows), text.rstrip("\n").splitlines())
     write_text(out, text)
-    data = rows_json(rows)
+    data = published.rows_json(rows)
     lines = [f"{s['table']}: {s['rows']} rows, MAPE {s['mape_pct']:.1f} %"
              + ("" if s["target_pct"] is None else f" (target {s['target_pct']:g} %, {s['verdict']})")
              for s in data["summary"]]
@@ -116,7 +125,6 @@ def run_published(args):
 def extrapolation_lines(extrapolation: list) -> list[str]:
     """The extrapolation hold-outs as one compact table: a row per component, a column per
     axis, each cell `model MAPE / best baseline MAPE`, `!` where the model does not beat both."""
-    from epsim.commands.output import table
     if not extrapolation:
         return []
     axes = list(dict.fromkeys(s.label for s in extrapolation))
@@ -131,19 +139,83 @@ def extrapolation_lines(extrapolation: list) -> list[str]:
                     [[c, *(cell.get((a, c), "-") for a in axes)] for c in components], indent=""))
 
 
+def run_composition(args):
+    """`epsim validate --composition`: whole layers measured on one GPU against the simulator's
+    layer (`epsim.validate.composition`); tables to `--out` (composition.md, composition.csv)
+    and to `--doc`'s composition section."""
+    paths = [Path(p) for p in args.records] if args.records else default_composition_paths()
+    if not paths:
+        raise EpsimError("--records (none given) must name whole-layer record files "
+                         "(live.bench.layers): none ship in this install")
+    out = check_output_dir(args.out) if args.out else None        # checked before the work
+    if args.doc:
+        read_doc(Path(args.doc), composition_table.DOC_MARKERS)
+    profile = load_profile(args.profile)
+    comp = compose_files(paths, profile, timing=args.timing, strict=args.strict)
+    text = composition_table.markdown(comp)
+    files = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "composition.md", text)
+        files += [out / "composition.md", composition_table.write_csv(comp, out / "composition.csv")]
+    if args.doc:
+        update_doc(Path(args.doc), text, composition_table.DOC_MARKERS)
+        files.append(Path(args.doc))
+    lines = [f"profile      {profile.name or profile.path} (hardware {profile.hardware})",
+             *composition_table.summary_lines(comp)]
+    if out is not None:
+        lines.append(f"full tables (layer, stack, parts) in {out / 'composition.md'}")
+    return Report(composition_table.rows_json(comp), lines, files=files)
+
+
+def run_silicon(args):
+    """`epsim validate --silicon [CSV]`: the public silicon sample's in-scope rows, epsim beside
+    the peer (docs/silicon.md); `--doc` regenerates that page, `--out` gets the per-row JSON and
+    the missing-features table."""
+    path = Path(args.silicon) if args.silicon else default_csv_path()
+    if path is None:
+        raise EpsimError("--silicon (no CSV given) must name a silicon-sample CSV: none is installed "
+                         "(pip install 'epsim[peer]' brings aiconfigurator-core's)")
+    if args.sample is not None and args.sample < 1:
+        raise EpsimError(f"--sample ({args.sample}) must be >= 1 rows")
+    check_executor(args.executor, args.workers)
+    out = Path(args.out) if args.out else None
+    doc = Path(args.doc) if args.doc else None
+    if doc is not None:
+        read_doc(doc)                            # markers checked before the work
+    if out is not None:
+        check_output_dir(out)
+    rows, scope = select(read_rows(path), args.sample, args.seed)
+    use_peer = not args.no_peer and peer.available()
+    workers = args.workers or default_workers()
+    entries, wall_s = run_rows(rows, args.approximate, use_peer, args.executor, workers,
+                               wants_progress(args), args.ray_address)
+    board = Scoreboard(entries, scope, str(path), args.approximate,
+                       f"AIConfigurator {peer.version()}" if use_peer else None, workers, wall_s,
+                       sample=f"--sample {args.sample} --seed {args.seed}" if args.sample else "",
+                       extra={"csv_given": bool(args.silicon),
+                              "machine": f"{default_workers()} CPUs ({platform.machine()}), Python "
+                                         f"{platform.python_version()}"})
+    notes = [] if use_peer or args.no_peer else ["the peer was not run: AIConfigurator is not "
+                                                 "installed (pip install 'epsim[peer]')"]
+    report = Report(document.rows_json(board), document.headline_lines(board), notes=notes)
+    if doc is not None:
+        document.write_doc(doc, document.section(board))
+        report.files.append(doc)
+    if out is not None:
+        document.write_rows(board, out / "silicon_rows.json.gz")
+        write_text(out / "silicon_features.md", document.features_markdown(board))
+        report.files += [out / "silicon_rows.json.gz", out / "silicon_features.md"]
+    return report
+
+
 def run(args):
+    if getattr(args, "silicon", None) is not None:
+        return run_silicon(args)
     if getattr(args, "published", False):
         return run_published(args)
-    import contextlib
-
-    from epsim.calibrate import default_record_paths
-    from epsim.commands.output import Report
-    from epsim.io import check_output_dir
-    from epsim.io.rundir import RunDir
-    from epsim.profile import default_profile_path, load_profile
-    from epsim.validate import summary_rows, validate
-    from epsim.validate.extrapolation import default_judged_only, stats
-
+    if getattr(args, "composition", False):
+        return run_composition(args)
     if args.profile is None and not default_profile_path().is_file():
         raise EpsimError("--profile (none given) must name a profile JSON: no measured profile "
                          "ships in this install")

@@ -1,7 +1,9 @@
 """Cost models of one step, vectorized over `[layers, ranks]`; coefficients from a Profile.
 
 `count_traffic` counts pairs and token copies per rank and link over a placement's `tables`;
-`comm`, `experts`, `attention` turn counts into microseconds; `CostModel` composes a step;
+`comm`, `experts`, `attention` turn counts into microseconds; `resolve_params` resolves a
+deployment's coefficients from a profile once (`CostParams`); `CostModel` prices with them: the
+MoE layers (`moe`), a step (`step`, `StepCost`), many decode steps at once (`decode_steps`);
 `predict_record` evaluates one component on a measurement record's counts (for calibration
 and validation).
 """
@@ -10,14 +12,19 @@ from epsim.cost.attention import BatchCounts
 from epsim.cost.comm import collective_features, comm_features, dedup_for
 from epsim.cost.experts import experts_features
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LinearTerms
-from epsim.cost.model import CostModel, MoECost, ProfileHardwareWarning, StepCost
+from epsim.cost.model import CostModel
+from epsim.cost.moe import MoECost
+from epsim.cost.params import CostParams
+from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.record import RecordFeatures, predict_record, record_features
+from epsim.cost.step import StepCost
 from epsim.cost.tables import PlacementTables, build_tables, contiguous_placement
 from epsim.cost.traffic import Traffic, count_traffic
 
 __all__ = [
-    "BatchCounts", "COLLECTIVE_TERMS", "COMM_TERMS", "CostModel", "EXPERT_TERMS", "LinearTerms",
-    "MoECost", "PlacementTables", "ProfileHardwareWarning", "RecordFeatures", "StepCost", "Traffic",
-    "build_tables", "collective_features", "comm_features", "contiguous_placement",
-    "count_traffic", "dedup_for", "experts_features", "predict_record", "record_features",
+    "BatchCounts", "COLLECTIVE_TERMS", "COMM_TERMS", "CostModel", "CostParams", "EXPERT_TERMS",
+    "LinearTerms", "MoECost", "PlacementTables", "ProfileHardwareWarning", "RecordFeatures",
+    "StepCost", "Traffic", "build_tables", "collective_features", "comm_features",
+    "contiguous_placement", "count_traffic", "dedup_for", "experts_features", "predict_record",
+    "record_features", "resolve_params",
 ]

@@ -39,6 +39,7 @@ import numpy as np
 
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS
 from epsim.cost.traffic import Traffic
+from epsim.cost.transport import transport_path
 from epsim import vocab
 from epsim.errors import SpecError
 from epsim.spec.hardware import ClusterSpec
@@ -116,7 +117,6 @@ def combine_bytes_per_copy(hidden_size: int) -> float:
 def rdma_gbps_default(backend: str, cluster: ClusterSpec) -> float:
     """Achievable scale-out GB/s per GPU: NIC line rate x RDMA_EFFICIENCY x the framing ratio of
     the backend's transport path over the cluster's network (`epsim.cost.transport`)."""
-    from epsim.cost.transport import transport_path
     path = transport_path(backend, cluster.network_resolved.kind)
     return cluster.rdma_gbps_resolved * RDMA_EFFICIENCY * path.wire_ratio
 

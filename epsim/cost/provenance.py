@@ -6,69 +6,19 @@ Every part a `CostModel` costs is tagged
   extrapolated  a fitted component used outside it (`axes` names how: EP size, hidden size,
                 tokens per rank, RDMA bandwidth, another kernel);
   datasheet     no measurement: datasheet figures times stated efficiencies;
-with the share of step time it covers (from a `Ledger` of the steps costed) and, where the
-profile stores spreads, the p10/p90 band ratios. Device time and host overhead are separate
-entries (`time`: "device", "host", or "device+host" for an eager-timed component).
+with the share of step time it covers (from a `Ledger` of the steps costed, `epsim.cost.ledger`)
+and, where the profile stores spreads, the p10/p90 band ratios. Device time and host overhead are
+separate entries (`time`: "device", "host", or "device+host" for an eager-timed component).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
-import numpy as np
-
+from epsim.cost.ledger import COLUMN, Ledger
 from epsim.cost.timing import band_ratios
 
-# ledger columns, in order
-COLUMNS = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
-           "dispatch_host", "experts_host", "combine_host", "sync", "network", "block_ops",
-           "block_ops_host")
-_COL = {name: i for i, name in enumerate(COLUMNS)}
 TAGS = ("fitted", "extrapolated", "datasheet")
-
-
-@dataclass
-class Ledger:
-    """Time the costed steps spent per part, by step kind `(graph, kernel mode)`.
-
-    Attributes:
-        sums: (graph, mode) -> [len(COLUMNS)] float64 µs summed over steps (stage columns
-            include their host overhead; `*_host` columns repeat the host part alone).
-        tokens: (graph, mode) -> [min, max] tokens per rank of the steps' busiest rank.
-        steps: (graph, mode) -> number of steps.
-    """
-
-    sums: dict[tuple[bool, str], np.ndarray] = field(default_factory=dict)
-    tokens: dict[tuple[bool, str], list[float]] = field(default_factory=dict)
-    steps: dict[tuple[bool, str], int] = field(default_factory=dict)
-
-    def add(self, graph: bool, mode: str, row: np.ndarray, max_tokens: float) -> None:
-        key = (graph, mode)
-        if key not in self.sums:
-            self.sums[key] = np.zeros(len(COLUMNS))
-            self.tokens[key] = [max_tokens, max_tokens]
-            self.steps[key] = 0
-        self.sums[key] += row
-        lo_hi = self.tokens[key]
-        if max_tokens > 0:
-            lo_hi[0] = min(lo_hi[0], max_tokens) if lo_hi[0] > 0 else max_tokens
-            lo_hi[1] = max(lo_hi[1], max_tokens)
-        self.steps[key] += 1
-
-    def add_rows(self, graph: bool, mode: str, rows: np.ndarray, max_tokens: float) -> None:
-        """`add` of each row of `rows` ([steps, columns]) in turn (the same sums)."""
-        self.add(graph, mode, rows[0], max_tokens)
-        sums = self.sums[(graph, mode)]
-        for row in rows[1:]:
-            sums += row
-        self.steps[(graph, mode)] += rows.shape[0] - 1
-
-    @property
-    def total_us(self) -> float:
-        """Sum of every part's time (host counted once; the layer sync by magnitude, as it may
-        be negative where stages overlap)."""
-        return float(sum(v[:_COL["dispatch_host"]].sum() + abs(v[_COL["sync"]]) + v[_COL["network"]]
-                         + v[_COL["block_ops"]] for v in self.sums.values()))
 
 
 @dataclass(frozen=True)
@@ -132,11 +82,11 @@ def _tag(profile, key: str, values: dict[str, tuple[float, float]],
 
 def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
     """Every part the ledger's steps spent time on, with its component and tag, largest first."""
-    cm = cost_model
+    cm, params = cost_model, cost_model.params
     profile = cm.profile
-    applies = cm.profile_applies
+    applies = params.profile_applies
     total = ledger.total_us or 1.0
-    ep = {"ep_size": (cm.num_ranks, cm.num_ranks)}
+    ep = {"ep_size": (params.num_ranks, params.num_ranks)}
     hidden = {"hidden_size": (cm.model.hidden_size, cm.model.hidden_size)}
     acc: dict[tuple[str, str, str], dict] = {}
 
@@ -160,20 +110,20 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         comm_values = {**ep, **values}
         eager = not graph
         rdma = []
-        if cm.num_nodes > 1 and not any("rdma_gbps" in cm.profile.components.get(t.key).params
-                                        for t in cm.timings.values()
-                                        if t.key and t.kind != "experts" and applies):
+        if params.num_nodes > 1 and not any("rdma_gbps" in profile.components.get(s.timing.key).params
+                                            for k in (params.eager, params.graph)
+                                            for s in k.comm_stages if s.timing.key and applies):
             rdma = ["RDMA bandwidth datasheet (no fit saw more than one node)"]
         for kind in ("dispatch", "combine", "experts"):
-            us, host = row[_COL[kind]], row[_COL[f"{kind}_host"]]
-            if cm.backend == "none" and kind != "experts":
+            us, host = row[COLUMN[kind]], row[COLUMN[f"{kind}_host"]]
+            if params.backend == "none" and kind != "experts":
                 key = "none/allgather" if kind == "dispatch" else "none/allreduce"
                 if key not in profile.components and kind == "dispatch":
                     key = "none/allreduce"
                 use(kind, "device+host", key if key in profile.components else "", us, graph,
                     comm_values, rdma)
                 continue
-            t = cm.timings[(kind, mode if kind != "experts" else "", eager)]
+            t = params.step(graph).stage(kind, mode).timing
             extra = list(rdma if kind != "experts" else [])
             if not eager and not t.device_only and t.key:
                 extra.append("eager-timed component used for a graph step (host included)")
@@ -183,39 +133,39 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                 use(kind, "host", t.host_key, host, graph, {})
             if kind == "experts":
                 experts_key = t.key
-        block = cm.block_ops_timings[eager]
-        us, host = row[_COL["block_ops"]], row[_COL["block_ops_host"]]
+        block = params.step(graph).block_ops.timing
+        us, host = row[COLUMN["block_ops"]], row[COLUMN["block_ops_host"]]
         # permute and weighting added in full (the experts stage is the bare grouped GEMM):
         # the live block's torch ops stand in for the backend's own layout kernels
         layout = (["permute and weighting as the live block's torch ops (docs/model.md 4a)"]
-                  if block.key and "permute" in cm.block_ops_parts[eager] else [])
+                  if block.key and "permute" in params.step(graph).block_ops_parts else [])
         use("block_ops", "device", block.key, us - host, graph, values, layout)
         if host > 0:
             use("block_ops", "host", block.host_key, host, graph, {})
-        if cm.attention_kernels is not None:
+        if params.attention.kernels is not None:
             mla = ["MLA attention costed with the GQA kernels' fits"] \
                 if cm.model.attention == "mla" else []
-            use("attention", "device", "any/attention_decode/graph", row[_COL["attention"]],
+            use("attention", "device", "any/attention_decode/graph", row[COLUMN["attention"]],
                 graph, {}, mla)
         else:
             use("attention", "device", "any/attention" if "any/attention" in profile.components
-                else "", row[_COL["attention"]], graph, {})
-        if cm.dense_params is not None:
+                else "", row[COLUMN["attention"]], graph, {})
+        if params.dense is not None:
             gemm, gemm_key = [], "any/dense/graph"
         else:
             gemm = ["dense GEMM costed with the experts fit's bandwidth and FLOP rate"]
             gemm_key = experts_key
-        use("shared_experts", "device", gemm_key, row[_COL["shared_experts"]], graph, hidden, gemm)
-        use("dense", "device", gemm_key, row[_COL["dense"]], graph, hidden, gemm)
+        use("shared_experts", "device", gemm_key, row[COLUMN["shared_experts"]], graph, hidden, gemm)
+        use("dense", "device", gemm_key, row[COLUMN["dense"]], graph, hidden, gemm)
         use("overhead", "host", "any/step_overhead" if "any/step_overhead" in profile.components
-            else "", row[_COL["overhead"]], graph, {})
-        use("network", "device", "", row[_COL["network"]], graph, {},
-            [f"{cm.transport.name} over the cluster's network: fabric latency and proxy "
+            else "", row[COLUMN["overhead"]], graph, {})
+        use("network", "device", "", row[COLUMN["network"]], graph, {},
+            [f"{params.transport.name} over the cluster's network: fabric latency and proxy "
              f"messages"])
-        sync_key = f"{cm.backend}/moe_layer" + ("/graph" if graph else "")
+        sync_key = f"{params.backend}/moe_layer" + ("/graph" if graph else "")
         if sync_key not in profile.components:
-            sync_key = f"{cm.backend}/moe_layer"
-        use("sync", "device" if graph else "device+host", sync_key, abs(row[_COL["sync"]]), graph,
+            sync_key = f"{params.backend}/moe_layer"
+        use("sync", "device" if graph else "device+host", sync_key, abs(row[COLUMN["sync"]]), graph,
             comm_values)
     out = []
     for (part, time, key), e in acc.items():
@@ -255,7 +205,7 @@ def provenance(cost_model, ledger: Ledger | None = None, of: str = "step time") 
     """The provenance block of `summary.json` and `epsim cost --json`: `components` (every
     ComponentUse as a dict), the shares by tag, the datasheet parts and the CLI line."""
     uses = component_uses(cost_model, ledger or cost_model.ledger)
-    return {"time_mode": cost_model.time_mode, **summarize(uses, of),
+    return {"time_mode": cost_model.params.time_mode, **summarize(uses, of),
             "components": [u.as_dict() for u in uses]}
 
 

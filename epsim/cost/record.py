@@ -29,19 +29,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epsim.cost.block_ops import block_ops_defaults, block_ops_features
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy, l2_bytes, per_message)
 from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, row_tiles)
-from epsim.cost.linear import ATTENTION_TERMS, COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
-from epsim.cost.model import layer_defaults
+from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
+                              prefill_work)
+from epsim.cost.linear import (ATTENTION_TERMS, BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS,
+                               EXPERT_TERMS)
+from epsim.cost.moe import layer_defaults
+from epsim.cost.timing import stage_timing
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_hardware, hardware_names
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
                      "attention_prefill", "attention_decode", "dense_mlp", "block_ops")
@@ -74,7 +80,6 @@ class RecordFeatures:
 
 
 def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
-    from epsim.zoo import get_hardware, hardware_names
     gpu = record.provenance.hardware or profile.hardware
     if gpu not in hardware_names():
         raise RecordError(f"provenance.hardware ({gpu!r}) must be one of {hardware_names()}")
@@ -87,7 +92,6 @@ def _device_path(record: MeasurementRecord, profile: Profile, kind: str) -> tupl
     record of a stage whose profile holds device time and host overhead apart is predicted as
     the simulator predicts an eager step (`epsim.cost.timing.stage_timing`); others by their
     own component."""
-    from epsim.cost.timing import stage_timing
     path = record_mode_path(record, kind)
     if is_graph(record):
         return path, 0.0
@@ -203,8 +207,6 @@ def _attention_row(record: MeasurementRecord, profile: Profile, kind: str, path:
                    cluster: ClusterSpec) -> RecordFeatures:
     """An attention record: `num_seqs` causal chunks of `context_len` new tokens (prefill), or
     `num_seqs` single queries against `context_len` cached keys each (decode)."""
-    from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
-                                  prefill_work)
     h, kv, hd = record.num_attention_heads, record.num_kv_heads, record.head_dim
     seqs, ctx = record.num_seqs, record.context_len
     if not (h and kv and hd and seqs and ctx):
@@ -224,8 +226,6 @@ def _block_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeature
     """Design row of a `block_ops` record (`epsim.cost.block_ops`): the measured GPU's own
     tokens and the pairs its experts compute (`extra.pairs`, else tokens x top_k: one GPU
     holds every expert)."""
-    from epsim.cost.block_ops import block_ops_defaults, block_ops_features
-    from epsim.cost.linear import BLOCK_OPS_TERMS
     if not (record.hidden_size and record.num_experts and record.top_k):
         raise RecordError("hidden_size, num_experts and top_k must be > 0 for a block_ops record")
     cluster = _cluster(record, profile)

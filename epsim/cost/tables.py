@@ -13,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
+from epsim.cost.groups import rank_sum
 from epsim.eplb.placement import Placement
 from epsim.eplb.replicas import StaticMap
 from epsim.errors import SpecError
@@ -294,7 +295,6 @@ def _to_destination(p: Placement, used: np.ndarray, slots_per_dest: int, ones: n
 
 def _group_count(mask: np.ndarray, group: int) -> np.ndarray:
     """[..., n] bool -> [..., n // group] int32 trues per consecutive group (`rank_sum`)."""
-    from epsim.cost.traffic import rank_sum      # traffic imports this module
     return rank_sum(mask.astype(np.int32), group)
 
 

@@ -14,6 +14,7 @@ inside (`device_only` False), a stated upper bound for a graph step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from epsim.profile import GRAPH, Component, Profile, component_key
@@ -104,7 +105,6 @@ def band_ratios(component: Component | None) -> tuple[float, float] | None:
     s = component.spread
     if "p10_ratio" in s and "p90_ratio" in s:
         return s["p10_ratio"], s["p90_ratio"]
-    import math
     sd = math.sqrt(sum(s.get(k, 0.0) ** 2 for k in ("pass_log_sd", "run_log_sd", "fit_log_sd")))
     bias = s.get("log_bias", 0.0)
     return math.exp(bias - P10_Z * sd), math.exp(bias + P10_Z * sd)

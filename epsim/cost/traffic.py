@@ -26,6 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
+from epsim.cost.groups import group_prod, rank_sum, rank_sum_strided
 from epsim.cost.tables import PlacementTables
 from epsim.errors import SpecError
 
@@ -90,39 +91,6 @@ class Traffic:
         if name not in peaks:
             peaks[name] = getattr(self, name).max(axis=-1)
         return peaks[name]
-
-
-def rank_sum(x: np.ndarray, group: int) -> np.ndarray:
-    """Sum consecutive groups of `group` entries along the last axis, `[..., n] -> [..., n // group]`.
-
-    Sums along a short last axis are slow in numpy; strided adds (groups up to 16) or a sum over
-    a reshaped axis are several times faster. Neither calls BLAS: a product with a block of ones
-    was as fast on one thread, but its result (last bits) and speed (100x slower on two busy
-    cores) changed with the BLAS thread count, so a seed did not give one result everywhere.
-    """
-    if group == 1:
-        return x
-    if group <= 16:
-        out = x[..., 0::group] + x[..., 1::group]
-        for k in range(2, group):
-            out += x[..., k::group]
-        return out
-    return x.reshape(*x.shape[:-1], x.shape[-1] // group, group).sum(axis=-1)
-
-
-def group_prod(x: np.ndarray, group: int) -> np.ndarray:
-    """Product of consecutive groups of `group` entries along the last axis (entries > 0).
-
-    Strided multiplies for groups up to 16; exp of summed logs beyond (`rank_sum`, no BLAS).
-    """
-    if group == 1:
-        return x
-    if group <= 16:
-        out = x[..., 0::group] * x[..., 1::group]
-        for k in range(2, group):
-            out *= x[..., k::group]
-        return out
-    return np.exp(rank_sum(np.log(x), group))
 
 
 def _active(slot_loads: np.ndarray, fraction: float, group: int) -> np.ndarray:
@@ -269,11 +237,6 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_node
         rdma_send = tokens * (node_hit.sum(axis=-1, keepdims=True) - node_hit_r)
     return Traffic(pairs, active, nvl_send, nvl_recv, rdma_send, rdma_recv, self_copies,
                    num_tokens, dedup, multi_node, fraction, hottest)
-
-
-def rank_sum_strided(x: np.ndarray, group: int) -> np.ndarray:
-    """[n] -> [group]: sums of entries with the same index modulo `group` (same local rank)."""
-    return x.reshape(-1, group).sum(axis=0)
 
 
 def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,

@@ -23,6 +23,7 @@ import numpy as np
 
 from epsim.cost.traffic import Traffic
 from epsim.errors import SpecError
+from epsim.spec.network import NETWORK_KINDS
 
 # Framing bytes per packet at a 4096-byte payload MTU (what RDMA writes fill):
 #   InfiniBand: LRH 8 + BTH 12 + ICRC 4 + VCRC 2 = 26 (IBTA spec vol. 1, ch. 5-7).
@@ -98,7 +99,6 @@ def transport_path(backend: str, kind: str) -> TransportPath:
     """
     entry = _PATHS.get((backend, kind))
     if entry is None:
-        from epsim.spec.network import NETWORK_KINDS
         if kind not in NETWORK_KINDS:
             raise SpecError(f"cluster.network.kind ({kind!r}) must be one of {list(NETWORK_KINDS)}")
         raise SpecError(f"backend ({backend!r}) must be one of "

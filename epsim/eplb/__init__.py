@@ -9,6 +9,8 @@ for the simulator and `live/`.
 | `replicas` | the static dispatch map, replica shares |
 | `moves` | `plan_moves(old, new) -> MovePlan`: the one transfer rule of a rebalance |
 | `cost` | what a rebalance costs (time per chunk, bytes per link, spare buffer) |
+| `host_terms` | a rebalance as SGLang and vLLM run it, term by term (host work, per-layer moves) |
+| `recovery` | an elastic-EP failure and rejoin as SGLang + Mooncake EP recover, term by term |
 | `survivors` | placing over the alive ranks only (elastic EP) |
 | `deepseek`, `sticky`, `registry` | the algorithms, by name (`compute_placement`) |
 | `loads`, `inputs` | reading load matrices; the checks every algorithm shares |

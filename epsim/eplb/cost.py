@@ -23,6 +23,7 @@ import numpy as np
 from epsim.eplb.moves import plan_moves
 from epsim.eplb.placement import Placement
 from epsim.errors import PlacementError
+from epsim.spec.hardware import ClusterSpec
 
 # Assumed values (no datasheet gives them) until the live EPLB updater measures rebalances and
 # the fitter replaces them (profile component "any/rebalance").
@@ -53,7 +54,6 @@ def rebalance_params(profile=None, cluster=None) -> dict[str, float]:
             (GB/s, 1e9 bytes/s, per direction); None = the H200 zoo entry.
     """
     if cluster is None:
-        from epsim.spec.hardware import ClusterSpec
         cluster = ClusterSpec()
     defaults = {**REBALANCE_DEFAULTS, "nvlink_gbps": cluster.nvlink_gbps_resolved,
                 "rdma_gbps": cluster.rdma_gbps_resolved}

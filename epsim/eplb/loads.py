@@ -14,6 +14,7 @@ import numpy as np
 from epsim.eplb.inputs import check_weight
 from epsim.errors import PlacementError, SpecError
 from epsim.io import MAX_BINARY_BYTES, load_json, read_bytes, read_text
+from epsim.routing import read_trace
 
 FORMATS = ".json, .jsonl, .npy, .csv, or an SGLang dump (.pt file or folder)"
 
@@ -69,7 +70,6 @@ def read_loads(path: str | Path) -> np.ndarray:
         raise SpecError(f"{path}: loads file not found")
     suffix = path.suffix.lower()
     if path.is_dir() or suffix in (".pt", ".jsonl"):
-        from epsim.routing import read_trace
         loads = read_trace(path).sum(axis=0)                                # [layers, experts]
     elif suffix == ".json":
         loads = _from_json(path)

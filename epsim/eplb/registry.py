@@ -1,8 +1,9 @@
 """Placement algorithms by name: the `DeploymentSpec.eplb_algorithm` literals.
 
 Every entry is called as `fn(weight, num_replicas, num_groups, num_nodes, num_ranks,
-previous=None) -> Placement` (DeepSeek's reference calls the ranks `num_gpus`); algorithms that ignore the previous placement accept it anyway,
-so the EPLB manager can call any of them the same way.
+previous=None) -> Placement` (DeepSeek's reference calls the ranks `num_gpus`); algorithms that
+ignore the previous placement accept it anyway, so the EPLB manager can call any of them the
+same way.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from epsim.errors import EpsimError, SpecError
+from epsim.io.files import MAX_TEXT_BYTES, read_text
 
 MAX_DEPTH = 64            # a scenario is ~5 levels deep, a record or profile ~4
 MAX_YAML_NODES = 200_000  # nodes after alias expansion; a scenario has ~100
@@ -154,7 +155,6 @@ def loads_json(text: str, where: str, error: type[EpsimError] = SpecError,
 
 def load_json(path, what: str, error: type[EpsimError] = SpecError, max_bytes: int | None = None) -> Any:
     """Read (size-capped, UTF-8) and parse a JSON file."""
-    from epsim.io.files import MAX_TEXT_BYTES, read_text
     text = read_text(path, what, max_bytes or MAX_TEXT_BYTES, error)
     return loads_json(text, str(path), error)
 

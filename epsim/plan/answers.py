@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from epsim.plan.columns import mean_length
 from epsim.report.keep_up import unsettled_text
 
 WORKLOAD_PREFIX = "workload."
@@ -57,7 +58,6 @@ def group_by_workload(rows: list[dict], keys: list[str]) -> list[Answer]:
 def workload_text(workload) -> str:
     """`poisson 60 req/s; input ~1024, output ~512 tokens (mean); skew zipf 0.4` of a
     `WorkloadSpec`: what every answer serves unless a swept value replaces it."""
-    from epsim.plan.columns import mean_length
     a, skew = workload.arrivals, workload.skew
     rate = f"{a.kind} {a.rate_per_s:g} req/s" if hasattr(a, "rate_per_s") else f"{a.kind} arrivals"
     detail = {"zipf": lambda: f" {skew.alpha:g}", "hotset": lambda: f" {skew.num_hot} take {skew.hot_frac:g}"}

@@ -13,19 +13,22 @@ too often; too rarely lets the placement go stale while popularity drifts.
 
 from __future__ import annotations
 
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from epsim.errors import SpecError
 from epsim.io.write import write_figure
+from epsim.report.summary import summarize
+from epsim.sim.engine import simulate
+from epsim.spec.scenario import scenario_from_dict
 
 METRIC = "output_tokens_per_s_per_gpu"
 
 
 def _with_deployment(scenario, **values):
     """`scenario` with deployment fields replaced (validated again, so bad values fail here)."""
-    from epsim.spec.scenario import scenario_from_dict
     data = scenario.model_dump()
     data["deployment"] = {**data["deployment"], **values}
     return scenario_from_dict(data, where=scenario.name, base_dir=scenario.base_dir)
@@ -38,8 +41,6 @@ def without_eplb(scenario):
 
 def run_row(scenario, seed: int | None = None, profile=None) -> dict:
     """Simulate once and return the numbers the comparisons use (a flat dict)."""
-    from epsim.report.summary import summarize
-    from epsim.sim.engine import simulate
     s = summarize(simulate(scenario, profile=profile, seed=seed))
     eplb = s.get("eplb", {})
     return {
@@ -62,7 +63,6 @@ def run_row(scenario, seed: int | None = None, profile=None) -> dict:
 def _run_all(scenarios: list, seed: int | None, profile, workers: int) -> list[dict]:
     if workers <= 1 or len(scenarios) <= 1:
         return [run_row(sc, seed, profile) for sc in scenarios]
-    import multiprocessing
     # spawn, as epsim.plan's pool: a forked child of a threaded host (the app's server) inherits
     # its locks and state; a fresh interpreter does not
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -149,7 +149,8 @@ def sweep_rebalance_interval(scenario, intervals, seed: int | None = None, profi
         scenarios.append(without_eplb(scenario))
     rows = _run_all(scenarios, seed, profile, workers)
     if metric not in rows[0]:
-        raise SpecError(f"metric ({metric!r}) must be one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}")
+        numeric = sorted(k for k, v in rows[0].items() if isinstance(v, float))
+        raise SpecError(f"metric ({metric!r}) must be one of {numeric}")
     return IntervalSweep(rows[:len(intervals)], rows[-1] if baseline else None, metric)
 
 

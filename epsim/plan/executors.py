@@ -1,30 +1,42 @@
 """Where a sweep's points run: in this process, in local processes, or on a Ray cluster.
 
-Every executor calls the same task, `run_point`, which simulates one scenario and returns its
-metrics; a point's result depends only on its scenario, seed and profile, so the executors
-give identical tables. `local` runs `epsim.plan.pool` (spawned workers, each fed one point at
-a time: a worker that dies fails only its point, an interrupt stops at once), with one worker
-per CPU at most, and no more than the available memory holds (`capped_workers`); with one
-worker it runs in this process. `ray` connects to `ray.init(address=...)`, or starts a local
-runtime with `workers` CPUs when no address is given, and shuts down only a runtime it started.
+Every executor calls the task it is given (`epsim.plan.points.run_point` simulates one point;
+the screen passes its chunk function) on every item; a point's result depends only on its
+scenario, seed and profile, so the executors give identical tables. `local` runs
+`epsim.plan.pool` (spawned workers, each fed one point at a time: a worker that dies fails only
+its point, an interrupt stops at once), with one worker per CPU at most, and no more than the
+available memory holds (`capped_workers`); with one worker it runs in this process. `ray`
+connects to `ray.init(address=...)`, or starts a local runtime with `workers` CPUs when no
+address is given, and shuts down only a runtime it started.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
 
-from epsim.budget import WORKER_BASE_BYTES
-from epsim.errors import EpsimError, SpecError
+from epsim.errors import SpecError
+from epsim.plan.pool import run_pool
+
+# tqdm, ray and the process, thread and socket modules are imported where a sweep uses them:
+# `epsim --help` imports this module for `--executor`, and they would double its import time.
 
 EXECUTORS = ("local", "ray")
 
 
+def executor_options(parser) -> None:
+    """`--executor` and `--workers`: where the points of a sweep run (`epsim plan` and every
+    scenario script, `epsim.commands.scripting`)."""
+    parser.add_argument("--executor", default="local", choices=list(EXECUTORS),
+                        help="where points run: local processes (default) or Ray")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes, or CPUs of a local Ray runtime (default: all cores)")
+
+
 @contextmanager
-def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], Any]]:
+def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], object]]:
     """A progress bar over `total` points on stderr while the block runs (none when not `show`
     or nothing to do); yields `advance(num_points)`."""
     if not (show and total):
@@ -38,63 +50,6 @@ def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], 
         bar.close()
 
 
-@dataclass(frozen=True, eq=False)
-class PointTask:
-    """What a worker needs: the validated scenario and the profile path (None = default)."""
-
-    scenario: Any
-    profile_path: str | None
-
-
-def run_point(task: PointTask) -> dict:
-    """Simulate one point. Returns `{"metrics": {...}, "warnings": [...]}` or `{"error": msg}`:
-    a failing point is a failed row with its one-line reason, and the sweep goes on."""
-    import warnings
-
-    from epsim.plan.columns import summary_metrics
-    from epsim.profile import load_profile
-    from epsim.report.summary import summarize
-    from epsim.sim import simulate
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            profile = load_profile(task.profile_path, shared=True) if task.profile_path else None
-            result = simulate(task.scenario, profile=profile)
-        except EpsimError as exc:
-            return {"error": " ".join(str(exc).split())}
-        except MemoryError:
-            return {"error": "ran out of memory simulating this point"}
-        except Exception as exc:  # noqa: BLE001 -- one point's bug must not end the sweep
-            text = " ".join(str(exc).split())[:200]
-            return {"error": f"internal error ({type(exc).__name__}: {text}); please report it"}
-    messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
-    return {"metrics": summary_metrics(summarize(result)), "warnings": messages}
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Pool-worker initializer: exit when the parent process is gone (`kill -9` included), so
-    no worker, and then no multiprocessing resource tracker, outlives an interrupted plan.
-
-    Linux gets SIGKILL from the kernel at once (PR_SET_PDEATHSIG); everywhere a daemon
-    thread checks the parent every half second."""
-    import threading
-    import time
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)      # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:                                # died before we got here
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
 def default_workers() -> int:
     """CPUs this process may use."""
     if hasattr(os, "sched_getaffinity"):
@@ -103,6 +58,9 @@ def default_workers() -> int:
 
 
 MEMORY_SHARE = 0.8        # of the memory available now that a sweep's workers may take
+# a plan worker before its point (interpreter, imports, caches), measured at 83 MiB
+# (benchmarks/results/memory_budget.md); each point adds `epsim.budget.run_cost`'s bytes
+WORKER_BASE_BYTES = 256 * 2**20
 
 
 def available_bytes() -> float | None:
@@ -119,7 +77,7 @@ def available_bytes() -> float | None:
 
 def memory_workers(task_bytes: float) -> int | None:
     """How many workers the available memory holds when each is charged its base
-    (`epsim.budget.WORKER_BASE_BYTES`) plus `task_bytes`, the largest point's estimate
+    (`WORKER_BASE_BYTES`) plus `task_bytes`, the largest point's estimate
     (`epsim.budget.run_cost`, measured against peak RSS: benchmarks/memory_budget.py); None
     where the available memory is unknown."""
     available = available_bytes()
@@ -151,21 +109,19 @@ def check_executor(executor: str, workers: int | None) -> None:
 
 
 Done = Callable[[int, dict], None]
-Task = Callable[[Any], dict]
+Task = Callable[[object], dict]
 
 
-def _run_inline(tasks: list, on_done: Done, fn: Task = run_point) -> None:
+def _run_inline(tasks: list, on_done: Done, fn: Task) -> None:
     for i, task in enumerate(tasks):
         on_done(i, fn(task))
 
 
-def _run_local(tasks: list, workers: int, on_done: Done, fn: Task = run_point) -> None:
-    from epsim.plan.pool import run_pool
+def _run_local(tasks: list, workers: int, on_done: Done, fn: Task) -> None:
     run_pool(tasks, fn, workers, on_done)
 
 
-def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done,
-             fn: Task = run_point) -> None:
+def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done, fn: Task) -> None:
     try:
         import ray
     except ImportError:
@@ -212,9 +168,9 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
 
 
 def execute(tasks: list, on_done: Done, executor: str = "local", workers: int | None = None,
-            ray_address: str | None = None, fn: Task = run_point, task_bytes: float = 0.0) -> None:
-    """Run `fn` (default `run_point`; the screen passes `epsim.plan.tiers.screen_chunk`) on
-    every task, calling `on_done(task index, result)` in this process as each finishes (in
+            ray_address: str | None = None, *, fn: Task, task_bytes: float = 0.0) -> None:
+    """Run `fn` (`epsim.plan.points.run_point`; the screen passes `epsim.plan.tiers.screen_chunk`)
+    on every task, calling `on_done(task index, result)` in this process as each finishes (in
     completion order, which differs between runs; results do not). `fn` must be a module-level
     function (it travels to worker processes by name). `task_bytes`: the largest task's memory
     estimate; local workers are capped so that the machine holds them (`capped_workers`).

@@ -31,10 +31,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epsim.cost.kv_transfer import kv_transfer
 from epsim.errors import SpecError
 from epsim.io.write import write_text
+from epsim.plan.executors import check_executor
 from epsim.plan.points import Point, build_point, load_base
+from epsim.plan.runner import _axes, _run_missing
 from epsim.plan.screen import SteadyStateModel, max_rate, steady_start
+from epsim.plan.select import parse_constraint
+from epsim.plan.store import plan_dir, point_cache, prepare_dir, write_csv
+from epsim.plan.sweep import expand
+from epsim.profile import load_profile
+from epsim.spec.scenario import scenario_from_dict
 
 HEADROOM = 0.1        # the screen's mean must clear the p99 bound by this share
 MAX_ROUNDS = 6        # verification rounds (a failing pool grows by 10 %, at least one instance)
@@ -81,7 +89,6 @@ def slo_bounds(constraints: list[str]) -> tuple[float, float]:
     Raises:
         SpecError: either bound missing, or another constraint given.
     """
-    from epsim.plan.select import parse_constraint
     bounds = {}
     for text in constraints:
         c = parse_constraint(text, ["ttft_ms.p99", "tpot_ms.p99"])
@@ -95,7 +102,6 @@ def slo_bounds(constraints: list[str]) -> tuple[float, float]:
 
 
 def _options(base, axes, role: str, profile_path: str | None) -> list[Point]:
-    from epsim.plan.sweep import expand
     points = []
     for i, values in enumerate(expand(axes)):
         built = build_point(base, i, {**values, "deployment.disaggregation_mode": role}, profile_path)
@@ -115,7 +121,7 @@ def _screen_option(point: Point, role: str, rate: float, ttft_budget_ms: float,
     capacity = model.steady(1e9).served_rps          # saturated: what one instance can serve
     best, _ = max_rate(model, ok, capacity * 1.05)
     values = {k: v for k, v in point.values.items() if k != "deployment.disaggregation_mode"}
-    ep = point.scenario.deployment.ep_size
+    ep = point.scenario.deployment.num_gpus          # GPUs per instance (tp_size)
     if best <= 0:
         return PoolOption(role, values, ep, 0.0, 0, math.inf, math.inf, point, model)
     instances = math.ceil(rate / best - 1e-9)
@@ -195,12 +201,6 @@ def size_fleet(scenario: str | Path | dict, sweeps: list[str], constraints: list
         SpecError: bad SLO, a sweep key outside `deployment.*`, arrivals without a rate, or no
             option meeting the SLO in a pool.
     """
-    from epsim.cost.kv_transfer import kv_transfer
-    from epsim.plan.executors import check_executor
-    from epsim.plan.runner import _axes, _run_missing
-    from epsim.plan.store import plan_dir, point_cache, prepare_dir
-    from epsim.profile import load_profile
-    from epsim.spec.scenario import scenario_from_dict
     check_executor(executor, workers)
     ttft_ms, tpot_ms = slo_bounds(constraints)
     axes = _axes(sweeps)
@@ -279,7 +279,6 @@ def _verify(fleet: Fleet, base, rate, profile_path, out_dir, executor, workers, 
 
 def _write(fleet: Fleet, out: Path) -> list[Path]:
     """pools.csv and fleet.json (atomically); returns their paths."""
-    from epsim.plan.store import write_csv
     rows = [{"role": o.role, **{k: str(v) for k, v in o.values.items()}, "ep_size": o.ep_size,
              "screen_max_rate_per_s": o.max_rate_per_s, "instances": o.instances,
              "num_gpus": o.num_gpus, "screen_latency_ms": o.latency_ms} for o in fleet.options]

@@ -12,11 +12,17 @@ point that meets the SLO only at some rates above a failing one is not searched 
 
 from __future__ import annotations
 
-from epsim.commands.output import brief
-
 from dataclasses import dataclass, field
 
 from epsim.errors import SpecError
+from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
+from epsim.plan.points import build_point, load_base
+from epsim.plan.runner import _axes, _row, _run_missing
+from epsim.plan.select import parse_constraint, rejection
+from epsim.plan.store import plan_dir, point_cache, prepare_dir
+from epsim.plan.sweep import expand
+from epsim.spec.scenario import scenario_from_dict
+from epsim.text import brief
 
 RATE_KEY = "workload.arrivals.rate_per_s"
 MAX_FACTOR = 64.0          # search from rate / 64 to rate x 64
@@ -70,13 +76,6 @@ def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=
     Raises:
         SpecError: a swept workload key, arrivals without a rate, bad constraints.
     """
-    from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
-    from epsim.plan.points import build_point, load_base
-    from epsim.plan.runner import _axes, _row, _run_missing
-    from epsim.plan.select import parse_constraint, rejection
-    from epsim.plan.store import plan_dir, point_cache, prepare_dir
-    from epsim.plan.sweep import expand
-    from epsim.spec.scenario import scenario_from_dict
     if not 0 < rel_tol < 1:
         raise SpecError(f"rel_tol ({rel_tol}) must be in (0, 1)")
     axes = _axes(sweeps)

@@ -1,11 +1,12 @@
-"""Sweep points: the base scenario with one point's values applied, validated, and keyed.
+"""Sweep points: the base scenario with one point's values applied, validated, keyed, and run.
 
 A point's key is a hash of its resolved scenario (seed included), the content of every file it
 references (arrival and skew traces, recorded expert loads; a Hugging Face config is resolved
 into the scenario itself), the profile's content and epsim's code, so a results directory
 knows which points it already holds, and an edited trace recomputes. A point whose
 values fail validation (an EP size that does not divide the experts, redundant experts without
-EPLB) is skipped with the validation message as its reason.
+EPLB) is skipped with the validation message as its reason. `run_point` simulates one point in
+whichever worker an executor (`epsim.plan.executors`) sends it to.
 """
 
 from __future__ import annotations
@@ -14,13 +15,26 @@ import copy
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-
+import epsim
 from epsim.errors import EpsimError, SpecError
+from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
+from epsim.plan.columns import summary_metrics
+from epsim.plan.sweep import check_key
+from epsim.profile import load_profile
+from epsim.report.summary import summarize
+from epsim.routing.skew import SkewModel
+from epsim.sim import simulate
+from epsim.sim.arrivals import sample_requests
+from epsim.sim.stepper import default_engine
+from epsim.spec.model import ModelSpec
+from epsim.spec.scenario import load_scenario, parse_override, scenario_from_dict
+from epsim.zoo import get_model
 
 
 @dataclass(frozen=True)
@@ -70,18 +84,15 @@ def load_base(scenario: str | Path | dict, overrides: list[str] | dict[str, Any]
     Raises:
         SpecError: unreadable file, bad YAML, or an invalid base scenario.
     """
-    from epsim.spec.scenario import load_scenario, parse_override, scenario_from_dict
     if isinstance(scenario, dict):
         data, where = copy.deepcopy(scenario), "scenario"
     else:
-        from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
         path = Path(scenario)
         load_scenario(path)    # the file's own errors, reported with its line and column
         data = load_yaml(read_text(path, "scenario file", MAX_YAML_BYTES), str(path))
         where, base_dir = str(path), path.parent
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
-    from epsim.plan.sweep import check_key
     for key, value in (overrides or {}).items():
         check_key(key, flag="--set")
         data = apply_values(data, {key: value}, where, str(base_dir))
@@ -96,8 +107,6 @@ def read_traces(scenario) -> None:
     Raises:
         SpecError: the reader's `<file>:<line>: ...` message.
     """
-    from epsim.routing.skew import SkewModel
-    from epsim.sim.arrivals import sample_requests
     m, w = scenario.model, scenario.workload
     if w.arrivals.kind == "trace":
         sample_requests(w, scenario.seed, scenario.base_dir)
@@ -109,8 +118,6 @@ def read_traces(scenario) -> None:
 def _resolved_model(data: dict, base_dir: str) -> dict:
     """The `model` entry as a full mapping (a zoo name or `hf_config` reference expanded), so
     that `model.<field>` can be set on top of it."""
-    from epsim.spec.model import ModelSpec
-    from epsim.zoo import get_model
     model = data.get("model")
     if isinstance(model, str):
         return get_model(model).model_dump()
@@ -155,7 +162,6 @@ def profile_digest(profile_path: str | None) -> str:
 
 @lru_cache(maxsize=32)
 def _profile_digest(profile_path: str | None, signature) -> str:
-    from epsim.profile import load_profile
     profile = load_profile(profile_path)
     return hashlib.sha256(profile.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
 
@@ -204,7 +210,6 @@ def _content_digest(members: tuple) -> str:
 def code_digest() -> str:
     """sha256 (16 hex digits) of epsim's own files (sources and zoo data): a cached point is
     reused only by the code that computed it."""
-    import epsim
     root = Path(epsim.__file__).parent
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
@@ -217,7 +222,6 @@ def point_key(scenario, profile_path: str | None) -> str:
     """Identity of a point's result: scenario (without `base_dir`, so a moved results
     directory still resumes), seed, the content of the files it references, profile content,
     epsim's code and the simulator engine."""
-    from epsim.sim.stepper import default_engine
     files = {field: content_digest(path) for field, path in referenced_files(scenario).items()}
     blob = json.dumps({"scenario": scenario.model_dump(mode="json", exclude={"base_dir"}),
                        "files": files, "profile": profile_digest(profile_path),
@@ -233,7 +237,6 @@ def build_point(base: BaseScenario, index: int, values: dict[str, Any],
     Args:
         profile_path: a profile that overrides the scenario's own `profile` field.
     """
-    from epsim.spec.scenario import scenario_from_dict
     try:
         data = apply_values(base.data, values, base.where, base.base_dir)
         scenario = scenario_from_dict(data, where="point", base_dir=base.base_dir)
@@ -242,3 +245,30 @@ def build_point(base: BaseScenario, index: int, values: dict[str, Any],
     if profile_path is None and scenario.profile:
         profile_path = str(scenario.resolve_path(scenario.profile))
     return Point(index, values, scenario, point_key(scenario, profile_path), profile_path)
+
+
+@dataclass(frozen=True, eq=False)
+class PointTask:
+    """What a worker needs: the validated scenario and the profile path (None = default)."""
+
+    scenario: Any
+    profile_path: str | None
+
+
+def run_point(task: PointTask) -> dict:
+    """Simulate one point. Returns `{"metrics": {...}, "warnings": [...]}` or `{"error": msg}`:
+    a failing point is a failed row with its one-line reason, and the sweep goes on."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            profile = load_profile(task.profile_path, shared=True) if task.profile_path else None
+            result = simulate(task.scenario, profile=profile)
+        except EpsimError as exc:
+            return {"error": " ".join(str(exc).split())}
+        except MemoryError:
+            return {"error": "ran out of memory simulating this point"}
+        except Exception as exc:  # noqa: BLE001 -- one point's bug must not end the sweep
+            text = " ".join(str(exc).split())[:200]
+            return {"error": f"internal error ({type(exc).__name__}: {text}); please report it"}
+    messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    return {"metrics": summary_metrics(summarize(result)), "warnings": messages}

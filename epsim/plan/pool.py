@@ -13,13 +13,13 @@ queues, so no semaphore is left for the resource tracker to warn about.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
-import threading
 from collections import deque
-from multiprocessing.connection import wait
 from typing import Any, Callable
+
+# multiprocessing and threading are imported where a pool starts: `epsim --help` imports this
+# module (through `epsim.plan.executors`), and they would add to its import time
 
 JOIN_TIMEOUT_S = 2.0
 WAKE_S = 0.5              # how often the waiting loop wakes (to act on a signal)
@@ -28,7 +28,6 @@ WAKE_S = 0.5              # how often the waiting loop wakes (to act on a signal
 def _serve(conn, fn: Callable, parent_pid: int) -> None:
     """A worker: run `fn` on each `(index, task)` received, send back `(index, result)`;
     stop on None or when the parent is gone."""
-    from epsim.plan.executors import die_with_parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent decides; it kills us on Ctrl-C
     die_with_parent(parent_pid)
     while True:
@@ -44,6 +43,30 @@ def _serve(conn, fn: Callable, parent_pid: int) -> None:
         except Exception as exc:  # noqa: BLE001 -- raised again in the parent, as a pool does
             result = _Raised(exc)
         conn.send((index, result))
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Pool-worker initializer: exit when the parent process is gone (`kill -9` included), so
+    no worker, and then no multiprocessing resource tracker, outlives an interrupted plan.
+
+    Linux gets SIGKILL from the kernel at once (PR_SET_PDEATHSIG); everywhere a daemon
+    thread checks the parent every half second."""
+    import threading
+    import time
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)      # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:                                # died before we got here
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 class _Raised:
@@ -73,6 +96,7 @@ def _sigint_ignored_by_children():
     one arriving is held and raised when the block ends (Linux queues a blocked signal even
     while it is ignored), never lost. Only the main thread may change handlers: elsewhere
     (the app's script thread) nothing changes."""
+    import threading
     if threading.current_thread() is not threading.main_thread() or \
             not hasattr(signal, "pthread_sigmask"):
         yield
@@ -125,6 +149,8 @@ def run_pool(tasks: list, fn: Callable[[Any], dict], workers: int,
         whatever `fn` raises in a worker or `on_done` raises here, and KeyboardInterrupt: the
         workers are killed first.
     """
+    import multiprocessing
+    from multiprocessing.connection import wait
     context = multiprocessing.get_context("spawn")
     todo = deque(enumerate(tasks))
     pool: list[_Worker] = []

@@ -14,8 +14,12 @@ import math
 from pathlib import Path
 
 from epsim.errors import SpecError
+from epsim.io import decode_text, read_bytes
+from epsim.io.rundir import check_complete
+from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows
 from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
-from epsim.plan.select import DEFAULT_OBJECTIVES, DEFAULT_PARETO, parse_constraint, parse_objective
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, KEEP_UP_METRIC, parse_constraint,
+                               parse_objective)
 from epsim.plan.sweep import SweepAxis, parse_value
 
 REQUIRED_COLUMNS = ("point", "point_id", "num_gpus", "error")
@@ -42,7 +46,6 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[str], list[str]]:
         SpecError: unreadable, not CSV, missing the id, GPU or error columns, a non-number in
             a numeric column, or no rows.
     """
-    from epsim.io import decode_text, read_bytes
     path = Path(path)
     text = decode_text(read_bytes(path, "results table"), path.name, "results table")
     lines = text.splitlines()
@@ -95,8 +98,6 @@ def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: l
     Raises:
         SpecError: a constraint or objective naming a column the rows lack, bad syntax.
     """
-    from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows
-    from epsim.plan.select import KEEP_UP_METRIC
     known = [c for c in columns if c not in ("point", "point_id", "error", "feasible", "pareto", "best")]
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = [parse_objective(t, known, "--objective") for t in (objectives or DEFAULT_OBJECTIVES)]
@@ -121,7 +122,6 @@ def load_results(path: str | Path, constraints: list[str] = (), objectives: list
         SpecError: an unfinished run or a changed table, a bad table (see `read_rows`), or a
             bad constraint or objective.
     """
-    from epsim.io.rundir import check_complete
     path = Path(path)
     if path.is_dir():
         path = path / "results.csv"

@@ -23,14 +23,17 @@ from epsim.plan.answers import answer_line, workload_text
 from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows, rejected
 from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, cost_columns,
                                 derived_columns)
-from epsim.plan.executors import (PointTask, check_executor, default_workers, execute,
-                                  progress_bar)
-from epsim.plan.points import BaseScenario, Point, Skipped, build_point, load_base
+from epsim.plan.executors import check_executor, default_workers, execute, progress_bar
+from epsim.plan.plots import write_plots
+from epsim.plan.points import (BaseScenario, Point, PointTask, Skipped, build_point, load_base,
+                               run_point)
 from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, InfeasibleError, Objective,
                                keep_up_statement, parse_constraint, parse_objective)
 from epsim.plan.store import (PointCache, cell, plan_dir, point_cache, prepare_dir, write_csv,
                               write_parquet)
 from epsim.plan.sweep import SweepAxis, check_axes, expand, num_points, parse_sweep
+from epsim.plan.tiers import screen_points, screen_tier, warm_started
+from epsim.spec.scenario import scenario_from_dict
 
 ID_COLUMNS = ("point", "point_id")
 FLAG_COLUMNS = ("error", "feasible", "pareto", "best")
@@ -149,13 +152,11 @@ def _sweep(base: BaseScenario, points: list[Point], skipped: list[Skipped], *, a
     start = time.perf_counter()
     to_run, screen_cols, screened = points, [], None
     if screen:
-        from epsim.plan.tiers import screen_tier
         to_run, screen_cols, screened = screen_tier(
             points, keys, axes, out_dir, executor, workers, ray_address, progress,
             parsed_constraints, parsed_objectives, parsed_pareto, keep_up, screen_margin,
             screen_top)
     if warm_start:
-        from epsim.plan.tiers import screen_points, warm_started
         if screened is None:               # two tiers screened every point already
             screened = screen_points(to_run, out_dir, executor, workers, ray_address, progress)
         started = warm_started(base, to_run, screened)
@@ -174,7 +175,6 @@ def _sweep(base: BaseScenario, points: list[Point], skipped: list[Skipped], *, a
     result = PlanResult(rows, columns, axes, parsed_constraints, parsed_objectives, parsed_pareto,
                         None, [], skipped, num_computed, len(to_run) - num_computed, wall_s, out_dir,
                         dict(warning_counts), keep_up=keep_up)
-    from epsim.spec.scenario import scenario_from_dict
     result.workload = workload_text(scenario_from_dict(base.data, where=base.where,
                                                        base_dir=base.base_dir).workload)
     choose_rows(result)
@@ -214,7 +214,7 @@ def _run_missing(points: list[Point], cache: PointCache, executor: str, workers:
                 cache.add(key, result)
             advance(1)
 
-        execute(tasks, on_done, executor, workers, ray_address, task_bytes=task_bytes)
+        execute(tasks, on_done, executor, workers, ray_address, fn=run_point, task_bytes=task_bytes)
     return results, len(tasks)
 
 
@@ -249,7 +249,6 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         write_csv(rows, ["point", *result.keys, "reason"], out / "skipped.csv")
     figures = []
     if plots:
-        from epsim.plan.plots import write_plots
         figures = [p.name for p in write_plots(result, out)]
     best = result.best_row
     meta = {

@@ -1,301 +1,28 @@
 """The analytic screen: a configuration's steady state from the cost model alone, no event loop.
 
-Tier 1 of `epsim plan --screen` (docs/planning.md, "Two-tier planning"). The same `CostModel`
-the simulator uses prices a decode step and a prefill chunk at the *expected* batch (every
-rank alike: `B` running requests of mean context `E[I] + E[O^2] / (2 E[O])`, the context a
-running request holds averaged over its time in the batch; a chunk of `chunked_prefill_size`
-prompt tokens per rank, each rank's from its own prompt drawn token-weighted; moments from
-`LENGTH_SAMPLES` draws of the length specs), averaged over `NUM_DRAWS` draws of the expert loads from
-the skew model at t=0 (with EPLB, over the placement EPLB settles on for that popularity).
-Little's law closes the loop — a rank with arrival rate `lam` (requests/s) and `O` output
-tokens per request holds `B = lam * O * TPOT` requests. Prices are kept per whole request (or
-prompt token), so the steady batch is the least whole number `b` with `lam * O * t(b) <= b`,
-found by bisection (`least_fixed_point`: log2 of the batch limit prices, converged whatever the
-slope; iterating `B <- lam * O * t(B)` from the limit converges slowly where that slope is near
-1, the load a rank can just carry):
-
-  decode instance  TPOT = t_decode(B); TTFT = one decode step.
-  prefill instance a step runs the prompt tokens that arrived during the previous one (at
-                   least one prompt, at most a chunk): P = min(chunk, max(I, lam * I *
-                   t_prefill(P))); TTFT = the wait for the running step, then ceil(I / chunk)
-                   steps.
-  colocated        prefill steps pause decoding (SGLang without mixed chunks): n_p prefill
-                   steps per second take a share n_p * t_prefill of the time, so
-                   TPOT = t_decode / (1 - n_p * t_prefill).
-
-A rank that cannot keep up (B above `max_running_requests`, or the prefill share reaching 1)
-is `keep_up = 0`: TTFT is then infinite and throughput the saturated rate. What the screen
-leaves out, and the simulation has: queueing variance, per-request length spread, drift in
-time, EPLB rebalance costs, stalls. Percentile metrics of the simulation are therefore
+Tier 1 of `epsim plan --screen` (docs/planning.md, "Two-tier planning"): the steady-batch model
+of the engine (`epsim.sim.steady`, whose module doc gives the formulas: the expected batch
+priced by the simulator's own `CostModel`, Little's law closing the loop, per decode, prefill
+and colocated instance) read as `SCREEN_METRICS`, the simulation's summary columns it
+estimates, and `max_rate`, the highest arrival rate whose steady state passes a test. What the
+screen leaves out, and the simulation has: queueing variance, per-request length spread, drift
+in time, EPLB rebalance costs, stalls. Percentile metrics of the simulation are therefore
 compared with the screen's means (`benchmarks/screen_vs_sim.py` records how well they agree).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from functools import lru_cache
+from epsim.sim.steady import (Steady, SteadyStateModel, initial_running_per_rank, steady_model,
+                              steady_running_per_rank, steady_start, steady_state)
 
-import numpy as np
-
-from epsim.cost.attention import BatchCounts
-from epsim.cost.model import CostModel
-from epsim.cost.tables import build_tables, contiguous_placement
-from epsim.eplb.placement import Placement
-from epsim.errors import SpecError
-from epsim.routing.skew import SkewModel
-from epsim.sim.stepper import moe_draws
-from epsim.spec.workload import STEADY
-
-NUM_DRAWS = 2              # load draws averaged per priced step
-LENGTH_SAMPLES = 20_000    # draws of the length specs for their moments
-COLOCATED_MAX_ITERATIONS = 64   # until the whole-request batch repeats
+# the steady-batch model's names the planner reads through the screen
+__all__ = ["SCREEN_METRICS", "Steady", "SteadyStateModel", "initial_running_per_rank", "max_rate",
+           "screen_metrics", "steady_model", "steady_running_per_rank", "steady_start"]
 
 # screen metrics, named like the simulation's summary columns they estimate
 SCREEN_METRICS = ("tpot_ms", "ttft_ms", "step_ms", "throughput_tokens_per_s_per_gpu",
                   "output_tokens_per_s_per_gpu", "requests_per_s", "running_per_rank",
                   "keep_up")
-
-
-@lru_cache(maxsize=64)
-def _length_samples(input_spec: str, output_spec: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """`LENGTH_SAMPLES` input and output lengths (float64) of two length specs (as JSON, so a
-    sweep's points share one draw)."""
-    from pydantic import TypeAdapter
-
-    from epsim.sim.arrivals import sample_lengths
-    from epsim.spec.workload import LengthSpec
-    adapter = TypeAdapter(LengthSpec)
-    rng = np.random.default_rng([seed, 0x1E6])
-    return tuple(sample_lengths(adapter.validate_json(spec), LENGTH_SAMPLES, rng).astype(np.float64)
-                 for spec in (input_spec, output_spec))
-
-
-@dataclass(frozen=True)
-class Steady:
-    """A rank's steady state (times in seconds)."""
-
-    tpot_s: float
-    ttft_s: float
-    step_s: float
-    running_per_rank: float
-    served_rps: float
-    tokens_per_s: float
-    output_per_s: float
-    keep_up: bool
-
-
-class SteadyStateModel:
-    """Prices expected batches of one scenario (see module doc).
-
-    Args:
-        scenario: a validated `Scenario`.
-        profile: calibration profile (None: the shipped one).
-    Raises:
-        SpecError: arrivals without a mean rate (a trace) or lengths without a mean.
-    """
-
-    def __init__(self, scenario, profile=None, seed: int = 0):
-        from epsim.profile import load_profile
-        self.scenario = scenario
-        m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
-        if not hasattr(w.arrivals, "rate_per_s"):
-            raise SpecError(f"workload.arrivals.kind ({w.arrivals.kind!r}) must have a mean "
-                            "rate (poisson or bursty) for the screen")
-        self.dp = scenario.dp_size
-        inputs, outputs = _length_samples(w.input_len.model_dump_json(),
-                                          w.output_len.model_dump_json(), scenario.seed)
-        self.input_len, self.output_len = float(inputs.mean()), float(outputs.mean())
-        self.decode_context = self.input_len + float((outputs ** 2).mean()) / (2 * self.output_len)
-        # one prompt per rank, drawn with probability proportional to its tokens, and where in
-        # it the rank's chunk lies (uniform)
-        rng = np.random.default_rng([scenario.seed, 0x1E7])
-        pick = rng.choice(LENGTH_SAMPLES, self.dp, p=inputs / inputs.sum())
-        self._rank_prompts = (inputs[pick], rng.random(self.dp))
-        self.rate_per_rank = w.arrivals.rate_per_s / self.dp
-        self.max_running = d.max_running_requests
-        profile = profile if profile is not None else load_profile(
-            scenario.resolve_path(scenario.profile) if scenario.profile else None)
-        self.cost_model = CostModel(m, c, d, profile)
-        self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=scenario.seed,
-                              base_dir=scenario.base_dir)
-        self.seed = scenario.seed
-        p2l = contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size,
-                                   d.ep_num_redundant_experts)
-        placement = Placement.on_cluster(p2l, m.num_experts, d.ep_size, c.gpus_per_node_resolved)
-        if d.enable_eplb:          # the placement EPLB settles on for the t=0 popularity
-            from epsim.eplb import compute_placement
-            placement = compute_placement(d.eplb_algorithm, self.skew.popularity(0.0) * 1e6,
-                                          placement.num_physical, m.num_expert_groups,
-                                          placement.num_nodes, d.ep_size)
-        self.tables = build_tables(placement, d.ep_dispatch_algorithm)
-        self._cache: dict[tuple, float] = {}
-
-    def step_s(self, batch: BatchCounts, key: tuple[int, int]) -> float:
-        """Mean time of a step running `batch` over `NUM_DRAWS` load draws (seconds), drawn
-        from a generator seeded by the scenario's seed and `key` (kind, size): a price depends
-        on its batch alone, not on which prices were asked for before (so the executors agree)."""
-        rng = np.random.Generator(np.random.SFC64([self.seed, 0x5C2E, *key]))
-        _, rows = moe_draws(self.cost_model, self.skew, rng, self.tables, batch, NUM_DRAWS)
-        return float(np.mean([self.cost_model.step(batch, None, self.tables, moe=moe).step_us
-                              for moe in rows])) * 1e-6
-
-    def decode_s(self, running: float) -> float:
-        """A decode step with `running` requests on every rank (rounded up to whole ones)."""
-        b = max(1, math.ceil(running - 1e-9))
-        key = ("decode", b)
-        if key not in self._cache:
-            self._cache[key] = self.step_s(BatchCounts.uniform_decode(self.dp, b,
-                                                                      self.decode_context), (0, b))
-        return self._cache[key]
-
-    def prefill_s(self, tokens: float) -> float:
-        """A prefill step of `tokens` prompt tokens per rank. Each rank's chunk comes from its
-        own prompt (drawn token-weighted from the input lengths, at a uniformly drawn chunk of
-        it), since the slowest rank's attention sets the pace of the step."""
-        p = max(1, math.ceil(tokens - 1e-9))
-        key = ("prefill", p)
-        if key not in self._cache:
-            prompt, u = self._rank_prompts                     # [dp] each
-            num_chunks = np.ceil(prompt / p)
-            prefix = np.where(prompt > p, np.floor(u * num_chunks) * p, 0.0)
-            prefix = np.minimum(prefix, np.maximum(prompt - p, 0.0))
-            full = np.full(self.dp, float(p))
-            # a chunk of one long prompt, or whole short prompts of about the drawn length
-            pairs = np.where(prompt > p, full * prefix + full * (full + 1.0) / 2.0,
-                             full * (prompt + 1.0) / 2.0)
-            sampled = np.where(prompt > p, 1.0 / num_chunks, full / prompt)
-            z = np.zeros(self.dp)
-            chunks = np.where(prompt > p, 1.0, full / prompt)      # prefill chunks per rank
-            self._cache[key] = self.step_s(BatchCounts(z, z, full, prefix + full, pairs, sampled,
-                                                       "prefill", chunks), (1, p))
-        return self._cache[key]
-
-    # -- the three instance kinds ---------------------------------------------------------
-    def steady(self, rate_per_s: float | None = None) -> Steady:
-        """The steady state at the scenario's arrival rate, or at `rate_per_s` (requests per
-        second, whole instance; step prices are kept across rates)."""
-        if rate_per_s is not None:
-            self.rate_per_rank = rate_per_s / self.dp
-        mode = self.scenario.deployment.disaggregation_mode
-        if mode == "decode":
-            return self._decode()
-        if mode == "prefill":
-            return self._prefill()
-        return self._colocated()
-
-    def _decode(self) -> Steady:
-        lam, out, cap = self.rate_per_rank, self.output_len, self.max_running
-        needed = lambda b: lam * out * self.decode_s(b)         # noqa: E731  Little's law
-        running = float(cap)
-        t = self.decode_s(running)
-        keep_up = needed(cap) < cap
-        if keep_up:
-            b = least_fixed_point(needed, 1, cap)
-            running, t = max(1.0, needed(b)), self.decode_s(b)
-        served = min(lam, running / (out * t))
-        return Steady(t, t if keep_up else math.inf, t, running, served * self.dp,
-                      served * out * self.dp, served * out * self.dp, keep_up)
-
-    def _prefill(self) -> Steady:
-        chunk, lam, i = self.scenario.deployment.chunked_prefill_size, self.rate_per_rank, self.input_len
-        # a step's prompt tokens: those that arrived during the last step, at least one whole
-        # prompt (the busiest rank sets the pace), at most a chunk
-        needed = lambda n: min(chunk, max(i, lam * i * self.prefill_s(n)))   # noqa: E731
-        p = float(chunk)
-        t = self.prefill_s(p)
-        keep_up = lam * i * t < chunk
-        if keep_up:
-            n = least_fixed_point(needed, min(chunk, max(1, math.ceil(i - 1e-9))), chunk)
-            p, t = needed(n), self.prefill_s(n)
-        served = min(lam, p / (i * t))
-        ttft = 0.5 * t + math.ceil(i / chunk) * t if keep_up else math.inf
-        return Steady(ttft, ttft, t, p / i, served * self.dp, served * i * self.dp,
-                      served * self.dp, keep_up)
-
-    def _colocated(self) -> Steady:
-        d, lam, i, out = self.scenario.deployment, self.rate_per_rank, self.input_len, self.output_len
-        cap, chunk = self.max_running, d.chunked_prefill_size
-        running, t_d = float(cap), self.decode_s(cap)
-        p, t_p = float(chunk), self.prefill_s(chunk)
-        last_chunk = -1
-        keep_up = True
-        # both the batch and the prefill chunk settle together, so this one iterates, from the
-        # batch limit down, until the whole-request batch and whole-token chunk repeat
-        for _ in range(COLOCATED_MAX_ITERATIONS):
-            # prefill steps per second: one per request's chunk when arrivals are sparse, at
-            # most one per decode step when dense (the arrivals since the last one, batched)
-            n_p = min(lam * math.ceil(i / chunk), 1.0 / (t_d + t_p))
-            p = min(chunk, max(i, lam * i / n_p))
-            t_p = self.prefill_s(p)
-            busy = n_p * t_p
-            if busy >= 1.0 or lam * i > chunk / t_p:
-                keep_up = False
-                break
-            tpot = t_d / (1.0 - busy)
-            new_running = lam * out * tpot
-            if new_running >= cap:
-                keep_up = False
-                break
-            repeated = (math.ceil(max(1.0, new_running) - 1e-9) == math.ceil(running - 1e-9)
-                        and math.ceil(p - 1e-9) == last_chunk)
-            running, last_chunk = max(1.0, new_running), math.ceil(p - 1e-9)
-            t_d = self.decode_s(running)
-            if repeated:
-                break
-        if not keep_up:
-            running, t_d = float(cap), self.decode_s(cap)
-            t_p = self.prefill_s(chunk)
-            # saturated: the served rate that fills the batch, prefill share at that rate
-            served = cap / (out * t_d + cap * i * t_p / chunk) if chunk else 0.0
-            busy = min(0.99, served * i / chunk * t_p)
-            tpot = t_d / (1.0 - busy)
-            return Steady(tpot, math.inf, t_d, running, served * self.dp,
-                          served * (i + out) * self.dp, served * out * self.dp, False)
-        ttft = 0.5 * t_d + math.ceil(i / chunk) * t_p + (math.ceil(i / chunk) - 1) * t_d
-        return Steady(t_d / (1.0 - n_p * t_p), ttft, t_d, running, lam * self.dp,
-                      lam * (i + out) * self.dp, lam * out * self.dp, True)
-
-
-def least_fixed_point(needed, low: int, high: int) -> int:
-    """The least whole number `n` in [low, high] with `needed(n) <= n`, given `needed(high) <= high`.
-
-    `needed` is nondecreasing (a larger batch takes longer, so it needs more requests in flight),
-    so `needed(n) - n` falls through zero once: bisection finds the crossing in
-    `log2(high - low)` calls."""
-    if needed(low) <= low:
-        return low
-    while high - low > 1:                    # needed(low) > low, needed(high) <= high
-        mid = (low + high) // 2
-        if needed(mid) <= mid:
-            high = mid
-        else:
-            low = mid
-    return high
-
-
-_MODELS: dict[str, SteadyStateModel] = {}
-_MAX_MODELS = 256
-# fields that change no step price: a sweep's points that differ only in them share one model
-_NOT_PRICED = {"name": True, "description": True, "base_dir": True,
-               "workload": {"arrivals", "duration_s", "warmup_s"},
-               "deployment": {"max_running_requests"}}
-
-
-def steady_model(scenario, profile=None) -> SteadyStateModel:
-    """A `SteadyStateModel` for `scenario`, shared with earlier scenarios of this process that
-    differ only in arrivals and `max_running_requests` (their step prices are the same)."""
-    import json
-    key = json.dumps([scenario.model_dump(mode="json", exclude=_NOT_PRICED),
-                      id(profile) if profile is not None else None], sort_keys=True)
-    model = _MODELS.get(key)
-    if model is None:
-        if len(_MODELS) >= _MAX_MODELS:
-            _MODELS.clear()
-        model = _MODELS[key] = SteadyStateModel(scenario, profile)
-    model.scenario = scenario
-    model.max_running = scenario.deployment.max_running_requests
-    return model
 
 
 def screen_metrics(scenario, profile=None) -> dict[str, float]:
@@ -304,40 +31,13 @@ def screen_metrics(scenario, profile=None) -> dict[str, float]:
     Raises:
         SpecError: see `SteadyStateModel`.
     """
-    if not hasattr(scenario.workload.arrivals, "rate_per_s"):
-        SteadyStateModel(scenario, profile)                  # raises the arrivals error
-    s = steady_model(scenario, profile).steady(scenario.workload.arrivals.rate_per_s)
-    num_gpus = scenario.deployment.ep_size
+    s = steady_state(scenario, profile)
+    num_gpus = scenario.deployment.num_gpus
     return {"tpot_ms": s.tpot_s * 1e3, "ttft_ms": s.ttft_s * 1e3, "step_ms": s.step_s * 1e3,
             "throughput_tokens_per_s_per_gpu": s.tokens_per_s / num_gpus,
             "output_tokens_per_s_per_gpu": s.output_per_s / num_gpus,
             "requests_per_s": s.served_rps, "running_per_rank": s.running_per_rank,
             "keep_up": 1.0 if s.keep_up else 0.0}
-
-
-def steady_start(running_per_rank: float, max_running: int) -> int:
-    """Requests per rank to start a decode run with: the screen's steady batch, whole, within
-    [1, max_running] (`workload.initial_running_per_rank: steady`, `epsim plan --warm-start`,
-    the fleet's verification)."""
-    return int(min(max_running, max(1, round(running_per_rank))))
-
-
-def initial_running_per_rank(scenario, profile=None) -> int:
-    """Decode requests per rank a run of `scenario` starts with: its
-    `workload.initial_running_per_rank`, "steady" resolved (`steady_running_per_rank`, with
-    `profile`: None, the shipped one). The engine and the plan's columns both ask here."""
-    per_rank = scenario.workload.initial_running_per_rank
-    return steady_running_per_rank(scenario, profile) if per_rank == STEADY else per_rank
-
-
-def steady_running_per_rank(scenario, profile=None) -> int:
-    """`steady_start` of the scenario's own steady batch (`screen_metrics`' running requests per
-    rank; a full batch where the instance cannot keep up): what `initial_running_per_rank:
-    steady` starts a run with, resolved per run, so every point of a sweep and every rate of a
-    `--max-rate` bisection starts at its own."""
-    running = screen_metrics(scenario, profile)["running_per_rank"]
-    max_running = scenario.deployment.max_running_requests
-    return steady_start(running, max_running) if np.isfinite(running) else max_running
 
 
 def max_rate(model: SteadyStateModel, ok, high_per_s: float, rel_tol: float = 0.01) -> tuple[float, Steady | None]:

@@ -8,8 +8,6 @@ point beats on every Pareto objective (NaN rows excluded).
 
 from __future__ import annotations
 
-from epsim.commands.output import brief
-
 import difflib
 import operator
 import re
@@ -19,6 +17,8 @@ from typing import Callable
 import numpy as np
 
 from epsim.errors import SpecError
+from epsim.report.keep_up import MAX_GROWTH_FRAC, RULE
+from epsim.text import brief
 
 _OPS: dict[str, Callable] = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
                              "==": operator.eq}
@@ -122,14 +122,13 @@ def parse_objective(text: str, known: list[str], flag: str = "--objective") -> O
 
 def keep_up_statement(constraints: list[Constraint]) -> str:
     """What keep-up means in a plan's answer (TTFT from the constraints, when there is one)."""
-    from epsim.report.keep_up import RULE
     ttft = [c.text for c in constraints if c.metric.startswith("ttft_ms.")]
-    return (f"keep-up: {RULE}; TTFT {' and '.join(ttft) if ttft else 'has no target (add --constraint ttft_ms.p99<=...)'}")
+    target = " and ".join(ttft) if ttft else "has no target (add --constraint ttft_ms.p99<=...)"
+    return f"keep-up: {RULE}; TTFT {target}"
 
 
 def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) -> str:
     """Why a row is not feasible, in a few words ('' when it is)."""
-    from epsim.report.keep_up import MAX_GROWTH_FRAC
     if row.get("error"):
         return f"failed: {row['error']}"
     if row.get("tier") == "screened":          # `--screen`: never simulated, so no verdict

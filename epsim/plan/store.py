@@ -19,8 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from epsim.io import check_output_dir
 from epsim.io.rundir import RunDir
 from epsim.io.write import LineAppender, replacing, replacing_file, write_text
+from epsim.plan.columns import METRIC_COLUMNS
 
 CACHE_NAME = "points.jsonl"
 SCREEN_CACHE = "screen.jsonl"
@@ -135,7 +137,6 @@ class PointCache:
 def prepare_dir(out: str | Path | None) -> Path | None:
     if out is None:
         return None
-    from epsim.io import check_output_dir
     return check_output_dir(out)
 
 
@@ -149,7 +150,6 @@ def plan_dir(out_dir: Path | None, command: str = "plan"):
 
 def point_cache(out_dir: Path | None) -> PointCache:
     """The simulated points' cache (`points.jsonl`): every entry must hold every metric."""
-    from epsim.plan.columns import METRIC_COLUMNS
     return PointCache(out_dir, CACHE_NAME, METRIC_COLUMNS)
 
 

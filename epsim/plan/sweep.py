@@ -16,8 +16,10 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
-from epsim.errors import SpecError
+from epsim.errors import EpsimError, SpecError
+from epsim.io import load_yaml
 from epsim.spec.errors import models_in
+from epsim.spec.scenario import Scenario
 
 MAX_RANGE_VALUES = 10_000
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -89,8 +91,6 @@ def parse_value(text: str) -> Any:
 
     Numbers YAML 1.1 leaves as strings (`1e3`, `1e-3` need a dot there) become numbers.
     """
-    from epsim.errors import EpsimError
-    from epsim.io import load_yaml
     try:
         value = load_yaml(text, "--sweep")
     except EpsimError:
@@ -133,7 +133,6 @@ def check_key(key: str, root: type[BaseModel] | None = None, flag: str = "--swee
         SpecError: naming the key path and the fields allowed at the level that failed.
     """
     if root is None:
-        from epsim.spec.scenario import Scenario
         root = Scenario
     models: list[type[BaseModel]] = [root]
     parts = key.split(".")

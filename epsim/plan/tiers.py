@@ -13,6 +13,7 @@ screened-only rows keep their `screen.*` columns and NaN simulation metrics.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +21,13 @@ import numpy as np
 
 from epsim.errors import EpsimError
 from epsim.plan.answers import group_by_workload
+from epsim.plan.columns import derived_columns
 from epsim.plan.executors import execute, progress_bar
-from epsim.plan.points import Point
-from epsim.plan.screen import SCREEN_METRICS, steady_start
+from epsim.plan.points import Point, build_point
+from epsim.plan.screen import SCREEN_METRICS, screen_metrics, steady_start
 from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
-from epsim.plan.store import SCREEN_CACHE, PointCache
+from epsim.plan.store import SCREEN_CACHE, PointCache, cell
+from epsim.profile import load_profile
 
 SCREEN_COLUMNS = tuple(f"screen.{name}" for name in SCREEN_METRICS) + ("tier",)
 SCREEN_CHUNK = 64
@@ -47,10 +50,6 @@ class ScreenTask:
 
 def screen_chunk(task: ScreenTask) -> dict:
     """Screen every point of a chunk: `{"results": [{"metrics": {...}} | {"error": msg}]}`."""
-    import warnings
-
-    from epsim.plan.screen import screen_metrics
-    from epsim.profile import load_profile
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")          # the simulation tier reports warnings
@@ -92,7 +91,6 @@ def warm_started(base, points: list[Point], screened: dict[str, dict]) -> dict[i
     A run that starts empty spends about a request's lifetime filling its batch, longer near
     capacity, and a short run can end before the steady state it is meant to measure
     (`keep_up.settled`); the fleet's verification starts its decode pools the same way."""
-    from epsim.plan.points import build_point
     out: dict[int, Point] = {}
     for point in points:
         s = point.scenario
@@ -209,8 +207,6 @@ def screen_tier(points: list[Point], keys: list[str], axes, out_dir: Path | None
                 top: int | None) -> tuple[list[Point], list[dict], dict[str, dict]]:
     """Tier 1 for `run_plan`: (points to simulate, `SCREEN_COLUMNS` values per point, screen
     metrics by point key)."""
-    from epsim.plan.columns import derived_columns
-    from epsim.plan.store import cell
     screened = screen_points(points, out_dir, executor, workers, ray_address, progress)
     rows = []
     for point in points:

@@ -189,7 +189,8 @@ def failure_latency(result: SimResult, path: str | Path, window_s: float | None 
     base = latency_windows(baseline, window_s) if baseline is not None else None
     fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
     for ax, key, label in zip(axes, ("ttft_ms", "tpot_ms", "step_ms"),
-                              ("TTFT (ms), by arrival", "time per output token (ms),\nstalls included", "step time (ms)")):
+                              ("TTFT (ms), by arrival", "time per output token (ms),\nstalls included",
+                               "step time (ms)")):
         ax.plot(w["t_s"], w[key], marker=".", lw=1.0, label="with the failure(s)")
         if base is not None:
             ax.plot(base["t_s"], base[key], ls="--", color="0.5", lw=1.0, label="without")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from epsim.commands.output import brief
+from epsim.text import brief
 
 import numpy as np
 

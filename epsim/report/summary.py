@@ -25,10 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from epsim.cost.provenance import part_bands
+from epsim.cost.transport import transport_path
 from epsim.io.write import replacing_file, write_text
 from epsim.report.keep_up import keep_up
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
 from epsim.spec.workload import STEADY
+from epsim.text import duration, number, size, table
 
 PERCENTILES = (50, 90, 99)
 
@@ -296,13 +298,12 @@ def write_timeseries(result: SimResult, path: str | Path) -> Path:
 
 def network_info(scenario) -> dict:
     """The cluster's scale-out network and the backend's path over it (datasheet figures)."""
-    from epsim.cost.transport import transport_path
     net = scenario.cluster.network_resolved
     path = transport_path(scenario.deployment.moe_a2a_backend, net.kind)
     return {"kind": net.kind, "nics_per_node": net.nics_per_node,
             "nic_gbit_per_s": net.nic_gbit_per_s, "nic_gbps_per_gpu": net.nic_gbps_per_gpu,
             "system": net.system, "transport": path.name, "latency_us": path.latency_us,
-            "spans_nodes": scenario.deployment.ep_size > scenario.cluster.gpus_per_node_resolved,
+            "spans_nodes": scenario.deployment.num_gpus > scenario.cluster.gpus_per_node_resolved,
             "source": "datasheet"}
 
 
@@ -316,16 +317,25 @@ def _start_text(summary: dict) -> str:
             + (" (steady: the screen's steady batch)" if steady else ""))
 
 
+def _tp_text(d: dict, num_gpus: int) -> str:
+    """`, TP 8 (DP 2)`-style layout text where the instance is not one DP-attention GPU per
+    EP rank (`epsim.spec.parallel`); "" where it is."""
+    dp = d.get("dp_size") or (num_gpus if d["enable_dp_attention"] else 1)
+    if num_gpus == d["ep_size"] and dp == num_gpus:
+        return ""
+    return f", TP {num_gpus}" + (f" (attention DP {dp})" if dp > 1 else "")
+
+
 def format_table(summary: dict) -> str:
     """The stdout summary: throughput, latency percentiles, where a step's time goes."""
-    from epsim.commands.output import duration, number, size, table
     s = summary
     sc = s["scenario"]
     d = sc["deployment"]
     n = s["num_requests"]
     lines = [
-        f"scenario   {sc['name']}: {sc['model']['name']} on {d['ep_size']} x {sc['cluster']['gpu']} "
-        f"(EP {d['ep_size']}, {d['moe_a2a_backend']}, disaggregation {d['disaggregation_mode']})",
+        f"scenario   {sc['name']}: {sc['model']['name']} on {s['num_gpus']} x {sc['cluster']['gpu']} "
+        f"(EP {d['ep_size']}{_tp_text(d, s['num_gpus'])}, {d['moe_a2a_backend']}, disaggregation "
+        f"{d['disaggregation_mode']})",
         *([f"network    {s['network']['kind']}: {s['network']['nics_per_node']} x "
            f"{s['network']['nic_gbit_per_s']:g} Gb/s per node ({s['network']['nic_gbps_per_gpu']:g} "
            f"GB/s per GPU), {d['moe_a2a_backend']} over {s['network']['transport']} (datasheet)"]

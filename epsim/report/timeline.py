@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from epsim.cost.model import StepCost
+from epsim.cost.step import StepCost
 from epsim.io.write import write_text
 
 

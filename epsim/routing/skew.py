@@ -9,12 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from epsim.errors import SpecError
 from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares
 from epsim.routing.sampling import (LoadRows, cannot_clip, sample_load_rows, sample_loads,
                                     sample_loads_block, sample_topk)
 from epsim.routing.trace import read_trace
+from epsim.spec.errors import format_error
+from epsim.spec.numbers import check_numbers
+from epsim.spec.workload import SkewSpec, WorkloadSpec
 
 
 class SkewModel:
@@ -198,10 +202,6 @@ def skew_from_dict(data: dict | str, num_layers: int, num_experts: int, top_k: i
                    seed: int = 0, base_dir: str | Path = ".") -> SkewModel:
     """Build a SkewModel from a descriptor dict (`{"kind": "zipf", "alpha": 1.2}`) or a
     short string (`uniform`, `zipf:1.2`, `hotset:8:0.5`)."""
-    from pydantic import TypeAdapter
-
-    from epsim.spec.workload import SkewSpec
-    from epsim.spec.numbers import check_numbers
     if isinstance(data, str):
         data = parse_skew(data)
     bad = check_numbers(data)
@@ -209,15 +209,10 @@ def skew_from_dict(data: dict | str, num_layers: int, num_experts: int, top_k: i
         raise SpecError(f"skew: skew.{bad[0]} {bad[1]}")
     try:
         spec = TypeAdapter(SkewSpec).validate_python(data)
-    except Exception as exc:
-        from pydantic import ValidationError
-        if isinstance(exc, ValidationError):
-            from epsim.spec.errors import format_error
-            from epsim.spec.workload import WorkloadSpec
-            err = exc.errors()[0]
-            err = {**err, "loc": ("skew",) + tuple(err["loc"])}
-            raise SpecError(format_error(err, WorkloadSpec, "skew")) from None
-        raise
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        err = {**err, "loc": ("skew",) + tuple(err["loc"])}
+        raise SpecError(format_error(err, WorkloadSpec, "skew")) from None
     return SkewModel(spec, num_layers, num_experts, top_k, seed=seed, base_dir=base_dir)
 
 

@@ -5,11 +5,13 @@ Both read to one array, `[steps, layers, experts]` logical-expert token counts.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from epsim.errors import SpecError
+from epsim.io import MAX_BINARY_BYTES, loads_json, read_bytes, read_text
 
 
 def physical_to_logical_counts(physical_counts: np.ndarray, physical_to_logical: np.ndarray,
@@ -45,7 +47,6 @@ def read_jsonl_trace(path: str | Path) -> np.ndarray:
     Raises:
         SpecError: a line that is not JSON, lacks `loads`, or has a different shape.
     """
-    from epsim.io import loads_json, read_text
     path = Path(path)
     steps: list[tuple[int, np.ndarray]] = []
     shape = None
@@ -150,9 +151,6 @@ def read_sglang_dump(path: str | Path) -> np.ndarray:
 def _load_pt(file: Path, torch):
     """`torch.load(weights_only=True)` of a size-capped file. torch's own message is not
     passed on: it advises `weights_only=False`, which would run arbitrary pickled code."""
-    import io
-
-    from epsim.io import MAX_BINARY_BYTES, read_bytes
     data = read_bytes(file, "SGLang dump", MAX_BINARY_BYTES)
     try:
         return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")

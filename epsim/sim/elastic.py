@@ -6,8 +6,10 @@ SGLang's elastic EP over Mooncake:
 - The rank's DP-attention scheduler is gone: its running and queued requests are lost (a
   client would resend them; not modelled). Later arrivals go round-robin over the live ranks
   (SGLang's data-parallel controller skips dead workers).
-- `elastic_recovery: replicas` (Mooncake EP): the rank is masked as Mooncake EP's
-  `active_ranks` does, so no token is dispatched to it. Experts with a replica on a survivor
+- `elastic_recovery: replicas` (Mooncake EP): serving first stalls for the failure's detection:
+  the survivors' MoE dispatch waits for the dead rank until Mooncake EP's timeout (10 s as SGLang
+  sets it, `deployment.moe_dispatch_timeout_s`; `epsim.eplb.recovery`). The rank is then masked
+  as Mooncake EP's `active_ranks` does, so no token is dispatched to it. Experts with a replica on a survivor
   are served there at once. An expert whose only replicas were on the failed rank is re-placed
   into a survivor slot of the expert with the most replicas (`epsim.eplb.fill_lost`) and its
   weights are reloaded from host or storage at `reload_gbps` per GPU; every MoE layer needs
@@ -35,7 +37,8 @@ class ElasticEP:
     Attributes:
         events: one dict per failure or recovery: `kind`, `at_s`, `rank`, `num_alive`,
             `lost_requests`, `reloaded_experts` (layer x expert pairs), `reload_bytes`,
-            `stall_us`.
+            `detection_us` (the dispatch timeout the survivors wait out), `stall_us` (detection
+            and reloads; the rebalance that follows is the EPLB manager's event).
     """
 
     def __init__(self, sim):
@@ -43,6 +46,7 @@ class ElasticEP:
         d, m = sim.scenario.deployment, sim.scenario.model
         self.mode = d.elastic_recovery
         self.reload_bytes_per_us = d.reload_gbps * 1e3                # 1 GB/s = 1e3 bytes/us
+        self.detection_us = d.moe_dispatch_timeout_s * 1e6
         self.expert_bytes = m.expert_bytes
         self.slots_per_rank = (m.num_experts + d.ep_num_redundant_experts) // d.ep_size
         self.events: list[dict] = []
@@ -62,7 +66,8 @@ class ElasticEP:
     def _event(self, kind: str, rank: int, **values) -> dict:
         event = {"kind": kind, "at_s": self.sim.env.now * 1e-6, "rank": rank,
                  "num_alive": int((~self.down).sum()), "lost_requests": 0,
-                 "reloaded_experts": 0, "reload_bytes": 0.0, "stall_us": 0.0, **values}
+                 "reloaded_experts": 0, "reload_bytes": 0.0, "detection_us": 0.0, "stall_us": 0.0,
+                 **values}
         self.events.append(event)
         return event
 
@@ -91,15 +96,17 @@ class ElasticEP:
         # reloads: per survivor rank, its slots that changed; the slowest survivor sets the pause
         changed = target.physical_to_logical != state.physical_to_logical       # [layers, physical]
         per_rank = changed.reshape(changed.shape[0], -1, spr).sum(axis=(0, 2))   # [ranks]
-        stall = float(per_rank.max()) * self.expert_bytes / self.reload_bytes_per_us
+        reload_us = float(per_rank.max()) * self.expert_bytes / self.reload_bytes_per_us
         state.set_alive(rank, False, placement=target)
-        if stall > 0:
-            sim.stall(stall, "expert reload")
+        sim.stall(self.detection_us, "failure detection")
+        if reload_us > 0:
+            sim.stall(reload_us, "expert reload")
         if sim.eplb is not None:
             sim.eplb.trigger("failure")
         return self._event("failure", rank, lost_requests=len(lost),
                            reloaded_experts=int(changed.sum()),
-                           reload_bytes=float(changed.sum()) * self.expert_bytes, stall_us=stall)
+                           reload_bytes=float(changed.sum()) * self.expert_bytes,
+                           detection_us=self.detection_us, stall_us=self.detection_us + reload_us)
 
     def recover(self, rank: int) -> dict:
         """Rank `rank` rejoins now with its slots' weights loaded; returns the event."""

@@ -28,8 +28,9 @@ from typing import Callable, Generator
 import numpy as np
 import simpy
 
-from epsim.cost.model import CostModel, StepCost
+from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
+from epsim.cost.step import StepCost
 from epsim.errors import SpecError
 from epsim.eplb.placement import Placement
 from epsim.profile import Profile, load_profile
@@ -40,9 +41,9 @@ from epsim.sim.initial_placement import initial_placement
 from epsim.sim.leap import Leaper
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
+from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
 from epsim.spec.scenario import Scenario
-from epsim.spec.workload import STEADY
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +103,8 @@ class Simulation:
         self.requests = sample_requests(w, self.seed, scenario.base_dir)
         dp = scenario.dp_size
         max_running = d.max_running_requests
-        self.initial_running_per_rank = self._initial_per_rank()
+        # "steady" resolved: the steady-batch model's batch of this scenario (`epsim.sim.steady`)
+        self.initial_running_per_rank = initial_running_per_rank(scenario, self.profile)
         initial, progress_done = self._initial_requests(dp, max_running)
         if len(self.requests) == 0 and initial is None:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
@@ -134,14 +136,6 @@ class Simulation:
         if scenario_processes and d.failures:
             from epsim.sim.elastic import ElasticEP
             self.elastic = ElasticEP(self)
-
-    def _initial_per_rank(self) -> int:
-        """`workload.initial_running_per_rank`, "steady" resolved: the screen's steady batch of
-        this scenario (`epsim.plan.screen.steady_running_per_rank`)."""
-        if self.scenario.workload.initial_running_per_rank != STEADY:   # plain runs skip the plan package
-            return self.scenario.workload.initial_running_per_rank
-        from epsim.plan.screen import initial_running_per_rank   # the plan's screen prices it
-        return initial_running_per_rank(self.scenario, self.profile)
 
     def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
         """Requests decoding at t=0 (`initial_running_per_rank`), part-way done so that
@@ -288,22 +282,24 @@ class Simulation:
 
     def _result(self, wall_seconds: float) -> SimResult:
         sched, metrics, w = self.scheduler, self.metrics, self.scenario.workload
+        requests = sched.state                      # per request: lengths, times, losses
         n = max(metrics.num_measured_steps, 1)
         prof = self.profile
         return SimResult(
             scenario=self.scenario, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
-            num_gpus=self.scenario.deployment.ep_size, steps=metrics.step_table(),
+            num_gpus=self.scenario.deployment.num_gpus, steps=metrics.step_table(),
             layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
             rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
-            arrival_s=sched.arrival_s, first_token_s=sched.first_token_s, finish_s=sched.finish_s,
-            input_len=sched.input_len, output_len=sched.output_len, is_initial=sched.is_initial,
-            stalls=list(metrics.stalls), lost=sched.lost, charged_us=dict(metrics.charged_us),
+            arrival_s=requests.arrival_s, first_token_s=requests.first_token_s,
+            finish_s=requests.finish_s, input_len=requests.input_len,
+            output_len=requests.output_len, is_initial=requests.is_initial,
+            stalls=list(metrics.stalls), lost=requests.lost, charged_us=dict(metrics.charged_us),
             window_gaps=sched.window_gaps(),
             rebalances=[e.as_dict() for e in self.eplb.events] if self.eplb is not None else [],
             elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],
             profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
                           "records_sha256": prof.provenance.records_sha256,
-                          "applies": self.cost_model.profile_applies,
+                          "applies": self.cost_model.params.profile_applies,
                           "components": {k: v.source for k, v in sorted(prof.components.items())},
                           "provenance": provenance(self.cost_model)},
             wall_seconds=wall_seconds, last_step=self.last_step,

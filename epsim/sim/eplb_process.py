@@ -6,10 +6,13 @@ rebalance reads it); after every `eplb_rebalance_num_iterations` forward passes 
 computes a placement of experts + `ep_num_redundant_experts` slots from that window
 (`eplb_algorithm`, the previous placement given), moves the weights, then counts again. SGLang
 asserts the interval is at least the window; here a shorter interval is allowed and its window
-is simply the passes since the last rebalance. Cost from `epsim.eplb.rebalance_cost`:
-stop-the-world (`eplb_stop_the_world`) stalls serving for all of it; otherwise one chunk of
-`eplb_rebalance_layers_per_chunk` layers moves per later forward pass, its time added to that
-pass, and a chunk's layers serve the new placement from the pass that moves them on.
+is simply the passes since the last rebalance. Cost term by term as SGLang's code runs it
+(`epsim.eplb.host_terms.sglang_rebalance`: the recorder's all-reduce, the algorithm, the static
+dispatch map, each layer's move plan and its `batch_isend_irecv`, waited on): stop-the-world
+(`eplb_stop_the_world`) stalls serving for all of it; otherwise one chunk of
+`eplb_rebalance_layers_per_chunk` layers moves per forward pass (the first also pays the
+once-per-rebalance terms), its time added to that pass, and a chunk's layers serve the new
+placement from the pass that moves them on.
 
 The run starts from `deployment.init_expert_location` (`epsim.sim.initial_placement`; default
 SGLang's trivial placement: experts in order, redundant slots repeating experts 0, 1, ...); the
@@ -28,7 +31,10 @@ import numpy as np
 
 from epsim.cost.tables import PlacementTables, build_tables
 from epsim.cost.traffic import count_traffic
-from epsim.eplb import Placement, algorithm_us, place_over_survivors, rebalance_cost, rebalance_params
+from epsim.eplb import Placement, place_over_survivors, rebalance_cost, rebalance_params
+from epsim.eplb.host_terms import (
+    deployment_terms, per_op_params, shipped_host_params, tensors_per_expert,
+)
 from epsim.sim.metrics import balance
 
 
@@ -45,6 +51,7 @@ class RebalanceEvent:
             replica selection).
         changed_slots, moved_bytes, nvlink_bytes, rdma_bytes: what moved (all layers).
         algorithm_us: modelled placement-algorithm time (µs).
+        terms_us: every term of the rebalance (`host_terms.sglang_rebalance`), µs.
         stall_us: stop-the-world pause (0 when spread over steps).
         spread_us: time added to later steps when spread (0 when stop-the-world).
         num_chunks, layers_per_chunk: how the layers moved.
@@ -71,6 +78,7 @@ class RebalanceEvent:
     spare_buffer_bytes: float
     stop_the_world: bool
     num_alive: int
+    terms_us: dict | None = None
     done_s: float | None = None
 
     def as_dict(self) -> dict:
@@ -145,7 +153,12 @@ class EPLBManager:
         self.sim = sim
         m, c, d = sim.scenario.model, sim.scenario.cluster, sim.scenario.deployment
         self.model, self.deployment = m, d
-        self.params = rebalance_params(sim.profile if sim.cost_model.profile_applies else None, c)
+        self.links = rebalance_params(sim.profile if sim.cost_model.params.profile_applies else None, c)
+        self.params = per_op_params(self.links, tensors_per_expert(m.weight_dtype))
+        # host terms were timed on a CPU: the scenario's profile if it has them, else the shipped ones
+        host = sim.profile.params("any", "rebalance_host") if sim.profile is not None else {}
+        self.host = host or shipped_host_params()
+        self.num_nodes = max(1, d.ep_size // min(c.gpus_per_node_resolved, d.ep_size))
         self.window = LoadWindow(d.expert_distribution_recorder_buffer_size, m.num_moe_layers,
                                  m.num_experts)
         self.events: list[RebalanceEvent] = []
@@ -207,6 +220,11 @@ class EPLBManager:
         return place_over_survivors(self.deployment.eplb_algorithm, weight, self.sim.placement.placement,
                                     self.model.num_expert_groups)
 
+    def terms(self, layer_move_us: np.ndarray, num_alive: int):
+        """The rebalance's terms over the `num_alive` serving ranks (`deployment_terms`)."""
+        return deployment_terms(self.host, self.links, self.model, self.deployment,
+                                self.num_nodes, layer_move_us, num_alive)
+
     def rebalance(self, reason: str) -> Generator[None, None, None]:
         """Compute, cost and install a placement; yields once per further pass it spans."""
         sim, d, state = self.sim, self.deployment, self.sim.placement
@@ -218,13 +236,15 @@ class EPLBManager:
         old_tables = state.tables
         target = self.target(weight)
         new_tables = build_tables(target, d.ep_dispatch_algorithm)
-        num_live_slots = state.num_alive * target.slots_per_rank
-        cost = rebalance_cost(
-            old_tables.placement, target, self.model.expert_bytes, self.params,
-            algorithm=None, layers_per_chunk=d.eplb_rebalance_layers_per_chunk,
-            stop_the_world=d.eplb_stop_the_world,
-            measured_algorithm_us=algorithm_us(self.params, d.eplb_algorithm,
-                                               self.model.num_moe_layers, num_live_slots))
+        cost = rebalance_cost(old_tables.placement, target, self.model.expert_bytes, self.params,
+                              algorithm=None, layers_per_chunk=1)
+        terms = self.terms(cost.chunk_us, state.num_alive)
+        chunk = min(d.eplb_rebalance_layers_per_chunk or self.model.num_moe_layers,
+                    self.model.num_moe_layers)
+        layer_us = np.asarray(terms.layer_us)
+        starts = range(0, self.model.num_moe_layers, chunk)
+        step_us = [terms.once_us * (i == 0) + float(layer_us[start:start + chunk].sum())
+                   for i, start in enumerate(starts)]
         now_s = sim.env.now * 1e-6
         event = RebalanceEvent(
             at_s=now_s, step=sim.step_index, reason=reason, window_steps=window_steps,
@@ -232,21 +252,23 @@ class EPLBManager:
             balancedness_after=window_balancedness(new_tables, weight),
             changed_slots=cost.changed_slots, moved_bytes=cost.moved_bytes,
             nvlink_bytes=cost.nvlink_bytes, rdma_bytes=cost.rdma_bytes,
-            algorithm_us=cost.algorithm_us, stall_us=cost.stall_us if d.eplb_stop_the_world else 0.0,
-            spread_us=0.0 if d.eplb_stop_the_world else float(cost.step_us.sum()),
-            num_chunks=cost.num_chunks, layers_per_chunk=cost.layers_per_chunk,
-            spare_buffer_bytes=cost.spare_buffer_bytes, stop_the_world=d.eplb_stop_the_world,
-            num_alive=state.num_alive)
+            algorithm_us=terms.terms["algorithm"].us,
+            stall_us=terms.stall_us if d.eplb_stop_the_world else 0.0,
+            spread_us=0.0 if d.eplb_stop_the_world else float(sum(step_us)),
+            num_chunks=len(step_us), layers_per_chunk=chunk,
+            spare_buffer_bytes=float(chunk * target.slots_per_rank * self.model.expert_bytes),
+            stop_the_world=d.eplb_stop_the_world, num_alive=state.num_alive,
+            terms_us={k: t.us for k, t in terms.terms.items()})
         self.events.append(event)
         if d.eplb_stop_the_world:
-            sim.stall(cost.stall_us, "eplb")
+            sim.stall(terms.stall_us, "eplb")
             state.update(target, tables=new_tables)
-            event.done_s = now_s + cost.stall_us * 1e-6
+            event.done_s = now_s + terms.stall_us * 1e-6
             return
         num_layers = self.model.num_moe_layers
-        for i, start in enumerate(range(0, num_layers, cost.layers_per_chunk)):
+        for i, start in enumerate(starts):
             if i:
                 yield                                      # one forward pass per chunk
-            sim.charge(float(cost.step_us[i]), "eplb")
-            state.update(target, layers=slice(start, min(start + cost.layers_per_chunk, num_layers)))
+            sim.charge(step_us[i], "eplb")
+            state.update(target, layers=slice(start, min(start + chunk, num_layers)))
         event.done_s = sim.env.now * 1e-6

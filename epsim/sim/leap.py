@@ -22,16 +22,12 @@ charged; `Simulation(..., leap=False)` turns it off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from epsim.cost.model import StepBlock, StepCost
-from epsim.sim.batching import Saturated
+from epsim.cost.step import StepBlock, StepCost
+from epsim.sim.saturation import Saturated
 from epsim.sim.stepper import PoolStepper
-
-if TYPE_CHECKING:
-    from epsim.sim.engine import Simulation
 
 MAX_LEAP = 128           # steps looked at once, at most (one pool serves up to its uses of them)
 MIN_HORIZON = 16         # steps looked at once, at least (`Leaper.horizon`)
@@ -64,9 +60,15 @@ class _Segment:
 
 
 class Leaper:
-    """Leaps over the saturated steps of one run (module doc)."""
+    """Leaps over the saturated steps of one run (module doc).
 
-    def __init__(self, sim: "Simulation"):
+    Args:
+        sim: the run (`epsim.sim.engine.Simulation`; untyped here, since the engine imports
+            this module): its scheduler, stepper, cost model, placement, recorder and EPLB
+            manager, which a leap reads and advances as the one-step loop would.
+    """
+
+    def __init__(self, sim):
         self.sim = sim
         self.num_leaps = 0
         self.num_steps = 0
@@ -75,7 +77,7 @@ class Leaper:
         self._horizon = MIN_HORIZON   # steps the last look found saturated, doubled (`horizon`)
 
     @staticmethod
-    def applies(sim: "Simulation") -> bool:
+    def applies(sim) -> bool:
         """Whether a run may leap: the fast engine, and nothing that watches steps one by one
         but EPLB's statistics window (which takes the leapt steps' loads at once)."""
         stepper = sim.stepper
@@ -182,7 +184,7 @@ class Leaper:
         placement = sim.placement
         start_us = np.concatenate([seg.start_us for seg in segments])
         end_us = np.concatenate([seg.end_us for seg in segments])
-        gaps, waiting, running = sched.apply_saturated(sat, num, start_us * 1e-6, end_us * 1e-6)
+        applied = sched.apply_saturated(sat, num, start_us * 1e-6, end_us * 1e-6)
         num_tokens = float(batch.tokens.sum())
         output_tokens = float(batch.sampled_tokens.sum())
         at = 0
@@ -192,8 +194,9 @@ class Leaper:
             steps = slice(at, at + n)
             sim.metrics.record_steps(seg.start_us, seg.block.step_us[:n], seg.block.parts[:n],
                                      seg.moes, seg.block.dense_us, seg.block.overhead_us,
-                                     num_tokens, output_tokens, running[steps], waiting[steps],
-                                     placement.version, placement.num_alive, gaps[steps])
+                                     num_tokens, output_tokens, applied.num_running[steps],
+                                     applied.num_waiting[steps], placement.version,
+                                     placement.num_alive, applied.gaps[steps])
             at += n
         if sim.eplb is not None:
             sim.eplb.on_quiet_steps([block for seg in segments for block in seg.loads])

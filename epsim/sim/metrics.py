@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from epsim.cost.model import StepCost
+from epsim.cost.step import StepCost
 from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
 
 PARTS = ("attention_us", "dispatch_us", "experts_us", "combine_us", "shared_experts_us",

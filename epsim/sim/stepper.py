@@ -25,19 +25,18 @@ Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
 
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
-from epsim.cost.model import CostModel, MoECost, StepCost
+from epsim.cost.model import CostModel
+from epsim.cost.moe import MoECost
+from epsim.cost.step import StepCost
 from epsim.cost.tables import PlacementTables
 from epsim.cost.traffic import traffic_at
 from epsim.routing.sampling import LoadRows
 from epsim.routing.skew import SkewModel
-
-if TYPE_CHECKING:
-    from epsim.sim.engine import Simulation
 
 ENGINES = ("fast", "reference")
 DEFAULT_ENGINE = "fast"
@@ -55,9 +54,14 @@ def check_engine(engine: str) -> str:
 
 
 class ReferenceStepper:
-    """One draw and one full `CostModel.step` per step."""
+    """One draw and one full `CostModel.step` per step.
 
-    def __init__(self, sim: "Simulation"):
+    Args:
+        sim: the run it prices (`epsim.sim.engine.Simulation`; untyped here, since the engine
+            imports this module): its skew model, routing generator, cost model and placement.
+    """
+
+    def __init__(self, sim):
         self.sim = sim
 
     def price(self, batch: BatchCounts, now_s: float, step: int) -> tuple[np.ndarray, StepCost]:
@@ -112,9 +116,14 @@ class _Pool:
 
 
 class PoolStepper:
-    """The fast engine's pricing: steps reuse a few draws of their batch shape (module doc)."""
+    """The fast engine's pricing: steps reuse a few draws of their batch shape (module doc).
 
-    def __init__(self, sim: "Simulation"):
+    Args:
+        sim: the run it prices (as `ReferenceStepper`'s), read at each step: also its seed,
+            scenario, `wants_fresh_loads` and `last_step`.
+    """
+
+    def __init__(self, sim):
         self.sim = sim
         spec = sim.scenario.workload.skew
         rate = getattr(spec, "drift_rate_per_s", 0.0)
@@ -233,11 +242,10 @@ class PoolStepper:
 
 def default_engine() -> str:
     """`$EPSIM_ENGINE` if set, else "fast" (read at each call, so worker processes follow it)."""
-    import os
     return check_engine(os.environ.get(ENGINE_VARIABLE, DEFAULT_ENGINE))
 
 
-def make_stepper(engine: str | None, sim: "Simulation"):
+def make_stepper(engine: str | None, sim):
     """The stepper of `engine` ("fast" | "reference"; None: `default_engine()`)."""
     engine = default_engine() if engine is None else check_engine(engine)
     return PoolStepper(sim) if engine == "fast" else ReferenceStepper(sim)

@@ -1,15 +1,27 @@
-"""Scenario specs: model, cluster, deployment, workload (pydantic, loaded from YAML)."""
+"""Scenario specs: model, cluster, deployment, workload (pydantic, loaded from YAML).
 
-from epsim.spec.deployment import DeploymentSpec, FailureSpec
-from epsim.spec.hardware import ClusterSpec, HardwareSpec
-from epsim.spec.model import ModelSpec
-from epsim.spec.scenario import (Scenario, load_scenario, parse_override, scenario_from_dict,
-                                 scenario_from_text)
-from epsim.spec.workload import (HotSetSkew, SkewSpec, TraceSkew, UniformSkew, WorkloadSpec,
-                                 ZipfSkew)
+The names below are re-exported lazily (`epsim.exports`): the zoo (`epsim.zoo`) builds its
+entries from the schema modules here while `ClusterSpec` and `Scenario` resolve names through
+the zoo, so importing one module of this package must not import them all.
+"""
 
-__all__ = [
-    "ClusterSpec", "DeploymentSpec", "FailureSpec", "HardwareSpec", "HotSetSkew", "ModelSpec",
-    "Scenario", "SkewSpec", "TraceSkew", "UniformSkew", "WorkloadSpec", "ZipfSkew",
-    "load_scenario", "parse_override", "scenario_from_dict", "scenario_from_text",
-]
+from __future__ import annotations
+
+from epsim.exports import lazy_getattr
+
+_EXPORTS = {
+    "DeploymentSpec": "epsim.spec.deployment", "FailureSpec": "epsim.spec.deployment",
+    "HardwareSpec": "epsim.spec.gpu",
+    "ClusterSpec": "epsim.spec.hardware",
+    "ModelSpec": "epsim.spec.model",
+    "Scenario": "epsim.spec.scenario", "load_scenario": "epsim.spec.scenario",
+    "parse_override": "epsim.spec.scenario", "scenario_from_dict": "epsim.spec.scenario",
+    "scenario_from_text": "epsim.spec.scenario",
+    "HotSetSkew": "epsim.spec.workload", "SkewSpec": "epsim.spec.workload",
+    "TraceSkew": "epsim.spec.workload", "UniformSkew": "epsim.spec.workload",
+    "WorkloadSpec": "epsim.spec.workload", "ZipfSkew": "epsim.spec.workload",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

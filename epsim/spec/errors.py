@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from epsim.errors import SpecError
+from epsim.spec.numbers import check_numbers
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -155,7 +156,6 @@ def validate(cls: type[M], data: Any, where: str, context: dict | None = None) -
     Raises:
         SpecError: `<where>: <path> (<value>) must <rule>` (further errors counted).
     """
-    from epsim.spec.numbers import check_numbers
     bad = check_numbers(data, cls)
     if bad is not None:
         raise SpecError(f"{where}: {bad[0]} {bad[1]}")

@@ -1,31 +1,14 @@
-"""GPUs (datasheet figures) and the clusters built from them."""
+"""The cluster a scenario runs on: nodes of one zoo GPU (`epsim.spec.gpu`) joined by NVLink
+inside a node and a scale-out network across nodes; unset fields take the zoo's datasheet
+values (`epsim.zoo`)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from epsim.spec.network import Network, NetworkKind, NetworkSpec
-
-
-class HardwareSpec(BaseModel):
-    """One GPU model and the node it ships in, from vendor datasheets.
-
-    Bandwidths in GB/s (1e9 bytes/s) per direction. `network` is the scale-out kind the node
-    ships with; its NIC count and speed (Gb/s, bits, as sold) are in `zoo/networks.yaml`. For
-    NVL72 systems a "node" is the 72-GPU NVLink domain.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1)
-    bf16_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak")
-    fp8_tflops: float = Field(gt=0, description="dense FP8 tensor-core peak")
-    hbm_gbps: float = Field(gt=0, description="HBM bandwidth, GB/s")
-    hbm_gib: float = Field(gt=0)
-    nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
-    gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
-    network: NetworkKind = Field(default="infiniband", description="default scale-out kind")
-    source: str = ""
+from epsim.spec.gpu import HardwareSpec
+from epsim.spec.network import Network, NetworkSpec
+from epsim.zoo import get_hardware, resolve_network
 
 
 class ClusterSpec(BaseModel):
@@ -55,7 +38,6 @@ class ClusterSpec(BaseModel):
 
     @property
     def hardware(self) -> HardwareSpec:
-        from epsim.zoo import get_hardware
         return get_hardware(self.gpu)
 
     @property
@@ -73,7 +55,6 @@ class ClusterSpec(BaseModel):
     @property
     def network_resolved(self) -> Network:
         """The scale-out network with datasheet defaults filled in (`zoo/networks.yaml`)."""
-        from epsim.zoo import resolve_network
         return resolve_network(self.network or NetworkSpec(kind=self.hardware.network), self.gpu,
                                self.gpus_per_node_resolved)
 

@@ -12,11 +12,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from epsim.errors import SpecError
+from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.errors import validate
 from epsim.spec.hardware import ClusterSpec
-from epsim.spec.model import ModelSpec
-from epsim.spec.workload import STEADY, HotSetSkew, TraceSkew, TraceArrivals, WorkloadSpec
+from epsim.spec.model import MODELLED_ATTENTION, ModelSpec
+from epsim.spec.parallel import model_problem
+from epsim.spec.quant import served_model, weight_tensor_dtype
+from epsim.spec.workload import STEADY, HotSetSkew, TraceArrivals, TraceSkew, WorkloadSpec
+from epsim.zoo import check_network, get_hardware, get_model, hardware_names, model_names
 
 
 class Scenario(BaseModel):
@@ -38,12 +42,15 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
         m, c, d, w = self.model, self.cluster, self.deployment, self.workload
-        if d.ep_size > c.num_gpus:
-            raise ValueError(f"deployment.ep_size ({d.ep_size}) must be <= the cluster's GPUs "
+        # the instance's GPUs: `tp_size` where set, else `ep_size` (named as the user wrote it)
+        gpus, field = d.num_gpus, "tp_size" if d.tp_size is not None else "ep_size"
+        if gpus > c.num_gpus:
+            raise ValueError(f"deployment.{field} ({gpus}) must be <= the cluster's GPUs "
                              f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus})")
-        if d.ep_size > c.gpus_per_node_resolved and d.ep_size % c.gpus_per_node_resolved:
-            raise ValueError(f"deployment.ep_size ({d.ep_size}) must be a multiple of gpus_per_node "
+        if gpus > c.gpus_per_node_resolved and gpus % c.gpus_per_node_resolved:
+            raise ValueError(f"deployment.{field} ({gpus}) must be a multiple of gpus_per_node "
                              f"({c.gpus_per_node_resolved}) when it spans nodes")
+        _check_served(m, c, d)
         num_slots = m.num_experts + d.ep_num_redundant_experts
         if num_slots % d.ep_size and m.num_experts % d.ep_size == 0:
             raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
@@ -96,15 +103,45 @@ class Scenario(BaseModel):
 
     @property
     def dp_size(self) -> int:
-        """Attention data-parallel ranks: one per EP rank with DP attention, else one."""
-        return self.deployment.ep_size if self.deployment.enable_dp_attention else 1
+        """Attention data-parallel groups, each with its own batch (`Parallel.dp_size`): one per
+        GPU with DP attention unless `deployment.dp_size` says otherwise, else one."""
+        return self.deployment.parallel.dp_size
+
+    @property
+    def served_model(self) -> ModelSpec:
+        """The model in the weight formats the deployment serves it in
+        (`deployment.quantization`, `epsim.spec.quant.served_model`)."""
+        return served_model(self.model, self.deployment.quantization)
+
+
+def _check_served(m: ModelSpec, c: ClusterSpec, d: DeploymentSpec) -> None:
+    """What the deployment's layout and formats need of the model and the GPU: attention that
+    a step can price, SGLang's shape checks on the layout, FP4 tensor cores for NVFP4."""
+    if not m.attention_modelled:
+        raise ValueError(f"model.attention ({m.attention!r}) must be one of "
+                         f"{list(MODELLED_ATTENTION)} to simulate {m.name}: its attention is not "
+                         f"modelled (docs/model.md, the zoo); `epsim cost` prices its MoE layers")
+    served = served_model(m, d.quantization)
+    problem = model_problem(d.parallel, m.num_attention_heads, m.num_key_value_heads,
+                            m.moe_intermediate_size, served.weight_dtype, m.attention)
+    if problem:
+        raise ValueError(f"deployment.{problem}")
+    for fmt in {served.weight_dtype, served.dense_weight_dtype or served.weight_dtype}:
+        dtype = weight_tensor_dtype(fmt)
+        if c.hardware.tensor_tflops(dtype) is None:
+            fp4 = [g for g in hardware_names() if get_hardware(g).fp4_tflops]
+            named = (f"deployment.quantization ({d.quantization!r})" if d.quantization
+                     else f"model.weight_dtype ({fmt!r})")
+            raise ValueError(f"{named} must run on a GPU with {dtype.upper()} tensor cores "
+                             f"{fp4}: {c.gpu} has none")
 
 
 def _check_failures(d: DeploymentSpec, slots_per_rank: int, num_experts: int) -> None:
     """What elastic EP needs of `deployment.failures` (see `epsim.sim.elastic`)."""
-    if not d.enable_dp_attention:
-        raise ValueError("deployment.failures needs deployment.enable_dp_attention: true (elastic EP "
-                         "masks a DP-attention rank; a TP attention group cannot lose one)")
+    if not d.enable_dp_attention or d.parallel.attn_tp_size != 1:
+        raise ValueError("deployment.failures needs deployment.enable_dp_attention: true with one "
+                         "GPU per DP group (dp_size = tp_size): elastic EP masks a DP-attention "
+                         "rank; a TP attention group cannot lose one")
     outages = []
     for i, f in enumerate(d.failures):
         end = f.at_s + f.recover_after_s if f.recover_after_s is not None else float("inf")
@@ -158,7 +195,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise SpecError(f"--set ({text!r}) must look like key.path=value")
-    from epsim.io import load_yaml
     try:
         value = load_yaml(raw, "--set")
     except SpecError:
@@ -179,7 +215,6 @@ def scenario_from_dict(data: dict, where: str = "scenario", base_dir: str | Path
     _resolve_zoo(data, where, Path(base_dir))
     scenario = validate(Scenario, data, where)
     if scenario.cluster.network is not None:
-        from epsim.zoo import check_network
         try:
             check_network(scenario.cluster.network, scenario.cluster.gpu)
         except ValueError as exc:
@@ -196,7 +231,6 @@ def _resolve_zoo(data: dict, where: str, base_dir: Path) -> None:
         SpecError: an unknown model or GPU, or an unreadable config.json
             (`<where>: <field path> (<value>) must ...`).
     """
-    from epsim.zoo import get_model, hardware_names, model_names
     model = data.get("model")
     if isinstance(model, str):
         if model not in model_names():
@@ -226,7 +260,6 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
     Raises:
         SpecError: unreadable file, bad YAML, or any invalid field (one line).
     """
-    from epsim.io import MAX_YAML_BYTES, read_text
     path = Path(path)
     text = read_text(path, "scenario file", MAX_YAML_BYTES)
     return scenario_from_text(text, str(path), path.parent, overrides)
@@ -243,7 +276,6 @@ def scenario_from_text(text: str, where: str = "scenario", base_dir: str | Path 
         SpecError: bad YAML (with line and column; nesting, aliases and duplicate keys
             bounded by `epsim.io`) or any invalid field (one line).
     """
-    from epsim.io import load_yaml
     data = load_yaml(text, where)
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)

@@ -23,6 +23,7 @@ component that does not beat both is flagged.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -31,15 +32,19 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from epsim.calibrate.build import evaluation_profile, fit_records
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
+from epsim.cost.record import predict_record
+from epsim.errors import EpsimError
+from epsim.profile import is_graph
 
 FIT_MAX_TOKENS = 1024
 JUDGED_TOKENS = (2048, 16384)
 JUDGED_MODELS = ("DeepSeek-V3", "Qwen3-Coder-480B-A35B")
 AXES = ("tokens", "shape", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
-          "dense_mlp", "block_ops")
+          "dense_mlp", "block_ops", "allreduce")
 # fields that are not a configuration's identity: timings, measured counts, provenance
 _NOT_CONFIG = {"median_us", "p10_us", "p90_us", "per_rank_median_us", "num_iters", "extra",
                "provenance", "recv_tokens_per_rank", "send_tokens_per_rank",
@@ -113,7 +118,6 @@ def axis_label(axis: str, pair: str = "") -> str:
 
 
 def component_label(record) -> str:
-    from epsim.profile import is_graph
     return f"{record.backend}{'+graph' if is_graph(record) else ''}/{record.kind}"
 
 
@@ -134,7 +138,6 @@ def _x(record, axis: str) -> float:
 
 def _key(record, axis: str) -> str:
     """A configuration without the axis variable (what baselines pool over)."""
-    import json
     drop = set(_NOT_CONFIG) | ({"num_tokens_per_rank"} if axis != "shape" else _SHAPE)
     if axis != "shape" and record.kind == "attention_prefill":
         drop.add("context_len")          # prefill tokens = sequences x context
@@ -164,9 +167,6 @@ def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecor
     """Refit on `fit_raw`, then predict every judged record of the `JUDGED` kinds the models
     can evaluate (others are left out), with both baselines from the fit set; rows carry
     `pair` (the run pair's name)."""
-    from epsim.calibrate.build import evaluation_profile, fit_records
-    from epsim.cost.record import predict_record
-    from epsim.errors import EpsimError
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cal = fit_records(fit_raw, files, Holdout(), name=f"validate-{axis}")
@@ -247,7 +247,7 @@ DEFAULT_RUN_PAIRS = (
 
 
 # judged only, never fitted (`extrapolation(judged_only=...)`): the attention hold-out grid of
-# one H200 (`live.component_bench --grid holdout`: Qwen3-Coder-480B-A35B's GQA shape, decode
+# one H200 (`live.bench.components --grid holdout`: Qwen3-Coder-480B-A35B's GQA shape, decode
 # batches of 1024-4096 sequences); its second machine's file is the run axis's judged side
 DEFAULT_JUDGED_ONLY = (_HOLDOUT / "run1" / "components.jsonl.gz",)
 

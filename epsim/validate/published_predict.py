@@ -13,8 +13,10 @@ import numpy as np
 
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
-from epsim.eplb import Placement
+from epsim.eplb import Placement, compute_placement
 from epsim.profile import Profile
+from epsim.routing import skew_from_dict
+from epsim.routing.popularity import zipf_shares
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -131,7 +133,6 @@ def serving_throughput(phase: str, ep: int, gpu: str = "H100", redundant: int = 
 
 def zipf_alpha_for_cv(cv: float, num_experts: int) -> float:
     """The Zipf exponent whose expert shares have coefficient of variation `cv` (bisection)."""
-    from epsim.routing.popularity import zipf_shares
     lo, hi = 0.0, 5.0
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -153,8 +154,6 @@ def eplb_imbalance(ep: int, slots_per_rank: int, eplb: bool, expert_cv: float,
     slots from `window` iterations of statistics and each replica takes an equal share; the
     ratio is measured on `iterations` later iterations (fresh samples of the same popularity).
     """
-    from epsim.eplb import compute_placement
-    from epsim.routing import skew_from_dict
     alpha = zipf_alpha_for_cv(expert_cv, num_experts)
     skew = skew_from_dict({"kind": "zipf", "alpha": alpha}, num_layers, num_experts, top_k,
                           seed=SEED)
@@ -175,31 +174,6 @@ def eplb_imbalance(ep: int, slots_per_rank: int, eplb: bool, expert_cv: float,
         mean = rank.mean(axis=1)
         ratios.append((rank.max(axis=1) - mean) / mean)
     return float(np.mean(ratios))
-
-
-def rebalance_stall_s(gpu: str, ep: int, redundant: int, bytes_per_param: float,
-                      network: str | None = None, num_layers: int = 58) -> float:
-    """Seconds one stop-the-world rebalance stalls serving (epsim.eplb.cost, datasheet terms):
-    DeepSeek-V3 experts, placement before and after from two independent Zipf(1) popularity
-    draws (the hot experts move), DeepSeek's algorithm."""
-    from epsim.eplb import compute_placement, rebalance_cost, rebalance_params
-    from epsim.routing import skew_from_dict
-    model = get_model("DeepSeek-V3")
-    per_node = get_hardware(gpu).gpus_per_node
-    nodes = max(1, ep // per_node)
-    cluster = ClusterSpec(gpu=gpu, num_nodes=nodes, network=network)
-    slots = model.num_experts + redundant
-    placements = []
-    for seed in (SEED, SEED + 1):
-        skew = skew_from_dict({"kind": "zipf", "alpha": 1.0}, num_layers, model.num_experts,
-                              model.top_k, seed=seed)
-        weight = skew.popularity()                                       # [layers, experts]
-        placements.append(compute_placement("deepseek", weight, slots, model.num_expert_groups,
-                                            nodes, ep))
-    expert_bytes = model.expert_params * bytes_per_param
-    cost = rebalance_cost(placements[0], placements[1], expert_bytes,
-                          rebalance_params(None, cluster), algorithm="deepseek")
-    return cost.stall_us * 1e-6
 
 
 def weight_bytes_per_gpu(model: ModelSpec, ep: int) -> float:

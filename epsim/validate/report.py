@@ -15,9 +15,12 @@ from typing import Iterable, Sequence
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import load_records, merge_passes
 from epsim.errors import ProfileError
+from epsim.io import check_output_dir, check_output_file, read_text
 from epsim.io.write import write_text
 from epsim.profile import Profile
+from epsim.validate import extrapolation
 from epsim.validate.compare import Comparison, compare
+from epsim.validate.plots import write_plots
 from epsim.validate.table import markdown, skew_effects, verdict, write_csv
 
 DOC_BEGIN = "<!-- BEGIN epsim validate (generated; do not edit by hand) -->"
@@ -79,26 +82,26 @@ def holdout_of(profile: Profile, rule: str | None) -> Holdout:
     return Holdout.parse(profile.provenance.holdout.get("rule"))
 
 
-def _read_doc(path: Path) -> tuple[str, int, int]:
-    """The markdown text of `--doc` and where its generated part begins and ends.
+def read_doc(path: Path, markers: tuple[str, str] = (DOC_BEGIN, DOC_END)) -> tuple[str, int, int]:
+    """The markdown text of `--doc` and where its generated part (between `markers`) begins
+    and ends.
 
     Raises:
         SpecError / ProfileError: not a writable text file, or the markers missing.
     """
-    from epsim.io import check_output_file, read_text
     check_output_file(path, "--doc", must_exist=True)
     doc = read_text(path, "--doc file", error=ProfileError)
-    begin, end = doc.find(DOC_BEGIN), doc.find(DOC_END)
+    begin, end = doc.find(markers[0]), doc.find(markers[1])
     if begin < 0 or end < begin:
-        raise ProfileError(f"{path}: markers ({DOC_BEGIN!r} ... {DOC_END!r}) must enclose the "
-                           f"generated tables")
+        raise ProfileError(f"{path}: markers ({markers[0]!r} ... {markers[1]!r}) must enclose "
+                           f"the generated tables")
     return doc, begin, end
 
 
-def update_doc(path: Path, text: str) -> None:
-    """Replace the generated part of a markdown file (between DOC_BEGIN and DOC_END)."""
-    doc, begin, end = _read_doc(path)
-    write_text(path, doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:])
+def update_doc(path: Path, text: str, markers: tuple[str, str] = (DOC_BEGIN, DOC_END)) -> None:
+    """Replace the generated part of a markdown file (between the two markers), atomically."""
+    doc, begin, end = read_doc(path, markers)
+    write_text(path, doc[:begin + len(markers[0])] + "\n\n" + text + "\n" + doc[end:])
 
 
 def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
@@ -118,11 +121,10 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     Raises:
         EpsimError: bad records, rule, `out` or `doc` (these two checked before any work).
     """
-    from epsim.io import check_output_dir
     if out is not None:
         check_output_dir(out)
     if doc is not None:
-        _read_doc(Path(doc))
+        read_doc(Path(doc))
     holdout = holdout_of(profile, rule)
     records, files = load_records(paths, strict=strict)
     where = measured_on(records)
@@ -141,7 +143,6 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     text = markdown(rows, header, max_mape)
     judged = []
     if extrapolate:
-        from epsim.validate import extrapolation
         judged, notes = extrapolation.extrapolation(paths, run_pairs, judged_only)
         text = extrapolation.markdown(judged, notes, max_mape) + "\n" + text
     report = ValidationReport(rows, text, verdict(rows, max_mape), holdout, measured_on=where,
@@ -153,7 +154,6 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         report.files.append(out / "validation.md")
         report.files += write_csv(rows, skew_effects(rows), out)
         if plots:
-            from epsim.validate.plots import write_plots
             report.files += write_plots(rows, out)
     if doc is not None:
         update_doc(Path(doc), text)

@@ -1,10 +1,10 @@
-"""Scaling validation: what a profile predicts `live.bench` will measure at EP sizes it was not
-fitted on, written down before the measurement, and the comparison once it is measured.
+"""Scaling validation: what a profile predicts `live.bench.sweep` will measure at EP sizes it was
+not fitted on, written down before the measurement, and the comparison once it is measured.
 
 For the bench's grid (`epsim.calibrate.grid`), `predict_grid` gives the predicted dispatch,
 combine, experts and moe_layer times of `epsim.cost.predict_record` on exactly the counts the
 bench will record. The bench draws each rank's expert choices as `SkewModel.topk` with
-`np.random.default_rng([seed, rank, tokens])` (`live.bench_worker.measure_point`,
+`np.random.default_rng([seed, rank, tokens])` (`live.bench.sweep_worker.measure_point`,
 `live.routing.forced_routing`) on the identity placement (experts `[r * E/N, (r+1) * E/N)` on
 rank r), so `bench_counts` redraws them in numpy and derives the record's counts: copies crossing
 links (torch: one per token and destination rank; mooncake: one per token and expert), pairs per
@@ -73,7 +73,7 @@ def _rank_matrices(skew_json: str, num_experts: int, top_k: int, ep_size: int, t
     """The bench's draws of one point: (pairs [src, dst], tokens [src, dst], pairs per expert).
 
     Rank r draws `skew.topk(tokens, default_rng([seed, r, tokens]), layer=0)` of a one-layer
-    SkewModel seeded with `seed`, as `live.bench_worker.measure_point` does.
+    SkewModel seeded with `seed`, as `live.bench.sweep_worker.measure_point` does.
     """
     skew = skew_from_dict(json.loads(skew_json), 1, num_experts, top_k, seed=seed)
     experts_per_rank = num_experts // ep_size
@@ -91,7 +91,7 @@ def _rank_matrices(skew_json: str, num_experts: int, top_k: int, ep_size: int, t
 
 def bench_counts(skew: dict, shape: Shape, ep_size: int, tokens: int, backend: str,
                  seed: int = 0) -> BenchCounts:
-    """Counts `live.bench` records for one point, from the same draws (no torch).
+    """Counts `live.bench.sweep` records for one point, from the same draws (no torch).
 
     Raises:
         SpecError: experts not divisible by ep_size, or a backend without dispatch copies.

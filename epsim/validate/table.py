@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -120,7 +120,6 @@ def summary_rows(rows: list[Comparison]) -> list[dict]:
     `ErrorStats` field of the held-out records (whatever fields it has, so new ones such as
     baselines flow through to `epsim validate`'s summary), and `fit_mape` (in-sample, None
     without fit-set records)."""
-    from dataclasses import asdict
     held = group([r for r in rows if r.split == "holdout"], "backend", "kind")
     fit = group([r for r in rows if r.split == "fit"], "backend", "kind")
     return [{"backend": backend, "kind": kind, **asdict(stats),
@@ -193,7 +192,6 @@ def markdown(rows: list[Comparison], header: dict[str, str], max_mape: float = 1
 
 def _with_bucket(r: Comparison) -> Comparison:
     """A copy whose `tokens` is its size bucket label (for grouping by size)."""
-    from dataclasses import replace
     return replace(r, tokens=size_bucket(r.tokens))
 
 

@@ -9,11 +9,13 @@ all-gathers tokens and all-reduces partial outputs (`gather` / `reduce`).
 from __future__ import annotations
 
 import gc
+import importlib
 from abc import ABC
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 import torch
+import torch.distributed as dist
 
 from epsim import vocab
 from live.errors import BackendUnavailableError, LiveError
@@ -116,7 +118,6 @@ class A2ABackend(ABC):
         if group is None:
             self.rank, self.ep_size = 0, 1
         else:
-            import torch.distributed as dist
             self.rank, self.ep_size = dist.get_rank(group), dist.get_world_size(group)
         if spec.num_physical_experts % self.ep_size:
             raise LiveError(f"num_physical_experts ({spec.num_physical_experts}) must be divisible "
@@ -139,8 +140,6 @@ class A2ABackend(ABC):
     @classmethod
     def require_module(cls, module: str, hint: str) -> None:
         """Raise BackendUnavailableError naming `module` and `hint` when it does not import."""
-        import importlib
-
         try:
             importlib.import_module(module)
         except ImportError as exc:

@@ -4,7 +4,7 @@ Where it runs: `deep_ep` must import, which needs a DeepEP build for the install
 CUDA. The `sgl-deep-ep` wheels need torch >= 2.13; `scripts/build_deepep.sh` builds DeepEP
 v1.2.1 from source against the GPU image's torch 2.11 / CUDA 13 with NVSHMEM (all kernels). On
 one H200 the low-latency path has run for real at EP 1 and matched the single-device block
-(`python -m live.deepep_smoke`, `benchmarks/results/deepep_build_h200/`); the normal
+(`python -m live.bench.deepep_smoke`, `benchmarks/results/deepep_build_h200/`); the normal
 (intranode) kernels need 2, 4 or 8 ranks and have not run yet. Written against DeepEP's
 `Buffer` API (`get_dispatch_layout`/`dispatch`/`combine`, `low_latency_dispatch`/
 `low_latency_combine`).

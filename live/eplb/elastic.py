@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from epsim.eplb import Placement
+from epsim.eplb import Placement, refill_survivors
 from epsim.errors import EpsimError
 from live.eplb.updater import ExpertWeightUpdater, RebalanceResult
 from live.errors import BackendUnavailableError, LiveError
@@ -51,8 +51,6 @@ class ElasticResult:
 
 def _refill(placement: Placement) -> tuple[Placement, dict[int, list[int]]]:
     """`epsim.eplb.refill_survivors` with its error as a LiveError."""
-    from epsim.eplb import refill_survivors
-
     try:
         return refill_survivors(placement)
     except EpsimError as exc:

@@ -16,7 +16,8 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
-from epsim.eplb import Placement
+from epsim.eplb import ALGORITHMS, Placement, place_over_survivors
+from epsim.errors import EpsimError
 from live.eplb.control import Control, control_for
 from live.eplb.recorder import ExpertLoadRecorder
 from live.eplb.result import RebalanceResult
@@ -41,8 +42,6 @@ class EplbManager:
                  window: int | None = None, layers_per_chunk: int = 1,
                  weight_source: Mapping[str, torch.Tensor] | None = None, num_groups: int = 1,
                  control_group=None, fault: FaultHook | None = None):
-        from epsim.eplb import ALGORITHMS
-
         if algorithm not in ALGORITHMS:
             raise LiveError(f"algorithm ({algorithm!r}) must be one of {sorted(ALGORITHMS)}")
         if not isinstance(rebalance_num_iterations, int) or rebalance_num_iterations <= 0:
@@ -104,9 +103,6 @@ class EplbManager:
         Returns:
             (the new placement, the algorithm's wall time in µs on control rank 0).
         """
-        from epsim.eplb import place_over_survivors
-        from epsim.errors import EpsimError
-
         control = self.control
         answer = None
         if control.rank == 0:

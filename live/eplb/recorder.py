@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from epsim.records import MeasurementRecord, write_records
 from live.eplb.control import Control, control_for
 from live.errors import LiveError
 
@@ -116,7 +117,7 @@ class ExpertLoadRecorder:
         fields); every rank must call it, all return the same list.
 
         Args:
-            provenance: `live.provenance.collect(...)`.
+            provenance: where it ran (`epsim.records.Provenance` fields).
             fields: extra record fields (model, skew, seed, ...).
         """
         loads = self.per_pass_loads()
@@ -140,8 +141,6 @@ class ExpertLoadRecorder:
     def write_jsonl(self, path: str | Path, provenance: dict, **fields) -> Path:
         """Write the window's records (every rank calls it; control rank 0 writes). The file is
         what `epsim eplb LOADS` and `epsim.eplb.read_loads` read."""
-        from epsim.records import MeasurementRecord, write_records
-
         records = [MeasurementRecord.model_validate(r) for r in self.to_records(provenance, **fields)]
         path = Path(path)
         if self.control.rank == 0:

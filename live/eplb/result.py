@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from live.timing import summarize_us
+
 
 @dataclass(frozen=True)
 class RebalanceResult:
@@ -61,8 +63,6 @@ def rebalance_record(results: Sequence[RebalanceResult], model, provenance: dict
     rank's whole rebalance, median over repeats; the first repeat's tallies in `extra`, and
     `extra.gbps` = the busiest rank's max(sent, received) bytes / median time (the cost
     model's `t = max(sent, received) / link_gbps`)."""
-    from live.timing import summarize_us
-
     first = results[0]
     cfg, placement = model.config, model.placement
     slowest = [r.slowest_us for r in results]

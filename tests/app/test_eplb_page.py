@@ -118,3 +118,17 @@ def test_changing_the_scenario_clears_the_run_and_the_sweep(app):
     assert not any(w.value.startswith("turn EPLB off") for w in app.warning)
     app.run()                                        # and it stays cleared on the next rerun
     assert not app.dataframe and count(app, "vega_lite_chart") == 0
+
+
+def test_resilience_columns_match_the_plan_module(app):
+    open_page(app, "eplb")
+    app.number_input(key="eplb_failure_rate").set_value(1e-3)
+    button(app, "Price").click()
+    app.run()
+    assert not app.exception and not errors(app)
+    from epsim.plan.resilience import resilience_columns
+    row = resilience_columns(epsim.load_scenario(SCENARIO, {"deployment.failures_per_gpu_hour": 1e-3}))
+    shown = metrics(app)
+    assert shown["rebalance stall"] == f"{row['rebalance_stall_s']:.2f} s"
+    assert shown["interruption per GPU failure"] == f"{row['failure_interruption_s']:.1f} s"
+    assert shown["goodput"] == f"{row['goodput_frac'] * 100:.2f} %"

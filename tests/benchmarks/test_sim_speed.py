@@ -1,9 +1,10 @@
-"""benchmarks/sim_speed.py's `--against`: two checkouts' fast engines in worker processes that
-take turns, each answering with its own run."""
+"""benchmarks/sim_speed.py and its parts (`benchmarks/sim_speed_*.py`): `--against`'s worker
+processes that take turns, the instruction counts, the stage timing, the block table, the
+speculation depths and the command line."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
 import shutil
 import subprocess
@@ -14,19 +15,20 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
 
 
-def _sim_speed():
-    spec = importlib.util.spec_from_file_location("sim_speed", ROOT / "benchmarks" / "sim_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _part(name: str):
+    """`benchmarks/sim_speed_NAME.py`, imported as the script imports it (its folder on the path;
+    appended, so it shadows nothing)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
+    return importlib.import_module(f"sim_speed_{name}")
 
 
 def test_against_times_both_checkouts_run_by_run():
-    sim_speed = _sim_speed()
     scenario = ROOT / "scenarios" / "qwen235b_pd_fleet.yaml"          # a short run
-    rows = sim_speed.against_rows({"then": ROOT, "now": ROOT}, [scenario], rounds=2)
+    rows = _part("checkouts").against_rows({"then": ROOT, "now": ROOT}, [scenario], rounds=2)
     assert len(rows) == 1
     cells = [c.strip().strip("*`") for c in rows[0].strip("|").split("|")]
     name, steps, then_us, now_us, then_speed, now_speed, ratio = cells
@@ -53,9 +55,8 @@ def test_instruction_counts_of_one_checkout_against_itself_agree():
     """`--instructions` counts one warm run per checkout under callgrind: the same checkout
     twice gives the same count to well under a percent (object addresses, which some dicts
     hash, still vary between processes), so a ratio away from 1 is the code's doing."""
-    sim_speed = _sim_speed()
     scenario = ROOT / "scenarios" / "qwen235b_pd_fleet.yaml"          # a short run
-    rows = sim_speed.instruction_rows({"then": ROOT, "now": ROOT}, [scenario])
+    rows = _part("checkouts").instruction_rows({"then": ROOT, "now": ROOT}, [scenario])
     name, steps, then_k, now_k, ratio = [c.strip().strip("*`") for c in rows[0].strip("|").split("|")]
     assert name == scenario.stem and int(steps) > 0 and float(then_k) > 0
     assert abs(float(then_k) / float(now_k) - 1.0) < 0.003 and ratio == "1.00"
@@ -64,7 +65,7 @@ def test_instruction_counts_of_one_checkout_against_itself_agree():
 def test_a_neighbouring_batch_shape_moves_the_moe_time_beyond_the_draws_spread():
     """The recorded reason an unsaturated step prices its own pool: the MoE time at the batch
     a few steps later differs from the step's own by more than the draw-to-draw spread."""
-    rows = _sim_speed().shape_effect_rows()
+    rows = _part("stages").shape_effect_rows()
     ratios = [float(r.strip("|").split("|")[-1]) for r in rows]
     assert len(rows) >= 8 and sum(r > 1.0 for r in ratios) > len(rows) / 2
 
@@ -75,14 +76,14 @@ def test_speculation_depths_match_a_step_by_step_count():
     over steps counts them; the same seed gives the same depths."""
     from epsim.sim import simulate
     from epsim.spec import load_scenario
-    sim_speed = _sim_speed()
+    speculation = _part("speculation")
     name = "qwen30b_ep_backend"                     # a short run with arrivals
-    depths = sim_speed.speculation_depths(name)
+    depths = speculation.speculation_depths(name)
     result = simulate(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), engine="fast")
     start = result.steps["start_us"] * 1e-6
     step = result.steps["step_us"] * 1e-6
     arrivals = [t for t, initial in zip(result.arrival_s, result.is_initial) if not initial]
-    cap = sim_speed.SPECULATION_CAP
+    cap = speculation.SPECULATION_CAP
     expected = []
     for k in range(1, len(start) - cap):
         held = 0
@@ -95,40 +96,37 @@ def test_speculation_depths_match_a_step_by_step_count():
         expected.append(held)
     assert depths.tolist() == expected
     assert 0 < depths.mean() < cap and depths.min() < depths.max()     # neither trivial end
-    assert np.array_equal(sim_speed.speculation_depths(name), depths)
+    assert np.array_equal(speculation.speculation_depths(name), depths)
 
 
 def test_stage_times_add_up_within_the_run_and_leave_the_engine_as_it_was():
     """The recorded stage breakdown: every stage is timed in a run with EPLB on, none inside
     another (`stage_times` stops if one is), so they add up to less than the whole run, and
     the timers are gone after."""
-    import importlib
-    sim_speed = _sim_speed()
-    wall_s, steps, sim_s, spent = sim_speed.stage_times("redundant_experts", repeats=1)
-    assert steps > 0 and sim_s > 0 and len(spent) == len(sim_speed.STAGES)
+    stages = _part("stages")
+    wall_s, steps, sim_s, spent = stages.stage_times("redundant_experts", repeats=1)
+    assert steps > 0 and sim_s > 0 and len(spent) == len(stages.STAGES)
     assert all(t > 0 for t in spent) and sum(spent) < wall_s
-    for _, module, owner, attr in sim_speed.STAGES:
+    for _, module, owner, attr in stages.STAGES:
         function = getattr(getattr(importlib.import_module(module), owner), attr)
         assert function.__qualname__ == f"{owner}.{attr}"
 
 
 def test_a_stage_inside_another_stops_the_timing_and_the_timers_still_go():
-    import importlib
-    sim_speed = _sim_speed()
-    sim_speed.STAGES = (("a step priced", "epsim.sim.stepper", "PoolStepper", "price"),
-                        ("its non-MoE part", "epsim.cost.model", "CostModel", "step"))
+    nested = (("a step priced", "epsim.sim.stepper", "PoolStepper", "price"),
+              ("its non-MoE part", "epsim.cost.model", "CostModel", "step"))
     with pytest.raises(RuntimeError, match="stage step runs inside stage price"):
-        sim_speed.stage_times("qwen30b_ep_backend", repeats=1)
-    for _, module, owner, attr in sim_speed.STAGES:
+        _part("stages").stage_times("qwen30b_ep_backend", repeats=1, stages=nested)
+    for _, module, owner, attr in nested:
         function = getattr(getattr(importlib.import_module(module), owner), attr)
         assert function.__qualname__ == f"{owner}.{attr}"
 
 
 def test_block_rows_time_each_block_size_once_per_row_and_give_the_least_per_draw():
-    sim_speed = _sim_speed()
-    rows, least_us = sim_speed.block_rows("qwen30b_ep_backend", calls=2)
+    stages = _part("stages")
+    rows, least_us = stages.block_rows("qwen30b_ep_backend", calls=2)
     cells = [[float(c) for c in r.strip("|").split("|")] for r in rows]
-    assert [int(c[0]) for c in cells] == list(sim_speed.BLOCK_DRAWS)
+    assert [int(c[0]) for c in cells] == list(stages.BLOCK_DRAWS)
     assert all(c[1] > 0 and abs(c[2] - c[1] / c[0]) <= 1 for c in cells)   # per draw = per call / n
     assert cells[0][3] == 1.0
     assert all(c[4] > 0 and abs(c[5] - (c[2] + c[4])) <= 1 for c in cells)  # both = priced + drawn

@@ -8,9 +8,9 @@ with stdout/stderr captured. Outcomes: `refused` (exit 2 with exactly one error 
 or an app loader raising EpsimError), `accepted` (exit 0 or 1), and the failures: `traceback`
 (an exception escaped), `multi-line` (exit 2 with more than one line), `timeout`, `memory`
 (MemoryError or the peak over the limit), `accepted-bad` (a must-refuse input was accepted),
-`bad-exit`, `stopped` (a plan that should have gone on past its failing point). The process runs under RLIMIT_AS; it appends one JSON line per finished case and
-writes `START <name>` to `<out>.progress` before each, so a parent can name a case that hangs
-or kills the process.
+`bad-exit`, `stopped` (a plan that should have gone on past its failing point). The process
+runs under RLIMIT_AS; it appends one JSON line per finished case and writes `START <name>` to
+`<out>.progress` before each, so a parent can name a case that hangs or kills the process.
 """
 
 from __future__ import annotations

@@ -149,6 +149,11 @@ MUST_REFUSE: dict[str, dict] = {
 }
 
 
+def _maker(data: bytes):
+    """A file maker returning `data` (bound now, not when the loop ends)."""
+    return lambda: data
+
+
 def _shown(value) -> str:
     if isinstance(value, dict):
         return json.dumps(value, separators=(",", ":"))
@@ -158,7 +163,7 @@ def _shown(value) -> str:
 def _simulate(name: str, tree: dict, must_refuse: bool = False) -> Case:
     return Case(f"extreme/{name}", "simulate",
                 ("simulate", "{d}/s.yaml", "--out", OUT, "--timeline", "--no-progress"),
-                (("s.yaml", lambda t=_yaml(tree): t),), must_refuse=must_refuse,
+                (("s.yaml", _maker(_yaml(tree))),), must_refuse=must_refuse,
                 check=None if must_refuse else complete_run)
 
 
@@ -214,7 +219,7 @@ def app_cases() -> list[Case]:
     for key, values in AXES.items():
         value = values[0]
         cases.append(Case(f"extreme-app/{key}={value}", "app", ("scenario", "{d}/s.yaml"),
-                          (("s.yaml", lambda t=_yaml(_tree({key: value})): t),)))
+                          (("s.yaml", _maker(_yaml(_tree({key: value})))),)))
     return cases
 
 

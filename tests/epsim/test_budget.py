@@ -12,6 +12,7 @@ import pytest
 
 from epsim import budget
 from epsim.errors import SpecError
+from epsim.plan.executors import WORKER_BASE_BYTES
 from epsim.spec import load_scenario, scenario_from_dict
 from tests.epsim.bad_input_cases import SCENARIO
 
@@ -59,7 +60,7 @@ def test_the_recorded_peak_rss_is_bounded_by_the_estimate():
     assert len(rows) >= 8
     assert all(float(ratio) <= 1.0 for _, ratio in rows), rows
     bases = [float(b) for b in re.findall(r"^\|[^|]+\|[^|]+\|[^|]+\|[^|]+\| (\d+) \|", text, flags=re.M)]
-    assert bases and max(bases) * 2**20 <= budget.WORKER_BASE_BYTES
+    assert bases and max(bases) * 2**20 <= WORKER_BASE_BYTES
 
 
 def test_workers_are_capped_by_memory():
@@ -70,4 +71,5 @@ def test_workers_are_capped_by_memory():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert capped_workers(8, 100, task_bytes=1e15) == 1
-    assert len(caught) == 1 and re.match(r"workers \(\d+\) capped at 1 by memory: each point may need up to", str(caught[0].message))
+    assert len(caught) == 1 and re.match(r"workers \(\d+\) capped at 1 by memory: each point may need up to",
+                                         str(caught[0].message))

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from epsim.cli import build_parser, main
-from epsim.commands.output import brief, duration, merge_notes, number, size, table
+from epsim.commands.output import merge_notes
+from epsim.text import brief, duration, number, size, table
 from tests.epsim.plan_fixtures import write_tiny_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

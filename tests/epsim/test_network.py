@@ -80,7 +80,7 @@ def test_same_deployment_over_ib_roce_efa_differs_by_the_named_terms():
                  + LATENCY_US[kind] - LATENCY_US["infiniband"]
                  + (PROXY_US_PER_MESSAGE * tr.rdma_copies.max() if kind == "efa" else 0.0))
         assert got.dispatch_us[0] - ib.dispatch_us[0] == pytest.approx(extra, rel=1e-6)
-        assert cost.transport.name != ib_cost.transport.name
+        assert cost.params.transport.name != ib_cost.params.transport.name
 
 
 def test_one_node_does_not_touch_the_network():

@@ -107,8 +107,8 @@ def test_kernel_counts_of_the_block_ops_model_are_the_blocks_ops():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from epsim.cost.block_ops import KERNELS
-    from live.component_bench import CPU_EXPERTS
-    from live.components import Point, WeightCache, build_op
+    from live.bench.component_ops import Point, WeightCache, build_op
+    from live.bench.components import CPU_EXPERTS
     no_kernel = {"view", "t", "unsqueeze", "slice", "scalar_tensor", "_unsafe_view", "expand",
                  "alias"}
 

@@ -4,7 +4,7 @@ and tokens are conserved through dispatch and combine, for every backend that ru
 import numpy as np
 import pytest
 
-from live.checks import EqualityCase, equality_cases_worker, tolerance
+from live.bench.checks import EqualityCase, equality_cases_worker, tolerance
 from live.config import MoeConfig
 from live.dist import run_ranks
 

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from live.checks import EqualityCase, equality_cases_worker, tolerance
+from live.bench.checks import EqualityCase, equality_cases_worker, tolerance
 from live.config import MoeConfig
 from live.dist import run_ranks
 

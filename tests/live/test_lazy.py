@@ -15,7 +15,7 @@ def test_computes_once_on_first_read_and_resets():
     assert lazy.value is lazy.value and calls == [1]
     lazy.reset()
     assert not lazy.is_computed
-    lazy.value
+    assert lazy.value == {3: "a", 5: "b"}
     assert calls == [1, 1]
 
 

@@ -189,7 +189,7 @@ def test_cpu_profile_is_not_applied_to_a_gpu_cluster(tmp_path):
     write_records(records, path, append=False)
     profile = calibrate([path]).profile
     assert profile.hardware == "cpu" and profile.components["torch/dispatch"].source == "fit"
-    from epsim.cost.model import ProfileHardwareWarning
+    from epsim.cost import ProfileHardwareWarning
     with pytest.warns(ProfileHardwareWarning, match="measured on cpu"):
         CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=2),
                   profile)
@@ -249,10 +249,10 @@ def test_fp8_dispatch_gets_its_own_dispatch_combine_and_experts_components(tmp_p
                                                    dispatch_dtype="fp8"), profile)
     bf16 = CostModel(model, cluster, DeploymentSpec(ep_size=2, moe_a2a_backend="mooncake",
                                                     dispatch_dtype="bf16"), profile)
-    assert fp8.comm_params[("dispatch", "")]["base_us"] == pytest.approx(260.0, rel=1e-3)
-    assert bf16.comm_params[("dispatch", "")]["base_us"] == pytest.approx(200.0, rel=1e-3)
-    assert fp8.comm_params[("combine", "")] == bf16.comm_params[("combine", "")]
-    assert fp8.experts_params["base_us"] == pytest.approx(1000.0, rel=1e-3)
+    assert fp8.params.eager.dispatch[""].params["base_us"] == pytest.approx(260.0, rel=1e-3)
+    assert bf16.params.eager.dispatch[""].params["base_us"] == pytest.approx(200.0, rel=1e-3)
+    assert fp8.params.eager.combine[""].params == bf16.params.eager.combine[""].params
+    assert fp8.params.eager.experts.params["base_us"] == pytest.approx(1000.0, rel=1e-3)
 
 
 def test_component_lookup_falls_back_part_by_part():

@@ -144,15 +144,15 @@ def test_block_ops_are_counted_once(block_profile, backend, parts):
     model = get_model("Qwen3-30B-A3B")
     cm = CostModel(model, ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=8, moe_a2a_backend=backend),
                    Profile.load(block_profile))
-    assert cm.block_ops_parts[False] == cm.block_ops_parts[True] == parts
+    assert cm.params.graph.block_ops_parts == cm.params.eager.block_ops_parts == parts
     tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
     tokens = np.full(8, 256.0)
     moe = cm.moe(np.full((1, 128), 8 * 256 * 8 / 128), tokens, tables, graph=True)
     expected = block_ops_us(tokens[None], moe.traffic.pairs, 2048, 128, 8,
-                            cm.block_ops_params[False], parts)
+                            cm.params.graph.block_ops.params, parts)
     assert moe.block_ops_us == pytest.approx(expected)
     eager = cm.moe(np.full((1, 128), 8 * 256 * 8 / 128), tokens, tables, graph=False)
-    host = cm.block_ops_timings[True].host_us
+    host = cm.params.eager.block_ops.host_us
     assert host > 100 and eager.block_ops_us == pytest.approx(expected + host)
 
 

@@ -272,13 +272,13 @@ def test_profile_overrides_datasheet_defaults_and_hardware_mismatch_warns():
     fitted = Profile(name="fit", hardware="H200", components={
         "torch/dispatch": Component(params={"base_us": 99.0, "nvl_gbps": 10.0}, source="fit")})
     slow = CostModel(model, cluster, dep, fitted)
-    assert slow.comm_params[("dispatch", "")]["rdma_gbps"] == comm_defaults("torch", "", cluster)["rdma_gbps"]
+    assert slow.params.eager.dispatch[""].params["rdma_gbps"] == comm_defaults("torch", "", cluster)["rdma_gbps"]
     a, b = datasheet.moe(loads, tokens, tables), slow.moe(loads, tokens, tables)
     assert b.dispatch_us[0] > a.dispatch_us[0] and b.combine_us[0] == a.combine_us[0]
     with pytest.warns(ProfileHardwareWarning, match="measured on H200; the cluster is B200"):
         other = CostModel(model, ClusterSpec(gpu="B200"), dep, fitted)
     b200_defaults = comm_defaults("torch", "", ClusterSpec(gpu="B200"))
-    assert other.comm_params[("dispatch", "")] == b200_defaults
+    assert other.params.eager.dispatch[""].params == b200_defaults
 
 
 def test_none_backend_is_allgather_plus_allreduce():
@@ -287,8 +287,8 @@ def test_none_backend_is_allgather_plus_allreduce():
     tokens = np.full(8, 100.0)
     moe = cm.moe(np.full((1, 128), 800 * 8 / 128), tokens, tables)
     hidden_bytes = 800 * 2048 * 2
-    np.testing.assert_allclose(moe.dispatch_us, collective_us(hidden_bytes, 8, 1, 1, cm.collective_params))
-    np.testing.assert_allclose(moe.combine_us, collective_us(hidden_bytes, 8, 1, 2, cm.collective_params))
+    np.testing.assert_allclose(moe.dispatch_us, collective_us(hidden_bytes, 8, 1, 1, cm.params.collectives.allreduce))
+    np.testing.assert_allclose(moe.combine_us, collective_us(hidden_bytes, 8, 1, 2, cm.params.collectives.allreduce))
 
 
 # -- measurement records ------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def test_predict_record_matches_the_simulator_models():
                         np.array([64.0, 32.0]), ExpertGemm(2048, 768, 3 * 2048 * 768 * 2.0),
                         CostModel(
                             get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=2),
-                            profile).experts_params)
+                            profile).params.eager.experts.params)
     assert predict_record(experts, profile) == pytest.approx(float(direct))
     layer = _record("moe_layer", backend="mooncake", send_tokens_per_rank=[900.0, 1000.0],
                     recv_tokens_per_rank=[1000.0, 900.0], local_expert_tokens=[[10.0] * 64] * 2)
@@ -320,7 +320,7 @@ def test_predict_record_matches_the_simulator_models():
     allreduce = _record("allreduce", backend="none")
     assert predict_record(allreduce, profile) == pytest.approx(float(collective_us(
         2 * 256 * 2048 * 2.0, 2, 1, 2, CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"),
-                                                   DeploymentSpec(ep_size=2), profile).collective_params)))
+                                                   DeploymentSpec(ep_size=2), profile).params.collectives.allreduce)))
 
 
 def test_predict_record_errors_name_the_problem():

@@ -152,7 +152,7 @@ def test_single_gpu_kernel_fits_cost_attention_and_dense_parts():
         "any/dense/graph": _comp(**dense)})
     m = get_model("DeepSeek-V3")
     cm = CostModel(m, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), profile)
-    assert cm.attention_kernels is not None and cm.dense_params is not None
+    assert cm.params.attention.kernels is not None and cm.params.dense is not None
     batch = BatchCounts.uniform_decode(32, 64, 4096.0)
     slower = Profile(name="slow", hardware="H200", components={
         **profile.components, "any/attention_decode/graph": _comp(**{**kernel, "base_us": 60.0})})

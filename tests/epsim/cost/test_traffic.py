@@ -7,7 +7,8 @@ import pytest
 
 from epsim.eplb import Placement
 from epsim.cost.tables import build_tables, contiguous_placement
-from epsim.cost.traffic import count_traffic, rank_sum
+from epsim.cost.groups import rank_sum
+from epsim.cost.traffic import count_traffic
 from epsim.errors import PlacementError, SpecError
 
 

@@ -21,7 +21,8 @@ RATES = [100, 400]
 def per_rate(tmp_path_factory):
     out = tmp_path_factory.mktemp("answers")
     scenario = write_tiny_scenario(out)
-    result = run_plan(scenario, ["deployment.ep_size=2,4,8", f"workload.arrivals.rate_per_s={','.join(map(str, RATES))}"],
+    rates = f"workload.arrivals.rate_per_s={','.join(map(str, RATES))}"
+    result = run_plan(scenario, ["deployment.ep_size=2,4,8", rates],
                       constraints=["tpot_ms.p99<=40"], workers=1, progress=False, out=out / "res")
     return scenario, out, result
 

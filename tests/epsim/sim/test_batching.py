@@ -38,13 +38,13 @@ def test_decode_mode_first_token_and_completion():
     reqs = _requests([0.0, 0.0], [5, 5], [1, 3])
     sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=100, mode="decode")
     _step(sched, 0.0, 1.0)
-    assert sched.first_token_s.tolist() == [1.0, 1.0]
-    assert sched.finish_s[0] == 1.0 and np.isnan(sched.finish_s[1])
+    assert sched.state.first_token_s.tolist() == [1.0, 1.0]
+    assert sched.state.finish_s[0] == 1.0 and np.isnan(sched.state.finish_s[1])
     _step(sched, 1.0, 2.0)
     _step(sched, 2.0, 3.0)
-    assert sched.finish_s[1] == 3.0
+    assert sched.state.finish_s[1] == 3.0
     assert sched.occupied.tolist() == [0]
-    assert sched.output_tokens_done == 4
+    assert sched.state.output_tokens_done == 4
 
 
 def test_chunked_prefill_is_fcfs_within_the_budget():
@@ -58,11 +58,11 @@ def test_chunked_prefill_is_fcfs_within_the_budget():
     np.testing.assert_allclose(second.batch.prefill_tokens, [80])       # 50 + 30
     # second chunk of request 0: 50 queries over a 100-token prefix
     assert second.batch.prefill_pairs[0] == 50 * 100 + 50 * 51 / 2 + 30 * 31 / 2
-    assert sched.first_token_s.tolist() == [2.0, 2.0]
+    assert sched.state.first_token_s.tolist() == [2.0, 2.0]
     third = _step(sched, 2.0, 3.0)
     assert third.batch.phase == "decode"
     np.testing.assert_allclose(third.batch.decode_tokens, [2])
-    assert sched.finish_s.tolist() == [3.0, 3.0]
+    assert sched.state.finish_s.tolist() == [3.0, 3.0]
 
 
 def test_prefill_stalls_decode_unless_mixed_chunk():
@@ -81,8 +81,8 @@ def test_prefill_instance_ends_requests_at_the_first_token():
     sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=32, mode="prefill")
     assert _step(sched, 0.0, 1.0).batch.phase == "prefill"
     _step(sched, 1.0, 2.0)
-    assert sched.first_token_s[0] == 2.0 and sched.finish_s[0] == 2.0
-    assert sched.input_tokens_done == 40
+    assert sched.state.first_token_s[0] == 2.0 and sched.state.finish_s[0] == 2.0
+    assert sched.state.input_tokens_done == 40
 
 
 def test_initial_requests_are_placed_part_way():
@@ -94,8 +94,8 @@ def test_initial_requests_are_placed_part_way():
     # progress is capped so every initial request still has a token to make
     np.testing.assert_array_equal(np.sort(sched.out_left[sched.slot_req >= 0]), [1, 1, 3, 5])
     _step(sched, 0.0, 1.0)
-    assert np.isfinite(sched.finish_s).sum() == 2
-    assert sched.is_initial.all()
+    assert np.isfinite(sched.state.finish_s).sum() == 2
+    assert sched.state.is_initial.all()
 
 
 def test_dead_rank_admits_and_runs_nothing():
@@ -126,17 +126,17 @@ def test_context_sums_follow_the_slots_in_every_mode(rng):
                 sched.route_to(np.array([True, False, True]), now)
             now += 0.01
             sched.commit(plan, now)
-            np.testing.assert_array_equal(sched.context_sum, sched.context.sum(axis=1),
+            np.testing.assert_array_equal(sched.state.context_sum, sched.context.sum(axis=1),
                                           err_msg=f"{mode} mixed={mixed} step {step}")
 
 
 def _scheduler_state(sched: Scheduler) -> dict:
     gaps = sched.window_gaps()
     return {"context": sched.context, "out_left": sched.out_left, "slot_req": sched.slot_req,
-            "context_sum": sched.context_sum, "occupied": sched.occupied,
-            "first": sched.first_token_s, "finish": sched.finish_s, "lost": sched.lost,
+            "context_sum": sched.state.context_sum, "occupied": sched.occupied,
+            "first": sched.state.first_token_s, "finish": sched.state.finish_s, "lost": sched.state.lost,
             # a free slot's last-token time is never read again (admission resets it)
-            "last_s": np.where(sched.slot_req >= 0, sched.clock.last_s, -1.0),
+            "last_s": np.where(sched.slot_req >= 0, sched.state.clock.last_s, -1.0),
             "count": gaps.count, "span": gaps.span_s}
 
 
@@ -157,8 +157,8 @@ def test_decode_path_keeps_the_bits_of_the_per_slot_one(rng, fail_planned_alive)
         sched = Scheduler(reqs, num_ranks=4, max_running=24, chunk_tokens=64, mode="decode",
                           initial=init, initial_progress=progress, window_start_s=0.5)
         if per_slot:
-            sched._leave_lazy()                     # the per-slot arrays from the start
-        assert sched._lazy is not per_slot
+            sched.leave_decode_path()              # the per-slot arrays from the start
+        assert (sched.decode_path is not None) is not per_slot
         now, seen = 0.0, []
         for step in range(400):
             if step == 100:
@@ -175,7 +175,7 @@ def test_decode_path_keeps_the_bits_of_the_per_slot_one(rng, fail_planned_alive)
             gaps = sched.commit(plan, now)
             seen.append((plan.batch.decode_tokens.tolist(), plan.batch.decode_context.tolist(),
                          gaps.count, gaps.mean_s, gaps.max_s))
-        assert sched._lazy is False                   # the failure ends the decode path
+        assert sched.decode_path is None              # the failure ends the decode path
         seen.append(_scheduler_state(sched))
         runs.append(seen)
     lazy, per_slot = runs

@@ -18,6 +18,7 @@ from tests.epsim.sim.test_engine import tiny_scenario
 from tests.epsim.sim.test_eplb_process import DATASHEET
 
 FAIL_S, BACK_S = 0.1, 0.1
+DETECT_S = 0.01      # the dispatch timeout, short so that the outage has passes to look at
 
 
 def failing_scenario(deployment=None, workload=None):
@@ -27,6 +28,7 @@ def failing_scenario(deployment=None, workload=None):
         deployment={"enable_eplb": True, "ep_num_redundant_experts": 16, "disaggregation_mode": "decode",
                     "max_running_requests": 32, "eplb_rebalance_num_iterations": 100_000,
                     "failures": [{"at_s": FAIL_S, "rank": 1, "recover_after_s": BACK_S}],
+                    "moe_dispatch_timeout_s": DETECT_S,
                     **(deployment or {})},
         workload={"initial_running_per_rank": 32, "arrivals": {"kind": "poisson", "rate_per_s": 4000.0},
                   "duration_s": 0.3, "warmup_s": 0.0, **(workload or {})})
@@ -42,7 +44,8 @@ def run(scenario):
 
 def test_failure_masks_the_rank_and_recovery_restores_it():
     sim, res, seen = run(failing_scenario())
-    during = [(tokens, pairs) for t, tokens, pairs in seen if FAIL_S + 0.005 < t < FAIL_S + BACK_S]
+    during = [(tokens, pairs) for t, tokens, pairs in seen
+              if FAIL_S + DETECT_S + 0.005 < t < FAIL_S + BACK_S]
     after = [(tokens, pairs) for t, tokens, pairs in seen if t > FAIL_S + BACK_S + 0.005]
     before = [(tokens, pairs) for t, tokens, pairs in seen if t < FAIL_S]
     assert during and after and before
@@ -58,8 +61,9 @@ def test_failure_masks_the_rank_and_recovery_restores_it():
     fail, back = res.elastic_events
     assert (fail["kind"], fail["rank"], fail["num_alive"], back["kind"], back["num_alive"]) == \
         ("failure", 1, 3, "recovery", 4)
-    assert fail["reloaded_experts"] == 0 and fail["stall_us"] == 0
-    assert [label for _, _, label in res.stalls] == ["eplb", "eplb"]
+    assert fail["reloaded_experts"] == 0 and fail["stall_us"] == fail["detection_us"] == DETECT_S * 1e6
+    # the failure's detection and the rebalance onto the survivors stop the same pass
+    assert [label for _, _, label in res.stalls] == ["failure detection+eplb", "eplb"]
 
 
 def test_failed_rank_loses_its_requests_and_later_arrivals_avoid_it():
@@ -94,8 +98,10 @@ def test_lost_experts_are_reloaded_and_serving_stalls_for_the_slowest_survivor()
     changed = expected != trivial[:, live]                             # [layers, live slots]
     per_rank = changed.reshape(4, 3, 6).sum(axis=(0, 2))               # survivors 0, 2, 3
     stall_us = per_rank.max() * sc.model.expert_bytes / (10.0 * 1e3)
-    assert fail["reloaded_experts"] == 16 and fail["stall_us"] == pytest.approx(stall_us)
-    assert res.stalls[0][2] == "expert reload" and res.stalls[0][1] == pytest.approx(stall_us)
+    assert fail["reloaded_experts"] == 16
+    assert fail["stall_us"] == pytest.approx(DETECT_S * 1e6 + stall_us)
+    assert res.stalls[0][2] == "failure detection+expert reload"
+    assert res.stalls[0][1] == pytest.approx(DETECT_S * 1e6 + stall_us)
     np.testing.assert_array_equal(p2l[:, live], expected)
     np.testing.assert_array_equal(p2l[:, 6:12], trivial[:, 6:12])        # rank 1 kept its slots
 
@@ -132,7 +138,7 @@ def test_scheduler_drop_and_reroute():
     sched.plan(0.5)                                                   # requests 0..5 arrived
     assert sched.arrived(0.5).tolist() == [2, 2, 2]
     lost = sched.drop_rank(1, 0.5)
-    assert sorted(lost.tolist()) == [1, 4] and sched.occupied[1] == 0 and sched.lost[[1, 4]].all()
+    assert sorted(lost.tolist()) == [1, 4] and sched.occupied[1] == 0 and sched.state.lost[[1, 4]].all()
     sched.route_to(np.array([True, False, True]), 0.5)
     sched.plan(1.0)
     # arrivals 6..11 alternate over ranks 0 and 2; rank 1 gets none

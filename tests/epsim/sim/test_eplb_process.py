@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from epsim.eplb import Placement, rebalance_cost, rebalance_params
+from epsim.eplb.host_terms import deployment_terms, per_op_params, shipped_host_params, tensors_per_expert
 from epsim.errors import SpecError
 from epsim.profile import Profile
 from epsim.report import summarize
@@ -78,18 +79,26 @@ def test_chunked_rebalance_spans_passes_then_counts_again():
         np.testing.assert_array_equal(at_pass[i + 1:], before[i + 1:])
 
 
-def test_stop_the_world_stall_equals_rebalance_cost():
+def test_stop_the_world_stall_is_sglangs_rebalance_term_by_term():
     sc = eplb_scenario({"eplb_rebalance_num_iterations": 12, "eplb_rebalance_layers_per_chunk": 2},
                        cluster={"num_nodes": 2, "gpus_per_node": 2})
     sim, res, seen = run_with_steps(sc)
     event = res.rebalances[0]
     old = Placement.from_physical_to_logical(seen[0][1], NUM_EXPERTS, NUM_RANKS, 2)
     new = Placement.from_physical_to_logical(seen[event["step"]][1], NUM_EXPERTS, NUM_RANKS, 2)
-    expected = rebalance_cost(old, new, sc.model.expert_bytes, rebalance_params(None, sc.cluster),
-                              algorithm=sc.deployment.eplb_algorithm, layers_per_chunk=2)
-    assert expected.stall_us > 0 and expected.rdma_bytes > 0          # moves cross nodes
+    links = rebalance_params(None, sc.cluster)
+    moves = rebalance_cost(old, new, sc.model.expert_bytes,
+                           per_op_params(links, tensors_per_expert(sc.model.weight_dtype)),
+                           algorithm=None, layers_per_chunk=1)
+    assert moves.rdma_bytes > 0                                      # moves cross nodes
+    expected = deployment_terms(shipped_host_params(), links, sc.model, sc.deployment, 2,
+                                moves.chunk_us)
+    # SGLang's algorithm, the gather, per-layer plans and moves (the dispatch map with static only)
+    static = {"dispatch_map"} if sc.deployment.ep_dispatch_algorithm == "static" else set()
+    assert set(event["terms_us"]) == {"gather", "algorithm", "updater", "moves"} | static
+    assert event["terms_us"]["moves"] == pytest.approx(moves.chunk_us.sum())
     assert event["stall_us"] == pytest.approx(expected.stall_us)
-    assert event["changed_slots"] == expected.changed_slots and event["num_chunks"] == 2
+    assert event["changed_slots"] == moves.changed_slots and event["num_chunks"] == 2
     start, stall, label = res.stalls[0]
     assert (label, stall) == ("eplb", pytest.approx(expected.stall_us))
     # the next pass starts exactly one stall after the rebalancing pass ended
@@ -182,7 +191,7 @@ def test_redundancy_scenario_takes_the_busiest_gpu_from_2_5x_to_under_1_15x():
     # scenarios/eplb_redundancy_32gpu.yaml at a small size: the first rebalance after 15 passes
     root = Path(__file__).resolve().parents[3]
     sc = load_scenario(root / "scenarios" / "eplb_redundancy_32gpu.yaml",
-                       {"workload.duration_s": 2.5, "workload.warmup_s": 0.0,
+                       {"workload.duration_s": 3.2, "workload.warmup_s": 0.0,   # rebalance ~0.9 s
                         "deployment.eplb_rebalance_num_iterations": 15,
                         "deployment.expert_distribution_recorder_buffer_size": 15})
     res = simulate(sc, profile=DATASHEET)

@@ -126,7 +126,7 @@ def test_two_batch_overlap_and_datasheet_attention_leap_with_the_same_result():
     runs = run_both(scenario)
     assert_same_runs(runs)
     leapt = runs[0][0]
-    assert leapt.cost_model.attention_kernels is None
+    assert leapt.cost_model.params.attention.kernels is None
     assert leapt.leaper.num_steps > 0.8 * runs[0][1].steps["step_us"].shape[0]
 
 

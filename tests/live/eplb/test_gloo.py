@@ -2,16 +2,16 @@
 chunks and after every rebalance equal the single-device block's; slots hold their experts; a
 rebalance after an IPC weight-cache load leaves the cache untouched; a failure mid-move leaves
 the old placement serving; bad input fails before anything moves; elastic EP serves on the
-survivors. One spawn per world size runs every scenario (`live.eplb.checks`)."""
+survivors. One spawn per world size runs every scenario (`live.bench.eplb_checks`)."""
 
 import numpy as np
 import pytest
 import torch
 
-from live.checks import tolerance
+from live.bench.checks import tolerance
 from live.config import MoeConfig
 from live.dist import run_ranks
-from live.eplb.checks import EplbCase, scenarios_worker
+from live.bench.eplb_checks import EplbCase, scenarios_worker
 from live.weights import random_weights
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from live.config import MoeConfig
 from live.eplb import EplbManager, ExpertLoadRecorder, ExpertWeightUpdater, rebalance_record
 from live.errors import LiveError
 from live.model import Qwen3MoeModel
-from live.provenance import collect
+from live.bench.provenance import collect
 from live.routing import forced_routing
 from live.weights import fused_names, random_weights
 

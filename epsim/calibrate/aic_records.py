@@ -1,0 +1,280 @@
+"""aiconfigurator-core's op tables as measurement records: one converter per table.
+
+Each row becomes one `epsim.records.MeasurementRecord` (times in µs: AIC's `latency` columns
+are milliseconds, its DeepEP columns microseconds) whose provenance names the system, framework
+and version, the container image where the table's `collection_meta.yaml` gives one, the
+package version, the table file and `source: aiconfigurator`. Records go to one of two sets:
+
+  fit      what epsim's existing cost models fit (docs/aic_tables.md says which rows):
+           BF16 grouped GEMM `experts` (SGLang's fused Triton MoE, balanced routing, one GPU
+           holding every expert), `dense_mlp` composed of the two BF16 GEMMs of a SwiGLU MLP,
+           GQA `attention_decode` and `attention_prefill` (BF16 KV, no window, the kernel
+           SGLang runs on that GPU),
+           DeepEP low-latency and normal `dispatch` / `combine` (EP 8, one node), NCCL's
+           all-reduce and all-gather (the `none` backend's collectives)
+  pending  imported for the models still to come, written apart from the fit set (its `experts`
+           and `allreduce` records are kinds existing models read: fitting that file as it is
+           would pool other kernels and timings into their components):
+           every GEMM (`gemm`, all dtypes), quantised MoE (`quant_experts`), BF16 MoE of other
+           kernels, EP > 1 or MoE-TP > 1 (`experts`, intermediate size split), MLA (`mla_prefill`,
+           `mla_decode`, whole-module `wideep_*` rows too), MLA's BMMs (`mla_bmm`), activation
+           quantisation (`quantize`), SGLang's custom all-reduce (`allreduce`, graph and eager)
+What no converter can represent (power-law routed MoE rows: the table has rank 0's time but
+not its per-expert counts) is left out and counted in `notes`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from epsim.calibrate.aic_tables import AicSource, AicTable, package_version
+from epsim.records import MeasurementRecord, Provenance
+
+MS_TO_US = 1e3
+SOURCE = "aiconfigurator"
+TOKEN_DIM = 4096        # AIC's all-reduce collector shapes a message as [size / 4096, 4096]
+DEEPEP_RANKS_PER_NODE = 8                 # AIC counts a DeepEP table's node as 8 ranks
+DEEPEP_NORMAL_SMS = 20                    # DeepEP's default `Buffer.num_sms` (what SGLang runs)
+# SwiGLU dense MLPs composed from two BF16 GEMM rows: hidden sizes x intermediate sizes whose
+# GEMMs (gate+up [2I, H], down [H, I]) the gemm grid holds
+DENSE_HIDDEN = (2048, 4096, 5120, 7168)
+DENSE_INTER = (768, 1536, 2048, 3072, 6144, 8192)
+# the GQA attention kernel SGLang runs by default (Hopper: FlashAttention-3; Blackwell: TRT-LLM)
+ATTENTION_KERNEL = {"h100_sxm": "fa3", "h200_sxm": "fa3"}
+BLACKWELL_ATTENTION_KERNEL = "trtllm_mha"
+# the GQA shapes fitted: head_dim 128 (epsim's flash-kernel model, `epsim.cost.flash`), the query
+# and KV heads one GPU holds in the MoE models of the zoo, whole or split by attention TP
+ATTENTION_HEAD_DIM = 128
+ATTENTION_HEADS = (8, 16, 32, 64, 96, 128)
+ATTENTION_KV_HEADS = (1, 2, 4, 8)
+FIT_MOE_KERNEL = "sglang_fused_moe_triton"     # the one BF16 MoE kernel on every system
+BF16 = ("bfloat16", "float16", "bf16")
+# The fit grid: a fit evaluates every record's design row in each of its rounds and starts
+# (about a millisecond each), so the dense axes are thinned to powers of 4 -- tokens, GEMM
+# rows, sequences, context lengths -- which keep their whole range (what the hold-outs need).
+# Rows off the grid are left out of the fit set and counted.
+FIT_DECODE_SEQS = (1, 4, 16, 64, 256, 1024)
+FIT_PREFILL_SEQS = (1, 4, 16, 64)
+
+
+def on_grid(value: int, least: int = 1) -> bool:
+    """Whether `value` is a power of 4 (1, 4, 16, ...) of at least `least`."""
+    return value >= least and value & (value - 1) == 0 and (value.bit_length() - 1) % 2 == 0
+
+
+@dataclass
+class Imported:
+    """Records from one source: `fit` (existing models), `pending` (models to come), notes on
+    what was left out, and the tables read."""
+
+    source: AicSource
+    grid: bool = True             # thin the fit kinds to the fit grid (`on_grid`); False: all rows
+    fit: list[MeasurementRecord] = field(default_factory=list)
+    pending: list[MeasurementRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tables: list[AicTable] = field(default_factory=list)
+
+
+def provenance(table: AicTable, gpu: str, device: str) -> Provenance:
+    """Every record's provenance: where the table came from, `source: aiconfigurator`."""
+    runtime = table.runtime
+    extra = {k: v for k, v in (("image", runtime.get("image")),
+                               ("image_digest", runtime.get("image_digest")),
+                               ("collector_ref", table.meta.get("collector_ref")),
+                               ("collected_at", table.meta.get("collected_at"))) if v}
+    return Provenance(device=device or table.system, hardware=gpu, source=SOURCE,
+                      aic_system=table.system, framework=table.framework,
+                      framework_version=str(runtime.get("version") or table.version),
+                      package=f"aiconfigurator-core {package_version()}".strip(),
+                      table=table.rel, table_sha256=table.sha256, **extra)
+
+
+def _record(kind: str, prov: Provenance, median_us: float, **fields) -> MeasurementRecord:
+    fields.setdefault("backend", "local")
+    fields.setdefault("ep_size", 1)
+    fields.setdefault("num_tokens_per_rank", 0)
+    fields.setdefault("hidden_size", 0)
+    fields.setdefault("timing", "device")
+    return MeasurementRecord(kind=kind, median_us=median_us, provenance=prov, **fields)
+
+
+def balanced_counts(num_tokens: int, num_experts: int, top_k: int) -> np.ndarray:
+    """[experts] pairs per expert under AIC's `balanced` routing (its collectors' helper
+    `balanced_logits`): choice i of token t takes expert `(t + i s) mod E` when T >= s, else
+    `floor(t s / T + i s) mod E`, with stride `s = ceil(E / k)`; deterministic."""
+    stride = math.ceil(num_experts / top_k)
+    t = np.arange(num_tokens, dtype=np.float64)[:, None]
+    i = np.arange(top_k, dtype=np.float64)[None, :]
+    if num_tokens >= stride:
+        chosen = (t + i * stride) % num_experts
+    else:
+        chosen = np.floor(t * stride / num_tokens + i * stride) % num_experts
+    return np.bincount(chosen.astype(np.int64).ravel(), minlength=num_experts).astype(np.float64)
+
+
+# -- MoE ------------------------------------------------------------------------------------------
+def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
+    """`moe_perf`: rank 0 of an EP group runs its `E / ep` local experts on the pairs the
+    group's `num_tokens` tokens route to them (AIC's collector), intermediate split by MoE-TP."""
+    skipped = off = 0
+    for row in frame.itertuples(index=False):
+        if row.distribution != "balanced":
+            skipped += 1
+            continue
+        ep, tp, e, k = int(row.moe_ep_size), int(row.moe_tp_size), int(row.num_experts), int(row.topk)
+        tokens = int(row.num_tokens)
+        counts = balanced_counts(tokens, e, k).reshape(ep, e // ep)          # [ranks, local]
+        bf16 = row.moe_dtype in BF16
+        record = _record(
+            "experts" if bf16 else "quant_experts", prov, float(row.latency) * MS_TO_US,
+            ep_size=ep, num_tokens_per_rank=-(-tokens // ep), hidden_size=int(row.hidden_size),
+            moe_intermediate_size=int(row.inter_size) // tp, num_experts=e,
+            num_local_experts=e // ep, top_k=k, moe_tp_size=tp,
+            weight_dtype="bf16" if bf16 else str(row.moe_dtype), skew={"kind": "balanced"},
+            local_expert_tokens=counts.tolist(), expert_tokens_per_rank=counts.sum(axis=1).tolist(),
+            extra={"measured_rank": 0, "num_tokens": tokens, "inter_size": int(row.inter_size),
+                   "kernel": str(row.kernel_source), "rows": float(counts[0].sum())})
+        # fitted: one GPU holding every expert. With EP > 1 AIC's collector masks the remote
+        # slots of rank 0's tokens (-1), and the fused Triton path still runs its alignment,
+        # activation and sum over all `T x k` slots: work the grouped-GEMM model has no term for
+        fit = bf16 and tp == 1 and ep == 1 and row.kernel_source == FIT_MOE_KERNEL
+        if fit and out.grid and not on_grid(tokens):
+            off += 1
+            continue
+        (out.fit if fit else out.pending).append(record)
+    if off:
+        out.notes.append(f"{table.rel}: {off} fit-kind rows off the fit grid (tokens not a power "
+                         f"of 4) not imported")
+    if skipped:
+        out.notes.append(f"{table.rel}: {skipped} power-law rows not imported (rank 0's per-expert "
+                         f"counts are not in the table)")
+
+
+def wideep_moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
+    """`wideep_{context,generation}_moe_perf`: SGLang's DeepEP MoE runner (fp8_block) on rank 0
+    of an EP group; routing by distribution name only (no counts): pending, as measured."""
+    for row in frame.itertuples(index=False):
+        out.pending.append(_record(
+            "quant_experts", prov, float(row.latency) * MS_TO_US, ep_size=int(row.moe_ep_size),
+            num_tokens_per_rank=int(row.num_tokens), hidden_size=int(row.hidden_size),
+            moe_intermediate_size=int(row.inter_size) // int(row.moe_tp_size),
+            num_experts=int(row.num_experts), top_k=int(row.topk),
+            moe_tp_size=int(row.moe_tp_size), weight_dtype=str(row.moe_dtype),
+            skew={"kind": str(row.distribution)},
+            extra={"kernel": str(row.kernel_source), "phase": str(row.op_name),
+                   "counts": "not in the table"}))
+
+
+# -- GEMM -----------------------------------------------------------------------------------------
+def gemm_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
+    """`gemm_perf`: every row a pending `gemm`; BF16 pairs make `dense_mlp` fit records: a
+    SwiGLU MLP of width I on hidden H is its gate+up GEMM `[m, H] x [H, 2I]` then its down GEMM
+    `[m, I] x [I, H]` (the SwiGLU between them, a small elementwise kernel, is not in the
+    table: a stated part of the fit's base time missing), at rows m on the fit grid."""
+    bf16 = {}
+    for row in frame.itertuples(index=False):
+        m, n, k = int(row.m), int(row.n), int(row.k)
+        dtype = "bf16" if row.gemm_dtype in BF16 else str(row.gemm_dtype)
+        us = float(row.latency) * MS_TO_US
+        out.pending.append(_record("gemm", prov, us, num_tokens_per_rank=m, hidden_size=k,
+                                   intermediate_size=n, weight_dtype=dtype,
+                                   extra={"kernel": str(row.kernel_source)}))
+        if dtype == "bf16":
+            bf16[(m, n, k)] = (us, str(row.kernel_source))
+    for h in DENSE_HIDDEN:
+        for i in DENSE_INTER:
+            for m in sorted({m for (m, n, k) in bf16
+                             if n == 2 * i and k == h and (on_grid(m) or not out.grid)}):
+                up, down = bf16.get((m, 2 * i, h)), bf16.get((m, h, i))
+                if up is None or down is None:
+                    continue
+                out.fit.append(_record(
+                    "dense_mlp", prov, up[0] + down[0], num_tokens_per_rank=m, hidden_size=h,
+                    intermediate_size=i, weight_dtype="bf16",
+                    extra={"kernel": up[1], "composed_from": [[m, 2 * i, h], [m, h, i]],
+                           "gemm_us": [up[0], down[0]],
+                           "note": "two GEMM rows timed apart; the SwiGLU kernel not included"}))
+
+
+# -- attention ------------------------------------------------------------------------------------
+def attention_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
+    """`{context,generation}_attention_perf`: GQA over `num_heads` query and
+    `num_key_value_heads` KV heads on one GPU. Fitted: BF16 KV, full attention (window 0), the
+    kernel SGLang runs on the GPU (`ATTENTION_KERNEL`), the GQA shapes of `ATTENTION_HEADS` x
+    `ATTENTION_KV_HEADS` at head_dim 128, on the fit grid (`FIT_*_SEQS`, contexts a power of
+    4 from 16); other rows are left out (counted)."""
+    kernel = ATTENTION_KERNEL.get(table.system, BLACKWELL_ATTENTION_KERNEL)
+    decode = table.name.startswith("generation")
+    left = 0
+    for row in frame.itertuples(index=False):
+        heads, kv = int(row.num_heads), int(row.num_key_value_heads)
+        if (row.kernel_source != kernel or row.kv_cache_dtype not in BF16
+                or row.attn_dtype not in BF16 or int(row.window_size) != 0
+                or int(row.head_dim) != ATTENTION_HEAD_DIM or heads not in ATTENTION_HEADS
+                or kv not in ATTENTION_KV_HEADS or heads <= kv):
+            left += 1
+            continue
+        context = int(row.isl) + int(row.step) if decode else int(row.isl)
+        seqs = int(row.batch_size)
+        if out.grid and (seqs not in (FIT_DECODE_SEQS if decode else FIT_PREFILL_SEQS)
+                         or not on_grid(context, 16)):
+            left += 1
+            continue
+        out.fit.append(_record(
+            "attention_decode" if decode else "attention_prefill", prov,
+            float(row.latency) * MS_TO_US, num_tokens_per_rank=seqs if decode else seqs * context,
+            num_attention_heads=heads, num_kv_heads=kv, head_dim=int(row.head_dim),
+            num_seqs=seqs, context_len=context, kv_cache_dtype="bf16",
+            extra={"kernel": str(row.kernel_source)}))
+    if left:
+        out.notes.append(f"{table.rel}: {left} rows not imported (FP8 KV or attention, sliding "
+                         f"windows, kernels other than {kernel}, other head shapes, off the "
+                         f"fit grid)")
+
+
+def mla_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
+    """`{context,generation}_mla_perf` (the attention kernel) and `wideep_*_mla_perf` (the whole
+    attention module with its projections): pending `mla_prefill` / `mla_decode`."""
+    decode = "generation" in table.name
+    scope = "module" if table.name.startswith("wideep") else "kernel"
+    for row in frame.itertuples(index=False):
+        context = int(row.isl) + int(row.step) if decode else int(row.isl)
+        seqs = int(row.batch_size)
+        extra = {"kernel": str(row.kernel_source), "scope": scope}
+        for name in ("model", "gemm_type"):
+            if hasattr(row, name):
+                extra[name] = str(getattr(row, name))
+        out.pending.append(_record(
+            "mla_decode" if decode else "mla_prefill", prov, float(row.latency) * MS_TO_US,
+            num_tokens_per_rank=seqs if decode else seqs * context,
+            num_attention_heads=int(row.num_heads), num_seqs=seqs, context_len=context,
+            tp_size=int(row.tp_size), weight_dtype=str(row.mla_dtype),
+            kv_cache_dtype=str(row.kv_cache_dtype), extra=extra))
+
+
+def mla_bmm_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
+    """`mla_bmm_perf`: the absorbed-weight BMMs before (`mla_gen_pre`) and after the kernel."""
+    for row in frame.itertuples(index=False):
+        out.pending.append(_record(
+            "mla_bmm", prov, float(row.latency) * MS_TO_US, num_tokens_per_rank=int(row.num_tokens),
+            num_attention_heads=int(row.num_heads), weight_dtype=str(row.bmm_dtype),
+            extra={"op": str(row.op_name), "kernel": str(row.kernel_source)}))
+
+
+def quantize_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
+    """`scale_matrix_perf`, `computescale_perf`: activation quantisation of `[m, k]`; rows timed
+    at 0 (below the timer) are left out."""
+    zero = 0
+    for row in frame.itertuples(index=False):
+        if not float(row.latency) > 0:
+            zero += 1
+            continue
+        out.pending.append(_record(
+            "quantize", prov, float(row.latency) * MS_TO_US, num_tokens_per_rank=int(row.m),
+            hidden_size=int(row.k), weight_dtype=str(row.quant_dtype),
+            extra={"op": str(row.op_name), "kernel": str(row.kernel_source)}))
+    if zero:
+        out.notes.append(f"{table.rel}: {zero} rows with latency 0 not imported")

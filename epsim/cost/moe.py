@@ -1,0 +1,117 @@
+"""The MoE layers of one (micro-)batch: traffic -> dispatch, experts, combine and block ops.
+
+An MoE layer in EP is bulk-synchronous (docs/model.md):
+
+    layer_us = dispatch + experts (slowest rank) + combine + block ops + sync
+
+`moe_cost` prices every MoE layer of a batch from its `[layers, experts]` loads with a
+deployment's `CostParams` (`CostModel.moe` calls it); the fast engine prices many steps' loads
+at once and reads one `MoECost` for many steps, so what it derives is computed once per object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from epsim.cost.block_ops import block_ops_us
+from epsim.cost.comm import comm_us
+from epsim.cost.experts import even_experts_us
+from epsim.cost.params import CostParams
+from epsim.cost.tables import PlacementTables
+from epsim.cost.tp import none_collectives_us
+from epsim.cost.traffic import Traffic, count_traffic
+from epsim.cost.transport import network_us
+
+
+def layer_defaults() -> dict[str, float]:
+    """Parameters of `<backend>/moe_layer`: `sync_us`, what a whole MoE layer adds to its
+    dispatch, experts and combine timed apart (ranks reaching each collective at different
+    times; negative where stages overlap). The live bench measures it; unmeasured, 0."""
+    return {"sync_us": 0.0}
+
+
+@dataclass(frozen=True, eq=False)
+class MoECost:
+    """Dispatch, expert and combine time of every MoE layer, `[layers]` microseconds
+    (`sync_us`: what the whole layer adds to the three, see `layer_defaults`)."""
+
+    dispatch_us: np.ndarray
+    experts_us: np.ndarray
+    combine_us: np.ndarray
+    traffic: Traffic
+    mode: str
+    sync_us: float = 0.0
+    network_us: np.ndarray | float = 0.0    # the fabric's part of each dispatch and combine
+    # the block's own ops the three stages do not hold (router; permute and weighting where
+    # the experts component is the bare grouped GEMM): `StepKindParams.block_ops_parts`
+    block_ops_us: np.ndarray | float = 0.0
+
+    @property
+    def layer_us(self) -> np.ndarray:
+        return (self.dispatch_us + self.experts_us + self.combine_us + self.block_ops_us
+                + self.sync_us)
+
+    # derived once per object: the fast engine prices one MoECost for many steps
+    @cached_property
+    def comm_us(self) -> np.ndarray:
+        """[layers] dispatch + combine."""
+        return self.dispatch_us + self.combine_us
+
+    @cached_property
+    def stage_rows(self) -> np.ndarray:
+        """[3, layers] dispatch, experts, combine as rows."""
+        return np.stack([self.dispatch_us, self.experts_us, self.combine_us])
+
+    @cached_property
+    def sums(self) -> tuple[float, float, float, float]:
+        """(dispatch, experts, combine, network) summed over layers (µs)."""
+        network = float(np.sum(self.network_us))
+        if np.ndim(self.network_us) == 0:
+            network *= self.experts_us.shape[-1]
+        return (float(self.dispatch_us.sum()), float(self.experts_us.sum()),
+                float(self.combine_us.sum()), network)
+
+    @cached_property
+    def block_ops_sum(self) -> float:
+        """Block ops summed over layers (µs)."""
+        if np.ndim(self.block_ops_us) == 0:
+            return float(self.block_ops_us) * self.experts_us.shape[-1]
+        return float(np.sum(self.block_ops_us))
+
+
+def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
+             tables: PlacementTables, mode: str, fraction: float = 1.0,
+             graph: bool = False) -> MoECost:
+    """Dispatch, experts, combine and block ops of every MoE layer for one (micro-)batch.
+
+    Args:
+        loads: [layers, experts] token-expert pairs of the whole batch (or [draws, layers,
+            experts]: each draw priced alone, every result with a leading draws axis).
+        tokens_per_rank: [ranks] tokens each EP rank dispatches (whole batch).
+        mode: the DeepEP kernel mode ("" for other backends; `CostParams.kernel_modes`).
+        fraction: the micro-batch's share of the batch (two-batch overlap: 0.5).
+        graph: a CUDA-graph replay (device time only, `.../graph` components).
+    """
+    m, step = params.model, params.step(graph)
+    tr = count_traffic(loads, tokens_per_rank, tables, params.dedup[mode], fraction,
+                       params.max_nodes_per_token)
+    expert = even_experts_us(tr.pairs, tr.active_experts, params.gemm,
+                             step.experts.params) + step.experts.host_us
+    own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
+    block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
+                         step.block_ops.params, step.block_ops_parts) + step.block_ops.host_us
+    if params.backend == "none":
+        # all-gather and all-reduce over the tp_size GPUs (`epsim.cost.tp`; MoE-TP's reduce)
+        gather, reduce = none_collectives_us(params, tr.num_tokens, graph)
+        dispatch = np.full(expert.shape, gather)       # [layers] (or [steps, layers])
+        combine = np.full(expert.shape, reduce)
+        return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, block_ops_us=block)
+    send, back = step.dispatch[mode], step.combine[mode]
+    dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes) + send.host_us
+    combine = comm_us(tr, back.bytes_per_copy, back.params, params.l2_bytes) + back.host_us
+    fabric = network_us(tr, params.transport)
+    dispatch, combine = dispatch + fabric, combine + fabric
+    return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, fabric, block)

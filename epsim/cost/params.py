@@ -1,0 +1,240 @@
+"""CostParams: every coefficient a deployment's prices read, frozen, grouped the way a step
+reads them (`epsim.cost.resolve.resolve_params` builds it from a Profile in one step).
+
+The `CostModel` built on it only prices. New terms slot in as new fields:
+  eager, graph      `StepKindParams`: what an eager step (device + host) and a CUDA-graph replay
+                    (device only) read — dispatch and combine per kernel mode, experts, block ops
+                    (`StageParams`: timing + coefficients each), which block ops are added, sync
+  collectives       `none/allreduce` and `none/allgather` (the `none` backend, TP attention)
+  attention         the datasheet roofline and the fitted decode / prefill kernels
+  dense, overhead   the fitted dense-MLP kernel (or None) and the per-step overhead
+  ranks and path    EP ranks, nodes, TP size, DeepEP kernel mode per phase, copy counting per
+                    mode, the transport path over the network, group-limited routing's cap
+  fitted ranges     the token range of every fitted component used, and what lies outside
+  parallel, tp_collectives   the layout (attention TP / DP, EP, MoE-TP; `epsim.spec.parallel`)
+                    and SGLang's all-reduce by algorithm (`epsim.cost.allreduce`, `tp.py`)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from epsim.cost.experts import ExpertGemm
+from epsim.cost.timing import StageTiming
+from epsim.cost.transport import TransportPath
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
+from epsim.spec.parallel import Parallel
+
+Coefficients = Mapping[str, float]      # a component's parameters, read-only
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """One stage of an MoE layer in one step kind.
+
+    Attributes:
+        timing: where its time comes from (`StageTiming`: the component, device-only or
+            eager-timed, the host overhead an eager step adds).
+        params: the component's coefficients over the datasheet defaults.
+        bytes_per_copy: bytes one token copy carries (dispatch and combine; 0 otherwise).
+    """
+
+    timing: StageTiming
+    params: Coefficients
+    bytes_per_copy: float = 0.0
+
+    @property
+    def host_us(self) -> float:
+        """Host overhead the stage adds per call (0 in a CUDA-graph step), µs."""
+        return self.timing.host_us
+
+
+@dataclass(frozen=True)
+class StepKindParams:
+    """What the MoE layers of one kind of step read: a CUDA-graph replay (`graph`, device time)
+    or an eager step (device time + host overhead).
+
+    Attributes:
+        dispatch, combine: by DeepEP kernel mode ("" for other backends); empty for `none`.
+        experts: the routed experts' grouped GEMM.
+        block_ops: the block's own ops (router, permute, top-k weighting).
+        block_ops_parts: the block ops a step adds on its own: the router; the permute and
+            weighting too where the experts stage is the bare grouped GEMM (docs/model.md).
+        sync_us: what a whole MoE layer adds to its stages timed apart
+            (`epsim.cost.moe.layer_defaults`).
+        host_rows: by kernel mode, [3] float64 host µs of dispatch, experts and combine in one
+            layer (read-only; the ledger's `*_host` columns).
+    """
+
+    graph: bool
+    dispatch: Mapping[str, StageParams]
+    combine: Mapping[str, StageParams]
+    experts: StageParams
+    block_ops: StageParams
+    block_ops_parts: tuple[str, ...]
+    sync_us: float
+    host_rows: Mapping[str, np.ndarray]
+
+    def stage(self, kind: str, mode: str = "") -> StageParams | None:
+        """The `kind` stage ("dispatch", "combine", "experts") in kernel `mode` (experts have
+        none), or None (`none` has no all-to-all stages)."""
+        if kind == "experts":
+            return self.experts
+        return (self.dispatch if kind == "dispatch" else self.combine).get(mode)
+
+    @property
+    def comm_stages(self) -> tuple[StageParams, ...]:
+        """Every dispatch and combine stage, all kernel modes."""
+        return (*self.dispatch.values(), *self.combine.values())
+
+
+@dataclass(frozen=True)
+class CollectiveParams:
+    """NCCL collectives: `allreduce` (`none/allreduce`: the `none` backend's combine, TP
+    attention's all-reduce) and `allgather` (`none/allgather` over allreduce's: the `none`
+    backend's dispatch)."""
+
+    allreduce: Coefficients
+    allgather: Coefficients
+
+
+@dataclass(frozen=True)
+class AttentionParams:
+    """One layer's attention.
+
+    Attributes:
+        roofline: `any/attention`, the datasheet roofline used where no kernel fits.
+        decode, prefill: the fitted kernels `any/attention_decode|prefill/graph`, or None.
+        heads: (query heads, KV heads, head_dim) one rank's kernel runs (`attention_heads`).
+        projections: rates of the projections' dense GEMM (with the kernels): the fitted
+            dense kernel's, else the eager step's experts' (in graph steps too).
+        kv_cache_dtype: SGLang's `--kv-cache-dtype` (KV bytes per element,
+            `epsim.spec.quant.kv_bytes_per_element`).
+    """
+
+    roofline: Coefficients
+    decode: Coefficients | None
+    prefill: Coefficients | None
+    heads: tuple[int, int, int]
+    projections: Coefficients
+    kv_cache_dtype: str = "auto"
+
+    @property
+    def kernels(self) -> tuple[Coefficients, Coefficients] | None:
+        """(decode, prefill) where both kernels are fitted (projections + kernels), else None
+        (the datasheet roofline, docs/model.md section 5)."""
+        return (self.decode, self.prefill) if self.decode and self.prefill else None
+
+
+@dataclass(frozen=True)
+class TPCollectiveParams:
+    """SGLang's all-reduce between tensor-parallel GPUs (`epsim.cost.tp`).
+
+    Attributes:
+        allreduce: {algorithm: coefficients} of `epsim.cost.allreduce` ("oneshot", "twoshot",
+            "nccl"; `any/allreduce/graph/<algorithm>` over the datasheet defaults): device time.
+        host_us: host overhead an eager step adds per collective (`any/allreduce/host`, else 0).
+        gpus_per_node, gpus_per_host: the NVLink domain and the host a GPU sits in (custom
+            all-reduce stays within a host; NCCL's ring crosses the NIC between domains).
+    """
+
+    allreduce: Mapping[str, Coefficients]
+    host_us: float
+    gpus_per_node: int
+    gpus_per_host: int
+
+
+@dataclass(frozen=True)
+class FittedRange:
+    """A fitted component a step reads and the tokens per rank it was fitted on."""
+
+    backend: str
+    kind: str
+    mode_path: str
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """A fitted component used outside its fitted range on one quantity (`ep_size`,
+    `hidden_size`): what `Profile.warn_outside` names."""
+
+    backend: str
+    kind: str
+    mode_path: str
+    name: str
+    value: float
+
+
+@dataclass(frozen=True, eq=False)
+class CostParams:
+    """Every coefficient the cost model of one deployment reads (`resolve_params`).
+
+    Attributes:
+        model, cluster, deployment: the specs they were resolved for.
+        time_mode: "auto", "graph" or "eager" (`CostModel`).
+        profile_applies: the profile was measured on the cluster's GPU (else datasheet only).
+        backend: `deployment.moe_a2a_backend`.
+        num_ranks, ranks_per_node, num_nodes: EP ranks and how they sit on nodes.
+        tp_size: GPUs sharing one DP group's attention (`parallel.attn_tp_size`: 1 with one
+            DP group per GPU).
+        kernel_modes: phase ("prefill", "decode") -> DeepEP kernel mode ("" for others).
+        dedup: kernel mode -> how copies are counted ("pair", "rank", "node", "").
+        transport: the backend's scale-out path over the cluster's network.
+        max_nodes_per_token: group-limited routing's cap on nodes per token, or None.
+        l2_bytes: the GPU's L2 cache (low-latency receive buffers spill beyond it).
+        gemm: the routed experts' grouped GEMM shape.
+        eager, graph: see `StepKindParams`.
+        collectives, attention: see `CollectiveParams`, `AttentionParams`.
+        dense: the fitted dense-MLP kernel `any/dense/graph` (dense layers, shared experts, the
+            LM head and projections' GEMM rates), or None (the experts' rates, datasheet form).
+        overhead: `any/step_overhead` (`base_us`, `per_layer_us`).
+        token_ranges: fitted components with a token range, checked as steps are priced.
+        extrapolated: fitted components whose EP or hidden size lies outside their range (one
+            per quantity), warned by every CostModel built on these.
+        parallel: the deployment's layout (`DeploymentSpec.parallel`).
+        tp_collectives: see `TPCollectiveParams`.
+    """
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    deployment: DeploymentSpec
+    time_mode: str
+    profile_applies: bool
+    backend: str
+    num_ranks: int
+    ranks_per_node: int
+    num_nodes: int
+    tp_size: int
+    kernel_modes: Mapping[str, str]
+    dedup: Mapping[str, str]
+    transport: TransportPath
+    max_nodes_per_token: float | None
+    l2_bytes: float
+    gemm: ExpertGemm
+    eager: StepKindParams
+    graph: StepKindParams
+    collectives: CollectiveParams
+    attention: AttentionParams
+    dense: Coefficients | None
+    overhead: Coefficients
+    token_ranges: tuple[FittedRange, ...]
+    extrapolated: tuple[Extrapolation, ...]
+    # -- parallelism beyond EP (TP attention, attention DP groups, MoE-TP) -----------------
+    parallel: Parallel
+    tp_collectives: TPCollectiveParams
+
+    def step(self, graph: bool) -> StepKindParams:
+        """The MoE layers' parameters in a CUDA-graph (`graph`) or eager step."""
+        return self.graph if graph else self.eager
+
+    def gemm_rates(self, graph: bool) -> Coefficients:
+        """Rates of a step's dense GEMMs (LM head; shared experts and dense layers where no
+        dense kernel fits): the fitted dense kernel's, else this step kind's experts'."""
+        return self.dense or self.step(graph).experts.params

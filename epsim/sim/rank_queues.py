@@ -1,0 +1,142 @@
+"""Arrivals queued per DP rank: requests go to ranks round-robin by arrival order (SGLang's
+default DP load balancing) and wait there, first come first served, until the rank admits them.
+
+A rank's queue holds the arrivals routed to it so far, the first `admitted` of them taken.
+Elastic EP changes where later arrivals go, not where earlier ones went: `route_to` opens a
+routing epoch from which arrivals go round-robin over the live ranks only (SGLang's
+data-parallel controller skips dead workers), and a rank's queue is its share of each epoch in
+turn. One epoch over every rank (no failure yet) is the fast path: counts and request ids in
+closed form.
+
+The arrivals are fixed before the run (`Requests`, open loop); a closed-loop client (a fixed
+number of requests in flight, the next sent as one finishes) is a variant of this object whose
+arrival times grow as requests finish.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import numpy as np
+
+
+class RankQueues:
+    """Which arrivals each DP rank holds, and how many of them it has admitted.
+
+    Args:
+        arrival_s: [arrivals] float64 sorted arrival times (s); request i is the i-th.
+        num_ranks: DP ranks.
+    Attributes:
+        admitted: [ranks] int64 requests each rank has taken from its queue (`take`).
+    """
+
+    def __init__(self, arrival_s: np.ndarray, num_ranks: int):
+        self.num_ranks = num_ranks
+        self.arrival_s = arrival_s
+        self.num_arrivals = int(arrival_s.shape[0])
+        # the same times as a list: `bisect_right` on it counts arrivals up to a time exactly as
+        # `searchsorted(side="right")` does, without numpy's per-call overhead on a scalar
+        self._arrival_list = arrival_s.tolist()
+        self._arrived_memo: tuple[int, np.ndarray] | None = None   # (arrivals, [ranks] counts)
+        self._rank_offset = num_ranks - 1 - np.arange(num_ranks)
+        # routing epochs: arrivals from index `start` on go round-robin over `ranks`
+        # (request j to ranks[j % len(ranks)]); one epoch over every rank is the fast path
+        self._epochs: list[tuple[int, np.ndarray]] = [(0, np.arange(num_ranks))]
+        self.admitted = np.zeros(num_ranks, dtype=np.int64)
+
+    def arrived(self, now_s: float) -> np.ndarray:
+        """[ranks] requests that have arrived at each rank by `now_s` (read-only on the fast
+        path: shared by the calls at the same count)."""
+        n = bisect_right(self._arrival_list, now_s)
+        if self.one_epoch():
+            memo = self._arrived_memo
+            if memo is None or memo[0] != n:
+                counts = (n + self._rank_offset) // self.num_ranks
+                counts.flags.writeable = False
+                memo = self._arrived_memo = (n, counts)
+            return memo[1]
+        counts = np.zeros(self.num_ranks, dtype=np.int64)
+        for (start, ranks), end in zip(self._epochs, self._epoch_ends()):
+            end = min(end, n)
+            if end > start:
+                pos = np.arange(ranks.shape[0])
+                counts[ranks] += _num_mod(end, pos, ranks.shape[0]) - _num_mod(start, pos, ranks.shape[0])
+        return counts
+
+    def waiting(self, now_s: float) -> np.ndarray:
+        """[ranks] requests arrived at each rank by `now_s` and not yet admitted."""
+        return self.arrived(now_s) - self.admitted
+
+    def arrived_by(self, times_s: np.ndarray) -> np.ndarray:
+        """[times] arrivals over every rank by each of `times_s`."""
+        return np.searchsorted(self.arrival_s, times_s, side="right")
+
+    def next_arrival_s(self, now_s: float) -> float:
+        """The first arrival after `now_s` (inf when none is left)."""
+        n = bisect_right(self._arrival_list, now_s)
+        return self._arrival_list[n] if n < self.num_arrivals else np.inf
+
+    def one_epoch(self) -> bool:
+        """Every arrival goes round-robin over all ranks (the fast path); not so once a rank
+        failed, even before the first arrival (`route_to` then replaces the only epoch)."""
+        return len(self._epochs) == 1 and self._epochs[0][1].shape[0] == self.num_ranks
+
+    def take(self, admit: np.ndarray, rows: np.ndarray, within: np.ndarray) -> np.ndarray:
+        """Ranks take `admit` ([ranks]) requests each from their queues: the ids of the
+        `within`-th (0-based) of them on rank `rows` ([admissions] each)."""
+        ids = self.request_ids(rows, self.admitted[rows] + within)
+        self.admitted += admit
+        return ids
+
+    def request_ids(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Ids of the `index`-th request (0-based, arrival order) routed to rank `rows`."""
+        if self.one_epoch():
+            return rows + self.num_ranks * index
+        out = np.full(rows.shape[0], -1, dtype=np.int64)
+        before = np.zeros(rows.shape[0], dtype=np.int64)     # the rank's requests in earlier epochs
+        for (start, ranks), end in zip(self._epochs, self._epoch_ends()):
+            width = ranks.shape[0]
+            pos_of = np.full(self.num_ranks, -1, dtype=np.int64)
+            pos_of[ranks] = np.arange(width)
+            pos = pos_of[rows]
+            member = pos >= 0
+            pos = np.maximum(pos, 0)
+            count = np.where(member, _num_mod(end, pos, width) - _num_mod(start, pos, width), 0)
+            k = index - before
+            hit = member & (k >= 0) & (k < count)
+            first = start + (pos - start) % width                 # first j >= start on this rank
+            out[hit] = (first + width * k)[hit]
+            before += count
+        assert (out >= 0).all(), "request index beyond the routed arrivals"
+        return out
+
+    def drop(self, rank: int, now_s: float) -> np.ndarray:
+        """Empty `rank`'s queue as of `now_s` (its scheduler is gone).
+
+        Returns:
+            [queued] int64 ids of the requests that were waiting there.
+        """
+        arrived = self.arrived(now_s)
+        queued = np.arange(self.admitted[rank], arrived[rank])
+        waiting = self.request_ids(np.full(queued.shape[0], rank), queued)
+        self.admitted[rank] = arrived[rank]
+        return waiting
+
+    def route_to(self, alive: np.ndarray, now_s: float) -> None:
+        """Route arrivals after `now_s` round-robin over the ranks where `alive` ([ranks] bool)."""
+        ranks = np.flatnonzero(alive)
+        if ranks.shape[0] == 0:
+            raise ValueError("alive (no rank) must keep at least one rank to route requests to")
+        n = bisect_right(self._arrival_list, now_s)
+        if self._epochs[-1][0] == n:
+            self._epochs[-1] = (n, ranks)
+        else:
+            self._epochs.append((n, ranks))
+
+    def _epoch_ends(self) -> list[int]:
+        return [start for start, _ in self._epochs[1:]] + [self.num_arrivals]
+
+
+def _num_mod(end, pos: np.ndarray, width: int) -> np.ndarray:
+    """How many j in [0, end) have j % width == pos (elementwise over `pos`)."""
+    return np.maximum(0, (end - pos + width - 1) // width)

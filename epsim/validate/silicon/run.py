@@ -1,0 +1,148 @@
+"""epsim's prediction of one silicon row: its instances simulated until TTFT and TPOT agree with
+the closed loop that measured them.
+
+A row's clients cycle through TTFT + (OSL - 1) x TPOT per request (`sglang.bench_serving`'s
+definitions, docs/silicon.md), so each side of a row depends on the other's latency. Pass 0 runs
+the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
+`ROUNDS` rounds run every instance with the cycle of the round before: a P/D pair's clients wait
+out the other side (think time), and the window is InferenceX's protocol (2 warm-up and 10
+measured requests per client). Under `approximate`, closed-loop clients become Poisson arrivals
+at the loop's rate (Little's law: clients / cycle) with the expected decoding requests running
+from t=0. Predicted TTFT and TPOT are the runs' mean TTFT and mean per-request TPOT.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from math import ceil
+
+from epsim.errors import EpsimError
+from epsim.report import summarize
+from epsim.sim import simulate
+from epsim.spec.scenario import scenario_from_dict
+from epsim.validate.silicon.mapping import Instance, RowPlan
+
+ROUNDS = 2                       # rounds after pass 0 (each: every instance once)
+PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
+PROTOCOL_REQUESTS = (2, 10)      # closed loop: warm-up and measured requests per client (InferenceX)
+OPEN_MIN_SAMPLES = 16            # open loop: arrivals the window holds at least
+DECODE_WINDOW_S = 10.0           # open loop: a decode instance's window (TPOT is steady at once)
+SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands in its window
+
+
+def _simulate(data: dict) -> dict:
+    """The summary (`epsim.report.summarize`) of one scenario mapping."""
+    return summarize(simulate(scenario_from_dict(copy.deepcopy(data), where="silicon row")))
+
+
+def _mean(summary: dict, name: str) -> float | None:
+    return summary[name]["mean"]
+
+
+def _per_rank(requests: float, instance: Instance) -> int:
+    return max(ceil(requests / instance.dp_ranks - 1e-9), 0)
+
+
+def _with(instance: Instance, arrivals: dict, window: tuple[float, float], running: int = 0) -> dict:
+    data = copy.deepcopy(instance.data)
+    warmup_s, duration_s = window
+    data["workload"].update(arrivals=arrivals, warmup_s=warmup_s, duration_s=duration_s,
+                            initial_running_per_rank=running)
+    return data
+
+
+def pass0(instance: Instance) -> dict:
+    """The TPOT side with its clients' batch decoding from t=0 and no arrivals in the window."""
+    slow = {"kind": "poisson", "rate_per_s": SLOW_RATE_PER_S}
+    return _with(instance, slow, PASS0_WINDOW_S, _per_rank(instance.clients, instance))
+
+
+def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> dict:
+    """One instance under its closed-loop clients; a P/D side's clients wait out the other side."""
+    cycle_s = ttft_s + (osl - 1) * tpot_s
+    arrivals = {"kind": "concurrency", "clients": instance.clients}
+    if instance.role == "prefill":
+        arrivals["think_time_s"] = (osl - 1) * tpot_s
+    elif instance.role == "decode":
+        arrivals["think_time_s"] = ttft_s
+    warm, measured = PROTOCOL_REQUESTS
+    return _with(instance, arrivals, (warm * cycle_s, (warm + measured) * cycle_s))
+
+
+def open_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> dict:
+    """One instance under Poisson arrivals at its clients' rate, clients / cycle (Little's law),
+    with the expected decoding requests running from t=0."""
+    decode_s = (osl - 1) * tpot_s
+    rate = instance.clients / (ttft_s + decode_s)
+    running = 0 if instance.role == "prefill" else _per_rank(rate * decode_s, instance)
+    window = DECODE_WINDOW_S if instance.role == "decode" else max(OPEN_MIN_SAMPLES / rate,
+                                                                   DECODE_WINDOW_S)
+    return _with(instance, {"kind": "poisson", "rate_per_s": rate}, (0.25 * window, 1.25 * window),
+                 running)
+
+
+def _shares(summary: dict) -> dict:
+    """Shares of step time the profile's components price as fitted / extrapolated / datasheet."""
+    prov = summary.get("provenance") or {}
+    return {k: round(float(prov[f"{k}_share"]), 4) for k in ("measured", "extrapolated", "datasheet")
+            if f"{k}_share" in prov}
+
+
+def predict(plan: RowPlan) -> dict:
+    """epsim's entry for a row: predicted TTFT and TPOT (ms) with provenance, or why not.
+
+    Returns:
+        `{"status": "predicted" | "approximated" | "cannot_express" | "failed", "ttft_ms",
+        "tpot_ms", "shares" {role: {measured, extrapolated, datasheet}}, "wall_s", "reasons",
+        "missing" [{path, value, feature, issue}], "approximations", "assumptions", "notes"}`.
+    """
+    entry = {"ttft_ms": None, "tpot_ms": None, "shares": {}, "wall_s": 0.0,
+             "reasons": plan.reasons, "approximations": list(plan.approximations),
+             "assumptions": list(plan.assumptions),
+             "missing": [{"path": m.need.path, "value": m.need.shown or m.need.value,
+                          "feature": m.need.feature, "issue": m.need.issue} for m in plan.missing]}
+    if not plan.expressible:
+        return {"status": "cannot_express", **entry}
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = _predict(plan, entry)
+        except EpsimError as exc:
+            result = {"status": "failed", "reasons": [" ".join(str(exc).split())]}
+        except MemoryError:
+            result = {"status": "failed", "reasons": ["ran out of memory simulating this row"]}
+    entry.update(result, wall_s=round(time.perf_counter() - start, 3),
+                 notes=sorted({str(w.message) for w in caught}))
+    return entry
+
+
+def _predict(plan: RowPlan, entry: dict) -> dict:
+    osl = plan.row.osl
+    tpot_side = next(i for i in plan.instances if i.role in ("agg", "decode"))
+    first = _simulate(pass0(tpot_side))
+    tpot_ms, ttft_ms = _mean(first, "tpot_ms"), 0.0
+    if tpot_ms is None:
+        return {"status": "failed", "reasons": ["pass 0 produced no TPOT: "
+                                                 + first["latency_notes"].get("tpot_ms", "")]}
+    shares = {}
+    for _ in range(ROUNDS):
+        new_ttft, new_tpot = ttft_ms, tpot_ms
+        for instance in plan.instances:
+            make = closed_round if instance.closed_loop else open_round
+            summary = _simulate(make(instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl))
+            shares[instance.role] = _shares(summary)
+            if instance.role in ("agg", "prefill"):
+                new_ttft = _mean(summary, "ttft_ms")
+            if instance.role in ("agg", "decode"):
+                new_tpot = _mean(summary, "tpot_ms")
+            if new_ttft is None or new_tpot is None:
+                name = "ttft_ms" if new_ttft is None else "tpot_ms"
+                return {"status": "failed", "reasons": [f"{instance.role}: no {name} sample: "
+                                                         + summary["latency_notes"].get(name, "")]}
+        ttft_ms, tpot_ms = new_ttft, new_tpot
+    status = "approximated" if plan.approximations else "predicted"
+    return {"status": status, "ttft_ms": round(ttft_ms, 4), "tpot_ms": round(tpot_ms, 4),
+            "shares": shares}

@@ -1,0 +1,128 @@
+"""The silicon scoreboard's run: every in-scope row mapped, predicted by epsim and by the peer, in
+parallel processes (or Ray), one JSON-able entry per row.
+
+An entry: the row's identity and bucket, what was measured, `epsim` (`epsim.validate.silicon.run`)
+and `peer` (`epsim.validate.silicon.peer`, None when not run). Rows run as independent tasks
+(`epsim.plan.executors.execute`); entries come back in the rows' order whatever the completion
+order, and depend only on the row, the flags and the installed code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from epsim.plan.executors import execute, progress_bar
+from epsim.validate.silicon.mapping import plan_row
+from epsim.validate.silicon.peer import estimate
+from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
+from epsim.validate.silicon.run import predict
+
+EP_BUCKETS = ((1, 1, "EP 1"), (2, 8, "EP 2-8"), (9, 10**9, "EP >8"))
+
+
+@dataclass(frozen=True)
+class RowTask:
+    """What a worker needs for one row."""
+
+    row: SiliconRow
+    approximate: bool
+    peer: bool
+
+
+@dataclass
+class Scoreboard:
+    """A finished run: entries of the in-scope rows, out-of-scope counts, how it ran."""
+
+    entries: list[dict]
+    out_of_scope: dict[str, int]
+    source: str
+    approximate: bool
+    peer: str | None                 # the peer's name and version, None when not run
+    workers: int
+    wall_s: float
+    sample: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def ep_bucket(size: int) -> str:
+    return next(label for low, high, label in EP_BUCKETS if low <= size <= high)
+
+
+def mode_label(row: SiliconRow) -> str:
+    if row.mode == "agg":
+        return "agg"
+    return "disagg" if row.workers_stated else "disagg, workers not stated"
+
+
+def layout(row: SiliconRow) -> str:
+    """The row's parallelism per side, compactly (AIConfigurator's terms)."""
+    def one(side) -> str:
+        workers = f" x{side.num_workers}" if side.num_workers not in (None, 1) else ""
+        return (f"tp{side.tp_size} dp{side.attention_dp_size} moe_tp{side.moe_tp_size} "
+                f"ep{side.moe_ep_size}{workers}")
+    if row.mode == "agg":
+        return one(row.agg)
+    return f"P {one(row.prefill)} / D {one(row.decode)}"
+
+
+def row_task(task: RowTask) -> dict:
+    """One row's entry (module doc). Runs in a worker process."""
+    row = task.row
+    entry = {"id": row.id, "system": row.system, "mode": row.mode, "model": row.model,
+             "model_path": row.model_path,
+             "version": row.backend_version, "image": row.image, "precision": row.precision,
+             "gemm_quant_mode": row.gemm_quant_mode, "moe_quant_mode": row.moe_quant_mode,
+             "isl": row.isl, "osl": row.osl, "concurrency": row.concurrency, "layout": layout(row),
+             "bucket": {"system": row.system, "mode": mode_label(row), "model": row.model,
+                        "ep": ep_bucket(row.tpot_side.moe_ep_size)},
+             "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
+    start = time.perf_counter()
+    exact = plan_row(row)
+    if exact.expressible or not task.approximate:
+        entry["epsim"] = predict(exact)
+    else:               # the nearest expressible form; what the row lacks stays the exact plan's
+        ours = predict(plan_row(row, approximate=True))
+        exact_entry = predict(exact)
+        ours.update(missing=exact_entry["missing"],
+                    reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
+                                                      if r not in exact_entry["reasons"]])
+        entry["epsim"] = ours
+    entry["epsim"]["wall_s"] = round(time.perf_counter() - start, 3)     # mapping included
+    if task.peer:
+        entry["peer"] = estimate(row)
+    else:
+        entry["peer"] = None
+    return entry
+
+
+def select(rows: list[SiliconRow], num: int | None = None,
+           seed: int = 0) -> tuple[list[SiliconRow], dict[str, int]]:
+    """The in-scope rows (`num` of them drawn by `seed` when given, `rows.sample`) and the
+    out-of-scope rows counted by reason."""
+    scope: dict[str, int] = {}
+    keep = []
+    for row in rows:
+        reason = out_of_scope(row)
+        if reason is None:
+            keep.append(row)
+        else:
+            scope[reason] = scope.get(reason, 0) + 1
+    return sample(keep, num, seed), scope
+
+
+def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = True,
+             executor: str = "local", workers: int | None = None, progress: bool = False,
+             ray_address: str | None = None) -> tuple[list[dict], float]:
+    """Entries of the in-scope `rows` (in their order) and the wall seconds; a progress bar on
+    stderr when `progress`."""
+    tasks = [RowTask(row, approximate, peer) for row in rows]
+    entries: list[dict | None] = [None] * len(tasks)
+    start = time.perf_counter()
+    with progress_bar(len(tasks), "silicon rows", progress) as advance:
+        def on_done(index: int, entry: dict) -> None:
+            entries[index] = entry
+            advance(1)
+        execute(tasks, on_done, executor=executor, workers=workers, ray_address=ray_address,
+                fn=row_task)
+    return entries, time.perf_counter() - start

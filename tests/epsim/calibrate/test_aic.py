@@ -1,0 +1,257 @@
+"""The aiconfigurator-core importer on the committed fixture (a few hundred rows of h200_sxm's
+tables, `aic_fixture/`, NOTICE beside it): sources, records, units, counts, the fit and what it
+may read. Tests of the whole package skip when it is not installed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from importlib.util import find_spec
+from math import comb
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pandas")
+pytest.importorskip("pyarrow")
+
+from epsim.calibrate import Holdout, calibrate, load_records  # noqa: E402
+from epsim.calibrate.aic import import_source, record_paths  # noqa: E402
+from epsim.calibrate.aic_comm import _deepep_counts  # noqa: E402
+from epsim.calibrate.aic_records import MS_TO_US, balanced_counts  # noqa: E402
+from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, aic_system,  # noqa: E402
+                                        check_calibration_input,
+                                        parse_source, zoo_gpu)
+from epsim.cli import main  # noqa: E402
+from epsim.errors import RecordError  # noqa: E402
+
+FIXTURE = Path(__file__).parent / "aic_fixture" / "systems"
+HAVE_PACKAGE = find_spec("aiconfigurator_core") is not None
+needs_package = pytest.mark.skipif(not HAVE_PACKAGE, reason="aiconfigurator-core not installed "
+                                   "(pip install 'epsim[aic]')")
+PROFILES = Path(__file__).resolve().parents[3] / "epsim" / "data" / "profiles"
+
+
+@pytest.fixture
+def fixture_env(monkeypatch):
+    monkeypatch.setenv(ROOT_ENV, str(FIXTURE))
+
+
+@pytest.fixture(scope="module")
+def imported():
+    return import_source(parse_source("aic:h200_sxm/sglang", root=FIXTURE))
+
+
+def test_system_names_map_both_ways():
+    assert zoo_gpu("h200_sxm") == "H200" and aic_system("GB300") == "gb300"
+    assert zoo_gpu("b300_sxm") == "" and aic_system("H800") == ""
+    assert all(aic_system(g) == s for s, g in AIC_TO_ZOO.items() if g)
+
+
+BAD_SOURCES = {
+    "aic:nope": r"aic system \('nope'\) must be one of \['h200_sxm'\]",
+    "aic:h200_sxm/vllm": r"aic framework \('vllm'\) must be one of \['sglang'\]",
+    "aic:h200_sxm/sglang/9.9": r"aic version \('9.9'\) of h200_sxm/sglang must be one of",
+    "aic:h200_sxm//": r"must be aic:SYSTEM\[/FRAMEWORK\[/VERSION\]\]",
+}
+
+
+def test_bad_source_names_what_is_allowed():
+    for text, match in BAD_SOURCES.items():
+        with pytest.raises(RecordError, match=match):
+            parse_source(text, root=FIXTURE)
+
+
+def test_version_resolves_per_table_as_aic_serves_it():
+    source = parse_source("aic:h200_sxm", root=FIXTURE)
+    assert source.version == "0.5.14"                      # AIC's current for sglang
+    versions = {t.name: t.version for t in source.tables()}
+    assert versions["moe_perf"] == "0.5.14"
+    assert versions["wideep_deepep_ll_perf"] == "0.5.12"   # newest not newer than 0.5.14
+    assert versions["nccl_perf"] == "2.26.2"               # h200_sxm.yaml's NCCL version
+    older = parse_source("aic:h200_sxm/sglang/0.5.12", root=FIXTURE)
+    assert "moe_perf" not in {t.name for t in older.tables()}
+
+
+def test_records_carry_provenance_and_microseconds(imported):
+    moe = next(t for t in imported.tables if t.name == "moe_perf")
+    frame = moe.frame()
+    row = frame[(frame.moe_dtype == "bfloat16") & (frame.moe_ep_size == 1)
+                & (frame.hidden_size == 4096) & (frame.num_tokens == 64)].iloc[0]
+    rec = next(r for r in imported.fit if r.kind == "experts" and r.hidden_size == 4096
+               and r.extra["num_tokens"] == 64)
+    assert rec.median_us == pytest.approx(float(row.latency) * MS_TO_US)   # AIC: milliseconds
+    prov = rec.provenance.model_extra
+    assert prov["source"] == "aiconfigurator" and prov["table"] == moe.rel
+    assert prov["framework"] == "sglang" and prov["framework_version"] == "0.5.14"
+    assert prov["table_sha256"] == moe.sha256 and prov["package"].startswith("aiconfigurator-core")
+    assert rec.provenance.hardware == "H200" and rec.timing == "device"
+    ll = next(r for r in imported.fit if r.mode == "low_latency")
+    assert ll.provenance.model_extra["image"].startswith("lmsysorg/sglang:")
+    ll_frame = next(t for t in imported.tables if t.name == "wideep_deepep_ll_perf").frame()
+    first = ll_frame.iloc[0]
+    got = next(r for r in imported.fit if r.kind == "dispatch" and r.mode == "low_latency"
+               and r.hidden_size == first.hidden_size and r.num_tokens_per_rank == first.num_token
+               and r.num_experts == first.num_experts)
+    assert got.median_us == pytest.approx(float(first.dispatch_avg_t_us))  # already µs
+
+
+def test_fit_and_pending_split_by_what_a_model_exists_for(imported):
+    fit = Counter(r.kind for r in imported.fit)
+    pending = Counter(r.kind for r in imported.pending)
+    assert set(fit) == {"experts", "dense_mlp", "attention_decode", "attention_prefill",
+                        "dispatch", "combine", "allreduce"}
+    assert {"gemm", "quant_experts", "mla_decode", "allreduce", "experts"} <= set(pending)
+    assert all(r.ep_size == 1 and r.weight_dtype == "bf16" for r in imported.fit if r.kind == "experts")
+    assert all(r.weight_dtype == "fp8_block" for r in imported.pending if r.kind == "quant_experts")
+    assert any("power-law" in n for n in imported.notes)         # left out, and said so
+
+
+def test_balanced_counts_follow_the_collector_rule():
+    for tokens, experts, top_k in ((1, 128, 8), (3, 128, 8), (64, 256, 8), (1000, 160, 6)):
+        counts = balanced_counts(tokens, experts, top_k)
+        assert counts.sum() == tokens * top_k
+        stride = -(-experts // top_k)
+        expect = np.zeros(experts)
+        for t in range(tokens):
+            for i in range(top_k):
+                e = (t + i * stride) % experts if tokens >= stride else \
+                    int(t * stride / tokens + i * stride) % experts
+                expect[int(e)] += 1
+        assert np.array_equal(counts, expect)
+    assert balanced_counts(4096, 128, 8).max() == balanced_counts(4096, 128, 8).min()
+
+
+def test_deepep_counts_match_uniform_routing_draws():
+    """The expected counts against draws as DeepEP's test makes them (top-k of random scores)."""
+    rng = np.random.default_rng(0)
+    n, tokens, experts, top_k, ep = 300, 64, 32, 4, 8
+    draws = np.argsort(rng.random((n, ep, tokens, experts)), axis=-1)[..., :top_k]  # [n, src, t, k]
+    dest = draws // (experts // ep)                                                 # rank of each
+    own = np.arange(ep)[None, :, None, None]
+    pair = _deepep_counts(tokens, experts, top_k, ep, pair=True)
+    assert pair["send_tokens_per_rank"][0] == pytest.approx(
+        (dest != own).sum(axis=(2, 3)).mean(), rel=0.02)
+    hits = dest[..., None] == np.arange(ep)                                   # [n, src, t, k, ep]
+    reached = hits.any(axis=3) & ~np.eye(ep, dtype=bool)[None, :, None, :]    # other ranks hit
+    rank = _deepep_counts(tokens, experts, top_k, ep, pair=False)
+    assert rank["send_tokens_per_rank"][0] == pytest.approx(reached.sum(axis=(2, 3)).mean(), rel=0.02)
+    assert rank["send_tokens_per_rank"][0] == pytest.approx(
+        tokens * (ep - 1) * (1 - comb(experts - experts // ep, top_k) / comb(experts, top_k)))
+
+
+def test_calibrate_on_aic_tags_every_component_with_its_tables(tmp_path):
+    out = tmp_path / "aic.jsonl.gz"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ROOT_ENV, str(FIXTURE))
+        cal = calibrate(["aic:h200_sxm/sglang"], Holdout.parse("none"), records_out=out)
+    profile = cal.profile
+    assert profile.hardware == "H200"
+    expected = {"local/experts/graph", "any/experts/graph", "any/dense/graph",
+                "any/attention_decode/graph", "any/attention_prefill/graph",
+                "deepep/dispatch/graph/low_latency/fp8", "deepep/combine/graph/low_latency",
+                "deepep/dispatch/normal/fp8", "deepep/combine/normal", "none/allreduce",
+                "none/allgather"}
+    assert expected == set(profile.components)
+    sources = profile.provenance.model_extra["sources"]
+    for key, comp in profile.components.items():
+        assert comp.source == "fit" and comp.note.startswith("source: aiconfigurator (h200_sxm/")
+        assert sources[key]["source"] == "aiconfigurator" and sources[key]["tables"]
+    assert [r.path for r in profile.provenance.records] == [str(out)]
+    aic = profile.provenance.model_extra["aic"][0]
+    assert aic["source"] == "aic:h200_sxm/sglang/0.5.14" and "Apache-2.0" in aic["license"]
+    assert out.is_file() and record_paths(parse_source("aic:h200_sxm", root=FIXTURE), out)[1].is_file()
+
+
+def test_fit_inputs_are_op_tables_only(tmp_path):
+    """No fit reads an end-to-end measurement: the importer's inputs are op tables under the
+    package's systems/data, and the silicon sample or epsim's published results are refused."""
+    imported = import_source(parse_source("aic:h200_sxm", root=FIXTURE))
+    for table in imported.tables:
+        assert table.path.suffix == ".parquet" and "/data/h200_sxm/" in table.path.as_posix()
+    read = {r.provenance.model_extra["table"] for r in imported.fit + imported.pending}
+    assert read == {t.rel for t in imported.tables}
+    sample = tmp_path / "silicon_sample.csv"
+    sample.write_text("id,silicon_ttft_ms\n")
+    published = Path(__file__).resolve().parents[3] / "epsim" / "data" / "published" / "results.yaml"
+    aic_sample = FIXTURE.parent / "silicon_sample.csv"            # where the package keeps it
+    for path in (sample, published, aic_sample):
+        with pytest.raises(RecordError, match="not a calibration input: .*end-to-end results "
+                                              "are validation only"):
+            check_calibration_input(path)
+    for path in (sample, published):
+        with pytest.raises(RecordError, match="not a calibration input"):
+            load_records([path])
+    for table in imported.tables:
+        assert check_calibration_input(table.path) == table.path
+
+
+def test_cli_aic_records(tmp_path, fixture_env, capsys):
+    out = tmp_path / "p.json"
+    rc = main(["calibrate", "--records", "aic:h200_sxm/sglang", "--holdout", "none",
+               "--records-out", str(tmp_path / "r.jsonl.gz"), "--out", str(out)])
+    assert rc == 0 and json.loads(out.read_text())["hardware"] == "H200"
+    assert "source: aiconfigurator" in capsys.readouterr().out
+    with gzip.open(tmp_path / "r.jsonl.gz", "rt") as fh:
+        assert json.loads(fh.readline())["schema"] == "epsim.record/4"
+
+
+def test_cli_bad_aic_source_exits_2_with_one_line(tmp_path, fixture_env, capsys):
+    rc = main(["calibrate", "--records", "aic:b300", "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "aic system ('b300') must be one of ['h200_sxm']" in err
+
+
+def test_cli_package_absent_exits_2(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    monkeypatch.delenv(ROOT_ENV, raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    rc = main(["calibrate", "--records", "aic:h200_sxm", "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "aiconfigurator-core is not installed; pip install 'epsim[aic]'" in err
+
+
+def test_shipped_aic_profiles_name_their_source():
+    """Every shipped aic_*.json component says where its data came from (no package needed)."""
+    from epsim.profile import Profile
+    paths = sorted(PROFILES.glob("aic_*.json"))
+    assert {p.stem for p in paths} == {"aic_h100", "aic_h200", "aic_b200", "aic_gb200", "aic_gb300"}
+    assert "Apache License, Version 2.0" in " ".join((PROFILES / "NOTICE").read_text().split())
+    for path in paths:
+        profile = Profile.load(path)
+        assert profile.hardware == zoo_gpu(aic_system(profile.hardware))
+        sources = profile.provenance.model_extra["sources"]
+        for key, comp in profile.components.items():
+            assert comp.note.startswith("source: aiconfigurator (")
+            assert sources[key]["source"] == "aiconfigurator"
+        for table in profile.provenance.model_extra["aic"][0]["tables"]:
+            assert table["path"].startswith(aic_system(profile.hardware) + "/")
+
+
+@needs_package
+def test_installed_package_resolves_every_system():
+    for system in AIC_TO_ZOO:
+        source = parse_source(f"aic:{system}/sglang")
+        names = {t.name for t in source.tables()}
+        assert {"moe_perf", "gemm_perf", "wideep_deepep_ll_perf", "nccl_perf"} <= names
+    with pytest.raises(RecordError, match="has no GPU in epsim's hardware zoo"):
+        import_source(parse_source("aic:b300_sxm"))
+
+
+@needs_package
+def test_shipped_profiles_match_the_installed_tables():
+    """A shipped profile's tables are the installed package's, byte for byte, when the package
+    version is the one it was built from."""
+    from epsim.calibrate.aic_tables import package_root, package_version
+    from epsim.profile import Profile
+    for path in sorted(PROFILES.glob("aic_*.json")):
+        aic = Profile.load(path).provenance.model_extra["aic"][0]
+        if aic["package"] != f"aiconfigurator-core {package_version()}":
+            pytest.skip(f"{path.name} was built from {aic['package']}")
+        for table in aic["tables"]:
+            import hashlib
+            data = (package_root() / "data" / table["path"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == table["sha256"]

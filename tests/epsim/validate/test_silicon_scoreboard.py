@@ -1,0 +1,179 @@
+"""The silicon scoreboard end to end on a fixed sample of rows: its tables regenerate byte for
+byte, every in-scope row has an entry in `--json` (predicted or with its reason), bad input is one
+line, approximated rows stay out of the headline, and the peer runs in-process unchanged.
+
+Regenerate the expected tables after a change that moves them (a field landing in the spec):
+`python -m tests.epsim.validate.test_silicon_scoreboard`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from epsim.validate.silicon import document, peer
+from epsim.validate.silicon.rows import read_rows
+from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
+
+ROOT = Path(__file__).resolve().parents[3]
+DATA = ROOT / "tests" / "epsim" / "validate" / "data"
+FIXTURE = DATA / "silicon_fixture.csv"
+EXPECTED = DATA / "silicon_fixture.md"
+FIXTURE_ARG = "tests/epsim/validate/data/silicon_fixture.csv"
+
+
+def fixture_tables() -> str:
+    """The fixture's doc section and features table, as `epsim validate --silicon FIXTURE
+    --no-peer` writes them (without the run's speed, which varies)."""
+    rows, scope = select(read_rows(FIXTURE))
+    entries, wall_s = run_rows(rows, peer=False, workers=1)
+    board = Scoreboard(entries, scope, FIXTURE_ARG, False, None, 1, wall_s, extra={"csv_given": True})
+    return document.section(board, timing=False) + "\n---\n\n" + document.features_markdown(board)
+
+
+def test_fixture_tables_regenerate_byte_for_byte():
+    assert fixture_tables() == EXPECTED.read_text(), (
+        "the silicon fixture's tables moved: `python -m tests.epsim.validate.test_silicon_scoreboard`")
+
+
+def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "epsim.cli", "validate", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout)
+
+
+def test_json_has_every_in_scope_row(tmp_path):
+    doc = tmp_path / "silicon.md"
+    doc.write_text("# s\n\n<!-- BEGIN epsim validate (generated; do not edit by hand) -->\n"
+                   "<!-- END epsim validate -->\n\nkept\n")
+    proc = _cli("--silicon", FIXTURE_ARG, "--no-peer", "--workers", "1", "--json", "--out",
+                str(tmp_path), "--doc", str(doc))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    in_scope = [r.id for r in read_rows(FIXTURE) if r.backend == "sglang" and "GLM" not in r.model_path]
+    assert [e["id"] for e in data["rows"]] == in_scope
+    assert sum(data["out_of_scope"].values()) == 3
+    for entry in data["rows"]:
+        ours = entry["epsim"]
+        assert ours["status"] in ("predicted", "cannot_express", "failed")
+        if ours["status"] == "predicted":
+            assert math.isfinite(ours["ttft_ms"]) and ours["ttft_ms"] > 0 and ours["tpot_ms"] > 0
+        else:
+            assert ours["reasons"] and all(r.strip() for r in ours["reasons"])
+        assert entry["peer"] is None
+        assert entry["measured"]["tpot_ms"] > 0
+    text = doc.read_text()
+    assert text.endswith("<!-- END epsim validate -->\n\nkept\n") and "### Coverage by bucket" in text
+    assert (tmp_path / "silicon_features.md").read_text().startswith("# Silicon rows epsim cannot")
+    import gzip
+    assert json.loads(gzip.decompress((tmp_path / "silicon_rows.json.gz").read_bytes()))["rows"] == data["rows"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--silicon", "no/such.csv"), r"--silicon \(no/such.csv\) must be a readable CSV file"),
+    (("--silicon", FIXTURE_ARG, "--sample", "0"), r"--sample \(0\) must be >= 1"),
+    (("--silicon", FIXTURE_ARG, "--workers", "0"), r"--workers \(0\) must be >= 1"),
+    (("--silicon", FIXTURE_ARG, "--doc", "README.md"), r"README.md: markers"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    proc = _cli(*args, "--no-peer")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    import re
+    assert re.search(message, proc.stderr), proc.stderr
+
+
+def test_no_csv_installed_is_one_line(monkeypatch, capsys):
+    from epsim.cli import main
+    from epsim.validate.silicon import rows as rows_module
+    monkeypatch.setattr(rows_module, "default_csv_path", lambda: None)
+    assert main(["validate", "--silicon", "--no-peer"]) == 2
+    err = capsys.readouterr().err
+    assert "--silicon (no CSV given) must name a silicon-sample CSV" in err and len(err.splitlines()) == 1
+
+
+def test_sample_is_seeded_and_in_file_order():
+    rows = read_rows(FIXTURE)
+    a, _ = select(rows, 4, seed=7)
+    b, _ = select(rows, 4, seed=7)
+    order = [r.id for r in rows]
+    assert [r.id for r in a] == [r.id for r in b]
+    assert [order.index(r.id) for r in a] == sorted(order.index(r.id) for r in a)
+
+
+@pytest.mark.slow
+def test_approximated_rows_run_tagged_and_stay_out_of_the_headline():
+    rows, scope = select([r for r in read_rows(FIXTURE)
+                          if r.id in ("dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81",
+                                      "dsr1_gb300_sglang_fp4_disagg_8192x1024_c4_cfg569")])
+    entries, wall_s = run_rows(rows, approximate=True, peer=False, workers=1)
+    for entry in entries:
+        ours = entry["epsim"]
+        assert ours["status"] == "approximated", ours
+        assert ours["ttft_ms"] > 0 and ours["tpot_ms"] > 0 and ours["approximations"]
+        assert ours["missing"] and ours["reasons"]          # what the exact row lacks stays said
+        for shares in ours["shares"].values():
+            assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    board = Scoreboard(entries, scope, FIXTURE_ARG, True, None, 1, wall_s)
+    text = document.section(board, timing=False)
+    assert "- epsim predicts 0 of 2 (0.0 %) as the rows state them" in text
+    assert "### Approximated rows (opt-in, apart from the headline)" in text
+
+
+# -- the peer -----------------------------------------------------------------------------------
+def test_peer_gets_the_cells_the_row_fills():
+    rows = {r.id: r for r in read_rows(FIXTURE)}
+    agg = peer.estimate_kwargs(rows["dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81"], "0.5.5.post2")
+    assert agg == dict(model_path="deepseek-ai/DeepSeek-V3", system_name="h200_sxm", mode="agg",
+                       backend_name="sglang", backend_version="0.5.5.post2", isl=1024, osl=1024,
+                       gemm_quant_mode="fp8", moe_quant_mode="fp8_block", tp_size=8, pp_size=1,
+                       attention_dp_size=1, moe_tp_size=8, moe_ep_size=1, batch_size=4)
+    unstated = peer.estimate_kwargs(
+        rows["2026_03_25_deepseek_r1_h100_sxm_sglang_fp8_disagg_1024x8192_c16_tp16_0_ep1_0_695"], None)
+    assert "prefill_num_workers" not in unstated and "decode_batch_size" not in unstated
+    assert unstated["prefill_tp_size"] == 16 and unstated["decode_moe_tp_size"] == 16
+
+
+@pytest.mark.parametrize("message, label", [
+    ("ValueError: prefill_batch_size is required for disagg mode.",
+     "disagg row gives no batch sizes or workers (the peer needs them)"),
+    ("PerfDataNotAvailableError: Cross-node EP requires DeepEP A2A data, but no compatible exact",
+     "no cross-node DeepEP data in its database"),
+    ("RuntimeError: OOM: the model 'x' does not fit in GPU memory", "out of memory by its memory model"),
+    ("AssertionError: num_heads 128 should be divisible by tp_size 72", "attention heads not divisible by TP"),
+    ("KeyError: 'x'", "other: KeyError"),
+])
+def test_peer_reason_classes(message, label):
+    assert peer.reason_class(message) == label
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not peer.available(), reason="AIConfigurator is not installed (the peer extra)")
+def test_peer_estimate_runs_and_its_yaml_speedup_changes_nothing():
+    """The peer's estimate in a fresh interpreter with and without the libyaml parser."""
+    code = """
+import json, sys
+from epsim.validate.silicon import peer
+from epsim.validate.silicon.rows import read_rows
+row = next(r for r in read_rows(sys.argv[1]) if r.id == "dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81")
+if sys.argv[2] == "plain":
+    peer._PREPARED = True                       # skip the speed-up: the peer's own parser
+print(json.dumps(peer.estimate(row)))
+"""
+    out = []
+    for mode in ("plain", "fast"):
+        proc = subprocess.run([sys.executable, "-c", code, str(FIXTURE), mode], capture_output=True,
+                              text=True, cwd=ROOT, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert out[0]["status"] == "predicted", out[0]
+    assert (out[0]["ttft_ms"], out[0]["tpot_ms"]) == (out[1]["ttft_ms"], out[1]["tpot_ms"])
+
+
+if __name__ == "__main__":
+    EXPECTED.write_text(fixture_tables())
+    print(f"wrote {EXPECTED}")
