@@ -14,7 +14,7 @@ import numpy as np
 from epsim.errors import SpecError
 from epsim.plan.answers import Answer, group_by_workload
 from epsim.plan.points import Skipped
-from epsim.plan.select import (KEEP_UP_METRIC, MEASURED_METRIC, Constraint, Objective,
+from epsim.plan.select import (KEEP_UP_METRIC, MEASURED_METRIC, MEMORY_METRIC, Constraint, Objective,
                                infeasible_message, lexicographic_best, pareto_mask, rejection)
 from epsim.plan.sweep import SweepAxis
 
@@ -104,7 +104,7 @@ def _why_none(result: PlanResult, idx: np.ndarray) -> str:
     """Why no row among `idx` is feasible: failed or unmeasured everywhere, keep-up, then the
     constraints."""
     describe = lambda i: result.describe(int(idx[i]))          # noqa: E731
-    own = [rejection(result.rows[i], [], False) for i in idx]   # failed, or nothing measured
+    own = [rejection(result.rows[i], [], False) for i in idx]   # failed, unmeasured, or too big
     if all(own):
         return own[0] if idx.size == 1 else \
             f"none of the {idx.size} points has an answer, e.g. {describe(0)}: {own[0]}"
@@ -148,6 +148,8 @@ def choose_rows(result: PlanResult) -> None:
     feasible = np.array([not row.get("error") for row in result.rows], dtype=bool)
     if MEASURED_METRIC in result.columns:       # (a table written before the column had none)
         feasible &= result.column(MEASURED_METRIC) > 0
+    if MEMORY_METRIC in result.columns:         # NaN: no verdict, not a reason to refuse
+        feasible &= ~(result.column(MEMORY_METRIC) < 0)
     if result.keep_up:
         feasible &= result.column(KEEP_UP_METRIC) == 1.0
     for c in result.constraints:

@@ -111,7 +111,25 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
 
 def derived_columns(scenario, profile_path: str | None = None) -> dict[str, float]:
     """`DERIVED_COLUMNS` of one validated scenario (`profile_path`: the point's profile, for
-    a "steady" start).
+    a "steady" start): GPUs, nodes, cost, `memory_columns`, the initial batch, resilience."""
+    c = scenario.cluster
+    num_gpus = scenario.deployment.parallel.num_gpus
+    return {
+        "num_gpus": float(num_gpus),
+        "num_nodes": float(math.ceil(num_gpus / c.gpus_per_node_resolved)),
+        "cost_per_hour": num_gpus * c.price_per_gpu_hour,
+        **memory_columns(scenario),
+        # requests per rank running at t=0 (`--warm-start` sets it from the screen; "steady"
+        # resolved: `initial_per_rank`)
+        "initial_running_per_rank": float(initial_per_rank(scenario, profile_path)),
+        # with EPLB or a stated failure rate (`epsim.plan.resilience`); NaN otherwise
+        **_resilience(scenario, profile_path),
+    }
+
+
+def memory_columns(scenario) -> dict[str, float]:
+    """What one GPU of a validated scenario holds, GiB: expert slots, expert and other weights,
+    KV cache, and the HBM left over (negative: it does not fit; activations not counted).
 
     One serving instance uses `tp_size` GPUs (`epsim.spec.parallel`). Per GPU it holds
     `(experts + redundant) / ep_size` expert slots of every MoE layer (each a 1/moe_tp_size
@@ -122,8 +140,6 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
     """
     m, c, d, w = scenario.served_model, scenario.cluster, scenario.deployment, scenario.workload
     par = d.parallel
-    num_gpus = par.num_gpus
-    gpus_per_node = c.gpus_per_node_resolved
     slots = (m.num_experts + d.ep_num_redundant_experts) / d.ep_size
     expert_bytes = slots * m.num_moe_layers * m.expert_bytes / par.moe_tp_size
     dense_params = (m.attention_params * m.num_layers
@@ -139,19 +155,11 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
         kv_bytes = kv_bytes * kv_share(m, par.attn_tp_size)
     used = (expert_bytes + other_bytes + kv_bytes) / GIB
     return {
-        "num_gpus": float(num_gpus),
-        "num_nodes": float(math.ceil(num_gpus / gpus_per_node)),
-        "cost_per_hour": num_gpus * c.price_per_gpu_hour,
         "expert_slots_per_gpu": slots,
         "expert_weights_gib_per_gpu": expert_bytes / GIB,
         "other_weights_gib_per_gpu": other_bytes / GIB,
         "kv_cache_gib_per_gpu": kv_bytes / GIB,
         "hbm_headroom_gib": c.hardware.hbm_gib - used,
-        # requests per rank running at t=0 (`--warm-start` sets it from the screen; "steady"
-        # resolved: `initial_per_rank`)
-        "initial_running_per_rank": float(initial_per_rank(scenario, profile_path)),
-        # with EPLB or a stated failure rate (`epsim.plan.resilience`); NaN otherwise
-        **_resilience(scenario, profile_path),
     }
 
 

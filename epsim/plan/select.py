@@ -32,6 +32,9 @@ KEEP_UP_METRIC = "keep_up.ok"
 # throughput and empty latencies are no answer, so it is never feasible
 MEASURED_METRIC = "num_measured_steps"
 NOTHING_MEASURED = "nothing measured: no step started in its measurement window"
+# a point whose weights and KV cache exceed a GPU's memory cannot run, however fast it would be
+# (`epsim.plan.columns.derived_columns`; activations are not counted: not modelled)
+MEMORY_METRIC = "hbm_headroom_gib"
 DEFAULT_PARETO = ("min:num_gpus", "min:tpot_ms.p99", "max:throughput_tokens_per_s_per_gpu")
 
 
@@ -127,6 +130,19 @@ def keep_up_statement(constraints: list[Constraint]) -> str:
     return f"keep-up: {RULE}; TTFT {target}"
 
 
+def memory_problem(row: dict) -> str | None:
+    """Why a point's weights and KV cache do not fit in its GPUs' memory, or None (they fit, or
+    the row has no memory columns). `row`: a plan row, or `epsim.plan.columns.derived_columns`."""
+    headroom = row.get(MEMORY_METRIC)
+    if headroom is None or not headroom < 0:            # NaN or missing: no verdict
+        return None
+    parts = [("expert weights", "expert_weights_gib_per_gpu"), ("other weights", "other_weights_gib_per_gpu"),
+             ("KV cache", "kv_cache_gib_per_gpu")]
+    shown = ", ".join(f"{name} {row[key]:.3g}" for name, key in parts if row.get(key) is not None)
+    return (f"does not fit in GPU memory: {-headroom:.3g} GiB per GPU over its HBM ({shown} GiB; "
+            f"activations not counted)")
+
+
 def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) -> str:
     """Why a row is not feasible, in a few words ('' when it is)."""
     if row.get("error"):
@@ -136,6 +152,9 @@ def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) ->
     steps = row.get(MEASURED_METRIC)
     if steps is not None and not steps > 0:
         return NOTHING_MEASURED
+    memory = memory_problem(row)
+    if memory:
+        return memory
     reasons = []
     if keep_up and not row.get(KEEP_UP_METRIC) == 1.0:
         offered, served = row.get("keep_up.offered_rps"), row.get("keep_up.served_rps")

@@ -79,3 +79,50 @@ def test_a_point_that_measured_nothing_is_never_feasible(tmp_path):
     assert empty["num_measured_steps"] == 0 and not empty["feasible"] and not empty["best"]
     from epsim.plan.choice import rejected
     assert rejected(result) == [(1, "nothing measured: no step started in its measurement window")]
+
+
+def test_a_point_whose_weights_and_kv_cache_do_not_fit_is_never_feasible(tmp_path):
+    import yaml
+
+    from epsim.plan import run_plan
+    from epsim.plan.choice import rejected
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_scenario()))
+    # 100 000 running requests of 72 tokens: a KV cache of ~330 GiB per GPU, more than an H200
+    result = run_plan(str(path), ["deployment.max_running_requests=8,100000"], workers=1,
+                      progress=False, plots=False, keep_up=False, require_feasible=False)
+    fits, too_big = result.rows
+    assert fits["hbm_headroom_gib"] > 0 and fits["feasible"] and fits["best"]
+    assert too_big["num_measured_steps"] > 0                   # it ran, and was fast enough ...
+    assert too_big["hbm_headroom_gib"] < 0 and not too_big["feasible"] and not too_big["best"]
+    [(index, why)] = rejected(result)
+    assert index == 1 and why.startswith("does not fit in GPU memory: ")
+    assert f"{-too_big['hbm_headroom_gib']:.3g} GiB per GPU over its HBM" in why
+    assert f"KV cache {too_big['kv_cache_gib_per_gpu']:.3g}" in why and "activations not counted" in why
+
+
+def test_a_plan_where_nothing_fits_says_why(tmp_path):
+    import yaml
+
+    from epsim.plan import run_plan
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_scenario(deployment__max_running_requests=100000)))
+    result = run_plan(str(path), ["seed=0,1"], workers=1, progress=False, plots=False,
+                      keep_up=False, require_feasible=False)
+    assert result.best is None
+    assert result.infeasible.startswith("none of the 2 points has an answer, e.g. seed=0: does not "
+                                        "fit in GPU memory: ")
+
+
+def test_simulate_notes_a_deployment_that_does_not_fit(tmp_path, capsys):
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_scenario(deployment__max_running_requests=100000)))
+    assert main(["simulate", str(path), "--no-progress"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "does not fit" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: does not fit in GPU memory: ")
+    assert notes[0].endswith("a real deployment of this scenario would not start; the run times "
+                             "it as if it fit")
+    path.write_text(yaml.safe_dump(_scenario()))
+    assert main(["simulate", str(path), "--no-progress"]) == 0
+    assert "does not fit" not in capsys.readouterr().out
