@@ -177,8 +177,10 @@ def sharing(c: Campaign, full: bool) -> None:
     case = "two plans on one --out"
     c.cases["sharing"] += 1
     (work / "slow").mkdir()
-    slow = c.scenario(work / "slow", duration_s=10.0)        # points of seconds each
-    long_sweep = ["plan", str(slow), "--sweep", "seed=0:7:+1", "--workers", "1", "--no-keep-up",
+    # ~0.5 s a point (2026-12): the first plan runs for half a minute unless stopped, as it is
+    # once the second has been refused
+    slow = c.scenario(work / "slow", duration_s=10.0)
+    long_sweep = ["plan", str(slow), "--sweep", "seed=0:63:+1", "--workers", "1", "--no-keep-up",
                   "--no-progress", "--no-plots", "--out", str(out)]
     first = c.popen(*long_sweep)
     deadline = time.time() + RUN_LIMIT_S
