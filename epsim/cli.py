@@ -8,6 +8,7 @@ stderr, no traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import signal
 import sys
@@ -288,6 +289,9 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"epsim: {category.__name__}: {message}\n"
 
 
+REDELIVER_S = 0.01        # how soon an interrupt a finalizer swallowed is delivered again
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is: work stops at once, finished work is kept."""
 
@@ -296,18 +300,45 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def main(argv: list[str] | None = None) -> int:
-    # SIGTERM (a supervisor, `timeout`) stops the work as Ctrl-C does, instead of killing the
-    # process mid-write; the handler before is restored when the command ends
-    own = (threading.current_thread() is threading.main_thread()
-           and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+@contextlib.contextmanager
+def interrupts_handled():
+    """While a command runs: SIGTERM (a supervisor, `timeout`) stops the work as Ctrl-C does,
+    instead of killing the process mid-write; and a Ctrl-C or SIGTERM that strikes inside a
+    finalizer or a weakref callback (matplotlib's, run by the garbage collector), where Python
+    swallows it and prints "Exception ignored ... Traceback", is delivered again to the code
+    that was running, silently. What was there before is restored when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    own = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if own:
         signal.signal(signal.SIGTERM, _on_sigterm)
+    before = sys.unraisablehook
+
+    def redeliver(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt) \
+                and threading.current_thread() is threading.main_thread():
+            # signalled again from another thread, so that the handler runs in the main code
+            # once this hook has returned (a signal tripped here would be handled in here);
+            # one swallowed again (the collector runs many callbacks) comes back here
+            signum = signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
+            threading.Timer(REDELIVER_S, signal.pthread_kill,
+                            (threading.main_thread().ident, signum)).start()
+            return
+        before(unraisable)
+
+    sys.unraisablehook = redeliver
     try:
-        return _main(argv)
+        yield
     finally:
+        sys.unraisablehook = before
         if own:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    with interrupts_handled():
+        return _main(argv)
 
 
 def _main(argv: list[str] | None) -> int:
