@@ -6,24 +6,22 @@ picklable data for the pages.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import json
 import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
 
-from epsim.errors import EpsimError, RecordError
+from epsim.errors import EpsimError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = ROOT / "scenarios"
-LOCAL_CALIBRATION_DIR = Path("runs") / "calibrate"      # where `epsim calibrate --live` writes
 NUM_WINDOWS = 60                                          # load heatmap columns over a run
 
 
@@ -44,6 +42,11 @@ def workers_skip_the_page():
         yield
     finally:
         main.__spec__ = spec
+
+
+def upload_name(name: str) -> str:
+    """An uploaded file's name without any folder part (what messages and staged files use)."""
+    return Path(name).name or "upload"
 
 
 # -- scenarios -----------------------------------------------------------------------------------
@@ -176,6 +179,29 @@ def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}
         warnings=sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
 
 
+def overrides_json(lines: tuple[str, ...]) -> str:
+    """`KEY=VALUE` lines (as `epsim simulate --set`) as the JSON the run functions take.
+
+    Raises:
+        SpecError: a line that is not `key.path=value`.
+    """
+    from epsim.spec.scenario import parse_override
+    return json.dumps(dict(parse_override(line) for line in lines), sort_keys=True)
+
+
+def read_summary(name: str, content: bytes) -> dict:
+    """An uploaded summary.json of `epsim simulate --out` (`epsim.commands.compare.load_run`'s
+    check: a summary with the keys a comparison reads)."""
+    from epsim.commands.compare import load_run
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "summary.json"
+        path.write_bytes(content)
+        try:
+            return load_run(str(path), [], False)[0]
+        except EpsimError as exc:
+            raise type(exc)(str(exc).replace(str(path), upload_name(name))) from None
+
+
 # -- EPLB interval sweep ---------------------------------------------------------------------------
 @st.cache_data(show_spinner="simulating every rebalance interval and a run without EPLB…")
 def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
@@ -189,128 +215,6 @@ def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
         with workers_skip_the_page():
             sweep = sweep_rebalance_interval(scenario, list(intervals), workers=workers)
     return sweep.rows, sweep.baseline, sweep.best
-
-
-# -- validation --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ValidationView:
-    """Predicted against measured (`epsim.validate.validate`).
-
-    Attributes:
-        rows: one `epsim.validate.Comparison` per judged record.
-        markdown: the error tables `epsim validate` prints.
-        warnings: records skipped and extrapolations, one line each.
-        measured_on: where the records were measured (device, EP sizes, dates, count).
-        extrapolation: per axis and component, the model's MAPE on the extrapolation hold-outs
-            next to the two baselines (`epsim.validate.extrapolation.stats`, as dicts).
-    """
-
-    rows: list
-    markdown: str
-    warnings: list
-    measured_on: str = ""
-    extrapolation: list = field(default_factory=list)
-
-
-def shipped_validation_files() -> tuple[list[Path], Path | None]:
-    """The records and profile that ship with epsim (empty / None before they do)."""
-    from epsim.calibrate import default_record_paths
-    from epsim.profile import default_profile_path
-    profile = default_profile_path()
-    return default_record_paths(), profile if profile.is_file() else None
-
-
-def local_calibration_files() -> tuple[list[Path], Path | None]:
-    """What `epsim calibrate --live` last wrote under ./runs/calibrate (empty / None if not)."""
-    records = sorted(LOCAL_CALIBRATION_DIR.glob("*.jsonl")) if LOCAL_CALIBRATION_DIR.is_dir() else []
-    profile = LOCAL_CALIBRATION_DIR / "profile.json"
-    return [p for p in records if p.stat().st_size], profile if profile.is_file() else None
-
-
-def _safe_name(name: str) -> str:
-    return Path(name).name or "upload"
-
-
-def files_key(files: list[tuple[str, bytes | Path]]) -> str:
-    """What identifies record and profile files: the content of uploads, path, size and
-    modification time of files on disk (so megabytes of shipped records are not hashed on
-    every rerun)."""
-    digest = hashlib.sha256()
-    for name, content in files:
-        if isinstance(content, Path):
-            stat = content.stat()
-            digest.update(f"{content.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
-        else:
-            digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
-    return digest.hexdigest()
-
-
-@st.cache_data(show_spinner="predicting every record…", max_entries=8)
-def validation(key: str, _record_files: tuple, _profile_file: tuple) -> ValidationView:
-    """Validate a profile on record files, each (name, bytes or a Path to read); messages name
-    the files. Cached by `key` (`files_key` of all the files).
-
-    Raises:
-        EpsimError: an unreadable or invalid profile, or no record that can be judged.
-    """
-    from epsim.calibrate.inputs import load_records
-    from epsim.profile import Profile
-    from epsim.validate import validate
-    record_files = [(name, c.read_bytes() if isinstance(c, Path) else c) for name, c in _record_files]
-    profile_file = (_profile_file[0], _profile_file[1].read_bytes() if isinstance(_profile_file[1], Path)
-                    else _profile_file[1])
-    with tempfile.TemporaryDirectory() as tmp:
-        folders = [Path(tmp) / f"upload{i}" for i in range(len(record_files))]   # names may repeat
-        paths = []
-        for folder, (name, content) in zip(folders, record_files):
-            folder.mkdir()
-            paths.append(folder / _safe_name(name))
-            paths[-1].write_bytes(content)
-        profile_path = Path(tmp) / _safe_name(profile_file[0])
-        profile_path.write_bytes(profile_file[1])
-
-        def clean(text: str) -> str:
-            """A message with the temporary folders left out: it names the files as given."""
-            for folder in folders + [Path(tmp)]:
-                for form in {str(folder), str(folder.resolve())}:
-                    text = text.replace(form + "/", "")
-            return text
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            problems = []                  # every file's problem at once, not the first only
-            try:
-                profile = Profile.load(profile_path)
-            except EpsimError as exc:
-                problems.append(clean(str(exc)))
-            try:
-                loaded, _ = load_records(paths)
-                if not loaded:
-                    problems.append(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) "
-                                    f"must hold at least one valid record"
-                                    + (f" (first problem: {clean(str(caught[0].message))})" if caught else ""))
-            except EpsimError as exc:
-                problems.append(clean(str(exc)))
-            if problems:
-                raise EpsimError("\n\n".join(problems))
-            try:
-                report = validate(profile, paths, plots=False)
-            except EpsimError as exc:
-                raise type(exc)(clean(str(exc))) from None
-        messages = [clean(str(w.message)) for w in caught]
-        if not report.rows:
-            first = f" (first problem: {messages[0]})" if messages else ""
-            raise RecordError(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) must "
-                              f"hold at least one dispatch, combine, experts or moe_layer record "
-                              f"the profile can predict{first}")
-        rows = [replace(r, where=clean(r.where)) for r in report.rows]
-        from epsim.commands.output import merge_notes
-        from epsim.validate.report import describe_measured_on
-        from epsim.validate.extrapolation import stats
-        extrapolation = [dict(e.__dict__, skill=e.skill, beats_both=e.beats_both)
-                         for e in stats(report.extrapolation)]
-        return ValidationView(rows, clean(report.markdown), merge_notes(messages),
-                              describe_measured_on(report.measured_on), extrapolation)
 
 
 # -- planning -----------------------------------------------------------------------------------------
@@ -348,7 +252,7 @@ def read_results_table(name: str, content: bytes):
     """An uploaded results.csv as (rows, columns, keys) (`epsim.plan.results.read_rows`)."""
     from epsim.plan.results import read_rows
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / _safe_name(name)
+        path = Path(tmp) / upload_name(name)
         path.write_bytes(content)
         return read_rows(path)
 

@@ -10,10 +10,9 @@ from epsim.commands.output import Report, json_safe, wants_progress
 from epsim.errors import SpecError
 from epsim.io import check_output_dir
 from epsim.io.rundir import MANIFEST, RunDir
-from epsim.plan.columns import memory_columns
-from epsim.plan.select import memory_problem
 from epsim.profile import load_profile
 from epsim.report import RUN_FILES, format_table, summarize, write_summary, write_timeseries
+from epsim.report.cautions import cautions
 from epsim.report.figures import write_figures
 from epsim.report.timeline import write_timeline
 from epsim.sim import simulate
@@ -32,25 +31,6 @@ def resolve_scenario_path(given: str | None) -> Path:
                     f"under {Path.cwd()} (run from the repository root or pass SCENARIO.yaml)")
 
 
-def nothing_measured(summary: dict) -> str | None:
-    """One line saying the run measured nothing (no step started in its window), or None."""
-    if summary["num_measured_steps"]:
-        return None
-    window_s = summary["sim_seconds"] - summary["warmup_s"]
-    return (f"nothing measured: no step started in the {window_s:g}-s measurement window "
-            f"(warm-up {summary['warmup_s']:g} s of {summary['sim_seconds']:g} s; "
-            f"{summary['num_steps']} step(s) in all): lengthen workload.duration_s or shorten "
-            f"workload.warmup_s; the summary holds what the run did")
-
-
-def does_not_fit(scenario) -> str | None:
-    """One line saying the deployment's weights and KV cache exceed its GPUs' memory (a plan
-    calls such a point infeasible; simulate still runs it, timing only), or None."""
-    problem = memory_problem(memory_columns(scenario))
-    return None if problem is None else (f"{problem}: a real deployment of this scenario would "
-                                         f"not start; the run times it as if it fit")
-
-
 def run(args):
     path = resolve_scenario_path(args.scenario)
     overrides = list(args.overrides)
@@ -66,8 +46,8 @@ def run(args):
     with RunDir(out, "simulate", RUN_FILES) if out else contextlib.nullcontext() as rundir:
         result = simulate(scenario, profile=profile, progress=wants_progress(args))
         summary = summarize(result)
-        notes = [note for note in (does_not_fit(scenario), nothing_measured(summary)) if note]
-        report = Report(json_safe(summary), format_table(summary).splitlines(), notes=notes)
+        report = Report(json_safe(summary), format_table(summary).splitlines(),
+                        notes=cautions(summary))
         if out is None:
             return report
         report.files += write_run(result, summary, out, rundir, plots=not args.no_plots,

@@ -126,10 +126,11 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     return Path(path)
 
 
-def write_figure(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save a matplotlib figure atomically (the format from `path`'s suffix); returns `path`."""
+def write_figure(fig, path: str | Path, dpi: int = 110, **savefig) -> Path:
+    """Save a matplotlib figure atomically (the format from `path`'s suffix; `savefig`: more
+    of `Figure.savefig`'s options); returns `path`."""
     with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=dpi)
+        fig.savefig(tmp, dpi=dpi, **savefig)
     return Path(path)
 
 

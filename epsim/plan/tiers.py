@@ -24,7 +24,8 @@ from epsim.plan.answers import group_by_workload
 from epsim.plan.columns import derived_columns
 from epsim.plan.executors import execute, progress_bar
 from epsim.plan.points import Point, build_point
-from epsim.plan.screen import SCREEN_METRICS, screen_metrics, steady_start
+from epsim.plan.screen import SCREEN_METRICS, screen_metrics
+from epsim.sim.steady import steady_start
 from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
 from epsim.plan.store import SCREEN_CACHE, PointCache, cell
 from epsim.profile import load_profile
@@ -163,7 +164,7 @@ def select_candidates(points: list[Point], rows: list[dict], keys: list[str],
         frontier[distinct[pareto_mask(pareto_costs[distinct])]] = True
         remaining = np.zeros(n, dtype=bool)
         remaining[good] = True
-        remaining &= np.isfinite(costs).all(axis=1)
+        remaining &= np.isfinite(costs[:, 0])      # later objectives only break ties
         for _ in range(top):
             pick = lexicographic_best(costs, remaining)
             if pick is None:

@@ -86,15 +86,3 @@ def test_infeasible_message_names_the_closest_constraint():
     nan = {"tpot_ms.p99": np.array([np.nan, np.nan])}
     assert "NaN everywhere" in infeasible_message(nan, [Constraint("tpot_ms.p99", "<=", 5)], str)
 
-
-def test_memory_problem_needs_a_negative_headroom():
-    from epsim.plan.select import memory_problem, rejection
-    row = {"hbm_headroom_gib": -31.4, "expert_weights_gib_per_gpu": 150.0,
-           "other_weights_gib_per_gpu": 10.0, "kv_cache_gib_per_gpu": 12.4, "num_measured_steps": 9}
-    assert memory_problem(row) == ("does not fit in GPU memory: 31.4 GiB per GPU over its HBM "
-                                   "(expert weights 150, other weights 10, KV cache 12.4 GiB; "
-                                   "activations not counted)")
-    assert rejection(row, [], keep_up=False) == memory_problem(row)
-    for headroom in (0.0, 5.0, float("nan"), None):
-        assert memory_problem({**row, "hbm_headroom_gib": headroom}) is None
-    assert memory_problem({}) is None                   # a table without the memory columns
