@@ -26,6 +26,7 @@ This module owns the profile's vocabulary; nothing else spells a key or a mode p
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from functools import lru_cache
 from importlib import resources
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from epsim import vocab
 from epsim.errors import ProfileError, RecordError
 from epsim.io import load_json
+from epsim.io.write import write_text
 from epsim.physical import param_problem, range_problem
 from epsim.spec.errors import format_error
 from epsim.spec.numbers import check_numbers
@@ -300,7 +302,7 @@ class Profile(BaseModel):
     # -- io --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.model_dump(by_alias=True), indent=1) + "\n")
+        write_text(path, json.dumps(self.model_dump(by_alias=True), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
@@ -367,8 +369,19 @@ def profile_path(text: str | Path, base_dir: str | Path | None = None) -> Path:
                        f"shipped profiles {list(shipped)}")
 
 
-@lru_cache(maxsize=8)
 def _load_cached(path: str) -> Profile:
+    """The profile at `path`, read again when the file changes (a long-lived process, the app,
+    must not keep a profile that was rewritten)."""
+    try:
+        st = os.stat(path)
+        signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        signature = None                  # Profile.load reports the missing file
+    return _load_signed(path, signature)
+
+
+@lru_cache(maxsize=8)
+def _load_signed(path: str, signature) -> Profile:
     return Profile.load(path)
 
 

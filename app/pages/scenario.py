@@ -31,7 +31,7 @@ def _select(label: str, options: list, value, key: str, **kwargs):
 
 
 def _int(label: str, value: int, key: str, min_value: int = 1, **kwargs) -> int:
-    return int(st.number_input(label, min_value=min_value, value=int(value), step=1, key=key, **kwargs))
+    return int(ui.number_input(st, label, int(value), min_value=min_value, step=1, key=key, **kwargs))
 
 
 def _optional_int(label: str, value: int | None, key: str, **kwargs) -> int | None:
@@ -41,7 +41,7 @@ def _optional_int(label: str, value: int | None, key: str, **kwargs) -> int | No
 
 
 def _float(label: str, value: float, key: str, min_value: float = 0.0, **kwargs) -> float:
-    return float(st.number_input(label, min_value=min_value, value=float(value), key=key, **kwargs))
+    return float(ui.number_input(st, label, float(value), min_value=min_value, key=key, **kwargs))
 
 
 def _skew_widgets(skew, key: str) -> dict:

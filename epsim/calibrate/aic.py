@@ -11,8 +11,6 @@ both come here (`expand_sources`). The records a fit reads are written to
 from __future__ import annotations
 
 import gzip
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -24,6 +22,7 @@ from epsim.calibrate.aic_records import (SOURCE, Imported, attention_records, ge
 from epsim.calibrate.aic_tables import (DEVICE_PREFIX, AicSource, AicTable, package_version,
                                         parse_source)
 from epsim.errors import RecordError
+from epsim.io.write import replacing_file
 
 PREFIX = "aic:"
 DEFAULT_DIR = Path("runs/aic")
@@ -81,18 +80,11 @@ def import_source(source: AicSource, tables: Iterable[AicTable] | None = None,
 def write_records_gz(records, path: Path) -> Path:
     """Write records as gzipped JSON Lines, atomically (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as fh:
-            for record in records:
-                fh.write((record.to_json() + "\n").encode())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes it private; records are shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # filename="": the header would otherwise name the temporary file (same bits every run)
+    with replacing_file(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb",
+                                                          mtime=0) as fh:
+        for record in records:
+            fh.write((record.to_json() + "\n").encode())
     return path
 
 

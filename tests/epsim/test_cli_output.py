@@ -184,3 +184,28 @@ def test_every_command_line_in_the_repository_refuses_abbreviations():
                             and given["allow_abbrev"].value is False):
                         missing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert missing == []
+
+
+def test_an_interrupt_a_finalizer_swallows_is_delivered_again_silently(capsys):
+    """Python swallows an exception raised inside a weakref callback (matplotlib's, while the
+    garbage collector runs) and prints "Exception ignored ... Traceback": a SIGTERM or Ctrl-C
+    landing there must still stop the command, with no traceback."""
+    import time
+    import weakref
+
+    from epsim.cli import Terminated, interrupts_handled
+
+    class Node:
+        pass
+
+    for interrupt in (Terminated, KeyboardInterrupt):
+        def callback(_, interrupt=interrupt):
+            raise interrupt()                  # as the signal handler does, mid-callback
+
+        with pytest.raises(interrupt) as caught, interrupts_handled():
+            node = Node()
+            ref = weakref.ref(node, callback)
+            del node                           # the callback runs and its exception is swallowed
+            time.sleep(5)                      # ... and is delivered again here, at once
+        assert ref() is None and caught.type is interrupt
+    assert "Exception ignored" not in capsys.readouterr().err
