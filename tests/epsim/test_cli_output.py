@@ -30,6 +30,12 @@ def _epsim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+def _sides(overrides: list[str]) -> list[str]:
+    """`--set KEY=VALUE` pairs as the same change to both of `compare`'s runs."""
+    pairs = overrides[1::2]
+    return [arg for kv in pairs for arg in ("--set-a", kv, "--set-b", kv)]
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("output")
@@ -75,6 +81,9 @@ def _commands(files) -> dict[str, tuple[list[str], set[str]]]:
                   "--no-plots"],
                  {"scenario", "sweeps", "constraints", "objectives", "pareto", "counts", "columns",
                   "best", "frontier", "infeasible", "wall_s", "out"}),
+        "compare": (["compare", "scenarios/default.yaml", "scenarios/default.yaml", *_sides(SHORT),
+                     "--set-b", "deployment.moe_a2a_backend=deepep"],
+                    {"a", "b", "differs", "metrics", "layer_us", "why", "a_source", "b_source"}),
         "models": (["models"], {"models"}),
         "hardware": (["hardware"], {"gpus", "networks"}),
     }
