@@ -196,8 +196,13 @@ def test_every_command_line_in_the_repository_refuses_abbreviations():
 
 
 _SWALLOWED_INTERRUPT = """
-import time, weakref
+import signal, time, weakref
 from epsim.cli import Terminated, interrupts_handled
+
+# as a fresh `epsim` process starts: a child inherits ignored signals and the signal mask
+signal.pthread_sigmask(signal.SIG_SETMASK, [])
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 class Node:
     pass
