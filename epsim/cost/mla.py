@@ -30,7 +30,7 @@ another from its datasheet.
 Decode with more than 64 heads on a GPU (128 under DP attention) runs a sequence's heads as
 `ceil(heads / 64)` CTAs, each streaming the same cache. They are launched side by side, so the
 later blocks' reads partly hit L2 (50 MB on H200; the blocks read the same keys microseconds
-apart): `reread_hbm_frac` is the HBM rate of those re-reads as a fraction of the datasheet (the
+apart): `reread_hbm_ratio` is the HBM rate of those re-reads as a fraction of the datasheet (the
 first read runs at `hbm_frac`), fitted on the op tables' 128-head rows. aiconfigurator-core's
 h200_sxm SGLang table (`generation_mla_perf`, BF16 cache) shows why: 16, 32 and 64 heads stream
 the cache at 4.3-4.5 TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2. Without it
@@ -52,8 +52,8 @@ from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.gpu import HardwareSpec
 
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac",
-                         "reread_hbm_frac"),
-                        frozenset({"hbm_frac", "tensor_frac", "reread_hbm_frac"}))
+                         "reread_hbm_ratio"),
+                        frozenset({"hbm_frac", "tensor_frac", "reread_hbm_ratio"}))
 BF16_BYTES = 2.0
 # GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
@@ -116,24 +116,24 @@ def mla_defaults() -> dict[str, float]:
 
 
 def with_reread(params) -> dict[str, float]:
-    """`params` with `reread_hbm_frac` (its `hbm_frac` where a profile fitted before it has none:
+    """`params` with `reread_hbm_ratio` (its `hbm_frac` where a profile fitted before it has none:
     a re-read costs a read)."""
-    return {"reread_hbm_frac": float(params["hbm_frac"]), **params}
+    return {"reread_hbm_ratio": float(params["hbm_frac"]), **params}
 
 
 def reread_share(params) -> float:
     """The HBM cost of a later 64-head block's read of the cache, in first reads:
-    `hbm_frac / reread_hbm_frac` (1 without a fitted `reread_hbm_frac`)."""
+    `hbm_frac / reread_hbm_ratio` (1 without a fitted `reread_hbm_ratio`)."""
     full = with_reread(params)
-    return float(full["hbm_frac"]) / float(full["reread_hbm_frac"])
+    return float(full["hbm_frac"]) / float(full["reread_hbm_ratio"])
 
 
 def absolute(params, hardware: HardwareSpec) -> dict[str, float]:
     """`params` with `hbm_gbps`, `tflops` (datasheet HBM and BF16 peak x the fractions), the
-    form `epsim.cost.flash.kernel_us` reads (`reread_hbm_frac` enters through the bytes,
+    form `epsim.cost.flash.kernel_us` reads (`reread_hbm_ratio` enters through the bytes,
     `decode_kernel_work`)."""
     out = {k: float(v) for k, v in params.items()
-           if k not in ("hbm_frac", "tensor_frac", "reread_hbm_frac")}
+           if k not in ("hbm_frac", "tensor_frac", "reread_hbm_ratio")}
     out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
     out["tflops"] = float(params["tensor_frac"]) * hardware.bf16_tflops
     return out
@@ -161,7 +161,7 @@ def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
 
 def decode_reread_kb(seqs, context, heads: int, form: MlaForm) -> np.ndarray:
     """[dp] KB the later 64-head blocks re-read at full cost (`cache_reads - 1` caches of
-    `context` [dp] keys): the design column of `reread_hbm_frac`."""
+    `context` [dp] keys): the design column of `reread_hbm_ratio`."""
     extra = cache_reads(heads) - 1.0
     return extra * np.asarray(context, dtype=np.float64) * form.kv_bytes_per_key * 1e-3
 

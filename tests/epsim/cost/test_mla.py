@@ -25,7 +25,7 @@ from epsim.zoo import get_hardware, get_model
 
 H200 = get_hardware("H200")
 PARAMS = {"base_us": 4.0, "wave_us": 2.0, "per_split_us": 0.5, "hbm_frac": 0.8,
-          "tensor_frac": 0.6, "reread_hbm_frac": 1.2}
+          "tensor_frac": 0.6, "reread_hbm_ratio": 1.2}
 
 
 def test_forms_carry_mlas_sizes():
@@ -62,8 +62,8 @@ def test_a_later_head_blocks_reread_costs_its_share():
     assert shared - first == pytest.approx(share * decode_reread_kb(seqs, ctx, 128, form))
     assert decode_reread_kb(seqs, ctx, 64, form)[0] == 0.0     # one block: no re-read
     # a profile fitted before the term: a re-read costs a read, as it did
-    old = {k: v for k, v in PARAMS.items() if k != "reread_hbm_frac"}
-    assert reread_share(old) == 1.0 and with_reread(old)["reread_hbm_frac"] == 0.8
+    old = {k: v for k, v in PARAMS.items() if k != "reread_hbm_ratio"}
+    assert reread_share(old) == 1.0 and with_reread(old)["reread_hbm_ratio"] == 0.8
 
 
 def test_prefill_math_is_the_causal_pairs():
