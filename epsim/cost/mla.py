@@ -30,8 +30,9 @@ another from its datasheet.
 Decode with more than 64 heads on a GPU (128 under DP attention) runs a sequence's heads as
 `ceil(heads / 64)` CTAs, each streaming the same cache. They are launched side by side, so the
 later blocks' reads partly hit L2 (50 MB on H200; the blocks read the same keys microseconds
-apart): `reread_hbm_ratio` is the HBM rate of those re-reads as a fraction of the datasheet (the
-first read runs at `hbm_frac`), fitted on the op tables' 128-head rows. aiconfigurator-core's
+apart): `reread_hbm_ratio` is the rate of those re-reads over the datasheet HBM rate (above 1
+where L2 serves enough of them; the first read runs at `hbm_frac`), fitted on the op tables'
+128-head rows. aiconfigurator-core's
 h200_sxm SGLang table (`generation_mla_perf`, BF16 cache) shows why: 16, 32 and 64 heads stream
 the cache at 4.3-4.5 TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2. Without it
 (profiles fitted before it) a re-read costs a read (`reread_share` 1).
