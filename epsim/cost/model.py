@@ -20,9 +20,11 @@ import numpy as np
 
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   lm_head_us, measured_attention_us)
+from epsim.cost.attention_ops import attention_ops_us
 from epsim.cost.comm import collective_us
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
+from epsim.cost.layer import LayerCost, layer_cost
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
 from epsim.cost.params import Coefficients, CostParams
@@ -165,7 +167,8 @@ class CostModel:
         overhead = terms.overhead_us
         step = float(layer.sum()) + dense + overhead
         self.ledger.add(graph, moe.mode, ledger_row(self.params.step(graph), moe, attn, shared,
-                                                    dense, overhead, scale, num_layers),
+                                                    dense, overhead, scale, num_layers,
+                                                    terms.attention_ops_us),
                         terms.max_tokens)
         parts = np.empty((7, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
@@ -181,6 +184,11 @@ class CostModel:
             shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense,
             overhead_us=overhead,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
+
+    def layer(self, batch: BatchCounts, loads: np.ndarray, tables: PlacementTables) -> LayerCost:
+        """One step's MoE layers by part, each with the component that priced it: the public
+        layer cost (`epsim.cost.layer.layer_cost`; the step goes to the ledger as `step`'s)."""
+        return layer_cost(self, batch, loads, tables)
 
     def leaps(self, batch: BatchCounts) -> bool:
         """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
@@ -266,8 +274,10 @@ class CostModel:
         dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, rates).max()
                           ) if m.num_dense_layers else 0.0
         overhead = p.overhead["base_us"] + p.overhead["per_layer_us"] * m.num_layers
+        ops = self._attention_ops(part.tokens)
         terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
-                           float(self.ep_tokens(batch).max(initial=0.0)))
+                           float(self.ep_tokens(batch).max(initial=0.0)),
+                           0.0 if ops is None else float(ops.max(initial=0.0)))
         if len(self._terms_memo) >= 64:
             self._terms_memo.clear()
         self._terms_memo[key] = terms
@@ -286,20 +296,35 @@ class CostModel:
         return dense_us(tokens, gemm, p.dense)
 
     def _projections(self, tokens: np.ndarray) -> np.ndarray:
-        """[dp] `attention_projections_us` of `tokens`, remembered per batch shape (they depend
-        on the tokens alone; read-only)."""
+        """[dp] `attention_projections_us` of `tokens` plus the attention block's own ops
+        (`_attention_ops`), remembered per batch shape (they depend on the tokens alone;
+        read-only)."""
         key = tokens.tobytes()
         proj = self._projections_memo.get(key)
         if proj is None:
             if len(self._projections_memo) >= 64:
                 self._projections_memo.clear()
-            proj = self._projections_memo[key] = attention_projections_us(
-                tokens, self.model, self.params.attention.projections, self.params.tp_size)
+            proj = attention_projections_us(tokens, self.model, self.params.attention.projections,
+                                            self.params.tp_size)
+            ops = self._attention_ops(tokens)
+            if ops is not None:
+                proj = proj + ops
+            self._projections_memo[key] = proj
             proj.flags.writeable = False
         return proj
 
+    def _attention_ops(self, tokens: np.ndarray) -> np.ndarray | None:
+        """[dp] the attention block's own ops on each rank's `tokens` (norms, RoPE, KV write,
+        residual: `epsim.cost.attention_ops`), or None where the profile holds no fit of them
+        (the datasheet attention stands for the whole attention)."""
+        p = self.params
+        if p.attention_ops is None:
+            return None
+        return attention_ops_us(tokens, p.attention_ops_bytes, p.attention_ops)
+
     def _attention_layer_us(self, batch: BatchCounts) -> float:
-        """Slowest rank's attention of one layer, plus the TP all-reduce without DP attention."""
+        """Slowest rank's attention of one layer (with the block's own ops), plus the TP
+        all-reduce without DP attention."""
         p = self.params
         if p.attention.kernels is not None:
             decode, prefill = p.attention.kernels
@@ -308,7 +333,9 @@ class CostModel:
                                             self._projections(batch.tokens),
                                             self._decode_kernel).max())
         else:
-            t = float(attention_us(batch, self.model, p.attention.roofline, p.tp_size).max())
+            per_rank = attention_us(batch, self.model, p.attention.roofline, p.tp_size)
+            ops = self._attention_ops(batch.tokens)
+            t = float((per_rank if ops is None else per_rank + ops).max())
         if p.tp_size > 1:
             hidden_bytes = float(batch.tokens.sum()) * self.model.hidden_size * 2.0
             t += float(collective_us(hidden_bytes, p.num_ranks, p.num_nodes, 2,
@@ -317,11 +344,13 @@ class CostModel:
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
         """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`
-        ([k, dp]): the slowest rank's projections and decode kernel (or the datasheet
-        roofline), the same bits."""
+        ([k, dp]): the slowest rank's projections, block ops and decode kernel (or the
+        datasheet roofline), the same bits."""
         if self.params.attention.kernels is None:
-            return attention_us(replace(batch, decode_context=contexts), self.model,
-                                self.params.attention.roofline).max(axis=1)
+            per_rank = attention_us(replace(batch, decode_context=contexts), self.model,
+                                    self.params.attention.roofline)
+            ops = self._attention_ops(batch.tokens)
+            return (per_rank if ops is None else per_rank + ops).max(axis=1)
         proj = self._projections(batch.tokens)
         per_rank = proj + self._decode_kernel.us(batch.decode_tokens, contexts)     # [k, dp]
         return np.where(batch.tokens > 0, per_rank, 0.0).max(axis=1)

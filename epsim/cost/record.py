@@ -18,6 +18,11 @@ the live bench measured instead of expected values:
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
   block_ops           tokens per rank and `extra.pairs` (one GPU: tokens x top_k), the block's
                       router, permute and weighting (`epsim.cost.block_ops`, `any/block_ops`).
+  layer_part          the attention block (`extra.part` "attention_block", one GPU): the block's
+                      own ops (`epsim.cost.attention_ops`, `any/attention_ops`) over the
+                      attention kernel measured at the point and the priced projections.
+A backend's `experts` stage is the kernel model (`any/experts...`) plus the block ops inside it
+and the backend's own layout work (`<backend>/layout...`, `epsim.cost.layout`), whose row it is.
 Components are looked up most specific first (keys and mode paths: `epsim.profile`): an FP8
 dispatch reads `<backend>/dispatch/fp8` and `<backend>/experts/fp8` where fitted, else the BF16
 ones.
@@ -29,7 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.block_ops import block_ops_defaults, block_ops_features
+from epsim.cost.attention import attention_projections_us
+from epsim.cost.attention_ops import (attention_ops_defaults, attention_ops_features,
+                                      model_bytes_per_token)
+from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
+from epsim.cost.block_ops import block_ops_defaults, block_ops_features, block_ops_us
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy, l2_bytes, per_message)
@@ -37,8 +46,9 @@ from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defa
                                 experts_features, num_sms, row_tiles)
 from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
                               prefill_work)
-from epsim.cost.linear import (ATTENTION_TERMS, BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS,
-                               EXPERT_TERMS)
+from epsim.cost.layout import layout_defaults, layout_features
+from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
+                               COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
 from epsim.cost.moe import layer_defaults
 from epsim.cost.timing import stage_timing
 from epsim.eplb.placement import ranks_per_node
@@ -47,10 +57,12 @@ from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
+from epsim.spec.model import ModelSpec
 from epsim.zoo import get_hardware, hardware_names
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
-                     "attention_prefill", "attention_decode", "dense_mlp", "block_ops")
+                     "attention_prefill", "attention_decode", "dense_mlp", "block_ops",
+                     "attention_block")   # the layer bench's `layer_part` of the attention block
 # single-GPU kinds and the component each fits (`any/<component>[/graph]`)
 SINGLE_GPU_COMPONENTS = {"attention_prefill": "attention_prefill",
                          "attention_decode": "attention_decode", "dense_mlp": "dense"}
@@ -64,7 +76,11 @@ class RecordFeatures:
         component: profile key, e.g. "torch/dispatch", "deepep/combine/low_latency", "any/experts".
         coef_names: names of the coefficients the row multiplies (e.g. "inv_nvl_gbps").
         row: [len(coef_names)] float64; `row @ coefficients` is microseconds.
-        coefficients: [len(coef_names)] the profile's current coefficients of that component.
+        coefficients: [len(coef_names)] the profile's current coefficients of that component
+            (zeros for a backend's layout work the profile has not fitted: not charged).
+        host_us: host overhead of an eager record.
+        offset_us: device time of the record the component does not hold (a backend's experts
+            stage: the kernel model and the block ops inside it), fixed in a fit.
     """
 
     component: str
@@ -72,11 +88,13 @@ class RecordFeatures:
     row: np.ndarray
     coefficients: np.ndarray
     host_us: float = 0.0
+    offset_us: float = 0.0
 
     @property
     def predicted_us(self) -> float:
-        """Device time (`row @ coefficients`) plus the host overhead of an eager record."""
-        return float(self.row @ self.coefficients) + self.host_us
+        """Device time (`row @ coefficients` plus the fixed parts the row does not hold,
+        `offset_us`) plus the host overhead of an eager record."""
+        return float(self.row @ self.coefficients) + self.offset_us + self.host_us
 
 
 def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
@@ -95,7 +113,9 @@ def _device_path(record: MeasurementRecord, profile: Profile, kind: str) -> tupl
     path = record_mode_path(record, kind)
     if is_graph(record):
         return path, 0.0
-    timing = stage_timing(profile, record.backend, kind, path, eager=True)
+    # the experts' device time is the kernel model's whatever the backend (`any/experts...`)
+    owner = "any" if kind == "experts" and record.backend != "local" else None
+    timing = stage_timing(profile, record.backend, kind, path, eager=True, device_owner=owner)
     if timing.host_key:
         return timing.mode_path, timing.host_us
     return path, 0.0
@@ -148,8 +168,9 @@ def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) ->
     return RecordFeatures(key, COLLECTIVE_TERMS.coef_names, row, COLLECTIVE_TERMS.coefficients(params))
 
 
-def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
-    cluster = _cluster(record, profile)
+def _expert_counts(record: MeasurementRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pairs, active experts, row tiles) per rank of an experts record (the measured rank
+    alone for a single-GPU record)."""
     if record.local_expert_tokens:
         local = [np.asarray(row, dtype=np.float64) for row in record.local_expert_tokens]
         pairs = np.array([row.sum() for row in local])
@@ -166,19 +187,103 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     measured = record.extra.get("measured_rank")
     if measured is not None:          # a single-GPU record times one rank of its EP group
         pairs, active, tiles = (x[[int(measured)]] for x in (pairs, active, tiles))
+    return pairs, active, tiles
+
+
+def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster: ClusterSpec,
+                pairs, active, tiles) -> tuple[str, np.ndarray, np.ndarray]:
+    """(key, design row, coefficients) of the grouped-GEMM kernel model at the record's
+    counts: `local/experts...` for a single-GPU record, else the pooled `any/experts...`."""
     if not record.moe_intermediate_size:
         raise RecordError("moe_intermediate_size (0) must be > 0 for an experts record")
     gemm = ExpertGemm(record.hidden_size, record.moe_intermediate_size,
                       3.0 * record.hidden_size * record.moe_intermediate_size * 2.0,  # BF16
                       num_sms(cluster.gpu))
-    # the experts stage includes the backend's own layout work: `<backend>/experts[/fp8]` over
-    # `<backend>/experts` over `any/experts`
+    owner = "local" if record.backend == "local" else "any"
+    params = profile.params(owner, "experts", path, defaults=experts_defaults(cluster.hardware))
+    return (component_key(owner, "experts", path), experts_features(pairs, active, tiles, gemm, params),
+            EXPERT_TERMS.coefficients(params))
+
+
+def _experts_row(record: MeasurementRecord, profile: Profile,
+                 kernel: bool = False) -> RecordFeatures:
+    """An experts record. A single-GPU record (`local`) is the grouped GEMM alone: the kernel
+    model's row. A backend's stage is the kernel model plus what the stage holds besides
+    (docs/model.md, section 4): the block's permute and weighting where the backend hands
+    the block its pairs (not for low-latency `pair` copies, whose kernels lay rows out and
+    weight them), and the backend's own layout work, whose row this is (`<backend>/layout`;
+    kernel and block ops are its fixed offset; with `kernel`, the kernel model's row over the
+    rest: a record set with no grouped GEMM timed alone fits the kernel on the stages). An
+    eager record adds the host overhead of `<backend>/experts/host` and of the block ops
+    inside the stage."""
+    cluster = _cluster(record, profile)
+    pairs, active, tiles = _expert_counts(record)
     path, host = _device_path(record, profile, "experts")
-    params = profile.params(record.backend, "experts", path,
-                            defaults=experts_defaults(cluster.hardware))
-    row = experts_features(pairs, active, tiles, gemm, params)
-    return RecordFeatures(component_key(record.backend, "experts", path), EXPERT_TERMS.coef_names,
-                          row, EXPERT_TERMS.coefficients(params), host)
+    key, row, coef = _kernel_row(record, profile, path if record.backend != "local"
+                                 else record_mode_path(record, "experts"), cluster,
+                                 pairs, active, tiles)
+    if record.backend == "local":
+        return RecordFeatures(key, EXPERT_TERMS.coef_names, row, coef, host)
+    kernel_row = row
+    kernel_us = float(row @ coef)
+    inside = _inside_parts(record)
+    block_us, block_host = _inside_block_ops(record, profile, cluster, pairs, inside)
+    rows = float(pairs.max())         # the pairs the busiest rank receives
+    layout_path = record_mode_path(record, "layout")
+    if not is_graph(record):
+        layout_path = "/".join(p for p in (GRAPH, layout_path) if p)
+    params = profile.params(record.backend, "layout", layout_path,
+                            defaults=layout_defaults(cluster.hardware))
+    own = profile.resolve(record.backend, "layout", layout_path)
+    fitted = own is not None and own[0].split("/")[0] == record.backend
+    layout_row = layout_features(rows, record.hidden_size)
+    layout_coef = LAYOUT_TERMS.coefficients(params) if fitted else np.zeros(2)
+    host = host + (block_host if not is_graph(record) else 0.0)
+    if kernel:
+        return RecordFeatures(key, EXPERT_TERMS.coef_names, kernel_row, coef, host,
+                              offset_us=float(layout_row @ layout_coef) + block_us)
+    return RecordFeatures(component_key(record.backend, "layout", layout_path),
+                          LAYOUT_TERMS.coef_names, layout_row, layout_coef, host,
+                          offset_us=kernel_us + block_us)
+
+
+def _inside_parts(record: MeasurementRecord) -> tuple[str, ...]:
+    """The block ops a backend's experts stage holds: the permute and the weighting, unless
+    the backend's kernels do them (low-latency `pair` copies)."""
+    if dedup_for(record.backend, kernel_mode(record)) == "pair":
+        return ()
+    return ("permute", "combine_weighting")
+
+
+def inside_host_us(record: MeasurementRecord, profile: Profile) -> float:
+    """Host overhead of the block ops an eagerly timed experts stage of a backend holds
+    (`any/block_ops/host` times their share of the block's launches; 0 for other records):
+    what the stage's own host overhead (`<backend>/experts/host`) must not count again."""
+    if record.kind != "experts" or record.backend == "local" or is_graph(record):
+        return 0.0
+    parts = _inside_parts(record)
+    host = profile.components.get(component_key("any", "block_ops", "host"))
+    if not parts or host is None:
+        return 0.0
+    return host.params.get("base_us", 0.0) * _launch_share(parts)
+
+
+def _launch_share(parts: tuple[str, ...]) -> float:
+    return sum(BLOCK_OPS_KERNELS[p] for p in parts) / sum(BLOCK_OPS_KERNELS.values())
+
+
+def _inside_block_ops(record: MeasurementRecord, profile: Profile, cluster: ClusterSpec,
+                      pairs: np.ndarray, parts: tuple[str, ...]) -> tuple[float, float]:
+    """(device µs of the slowest rank, host µs of an eager call) of the block's `parts` that a
+    backend's experts stage holds (`any/block_ops`; host: `any/block_ops/host` times the
+    parts' share of the block's launches)."""
+    if not parts:
+        return 0.0, 0.0
+    device = profile.params("any", "block_ops", GRAPH, defaults=block_ops_defaults(cluster.hardware))
+    us = float(block_ops_us(np.full(pairs.shape, float(record.num_tokens_per_rank)), pairs,
+                            record.hidden_size, record.num_experts, record.top_k, device, parts))
+    host = profile.components.get(component_key("any", "block_ops", "host"))
+    return us, (host.params.get("base_us", 0.0) * _launch_share(parts) if host else 0.0)
 
 
 def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
@@ -239,9 +344,55 @@ def _block_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeature
                           BLOCK_OPS_TERMS.coefficients(params), host)
 
 
-def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
+def layer_model(record: MeasurementRecord) -> ModelSpec:
+    """A layer-bench record's shape as a one-layer `ModelSpec` (GQA attention with the record's
+    heads; a shared expert where the record has one, of the experts' width)."""
+    width = record.moe_intermediate_size or 1
+    return ModelSpec(name=record.model, num_layers=1, hidden_size=record.hidden_size,
+                     moe_intermediate_size=width, num_experts=record.num_experts or 1,
+                     top_k=record.top_k or 1,
+                     num_shared_experts=record.intermediate_size // width,
+                     num_attention_heads=record.num_attention_heads,
+                     num_key_value_heads=record.num_kv_heads, head_dim=record.head_dim)
+
+
+ATTENTION_KERNEL_US = "attention_kernel_us"   # extra field: the kernel measured at the point
+
+
+def _attention_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
+    """A `layer_part` record of the attention block (`extra.part` "attention_block": input
+    RMSNorm, attention, residual; decode, `num_seqs` tokens at `context_len`): the block's own
+    ops' row (`any/attention_ops`); its fixed offset is the attention kernel measured at the
+    same point (`extra.attention_kernel_us`, paired by `epsim.calibrate.layer_parts`; else the
+    fitted kernel model) and the projections as the simulator prices them."""
+    if not (record.num_attention_heads and record.num_kv_heads and record.head_dim
+            and record.num_seqs and record.context_len and record.hidden_size):
+        raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs, context_len "
+                          "and hidden_size must be > 0 for an attention_block record")
+    cluster = _cluster(record, profile)
+    model = layer_model(record)
+    path = GRAPH if is_graph(record) else ""
+    tokens = np.array([float(record.num_seqs)])
+    kernel = record.extra.get(ATTENTION_KERNEL_US)
+    if kernel is None:
+        twin = record.model_copy(update={"kind": "attention_decode", "extra": {}})
+        kernel = _attention_row(twin, profile, "attention_decode", path, cluster).predicted_us
+    dense = profile.params("any", "dense", GRAPH, defaults=experts_defaults(cluster.hardware))
+    projections = float(attention_projections_us(tokens, model, dense)[0])
+    params = profile.params("any", "attention_ops", path,
+                            defaults=attention_ops_defaults(cluster.hardware))
+    row = attention_ops_features(tokens, model_bytes_per_token(model))[0]
+    return RecordFeatures(component_key("any", "attention_ops", path),
+                          ATTENTION_OPS_TERMS.coef_names, row,
+                          ATTENTION_OPS_TERMS.coefficients(params),
+                          offset_us=float(kernel) + projections)
+
+
+def record_features(record: MeasurementRecord, profile: Profile,
+                    component: str = "") -> RecordFeatures:
     """The design row of the component a record measures (kinds dispatch, combine, experts,
-    allreduce).
+    allreduce, ...); `component`: which one where a record measures two (a backend's experts
+    stage: its layout work by default, the kernel model for `any/experts...`).
 
     Raises:
         ProfileError: a kind that is not one linear component (moe_layer, rebalance, ...).
@@ -251,15 +402,23 @@ def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatur
         check_backend(record.backend)
         return _comm_row(record, profile, record.kind)
     if record.kind == "experts":
-        return _experts_row(record, profile)
+        return _experts_row(record, profile, kernel=component.startswith("any/experts"))
     if record.kind in SINGLE_GPU_COMPONENTS:
         return _single_gpu_row(record, profile)
     if record.kind == "allreduce":
         return _collective_row(record, profile, passes=2)
     if record.kind == "block_ops":
         return _block_ops_row(record, profile)
+    if record_kind(record) == "attention_block":
+        return _attention_ops_row(record, profile)
     raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "
                        f"'allreduce'] for a design row")
+
+
+def record_kind(record: MeasurementRecord) -> str:
+    """What a record is predicted and judged as: its `kind`, or for a layer bench part
+    (`layer_part`) the part (`extra.part`: `attention_block`, `moe_block`, ...)."""
+    return record.extra.get("part", "") if record.kind == "layer_part" else record.kind
 
 
 def predict_record(record: MeasurementRecord, profile: Profile) -> float:
@@ -276,7 +435,7 @@ def predict_record(record: MeasurementRecord, profile: Profile) -> float:
         return (_comm_row(record, profile, "dispatch").predicted_us
                 + _experts_row(record, profile).predicted_us
                 + _comm_row(record, profile, "combine").predicted_us + sync)
-    if record.kind not in PREDICTABLE_KINDS:
-        raise ProfileError(f"kind ({record.kind!r}) must be one of {list(PREDICTABLE_KINDS)} "
-                           f"to be predicted")
+    if record_kind(record) not in PREDICTABLE_KINDS:
+        raise ProfileError(f"kind ({record_kind(record)!r}) must be one of "
+                           f"{list(PREDICTABLE_KINDS)} to be predicted")
     return record_features(record, profile).predicted_us

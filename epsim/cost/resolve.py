@@ -14,12 +14,15 @@ import numpy as np
 
 from epsim import vocab
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
+from epsim.cost.attention_ops import attention_ops_defaults, model_bytes_per_token
+from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
 from epsim.cost.experts import experts_defaults, model_gemm
 from epsim.cost.flash import attention_kernel_defaults
+from epsim.cost.layout import layout_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                Extrapolation, FittedRange, StageParams, StepKindParams)
@@ -102,17 +105,19 @@ class _Resolver:
             return dict(defaults)
         return self.profile.params(backend, kind, mode, defaults=defaults)
 
-    def timing(self, backend: str, kind: str, mode_path: str, eager: bool) -> StageTiming:
+    def timing(self, backend: str, kind: str, mode_path: str, eager: bool,
+               device_owner: str | None = None) -> StageTiming:
         if not self.applies:
             return StageTiming(kind, eager, "", mode_path, False)
-        return stage_timing(self.profile, backend, kind, mode_path, eager)
+        return stage_timing(self.profile, backend, kind, mode_path, eager, device_owner)
 
     def kernel(self, kind: str) -> Coefficients | None:
         """Parameters of a fitted single-GPU kernel component `any/<kind>/graph`, or None."""
         if not self.applies or self.profile.resolve("any", kind, GRAPH) is None:
             return None
         hw = self.cluster.hardware
-        defaults = (attention_kernel_defaults(hw) if kind.startswith("attention")
+        defaults = (attention_ops_defaults(hw) if kind == "attention_ops"
+                    else attention_kernel_defaults(hw) if kind.startswith("attention")
                     else experts_defaults(hw, self.model.weight_dtype))
         return _frozen(self.profile.params("any", kind, GRAPH, defaults=defaults))
 
@@ -153,7 +158,9 @@ class _Resolver:
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
             token_ranges=self._token_ranges(eager, graph),
-            extrapolated=self._extrapolated(eager, graph, num_ranks))
+            extrapolated=self._extrapolated(eager, graph, num_ranks),
+            attention_ops=self.kernel("attention_ops"),
+            attention_ops_bytes=model_bytes_per_token(m, tp_size))
 
     def _steps(self, modes: tuple[str, ...],
                dedup: dict[str, str]) -> dict[bool, StepKindParams]:
@@ -162,12 +169,18 @@ class _Resolver:
         Each stage in an eager step and in a CUDA-graph step (`epsim.cost.timing`): decode
         steps SGLang replays as CUDA graphs (batches up to cuda_graph_max_bs) pay device time
         only; eager steps add the host overhead, fitted on its own, to the device time. Where
-        no device-only timing exists (`torch`) the eager component serves both."""
+        no device-only timing exists (`torch`) the eager component serves both.
+
+        One cost path per stage (docs/model.md, section 4): the experts are the kernel model
+        (`any/experts[/graph]`) whatever the backend, an eager step adding the backend's host
+        overhead; the backend's own layout work is its own term where measured; at EP 1 no
+        a2a backend runs (no dispatch, combine, layout or sync)."""
         m, d, backend, hw = self.model, self.deployment, self.backend, self.cluster.hardware
         dtype = d.dispatch_dtype
+        one_gpu = d.ep_size == 1
         comm: dict[bool, dict[str, dict[str, StageParams]]] = {
             e: {"dispatch": {}, "combine": {}} for e in (True, False)}
-        for kind in ("dispatch", "combine") if backend != "none" else ():
+        for kind in ("dispatch", "combine") if backend != "none" and not one_gpu else ():
             for mode in modes:
                 path = mode_path(mode, kind, dtype)
                 defaults = comm_defaults(backend, mode, self.cluster)
@@ -177,16 +190,14 @@ class _Resolver:
                     t = self.timing(backend, kind, path, eager)
                     comm[eager][kind][mode] = StageParams(
                         t, _frozen(self.coefficients(backend, kind, t.mode_path, defaults)), size)
-        # the experts: a backend's own fit (or `any/`), its device-only fit over it where the
-        # eager timing is device time + host overhead; a graph step's over the eager's
+        # the experts: the kernel model's device time (`any/experts[/graph]`) for every
+        # backend; an eager step adds the backend's own host overhead (`<backend>/experts/host`)
         path = mode_path("", "experts", dtype)
-        timing = {e: self.timing(backend, "experts", path, e) for e in (True, False)}
-        experts = self.coefficients(backend, "experts", path, experts_defaults(hw, m.weight_dtype))
-        if timing[True].device_only:
-            experts = self.coefficients(backend, "experts", timing[True].mode_path, experts)
-        experts_params = {True: experts,
-                          False: self.coefficients(backend, "experts", timing[False].mode_path,
-                                                   experts)}
+        timing = {e: self.timing(backend, "experts", path, e, device_owner="any")
+                  for e in (True, False)}
+        experts = self.coefficients("any", "experts", path, experts_defaults(hw, m.weight_dtype))
+        experts_params = {e: self.coefficients("any", "experts", timing[e].mode_path, experts)
+                          for e in (True, False)}
         sync = self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"]
         sync_us = {True: sync,
                    False: self.coefficients(backend, "moe_layer", GRAPH, {"sync_us": sync})["sync_us"]}
@@ -196,25 +207,49 @@ class _Resolver:
             # device time from `any/block_ops/graph`, an eager step adds `any/block_ops/host`
             block = self.timing("any", "block_ops", "", eager) if self.applies else \
                 StageTiming("block_ops", eager, "", GRAPH, False)
+            parts = {mode: self._block_ops_parts(dedup[mode], one_gpu) for mode in modes}
+            all_launches = sum(BLOCK_OPS_KERNELS.values())
             out[eager] = StepKindParams(
                 graph=not eager, dispatch=MappingProxyType(comm[eager]["dispatch"]),
                 combine=MappingProxyType(comm[eager]["combine"]),
                 experts=StageParams(timing[eager], _frozen(experts_params[eager])),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
-                block_ops_parts=self._block_ops_parts(timing[eager]),
-                sync_us=sync_us[eager],
+                sync_us=0.0 if one_gpu else sync_us[eager],
                 host_rows=MappingProxyType({mode: _host_row(comm[eager], timing[eager], mode)
-                                            for mode in modes}))
+                                            for mode in modes}),
+                layout=MappingProxyType({} if one_gpu else self._layout(modes, eager)),
+                block_ops_parts=MappingProxyType(parts),
+                block_ops_host=MappingProxyType({
+                    mode: block.host_us * sum(BLOCK_OPS_KERNELS[p] for p in parts[mode])
+                    / all_launches for mode in modes}))
         return out
 
-    def _block_ops_parts(self, experts: StageTiming) -> tuple[str, ...]:
-        """The block ops a step adds on its own (docs/model.md, "The block's own ops"): the
-        router always (the bench forces routing, so no measured stage holds it); the permute
-        and the weighting only where the experts stage is costed by the bare grouped GEMM
-        (`any/experts...` or datasheet): a backend's own experts fit (`<backend>/experts...`)
-        already holds its layout work around the GEMM."""
-        return ("router",) if experts.key.split("/")[0] == self.backend else BLOCK_OPS_PARTS
+    def _layout(self, modes: tuple[str, ...], eager: bool) -> dict[str, StageParams]:
+        """The backend's own layout work by kernel mode, where the profile holds its fit
+        (`<backend>/layout/graph[/mode][/fp8]`: device time; its host part is in the
+        experts' host overhead); unmeasured modes are absent (not charged)."""
+        out = {}
+        if not self.applies:
+            return out
+        hw = self.cluster.hardware
+        for mode in modes:
+            path = mode_path(mode, "layout", self.deployment.dispatch_dtype, graph=True)
+            found = self.profile.resolve(self.backend, "layout", path)
+            if found is None or found[0].split("/")[0] != self.backend:
+                continue
+            t = StageTiming("layout", eager, found[0], path, True)
+            out[mode] = StageParams(t, _frozen(self.profile.params(
+                self.backend, "layout", path, defaults=layout_defaults(hw))))
+        return out
+
+    @staticmethod
+    def _block_ops_parts(dedup: str, one_gpu: bool) -> tuple[str, ...]:
+        """The block ops a step adds (docs/model.md, "The block's own ops"): the router
+        always; the permute and the top-k weighting unless the backend's kernels do them --
+        low-latency (`pair`-copy) kernels write each copy into its expert's rows and weight the
+        top-k outputs inside their combine. At EP 1 no backend runs: all three."""
+        return ("router",) if dedup == "pair" and not one_gpu else BLOCK_OPS_PARTS
 
     def _used(self, eager: StepKindParams, graph: StepKindParams) -> list[tuple[str, str, str]]:
         """(backend, kind, mode path) of the fitted components the steps read, in the order
@@ -226,8 +261,11 @@ class _Resolver:
         timings = [k.stage(kind, mode).timing for kind in ("dispatch", "combine")
                    for mode in eager.dispatch for k in steps]
         timings += [k.experts.timing for k in steps]
-        used = list(dict.fromkeys((self.backend, t.kind, t.mode_path) for t in timings if t.key))
-        if self.backend == "none":
+        timings += [stage.timing for k in steps for stage in k.layout.values()]
+        # the owner of the component each timing read (the experts: `any`, the kernel model)
+        used = list(dict.fromkeys((t.key.split("/")[0], t.kind, t.mode_path)
+                                  for t in timings if t.key))
+        if self.backend == "none" and self.deployment.ep_size > 1:
             used.append(("none", "allreduce", ""))
         return used
 
