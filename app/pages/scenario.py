@@ -17,6 +17,7 @@ from epsim.errors import EpsimError
 GOOD_SOURCE = "scenario_good_source"  # session key: the last scenario text that loaded
 LAST_RUN = "scenario_run"          # session key: the inputs of the run shown (the EPLB page reuses it)
 SKEW_KINDS = ("uniform", "zipf", "hotset")
+CHECKPOINT = "checkpoint's own"     # `deployment.quantization: null`
 
 
 def _choices(model, field: str) -> list[str]:
@@ -31,6 +32,12 @@ def _select(label: str, options: list, value, key: str, **kwargs):
 
 def _int(label: str, value: int, key: str, min_value: int = 1, **kwargs) -> int:
     return int(st.number_input(label, min_value=min_value, value=int(value), step=1, key=key, **kwargs))
+
+
+def _optional_int(label: str, value: int | None, key: str, **kwargs) -> int | None:
+    """An optional size: 0 in the box stands for unset (None: the spec's default)."""
+    number = _int(label, value or 0, key, min_value=0, **kwargs)
+    return number or None
 
 
 def _float(label: str, value: float, key: str, min_value: float = 0.0, **kwargs) -> float:
@@ -58,6 +65,7 @@ def scenario_form(scenario, key: str) -> dict | None:
     """The main fields, prefilled from `scenario`; on submit, the changed ones as
     `{dotted.path: value}` overrides (None before submit)."""
     from epsim.spec import DeploymentSpec
+    from epsim.spec.quant import QUANTIZATIONS
     from epsim.zoo import hardware_names, model_names
     m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
     values: dict = {}
@@ -79,6 +87,20 @@ def scenario_form(scenario, key: str) -> dict | None:
                                                         getattr(d, field), f"{key}_{field}")
             values["deployment.enable_dp_attention"] = st.checkbox("DP attention", d.enable_dp_attention,
                                                                    key=f"{key}_dp")
+            # the layout beyond EP and the number formats (SGLang's names; epsim.spec.parallel)
+            values["deployment.tp_size"] = _optional_int("TP size, GPUs (0: EP size x MoE-TP)",
+                                                         d.tp_size, f"{key}_tp")
+            values["deployment.dp_size"] = _optional_int("attention DP groups (0: one per GPU)",
+                                                         d.dp_size, f"{key}_dpsize")
+            values["deployment.moe_tp_size"] = _optional_int("MoE-TP size (0: TP / EP)",
+                                                             d.moe_tp_size, f"{key}_moetp")
+            quant = _select("weight quantization", [CHECKPOINT, *QUANTIZATIONS],
+                            d.quantization or CHECKPOINT, f"{key}_quant")
+            values["deployment.quantization"] = None if quant == CHECKPOINT else quant
+            values["deployment.kv_cache_dtype"] = _select(
+                "KV-cache dtype", _choices(DeploymentSpec, "kv_cache_dtype"), d.kv_cache_dtype,
+                f"{key}_kv")
+            st.caption(f"layout: {d.parallel.describe()}")
             values["deployment.enable_two_batch_overlap"] = st.checkbox(
                 "two-batch overlap", d.enable_two_batch_overlap, key=f"{key}_tbo")
             values["deployment.max_running_requests"] = _int("max running requests / rank",
@@ -180,7 +202,7 @@ def results(run: dict) -> None:
     s = view.summary
     sc = s["scenario"]
     st.subheader(f"Results: {sc['name']}")
-    st.caption(f"{sc['model']['name']} on {sc['deployment']['ep_size']} x {sc['cluster']['gpu']}, "
+    st.caption(f"{sc['model']['name']} on {s['num_gpus']} x {sc['cluster']['gpu']}, "
                f"{sc['deployment']['moe_a2a_backend']}; simulated {s['sim_seconds']:g} s "
                f"({s['num_steps']} steps) in {s['wall_seconds']:.1f} s; profile "
                f"{s['profile']['name'] or s['profile']['path']}; seed {s['seed']}"

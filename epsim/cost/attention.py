@@ -22,10 +22,11 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from epsim.cost.flash import DecodeKernel, kernel_us, prefill_work
+from epsim.cost.flash import BYTES, DecodeKernel, kernel_us, prefill_work
 from epsim.cost.roofline import TENSOR_EFFICIENCY, roofline_us
 from epsim.spec.hardware import HardwareSpec
 from epsim.spec.model import ModelSpec
+from epsim.spec.quant import kv_bytes_per_element
 
 ATTENTION_HBM_EFFICIENCY = 0.7       # paged KV reads reach less than a streaming copy
 
@@ -107,7 +108,7 @@ def core_flops_per_pair(model: ModelSpec, phase: str) -> float:
     (2*heads*(nope + rope) + 2*heads*v_head).
     """
     heads = model.num_attention_heads
-    if model.attention == "mla":
+    if model.attention.startswith("mla"):
         if phase == "decode":
             return 2.0 * heads * (model.kv_lora_rank + model.qk_rope_head_dim + model.kv_lora_rank)
         return 2.0 * heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
@@ -115,36 +116,53 @@ def core_flops_per_pair(model: ModelSpec, phase: str) -> float:
 
 
 @lru_cache(maxsize=32)
-def _attention_constants(model: ModelSpec) -> tuple[float, float, float, float, float]:
+def _attention_constants(model: ModelSpec, kv_cache_dtype: str = "auto"
+                         ) -> tuple[float, float, float, float, float]:
     """(weight bytes, projection flops per token, core flops per decode / prefill pair, KV bytes
-    per token) of one layer: the attention projections (the router's gate GEMM is the block
-    ops' term, `epsim.cost.block_ops`)."""
-    return (model.attention_params * model.weight_bytes_per_param,
+    per token) of one layer: the attention projections in the dense parts' format (the
+    router's gate GEMM is the block ops' term, `epsim.cost.block_ops`), the KV cache in
+    `kv_cache_dtype`."""
+    return (model.attention_params * model.dense_weight_bytes_per_param,
             2.0 * model.attention_params,
             core_flops_per_pair(model, "decode"), core_flops_per_pair(model, "prefill"),
-            model.kv_bytes_per_token_per_layer)
+            model.kv_bytes_per_token(kv_cache_dtype))
 
 
-def attention_work(batch: BatchCounts, model: ModelSpec, tp_size: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def kv_share(model: ModelSpec, tp_size: int) -> float:
+    """The share of a DP group's KV cache each of its `tp_size` GPUs holds and reads: GQA splits
+    the KV heads (a GPU keeps at least one, replicated when there are fewer heads than GPUs);
+    MLA's latent is one head: every GPU keeps and reads all of it (why MLA models run DP
+    attention)."""
+    if model.attention.startswith("mla"):
+        return 1.0
+    kv_heads = model.num_key_value_heads
+    return max(kv_heads // tp_size, 1) / kv_heads
+
+
+def attention_work(batch: BatchCounts, model: ModelSpec, tp_size: int = 1,
+                   kv_cache_dtype: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """(bytes [dp], flops [dp]) of one attention layer per rank; `tp_size` ranks share one
-    DP group's attention (weights, KV and FLOPs split evenly)."""
-    weight_bytes, proj_flops, core_decode, core_prefill, kv_bytes = _attention_constants(model)
+    DP group's attention: the projections' weights and every FLOP split evenly (heads split),
+    the KV cache by `kv_share`."""
+    weight_bytes, proj_flops, core_decode, core_prefill, kv_bytes = _attention_constants(
+        model, kv_cache_dtype)
     tokens = batch.tokens
     kv_entries = batch.decode_context + tokens
     flops = proj_flops * tokens + core_decode * batch.decode_context
     if batch.phase == "prefill":                  # decode steps carry no prefill terms
         kv_entries = kv_entries + batch.prefill_context
         flops = flops + core_prefill * batch.prefill_pairs
-    num_bytes = weight_bytes * (tokens > 0) + kv_bytes * kv_entries
     if tp_size > 1:
-        return num_bytes / tp_size, flops / tp_size
-    return num_bytes, flops
+        num_bytes = (weight_bytes / tp_size * (tokens > 0)
+                     + kv_bytes * kv_share(model, tp_size) * kv_entries)
+        return num_bytes, flops / tp_size
+    return weight_bytes * (tokens > 0) + kv_bytes * kv_entries, flops
 
 
 def attention_us(batch: BatchCounts, model: ModelSpec, params: dict[str, float],
-                 tp_size: int = 1) -> np.ndarray:
+                 tp_size: int = 1, kv_cache_dtype: str = "auto") -> np.ndarray:
     """[dp] microseconds of one attention layer per rank; 0 for an idle rank."""
-    num_bytes, flops = attention_work(batch, model, tp_size)
+    num_bytes, flops = attention_work(batch, model, tp_size, kv_cache_dtype)
     busy = batch.tokens > 0
     return np.where(busy, params["base_us"] + roofline_us(num_bytes, flops, params["hbm_gbps"],
                                                          params["tflops"]), 0.0)
@@ -170,7 +188,8 @@ def lm_head_us(sampled_tokens: np.ndarray, model: ModelSpec, gemm_params: dict[s
 def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str, float],
                           prefill: dict[str, float], projections: dict[str, float], num_sms: int,
                           tp_size: int = 1, projections_us: np.ndarray | None = None,
-                          decode_kernel: DecodeKernel | None = None) -> np.ndarray:
+                          decode_kernel: DecodeKernel | None = None,
+                          kv_cache_dtype: str = "auto") -> np.ndarray:
     """[dp] one attention layer per rank with fitted kernels: the projections as a
     dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' flash kernel over their
     contexts (`decode`) and the prefill chunks' causal one (`prefill`; `epsim.cost.flash`);
@@ -180,17 +199,20 @@ def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str
         projections_us: [dp] `attention_projections_us` of these tokens when the caller has it
             (it depends on the tokens alone; the engine remembers it per batch shape).
         decode_kernel: a `DecodeKernel` of these heads and `decode` (the same bits, faster
-            over steps that keep their sequence counts)."""
+            over steps that keep their sequence counts).
+        kv_cache_dtype: SGLang's `--kv-cache-dtype` (the kernels' KV bytes, `kv_ratio`)."""
     heads, kv_heads, head_dim = attention_heads(model, tp_size)
+    ratio = kv_ratio(kv_cache_dtype)
     tokens = batch.tokens
     t = (attention_projections_us(tokens, model, projections, tp_size)
          if projections_us is None else projections_us)
     if decode_kernel is None:
-        decode_kernel = DecodeKernel(heads, kv_heads, head_dim, num_sms, decode)
+        decode_kernel = DecodeKernel(heads, kv_heads, head_dim, num_sms, decode, ratio)
     t = t + decode_kernel.us(batch.decode_tokens, batch.decode_context)
     if batch.phase == "prefill":
         t = t + kernel_us(prefill_work(batch.prefill_tokens, batch.prefill_context,
-                                       batch.prefill_chunks, heads, kv_heads, head_dim, num_sms),
+                                       batch.prefill_chunks, heads, kv_heads, head_dim, num_sms,
+                                       ratio),
                           prefill)
     return np.where(tokens > 0, t, 0.0)
 
@@ -202,12 +224,17 @@ def attention_projections_us(tokens: np.ndarray, model: ModelSpec, projections: 
     return gemm_us(weight_bytes, proj_flops, tokens, projections, tp_size)
 
 
+def kv_ratio(kv_cache_dtype: str) -> float:
+    """A KV-cache element's bytes over the flash kernels' BF16 (1 for BF16, 0.5 for FP8)."""
+    return kv_bytes_per_element(kv_cache_dtype) / BYTES
+
+
 def attention_heads(model: ModelSpec, tp_size: int = 1) -> tuple[int, int, int]:
     """(query heads, KV heads, head_dim) one rank's attention kernel runs: GQA heads split over
     `tp_size` ranks (a KV head at least); MLA as its absorbed decode form, every query head
     against one latent KV head of `kv_lora_rank` (its measured kernels are GQA ones: the
     provenance line says so)."""
-    if model.attention == "mla":
+    if model.attention.startswith("mla"):
         return max(model.num_attention_heads // tp_size, 1), 1, model.kv_lora_rank
     return (max(model.num_attention_heads // tp_size, 1),
             max(model.num_key_value_heads // tp_size, 1), model.head_dim)

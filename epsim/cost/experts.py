@@ -33,7 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.errors import SpecError
 from epsim.spec.hardware import HardwareSpec
+from epsim.spec.quant import weight_tensor_dtype
 
 TILE_M = 64       # rows per tile of the grouped GEMM (see docs/model.md: chosen among 16, 64, 128)
 TILE_N = 128      # output columns per tile
@@ -98,8 +100,14 @@ def row_tiles(rows_per_expert: np.ndarray) -> np.ndarray:
 
 
 def experts_defaults(hardware: HardwareSpec, weight_dtype: str = "bf16") -> dict[str, float]:
-    """Datasheet parameters of `any/experts`: HBM and tensor peak times stated efficiencies."""
-    peak = hardware.fp8_tflops if weight_dtype == "fp8" else hardware.bf16_tflops
+    """Datasheet parameters of `any/experts`: HBM and tensor peak times stated efficiencies;
+    the peak at the rate the weight format's GEMM runs (`epsim.spec.quant.weight_tensor_dtype`:
+    FP8 for fp8 / fp8_block, FP4 for nvfp4, BF16 for bf16 and the weight-only w4a16)."""
+    dtype = weight_tensor_dtype(weight_dtype)
+    peak = hardware.tensor_tflops(dtype)
+    if peak is None:
+        raise SpecError(f"weight format ({weight_dtype!r}) must run on a GPU with {dtype.upper()} "
+                        f"tensor cores: {hardware.name} has none")
     return {"base_us": 8.0, "per_expert_us": 0.0, "wave_us": 0.0,
             "hbm_gbps": hardware.hbm_gbps * HBM_EFFICIENCY, "tflops": peak * TENSOR_EFFICIENCY}
 
@@ -193,10 +201,14 @@ def even_experts_us(pairs: np.ndarray, active: np.ndarray, gemm: ExpertGemm,
     return experts_us(pairs, active, even_row_tiles(pairs, active), gemm, params)
 
 
-def model_gemm(model, gpu: str) -> ExpertGemm:
-    """The routed experts' `ExpertGemm` of a `ModelSpec` on a zoo GPU."""
-    return ExpertGemm(model.hidden_size, model.moe_intermediate_size, model.expert_bytes,
-                      num_sms(gpu))
+def model_gemm(model, gpu: str, moe_tp_size: int = 1) -> ExpertGemm:
+    """The routed experts' `ExpertGemm` of a `ModelSpec` on a zoo GPU: with MoE-TP, one GPU's
+    share (the intermediate and the weights split over `moe_tp_size` GPUs)."""
+    if moe_tp_size == 1:
+        return ExpertGemm(model.hidden_size, model.moe_intermediate_size, model.expert_bytes,
+                          num_sms(gpu))
+    return ExpertGemm(model.hidden_size, model.moe_intermediate_size // moe_tp_size,
+                      model.expert_bytes / moe_tp_size, num_sms(gpu))
 
 
 def dense_gemm(hidden_size: int, intermediate_size: int, bytes_per_param: float,

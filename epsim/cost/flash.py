@@ -137,7 +137,8 @@ def decode_counts(seqs: np.ndarray, heads: int, kv_heads: int, head_dim: int,
 
 
 def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int,
-                head_dim: int, num_sms: int, counts: DecodeCounts | None = None) -> KernelWork:
+                head_dim: int, num_sms: int, counts: DecodeCounts | None = None,
+                kv_ratio: float = 1.0) -> KernelWork:
     """The decode kernel of one layer: `seqs` single-token queries, each against its KV cache.
 
     Args:
@@ -146,6 +147,7 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
             are sized at the mean context.
         heads, kv_heads: query and KV heads on the rank; head_dim: per head.
         counts: `decode_counts` of these `seqs` when the caller keeps them (`DecodeKernel`).
+        kv_ratio: bytes of a KV-cache element / 2 (`kv_cache_dtype`: 1 for BF16, 0.5 for FP8).
     """
     if counts is None:
         counts = decode_counts(seqs, heads, kv_heads, head_dim, num_sms)
@@ -179,7 +181,7 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
         keys, m, num_key_splits = plain_keys, PREFILL_ROWS, np.zeros_like(seqs)
         waves = counts.plain_waves
     mflops = waves * keys * m * head_dim * 4.0 * slots * 1e-6
-    mem_kb = BYTES * (counts.query_bytes + 2.0 * context * kv_heads * head_dim) * 1e-3
+    mem_kb = BYTES * (counts.query_bytes + kv_ratio * (2.0 * context * kv_heads * head_dim)) * 1e-3
     if not counts.all_busy:     # an idle rank: no work (where-less when every rank has some)
         mflops = np.where(busy, mflops, 0.0)
         mem_kb = np.where(busy, mem_kb, 0.0)
@@ -196,9 +198,9 @@ class DecodeKernel:
     """
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, num_sms: int,
-                 params: dict[str, float]):
+                 params: dict[str, float], kv_ratio: float = 1.0):
         self.heads, self.kv_heads, self.head_dim, self.num_sms = heads, kv_heads, head_dim, num_sms
-        self.params = params
+        self.params, self.kv_ratio = params, kv_ratio
         self._counts: tuple[bytes, DecodeCounts] | None = None
 
     def counts(self, seqs: np.ndarray) -> DecodeCounts:
@@ -216,17 +218,19 @@ class DecodeKernel:
         without `may_split`)."""
         counts = self.counts(seqs)
         return kernel_us(decode_work(counts.seqs, context, self.heads, self.kv_heads,
-                                     self.head_dim, self.num_sms, counts), self.params)
+                                     self.head_dim, self.num_sms, counts, self.kv_ratio),
+                         self.params)
 
 
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,
-                 kv_heads: int, head_dim: int, num_sms: int) -> KernelWork:
+                 kv_heads: int, head_dim: int, num_sms: int, kv_ratio: float = 1.0) -> KernelWork:
     """The causal prefill kernel of one layer: `seqs` chunks of `tokens` new tokens in all.
 
     Args:
         tokens: [dp] new (query) tokens per rank.
         context: [dp] sum over the chunks of prefix + chunk (keys the last query sees).
         seqs: [dp] chunks per rank; they are costed as equal chunks after equal prefixes.
+        kv_ratio: bytes of a KV-cache element / 2 (as `decode_work`).
     """
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
@@ -243,7 +247,7 @@ def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, head
     longest = prefix_tiles + row_blocks
     busiest = np.where(ctas <= slots, longest, np.maximum(longest, total / slots + longest / 2.0))
     tile_flops = PREFILL_ROWS * KEY_BLOCK * head_dim * 4.0
-    mem = BYTES * (2.0 * tokens * heads * head_dim + 2.0 * context * kv_heads * head_dim)
+    mem = BYTES * (2.0 * tokens * heads * head_dim + kv_ratio * (2.0 * context * kv_heads * head_dim))
     zero = np.zeros_like(tokens)
     return KernelWork(np.where(busy, np.ceil(ctas / slots), 0.0), zero,
                       np.where(busy, busiest * tile_flops * slots * 1e-6, 0.0),

@@ -135,7 +135,7 @@ def layer_cost(cost_model, batch: BatchCounts, loads: np.ndarray,
 
 
 def _comm_key(params, kind, stage: str, mode: str) -> str:
-    if params.num_ranks == 1:
+    if params.parallel.tp_size == 1:          # one GPU: nothing crosses
         return ""
     if params.backend == "none":
         return "none/allgather" if stage == "dispatch" else "none/allreduce"

@@ -19,9 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
-                                  lm_head_us, measured_attention_us)
+                                  kv_ratio, lm_head_us, measured_attention_us)
 from epsim.cost.attention_ops import attention_ops_us
-from epsim.cost.comm import collective_us
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.layer import LayerCost, layer_cost
@@ -31,6 +30,7 @@ from epsim.cost.params import Coefficients, CostParams
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms, overlapped
 from epsim.cost.tables import PlacementTables
+from epsim.cost.tp import attention_collectives_us
 from epsim.profile import Profile, load_profile
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
@@ -59,6 +59,7 @@ class CostModel:
         self.profile = profile if profile is not None else load_profile(shared=True)
         self.params: CostParams = resolve_params(model, cluster, deployment, self.profile,
                                                  time_mode)
+        self.model = self.params.model        # in the formats the deployment serves it in
         if not self.params.profile_applies:
             warnings.warn(f"profile {self.profile.name or self.profile.path} was measured on "
                           f"{self.profile.hardware}; the cluster is {cluster.gpu}: using datasheet "
@@ -69,7 +70,8 @@ class CostModel:
         self._token_ranges = list(self.params.token_ranges)
         attention = self.params.attention
         self._decode_kernel = DecodeKernel(*attention.heads, self.params.gemm.num_sms,
-                                           attention.decode) if attention.decode else None
+                                           attention.decode, kv_ratio(attention.kv_cache_dtype)
+                                           ) if attention.decode else None
         self.ledger = Ledger()
         self._block_rows = BlockRows()
         self._stacks = MoEStacks()
@@ -92,11 +94,16 @@ class CostModel:
         return self.params.kernel_modes[phase]
 
     def ep_tokens(self, batch: BatchCounts) -> np.ndarray:
-        """[ranks] tokens each EP rank dispatches: its own with DP attention, else an even
-        split of the one DP group's tokens (SGLang scatters them before dispatch)."""
-        if self.deployment.enable_dp_attention:
+        """[ranks] tokens each EP rank dispatches: a DP group's own with one GPU per group, else
+        an even split of each group's tokens over its GPUs (SGLang scatters them before
+        dispatch), an EP rank of `moe_tp_size` GPUs counting all of theirs."""
+        par = self.params.parallel
+        if par.attn_tp_size == 1 and par.moe_tp_size == 1:
             return batch.tokens
-        return np.full(self.params.num_ranks, float(batch.tokens.sum()) / self.params.num_ranks)
+        if par.dp_size == 1 and par.moe_tp_size == 1:
+            return np.full(self.params.num_ranks, float(batch.tokens.sum()) / self.params.num_ranks)
+        per_gpu = np.repeat(batch.tokens / par.attn_tp_size, par.attn_tp_size)      # [tp_size]
+        return per_gpu.reshape(par.ep_size, par.moe_tp_size).sum(axis=1)
 
     @property
     def micro_batch_fraction(self) -> float:
@@ -148,9 +155,9 @@ class CostModel:
         tbo = self.deployment.enable_two_batch_overlap
         fraction = self.micro_batch_fraction
         part = batch.scaled(fraction) if tbo else batch
-        attn = self._attention_layer_us(part)
         terms = self._token_terms(batch, part)
         graph, shared = terms.graph, terms.shared_us
+        attn = self._attention_layer_us(part, graph)
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
         compute = (attn + shared) + moe.experts_us + moe.block_ops_us      # [layers]
@@ -162,7 +169,7 @@ class CostModel:
         dense = terms.lm_head_us
         if self.model.num_dense_layers:
             # without two-batch overlap `part` is `batch`: its attention is priced already
-            whole = attn if part is batch else self._attention_layer_us(batch)
+            whole = attn if part is batch else self._attention_layer_us(batch, graph)
             dense += self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         overhead = terms.overhead_us
         step = float(layer.sum()) + dense + overhead
@@ -322,24 +329,24 @@ class CostModel:
             return None
         return attention_ops_us(tokens, p.attention_ops_bytes, p.attention_ops)
 
-    def _attention_layer_us(self, batch: BatchCounts) -> float:
-        """Slowest rank's attention of one layer (with the block's own ops), plus the TP
-        all-reduce without DP attention."""
+    def _attention_layer_us(self, batch: BatchCounts, graph: bool = True) -> float:
+        """Slowest rank's attention of one layer (with the block's own ops), plus the
+        collectives around it with attention TP (`epsim.cost.tp.attention_collectives_us`:
+        device time, + host in an eager step, `graph` False)."""
         p = self.params
+        kv = p.attention.kv_cache_dtype
         if p.attention.kernels is not None:
             decode, prefill = p.attention.kernels
             t = float(measured_attention_us(batch, self.model, decode, prefill,
                                             p.attention.projections, p.gemm.num_sms, p.tp_size,
                                             self._projections(batch.tokens),
-                                            self._decode_kernel).max())
+                                            self._decode_kernel, kv).max())
         else:
-            per_rank = attention_us(batch, self.model, p.attention.roofline, p.tp_size)
+            per_rank = attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv)
             ops = self._attention_ops(batch.tokens)
             t = float((per_rank if ops is None else per_rank + ops).max())
         if p.tp_size > 1:
-            hidden_bytes = float(batch.tokens.sum()) * self.model.hidden_size * 2.0
-            t += float(collective_us(hidden_bytes, p.num_ranks, p.num_nodes, 2,
-                                     p.collectives.allreduce))
+            t += attention_collectives_us(p, batch, graph)
         return t
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
@@ -348,7 +355,8 @@ class CostModel:
         datasheet roofline), the same bits."""
         if self.params.attention.kernels is None:
             per_rank = attention_us(replace(batch, decode_context=contexts), self.model,
-                                    self.params.attention.roofline)
+                                    self.params.attention.roofline, 1,
+                                    self.params.attention.kv_cache_dtype)
             ops = self._attention_ops(batch.tokens)
             return (per_rank if ops is None else per_rank + ops).max(axis=1)
         proj = self._projections(batch.tokens)

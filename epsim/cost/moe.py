@@ -17,11 +17,12 @@ from functools import cached_property
 import numpy as np
 
 from epsim.cost.block_ops import block_ops_us
-from epsim.cost.comm import collective_us, comm_us
+from epsim.cost.comm import comm_us
 from epsim.cost.experts import even_experts_us
 from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
+from epsim.cost.tp import none_collectives_us
 from epsim.cost.traffic import Traffic, count_traffic
 from epsim.cost.transport import network_us
 
@@ -122,17 +123,14 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
     layout = _layout_us(params, step.layout.get(mode), tr)
     if layout is not None:
         expert = expert + layout
-    if params.num_ranks == 1:                 # one GPU holds every expert: nothing crosses
+    if params.parallel.tp_size == 1:          # one GPU holds every expert: nothing crosses
         zero = np.zeros(expert.shape)
         return MoECost(zero, expert, zero, tr, mode, 0.0, block_ops_us=block)
     if params.backend == "none":
-        hidden_bytes = tr.num_tokens * m.hidden_size * 2.0
-        gather = collective_us(hidden_bytes, params.num_ranks, params.num_nodes, 1,
-                               params.collectives.allgather) if params.tp_size == 1 else 0.0
-        reduce = collective_us(hidden_bytes, params.num_ranks, params.num_nodes, 2,
-                               params.collectives.allreduce)
-        dispatch = np.full(expert.shape, float(gather))       # [layers] (or [steps, layers])
-        combine = np.full(expert.shape, float(reduce))
+        # all-gather and all-reduce over the tp_size GPUs (`epsim.cost.tp`; MoE-TP's reduce)
+        gather, reduce = none_collectives_us(params, tr.num_tokens, graph)
+        dispatch = np.full(expert.shape, gather)       # [layers] (or [steps, layers])
+        combine = np.full(expert.shape, reduce)
         return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, block_ops_us=block,
                        layout_us=0.0 if layout is None else layout)
     send, back = step.dispatch[mode], step.combine[mode]

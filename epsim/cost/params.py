@@ -13,6 +13,8 @@ The `CostModel` built on it only prices. New terms slot in as new fields:
   ranks and path    EP ranks, nodes, TP size, DeepEP kernel mode per phase, copy counting per
                     mode, the transport path over the network, group-limited routing's cap
   fitted ranges     the token range of every fitted component used, and what lies outside
+  parallel, tp_collectives   the layout (attention TP / DP, EP, MoE-TP; `epsim.spec.parallel`)
+                    and SGLang's all-reduce by algorithm (`epsim.cost.allreduce`, `tp.py`)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from epsim.cost.transport import TransportPath
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
+from epsim.spec.parallel import Parallel
 
 Coefficients = Mapping[str, float]      # a component's parameters, read-only
 
@@ -123,6 +126,8 @@ class AttentionParams:
         heads: (query heads, KV heads, head_dim) one rank's kernel runs (`attention_heads`).
         projections: rates of the projections' dense GEMM (with the kernels): the fitted
             dense kernel's, else the eager step's experts' (in graph steps too).
+        kv_cache_dtype: SGLang's `--kv-cache-dtype` (KV bytes per element,
+            `epsim.spec.quant.kv_bytes_per_element`).
     """
 
     roofline: Coefficients
@@ -130,12 +135,31 @@ class AttentionParams:
     prefill: Coefficients | None
     heads: tuple[int, int, int]
     projections: Coefficients
+    kv_cache_dtype: str = "auto"
 
     @property
     def kernels(self) -> tuple[Coefficients, Coefficients] | None:
         """(decode, prefill) where both kernels are fitted (projections + kernels), else None
         (the datasheet roofline, docs/model.md section 5)."""
         return (self.decode, self.prefill) if self.decode and self.prefill else None
+
+
+@dataclass(frozen=True)
+class TPCollectiveParams:
+    """SGLang's all-reduce between tensor-parallel GPUs (`epsim.cost.tp`).
+
+    Attributes:
+        allreduce: {algorithm: coefficients} of `epsim.cost.allreduce` ("oneshot", "twoshot",
+            "nccl"; `any/allreduce/graph/<algorithm>` over the datasheet defaults): device time.
+        host_us: host overhead an eager step adds per collective (`any/allreduce/host`, else 0).
+        gpus_per_node, gpus_per_host: the NVLink domain and the host a GPU sits in (custom
+            all-reduce stays within a host; NCCL's ring crosses the NIC between domains).
+    """
+
+    allreduce: Mapping[str, Coefficients]
+    host_us: float
+    gpus_per_node: int
+    gpus_per_host: int
 
 
 @dataclass(frozen=True)
@@ -171,7 +195,8 @@ class CostParams:
         profile_applies: the profile was measured on the cluster's GPU (else datasheet only).
         backend: `deployment.moe_a2a_backend`.
         num_ranks, ranks_per_node, num_nodes: EP ranks and how they sit on nodes.
-        tp_size: ranks sharing one DP group's attention (1 with DP attention).
+        tp_size: GPUs sharing one DP group's attention (`parallel.attn_tp_size`: 1 with one
+            DP group per GPU).
         kernel_modes: phase ("prefill", "decode") -> DeepEP kernel mode ("" for others).
         dedup: kernel mode -> how copies are counted ("pair", "rank", "node", "").
         transport: the backend's scale-out path over the cluster's network.
@@ -186,6 +211,8 @@ class CostParams:
         token_ranges: fitted components with a token range, checked as steps are priced.
         extrapolated: fitted components whose EP or hidden size lies outside their range (one
             per quantity), warned by every CostModel built on these.
+        parallel: the deployment's layout (`DeploymentSpec.parallel`).
+        tp_collectives: see `TPCollectiveParams`.
         attention_ops: `any/attention_ops/graph`, the attention block's own ops (norms, RoPE,
             KV write, residual) where the profile holds its fit, else None (not charged).
         attention_ops_bytes: bytes those ops move per token of a rank.
@@ -215,7 +242,10 @@ class CostParams:
     overhead: Coefficients
     token_ranges: tuple[FittedRange, ...]
     extrapolated: tuple[Extrapolation, ...]
-    # -- the attention block's own ops (issue 40; `epsim.cost.attention_ops`) --
+    # -- parallelism beyond EP (TP attention, attention DP groups, MoE-TP) -----------------
+    parallel: Parallel
+    tp_collectives: TPCollectiveParams
+    # -- the attention block's own ops (`epsim.cost.attention_ops`) -------------------------
     attention_ops: Coefficients | None = None
     attention_ops_bytes: float = 0.0
 

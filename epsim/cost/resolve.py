@@ -13,6 +13,8 @@ from types import MappingProxyType
 import numpy as np
 
 from epsim import vocab
+from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
+from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
 from epsim.cost.attention_ops import attention_ops_defaults, model_bytes_per_token
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
@@ -25,7 +27,8 @@ from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.layout import layout_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
-                               Extrapolation, FittedRange, StageParams, StepKindParams)
+                               Extrapolation, FittedRange, StageParams, StepKindParams,
+                               TPCollectiveParams)
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
 from epsim.eplb.placement import ranks_per_node
@@ -34,6 +37,7 @@ from epsim.profile import GRAPH, Profile, load_profile, mode_path
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
+from epsim.spec.quant import served_model
 
 
 class ProfileHardwareWarning(UserWarning):
@@ -66,7 +70,9 @@ def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: Deploymen
     Resolved once per content: equal specs, profile (by its JSON and path) and time mode give
     the same object, remembered for the last few, so a run's screen and engine, a sweep's
     repeats and every `CostModel` of one deployment read one resolution. A profile measured on
-    another GPU type is not applied (`profile_applies` False: datasheet defaults).
+    another GPU type is not applied (`profile_applies` False: datasheet defaults). The model
+    is priced in the formats the deployment serves it in (`deployment.quantization`,
+    `epsim.spec.quant.served_model`: `CostParams.model`).
 
     Raises:
         SpecError: `time_mode` not one of TIME_MODES; PlacementError: EP ranks that are not a
@@ -81,7 +87,8 @@ def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: Deploymen
     if found is None:
         if len(_RESOLVED) >= _MAX_RESOLVED:
             _RESOLVED.clear()
-        found = _RESOLVED[key] = _Resolver(model, cluster, deployment, profile).resolve(time_mode)
+        served = served_model(model, deployment.quantization)
+        found = _RESOLVED[key] = _Resolver(served, cluster, deployment, profile).resolve(time_mode)
     return found
 
 
@@ -124,9 +131,11 @@ class _Resolver:
     def resolve(self, time_mode: str) -> CostParams:
         m, c, d = self.model, self.cluster, self.deployment
         backend, hw = self.backend, c.hardware
+        par = d.parallel
         num_ranks = d.ep_size
-        per_node = ranks_per_node(num_ranks, c.gpus_per_node_resolved)
-        tp_size = 1 if d.enable_dp_attention else num_ranks
+        # an EP rank is `moe_tp_size` GPUs (MoE-TP, `none` backend): fewer EP ranks per node
+        per_node = ranks_per_node(num_ranks, max(c.gpus_per_node_resolved // par.moe_tp_size, 1))
+        tp_size = par.attn_tp_size
         modes = vocab.DEEPEP_MODES if backend == "deepep" else ("",)
         dedup = {mode: dedup_for(backend, mode) for mode in modes}
         steps = self._steps(modes, dedup)
@@ -149,18 +158,33 @@ class _Resolver:
             # fabric latency and host-proxy messages, added where ranks span nodes)
             transport=transport_path(backend, c.network_resolved.kind),
             max_nodes_per_token=max_nodes_per_token(m, num_ranks // per_node),
-            l2_bytes=l2_bytes(c.gpu), gemm=model_gemm(m, c.gpu), eager=eager, graph=graph,
+            l2_bytes=l2_bytes(c.gpu), gemm=model_gemm(m, c.gpu, par.moe_tp_size), eager=eager,
+            graph=graph,
             collectives=CollectiveParams(_frozen(allreduce), _frozen(allgather)),
             attention=AttentionParams(
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
-                attention_heads(m, tp_size), dense or eager.experts.params),
+                attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
             token_ranges=self._token_ranges(eager, graph),
             extrapolated=self._extrapolated(eager, graph, num_ranks),
+            parallel=par, tp_collectives=self._tp_collectives(),
             attention_ops=self.kernel("attention_ops"),
             attention_ops_bytes=model_bytes_per_token(m, tp_size))
+
+    def _tp_collectives(self) -> TPCollectiveParams:
+        """SGLang's all-reduce by algorithm (`any/allreduce/graph/<algorithm>`, device time over
+        the datasheet defaults of `epsim.cost.allreduce`) and the host overhead an eager step
+        adds per collective (`any/allreduce/host`, else none)."""
+        c = self.cluster
+        defaults = allreduce_defaults(c)
+        algos = {a: _frozen(self.coefficients("any", "allreduce", f"{GRAPH}/{a}", defaults[a]))
+                 for a in ALLREDUCE_ALGORITHMS}
+        host = self.coefficients("any", "allreduce", "host", {"base_us": 0.0})["base_us"]
+        per_node = c.gpus_per_node_resolved
+        return TPCollectiveParams(MappingProxyType(algos), host, per_node,
+                                  min(c.hardware.gpus_per_host or per_node, per_node))
 
     def _steps(self, modes: tuple[str, ...],
                dedup: dict[str, str]) -> dict[bool, StepKindParams]:
@@ -177,7 +201,7 @@ class _Resolver:
         a2a backend runs (no dispatch, combine, layout or sync)."""
         m, d, backend, hw = self.model, self.deployment, self.backend, self.cluster.hardware
         dtype = d.dispatch_dtype
-        one_gpu = d.ep_size == 1
+        one_gpu = d.parallel.tp_size == 1      # EP 1 without MoE-TP: the MoE on one GPU
         comm: dict[bool, dict[str, dict[str, StageParams]]] = {
             e: {"dispatch": {}, "combine": {}} for e in (True, False)}
         for kind in ("dispatch", "combine") if backend != "none" and not one_gpu else ():
@@ -265,7 +289,7 @@ class _Resolver:
         # the owner of the component each timing read (the experts: `any`, the kernel model)
         used = list(dict.fromkeys((t.key.split("/")[0], t.kind, t.mode_path)
                                   for t in timings if t.key))
-        if self.backend == "none" and self.deployment.ep_size > 1:
+        if self.backend == "none" and self.deployment.parallel.tp_size > 1:
             used.append(("none", "allreduce", ""))
         return used
 

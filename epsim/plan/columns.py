@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from epsim.cost.attention import kv_share
 from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
 from epsim.plan.screen import initial_running_per_rank
 from epsim.profile import load_profile
@@ -112,26 +113,30 @@ def derived_columns(scenario, profile_path: str | None = None) -> dict[str, floa
     """`DERIVED_COLUMNS` of one validated scenario (`profile_path`: the point's profile, for
     a "steady" start).
 
-    One serving instance uses `ep_size` GPUs (DP attention or TP attention over the same
-    GPUs). Per GPU it holds `(experts + redundant) / ep_size` expert slots of every MoE layer;
-    with DP attention a full copy of the attention, embeddings, shared experts and dense
-    layers (with TP attention, 1/ep_size of them).
+    One serving instance uses `tp_size` GPUs (`epsim.spec.parallel`). Per GPU it holds
+    `(experts + redundant) / ep_size` expert slots of every MoE layer (each a 1/moe_tp_size
+    share), and 1/attn_tp_size of the attention, embeddings, shared experts and dense layers
+    (a full copy with one GPU per DP group); the KV cache of its DP group's requests, its
+    share of the KV heads (`epsim.cost.attention.kv_share`: all of MLA's latent); weights in
+    the served formats, the KV cache in `kv_cache_dtype`.
     """
-    m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
-    num_gpus = d.ep_size
+    m, c, d, w = scenario.served_model, scenario.cluster, scenario.deployment, scenario.workload
+    par = d.parallel
+    num_gpus = par.num_gpus
     gpus_per_node = c.gpus_per_node_resolved
     slots = (m.num_experts + d.ep_num_redundant_experts) / d.ep_size
-    expert_bytes = slots * m.num_moe_layers * m.expert_bytes
+    expert_bytes = slots * m.num_moe_layers * m.expert_bytes / par.moe_tp_size
     dense_params = (m.attention_params * m.num_layers
                     + m.num_shared_experts * m.expert_params * m.num_moe_layers
                     + m.num_dense_layers * 3 * m.hidden_size * m.intermediate_size)
     embedding_bytes = 2.0 * m.vocab_size * m.hidden_size * 2.0   # embedding + LM head, BF16
-    other_bytes = dense_params * m.weight_bytes_per_param + embedding_bytes
+    other_bytes = dense_params * m.dense_weight_bytes_per_param + embedding_bytes
     context = mean_length(w.input_len) + mean_length(w.output_len)
-    kv_bytes = d.max_running_requests * context * m.kv_bytes_per_token_per_layer * m.num_layers
-    if not d.enable_dp_attention:
-        other_bytes /= d.ep_size
-        kv_bytes = kv_bytes / d.ep_size     # one DP group's requests, heads split over the ranks
+    kv_bytes = (d.max_running_requests * context * m.kv_bytes_per_token(d.kv_cache_dtype)
+                * m.num_layers)
+    if par.attn_tp_size > 1:        # one DP group's requests, heads split over its GPUs
+        other_bytes /= par.attn_tp_size
+        kv_bytes = kv_bytes * kv_share(m, par.attn_tp_size)
     used = (expert_bytes + other_bytes + kv_bytes) / GIB
     return {
         "num_gpus": float(num_gpus),

@@ -120,7 +120,7 @@ def _screen_option(point: Point, role: str, rate: float, ttft_budget_ms: float,
     capacity = model.steady(1e9).served_rps          # saturated: what one instance can serve
     best, _ = max_rate(model, ok, capacity * 1.05)
     values = {k: v for k, v in point.values.items() if k != "deployment.disaggregation_mode"}
-    ep = point.scenario.deployment.ep_size
+    ep = point.scenario.deployment.num_gpus          # GPUs per instance (tp_size)
     if best <= 0:
         return PoolOption(role, values, ep, 0.0, 0, math.inf, math.inf, point, model)
     instances = math.ceil(rate / best - 1e-9)

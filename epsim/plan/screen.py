@@ -32,7 +32,7 @@ def screen_metrics(scenario, profile=None) -> dict[str, float]:
         SpecError: see `SteadyStateModel`.
     """
     s = steady_state(scenario, profile)
-    num_gpus = scenario.deployment.ep_size
+    num_gpus = scenario.deployment.num_gpus
     return {"tpot_ms": s.tpot_s * 1e3, "ttft_ms": s.ttft_s * 1e3, "step_ms": s.step_s * 1e3,
             "throughput_tokens_per_s_per_gpu": s.tokens_per_s / num_gpus,
             "output_tokens_per_s_per_gpu": s.output_per_s / num_gpus,

@@ -299,7 +299,7 @@ def network_info(scenario) -> dict:
     return {"kind": net.kind, "nics_per_node": net.nics_per_node,
             "nic_gbit_per_s": net.nic_gbit_per_s, "nic_gbps_per_gpu": net.nic_gbps_per_gpu,
             "system": net.system, "transport": path.name, "latency_us": path.latency_us,
-            "spans_nodes": scenario.deployment.ep_size > scenario.cluster.gpus_per_node_resolved,
+            "spans_nodes": scenario.deployment.num_gpus > scenario.cluster.gpus_per_node_resolved,
             "source": "datasheet"}
 
 
@@ -313,6 +313,15 @@ def _start_text(summary: dict) -> str:
             + (" (steady: the screen's steady batch)" if steady else ""))
 
 
+def _tp_text(d: dict, num_gpus: int) -> str:
+    """`, TP 8 (DP 2)`-style layout text where the instance is not one DP-attention GPU per
+    EP rank (`epsim.spec.parallel`); "" where it is."""
+    dp = d.get("dp_size") or (num_gpus if d["enable_dp_attention"] else 1)
+    if num_gpus == d["ep_size"] and dp == num_gpus:
+        return ""
+    return f", TP {num_gpus}" + (f" (attention DP {dp})" if dp > 1 else "")
+
+
 def format_table(summary: dict) -> str:
     """The stdout summary: throughput, latency percentiles, where a step's time goes."""
     s = summary
@@ -320,8 +329,9 @@ def format_table(summary: dict) -> str:
     d = sc["deployment"]
     n = s["num_requests"]
     lines = [
-        f"scenario   {sc['name']}: {sc['model']['name']} on {d['ep_size']} x {sc['cluster']['gpu']} "
-        f"(EP {d['ep_size']}, {d['moe_a2a_backend']}, disaggregation {d['disaggregation_mode']})",
+        f"scenario   {sc['name']}: {sc['model']['name']} on {s['num_gpus']} x {sc['cluster']['gpu']} "
+        f"(EP {d['ep_size']}{_tp_text(d, s['num_gpus'])}, {d['moe_a2a_backend']}, disaggregation "
+        f"{d['disaggregation_mode']})",
         *([f"network    {s['network']['kind']}: {s['network']['nics_per_node']} x "
            f"{s['network']['nic_gbit_per_s']:g} Gb/s per node ({s['network']['nic_gbps_per_gpu']:g} "
            f"GB/s per GPU), {d['moe_a2a_backend']} over {s['network']['transport']} (datasheet)"]

@@ -287,7 +287,7 @@ class Simulation:
         prof = self.profile
         return SimResult(
             scenario=self.scenario, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
-            num_gpus=self.scenario.deployment.ep_size, steps=metrics.step_table(),
+            num_gpus=self.scenario.deployment.num_gpus, steps=metrics.step_table(),
             layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
             rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
             arrival_s=requests.arrival_s, first_token_s=requests.first_token_s,

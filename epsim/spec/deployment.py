@@ -1,4 +1,5 @@
-"""How the model is laid out and served: EP size, all-to-all backend, EPLB, batching.
+"""How the model is laid out and served: parallelism (TP, attention DP, EP, MoE-TP), number
+formats, all-to-all backend, EPLB, batching.
 
 Option names follow SGLang's server arguments where one exists.
 """
@@ -10,6 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from epsim import vocab
+from epsim.spec.parallel import Parallel, resolve_parallel
+from epsim.spec.quant import KVCacheDtype, Quantization
 
 # the literals are `epsim.vocab`'s tuples, so a new backend or mode is added in one place
 A2ABackend = Literal[vocab.A2A_BACKENDS]
@@ -30,12 +33,31 @@ class FailureSpec(BaseModel):
 
 
 class DeploymentSpec(BaseModel):
-    """One serving instance: attention data-parallel, MoE expert-parallel over `ep_size` ranks."""
+    """One serving instance of `tp_size` GPUs (default `ep_size`): attention data-parallel in
+    `dp_size` groups (or tensor-parallel over all), MoE expert-parallel over `ep_size` ranks of
+    `moe_tp_size` GPUs (`epsim.spec.parallel`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ep_size: int = Field(default=8, gt=0)
     enable_dp_attention: bool = True
+
+    # parallelism beyond EP, SGLang's names (epsim.spec.parallel); unset: what epsim meant
+    # before (tp_size = ep_size GPUs, one DP group per GPU with DP attention, else one)
+    tp_size: int | None = Field(default=None, gt=0, description=(
+        "GPUs of the instance (SGLang's --tp-size); None: ep_size x moe_tp_size"))
+    dp_size: int | None = Field(default=None, gt=0, description=(
+        "attention DP groups with enable_dp_attention (each runs attention TP over "
+        "tp_size / dp_size GPUs); None: tp_size with DP attention, 1 without"))
+    moe_tp_size: int | None = Field(default=None, gt=0, description=(
+        "GPUs each expert's intermediate is split over: tp_size / ep_size (SGLang derives it); "
+        "None: derived"))
+    # number formats (epsim.spec.quant)
+    quantization: Quantization | None = Field(default=None, description=(
+        "SGLang's --quantization (fp8, w8a8_fp8, modelopt_fp8, modelopt_fp4) or a format "
+        "(bf16, fp8_block, nvfp4, w4a16); None: the checkpoint's own (the model's weight_dtype)"))
+    kv_cache_dtype: KVCacheDtype = Field(default="auto", description=(
+        "SGLang's --kv-cache-dtype: auto (the model's BF16), bf16, fp8_e4m3, fp8_e5m2"))
     moe_a2a_backend: A2ABackend = "deepep"
     deepep_mode: DeepEPMode = "auto"
     dispatch_dtype: Literal[vocab.DISPATCH_DTYPES] = "fp8"
@@ -88,12 +110,28 @@ class DeploymentSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "DeploymentSpec":
+        _ = self.parallel                             # raises on a bad combination of sizes
         for i, failure in enumerate(self.failures):
             if failure.rank >= self.ep_size:
                 raise ValueError(f"failures.{i}.rank ({failure.rank}) must be < ep_size ({self.ep_size})")
         # equal slots per rank needs (experts + redundant) % ep_size == 0, which needs the
         # model: checked by Scenario (DeepSeek's decode layout has 32 redundant over EP 144)
         return self
+
+    @property
+    def parallel(self) -> Parallel:
+        """The resolved layout (`epsim.spec.parallel.resolve_parallel`).
+
+        Raises:
+            ValueError: a bad combination of sizes, naming the fields.
+        """
+        return resolve_parallel(self.ep_size, self.tp_size, self.dp_size, self.moe_tp_size,
+                                self.enable_dp_attention, self.moe_a2a_backend)
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the instance (`tp_size` resolved)."""
+        return self.parallel.tp_size
 
     def deepep_mode_for(self, phase: Literal["prefill", "decode"]) -> Literal["normal", "low_latency"]:
         """SGLang's rule: `auto` is normal kernels for prefill, low-latency for decode."""

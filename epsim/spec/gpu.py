@@ -21,9 +21,19 @@ class HardwareSpec(BaseModel):
     name: str = Field(min_length=1)
     bf16_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak")
     fp8_tflops: float = Field(gt=0, description="dense FP8 tensor-core peak")
+    fp4_tflops: float | None = Field(default=None, gt=0, description="dense FP4 (NVFP4) "
+                                     "tensor-core peak; None: no FP4 tensor cores (Hopper)")
     hbm_gbps: float = Field(gt=0, description="HBM bandwidth, GB/s")
     hbm_gib: float = Field(gt=0)
     nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
     gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
+    gpus_per_host: int | None = Field(default=None, gt=0, description=(
+        "GPUs under one host OS where fewer than the NVLink domain (a GB200 / GB300 compute "
+        "tray: 4); None: gpus_per_node. SGLang's custom all-reduce stays within one host"))
     network: NetworkKind = Field(default="infiniband", description="default scale-out kind")
     source: str = ""
+
+    def tensor_tflops(self, dtype: str) -> float | None:
+        """Dense tensor-core peak for GEMM inputs of `dtype` ("bf16", "fp8", "fp4"; the
+        formats' `epsim.spec.quant.weight_tensor_dtype`), TFLOP/s; None where the GPU has none."""
+        return {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp4": self.fp4_tflops}[dtype]

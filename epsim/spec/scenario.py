@@ -16,9 +16,11 @@ from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.errors import validate
 from epsim.spec.hardware import ClusterSpec
-from epsim.spec.model import ModelSpec
+from epsim.spec.model import MODELLED_ATTENTION, ModelSpec
+from epsim.spec.parallel import model_problem
+from epsim.spec.quant import served_model, weight_tensor_dtype
 from epsim.spec.workload import STEADY, HotSetSkew, TraceArrivals, TraceSkew, WorkloadSpec
-from epsim.zoo import check_network, get_model, hardware_names, model_names
+from epsim.zoo import check_network, get_hardware, get_model, hardware_names, model_names
 
 
 class Scenario(BaseModel):
@@ -40,12 +42,15 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
         m, c, d, w = self.model, self.cluster, self.deployment, self.workload
-        if d.ep_size > c.num_gpus:
-            raise ValueError(f"deployment.ep_size ({d.ep_size}) must be <= the cluster's GPUs "
+        # the instance's GPUs: `tp_size` where set, else `ep_size` (named as the user wrote it)
+        gpus, field = d.num_gpus, "tp_size" if d.tp_size is not None else "ep_size"
+        if gpus > c.num_gpus:
+            raise ValueError(f"deployment.{field} ({gpus}) must be <= the cluster's GPUs "
                              f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus})")
-        if d.ep_size > c.gpus_per_node_resolved and d.ep_size % c.gpus_per_node_resolved:
-            raise ValueError(f"deployment.ep_size ({d.ep_size}) must be a multiple of gpus_per_node "
+        if gpus > c.gpus_per_node_resolved and gpus % c.gpus_per_node_resolved:
+            raise ValueError(f"deployment.{field} ({gpus}) must be a multiple of gpus_per_node "
                              f"({c.gpus_per_node_resolved}) when it spans nodes")
+        _check_served(m, c, d)
         num_slots = m.num_experts + d.ep_num_redundant_experts
         if num_slots % d.ep_size and m.num_experts % d.ep_size == 0:
             raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
@@ -98,15 +103,45 @@ class Scenario(BaseModel):
 
     @property
     def dp_size(self) -> int:
-        """Attention data-parallel ranks: one per EP rank with DP attention, else one."""
-        return self.deployment.ep_size if self.deployment.enable_dp_attention else 1
+        """Attention data-parallel groups, each with its own batch (`Parallel.dp_size`): one per
+        GPU with DP attention unless `deployment.dp_size` says otherwise, else one."""
+        return self.deployment.parallel.dp_size
+
+    @property
+    def served_model(self) -> ModelSpec:
+        """The model in the weight formats the deployment serves it in
+        (`deployment.quantization`, `epsim.spec.quant.served_model`)."""
+        return served_model(self.model, self.deployment.quantization)
+
+
+def _check_served(m: ModelSpec, c: ClusterSpec, d: DeploymentSpec) -> None:
+    """What the deployment's layout and formats need of the model and the GPU: attention that
+    a step can price, SGLang's shape checks on the layout, FP4 tensor cores for NVFP4."""
+    if not m.attention_modelled:
+        raise ValueError(f"model.attention ({m.attention!r}) must be one of "
+                         f"{list(MODELLED_ATTENTION)} to simulate {m.name}: its attention is not "
+                         f"modelled (docs/model.md, the zoo); `epsim cost` prices its MoE layers")
+    served = served_model(m, d.quantization)
+    problem = model_problem(d.parallel, m.num_attention_heads, m.num_key_value_heads,
+                            m.moe_intermediate_size, served.weight_dtype, m.attention)
+    if problem:
+        raise ValueError(f"deployment.{problem}")
+    for fmt in {served.weight_dtype, served.dense_weight_dtype or served.weight_dtype}:
+        dtype = weight_tensor_dtype(fmt)
+        if c.hardware.tensor_tflops(dtype) is None:
+            fp4 = [g for g in hardware_names() if get_hardware(g).fp4_tflops]
+            named = (f"deployment.quantization ({d.quantization!r})" if d.quantization
+                     else f"model.weight_dtype ({fmt!r})")
+            raise ValueError(f"{named} must run on a GPU with {dtype.upper()} tensor cores "
+                             f"{fp4}: {c.gpu} has none")
 
 
 def _check_failures(d: DeploymentSpec, slots_per_rank: int, num_experts: int) -> None:
     """What elastic EP needs of `deployment.failures` (see `epsim.sim.elastic`)."""
-    if not d.enable_dp_attention:
-        raise ValueError("deployment.failures needs deployment.enable_dp_attention: true (elastic EP "
-                         "masks a DP-attention rank; a TP attention group cannot lose one)")
+    if not d.enable_dp_attention or d.parallel.attn_tp_size != 1:
+        raise ValueError("deployment.failures needs deployment.enable_dp_attention: true with one "
+                         "GPU per DP group (dp_size = tp_size): elastic EP masks a DP-attention "
+                         "rank; a TP attention group cannot lose one")
     outages = []
     for i, f in enumerate(d.failures):
         end = f.at_s + f.recover_after_s if f.recover_after_s is not None else float("inf")

@@ -86,3 +86,27 @@ def test_an_overloaded_instance_is_flagged_in_one_line(app):
     _run_default(app, _ep=8)                       # EP 8 keeps up: a caption, no warning
     assert not [w for w in app.warning if w.value.startswith("keep-up: ")]
     assert any(c.value.startswith("keep-up: serves") and "keeps up" in c.value for c in app.caption)
+
+
+def test_layout_and_format_fields_in_the_form(app):
+    """tp_size, dp_size, moe_tp_size, quantization and kv_cache_dtype are form fields; the
+    resolved layout is shown; a bad combination is the spec's one-line error."""
+    caption = " ".join(c.value for c in app.caption)
+    assert "layout: 8 GPUs: attention DP 8 x TP 1, MoE EP 8 x TP 1" in caption
+    keyed(app.number_input, "_dpsize").set_value(2)
+    keyed(app.selectbox, "_kv").set_value("fp8_e4m3")
+    keyed(app.selectbox, "_quant").set_value("fp8")
+    button(app, "Run simulation").click()
+    app.run()
+    assert not app.exception and not errors(app)
+    caption = " ".join(c.value for c in app.caption)
+    for applied in ('"deployment.dp_size": 2', '"deployment.kv_cache_dtype": "fp8_e4m3"',
+                    '"deployment.quantization": "fp8"'):
+        assert applied in caption
+    keyed(app.number_input, "_tp").set_value(16)
+    button(app, "Run simulation").click()
+    app.run()
+    assert errors(app) == ["scenarios/default.yaml: deployment.moe_tp_size (2 = tp_size 16 / "
+                           "ep_size 8) must be 1 with moe_a2a_backend 'mooncake': SGLang sets "
+                           "ep_size = tp_size for all-to-all backends; MoE-TP runs with "
+                           "moe_a2a_backend 'none'"]

@@ -47,6 +47,34 @@ VARIANTS = {
     "workload.output_len": {"kind": "uniform", "low": 4, "high": 8},
     "workload.skew": {"kind": "hotset", "num_hot": 4, "hot_frac": 0.3, "layer_variation": 0.2,
                       "drift_rate_per_s": 0.5},
+    # the parallelism and number-format fields (`epsim.spec.parallel`, `epsim.spec.quant`)
+    "deployment.tp_size": 2,
+    "deployment.dp_size": 2,
+    "deployment.moe_tp_size": 1,
+    "deployment.quantization": "fp8",
+    "deployment.kv_cache_dtype": "fp8_e4m3",
+}
+# combinations of valid values that SGLang (or epsim) cannot serve: each refused in one line
+_DEPLOYMENT = SCENARIO["deployment"]
+BAD_COMBINATIONS = {
+    "moe-tp-with-all-to-all": {"deployment": {**_DEPLOYMENT, "tp_size": 4}},
+    "ep-not-dividing-tp": {"deployment": {**_DEPLOYMENT, "moe_a2a_backend": "none", "ep_size": 3,
+                                          "tp_size": 4}},
+    "moe-tp-not-tp-over-ep": {"deployment": {**_DEPLOYMENT, "moe_a2a_backend": "none",
+                                             "tp_size": 4, "moe_tp_size": 4}},
+    "dp-without-dp-attention": {"deployment": {**_DEPLOYMENT, "enable_dp_attention": False,
+                                               "dp_size": 2}},
+    "dp-not-dividing-tp": {"deployment": {**_DEPLOYMENT, "ep_size": 4, "dp_size": 3}},
+    "attention-tp-not-dividing-heads": {"cluster": {"gpu": "H200", "num_nodes": 8},
+                                        "deployment": {**_DEPLOYMENT, "ep_size": 64,
+                                                       "enable_dp_attention": False}},
+    "nvfp4-without-fp4-tensor-cores": {"deployment": {**_DEPLOYMENT, "quantization": "modelopt_fp4"}},
+    "fp8-block-moe-tp-off-block": {"model": "Qwen3-235B-A22B-FP8",
+                                   "deployment": {**_DEPLOYMENT, "moe_a2a_backend": "none",
+                                                  "ep_size": 1, "tp_size": 8}},
+    "attention-not-modelled": {"model": "GLM-5"},
+    "failures-with-attention-tp": {"deployment": {**_DEPLOYMENT, "dp_size": 1,
+                                                  "failures": [{"rank": 1, "at_s": 0.1}]}},
 }
 HF_CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 128, "num_hidden_layers": 48,
@@ -175,6 +203,10 @@ def scenario_cases() -> list[Case]:
                                                          "failures": [{"rank": 9, "at_s": -1}]}}}
     for name, tree in extra.items():
         cases.append(Case(f"scenario-shape/{name}", "simulate", ("simulate", "{d}/s.yaml"),
+                          (("s.yaml", _const(_yaml(tree))),), True))
+    for name, change in BAD_COMBINATIONS.items():
+        tree = {**SCENARIO, **change}
+        cases.append(Case(f"scenario-combination/{name}", "simulate", ("simulate", "{d}/s.yaml"),
                           (("s.yaml", _const(_yaml(tree))),), True))
     return cases
 

@@ -3,6 +3,10 @@ figures (the keys and values as published in the model repositories)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from epsim.spec.model import ModelSpec
 from epsim.zoo import get_hardware, get_model
 
@@ -33,3 +37,32 @@ def test_nvl72_gpus_are_one_nvlink_domain_of_72():
     for name in ("GB200", "GB300"):
         hw = get_hardware(name)
         assert (hw.gpus_per_node, hw.network, hw.nvlink_gbps) == (72, "nvl72", 900)
+
+
+# the models of the field's op tables and public measurements (issue 37), each from its Hugging
+# Face config.json as aiconfigurator-core ships a copy of it (`model_configs/`)
+HF_COPIES = {"DeepSeek-R1": "deepseek-ai--DeepSeek-R1", "Kimi-K2.5": "moonshotai--Kimi-K2.5",
+             "Qwen3-235B-A22B-FP8": "Qwen--Qwen3-235B-A22B-FP8",
+             "MiniMax-M2.5": "MiniMaxAI--MiniMax-M2.5", "GLM-5": "zai-org--GLM-5",
+             "Qwen3.5-397B-A17B": "Qwen--Qwen3.5-397B-A17B"}
+
+
+def test_new_zoo_models_equal_their_hf_config_json():
+    pytest.importorskip("aiconfigurator_core")
+    from importlib import resources
+    folder = resources.files("aiconfigurator_core") / "model_configs"
+    for name, stem in HF_COPIES.items():
+        read = ModelSpec.from_hf_config(Path(str(folder / f"{stem}_config.json")), name=name)
+        assert get_model(name) == read, name
+
+
+def test_which_attention_each_model_has_and_whether_a_step_prices_it():
+    kinds = {name: get_model(name).attention for name in HF_COPIES}
+    assert kinds == {"DeepSeek-R1": "mla", "Kimi-K2.5": "mla", "Qwen3-235B-A22B-FP8": "gqa",
+                     "MiniMax-M2.5": "gqa", "GLM-5": "mla_dsa", "Qwen3.5-397B-A17B": "hybrid_linear"}
+    assert [n for n in HF_COPIES if get_model(n).attention_modelled] == [
+        "DeepSeek-R1", "Kimi-K2.5", "Qwen3-235B-A22B-FP8", "MiniMax-M2.5"]
+    # the published totals: R1 671B (routed experts 58 x 256 x 3 x 7168 x 2048 = 654B)
+    r1 = get_model("DeepSeek-R1")
+    assert 650e9 < r1.num_moe_layers * r1.num_experts * r1.expert_params < 660e9
+    assert get_model("Qwen3.5-397B-A17B").top_k == 10 and get_model("GLM-5").num_layers == 78

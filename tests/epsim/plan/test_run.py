@@ -173,3 +173,30 @@ def test_eplb_and_elastic_columns_come_from_the_summary():
     assert healthy["eplb.num_rebalances"] >= 1 and healthy["eplb.stall_us_total"] > 0
     assert np.isnan(healthy["elastic.lost_requests"])
     assert failing["elastic.lost_requests"] >= 0 and failing["deployment.failures"] == '[{"at_s": 0.5, "rank": 3}]'
+
+
+def test_layout_and_format_fields_are_swept(tmp_path):
+    """tp_size, dp_size, moe_tp_size, quantization and kv_cache_dtype sweep like any field; a
+    point SGLang cannot serve is skipped with its one-line reason, the others priced (TP
+    attention and MoE-TP on the `none` backend: 8 GPUs each)."""
+    scenario = write_tiny_scenario(tmp_path)
+    result = run_plan(scenario, ["deployment.moe_a2a_backend=none",
+                                 "deployment.ep_size=2,8", "deployment.tp_size=8",
+                                 "deployment.dp_size=1,8", "deployment.quantization=fp8",
+                                 "deployment.kv_cache_dtype=auto,fp8_e4m3"],
+                      workers=1, progress=False, plots=False, require_feasible=False)
+    assert len(result.rows) == 8 and not result.skipped
+    assert {r["num_gpus"] for r in result.rows} == {8.0}
+    by = {(r["deployment.ep_size"], r["deployment.dp_size"], r["deployment.kv_cache_dtype"]): r
+          for r in result.rows}
+    # MoE-TP 4 x EP 2: a quarter of each expert's weights per GPU, twice the slots
+    assert by[(2, 8, "auto")]["expert_weights_gib_per_gpu"] == pytest.approx(
+        by[(8, 8, "auto")]["expert_weights_gib_per_gpu"])
+    # one attention group of 8 GPUs: the KV cache of every request, KV heads split
+    assert by[(8, 1, "fp8_e4m3")]["kv_cache_gib_per_gpu"] == pytest.approx(
+        by[(8, 1, "auto")]["kv_cache_gib_per_gpu"] / 2)
+    bad = run_plan(scenario, ["deployment.tp_size=8,16"], workers=1, progress=False, plots=False,
+                   require_feasible=False)
+    assert [s.values["deployment.tp_size"] for s in bad.skipped] == [16]
+    assert "moe_tp_size (2 = tp_size 16 / ep_size 8) must be 1 with moe_a2a_backend 'deepep'" \
+        in bad.skipped[0].reason

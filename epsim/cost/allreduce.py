@@ -1,0 +1,127 @@
+"""The all-reduce SGLang runs between tensor-parallel GPUs, by algorithm; device time.
+
+SGLang's `tensor_model_parallel_all_reduce` takes its custom all-reduce (vLLM's kernels in
+sgl-kernel) when the group is 2, 4, 6 or 8 GPUs of one host (on GB200 / GB300 racks a host is a
+4-GPU tray: groups of 8 there run NCCL, as aiconfigurator-core's GB300 table shows, ~27 µs flat
+at 8 GPUs) and the message is under its 8 MiB buffer, else NCCL. The custom kernel is
+one-shot (every GPU reads every peer's whole buffer and reduces it) on 2 GPUs, under 512 KiB
+on up to 4 and under 256 KiB on up to 8, else two-shot (reduce-scatter then all-gather through
+peer reads). With `S` bytes on `n` GPUs:
+
+    oneshot   t = base_us + per_peer_us * (n - 1) + (n - 1) * S / nvl_gbps * 1e-3
+    twoshot   t = base_us + per_peer_us * (n - 1) + 2 (n - 1) / n * S / nvl_gbps * 1e-3
+    nccl      t = min over its two protocols p of
+                  base_us_p + hop_us_p * 2 (n - 1) + 2 (n - 1) / n * S / gbps_p * 1e-3
+
+`per_peer_us` is the flag exchange with each peer (the kernels' barrier); the NCCL ring takes
+`2 (n - 1)` steps (reduce-scatter, then all-gather), each a hop's latency. NCCL's tuner picks,
+per message, the (algorithm, protocol) its own latency-bandwidth model says is fastest: the
+low-latency protocols (LL, LL128: small fixed cost, lower bandwidth) for small messages, Simple
+(larger fixed cost, the link's bandwidth) for large ones; here the two lines `ll_` and plain,
+and the time is the smaller. A ring reduce-scatter or all-gather alone is one pass: `n - 1`
+steps and `(n - 1) / n * S` (`ring_us(..., passes=1)`). Across nodes the ring's bytes cross the
+NIC (`rdma_gbps`). Bandwidths are bounded by the datasheet (NVLink per direction, the NIC).
+
+Coefficients: `any/allreduce/graph/<algorithm>` in a profile (fitted by
+`epsim.calibrate.allreduce` on op tables: aiconfigurator-core's `custom_allreduce_perf` and
+`nccl_perf`), else the datasheet defaults below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from epsim.spec.hardware import ClusterSpec
+
+ALGORITHMS = ("oneshot", "twoshot", "nccl")
+CUSTOM_MAX_BYTES = 8 * 2**20          # SGLang's custom all-reduce buffer (8 MiB)
+CUSTOM_WORLD_SIZES = (2, 4, 6, 8)     # group sizes its kernels are built for
+ONESHOT_MAX_BYTES = {4: 512 * 2**10, 8: 256 * 2**10}    # up to 4 GPUs / up to 8 GPUs
+NVLINK_EFFICIENCY = 0.8
+NIC_EFFICIENCY = 0.8
+LL_BANDWIDTH_RATIO = 0.5              # LL carries 8 data bytes per 16-byte line (NCCL docs)
+
+# design-row columns of one algorithm (protocol): (1, latency count, moved KB)
+CUSTOM_PARAMS = ("base_us", "per_peer_us", "nvl_gbps")
+NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_gbps",
+               "rdma_gbps")
+
+
+def algorithm(num_bytes: float, num_ranks: int, num_hosts: int) -> str:
+    """The all-reduce SGLang runs for one message of `num_bytes` on `num_ranks` GPUs spread
+    over `num_hosts` hosts."""
+    if num_hosts > 1 or num_ranks not in CUSTOM_WORLD_SIZES or num_bytes >= CUSTOM_MAX_BYTES:
+        return "nccl"
+    if num_ranks == 2:
+        return "oneshot"
+    limit = ONESHOT_MAX_BYTES[4] if num_ranks <= 4 else ONESHOT_MAX_BYTES[8]
+    return "oneshot" if num_bytes < limit else "twoshot"
+
+
+def allreduce_defaults(cluster: ClusterSpec) -> dict[str, dict[str, float]]:
+    """Datasheet parameters of each algorithm (`any/allreduce/graph/<algorithm>`): NVLink and
+    NIC bandwidths x 0.8, LL at half of it; the fixed costs are stated assumptions of a few
+    µs (a fit on measured op tables replaces them)."""
+    nvl = cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY
+    custom = {"base_us": 3.0, "per_peer_us": 0.3, "nvl_gbps": nvl}
+    return {"oneshot": dict(custom), "twoshot": dict(custom),
+            "nccl": {"ll_base_us": 5.0, "ll_hop_us": 1.0, "ll_gbps": nvl * LL_BANDWIDTH_RATIO,
+                     "base_us": 20.0, "hop_us": 1.0, "nvl_gbps": nvl,
+                     "rdma_gbps": cluster.rdma_gbps_resolved * NIC_EFFICIENCY}}
+
+
+def moved_bytes(num_bytes, num_ranks: int, algo: str, passes: int = 2):
+    """Bytes each GPU moves over its busiest link: a one-shot reads every peer's buffer, a
+    two-shot and a ring move `passes (n-1)/n` of the message."""
+    if algo == "oneshot":
+        return (num_ranks - 1) * np.asarray(num_bytes, dtype=np.float64)
+    return passes * (num_ranks - 1) / num_ranks * np.asarray(num_bytes, dtype=np.float64)
+
+
+def custom_features(num_bytes, num_ranks: int, algo: str) -> np.ndarray:
+    """[..., 3] design rows of a custom all-reduce (`CUSTOM_PARAMS`, 1/nvl_gbps): columns
+    (1, n - 1, moved KB)."""
+    kb = moved_bytes(num_bytes, num_ranks, algo) * 1e-3
+    return np.stack([np.ones_like(kb), np.full_like(kb, num_ranks - 1.0), kb], axis=-1)
+
+
+def ring_features(num_bytes, num_ranks: int, passes: int = 2) -> np.ndarray:
+    """[..., 3] design rows of one NCCL protocol line: (1, ring steps, moved KB); an all-reduce
+    is `passes=2` (2 (n - 1) steps), a reduce-scatter or all-gather 1."""
+    kb = moved_bytes(num_bytes, num_ranks, "nccl", passes) * 1e-3
+    return np.stack([np.ones_like(kb), np.full_like(kb, passes * (num_ranks - 1.0)), kb], axis=-1)
+
+
+def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
+            passes: int = 2) -> np.ndarray:
+    """NCCL ring collective of `num_bytes` over `num_ranks` GPUs (all-reduce: `passes=2`,
+    reduce-scatter / all-gather: 1), the faster of its two protocol lines (µs); 0 on one GPU."""
+    if num_ranks <= 1:
+        return np.zeros_like(np.asarray(num_bytes, dtype=np.float64))
+    rows = ring_features(num_bytes, num_ranks, passes)
+    nic = params["rdma_gbps"] if num_nodes > 1 else np.inf
+    ll = rows @ np.array([params["ll_base_us"], params["ll_hop_us"],
+                          1.0 / min(params["ll_gbps"], nic)])
+    simple = rows @ np.array([params["base_us"], params["hop_us"],
+                              1.0 / min(params["nvl_gbps"], nic)])
+    return np.minimum(ll, simple)
+
+
+def allreduce_us(num_bytes: float, num_ranks: int, num_nodes: int,
+                 params: dict[str, dict[str, float]], num_hosts: int | None = None) -> float:
+    """Device time of one all-reduce of `num_bytes` on `num_ranks` GPUs by the algorithm SGLang
+    picks (`algorithm`), µs; 0 on one GPU.
+
+    Args:
+        num_nodes: NVLink domains the group spans (NCCL's ring crosses the NIC between them).
+        params: {algorithm: its coefficients} (`allreduce_defaults` over a profile's fits).
+        num_hosts: hosts the group spans (None: `num_nodes`; a GB200 / GB300 host is 4 GPUs).
+    """
+    if num_ranks <= 1 or num_bytes <= 0:
+        return 0.0
+    algo = algorithm(num_bytes, num_ranks, num_nodes if num_hosts is None else num_hosts)
+    if algo == "nccl":
+        return float(ring_us(num_bytes, num_ranks, num_nodes, params["nccl"]))
+    p = params[algo]
+    row = custom_features(num_bytes, num_ranks, algo)
+    return float(row @ np.array([p["base_us"], p["per_peer_us"], 1.0 / p["nvl_gbps"]]))

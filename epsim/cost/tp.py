@@ -1,0 +1,85 @@
+"""The tensor-parallel collectives of a step, where SGLang runs them (`layers/communicator.py`,
+`layers/dp_attention.py`), for a deployment's layout (`epsim.spec.parallel.Parallel`).
+
+Per layer, with `T_g` the tokens of the busiest attention group (a DP group, or the whole batch
+without DP attention) and `H` the hidden size (BF16, 2 bytes):
+
+  attention TP (attn_tp_size > 1): o_proj leaves each GPU of the group a partial sum of
+    `[T_g, H]`. With an all-to-all MoE backend (`deepep`, `mooncake`, `torch`) the MoE takes
+    its input scattered: a reduce-scatter over the group hands each GPU `T_g / attn_tp` tokens
+    to dispatch, and an all-gather before the next layer's attention gives the group its
+    tokens back (two NCCL ring passes). With `none` it is one all-reduce over the group.
+  MoE (`none` backend): every GPU runs its experts (its EP rank's, the intermediate split over
+    the `moe_tp_size` GPUs of the rank) on every token of the step, gathered first; the
+    partial outputs are summed by one all-reduce over all `tp_size` GPUs: MoE-TP's reduce and
+    EP's in one collective. SGLang's DP-attention gather is an all-reduce of a padded buffer
+    (`dp_gather_partial`); the `none` backend prices it as the all-gather it measured.
+
+Device time comes from the all-reduce model (`epsim.cost.allreduce`: custom one-shot /
+two-shot or NCCL, as SGLang picks); an eager step adds `any/allreduce/host` per collective
+where a profile has it. The `none` backend's eager collectives keep its measured
+`none/allgather` and `none/allreduce` (the live block's, device + host).
+"""
+
+from __future__ import annotations
+
+import math
+
+from epsim import vocab
+from epsim.cost.allreduce import allreduce_us, ring_us
+from epsim.cost.attention import BatchCounts
+from epsim.cost.comm import collective_us
+from epsim.cost.params import CostParams
+
+HIDDEN_BYTES = 2.0        # BF16 hidden states
+
+
+def _span(params: CostParams, num_gpus: int) -> tuple[int, int]:
+    """(NVLink domains, hosts) `num_gpus` consecutive GPUs of the deployment span."""
+    tp = params.tp_collectives
+    return math.ceil(num_gpus / tp.gpus_per_node), math.ceil(num_gpus / tp.gpus_per_host)
+
+
+def tp_allreduce_us(num_bytes: float, num_gpus: int, params: CostParams, graph: bool) -> float:
+    """One SGLang all-reduce of `num_bytes` over `num_gpus` GPUs: device time by algorithm,
+    plus the host overhead in an eager step (µs)."""
+    if num_gpus <= 1 or num_bytes <= 0:
+        return 0.0
+    tp = params.tp_collectives
+    nodes, hosts = _span(params, num_gpus)
+    t = allreduce_us(num_bytes, num_gpus, nodes, tp.allreduce, hosts)
+    return t if graph else t + tp.host_us
+
+
+def attention_collectives_us(params: CostParams, batch: BatchCounts, graph: bool) -> float:
+    """The collectives around one layer's attention of the busiest attention group (µs): the
+    reduce-scatter and all-gather (all-to-all backends) or the all-reduce (`none`) over the
+    group's `attn_tp_size` GPUs; 0 with one GPU per group."""
+    attn_tp = params.parallel.attn_tp_size
+    if attn_tp <= 1:
+        return 0.0
+    num_bytes = float(batch.tokens.max(initial=0.0)) * params.model.hidden_size * HIDDEN_BYTES
+    if num_bytes <= 0:
+        return 0.0
+    if not vocab.is_deepep_class(params.backend):
+        return tp_allreduce_us(num_bytes, attn_tp, params, graph)
+    tp = params.tp_collectives
+    nodes, _ = _span(params, attn_tp)
+    passes = float(ring_us(num_bytes, attn_tp, nodes, tp.allreduce["nccl"], passes=1))
+    return 2.0 * (passes if graph else passes + tp.host_us)
+
+
+def none_collectives_us(params: CostParams, num_tokens: float, graph: bool) -> tuple[float, float]:
+    """(gather, reduce) µs of the `none` backend's MoE layer for `num_tokens` tokens of the step,
+    over the instance's `tp_size` GPUs: the gather as the `none` backend measured it
+    (`none/allgather`, only with DP attention: without it every GPU holds the group's tokens
+    already); the reduce by the all-reduce model in a CUDA-graph step, as measured
+    (`none/allreduce`) in an eager one."""
+    par = params.parallel
+    num_bytes = num_tokens * params.model.hidden_size * HIDDEN_BYTES
+    nodes, _ = _span(params, par.tp_size)
+    gather = (float(collective_us(num_bytes, par.tp_size, nodes, 1, params.collectives.allgather))
+              if par.dp_size > 1 else 0.0)
+    if graph:
+        return gather, tp_allreduce_us(num_bytes, par.tp_size, params, True)
+    return gather, float(collective_us(num_bytes, par.tp_size, nodes, 2, params.collectives.allreduce))
