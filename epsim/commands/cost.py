@@ -189,5 +189,5 @@ def run(args):
                      f"rows out by expert and weight the top-k in the combine (docs/model.md)")
     if result["layout_us"] > 0:
         lines.append(f"  experts include {result['backend']}'s own layout work "
-                     f"({result['layout_us']:.1f} µs, measured: docs/model.md, section 4)")
+                     f"({result['layout_us']:.1f} µs, measured: docs/model.md, section 4b)")
     return Report(result, lines)
