@@ -35,8 +35,9 @@ def _layer(backend: str, ep: int, tokens: float, profile=None, context: float = 
                        DeploymentSpec(ep_size=ep, moe_a2a_backend=backend, **spec),
                        profile or load_profile())
         tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, ep), 128, ep, 8))
-        loads = np.full((1, 128), ep * tokens * 8 / 128)
-        return cm, cm.layer(BatchCounts.uniform_decode(ep, tokens, context), loads, tables)
+        dp = cm.params.parallel.dp_size                     # a batch per attention group
+        loads = np.full((1, 128), dp * tokens * 8 / 128)
+        return cm, cm.layer(BatchCounts.uniform_decode(dp, tokens, context), loads, tables)
 
 
 @pytest.mark.parametrize("tokens", [8, 64, 256])
@@ -155,3 +156,13 @@ def test_a_backend_experts_fit_never_replaces_the_kernel_model():
     _, stale = _layer("none", 2, 64, old)
     assert stale.part("experts")[0] == new.part("experts")[0]
     assert stale.component("experts") == "any/experts/graph"
+
+
+def test_moe_tp_at_ep1_still_reduces_over_its_gpus():
+    """EP 1 is one GPU only without MoE-TP: `none` at EP 1 over 8 GPUs (each expert's
+    intermediate split eight ways) sums the shards' outputs with its all-reduce."""
+    _, one = _layer("none", 1, 64)
+    _, tp = _layer("none", 1, 64, tp_size=8)
+    assert one.part("combine")[0] == 0.0
+    assert tp.part("combine")[0] > 0 and tp.component("combine") == "none/allreduce"
+    assert tp.part("experts")[0] < one.part("experts")[0]      # an eighth of each expert
