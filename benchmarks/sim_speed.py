@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 "run's objects freed before the clock starts): the machine is shared, so expect "
                 "+-20 % between recordings).\n\n"
                 "The fast engine (`epsim.sim.stepper` and `epsim.sim.leap`, docs/model.md) against "
-                "the reference engine, side by side in one process. Steps take different simulated time at each EP size "
-                "and layer count, so growth is judged per step.\n\n"
+                "the reference engine, side by side in one process. Steps take different simulated time at "
+                "each EP size and layer count, so growth is judged per step.\n\n"
                 + report + "\n\n## Machine\n\n```\n" + machine() + "\n```\n")
         tmp = RESULTS.with_suffix(".md.tmp")
         tmp.write_text(text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from sim_speed_common import EPLB_SCENARIOS, R1, ROOT, scenario_file
@@ -70,51 +71,71 @@ def against_rows(checkouts: dict[str, Path], scenarios: list[Path], rounds: int)
     return rows
 
 
-# runs one scenario's fast engine `runs` times in the checkout on sys.path[0] (`--instructions`)
+# runs one scenario's fast engine twice in the checkout on sys.path[0] (`--instructions`): the
+# first run and the imports uncounted, then, once the parent has switched callgrind's counting
+# on (the file at argv[3] appears), the second run. It polls rather than blocking in a read, since
+# callgrind takes `callgrind_control`'s commands only while the program runs.
 _COUNT_WORKER = """
-import sys, warnings
+import os, sys, time, warnings
 sys.path.insert(0, sys.argv[1])
 warnings.simplefilter("ignore")
 from epsim.spec import load_scenario
 from epsim.sim import simulate
 scenario = load_scenario(sys.argv[2])
-for _ in range(int(sys.argv[3])):
-    result = simulate(scenario, engine="fast")
-print(result.steps["step_us"].shape[0])
+simulate(scenario, engine="fast")
+print("ready", flush=True)
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.01)
+result = simulate(scenario, engine="fast")
+print(result.steps["step_us"].shape[0], flush=True)
+while os.path.exists(sys.argv[3]):
+    time.sleep(0.01)
 """
 
 
-def count_instructions(tree: Path, scenario: Path, runs: int) -> subprocess.Popen:
-    """callgrind counting every instruction of `runs` fast-engine runs of `scenario` in
-    checkout `tree` (imports included), started: `collected` reads its count."""
-    return subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                             sys.executable, "-c", _COUNT_WORKER, str(tree), str(scenario),
-                             str(runs)], cwd=tree, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            # one hash seed: the same dict and set orders, so the same count
-                            env={**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"})
-
-
-def collected(proc: subprocess.Popen) -> tuple[int, int]:
-    """(instructions, steps of one run) of a finished `count_instructions`."""
-    out, err = proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"valgrind failed ({proc.returncode}): {err[-500:]}")
+def count_instructions(tree: Path, scenario: Path) -> tuple[int, int]:
+    """(instructions, steps) of one warm fast-engine run of `scenario` in checkout `tree`, under
+    callgrind with counting switched on for that run only. Counting whole processes and taking
+    one run from two (the earlier way) left the imports' own variation in the difference:
+    3.5M of a process's 2.95G instructions from one process to the next (pydantic-core hashes
+    with a random state, which PYTHONHASHSEED does not fix), 4 % of a short run's 82M."""
+    with tempfile.TemporaryDirectory() as tmp:
+        go = Path(tmp) / "go"
+        proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                 "--callgrind-out-file=/dev/null", sys.executable, "-c", _COUNT_WORKER,
+                                 str(tree), str(scenario), str(go)], cwd=tree, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"})
+        try:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"valgrind failed ({proc.wait()}): {proc.stderr.read()[-500:]}")
+            _callgrind(proc.pid, "on")
+            go.touch()
+            steps = int(proc.stdout.readline())
+            _callgrind(proc.pid, "off")
+            go.unlink()
+            err = proc.stderr.read()
+        except BaseException:
+            proc.kill()                               # never leave a worker polling forever
+            raise
+        if proc.wait():
+            raise RuntimeError(f"valgrind failed ({proc.returncode}): {err[-500:]}")
     total = next(line for line in err.splitlines() if "Collected :" in line)
-    return int(total.split(":")[-1].strip()), int(out.split()[-1])
+    return int(total.split(":")[-1].strip()), steps
+
+
+def _callgrind(pid: int, state: str) -> None:
+    """Switch callgrind's counting in process `pid` on or off (it answers once it has)."""
+    subprocess.run(["callgrind_control", "--instr=" + state, str(pid)], check=True,
+                   capture_output=True, timeout=120)
 
 
 def instruction_rows(checkouts: dict[str, Path], scenarios: list[Path]) -> list[str]:
-    """Instructions of one warm fast-engine run (two runs less one: the imports and the first
-    run's one-time work drop out) of each scenario in each checkout, the four processes of a
-    scenario two at a time (a count does not depend on what else runs)."""
+    """Instructions of one warm fast-engine run of each scenario in each checkout (the count
+    does not depend on what else runs on the machine)."""
     rows = []
     for path in scenarios:
-        counts = {}
-        for name, tree in checkouts.items():
-            procs = [count_instructions(tree, path, runs) for runs in (1, 2)]
-            (one, steps), (two, _) = (collected(proc) for proc in procs)
-            counts[name] = (two - one, steps)
+        counts = {name: count_instructions(tree, path) for name, tree in checkouts.items()}
         (then, steps), (now, _) = counts["then"], counts["now"]
         rows.append(f"| `{path.stem}` | {steps} | {then / steps / 1e3:.0f} | {now / steps / 1e3:.0f} "
                     f"| **{then / now:.2f}** |")
@@ -140,7 +161,8 @@ def checkout_sections(against: Path, instructions: bool) -> list[str]:
     if instructions:
         lines += ["", f"## Instructions, against commit {then}", "",
                   "Machine instructions of one warm fast-engine run in each checkout "
-                  "(valgrind's callgrind, two runs less one: imports and first-run work drop out): "
+                  "(valgrind's callgrind, counting switched on for the second run only: imports and "
+                  "first-run work drop out): "
                   "the same to a fraction of a percent on a busy machine as on an idle one "
                   "(addresses and collection moments still vary a little), so a change's effect "
                   "shows where the timings above are within their noise. Fewer instructions need not "

@@ -14,7 +14,7 @@ from typing import Any
 
 from epsim.cost.attention import kv_share
 from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
-from epsim.plan.screen import initial_running_per_rank
+from epsim.sim.steady import initial_running_per_rank
 from epsim.profile import load_profile
 from epsim.spec.workload import STEADY
 

@@ -36,7 +36,8 @@ from epsim.errors import SpecError
 from epsim.plan.executors import check_executor
 from epsim.plan.points import Point, build_point, load_base
 from epsim.plan.runner import _axes, _run_missing
-from epsim.plan.screen import SteadyStateModel, max_rate, steady_start
+from epsim.plan.screen import max_rate
+from epsim.sim.steady import SteadyStateModel, steady_start
 from epsim.plan.select import parse_constraint
 from epsim.plan.store import PointCache, prepare_dir, write_csv
 from epsim.plan.sweep import expand

@@ -12,12 +12,7 @@ compared with the screen's means (`benchmarks/screen_vs_sim.py` records how well
 
 from __future__ import annotations
 
-from epsim.sim.steady import (Steady, SteadyStateModel, initial_running_per_rank, steady_model,
-                              steady_running_per_rank, steady_start, steady_state)
-
-# the steady-batch model's names the planner reads through the screen
-__all__ = ["SCREEN_METRICS", "Steady", "SteadyStateModel", "initial_running_per_rank", "max_rate",
-           "screen_metrics", "steady_model", "steady_running_per_rank", "steady_start"]
+from epsim.sim.steady import Steady, SteadyStateModel, steady_state
 
 # screen metrics, named like the simulation's summary columns they estimate
 SCREEN_METRICS = ("tpot_ms", "ttft_ms", "step_ms", "throughput_tokens_per_s_per_gpu",

@@ -24,7 +24,8 @@ from epsim.plan.answers import group_by_workload
 from epsim.plan.columns import derived_columns
 from epsim.plan.executors import execute, progress_bar
 from epsim.plan.points import Point, build_point
-from epsim.plan.screen import SCREEN_METRICS, screen_metrics, steady_start
+from epsim.plan.screen import SCREEN_METRICS, screen_metrics
+from epsim.sim.steady import steady_start
 from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
 from epsim.plan.store import PointCache, cell
 from epsim.profile import load_profile

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from epsim.errors import SpecError
+from epsim.io import loads_json, read_text
 
 
 MAX_TRACE_LEN = 1e8   # tokens of one prompt or output: far beyond any model's context
@@ -70,7 +71,6 @@ def read_arrival_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray | None,
     Raises:
         SpecError: `<file>:<line>: <field> (<value>) must ...` for a bad row.
     """
-    from epsim.io import loads_json, read_text
     path = Path(path)
     text = read_text(path, "arrival trace")
     if path.suffix in (".jsonl", ".json"):

@@ -16,6 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from epsim.cost.tables import contiguous_placement
+from epsim.eplb import compute_placement
+from epsim.eplb.loads import read_loads
+from epsim.eplb.placement import ranks_per_node
 from epsim.errors import SpecError
 
 
@@ -35,14 +38,11 @@ def initial_placement(scenario, skew) -> np.ndarray:
     if location == "from_skew":
         weight = skew.mean_popularity()
     else:
-        from epsim.eplb.loads import read_loads
         weight = read_loads(scenario.resolve_path(location))
         if weight.shape != (m.num_moe_layers, m.num_experts):
             raise SpecError(f"deployment.init_expert_location ({location}) loads shape "
                             f"{list(weight.shape)} must be [moe layers, experts] = "
                             f"[{m.num_moe_layers}, {m.num_experts}] for {m.name}")
-    from epsim.eplb import compute_placement
-    from epsim.eplb.placement import ranks_per_node
     placement = compute_placement(d.eplb_algorithm, np.asarray(weight, dtype=np.float64),
                                   m.num_experts + d.ep_num_redundant_experts, m.num_expert_groups,
                                   d.ep_size // ranks_per_node(d.ep_size, c.gpus_per_node_resolved),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-from abc import ABC
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -96,8 +95,9 @@ class Dispatched:
         return self._stats
 
 
-class A2ABackend(ABC):
-    """A named all-to-all backend over one EP process group.
+class A2ABackend:
+    """A named all-to-all backend over one EP process group (a base whose hooks have defaults,
+    so not an ABC: nothing is left abstract).
 
     Subclasses set `name` (an `epsim.vocab.BACKENDS` entry, which holds what the backend can do:
     `capabilities`) and `requires_cuda`, implement `check_spec` (shape limits, runs anywhere) and `check_available`

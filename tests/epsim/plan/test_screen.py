@@ -46,7 +46,7 @@ def test_steady_decode_batch_solves_littles_law_whatever_the_batch_limit():
     # near capacity a rank's batch grows almost one for one with its step time, where iterating
     # B <- lam * O * t(B) from the limit converges slowly: the answer must not depend on a limit
     # that does not bind, and must be the least whole batch b with lam * O * t(b) <= b
-    from epsim.plan.screen import steady_model
+    from epsim.sim.steady import steady_model
     rate = 0.9 * _max_keep_up_rate(cap=64)
     states = []
     for cap in (64, 128, 256):
@@ -66,7 +66,8 @@ def test_steady_decode_batch_solves_littles_law_whatever_the_batch_limit():
 
 def _max_keep_up_rate(cap: int) -> float:
     """The highest arrival rate the tiny decode instance keeps up with at batch limit `cap`."""
-    from epsim.plan.screen import max_rate, steady_model
+    from epsim.plan.screen import max_rate
+    from epsim.sim.steady import steady_model
     sc = tiny()
     sc = sc.model_copy(update={"deployment": sc.deployment.model_copy(
         update={"max_running_requests": cap})})
