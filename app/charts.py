@@ -15,11 +15,14 @@ SPLIT_ORDER = ["held out", "fit set"]
 SKEW_SHAPES = {"uniform": "circle", "zipf": "square", "hotset": "triangle-up", "trace": "diamond"}
 
 
-def finish(chart):
+def finish(chart, legend: str = "right"):
     """What every chart of the app gets: SVG (legend labels are text a test can read) and
-    legends that never cut a label."""
+    legends that never cut a label, outside the plot area (`legend`: right, or bottom for a
+    chart wide enough that a legend beside it would run past the page)."""
+    # under the plot, a legend's entries wrap in columns (in one row they ran off the page)
+    wrap = {"columns": 4} if legend == "bottom" else {}
     return chart.properties(usermeta={"embedOptions": {"renderer": "svg"}}).configure_legend(
-        labelLimit=0, titleLimit=0)
+        labelLimit=0, titleLimit=0, orient=legend, **wrap)
 
 
 KIND_SCALE = alt.Scale(domain=KIND_ORDER, range=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"])
@@ -168,17 +171,26 @@ def predicted_vs_measured(frame: pd.DataFrame) -> alt.Chart:
     return finish((lines + points).properties(height=480))
 
 
-def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
-    """Per kind: measured medians over tokens per rank with p10-p90 bars, the prediction at
-    each point joined as a line. Colour = shape and dtype (`shape` column: short labels, one
-    hue per model, `epsim.validate.plots.series_colors`), point shape and line dash = skew."""
+def series_scale(frame: pd.DataFrame) -> alt.Scale:
+    """The colour of every `shape` label (model and dtype) of `frame`: one hue per model, dark
+    bf16, light fp8, native between (`epsim.validate.plots.series_colors`), fixed over the whole frame so every
+    panel drawn from a part of it colours a model the same."""
     from epsim.validate.plots import series_colors
     pairs = frame[["shape", "model", "dtype"]].drop_duplicates().sort_values("shape")
     colors = series_colors(list(zip(pairs["model"], pairs["dtype"])))
-    keys = list(pairs["shape"])
+    return alt.Scale(domain=list(pairs["shape"]),
+                     range=[colors[(m, d)] for m, d in zip(pairs["model"], pairs["dtype"])])
+
+
+def curves_by_kind(frame: pd.DataFrame, colors: alt.Scale | None = None) -> alt.Chart:
+    """Per kind: measured medians over tokens per rank with p10-p90 bars, the prediction at
+    each point joined as a line. Colour = shape and dtype (`shape` column: short labels;
+    `colors` from `series_scale` of every panel's frame), point shape and line dash = skew; the
+    legends under the panels (beside two panels they ran past the page)."""
+    colors = colors or series_scale(frame)
+    keys = [k for k in colors.domain if k in set(frame["shape"])]
     skews = sorted(set(frame["skew kind"]))
-    color = alt.Color("shape:N", title="shape, dtype", sort=keys, scale=alt.Scale(
-        domain=keys, range=[colors[(m, d)] for m, d in zip(pairs["model"], pairs["dtype"])]))
+    color = alt.Color("shape:N", title="shape, dtype", sort=keys, scale=colors)
     base = alt.Chart(frame).encode(
         x=alt.X("tokens per rank:Q", scale=alt.Scale(type="log", base=2)), color=color)
     bands = base.mark_errorbar(ticks=True).encode(
@@ -196,42 +208,100 @@ def curves_by_kind(frame: pd.DataFrame) -> alt.Chart:
         strokeDash=alt.StrokeDash("skew kind:N", title="skew", sort=skews))
     kinds = [k for k in KIND_ORDER if k in set(frame["kind"])]
     return finish(alt.layer(bands, predicted, measured, data=frame).properties(width=340, height=220).facet(
-        facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent"))
+        facet=alt.Facet("kind:N", sort=kinds, title=None), columns=2).resolve_scale(y="independent"),
+        legend="bottom")
+
+
+LABEL_GAP_PX = 15          # a point label's line height: labels at one x keep this far apart
+
+
+def _declutter(x: np.ndarray, y: np.ndarray, lo: float, hi: float, height_px: float) -> np.ndarray:
+    """[points] y of each point's label: at its point, pushed up where labels of points with the
+    same x would come closer than `LABEL_GAP_PX` on a `height_px` axis over [lo, hi] (points at
+    other x sit a column apart on the log axis)."""
+    gap = LABEL_GAP_PX * (hi - lo) / max(height_px, 1.0)
+    label_y = y.astype(float).copy()
+    for value in np.unique(x[np.isfinite(x)]):
+        idx = np.flatnonzero((x == value) & np.isfinite(y))
+        last = -np.inf
+        for i in idx[np.argsort(y[idx], kind="stable")]:
+            label_y[i] = max(y[i], last + gap)
+            last = label_y[i]
+    return label_y
 
 
 def pareto(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str,
-           target: float | None = None, target_label: str = "SLO target") -> alt.Chart:
-    """One metric against another (GPUs): color = the cheapest point meeting the SLO (gold),
-    the Pareto frontier (red), the rest (blue); shape = meets the SLO (circle) or not (cross);
-    each point labelled with `frame["label"]` (EP size and rate); `target` a dashed rule."""
-    role = np.where(frame["best"], "cheapest meeting the SLO",
+           target: float | None = None, target_label: str = "SLO target",
+           band: tuple[np.ndarray, np.ndarray] | None = None, height: int = 300) -> alt.Chart:
+    """One metric against GPUs (log2 axis): colour = the chosen point (gold), the Pareto
+    frontier (red), the rest (blue); shape = meets the SLO, marginal (its p10-p90 band crosses a
+    bound) or misses it; `band` ([points] p10, p90) as bars; each point labelled with
+    `frame["label"]`, labels at one GPU count stacked apart (`_declutter`); `target` a dashed
+    rule named in the legend (no text over the data); the legends beside the plot."""
+    role = np.where(frame["best"], "chosen",
                     np.where(frame["pareto"], "Pareto frontier", "other"))
-    slo = np.where(frame["feasible"].astype(bool), "meets the SLO", "misses the SLO")
+    marginal = frame["marginal"].astype(bool) if "marginal" in frame else np.zeros(len(frame), bool)
+    slo = np.where(frame["feasible"].astype(bool), "meets the SLO",
+                   np.where(marginal, "marginal (band crosses a bound)", "misses the SLO"))
+    xs, ys = frame[x].to_numpy(dtype=float), frame[y].to_numpy(dtype=float)
+    values = [v for v in [*ys[np.isfinite(ys)], target] if v is not None and np.isfinite(v)]
+    if band is not None:
+        values += [v for v in np.concatenate(band) if np.isfinite(v)]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = 0.08 * (hi - lo or abs(hi) or 1.0)
+    lo, hi = lo - pad, hi + 2 * pad               # room above for stacked labels
     # plain column names: vega-lite reads a dot in a field name as nesting (tpot_ms.p99)
-    plot = pd.DataFrame({x_title: frame[x], y_title: frame[y], "point": role, "SLO": slo,
+    plot = pd.DataFrame({x_title: xs, y_title: ys, "point": role, "SLO": slo,
                          "configuration": frame["configuration"],
-                         "label": frame["label"] if "label" in frame else frame["configuration"]})
-    roles = ["cheapest meeting the SLO", "Pareto frontier", "other"]
-    base = alt.Chart(plot).encode(x=alt.X(f"{x_title}:Q", scale=alt.Scale(zero=False)),
-                                  y=alt.Y(f"{y_title}:Q", scale=alt.Scale(zero=False)))
-    points = base.mark_point(filled=True, size=110, opacity=0.85).encode(
-        color=alt.Color("point:N", scale=alt.Scale(domain=roles, range=["#f2b701", "#d62728", "#1f77b4"])),
-        shape=alt.Shape("SLO:N", scale=alt.Scale(domain=["meets the SLO", "misses the SLO"],
-                                                 range=["circle", "cross"])),
+                         "label": frame["label"] if "label" in frame else frame["configuration"],
+                         "label y": _declutter(xs, ys, lo, hi, height)})
+    gpus = sorted({int(v) for v in xs if np.isfinite(v) and v > 0})
+    x_enc = alt.X(f"{x_title}:Q", scale=alt.Scale(type="log", base=2, domain=[
+        min(gpus) / 1.4, max(gpus) * 2.2] if gpus else None, nice=False),
+        axis=alt.Axis(values=gpus, format="d", labelOverlap=True))
+    y_scale = alt.Scale(domain=[lo, hi], nice=False, zero=False)
+    base = alt.Chart(plot).encode(x=x_enc)
+    roles = ["chosen", "Pareto frontier", "other"]
+    states = ["meets the SLO", "marginal (band crosses a bound)", "misses the SLO"]
+    points = base.mark_point(filled=True, size=110, opacity=0.9).encode(
+        y=alt.Y(f"{y_title}:Q", scale=y_scale, title=y_title),
+        color=alt.Color("point:N", title=None, scale=alt.Scale(domain=roles, range=["#f2b701", "#d62728", "#1f77b4"])),
+        shape=alt.Shape("SLO:N", title=None, scale=alt.Scale(domain=states, range=["circle", "triangle-up", "cross"])),
         tooltip=["configuration", alt.Tooltip(f"{x_title}:Q"), alt.Tooltip(f"{y_title}:Q", format=".4g"),
                  "point", "SLO"],
     )
-    labels = base.mark_text(align="left", dx=8, dy=-6, fontSize=10, color="#333333").encode(text="label:N")
-    chart = points + labels
+    labels = base.mark_text(align="left", baseline="middle", dx=9, fontSize=11, color="#333333").encode(
+        y=alt.Y("label y:Q", scale=y_scale, title=y_title), text="label:N")
+    layers = [points, labels]
+    if band is not None:
+        plot["p10"], plot["p90"] = band
+        layers.insert(0, alt.Chart(plot.dropna(subset=["p10", "p90"])).mark_rule(color="#777777").encode(
+            x=x_enc, y=alt.Y("p10:Q", scale=y_scale, title=y_title), y2="p90:Q",
+            tooltip=["configuration", alt.Tooltip("p10:Q", format=".4g"), alt.Tooltip("p90:Q", format=".4g")]))
     if target is not None:
         rule_frame = pd.DataFrame({y_title: [target], "target": [f"{target_label} {target:g}"]})
-        rule = alt.Chart(rule_frame).mark_rule(color="#d62728", strokeDash=[6, 4]).encode(
-            y=f"{y_title}:Q", tooltip=["target"])
-        text = alt.Chart(rule_frame).mark_text(align="left", baseline="bottom", dx=4, color="#d62728",
-                                               fontSize=10).encode(y=f"{y_title}:Q", text="target:N",
-                                                                   x=alt.value(0))
-        chart = chart + rule + text
-    return finish(chart.properties(height=320))
+        layers.append(alt.Chart(rule_frame).mark_rule(color="#d62728").encode(
+            y=alt.Y(f"{y_title}:Q", scale=y_scale, title=y_title),
+            strokeDash=alt.StrokeDash("target:N", title=None, scale=alt.Scale(range=[[6, 4]])),
+            tooltip=["target"]))
+    return finish(alt.layer(*layers).properties(height=height))
+
+
+def layer_compare(rows: list[dict]) -> alt.Chart:
+    """Mean µs per MoE layer of each part in runs A and B side by side (`epsim.report.compare`
+    layer rows: label, a, b), the whole layer last; B - A in the tooltip."""
+    frame = pd.DataFrame([{"part": r["label"], "run": run, "µs per layer": r[key], "B - A (µs)": r["delta"]}
+                          for r in rows for run, key in (("A", "a"), ("B", "b")) if r[key] is not None])
+    order = [r["label"] for r in rows]
+    bars = alt.Chart(frame).mark_bar().encode(
+        x=alt.X("part:N", sort=order, title=None, axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("run:N", sort=["A", "B"]),
+        y=alt.Y("µs per layer:Q", title="mean µs per MoE layer and step"),
+        color=alt.Color("run:N", sort=["A", "B"], title="run",
+                        scale=alt.Scale(domain=["A", "B"], range=["#4c72b0", "#dd8452"])),
+        tooltip=["part", "run", alt.Tooltip("µs per layer:Q", format=".1f"),
+                 alt.Tooltip("B - A (µs):Q", format="+.1f")])
+    return finish(bars.properties(height=300))
 
 
 TAG_COLORS = alt.Scale(domain=["fitted", "extrapolated", "datasheet"],
@@ -240,12 +310,16 @@ TAG_COLORS = alt.Scale(domain=["fitted", "extrapolated", "datasheet"],
 
 def provenance_bands(frame: pd.DataFrame) -> alt.Chart:
     """Predicted mean time per MoE-layer part with its p10-p90 band (where the component has a
-    measured spread), coloured by provenance tag. Columns: part, µs, p10 µs, p90 µs, tag."""
-    base = alt.Chart(frame).encode(y=alt.Y("part:N", sort=None, title=None))
+    measured spread), coloured by provenance tag. Columns: part, µs, p10 µs, p90 µs, tag. Every
+    part labelled on the y axis; one x title (the band's own field would add its name to it)."""
+    title = "mean per MoE layer (µs), p10-p90 band"
+    base = alt.Chart(frame).encode(y=alt.Y("part:N", sort=None, title=None,
+                                           axis=alt.Axis(labelOverlap=False, labelLimit=0)))
     bars = base.mark_bar().encode(
-        x=alt.X("µs:Q", title="mean per MoE layer (µs), p10-p90 band"),
+        x=alt.X("µs:Q", title=title),
         color=alt.Color("tag:N", scale=TAG_COLORS, title="provenance"),
         tooltip=["part", "tag", "component", alt.Tooltip("µs:Q", format=".1f"),
                  alt.Tooltip("p10 µs:Q", format=".1f"), alt.Tooltip("p90 µs:Q", format=".1f")])
-    band = base.mark_errorbar(ticks=True, color="black").encode(x="p10 µs:Q", x2="p90 µs:Q")
-    return finish((bars + band).properties(height=30 * max(len(frame), 1) + 20))
+    band = base.mark_errorbar(ticks=True, color="black").encode(
+        x=alt.X("p10 µs:Q", title=title), x2="p90 µs:Q")
+    return finish((bars + band).properties(height=34 * max(len(frame), 1) + 20))

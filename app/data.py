@@ -13,7 +13,7 @@ import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +176,29 @@ def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}
         warnings=sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
 
 
+def overrides_json(lines: tuple[str, ...]) -> str:
+    """`KEY=VALUE` lines (as `epsim simulate --set`) as the JSON the run functions take.
+
+    Raises:
+        SpecError: a line that is not `key.path=value`.
+    """
+    from epsim.spec.scenario import parse_override
+    return json.dumps(dict(parse_override(line) for line in lines), sort_keys=True)
+
+
+def read_summary(name: str, content: bytes) -> dict:
+    """An uploaded summary.json of `epsim simulate --out` (`epsim.commands.compare.load_run`'s
+    check: a summary with the keys a comparison reads)."""
+    from epsim.commands.compare import load_run
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "summary.json"
+        path.write_bytes(content)
+        try:
+            return load_run(str(path), [], False)[0]
+        except EpsimError as exc:
+            raise type(exc)(str(exc).replace(str(path), _safe_name(name))) from None
+
+
 # -- EPLB interval sweep ---------------------------------------------------------------------------
 @st.cache_data(show_spinner="simulating every rebalance interval and a run without EPLB…")
 def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
@@ -194,22 +217,34 @@ def interval_sweep(text: str, where: str, base_dir: str, overrides_json: str,
 # -- validation --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ValidationView:
-    """Predicted against measured (`epsim.validate.validate`).
+    """Predicted against measured (`epsim.validate.validate`, without the extrapolation
+    hold-outs: `extrapolation_holdouts` judges those when asked).
 
     Attributes:
         rows: one `epsim.validate.Comparison` per judged record.
         markdown: the error tables `epsim validate` prints.
         warnings: records skipped and extrapolations, one line each.
         measured_on: where the records were measured (device, EP sizes, dates, count).
-        extrapolation: per axis and component, the model's MAPE on the extrapolation hold-outs
-            next to the two baselines (`epsim.validate.extrapolation.stats`, as dicts).
     """
 
     rows: list
     markdown: str
     warnings: list
     measured_on: str = ""
-    extrapolation: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ExtrapolationView:
+    """The extrapolation hold-outs (`epsim.validate.extrapolation`).
+
+    Attributes:
+        rows: per axis and component, the model's MAPE next to the two baselines
+            (`extrapolation.stats`, as dicts with `skill` and `beats_both`).
+        markdown: the table `epsim validate` prints, with what each axis fitted and judged.
+    """
+
+    rows: list
+    markdown: str
 
 
 def shipped_validation_files() -> tuple[list[Path], Path | None]:
@@ -245,29 +280,38 @@ def files_key(files: list[tuple[str, bytes | Path]]) -> str:
     return digest.hexdigest()
 
 
-@st.cache_data(show_spinner="predicting every record…", max_entries=8)
-def validation(key: str, _record_files: tuple, _profile_file: tuple) -> ValidationView:
-    """Validate a profile on record files, each (name, bytes or a Path to read); messages name
-    the files. Cached by `key` (`files_key` of all the files).
+def stage_box(what: str):
+    """A line on the page saying which step of a long computation runs, with the time so far
+    (`epsim.commands.output.stages` for the app); returns (stage function, clear function)."""
+    import time
+    box = st.empty()
+    start = time.perf_counter()
 
-    Raises:
-        EpsimError: an unreadable or invalid profile, or no record that can be judged.
-    """
-    from epsim.calibrate.inputs import load_records
-    from epsim.profile import Profile
-    from epsim.validate import validate
-    record_files = [(name, c.read_bytes() if isinstance(c, Path) else c) for name, c in _record_files]
-    profile_file = (_profile_file[0], _profile_file[1].read_bytes() if isinstance(_profile_file[1], Path)
-                    else _profile_file[1])
+    def stage(text: str) -> None:
+        box.info(f"{what}: {text} ({time.perf_counter() - start:.0f} s so far; the result is kept "
+                 f"for the next visit)", icon=":material/hourglass_top:")
+    return stage, box.empty
+
+
+@contextmanager
+def _staged(record_files: tuple, profile_file: tuple | None = None):
+    """The files as the user named them, on disk: uploads (bytes) written to a temporary
+    folder, files on disk used where they are. Yields (record paths, profile path or None,
+    clean: a message with the temporary folders left out)."""
     with tempfile.TemporaryDirectory() as tmp:
-        folders = [Path(tmp) / f"upload{i}" for i in range(len(record_files))]   # names may repeat
-        paths = []
-        for folder, (name, content) in zip(folders, record_files):
-            folder.mkdir()
-            paths.append(folder / _safe_name(name))
-            paths[-1].write_bytes(content)
-        profile_path = Path(tmp) / _safe_name(profile_file[0])
-        profile_path.write_bytes(profile_file[1])
+        folders = []
+
+        def place(i: int, name: str, content: bytes | Path) -> Path:
+            if isinstance(content, Path):
+                return content
+            folders.append(Path(tmp) / f"upload{i}")       # names may repeat
+            folders[-1].mkdir()
+            path = folders[-1] / _safe_name(name)
+            path.write_bytes(content)
+            return path
+
+        paths = [place(i, name, content) for i, (name, content) in enumerate(record_files)]
+        profile = place(len(paths), *profile_file) if profile_file else None
 
         def clean(text: str) -> str:
             """A message with the temporary folders left out: it names the files as given."""
@@ -275,42 +319,79 @@ def validation(key: str, _record_files: tuple, _profile_file: tuple) -> Validati
                 for form in {str(folder), str(folder.resolve())}:
                     text = text.replace(form + "/", "")
             return text
+        yield paths, profile, clean
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            problems = []                  # every file's problem at once, not the first only
-            try:
-                profile = Profile.load(profile_path)
-            except EpsimError as exc:
-                problems.append(clean(str(exc)))
-            try:
-                loaded, _ = load_records(paths)
-                if not loaded:
-                    problems.append(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) "
-                                    f"must hold at least one valid record"
-                                    + (f" (first problem: {clean(str(caught[0].message))})" if caught else ""))
-            except EpsimError as exc:
-                problems.append(clean(str(exc)))
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def validation(key: str, _record_files: tuple, _profile_file: tuple) -> ValidationView:
+    """Validate a profile on record files, each (name, bytes or a Path on disk); messages name
+    the files. Cached by `key` (`files_key` of all the files). Each step (reading, predicting)
+    is said on the page as it starts.
+
+    Raises:
+        EpsimError: an unreadable or invalid profile, or no record that can be judged.
+    """
+    from epsim.calibrate.inputs import load_records
+    from epsim.profile import Profile
+    from epsim.validate import validate
+    names = ", ".join(_safe_name(n) for n, _ in _record_files)
+    with _staged(_record_files, _profile_file) as (paths, profile_path, clean), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        problems = []                  # every file's problem at once, not the first only
+        stage, clear = stage_box("Predicted vs measured")
+        stage(f"reading the profile and {len(paths)} record file(s)")
+        try:
+            profile = Profile.load(profile_path)
+        except EpsimError as exc:
+            problems.append(clean(str(exc)))
+        loaded = None
+        try:
+            loaded = load_records(paths)
+            if not loaded[0]:
+                problems.append(f"records ({names}) must hold at least one valid record"
+                                + (f" (first problem: {clean(str(caught[0].message))})" if caught else ""))
+        except EpsimError as exc:
+            problems.append(clean(str(exc)))
+        try:
             if problems:
                 raise EpsimError("\n\n".join(problems))
-            try:
-                report = validate(profile, paths, plots=False)
-            except EpsimError as exc:
-                raise type(exc)(clean(str(exc))) from None
+            report = validate(profile, paths, plots=False, extrapolate=False, stage=stage,
+                              loaded=loaded)
+        except EpsimError as exc:
+            raise type(exc)(clean(str(exc))) from None
+        finally:
+            clear()
         messages = [clean(str(w.message)) for w in caught]
         if not report.rows:
             first = f" (first problem: {messages[0]})" if messages else ""
-            raise RecordError(f"records ({', '.join(_safe_name(n) for n, _ in record_files)}) must "
-                              f"hold at least one dispatch, combine, experts or moe_layer record "
-                              f"the profile can predict{first}")
+            raise RecordError(f"records ({names}) must hold at least one dispatch, combine, experts "
+                              f"or moe_layer record the profile can predict{first}")
         rows = [replace(r, where=clean(r.where)) for r in report.rows]
         from epsim.commands.output import merge_notes
         from epsim.validate.report import describe_measured_on
-        from epsim.validate.extrapolation import stats
-        extrapolation = [dict(e.__dict__, skill=e.skill, beats_both=e.beats_both)
-                         for e in stats(report.extrapolation)]
         return ValidationView(rows, clean(report.markdown), merge_notes(messages),
-                              describe_measured_on(report.measured_on), extrapolation)
+                              describe_measured_on(report.measured_on))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def extrapolation_holdouts(key: str, _record_files: tuple) -> ExtrapolationView:
+    """The extrapolation hold-outs of record files (name, bytes or a Path): each axis refits a
+    profile on one side and judges the other (a minute or more; each step said on the page).
+    Cached by `key` (`files_key` of the record files)."""
+    from epsim.validate import extrapolation
+    with _staged(_record_files) as (paths, _, clean), warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # the files' notes show with the validation
+        stage, clear = stage_box("Extrapolation hold-outs")
+        try:
+            judged, notes = extrapolation.extrapolation(paths, stage=stage)
+        except EpsimError as exc:
+            raise type(exc)(clean(str(exc))) from None
+        finally:
+            clear()
+        rows = [dict(e.__dict__, skill=e.skill, beats_both=e.beats_both)
+                for e in extrapolation.stats(judged)]
+        return ExtrapolationView(rows, clean(extrapolation.markdown(judged, notes)))
 
 
 # -- planning -----------------------------------------------------------------------------------------

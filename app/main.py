@@ -2,7 +2,8 @@
 
 Pages: Scenario (run one), Predicted vs measured (the profile against the records), EPLB
 (load and balance over time, the rebalance interval), Planner (a sweep's Pareto frontier and
-the cheapest configuration meeting an SLO). Works on a machine without a GPU.
+the cheapest configuration meeting an SLO), Compare (two runs side by side). Works on a machine
+without a GPU.
 """
 
 import sys
@@ -21,5 +22,6 @@ PAGES = [
     st.Page("pages/validation.py", title="Predicted vs measured", icon=":material/scatter_plot:"),
     st.Page("pages/eplb.py", title="EPLB", icon=":material/balance:"),
     st.Page("pages/planner.py", title="Planner", icon=":material/query_stats:"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
 ]
 st.navigation(PAGES).run()

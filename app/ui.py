@@ -12,6 +12,7 @@ import streamlit as st
 
 from app import data
 from epsim.errors import EpsimError
+from epsim.plan.columns import column_label
 
 log = logging.getLogger("epsim.app")
 
@@ -99,33 +100,6 @@ def fmt(value, spec: str = ".1f", unit: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:{spec}}{unit}"
-
-
-ACRONYMS = {"tpot": "TPOT", "ttft": "TTFT", "itl": "ITL", "e2e": "end-to-end", "hbm": "HBM",
-            "ep": "EP", "gpu": "GPU", "gpus": "GPUs", "eplb": "EPLB", "moe": "MoE", "a2a": "all-to-all",
-            "dp": "DP", "tbo": "two-batch overlap"}
-UNITS = {"ms": "ms", "s": "s", "us": "µs", "gb": "GB", "gib": "GiB", "gbps": "GB/s", "pct": "%", "rps": "req/s",
-         "frac": "share"}
-PREFIXES = ("deployment.", "workload.", "cluster.", "model.")
-
-
-def column_label(name: str) -> str:
-    """A column name for people: `tpot_ms.p99` -> `TPOT p99 (ms)`,
-    `throughput_tokens_per_s_per_gpu` -> `throughput tokens/s per GPU`, `num_gpus` -> `GPUs`,
-    `deployment.ep_size` -> `EP size`; names with spaces are left as they are."""
-    if " " in name:
-        return name
-    for prefix in PREFIXES:
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    words = name.replace(".", "_").split("_")
-    stat = words.pop() if len(words) > 1 and (words[-1] in ("mean", "max", "min")
-                                              or (words[-1][:1] == "p" and words[-1][1:].isdigit())) else ""
-    unit = UNITS[words.pop()] if len(words) > 1 and words[-1] in UNITS else ""
-    if len(words) > 1 and words[0] == "num":
-        words = words[1:]
-    text = " ".join(ACRONYMS.get(w, w) for w in words).replace(" per s", "/s")
-    return text + (f" {stat}" if stat else "") + (f" ({unit})" if unit else "")
 
 
 def human_columns(frame):

@@ -9,25 +9,63 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 import warnings
 
 from epsim import __version__, vocab
 from epsim.commands import output
-from epsim.errors import EpsimError
+from epsim.errors import EpsimError, did_you_mean
 from epsim.plan.executors import executor_options
 
 
 class _Parser(argparse.ArgumentParser):
     """Every subcommand's parser: no abbreviated options (`--mode` is not `--model`); its
-    errors one line and exit code 2 (no usage block first)."""
+    errors one line and exit code 2 (no usage block first), a JSON object on stdout with
+    `--json`; an unknown option is named (with the nearest known one) before any missing one."""
 
     def __init__(self, *args, **kwargs):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        self._argv: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        # required options and groups are checked after the unknown ones, not before
+        required = [a for a in self._actions if a.required]
+        groups = [g for g in self._mutually_exclusive_groups if g.required]
+        for item in required + groups:
+            item.required = False
+        try:
+            namespace, extras = super().parse_known_args(args, namespace)
+        finally:
+            for item in required + groups:
+                item.required = True
+        unknown = [e for e in extras if e.startswith("-") and e != "-"]
+        if unknown:
+            name = unknown[0].split("=", 1)[0]
+            guess = did_you_mean(name, [o for a in self._actions for o in a.option_strings])
+            self.error(f"unrecognized arguments: {' '.join(unknown)}" + (f"; {guess}" if guess else ""))
+        missing = [a.option_strings[0] if a.option_strings else (a.metavar or a.dest)
+                   for a in required if getattr(namespace, a.dest, None) is None]
+        missing += ["one of " + " or ".join(a.option_strings[0] for a in g._group_actions)
+                    for g in groups if all(getattr(namespace, a.dest, None) in (None, False)
+                                           for a in g._group_actions)]
+        if missing:
+            self.error(f"the following arguments are required: {', '.join(missing)}")
+        return namespace, extras
 
     def error(self, message: str):
+        if "--json" in self._argv:
+            self.exit(2, json.dumps({"error": f"{self.prog}: {one_line(message)}", "exit_code": 2})
+                      + "\n")
         self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
+
+    def _print_message(self, message, file=None):
+        # `exit(2, json)` writes to stderr; a JSON error belongs on stdout with the JSON output
+        if message and message.startswith('{"error"'):
+            file = sys.stdout
+        super()._print_message(message, file)
 
 
 def _scenario_options(parser, what: str, set_example: str) -> None:
@@ -62,7 +100,7 @@ def _add_simulate(sub) -> None:
     p.add_argument("--timeline", action="store_true",
                    help="also write a per-layer timeline of one step (timeline.json, Chrome trace)")
     _budget_option(p)
-    output.add_options(p, progress=True)
+    output.add_options(p)
 
 
 def _add_cost(sub) -> None:
@@ -72,11 +110,14 @@ def _add_cost(sub) -> None:
     p.add_argument("--model", required=True, help="zoo model name or HF config.json")
     p.add_argument("--cluster", default="H200", help="zoo GPU name (nodes = ep / GPUs per node)")
     p.add_argument("--backend", required=True, help=" | ".join(vocab.A2A_BACKENDS))
-    p.add_argument("--deepep-mode", default="normal", choices=list(vocab.DEEPEP_MODES),
-                   help="DeepEP kernels for --backend deepep (default normal)")
-    p.add_argument("--ep", type=int, required=True, help="EP size (ranks, one GPU each)")
-    p.add_argument("--tokens-per-rank", type=int, required=True,
-                   help="tokens each rank holds before dispatch")
+    p.add_argument("--deepep-mode", default="auto", choices=list(vocab.DEEPEP_MODE_CHOICES),
+                   help="DeepEP kernels for --backend deepep (default auto, as SGLang and the "
+                        "scenarios: normal in prefill, low_latency in decode)")
+    p.add_argument("--ep", required=True,
+                   help="EP size (ranks, one GPU each); several print one table: 8,16,32")
+    p.add_argument("--tokens-per-rank", required=True,
+                   help="tokens each rank holds before dispatch; several print one table: "
+                        "64,128 or 1-4096 (doubling: 1, 2, 4, ... 4096)")
     p.add_argument("--skew", default="uniform", help="uniform | zipf:ALPHA | hotset:K:FRAC | trace:PATH")
     p.add_argument("--dispatch-dtype", default="bf16", choices=list(vocab.DISPATCH_DTYPES),
                    help="dtype of the dispatched activations (default bf16)")
@@ -114,6 +155,10 @@ def _add_eplb(sub) -> None:
                    help="deepseek | deepseek_hierarchical | deepseek_global | sticky")
     p.add_argument("--previous", help="previous placement JSON (an `--json` output, or phy2log) "
                                        "for move-aware algorithms and the move cost")
+    p.add_argument("--out", default=None,
+                   help="directory for the maps: expert_location.json (SGLang's "
+                        "--init-expert-location), logical_count.json (the loads, SGLang's other "
+                        "form), placement.json (epsim's maps, --previous), eplb.json (the summary)")
     _budget_option(p)
     output.add_options(p)
 
@@ -148,7 +193,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--budget-s", type=float, default=float("inf"),
                    help="--live: stop starting points after this many seconds (records kept)")
     p.add_argument("--eplb", action="store_true", help="--live: also run live.bench.eplb")
-    output.add_options(p, progress=True)
+    output.add_options(p)
 
 
 def _add_validate(sub) -> None:
@@ -214,7 +259,8 @@ def _add_plan(sub) -> None:
                         "8:128:x2 / 0:64:+16 (repeatable; points are the Cartesian product)")
     p.add_argument("--objective", action="append", default=[],
                    help="min:METRIC or max:METRIC, first one decides (repeatable; default "
-                        "min:num_gpus then max:throughput_tokens_per_s_per_gpu)")
+                        "min:num_gpus, then max:slo_margin -- the largest margin to the latency "
+                        "constraints --, then min:tpot_ms.p99, min:ttft_ms.p99)")
     p.add_argument("--constraint", action="append", default=[],
                    help="METRIC<=VALUE etc., e.g. 'tpot_ms.p99<=50' (repeatable)")
     p.add_argument("--pareto", action="append", default=[],
@@ -227,7 +273,8 @@ def _add_plan(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip pareto.png and sweep.png")
     p.add_argument("--max-rate", action="store_true",
                    help="per deployment point, bisect workload.arrivals.rate_per_s for the highest "
-                        "rate that meets the constraints and keep-up")
+                        "rate that meets the constraints and keep-up (a closed loop: "
+                        "workload.arrivals.clients, the most concurrent clients)")
     p.add_argument("--no-keep-up", action="store_true",
                    help="judge points by the constraints alone (default: a feasible point must "
                         "also serve its offered load, docs/planning.md)")
@@ -251,8 +298,27 @@ def _add_plan(sub) -> None:
                    help="with --fleet: the KV-cache path between the pools (default mooncake)")
     p.add_argument("--no-verify", action="store_true",
                    help="with --fleet: the screen's answer only, without simulating the pools")
+    p.add_argument("--emit", choices=["sglang"], default=None,
+                   help="also print the answer as launch commands: sglang = SGLang server arguments "
+                        "per instance (a prefill/decode pair and the router with --fleet); a "
+                        "deployment value SGLang has no setting for is refused, never guessed")
     _budget_option(p)
-    output.add_options(p, progress=True)
+    output.add_options(p)
+
+
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="two runs side by side with the deltas",
+                       description="Two runs side by side: what differs between their scenarios, "
+                                   "TPOT/TTFT/throughput/serving numbers with B - A, and where a "
+                                   "MoE layer's time moved (attention, dispatch, experts, combine).")
+    p.add_argument("run_a", help="results directory of `epsim simulate --out`, its summary.json, "
+                                 "or a scenario YAML (simulated)")
+    p.add_argument("run_b", help="the same for B")
+    p.add_argument("--set-a", action="append", default=[], metavar="KEY=VALUE",
+                   help="change A's scenario YAML by dotted path (repeatable)")
+    p.add_argument("--set-b", action="append", default=[], metavar="KEY=VALUE",
+                   help="change B's scenario YAML, e.g. deployment.moe_a2a_backend=deepep")
+    output.add_options(p)
 
 
 def one_line(text: str) -> str:
@@ -273,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_validate(sub)
     _add_plan(sub)
+    _add_compare(sub)
     output.add_options(sub.add_parser("models", help="list the model zoo"))
     output.add_options(sub.add_parser("hardware", help="list the hardware zoo"))
     return parser
@@ -300,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {note}")
         return int(report or 0)
     except EpsimError as exc:
-        print(f"epsim {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        output.print_error(f"epsim {args.command}", one_line(exc), args)
         return 2
     except BrokenPipeError:                # `epsim ... | head`: the reader has gone
         sys.stderr.close()

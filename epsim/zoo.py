@@ -7,7 +7,7 @@ from importlib import resources
 
 import yaml
 
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean, hinted
 from epsim.spec.errors import validate
 from epsim.spec.gpu import HardwareSpec
 from epsim.spec.model import ModelSpec
@@ -44,7 +44,13 @@ def _entry(kind: str, name: str, spec_class, label: str):
     """
     data = _load(kind).get(name)
     if data is None:
-        raise SpecError(f"{label} ({name!r}) must be one of {list(_load(kind))}")
+        raise SpecError(hinted(f"{label} ({name!r}) must be one of {list(_load(kind))}",
+                               did_you_mean(name, _load(kind))))
+    if kind == "hardware" and "hbm_mib" in data:
+        # the one unit conversion of memory: the device's MiB (nvidia-smi memory.total) to GiB;
+        # NVIDIA's datasheet "GB" (`hbm_gb`) are binary less a reserve, not 1e9 bytes
+        data = {**data, "hbm_gib": data["hbm_mib"] / 1024.0}
+        del data["hbm_mib"]
     return validate(spec_class, data, f"zoo/{kind}/{name}.yaml")
 
 

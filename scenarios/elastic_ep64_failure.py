@@ -34,12 +34,15 @@ REFILLED = 0.98          # the lost requests count as replaced once this share o
 
 
 def windows(result, window_s: float) -> dict[str, np.ndarray]:
-    """Per window of simulated time: mean gap between decode step starts (ms, stalls included)
-    and mean TTFT of the requests arriving in it (ms)."""
+    """Per window of simulated time: mean gap between decode step starts (ms, stalls included),
+    each gap counted in the window where it ends (when the token comes out: a stall after a
+    failure shows after the failure, not in the window before it), and mean TTFT of the
+    requests arriving in it (ms)."""
     edges = np.arange(0.0, result.duration_s + window_s / 2, window_s)
     start_s = result.steps["start_us"] * 1e-6
-    gap_ms = np.diff(start_s, append=result.duration_s) * 1e3       # this step's start to the next
-    which = np.digitize(start_s, edges) - 1
+    end_s = np.append(start_s[1:], result.duration_s)                # the next step's start
+    gap_ms = (end_s - start_s) * 1e3
+    which = np.digitize(end_s, edges) - 1
     gap = np.array([gap_ms[which == i].mean() if (which == i).any() else np.nan
                     for i in range(len(edges) - 1)])
     ttft_ms = (result.first_token_s - result.arrival_s) * 1e3
@@ -128,7 +131,8 @@ def main(argv=None) -> dict:
     new = summarize(settled_eplb_simulation(early)[0].run())
     step_change = new["step_ms"]["mean"] / base["step_ms"]["mean"] - 1.0
     tpot_change = new["tpot_ms"]["mean"] / base["tpot_ms"]["mean"] - 1.0
-    if trans["running_low"] >= REFILLED * trans["running_before"]:
+    lighter_phase = trans["running_low"] < REFILLED * trans["running_before"]
+    if not lighter_phase:
         lighter = ("no lighter-load phase (arrivals queued during the stall refilled the lost "
                    "requests' places at once)")
     else:
@@ -154,15 +158,16 @@ def main(argv=None) -> dict:
     t_steps = failed_run.steps["start_us"] * 1e-6
     for data, run, label, style in ((without, healthy_run, "no failure", "--"),
                                     (with_failure, failed_run, f"rank {failure.rank} lost", "-")):
-        ax.plot(data["t_s"], data["token_ms"], style, label=label)
-        ax2.plot(data["t_s"], data["ttft_ms"], style, label=label)
+        # each window's mean drawn across its window, so a value sits where it was measured
+        ax.plot(data["t_s"], data["token_ms"], style, label=label, drawstyle="steps-mid")
+        ax2.plot(data["t_s"], data["ttft_ms"], style, label=label, drawstyle="steps-mid")
         ax3.plot(run.steps["start_us"] * 1e-6, run.steps["num_running"], style, label=label)
     ax.axhline(new["tpot_ms"]["mean"], color="tab:purple", linewidth=1, linestyle=":",
                label=f"new steady state on {ep - 1} ranks (same load)")
     for a in (ax, ax2, ax3):
         a.axvline(failure.at_s, color="tab:red", linewidth=1, label="failure")
         a.grid(alpha=0.3)
-    if np.isfinite(trans["refill_s"]):
+    if lighter_phase and np.isfinite(trans["refill_s"]):      # only the phase the answer names
         ax3.axvspan(failure.at_s, failure.at_s + trans["refill_s"], color="tab:orange", alpha=0.15,
                     label="lighter load while lost requests are replaced")
     ax.set_ylabel(f"ms per output token\n({window_s:g}-s mean, stalls included)")

@@ -43,9 +43,6 @@ PENDING: set[tuple[str, str]] = set()
 # Upward imports that may exist, inside a function only: `epsim calibrate --live` runs the bench.
 LAZY_UPWARD = {("epsim.commands.calibrate", "live")}
 
-# Packages another branch rewrites now (R3: sim); a later pass moves their function-level internal
-# imports to the top, and the lead empties this then.
-HOISTING_PENDING = ("epsim.sim",)
 
 
 @dataclass(frozen=True)
@@ -315,10 +312,9 @@ def test_import_epsim_cli_loads_no_library():
 
 
 # -- imports at the top --------------------------------------------------------------------------
-def in_function_share(root: Path = ROOT) -> tuple[int, int, int]:
-    """(epsim's internal import statements, those inside a function, and of these the ones in
-    `HOISTING_PENDING` modules)."""
-    total = inside = pending = 0
+def in_function_share(root: Path = ROOT) -> tuple[int, int]:
+    """(epsim's internal import statements, those inside a function)."""
+    total = inside = 0
     for module, path in modules(root).items():
         if module.split(".")[0] != "epsim":
             continue
@@ -328,33 +324,22 @@ def in_function_share(root: Path = ROOT) -> tuple[int, int, int]:
             if any(n.split(".")[0] == "epsim" for n in names):
                 total += 1
                 inside += where == "function"
-                pending += where == "function" and _hoisting_pending(module)
-    return total, inside, pending
+    return total, inside
 
 
-def _hoisting_pending(module: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in HOISTING_PENDING)
-
-
-def _in_function(module_filter) -> list[Edge]:
+def _in_function() -> list[Edge]:
     return [e for e in edges() if e.where == "function" and e.target == e.named
-            and e.importer.split(".")[0] == "epsim" and module_filter(e.importer)
+            and e.importer.split(".")[0] == "epsim"
             and not any(e.importer == a and e.target.split(".")[0] == b for a, b in LAZY_UPWARD)]
 
 
 def test_epsim_imports_its_own_modules_at_the_top():
-    found = _in_function(lambda m: not _hoisting_pending(m))
+    found = _in_function()
     assert not found, "internal imports inside functions (move them to the top):\n" + _show(found)
-
-
-def test_every_hoisting_pending_package_still_has_imports_to_hoist():
-    stale = [p for p in HOISTING_PENDING if not _in_function(lambda m: m == p or m.startswith(p + "."))]
-    assert not stale, f"HOISTING_PENDING entries with nothing left to hoist (remove them): {stale}"
 
 
 if __name__ == "__main__":
     checkout = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
-    total, inside, pending = in_function_share(checkout)
+    total, inside = in_function_share(checkout)
     print(f"{checkout}: {total} internal import statements in epsim/, {inside} inside functions "
-          f"({100 * inside / total:.1f} %); {pending} of them in modules not hoisted yet "
-          f"({', '.join(HOISTING_PENDING)})")
+          f"({100 * inside / total:.1f} %)")

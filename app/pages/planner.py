@@ -8,13 +8,15 @@ from __future__ import annotations
 import streamlit as st
 
 from app import charts, data, ui
+from epsim.plan.choice import row_status
+from epsim.plan.select import DEFAULT_OBJECTIVES
 
 RUN = "run a small sweep here"
 LOAD = "load a results table (results.csv of `epsim plan --out`)"
 TABLE = "plan_table"
 CHEAPEST_BY = {"num_gpus": "fewest GPUs", "cost_per_hour": "lowest cost per hour",
                "cost_per_million_output_tokens": "lowest cost per million output tokens"}
-SHOWN = ["num_gpus", "tpot_ms.p99", "ttft_ms.p99", "keep_up.served_frac", "keep_up.backlog_growth_rps",
+SHOWN = ["num_gpus", "tpot_ms.p99", "ttft_ms.p99", "slo_margin", "keep_up.served_frac", "keep_up.backlog_growth_rps",
          "keep_up.settled", "initial_running_per_rank", "throughput_tokens_per_s_per_gpu",
          "output_tokens_per_s_per_gpu", "cost_per_million_output_tokens", "hbm_headroom_gib",
          "provenance.measured_share", "provenance.datasheet_share", "error"]
@@ -93,17 +95,19 @@ def slo_inputs(columns: list[str]) -> tuple[list[str], list[str]]:
     constraints = ([f"tpot_ms.p99<={tpot:g}"] if tpot > 0 else []) + \
                   ([f"ttft_ms.p99<={ttft:g}"] if ttft > 0 else []) + \
                   (["hbm_headroom_gib>=0"] if hbm else []) + [c.strip() for c in extra.split(",") if c.strip()]
-    return constraints, [f"min:{cheapest}", "max:throughput_tokens_per_s_per_gpu"]
+    # the plan's rule (`epsim.plan.select.DEFAULT_OBJECTIVES`) with the cheapness chosen here
+    return constraints, [f"min:{cheapest}", *DEFAULT_OBJECTIVES[1:]]
 
 
-def point_label(row: dict) -> str:
-    """`EP 16 @ 200 req/s`: what a chart point is (its EP size and offered rate)."""
+def point_label(row: dict, keys: list[str]) -> str:
+    """What a chart point is, shortly: `EP 16 deepep` (its swept deployment values, EP size
+    first) and `@ 200 req/s` when the rate is swept (one rate: the workload, said once above)."""
     ep = row.get("deployment.ep_size")
+    parts = [f"EP {ep}" if ep is not None else f"{row['num_gpus']:g} GPUs"]
+    parts += [str(row[k]) for k in keys if k != "deployment.ep_size" and k != RATE_KEY
+              and not k.startswith("workload.")]
     rate = row.get(RATE_KEY)
-    if rate is None:
-        rate = row.get("keep_up.offered_rps")
-    head = f"EP {ep}" if ep is not None else f"{row['num_gpus']:g} GPUs"
-    return head + ("" if rate is None or rate != rate else f" @ {rate:.3g} req/s")
+    return " ".join(parts) + ("" if rate is None or rate != rate else f" @ {rate:.3g} req/s")
 
 
 def _target(constraints, metric: str) -> float | None:
@@ -115,7 +119,7 @@ def answers(result) -> None:
     """The answer per workload point, with its keep-up margin and measured share."""
     from epsim.plan.answers import answer_line
     from epsim.plan.choice import rejected
-    from epsim.plan.select import keep_up_statement
+    from epsim.plan.select import keep_up_statement, rule_text
     if len(result.answers) > 1:
         st.markdown("**One answer per workload point** (the workload is given, not chosen):")
         for answer in result.answers:
@@ -137,6 +141,7 @@ def answers(result) -> None:
                        help="share of the offered requests served in the window (>= 97 % to keep up)")
     elif result.infeasible:
         st.warning(result.infeasible)         # an answer, not an input error
+    st.caption(f"Chosen {rule_text(result.objectives, result.constraints, result.keep_up)}.")
     if result.keep_up:
         st.caption(keep_up_statement(result.constraints))
     rejects = rejected(result)
@@ -147,24 +152,29 @@ def answers(result) -> None:
 
 
 def show(result) -> None:
+    from epsim.plan.uncertainty import band_columns
     frame = result.to_pandas()
     frame["configuration"] = [result.describe(i) for i in range(len(result.rows))]
-    frame["label"] = [point_label(row) for row in result.rows]
+    frame["label"] = [point_label(row, result.keys) for row in result.rows]
+    frame["status"] = [row_status(row) for row in result.rows]
     answers(result)
     st.markdown(f"**Pareto frontier** of {', '.join(o.text for o in result.pareto)}"
                 + (" within each workload point" if len(result.answers) > 1 else "")
-                + f": {len(result.frontier)} of {len(result.rows)} point(s)")
+                + f": {len(result.frontier)} of {len(result.rows)} point(s); the frontier keeps "
+                  f"points that miss the SLO too (their shape says so). Bars: the p10-p90 band of "
+                  f"the step time carried to the metric.")
     gpus = "GPUs (fewer is better)"
-    cols = st.columns(3)
-    cols[0].altair_chart(charts.pareto(frame, "num_gpus", "tpot_ms.p99", gpus, "TPOT p99, ms (lower is better)",
-                                       _target(result.constraints, "tpot_ms.p99"), "TPOT target"),
-                         width="stretch")
-    cols[1].altair_chart(charts.pareto(frame, "num_gpus", "ttft_ms.p99", gpus, "TTFT p99, ms (lower is better)",
-                                       _target(result.constraints, "ttft_ms.p99"), "TTFT target"),
-                         width="stretch")
-    cols[2].altair_chart(charts.pareto(frame, "num_gpus", "throughput_tokens_per_s_per_gpu", gpus,
-                                       "tokens/s per GPU (more is better)"), width="stretch")
-    shown = [c for c in result.keys + SHOWN + ["feasible", "pareto", "best"] if c in frame.columns]
+    # one chart per row, the page's full width: GPUs on a log axis, labels beside their points
+    for metric, title, target, label in (
+            ("tpot_ms.p99", "TPOT p99, ms (lower is better)", _target(result.constraints, "tpot_ms.p99"),
+             "TPOT p99 target"),
+            ("ttft_ms.p99", "TTFT p99, ms (lower is better)", _target(result.constraints, "ttft_ms.p99"),
+             "TTFT p99 target"),
+            ("throughput_tokens_per_s_per_gpu", "tokens/s per GPU (more is better)", None, "")):
+        band = band_columns(result.rows, metric)
+        st.altair_chart(charts.pareto(frame, "num_gpus", metric, gpus, title, target, label, band),
+                        width="stretch")
+    shown = [c for c in result.keys + SHOWN + ["status", "pareto", "best"] if c in frame.columns]
     st.dataframe(ui.human_columns(frame[shown]), hide_index=True, width="stretch")
     st.download_button("results.csv", data.results_csv(result.rows, result.columns), file_name="results.csv",
                        mime="text/csv", on_click="ignore")

@@ -112,6 +112,9 @@ def scenario_form(scenario, key: str) -> dict | None:
             if hasattr(w.arrivals, "rate_per_s"):
                 values["workload.arrivals.rate_per_s"] = _float("arrival rate (req/s)", w.arrivals.rate_per_s,
                                                                 f"{key}_rate", min_value=0.001)
+            elif w.arrivals.kind == "concurrency":        # a closed loop: clients, not a rate
+                values["workload.arrivals.clients"] = _int("concurrent clients", w.arrivals.clients,
+                                                           f"{key}_clients", min_value=1)
             values["workload.skew"] = _skew_widgets(w.skew, f"{key}_skew")
             values["workload.duration_s"] = _float("simulated seconds", w.duration_s, f"{key}_dur", min_value=0.001)
             values["workload.warmup_s"] = _float("warm-up seconds", w.warmup_s, f"{key}_warm")
@@ -152,27 +155,55 @@ def kpis(summary: dict) -> None:
     for name in ("tpot_ms", "ttft_ms"):
         if name in notes:
             st.caption(f"{name[:4].upper()}: - because {notes[name]}")
-    cols = st.columns(4)
+    from epsim.report.serving import DEFINITIONS
+    serving = summary["serving"]
+    cols = st.columns(5)
     cols[0].metric("throughput / GPU", ui.fmt(summary["throughput_tokens_per_s_per_gpu"], ".0f", " tok/s"))
     cols[1].metric("output / GPU", ui.fmt(summary["output_tokens_per_s_per_gpu"], ".0f", " tok/s"))
-    cols[2].metric("finished requests", ui.fmt(summary["requests_per_s"], ".1f", " /s"))
-    cols[3].metric("balancedness (mean/max)", ui.fmt(summary["balancedness"], ".3f"))
+    # offered, served and finished as epsim defines them (`epsim.report.serving`)
+    cols[2].metric("served / offered (req/s)", f"{ui.fmt(serving['served_rps'], '.1f')} / "
+                   f"{ui.fmt(serving['offered_rps'], '.1f')}",
+                   help=f"served: {DEFINITIONS['served_rps']}; offered: {DEFINITIONS['offered_rps']}")
+    cols[3].metric("finished in the window", ui.fmt(serving["finished_rps"], ".1f", " req/s"),
+                   help=f"finished: {DEFINITIONS['finished_rps']}")
+    cols[4].metric("balancedness (mean/max)", ui.fmt(summary["balancedness"], ".3f"))
     for name, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
         cols = st.columns(4)
         for col, q in zip(cols, ("p50", "p90", "p99")):
             col.metric(f"{label} {q}", ui.fmt(summary[name][q], ".2f", " ms"))
         cols[3].metric(f"{label} mean", ui.fmt(summary[name]["mean"], ".2f", " ms"))
+    bench = summary.get("bench_serving")
+    if bench:                 # the same run as sglang.bench_serving reports it (docs/model.md)
+        st.caption(f"As sglang.bench_serving reports it ({bench['completed']} requests sent in the "
+                   f"window and completed; TPOT = (E2E - TTFT) / (output - 1) per request)"
+                   + (f"; accept length {bench['accept_length']:.2f}"
+                      if bench.get("accept_length") is not None else ""))
+        cols = st.columns(4)
+        for col, (key, label) in zip(cols, (("mean_tpot_ms", "mean TPOT"), ("median_tpot_ms", "median TPOT"),
+                                            ("median_itl_ms", "median ITL"), ("mean_ttft_ms", "mean TTFT"))):
+            col.metric(label, ui.fmt(bench[key], ".2f", " ms"))
+    kv = summary.get("kv_cache")
+    if kv:
+        text = (f"KV cache: {kv['max_total_num_tokens']:,} tokens per rank ({kv['kv_pool_gib']:.1f} GiB "
+                f"after {kv['weights_gib']:.1f} GiB of weights, mem_fraction_static "
+                f"{kv['mem_fraction_static']:g})")
+        if kv["can_bind"] and kv["held_frac"] > 0:
+            st.warning(f"{text}: it held waiting requests back in {kv['held_frac']:.0%} of the steps")
+        else:
+            st.caption(f"{text}: " + ("at most " + f"{kv['peak_used_frac']:.0%} full" if kv["can_bind"]
+                                      else "it never binds"))
 
 
 def provenance_frame(summary: dict, layer_mean_us: dict) -> pd.DataFrame:
-    """Per MoE-layer part (attention, dispatch, experts, combine): the mean predicted time, the
+    """Per MoE-layer part (attention, dispatch, experts, combine, block ops): the mean predicted time, the
     p10-p90 band of the component that gave most of it (NaN where it has no measured spread)
     and its provenance tag (`epsim.cost.provenance.part_bands`)."""
     from epsim.cost.provenance import part_bands
     bands = part_bands(summary.get("provenance", {}), {
         part: float(np.mean(layer_mean_us[f"{part}_us"]))
-        for part in ("attention", "dispatch", "experts", "combine") if f"{part}_us" in layer_mean_us})
-    return pd.DataFrame([{"part": part, "µs": b["mean_us"],
+        for part in ("attention", "dispatch", "experts", "combine", "block_ops")
+        if f"{part}_us" in layer_mean_us})
+    return pd.DataFrame([{"part": part.replace("_", " "), "µs": b["mean_us"],
                           "p10 µs": np.nan if b["p10_us"] is None else b["p10_us"],
                           "p90 µs": np.nan if b["p90_us"] is None else b["p90_us"],
                           "tag": b["tag"], "component": b["component"]} for part, b in bands.items()])
@@ -207,7 +238,8 @@ def results(run: dict) -> None:
                f"({s['num_steps']} steps) in {s['wall_seconds']:.1f} s; profile "
                f"{s['profile']['name'] or s['profile']['path']}; seed {s['seed']}"
                + (f"; overrides {run['overrides']}" if run["overrides"] != "{}" else ""))
-    for warning in view.warnings:
+    from epsim.report.cautions import cautions
+    for warning in view.warnings + cautions(s):
         st.warning(warning)
     kpis(s)
     provenance(s, view.layer_mean_us)

@@ -1,7 +1,8 @@
 """Predicted vs measured page: a calibration profile's predictions against measured records
 (`epsim.validate`), from the shipped profile and records, the last local calibration, or
 uploads: the scatter, curves per kind over tokens per rank with p10-p90 bands, the error
-tables; filters by backend, kind, skew, model and split."""
+tables; filters by backend, kind, skew, model and split; the extrapolation hold-outs (refits)
+when asked."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def inputs() -> tuple[tuple, tuple] | None:
                 "(`epsim calibrate --live --quick --cpu` runs on CPU ranks without a GPU; the "
                 "files land in runs/calibrate/, which this page then offers) or upload them.")
     left, right = st.columns(2)
-    records = left.file_uploader("Measurement records (JSON Lines)", type=["jsonl", "json"],
+    records = left.file_uploader("Measurement records (JSON Lines, or gzipped: .jsonl.gz)",
+                                 type=["jsonl", "json", "gz"],
                                  accept_multiple_files=True, key="val_records")
     profile = right.file_uploader("Calibration profile (JSON)", type=["json"], key="val_profile")
     if not records or profile is None:
@@ -79,8 +81,10 @@ def frame_of(rows: list) -> pd.DataFrame:
 def key_table(rows: list) -> pd.DataFrame:
     """What the curves' short labels stand for."""
     short = short_models(r.model for r in rows)
-    hidden = {r.model: r.hidden_size for r in rows}
-    return pd.DataFrame([{"label": label, "model": name, "hidden size": hidden[name],
+    hidden: dict[str, int] = {}
+    for r in rows:          # records that carry no hidden size (0) do not hide the ones that do
+        hidden[r.model] = max(hidden.get(r.model, 0), r.hidden_size or 0)
+    return pd.DataFrame([{"label": label, "model": name, "hidden size": hidden[name] or "-",
                           "dispatch dtypes": ", ".join(sorted({r.dispatch_dtype or "-" for r in rows
                                                               if r.model == name}))}
                          for name, label in short.items()])
@@ -110,12 +114,37 @@ def error_table(rows: list) -> pd.DataFrame:
                          for (backend, kind), s in group(rows, "backend", "kind").items()])
 
 
-def extrapolation_table(rows: list[dict]) -> None:
-    """The extrapolation hold-outs (tokens above the fit, an unseen shape, another run): the
-    model's MAPE next to a constant and log-log, a component that does not beat both flagged."""
+ASKED = "val_extrapolation_asked"        # the record files whose hold-outs were asked for
+
+
+def extrapolation_section(records: tuple) -> str:
+    """The extrapolation hold-outs, judged when asked (each axis refits the profile: a minute
+    or more the first time, cached after; the rest of the page does not wait for them).
+    Returns their markdown table once judged, else ''."""
     st.markdown("**Extrapolation hold-outs against two baselines** (constant: the fit-set median "
                 "of the same configuration; log-log: the fit-set points joined along the axis; "
                 "skill = 1 - model / best baseline)")
+    key = data.files_key(list(records))
+    asked = st.session_state.setdefault(ASKED, set())
+    if key not in asked:
+        st.caption("Each axis refits the profile on one side of a split (tokens per rank up to "
+                   "1024; the shapes other than DeepSeek-V3's) and judges the other side, all records "
+                   "whatever the filters: a minute or more the first time, kept after.")
+        if not st.button("Judge the extrapolation hold-outs", key="val_extrapolate"):
+            return ""
+        asked.add(key)            # later reruns (a filter) keep the section, from the cache
+    try:
+        view = data.extrapolation_holdouts(key, records)
+    except EpsimError as exc:
+        st.error(str(exc))
+        return ""
+    extrapolation_table(view.rows)
+    return view.markdown
+
+
+def extrapolation_table(rows: list[dict]) -> None:
+    """The extrapolation hold-outs (tokens above the fit, an unseen shape, another run): the
+    model's MAPE next to a constant and log-log, a component that does not beat both flagged."""
     if not rows:
         st.caption("no extrapolation hold-out in these records (tokens above 1024, a "
                    "DeepSeek-V3 shape); the run axis is in docs/validation.md")
@@ -164,35 +193,33 @@ def page() -> None:
                    ui.fmt(sum(r.ape for r in fit) / len(fit) if fit else None, ".1f", " %"))
     cols[3].metric("records: held out + fit set", f"{len(held)} + {len(fit)}")
     frame = frame_of(rows)
-    left, right = st.columns([2, 3])
-    left.markdown("**Predicted against measured** (filled: held out; hollow: fit set; dotted: ±10%)")
-    left.altair_chart(charts.predicted_vs_measured(frame), width="stretch")
-    with right:
-        st.markdown(f"**Held out: error by backend and kind** ({len(held)} records)")
-        if held:
-            st.dataframe(error_table(held), hide_index=True, width="stretch")
+    # the scatter on its own row: beside the tables its plot was under 200 px wide at 1400 px
+    st.markdown("**Predicted against measured** (filled: held out; hollow: fit set; dotted: ±10%)")
+    st.altair_chart(charts.predicted_vs_measured(frame), width="stretch")
+    left, right = st.columns(2)
+    for column, subset, what in ((left, held, "Held out"), (right, fit, "Fit set (in-sample)")):
+        column.markdown(f"**{what}: error by backend and kind** ({len(subset)} records)")
+        if subset:
+            column.dataframe(error_table(subset), hide_index=True, width="stretch")
         else:
-            st.caption("no held-out record passes the filters")
-        st.markdown(f"**Fit set (in-sample): error by backend and kind** ({len(fit)} records)")
-        if fit:
-            st.dataframe(error_table(fit), hide_index=True, width="stretch")
-        else:
-            st.caption("no fit-set record passes the filters")
+            column.caption(f"no {what.split(' (')[0].lower()} record passes the filters")
     st.markdown("**Curves per kind over tokens per rank**: measured median with p10-p90 bars (points), "
                 "predicted (lines); colour = model and dispatch dtype (one hue per model, dark bf16, "
-                "light fp8), point shape and line dash = skew")
+                "light fp8, between them native), point shape and line dash = skew")
     st.dataframe(key_table(rows), hide_index=True)
+    colors = charts.series_scale(frame)         # one colour per model and dtype on every panel
     for backend in sorted({r.backend for r in rows}):
         st.markdown(f"*{backend}*")
-        st.altair_chart(charts.curves_by_kind(frame[frame["backend"] == backend]), width="content")
-    extrapolation_table(view.extrapolation)
+        st.altair_chart(charts.curves_by_kind(frame[frame["backend"] == backend], colors),
+                        width="content")
+    extrapolation = extrapolation_section(records)
     with st.expander("Every comparison"):
         shown = frame.drop(columns=["series", "shape", "skew kind"])
         st.dataframe(shown, hide_index=True, width="stretch")
         st.download_button("comparisons.csv", shown.to_csv(index=False), file_name="comparisons.csv",
                            mime="text/csv", on_click="ignore")
     with st.expander("The error tables as `epsim validate` writes them (all records, no filters)"):
-        st.markdown(view.markdown)
+        st.markdown(extrapolation + "\n" + view.markdown if extrapolation else view.markdown)
 
 
 with ui.guarded():

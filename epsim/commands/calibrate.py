@@ -124,8 +124,11 @@ def _run_live(args, records: Path, plan, run) -> None:
     """
     records.write_text("")                     # a fresh file: the profile names exactly this run
     result = run(plan, records, args.budget_s, progress=wants_progress(args))
-    for problem in result.problems:
-        warnings.warn(str(problem), stacklevel=2)            # a note under the result
+    if result.problems:                        # one note for all, the list in a file beside
+        listing = records.with_name(records.stem + "_skipped.txt")
+        listing.write_text("".join(f"{problem}\n" for problem in result.problems))
+        warnings.warn(f"{len(result.problems)} point(s) skipped or failed, listed in {listing} "
+                      f"(first: {result.problems[0]})", stacklevel=2)
     _say(args, f"live bench: {result.line()}")
     if not result.num_records:
         first = f"; first problem: {result.problems[0]}" if result.problems else ""

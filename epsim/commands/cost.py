@@ -3,6 +3,9 @@
 Nodes = EP size / GPUs per node of the cluster's GPU; every rank holds `tokens_per_rank`
 tokens routed by the given skew (one sampled layer, from `--seed`), experts placed
 contiguously without redundancy. `layer_us` = dispatch + experts + combine (no attention).
+DeepEP's kernels follow SGLang's `--deepep-mode auto` unless told otherwise: normal kernels in
+prefill, low-latency in decode, as the scenarios run them. Several EP sizes (`--ep 8,16,32`)
+or token counts (`--tokens-per-rank 1-4096`: 1, 2, 4, ... 4096) print one table.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim import vocab
 from epsim.commands.output import Report
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.provenance import provenance
 from epsim.cost.timing import stage_band
 from epsim.eplb import Placement
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean, hinted
 from epsim.profile import load_profile
 from epsim.routing import skew_from_dict
 from epsim.spec.deployment import DeploymentSpec
@@ -27,6 +31,7 @@ from epsim.spec.network import NETWORK_KINDS
 from epsim.text import duration, table
 from epsim.zoo import get_hardware, get_model, model_names
 
+MAX_POINTS = 256             # rows of one `epsim cost` table
 MAX_TOKENS_PER_RANK = 10**7   # tokens of one rank in one step; SGLang's prefill chunks are ~8k-16k
 
 
@@ -35,12 +40,12 @@ def _model(name: str):
         return get_model(name)
     if Path(name).is_file():
         return ModelSpec.from_hf_config(name)
-    raise SpecError(f"--model ({name!r}) must be one of {model_names()} or a Hugging Face "
-                    f"config.json file")
+    raise SpecError(hinted(f"--model ({name!r}) must be one of {model_names()} or a Hugging Face "
+                           f"config.json file", did_you_mean(name, model_names())))
 
 
 def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, skew: str = "uniform",
-               deepep_mode: str = "normal", dispatch_dtype: str = "bf16", profile=None,
+               deepep_mode: str = "auto", dispatch_dtype: str = "bf16", profile=None,
                seed: int = 0, time_mode: str = "auto", phase: str | None = None,
                network: str | None = None) -> dict:
     """Predict one MoE layer; returns the numbers `epsim cost` prints.
@@ -70,9 +75,12 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         raise SpecError(f"--network ({network!r}) must be one of {list(NETWORK_KINDS)}")
     cluster = validate(ClusterSpec, {"gpu": gpu, "num_nodes": max(1, ep // per_node),
                                      "network": network}, "--network")
+    if backend not in vocab.A2A_BACKENDS:
+        raise SpecError(hinted(f"--backend ({backend!r}) must be one of {list(vocab.A2A_BACKENDS)}",
+                               did_you_mean(backend, vocab.A2A_BACKENDS)))
     deployment = validate(DeploymentSpec, {
         "ep_size": ep, "moe_a2a_backend": backend, "deepep_mode": deepep_mode,
-        "dispatch_dtype": dispatch_dtype}, "epsim cost")
+        "dispatch_dtype": dispatch_dtype}, "--backend")
     if phase is None:
         phase = ("decode" if deepep_mode == "low_latency"
                  or tokens_per_rank <= deployment.cuda_graph_max_bs else "prefill")
@@ -81,7 +89,7 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     profile = profile if profile is not None else load_profile()
     cost_model = CostModel(model, cluster, deployment, profile, time_mode=time_mode)
     graph = cost_model.graph_step(phase, tokens_per_rank)
-    mode = cost_model.mode_for("decode" if deepep_mode == "low_latency" else "prefill")
+    mode = cost_model.mode_for(phase)          # DeepEP's kernels for the phase (auto: SGLang's rule)
     if ep > 1:                                # EP 1: nothing is dispatched
         profile.warn_outside(backend, "dispatch", mode, num_tokens_per_rank=tokens_per_rank,
                              ep_size=ep)
@@ -90,8 +98,7 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     loads = skew_model.loads(ep * tokens_per_rank, rng)                   # [1, experts]
     tables = build_tables(Placement.on_cluster(contiguous_placement(1, model.num_experts, ep),
                                                model.num_experts, ep, per_node))
-    moe = cost_model.moe(loads, np.full(ep, float(tokens_per_rank)), tables,
-                         "decode" if deepep_mode == "low_latency" else "prefill", graph=graph)
+    moe = cost_model.moe(loads, np.full(ep, float(tokens_per_rank)), tables, phase, graph=graph)
     cost_model.record_layer(moe, graph, tokens_per_rank)
     params = cost_model.params
     send = params.eager.stage("dispatch", mode)        # None for `none`: its all-gather
@@ -153,13 +160,40 @@ def _stages(cost_model, moe, graph: bool) -> dict:
     return out
 
 
-def run(args):
-    model = _model(args.model)
-    profile = load_profile(args.profile) if args.profile else None
-    result = layer_cost(model, args.cluster, args.backend, args.ep, args.tokens_per_rank,
-                        skew=args.skew, deepep_mode=args.deepep_mode,
-                        dispatch_dtype=args.dispatch_dtype, profile=profile, seed=args.seed,
-                        time_mode=args.mode, phase=args.phase, network=args.network)
+def parse_counts(text: str, flag: str, limit: int = 1024) -> list[int]:
+    """`8,16,32` or `1-4096` (1, 2, 4, ... 4096: doubling from the first to the last, the last
+    always included) or a mix, as a list of distinct integers in the order given.
+
+    Raises:
+        SpecError: anything but integers, commas and LO-HI ranges with LO <= HI; more than
+            `limit` values.
+    """
+    values: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        try:
+            values.append(int(part))          # a negative number too: its own rule says why
+            continue
+        except ValueError:
+            lo, _, hi = part.partition("-")
+        try:
+            lo_i, hi_i = int(lo), int(hi)
+        except ValueError:
+            raise SpecError(f"{flag} ({text!r}) must be integers separated by commas or LO-HI "
+                            f"ranges (doubling), e.g. 8,16,32 or 1-4096") from None
+        if not 0 < lo_i <= hi_i:
+            raise SpecError(f"{flag} range ({part}) must have 0 < LO <= HI")
+        value = lo_i
+        while value < hi_i and len(values) <= limit:
+            values.append(value)
+            value *= 2
+        values.append(hi_i)
+    if len(values) > limit:
+        raise SpecError(f"{flag} ({text!r}) must give at most {limit} values")
+    return list(dict.fromkeys(values))
+
+
+def _detail_lines(result: dict) -> list[str]:
+    """One point's summary: what was priced, the stages with their bands, provenance."""
     mode = f" ({result['mode']})" if result["mode"] else ""
     how = ("device time (CUDA-graph step)" if result["graph"]
            else "device time + host overhead (eager step)")
@@ -190,4 +224,40 @@ def run(args):
     if result["layout_us"] > 0:
         lines.append(f"  experts include {result['backend']}'s own layout work "
                      f"({result['layout_us']:.1f} µs, measured: docs/model.md, section 4b)")
-    return Report(result, lines)
+    return lines
+
+
+def _table_lines(results: list[dict]) -> list[str]:
+    """Several points: one row each (EP size, tokens per rank, phase and kernels, the stages,
+    the layer's band, the measured share)."""
+    first = results[0]
+    lines = [f"{first['model']} on {first['gpu']}, {first['backend']}, skew {first['skew']}, "
+             f"profile {first['profile']}; MoE layer = dispatch + experts + combine + block ops "
+             f"(no attention); time: graph = device time, eager = device + host"]
+    rows = [[r["ep_size"], r["tokens_per_rank"], r["phase"] + (f" {r['mode']}" if r["mode"] else ""),
+             "graph" if r["graph"] else "eager", duration(r["dispatch_us"]), duration(r["experts_us"]),
+             duration(r["combine_us"]), duration(r["block_ops_us"]), duration(r["layer_us"]),
+             f"{duration(r['layer_p10_us'])} - {duration(r['layer_p90_us'])}"
+             if r["layer_p10_us"] is not None else "-",
+             f"{100 * r['provenance']['measured_share']:.0f} %"] for r in results]
+    lines += table(["EP", "tokens/rank", "phase", "time", "dispatch", "experts", "combine",
+                    "block ops", "layer", "layer p10 - p90", "measured"], rows)
+    return lines
+
+
+def run(args):
+    model = _model(args.model)
+    profile = load_profile(args.profile) if args.profile else load_profile()
+    eps = parse_counts(args.ep, "--ep", limit=64)
+    tokens = parse_counts(args.tokens_per_rank, "--tokens-per-rank", limit=64)
+    if len(eps) * len(tokens) > MAX_POINTS:
+        raise SpecError(f"--ep x --tokens-per-rank ({len(eps)} x {len(tokens)} points) must be at "
+                        f"most {MAX_POINTS} points")
+    results = [layer_cost(model, args.cluster, args.backend, ep, t, skew=args.skew,
+                          deepep_mode=args.deepep_mode, dispatch_dtype=args.dispatch_dtype,
+                          profile=profile, seed=args.seed, time_mode=args.mode, phase=args.phase,
+                          network=args.network)
+               for ep in eps for t in tokens]
+    if len(results) == 1:
+        return Report(results[0], _detail_lines(results[0]))
+    return Report({"points": results}, _table_lines(results))

@@ -1,16 +1,18 @@
-"""`epsim eplb`: compute an EPLB placement from recorded expert loads and show its balance."""
+"""`epsim eplb`: compute an EPLB placement from recorded expert loads and show its balance and
+what moving to it costs; `--out DIR` writes the maps, in SGLang's `--init-expert-location`
+format among others (`epsim.eplb.export`). The screen shows the summary only: the maps of a
+61-layer model are ~100 KB of numbers (`--json` and `--out` carry them)."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from epsim.budget import check_eplb
 from epsim.commands.output import Report
 from epsim.cost.tables import contiguous_placement
 from epsim.eplb import (Placement, compute_placement, plan_moves, read_loads, rebalance_cost,
                         rebalance_params)
+from epsim.eplb.export import EXPERT_LOCATION_FILE, write_placement
 from epsim.errors import SpecError
-from epsim.io import load_json
+from epsim.io import check_output_dir, load_json
 from epsim.profile import load_profile
 from epsim.spec.hardware import ClusterSpec
 from epsim.text import duration, size
@@ -114,6 +116,7 @@ def _cost_lines(cost: dict) -> list[str]:
 
 
 def run(args):
+    out = check_output_dir(args.out) if args.out else None      # checked before the work
     loads = read_loads(_loads_path(args))                                   # [layers, experts]
     num_layers, num_logical = loads.shape
     previous = _previous(args.previous, num_logical) if args.previous else None
@@ -151,15 +154,14 @@ def run(args):
         lines.append(f"changed slots vs previous: {int(changed.sum())} of "
                      f"{placement.physical_to_logical.size}")
     lines += _cost_lines(cost)
-    width = len(str(num_logical - 1))
-    lines.append("phy2log (slots grouped by GPU):")
-    for layer in range(num_layers):
-        gpus = placement.physical_to_logical[layer].reshape(args.gpus, -1)
-        row = " | ".join(" ".join(f"{e:>{width}}" for e in gpu) for gpu in gpus)
-        lines.append(f"  layer {layer:>3}: {row}")
-    lines.append("logcnt:")
-    for layer in range(num_layers):
-        lines.append(f"  layer {layer:>3}: "
-                     f"{np.array2string(placement.logical_count[layer], max_line_width=10**6)}")
     notes = [f"rebalance cost: {args.unpriced}"] if cost["expert_bytes"] is None else []
-    return Report(data, lines, notes=notes)
+    files = []
+    if out is not None:
+        summary = {k: v for k, v in data.items() if k not in ("phy2log", "log2phy", "logcnt")}
+        files = write_placement(out, placement, loads, summary)
+        lines.append(f"for SGLang: --init-expert-location {out / EXPERT_LOCATION_FILE} (with "
+                     f"--ep-size {args.gpus} --ep-num-redundant-experts {placement.num_redundant})")
+    else:
+        lines.append("maps (phy2log, log2phy, logcnt): --out DIR writes them, with the file SGLang's "
+                     "--init-expert-location reads; --json prints them")
+    return Report(data, lines, files=files, notes=notes)

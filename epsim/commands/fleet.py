@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from epsim.commands.emit import fleet_emit
 from epsim.commands.output import Report, json_safe, wants_progress
 from epsim.plan.fleet import size_fleet
 
@@ -60,5 +61,9 @@ def run(args):
     files = [] if args.out is None else [Path(args.out) / "fleet.json", Path(args.out) / "pools.csv"]
     error = None if fleet.meets_slo is not False else (
         f"the sized fleet misses the SLO by simulation after {fleet.rounds} rounds")
-    return Report(json_safe({"scenario": args.scenario, **fleet.as_dict()}), lines, files=files,
-                  error=error)
+    data = json_safe({"scenario": args.scenario, **fleet.as_dict()})
+    if getattr(args, "emit", None):
+        emitted, data["sglang"], emit_error = fleet_emit(args, fleet)
+        lines += emitted
+        error = error or emit_error
+    return Report(data, lines, files=files, error=error)

@@ -17,6 +17,7 @@ import json
 import math
 import re
 import sys
+import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,22 +50,38 @@ class Report:
     error: str | None = None
 
 
-def add_options(parser, progress: bool = False) -> None:
-    """`--json` and `--quiet` (and `--no-progress` where a command draws a progress bar)."""
+def add_options(parser) -> None:
+    """`--json`, `--quiet` and `--no-progress`, the same on every command (a command that
+    draws no progress accepts it too, so scripts can pass it everywhere)."""
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (stable keys, warnings under 'notes') instead "
                              "of the summary")
     parser.add_argument("--quiet", action="store_true",
                         help="print nothing but errors (files are still written; the exit code "
                              "tells the outcome)")
-    if progress:
-        parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar or stage lines on stderr")
 
 
 def wants_progress(args) -> bool:
     """A progress bar only for a person reading the summary (not with --json or --quiet)."""
     return not (getattr(args, "no_progress", False) or getattr(args, "json", False)
                 or getattr(args, "quiet", False))
+
+
+def stages(command: str, show: bool):
+    """For work that has steps but no count to show: a function that prints each step as it
+    starts on stderr, with the time so far (`epsim validate: predicting 2431 records (3 s)`);
+    silent when not `show` (`wants_progress`) or when stderr is not a terminal (a log or a
+    caller reading stderr for the error line wants none)."""
+    start = time.perf_counter()
+    show = show and sys.stderr.isatty()
+
+    def stage(text: str) -> None:
+        if show:
+            print(f"epsim {command}: {text} ({time.perf_counter() - start:.0f} s)", file=sys.stderr,
+                  flush=True)
+    return stage
 
 
 # -- notes -------------------------------------------------------------------------------------
@@ -135,6 +152,8 @@ def emit(report: Report, args, warned: Sequence[str] = ()) -> int:
     code = report.exit_code or (2 if report.error else 0)
     if getattr(args, "json", False) and not getattr(args, "quiet", False):
         data = {**report.data, "files": [str(p) for p in report.files], "notes": notes}
+        if report.error:
+            data["error"] = report.error
         print(json.dumps(data, indent=1, default=_json_default, allow_nan=False))
     elif not getattr(args, "quiet", False):
         lines = list(report.lines)
@@ -142,10 +161,19 @@ def emit(report: Report, args, warned: Sequence[str] = ()) -> int:
             lines.append(wrote_line(report.files))
         lines += [f"note: {n}" for n in notes]
         print("\n".join(lines))
-    if report.error:
+    if report.error and not getattr(args, "json", False):    # with --json: its "error" key
         sys.stdout.flush()
         print(f"epsim {args.command}: error: {report.error}", file=sys.stderr)
     return code
+
+
+def print_error(prog: str, message: str, args) -> None:
+    """A failed command's one line: `PROG: error: MESSAGE` on stderr, or with `--json` the
+    object `{"error": ..., "exit_code": 2}` on stdout (what a script parsing the output reads)."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": f"{prog}: {message}", "exit_code": 2}))
+    else:
+        print(f"{prog}: error: {message}", file=sys.stderr)
 
 
 def wrote_line(files: Sequence[Path]) -> str:

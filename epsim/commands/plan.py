@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from epsim.commands.emit import plan_emit, precheck
 from epsim.commands.fleet import run as run_fleet
 from epsim.commands.output import Report, json_safe, wants_progress, without_category
+from epsim.errors import SpecError
 from epsim.plan.answers import answer_line
-from epsim.plan.choice import rejected
+from epsim.plan.choice import rejected, row_status
 from epsim.plan.max_rate import find_max_rates, max_rate_lines
 from epsim.plan.runner import run_plan, skip_reasons
-from epsim.plan.select import keep_up_statement
+from epsim.plan.select import keep_up_statement, rule_text
 from epsim.text import table
 
 MAX_FRONTIER_ROWS = 15
@@ -23,15 +25,19 @@ def table_columns(result) -> list[str]:
     names = list(result.keys)
     for metric in ([o.metric for o in result.pareto] + [c.metric for c in result.constraints]
                    + [o.metric for o in result.objectives]):
+        if metric == "slo_margin" and not any(c.is_latency_slo for c in result.constraints):
+            continue                               # NaN everywhere without a latency SLO
         if metric not in names:
             names.append(metric)
     return names
 
 
 def format_rows(result, indices: list[int]) -> list[str]:
-    """An aligned table of rows: swept values, then Pareto, constraint and objective metrics."""
+    """An aligned table of rows: swept values, then Pareto, constraint and objective metrics,
+    then whether each is feasible (a frontier holds rejected points too)."""
     names = table_columns(result)
-    return table(names, [[result.rows[i][n] for n in names] for i in indices])
+    return table(names + ["status"], [[result.rows[i][n] for n in names] + [row_status(result.rows[i])]
+                                      for i in indices])
 
 
 def summary_lines(result, scenario: str, executor: str) -> list[str]:
@@ -51,16 +57,17 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     if result.keep_up:
         lines.append(f"           {keep_up_statement(result.constraints)}")
     for i, why in rejected(result)[:MAX_FRONTIER_ROWS]:
-        lines.append(f"rejected   {result.describe(i)}: {why}")
+        lines.append(f"{'marginal' if result.rows[i].get('marginal') else 'rejected':10s} "
+                     f"{result.describe(i)}: {why}")
+    lines.append(f"rule       {rule_text(result.objectives, result.constraints, result.keep_up)}")
     lines.append(f"workload   {result.workload}" + (" (swept values replace these)"
                                                     if len(result.answers) > 1 else ""))
     if len(result.answers) > 1:
-        lines.append(f"answers    one per workload point (the workload is given, not chosen; "
-                     f"by {', '.join(o.text for o in result.objectives)}):")
+        lines.append("answers    one per workload point (the workload is given, not chosen; by the "
+                     "rule above):")
         lines += [f"  {answer_line(result, a)}" for a in result.answers]
     elif result.best is not None:
-        lines.append(f"best       {result.describe(result.best)}  "
-                     f"(by {', '.join(o.text for o in result.objectives)})")
+        lines.append(f"best       {result.describe(result.best)}  (by the rule above)")
         lines += format_rows(result, [result.best])
         lines.append(f"answer     {answer_line(result, result.answers[0])}")
     order = sorted(result.frontier, key=lambda i: [result.rows[i][o.metric] for o in result.pareto])
@@ -82,8 +89,11 @@ def run_max_rate(args):
                              executor=args.executor, workers=args.workers,
                              ray_address=args.ray_address, out=args.out,
                              progress=wants_progress(args), keep_up=not args.no_keep_up)
-    rows = [{"deployment": a.deployment, "max_rate_per_s": a.rate_per_s,
-             "fails_at_per_s": a.fails_at_per_s, "fails_because": a.fails_because,
+    # a closed loop searches its clients: the same fields, named for what they hold
+    found, fails = ("max_clients", "fails_at_clients") if any(a.whole for a in answers) else (
+        "max_rate_per_s", "fails_at_per_s")
+    rows = [{"deployment": a.deployment, found: a.rate_per_s,
+             fails: a.fails_at_per_s, "fails_because": a.fails_because,
              "invalid": a.invalid, "tried": a.tried, "row": a.row} for a in answers]
     data = json_safe({"scenario": args.scenario, "constraints": list(args.constraint),
                       "max_rate": rows})
@@ -96,6 +106,9 @@ def run_max_rate(args):
 
 
 def run(args):
+    if args.emit and args.max_rate:
+        raise SpecError("--emit (sglang) must go with a plan or --fleet answer, not --max-rate")
+    precheck(args)                          # a deployment SGLang cannot be told: before the work
     if args.max_rate:
         return run_max_rate(args)
     if args.fleet:
@@ -113,20 +126,28 @@ def run(args):
         "scenario": args.scenario, "sweeps": {a.key: list(a.values) for a in result.axes},
         "constraints": [c.text for c in result.constraints],
         "objectives": [o.text for o in result.objectives],
+        "rule": rule_text(result.objectives, result.constraints, result.keep_up),
         "pareto": [o.text for o in result.pareto],
         "counts": result.counts(),
         "columns": names,
         "best": None if result.best is None else {n: result.rows[result.best][n] for n in names},
-        "frontier": [{n: result.rows[i][n] for n in names} for i in result.frontier],
+        "frontier": [{**{n: result.rows[i][n] for n in names}, "status": row_status(result.rows[i])}
+                     for i in result.frontier],
         "workload": result.workload,
         "keep_up": result.keep_up,
         "answers": [{"workload": a.workload, "best": None if a.best is None else
                      {n: result.rows[a.best][n] for n in names}, "reason": a.reason}
                     for a in result.answers],
-        "rejected": [{"point": result.rows[i]["point"], "reason": why} for i, why in rejected(result)],
+        "rejected": [{"point": result.rows[i]["point"], "reason": why,
+                      "marginal": bool(result.rows[i].get("marginal"))} for i, why in rejected(result)],
         "infeasible": result.infeasible, "wall_s": result.wall_s,
         "out": None if result.out is None else str(result.out)})
     lines = summary_lines(result, args.scenario, args.executor)
+    error = result.infeasible
+    if args.emit:
+        emitted, data["sglang"], emit_error = plan_emit(args, result)
+        lines += emitted
+        error = error or emit_error
     if result.out is not None:
         lines.append(f"\nwrote results.csv, plan.json and figures to {result.out}")
-    return Report(data, lines, notes=[without_category(m) for m in result.warnings], error=result.infeasible)
+    return Report(data, lines, notes=[without_category(m) for m in result.warnings], error=error)

@@ -16,6 +16,7 @@ from epsim.commands.output import defer_warnings_to_exit
 from epsim.plan.answers import workload_text
 from epsim.plan.executors import executor_options
 from epsim.report.keep_up import unsettled_text
+from epsim.report.serving import saturated_text
 from epsim.sim import Simulation
 from epsim.spec.scenario import scenario_from_dict
 
@@ -76,8 +77,7 @@ def margin_and_share(row: dict, saturated: bool = False) -> str:
     if not offered or math.isnan(offered):
         keep = "keep-up: no arrivals in the window"
     elif saturated:
-        keep = (f"keep-up: saturated by design, full batches (serves {served:.4g} of the "
-                f"{offered:.4g} req/s offered): a throughput answer, not a serving rate")
+        keep = f"keep-up: {saturated_text(served, offered)}"
     else:
         keep = (f"keep-up: serves {served:.4g} of {offered:.4g} req/s ({row['keep_up.served_frac'] * 100:.1f} %"
                 f"{'' if row.get('keep_up.ok') == 1.0 else ', overloaded'})")

@@ -10,6 +10,7 @@ from epsim.errors import SpecError
 from epsim.io import check_output_dir
 from epsim.profile import load_profile
 from epsim.report import format_table, summarize, write_summary, write_timeseries
+from epsim.report.cautions import cautions
 from epsim.report.figures import write_figures
 from epsim.report.timeline import write_timeline
 from epsim.sim import simulate
@@ -41,7 +42,7 @@ def run(args):
     out = check_output_dir(args.out) if args.out else None
     result = simulate(scenario, profile=profile, progress=wants_progress(args))
     summary = summarize(result)
-    report = Report(json_safe(summary), format_table(summary).splitlines())
+    report = Report(json_safe(summary), format_table(summary).splitlines(), notes=cautions(summary))
     if out is None:
         return report
     write_summary(summary, out / "summary.json")

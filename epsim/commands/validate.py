@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from epsim.calibrate import default_record_paths
-from epsim.commands.output import Report, wants_progress
+from epsim.commands.output import Report, stages, wants_progress
 from epsim.errors import EpsimError, RecordError
 from epsim.io import check_output_dir, check_output_file
 from epsim.plan.executors import check_executor, default_workers
@@ -225,7 +225,8 @@ def run(args):
     report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
                       max_mape=max_mape, strict=args.strict,
                       extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths),
-                      judged_only=[] if args.records else default_judged_only())
+                      judged_only=[] if args.records else default_judged_only(),
+                      stage=stages("validate", wants_progress(args)))
     extrapolation = stats(report.extrapolation)
     if not report.rows:
         raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "

@@ -45,6 +45,9 @@ class BatchCounts:
         phase: "prefill" if any rank extends this step, else "decode".
         prefill_seqs: prefill chunks (sequences extending) in this step; None: one chunk on
             each rank that extends (what the flash kernel's CTA count follows).
+        decode_queries_per_seq: decode queries each decoding sequence runs (1; a speculative
+            verify step's `num_draft_tokens`): its KV cache is read once for all of them and
+            the decode kernel runs one sequence per request, its queries in one tile.
     """
 
     decode_tokens: np.ndarray
@@ -55,6 +58,7 @@ class BatchCounts:
     sampled_tokens: np.ndarray
     phase: str = "decode"
     prefill_seqs: np.ndarray | None = None
+    decode_queries_per_seq: float = 1.0
 
     @cached_property
     def prefill_chunks(self) -> np.ndarray:
@@ -147,7 +151,8 @@ def attention_work(batch: BatchCounts, model: ModelSpec, tp_size: int = 1,
     weight_bytes, proj_flops, core_decode, core_prefill, kv_bytes = _attention_constants(
         model, kv_cache_dtype)
     tokens = batch.tokens
-    kv_entries = batch.decode_context + tokens
+    # a sequence's cache is read once for all its queries (a verify step's draft tokens)
+    kv_entries = batch.decode_context / batch.decode_queries_per_seq + tokens
     flops = proj_flops * tokens + core_decode * batch.decode_context
     if batch.phase == "prefill":                  # decode steps carry no prefill terms
         kv_entries = kv_entries + batch.prefill_context
@@ -208,7 +213,9 @@ def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str
          if projections_us is None else projections_us)
     if decode_kernel is None:
         decode_kernel = DecodeKernel(heads, kv_heads, head_dim, num_sms, decode, ratio)
-    t = t + decode_kernel.us(batch.decode_tokens, batch.decode_context)
+    q = batch.decode_queries_per_seq             # a verify step: one sequence per request
+    t = t + (decode_kernel.us(batch.decode_tokens, batch.decode_context) if q == 1.0 else
+             decode_kernel.us(batch.decode_tokens / q, batch.decode_context / q))
     if batch.phase == "prefill":
         t = t + kernel_us(prefill_work(batch.prefill_tokens, batch.prefill_context,
                                        batch.prefill_chunks, heads, kv_heads, head_dim, num_sms,

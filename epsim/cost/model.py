@@ -114,9 +114,11 @@ class CostModel:
     def uses_graph(self, batch: BatchCounts) -> bool:
         """Whether a step is costed as a CUDA-graph replay (device time only).
 
-        `time_mode` "auto" follows SGLang: a pure decode step within `cuda_graph_max_bs` tokens
-        per rank replays a CUDA graph, others run eagerly; "graph" / "eager" force one."""
-        return self.graph_step(batch.phase, float(batch.tokens.max(initial=0.0)))
+        `time_mode` "auto" follows SGLang: a pure decode step within `cuda_graph_max_bs`
+        requests per rank (tokens, or a verify step's sequences) replays a CUDA graph, others
+        run eagerly; "graph" / "eager" force one."""
+        return self.graph_step(batch.phase, float(batch.tokens.max(initial=0.0))
+                               / batch.decode_queries_per_seq)
 
     def graph_step(self, phase: str, max_tokens_per_rank: float) -> bool:
         """`uses_graph` for a step of `phase` whose busiest rank runs `max_tokens_per_rank`."""

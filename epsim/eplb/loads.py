@@ -1,7 +1,8 @@
 """Read an expert-load matrix `[layers, experts]` from a file, whatever its format.
 
-JSON (`[[...], ...]` or `{"loads": ...}`), NPY, CSV (one row per layer), our JSONL trace or
-an SGLang expert-distribution dump (`.pt` file or folder); traces are summed over steps.
+JSON (`[[...], ...]`, `{"loads": ...}` or SGLang's `{"logical_count": ...}`), NPY, CSV (one
+row per layer), our JSONL trace or an SGLang expert-distribution dump (`.pt` file or folder);
+traces are summed over steps.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ FORMATS = ".json, .jsonl, .npy, .csv, or an SGLang dump (.pt file or folder)"
 def _from_json(path: Path) -> np.ndarray:
     data = load_json(path, "loads file")
     if isinstance(data, dict):
-        if "loads" not in data:
-            raise SpecError(f"{path}: loads (missing) must be a [layers, experts] list "
-                            f"(keys found: {sorted(data)[:5]})")
-        data = data["loads"]
+        # `logical_count`: SGLang's --init-expert-location loads (`epsim eplb --out` writes it)
+        key = "loads" if "loads" in data else "logical_count" if "logical_count" in data else None
+        if key is None:
+            raise SpecError(f"{path}: loads (missing) must be a [layers, experts] list under "
+                            f"'loads' or 'logical_count' (keys found: {sorted(data)[:5]})")
+        data = data[key]
     return _as_array(data, path)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from epsim.plan.columns import mean_length
+from epsim.plan.uncertainty import band_text
 from epsim.report.keep_up import unsettled_text
 
 WORKLOAD_PREFIX = "workload."
@@ -59,7 +60,9 @@ def workload_text(workload) -> str:
     """`poisson 60 req/s; input ~1024, output ~512 tokens (mean); skew zipf 0.4` of a
     `WorkloadSpec`: what every answer serves unless a swept value replaces it."""
     a, skew = workload.arrivals, workload.skew
-    rate = f"{a.kind} {a.rate_per_s:g} req/s" if hasattr(a, "rate_per_s") else f"{a.kind} arrivals"
+    rate = (f"{a.kind} {a.rate_per_s:g} req/s" if hasattr(a, "rate_per_s")
+            else f"closed loop of {a.clients} clients" if a.kind == "concurrency"
+            else f"{a.kind} arrivals")
     detail = {"zipf": lambda: f" {skew.alpha:g}", "hotset": lambda: f" {skew.num_hot} take {skew.hot_frac:g}"}
     skew_text = skew.kind + detail.get(skew.kind, lambda: "")()
     if getattr(skew, "drift_rate_per_s", 0):
@@ -83,7 +86,8 @@ def answer_line(result, answer: Answer) -> str:
         or "the scenario's deployment"
     metrics = []
     for metric in dict.fromkeys(c.metric for c in result.constraints):
-        metrics.append(f"{metric} {_fmt(row.get(metric), '.4g')}")
+        spread = band_text(row, metric)
+        metrics.append(f"{metric} {_fmt(row.get(metric), '.4g')}" + (f", {spread}" if spread else ""))
     served, offered = row.get("keep_up.served_rps"), row.get("keep_up.offered_rps")
     keep = (f"serves {_fmt(served, '.3g')} of {_fmt(offered, '.3g')} req/s "
             f"({_fmt(100 * row.get('keep_up.served_frac', np.nan), '.1f')} %, backlog "

@@ -14,8 +14,9 @@ import numpy as np
 from epsim.errors import SpecError
 from epsim.plan.answers import Answer, group_by_workload
 from epsim.plan.points import Skipped
-from epsim.plan.select import (KEEP_UP_METRIC, Constraint, Objective, infeasible_message,
-                               lexicographic_best, pareto_mask, rejection)
+from epsim.plan.select import (KEEP_UP_METRIC, SLO_MARGIN, Constraint, Objective, banded_met,
+                               infeasible_message, lexicographic_best, pareto_mask, rejection,
+                               slo_margin)
 from epsim.plan.sweep import SweepAxis
 
 
@@ -101,8 +102,16 @@ def _costs(result: PlanResult, objectives: list[Objective]) -> np.ndarray:
 
 
 def _why_none(result: PlanResult, idx: np.ndarray) -> str:
-    """Why no row among `idx` is feasible: keep-up first, then the constraints."""
+    """Why no row among `idx` is feasible: keep-up first, then the constraints, then the
+    points that meet them only marginally (their band crosses a bound)."""
     describe = lambda i: result.describe(int(idx[i]))          # noqa: E731
+    marginal = [int(i) for i in idx if result.rows[i].get("marginal")]
+    if marginal:
+        # the one with the most room under its latency bounds
+        at = max(marginal, key=lambda i: np.nan_to_num(result.rows[i][SLO_MARGIN], nan=-np.inf))
+        return (f"no configuration meets every constraint with its p10-p90 band ({idx.size} "
+                f"points; {len(marginal)} marginal): closest is {result.describe(at)}, whose "
+                f"{rejection(result.rows[at], result.constraints, result.keep_up)}")
     keeps = result.column(KEEP_UP_METRIC)[idx] == 1.0
     if result.keep_up and not keeps.any():
         served = result.column("keep_up.served_frac")[idx]
@@ -128,6 +137,11 @@ def _explain_infeasible(result: PlanResult) -> None:
                              + "; ".join(f"{a.describe()}: {a.reason}" for a in result.answers[:3]))
 
 
+def row_status(row: dict) -> str:
+    """`feasible`, `marginal` (meets the constraints, its p10-p90 band does not) or `rejected`."""
+    return "feasible" if row["feasible"] else "marginal" if row.get("marginal") else "rejected"
+
+
 def rejected(result: PlanResult) -> list[tuple[int, str]]:
     """(row index, reason) of every point that is not feasible, in sweep order."""
     return [(i, rejection(row, result.constraints, result.keep_up))
@@ -138,15 +152,28 @@ def choose_rows(result: PlanResult) -> None:
     """Fill `feasible`, `pareto`, `best` (columns and attributes), the answers per workload
     point, and `infeasible` when no workload point has an answer."""
     num_rows = len(result.rows)
-    feasible = np.ones(num_rows, dtype=bool)
+    for row, margin in zip(result.rows, slo_margin(result.rows, result.constraints)):
+        row[SLO_MARGIN] = float(margin)
+    for name in (SLO_MARGIN, "marginal"):
+        if name not in result.columns:          # results tables written before the band
+            result.columns.insert(result.columns.index("feasible") if "feasible" in result.columns
+                                  else len(result.columns), name)
+    met = np.ones(num_rows, dtype=bool)
     if result.keep_up:
-        feasible &= result.column(KEEP_UP_METRIC) == 1.0
+        met &= result.column(KEEP_UP_METRIC) == 1.0
     for c in result.constraints:
-        feasible &= c.met(result.column(c.metric))
+        met &= c.met(result.column(c.metric))
+    # met at the prediction but not by its whole p10-p90 band: marginal, not feasible
+    robust = banded_met(result.rows, result.constraints)
+    feasible, marginal = met & robust, met & ~robust
+    for i, row in enumerate(result.rows):
+        row["marginal"] = bool(marginal[i])
     pareto_costs = _costs(result, result.pareto)
     frontier = np.zeros(num_rows, dtype=bool)
     costs = _costs(result, result.objectives)
-    candidates = feasible & np.isfinite(costs).all(axis=1)
+    # the first objective decides and must have a value; a later one without (TPOT of a
+    # prefill instance) only ranks that point last on it
+    candidates = feasible & np.isfinite(costs[:, 0])
     result.answers = group_by_workload(result.rows, result.keys)
     for answer in result.answers:
         idx = np.array(answer.rows, dtype=np.int64)

@@ -8,6 +8,10 @@ next rates together on the plan's executor, and every run lands in the results d
 cache, so a rerun resumes. Feasibility is the plan's (`epsim.plan.select.rejection`): keep-up
 (`epsim.report.keep_up`) and every constraint. It assumes feasibility falls with the rate; a
 point that meets the SLO only at some rates above a failing one is not searched for.
+
+A closed-loop scenario (`concurrency` arrivals) has no rate to search: the bisection runs on
+`workload.arrivals.clients` instead, in whole clients, and the answer is the most concurrent
+clients that meet the SLO (what a `bench_serving --max-concurrency` sweep asks).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from epsim.spec.scenario import scenario_from_dict
 from epsim.text import brief
 
 RATE_KEY = "workload.arrivals.rate_per_s"
+CLIENTS_KEY = "workload.arrivals.clients"      # the closed loop's search key
 MAX_FACTOR = 64.0          # search from rate / 64 to rate x 64
 
 
@@ -49,19 +54,26 @@ class MaxRate:
     fails_because: str = ""
     tried: list = field(default_factory=list)
     invalid: str = ""          # the deployment fails validation (nothing to search)
+    whole: bool = False        # the value searched is a count of clients (closed loop)
 
     def next_rate(self, start: float, rel_tol: float) -> float | None:
-        """The next rate to try (None: the bracket is tight enough or out of range)."""
+        """The next rate (or clients) to try (None: the bracket is tight enough or out of range)."""
         lo, hi = self.rate_per_s, self.fails_at_per_s
         if self.invalid:
             return None
         if lo is None and hi is None:
             return start
         if lo is None:
-            return hi / 2.0 if hi / 2.0 >= start / MAX_FACTOR else None
-        if hi is None:
-            return lo * 2.0 if lo * 2.0 <= start * MAX_FACTOR else None
-        return (lo + hi) / 2.0 if (hi - lo) > rel_tol * lo else None
+            value = hi / 2.0 if hi / 2.0 >= start / MAX_FACTOR else None
+        elif hi is None:
+            value = lo * 2.0 if lo * 2.0 <= start * MAX_FACTOR else None
+        else:
+            value = (lo + hi) / 2.0 if (hi - lo) > rel_tol * lo else None
+        if value is None or not self.whole:
+            return value
+        value = int(value)                     # whole clients, inside the bracket
+        tried = {v for v, _ in self.tried}
+        return value if value >= 1 and value not in tried else None
 
 
 def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=None, profile=None,
@@ -86,15 +98,17 @@ def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=
     overrides = list(overrides or []) + ([f"seed={seed}"] if seed is not None else [])
     base = load_base(scenario, overrides)
     arrivals = scenario_from_dict(base.data, where=base.where, base_dir=base.base_dir).workload.arrivals
-    if not hasattr(arrivals, "rate_per_s"):
-        raise SpecError(f"workload.arrivals.kind ({arrivals.kind}) must be poisson or bursty for "
-                        f"--max-rate (a rate to search)")
-    start = float(arrivals.rate_per_s)
+    closed = arrivals.kind == "concurrency"
+    if not (hasattr(arrivals, "rate_per_s") or closed):
+        raise SpecError(f"workload.arrivals.kind ({arrivals.kind}) must be poisson, bursty or "
+                        f"concurrency for --max-rate (a rate or a number of clients to search)")
+    search_key = CLIENTS_KEY if closed else RATE_KEY
+    start = float(arrivals.clients if closed else arrivals.rate_per_s)
     keys = [a.key for a in axes]
     known = keys + list(DERIVED_COLUMNS) + list(METRIC_COLUMNS) + list(COST_COLUMNS)
     parsed = [parse_constraint(t, known) for t in constraints]
     profile_path = str(profile) if profile is not None else None
-    answers = [MaxRate(values) for values in expand(axes)] if axes else [MaxRate({})]
+    answers = [MaxRate(values, whole=closed) for values in expand(axes)] if axes else [MaxRate({}, whole=closed)]
     out_dir = prepare_dir(out)
     while True:
         todo = [(a, a.next_rate(start, rel_tol)) for a in answers]
@@ -103,7 +117,7 @@ def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=
             break
         points = []
         for i, (answer, rate) in enumerate(todo):
-            point = build_point(base, i, {**answer.deployment, RATE_KEY: rate}, profile_path)
+            point = build_point(base, i, {**answer.deployment, search_key: rate}, profile_path)
             if not hasattr(point, "scenario"):          # invalid deployment: nothing to search
                 answer.invalid = point.reason
                 continue
@@ -111,7 +125,7 @@ def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=
         results, _ = _run_missing([p for _, _, p in points], PointCache(out_dir), executor,
                                   workers, ray_address, progress)
         for answer, rate, point in points:
-            row = _row(point, keys + [RATE_KEY], results[point.key])
+            row = _row(point, keys + [search_key], results[point.key])
             why = rejection(row, parsed, keep_up)
             answer.tried.append((rate, not why))
             if why:
@@ -124,22 +138,29 @@ def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=
 def max_rate_lines(answers: list[MaxRate], constraints, rel_tol: float = 0.05) -> list[str]:
     """The CLI's answer: one line per deployment."""
     rule = " and ".join(list(constraints) + ["keep-up"])
-    lines = [f"max rate   per deployment, the highest {RATE_KEY} meeting {rule} "
-             f"(bisection on the simulator to {rel_tol:.0%}):"]
+    closed = any(a.whole for a in answers)
+    key, unit = (CLIENTS_KEY, "clients") if closed else (RATE_KEY, "req/s")
+    lines = [f"max rate   per deployment, the highest {key} meeting {rule} "
+             f"(bisection on the simulator to {rel_tol:.0%}"
+             + (", in whole clients):" if closed else "):")]
     for a in answers:
         name = ", ".join(f"{k}={v}" for k, v in a.deployment.items()) or "the scenario's deployment"
         if a.invalid:
             lines.append(f"  {name}: skipped, {a.invalid}")
             continue
         if a.rate_per_s is None:
-            lines.append(f"  {name}: none down to {a.tried[-1][0] if a.tried else 0:.3g} req/s "
+            lines.append(f"  {name}: none down to {a.tried[-1][0] if a.tried else 0:.3g} {unit} "
                          f"({a.fails_because})")
             continue
         row = a.row
         above = (f"fails at {brief(a.fails_at_per_s, 4)}: {a.fails_because}" if a.fails_at_per_s
                  else f"still meets it at {MAX_FACTOR:g}x the scenario's rate")
-        lines.append(f"  {name}: {brief(a.rate_per_s, 4)} req/s on {row['num_gpus']:g} GPUs "
-                     f"({brief(a.rate_per_s / row['num_gpus'], 3)} req/s/GPU; TPOT p99 "
+        # requests_per_s is one instance's (the run simulates one), num_gpus every instance's
+        served_rps = row["requests_per_s"] * row["num_instances"]
+        served = (f"{brief(served_rps / row['num_gpus'], 3)} req/s/GPU served" if closed
+                  else f"{brief(a.rate_per_s / row['num_gpus'], 3)} req/s/GPU")
+        lines.append(f"  {name}: {brief(a.rate_per_s, 4)} {unit} on {row['num_gpus']:g} GPUs "
+                     f"({served}; TPOT p99 "
                      f"{brief(row['tpot_ms.p99'], 4)} ms, TTFT p99 {brief(row['ttft_ms.p99'], 4)} ms; "
                      f"{len(a.tried)} runs); {above}")
     return lines

@@ -1,4 +1,5 @@
-"""A plan's figures: the Pareto frontier (`pareto.png`) and metrics along the sweep (`sweep.png`)."""
+"""A plan's figures: the Pareto frontier (`pareto.png`) and metrics along the sweep (`sweep.png`);
+axes named for people with their units (`epsim.plan.columns.column_label`)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.plan.columns import column_label
+
 _MAX_LINES = 8
 
 
 def _label(metric: str) -> str:
-    return metric.replace("_", " ")
+    return column_label(metric)
 
 
 def _raw(result, key: str | None) -> list:
@@ -23,8 +26,9 @@ def _is_numeric(values: list) -> bool:
 
 
 def pareto_figure(result):
-    """Scatter of the first two Pareto objectives, colored by the third: infeasible points
-    grey, the frontier ringed, the best point starred, constraint bounds dashed."""
+    """Scatter of the first two Pareto objectives, coloured by the third (every point with a
+    value: feasible ones filled, the rest as crosses, so the colour bar spans the sweep), the
+    frontier ringed, the best point starred, constraint bounds dashed."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -33,33 +37,49 @@ def pareto_figure(result):
     x_obj, y_obj = result.pareto[0], result.pareto[min(1, len(result.pareto) - 1)]
     x, y = result.column(x_obj.metric), result.column(y_obj.metric)
     feasible = result.column("feasible").astype(bool)
+    miss_label = ("misses a constraint or keep-up" if (result.constraints or result.keep_up)
+                  and not feasible.all() else None)
     if len(result.pareto) > 2:
         c_metric = result.pareto[2].metric
         color = result.column(c_metric)
-        shown = feasible & np.isfinite(color)
-        scatter = ax.scatter(x[shown], y[shown], c=color[shown], cmap="viridis", s=22, zorder=2)
-        fig.colorbar(scatter, ax=ax, label=_label(c_metric))
+        finite = np.isfinite(color)
+        norm = None
+        if finite.any():
+            import matplotlib.colors as mcolors
+            norm = mcolors.Normalize(vmin=float(color[finite].min()), vmax=float(color[finite].max()))
+        shown = feasible & finite
+        ax.scatter(x[shown], y[shown], c=color[shown], cmap="viridis", norm=norm, s=30, zorder=2,
+                   label="meets every constraint")
+        ax.scatter(x[~feasible & finite], y[~feasible & finite], c=color[~feasible & finite],
+                   cmap="viridis", norm=norm, marker="x", s=30, zorder=2, label=miss_label)
+        ax.scatter(x[~finite], y[~finite], s=14, color="0.75", zorder=1)
+        if norm is not None:
+            fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=ax,
+                         label=_label(c_metric))
     else:
-        ax.scatter(x[feasible], y[feasible], s=22, color="tab:blue", zorder=2)
-    ax.scatter(x[~feasible], y[~feasible], s=14, color="0.75", zorder=1,
-               label="misses a constraint" if result.constraints else None)
+        ax.scatter(x[feasible], y[feasible], s=30, color="tab:blue", zorder=2,
+                   label="meets every constraint")
+        ax.scatter(x[~feasible], y[~feasible], s=30, marker="x", color="0.5", zorder=1,
+                   label=miss_label)
     front = np.array(result.frontier, dtype=int)
     if front.size:
         ax.scatter(x[front], y[front], s=90, facecolors="none", edgecolors="tab:red", linewidths=1.2,
                    zorder=3, label="Pareto frontier")
-    if result.best is not None:
-        ax.scatter([x[result.best]], [y[result.best]], marker="*", s=260, color="gold",
-                   edgecolors="black", zorder=4, label="best")
+    best = result.column("best").astype(bool)         # one per workload point
+    if best.any():
+        ax.scatter(x[best], y[best], marker="*", s=260, color="gold", edgecolors="black", zorder=4,
+                   label="chosen" if best.sum() == 1 else "chosen, one per workload point")
     for c in result.constraints:
         if c.metric == y_obj.metric:
             ax.axhline(c.bound, color="tab:red", linestyle="--", linewidth=1, label=c.text)
         elif c.metric == x_obj.metric:
             ax.axvline(c.bound, color="tab:red", linestyle="--", linewidth=1, label=c.text)
-    ax.set_xlabel(f"{_label(x_obj.metric)} ({x_obj.sense})")
-    ax.set_ylabel(f"{_label(y_obj.metric)} ({y_obj.sense})")
+    better = {"min": "lower is better", "max": "higher is better"}
+    ax.set_xlabel(f"{_label(x_obj.metric)}, {better[x_obj.sense]}")
+    ax.set_ylabel(f"{_label(y_obj.metric)}, {better[y_obj.sense]}")
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="best")
+    if ax.get_legend_handles_labels()[0]:     # outside the data, under the axes
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
     ax.set_title(f"{len(result.rows)} configurations, {len(result.frontier)} on the frontier")
     fig.tight_layout()
     return fig
@@ -106,21 +126,24 @@ def sweep_figure(result):
                 if sel.any():
                     xs.append(xv if numeric else pos[xv])
                     ys.append(float(np.median(y[sel])))
-            label = f"{group_key.rsplit('.', 1)[-1]}={level}" if group_key else None
+            label = str(level) if group_key else None
             ax.plot(xs, ys, marker="o", markersize=3, label=label)
         for c in result.constraints:
             if c.metric == metric:
                 ax.axhline(c.bound, color="tab:red", linestyle="--", linewidth=1)
         if not numeric:
             ax.set_xticks(range(len(x_levels)), [str(v) for v in x_levels], rotation=30)
-        ax.set_xlabel(x_key or "")
+        ax.set_xlabel(_label(x_key) if x_key else "")
+        ax.set_ylabel(_label(metric))
         ax.set_title(_label(metric), fontsize=10)
         ax.grid(alpha=0.3)
-    if group_key:
-        axes[0][0].legend(fontsize=7)
-    extra = f"; median over {', '.join(keys[2:])}" if len(keys) > 2 else ""
+    if group_key:                              # one legend for all panels, outside the data
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=min(len(labels), 6),
+                   frameon=False, title=_label(group_key))
+    extra = f"; median over {', '.join(_label(k) for k in keys[2:])}" if len(keys) > 2 else ""
     fig.suptitle(f"along the sweep{extra}", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12 if group_key else 0, 1, 1))
     return fig
 
 
@@ -133,7 +156,7 @@ def write_plots(result, out: Path) -> list[Path]:
             continue
         fig = make(result)
         path = Path(out) / name
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")     # legends sit outside the axes
         plt.close(fig)
         paths.append(path)
     return paths

@@ -17,12 +17,13 @@ from epsim.errors import SpecError
 from epsim.io import decode_text, read_bytes
 from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows
 from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
-from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, KEEP_UP_METRIC, parse_constraint,
-                               parse_objective)
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, KEEP_UP_METRIC, SLO_MARGIN,
+                               parse_constraint, parse_objective)
 from epsim.plan.sweep import SweepAxis, parse_value
 
 REQUIRED_COLUMNS = ("point", "point_id", "num_gpus", "error")
-_NOT_KEYS = set(("point", "point_id", "error", "feasible", "pareto", "best")
+_FLAGS = ("feasible", "marginal", "pareto", "best")
+_NOT_KEYS = set(("point", "point_id", "error", SLO_MARGIN) + _FLAGS
                 + DERIVED_COLUMNS + COST_COLUMNS + METRIC_COLUMNS)
 
 
@@ -71,7 +72,7 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[str], list[str]]:
             where = f"{path.name}:{lineno}: {name}"
             if name in ("point_id", "error"):
                 row[name] = cell
-            elif name in ("feasible", "pareto", "best"):
+            elif name in _FLAGS:
                 row[name] = cell == "True"
             elif name in keys:
                 value = parse_value(cell) if cell != "" else None
@@ -97,7 +98,8 @@ def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: l
     Raises:
         SpecError: a constraint or objective naming a column the rows lack, bad syntax.
     """
-    known = [c for c in columns if c not in ("point", "point_id", "error", "feasible", "pareto", "best")]
+    known = [c for c in columns if c not in ("point", "point_id", "error") + _FLAGS]
+    known += [] if SLO_MARGIN in known else [SLO_MARGIN]         # computed when choosing
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = [parse_objective(t, known, "--objective") for t in (objectives or DEFAULT_OBJECTIVES)]
     parsed_pareto = [parse_objective(t, known, "--pareto") for t in (pareto or DEFAULT_PARETO)]

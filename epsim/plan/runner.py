@@ -26,15 +26,16 @@ from epsim.plan.executors import check_executor, default_workers, execute, progr
 from epsim.plan.plots import write_plots
 from epsim.plan.points import (BaseScenario, Point, PointTask, Skipped, build_point, load_base,
                                run_point)
-from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, InfeasibleError, Objective,
-                               keep_up_statement, parse_constraint, parse_objective)
+from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, SLO_MARGIN, InfeasibleError,
+                               Objective, keep_up_statement, parse_constraint, parse_objective,
+                               rule_text)
 from epsim.plan.store import PointCache, cell, prepare_dir, write_csv, write_parquet
 from epsim.plan.sweep import SweepAxis, check_axes, expand, num_points, parse_sweep
 from epsim.plan.tiers import screen_points, screen_tier, warm_started
 from epsim.spec.scenario import scenario_from_dict
 
 ID_COLUMNS = ("point", "point_id")
-FLAG_COLUMNS = ("error", "feasible", "pareto", "best")
+FLAG_COLUMNS = ("error", SLO_MARGIN, "marginal", "feasible", "pareto", "best")
 
 
 def _axes(sweeps) -> list[SweepAxis]:
@@ -117,7 +118,7 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
             overrides.append(f"seed={seed}")
     base = load_base(scenario, overrides)
     keys = [axis.key for axis in axes]
-    known = keys + list(DERIVED_COLUMNS) + list(METRIC_COLUMNS) + list(COST_COLUMNS)
+    known = keys + list(DERIVED_COLUMNS) + list(METRIC_COLUMNS) + list(COST_COLUMNS) + [SLO_MARGIN]
     parsed_constraints = [parse_constraint(t, known) for t in constraints]
     parsed_objectives = _objectives(objectives, DEFAULT_OBJECTIVES, known, "--objective")
     parsed_pareto = _objectives(pareto, DEFAULT_PARETO, known, "--pareto")
@@ -236,6 +237,7 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         "keep_up": keep_up_statement(result.constraints) if result.keep_up else "not applied (--no-keep-up)",
         "rejected": [{"point": result.rows[i]["point"], "reason": why} for i, why in rejected(result)],
         "objectives": [o.text for o in result.objectives],
+        "rule": rule_text(result.objectives, result.constraints, result.keep_up),
         "pareto": [o.text for o in result.pareto],
         "executor": executor, "workers": workers or default_workers(),
         "counts": result.counts(),

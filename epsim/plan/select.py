@@ -1,14 +1,21 @@
 """Choosing among a sweep's points: constraints, objectives, the Pareto frontier, the best point.
 
 A constraint is `METRIC OP VALUE` (`tpot_ms.p99<=50`); a point with a NaN metric does not
-meet it. Objectives are `min:METRIC` / `max:METRIC`; the best point is the feasible one that
-wins the first objective, ties going to the next. The frontier holds the points no other
-point beats on every Pareto objective (NaN rows excluded).
+meet it, and a point whose p10-p90 band (`epsim.plan.uncertainty`) crosses the bound meets it
+only *marginally*: it is not feasible. Objectives are `min:METRIC` / `max:METRIC`; the best
+point is the feasible one that wins the first objective, ties going to the next. The frontier
+holds the points no other point beats on every Pareto objective (NaN rows excluded), feasible
+or not.
+
+The default rule (`DEFAULT_OBJECTIVES`): fewest GPUs, then the largest margin to the latency
+SLO (`slo_margin`: the smallest `(bound - value) / bound` over the latency constraints, so with
+one TPOT bound the lowest TPOT at that percentile), then the lowest TPOT p99 and TTFT p99. Not
+throughput per GPU: every feasible point serves the same offered load, so its tokens per GPU
+differ only by the GPUs (already the first criterion) and by the window's noise.
 """
 
 from __future__ import annotations
 
-import difflib
 import operator
 import re
 from dataclasses import dataclass
@@ -16,7 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean
+from epsim.plan.uncertainty import band, band_columns, has_band
 from epsim.report.keep_up import MAX_GROWTH_FRAC, RULE
 from epsim.text import brief
 
@@ -24,7 +32,8 @@ _OPS: dict[str, Callable] = {"<=": operator.le, ">=": operator.ge, "<": operator
                              "==": operator.eq}
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|<|>)\s*(\S+)\s*$")
 
-DEFAULT_OBJECTIVES = ("min:num_gpus", "max:throughput_tokens_per_s_per_gpu")
+SLO_MARGIN = "slo_margin"          # computed when choosing: it depends on the constraints
+DEFAULT_OBJECTIVES = ("min:num_gpus", f"max:{SLO_MARGIN}", "min:tpot_ms.p99", "min:ttft_ms.p99")
 # keep-up is part of feasibility (`epsim.report.keep_up`): a point that does not serve its
 # offered load meets no SLO, whatever its latencies over a short window say
 KEEP_UP_METRIC = "keep_up.ok"
@@ -37,8 +46,8 @@ class InfeasibleError(SpecError):
 
 def _known(metric: str, known: list[str], flag: str, text: str) -> None:
     if metric not in known:
-        close = difflib.get_close_matches(metric, known, n=3, cutoff=0.6)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        guess = did_you_mean(metric, known)
+        hint = f"{guess} " if guess else ""
         raise SpecError(f"{flag} ({text!r}) names an unknown metric ({metric}); {hint}must be one "
                         f"of {', '.join(known)}")
 
@@ -57,6 +66,19 @@ class Constraint:
         """[points] bool; NaN never meets a constraint."""
         with np.errstate(invalid="ignore"):
             return _OPS[self.op](values, self.bound) & np.isfinite(values)
+
+    @property
+    def is_latency_slo(self) -> bool:
+        """An upper bound on a latency (`tpot_ms.p99<=50`): what `slo_margin` measures."""
+        return self.op in ("<", "<=") and self.metric.split(".")[0].endswith("_ms") and self.bound > 0
+
+    def met_by_band(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """[points] bool: the whole p10-p90 band meets it (the end nearer the bound does)."""
+        if self.op in ("<", "<="):
+            return self.met(hi)
+        if self.op in (">", ">="):
+            return self.met(lo)
+        return self.met(lo) & self.met(hi)
 
     def miss(self, values: np.ndarray) -> np.ndarray:
         """[points] relative violation, 0 where met, inf where NaN: `|value - bound| / |bound|`."""
@@ -116,6 +138,52 @@ def parse_objective(text: str, known: list[str], flag: str = "--objective") -> O
     return Objective(metric, sense)
 
 
+def slo_margin(rows: list[dict], constraints: list[Constraint]) -> np.ndarray:
+    """[rows] the smallest relative margin `(bound - value) / bound` over the latency SLOs
+    (`Constraint.is_latency_slo`); NaN with none, or where a value is NaN."""
+    slos = [c for c in constraints if c.is_latency_slo]
+    if not slos:
+        return np.full(len(rows), np.nan)
+    margins = [np.array([(c.bound - _float(row.get(c.metric))) / c.bound for row in rows])
+               for c in slos]
+    return np.min(np.stack(margins), axis=0)
+
+
+def _float(value) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def banded_met(rows: list[dict], constraints: list[Constraint]) -> np.ndarray:
+    """[rows] bool: every constraint on a metric with a band is met by the whole band."""
+    ok = np.ones(len(rows), dtype=bool)
+    for c in constraints:
+        if has_band(c.metric):
+            ok &= c.met_by_band(*band_columns(rows, c.metric))
+    return ok
+
+
+def rule_text(objectives: list[Objective], constraints: list[Constraint], keep_up: bool) -> str:
+    """How the answer was chosen, in one line (printed with every answer)."""
+    names = {"min:num_gpus": "fewest GPUs", "min:cost_per_hour": "lowest cost per hour",
+             "min:cost_per_million_output_tokens": "lowest cost per million output tokens"}
+    slos = [c.text for c in constraints if c.is_latency_slo]
+    steps = []
+    for o in objectives:
+        if o.metric == SLO_MARGIN:
+            if slos:
+                steps.append(f"the largest margin to {' and '.join(slos)} (lowest latency at the "
+                             f"SLO's percentile)")
+        else:
+            steps.append(names.get(o.text, f"{'lowest' if o.sense == 'min' else 'highest'} {o.metric}"))
+    among = ("among the points that keep up and meet every constraint with their p10-p90 band"
+             if keep_up else "among the points that meet every constraint with their p10-p90 band")
+    text = f"{among}: {', then '.join(steps)}"
+    if not any(o.metric.startswith(("throughput", "output_tokens", "input_tokens")) for o in objectives):
+        text += ("; not by throughput per GPU: every such point serves the same offered load, so "
+                 "tokens/s per GPU differ only by GPU count and the window's noise")
+    return text
+
+
 def keep_up_statement(constraints: list[Constraint]) -> str:
     """What keep-up means in a plan's answer (TTFT from the constraints, when there is one)."""
     ttft = [c.text for c in constraints if c.metric.startswith("ttft_ms.")]
@@ -140,9 +208,15 @@ def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) ->
         reasons.append(text + ": overloaded")
     for c in constraints:
         value = row.get(c.metric, float("nan"))
+        value = float("nan") if value is None else value
         if not bool(c.met(np.array([value], dtype=np.float64))[0]):
             shown = "-" if value != value else format(value, ".4g")
             reasons.append(f"{c.metric} {shown} misses {c.op}{c.bound:g}")
+            continue
+        b = band(row, c.metric)
+        if b is not None and not bool(c.met_by_band(np.array([b[0]]), np.array([b[1]]))[0]):
+            reasons.append(f"{c.metric} {value:.4g} meets {c.op}{c.bound:g} but its p10-p90 band "
+                           f"{b[0]:.4g}-{b[1]:.4g} crosses it: marginal")
     return "; ".join(reasons)
 
 
@@ -165,7 +239,8 @@ def pareto_mask(costs: np.ndarray) -> np.ndarray:
 
 
 def lexicographic_best(costs: np.ndarray, candidates: np.ndarray) -> int | None:
-    """Index of the candidate with the smallest costs, first column first (None if none)."""
+    """Index of the candidate with the smallest costs, first column first (None if none); a
+    cost of +inf (a NaN metric) in a later column ranks last on that column."""
     idx = np.flatnonzero(candidates)
     if idx.size == 0:
         return None

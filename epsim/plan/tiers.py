@@ -165,7 +165,7 @@ def select_candidates(points: list[Point], rows: list[dict], keys: list[str],
         frontier[distinct[pareto_mask(pareto_costs[distinct])]] = True
         remaining = np.zeros(n, dtype=bool)
         remaining[good] = True
-        remaining &= np.isfinite(costs).all(axis=1)
+        remaining &= np.isfinite(costs[:, 0])      # later objectives only break ties
         for _ in range(top):
             pick = lexicographic_best(costs, remaining)
             if pick is None:

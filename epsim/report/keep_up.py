@@ -29,6 +29,11 @@ second, whose least-squares slope has variance 1.2 * 2 lam / T), the verdict say
 is not steady (`settled` False) and what to do. It does not change `ok`: such a run's
 latencies are a lower bound on the steady ones (a filling batch) or an upper bound (a draining
 one).
+
+A closed loop (`concurrency` arrivals) offers what it is served: each client sends its next
+request when its last one ends, so its backlog is bounded by its clients and cannot grow. It
+keeps up by construction (`ok` unless a TTFT target fails); the verdict gives the rate its
+clients drive and how many of them waited for a slot.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ def running_growth_rps(step_start_s: np.ndarray, num_running: np.ndarray, start_
 def keep_up(arrival_s: np.ndarray, first_token_s: np.ndarray, is_initial: np.ndarray,
             lost: np.ndarray, start_s: float, end_s: float, ttft_p99_ms: float | None = None,
             ttft_target_ms: float | None = None, step_start_s: np.ndarray | None = None,
-            num_running: np.ndarray | None = None) -> dict:
+            num_running: np.ndarray | None = None, clients: int | None = None) -> dict:
     """The keep-up verdict of one run's window.
 
     Args:
@@ -94,6 +99,7 @@ def keep_up(arrival_s: np.ndarray, first_token_s: np.ndarray, is_initial: np.nda
         ttft_target_ms: TTFT p99 bound that is part of the verdict (None: no TTFT condition).
         step_start_s, num_running: [steps] the step table's start (s) and running requests,
             for `settled` (None: not judged, `settled` True).
+        clients: a closed loop's clients (None: open-loop arrivals); see the module doc.
     Returns:
         `offered_rps`, `served_rps`, `served_frac`, `backlog_growth_rps`, `ttft_target_ms`,
         `ok` (bool), `running_growth_rps` (None: not judged), `settled` (bool), `verdict`
@@ -106,7 +112,7 @@ def keep_up(arrival_s: np.ndarray, first_token_s: np.ndarray, is_initial: np.nda
     served = int(((first >= start_s) & (first <= end_s)).sum())
     growth = backlog_growth_rps(arrival, first, start_s, end_s)
     offered_rps, served_rps = offered / window_s, served / window_s
-    running = (None if step_start_s is None or num_running is None
+    running = (None if step_start_s is None or num_running is None or clients is not None
                else running_growth_rps(step_start_s, num_running, start_s, end_s))
     settled = running is None or not offered or abs(running) <= max(
         MAX_RUNNING_GROWTH_FRAC * offered_rps,
@@ -117,15 +123,20 @@ def keep_up(arrival_s: np.ndarray, first_token_s: np.ndarray, is_initial: np.nda
            "running_growth_rps": running, "settled": settled, "rule": RULE,
            "settled_rule": SETTLED_RULE}
     reasons = []
-    if offered and served < MIN_SERVED_FRAC * offered:
+    open_loop = clients is None              # a closed loop's load follows its service (module doc)
+    if open_loop and offered and served < MIN_SERVED_FRAC * offered:
         reasons.append(f"serves {brief(served_rps, 3)} of {brief(offered_rps, 3)} req/s")
-    if offered and growth > MAX_GROWTH_FRAC * offered_rps:
+    if open_loop and offered and growth > MAX_GROWTH_FRAC * offered_rps:
         reasons.append(f"waiting requests grow {brief(growth, 3)}/s")
     if ttft_target_ms is not None and not (ttft_p99_ms is not None and ttft_p99_ms <= ttft_target_ms):
         shown = "-" if ttft_p99_ms is None else f"{brief(ttft_p99_ms, 4)} ms"
         reasons.append(f"TTFT p99 {shown} > {ttft_target_ms:g} ms")
     out["ok"] = not reasons
-    if not offered:
+    if clients is not None:
+        out["verdict"] = (f"closed loop of {clients} clients: they send {brief(offered_rps, 3)} "
+                          f"req/s, served as they are sent"
+                          + (f"; {'; '.join(reasons)}" if reasons else ""))
+    elif not offered:
         out["verdict"] = "no request arrived in the measurement window: keep-up not judged"
     elif reasons:
         out["verdict"] = f"{'; '.join(reasons)}: overloaded"

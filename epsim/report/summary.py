@@ -26,7 +26,9 @@ import numpy as np
 
 from epsim.cost.provenance import part_bands
 from epsim.cost.transport import transport_path
+from epsim.report.benchmark import bench_line, bench_serving, kv_line
 from epsim.report.keep_up import keep_up
+from epsim.report.serving import label_saturated, requests_line, serving
 from epsim.sim.metrics import STEP_COLUMNS, SimResult
 from epsim.spec.workload import STEADY
 from epsim.text import duration, number, size, table
@@ -169,15 +171,16 @@ def summarize(result: SimResult) -> dict:
     busy_us = float(steps["step_us"][measured].sum())
     stall_us = float(sum(s[1] for s in result.stalls if s[0] >= warm_us))
     parts = ("attention_us", "dispatch_us", "experts_us", "combine_us", "shared_experts_us",
-             "block_ops_us", "dense_us", "overhead_us", "extra_us")
+             "block_ops_us", "dense_us", "overhead_us", "extra_us", "draft_us")
     breakdown = {name[:-3]: (float(steps[name][measured].sum()) / busy_us if busy_us else 0.0)
                  for name in parts}
     layer = {name: [float(v) for v in values] for name, values in result.layer_mean_us.items()}
     rank_load = result.rank_pairs_mean
     lost = result.lost if result.lost is not None else np.zeros_like(result.is_initial)
     ttft = percentiles(lat["ttft_ms"])
+    scenario = result.scenario.model_dump(mode="json")
     summary = {
-        "scenario": result.scenario.model_dump(mode="json"),
+        "scenario": scenario,
         "network": network_info(result.scenario),
         "profile": {k: v for k, v in result.profile_info.items() if k != "provenance"},
         # which component gave each part of the time: fitted / extrapolated / datasheet, with
@@ -193,6 +196,8 @@ def summarize(result: SimResult) -> dict:
         "warmup_s": result.warmup_s,
         "wall_seconds": result.wall_seconds,
         "num_gpus": result.num_gpus,
+        # instances sharing the workload (xPyD's side, or replicas); the numbers are one's
+        "num_instances": result.scenario.deployment.num_instances,
         "num_steps": int(steps["step_us"].shape[0]),
         "num_measured_steps": int(measured.sum()),
         "num_requests": {"arrived": int((~result.is_initial).sum()), "measured": num_measured,
@@ -203,9 +208,16 @@ def summarize(result: SimResult) -> dict:
         "input_tokens_per_s_per_gpu": prefill / per_gpu_s,
         "output_tokens_per_s_per_gpu": output / per_gpu_s,
         "requests_per_s": float(finished.sum()) / window_s,
-        "keep_up": keep_up(result.arrival_s, result.first_token_s, result.is_initial, lost,
-                           result.warmup_s, result.duration_s, ttft["p99"],
-                           step_start_s=steps["start_us"] * 1e-6, num_running=steps["num_running"]),
+        "keep_up": label_saturated(keep_up(
+            result.arrival_s, result.first_token_s, result.is_initial, lost, result.warmup_s,
+            result.duration_s, ttft["p99"], step_start_s=steps["start_us"] * 1e-6,
+            num_running=steps["num_running"],
+            clients=getattr(result.scenario.one_instance().workload.arrivals, "clients", None)),
+            scenario),
+        # one GPU's memory and how its KV pool bound admission (`epsim.sim.memory`, `.kv_pool`)
+        "kv_cache": result.kv_cache,
+        # the same run as sglang.bench_serving would report it (`epsim.report.benchmark`)
+        "bench_serving": bench_serving(result),
         "ttft_ms": ttft,
         "tpot_ms": percentiles(lat["tpot_ms"]),
         "itl_ms": itl_ms(result),
@@ -224,6 +236,8 @@ def summarize(result: SimResult) -> dict:
         **_eplb_and_elastic(result),
     }
     summary["latency_notes"] = latency_notes(summary, result)
+    # offered, served and finished, defined once (`epsim.report.serving`)
+    summary["serving"] = serving(summary)
     return summary
 
 
@@ -327,7 +341,6 @@ def format_table(summary: dict) -> str:
     s = summary
     sc = s["scenario"]
     d = sc["deployment"]
-    n = s["num_requests"]
     lines = [
         f"scenario   {sc['name']}: {sc['model']['name']} on {s['num_gpus']} x {sc['cluster']['gpu']} "
         f"(EP {d['ep_size']}{_tp_text(d, s['num_gpus'])}, {d['moe_a2a_backend']}, disaggregation "
@@ -338,12 +351,10 @@ def format_table(summary: dict) -> str:
           if s.get("network", {}).get("spans_nodes") else []),
         f"simulated  {s['sim_seconds']:g} s ({s['num_steps']} steps) in {s['wall_seconds']:.2f} s wall; "
         f"profile {s['profile']['name'] or s['profile']['path'] or '-'}",
-        f"requests   {n['measured']} arrived after the {s['warmup_s']:g} s warm-up (the latencies "
-        f"below are theirs), {n['finished']} of them finished ({s['requests_per_s']:.1f}/s), "
-        f"{n['measured'] - n['finished']} still running at the end"
-        + (f", {n['lost']} lost" if n.get("lost") else "") + _start_text(s),
+        f"requests   {requests_line(s)}" + _start_text(s),
         f"throughput {s['throughput_tokens_per_s_per_gpu']:.1f} tokens/s/GPU "
         f"(input {s['input_tokens_per_s_per_gpu']:.1f}, output {s['output_tokens_per_s_per_gpu']:.1f})",
+        *([kv_line(s["kv_cache"])] if s.get("kv_cache") else []),
         "",
         f"keep-up    {s['keep_up']['verdict']}",
         "",
@@ -354,6 +365,8 @@ def format_table(summary: dict) -> str:
                    [[name[:-3], *(s[name][k] for k in ("p50", "p90", "p99", "mean")),
                      s[name].get("count"), f"({notes[name]})" if name in notes else ""]
                     for name in names], indent="")
+    if s.get("bench_serving"):
+        lines += ["", bench_line(s["bench_serving"])]
     mean = {k: float(np.mean(s[k])) if s[k] else 0.0 for k in
             ("attention_us", "dispatch_us", "experts_us", "combine_us", "block_ops_us", "layer_us")
             if k in s}

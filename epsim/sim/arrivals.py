@@ -38,7 +38,8 @@ class Requests:
 
 
 def sample_lengths(spec, num: int, rng: np.random.Generator) -> np.ndarray:
-    """[num] int64 lengths from a length spec (fixed, uniform low..high inclusive, lognormal).
+    """[num] int64 lengths from a length spec (fixed, uniform low..high inclusive, random as
+    `sglang.bench_serving` draws them, lognormal).
 
     Lognormal: `mean` is the mean length, so mu = ln(mean) - sigma^2/2; clipped to [1, max].
     """
@@ -46,6 +47,8 @@ def sample_lengths(spec, num: int, rng: np.random.Generator) -> np.ndarray:
         return np.full(num, spec.value, dtype=np.int64)
     if spec.kind == "uniform":
         return rng.integers(spec.low, spec.high + 1, num).astype(np.int64)
+    if spec.kind == "random":                  # bench_serving's np.random.randint(low, value + 1)
+        return rng.integers(spec.low, spec.value + 1, num).astype(np.int64)
     mu = np.log(spec.mean) - spec.sigma ** 2 / 2.0
     return np.clip(np.rint(rng.lognormal(mu, spec.sigma, num)), 1, spec.max).astype(np.int64)
 
@@ -126,6 +129,8 @@ def sample_requests(workload, seed: int, base_dir: str | Path = ".") -> Requests
     if arrivals.kind == "poisson":
         mean_gap = 1.0 / arrivals.rate_per_s
         arrival = _sample_gaps_until(lambda n: rng.exponential(mean_gap, n), mean_gap, workload.duration_s)
+    elif arrivals.kind == "concurrency":       # closed loop: sent as requests finish
+        return Requests(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
     elif arrivals.kind == "bursty":
         shape = 1.0 / arrivals.cv ** 2
         mean_gap = 1.0 / arrivals.rate_per_s

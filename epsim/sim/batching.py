@@ -18,25 +18,30 @@ every mode: per-slot contexts, tokens left and prefill tokens left, counted down
 Decode instances while every rank is alive (most decode runs, R1 among them) take the decode
 path instead (`epsim.sim.decode_path`: the same results from a step count), and the fast engine
 applies their saturated steps many at once (`epsim.sim.saturation`, for `epsim.sim.leap`).
-Where what is to come would go: how many requests a rank admits is decided in `_admit` alone (a
-KV-cache capacity bound on running requests would cap it there); arrivals that depend on
-completions (closed-loop clients) are a variant of `RankQueues`, told of each finish; tokens
-made per decode step (speculative MTP steps) are counted in `commit`; colocated instances with
-chunked prefill run `plan`'s extend branch.
+How many requests a rank admits is decided in `Admission._admit` alone (`epsim.sim.admission`:
+free slots and the KV pool, `epsim.sim.kv_pool`); a closed loop's arrivals follow the
+completions (`epsim.sim.clients`, told of each finish by `SlotState.on_finish`); with
+speculative decoding a decode step is a verify step whose requests get k tokens each, counted in
+`commit` on the per-slot path (`epsim.sim.speculative`); colocated instances with chunked
+prefill run `plan`'s extend branch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
+from epsim.sim.admission import Admission
 from epsim.sim.arrivals import Requests
+from epsim.sim.clients import ClientQueues, ClosedLoop
 from epsim.sim.decode_path import DecodePath
+from epsim.sim.kv_pool import KVPool
 from epsim.sim.rank_queues import RankQueues
 from epsim.sim.saturation import Applied, Saturated, apply_saturated, saturated_batch, saturated_steps
 from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, NO_REQUEST, SlotState
+from epsim.sim.speculative import Acceptance, verify_counts
 from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
 
 
@@ -50,13 +55,15 @@ class Plan:
     finishing_prefill: np.ndarray | None  # [ranks, slots] bool, prompt completes this step
     fresh_ids: np.ndarray | None          # decode instances: requests whose first step this is
     num_waiting: int = 0                  # arrived requests still without a slot
+    requests: np.ndarray | None = None    # speculative: [ranks] requests the verify step runs
+    context: np.ndarray | None = None     # speculative: [ranks] their contexts' sum (+1 each)
 
     @property
     def num_tokens(self) -> float:
         return float(self.batch.tokens.sum())
 
 
-class Scheduler:
+class Scheduler(Admission):
     """Request state of a run, vectorized over DP ranks and slots.
 
     Args:
@@ -69,6 +76,13 @@ class Scheduler:
             `num_ranks * k` of them, k per rank; excluded from TTFT and end-to-end statistics
             (their inter-token gaps count, `epsim.sim.token_gaps`).
         window_start_s: the measurement window (token gaps) opens at the first step at or after it.
+        closed: a closed loop's clients (`epsim.sim.clients.ClosedLoop`; `requests` then
+            empty): their sends arrive as requests finish, the requests running at t=0 first.
+        kv: each rank's KV pool (`epsim.sim.kv_pool.KVPool`; None, or one that cannot bind:
+            slots alone bound admission).
+        spec: speculative decoding's tokens per request per verify step
+            (`epsim.sim.speculative.Acceptance`; None: one token a step); a decode step is then
+            a verify step of `draft_tokens` tokens per request, on the per-slot path.
     Attributes:
         state: the slots and requests every path shares (`SlotState`).
         queues: the arrivals each rank holds and has admitted (`RankQueues`).
@@ -77,23 +91,40 @@ class Scheduler:
 
     def __init__(self, requests: Requests, num_ranks: int, max_running: int, chunk_tokens: int,
                  mode: str = "null", mixed_chunk: bool = False, initial: Requests | None = None,
-                 initial_progress: np.ndarray | None = None, window_start_s: float = 0.0):
+                 initial_progress: np.ndarray | None = None, window_start_s: float = 0.0,
+                 closed: ClosedLoop | None = None, kv: KVPool | None = None,
+                 spec: Acceptance | None = None, draft_tokens: int = 1):
         self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
+        self.spec, self.draft_tokens = spec, draft_tokens
+        self.emitted_tokens = 0.0          # speculative: tokens the last commit gave its requests
+        self.spec_tokens = self.spec_verifies = 0   # speculative: in the window, for accept length
+        self.kv = kv if kv is not None and kv.active else None   # a pool that can bind
+        self._kv_held = False
         self.mode, self.mixed_chunk = mode, mixed_chunk
         self.num_arrivals = len(requests)
         init = initial if initial is not None else Requests(np.zeros(0), np.zeros(0, np.int64),
                                                             np.zeros(0, np.int64))
-        arrival_s = np.concatenate([requests.arrival_s, init.arrival_s])
-        num = arrival_s.shape[0]
-        if num >= np.iinfo(np.int32).max:
-            raise ValueError(f"requests ({num}) must be fewer than 2**31 per run (int32 slot ids)")
-        self.queues = RankQueues(arrival_s[:self.num_arrivals], num_ranks)
-        input_len = np.concatenate([requests.input_len, init.input_len]).astype(np.int64)
-        output_len = np.concatenate([requests.output_len, init.output_len]).astype(np.int64)
-        if mode == "prefill":
-            output_len = np.ones_like(output_len)             # the first token ends it here
-        self.state = SlotState.empty(num_ranks, max_running, arrival_s, input_len, output_len,
-                                     self.num_arrivals, window_start_s)
+        self.closed = closed
+        if closed is not None:
+            # the requests running at t=0 first (ids 0..), then the clients' sends
+            self.initial_start = 0
+            self.queues = ClientQueues(num_ranks, len(init))
+            self.state = SlotState.closed_loop(num_ranks, max_running, init.input_len.astype(np.int64),
+                                               init.output_len.astype(np.int64), window_start_s)
+            self.state.on_finish = self._client_done
+        else:
+            self.initial_start = self.num_arrivals
+            arrival_s = np.concatenate([requests.arrival_s, init.arrival_s])
+            num = arrival_s.shape[0]
+            if num >= np.iinfo(np.int32).max:
+                raise ValueError(f"requests ({num}) must be fewer than 2**31 per run (int32 slot ids)")
+            self.queues = RankQueues(arrival_s[:self.num_arrivals], num_ranks)
+            input_len = np.concatenate([requests.input_len, init.input_len]).astype(np.int64)
+            output_len = np.concatenate([requests.output_len, init.output_len]).astype(np.int64)
+            if mode == "prefill":
+                output_len = np.ones_like(output_len)             # the first token ends it here
+            self.state = SlotState.empty(num_ranks, max_running, arrival_s, input_len, output_len,
+                                         self.num_arrivals, window_start_s)
         shape = (num_ranks, max_running)
         self._zeros = np.zeros(num_ranks)            # the per-rank counts of nothing (read-only)
         self._zeros.flags.writeable = False
@@ -102,9 +133,12 @@ class Scheduler:
         self._context = np.zeros(shape, dtype=np.int32)          # 0 in a free slot
         self._out_left = np.full(shape, EMPTY_LEFT, dtype=np.int32)
         self._dropped = False            # a rank was dropped while a planned step ran
-        self.decode_path = DecodePath(self.state) if mode == "decode" else None
+        # one token per request per step (`epsim.sim.decode_path`): not so with speculation
+        self.decode_path = DecodePath(self.state) if mode == "decode" and spec is None else None
         if len(init):
             self._place_initial(init, initial_progress)
+        if closed is not None:
+            self._send([0.0] * closed.first_sends)
 
     def _place_initial(self, init: Requests, progress: np.ndarray | None) -> None:
         per_rank = len(init) // self.num_ranks
@@ -113,8 +147,9 @@ class Scheduler:
                              f"max_running_requests ({self.max_running})")
         state = self.state
         done = np.zeros(len(init), dtype=np.int64) if progress is None else np.asarray(progress, np.int64)
-        done = np.minimum(done, state.output_len[self.num_arrivals:] - 1)
-        ids = self.num_arrivals + np.arange(len(init)).reshape(self.num_ranks, per_rank)
+        first = self.initial_start
+        done = np.minimum(done, state.output_len[first:first + len(init)] - 1)
+        ids = first + np.arange(len(init)).reshape(self.num_ranks, per_rank)
         state.slot_req[:, :per_rank] = ids
         state.used[:, :per_rank] = True
         self._context[:, :per_rank] = (init.input_len + done).reshape(self.num_ranks, per_rank)
@@ -159,32 +194,34 @@ class Scheduler:
         """[ranks, slots] int32 tokens each slot's request has still to produce."""
         return self._out_left if self.decode_path is None else self.decode_path.out_left()
 
-    # -- queries -----------------------------------------------------------------------------
-    def arrived(self, now_s: float) -> np.ndarray:
-        """[ranks] requests that have arrived at each rank by `now_s` (round-robin)."""
-        return self.queues.arrived(now_s)
-
-    def next_arrival_s(self, now_s: float) -> float:
-        """The first arrival after `now_s` (inf when none is left)."""
-        return self.queues.next_arrival_s(now_s)
-
-    def num_waiting(self, now_s: float) -> int:
-        """Requests arrived by `now_s` and still without a slot, every rank."""
-        return int(self.queues.waiting(now_s).sum())
-
     def slot_tokens(self) -> np.ndarray:
         """[ranks, slots] tokens the slot's request has produced (0 in a free slot)."""
         slot_req = self.state.slot_req
         used = slot_req >= 0
         return np.where(used, self.state.output_len[np.maximum(slot_req, 0)] - self.out_left, 0)
 
-    def window_gaps(self) -> WindowGaps:
-        """Per request, the inter-token gaps that ended in the measurement window."""
+    def window_gaps(self, trim: bool = False) -> WindowGaps:
+        """Per request, the inter-token gaps that ended in the measurement window (`trim`: of
+        the requests so far only, without a closed loop's spare rows)."""
         state = self.state
         if self.decode_path is not None:
             self.decode_path.stamp_clock()
-        return state.clock.window_gaps(state.slot_req, self.slot_tokens(), state.output_len,
+        gaps = state.clock.window_gaps(state.slot_req, self.slot_tokens(), state.output_len,
                                        state.first_token_s, state.finish_s, state.lost)
+        if trim and state.count < gaps.count.shape[0]:
+            gaps = WindowGaps(gaps.count[:state.count], gaps.span_s[:state.count], gaps.start_s)
+        return gaps
+
+    def trimmed_state(self) -> SlotState:
+        """`state` with its per-request arrays cut to the requests so far (a closed loop keeps
+        spare rows for the sends to come)."""
+        state = self.state
+        num = state.count
+        if num == state.arrival_s.shape[0]:
+            return state
+        cut = {name: getattr(state, name)[:num] for name in (
+            "arrival_s", "input_len", "output_len", "is_initial", "first_token_s", "finish_s", "lost")}
+        return replace(state, **cut)
 
     @property
     def window_due_s(self) -> float:
@@ -192,11 +229,7 @@ class Scheduler:
         clock = self.state.clock
         return clock.window_start_s if clock.opened_s is None else np.inf
 
-    # -- elastic EP ----------------------------------------------------------------------------
-    def route_to(self, alive: np.ndarray, now_s: float) -> None:
-        """Route arrivals after `now_s` round-robin over the ranks where `alive` ([ranks] bool)."""
-        self.queues.route_to(alive, now_s)
-
+    # -- elastic EP (and `Admission.route_to`) ---------------------------------------------------
     def drop_rank(self, rank: int, now_s: float) -> np.ndarray:
         """A failed rank loses its requests, running and queued; its slots become free.
 
@@ -211,6 +244,8 @@ class Scheduler:
         lost = np.concatenate([row[used].astype(np.int64), waiting])
         state.clock.lose(row[used], self.slot_tokens()[rank, used], state.clock.last_s[rank, used])
         state.lost[lost] = True
+        if state.on_finish is not None:       # a client whose request was lost sends its next
+            state.on_finish(lost, now_s)
         state.slot_req[rank] = NO_REQUEST
         state.used = state.used.copy()          # the plan of the step in flight keeps its own
         state.used[rank] = False
@@ -224,39 +259,6 @@ class Scheduler:
         return lost
 
     # -- one step ------------------------------------------------------------------------------
-    def _admit(self, now_s: float, alive: np.ndarray | None) -> tuple[np.ndarray | None, int]:
-        """Move arrived requests into free slots, FCFS per rank.
-
-        Returns:
-            (ids admitted or None, requests still waiting).
-        """
-        state, queues = self.state, self.queues
-        waiting = queues.waiting(now_s)
-        admit = np.minimum(waiting, self.max_running - state.occupied)
-        if alive is not None:
-            admit = np.where(alive, admit, 0)
-        num_waiting = int(waiting.sum())
-        if not admit.any():
-            return None, num_waiting
-        slots, rows, within = state.pick_free(admit)
-        ids = queues.take(admit, rows, within)
-        state.fill(slots, ids)
-        input_len = state.input_len[ids]
-        if self.decode_path is not None:
-            self.decode_path.start(slots, input_len, state.output_len[ids])
-            self.decode_path.in_flight = slots
-        else:
-            self._out_left.reshape(-1)[slots] = state.output_len[ids]
-        if self.mode == "decode":
-            if self.decode_path is None:
-                self._context.reshape(-1)[slots] = input_len
-            state.context_sum += np.bincount(rows, weights=input_len,
-                                             minlength=self.num_ranks).astype(np.int64)
-        else:
-            self.prefill_left.reshape(-1)[slots] = input_len
-        state.occupied += admit
-        return ids, num_waiting - int(admit.sum())
-
     def plan(self, now_s: float, alive: np.ndarray | None = None) -> Plan:
         """Admit arrivals and form this step's batch on every rank.
 
@@ -311,6 +313,11 @@ class Scheduler:
                               ) else "decode"
         batch = BatchCounts(decode_tokens, decode_context, prefill_tokens, prefill_context,
                             prefill_pairs, decode_tokens + finishing_count, phase, prefill_seqs)
+        if self.kv is not None:
+            self.kv.record(now_s, self._kv_used(), decode_tokens, self._kv_held)
+        if self.spec is not None and decode_tokens.any():      # a verify step (`speculative`)
+            return Plan(verify_counts(batch, self.draft_tokens), decoding, alloc, finishing, fresh,
+                        num_waiting, decode_tokens, decode_context)
         return Plan(batch, decoding, alloc, finishing, fresh, num_waiting)
 
     def _chunk(self, pending: np.ndarray, budget: np.ndarray) -> np.ndarray:
@@ -338,12 +345,22 @@ class Scheduler:
             plan = self._without_freed(plan)
         decoding = plan.decoding
         emitting = decoding if plan.finishing_prefill is None else decoding | plan.finishing_prefill
-        gaps = state.clock.emit(now_s, emitting) if emitting is not None else NO_GAPS
-        self._context += decoding
-        state.context_sum += (decoding.sum(axis=1) if dropped
-                              else plan.batch.decode_tokens.astype(np.int64))
-        self._out_left -= decoding
-        state.output_tokens_done += float(plan.batch.decode_tokens.sum())
+        if plan.requests is not None:        # a verify step: each request gets k tokens
+            made = self._verify_tokens(decoding, state.clock.opened_s is not None)
+            gaps = state.clock.emit(now_s, emitting, made)
+            self._context += made
+            state.context_sum += made.sum(axis=1)
+            self._out_left -= made
+            self.emitted_tokens = float(made.sum())
+            state.output_tokens_done += self.emitted_tokens
+        else:
+            gaps = state.clock.emit(now_s, emitting) if emitting is not None else NO_GAPS
+            self._context += decoding
+            state.context_sum += (decoding.sum(axis=1) if dropped
+                                  else plan.batch.decode_tokens.astype(np.int64))
+            self._out_left -= decoding
+            self.emitted_tokens = float(plan.batch.decode_tokens.sum())
+            state.output_tokens_done += self.emitted_tokens
         if plan.fresh_ids is not None:
             state.first_token_s[plan.fresh_ids] = now_s
         if plan.prefill_alloc is not None:
@@ -364,6 +381,18 @@ class Scheduler:
             self._out_left.reshape(-1)[done] = EMPTY_LEFT
         return gaps
 
+    def _verify_tokens(self, decoding: np.ndarray, in_window: bool) -> np.ndarray:
+        """[ranks, slots] int32 tokens each decoding slot's request gets from a verify step:
+        `Acceptance.draw`, at most what it has left; counted for the accept length in the window."""
+        made = np.zeros(decoding.shape, dtype=np.int32)
+        slots = np.flatnonzero(decoding)
+        tokens = np.minimum(self.spec.draw(slots.shape[0]), self._out_left.reshape(-1)[slots])
+        made.reshape(-1)[slots] = tokens
+        if in_window:
+            self.spec_tokens += int(tokens.sum())
+            self.spec_verifies += int(slots.shape[0])
+        return made
+
     def _without_freed(self, plan: Plan) -> Plan:
         """`plan` restricted to slots that still hold a request (`drop_rank` freed the rest)."""
         live = self.state.slot_req >= 0
@@ -374,7 +403,8 @@ class Scheduler:
         if plan.prefill_alloc is not None:
             alloc = np.where(live, plan.prefill_alloc, 0)
             finishing = plan.finishing_prefill & live
-        return Plan(plan.batch, plan.decoding & live, alloc, finishing, fresh, plan.num_waiting)
+        return Plan(plan.batch, plan.decoding & live, alloc, finishing, fresh, plan.num_waiting,
+                    plan.requests, plan.context)
 
     # -- many steps at once (`epsim.sim.saturation`, for `epsim.sim.leap`) -------------------
     def may_saturate(self) -> bool:
@@ -389,7 +419,8 @@ class Scheduler:
         (`epsim.sim.saturation`)."""
         if not (self.may_saturate() and self.queues.one_epoch() and max_steps >= 1):
             return None
-        return saturated_steps(self.state, self.decode_path, self.queues, now_s, max_steps)
+        return saturated_steps(self.state, self.decode_path, self.queues, now_s, max_steps,
+                               self.kv)
 
     def saturated_batch(self) -> BatchCounts:
         """The batch of every saturated step: full on every rank."""
@@ -400,4 +431,6 @@ class Scheduler:
         """Apply the first `num` steps of `sat`, which start at `start_s` and end at `end_s`
         ([num] s): what `plan` and `commit` of each would have done."""
         self._dropped = False
+        if self.kv is not None:
+            self.kv.record_full_steps(start_s, sat.context_sum[:num], float(self.max_running))
         return apply_saturated(sat, num, start_s, end_s, self.state, self.decode_path, self.queues)

@@ -27,6 +27,7 @@ from typing import Callable, Generator
 
 import numpy as np
 import simpy
+from tqdm import tqdm
 
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
@@ -37,10 +38,16 @@ from epsim.profile import Profile, load_profile
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
 from epsim.sim.batching import Scheduler
+from epsim.sim.clients import ClosedLoop
+from epsim.sim.elastic import ElasticEP
+from epsim.sim.eplb_process import EPLBManager
 from epsim.sim.initial_placement import initial_placement
+from epsim.sim.kv_pool import KVPool
 from epsim.sim.leap import Leaper
+from epsim.sim.memory import kv_running_limit, memory_plan
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
+from epsim.sim.speculative import Acceptance, DraftPricer
 from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
 from epsim.spec.scenario import Scenario
@@ -87,6 +94,8 @@ class Simulation:
     def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
                  progress: bool = False, scenario_processes: bool = True,
                  engine: str | None = None, leap: bool = True):
+        self.stated = scenario              # as written; the run is one instance's share of it
+        scenario = scenario.one_instance()
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.progress = progress
@@ -103,16 +112,31 @@ class Simulation:
         self.requests = sample_requests(w, self.seed, scenario.base_dir)
         dp = scenario.dp_size
         max_running = d.max_running_requests
+        self.memory = memory_plan(scenario)               # weights, the KV pool (`epsim.sim.memory`)
+        if not self.memory.fits:
+            raise SpecError(f"deployment ({scenario.name}) does not fit: {self.memory.reason}")
         # "steady" resolved: the steady-batch model's batch of this scenario (`epsim.sim.steady`)
         self.initial_running_per_rank = initial_running_per_rank(scenario, self.profile)
         initial, progress_done = self._initial_requests(dp, max_running)
-        if len(self.requests) == 0 and initial is None:
+        closed = None
+        if w.arrivals.kind == "concurrency":        # closed loop (`epsim.sim.clients`)
+            closed = ClosedLoop(w, self.seed, 0 if initial is None else len(initial))
+        elif len(self.requests) == 0 and initial is None:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
                             f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
                             f"raise the arrival rate or the duration")
+        self.kv_pool = KVPool(self.memory.max_total_num_tokens, d.num_reserved_decode_tokens,
+                              max_running, self._longest_context(initial), w.warmup_s)
+        # speculative decoding: tokens per verify step and the draft's forwards (`speculative`)
+        self.acceptance = self.draft = None
+        if d.speculative_algorithm is not None:
+            self.acceptance = Acceptance(d.speculative_steps[0], d.speculative_accept_length,
+                                         self.seed)
+            self.draft = DraftPricer(scenario, self.profile, self.seed)
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
-                                   window_start_s=w.warmup_s)
+                                   window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
+                                   spec=self.acceptance, draft_tokens=d.speculative_steps[2])
         self.end_us = w.duration_s * 1e6
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)
@@ -131,17 +155,20 @@ class Simulation:
         self._charge_us = 0.0
         self.eplb = self.elastic = None
         if scenario_processes and d.enable_eplb:
-            from epsim.sim.eplb_process import EPLBManager
             self.eplb = EPLBManager(self)
         if scenario_processes and d.failures:
-            from epsim.sim.elastic import ElasticEP
             self.elastic = ElasticEP(self)
 
     def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
         """Requests decoding at t=0 (`initial_running_per_rank`), part-way done so that
         completions are spread out as in a steady state."""
-        w = self.scenario.workload
-        per_rank = min(self.initial_running_per_rank, max_running)
+        w, d = self.scenario.workload, self.scenario.deployment
+        # at most what the slots and the KV pool hold at a part-way context (`epsim.sim.memory`)
+        kv_limit = kv_running_limit(self.memory.max_total_num_tokens, w.input_len.mean_tokens
+                                    + w.output_len.mean_tokens / 2, d.num_reserved_decode_tokens)
+        per_rank = min(self.initial_running_per_rank, max_running, kv_limit)
+        if w.arrivals.kind == "concurrency":     # each one client's request
+            per_rank = min(per_rank, w.arrivals.clients // dp)
         if per_rank == 0:
             return None, None
         rng = np.random.default_rng([self.seed, 0x1417])
@@ -150,6 +177,18 @@ class Simulation:
         output_len = sample_lengths(w.output_len, num, rng)
         done = np.floor(rng.random(num) * output_len).astype(np.int64)   # tokens already made
         return Requests(np.zeros(num), input_len, output_len), done
+
+    def _longest_context(self, initial: Requests | None) -> float:
+        """The longest prompt + output of the run (tokens): of its drawn requests, or what a
+        closed loop's length specs can draw."""
+        w = self.scenario.workload
+        if w.arrivals.kind == "concurrency":
+            return float(w.input_len.max_tokens + w.output_len.max_tokens)
+        longest = 0.0
+        for reqs in (self.requests, initial):
+            if reqs is not None and len(reqs):
+                longest = max(longest, float((reqs.input_len + reqs.output_len).max()))
+        return longest
 
     @property
     def watched(self) -> bool:
@@ -229,21 +268,46 @@ class Simulation:
             version, num_alive = placement.version, placement.num_alive   # as the step saw them
             extra, self._charge_us = self._charge_us, 0.0
             start = env.now
-            yield env.timeout(cost.step_us + extra)
-            gaps = sched.commit(plan, env.now * 1e-6)
             batch = plan.batch
-            prefill_tokens = float(batch.prefill_tokens.sum())
-            self.metrics.record(
-                start, cost.step_us + extra, extra, cost,
-                output_tokens=float(batch.sampled_tokens.sum()),
-                num_running=int(sched.occupied.sum()), num_waiting=plan.num_waiting,
-                placement_version=version, prefill_tokens=prefill_tokens,
-                decode_tokens=num_tokens - prefill_tokens, num_alive=num_alive, gaps=gaps)
+            if self.draft is None:
+                yield env.timeout(cost.step_us + extra)
+                gaps = sched.commit(plan, env.now * 1e-6)
+                prefill_tokens = float(batch.prefill_tokens.sum())
+                self.metrics.record(
+                    start, cost.step_us + extra, extra, cost,
+                    output_tokens=float(batch.sampled_tokens.sum()),
+                    num_running=int(sched.occupied.sum()), num_waiting=plan.num_waiting,
+                    placement_version=version, prefill_tokens=prefill_tokens,
+                    decode_tokens=num_tokens - prefill_tokens, num_alive=num_alive, gaps=gaps)
+            else:
+                yield from self._speculative_step(plan, cost, extra, start, version, num_alive)
             info = StepInfo(self.step_index, start, env.now, loads, batch.tokens, cost, version)
             self.last_step = info
             for observer in self._observers:
                 observer(info)
             self.step_index += 1
+
+    def _speculative_step(self, plan, cost: StepCost, extra: float, start: float, version: int,
+                          num_alive: int) -> Generator:
+        """One step with speculative decoding: the draft's forwards, then the target's (a
+        verify step where requests decode), `epsim.sim.speculative`."""
+        env, sched, batch = self.env, self.scheduler, plan.batch
+        requests = plan.requests if plan.requests is not None else np.zeros(len(batch.tokens))
+        context = plan.context if plan.context is not None else requests
+        prefill = batch if batch.phase == "prefill" else None
+        draft = self.draft.cycle_us(requests, context, prefill, env.now * 1e-6)
+        yield env.timeout(cost.step_us + draft + extra)
+        gaps = sched.commit(plan, env.now * 1e-6)
+        prefill_tokens = float(batch.prefill_tokens.sum())
+        # first tokens of prompts that finished prefill (rows sampled beyond the verify's), and
+        # the tokens the verify gave its requests
+        first = float(batch.sampled_tokens.sum()) - float(requests.sum()) * sched.draft_tokens
+        emitted = sched.emitted_tokens if plan.requests is not None else 0.0
+        self.metrics.record(
+            start, cost.step_us + draft + extra, extra, cost, output_tokens=emitted + first,
+            num_running=int(sched.occupied.sum()), num_waiting=plan.num_waiting,
+            placement_version=version, prefill_tokens=prefill_tokens, decode_tokens=emitted,
+            num_alive=num_alive, gaps=gaps, draft_us=draft)
 
     def _progress_loop(self, bar) -> Generator:
         tick_us = max(self.end_us / 200.0, 1e3)
@@ -268,7 +332,6 @@ class Simulation:
             self.env.process(factory(self))
         bar = None
         if self.progress:
-            from tqdm import tqdm
             bar = tqdm(total=round(self.end_us * 1e-6, 3), unit="sim s", desc=self.scenario.name,
                        bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} sim s [{elapsed}<{remaining}]")
             self.env.process(self._progress_loop(bar))
@@ -282,11 +345,11 @@ class Simulation:
 
     def _result(self, wall_seconds: float) -> SimResult:
         sched, metrics, w = self.scheduler, self.metrics, self.scenario.workload
-        requests = sched.state                      # per request: lengths, times, losses
+        requests = sched.trimmed_state()            # per request: lengths, times, losses
         n = max(metrics.num_measured_steps, 1)
         prof = self.profile
         return SimResult(
-            scenario=self.scenario, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
+            scenario=self.stated, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
             num_gpus=self.scenario.deployment.num_gpus, steps=metrics.step_table(),
             layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
             rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
@@ -294,7 +357,7 @@ class Simulation:
             finish_s=requests.finish_s, input_len=requests.input_len,
             output_len=requests.output_len, is_initial=requests.is_initial,
             stalls=list(metrics.stalls), lost=requests.lost, charged_us=dict(metrics.charged_us),
-            window_gaps=sched.window_gaps(),
+            window_gaps=sched.window_gaps(trim=True),
             rebalances=[e.as_dict() for e in self.eplb.events] if self.eplb is not None else [],
             elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],
             profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
@@ -303,7 +366,12 @@ class Simulation:
                           "components": {k: v.source for k, v in sorted(prof.components.items())},
                           "provenance": provenance(self.cost_model)},
             wall_seconds=wall_seconds, last_step=self.last_step,
-            initial_running_per_rank=self.initial_running_per_rank)
+            initial_running_per_rank=self.initial_running_per_rank,
+            kv_cache={**self.memory.as_dict(), **self.kv_pool.summary()},
+            itl_by_tokens=(metrics.itl_by_tokens(self.scenario.deployment.speculative_steps[0] + 1)
+                           if self.acceptance is not None else None),
+            accept_length=(sched.spec_tokens / sched.spec_verifies
+                           if self.acceptance is not None and sched.spec_verifies else None))
 
 
 def simulate(scenario: Scenario, profile: Profile | None = None, seed: int | None = None,

@@ -78,11 +78,12 @@ class Leaper:
 
     @staticmethod
     def applies(sim) -> bool:
-        """Whether a run may leap: the fast engine, and nothing that watches steps one by one
-        but EPLB's statistics window (which takes the leapt steps' loads at once)."""
+        """Whether a run may leap: the fast engine, nothing that watches steps one by one
+        but EPLB's statistics window (which takes the leapt steps' loads at once), and arrivals
+        known before the run (a closed loop's follow its completions)."""
         stepper = sim.stepper
         return (isinstance(stepper, PoolStepper) and not stepper.fresh_every_step
-                and not sim.watched)
+                and not sim.watched and sim.scheduler.closed is None)
 
     def leap(self, now_us: float) -> Leap | None:
         """Apply the saturated steps from `now_us` on, as many as can be leapt (their times

@@ -19,7 +19,7 @@ STEP_COLUMNS = (
     "start_us", "step_us", "is_prefill", "num_tokens", "prefill_tokens", "decode_tokens",
     "output_tokens", "num_running", "num_waiting", "attention_us", "dispatch_us", "experts_us",
     "combine_us", "shared_experts_us", "block_ops_us", "dense_us", "overhead_us", "extra_us",
-    "imbalance",
+    "draft_us", "imbalance",
     "balancedness", "num_alive", "placement_version", "itl_count", "itl_mean_us", "itl_max_us",
 )
 
@@ -57,6 +57,7 @@ class MetricsRecorder:
         self.stalls: list[tuple[float, float, str]] = []
         self.charged_us: dict[str, float] = {}                   # extra step time by label
         self._stats_memo: dict[tuple[int, int], tuple] = {}
+        self.by_tokens: list[tuple[int, np.ndarray]] = []     # speculative: (row, [k] requests)
 
     @property
     def layer_sums(self) -> dict[str, np.ndarray]:
@@ -66,8 +67,11 @@ class MetricsRecorder:
     def record(self, start_us: float, step_us: float, extra_us: float, cost: StepCost,
                output_tokens: float, num_running: int, num_waiting: int,
                placement_version: int, prefill_tokens: float, decode_tokens: float,
-               num_alive: int | None = None, gaps: StepGaps = NO_GAPS) -> None:
-        """One step's row; `gaps`: the inter-token gaps it closed (`itl_*` columns, µs)."""
+               num_alive: int | None = None, gaps: StepGaps = NO_GAPS, draft_us: float = 0.0) -> None:
+        """One step's row; `gaps`: the inter-token gaps it closed (`itl_*` columns, µs);
+        `draft_us`: a speculative step's draft forwards (part of `step_us`)."""
+        if gaps.by_tokens is not None:
+            self.by_tokens.append((len(self.rows), gaps.by_tokens))
         pairs = cost.traffic.pairs
         parts = cost.parts                                         # [7, layers] in PARTS order
         totals = parts.sum(axis=1).tolist()
@@ -76,7 +80,7 @@ class MetricsRecorder:
         self.rows.append((
             start_us, step_us, cost.phase == "prefill", prefill_tokens + decode_tokens, prefill_tokens,
             decode_tokens, output_tokens, num_running, num_waiting, *totals[:6], cost.dense_us,
-            cost.overhead_us, extra_us, stats[0], stats[1], num_alive, placement_version,
+            cost.overhead_us, extra_us, draft_us, stats[0], stats[1], num_alive, placement_version,
             gaps.count, gaps.mean_s * 1e6, gaps.max_s * 1e6))
         if start_us >= self.warmup_us:
             self.part_sums += parts
@@ -97,7 +101,7 @@ class MetricsRecorder:
             stats = self._pair_stats(moe.traffic, num_alive)
             self.rows.append((
                 start, step, False, num_tokens, 0.0, num_tokens, output_tokens, num_running[i],
-                num_waiting[i], *totals[i][:6], dense[i], overhead_us, 0.0, stats[0], stats[1],
+                num_waiting[i], *totals[i][:6], dense[i], overhead_us, 0.0, 0.0, stats[0], stats[1],
                 num_alive, placement_version, gap.count, gap.mean_s * 1e6, gap.max_s * 1e6))
             if start >= self.warmup_us:
                 self.part_sums += parts[i]
@@ -129,6 +133,16 @@ class MetricsRecorder:
         num_layers = self.part_sums.shape[1]
         return self.rank_pairs_sum / (max(self.num_measured_steps, 1) * num_layers)
 
+    def itl_by_tokens(self, width: int) -> np.ndarray | None:
+        """[steps, width] requests that got k = 1 .. width tokens in each step's gaps
+        (speculative decoding; None without it)."""
+        if not self.by_tokens:
+            return None
+        out = np.zeros((len(self.rows), width))
+        for row, counts in self.by_tokens:
+            out[row, :counts.shape[0]] = counts
+        return out
+
     def step_table(self) -> dict[str, np.ndarray]:
         """Columns `STEP_COLUMNS` -> [steps] arrays."""
         if not self.rows:
@@ -154,6 +168,11 @@ class SimResult:
         rebalances: one dict per EPLB rebalance (`epsim.sim.eplb_process.RebalanceEvent.as_dict`).
         elastic_events: one dict per rank failure or recovery (`epsim.sim.elastic`).
         initial_running_per_rank: requests per rank running at t=0, "steady" resolved.
+        itl_by_tokens: [steps, k] with speculative decoding, the requests whose gap a step
+            closed that got k = 1, 2, ... tokens in it (None: one token each).
+        accept_length: with speculative decoding, tokens per request per verify step (SGLang's
+            `avg_spec_accept_length`, the bonus token included) over the window.
+        kv_cache: the KV pool's capacity and how often it held admissions back.
     """
 
     scenario: object
@@ -181,3 +200,6 @@ class SimResult:
     elastic_events: list = field(default_factory=list)
     window_gaps: WindowGaps | None = None
     initial_running_per_rank: int = 0   # decode requests per rank at t=0 ("steady" resolved)
+    itl_by_tokens: np.ndarray | None = None   # [steps, k] requests that got k tokens (speculative)
+    accept_length: float | None = None        # tokens per request per verify step (speculative)
+    kv_cache: dict = field(default_factory=dict)   # the KV pool and when it bound (`epsim.sim.kv_pool`)

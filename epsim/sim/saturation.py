@@ -9,9 +9,10 @@ forms them without changing anything; `apply_saturated` then applies the first k
 scheduler's state (`epsim.sim.slots`) as k plans and commits would have (the same bits,
 tests/epsim/sim/test_leap.py); `epsim.sim.leap` finds their times in between.
 
-Both rest on the decode path's one token per request per step and on admission bounded by
-free slots alone; an admission bound of another kind (KV-cache capacity) would have to hold in
-every step formed here, or end the saturation.
+Both rest on the decode path's one token per request per step. Admission is bounded by free
+slots and, where the KV pool can bind (`epsim.sim.kv_pool`), by the pool: the steps formed end
+before the first whose admissions the pool would not take (every rank full after them, so the
+rule reads `context_sum + reserve * slots <= capacity`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def saturated_batch(num_ranks: int, max_running: int) -> BatchCounts:
 
 
 def saturated_steps(state: SlotState, path: DecodePath, queues: RankQueues, now_s: float,
-                    max_steps: int) -> Saturated | None:
+                    max_steps: int, kv=None) -> Saturated | None:
     """The next steps (at most `max_steps` >= 1) while the decode instance stays saturated from
     `now_s` on (module doc), formed without changing anything; None: not one. The caller makes
     sure the decode path runs, every arrival goes round-robin over all ranks
@@ -128,6 +129,11 @@ def saturated_steps(state: SlotState, path: DecodePath, queues: RankQueues, now_
     change = added.copy()
     change[1:] += mr - ended[:-1]
     context_sum = state.context_sum + np.cumsum(change, axis=0)              # [steps, dp]
+    if kv is not None:          # the pool takes every step's admissions (`epsim.sim.kv_pool`)
+        fits = (context_sum + kv.reserve * mr <= kv.capacity).all(axis=1)
+        num = min(num, int(np.argmin(fits)) if not fits.all() else num)
+        if num == 0:
+            return None
     return Saturated(num, slots, rank, step_of, ids, ends, sizes, finishing, fin, fin_step,
                      ended, ended_count, context_sum)
 

@@ -61,6 +61,8 @@ class SlotState:
     clock: TokenClock
     input_tokens_done: float = 0.0
     output_tokens_done: float = 0.0
+    num_requests: int = -1                  # requests so far (-1: all of the arrays' rows)
+    on_finish: object = None                # f(ids, now_s) told of every request that ends
 
     @classmethod
     def empty(cls, num_ranks: int, max_running: int, arrival_s: np.ndarray,
@@ -90,6 +92,41 @@ class SlotState:
         """Free slots over every rank."""
         return self.num_ranks * self.max_running - int(self.occupied.sum())
 
+    @classmethod
+    def closed_loop(cls, num_ranks: int, max_running: int, initial_input: np.ndarray,
+                    initial_output: np.ndarray, window_start_s: float) -> "SlotState":
+        """Every slot free, for a closed loop (`epsim.sim.clients`): the requests running at
+        t=0 first, the clients' sends appended as they happen (`add_requests`)."""
+        num = initial_input.shape[0]
+        state = cls.empty(num_ranks, max_running, np.zeros(num), initial_input, initial_output,
+                          0, window_start_s)
+        state.num_requests = num
+        return state
+
+    @property
+    def count(self) -> int:
+        """Requests so far (the arrays may hold spare rows beyond them)."""
+        return self.arrival_s.shape[0] if self.num_requests < 0 else self.num_requests
+
+    def add_requests(self, arrival_s: np.ndarray, input_len: np.ndarray,
+                     output_len: np.ndarray) -> np.ndarray:
+        """Append requests `[new]` sent at `arrival_s` (a closed loop's clients), growing the
+        arrays by doubling. Returns their ids."""
+        first, new = self.count, arrival_s.shape[0]
+        capacity = self.arrival_s.shape[0]
+        if first + new > capacity:
+            extra = max(first + new, 2 * capacity, 64) - capacity
+            grow = lambda a, fill: np.concatenate([a, np.full(extra, fill, dtype=a.dtype)])  # noqa: E731
+            self.arrival_s = grow(self.arrival_s, np.inf)
+            self.input_len, self.output_len = grow(self.input_len, 1), grow(self.output_len, 1)
+            self.is_initial, self.lost = grow(self.is_initial, False), grow(self.lost, False)
+            self.first_token_s, self.finish_s = grow(self.first_token_s, np.nan), grow(self.finish_s, np.nan)
+            self.clock.grow(extra)
+        ids = np.arange(first, first + new)
+        self.arrival_s[ids], self.input_len[ids], self.output_len[ids] = arrival_s, input_len, output_len
+        self.num_requests = first + new
+        return ids
+
     def fill(self, slots: np.ndarray, ids: np.ndarray) -> None:
         """Flat `slots` take requests `ids`, which have had no token in them yet."""
         self.slot_req.reshape(-1)[slots] = ids
@@ -101,6 +138,8 @@ class SlotState:
         `now_s`: their requests end and the slots are free."""
         slot_req = self.slot_req.reshape(-1)
         self.finish_s[slot_req[done]] = now_s
+        if self.on_finish is not None:
+            self.on_finish(slot_req[done], now_s)
         slot_req[done] = NO_REQUEST
         self.used.reshape(-1)[done] = False
         rows = done // self.max_running

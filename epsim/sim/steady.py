@@ -19,11 +19,21 @@ rank can just carry):
                    least one prompt, at most a chunk): P = min(chunk, max(I, lam * I *
                    t_prefill(P))); TTFT = the wait for the running step, then ceil(I / chunk)
                    steps.
+  speculative      a decode step is a verify cycle (`epsim.sim.speculative`): t_decode is its
+                   time (verify step + draft forwards) over the accept length, per token.
   colocated        prefill steps pause decoding (SGLang without mixed chunks): n_p prefill
                    steps per second take a share n_p * t_prefill of the time, so
                    TPOT = t_decode / (1 - n_p * t_prefill).
 
-A rank that cannot keep up (B above `max_running_requests`, or the prefill share reaching 1)
+A closed loop (`concurrency` arrivals, `epsim.sim.clients`) fixes the batch instead of the rate:
+`B = clients / dp` per rank (at most `max_running_requests`; the rest wait), and the rate is what
+the clients send, `lam = B / (think + TTFT + (O - 1) * TPOT)` per rank, found with the same step
+prices (a colocated instance iterates, its prefill share depending on the rate).
+
+The batch limit is `max_running_requests`, or fewer where the KV pool holds fewer requests of
+the decode context with their reserves (`epsim.sim.memory.kv_running_limit`).
+
+A rank that cannot keep up (B above the batch limit, or the prefill share reaching 1)
 has `keep_up` False: TTFT is then infinite and throughput the saturated rate. What the model
 leaves out, and the simulation has: queueing variance, per-request length spread, drift in
 time, EPLB rebalance costs, stalls.
@@ -52,6 +62,8 @@ from epsim.errors import SpecError
 from epsim.profile import load_profile
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import sample_lengths
+from epsim.sim.memory import kv_running_limit, memory_plan
+from epsim.sim.speculative import Acceptance, DraftPricer, verify_counts
 from epsim.sim.stepper import moe_draws
 from epsim.spec.workload import STEADY, LengthSpec
 
@@ -97,9 +109,10 @@ class SteadyStateModel:
     def __init__(self, scenario, profile=None, seed: int = 0):
         self.scenario = scenario
         m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
-        if not hasattr(w.arrivals, "rate_per_s"):
+        closed = w.arrivals.kind == "concurrency"
+        if not (hasattr(w.arrivals, "rate_per_s") or closed):
             raise SpecError(f"workload.arrivals.kind ({w.arrivals.kind!r}) must have a mean "
-                            "rate (poisson or bursty) for the screen")
+                            "rate (poisson or bursty) or clients (concurrency) for the screen")
         self.dp = scenario.dp_size
         inputs, outputs = _length_samples(w.input_len.model_dump_json(),
                                           w.output_len.model_dump_json(), scenario.seed)
@@ -110,8 +123,8 @@ class SteadyStateModel:
         rng = np.random.default_rng([scenario.seed, 0x1E7])
         pick = rng.choice(LENGTH_SAMPLES, self.dp, p=inputs / inputs.sum())
         self._rank_prompts = (inputs[pick], rng.random(self.dp))
-        self.rate_per_rank = w.arrivals.rate_per_s / self.dp
-        self.max_running = d.max_running_requests
+        self.set_arrivals(w.arrivals)
+        self.max_running = self.batch_limit(scenario)
         profile = profile if profile is not None else load_profile(
             scenario.resolve_path(scenario.profile) if scenario.profile else None)
         self.cost_model = CostModel(m, c, d, profile)
@@ -127,6 +140,28 @@ class SteadyStateModel:
                                           placement.num_nodes, d.ep_size)
         self.tables = build_tables(placement, d.ep_dispatch_algorithm)
         self._cache: dict[tuple, float] = {}
+        self.draft = None                    # speculative decoding: the draft's forwards
+        if d.speculative_algorithm is not None:
+            self.draft = DraftPricer(scenario, profile, scenario.seed)
+            self.accept_length = Acceptance(d.speculative_steps[0], d.speculative_accept_length,
+                                            scenario.seed).mean
+
+    def batch_limit(self, scenario) -> int:
+        """Requests a rank runs at most: `max_running_requests`, or what its KV pool holds at
+        the decode context (at least one)."""
+        d = scenario.deployment
+        plan = memory_plan(scenario)
+        kv = kv_running_limit(plan.max_total_num_tokens, self.decode_context,
+                              d.num_reserved_decode_tokens)
+        return max(1, min(d.max_running_requests, kv))
+
+    def set_arrivals(self, arrivals) -> None:
+        """The arrivals to find the steady state of: a rate, or a closed loop's clients per rank
+        (whose rate follows from them, `_closed`)."""
+        closed = arrivals.kind == "concurrency"
+        self.clients_per_rank = arrivals.clients / self.dp if closed else None
+        self.think_s = arrivals.think_time_s if closed else 0.0
+        self.rate_per_rank = 0.0 if closed else getattr(arrivals, "rate_per_s", 0.0) / self.dp
 
     def step_s(self, batch: BatchCounts, key: tuple[int, int]) -> float:
         """Mean time of a step running `batch` over `NUM_DRAWS` load draws (seconds), drawn
@@ -138,12 +173,21 @@ class SteadyStateModel:
                               for moe in rows])) * 1e-6
 
     def decode_s(self, running: float) -> float:
-        """A decode step with `running` requests on every rank (rounded up to whole ones)."""
+        """A decode step with `running` requests on every rank (rounded up to whole ones); with
+        speculative decoding, a token's share of a verify cycle (its verify step and the draft's
+        forwards over the accept length, `epsim.sim.speculative`)."""
         b = max(1, math.ceil(running - 1e-9))
         key = ("decode", b)
         if key not in self._cache:
-            self._cache[key] = self.step_s(BatchCounts.uniform_decode(self.dp, b,
-                                                                      self.decode_context), (0, b))
+            batch = BatchCounts.uniform_decode(self.dp, b, self.decode_context)
+            if self.draft is None:
+                self._cache[key] = self.step_s(batch, (0, b))
+            else:
+                verify = self.step_s(verify_counts(batch, self.draft.draft_tokens), (0, b))
+                rng = np.random.Generator(np.random.SFC64([self.seed, 0xD4AF7, b]))
+                draft = self.draft.cycle_us(batch.decode_tokens, batch.decode_context, None, 0.0,
+                                            rng) * 1e-6
+                self._cache[key] = (verify + draft) / self.accept_length
         return self._cache[key]
 
     def prefill_s(self, tokens: float) -> float:
@@ -172,9 +216,11 @@ class SteadyStateModel:
     def steady(self, rate_per_s: float | None = None) -> Steady:
         """The steady state at the scenario's arrival rate, or at `rate_per_s` (requests per
         second, whole instance; step prices are kept across rates)."""
+        mode = self.scenario.deployment.disaggregation_mode
+        if self.clients_per_rank is not None:
+            return self._closed(mode)
         if rate_per_s is not None:
             self.rate_per_rank = rate_per_s / self.dp
-        mode = self.scenario.deployment.disaggregation_mode
         if mode == "decode":
             return self._decode()
         if mode == "prefill":
@@ -253,6 +299,43 @@ class SteadyStateModel:
         return Steady(t_d / (1.0 - n_p * t_p), ttft, t_d, running, lam * self.dp,
                       lam * (i + out) * self.dp, lam * out * self.dp, True)
 
+    def _closed(self, mode: str) -> Steady:
+        """A closed loop's steady state (module doc): the clients' rate at their batch."""
+        cap, out, i = self.max_running, self.output_len, self.input_len
+        running = float(min(self.clients_per_rank, cap))
+        if mode == "prefill":       # each client's request ends with its first token
+            t = self.prefill_s(min(self.scenario.deployment.chunked_prefill_size, running * i))
+            cycle = self.think_s + t
+            lam = running / cycle
+            return Steady(t, t, t, running, lam * self.dp, lam * i * self.dp, lam * self.dp, True)
+        t_d = self.decode_s(running)
+        # a decode instance makes a request's every token, its first ending its first step
+        lam = running / (self.think_s + t_d * out)
+        if mode == "decode":
+            return Steady(t_d, t_d, t_d, running, lam * self.dp, lam * out * self.dp,
+                          lam * out * self.dp, True)
+        steady = None
+        for _ in range(COLOCATED_MAX_ITERATIONS):       # the rate sets the prefill share
+            self.rate_per_rank = lam
+            steady = self._colocated_at(running, t_d)
+            new = running / (self.think_s + steady.ttft_s + (out - 1) * steady.tpot_s)
+            if abs(new - lam) <= 1e-6 * lam:
+                break
+            lam = new
+        return steady
+
+    def _colocated_at(self, running: float, t_d: float) -> Steady:
+        """A colocated rank's TPOT and TTFT at `running` requests and the rate `rate_per_rank`."""
+        chunk, lam, i = self.scenario.deployment.chunked_prefill_size, self.rate_per_rank, self.input_len
+        n_p = min(lam * math.ceil(i / chunk), 1.0 / (t_d + self.prefill_s(chunk)))
+        p = min(chunk, max(i, lam * i / n_p))
+        t_p = self.prefill_s(p)
+        busy = min(0.99, n_p * t_p)
+        ttft = 0.5 * t_d + math.ceil(i / chunk) * t_p + (math.ceil(i / chunk) - 1) * t_d
+        out = self.output_len
+        return Steady(t_d / (1.0 - busy), ttft, t_d, running, lam * self.dp,
+                      lam * (i + out) * self.dp, lam * out * self.dp, True)
+
 
 def least_fixed_point(needed, low: int, high: int) -> int:
     """The least whole number `n` in [low, high] with `needed(n) <= n`, given `needed(high) <= high`.
@@ -290,7 +373,8 @@ def steady_model(scenario, profile=None) -> SteadyStateModel:
             _MODELS.clear()
         model = _MODELS[key] = SteadyStateModel(scenario, profile)
     model.scenario = scenario
-    model.max_running = scenario.deployment.max_running_requests
+    model.max_running = model.batch_limit(scenario)
+    model.set_arrivals(scenario.workload.arrivals)
     return model
 
 
@@ -300,9 +384,13 @@ def steady_state(scenario, profile=None) -> Steady:
     Raises:
         SpecError: see `SteadyStateModel`.
     """
-    if not hasattr(scenario.workload.arrivals, "rate_per_s"):
-        SteadyStateModel(scenario, profile)                  # raises the arrivals error
-    return steady_model(scenario, profile).steady(scenario.workload.arrivals.rate_per_s)
+    scenario = scenario.one_instance()          # one instance's share of the workload
+    arrivals = scenario.workload.arrivals
+    if not hasattr(arrivals, "rate_per_s"):
+        if arrivals.kind != "concurrency":
+            SteadyStateModel(scenario, profile)              # raises the arrivals error
+        return steady_model(scenario, profile).steady()
+    return steady_model(scenario, profile).steady(arrivals.rate_per_s)
 
 
 def steady_start(running_per_rank: float, max_running: int) -> int:
@@ -326,5 +414,5 @@ def steady_running_per_rank(scenario, profile=None) -> int:
     steady` starts a run with, resolved per run, so every point of a sweep and every rate of a
     `--max-rate` bisection starts at its own."""
     running = steady_state(scenario, profile).running_per_rank
-    max_running = scenario.deployment.max_running_requests
+    max_running = steady_model(scenario.one_instance(), profile).max_running
     return steady_start(running, max_running) if np.isfinite(running) else max_running

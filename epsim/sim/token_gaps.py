@@ -21,11 +21,13 @@ import numpy as np
 @dataclass(frozen=True)
 class StepGaps:
     """The inter-token gaps one step closed: `count` requests, `mean_s` and `max_s` over them
-    (0 when `count` is 0)."""
+    (0 when `count` is 0); with speculative decoding, `by_tokens` [k] how many of them got
+    k = 1, 2, ... tokens (None: one each)."""
 
     count: int
     mean_s: float
     max_s: float
+    by_tokens: np.ndarray | None = None
 
 
 NO_GAPS = StepGaps(0, 0.0, 0.0)
@@ -60,6 +62,13 @@ class TokenClock:
         self.end_tokens = np.zeros(num_requests, dtype=np.int64)      # of lost requests
         self.end_s = np.full(num_requests, np.nan)
 
+    def grow(self, extra: int) -> None:
+        """`extra` more requests (a closed loop's sends, `SlotState.add_requests`)."""
+        self.anchor_tokens = np.concatenate([self.anchor_tokens, np.zeros(extra, np.int64)])
+        self.anchor_s = np.concatenate([self.anchor_s, np.full(extra, np.nan)])
+        self.end_tokens = np.concatenate([self.end_tokens, np.zeros(extra, np.int64)])
+        self.end_s = np.concatenate([self.end_s, np.full(extra, np.nan)])
+
     def admit(self, flat_slots: np.ndarray) -> None:
         self.last_s.reshape(-1)[flat_slots] = np.nan
         self._timed.reshape(-1)[flat_slots] = False
@@ -86,16 +95,18 @@ class TokenClock:
         self.anchor_tokens[ids] = tokens[used]
         self.anchor_s[ids] = self.last_s[used]
 
-    def emit(self, now_s: float, emitting: np.ndarray) -> StepGaps:
-        """Slots `emitting` ([ranks, slots] bool) got a token at `now_s`: the gaps they close."""
+    def emit(self, now_s: float, emitting: np.ndarray, tokens: np.ndarray | None = None) -> StepGaps:
+        """Slots `emitting` ([ranks, slots] bool) got a token at `now_s` (`tokens` [ranks,
+        slots]: k each, a speculative step): the gaps they close."""
         previous = self.last_s
         had = emitting & self._timed
         gaps = NO_GAPS
         last = previous[had]                                   # [count] one boolean gather
         if last.shape[0]:
             count = last.shape[0]
+            by_tokens = None if tokens is None else np.bincount(tokens[had])[1:]
             gaps = StepGaps(count, (count * now_s - float(last.sum())) / count,
-                            now_s - float(last.min()))
+                            now_s - float(last.min()), by_tokens)
         np.copyto(previous, now_s, where=emitting)
         self._timed |= emitting
         return gaps

@@ -93,6 +93,36 @@ class DeploymentSpec(BaseModel):
                     "model), or a file of recorded expert loads (our JSONL trace, an SGLang "
                     "expert-distribution dump, .json/.csv/.npy [layers, experts])")
 
+    # instances behind the router: xPyD's x (prefill) or y (decode), or colocated replicas
+    num_instances: int = Field(
+        default=1, ge=1, le=4096, description="instances of this deployment sharing the workload "
+        "(the router sends each 1/num_instances of it, round-robin: xPyD's count on this side); "
+        "one is simulated")
+
+    # memory (SGLang's server arguments; `epsim.sim.memory`, `epsim.sim.kv_pool`)
+    mem_fraction_static: float | None = Field(
+        default=None, gt=0, lt=1, description="share of the GPU's memory for weights and the KV "
+        "pool (SGLang's --mem-fraction-static); None: SGLang's default for the GPU")
+    num_reserved_decode_tokens: int = Field(
+        default=512, ge=0, le=1 << 20, description="KV tokens a decode rank keeps free per running "
+        "request when it admits another (SGLANG_NUM_RESERVED_DECODE_TOKENS)")
+
+    # speculative decoding (SGLang's --speculative-*; `epsim.sim.speculative`)
+    speculative_algorithm: Literal["EAGLE", "NEXTN"] | None = Field(
+        default=None, description="NEXTN (DeepSeek's MTP module as the draft) or EAGLE; None: off")
+    speculative_num_steps: int | None = Field(
+        default=None, ge=1, le=16, description="draft steps per verify (None: 3, SGLang's choice "
+                                                "for DeepSeek)")
+    speculative_eagle_topk: int | None = Field(default=None, ge=1, le=16,
+                                               description="draft branches per step (None: 1)")
+    speculative_num_draft_tokens: int | None = Field(
+        default=None, ge=1, le=256, description="tokens per request the verify step runs (None: "
+                                                "num_steps + 1)")
+    speculative_accept_length: float | None = Field(
+        default=None, ge=1, description="mean tokens per request per verify step, the bonus token "
+        "included (SGLang's avg_spec_accept_length); None: each draft token accepted with the "
+        "DeepSeek-V3 report's 0.85")
+
     # elastic EP
     failures: list[FailureSpec] = Field(default_factory=list)
     elastic_recovery: Literal["replicas", "reload"] = "replicas"
@@ -114,6 +144,7 @@ class DeploymentSpec(BaseModel):
         for i, failure in enumerate(self.failures):
             if failure.rank >= self.ep_size:
                 raise ValueError(f"failures.{i}.rank ({failure.rank}) must be < ep_size ({self.ep_size})")
+        self._check_speculative()
         # equal slots per rank needs (experts + redundant) % ep_size == 0, which needs the
         # model: checked by Scenario (DeepSeek's decode layout has 32 redundant over EP 144)
         return self
@@ -132,6 +163,37 @@ class DeploymentSpec(BaseModel):
     def num_gpus(self) -> int:
         """GPUs of the instance (`tp_size` resolved)."""
         return self.parallel.tp_size
+
+    def _check_speculative(self) -> None:
+        """The speculative fields go together, as SGLang's server arguments check them."""
+        fields = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+                  "speculative_accept_length")
+        if self.speculative_algorithm is None:
+            for name in fields:
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} ({getattr(self, name)}) needs speculative_algorithm "
+                                     f"(NEXTN or EAGLE)")
+            return
+        steps, topk, tokens = self.speculative_steps
+        if topk == 1 and tokens != steps + 1:
+            raise ValueError(f"speculative_num_draft_tokens ({tokens}) must be speculative_num_steps "
+                             f"+ 1 ({steps + 1}) with speculative_eagle_topk 1 (a chain of drafts)")
+        if tokens > topk * steps + 1:
+            raise ValueError(f"speculative_num_draft_tokens ({tokens}) must be <= eagle_topk x "
+                             f"num_steps + 1 ({topk * steps + 1}): the draft tree holds no more")
+        accept = self.speculative_accept_length
+        if accept is not None and accept > steps + 1:
+            raise ValueError(f"speculative_accept_length ({accept}) must be <= speculative_num_steps "
+                             f"+ 1 ({steps + 1}): a verify step accepts at most every draft step "
+                             f"and the bonus token")
+
+    @property
+    def speculative_steps(self) -> tuple[int, int, int]:
+        """(num_steps, eagle_topk, num_draft_tokens) with SGLang's defaults for DeepSeek filled in
+        (3, 1, num_steps + 1); meaningful only with `speculative_algorithm`."""
+        steps = self.speculative_num_steps or 3
+        topk = self.speculative_eagle_topk or 1
+        return steps, topk, self.speculative_num_draft_tokens or steps + 1
 
     def deepep_mode_for(self, phase: Literal["prefill", "decode"]) -> Literal["normal", "low_latency"]:
         """SGLang's rule: `auto` is normal kernels for prefill, low-latency for decode."""

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean
 from epsim.spec.numbers import check_numbers
 
 M = TypeVar("M", bound=BaseModel)
@@ -134,7 +134,8 @@ def format_error(err: dict, cls: type[BaseModel], where: str) -> str:
         return f"{where}: {path} (missing) must be given"
     if kind == "extra_forbidden":
         allowed = _fields_at(cls, raw_loc[:-1])
-        hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+        guess = did_you_mean(raw_loc[-1], allowed)
+        hint = f"; {guess + ' ' if guess else ''}allowed: {', '.join(allowed)}" if allowed else ""
         return f"{where}: {path} ({_fmt_value(err['input'])}) is not a known field{hint}"
     if kind == "union_tag_invalid":
         path = ".".join(str(p) for p in loc + (ctx.get("discriminator", "kind").strip("'"),))

@@ -24,7 +24,9 @@ class HardwareSpec(BaseModel):
     fp4_tflops: float | None = Field(default=None, gt=0, description="dense FP4 (NVFP4) "
                                      "tensor-core peak; None: no FP4 tensor cores (Hopper)")
     hbm_gbps: float = Field(gt=0, description="HBM bandwidth, GB/s")
-    hbm_gib: float = Field(gt=0)
+    hbm_gib: float = Field(gt=0, description="HBM the device reports (GiB, 2^30 bytes): what "
+                           "SGLang's memory profile divides; the zoo converts its MiB once")
+    hbm_gb: float | None = Field(default=None, gt=0, description="the datasheet figure as sold")
     nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
     gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
     gpus_per_host: int | None = Field(default=None, gt=0, description=(

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from epsim.errors import SpecError
+from epsim.errors import SpecError, did_you_mean, hinted
 from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.errors import validate
@@ -45,8 +45,10 @@ class Scenario(BaseModel):
         # the instance's GPUs: `tp_size` where set, else `ep_size` (named as the user wrote it)
         gpus, field = d.num_gpus, "tp_size" if d.tp_size is not None else "ep_size"
         if gpus > c.num_gpus:
+            nodes = -(-gpus // c.gpus_per_node_resolved)
             raise ValueError(f"deployment.{field} ({gpus}) must be <= the cluster's GPUs "
-                             f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus})")
+                             f"({c.num_nodes} nodes x {c.gpus_per_node_resolved} = {c.num_gpus}); "
+                             f"set cluster.num_nodes: {nodes} for {gpus} GPUs")
         if gpus > c.gpus_per_node_resolved and gpus % c.gpus_per_node_resolved:
             raise ValueError(f"deployment.{field} ({gpus}) must be a multiple of gpus_per_node "
                              f"({c.gpus_per_node_resolved}) when it spans nodes")
@@ -64,14 +66,14 @@ class Scenario(BaseModel):
                              f"needs deployment.enable_eplb: true or an init_expert_location "
                              f"(from_skew or recorded loads) to place the replicas")
         if w.initial_running_per_rank == STEADY:
-            if d.disaggregation_mode != "decode":
+            if d.disaggregation_mode == "prefill":
                 raise ValueError(f"workload.initial_running_per_rank ('{STEADY}') needs "
-                                 f"deployment.disaggregation_mode: decode (it starts decode "
-                                 f"requests; this is {d.disaggregation_mode!r})")
-            if not hasattr(w.arrivals, "rate_per_s"):
+                                 f"deployment.disaggregation_mode: decode or null (it starts "
+                                 f"decoding requests; a prefill instance has none)")
+            if not hasattr(w.arrivals, "rate_per_s") and w.arrivals.kind != "concurrency":
                 raise ValueError(f"workload.initial_running_per_rank ('{STEADY}') needs arrivals "
-                                 f"with a rate_per_s (poisson or bursty) to find the steady "
-                                 f"batch; give a number instead")
+                                 f"with a rate_per_s (poisson or bursty) or clients (concurrency) "
+                                 f"to find the steady batch; give a number instead")
         location = d.init_expert_location
         if location not in ("trivial", "from_skew") and not (Path(self.base_dir) / location).exists():
             raise ValueError(f"deployment.init_expert_location ({location!r}) must be trivial, "
@@ -79,6 +81,9 @@ class Scenario(BaseModel):
                              f"(relative to {self.base_dir})")
         if d.failures:
             _check_failures(d, num_slots // d.ep_size, m.num_experts)
+        if d.num_instances > 1 and w.arrivals.kind == "trace":
+            raise ValueError(f"deployment.num_instances ({d.num_instances}) needs poisson, bursty "
+                             f"or concurrency arrivals (a trace's share per instance is not drawn)")
         skew = w.skew
         if isinstance(skew, HotSetSkew):
             if skew.num_hot >= m.num_experts:
@@ -112,6 +117,20 @@ class Scenario(BaseModel):
         """The model in the weight formats the deployment serves it in
         (`deployment.quantization`, `epsim.spec.quant.served_model`)."""
         return served_model(self.model, self.deployment.quantization)
+
+    def one_instance(self) -> "Scenario":
+        """What one of `deployment.num_instances` instances serves (itself when there is one):
+        the router's round-robin gives each 1/num_instances of the arrival rate, or of the
+        clients (rounded up: the simulated instance is the busiest)."""
+        n = self.deployment.num_instances
+        if n == 1:
+            return self
+        a = self.workload.arrivals
+        share = ({"clients": -(-a.clients // n)} if a.kind == "concurrency"
+                 else {"rate_per_s": a.rate_per_s / n})
+        workload = self.workload.model_copy(update={"arrivals": a.model_copy(update=share)})
+        deployment = self.deployment.model_copy(update={"num_instances": 1})
+        return self.model_copy(update={"workload": workload, "deployment": deployment})
 
 
 def _check_served(m: ModelSpec, c: ClusterSpec, d: DeploymentSpec) -> None:
@@ -227,8 +246,9 @@ def _resolve_zoo(data: dict, where: str, base_dir: Path) -> None:
     model = data.get("model")
     if isinstance(model, str):
         if model not in model_names():
-            raise SpecError(f"{where}: model ({model!r}) must be one of {model_names()} or a "
-                            f"mapping with the model's fields or hf_config")
+            raise SpecError(hinted(f"{where}: model ({model!r}) must be one of {model_names()} or "
+                                   f"a mapping with the model's fields or hf_config",
+                                   did_you_mean(model, model_names())))
         data["model"] = get_model(model)
     elif isinstance(model, dict) and "hf_config" in model:
         path = model["hf_config"]

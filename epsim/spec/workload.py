@@ -1,4 +1,11 @@
-"""What the deployment serves: request arrivals, lengths, and how tokens pick experts."""
+"""What the deployment serves: request arrivals, lengths, and how tokens pick experts.
+
+Arrivals are open loop (requests arrive at times drawn before the run: Poisson, bursty, a
+trace) or closed loop (`concurrency`: a fixed number of clients, each sending its next request
+when its last one finished, as `sglang.bench_serving --max-concurrency` and aiperf's
+`--concurrency` drive a server). Lengths are drawn as the benchmark tools draw them: fixed,
+uniform, lognormal, or `random` (bench_serving's random dataset with `--random-range-ratio`).
+"""
 
 from __future__ import annotations
 
@@ -55,6 +62,14 @@ class FixedLength(_Strict):
     kind: Literal["fixed"] = "fixed"
     value: int = Field(gt=0)
 
+    @property
+    def mean_tokens(self) -> float:
+        return float(self.value)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.value
+
 
 class UniformLength(_Strict):
     kind: Literal["uniform"] = "uniform"
@@ -67,6 +82,37 @@ class UniformLength(_Strict):
             raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
         return self
 
+    @property
+    def mean_tokens(self) -> float:
+        return (self.low + self.high) / 2.0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.high
+
+
+class RandomRatioLength(_Strict):
+    """`sglang.bench_serving --dataset-name random`: uniform integers in
+    `[max(int(value * range_ratio), 1), value]` (`--random-input-len` / `--random-output-len`
+    with `--random-range-ratio`; bench_serving's default ratio 0.0). bench_serving's output
+    floor is `int(value * range_ratio)` without the `max(.., 1)`; a request makes at least one
+    token here."""
+    kind: Literal["random"] = "random"
+    value: int = Field(gt=0, description="the length at range_ratio 1 (the upper end)")
+    range_ratio: float = Field(default=0.0, ge=0, le=1)
+
+    @property
+    def low(self) -> int:
+        return max(int(self.value * self.range_ratio), 1)
+
+    @property
+    def mean_tokens(self) -> float:
+        return (self.low + self.value) / 2.0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.value
+
 
 class LogNormalLength(_Strict):
     kind: Literal["lognormal"] = "lognormal"
@@ -74,8 +120,18 @@ class LogNormalLength(_Strict):
     sigma: float = Field(default=0.5, ge=0)
     max: int = Field(default=32768, gt=0)
 
+    @property
+    def mean_tokens(self) -> float:
+        """The spec's `mean` (its `max` clip ignored)."""
+        return float(self.mean)
 
-LengthSpec = Annotated[Union[FixedLength, UniformLength, LogNormalLength], Field(discriminator="kind")]
+    @property
+    def max_tokens(self) -> int:
+        return self.max
+
+
+LengthSpec = Annotated[Union[FixedLength, UniformLength, RandomRatioLength, LogNormalLength],
+                       Field(discriminator="kind")]
 
 
 # -- arrivals -----------------------------------------------------------------------------------
@@ -98,7 +154,19 @@ class TraceArrivals(_Strict):
     path: str = Field(min_length=1)
 
 
-ArrivalSpec = Annotated[Union[PoissonArrivals, BurstyArrivals, TraceArrivals], Field(discriminator="kind")]
+class ConcurrencyArrivals(_Strict):
+    """Closed loop: `clients` clients, each with one request in flight, sending its next one
+    `think_time_s` after its last one finished (`sglang.bench_serving --max-concurrency N` with
+    its default infinite request rate: every client sends at t=0; aiperf `--concurrency N`).
+    For a decode instance alone, `think_time_s` may carry the prefill side's time to first
+    token (the client's next request reaches the decode instance that much later)."""
+    kind: Literal["concurrency"] = "concurrency"
+    clients: int = Field(gt=0, le=1_000_000)
+    think_time_s: float = Field(default=0.0, ge=0, le=3600)
+
+
+ArrivalSpec = Annotated[Union[PoissonArrivals, BurstyArrivals, TraceArrivals, ConcurrencyArrivals],
+                        Field(discriminator="kind")]
 
 
 class WorkloadSpec(_Strict):
@@ -112,7 +180,8 @@ class WorkloadSpec(_Strict):
     warmup_s: float = Field(default=0.0, ge=0)
     initial_running_per_rank: int | Literal["steady"] = Field(
         default=0, description="decode requests already running per DP rank at t=0; 'steady': "
-                               "the screen's steady batch at this workload and deployment")
+                               "the screen's steady batch at this workload and deployment (closed "
+                               "loop: the clients' requests, part-way done)")
 
     @field_validator("initial_running_per_rank", mode="before")
     @classmethod

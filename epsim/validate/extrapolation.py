@@ -29,7 +29,7 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -290,10 +290,11 @@ def default_judged_only() -> list[Path]:
 
 
 def extrapolation(paths: Iterable[str | Path], run_pairs: Sequence[RunPair] = (),
-                  judged_only: Sequence[str | Path] = ()) -> tuple[list[Judged], dict[str, str]]:
+                  judged_only: Sequence[str | Path] = (),
+                  stage: Callable[[str], None] | None = None) -> tuple[list[Judged], dict[str, str]]:
     """Judge the three axes: tokens and shape on `paths` (and the judged side of `judged_only`,
     never fitted), run on each of `run_pairs` (its own refit on the pair's fit files, judged on
-    its judged files).
+    its judged files). `stage` hears what starts next (each axis refits: tens of seconds).
 
     Returns:
         (every judged row, axis label -> what it fitted and judged, or why it was not judged).
@@ -308,11 +309,16 @@ def extrapolation(paths: Iterable[str | Path], run_pairs: Sequence[RunPair] = ()
         if not fit or not judged:
             notes[axis] = "not judged: no records on one side of the split"
             continue
+        if stage:
+            stage(f"extrapolation hold-out, {axis} axis: refitting on {len(fit)} records, judging "
+                  f"{len(judged)}")
         got = judge(axis, fit, judged, files)
         rows += got
         notes[axis] = f"fit {len(merge_passes(fit))} records, judged {len(got)}" + (
             f" (with the judged-only {', '.join(str(p) for p in judged_only)})" if extra else "")
     for pair in run_pairs:
+        if stage:
+            stage(f"extrapolation hold-out, run axis: refitting on {pair.name}")
         fit_raw, fit_files = load_records(pair.fit)
         judged_raw, judged_files = load_records(pair.judged)
         got = judge("run", fit_raw, judged_raw, fit_files, pair.name)

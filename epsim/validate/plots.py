@@ -17,16 +17,22 @@ _KIND_COLORS = {"dispatch": "tab:blue", "combine": "tab:orange", "experts": "tab
 _SKEW_MARKERS = {"uniform": "o", "zipf": "s", "hotset": "^", "trace": "D"}
 # grouped colours of (model, dispatch dtype) series: one hue per model, dark for the first dtype
 # (bf16), light for the next (fp8) -- shared with the app's curves
-MODEL_HUES = (("#1f4e9c", "#7fa7e0"), ("#c2571a", "#f2a56b"), ("#2a7d3a", "#8fd19b"),
-              ("#7b3fa0", "#c9a3e3"), ("#8c6d1f", "#e0c370"))
+# one hue per model (ten apart, so the shipped records' six models never share one), in three
+# shades: dark for BF16, middle for a native dtype (or none), light for FP8
+MODEL_HUES = (("#1f4e9c", "#4f7fd0", "#8fb3ea"), ("#b3470d", "#e0742e", "#f6b07a"),
+              ("#1f6e2e", "#3f9c4f", "#8fd19b"), ("#6a2d8f", "#9a5cc0", "#cda8e6"),
+              ("#7a5c12", "#b08a2a", "#e3c877"), ("#0f6f6f", "#2aa3a3", "#8ad8d8"),
+              ("#a01f4f", "#d04f7f", "#eca0bd"), ("#4a4a4a", "#7a7a7a", "#b8b8b8"),
+              ("#5e6e0f", "#8fa31f", "#cbd97a"), ("#2e3f9c", "#5f6fd0", "#a3adef"))
 
 
 def series_colors(series: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """A colour per (model, dtype): the model's hue (models in sorted order), dark for bf16 or
-    no dtype, light otherwise."""
+    """A colour per (model, dtype): the model's hue (models in sorted order), dark for bf16,
+    light for fp8, between them for anything else (native, none)."""
     models = sorted({model for model, _ in series})
-    return {(model, dtype): MODEL_HUES[models.index(model) % len(MODEL_HUES)][
-        0 if dtype in ("bf16", "", "-") else 1] for model, dtype in series}
+    shade = {"bf16": 0, "fp8": 2}
+    return {(model, dtype): MODEL_HUES[models.index(model) % len(MODEL_HUES)][shade.get(dtype, 1)]
+            for model, dtype in series}
 
 
 def _plain_log_axes(ax) -> None:

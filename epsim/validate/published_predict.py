@@ -17,6 +17,7 @@ from epsim.eplb import Placement, compute_placement
 from epsim.profile import Profile
 from epsim.routing import skew_from_dict
 from epsim.routing.popularity import zipf_shares
+from epsim.sim.memory import GIB, kv_bytes_per_token, weight_bytes
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -177,15 +178,8 @@ def eplb_imbalance(ep: int, slots_per_rank: int, eplb: bool, expert_cv: float,
 
 
 def weight_bytes_per_gpu(model: ModelSpec, ep: int) -> float:
-    """Weight bytes one GPU holds with DP attention: 1/ep of the routed experts, every
-    attention block, dense FFN and shared expert, and BF16 embedding + LM head."""
-    b = model.weight_bytes_per_param
-    experts = model.num_moe_layers * model.num_experts * model.expert_bytes / ep
-    shared = model.num_moe_layers * model.num_shared_experts * model.expert_bytes
-    dense = model.num_dense_layers * 3 * model.hidden_size * model.intermediate_size * b
-    attention = model.num_layers * model.attention_params * b
-    embeddings = 2 * model.vocab_size * model.hidden_size * 2.0
-    return experts + shared + dense + attention + embeddings
+    """Weight bytes one GPU holds with DP attention (`epsim.sim.memory.weight_bytes`)."""
+    return sum(weight_bytes(model, DeploymentSpec(ep_size=ep, enable_dp_attention=True)))
 
 
 def offline_throughput_per_gpu(model_name: str, gpu: str, ep: int, isl: int, osl: int,
@@ -201,8 +195,8 @@ def offline_throughput_per_gpu(model_name: str, gpu: str, ep: int, isl: int, osl
     """
     model = get_model(model_name).model_copy(update={"weight_dtype": weight_dtype})
     hw = get_hardware(gpu)
-    kv_budget = kv_mem_fraction * (hw.hbm_gib * 1e9 - weight_bytes_per_gpu(model, ep))
-    kv_per_token = model.num_layers * model.kv_bytes_per_token_per_layer
+    kv_budget = kv_mem_fraction * (hw.hbm_gib * GIB - weight_bytes_per_gpu(model, ep))
+    kv_per_token = kv_bytes_per_token(model, DeploymentSpec(ep_size=ep))
     context = isl + osl / 2
     batch = float(min(max_batch, kv_budget / kv_per_token / context))
     prefill = batch * isl / osl

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import load_records, merge_passes
@@ -106,8 +106,11 @@ def update_doc(path: Path, text: str, markers: tuple[str, str] = (DOC_BEGIN, DOC
 def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
              out: str | Path | None = None, doc: str | Path | None = None, plots: bool = True,
              max_mape: float = 10.0, strict: bool = False, extrapolate: bool = True,
-             run_pairs: Sequence = (), judged_only: Sequence = ()) -> ValidationReport:
-    """Judge `profile` on record files.
+             run_pairs: Sequence = (), judged_only: Sequence = (),
+             stage: Callable[[str], None] | None = None, loaded: tuple | None = None
+             ) -> ValidationReport:
+    """Judge `profile` on record files; `stage` hears each step as it starts (a minute or more
+    in all with the extrapolation hold-outs).
 
     Args:
         rule: hold-out rule (default: the profile's own).
@@ -117,6 +120,8 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         extrapolate: also judge the extrapolation axes (`epsim.validate.extrapolation`): tokens
             and shape on `paths` (plus the judged side of `judged_only`, never fitted), run on
             each of `run_pairs` (`extrapolation.RunPair`).
+        loaded: `load_records(paths, strict)` when the caller has read them already (the app
+            reads once to report every bad file together), so they are not read again.
     Raises:
         EpsimError: bad records, rule, `out` or `doc` (these two checked before any work).
     """
@@ -124,10 +129,14 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         check_output_dir(out)
     if doc is not None:
         read_doc(Path(doc))
+    stage = stage or (lambda text: None)
     holdout = holdout_of(profile, rule)
-    records, files = load_records(paths, strict=strict)
+    if loaded is None:
+        stage("reading the records")
+    records, files = loaded if loaded is not None else load_records(paths, strict=strict)
     where = measured_on(records)
     records = merge_passes(records)
+    stage(f"predicting {len(records)} records with profile {profile.name or profile.path}")
     rows = compare(records, profile, holdout)
     prov = profile.provenance
     header = {
@@ -142,7 +151,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     text = markdown(rows, header, max_mape)
     judged = []
     if extrapolate:
-        judged, notes = extrapolation.extrapolation(paths, run_pairs, judged_only)
+        judged, notes = extrapolation.extrapolation(paths, run_pairs, judged_only, stage)
         text = extrapolation.markdown(judged, notes, max_mape) + "\n" + text
     report = ValidationReport(rows, text, verdict(rows, max_mape), holdout, measured_on=where,
                               extrapolation=judged)
@@ -153,6 +162,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
         report.files.append(out / "validation.md")
         report.files += write_csv(rows, skew_effects(rows), out)
         if plots:
+            stage("drawing the plots")
             report.files += write_plots(rows, out)
     if doc is not None:
         update_doc(Path(doc), text)

@@ -110,3 +110,23 @@ def test_layout_and_format_fields_in_the_form(app):
                            "ep_size 8) must be 1 with moe_a2a_backend 'mooncake': SGLang sets "
                            "ep_size = tp_size for all-to-all backends; MoE-TP runs with "
                            "moe_a2a_backend 'none'"]
+
+
+def test_a_closed_loop_shows_its_clients_and_the_benchmark_numbers(app):
+    app.radio(key="sc_origin").set_value("upload a YAML file")
+    app.run()
+    text = (b"name: clients\nmodel: Qwen3-30B-A3B\n"
+            b"deployment: {ep_size: 2, moe_a2a_backend: torch, disaggregation_mode: decode}\n"
+            b"workload: {arrivals: {kind: concurrency, clients: 4}, duration_s: 1.5, warmup_s: 0.2,\n"
+            b"  input_len: {kind: fixed, value: 128}, output_len: {kind: fixed, value: 8}}\n")
+    app.file_uploader(key="sc_upload").set_value(("clients.yaml", text, "application/x-yaml"))
+    app.run()
+    assert [n for n in app.number_input if n.label == "concurrent clients"][0].value == 4
+    button(app, "Run simulation").click()
+    app.run()
+    assert not app.exception and not errors(app)
+    shown = metrics(app)
+    assert {"mean TPOT", "median TPOT", "median ITL", "mean TTFT"} <= set(shown)
+    captions = " ".join(c.value for c in app.caption)
+    assert "As sglang.bench_serving reports it" in captions and "KV cache: " in captions
+    assert "keep-up: closed loop of 4 clients" in captions

@@ -9,7 +9,7 @@ import pytest
 
 from epsim.profile import load_profile
 from epsim.validate import validate
-from tests.app.apptest import DATA, count, errors, metrics, open_page
+from tests.app.apptest import DATA, ROOT, button, count, errors, metrics, open_page
 
 RECORDS = DATA / "gloo_records.jsonl"
 PROFILE = DATA / "gloo_profile.json"
@@ -103,3 +103,33 @@ def test_shipped_profile_and_records_load_by_default(app):
     info = " ".join(i.value for i in app.info)
     assert "Measured on** 1x NVIDIA H200, EP" in info and "2x NVIDIA H200, EP 1, 2" in info
     assert count(app, "vega_lite_chart") >= 2
+
+
+def test_extrapolation_holdouts_are_judged_when_asked(app):
+    """The refits wait for the button (the page shows without them), then give
+    `epsim.validate.extrapolation`'s table and stay through a filter change."""
+    from epsim.profile import default_profile_path
+    from epsim.validate import extrapolation
+    records = ROOT / "epsim" / "data" / "records" / "h200x2" / "bench_graph.jsonl.gz"   # tokens axis
+    profile = default_profile_path()
+    if not (records.is_file() and profile.is_file()):
+        pytest.skip("no measured profile and records ship in this checkout yet")
+    open_page(app, "validation")
+    _upload(app, (records.name, records.read_bytes()), (profile.name, profile.read_bytes()))
+    assert not errors(app) and metrics(app)
+    assert not [d for d in app.dataframe if "skill" in d.value.columns]          # not yet judged
+    button(app, "Judge the extrapolation hold-outs").click()
+    app.run()
+    assert not errors(app), errors(app)
+    judged, _ = extrapolation.extrapolation([records])
+    want = {(s.label, s.component): round(s.model_mape, 1) for s in extrapolation.stats(judged)}
+    assert want, "the fixture must hold records on both sides of the tokens split"
+
+    def shown():
+        tables = [d.value for d in app.dataframe if "skill" in d.value.columns]
+        assert len(tables) == 1
+        return dict(zip(zip(tables[0]["axis"], tables[0]["component"]), tables[0]["model MAPE %"]))
+    assert shown() == want
+    app.pills(key="val_f_kind").set_value(["dispatch"])                    # a rerun keeps them
+    app.run()
+    assert shown() == want and not [b for b in app.button if b.label.startswith("Judge")]

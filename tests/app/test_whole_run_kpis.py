@@ -23,6 +23,9 @@ def test_run_shows_kpis_charts_and_downloads_from_epsim(app):
     summary = summarize(simulate(epsim.load_scenario(ROOT / "scenarios" / "default.yaml")))
     assert shown["throughput / GPU"] == f"{summary['throughput_tokens_per_s_per_gpu']:.0f} tok/s"
     assert shown["balancedness (mean/max)"] == f"{summary['balancedness']:.3f}"
+    serving = summary["serving"]          # epsim.report.serving's numbers, as the CLI says them
+    assert shown["served / offered (req/s)"] == f"{serving['served_rps']:.1f} / {serving['offered_rps']:.1f}"
+    assert shown["finished in the window"] == f"{serving['finished_rps']:.1f} req/s"
     for name, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
         for q in ("p50", "p90", "p99", "mean"):
             assert shown[f"{label} {q}"] == fmt(summary[name][q], ".2f", " ms")

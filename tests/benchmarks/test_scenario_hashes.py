@@ -4,20 +4,15 @@ say why in its commit."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scenario_hashes.py"
+from tests.benchmarks import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("scenario_hashes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scenario_hashes")
 
 
 @pytest.mark.slow

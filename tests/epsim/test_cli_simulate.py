@@ -98,7 +98,7 @@ def test_cost_prints_one_layer(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--backend", "nccl", "--ep", "8"], r"moe_a2a_backend \('nccl'\) must be one of"),
+    (["--backend", "nccl", "--ep", "8"], r"^epsim cost: error: --backend \('nccl'\) must be one of"),
     (["--backend", "torch", "--ep", "12"], r"--ep \(12\) must be <= 8 or a multiple of 8"),
     (["--backend", "torch", "--ep", "3"], r"--ep \(3\) must divide the model's experts \(128\)"),
     (["--backend", "torch", "--ep", "8", "--skew", "zipf"], r"skew \('zipf'\) must be one of"),

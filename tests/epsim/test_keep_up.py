@@ -124,7 +124,10 @@ def test_plan_rejects_the_overloaded_ep4_deepep_point_on_the_default_scenario():
     assert best["keep_up.served_frac"] >= 0.97
     no_keep_up = run_plan(DEFAULT, ["deployment.ep_size=4,8", "deployment.moe_a2a_backend=mooncake,deepep"],
                           constraints=["tpot_ms.p99<=25"], workers=1, progress=False, keep_up=False)
-    assert no_keep_up.best_row["num_gpus"] == 4             # what the SLO alone would answer
+    # the SLO alone does not reject it: it meets it at the prediction (marginally: its p10-p90
+    # band crosses 25 ms, so the choice rule prefers EP 8 even then)
+    alone = {(r["deployment.ep_size"], r["deployment.moe_a2a_backend"]): r for r in no_keep_up.rows}[(4, "deepep")]
+    assert alone["tpot_ms.p99"] <= 25 and (alone["feasible"] or alone["marginal"])
 
 
 def test_rejection_reasons_name_keep_up_constraints_and_unsimulated_points():

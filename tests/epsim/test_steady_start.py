@@ -65,8 +65,9 @@ def test_each_rate_starts_at_its_own_steady_batch():
      r"workload\.initial_running_per_rank.*must be an integer >= 0 or 'steady'"),
     ({"workload": {"initial_running_per_rank": -3}},
      r"workload\.initial_running_per_rank.*must be an integer >= 0 or 'steady'"),
-    ({"deployment": {"disaggregation_mode": "null"}},
-     r"initial_running_per_rank \('steady'\) needs deployment\.disaggregation_mode: decode"),
+    ({"deployment": {"disaggregation_mode": "prefill"}},
+     r"initial_running_per_rank \('steady'\) needs deployment\.disaggregation_mode: decode or "
+     r"null \(it starts decoding requests; a prefill instance has none\)"),
 ])
 def test_bad_steady_starts_name_the_field(change, message):
     data = yaml.safe_load(DEFAULT.read_text())

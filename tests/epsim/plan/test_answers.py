@@ -35,9 +35,9 @@ def test_one_answer_per_workload_point(per_rate):
         rates = {result.rows[i]["workload.arrivals.rate_per_s"] for i in answer.rows}
         assert rates == set(answer.workload.values())
         feasible = [i for i in answer.rows if result.rows[i]["feasible"]]
-        if feasible:                                 # the fewest GPUs among this rate's points
+        if feasible:                # the fewest GPUs among this rate's points, then the lowest TPOT
             assert answer.best == min(feasible, key=lambda i: (result.rows[i]["num_gpus"],
-                                                               -result.rows[i]["throughput_tokens_per_s_per_gpu"]))
+                                                               result.rows[i]["tpot_ms.p99"]))
         else:
             assert answer.best is None and answer.reason
     best_rows = [r for r in result.rows if r["best"]]

@@ -77,9 +77,9 @@ def test_mapping_agg_tp_attention_moe_tp(rows):
     _needs_applied_or_missing(plan, "agg", {
         "deployment.tp_size": 8, "deployment.moe_tp_size": 8, "deployment.quantization": "fp8_block",
         "workload.arrivals": {"kind": "concurrency", "clients": 4}})
-    assert not plan.expressible
-    for reason in plan.reasons:              # each names the path, the value and the feature
-        assert reason.startswith("needs ") and "=" in reason
+    # attention TP, MoE-TP and block-FP8 weights (issue 37) with closed-loop clients (issue
+    # 38): the row runs as stated, nothing missing
+    assert plan.expressible and plan.reasons == []
 
 
 def test_mapping_disagg_wide_ep_with_workers(rows):
@@ -111,14 +111,14 @@ def test_mapping_unstated_workers_and_unknown_gpu(rows):
 
 def test_approximate_tags_and_refusals(rows):
     plan = plan_row(rows["dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81"], approximate=True)
-    assert plan.expressible and not plan.instances[0].closed_loop
-    # attention TP 8, MoE-TP 8 x EP 1 and block-FP8 weights are the spec's own (issue 37):
-    # only the closed loop is approximated
+    # closed-loop clients (issue 38), attention TP 8, MoE-TP 8 x EP 1 and block-FP8 weights
+    # (issue 37) are all the spec's own: the row runs as stated, nothing approximated
+    assert plan.expressible and plan.instances[0].closed_loop
+    assert plan.instances[0].data["workload"]["arrivals"] == {"kind": "concurrency", "clients": 4}
     deployment = plan.instances[0].data["deployment"]
     assert (deployment["tp_size"], deployment["moe_tp_size"], deployment["ep_size"]) == (8, 8, 1)
     assert deployment["enable_dp_attention"] is False and deployment["quantization"] == "fp8_block"
-    assert plan.approximations == (
-        "closed-loop clients as Poisson arrivals at the loop's rate (Little's law)",)
+    assert plan.approximations == ()
     assert spec_error(plan.instances[0].data) is None
     tp72 = plan_row(rows["2026_04_06_deepseek_r1_gb200_sglang_fp8_agg_1024x1024_c5632_tp72_ep1_43"],
                     approximate=True)

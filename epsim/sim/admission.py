@@ -1,0 +1,108 @@
+"""Admission: which arrived requests each DP rank takes into its free slots, and when.
+
+The arriving half of the scheduler (`epsim.sim.batching.Scheduler` is an `Admission`): requests
+queue per rank (`epsim.sim.rank_queues`; a closed loop's sends, `epsim.sim.clients`, join as
+requests finish) and a rank takes them first come first served, as many as its free slots and,
+where it can bind, its KV pool (`epsim.sim.kv_pool`) hold. Elastic EP reroutes later arrivals
+over the live ranks (`route_to`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Admission:
+    """What `Scheduler` does with arrivals (module doc). It reads the scheduler's `state`,
+    `queues`, `closed`, `kv`, `mode`, slots and per-slot counters."""
+
+    # -- a closed loop's clients (`epsim.sim.clients`) ------------------------------------------
+    def _send(self, times_s: list[float]) -> None:
+        """The clients send one request each at `times_s` (non-decreasing)."""
+        if not times_s:
+            return
+        closed, state = self.closed, self.state
+        sent = state.count - closed.num_initial
+        input_len, output_len = closed.lengths(sent, len(times_s))
+        if self.mode == "prefill":
+            output_len = np.ones_like(output_len)
+        if state.count + len(times_s) >= np.iinfo(np.int32).max:
+            raise ValueError("requests must be fewer than 2**31 per run (int32 slot ids)")
+        state.add_requests(np.asarray(times_s, dtype=np.float64), input_len, output_len)
+        self.queues.send(times_s)
+
+    def _client_done(self, ids: np.ndarray, now_s: float) -> None:
+        """Requests `ids` ended at `now_s` (finished or lost): their clients send again."""
+        self._send([now_s + self.closed.think_s] * int(ids.shape[0]))
+
+    # -- queries -----------------------------------------------------------------------------
+    def arrived(self, now_s: float) -> np.ndarray:
+        """[ranks] requests that have arrived at each rank by `now_s` (round-robin)."""
+        return self.queues.arrived(now_s)
+
+    def next_arrival_s(self, now_s: float) -> float:
+        """The first arrival after `now_s` (inf when none is left)."""
+        return self.queues.next_arrival_s(now_s)
+
+    def num_waiting(self, now_s: float) -> int:
+        """Requests arrived by `now_s` and still without a slot, every rank."""
+        return int(self.queues.waiting(now_s).sum())
+
+    # -- elastic EP ----------------------------------------------------------------------------
+    def route_to(self, alive: np.ndarray, now_s: float) -> None:
+        """Route arrivals after `now_s` round-robin over the ranks where `alive` ([ranks] bool)."""
+        self.queues.route_to(alive, now_s)
+
+    # -- one step ------------------------------------------------------------------------------
+    def _admit(self, now_s: float, alive: np.ndarray | None) -> tuple[np.ndarray | None, int]:
+        """Move arrived requests into free slots, FCFS per rank.
+
+        Returns:
+            (ids admitted or None, requests still waiting).
+        """
+        state, queues = self.state, self.queues
+        waiting = queues.waiting(now_s)
+        admit = np.minimum(waiting, self.max_running - state.occupied)
+        if alive is not None:
+            admit = np.where(alive, admit, 0)
+        num_waiting = int(waiting.sum())
+        self._kv_held = False
+        if self.kv is not None and admit.any():            # the KV pool may hold some back
+            fit = self._kv_fit(admit)
+            self._kv_held = bool((fit < admit).any())
+            admit = fit
+        if not admit.any():
+            return None, num_waiting
+        slots, rows, within = state.pick_free(admit)
+        ids = queues.take(admit, rows, within)
+        state.fill(slots, ids)
+        input_len = state.input_len[ids]
+        if self.decode_path is not None:
+            self.decode_path.start(slots, input_len, state.output_len[ids])
+            self.decode_path.in_flight = slots
+        else:
+            self._out_left.reshape(-1)[slots] = state.output_len[ids]
+        if self.mode == "decode":
+            if self.decode_path is None:
+                self._context.reshape(-1)[slots] = input_len
+            state.context_sum += np.bincount(rows, weights=input_len,
+                                             minlength=self.num_ranks).astype(np.int64)
+        else:
+            self.prefill_left.reshape(-1)[slots] = input_len
+        state.occupied += admit
+        return ids, num_waiting - int(admit.sum())
+
+    # -- the KV pool (`epsim.sim.kv_pool`) ------------------------------------------------------
+    def _kv_used(self) -> np.ndarray:
+        """[ranks] tokens each rank's pool holds: contexts, and prompts admitted not yet prefilled."""
+        if self.mode == "decode":
+            return self.state.context_sum
+        return self.state.context_sum + self.prefill_left.sum(axis=1)
+
+    def _kv_fit(self, admit: np.ndarray) -> np.ndarray:
+        """[ranks] how many of the `admit` requests at the head of each rank's queue the pool takes."""
+        rows = np.repeat(np.arange(self.num_ranks), admit)
+        within = np.arange(rows.shape[0]) - np.repeat(np.cumsum(admit) - admit, admit)
+        ids = self.queues.request_ids(rows, self.queues.admitted[rows] + within)
+        return self.kv.admissible(admit, self._kv_used(), self.state.occupied, rows, within,
+                                  self.state.input_len[ids])

@@ -1,0 +1,148 @@
+"""Speculative decoding as SGLang runs it (EAGLE / NEXTN, DeepSeek's MTP module as the draft).
+
+One scheduler step of a speculative decode is one verify cycle (SGLang's `EAGLEWorker`,
+python/sglang/srt/speculative/eagle_worker.py, `forward_batch_generation`):
+
+1. draft: `num_steps - 1` forwards of the draft model over `eagle_topk` tokens per request (the
+   first draft token came from the previous cycle's draft extend);
+2. verify: one forward of the target model over `num_draft_tokens` tokens per request, the
+   logits of all of them sampled;
+3. draft extend: one draft forward over `num_steps + 1` tokens per request (the accepted ones,
+   padded), the LM head on one row per request.
+
+Each request then gets `k` tokens, 1 <= k <= num_steps + 1 (the accepted drafts and the target's
+bonus token). The draft model of DeepSeek-V3/R1 is its MTP module: one decoder layer (MLA
+attention and an MoE layer with the target's experts, dispatched the same way) and the shared
+LM head, priced by the same cost model as a one-layer model (`DraftPricer`). The verify step is
+the target's decode step over `num_draft_tokens` tokens per request (`verify_counts`): every
+token through the MoE layers and the LM head, the attention's FLOPs for every query, its KV
+cache read once per request and its decode kernel run once per request, the draft tokens' queries
+in one tile (`BatchCounts.decode_queries_per_seq`).
+
+Acceptance (`Acceptance`): each draft token is accepted, given the ones before it were, with a
+probability `a` alike at every position (a chain), so `P(k) = a^(k-1) (1 - a)` for k <= num_steps
+and `P(num_steps + 1) = a^num_steps`; `a` is chosen so that the mean is the deployment's
+`speculative_accept_length` (SGLang's `avg_spec_accept_length`: accepted drafts + 1, per request
+and verify step), or, without one, `a = DEEPSEEK_ACCEPT_RATE`: the DeepSeek-V3 technical report
+(arXiv 2412.19437, section 5.4.3) gives "the acceptance rate of the second token prediction
+ranges between 85% and 90%" for its one MTP module; 0.85 at deeper positions is an
+extrapolation (the module is reused autoregressively there, and published acceptance lengths of
+deeper chains are lower: docs/model.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from epsim.cost.attention import BatchCounts
+from epsim.cost.model import CostModel
+from epsim.cost.tables import build_tables, contiguous_placement
+from epsim.eplb.placement import Placement
+from epsim.routing.skew import SkewModel
+
+DEEPSEEK_ACCEPT_RATE = 0.85     # DeepSeek-V3 report: second-token acceptance 85-90 %
+
+
+def chain_mean(rate: float, steps: int) -> float:
+    """Mean tokens per verify step of a chain accepting each draft with `rate`: 1 + a + ... + a^S."""
+    return float(sum(rate ** j for j in range(steps + 1)))
+
+
+class Acceptance:
+    """Tokens a request gets per verify step (module doc), drawn from its own seeded stream.
+
+    Args:
+        steps: `speculative_num_steps`.
+        accept_length: the mean (SGLang's `avg_spec_accept_length`); None: `DEEPSEEK_ACCEPT_RATE`.
+        seed: the run's seed.
+    Attributes:
+        rate: the per-position acceptance `a`; probs: [steps + 1] P(k = 1 .. steps + 1).
+    """
+
+    def __init__(self, steps: int, accept_length: float | None, seed: int):
+        if accept_length is None:
+            rate = DEEPSEEK_ACCEPT_RATE
+        elif accept_length >= steps + 1:
+            rate = 1.0
+        else:                                  # the mean grows with a: bisect for it
+            low, high = 0.0, 1.0
+            for _ in range(60):
+                mid = 0.5 * (low + high)
+                low, high = (mid, high) if chain_mean(mid, steps) < accept_length else (low, mid)
+            rate = 0.5 * (low + high)
+        self.rate, self.steps = rate, steps
+        k = np.arange(1, steps + 2)
+        probs = rate ** (k - 1) * (1.0 - rate)
+        probs[-1] = rate ** steps
+        self.probs = probs / probs.sum()
+        self.mean = float((k * self.probs).sum())
+        self._cum = np.cumsum(self.probs)
+        self._rng = np.random.default_rng([seed, 0x5EC])
+
+    def draw(self, num: int) -> np.ndarray:
+        """[num] int64 tokens per request of one verify step."""
+        return np.searchsorted(self._cum, self._rng.random(num) * self._cum[-1], side="right") + 1
+
+
+def verify_counts(batch: BatchCounts, draft_tokens: int) -> BatchCounts:
+    """The verify step's counts of a decode batch (`decode_tokens` requests per rank): every
+    request runs `draft_tokens` queries, query j over its context + j + 1 keys, all sampled."""
+    n = batch.decode_tokens
+    extra = n * draft_tokens * (draft_tokens - 1) / 2.0
+    return BatchCounts(n * draft_tokens, batch.decode_context * draft_tokens + extra,
+                       batch.prefill_tokens, batch.prefill_context, batch.prefill_pairs,
+                       batch.sampled_tokens + n * (draft_tokens - 1), batch.phase,
+                       batch.prefill_seqs, float(draft_tokens))
+
+
+class DraftPricer:
+    """The draft model's forwards of one verify cycle (module doc), priced as a one-layer model.
+
+    Args:
+        scenario, profile, seed: the run's.
+    """
+
+    def __init__(self, scenario, profile, seed: int):
+        sc = scenario
+        m, c, d, w = sc.model, sc.cluster, sc.deployment, sc.workload
+        self.steps, self.topk, self.draft_tokens = d.speculative_steps
+        one = m.model_copy(update={"num_layers": 1, "num_dense_layers": 0})
+        self.cost_model = CostModel(one, c, d, profile)
+        self.skew = SkewModel(w.skew, 1, m.num_experts, m.top_k, seed=seed, base_dir=sc.base_dir)
+        placement = Placement.on_cluster(
+            contiguous_placement(1, m.num_experts, d.ep_size, d.ep_num_redundant_experts),
+            m.num_experts, d.ep_size, c.gpus_per_node_resolved)
+        self.tables = build_tables(placement, d.ep_dispatch_algorithm)
+        self.rng = np.random.Generator(np.random.SFC64([seed, 0xD4AF7]))
+        self.overhead_base_us = self.cost_model.params.overhead["base_us"]
+
+    def forward_us(self, batch: BatchCounts, t_s: float, rng: np.random.Generator) -> float:
+        """One draft forward over `batch`, without the step's fixed overhead (the draft's
+        forwards run inside the cycle that already pays it)."""
+        loads = self.skew.loads(batch.routed_tokens, rng, t_s=t_s)
+        return self.cost_model.step(batch, loads, self.tables).step_us - self.overhead_base_us
+
+    def cycle_us(self, requests: np.ndarray, context: np.ndarray, prefill: BatchCounts | None,
+                 t_s: float, rng: np.random.Generator | None = None) -> float:
+        """The draft forwards of one step: `requests` [dp] decoding requests per rank whose
+        contexts sum to `context` [dp]; `prefill`: the step's prefill chunk, which the draft
+        extends too (None: none); `rng`: the load draws' (None: the run's stream)."""
+        rng = self.rng if rng is None else rng
+        total = 0.0
+        if requests.any():
+            per = np.where(requests > 0, context / np.maximum(requests, 1), 0.0)
+            z = np.zeros_like(requests)
+            for _ in range(self.steps - 1):                     # draft decode forwards
+                tokens = requests * self.topk
+                total += self.forward_us(BatchCounts(tokens, tokens * (per + 1), z, z, z, tokens,
+                                                     "decode"), t_s, rng)
+            extend = requests * (self.steps + 1)                # draft extend after verify
+            total += self.forward_us(BatchCounts(extend, extend * (per + 1), z, z, z, requests,
+                                                 "decode"), t_s, rng)
+        if prefill is not None and prefill.prefill_tokens.any():
+            z = np.zeros_like(prefill.prefill_tokens)
+            total += self.forward_us(BatchCounts(z, z, prefill.prefill_tokens,
+                                                 prefill.prefill_context, prefill.prefill_pairs,
+                                                 prefill.prefill_chunks, "prefill",
+                                                 prefill.prefill_seqs), t_s, rng)
+        return total
