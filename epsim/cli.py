@@ -245,6 +245,10 @@ def _add_validate(sub) -> None:
                    help="with --silicon: rows the spec cannot express run as the nearest scenario "
                         "it can, tagged and tabled apart (never in the headline)")
     p.add_argument("--no-peer", action="store_true", help="with --silicon: skip AIConfigurator")
+    p.add_argument("--peer-cache", default=None, metavar="FILE",
+                   help="with --silicon: AIConfigurator's answers kept between runs, asked again "
+                        "only for new rows or another installed version (default with --out: "
+                        "DIR/silicon_peer.json.gz)")
     executor_options(p)
     p.add_argument("--ray-address", default=None, help="with --executor ray: ray.init(address=...)")
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import charts, data, ui
+from app import charts, ui
+from app import validation_data
 from epsim.errors import EpsimError
 
 SHIPPED = "shipped profile and records (epsim/data)"
@@ -25,8 +26,8 @@ def _files(paths: list[Path]) -> tuple[tuple[str, Path], ...]:
 
 def inputs() -> tuple[tuple, tuple] | None:
     """(record files, profile file), each (name, bytes or Path), from the source the user picks."""
-    shipped_records, shipped_profile = data.shipped_validation_files()
-    local_records, local_profile = data.local_calibration_files()
+    shipped_records, shipped_profile = validation_data.shipped_validation_files()
+    local_records, local_profile = validation_data.local_calibration_files()
     options = ([SHIPPED] if shipped_records and shipped_profile else []) + \
               ([LOCAL] if local_records and local_profile else []) + [UPLOAD]
     origin = st.radio("Records and profile", options, horizontal=True, key="val_origin")
@@ -124,7 +125,7 @@ def extrapolation_section(records: tuple) -> str:
     st.markdown("**Extrapolation hold-outs against two baselines** (constant: the fit-set median "
                 "of the same configuration; log-log: the fit-set points joined along the axis; "
                 "skill = 1 - model / best baseline)")
-    key = data.files_key(list(records))
+    key = validation_data.files_key(list(records))
     asked = st.session_state.setdefault(ASKED, set())
     if key not in asked:
         st.caption("Each axis refits the profile on one side of a split (tokens per rank up to "
@@ -134,7 +135,7 @@ def extrapolation_section(records: tuple) -> str:
             return ""
         asked.add(key)            # later reruns (a filter) keep the section, from the cache
     try:
-        view = data.extrapolation_holdouts(key, records)
+        view = validation_data.extrapolation_holdouts(key, records)
     except EpsimError as exc:
         st.error(str(exc))
         return ""
@@ -170,7 +171,7 @@ def page() -> None:
         return
     try:
         records, profile = chosen
-        view = data.validation(data.files_key([*records, profile]), records, profile)
+        view = validation_data.validation(validation_data.files_key([*records, profile]), records, profile)
     except EpsimError as exc:
         st.error(str(exc))
         return

@@ -20,7 +20,7 @@ from epsim.validate import composition_table, published, summary_rows, validate
 from epsim.validate.composition import compose_files, default_composition_paths
 from epsim.validate.extrapolation import RunPair, default_judged_only, default_run_pairs, stats
 from epsim.validate.report import describe_measured_on, read_doc, update_doc
-from epsim.validate.silicon import document, peer
+from epsim.validate.silicon import document, peer, peer_cache
 from epsim.validate.silicon.rows import default_csv_path, read_rows
 from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
 
@@ -182,8 +182,12 @@ def run_silicon(args):
     rows, scope = select(read_rows(path), args.sample, args.seed)
     use_peer = not args.no_peer and peer.available()
     workers = args.workers or default_workers()
+    cache = Path(args.peer_cache) if args.peer_cache else out / peer_cache.CACHE_NAME if out else None
+    known = peer_cache.load(cache) if use_peer and cache is not None else {}
     entries, wall_s = run_rows(rows, args.approximate, use_peer, args.executor, workers,
-                               wants_progress(args), args.ray_address)
+                               wants_progress(args), args.ray_address, peer_known=known)
+    if use_peer and cache is not None:
+        peer_cache.save(cache, known)
     board = Scoreboard(entries, scope, str(path), args.approximate,
                        f"AIConfigurator {peer.version()}" if use_peer else None, workers, wall_s,
                        sample=f"--sample {args.sample} --seed {args.seed}" if args.sample else "",
@@ -200,6 +204,8 @@ def run_silicon(args):
         document.write_rows(board, out / "silicon_rows.json.gz")
         document.write_atomic(out / "silicon_features.md", document.features_markdown(board).encode())
         report.files += [out / "silicon_rows.json.gz", out / "silicon_features.md"]
+    if use_peer and cache is not None:
+        report.files.append(cache)
     return report
 
 

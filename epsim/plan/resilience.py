@@ -12,8 +12,9 @@ For one scenario (its steady decode step from `epsim.sim.steady`, its skew model
 - **Failure** (`deployment.failures_per_gpu_hour` x `ep_size` per hour). With elastic EP (DP
   attention, redundant experts, survivors holding every expert): the dispatch timeout
   (`moe_dispatch_timeout_s`), reloads of experts no survivor held, the rebalance over the
-  survivors, and the rejoin's rebalance; while the rank is away (`failure_repair_s`) the
-  instance serves at (ep - 1) / ep. Without: the instance is down until the rank is back and
+  survivors, the timed-out forward run again (one steady decode step; the terms of
+  `epsim.eplb.recovery.failure_terms`), and the rejoin's rebalance; while the rank is away
+  (`failure_repair_s`) the instance serves at (ep - 1) / ep. Without: the instance is down until the rank is back and
   every GPU has reloaded its weights (`reload_gbps`). Either way the failed ranks' running
   requests are lost and resent: the tokens they had produced (half an output on average) are
   work done again.
@@ -36,6 +37,7 @@ from epsim.eplb import (
 from epsim.eplb.host_terms import (
     deployment_terms, per_op_params, shipped_host_params, tensors_per_expert,
 )
+from epsim.eplb.recovery import failure_terms
 from epsim.errors import SpecError
 from epsim.routing.skew import SkewModel
 from epsim.sim.steady import steady_model, steady_state
@@ -122,7 +124,7 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
     changed = refilled.physical_to_logical != placement.physical_to_logical
     per_rank = changed.reshape(m.num_moe_layers, d.ep_size, -1).sum(axis=(0, 2))
     reload_s = float(per_rank.max()) * m.expert_bytes / reload_bytes_per_s
-    interruption = d.moe_dispatch_timeout_s + reload_s
+    rebalance_s = 0.0
     rejoin_s = 0.0
     if d.enable_eplb:
         links, host = _links_and_host(scenario, profile)
@@ -132,11 +134,14 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
         moves = rebalance_cost(refilled, survivors, m.expert_bytes, per_op, algorithm=None,
                                layers_per_chunk=1)
         nodes = _instance_nodes(scenario)
-        interruption += deployment_terms(host, links, m, d, nodes, moves.chunk_us,
-                                         num_alive=d.ep_size - 1).stall_us * 1e-6
+        rebalance_s = deployment_terms(host, links, m, d, nodes, moves.chunk_us,
+                                       num_alive=d.ep_size - 1).stall_us * 1e-6
         back = rebalance_cost(survivors.with_alive(None), placement, m.expert_bytes, per_op,
                               algorithm=None, layers_per_chunk=1)
         rejoin_s = deployment_terms(host, links, m, d, nodes, back.chunk_us).stall_us * 1e-6
+    interruption = failure_terms(rebalance_s * 1e6, reload_s * 1e6,
+                                 detection=d.moe_dispatch_timeout_s * 1e6,
+                                 rerun_us=steady.step_s * 1e6).interruption_us * 1e-6
     redo_s = redone_tokens / max(steady.output_per_s, 1e-9)
     return interruption, interruption + rejoin_s + d.failure_repair_s / d.ep_size + redo_s
 

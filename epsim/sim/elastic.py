@@ -14,7 +14,9 @@ SGLang's elastic EP over Mooncake:
   into a survivor slot of the expert with the most replicas (`epsim.eplb.fill_lost`) and its
   weights are reloaded from host or storage at `reload_gbps` per GPU; every MoE layer needs
   it, so serving stalls until the slowest survivor has reloaded. With EPLB on, a rebalance onto
-  the survivors follows at once (SGLang elastic EP triggers one on failure). When the rank comes back
+  the survivors follows at once (SGLang elastic EP triggers one on failure). Then the forward
+  whose dispatch timed out runs again (SGLang's `ModelRunner.forward`): one more stall of the
+  last step's length. When the rank comes back
   (`recover_after_s`), it has loaded its slots' weights before rejoining (off the serving path),
   is unmasked, takes new requests, and EPLB rebalances onto all ranks again.
 - `elastic_recovery: reload` (no elastic EP): nothing can serve the failed rank's experts, so
@@ -28,6 +30,7 @@ from typing import Generator
 
 import numpy as np
 
+from epsim.eplb.recovery import failure_terms
 from epsim.eplb.survivors import refill_survivors
 
 
@@ -37,8 +40,9 @@ class ElasticEP:
     Attributes:
         events: one dict per failure or recovery: `kind`, `at_s`, `rank`, `num_alive`,
             `lost_requests`, `reloaded_experts` (layer x expert pairs), `reload_bytes`,
-            `detection_us` (the dispatch timeout the survivors wait out), `stall_us` (detection
-            and reloads; the rebalance that follows is the EPLB manager's event).
+            `detection_us` (the dispatch timeout the survivors wait out), `rerun_us` (the timed-out
+            forward run again: the last step's length), `stall_us` (detection, reloads and the
+            rerun; the rebalance between them is the EPLB manager's event).
     """
 
     def __init__(self, sim):
@@ -66,7 +70,8 @@ class ElasticEP:
     def _event(self, kind: str, rank: int, **values) -> dict:
         event = {"kind": kind, "at_s": self.sim.env.now * 1e-6, "rank": rank,
                  "num_alive": int((~self.down).sum()), "lost_requests": 0,
-                 "reloaded_experts": 0, "reload_bytes": 0.0, "detection_us": 0.0, "stall_us": 0.0,
+                 "reloaded_experts": 0, "reload_bytes": 0.0, "detection_us": 0.0, "rerun_us": 0.0,
+                 "stall_us": 0.0,
                  **values}
         self.events.append(event)
         return event
@@ -98,15 +103,23 @@ class ElasticEP:
         per_rank = changed.reshape(changed.shape[0], -1, spr).sum(axis=(0, 2))   # [ranks]
         reload_us = float(per_rank.max()) * self.expert_bytes / self.reload_bytes_per_us
         state.set_alive(rank, False, placement=target)
+        # the forward whose dispatch timed out runs again after the rebalance: one more step of
+        # the length of the last one (none before the first step)
+        last = sim.last_step
+        rerun_us = 0.0 if last is None else last.end_us - last.start_us
+        terms = failure_terms(0.0, reload_us, detection=self.detection_us, rerun_us=rerun_us)
         sim.stall(self.detection_us, "failure detection")
         if reload_us > 0:
             sim.stall(reload_us, "expert reload")
         if sim.eplb is not None:
             sim.eplb.trigger("failure")
+        if rerun_us > 0:
+            sim.stall(rerun_us, "forward rerun")
         return self._event("failure", rank, lost_requests=len(lost),
                            reloaded_experts=int(changed.sum()),
                            reload_bytes=float(changed.sum()) * self.expert_bytes,
-                           detection_us=self.detection_us, stall_us=self.detection_us + reload_us)
+                           detection_us=self.detection_us, rerun_us=rerun_us,
+                           stall_us=terms.interruption_us)
 
     def recover(self, rank: int) -> dict:
         """Rank `rank` rejoins now with its slots' weights loaded; returns the event."""

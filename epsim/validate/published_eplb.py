@@ -84,7 +84,8 @@ def elastic_failure(ep: int, redundant: int, failed: int, gpu: str = "H200",
     """A failure of `failed` ranks under SGLang + Mooncake EP, DeepSeek-V3 shapes in FP8:
     detection, then the EPLB rebalance over the survivors (SGLang 0.5's code: the global policy
     over the active ranks, the dispatch map, per-layer plans and weight moves from survivors;
-    no reload while replicas cover every expert)."""
+    no reload while replicas cover every expert). The rerun of the timed-out forward is left
+    out (`rerun_us` None): a decode step needs the batch, which the blog does not state."""
     model = get_model("DeepSeek-V3")
     nodes = max(1, ep // get_hardware(gpu).gpus_per_node)
     cluster = ClusterSpec(gpu=gpu, num_nodes=nodes)

@@ -76,7 +76,7 @@ def _read_upload_bytes(path: str) -> bytes:
 
 def _run_app(argv: tuple[str, ...]) -> None:
     """The app's loaders, called as its pages call them on an upload (raises EpsimError)."""
-    from app import data, ui
+    from app import data, ui, validation_data
     kind, *paths = argv
     if kind == "scenario":
         content = _read_upload_bytes(paths[0])
@@ -87,7 +87,7 @@ def _run_app(argv: tuple[str, ...]) -> None:
     elif kind == "validation":
         records = (Path(paths[0]).name, _read_upload_bytes(paths[0]))
         profile = (Path(paths[1]).name, _read_upload_bytes(paths[1]))
-        data.validation(data.files_key([records, profile]), (records,), profile)
+        validation_data.validation(validation_data.files_key([records, profile]), (records,), profile)
     elif kind == "results":
         data.read_results_table(Path(paths[0]).name, _read_upload_bytes(paths[0]))
     else:

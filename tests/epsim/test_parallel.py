@@ -92,7 +92,7 @@ def test_attention_not_modelled_is_refused_for_a_run():
 
 def test_nvfp4_needs_fp4_tensor_cores():
     with pytest.raises(SpecError, match=r"deployment.quantization \('modelopt_fp4'\) must run on a "
-                                        r"GPU with FP4 tensor cores \['B200', 'GB200', 'GB300'\]: "
+                                        r"GPU with FP4 tensor cores \['B200', 'B300', 'GB200', 'GB300'\]: "
                                         r"H200 has none"):
         _scenario({"ep_size": 8, "quantization": "modelopt_fp4"})
     served = _scenario({"ep_size": 8, "quantization": "modelopt_fp4"}, gpu="B200").served_model

@@ -52,7 +52,7 @@ CASES = [
     ("unknown_field", {"deployment.turbo": True},
      ["deployment.turbo (True)", "is not a known field; allowed: chunked_prefill_size"]),
     ("unknown_gpu", {"cluster.gpu": "A100"},
-     ["cluster.gpu ('A100')", "must be one of ['B200', 'GB200', 'GB300', 'H100', 'H200', 'H800']"]),
+     ["cluster.gpu ('A100')", "must be one of ['B200', 'B300', 'GB200', 'GB300', 'H100', 'H200', 'H800']"]),
     ("network_kind", {"cluster.network": "ethernet"},
      ["cluster.network.kind ('ethernet')", "must be one of 'infiniband', 'roce', 'efa' or 'nvl72'"]),
     ("network_nic_speed", {"cluster.network": {"kind": "efa", "nic_gbit_per_s": -100}},

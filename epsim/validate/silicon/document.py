@@ -83,6 +83,8 @@ def _features(entry: dict) -> tuple[str, ...]:
     side = entry["epsim"]
     if side["missing"]:
         return tuple(dict.fromkeys(f"{m['feature']} (`{m['path']}`)" for m in side["missing"]))
+    if side.get("reason_class"):
+        return (side["reason_class"],)
     return (side["reasons"][0],) if side["reasons"] else ()
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from epsim.errors import EpsimError
 from epsim.spec.scenario import scenario_from_dict
+from epsim.validate.silicon.resolve import WIDE_EP_REDUNDANT, resolve
 from epsim.validate.silicon.rows import Side, SiliconRow
 from epsim.zoo import get_hardware, get_model, hardware_names
 
@@ -79,8 +80,11 @@ class Instance:
     Attributes:
         role: "agg" | "prefill" | "decode".
         data: the scenario mapping (its arrivals are set per pass by `epsim.validate.silicon.run`).
-        clients: closed-loop clients one instance serves (the row's clients / workers).
+        clients: closed-loop clients one instance serves (the row's clients / workers, rounded
+            up: the busiest instance).
         num_workers: instances of this kind.
+        routed_clients: the clients its scenario's arrivals carry: all of this side's where the
+            spec shares them over `deployment.num_instances` (its router), else `clients`.
         dp_ranks: attention-DP ranks of one instance (requests spread over them).
         closed_loop: the spec expresses closed-loop clients (else Poisson at their rate,
             only under `approximate`).
@@ -92,6 +96,7 @@ class Instance:
     num_workers: int
     dp_ranks: int
     closed_loop: bool
+    routed_clients: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class RowPlan:
     error: str | None = None
     approximations: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = field(default=())
+    error_class: str | None = None          # the class of `error` the tables count, if any
 
     @property
     def expressible(self) -> bool:
@@ -196,11 +202,15 @@ def closed_loop_needs(clients: int, disagg: bool) -> list[Need]:
 def _base(row: SiliconRow, side: Side, role: str) -> dict:
     """The scenario every instance of `side` starts from: the row's model, GPUs, lengths,
     EP layout as the spec has it (instance = ep_size GPUs), Poisson arrivals as a placeholder.
+    `_instance` adds a wide-EP launch script's redundant experts (`--ep-num-redundant-experts`
+    with a static placement from recorded loads, `epsim.validate.silicon.resolve`) as epsim's
+    EPLB placement of the workload's own skew.
     A GPU the zoo lacks stands in as H200 here, so that each other need is judged on its own
     (the `cluster.gpu` need then refuses the row's GPU)."""
     gpu = _zoo_gpu(GPUS.get(row.system, row.system)) or "H200"
     per_node = get_hardware(gpu).gpus_per_node
-    dp_attention = side.tp_size == 1
+    # DP attention: one GPU per attention rank, or DP groups of attention TP (tp x dp GPUs)
+    dp_attention = side.tp_size == 1 or side.attention_dp_size > 1
     return {
         "name": row.id, "seed": SEED, "model": MODELS[row.model_path],
         "cluster": {"gpu": gpu, "num_nodes": -(-side.num_gpus // per_node)},
@@ -208,7 +218,8 @@ def _base(row: SiliconRow, side: Side, role: str) -> dict:
             "ep_size": side.moe_ep_size, "enable_dp_attention": dp_attention,
             # wide EP (DP attention, EP > 1) dispatches with DeepEP; otherwise SGLang's default
             # (tokens already on every rank: local experts, then a reduce)
-            "moe_a2a_backend": "deepep" if dp_attention and side.moe_ep_size > 1 else "none",
+            "moe_a2a_backend": ("deepep" if dp_attention and side.moe_ep_size > 1
+                                and side.moe_tp_size == 1 else "none"),
             "disaggregation_mode": "null" if role == "agg" else role},
         "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 1.0},
                      "input_len": {"kind": "fixed", "value": row.isl},
@@ -233,11 +244,24 @@ def _approximate(need: Need, data: dict, side: Side) -> str | None:
 
 
 def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int,
-              approximate: bool) -> tuple[Instance, list[Missing], list[str]]:
+              approximate: bool, redundant_experts: int = 0,
+              mtp: bool = False) -> tuple[Instance, list[Missing], list[str]]:
     data = _base(row, side, role)
     missing, tags = [], []
     closed = True
-    needs = side_needs(row, side) + closed_loop_needs(clients, row.mode == "disagg")
+    if redundant_experts:
+        data["deployment"].update(ep_num_redundant_experts=redundant_experts,
+                                  init_expert_location="from_skew")
+    # xPyD: the spec's num_instances shares the side's clients round-robin and simulates the
+    # busiest instance; without the field, that instance is simulated with its share directly
+    routed = clients
+    trial = copy.deepcopy(data)
+    trial["deployment"]["num_instances"] = workers
+    if workers > 1 and spec_error(trial) is None:
+        data, routed = trial, row.concurrency
+    needs = side_needs(row, side) + closed_loop_needs(routed, row.mode == "disagg")
+    if mtp and role != "prefill":       # the draft runs where tokens are decoded
+        needs.append(Need("deployment.speculative_algorithm", "NEXTN", "MTP (DeepSeek's NEXTN draft)"))
     for need in needs:
         trial = copy.deepcopy(data)
         _set(trial, need.path, need.value)
@@ -256,16 +280,17 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
             tags.append(tag)
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
     data["deployment"]["max_running_requests"] = max(-(-clients // dp_ranks), 1)
-    return Instance(role, data, clients, workers, dp_ranks, closed), missing, tags
+    return Instance(role, data, clients, workers, dp_ranks, closed, routed), missing, tags
 
 
 def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
-    """Clients one instance serves: the row's clients over its workers (rounded, and said so)."""
-    share = total / workers
-    if share != int(share):
-        assumptions.append(f"{role}: {total} clients over {workers} instances = {share:.2f}, "
-                           f"simulated as {max(round(share), 1)}")
-    return max(round(share), 1)
+    """Clients one instance serves: the row's clients over its workers, rounded up as the
+    router's round-robin leaves the busiest instance (`Scenario.one_instance`), and said so."""
+    share = -(-total // workers)
+    if share * workers != total:
+        assumptions.append(f"{role}: {total} clients over {workers} instances = "
+                           f"{total / workers:.2f}, simulated as {share} (the busiest instance)")
+    return max(share, 1)
 
 
 def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
@@ -279,19 +304,34 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     if row.concurrency is None:
         return RowPlan(row, (), error="the row states no client count (silicon_concurrency=N in "
                                       "silicon_data_source)")
+    ran = resolve(row)
+    if ran.error is not None:
+        return RowPlan(row, (), error=ran.error, assumptions=ran.assumptions,
+                       error_class=ran.error_class)
     assumptions = [f"kv_cache_dtype {KV_CACHE_DTYPE} (not stated)",
-                   "fixed ISL/OSL (the length distribution is not stated)"]
-    if row.mode == "agg":
-        roles = [("agg", row.agg, 1)]
+                   "fixed ISL/OSL (the length distribution is not stated)", *ran.assumptions]
+    run = ran.row
+    if run.mode == "agg":
+        roles = [("agg", run.agg, 1)]
     else:
-        if not row.workers_stated:
-            assumptions.append("one prefill and one decode instance (workers not stated)")
-        roles = [("prefill", row.prefill, row.prefill.num_workers or 1),
-                 ("decode", row.decode, row.decode.num_workers or 1)]
+        roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
+                 ("decode", run.decode, run.decode.num_workers or 1)]
+    if ran.speculative:
+        assumptions.append("MTP as speculative_algorithm NEXTN with SGLang's defaults for DeepSeek "
+                           "(the recipe says spec-decoding: mtp, not its steps)")
+    redundant = dict(ran.redundant_experts or {})
+    experts = get_model(MODELS[row.model_path]).num_experts
     instances, missing, tags = [], [], []
     for role, side, workers in roles:
-        clients = _share(row.concurrency, workers, role, assumptions)
-        instance, lacks, approx = _instance(row, side, role, clients, workers, approximate)
+        if experts % side.moe_ep_size and not redundant.get(role):
+            # SGLang refuses EP that does not divide the experts unless redundant slots fill it
+            redundant[role] = WIDE_EP_REDUNDANT
+            assumptions.append(f"{role}: EP {side.moe_ep_size} does not divide {experts} experts: "
+                               f"{WIDE_EP_REDUNDANT} redundant experts, as the Dynamo wide-EP "
+                               f"recipes run them")
+        clients = _share(run.concurrency, workers, role, assumptions)
+        instance, lacks, approx = _instance(run, side, role, clients, workers, approximate,
+                                            redundant.get(role, 0), ran.speculative)
         instances.append(instance)
         missing += [m for m in lacks if m.reason not in {x.reason for x in missing}]
         tags += [t for t in approx if t not in tags]

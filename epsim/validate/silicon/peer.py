@@ -15,8 +15,10 @@ documents parsed in C (~0.5-2 s a row). Its estimates are unchanged (a test comp
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
+import json
 import logging
 import re
 import time
@@ -85,6 +87,13 @@ def estimate_kwargs(row, backend_version: str | None) -> dict:
             if value is not None and (prefix or name != "num_workers"):
                 kwargs[prefix + name] = value
     return kwargs
+
+
+def row_key(row) -> str:
+    """What the peer is asked about a row, hashed (sha256 of its sorted JSON): the key of its
+    cached answer (`epsim.validate.silicon.peer_cache`)."""
+    asked = {"id": row.id, **estimate_kwargs(row, row.backend_version or None)}
+    return hashlib.sha256(json.dumps(asked, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def reason_class(message: str) -> str:

@@ -156,7 +156,9 @@ def worst_table(entries: list[dict], who: str, status_of: str = "predicted") -> 
                               for role, s in side["shares"].items()])
         else:
             lacks = f"version {side['version_used']}" + ("; " + "; ".join(side["notes"]) if side["notes"] else "")
-        rows.append([e["id"], e["layout"], e["concurrency"], f"{signed(e, who, 'tpot_ms'):+.1f}",
+        shown = e["layout"] if e.get("layout_as_run", e["layout"]) == e["layout"] else (
+            f"{e['layout']} (ran: {e['layout_as_run']})")
+        rows.append([e["id"], shown, e["concurrency"], f"{signed(e, who, 'tpot_ms'):+.1f}",
                      f"{signed(e, who, 'ttft_ms'):+.1f}", lacks])
     return md_table(["row", "layout", "clients", "TPOT error %", "TTFT error %", "what it lacks"], rows)
 
@@ -174,7 +176,8 @@ def reasons_table(entries: list[dict], who: str) -> list[str]:
             for feature in dict.fromkeys(m["feature"] for m in side["missing"]):
                 counts[feature] += 1
         else:
-            counts[side["reasons"][0] if side["reasons"] else side["status"]] += 1
+            counts[side.get("reason_class") or (side["reasons"][0] if side["reasons"]
+                                                 else side["status"])] += 1
     if not counts:
         return ["none"]
     title = "missing feature (a row may need several)" if who == "epsim" else "reason class"
@@ -192,6 +195,8 @@ def speed_lines(entries: list[dict], wall_s: float, workers: int, machine: str) 
              f"a row it cannot express costs only its mapping)"]
     if peer:
         peer_s = sum(p["wall_s"] for p in peer)
+        cached = sum(bool(p.get("cached")) for p in peer)
         lines.append(f"- the peer: {peer_s:.0f} row-seconds ({len(peer) / max(peer_s, 1e-9) * 60:.0f} "
-                     f"rows/min per core)")
+                     f"rows/min per core" + (f"; {cached} rows from its cache, timed when first run, "
+                                             f"not in the whole run's time" if cached else "") + ")")
     return lines

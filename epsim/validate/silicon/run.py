@@ -2,13 +2,13 @@
 the closed loop that measured them.
 
 A row's clients cycle through TTFT + (OSL - 1) x TPOT per request (`sglang.bench_serving`'s
-definitions, docs/silicon.md), so each side of a row depends on the other's latency. Pass 0 runs
-the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
-`ROUNDS` rounds run every instance with the cycle of the round before: a P/D pair's clients wait
-out the other side (think time), and the window is InferenceX's protocol (2 warm-up and 10
-measured requests per client). Under `approximate`, closed-loop clients become Poisson arrivals
-at the loop's rate (Little's law: clients / cycle) with the expected decoding requests running
-from t=0. Predicted TTFT and TPOT are the runs' mean TTFT and mean per-request TPOT.
+definitions, docs/silicon.md), so each side of a P/D pair depends on the other's latency. Pass 0
+runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
+`ROUNDS` rounds run every instance of a P/D pair with the cycle of the round before (its clients
+wait out the other side: think time), one round an agg instance; the window is InferenceX's
+protocol (2 warm-up and 10 measured requests per client). Under `approximate`, closed-loop
+clients become Poisson arrivals at the loop's rate (Little's law: clients / cycle) with the
+expected decoding requests running from t=0. Predicted TTFT and TPOT are the runs' mean TTFT and mean per-request TPOT.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from epsim.sim import simulate
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.mapping import Instance, RowPlan
 
-ROUNDS = 2                       # rounds after pass 0 (each: every instance once)
+ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
 PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
 PROTOCOL_REQUESTS = (2, 10)      # closed loop: warm-up and measured requests per client (InferenceX)
 OPEN_MIN_SAMPLES = 16            # open loop: arrivals the window holds at least
@@ -62,7 +62,7 @@ def pass0(instance: Instance) -> dict:
 def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> dict:
     """One instance under its closed-loop clients; a P/D side's clients wait out the other side."""
     cycle_s = ttft_s + (osl - 1) * tpot_s
-    arrivals = {"kind": "concurrency", "clients": instance.clients}
+    arrivals = {"kind": "concurrency", "clients": instance.routed_clients or instance.clients}
     if instance.role == "prefill":
         arrivals["think_time_s"] = (osl - 1) * tpot_s
     elif instance.role == "decode":
@@ -75,11 +75,12 @@ def open_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> di
     """One instance under Poisson arrivals at its clients' rate, clients / cycle (Little's law),
     with the expected decoding requests running from t=0."""
     decode_s = (osl - 1) * tpot_s
-    rate = instance.clients / (ttft_s + decode_s)
+    rate = instance.clients / (ttft_s + decode_s)                 # one instance's
+    routed = (instance.routed_clients or instance.clients) / (ttft_s + decode_s)
     running = 0 if instance.role == "prefill" else _per_rank(rate * decode_s, instance)
     window = DECODE_WINDOW_S if instance.role == "decode" else max(OPEN_MIN_SAMPLES / rate,
                                                                    DECODE_WINDOW_S)
-    return _with(instance, {"kind": "poisson", "rate_per_s": rate}, (0.25 * window, 1.25 * window),
+    return _with(instance, {"kind": "poisson", "rate_per_s": routed}, (0.25 * window, 1.25 * window),
                  running)
 
 
@@ -100,7 +101,7 @@ def predict(plan: RowPlan) -> dict:
     """
     entry = {"ttft_ms": None, "tpot_ms": None, "shares": {}, "wall_s": 0.0,
              "reasons": plan.reasons, "approximations": list(plan.approximations),
-             "assumptions": list(plan.assumptions),
+             "assumptions": list(plan.assumptions), "reason_class": plan.error_class,
              "missing": [{"path": m.need.path, "value": m.need.shown or m.need.value,
                           "feature": m.need.feature, "issue": m.need.issue} for m in plan.missing]}
     if not plan.expressible:
@@ -128,7 +129,9 @@ def _predict(plan: RowPlan, entry: dict) -> dict:
         return {"status": "failed", "reasons": ["pass 0 produced no TPOT: "
                                                  + first["latency_notes"].get("tpot_ms", "")]}
     shares = {}
-    for _ in range(ROUNDS):
+    # an agg instance's clients wait on no other side: one closed-loop run is the answer (a
+    # second would only size its window from the first's cycle); a P/D pair's sides agree in rounds
+    for _ in range(1 if [i.role for i in plan.instances] == ["agg"] else ROUNDS):
         new_ttft, new_tpot = ttft_ms, tpot_ms
         for instance in plan.instances:
             make = closed_round if instance.closed_loop else open_round

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from epsim.plan.executors import execute, progress_bar
 from epsim.validate.silicon.mapping import plan_row
-from epsim.validate.silicon.peer import estimate
+from epsim.validate.silicon.peer import estimate, row_key
+from epsim.validate.silicon.resolve import resolve
 from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
 from epsim.validate.silicon.run import predict
 
@@ -49,7 +50,11 @@ def ep_bucket(size: int) -> str:
     return next(label for low, high, label in EP_BUCKETS if low <= size <= high)
 
 
-def mode_label(row: SiliconRow) -> str:
+def mode_label(row: SiliconRow, from_recipe: bool = False) -> str:
+    """The row's mode as a bucket: rows whose workers (or whole P/D layout) come from
+    InferenceX's recipe groups, or are not known, are never mixed with rows that state them."""
+    if from_recipe:
+        return "disagg, workers from InferenceX"
     if row.mode == "agg":
         return "agg"
     return "disagg" if row.workers_stated else "disagg, workers not stated"
@@ -69,13 +74,16 @@ def layout(row: SiliconRow) -> str:
 def row_task(task: RowTask) -> dict:
     """One row's entry (module doc). Runs in a worker process."""
     row = task.row
+    ran = resolve(row)
+    as_run = ran.row if ran.error is None else row      # the layout InferenceX ran, where known
     entry = {"id": row.id, "system": row.system, "mode": row.mode, "model": row.model,
              "model_path": row.model_path,
              "version": row.backend_version, "image": row.image, "precision": row.precision,
              "gemm_quant_mode": row.gemm_quant_mode, "moe_quant_mode": row.moe_quant_mode,
              "isl": row.isl, "osl": row.osl, "concurrency": row.concurrency, "layout": layout(row),
-             "bucket": {"system": row.system, "mode": mode_label(row), "model": row.model,
-                        "ep": ep_bucket(row.tpot_side.moe_ep_size)},
+             "layout_as_run": layout(as_run),
+             "bucket": {"system": row.system, "mode": mode_label(row, ran.from_recipe), "model": row.model,
+                        "ep": ep_bucket(as_run.tpot_side.moe_ep_size)},
              "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
     start = time.perf_counter()
     exact = plan_row(row)
@@ -113,10 +121,15 @@ def select(rows: list[SiliconRow], num: int | None = None,
 
 def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = True,
              executor: str = "local", workers: int | None = None, progress: bool = False,
-             ray_address: str | None = None) -> tuple[list[dict], float]:
+             ray_address: str | None = None,
+             peer_known: dict[str, dict] | None = None) -> tuple[list[dict], float]:
     """Entries of the in-scope `rows` (in their order) and the wall seconds; a progress bar on
-    stderr when `progress`."""
-    tasks = [RowTask(row, approximate, peer) for row in rows]
+    stderr when `progress`. `peer_known`: the peer's cached entries by `peer.row_key`
+    (those rows are not asked again; their entries say `cached`); answers found in this run
+    are added to it."""
+    known = peer_known if peer_known is not None else {}
+    keys = [row_key(row) for row in rows] if peer else [None] * len(rows)
+    tasks = [RowTask(row, approximate, peer and key not in known) for row, key in zip(rows, keys)]
     entries: list[dict | None] = [None] * len(tasks)
     start = time.perf_counter()
     with progress_bar(len(tasks), "silicon rows", progress) as advance:
@@ -125,4 +138,12 @@ def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = Tru
             advance(1)
         execute(tasks, on_done, executor=executor, workers=workers, ray_address=ray_address,
                 fn=row_task)
-    return entries, time.perf_counter() - start
+    wall_s = time.perf_counter() - start
+    for entry, task, key in zip(entries, tasks, keys):
+        if key is None:
+            continue
+        if task.peer:
+            known[key] = entry["peer"]
+        else:
+            entry["peer"] = {**known[key], "cached": True}
+    return entries, wall_s

@@ -11,7 +11,9 @@ from epsim.calibrate.rebalance_host import fit_line, fit_rebalance_host, heldout
 from epsim.eplb.host_terms import (
     NIXL_POLL_US, Shape, allreduce_us, host_us, sglang_rebalance, unit_of, vllm_rebalance, work_of,
 )
-from epsim.eplb.recovery import SGLANG_MOONCAKE_TIMEOUT_US, failure_terms, rejoin_terms
+from epsim.eplb.recovery import (
+    SGLANG_MOONCAKE_TIMEOUT_US, detection_us, failure_terms, rejoin_terms,
+)
 from epsim.errors import PlacementError
 
 RECORDS = Path(__file__).resolve().parents[3] / "epsim/data/records/host/eplb_host.jsonl"
@@ -77,6 +79,16 @@ def test_failure_terms_carry_the_configured_timeout():
     assert terms.terms["detection"][0] == SGLANG_MOONCAKE_TIMEOUT_US == 1e7
     assert terms.interruption_us == pytest.approx(1e7 + 2e5)
     assert rejoin_terms(5.0).interruption_us == pytest.approx(1e4 + 5.0)
+    assert "rerun" not in terms.terms                       # no step priced: the term is absent
+    rerun = failure_terms(rebalance_us=2e5, reload_us=3e5, rerun_us=9e4)
+    assert rerun.interruption_us == pytest.approx(1e7 + 3e5 + 2e5 + 9e4)
+
+
+def test_detection_counts_cycles_at_the_reported_clock_down_at_the_sm_clock():
+    # the kernel's budget is timeout_us x the reported (maximum) clock in cycles: a slower SM
+    # stretches the wall time, never shortens it below the timeout at the maximum clock
+    assert detection_us() == SGLANG_MOONCAKE_TIMEOUT_US
+    assert detection_us(1e7, sm_clock_over_reported=1755 / 1980) == pytest.approx(1e7 * 1980 / 1755)
 
 
 def test_fit_recovers_a_line_and_judges_it_on_held_out_sizes():

@@ -61,9 +61,15 @@ def test_failure_masks_the_rank_and_recovery_restores_it():
     fail, back = res.elastic_events
     assert (fail["kind"], fail["rank"], fail["num_alive"], back["kind"], back["num_alive"]) == \
         ("failure", 1, 3, "recovery", 4)
-    assert fail["reloaded_experts"] == 0 and fail["stall_us"] == fail["detection_us"] == DETECT_S * 1e6
-    # the failure's detection and the rebalance onto the survivors stop the same pass
-    assert [label for _, _, label in res.stalls] == ["failure detection+eplb", "eplb"]
+    # the stall: detection, then the forward that timed out run again (the length of the last
+    # step finished when the rank failed)
+    ends = starts + res.steps["step_us"] * 1e-6
+    last_before = np.flatnonzero(ends <= FAIL_S)[-1]
+    assert fail["rerun_us"] == pytest.approx(res.steps["step_us"][last_before]) and fail["rerun_us"] > 0
+    assert fail["reloaded_experts"] == 0 and fail["detection_us"] == DETECT_S * 1e6
+    assert fail["stall_us"] == pytest.approx(DETECT_S * 1e6 + fail["rerun_us"])
+    # the failure's detection, the rebalance onto the survivors and the rerun stop the same pass
+    assert [label for _, _, label in res.stalls] == ["failure detection+forward rerun+eplb", "eplb"]
 
 
 def test_failed_rank_loses_its_requests_and_later_arrivals_avoid_it():
@@ -99,9 +105,9 @@ def test_lost_experts_are_reloaded_and_serving_stalls_for_the_slowest_survivor()
     per_rank = changed.reshape(4, 3, 6).sum(axis=(0, 2))               # survivors 0, 2, 3
     stall_us = per_rank.max() * sc.model.expert_bytes / (10.0 * 1e3)
     assert fail["reloaded_experts"] == 16
-    assert fail["stall_us"] == pytest.approx(DETECT_S * 1e6 + stall_us)
-    assert res.stalls[0][2] == "failure detection+expert reload"
-    assert res.stalls[0][1] == pytest.approx(DETECT_S * 1e6 + stall_us)
+    assert fail["stall_us"] == pytest.approx(DETECT_S * 1e6 + stall_us + fail["rerun_us"])
+    assert res.stalls[0][2] == "failure detection+expert reload+forward rerun"
+    assert res.stalls[0][1] == pytest.approx(DETECT_S * 1e6 + stall_us + fail["rerun_us"])
     np.testing.assert_array_equal(p2l[:, live], expected)
     np.testing.assert_array_equal(p2l[:, 6:12], trivial[:, 6:12])        # rank 1 kept its slots
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from epsim.validate.silicon import document, peer
+from epsim.errors import EpsimError
+from epsim.validate.silicon import document, peer, peer_cache
 from epsim.validate.silicon.rows import read_rows
 from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
 
@@ -109,11 +110,13 @@ def test_sample_is_seeded_and_in_file_order():
 @pytest.mark.slow
 def test_approximated_rows_run_tagged_and_stay_out_of_the_headline():
     # since layouts, formats (issue 37) and closed loops (issue 38) landed, every fixture row
-    # the spec refuses is refused even approximately (B300, EP 72): two 8-GPU FP4 rows moved
-    # onto H200 (no FP4 tensor cores) need their weights approximated
-    rows, scope = select([dataclasses.replace(r, system="h200_sxm") for r in read_rows(FIXTURE)
-                          if r.id in ("2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c8_tp8_0_ep8_0_248",
-                                      "dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg717")])
+    # the spec refuses is refused even approximately: an 8-GPU FP4 row moved onto H200 (no FP4
+    # tensor cores), at two lengths, needs its weights approximated (the B300 row's 4 GPUs,
+    # InferenceX's tp 4 x ep 4, hold no FP8 DeepSeek on H200)
+    (fp4,) = [r for r in read_rows(FIXTURE)
+              if r.id == "2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c8_tp8_0_ep8_0_248"]
+    rows, scope = select([dataclasses.replace(fp4, system="h200_sxm"),
+                          dataclasses.replace(fp4, system="h200_sxm", id=fp4.id + "_8k", isl=8192)])
     entries, wall_s = run_rows(rows, approximate=True, peer=False, workers=1)
     for entry in entries:
         ours = entry["epsim"]
@@ -140,6 +143,30 @@ def test_peer_gets_the_cells_the_row_fills():
         rows["2026_03_25_deepseek_r1_h100_sxm_sglang_fp8_disagg_1024x8192_c16_tp16_0_ep1_0_695"], None)
     assert "prefill_num_workers" not in unstated and "decode_batch_size" not in unstated
     assert unstated["prefill_tp_size"] == 16 and unstated["decode_moe_tp_size"] == 16
+
+
+def test_peer_cache_answers_known_rows_and_keeps_new_ones(tmp_path):
+    rows, _ = select([r for r in read_rows(FIXTURE) if r.id in (
+        "dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81", "dsr1_gb300_sglang_fp4_disagg_8192x1024_c4_cfg569")])
+    # a made-up answer for the first row: the run must take it, not ask the peer again
+    told = {"status": "predicted", "ttft_ms": 1.5, "tpot_ms": 2.5, "wall_s": 3.0, "version_used": "x",
+            "reason": None, "reason_class": None, "notes": []}
+    known = {peer.row_key(rows[0]): told}
+    entries, _ = run_rows(rows[:1], peer=True, workers=1, peer_known=known)
+    assert entries[0]["peer"] == {**told, "cached": True}
+    # another framework version or other cells: another question, another key
+    from dataclasses import replace
+    assert peer.row_key(replace(rows[0], backend_version="0.0.1")) != peer.row_key(rows[0])
+    assert peer.row_key(rows[1]) != peer.row_key(rows[0])
+    path = tmp_path / peer_cache.CACHE_NAME
+    peer_cache.save(path, known)
+    assert peer_cache.load(path) == known
+    path.write_bytes(__import__("gzip").compress(json.dumps(
+        {"versions": {"aiconfigurator": "0.0.0"}, "entries": known}).encode()))
+    assert peer_cache.load(path) == {}                      # made by another peer version
+    (tmp_path / "bad.gz").write_text("not a cache")
+    with pytest.raises(EpsimError, match=r"--peer-cache \(.*bad.gz\) must be a peer cache"):
+        peer_cache.load(tmp_path / "bad.gz")
 
 
 @pytest.mark.parametrize("message, label", [

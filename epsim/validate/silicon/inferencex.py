@@ -1,0 +1,194 @@
+"""InferenceX's own statement of what it ran: the recipe groups of its master config.
+
+Most silicon rows are InferenceX runs (SemiAnalysisAI/InferenceX, Apache-2.0). Its master config
+(`.github/configs/nvidia-master.yaml`, later `configs/nvidia-master.yaml`) states, for each
+benchmark key (`dsr1-fp8-gb200-dynamo-sglang`), each ISL/OSL and each group of client counts,
+the workers and the `tp`, `ep`, `dp-attn` of each side. Where a silicon row does not state its
+workers, the group that ran it does. `epsim/data/silicon/inferencex_recipes.json` holds every
+version of the disaggregated SGLang DeepSeek-R1 keys (MTP groups marked), each with the commit
+and date it took effect, and before them the GB200 launch script's groups;
+`python -m epsim.validate.silicon.inferencex_extract CLONE` regenerates it from a clone of the
+repository (docs/silicon.md).
+
+Early GB200 keys (December 2025) state `tp: 1, ep: 1, dp-attn: true` as placeholders and the
+size in `PREFILL_NODES` / `DECODE_NODES` (4 GPUs a GB200 tray); their launch scripts (ai-dynamo's
+`slurm_jobs/scripts/gb200-fp8.sh`) run `--tp-size TOTAL_GPUS --dp-size TOTAL_GPUS
+--enable-dp-lm-head --enable-deepep-moe --ep-num-redundant-experts 32`: DP attention (which
+`--enable-dp-lm-head` requires) and DeepEP over every GPU of a worker (SGLang sets ep_size =
+tp_size for DeepEP), which `Recipe.wide_ep` records.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+
+RECIPES_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_recipes.json"
+MASTER_PATHS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
+# the keys the in-scope rows can come from: disaggregated SGLang DeepSeek-R1 (MTP groups marked)
+KEY_PREFIX, KEY_SUFFIX = "dsr1-", "-dynamo-sglang"
+GPUS_PER_NODE = {"gb200": 4, "gb300": 4}        # a *_NODES setting counts trays of 4 GPUs
+RUNNERS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
+           "gb200": "gb200", "gb300": "gb300"}
+# a run is held to the config in effect when it started: the latest version committed before
+# its `measured` time, with a minute of slack (a push starts the sweep of the keys it changes:
+# the H100 rows are measured 4 s after the commit that made their key MTP-only); a row dated
+# by day only (`measured=2026-02-09T00:00:00.000Z`) may come from any version of that day
+SLACK_S, DAY_SLACK_S = 60.0, 86400.0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One side of a recipe group, in InferenceX's terms.
+
+    Attributes:
+        workers: instances of this side.
+        tp, ep: InferenceX's `tp` and `ep` (with `dp-attn`, `tp` is the DP width).
+        dp_attn: DP attention.
+        nodes: the `*_NODES` setting (trays for all workers of this side), 0 when not set.
+    """
+
+    workers: int
+    tp: int
+    ep: int
+    dp_attn: bool
+    nodes: int = 0
+
+    @property
+    def wide_ep(self) -> bool:
+        """The December 2025 GB200 placeholder (`tp: 1` with DP attention and a node count):
+        the launch script runs DP attention and DeepEP over every GPU of a worker."""
+        return self.nodes > 0 and self.tp == 1 and self.dp_attn
+
+    def gpus_per_worker(self, system: str) -> int:
+        """GPUs of one instance: the node count's GPUs over the workers, else `tp`."""
+        if self.nodes:
+            return self.nodes * GPUS_PER_NODE.get(RUNNERS.get(system, system), 8) // self.workers
+        return self.tp
+
+
+@dataclass(frozen=True)
+class Group:
+    """A recipe group: the client counts it ran and each side's recipe, with its provenance."""
+
+    key: str
+    commit: str
+    date: str
+    image: str
+    isl: int
+    osl: int
+    concurrencies: tuple[int, ...]
+    prefill: Recipe
+    decode: Recipe
+    speculative: str = "none"           # "mtp": the group runs DeepSeek's MTP draft (NEXTN)
+
+    def total_gpus(self, system: str) -> int:
+        return sum(r.workers * r.gpus_per_worker(system) for r in (self.prefill, self.decode))
+
+
+def _recipe(side: dict) -> Recipe:
+    nodes = 0
+    for setting in side.get("additional-settings") or []:
+        name, _, value = str(setting).partition("=")
+        if name.endswith("_NODES") and value.isdigit():
+            nodes = int(value)
+    return Recipe(int(side["num-worker"]), int(side["tp"]), int(side["ep"]),
+                  bool(side.get("dp-attn", False)), nodes)
+
+
+def _concurrencies(group: dict) -> tuple[int, ...]:
+    if "conc-list" in group:
+        return tuple(sorted(int(c) for c in group["conc-list"]))
+    if "conc-start" in group:                   # a sweep of powers of two
+        found, conc = [], int(group["conc-start"])
+        while conc <= int(group["conc-end"]):
+            found.append(conc)
+            conc *= 2
+        return tuple(found)
+    return ()
+
+
+def groups_of(key: str, config: dict, commit: str, date: str) -> list[Group]:
+    """The recipe groups of one key's config at one commit."""
+    seqs = config.get("seq-len-configs") or (config.get("scenarios") or {}).get("fixed-seq-len") or []
+    found = []
+    for seq in seqs:
+        for group in seq.get("search-space") or []:
+            if "prefill" not in group:
+                continue
+            found.append(Group(key, commit, date, str(config.get("image", "")), int(seq["isl"]),
+                               int(seq["osl"]), _concurrencies(group), _recipe(group["prefill"]),
+                               _recipe(group["decode"]), str(group.get("spec-decoding", "none"))))
+    return found
+
+
+@dataclass(frozen=True)
+class Version:
+    """A key's groups from the commit they took effect at (`date`, ISO 8601)."""
+
+    key: str
+    date: str
+    groups: tuple[Group, ...]
+
+
+@cache
+def versions(path: Path = RECIPES_PATH) -> dict[str, list[Version]]:
+    """Every stored version of every key, oldest first."""
+    data = json.loads(path.read_text())
+    found: dict[str, list[Version]] = {}
+    for item in data["versions"]:
+        groups = tuple(Group(item["key"], item["commit"], item["date"], item["image"], g["isl"],
+                             g["osl"], tuple(g["concurrencies"]), Recipe(**g["prefill"]),
+                             Recipe(**g["decode"]), g["speculative"]) for g in item["groups"])
+        found.setdefault(item["key"], []).append(Version(item["key"], item["date"], groups))
+    for key in found:
+        found[key].sort(key=lambda v: moment(v.date))
+    return found
+
+
+def moment(text: str) -> datetime:
+    """An ISO 8601 time (`2026-02-09T15:50:05Z`, `2025-12-05T00:00:00.000Z`), UTC when unzoned."""
+    found = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return found if found.tzinfo else found.replace(tzinfo=timezone.utc)
+
+
+def key_for(precision: str, system: str) -> str:
+    return f"{KEY_PREFIX}{precision}-{RUNNERS.get(system, system)}{KEY_SUFFIX}"
+
+
+def _same_image(row_image: str, group_image: str) -> bool:
+    """The same build of an image, whatever variant tag it was pulled by (`-runtime`, `-amd64`:
+    the master config and the results name one image both ways)."""
+    def base(image: str) -> str:
+        return re.sub(r"(-runtime|-amd64)+$", "", image.split("#")[-1].split("/")[-1])
+    return not row_image or not group_image or base(row_image) == base(group_image)
+
+
+def in_effect(found: list[Version], measured: str | None) -> list[Version]:
+    """The versions of a key that may have run a row measured at `measured`: the latest one
+    committed by then (`SLACK_S` after); for a row dated by day only, also every version
+    committed during that day."""
+    if measured is None:
+        return found[-1:]
+    limit = moment(measured)
+    if limit.time() != datetime.min.time():
+        return [v for v in found if (moment(v.date) - limit).total_seconds() <= SLACK_S][-1:]
+    before = [v for v in found if moment(v.date) <= limit][-1:]
+    return before + [v for v in found if 0 < (moment(v.date) - limit).total_seconds() < DAY_SLACK_S]
+
+
+def candidates(precision: str, system: str, isl: int, osl: int, concurrency: int,
+               measured: str | None, image: str | None) -> list[Group]:
+    """The groups that could have run a disaggregated row: its key's config in effect when it
+    was measured (`in_effect`), same ISL/OSL, the row's client count in the group's list, and
+    the row's image where it names one (`_same_image`)."""
+    found = []
+    for version in in_effect(versions().get(key_for(precision, system), []), measured):
+        found += [g for g in version.groups
+                  if (g.isl, g.osl) == (isl, osl) and concurrency in g.concurrencies
+                  and _same_image(image or "", g.image)]
+    return found

@@ -1,0 +1,126 @@
+"""`python -m epsim.validate.silicon.inferencex_extract CLONE`: the recipe groups of InferenceX's
+master config, every version of the in-scope keys, from a local clone of SemiAnalysisAI/InferenceX
+(full history) into `epsim/data/silicon/inferencex_recipes.json` (`inferencex` reads it).
+
+Before the master config held them (December 2025), the GB200 SGLang runs were launched by
+`runners/launch_gb200-nv.sh`: `bash ./submit_disagg.sh PREFILL_NODES PREFILL_WORKERS
+DECODE_NODES DECODE_WORKERS FRONTENDS $ISL $OSL $CONCURRENCIES inf` under each ISL/OSL branch
+(the same arguments the master config later names `PREFILL_NODES` / `DECODE_NODES`); each
+version of that script is stored as a version of `dsr1-fp8-gb200-dynamo-sglang` (its model is
+`deepseek-r1-0528`, FP8), with DP attention and DeepEP over every GPU as its launch scripts run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from epsim.validate.silicon.document import write_atomic
+from epsim.validate.silicon.inferencex import (KEY_PREFIX, KEY_SUFFIX, MASTER_PATHS, RECIPES_PATH,
+                                               groups_of, moment)
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
+LAUNCH_SCRIPT, LAUNCH_KEY = "runners/launch_gb200-nv.sh", "dsr1-fp8-gb200-dynamo-sglang"
+_BRANCH = re.compile(r'"\$ISL" = "(\d+)" \] && \[ "\$OSL" = "(\d+)"')
+_LIST = re.compile(r'^\s*(\w+)="([\dx]+)"\s*$')
+_SUBMIT = re.compile(r"bash \./submit_disagg\.sh (\d+) (\d+) (\d+) (\d+) \d+ \$ISL \$OSL \$(\w+)")
+
+
+def launch_groups(text: str) -> list[dict]:
+    """The SGLang groups of one version of the GB200 launch script (module doc)."""
+    groups, lists, seq = [], {}, None
+    for line in text.splitlines():
+        if branch := _BRANCH.search(line):
+            seq = (int(branch.group(1)), int(branch.group(2)))
+        if named := _LIST.match(line):
+            lists[named.group(1)] = [int(c) for c in named.group(2).split("x")]
+        if (submit := _SUBMIT.search(line)) and seq is not None:
+            p_nodes, p_workers, d_nodes, d_workers = (int(submit.group(i)) for i in range(1, 5))
+            groups.append({"isl": seq[0], "osl": seq[1], "speculative": "none",
+                           "concurrencies": sorted(lists.get(submit.group(5), [])),
+                           "prefill": {"workers": p_workers, "tp": 1, "ep": 1, "dp_attn": True,
+                                       "nodes": p_nodes},
+                           "decode": {"workers": d_workers, "tp": 1, "ep": 1, "dp_attn": True,
+                                      "nodes": d_nodes}})
+    return groups
+
+
+def extract_launch(repo: Path) -> list[dict]:
+    """Every version of the GB200 launch script with SGLang groups, as key versions."""
+    out, last = [], None
+    for line in reversed(_git(repo, "log", "--format=%H %cI", "--", LAUNCH_SCRIPT).splitlines()):
+        sha, date = line.split()
+        groups = launch_groups(_git(repo, "show", f"{sha}:{LAUNCH_SCRIPT}"))
+        signature = json.dumps(groups, sort_keys=True)
+        if groups and signature != last:
+            out.append({"key": LAUNCH_KEY, "commit": sha, "date": date, "image": "",
+                        "source": LAUNCH_SCRIPT, "groups": groups})
+        last = signature
+    return out
+
+
+def extract(repo: Path) -> dict:
+    """Every version of the in-scope keys in the master config's history (consecutive commits
+    with the same groups kept once, at the first). Needs `git` and PyYAML's C loader."""
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    commits = []
+    for path in MASTER_PATHS:
+        for line in _git(repo, "log", "--format=%H %cI", "--", path).splitlines():
+            sha, date = line.split()
+            commits.append((moment(date), sha, date, path))
+    last: dict[str, str] = {}
+    out = []
+    for _, sha, date, path in sorted(commits):
+        try:
+            doc = yaml.load(_git(repo, "show", f"{sha}:{path}"), Loader=loader) or {}
+        except (subprocess.CalledProcessError, yaml.YAMLError):
+            continue                                   # a commit whose file did not parse
+        for key, config in doc.items():
+            if not (isinstance(config, dict) and key.startswith(KEY_PREFIX) and key.endswith(KEY_SUFFIX)):
+                continue
+            groups = [{"isl": g.isl, "osl": g.osl, "concurrencies": list(g.concurrencies),
+                       "prefill": vars(g.prefill), "decode": vars(g.decode), "speculative": g.speculative}
+                      for g in groups_of(key, config, sha, date)]
+            signature = json.dumps([config.get("image"), groups], sort_keys=True)
+            if last.get(key) == signature:
+                continue
+            last[key] = signature
+            out.append({"key": key, "commit": sha, "date": date, "image": str(config.get("image", "")),
+                        "source": path, "groups": groups})
+    # the launch script's versions up to the first master-config version of its key
+    first = min((moment(v["date"]) for v in out if v["key"] == LAUNCH_KEY), default=None)
+    out += [v for v in extract_launch(repo) if first is None or moment(v["date"]) < first]
+    out.sort(key=lambda v: (v["key"], moment(v["date"])))
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    return {"source": "SemiAnalysisAI/InferenceX (Apache-2.0), " + ", ".join(MASTER_PATHS)
+            + " and " + LAUNCH_SCRIPT,
+            "head": head, "keys": f"{KEY_PREFIX}*{KEY_SUFFIX}", "versions": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
+    parser.add_argument("clone", type=Path, help="a local clone of SemiAnalysisAI/InferenceX (full history)")
+    parser.add_argument("--out", type=Path, default=RECIPES_PATH)
+    args = parser.parse_args(argv)
+    if not (args.clone / ".git").exists() and not (args.clone / "HEAD").exists():
+        print(f"clone ({args.clone}) must be a git clone of SemiAnalysisAI/InferenceX", file=sys.stderr)
+        return 2
+    data = extract(args.clone)
+    write_atomic(args.out, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+    print(f"{len(data['versions'])} versions of {len({v['key'] for v in data['versions']})} keys "
+          f"-> {args.out} (InferenceX {data['head'][:12]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""What a silicon row ran, where its cells do not say it or say it in another tool's terms.
+
+`rows` reads a row as written; this module gives the deployment the row measured, each change
+stated as an assumption the entry carries:
+
+- **tp x ep products.** InferenceX's agg keys state `tp: 4, ep: 4` (4 GPUs: attention TP 4,
+  MoE EP 4); some rows write that as `tp_size` 16 with `moe_tp_size` 4 and `moe_ep_size` 4 (the
+  product in `tp_size`, InferenceX's `tp` in `moe_tp_size`). A side with `tp_size = moe_tp x
+  moe_ep`, both above 1 and no attention DP, is read back as InferenceX's tp and ep
+  (`nvidia-master.yaml`, `dsr1-fp4-b200-sglang`: `{tp: 4, ep: 4}`, `{tp: 8, ep: 8}`).
+- **Workers and layout from InferenceX.** A disaggregated row without its workers, and a GB200 /
+  GB300 row (InferenceX runs SGLang there only disaggregated, through Dynamo, whose rows state
+  the deployment's total GPUs as `tp_size`: 20, 48, 72), takes each side from the recipe group
+  that ran it (`epsim.validate.silicon.inferencex`). Several groups at the row's client count
+  are told apart by the row's own cells; a row none or several groups fit is not predicted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from epsim.validate.silicon import inferencex
+from epsim.validate.silicon.rows import Side, SiliconRow
+
+_MEASURED = re.compile(r"measured=([0-9T:.\-+Z]+)")
+# systems where InferenceX runs SGLang only as Dynamo P/D pairs (no `*-sglang` agg key)
+DISAGG_ONLY = ("gb200", "gb300")
+# the Dynamo launch scripts of the wide-EP groups (ai-dynamo's `slurm_jobs/scripts/gb200-fp8.sh`)
+# run `--ep-num-redundant-experts 32` with a static placement from recorded expert loads
+# (`--init-expert-location`, `--ep-dispatch-algorithm static`)
+WIDE_EP_REDUNDANT = 32
+# why a row's deployment is not known, as the tables count them
+NO_GROUP = "deployment not known: no InferenceX recipe group ran the row's client count then"
+SEVERAL_GROUPS = "deployment not known: several InferenceX recipe groups fit the row"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A row as it ran: `row` (its mode and sides as run), what was assumed to get there, the
+    wide-EP launch script's redundant experts per role (None: none), whether the group ran
+    DeepSeek's MTP draft (`spec-decoding: mtp`), or why it cannot be known."""
+
+    row: SiliconRow
+    assumptions: tuple[str, ...] = ()
+    redundant_experts: dict | None = None
+    error: str | None = None
+    speculative: bool = False
+    error_class: str | None = None
+    from_recipe: bool = False           # its workers and layout are a group's: the row has none
+
+
+def _unproduct(side: Side) -> Side | None:
+    """The side read as InferenceX's tp and ep when its tp_size is their product, else None."""
+    if side.attention_dp_size != 1 or side.moe_tp_size <= 1 or side.moe_ep_size <= 1:
+        return None
+    if side.tp_size != side.moe_tp_size * side.moe_ep_size or side.moe_tp_size % side.moe_ep_size:
+        return None
+    gpus = side.moe_tp_size
+    return replace(side, tp_size=gpus, moe_tp_size=gpus // side.moe_ep_size)
+
+
+def recipe_side(recipe: inferencex.Recipe, system: str) -> Side:
+    """One side of a recipe group in AIConfigurator's terms (the row's).
+
+    InferenceX's `tp` is the GPUs of a worker; with `dp-attn` they are all DP attention ranks
+    (attention TP 1); `ep` splits them into expert ranks. The wide-EP placeholder runs DP
+    attention and EP over every GPU of the worker (`Recipe.wide_ep`).
+    """
+    gpus = recipe.gpus_per_worker(system)
+    ep = gpus if recipe.wide_ep else max(recipe.ep, 1)
+    moe_tp = max(gpus // ep, 1)
+    if recipe.dp_attn:
+        return Side(1, 1, gpus, moe_tp, ep, None, recipe.workers)
+    return Side(gpus, 1, 1, moe_tp, ep, None, recipe.workers)
+
+
+def _fits(row: SiliconRow, group: inferencex.Group) -> bool:
+    """The row's own cells agree with a group. Each stated side has the group's GPUs per
+    worker, or the group's total GPUs (Dynamo rows), or one GPU where the group sizes its
+    workers by nodes (the placeholder `tp: 1, ep: 1` copied); its workers where stated; and
+    the prefill side its EP (the rows write the prefill's EP on both sides: DEP32 decodes
+    beside DEP8 prefills read `ep 8`)."""
+    total = group.total_gpus(row.system)
+    stated = ([("agg", row.agg, None)] if row.mode == "agg" else
+              [("prefill", row.prefill, group.prefill), ("decode", row.decode, group.decode)])
+    for role, side, recipe in stated:
+        gpus = side.num_gpus
+        if gpus == total:
+            continue
+        if recipe is None:
+            return False
+        if recipe.nodes and gpus == 1:
+            continue
+        if gpus != recipe.gpus_per_worker(row.system):
+            return False
+        ep = recipe_side(recipe, row.system).moe_ep_size
+        if role == "prefill" and side.moe_ep_size != ep and not (recipe.wide_ep
+                                                                 and side.moe_ep_size == 1):
+            return False
+        if side.num_workers is not None and side.num_workers != recipe.workers:
+            return False
+    return True
+
+
+def _describe(recipe: inferencex.Recipe, system: str) -> str:
+    gpus = recipe.gpus_per_worker(system)
+    kind = "DEP" if recipe.dp_attn else "TEP" if recipe.ep > 1 else "TP"
+    return f"{recipe.workers} x {kind}{gpus}"
+
+
+def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
+    """The row's sides from the recipe group that ran it; `stated` (the row as it states
+    itself) where not exactly one group's layout fits a row that states its workers."""
+    match = _MEASURED.search(row.source)
+    found = inferencex.candidates(row.precision, row.system, row.isl, row.osl, row.concurrency or 0,
+                                  match.group(1) if match else None, row.image or None)
+    key = inferencex.key_for(row.precision, row.system)
+    fitting = [g for g in found if _fits(row, g)]
+    layouts = {(g.prefill, g.decode, g.speculative) for g in fitting}
+    if stated is not None and len(layouts) != 1:
+        return stated
+    if not found:
+        return Resolved(row, error=f"no InferenceX recipe group of {key} ran {row.isl}/{row.osl} at "
+                                   f"{row.concurrency} clients when the row was measured (the row "
+                                   f"does not state its workers)", error_class=NO_GROUP)
+    if len(layouts) != 1:
+        shown = "; ".join(f"P {_describe(g.prefill, row.system)} / D {_describe(g.decode, row.system)}"
+                          + (" MTP" if g.speculative == "mtp" else "") for g in found)
+        if not layouts:
+            return Resolved(row, error=f"no InferenceX recipe group of {key} at {row.concurrency} "
+                                       f"clients ({shown}) fits the row's own cells", error_class=NO_GROUP)
+        return Resolved(row, error=f"{len(layouts)} InferenceX recipe groups of {key} fit the row "
+                                   f"at {row.concurrency} clients ({shown}): the row does not say "
+                                   f"which ran", error_class=SEVERAL_GROUPS)
+    group = fitting[0]
+    prefill, decode = recipe_side(group.prefill, row.system), recipe_side(group.decode, row.system)
+    said = [f"workers and layout from InferenceX {group.key} at {group.commit[:9]} "
+            f"({group.date[:10]}): P {_describe(group.prefill, row.system)} / "
+            f"D {_describe(group.decode, row.system)}" + (", MTP" if group.speculative == "mtp" else "")]
+    if row.mode == "agg":
+        said.append(f"the row says agg with tp_size {row.agg.num_gpus}: the P/D pair's total GPUs "
+                    f"({row.system} runs SGLang only disaggregated in InferenceX)")
+    redundant = {role: WIDE_EP_REDUNDANT for role, r in (("prefill", group.prefill),
+                                                          ("decode", group.decode)) if r.wide_ep}
+    return Resolved(replace(row, mode="disagg", agg=None, prefill=prefill, decode=decode),
+                    tuple(said), redundant or None, speculative=group.speculative == "mtp",
+                    from_recipe=True)
+
+
+def resolve(row: SiliconRow) -> Resolved:
+    """The deployment a row measured (module doc)."""
+    if (row.mode == "disagg" and not row.workers_stated
+            or row.mode == "agg" and row.system in DISAGG_ONLY):
+        return _from_recipe(row)
+    if row.system in DISAGG_ONLY:       # stated, but may copy the wide-EP placeholder's ep: 1
+        return replace(_from_recipe(row, stated=_as_stated(row)), from_recipe=False)
+    return _as_stated(row)
+
+
+def _as_stated(row: SiliconRow) -> Resolved:
+    """The row as it states itself, tp x ep products read back (module doc)."""
+    sides = {"agg": row.agg, "prefill": row.prefill, "decode": row.decode}
+    said, fixed = [], {}
+    for role, side in sides.items():
+        read = _unproduct(side) if side is not None else None
+        if read is not None:
+            fixed[role] = read
+            said.append(f"{role}: tp_size {side.tp_size} = moe_tp_size {side.moe_tp_size} x "
+                        f"moe_ep_size {side.moe_ep_size} read as InferenceX's tp {read.tp_size}, "
+                        f"ep {read.moe_ep_size} ({read.num_gpus} GPUs)")
+    return Resolved(replace(row, **fixed), tuple(said))

@@ -1,0 +1,129 @@
+"""What a silicon row ran where its cells do not say it: InferenceX's recipe groups (the master
+config's and the GB200 launch script's), the version in effect when the row was measured, and
+the rows' tp x ep products and total-GPU `tp_size` read back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from epsim.validate.silicon import inferencex
+from epsim.validate.silicon.inferencex_extract import launch_groups
+from epsim.validate.silicon.mapping import plan_row
+from epsim.validate.silicon.resolve import resolve
+from epsim.validate.silicon.rows import read_rows
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "silicon_fixture.csv"
+# the form of runners/launch_gb200-nv.sh's SGLang branch (its arguments: prefill nodes and
+# workers, decode nodes and workers, frontends), written here to test the parser
+LAUNCH = """
+if [[ $FRAMEWORK == "dynamo-trtllm" ]]; then
+    if [ "$ISL" = "1024" ] && [ "$OSL" = "1024" ]; then
+        ./submit_disagg.sh "mtp=off" "tep" 1 4 8 128 128 "0.9" 0 0 "1 2 4"
+    fi
+else
+    if [ "$ISL" = "1024" ] && [ "$OSL" = "1024" ]; then
+        top_list="4096"
+        low_list="2x4x8"
+        bash ./submit_disagg.sh 4 2 8 1 9 $ISL $OSL $top_list inf
+        bash ./submit_disagg.sh 1 1 4 4 9 $ISL $OSL $low_list inf 1p_4d
+    elif [ "$ISL" = "8192" ] && [ "$OSL" = "1024" ]; then
+        concurrency_list="128x256"
+        bash ./submit_disagg.sh 12 6 6 1 8 $ISL $OSL $concurrency_list inf
+    fi
+fi
+"""
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {row.id: row for row in read_rows(FIXTURE)}
+
+
+def test_launch_script_groups_are_its_sglang_submissions():
+    groups = launch_groups(LAUNCH)
+    assert [(g["isl"], g["osl"], g["concurrencies"]) for g in groups] == [
+        (1024, 1024, [4096]), (1024, 1024, [2, 4, 8]), (8192, 1024, [128, 256])]
+    assert groups[0]["prefill"] == {"workers": 2, "tp": 1, "ep": 1, "dp_attn": True, "nodes": 4}
+    assert groups[2]["decode"] == {"workers": 1, "tp": 1, "ep": 1, "dp_attn": True, "nodes": 6}
+    top = inferencex.Recipe(**groups[0]["decode"])
+    assert top.wide_ep and top.gpus_per_worker("gb200") == 32
+
+
+def test_stored_recipes_hold_the_launch_script_before_the_master_config():
+    found = inferencex.versions()["dsr1-fp8-gb200-dynamo-sglang"]
+    assert [v.date for v in found] == sorted((v.date for v in found), key=inferencex.moment)
+    first = found[0]
+    assert first.groups[0].commit.startswith("c2fe824e0")          # [GB200] Adds DS-R1 FP8 SGLang
+    middle = next(g for g in first.groups if g.isl == 1024)
+    assert (middle.prefill.workers, middle.prefill.nodes, middle.decode.workers,
+            middle.decode.nodes) == (3, 6, 1, 12)
+    assert middle.total_gpus("gb200") == 72
+
+
+def test_version_in_effect_by_time_or_by_day():
+    found = [inferencex.Version("k", d, ()) for d in
+             ("2025-09-25T07:39:31Z", "2025-12-01T20:32:46Z", "2025-12-05T20:51:47Z")]
+    assert [v.date for v in inferencex.in_effect(found, "2025-12-01T21:00:00Z")] == [found[1].date]
+    assert [v.date for v in inferencex.in_effect(found, "2025-12-01T20:30:00Z")] == [found[0].date]
+    assert [v.date for v in inferencex.in_effect(found, "2025-12-01T20:32:10Z")] == [found[1].date]  # a push
+    # starts the sweep it changes: a run 36 s before the commit ran it (SLACK_S)
+    # a day-dated run may have started before or after that day's commit
+    assert [v.date for v in inferencex.in_effect(found, "2025-12-01T00:00:00.000Z")] == [
+        found[0].date, found[1].date]
+
+
+def test_agg_tp72_on_gb200_is_the_launch_scripts_pd_pair(rows):
+    ran = resolve(rows["2026_04_06_deepseek_r1_gb200_sglang_fp8_agg_1024x1024_c5632_tp72_ep1_43"])
+    assert ran.error is None and ran.row.mode == "disagg"
+    p, d = ran.row.prefill, ran.row.decode
+    assert (p.num_workers, p.attention_dp_size, p.moe_ep_size, p.tp_size) == (3, 8, 8, 1)
+    assert (d.num_workers, d.attention_dp_size, d.moe_ep_size) == (1, 48, 48)
+    assert ran.redundant_experts == {"prefill": 32, "decode": 32}
+    assert "the row says agg with tp_size 72" in ran.assumptions[1]
+    plan = plan_row(rows["2026_04_06_deepseek_r1_gb200_sglang_fp8_agg_1024x1024_c5632_tp72_ep1_43"])
+    decode = next(i for i in plan.instances if i.role == "decode")
+    assert (decode.data["deployment"]["ep_size"], decode.data["deployment"]["ep_num_redundant_experts"],
+            decode.num_workers, decode.dp_ranks) == (48, 32, 1, 48)
+    assert not [m for m in plan.missing if m.need.path.startswith("deployment.")]
+
+
+def test_tp_times_ep_product_read_back(rows):
+    ran = resolve(rows["dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg717"])
+    assert (ran.row.agg.tp_size, ran.row.agg.moe_tp_size, ran.row.agg.moe_ep_size) == (4, 1, 4)
+    assert ran.assumptions == ("agg: tp_size 16 = moe_tp_size 4 x moe_ep_size 4 read as "
+                               "InferenceX's tp 4, ep 4 (4 GPUs)",)
+    plan = plan_row(rows["dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg717"])
+    deployment = plan.instances[0].data["deployment"]
+    assert plan.instances[0].data["cluster"] == {"gpu": "B300", "num_nodes": 1}
+    assert (deployment["tp_size"], deployment["ep_size"], deployment["quantization"]) == (4, 4, "nvfp4")
+    assert not [m for m in plan.missing if not m.need.path.startswith("workload.")]
+
+
+def test_unstated_workers_from_the_group_that_ran_them(rows):
+    # measured 4 s after the commit that made the H100 key MTP-only: its MTP groups ran it, and
+    # two of them ran 1024/8192 at 16 clients (TP16 or DEP16 decode; the row does not say)
+    h100 = rows["2026_03_25_deepseek_r1_h100_sxm_sglang_fp8_disagg_1024x8192_c16_tp16_0_ep1_0_695"]
+    refused = resolve(h100)
+    assert refused.error.startswith("2 InferenceX recipe groups of dsr1-fp8-h100-dynamo-sglang fit")
+    assert "P 1 x TP16 / D 2 x TP16 MTP; P 1 x TP16 / D 1 x DEP16 MTP" in refused.error
+    # at 1024/1024 and 128 clients only the TP16 group ran
+    ran = resolve(replace(h100, isl=1024, osl=1024, concurrency=128))
+    assert ran.error is None and ran.speculative
+    assert ran.assumptions == ("workers and layout from InferenceX dsr1-fp8-h100-dynamo-sglang at "
+                               "78d48618f (2026-02-12): P 1 x TP16 / D 2 x TP16, MTP",)
+    assert (ran.row.decode.num_workers, ran.row.decode.tp_size, ran.row.decode.moe_tp_size) == (2, 16, 16)
+    plan = plan_row(replace(h100, isl=1024, osl=1024, concurrency=128))
+    decode = next(i for i in plan.instances if i.role == "decode")
+    assert (decode.clients, decode.num_workers, decode.data["cluster"]["num_nodes"]) == (64, 2, 2)
+    need = "deployment.speculative_algorithm"
+    assert need in {m.need.path for m in plan.missing} or decode.data["deployment"].get(
+        "speculative_algorithm") == "NEXTN"
+
+
+def test_a_row_no_group_or_several_groups_fit_is_refused_with_the_reason(rows):
+    plan = plan_row(rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_disagg_1024x1024_c512_tp8_0_ep8_0_515"])
+    assert not plan.expressible and not plan.instances
+    assert "InferenceX recipe group" in plan.error and "dsr1-fp8-b200-dynamo-sglang" in plan.error
