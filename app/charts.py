@@ -52,12 +52,14 @@ def layer_breakdown(layer_mean_us: dict, two_batch_overlap: bool) -> alt.Chart:
     names = list(parts)
     num_layers = len(layer_mean_us["layer_us"])
     frame = pd.DataFrame([{"MoE layer": i, "part": p, "mean µs per step": float(parts[p][i])}
-                          for p in names for i in range(num_layers)])
+                          for p in names for i in range(num_layers)],
+                         columns=["MoE layer", "part", "mean µs per step"])   # none: no step measured
     bars = alt.Chart(frame).mark_bar().encode(
         x=alt.X("MoE layer:O", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("sum(mean µs per step):Q", title="mean time per step (µs)"),
         color=alt.Color("part:N", sort=names, scale=alt.Scale(domain=names, range=[PART_COLORS[p] for p in names])),
-        order=alt.Order("part_order:Q"), tooltip=["MoE layer", "part", alt.Tooltip("mean µs per step:Q", format=".1f")],
+        order=alt.Order("part_order:Q"),
+        tooltip=["MoE layer:O", "part:N", alt.Tooltip("mean µs per step:Q", format=".1f")],
     ).transform_calculate(part_order=f"indexof({names!r}, datum.part)")
     if marks is None:
         return finish(bars.properties(height=300))

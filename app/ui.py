@@ -95,6 +95,21 @@ def scenario_source(key: str, default: str = "default", choices: list[str] | Non
     return ScenarioSource(text, source.where, source.base_dir, source.overrides)
 
 
+def number_input(where, label: str, value, min_value=None, max_value=None, **kwargs):
+    """`st.number_input` (on `where`: `st` or a column) whose bounds never refuse the value it
+    starts from. Its bounds guide edits; the scenario's own validation judges what is
+    submitted. A scenario the CLI runs (a rate of 1e-9 req/s) must open in the form, where
+    Streamlit would raise StreamlitValueBelowMinError and show no Run button. Small floats are
+    shown as `%g` (1e-09), not as 0.00."""
+    if min_value is not None and value < min_value:
+        min_value = type(min_value)(value)
+    if max_value is not None and value > max_value:
+        max_value = type(max_value)(value)
+    if isinstance(value, float) and "format" not in kwargs and value and abs(value) < 0.01:
+        kwargs["format"] = "%g"
+    return where.number_input(label, min_value=min_value, max_value=max_value, value=value, **kwargs)
+
+
 def fmt(value, spec: str = ".1f", unit: str = "") -> str:
     """A number for a KPI; '-' for None or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -4,11 +4,17 @@ two baselines of `epsim validate` (a constant; log-log interpolation), with its 
 
   tokens  per system: fit tokens per rank <= 1024, judge 2048-16384
   shape   per system: fit every shape but each kind's largest, judge the largest (experts and
-          dense MLPs: hidden x intermediate; attention: query heads x head_dim; DeepEP: hidden)
-  system  fit one system's records, judge another's (rows `run (system A -> B)`): the constant
-          and log-log baselines are A's own measurements of the same configuration
+          dense MLPs: hidden x intermediate; GEMMs: n x k; attention: query heads x head_dim;
+          MLA and its BMMs: the heads a GPU holds; DeepEP: hidden)
+  ep, tp  per system, quantised experts: the fused MoE kernel fitted at EP 1 and MoE-TP 1,
+          judged at EP > 1 and at MoE-TP > 1 (its balanced rows, kept pending by the importer);
+          DeepEP's MoE runner fitted at EP <= 16, judged at EP 32-256
+  system  fit one system's records, judge another's: the constant and log-log baselines are
+          A's own measurements of the same configuration; the quantised GEMMs and experts and
+          MLA, fitted as fractions of the datasheet, price B from B's datasheet
 
-    python benchmarks/aic_holdout.py [--systems h200_sxm b200_sxm] [--out benchmarks/results/aic_holdout.md]
+    python benchmarks/aic_holdout.py [--systems h200_sxm b200_sxm] [--kinds all|kernels]
+        [--out benchmarks/results/aic_holdout.md]
 
 Records: runs/aic/<system>_sglang_<version>.jsonl.gz, written by scripts/aic_profiles.py (or
 imported here when missing). Needs the optional aiconfigurator-core.
@@ -29,12 +35,14 @@ sys.path.insert(0, str(ROOT))
 
 from epsim.calibrate.aic import import_source, record_paths, write_records_gz  # noqa: E402
 from epsim.calibrate.aic_tables import AIC_TO_ZOO, package_version, parse_source  # noqa: E402
-from epsim.calibrate.inputs import load_records  # noqa: E402
+from epsim.calibrate.inputs import SourcedRecord, load_records  # noqa: E402
+from epsim.cost.record_kernels import KERNEL_KINDS  # noqa: E402
 from epsim.validate.extrapolation import _x, judge, markdown, split_tokens, stats  # noqa: E402
 
 SYSTEM_PAIRS = (("h200_sxm", "h100_sxm"), ("h100_sxm", "h200_sxm"), ("b200_sxm", "gb200"),
                 ("gb200", "gb300"), ("h200_sxm", "b200_sxm"))
 NO_SHAPE_AXIS = ("allreduce",)            # collectives: no shape beyond their bytes
+DEEPEP_FIT_EP = 16                        # DeepEP's MoE runner: fitted up to EP 16, judged above
 
 
 def records_of(system: str):
@@ -44,6 +52,32 @@ def records_of(system: str):
     if not path.is_file():
         write_records_gz(import_source(source).fit, path)
     return load_records([path])
+
+
+def quant_moe_pending(system: str) -> list[SourcedRecord]:
+    """The quantised MoE rows the importer keeps pending (`moe_perf` alone: the whole pending
+    set is too large to read back), as records of that table."""
+    source = parse_source(f"aic:{system}/sglang")
+    imported = import_source(source, [t for t in source.tables() if t.name == "moe_perf"])
+    table = imported.tables[0].rel if imported.tables else "moe_perf"
+    return [SourcedRecord(r, table, i) for i, r in enumerate(imported.pending, 1)
+            if r.kind == "quant_experts"]
+
+
+def split_ep_tp(raw, pending):
+    """The EP and MoE-TP hold-outs of the quantised experts: {axis: (fit, judged)}. The fused
+    MoE kernel's fit set is EP 1, MoE-TP 1; judged: its balanced rows at EP > 1 (MoE-TP 1) and at
+    MoE-TP > 1 (EP 1), same kernel and format. DeepEP's runner: fit EP <= 16, judge EP >= 32."""
+    fused = [s for s in raw if s.record.kind == "quant_experts" and s.record.backend != "deepep"]
+    kernels = {(s.record.weight_dtype, s.record.extra.get("kernel")) for s in fused}
+    same = [s for s in pending if s.record.kind == "quant_experts" and s.record.backend != "deepep"
+            and s.record.skew.get("kind") == "balanced" and s.record.local_expert_tokens
+            and (s.record.weight_dtype, s.record.extra.get("kernel")) in kernels]
+    deepep = [s for s in raw if s.record.kind == "quant_experts" and s.record.backend == "deepep"]
+    return {"ep": (fused + [s for s in deepep if s.record.ep_size <= DEEPEP_FIT_EP],
+                   [s for s in same if s.record.ep_size > 1 and s.record.moe_tp_size == 1]
+                   + [s for s in deepep if s.record.ep_size > DEEPEP_FIT_EP]),
+            "tp": (fused, [s for s in same if s.record.ep_size == 1 and s.record.moe_tp_size > 1])}
 
 
 def split_shape(raw):
@@ -60,31 +94,50 @@ def split_shape(raw):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--systems", nargs="+", default=[s for s, g in AIC_TO_ZOO.items() if g])
+    parser.add_argument("--kinds", choices=("all", "kernels"), default="all",
+                        help="kernels: only the quantised GEMMs and experts and MLA "
+                             "(epsim.cost.record_kernels), whose fits are fractions of the "
+                             "datasheet")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/aic_holdout.md"))
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     start = time.time()
-    data = {system: records_of(system) for system in args.systems}
+
+    def kinds(raw):
+        return [s for s in raw if args.kinds == "all" or s.record.kind in KERNEL_KINDS]
+
+    data = {}
+    for system in args.systems:
+        raw, files = records_of(system)
+        data[system] = (kinds(raw), files)
     rows, notes = [], {}
     for system, (raw, files) in data.items():
-        for axis, split in (("tokens", split_tokens), ("shape", split_shape)):
-            fit, judged = split(raw)
-            got = judge(axis, fit, judged, files, pair=AIC_TO_ZOO[system])
+        gpu = AIC_TO_ZOO[system]
+        splits = {axis: split(raw) for axis, split in (("tokens", split_tokens),
+                                                        ("shape", split_shape))}
+        splits.update(split_ep_tp(raw, quant_moe_pending(system)))
+        for axis, (fit, judged) in splits.items():
+            if not fit or not judged:
+                continue
+            got = judge(axis, fit, judged, files, pair=gpu)
             rows += got
-            notes[f"{axis} ({AIC_TO_ZOO[system]})"] = f"fit {len(fit)} records, judged {len(got)}"
+            notes[f"{axis} ({gpu})"] = f"fit {len(fit)} records, judged {len(got)}"
     for a, b in SYSTEM_PAIRS:
         if a in data and b in data:
-            name = f"system {AIC_TO_ZOO[a]} -> {AIC_TO_ZOO[b]}"
-            got = judge("run", data[a][0], data[b][0], data[a][1], name)
+            name = f"{AIC_TO_ZOO[a]} -> {AIC_TO_ZOO[b]}"
+            got = judge("system", data[a][0], data[b][0], data[a][1], name)
             rows += got
-            notes[f"run ({name})"] = f"fit {len(data[a][0])} records, judged {len(got)}"
+            notes[f"system ({name})"] = f"fit {len(data[a][0])} records, judged {len(got)}"
     text = markdown(rows, notes)
     head = (f"# Hold-outs of the AIC-fitted components\n\nGenerated by `python benchmarks/"
-            f"aic_holdout.py --systems {' '.join(args.systems)}` ({datetime.now(timezone.utc):%Y-%m-%d}, "
+            f"aic_holdout.py --systems {' '.join(args.systems)} --kinds {args.kinds}` "
+            f"({datetime.now(timezone.utc):%Y-%m-%d}, "
             f"{platform.node()}, Python {platform.python_version()}, {time.time() - start:.0f} s; "
             f"aiconfigurator-core {package_version()}). Each axis label's system in parentheses; "
             f"the tokens and shape rows of a system are judged on its own records.\n\n")
-    Path(args.out).write_text(head + text)
+    tmp = Path(args.out).with_suffix(".md.tmp")
+    tmp.write_text(head + text)
+    tmp.replace(args.out)                      # never left half-written
     print(head + text)
     print(f"{sum(s.beats_both for s in stats(rows))} of {len(stats(rows))} beat both baselines")
     return 0

@@ -48,22 +48,32 @@ AXES = {
 }
 # how each table maps to epsim (the converters in epsim/calibrate/aic_records.py, aic_comm.py)
 MAPS = {
-    "gemm_perf": "every row `gemm` (pending: quantised GEMM model); BF16 gate+up and down GEMM "
+    "gemm_perf": "BF16, FP8, FP8-block, NVFP4 at m a power of 4, n and k in 512-16384 → `gemm` "
+                 "→ **`any/gemm_<format>/graph`**, the rest pending; BF16 gate+up and down GEMM "
                  "pairs of 24 SwiGLU shapes → `dense_mlp` → **`any/dense/graph`**",
     "moe_perf": "BF16 fused-Triton, balanced, EP 1, MoE-TP 1 → `experts` → **`local/experts/graph`, "
                 "`any/experts/graph`**; other BF16 kernels, EP > 1, MoE-TP > 1 → `experts` (pending); "
-                "FP8-block, NVFP4, INT4, MXFP4 → `quant_experts` (pending); power-law rows not imported",
-    "wideep_context_moe_perf": "`quant_experts` (pending; DeepEP MoE runner, no per-expert counts)",
-    "wideep_generation_moe_perf": "`quant_experts` (pending; DeepEP MoE runner, no per-expert counts)",
+                "FP8-block and NVFP4 of SGLang's kernel for them, balanced, EP 1, MoE-TP 1 → "
+                "`quant_experts` → **`any/experts_<format>/graph`**; their EP > 1 and MoE-TP > 1 "
+                "rows, INT4, MXFP4 → `quant_experts` (pending); rows faster than the weights' "
+                "HBM time and power-law rows not imported",
+    "wideep_context_moe_perf": "uniform rows (`T k / E` rows per local expert) → `quant_experts` "
+                               "→ **`deepep/experts_fp8_block/normal`**; power-law rows pending",
+    "wideep_generation_moe_perf": "uniform rows → `quant_experts` → "
+                                  "**`deepep/experts_fp8_block/graph/low_latency`**; power-law "
+                                  "rows pending",
     "context_attention_perf": "GQA, BF16 KV, no window, head_dim 128, SGLang's kernel → "
                               "`attention_prefill` → **`any/attention_prefill/graph`**",
     "generation_attention_perf": "same selection → `attention_decode` → "
                                  "**`any/attention_decode/graph`**",
-    "context_mla_perf": "`mla_prefill` (pending: MLA model; attention kernel)",
-    "generation_mla_perf": "`mla_decode` (pending; attention kernel)",
+    "context_mla_perf": "the kernel, on the fit grid → `mla_prefill` → "
+                        "**`any/mla_prefill_<bf16|fp8>/graph`**; the rest pending",
+    "generation_mla_perf": "the kernel, on the fit grid → `mla_decode` → "
+                           "**`any/mla_decode_<bf16|fp8>/graph`**; the rest pending",
     "wideep_context_mla_perf": "`mla_prefill` (pending; whole attention module)",
     "wideep_generation_mla_perf": "`mla_decode` (pending; whole attention module)",
-    "mla_bmm_perf": "`mla_bmm` (pending; MLA's absorbed BMMs)",
+    "mla_bmm_perf": "tokens a power of 4 → `mla_bmm` → **`any/mla_bmm_<bf16|fp8>/graph`**; "
+                    "the rest pending",
     "scale_matrix_perf": "`quantize` (pending; activation quantisation)",
     "computescale_perf": "`quantize` (pending; rows timed 0 left out)",
     "custom_allreduce_perf": "`allreduce`, graph and eager (pending: TP-attention and MoE-TP "

@@ -8,9 +8,12 @@ stderr, no traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import signal
 import sys
+import threading
 import warnings
 
 from epsim import __version__, vocab
@@ -71,8 +74,9 @@ class _Parser(argparse.ArgumentParser):
 def _scenario_options(parser, what: str, set_example: str) -> None:
     """`--profile`, `--seed` and `--set`: how a command that runs a scenario changes it."""
     parser.add_argument("--profile", default=None,
-                        help=f"calibration profile JSON for {what} (default: the scenario's own, "
-                             f"or the shipped H200 profile)")
+                        help=f"calibration profile for {what}: a JSON file or a shipped profile's "
+                             f"name (aic_b200; `epsim hardware` lists them); default: the "
+                             f"scenario's own, else the default of its GPU (docs/model.md, 6)")
     parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a field by dotted path, e.g. {set_example} (repeatable)")
@@ -128,7 +132,9 @@ def _add_cost(sub) -> None:
                    help="default: decode up to cuda_graph_max_bs tokens per rank, else prefill")
     p.add_argument("--network", default=None,
                    help="infiniband | roce | efa | nvl72 (default: the GPU's datasheet network)")
-    p.add_argument("--profile", help="calibration profile JSON (default: the shipped H200 profile)")
+    p.add_argument("--profile", help="calibration profile: a JSON file or a shipped profile's name "
+                                     "(aic_b200); default: the default of --cluster's GPU "
+                                     "(docs/model.md, section 6)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled routing (default 0)")
     output.add_options(p)
 
@@ -201,7 +207,8 @@ def _add_validate(sub) -> None:
                        description="The profile's predictions against measured records by the "
                                    "hold-out protocol: a one-screen summary here, the full tables "
                                    "and plots under --out (docs/validation.md).")
-    p.add_argument("--profile", default=None, help="profile JSON (default: shipped)")
+    p.add_argument("--profile", default=None, help="profile JSON or a shipped profile's name "
+                                                   "(default: shipped h200x2)")
     p.add_argument("--records", nargs="+", default=None, help="record files (default: shipped)")
     p.add_argument("--holdout", default=None,
                    help="hold-out rule (default: the one the profile was fitted with)")
@@ -357,12 +364,64 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"epsim: {category.__name__}: {message}\n"
 
 
+REDELIVER_S = 0.01        # how soon an interrupt a finalizer swallowed is delivered again
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: work stops at once, finished work is kept."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def interrupts_handled():
+    """While a command runs: SIGTERM (a supervisor, `timeout`) stops the work as Ctrl-C does,
+    instead of killing the process mid-write; and a Ctrl-C or SIGTERM that strikes inside a
+    finalizer or a weakref callback (matplotlib's, run by the garbage collector), where Python
+    swallows it and prints "Exception ignored ... Traceback", is delivered again to the code
+    that was running, silently. What was there before is restored when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    own = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if own:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    before = sys.unraisablehook
+
+    def redeliver(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt) \
+                and threading.current_thread() is threading.main_thread():
+            # signalled again from another thread, so that the handler runs in the main code
+            # once this hook has returned (a signal tripped here would be handled in here);
+            # one swallowed again (the collector runs many callbacks) comes back here
+            signum = signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
+            threading.Timer(REDELIVER_S, signal.pthread_kill,
+                            (threading.main_thread().ident, signum)).start()
+            return
+        before(unraisable)
+
+    sys.unraisablehook = redeliver
+    try:
+        yield
+    finally:
+        sys.unraisablehook = before
+        if own:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with interrupts_handled():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
-    module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
-    try:
+    try:                                   # a Ctrl-C while the command imports is one line too
+        module = importlib.import_module(f"epsim.commands.{_COMMAND_MODULE.get(args.command, args.command)}")
         with output.caught_warnings() as warned:
             report = module.run(args)
         if isinstance(report, output.Report):
@@ -376,9 +435,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:                # `epsim ... | head`: the reader has gone
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print(f"epsim {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        print(f"epsim {args.command}: interrupted ({name}); files are written whole or not at "
+              f"all: a results directory it was writing is marked incomplete, and a plan's "
+              f"finished points are kept for a rerun", file=sys.stderr)
+        return 143 if name == "SIGTERM" else 130
 
 
 if __name__ == "__main__":

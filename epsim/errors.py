@@ -26,6 +26,11 @@ class PlacementError(EpsimError, ValueError):
     """An expert placement (EPLB maps) or the input of a placement algorithm is invalid."""
 
 
+class WriteError(EpsimError):
+    """A file could not be written (disk full, permission, a directory in the way); the message
+    names the path, and the file that was there before is left as it was."""
+
+
 def did_you_mean(value: str, choices, limit: int = 3) -> str:
     """`did you mean ep_size?` for a misspelt name among `choices` (case ignored: `deepseek-v3`
     finds `DeepSeek-V3`), or '' when nothing is close. Only the guesses about as close as the

@@ -23,6 +23,7 @@ BOUNDS = (
     ("_us", 0.0, MAX_US, True),
     ("_us_per_kb", 0.0, MAX_US, True),
     ("_us_per_slot", 0.0, MAX_US, True),
+    ("_frac", 0.0, 1.0, False),             # an efficiency: a fraction of the datasheet figure
 )
 
 
@@ -38,7 +39,8 @@ def param_problem(name: str, value: float) -> str | None:
         if name.endswith(suffix):
             above = value >= low if inclusive else value > low
             if not (above and value <= high):
-                unit = "GB/s" if suffix == "_gbps" else "TFLOP/s" if suffix == "tflops" else "µs"
+                unit = {"_gbps": "GB/s", "tflops": "TFLOP/s", "_frac": "of the datasheet"}.get(
+                    suffix, "µs")
                 return f"must be {'>=' if inclusive else '>'} {low:g} and <= {high:g} ({unit})"
             return None
     return None

@@ -26,6 +26,7 @@ This module owns the profile's vocabulary; nothing else spells a key or a mode p
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from functools import lru_cache
 from importlib import resources
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from epsim import vocab
 from epsim.errors import ProfileError, RecordError
 from epsim.io import load_json
+from epsim.io.write import write_text
 from epsim.physical import param_problem, range_problem
 from epsim.spec.errors import format_error
 from epsim.spec.numbers import check_numbers
@@ -132,6 +134,54 @@ def component_keys(record) -> list[str]:
         # the attention block's own ops (norms, RoPE, KV write, residual): pooled; the layer
         # bench's other parts and its whole layers and stacks are judged, never fitted
         return [component_key("any", "attention_ops", graph)]
+    return kernel_keys(record)
+
+
+# -- the kinds of the field's op tables: quantised GEMMs and experts, MLA ------------------------
+FORMAT_KINDS = ("gemm", "mla_bmm", "experts")   # a component per weight format: `experts_fp8_block`
+
+
+def format_kind(kind: str, weight_format: str) -> str:
+    """The component kind of `kind` on weights of `weight_format` (`gemm_fp8_block`,
+    `experts_nvfp4`, `mla_bmm_bf16`): one component per format, so a lookup never falls back
+    from one format's fit to another's."""
+    return f"{kind}_{weight_format or 'bf16'}"
+
+
+def kv_kind(kv_cache_dtype: str) -> str:
+    """The cache part of an MLA kernel's component kind: "fp8" for an FP8 KV cache, "bf16"
+    otherwise (`auto`, `bf16`): `mla_decode_fp8`, `mla_prefill_bf16`. A kernel may take another
+    path for an FP8 cache (FlashAttention-3's MLA on Hopper does, at a sixth of the rate), so
+    each cache dtype is fitted apart."""
+    return "fp8" if str(kv_cache_dtype).startswith("fp8") else "bf16"
+
+
+def experts_mode_path(record) -> str:
+    """The mode path of a `quant_experts` record's component: `graph` for device time (a
+    single-GPU record's `timing`, or `graph` in `mode`), then DeepEP's kernel mode for its MoE
+    runner (`deepep` records: low-latency decode replays a CUDA graph, normal prefill runs
+    eagerly)."""
+    mode = kernel_mode(record) if record.backend == "deepep" else ""
+    graph = GRAPH in record.mode.split("/") or (record.timing == "device"
+                                                 and record.backend != "deepep")
+    return mode_path(mode, "", "bf16", graph)
+
+
+def kernel_keys(record) -> list[str]:
+    """Components a record of the field's op tables is fitted into (`epsim.cost.record_kernels`):
+    `any/gemm_<format>/graph`, `any/mla_bmm_<format>/graph`, `any/mla_decode|prefill_<cache>/graph`
+    (the kernel alone, per cache dtype `kv_kind`: a whole-module record feeds none),
+    `any/experts_<format>/graph` and DeepEP's
+    MoE runner `deepep/experts_<format>/<graph/low_latency | normal>`."""
+    kind, fmt = record.kind, record.weight_dtype or "bf16"
+    if kind in ("gemm", "mla_bmm"):
+        return [component_key("any", format_kind(kind, fmt), GRAPH)]
+    if kind in ("mla_decode", "mla_prefill"):
+        return [component_key("any", format_kind(kind, kv_kind(record.kv_cache_dtype)), GRAPH)] \
+            if record.extra.get("scope", "kernel") == "kernel" else []
+    if kind == "quant_experts":
+        backend = "deepep" if record.backend == "deepep" else "any"
+        return [component_key(backend, format_kind("experts", fmt), experts_mode_path(record))]
     return []
 
 
@@ -148,6 +198,13 @@ class Component(BaseModel):
     valid_range: dict[str, list[float]] = Field(default_factory=dict)
     spread: dict[str, float] = Field(default_factory=dict)
     note: str = ""
+    # where its data came from (profile format addition; absent in older profiles): the data
+    # source ("aiconfigurator", "epsim records"), the op tables or record files it was fitted on,
+    # and the shipped profile it was taken from where a default profile fills a part it has no
+    # measurement of (`epsim.default_profile`; "" for the profile's own)
+    data_source: str = ""
+    tables: list[str] = Field(default_factory=list)
+    profile: str = ""
 
     def outside(self, **values: float) -> list[str]:
         """The fitted-range check: one "name (value) outside fitted [lo, hi]" per value outside
@@ -237,10 +294,26 @@ class Profile(BaseModel):
                           stacklevel=3)
         return bool(outside)
 
+    def data_source(self, key: str) -> str:
+        """Where component `key`'s data came from: its `data_source` ("aiconfigurator",
+        "epsim records"), or in a profile older than that field "aiconfigurator" where its
+        provenance names imported op tables, else "epsim records"; "datasheet" for a key the
+        profile lacks (or a datasheet component)."""
+        comp = self.components.get(key)
+        if comp is None or comp.source == "datasheet":
+            return "datasheet"
+        if comp.data_source:
+            return comp.data_source
+        imported = (self.provenance.model_extra or {}).get("aic")
+        if imported:            # an older imported profile: the package its provenance names
+            package = str(imported[0].get("package", "")).split(" ")[0]
+            return package.removesuffix("-core") or "op tables"
+        return "epsim records"
+
     # -- io --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.model_dump(by_alias=True), indent=1) + "\n")
+        write_text(path, json.dumps(self.model_dump(by_alias=True), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
@@ -282,20 +355,57 @@ def default_profile_path() -> Path:
     return Path(str(resources.files("epsim") / "data" / DEFAULT_PROFILE))
 
 
-@lru_cache(maxsize=8)
+def shipped_profiles() -> dict[str, Path]:
+    """The profiles epsim ships, by name (`h200x2`, `aic_b200`, ...): `--profile NAME`."""
+    folder = default_profile_path().parent
+    return {p.stem: p for p in sorted(folder.glob("*.json"))}
+
+
+def profile_path(text: str | Path, base_dir: str | Path | None = None) -> Path:
+    """The file a `--profile` value (or a scenario's `profile`, relative to `base_dir`) names:
+    a profile JSON path, or a shipped profile's name (`aic_b200`).
+
+    Raises:
+        ProfileError: neither (one line naming the shipped profiles).
+    """
+    path = Path(text)
+    if path.suffix or len(path.parts) > 1:                   # a file: `Profile.load` reads it
+        return Path(base_dir) / path if base_dir is not None else path
+    if path.is_file():
+        return path
+    shipped = shipped_profiles()
+    if str(text) in shipped:
+        return shipped[str(text)]
+    raise ProfileError(f"profile ({str(text)[:120]!r}) must be a profile JSON file or one of the "
+                       f"shipped profiles {list(shipped)}")
+
+
 def _load_cached(path: str) -> Profile:
+    """The profile at `path`, read again when the file changes (a long-lived process, the app,
+    must not keep a profile that was rewritten)."""
+    try:
+        st = os.stat(path)
+        signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        signature = None                  # Profile.load reports the missing file
+    return _load_signed(path, signature)
+
+
+@lru_cache(maxsize=8)
+def _load_signed(path: str, signature) -> Profile:
     return Profile.load(path)
 
 
 def load_profile(path: str | Path | None = None, shared: bool = False) -> Profile:
-    """A profile from `path`, or the shipped default; falls back to datasheet-only for the
+    """A profile from `path` (a file, or a shipped profile's name: `aic_b200`), or the shipped
+    default; falls back to datasheet-only for the
     default when no measured profile ships (then every component is `datasheet`).
 
     A copy of the one read from disk, which the caller may change (calibration does);
     `shared=True` gives that one itself, for readers that never change it (the simulator and
     the cost model: a deep copy costs a millisecond or more per run, on every sweep point)."""
     if path is not None:
-        found = _load_cached(str(Path(path).resolve()))
+        found = _load_cached(str(profile_path(path).resolve()))
     elif default_profile_path().is_file():
         found = _load_cached(str(default_profile_path()))
     else:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from epsim import vocab
 from epsim.errors import RecordError
 from epsim.io import loads_json, read_text as read_capped
+from epsim.io.write import LineAppender, write_text
 from epsim.spec.errors import format_error
 from epsim.spec.numbers import check_numbers
 
@@ -248,12 +249,16 @@ def iter_records(path: str | Path, strict: bool = True) -> Iterator[tuple[int, M
 
 
 def write_records(records: Iterable[MeasurementRecord], path: str | Path, append: bool = True) -> int:
-    """Append (or write) records as JSON Lines; returns how many were written."""
+    """Append (or write) records as JSON Lines; returns how many were written. Appending writes
+    whole lines (a line cut short by an error is undone); writing replaces the file atomically
+    (`epsim.io.write`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with path.open("a" if append else "w") as fh:
-        for record in records:
-            fh.write(record.to_json() + "\n")
-            count += 1
-    return count
+    lines = [record.to_json() for record in records]
+    if not append:
+        write_text(path, "".join(line + "\n" for line in lines))
+        return len(lines)
+    with LineAppender(path, sync=False) as out:
+        for line in lines:
+            out.append(line)
+    return len(lines)

@@ -34,15 +34,16 @@ def run_form(scenario, key: str) -> dict | None:
     d, w = scenario.deployment, scenario.workload
     with st.form(f"{key}_form"):
         cols = st.columns(6)
-        every = cols[0].number_input("rebalance every N forward passes", min_value=1,
-                                     value=int(d.eplb_rebalance_num_iterations), step=1, key=f"{key}_every")
-        window = cols[1].number_input("statistics window (passes)", min_value=1,
-                                      value=int(d.expert_distribution_recorder_buffer_size), step=1,
-                                      key=f"{key}_window")
-        duration = cols[2].number_input("simulated seconds", min_value=0.001, value=float(w.duration_s),
-                                        key=f"{key}_dur")
-        warmup = cols[3].number_input("warm-up seconds", min_value=0.0, value=float(w.warmup_s),
-                                      key=f"{key}_warm")
+        every = ui.number_input(cols[0], "rebalance every N forward passes",
+                                int(d.eplb_rebalance_num_iterations), min_value=1, step=1,
+                                key=f"{key}_every")
+        window = ui.number_input(cols[1], "statistics window (passes)",
+                                 int(d.expert_distribution_recorder_buffer_size), min_value=1, step=1,
+                                 key=f"{key}_window")
+        duration = ui.number_input(cols[2], "simulated seconds", float(w.duration_s), min_value=0.001,
+                                   key=f"{key}_dur")
+        warmup = ui.number_input(cols[3], "warm-up seconds", float(w.warmup_s), min_value=0.0,
+                                 key=f"{key}_warm")
         stop = cols[4].checkbox("stop the world", d.eplb_stop_the_world, key=f"{key}_stw",
                                 help="off: one chunk of layers moves per later forward pass")
         enable = cols[5].checkbox("enable EPLB", True, key=f"{key}_on",
@@ -179,10 +180,11 @@ def sweep_section(source: ui.ScenarioSource, overrides: dict, scenario) -> None:
     with st.form("eplb_sweep_form"):
         cols = st.columns(4)
         text = cols[0].text_input("intervals (forward passes)", "25,50,100,200,400", key="eplb_intervals")
-        duration = cols[1].number_input("simulated seconds per run", min_value=0.001,
-                                        value=float(scenario.workload.duration_s), key="eplb_sweep_dur")
-        warmup = cols[2].number_input("warm-up seconds", min_value=0.0, value=float(scenario.workload.warmup_s),
-                                      key="eplb_sweep_warm")
+        duration = ui.number_input(cols[1], "simulated seconds per run",
+                                   float(scenario.workload.duration_s), min_value=0.001,
+                                   key="eplb_sweep_dur")
+        warmup = ui.number_input(cols[2], "warm-up seconds", float(scenario.workload.warmup_s),
+                                 min_value=0.0, key="eplb_sweep_warm")
         workers = cols[3].number_input("processes", min_value=1, max_value=64,
                                        value=min(2, _cpus()), step=1, key="eplb_workers")
         if st.form_submit_button("Run interval sweep"):

@@ -31,7 +31,7 @@ def _select(label: str, options: list, value, key: str, **kwargs):
 
 
 def _int(label: str, value: int, key: str, min_value: int = 1, **kwargs) -> int:
-    return int(st.number_input(label, min_value=min_value, value=int(value), step=1, key=key, **kwargs))
+    return int(ui.number_input(st, label, int(value), min_value=min_value, step=1, key=key, **kwargs))
 
 
 def _optional_int(label: str, value: int | None, key: str, **kwargs) -> int | None:
@@ -41,7 +41,7 @@ def _optional_int(label: str, value: int | None, key: str, **kwargs) -> int | No
 
 
 def _float(label: str, value: float, key: str, min_value: float = 0.0, **kwargs) -> float:
-    return float(st.number_input(label, min_value=min_value, value=float(value), key=key, **kwargs))
+    return float(ui.number_input(st, label, float(value), min_value=min_value, key=key, **kwargs))
 
 
 def _skew_widgets(skew, key: str) -> dict:
@@ -219,9 +219,14 @@ def provenance(summary: dict, layer_mean_us: dict) -> None:
     frame = provenance_frame(summary, layer_mean_us)
     if not frame.empty:
         st.altair_chart(charts.provenance_bands(frame), width="stretch")
-    with st.expander("Every component the prediction used (tag, share of step time, band)"):
+    with st.expander("Every component the prediction used (profile, data source, tag, share of "
+                     "step time, band)"):
+        st.caption(f"Profile: {prov.get('profile', '-')} ({prov.get('profile_rule', '-')}); "
+                   f"share of step time by data source: " + ", ".join(
+                       f"{k} {100 * v:.0f} %" for k, v in prov.get("data_sources", {}).items()))
         st.dataframe(pd.DataFrame([{
             "part": u["part"], "time": u["time"], "component": u["key"] or "datasheet",
+            "profile": u.get("profile") or "-", "data source": u.get("data_source", "-"),
             "tag": u["tag"], "why": "; ".join(u["axes"]), "share %": round(100 * u["share"], 1),
             "p10 / p90": (f"{u['p10_ratio']:.2f} / {u['p90_ratio']:.2f}"
                           if u["p10_ratio"] else "-"), "steps": u["steps"]}
@@ -270,7 +275,9 @@ def results(run: dict) -> None:
 def page() -> None:
     st.title("Scenario")
     st.caption("Pick a shipped scenario or upload one, change what you like, run it. Predictions use "
-               "the scenario's profile (default: the shipped calibration profile).")
+               "the scenario's profile (default: its GPU's default profile: H200 by h200x2 "
+               "with aic_h200's quantised and MLA kernels and DeepEP, H100 / B200 / GB200 / GB300 by their "
+               "aic_ profile, other GPUs from the datasheet; `epsim hardware` lists them).")
     try:
         source = ui.scenario_source("sc")
         scenario = None if source is None else data.parse_scenario(source.text, source.where,

@@ -11,19 +11,18 @@ both come here (`expand_sources`). The records a fit reads are written to
 from __future__ import annotations
 
 import gzip
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
 from epsim.calibrate.aic_comm import (allreduce_records, deepep_ll_records,
                                       deepep_normal_records, nccl_records)
+from epsim.calibrate.aic_kernels import mla_bmm_records, mla_records, wideep_moe_records
 from epsim.calibrate.aic_records import (SOURCE, Imported, attention_records, gemm_records,
-                                         mla_bmm_records, mla_records, moe_records,
-                                         provenance, quantize_records, wideep_moe_records)
+                                         moe_records, provenance, quantize_records)
 from epsim.calibrate.aic_tables import (DEVICE_PREFIX, AicSource, AicTable, package_version,
                                         parse_source)
 from epsim.errors import RecordError
+from epsim.io.write import replacing_file
 
 PREFIX = "aic:"
 DEFAULT_DIR = Path("runs/aic")
@@ -81,18 +80,11 @@ def import_source(source: AicSource, tables: Iterable[AicTable] | None = None,
 def write_records_gz(records, path: Path) -> Path:
     """Write records as gzipped JSON Lines, atomically (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as fh:
-            for record in records:
-                fh.write((record.to_json() + "\n").encode())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes it private; records are shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # filename="": the header would otherwise name the temporary file (same bits every run)
+    with replacing_file(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb",
+                                                          mtime=0) as fh:
+        for record in records:
+            fh.write((record.to_json() + "\n").encode())
     return path
 
 
@@ -134,21 +126,21 @@ def _extra(record, name: str) -> str:
 
 
 def tag_profile(cal, imports: list[Imported]) -> None:
-    """Write where each fitted component's data came from into `cal.profile`: its note starts
-    `source: aiconfigurator (<tables>)` (or `epsim records`), and `provenance.sources` maps
-    every component to its source and tables; `provenance.aic` names the imported tables."""
+    """Write where each fitted component's data came from into `cal.profile`: its
+    `data_source` ("aiconfigurator", or "epsim records" for records without a `source`) and
+    `tables` (the op tables, or the record files, it was fitted on); `provenance.aic` names the
+    imported tables with their hashes."""
     profile = cal.profile
-    sources = {}
     for key, fit in sorted(cal.fits.items()):
-        tables = sorted({_extra(s.record, "table") for s in fit.records} - {""})
-        source = SOURCE if any(_extra(s.record, "source") == SOURCE for s in fit.records) \
-            else OWN_SOURCE
-        sources[key] = {"source": source, "tables": tables}
         comp = profile.components.get(key)
-        if comp is not None:
-            head = f"source: {source}" + (f" ({', '.join(tables)})" if tables else "")
-            comp.note = head + (f"; {comp.note}" if comp.note else "")
-    profile.provenance.sources = sources
+        if comp is None:
+            continue
+        aic = any(_extra(s.record, "source") == SOURCE for s in fit.records)
+        comp.data_source = SOURCE if aic else OWN_SOURCE
+        comp.tables = sorted({_extra(s.record, "table") for s in fit.records} - {""}) if aic \
+            else sorted({Path(s.path).name for s in fit.records})
+    if not imports:
+        return
     profile.provenance.aic = [{
         "source": imp.source.label, "package": f"aiconfigurator-core {package_version()}",
         "license": "Apache-2.0 (NVIDIA); see epsim/data/profiles/NOTICE",
@@ -158,4 +150,3 @@ def tag_profile(cal, imports: list[Imported]) -> None:
                    for t in imp.tables],
         "num_fit": len(imp.fit), "num_pending": len(imp.pending), "notes": imp.notes}
         for imp in imports]
-

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from epsim.calibrate.aic_tables import AicSource, AicTable, package_version
+from epsim.calibrate.aic_tables import AicSource, AicTable, package_version, zoo_gpu
 from epsim.records import MeasurementRecord, Provenance
+from epsim.spec.quant import WEIGHT_FORMATS, weight_bytes_per_element
+from epsim.zoo import get_hardware
 
 MS_TO_US = 1e3
 SOURCE = "aiconfigurator"
@@ -58,6 +60,14 @@ BF16 = ("bfloat16", "float16", "bf16")
 # Rows off the grid are left out of the fit set and counted.
 FIT_DECODE_SEQS = (1, 4, 16, 64, 256, 1024)
 FIT_PREFILL_SEQS = (1, 4, 16, 64)
+# quantised GEMMs and experts fitted (`epsim.cost.quant`): the formats epsim prices, the GEMM
+# sizes n and k of the fit grid (linear layers of the zoo's models, 512 to 16384), and the MoE
+# kernel SGLang runs for a quantised format on each GPU (Hopper: the fused Triton kernel, the
+# one it has; Blackwell: FlashInfer's TRT-LLM MoE, which covers every shape and format)
+QUANT_FORMATS = ("fp8", "fp8_block", "nvfp4")
+GEMM_FIT_SIZES = (512, 1536, 2048, 4096, 7168, 16384)
+QUANT_MOE_KERNEL = {"h100_sxm": FIT_MOE_KERNEL, "h200_sxm": FIT_MOE_KERNEL}
+BLACKWELL_QUANT_MOE_KERNEL = "sglang_flashinfer_trtllm_moe"
 
 
 def on_grid(value: int, least: int = 1) -> bool:
@@ -101,6 +111,20 @@ def _record(kind: str, prov: Provenance, median_us: float, **fields) -> Measurem
     return MeasurementRecord(kind=kind, median_us=median_us, provenance=prov, **fields)
 
 
+def faster_than_hbm(system: str, active_experts: float, hidden_size: int, inter_size: int,
+                    weight_dtype: str, median_us: float) -> bool:
+    """Whether a MoE row's time is shorter than streaming its active experts' weights once at
+    the GPU's datasheet HBM bandwidth (`3 H I` weights each, at `weight_dtype`'s bytes): a row
+    no GPU can produce, as the layout its table describes. Such rows are left out (AIC's
+    h200_sxm fp8_block DeepSeek-V3 shape at EP 1 repeats its EP 2 times, 8 TB/s; its DeepEP
+    MoE prefill rows at EP 2 and 4 run 128 experts' 5.6 GB in 0.4 ms)."""
+    gpu = zoo_gpu(system)
+    if not gpu or weight_dtype not in WEIGHT_FORMATS:
+        return False
+    weights = active_experts * 3.0 * hidden_size * inter_size * weight_bytes_per_element(weight_dtype)
+    return median_us < weights / get_hardware(gpu).hbm_gbps * 1e-3
+
+
 def balanced_counts(num_tokens: int, num_experts: int, top_k: int) -> np.ndarray:
     """[experts] pairs per expert under AIC's `balanced` routing (its collectors' helper
     `balanced_logits`): choice i of token t takes expert `(t + i s) mod E` when T >= s, else
@@ -119,7 +143,7 @@ def balanced_counts(num_tokens: int, num_experts: int, top_k: int) -> np.ndarray
 def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
     """`moe_perf`: rank 0 of an EP group runs its `E / ep` local experts on the pairs the
     group's `num_tokens` tokens route to them (AIC's collector), intermediate split by MoE-TP."""
-    skipped = off = 0
+    skipped = off = implausible = 0
     for row in frame.itertuples(index=False):
         if row.distribution != "balanced":
             skipped += 1
@@ -128,19 +152,29 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
         tokens = int(row.num_tokens)
         counts = balanced_counts(tokens, e, k).reshape(ep, e // ep)          # [ranks, local]
         bf16 = row.moe_dtype in BF16
+        fmt = "bf16" if bf16 else str(row.moe_dtype)
+        if faster_than_hbm(table.system, float((counts[0] > 0).sum()), int(row.hidden_size),
+                           int(row.inter_size) // tp, fmt, float(row.latency) * MS_TO_US):
+            implausible += 1
+            continue
         record = _record(
             "experts" if bf16 else "quant_experts", prov, float(row.latency) * MS_TO_US,
             ep_size=ep, num_tokens_per_rank=-(-tokens // ep), hidden_size=int(row.hidden_size),
             moe_intermediate_size=int(row.inter_size) // tp, num_experts=e,
             num_local_experts=e // ep, top_k=k, moe_tp_size=tp,
-            weight_dtype="bf16" if bf16 else str(row.moe_dtype), skew={"kind": "balanced"},
+            weight_dtype=fmt, skew={"kind": "balanced"},
             local_expert_tokens=counts.tolist(), expert_tokens_per_rank=counts.sum(axis=1).tolist(),
             extra={"measured_rank": 0, "num_tokens": tokens, "inter_size": int(row.inter_size),
                    "kernel": str(row.kernel_source), "rows": float(counts[0].sum())})
         # fitted: one GPU holding every expert. With EP > 1 AIC's collector masks the remote
         # slots of rank 0's tokens (-1), and the fused Triton path still runs its alignment,
-        # activation and sum over all `T x k` slots: work the grouped-GEMM model has no term for
-        fit = bf16 and tp == 1 and ep == 1 and row.kernel_source == FIT_MOE_KERNEL
+        # activation and sum over all `T x k` slots: work the BF16 grouped-GEMM model has no
+        # term for; the quantised one prices it (`epsim.cost.quant.remote_slot_bytes`), and
+        # their EP and MoE-TP rows are judged (benchmarks/aic_holdout.py)
+        kernel = FIT_MOE_KERNEL if bf16 else QUANT_MOE_KERNEL.get(table.system,
+                                                                 BLACKWELL_QUANT_MOE_KERNEL)
+        fit = (tp == 1 and ep == 1 and row.kernel_source == kernel
+               and (bf16 or row.moe_dtype in QUANT_FORMATS))
         if fit and out.grid and not on_grid(tokens):
             off += 1
             continue
@@ -151,21 +185,9 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
     if skipped:
         out.notes.append(f"{table.rel}: {skipped} power-law rows not imported (rank 0's per-expert "
                          f"counts are not in the table)")
-
-
-def wideep_moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
-    """`wideep_{context,generation}_moe_perf`: SGLang's DeepEP MoE runner (fp8_block) on rank 0
-    of an EP group; routing by distribution name only (no counts): pending, as measured."""
-    for row in frame.itertuples(index=False):
-        out.pending.append(_record(
-            "quant_experts", prov, float(row.latency) * MS_TO_US, ep_size=int(row.moe_ep_size),
-            num_tokens_per_rank=int(row.num_tokens), hidden_size=int(row.hidden_size),
-            moe_intermediate_size=int(row.inter_size) // int(row.moe_tp_size),
-            num_experts=int(row.num_experts), top_k=int(row.topk),
-            moe_tp_size=int(row.moe_tp_size), weight_dtype=str(row.moe_dtype),
-            skew={"kind": str(row.distribution)},
-            extra={"kernel": str(row.kernel_source), "phase": str(row.op_name),
-                   "counts": "not in the table"}))
+    if implausible:
+        out.notes.append(f"{table.rel}: {implausible} balanced rows faster than streaming their "
+                         f"active experts' weights at the datasheet HBM rate not imported")
 
 
 # -- GEMM -----------------------------------------------------------------------------------------
@@ -179,9 +201,11 @@ def gemm_records(table: AicTable, frame, prov: Provenance, out: Imported) -> Non
         m, n, k = int(row.m), int(row.n), int(row.k)
         dtype = "bf16" if row.gemm_dtype in BF16 else str(row.gemm_dtype)
         us = float(row.latency) * MS_TO_US
-        out.pending.append(_record("gemm", prov, us, num_tokens_per_rank=m, hidden_size=k,
-                                   intermediate_size=n, weight_dtype=dtype,
-                                   extra={"kernel": str(row.kernel_source)}))
+        fit = (dtype == "bf16" or dtype in QUANT_FORMATS) and n in GEMM_FIT_SIZES \
+            and k in GEMM_FIT_SIZES and (on_grid(m) or not out.grid)
+        (out.fit if fit else out.pending).append(
+            _record("gemm", prov, us, num_tokens_per_rank=m, hidden_size=k, intermediate_size=n,
+                    weight_dtype=dtype, extra={"kernel": str(row.kernel_source)}))
         if dtype == "bf16":
             bf16[(m, n, k)] = (us, str(row.kernel_source))
     for h in DENSE_HIDDEN:
@@ -233,35 +257,6 @@ def attention_records(table: AicTable, frame, prov: Provenance, out: Imported) -
         out.notes.append(f"{table.rel}: {left} rows not imported (FP8 KV or attention, sliding "
                          f"windows, kernels other than {kernel}, other head shapes, off the "
                          f"fit grid)")
-
-
-def mla_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
-    """`{context,generation}_mla_perf` (the attention kernel) and `wideep_*_mla_perf` (the whole
-    attention module with its projections): pending `mla_prefill` / `mla_decode`."""
-    decode = "generation" in table.name
-    scope = "module" if table.name.startswith("wideep") else "kernel"
-    for row in frame.itertuples(index=False):
-        context = int(row.isl) + int(row.step) if decode else int(row.isl)
-        seqs = int(row.batch_size)
-        extra = {"kernel": str(row.kernel_source), "scope": scope}
-        for name in ("model", "gemm_type"):
-            if hasattr(row, name):
-                extra[name] = str(getattr(row, name))
-        out.pending.append(_record(
-            "mla_decode" if decode else "mla_prefill", prov, float(row.latency) * MS_TO_US,
-            num_tokens_per_rank=seqs if decode else seqs * context,
-            num_attention_heads=int(row.num_heads), num_seqs=seqs, context_len=context,
-            tp_size=int(row.tp_size), weight_dtype=str(row.mla_dtype),
-            kv_cache_dtype=str(row.kv_cache_dtype), extra=extra))
-
-
-def mla_bmm_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
-    """`mla_bmm_perf`: the absorbed-weight BMMs before (`mla_gen_pre`) and after the kernel."""
-    for row in frame.itertuples(index=False):
-        out.pending.append(_record(
-            "mla_bmm", prov, float(row.latency) * MS_TO_US, num_tokens_per_rank=int(row.num_tokens),
-            num_attention_heads=int(row.num_heads), weight_dtype=str(row.bmm_dtype),
-            extra={"op": str(row.op_name), "kernel": str(row.kernel_source)}))
 
 
 def quantize_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:

@@ -166,8 +166,7 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
     if other_files:
         cal.profile.provenance.spread_records = [
             {"path": f.path, "sha256": f.sha256, "num_records": f.num_records} for f in other_files]
-    if imports:
-        tag_profile(cal, imports)
+    tag_profile(cal, imports)
     return cal
 
 

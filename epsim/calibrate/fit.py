@@ -24,10 +24,16 @@ from scipy.optimize import lsq_linear
 from epsim.calibrate.inputs import SourcedRecord
 from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
                                COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
+from epsim.cost.mla import MLA_TERMS
+from epsim.cost.quant import EXPERT_QUANT_TERMS, GEMM_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
 
 MAX_ROUNDS = 12
+# components whose throughputs are fractions of the record's GPU's datasheet (quantised GEMMs and
+# experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
+FRACTION_TERMS = (GEMM_TERMS, EXPERT_QUANT_TERMS, MLA_TERMS)
+FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0}
 
 
 @dataclass
@@ -104,7 +110,7 @@ def _solve(rows: np.ndarray, measured: np.ndarray, lower: np.ndarray, relative: 
     scale = np.abs(a[:, used]).max(axis=0)                      # columns of comparable size
     sol = lsq_linear(a[:, used] / scale, b, bounds=(lower[used] * scale, np.inf),
                      method="bvls", lsmr_tol="auto")
-    coef[used] = sol.x / scale
+    coef[used] = np.maximum(sol.x / scale, lower[used])   # the bounds, not -1e-16 past them
     return coef
 
 
@@ -131,6 +137,9 @@ def _weak_columns(rows: np.ndarray, measured: np.ndarray, coef: np.ndarray, rela
 def _starts(terms, peaks: dict[str, float]) -> list[dict[str, float]]:
     """Starting parameters: the roofline's bound side is a local choice, so the experts and
     attention kernel fits start from several compute-to-memory balances and keeps the best (one start otherwise)."""
+    if terms in FRACTION_TERMS:       # efficiencies: fractions of the record's GPU's datasheet
+        return [{"hbm_frac": h, "tensor_frac": f}
+                for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01)]
     if terms not in (EXPERT_TERMS, ATTENTION_TERMS):
         return [{}]
     return [{"hbm_gbps": peaks["hbm_gbps"] * h, "tflops": peaks["tflops"] * f}
@@ -163,9 +172,9 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
     names = record_features(records[0].record, profile, key).coef_names
     terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS,
                                        ATTENTION_TERMS, BLOCK_OPS_TERMS, ATTENTION_OPS_TERMS,
-                                       LAYOUT_TERMS)}[names]
+                                       LAYOUT_TERMS, *FRACTION_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
-    lower = _lower_bounds(names, peaks)
+    lower = _lower_bounds(names, {**peaks, **FRACTION_PEAKS})
     best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative)
     weak = []
     if terms in (COMM_TERMS, COLLECTIVE_TERMS):

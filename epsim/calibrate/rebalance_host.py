@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from epsim.calibrate.inputs import SourcedRecord, load_records
+from epsim.io.write import write_text
 from epsim.profile import Component
 from epsim.records import records_hash
 
@@ -162,9 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(args.profile.read_text())
     data["components"]["any/rebalance_host"] = json.loads(component.model_dump_json())
     _provenance(data["provenance"], args.records, raw)
-    tmp = args.profile.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, args.profile)
+    write_text(args.profile, json.dumps(data, indent=1) + "\n")
     print(json.dumps(component.residuals))
     return 0
 

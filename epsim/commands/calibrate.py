@@ -12,6 +12,7 @@ from epsim.calibrate.inputs import default_record_paths
 from epsim.commands.output import Report, wants_progress
 from epsim.errors import EpsimError
 from epsim.io import check_output_file
+from epsim.io.write import write_text
 from epsim.text import number
 
 DEFAULT_LIVE_DIR = Path("runs/calibrate")
@@ -122,11 +123,11 @@ def _run_live(args, records: Path, plan, run) -> None:
     Raises:
         EpsimError: the run measured nothing (naming its first problem).
     """
-    records.write_text("")                     # a fresh file: the profile names exactly this run
+    write_text(records, "")                    # a fresh file: the profile names exactly this run
     result = run(plan, records, args.budget_s, progress=wants_progress(args))
     if result.problems:                        # one note for all, the list in a file beside
         listing = records.with_name(records.stem + "_skipped.txt")
-        listing.write_text("".join(f"{problem}\n" for problem in result.problems))
+        write_text(listing, "".join(f"{problem}\n" for problem in result.problems))
         warnings.warn(f"{len(result.problems)} point(s) skipped or failed, listed in {listing} "
                       f"(first: {result.problems[0]})", stacklevel=2)
     _say(args, f"live bench: {result.line()}")
@@ -143,9 +144,13 @@ def _summary(cal) -> list[str]:
     for key, comp in sorted(cal.profile.components.items()):
         res = comp.residuals
         params = ", ".join(f"{k}={number(v)}" for k, v in comp.params.items())
+        source = [f"source: {comp.data_source}" + (f" ({', '.join(comp.tables)})"
+                                                     if comp.data_source == "aiconfigurator" else "")
+                  ] if comp.data_source else []
         lines.append(f"  {key:<22}{res.get('num_records', 0):>8.0f}{res.get('mape', 0):>12.1f}"
                      f"{res.get('max_ape', 0):>8.1f}  {params}"
-                     + (f"  [{comp.note}]" if comp.note else ""))
+                     + (f"  [{'; '.join(source + ([comp.note] if comp.note else []))}]"
+                        if source or comp.note else ""))
     return lines
 
 

@@ -86,8 +86,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
                  or tokens_per_rank <= deployment.cuda_graph_max_bs else "prefill")
     if phase not in ("prefill", "decode"):
         raise SpecError(f"--phase ({phase!r}) must be one of ['prefill', 'decode']")
-    profile = profile if profile is not None else load_profile()
     cost_model = CostModel(model, cluster, deployment, profile, time_mode=time_mode)
+    profile = cost_model.profile            # the named one, else the GPU's default
     graph = cost_model.graph_step(phase, tokens_per_rank)
     mode = cost_model.mode_for(phase)          # DeepEP's kernels for the phase (auto: SGLang's rule)
     if ep > 1:                                # EP 1: nothing is dispatched
@@ -121,7 +121,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "network": net.kind, "network_detail": net.describe(),
         "transport": params.transport.name,
         "rdma_gbps": float((send.params if send else params.collectives.allreduce)["rdma_gbps"]),
-        "profile": profile.name or profile.path or "datasheet",
+        "profile": (profile.name or profile.path or "datasheet")
+        + ("" if cost_model.profile_rule == "named" else f", {cost_model.profile_rule}"),
         **_stages(cost_model, moe, graph),
         "provenance": provenance(cost_model, of="layer time"),
     }
@@ -223,7 +224,7 @@ def _detail_lines(result: dict) -> list[str]:
                      f"rows out by expert and weight the top-k in the combine (docs/model.md)")
     if result["layout_us"] > 0:
         lines.append(f"  experts include {result['backend']}'s own layout work "
-                     f"({result['layout_us']:.1f} µs, measured: docs/model.md, section 4b)")
+                     f"({result['layout_us']:.1f} µs, measured: docs/model.md, section 4c)")
     return lines
 
 
@@ -247,7 +248,8 @@ def _table_lines(results: list[dict]) -> list[str]:
 
 def run(args):
     model = _model(args.model)
-    profile = load_profile(args.profile) if args.profile else load_profile()
+    # the named profile, else each point's GPU default (`epsim.default_profile`, resolved once)
+    profile = load_profile(args.profile) if args.profile else None
     eps = parse_counts(args.ep, "--ep", limit=64)
     tokens = parse_counts(args.tokens_per_rank, "--tokens-per-rank", limit=64)
     if len(eps) * len(tokens) > MAX_POINTS:

@@ -5,6 +5,8 @@ format among others (`epsim.eplb.export`). The screen shows the summary only: th
 
 from __future__ import annotations
 
+import numpy as np
+
 from epsim.budget import check_eplb
 from epsim.commands.output import Report
 from epsim.cost.tables import contiguous_placement
@@ -115,23 +117,40 @@ def _cost_lines(cost: dict) -> list[str]:
     return lines
 
 
+def scale_free(loads: np.ndarray) -> np.ndarray:
+    """Loads `[layers, experts]` scaled by a power of two so that the largest lies in [0.5, 1):
+    a placement depends on the loads' shares, not their unit (x1e-50 used to give balancedness
+    0.13 instead of 0.98, x1e40 an overflow). A power of two scales every value exactly, so
+    loads already in range place as before, bit for bit; all-zero loads stay zero."""
+    top = float(loads.max()) if loads.size else 0.0
+    if not top > 0:
+        return loads
+    return np.ldexp(loads, -int(np.frexp(top)[1]))
+
+
 def run(args):
     out = check_output_dir(args.out) if args.out else None      # checked before the work
     loads = read_loads(_loads_path(args))                                   # [layers, experts]
     num_layers, num_logical = loads.shape
     previous = _previous(args.previous, num_logical) if args.previous else None
     if not args.no_budget_check:
-        check_eplb(args.algorithm, num_layers, args.replicas)
+        check_eplb(args.algorithm, num_layers, args.replicas, args.gpus)
+    recorded, loads = loads, scale_free(loads)       # placed by shares; exported as recorded
     placement = compute_placement(args.algorithm, loads, args.replicas, args.groups, args.nodes,
                                   args.gpus, previous=previous)
+    start = previous if previous is not None else Placement.from_physical_to_logical(
+        contiguous_placement(num_layers, num_logical, args.gpus, args.replicas - num_logical),
+        num_logical, args.gpus, args.nodes)
+    idle = ~loads.any(axis=1)                                               # [layers]
+    if idle.any():                # nothing recorded: the layer keeps its placement (as the
+        p2l = placement.physical_to_logical.copy()        # simulator's rebalance does)
+        p2l[idle] = start.physical_to_logical[idle]
+        placement = Placement.from_physical_to_logical(p2l, num_logical, args.gpus, args.nodes)
     after = placement.balancedness(loads)                                   # [layers]
     before = None
     if num_logical % args.gpus == 0:
         before = Placement.contiguous(num_layers, num_logical, args.gpus, args.nodes).balancedness(loads)
     changed = placement.changed_slots(previous) if previous is not None else None
-    start = previous if previous is not None else Placement.from_physical_to_logical(
-        contiguous_placement(num_layers, num_logical, args.gpus, args.replicas - num_logical),
-        num_logical, args.gpus, args.nodes)
     cost = move_cost(args, start, placement, num_logical)
     data = {"algorithm": args.algorithm, "num_layers": num_layers, "num_logical": num_logical,
             "balancedness_before": None if before is None else before.tolist(),
@@ -158,7 +177,7 @@ def run(args):
     files = []
     if out is not None:
         summary = {k: v for k, v in data.items() if k not in ("phy2log", "log2phy", "logcnt")}
-        files = write_placement(out, placement, loads, summary)
+        files = write_placement(out, placement, recorded, summary)
         lines.append(f"for SGLang: --init-expert-location {out / EXPERT_LOCATION_FILE} (with "
                      f"--ep-size {args.gpus} --ep-num-redundant-experts {placement.num_redundant})")
     else:

@@ -10,11 +10,13 @@ from epsim.commands.emit import plan_emit, precheck
 from epsim.commands.fleet import run as run_fleet
 from epsim.commands.output import Report, json_safe, wants_progress, without_category
 from epsim.errors import SpecError
+from epsim.io.write import write_text
 from epsim.plan.answers import answer_line
 from epsim.plan.choice import rejected, row_status
 from epsim.plan.max_rate import find_max_rates, max_rate_lines
 from epsim.plan.runner import run_plan, skip_reasons
 from epsim.plan.select import keep_up_statement, rule_text
+from epsim.plan.store import plan_dir, prepare_dir
 from epsim.text import table
 
 MAX_FRONTIER_ROWS = 15
@@ -80,15 +82,19 @@ def summary_lines(result, scenario: str, executor: str) -> list[str]:
     return lines
 
 
-
-
 def run_max_rate(args):
     """`--max-rate`: per deployment, the highest rate meeting the SLO (`epsim.plan.max_rate`)."""
-    answers = find_max_rates(args.scenario, args.sweep, constraints=args.constraint,
-                             overrides=args.overrides, seed=args.seed, profile=args.profile,
-                             executor=args.executor, workers=args.workers,
-                             ray_address=args.ray_address, out=args.out,
-                             progress=wants_progress(args), keep_up=not args.no_keep_up)
+    with plan_dir(prepare_dir(args.out), "plan --max-rate") as rundir:
+        answers = find_max_rates(args.scenario, args.sweep, constraints=args.constraint,
+                                 overrides=args.overrides, seed=args.seed, profile=args.profile,
+                                 executor=args.executor, workers=args.workers,
+                                 ray_address=args.ray_address, out=args.out,
+                                 progress=wants_progress(args), keep_up=not args.no_keep_up)
+        return _max_rate_report(args, answers, rundir)
+
+
+def _max_rate_report(args, answers, rundir):
+    """`--max-rate`'s summary, and max_rate.json (then the manifest) in `--out`."""
     # a closed loop searches its clients: the same fields, named for what they hold
     found, fails = ("max_clients", "fails_at_clients") if any(a.whole for a in answers) else (
         "max_rate_per_s", "fails_at_per_s")
@@ -99,9 +105,11 @@ def run_max_rate(args):
                       "max_rate": rows})
     lines = max_rate_lines(answers, args.constraint)
     files = []
-    if args.out is not None:
-        files.append(Path(args.out) / "max_rate.json")
-        files[0].write_text(json.dumps(data["max_rate"], indent=1, default=str) + "\n")
+    if rundir is not None:
+        rundir.begin()
+        files.append(write_text(Path(args.out) / "max_rate.json",
+                                json.dumps(data["max_rate"], indent=1, default=str) + "\n"))
+        rundir.finish(files)
     return Report(data, lines, files=files)
 
 

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from epsim.commands.output import defer_warnings_to_exit
+from epsim.io.write import write_figure
 from epsim.plan.answers import workload_text
 from epsim.plan.executors import executor_options
 from epsim.report.keep_up import unsettled_text
@@ -97,9 +98,10 @@ def save_figure(fig, out: Path, stem: str, title: str) -> Path:
     import matplotlib.pyplot as plt
     fig.suptitle(title)
     fig.tight_layout()
-    path = Path(out) / f"planning_{stem}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        path = write_figure(fig, Path(out) / f"planning_{stem}.png")
+    finally:
+        plt.close(fig)
     print(f"plot: {path}")
     return path
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from epsim.budget import check_run
 from epsim.commands.output import Report, json_safe, wants_progress
 from epsim.errors import SpecError
 from epsim.io import check_output_dir
+from epsim.io.rundir import MANIFEST, RunDir
 from epsim.profile import load_profile
-from epsim.report import format_table, summarize, write_summary, write_timeseries
+from epsim.report import RUN_FILES, format_table, summarize, write_summary, write_timeseries
 from epsim.report.cautions import cautions
 from epsim.report.figures import write_figures
 from epsim.report.timeline import write_timeline
@@ -40,19 +42,32 @@ def run(args):
 
     profile = load_profile(args.profile) if args.profile else None
     out = check_output_dir(args.out) if args.out else None
-    result = simulate(scenario, profile=profile, progress=wants_progress(args))
-    summary = summarize(result)
-    report = Report(json_safe(summary), format_table(summary).splitlines(), notes=cautions(summary))
-    if out is None:
-        return report
-    write_summary(summary, out / "summary.json")
-    write_timeseries(result, out / "timeseries.csv")
-    report.files += [out / "summary.json", out / "timeseries.csv"]
-    if not args.no_plots:
-        report.files += list(write_figures(result, out))
-    if args.timeline and result.last_step is not None:
-        write_timeline(result.last_step.cost, out / "timeline.json",
-                       scenario.deployment.enable_two_batch_overlap)
-        report.files.append(out / "timeline.json")
+    # held from before the run: a second command writing to the same --out is refused up front
+    with RunDir(out, "simulate", RUN_FILES) if out else contextlib.nullcontext() as rundir:
+        result = simulate(scenario, profile=profile, progress=wants_progress(args))
+        summary = summarize(result)
+        report = Report(json_safe(summary), format_table(summary).splitlines(),
+                        notes=cautions(summary))
+        if out is None:
+            return report
+        report.files += write_run(result, summary, out, rundir, plots=not args.no_plots,
+                                  timeline=args.timeline)
     report.lines.append("")
     return report
+
+
+def write_run(result, summary: dict, out: Path, rundir, plots: bool = True,
+              timeline: bool = False) -> list[Path]:
+    """A run's files in `out` (summary.json, timeseries.csv, figures, timeline.json), each
+    written atomically, then the manifest (`epsim.io.rundir`): returns the files written, the
+    manifest last."""
+    rundir.begin()
+    files = [write_summary(summary, out / "summary.json"),
+             write_timeseries(result, out / "timeseries.csv")]
+    if plots:
+        files += write_figures(result, out)
+    if timeline and result.last_step is not None:
+        files.append(write_timeline(result.last_step.cost, out / "timeline.json",
+                                    result.scenario.deployment.enable_two_batch_overlap))
+    rundir.finish(files)
+    return files + [out / MANIFEST]

@@ -5,6 +5,7 @@ plots to `--out` (default runs/validate/)."""
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import warnings
 from pathlib import Path
@@ -13,6 +14,8 @@ from epsim.calibrate import default_record_paths
 from epsim.commands.output import Report, stages, wants_progress
 from epsim.errors import EpsimError, RecordError
 from epsim.io import check_output_dir, check_output_file
+from epsim.io.rundir import RunDir
+from epsim.io.write import write_text
 from epsim.plan.executors import check_executor, default_workers
 from epsim.profile import default_profile_path, load_profile
 from epsim.text import table
@@ -32,6 +35,9 @@ COLUMN_NAMES = {"backend": "backend", "kind": "kind", "num": "held out", "mape":
 FIRST = ("backend", "kind", "num", "mape")
 LAST = ("fit_mape", "worst", "worst_at")
 HIDDEN = ("bias",)                 # in --json and the full tables; not worth a summary column
+# every file `validate --out DIR` may write (`epsim.io.rundir`)
+VALIDATE_FILES = ("validation.md", "comparisons.csv", "summary.csv", "skew_effect.csv",
+                  "scatter.png", "curves_*.png")
 
 
 def summary_columns(rows: list[dict]) -> list[str]:
@@ -108,7 +114,7 @@ def run_published(args):
     text = published.markdown(rows)
     if out is None:
         return Report(published.rows_json(rows), text.rstrip("\n").splitlines())
-    out.write_text(text)
+    write_text(out, text)
     data = published.rows_json(rows)
     lines = [f"{s['table']}: {s['rows']} rows, MAPE {s['mape_pct']:.1f} %"
              + ("" if s["target_pct"] is None else f" (target {s['target_pct']:g} %, {s['verdict']})")
@@ -150,7 +156,7 @@ def run_composition(args):
     files = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "composition.md").write_text(text)
+        write_text(out / "composition.md", text)
         files += [out / "composition.md", composition_table.write_csv(comp, out / "composition.csv")]
     if args.doc:
         update_doc(Path(args.doc), text, composition_table.DOC_MARKERS)
@@ -202,7 +208,7 @@ def run_silicon(args):
         report.files.append(doc)
     if out is not None:
         document.write_rows(board, out / "silicon_rows.json.gz")
-        document.write_atomic(out / "silicon_features.md", document.features_markdown(board).encode())
+        write_text(out / "silicon_features.md", document.features_markdown(board))
         report.files += [out / "silicon_rows.json.gz", out / "silicon_features.md"]
     if use_peer and cache is not None:
         report.files.append(cache)
@@ -227,12 +233,17 @@ def run(args):
     max_mape = args.max_mape if args.max_mape is not None else 10.0
     if not 0 <= max_mape < float("inf"):
         raise EpsimError(f"--max-mape ({max_mape}) must be a finite percentage >= 0")
-    out = Path(args.out) if args.out else None
-    report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
-                      max_mape=max_mape, strict=args.strict,
-                      extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths),
-                      judged_only=[] if args.records else default_judged_only(),
-                      stage=stages("validate", wants_progress(args)))
+    out = check_output_dir(args.out) if args.out else None
+    with RunDir(out, "validate", VALIDATE_FILES) if out else contextlib.nullcontext() as rundir:
+        if rundir is not None:
+            rundir.begin()
+        report = validate(profile, paths, args.holdout, out, args.doc, plots=not args.no_plots,
+                          max_mape=max_mape, strict=args.strict,
+                          extrapolate=not args.no_extrapolation, run_pairs=_run_pairs(args, paths),
+                          judged_only=[] if args.records else default_judged_only(),
+                          stage=stages("validate", wants_progress(args)))
+        if rundir is not None:
+            rundir.finish(report.files)
     extrapolation = stats(report.extrapolation)
     if not report.rows:
         raise RecordError(f"--records ({', '.join(str(p) for p in paths)[:200]}) must hold at least one "

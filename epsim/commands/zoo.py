@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from epsim.commands.output import Report
+from epsim.default_profile import default_profile
 from epsim.profile import Profile, default_profile_path
+from epsim.profile import shipped_profiles as profiles_by_name
 from epsim.text import table
 from epsim.zoo import (get_hardware, get_model, get_network, hardware_names, model_names,
                        network_defaults)
@@ -26,37 +28,44 @@ def run(args):
     data = {"gpus": [h.model_dump() for h in rows],
             "networks": [{"kind": kind, "gpu": gpu, **entry, "nic_gbps_per_gpu": net.nic_gbps_per_gpu}
                          for kind, gpu, entry, net in networks]}
-    lines = table(["gpu", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "HBM GiB", "NVLink GB/s",
-                   "GPUs/node", "network"],
-                  [[h.name, h.bf16_tflops, h.fp8_tflops, h.hbm_gbps, h.hbm_gib, h.nvlink_gbps,
-                    h.gpus_per_node, str(h.network)] for h in rows], indent="")
+    lines = table(["gpu", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GB/s", "HBM GiB",
+                   "NVLink GB/s", "GPUs/node", "network", "default profile"],
+                  [[h.name, h.bf16_tflops, h.fp8_tflops, h.fp4_tflops or "-", h.hbm_gbps,
+                    h.hbm_gib, h.nvlink_gbps, h.gpus_per_node, str(h.network),
+                    default_profile(h.name).name] for h in rows], indent="")
+    lines.append("peaks: dense tensor-core TFLOP/s per GPU from each GPU's datasheet (its zoo "
+                 "file's `source`); fp4: NVFP4, none on Hopper")
     lines += ["", "networks (datasheet defaults; NIC speeds in Gb/s = gigabits, per-GPU share in "
                   "GB/s = 1e9 bytes/s)"]
     lines += table(["kind", "gpu", "system", "NICs", "Gb/s per NIC", "GB/s per GPU"],
-                   [[kind, gpu, entry["system"], net.nics_per_node, net.nic_gbit_per_s,
-                     net.nic_gbps_per_gpu] for kind, gpu, entry, net in networks], indent="")
+                   [[kind, gpu, entry["system"], net.nics_per_node,
+                     net.nic_gbit_per_s, net.nic_gbps_per_gpu] for kind, gpu, entry, net in networks],
+                   indent="")
     profiles = shipped_profiles()
     data["profiles"] = profiles
-    lines += ["", "profiles (shipped; without --profile the default prices its own GPU and every "
-                  "other GPU is priced from the datasheet; --profile PATH picks one)"]
-    lines += table(["profile", "gpu", "default", "data source", "components"],
-                   [[p["name"], p["gpu"], "yes" if p["default"] else "", p["source"],
+    data["default_profiles"] = {h.name: default_profile(h.name).name for h in rows}
+    lines += ["", "profiles (shipped; --profile NAME or a JSON file picks one; without it a "
+                  "cluster is priced by its GPU's default, above: H200 by h200x2 with aic_h200's "
+                  "quantised and MLA kernels and DeepEP, H100/B200/GB200/GB300 by their aic_ profile, other "
+                  "GPUs from the datasheet)"]
+    lines += table(["profile", "gpu", "data source: components", "components"],
+                   [[p["name"], p["gpu"], "; ".join(f"{k}: {v}" for k, v in p["sources"].items()),
                      p["num_components"]] for p in profiles], indent="")
     return Report(data, lines)
 
 
 def shipped_profiles() -> list[dict]:
-    """The profiles under epsim/data/profiles: file, GPU, whether it is the default, and where
-    its components' data came from (`provenance.sources`; our live records where absent)."""
-    folder = default_profile_path().parent
+    """The profiles under epsim/data/profiles: name, GPU, and how many of its components each
+    data source gave (`Profile.data_source`: a component's `data_source`, or for a profile
+    older than that field, its provenance)."""
     out = []
-    for path in sorted(folder.glob("*.json")):
+    for name, path in shipped.items() if (shipped := profiles_by_name()) else ():
         profile = Profile.load(path)
-        sources = (profile.provenance.model_extra or {}).get("sources") or {}
-        kinds = sorted({v.get("source", "") for v in sources.values()} - {""})
-        out.append({"name": path.name, "gpu": profile.hardware,
+        sources: dict[str, int] = {}
+        for key in profile.components:
+            source = profile.data_source(key)
+            sources[source] = sources.get(source, 0) + 1
+        out.append({"name": name, "gpu": profile.hardware, "sources": sources,
                     "default": path.resolve() == default_profile_path().resolve(),
-                    "source": ", ".join(kinds) or "epsim live records (docs/calibration.md)",
-                    "num_components": len(profile.components),
-                    "path": str(path)})
+                    "num_components": len(profile.components), "path": str(path)})
     return out

@@ -58,17 +58,27 @@ class ExpertGemm:
         hidden_size, intermediate_size: H and I of one expert (`moe_intermediate_size`).
         weight_bytes: bytes of one expert's weights (`3 * H * I * bytes per parameter`).
         num_sms: streaming multiprocessors (wave size).
+        act_in_bytes: bytes of one element the GEMMs read as input (x, h): 2 for BF16, the
+            quantised copy's for a quantised format (`epsim.cost.quant.quant_expert_gemm`).
+        quant_bytes_per_row: bytes the activation quantisation moves per row (0: none).
+        scale_block_k: K-depth of a weight-scale block whose partial sums the kernel rescales
+            in its main loop (fp8_block: 128; each costs `dequant_us` per wave); 0: none.
     """
 
     hidden_size: int
     intermediate_size: int
     weight_bytes: float
     num_sms: int = DEFAULT_NUM_SMS
+    act_in_bytes: float = 2.0
+    quant_bytes_per_row: float = 0.0
+    scale_block_k: int = 0
 
     @property
     def act_bytes_per_row(self) -> float:
-        """BF16 activation bytes one row moves: x in, gate/up out and in, h out and in, y out."""
-        return 4.0 * self.hidden_size + 12.0 * self.intermediate_size
+        """Activation bytes one row moves: x in, gate/up out and in, h out (BF16) and in, y out
+        (`4H + 12I` at BF16 inputs)."""
+        a = self.act_in_bytes
+        return (2.0 + a) * self.hidden_size + (10.0 + a) * self.intermediate_size
 
     @property
     def flops_per_row(self) -> float:
@@ -83,6 +93,15 @@ class ExpertGemm:
     def waves(self, row_tiles: np.ndarray) -> np.ndarray:
         """[...] waves of tiles the two GEMMs run (each pays a tile's prologue and epilogue)."""
         return self._waves(row_tiles)[1]
+
+    def scale_blocks(self, row_tiles: np.ndarray) -> np.ndarray:
+        """[...] waves x weight-scale blocks along K, summed over both GEMMs (a block-scaled
+        format's rescaling of the partial sums; 0 without `scale_block_k`)."""
+        if not self.scale_block_k:
+            return np.zeros_like(np.asarray(row_tiles, dtype=np.float64))
+        h, i, s, b = self.hidden_size, self.intermediate_size, self.num_sms, self.scale_block_k
+        return sum(np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
+                   * -(-k // b) for n, k in ((2 * i, h), (h, i)))
 
     def _waves(self, row_tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h, i, s = self.hidden_size, self.intermediate_size, self.num_sms
@@ -134,10 +153,15 @@ def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, ge
     """
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     mem_kb, mflops, waves = _work(pairs, active, tiles, gemm)
-    t = np.maximum(mem_kb / params["hbm_gbps"], _math_us(mflops, waves, params))
+    math = _math_us(mflops, waves, params)
+    if gemm.scale_block_k:      # a block-scaled format rescales its partial sums per K block
+        math = math + params.get("dequant_us", 0.0) * gemm.scale_blocks(tiles)
+    t = np.maximum(mem_kb / params["hbm_gbps"], math)
     t = t + params["base_us"]
     if params.get("per_expert_us"):
         t = t + params["per_expert_us"] * active
+    if gemm.quant_bytes_per_row:    # a quantised format's activation quantisation (own kernels)
+        t = t + pairs * gemm.quant_bytes_per_row * 1e-3 / params["hbm_gbps"]
     return t
 
 

@@ -24,6 +24,7 @@ from epsim.cost.attention_ops import attention_ops_us
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.layer import LayerCost, layer_cost
+from epsim.cost.mla import mla_attention_us, mla_decode_kernel, mla_token_us
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
 from epsim.cost.params import Coefficients, CostParams
@@ -31,7 +32,8 @@ from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms, overlapped
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import attention_collectives_us
-from epsim.profile import Profile, load_profile
+from epsim.default_profile import default_profile
+from epsim.profile import Profile
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -56,7 +58,10 @@ class CostModel:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
                  profile: Profile | None = None, time_mode: str = "auto"):
         self.model, self.cluster, self.deployment = model, cluster, deployment
-        self.profile = profile if profile is not None else load_profile(shared=True)
+        self.profile = profile if profile is not None else default_profile(cluster.gpu)
+        # how the profile was chosen, for every output (`epsim.cost.provenance`)
+        self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"
+                             if self.profile is default_profile(cluster.gpu) else "named")
         self.params: CostParams = resolve_params(model, cluster, deployment, self.profile,
                                                  time_mode)
         self.model = self.params.model        # in the formats the deployment serves it in
@@ -72,6 +77,8 @@ class CostModel:
         self._decode_kernel = DecodeKernel(*attention.heads, self.params.gemm.num_sms,
                                            attention.decode, kv_ratio(attention.kv_cache_dtype)
                                            ) if attention.decode else None
+        if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla`)
+            self._decode_kernel = mla_decode_kernel(attention.mla)
         self.ledger = Ledger()
         self._block_rows = BlockRows()
         self._stacks = MoEStacks()
@@ -205,8 +212,8 @@ class CostModel:
         vectorise; the engine then steps one at a time)."""
         if not (batch.phase == "decode" and self.params.tp_size == 1):
             return False
-        if self.params.attention.kernels is None:   # the datasheet roofline: elementwise in contexts
-            return True
+        if self.params.attention.kernels is None and self.params.attention.mla is None:
+            return True                             # the datasheet roofline: elementwise in contexts
         if self._decode_kernel is None:
             return False
         part = batch.scaled(0.5) if self.deployment.enable_two_batch_overlap else batch
@@ -304,17 +311,20 @@ class CostModel:
                           self.cluster.gpu)
         return dense_us(tokens, gemm, p.dense)
 
-    def _projections(self, tokens: np.ndarray) -> np.ndarray:
-        """[dp] `attention_projections_us` of `tokens` plus the attention block's own ops
-        (`_attention_ops`), remembered per batch shape (they depend on the tokens alone;
-        read-only)."""
-        key = tokens.tobytes()
+    def _projections(self, batch: BatchCounts) -> np.ndarray:
+        """[dp] the attention's terms that follow the batch's tokens alone, remembered per batch
+        shape (read-only): `attention_projections_us`, or MLA's projections and absorbed BMMs
+        (`epsim.cost.mla.mla_token_us`), plus the attention block's own ops
+        (`_attention_ops`)."""
+        tokens, mla = batch.tokens, self.params.attention.mla
+        key = tokens.tobytes() + (batch.decode_tokens.tobytes() if mla is not None else b"")
         proj = self._projections_memo.get(key)
         if proj is None:
             if len(self._projections_memo) >= 64:
                 self._projections_memo.clear()
-            proj = attention_projections_us(tokens, self.model, self.params.attention.projections,
-                                            self.params.tp_size)
+            proj = (attention_projections_us(tokens, self.model, self.params.attention.projections,
+                                             self.params.tp_size) if mla is None
+                    else mla_token_us(tokens, batch.decode_tokens, mla))
             ops = self._attention_ops(tokens)
             if ops is not None:
                 proj = proj + ops
@@ -337,11 +347,14 @@ class CostModel:
         device time, + host in an eager step, `graph` False)."""
         p = self.params
         kv = p.attention.kv_cache_dtype
-        if p.attention.kernels is not None:
+        if p.attention.mla is not None:
+            t = float(mla_attention_us(batch, p.attention.mla, self._decode_kernel,
+                                       self._projections(batch)).max())
+        elif p.attention.kernels is not None:
             decode, prefill = p.attention.kernels
             t = float(measured_attention_us(batch, self.model, decode, prefill,
                                             p.attention.projections, p.gemm.num_sms, p.tp_size,
-                                            self._projections(batch.tokens),
+                                            self._projections(batch),
                                             self._decode_kernel, kv).max())
         else:
             per_rank = attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv)
@@ -355,12 +368,12 @@ class CostModel:
         """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`
         ([k, dp]): the slowest rank's projections, block ops and decode kernel (or the
         datasheet roofline), the same bits."""
-        if self.params.attention.kernels is None:
+        if self.params.attention.kernels is None and self.params.attention.mla is None:
             per_rank = attention_us(replace(batch, decode_context=contexts), self.model,
                                     self.params.attention.roofline, 1,
                                     self.params.attention.kv_cache_dtype)
             ops = self._attention_ops(batch.tokens)
             return (per_rank if ops is None else per_rank + ops).max(axis=1)
-        proj = self._projections(batch.tokens)
+        proj = self._projections(batch)
         per_rank = proj + self._decode_kernel.us(batch.decode_tokens, contexts)     # [k, dp]
         return np.where(batch.tokens > 0, per_rank, 0.0).max(axis=1)

@@ -92,6 +92,21 @@ class MoECost:
         return float(np.sum(self.block_ops_us))
 
 
+def received_layout_us(tr: Traffic, experts) -> np.ndarray:
+    """[layers] the busiest rank's layout of the tokens it received (`StageParams` of the experts
+    with `layout_bytes_per_token`: DeepEP normal's scatter and gather, `epsim.cost.quant`)."""
+    received = (tr.nvl_recv + tr.rdma_recv + tr.self_copies).max(axis=-1)
+    return received * experts.layout_bytes_per_token * 1e-3 / experts.params["hbm_gbps"]
+
+
+def remote_slots_us(tr: Traffic, top_k: int, experts) -> np.ndarray:
+    """[layers] the fused MoE kernel's work on the slots of other ranks' experts at the busiest
+    rank (`StageParams.remote_slot_bytes`: no dispatch, so its kernels run over every one of
+    the group's `tokens x top_k` slots, `epsim.cost.quant`)."""
+    remote = np.maximum(tr.num_tokens * top_k - tr.pairs.max(axis=-1), 0.0)
+    return remote * experts.remote_slot_bytes * 1e-3 / experts.params["hbm_gbps"]
+
+
 def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
              tables: PlacementTables, mode: str, fraction: float = 1.0,
              graph: bool = False) -> MoECost:
@@ -116,6 +131,10 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
                        params.max_nodes_per_token)
     expert = even_experts_us(tr.pairs, tr.active_experts, params.gemm,
                              step.experts.params) + step.experts.host_us
+    if step.experts.layout_bytes_per_token:   # a runner fitted with its layout (quantised DeepEP)
+        expert = expert + received_layout_us(tr, step.experts)
+    if step.experts.remote_slot_bytes:        # the fused kernel over every slot (`none`)
+        expert = expert + remote_slots_us(tr, m.top_k, step.experts)
     own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
     block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
                          step.block_ops.params, step.block_ops_parts[mode]

@@ -25,6 +25,7 @@ from typing import Mapping
 import numpy as np
 
 from epsim.cost.experts import ExpertGemm
+from epsim.cost.mla import MlaParams
 from epsim.cost.timing import StageTiming
 from epsim.cost.transport import TransportPath
 from epsim.spec.deployment import DeploymentSpec
@@ -44,11 +45,20 @@ class StageParams:
             eager-timed, the host overhead an eager step adds).
         params: the component's coefficients over the datasheet defaults.
         bytes_per_copy: bytes one token copy carries (dispatch and combine; 0 otherwise).
+        layout_bytes_per_token: the experts stage of a component fitted with its layout work
+            (DeepEP normal's MoE runner on quantised experts, `epsim.cost.quant.layout_kb`):
+            bytes its scatter and gather move per token the rank received; 0 otherwise.
+        remote_slot_bytes: the experts stage of the fused MoE kernel on quantised experts with
+            no dispatch (`none` backend: every rank holds the group's tokens): bytes it moves
+            per (token, expert) slot of another rank (`epsim.cost.quant.remote_slot_bytes`);
+            0 otherwise.
     """
 
     timing: StageTiming
     params: Coefficients
     bytes_per_copy: float = 0.0
+    layout_bytes_per_token: float = 0.0
+    remote_slot_bytes: float = 0.0
 
     @property
     def host_us(self) -> float:
@@ -128,6 +138,8 @@ class AttentionParams:
             dense kernel's, else the eager step's experts' (in graph steps too).
         kv_cache_dtype: SGLang's `--kv-cache-dtype` (KV bytes per element,
             `epsim.spec.quant.kv_bytes_per_element`).
+        mla: an MLA model's layer (`epsim.cost.mla.MlaParams`: kernels, absorbed BMMs and
+            projections, each fitted or datasheet); None for GQA attention.
     """
 
     roofline: Coefficients
@@ -136,6 +148,8 @@ class AttentionParams:
     heads: tuple[int, int, int]
     projections: Coefficients
     kv_cache_dtype: str = "auto"
+    # -- MLA (epsim.cost.mla): its own kernels, BMMs and projections; None for GQA ----------
+    mla: MlaParams | None = None
 
     @property
     def kernels(self) -> tuple[Coefficients, Coefficients] | None:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 from epsim.cost.ledger import COLUMN, Ledger
 from epsim.cost.timing import band_ratios
+from epsim.default_profile import profile_label
 
 TAGS = ("fitted", "extrapolated", "datasheet")
 
@@ -38,6 +39,10 @@ class ComponentUse:
         share: its fraction of the summed step time.
         p10_ratio, p90_ratio: measured/predicted band of the component (None: no measured band).
         steps: "graph", "eager" or "graph+eager": the step kinds it was used in.
+        profile: the profile that gave the component (a default profile's filled parts name
+            the one they came from, `epsim.default_profile`); "" for datasheet values.
+        data_source: where its data came from: "aiconfigurator", "epsim records" or
+            "datasheet" (`Profile.data_source`).
     """
 
     part: str
@@ -49,6 +54,8 @@ class ComponentUse:
     p10_ratio: float | None
     p90_ratio: float | None
     steps: str
+    profile: str = ""
+    data_source: str = "datasheet"
 
     @property
     def label(self) -> str:
@@ -153,12 +160,17 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         use("block_ops", "device", block.key, us - host, graph, values, torch_ops)
         if host > 0:
             use("block_ops", "host", block.host_key, host, graph, {})
-        mla = ["MLA attention costed with the GQA kernels' fits"] \
-            if cm.model.attention == "mla" else []
+        mla = cm.model.attention == "mla"
         ops = row[COLUMN["attention_ops"]]
-        if params.attention.kernels is not None:
+        if params.attention.mla is not None:     # MLA's own kernel, BMMs and projections
+            keys = params.attention.mla.keys
+            parts = [f"MLA {part}: {keys[part] or 'datasheet'}" for part in keys
+                     if part != "decode"]
+            use("attention", "device", keys["decode"], row[COLUMN["attention"]] - ops, graph, {},
+                parts)
+        elif params.attention.kernels is not None:
             use("attention", "device", "any/attention_decode/graph",
-                row[COLUMN["attention"]] - ops, graph, {}, mla)
+                row[COLUMN["attention"]] - ops, graph, {})
         else:
             use("attention", "device", "any/attention" if "any/attention" in profile.components
                 else "", row[COLUMN["attention"]] - ops, graph, {})
@@ -185,8 +197,11 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
     out = []
     for (part, time, key), e in acc.items():
         tag, axes, p10, p90 = _tag(profile, key, e["values"], sorted(e["extra"]))
+        comp = profile.components.get(key) if key else None
         out.append(ComponentUse(part, time, key, tag, axes, e["us"] / total, p10, p90,
-                                "+".join(sorted(e["steps"]))))
+                                "+".join(sorted(e["steps"])),
+                                (comp.profile or profile.name) if comp else "",
+                                profile.data_source(key) if key else "datasheet"))
     return sorted(out, key=lambda u: (-u.share, u.part, u.time))
 
 
@@ -217,10 +232,24 @@ def summarize(uses: list[ComponentUse], of: str = "step time") -> dict:
 
 
 def provenance(cost_model, ledger: Ledger | None = None, of: str = "step time") -> dict:
-    """The provenance block of `summary.json` and `epsim cost --json`: `components` (every
-    ComponentUse as a dict), the shares by tag, the datasheet parts and the CLI line."""
+    """The provenance block of `summary.json` and `epsim cost --json`: the profile (`profile`,
+    and `profile_rule`: whether it was named or is the cluster's default,
+    `epsim.default_profile`), `components` (every ComponentUse as a dict, each with its profile
+    and data source), the shares by tag and by data source, the datasheet parts and the CLI
+    line."""
     uses = component_uses(cost_model, ledger or cost_model.ledger)
-    return {"time_mode": cost_model.params.time_mode, **summarize(uses, of),
+    summary = summarize(uses, of)
+    prof = cost_model.profile
+    label = profile_label(prof) if cost_model.params.profile_applies else \
+        f"datasheet-{cost_model.cluster.gpu} ({profile_label(prof)} is {prof.hardware}'s)"
+    by_source: dict[str, float] = {}
+    for u in uses:
+        by_source[u.data_source] = by_source.get(u.data_source, 0.0) + u.share
+    sources = "; ".join(f"{name} {share * 100:.0f} %" for name, share in
+                        sorted(by_source.items(), key=lambda kv: -kv[1]))
+    summary["line"] = f"profile {label}: {sources}. {summary['line']}"
+    return {"time_mode": cost_model.params.time_mode, "profile": label,
+            "profile_rule": cost_model.profile_rule, "data_sources": by_source, **summary,
             "components": [u.as_dict() for u in uses]}
 
 

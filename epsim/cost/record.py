@@ -50,6 +50,7 @@ from epsim.cost.layout import layout_defaults, layout_features
 from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
                                COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
 from epsim.cost.moe import layer_defaults
+from epsim.cost.record_kernels import KERNEL_KINDS, kernel_record_features
 from epsim.cost.timing import stage_timing
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
@@ -62,7 +63,8 @@ from epsim.zoo import get_hardware, hardware_names
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
                      "attention_prefill", "attention_decode", "dense_mlp", "block_ops",
-                     "attention_block")   # the layer bench's `layer_part` of the attention block
+                     "attention_block",   # the layer bench's `layer_part` of the attention block
+                     *KERNEL_KINDS)
 # single-GPU kinds and the component each fits (`any/<component>[/graph]`)
 SINGLE_GPU_COMPONENTS = {"attention_prefill": "attention_prefill",
                          "attention_decode": "attention_decode", "dense_mlp": "dense"}
@@ -411,6 +413,8 @@ def record_features(record: MeasurementRecord, profile: Profile,
         return _block_ops_row(record, profile)
     if record_kind(record) == "attention_block":
         return _attention_ops_row(record, profile)
+    if record.kind in KERNEL_KINDS:        # quantised GEMMs and experts, MLA: record_kernels
+        return RecordFeatures(*kernel_record_features(record, profile))
     raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "
                        f"'allreduce'] for a design row")
 

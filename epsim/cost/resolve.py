@@ -8,6 +8,7 @@ engine of one run, and every user of one deployment, share one resolution.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
@@ -22,22 +23,29 @@ from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
-from epsim.cost.experts import experts_defaults, model_gemm
+from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.layout import layout_defaults
+from epsim.cost.mla import MlaParams, mla_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                Extrapolation, FittedRange, StageParams, StepKindParams,
                                TPCollectiveParams)
+from epsim.cost.quant import (absolute, gemm_defaults, layout_kb, quant_expert_gemm,
+                              remote_slot_bytes)
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
+from epsim.default_profile import default_profile
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import SpecError
-from epsim.profile import GRAPH, Profile, load_profile, mode_path
+from epsim.profile import (GRAPH, Component, Profile, component_key, format_kind, kv_kind,
+                           mode_path)
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
-from epsim.spec.quant import served_model
+from epsim.spec.quant import kv_bytes_per_element, served_model
+
+BF16_FORMATS = ("bf16", "fp16")      # experts priced by the BF16 components
 
 
 class ProfileHardwareWarning(UserWarning):
@@ -65,7 +73,8 @@ _MAX_RESOLVED = 32
 
 def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
                    profile: Profile | None = None, time_mode: str = "auto") -> CostParams:
-    """The `CostParams` of a deployment under `profile` (None: the shipped one).
+    """The `CostParams` of a deployment under `profile` (None: the default profile of the
+    cluster's GPU, `epsim.default_profile`).
 
     Resolved once per content: equal specs, profile (by its JSON and path) and time mode give
     the same object, remembered for the last few, so a run's screen and engine, a sweep's
@@ -80,7 +89,7 @@ def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: Deploymen
     """
     if time_mode not in TIME_MODES:
         raise SpecError(f"mode ({time_mode!r}) must be one of {list(TIME_MODES)}")
-    profile = profile if profile is not None else load_profile(shared=True)
+    profile = profile if profile is not None else default_profile(cluster.gpu)
     key = (model.model_dump_json(), cluster.model_dump_json(), deployment.model_dump_json(),
            time_mode, profile.path, profile.model_dump_json())
     found = _RESOLVED.get(key)
@@ -158,13 +167,14 @@ class _Resolver:
             # fabric latency and host-proxy messages, added where ranks span nodes)
             transport=transport_path(backend, c.network_resolved.kind),
             max_nodes_per_token=max_nodes_per_token(m, num_ranks // per_node),
-            l2_bytes=l2_bytes(c.gpu), gemm=model_gemm(m, c.gpu, par.moe_tp_size), eager=eager,
+            l2_bytes=l2_bytes(c.gpu), gemm=self._experts_gemm(par.moe_tp_size), eager=eager,
             graph=graph,
             collectives=CollectiveParams(_frozen(allreduce), _frozen(allgather)),
             attention=AttentionParams(
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
-                attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype),
+                attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype,
+                self._mla(tp_size)),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
             token_ranges=self._token_ranges(eager, graph),
@@ -172,6 +182,91 @@ class _Resolver:
             parallel=par, tp_collectives=self._tp_collectives(),
             attention_ops=self.kernel("attention_ops"),
             attention_ops_bytes=model_bytes_per_token(m, tp_size))
+
+    # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
+    @property
+    def quantised_experts(self) -> bool:
+        """The routed experts are served in a format other than BF16 (`weight_dtype` after
+        `served_model`), so their own components price them."""
+        return self.model.weight_dtype not in BF16_FORMATS
+
+    def _experts_gemm(self, moe_tp_size: int) -> ExpertGemm:
+        """The routed experts' grouped GEMM: BF16 (`model_gemm`) or a quantised format's
+        (`quant_expert_gemm`: its bytes, activation quantisation, scale blocks), one MoE-TP
+        GPU's share of the intermediate size."""
+        m, c = self.model, self.cluster
+        if not self.quantised_experts:
+            return model_gemm(m, c.gpu, moe_tp_size)
+        return quant_expert_gemm(m.hidden_size, m.moe_intermediate_size // moe_tp_size,
+                                 m.weight_dtype, num_sms(c.gpu), m.top_k,
+                                 input_quantised=self.deployment.dispatch_dtype == "fp8")
+
+    def _exact(self, key: str) -> Component | None:
+        """The profile's component of exactly `key` (no fallback to another kernel's fit)."""
+        return self.profile.components.get(key) if self.applies else None
+
+    def _quant_experts(self, eager: bool, timing: StageTiming
+                       ) -> tuple[StageTiming, dict[str, float], float, float]:
+        """(timing, rates, layout bytes per received token, remote-slot bytes) of quantised
+        experts in an eager or CUDA-graph step: DeepEP's own MoE runner where its tables were
+        fitted (`deepep/experts_<format>/graph/low_latency` in a CUDA-graph decode step,
+        `.../normal` eager, with its layout work), else the fused MoE kernel
+        (`any/experts_<format>/graph`; with the `none` backend over every slot of the group,
+        `StageParams.remote_slot_bytes`), else datasheet efficiencies; fractions of the
+        cluster's GPU's datasheet, as rates (`epsim.cost.quant.absolute`). An eager step keeps
+        the experts stage's host overhead."""
+        m, hw = self.model, self.cluster.hardware
+        fmt, kind = m.weight_dtype, format_kind("experts", m.weight_dtype)
+        inter = m.moe_intermediate_size // self.deployment.parallel.moe_tp_size   # its share
+        remote = remote_slot_bytes(m.hidden_size, inter, fmt, m.top_k, self.cluster.gpu) \
+            if self.backend == "none" else 0.0
+        candidates = [("any", GRAPH)]
+        if self.backend == "deepep":
+            candidates.insert(0, ("deepep", "normal" if eager else f"{GRAPH}/low_latency"))
+        for owner, path in candidates:
+            key = component_key(owner, kind, path)
+            comp = self._exact(key)
+            if comp is not None:
+                layout = layout_kb(1.0, m.hidden_size, fmt) * 1e3 if path == "normal" else 0.0
+                return (replace(timing, key=key, mode_path=path, device_only=True),
+                        absolute({**gemm_defaults(), **comp.params}, hw, fmt), layout, remote)
+        return (replace(timing, key="", mode_path=GRAPH, device_only=True),
+                absolute(gemm_defaults(), hw, fmt), 0.0, remote)
+
+    def _fraction_params(self, kind: str, defaults: dict[str, float]
+                         ) -> tuple[Coefficients, str]:
+        """(parameters over `defaults`, key or "" for datasheet) of `any/<kind>/graph`."""
+        key = component_key("any", kind, GRAPH)
+        comp = self._exact(key)
+        return _frozen({**defaults, **(comp.params if comp else {})}), key if comp else ""
+
+    def _mla(self, tp_size: int) -> MlaParams | None:
+        """An MLA model's layer on one rank (`epsim.cost.mla`): the decode and prefill kernels
+        for the deployment's KV-cache dtype, the absorbed BMMs (FP8 for FP8 checkpoints) and
+        the projections in the dense weights' format, each its fit or datasheet efficiencies;
+        None for GQA (and DeepSeek sparse attention, which epsim does not price)."""
+        m, c = self.model, self.cluster
+        if m.attention != "mla":
+            return None
+        dense = m.dense_weight_dtype or m.weight_dtype
+        bmm = "fp8" if dense in ("fp8", "fp8_block") else "bf16"
+        kv = kv_kind(self.deployment.kv_cache_dtype)
+        decode, decode_key = self._fraction_params(format_kind("mla_decode", kv), mla_defaults())
+        prefill, prefill_key = self._fraction_params(format_kind("mla_prefill", kv),
+                                                     mla_defaults())
+        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), gemm_defaults())
+        gemm, gemm_key = self._fraction_params(format_kind("gemm", dense), gemm_defaults())
+        return MlaParams(
+            decode, prefill, bmms, gemm, bmm, dense,
+            MappingProxyType({"decode": decode_key, "prefill": prefill_key, "bmm": bmm_key,
+                              "projections": gemm_key}),
+            c.hardware, num_sms(c.gpu), max(m.num_attention_heads // tp_size, 1), m.hidden_size,
+            m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim,
+            kv_bytes_per_element(self.deployment.kv_cache_dtype),
+            # SGLang runs an MLA prefill per head (MHA, `MHA_CHUNKED_KV`) on its fa3 and
+            # trtllm_mla backends alike; Hopper's kernel fit (timed absorbed by AIC's collector)
+            # gives the efficiencies the per-head work runs at
+            absorbed_prefill=False)
 
     def _tp_collectives(self) -> TPCollectiveParams:
         """SGLang's all-reduce by algorithm (`any/allreduce/graph/<algorithm>`, device time over
@@ -222,6 +317,11 @@ class _Resolver:
         experts = self.coefficients("any", "experts", path, experts_defaults(hw, m.weight_dtype))
         experts_params = {e: self.coefficients("any", "experts", timing[e].mode_path, experts)
                           for e in (True, False)}
+        layout, remote = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
+        if self.quantised_experts:     # quantised weights: their own components (`_quant_experts`)
+            for eager in (True, False):
+                timing[eager], experts_params[eager], layout[eager], remote[eager] = \
+                    self._quant_experts(eager, timing[eager])
         sync = self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"]
         sync_us = {True: sync,
                    False: self.coefficients(backend, "moe_layer", GRAPH, {"sync_us": sync})["sync_us"]}
@@ -236,7 +336,9 @@ class _Resolver:
             out[eager] = StepKindParams(
                 graph=not eager, dispatch=MappingProxyType(comm[eager]["dispatch"]),
                 combine=MappingProxyType(comm[eager]["combine"]),
-                experts=StageParams(timing[eager], _frozen(experts_params[eager])),
+                experts=StageParams(timing[eager], _frozen(experts_params[eager]),
+                                    layout_bytes_per_token=layout[eager],
+                                    remote_slot_bytes=remote[eager]),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
                 sync_us=0.0 if one_gpu else sync_us[eager],
@@ -286,9 +388,7 @@ class _Resolver:
                    for mode in eager.dispatch for k in steps]
         timings += [k.experts.timing for k in steps]
         timings += [stage.timing for k in steps for stage in k.layout.values()]
-        # the owner of the component each timing read (the experts: `any`, the kernel model)
-        used = list(dict.fromkeys((t.key.split("/")[0], t.kind, t.mode_path)
-                                  for t in timings if t.key))
+        used = list(dict.fromkeys(_used_component(t) for t in timings if t.key))
         if self.backend == "none" and self.deployment.parallel.tp_size > 1:
             used.append(("none", "allreduce", ""))
         return used
@@ -314,6 +414,17 @@ class _Resolver:
                     out.append(Extrapolation(backend, kind, mode, name, value))
                     seen.add(name)                    # one warning per quantity, not per part
         return tuple(out)
+
+
+def _used_component(timing: StageTiming) -> tuple[str, str, str]:
+    """(owner, kind, mode path) a stage's fitted range is read from: the owner of the component
+    the timing read (the BF16 experts: `any`, the kernel model) with its own stage's kind and
+    path, or for a component of another kind (a quantised format's `experts_<format>`) the
+    key's parts."""
+    parts = timing.key.split("/")
+    if parts[1] == timing.kind:
+        return parts[0], timing.kind, timing.mode_path
+    return parts[0], parts[1], "/".join(parts[2:])
 
 
 def _host_row(comm: dict[str, dict[str, StageParams]], experts: StageTiming,

@@ -19,10 +19,11 @@ one of two dicts:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
+
+from epsim.io.write import write_text
 
 EXPERT_LOCATION_FILE = "expert_location.json"
 LOGICAL_COUNT_FILE = "logical_count.json"
@@ -31,11 +32,8 @@ SUMMARY_FILE = "eplb.json"
 
 
 def _write_json(path: Path, data) -> Path:
-    """`data` as JSON, written whole or not at all (a temporary file beside it, then a rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
-    return path
+    """`data` as JSON, written whole or not at all (`epsim.io.write`)."""
+    return write_text(path, json.dumps(data, separators=(",", ":")) + "\n")
 
 
 def sglang_expert_location(placement) -> dict:

@@ -1,6 +1,8 @@
-"""The one input layer: every file the tools read comes through here (bounded size, UTF-8 text,
-bounded JSON/YAML nesting and alias expansion, duplicate keys refused), and every path they
-write is checked before work starts. Errors are one line, `<file>: <what> must <rule>`."""
+"""The one input and output layer: every file the tools read comes through here (bounded size,
+UTF-8 text, bounded JSON/YAML nesting and alias expansion, duplicate keys refused), every path
+they write is checked before work starts, every file is written atomically (`epsim.io.write`)
+and a results directory is complete or marked incomplete (`epsim.io.rundir`). Errors are one
+line, `<file>: <what> must <rule>`."""
 
 from epsim.io.files import (MAX_BINARY_BYTES, MAX_TEXT_BYTES, MAX_YAML_BYTES, check_output_dir,
                             check_output_file, decode_text, read_bytes, read_text)

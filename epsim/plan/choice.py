@@ -14,9 +14,9 @@ import numpy as np
 from epsim.errors import SpecError
 from epsim.plan.answers import Answer, group_by_workload
 from epsim.plan.points import Skipped
-from epsim.plan.select import (KEEP_UP_METRIC, SLO_MARGIN, Constraint, Objective, banded_met,
-                               infeasible_message, lexicographic_best, pareto_mask, rejection,
-                               slo_margin)
+from epsim.plan.select import (KEEP_UP_METRIC, MEASURED_METRIC, SLO_MARGIN, Constraint, Objective,
+                               banded_met, infeasible_message, lexicographic_best, pareto_mask,
+                               rejection, slo_margin)
 from epsim.plan.sweep import SweepAxis
 
 
@@ -102,9 +102,13 @@ def _costs(result: PlanResult, objectives: list[Objective]) -> np.ndarray:
 
 
 def _why_none(result: PlanResult, idx: np.ndarray) -> str:
-    """Why no row among `idx` is feasible: keep-up first, then the constraints, then the
-    points that meet them only marginally (their band crosses a bound)."""
+    """Why no row among `idx` is feasible: failed or unmeasured everywhere, keep-up, then the
+    constraints, then the points that meet them only marginally (their band crosses a bound)."""
     describe = lambda i: result.describe(int(idx[i]))          # noqa: E731
+    own = [rejection(result.rows[i], [], False) for i in idx]   # failed, or nothing measured
+    if all(own):
+        return own[0] if idx.size == 1 else \
+            f"none of the {idx.size} points has an answer, e.g. {describe(0)}: {own[0]}"
     marginal = [int(i) for i in idx if result.rows[i].get("marginal")]
     if marginal:
         # the one with the most room under its latency bounds
@@ -125,10 +129,12 @@ def _why_none(result: PlanResult, idx: np.ndarray) -> str:
 
 
 def _explain_infeasible(result: PlanResult) -> None:
-    """Set `result.infeasible` when no workload point has an answer."""
-    if not (result.keep_up or result.constraints):
-        return
+    """Set `result.infeasible` when no workload point has an answer (without constraints or
+    keep-up, only when every point failed or measured nothing)."""
     if any(a.best is not None for a in result.answers) or not result.rows:
+        return
+    if not (result.keep_up or result.constraints) and \
+            not all(rejection(row, [], False) for row in result.rows):
         return
     if len(result.answers) == 1:
         result.infeasible = result.answers[0].reason
@@ -158,7 +164,9 @@ def choose_rows(result: PlanResult) -> None:
         if name not in result.columns:          # results tables written before the band
             result.columns.insert(result.columns.index("feasible") if "feasible" in result.columns
                                   else len(result.columns), name)
-    met = np.ones(num_rows, dtype=bool)
+    met = np.array([not row.get("error") for row in result.rows], dtype=bool)
+    if MEASURED_METRIC in result.columns:       # (a table written before the column had none)
+        met &= result.column(MEASURED_METRIC) > 0
     if result.keep_up:
         met &= result.column(KEEP_UP_METRIC) == 1.0
     for c in result.constraints:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from epsim.default_profile import default_profile
 from epsim.plan.resilience import RESILIENCE_COLUMNS, resilience_columns
-from epsim.sim.steady import initial_running_per_rank
-from epsim.profile import load_profile
 from epsim.plan.uncertainty import BAND_COLUMNS, step_band
+from epsim.profile import load_profile
+from epsim.profile import profile_path as profile_path_of
 from epsim.sim.memory import GIB, kv_bytes_per_token, kv_running_limit, memory_plan
+from epsim.sim.steady import initial_running_per_rank
 from epsim.spec.workload import STEADY
 
 _SCALARS = (
@@ -110,9 +112,16 @@ def initial_per_rank(scenario, profile_path: str | None = None) -> int:
     per_rank = scenario.workload.initial_running_per_rank
     if per_rank != STEADY:                  # no profile to load
         return per_rank
+    return initial_running_per_rank(scenario, _profile(scenario, profile_path))
+
+
+def _profile(scenario, profile_path: str | None):
+    """The point's profile: `profile_path`, else the scenario's (a file or a shipped name),
+    else its GPU's default (`epsim.default_profile`), as the engine picks it."""
     if profile_path is None and scenario.profile:
-        profile_path = str(scenario.resolve_path(scenario.profile))
-    return initial_running_per_rank(scenario, load_profile(profile_path, shared=True))
+        profile_path = str(profile_path_of(scenario.profile, scenario.base_dir))
+    return load_profile(profile_path, shared=True) if profile_path else \
+        default_profile(scenario.cluster.gpu)
 
 
 def derived_columns(scenario, profile_path: str | None = None) -> dict[str, float]:
@@ -162,9 +171,7 @@ def _resilience(scenario, profile_path: str | None) -> dict[str, float]:
     d = scenario.deployment
     if not (d.enable_eplb or d.failures_per_gpu_hour > 0):
         return {name: math.nan for name in RESILIENCE_COLUMNS}
-    if profile_path is None and scenario.profile:
-        profile_path = str(scenario.resolve_path(scenario.profile))
-    return resilience_columns(scenario, load_profile(profile_path, shared=True))
+    return resilience_columns(scenario, _profile(scenario, profile_path))
 
 
 def cost_columns(row: dict) -> dict[str, float]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epsim.errors import SpecError
+from epsim.io.write import write_figure
 from epsim.report.summary import summarize
 from epsim.sim.engine import simulate
 from epsim.spec.scenario import scenario_from_dict
@@ -181,5 +182,7 @@ def interval_figure(sweep: IntervalSweep, path: str | Path, title: str = "") -> 
         ax.legend(fontsize=8, loc="lower center")
     fig.suptitle(title or "EPLB rebalance interval")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        write_figure(fig, path)
+    finally:
+        plt.close(fig)

@@ -2,19 +2,23 @@
 
 Every executor calls the task it is given (`epsim.plan.points.run_point` simulates one point;
 the screen passes its chunk function) on every item; a point's result depends only on its
-scenario, seed and profile, so the executors give identical tables. `local` runs a
-spawn-context process pool (safe on every platform, no forked SimPy or BLAS state; with one
-worker it runs in this process). `ray` connects to `ray.init(address=...)`, or starts a local
-runtime with `workers` CPUs when no address is given, and shuts down only a runtime it started.
+scenario, seed and profile, so the executors give identical tables. `local` runs
+`epsim.plan.pool` (spawned workers, each fed one point at a time: a worker that dies fails only
+its point, an interrupt stops at once), with one worker per CPU at most, and no more than the
+available memory holds (`capped_workers`); with one worker it runs in this process. `ray`
+connects to `ray.init(address=...)`, or starts a local runtime with `workers` CPUs when no
+address is given, and shuts down only a runtime it started.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from epsim.errors import SpecError
+from epsim.plan.pool import run_pool
 
 # tqdm, ray and the process, thread and socket modules are imported where a sweep uses them:
 # `epsim --help` imports this module for `--executor`, and they would double its import time.
@@ -46,35 +50,54 @@ def progress_bar(total: int, desc: str, show: bool) -> Iterator[Callable[[int], 
         bar.close()
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Pool-worker initializer: exit when the parent process is gone (`kill -9` included), so
-    no worker, and then no multiprocessing resource tracker, outlives an interrupted plan.
-
-    Linux gets SIGKILL from the kernel at once (PR_SET_PDEATHSIG); everywhere a daemon
-    thread checks the parent every half second."""
-    import threading
-    import time
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)      # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:                                # died before we got here
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
 def default_workers() -> int:
     """CPUs this process may use."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+MEMORY_SHARE = 0.8        # of the memory available now that a sweep's workers may take
+# a plan worker before its point (interpreter, imports, caches), measured at 83 MiB
+# (benchmarks/results/memory_budget.md); each point adds `epsim.budget.run_cost`'s bytes
+WORKER_BASE_BYTES = 256 * 2**20
+
+
+def available_bytes() -> float | None:
+    """Memory available to new processes now (Linux `MemAvailable`), None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def memory_workers(task_bytes: float) -> int | None:
+    """How many workers the available memory holds when each is charged its base
+    (`WORKER_BASE_BYTES`) plus `task_bytes`, the largest point's estimate
+    (`epsim.budget.run_cost`, measured against peak RSS: benchmarks/memory_budget.py); None
+    where the available memory is unknown."""
+    available = available_bytes()
+    if available is None:
+        return None
+    return max(1, int(available * MEMORY_SHARE // (WORKER_BASE_BYTES + task_bytes)))
+
+
+def capped_workers(workers: int | None, num_tasks: int, task_bytes: float = 0.0) -> int:
+    """Workers for `num_tasks`: as asked (default: the CPUs), at most one per task, and at most
+    what memory holds (`memory_workers`; a note says so when that lowers the count)."""
+    wanted = min(workers or default_workers(), max(num_tasks, 1))
+    cap = memory_workers(task_bytes) if task_bytes else None
+    if cap is not None and cap < wanted:
+        per = (task_bytes + WORKER_BASE_BYTES) / 2**30
+        warnings.warn(f"workers ({wanted}) capped at {cap} by memory: each point may need up to "
+                      f"{per:.2g} GiB and {available_bytes() / 2**30:.3g} GiB is available",
+                      stacklevel=2)
+        return cap
+    return wanted
 
 
 def check_executor(executor: str, workers: int | None) -> None:
@@ -95,19 +118,7 @@ def _run_inline(tasks: list, on_done: Done, fn: Task) -> None:
 
 
 def _run_local(tasks: list, workers: int, on_done: Done, fn: Task) -> None:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
-        try:
-            for future in as_completed(futures):
-                on_done(futures[future], future.result())
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    run_pool(tasks, fn, workers, on_done)
 
 
 def _run_ray(tasks: list, workers: int, address: str | None, on_done: Done, fn: Task) -> None:
@@ -157,11 +168,12 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
 
 
 def execute(tasks: list, on_done: Done, executor: str = "local", workers: int | None = None,
-            ray_address: str | None = None, *, fn: Task) -> None:
+            ray_address: str | None = None, *, fn: Task, task_bytes: float = 0.0) -> None:
     """Run `fn` (`epsim.plan.points.run_point`; the screen passes `epsim.plan.tiers.screen_chunk`)
     on every task, calling `on_done(task index, result)` in this process as each finishes (in
     completion order, which differs between runs; results do not). `fn` must be a module-level
-    function (it travels to worker processes by name).
+    function (it travels to worker processes by name). `task_bytes`: the largest task's memory
+    estimate; local workers are capped so that the machine holds them (`capped_workers`).
 
     Raises:
         SpecError: an unknown executor, workers < 1, ray missing or unreachable.
@@ -169,10 +181,11 @@ def execute(tasks: list, on_done: Done, executor: str = "local", workers: int | 
     check_executor(executor, workers)
     if not tasks:
         return
-    workers = workers or default_workers()
     if executor == "ray":
-        _run_ray(tasks, workers, ray_address, on_done, fn)
-    elif workers == 1 or len(tasks) == 1:
+        _run_ray(tasks, workers or default_workers(), ray_address, on_done, fn)
+        return
+    workers = capped_workers(workers, len(tasks), task_bytes)
+    if workers == 1 or len(tasks) == 1:
         _run_inline(tasks, on_done, fn)
     else:
         _run_local(tasks, workers, on_done, fn)

@@ -33,14 +33,16 @@ from typing import Any
 
 from epsim.cost.kv_transfer import kv_transfer
 from epsim.errors import SpecError
+from epsim.io.write import write_text
 from epsim.plan.executors import check_executor
 from epsim.plan.points import Point, build_point, load_base
 from epsim.plan.runner import _axes, _run_missing
 from epsim.plan.screen import max_rate
 from epsim.sim.steady import SteadyStateModel, steady_start
 from epsim.plan.select import parse_constraint
-from epsim.plan.store import PointCache, prepare_dir, write_csv
+from epsim.plan.store import plan_dir, point_cache, prepare_dir, write_csv
 from epsim.plan.sweep import expand
+from epsim.default_profile import default_profile
 from epsim.profile import load_profile
 from epsim.spec.scenario import scenario_from_dict
 
@@ -215,7 +217,7 @@ def size_fleet(scenario: str | Path | dict, sweeps: list[str], constraints: list
                         "rate (poisson or bursty) with --fleet")
     rate = sc.workload.arrivals.rate_per_s
     profile_path = str(Path(profile).resolve()) if profile is not None else None
-    prof = load_profile(profile_path)
+    prof = load_profile(profile_path) if profile_path else default_profile(sc.cluster.gpu)
     probe = SteadyStateModel(sc, prof)
     kv = kv_transfer(sc.model, sc.cluster, kv_path, probe.input_len, prof)
 
@@ -237,11 +239,13 @@ def size_fleet(scenario: str | Path | dict, sweeps: list[str], constraints: list
                         f"ms) ({len(prefill_opts)} option(s) screened)")
     fleet = Fleet(rate, ttft_ms, tpot_ms, prefill, decode, kv, decode_opts + prefill_opts)
     out_dir = prepare_dir(out)
-    if verify:
-        _verify(fleet, base, rate, profile_path, out_dir, executor, workers, ray_address, progress,
-                _run_missing, PointCache)
-    if out_dir is not None:
-        _write(fleet, out_dir)
+    with plan_dir(out_dir, "plan --fleet") as rundir:
+        if verify:
+            _verify(fleet, base, rate, profile_path, out_dir, executor, workers, ray_address,
+                    progress, _run_missing, point_cache)
+        if rundir is not None:
+            rundir.begin()
+            rundir.finish(_write(fleet, out_dir))
     return fleet
 
 
@@ -275,10 +279,11 @@ def _verify(fleet: Fleet, base, rate, profile_path, out_dir, executor, workers, 
                 pool.instances += max(1, round(0.1 * pool.instances))
 
 
-def _write(fleet: Fleet, out: Path) -> None:
+def _write(fleet: Fleet, out: Path) -> list[Path]:
+    """pools.csv and fleet.json (atomically); returns their paths."""
     rows = [{"role": o.role, **{k: str(v) for k, v in o.values.items()}, "ep_size": o.ep_size,
              "screen_max_rate_per_s": o.max_rate_per_s, "instances": o.instances,
              "num_gpus": o.num_gpus, "screen_latency_ms": o.latency_ms} for o in fleet.options]
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    write_csv(rows, columns, out / "pools.csv")
-    (out / "fleet.json").write_text(json.dumps(fleet.as_dict(), indent=1, default=str) + "\n")
+    return [write_csv(rows, columns, out / "pools.csv"),
+            write_text(out / "fleet.json", json.dumps(fleet.as_dict(), indent=1, default=str) + "\n")]

@@ -23,7 +23,7 @@ from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
 from epsim.plan.points import build_point, load_base
 from epsim.plan.runner import _axes, _row, _run_missing
 from epsim.plan.select import parse_constraint, rejection
-from epsim.plan.store import PointCache, prepare_dir
+from epsim.plan.store import plan_dir, point_cache, prepare_dir
 from epsim.plan.sweep import expand
 from epsim.spec.scenario import scenario_from_dict
 from epsim.text import brief
@@ -110,28 +110,29 @@ def find_max_rates(scenario, sweeps=(), *, constraints=(), overrides=None, seed=
     profile_path = str(profile) if profile is not None else None
     answers = [MaxRate(values, whole=closed) for values in expand(axes)] if axes else [MaxRate({}, whole=closed)]
     out_dir = prepare_dir(out)
-    while True:
-        todo = [(a, a.next_rate(start, rel_tol)) for a in answers]
-        todo = [(a, r) for a, r in todo if r is not None]
-        if not todo:
-            break
-        points = []
-        for i, (answer, rate) in enumerate(todo):
-            point = build_point(base, i, {**answer.deployment, search_key: rate}, profile_path)
-            if not hasattr(point, "scenario"):          # invalid deployment: nothing to search
-                answer.invalid = point.reason
-                continue
-            points.append((answer, rate, point))
-        results, _ = _run_missing([p for _, _, p in points], PointCache(out_dir), executor,
-                                  workers, ray_address, progress)
-        for answer, rate, point in points:
-            row = _row(point, keys + [search_key], results[point.key])
-            why = rejection(row, parsed, keep_up)
-            answer.tried.append((rate, not why))
-            if why:
-                answer.fails_at_per_s, answer.fails_because = rate, why
-            else:
-                answer.rate_per_s, answer.row = rate, row
+    with plan_dir(out_dir):                 # one command per results directory
+        while True:
+            todo = [(a, a.next_rate(start, rel_tol)) for a in answers]
+            todo = [(a, r) for a, r in todo if r is not None]
+            if not todo:
+                break
+            points = []
+            for i, (answer, rate) in enumerate(todo):
+                point = build_point(base, i, {**answer.deployment, search_key: rate}, profile_path)
+                if not hasattr(point, "scenario"):          # invalid deployment: nothing to search
+                    answer.invalid = point.reason
+                    continue
+                points.append((answer, rate, point))
+            results, _ = _run_missing([p for _, _, p in points], point_cache(out_dir), executor,
+                                      workers, ray_address, progress)
+            for answer, rate, point in points:
+                row = _row(point, keys + [search_key], results[point.key])
+                why = rejection(row, parsed, keep_up)
+                answer.tried.append((rate, not why))
+                if why:
+                    answer.fails_at_per_s, answer.fails_because = rate, why
+                else:
+                    answer.rate_per_s, answer.row = rate, row
     return answers
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.io.write import write_figure
 from epsim.plan.columns import column_label
 
 _MAX_LINES = 8
@@ -155,8 +156,8 @@ def write_plots(result, out: Path) -> list[Path]:
         if name == "sweep.png" and not _metrics_to_show(result):
             continue
         fig = make(result)
-        path = Path(out) / name
-        fig.savefig(path, dpi=110, bbox_inches="tight")     # legends sit outside the axes
-        plt.close(fig)
-        paths.append(path)
+        try:                                    # legends sit outside the axes
+            paths.append(write_figure(fig, Path(out) / name, bbox_inches="tight"))
+        finally:
+            plt.close(fig)
     return paths

@@ -1,7 +1,9 @@
 """Sweep points: the base scenario with one point's values applied, validated, keyed, and run.
 
-A point's key is a hash of its resolved scenario (seed included), the profile's content and
-epsim's code, so a results directory knows which points it already holds. A point whose
+A point's key is a hash of its resolved scenario (seed included), the content of every file it
+references (arrival and skew traces, recorded expert loads; a Hugging Face config is resolved
+into the scenario itself), the profile's content and epsim's code, so a results directory
+knows which points it already holds, and an edited trace recomputes. A point whose
 values fail validation (an EP size that does not divide the experts, redundant experts without
 EPLB) is skipped with the validation message as its reason. `run_point` simulates one point in
 whichever worker an executor (`epsim.plan.executors`) sends it to.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +27,7 @@ from epsim.io import MAX_YAML_BYTES, load_yaml, read_text
 from epsim.plan.columns import summary_metrics
 from epsim.plan.sweep import check_key
 from epsim.profile import load_profile
+from epsim.profile import profile_path as profile_path_of
 from epsim.report.summary import summarize
 from epsim.routing.skew import SkewModel
 from epsim.sim import simulate
@@ -143,11 +147,64 @@ def apply_values(data: dict, values: dict[str, Any], where: str, base_dir: str =
     return data
 
 
-@lru_cache(maxsize=32)
+def _signature(path: Path) -> tuple:
+    """What changes when a file is rewritten (a long-lived process, the app, must see it)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return (str(path), None)
+    return (os.path.realpath(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 def profile_digest(profile_path: str | None) -> str:
     """sha256 (16 hex digits) of the profile's content: the shipped default when None."""
+    return _profile_digest(profile_path, _signature(Path(profile_path)) if profile_path else None)
+
+
+@lru_cache(maxsize=32)
+def _profile_digest(profile_path: str | None, signature) -> str:
     profile = load_profile(profile_path)
     return hashlib.sha256(profile.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
+
+
+def referenced_files(scenario) -> dict[str, Path]:
+    """The files a scenario reads besides its profile, by field: arrival and skew traces, and
+    the recorded loads of `deployment.init_expert_location` (a file or a folder)."""
+    w, d = scenario.workload, scenario.deployment
+    found = {}
+    for field, spec in (("workload.arrivals.path", w.arrivals), ("workload.skew.path", w.skew)):
+        if spec.kind == "trace":
+            found[field] = scenario.resolve_path(spec.path)
+    if d.init_expert_location not in ("trivial", "from_skew"):
+        found["deployment.init_expert_location"] = scenario.resolve_path(d.init_expert_location)
+    return found
+
+
+def content_digest(path: Path) -> str:
+    """sha256 (16 hex digits) of a file's bytes, or of a folder's files (names and bytes, in
+    name order); cached while the files' sizes and times stay the same."""
+    path = Path(path)
+    if path.is_dir():
+        members = tuple((str(p.relative_to(path)), _signature(p))
+                        for p in sorted(path.rglob("*")) if p.is_file())
+    else:
+        members = (("", _signature(path)),)
+    return _content_digest(members)
+
+
+@lru_cache(maxsize=256)
+def _content_digest(members: tuple) -> str:
+    digest = hashlib.sha256()
+    for name, signature in members:
+        digest.update(name.encode() + b"\0")
+        try:
+            with open(signature[0], "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as exc:               # vanished or unreadable: never equal to a real file
+            digest.update(f"unreadable: {exc.strerror}".encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)
@@ -164,10 +221,12 @@ def code_digest() -> str:
 
 def point_key(scenario, profile_path: str | None) -> str:
     """Identity of a point's result: scenario (without `base_dir`, so a moved results
-    directory still resumes), seed, profile content, epsim's code and the simulator engine."""
+    directory still resumes), seed, the content of the files it references, profile content,
+    epsim's code and the simulator engine."""
+    files = {field: content_digest(path) for field, path in referenced_files(scenario).items()}
     blob = json.dumps({"scenario": scenario.model_dump(mode="json", exclude={"base_dir"}),
-                       "profile": profile_digest(profile_path), "code": code_digest(),
-                       "engine": default_engine()},
+                       "files": files, "profile": profile_digest(profile_path),
+                       "code": code_digest(), "engine": default_engine()},
                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -185,7 +244,7 @@ def build_point(base: BaseScenario, index: int, values: dict[str, Any],
     except EpsimError as exc:
         return Skipped(index, values, str(exc).removeprefix("point: "))
     if profile_path is None and scenario.profile:
-        profile_path = str(scenario.resolve_path(scenario.profile))
+        profile_path = str(profile_path_of(scenario.profile, scenario.base_dir))
     return Point(index, values, scenario, point_key(scenario, profile_path), profile_path)
 
 

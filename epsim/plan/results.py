@@ -15,6 +15,7 @@ from pathlib import Path
 
 from epsim.errors import SpecError
 from epsim.io import decode_text, read_bytes
+from epsim.io.rundir import check_complete
 from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows
 from epsim.plan.columns import COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS
 from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, KEEP_UP_METRIC, SLO_MARGIN,
@@ -115,13 +116,17 @@ def choose(rows: list[dict], columns: list[str], keys: list[str], constraints: l
 
 def load_results(path: str | Path, constraints: list[str] = (), objectives: list[str] = (),
                  pareto: list[str] = (), keep_up: bool = True):
-    """`choose` over the rows of a results.csv (or the directory holding it).
+    """`choose` over the rows of a results.csv (or the directory holding it). A table in a
+    results directory is read only from a finished run (`epsim.io.rundir.check_complete`: the
+    manifest says complete and the table's sha256 matches it).
 
     Raises:
-        SpecError: a bad table (see `read_rows`), or a bad constraint or objective.
+        SpecError: an unfinished run or a changed table, a bad table (see `read_rows`), or a
+            bad constraint or objective.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "results.csv"
+    check_complete(path.parent, [path.name])
     rows, columns, keys = read_rows(path)
     return choose(rows, columns, keys, constraints, objectives, pareto, keep_up)

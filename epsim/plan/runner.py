@@ -16,8 +16,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from epsim.budget import check_run, check_sweep
+from epsim.budget import check_run, check_sweep, run_cost
 from epsim.errors import SpecError
+from epsim.io.write import write_text
 from epsim.plan.answers import answer_line, workload_text
 from epsim.plan.choice import PlanResult, check_numeric_keys, choose_rows, rejected
 from epsim.plan.columns import (COST_COLUMNS, DERIVED_COLUMNS, METRIC_COLUMNS, cost_columns,
@@ -29,7 +30,8 @@ from epsim.plan.points import (BaseScenario, Point, PointTask, Skipped, build_po
 from epsim.plan.select import (DEFAULT_OBJECTIVES, DEFAULT_PARETO, SLO_MARGIN, InfeasibleError,
                                Objective, keep_up_statement, parse_constraint, parse_objective,
                                rule_text)
-from epsim.plan.store import PointCache, cell, prepare_dir, write_csv, write_parquet
+from epsim.plan.store import (PointCache, cell, plan_dir, point_cache, prepare_dir, write_csv,
+                              write_parquet)
 from epsim.plan.sweep import SweepAxis, check_axes, expand, num_points, parse_sweep
 from epsim.plan.tiers import screen_points, screen_tier, warm_started
 from epsim.spec.scenario import scenario_from_dict
@@ -125,9 +127,29 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     check_numeric_keys(axes, parsed_constraints + parsed_objectives + parsed_pareto)
     out_dir = prepare_dir(out)
     profile_path = str(Path(profile).resolve()) if profile is not None else None
+    with plan_dir(out_dir) as rundir:          # held from here: one plan per directory
+        points, skipped = _build_points(base, axes, profile_path, check_budget)
+        result = _sweep(base, points, skipped, axes=axes, keys=keys, out_dir=out_dir,
+                        executor=executor, workers=workers, ray_address=ray_address,
+                        progress=progress, keep_up=keep_up,
+                        rules=(parsed_constraints, parsed_objectives, parsed_pareto),
+                        screen=(screen, screen_margin, screen_top), warm_start=warm_start)
+        if rundir is not None:
+            _write(result, base, executor, workers, plots, rundir)
+    if result.infeasible and require_feasible:
+        raise InfeasibleError(result.infeasible)
+    return result
 
-    points, skipped = _build_points(base, axes, profile_path, check_budget)
-    cache = PointCache(out_dir)
+
+def _sweep(base: BaseScenario, points: list[Point], skipped: list[Skipped], *, axes, keys, out_dir,
+           executor, workers, ray_address, progress, keep_up, rules, screen, warm_start
+           ) -> PlanResult:
+    """Run the points missing from the cache and choose among every point (`run_plan`'s
+    arguments; `rules`: its constraints, objectives and Pareto axes; `screen`: screen, margin,
+    top)."""
+    parsed_constraints, parsed_objectives, parsed_pareto = rules
+    screen, screen_margin, screen_top = screen
+    cache = point_cache(out_dir)
     start = time.perf_counter()
     to_run, screen_cols, screened = points, [], None
     if screen:
@@ -157,10 +179,6 @@ def run_plan(scenario: str | Path | dict, sweeps: list[str] | dict[str, list] | 
     result.workload = workload_text(scenario_from_dict(base.data, where=base.where,
                                                        base_dir=base.base_dir).workload)
     choose_rows(result)
-    if out_dir is not None:
-        _write(result, base, executor, workers, plots)
-    if result.infeasible and require_feasible:
-        raise InfeasibleError(result.infeasible)
     return result
 
 
@@ -188,6 +206,7 @@ def _run_missing(points: list[Point], cache: PointCache, executor: str, workers:
     """Results by point key: cached ones, then the rest computed (each distinct key once)."""
     results, missing = cache.split(points)
     tasks = [PointTask(p.scenario, p.profile_path) for p in missing]
+    task_bytes = max((run_cost(p.scenario).bytes for p in missing), default=0.0)
     with cache, progress_bar(len(tasks), f"plan ({executor})", progress) as advance:
         def on_done(i: int, result: dict) -> None:
             key = missing[i].key
@@ -196,7 +215,7 @@ def _run_missing(points: list[Point], cache: PointCache, executor: str, workers:
                 cache.add(key, result)
             advance(1)
 
-        execute(tasks, on_done, executor, workers, ray_address, fn=run_point)
+        execute(tasks, on_done, executor, workers, ray_address, fn=run_point, task_bytes=task_bytes)
     return results, len(tasks)
 
 
@@ -217,8 +236,12 @@ def _machine() -> dict:
 
 
 def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int | None,
-           plots: bool) -> None:
+           plots: bool, rundir) -> None:
+    """The results directory's files, each atomically, then its manifest (`epsim.io.rundir`):
+    a stale file of an earlier sweep (another sweep's skipped.csv, a figure not drawn now) is
+    removed."""
     out = result.out
+    rundir.begin()
     write_csv(result.rows, result.columns, out / "results.csv")
     parquet = write_parquet(result.rows, result.columns, out / "results.parquet")
     if result.skipped:
@@ -256,4 +279,5 @@ def _write(result: PlanResult, base: BaseScenario, executor: str, workers: int |
         "files": ["results.csv"] + (["results.parquet"] if parquet else [])
         + (["skipped.csv"] if result.skipped else []) + figures,
     }
-    (out / "plan.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    write_text(out / "plan.json", json.dumps(meta, indent=1, default=str) + "\n")
+    rundir.finish([out / name for name in ["plan.json", *meta["files"]]])

@@ -37,6 +37,10 @@ DEFAULT_OBJECTIVES = ("min:num_gpus", f"max:{SLO_MARGIN}", "min:tpot_ms.p99", "m
 # keep-up is part of feasibility (`epsim.report.keep_up`): a point that does not serve its
 # offered load meets no SLO, whatever its latencies over a short window say
 KEEP_UP_METRIC = "keep_up.ok"
+# a point where no step started in the measurement window measured nothing: its zero
+# throughput and empty latencies are no answer, so it is never feasible
+MEASURED_METRIC = "num_measured_steps"
+NOTHING_MEASURED = "nothing measured: no step started in its measurement window"
 DEFAULT_PARETO = ("min:num_gpus", "min:tpot_ms.p99", "max:throughput_tokens_per_s_per_gpu")
 
 
@@ -197,6 +201,9 @@ def rejection(row: dict, constraints: list[Constraint], keep_up: bool = True) ->
         return f"failed: {row['error']}"
     if row.get("tier") == "screened":          # `--screen`: never simulated, so no verdict
         return "not simulated: the screen ranks it out"
+    steps = row.get(MEASURED_METRIC)
+    if steps is not None and not steps > 0:
+        return NOTHING_MEASURED
     reasons = []
     if keep_up and not row.get(KEEP_UP_METRIC) == 1.0:
         offered, served = row.get("keep_up.offered_rps"), row.get("keep_up.served_rps")

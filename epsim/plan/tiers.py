@@ -27,10 +27,10 @@ from epsim.plan.points import Point, build_point
 from epsim.plan.screen import SCREEN_METRICS, screen_metrics
 from epsim.sim.steady import steady_start
 from epsim.plan.select import Constraint, Objective, lexicographic_best, pareto_mask
-from epsim.plan.store import PointCache, cell
+from epsim.plan.store import SCREEN_CACHE, PointCache, cell
+from epsim.default_profile import default_profile
 from epsim.profile import load_profile
 
-SCREEN_CACHE = "screen.jsonl"
 SCREEN_COLUMNS = tuple(f"screen.{name}" for name in SCREEN_METRICS) + ("tier",)
 SCREEN_CHUNK = 64
 DEFAULT_MARGIN = 0.25
@@ -57,7 +57,8 @@ def screen_chunk(task: ScreenTask) -> dict:
         warnings.simplefilter("ignore")          # the simulation tier reports warnings
         for scenario, profile_path in task.items:
             try:
-                profile = load_profile(profile_path, shared=True)   # read, never changed
+                profile = load_profile(profile_path, shared=True) if profile_path \
+                    else default_profile(scenario.cluster.gpu)           # read, never changed
                 out.append({"metrics": screen_metrics(scenario, profile)})
             except EpsimError as exc:
                 out.append({"error": str(exc)})
@@ -67,7 +68,7 @@ def screen_chunk(task: ScreenTask) -> dict:
 def screen_points(points: list[Point], out_dir: Path | None, executor: str, workers: int | None,
                   ray_address: str | None, progress: bool) -> dict[str, dict]:
     """Screen metrics by point key (`{}` for a point the screen cannot price)."""
-    cache = PointCache(out_dir, SCREEN_CACHE)
+    cache = PointCache(out_dir, SCREEN_CACHE, SCREEN_METRICS)
     results, missing = cache.split(points, lambda entry: entry["metrics"])
     chunks = [missing[i:i + SCREEN_CHUNK] for i in range(0, len(missing), SCREEN_CHUNK)]
     tasks = [ScreenTask([(p.scenario, p.profile_path) for p in chunk]) for chunk in chunks]

@@ -3,5 +3,10 @@
 from epsim.report.summary import (format_table, latency_windows, percentiles, request_latencies_ms,
                                   summarize, write_summary, write_timeseries)
 
-__all__ = ["format_table", "latency_windows", "percentiles", "request_latencies_ms", "summarize",
+# every file `epsim simulate --out` may write (`epsim.io.rundir`: one this run did not write
+# again is stale and removed)
+RUN_FILES = ("summary.json", "timeseries.csv", "timeline.json", "latency_cdf.png",
+             "time_breakdown.png", "rank_load.png", "eplb_timeline.png", "failure_latency.png")
+
+__all__ = ["RUN_FILES", "format_table", "latency_windows", "percentiles", "request_latencies_ms", "summarize",
            "write_summary", "write_timeseries"]

@@ -26,6 +26,18 @@ def eplb_stale(summary: dict) -> str | None:
             f"({start}), not EPLB's; {hint + ' ' if hint else ''}{passes}")
 
 
+def nothing_measured(summary: dict) -> str | None:
+    """No step started in the measurement window: the run's throughput and latencies are no
+    answer (a plan never calls such a point feasible). None when some step did."""
+    if summary["num_measured_steps"]:
+        return None
+    window_s = summary["sim_seconds"] - summary["warmup_s"]
+    return (f"nothing measured: no step started in the {window_s:g}-s measurement window "
+            f"(warm-up {summary['warmup_s']:g} s of {summary['sim_seconds']:g} s; "
+            f"{summary['num_steps']} step(s) in all): lengthen workload.duration_s or shorten "
+            f"workload.warmup_s; the summary holds what the run did")
+
+
 def cautions(summary: dict) -> list[str]:
     """Every caution that applies to a run (`summary`: `epsim.report.summarize`'s)."""
-    return [c for c in (eplb_stale(summary),) if c]
+    return [c for c in (nothing_measured(summary), eplb_stale(summary)) if c]

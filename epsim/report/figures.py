@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.io.write import write_figure
 from epsim.report.summary import latency_windows, request_latencies_ms
 from epsim.sim.metrics import SimResult
 
@@ -53,10 +54,17 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: str | Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+def _save(fig, path: str | Path) -> Path:
+    """Write `fig` as a PNG atomically (`epsim.io.write`) and close it; returns `path`."""
+    try:
+        fig.tight_layout()
+        return write_figure(fig, path)
+    finally:
+        _pyplot().close(fig)
+
+
+def _no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
 
 
 def latency_cdf(result: SimResult, path: str | Path) -> None:
@@ -71,7 +79,7 @@ def latency_cdf(result: SimResult, path: str | Path) -> None:
             for q in (50, 90, 99):
                 ax.axvline(np.percentile(values, q), ls=":", color="gray", lw=0.8)
         else:
-            ax.text(0.5, 0.5, "no measured requests", ha="center", transform=ax.transAxes)
+            _no_data(ax, "no measured requests")
         ax.set_xlabel(label)
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
@@ -86,18 +94,22 @@ def time_breakdown(result: SimResult, path: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4))
     parts, marks = layer_stack(result.layer_mean_us,
                                result.scenario.deployment.enable_two_batch_overlap)
-    layers = np.arange(len(result.layer_mean_us["layer_us"]))
+    layer_us = np.asarray(result.layer_mean_us["layer_us"], dtype=np.float64)
+    layers = np.arange(layer_us.shape[0])
     bottom = np.zeros(layers.shape[0])
+    if not parts or not np.isfinite(layer_us).any():       # no step in the measurement window
+        _no_data(ax, "no step measured")
+        parts, marks = {}, None
     for name, values in parts.items():
         ax.bar(layers, values, bottom=bottom, color=_PART_COLORS[name], width=0.9, label=name)
         bottom += values
     if marks is not None:
-        ax.hlines(result.layer_mean_us["layer_us"], layers - 0.45, layers + 0.45, colors="black",
-                  lw=1.5, label=marks)
+        ax.hlines(layer_us, layers - 0.45, layers + 0.45, colors="black", lw=1.5, label=marks)
     ax.set_xlabel("MoE layer")
     ax.set_ylabel("mean time per step (µs)")
-    ax.legend(ncol=min(len(parts) + (marks is not None), 4), fontsize=8, loc="upper center",
-              bbox_to_anchor=(0.5, -0.15))
+    if parts:
+        ax.legend(ncol=min(len(parts) + (marks is not None), 4), fontsize=8, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.15))
     ax.set_title(f"{result.scenario.name}: mean time per MoE layer and step, by part")
     _save(fig, path)
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from epsim.cost.provenance import part_bands
 from epsim.cost.transport import transport_path
+from epsim.io.write import replacing_file, write_text
 from epsim.report.benchmark import bench_line, bench_serving, kv_line
 from epsim.report.keep_up import keep_up
 from epsim.report.serving import label_saturated, requests_line, serving
@@ -289,21 +290,24 @@ def _no_rebalance_note(result: SimResult) -> str | None:
     return None
 
 
-def write_summary(summary: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(summary, indent=1) + "\n")
+def write_summary(summary: dict, path: str | Path) -> Path:
+    """`summary.json`, written atomically (`epsim.io.write`); returns its path."""
+    return write_text(path, json.dumps(summary, indent=1) + "\n")
 
 
-def write_timeseries(result: SimResult, path: str | Path) -> None:
-    """One CSV row per step: `t_s` (step start) and every `STEP_COLUMNS` value."""
+def write_timeseries(result: SimResult, path: str | Path) -> Path:
+    """One CSV row per step: `t_s` (step start) and every `STEP_COLUMNS` value (atomically);
+    returns its path."""
     steps = result.steps
     columns = [name for name in STEP_COLUMNS if name != "start_us"]
-    with Path(path).open("w", newline="") as fh:
+    with replacing_file(path, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["t_s", *columns])
         t_s = steps["start_us"] * 1e-6
         table = np.column_stack([t_s] + [steps[name] for name in columns]) if len(t_s) else []
         for row in table:
             writer.writerow([f"{v:.9g}" for v in row])
+    return Path(path)
 
 
 def network_info(scenario) -> dict:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from epsim.cost.step import StepCost
+from epsim.io.write import write_text
 
 
 def _event(name: str, start_us: float, dur_us: float, tid: int, layer: int) -> dict:
@@ -53,5 +54,6 @@ def step_trace(cost: StepCost, two_batch_overlap: bool = False) -> dict:
             "otherData": {"phase": cost.phase, "mode": cost.mode, "step_us": cost.step_us}}
 
 
-def write_timeline(cost: StepCost, path: str | Path, two_batch_overlap: bool = False) -> None:
-    Path(path).write_text(json.dumps(step_trace(cost, two_batch_overlap)) + "\n")
+def write_timeline(cost: StepCost, path: str | Path, two_batch_overlap: bool = False) -> Path:
+    """`timeline.json` of one step, written atomically; returns its path."""
+    return write_text(path, json.dumps(step_trace(cost, two_batch_overlap)) + "\n")

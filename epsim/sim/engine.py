@@ -34,7 +34,8 @@ from epsim.cost.provenance import provenance
 from epsim.cost.step import StepCost
 from epsim.errors import SpecError
 from epsim.eplb.placement import Placement
-from epsim.profile import Profile, load_profile
+from epsim.default_profile import default_profile
+from epsim.profile import Profile, load_profile, profile_path
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
 from epsim.sim.batching import Scheduler
@@ -76,7 +77,8 @@ class Simulation:
 
     Args:
         scenario: validated `Scenario`.
-        profile: calibration profile (default: `load_profile()`, the shipped one).
+        profile: calibration profile (default: the scenario's `profile`, else the default
+            profile of its GPU, `epsim.default_profile`).
         seed: overrides `scenario.seed`.
         progress: show a tqdm bar over simulated seconds.
         scenario_processes: run the scenario's EPLB manager and failures (False: only what
@@ -100,8 +102,10 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.progress = progress
         m, c, d, w = scenario.model, scenario.cluster, scenario.deployment, scenario.workload
-        self.profile = profile if profile is not None else load_profile(
-            scenario.resolve_path(scenario.profile) if scenario.profile else None, shared=True)
+        if profile is None:       # the scenario's profile, else its GPU's default (`default_profile`)
+            profile = load_profile(profile_path(scenario.profile, scenario.base_dir), shared=True) \
+                if scenario.profile else default_profile(c.gpu)
+        self.profile = profile
         self.env = simpy.Environment()
         self.cost_model = CostModel(m, c, d, self.profile)
         self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=self.seed,
@@ -363,6 +367,7 @@ class Simulation:
             profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
                           "records_sha256": prof.provenance.records_sha256,
                           "applies": self.cost_model.params.profile_applies,
+                          "rule": self.cost_model.profile_rule,
                           "components": {k: v.source for k, v in sorted(prof.components.items())},
                           "provenance": provenance(self.cost_model)},
             wall_seconds=wall_seconds, last_step=self.last_step,

@@ -59,7 +59,8 @@ from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb import compute_placement
 from epsim.eplb.placement import Placement
 from epsim.errors import SpecError
-from epsim.profile import load_profile
+from epsim.default_profile import default_profile
+from epsim.profile import load_profile, profile_path
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import sample_lengths
 from epsim.sim.memory import kv_running_limit, memory_plan
@@ -125,8 +126,9 @@ class SteadyStateModel:
         self._rank_prompts = (inputs[pick], rng.random(self.dp))
         self.set_arrivals(w.arrivals)
         self.max_running = self.batch_limit(scenario)
-        profile = profile if profile is not None else load_profile(
-            scenario.resolve_path(scenario.profile) if scenario.profile else None)
+        if profile is None:       # the scenario's profile, else its GPU's default (`default_profile`)
+            profile = load_profile(profile_path(scenario.profile, scenario.base_dir)) \
+                if scenario.profile else default_profile(c.gpu)
         self.cost_model = CostModel(m, c, d, profile)
         self.skew = SkewModel(w.skew, m.num_moe_layers, m.num_experts, m.top_k, seed=scenario.seed,
                               base_dir=scenario.base_dir)

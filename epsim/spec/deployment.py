@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from epsim import vocab
 from epsim.spec.parallel import Parallel, resolve_parallel
@@ -137,6 +137,12 @@ class DeploymentSpec(BaseModel):
     failure_repair_s: float = Field(
         default=600.0, gt=0, description="planner: time until a failed rank is back (elastic EP: "
                                          "rejoins; without it: the instance restarts)")
+
+    @field_validator("disaggregation_mode", mode="before")
+    @classmethod
+    def _null_mode(cls, value):
+        """YAML's unquoted `null` (None) is SGLang's mode "null": no disaggregation."""
+        return "null" if value is None else value
 
     @model_validator(mode="after")
     def _consistent(self) -> "DeploymentSpec":

@@ -172,10 +172,17 @@ def _check_failures(d: DeploymentSpec, slots_per_rank: int, num_experts: int) ->
         if d.elastic_recovery == "reload" and f.recover_after_s is None:
             raise ValueError(f"deployment.failures.{i}.recover_after_s (None) must be set with "
                              f"elastic_recovery: reload (the instance waits for the rank to come back)")
-    if d.elastic_recovery != "replicas":
-        return
     # the most ranks down at once: count outages covering each failure's start
     most_down = max(sum(start <= at < stop for _, start, stop in outages) for _, at, _ in outages)
+    if most_down >= d.ep_size:
+        at = max((at for _, at, _ in outages),
+                 key=lambda t: sum(start <= t < stop for _, start, stop in outages))
+        raise ValueError(f"deployment.failures ({most_down} of ep_size {d.ep_size} ranks down at "
+                         f"{at:g} s) must leave at least one rank serving at every moment: with "
+                         f"every rank lost nothing can run or recover; fail fewer ranks, or "
+                         f"give recover_after_s so that outages do not all overlap")
+    if d.elastic_recovery != "replicas":
+        return
     survivors = d.ep_size - most_down
     if survivors * slots_per_rank < num_experts:
         raise ValueError(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.io.write import replacing_file
 from epsim.text import table
 from epsim.validate.composition import PARTS, Composition
 
@@ -253,7 +254,7 @@ def write_csv(comp: Composition, path: Path) -> Path:
     priced layer and parts (µs)."""
     fields = ("layer_us", "attention_us", "attention_ops_us", "experts_us", "block_ops_us",
               "shared_us", "layout_us", "comm_us", "sync_us")
-    with Path(path).open("w", newline="") as fh:
+    with replacing_file(path, newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["model", "ep_size", "num_seqs", "context_len", "measured_us",
                     *(f"measured_{p}_us" for p in PARTS),

@@ -38,15 +38,16 @@ from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
 from epsim.cost.record import predict_record, record_kind
 from epsim.errors import EpsimError
-from epsim.profile import is_graph
+from epsim.cost.record_kernels import KERNEL_KINDS
+from epsim.profile import is_graph, kv_kind
 
 FIT_MAX_TOKENS = 1024
 JUDGED_TOKENS = (2048, 16384)
 # the layer bench's DeepSeek-like layer has DeepSeek-V3's MoE shapes: judged with it, never fitted
 JUDGED_MODELS = ("DeepSeek-V3", "DeepSeek-like", "Qwen3-Coder-480B-A35B")
-AXES = ("tokens", "shape", "run")
+AXES = ("tokens", "shape", "ep", "tp", "system", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
-          "dense_mlp", "block_ops", "allreduce", "attention_block")
+          "dense_mlp", "block_ops", "allreduce", "attention_block", *KERNEL_KINDS)
 
 
 def _judged(record) -> bool:
@@ -127,15 +128,32 @@ def axis_label(axis: str, pair: str = "") -> str:
 
 
 def component_label(record) -> str:
-    return f"{record.backend}{'+graph' if is_graph(record) else ''}/{record_kind(record)}"
+    """`<backend>[+graph]/<kind>` (`record_kind`: the layer bench's attention-block part), with
+    the weight format (and an MLA kernel's cache dtype) for the kinds fitted per format
+    (`epsim.cost.record_kernels`)."""
+    label = f"{record.backend}{'+graph' if is_graph(record) else ''}/{record_kind(record)}"
+    if record.kind in KERNEL_KINDS:
+        fmt = kv_kind(record.kv_cache_dtype) + " KV" if record.kind.startswith("mla_") \
+            and record.kind != "mla_bmm" else record.weight_dtype
+        label += f" {fmt}"
+    return label
 
 
 def _x(record, axis: str) -> float:
-    """The axis variable: tokens per rank, or for the shape axis the shape's size."""
+    """The axis variable: tokens per rank, for the shape axis the shape's size, for the EP and
+    MoE-TP axes the EP and MoE-TP size."""
+    if axis == "ep":
+        return float(record.ep_size)
+    if axis == "tp":
+        return float(record.moe_tp_size)
     if axis != "shape":
         return float(record.num_tokens_per_rank)
-    if record.kind == "experts":
+    if record.kind in ("experts", "quant_experts"):
         return float(record.hidden_size * record.moe_intermediate_size)
+    if record.kind == "gemm":
+        return float(record.hidden_size * record.intermediate_size)
+    if record.kind in ("mla_bmm", "mla_decode", "mla_prefill"):     # the heads a GPU holds
+        return float(record.num_attention_heads)
     if record.kind == "dense_mlp":
         return float(record.hidden_size * record.intermediate_size)
     if record.kind == "block_ops":          # bytes per token grow with H, the router with E x H
@@ -147,6 +165,11 @@ def _x(record, axis: str) -> float:
 
 def _key(record, axis: str) -> str:
     """A configuration without the axis variable (what baselines pool over)."""
+    if axis in ("ep", "tp"):              # the group's batch and the unsplit shape stay
+        drop = set(_NOT_CONFIG) | {"num_tokens_per_rank", "ep_size", "num_local_experts",
+                                   "moe_intermediate_size", "moe_tp_size"}
+        return json.dumps([record.model_dump(exclude=drop), record.extra.get("num_tokens"),
+                           record.extra.get("inter_size")], sort_keys=True, default=str)
     drop = set(_NOT_CONFIG) | ({"num_tokens_per_rank"} if axis != "shape" else _SHAPE)
     if axis != "shape" and record.kind == "attention_prefill":
         drop.add("context_len")          # prefill tokens = sequences x context

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.io.write import write_figure
 from epsim.validate.compare import Comparison
 from epsim.validate.table import JUDGED_KINDS
 
@@ -77,9 +78,10 @@ def scatter(rows: list[Comparison], path: Path, title: str = "") -> Path:
     _plain_log_axes(ax)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return write_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def curves(rows: list[Comparison], backend: str, path: Path) -> Path:
@@ -111,9 +113,10 @@ def curves(rows: list[Comparison], backend: str, path: Path) -> Path:
     axes[0][0].legend(fontsize=7, title="line: predicted (uniform)", title_fontsize=7)
     fig.suptitle("markers: measured (o uniform, s zipf, ^ hot set; hollow = fit set)", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return write_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def write_plots(rows: list[Comparison], out: Path) -> list[Path]:

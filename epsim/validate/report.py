@@ -16,6 +16,7 @@ from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import load_records, merge_passes
 from epsim.errors import ProfileError
 from epsim.io import check_output_dir, check_output_file, read_text
+from epsim.io.write import write_text
 from epsim.profile import Profile
 from epsim.validate import extrapolation
 from epsim.validate.compare import Comparison, compare
@@ -98,9 +99,9 @@ def read_doc(path: Path, markers: tuple[str, str] = (DOC_BEGIN, DOC_END)) -> tup
 
 
 def update_doc(path: Path, text: str, markers: tuple[str, str] = (DOC_BEGIN, DOC_END)) -> None:
-    """Replace the generated part of a markdown file (between the two markers)."""
+    """Replace the generated part of a markdown file (between the two markers), atomically."""
     doc, begin, end = read_doc(path, markers)
-    path.write_text(doc[:begin + len(markers[0])] + "\n\n" + text + "\n" + doc[end:])
+    write_text(path, doc[:begin + len(markers[0])] + "\n\n" + text + "\n" + doc[end:])
 
 
 def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = None,
@@ -158,7 +159,7 @@ def validate(profile: Profile, paths: Iterable[str | Path], rule: str | None = N
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "validation.md").write_text(text)
+        write_text(out / "validation.md", text)
         report.files.append(out / "validation.md")
         report.files += write_csv(rows, skew_effects(rows), out)
         if plots:

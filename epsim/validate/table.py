@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from epsim.io.write import replacing_file
 from epsim.validate.compare import Comparison
 
 KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce", "attention_prefill",
@@ -199,7 +200,7 @@ def write_csv(rows: list[Comparison], effects: list[SkewEffect], out: Path) -> l
     skew_effect.csv (per hot-set / uniform pair). Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "comparisons.csv", out / "summary.csv", out / "skew_effect.csv"]
-    with paths[0].open("w", newline="") as fh:
+    with replacing_file(paths[0], newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["where", "split", "backend", "kind", "model", "dispatch_dtype", "skew", "tokens",
                     "measured_us", "predicted_us", "error_pct", "p10_us", "p90_us", "outside_range"])
@@ -207,7 +208,7 @@ def write_csv(rows: list[Comparison], effects: list[SkewEffect], out: Path) -> l
             w.writerow([r.where, r.split, r.backend, r.kind, r.model, r.dispatch_dtype, r.skew,
                         r.tokens, f"{r.measured_us:.2f}", f"{r.predicted_us:.2f}",
                         f"{r.error_pct:.2f}", f"{r.p10_us:.2f}", f"{r.p90_us:.2f}", int(r.outside)])
-    with paths[1].open("w", newline="") as fh:
+    with replacing_file(paths[1], newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["split", "backend", "kind", "records", "mape_pct", "worst_pct", "worst_at",
                     "bias_pct"])
@@ -216,7 +217,7 @@ def write_csv(rows: list[Comparison], effects: list[SkewEffect], out: Path) -> l
             for (backend, kind), s in group(part, "backend", "kind").items():
                 w.writerow([split, backend, kind, s.num, f"{s.mape:.2f}", f"{s.worst:.2f}",
                             s.worst_at, f"{s.bias:.2f}"])
-    with paths[2].open("w", newline="") as fh:
+    with replacing_file(paths[2], newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["backend", "kind", "model", "dispatch_dtype", "tokens", "uniform_us",
                     "hotset_us", "measured_effect_pct", "predicted_effect_pct", "sign_ok",

@@ -94,6 +94,17 @@ def _run_app(argv: tuple[str, ...]) -> None:
         raise ValueError(f"unknown app loader {kind}")
 
 
+def _warm_app() -> None:
+    """Call the app's scenario loader once (Streamlit logs its bare-mode notices on first use)."""
+    import yaml
+
+    from app import data
+    from tests.epsim.bad_input_cases import SCENARIO
+    text = yaml.safe_dump({**SCENARIO, "workload": {**SCENARIO["workload"], "duration_s": 0.05}})
+    data.parse_scenario(text, "warm.yaml", ".")
+    data.run_scenario(text, "warm.yaml", ".")
+
+
 def _error_lines(stderr: str) -> list[str]:
     """stderr lines other than notes, warnings and progress bars."""
     lines = []
@@ -146,9 +157,12 @@ def run_case(case, root: Path, limit_s: float = LIMIT_S, limit_peak_mb: float = 
         signal.setitimer(signal.ITIMER_REAL, 0)
         seconds = time.perf_counter() - start
         peak = _peak_mb()
-        shutil.rmtree(folder, ignore_errors=True)
-    result = classify(case, rc, err.getvalue(), seconds, peak, problem, limit_s, limit_peak_mb)
-    result["traceback"] = escaped
+    check = getattr(case, "check", None)       # the valid-extremes cases: files left complete?
+    found = check(folder) if check is not None and not problem and rc in (0, 1) else None
+    shutil.rmtree(folder, ignore_errors=True)
+    result = classify(case, rc, err.getvalue(), seconds, peak, problem or ("incomplete" if found else ""),
+                      limit_s, limit_peak_mb)
+    result["traceback"] = escaped or found
     return result
 
 
@@ -177,21 +191,30 @@ def classify(case, rc: int | None, stderr: str, seconds: float, peak_mb: float |
             "error": (lines[0] if len(lines) == 1 else "\n".join(lines[:6]))[:400]}
 
 
-FAILURES = ("traceback", "multi-line", "bad-exit", "accepted-bad", "stopped", "timeout", "memory", "hang")
+FAILURES = ("traceback", "multi-line", "bad-exit", "accepted-bad", "stopped", "timeout", "memory", "hang",
+            "incomplete")
+DEFAULT_CASES = "tests.epsim.bad_input_cases"
 
 
-def run_campaign(workdir: Path, num_workers: int = 2, limit_s: float = LIMIT_S) -> list[dict]:
-    """Every case, split over `num_workers` runner processes; a runner that dies or stays on
-    one case past `limit_s` + 30 s is killed, the case recorded as `hang`, and a fresh runner
-    goes on with the rest of its shard.
+def _cases(spec: str) -> list:
+    """The cases of `module` or `module:function` (default function: all_cases)."""
+    import importlib
+    module, _, function = spec.partition(":")
+    return getattr(importlib.import_module(module), function or "all_cases")()
+
+
+def run_campaign(workdir: Path, num_workers: int = 2, limit_s: float = LIMIT_S,
+                 cases_module: str = DEFAULT_CASES) -> list[dict]:
+    """Every case of `cases_module` (`module[:function]`, default `all_cases()`), split over `num_workers` runner
+    processes; a runner that dies or stays on one case past `limit_s` + 30 s is killed, the
+    case recorded as `hang`, and a fresh runner goes on with the rest of its shard.
 
     Returns:
         one result dict per case.
     """
     import subprocess
 
-    from tests.epsim.bad_input_cases import all_cases
-    cases = all_cases()
+    cases = _cases(cases_module)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     shards = [cases[k::num_workers] for k in range(num_workers)]
     done = [0] * num_workers
@@ -202,7 +225,8 @@ def run_campaign(workdir: Path, num_workers: int = 2, limit_s: float = LIMIT_S) 
         out = workdir / f"shard{k}.jsonl"
         procs[k] = subprocess.Popen(
             [sys.executable, "-m", "tests.epsim.bad_input_runner", "--shard", str(k), "--shards",
-             str(num_workers), "--out", str(out), "--skip", str(done[k]), "--limit-s", str(limit_s)],
+             str(num_workers), "--out", str(out), "--skip", str(done[k]), "--limit-s", str(limit_s),
+             "--cases", cases_module],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def harvest(k: int) -> None:
@@ -282,22 +306,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-s", type=float, default=LIMIT_S)
     parser.add_argument("--limit-peak-mb", type=float, default=LIMIT_PEAK_MB)
     parser.add_argument("--address-space-mb", type=int, default=ADDRESS_SPACE_MB)
+    parser.add_argument("--cases", default=DEFAULT_CASES,
+                        help="MODULE[:FUNCTION] giving the cases (default: the bad-input "
+                             "campaign's all_cases; tests.epsim.extremes_cases: valid extremes, "
+                             "tests.epsim.extremes_cases:ci_cases their CI subset)")
     args = parser.parse_args(argv)
     if args.campaign:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
-            results = run_campaign(Path(tmp), args.workers, args.limit_s)
+            results = run_campaign(Path(tmp), args.workers, args.limit_s, args.cases)
             print(summary(results))
             print(f"\n{len(results)} cases in {time.perf_counter() - start:.0f} s wall over "
                   f"{args.workers} runner processes")
         return int(any(r["outcome"] in FAILURES for r in results))
-    from tests.epsim.bad_input_cases import all_cases
     import epsim.cli  # noqa: F401 -- imports before the limit and outside every case's time
     with contextlib.suppress(ImportError):
         import app.data  # noqa: F401
         import torch  # noqa: F401
+    with contextlib.suppress(Exception):        # Streamlit's one-time bare-mode notices, here
+        _warm_app()                             # rather than in the first app case's output
     _limit_address_space(args.address_space_mb)
-    cases = all_cases()[args.shard::args.shards][args.skip:]
+    cases = _cases(args.cases)[args.shard::args.shards][args.skip:]
     progress = Path(args.out + ".progress")
     with tempfile.TemporaryDirectory() as tmp, open(args.out, "a") as fh:
         for case in cases:

@@ -23,6 +23,7 @@ import yaml
 from tests.epsim.bad_input_cases import SCENARIO, all_cases
 from tests.epsim.bad_input_runner import (ADDRESS_SPACE_MB, FAILURES, LIMIT_S, _write_files, classify,
                                           run_campaign, summary)
+from tests.epsim.faults_harness import alive, descendants
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = ("simulate", "cost", "eplb", "calibrate", "validate", "plan", "app")
@@ -113,30 +114,6 @@ def test_sweep_size_is_the_product_of_its_axes(tmp_path):
                  workers=1, progress=False, plots=False)
 
 
-def _descendants(pid: int) -> set[int]:
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                children = (task / "children").read_text().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                if child not in found:
-                    found.add(child)
-                    todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_kill_9_of_a_plan_leaves_no_workers_and_the_rerun_resumes(tmp_path):
     scenario = _scenario(tmp_path, duration_s=1.0)
@@ -150,18 +127,18 @@ def test_kill_9_of_a_plan_leaves_no_workers_and_the_rerun_resumes(tmp_path):
     children: set[int] = set()
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        children |= _descendants(proc.pid)
+        children |= descendants(proc.pid)
         if cache.is_file() and cache.read_text().count("\n") >= 1 and len(children) >= 2:
             break
         time.sleep(0.2)
     assert proc.poll() is None, "the plan finished before it could be killed; make it longer"
-    children |= _descendants(proc.pid)
+    children |= descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 10
-    while time.time() < deadline and any(_alive(c) for c in children):
+    while time.time() < deadline and any(alive(c) for c in children):
         time.sleep(0.2)
-    survivors = [c for c in children if _alive(c)]
+    survivors = [c for c in children if alive(c)]
     for pid in survivors:                       # do not leave them to the next test
         os.kill(pid, signal.SIGKILL)
     assert not survivors, f"{len(survivors)} of {len(children)} pool processes outlived kill -9"

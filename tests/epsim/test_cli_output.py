@@ -30,6 +30,12 @@ def _epsim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+def _sides(overrides: list[str]) -> list[str]:
+    """`--set KEY=VALUE` pairs as the same change to both of `compare`'s runs."""
+    pairs = overrides[1::2]
+    return [arg for kv in pairs for arg in ("--set-a", kv, "--set-b", kv)]
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("output")
@@ -75,6 +81,9 @@ def _commands(files) -> dict[str, tuple[list[str], set[str]]]:
                   "--no-plots"],
                  {"scenario", "sweeps", "constraints", "objectives", "pareto", "counts", "columns",
                   "best", "frontier", "infeasible", "wall_s", "out"}),
+        "compare": (["compare", "scenarios/default.yaml", "scenarios/default.yaml", *_sides(SHORT),
+                     "--set-b", "deployment.moe_a2a_backend=deepep"],
+                    {"a", "b", "differs", "metrics", "layer_us", "why", "a_source", "b_source"}),
         "models": (["models"], {"models"}),
         "hardware": (["hardware"], {"gpus", "networks"}),
     }
@@ -184,3 +193,28 @@ def test_every_command_line_in_the_repository_refuses_abbreviations():
                             and given["allow_abbrev"].value is False):
                         missing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert missing == []
+
+
+def test_an_interrupt_a_finalizer_swallows_is_delivered_again_silently(capsys):
+    """Python swallows an exception raised inside a weakref callback (matplotlib's, while the
+    garbage collector runs) and prints "Exception ignored ... Traceback": a SIGTERM or Ctrl-C
+    landing there must still stop the command, with no traceback."""
+    import time
+    import weakref
+
+    from epsim.cli import Terminated, interrupts_handled
+
+    class Node:
+        pass
+
+    for interrupt in (Terminated, KeyboardInterrupt):
+        def callback(_, interrupt=interrupt):
+            raise interrupt()                  # as the signal handler does, mid-callback
+
+        with pytest.raises(interrupt) as caught, interrupts_handled():
+            node = Node()
+            ref = weakref.ref(node, callback)
+            del node                           # the callback runs and its exception is swallowed
+            time.sleep(5)                      # ... and is delivered again here, at once
+        assert ref() is None and caught.type is interrupt
+    assert "Exception ignored" not in capsys.readouterr().err

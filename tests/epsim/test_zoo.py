@@ -16,7 +16,8 @@ KIMI_K2_CONFIG = {  # moonshotai/Kimi-K2-Instruct config.json (the fields epsim 
     "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8,
     "first_k_dense_replace": 1, "norm_topk_prob": True, "n_group": 1, "topk_group": 1,
     "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-    "v_head_dim": 128, "vocab_size": 163840, "quantization_config": {"quant_method": "fp8"}}
+    "v_head_dim": 128, "vocab_size": 163840,
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
 QWEN3_CODER_CONFIG = {  # Qwen/Qwen3-Coder-480B-A35B-Instruct config.json
     "hidden_size": 6144, "intermediate_size": 8192, "moe_intermediate_size": 2560,
     "num_hidden_layers": 62, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,

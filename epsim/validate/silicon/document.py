@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 
+from epsim.io.write import write_bytes, write_text
 from epsim.profile import load_profile
 from epsim.validate.report import DOC_BEGIN, read_doc
 from epsim.validate.silicon import report
@@ -159,29 +158,14 @@ def rows_json(board: Scoreboard) -> dict:
             "rows": board.entries}
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder (no half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o666 & ~umask)           # as open() would have made it, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_rows(board: Scoreboard, path: Path) -> None:
     """The per-row JSON, gzip-compressed (no timestamp in the gzip header)."""
     text = json.dumps(rows_json(board), indent=1, sort_keys=True) + "\n"
-    write_atomic(path, gzip.compress(text.encode(), mtime=0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(path, gzip.compress(text.encode(), mtime=0))
 
 
 def write_doc(path: Path, text: str) -> None:
     """Replace the generated part of `path` (between the validate markers) with `text`."""
     doc, begin, end = read_doc(path)
-    write_atomic(path, (doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:]).encode())
+    write_text(path, doc[:begin + len(DOC_BEGIN)] + "\n\n" + text + "\n" + doc[end:])

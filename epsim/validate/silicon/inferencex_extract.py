@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from epsim.validate.silicon.document import write_atomic
+from epsim.io.write import write_text
 from epsim.validate.silicon.inferencex import (KEY_PREFIX, KEY_SUFFIX, MASTER_PATHS, RECIPES_PATH,
                                                groups_of, moment)
 
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clone ({args.clone}) must be a git clone of SemiAnalysisAI/InferenceX", file=sys.stderr)
         return 2
     data = extract(args.clone)
-    write_atomic(args.out, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_text(args.out, json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"{len(data['versions'])} versions of {len({v['key'] for v in data['versions']})} keys "
           f"-> {args.out} (InferenceX {data['head'][:12]})")
     return 0

@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version as package_version
 from pathlib import Path
 
 from epsim.errors import EpsimError
-from epsim.validate.silicon.document import write_atomic
+from epsim.io.write import write_bytes
 
 CACHE_NAME = "silicon_peer.json.gz"
 PACKAGES = ("aiconfigurator", "aiconfigurator-core")
@@ -54,4 +54,5 @@ def load(path: Path) -> dict[str, dict]:
 def save(path: Path, entries: dict[str, dict]) -> None:
     """Write `entries` (by `row_key`) with the installed peer versions."""
     text = json.dumps({"versions": peer_versions(), "entries": entries}, indent=0, sort_keys=True)
-    write_atomic(path, gzip.compress(text.encode(), mtime=0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(path, gzip.compress(text.encode(), mtime=0))

@@ -20,12 +20,13 @@ pytest.importorskip("pyarrow")
 from epsim.calibrate import Holdout, calibrate, load_records  # noqa: E402
 from epsim.calibrate.aic import import_source, record_paths  # noqa: E402
 from epsim.calibrate.aic_comm import _deepep_counts  # noqa: E402
-from epsim.calibrate.aic_records import MS_TO_US, balanced_counts  # noqa: E402
+from epsim.calibrate.aic_records import MS_TO_US, balanced_counts, faster_than_hbm  # noqa: E402
 from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, aic_system,  # noqa: E402
                                         check_calibration_input,
                                         parse_source, zoo_gpu)
 from epsim.cli import main  # noqa: E402
 from epsim.errors import RecordError  # noqa: E402
+from epsim.profile import kv_kind  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "aic_fixture" / "systems"
 HAVE_PACKAGE = find_spec("aiconfigurator_core") is not None
@@ -102,11 +103,28 @@ def test_fit_and_pending_split_by_what_a_model_exists_for(imported):
     fit = Counter(r.kind for r in imported.fit)
     pending = Counter(r.kind for r in imported.pending)
     assert set(fit) == {"experts", "dense_mlp", "attention_decode", "attention_prefill",
-                        "dispatch", "combine", "allreduce"}
+                        "dispatch", "combine", "allreduce", "gemm", "mla_decode"}
     assert {"gemm", "quant_experts", "mla_decode", "allreduce", "experts"} <= set(pending)
     assert all(r.ep_size == 1 and r.weight_dtype == "bf16" for r in imported.fit if r.kind == "experts")
-    assert all(r.weight_dtype == "fp8_block" for r in imported.pending if r.kind == "quant_experts")
+    # quantised experts: the fixture holds EP 8 rows only, judged (EP axis), not fitted
+    assert all(r.weight_dtype == "fp8_block" and r.ep_size == 8
+               for r in imported.pending if r.kind == "quant_experts")
+    # GEMMs of the fit grid and MLA kernel rows on it are fitted; the fixture's module-less MLA
+    # kernel rows carry their cache dtype and the heads one GPU holds
+    assert {r.weight_dtype for r in imported.fit if r.kind == "gemm"} == {"bf16", "fp8_block"}
+    assert all(r.extra["scope"] == "kernel" and r.kv_cache_dtype in ("bf16", "fp8_e4m3")
+               and r.num_attention_heads == 128 for r in imported.fit if r.kind == "mla_decode")
     assert any("power-law" in n for n in imported.notes)         # left out, and said so
+
+
+def test_rows_faster_than_the_weights_allow_are_left_out():
+    """A MoE row shorter than streaming its experts' weights at the datasheet HBM rate cannot be
+    the layout its table describes (AIC's h200_sxm DeepSeek-V3 fp8_block rows at EP 1)."""
+    weights_us = 256 * 3 * 7168 * 2048 * (1 + 4 / 16384) / 4800 * 1e-3      # ~2350 µs
+    assert faster_than_hbm("h200_sxm", 256, 7168, 2048, "fp8_block", 1399.0)
+    assert not faster_than_hbm("h200_sxm", 256, 7168, 2048, "fp8_block", weights_us * 1.01)
+    assert not faster_than_hbm("b300_sxm", 256, 7168, 2048, "fp8_block", 1.0)    # no zoo GPU
+    assert not faster_than_hbm("h200_sxm", 256, 7168, 2048, "int4_wo", 1.0)     # not priced
 
 
 def test_balanced_counts_follow_the_collector_rule():
@@ -153,12 +171,18 @@ def test_calibrate_on_aic_tags_every_component_with_its_tables(tmp_path):
                 "any/attention_decode/graph", "any/attention_prefill/graph",
                 "deepep/dispatch/graph/low_latency/fp8", "deepep/combine/graph/low_latency",
                 "deepep/dispatch/normal/fp8", "deepep/combine/normal", "none/allreduce",
-                "none/allgather"}
+                "none/allgather", "any/gemm_bf16/graph", "any/gemm_fp8_block/graph",
+                *{f"any/mla_decode_{kv_kind(r.kv_cache_dtype)}/graph" for r in import_source(
+                    parse_source("aic:h200_sxm/sglang", root=FIXTURE)).fit
+                  if r.kind == "mla_decode"}}
     assert expected == set(profile.components)
-    sources = profile.provenance.model_extra["sources"]
     for key, comp in profile.components.items():
-        assert comp.source == "fit" and comp.note.startswith("source: aiconfigurator (h200_sxm/")
-        assert sources[key]["source"] == "aiconfigurator" and sources[key]["tables"]
+        assert comp.source == "fit" and comp.data_source == "aiconfigurator"
+        assert comp.tables and all(t.startswith("h200_sxm/") for t in comp.tables)
+    # the new kernels' throughputs are fractions of the datasheet, each <= 1
+    for key in [k for k in profile.components if "gemm_" in k or "mla_" in k]:
+        params = profile.components[key].params
+        assert 0 < params.get("hbm_frac", 1) <= 1 and 0 < params.get("tensor_frac", 1) <= 1
     assert [r.path for r in profile.provenance.records] == [str(out)]
     aic = profile.provenance.model_extra["aic"][0]
     assert aic["source"] == "aic:h200_sxm/sglang/0.5.14" and "Apache-2.0" in aic["license"]
@@ -223,10 +247,12 @@ def test_shipped_aic_profiles_name_their_source():
     for path in paths:
         profile = Profile.load(path)
         assert profile.hardware == zoo_gpu(aic_system(profile.hardware))
-        sources = profile.provenance.model_extra["sources"]
         for key, comp in profile.components.items():
-            assert comp.note.startswith("source: aiconfigurator (")
-            assert sources[key]["source"] == "aiconfigurator"
+            assert comp.data_source == "aiconfigurator" and comp.tables
+            assert all(t.startswith(aic_system(profile.hardware) + "/") for t in comp.tables)
+        # the parts quantised and MLA deployments need, on every system
+        assert {"any/experts_fp8_block/graph", "any/gemm_fp8_block/graph",
+                "any/mla_decode_bf16/graph", "any/mla_bmm_fp8/graph"} <= set(profile.components)
         for table in profile.provenance.model_extra["aic"][0]["tables"]:
             assert table["path"].startswith(aic_system(profile.hardware) + "/")
 

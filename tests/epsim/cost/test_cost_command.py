@@ -42,7 +42,9 @@ def test_several_points_print_one_table(capsys):
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["EP", "tokens/rank"])
-    rows = [line.split() for line in lines[header + 1:] if line.strip()]
+    # the table's rows (a `note:` line may follow: the H200 default's DeepEP combine is
+    # fitted at EP 8, EP 16 extrapolates)
+    rows = [line.split() for line in lines[header + 1:] if line.split()[:1] and line.split()[0].isdigit()]
     assert [(r[0], r[1]) for r in rows] == [(e, t) for e in ("8", "16") for t in ("64", "128", "256")]
     assert all(r[2] == "decode" and r[3] == "low_latency" for r in rows)
     assert main(argv + ["--json"]) == 0

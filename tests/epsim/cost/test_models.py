@@ -21,6 +21,7 @@ from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.cost.traffic import Traffic, count_traffic
 from epsim.errors import ProfileError, RecordError, SpecError
+from epsim.default_profile import default_profile
 from epsim.profile import Component, Profile, load_profile
 from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.deployment import DeploymentSpec
@@ -201,8 +202,9 @@ def test_a_loaded_profile_is_the_callers_to_change_unless_shared():
     mine.components.clear()                                 # a caller's change stays its own
     assert load_profile().components and load_profile(shared=True).components
     assert load_profile(shared=True) is load_profile(shared=True)
+    # a cost model with no profile named reads its GPU's default, shared, never copied
     assert CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200", gpus_per_node=8),
-                     DeploymentSpec(ep_size=8)).profile is load_profile(shared=True)
+                     DeploymentSpec(ep_size=8)).profile is default_profile("H200")
 
 
 def test_ring_collective():

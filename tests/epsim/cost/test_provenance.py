@@ -117,18 +117,29 @@ def test_cost_cli_names_deepep_datasheet_components():
     assert proc.returncode == 0, proc.stderr
     assert "time: device time (CUDA-graph step), decode phase, --mode auto" in proc.stdout
     line = next(l for l in proc.stdout.splitlines() if "measured:" in l)
-    assert "datasheet:" in line and "dispatch" in line and "combine" in line and "RDMA" in line
+    # a BF16 dispatch: no table times it (AIC's DeepEP dispatch is FP8), the datasheet; the
+    # low-latency combine fitted on AIC's EP 8 table, extrapolated to EP 64
+    assert "datasheet:" in line and "dispatch" in line and "RDMA" in line
+    assert "extrapolated (combine)" in line
     proc = _epsim("cost", "--model", "DeepSeek-V3", "--backend", "deepep", "--ep", "64",
-                  "--tokens-per-rank", "128", "--mode", "eager", "--json")
+                  "--tokens-per-rank", "128", "--deepep-mode", "normal", "--mode", "eager",
+                  "--json")
     data = json.loads(proc.stdout)
     assert data["time_mode"] == "eager" and data["time"] == "device+host"
-    tags = {u["part"]: u["tag"] for u in data["provenance"]["components"]}
-    assert tags["dispatch"] == tags["combine"] == "datasheet"
-    keys = {u["part"]: u["key"] for u in data["provenance"]["components"]}
-    # device time from the pooled grouped-GEMM fit, which the single-H200 records fit on the
-    # DeepSeek-V3 shape too (128 tokens per rank lie inside their range)
-    assert keys["experts"] == "any/experts/graph" and tags["experts"] == "fitted"
-    assert set(data["provenance"]["datasheet"]) >= {"dispatch", "combine", "RDMA"}
+    uses = {u["part"]: u for u in data["provenance"]["components"] if u["time"] != "host"}
+    assert (uses["dispatch"]["tag"], uses["combine"]["tag"]) == ("datasheet", "extrapolated")
+    # DeepSeek-V3's block-FP8 experts: DeepEP's own MoE runner (its normal layout in an eager
+    # step), fitted on aiconfigurator's h200_sxm table, filled into the H200 default from aic_h200
+    experts = uses["experts"]
+    assert experts["key"] == "deepep/experts_fp8_block/normal" and experts["tag"] == "fitted"
+    assert (experts["profile"], experts["data_source"]) == ("aic_h200", "aiconfigurator")
+    assert uses["dispatch"]["data_source"] == "datasheet"
+    # eager: DeepEP never ran on our machines, the H200 default takes its normal combine from
+    # aic_h200 (fitted on AIC's EP 8 table, extrapolated to EP 64 and over RDMA)
+    assert (uses["combine"]["key"], uses["combine"]["profile"]) == ("deepep/combine/normal",
+                                                                    "aic_h200")
+    assert any("ep_size (64)" in a for a in uses["combine"]["axes"])
+    assert set(data["provenance"]["datasheet"]) >= {"dispatch", "RDMA"}
 
 
 def test_simulate_deepep_scenario_names_datasheet_components(tmp_path):
@@ -137,7 +148,7 @@ def test_simulate_deepep_scenario_names_datasheet_components(tmp_path):
                   "--no-plots", "--no-progress", "--set", "workload.duration_s=0.3",
                   "--set", "workload.warmup_s=0.0")
     assert proc.returncode == 0, proc.stderr
-    assert "provenance           measured:" in proc.stdout
+    assert "provenance           profile datasheet-H800" in proc.stdout     # no H800 profile
     prov = json.loads((out / "summary.json").read_text())["provenance"]
     assert {"attention", "dispatch", "combine"} <= set(prov["datasheet"])
     shares = sum(prov[f"{t}_share"] for t in ("measured", "extrapolated", "datasheet"))
@@ -146,35 +157,41 @@ def test_simulate_deepep_scenario_names_datasheet_components(tmp_path):
 
 
 def test_single_gpu_kernel_fits_cost_attention_and_dense_parts():
-    """With `any/attention_*/graph` and `any/dense/graph` fitted, a step's attention is the
-    projections plus the fitted kernels and the shared experts the dense MLP physics; the
+    """With `any/attention_*/graph` and `any/dense/graph` fitted, a GQA step's attention is the
+    projections plus the fitted kernels and the shared experts the dense MLP physics; an MLA
+    model's attention is its own model (`epsim.cost.mla`), never the GQA kernels' fits; the
     provenance names those components."""
     from epsim.cost import BatchCounts
     from epsim.cost.attention import attention_heads
     from epsim.cost.flash import decode_work, kernel_us
+    from epsim.cost.provenance import provenance
+    from epsim.eplb.placement import Placement
     kernel = dict(base_us=10.0, wave_us=1.0, per_split_us=0.5, hbm_gbps=3000.0, tflops=400.0)
     dense = dict(base_us=10.0, per_expert_us=0.0, hbm_gbps=3000.0, tflops=400.0, wave_us=1.0)
     profile = Profile(name="kernels", hardware="H200", components={
         "any/attention_decode/graph": _comp(**kernel), "any/attention_prefill/graph": _comp(**kernel),
         "any/dense/graph": _comp(**dense)})
-    m = get_model("DeepSeek-V3")
-    cm = CostModel(m, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), profile)
-    assert cm.params.attention.kernels is not None and cm.params.dense is not None
-    batch = BatchCounts.uniform_decode(32, 64, 4096.0)
     slower = Profile(name="slow", hardware="H200", components={
         **profile.components, "any/attention_decode/graph": _comp(**{**kernel, "base_us": 60.0})})
-    cm_slow = CostModel(m, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), slower)
+    gqa = get_model("Qwen3-235B-A22B")
+    cm = CostModel(gqa, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), profile)
+    assert cm.params.attention.kernels is not None and cm.params.dense is not None
+    batch = BatchCounts.uniform_decode(32, 64, 4096.0)
+    cm_slow = CostModel(gqa, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), slower)
     assert cm_slow._attention_layer_us(batch) == pytest.approx(cm._attention_layer_us(batch) + 50.0)
     # the decode kernel term is the flash kernel over the batch's 64 sequences of 4096 keys
-    work = decode_work(np.array([64.0]), np.array([64 * 4096.0]), *attention_heads(m), 132)
+    work = decode_work(np.array([64.0]), np.array([64 * 4096.0]), *attention_heads(gqa), 132)
     assert kernel_us(work, kernel)[0] > kernel["base_us"] + kernel["wave_us"]
-    from epsim.eplb.placement import Placement
+    m = get_model("DeepSeek-V3")
+    ds = CostModel(m, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), profile)
+    ds_slow = CostModel(m, ClusterSpec(gpu="H200", num_nodes=4), DeploymentSpec(ep_size=32), slower)
+    assert ds.params.attention.mla is not None
+    assert ds_slow._attention_layer_us(batch) == ds._attention_layer_us(batch)   # GQA fits unread
     tables = build_tables(Placement.on_cluster(
         contiguous_placement(m.num_moe_layers, m.num_experts, 32), m.num_experts, 32, 8))
     loads = np.full((m.num_moe_layers, m.num_experts), 32 * 64 * m.top_k / m.num_experts)
-    cm.step(batch, loads, tables)
-    from epsim.cost.provenance import provenance
-    uses = {u["part"]: u for u in provenance(cm)["components"]}
-    assert uses["attention"]["key"] == "any/attention_decode/graph"
-    assert any("MLA" in a for a in uses["attention"]["axes"])          # GQA fits on MLA
+    ds.step(batch, loads, tables)
+    uses = {u["part"]: u for u in provenance(ds)["components"]}
+    assert uses["attention"]["key"] == "" and uses["attention"]["tag"] == "datasheet"
+    assert any(a.startswith("MLA bmm: datasheet") for a in uses["attention"]["axes"])
     assert uses["shared_experts"]["key"] == "any/dense/graph"

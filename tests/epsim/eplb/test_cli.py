@@ -169,3 +169,24 @@ def test_rebalance_cost_is_the_simulators_model(tmp_path):
     assert sum(cost["recv_bytes_per_rank"]) + cost["local_copy_bytes"] == pytest.approx(cost["moved_bytes"])
     text = epsim(str(path), "--replicas", "144", "--gpus", "8").stdout    # two zoo models have 128 experts
     assert "rebalance from trivial" in text and "give --model" in text
+
+
+@pytest.mark.parametrize("scale", [1e-50, 1e40])
+def test_the_placement_does_not_depend_on_the_loads_unit(readme_json, tmp_path, scale):
+    base = json.loads(epsim(str(readme_json), *README_ARGS, "--json").stdout)
+    path = tmp_path / "scaled.json"
+    path.write_text(json.dumps((README_WEIGHT * scale).tolist()))
+    out = epsim(str(path), *README_ARGS, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["phy2log"] == base["phy2log"]
+    assert data["balancedness_after"] == pytest.approx(base["balancedness_after"], rel=1e-12)
+
+
+def test_all_zero_loads_move_nothing(tmp_path):
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps(np.zeros((2, 128)).tolist()))
+    out = epsim(str(path), "--replicas", "160", "--gpus", "8", "--model", "Qwen3-30B-A3B", "--json")
+    assert out.returncode == 0, out.stderr
+    cost = json.loads(out.stdout)["rebalance"]
+    assert cost["changed_slots"] == 0 and cost["moved_bytes"] == 0

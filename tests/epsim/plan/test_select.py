@@ -85,3 +85,4 @@ def test_infeasible_message_names_the_closest_constraint():
     assert "each alone is met somewhere" in msg and "closest is ep=32, which misses tpot_ms.p99<=65 with 70" in msg
     nan = {"tpot_ms.p99": np.array([np.nan, np.nan])}
     assert "NaN everywhere" in infeasible_message(nan, [Constraint("tpot_ms.p99", "<=", 5)], str)
+

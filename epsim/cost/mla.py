@@ -1,0 +1,271 @@
+"""Multi-head latent attention (DeepSeek-V3/R1, Kimi-K2): its kernel, its absorbed BMMs and its
+projections, per DP rank and layer.
+
+MLA caches one latent per token and layer: `kv_lora_rank` values (512) plus the shared RoPE key
+(`qk_rope_head_dim`, 64), at the KV cache's dtype (`kv_cache_dtype`: 2 bytes BF16, 1 FP8), read
+by every query head (one "KV head"). A layer on one rank, `h = heads / attn_tp` query heads:
+
+    projections   q_a and kv_a fused [T, H] -> q_lora + kv_lora + rope (replicated over attention
+                  TP), q_b [T, q_lora] -> h (nope + rope), o [T, h v] -> H, in the dense weights'
+                  format (`epsim.cost.quant`: `any/gemm_<format>/graph`)
+    decode        absorbed: `W_UK` BMM per head ([T, nope] x [nope, kv_lora], `mla_gen_pre`), the
+                  kernel over the latent (queries of kv_lora + rope, values of kv_lora), `W_UV` BMM
+                  per head ([T, kv_lora] x [kv_lora, v], `mla_gen_post`)
+    prefill       per head, as SGLang runs it (MHA on its fa3 and trtllm_mla backends): `kv_b`
+                  [keys, kv_lora] -> h (nope + v) up-projects every key's K and V from the
+                  latent, then queries and keys of nope + rope, values of v. AIC's collector
+                  times Hopper's kernel in the absorbed form (as decode) and Blackwell's per
+                  head: the record rows follow the collector (`absorbed_prefill`)
+
+The kernel is costed as `epsim.cost.flash` costs a flash kernel -- CTAs of 64 or 128 query rows
+(the heads of one sequence swapped into rows: MLA's one KV head makes every head a row), key
+splits where the CTAs cannot fill the GPU, waves, and a roofline of the busiest slot -- at
+MLA's sizes: per (row, key) `2 (d_qk + d_v)` FLOPs (d_qk, d_v = 576, 512 absorbed; 192, 128 per
+head), per key `d_qk x kv bytes` of cache (absorbed: the latent and its RoPE key; per head:
+K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its parameters
+(`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and BF16 tensor peak (the
+kernels compute in BF16, an FP8 cache is dequantised in the loop), so a fit on one GPU prices
+another from its datasheet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from epsim.cost.flash import (SPLIT_ROWS, DecodeKernel, KernelWork, decode_counts, decode_work,
+                              kernel_features, kernel_us, prefill_work)
+from epsim.cost.linear import LinearTerms
+from epsim.cost.quant import gemm_us, gemm_work
+from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.spec.gpu import HardwareSpec
+
+MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
+                        frozenset({"hbm_frac", "tensor_frac"}))
+BF16_BYTES = 2.0
+# GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
+# FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
+# itself runs a prefill per head on both (MHA): the simulator prices it so
+ABSORBED_PREFILL = ("H100", "H200", "H800", "H20")
+# DeepSeek's MLA sizes, for records that do not carry them (aiconfigurator's collectors time
+# DeepSeek-V3's attention: kv_lora 512, rope 64, nope 128, v 128)
+DEEPSEEK_MLA = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                "v_head_dim": 128}
+
+
+@dataclass(frozen=True)
+class MlaForm:
+    """The shape an MLA kernel runs: head dims of its queries/keys and values, cache bytes.
+
+    Attributes:
+        qk_dim, v_dim: per head (absorbed: kv_lora + rope and kv_lora; per head: nope + rope
+            and v).
+        kv_bytes_per_key: bytes of cache (or up-projected K and V) read per key.
+    """
+
+    qk_dim: int
+    v_dim: int
+    kv_bytes_per_key: float
+
+    @property
+    def flash_head_dim(self) -> float:
+        """The head_dim a flash kernel with `4 head_dim` FLOPs per (row, key) and `4 head_dim`
+        bytes of query and output per (token, head) would have: `(qk_dim + v_dim) / 2`."""
+        return (self.qk_dim + self.v_dim) / 2.0
+
+    @property
+    def flash_kv_ratio(self) -> float:
+        """KV bytes per key over the flash kernel's (`2 x 2 x head_dim` at BF16)."""
+        return self.kv_bytes_per_key / (BF16_BYTES * 2.0 * self.flash_head_dim)
+
+
+def absorbed_form(kv_lora_rank: int, rope_dim: int, kv_bytes: float) -> MlaForm:
+    """The absorbed kernel: queries and keys over the latent and its RoPE key, values the
+    latent; the cache read once per key, shared by every head."""
+    return MlaForm(kv_lora_rank + rope_dim, kv_lora_rank, (kv_lora_rank + rope_dim) * kv_bytes)
+
+
+def per_head_form(nope_dim: int, rope_dim: int, v_dim: int, kv_bytes: float) -> MlaForm:
+    """The per-head (non-absorbed) prefill kernel: K of nope + rope and V of v per key."""
+    return MlaForm(nope_dim + rope_dim, v_dim, (nope_dim + rope_dim + v_dim) * kv_bytes)
+
+
+def absorbed_prefill(gpu: str) -> bool:
+    """Whether aiconfigurator's MLA prefill records of the GPU time the absorbed form
+    (`ABSORBED_PREFILL`): how a record is read, not how SGLang runs a prefill (per head)."""
+    return gpu in ABSORBED_PREFILL
+
+
+def mla_defaults() -> dict[str, float]:
+    """Datasheet parameters of `any/mla_decode|prefill`: the flash kernels' fixed costs, the
+    stated efficiencies of `epsim.cost.roofline`."""
+    return {"base_us": 8.0, "wave_us": 2.0, "per_split_us": 0.5, "hbm_frac": HBM_EFFICIENCY,
+            "tensor_frac": TENSOR_EFFICIENCY}
+
+
+def absolute(params, hardware: HardwareSpec) -> dict[str, float]:
+    """`params` with `hbm_gbps`, `tflops` (datasheet HBM and BF16 peak x the fractions), the
+    form `epsim.cost.flash.kernel_us` reads."""
+    out = {k: float(v) for k, v in params.items() if k not in ("hbm_frac", "tensor_frac")}
+    out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
+    out["tflops"] = float(params["tensor_frac"]) * hardware.bf16_tflops
+    return out
+
+
+def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int) -> KernelWork:
+    """The MLA decode kernel: `seqs` [dp] single-token queries of `heads` heads each against
+    `context` [dp] cached tokens in all (`epsim.cost.flash.decode_work` at MLA's sizes). Each
+    64-row block of a sequence's heads is its own CTA and streams the sequence's whole cache:
+    the cache is read `ceil(heads / 64)` times (128 heads read it twice)."""
+    seqs = np.asarray(seqs, dtype=np.float64)
+    head_dim = form.flash_head_dim
+    counts = decode_counts(seqs, heads, 1, head_dim, num_sms)
+    reads = -(-heads // SPLIT_ROWS)
+    return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts,
+                       form.flash_kv_ratio * reads)
+
+
+def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
+                        num_sms: int) -> KernelWork:
+    """The causal MLA prefill kernel: `seqs` [dp] chunks of `tokens` [dp] new tokens whose
+    keys number `context` [dp] in all (`epsim.cost.flash.prefill_work` at MLA's sizes: its
+    CTAs, waves and bytes), its math the causal (query, key) pairs' own FLOPs: the kernels
+    spread a chunk's work over the GPU and pack short chunks, so neither the slots nor
+    128 x 128 tiles quantise it."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    context = np.asarray(context, dtype=np.float64)
+    seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
+    work = prefill_work(tokens, context, seqs, heads, 1, form.flash_head_dim, num_sms,
+                        form.flash_kv_ratio)
+    chunk = np.divide(tokens, seqs, out=np.zeros_like(tokens), where=seqs > 0)
+    prefix = np.maximum(np.divide(context, seqs, out=np.zeros_like(tokens), where=seqs > 0)
+                        - chunk, 0.0)
+    pairs = seqs * (chunk * prefix + chunk * (chunk + 1.0) / 2.0)
+    return replace(work, mflops=pairs * heads * 2.0 * (form.qk_dim + form.v_dim) * 1e-6)
+
+
+def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
+    """[dp] microseconds of an MLA kernel (`MLA_TERMS` fractions); 0 without work."""
+    return kernel_us(work, absolute(params, hardware))
+
+
+def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
+    """[dp, 5] design rows in `MLA_TERMS` order: `epsim.cost.flash.kernel_features` with the
+    memory and math columns as µs at the datasheet HBM rate and BF16 peak."""
+    rows = kernel_features(work, absolute(params, hardware))
+    rows[..., 3] /= hardware.hbm_gbps
+    rows[..., 4] /= hardware.bf16_tflops
+    return rows
+
+
+# -- one MLA layer on a rank: projections, absorbed BMMs, kernel (the simulator's pricing) --------
+@dataclass(frozen=True)
+class MlaParams:
+    """What one rank's MLA layer reads (`epsim.cost.resolve`).
+
+    Attributes:
+        decode, prefill: the kernels' fraction parameters (`MLA_TERMS`) over `mla_defaults`.
+        bmm, gemm: the absorbed BMMs' and the projections' (`epsim.cost.quant.GEMM_TERMS`).
+        bmm_format, gemm_format: their weight formats (the BMMs run FP8 for FP8 checkpoints).
+        keys: part ("decode", "prefill", "bmm", "projections") -> the profile component that
+            gave its parameters, "" for datasheet values.
+        hardware, num_sms: the GPU.
+        heads: query heads on the rank (`num_attention_heads / attn_tp`).
+        hidden_size, q_lora_rank, kv_lora_rank, rope_dim, nope_dim, v_dim: the model's sizes.
+        kv_bytes: bytes of one cache element (`kv_cache_dtype`).
+        absorbed_prefill: price the prefill in the absorbed form (False: per head, what SGLang
+            runs; the records of Hopper's kernel are absorbed, `ABSORBED_PREFILL`).
+    """
+
+    decode: Mapping[str, float]
+    prefill: Mapping[str, float]
+    bmm: Mapping[str, float]
+    gemm: Mapping[str, float]
+    bmm_format: str
+    gemm_format: str
+    keys: Mapping[str, str]
+    hardware: HardwareSpec
+    num_sms: int
+    heads: int
+    hidden_size: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    rope_dim: int
+    nope_dim: int
+    v_dim: int
+    kv_bytes: float
+    absorbed_prefill: bool
+
+    @property
+    def decode_form(self) -> MlaForm:
+        return absorbed_form(self.kv_lora_rank, self.rope_dim, self.kv_bytes)
+
+    @property
+    def prefill_form(self) -> MlaForm:
+        if self.absorbed_prefill:
+            return self.decode_form
+        return per_head_form(self.nope_dim, self.rope_dim, self.v_dim, self.kv_bytes)
+
+
+def mla_decode_kernel(mla: MlaParams) -> DecodeKernel:
+    """The decode kernel of `decode_kernel_work` as an `epsim.cost.flash.DecodeKernel` (its
+    sequence counts' terms remembered across steps: the engine's decode path and its leaps)."""
+    form = mla.decode_form
+    reads = -(-mla.heads // SPLIT_ROWS)
+    return DecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms,
+                        absolute(mla.decode, mla.hardware), form.flash_kv_ratio * reads)
+
+
+def _gemm(m, n: int, k: int, mla: MlaParams, batch: int = 1, bmm: bool = False) -> np.ndarray:
+    fmt = mla.bmm_format if bmm else mla.gemm_format
+    return gemm_us(gemm_work(m, n, k, fmt, mla.num_sms, batch), mla.bmm if bmm else mla.gemm,
+                   mla.hardware, fmt)
+
+
+def mla_token_us(tokens, decode_tokens, mla: MlaParams) -> np.ndarray:
+    """[dp] the parts of a layer that follow its tokens alone: the projections of every token
+    and the absorbed BMMs of the decode tokens (`tokens`, `decode_tokens` [dp])."""
+    h, heads = mla.hidden_size, mla.heads
+    # SGLang fuses q_a and kv_a into one GEMM (`fused_qkv_a_proj_with_mqa`), replicated over
+    # attention TP; q_b (or q without a q LoRA) and o are split by heads
+    t = (_gemm(tokens, mla.q_lora_rank + mla.kv_lora_rank + mla.rope_dim, h, mla)
+         + _gemm(tokens, heads * (mla.nope_dim + mla.rope_dim), mla.q_lora_rank or h, mla)
+         + _gemm(tokens, h, heads * mla.v_dim, mla))
+    return t + _bmms(decode_tokens, mla)
+
+
+def _bmms(tokens, mla: MlaParams) -> np.ndarray:
+    """[dp] the absorbed `W_UK` and `W_UV` BMMs of `tokens`, one GEMM per head each."""
+    return (_gemm(tokens, mla.kv_lora_rank, mla.nope_dim, mla, mla.heads, bmm=True)
+            + _gemm(tokens, mla.v_dim, mla.kv_lora_rank, mla, mla.heads, bmm=True))
+
+
+def mla_prefill_us(batch, mla: MlaParams) -> np.ndarray:
+    """[dp] a step's prefill chunks: the absorbed BMMs and kernel (absorbed form), or the
+    up-projection of every key's K and V from the latent (`kv_b`) and the per-head kernel."""
+    tokens, context = batch.prefill_tokens, batch.prefill_context
+    form = mla.prefill_form
+    if mla.absorbed_prefill:
+        extra = _bmms(tokens, mla)
+    else:
+        extra = _gemm(context, mla.heads * (mla.nope_dim + mla.v_dim), mla.kv_lora_rank, mla)
+    work = prefill_kernel_work(tokens, context, batch.prefill_chunks, mla.heads, form, mla.num_sms)
+    return extra + mla_kernel_us(work, mla.prefill, mla.hardware)
+
+
+def mla_attention_us(batch, mla: MlaParams, decode_kernel: DecodeKernel,
+                     token_us: np.ndarray | None = None) -> np.ndarray:
+    """[dp] one MLA layer per rank (module docstring): `mla_token_us` (or `token_us`, the
+    caller's of these tokens), the decode tokens' kernel over their contexts, the prefill
+    chunks'; 0 for an idle rank.
+
+    Args:
+        batch: an `epsim.cost.attention.BatchCounts`.
+        decode_kernel: `mla_decode_kernel(mla)` (kept by the caller across steps)."""
+    t = mla_token_us(batch.tokens, batch.decode_tokens, mla) if token_us is None else token_us
+    t = t + decode_kernel.us(batch.decode_tokens, batch.decode_context)
+    if batch.phase == "prefill":
+        t = t + mla_prefill_us(batch, mla)
+    return np.where(batch.tokens > 0, t, 0.0)

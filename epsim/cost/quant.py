@@ -1,0 +1,266 @@
+"""Quantised GEMMs: weights read at their format's bytes, math at the tensor rate that format
+runs at, the activation quantisation before the GEMM and the block scales' rescaling inside it
+as terms of their own.
+
+A GEMM `[m, k] x [k, n]`, `b` of them batched (MLA's absorbed BMMs run one per head), weights
+in format `f` (`epsim.spec.quant`: bf16, fp8, fp8_block, nvfp4, w4a16):
+
+    t = base_us + max(mem_us, math_us) + quant_us
+    mem_us   = b (n k w_f + m k a_f + 2 m n) / (hbm_frac x HBM) * 1e-3
+    math_us  = flops / (tensor_frac x peak_f) * 1e-6 + wave_us x waves + dequant_us x blocks
+    quant_us = b m k q_f / (hbm_frac x HBM) * 1e-3
+
+  w_f     bytes of one weight, its share of the scales included (`weight_bytes_per_element`:
+          fp8_block 1 + 4/16384, nvfp4 0.5 + 1/16)
+  a_f     bytes of one activation element the GEMM reads: the quantised copy and its scales
+          (fp8 1 with one float32 per token, fp8_block 1 + 4/128: one float32 per 128-value
+          token group, nvfp4 0.5 + 1/16: one FP8 scale per 16 values), 2 where the activations
+          stay BF16 (bf16, and w4a16, which dequantises its weights inside the GEMM)
+  q_f     bytes the activation quantisation moves per element: the BF16 value read, the
+          quantised value and its scale share written (`2 + a_f`); 0 where none runs. Its
+          kernel's launch is not a term of its own: every record holds one quantisation and
+          one GEMM, so the two fixed costs cannot be told apart (both are in `base_us`)
+  peak_f  the GPU's dense tensor peak for the format (`HardwareSpec.tensor_tflops`: FP8 for
+          fp8 and fp8_block, FP4 for nvfp4, BF16 otherwise)
+  flops, waves
+          `2 TILE_M TILE_N k` per tile after tile quantisation, `ceil(m / TILE_M)
+          ceil(n / TILE_N) b` tiles, in `ceil(tiles / num_sms)` waves of one tile per SM; the
+          FLOPs are wave-quantised too (`epsim.cost.experts`) except where the kernel splits K
+          over idle SMs (`SPLIT_K_FORMATS`: cuBLAS's BF16 GEMM, stream-K), which fills a wave
+  blocks  waves x `ceil(k / 128)`: a 128 x 128 block-scaled format (fp8_block) rescales each
+          128-deep slice of its partial sums by the block's scale in the main loop (DeepGEMM's
+          promotion on Hopper); 0 for per-tensor scales (applied once, in the epilogue) and
+          NVFP4 (its block scales are an operand of Blackwell's block-scaled MMA)
+
+The efficiencies `hbm_frac` and `tensor_frac` are fractions of the GPU's datasheet (<= 1, the
+fitter's bound) rather than absolute rates, so a fit on one GPU prices another from that GPU's
+datasheet (`absolute`: the rates `epsim.cost.experts`' physics reads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from epsim.cost.experts import TILE_M, TILE_N, ExpertGemm, experts_rank_us
+from epsim.cost.linear import LinearTerms
+from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.errors import SpecError
+from epsim.spec.gpu import HardwareSpec
+from epsim.spec.quant import WEIGHT_FORMATS, weight_bytes_per_element, weight_tensor_dtype
+
+# bytes of one activation element a GEMM on weights of each format reads (the quantised copy
+# with its scales; BF16 where the activations are not quantised)
+ACTIVATION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4.0 / 128,
+                    "nvfp4": 0.5 + 1.0 / 16, "w4a16": 2.0}
+BF16_BYTES = 2.0
+SCALE_BLOCK_K = {"fp8_block": 128}      # K-depth of a weight-scale block rescaled in the loop
+SPLIT_K_FORMATS = ("bf16", "fp16")      # GEMMs whose kernel splits K over idle SMs (cuBLAS)
+# the fitted terms: fixed µs, inverse efficiencies (time at the datasheet rate x 1/frac)
+GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequant_us"),
+                         frozenset({"hbm_frac", "tensor_frac"}))
+EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
+                                  "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
+FRACTIONS = ("hbm_frac", "tensor_frac")
+# GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
+# slot of the group's tokens (`remote_slot_bytes`); Blackwell runs FlashInfer's TRT-LLM MoE,
+# whose work on other ranks' slots is not this (aiconfigurator's B200 EP rows: the Triton
+# bytes price its NVFP4 rows 2x long at EP 128, its FP8-block rows 14 % short)
+TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
+
+
+def check_format(fmt: str) -> str:
+    """`fmt` if it is a weight format epsim prices (`epsim.spec.quant.WEIGHT_FORMATS`).
+
+    Raises:
+        SpecError: `weight_dtype (...) must be one of [...]`.
+    """
+    if fmt not in WEIGHT_FORMATS:
+        raise SpecError(f"weight_dtype ({fmt!r}) must be one of {list(WEIGHT_FORMATS)}")
+    return fmt
+
+
+def quantises_activations(fmt: str) -> bool:
+    """Whether a GEMM on `fmt` weights quantises its BF16 activations first (a kernel of its
+    own: fp8 per token, fp8_block per 128-value group, nvfp4 per 16-value block)."""
+    return ACTIVATION_BYTES[check_format(fmt)] < BF16_BYTES
+
+
+def quant_bytes_per_element(fmt: str) -> float:
+    """Bytes the activation quantisation moves per element (`q_f`): BF16 in, the quantised
+    value and its scale share out; 0 where the activations stay BF16."""
+    return BF16_BYTES + ACTIVATION_BYTES[fmt] if quantises_activations(fmt) else 0.0
+
+
+def tensor_peak(hardware: HardwareSpec, fmt: str) -> float:
+    """The GPU's dense tensor peak a GEMM on `fmt` weights runs at, TFLOP/s.
+
+    Raises:
+        SpecError: the GPU has no tensor cores of that precision (NVFP4 on Hopper).
+    """
+    dtype = weight_tensor_dtype(check_format(fmt))
+    peak = hardware.tensor_tflops(dtype)
+    if peak is None:
+        raise SpecError(f"weight format ({fmt!r}) must run on a GPU with {dtype.upper()} tensor "
+                        f"cores: {hardware.name} has none")
+    return peak
+
+
+def gemm_defaults() -> dict[str, float]:
+    """Datasheet parameters of a quantised GEMM or experts component: the stated efficiencies of
+    `epsim.cost.roofline`, a few µs of launch, no per-wave, per-block or per-expert cost."""
+    return {"base_us": 8.0, "per_expert_us": 0.0, "hbm_frac": HBM_EFFICIENCY,
+            "tensor_frac": TENSOR_EFFICIENCY, "wave_us": 0.0, "dequant_us": 0.0}
+
+
+def absolute(params, hardware: HardwareSpec, fmt: str) -> dict[str, float]:
+    """`params` with its efficiencies as the rates they stand for on `hardware`
+    (`hbm_gbps = hbm_frac x HBM`, `tflops = tensor_frac x peak_f`), the form the grouped-GEMM
+    physics of `epsim.cost.experts` reads; other parameters kept."""
+    out = {k: float(v) for k, v in params.items() if k not in FRACTIONS}
+    out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
+    out["tflops"] = float(params["tensor_frac"]) * tensor_peak(hardware, fmt)
+    return out
+
+
+@dataclass(frozen=True)
+class GemmWork:
+    """What `b` GEMMs `[m, k] x [k, n]` do, elementwise over `[...]` float64.
+
+    Attributes:
+        mem_kb: weights, activations in and output bytes, KB.
+        mflops: FLOPs after tile (and wave) quantisation, MFLOP.
+        waves: tile waves (each pays a prologue and epilogue).
+        blocks: waves x weight-scale blocks along K (block-scaled formats; else 0).
+        quant_kb: bytes the activation quantisation moves, KB (0 for BF16 activations).
+    """
+
+    mem_kb: np.ndarray
+    mflops: np.ndarray
+    waves: np.ndarray
+    blocks: np.ndarray
+    quant_kb: np.ndarray
+
+
+def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1) -> GemmWork:
+    """The work of `batch` GEMMs `[m, k] x [k, n]` on `fmt` weights (module docstring).
+
+    Args:
+        m: [...] rows (tokens); 0 rows do no work.
+    """
+    m = np.asarray(m, dtype=np.float64)
+    busy = (m > 0).astype(np.float64)
+    weights = batch * n * k * weight_bytes_per_element(check_format(fmt))
+    mem = busy * weights + batch * m * (k * ACTIVATION_BYTES[fmt] + BF16_BYTES * n)
+    tiles = batch * np.ceil(m / TILE_M) * -(-n // TILE_N)
+    waves = np.ceil(tiles / num_sms)
+    filled = tiles if fmt in SPLIT_K_FORMATS else waves * num_sms
+    block = SCALE_BLOCK_K.get(fmt, 0)
+    return GemmWork(mem * 1e-3, filled * 2.0 * TILE_M * TILE_N * k * 1e-6, waves,
+                    waves * -(-k // block) if block else np.zeros_like(m),
+                    batch * m * k * quant_bytes_per_element(fmt) * 1e-3)
+
+
+def _math_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
+    return (work.mflops / rate["tflops"] + work.waves * rate["wave_us"]
+            + work.blocks * rate["dequant_us"])
+
+
+def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
+    """[...] microseconds of the GEMMs of `work` with fraction parameters `params`
+    (`GEMM_TERMS`); 0 where there is no work."""
+    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
+    mem = work.mem_kb / rate["hbm_gbps"]
+    t = rate["base_us"] + np.maximum(mem, _math_us(work, rate)) + work.quant_kb / rate["hbm_gbps"]
+    return np.where(work.mflops > 0, t, 0.0)
+
+
+def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
+    """[..., 5] design rows in `GEMM_TERMS` order: (1, µs at the datasheet HBM rate of the
+    memory side if memory-bound plus the quantisation's bytes, then if compute-bound: µs at the
+    datasheet tensor peak, waves, scale blocks); times `GEMM_TERMS.coefficients(params)` gives
+    `gemm_us`."""
+    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
+    mem_bound = work.mem_kb / rate["hbm_gbps"] >= _math_us(work, rate)
+    busy = (work.mflops > 0).astype(np.float64)
+    hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + work.quant_kb) / hardware.hbm_gbps
+    compute = ~mem_bound
+    return np.stack([busy, hbm_us, np.where(compute, work.mflops, 0.0) / tensor_peak(hardware, fmt),
+                     np.where(compute, work.waves, 0.0), np.where(compute, work.blocks, 0.0)],
+                    axis=-1)
+
+
+# -- the routed experts' grouped GEMM on quantised weights ---------------------------------------
+def quant_expert_gemm(hidden_size: int, intermediate_size: int, fmt: str, num_sms: int,
+                      top_k: int, input_quantised: bool = False) -> ExpertGemm:
+    """The `ExpertGemm` of SwiGLU experts with `fmt` weights.
+
+    Weights at `fmt`'s bytes; the GEMMs read quantised activations (`ACTIVATION_BYTES`). A
+    quantised format quantises the hidden states before the gate+up GEMM (once per token:
+    `1 / top_k` of a row's `H`; none where they arrive quantised -- an FP8 DeepEP dispatch)
+    and the SwiGLU output before the down GEMM (`I` per row); a block-scaled one rescales its
+    partial sums per 128-deep K block.
+
+    Args:
+        input_quantised: the hidden states arrive quantised (FP8 dispatch, or DeepEP's MoE
+            runner that takes them so).
+    """
+    h, i = hidden_size, intermediate_size
+    weight = 3.0 * h * i * weight_bytes_per_element(check_format(fmt))
+    x_share = 0.0 if input_quantised else 1.0 / max(top_k, 1)
+    return ExpertGemm(h, i, weight, num_sms, ACTIVATION_BYTES[fmt],
+                      quant_bytes_per_element(fmt) * (x_share * h + i), SCALE_BLOCK_K.get(fmt, 0))
+
+
+def layout_kb(recv_tokens, hidden_size: int, fmt: str) -> np.ndarray:
+    """[...] KB the DeepEP normal layout's own kernels move around the grouped GEMM: every
+    received token's quantised row scattered into expert order (read and written at `a_f`) and
+    its BF16 output gathered back (read and written), `(2 a_f + 4) H` per received token
+    (DeepEP's normal dispatch hands a rank its tokens, not its (token, expert) pairs; the
+    low-latency layout is already per expert and moves none)."""
+    per_token = (2.0 * ACTIVATION_BYTES[check_format(fmt)] + 2.0 * BF16_BYTES) * hidden_size
+    return np.asarray(recv_tokens, dtype=np.float64) * per_token * 1e-3
+
+
+def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k: int,
+                      gpu: str) -> float:
+    """Bytes SGLang's fused Triton MoE kernel moves for one (token, expert) slot whose expert
+    is on another rank, when every rank holds the group's tokens (no dispatch: the `none`
+    backend, and AIC's `moe_perf` rows at EP > 1); 0 on a GPU whose SGLang runs another kernel
+    (`TRITON_MOE_GPUS`). Its kernels run over all `T x top_k` slots: a remote
+    slot's GEMM blocks write zeros (the gate+up output's `2I` and the down output's `H`, BF16),
+    the SwiGLU reads the `2I` and writes `I`, the quantisation of the SwiGLU output reads and
+    writes its `I` (`q_f`), the top-k sum reads the `H`, and the hidden state's quantisation
+    runs for every token (`H q_f / top_k` per slot). A local slot's share of this work is in
+    the fitted rates (EP 1 records, all slots local); this is the rest, at the same HBM rate."""
+    h, i, q = hidden_size, intermediate_size, quant_bytes_per_element(check_format(fmt))
+    if gpu not in TRITON_MOE_GPUS:
+        return 0.0
+    return BF16_BYTES * (2.0 * i + 2.0 * i + i + 2.0 * h) + q * (i + h / max(top_k, 1))
+
+
+def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
+                           hardware: HardwareSpec, fmt: str, layout=0.0) -> np.ndarray:
+    """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
+    `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
+    active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
+    quantisation's bytes, then if compute-bound: µs at the format's datasheet peak, waves,
+    scale blocks; times `EXPERT_QUANT_TERMS.coefficients(params)` gives the slowest rank's
+    `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB at HBM: the backend's own
+    kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
+    slots, `remote_slot_bytes`)."""
+    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
+    pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
+    slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
+    p, a, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (pairs, active, tiles))
+    mem_kb = (a * gemm.weight_bytes + p * gemm.act_bytes_per_row) * 1e-3
+    mflops, waves = gemm.quantized_mflops(n), gemm.waves(n)
+    blocks = gemm.scale_blocks(n)
+    math = mflops / rate["tflops"] + waves * rate["wave_us"] + blocks * rate["dequant_us"]
+    compute = mem_kb / rate["hbm_gbps"] < math
+    quant_kb = p * gemm.quant_bytes_per_row * 1e-3
+    return np.stack([np.ones_like(p), a,
+                     (np.where(compute, 0.0, mem_kb) + quant_kb + layout) / hardware.hbm_gbps,
+                     np.where(compute, mflops, 0.0) / tensor_peak(hardware, fmt),
+                     np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)], axis=-1)

@@ -1,0 +1,154 @@
+"""Evaluate the quantised-GEMM, quantised-experts and MLA components on a MeasurementRecord
+(the kinds of the field's op tables, `epsim.calibrate.aic`): the fitter's design rows and the
+validator's predictions, from the models the simulator prices with (`epsim.cost.quant`,
+`epsim.cost.mla`).
+
+  gemm           `num_tokens_per_rank` rows m, `hidden_size` k, `intermediate_size` n, weights in
+                 `weight_dtype` (`any/gemm_<format>/graph`)
+  mla_bmm        MLA's absorbed BMM per head (`extra.op`: `mla_gen_pre` [T, nope] x [nope, kv_lora],
+                 `mla_gen_post` [T, kv_lora] x [kv_lora, v]) over `num_attention_heads` heads
+                 (`any/mla_bmm_<format>/graph`; DeepSeek's sizes, which the tables time)
+  quant_experts  the grouped GEMM of quantised experts, `local_expert_tokens` per local expert
+                 (`any/experts_<format>/graph`; DeepEP's MoE runner: `deepep/experts_<format>/...`
+                 with the kernel mode of `mode`, its hidden states arriving quantised)
+  mla_decode, mla_prefill   the MLA kernel (`extra.scope` "kernel") of `num_seqs` sequences of
+                 `context_len`, `num_attention_heads` heads on the GPU, its cache at
+                 `kv_cache_dtype` (`any/mla_decode|prefill_<bf16|fp8>/graph`); a whole-module record
+                 (`scope` "module") is no one component
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from epsim.cost.experts import num_sms, row_tiles
+from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
+                            decode_kernel_work, mla_defaults, mla_kernel_features,
+                            per_head_form, prefill_kernel_work)
+from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
+                              experts_quant_features, gemm_defaults, gemm_features, gemm_work,
+                              layout_kb, quant_expert_gemm, remote_slot_bytes)
+from epsim.errors import RecordError, SpecError
+from epsim.profile import (GRAPH, Profile, component_key, experts_mode_path, format_kind,
+                           kv_kind)
+from epsim.records import MeasurementRecord
+from epsim.spec.quant import kv_bytes_per_element
+from epsim.zoo import get_hardware, hardware_names
+
+KERNEL_KINDS = ("gemm", "mla_bmm", "quant_experts", "mla_decode", "mla_prefill")
+# MLA's absorbed BMMs: op -> (n, k) of each head's GEMM, DeepSeek's sizes
+BMM_SHAPES = {"mla_gen_pre": (DEEPSEEK_MLA["kv_lora_rank"], DEEPSEEK_MLA["qk_nope_head_dim"]),
+              "mla_gen_post": (DEEPSEEK_MLA["v_head_dim"], DEEPSEEK_MLA["kv_lora_rank"])}
+
+
+class KernelRow(NamedTuple):
+    """A record's component, coefficient names, `[terms]` design row and current coefficients."""
+
+    component: str
+    coef_names: tuple[str, ...]
+    row: np.ndarray
+    coefficients: np.ndarray
+
+
+def _hardware(record: MeasurementRecord, profile: Profile):
+    gpu = record.provenance.hardware or profile.hardware
+    if gpu not in hardware_names():
+        raise RecordError(f"provenance.hardware ({gpu!r}) must be one of {hardware_names()}")
+    return get_hardware(gpu)
+
+
+def _format(record: MeasurementRecord) -> str:
+    try:
+        return check_format(record.weight_dtype or "bf16")
+    except SpecError:
+        raise RecordError(f"weight_dtype ({record.weight_dtype!r}) must be a weight format "
+                          f"epsim prices for a {record.kind} record") from None
+
+
+def _gemm_row(record: MeasurementRecord, profile: Profile):
+    hw, fmt = _hardware(record, profile), _format(record)
+    if record.kind == "mla_bmm":
+        shape = BMM_SHAPES.get(record.extra.get("op"))
+        if shape is None or not record.num_attention_heads:
+            raise RecordError(f"extra.op ({record.extra.get('op')!r}) must be one of "
+                              f"{list(BMM_SHAPES)} and num_attention_heads > 0 for an mla_bmm record")
+        (n, k), batch = shape, record.num_attention_heads
+    else:
+        n, k, batch = record.intermediate_size, record.hidden_size, 1
+        if not (n and k):
+            raise RecordError("hidden_size (k) and intermediate_size (n) must be > 0 for a gemm "
+                              "record")
+    key = component_key("any", format_kind(record.kind, fmt), GRAPH)
+    params = profile.params("any", format_kind(record.kind, fmt), GRAPH, defaults=gemm_defaults())
+    work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt,
+                     num_sms(hw.name), batch)
+    return KernelRow(key, GEMM_TERMS.coef_names, gemm_features(work, params, hw, fmt)[0],
+                     GEMM_TERMS.coefficients(params))
+
+
+def _quant_experts_row(record: MeasurementRecord, profile: Profile):
+    hw, fmt = _hardware(record, profile), _format(record)
+    if not (record.local_expert_tokens and record.moe_intermediate_size and record.top_k):
+        raise RecordError("local_expert_tokens, moe_intermediate_size and top_k must be given "
+                          "for a quant_experts record")
+    rank = int(record.extra.get("measured_rank", 0))
+    rows = np.asarray(record.local_expert_tokens[rank], dtype=np.float64)
+    pairs, active, tiles = (np.array([x]) for x in (rows.sum(), float((rows > 0).sum()),
+                                                     float(row_tiles(rows))))
+    backend = "deepep" if record.backend == "deepep" else "any"
+    gemm = quant_expert_gemm(record.hidden_size, record.moe_intermediate_size, fmt,
+                             num_sms(hw.name), record.top_k, input_quantised=backend == "deepep")
+    kind, path = format_kind("experts", fmt), experts_mode_path(record)
+    params = profile.params(backend, kind, path, defaults=gemm_defaults())
+    layout = 0.0
+    if backend == "deepep" and path == "normal":     # the rank's received tokens, laid out
+        layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
+    elif backend == "any":          # the fused kernel over the group's slots, remote ones too
+        remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
+        layout = max(remote, 0.0) * remote_slot_bytes(
+            record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
+    row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout)
+    return KernelRow(component_key(backend, kind, path), EXPERT_QUANT_TERMS.coef_names, row,
+                     EXPERT_QUANT_TERMS.coefficients(params))
+
+
+def _mla_row(record: MeasurementRecord, profile: Profile):
+    if record.extra.get("scope", "kernel") != "kernel":
+        raise RecordError(f"extra.scope ({record.extra.get('scope')!r}) must be 'kernel' for an "
+                          f"MLA record to be one component (a module is its parts' sum)")
+    hw = _hardware(record, profile)
+    heads, seqs, ctx = record.num_attention_heads, record.num_seqs, record.context_len
+    if not (heads and seqs and ctx):
+        raise RecordError("num_attention_heads, num_seqs and context_len must be > 0 for an "
+                          "MLA record")
+    kv = kv_bytes_per_element(record.kv_cache_dtype or "bf16")
+    d = DEEPSEEK_MLA
+    one, sms = np.ones(1), num_sms(hw.name)
+    if record.kind == "mla_decode":
+        work = decode_kernel_work(one * seqs, one * seqs * ctx, heads,
+                                  absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv), sms)
+    else:
+        form = (absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
+                if absorbed_prefill(hw.name) else
+                per_head_form(d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], kv))
+        work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form, sms)
+    kind = format_kind(record.kind, kv_kind(record.kv_cache_dtype))
+    params = profile.params("any", kind, GRAPH, defaults=mla_defaults())
+    return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
+                     mla_kernel_features(work, params, hw)[0], MLA_TERMS.coefficients(params))
+
+
+def kernel_record_features(record: MeasurementRecord, profile: Profile) -> KernelRow:
+    """The design row of a record of `KERNEL_KINDS` (`epsim.cost.record.record_features` makes
+    it its `RecordFeatures`).
+
+    Raises:
+        RecordError: a format epsim does not price, or sizes the model needs are missing.
+    """
+    if record.kind in ("gemm", "mla_bmm"):
+        return _gemm_row(record, profile)
+    if record.kind == "quant_experts":
+        return _quant_experts_row(record, profile)
+    return _mla_row(record, profile)

@@ -1,0 +1,111 @@
+"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, 64-head blocks
+re-reading it, the absorbed or per-head prefill by GPU), its design rows equal to the model, and
+a DeepSeek deployment priced by it instead of the GQA kernels."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from epsim.cost.attention import BatchCounts
+from epsim.cost.flash import kernel_us
+from epsim.cost.linear import LinearTerms
+from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill,
+                            decode_kernel_work, mla_decode_kernel, mla_kernel_features,
+                            mla_token_us, per_head_form, prefill_kernel_work)
+from epsim.cost.model import CostModel
+from epsim.cost.provenance import provenance
+from epsim.profile import Profile
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_hardware, get_model
+
+H200 = get_hardware("H200")
+PARAMS = {"base_us": 4.0, "wave_us": 2.0, "per_split_us": 0.5, "hbm_frac": 0.8,
+          "tensor_frac": 0.6}
+
+
+def test_forms_carry_mlas_sizes():
+    form = absorbed_form(512, 64, 1.0)                     # FP8 latent cache
+    assert (form.qk_dim, form.v_dim, form.kv_bytes_per_key) == (576, 512, 576.0)
+    # as a flash kernel: 4 head_dim FLOPs per (row, key) = 2 (576 + 512)
+    assert 4 * form.flash_head_dim == 2 * (576 + 512)
+    head = per_head_form(128, 64, 128, 2.0)
+    assert (head.qk_dim, head.v_dim, head.kv_bytes_per_key) == (192, 128, 640.0)
+    assert absorbed_prefill("H200") and not absorbed_prefill("B200")
+
+
+def test_decode_reads_the_cache_once_per_64_heads():
+    seqs, ctx = np.array([64.0]), np.array([64.0 * 65536])
+    for kv in (2.0, 1.0):
+        form = absorbed_form(512, 64, kv)
+        q_o = 64 * 128 * (576 + 512) * 2.0                   # BF16 queries and outputs
+        for heads, reads in ((64, 1), (128, 2)):
+            work = decode_kernel_work(seqs, ctx, heads, form, 132)
+            q = q_o * heads / 128
+            assert work.mem_kb[0] * 1e3 == pytest.approx(q + reads * ctx[0] * 576 * kv)
+    fp8 = decode_kernel_work(seqs, ctx, 64, absorbed_form(512, 64, 1.0), 132)
+    bf16 = decode_kernel_work(seqs, ctx, 64, absorbed_form(512, 64, 2.0), 132)
+    assert fp8.mem_kb[0] < 0.51 * bf16.mem_kb[0] + 1e3       # half the cache bytes
+
+
+def test_prefill_math_is_the_causal_pairs():
+    form = per_head_form(128, 64, 128, 2.0)
+    work = prefill_kernel_work(np.array([4096.0]), np.array([4096.0]), np.array([1.0]), 16,
+                               form, 148)
+    pairs = 4096 * 4097 / 2
+    assert work.mflops[0] == pytest.approx(pairs * 16 * 2 * (192 + 128) * 1e-6)
+
+
+def test_design_rows_times_coefficients_give_the_kernel():
+    rng = np.random.default_rng(3)
+    terms = LinearTerms(MLA_TERMS.params, MLA_TERMS.inverse)
+    for _ in range(10):
+        seqs = rng.integers(1, 512, size=4).astype(float)
+        ctx = seqs * rng.integers(16, 32768, size=4)
+        for work in (decode_kernel_work(seqs, ctx, 128, absorbed_form(512, 64, 2.0), 132),
+                     prefill_kernel_work(ctx, ctx, seqs, 16, absorbed_form(512, 64, 1.0), 132)):
+            rows = mla_kernel_features(work, PARAMS, H200)
+            assert np.allclose(rows @ terms.coefficients(PARAMS),
+                               kernel_us(work, absolute(PARAMS, H200)))
+
+
+def _deepseek(gpu: str = "H200", kv: str = "auto", profile: Profile | None = None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu=gpu, num_nodes=2),
+                         DeploymentSpec(ep_size=16, moe_a2a_backend="deepep",
+                                        enable_dp_attention=True, kv_cache_dtype=kv), profile)
+
+
+def test_deepseek_is_priced_by_the_mla_model():
+    cm = _deepseek()
+    mla = cm.params.attention.mla
+    # SGLang prefills per head (MHA) on every GPU; only AIC's Hopper records are absorbed
+    assert mla is not None and mla.heads == 128 and not mla.absorbed_prefill
+    assert mla.bmm_format == "fp8" and mla.gemm_format == cm.model.weight_dtype
+    batch = BatchCounts.uniform_decode(16, 64, 4096)
+    attn = cm._attention_layer_us(batch)
+    kernel = mla_decode_kernel(mla).us(batch.decode_tokens, batch.decode_context).max()
+    tokens = mla_token_us(batch.tokens, batch.decode_tokens, mla).max()
+    # plus the attention block's own ops (norms, RoPE, latent write, residual; docs/model.md 5e)
+    ops = cm._attention_ops(batch.tokens).max()
+    assert ops > 0 and attn == pytest.approx(kernel + tokens + ops)
+    prov = provenance(cm)
+    assert prov["profile"].startswith(cm.profile.name) and prov["line"].startswith("profile ")
+    # datasheet efficiencies: an FP8 cache halves the latent's bytes, a long decode is cheaper
+    sheet = Profile(name="datasheet-H200", hardware="H200")
+    long = BatchCounts.uniform_decode(16, 64, 65536)
+    assert (_deepseek(kv="fp8_e4m3", profile=sheet)._attention_layer_us(long)
+            < _deepseek(profile=sheet)._attention_layer_us(long))
+
+
+def test_gqa_models_keep_their_path():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = CostModel(get_model("Qwen3-235B-A22B"), ClusterSpec(gpu="H200"),
+                       DeploymentSpec(ep_size=8, moe_a2a_backend="deepep",
+                                      enable_dp_attention=True))
+    assert cm.params.attention.mla is None

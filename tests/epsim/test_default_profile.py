@@ -1,0 +1,65 @@
+"""Which profile prices a cluster (`epsim.default_profile`), shipped profiles by name, and the
+profile-format addition (each component's data source and tables; older profiles still load)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from epsim.cli import main
+from epsim.default_profile import aic_profile_name, default_profile, filled
+from epsim.errors import ProfileError
+from epsim.profile import Profile, default_profile_path, load_profile, profile_path
+
+
+def test_shipped_profiles_by_name():
+    assert load_profile("aic_b200").hardware == "B200"
+    assert profile_path("h200x2") == default_profile_path()
+    with pytest.raises(ProfileError, match=r"profile \('aic_b300'\) must be a profile JSON file or "
+                                           r"one of the shipped profiles \['aic_b200'"):
+        load_profile("aic_b300")
+
+
+def test_the_default_rule():
+    h200 = default_profile("H200")
+    assert h200.name.startswith("h200x2") and h200.hardware == "H200"
+    measured = load_profile(shared=True)
+    assert all(h200.components[k] == c for k, c in measured.components.items())
+    # filled from aic_h200: only kinds our own records never cover (and DeepEP, which our
+    # machines never ran), each naming its profile
+    added = {k: c for k, c in h200.components.items() if k not in measured.components}
+    assert all(filled(k) for k in added) and not any(filled(k) for k in measured.components)
+    assert {"deepep/dispatch/graph/low_latency/fp8", "deepep/combine/normal",
+            "any/experts_fp8_block/graph", "any/mla_decode_bf16/graph"} <= set(added)
+    assert not filled("deepep/experts/graph") and not filled("none/allreduce")
+    assert all(c.profile == "aic_h200" and c.data_source == "aiconfigurator"
+               for c in added.values())
+    assert default_profile("B200").name == aic_profile_name("B200") == "aic_b200"
+    assert default_profile("H800").components == {} and aic_profile_name("H800") == ""
+    assert default_profile("B200") is default_profile("B200")          # one shared resolution
+
+
+def test_old_profiles_still_load_and_say_their_source(tmp_path):
+    data = json.loads(default_profile_path().read_text())
+    for comp in data["components"].values():
+        for field in ("data_source", "tables", "profile"):
+            comp.pop(field, None)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = Profile.load(path)
+    key = next(iter(old.components))
+    assert old.data_source(key) == "epsim records" and old.data_source("any/nothing") == "datasheet"
+    aic = Profile.load(profile_path("aic_h200"))
+    key = next(iter(aic.components))
+    assert aic.data_source(key) == "aiconfigurator" and aic.components[key].tables
+
+
+def test_cost_names_the_profile_and_sources(capsys):
+    assert main(["cost", "--model", "DeepSeek-V3", "--cluster", "B200", "--backend", "deepep",
+                 "--ep", "8", "--tokens-per-rank", "64", "--json"]) in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    prov = out["provenance"]
+    assert prov["profile"].startswith("aic_b200") and "default for B200" in prov["profile_rule"]
+    assert {c["data_source"] for c in prov["components"]} <= {"aiconfigurator", "datasheet"}
+    assert prov["line"].startswith("profile aic_b200")
