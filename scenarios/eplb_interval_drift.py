@@ -33,13 +33,15 @@ def rebalanced(row: dict) -> bool:
 def main(argv=None) -> dict:
     args = script_args(__doc__, argv)
     if args.quick:
-        # the full shape (EP 32, the same skew and drift) over 6 simulated seconds (~40 passes):
-        # a smaller instance is less skewed, so it would not answer the same question
-        intervals = "5,10,20"
-        overrides = ["workload.duration_s=6", "workload.warmup_s=1"]
+        # the full shape (EP 32, the same skew and drift) over 20 simulated seconds (~120
+        # passes): a smaller instance is less skewed, so it would not answer the same question,
+        # and a shorter run would measure mostly the placement before the first rebalance (one
+        # stop-the-world move costs ~7 passes of serving)
+        intervals = "10,25,50"
+        overrides = ["workload.duration_s=20", "workload.warmup_s=5"]
     elif args.lite:
         intervals = "5,50,400"
-        overrides = ["workload.duration_s=12", "workload.warmup_s=2"]
+        overrides = ["workload.duration_s=30", "workload.warmup_s=5"]
     else:
         intervals = "5,10,15,25,50,100,200,400"
         overrides = []

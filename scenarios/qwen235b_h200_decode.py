@@ -3,7 +3,9 @@
 Sweeps the EP size (8..128 GPUs, one instance with DP attention) and the request rate, keeps
 configurations that meet TPOT p99 <= 50 ms and TTFT p99 <= 2 s, keep up with the arrivals
 (served >= 97 % of offered, backlog not growing: `epsim plan`'s keep-up rule) and fit in HBM,
-and reports the fewest GPUs per request rate (the rate is the workload: one answer per rate).
+and reports the fewest GPUs per request rate (the rate is the workload: one answer per rate);
+where none meets them with its whole p10-p90 band, the fewest that meet them at the prediction,
+marked marginal.
 
 Quick runs 5x shorter outputs at 5x the rate for 4 simulated seconds: the same steady batch
 per GPU (Little's law), reached in a fifth of the time.
@@ -51,20 +53,28 @@ def main(argv=None) -> dict:
           f"{'tok/s/GPU':>10} {'$/M out tok':>11}")
     fewest = {}
     for r in rates:
-        ok = [row for row in result.rows if row["workload.arrivals.rate_per_s"] == r and row["feasible"]]
+        at_rate = [row for row in result.rows if row["workload.arrivals.rate_per_s"] == r]
+        # no point meets every bound with its whole p10-p90 band: the fewest GPUs that meet them
+        # at the prediction (marginal) are still the answer, said as such
+        ok = ([row for row in at_rate if row["feasible"]]
+              or [row for row in at_rate if row.get("marginal")])
         if not ok:
             print(f"{r:>10g} {'none':>12}  (no EP size swept meets {', '.join(CONSTRAINTS)})")
             continue
         row = min(ok, key=lambda x: (x["num_gpus"], -x["throughput_tokens_per_s_per_gpu"]))
         fewest[r] = row
+        mark = "" if row["feasible"] else " (marginal)"
         print(f"{r:>10g} {row['num_gpus']:>12g} {row['tpot_ms.p99']:>12.1f} {row['ttft_ms.p99']:>12.0f} "
-              f"{row['throughput_tokens_per_s_per_gpu']:>10.0f} {row['cost_per_million_output_tokens']:>11.3f}")
+              f"{row['throughput_tokens_per_s_per_gpu']:>10.0f} {row['cost_per_million_output_tokens']:>11.3f}"
+              f"{mark}")
     asked = rate * 5 if args.quick else rate
     if asked in fewest:
         row = fewest[asked]
         scaled = (f" (run as {asked:g} req/s of 5x shorter outputs)" if args.quick else "")
+        verdict = ("is the fewest GPUs with" if row["feasible"] else
+                   "is the fewest GPUs, marginally (its p10-p90 band crosses a bound), with")
         answer_line = answer(args, f"at {rate:g} req/s{scaled}, EP {row['deployment.ep_size']} on {row['num_gpus']:g} "
-                            f"H200 ({row['num_nodes']:g} node(s)) is the fewest GPUs with TPOT p99 "
+                            f"H200 ({row['num_nodes']:g} node(s)) {verdict} TPOT p99 "
                             f"{row['tpot_ms.p99']:.1f} ms <= {TPOT_P99_MS:g} ms (TTFT p99 "
                             f"{row['ttft_ms.p99']:.0f} ms; {row['hbm_headroom_gib']:.0f} GiB HBM "
                             f"left per GPU)", row, base.workload)
@@ -96,7 +106,7 @@ def main(argv=None) -> dict:
     ax.legend(fontsize=8)
     ax2.legend(fontsize=8)
     save_figure(fig, args.out, "qwen235b_h200_decode",
-                "Qwen3-235B-A22B decode on H200: star = fewest GPUs meeting all constraints")
+                "Qwen3-235B-A22B decode on H200: star = fewest GPUs meeting all constraints (or marginally)")
     return {"answer": answer_line, "direction": direction}
 
 

@@ -28,7 +28,7 @@ def test_cli_choices_are_the_vocabulary():
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["cost"]
     choices = {a.dest: a.choices for a in sub._actions}
     assert tuple(choices["dispatch_dtype"]) == vocab.DISPATCH_DTYPES
-    assert tuple(choices["deepep_mode"]) == vocab.DEEPEP_MODES
+    assert tuple(choices["deepep_mode"]) == vocab.DEEPEP_MODE_CHOICES        # auto first, as SGLang
 
 
 @pytest.mark.parametrize("name", vocab.A2A_BACKENDS)
