@@ -20,7 +20,7 @@ import numpy as np
 
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   kv_ratio, lm_head_us, measured_attention_us)
-from epsim.cost.attention_ops import attention_ops_us
+from epsim.cost.attention_ops import DEFAULT_ENGINE, attention_ops_us
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.layer import LayerCost, layer_cost
@@ -49,6 +49,9 @@ class CostModel:
             measured on another GPU type is ignored with a ProfileHardwareWarning.
         time_mode: "auto" (SGLang: decode steps within `cuda_graph_max_bs` replay CUDA graphs,
             device time; others eager, device + host overhead), "graph" or "eager" for all.
+        engine: the serving engine whose attention-block kernels are priced
+            (`epsim.cost.attention_ops`): "sglang" (a deployment's), "transformers" (the live
+            bench's eager block, what the composition axis measures).
     Attributes:
         params: the `CostParams` it prices with (`resolve_params`: shared by every model of
             an equal deployment and profile).
@@ -56,14 +59,15 @@ class CostModel:
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
-                 profile: Profile | None = None, time_mode: str = "auto"):
+                 profile: Profile | None = None, time_mode: str = "auto",
+                 engine: str = DEFAULT_ENGINE):
         self.model, self.cluster, self.deployment = model, cluster, deployment
         self.profile = profile if profile is not None else default_profile(cluster.gpu)
         # how the profile was chosen, for every output (`epsim.cost.provenance`)
         self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"
                              if self.profile is default_profile(cluster.gpu) else "named")
         self.params: CostParams = resolve_params(model, cluster, deployment, self.profile,
-                                                 time_mode)
+                                                 time_mode, engine)
         self.model = self.params.model        # in the formats the deployment serves it in
         if not self.params.profile_applies:
             warnings.warn(f"profile {self.profile.name or self.profile.path} was measured on "
@@ -339,7 +343,7 @@ class CostModel:
         p = self.params
         if p.attention_ops is None:
             return None
-        return attention_ops_us(tokens, p.attention_ops_bytes, p.attention_ops)
+        return attention_ops_us(tokens, p.attention_block_ops, p.attention_ops)
 
     def _attention_layer_us(self, batch: BatchCounts, graph: bool = True) -> float:
         """Slowest rank's attention of one layer (with the block's own ops), plus the

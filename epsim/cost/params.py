@@ -24,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from epsim.cost.attention_ops import BlockOps
 from epsim.cost.experts import ExpertGemm
 from epsim.cost.mla import MlaParams
 from epsim.cost.timing import StageTiming
@@ -229,7 +230,8 @@ class CostParams:
         tp_collectives: see `TPCollectiveParams`.
         attention_ops: `any/attention_ops/graph`, the attention block's own ops (norms, RoPE,
             KV write, residual) where the profile holds its fit, else None (not charged).
-        attention_ops_bytes: bytes those ops move per token of a rank.
+        attention_block_ops: those ops' launches and bytes per token on a rank, as the engine
+            runs them (`epsim.cost.attention_ops.block_ops`).
     """
 
     model: ModelSpec
@@ -261,7 +263,7 @@ class CostParams:
     tp_collectives: TPCollectiveParams
     # -- the attention block's own ops (`epsim.cost.attention_ops`) -------------------------
     attention_ops: Coefficients | None = None
-    attention_ops_bytes: float = 0.0
+    attention_block_ops: BlockOps = BlockOps(0, 0.0)
 
     def step(self, graph: bool) -> StepKindParams:
         """The MoE layers' parameters in a CUDA-graph (`graph`) or eager step."""

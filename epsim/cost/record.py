@@ -35,8 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.attention import attention_projections_us
-from epsim.cost.attention_ops import (attention_ops_defaults, attention_ops_features,
-                                      model_bytes_per_token)
+from epsim.cost.attention_ops import attention_ops_defaults, attention_ops_features, block_ops
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_features, block_ops_us
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
@@ -383,7 +382,8 @@ def _attention_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFea
     projections = float(attention_projections_us(tokens, model, dense)[0])
     params = profile.params("any", "attention_ops", path,
                             defaults=attention_ops_defaults(cluster.hardware))
-    row = attention_ops_features(tokens, model_bytes_per_token(model))[0]
+    # the bench times transformers' block: its kernels and bytes (`epsim.cost.attention_ops`)
+    row = attention_ops_features(tokens, block_ops(model, "transformers"))[0]
     return RecordFeatures(component_key("any", "attention_ops", path),
                           ATTENTION_OPS_TERMS.coef_names, row,
                           ATTENTION_OPS_TERMS.coefficients(params),

@@ -17,7 +17,8 @@ from epsim import vocab
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
-from epsim.cost.attention_ops import attention_ops_defaults, model_bytes_per_token
+from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, attention_ops_defaults,
+                                      block_ops)
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults
@@ -72,9 +73,12 @@ _MAX_RESOLVED = 32
 
 
 def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
-                   profile: Profile | None = None, time_mode: str = "auto") -> CostParams:
+                   profile: Profile | None = None, time_mode: str = "auto",
+                   engine: str = DEFAULT_ENGINE) -> CostParams:
     """The `CostParams` of a deployment under `profile` (None: the default profile of the
-    cluster's GPU, `epsim.default_profile`).
+    cluster's GPU, `epsim.default_profile`), served by `engine` (`epsim.cost.attention_ops`:
+    which kernels its attention block runs; a deployment's is SGLang, the live bench's
+    transformers).
 
     Resolved once per content: equal specs, profile (by its JSON and path) and time mode give
     the same object, remembered for the last few, so a run's screen and engine, a sweep's
@@ -84,20 +88,24 @@ def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: Deploymen
     `epsim.spec.quant.served_model`: `CostParams.model`).
 
     Raises:
-        SpecError: `time_mode` not one of TIME_MODES; PlacementError: EP ranks that are not a
+        SpecError: `time_mode` not one of TIME_MODES, `engine` not one of ENGINES;
+            PlacementError: EP ranks that are not a
             whole number of nodes.
     """
     if time_mode not in TIME_MODES:
         raise SpecError(f"mode ({time_mode!r}) must be one of {list(TIME_MODES)}")
+    if engine not in ENGINES:
+        raise SpecError(f"engine ({engine!r}) must be one of {list(ENGINES)}")
     profile = profile if profile is not None else default_profile(cluster.gpu)
     key = (model.model_dump_json(), cluster.model_dump_json(), deployment.model_dump_json(),
-           time_mode, profile.path, profile.model_dump_json())
+           time_mode, engine, profile.path, profile.model_dump_json())
     found = _RESOLVED.get(key)
     if found is None:
         if len(_RESOLVED) >= _MAX_RESOLVED:
             _RESOLVED.clear()
         served = served_model(model, deployment.quantization)
-        found = _RESOLVED[key] = _Resolver(served, cluster, deployment, profile).resolve(time_mode)
+        found = _RESOLVED[key] = _Resolver(served, cluster, deployment, profile,
+                                                   engine).resolve(time_mode)
     return found
 
 
@@ -110,8 +118,9 @@ class _Resolver:
     timing, a fitted single-GPU kernel; all datasheet where the profile does not apply."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
-                 profile: Profile):
+                 profile: Profile, engine: str = DEFAULT_ENGINE):
         self.model, self.cluster, self.deployment, self.profile = model, cluster, deployment, profile
+        self.engine = engine
         self.backend = deployment.moe_a2a_backend
         self.applies = profile.hardware == cluster.gpu or not profile.components
 
@@ -181,7 +190,7 @@ class _Resolver:
             extrapolated=self._extrapolated(eager, graph, num_ranks),
             parallel=par, tp_collectives=self._tp_collectives(),
             attention_ops=self.kernel("attention_ops"),
-            attention_ops_bytes=model_bytes_per_token(m, tp_size))
+            attention_block_ops=block_ops(m, self.engine, tp_size))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
     @property

@@ -115,7 +115,9 @@ class Pricer:
                                         enable_dp_attention=True)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # out-of-range fits are what is being judged
-                cost = CostModel(model, cluster, deployment, self.profile, self.time_mode)
+                # the bench times transformers' block: its attention ops, not SGLang's
+                cost = CostModel(model, cluster, deployment, self.profile, self.time_mode,
+                                 engine="transformers")
             tables = build_tables(Placement.on_cluster(
                 contiguous_placement(1, model.num_experts, ep), model.num_experts, ep, per_node))
             self._models[key] = (cost, tables)

@@ -13,7 +13,7 @@ import pytest
 from epsim import vocab
 from epsim.commands.cost import layer_cost as cli_layer_cost
 from epsim.cost import BatchCounts, CostModel, build_tables, contiguous_placement
-from epsim.cost.attention_ops import KERNELS, attention_ops_us, model_bytes_per_token
+from epsim.cost.attention_ops import KERNELS, BlockOps, attention_ops_us, block_ops
 from epsim.cost.block_ops import PARTS, block_ops_us
 from epsim.cost.experts import even_experts_us
 from epsim.cost.layout import layout_us
@@ -124,25 +124,48 @@ def test_attention_ops_are_charged_where_fitted_only():
     bare = profile.model_copy(deep=True)
     del bare.components["any/attention_ops/graph"]
     _, without = _layer("none", 1, 64, bare)
-    ops = attention_ops_us(np.array([64.0]), model_bytes_per_token(get_model(MODEL)),
-                           cm.params.attention_ops)
+    ops = attention_ops_us(np.array([64.0]), block_ops(get_model(MODEL)), cm.params.attention_ops)
     assert with_ops.part("attention_ops")[0] == pytest.approx(float(ops[0]))
     assert without.part("attention_ops")[0] == 0.0
     assert with_ops.part("attention")[0] == pytest.approx(without.part("attention")[0])
     assert with_ops.layer_us[0] - without.layer_us[0] == pytest.approx(float(ops[0]))
     launch = cm.params.attention_ops["launch_us"]
-    assert 1.0 < launch < 5.0 and ops[0] > KERNELS * launch       # a floor plus bytes
+    kernels = cm.params.attention_block_ops.kernels             # a deployment's: SGLang's
+    assert 1.0 < launch < 5.0 and ops[0] > kernels * launch       # a floor plus bytes
 
 
 def test_attention_ops_bytes_follow_the_block_widths():
-    """GQA: 42 H + 56 Q + 64 K + 24 rows per token (Qwen3-30B-A3B: H 2048, Q 4096, K 512, 37
-    RMSNorm rows); MLA over its latent widths."""
-    assert model_bytes_per_token(get_model(MODEL)) == 42 * 2048 + 56 * 4096 + 64 * 512 + 24 * 37
+    """transformers, GQA: 42 H + 56 Q + 64 K + 24 rows per token (Qwen3-30B-A3B: H 2048, Q
+    4096, K 512, 37 RMSNorm rows); MLA over its latent widths."""
+    qwen = block_ops(get_model(MODEL), "transformers")
+    assert qwen == BlockOps(KERNELS, 42 * 2048 + 56 * 4096 + 64 * 512 + 24 * 37)
     ds = get_model("DeepSeek-V3")
     expected = (36 * (7168 + ds.q_lora_rank + ds.kv_lora_rank) + 24 * 3
                 + 20 * (128 * ds.qk_rope_head_dim + ds.qk_rope_head_dim)
                 + 4 * (ds.kv_lora_rank + ds.qk_rope_head_dim) + 6 * 7168)
-    assert model_bytes_per_token(ds) == expected
+    assert block_ops(ds, "transformers").bytes_per_token == expected
+
+
+def test_sglang_attention_ops_are_its_fused_kernels():
+    """SGLang's block (counted from its code, `epsim.cost.attention_ops`): two fused
+    add-RMSNorms over H, the head norms (overlapped on two streams: one launch), RoPE and the
+    KV write in place; GQA adds its two projection GEMMs (no fixed term in their roofline) and,
+    FP8, an activation quant before each; MLA block-FP8 the three projections' activation
+    quant (its BMMs are BF16: the block-FP8 `kv_b_proj` is dequantised at load), MLA with
+    per-tensor FP8 also the BMMs' quant, zeroed scale and output copy."""
+    qwen = block_ops(get_model(MODEL))
+    assert qwen == BlockOps(7, 16 * 2048 + 8 * 4096 + 16 * 512)
+    ds = get_model("DeepSeek-V3")
+    assert (ds.dense_weight_dtype or ds.weight_dtype) == "fp8_block"
+    latent = ds.q_lora_rank + ds.kv_lora_rank + ds.kv_lora_rank + ds.qk_rope_head_dim
+    rope = 128 * ds.qk_rope_head_dim + ds.qk_rope_head_dim
+    assert block_ops(ds) == BlockOps(8, 16 * 7168 + 4 * (latent + rope))
+    per_tensor = block_ops(ds.model_copy(update={"weight_dtype": "fp8"}))
+    assert per_tensor == BlockOps(13, 16 * 7168 + 4 * (latent + rope + 128 * ds.v_head_dim))
+    assert block_ops(ds, tp_size=8).kernels == 8
+    assert qwen.bytes_per_token < block_ops(get_model(MODEL), "transformers").bytes_per_token / 4
+    with pytest.raises(ValueError, match="engine"):
+        block_ops(ds, "vllm")
 
 
 def test_a_backend_experts_fit_never_replaces_the_kernel_model():
