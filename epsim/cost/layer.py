@@ -145,7 +145,5 @@ def _comm_key(params, kind, stage: str, mode: str) -> str:
 
 def _sync_key(cost_model, graph: bool) -> str:
     backend = cost_model.params.backend
-    for key in (f"{backend}/moe_layer/graph" if graph else "", f"{backend}/moe_layer"):
-        if key and key in cost_model.profile.components:
-            return key
-    return ""
+    key = f"{backend}/moe_layer/graph" if graph else f"{backend}/moe_layer"
+    return key if key in cost_model.profile.components else ""

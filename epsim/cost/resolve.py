@@ -331,9 +331,13 @@ class _Resolver:
             for eager in (True, False):
                 timing[eager], experts_params[eager], layout[eager], remote[eager] = \
                     self._quant_experts(eager, timing[eager])
-        sync = self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"]
-        sync_us = {True: sync,
-                   False: self.coefficients(backend, "moe_layer", GRAPH, {"sync_us": sync})["sync_us"]}
+        # a CUDA-graph step's layer sync is its own device-only fit: an eager fit's residual
+        # holds the ranks' host-side skew (each host launching at its own pace; `none` 63 µs
+        # at EP 2 beside the kernel model, `torch` -108 µs of launch overlap), which a graph
+        # replay has not -- the datasheet 0 where no graph fit exists
+        graph_sync = self._exact(component_key(backend, "moe_layer", GRAPH))
+        sync_us = {True: self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"],
+                   False: graph_sync.params["sync_us"] if graph_sync else 0.0}
         out = {}
         for eager in (True, False):
             # the block's own ops (router, permute, top-k weighting; `epsim.cost.block_ops`):

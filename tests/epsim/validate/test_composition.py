@@ -71,7 +71,8 @@ def test_a_layer_is_priced_as_a_decode_step_prices_it(comp, small, backend):
     """The zoo's model in a one-GPU (or EP 8) deployment, one decode step of the point through
     the public layer cost (`CostModel.layer`, `CostModel.step`'s own arithmetic): at EP 1 what
     the step charges, at EP 8 the rank's own work (no dispatch, combine, backend layout or
-    sync), plus the per-layer overhead, is the composition's price."""
+    sync), plus the per-layer overhead, is the composition's price -- with the attention ops of
+    transformers' block, the one the bench times (`epsim.cost.attention_ops`)."""
     profile = load_profile()
     records = {(r.ep_size, r.num_seqs, r.context_len): r for r in read_records(small)
                if r.kind == "decoder_layer"}
@@ -83,7 +84,8 @@ def test_a_layer_is_priced_as_a_decode_step_prices_it(comp, small, backend):
         skip = {"name", "num_layers", "vocab_size", "intermediate_size"}
         assert simulator_model(record).model_dump(exclude=skip) == model.model_dump(exclude=skip)
         cost = CostModel(model, ClusterSpec(gpu="H200"), DeploymentSpec(
-            ep_size=ep, moe_a2a_backend=backend, dispatch_dtype="bf16"), profile)
+            ep_size=ep, moe_a2a_backend=backend, dispatch_dtype="bf16"), profile,
+            engine="transformers")                 # the bench's block, not SGLang's
         tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, ep), 128, ep, 8))
         batch = BatchCounts.uniform_decode(ep, row.num_seqs, row.context_len)
         loads = np.asarray(record.local_expert_tokens).reshape(1, -1)
