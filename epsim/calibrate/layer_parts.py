@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from epsim.calibrate.inputs import SourcedRecord
-from epsim.cost.record import ATTENTION_KERNEL_US
+from epsim.cost.record_single import ATTENTION_KERNEL_US
 
 WHOLE_KINDS = ("decoder_layer", "layer_stack")
 

@@ -30,96 +30,33 @@ ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from epsim.cost.attention import attention_projections_us
-from epsim.cost.attention_ops import attention_ops_defaults, attention_ops_features, block_ops
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
-from epsim.cost.block_ops import block_ops_defaults, block_ops_features, block_ops_us
+from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy, l2_bytes, per_message)
-from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defaults,
+from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, row_tiles)
-from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
-                              prefill_work)
 from epsim.cost.layout import layout_defaults, layout_features
-from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
-                               COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
+from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS
 from epsim.cost.moe import layer_defaults
 from epsim.cost.record_kernels import KERNEL_KINDS, kernel_record_features
-from epsim.cost.timing import stage_timing
+from epsim.cost.record_row import RecordFeatures, device_path, record_cluster
+from epsim.cost.record_single import (SINGLE_GPU_COMPONENTS, attention_ops_row, block_ops_row,
+                                     single_gpu_row)
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
-from epsim.spec.model import ModelSpec
-from epsim.zoo import get_hardware, hardware_names
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
                      "attention_prefill", "attention_decode", "dense_mlp", "block_ops",
                      "attention_block",   # the layer bench's `layer_part` of the attention block
                      *KERNEL_KINDS)
-# single-GPU kinds and the component each fits (`any/<component>[/graph]`)
-SINGLE_GPU_COMPONENTS = {"attention_prefill": "attention_prefill",
-                         "attention_decode": "attention_decode", "dense_mlp": "dense"}
-
-
-@dataclass(frozen=True)
-class RecordFeatures:
-    """One record's row for a least-squares fit of one component.
-
-    Attributes:
-        component: profile key, e.g. "torch/dispatch", "deepep/combine/low_latency", "any/experts".
-        coef_names: names of the coefficients the row multiplies (e.g. "inv_nvl_gbps").
-        row: [len(coef_names)] float64; `row @ coefficients` is microseconds.
-        coefficients: [len(coef_names)] the profile's current coefficients of that component
-            (zeros for a backend's layout work the profile has not fitted: not charged).
-        host_us: host overhead of an eager record.
-        offset_us: device time of the record the component does not hold (a backend's experts
-            stage: the kernel model and the block ops inside it), fixed in a fit.
-    """
-
-    component: str
-    coef_names: tuple[str, ...]
-    row: np.ndarray
-    coefficients: np.ndarray
-    host_us: float = 0.0
-    offset_us: float = 0.0
-
-    @property
-    def predicted_us(self) -> float:
-        """Device time (`row @ coefficients` plus the fixed parts the row does not hold,
-        `offset_us`) plus the host overhead of an eager record."""
-        return float(self.row @ self.coefficients) + self.offset_us + self.host_us
-
-
-def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
-    gpu = record.provenance.hardware or profile.hardware
-    if gpu not in hardware_names():
-        raise RecordError(f"provenance.hardware ({gpu!r}) must be one of {hardware_names()}")
-    per_node = get_hardware(gpu).gpus_per_node
-    return ClusterSpec(gpu=gpu, num_nodes=max(1, -(-record.ep_size // per_node)))
-
-
-def _device_path(record: MeasurementRecord, profile: Profile, kind: str) -> tuple[str, float]:
-    """(mode path to read the device-time parameters with, host overhead µs to add): an eager
-    record of a stage whose profile holds device time and host overhead apart is predicted as
-    the simulator predicts an eager step (`epsim.cost.timing.stage_timing`); others by their
-    own component."""
-    path = record_mode_path(record, kind)
-    if is_graph(record):
-        return path, 0.0
-    # the experts' device time is the kernel model's whatever the backend (`any/experts...`)
-    owner = "any" if kind == "experts" and record.backend != "local" else None
-    timing = stage_timing(profile, record.backend, kind, path, eager=True, device_owner=owner)
-    if timing.host_key:
-        return timing.mode_path, timing.host_us
-    return path, 0.0
 
 
 def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
@@ -132,7 +69,7 @@ def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
 
 def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordFeatures:
     backend, mode = record.backend, kernel_mode(record)
-    cluster = _cluster(record, profile)
+    cluster = record_cluster(record, profile)
     if backend == "none":
         return _collective_row(record, profile, passes=1 if kind == "dispatch" else 2)
     dedup = dedup_for(backend, mode)
@@ -144,7 +81,7 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
                                            record.top_k, dedup)
     else:
         per_copy = combine_bytes_per_copy(record.hidden_size)
-    path, host = _device_path(record, profile, kind)
+    path, host = device_path(record, profile, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
     hottest = staged = 0.0
     if per_message(dedup):     # per-copy, busiest-slot and L2-spill terms (`comm.per_message`)
@@ -159,7 +96,7 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
 
 
 def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) -> RecordFeatures:
-    cluster = _cluster(record, profile)
+    cluster = record_cluster(record, profile)
     num_bytes = record.bytes or record.ep_size * record.num_tokens_per_rank * record.hidden_size * 2.0
     params = profile.params("none", "allreduce", defaults=collective_defaults(cluster))
     key = "none/allreduce"
@@ -217,9 +154,9 @@ def _experts_row(record: MeasurementRecord, profile: Profile,
     rest: a record set with no grouped GEMM timed alone fits the kernel on the stages). An
     eager record adds the host overhead of `<backend>/experts/host` and of the block ops
     inside the stage."""
-    cluster = _cluster(record, profile)
+    cluster = record_cluster(record, profile)
     pairs, active, tiles = _expert_counts(record)
-    path, host = _device_path(record, profile, "experts")
+    path, host = device_path(record, profile, "experts")
     key, row, coef = _kernel_row(record, profile, path if record.backend != "local"
                                  else record_mode_path(record, "experts"), cluster,
                                  pairs, active, tiles)
@@ -287,109 +224,6 @@ def _inside_block_ops(record: MeasurementRecord, profile: Profile, cluster: Clus
     return us, (host.params.get("base_us", 0.0) * _launch_share(parts) if host else 0.0)
 
 
-def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
-    """Design row of a single-GPU kernel record: a dense SwiGLU MLP (one expert's physics,
-    `epsim.cost.experts.dense_us`) or a flash-attention kernel (`epsim.cost.flash`)."""
-    cluster = _cluster(record, profile)
-    kind = SINGLE_GPU_COMPONENTS[record.kind]
-    path = GRAPH if is_graph(record) else ""
-    sms = num_sms(cluster.gpu)
-    if record.kind != "dense_mlp":
-        return _attention_row(record, profile, kind, path, cluster)
-    params = profile.params("any", kind, path, defaults=experts_defaults(cluster.hardware))
-    if not (record.hidden_size and record.intermediate_size):
-        raise RecordError("hidden_size and intermediate_size must be > 0 for a dense_mlp record")
-    gemm = ExpertGemm(record.hidden_size, record.intermediate_size,
-                      3.0 * record.hidden_size * record.intermediate_size * 2.0, sms)
-    t = float(record.num_tokens_per_rank)
-    row = experts_features(np.array([t]), np.array([1.0 if t > 0 else 0.0]),
-                           np.array([np.ceil(t / TILE_M)]), gemm, params)
-    row[1] = 0.0          # one expert always: its per-expert term is the base's
-    return RecordFeatures(component_key("any", kind, path), EXPERT_TERMS.coef_names, row,
-                          EXPERT_TERMS.coefficients(params))
-
-
-def _attention_row(record: MeasurementRecord, profile: Profile, kind: str, path: str,
-                   cluster: ClusterSpec) -> RecordFeatures:
-    """An attention record: `num_seqs` causal chunks of `context_len` new tokens (prefill), or
-    `num_seqs` single queries against `context_len` cached keys each (decode)."""
-    h, kv, hd = record.num_attention_heads, record.num_kv_heads, record.head_dim
-    seqs, ctx = record.num_seqs, record.context_len
-    if not (h and kv and hd and seqs and ctx):
-        raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs and "
-                          "context_len must be > 0 for an attention record")
-    one, sms = np.ones(1), num_sms(cluster.gpu)
-    if record.kind == "attention_prefill":
-        work = prefill_work(one * seqs * ctx, one * seqs * ctx, one * seqs, h, kv, hd, sms)
-    else:
-        work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms)
-    params = profile.params("any", kind, path, defaults=attention_kernel_defaults(cluster.hardware))
-    return RecordFeatures(component_key("any", kind, path), ATTENTION_TERMS.coef_names,
-                          kernel_features(work, params)[0], ATTENTION_TERMS.coefficients(params))
-
-
-def _block_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
-    """Design row of a `block_ops` record (`epsim.cost.block_ops`): the measured GPU's own
-    tokens and the pairs its experts compute (`extra.pairs`, else tokens x top_k: one GPU
-    holds every expert)."""
-    if not (record.hidden_size and record.num_experts and record.top_k):
-        raise RecordError("hidden_size, num_experts and top_k must be > 0 for a block_ops record")
-    cluster = _cluster(record, profile)
-    path, host = _device_path(record, profile, "block_ops")
-    params = profile.params("any", "block_ops", path, defaults=block_ops_defaults(cluster.hardware))
-    tokens = float(record.num_tokens_per_rank)
-    pairs = float(record.extra.get("pairs", tokens * record.top_k))
-    row = block_ops_features(tokens, pairs, record.hidden_size, record.num_experts, record.top_k,
-                             params)
-    return RecordFeatures(component_key("any", "block_ops", path), BLOCK_OPS_TERMS.coef_names, row,
-                          BLOCK_OPS_TERMS.coefficients(params), host)
-
-
-def layer_model(record: MeasurementRecord) -> ModelSpec:
-    """A layer-bench record's shape as a one-layer `ModelSpec` (GQA attention with the record's
-    heads; a shared expert where the record has one, of the experts' width)."""
-    width = record.moe_intermediate_size or 1
-    return ModelSpec(name=record.model, num_layers=1, hidden_size=record.hidden_size,
-                     moe_intermediate_size=width, num_experts=record.num_experts or 1,
-                     top_k=record.top_k or 1,
-                     num_shared_experts=record.intermediate_size // width,
-                     num_attention_heads=record.num_attention_heads,
-                     num_key_value_heads=record.num_kv_heads, head_dim=record.head_dim)
-
-
-ATTENTION_KERNEL_US = "attention_kernel_us"   # extra field: the kernel measured at the point
-
-
-def _attention_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
-    """A `layer_part` record of the attention block (`extra.part` "attention_block": input
-    RMSNorm, attention, residual; decode, `num_seqs` tokens at `context_len`): the block's own
-    ops' row (`any/attention_ops`); its fixed offset is the attention kernel measured at the
-    same point (`extra.attention_kernel_us`, paired by `epsim.calibrate.layer_parts`; else the
-    fitted kernel model) and the projections as the simulator prices them."""
-    if not (record.num_attention_heads and record.num_kv_heads and record.head_dim
-            and record.num_seqs and record.context_len and record.hidden_size):
-        raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs, context_len "
-                          "and hidden_size must be > 0 for an attention_block record")
-    cluster = _cluster(record, profile)
-    model = layer_model(record)
-    path = GRAPH if is_graph(record) else ""
-    tokens = np.array([float(record.num_seqs)])
-    kernel = record.extra.get(ATTENTION_KERNEL_US)
-    if kernel is None:
-        twin = record.model_copy(update={"kind": "attention_decode", "extra": {}})
-        kernel = _attention_row(twin, profile, "attention_decode", path, cluster).predicted_us
-    dense = profile.params("any", "dense", GRAPH, defaults=experts_defaults(cluster.hardware))
-    projections = float(attention_projections_us(tokens, model, dense)[0])
-    params = profile.params("any", "attention_ops", path,
-                            defaults=attention_ops_defaults(cluster.hardware))
-    # the bench times transformers' block: its kernels and bytes (`epsim.cost.attention_ops`)
-    row = attention_ops_features(tokens, block_ops(model, "transformers"))[0]
-    return RecordFeatures(component_key("any", "attention_ops", path),
-                          ATTENTION_OPS_TERMS.coef_names, row,
-                          ATTENTION_OPS_TERMS.coefficients(params),
-                          offset_us=float(kernel) + projections)
-
-
 def record_features(record: MeasurementRecord, profile: Profile,
                     component: str = "") -> RecordFeatures:
     """The design row of the component a record measures (kinds dispatch, combine, experts,
@@ -406,13 +240,13 @@ def record_features(record: MeasurementRecord, profile: Profile,
     if record.kind == "experts":
         return _experts_row(record, profile, kernel=component.startswith("any/experts"))
     if record.kind in SINGLE_GPU_COMPONENTS:
-        return _single_gpu_row(record, profile)
+        return single_gpu_row(record, profile)
     if record.kind == "allreduce":
         return _collective_row(record, profile, passes=2)
     if record.kind == "block_ops":
-        return _block_ops_row(record, profile)
+        return block_ops_row(record, profile)
     if record_kind(record) == "attention_block":
-        return _attention_ops_row(record, profile)
+        return attention_ops_row(record, profile)
     if record.kind in KERNEL_KINDS:        # quantised GEMMs and experts, MLA: record_kernels
         return RecordFeatures(*kernel_record_features(record, profile))
     raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "

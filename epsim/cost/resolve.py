@@ -24,13 +24,14 @@ from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
+from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
 from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.layout import layout_defaults
 from epsim.cost.mla import MlaParams, mla_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
-                               Extrapolation, FittedRange, StageParams, StepKindParams,
+                               StageParams, StepKindParams,
                                TPCollectiveParams)
 from epsim.cost.quant import (absolute, gemm_defaults, layout_kb, quant_expert_gemm,
                               remote_slot_bytes)
@@ -158,6 +159,8 @@ class _Resolver:
         dedup = {mode: dedup_for(backend, mode) for mode in modes}
         steps = self._steps(modes, dedup)
         eager, graph = steps[True], steps[False]
+        used = used_components(eager, graph, backend == "none" and par.tp_size > 1) \
+            if self.applies else []
         allreduce = self.coefficients("none", "allreduce", "", collective_defaults(c))
         allgather = self.coefficients("none", "allgather", "", allreduce)
         # single-GPU kernels measured device-only (`any/dense/graph`, `any/attention_*/graph`):
@@ -186,8 +189,8 @@ class _Resolver:
                 self._mla(tp_size)),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
-            token_ranges=self._token_ranges(eager, graph),
-            extrapolated=self._extrapolated(eager, graph, num_ranks),
+            token_ranges=token_ranges(self.profile, used),
+            extrapolated=extrapolated(self.profile, used, num_ranks, m.hidden_size),
             parallel=par, tp_collectives=self._tp_collectives(),
             attention_ops=self.kernel("attention_ops"),
             attention_block_ops=block_ops(m, self.engine, tp_size))
@@ -389,55 +392,6 @@ class _Resolver:
         low-latency (`pair`-copy) kernels write each copy into its expert's rows and weight the
         top-k outputs inside their combine. At EP 1 no backend runs: all three."""
         return ("router",) if dedup == "pair" and not one_gpu else BLOCK_OPS_PARTS
-
-    def _used(self, eager: StepKindParams, graph: StepKindParams) -> list[tuple[str, str, str]]:
-        """(backend, kind, mode path) of the fitted components the steps read, in the order
-        the warnings name them: dispatch, then combine, by kernel mode, eager before graph;
-        then the experts; the `none` backend's all-reduce last."""
-        if not self.applies:
-            return []
-        steps = (eager, graph)
-        timings = [k.stage(kind, mode).timing for kind in ("dispatch", "combine")
-                   for mode in eager.dispatch for k in steps]
-        timings += [k.experts.timing for k in steps]
-        timings += [stage.timing for k in steps for stage in k.layout.values()]
-        used = list(dict.fromkeys(_used_component(t) for t in timings if t.key))
-        if self.backend == "none" and self.deployment.parallel.tp_size > 1:
-            used.append(("none", "allreduce", ""))
-        return used
-
-    def _token_ranges(self, eager: StepKindParams,
-                      graph: StepKindParams) -> tuple[FittedRange, ...]:
-        out = []
-        for backend, kind, mode in self._used(eager, graph):
-            comp = self.profile.component(backend, kind, mode)
-            if comp is not None and comp.source == "fit" and "num_tokens_per_rank" in comp.valid_range:
-                out.append(FittedRange(backend, kind, mode, *comp.valid_range["num_tokens_per_rank"]))
-        return tuple(out)
-
-    def _extrapolated(self, eager: StepKindParams, graph: StepKindParams,
-                      num_ranks: int) -> tuple[Extrapolation, ...]:
-        out, seen = [], set()
-        for backend, kind, mode in self._used(eager, graph):
-            comp = self.profile.component(backend, kind, mode)
-            if comp is None or comp.source != "fit":
-                continue
-            for name, value in (("ep_size", num_ranks), ("hidden_size", self.model.hidden_size)):
-                if name not in seen and comp.outside(**{name: value}):
-                    out.append(Extrapolation(backend, kind, mode, name, value))
-                    seen.add(name)                    # one warning per quantity, not per part
-        return tuple(out)
-
-
-def _used_component(timing: StageTiming) -> tuple[str, str, str]:
-    """(owner, kind, mode path) a stage's fitted range is read from: the owner of the component
-    the timing read (the BF16 experts: `any`, the kernel model) with its own stage's kind and
-    path, or for a component of another kind (a quantised format's `experts_<format>`) the
-    key's parts."""
-    parts = timing.key.split("/")
-    if parts[1] == timing.kind:
-        return parts[0], timing.kind, timing.mode_path
-    return parts[0], parts[1], "/".join(parts[2:])
 
 
 def _host_row(comm: dict[str, dict[str, StageParams]], experts: StageTiming,

@@ -34,7 +34,7 @@ from epsim import vocab
 from epsim.calibrate.inputs import load_records
 from epsim.cost import BatchCounts, CostModel, build_tables, contiguous_placement
 from epsim.eplb import Placement
-from epsim.cost.record import layer_model
+from epsim.cost.record_single import layer_model
 from epsim.errors import RecordError
 from epsim.records import MeasurementRecord
 from epsim.spec.deployment import DeploymentSpec
