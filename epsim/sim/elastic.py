@@ -91,6 +91,8 @@ class ElasticEP:
         lost = sched.drop_rank(rank, now_s)
         self.down[rank] = True
         self.awaiting.discard(rank)
+        # a rank rejoined since is active in SGLang's mask: the survivors include its slots
+        self.place_rejoined()
         alive = ~self.down
         sched.route_to(alive, now_s)
         if self.mode == "reload":

@@ -146,6 +146,19 @@ def test_the_rejoin_restarts_the_interval_and_the_next_rebalance_places_the_rank
     assert placed and waiting and min(placed) > 0 and max(waiting) == 0
 
 
+def test_a_failure_after_a_rejoin_places_over_the_rejoined_rank_too():
+    # rank 1 back at 0.2 s (slots unreferenced), then rank 3 fails: SGLang's mask has rank 1
+    # active, so the survivors' placement covers ranks 0, 1 and 2
+    sc = failing_scenario({"failures": [{"at_s": FAIL_S, "rank": 1, "recover_after_s": BACK_S},
+                                        {"at_s": 0.25, "rank": 3}]})
+    sim, res, seen = run(sc)
+    assert [e["reason"] for e in res.rebalances] == ["failure", "failure"]
+    assert res.rebalances[1]["num_alive"] == 3 and not sim.elastic.awaiting
+    assert sim.placement.alive.tolist() == [True, True, True, False]
+    late = [pairs for t, _, pairs in seen if t > 0.25 + DETECT_S + 0.005]
+    assert late and all(pairs[1] > 0 and pairs[3] == 0 for pairs in late)
+
+
 def test_reload_mode_pauses_the_instance_until_the_rank_is_back():
     sc = failing_scenario({"enable_eplb": False, "ep_num_redundant_experts": 0, "elastic_recovery": "reload",
                            "reload_gbps": 50.0})
