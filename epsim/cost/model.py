@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from epsim.cost.attention_ahead import AttentionAhead
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   kv_ratio, lm_head_us, measured_attention_us)
 from epsim.cost.experts import dense_gemm, dense_us
@@ -82,6 +83,8 @@ class CostModel:
         self._stacks = MoEStacks()
         self._terms_memo: dict[tuple, TokenTerms] = {}
         self._projections_memo: dict[bytes, np.ndarray] = {}     # tokens -> [dp] µs
+        self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
+        self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
 
     def _check_tokens(self, tokens_per_rank: np.ndarray) -> None:
         """Warn once per component when a batch's tokens per rank leave its fitted range."""
@@ -199,17 +202,15 @@ class CostModel:
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
 
     def leaps(self, batch: BatchCounts) -> bool:
-        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
-        neither TP attention nor a split-KV decode launch (the terms `decode_steps` does not
-        vectorise; the engine then steps one at a time)."""
+        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch
+        without TP attention (whose collectives `decode_steps` does not add; the engine then
+        steps one at a time). Split-KV decode launches are priced over many steps at once
+        (`epsim.cost.flash.decode_work`)."""
         if not (batch.phase == "decode" and self.params.tp_size == 1):
             return False
         if self.params.attention.kernels is None and self.params.attention.mla is None:
             return True                             # the datasheet roofline: elementwise in contexts
-        if self._decode_kernel is None:
-            return False
-        part = batch.scaled(0.5) if self.deployment.enable_two_batch_overlap else batch
-        return not any(self._decode_kernel.counts(b.decode_tokens).may_split for b in (batch, part))
+        return self._decode_kernel is not None
 
     def decode_steps(self, batch: BatchCounts, contexts: np.ndarray,
                      moes: list[MoECost]) -> StepBlock:
@@ -324,7 +325,12 @@ class CostModel:
         `graph` False)."""
         p = self.params
         kv = p.attention.kv_cache_dtype
-        if p.attention.mla is not None:
+        if (batch.phase == "decode" and batch.decode_queries_per_seq == 1.0
+                and (p.attention.mla is not None or p.attention.kernels is not None)):
+            # the decode kernel with its projections, priced ahead for steady steps (the same
+            # bits as the branches below: `_decode_attention`, `epsim.cost.attention_ahead`)
+            t = self._ahead.price(batch)
+        elif p.attention.mla is not None:
             t = float(mla_attention_us(batch, p.attention.mla, self._decode_kernel,
                                        self._projections(batch)).max())
         elif p.attention.kernels is not None:
@@ -335,8 +341,14 @@ class CostModel:
                                             self._decode_kernel, kv).max())
         else:
             t = float(attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv).max())
-        if p.tp_size > 1:
-            t += attention_collectives_us(p, batch, graph)
+        if p.tp_size > 1:           # follows the busiest group's tokens alone: remembered
+            key = (float(batch.tokens.max(initial=0.0)), graph)
+            extra = self._collectives_memo.get(key)
+            if extra is None:
+                if len(self._collectives_memo) >= 64:
+                    self._collectives_memo.clear()
+                extra = self._collectives_memo[key] = attention_collectives_us(p, batch, graph)
+            t += extra
         return t
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
