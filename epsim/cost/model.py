@@ -202,14 +202,14 @@ class CostModel:
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
 
     def leaps(self, batch: BatchCounts) -> bool:
-        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch
-        without TP attention (whose collectives `decode_steps` does not add; the engine then
-        steps one at a time). Split-KV decode launches are priced over many steps at once
-        (`epsim.cost.flash.decode_work`)."""
-        if not (batch.phase == "decode" and self.params.tp_size == 1):
+        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch (the
+        datasheet roofline only without TP attention). Split-KV decode launches are priced
+        over many steps at once (`epsim.cost.flash.decode_work`), TP attention's collectives
+        follow the tokens alone."""
+        if batch.phase != "decode" or batch.decode_queries_per_seq != 1.0:
             return False
         if self.params.attention.kernels is None and self.params.attention.mla is None:
-            return True                             # the datasheet roofline: elementwise in contexts
+            return self.params.tp_size == 1         # the roofline: elementwise in contexts
         return self._decode_kernel is not None
 
     def decode_steps(self, batch: BatchCounts, contexts: np.ndarray,
@@ -229,7 +229,9 @@ class CostModel:
         part = batch.scaled(0.5) if tbo else batch          # as `step`: one micro-batch
         terms = self._token_terms(batch, part)
         shared = terms.shared_us
-        attn = self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
+        graph = terms.graph
+        attn = (self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
+                + self._collectives_us(part, graph))
         pick, stacked = self._stacks.stack(moes)
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
         compute = (attn[:, None] + shared) + experts + block                    # [k, layers]
@@ -238,7 +240,8 @@ class CostModel:
             layer = layer + scale * stacked.sync[pick][:, None]
         dense, overhead = terms.lm_head_us, terms.overhead_us
         if self.model.num_dense_layers:         # [k]: their attention follows the contexts
-            whole = self._decode_attention(batch, contexts) if tbo else attn
+            whole = (self._decode_attention(batch, contexts) + self._collectives_us(batch, graph)
+                     if tbo else attn)
             dense = dense + self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         step_us = layer.sum(axis=1) + dense + overhead
         num_layers = layer.shape[1]
@@ -341,15 +344,23 @@ class CostModel:
                                             self._decode_kernel, kv).max())
         else:
             t = float(attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv).max())
-        if p.tp_size > 1:           # follows the busiest group's tokens alone: remembered
-            key = (float(batch.tokens.max(initial=0.0)), graph)
-            extra = self._collectives_memo.get(key)
-            if extra is None:
-                if len(self._collectives_memo) >= 64:
-                    self._collectives_memo.clear()
-                extra = self._collectives_memo[key] = attention_collectives_us(p, batch, graph)
-            t += extra
+        if p.tp_size > 1:
+            t += self._collectives_us(batch, graph)
         return t
+
+    def _collectives_us(self, batch: BatchCounts, graph: bool) -> float:
+        """`attention_collectives_us` (0 without TP attention): they follow the busiest
+        group's tokens alone, so they are remembered per token count."""
+        if self.params.tp_size <= 1:
+            return 0.0
+        key = (float(batch.tokens.max(initial=0.0)), graph)
+        extra = self._collectives_memo.get(key)
+        if extra is None:
+            if len(self._collectives_memo) >= 64:
+                self._collectives_memo.clear()
+            extra = self._collectives_memo[key] = attention_collectives_us(self.params, batch,
+                                                                           graph)
+        return extra
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
         """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`
