@@ -1,4 +1,4 @@
-"""The fast engine's leap: many saturated decode steps priced and applied at once.
+"""The fast engine's leap: many saturated (or quiet) decode steps priced and applied at once.
 
 A decode instance whose batches stay full (every slot a step frees refilled at the next from
 requests already waiting, none of them finishing within the steps ahead) runs steps whose
@@ -12,6 +12,10 @@ opens, if it has yet to) and end before the run does; the next segment starts wh
 stopped, with the pool the one-step loop would draw there. The steps are then applied to the
 scheduler, the recorder and EPLB's statistics window as the one-step loop would have done
 them: the same random stream, the same bits (tests/epsim/sim/test_leap.py).
+
+Quiet steps (`epsim.sim.quiet`: every running request decodes, none finishes or joins, closed
+loops included) leap the same way, their batches formed by `Scheduler.quiet` and cut before the
+next arrival where a slot is free (`stop_s`).
 
 It only runs where nothing watches steps one by one but EPLB's statistics window, which takes
 the loads of the passes that only record (`EPLBManager.quiet_steps`; the pass that rebalances
