@@ -87,10 +87,10 @@ def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.nd
     state, path, queues = sched.state, sched.decode_path, sched.queues
     sched._dropped = False
     tokens = quiet.batch.decode_tokens
-    if sched.kv is not None:       # each plan records the pool's use (none admitted)
-        used = quiet.context_sum[:num]
-        if path is None:
-            used = used + sched.prefill_left.sum(axis=1)
+    if sched.kv is not None:       # each plan records the pool's use (none admitted), which
+        # each commit grows by the decode tokens
+        steps = np.arange(num, dtype=np.int64)[:, None]
+        used = sched._kv_used() + steps * state.occupied
         sched.kv.record_full_steps(start_s, used, tokens, quiet.held)
         sched._kv_held = quiet.held
     num_used = int(state.occupied.sum())

@@ -42,6 +42,9 @@ def scenario(deployment: dict | None = None, **workload):
     ("kv_bound", {"disaggregation_mode": "decode", "max_running_requests": 64,
                   "mem_fraction_static": 0.69},
      {"arrivals": {"kind": "concurrency", "clients": 128}}, 0.2),
+    # ... and an aggregated instance's (its prompts count whole from admission)
+    ("kv_bound_agg", {"max_running_requests": 64, "mem_fraction_static": 0.686},
+     {"arrivals": {"kind": "concurrency", "clients": 128}}, 0.2),
 ])
 def test_quiet_steps_leap_with_the_same_result(case, deployment, workload, share):
     runs = run_both(scenario(deployment, **workload))
@@ -49,5 +52,5 @@ def test_quiet_steps_leap_with_the_same_result(case, deployment, workload, share
     assert runs[0][1].kv_cache == runs[1][1].kv_cache
     leapt, stepped = runs[0][0], runs[1][1]
     assert leapt.leaper.num_steps > share * stepped.steps["step_us"].shape[0], case
-    if case == "kv_bound":
+    if case.startswith("kv_bound"):
         assert stepped.kv_cache["can_bind"] and stepped.kv_cache["held_frac"] > 0
