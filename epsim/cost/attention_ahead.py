@@ -10,8 +10,10 @@ that step alone (tests/epsim/cost/test_attention_ahead.py). A step whose context
 the table (the batch changed) prices a new table; how far ahead follows how many steps the
 last table served, so a batch that changes every step prices each step alone, as before.
 
-The closed loops of `epsim validate --silicon` step one decode step at a time (their arrivals
-follow completions, so the engine's leap stays off); this is where their steps spent most.
+Decode steps the engine does not leap (`epsim.sim.leap`: a leap needs at least two steps
+before the next completion or admission, and nothing watching the steps) are priced here; the
+closed loops of `epsim validate --silicon` spent most of their time on this term when they
+stepped one decode step at a time.
 """
 
 from __future__ import annotations
