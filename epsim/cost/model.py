@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from epsim.cost.attention_ahead import AttentionAhead
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   kv_ratio, lm_head_us, measured_attention_us)
 from epsim.cost.attention_ops import DEFAULT_ENGINE, attention_ops_us
@@ -88,6 +89,8 @@ class CostModel:
         self._stacks = MoEStacks()
         self._terms_memo: dict[tuple, TokenTerms] = {}
         self._projections_memo: dict[bytes, np.ndarray] = {}     # tokens -> [dp] µs
+        self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
+        self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
 
     def _check_tokens(self, tokens_per_rank: np.ndarray) -> None:
         """Warn once per component when a batch's tokens per rank leave its fitted range."""
@@ -211,17 +214,15 @@ class CostModel:
         return layer_cost(self, batch, loads, tables)
 
     def leaps(self, batch: BatchCounts) -> bool:
-        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
-        neither TP attention nor a split-KV decode launch (the terms `decode_steps` does not
-        vectorise; the engine then steps one at a time)."""
-        if not (batch.phase == "decode" and self.params.tp_size == 1):
+        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch (the
+        datasheet roofline only without TP attention). Split-KV decode launches are priced
+        over many steps at once (`epsim.cost.flash.decode_work`), TP attention's collectives
+        follow the tokens alone."""
+        if batch.phase != "decode" or batch.decode_queries_per_seq != 1.0:
             return False
         if self.params.attention.kernels is None and self.params.attention.mla is None:
-            return True                             # the datasheet roofline: elementwise in contexts
-        if self._decode_kernel is None:
-            return False
-        part = batch.scaled(0.5) if self.deployment.enable_two_batch_overlap else batch
-        return not any(self._decode_kernel.counts(b.decode_tokens).may_split for b in (batch, part))
+            return self.params.tp_size == 1         # the roofline: elementwise in contexts
+        return self._decode_kernel is not None
 
     def decode_steps(self, batch: BatchCounts, contexts: np.ndarray,
                      moes: list[MoECost]) -> StepBlock:
@@ -240,7 +241,9 @@ class CostModel:
         part = batch.scaled(0.5) if tbo else batch          # as `step`: one micro-batch
         terms = self._token_terms(batch, part)
         shared = terms.shared_us
-        attn = self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
+        graph = terms.graph
+        attn = (self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
+                + self._collectives_us(part, graph))
         pick, stacked = self._stacks.stack(moes)
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
         compute = (attn[:, None] + shared) + experts + block                    # [k, layers]
@@ -249,7 +252,8 @@ class CostModel:
             layer = layer + scale * stacked.sync[pick][:, None]
         dense, overhead = terms.lm_head_us, terms.overhead_us
         if self.model.num_dense_layers:         # [k]: their attention follows the contexts
-            whole = self._decode_attention(batch, contexts) if tbo else attn
+            whole = (self._decode_attention(batch, contexts) + self._collectives_us(batch, graph)
+                     if tbo else attn)
             dense = dense + self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         step_us = layer.sum(axis=1) + dense + overhead
         num_layers = layer.shape[1]
@@ -351,7 +355,12 @@ class CostModel:
         device time, + host in an eager step, `graph` False)."""
         p = self.params
         kv = p.attention.kv_cache_dtype
-        if p.attention.mla is not None:
+        if (batch.phase == "decode" and batch.decode_queries_per_seq == 1.0
+                and (p.attention.mla is not None or p.attention.kernels is not None)):
+            # the decode kernel with its projections, priced ahead for steady steps (the same
+            # bits as the branches below: `_decode_attention`, `epsim.cost.attention_ahead`)
+            t = self._ahead.price(batch)
+        elif p.attention.mla is not None:
             t = float(mla_attention_us(batch, p.attention.mla, self._decode_kernel,
                                        self._projections(batch)).max())
         elif p.attention.kernels is not None:
@@ -365,8 +374,22 @@ class CostModel:
             ops = self._attention_ops(batch.tokens)
             t = float((per_rank if ops is None else per_rank + ops).max())
         if p.tp_size > 1:
-            t += attention_collectives_us(p, batch, graph)
+            t += self._collectives_us(batch, graph)
         return t
+
+    def _collectives_us(self, batch: BatchCounts, graph: bool) -> float:
+        """`attention_collectives_us` (0 without TP attention): they follow the busiest
+        group's tokens alone, so they are remembered per token count."""
+        if self.params.tp_size <= 1:
+            return 0.0
+        key = (float(batch.tokens.max(initial=0.0)), graph)
+        extra = self._collectives_memo.get(key)
+        if extra is None:
+            if len(self._collectives_memo) >= 64:
+                self._collectives_memo.clear()
+            extra = self._collectives_memo[key] = attention_collectives_us(self.params, batch,
+                                                                           graph)
+        return extra
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
         """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`
