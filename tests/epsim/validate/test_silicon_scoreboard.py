@@ -91,8 +91,10 @@ def test_bad_input_is_one_line_exit_2(args, message):
 
 def test_no_csv_installed_is_one_line(monkeypatch, capsys):
     from epsim.cli import main
-    from epsim.validate.silicon import rows as rows_module
-    monkeypatch.setattr(rows_module, "default_csv_path", lambda: None)
+    from epsim.commands import validate as validate_command
+    # where the command looks it up (with aiconfigurator-core installed, patching the rows
+    # module instead would run the whole installed sample)
+    monkeypatch.setattr(validate_command, "default_csv_path", lambda: None)
     assert main(["validate", "--silicon", "--no-peer"]) == 2
     err = capsys.readouterr().err
     assert "--silicon (no CSV given) must name a silicon-sample CSV" in err and len(err.splitlines()) == 1
