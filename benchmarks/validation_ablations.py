@@ -107,7 +107,8 @@ VARIANTS = {
     "no_overlap": lambda: _patches(("epsim.cost.record.comm_features", _no_overlap)),
     "no_spill": lambda: _patches(("epsim.cost.record.comm_features", _no_spill)),
     "free_transfer": lambda: _patches(("epsim.calibrate.fit.MIN_T", 0.0)),
-    "no_fp8_combine": lambda: _patches(("epsim.profile.FP8_KINDS", ("dispatch", "experts"))),
+    "no_fp8_combine": lambda: _patches(("epsim.profile.FP8_KINDS",
+                                        ("dispatch", "experts", "layout"))),
     "additive_experts": lambda: _patches(("epsim.cost.record.experts_features", _additive_features)),
 }
 

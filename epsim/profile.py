@@ -49,9 +49,9 @@ DEFAULT_PROFILE = "profiles/h200x2.json"   # package data, measured on two H200 
 GRAPH = "graph"   # mode part of device-only timings: launched ahead, as a CUDA graph replays
 FP8 = "fp8"       # mode part of the components an FP8 dispatch changes
 # an FP8 dispatch changes the dispatch (a cast per token on send) and the experts stage (it
-# takes FP8 rows); the combine after it, though BF16, is its own component too (ablation
-# `no_fp8_combine` in benchmarks/validation_ablations.py)
-FP8_KINDS = ("dispatch", "experts", "combine")
+# takes FP8 rows: the backend's layout dequantizes them); the combine after it, though BF16, is
+# its own component too (ablation `no_fp8_combine` in benchmarks/validation_ablations.py)
+FP8_KINDS = ("dispatch", "experts", "combine", "layout")
 
 
 def component_key(backend: str, kind: str, mode_path: str = "") -> str:
@@ -112,9 +112,16 @@ def component_keys(record) -> list[str]:
     if kind == "allreduce":
         return [component_key("none", "allreduce", graph)]
     if kind == "experts":
+        # the grouped GEMM alone (one GPU, `local`) fits the kernel model; a backend's stage
+        # timed device-only fits that backend's own layout work over it (`<backend>/layout`;
+        # its eager timings are host overhead, `epsim.calibrate.host`) -- where no record
+        # times the kernel alone, the stages fit it (pooled, BF16)
         path = record_mode_path(record, kind)
         pooled = [component_key("any", kind, graph)] if path in ("", GRAPH) else []
-        return [component_key(backend, kind, path)] + pooled
+        if backend == "local":
+            return [component_key(backend, kind, path)] + pooled
+        own = [component_key(backend, "layout", record_mode_path(record, "layout"))] if graph else []
+        return own + pooled           # pooled: the kernel, where nothing times it alone
     if kind == "moe_layer":
         return [component_key(backend, "moe_layer", graph)]
     single = {"attention_prefill": "attention_prefill", "attention_decode": "attention_decode",
@@ -123,6 +130,10 @@ def component_keys(record) -> list[str]:
         return [component_key("any", single[kind], graph)]
     if kind == "block_ops":                          # the block's own ops: pooled, `any/...`
         return [component_key("any", kind, graph)]
+    if kind == "layer_part" and record.extra.get("part") == "attention_block":
+        # the attention block's own ops (norms, RoPE, KV write, residual): pooled; the layer
+        # bench's other parts and its whole layers and stacks are judged, never fitted
+        return [component_key("any", "attention_ops", graph)]
     return kernel_keys(record)
 
 

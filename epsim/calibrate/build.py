@@ -6,15 +6,24 @@ Components (profile keys, `epsim.profile`):
                                              with `/normal` or `/low_latency`); FP8 dispatches
                                              fit `<backend>/dispatch[/mode]/fp8`
   `none/allgather`, `none/allreduce`         the `none` backend's two collectives
-  `<backend>/experts[/fp8]`                   the experts stage as each backend lays it out
-  `any/experts`                              all backends pooled (for backends not measured)
+  `any/experts[/graph]`                       the grouped-GEMM kernel model (single-GPU `local`
+                                             records where there are any), every backend's
+  `<backend>/layout/graph[/fp8]`              a backend's own layout work: its experts stage
+                                             timed device-only less the kernel model and the
+                                             block ops inside it (`epsim.cost.layout`)
+  `<backend>/experts/host`                    what an eager experts stage adds (host overhead)
   `<backend>/moe_layer`                       `sync_us`: what a whole layer adds to its parts
   `any/rebalance`                            EPLB weight moves (`epsim.calibrate.rebalance`)
   `any/rebalance_host`                       a rebalance's host terms (placement algorithms,
                                              move plan, map update: `epsim.calibrate.rebalance_host`)
   `any/block_ops/graph`, `any/block_ops/host`  the block's own ops (router, permute, top-k
                                              weighting) on one GPU: device time, host part
-The parts are fitted first; a layer's `sync_us` then on `moe_layer` records, the parts fixed.
+  `any/attention_ops/graph`                   the attention block's own ops (norms, RoPE, KV
+                                             write, residual): the layer bench's attention
+                                             block less its kernel and projections
+The kernels are fitted first, then what lies over them (layout, attention ops), then host
+overheads (the block ops' before the stages that hold some), then a layer's `sync_us` on
+`moe_layer` records with the parts fixed.
 """
 
 from __future__ import annotations
@@ -32,12 +41,14 @@ from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.host import HOST_KINDS, device_twin, fit_host, host_samples
 from epsim.calibrate.inputs import (RecordFileInfo, RecordWarning, SourcedRecord, load_records,
                                     merge_passes)
+from epsim.calibrate.layer_parts import judged_only, pair_attention_kernels
 from epsim.calibrate.rebalance import fit_rebalance
 from epsim.calibrate.rebalance_host import fit_rebalance_host
 from epsim.calibrate.spread import component_spread, run_deviations
 from epsim.cost.record import predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
-from epsim.profile import GRAPH, Profile, ProfileProvenance, RecordSource, component_keys
+from epsim.profile import (GRAPH, Profile, ProfileProvenance, RecordSource, component_keys,
+                           is_graph)
 from epsim.records import records_hash
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import hardware_names
@@ -162,10 +173,23 @@ def calibrate(paths: Iterable[str | Path], holdout: Holdout | None = None, name:
 def _fit_keys(record) -> list[str]:
     """Components a record is fitted into here: none for a single-GPU host or eager timing
     (`timing` host | eager: judged, not fitted; device time and host overhead are fitted
-    apart) and for the kinds that are not one linear component."""
-    if getattr(record, "timing", "") in ("host", "eager"):
+    apart), for the layer bench's wholes (`epsim.calibrate.layer_parts.judged_only`) and for
+    the kinds that are not one linear component."""
+    if getattr(record, "timing", "") in ("host", "eager") or judged_only(record):
         return []
     return component_keys(record)
+
+
+def _is_eager_stage(record) -> bool:
+    """A backend's experts stage timed eagerly: device time (kernel model, block ops inside
+    the stage, the backend's layout) plus host overhead, which these records fit."""
+    return record.kind == "experts" and record.backend != "local" and not is_graph(record)
+
+
+# fitted after the others, over them: the attention block's own ops less the fitted kernels
+# and projections; a backend's layout work less the fitted kernel model and block ops
+def _over_kernels(key: str) -> bool:
+    return key.split("/")[1] in ("attention_ops", "layout")
 
 
 def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
@@ -174,10 +198,13 @@ def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
     component (their host overhead is fitted apart, `epsim.calibrate.host`).
 
     The pooled `any/experts[/graph]` takes the single-GPU (`local`) grouped GEMM records alone
-    where there are any: the 2-GPU backends' experts stages include their own layout work.
+    where there are any: the 2-GPU backends' experts stages include their own layout work, and
+    their eager timings are then host samples over the kernel model. Without such records the
+    stages fit the kernel (less the block ops inside them), an eager fit holding the host.
     """
     groups: dict[str, list[SourcedRecord]] = defaultdict(list)
     eager_block_ops = []          # single-GPU block ops timed eagerly: their host part
+    eager_stages = []             # backends' experts stages timed eagerly: their host part
     for s in fit_set:
         keys = _fit_keys(s.record)
         if keys and _predictable(s, base, skipped):
@@ -185,13 +212,20 @@ def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
                 groups[key].append(s)
         elif s.record.kind == "block_ops" and s.record.timing == "eager":
             eager_block_ops.append(s)
+        elif _is_eager_stage(s.record) and _predictable(s, base, skipped):
+            eager_stages.append(s)             # FP8: no pooled kernel row of its own
     if any(s.record.backend == "local" for k in groups if k.startswith("any/experts")
            for s in groups[k]):
         for key in [k for k in groups if k.startswith("any/experts")]:
+            # a backend's eager stage is then the kernel model plus its host overhead
+            eager_stages += [s for s in groups[key] if _is_eager_stage(s.record)]
             groups[key] = [s for s in groups[key] if s.record.backend == "local"]
             if not groups[key]:
                 del groups[key]
+    else:             # no kernel timed alone: the stages fit it, eager ones host included
+        eager_stages = []
     eager_host = [s for s in eager_block_ops if component_keys(device_twin(s.record))[0] in groups]
+    eager_host += eager_stages
     for key in list(groups):
         members = groups[key]
         r = members[0].record
@@ -208,7 +242,7 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
                 spread_raw: list[SourcedRecord] = ()) -> Calibration:
     """`calibrate` on records already read (`load_records`; passes not yet merged);
     `spread_raw`: another run's records, for the run-to-run spread only."""
-    records = merge_passes(raw)
+    records = pair_attention_kernels(merge_passes(raw))
     hardware = _hardware(records) if records else "cpu"
     base = Profile(name=name or f"{hardware} fit", hardware=hardware)
     skipped: list[str] = []
@@ -230,16 +264,26 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     def is_layer(key: str) -> bool:            # `<backend>/moe_layer[/graph]`
         return key.split("/")[1] == "moe_layer"
 
-    for key in sorted(k for k in groups if not is_layer(k)):
+    for key in sorted(k for k in groups if not is_layer(k) and not _over_kernels(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
+                                  peaks)
+    kernels = base.model_copy(update={"components": {k: f.component() for k, f in fits.items()}})
+    for key in sorted(k for k in groups if _over_kernels(k)):
+        fits[key] = fit_component(key, groups[key], evaluation_profile(kernels.model_copy(deep=True)),
                                   peaks)
     components = {k: f.component() for k, f in fits.items()}
     for key, fit in fits.items():
         components[key].spread = component_spread(fit.records, fit.predicted_us, fit.measured_us,
                                                   run_devs)
-    device_profile = evaluation_profile(base.model_copy(update={"components": dict(components)}))
-    for key, samples in sorted(host_samples(eager_host, device_profile).items()):
-        components[key] = fit_host(samples)
+    # host overhead: the block ops' first, since a backend's experts stage holds some of them
+    samples = host_samples(eager_host, evaluation_profile(
+        base.model_copy(update={"components": dict(components)})))
+    for key in sorted(k for k in samples if k.split("/")[1] == "block_ops"):
+        components[key] = fit_host(samples[key])
+    samples = host_samples(eager_host, evaluation_profile(
+        base.model_copy(update={"components": dict(components)})))
+    for key in sorted(k for k in samples if k.split("/")[1] != "block_ops"):
+        components[key] = fit_host(samples[key])
     fitted = base.model_copy(update={"components": dict(components)})
     for key in sorted(k for k in groups if is_layer(k)):
         fits[key] = fit_layer_sync(key, groups[key], evaluation_profile(fitted.model_copy(deep=True)))

@@ -22,8 +22,8 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from epsim.calibrate.inputs import SourcedRecord
-from epsim.cost.linear import (ATTENTION_TERMS, BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS,
-                               EXPERT_TERMS)
+from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
+                               COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
 from epsim.cost.mla import MLA_TERMS
 from epsim.cost.quant import EXPERT_QUANT_TERMS, GEMM_TERMS
 from epsim.cost.record import predict_record, record_features
@@ -41,7 +41,7 @@ class ComponentFit:
     """The fit of one profile component.
 
     Attributes:
-        key: profile key, e.g. "torch/dispatch", "mooncake/experts", "none/allreduce".
+        key: profile key, e.g. "torch/dispatch", "mooncake/layout/graph", "none/allreduce".
         params: fitted parameters (only the fitted ones; others keep defaults).
         predicted_us, measured_us: [records] on the fit records.
         records: the fit records.
@@ -89,12 +89,17 @@ def _lower_bounds(coef_names: tuple[str, ...], peaks: dict[str, float]) -> np.nd
 
 
 def _solve(rows: np.ndarray, measured: np.ndarray, lower: np.ndarray, relative: bool,
-           fixed: dict[int, float] | None = None) -> np.ndarray:
+           fixed: dict[int, float] | None = None, known_us: np.ndarray | None = None
+           ) -> np.ndarray:
     """Bounded least squares on the used columns; unused columns get NaN (not fitted), and so
-    do `fixed` ones (column -> coefficient held at its datasheet value, moved to the left side)."""
+    do `fixed` ones (column -> coefficient held at its datasheet value, moved to the left side).
+    `known_us` [records]: time of each record the component does not hold (fixed parts and
+    host overhead), moved to the left side too; the weights stay the whole measured time's."""
     weights = 1.0 / measured if relative else np.ones_like(measured)
     fixed = fixed or {}
     offset = sum((rows[:, j] * c for j, c in fixed.items()), np.zeros_like(measured))
+    if known_us is not None:
+        offset = offset + known_us
     a = rows * weights[:, None]
     b = (measured - offset) * weights
     used = np.abs(rows).max(axis=0) > 0
@@ -164,9 +169,10 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
             parameters (so `record_features` picks the busiest rank with them).
         peaks: datasheet peaks by parameter name (`nvl_gbps`, `hbm_gbps`, `tflops`, ...).
     """
-    names = record_features(records[0].record, profile).coef_names
+    names = record_features(records[0].record, profile, key).coef_names
     terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS,
-                                       ATTENTION_TERMS, BLOCK_OPS_TERMS, *FRACTION_TERMS)}[names]
+                                       ATTENTION_TERMS, BLOCK_OPS_TERMS, ATTENTION_OPS_TERMS,
+                                       LAYOUT_TERMS, *FRACTION_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, {**peaks, **FRACTION_PEAKS})
     best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative)
@@ -175,12 +181,12 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
         # a transfer coefficient (bandwidth, per-copy, slot, spill) the fit set does not
         # determine keeps its datasheet value instead of following noise (host-bound stages)
         profile.components[key] = Component(params=best[1], source="fit")
-        rows = np.stack([record_features(s.record, profile).row for s in records])
+        rows = np.stack([record_features(s.record, profile, key).row for s in records])
         transfer = [j for j, n in enumerate(terms.coef_names) if n not in ("base_us", "overlap_us")]
         weak = _weak_columns(rows, measured, best[3], relative, transfer)
         if weak:
             profile.components.pop(key, None)
-            datasheet = record_features(records[0].record, profile).coefficients
+            datasheet = record_features(records[0].record, profile, key).coefficients
             best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative,
                              {j: float(datasheet[j]) for j in weak})
     _, params, predicted, coef, rounds = best
@@ -220,18 +226,19 @@ def _alternate(key, records, profile, terms, measured, lower, relative, fixed=No
     Returns:
         (objective, params, predicted [records], coefficients, rounds)
     """
-    feats = [record_features(s.record, profile) for s in records]
+    feats = [record_features(s.record, profile, key) for s in records]
     previous, params, coef, rounds = None, {}, None, 0
     for rounds in range(1, MAX_ROUNDS + 1):
         rows = np.stack([f.row for f in feats])
         if previous is not None and np.array_equal(rows, previous):
             break
-        coef = _solve(rows, measured, lower, relative, fixed)
+        known = np.array([f.offset_us + f.host_us for f in feats])
+        coef = _solve(rows, measured, lower, relative, fixed, known if known.any() else None)
         fitted = terms.params_from(np.nan_to_num(coef, nan=0.0))
         params = {p: fitted[p] for p, c in zip(terms.params, coef) if np.isfinite(c) and p in fitted}
         profile.components[key] = Component(params=params, source="fit")
         previous = rows
-        feats = [record_features(s.record, profile) for s in records]
+        feats = [record_features(s.record, profile, key) for s in records]
     predicted = np.array([f.predicted_us for f in feats])
     weights = 1.0 / measured if relative else np.ones_like(measured)
     objective = float((((predicted - measured) * weights) ** 2).sum())

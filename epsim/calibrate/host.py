@@ -2,9 +2,11 @@
 adds to a stage's device time.
 
 For every eager record of a stage whose device time was measured too (a `graph` component;
-for the block's own ops, the single-GPU `block_ops` records timed eager and device-only),
-a host sample is `measured - device prediction` at the record's own counts: the launch,
-synchronization and Python time the eager harness exposed. The component stores the median as
+for the block's own ops, the single-GPU `block_ops` records timed eager and device-only; for
+a backend's experts stage, the kernel model with the block ops inside the stage and the
+backend's layout work), a host sample is `measured - device prediction` at the record's own
+counts (less the host part of the block ops the stage holds, `any/block_ops/host`): the
+launch, synchronization and Python time the eager harness exposed. The component stores the median as
 `base_us` (>= 0: a host cannot give time back) and the samples' p10/p90 relative to it as
 `spread` (`p10_ratio`, `p90_ratio`): host overhead has its own distribution, wider than the
 device's and moving between machines (docs/calibration.md).
@@ -17,7 +19,7 @@ from collections import defaultdict
 import numpy as np
 
 from epsim.calibrate.inputs import SourcedRecord
-from epsim.cost.record import predict_record
+from epsim.cost.record import inside_host_us, predict_record
 from epsim.profile import GRAPH, Component, Profile, component_key
 
 HOST = "host"
@@ -39,7 +41,9 @@ def host_samples(records: list[SourcedRecord], profile: Profile
         r = s.record
         if r.kind not in HOST_KINDS:
             continue
-        device = predict_record(device_twin(r), profile)
+        # device time, and the host part of the block ops an experts stage holds (fitted
+        # apart, `any/block_ops/host`): what the stage's own host overhead is measured over
+        device = predict_record(device_twin(r), profile) + inside_host_us(r, profile)
         if r.backend != "local":                  # single-GPU records: the pooled key alone
             out[component_key(r.backend, r.kind, HOST)].append((s, s.measured_us, device))
         out[component_key("any", r.kind, HOST)].append((s, s.measured_us, device))
@@ -51,7 +55,8 @@ def fit_host(samples: list[tuple[SourcedRecord, float, float]]) -> Component:
     measured = np.array([m for _, m, _ in samples])
     device = np.array([d for _, _, d in samples])
     host = measured - device
-    median = max(float(np.median(host)), 0.0)
+    raw_median = float(np.median(host))
+    median = max(raw_median, 0.0)             # a host cannot give time back
     predicted = device + median
     ape = np.abs(predicted - measured) / measured * 100.0
     spread = {}
@@ -65,4 +70,6 @@ def fit_host(samples: list[tuple[SourcedRecord, float, float]]) -> Component:
         residuals={"mape": round(float(ape.mean()), 3), "max_ape": round(float(ape.max()), 3),
                    "num_records": float(len(samples))},
         valid_range={"num_tokens_per_rank": [float(min(tokens)), float(max(tokens))]},
-        note=f"eager minus device time of {', '.join(backends)} records: median, p10/p90 as spread")
+        note=f"eager minus device time of {', '.join(backends)} records: median, p10/p90 as spread"
+             + (f"; the median ({raw_median:.1f} µs) is below 0, held at 0 (the device time "
+                f"predicted holds the whole eager time)" if raw_median < 0 else ""))

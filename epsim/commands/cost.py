@@ -90,7 +90,9 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
     profile = cost_model.profile            # the named one, else the GPU's default
     graph = cost_model.graph_step(phase, tokens_per_rank)
     mode = cost_model.mode_for(phase)          # DeepEP's kernels for the phase (auto: SGLang's rule)
-    profile.warn_outside(backend, "dispatch", mode, num_tokens_per_rank=tokens_per_rank, ep_size=ep)
+    if ep > 1:                                # EP 1: nothing is dispatched
+        profile.warn_outside(backend, "dispatch", mode, num_tokens_per_rank=tokens_per_rank,
+                             ep_size=ep)
     skew_model = skew_from_dict(skew, 1, model.num_experts, model.top_k, seed=seed)
     rng = np.random.default_rng([seed, 0xC057])
     loads = skew_model.loads(ep * tokens_per_rank, rng)                   # [1, experts]
@@ -111,7 +113,8 @@ def layer_cost(model, gpu: str, backend: str, ep: int, tokens_per_rank: int, ske
         "dispatch_dtype": dispatch_dtype, "skew": skew, "seed": seed,
         "dispatch_us": float(moe.dispatch_us[0]), "experts_us": float(moe.experts_us[0]),
         "combine_us": float(moe.combine_us[0]), "block_ops_us": float(np.ravel(moe.block_ops_us)[0]),
-        "layer_us": float(moe.layer_us[0]), "block_ops_parts": list(params.step(graph).block_ops_parts),
+        "layer_us": float(moe.layer_us[0]), "layout_us": float(np.ravel(moe.layout_us)[0]),
+        "block_ops_parts": list(params.step(graph).block_ops_parts[moe.mode]),
         "max_rank_pairs": float(pairs.max()), "mean_rank_pairs": float(pairs.mean()),
         "busiest_nvl_copies": float(tr.nvl_copies[0].max()),
         "busiest_rdma_copies": float(tr.rdma_copies[0].max()),
@@ -139,9 +142,15 @@ def _stages(cost_model, moe, graph: bool) -> dict:
         host[kind] = stage.host_us
         band[kind] = stage_band(cost_model.profile, stage.timing, float(values[0]) - host[kind],
                                 graph)
-    host["block_ops"] = step.block_ops.host_us
-    band["block_ops"] = stage_band(cost_model.profile, step.block_ops.timing,
-                                   float(np.ravel(moe.block_ops_us)[0]) - host["block_ops"], graph)
+    host["block_ops"] = step.block_ops_host[moe.mode]
+    timing = step.block_ops.timing
+    band["block_ops"] = stage_band(cost_model.profile, timing,
+                                   float(np.ravel(moe.block_ops_us)[0]) - host["block_ops"], True)
+    if band["block_ops"] is not None and host["block_ops"] > 0:
+        # the host overhead of the parts the step adds: their share of the block's launches
+        share = host["block_ops"] / timing.host_us
+        band["block_ops"] = (band["block_ops"][0] + timing.host_p10_us * share,
+                             band["block_ops"][1] + timing.host_p90_us * share)
     layer = None
     if all(b is not None for b in band.values()):
         layer = tuple(sum(b[i] for b in band.values()) + moe.sync_us for i in (0, 1))
@@ -207,9 +216,15 @@ def _detail_lines(result: dict) -> list[str]:
     lines.append(f"  busiest rank: {result['max_rank_pairs']:.0f} token-expert pairs "
                  f"(mean {result['mean_rank_pairs']:.0f}); MoE layer = dispatch + experts + "
                  f"combine + block ops (no attention)")
+    if result["ep_size"] == 1:
+        lines.append("  EP 1: one GPU holds every expert; nothing is dispatched or combined "
+                     "(no a2a backend runs)")
     if result["block_ops_parts"] == ["router"]:
-        lines.append(f"  block ops: the router; the permute and top-k weighting lie inside "
-                     f"{result['backend']}'s fitted experts stage (docs/model.md)")
+        lines.append(f"  block ops: the router; {result['backend']}'s low-latency kernels lay "
+                     f"rows out by expert and weight the top-k in the combine (docs/model.md)")
+    if result["layout_us"] > 0:
+        lines.append(f"  experts include {result['backend']}'s own layout work "
+                     f"({result['layout_us']:.1f} µs, measured: docs/model.md, section 4c)")
     return lines
 
 

@@ -159,13 +159,17 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     # `num_splits` is 1 where the CTAs fill the GPU (or there are none): look up only the
     # others, once per rank (an lru_cache; a per-step np.unique over the (units, blocks)
     # pairs cost several times more than the lookups it saved)
+    # (contexts `[steps, dp]`, steps of these counts priced at once: the same bits per step,
+    # since every term is elementwise and the split formulas give the plain kernel's terms
+    # where a rank does not split)
     any_split = False
     if counts.may_split:
-        fill = counts.fill
+        fill = np.broadcast_to(counts.fill, mean_ctx.shape)
+        units = np.broadcast_to(counts.units, mean_ctx.shape)
         blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
-        splits = np.ones(counts.units.shape, dtype=np.int64)
+        splits = np.ones(mean_ctx.shape, dtype=np.int64)
         splits[fill] = [num_splits(u, b, num_sms)
-                        for u, b in zip(counts.units[fill].tolist(), blocks[fill].tolist())]
+                        for u, b in zip(units[fill].tolist(), blocks[fill].tolist())]
         split = splits > 1
         any_split = bool(split.any())
     plain_keys = np.ceil(mean_ctx / 64.0) * 64.0
@@ -214,8 +218,8 @@ class DecodeKernel:
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
         """[dp] microseconds of the decode kernel (0 on an idle rank); `seqs` [dp], `context`
-        [dp] (or [steps, dp] for steps of these counts that split no keys: `counts(seqs)`
-        without `may_split`)."""
+        [dp] (or [steps, dp] for steps of these counts: [steps, dp], each row the bits of its
+        own call)."""
         counts = self.counts(seqs)
         return kernel_us(decode_work(counts.seqs, context, self.heads, self.kv_heads,
                                      self.head_dim, self.num_sms, counts, self.kv_ratio),

@@ -17,7 +17,9 @@ from epsim.cost.params import StepKindParams
 # ledger columns, in order
 COLUMNS = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
            "dispatch_host", "experts_host", "combine_host", "sync", "network", "block_ops",
-           "block_ops_host")
+           "block_ops_host", "layout", "attention_ops")
+# `layout` (the backend's own layout work) lies inside `experts`, `attention_ops` (the attention
+# block's own ops) inside `attention`: like the `*_host` columns they repeat a part of another
 COLUMN = {name: i for i, name in enumerate(COLUMNS)}
 
 
@@ -67,13 +69,14 @@ class Ledger:
 
 
 def ledger_row(step: StepKindParams, moe: MoECost, attn: float, shared: float, dense: float,
-               overhead: float, scale: float, num_layers: int) -> np.ndarray:
+               overhead: float, scale: float, num_layers: int, attn_ops: float = 0.0) -> np.ndarray:
     """[len(COLUMNS)] one step's parts as `Ledger` sums them.
 
     Args:
         step: the step kind's parameters (its host overheads).
         moe: the step's MoE layers (one micro-batch's under two-batch overlap).
         attn, shared: one layer's attention and shared experts (slowest rank, one micro-batch).
+        attn_ops: the attention block's own ops inside `attn` (one layer, one micro-batch).
         dense, overhead: the step's dense layers and LM head, and its overhead (µs).
         scale: micro-batches per step (two-batch overlap: 2).
     """
@@ -84,7 +87,8 @@ def ledger_row(step: StepKindParams, moe: MoECost, attn: float, shared: float, d
                      combine * scale - network, shared * scale * num_layers, dense, overhead,
                      host[0], host[1], host[2], moe.sync_us * scale * num_layers,
                      2.0 * network, moe.block_ops_sum * scale,
-                     step.block_ops.host_us * num_layers * scale])
+                     step.block_ops_host[moe.mode] * num_layers * scale, moe.layout_sum * scale,
+                     attn_ops * scale * num_layers])
 
 
 class BlockRows:
@@ -103,13 +107,14 @@ class BlockRows:
         memo, base = self._memo, []
         for m in moes:
             key = (id(m), terms.graph, terms.shared_us, dense, block.overhead_us, block.scale,
-                   num_layers)
+                   num_layers, terms.attention_ops_us)
             hit = memo.get(key)
             if hit is None or hit[0] is not m:
                 if len(memo) >= 64:
                     memo.clear()
                 hit = memo[key] = (m, ledger_row(step, m, 0.0, terms.shared_us, dense,
-                                                 block.overhead_us, block.scale, num_layers))
+                                                 block.overhead_us, block.scale, num_layers,
+                                                 terms.attention_ops_us))
             base.append(hit[1])
         rows = np.stack(base)
         rows[:, 0] = block.attention_us[:len(moes)] * block.scale * num_layers  # as `ledger_row`

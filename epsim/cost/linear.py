@@ -56,3 +56,7 @@ ATTENTION_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_gbps",
                               frozenset({"hbm_gbps", "tflops"}))
 BLOCK_OPS_TERMS = LinearTerms(("launch_us", "sort_block_us", "sort_device_us", "hbm_gbps", "tflops"),
                               frozenset({"hbm_gbps", "tflops"}))
+# the attention block's own ops (`epsim.cost.attention_ops`) and a backend's own layout work
+# around the grouped GEMM (`epsim.cost.layout`): a launch floor plus bytes at a memory rate
+ATTENTION_OPS_TERMS = LinearTerms(("launch_us", "hbm_gbps"), frozenset({"hbm_gbps"}))
+LAYOUT_TERMS = LinearTerms(("base_us", "hbm_gbps"), frozenset({"hbm_gbps"}))

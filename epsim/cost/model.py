@@ -18,10 +18,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from epsim.cost.attention_ahead import AttentionAhead
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   kv_ratio, lm_head_us, measured_attention_us)
+from epsim.cost.attention_ops import DEFAULT_ENGINE, attention_ops_us
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
+from epsim.cost.layer import LayerCost, layer_cost
 from epsim.cost.mla import mla_attention_us, mla_decode_kernel, mla_token_us
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
@@ -47,6 +50,9 @@ class CostModel:
             measured on another GPU type is ignored with a ProfileHardwareWarning.
         time_mode: "auto" (SGLang: decode steps within `cuda_graph_max_bs` replay CUDA graphs,
             device time; others eager, device + host overhead), "graph" or "eager" for all.
+        engine: the serving engine whose attention-block kernels are priced
+            (`epsim.cost.attention_ops`): "sglang" (a deployment's), "transformers" (the live
+            bench's eager block, what the composition axis measures).
     Attributes:
         params: the `CostParams` it prices with (`resolve_params`: shared by every model of
             an equal deployment and profile).
@@ -54,14 +60,15 @@ class CostModel:
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
-                 profile: Profile | None = None, time_mode: str = "auto"):
+                 profile: Profile | None = None, time_mode: str = "auto",
+                 engine: str = DEFAULT_ENGINE):
         self.model, self.cluster, self.deployment = model, cluster, deployment
         self.profile = profile if profile is not None else default_profile(cluster.gpu)
         # how the profile was chosen, for every output (`epsim.cost.provenance`)
         self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"
                              if self.profile is default_profile(cluster.gpu) else "named")
         self.params: CostParams = resolve_params(model, cluster, deployment, self.profile,
-                                                 time_mode)
+                                                 time_mode, engine)
         self.model = self.params.model        # in the formats the deployment serves it in
         if not self.params.profile_applies:
             warnings.warn(f"profile {self.profile.name or self.profile.path} was measured on "
@@ -82,6 +89,8 @@ class CostModel:
         self._stacks = MoEStacks()
         self._terms_memo: dict[tuple, TokenTerms] = {}
         self._projections_memo: dict[bytes, np.ndarray] = {}     # tokens -> [dp] µs
+        self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
+        self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
 
     def _check_tokens(self, tokens_per_rank: np.ndarray) -> None:
         """Warn once per component when a batch's tokens per rank leave its fitted range."""
@@ -181,7 +190,8 @@ class CostModel:
         overhead = terms.overhead_us
         step = float(layer.sum()) + dense + overhead
         self.ledger.add(graph, moe.mode, ledger_row(self.params.step(graph), moe, attn, shared,
-                                                    dense, overhead, scale, num_layers),
+                                                    dense, overhead, scale, num_layers,
+                                                    terms.attention_ops_us),
                         terms.max_tokens)
         parts = np.empty((7, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
@@ -198,18 +208,21 @@ class CostModel:
             overhead_us=overhead,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
 
+    def layer(self, batch: BatchCounts, loads: np.ndarray, tables: PlacementTables) -> LayerCost:
+        """One step's MoE layers by part, each with the component that priced it: the public
+        layer cost (`epsim.cost.layer.layer_cost`; the step goes to the ledger as `step`'s)."""
+        return layer_cost(self, batch, loads, tables)
+
     def leaps(self, batch: BatchCounts) -> bool:
-        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch with
-        neither TP attention nor a split-KV decode launch (the terms `decode_steps` does not
-        vectorise; the engine then steps one at a time)."""
-        if not (batch.phase == "decode" and self.params.tp_size == 1):
+        """Whether `decode_steps` prices steps of this batch shape: a pure decode batch (the
+        datasheet roofline only without TP attention). Split-KV decode launches are priced
+        over many steps at once (`epsim.cost.flash.decode_work`), TP attention's collectives
+        follow the tokens alone."""
+        if batch.phase != "decode" or batch.decode_queries_per_seq != 1.0:
             return False
         if self.params.attention.kernels is None and self.params.attention.mla is None:
-            return True                             # the datasheet roofline: elementwise in contexts
-        if self._decode_kernel is None:
-            return False
-        part = batch.scaled(0.5) if self.deployment.enable_two_batch_overlap else batch
-        return not any(self._decode_kernel.counts(b.decode_tokens).may_split for b in (batch, part))
+            return self.params.tp_size == 1         # the roofline: elementwise in contexts
+        return self._decode_kernel is not None
 
     def decode_steps(self, batch: BatchCounts, contexts: np.ndarray,
                      moes: list[MoECost]) -> StepBlock:
@@ -228,7 +241,9 @@ class CostModel:
         part = batch.scaled(0.5) if tbo else batch          # as `step`: one micro-batch
         terms = self._token_terms(batch, part)
         shared = terms.shared_us
-        attn = self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
+        graph = terms.graph
+        attn = (self._decode_attention(part, contexts * 0.5 if tbo else contexts)     # [k]
+                + self._collectives_us(part, graph))
         pick, stacked = self._stacks.stack(moes)
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
         compute = (attn[:, None] + shared) + experts + block                    # [k, layers]
@@ -237,7 +252,8 @@ class CostModel:
             layer = layer + scale * stacked.sync[pick][:, None]
         dense, overhead = terms.lm_head_us, terms.overhead_us
         if self.model.num_dense_layers:         # [k]: their attention follows the contexts
-            whole = self._decode_attention(batch, contexts) if tbo else attn
+            whole = (self._decode_attention(batch, contexts) + self._collectives_us(batch, graph)
+                     if tbo else attn)
             dense = dense + self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         step_us = layer.sum(axis=1) + dense + overhead
         num_layers = layer.shape[1]
@@ -282,8 +298,10 @@ class CostModel:
         dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, rates).max()
                           ) if m.num_dense_layers else 0.0
         overhead = p.overhead["base_us"] + p.overhead["per_layer_us"] * m.num_layers
+        ops = self._attention_ops(part.tokens)
         terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
-                           float(self.ep_tokens(batch).max(initial=0.0)))
+                           float(self.ep_tokens(batch).max(initial=0.0)),
+                           0.0 if ops is None else float(ops.max(initial=0.0)))
         if len(self._terms_memo) >= 64:
             self._terms_memo.clear()
         self._terms_memo[key] = terms
@@ -304,27 +322,45 @@ class CostModel:
     def _projections(self, batch: BatchCounts) -> np.ndarray:
         """[dp] the attention's terms that follow the batch's tokens alone, remembered per batch
         shape (read-only): `attention_projections_us`, or MLA's projections and absorbed BMMs
-        (`epsim.cost.mla.mla_token_us`)."""
+        (`epsim.cost.mla.mla_token_us`), plus the attention block's own ops
+        (`_attention_ops`)."""
         tokens, mla = batch.tokens, self.params.attention.mla
         key = tokens.tobytes() + (batch.decode_tokens.tobytes() if mla is not None else b"")
         proj = self._projections_memo.get(key)
         if proj is None:
             if len(self._projections_memo) >= 64:
                 self._projections_memo.clear()
-            proj = self._projections_memo[key] = (
-                attention_projections_us(tokens, self.model, self.params.attention.projections,
-                                         self.params.tp_size) if mla is None
-                else mla_token_us(tokens, batch.decode_tokens, mla))
+            proj = (attention_projections_us(tokens, self.model, self.params.attention.projections,
+                                             self.params.tp_size) if mla is None
+                    else mla_token_us(tokens, batch.decode_tokens, mla))
+            ops = self._attention_ops(tokens)
+            if ops is not None:
+                proj = proj + ops
+            self._projections_memo[key] = proj
             proj.flags.writeable = False
         return proj
 
+    def _attention_ops(self, tokens: np.ndarray) -> np.ndarray | None:
+        """[dp] the attention block's own ops on each rank's `tokens` (norms, RoPE, KV write,
+        residual: `epsim.cost.attention_ops`), or None where the profile holds no fit of them
+        (the datasheet attention stands for the whole attention)."""
+        p = self.params
+        if p.attention_ops is None:
+            return None
+        return attention_ops_us(tokens, p.attention_block_ops, p.attention_ops)
+
     def _attention_layer_us(self, batch: BatchCounts, graph: bool = True) -> float:
-        """Slowest rank's attention of one layer, plus the collectives around it with attention
-        TP (`epsim.cost.tp.attention_collectives_us`: device time, + host in an eager step,
-        `graph` False)."""
+        """Slowest rank's attention of one layer (with the block's own ops), plus the
+        collectives around it with attention TP (`epsim.cost.tp.attention_collectives_us`:
+        device time, + host in an eager step, `graph` False)."""
         p = self.params
         kv = p.attention.kv_cache_dtype
-        if p.attention.mla is not None:
+        if (batch.phase == "decode" and batch.decode_queries_per_seq == 1.0
+                and (p.attention.mla is not None or p.attention.kernels is not None)):
+            # the decode kernel with its projections, priced ahead for steady steps (the same
+            # bits as the branches below: `_decode_attention`, `epsim.cost.attention_ahead`)
+            t = self._ahead.price(batch)
+        elif p.attention.mla is not None:
             t = float(mla_attention_us(batch, p.attention.mla, self._decode_kernel,
                                        self._projections(batch)).max())
         elif p.attention.kernels is not None:
@@ -334,19 +370,37 @@ class CostModel:
                                             self._projections(batch),
                                             self._decode_kernel, kv).max())
         else:
-            t = float(attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv).max())
+            per_rank = attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv)
+            ops = self._attention_ops(batch.tokens)
+            t = float((per_rank if ops is None else per_rank + ops).max())
         if p.tp_size > 1:
-            t += attention_collectives_us(p, batch, graph)
+            t += self._collectives_us(batch, graph)
         return t
+
+    def _collectives_us(self, batch: BatchCounts, graph: bool) -> float:
+        """`attention_collectives_us` (0 without TP attention): they follow the busiest
+        group's tokens alone, so they are remembered per token count."""
+        if self.params.tp_size <= 1:
+            return 0.0
+        key = (float(batch.tokens.max(initial=0.0)), graph)
+        extra = self._collectives_memo.get(key)
+        if extra is None:
+            if len(self._collectives_memo) >= 64:
+                self._collectives_memo.clear()
+            extra = self._collectives_memo[key] = attention_collectives_us(self.params, batch,
+                                                                           graph)
+        return extra
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
         """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`
-        ([k, dp]): the slowest rank's projections and decode kernel (or the datasheet
-        roofline), the same bits."""
+        ([k, dp]): the slowest rank's projections, block ops and decode kernel (or the
+        datasheet roofline), the same bits."""
         if self.params.attention.kernels is None and self.params.attention.mla is None:
-            return attention_us(replace(batch, decode_context=contexts), self.model,
-                                self.params.attention.roofline, 1,
-                                self.params.attention.kv_cache_dtype).max(axis=1)
+            per_rank = attention_us(replace(batch, decode_context=contexts), self.model,
+                                    self.params.attention.roofline, 1,
+                                    self.params.attention.kv_cache_dtype)
+            ops = self._attention_ops(batch.tokens)
+            return (per_rank if ops is None else per_rank + ops).max(axis=1)
         proj = self._projections(batch)
         per_rank = proj + self._decode_kernel.us(batch.decode_tokens, contexts)     # [k, dp]
         return np.where(batch.tokens > 0, per_rank, 0.0).max(axis=1)

@@ -19,6 +19,7 @@ import numpy as np
 from epsim.cost.block_ops import block_ops_us
 from epsim.cost.comm import comm_us
 from epsim.cost.experts import even_experts_us
+from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
@@ -45,9 +46,11 @@ class MoECost:
     mode: str
     sync_us: float = 0.0
     network_us: np.ndarray | float = 0.0    # the fabric's part of each dispatch and combine
-    # the block's own ops the three stages do not hold (router; permute and weighting where
-    # the experts component is the bare grouped GEMM): `StepKindParams.block_ops_parts`
+    # the block's own ops the backend's kernels do not do (router; permute and weighting
+    # unless low-latency kernels lay rows out and weight them): `StepKindParams.block_ops_parts`
     block_ops_us: np.ndarray | float = 0.0
+    # the backend's own layout work, inside `experts_us` (`epsim.cost.layout`; 0: not charged)
+    layout_us: np.ndarray | float = 0.0
 
     @property
     def layer_us(self) -> np.ndarray:
@@ -73,6 +76,13 @@ class MoECost:
             network *= self.experts_us.shape[-1]
         return (float(self.dispatch_us.sum()), float(self.experts_us.sum()),
                 float(self.combine_us.sum()), network)
+
+    @cached_property
+    def layout_sum(self) -> float:
+        """The backend's layout work summed over layers (µs; inside the experts' sum)."""
+        if np.ndim(self.layout_us) == 0:
+            return float(self.layout_us) * self.experts_us.shape[-1]
+        return float(np.sum(self.layout_us))
 
     @cached_property
     def block_ops_sum(self) -> float:
@@ -102,6 +112,12 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
              graph: bool = False) -> MoECost:
     """Dispatch, experts, combine and block ops of every MoE layer for one (micro-)batch.
 
+    One cost path per stage, whatever the backend (docs/model.md, section 4): the experts are
+    the kernel model plus, at EP > 1, the backend's own layout work where it was measured
+    (`epsim.cost.layout`); the block ops are those the backend's kernels do not do
+    (`StepKindParams.block_ops_parts`); dispatch and combine follow the network model, and
+    nothing crosses a GPU at EP 1 (no dispatch, combine or layer sync there).
+
     Args:
         loads: [layers, experts] token-expert pairs of the whole batch (or [draws, layers,
             experts]: each draw priced alone, every result with a leading draws axis).
@@ -121,16 +137,33 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
         expert = expert + remote_slots_us(tr, m.top_k, step.experts)
     own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
     block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
-                         step.block_ops.params, step.block_ops_parts) + step.block_ops.host_us
+                         step.block_ops.params, step.block_ops_parts[mode]
+                         ) + step.block_ops_host[mode]
+    layout = _layout_us(params, step.layout.get(mode), tr)
+    if layout is not None:
+        expert = expert + layout
+    if params.parallel.tp_size == 1:          # one GPU holds every expert: nothing crosses
+        zero = np.zeros(expert.shape)
+        return MoECost(zero, expert, zero, tr, mode, 0.0, block_ops_us=block)
     if params.backend == "none":
         # all-gather and all-reduce over the tp_size GPUs (`epsim.cost.tp`; MoE-TP's reduce)
         gather, reduce = none_collectives_us(params, tr.num_tokens, graph)
         dispatch = np.full(expert.shape, gather)       # [layers] (or [steps, layers])
         combine = np.full(expert.shape, reduce)
-        return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, block_ops_us=block)
+        return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, block_ops_us=block,
+                       layout_us=0.0 if layout is None else layout)
     send, back = step.dispatch[mode], step.combine[mode]
     dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes) + send.host_us
     combine = comm_us(tr, back.bytes_per_copy, back.params, params.l2_bytes) + back.host_us
     fabric = network_us(tr, params.transport)
     dispatch, combine = dispatch + fabric, combine + fabric
-    return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, fabric, block)
+    return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, fabric, block,
+                   0.0 if layout is None else layout)
+
+
+def _layout_us(params: CostParams, layout, tr: Traffic) -> np.ndarray | None:
+    """[layers] (or [draws, layers]) the slowest rank's layout work of the backend over the
+    pairs each rank receives, or None where it is not charged (EP 1, unmeasured)."""
+    if layout is None:
+        return None
+    return layout_us(tr.pairs, params.model.hidden_size, layout.params).max(axis=-1)

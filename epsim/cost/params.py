@@ -3,10 +3,12 @@ reads them (`epsim.cost.resolve.resolve_params` builds it from a Profile in one 
 
 The `CostModel` built on it only prices. New terms slot in as new fields:
   eager, graph      `StepKindParams`: what an eager step (device + host) and a CUDA-graph replay
-                    (device only) read — dispatch and combine per kernel mode, experts, block ops
+                    (device only) read — dispatch and combine per kernel mode, experts (the
+                    kernel model for every backend), block ops, the backend's own layout work
                     (`StageParams`: timing + coefficients each), which block ops are added, sync
   collectives       `none/allreduce` and `none/allgather` (the `none` backend, TP attention)
-  attention         the datasheet roofline and the fitted decode / prefill kernels
+  attention         the datasheet roofline and the fitted decode / prefill kernels; the
+                    attention block's own ops (fitted, else not charged)
   dense, overhead   the fitted dense-MLP kernel (or None) and the per-step overhead
   ranks and path    EP ranks, nodes, TP size, DeepEP kernel mode per phase, copy counting per
                     mode, the transport path over the network, group-limited routing's cap
@@ -22,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from epsim.cost.attention_ops import BlockOps
 from epsim.cost.experts import ExpertGemm
 from epsim.cost.mla import MlaParams
 from epsim.cost.timing import StageTiming
@@ -70,15 +73,23 @@ class StepKindParams:
     or an eager step (device time + host overhead).
 
     Attributes:
-        dispatch, combine: by DeepEP kernel mode ("" for other backends); empty for `none`.
-        experts: the routed experts' grouped GEMM.
+        dispatch, combine: by DeepEP kernel mode ("" for other backends); empty for `none` and
+            at EP 1 (nothing crosses a GPU).
+        experts: the routed experts' grouped GEMM: the kernel model (`any/experts[/graph]`)
+            for every backend; an eager step adds the backend's host overhead.
         block_ops: the block's own ops (router, permute, top-k weighting).
-        block_ops_parts: the block ops a step adds on its own: the router; the permute and
-            weighting too where the experts stage is the bare grouped GEMM (docs/model.md).
         sync_us: what a whole MoE layer adds to its stages timed apart
-            (`epsim.cost.moe.layer_defaults`).
+            (`epsim.cost.moe.layer_defaults`); 0 at EP 1.
         host_rows: by kernel mode, [3] float64 host µs of dispatch, experts and combine in one
             layer (read-only; the ledger's `*_host` columns).
+        layout: by kernel mode, the backend's own work around the grouped GEMM
+            (`<backend>/layout...`, `epsim.cost.layout`) where it was measured; absent at EP 1
+            and where unmeasured (not charged).
+        block_ops_parts: by kernel mode, the block ops a step adds: the router always; the
+            permute and the weighting unless the backend's kernels do them (low-latency
+            `pair` copies at EP > 1: dispatch writes per-expert rows, combine weights them).
+        block_ops_host: by kernel mode, the host overhead an eager step adds for those parts
+            (`any/block_ops/host` times their share of the block's launches; 0 in a graph).
     """
 
     graph: bool
@@ -86,9 +97,12 @@ class StepKindParams:
     combine: Mapping[str, StageParams]
     experts: StageParams
     block_ops: StageParams
-    block_ops_parts: tuple[str, ...]
     sync_us: float
     host_rows: Mapping[str, np.ndarray]
+    # -- one cost path per stage (issue 40) --
+    layout: Mapping[str, StageParams]
+    block_ops_parts: Mapping[str, tuple[str, ...]]
+    block_ops_host: Mapping[str, float]
 
     def stage(self, kind: str, mode: str = "") -> StageParams | None:
         """The `kind` stage ("dispatch", "combine", "experts") in kernel `mode` (experts have
@@ -214,6 +228,10 @@ class CostParams:
             per quantity), warned by every CostModel built on these.
         parallel: the deployment's layout (`DeploymentSpec.parallel`).
         tp_collectives: see `TPCollectiveParams`.
+        attention_ops: `any/attention_ops/graph`, the attention block's own ops (norms, RoPE,
+            KV write, residual) where the profile holds its fit, else None (not charged).
+        attention_block_ops: those ops' launches and bytes per token on a rank, as the engine
+            runs them (`epsim.cost.attention_ops.block_ops`).
     """
 
     model: ModelSpec
@@ -243,6 +261,9 @@ class CostParams:
     # -- parallelism beyond EP (TP attention, attention DP groups, MoE-TP) -----------------
     parallel: Parallel
     tp_collectives: TPCollectiveParams
+    # -- the attention block's own ops (`epsim.cost.attention_ops`) -------------------------
+    attention_ops: Coefficients | None = None
+    attention_block_ops: BlockOps = BlockOps(0, 0.0)
 
     def step(self, graph: bool) -> StepKindParams:
         """The MoE layers' parameters in a CUDA-graph (`graph`) or eager step."""

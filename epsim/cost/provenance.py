@@ -29,7 +29,10 @@ class ComponentUse:
     Attributes:
         part: "attention", "dispatch", "experts", "combine", "shared_experts", "dense",
             "overhead", "sync", "network" (the fabric's part of dispatch and combine),
-            "block_ops" (the block's router, permute and weighting, `epsim.cost.block_ops`).
+            "block_ops" (the block's router, permute and weighting, `epsim.cost.block_ops`),
+            "layout" (the backend's own work around the grouped GEMM, `epsim.cost.layout`),
+            "attention_ops" (the attention block's norms, RoPE, KV write and residual,
+            `epsim.cost.attention_ops`).
         time: "device", "host", or "device+host" (an eager-timed component).
         key: profile key used ("" for datasheet defaults); `label` names it for people.
         tag: one of TAGS; `axes`: why extrapolated (empty otherwise).
@@ -130,37 +133,50 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                 use(kind, "device+host", key if key in profile.components else "", us, graph,
                     comm_values, rdma)
                 continue
-            t = params.step(graph).stage(kind, mode).timing
+            stage = params.step(graph).stage(kind, mode)
+            if stage is None:                          # EP 1: nothing crosses a GPU
+                continue
+            t = stage.timing
             extra = list(rdma if kind != "experts" else [])
             if not eager and not t.device_only and t.key:
                 extra.append("eager-timed component used for a graph step (host included)")
-            use(kind, "device+host" if t.key and not t.device_only else "device", t.key, us - host, graph,
-                values if kind == "experts" else comm_values, extra)
+            own = row[COLUMN["layout"]] if kind == "experts" else 0.0
+            use(kind, "device+host" if t.key and not t.device_only else "device", t.key,
+                us - host - own, graph, values if kind == "experts" else comm_values, extra)
             if host > 0:
                 use(kind, "host", t.host_key, host, graph, {})
             if kind == "experts":
                 experts_key = t.key
-        block = params.step(graph).block_ops.timing
+        step = params.step(graph)
+        layout = step.layout.get(mode)                  # the backend's own layout work
+        if layout is not None:
+            use("layout", "device", layout.timing.key, row[COLUMN["layout"]], graph, comm_values)
+        block = step.block_ops.timing
         us, host = row[COLUMN["block_ops"]], row[COLUMN["block_ops_host"]]
-        # permute and weighting added in full (the experts stage is the bare grouped GEMM):
-        # the live block's torch ops stand in for the backend's own layout kernels
-        layout = (["permute and weighting as the live block's torch ops (docs/model.md 4a)"]
-                  if block.key and "permute" in params.step(graph).block_ops_parts else [])
-        use("block_ops", "device", block.key, us - host, graph, values, layout)
+        # the permute and weighting, where added, are the live block's torch ops
+        torch_ops = (["permute and weighting as the live block's torch ops (docs/model.md 4a)"]
+                     if block.key and params.num_ranks > 1
+                     and "permute" in step.block_ops_parts.get(mode, ()) else [])
+        use("block_ops", "device", block.key, us - host, graph, values, torch_ops)
         if host > 0:
             use("block_ops", "host", block.host_key, host, graph, {})
+        mla = cm.model.attention == "mla"
+        ops = row[COLUMN["attention_ops"]]
         if params.attention.mla is not None:     # MLA's own kernel, BMMs and projections
             keys = params.attention.mla.keys
             parts = [f"MLA {part}: {keys[part] or 'datasheet'}" for part in keys
                      if part != "decode"]
-            use("attention", "device", keys["decode"], row[COLUMN["attention"]], graph, {},
+            use("attention", "device", keys["decode"], row[COLUMN["attention"]] - ops, graph, {},
                 parts)
         elif params.attention.kernels is not None:
-            use("attention", "device", "any/attention_decode/graph", row[COLUMN["attention"]],
-                graph, {})
+            use("attention", "device", "any/attention_decode/graph",
+                row[COLUMN["attention"]] - ops, graph, {})
         else:
             use("attention", "device", "any/attention" if "any/attention" in profile.components
-                else "", row[COLUMN["attention"]], graph, {})
+                else "", row[COLUMN["attention"]] - ops, graph, {})
+        use("attention_ops", "device", "any/attention_ops/graph", ops, graph,
+            {**hidden, "num_tokens_per_rank": (lo, hi)},
+            ["MLA block's ops costed with the GQA block's fit"] if mla else [])
         if params.dense is not None:
             gemm, gemm_key = [], "any/dense/graph"
         else:
@@ -192,7 +208,7 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
 _NAMES = {"attention": "attention", "dispatch": "dispatch", "combine": "combine",
           "experts": "experts", "shared_experts": "shared experts", "dense": "dense layers",
           "overhead": "step overhead", "sync": "layer sync", "network": "network",
-          "block_ops": "block ops"}
+          "block_ops": "block ops", "layout": "backend layout", "attention_ops": "attention ops"}
 
 
 def summarize(uses: list[ComponentUse], of: str = "step time") -> dict:

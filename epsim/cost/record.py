@@ -18,6 +18,11 @@ the live bench measured instead of expected values:
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
   block_ops           tokens per rank and `extra.pairs` (one GPU: tokens x top_k), the block's
                       router, permute and weighting (`epsim.cost.block_ops`, `any/block_ops`).
+  layer_part          the attention block (`extra.part` "attention_block", one GPU): the block's
+                      own ops (`epsim.cost.attention_ops`, `any/attention_ops`) over the
+                      attention kernel measured at the point and the priced projections.
+A backend's `experts` stage is the kernel model (`any/experts...`) plus the block ops inside it
+and the backend's own layout work (`<backend>/layout...`, `epsim.cost.layout`), whose row it is.
 Components are looked up most specific first (keys and mode paths: `epsim.profile`): an FP8
 dispatch reads `<backend>/dispatch/fp8` and `<backend>/experts/fp8` where fitted, else the BF16
 ones.
@@ -25,82 +30,33 @@ ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from epsim.cost.block_ops import block_ops_defaults, block_ops_features
+from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
+from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy, l2_bytes, per_message)
-from epsim.cost.experts import (TILE_M, ExpertGemm, even_row_tiles, experts_defaults,
+from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, row_tiles)
-from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
-                              prefill_work)
-from epsim.cost.linear import (ATTENTION_TERMS, BLOCK_OPS_TERMS, COLLECTIVE_TERMS, COMM_TERMS,
-                               EXPERT_TERMS)
+from epsim.cost.layout import layout_defaults, layout_features
+from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS
 from epsim.cost.moe import layer_defaults
 from epsim.cost.record_kernels import KERNEL_KINDS, kernel_record_features
-from epsim.cost.timing import stage_timing
+from epsim.cost.record_row import RecordFeatures, device_path, record_cluster
+from epsim.cost.record_single import (SINGLE_GPU_COMPONENTS, attention_ops_row, block_ops_row,
+                                     single_gpu_row)
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
-from epsim.zoo import get_hardware, hardware_names
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
                      "attention_prefill", "attention_decode", "dense_mlp", "block_ops",
+                     "attention_block",   # the layer bench's `layer_part` of the attention block
                      *KERNEL_KINDS)
-# single-GPU kinds and the component each fits (`any/<component>[/graph]`)
-SINGLE_GPU_COMPONENTS = {"attention_prefill": "attention_prefill",
-                         "attention_decode": "attention_decode", "dense_mlp": "dense"}
-
-
-@dataclass(frozen=True)
-class RecordFeatures:
-    """One record's row for a least-squares fit of one component.
-
-    Attributes:
-        component: profile key, e.g. "torch/dispatch", "deepep/combine/low_latency", "any/experts".
-        coef_names: names of the coefficients the row multiplies (e.g. "inv_nvl_gbps").
-        row: [len(coef_names)] float64; `row @ coefficients` is microseconds.
-        coefficients: [len(coef_names)] the profile's current coefficients of that component.
-    """
-
-    component: str
-    coef_names: tuple[str, ...]
-    row: np.ndarray
-    coefficients: np.ndarray
-    host_us: float = 0.0
-
-    @property
-    def predicted_us(self) -> float:
-        """Device time (`row @ coefficients`) plus the host overhead of an eager record."""
-        return float(self.row @ self.coefficients) + self.host_us
-
-
-def _cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
-    gpu = record.provenance.hardware or profile.hardware
-    if gpu not in hardware_names():
-        raise RecordError(f"provenance.hardware ({gpu!r}) must be one of {hardware_names()}")
-    per_node = get_hardware(gpu).gpus_per_node
-    return ClusterSpec(gpu=gpu, num_nodes=max(1, -(-record.ep_size // per_node)))
-
-
-def _device_path(record: MeasurementRecord, profile: Profile, kind: str) -> tuple[str, float]:
-    """(mode path to read the device-time parameters with, host overhead µs to add): an eager
-    record of a stage whose profile holds device time and host overhead apart is predicted as
-    the simulator predicts an eager step (`epsim.cost.timing.stage_timing`); others by their
-    own component."""
-    path = record_mode_path(record, kind)
-    if is_graph(record):
-        return path, 0.0
-    timing = stage_timing(profile, record.backend, kind, path, eager=True)
-    if timing.host_key:
-        return timing.mode_path, timing.host_us
-    return path, 0.0
 
 
 def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
@@ -113,7 +69,7 @@ def _counts(record: MeasurementRecord, name: str) -> np.ndarray:
 
 def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordFeatures:
     backend, mode = record.backend, kernel_mode(record)
-    cluster = _cluster(record, profile)
+    cluster = record_cluster(record, profile)
     if backend == "none":
         return _collective_row(record, profile, passes=1 if kind == "dispatch" else 2)
     dedup = dedup_for(backend, mode)
@@ -125,7 +81,7 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
                                            record.top_k, dedup)
     else:
         per_copy = combine_bytes_per_copy(record.hidden_size)
-    path, host = _device_path(record, profile, kind)
+    path, host = device_path(record, profile, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
     hottest = staged = 0.0
     if per_message(dedup):     # per-copy, busiest-slot and L2-spill terms (`comm.per_message`)
@@ -140,7 +96,7 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
 
 
 def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) -> RecordFeatures:
-    cluster = _cluster(record, profile)
+    cluster = record_cluster(record, profile)
     num_bytes = record.bytes or record.ep_size * record.num_tokens_per_rank * record.hidden_size * 2.0
     params = profile.params("none", "allreduce", defaults=collective_defaults(cluster))
     key = "none/allreduce"
@@ -150,8 +106,9 @@ def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) ->
     return RecordFeatures(key, COLLECTIVE_TERMS.coef_names, row, COLLECTIVE_TERMS.coefficients(params))
 
 
-def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
-    cluster = _cluster(record, profile)
+def _expert_counts(record: MeasurementRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pairs, active experts, row tiles) per rank of an experts record (the measured rank
+    alone for a single-GPU record)."""
     if record.local_expert_tokens:
         local = [np.asarray(row, dtype=np.float64) for row in record.local_expert_tokens]
         pairs = np.array([row.sum() for row in local])
@@ -168,82 +125,110 @@ def _experts_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
     measured = record.extra.get("measured_rank")
     if measured is not None:          # a single-GPU record times one rank of its EP group
         pairs, active, tiles = (x[[int(measured)]] for x in (pairs, active, tiles))
+    return pairs, active, tiles
+
+
+def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster: ClusterSpec,
+                pairs, active, tiles) -> tuple[str, np.ndarray, np.ndarray]:
+    """(key, design row, coefficients) of the grouped-GEMM kernel model at the record's
+    counts: `local/experts...` for a single-GPU record, else the pooled `any/experts...`."""
     if not record.moe_intermediate_size:
         raise RecordError("moe_intermediate_size (0) must be > 0 for an experts record")
     gemm = ExpertGemm(record.hidden_size, record.moe_intermediate_size,
                       3.0 * record.hidden_size * record.moe_intermediate_size * 2.0,  # BF16
                       num_sms(cluster.gpu))
-    # the experts stage includes the backend's own layout work: `<backend>/experts[/fp8]` over
-    # `<backend>/experts` over `any/experts`
-    path, host = _device_path(record, profile, "experts")
-    params = profile.params(record.backend, "experts", path,
-                            defaults=experts_defaults(cluster.hardware))
-    row = experts_features(pairs, active, tiles, gemm, params)
-    return RecordFeatures(component_key(record.backend, "experts", path), EXPERT_TERMS.coef_names,
-                          row, EXPERT_TERMS.coefficients(params), host)
+    owner = "local" if record.backend == "local" else "any"
+    params = profile.params(owner, "experts", path, defaults=experts_defaults(cluster.hardware))
+    return (component_key(owner, "experts", path), experts_features(pairs, active, tiles, gemm, params),
+            EXPERT_TERMS.coefficients(params))
 
 
-def _single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
-    """Design row of a single-GPU kernel record: a dense SwiGLU MLP (one expert's physics,
-    `epsim.cost.experts.dense_us`) or a flash-attention kernel (`epsim.cost.flash`)."""
-    cluster = _cluster(record, profile)
-    kind = SINGLE_GPU_COMPONENTS[record.kind]
-    path = GRAPH if is_graph(record) else ""
-    sms = num_sms(cluster.gpu)
-    if record.kind != "dense_mlp":
-        return _attention_row(record, profile, kind, path, cluster)
-    params = profile.params("any", kind, path, defaults=experts_defaults(cluster.hardware))
-    if not (record.hidden_size and record.intermediate_size):
-        raise RecordError("hidden_size and intermediate_size must be > 0 for a dense_mlp record")
-    gemm = ExpertGemm(record.hidden_size, record.intermediate_size,
-                      3.0 * record.hidden_size * record.intermediate_size * 2.0, sms)
-    t = float(record.num_tokens_per_rank)
-    row = experts_features(np.array([t]), np.array([1.0 if t > 0 else 0.0]),
-                           np.array([np.ceil(t / TILE_M)]), gemm, params)
-    row[1] = 0.0          # one expert always: its per-expert term is the base's
-    return RecordFeatures(component_key("any", kind, path), EXPERT_TERMS.coef_names, row,
-                          EXPERT_TERMS.coefficients(params))
+def _experts_row(record: MeasurementRecord, profile: Profile,
+                 kernel: bool = False) -> RecordFeatures:
+    """An experts record. A single-GPU record (`local`) is the grouped GEMM alone: the kernel
+    model's row. A backend's stage is the kernel model plus what the stage holds besides
+    (docs/model.md, section 4): the block's permute and weighting where the backend hands
+    the block its pairs (not for low-latency `pair` copies, whose kernels lay rows out and
+    weight them), and the backend's own layout work, whose row this is (`<backend>/layout`;
+    kernel and block ops are its fixed offset; with `kernel`, the kernel model's row over the
+    rest: a record set with no grouped GEMM timed alone fits the kernel on the stages). An
+    eager record adds the host overhead of `<backend>/experts/host` and of the block ops
+    inside the stage."""
+    cluster = record_cluster(record, profile)
+    pairs, active, tiles = _expert_counts(record)
+    path, host = device_path(record, profile, "experts")
+    key, row, coef = _kernel_row(record, profile, path if record.backend != "local"
+                                 else record_mode_path(record, "experts"), cluster,
+                                 pairs, active, tiles)
+    if record.backend == "local":
+        return RecordFeatures(key, EXPERT_TERMS.coef_names, row, coef, host)
+    kernel_row = row
+    kernel_us = float(row @ coef)
+    inside = _inside_parts(record)
+    block_us, block_host = _inside_block_ops(record, profile, cluster, pairs, inside)
+    rows = float(pairs.max())         # the pairs the busiest rank receives
+    layout_path = record_mode_path(record, "layout")
+    if not is_graph(record):
+        layout_path = "/".join(p for p in (GRAPH, layout_path) if p)
+    params = profile.params(record.backend, "layout", layout_path,
+                            defaults=layout_defaults(cluster.hardware))
+    own = profile.resolve(record.backend, "layout", layout_path)
+    fitted = own is not None and own[0].split("/")[0] == record.backend
+    layout_row = layout_features(rows, record.hidden_size)
+    layout_coef = LAYOUT_TERMS.coefficients(params) if fitted else np.zeros(2)
+    host = host + (block_host if not is_graph(record) else 0.0)
+    if kernel:
+        return RecordFeatures(key, EXPERT_TERMS.coef_names, kernel_row, coef, host,
+                              offset_us=float(layout_row @ layout_coef) + block_us)
+    return RecordFeatures(component_key(record.backend, "layout", layout_path),
+                          LAYOUT_TERMS.coef_names, layout_row, layout_coef, host,
+                          offset_us=kernel_us + block_us)
 
 
-def _attention_row(record: MeasurementRecord, profile: Profile, kind: str, path: str,
-                   cluster: ClusterSpec) -> RecordFeatures:
-    """An attention record: `num_seqs` causal chunks of `context_len` new tokens (prefill), or
-    `num_seqs` single queries against `context_len` cached keys each (decode)."""
-    h, kv, hd = record.num_attention_heads, record.num_kv_heads, record.head_dim
-    seqs, ctx = record.num_seqs, record.context_len
-    if not (h and kv and hd and seqs and ctx):
-        raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs and "
-                          "context_len must be > 0 for an attention record")
-    one, sms = np.ones(1), num_sms(cluster.gpu)
-    if record.kind == "attention_prefill":
-        work = prefill_work(one * seqs * ctx, one * seqs * ctx, one * seqs, h, kv, hd, sms)
-    else:
-        work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms)
-    params = profile.params("any", kind, path, defaults=attention_kernel_defaults(cluster.hardware))
-    return RecordFeatures(component_key("any", kind, path), ATTENTION_TERMS.coef_names,
-                          kernel_features(work, params)[0], ATTENTION_TERMS.coefficients(params))
+def _inside_parts(record: MeasurementRecord) -> tuple[str, ...]:
+    """The block ops a backend's experts stage holds: the permute and the weighting, unless
+    the backend's kernels do them (low-latency `pair` copies)."""
+    if dedup_for(record.backend, kernel_mode(record)) == "pair":
+        return ()
+    return ("permute", "combine_weighting")
 
 
-def _block_ops_row(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
-    """Design row of a `block_ops` record (`epsim.cost.block_ops`): the measured GPU's own
-    tokens and the pairs its experts compute (`extra.pairs`, else tokens x top_k: one GPU
-    holds every expert)."""
-    if not (record.hidden_size and record.num_experts and record.top_k):
-        raise RecordError("hidden_size, num_experts and top_k must be > 0 for a block_ops record")
-    cluster = _cluster(record, profile)
-    path, host = _device_path(record, profile, "block_ops")
-    params = profile.params("any", "block_ops", path, defaults=block_ops_defaults(cluster.hardware))
-    tokens = float(record.num_tokens_per_rank)
-    pairs = float(record.extra.get("pairs", tokens * record.top_k))
-    row = block_ops_features(tokens, pairs, record.hidden_size, record.num_experts, record.top_k,
-                             params)
-    return RecordFeatures(component_key("any", "block_ops", path), BLOCK_OPS_TERMS.coef_names, row,
-                          BLOCK_OPS_TERMS.coefficients(params), host)
+def inside_host_us(record: MeasurementRecord, profile: Profile) -> float:
+    """Host overhead of the block ops an eagerly timed experts stage of a backend holds
+    (`any/block_ops/host` times their share of the block's launches; 0 for other records):
+    what the stage's own host overhead (`<backend>/experts/host`) must not count again."""
+    if record.kind != "experts" or record.backend == "local" or is_graph(record):
+        return 0.0
+    parts = _inside_parts(record)
+    host = profile.components.get(component_key("any", "block_ops", "host"))
+    if not parts or host is None:
+        return 0.0
+    return host.params.get("base_us", 0.0) * _launch_share(parts)
 
 
-def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatures:
+def _launch_share(parts: tuple[str, ...]) -> float:
+    return sum(BLOCK_OPS_KERNELS[p] for p in parts) / sum(BLOCK_OPS_KERNELS.values())
+
+
+def _inside_block_ops(record: MeasurementRecord, profile: Profile, cluster: ClusterSpec,
+                      pairs: np.ndarray, parts: tuple[str, ...]) -> tuple[float, float]:
+    """(device µs of the slowest rank, host µs of an eager call) of the block's `parts` that a
+    backend's experts stage holds (`any/block_ops`; host: `any/block_ops/host` times the
+    parts' share of the block's launches)."""
+    if not parts:
+        return 0.0, 0.0
+    device = profile.params("any", "block_ops", GRAPH, defaults=block_ops_defaults(cluster.hardware))
+    us = float(block_ops_us(np.full(pairs.shape, float(record.num_tokens_per_rank)), pairs,
+                            record.hidden_size, record.num_experts, record.top_k, device, parts))
+    host = profile.components.get(component_key("any", "block_ops", "host"))
+    return us, (host.params.get("base_us", 0.0) * _launch_share(parts) if host else 0.0)
+
+
+def record_features(record: MeasurementRecord, profile: Profile,
+                    component: str = "") -> RecordFeatures:
     """The design row of the component a record measures (kinds dispatch, combine, experts,
-    allreduce).
+    allreduce, ...); `component`: which one where a record measures two (a backend's experts
+    stage: its layout work by default, the kernel model for `any/experts...`).
 
     Raises:
         ProfileError: a kind that is not one linear component (moe_layer, rebalance, ...).
@@ -253,17 +238,25 @@ def record_features(record: MeasurementRecord, profile: Profile) -> RecordFeatur
         check_backend(record.backend)
         return _comm_row(record, profile, record.kind)
     if record.kind == "experts":
-        return _experts_row(record, profile)
+        return _experts_row(record, profile, kernel=component.startswith("any/experts"))
     if record.kind in SINGLE_GPU_COMPONENTS:
-        return _single_gpu_row(record, profile)
+        return single_gpu_row(record, profile)
     if record.kind == "allreduce":
         return _collective_row(record, profile, passes=2)
     if record.kind == "block_ops":
-        return _block_ops_row(record, profile)
+        return block_ops_row(record, profile)
+    if record_kind(record) == "attention_block":
+        return attention_ops_row(record, profile)
     if record.kind in KERNEL_KINDS:        # quantised GEMMs and experts, MLA: record_kernels
         return RecordFeatures(*kernel_record_features(record, profile))
     raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "
                        f"'allreduce'] for a design row")
+
+
+def record_kind(record: MeasurementRecord) -> str:
+    """What a record is predicted and judged as: its `kind`, or for a layer bench part
+    (`layer_part`) the part (`extra.part`: `attention_block`, `moe_block`, ...)."""
+    return record.extra.get("part", "") if record.kind == "layer_part" else record.kind
 
 
 def predict_record(record: MeasurementRecord, profile: Profile) -> float:
@@ -280,7 +273,7 @@ def predict_record(record: MeasurementRecord, profile: Profile) -> float:
         return (_comm_row(record, profile, "dispatch").predicted_us
                 + _experts_row(record, profile).predicted_us
                 + _comm_row(record, profile, "combine").predicted_us + sync)
-    if record.kind not in PREDICTABLE_KINDS:
-        raise ProfileError(f"kind ({record.kind!r}) must be one of {list(PREDICTABLE_KINDS)} "
-                           f"to be predicted")
+    if record_kind(record) not in PREDICTABLE_KINDS:
+        raise ProfileError(f"kind ({record_kind(record)!r}) must be one of "
+                           f"{list(PREDICTABLE_KINDS)} to be predicted")
     return record_features(record, profile).predicted_us

@@ -17,16 +17,21 @@ from epsim import vocab
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
+from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, attention_ops_defaults,
+                                      block_ops)
+from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_defaults
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
+from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
 from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import attention_kernel_defaults
+from epsim.cost.layout import layout_defaults
 from epsim.cost.mla import MlaParams, mla_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
-                               Extrapolation, FittedRange, StageParams, StepKindParams,
+                               StageParams, StepKindParams,
                                TPCollectiveParams)
 from epsim.cost.quant import (absolute, gemm_defaults, layout_kb, quant_expert_gemm,
                               remote_slot_bytes)
@@ -69,9 +74,12 @@ _MAX_RESOLVED = 32
 
 
 def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
-                   profile: Profile | None = None, time_mode: str = "auto") -> CostParams:
+                   profile: Profile | None = None, time_mode: str = "auto",
+                   engine: str = DEFAULT_ENGINE) -> CostParams:
     """The `CostParams` of a deployment under `profile` (None: the default profile of the
-    cluster's GPU, `epsim.default_profile`).
+    cluster's GPU, `epsim.default_profile`), served by `engine` (`epsim.cost.attention_ops`:
+    which kernels its attention block runs; a deployment's is SGLang, the live bench's
+    transformers).
 
     Resolved once per content: equal specs, profile (by its JSON and path) and time mode give
     the same object, remembered for the last few, so a run's screen and engine, a sweep's
@@ -81,20 +89,24 @@ def resolve_params(model: ModelSpec, cluster: ClusterSpec, deployment: Deploymen
     `epsim.spec.quant.served_model`: `CostParams.model`).
 
     Raises:
-        SpecError: `time_mode` not one of TIME_MODES; PlacementError: EP ranks that are not a
+        SpecError: `time_mode` not one of TIME_MODES, `engine` not one of ENGINES;
+            PlacementError: EP ranks that are not a
             whole number of nodes.
     """
     if time_mode not in TIME_MODES:
         raise SpecError(f"mode ({time_mode!r}) must be one of {list(TIME_MODES)}")
+    if engine not in ENGINES:
+        raise SpecError(f"engine ({engine!r}) must be one of {list(ENGINES)}")
     profile = profile if profile is not None else default_profile(cluster.gpu)
     key = (model.model_dump_json(), cluster.model_dump_json(), deployment.model_dump_json(),
-           time_mode, profile.path, profile.model_dump_json())
+           time_mode, engine, profile.path, profile.model_dump_json())
     found = _RESOLVED.get(key)
     if found is None:
         if len(_RESOLVED) >= _MAX_RESOLVED:
             _RESOLVED.clear()
         served = served_model(model, deployment.quantization)
-        found = _RESOLVED[key] = _Resolver(served, cluster, deployment, profile).resolve(time_mode)
+        found = _RESOLVED[key] = _Resolver(served, cluster, deployment, profile,
+                                                   engine).resolve(time_mode)
     return found
 
 
@@ -107,8 +119,9 @@ class _Resolver:
     timing, a fitted single-GPU kernel; all datasheet where the profile does not apply."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
-                 profile: Profile):
+                 profile: Profile, engine: str = DEFAULT_ENGINE):
         self.model, self.cluster, self.deployment, self.profile = model, cluster, deployment, profile
+        self.engine = engine
         self.backend = deployment.moe_a2a_backend
         self.applies = profile.hardware == cluster.gpu or not profile.components
 
@@ -118,17 +131,19 @@ class _Resolver:
             return dict(defaults)
         return self.profile.params(backend, kind, mode, defaults=defaults)
 
-    def timing(self, backend: str, kind: str, mode_path: str, eager: bool) -> StageTiming:
+    def timing(self, backend: str, kind: str, mode_path: str, eager: bool,
+               device_owner: str | None = None) -> StageTiming:
         if not self.applies:
             return StageTiming(kind, eager, "", mode_path, False)
-        return stage_timing(self.profile, backend, kind, mode_path, eager)
+        return stage_timing(self.profile, backend, kind, mode_path, eager, device_owner)
 
     def kernel(self, kind: str) -> Coefficients | None:
         """Parameters of a fitted single-GPU kernel component `any/<kind>/graph`, or None."""
         if not self.applies or self.profile.resolve("any", kind, GRAPH) is None:
             return None
         hw = self.cluster.hardware
-        defaults = (attention_kernel_defaults(hw) if kind.startswith("attention")
+        defaults = (attention_ops_defaults(hw) if kind == "attention_ops"
+                    else attention_kernel_defaults(hw) if kind.startswith("attention")
                     else experts_defaults(hw, self.model.weight_dtype))
         return _frozen(self.profile.params("any", kind, GRAPH, defaults=defaults))
 
@@ -144,6 +159,8 @@ class _Resolver:
         dedup = {mode: dedup_for(backend, mode) for mode in modes}
         steps = self._steps(modes, dedup)
         eager, graph = steps[True], steps[False]
+        used = used_components(eager, graph, backend == "none" and par.tp_size > 1) \
+            if self.applies else []
         allreduce = self.coefficients("none", "allreduce", "", collective_defaults(c))
         allgather = self.coefficients("none", "allgather", "", allreduce)
         # single-GPU kernels measured device-only (`any/dense/graph`, `any/attention_*/graph`):
@@ -172,9 +189,11 @@ class _Resolver:
                 self._mla(tp_size)),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
-            token_ranges=self._token_ranges(eager, graph),
-            extrapolated=self._extrapolated(eager, graph, num_ranks),
-            parallel=par, tp_collectives=self._tp_collectives())
+            token_ranges=token_ranges(self.profile, used),
+            extrapolated=extrapolated(self.profile, used, num_ranks, m.hidden_size),
+            parallel=par, tp_collectives=self._tp_collectives(),
+            attention_ops=self.kernel("attention_ops"),
+            attention_block_ops=block_ops(m, self.engine, tp_size))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
     @property
@@ -281,12 +300,18 @@ class _Resolver:
         Each stage in an eager step and in a CUDA-graph step (`epsim.cost.timing`): decode
         steps SGLang replays as CUDA graphs (batches up to cuda_graph_max_bs) pay device time
         only; eager steps add the host overhead, fitted on its own, to the device time. Where
-        no device-only timing exists (`torch`) the eager component serves both."""
+        no device-only timing exists (`torch`) the eager component serves both.
+
+        One cost path per stage (docs/model.md, section 4): the experts are the kernel model
+        (`any/experts[/graph]`) whatever the backend, an eager step adding the backend's host
+        overhead; the backend's own layout work is its own term where measured; at EP 1 no
+        a2a backend runs (no dispatch, combine, layout or sync)."""
         m, d, backend, hw = self.model, self.deployment, self.backend, self.cluster.hardware
         dtype = d.dispatch_dtype
+        one_gpu = d.parallel.tp_size == 1      # EP 1 without MoE-TP: the MoE on one GPU
         comm: dict[bool, dict[str, dict[str, StageParams]]] = {
             e: {"dispatch": {}, "combine": {}} for e in (True, False)}
-        for kind in ("dispatch", "combine") if backend != "none" else ():
+        for kind in ("dispatch", "combine") if backend != "none" and not one_gpu else ():
             for mode in modes:
                 path = mode_path(mode, kind, dtype)
                 defaults = comm_defaults(backend, mode, self.cluster)
@@ -296,30 +321,34 @@ class _Resolver:
                     t = self.timing(backend, kind, path, eager)
                     comm[eager][kind][mode] = StageParams(
                         t, _frozen(self.coefficients(backend, kind, t.mode_path, defaults)), size)
-        # the experts: a backend's own fit (or `any/`), its device-only fit over it where the
-        # eager timing is device time + host overhead; a graph step's over the eager's
+        # the experts: the kernel model's device time (`any/experts[/graph]`) for every
+        # backend; an eager step adds the backend's own host overhead (`<backend>/experts/host`)
         path = mode_path("", "experts", dtype)
-        timing = {e: self.timing(backend, "experts", path, e) for e in (True, False)}
-        experts = self.coefficients(backend, "experts", path, experts_defaults(hw, m.weight_dtype))
-        if timing[True].device_only:
-            experts = self.coefficients(backend, "experts", timing[True].mode_path, experts)
-        experts_params = {True: experts,
-                          False: self.coefficients(backend, "experts", timing[False].mode_path,
-                                                   experts)}
+        timing = {e: self.timing(backend, "experts", path, e, device_owner="any")
+                  for e in (True, False)}
+        experts = self.coefficients("any", "experts", path, experts_defaults(hw, m.weight_dtype))
+        experts_params = {e: self.coefficients("any", "experts", timing[e].mode_path, experts)
+                          for e in (True, False)}
         layout, remote = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
         if self.quantised_experts:     # quantised weights: their own components (`_quant_experts`)
             for eager in (True, False):
                 timing[eager], experts_params[eager], layout[eager], remote[eager] = \
                     self._quant_experts(eager, timing[eager])
-        sync = self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"]
-        sync_us = {True: sync,
-                   False: self.coefficients(backend, "moe_layer", GRAPH, {"sync_us": sync})["sync_us"]}
+        # a CUDA-graph step's layer sync is its own device-only fit: an eager fit's residual
+        # holds the ranks' host-side skew (each host launching at its own pace; `none` 63 µs
+        # at EP 2 beside the kernel model, `torch` -108 µs of launch overlap), which a graph
+        # replay has not -- the datasheet 0 where no graph fit exists
+        graph_sync = self._exact(component_key(backend, "moe_layer", GRAPH))
+        sync_us = {True: self.coefficients(backend, "moe_layer", "", layer_defaults())["sync_us"],
+                   False: graph_sync.params["sync_us"] if graph_sync else 0.0}
         out = {}
         for eager in (True, False):
             # the block's own ops (router, permute, top-k weighting; `epsim.cost.block_ops`):
             # device time from `any/block_ops/graph`, an eager step adds `any/block_ops/host`
             block = self.timing("any", "block_ops", "", eager) if self.applies else \
                 StageTiming("block_ops", eager, "", GRAPH, False)
+            parts = {mode: self._block_ops_parts(dedup[mode], one_gpu) for mode in modes}
+            all_launches = sum(BLOCK_OPS_KERNELS.values())
             out[eager] = StepKindParams(
                 graph=not eager, dispatch=MappingProxyType(comm[eager]["dispatch"]),
                 combine=MappingProxyType(comm[eager]["combine"]),
@@ -328,65 +357,41 @@ class _Resolver:
                                     remote_slot_bytes=remote[eager]),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
-                block_ops_parts=self._block_ops_parts(timing[eager]),
-                sync_us=sync_us[eager],
+                sync_us=0.0 if one_gpu else sync_us[eager],
                 host_rows=MappingProxyType({mode: _host_row(comm[eager], timing[eager], mode)
-                                            for mode in modes}))
+                                            for mode in modes}),
+                layout=MappingProxyType({} if one_gpu else self._layout(modes, eager)),
+                block_ops_parts=MappingProxyType(parts),
+                block_ops_host=MappingProxyType({
+                    mode: block.host_us * sum(BLOCK_OPS_KERNELS[p] for p in parts[mode])
+                    / all_launches for mode in modes}))
         return out
 
-    def _block_ops_parts(self, experts: StageTiming) -> tuple[str, ...]:
-        """The block ops a step adds on its own (docs/model.md, "The block's own ops"): the
-        router always (the bench forces routing, so no measured stage holds it); the permute
-        and the weighting only where the experts stage is costed by the bare grouped GEMM
-        (`any/experts...` or datasheet): a backend's own experts fit (`<backend>/experts...`)
-        already holds its layout work around the GEMM."""
-        return ("router",) if experts.key.split("/")[0] == self.backend else BLOCK_OPS_PARTS
-
-    def _used(self, eager: StepKindParams, graph: StepKindParams) -> list[tuple[str, str, str]]:
-        """(backend, kind, mode path) of the fitted components the steps read, in the order
-        the warnings name them: dispatch, then combine, by kernel mode, eager before graph;
-        then the experts; the `none` backend's all-reduce last."""
+    def _layout(self, modes: tuple[str, ...], eager: bool) -> dict[str, StageParams]:
+        """The backend's own layout work by kernel mode, where the profile holds its fit
+        (`<backend>/layout/graph[/mode][/fp8]`: device time; its host part is in the
+        experts' host overhead); unmeasured modes are absent (not charged)."""
+        out = {}
         if not self.applies:
-            return []
-        steps = (eager, graph)
-        timings = [k.stage(kind, mode).timing for kind in ("dispatch", "combine")
-                   for mode in eager.dispatch for k in steps]
-        timings += [k.experts.timing for k in steps]
-        used = list(dict.fromkeys(_used_component(self.backend, t) for t in timings if t.key))
-        if self.backend == "none":
-            used.append(("none", "allreduce", ""))
-        return used
-
-    def _token_ranges(self, eager: StepKindParams,
-                      graph: StepKindParams) -> tuple[FittedRange, ...]:
-        out = []
-        for backend, kind, mode in self._used(eager, graph):
-            comp = self.profile.component(backend, kind, mode)
-            if comp is not None and comp.source == "fit" and "num_tokens_per_rank" in comp.valid_range:
-                out.append(FittedRange(backend, kind, mode, *comp.valid_range["num_tokens_per_rank"]))
-        return tuple(out)
-
-    def _extrapolated(self, eager: StepKindParams, graph: StepKindParams,
-                      num_ranks: int) -> tuple[Extrapolation, ...]:
-        out, seen = [], set()
-        for backend, kind, mode in self._used(eager, graph):
-            comp = self.profile.component(backend, kind, mode)
-            if comp is None or comp.source != "fit":
+            return out
+        hw = self.cluster.hardware
+        for mode in modes:
+            path = mode_path(mode, "layout", self.deployment.dispatch_dtype, graph=True)
+            found = self.profile.resolve(self.backend, "layout", path)
+            if found is None or found[0].split("/")[0] != self.backend:
                 continue
-            for name, value in (("ep_size", num_ranks), ("hidden_size", self.model.hidden_size)):
-                if name not in seen and comp.outside(**{name: value}):
-                    out.append(Extrapolation(backend, kind, mode, name, value))
-                    seen.add(name)                    # one warning per quantity, not per part
-        return tuple(out)
+            t = StageTiming("layout", eager, found[0], path, True)
+            out[mode] = StageParams(t, _frozen(self.profile.params(
+                self.backend, "layout", path, defaults=layout_defaults(hw))))
+        return out
 
-
-def _used_component(backend: str, timing: StageTiming) -> tuple[str, str, str]:
-    """(backend, kind, mode path) a stage's fitted range is read from: its own stage's, or for a
-    component of another kind (a quantised format's `experts_<format>`) the key's parts."""
-    parts = timing.key.split("/")
-    if parts[1] == timing.kind:
-        return backend, timing.kind, timing.mode_path
-    return parts[0], parts[1], "/".join(parts[2:])
+    @staticmethod
+    def _block_ops_parts(dedup: str, one_gpu: bool) -> tuple[str, ...]:
+        """The block ops a step adds (docs/model.md, "The block's own ops"): the router
+        always; the permute and the top-k weighting unless the backend's kernels do them --
+        low-latency (`pair`-copy) kernels write each copy into its expert's rows and weight the
+        top-k outputs inside their combine. At EP 1 no backend runs: all three."""
+        return ("router",) if dedup == "pair" and not one_gpu else BLOCK_OPS_PARTS
 
 
 def _host_row(comm: dict[str, dict[str, StageParams]], experts: StageTiming,

@@ -44,7 +44,9 @@ class StepCost:
 class TokenTerms:
     """What a step costs that depends only on its tokens per rank (`CostModel._token_terms`):
     CUDA graph or eager, one layer's shared experts, the LM head, one dense layer's MLP, the
-    per-step overhead (µs, slowest rank each), the busiest EP rank's tokens."""
+    per-step overhead (µs, slowest rank each), the busiest EP rank's tokens, and one layer's
+    attention-block ops of one micro-batch (slowest rank; inside the attention time, for the
+    ledger)."""
 
     graph: bool
     shared_us: float
@@ -52,6 +54,7 @@ class TokenTerms:
     dense_mlp_us: float
     overhead_us: float
     max_tokens: float
+    attention_ops_us: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)

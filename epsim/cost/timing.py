@@ -65,14 +65,18 @@ class StageTiming:
 
 
 def stage_timing(profile: Profile, backend: str, kind: str, mode_path: str,
-                 eager: bool) -> StageTiming:
+                 eager: bool, device_owner: str | None = None) -> StageTiming:
     """How `backend`'s `kind` stage is timed in a graph (`eager` False) or eager step.
 
     Graph step: the device-only component (`.../graph[/...]`), falling back to the eager one.
     Eager step: the device-only component plus the fitted host overhead; where either is
     missing, the eager component (device and host timed together), as older profiles hold.
+    `device_owner` reads the device time from another owner's components than `backend`'s
+    (the experts: the kernel model, `any/experts[/graph]`, for every backend) while the host
+    overhead stays the backend's own.
     """
-    device = profile.resolve(backend, kind, graph_path(mode_path))
+    owner = device_owner or backend
+    device = profile.resolve(owner, kind, graph_path(mode_path))
     device_only = device is not None and GRAPH in device[0].split("/")[2:]
     if not eager:
         if device is None:
@@ -85,7 +89,7 @@ def stage_timing(profile: Profile, backend: str, kind: str, mode_path: str,
         return StageTiming(kind, True, device[0], graph_path(mode_path), True, key, median,
                            median * comp.spread.get("p10_ratio", 1.0),
                            median * comp.spread.get("p90_ratio", 1.0))
-    eager_found = profile.resolve(backend, kind, mode_path)
+    eager_found = profile.resolve(owner, kind, mode_path)
     if eager_found is None:
         return StageTiming(kind, True, "", mode_path, False)
     eager_key = eager_found[0]

@@ -13,11 +13,15 @@ For one scenario (its steady decode step from `epsim.sim.steady`, its skew model
   attention, redundant experts, survivors holding every expert): the dispatch timeout
   (`moe_dispatch_timeout_s`), reloads of experts no survivor held, the rebalance over the
   survivors, the timed-out forward run again (one steady decode step; the terms of
-  `epsim.eplb.recovery.failure_terms`), and the rejoin's rebalance; while the rank is away
-  (`failure_repair_s`) the instance serves at (ep - 1) / ep. Without: the instance is down until the rank is back and
-  every GPU has reloaded its weights (`reload_gbps`). Either way the failed ranks' running
-  requests are lost and resent: the tokens they had produced (half an output on average) are
-  work done again.
+  `epsim.eplb.recovery.failure_terms`); while the rank is away (`failure_repair_s`) the
+  instance serves at (ep - 1) / ep. The rejoin runs no rebalance (SGLang 0.5.12: the interval
+  restarts and the next periodic rebalance, already counted, places the rank's experts) and its
+  resynchronisation is not measured (`epsim.eplb.recovery.rejoin_terms`). Without elastic EP:
+  the instance is down until the rank is back and every GPU has reloaded its weights
+  (`reload_gbps`). Either way the failed ranks' running requests are lost and resent by their
+  clients (nothing in SGLang resends them): the tokens they had produced (half an output on
+  average) are work done again, and so is their prefill where this instance prefills
+  (aggregated; a decode instance's prefill instance pays it).
 - **Goodput** = 1 - (rebalance stall + failures x time lost per failure) / 3600, time lost per
   failure counting the interruption, the degraded capacity and the redone work in instance-
   seconds. It leaves out what the simulator has and this does not: queueing after a pause.
@@ -37,7 +41,7 @@ from epsim.eplb import (
 from epsim.eplb.host_terms import (
     deployment_terms, per_op_params, shipped_host_params, tensors_per_expert,
 )
-from epsim.eplb.recovery import failure_terms
+from epsim.eplb.recovery import failure_terms, rejoin_terms
 from epsim.errors import SpecError
 from epsim.routing.skew import SkewModel
 from epsim.sim.steady import steady_model, steady_state
@@ -108,12 +112,16 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
     m, c, d = scenario.model, scenario.cluster, scenario.deployment
     reload_bytes_per_s = d.reload_gbps * 1e9
     # a lost request had produced half its output on average (the steady model's mean length)
-    redone_tokens = steady.running_per_rank * steady_model(scenario, profile).output_len / 2.0
+    model = steady_model(scenario, profile)
+    redone_tokens = steady.running_per_rank * model.output_len / 2.0
+    # per failed rank, instance-seconds of decoding its lost output again and prefilling its
+    # lost prompts again (every rank prefilling a chunk per step: the instance's prefill rate)
+    redo_rank_s = redone_tokens / max(steady.output_per_s, 1e-9) + \
+        _reprefill_s(scenario, model, steady.running_per_rank * model.input_len)
     if not elastic_possible(scenario):
         weights = (m.num_experts + d.ep_num_redundant_experts) / d.ep_size * m.num_moe_layers * m.expert_bytes
         down_s = d.moe_dispatch_timeout_s + d.failure_repair_s + weights / reload_bytes_per_s
-        redo_s = d.ep_size * redone_tokens / max(steady.output_per_s, 1e-9)
-        return down_s, down_s + redo_s
+        return down_s, down_s + d.ep_size * redo_rank_s
     if placement is None:
         placement = Placement.on_cluster(
             contiguous_placement(m.num_moe_layers, m.num_experts, d.ep_size, d.ep_num_redundant_experts),
@@ -125,7 +133,6 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
     per_rank = changed.reshape(m.num_moe_layers, d.ep_size, -1).sum(axis=(0, 2))
     reload_s = float(per_rank.max()) * m.expert_bytes / reload_bytes_per_s
     rebalance_s = 0.0
-    rejoin_s = 0.0
     if d.enable_eplb:
         links, host = _links_and_host(scenario, profile)
         per_op = per_op_params(links, tensors_per_expert(m.weight_dtype))
@@ -136,14 +143,22 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
         nodes = _instance_nodes(scenario)
         rebalance_s = deployment_terms(host, links, m, d, nodes, moves.chunk_us,
                                        num_alive=d.ep_size - 1).stall_us * 1e-6
-        back = rebalance_cost(survivors.with_alive(None), placement, m.expert_bytes, per_op,
-                              algorithm=None, layers_per_chunk=1)
-        rejoin_s = deployment_terms(host, links, m, d, nodes, back.chunk_us).stall_us * 1e-6
     interruption = failure_terms(rebalance_s * 1e6, reload_s * 1e6,
                                  detection=d.moe_dispatch_timeout_s * 1e6,
                                  rerun_us=steady.step_s * 1e6).interruption_us * 1e-6
-    redo_s = redone_tokens / max(steady.output_per_s, 1e-9)
-    return interruption, interruption + rejoin_s + d.failure_repair_s / d.ep_size + redo_s
+    rejoin_s = rejoin_terms().interruption_us * 1e-6
+    return interruption, interruption + rejoin_s + d.failure_repair_s / d.ep_size + redo_rank_s
+
+
+def _reprefill_s(scenario, model, tokens: float) -> float:
+    """Instance-seconds to prefill `tokens` prompt tokens again: every DP rank prefilling a
+    chunk of `chunked_prefill_size` per step (`SteadyStateModel.prefill_s`); 0 on a decode
+    instance, whose prefill instance prefills them."""
+    d = scenario.deployment
+    if d.disaggregation_mode == "decode" or tokens <= 0:
+        return 0.0
+    chunk = float(d.chunked_prefill_size)
+    return tokens / (model.dp * chunk) * model.prefill_s(chunk)
 
 
 def _mean_popularity(scenario) -> np.ndarray:

@@ -17,7 +17,8 @@ the token clock) and keep the rest to themselves. This module is the per-slot pa
 every mode: per-slot contexts, tokens left and prefill tokens left, counted down every step.
 Decode instances while every rank is alive (most decode runs, R1 among them) take the decode
 path instead (`epsim.sim.decode_path`: the same results from a step count), and the fast engine
-applies their saturated steps many at once (`epsim.sim.saturation`, for `epsim.sim.leap`).
+applies their saturated steps many at once (`epsim.sim.saturation`, for `epsim.sim.leap`), and
+any run's quiet decode steps (none finishing or joining: `epsim.sim.quiet`).
 How many requests a rank admits is decided in `Admission._admit` alone (`epsim.sim.admission`:
 free slots and the KV pool, `epsim.sim.kv_pool`); a closed loop's arrivals follow the
 completions (`epsim.sim.clients`, told of each finish by `SlotState.on_finish`); with
@@ -38,6 +39,7 @@ from epsim.sim.arrivals import Requests
 from epsim.sim.clients import ClientQueues, ClosedLoop
 from epsim.sim.decode_path import DecodePath
 from epsim.sim.kv_pool import KVPool
+from epsim.sim.quiet import Quiet, apply_quiet, quiet_steps
 from epsim.sim.rank_queues import RankQueues
 from epsim.sim.saturation import Applied, Saturated, apply_saturated, saturated_batch, saturated_steps
 from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, NO_REQUEST, SlotState
@@ -434,3 +436,13 @@ class Scheduler(Admission):
         if self.kv is not None:
             self.kv.record_full_steps(start_s, sat.context_sum[:num], float(self.max_running))
         return apply_saturated(sat, num, start_s, end_s, self.state, self.decode_path, self.queues)
+
+    def quiet(self, now_s: float, max_steps: int) -> Quiet | None:
+        """The next steps while every running request decodes and none finishes or joins,
+        formed without changing anything (`epsim.sim.quiet`); None: fewer than two."""
+        return quiet_steps(self, now_s, max_steps)
+
+    def apply_quiet(self, quiet: Quiet, num: int, start_s: np.ndarray,
+                    end_s: np.ndarray) -> Applied:
+        """Apply the first `num` steps of `quiet` ([num] s `start_s`, `end_s`)."""
+        return apply_quiet(self, quiet, num, start_s, end_s)

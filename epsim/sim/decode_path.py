@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, SlotState
-from epsim.sim.token_gaps import NO_GAPS, StepGaps
+from epsim.sim.token_gaps import StepGaps, uniform_gaps
 
 
 class DecodePath:
@@ -72,11 +72,7 @@ class DecodePath:
     def gaps(self, count: int, last_s: float, now_s: float) -> StepGaps:
         """The gaps closed at `now_s` by `count` slots whose last token came at `last_s`,
         summed as `TokenClock.emit` sums the gathered times (the same bits)."""
-        if not count:
-            return NO_GAPS
-        last = self._gap_buf[:count]
-        last.fill(last_s)
-        return StepGaps(count, (count * now_s - float(last.sum())) / count, now_s - last_s)
+        return uniform_gaps(count, last_s, now_s, self._gap_buf)
 
     def commit(self, fresh_ids: np.ndarray | None, now_s: float) -> StepGaps:
         """A step finished at `now_s`: every used slot decoded one token, requests `fresh_ids`

@@ -17,8 +17,14 @@ SGLang's elastic EP over Mooncake:
   the survivors follows at once (SGLang elastic EP triggers one on failure). Then the forward
   whose dispatch timed out runs again (SGLang's `ModelRunner.forward`): one more stall of the
   last step's length. When the rank comes back
-  (`recover_after_s`), it has loaded its slots' weights before rejoining (off the serving path),
-  is unmasked, takes new requests, and EPLB rebalances onto all ranks again.
+  (`recover_after_s`) it has loaded its weights and captured its graphs off the serving path,
+  and rejoins as SGLang 0.5.12 takes it back (`epsim.eplb.recovery`): its DP-attention
+  scheduler takes new requests at once, no rebalance runs, the EPLB interval restarts, and its
+  expert slots hold unreferenced placeholders (expert 0, as SGLang's elasticity-aware
+  placement leaves a dead rank's slots) until the next rebalance places experts on them
+  (`place_rejoined`). Without EPLB (SGLang's rejoin needs its manager) the rank's slots serve
+  again at once with what they held. The resynchronisation's pause is not priced (no
+  measurement; `epsim.eplb.recovery.rejoin_terms`).
 - `elastic_recovery: reload` (no elastic EP): nothing can serve the failed rank's experts, so
   the whole instance waits until the rank is back and has reloaded all its slots at
   `reload_gbps` (`recover_after_s` is then required).
@@ -55,6 +61,7 @@ class ElasticEP:
         self.slots_per_rank = (m.num_experts + d.ep_num_redundant_experts) // d.ep_size
         self.events: list[dict] = []
         self.down = np.zeros(d.ep_size, dtype=bool)                   # failed, not yet back
+        self.awaiting: set[int] = set()       # rejoined, slots unreferenced until a rebalance
         self._paused_until_us = 0.0                                   # `reload` mode outages
         for failure in d.failures:
             sim.add_process(lambda s, f=failure: self._outage(f))
@@ -83,6 +90,9 @@ class ElasticEP:
         state, sched = sim.placement, sim.scheduler
         lost = sched.drop_rank(rank, now_s)
         self.down[rank] = True
+        self.awaiting.discard(rank)
+        # a rank rejoined since is active in SGLang's mask: the survivors include its slots
+        self.place_rejoined()
         alive = ~self.down
         sched.route_to(alive, now_s)
         if self.mode == "reload":
@@ -125,10 +135,31 @@ class ElasticEP:
         """Rank `rank` rejoins now with its slots' weights loaded; returns the event."""
         sim = self.sim
         state = sim.placement
-        if self.mode == "replicas":
+        if self.mode == "replicas" and sim.eplb is not None:
+            spr = self.slots_per_rank
+            placeholders = state.physical_to_logical.copy()
+            placeholders[:, rank * spr:(rank + 1) * spr] = 0
+            state.set_alive(rank, False, placement=placeholders)
+            self.awaiting.add(rank)
+            sim.eplb.restart_interval()
+        elif self.mode == "replicas":
             state.set_alive(rank, True)
-            if sim.eplb is not None:
-                sim.eplb.trigger("recovery")
         self.down[rank] = False
         sim.scheduler.route_to(~self.down, sim.env.now * 1e-6)
         return self._event("recovery", rank)
+
+    def serving(self) -> np.ndarray | None:
+        """[ranks] bool: ranks whose DP attention runs (None: all): the live ones and the
+        rejoined ones whose expert slots wait for the next rebalance."""
+        state = self.sim.placement
+        if not self.awaiting:
+            return None if state.all_alive else state.alive
+        mask = state.alive.copy()
+        mask[sorted(self.awaiting)] = True
+        return None if mask.all() else mask
+
+    def place_rejoined(self) -> None:
+        """Unmask the rejoined ranks' slots, for a rebalance about to place experts on them."""
+        for rank in sorted(self.awaiting):
+            self.sim.placement.set_alive(rank, True)
+        self.awaiting.clear()

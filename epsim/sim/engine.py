@@ -261,7 +261,8 @@ class Simulation:
                                               leapt.placement_version)
                     continue
             now_s = env.now * 1e-6
-            alive = None if placement.all_alive else placement.alive
+            alive = self.elastic.serving() if self.elastic is not None else \
+                (None if placement.all_alive else placement.alive)
             plan = sched.plan(now_s, alive)
             num_tokens = plan.num_tokens
             if num_tokens <= 0:

@@ -17,8 +17,9 @@ placement from the pass that moves them on.
 The run starts from `deployment.init_expert_location` (`epsim.sim.initial_placement`; default
 SGLang's trivial placement: experts in order, redundant slots repeating experts 0, 1, ...); the
 first rebalance replaces it. With failed ranks (`epsim.sim.elastic`) the
-placement is computed over the survivors' slots only, and a failure or a recovery triggers a
-rebalance at once.
+placement is computed over the survivors' slots only; a failure triggers a rebalance at once,
+a rank's rejoin restarts the interval (SGLang 0.5.12), and the next rebalance places experts on
+the rejoined rank's slots.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from epsim.eplb.host_terms import (
 )
 from epsim.sim.metrics import balance
 
+RESTART = "restart"      # `_pending` of a rejoin: restart the interval, no rebalance
+
 
 @dataclass(eq=False)
 class RebalanceEvent:
@@ -44,7 +47,7 @@ class RebalanceEvent:
 
     Attributes:
         at_s: simulated time it was decided (after forward pass `step`).
-        reason: "interval" (every N passes), "failure" or "recovery" (elastic EP).
+        reason: "interval" (every N passes) or "failure" (elastic EP).
         window_steps: forward passes in the statistics window.
         balancedness_before, balancedness_after: mean over layers of mean/max GPU load of the
             window's loads on the old and the new placement (live ranks, the deployment's
@@ -173,10 +176,11 @@ class EPLBManager:
         """After every forward pass: record its loads, advance the manager one pass."""
         self.window.add(info.loads)
         if self._pending is not None:
-            # a failure or recovery: drop what is in flight, rebalance over the live ranks now
+            # a failure: drop what is in flight, rebalance over the live ranks now; a rejoin:
+            # restart the interval without a rebalance
             reason, self._pending = self._pending, None
             self._main.close()
-            self._main = self._entrypoint(first=reason)
+            self._main = self._entrypoint(first=None if reason == RESTART else reason)
         next(self._main)
 
     @property
@@ -200,6 +204,13 @@ class EPLBManager:
     def trigger(self, reason: str) -> None:
         """Rebalance at the end of the current forward pass (elastic EP calls this)."""
         self._pending = reason
+
+    def restart_interval(self) -> None:
+        """A rank's rejoin (SGLang 0.5.12's `reset_generator`, `epsim.eplb.recovery`): at the end
+        of the current pass the interval starts again from zero, without a rebalance; the
+        window keeps its passes, and a rebalance pending already still runs."""
+        if self._pending is None:
+            self._pending = RESTART
 
     def _entrypoint(self, first: str | None = None) -> Generator[None, None, None]:
         if first is not None:
@@ -233,6 +244,8 @@ class EPLBManager:
         self.window.reset()
         if not weight.any():
             return                                         # nothing recorded yet
+        if sim.elastic is not None:
+            sim.elastic.place_rejoined()       # rejoined ranks' slots join this placement
         old_tables = state.tables
         target = self.target(weight)
         new_tables = build_tables(target, d.ep_dispatch_algorithm)

@@ -82,14 +82,17 @@ class KVPool:
         self.overflow += bool((used + decode_tokens > self.capacity).any())
         self.peak_used_frac = max(self.peak_used_frac, float(used.max()) / self.capacity)
 
-    def record_full_steps(self, start_s: np.ndarray, used: np.ndarray, decode_tokens: float) -> None:
-        """`record` of saturated steps applied at once (`epsim.sim.saturation`): `used`
-        [steps, ranks] as each ran, full batches of `decode_tokens` per rank, none held."""
+    def record_full_steps(self, start_s: np.ndarray, used: np.ndarray,
+                          decode_tokens: float | np.ndarray, held: bool = False) -> None:
+        """`record` of decode steps applied at once (`epsim.sim.saturation`, `epsim.sim.quiet`):
+        `used` [steps, ranks] as each ran, batches of `decode_tokens` per rank (or [ranks]),
+        each holding a waiting request back or not (`held`)."""
         counted = start_s >= self.window_start_s
         if not counted.any():
             return
         used = used[counted]
         self.plans += int(counted.sum())
+        self.held += int(counted.sum()) if held else 0
         self.overflow += int((used + decode_tokens > self.capacity).any(axis=1).sum())
         self.peak_used_frac = max(self.peak_used_frac, float(used.max()) / self.capacity)
 

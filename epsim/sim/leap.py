@@ -1,4 +1,4 @@
-"""The fast engine's leap: many saturated decode steps priced and applied at once.
+"""The fast engine's leap: many saturated (or quiet) decode steps priced and applied at once.
 
 A decode instance whose batches stay full (every slot a step frees refilled at the next from
 requests already waiting, none of them finishing within the steps ahead) runs steps whose
@@ -13,6 +13,10 @@ stopped, with the pool the one-step loop would draw there. The steps are then ap
 scheduler, the recorder and EPLB's statistics window as the one-step loop would have done
 them: the same random stream, the same bits (tests/epsim/sim/test_leap.py).
 
+Quiet steps (`epsim.sim.quiet`: every running request decodes, none finishes or joins, closed
+loops included) leap the same way, their batches formed by `Scheduler.quiet` and cut before the
+next arrival where a slot is free (`stop_s`).
+
 It only runs where nothing watches steps one by one but EPLB's statistics window, which takes
 the loads of the passes that only record (`EPLBManager.quiet_steps`; the pass that rebalances
 is stepped as usual): no other observer, no added process, no failures, nothing stalled or
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.step import StepBlock, StepCost
+from epsim.sim.quiet import MAX_QUIET, Quiet
 from epsim.sim.saturation import Saturated
 from epsim.sim.stepper import PoolStepper
 
@@ -79,40 +84,31 @@ class Leaper:
     @staticmethod
     def applies(sim) -> bool:
         """Whether a run may leap: the fast engine, nothing that watches steps one by one
-        but EPLB's statistics window (which takes the leapt steps' loads at once), and arrivals
-        known before the run (a closed loop's follow its completions)."""
+        but EPLB's statistics window (which takes the leapt steps' loads at once), no draft
+        model's steps."""
         stepper = sim.stepper
         return (isinstance(stepper, PoolStepper) and not stepper.fresh_every_step
-                and not sim.watched and sim.scheduler.closed is None)
+                and not sim.watched and sim.draft is None)
 
     def leap(self, now_us: float) -> Leap | None:
-        """Apply the saturated steps from `now_us` on, as many as can be leapt (their times
-        are for the engine to wait out), or None: take one step as usual."""
+        """Apply the saturated (else the quiet, `epsim.sim.quiet`) steps from `now_us` on, as
+        many as can be leapt (their times are for the engine to wait out), or None: take one
+        step as usual."""
         sim = self.sim
-        sched, cost_model, eplb = sim.scheduler, sim.cost_model, sim.eplb
         if sim.time_added or not sim.placement.all_alive:
             return None
-        if not sched.may_saturate():           # cheap: most unsaturated steps end here
-            return None
-        if self._batch is None:                 # a saturated batch is full: always the same
-            self._batch = sched.saturated_batch()
-            self._leaps = cost_model.leaps(self._batch)
-        if not self._leaps:
-            return None
         # EPLB's passes that only record: the one that rebalances is stepped as usual
-        quiet = eplb.quiet_steps if eplb is not None else MAX_LEAP
-        max_steps = min(quiet, self.horizon(now_us))
-        sat = sched.saturated(now_s=now_us * 1e-6, max_steps=max_steps)
-        num = 0 if sat is None else sat.num
-        # saturation that outlasts the look (or EPLB's quiet passes) says nothing of its length
-        grown = 2 * self._horizon if num >= max_steps else max(MIN_HORIZON, 2 * num)
-        self._horizon = min(MAX_LEAP, grown)
-        if num < 2:
+        quiet = sim.eplb.quiet_steps if sim.eplb is not None else MAX_LEAP
+        found = self._saturated(now_us, quiet)
+        if found is None:
+            found = self._quiet(now_us, quiet)
+        if found is None:
             return None
+        steps, batch, stop_s = found
         segments, done, start_us = [], 0, now_us
         last_step_s = None                      # the engine's last step, until a segment's
-        while done < sat.num:
-            segment = self._segment(sat, done, start_us, last_step_s)
+        while done < steps.num:
+            segment = self._segment(steps, batch, stop_s, done, start_us, last_step_s)
             if segment is None:
                 break
             segments.append(segment)
@@ -122,7 +118,37 @@ class Leaper:
             last_step_s = (start_us - float(segment.start_us[-1])) * 1e-6
         if not segments:
             return None
-        return self._apply(sat, done, segments)
+        return self._apply(steps, batch, done, segments)
+
+    def _saturated(self, now_us: float, quiet: int) -> tuple | None:
+        """(`Saturated`, its batch, no stop) from `now_us` on, or None (an open loop's decode
+        instance whose slots stay full, `epsim.sim.saturation`)."""
+        sim = self.sim
+        sched = sim.scheduler
+        if sched.closed is not None or not sched.may_saturate():   # cheap: most steps end here
+            return None
+        if self._batch is None:                 # a saturated batch is full: always the same
+            self._batch = sched.saturated_batch()
+            self._leaps = sim.cost_model.leaps(self._batch)
+        if not self._leaps:
+            return None
+        max_steps = min(quiet, self.horizon(now_us))
+        sat = sched.saturated(now_s=now_us * 1e-6, max_steps=max_steps)
+        num = 0 if sat is None else sat.num
+        # saturation that outlasts the look (or EPLB's quiet passes) says nothing of its length
+        grown = 2 * self._horizon if num >= max_steps else max(MIN_HORIZON, 2 * num)
+        self._horizon = min(MAX_LEAP, grown)
+        return (sat, self._batch, np.inf) if num >= 2 else None
+
+    def _quiet(self, now_us: float, quiet: int) -> tuple | None:
+        """(`Quiet`, its batch, the next arrival's time) from `now_us` on, or None."""
+        sim = self.sim
+        if sim.eplb is not None and quiet < 2:
+            return None
+        steps = sim.scheduler.quiet(now_us * 1e-6, quiet if sim.eplb is not None else MAX_QUIET)
+        if steps is None or not sim.cost_model.leaps(steps.batch):
+            return None
+        return steps, steps.batch, steps.stop_s
 
     def horizon(self, now_us: float) -> int:
         """Steps to look at from `now_us` (`Scheduler.saturated` forms every one of them, so
@@ -139,13 +165,14 @@ class Leaper:
             horizon = min(horizon, int((stop_us - now_us) / (last.end_us - last.start_us)) + 2)
         return max(horizon, 1)
 
-    def _segment(self, sat: Saturated, done: int, start_us: float,
+    def _segment(self, sat: Saturated | Quiet, batch, stop_s: float, done: int, start_us: float,
                  last_step_s: float | None) -> _Segment | None:
-        """Steps `done`, `done + 1`, ... of `sat` from `start_us` on, as far as the pool that
-        serves the first of them serves them (its uses and drift window), the measurement
-        window's opening and the run's end allow; None: not one."""
+        """Steps `done`, `done + 1`, ... of `sat` (of `batch`) from `start_us` on, as far as
+        the pool that serves the first of them serves them (its uses and drift window), the
+        measurement window's opening, the run's end and `stop_s` (s: the steps start before
+        it) allow; None: not one."""
         sim = self.sim
-        stepper, sched, batch = sim.stepper, sim.scheduler, self._batch
+        stepper, sched = sim.stepper, sim.scheduler
         start_s = start_us * 1e-6
         if start_us >= sim.end_us or start_s >= sched.window_due_s:
             return None
@@ -162,7 +189,7 @@ class Leaper:
         starts_us, ends_us = times[:-1], times[1:]
         starts_s = starts_us * 1e-6
         kept = ((starts_s - pool.t_s < stepper.drift_window_s) & (ends_us < sim.end_us)
-                & (starts_s < sched.window_due_s))
+                & (starts_s < sched.window_due_s) & (starts_s < stop_s))
         keep = num if kept.all() else int(np.argmin(kept))
         if keep < num:            # the steps past the pool's window or the run's end: undrawn
             stepper.rng.bit_generator.state = state
@@ -177,15 +204,17 @@ class Leaper:
             loads = [pool.loads[rows[-1]][None]]
         return _Segment(moes, block, starts_us[:keep], ends_us[:keep], loads)
 
-    def _apply(self, sat: Saturated, num: int, segments: list[_Segment]) -> Leap:
-        """Apply the first `num` steps of `sat`, priced in `segments`, to the scheduler, the
-        cost model's ledger, the recorder and EPLB's window, as the one-step loop would."""
+    def _apply(self, sat: Saturated | Quiet, batch, num: int, segments: list[_Segment]) -> Leap:
+        """Apply the first `num` steps of `sat` (of `batch`), priced in `segments`, to the
+        scheduler, the cost model's ledger, the recorder and EPLB's window, as the one-step
+        loop would."""
         sim = self.sim
-        sched, cost_model, batch = sim.scheduler, sim.cost_model, self._batch
+        sched, cost_model = sim.scheduler, sim.cost_model
         placement = sim.placement
         start_us = np.concatenate([seg.start_us for seg in segments])
         end_us = np.concatenate([seg.end_us for seg in segments])
-        applied = sched.apply_saturated(sat, num, start_us * 1e-6, end_us * 1e-6)
+        apply = sched.apply_quiet if isinstance(sat, Quiet) else sched.apply_saturated
+        applied = apply(sat, num, start_us * 1e-6, end_us * 1e-6)
         num_tokens = float(batch.tokens.sum())
         output_tokens = float(batch.sampled_tokens.sum())
         at = 0

@@ -33,6 +33,17 @@ class StepGaps:
 NO_GAPS = StepGaps(0, 0.0, 0.0)
 
 
+def uniform_gaps(count: int, last_s: float, now_s: float, buf: np.ndarray) -> StepGaps:
+    """The gaps closed at `now_s` by `count` slots whose last token came at `last_s`, summed
+    as `TokenClock.emit` sums the gathered times (the same bits); `buf`: scratch of at least
+    `count` float64."""
+    if not count:
+        return NO_GAPS
+    last = buf[:count]
+    last.fill(last_s)
+    return StepGaps(count, (count * now_s - float(last.sum())) / count, now_s - last_s)
+
+
 @dataclass(frozen=True, eq=False)
 class WindowGaps:
     """Per request `[requests]`: `count` inter-token gaps that ended inside the window

@@ -129,8 +129,9 @@ class DeploymentSpec(BaseModel):
     reload_gbps: float = Field(default=25.0, gt=0, description="expert reload from host/storage, GB/s")
     moe_dispatch_timeout_s: float = Field(
         default=10.0, gt=0, description="how long survivors wait in the EP dispatch for a failed "
-                                        "rank before masking it (Mooncake EP's timeout_us as SGLang "
-                                        "sets it: 10 s)")
+                                        "rank before masking it, once per failure (Mooncake EP's "
+                                        "IBGDA kernels: timeout_us as SGLang sets it, 10 s; its "
+                                        "non-IBGDA fallback reads the process group's ping: 1e-4)")
     failures_per_gpu_hour: float = Field(
         default=0.0, ge=0, description="GPU failure rate for the planner's resilience columns "
                                        "(failures per GPU-hour; 1e-4 is one per 10,000 GPU-hours)")

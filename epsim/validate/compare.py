@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from epsim.calibrate.build import evaluation_profile
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import RecordWarning, SourcedRecord
-from epsim.cost.record import PREDICTABLE_KINDS, predict_record
+from epsim.cost.record import PREDICTABLE_KINDS, predict_record, record_kind
 from epsim.errors import EpsimError
 from epsim.profile import ExtrapolationWarning, Profile, component_keys, is_graph
 
@@ -88,7 +88,8 @@ def compare(records: list[SourcedRecord], profile: Profile, holdout: Holdout) ->
     out, outside = [], []
     for s in records:
         r = s.record
-        if r.kind not in PREDICTABLE_KINDS or getattr(r, "timing", "") in ("host", "eager"):
+        if (record_kind(r) not in PREDICTABLE_KINDS
+                or getattr(r, "timing", "") in ("host", "eager")):
             continue              # a single-GPU kernel's host or eager timing: not a prediction
         try:
             predicted = predict_record(r, evaluable)
@@ -99,7 +100,7 @@ def compare(records: list[SourcedRecord], profile: Profile, holdout: Holdout) ->
         if is_outside:
             outside.append(s.where)
         out.append(Comparison(
-            where=s.where, kind=r.kind, model=r.model or f"H{r.hidden_size}",
+            where=s.where, kind=record_kind(r), model=r.model or f"H{r.hidden_size}",
             backend=r.backend + ("+graph" if is_graph(r) else ""),
             hidden_size=r.hidden_size, dispatch_dtype=r.dispatch_dtype or "native",
             skew=skew_label(r.skew), tokens=r.num_tokens_per_rank, measured_us=s.measured_us,

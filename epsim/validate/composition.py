@@ -1,17 +1,20 @@
 """The composition axis: the simulator's decoder layer against whole layers measured on one GPU.
 
-The simulator prices a layer as the sum of its parts with its overlaps (`CostModel.step`:
-attention, block ops, experts, shared experts, dispatch, combine, `sync_us`). `live.bench.layers`
+The simulator prices a layer as the sum of its parts with its overlaps (`CostModel.layer`:
+attention and its block's own ops, block ops, experts, the backend's layout work, shared
+experts, dispatch, combine, `sync_us`). `live.bench.layers`
 measures transformers' whole Qwen3 MoE decoder layer, and its parts, in the same run. Each
 measured layer (`decoder_layer`, device time) is priced here exactly as `epsim simulate` prices
-one MoE layer of a decode step on that instance -- the public cost API on the measured shape
-(`simulator_model`), BF16, DP attention, `B` requests per rank at context `C`, the layer's
-measured rows per expert as its loads -- for every a2a backend:
+one MoE layer of a decode step on that instance -- the public layer cost (`CostModel.layer`) on
+the measured shape (`simulator_model`), BF16, DP attention, `B` requests per rank at context
+`C`, the layer's measured rows per expert as its loads -- for every a2a backend:
 
 - EP 1: one GPU holding every expert, everything the step charges the layer (what a user of
-  `ep_size: 1` sees; a backend that charges dispatch and combine there is wrong to);
-- virtual EP n: the per-rank work of an EP n instance, its dispatch and combine taken out (the
-  measured rank communicates nothing);
+  `ep_size: 1` sees; no backend runs, nothing is dispatched);
+- virtual EP n: the per-rank work of an EP n instance (`LayerCost.compute_us`): its dispatch,
+  combine, the backend's own layout work and the layer sync taken out (the measured rank
+  communicates nothing), the permute and weighting a low-latency backend's kernels would do
+  run by the block, as the measured rank runs them;
 
 plus, as for every layer of a step, the step overhead's per-layer term (`any/step_overhead`
 `per_layer_us`). A stack of N layers (`layer_stack`) is judged against N x that, and against N x
@@ -31,60 +34,71 @@ from epsim import vocab
 from epsim.calibrate.inputs import load_records
 from epsim.cost import BatchCounts, CostModel, build_tables, contiguous_placement
 from epsim.eplb import Placement
+from epsim.cost.record_single import layer_model
 from epsim.errors import RecordError
 from epsim.records import MeasurementRecord
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
-from epsim.spec.model import ModelSpec
+from epsim.validate.composition_holdout import held_out_shape, layer_baselines, stack_baselines
 from epsim.zoo import get_hardware
 
 RECORDS_DIR = ("records", "h200_layer")    # the shipped whole-layer records (never fitted on)
+# the same run's op-level parts: calibration data, shipped with the single-GPU records
+PARTS_FILES = (("records", "h200_single", "layer_parts_run1.jsonl.gz"),)
 PARTS = ("attention_block", "attention_kernel", "moe_block", "experts_module", "experts_kernel",
          "router", "block_ops", "shared_expert")
 
 
 def default_composition_paths() -> list[Path]:
-    """The shipped whole-layer records (`epsim/data/records/h200_layer/*.jsonl[.gz]`)."""
-    folder = Path(str(resources.files("epsim") / "data" / Path(*RECORDS_DIR)))
-    return sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")]) if folder.is_dir() else []
+    """The shipped whole-layer records (`epsim/data/records/h200_layer/*.jsonl[.gz]`: validation
+    data) and their run's parts (`epsim/data/records/h200_single/layer_parts_run1.jsonl.gz`:
+    calibration data, read here for the parts tables)."""
+    data = Path(str(resources.files("epsim") / "data"))
+    folder = data / Path(*RECORDS_DIR)
+    if not folder.is_dir():
+        return []
+    wholes = sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")])
+    return wholes + [data / Path(*f) for f in PARTS_FILES if (data / Path(*f)).is_file()]
 
 
 @dataclass(frozen=True)
 class Priced:
-    """One layer as the simulator prices it (µs, the slowest rank's): `layer_us` is what it
-    adds to a step; the rest are its parts. `experts_component` names the profile component
-    that priced the experts (`none/experts`, `any/experts/graph`, ...)."""
+    """One layer as the simulator prices it (µs, the slowest rank's; `epsim.cost.LayerCost`):
+    `layer_us` is what it adds to a step at EP 1, or a virtual EP n rank's own work (the
+    layer's compute, no dispatch, combine, backend layout or sync); the rest are its parts.
+    `components` names the profile component that priced each part (`experts`:
+    `any/experts/graph`, ...)."""
 
     layer_us: float
     attention_us: float
+    attention_ops_us: float
     experts_us: float
     block_ops_us: float
     shared_us: float
     comm_us: float
+    layout_us: float
     sync_us: float
     per_layer_us: float
-    experts_component: str
+    components: dict[str, str]
+
+    @property
+    def experts_component(self) -> str:
+        """The component that priced the experts (a diagnostic)."""
+        return self.components.get("experts") or "datasheet"
 
     @property
     def moe_us(self) -> float:
-        """The MoE part: the layer less its attention and per-layer overhead."""
-        return self.layer_us - self.attention_us - self.per_layer_us
+        """The MoE part: the layer less its attention (with its block's ops) and per-layer
+        overhead."""
+        return self.layer_us - self.attention_us - self.attention_ops_us - self.per_layer_us
 
 
-def simulator_model(record: MeasurementRecord):
-    """The measured layer's shape as the simulator's `ModelSpec` (one layer; GQA attention with
-    the record's heads; a shared expert where the record has one, of the experts' width)."""
-    return ModelSpec(name=record.model, num_layers=1, hidden_size=record.hidden_size,
-                     moe_intermediate_size=record.moe_intermediate_size,
-                     num_experts=record.num_experts, top_k=record.top_k,
-                     num_shared_experts=record.intermediate_size // record.moe_intermediate_size,
-                     num_attention_heads=record.num_attention_heads,
-                     num_key_value_heads=record.num_kv_heads, head_dim=record.head_dim)
+simulator_model = layer_model        # the measured layer's shape as the simulator's ModelSpec
 
 
 class Pricer:
-    """Prices measured layers through `epsim.cost.CostModel` (one cost model per shape, EP
-    size and backend, kept); `time_mode` "graph" prices device time (a CUDA-graph decode
+    """Prices measured layers through `epsim.cost.CostModel.layer` (one cost model per shape,
+    EP size and backend, kept); `time_mode` "graph" prices device time (a CUDA-graph decode
     step), "eager" device time plus host overhead."""
 
     def __init__(self, profile, gpu: str = "H200", time_mode: str = "graph"):
@@ -101,7 +115,9 @@ class Pricer:
                                         enable_dp_attention=True)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # out-of-range fits are what is being judged
-                cost = CostModel(model, cluster, deployment, self.profile, self.time_mode)
+                # the bench times transformers' block: its attention ops, not SGLang's
+                cost = CostModel(model, cluster, deployment, self.profile, self.time_mode,
+                                 engine="transformers")
             tables = build_tables(Placement.on_cluster(
                 contiguous_placement(1, model.num_experts, ep), model.num_experts, ep, per_node))
             self._models[key] = (cost, tables)
@@ -109,23 +125,25 @@ class Pricer:
 
     def price(self, record: MeasurementRecord, backend: str) -> Priced:
         """One layer of a decode step of `record.num_seqs` requests per rank at
-        `record.context_len`, loads the record's rows per expert (`local_expert_tokens`)."""
+        `record.context_len`, loads the record's rows per expert (`local_expert_tokens`): at
+        EP 1 what the step charges, at virtual EP n the rank's own work (`LayerCost.compute_us`)."""
         cost, tables = self._cost_model(record, backend)
         ep = record.ep_size
         loads = np.asarray(record.local_expert_tokens, dtype=np.float64).reshape(1, -1)
         batch = BatchCounts.uniform_decode(ep, record.num_seqs, record.context_len)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            step = cost.step(batch, loads, tables)
-        comm = float(step.dispatch_us[0] + step.combine_us[0])
-        parts = (float(step.attention_us[0]), float(step.experts_us[0]),
-                 float(step.block_ops_us[0]), float(step.shared_experts_us[0]))
-        layer = float(step.layer_us[0])
-        per_layer = float(cost.params.overhead["per_layer_us"])
-        # which fit priced the experts (a diagnostic)
-        source = cost.params.step(cost.uses_graph(batch)).experts.timing.key or "datasheet"
-        return Priced(layer - (comm if ep > 1 else 0.0) + per_layer, *parts, comm,
-                      layer - sum(parts) - comm, per_layer, source)
+            layer = cost.layer(batch, loads, tables)
+
+        def part(name: str) -> float:
+            return float(layer.part(name)[0])
+
+        whole = float(layer.layer_us[0]) if ep == 1 else float(layer.compute_us[0])
+        block = part("block_ops") + (part("block_ops_in_comm") if ep > 1 else 0.0)
+        return Priced(whole + layer.per_layer_us, part("attention"), part("attention_ops"),
+                      part("experts"), block, part("shared_experts"),
+                      part("dispatch") + part("combine"), part("layout"), part("sync"),
+                      layer.per_layer_us, {p.name: p.component for p in layer.parts})
 
 
 @dataclass
@@ -159,12 +177,21 @@ class StackRow:
 
 @dataclass
 class Composition:
+    """Every measured layer and stack, priced for each backend; the baselines of each
+    (`epsim.validate.composition_holdout`: (constant, log-log) µs, aligned with `layers` and
+    `stacks`); the attention block's ops refitted on one shape (`held_out`) and the other
+    shapes' layers priced with it (`held_out_layers`)."""
+
     layers: list[LayerRow]
     stacks: list[StackRow]
     backends: tuple[str, ...]
     timing: str
     sources: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
+    layer_baselines: list[tuple[float, float]] = field(default_factory=list)
+    stack_baselines: list[tuple[float, float]] = field(default_factory=list)
+    held_out: object = None
+    held_out_layers: list[LayerRow] = field(default_factory=list)
 
 
 def _parts_index(records: list[MeasurementRecord]) -> dict[tuple, float]:
@@ -229,7 +256,16 @@ def compose(records: list[MeasurementRecord], profile, backends=vocab.A2A_BACKEN
                                {b: r.num_layers * base.priced[b].layer_us for b in backends}
                                if base else {}))
     devices = sorted({r.provenance.device for r in layers})
-    return Composition(rows, stacks, tuple(backends), timing, list(sources or []), devices)
+    held = held_out_shape(records, profile) if timing == "device" else None
+    held_rows = []
+    if held is not None:
+        again = Pricer(held.profile, pricer.gpu, pricer.time_mode)
+        held_rows = [LayerRow(r.model, r.ep_size, r.num_seqs, r.context_len, r.median_us, {},
+                              {b: again.price(r, b) for b in backends})
+                     for r in layers if r.model != held.fit_shape]
+    return Composition(rows, stacks, tuple(backends), timing, list(sources or []), devices,
+                       layer_baselines(rows), stack_baselines(stacks),
+                       held, held_rows)
 
 
 def compose_files(paths, profile, backends=vocab.A2A_BACKENDS, timing: str = "device",

@@ -3,8 +3,9 @@
 Each axis splits the records, refits a profile on one side (`epsim.calibrate.fit_records`, no
 further hold-out) and judges the other side:
   tokens  fit tokens per rank <= 1024, judge 2048-16384 (larger batches than any fit saw)
-  shape   fit the Qwen3 shapes (and the other shapes measured), judge DeepSeek-V3 and
-          Qwen3-Coder-480B-A35B's attention (model shapes no fit saw)
+  shape   fit the Qwen3 shapes (and the other shapes measured), judge DeepSeek-V3 (and the
+          layer bench's DeepSeek-like layer) and Qwen3-Coder-480B-A35B's attention (model
+          shapes no fit saw)
   run     fit one run's record files, judge another run's (another machine or VM instance);
           several `RunPair`s are judged each on its own refit, their rows labelled
           `run (<pair name>)`
@@ -35,17 +36,25 @@ import numpy as np
 from epsim.calibrate.build import evaluation_profile, fit_records
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
-from epsim.cost.record import predict_record
+from epsim.cost.record import predict_record, record_kind
 from epsim.errors import EpsimError
 from epsim.cost.record_kernels import KERNEL_KINDS
 from epsim.profile import is_graph, kv_kind
 
 FIT_MAX_TOKENS = 1024
 JUDGED_TOKENS = (2048, 16384)
-JUDGED_MODELS = ("DeepSeek-V3", "Qwen3-Coder-480B-A35B")
+# the layer bench's DeepSeek-like layer has DeepSeek-V3's MoE shapes: judged with it, never fitted
+JUDGED_MODELS = ("DeepSeek-V3", "DeepSeek-like", "Qwen3-Coder-480B-A35B")
 AXES = ("tokens", "shape", "ep", "tp", "system", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
-          "dense_mlp", "block_ops", "allreduce", *KERNEL_KINDS)
+          "dense_mlp", "block_ops", "allreduce", "attention_block", *KERNEL_KINDS)
+
+
+def _judged(record) -> bool:
+    """A record of a `JUDGED` kind (`record_kind`: the layer bench's attention-block part)."""
+    return record_kind(record) in JUDGED
+
+
 # fields that are not a configuration's identity: timings, measured counts, provenance
 _NOT_CONFIG = {"median_us", "p10_us", "p90_us", "per_rank_median_us", "num_iters", "extra",
                "provenance", "recv_tokens_per_rank", "send_tokens_per_rank",
@@ -119,9 +128,10 @@ def axis_label(axis: str, pair: str = "") -> str:
 
 
 def component_label(record) -> str:
-    """`<backend>[+graph]/<kind>`, with the weight format (and an MLA kernel's cache dtype) for
-    the kinds fitted per format (`epsim.cost.record_kernels`)."""
-    label = f"{record.backend}{'+graph' if is_graph(record) else ''}/{record.kind}"
+    """`<backend>[+graph]/<kind>` (`record_kind`: the layer bench's attention-block part), with
+    the weight format (and an MLA kernel's cache dtype) for the kinds fitted per format
+    (`epsim.cost.record_kernels`)."""
+    label = f"{record.backend}{'+graph' if is_graph(record) else ''}/{record_kind(record)}"
     if record.kind in KERNEL_KINDS:
         fmt = kv_kind(record.kv_cache_dtype) + " KV" if record.kind.startswith("mla_") \
             and record.kind != "mla_bmm" else record.weight_dtype
@@ -193,7 +203,7 @@ def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecor
         warnings.simplefilter("ignore")
         cal = fit_records(fit_raw, files, Holdout(), name=f"validate-{axis}")
     profile = evaluation_profile(cal.profile)
-    fit = [s for s in merge_passes(fit_raw) if s.record.kind in JUDGED]
+    fit = [s for s in merge_passes(fit_raw) if _judged(s.record)]
     pools: dict[str, list[tuple[float, float]]] = defaultdict(list)
     by_component: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in fit:
@@ -202,7 +212,7 @@ def judge(axis: str, fit_raw: list[SourcedRecord], judged_raw: list[SourcedRecor
     out = []
     for s in merge_passes(judged_raw):
         r = s.record
-        if r.kind not in JUDGED or getattr(r, "timing", "") in ("host", "eager"):
+        if not _judged(r) or getattr(r, "timing", "") in ("host", "eager"):
             continue
         points = pools.get(_key(r, axis)) or by_component.get(component_label(r))
         if not points:

@@ -18,9 +18,9 @@ from epsim.io.write import replacing_file
 from epsim.validate.compare import Comparison
 
 KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce", "attention_prefill",
-         "attention_decode", "dense_mlp", "block_ops")
+         "attention_decode", "dense_mlp", "block_ops", "attention_block")
 JUDGED_KINDS = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill",
-                "attention_decode", "dense_mlp", "block_ops")
+                "attention_decode", "dense_mlp", "block_ops", "attention_block")
 SIZE_BUCKETS = ((1, 16, "1-16"), (17, 256, "32-256"), (257, 1 << 30, "512+"))
 SIGNIFICANT_EFFECT_PCT = 5.0     # a skew effect below this is within run-to-run noise
 

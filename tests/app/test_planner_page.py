@@ -142,10 +142,10 @@ def test_targets_labels_keep_up_and_a_changed_scenario_clears_the_sweep(app):
     button(app, "Run sweep").click()
     app.run()
     assert not app.exception, app.exception
-    _slo(app, 35.0, 0.0)          # EP 8's TPOT p99 ~29 ms with its band up to ~31: meets 35 surely
+    _slo(app, 45.0, 0.0)          # EP 8's TPOT p99 ~36 ms with its band up to ~40: meets 45 surely
     specs = _charts(app)
     assert len(specs) == 3                                   # GPUs vs TPOT, TTFT, throughput
-    assert "TPOT p99 target 35" in specs[0] and "GPUs (fewer is better)" in specs[0]
+    assert "TPOT p99 target 45" in specs[0] and "GPUs (fewer is better)" in specs[0]
     assert "EP 4" in specs[0] and "EP 8" in specs[0]         # points say what they are
     assert any("Chosen among the points that keep up" in c.value for c in app.caption)
     # EP 4 does not keep up with the default scenario's 60 req/s: rejected with the reason

@@ -18,8 +18,11 @@ TRUTH = Profile(name="truth", hardware="H200", components={
     # its dispatch hides 10 us of fixed work under transfers larger than that (from ~200 tokens)
     "torch/dispatch": Component(params={"base_us": 900.0, "overlap_us": 10.0, "nvl_gbps": 150.0}),
     "torch/combine": Component(params={"base_us": 200.0, "nvl_gbps": 200.0}),
-    "torch/experts": Component(params={"base_us": 700.0, "per_expert_us": 2.0, "hbm_gbps": 3000.0,
-                                       "tflops": 300.0, "wave_us": 0.5}),
+    # the experts: the kernel model (the single-GPU `local` records below) for every backend,
+    # plus, in torch's eager stage, the block's permute and weighting and the host overhead
+    "any/experts/graph": Component(params={"base_us": 30.0, "per_expert_us": 2.0, "hbm_gbps": 3000.0,
+                                           "tflops": 300.0, "wave_us": 0.5}),
+    "torch/experts/host": Component(params={"base_us": 700.0}),
     "torch/moe_layer": Component(params={"sync_us": 40.0}),
 })
 SHAPES = {"Qwen3-30B-A3B": (2048, 768), "Qwen3-235B-A22B": (4096, 1536)}
@@ -55,23 +58,33 @@ def point_counts(tokens: int, skew: dict, rng: np.random.Generator, num_experts:
 def synthetic_records(noise: float = 0.0, seed: int = 0, tokens=TOKENS, skews=SKEWS,
                       truth: Profile = TRUTH, backend: str = "torch",
                       dispatch_dtype: str = "bf16", shapes: dict = SHAPES,
-                      scale: float = 1.0) -> list[MeasurementRecord]:
-    """dispatch, experts, combine and moe_layer records of `backend` over the grid, timed by
-    `truth` times `scale` (another machine) times a log-normal factor of sd `noise`."""
+                      scale: float = 1.0, mode: str = "",
+                      kernel: bool = True) -> list[MeasurementRecord]:
+    """dispatch, experts, combine and moe_layer records of `backend` over the grid (`mode`
+    "graph": timed device-only), and with `kernel` the grouped GEMM alone on the same counts (a
+    single-GPU `local` experts record, device time), timed by `truth` times `scale` (another
+    machine) times a log-normal factor of sd `noise`."""
     rng = np.random.default_rng(seed)
+    kernel_rng = np.random.default_rng([seed, 1])
     out = []
     for model, (hidden, inter) in shapes.items():
         for skew in skews:
             for t in tokens:
                 counts = point_counts(t, skew, rng, per_pair=backend == "mooncake")
-                for kind in ("dispatch", "experts", "combine", "moe_layer"):
-                    base = dict(kind=kind, backend=backend, ep_size=2, num_tokens_per_rank=t,
+                kinds = [("dispatch", backend), ("experts", backend), ("combine", backend),
+                         ("moe_layer", backend)] + ([("experts", "local")] if kernel else [])
+                for kind, owner in kinds:
+                    base = dict(kind=kind, backend=owner, ep_size=2, num_tokens_per_rank=t,
                                 hidden_size=hidden, moe_intermediate_size=inter, num_experts=128,
                                 num_physical_experts=128, top_k=8, model=model, skew=skew,
-                                dispatch_dtype=dispatch_dtype, median_us=1.0,
-                                provenance=PROVENANCE, num_iters=20, **counts)
+                                dispatch_dtype=dispatch_dtype if owner != "local" else "",
+                                median_us=1.0, provenance=PROVENANCE, num_iters=20,
+                                mode=mode if owner != "local" else "",
+                                timing="device" if owner == "local" else "", **counts)
                     rec = MeasurementRecord(**base)
-                    us = predict_record(rec, truth) * scale * float(np.exp(rng.normal(0.0, noise)))
+                    # the kernel records' noise from their own stream: the others' as before
+                    draw = kernel_rng if owner == "local" else rng
+                    us = predict_record(rec, truth) * scale * float(np.exp(draw.normal(0.0, noise)))
                     out.append(rec.model_copy(update={"median_us": us, "p10_us": us * 0.95,
                                                       "p90_us": us * 1.05}))
     return out

@@ -13,7 +13,7 @@ TINY_PLAN_SCENARIO = {
     "cluster": {"gpu": "H200", "num_nodes": 2, "price_per_gpu_hour": 2.0},
     "deployment": {"ep_size": 8, "disaggregation_mode": "decode", "moe_a2a_backend": "deepep",
                    "max_running_requests": 32},
-    "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 200},
+    "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 170},
                  "output_len": {"kind": "fixed", "value": 20},
                  "skew": {"kind": "zipf", "alpha": 0.5}, "duration_s": 1.5, "warmup_s": 0.3},
     "seed": 3,

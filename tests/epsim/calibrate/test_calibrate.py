@@ -58,15 +58,21 @@ def test_bad_holdout_rules_name_the_clause(text, message):
 # -- the fit ---------------------------------------------------------------------------------------
 def test_fit_recovers_the_parameters_that_made_the_records(tmp_path):
     cal = calibrate([write_synthetic(tmp_path / "exact.jsonl", noise=0.0)])
-    for key in ("torch/dispatch", "torch/combine", "torch/experts", "torch/moe_layer"):
+    for key in ("torch/dispatch", "torch/combine", "any/experts/graph", "torch/experts/host",
+                "torch/moe_layer"):
         fitted, truth = cal.profile.components[key].params, TRUTH.components[key].params
         assert set(fitted) == set(truth), key            # rdma_gbps: not in the data, not fitted
         for name, value in truth.items():
             assert fitted[name] == pytest.approx(value, rel=1e-3, abs=1e-6), (key, name)
-    experts = cal.profile.components["torch/experts"]
+    # one path: the kernel model from the grouped GEMM alone, torch's stage is that kernel
+    # with the block's permute and weighting plus its host overhead (no `torch/experts` fit)
+    assert not any(k.startswith("torch/experts") and k != "torch/experts/host"
+                   for k in cal.profile.components)
+    experts = cal.profile.components["any/experts/graph"]
     assert experts.source == "fit" and experts.residuals["mape"] < 1e-3
     assert experts.valid_range == {"num_tokens_per_rank": [1.0, 4096.0],
                                    "hidden_size": [2048.0, 4096.0], "ep_size": [2.0, 2.0]}
+    assert cal.profile.components["torch/experts/host"].residuals["mape"] < 1e-3
 
 
 def test_noisy_fit_predicts_held_out_records(synthetic):
@@ -77,7 +83,7 @@ def test_noisy_fit_predicts_held_out_records(synthetic):
     assert {r.skew["kind"] for r in held} == {"uniform", "zipf", "hotset"}
     errors = [abs(predict_record(r, cal.profile) / predict_record(r, TRUTH) - 1) for r in held]
     assert max(errors) < 0.08
-    for key in ("torch/dispatch", "torch/combine", "torch/experts"):
+    for key in ("torch/dispatch", "torch/combine", "torch/experts/host"):
         # a small batch's fixed cost: `base_us` plus the fixed work a transfer could hide (how
         # the two split is set only by the few points whose transfer outlasts it)
         fitted, truth = cal.profile.components[key].params, TRUTH.components[key].params
@@ -153,13 +159,13 @@ def test_profile_provenance_names_its_records(synthetic, tmp_path):
     cal = calibrate([synthetic], name="syn")
     prov = cal.profile.provenance
     assert [s.path for s in prov.records] == [str(synthetic)]
-    assert prov.records[0].num_records == 312 and len(prov.records[0].sha256) == 64
+    assert prov.records[0].num_records == 390 and len(prov.records[0].sha256) == 64
     import hashlib
     assert prov.records[0].sha256 == hashlib.sha256(synthetic.read_bytes()).hexdigest()
     assert prov.device == "2x NVIDIA H200" and prov.commit == "abc123"
     assert prov.versions == {"torch": "2.11.0", "nccl": "2.28.9"}
     assert prov.holdout["rule"] == Holdout.parse(None).describe()
-    assert prov.holdout["num_fit"] + prov.holdout["num_held_out"] == 312
+    assert prov.holdout["num_fit"] + prov.holdout["num_held_out"] == 390
     out = tmp_path / "p.json"
     cal.profile.save(out)
     assert Profile.load(out).components == cal.profile.components
@@ -214,45 +220,50 @@ def test_calibrate_command_errors_are_one_line(tmp_path, capsys):
     assert main(["calibrate", "--records", str(tmp_path / "x.jsonl"), "--holdout", "tokens"]) == 2
 
 
-def test_fp8_dispatch_gets_its_own_dispatch_combine_and_experts_components(tmp_path):
-    """An FP8 dispatch casts on send and the experts take FP8 rows: those two parts are fitted
-    apart from BF16 (`mooncake/dispatch/fp8`, `mooncake/experts/fp8`); the combine is shared."""
+def test_fp8_dispatch_gets_its_own_dispatch_combine_and_layout_components(tmp_path):
+    """An FP8 dispatch casts on send and the experts take FP8 rows, which the backend's layout
+    dequantizes: those parts are fitted apart from BF16 (`mooncake/dispatch/graph/fp8`,
+    `mooncake/layout/graph/fp8`); the kernel model is one for both."""
     truth = Profile(name="truth", hardware="H200", components={
-        "mooncake/dispatch": Component(params={"base_us": 200.0, "nvl_gbps": 300.0,
-                                               "per_copy_us": 0.0}),
-        "mooncake/dispatch/fp8": Component(params={"base_us": 260.0, "nvl_gbps": 300.0,
-                                                   "per_copy_us": 0.004}),
-        "mooncake/combine": Component(params={"base_us": 80.0, "nvl_gbps": 250.0,
-                                              "per_copy_us": 0.0}),
-        "mooncake/experts": Component(params={"base_us": 900.0, "per_expert_us": 1.0,
-                                              "hbm_gbps": 3500.0, "tflops": 280.0}),
-        "mooncake/experts/fp8": Component(params={"base_us": 1000.0, "per_expert_us": 1.5,
-                                                  "hbm_gbps": 3500.0, "tflops": 250.0}),
+        "mooncake/dispatch/graph": Component(params={"base_us": 20.0, "nvl_gbps": 300.0,
+                                                     "per_copy_us": 0.0}),
+        "mooncake/dispatch/graph/fp8": Component(params={"base_us": 26.0, "nvl_gbps": 300.0,
+                                                         "per_copy_us": 0.004}),
+        "mooncake/combine/graph": Component(params={"base_us": 15.0, "nvl_gbps": 250.0,
+                                                    "per_copy_us": 0.0}),
+        "any/experts/graph": TRUTH.components["any/experts/graph"],
+        "mooncake/layout/graph": Component(params={"base_us": 60.0, "hbm_gbps": 1200.0}),
+        "mooncake/layout/graph/fp8": Component(params={"base_us": 80.0, "hbm_gbps": 600.0}),
     })
     from epsim.records import write_records
     path = tmp_path / "mooncake.jsonl"
     grid = dict(tokens=(1, 4, 16, 64, 256, 1024), skews=({"kind": "uniform"},), truth=truth,
-                backend="mooncake")
+                backend="mooncake", mode="graph")
     write_records(synthetic_records(**grid) + synthetic_records(dispatch_dtype="fp8", **grid),
                   path, append=False)
     profile = calibrate([path]).profile
     keys = {k for k in profile.components if k.startswith("mooncake/")}
-    assert keys == {"mooncake/dispatch", "mooncake/dispatch/fp8", "mooncake/combine",
-                    "mooncake/combine/fp8", "mooncake/experts", "mooncake/experts/fp8",
-                    "mooncake/moe_layer"}
-    assert "any/experts" in profile.components                   # pooled from BF16 only
-    for key in keys - {"mooncake/moe_layer"}:
+    assert keys == {"mooncake/dispatch/graph", "mooncake/dispatch/graph/fp8",
+                    "mooncake/combine/graph", "mooncake/combine/graph/fp8",
+                    "mooncake/layout/graph", "mooncake/layout/graph/fp8",
+                    "mooncake/moe_layer/graph"}
+    assert "any/experts/graph" in profile.components            # the kernel, from `local`
+    for key in keys - {"mooncake/moe_layer/graph"}:
         assert profile.components[key].residuals["mape"] < 0.01, key
+    for key in ("mooncake/layout/graph", "mooncake/layout/graph/fp8"):
+        for name, value in truth.components[key].params.items():
+            assert profile.components[key].params[name] == pytest.approx(value, rel=1e-3)
     # the simulator reads the FP8 components for an FP8 deployment, BF16 ones otherwise
     model, cluster = get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200")
     fp8 = CostModel(model, cluster, DeploymentSpec(ep_size=2, moe_a2a_backend="mooncake",
                                                    dispatch_dtype="fp8"), profile)
     bf16 = CostModel(model, cluster, DeploymentSpec(ep_size=2, moe_a2a_backend="mooncake",
                                                     dispatch_dtype="bf16"), profile)
-    assert fp8.params.eager.dispatch[""].params["base_us"] == pytest.approx(260.0, rel=1e-3)
-    assert bf16.params.eager.dispatch[""].params["base_us"] == pytest.approx(200.0, rel=1e-3)
-    assert fp8.params.eager.combine[""].params == bf16.params.eager.combine[""].params
-    assert fp8.params.eager.experts.params["base_us"] == pytest.approx(1000.0, rel=1e-3)
+    assert fp8.params.graph.dispatch[""].params["base_us"] == pytest.approx(26.0, rel=1e-3)
+    assert bf16.params.graph.dispatch[""].params["base_us"] == pytest.approx(20.0, rel=1e-3)
+    assert fp8.params.graph.layout[""].params["base_us"] == pytest.approx(80.0, rel=1e-3)
+    assert bf16.params.graph.layout[""].params["base_us"] == pytest.approx(60.0, rel=1e-3)
+    assert fp8.params.graph.experts.params == bf16.params.graph.experts.params
 
 
 def test_component_lookup_falls_back_part_by_part():

@@ -129,31 +129,42 @@ def block_profile(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("backend, parts", [("mooncake", ("router",)), ("torch", ("router",)),
-                                            ("none", ("router",)), ("deepep", PARTS)])
-def test_block_ops_are_counted_once(block_profile, backend, parts):
-    """A backend whose experts stage was fitted on its own 2-GPU records holds the permute and
-    weighting already: only the router is added. The bare grouped GEMM (DeepEP: `any/experts`)
-    gets every part. No measured stage holds the router (the bench forces the routing)."""
+ROUTER = ("router",)
+
+
+@pytest.mark.parametrize("backend, ep, parts", [
+    ("mooncake", 8, {"": ROUTER}), ("torch", 8, {"": PARTS}), ("none", 8, {"": PARTS}),
+    ("deepep", 8, {"normal": PARTS, "low_latency": ROUTER}),
+    ("mooncake", 1, {"": PARTS}), ("deepep", 1, {"normal": PARTS, "low_latency": PARTS})])
+def test_block_ops_are_counted_once(block_profile, backend, ep, parts):
+    """The router always; the permute and the weighting unless the backend's kernels do them:
+    low-latency kernels (Mooncake EP, DeepEP low-latency: `pair` copies) write each copy into
+    its expert's rows and weight the top-k inside their combine. At EP 1 no backend runs: all
+    three. An eager step adds the host overhead of the parts it adds (their share of the
+    block's launches)."""
     from epsim.cost import CostModel, build_tables, contiguous_placement
+    from epsim.cost.block_ops import KERNELS
     from epsim.eplb import Placement
     from epsim.profile import Profile
     from epsim.spec.deployment import DeploymentSpec
     from epsim.spec.hardware import ClusterSpec
     from epsim.zoo import get_model
     model = get_model("Qwen3-30B-A3B")
-    cm = CostModel(model, ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=8, moe_a2a_backend=backend),
+    cm = CostModel(model, ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=ep, moe_a2a_backend=backend),
                    Profile.load(block_profile))
-    assert cm.params.graph.block_ops_parts == cm.params.eager.block_ops_parts == parts
-    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
-    tokens = np.full(8, 256.0)
-    moe = cm.moe(np.full((1, 128), 8 * 256 * 8 / 128), tokens, tables, graph=True)
-    expected = block_ops_us(tokens[None], moe.traffic.pairs, 2048, 128, 8,
-                            cm.params.graph.block_ops.params, parts)
-    assert moe.block_ops_us == pytest.approx(expected)
-    eager = cm.moe(np.full((1, 128), 8 * 256 * 8 / 128), tokens, tables, graph=False)
-    host = cm.params.eager.block_ops.host_us
-    assert host > 100 and eager.block_ops_us == pytest.approx(expected + host)
+    assert dict(cm.params.graph.block_ops_parts) == dict(cm.params.eager.block_ops_parts) == parts
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, ep), 128, ep, 8))
+    tokens = np.full(ep, 256.0)
+    loads = np.full((1, 128), ep * 256 * 8 / 128)
+    for phase, mode in (("decode", cm.mode_for("decode")), ("prefill", cm.mode_for("prefill"))):
+        moe = cm.moe(loads, tokens, tables, phase, graph=True)
+        expected = block_ops_us(tokens[None], moe.traffic.pairs, 2048, 128, 8,
+                                cm.params.graph.block_ops.params, parts[mode])
+        assert moe.block_ops_us == pytest.approx(expected)
+        eager = cm.moe(loads, tokens, tables, phase, graph=False)
+        host = cm.params.eager.block_ops.host_us * sum(KERNELS[p] for p in parts[mode]) / 27
+        assert host > 10 and cm.params.eager.block_ops_host[mode] == pytest.approx(host)
+        assert eager.block_ops_us == pytest.approx(expected + host)
 
 
 def test_simulate_shows_block_ops_as_their_own_fitted_line(block_profile, tmp_path):
@@ -185,7 +196,7 @@ def test_provenance_says_where_the_block_ops_come_from(block_profile):
         result = layer_cost(get_model("Qwen3-30B-A3B"), "H200", backend, 8, 64, profile=profile,
                             time_mode="graph")
         return next(u for u in result["provenance"]["components"] if u["part"] == "block_ops")
-    router_only, full = block_use("mooncake"), block_use("deepep")
+    router_only, full = block_use("mooncake"), block_use("torch")
     assert router_only["key"] == full["key"] == "any/block_ops/graph"
     assert router_only["tag"] == "fitted" and router_only["axes"] == []
     assert full["tag"] == "extrapolated" and "live block's torch ops" in full["axes"][0]

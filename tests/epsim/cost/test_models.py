@@ -12,6 +12,7 @@ import pytest
 from epsim.eplb import Placement
 from epsim.cost import CostModel, ProfileHardwareWarning, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
+from epsim.cost.block_ops import block_ops_us
 from epsim.cost.comm import (collective_features, collective_us, comm_defaults, comm_features,
                              comm_us, dedup_for, dispatch_bytes_per_copy)
 from epsim.cost.experts import (TILE_M, TILE_N, ExpertGemm, even_experts_us, even_row_tiles,
@@ -310,12 +311,18 @@ def test_predict_record_matches_the_simulator_models():
     feats = record_features(rec, profile)
     assert feats.component == "torch/dispatch" and feats.coef_names[2] == "inv_nvl_gbps"
     experts = _record("experts", local_expert_tokens=[[10.0] * 64, [0.0] * 32 + [20.0] * 32])
+    params = CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"),
+                       DeploymentSpec(ep_size=2), profile).params.eager
     direct = experts_us(np.array([640.0, 640.0]), np.array([64.0, 32.0]),
                         np.array([64.0, 32.0]), ExpertGemm(2048, 768, 3 * 2048 * 768 * 2.0),
-                        CostModel(
-                            get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=2),
-                            profile).params.eager.experts.params)
-    assert predict_record(experts, profile) == pytest.approx(float(direct))
+                        params.experts.params)
+    # a `torch` experts stage: the kernel model and the block's permute and weighting (its
+    # layout work is not fitted in a datasheet profile: not charged)
+    inside = block_ops_us(np.full(2, 256.0), np.array([640.0, 640.0]), 2048, 128, 8,
+                          params.block_ops.params, ("permute", "combine_weighting"))
+    assert predict_record(experts, profile) == pytest.approx(float(direct + inside))
+    local = experts.model_copy(update={"backend": "local"})       # one GPU: the kernel alone
+    assert predict_record(local, profile) == pytest.approx(float(direct))
     layer = _record("moe_layer", backend="mooncake", send_tokens_per_rank=[900.0, 1000.0],
                     recv_tokens_per_rank=[1000.0, 900.0], local_expert_tokens=[[10.0] * 64] * 2)
     assert predict_record(layer, profile) > predict_record(experts, profile)

@@ -12,7 +12,7 @@ from epsim.eplb.host_terms import (
     NIXL_POLL_US, Shape, allreduce_us, host_us, sglang_rebalance, unit_of, vllm_rebalance, work_of,
 )
 from epsim.eplb.recovery import (
-    SGLANG_MOONCAKE_TIMEOUT_US, detection_us, failure_terms, rejoin_terms,
+    DETECTION_US, SGLANG_MOONCAKE_TIMEOUT_US, detection_us, failure_terms, rejoin_terms,
 )
 from epsim.errors import PlacementError
 
@@ -78,8 +78,10 @@ def test_failure_terms_carry_the_configured_timeout():
     terms = failure_terms(rebalance_us=2e5)
     assert terms.terms["detection"][0] == SGLANG_MOONCAKE_TIMEOUT_US == 1e7
     assert terms.interruption_us == pytest.approx(1e7 + 2e5)
-    assert rejoin_terms(5.0).interruption_us == pytest.approx(1e4 + 5.0)
-    assert "rerun" not in terms.terms                       # no step priced: the term is absent
+    assert "rerun" not in terms.terms and "rerun" in terms.unpriced   # no step: said, not priced
+    # the rejoin runs no rebalance (SGLang 0.5.12); its resynchronisation has no measurement
+    rejoin = rejoin_terms()
+    assert rejoin.interruption_us == 0.0 and set(rejoin.unpriced) == {"resync", "poll"}
     rerun = failure_terms(rebalance_us=2e5, reload_us=3e5, rerun_us=9e4)
     assert rerun.interruption_us == pytest.approx(1e7 + 3e5 + 2e5 + 9e4)
 
@@ -89,6 +91,8 @@ def test_detection_counts_cycles_at_the_reported_clock_down_at_the_sm_clock():
     # stretches the wall time, never shortens it below the timeout at the maximum clock
     assert detection_us() == SGLANG_MOONCAKE_TIMEOUT_US
     assert detection_us(1e7, sm_clock_over_reported=1755 / 1980) == pytest.approx(1e7 * 1980 / 1755)
+    # only Mooncake EP's non-IBGDA fallback reads the process group's mask, cleared by its ping
+    assert DETECTION_US == {"ibgda": 1e7, "fallback": 100.0}
 
 
 def test_fit_recovers_a_line_and_judges_it_on_held_out_sizes():

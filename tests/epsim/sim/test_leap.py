@@ -136,17 +136,20 @@ def test_two_batch_overlap_and_datasheet_attention_leap_with_the_same_result():
     assert leapt.leaper.num_steps > 0.8 * runs[0][1].steps["step_us"].shape[0]
 
 
-def test_deepseek_v3s_mla_steps_one_at_a_time_with_dense_layers_alike():
+def test_deepseek_v3s_mla_leaps_with_split_kv_and_dense_layers_alike():
     # DeepSeek-V3 itself (MLA, dense layers, two micro-batches): FlashMLA-class decode may split
-    # the KV, so `CostModel.leaps` says no and the leaping engine steps as the stepping one does
+    # the KV, priced over the leap's steps at once (`epsim.cost.flash.decode_work`): the same
+    # result as stepping
     scenario = load_scenario(ROOT / "scenarios" / "deepseek_v3_decode.yaml",
                              {"workload.duration_s": 4.0, "workload.warmup_s": 1.0})
     runs = run_both(scenario)
     assert_same_runs(runs)
     leapt = runs[0][0]
+    kernel = leapt.cost_model._decode_kernel
+    batch = leapt.scheduler.saturated_batch()
     assert leapt.cost_model.params.attention.mla is not None
-    assert not leapt.cost_model.leaps(leapt.scheduler.saturated_batch())
-    assert leapt.leaper.num_steps == 0
+    assert kernel.counts(batch.scaled(0.5).decode_tokens).may_split
+    assert leapt.cost_model.leaps(batch) and leapt.leaper.num_steps > 0
 
 
 def test_r1_leaps_over_most_steps_with_the_same_result():

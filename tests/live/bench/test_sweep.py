@@ -96,9 +96,12 @@ def test_calibrate_live_quick_on_cpu_end_to_end(tmp_path, capsys):
     assert hot and all(r.expert_tokens_per_rank[0] > 1.5 * r.expert_tokens_per_rank[1] for r in hot)
     data = json.loads(profile.read_text())
     assert data["hardware"] == "cpu"
-    for key in ("torch/dispatch", "torch/combine", "torch/experts", "torch/moe_layer",
-                "none/allgather", "none/allreduce", "none/experts"):
+    # no grouped GEMM timed alone and no device-only timing on the CPU: the backends' eager
+    # experts stages fit the kernel model, pooled (`any/experts`, host overhead inside)
+    for key in ("torch/dispatch", "torch/combine", "any/experts", "torch/moe_layer",
+                "none/allgather", "none/allreduce"):
         assert data["components"][key]["source"] == "fit", key
+    assert not any(k.endswith("/experts") and not k.startswith("any/") for k in data["components"])
     assert data["provenance"]["records"][0]["num_records"] == 280
     val = tmp_path / "val"
     assert main(["validate", "--profile", str(profile), "--records", str(records), "--out",

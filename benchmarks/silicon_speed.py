@@ -1,0 +1,140 @@
+"""The silicon scoreboard's speed, this checkout against another (default: the commit before the
+quiet-decode leap): epsim's prediction of the same sample of in-scope silicon rows
+(`epsim validate --silicon --sample N --seed S --no-peer`'s rows, `scoreboard.row_task`) in two
+worker processes, one per checkout, taking turns row by row so both see the machine in the same
+state. Per checkout: CPU seconds (the process's, which other processes on a shared machine move
+little) and wall seconds per row, rows a minute on one core by CPU time, and whether the two
+predict the same TTFT and TPOT bits on every row (they must: the leap and the attention table
+change no result).
+
+    python benchmarks/silicon_speed.py [--rows 20] [--seed 7] [--against REV] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from recorded import write_recorded
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "benchmarks" / "results" / "silicon_speed.md"
+BEFORE = "6b08df3"          # main before the quiet-decode leap and the attention table (issue 39)
+
+# a worker that predicts rows of the silicon sample with the checkout on sys.path[0]: one
+# long-lived process per checkout, reading a row index from stdin, answering one JSON line
+_WORKER = """
+import gc, json, sys, time, warnings
+sys.path.insert(0, sys.argv[1])
+warnings.simplefilter("ignore")
+from epsim.validate.silicon.rows import default_csv_path, read_rows
+from epsim.validate.silicon.scoreboard import RowTask, row_task, select
+rows, _ = select(read_rows(default_csv_path()), int(sys.argv[2]), int(sys.argv[3]))
+print(len(rows), flush=True)
+for line in sys.stdin:
+    row = rows[int(line)]
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    entry = row_task(RowTask(row, False, False))["epsim"]
+    print(json.dumps({"id": row.id, "cpu_s": time.process_time() - cpu,
+                      "wall_s": time.perf_counter() - wall, "status": entry["status"],
+                      "ttft_ms": entry["ttft_ms"], "tpot_ms": entry["tpot_ms"]}), flush=True)
+"""
+
+
+def machine() -> str:
+    """The CPU, its count and the load when the run started (the machine is shared)."""
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in
+                     Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = "unknown CPU"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{model}, {os.cpu_count()} CPUs, load average {load:.1f} at the start (the machine "
+            f"is shared with other sessions' processes: wall seconds stretch with their load, "
+            f"CPU seconds much less)")
+
+
+def run(trees: dict[str, Path], num_rows: int, seed: int) -> dict[str, list[dict]]:
+    """Each row in each checkout's worker, the workers taking turns row by row."""
+    workers = {name: subprocess.Popen([sys.executable, "-c", _WORKER, str(tree), str(num_rows),
+                                       str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+               for name, tree in trees.items()}
+    out: dict[str, list[dict]] = {name: [] for name in trees}
+    try:
+        counts = {int(w.stdout.readline()) for w in workers.values()}
+        if len(counts) != 1:
+            raise RuntimeError(f"the checkouts select different rows ({sorted(counts)})")
+        for index in range(counts.pop()):
+            for name, worker in workers.items():
+                worker.stdin.write(f"{index}\n")
+                worker.stdin.flush()
+                out[name].append(json.loads(worker.stdout.readline()))
+                print(name, out[name][-1], file=sys.stderr, flush=True)
+    finally:
+        for worker in workers.values():
+            worker.stdin.close()
+            worker.wait()
+    return out
+
+
+def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int) -> str:
+    then, now = out["then"], out["now"]
+    same = all((a["ttft_ms"], a["tpot_ms"], a["status"]) == (b["ttft_ms"], b["tpot_ms"], b["status"])
+               for a, b in zip(then, now))
+    run_rows = [i for i, a in enumerate(then) if a["status"] not in ("cannot_express",)]
+    lines = [f"Rows: `--sample {num_rows} --seed {seed}` of the in-scope rows, {len(run_rows)} "
+             f"simulated (the others cannot be expressed: mapped, not run). Machine: {machine()}.",
+             "", "| checkout | CPU s | wall s | rows/min on one core (CPU) | rows/min, 2 workers "
+             "(CPU, est.) | rows/min (wall, this run) |", "|---|---|---|---|---|---|"]
+    for name, label in (("then", f"`{against}` (before)"), ("now", "this checkout")):
+        cpu = sum(r["cpu_s"] for r in out[name])
+        wall = sum(r["wall_s"] for r in out[name])
+        lines.append(f"| {label} | {cpu:.1f} | {wall:.1f} | {len(then) / cpu * 60:.1f} | "
+                     f"{2 * len(then) / cpu * 60:.1f} | {len(then) / wall * 60:.1f} |")
+    cpu_then = sum(r["cpu_s"] for r in then)
+    cpu_now = sum(r["cpu_s"] for r in now)
+    lines += ["", f"Speed-up by CPU time: **{cpu_then / cpu_now:.2f}x**. Same TTFT and TPOT bits on "
+              f"every row: **{'yes' if same else 'NO'}**.", "",
+              "| row | status | CPU s before | CPU s now | ratio |", "|---|---|---|---|---|"]
+    for a, b in zip(then, now):
+        if a["status"] == "cannot_express":
+            continue
+        lines.append(f"| `{a['id']}` | {b['status']} | {a['cpu_s']:.1f} | {b['cpu_s']:.1f} | "
+                     f"{a['cpu_s'] / max(b['cpu_s'], 1e-9):.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--rows", type=int, default=20, help="rows in the sample (default 20)")
+    parser.add_argument("--seed", type=int, default=7, help="the sample's seed (default 7)")
+    parser.add_argument("--against", default=BEFORE, help=f"the other checkout's commit "
+                                                          f"(default {BEFORE})")
+    parser.add_argument("--write", action="store_true", help=f"record {RESULT.name}")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = run({"then": Path(tmp), "now": ROOT}, args.rows, args.seed)
+    body = report(out, args.against, args.rows, args.seed)
+    print(body)
+    if args.write:
+        write_recorded(RESULT, "The silicon scoreboard's speed, before and after",
+                       f"nice python benchmarks/silicon_speed.py --rows {args.rows} --seed "
+                       f"{args.seed} --against {args.against} --write", started, body)
+        print(f"wrote {RESULT.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Quiet decode steps, formed and applied many at once (for the fast engine's leap).
+
+A run is quiet while every running request decodes (none prefilling), none finishes and none
+joins: no rank with a free slot has a request waiting (but those its KV pool holds back) or one
+arriving. Each step's batch is then the last one's with each rank's contexts grown by its
+decode tokens, up to the step before the first request finishes (the one whose commit ends it is stepped as usual, since a closed loop's
+client sends again then) and before the next arrival, where a slot is free (the leap cuts its
+steps there: their times decide it). Closed loops (`epsim.sim.clients`, the silicon rows'
+benchmark clients) spend most of their steps so: their arrivals follow completions, so the
+saturated leap (`epsim.sim.saturation`) never applies to them. `quiet_steps` forms the steps
+without changing anything; `apply_quiet` applies the first k of them as k plans and commits
+would have (the same bits, tests/epsim/sim/test_quiet_leap.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from epsim.cost.attention import BatchCounts
+from epsim.sim.saturation import Applied
+from epsim.sim.token_gaps import uniform_gaps
+
+MAX_QUIET = 1024         # steps formed at once, at most (the leap prices them a pool at a time)
+
+
+@dataclass(frozen=True, eq=False)
+class Quiet:
+    """Up to `num` quiet decode steps (`quiet_steps`): their `batch` (the first's contexts),
+    `context_sum` [steps, dp] int64 each rank's contexts as the step runs (without the token
+    each request adds), `stop_s`: the steps must start before it (the next arrival where a
+    slot is free; inf: none can be admitted), and `held`: the KV pool holds waiting requests
+    back at every step."""
+
+    num: int
+    batch: BatchCounts
+    context_sum: np.ndarray
+    stop_s: float
+    held: bool = False
+
+
+def quiet_steps(sched, now_s: float, max_steps: int) -> Quiet | None:
+    """The next steps (at most `max_steps`) while the run stays quiet from `now_s` on (module
+    doc), formed without changing anything; None: fewer than two.
+
+    Args:
+        sched: the run's `epsim.sim.batching.Scheduler` (its state, queues and per-slot arrays;
+            untyped: the scheduler imports this module), every rank alive, no speculation.
+    """
+    state, path = sched.state, sched.decode_path
+    used = state.used
+    if sched.spec is not None or sched.mode == "prefill" or not used.any():
+        return None
+    if path is None:
+        if sched.mode == "decode" or (sched.prefill_left[used] > 0).any():
+            return None                 # (the per-slot decode path runs after a failure only)
+        left = int(sched._out_left[used].min())
+        context = (sched._context * used).sum(axis=1)        # as `plan` sums the decoding slots
+    else:
+        left = int(path.end[used].min()) - path.commits
+        context = state.context_sum
+    num = min(max_steps, MAX_QUIET, left - 1)     # the step whose commit ends a request: not here
+    if num < 2:
+        return None
+    free = sched.max_running - state.occupied
+    admit = np.minimum(sched.queues.waiting(now_s), free)
+    # requests waiting with a slot free: only while the KV pool holds every one back, which it
+    # does at each step ahead too (the contexts grow, the running requests and the queues'
+    # heads stay: `KVPool.admissible`)
+    held = bool(admit.any())
+    if held and (sched.kv is None or sched._kv_fit(admit).any()):
+        return None
+    stop_s = sched.queues.next_arrival_s(now_s) if (free > 0).any() else np.inf
+    tokens = state.occupied.astype(np.float64)      # every used slot decodes one token
+    zeros = sched._zeros
+    batch = BatchCounts(tokens, context + tokens, zeros, zeros, zeros, tokens + zeros, "decode",
+                        zeros)
+    steps = np.arange(num, dtype=np.int64)[:, None]
+    return Quiet(num, batch, context + steps * state.occupied, stop_s, held)
+
+
+def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.ndarray) -> Applied:
+    """Apply the first `num` steps of `quiet`, which start at `start_s` and end at `end_s`
+    ([num] s), to the scheduler: what `plan` and `commit` of each would have done."""
+    state, path, queues = sched.state, sched.decode_path, sched.queues
+    sched._dropped = False
+    tokens = quiet.batch.decode_tokens
+    if sched.kv is not None:       # each plan records the pool's use (none admitted), which
+        # each commit grows by the decode tokens
+        steps = np.arange(num, dtype=np.int64)[:, None]
+        used = sched._kv_used() + steps * state.occupied
+        sched.kv.record_full_steps(start_s, used, tokens, quiet.held)
+        sched._kv_held = quiet.held
+    num_used = int(state.occupied.sum())
+    ends = end_s.tolist()
+    gaps = []
+    if path is not None:                                   # `DecodePath.commit`, num times
+        previous = path.last_commit_s
+        for now in ends:
+            gaps.append(path.gaps(num_used, previous, now))
+            previous = now
+            state.output_tokens_done += num_used
+        path.last_commit_s = previous
+        path.in_flight = None
+        path.commits += num
+        path.finishing.drop_through(path.commits)
+        state.context_sum += state.occupied * num
+    else:                                                  # `Scheduler.commit`, num times
+        decoding = state.used
+        gaps.append(state.clock.emit(ends[0], decoding))   # the first: last tokens vary
+        buf = np.empty(num_used)
+        for previous, now in zip(ends, ends[1:]):           # then every slot's came together
+            gaps.append(uniform_gaps(num_used, previous, now, buf))
+        np.copyto(state.clock.last_s, ends[-1], where=decoding)
+        sched._context += decoding * np.int32(num)
+        sched._out_left -= decoding * np.int32(num)
+        state.context_sum += tokens.astype(np.int64) * num
+        sched.emitted_tokens = float(tokens.sum())
+        for _ in range(num):
+            state.output_tokens_done += sched.emitted_tokens
+    num_waiting = [int(queues.waiting(s).sum()) for s in start_s.tolist()]
+    return Applied(gaps, num_waiting, [num_used] * num)
