@@ -74,11 +74,14 @@ class MlaForm:
         qk_dim, v_dim: per head (absorbed: kv_lora + rope and kv_lora; per head: nope + rope
             and v).
         kv_bytes_per_key: bytes of cache (or up-projected K and V) read per key.
+        heads_in_rows: the heads of a token share its row blocks (absorbed: one KV head); per
+            head, each head's chunk fills row blocks of its own.
     """
 
     qk_dim: int
     v_dim: int
     kv_bytes_per_key: float
+    heads_in_rows: bool = False
 
     @property
     def flash_head_dim(self) -> float:
@@ -95,7 +98,8 @@ class MlaForm:
 def absorbed_form(kv_lora_rank: int, rope_dim: int, kv_bytes: float) -> MlaForm:
     """The absorbed kernel: queries and keys over the latent and its RoPE key, values the
     latent; the cache read once per key, shared by every head."""
-    return MlaForm(kv_lora_rank + rope_dim, kv_lora_rank, (kv_lora_rank + rope_dim) * kv_bytes)
+    return MlaForm(kv_lora_rank + rope_dim, kv_lora_rank, (kv_lora_rank + rope_dim) * kv_bytes,
+                   heads_in_rows=True)
 
 
 def per_head_form(nope_dim: int, rope_dim: int, v_dim: int, kv_bytes: float) -> MlaForm:
@@ -171,14 +175,22 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
                         num_sms: int) -> KernelWork:
     """The causal MLA prefill kernel: `seqs` [dp] chunks of `tokens` [dp] new tokens whose
     keys number `context` [dp] in all (`epsim.cost.flash.prefill_work` at MLA's sizes: its
-    CTAs, waves and bytes), its math the causal (query, key) pairs' own FLOPs: the kernels
-    spread a chunk's work over the GPU and pack short chunks, so neither the slots nor
-    128 x 128 tiles quantise it."""
+    CTAs, waves and bytes). Its math:
+      per head   the flash kernel's: whole 128 x 128 (query rows, keys) tiles under the causal
+                 diagonal, each head's chunk in row blocks of its own, the busiest slot's
+                 share. A chunk shorter than a tile pays the whole tile (aiconfigurator's B200
+                 TRT-LLM MLA prefill at 128 heads: 1-4 TFLOP/s of causal pairs at 16-token
+                 chunks, 250 at 256, 1100-1300 at 4096-16384; counted in tiles 90-440, 380,
+                 1100-1300)
+      absorbed   the causal pairs' own FLOPs: a token's heads share its row blocks (MLA's one
+                 KV head), so short chunks still fill the rows"""
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
     work = prefill_work(tokens, context, seqs, heads, 1, form.flash_head_dim, num_sms,
                         form.flash_kv_ratio)
+    if not form.heads_in_rows:
+        return work
     chunk = np.divide(tokens, seqs, out=np.zeros_like(tokens), where=seqs > 0)
     prefix = np.maximum(np.divide(context, seqs, out=np.zeros_like(tokens), where=seqs > 0)
                         - chunk, 0.0)

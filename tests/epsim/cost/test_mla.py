@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from epsim.cost.attention import BatchCounts
-from epsim.cost.flash import kernel_us
+from epsim.cost.flash import kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill,
                             decode_kernel_work, decode_reread_kb, mla_decode_kernel,
@@ -66,12 +66,30 @@ def test_a_later_head_blocks_reread_costs_its_share():
     assert reread_share(old) == 1.0 and with_reread(old)["reread_hbm_ratio"] == 0.8
 
 
-def test_prefill_math_is_the_causal_pairs():
-    form = per_head_form(128, 64, 128, 2.0)
+def test_prefill_math_is_the_causal_pairs_absorbed():
+    form = absorbed_form(512, 64, 2.0)
     work = prefill_kernel_work(np.array([4096.0]), np.array([4096.0]), np.array([1.0]), 16,
                                form, 148)
     pairs = 4096 * 4097 / 2
-    assert work.mflops[0] == pytest.approx(pairs * 16 * 2 * (192 + 128) * 1e-6)
+    assert work.mflops[0] == pytest.approx(pairs * 16 * 2 * (576 + 512) * 1e-6)
+
+
+def test_prefill_math_per_head_is_whole_tiles():
+    """Per head, a chunk fills row blocks of its own: a 16-token chunk pays a whole 128 x 128
+    tile (the flash kernel's work), a 16384-token one little more than its causal pairs."""
+    form = per_head_form(128, 64, 128, 2.0)
+    per_pair = 128 * 2 * (192 + 128) * 1e-6                 # 128 heads
+
+    def work(chunk, seqs):
+        tokens = np.array([chunk * seqs])
+        return prefill_kernel_work(tokens, tokens, np.array([seqs]), 128, form, 148)
+
+    short, long = work(16.0, 64.0), work(16384.0, 1.0)
+    flash = prefill_work(np.array([1024.0]), np.array([1024.0]), np.array([64.0]), 128, 1,
+                         form.flash_head_dim, 148, form.flash_kv_ratio)
+    assert short.mflops[0] == pytest.approx(flash.mflops[0])
+    assert short.mflops[0] > 50 * 64 * 16 * 17 / 2 * per_pair
+    assert long.mflops[0] == pytest.approx(16384 * 16385 / 2 * per_pair, rel=0.05)
 
 
 def test_design_rows_times_coefficients_give_the_kernel():
