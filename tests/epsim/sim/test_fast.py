@@ -45,9 +45,12 @@ def scenario(deployment: dict, workload: dict, nodes: int = 1):
 # draws under drift; EPLB moving the placement; prefill + decode whose batch shape changes every
 # step; replicas with static dispatch over two nodes, the per-source traffic path)
 CASES = {
+    # full: arrivals twice what the full batch serves (512 slots / (128 tokens x ~1.3 ms a step)
+    # ~ 3000 req/s since SGLang's fused attention block is priced, c-compose ae0231c; at 3000 the
+    # batch drained to 420-512 and each shape took its own draws)
     "decode_full_drift": lambda: scenario(
         {"ep_size": 8, "disaggregation_mode": "decode", "max_running_requests": 64},
-        {"arrivals": {"kind": "poisson", "rate_per_s": 3000}, "initial_running_per_rank": 64,
+        {"arrivals": {"kind": "poisson", "rate_per_s": 6000}, "initial_running_per_rank": 64,
          "skew": {"kind": "zipf", "alpha": 0.8, "drift_rate_per_s": 0.05}}),
     "decode_eplb": lambda: scenario(
         {"ep_size": 8, "disaggregation_mode": "decode", "max_running_requests": 64,
@@ -104,7 +107,9 @@ def test_fast_engine_same_seed_same_result_and_reuses_draws():
     for name in a.steps:
         np.testing.assert_array_equal(a.steps[name], b.steps[name], err_msg=name)
     sim = Simulation(sc, engine="fast")
-    sim.run()
+    result = sim.run()
+    # the case keeps its batches full (8 ranks x 64): the premise of the reuse asserted next
+    assert np.median(result.steps["num_running"]) >= 0.98 * 8 * 64
     # full batches: a pool serves several steps (the point of the fast engine)
     assert sim.stepper.num_draws < sim.step_index / 2
 
