@@ -19,8 +19,10 @@ def finish(chart, legend: str = "right"):
     """What every chart of the app gets: SVG (legend labels are text a test can read) and
     legends that never cut a label, outside the plot area (`legend`: right, or bottom for a
     chart wide enough that a legend beside it would run past the page)."""
-    # under the plot, a legend's entries wrap in columns (in one row they ran off the page)
-    wrap = {"columns": 4} if legend == "bottom" else {}
+    # under the plot, a legend's entries wrap in columns (in one row they ran off the page); three,
+    # since the legends of one chart sit side by side there (with four the shape legend's long
+    # labels and the skew legend beside it passed the page's 1100 px)
+    wrap = {"columns": 3} if legend == "bottom" else {}
     return chart.properties(usermeta={"embedOptions": {"renderer": "svg"}}).configure_legend(
         labelLimit=0, titleLimit=0, orient=legend, **wrap)
 

@@ -12,6 +12,8 @@ peer reads). With `S` bytes on `n` GPUs:
     twoshot   t = base_us + per_peer_us * (n - 1) + 2 (n - 1) / n * S / nvl_gbps * 1e-3
     nccl      t = min over its two protocols p of
                   base_us_p + hop_us_p * 2 (n - 1) + 2 (n - 1) / n * S / gbps_p * 1e-3
+              and, within one NVLink domain where a fit found it, NVLS:
+                  nvls_base_us + S / nvls_gbps * 1e-3
 
 `per_peer_us` is the flag exchange with each peer (the kernels' barrier); the NCCL ring takes
 `2 (n - 1)` steps (reduce-scatter, then all-gather), each a hop's latency. NCCL's tuner picks,
@@ -21,6 +23,14 @@ low-latency protocols (LL, LL128: small fixed cost, lower bandwidth) for small m
 and the time is the smaller. A ring reduce-scatter or all-gather alone is one pass: `n - 1`
 steps and `(n - 1) / n * S` (`ring_us(..., passes=1)`). Across nodes the ring's bytes cross the
 NIC (`rdma_gbps`). Bandwidths are bounded by the datasheet (NVLink per direction, the NIC).
+
+NVLS (NVLink SHARP) is the all-reduce NCCL runs on large messages where the NVSwitch reduces:
+each GPU sends its `S` bytes into the switch once and receives the reduced `S` once, whatever
+`n`, against a ring's `2 (n - 1) / n S`, so its bus bandwidth can pass the link's. AIC's H200
+table shows it: 256-512 MiB on 8 GPUs run at 445-460 GB/s of ring bus bandwidth, above
+NVLink's 450 per direction, which no ring reaches. Its line has a larger fixed cost (~60 µs on
+Hopper) and no per-hop term. The datasheet has no figure for it: a cluster without a fitted
+`nvls_gbps` prices the ring alone.
 
 Coefficients: `any/allreduce/graph/<algorithm>` in a profile (fitted by
 `epsim.calibrate.allreduce` on op tables: aiconfigurator-core's `custom_allreduce_perf` and
@@ -44,7 +54,7 @@ LL_BANDWIDTH_RATIO = 0.5              # LL carries 8 data bytes per 16-byte line
 # design-row columns of one algorithm (protocol): (1, latency count, moved KB)
 CUSTOM_PARAMS = ("base_us", "per_peer_us", "nvl_gbps")
 NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_gbps",
-               "rdma_gbps")
+               "rdma_gbps", "nvls_base_us", "nvls_gbps")      # NVLS: where a fit found it
 
 
 def algorithm(num_bytes: float, num_ranks: int, num_hosts: int) -> str:
@@ -92,10 +102,18 @@ def ring_features(num_bytes, num_ranks: int, passes: int = 2) -> np.ndarray:
     return np.stack([np.ones_like(kb), np.full_like(kb, passes * (num_ranks - 1.0)), kb], axis=-1)
 
 
+def nvls_features(num_bytes) -> np.ndarray:
+    """[..., 3] design rows of NCCL's NVLS all-reduce: (1, 0, KB each GPU sends and receives:
+    the message, whatever the GPU count)."""
+    kb = np.asarray(num_bytes, dtype=np.float64) * 1e-3
+    return np.stack([np.ones_like(kb), np.zeros_like(kb), kb], axis=-1)
+
+
 def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
             passes: int = 2) -> np.ndarray:
-    """NCCL ring collective of `num_bytes` over `num_ranks` GPUs (all-reduce: `passes=2`,
-    reduce-scatter / all-gather: 1), the faster of its two protocol lines (µs); 0 on one GPU."""
+    """NCCL collective of `num_bytes` over `num_ranks` GPUs (all-reduce: `passes=2`,
+    reduce-scatter / all-gather: 1), the faster of its two ring protocol lines and, for an
+    all-reduce within one NVLink domain with `nvls_gbps` fitted, NVLS (µs); 0 on one GPU."""
     if num_ranks <= 1:
         return np.zeros_like(np.asarray(num_bytes, dtype=np.float64))
     rows = ring_features(num_bytes, num_ranks, passes)
@@ -104,7 +122,12 @@ def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
                           1.0 / min(params["ll_gbps"], nic)])
     simple = rows @ np.array([params["base_us"], params["hop_us"],
                               1.0 / min(params["nvl_gbps"], nic)])
-    return np.minimum(ll, simple)
+    fastest = np.minimum(ll, simple)
+    if passes == 2 and num_nodes == 1 and params.get("nvls_gbps"):
+        nvls = nvls_features(num_bytes) @ np.array([params["nvls_base_us"], 0.0,
+                                                     1.0 / params["nvls_gbps"]])
+        fastest = np.minimum(fastest, nvls)
+    return fastest
 
 
 def allreduce_us(num_bytes: float, num_ranks: int, num_nodes: int,

@@ -26,6 +26,16 @@ K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its
 (`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and BF16 tensor peak (the
 kernels compute in BF16, an FP8 cache is dequantised in the loop), so a fit on one GPU prices
 another from its datasheet.
+
+Decode with more than 64 heads on a GPU (128 under DP attention) runs a sequence's heads as
+`ceil(heads / 64)` CTAs, each streaming the same cache. They are launched side by side, so the
+later blocks' reads partly hit L2 (50 MB on H200; the blocks read the same keys microseconds
+apart): `reread_hbm_ratio` is the rate of those re-reads over the datasheet HBM rate (above 1
+where L2 serves enough of them; the first read runs at `hbm_frac`), fitted on the op tables'
+128-head rows. aiconfigurator-core's
+h200_sxm SGLang table (`generation_mla_perf`, BF16 cache) shows why: 16, 32 and 64 heads stream
+the cache at 4.3-4.5 TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2. Without it
+(profiles fitted before it) a re-read costs a read (`reread_share` 1).
 """
 
 from __future__ import annotations
@@ -42,8 +52,9 @@ from epsim.cost.quant import gemm_us, gemm_work
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.gpu import HardwareSpec
 
-MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
-                        frozenset({"hbm_frac", "tensor_frac"}))
+MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac",
+                         "reread_hbm_ratio"),
+                        frozenset({"hbm_frac", "tensor_frac", "reread_hbm_ratio"}))
 BF16_BYTES = 2.0
 # GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
@@ -63,11 +74,14 @@ class MlaForm:
         qk_dim, v_dim: per head (absorbed: kv_lora + rope and kv_lora; per head: nope + rope
             and v).
         kv_bytes_per_key: bytes of cache (or up-projected K and V) read per key.
+        heads_in_rows: the heads of a token share its row blocks (absorbed: one KV head); per
+            head, each head's chunk fills row blocks of its own.
     """
 
     qk_dim: int
     v_dim: int
     kv_bytes_per_key: float
+    heads_in_rows: bool = False
 
     @property
     def flash_head_dim(self) -> float:
@@ -84,7 +98,8 @@ class MlaForm:
 def absorbed_form(kv_lora_rank: int, rope_dim: int, kv_bytes: float) -> MlaForm:
     """The absorbed kernel: queries and keys over the latent and its RoPE key, values the
     latent; the cache read once per key, shared by every head."""
-    return MlaForm(kv_lora_rank + rope_dim, kv_lora_rank, (kv_lora_rank + rope_dim) * kv_bytes)
+    return MlaForm(kv_lora_rank + rope_dim, kv_lora_rank, (kv_lora_rank + rope_dim) * kv_bytes,
+                   heads_in_rows=True)
 
 
 def per_head_form(nope_dim: int, rope_dim: int, v_dim: int, kv_bytes: float) -> MlaForm:
@@ -105,40 +120,77 @@ def mla_defaults() -> dict[str, float]:
             "tensor_frac": TENSOR_EFFICIENCY}
 
 
+def with_reread(params) -> dict[str, float]:
+    """`params` with `reread_hbm_ratio` (its `hbm_frac` where a profile fitted before it has none:
+    a re-read costs a read)."""
+    return {"reread_hbm_ratio": float(params["hbm_frac"]), **params}
+
+
+def reread_share(params) -> float:
+    """The HBM cost of a later 64-head block's read of the cache, in first reads:
+    `hbm_frac / reread_hbm_ratio` (1 without a fitted `reread_hbm_ratio`)."""
+    full = with_reread(params)
+    return float(full["hbm_frac"]) / float(full["reread_hbm_ratio"])
+
+
 def absolute(params, hardware: HardwareSpec) -> dict[str, float]:
     """`params` with `hbm_gbps`, `tflops` (datasheet HBM and BF16 peak x the fractions), the
-    form `epsim.cost.flash.kernel_us` reads."""
-    out = {k: float(v) for k, v in params.items() if k not in ("hbm_frac", "tensor_frac")}
+    form `epsim.cost.flash.kernel_us` reads (`reread_hbm_ratio` enters through the bytes,
+    `decode_kernel_work`)."""
+    out = {k: float(v) for k, v in params.items()
+           if k not in ("hbm_frac", "tensor_frac", "reread_hbm_ratio")}
     out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
     out["tflops"] = float(params["tensor_frac"]) * hardware.bf16_tflops
     return out
 
 
-def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int) -> KernelWork:
+def cache_reads(heads: int, share: float = 1.0) -> float:
+    """HBM reads of a sequence's cache per decode step, in first reads: one per 64-row block of
+    its `heads`, each after the first at `share` (`reread_share`)."""
+    return 1.0 + (-(-heads // SPLIT_ROWS) - 1) * share
+
+
+def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
+                       share: float = 1.0) -> KernelWork:
     """The MLA decode kernel: `seqs` [dp] single-token queries of `heads` heads each against
     `context` [dp] cached tokens in all (`epsim.cost.flash.decode_work` at MLA's sizes). Each
     64-row block of a sequence's heads is its own CTA and streams the sequence's whole cache:
-    the cache is read `ceil(heads / 64)` times (128 heads read it twice)."""
+    the first block's read at full cost, each later one's at `share` (`cache_reads`; 128 heads
+    read it 1 + `share` times)."""
     seqs = np.asarray(seqs, dtype=np.float64)
     head_dim = form.flash_head_dim
     counts = decode_counts(seqs, heads, 1, head_dim, num_sms)
-    reads = -(-heads // SPLIT_ROWS)
     return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts,
-                       form.flash_kv_ratio * reads)
+                       form.flash_kv_ratio * cache_reads(heads, share))
+
+
+def decode_reread_kb(seqs, context, heads: int, form: MlaForm) -> np.ndarray:
+    """[dp] KB the later 64-head blocks re-read at full cost (`cache_reads - 1` caches of
+    `context` [dp] keys): the design column of `reread_hbm_ratio`."""
+    extra = cache_reads(heads) - 1.0
+    return extra * np.asarray(context, dtype=np.float64) * form.kv_bytes_per_key * 1e-3
 
 
 def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
                         num_sms: int) -> KernelWork:
     """The causal MLA prefill kernel: `seqs` [dp] chunks of `tokens` [dp] new tokens whose
     keys number `context` [dp] in all (`epsim.cost.flash.prefill_work` at MLA's sizes: its
-    CTAs, waves and bytes), its math the causal (query, key) pairs' own FLOPs: the kernels
-    spread a chunk's work over the GPU and pack short chunks, so neither the slots nor
-    128 x 128 tiles quantise it."""
+    CTAs, waves and bytes). Its math:
+      per head   the flash kernel's: whole 128 x 128 (query rows, keys) tiles under the causal
+                 diagonal, each head's chunk in row blocks of its own, the busiest slot's
+                 share. A chunk shorter than a tile pays the whole tile (aiconfigurator's B200
+                 TRT-LLM MLA prefill at 128 heads: 1-4 TFLOP/s of causal pairs at 16-token
+                 chunks, 250 at 256, 1100-1300 at 4096-16384; counted in tiles 90-440, 380,
+                 1100-1300)
+      absorbed   the causal pairs' own FLOPs: a token's heads share its row blocks (MLA's one
+                 KV head), so short chunks still fill the rows"""
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
     work = prefill_work(tokens, context, seqs, heads, 1, form.flash_head_dim, num_sms,
                         form.flash_kv_ratio)
+    if not form.heads_in_rows:
+        return work
     chunk = np.divide(tokens, seqs, out=np.zeros_like(tokens), where=seqs > 0)
     prefix = np.maximum(np.divide(context, seqs, out=np.zeros_like(tokens), where=seqs > 0)
                         - chunk, 0.0)
@@ -151,13 +203,19 @@ def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarra
     return kernel_us(work, absolute(params, hardware))
 
 
-def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
-    """[dp, 5] design rows in `MLA_TERMS` order: `epsim.cost.flash.kernel_features` with the
-    memory and math columns as µs at the datasheet HBM rate and BF16 peak."""
+def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
+                        reread_kb: np.ndarray | None = None) -> np.ndarray:
+    """[dp, 6] design rows in `MLA_TERMS` order: `epsim.cost.flash.kernel_features` with the
+    memory and math columns as µs at the datasheet HBM rate and BF16 peak, and a decode's
+    re-reads (`reread_kb` [dp], `decode_reread_kb`; `work` holding them at `reread_share`
+    of `params`) apart from its first read where it is memory-bound."""
     rows = kernel_features(work, absolute(params, hardware))
     rows[..., 3] /= hardware.hbm_gbps
     rows[..., 4] /= hardware.bf16_tflops
-    return rows
+    reread = np.zeros(rows.shape[:-1]) if reread_kb is None else \
+        np.where(rows[..., 3] > 0, reread_kb / hardware.hbm_gbps, 0.0)
+    rows[..., 3] -= reread_share(params) * reread
+    return np.concatenate([rows, reread[..., None]], axis=-1)
 
 
 # -- one MLA layer on a rank: projections, absorbed BMMs, kernel (the simulator's pricing) --------
@@ -213,7 +271,7 @@ def mla_decode_kernel(mla: MlaParams) -> DecodeKernel:
     """The decode kernel of `decode_kernel_work` as an `epsim.cost.flash.DecodeKernel` (its
     sequence counts' terms remembered across steps: the engine's decode path and its leaps)."""
     form = mla.decode_form
-    reads = -(-mla.heads // SPLIT_ROWS)
+    reads = cache_reads(mla.heads, reread_share(mla.decode))
     return DecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms,
                         absolute(mla.decode, mla.hardware), form.flash_kv_ratio * reads)
 

@@ -25,8 +25,9 @@ import numpy as np
 
 from epsim.cost.experts import num_sms, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
-                            decode_kernel_work, mla_defaults, mla_kernel_features,
-                            per_head_form, prefill_kernel_work)
+                            decode_kernel_work, decode_reread_kb, mla_defaults,
+                            mla_kernel_features, per_head_form, prefill_kernel_work,
+                            reread_share, with_reread)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_work,
                               layout_kb, quant_expert_gemm, remote_slot_bytes)
@@ -126,18 +127,22 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
     kv = kv_bytes_per_element(record.kv_cache_dtype or "bf16")
     d = DEEPSEEK_MLA
     one, sms = np.ones(1), num_sms(hw.name)
+    kind = format_kind(record.kind, kv_kind(record.kv_cache_dtype))
+    params = with_reread(profile.params("any", kind, GRAPH, defaults=mla_defaults()))
+    reread_kb = None
     if record.kind == "mla_decode":
-        work = decode_kernel_work(one * seqs, one * seqs * ctx, heads,
-                                  absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv), sms)
+        form = absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
+        work = decode_kernel_work(one * seqs, one * seqs * ctx, heads, form, sms,
+                                  reread_share(params))
+        reread_kb = decode_reread_kb(one * seqs, one * seqs * ctx, heads, form)
     else:
         form = (absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
                 if absorbed_prefill(hw.name) else
                 per_head_form(d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], kv))
         work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form, sms)
-    kind = format_kind(record.kind, kv_kind(record.kv_cache_dtype))
-    params = profile.params("any", kind, GRAPH, defaults=mla_defaults())
     return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
-                     mla_kernel_features(work, params, hw)[0], MLA_TERMS.coefficients(params))
+                     mla_kernel_features(work, params, hw, reread_kb)[0],
+                     MLA_TERMS.coefficients(params))
 
 
 def kernel_record_features(record: MeasurementRecord, profile: Profile) -> KernelRow:

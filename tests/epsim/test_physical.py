@@ -56,3 +56,13 @@ def test_valid_range_needs_both_bounds(bounds, rule):
 
 def test_shipped_profile_is_within_bounds():
     assert Profile.from_dict(_shipped()).components
+
+
+def test_a_rate_against_hbm_may_beat_it_within_bounds():
+    """MLA's re-reads run partly from L2: their rate may pass the datasheet HBM (an efficiency,
+    `_frac`, may not), within 10 times it."""
+    assert param_problem("reread_hbm_ratio", 1.17) is None
+    assert param_problem("hbm_frac", 1.17) == "must be > 0 and <= 1 (of the datasheet)"
+    assert param_problem("reread_hbm_ratio", 0.0) == ("must be > 0 and <= 10 (of the datasheet "
+                                                      "HBM)")
+    assert param_problem("reread_hbm_ratio", 11.0) is not None

@@ -95,6 +95,25 @@ def test_the_fit_recovers_known_coefficients():
                 assert fitted[algo][name] == pytest.approx(value, rel=1e-3, abs=1e-6), (algo, name)
 
 
+def test_the_fit_finds_nvls_where_it_wins():
+    """NCCL's NVLS line (the switch reduces: S each way whatever the GPU count) under the two
+    ring lines: recovered where it wins the large messages; absent from the datasheet
+    defaults, so a ring alone prices a cluster without a fit."""
+    truth = allreduce_defaults(H200)
+    truth["nccl"].update(ll_base_us=5.0, ll_hop_us=0.8, ll_gbps=150.0, base_us=20.0, hop_us=0.6,
+                         nvl_gbps=320.0, nvls_base_us=60.0, nvls_gbps=255.0)
+    points = [p for p in _synthetic(truth, [2.0**k for k in range(8, 30)], (2, 4, 8))
+              if p.algorithm == "nccl"]
+    fitted = fit_allreduce(points, H200)["nccl"]
+    for name, value in truth["nccl"].items():
+        if name != "rdma_gbps":
+            assert fitted[name] == pytest.approx(value, rel=1e-3, abs=1e-6), name
+    assert "nvls_gbps" not in allreduce_defaults(H200)["nccl"]
+    big = 512 * MIB
+    assert float(ring_us(big, 8, 1, truth["nccl"])) == pytest.approx(60.0 + big * 1e-3 / 255.0)
+    assert float(ring_us(big, 8, 2, truth["nccl"])) > 60.0 + big * 1e-3 / 255.0   # one domain
+
+
 def test_the_fit_keeps_bandwidths_within_the_datasheet():
     """A table faster than the GPU's NVLink (450 GB/s per direction on H200) is fitted at the
     datasheet bound, not beyond it; too few points keep the defaults."""

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from epsim.cost.attention import BatchCounts
-from epsim.cost.flash import kernel_us
+from epsim.cost.flash import kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill,
-                            decode_kernel_work, mla_decode_kernel, mla_kernel_features,
-                            mla_token_us, per_head_form, prefill_kernel_work)
+                            decode_kernel_work, decode_reread_kb, mla_decode_kernel,
+                            mla_kernel_features, mla_token_us, per_head_form,
+                            prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
 from epsim.profile import Profile
@@ -24,7 +25,7 @@ from epsim.zoo import get_hardware, get_model
 
 H200 = get_hardware("H200")
 PARAMS = {"base_us": 4.0, "wave_us": 2.0, "per_split_us": 0.5, "hbm_frac": 0.8,
-          "tensor_frac": 0.6}
+          "tensor_frac": 0.6, "reread_hbm_ratio": 1.2}
 
 
 def test_forms_carry_mlas_sizes():
@@ -51,12 +52,44 @@ def test_decode_reads_the_cache_once_per_64_heads():
     assert fp8.mem_kb[0] < 0.51 * bf16.mem_kb[0] + 1e3       # half the cache bytes
 
 
-def test_prefill_math_is_the_causal_pairs():
-    form = per_head_form(128, 64, 128, 2.0)
+def test_a_later_head_blocks_reread_costs_its_share():
+    seqs, ctx = np.array([32.0]), np.array([32.0 * 8192])
+    form = absorbed_form(512, 64, 2.0)
+    share = reread_share(PARAMS)
+    assert share == pytest.approx(0.8 / 1.2)
+    first = decode_kernel_work(seqs, ctx, 128, form, 132, 0.0).mem_kb
+    shared = decode_kernel_work(seqs, ctx, 128, form, 132, share).mem_kb
+    assert shared - first == pytest.approx(share * decode_reread_kb(seqs, ctx, 128, form))
+    assert decode_reread_kb(seqs, ctx, 64, form)[0] == 0.0     # one block: no re-read
+    # a profile fitted before the term: a re-read costs a read, as it did
+    old = {k: v for k, v in PARAMS.items() if k != "reread_hbm_ratio"}
+    assert reread_share(old) == 1.0 and with_reread(old)["reread_hbm_ratio"] == 0.8
+
+
+def test_prefill_math_is_the_causal_pairs_absorbed():
+    form = absorbed_form(512, 64, 2.0)
     work = prefill_kernel_work(np.array([4096.0]), np.array([4096.0]), np.array([1.0]), 16,
                                form, 148)
     pairs = 4096 * 4097 / 2
-    assert work.mflops[0] == pytest.approx(pairs * 16 * 2 * (192 + 128) * 1e-6)
+    assert work.mflops[0] == pytest.approx(pairs * 16 * 2 * (576 + 512) * 1e-6)
+
+
+def test_prefill_math_per_head_is_whole_tiles():
+    """Per head, a chunk fills row blocks of its own: a 16-token chunk pays a whole 128 x 128
+    tile (the flash kernel's work), a 16384-token one little more than its causal pairs."""
+    form = per_head_form(128, 64, 128, 2.0)
+    per_pair = 128 * 2 * (192 + 128) * 1e-6                 # 128 heads
+
+    def work(chunk, seqs):
+        tokens = np.array([chunk * seqs])
+        return prefill_kernel_work(tokens, tokens, np.array([seqs]), 128, form, 148)
+
+    short, long = work(16.0, 64.0), work(16384.0, 1.0)
+    flash = prefill_work(np.array([1024.0]), np.array([1024.0]), np.array([64.0]), 128, 1,
+                         form.flash_head_dim, 148, form.flash_kv_ratio)
+    assert short.mflops[0] == pytest.approx(flash.mflops[0])
+    assert short.mflops[0] > 50 * 64 * 16 * 17 / 2 * per_pair
+    assert long.mflops[0] == pytest.approx(16384 * 16385 / 2 * per_pair, rel=0.05)
 
 
 def test_design_rows_times_coefficients_give_the_kernel():
@@ -65,9 +98,13 @@ def test_design_rows_times_coefficients_give_the_kernel():
     for _ in range(10):
         seqs = rng.integers(1, 512, size=4).astype(float)
         ctx = seqs * rng.integers(16, 32768, size=4)
-        for work in (decode_kernel_work(seqs, ctx, 128, absorbed_form(512, 64, 2.0), 132),
-                     prefill_kernel_work(ctx, ctx, seqs, 16, absorbed_form(512, 64, 1.0), 132)):
-            rows = mla_kernel_features(work, PARAMS, H200)
+        decode = absorbed_form(512, 64, 2.0)
+        for work, reread in (
+                (decode_kernel_work(seqs, ctx, 128, decode, 132, reread_share(PARAMS)),
+                 decode_reread_kb(seqs, ctx, 128, decode)),
+                (prefill_kernel_work(ctx, ctx, seqs, 16, absorbed_form(512, 64, 1.0), 132),
+                 None)):
+            rows = mla_kernel_features(work, PARAMS, H200, reread)
             assert np.allclose(rows @ terms.coefficients(PARAMS),
                                kernel_us(work, absolute(PARAMS, H200)))
 
