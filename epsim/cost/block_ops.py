@@ -69,11 +69,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from epsim.cost.attention_ops import ENGINES      # the serving engines, one list for both blocks
 from epsim.cost.linear import BLOCK_OPS_TERMS
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
-ENGINES = ("sglang", "transformers")     # as `epsim.cost.attention_ops.ENGINES`
 # kernels each part launches in transformers' block: the aten ops the live block dispatches on
 # CUDA in BF16, views and scalars left out (tests/live/test_block.py counts them)
 KERNELS = {"router": 6, "permute": 14, "combine_weighting": 7}
