@@ -26,9 +26,10 @@ def _deepseek(**deployment) -> CostModel:
 
 
 def _alone(cm: CostModel, batch: BatchCounts) -> float:
-    """`_attention_layer_us`'s MLA branch, one step by itself (what the table replaces)."""
+    """`_attention_layer_us`'s MLA branch, one step by itself (what the table replaces): the
+    kernel, its projections and the attention block's own ops."""
     mla = cm.params.attention.mla
-    t = float(mla_attention_us(batch, mla, mla_decode_kernel(mla)).max())
+    t = float(mla_attention_us(batch, mla, mla_decode_kernel(mla), cm._projections(batch)).max())
     if cm.params.tp_size > 1:
         t += attention_collectives_us(cm.params, batch, True)
     return t
