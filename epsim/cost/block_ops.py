@@ -32,6 +32,35 @@ The kernels run one after another, so their times add; the router GEMM alone is 
 
 The layer waits for the slowest rank: `max_r t_r`. Fitted as `any/block_ops/graph` (device
 time) and `any/block_ops/host` (what an eager step adds) on `block_ops` records of one GPU.
+
+The engine that serves the model (`ENGINES`, as `epsim.cost.attention_ops`) names which kernels
+run and what they move; the fit's per-launch, per-byte and router-GEMM coefficients price them
+alike. `transformers` is the live block above (what the records and the composition axis
+measure). `sglang` is SGLang's MoE block on CUDA in decode (python/sglang/srt/models/
+deepseek_v2.py `MoEGate`/`DeepseekV2MoE`, qwen3_moe.py, layers/moe/topk.py `select_experts`,
+layers/moe/fused_moe_triton/fused_moe.py `fused_experts_impl`; sgl-kernel's
+`moe_fused_gate`, `topk_softmax`, `moe_align_block_size`), one launch per kernel:
+
+  router             gate GEMM (`F.linear`, BF16 out), its cast to fp32 for the gate, the fused
+                     top-k (`moe_fused_gate`: sigmoid, bias, grouped top-k, renormalize,
+                     scaling; softmax models `topk_softmax`), and the padded-region mask /
+                     logical-to-physical map of the ids (`_biased_grouped_topk_postprocess`, one
+                     compiled kernel): 4 launches, `2TH + 2EH + 12TE + 8Tk` bytes (GEMM out,
+                     cast, gate read, weights and ids written), the same GEMM roofline. At <= 16
+                     tokens of a DeepSeek-shaped gate (`H` 7168, `E` 256 or 384) on Hopper
+                     `dsv3_router_gemm` writes fp32 itself: no cast, 3 launches, `8TE` for `12TE`
+  permute            `moe_align_block_size`: the zeroed expert counts, the count/align kernel
+                     and the scatter of pair ids into expert order: 3 launches, `12P` bytes
+                     (ids read, sorted ids written, counts); no rows move (the fused MoE GEMM
+                     gathers its rows by the sorted ids) and no `torch.argsort` (no sort steps)
+  combine_weighting  the top-k weight is multiplied inside the down GEMM (`mul_routed_weight`);
+                     `moe_sum_reduce` (the top-k sum with the routed scaling factor): 1 launch,
+                     `2HP + 2TH` bytes
+
+  so 8 launches against transformers' 27; DeepEP low-latency still adds the router alone (its
+  dispatch writes per-expert rows, its combine weights and sums). DeepEP normal's `ep_scatter` /
+  `ep_gather` are priced by the same permute and weighting counts (their row copies are not
+  counted apart).
 """
 
 from __future__ import annotations
@@ -40,13 +69,23 @@ from functools import lru_cache
 
 import numpy as np
 
+from epsim.cost.attention_ops import ENGINES      # the serving engines, one list for both blocks
 from epsim.cost.linear import BLOCK_OPS_TERMS
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
-# kernels each part launches: the aten ops the live block dispatches on CUDA in BF16, views
-# and scalars left out (tests/live/test_block.py counts them)
+# kernels each part launches in transformers' block: the aten ops the live block dispatches on
+# CUDA in BF16, views and scalars left out (tests/live/test_block.py counts them)
 KERNELS = {"router": 6, "permute": 14, "combine_weighting": 7}
+# SGLang's (module docstring): gate GEMM, fp32 cast, fused top-k, id postprocess; the counts'
+# memset, align and scatter of `moe_align_block_size`; `moe_sum_reduce`
+SGLANG_KERNELS = {"router": 4, "permute": 3, "combine_weighting": 1}
+ENGINE_KERNELS = {"transformers": KERNELS, "sglang": SGLANG_KERNELS}
+# SGLang's `MoEGate` takes `dsv3_router_gemm` (fp32 out, no cast kernel) up to this many tokens
+# of a gate of these shapes (deepseek_v2.py `MoEGate.forward`; sm90+, every GPU epsim models)
+DSV3_ROUTER_TOKENS = 16
+DSV3_ROUTER_HIDDEN = 7168
+DSV3_ROUTER_EXPERTS = (256, 384)
 SMALL_SORT_KEYS = 128       # argsort up to this many keys: one warp / bitonic sort
 BLOCK_SORT_KEYS = 4096      # up to this many: one-block radix sort; above: device radix sort
 PARTS = ("router", "permute", "combine_weighting")
@@ -61,8 +100,10 @@ def block_ops_defaults(hardware: HardwareSpec) -> dict[str, float]:
 
 
 def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
-                   parts: tuple[str, ...] = PARTS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{part: (bytes, FLOPs)} of each of `parts`, elementwise over `tokens` and `pairs`.
+                   parts: tuple[str, ...] = PARTS, engine: str = "transformers"
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{part: (bytes, FLOPs)} of each of `parts` as `engine` runs them (module docstring),
+    elementwise over `tokens` and `pairs`.
 
     Each term keeps its own shape: the router's are `tokens`-shaped, the permute's and the
     weighting's broadcast `tokens` against `pairs`, and their FLOPs are a scalar 0.
@@ -82,6 +123,17 @@ def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
         return x if busy is None else np.where(busy, x, 0.0)
 
     work = {}
+    if engine == "sglang":
+        for part in parts:
+            if part == "router":       # the cast's 6TE less where the gate writes fp32
+                cast = 6.0 * ~_dsv3_router(t, hidden_size, num_experts)
+                work[part] = (np.where(has_tokens, 2 * t * h + 2 * e * h + (6 + cast) * t * e
+                                       + 8 * t * k, 0.0), 2.0 * t * e * h)
+            elif part == "permute":
+                work[part] = (on_busy(12 * p), 0.0)
+            else:
+                work[part] = (on_busy(2 * h * p + 2 * t * h), 0.0)
+        return work
     for part in parts:
         if part == "router":
             work[part] = (np.where(has_tokens, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k
@@ -94,10 +146,11 @@ def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
 
 
 @lru_cache(maxsize=16)
-def _bytes_per_pair(hidden_size: int, num_experts: int, top_k: int, parts: tuple[str, ...]) -> float:
+def _bytes_per_pair(hidden_size: int, num_experts: int, top_k: int, parts: tuple[str, ...],
+                    engine: str) -> float:
     """Bytes the parts move per token-expert pair (`block_ops_work` of one pair, no tokens of
     its own: the work is linear in the pairs)."""
-    one = block_ops_work(0.0, 1.0, hidden_size, num_experts, top_k, parts)
+    one = block_ops_work(0.0, 1.0, hidden_size, num_experts, top_k, parts, engine)
     return float(sum(one[part][0] for part in parts))
 
 
@@ -116,7 +169,8 @@ def _router_gemm(t: np.ndarray, work: dict, hidden_size: int, num_experts: int,
 
 
 def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
-                       params: dict[str, float], parts: tuple[str, ...] = PARTS) -> np.ndarray:
+                       params: dict[str, float], parts: tuple[str, ...] = PARTS,
+                       engine: str = "transformers") -> np.ndarray:
     """[..., 5] design columns (kernels, [P > 128], [P > 4096], memory KB, router GEMM MFLOPs)
     of the given parts; times `BLOCK_OPS_TERMS.coefficients(params)` gives `block_ops_us`.
 
@@ -126,7 +180,7 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
     the sort columns come with the permute. `tokens` may be `[ranks]` against `pairs`
     `[..., ranks]` (the engines' draws and layers): the terms of the tokens alone are then
     computed once per rank, with the same bits as on tokens broadcast to the pairs' shape."""
-    work = block_ops_work(tokens, pairs, hidden_size, num_experts, top_k, parts)
+    work = block_ops_work(tokens, pairs, hidden_size, num_experts, top_k, parts, engine)
     t = np.asarray(tokens, dtype=np.float64)
     p = np.asarray(pairs, dtype=np.float64)
     shape = np.broadcast_shapes(t.shape, p.shape)
@@ -134,15 +188,37 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
     gemm_bytes, gemm_mflops = _router_gemm(t, work, hidden_size, num_experts, params, parts)
     rows = np.empty(shape + (5,))
     busy = np.greater(num_bytes, 0, out=rows[..., 0])        # 1.0 where the rank runs anything
-    if "permute" in parts:
+    if _sorts(parts, engine):
         np.multiply(busy, p > SMALL_SORT_KEYS, out=rows[..., 1])
         np.multiply(busy, p > BLOCK_SORT_KEYS, out=rows[..., 2])
     else:
         rows[..., 1:3] = 0.0
     np.multiply(num_bytes - gemm_bytes, 1e-3, out=rows[..., 3])
     rows[..., 4] = gemm_mflops
-    rows[..., 0] *= sum(KERNELS[part] for part in parts)                  # launches
+    kernels = launches(parts, engine)
+    if engine == "sglang" and "router" in parts:                          # no cast kernel
+        kernels = kernels - (_dsv3_router(t, hidden_size, num_experts) & (t > 0))
+    rows[..., 0] *= kernels                   # (`busy` is this column: 0/1 until here)
     return rows
+
+
+def launches(parts: tuple[str, ...], engine: str = "transformers") -> int:
+    """Kernels `parts` launch per MoE layer on a busy rank as `engine` runs them."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine ({engine!r}) must be one of {list(ENGINES)}")
+    return sum(ENGINE_KERNELS[engine][part] for part in parts)
+
+
+def _dsv3_router(t: np.ndarray, hidden_size: int, num_experts: int) -> np.ndarray:
+    """[...] bool: SGLang's gate runs `dsv3_router_gemm` (fp32 out, no cast) on these tokens."""
+    fits = hidden_size == DSV3_ROUTER_HIDDEN and num_experts in DSV3_ROUTER_EXPERTS
+    return (t <= DSV3_ROUTER_TOKENS) & fits
+
+
+def _sorts(parts: tuple[str, ...], engine: str) -> bool:
+    """Whether the sort steps apply: transformers' permute runs `torch.argsort`; SGLang's
+    `moe_align_block_size` counts and scatters (no sort)."""
+    return "permute" in parts and engine == "transformers"
 
 
 _OWN_TERMS: dict = {}     # the last batches' tokens-only terms (`_own_terms`)
@@ -150,19 +226,23 @@ _OWN_TERMS: dict = {}     # the last batches' tokens-only terms (`_own_terms`)
 
 def _own_terms(t: np.ndarray, hidden_size: int, num_experts: int, top_k: int,
                params: dict[str, float], parts: tuple[str, ...], per_kb: float,
-               per_mflop: float) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+               per_mflop: float, engine: str) -> tuple[np.ndarray, np.ndarray, bool, bool]:
     """The tokens' own terms (no pairs), tokens-shaped (read-only): (bytes that move,
     microseconds: those bytes less the router GEMM's where it is compute-bound at `per_kb`,
     plus its MFLOPs at `per_mflop`), whether every rank's bytes are positive, and whether
     every rank's are alike. Remembered per tokens and parameters: every draw of a batch, and
     every batch of the same shape, has the same ones (a few dozen small operations each)."""
-    key = (t.tobytes(), t.shape, hidden_size, num_experts, top_k, tuple(params.items()), parts)
+    key = (t.tobytes(), t.shape, hidden_size, num_experts, top_k, tuple(params.items()), parts,
+           engine)
     hit = _OWN_TERMS.get(key)
     if hit is None:
-        work = block_ops_work(t, 0.0, hidden_size, num_experts, top_k, parts)
+        work = block_ops_work(t, 0.0, hidden_size, num_experts, top_k, parts, engine)
         own_bytes = sum(work[part][0] for part in parts)
         gemm_bytes, gemm_mflops = _router_gemm(t, work, hidden_size, num_experts, params, parts)
         own = (own_bytes - gemm_bytes) * (per_kb * 1e-3) + gemm_mflops * per_mflop
+        if engine == "sglang" and "router" in parts:                      # no cast kernel
+            own = own - params["launch_us"] * (_dsv3_router(t, hidden_size, num_experts)
+                                               & (t > 0))
         own_bytes, own = np.asarray(own_bytes), np.asarray(own)
         own_bytes.flags.writeable = own.flags.writeable = False
         alike = own.ndim == 1 and own.min() == own.max()
@@ -173,7 +253,8 @@ def _own_terms(t: np.ndarray, hidden_size: int, num_experts: int, top_k: int,
 
 
 def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
-                 params: dict[str, float], parts: tuple[str, ...] = PARTS) -> np.ndarray:
+                 params: dict[str, float], parts: tuple[str, ...] = PARTS,
+                 engine: str = "transformers") -> np.ndarray:
     """[...] microseconds of the slowest rank's block ops (`[..., ranks]` in, last axis reduced).
 
     `max_r (block_ops_features(...) @ BLOCK_OPS_TERMS.coefficients(params))`, evaluated
@@ -186,17 +267,20 @@ def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
         tokens: [..., ranks] (or [ranks]) each rank's own tokens; pairs: [..., ranks] pairs
             it computes.
         parts: the parts to cost (the rest lie inside another fitted stage: docs/model.md).
+        engine: whose kernels (`ENGINES`; the records' and the composition axis' block is
+            transformers').
     """
     launch, sort_block, sort_device, per_kb, per_mflop = BLOCK_OPS_TERMS.coefficients(params)
     t = np.asarray(tokens, dtype=np.float64)
     p = np.asarray(pairs, dtype=np.float64)
     own_bytes, own, all_launch, own_alike = _own_terms(t, hidden_size, num_experts, top_k,
-                                                       params, parts, per_kb, per_mflop)
-    per_pair = _bytes_per_pair(hidden_size, num_experts, top_k, parts)
+                                                       params, parts, per_kb, per_mflop,
+                                                       engine)
+    per_pair = _bytes_per_pair(hidden_size, num_experts, top_k, parts, engine)
     if t.shape != p.shape[p.ndim - t.ndim:]:          # tokens reach beyond the pairs' shape
         p = np.broadcast_to(p, np.broadcast_shapes(t.shape, p.shape))
     per_pair_us = per_pair * per_kb * 1e-3
-    launches = launch * sum(KERNELS[part] for part in parts)
+    launched = launch * launches(parts, engine)
     # every rank's own terms alike (a full batch): a rank's time then grows with its pairs
     # alone (non-negative factors and steps; rounding keeps the order), so the busiest rank's
     # pairs give the slowest rank's time, the same bits without the [..., ranks] terms
@@ -206,11 +290,11 @@ def block_ops_us(tokens, pairs, hidden_size: int, num_experts: int, top_k: int,
         p, own = p.max(axis=-1), own[0]
     out = p * per_pair_us                                      # [..., ranks] ([...] if alike)
     if all_launch:                          # every rank's own tokens move bytes: all launch
-        out += own + launches
+        out += own + launched
     else:                                   # as `block_ops_features`: where bytes move
         out += own
-        out += np.where(own_bytes + per_pair * p > 0, launches, 0.0)
-    if "permute" in parts:
+        out += np.where(own_bytes + per_pair * p > 0, launched, 0.0)
+    if _sorts(parts, engine):
         if sort_block:                      # (a bool times a float: that float or 0)
             out += (p > SMALL_SORT_KEYS) * sort_block
         if sort_device:

@@ -128,7 +128,7 @@ def layer_cost(cost_model, batch: BatchCounts, loads: np.ndarray,
         tr = moe.traffic
         own = np.asarray(cm.ep_tokens(batch), dtype=np.float64) * fraction
         us = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
-                          kind.block_ops.params, inside) * scale
+                          kind.block_ops.params, inside, kind.block_ops_engine) * scale
         parts.insert(4, LayerPart("block_ops_in_comm", us, kind.block_ops.timing.key,
                                   charged=False))
     return LayerCost(tuple(parts), step.layer_us, float(p.overhead["per_layer_us"]), graph)

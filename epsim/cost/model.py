@@ -50,9 +50,9 @@ class CostModel:
             measured on another GPU type is ignored with a ProfileHardwareWarning.
         time_mode: "auto" (SGLang: decode steps within `cuda_graph_max_bs` replay CUDA graphs,
             device time; others eager, device + host overhead), "graph" or "eager" for all.
-        engine: the serving engine whose attention-block kernels are priced
-            (`epsim.cost.attention_ops`): "sglang" (a deployment's), "transformers" (the live
-            bench's eager block, what the composition axis measures).
+        engine: the serving engine whose attention-block and MoE-block kernels are priced
+            (`epsim.cost.attention_ops`, `epsim.cost.block_ops`): "sglang" (a deployment's),
+            "transformers" (the live bench's eager blocks, what the composition axis measures).
     Attributes:
         params: the `CostParams` it prices with (`resolve_params`: shared by every model of
             an equal deployment and profile).

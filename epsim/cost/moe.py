@@ -137,8 +137,8 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
         expert = expert + remote_slots_us(tr, m.top_k, step.experts)
     own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
     block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
-                         step.block_ops.params, step.block_ops_parts[mode]
-                         ) + step.block_ops_host[mode]
+                         step.block_ops.params, step.block_ops_parts[mode],
+                         step.block_ops_engine) + step.block_ops_host[mode]
     layout = _layout_us(params, step.layout.get(mode), tr)
     if layout is not None:
         expert = expert + layout

@@ -89,7 +89,10 @@ class StepKindParams:
             permute and the weighting unless the backend's kernels do them (low-latency
             `pair` copies at EP > 1: dispatch writes per-expert rows, combine weights them).
         block_ops_host: by kernel mode, the host overhead an eager step adds for those parts
-            (`any/block_ops/host` times their share of the block's launches; 0 in a graph).
+            (`any/block_ops/host` times their launches' share of transformers' block's, the
+            one measured; 0 in a graph).
+        block_ops_engine: whose kernels the block ops are (`epsim.cost.block_ops.ENGINES`: the
+            serving engine; the fit's coefficients price either).
     """
 
     graph: bool
@@ -103,6 +106,7 @@ class StepKindParams:
     layout: Mapping[str, StageParams]
     block_ops_parts: Mapping[str, tuple[str, ...]]
     block_ops_host: Mapping[str, float]
+    block_ops_engine: str = "transformers"
 
     def stage(self, kind: str, mode: str = "") -> StageParams | None:
         """The `kind` stage ("dispatch", "combine", "experts") in kernel `mode` (experts have

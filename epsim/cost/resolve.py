@@ -19,9 +19,8 @@ from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
 from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, attention_ops_defaults,
                                       block_ops)
-from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
-from epsim.cost.block_ops import block_ops_defaults
+from epsim.cost.block_ops import block_ops_defaults, launches
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
 from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
@@ -348,7 +347,8 @@ class _Resolver:
             block = self.timing("any", "block_ops", "", eager) if self.applies else \
                 StageTiming("block_ops", eager, "", GRAPH, False)
             parts = {mode: self._block_ops_parts(dedup[mode], one_gpu) for mode in modes}
-            all_launches = sum(BLOCK_OPS_KERNELS.values())
+            # the host fit is per launch of the block it timed (transformers')
+            all_launches = launches(BLOCK_OPS_PARTS)
             out[eager] = StepKindParams(
                 graph=not eager, dispatch=MappingProxyType(comm[eager]["dispatch"]),
                 combine=MappingProxyType(comm[eager]["combine"]),
@@ -363,8 +363,9 @@ class _Resolver:
                 layout=MappingProxyType({} if one_gpu else self._layout(modes, eager)),
                 block_ops_parts=MappingProxyType(parts),
                 block_ops_host=MappingProxyType({
-                    mode: block.host_us * sum(BLOCK_OPS_KERNELS[p] for p in parts[mode])
-                    / all_launches for mode in modes}))
+                    mode: block.host_us * launches(parts[mode], self.engine)
+                    / all_launches for mode in modes}),
+                block_ops_engine=self.engine)
         return out
 
     def _layout(self, modes: tuple[str, ...], eager: bool) -> dict[str, StageParams]:

@@ -34,7 +34,8 @@ def test_parts_add_up_and_the_slowest_rank_sets_the_pace():
 
 @pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",),
                                    ("permute", "combine_weighting")])
-def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts):
+@pytest.mark.parametrize("engine", ["transformers", "sglang"])
+def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts, engine):
     """`block_ops_us` on tokens per rank (the engines' path: their terms once per rank; for a
     full batch, every rank's tokens alike, the busiest rank's pairs alone) is `block_ops_us` on
     tokens broadcast over draws and layers, to the last bit, across the sort steps' key counts."""
@@ -47,20 +48,24 @@ def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts):
         for params in (block_ops_defaults(H200), {**block_ops_defaults(H200), "tflops": 0.5,
                                                    "sort_block_us": 3.0, "sort_device_us": 7.0}):
             want = block_ops_us(np.broadcast_to(tokens, pairs.shape), pairs, 4096, 128, 8, params,
-                                parts)
-            got = block_ops_us(tokens, pairs, 4096, 128, 8, params, parts)
+                                parts, engine)
+            got = block_ops_us(tokens, pairs, 4096, 128, 8, params, parts, engine)
             assert got.shape == want.shape == (3, 5)
             assert np.array_equal(got.view(np.int64), want.view(np.int64))
 
 
 @pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",),
                                    ("permute", "combine_weighting")])
-def test_block_ops_us_is_the_design_rows_times_the_coefficients_at_the_slowest_rank(rng, parts):
+@pytest.mark.parametrize("engine, hidden, experts", [("transformers", 4096, 128),
+                                                     ("sglang", 4096, 128), ("sglang", 7168, 256)])
+def test_block_ops_us_is_the_design_rows_times_the_coefficients_at_the_slowest_rank(
+        rng, parts, engine, hidden, experts):
     """`block_ops_us` skips the design rows the fit sees (`block_ops_features`): it is their
     product with the coefficients, at the slowest rank, up to rounding; idle ranks (no
     tokens, no pairs) launch nothing, ranks with pairs but no tokens of their own do."""
     tokens = rng.integers(0, 600, 16).astype(np.float64)                # [ranks]
     tokens[[3, 7]] = 0.0
+    tokens[[4, 5]] = [16.0, 17.0]          # SGLang's DeepSeek gate: fp32 out up to 16, no cast
     pairs = rng.random((3, 5, 16)) * rng.choice([10.0, 300.0, 9000.0], size=(3, 5, 16))
     pairs[0, 0, :4] = 0.0
     pairs[1, :, 7] = 0.0                                               # rank 7 idle there
@@ -68,13 +73,16 @@ def test_block_ops_us_is_the_design_rows_times_the_coefficients_at_the_slowest_r
                                                "sort_block_us": 3.0, "sort_device_us": 7.0}):
         coef = BLOCK_OPS_TERMS.coefficients(params)
         for t in (tokens, tokens + 1.0):                   # some ranks idle, none
-            want = (block_ops_features(t, pairs, 4096, 128, 8, params, parts) @ coef).max(axis=-1)
-            got = block_ops_us(t, pairs, 4096, 128, 8, params, parts)
+            want = (block_ops_features(t, pairs, hidden, experts, 8, params, parts, engine)
+                    @ coef).max(axis=-1)
+            got = block_ops_us(t, pairs, hidden, experts, 8, params, parts, engine)
             assert got.shape == want.shape == (3, 5)
             np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
-            rank = block_ops_us(t[:, None], pairs[..., None], 4096, 128, 8, params, parts)
-            np.testing.assert_allclose(rank, block_ops_features(t, pairs, 4096, 128, 8, params,
-                                                                parts) @ coef, rtol=1e-13, atol=0)
+            rank = block_ops_us(t[:, None], pairs[..., None], hidden, experts, 8, params, parts,
+                                engine)
+            np.testing.assert_allclose(rank, block_ops_features(t, pairs, hidden, experts, 8,
+                                                                params, parts, engine) @ coef,
+                                       rtol=1e-13, atol=0)
 
 
 def test_bytes_follow_the_kernels_and_the_sort_steps_at_the_key_counts():
@@ -86,6 +94,28 @@ def test_bytes_follow_the_kernels_and_the_sort_steps_at_the_key_counts():
                               block_ops_defaults(H200))
     assert rows[:, 1].tolist() == [0, 1, 1, 1] and rows[:, 2].tolist() == [0, 0, 0, 1]
     assert BLOCK_SORT_KEYS == 4096
+
+
+def test_sglang_counts_its_own_kernels_and_no_sort():
+    """SGLang's block (`epsim.cost.block_ops` docstring): 4 router launches (3 where its
+    DeepSeek gate GEMM writes fp32 itself, <= 16 tokens), 3 for `moe_align_block_size`, 1
+    `moe_sum_reduce`; no argsort, so no sort steps whatever the pairs; no rows moved by the
+    permute. Transformers' block keeps its 27 and its sort steps."""
+    params = block_ops_defaults(H200)
+    tokens, pairs = np.array([16.0, 17.0, 600.0]), np.array([128.0, 136.0, 4800.0])
+    rows = {(engine, h, e): block_ops_features(tokens, pairs, h, e, 8, params, engine=engine)
+            for engine in ("sglang", "transformers") for h, e in ((7168, 256), (4096, 128))}
+    assert rows["sglang", 7168, 256][:, 0].tolist() == [7, 8, 8]
+    assert rows["sglang", 4096, 128][:, 0].tolist() == [8, 8, 8]
+    assert rows["transformers", 7168, 256][:, 0].tolist() == [27, 27, 27]
+    assert not rows["sglang", 4096, 128][:, 1:3].any()
+    assert rows["transformers", 4096, 128][:, 1:3].tolist() == [[0, 0], [1, 0], [1, 1]]
+    work = block_ops_work(1024.0, 8192.0, 4096, 128, 8, engine="sglang")
+    assert work["permute"][0] == 12 * 8192                             # ids, no rows
+    assert work["combine_weighting"][0] == 2 * 4096 * 8192 + 2 * 1024 * 4096
+    assert work["router"][1] == block_ops_work(1024.0, 8192.0, 4096, 128, 8)["router"][1]
+    with pytest.raises(ValueError, match="engine"):
+        block_ops_us(tokens, pairs, 4096, 128, 8, params, engine="vllm")
 
 
 def test_calibrate_fits_device_time_and_host_part_from_the_single_h200_records(tmp_path, capsys):
@@ -136,14 +166,15 @@ ROUTER = ("router",)
     ("mooncake", 8, {"": ROUTER}), ("torch", 8, {"": PARTS}), ("none", 8, {"": PARTS}),
     ("deepep", 8, {"normal": PARTS, "low_latency": ROUTER}),
     ("mooncake", 1, {"": PARTS}), ("deepep", 1, {"normal": PARTS, "low_latency": PARTS})])
-def test_block_ops_are_counted_once(block_profile, backend, ep, parts):
+@pytest.mark.parametrize("engine", ["sglang", "transformers"])
+def test_block_ops_are_counted_once(block_profile, backend, ep, parts, engine):
     """The router always; the permute and the weighting unless the backend's kernels do them:
     low-latency kernels (Mooncake EP, DeepEP low-latency: `pair` copies) write each copy into
     its expert's rows and weight the top-k inside their combine. At EP 1 no backend runs: all
-    three. An eager step adds the host overhead of the parts it adds (their share of the
-    block's launches)."""
+    three. Each as the serving engine runs them. An eager step adds the host overhead of the
+    parts it adds (their launches' share of the measured block's 27)."""
     from epsim.cost import CostModel, build_tables, contiguous_placement
-    from epsim.cost.block_ops import KERNELS
+    from epsim.cost.block_ops import ENGINE_KERNELS
     from epsim.eplb import Placement
     from epsim.profile import Profile
     from epsim.spec.deployment import DeploymentSpec
@@ -151,7 +182,7 @@ def test_block_ops_are_counted_once(block_profile, backend, ep, parts):
     from epsim.zoo import get_model
     model = get_model("Qwen3-30B-A3B")
     cm = CostModel(model, ClusterSpec(gpu="H200"), DeploymentSpec(ep_size=ep, moe_a2a_backend=backend),
-                   Profile.load(block_profile))
+                   Profile.load(block_profile), engine=engine)
     assert dict(cm.params.graph.block_ops_parts) == dict(cm.params.eager.block_ops_parts) == parts
     tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, ep), 128, ep, 8))
     tokens = np.full(ep, 256.0)
@@ -159,11 +190,12 @@ def test_block_ops_are_counted_once(block_profile, backend, ep, parts):
     for phase, mode in (("decode", cm.mode_for("decode")), ("prefill", cm.mode_for("prefill"))):
         moe = cm.moe(loads, tokens, tables, phase, graph=True)
         expected = block_ops_us(tokens[None], moe.traffic.pairs, 2048, 128, 8,
-                                cm.params.graph.block_ops.params, parts[mode])
+                                cm.params.graph.block_ops.params, parts[mode], engine)
         assert moe.block_ops_us == pytest.approx(expected)
         eager = cm.moe(loads, tokens, tables, phase, graph=False)
-        host = cm.params.eager.block_ops.host_us * sum(KERNELS[p] for p in parts[mode]) / 27
-        assert host > 10 and cm.params.eager.block_ops_host[mode] == pytest.approx(host)
+        host = (cm.params.eager.block_ops.host_us
+                * sum(ENGINE_KERNELS[engine][p] for p in parts[mode]) / 27)
+        assert host > 5 and cm.params.eager.block_ops_host[mode] == pytest.approx(host)
         assert eager.block_ops_us == pytest.approx(expected + host)
 
 

@@ -55,7 +55,8 @@ def test_ep1_is_the_kernel_and_the_block_ops_for_every_backend(tokens):
                                  cm.params.graph.experts.params)
         assert layer.part("experts")[0] == pytest.approx(float(kernel), rel=1e-12)
         block = block_ops_us(np.array([float(tokens)]), np.array([tokens * 8.0]), 2048, 128, 8,
-                             cm.params.graph.block_ops.params, PARTS)
+                             cm.params.graph.block_ops.params, PARTS,
+                             cm.params.graph.block_ops_engine)
         assert layer.part("block_ops")[0] == pytest.approx(float(block), rel=1e-12)
         layers[backend] = layer.layer_us[0]
     assert len(set(layers.values())) == 1, layers

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Re-record every recorded result a cost- or engine-model change can move, each with the command
+# its file names (what tests/benchmarks/ and the docs' generated sections check). Run it after a
+# change that moves numbers on purpose, then read `git diff --stat` and say in the commit what
+# moved and why. About 30 minutes on two shared cores (planning_answers is half of it).
+#
+#     scripts/rerecord.sh [--skip-planning]     # WORKERS=2 to use two processes where a script can
+set -euo pipefail
+cd "$(dirname "$0")/.."
+workers=${WORKERS:-1}
+step() { echo "== $*" >&2; "$@" > /dev/null; }
+
+step python benchmarks/scenario_hashes.py --write
+step python benchmarks/scenario_headlines.py --write
+step python benchmarks/eplb_gain.py --plots
+step python benchmarks/eplb_gain.py --quick --out benchmarks/results/quick
+step python benchmarks/eplb_over_time.py --write
+step python benchmarks/exact_draws.py --quick --write
+step python benchmarks/screen_vs_sim.py --quick --write
+step python benchmarks/plan_sweep.py --quick --write
+step python benchmarks/network_terms.py --write
+step python benchmarks/validation_ablations.py --write
+step python benchmarks/r1_h200_closed_loop.py --write
+step python benchmarks/mtp_lmsys.py --write
+step python -m tests.epsim.validate.test_silicon_scoreboard
+step python -m epsim.cli validate --published --out docs/published.md
+step python -m epsim.cli validate --composition --out "$(mktemp -d)" --doc docs/validation.md
+if [ "${1:-}" != "--skip-planning" ]; then
+    step python benchmarks/planning_answers.py --write --workers "$workers"
+fi
+echo "re-recorded; now: git diff --stat" >&2
