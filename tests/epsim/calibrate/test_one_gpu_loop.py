@@ -12,10 +12,11 @@ import pytest
 
 from epsim.calibrate import default_record_paths
 from epsim.cli import main
-from epsim.cost.attention_ops import attention_ops_us, block_ops
-from epsim.cost.model import CostModel
+from epsim.cost import BatchCounts, CostModel, build_tables, contiguous_placement
+from epsim.eplb import Placement
 from epsim.profile import load_profile
 from epsim.records import read_records
+from epsim.spec.hardware import get_hardware
 from epsim.spec.scenario import load_scenario
 from epsim.validate.composition import default_composition_paths
 
@@ -68,25 +69,31 @@ def test_calibrate_on_one_gpu_then_simulate_one_gpu_predicts_the_measured_layer(
             summary = json.loads((out / "summary.json").read_text())
             layer = float(np.mean(summary["layer_us"]))
             assert summary["dispatch_us"] == summary["combine_us"] == [0.0] * 48
-            # the bench measured transformers' eager attention block (41 launches); a deployment
-            # runs SGLang's fused one (7), priced from the same fit since c-compose ae0231c: the
-            # measured layer less the two blocks' difference at that fit is SGLang's layer
-            fused = _block_ops_saving_us(scenario, profile, batch)
+            # the bench measured transformers' eager blocks (attention 41 launches, MoE block
+            # 27); a deployment runs SGLang's fused ones (7 and 8), priced from the same fits
+            # since c-compose ae0231c and m-moeops 8a3832a: the measured layer less the two
+            # engines' difference at those fits is SGLang's layer
+            fused = _engine_saving_us(scenario, profile, batch, context)
             assert fused > 0
             assert layer == pytest.approx(measured[(batch, context)] - fused, rel=0.10), \
                 (backend, batch)
     capsys.readouterr()
 
 
-def _block_ops_saving_us(scenario: Path, profile: Path, tokens: int) -> float:
-    """µs by which SGLang's attention-block ops undercut transformers' on one rank of `tokens`
-    decode tokens, at the profile's `any/attention_ops` fit (`epsim.cost.attention_ops`)."""
+def _engine_saving_us(scenario: Path, profile: Path, seqs: int, context: int) -> float:
+    """µs by which SGLang's attention- and MoE-block ops undercut transformers' in one layer of
+    a one-GPU decode step of `seqs` requests at `context` (uniform loads), at the profile's fits:
+    the same layer priced for each engine (`CostModel(engine=...)`), nothing else differing."""
     sc = load_scenario(scenario)
-    params = CostModel(sc.model, sc.cluster, sc.deployment, load_profile(profile)).params
-    return float(attention_ops_us(tokens, block_ops(params.model, "transformers"),
-                                  params.attention_ops)
-                 - attention_ops_us(tokens, block_ops(params.model, "sglang"),
-                                    params.attention_ops))
+    experts = sc.model.num_experts
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, experts, 1), experts, 1,
+                                               get_hardware(sc.cluster.gpu).gpus_per_node))
+    batch = BatchCounts.uniform_decode(1, seqs, context)
+    loads = np.full((1, experts), seqs * sc.model.top_k / experts)
+    layers = [CostModel(sc.model, sc.cluster, sc.deployment, load_profile(profile),
+                        engine=engine).layer(batch, loads, tables)
+              for engine in ("transformers", "sglang")]
+    return float(layers[0].layer_us[0] - layers[1].layer_us[0])
 
 
 def test_the_loop_reads_no_whole_layer():
