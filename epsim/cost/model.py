@@ -51,8 +51,9 @@ class CostModel:
         time_mode: "auto" (SGLang: decode steps within `cuda_graph_max_bs` replay CUDA graphs,
             device time; others eager, device + host overhead), "graph" or "eager" for all.
         engine: the serving engine whose attention-block and MoE-block kernels are priced
-            (`epsim.cost.attention_ops`, `epsim.cost.block_ops`): "sglang" (a deployment's),
-            "transformers" (the live bench's eager blocks, what the composition axis measures).
+            (`epsim.cost.attention_ops`, `epsim.cost.block_ops`): "sglang", "transformers" (the
+            live bench's eager blocks, what the composition axis measures); unset, the
+            deployment's `block_kernels` (SGLang's unless it says otherwise).
     Attributes:
         params: the `CostParams` it prices with (`resolve_params`: shared by every model of
             an equal deployment and profile).
@@ -61,8 +62,11 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, deployment: DeploymentSpec,
                  profile: Profile | None = None, time_mode: str = "auto",
-                 engine: str = DEFAULT_ENGINE):
+                 engine: str | None = None):
         self.model, self.cluster, self.deployment = model, cluster, deployment
+        # whose block kernels: the caller's (the composition axis prices the measured block),
+        # else the deployment's
+        engine = engine or getattr(deployment, "block_kernels", DEFAULT_ENGINE)
         self.profile = profile if profile is not None else default_profile(cluster.gpu)
         # how the profile was chosen, for every output (`epsim.cost.provenance`)
         self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"

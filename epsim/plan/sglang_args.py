@@ -171,6 +171,11 @@ def _dispatch_timeout(value, scenario, launch):
                 "10 s (timeout_us in token_dispatcher/mooncake.py)")
 
 
+def _block_kernels(value, scenario, launch):
+    if value != "sglang":
+        _refuse("block_kernels", value, "an SGLang server runs its own fused blocks")
+
+
 def _planning_input(value, scenario, launch):
     """A number the planner prices with, not a server setting (nothing to emit)."""
 
@@ -296,6 +301,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "num_instances": _instances,
     "failures_per_gpu_hour": _planning_input,
     "failure_repair_s": _planning_input,
+    "block_kernels": _block_kernels,
 }
 
 

@@ -1,16 +1,15 @@
 """Quiet decode steps, formed and applied many at once (for the fast engine's leap).
 
-A run is quiet while every running request decodes (none prefilling), none finishes and none
-joins: no rank with a free slot has a request waiting (but those its KV pool holds back) or one
-arriving. Each step's batch is then the last one's with each rank's contexts grown by its
-decode tokens, up to the step before the first request finishes (the one whose commit ends it
-is stepped as usual, since a closed loop's client sends again then) and before the next arrival, where a slot is free (the leap cuts its
-steps there: their times decide it). Closed loops (`epsim.sim.clients`, the silicon rows'
-benchmark clients) spend most of their steps so: their arrivals follow completions, so the
-saturated leap (`epsim.sim.saturation`) never applies to them. `quiet_steps` forms the steps
-without changing anything; `apply_quiet` applies the first k of them as k plans and commits
-would have (the same bits, tests/epsim/sim/test_quiet_leap.py).
-"""
+A run is quiet while every running request decodes (none prefilling), none finishes and none joins:
+no rank with a free slot has a request waiting (but those its KV pool holds back) or one arriving.
+Each step's batch is then the last one's with each rank's contexts grown by its decode tokens, up
+to the step before the first request finishes (the one whose commit ends it is stepped as usual,
+since a closed loop's client sends again then) and before the next arrival, where a slot is free
+(the leap cuts its steps there: their times decide it). Closed loops (`epsim.sim.clients`, the
+silicon rows' benchmark clients) spend most of their steps so: their arrivals follow completions,
+so the saturated leap (`epsim.sim.saturation`) never applies to them. `quiet_steps` forms the steps
+without changing anything; `apply_quiet` applies the first k of them as k plans and commits would
+have (the same bits, tests/epsim/sim/test_quiet_leap.py)."""
 
 from __future__ import annotations
 

@@ -67,6 +67,10 @@ class DeploymentSpec(BaseModel):
         default=False, description="SGLang's flag: decode steps run eagerly, paying host launch time")
     cuda_graph_max_bs: int = Field(
         default=256, gt=0, description="largest decode batch per rank replayed as a CUDA graph")
+    block_kernels: Literal["sglang", "transformers"] = Field(default="sglang", description=(
+        "whose kernels run the attention and MoE blocks' own ops (norms, RoPE, KV write, router, "
+        "permute, weighting): SGLang's fused ones, or HF transformers' unfused eager block (what "
+        "epsim's live bench measures on one GPU)"))
 
     # batching (per DP rank)
     max_running_requests: int = Field(default=256, gt=0, description="per DP rank")

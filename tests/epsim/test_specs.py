@@ -50,7 +50,7 @@ CASES = [
     ("failure_rank", {"deployment.failures": [{"at_s": 1.0, "rank": 9}]},
      ["deployment.failures.0.rank (9)", "must be < ep_size (8)"]),
     ("unknown_field", {"deployment.turbo": True},
-     ["deployment.turbo (True)", "is not a known field; allowed: chunked_prefill_size"]),
+     ["deployment.turbo (True)", "is not a known field; allowed: block_kernels, chunked_prefill_size"]),
     ("unknown_gpu", {"cluster.gpu": "A100"},
      ["cluster.gpu ('A100')", "must be one of ['B200', 'B300', 'GB200', 'GB300', 'H100', 'H200', 'H800']"]),
     ("network_kind", {"cluster.network": "ethernet"},
