@@ -53,7 +53,10 @@ def test_verify_counts_run_every_draft_token():
 
 
 def test_every_request_gets_its_output_and_the_accept_length_is_measured():
-    result = simulate(_spec(accept=2.5, clients=8))
+    # long outputs: a request's last verify step yields only the tokens it still needs, so the
+    # measured length sits below the stated mean by about that truncation (12-token outputs
+    # measure ~2.27 for 2.5 over any duration; 120-token ones ~2.43)
+    result = simulate(_spec(accept=2.5, clients=16, out=120))
     done = np.isfinite(result.finish_s)
     assert done.sum() >= 8
     steps = result.steps
