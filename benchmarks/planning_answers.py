@@ -69,8 +69,9 @@ def with_answers(doc: str, answers: dict[str, str]) -> str:
     return doc
 
 
-def run(names: list[str], workers: int) -> tuple[dict[str, str], dict[str, float]]:
-    """Each script at full size in a scratch directory; its figure copied to docs/img.
+def run(names: list[str], workers: int, img: Path | None) -> tuple[dict[str, str], dict[str, float]]:
+    """Each script at full size in a scratch directory; its figure copied to `img` (None: kept
+    nowhere, a dry run leaves the docs as they are).
 
     Returns:
         ({name: answer line}, {name: wall seconds}).
@@ -83,8 +84,8 @@ def run(names: list[str], workers: int) -> tuple[dict[str, str], dict[str, float
             seconds[name] = round(time.perf_counter() - started, 1)
             answers[name] = result["answer"]
             figure = Path(tmp) / f"planning_{name}.png"
-            if figure.exists():
-                shutil.copyfile(figure, IMG / figure.name)
+            if img is not None and figure.exists():
+                shutil.copyfile(figure, img / figure.name)
     return answers, seconds
 
 
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     names = args.only or script_names()
-    answers, seconds = run(names, args.workers)
+    answers, seconds = run(names, args.workers, IMG if args.write else None)
     for name in names:
         print(f"{name} ({seconds[name]:.0f} s): {answers[name]}")
     if args.write:

@@ -21,7 +21,7 @@ import numpy as np
 from epsim.cost.attention_ahead import AttentionAhead
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   kv_ratio, lm_head_us, measured_attention_us)
-from epsim.cost.attention_ops import DEFAULT_ENGINE, attention_ops_us
+from epsim.cost.attention_ops import attention_ops_us
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.layer import LayerCost, layer_cost
@@ -66,7 +66,7 @@ class CostModel:
         self.model, self.cluster, self.deployment = model, cluster, deployment
         # whose block kernels: the caller's (the composition axis prices the measured block),
         # else the deployment's
-        engine = engine or getattr(deployment, "block_kernels", DEFAULT_ENGINE)
+        engine = engine or deployment.block_kernels
         self.profile = profile if profile is not None else default_profile(cluster.gpu)
         # how the profile was chosen, for every output (`epsim.cost.provenance`)
         self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"
