@@ -20,9 +20,9 @@ decode server at once; its first token reaches the client from the *decode* serv
 - **prefill**: the prefill instance's simulated TTFT (queue, chunked forward; its closed loop).
 - **exposed KV transfer** (`transfer_ms`): the last chunk's KV (`epsim.cost.kv_transfer`:
   tokens x layers x KV bytes per token at `kv_cache_dtype`; MLA's 576-element latent) over one
-  GPU's scale-out NIC (Mooncake's default transport is RDMA; its NVLink transport is opt-in,
-  `disaggregation/mooncake/conn.py:551-553`), each prefill rank sending its copy to its decode
-  rank (`mooncake/conn.py:753-761`).
+  GPU's scale-out NIC (Mooncake's default transport is RDMA; its NVLink pool is opt-in,
+  `SGLANG_MOONCAKE_CUSTOM_MEM_POOL`, unset by default, `disaggregation/mooncake/utils.py:90-110`),
+  each prefill rank sending its copy to its decode rank (`mooncake/conn.py:753-761`).
 - **decode first token** (`first_token_ms`): the decode server polls transfer status once per
   event-loop iteration (`decode.py:1001-1026`, every `disaggregation_decode_polling_interval` =
   1 iterations, `server_args.py:642`; `pop_transferred`, `decode.py:772`), builds a prebuilt
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from epsim.cost.kv_transfer import kv_transfer, last_chunk_tokens
 
-KV_PATH = "mooncake"        # SGLang's default --disaggregation-transfer-backend (server_args.py:630)
+KV_PATH = "mooncake"        # SGLang's default --disaggregation-transfer-backend (server_args.py:631)
 
 
 @dataclass(frozen=True)
