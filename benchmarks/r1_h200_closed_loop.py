@@ -75,7 +75,10 @@ def pair(clients: int) -> dict:
     from epsim.validate.silicon.run import couple
     decode = yaml.safe_load(SCENARIO.read_text())
     decode["workload"]["arrivals"]["clients"] = clients
-    prefill = {**decode, "deployment": {**PREFILL, "max_running_requests": clients}}
+    # a prefill instance starts with nothing decoding (the decode side's `steady` start is its own)
+    workload = {k: v for k, v in decode["workload"].items() if k != "initial_running_per_rank"}
+    prefill = {**decode, "deployment": {**PREFILL, "max_running_requests": clients},
+               "workload": workload}
     out = couple([Instance("prefill", prefill, clients, 1, 1, True),
                   Instance("decode", decode, clients, 1, DP, True)], OSL)
     if "reasons" in out:

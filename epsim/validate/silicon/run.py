@@ -70,15 +70,37 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
                  outside_s: float = 0.0) -> dict:
     """One instance under its closed-loop clients; a P/D side's clients wait out the rest of the
     cycle: `outside_s` is the part of the TTFT spent outside this instance (a prefill's: the
-    handoff; a decode's: everything before the KV has arrived)."""
+    handoff; a decode's: everything before the KV has arrived).
+
+    A decode instance's arrivals are its prefill's completions, which the prefill's forwards
+    space out, not the clients' sends: its clients, all thinking the same `outside_s` from one
+    t=0, would stay in lockstep waves (every client decoding, then none) that the benchmark
+    never has. So a decode instance runs the clients its decode holds on average, Little's
+    law's clients x (cycle - outside) / cycle, each sending again as its request ends (think
+    0), started part-way through their requests (as many per rank as divide evenly): the
+    decoding population of the measured loop, at a steady batch.
+    """
     cycle_s = ttft_s + (osl - 1) * tpot_s
-    arrivals = {"kind": "concurrency", "clients": instance.routed_clients or instance.clients}
+    clients = instance.routed_clients or instance.clients
+    arrivals = {"kind": "concurrency", "clients": clients}
+    warm, measured = PROTOCOL_REQUESTS
+    window = (warm * cycle_s, (warm + measured) * cycle_s)
     if instance.role == "prefill":
         arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
     elif instance.role == "decode":
-        arrivals["think_time_s"] = outside_s
-    warm, measured = PROTOCOL_REQUESTS
-    return _with(instance, arrivals, (warm * cycle_s, (warm + measured) * cycle_s))
+        share = decoding_share(cycle_s, outside_s)
+        arrivals["clients"] = max(round(clients * share), 1)
+        running = int(max(round(instance.clients * share), 1) // instance.dp_ranks)
+        return _with(instance, arrivals, window, running)
+    return _with(instance, arrivals, window)
+
+
+def decoding_share(cycle_s: float, outside_s: float) -> float:
+    """The share of a P/D client's cycle its request spends in the decode instance (Little's
+    law: the decode instance holds that share of the clients on average)."""
+    if cycle_s <= 0:
+        return 1.0
+    return min(max((cycle_s - outside_s) / cycle_s, 0.0), 1.0)
 
 
 def open_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
@@ -179,8 +201,11 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
             else:
                 prefill_side = scenario_from_dict(copy.deepcopy(instances[0].data),
                                                   where="silicon row")
-                hand = handoff(prefill_side, summary["step_ms"]["mean"], ttft)
-                tpot_ms, first_ms, around_ms = tpot, ttft, hand.around_prefill_ms
+                # the decoding population's sends land on step ends; a transfer ends anywhere
+                # within a step, and waits the rest of it before the poll (half a step)
+                step_ms = summary["step_ms"]["mean"]
+                hand = handoff(prefill_side, step_ms, ttft + 0.5 * step_ms)
+                tpot_ms, first_ms, around_ms = tpot, hand.first_token_ms, hand.around_prefill_ms
                 ttft_ms = hand.ttft_ms(prefill_ms)
                 extra = {"ttft_terms": {"prefill_ms": round(prefill_ms, 4),
                                         "bootstrap_ms": round(hand.bootstrap_ms, 4),

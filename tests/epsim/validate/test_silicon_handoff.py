@@ -1,5 +1,5 @@
-"""The P/D handoff's terms (`epsim.validate.silicon.handoff`) and the closed loop's think times
-(`epsim.validate.silicon.run`), each against a small exact case."""
+"""The P/D handoff's terms (`epsim.validate.silicon.handoff`) and what each side of a pair runs
+in the closed loop (`epsim.validate.silicon.run`), each against a small exact case."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from epsim.cost.kv_transfer import kv_bytes_per_request, kv_transfer, last_chunk
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.handoff import Handoff, handoff
 from epsim.validate.silicon.mapping import Instance
-from epsim.validate.silicon.run import closed_round
+from epsim.validate.silicon.run import closed_round, decoding_share
 
 
 def _prefill(**deployment) -> dict:
@@ -44,15 +44,23 @@ def test_handoff_terms_add_up_exactly():
     assert hand.ttft_ms(300.0) == pytest.approx(300.0 + 20.0 + hand.transfer_ms + 55.0, abs=1e-12)
 
 
-def test_each_side_of_a_pair_thinks_for_the_rest_of_the_cycle():
-    def side(role):
+def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
+    def side(role, dp):
         data = _prefill(disaggregation_mode=role)
-        return Instance(role, data, clients=8, num_workers=1, dp_ranks=8, closed_loop=True)
+        return Instance(role, data, clients=8, num_workers=1, dp_ranks=dp, closed_loop=True)
 
-    ttft_s, tpot_s, osl, outside_s = 2.0, 0.04, 1024, 0.3
-    pre = closed_round(side("prefill"), ttft_s, tpot_s, osl, outside_s)["workload"]
-    dec = closed_round(side("decode"), ttft_s, tpot_s, osl, outside_s)["workload"]
+    ttft_s, tpot_s, osl = 22.0, 0.04, 1024
+    cycle_s = ttft_s + 1023 * tpot_s                    # 62.92 s
+    outside_s = cycle_s / 2 + 0.1                       # the decode side holds a request < half the cycle
+    pre = closed_round(side("prefill", 1), ttft_s, tpot_s, osl, 0.3)["workload"]
+    dec = closed_round(side("decode", 2), ttft_s, tpot_s, osl, outside_s)["workload"]
+    # the prefill's clients think for the decode and the handoff around their prefill
     assert pre["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 1023 * 0.04 + 0.3}
-    assert dec["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 0.3}
-    cycle_s = ttft_s + 1023 * tpot_s          # InferenceX's 2 warm-up and 10 measured requests
-    assert (pre["warmup_s"], pre["duration_s"]) == (2 * cycle_s, 12 * cycle_s)
+    assert pre["initial_running_per_rank"] == 0
+    # the decode holds 8 x (cycle - outside) / cycle = 3.99 -> 4 clients, 2 per rank part-way done
+    assert decoding_share(cycle_s, outside_s) == pytest.approx(0.5 - 0.1 / cycle_s)
+    assert dec["arrivals"] == {"kind": "concurrency", "clients": 4}
+    assert dec["initial_running_per_rank"] == 2
+    # InferenceX's 2 warm-up and 10 measured requests per client, on both sides
+    assert (pre["warmup_s"], pre["duration_s"]) == (dec["warmup_s"], dec["duration_s"]) == (
+        2 * cycle_s, 12 * cycle_s)
