@@ -9,8 +9,9 @@ figures of the other (its clients wait out the rest of the cycle: think time), o
 instance; the window is InferenceX's protocol (2 warm-up and 10 measured requests per client).
 A P/D request's TTFT is the prefill instance's plus the handoff around it
 (`epsim.validate.silicon.handoff`: the decode server's bootstrap, the exposed KV transfer, the
-decode instance's own arrival-to-first-token), so the decode side's clients are in prefill,
-transfer or bootstrap for all of it but the last term, and its batch is fewer than its clients.
+decode instance's own arrival-to-first-token), so a client is away from the decode instance for
+all of it but the last term: the decode instance runs the clients it holds on average (Little's
+law, `closed_round`), fewer than the clients.
 Under `approximate`, closed-loop clients become Poisson arrivals at the loop's rate (Little's
 law: clients / cycle) with the expected decoding requests running from t=0. Predicted TTFT and
 TPOT are the benchmark's: the mean TTFT so composed and the decode (or agg) run's mean
