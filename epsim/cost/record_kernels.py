@@ -25,9 +25,9 @@ import numpy as np
 
 from epsim.cost.experts import num_sms, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
-                            decode_kernel_work, decode_reread_kb, mla_defaults,
-                            mla_kernel_features, per_head_form, prefill_kernel_work,
-                            reread_share, with_reread)
+                            decode_block_heads, decode_kernel_work, decode_reread_kb,
+                            mla_defaults, mla_kernel_features, per_head_form,
+                            prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_work,
                               layout_kb, quant_expert_gemm, remote_slot_bytes)
@@ -132,9 +132,10 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
     reread_kb = None
     if record.kind == "mla_decode":
         form = absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
+        block = decode_block_heads(hw.name)
         work = decode_kernel_work(one * seqs, one * seqs * ctx, heads, form, sms,
-                                  reread_share(params))
-        reread_kb = decode_reread_kb(one * seqs, one * seqs * ctx, heads, form)
+                                  reread_share(params), block)
+        reread_kb = decode_reread_kb(one * seqs, one * seqs * ctx, heads, form, block)
     else:
         form = (absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
                 if absorbed_prefill(hw.name) else

@@ -1,5 +1,6 @@
-"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, 64-head blocks
-re-reading it, the absorbed or per-head prefill by GPU), its design rows equal to the model, and
+"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, Hopper's 64-head
+blocks re-reading it where Blackwell's one 128-head block reads it once, the absorbed or per-head
+prefill by GPU), its design rows equal to the model, and
 a DeepSeek deployment priced by it instead of the GQA kernels."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from epsim.cost.attention import BatchCounts
 from epsim.cost.flash import kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill,
-                            decode_kernel_work, decode_reread_kb, mla_decode_kernel,
+                            decode_block_heads, decode_kernel_work, decode_reread_kb, mla_decode_kernel,
                             mla_kernel_features, mla_token_us, per_head_form,
                             prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.model import CostModel
@@ -50,6 +51,20 @@ def test_decode_reads_the_cache_once_per_64_heads():
     fp8 = decode_kernel_work(seqs, ctx, 64, absorbed_form(512, 64, 1.0), 132)
     bf16 = decode_kernel_work(seqs, ctx, 64, absorbed_form(512, 64, 2.0), 132)
     assert fp8.mem_kb[0] < 0.51 * bf16.mem_kb[0] + 1e3       # half the cache bytes
+
+
+def test_blackwell_reads_the_cache_once_for_128_heads():
+    """TRT-LLM's MLA generation kernel holds DeepSeek's 128 heads in one CTA: no re-read, so
+    no design column for `reread_hbm_ratio` on Blackwell; Hopper's 64-head blocks keep theirs."""
+    assert [decode_block_heads(g) for g in ("H100", "H200", "B200", "GB200", "GB300")] == \
+        [64, 64, 128, 128, 128]
+    seqs, ctx = np.array([32.0]), np.array([32.0 * 8192])
+    form = absorbed_form(512, 64, 2.0)
+    once = decode_kernel_work(seqs, ctx, 128, form, 148, 1.0, decode_block_heads("B200"))
+    hopper = decode_kernel_work(seqs, ctx, 128, form, 132, 1.0, decode_block_heads("H200"))
+    assert hopper.mem_kb[0] - once.mem_kb[0] == pytest.approx(ctx[0] * 576 * 2.0 * 1e-3)
+    assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("GB200"))[0] == 0.0
+    assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("H200"))[0] > 0.0
 
 
 def test_a_later_head_blocks_reread_costs_its_share():
