@@ -55,6 +55,7 @@ from epsim.cost.flash import (SPLIT_ROWS, DecodeKernel, KernelWork, decode_count
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import gemm_us, gemm_work
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.profile import HOPPER
 from epsim.spec.gpu import HardwareSpec
 
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac",
@@ -64,7 +65,6 @@ BF16_BYTES = 2.0
 # GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
 # itself runs a prefill per head on both (MHA): the simulator prices it so
-HOPPER = ("H100", "H200", "H800", "H20")
 ABSORBED_PREFILL = HOPPER
 # query heads one Blackwell decode CTA holds (TRT-LLM's MLA generation kernel: all of DeepSeek's
 # 128, module docstring); Hopper's kernels hold `SPLIT_ROWS` (64)

@@ -19,7 +19,9 @@ from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill
                             prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
-from epsim.profile import Profile
+from epsim.cost.record_kernels import kernel_record_features
+from epsim.profile import Profile, decode_kv_kind, kernel_keys
+from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_hardware, get_model
@@ -161,3 +163,22 @@ def test_gqa_models_keep_their_path():
                        DeploymentSpec(ep_size=8, moe_a2a_backend="deepep",
                                       enable_dp_attention=True))
     assert cm.params.attention.mla is None
+
+
+def test_an_fp8_cache_decodes_in_blackwells_bf16_kernel_fit():
+    """Blackwell's decode kernel reads FP8 keys in its BF16-cache loop: both caches' rows feed
+    and read one component (each at its cache's bytes); Hopper's FP8 path keeps its own."""
+    assert [decode_kv_kind(kv, gpu) for kv, gpu in (
+        ("fp8_e4m3", "H200"), ("fp8_e4m3", "B200"), ("fp8_e4m3", "GB300"), ("auto", "B200"),
+        ("fp8_e4m3", ""))] == ["fp8", "bf16", "bf16", "bf16", "fp8"]
+    for gpu, kind in (("H200", "mla_decode_fp8"), ("GB200", "mla_decode_bf16")):
+        mla = _deepseek(gpu, kv="fp8_e4m3").params.attention.mla
+        assert mla.keys["decode"] in ("", f"any/{kind}/graph") and mla.kv_bytes == 1.0
+        record = MeasurementRecord(
+            kind="mla_decode", backend="local", ep_size=1, hidden_size=0, median_us=50.0,
+            num_tokens_per_rank=8, num_attention_heads=128, num_seqs=8, context_len=4096,
+            kv_cache_dtype="fp8_e4m3", timing="device", extra={"scope": "kernel"},
+            provenance=Provenance(device=f"NVIDIA {gpu}", hardware=gpu))
+        sheet = Profile(name=f"datasheet-{gpu}", hardware=gpu)
+        assert kernel_keys(record) == [kernel_record_features(record, sheet).component] \
+            == [f"any/{kind}/graph"]
