@@ -39,9 +39,10 @@ is FlashAttention-3's, `kernel_source` flash_attention). Without it (profiles fi
 a re-read costs a read (`reread_share` 1). With no fit at all (a datasheet profile) the later
 blocks' reads are L2 hits (`reread_share` 0, `mla_decode_defaults`): DeepSeek's FlashMLA, the
 MLA decode kernel DeepSeek serves with, runs 128 heads compute-bound on H800 at 580-660 TFLOP/s
-(its README and docs/20250422-new-kernel-deep-dive.md: "h_q is 128 and the kernel is
-compute-bound", memory traffic "~ 2 s_k d_k", one read); one read of a BF16 cache per 2 x 128 x
-(576 + 512) FLOPs needs 2.4-2.7 TB/s there, two reads 4.8-5.5 TB/s, over the 3.35 TB/s HBM.
+(deepseek-ai/FlashMLA: its README and docs/20250422-new-kernel-deep-dive.md, "h_q is 128 and
+the kernel is compute-bound", memory traffic "~ 2 s_k d_k", one read); one read of a BF16
+cache per 2 x 128 x (576 + 512) FLOPs needs 2.4-2.7 TB/s there, two reads 4.8-5.5 TB/s, over
+the 3.35 TB/s HBM.
 """
 
 from __future__ import annotations
