@@ -11,6 +11,7 @@ from epsim.cost.allreduce import ring_us
 from epsim.cost.attention import BatchCounts
 from epsim.cost.block_ops import PARTS, launches
 from epsim.cost.model import CostModel
+from epsim.cost.provenance import provenance
 from epsim.cost.scheduler_host import (DECODE_LAUNCHES, DEFAULT_LAUNCH_US, SPECULATIVE_LAUNCHES,
                                        SYNC_INFO_BYTES)
 from epsim.cost.tables import build_tables, contiguous_placement
@@ -58,7 +59,11 @@ def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     expected = host.launches * host.launch_us + host.gather_us
     assert host.step_us == pytest.approx(expected)
     # the step is the forward plus that host time, nothing else moves
-    assert _step_us(cm) - _step_us(_model()) == pytest.approx(expected)
+    plain = _model()
+    assert _step_us(cm) - _step_us(plain) == pytest.approx(expected)
+    # and the provenance says what the step overhead holds
+    assert "scheduler's host time" in str(provenance(cm)["components"])
+    assert "scheduler's host time" not in str(provenance(plain)["components"])
 
 
 def test_speculative_decoding_runs_the_normal_loop_with_its_workers_launches():
