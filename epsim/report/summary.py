@@ -167,7 +167,9 @@ def summarize(result: SimResult) -> dict:
     output = float(steps["output_tokens"][measured].sum())
     processed = float(steps["num_tokens"][measured].sum())
     lat = request_latencies_ms(result)
-    num_measured = int((~result.is_initial & (result.arrival_s >= result.warmup_s)).sum())
+    # a client's resend of a lost request is the same request: counted once, finished if it did
+    resend = result.retry_of >= 0 if result.retry_of is not None else np.zeros_like(result.is_initial)
+    num_measured = int((~result.is_initial & ~resend & (result.arrival_s >= result.warmup_s)).sum())
     finished = np.isfinite(result.finish_s) & ~result.is_initial & (result.arrival_s >= result.warmup_s)
     busy_us = float(steps["step_us"][measured].sum())
     stall_us = float(sum(s[1] for s in result.stalls if s[0] >= warm_us))
@@ -201,8 +203,9 @@ def summarize(result: SimResult) -> dict:
         "num_instances": result.scenario.deployment.num_instances,
         "num_steps": int(steps["step_us"].shape[0]),
         "num_measured_steps": int(measured.sum()),
-        "num_requests": {"arrived": int((~result.is_initial).sum()), "measured": num_measured,
-                         "finished": int(finished.sum()), "lost": int(lost.sum())},
+        "num_requests": {"arrived": int((~result.is_initial & ~resend).sum()), "measured": num_measured,
+                         "finished": int(finished.sum()), "lost": int(lost.sum()),
+                         "resent": int(resend.sum())},
         # decode requests per rank running at t=0 ("steady" resolved to the screen's batch)
         "initial_running_per_rank": int(result.initial_running_per_rank),
         "throughput_tokens_per_s_per_gpu": processed / per_gpu_s,

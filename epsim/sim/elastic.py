@@ -88,13 +88,14 @@ class ElasticEP:
         sim = self.sim
         now_s = sim.env.now * 1e-6
         state, sched = sim.placement, sim.scheduler
-        lost = sched.drop_rank(rank, now_s)
         self.down[rank] = True
         self.awaiting.discard(rank)
         # a rank rejoined since is active in SGLang's mask: the survivors include its slots
         self.place_rejoined()
         alive = ~self.down
+        # route first: the clients' resends of what the rank loses go to the live ranks
         sched.route_to(alive, now_s)
+        lost = sched.drop_rank(rank, now_s)
         if self.mode == "reload":
             # every layer waits for the rank's experts: serving pauses until it is back, reloaded
             reload_bytes = self.slots_per_rank * state.physical_to_logical.shape[0] * self.expert_bytes
