@@ -400,5 +400,6 @@ def format_table(summary: dict) -> str:
         e = s["elastic"]
         fails = [ev for ev in e["events"] if ev["kind"] == "failure"]
         lines.append(f"elastic EP           {len(fails)} failure(s), {e['recovery']} recovery, "
-                     f"{e['lost_requests']} requests lost, stall {duration(e['stall_us_total'])}")
+                     f"{e['lost_requests']} requests lost ({s['num_requests']['resent']} resent), "
+                     f"stall {duration(e['stall_us_total'])}")
     return "\n".join(lines)
