@@ -42,10 +42,9 @@ class RankQueues:
         # the same times as a list: `bisect_right` on it counts arrivals up to a time exactly as
         # `searchsorted(side="right")` does, without numpy's per-call overhead on a scalar
         self._arrival_list = arrival_s.tolist()
-        # request id of each arrival, in arrival order, once a send went in between (`add`);
-        # None: arrival j is request `offset + j`
-        self._ids: list[int] | None = None
-        self._id_array: np.ndarray | None = None
+        # [arrivals] int64 request id of each arrival, in arrival order, once a send went in
+        # between (`add`); None: arrival j is request `offset + j`
+        self._ids: np.ndarray | None = None
         self._arrived_memo: tuple[int, np.ndarray] | None = None   # (arrivals, [ranks] counts)
         self._rank_offset = num_ranks - 1 - np.arange(num_ranks)
         # routing epochs: arrivals from index `start` on go round-robin over `ranks`
@@ -63,8 +62,8 @@ class RankQueues:
     def add(self, times_s: list[float], ids: list[int]) -> None:
         """Requests `ids` sent at `times_s` (each no earlier than the last `route_to` nor any
         arrival counted so far: a send is routed when it arrives). Appended when they come
-        after every arrival and take the next ids; else put in time order (after arrivals at
-        the same time), the ids kept in a list."""
+        after every arrival (while they also take the next ids, the ids stay implicit); else put
+        in time order, after arrivals at the same time, the ids then kept in arrival order."""
         if not times_s:
             return
         arrivals = self._arrival_list
@@ -76,23 +75,25 @@ class RankQueues:
             arrivals.extend(times_s)
         else:
             if self._ids is None:
-                self._ids = list(range(self.offset, next_id))
-            for time_s, rid in sorted(zip(times_s, ids)):
+                self._ids = np.arange(self.offset, next_id, dtype=np.int64)
+            order = sorted(zip(times_s, ids))
+            # appends in bulk (a closed loop's sends after a failure), the rest one by one
+            tail = 0
+            while tail < len(order) and arrivals and order[tail][0] < arrivals[-1]:
+                tail += 1
+            for time_s, rid in order[:tail]:
                 at = bisect_right(arrivals, time_s)
                 arrivals.insert(at, time_s)
-                self._ids.insert(at, rid)
-            self._id_array = None
+                self._ids = np.insert(self._ids, at, rid)
+            arrivals.extend(t for t, _ in order[tail:])
+            self._ids = np.concatenate([self._ids, np.array([r for _, r in order[tail:]], dtype=np.int64)])
         self.num_arrivals = len(arrivals)
         self._arrived_memo = None
         self._array = None
 
     def _to_ids(self, order: np.ndarray) -> np.ndarray:
         """Request ids of arrivals `order` (0-based arrival order)."""
-        if self._ids is None:
-            return order + self.offset
-        if self._id_array is None:
-            self._id_array = np.asarray(self._ids, dtype=np.int64)
-        return self._id_array[order]
+        return order + self.offset if self._ids is None else self._ids[order]
 
     def arrived(self, now_s: float) -> np.ndarray:
         """[ranks] requests that have arrived at each rank by `now_s` (read-only on the fast
