@@ -76,10 +76,20 @@ def tpot_ms(result: SimResult) -> np.ndarray:
     return gaps.span_s[has] / gaps.count[has] * 1e3
 
 
+def superseded(result: SimResult) -> np.ndarray:
+    """[requests] bool: lost sends whose clients resent them (`epsim.sim.retries`); the resend,
+    timed from the first send, stands for the request."""
+    out = np.zeros_like(result.is_initial)
+    if result.retry_of is not None:
+        out[result.retry_of[result.retry_of >= 0]] = True
+    return out
+
+
 def request_latencies_ms(result: SimResult) -> dict[str, np.ndarray]:
     """Per-request TTFT and end-to-end latency (ms) of the requests arriving in the window
-    (NaN where none yet), and TPOT (ms) of every request with an inter-token gap in it."""
-    measured = ~result.is_initial & (result.arrival_s >= result.warmup_s)
+    (NaN where none yet; a resent request by its resend), and TPOT (ms) of every request with
+    an inter-token gap in it."""
+    measured = ~result.is_initial & ~superseded(result) & (result.arrival_s >= result.warmup_s)
     arrival = result.arrival_s[measured]
     first = result.first_token_s[measured]
     finish = result.finish_s[measured]
@@ -169,6 +179,7 @@ def summarize(result: SimResult) -> dict:
     lat = request_latencies_ms(result)
     # a client's resend of a lost request is the same request: counted once, finished if it did
     resend = result.retry_of >= 0 if result.retry_of is not None else np.zeros_like(result.is_initial)
+    replaced = superseded(result)                    # lost sends their clients resent
     num_measured = int((~result.is_initial & ~resend & (result.arrival_s >= result.warmup_s)).sum())
     finished = np.isfinite(result.finish_s) & ~result.is_initial & (result.arrival_s >= result.warmup_s)
     busy_us = float(steps["step_us"][measured].sum())
@@ -213,7 +224,7 @@ def summarize(result: SimResult) -> dict:
         "output_tokens_per_s_per_gpu": output / per_gpu_s,
         "requests_per_s": float(finished.sum()) / window_s,
         "keep_up": label_saturated(keep_up(
-            result.arrival_s, result.first_token_s, result.is_initial, lost, result.warmup_s,
+            result.arrival_s, result.first_token_s, result.is_initial | replaced, lost, result.warmup_s,
             result.duration_s, ttft["p99"], step_start_s=steps["start_us"] * 1e-6,
             num_running=steps["num_running"],
             clients=getattr(result.scenario.one_instance().workload.arrivals, "clients", None)),

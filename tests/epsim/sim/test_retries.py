@@ -8,6 +8,7 @@ import pytest
 
 from epsim.errors import SpecError
 from epsim.report import summarize
+from epsim.report.summary import request_latencies_ms
 from epsim.sim.arrivals import Requests
 from epsim.sim.batching import Scheduler
 from epsim.sim.rank_queues import RankQueues
@@ -88,6 +89,10 @@ def test_lost_requests_come_back_and_their_ttft_spans_the_outage():
     counted = served[~res.is_initial[served]]
     assert counted.size > 0
     summary = summarize(res)
+    # TTFT takes each request once: the resend's, from the first send, not the lost send's
+    lat = request_latencies_ms(res)
+    assert np.isin((res.first_token_s[counted] - res.arrival_s[counted]) * 1e3, lat["ttft_ms"]).all()
+    assert lat["ttft_ms"].size == summary["num_requests"]["measured"]
     assert summary["num_requests"]["resent"] == lost.size == res.elastic_events[0]["lost_requests"]
     assert summary["num_requests"]["arrived"] == int((~res.is_initial & (res.retry_of < 0)).sum())
 
