@@ -127,3 +127,21 @@ def test_a_row_no_group_or_several_groups_fit_is_refused_with_the_reason(rows):
     plan = plan_row(rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_disagg_1024x1024_c512_tp8_0_ep8_0_515"])
     assert not plan.expressible and not plan.instances
     assert "InferenceX recipe group" in plan.error and "dsr1-fp8-b200-dynamo-sglang" in plan.error
+
+
+def test_mtp_twin_key_and_the_sweep_that_ran_a_row():
+    # #907 (593fb431, 2026-03-18T21:01:02Z) names the B200 FP8 key and its -mtp twin: a row
+    # measured 3 s later may come from either; the push of 2026-02-13T19:05:35Z named only the twin
+    keys = inferencex.keys_for("fp8", "b200_sxm")
+    assert keys == ("dsr1-fp8-b200-dynamo-sglang", "dsr1-fp8-b200-dynamo-sglang-mtp")
+    assert inferencex.swept(keys, "2026-03-18T21:01:05Z") == keys
+    assert inferencex.swept(keys, "2026-02-13T19:05:38Z") == keys[1:]
+    assert inferencex.swept(keys, "2026-02-07T07:09:01Z") == keys[:1]
+    assert inferencex.swept(keys, "2026-02-13T00:00:00.000Z") == keys[1:]     # its day's push
+    assert inferencex.swept(keys, None) == keys
+    # every group of the twin key runs the draft, whatever it states
+    twin = [g for v in inferencex.versions()[keys[1]] for g in v.groups]
+    assert twin and {g.speculative for g in twin} == {"mtp"}
+    # only the twin ran 1024/1024 at 512 clients then: the row finds its groups there
+    found = inferencex.candidates("fp8", "b200_sxm", 1024, 1024, 512, "2026-03-18T21:01:05Z", None)
+    assert found and {g.key for g in found} == {keys[1]}
