@@ -161,20 +161,33 @@ def sweeps(path: Path = RECIPES_PATH) -> tuple[tuple[datetime, frozenset[str]], 
     return tuple(sorted((moment(s["date"]), frozenset(s["keys"])) for s in data.get("sweeps", [])))
 
 
-def swept(keys: tuple[str, ...], measured: str | None) -> tuple[str, ...]:
-    """The keys among `keys` that the sweep measuring a row at `measured` ran: the last push
-    committed by then (`SLACK_S` after), or every push of a day-dated row's day; all of `keys`
-    when no such push names any of them (the row's sweep is not known)."""
-    if measured is None:
-        return keys
+def _row_sweeps(measured: str) -> list[tuple[datetime, frozenset[str]]]:
+    """The pushes that may have started the sweep measuring a row at `measured`: the last one
+    committed by then (`SLACK_S` after), or every one of a day-dated row's day."""
     limit = moment(measured)
     if limit.time() != datetime.min.time():
-        found = [named for when, named in sweeps() if (when - limit).total_seconds() <= SLACK_S][-1:]
-    else:
-        found = [named for when, named in sweeps()
-                 if 0 <= (when - limit).total_seconds() < DAY_SLACK_S]
-    named = tuple(k for k in keys if any(k in n for n in found))
+        return [s for s in sweeps() if (s[0] - limit).total_seconds() <= SLACK_S][-1:]
+    return [s for s in sweeps() if 0 <= (s[0] - limit).total_seconds() < DAY_SLACK_S]
+
+
+def swept(keys: tuple[str, ...], measured: str | None) -> tuple[str, ...]:
+    """The keys among `keys` that the sweep measuring a row at `measured` ran (`_row_sweeps`);
+    all of `keys` when no such push names any of them (the row's sweep is not known)."""
+    if measured is None:
+        return keys
+    found = _row_sweeps(measured)
+    named = tuple(k for k in keys if any(k in n for _, n in found))
     return named or keys
+
+
+def _when_run(key: str, measured: str | None) -> list[str | None]:
+    """The times to hold a row of `key` to (`in_effect`): a day-dated row's, the pushes of its
+    day that named the key (the sweep ran the version of that moment, not every version of
+    the day); else the row's own time."""
+    if measured is None or moment(measured).time() != datetime.min.time():
+        return [measured]
+    pushes = [when.isoformat() for when, named in _row_sweeps(measured) if key in named]
+    return pushes or [measured]
 
 
 @cache
@@ -232,11 +245,15 @@ def in_effect(found: list[Version], measured: str | None) -> list[Version]:
 def candidates(precision: str, system: str, isl: int, osl: int, concurrency: int,
                measured: str | None, image: str | None) -> list[Group]:
     """The groups that could have run a disaggregated row: its key's and its MTP twin's (those
-    its sweep ran, `swept`) configs in effect when it was measured (`in_effect`), same ISL/OSL, the row's client count in the group's list, and
-    the row's image where it names one (`_same_image`)."""
+    its sweep ran, `swept`) configs in effect when it was measured (`in_effect`; for a row dated
+    by day, at its day's pushes of the key, `_when_run`), same ISL/OSL, the row's client count in
+    the group's list, and the row's image where it names one (`_same_image`)."""
     found = []
     for key in swept(keys_for(precision, system), measured):
-        for version in in_effect(versions().get(key, []), measured):
+        ran = []
+        for when in _when_run(key, measured):
+            ran += [v for v in in_effect(versions().get(key, []), when) if v not in ran]
+        for version in ran:
             found += [g for g in version.groups
                       if (g.isl, g.osl) == (isl, osl) and concurrency in g.concurrencies
                       and _same_image(image or "", g.image)]

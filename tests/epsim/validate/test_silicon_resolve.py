@@ -145,3 +145,11 @@ def test_mtp_twin_key_and_the_sweep_that_ran_a_row():
     # only the twin ran 1024/1024 at 512 clients then: the row finds its groups there
     found = inferencex.candidates("fp8", "b200_sxm", 1024, 1024, 512, "2026-03-18T21:01:05Z", None)
     assert found and {g.key for g in found} == {keys[1]}
+
+
+def test_a_day_dated_row_is_held_to_its_days_push():
+    # H100 rows dated 2026-02-13 by day: the key's push that day (78d48618, 03:10 UTC) made it
+    # MTP-only; the version before the day (76fa582, no MTP) did not run them
+    found = inferencex.candidates("fp8", "h100_sxm", 1024, 1024, 16, "2026-02-13T00:00:00.000Z", None)
+    assert found and {g.commit[:8] for g in found} == {"78d48618"}
+    assert {g.speculative for g in found} == {"mtp"}
