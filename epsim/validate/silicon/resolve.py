@@ -77,16 +77,19 @@ def recipe_side(recipe: inferencex.Recipe, system: str) -> Side:
 
 def _fits(row: SiliconRow, group: inferencex.Group) -> bool:
     """The row's own cells agree with a group. Each stated side has the group's GPUs per
-    worker, or the group's total GPUs (Dynamo rows), or one GPU where the group sizes its
+    worker, or every side the group's total GPUs (Dynamo rows), or one GPU where the group sizes its
     workers by nodes (the placeholder `tp: 1, ep: 1` copied); its workers where stated; and
     the prefill side its EP (the rows write the prefill's EP on both sides: DEP32 decodes
     beside DEP8 prefills read `ep 8`)."""
     total = group.total_gpus(row.system)
     stated = ([("agg", row.agg, None)] if row.mode == "agg" else
               [("prefill", row.prefill, group.prefill), ("decode", row.decode, group.decode)])
+    # a Dynamo row writes the total on every side it states (`tp_size` 20 on both): a decode
+    # side of 48 GPUs beside a prefill side of 4 is a DEP48 worker, not a 16 + 32 pair's total
+    as_total = all(side.num_gpus == total for _, side, _ in stated)
     for role, side, recipe in stated:
         gpus = side.num_gpus
-        if gpus == total:
+        if as_total:
             continue
         if recipe is None:
             return False

@@ -153,3 +153,22 @@ def test_a_day_dated_row_is_held_to_its_days_push():
     found = inferencex.candidates("fp8", "h100_sxm", 1024, 1024, 16, "2026-02-13T00:00:00.000Z", None)
     assert found and {g.commit[:8] for g in found} == {"78d48618"}
     assert {g.speculative for g in found} == {"mtp"}
+
+
+def test_a_side_states_the_total_only_where_every_side_does(rows):
+    # GB300 FP4 at 2026-02-12T00:44:37Z: 4 x DEP4 prefills beside a DEP32 decode (16 + 32 = 48
+    # GPUs) or a DEP48 one; a row writing prefill 4 and decode 48 states widths per worker
+    # (Dynamo rows writing the total write it on both sides: 48 and 48)
+    row = rows["dsr1_gb300_sglang_fp8_disagg_8192x1024_c1024_cfg505"]
+    row = replace(row, precision="fp4", isl=1024, osl=1024, concurrency=2048, moe_quant_mode="nvfp4",
+                  source="measured=2026-02-12T00:44:37Z",
+                  prefill=replace(row.prefill, tp_size=4, attention_dp_size=1, moe_tp_size=1,
+                                  moe_ep_size=4, num_workers=None),
+                  decode=replace(row.decode, tp_size=48, attention_dp_size=1, moe_tp_size=12,
+                                 moe_ep_size=4, num_workers=None))
+    ran = resolve(row)
+    assert ran.error is None, ran.error
+    assert "P 4 x DEP4 / D 1 x DEP48" in ran.assumptions[0]
+    # the same row writing 48 on both sides states the total: the DEP32 pair's (DEP48's is 64)
+    total = replace(row, prefill=replace(row.prefill, tp_size=48, moe_tp_size=12))
+    assert "P 4 x DEP4 / D 1 x DEP32" in resolve(total).assumptions[0]
