@@ -172,3 +172,17 @@ def test_a_side_states_the_total_only_where_every_side_does(rows):
     # the same row writing 48 on both sides states the total: the DEP32 pair's (DEP48's is 64)
     total = replace(row, prefill=replace(row.prefill, tp_size=48, moe_tp_size=12))
     assert "P 4 x DEP4 / D 1 x DEP32" in resolve(total).assumptions[0]
+
+
+def test_a_row_stating_its_workers_but_not_the_draft(rows):
+    # the H200 sweep of 2026-02-07 ran P 1 x TP8 / D 1 x DEP8 at 8192/1024 with and without MTP
+    h200 = rows["dsr1_h200_sglang_fp8_disagg_8192x1024_c256_cfg434"]
+    refused = resolve(h200)
+    assert refused.error_class == "deployment not known: several InferenceX recipe groups fit the row"
+    assert "with and without MTP" in refused.error
+    # at 512 clients only the MTP group ran that layout: the row runs the draft
+    ran = resolve(replace(h200, concurrency=512))
+    assert ran.error is None and ran.speculative
+    # a client count no group ran: the row as it states itself
+    alone = resolve(replace(h200, concurrency=3))
+    assert alone.error is None and not alone.speculative
