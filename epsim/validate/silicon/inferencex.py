@@ -12,7 +12,7 @@ may sit in the key itself (`spec-decoding: mtp` groups) or in a twin key with `-
 key (#907 names both): a row's candidates are both keys' groups, less a key the sweep that
 measured it did not run. A push that adds entries to `perf-changelog.yaml` starts a sweep of the
 keys they name (`config-keys`; the run-sweep workflow), and the timestamped rows are measured 3-4 s
-after such a push: the row's sweep is the last push before it (a day-dated row's: those of its
+after such a push: the row's sweep is the push a minute or less from it (a day-dated row's: those of its
 day), and its key is one that sweep named (`swept`);
 `python -m epsim.validate.silicon.inferencex_extract CLONE` regenerates it from a clone of the
 repository (docs/silicon.md).
@@ -162,11 +162,12 @@ def sweeps(path: Path = RECIPES_PATH) -> tuple[tuple[datetime, frozenset[str]], 
 
 
 def _row_sweeps(measured: str) -> list[tuple[datetime, frozenset[str]]]:
-    """The pushes that may have started the sweep measuring a row at `measured`: the last one
-    committed by then (`SLACK_S` after), or every one of a day-dated row's day."""
+    """The pushes that may have started the sweep measuring a row at `measured`: the one
+    committed within `SLACK_S` of it (a sweep starts seconds after its push; a row measured
+    later came from a sweep not known here), or every one of a day-dated row's day."""
     limit = moment(measured)
     if limit.time() != datetime.min.time():
-        return [s for s in sweeps() if (s[0] - limit).total_seconds() <= SLACK_S][-1:]
+        return [s for s in sweeps() if abs((s[0] - limit).total_seconds()) <= SLACK_S][-1:]
     return [s for s in sweeps() if 0 <= (s[0] - limit).total_seconds() < DAY_SLACK_S]
 
 
