@@ -156,6 +156,21 @@ def kv_kind(kv_cache_dtype: str) -> str:
     return "fp8" if str(kv_cache_dtype).startswith("fp8") else "bf16"
 
 
+# zoo GPUs of the Hopper generation, whose MLA decode kernels differ from Blackwell's in how they
+# take an FP8 cache (`decode_kv_kind`) and how many heads a CTA holds (`epsim.cost.mla`)
+HOPPER = ("H100", "H200", "H800", "H20")
+
+
+def decode_kv_kind(kv_cache_dtype: str, gpu: str) -> str:
+    """The cache part of the MLA decode component that prices `gpu`'s kernel: `kv_kind` on
+    Hopper (and where the GPU is not known), whose kernels take another path for an FP8 cache;
+    "bf16" on the others (Blackwell), whose kernel (TRT-LLM's) reads FP8 keys in the same loop,
+    so both caches' rows are one fit, each at its cache's bytes. aiconfigurator-core's b200_sxm,
+    gb200 and gb300 tables: an FP8 cache takes 0.46-0.56x the BF16 time at 16 heads and 8k
+    keys (its bytes); h200_sxm's 5.9-7.2x."""
+    return kv_kind(kv_cache_dtype) if not gpu or gpu in HOPPER else "bf16"
+
+
 def experts_mode_path(record) -> str:
     """The mode path of a `quant_experts` record's component: `graph` for device time (a
     single-GPU record's `timing`, or `graph` in `mode`), then DeepEP's kernel mode for its MoE
@@ -170,14 +185,17 @@ def experts_mode_path(record) -> str:
 def kernel_keys(record) -> list[str]:
     """Components a record of the field's op tables is fitted into (`epsim.cost.record_kernels`):
     `any/gemm_<format>/graph`, `any/mla_bmm_<format>/graph`, `any/mla_decode|prefill_<cache>/graph`
-    (the kernel alone, per cache dtype `kv_kind`: a whole-module record feeds none),
+    (the kernel alone, per cache dtype `kv_kind`, a decode's by GPU `decode_kv_kind`: a
+    whole-module record feeds none),
     `any/experts_<format>/graph` and DeepEP's
     MoE runner `deepep/experts_<format>/<graph/low_latency | normal>`."""
     kind, fmt = record.kind, record.weight_dtype or "bf16"
     if kind in ("gemm", "mla_bmm"):
         return [component_key("any", format_kind(kind, fmt), GRAPH)]
     if kind in ("mla_decode", "mla_prefill"):
-        return [component_key("any", format_kind(kind, kv_kind(record.kv_cache_dtype)), GRAPH)] \
+        cache = (decode_kv_kind(record.kv_cache_dtype, record.provenance.hardware)
+                 if kind == "mla_decode" else kv_kind(record.kv_cache_dtype))
+        return [component_key("any", format_kind(kind, cache), GRAPH)] \
             if record.extra.get("scope", "kernel") == "kernel" else []
     if kind == "quant_experts":
         backend = "deepep" if record.backend == "deepep" else "any"

@@ -27,15 +27,27 @@ K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its
 kernels compute in BF16, an FP8 cache is dequantised in the loop), so a fit on one GPU prices
 another from its datasheet.
 
-Decode with more than 64 heads on a GPU (128 under DP attention) runs a sequence's heads as
-`ceil(heads / 64)` CTAs, each streaming the same cache. They are launched side by side, so the
-later blocks' reads partly hit L2 (50 MB on H200; the blocks read the same keys microseconds
-apart): `reread_hbm_ratio` is the rate of those re-reads over the datasheet HBM rate (above 1
-where L2 serves enough of them; the first read runs at `hbm_frac`), fitted on the op tables'
-128-head rows. aiconfigurator-core's
-h200_sxm SGLang table (`generation_mla_perf`, BF16 cache) shows why: 16, 32 and 64 heads stream
-the cache at 4.3-4.5 TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2. Without it
-(profiles fitted before it) a re-read costs a read (`reread_share` 1).
+Decode on Hopper with more than 64 heads on a GPU (128 under DP attention) runs a sequence's
+heads as `ceil(heads / 64)` CTAs, each streaming the same cache (FlashMLA, FlashAttention-3);
+Blackwell's kernel (TRT-LLM's MLA generation kernel) holds 128 heads in one, reading the cache
+once (`decode_block_heads`). aiconfigurator-core's 0.5.14 `generation_mla_perf` tables (BF16
+cache, batch 128-256, 2k-8k keys: the same cache bytes) show it: 128 heads take 1.56-1.67x the
+time of 64 on h200_sxm, 1.05-1.20x on b200_sxm, gb200 and gb300, where the extra is the math.
+On Hopper the blocks are launched side by side, so the later blocks' reads partly hit L2 (50 MB
+on H200; the blocks read the same keys microseconds apart): `reread_hbm_ratio` is the rate of
+those re-reads over the datasheet HBM rate (above 1 where L2 serves enough of them; the first
+read runs at `hbm_frac`), fitted on the op tables' 128-head rows (none on Blackwell: no
+re-reads, the datasheet value kept). aiconfigurator-core's h200_sxm SGLang table
+(`generation_mla_perf`, BF16 cache) shows why: 16, 32 and 64 heads stream the cache at 4.3-4.5
+TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2 (its kernel is
+FlashAttention-3's, `kernel_source` flash_attention). Without it (profiles fitted before it) a
+re-read costs a read (`reread_share` 1). With no fit at all (a datasheet profile) the later
+blocks' reads are L2 hits (`reread_share` 0, `mla_decode_defaults`): DeepSeek's FlashMLA, the
+MLA decode kernel DeepSeek serves with, runs 128 heads compute-bound on H800 at 580-660 TFLOP/s
+(deepseek-ai/FlashMLA: its README and docs/20250422-new-kernel-deep-dive.md, "h_q is 128 and
+the kernel is compute-bound", memory traffic "~ 2 s_k d_k", one read); one read of a BF16
+cache per 2 x 128 x (576 + 512) FLOPs needs 2.4-2.7 TB/s there, two reads 4.8-5.5 TB/s, over
+the 3.35 TB/s HBM.
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ from epsim.cost.flash import (SPLIT_ROWS, DecodeKernel, KernelWork, decode_count
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import gemm_us, gemm_work
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.profile import HOPPER
 from epsim.spec.gpu import HardwareSpec
 
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac",
@@ -59,7 +72,10 @@ BF16_BYTES = 2.0
 # GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
 # itself runs a prefill per head on both (MHA): the simulator prices it so
-ABSORBED_PREFILL = ("H100", "H200", "H800", "H20")
+ABSORBED_PREFILL = HOPPER
+# query heads one Blackwell decode CTA holds (TRT-LLM's MLA generation kernel: all of DeepSeek's
+# 128, module docstring); Hopper's kernels hold `SPLIT_ROWS` (64)
+BLACKWELL_DECODE_HEADS = 128
 # DeepSeek's MLA sizes, for records that do not carry them (aiconfigurator's collectors time
 # DeepSeek-V3's attention: kv_lora 512, rope 64, nope 128, v 128)
 DEEPSEEK_MLA = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
@@ -120,6 +136,13 @@ def mla_defaults() -> dict[str, float]:
             "tensor_frac": TENSOR_EFFICIENCY}
 
 
+def mla_decode_defaults() -> dict[str, float]:
+    """`mla_defaults` of the decode kernel on a GPU with no MLA fit: a later 64-head block's
+    re-read of the cache is served by L2 (`reread_hbm_ratio` infinite, `reread_share` 0; the
+    module docstring says whose kernel and figures)."""
+    return {**mla_defaults(), "reread_hbm_ratio": float("inf")}
+
+
 def with_reread(params) -> dict[str, float]:
     """`params` with `reread_hbm_ratio` (its `hbm_frac` where a profile fitted before it has none:
     a re-read costs a read)."""
@@ -128,7 +151,8 @@ def with_reread(params) -> dict[str, float]:
 
 def reread_share(params) -> float:
     """The HBM cost of a later 64-head block's read of the cache, in first reads:
-    `hbm_frac / reread_hbm_ratio` (1 without a fitted `reread_hbm_ratio`)."""
+    `hbm_frac / reread_hbm_ratio` (1 for a fit without `reread_hbm_ratio`, 0 on the
+    datasheet, `mla_decode_defaults`)."""
     full = with_reread(params)
     return float(full["hbm_frac"]) / float(full["reread_hbm_ratio"])
 
@@ -144,30 +168,39 @@ def absolute(params, hardware: HardwareSpec) -> dict[str, float]:
     return out
 
 
-def cache_reads(heads: int, share: float = 1.0) -> float:
-    """HBM reads of a sequence's cache per decode step, in first reads: one per 64-row block of
-    its `heads`, each after the first at `share` (`reread_share`)."""
-    return 1.0 + (-(-heads // SPLIT_ROWS) - 1) * share
+def decode_block_heads(gpu: str) -> int:
+    """Query heads one MLA decode CTA holds on `gpu` (zoo name): 64 on Hopper, 128 on the
+    others (Blackwell; module docstring)."""
+    return SPLIT_ROWS if gpu in HOPPER else BLACKWELL_DECODE_HEADS
+
+
+def cache_reads(heads: int, share: float = 1.0, block_heads: int = SPLIT_ROWS) -> float:
+    """HBM reads of a sequence's cache per decode step, in first reads: one per `block_heads`
+    block of its `heads` (`decode_block_heads`), each after the first at `share`
+    (`reread_share`)."""
+    return 1.0 + (-(-heads // block_heads) - 1) * share
 
 
 def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
-                       share: float = 1.0) -> KernelWork:
+                       share: float = 1.0, block_heads: int = SPLIT_ROWS) -> KernelWork:
     """The MLA decode kernel: `seqs` [dp] single-token queries of `heads` heads each against
     `context` [dp] cached tokens in all (`epsim.cost.flash.decode_work` at MLA's sizes). Each
-    64-row block of a sequence's heads is its own CTA and streams the sequence's whole cache:
-    the first block's read at full cost, each later one's at `share` (`cache_reads`; 128 heads
-    read it 1 + `share` times)."""
+    `block_heads` block of a sequence's heads (`decode_block_heads`) is its own CTA and streams
+    the sequence's whole cache: the first block's read at full cost, each later one's at `share`
+    (`cache_reads`; 128 heads in 64-head blocks read it 1 + `share` times)."""
     seqs = np.asarray(seqs, dtype=np.float64)
     head_dim = form.flash_head_dim
     counts = decode_counts(seqs, heads, 1, head_dim, num_sms)
     return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts,
-                       form.flash_kv_ratio * cache_reads(heads, share))
+                       form.flash_kv_ratio * cache_reads(heads, share, block_heads))
 
 
-def decode_reread_kb(seqs, context, heads: int, form: MlaForm) -> np.ndarray:
-    """[dp] KB the later 64-head blocks re-read at full cost (`cache_reads - 1` caches of
-    `context` [dp] keys): the design column of `reread_hbm_ratio`."""
-    extra = cache_reads(heads) - 1.0
+def decode_reread_kb(seqs, context, heads: int, form: MlaForm,
+                     block_heads: int = SPLIT_ROWS) -> np.ndarray:
+    """[dp] KB the later head blocks re-read at full cost (`cache_reads - 1` caches of
+    `context` [dp] keys): the design column of `reread_hbm_ratio` (0 where one block holds
+    every head)."""
+    extra = cache_reads(heads, 1.0, block_heads) - 1.0
     return extra * np.asarray(context, dtype=np.float64) * form.kv_bytes_per_key * 1e-3
 
 
@@ -271,7 +304,7 @@ def mla_decode_kernel(mla: MlaParams) -> DecodeKernel:
     """The decode kernel of `decode_kernel_work` as an `epsim.cost.flash.DecodeKernel` (its
     sequence counts' terms remembered across steps: the engine's decode path and its leaps)."""
     form = mla.decode_form
-    reads = cache_reads(mla.heads, reread_share(mla.decode))
+    reads = cache_reads(mla.heads, reread_share(mla.decode), decode_block_heads(mla.hardware.name))
     return DecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms,
                         absolute(mla.decode, mla.hardware), form.flash_kv_ratio * reads)
 

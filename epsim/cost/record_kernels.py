@@ -25,15 +25,15 @@ import numpy as np
 
 from epsim.cost.experts import num_sms, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
-                            decode_kernel_work, decode_reread_kb, mla_defaults,
-                            mla_kernel_features, per_head_form, prefill_kernel_work,
-                            reread_share, with_reread)
+                            decode_block_heads, decode_kernel_work,
+                            decode_reread_kb, mla_defaults, mla_kernel_features, per_head_form,
+                            prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_work,
                               layout_kb, quant_expert_gemm, remote_slot_bytes)
 from epsim.errors import RecordError, SpecError
-from epsim.profile import (GRAPH, Profile, component_key, experts_mode_path, format_kind,
-                           kv_kind)
+from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
+                           format_kind, kv_kind)
 from epsim.records import MeasurementRecord
 from epsim.spec.quant import kv_bytes_per_element
 from epsim.zoo import get_hardware, hardware_names
@@ -127,14 +127,16 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
     kv = kv_bytes_per_element(record.kv_cache_dtype or "bf16")
     d = DEEPSEEK_MLA
     one, sms = np.ones(1), num_sms(hw.name)
-    kind = format_kind(record.kind, kv_kind(record.kv_cache_dtype))
+    kind = format_kind(record.kind, decode_kv_kind(record.kv_cache_dtype, hw.name)
+                       if record.kind == "mla_decode" else kv_kind(record.kv_cache_dtype))
     params = with_reread(profile.params("any", kind, GRAPH, defaults=mla_defaults()))
     reread_kb = None
     if record.kind == "mla_decode":
         form = absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
+        block = decode_block_heads(hw.name)
         work = decode_kernel_work(one * seqs, one * seqs * ctx, heads, form, sms,
-                                  reread_share(params))
-        reread_kb = decode_reread_kb(one * seqs, one * seqs * ctx, heads, form)
+                                  reread_share(params), block)
+        reread_kb = decode_reread_kb(one * seqs, one * seqs * ctx, heads, form, block)
     else:
         form = (absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
                 if absorbed_prefill(hw.name) else

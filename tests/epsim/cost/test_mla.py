@@ -1,5 +1,6 @@
-"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, 64-head blocks
-re-reading it, the absorbed or per-head prefill by GPU), its design rows equal to the model, and
+"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, Hopper's 64-head
+blocks re-reading it where Blackwell's one 128-head block reads it once, the absorbed or per-head
+prefill by GPU), its design rows equal to the model, and
 a DeepSeek deployment priced by it instead of the GQA kernels."""
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from epsim.cost.attention import BatchCounts
 from epsim.cost.flash import kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill,
-                            decode_kernel_work, decode_reread_kb, mla_decode_kernel,
-                            mla_kernel_features, mla_token_us, per_head_form,
+                            decode_block_heads, decode_kernel_work, decode_reread_kb,
+                            mla_decode_defaults, mla_decode_kernel, mla_kernel_features,
+                            mla_token_us, per_head_form,
                             prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
-from epsim.profile import Profile
+from epsim.cost.record_kernels import kernel_record_features
+from epsim.profile import Profile, decode_kv_kind, kernel_keys
+from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_hardware, get_model
@@ -52,6 +56,20 @@ def test_decode_reads_the_cache_once_per_64_heads():
     assert fp8.mem_kb[0] < 0.51 * bf16.mem_kb[0] + 1e3       # half the cache bytes
 
 
+def test_blackwell_reads_the_cache_once_for_128_heads():
+    """TRT-LLM's MLA generation kernel holds DeepSeek's 128 heads in one CTA: no re-read, so
+    no design column for `reread_hbm_ratio` on Blackwell; Hopper's 64-head blocks keep theirs."""
+    assert [decode_block_heads(g) for g in ("H100", "H200", "B200", "GB200", "GB300")] == \
+        [64, 64, 128, 128, 128]
+    seqs, ctx = np.array([32.0]), np.array([32.0 * 8192])
+    form = absorbed_form(512, 64, 2.0)
+    once = decode_kernel_work(seqs, ctx, 128, form, 148, 1.0, decode_block_heads("B200"))
+    hopper = decode_kernel_work(seqs, ctx, 128, form, 132, 1.0, decode_block_heads("H200"))
+    assert hopper.mem_kb[0] - once.mem_kb[0] == pytest.approx(ctx[0] * 576 * 2.0 * 1e-3)
+    assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("GB200"))[0] == 0.0
+    assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("H200"))[0] > 0.0
+
+
 def test_a_later_head_blocks_reread_costs_its_share():
     seqs, ctx = np.array([32.0]), np.array([32.0 * 8192])
     form = absorbed_form(512, 64, 2.0)
@@ -64,6 +82,21 @@ def test_a_later_head_blocks_reread_costs_its_share():
     # a profile fitted before the term: a re-read costs a read, as it did
     old = {k: v for k, v in PARAMS.items() if k != "reread_hbm_ratio"}
     assert reread_share(old) == 1.0 and with_reread(old)["reread_hbm_ratio"] == 0.8
+
+
+def test_the_datasheet_decode_reads_the_cache_once_at_128_heads():
+    # no MLA fit: the later 64-head block's read is an L2 hit (FlashMLA's compute-bound 128
+    # heads on H800), so 128 heads move the bytes 64 heads move, plus their own queries
+    assert reread_share(mla_decode_defaults()) == 0.0
+    seqs, ctx = np.array([64.0]), np.array([64.0 * 4096])
+    form = absorbed_form(512, 64, 2.0)
+    work = decode_kernel_work(seqs, ctx, 128, form, 132, reread_share(mla_decode_defaults()))
+    q_o = 64 * 128 * (576 + 512) * 2.0
+    assert work.mem_kb[0] * 1e3 == pytest.approx(q_o + ctx[0] * 576 * 2.0)
+    sheet = _deepseek(profile=Profile(name="datasheet-H800", hardware="H800"), gpu="H800")
+    assert reread_share(sheet.params.attention.mla.decode) == 0.0
+    # a profile with an MLA fit keeps its own (aic_h200's FlashAttention-3 table: 1.7 reads)
+    assert 0.5 < reread_share(_deepseek().params.attention.mla.decode) < 1.0
 
 
 def test_prefill_math_is_the_causal_pairs_absorbed():
@@ -132,11 +165,12 @@ def test_deepseek_is_priced_by_the_mla_model():
     assert ops > 0 and attn == pytest.approx(kernel + tokens + ops)
     prov = provenance(cm)
     assert prov["profile"].startswith(cm.profile.name) and prov["line"].startswith("profile ")
-    # datasheet efficiencies: an FP8 cache halves the latent's bytes, a long decode is cheaper
+    # datasheet efficiencies: an FP8 cache halves the latent's bytes, but 128 heads reading it
+    # once are bound by the BF16 math (FlashMLA's analysis), so a long decode is no slower
     sheet = Profile(name="datasheet-H200", hardware="H200")
     long = BatchCounts.uniform_decode(16, 64, 65536)
     assert (_deepseek(kv="fp8_e4m3", profile=sheet)._attention_layer_us(long)
-            < _deepseek(profile=sheet)._attention_layer_us(long))
+            <= _deepseek(profile=sheet)._attention_layer_us(long))
 
 
 def test_gqa_models_keep_their_path():
@@ -146,3 +180,22 @@ def test_gqa_models_keep_their_path():
                        DeploymentSpec(ep_size=8, moe_a2a_backend="deepep",
                                       enable_dp_attention=True))
     assert cm.params.attention.mla is None
+
+
+def test_an_fp8_cache_decodes_in_blackwells_bf16_kernel_fit():
+    """Blackwell's decode kernel reads FP8 keys in its BF16-cache loop: both caches' rows feed
+    and read one component (each at its cache's bytes); Hopper's FP8 path keeps its own."""
+    assert [decode_kv_kind(kv, gpu) for kv, gpu in (
+        ("fp8_e4m3", "H200"), ("fp8_e4m3", "B200"), ("fp8_e4m3", "GB300"), ("auto", "B200"),
+        ("fp8_e4m3", ""))] == ["fp8", "bf16", "bf16", "bf16", "fp8"]
+    for gpu, kind in (("H200", "mla_decode_fp8"), ("GB200", "mla_decode_bf16")):
+        mla = _deepseek(gpu, kv="fp8_e4m3").params.attention.mla
+        assert mla.keys["decode"] in ("", f"any/{kind}/graph") and mla.kv_bytes == 1.0
+        record = MeasurementRecord(
+            kind="mla_decode", backend="local", ep_size=1, hidden_size=0, median_us=50.0,
+            num_tokens_per_rank=8, num_attention_heads=128, num_seqs=8, context_len=4096,
+            kv_cache_dtype="fp8_e4m3", timing="device", extra={"scope": "kernel"},
+            provenance=Provenance(device=f"NVIDIA {gpu}", hardware=gpu))
+        sheet = Profile(name=f"datasheet-{gpu}", hardware=gpu)
+        assert kernel_keys(record) == [kernel_record_features(record, sheet).component] \
+            == [f"any/{kind}/graph"]
