@@ -42,7 +42,9 @@ RECV_FROM_CLIENTS = 16           # the scripts' `if [[ $CONC -ge 16 ]]` for the 
 class Flags:
     """One branch of a launch script: SGLang's server arguments (None: not set, SGLang's default).
 
-    `recv_interval` is (below RECV_FROM_CLIENTS clients, from it on)."""
+    `recv_interval` is (below RECV_FROM_CLIENTS clients, from it on). A sweep that states no
+    `ep` ran EP = TP where the script passed `--enable-ep-moe` (SGLang then sets ep_size =
+    tp_size: the FP4 B200 script until 2025-11-10), else EP 1 (SGLang's default)."""
 
     max_running_requests: int | None
     cuda_graph_max_bs: int | None
@@ -52,9 +54,10 @@ class Flags:
     kv_cache_dtype: str
     recv_interval: tuple[int, int] = (1, 1)
     source: str = ""
+    unstated_ep_is_tp: bool = False     # a sweep without `ep` ran EP = TP (`--enable-ep-moe`)
 
 
-_FP4 = Flags(256, 256, 16384, None, 0.85, "fp8_e4m3", (10, 30))
+_FP4 = Flags(256, 256, 16384, None, 0.85, "fp8_e4m3", (10, 30), unstated_ep_is_tp=True)
 _FP8_TP8 = Flags(128, 128, 32768, 32768, 0.82, "fp8_e4m3", (10, 30))
 _FP8_TP4 = Flags(32, 32, 8192, 8192, 0.95, "fp8_e4m3", (10, 10))
 _H200_1K1K = Flags(512, 512, 32768, 32768, 0.82, "auto")
@@ -95,6 +98,7 @@ class RowFlags:
     flags: Flags
     scheduler_recv_interval: int
     commit: str
+    ep_size: int                # the sweep's `ep` for the row (`--ep-size`, or EP = TP)
 
 
 def agg_key(precision: str, system: str) -> str:
@@ -119,31 +123,37 @@ class _Version:
     key: str
     date: str
     commit: str
-    runs: tuple[tuple[int, int, int, int], ...]       # (isl, osl, tp, clients) the sweep ran
+    runs: tuple[tuple[int, int, int, int, int], ...]   # (isl, osl, tp, ep, clients) it ran
 
 
-def recipe_flags(precision: str, system: str, isl: int, osl: int, tp: int, clients: int,
+def recipe_flags(precision: str, system: str, isl: int, osl: int, tp: int, ep: int, clients: int,
                  measured: str | None) -> RowFlags | None:
     """The flags of the script that ran an agg row (module doc), or None where no version of
-    its key in effect at `measured` ran its ISL/OSL, TP and client count."""
+    its key in effect at `measured` ran its ISL/OSL, TP and client count. The row's `ep` where
+    the sweep ran it, else the sweep's one `ep` at that TP (InferenceX passes it as `--ep-size`;
+    the November 2025 fp4 script's `--enable-ep-moe` is EP = TP): None where it ran several."""
     key = agg_key(precision, system)
     if key not in SCRIPTS:
         return None
-    ran = [v for v in in_effect(versions().get(key, []), measured)
-           if (isl, osl, tp, clients) in v.runs]
-    if not ran:
-        return None
     flags = next(f for t, seq, f in SCRIPTS[key]
                  if (t is None or t == tp) and (seq is None or seq == (isl, osl)))
+    unstated = tp if flags.unstated_ep_is_tp else 1
+    found = [(v, run[3] or unstated) for v in in_effect(versions().get(key, []), measured)
+             for run in v.runs if (run[0], run[1], run[2], run[4]) == (isl, osl, tp, clients)]
+    eps = {e for _, e in found}
+    if ep not in eps and len(eps) != 1:
+        return None
+    ran = ep if ep in eps else eps.pop()
     below, above = flags.recv_interval
-    return RowFlags(key, flags, above if clients >= RECV_FROM_CLIENTS else below, ran[-1].commit)
+    commit = [v for v, e in found if e == ran][-1].commit
+    return RowFlags(key, flags, above if clients >= RECV_FROM_CLIENTS else below, commit, ran)
 
 
 def for_row(row) -> RowFlags | None:
     """`recipe_flags` of an agg `SiliconRow` as it ran (`resolve`): its GPUs are InferenceX's tp."""
     match = _MEASURED.search(row.source)
     return recipe_flags(row.precision, row.system, row.isl, row.osl, row.agg.num_gpus,
-                        row.concurrency or 0, match.group(1) if match else None)
+                        row.agg.moe_ep_size, row.concurrency or 0, match.group(1) if match else None)
 
 
 def deployment_fields(found: RowFlags) -> dict:
@@ -165,7 +175,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _runs(config: dict) -> list[list[int]]:
-    """(isl, osl, tp, clients) of every run one key's config sweeps."""
+    """(isl, osl, tp, ep, clients) of every run one key's config sweeps (ep 0: not stated)."""
     seqs = (config.get("seq-len-configs") or (config.get("scenarios") or {}).get("fixed-seq-len")
             or [])
     runs = set()
@@ -174,7 +184,8 @@ def _runs(config: dict) -> list[list[int]]:
             if "prefill" in group or "tp" not in group:
                 continue
             for clients in _concurrencies(group):
-                runs.add((int(seq["isl"]), int(seq["osl"]), int(group["tp"]), clients))
+                runs.add((int(seq["isl"]), int(seq["osl"]), int(group["tp"]),
+                          int(group.get("ep", 0)), clients))
     return [list(r) for r in sorted(runs)]
 
 

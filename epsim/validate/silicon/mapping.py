@@ -15,7 +15,7 @@ form and tags the row "approximated: <what>"; such rows are reported apart, neve
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from epsim.errors import EpsimError
@@ -297,6 +297,28 @@ def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
     return max(share, 1)
 
 
+def _agg_server(run: SiliconRow, assumptions: list[str]) -> tuple[SiliconRow, dict]:
+    """An agg row's launch-script flags (`agg_recipes`) as `DeploymentSpec` fields, and the row
+    with its sweep's EP where its cell differs; each said in `assumptions` (the flags' line
+    replaces the first, the unstated KV-cache dtype's). No flags known: none, and said so."""
+    found = agg_recipes.for_row(run)
+    if found is None:
+        assumptions.append("server flags not known (no InferenceX agg sweep in effect ran the "
+                           "row): max_running_requests = clients, SGLang's other defaults")
+        return run, {}
+    server = agg_recipes.deployment_fields(found)
+    assumptions[0] = (f"server flags of InferenceX {found.key} at {found.commit[:9]} "
+                      f"({found.flags.source}): " + ", ".join(f"{k} {v}" for k, v in server.items()))
+    side = run.agg
+    if found.ep_size != side.moe_ep_size:
+        gpus = side.num_gpus
+        run = replace(run, agg=replace(side, moe_tp_size=gpus // found.ep_size,
+                                       moe_ep_size=found.ep_size))
+        assumptions.append(f"MoE EP {found.ep_size} x MoE-TP {gpus // found.ep_size}, as the sweep "
+                           f"ran it (the row says EP {side.moe_ep_size})")
+    return run, server
+
+
 def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     """The row's instances and what the spec lacks for them (see the module doc).
 
@@ -317,15 +339,8 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     run = ran.row
     server = {}
     if run.mode == "agg":
+        run, server = _agg_server(run, assumptions)
         roles = [("agg", run.agg, 1)]
-        found = agg_recipes.for_row(run)
-        if found is None:
-            assumptions.append("server flags not known (no InferenceX agg sweep in effect ran the "
-                               "row): max_running_requests = clients, SGLang's other defaults")
-        else:
-            server = agg_recipes.deployment_fields(found)
-            assumptions[0] = (f"server flags of InferenceX {found.key} at {found.commit[:9]} "
-                              f"({found.flags.source}): " + ", ".join(f"{k} {v}" for k, v in server.items()))
     else:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
                  ("decode", run.decode, run.decode.num_workers or 1)]
