@@ -17,7 +17,7 @@ def test_runs_are_the_single_node_groups_of_a_key():
             {"tp": 4, "ep": 4, "conc-start": 4, "conc-end": 16},
             {"tp": 8, "conc-list": [64]}]}]}
     assert _runs(config) == [[1024, 1024, 4, 4, 4], [1024, 1024, 4, 4, 8], [1024, 1024, 4, 4, 16],
-                             [1024, 1024, 8, 1, 64]]
+                             [1024, 1024, 8, 0, 64]]          # ep not stated: 0
 
 
 def test_fp4_b200_script_sets_the_scheduler_limits_and_the_receive_interval():
