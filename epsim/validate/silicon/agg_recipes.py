@@ -29,6 +29,7 @@ from pathlib import Path
 from epsim.io.write import write_text
 from epsim.validate.silicon.inferencex import (MASTER_PATHS, RUNNERS, _concurrencies, in_effect,
                                                moment)
+from epsim.validate.silicon.inferencex_extract import _git
 from epsim.validate.silicon.resolve import _MEASURED
 
 AGG_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_agg.json"
@@ -71,8 +72,8 @@ def _at(flags: Flags, source: str) -> Flags:
 # key -> [(tp or None: any, (isl, osl) or None: any, flags)], first match wins; each with the
 # script version (commit: path) in effect at the rows' measured dates
 SCRIPTS: dict[str, list[tuple[int | None, tuple[int, int] | None, Flags]]] = {
-    "dsr1-fp4-b200-sglang": [(None, None, _at(_FP4, "79abd6cb4: benchmarks/dsr1_fp4_b200_docker.sh "
-                                                    "(2025-11); 64c20b6b5: benchmarks/single_node/"
+    "dsr1-fp4-b200-sglang": [(None, None, _at(_FP4, "e06929c70, 7daaa8bb3: benchmarks/dsr1_fp4_b200_"
+                                                    "docker.sh (2025-11); 64c20b6b5: benchmarks/single_node/"
                                                     "dsr1_fp4_b200.sh (2026-03)"))],
     "dsr1-fp4-b300-sglang": [(None, None, _at(_FP4, "9ebeafb4e: benchmarks/single_node/"
                                                     "dsr1_fp4_b300.sh (2026-04)"))],
@@ -169,11 +170,6 @@ def deployment_fields(found: RowFlags) -> dict:
 
 
 # -- regenerating inferencex_agg.json from a clone ------------------------------------------------
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=True).stdout
-
-
 def _runs(config: dict) -> list[list[int]]:
     """(isl, osl, tp, ep, clients) of every run one key's config sweeps (ep 0: not stated)."""
     seqs = (config.get("seq-len-configs") or (config.get("scenarios") or {}).get("fixed-seq-len")
