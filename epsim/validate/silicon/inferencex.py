@@ -6,7 +6,14 @@ benchmark key (`dsr1-fp8-gb200-dynamo-sglang`), each ISL/OSL and each group of c
 the workers and the `tp`, `ep`, `dp-attn` of each side. Where a silicon row does not state its
 workers, the group that ran it does. `epsim/data/silicon/inferencex_recipes.json` holds every
 version of the disaggregated SGLang DeepSeek-R1 keys (MTP groups marked), each with the commit
-and date it took effect, and before them the GB200 launch script's groups;
+and date it took effect, and before them the GB200 launch script's groups. A system's MTP runs
+may sit in the key itself (`spec-decoding: mtp` groups) or in a twin key with `-mtp` appended
+(`dsr1-fp8-b200-dynamo-sglang-mtp`, from February 2026), which one push may sweep with the base
+key (#907 names both): a row's candidates are both keys' groups, less a key the sweep that
+measured it did not run. A push that adds entries to `perf-changelog.yaml` starts a sweep of the
+keys they name (`config-keys`; the run-sweep workflow), and the timestamped rows are measured 3-4 s
+after such a push: the row's sweep is the push a minute or less from it (a day-dated row's: those of its
+day), and its key is one that sweep named (`swept`);
 `python -m epsim.validate.silicon.inferencex_extract CLONE` regenerates it from a clone of the
 repository (docs/silicon.md).
 
@@ -29,8 +36,9 @@ from pathlib import Path
 
 RECIPES_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_recipes.json"
 MASTER_PATHS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
-# the keys the in-scope rows can come from: disaggregated SGLang DeepSeek-R1 (MTP groups marked)
-KEY_PREFIX, KEY_SUFFIX = "dsr1-", "-dynamo-sglang"
+# the keys the in-scope rows can come from: disaggregated SGLang DeepSeek-R1 (MTP groups marked),
+# and their MTP twins (every group of a `-mtp` key runs the draft)
+KEY_PREFIX, KEY_SUFFIX, MTP_SUFFIX = "dsr1-", "-dynamo-sglang", "-mtp"
 GPUS_PER_NODE = {"gb200": 4, "gb300": 4}        # a *_NODES setting counts trays of 4 GPUs
 RUNNERS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
            "gb200": "gb200", "gb300": "gb300"}
@@ -122,8 +130,19 @@ def groups_of(key: str, config: dict, commit: str, date: str) -> list[Group]:
                 continue
             found.append(Group(key, commit, date, str(config.get("image", "")), int(seq["isl"]),
                                int(seq["osl"]), _concurrencies(group), _recipe(group["prefill"]),
-                               _recipe(group["decode"]), str(group.get("spec-decoding", "none"))))
+                               _recipe(group["decode"]), _speculative(key, group)))
     return found
+
+
+def in_scope_key(key: str) -> bool:
+    """A disaggregated SGLang DeepSeek-R1 key or its MTP twin (`...-dynamo-sglang-mtp`)."""
+    return key.startswith(KEY_PREFIX) and key.removesuffix(MTP_SUFFIX).endswith(KEY_SUFFIX)
+
+
+def _speculative(key: str, group: dict) -> str:
+    """The group's draft: as it states it, else `mtp` for every group of an MTP twin key."""
+    stated = str(group.get("spec-decoding", "none"))
+    return "mtp" if stated == "none" and key.endswith(KEY_SUFFIX + MTP_SUFFIX) else stated
 
 
 @dataclass(frozen=True)
@@ -133,6 +152,43 @@ class Version:
     key: str
     date: str
     groups: tuple[Group, ...]
+
+
+@cache
+def sweeps(path: Path = RECIPES_PATH) -> tuple[tuple[datetime, frozenset[str]], ...]:
+    """Every push that started a sweep of in-scope keys: its time and the keys it named."""
+    data = json.loads(path.read_text())
+    return tuple(sorted((moment(s["date"]), frozenset(s["keys"])) for s in data.get("sweeps", [])))
+
+
+def _row_sweeps(measured: str) -> list[tuple[datetime, frozenset[str]]]:
+    """The pushes that may have started the sweep measuring a row at `measured`: the one
+    committed within `SLACK_S` of it (a sweep starts seconds after its push; a row measured
+    later came from a sweep not known here), or every one of a day-dated row's day."""
+    limit = moment(measured)
+    if limit.time() != datetime.min.time():
+        return [s for s in sweeps() if abs((s[0] - limit).total_seconds()) <= SLACK_S][-1:]
+    return [s for s in sweeps() if 0 <= (s[0] - limit).total_seconds() < DAY_SLACK_S]
+
+
+def swept(keys: tuple[str, ...], measured: str | None) -> tuple[str, ...]:
+    """The keys among `keys` that the sweep measuring a row at `measured` ran (`_row_sweeps`);
+    all of `keys` when no such push names any of them (the row's sweep is not known)."""
+    if measured is None:
+        return keys
+    found = _row_sweeps(measured)
+    named = tuple(k for k in keys if any(k in n for _, n in found))
+    return named or keys
+
+
+def _when_run(key: str, measured: str | None) -> list[str | None]:
+    """The times to hold a row of `key` to (`in_effect`): a day-dated row's, the pushes of its
+    day that named the key (the sweep ran the version of that moment, not every version of
+    the day); else the row's own time."""
+    if measured is None or moment(measured).time() != datetime.min.time():
+        return [measured]
+    pushes = [when.isoformat() for when, named in _row_sweeps(measured) if key in named]
+    return pushes or [measured]
 
 
 @cache
@@ -160,6 +216,12 @@ def key_for(precision: str, system: str) -> str:
     return f"{KEY_PREFIX}{precision}-{RUNNERS.get(system, system)}{KEY_SUFFIX}"
 
 
+def keys_for(precision: str, system: str) -> tuple[str, str]:
+    """The row's key and its MTP twin."""
+    key = key_for(precision, system)
+    return key, key + MTP_SUFFIX
+
+
 def _same_image(row_image: str, group_image: str) -> bool:
     """The same build of an image, whatever variant tag it was pulled by (`-runtime`, `-amd64`:
     the master config and the results name one image both ways)."""
@@ -183,12 +245,17 @@ def in_effect(found: list[Version], measured: str | None) -> list[Version]:
 
 def candidates(precision: str, system: str, isl: int, osl: int, concurrency: int,
                measured: str | None, image: str | None) -> list[Group]:
-    """The groups that could have run a disaggregated row: its key's config in effect when it
-    was measured (`in_effect`), same ISL/OSL, the row's client count in the group's list, and
-    the row's image where it names one (`_same_image`)."""
+    """The groups that could have run a disaggregated row: its key's and its MTP twin's (those
+    its sweep ran, `swept`) configs in effect when it was measured (`in_effect`; for a row dated
+    by day, at its day's pushes of the key, `_when_run`), same ISL/OSL, the row's client count in
+    the group's list, and the row's image where it names one (`_same_image`)."""
     found = []
-    for version in in_effect(versions().get(key_for(precision, system), []), measured):
-        found += [g for g in version.groups
-                  if (g.isl, g.osl) == (isl, osl) and concurrency in g.concurrencies
-                  and _same_image(image or "", g.image)]
+    for key in swept(keys_for(precision, system), measured):
+        ran = []
+        for when in _when_run(key, measured):
+            ran += [v for v in in_effect(versions().get(key, []), when) if v not in ran]
+        for version in ran:
+            found += [g for g in version.groups
+                      if (g.isl, g.osl) == (isl, osl) and concurrency in g.concurrencies
+                      and _same_image(image or "", g.image)]
     return found

@@ -1,6 +1,7 @@
 """`python -m epsim.validate.silicon.inferencex_extract CLONE`: the recipe groups of InferenceX's
-master config, every version of the in-scope keys, from a local clone of SemiAnalysisAI/InferenceX
-(full history) into `epsim/data/silicon/inferencex_recipes.json` (`inferencex` reads it).
+master config, every version of the in-scope keys, and the sweeps of them its perf changelog
+started, from a local clone of SemiAnalysisAI/InferenceX (full history) into
+`epsim/data/silicon/inferencex_recipes.json` (`inferencex` reads it).
 
 Before the master config held them (December 2025), the GB200 SGLang runs were launched by
 `runners/launch_gb200-nv.sh`: `bash ./submit_disagg.sh PREFILL_NODES PREFILL_WORKERS
@@ -20,8 +21,8 @@ import sys
 from pathlib import Path
 
 from epsim.io.write import write_text
-from epsim.validate.silicon.inferencex import (KEY_PREFIX, KEY_SUFFIX, MASTER_PATHS, RECIPES_PATH,
-                                               groups_of, moment)
+from epsim.validate.silicon.inferencex import (KEY_PREFIX, KEY_SUFFIX, MASTER_PATHS, MTP_SUFFIX,
+                                               RECIPES_PATH, groups_of, in_scope_key, moment)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -68,6 +69,34 @@ def extract_launch(repo: Path) -> list[dict]:
     return out
 
 
+CHANGELOG = "perf-changelog.yaml"
+
+
+def extract_sweeps(repo: Path, keys: set[str]) -> list[dict]:
+    """Every push that started a sweep of in-scope keys: the commit that added entries to the
+    perf changelog and the in-scope keys those entries name (`config-keys`, glob patterns).
+    InferenceX's run-sweep workflow runs on such a push the keys its added lines name (its
+    `utils/process_changelog.py` reads the lines the commit adds, as here)."""
+    import fnmatch
+
+    import yaml
+    out = []
+    for line in _git(repo, "log", "--format=%H %cI", "--", CHANGELOG).splitlines():
+        sha, date = line.split()
+        diff = _git(repo, "show", "--format=", sha, "--", CHANGELOG).splitlines()
+        added = "\n".join(d[1:] for d in diff if d.startswith("+") and not d.startswith("+++"))
+        try:
+            entries = yaml.safe_load(added) or []
+        except yaml.YAMLError:
+            continue                                   # not an additions-only change
+        patterns = [str(p) for e in entries if isinstance(e, dict) for p in e.get("config-keys") or []]
+        named = sorted(k for k in keys if any(fnmatch.fnmatchcase(k, p) for p in patterns))
+        if named:
+            out.append({"commit": sha, "date": date, "keys": named})
+    out.sort(key=lambda v: moment(v["date"]))
+    return out
+
+
 def extract(repo: Path) -> dict:
     """Every version of the in-scope keys in the master config's history (consecutive commits
     with the same groups kept once, at the first). Needs `git` and PyYAML's C loader."""
@@ -86,7 +115,7 @@ def extract(repo: Path) -> dict:
         except (subprocess.CalledProcessError, yaml.YAMLError):
             continue                                   # a commit whose file did not parse
         for key, config in doc.items():
-            if not (isinstance(config, dict) and key.startswith(KEY_PREFIX) and key.endswith(KEY_SUFFIX)):
+            if not (isinstance(config, dict) and in_scope_key(key)):
                 continue
             groups = [{"isl": g.isl, "osl": g.osl, "concurrencies": list(g.concurrencies),
                        "prefill": vars(g.prefill), "decode": vars(g.decode), "speculative": g.speculative}
@@ -101,10 +130,12 @@ def extract(repo: Path) -> dict:
     first = min((moment(v["date"]) for v in out if v["key"] == LAUNCH_KEY), default=None)
     out += [v for v in extract_launch(repo) if first is None or moment(v["date"]) < first]
     out.sort(key=lambda v: (v["key"], moment(v["date"])))
+    sweeps = extract_sweeps(repo, {v["key"] for v in out})
     head = _git(repo, "rev-parse", "HEAD").strip()
     return {"source": "SemiAnalysisAI/InferenceX (Apache-2.0), " + ", ".join(MASTER_PATHS)
-            + " and " + LAUNCH_SCRIPT,
-            "head": head, "keys": f"{KEY_PREFIX}*{KEY_SUFFIX}", "versions": out}
+            + ", " + LAUNCH_SCRIPT + " and " + CHANGELOG,
+            "head": head, "keys": f"{KEY_PREFIX}*{KEY_SUFFIX}[{MTP_SUFFIX}]", "versions": out,
+            "sweeps": sweeps}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     data = extract(args.clone)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     write_text(args.out, json.dumps(data, indent=1, sort_keys=True) + "\n")
-    print(f"{len(data['versions'])} versions of {len({v['key'] for v in data['versions']})} keys "
+    print(f"{len(data['versions'])} versions of {len({v['key'] for v in data['versions']})} keys, "
+          f"{len(data['sweeps'])} sweeps "
           f"-> {args.out} (InferenceX {data['head'][:12]})")
     return 0
 

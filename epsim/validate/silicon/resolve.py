@@ -13,6 +13,8 @@ stated as an assumption the entry carries:
   the deployment's total GPUs as `tp_size`: 20, 48, 72), takes each side from the recipe group
   that ran it (`epsim.validate.silicon.inferencex`). Several groups at the row's client count
   are told apart by the row's own cells; a row none or several groups fit is not predicted.
+- **MTP of a row that states its workers.** The groups its cells fit say whether the draft ran;
+  where the same layout ran with and without it, the row is not predicted.
 """
 
 from __future__ import annotations
@@ -77,16 +79,19 @@ def recipe_side(recipe: inferencex.Recipe, system: str) -> Side:
 
 def _fits(row: SiliconRow, group: inferencex.Group) -> bool:
     """The row's own cells agree with a group. Each stated side has the group's GPUs per
-    worker, or the group's total GPUs (Dynamo rows), or one GPU where the group sizes its
+    worker, or every side the group's total GPUs (Dynamo rows), or one GPU where the group sizes its
     workers by nodes (the placeholder `tp: 1, ep: 1` copied); its workers where stated; and
     the prefill side its EP (the rows write the prefill's EP on both sides: DEP32 decodes
     beside DEP8 prefills read `ep 8`)."""
     total = group.total_gpus(row.system)
     stated = ([("agg", row.agg, None)] if row.mode == "agg" else
               [("prefill", row.prefill, group.prefill), ("decode", row.decode, group.decode)])
+    # a Dynamo row writes the total on every side it states (`tp_size` 20 on both): a decode
+    # side of 48 GPUs beside a prefill side of 4 is a DEP48 worker, not a 16 + 32 pair's total
+    as_total = all(side.num_gpus == total for _, side, _ in stated)
     for role, side, recipe in stated:
         gpus = side.num_gpus
-        if gpus == total:
+        if as_total:
             continue
         if recipe is None:
             return False
@@ -109,14 +114,37 @@ def _describe(recipe: inferencex.Recipe, system: str) -> str:
     return f"{recipe.workers} x {kind}{gpus}"
 
 
-def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
-    """The row's sides from the recipe group that ran it; `stated` (the row as it states
-    itself) where not exactly one group's layout fits a row that states its workers."""
+def _groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Group]]:
+    """The InferenceX groups that ran the row's client count then, and those its cells fit."""
     match = _MEASURED.search(row.source)
     found = inferencex.candidates(row.precision, row.system, row.isl, row.osl, row.concurrency or 0,
                                   match.group(1) if match else None, row.image or None)
+    return found, [g for g in found if _fits(row, g)]
+
+
+def _draft(stated: Resolved) -> Resolved:
+    """A disaggregated row that states its workers but not whether DeepSeek's MTP draft ran:
+    the InferenceX groups its cells fit say so where they agree; where groups with and without
+    it fit (the same layout run both ways in one sweep), the row cannot be known."""
+    fitting = _groups(stated.row)[1]
+    drafts = {g.speculative for g in fitting}
+    key = inferencex.key_for(stated.row.precision, stated.row.system)
+    if drafts == {"mtp"}:
+        return replace(stated, speculative=True, assumptions=stated.assumptions + (
+            f"MTP: every InferenceX group of {key} that fits the row runs it",))
+    if len(drafts) > 1:
+        return Resolved(stated.row, stated.assumptions, error=(
+            f"InferenceX recipe groups of {key} with and without MTP fit the row at "
+            f"{stated.row.concurrency} clients: the row does not say which ran"),
+            error_class=SEVERAL_GROUPS)
+    return stated
+
+
+def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
+    """The row's sides from the recipe group that ran it; `stated` (the row as it states
+    itself) where not exactly one group's layout fits a row that states its workers."""
+    found, fitting = _groups(row)
     key = inferencex.key_for(row.precision, row.system)
-    fitting = [g for g in found if _fits(row, g)]
     layouts = {(g.prefill, g.decode, g.speculative) for g in fitting}
     if stated is not None and len(layouts) != 1:
         return stated
@@ -155,6 +183,8 @@ def resolve(row: SiliconRow) -> Resolved:
         return _from_recipe(row)
     if row.system in DISAGG_ONLY:       # stated, but may copy the wide-EP placeholder's ep: 1
         return replace(_from_recipe(row, stated=_as_stated(row)), from_recipe=False)
+    if row.mode == "disagg":            # workers stated, the draft not
+        return _draft(_as_stated(row))
     return _as_stated(row)
 
 

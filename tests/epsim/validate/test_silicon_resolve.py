@@ -127,3 +127,62 @@ def test_a_row_no_group_or_several_groups_fit_is_refused_with_the_reason(rows):
     plan = plan_row(rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_disagg_1024x1024_c512_tp8_0_ep8_0_515"])
     assert not plan.expressible and not plan.instances
     assert "InferenceX recipe group" in plan.error and "dsr1-fp8-b200-dynamo-sglang" in plan.error
+
+
+def test_mtp_twin_key_and_the_sweep_that_ran_a_row():
+    # #907 (593fb431, 2026-03-18T21:01:02Z) names the B200 FP8 key and its -mtp twin: a row
+    # measured 3 s later may come from either; the push of 2026-02-13T19:05:35Z named only the twin
+    keys = inferencex.keys_for("fp8", "b200_sxm")
+    assert keys == ("dsr1-fp8-b200-dynamo-sglang", "dsr1-fp8-b200-dynamo-sglang-mtp")
+    assert inferencex.swept(keys, "2026-03-18T21:01:05Z") == keys
+    assert inferencex.swept(keys, "2026-02-13T19:05:38Z") == keys[1:]
+    assert inferencex.swept(keys, "2026-02-07T07:09:01Z") == keys[:1]
+    assert inferencex.swept(keys, "2026-02-13T00:00:00.000Z") == keys[1:]     # its day's push
+    assert inferencex.swept(keys, None) == keys
+    # every group of the twin key runs the draft, whatever it states
+    twin = [g for v in inferencex.versions()[keys[1]] for g in v.groups]
+    assert twin and {g.speculative for g in twin} == {"mtp"}
+    # only the twin ran 1024/1024 at 512 clients then: the row finds its groups there
+    found = inferencex.candidates("fp8", "b200_sxm", 1024, 1024, 512, "2026-03-18T21:01:05Z", None)
+    assert found and {g.key for g in found} == {keys[1]}
+
+
+def test_a_day_dated_row_is_held_to_its_days_push():
+    # H100 rows dated 2026-02-13 by day: the key's push that day (78d48618, 03:10 UTC) made it
+    # MTP-only; the version before the day (76fa582, no MTP) did not run them
+    found = inferencex.candidates("fp8", "h100_sxm", 1024, 1024, 16, "2026-02-13T00:00:00.000Z", None)
+    assert found and {g.commit[:8] for g in found} == {"78d48618"}
+    assert {g.speculative for g in found} == {"mtp"}
+
+
+def test_a_side_states_the_total_only_where_every_side_does(rows):
+    # GB300 FP4 at 2026-02-12T00:44:37Z: 4 x DEP4 prefills beside a DEP32 decode (16 + 32 = 48
+    # GPUs) or a DEP48 one; a row writing prefill 4 and decode 48 states widths per worker
+    # (Dynamo rows writing the total write it on both sides: 48 and 48)
+    row = rows["dsr1_gb300_sglang_fp8_disagg_8192x1024_c1024_cfg505"]
+    row = replace(row, precision="fp4", isl=1024, osl=1024, concurrency=2048, moe_quant_mode="nvfp4",
+                  source="measured=2026-02-12T00:44:37Z",
+                  prefill=replace(row.prefill, tp_size=4, attention_dp_size=1, moe_tp_size=1,
+                                  moe_ep_size=4, num_workers=None),
+                  decode=replace(row.decode, tp_size=48, attention_dp_size=1, moe_tp_size=12,
+                                 moe_ep_size=4, num_workers=None))
+    ran = resolve(row)
+    assert ran.error is None, ran.error
+    assert "P 4 x DEP4 / D 1 x DEP48" in ran.assumptions[0]
+    # the same row writing 48 on both sides states the total: the DEP32 pair's (DEP48's is 64)
+    total = replace(row, prefill=replace(row.prefill, tp_size=48, moe_tp_size=12))
+    assert "P 4 x DEP4 / D 1 x DEP32" in resolve(total).assumptions[0]
+
+
+def test_a_row_stating_its_workers_but_not_the_draft(rows):
+    # the H200 sweep of 2026-02-07 ran P 1 x TP8 / D 1 x DEP8 at 8192/1024 with and without MTP
+    h200 = rows["dsr1_h200_sglang_fp8_disagg_8192x1024_c256_cfg434"]
+    refused = resolve(h200)
+    assert refused.error_class == "deployment not known: several InferenceX recipe groups fit the row"
+    assert "with and without MTP" in refused.error
+    # at 512 clients only the MTP group ran that layout: the row runs the draft
+    ran = resolve(replace(h200, concurrency=512))
+    assert ran.error is None and ran.speculative
+    # a client count no group ran: the row as it states itself
+    alone = resolve(replace(h200, concurrency=3))
+    assert alone.error is None and not alone.speculative
