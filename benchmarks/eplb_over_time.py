@@ -128,7 +128,7 @@ def elastic(write: bool) -> list[str]:
              f"- failure at {fail['at_s']:.1f} s: {fail['lost_requests']} requests lost, "
              f"{fail['reloaded_experts']} expert slots reloaded ({fail['reload_bytes'] / 1e9:.1f} GB), "
              f"stall {fail['stall_us'] * 1e-3:.0f} ms (detection {fail['detection_us'] * 1e-3:.0f} ms); "
-             f"recovery at {back['at_s']:.1f} s",
+             f"recovery at {back['at_s']:.1f} s (rejoin resync stall {back['stall_us'] * 1e-3:.1f} ms)",
              "- rebalances: " + ", ".join(f"{e['reason']} at {e['at_s']:.1f} s (stall {e['stall_us'] * 1e-3:.0f} ms, "
                                           f"window balancedness {e['balancedness_before']:.2f} -> "
                                           f"{e['balancedness_after']:.2f})" for e in s["eplb"]["rebalances"]),

@@ -15,13 +15,16 @@ For one scenario (its steady decode step from `epsim.sim.steady`, its skew model
   survivors, the timed-out forward run again (one steady decode step; the terms of
   `epsim.eplb.recovery.failure_terms`); while the rank is away (`failure_repair_s`) the
   instance serves at (ep - 1) / ep. The rejoin runs no rebalance (SGLang 0.5.12: the interval
-  restarts and the next periodic rebalance, already counted, places the rank's experts) and its
-  resynchronisation is not measured (`epsim.eplb.recovery.rejoin_terms`). Without elastic EP:
+  restarts and the next periodic rebalance, already counted, places the rank's experts); the
+  survivors pause for its resynchronisation's collectives (`epsim.eplb.recovery.rejoin_terms`,
+  link-model lower bounds, its host work unpriced). Without elastic EP:
   the instance is down until the rank is back and every GPU has reloaded its weights
   (`reload_gbps`). Either way the failed ranks' running requests are lost and resent by their
-  clients (nothing in SGLang resends them): the tokens they had produced (half an output on
-  average) are work done again, and so is their prefill where this instance prefills
-  (aggregated; a decode instance's prefill instance pays it).
+  clients once their timeout runs out (nothing in SGLang answers or resends them; `workload.
+  retry`, `epsim.sim.retries`): the tokens they had produced (half an output on average) are
+  work done again, and so is their prefill where this instance prefills (aggregated; a decode
+  instance's prefill instance pays it). The clients' wait adds to those requests' latency, not
+  to the instance's work.
 - **Goodput** = 1 - (rebalance stall + failures x time lost per failure) / 3600, time lost per
   failure counting the interruption, the degraded capacity and the redone work in instance-
   seconds. It leaves out what the simulator has and this does not: queueing after a pause.
@@ -41,7 +44,7 @@ from epsim.eplb import (
 from epsim.eplb.host_terms import (
     deployment_terms, per_op_params, shipped_host_params, tensors_per_expert,
 )
-from epsim.eplb.recovery import failure_terms, rejoin_terms
+from epsim.eplb.recovery import deployment_rejoin_terms, failure_terms
 from epsim.errors import SpecError
 from epsim.routing.skew import SkewModel
 from epsim.sim.steady import steady_model, steady_state
@@ -146,7 +149,9 @@ def failure_seconds(scenario, profile, placement, steady) -> tuple[float, float]
     interruption = failure_terms(rebalance_s * 1e6, reload_s * 1e6,
                                  detection=d.moe_dispatch_timeout_s * 1e6,
                                  rerun_us=steady.step_s * 1e6).interruption_us * 1e-6
-    rejoin_s = rejoin_terms().interruption_us * 1e-6
+    links, _ = _links_and_host(scenario, profile)
+    rejoin_s = deployment_rejoin_terms(scenario, links, int(placement.logical_count.max())
+                                       ).interruption_us * 1e-6
     return interruption, interruption + rejoin_s + d.failure_repair_s / d.ep_size + redo_rank_s
 
 

@@ -76,10 +76,20 @@ def tpot_ms(result: SimResult) -> np.ndarray:
     return gaps.span_s[has] / gaps.count[has] * 1e3
 
 
+def superseded(result: SimResult) -> np.ndarray:
+    """[requests] bool: lost sends whose clients resent them (`epsim.sim.retries`); the resend,
+    timed from the first send, stands for the request."""
+    out = np.zeros_like(result.is_initial)
+    if result.retry_of is not None:
+        out[result.retry_of[result.retry_of >= 0]] = True
+    return out
+
+
 def request_latencies_ms(result: SimResult) -> dict[str, np.ndarray]:
     """Per-request TTFT and end-to-end latency (ms) of the requests arriving in the window
-    (NaN where none yet), and TPOT (ms) of every request with an inter-token gap in it."""
-    measured = ~result.is_initial & (result.arrival_s >= result.warmup_s)
+    (NaN where none yet; a resent request by its resend), and TPOT (ms) of every request with
+    an inter-token gap in it."""
+    measured = ~result.is_initial & ~superseded(result) & (result.arrival_s >= result.warmup_s)
     arrival = result.arrival_s[measured]
     first = result.first_token_s[measured]
     finish = result.finish_s[measured]
@@ -167,7 +177,10 @@ def summarize(result: SimResult) -> dict:
     output = float(steps["output_tokens"][measured].sum())
     processed = float(steps["num_tokens"][measured].sum())
     lat = request_latencies_ms(result)
-    num_measured = int((~result.is_initial & (result.arrival_s >= result.warmup_s)).sum())
+    # a client's resend of a lost request is the same request: counted once, finished if it did
+    resend = result.retry_of >= 0 if result.retry_of is not None else np.zeros_like(result.is_initial)
+    replaced = superseded(result)                    # lost sends their clients resent
+    num_measured = int((~result.is_initial & ~resend & (result.arrival_s >= result.warmup_s)).sum())
     finished = np.isfinite(result.finish_s) & ~result.is_initial & (result.arrival_s >= result.warmup_s)
     busy_us = float(steps["step_us"][measured].sum())
     stall_us = float(sum(s[1] for s in result.stalls if s[0] >= warm_us))
@@ -201,8 +214,9 @@ def summarize(result: SimResult) -> dict:
         "num_instances": result.scenario.deployment.num_instances,
         "num_steps": int(steps["step_us"].shape[0]),
         "num_measured_steps": int(measured.sum()),
-        "num_requests": {"arrived": int((~result.is_initial).sum()), "measured": num_measured,
-                         "finished": int(finished.sum()), "lost": int(lost.sum())},
+        "num_requests": {"arrived": int((~result.is_initial & ~resend).sum()), "measured": num_measured,
+                         "finished": int(finished.sum()), "lost": int(lost.sum()),
+                         "resent": int(resend.sum())},
         # decode requests per rank running at t=0 ("steady" resolved to the screen's batch)
         "initial_running_per_rank": int(result.initial_running_per_rank),
         "throughput_tokens_per_s_per_gpu": processed / per_gpu_s,
@@ -210,7 +224,7 @@ def summarize(result: SimResult) -> dict:
         "output_tokens_per_s_per_gpu": output / per_gpu_s,
         "requests_per_s": float(finished.sum()) / window_s,
         "keep_up": label_saturated(keep_up(
-            result.arrival_s, result.first_token_s, result.is_initial, lost, result.warmup_s,
+            result.arrival_s, result.first_token_s, result.is_initial | replaced, lost, result.warmup_s,
             result.duration_s, ttft["p99"], step_start_s=steps["start_us"] * 1e-6,
             num_running=steps["num_running"],
             clients=getattr(result.scenario.one_instance().workload.arrivals, "clients", None)),
@@ -397,5 +411,6 @@ def format_table(summary: dict) -> str:
         e = s["elastic"]
         fails = [ev for ev in e["events"] if ev["kind"] == "failure"]
         lines.append(f"elastic EP           {len(fails)} failure(s), {e['recovery']} recovery, "
-                     f"{e['lost_requests']} requests lost, stall {duration(e['stall_us_total'])}")
+                     f"{e['lost_requests']} requests lost ({s['num_requests']['resent']} resent), "
+                     f"stall {duration(e['stall_us_total'])}")
     return "\n".join(lines)

@@ -4,7 +4,8 @@ The arriving half of the scheduler (`epsim.sim.batching.Scheduler` is an `Admiss
 queue per rank (`epsim.sim.rank_queues`; a closed loop's sends, `epsim.sim.clients`, join as
 requests finish) and a rank takes them first come first served, as many as its free slots and,
 where it can bind, its KV pool (`epsim.sim.kv_pool`) hold. Elastic EP reroutes later arrivals
-over the live ranks (`route_to`).
+over the live ranks (`route_to`), and the requests a failed rank lost come back as their
+clients resend them (`on_lost`, `epsim.sim.retries`).
 """
 
 from __future__ import annotations
@@ -18,22 +19,44 @@ class Admission:
 
     # -- a closed loop's clients (`epsim.sim.clients`) ------------------------------------------
     def _send(self, times_s: list[float]) -> None:
-        """The clients send one request each at `times_s` (non-decreasing)."""
+        """The clients send one new request each at `times_s` (each no earlier than now)."""
         if not times_s:
             return
         closed, state = self.closed, self.state
-        sent = state.count - closed.num_initial
-        input_len, output_len = closed.lengths(sent, len(times_s))
+        input_len, output_len = closed.lengths(closed.num_sent, len(times_s))
+        closed.num_sent += len(times_s)
         if self.mode == "prefill":
             output_len = np.ones_like(output_len)
         if state.count + len(times_s) >= np.iinfo(np.int32).max:
             raise ValueError("requests must be fewer than 2**31 per run (int32 slot ids)")
-        state.add_requests(np.asarray(times_s, dtype=np.float64), input_len, output_len)
-        self.queues.send(times_s)
+        ids = state.add_requests(np.asarray(times_s, dtype=np.float64), input_len, output_len)
+        self.queues.add(times_s, ids.tolist())
 
     def _client_done(self, ids: np.ndarray, now_s: float) -> None:
-        """Requests `ids` ended at `now_s` (finished or lost): their clients send again."""
+        """Requests `ids` finished at `now_s`: their clients send again."""
         self._send([now_s + self.closed.think_s] * int(ids.shape[0]))
+
+    # -- requests a failed rank lost (`epsim.sim.retries`) ------------------------------------
+    def on_lost(self, lost: np.ndarray, now_s: float) -> None:
+        """Requests `lost` died with their rank at `now_s`: their clients resend them when
+        their timeout runs out, or give up (a closed loop's client then sends its next)."""
+        if lost.shape[0] == 0:
+            return
+        state = self.state
+        resends = self.retries.on_lost(lost, now_s, state.arrival_s[lost])
+        again = resends.lost_ids[resends.resend]
+        if again.shape[0]:
+            if state.count + again.shape[0] >= np.iinfo(np.int32).max:
+                raise ValueError("requests must be fewer than 2**31 per run (int32 slot ids)")
+            # the same request: its lengths, its first send's time (TTFT counts from it)
+            ids = state.add_requests(state.arrival_s[again].copy(), state.input_len[again].copy(),
+                                     state.output_len[again].copy())
+            state.is_initial[ids] = state.is_initial[again]
+            self.retries.record(ids, resends)
+            self.queues.add(resends.at_s[resends.resend].tolist(), ids.tolist())
+        if self.closed is not None:
+            gave_up = resends.at_s[~resends.resend]
+            self._send(sorted((gave_up + self.closed.think_s).tolist()))
 
     # -- queries -----------------------------------------------------------------------------
     def arrived(self, now_s: float) -> np.ndarray:

@@ -10,7 +10,8 @@ prompt is prefilled (first token); `decode` admits requests whose prompt is alre
 cache.
 
 Elastic EP: `drop_rank` loses a failed rank's running and queued requests (its scheduler process
-is gone), and `route_to` sends later arrivals round-robin over the live ranks only.
+is gone; their clients resend them when their timeout runs out, `epsim.sim.retries`), and
+`route_to` sends later arrivals round-robin over the live ranks only.
 
 The scheduler's paths share one state object (`epsim.sim.slots.SlotState`: slots, requests,
 the token clock) and keep the rest to themselves. This module is the per-slot path, which runs
@@ -42,10 +43,12 @@ from epsim.sim.kv_pool import KVPool
 from epsim.sim.quiet import Quiet, apply_quiet, quiet_steps
 from epsim.sim.rank_queues import RankQueues
 from epsim.sim.recv import RecvSkipper
+from epsim.sim.retries import Retries
 from epsim.sim.saturation import Applied, Saturated, apply_saturated, saturated_batch, saturated_steps
 from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, NO_REQUEST, SlotState
 from epsim.sim.speculative import Acceptance, verify_counts
 from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
+from epsim.spec.workload import RetrySpec
 
 
 @dataclass(eq=False)
@@ -88,6 +91,8 @@ class Scheduler(Admission):
             a verify step of `draft_tokens` tokens per request, on the per-slot path.
         recv_interval: `scheduler_recv_interval`: above 1, a step admits only the arrivals up to
             the scheduler's last receive (`epsim.sim.recv.RecvSkipper`).
+        retry: what the clients do with a request a failed rank lost (`workload.retry`, a
+            `RetrySpec`; None: its defaults, sglang.bench_serving's).
     Attributes:
         state: the slots and requests every path shares (`SlotState`).
         queues: the arrivals each rank holds and has admitted (`RankQueues`).
@@ -98,7 +103,9 @@ class Scheduler(Admission):
                  mode: str = "null", mixed_chunk: bool = False, initial: Requests | None = None,
                  initial_progress: np.ndarray | None = None, window_start_s: float = 0.0,
                  closed: ClosedLoop | None = None, kv: KVPool | None = None,
-                 spec: Acceptance | None = None, draft_tokens: int = 1, recv_interval: int = 1):
+                 spec: Acceptance | None = None, draft_tokens: int = 1, recv_interval: int = 1,
+                 retry=None):
+        self.retries = Retries(RetrySpec() if retry is None else retry)
         self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
         # SGLang's --scheduler-recv-interval: arrivals join only at receive points (`recv`)
         self.recv = RecvSkipper(recv_interval) if recv_interval > 1 else None
@@ -241,7 +248,8 @@ class Scheduler(Admission):
         """A failed rank loses its requests, running and queued; its slots become free.
 
         Returns:
-            [lost] int64 request ids (marked in `lost`; they never finish).
+            [lost] int64 request ids (marked in `lost`; they never finish: a resend is a
+            new request, `on_lost`).
         """
         self.leave_decode_path()
         state = self.state
@@ -251,8 +259,6 @@ class Scheduler(Admission):
         lost = np.concatenate([row[used].astype(np.int64), waiting])
         state.clock.lose(row[used], self.slot_tokens()[rank, used], state.clock.last_s[rank, used])
         state.lost[lost] = True
-        if state.on_finish is not None:       # a client whose request was lost sends its next
-            state.on_finish(lost, now_s)
         state.slot_req[rank] = NO_REQUEST
         state.used = state.used.copy()          # the plan of the step in flight keeps its own
         state.used[rank] = False
@@ -263,6 +269,7 @@ class Scheduler(Admission):
         self._out_left[rank] = EMPTY_LEFT
         state.occupied[rank] = 0
         self._dropped = True
+        self.on_lost(lost, now_s)          # their clients resend them, or give up
         return lost
 
     # -- one step ------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 `sglang.bench_serving --max-concurrency N` (with its default infinite request rate) creates every
 request at t=0 and lets N of them run at once: each client sends its next request as soon as
 its last one finishes. aiperf's `--concurrency N` does the same. Here a client sends its next
-request `think_time_s` after its last one finished (or was lost with a failed rank, as
-bench_serving counts a failed request and moves on), so the arrival times are not known before
-the run: they follow the completions.
+request `think_time_s` after its last one finished, or after it gave up on one its failed rank
+lost (`workload.retry`: the client's timeout, and its resends, `epsim.sim.retries`), so the
+arrival times are not known before the run: they follow the completions.
 
 Request ids: the requests running at t=0 (`initial_running_per_rank`, part-way done) come first,
 `0 .. num_initial - 1`, then the clients' sends in the order they are sent. A send goes to DP
@@ -26,7 +26,7 @@ LENGTH_BLOCK = 4096      # lengths drawn this many requests at a time (input, th
 
 
 class ClientQueues(RankQueues):
-    """`RankQueues` whose arrivals are the clients' sends, added as they happen.
+    """`RankQueues` whose arrivals are the clients' sends, added as they happen (`add`).
 
     Args:
         num_ranks: DP ranks.
@@ -36,29 +36,6 @@ class ClientQueues(RankQueues):
     def __init__(self, num_ranks: int, offset: int):
         super().__init__(np.zeros(0), num_ranks)
         self.offset = offset
-
-    def send(self, times_s: list[float]) -> None:
-        """Requests sent at `times_s` (non-decreasing, and not before any earlier send)."""
-        if not times_s:
-            return
-        self._arrival_list.extend(times_s)
-        self.num_arrivals = len(self._arrival_list)
-        self._arrived_memo = None
-        self._array = None
-
-    @property
-    def arrival_s(self) -> np.ndarray:
-        """[sent] float64 send times, in send order."""
-        if getattr(self, "_array", None) is None:
-            self._array = np.asarray(self._arrival_list, dtype=np.float64)
-        return self._array
-
-    @arrival_s.setter
-    def arrival_s(self, value: np.ndarray) -> None:       # RankQueues.__init__ sets it
-        self._array = value
-
-    def request_ids(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
-        return super().request_ids(rows, index) + self.offset
 
 
 class ClosedLoop:
@@ -78,6 +55,7 @@ class ClosedLoop:
         self.clients = arrivals.clients
         self.think_s = float(arrivals.think_time_s)
         self.num_initial = num_initial
+        self.num_sent = 0          # new requests sent so far (resends of lost ones not counted)
         self._input_spec, self._output_spec = workload.input_len, workload.output_len
         self._rng = np.random.default_rng([seed, 0x1E7])
         self._inputs = np.zeros(0, dtype=np.int64)

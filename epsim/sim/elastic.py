@@ -3,8 +3,9 @@
 What a failure does (`deployment.failures`, each `at_s`, `rank`, `recover_after_s`), following
 SGLang's elastic EP over Mooncake:
 
-- The rank's DP-attention scheduler is gone: its running and queued requests are lost (a
-  client would resend them; not modelled). Later arrivals go round-robin over the live ranks
+- The rank's DP-attention scheduler is gone: its running and queued requests are lost; SGLang
+  never answers them, and their clients resend them when their own timeout runs out
+  (`workload.retry`, `epsim.sim.retries`). Later arrivals go round-robin over the live ranks
   (SGLang's data-parallel controller skips dead workers).
 - `elastic_recovery: replicas` (Mooncake EP): serving first stalls for the failure's detection:
   the survivors' MoE dispatch waits for the dead rank until Mooncake EP's timeout (10 s as SGLang
@@ -23,8 +24,10 @@ SGLang's elastic EP over Mooncake:
   expert slots hold unreferenced placeholders (expert 0, as SGLang's elasticity-aware
   placement leaves a dead rank's slots) until the next rebalance places experts on them
   (`place_rejoined`). Without EPLB (SGLang's rejoin needs its manager) the rank's slots serve
-  again at once with what they held. The resynchronisation's pause is not priced (no
-  measurement; `epsim.eplb.recovery.rejoin_terms`).
+  again at once with what they held. Either way the survivors pause for the
+  resynchronisation's collectives (`epsim.eplb.recovery.rejoin_terms`: the process groups'
+  peer state, the EP buffer's reconnect, the expert-location broadcast; link-model lower
+  bounds, its host work unpriced).
 - `elastic_recovery: reload` (no elastic EP): nothing can serve the failed rank's experts, so
   the whole instance waits until the rank is back and has reloaded all its slots at
   `reload_gbps` (`recover_after_s` is then required).
@@ -36,7 +39,8 @@ from typing import Generator
 
 import numpy as np
 
-from epsim.eplb.recovery import failure_terms
+from epsim.eplb.cost import rebalance_params
+from epsim.eplb.recovery import deployment_rejoin_terms, failure_terms
 from epsim.eplb.survivors import refill_survivors
 
 
@@ -48,7 +52,8 @@ class ElasticEP:
             `lost_requests`, `reloaded_experts` (layer x expert pairs), `reload_bytes`,
             `detection_us` (the dispatch timeout the survivors wait out), `rerun_us` (the timed-out
             forward run again: the last step's length), `stall_us` (detection, reloads and the
-            rerun; the rebalance between them is the EPLB manager's event).
+            rerun; the rebalance between them is the EPLB manager's event; a recovery's: the
+            rejoin's resynchronisation), `terms` (a recovery's, `RecoveryTerms.as_dict`).
     """
 
     def __init__(self, sim):
@@ -88,13 +93,14 @@ class ElasticEP:
         sim = self.sim
         now_s = sim.env.now * 1e-6
         state, sched = sim.placement, sim.scheduler
-        lost = sched.drop_rank(rank, now_s)
         self.down[rank] = True
         self.awaiting.discard(rank)
         # a rank rejoined since is active in SGLang's mask: the survivors include its slots
         self.place_rejoined()
         alive = ~self.down
+        # route first: the clients' resends of what the rank loses go to the live ranks
         sched.route_to(alive, now_s)
+        lost = sched.drop_rank(rank, now_s)
         if self.mode == "reload":
             # every layer waits for the rank's experts: serving pauses until it is back, reloaded
             reload_bytes = self.slots_per_rank * state.physical_to_logical.shape[0] * self.expert_bytes
@@ -146,7 +152,12 @@ class ElasticEP:
             state.set_alive(rank, True)
         self.down[rank] = False
         sim.scheduler.route_to(~self.down, sim.env.now * 1e-6)
-        return self._event("recovery", rank)
+        if self.mode != "replicas":
+            return self._event("recovery", rank)
+        terms = deployment_rejoin_terms(sim.scenario, rebalance_params(sim.profile, sim.scenario.cluster),
+                                        int(state.placement.logical_count.max()))
+        sim.stall(terms.interruption_us, "rejoin resync")
+        return self._event("recovery", rank, stall_us=terms.interruption_us, terms=terms.as_dict())
 
     def serving(self) -> np.ndarray | None:
         """[ranks] bool: ranks whose DP attention runs (None: all): the live ones and the

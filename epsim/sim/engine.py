@@ -141,7 +141,7 @@ class Simulation:
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
                                    spec=self.acceptance, draft_tokens=d.speculative_steps[2],
-                                   recv_interval=d.scheduler_recv_interval or 1)
+                                   recv_interval=d.scheduler_recv_interval or 1, retry=w.retry)
         self.end_us = w.duration_s * 1e6
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)
@@ -363,6 +363,7 @@ class Simulation:
             finish_s=requests.finish_s, input_len=requests.input_len,
             output_len=requests.output_len, is_initial=requests.is_initial,
             stalls=list(metrics.stalls), lost=requests.lost, charged_us=dict(metrics.charged_us),
+            retry_of=sched.retries.retry_of(requests.count),
             window_gaps=sched.window_gaps(trim=True),
             rebalances=[e.as_dict() for e in self.eplb.events] if self.eplb is not None else [],
             elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],

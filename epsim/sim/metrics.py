@@ -161,6 +161,8 @@ class SimResult:
         rank_pairs_mean: [ranks] mean token-expert pairs per rank per layer per measured step.
         arrival_s, first_token_s, finish_s, input_len, output_len, is_initial, lost: [requests]
             (`lost`: on a rank that failed; never finishes).
+        retry_of: [requests] int64, a client's resend of a lost request: the first send's id
+            (its `arrival_s` is the first send's); -1 for a first send (`epsim.sim.retries`).
         window_gaps: per request, inter-token gaps that ended in the measurement window
             (`epsim.sim.token_gaps.WindowGaps`; TPOT = span_s / count).
         stalls: (start_us, stall_us, label) of every stop-the-world pause.
@@ -203,3 +205,4 @@ class SimResult:
     itl_by_tokens: np.ndarray | None = None   # [steps, k] requests that got k tokens (speculative)
     accept_length: float | None = None        # tokens per request per verify step (speculative)
     kv_cache: dict = field(default_factory=dict)   # the KV pool and when it bound (`epsim.sim.kv_pool`)
+    retry_of: np.ndarray | None = None        # [requests] a resend's first send, -1 (`epsim.sim.retries`)

@@ -10,7 +10,10 @@ closed form.
 
 The arrivals are fixed before the run (`Requests`, open loop); a closed-loop client (a fixed
 number of requests in flight, the next sent as one finishes) is a variant of this object whose
-arrival times grow as requests finish.
+arrival times grow as requests finish. Either may take sends during the run (`add`: a closed
+loop's next requests, a client resending a request its failed rank lost, `epsim.sim.retries`),
+at any time from now on; the arrival order then no longer gives the request id, and a list of
+ids in arrival order does.
 """
 
 from __future__ import annotations
@@ -30,19 +33,67 @@ class RankQueues:
         admitted: [ranks] int64 requests each rank has taken from its queue (`take`).
     """
 
+    offset = 0          # the id of arrival 0 (a closed loop's sends follow its initial requests)
+
     def __init__(self, arrival_s: np.ndarray, num_ranks: int):
         self.num_ranks = num_ranks
-        self.arrival_s = arrival_s
+        self._array: np.ndarray | None = arrival_s
         self.num_arrivals = int(arrival_s.shape[0])
         # the same times as a list: `bisect_right` on it counts arrivals up to a time exactly as
         # `searchsorted(side="right")` does, without numpy's per-call overhead on a scalar
         self._arrival_list = arrival_s.tolist()
+        # [arrivals] int64 request id of each arrival, in arrival order, once a send went in
+        # between (`add`); None: arrival j is request `offset + j`
+        self._ids: np.ndarray | None = None
         self._arrived_memo: tuple[int, np.ndarray] | None = None   # (arrivals, [ranks] counts)
         self._rank_offset = num_ranks - 1 - np.arange(num_ranks)
         # routing epochs: arrivals from index `start` on go round-robin over `ranks`
         # (request j to ranks[j % len(ranks)]); one epoch over every rank is the fast path
         self._epochs: list[tuple[int, np.ndarray]] = [(0, np.arange(num_ranks))]
         self.admitted = np.zeros(num_ranks, dtype=np.int64)
+
+    @property
+    def arrival_s(self) -> np.ndarray:
+        """[arrivals] float64 arrival (send) times, in arrival order."""
+        if self._array is None:
+            self._array = np.asarray(self._arrival_list, dtype=np.float64)
+        return self._array
+
+    def add(self, times_s: list[float], ids: list[int]) -> None:
+        """Requests `ids` sent at `times_s` (each no earlier than the last `route_to` nor any
+        arrival counted so far: a send is routed when it arrives). Appended when they come
+        after every arrival (while they also take the next ids, the ids stay implicit); else put
+        in time order, after arrivals at the same time, the ids then kept in arrival order."""
+        if not times_s:
+            return
+        arrivals = self._arrival_list
+        next_id = self.offset + self.num_arrivals
+        in_order = (self._ids is None and ids == list(range(next_id, next_id + len(ids)))
+                    and (not arrivals or times_s[0] >= arrivals[-1])
+                    and all(a <= b for a, b in zip(times_s, times_s[1:])))
+        if in_order:
+            arrivals.extend(times_s)
+        else:
+            if self._ids is None:
+                self._ids = np.arange(self.offset, next_id, dtype=np.int64)
+            order = sorted(zip(times_s, ids))
+            # appends in bulk (a closed loop's sends after a failure), the rest one by one
+            tail = 0
+            while tail < len(order) and arrivals and order[tail][0] < arrivals[-1]:
+                tail += 1
+            for time_s, rid in order[:tail]:
+                at = bisect_right(arrivals, time_s)
+                arrivals.insert(at, time_s)
+                self._ids = np.insert(self._ids, at, rid)
+            arrivals.extend(t for t, _ in order[tail:])
+            self._ids = np.concatenate([self._ids, np.array([r for _, r in order[tail:]], dtype=np.int64)])
+        self.num_arrivals = len(arrivals)
+        self._arrived_memo = None
+        self._array = None
+
+    def _to_ids(self, order: np.ndarray) -> np.ndarray:
+        """Request ids of arrivals `order` (0-based arrival order)."""
+        return order + self.offset if self._ids is None else self._ids[order]
 
     def arrived(self, now_s: float) -> np.ndarray:
         """[ranks] requests that have arrived at each rank by `now_s` (read-only on the fast
@@ -90,6 +141,10 @@ class RankQueues:
 
     def request_ids(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Ids of the `index`-th request (0-based, arrival order) routed to rank `rows`."""
+        return self._to_ids(self._arrival_order(rows, index))
+
+    def _arrival_order(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Arrival order (0-based) of the `index`-th arrival routed to rank `rows`."""
         if self.one_epoch():
             return rows + self.num_ranks * index
         out = np.full(rows.shape[0], -1, dtype=np.int64)

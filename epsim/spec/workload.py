@@ -169,6 +169,28 @@ ArrivalSpec = Annotated[Union[PoissonArrivals, BurstyArrivals, TraceArrivals, Co
                         Field(discriminator="kind")]
 
 
+class RetrySpec(_Strict):
+    """What a client does with a request whose DP rank died (elastic EP, `epsim.sim.retries`).
+
+    SGLang never answers such a request: its tokenizer manager waits on it in 4-s rounds that
+    check only for a client disconnect (`managers/tokenizer_manager.py` `_wait_one_response`,
+    0.5.9 lines 1100-1126, 0.5.12 1285-1311; `SGLANG_REQUEST_STATE_WAIT_TIMEOUT`, `environ.py`
+    480), and nothing in the server resends it. The client finds out by its own timeout, counted from its send.
+    The defaults are `sglang.bench_serving`'s (aiohttp `ClientTimeout(total=6 h)`, one attempt:
+    `bench_serving.py` 73-78); SGLang's router times a request out after 1800 s and retries a
+    failed one up to 5 attempts in all, 50 ms x 1.5^k apart (`sgl-router/src/config/types.rs`
+    `request_timeout_secs`, `RetryConfig::default`; `src/core/retry.rs` `calculate_delay`)."""
+    timeout_s: float = Field(
+        default=21600.0, gt=0, le=1e7, description="the client's timeout per attempt, from its "
+        "send (bench_serving: 6 h; sgl-router: 1800 s)")
+    max_attempts: int = Field(
+        default=1, ge=1, le=100, description="sends per request in all (1: never resent, as "
+        "bench_serving; sgl-router: 5)")
+    backoff_s: float = Field(
+        default=0.05, ge=0, le=3600, description="wait before the first resend after a timeout, "
+        "x1.5 before each further one (sgl-router: 50 ms, jitter left out)")
+
+
 class WorkloadSpec(_Strict):
     """Requests over `duration_s` simulated seconds; statistics skip the first `warmup_s`."""
 
@@ -178,6 +200,7 @@ class WorkloadSpec(_Strict):
     skew: SkewSpec = Field(default_factory=UniformSkew)
     duration_s: float = Field(default=30.0, gt=0)
     warmup_s: float = Field(default=0.0, ge=0)
+    retry: RetrySpec = Field(default_factory=RetrySpec)
     initial_running_per_rank: int | Literal["steady"] = Field(
         default=0, description="decode requests already running per DP rank at t=0; 'steady': "
                                "the screen's steady batch at this workload and deployment (closed "

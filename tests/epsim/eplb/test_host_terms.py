@@ -12,7 +12,8 @@ from epsim.eplb.host_terms import (
     NIXL_POLL_US, Shape, allreduce_us, host_us, sglang_rebalance, unit_of, vllm_rebalance, work_of,
 )
 from epsim.eplb.recovery import (
-    DETECTION_US, SGLANG_MOONCAKE_TIMEOUT_US, detection_us, failure_terms, rejoin_terms,
+    DETECTION_US, SGLANG_MOONCAKE_TIMEOUT_US, detection_us, failure_terms, rejoin_metadata_bytes,
+    rejoin_terms,
 )
 from epsim.errors import PlacementError
 
@@ -79,11 +80,28 @@ def test_failure_terms_carry_the_configured_timeout():
     assert terms.terms["detection"][0] == SGLANG_MOONCAKE_TIMEOUT_US == 1e7
     assert terms.interruption_us == pytest.approx(1e7 + 2e5)
     assert "rerun" not in terms.terms and "rerun" in terms.unpriced   # no step: said, not priced
-    # the rejoin runs no rebalance (SGLang 0.5.12); its resynchronisation has no measurement
-    rejoin = rejoin_terms()
-    assert rejoin.interruption_us == 0.0 and set(rejoin.unpriced) == {"resync", "poll"}
     rerun = failure_terms(rebalance_us=2e5, reload_us=3e5, rerun_us=9e4)
     assert rerun.interruption_us == pytest.approx(1e7 + 3e5 + 2e5 + 9e4)
+
+
+def test_the_rejoin_pauses_for_its_resync_collectives_and_runs_no_rebalance():
+    # 4 ranks, 1 GB/s and 1 us a ring step: an all-reduce of b bytes is 6 steps + 1.5e-3 b us
+    rejoin = rejoin_terms(4, 1.0, 1.0, metadata_bytes=1000.0)
+    us = {name: value for name, (value, _) in rejoin.terms.items()}
+    assert us["peer_state"] == pytest.approx(5 * (6 + 1.5e-3 * 16))       # 5 backends' flags
+    assert us["ep_reconnect"] == pytest.approx(5 * (6 + 1.5e-3 * 32) / 2)  # 5 all-gathers
+    # the flags all-gathered, the maps from one source to 3 peers, 3 more map and 2 seed steps
+    assert us["metadata"] == pytest.approx((6 + 1.5e-3 * 32) / 2 + (1 + 3 * 1000 / 1e3) + 5)
+    assert us["placement"] == us["recapture"] == us["weights"] == 0.0
+    assert rejoin.interruption_us == pytest.approx(sum(us.values()))
+    assert set(rejoin.unpriced) == {"store", "qp_setup", "collective_host", "poll"}
+    # RoCE swaps the LIDs' all-to-all for two GID all-gathers
+    roce = rejoin_terms(4, 1.0, 1.0, metadata_bytes=1000.0, roce=True)
+    assert roce.terms["ep_reconnect"][0] == pytest.approx(6 * (6 + 1.5e-3 * 32) / 2)
+    assert rejoin_terms(1, 1.0, 1.0, 1000.0).interruption_us == 0.0
+    # int64 maps: [2 layers, 6 physical], [2, 4 experts, 2 replicas], [2, 4] (+ [2, 4] static)
+    assert rejoin_metadata_bytes(2, 4, 6, 2) == 8 * 2 * (6 + 8 + 4 + 4)
+    assert rejoin_metadata_bytes(2, 4, 6, 2, dispatch_static=False) == 8 * 2 * (6 + 8 + 4)
 
 
 def test_detection_counts_cycles_at_the_reported_clock_down_at_the_sm_clock():

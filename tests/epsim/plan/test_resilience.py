@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from epsim.eplb import rebalance_params
+from epsim.eplb.recovery import deployment_rejoin_terms
 from epsim.plan.resilience import _reprefill_s, failure_seconds
 from epsim.sim.steady import steady_model, steady_state
 from tests.epsim.sim.test_elastic import failing_scenario
@@ -23,8 +25,12 @@ def test_lost_requests_are_decoded_again_and_prefilled_again_where_the_instance_
     redo_decode = steady.running_per_rank * model.output_len / 2.0 / steady.output_per_s
     reprefill = _reprefill_s(agg, model, steady.running_per_rank * model.input_len)
     assert reprefill > 0
-    # the rejoin adds nothing priced (no rebalance in SGLang 0.5.12's rejoin)
-    assert lost_s == pytest.approx(interruption + 60.0 / agg.deployment.ep_size + redo_decode + reprefill)
+    # the rejoin runs no rebalance (SGLang 0.5.12); the survivors pause for its resync's
+    # collectives over the 4 ranks (16 experts + 16 redundant: every expert twice)
+    rejoin_s = deployment_rejoin_terms(agg, rebalance_params(DATASHEET, agg.cluster), 2).interruption_us * 1e-6
+    assert 0 < rejoin_s < 1e-2
+    assert lost_s == pytest.approx(interruption + rejoin_s + 60.0 / agg.deployment.ep_size
+                                   + redo_decode + reprefill)
     # one prefill chunk per rank per step: the prompts of one rank's requests over all ranks
     chunk = agg.deployment.chunked_prefill_size
     assert reprefill == pytest.approx(steady.running_per_rank * model.input_len / (model.dp * chunk)

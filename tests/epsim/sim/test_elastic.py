@@ -74,8 +74,15 @@ def test_failure_masks_the_rank_and_the_rejoined_rank_serves_attention_before_ex
     assert fail["reloaded_experts"] == 0 and fail["detection_us"] == DETECT_S * 1e6
     assert fail["stall_us"] == pytest.approx(DETECT_S * 1e6 + fail["rerun_us"])
     # the failure's detection, the rebalance onto the survivors and the rerun stop the same
-    # pass; the rejoin stops nothing (its resynchronisation is unpriced)
-    assert [label for _, _, label in res.stalls] == ["failure detection+forward rerun+eplb"]
+    # pass; the rejoin stops the survivors for its resynchronisation's collectives over the 4
+    # ranks of one node (NVLink), its terms summed, no rebalance, no recapture, no weights
+    assert [label for _, _, label in res.stalls] == ["failure detection+forward rerun+eplb",
+                                                     "rejoin resync"]
+    terms = back["terms"]["terms"]
+    assert back["stall_us"] == pytest.approx(sum(t["us"] for t in terms.values())) and back["stall_us"] > 0
+    assert res.stalls[1][1] == pytest.approx(back["stall_us"])
+    assert terms["placement"]["us"] == terms["recapture"]["us"] == terms["weights"]["us"] == 0.0
+    assert FAIL_S + BACK_S <= res.stalls[1][0] * 1e-6 < FAIL_S + BACK_S + 0.005
 
 
 def test_failed_rank_loses_its_requests_and_later_arrivals_avoid_it():
