@@ -34,8 +34,15 @@ apart): `reread_hbm_ratio` is the rate of those re-reads over the datasheet HBM 
 where L2 serves enough of them; the first read runs at `hbm_frac`), fitted on the op tables'
 128-head rows. aiconfigurator-core's
 h200_sxm SGLang table (`generation_mla_perf`, BF16 cache) shows why: 16, 32 and 64 heads stream
-the cache at 4.3-4.5 TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2. Without it
-(profiles fitted before it) a re-read costs a read (`reread_share` 1).
+the cache at 4.3-4.5 TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2 (its kernel
+is FlashAttention-3's, `kernel_source` flash_attention). Without it (profiles fitted before it)
+a re-read costs a read (`reread_share` 1). With no fit at all (a datasheet profile) the later
+blocks' reads are L2 hits (`reread_share` 0, `mla_decode_defaults`): DeepSeek's FlashMLA, the
+MLA decode kernel DeepSeek serves with, runs 128 heads compute-bound on H800 at 580-660 TFLOP/s
+(deepseek-ai/FlashMLA: its README and docs/20250422-new-kernel-deep-dive.md, "h_q is 128 and
+the kernel is compute-bound", memory traffic "~ 2 s_k d_k", one read); one read of a BF16
+cache per 2 x 128 x (576 + 512) FLOPs needs 2.4-2.7 TB/s there, two reads 4.8-5.5 TB/s, over
+the 3.35 TB/s HBM.
 """
 
 from __future__ import annotations
@@ -120,6 +127,13 @@ def mla_defaults() -> dict[str, float]:
             "tensor_frac": TENSOR_EFFICIENCY}
 
 
+def mla_decode_defaults() -> dict[str, float]:
+    """`mla_defaults` of the decode kernel on a GPU with no MLA fit: a later 64-head block's
+    re-read of the cache is served by L2 (`reread_hbm_ratio` infinite, `reread_share` 0; the
+    module docstring says whose kernel and figures)."""
+    return {**mla_defaults(), "reread_hbm_ratio": float("inf")}
+
+
 def with_reread(params) -> dict[str, float]:
     """`params` with `reread_hbm_ratio` (its `hbm_frac` where a profile fitted before it has none:
     a re-read costs a read)."""
@@ -128,7 +142,8 @@ def with_reread(params) -> dict[str, float]:
 
 def reread_share(params) -> float:
     """The HBM cost of a later 64-head block's read of the cache, in first reads:
-    `hbm_frac / reread_hbm_ratio` (1 without a fitted `reread_hbm_ratio`)."""
+    `hbm_frac / reread_hbm_ratio` (1 for a fit without `reread_hbm_ratio`, 0 on the
+    datasheet, `mla_decode_defaults`)."""
     full = with_reread(params)
     return float(full["hbm_frac"]) / float(full["reread_hbm_ratio"])
 

@@ -30,6 +30,7 @@ from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
 from epsim.cost.params import Coefficients, CostParams
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
+from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms, overlapped
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import attention_collectives_us
@@ -88,6 +89,8 @@ class CostModel:
                                            ) if attention.decode else None
         if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla`)
             self._decode_kernel = mla_decode_kernel(attention.mla)
+        # the scheduler's host time a step exposes (SGLang's loop without overlap scheduling)
+        self.scheduler_host = scheduler_host(self.params)
         self.ledger = Ledger()
         self._block_rows = BlockRows()
         self._stacks = MoEStacks()
@@ -301,7 +304,8 @@ class CostModel:
         lm_head = float(lm_head_us(batch.sampled_tokens, m, rates, p.tp_size).max())
         dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, rates).max()
                           ) if m.num_dense_layers else 0.0
-        overhead = p.overhead["base_us"] + p.overhead["per_layer_us"] * m.num_layers
+        overhead = (p.overhead["base_us"] + p.overhead["per_layer_us"] * m.num_layers
+                    + self.scheduler_host.step_us)
         ops = self._attention_ops(part.tokens)
         terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
                            float(self.ep_tokens(batch).max(initial=0.0)),

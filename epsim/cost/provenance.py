@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from epsim.cost.ledger import COLUMN, Ledger
+from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.timing import band_ratios
 from epsim.default_profile import profile_label
 
@@ -184,8 +185,12 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
             gemm_key = experts_key
         use("shared_experts", "device", gemm_key, row[COLUMN["shared_experts"]], graph, hidden, gemm)
         use("dense", "device", gemm_key, row[COLUMN["dense"]], graph, hidden, gemm)
+        host = scheduler_host(params)
         use("overhead", "host", "any/step_overhead" if "any/step_overhead" in profile.components
-            else "", row[COLUMN["overhead"]], graph, {})
+            else "", row[COLUMN["overhead"]], graph, {},
+            [f"with the scheduler's host time SGLang's loop without overlap exposes: "
+             f"{host.launches} eager launches at {host.launch_us:.1f} us ({host.source}) + the "
+             f"DP gather's {host.gather_us:.0f} us a step"] if host.exposed else [])
         use("network", "device", "", row[COLUMN["network"]], graph, {},
             [f"{params.transport.name} over the cluster's network: fabric latency and proxy "
              f"messages"])

@@ -266,6 +266,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "disaggregation_mode": _disaggregation,
     "enable_two_batch_overlap": _flag("--enable-two-batch-overlap"),
     "disable_cuda_graph": _flag("--disable-cuda-graph"),
+    "disable_overlap_schedule": _flag("--disable-overlap-schedule"),
     "cuda_graph_max_bs": _value("--cuda-graph-max-bs"),
     "max_running_requests": _value("--max-running-requests", per_server=True),
     "chunked_prefill_size": _value("--chunked-prefill-size", per_server=True),

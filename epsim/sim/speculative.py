@@ -114,7 +114,9 @@ class DraftPricer:
             m.num_experts, d.ep_size, c.gpus_per_node_resolved)
         self.tables = build_tables(placement, d.ep_dispatch_algorithm)
         self.rng = np.random.Generator(np.random.SFC64([seed, 0xD4AF7]))
-        self.overhead_base_us = self.cost_model.params.overhead["base_us"]
+        # the step's fixed overhead and its scheduler host time, paid once by the cycle
+        self.overhead_base_us = (self.cost_model.params.overhead["base_us"]
+                                 + self.cost_model.scheduler_host.step_us)
 
     def forward_us(self, batch: BatchCounts, t_s: float, rng: np.random.Generator) -> float:
         """One draft forward over `batch`, without the step's fixed overhead (the draft's

@@ -65,6 +65,10 @@ class DeploymentSpec(BaseModel):
     enable_two_batch_overlap: bool = False
     disable_cuda_graph: bool = Field(
         default=False, description="SGLang's flag: decode steps run eagerly, paying host launch time")
+    disable_overlap_schedule: bool = Field(
+        default=False, description="SGLang's flag: the scheduler's host work between forward "
+        "passes runs in turn with the GPU, not under the next forward (`epsim.cost."
+        "scheduler_host`; speculative decoding runs so too)")
     cuda_graph_max_bs: int = Field(
         default=256, gt=0, description="largest decode batch per rank replayed as a CUDA graph")
     block_kernels: Literal["sglang", "transformers"] = Field(default="sglang", description=(

@@ -14,14 +14,14 @@ from epsim.sim.speculative import DEEPSEEK_ACCEPT_RATE, Acceptance, chain_mean, 
 from tests.epsim.sim.test_engine import tiny_scenario
 
 
-def _spec(steps=3, accept=None, clients=4, out=12, **deployment):
+def _spec(steps=3, accept=None, clients=4, out=12, duration=0.6, **deployment):
     return tiny_scenario(
         deployment={"disaggregation_mode": "decode", "speculative_algorithm": "NEXTN",
                     "speculative_num_steps": steps, "speculative_accept_length": accept,
                     **deployment},
         workload={"arrivals": {"kind": "concurrency", "clients": clients},
                   "input_len": {"kind": "fixed", "value": 64},
-                  "output_len": {"kind": "fixed", "value": out}, "duration_s": 0.6,
+                  "output_len": {"kind": "fixed", "value": out}, "duration_s": duration,
                   "warmup_s": 0.0})
 
 
@@ -56,7 +56,9 @@ def test_every_request_gets_its_output_and_the_accept_length_is_measured():
     # long outputs: a request's last verify step yields only the tokens it still needs, so the
     # measured length sits below the stated mean by about that truncation (12-token outputs
     # measure ~2.27 for 2.5 over any duration; 120-token ones ~2.43)
-    result = simulate(_spec(accept=2.5, clients=16, out=120))
+    # (0.9 s: a cycle of 16 requests is ~13 ms with the scheduler's host time SGLang's speculative
+    # loop exposes, so 120 tokens at 2.5 a cycle take ~0.65 s)
+    result = simulate(_spec(accept=2.5, clients=16, out=120, duration=0.9))
     done = np.isfinite(result.finish_s)
     assert done.sum() >= 8
     steps = result.steps

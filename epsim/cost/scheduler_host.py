@@ -1,0 +1,123 @@
+"""The scheduler's host time per step that SGLang exposes with overlap scheduling disabled.
+
+SGLang's scheduler (python/sglang/srt/managers/scheduler.py) runs one of two loops.
+`event_loop_overlap` (the default) launches step N+1's forward before it processes step N's
+result, so the CPU's work between forward passes runs while the GPU computes and costs a step
+nothing while it is shorter than the forward. `event_loop_normal` (`--disable-overlap-schedule`,
+and what SGLang's speculative worker (EAGLE / NEXTN, v1) forces) runs, per step, strictly in
+turn with the GPU:
+
+    recv_requests, process_input_requests      (a non-blocking poll: nothing new in steady decode)
+    get_next_batch_to_run                      prepare_for_decode: seq_lens += 1, KV slots
+                                               allocated, the request-to-token table written;
+                                               with DP attention `prepare_mlp_sync_batch`: an
+                                               all-gather of every DP rank's batch info over
+                                               the NCCL device group (the CPU group only when
+                                               overlapping), then read back to the host
+    run_batch                                  ForwardBatch.init_new (positions, DP token
+                                               counts to the GPU), the CUDA graph's
+                                               replay_prepare (its input buffers copied in, the
+                                               attention backend's replay metadata), the
+                                               replay, the sampler after it (eager)
+    process_batch_result                       next_token_ids.tolist() (waits for the GPU),
+                                               the per-request bookkeeping, stream_output to
+                                               the detokenizer
+
+so the step is the GPU's forward plus this host time, none of it hidden. The host time is
+priced as `launches x launch_us + the DP all-gather`: the eager kernel launches and host
+read-backs the loop issues outside the CUDA graph (`DECODE_LAUNCHES`, counted from the code
+above, to a launch or two; a speculative cycle runs its worker's, `SPECULATIVE_LAUNCHES`, in
+place of the decode batch's preparation and sampling), each at the host time
+of one eager launch, and the all-gather priced by the collective model (`epsim.cost.allreduce`,
+NCCL's ring between the DP ranks' GPUs) plus its eager host part. `launch_us` is the host
+time an eager launch took where we measured one: the live bench's eager block ops minus their
+device time (`any/block_ops/host`, per launch of that block), on our harness's host; without
+that record, `DEFAULT_LAUNCH_US`. The per-request Python of the loop (a few list appends and
+checks per request) is not priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epsim.cost.allreduce import ring_us
+from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
+from epsim.cost.block_ops import launches
+
+# eager launches and host read-backs of one decode step of `event_loop_normal` outside the CUDA
+# graph, by where the code issues them (SGLang 0.4.9-0.5, DP attention, CUDA-graph decode)
+DECODE_LAUNCHES = {
+    "prepare_for_decode": 4,       # seq_lens clone and += 1, slot indices cast, table write
+    "mlp_sync_batch": 2,           # the batch info to the GPU, read back (the gather apart)
+    "forward_batch_init": 4,       # positions (sub, clamp), DP token counts to the GPU (2)
+    "graph_replay_prepare": 11,    # 5 input copies, DP counts, backend metadata (4), replay
+    "sampler": 3,                  # logits to probabilities, sample, ids cast
+    "result_readback": 1,          # next_token_ids.tolist()
+}
+# a speculative cycle (SGLang's EAGLEWorker, v1, python/sglang/srt/speculative/eagle_worker.py)
+# prepares its own batch (prepare_for_decode returns early) and samples in the verify, and adds
+# the draft's CUDA graph and its inputs, the draft tree, the verify's acceptance and its
+# read-backs, the KV slots of rejected drafts freed, the draft extend's graph and inputs
+SPECULATIVE_REPLACES = ("prepare_for_decode", "sampler")
+SPECULATIVE_LAUNCHES = {
+    "draft": 14,                   # draft inputs, replay_prepare and replay, top-k select
+    "build_tree": 8,               # tree mask, positions, retrieve indices (chain: topk 1)
+    "verify": 18,                  # verify inputs, acceptance, accepted ids and lengths read back
+    "free_rejected": 4,            # rejected drafts' KV slots
+    "draft_extend": 14,            # draft extend inputs, replay_prepare and replay
+}
+DEFAULT_LAUNCH_US = 10.0           # no host record: a PyTorch eager op's dispatch on a host CPU
+SYNC_INFO_BYTES = 8 * 10           # one DP rank's batch info: ~10 int64 (MLPSyncBatchInfo)
+
+
+@dataclass(frozen=True)
+class SchedulerHost:
+    """What one scheduler step's exposed host time is made of (module doc).
+
+    Attributes:
+        exposed: the loop is SGLang's normal one (overlap scheduling disabled, or speculative
+            decoding); False: the host work overlaps the forward and adds nothing.
+        launches: eager launches and read-backs per step outside the CUDA graph.
+        launch_us: host time of one (`any/block_ops/host` per launch, else the default).
+        gather_us: the DP attention all-gather of the batch info (0 without DP attention).
+        source: where `launch_us` came from.
+    """
+
+    exposed: bool
+    launches: int
+    launch_us: float
+    gather_us: float
+    source: str
+
+    @property
+    def step_us(self) -> float:
+        """Host time a step adds to the forward (µs)."""
+        return self.launches * self.launch_us + self.gather_us if self.exposed else 0.0
+
+
+def overlap_disabled(deployment) -> bool:
+    """Whether SGLang runs `event_loop_normal`: `--disable-overlap-schedule`, or a speculative
+    algorithm (its v1 worker disables overlap scheduling)."""
+    return deployment.disable_overlap_schedule or deployment.speculative_algorithm is not None
+
+
+def scheduler_host(params) -> SchedulerHost:
+    """The exposed host time per step of a deployment priced with `params` (`CostParams`)."""
+    d = params.deployment
+    count = sum(DECODE_LAUNCHES.values())
+    if d.speculative_algorithm is not None:
+        count += (sum(SPECULATIVE_LAUNCHES.values())
+                  - sum(DECODE_LAUNCHES[k] for k in SPECULATIVE_REPLACES))
+    block = params.eager.block_ops.timing
+    if block.host_us > 0:
+        launch_us = block.host_us / launches(BLOCK_OPS_PARTS)
+        source = "any/block_ops/host per launch"
+    else:
+        launch_us, source = DEFAULT_LAUNCH_US, "default"
+    par, tp = params.parallel, params.tp_collectives
+    gather = 0.0
+    if par.dp_size > 1:
+        nodes = -(-par.tp_size // tp.gpus_per_node)
+        gather = float(ring_us(SYNC_INFO_BYTES * par.dp_size, par.dp_size, nodes,
+                               tp.allreduce["nccl"], passes=1)) + tp.host_us
+    return SchedulerHost(overlap_disabled(d), count, launch_us, gather, source)

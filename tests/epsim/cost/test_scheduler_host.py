@@ -1,0 +1,79 @@
+"""The scheduler's exposed host time per step (`epsim.cost.scheduler_host`)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from epsim.cost.allreduce import ring_us
+from epsim.cost.attention import BatchCounts
+from epsim.cost.block_ops import PARTS, launches
+from epsim.cost.model import CostModel
+from epsim.cost.provenance import provenance
+from epsim.cost.scheduler_host import (DECODE_LAUNCHES, DEFAULT_LAUNCH_US, SPECULATIVE_LAUNCHES,
+                                       SYNC_INFO_BYTES)
+from epsim.cost.tables import build_tables, contiguous_placement
+from epsim.eplb import Placement
+from epsim.profile import Profile
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_model
+
+EP = 16
+
+
+def _model(profile: Profile | None = None, **deployment) -> CostModel:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu="H200", num_nodes=2),
+                         DeploymentSpec(ep_size=EP, moe_a2a_backend="deepep",
+                                        enable_dp_attention=True, **deployment), profile)
+
+
+def _step_us(cm: CostModel) -> float:
+    m = cm.model
+    loads = np.full((m.num_moe_layers, m.num_experts), EP * 2 * m.top_k / m.num_experts)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(m.num_moe_layers,
+                                                                    m.num_experts, EP),
+                                               m.num_experts, EP, 8))
+    return cm.step(BatchCounts.uniform_decode(EP, 2, 65536), loads, tables).step_us
+
+
+def test_overlap_scheduling_hides_the_host_time():
+    assert _model().scheduler_host.step_us == 0.0
+
+
+def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
+    cm = _model(disable_overlap_schedule=True)
+    host = cm.scheduler_host
+    # one launch's host time: the live block's eager host time over its launches
+    block = cm.params.eager.block_ops.timing.host_us
+    assert block > 0 and host.launch_us == pytest.approx(block / launches(PARTS))
+    # the batch info of the 16 DP ranks gathered over NCCL across the two nodes, eager
+    tp = cm.params.tp_collectives
+    gather = float(ring_us(SYNC_INFO_BYTES * EP, EP, 2, tp.allreduce["nccl"], passes=1))
+    assert host.gather_us == pytest.approx(gather + tp.host_us)
+    assert host.launches == sum(DECODE_LAUNCHES.values())
+    expected = host.launches * host.launch_us + host.gather_us
+    assert host.step_us == pytest.approx(expected)
+    # the step is the forward plus that host time, nothing else moves
+    plain = _model()
+    assert _step_us(cm) - _step_us(plain) == pytest.approx(expected)
+    # and the provenance says what the step overhead holds
+    assert "scheduler's host time" in str(provenance(cm)["components"])
+    assert "scheduler's host time" not in str(provenance(plain)["components"])
+
+
+def test_speculative_decoding_runs_the_normal_loop_with_its_workers_launches():
+    host = _model(speculative_algorithm="NEXTN", speculative_num_steps=2).scheduler_host
+    assert host.exposed
+    assert host.launches == (sum(DECODE_LAUNCHES.values()) + sum(SPECULATIVE_LAUNCHES.values())
+                             - DECODE_LAUNCHES["prepare_for_decode"] - DECODE_LAUNCHES["sampler"])
+
+
+def test_without_a_host_record_a_launch_takes_the_default():
+    sheet = Profile(name="datasheet-H200", hardware="H200")
+    host = _model(sheet, disable_overlap_schedule=True).scheduler_host
+    assert host.launch_us == DEFAULT_LAUNCH_US and host.source == "default"
