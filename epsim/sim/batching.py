@@ -42,6 +42,7 @@ from epsim.sim.decode_path import DecodePath
 from epsim.sim.kv_pool import KVPool
 from epsim.sim.quiet import Quiet, apply_quiet, quiet_steps
 from epsim.sim.rank_queues import RankQueues
+from epsim.sim.recv import RecvSkipper
 from epsim.sim.retries import Retries
 from epsim.sim.saturation import Applied, Saturated, apply_saturated, saturated_batch, saturated_steps
 from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, NO_REQUEST, SlotState
@@ -88,6 +89,8 @@ class Scheduler(Admission):
         spec: speculative decoding's tokens per request per verify step
             (`epsim.sim.speculative.Acceptance`; None: one token a step); a decode step is then
             a verify step of `draft_tokens` tokens per request, on the per-slot path.
+        recv_interval: `scheduler_recv_interval`: above 1, a step admits only the arrivals up to
+            the scheduler's last receive (`epsim.sim.recv.RecvSkipper`).
         retry: what the clients do with a request a failed rank lost (`workload.retry`, a
             `RetrySpec`; None: its defaults, sglang.bench_serving's).
     Attributes:
@@ -100,9 +103,12 @@ class Scheduler(Admission):
                  mode: str = "null", mixed_chunk: bool = False, initial: Requests | None = None,
                  initial_progress: np.ndarray | None = None, window_start_s: float = 0.0,
                  closed: ClosedLoop | None = None, kv: KVPool | None = None,
-                 spec: Acceptance | None = None, draft_tokens: int = 1, retry=None):
+                 spec: Acceptance | None = None, draft_tokens: int = 1, recv_interval: int = 1,
+                 retry=None):
         self.retries = Retries(RetrySpec() if retry is None else retry)
         self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
+        # SGLang's --scheduler-recv-interval: arrivals join only at receive points (`recv`)
+        self.recv = RecvSkipper(recv_interval) if recv_interval > 1 else None
         self.spec, self.draft_tokens = spec, draft_tokens
         self.emitted_tokens = 0.0          # speculative: tokens the last commit gave its requests
         self.spec_tokens = self.spec_verifies = 0   # speculative: in the window, for accept length
@@ -285,7 +291,9 @@ class Scheduler(Admission):
             if path is not None:
                 path.stamp_clock()
             clock.open_if_due(now_s, state.slot_req, self.slot_tokens())
-        fresh, num_waiting = self._admit(now_s, alive)
+        recv = self.recv
+        seen_s = now_s if recv is None else recv.before_step(now_s, idle=not state.used.any())
+        fresh, num_waiting = self._admit(seen_s, alive)
         occupied = state.used if alive is None else state.used & alive[:, None]
         alloc = finishing = None
         zeros = self._zeros
@@ -323,6 +331,8 @@ class Scheduler(Admission):
                             prefill_pairs, decode_tokens + finishing_count, phase, prefill_seqs)
         if self.kv is not None:
             self.kv.record(now_s, self._kv_used(), decode_tokens, self._kv_held)
+        if recv is not None:
+            recv.after_plan(phase, float(batch.tokens.sum()))
         if self.spec is not None and decode_tokens.any():      # a verify step (`speculative`)
             return Plan(verify_counts(batch, self.draft_tokens), decoding, alloc, finishing, fresh,
                         num_waiting, decode_tokens, decode_context)
@@ -417,7 +427,7 @@ class Scheduler(Admission):
     # -- many steps at once (`epsim.sim.saturation`, for `epsim.sim.leap`) -------------------
     def may_saturate(self) -> bool:
         """A quick test before `saturated`: the decode path, a few free slots at most."""
-        return (self.decode_path is not None and self.mode == "decode"
+        return (self.decode_path is not None and self.mode == "decode" and self.recv is None
                 and self.state.num_free() <= FEW_FREE)
 
     def saturated(self, now_s: float, max_steps: int) -> Saturated | None:

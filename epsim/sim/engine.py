@@ -141,7 +141,7 @@ class Simulation:
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
                                    spec=self.acceptance, draft_tokens=d.speculative_steps[2],
-                                   retry=w.retry)
+                                   recv_interval=d.scheduler_recv_interval or 1, retry=w.retry)
         self.end_us = w.duration_s * 1e6
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)

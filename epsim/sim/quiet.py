@@ -1,7 +1,8 @@
 """Quiet decode steps, formed and applied many at once (for the fast engine's leap).
 
 A run is quiet while every running request decodes (none prefilling), none finishes and none joins:
-no rank with a free slot has a request waiting (but those its KV pool holds back) or one arriving.
+no rank with a free slot has a request waiting (but those its KV pool holds back) or one arriving
+(with a receive interval, `epsim.sim.recv`: received, up to the step before the next receive).
 Each step's batch is then the last one's with each rank's contexts grown by its decode tokens, up
 to the step before the first request finishes (the one whose commit ends it is stepped as usual,
 since a closed loop's client sends again then) and before the next arrival, where a slot is free
@@ -60,17 +61,20 @@ def quiet_steps(sched, now_s: float, max_steps: int) -> Quiet | None:
         left = int(path.end[used].min()) - path.commits
         context = state.context_sum
     num = min(max_steps, MAX_QUIET, left - 1)     # the step whose commit ends a request: not here
+    recv = sched.recv          # with a receive interval, the steps end before the next receive
+    if recv is not None:       # (`epsim.sim.recv`), and only what it received can join before
+        num = min(num, recv.steps_before_receive())
     if num < 2:
         return None
     free = sched.max_running - state.occupied
-    admit = np.minimum(sched.queues.waiting(now_s), free)
+    admit = np.minimum(sched.queues.waiting(now_s if recv is None else recv.received_s), free)
     # requests waiting with a slot free: only while the KV pool holds every one back, which it
     # does at each step ahead too (the contexts grow, the running requests and the queues'
     # heads stay: `KVPool.admissible`)
     held = bool(admit.any())
     if held and (sched.kv is None or sched._kv_fit(admit).any()):
         return None
-    stop_s = sched.queues.next_arrival_s(now_s) if (free > 0).any() else np.inf
+    stop_s = sched.queues.next_arrival_s(now_s) if (free > 0).any() and recv is None else np.inf
     tokens = state.occupied.astype(np.float64)      # every used slot decodes one token
     zeros = sched._zeros
     batch = BatchCounts(tokens, context + tokens, zeros, zeros, zeros, tokens + zeros, "decode",
@@ -84,6 +88,8 @@ def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.nd
     ([num] s), to the scheduler: what `plan` and `commit` of each would have done."""
     state, path, queues = sched.state, sched.decode_path, sched.queues
     sched._dropped = False
+    if sched.recv is not None:          # each plan would have counted its iteration
+        sched.recv.skip_decode_steps(num)
     tokens = quiet.batch.decode_tokens
     if sched.kv is not None:       # each plan records the pool's use (none admitted), which
         # each commit grows by the decode tokens
@@ -118,5 +124,8 @@ def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.nd
         sched.emitted_tokens = float(tokens.sum())
         for _ in range(num):
             state.output_tokens_done += sched.emitted_tokens
-    num_waiting = [int(queues.waiting(s).sum()) for s in start_s.tolist()]
+    if sched.recv is not None:          # what the skipped plans saw: the last receive's
+        num_waiting = [int(queues.waiting(sched.recv.received_s).sum())] * num
+    else:
+        num_waiting = [int(queues.waiting(s).sum()) for s in start_s.tolist()]
     return Applied(gaps, num_waiting, [num_used] * num)

@@ -361,7 +361,7 @@ _MAX_MODELS = 256
 # fields that change no step price: a sweep's points that differ only in them share one model
 _NOT_PRICED = {"name": True, "description": True, "base_dir": True,
                "workload": {"arrivals", "duration_s", "warmup_s"},
-               "deployment": {"max_running_requests"}}
+               "deployment": {"max_running_requests", "scheduler_recv_interval"}}
 
 
 def steady_model(scenario, profile=None) -> SteadyStateModel:

@@ -79,6 +79,10 @@ class DeploymentSpec(BaseModel):
     # batching (per DP rank)
     max_running_requests: int = Field(default=256, gt=0, description="per DP rank")
     chunked_prefill_size: int = Field(default=8192, gt=0, description="prefill tokens per step per DP rank")
+    scheduler_recv_interval: int | None = Field(default=None, ge=1, le=1 << 20, description=(
+        "SGLang's --scheduler-recv-interval: new requests are received once per this many "
+        "decode steps (a prefill step's next step receives; `epsim.sim.recv`); None: SGLang's "
+        "default 1, every step"))
     enable_mixed_chunk: bool = Field(
         default=False, description="decode tokens ride along in prefill (extend) batches")
     schedule_policy: Literal["fcfs"] = "fcfs"

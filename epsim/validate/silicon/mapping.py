@@ -15,11 +15,12 @@ form and tags the row "approximated: <what>"; such rows are reported apart, neve
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from epsim.errors import EpsimError
 from epsim.spec.scenario import scenario_from_dict
+from epsim.validate.silicon import agg_recipes
 from epsim.validate.silicon.resolve import WIDE_EP_REDUNDANT, resolve
 from epsim.validate.silicon.rows import Side, SiliconRow
 from epsim.zoo import get_hardware, get_model, hardware_names
@@ -244,8 +245,10 @@ def _approximate(need: Need, data: dict, side: Side) -> str | None:
 
 
 def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int,
-              approximate: bool, redundant_experts: int = 0,
-              mtp: bool = False) -> tuple[Instance, list[Missing], list[str]]:
+              approximate: bool, redundant_experts: int = 0, mtp: bool = False,
+              server: dict | None = None) -> tuple[Instance, list[Missing], list[str]]:
+    """One instance of `side`; `server`: the launch script's `DeploymentSpec` fields
+    (`epsim.validate.silicon.agg_recipes`), else a rank holds every client it is sent."""
     data = _base(row, side, role)
     missing, tags = [], []
     closed = True
@@ -280,6 +283,7 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
             tags.append(tag)
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
     data["deployment"]["max_running_requests"] = max(-(-clients // dp_ranks), 1)
+    data["deployment"].update(server or {})
     return Instance(role, data, clients, workers, dp_ranks, closed, routed), missing, tags
 
 
@@ -291,6 +295,28 @@ def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
         assumptions.append(f"{role}: {total} clients over {workers} instances = "
                            f"{total / workers:.2f}, simulated as {share} (the busiest instance)")
     return max(share, 1)
+
+
+def _agg_server(run: SiliconRow, assumptions: list[str]) -> tuple[SiliconRow, dict]:
+    """An agg row's launch-script flags (`agg_recipes`) as `DeploymentSpec` fields, and the row
+    with its sweep's EP where its cell differs; each said in `assumptions` (the flags' line
+    replaces the first, the unstated KV-cache dtype's). No flags known: none, and said so."""
+    found = agg_recipes.for_row(run)
+    if found is None:
+        assumptions.append("server flags not known (no InferenceX agg sweep in effect ran the "
+                           "row): max_running_requests = clients, SGLang's other defaults")
+        return run, {}
+    server = agg_recipes.deployment_fields(found)
+    assumptions[0] = (f"server flags of InferenceX {found.key} at {found.commit[:9]} "
+                      f"({found.flags.source}): " + ", ".join(f"{k} {v}" for k, v in server.items()))
+    side = run.agg
+    if found.ep_size != side.moe_ep_size:
+        gpus = side.num_gpus
+        run = replace(run, agg=replace(side, moe_tp_size=gpus // found.ep_size,
+                                       moe_ep_size=found.ep_size))
+        assumptions.append(f"MoE EP {found.ep_size} x MoE-TP {gpus // found.ep_size}, as the sweep "
+                           f"ran it (the row says EP {side.moe_ep_size})")
+    return run, server
 
 
 def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
@@ -311,7 +337,9 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     assumptions = [f"kv_cache_dtype {KV_CACHE_DTYPE} (not stated)",
                    "fixed ISL/OSL (the length distribution is not stated)", *ran.assumptions]
     run = ran.row
+    server = {}
     if run.mode == "agg":
+        run, server = _agg_server(run, assumptions)
         roles = [("agg", run.agg, 1)]
     else:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
@@ -331,7 +359,7 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
                                f"recipes run them")
         clients = _share(run.concurrency, workers, role, assumptions)
         instance, lacks, approx = _instance(run, side, role, clients, workers, approximate,
-                                            redundant.get(role, 0), ran.speculative)
+                                            redundant.get(role, 0), ran.speculative, server)
         instances.append(instance)
         missing += [m for m in lacks if m.reason not in {x.reason for x in missing}]
         tags += [t for t in approx if t not in tags]

@@ -42,6 +42,13 @@ def scenario(deployment: dict | None = None, **workload):
     ("kv_bound", {"disaggregation_mode": "decode", "max_running_requests": 64,
                   "mem_fraction_static": 0.69},
      {"arrivals": {"kind": "concurrency", "clients": 128}}, 0.2),
+    # a receive interval (SGLang's --scheduler-recv-interval): arrivals join at receive points,
+    # leaps end before each (`epsim.sim.recv`)
+    ("agg_tp_recv", {"enable_dp_attention": False, "moe_a2a_backend": "none",
+                     "scheduler_recv_interval": 30},
+     {"arrivals": {"kind": "concurrency", "clients": 16}}, 0.5),
+    ("decode_recv", {"disaggregation_mode": "decode", "scheduler_recv_interval": 10},
+     {"arrivals": {"kind": "concurrency", "clients": 24, "think_time_s": 0.05}}, 0.3),
     # ... and an aggregated instance's (its prompts count whole from admission)
     ("kv_bound_agg", {"max_running_requests": 64, "mem_fraction_static": 0.686},
      {"arrivals": {"kind": "concurrency", "clients": 128}}, 0.2),

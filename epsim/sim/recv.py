@@ -1,0 +1,69 @@
+"""When the scheduler takes in new requests: SGLang's `--scheduler-recv-interval`.
+
+SGLang's scheduler loop receives the tokenizer's requests at the top of every iteration
+(`Scheduler.recv_requests`), unless `scheduler_recv_interval` N > 1: then a `SchedulerRecvSkipper`
+(python/sglang/srt/managers/scheduler_recv_skipper.py, v0.5.x) lets it receive only when a counter
+reaches N. Each iteration adds the weight of the last batch's forward mode -- 1 after a decode or
+target-verify batch, 1 after no batch, 1000 after any other (an extend or mixed batch) -- and a
+receive resets the counter to 0 (the SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_* defaults of
+`sglang.srt.environ`). So a request sent while the instance decodes waits up to N decode steps
+before any rank can admit it, and the requests sent meanwhile are received, and prefilled,
+together; after a prefill step the next iteration receives. An idle loop (no batch) spins through
+its iterations in microseconds, so an idle instance receives at once.
+
+InferenceX's single-node SGLang recipes run N = 10, or 30 from 16 clients on (e.g.
+`benchmarks/single_node/dsr1_fp4_b200.sh`), which at a 20 ms decode step holds a new request
+~0.3 s on average before its prefill: a large part of the agg rows' TTFT (docs/model.md, §7).
+"""
+
+from __future__ import annotations
+
+# the forward modes' weights (SGLang's defaults); any other mode weighs DEFAULT_WEIGHT
+DEFAULT_WEIGHT = 1000
+WEIGHTS = {"decode": 1, None: 1}        # a verify step is a decode step here; None: no batch
+
+
+class RecvSkipper:
+    """The counter of `SchedulerRecvSkipper` for one instance (every rank receives alike).
+
+    Args:
+        interval: `scheduler_recv_interval` (> 1; at 1 every iteration receives: no skipper).
+    Attributes:
+        counter: the weights added since the last receive.
+        received_s: the time of the last receive: the arrivals up to it are the scheduler's.
+        last_phase: the last planned batch's phase ("decode", "prefill") or None (no batch).
+    """
+
+    def __init__(self, interval: int):
+        if interval <= 1:
+            raise ValueError(f"scheduler_recv_interval ({interval}) must be > 1 for a skipper")
+        self.threshold = interval
+        self.counter = 0
+        self.received_s = 0.0
+        self.last_phase: str | None = None
+
+    def before_step(self, now_s: float, idle: bool) -> float:
+        """One scheduler iteration at `now_s` (`idle`: no request holds a slot): add the last
+        batch's weight, receive if due. Returns the time up to which arrivals are received."""
+        self.counter += WEIGHTS.get(self.last_phase, DEFAULT_WEIGHT)
+        if idle or self.counter >= self.threshold:
+            self.counter = 0
+            self.received_s = now_s
+        return self.received_s
+
+    def after_plan(self, phase: str, num_tokens: float) -> None:
+        """The batch the iteration formed: its phase, or none when it has no tokens."""
+        self.last_phase = phase if num_tokens > 0 else None
+
+    def steps_before_receive(self) -> int:
+        """Decode iterations from now that do not receive (the next's weight is the last
+        batch's, the rest 1 each): the quiet steps (`epsim.sim.quiet`) end before the receive."""
+        first = WEIGHTS.get(self.last_phase, DEFAULT_WEIGHT)
+        if self.counter + first >= self.threshold:
+            return 0
+        return self.threshold - self.counter - first
+
+    def skip_decode_steps(self, num: int) -> None:
+        """`num` (>= 1) decode iterations ran without receiving (`steps_before_receive`)."""
+        self.counter += WEIGHTS.get(self.last_phase, DEFAULT_WEIGHT) + (num - 1)
+        self.last_phase = "decode"

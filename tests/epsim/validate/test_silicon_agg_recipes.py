@@ -1,0 +1,57 @@
+"""The server flags of an agg silicon row: InferenceX's launch scripts, held to the sweep in effect
+when the row was measured (`epsim.validate.silicon.agg_recipes`)."""
+
+from __future__ import annotations
+
+from epsim.validate.silicon import agg_recipes
+from epsim.validate.silicon.agg_recipes import _runs, recipe_flags
+from epsim.validate.silicon.mapping import plan_row
+from epsim.validate.silicon.rows import parse_row
+
+MARCH = "2026-03-25T16:34:14Z"
+
+
+def test_runs_are_the_single_node_groups_of_a_key():
+    config = {"seq-len-configs": [
+        {"isl": 1024, "osl": 1024, "search-space": [
+            {"tp": 4, "ep": 4, "conc-start": 4, "conc-end": 16},
+            {"tp": 8, "conc-list": [64]}]}]}
+    assert _runs(config) == [[1024, 1024, 4, 4, 4], [1024, 1024, 4, 4, 8], [1024, 1024, 4, 4, 16],
+                             [1024, 1024, 8, 0, 64]]          # ep not stated: 0
+
+
+def test_fp4_b200_script_sets_the_scheduler_limits_and_the_receive_interval():
+    low = recipe_flags("fp4", "b200_sxm", 1024, 1024, 4, 4, 8, MARCH)
+    high = recipe_flags("fp4", "b200_sxm", 1024, 1024, 4, 4, 128, MARCH)
+    assert (low.scheduler_recv_interval, high.scheduler_recv_interval) == (10, 30)   # CONC >= 16
+    assert agg_recipes.deployment_fields(high) == {
+        "max_running_requests": 256, "cuda_graph_max_bs": 256, "chunked_prefill_size": 16384,
+        "mem_fraction_static": 0.85, "kv_cache_dtype": "fp8_e4m3", "scheduler_recv_interval": 30}
+
+
+def test_fp8_b200_branches_on_tp_and_a_run_outside_the_sweep_has_no_flags():
+    tp4 = recipe_flags("fp8", "b200_sxm", 8192, 1024, 4, 1, 32, MARCH)
+    assert (tp4.flags.max_running_requests, tp4.flags.chunked_prefill_size,
+            tp4.scheduler_recv_interval) == (32, 8192, 10)
+    # the sweep ran 8k/1k at TP 8 with 4 clients only that day: 256 clients came from elsewhere
+    assert recipe_flags("fp8", "b200_sxm", 8192, 1024, 8, 1, 4, MARCH).flags.max_running_requests == 128
+    assert recipe_flags("fp8", "b200_sxm", 8192, 1024, 8, 1, 256, MARCH) is None
+    assert recipe_flags("fp8", "h100_sxm", 1024, 1024, 8, 1, 4, MARCH) is None      # no such key
+
+
+def test_a_november_row_runs_the_sweeps_ep_and_its_flags():
+    record = {"id": "r", "silicon_data_source": "db-dump; silicon_concurrency=16; "
+              "measured=2025-11-10T00:00:00.000Z; workflow_run_id=122", "backend": "sglang",
+              "backend_version": "", "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm",
+              "precision": "fp4", "mode": "agg", "isl": "1024", "osl": "1024",
+              "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "batch_size": "16",
+              "tp_size": "4", "pp_size": "1", "attention_dp_size": "1", "moe_tp_size": "4",
+              "moe_ep_size": "1", "silicon_ttft_ms": "890", "silicon_tpot_ms": "16.3"}
+    row = parse_row(record, "test")
+    found = agg_recipes.for_row(row)
+    assert found.ep_size == 4 and found.scheduler_recv_interval == 30
+    plan = plan_row(row)
+    deployment = plan.instances[0].data["deployment"]
+    assert deployment["ep_size"] == 4 and deployment["scheduler_recv_interval"] == 30
+    assert deployment["max_running_requests"] == 256 and deployment["kv_cache_dtype"] == "fp8_e4m3"
+    assert any("the row says EP 1" in a for a in plan.assumptions)
