@@ -37,6 +37,11 @@ AGG_SUFFIX = "-sglang"
 # the agg keys the in-scope rows can come from (DeepSeek-R1, SGLang, one node)
 AGG_KEYS = tuple(f"dsr1-{p}-{g}{AGG_SUFFIX}" for p in ("fp4", "fp8") for g in ("b200", "b300", "h200"))
 RECV_FROM_CLIENTS = 16           # the scripts' `if [[ $CONC -ge 16 ]]` for the receive interval
+# the harness's prompt and output lengths: `.github/workflows/benchmark-tmpl.yml` sets
+# RANDOM_RANGE_RATIO (input default '0.8' at 1221659c2, 2025-11; fixed 0.8 from d053ae24e, #480,
+# 2026-01-21), which the single-node scripts pass to bench_serving as `--random-range-ratio`;
+# its `sample_uniform` (utils/bench_serving/benchmark_serving.py) draws integers in [int(0.8 L), L]
+HARNESS_RANGE_RATIO = 0.8
 
 
 @dataclass(frozen=True)

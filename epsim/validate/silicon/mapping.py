@@ -284,6 +284,11 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
     data["deployment"]["max_running_requests"] = max(-(-clients // dp_ranks), 1)
     data["deployment"].update(server or {})
+    if server:          # an InferenceX single-node sweep ran the row: its harness's lengths
+        ratio = agg_recipes.HARNESS_RANGE_RATIO
+        data["workload"].update(
+            input_len={"kind": "random", "value": row.isl, "range_ratio": ratio},
+            output_len={"kind": "random", "value": row.osl, "range_ratio": ratio})
     return Instance(role, data, clients, workers, dp_ranks, closed, routed), missing, tags
 
 
@@ -309,6 +314,9 @@ def _agg_server(run: SiliconRow, assumptions: list[str]) -> tuple[SiliconRow, di
     server = agg_recipes.deployment_fields(found)
     assumptions[0] = (f"server flags of InferenceX {found.key} at {found.commit[:9]} "
                       f"({found.flags.source}): " + ", ".join(f"{k} {v}" for k, v in server.items()))
+    assumptions[1] = (f"ISL/OSL uniform in [{agg_recipes.HARNESS_RANGE_RATIO} L, L] "
+                      "(InferenceX's harness: --random-range-ratio "
+                      f"{agg_recipes.HARNESS_RANGE_RATIO})")
     side = run.agg
     if found.ep_size != side.moe_ep_size:
         gpus = side.num_gpus
