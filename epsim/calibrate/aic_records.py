@@ -68,10 +68,6 @@ QUANT_FORMATS = ("fp8", "fp8_block", "nvfp4")
 GEMM_FIT_SIZES = (512, 1536, 2048, 4096, 7168, 16384)
 QUANT_MOE_KERNEL = {"h100_sxm": FIT_MOE_KERNEL, "h200_sxm": FIT_MOE_KERNEL}
 BLACKWELL_QUANT_MOE_KERNEL = "sglang_flashinfer_trtllm_moe"
-# TRT-LLM's MoE at EP > 1 works on every slot of the group's tokens, its experts remote or not
-# (`remote_slot_us`, a term only EP > 1 rows see): its rows up to this EP are fitted, the rest
-# judged (benchmarks/aic_holdout.py)
-TRTLLM_FIT_EP = 8
 
 
 def on_grid(value: int, least: int = 1) -> bool:
@@ -174,12 +170,10 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
         # slots of rank 0's tokens (-1), and the fused Triton path still runs its alignment,
         # activation and sum over all `T x k` slots: work the BF16 grouped-GEMM model has no
         # term for; the quantised one prices it (`epsim.cost.quant.remote_slot_bytes`), and
-        # their EP and MoE-TP rows are judged (benchmarks/aic_holdout.py). Blackwell's TRT-LLM
-        # MoE: its cost per remote slot is fitted on its rows up to `TRTLLM_FIT_EP`
+        # their EP and MoE-TP rows are judged (benchmarks/aic_holdout.py)
         kernel = FIT_MOE_KERNEL if bf16 else QUANT_MOE_KERNEL.get(table.system,
                                                                  BLACKWELL_QUANT_MOE_KERNEL)
-        fit_ep = TRTLLM_FIT_EP if kernel == BLACKWELL_QUANT_MOE_KERNEL and not bf16 else 1
-        fit = (tp == 1 and ep <= fit_ep and row.kernel_source == kernel
+        fit = (tp == 1 and ep == 1 and row.kernel_source == kernel
                and (bf16 or row.moe_dtype in QUANT_FORMATS))
         if fit and out.grid and not on_grid(tokens):
             off += 1

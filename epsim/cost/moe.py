@@ -101,12 +101,10 @@ def received_layout_us(tr: Traffic, experts) -> np.ndarray:
 
 def remote_slots_us(tr: Traffic, top_k: int, experts) -> np.ndarray:
     """[layers] the fused MoE kernel's work on the slots of other ranks' experts at the busiest
-    rank (no dispatch, so its kernels run over every one of the group's `tokens x top_k`
-    slots, `epsim.cost.quant`): the Triton kernel's bytes (`StageParams.remote_slot_bytes`) at
-    the fitted HBM rate, TRT-LLM's fitted µs per slot (`remote_slot_us`)."""
+    rank (`StageParams.remote_slot_bytes`: no dispatch, so its kernels run over every one of
+    the group's `tokens x top_k` slots, `epsim.cost.quant`)."""
     remote = np.maximum(tr.num_tokens * top_k - tr.pairs.max(axis=-1), 0.0)
-    return remote * (experts.remote_slot_bytes * 1e-3 / experts.params["hbm_gbps"]
-                     + experts.params.get("remote_slot_us", 0.0))
+    return remote * experts.remote_slot_bytes * 1e-3 / experts.params["hbm_gbps"]
 
 
 def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
@@ -135,8 +133,7 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
                              step.experts.params) + step.experts.host_us
     if step.experts.layout_bytes_per_token:   # a runner fitted with its layout (quantised DeepEP)
         expert = expert + received_layout_us(tr, step.experts)
-    if step.experts.remote_slot_bytes or step.experts.params.get("remote_slot_us", 0.0):
-        # the fused kernel over every slot (`none`)
+    if step.experts.remote_slot_bytes:        # the fused kernel over every slot (`none`)
         expert = expert + remote_slots_us(tr, m.top_k, step.experts)
     own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
     block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,

@@ -61,14 +61,12 @@ SPLIT_K_FORMATS = ("bf16", "fp16")      # GEMMs whose kernel splits K over idle 
 GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequant_us"),
                          frozenset({"hbm_frac", "tensor_frac"}))
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
-                                  "wave_us", "dequant_us", "remote_slot_us"),
-                                 frozenset({"hbm_frac", "tensor_frac"}))
+                                  "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
 FRACTIONS = ("hbm_frac", "tensor_frac")
 # GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
 # slot of the group's tokens (`remote_slot_bytes`); Blackwell runs FlashInfer's TRT-LLM MoE,
 # whose work on other ranks' slots is not this (aiconfigurator's B200 EP rows: the Triton
-# bytes price its NVFP4 rows 2x long at EP 128, its FP8-block rows 14 % short): its cost per
-# remote slot is fitted instead (`remote_slot_us`, on its EP 2-8 rows; docs/model.md 4b)
+# bytes price its NVFP4 rows 2x long at EP 128, its FP8-block rows 14 % short)
 TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
 
 
@@ -114,12 +112,6 @@ def gemm_defaults() -> dict[str, float]:
     `epsim.cost.roofline`, a few µs of launch, no per-wave, per-block or per-expert cost."""
     return {"base_us": 8.0, "per_expert_us": 0.0, "hbm_frac": HBM_EFFICIENCY,
             "tensor_frac": TENSOR_EFFICIENCY, "wave_us": 0.0, "dequant_us": 0.0}
-
-
-def quant_experts_defaults() -> dict[str, float]:
-    """Datasheet parameters of a quantised experts component: `gemm_defaults` and no cost on
-    the slots of other ranks' experts (`remote_slot_us`)."""
-    return {**gemm_defaults(), "remote_slot_us": 0.0}
 
 
 def absolute(params, hardware: HardwareSpec, fmt: str) -> dict[str, float]:
@@ -249,19 +241,16 @@ def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k:
 
 
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
-                           hardware: HardwareSpec, fmt: str, layout=0.0,
-                           remote_slots=0.0) -> np.ndarray:
-    """[..., 7] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
+                           hardware: HardwareSpec, fmt: str, layout=0.0) -> np.ndarray:
+    """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
     `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
     quantisation's bytes, then if compute-bound: µs at the format's datasheet peak, waves,
     scale blocks; times `EXPERT_QUANT_TERMS.coefficients(params)` gives the slowest rank's
     `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB at HBM: the backend's own
     kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
-    slots on the Triton kernel, `remote_slot_bytes`), and `remote_slots` [...]: the slots of
-    the group's tokens whose expert is on another rank, where the kernel's work on them is
-    fitted per slot (Blackwell's TRT-LLM MoE, `remote_slot_us`; 0 elsewhere)."""
-    rate = absolute({**quant_experts_defaults(), **params}, hardware, fmt)
+    slots, `remote_slot_bytes`)."""
+    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
     p, a, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (pairs, active, tiles))
@@ -274,6 +263,4 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     return np.stack([np.ones_like(p), a,
                      (np.where(compute, 0.0, mem_kb) + quant_kb + layout) / hardware.hbm_gbps,
                      np.where(compute, mflops, 0.0) / tensor_peak(hardware, fmt),
-                     np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0),
-                     np.broadcast_to(np.asarray(remote_slots, dtype=np.float64), p.shape)],
-                    axis=-1)
+                     np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)], axis=-1)

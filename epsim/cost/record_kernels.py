@@ -30,8 +30,7 @@ from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_pre
                             prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_work,
-                              layout_kb, quant_expert_gemm, quant_experts_defaults,
-                              remote_slot_bytes)
+                              layout_kb, quant_expert_gemm, remote_slot_bytes)
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
                            format_kind, kv_kind)
@@ -103,19 +102,15 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     gemm = quant_expert_gemm(record.hidden_size, record.moe_intermediate_size, fmt,
                              num_sms(hw.name), record.top_k, input_quantised=backend == "deepep")
     kind, path = format_kind("experts", fmt), experts_mode_path(record)
-    params = profile.params(backend, kind, path, defaults=quant_experts_defaults())
-    layout, remote_slots = 0.0, 0.0
+    params = profile.params(backend, kind, path, defaults=gemm_defaults())
+    layout = 0.0
     if backend == "deepep" and path == "normal":     # the rank's received tokens, laid out
         layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
     elif backend == "any":          # the fused kernel over the group's slots, remote ones too
-        remote = max(float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum()),
-                     0.0)
-        slot_bytes = remote_slot_bytes(record.hidden_size, record.moe_intermediate_size, fmt,
-                                       record.top_k, hw.name)
-        layout = remote * slot_bytes * 1e-3             # the Triton kernel's, at HBM
-        remote_slots = 0.0 if slot_bytes else remote    # TRT-LLM's, fitted per slot
-    row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout,
-                                 remote_slots)
+        remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
+        layout = max(remote, 0.0) * remote_slot_bytes(
+            record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
+    row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout)
     return KernelRow(component_key(backend, kind, path), EXPERT_QUANT_TERMS.coef_names, row,
                      EXPERT_QUANT_TERMS.coefficients(params))
 

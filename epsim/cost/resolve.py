@@ -33,7 +33,7 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
                                StageParams, StepKindParams,
                                TPCollectiveParams)
 from epsim.cost.quant import (absolute, gemm_defaults, layout_kb, quant_expert_gemm,
-                              quant_experts_defaults, remote_slot_bytes)
+                              remote_slot_bytes)
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
 from epsim.default_profile import default_profile
@@ -239,14 +239,10 @@ class _Resolver:
             comp = self._exact(key)
             if comp is not None:
                 layout = layout_kb(1.0, m.hidden_size, fmt) * 1e3 if path == "normal" else 0.0
-                # the fused kernel's fitted work on other ranks' slots runs only where every
-                # rank holds the group's tokens (`none`); a dispatch hands a rank its own
-                slots = {} if self.backend == "none" else {"remote_slot_us": 0.0}
                 return (replace(timing, key=key, mode_path=path, device_only=True),
-                        absolute({**quant_experts_defaults(), **comp.params, **slots}, hw, fmt),
-                        layout, remote)
+                        absolute({**gemm_defaults(), **comp.params}, hw, fmt), layout, remote)
         return (replace(timing, key="", mode_path=GRAPH, device_only=True),
-                absolute(quant_experts_defaults(), hw, fmt), 0.0, remote)
+                absolute(gemm_defaults(), hw, fmt), 0.0, remote)
 
     def _fraction_params(self, kind: str, defaults: dict[str, float]
                          ) -> tuple[Coefficients, str]:

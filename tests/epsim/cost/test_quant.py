@@ -20,7 +20,7 @@ from epsim.cost.quant import (ACTIVATION_BYTES, EXPERT_QUANT_TERMS, GEMM_TERMS, 
 from epsim.calibrate.aic_records import balanced_counts
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.errors import SpecError
-from epsim.profile import Component, Profile
+from epsim.profile import Profile
 from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
@@ -118,8 +118,7 @@ def test_experts_design_rows_times_coefficients_give_the_slowest_rank():
         tiles = np.array([row_tiles(c) for c in counts])
         rows = experts_quant_features(pairs, active, tiles, gemm, PARAMS, H200, "fp8_block")
         slowest = experts_rank_us(pairs, active, tiles, gemm, rates).max()
-        coef = EXPERT_QUANT_TERMS.coefficients({**PARAMS, "remote_slot_us": 0.01})
-        assert rows @ coef == pytest.approx(slowest)       # no remote slots: its column is 0
+        assert rows @ EXPERT_QUANT_TERMS.coefficients(PARAMS) == pytest.approx(slowest)
     # the quantisation's bytes ride at the HBM rate: the design row's HBM column carries them
     one = experts_quant_features(np.array([64.0]), np.array([1.0]), np.array([1.0]), gemm, PARAMS,
                                  H200, "fp8_block")
@@ -161,8 +160,7 @@ def test_fused_kernel_runs_over_every_slot_of_the_group():
         local = experts_quant_features(np.array([pairs]), np.array([float((counts[0] > 0).sum())]),
                                        np.array([float(row_tiles(counts[0]))]), one,
                                        gemm_defaults(), H200, "fp8_block")
-        # the HBM column gains the remote slots' bytes, nothing else moves (the fitted
-        # per-slot column is TRT-LLM's: 0 here)
+        # the HBM column gains the remote slots' bytes, nothing else moves
         extra = (1024 * 8 - pairs) * remote_slot_bytes(7168, 2048, "fp8_block", 8, "H200") * 1e-3
         got = _fused_row(ep)
         assert got[2] - local[2] == pytest.approx(extra / H200.hbm_gbps)
@@ -194,43 +192,3 @@ def test_simulator_prices_remote_slots_with_the_none_backend_only():
     want = (512 * 8 - np.array([600.0, 450.0])) * none.remote_slot_bytes * 1e-3 \
         / none.params["hbm_gbps"]
     np.testing.assert_allclose(got, want)
-
-
-def _trtllm_row(ep: int, tokens: int = 1024) -> np.ndarray:
-    """The design row of an AIC-like TRT-LLM MoE nvfp4 record on B200 at EP `ep` (rank 0,
-    balanced routing of the group's `tokens`)."""
-    counts = balanced_counts(tokens, 256, 8).reshape(ep, 256 // ep)
-    record = MeasurementRecord(
-        kind="quant_experts", backend="local", median_us=1.0, timing="device", ep_size=ep,
-        num_tokens_per_rank=-(-tokens // ep), hidden_size=7168, moe_intermediate_size=2048,
-        num_experts=256, num_local_experts=256 // ep, top_k=8, weight_dtype="nvfp4",
-        local_expert_tokens=counts.tolist(), expert_tokens_per_rank=counts.sum(axis=1).tolist(),
-        extra={"measured_rank": 0, "num_tokens": tokens},
-        provenance=Provenance(device="B200", hardware="B200"))
-    return kernel_record_features(record, Profile(name="datasheet", hardware="B200")).row
-
-
-def test_trtllm_moe_prices_remote_slots_by_its_fitted_term():
-    """Blackwell's TRT-LLM MoE: the group's slots on other ranks' experts are the last design
-    column (fitted `remote_slot_us`), no bytes at the HBM rate; EP 1 has none."""
-    assert _trtllm_row(1)[-1] == 0.0
-    for ep in (2, 8, 64):
-        assert _trtllm_row(ep)[-1] == pytest.approx(1024 * 8 * (1 - 1 / ep))
-    # the simulator adds them with the `none` backend only, at the component's fitted µs
-    profile = Profile(name="fit", hardware="B200",
-                      components={"any/experts_nvfp4/graph": Component(
-                          params={"remote_slot_us": 0.01})})
-
-    def experts(backend: str):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cm = CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu="B200"),
-                           DeploymentSpec(ep_size=8, moe_a2a_backend=backend,
-                                          enable_dp_attention=True, quantization="nvfp4"),
-                           profile)
-        return cm.params.step(True).experts
-    none = experts("none")
-    assert none.params["remote_slot_us"] == pytest.approx(0.01)
-    assert experts("deepep").params["remote_slot_us"] == 0.0
-    tr = SimpleNamespace(num_tokens=512.0, pairs=np.array([[600.0, 500.0]]))
-    np.testing.assert_allclose(remote_slots_us(tr, 8, none), (512 * 8 - 600.0) * 0.01)
