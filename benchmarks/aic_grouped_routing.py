@@ -77,7 +77,7 @@ def rows(system: str):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/aic_grouped_routing.md"))
     args = parser.parse_args(argv)
     counts = grouped_balanced_counts(TOKENS, EXPERTS, TOP_K, GROUPS, TOPK_GROUP)

@@ -94,7 +94,10 @@ def test_workers_ignore_ctrl_c_and_this_process_still_gets_it():
     assert signal.getsignal(signal.SIGINT) is before
     # in a fresh process with one thread: here another thread (tqdm's monitor, a timer left by
     # an earlier test) may take a process-directed SIGINT while it is ignored
+    # Python's own Ctrl-C handler first: a suite started in the background (`cmd &` without job
+    # control) hands its children SIGINT ignored, and Python then installs no handler at all
     code = ("import os, signal\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from epsim.plan.pool import _sigint_ignored_by_children\n"
             "try:\n"
             "    with _sigint_ignored_by_children():\n"
