@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -29,7 +28,7 @@ from pathlib import Path
 from epsim.io.write import write_text
 from epsim.validate.silicon.inferencex import (MASTER_PATHS, RUNNERS, _concurrencies, in_effect,
                                                moment)
-from epsim.validate.silicon.inferencex_extract import _git
+from epsim.validate.silicon.inferencex_extract import _git, master_versions
 from epsim.validate.silicon.resolve import _MEASURED
 
 AGG_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_agg.json"
@@ -193,20 +192,9 @@ def _runs(config: dict) -> list[list[int]]:
 def extract(repo: Path) -> dict:
     """Every version of the agg keys' sweeps in the master config's history (a version kept
     where its image or runs change). Needs `git` and PyYAML."""
-    import yaml
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    commits = []
-    for path in MASTER_PATHS:
-        for line in _git(repo, "log", "--format=%H %cI", "--", path).splitlines():
-            sha, date = line.split()
-            commits.append((moment(date), sha, date, path))
     last: dict[str, str] = {}
     out = []
-    for _, sha, date, path in sorted(commits):
-        try:
-            doc = yaml.load(_git(repo, "show", f"{sha}:{path}"), Loader=loader) or {}
-        except (subprocess.CalledProcessError, yaml.YAMLError):
-            continue
+    for sha, date, path, doc in master_versions(repo):
         for key in AGG_KEYS:
             config = doc.get(key)
             if not isinstance(config, dict):

@@ -97,9 +97,9 @@ def extract_sweeps(repo: Path, keys: set[str]) -> list[dict]:
     return out
 
 
-def extract(repo: Path) -> dict:
-    """Every version of the in-scope keys in the master config's history (consecutive commits
-    with the same groups kept once, at the first). Needs `git` and PyYAML's C loader."""
+def master_versions(repo: Path):
+    """(commit, ISO date, path, parsed document) of every commit of the master config files,
+    oldest first; a commit whose file does not parse is skipped. Needs `git` and PyYAML."""
     import yaml
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     commits = []
@@ -107,13 +107,20 @@ def extract(repo: Path) -> dict:
         for line in _git(repo, "log", "--format=%H %cI", "--", path).splitlines():
             sha, date = line.split()
             commits.append((moment(date), sha, date, path))
-    last: dict[str, str] = {}
-    out = []
     for _, sha, date, path in sorted(commits):
         try:
             doc = yaml.load(_git(repo, "show", f"{sha}:{path}"), Loader=loader) or {}
         except (subprocess.CalledProcessError, yaml.YAMLError):
-            continue                                   # a commit whose file did not parse
+            continue
+        yield sha, date, path, doc
+
+
+def extract(repo: Path) -> dict:
+    """Every version of the in-scope keys in the master config's history (consecutive commits
+    with the same groups kept once, at the first). Needs `git` and PyYAML's C loader."""
+    last: dict[str, str] = {}
+    out = []
+    for sha, date, path, doc in master_versions(repo):
         for key, config in doc.items():
             if not (isinstance(config, dict) and in_scope_key(key)):
                 continue
