@@ -33,8 +33,8 @@ class LayerPart:
         name: attention (projections and kernel), attention_ops (the attention block's norms,
             RoPE, KV write, residual), shared_experts, block_ops (router, and the permute and
             weighting where the step adds them), block_ops_in_comm (the permute and weighting a
-            low-latency backend's dispatch and combine do, priced as the block would run them:
-            not charged), experts (the grouped-GEMM kernel, with an eager step's host),
+            low-latency backend's dispatch and combine do, or a fused MoE kernel's fit holds,
+            priced as the block would run them: not charged), experts (the grouped-GEMM kernel, with an eager step's host),
             layout (the backend's own layout work), dispatch, combine, sync.
         us: [moe_layers] float64 µs.
         component: the profile key that priced it ("" for datasheet values).
