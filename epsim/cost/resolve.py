@@ -165,6 +165,9 @@ class _Resolver:
             if self.applies else []
         allreduce = self.coefficients("none", "allreduce", "", collective_defaults(c))
         allgather = self.coefficients("none", "allgather", "", allreduce)
+        measured = self._exact(component_key("none", "allreduce", ""))
+        reduce_gpus = tuple(measured.valid_range.get("ep_size", ())) \
+            if measured is not None and measured.source == "fit" else ()
         # single-GPU kernels measured device-only (`any/dense/graph`, `any/attention_*/graph`):
         # dense MLPs (dense layers, shared experts) with the experts' physics, attention as
         # its projections (a dense GEMM) plus the fitted decode and prefill kernels; None:
@@ -183,7 +186,7 @@ class _Resolver:
             max_nodes_per_token=max_nodes_per_token(m, num_ranks // per_node),
             l2_bytes=l2_bytes(c.gpu), gemm=self._experts_gemm(par.moe_tp_size), eager=eager,
             graph=graph,
-            collectives=CollectiveParams(_frozen(allreduce), _frozen(allgather)),
+            collectives=CollectiveParams(_frozen(allreduce), _frozen(allgather), reduce_gpus),
             attention=AttentionParams(
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
