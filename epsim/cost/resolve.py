@@ -161,13 +161,17 @@ class _Resolver:
         dedup = {mode: dedup_for(backend, mode) for mode in modes}
         steps = self._steps(modes, dedup)
         eager, graph = steps[True], steps[False]
-        used = used_components(eager, graph, backend == "none" and par.tp_size > 1) \
-            if self.applies else []
         allreduce = self.coefficients("none", "allreduce", "", collective_defaults(c))
         allgather = self.coefficients("none", "allgather", "", allreduce)
+        # the GPU counts the `none` all-reduce fit was measured on: an eager reduce over others
+        # is the all-reduce model's (`epsim.cost.tp.none_collectives_us`), not this fit's
         measured = self._exact(component_key("none", "allreduce", ""))
         reduce_gpus = tuple(measured.valid_range.get("ep_size", ())) \
             if measured is not None and measured.source == "fit" else ()
+        measured_reduce = not reduce_gpus or reduce_gpus[0] <= par.tp_size <= reduce_gpus[-1]
+        # (the rule of `epsim.cost.tp.measured_none_reduce`, before `CostParams` exists)
+        used = used_components(eager, graph, backend == "none" and par.tp_size > 1
+                               and measured_reduce) if self.applies else []
         # single-GPU kernels measured device-only (`any/dense/graph`, `any/attention_*/graph`):
         # dense MLPs (dense layers, shared experts) with the experts' physics, attention as
         # its projections (a dense GEMM) plus the fitted decode and prefill kernels; None:
