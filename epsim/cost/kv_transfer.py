@@ -2,11 +2,14 @@
 
 Bytes per request are the prompt's KV cache as the model lays it out:
 
-    kv_bytes = prompt_tokens * num_layers * kv_bytes_per_token_per_layer
+    kv_bytes = prompt_tokens * num_layers * kv_bytes_per_token(kv_cache_dtype)
 
-(`ModelSpec.kv_bytes_per_token_per_layer`: 2 x KV heads x head_dim x 2 bytes for GQA, MLA's
-compressed latent + rope key for DeepSeek). One request's cache lives on one prefill GPU (DP
-attention) and goes to one decode GPU over the scale-out network, so
+(`ModelSpec.kv_bytes_per_token`: 2 x KV heads x head_dim elements for GQA, MLA's compressed
+latent + rope key, 512 + 64 = 576, for DeepSeek; 2 bytes each at `auto`/bf16, 1 at fp8). One
+request's cache lives on one prefill GPU (DP attention; under attention TP each rank holds a copy
+of MLA's latent and sends it to its own decode rank, sglang 0.5.8
+`disaggregation/mooncake/conn.py:753-761`) and goes to one decode GPU over the scale-out network
+(Mooncake's default transport is RDMA; its NVLink pool is opt-in), so
 
     transfer_us = latency_us + kv_bytes / (gbps * 1e3)          (GB/s = 1e3 bytes/us)
 
@@ -58,13 +61,27 @@ class KVTransfer:
         return requests_per_s * self.bytes_per_request / (num_gpus * self.gbps * 1e9)
 
 
-def kv_bytes_per_request(model, prompt_tokens: float) -> float:
-    """KV-cache bytes of a prompt of `prompt_tokens` tokens (all layers)."""
-    return float(prompt_tokens) * model.num_layers * model.kv_bytes_per_token_per_layer
+def kv_bytes_per_request(model, prompt_tokens: float, kv_cache_dtype: str = "auto") -> float:
+    """KV-cache bytes of a prompt of `prompt_tokens` tokens (all layers) at `kv_cache_dtype`."""
+    return float(prompt_tokens) * model.num_layers * model.kv_bytes_per_token(kv_cache_dtype)
 
 
-def kv_transfer(model, cluster, path: str, prompt_tokens: float, profile=None) -> KVTransfer:
-    """The KV transfer of a mean prompt over `path` on `cluster`.
+def last_chunk_tokens(prompt_tokens: int, chunk_tokens: int) -> int:
+    """Prompt tokens whose KV is still to send when a chunked prefill ends: its last chunk's.
+
+    SGLang's prefill server sends each chunk's KV once the chunk is computed (sglang 0.5.8
+    `disaggregation/prefill.py:617-652`, `process_prefill_chunk` -> `send_kv_chunk`), so the
+    earlier chunks travel while later ones compute and only the last chunk's transfer follows
+    the forward that samples the first token.
+    """
+    if prompt_tokens <= 0:
+        return 0
+    return prompt_tokens - chunk_tokens * ((prompt_tokens - 1) // chunk_tokens)
+
+
+def kv_transfer(model, cluster, path: str, prompt_tokens: float, profile=None,
+                kv_cache_dtype: str = "auto") -> KVTransfer:
+    """The KV transfer of a mean prompt over `path` on `cluster` at `kv_cache_dtype`.
 
     Raises:
         SpecError: an unknown path.
@@ -78,5 +95,5 @@ def kv_transfer(model, cluster, path: str, prompt_tokens: float, profile=None) -
     if component is not None:
         params.update(component.params)
         source = "measured" if component.source == "fit" else component.source
-    return KVTransfer(path, kv_bytes_per_request(model, prompt_tokens), params["gbps"],
+    return KVTransfer(path, kv_bytes_per_request(model, prompt_tokens, kv_cache_dtype), params["gbps"],
                       params["latency_us"], source)

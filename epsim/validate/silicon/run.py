@@ -4,11 +4,18 @@ the closed loop that measured them.
 A row's clients cycle through TTFT + (OSL - 1) x TPOT per request (`sglang.bench_serving`'s
 definitions, docs/silicon.md), so each side of a P/D pair depends on the other's latency. Pass 0
 runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
-`ROUNDS` rounds run every instance of a P/D pair with the cycle of the round before (its clients
-wait out the other side: think time), one round an agg instance; the window is InferenceX's
-protocol (2 warm-up and 10 measured requests per client). Under `approximate`, closed-loop
-clients become Poisson arrivals at the loop's rate (Little's law: clients / cycle) with the
-expected decoding requests running from t=0. Predicted TTFT and TPOT are the runs' mean TTFT and mean per-request TPOT.
+`ROUNDS` rounds run the prefill and then the decode instance of a P/D pair, each with the latest
+figures of the other (its clients wait out the rest of the cycle: think time), one round an agg
+instance; the window is InferenceX's protocol (2 warm-up and 10 measured requests per client).
+A P/D request's TTFT is the prefill instance's plus the handoff around it
+(`epsim.validate.silicon.handoff`: the decode server's bootstrap, the exposed KV transfer, the
+decode instance's own arrival-to-first-token), so a client is away from the decode instance for
+all of it but the last term: the decode instance runs the clients it holds on average (Little's
+law, `closed_round`), fewer than the clients.
+Under `approximate`, closed-loop clients become Poisson arrivals at the loop's rate (Little's
+law: clients / cycle) with the expected decoding requests running from t=0. Predicted TTFT and
+TPOT are the benchmark's: the mean TTFT so composed and the decode (or agg) run's mean
+per-request TPOT.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from epsim.errors import EpsimError
 from epsim.report import summarize
 from epsim.sim import simulate
 from epsim.spec.scenario import scenario_from_dict
+from epsim.validate.silicon.handoff import handoff
 from epsim.validate.silicon.mapping import Instance, RowPlan
 
 ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
@@ -59,19 +67,45 @@ def pass0(instance: Instance) -> dict:
     return _with(instance, slow, PASS0_WINDOW_S, _per_rank(instance.clients, instance))
 
 
-def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> dict:
-    """One instance under its closed-loop clients; a P/D side's clients wait out the other side."""
+def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
+                 outside_s: float = 0.0) -> dict:
+    """One instance under its closed-loop clients; a P/D side's clients wait out the rest of the
+    cycle: `outside_s` is the part of the TTFT spent outside this instance (a prefill's: the
+    handoff; a decode's: everything before the KV has arrived).
+
+    A decode instance's arrivals are its prefill's completions, which the prefill's forwards
+    space out, not the clients' sends: its clients, all thinking the same `outside_s` from one
+    t=0, would stay in lockstep waves (every client decoding, then none) that the benchmark
+    never has. So a decode instance runs the clients its decode holds on average, Little's
+    law's clients x (cycle - outside) / cycle, each sending again as its request ends (think
+    0), started part-way through their requests (as many per rank as divide evenly): the
+    decoding population of the measured loop, at a steady batch.
+    """
     cycle_s = ttft_s + (osl - 1) * tpot_s
-    arrivals = {"kind": "concurrency", "clients": instance.routed_clients or instance.clients}
-    if instance.role == "prefill":
-        arrivals["think_time_s"] = (osl - 1) * tpot_s
-    elif instance.role == "decode":
-        arrivals["think_time_s"] = ttft_s
+    clients = instance.routed_clients or instance.clients
+    arrivals = {"kind": "concurrency", "clients": clients}
     warm, measured = PROTOCOL_REQUESTS
-    return _with(instance, arrivals, (warm * cycle_s, (warm + measured) * cycle_s))
+    window = (warm * cycle_s, (warm + measured) * cycle_s)
+    if instance.role == "prefill":
+        arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
+    elif instance.role == "decode":
+        share = decoding_share(cycle_s, outside_s)
+        arrivals["clients"] = max(round(clients * share), 1)
+        running = int(max(round(instance.clients * share), 1) // instance.dp_ranks)
+        return _with(instance, arrivals, window, running)
+    return _with(instance, arrivals, window)
 
 
-def open_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int) -> dict:
+def decoding_share(cycle_s: float, outside_s: float) -> float:
+    """The share of a P/D client's cycle its request spends in the decode instance (Little's
+    law: the decode instance holds that share of the clients on average)."""
+    if cycle_s <= 0:
+        return 1.0
+    return min(max((cycle_s - outside_s) / cycle_s, 0.0), 1.0)
+
+
+def open_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
+               outside_s: float = 0.0) -> dict:
     """One instance under Poisson arrivals at its clients' rate, clients / cycle (Little's law),
     with the expected decoding requests running from t=0."""
     decode_s = (osl - 1) * tpot_s
@@ -121,31 +155,61 @@ def predict(plan: RowPlan) -> dict:
 
 
 def _predict(plan: RowPlan, entry: dict) -> dict:
-    osl = plan.row.osl
-    tpot_side = next(i for i in plan.instances if i.role in ("agg", "decode"))
+    out = couple(plan.instances, plan.row.osl)
+    if out.get("status") == "failed":
+        return out
+    return {"status": "approximated" if plan.approximations else "predicted", **out}
+
+
+def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
+    """The benchmark's TTFT and TPOT (ms) of one agg instance or a [prefill, decode] pair under
+    closed-loop clients (module doc).
+
+    Returns:
+        `{"ttft_ms", "tpot_ms", "shares" {role: ...}, "ttft_terms" (a pair: the TTFT's parts,
+        `epsim.validate.silicon.handoff`)}`, or `{"status": "failed", "reasons"}`.
+    """
+    tpot_side = next(i for i in instances if i.role in ("agg", "decode"))
     first = _simulate(pass0(tpot_side))
     tpot_ms, ttft_ms = _mean(first, "tpot_ms"), 0.0
     if tpot_ms is None:
         return {"status": "failed", "reasons": ["pass 0 produced no TPOT: "
                                                  + first["latency_notes"].get("tpot_ms", "")]}
-    shares = {}
+    shares, extra = {}, {}
+    prefill_ms = first_ms = around_ms = 0.0
     # an agg instance's clients wait on no other side: one closed-loop run is the answer (a
-    # second would only size its window from the first's cycle); a P/D pair's sides agree in rounds
-    for _ in range(1 if [i.role for i in plan.instances] == ["agg"] else ROUNDS):
-        new_ttft, new_tpot = ttft_ms, tpot_ms
-        for instance in plan.instances:
+    # second would only size its window from the first's cycle); a P/D pair's sides agree in
+    # rounds, each side run with the other's latest figures
+    for _ in range(1 if [i.role for i in instances] == ["agg"] else ROUNDS):
+        for instance in instances:
             make = closed_round if instance.closed_loop else open_round
-            summary = _simulate(make(instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl))
+            outside_ms = {"prefill": ttft_ms - prefill_ms,
+                          "decode": ttft_ms - first_ms}.get(instance.role, 0.0)
+            summary = _simulate(make(instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl,
+                                     max(outside_ms, 0.0) * 1e-3))
             shares[instance.role] = _shares(summary)
-            if instance.role in ("agg", "prefill"):
-                new_ttft = _mean(summary, "ttft_ms")
-            if instance.role in ("agg", "decode"):
-                new_tpot = _mean(summary, "tpot_ms")
-            if new_ttft is None or new_tpot is None:
-                name = "ttft_ms" if new_ttft is None else "tpot_ms"
+            ttft = _mean(summary, "ttft_ms")
+            tpot = _mean(summary, "tpot_ms") if instance.role != "prefill" else tpot_ms
+            if ttft is None or tpot is None:
+                name = "ttft_ms" if ttft is None else "tpot_ms"
                 return {"status": "failed", "reasons": [f"{instance.role}: no {name} sample: "
                                                          + summary["latency_notes"].get(name, "")]}
-        ttft_ms, tpot_ms = new_ttft, new_tpot
-    status = "approximated" if plan.approximations else "predicted"
-    return {"status": status, "ttft_ms": round(ttft_ms, 4), "tpot_ms": round(tpot_ms, 4),
-            "shares": shares}
+            if instance.role == "agg":
+                ttft_ms, tpot_ms = ttft, tpot
+            elif instance.role == "prefill":
+                prefill_ms = ttft
+                ttft_ms = prefill_ms + around_ms + first_ms
+            else:
+                prefill_side = scenario_from_dict(copy.deepcopy(instances[0].data),
+                                                  where="silicon row")
+                # the decoding population's sends land on step ends; a transfer ends anywhere
+                # within a step, and waits the rest of it before the poll (half a step)
+                step_ms = summary["step_ms"]["mean"]
+                hand = handoff(prefill_side, step_ms, ttft + 0.5 * step_ms)
+                tpot_ms, first_ms, around_ms = tpot, hand.first_token_ms, hand.around_prefill_ms
+                ttft_ms = hand.ttft_ms(prefill_ms)
+                extra = {"ttft_terms": {"prefill_ms": round(prefill_ms, 4),
+                                        "bootstrap_ms": round(hand.bootstrap_ms, 4),
+                                        "transfer_ms": round(hand.transfer_ms, 4),
+                                        "first_token_ms": round(hand.first_token_ms, 4)}}
+    return {"ttft_ms": round(ttft_ms, 4), "tpot_ms": round(tpot_ms, 4), "shares": shares, **extra}

@@ -1,0 +1,79 @@
+"""The P/D handoff: what a disaggregated request's TTFT holds beyond its prefill instance's time.
+
+A benchmark's client of a P/D pair sends to the router, which sends the request to a prefill and a
+decode server at once; its first token reaches the client from the *decode* server. As SGLang
+0.5.8 serves it (line numbers of `sglang/srt/` in the 0.5.8 wheel):
+
+    ttft = bootstrap + prefill (queue + forward) + exposed KV transfer + decode first token
+
+- **bootstrap** (`bootstrap_ms`): the prefill server keeps the request in its bootstrap queue
+  until the decode server has pre-allocated its KV and sent the indices
+  (`disaggregation/prefill.py:227-300`, `pop_bootstrapped` polls for `KVPoll.WaitingForInput`).
+  The decode server takes new requests at the top of its event loop
+  (`disaggregation/decode.py:834-894`: `recv_requests`, then `process_decode_queue` ->
+  `pop_preallocated`, `decode.py:447`; its receiver is `WaitingForInput` at once,
+  `disaggregation/mooncake/conn.py:1194`), and a busy decode loop turns once per decode step, so
+  the request waits the rest of the step it arrived in: half a decode step on average (arrivals
+  fall uniformly within steps). The prefill server's own wait for its next iteration is already in
+  the prefill instance's TTFT; where the prefill is busy that wait hides the decode's, so this
+  is an upper bound there (at most half a decode step).
+- **prefill**: the prefill instance's simulated TTFT (queue, chunked forward; its closed loop).
+- **exposed KV transfer** (`transfer_ms`): the last chunk's KV (`epsim.cost.kv_transfer`:
+  tokens x layers x KV bytes per token at `kv_cache_dtype`; MLA's 576-element latent) over one
+  GPU's scale-out NIC (Mooncake's default transport is RDMA; its NVLink pool is opt-in,
+  `SGLANG_MOONCAKE_CUSTOM_MEM_POOL`, unset by default, `disaggregation/mooncake/utils.py:90-110`),
+  each prefill rank sending its copy to its decode rank (`mooncake/conn.py:753-761`).
+- **decode first token** (`first_token_ms`): the decode server polls transfer status once per
+  event-loop iteration (`decode.py:1001-1026`, every `disaggregation_decode_polling_interval` =
+  1 iterations, `server_args.py:642`; `pop_transferred`, `decode.py:772`), builds a prebuilt
+  batch of the transferred requests (`decode.py:907-999`, no forward of its own; an idle forward
+  under DP attention) and streams their first token when that batch's result is processed
+  (`managers/scheduler_output_processor_mixin.py:47-63`); a request that finds no running slot
+  waits in the waiting queue (`decode.py:947-980`, `max_running_requests`). The decode instance's
+  simulated TTFT is exactly this span: arrival, the rest of the running step, then one step,
+  after any wait for a slot or KV pool room.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epsim.cost.kv_transfer import kv_transfer, last_chunk_tokens
+
+KV_PATH = "mooncake"        # SGLang's default --disaggregation-transfer-backend (server_args.py:631)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A P/D request's times around its prefill (ms): module doc.
+
+    Attributes:
+        bootstrap_ms: before the prefill server may schedule it (half a decode step).
+        transfer_ms: the last chunk's KV transfer after the prefill forward.
+        first_token_ms: from the transfer's end to the first token streamed by the decode server.
+    """
+
+    bootstrap_ms: float
+    transfer_ms: float
+    first_token_ms: float
+
+    @property
+    def around_prefill_ms(self) -> float:
+        """What the prefill instance's closed loop does not see before the decode side admits it."""
+        return self.bootstrap_ms + self.transfer_ms
+
+    def ttft_ms(self, prefill_ttft_ms: float) -> float:
+        """The benchmark's TTFT of a request whose prefill instance took `prefill_ttft_ms`."""
+        return prefill_ttft_ms + self.around_prefill_ms + self.first_token_ms
+
+
+def handoff(prefill_scenario, decode_step_ms: float, decode_first_ms: float) -> Handoff:
+    """The handoff of a mean request of `prefill_scenario` (a `Scenario`) to a decode instance
+    whose mean step is `decode_step_ms` and whose mean arrival-to-first-token is `decode_first_ms`.
+    """
+    sc = prefill_scenario
+    workload, deployment = sc.workload, sc.deployment
+    prompt = int(round(workload.input_len.mean_tokens))
+    tokens = last_chunk_tokens(prompt, deployment.chunked_prefill_size)
+    kv = kv_transfer(sc.model, sc.cluster, KV_PATH, tokens, kv_cache_dtype=deployment.kv_cache_dtype)
+    return Handoff(0.5 * decode_step_ms, kv.transfer_us * 1e-3, decode_first_ms)

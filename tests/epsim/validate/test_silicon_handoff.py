@@ -1,0 +1,66 @@
+"""The P/D handoff's terms (`epsim.validate.silicon.handoff`) and what each side of a pair runs
+in the closed loop (`epsim.validate.silicon.run`), each against a small exact case."""
+
+from __future__ import annotations
+
+import pytest
+
+from epsim.cost.kv_transfer import kv_bytes_per_request, kv_transfer, last_chunk_tokens
+from epsim.spec.scenario import scenario_from_dict
+from epsim.validate.silicon.handoff import Handoff, handoff
+from epsim.validate.silicon.mapping import Instance
+from epsim.validate.silicon.run import closed_round, decoding_share
+
+
+def _prefill(**deployment) -> dict:
+    return {"name": "p", "seed": 0, "model": "DeepSeek-V3", "cluster": {"gpu": "H200", "num_nodes": 1},
+            "deployment": {"ep_size": 8, "enable_dp_attention": True, "moe_a2a_backend": "deepep",
+                           "disaggregation_mode": "prefill", **deployment},
+            "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 1.0},
+                         "input_len": {"kind": "fixed", "value": 8192},
+                         "output_len": {"kind": "fixed", "value": 1024}}}
+
+
+@pytest.mark.parametrize("prompt, chunk, last", [(8192, 8192, 8192), (8193, 8192, 1), (10000, 4096, 1808),
+                                                 (1, 8192, 1), (0, 8192, 0)])
+def test_only_the_last_chunk_is_sent_after_the_forward(prompt, chunk, last):
+    assert last_chunk_tokens(prompt, chunk) == last
+
+
+def test_mla_kv_bytes_are_the_576_element_latent_at_the_cache_dtype():
+    sc = scenario_from_dict(_prefill())
+    layers = sc.model.num_layers
+    assert kv_bytes_per_request(sc.model, 1000) == 1000 * layers * 576 * 2
+    assert kv_bytes_per_request(sc.model, 1000, "fp8_e4m3") == 1000 * layers * 576 * 1
+
+
+def test_handoff_terms_add_up_exactly():
+    sc = scenario_from_dict(_prefill(chunked_prefill_size=4096, kv_cache_dtype="fp8_e4m3"))
+    hand = handoff(sc, decode_step_ms=40.0, decode_first_ms=55.0)
+    kv = kv_transfer(sc.model, sc.cluster, "mooncake", 8192 - 4096, kv_cache_dtype="fp8_e4m3")
+    bytes_ = (8192 - 4096) * sc.model.num_layers * 576
+    assert kv.bytes_per_request == bytes_
+    assert hand == Handoff(20.0, kv.latency_us * 1e-3 + bytes_ / (kv.gbps * 1e3) * 1e-3, 55.0)
+    assert hand.ttft_ms(300.0) == pytest.approx(300.0 + 20.0 + hand.transfer_ms + 55.0, abs=1e-12)
+
+
+def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
+    def side(role, dp):
+        data = _prefill(disaggregation_mode=role)
+        return Instance(role, data, clients=8, num_workers=1, dp_ranks=dp, closed_loop=True)
+
+    ttft_s, tpot_s, osl = 22.0, 0.04, 1024
+    cycle_s = ttft_s + 1023 * tpot_s                    # 62.92 s
+    outside_s = cycle_s / 2 + 0.1                       # the decode side holds a request < half the cycle
+    pre = closed_round(side("prefill", 1), ttft_s, tpot_s, osl, 0.3)["workload"]
+    dec = closed_round(side("decode", 2), ttft_s, tpot_s, osl, outside_s)["workload"]
+    # the prefill's clients think for the decode and the handoff around their prefill
+    assert pre["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 1023 * 0.04 + 0.3}
+    assert pre["initial_running_per_rank"] == 0
+    # the decode holds 8 x (cycle - outside) / cycle = 3.99 -> 4 clients, 2 per rank part-way done
+    assert decoding_share(cycle_s, outside_s) == pytest.approx(0.5 - 0.1 / cycle_s)
+    assert dec["arrivals"] == {"kind": "concurrency", "clients": 4}
+    assert dec["initial_running_per_rank"] == 2
+    # InferenceX's 2 warm-up and 10 measured requests per client, on both sides
+    assert (pre["warmup_s"], pre["duration_s"]) == (dec["warmup_s"], dec["duration_s"]) == (
+        2 * cycle_s, 12 * cycle_s)
