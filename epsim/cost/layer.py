@@ -19,6 +19,7 @@ from epsim.cost.attention import BatchCounts
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import block_ops_us
 from epsim.cost.tables import PlacementTables
+from epsim.cost.tp import ALLREDUCE_KEY, measured_none_reduce
 
 # the parts a layer's communication brings: left out of a rank's own compute
 COMMUNICATION = ("dispatch", "combine", "layout", "sync")
@@ -33,9 +34,9 @@ class LayerPart:
         name: attention (projections and kernel), attention_ops (the attention block's norms,
             RoPE, KV write, residual), shared_experts, block_ops (router, and the permute and
             weighting where the step adds them), block_ops_in_comm (the permute and weighting a
-            low-latency backend's dispatch and combine do, priced as the block would run them:
-            not charged), experts (the grouped-GEMM kernel, with an eager step's host),
-            layout (the backend's own layout work), dispatch, combine, sync.
+            low-latency backend's dispatch and combine do, or a fused MoE kernel's fit holds,
+            priced as the block would run them: not charged), experts (the grouped-GEMM kernel,
+            with an eager step's host), layout (the backend's own layout work), dispatch, combine, sync.
         us: [moe_layers] float64 µs.
         component: the profile key that priced it ("" for datasheet values).
         charged: whether the layer's time holds it.
@@ -119,7 +120,8 @@ def layer_cost(cost_model, batch: BatchCounts, loads: np.ndarray,
         LayerPart("experts", step.experts_us - layout_us, kind.experts.timing.key),
         LayerPart("layout", layout_us, layout.timing.key if layout else ""),
         LayerPart("dispatch", step.dispatch_us, _comm_key(p, kind, "dispatch", moe.mode)),
-        LayerPart("combine", step.combine_us, _comm_key(p, kind, "combine", moe.mode)),
+        LayerPart("combine", step.combine_us,
+                  _comm_key(p, kind, "combine", moe.mode, cm.profile.components)),
         LayerPart("sync", np.full(step.layer_us.shape, moe.sync_us * scale),
                   _sync_key(cm, graph) if moe.sync_us else "")]
     inside = tuple(x for x in BLOCK_OPS_PARTS if x not in kind.block_ops_parts[moe.mode])
@@ -134,10 +136,12 @@ def layer_cost(cost_model, batch: BatchCounts, loads: np.ndarray,
     return LayerCost(tuple(parts), step.layer_us, float(p.overhead["per_layer_us"]), graph)
 
 
-def _comm_key(params, kind, stage: str, mode: str) -> str:
+def _comm_key(params, kind, stage: str, mode: str, components=()) -> str:
     if params.parallel.tp_size == 1:          # one GPU: nothing crosses
         return ""
     if params.backend == "none":
+        if stage == "combine" and not kind.graph and not measured_none_reduce(params):
+            return ALLREDUCE_KEY if ALLREDUCE_KEY in components else ""   # `epsim.cost.tp`'s model
         return "none/allgather" if stage == "dispatch" else "none/allreduce"
     found = kind.stage(stage, mode)
     return found.timing.key if found is not None else ""

@@ -125,10 +125,12 @@ class StepKindParams:
 class CollectiveParams:
     """NCCL collectives: `allreduce` (`none/allreduce`: the `none` backend's combine, TP
     attention's all-reduce) and `allgather` (`none/allgather` over allreduce's: the `none`
-    backend's dispatch)."""
+    backend's dispatch); `allreduce_gpus`: the [lo, hi] GPU counts a fitted `none/allreduce`
+    was measured on (its `ep_size` range), () where it is not a fit."""
 
     allreduce: Coefficients
     allgather: Coefficients
+    allreduce_gpus: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

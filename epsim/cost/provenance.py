@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from epsim.cost.ledger import COLUMN, Ledger
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.timing import band_ratios
+from epsim.cost.tp import ALLREDUCE_KEY, measured_none_reduce
 from epsim.default_profile import profile_label
 
 TAGS = ("fitted", "extrapolated", "datasheet")
@@ -131,6 +132,8 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                 key = "none/allgather" if kind == "dispatch" else "none/allreduce"
                 if key not in profile.components and kind == "dispatch":
                     key = "none/allreduce"
+                if kind == "combine" and eager and not measured_none_reduce(params):
+                    key = ALLREDUCE_KEY           # the all-reduce model's (`epsim.cost.tp`)
                 use(kind, "device+host", key if key in profile.components else "", us, graph,
                     comm_values, rdma)
                 continue

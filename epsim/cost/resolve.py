@@ -9,6 +9,7 @@ engine of one run, and every user of one deployment, share one resolution.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import PurePosixPath
 from types import MappingProxyType
 
 import numpy as np
@@ -69,6 +70,8 @@ def max_nodes_per_token(model: ModelSpec, num_nodes: int) -> float | None:
 
 
 _RESOLVED: dict[tuple[str, ...], CostParams] = {}
+# aiconfigurator's table of SGLang's fused MoE call (`fused_moe_fit`)
+FUSED_MOE_TABLE = "moe_perf.parquet"
 _MAX_RESOLVED = 32
 
 
@@ -158,10 +161,17 @@ class _Resolver:
         dedup = {mode: dedup_for(backend, mode) for mode in modes}
         steps = self._steps(modes, dedup)
         eager, graph = steps[True], steps[False]
-        used = used_components(eager, graph, backend == "none" and par.tp_size > 1) \
-            if self.applies else []
         allreduce = self.coefficients("none", "allreduce", "", collective_defaults(c))
         allgather = self.coefficients("none", "allgather", "", allreduce)
+        # the GPU counts the `none` all-reduce fit was measured on: an eager reduce over others
+        # is the all-reduce model's (`epsim.cost.tp.none_collectives_us`), not this fit's
+        measured = self._exact(component_key("none", "allreduce", ""))
+        reduce_gpus = tuple(measured.valid_range.get("ep_size", ())) \
+            if measured is not None and measured.source == "fit" else ()
+        measured_reduce = not reduce_gpus or reduce_gpus[0] <= par.tp_size <= reduce_gpus[-1]
+        # (the rule of `epsim.cost.tp.measured_none_reduce`, before `CostParams` exists)
+        used = used_components(eager, graph, backend == "none" and par.tp_size > 1
+                               and measured_reduce) if self.applies else []
         # single-GPU kernels measured device-only (`any/dense/graph`, `any/attention_*/graph`):
         # dense MLPs (dense layers, shared experts) with the experts' physics, attention as
         # its projections (a dense GEMM) plus the fitted decode and prefill kernels; None:
@@ -180,7 +190,7 @@ class _Resolver:
             max_nodes_per_token=max_nodes_per_token(m, num_ranks // per_node),
             l2_bytes=l2_bytes(c.gpu), gemm=self._experts_gemm(par.moe_tp_size), eager=eager,
             graph=graph,
-            collectives=CollectiveParams(_frozen(allreduce), _frozen(allgather)),
+            collectives=CollectiveParams(_frozen(allreduce), _frozen(allgather), reduce_gpus),
             attention=AttentionParams(
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
@@ -350,7 +360,8 @@ class _Resolver:
             # device time from `any/block_ops/graph`, an eager step adds `any/block_ops/host`
             block = self.timing("any", "block_ops", "", eager) if self.applies else \
                 StageTiming("block_ops", eager, "", GRAPH, False)
-            parts = {mode: self._block_ops_parts(dedup[mode], one_gpu) for mode in modes}
+            fused = fused_moe_fit(self._exact(timing[False].key) if timing[False].key else None)
+            parts = {mode: self._block_ops_parts(dedup[mode], one_gpu, fused) for mode in modes}
             # the host fit is per launch of the block it timed (transformers')
             all_launches = launches(BLOCK_OPS_PARTS)
             out[eager] = StepKindParams(
@@ -391,12 +402,26 @@ class _Resolver:
         return out
 
     @staticmethod
-    def _block_ops_parts(dedup: str, one_gpu: bool) -> tuple[str, ...]:
+    def _block_ops_parts(dedup: str, one_gpu: bool, fused: bool = False) -> tuple[str, ...]:
         """The block ops a step adds (docs/model.md, "The block's own ops"): the router
-        always; the permute and the top-k weighting unless the backend's kernels do them --
+        always; the permute and the top-k weighting unless the experts' kernels do them --
         low-latency (`pair`-copy) kernels write each copy into its expert's rows and weight the
-        top-k outputs inside their combine. At EP 1 no backend runs: all three."""
-        return ("router",) if dedup == "pair" and not one_gpu else BLOCK_OPS_PARTS
+        top-k outputs inside their combine, and an experts fit on the fused MoE call
+        (`fused`, `fused_moe_fit`) holds SGLang's `moe_align_block_size` and `moe_sum_reduce`
+        in its times. At EP 1 no backend runs: all three, unless `fused`."""
+        return ("router",) if fused or (dedup == "pair" and not one_gpu) else BLOCK_OPS_PARTS
+
+
+def fused_moe_fit(component: Component | None) -> bool:
+    """Whether an experts component was fitted on aiconfigurator's `moe_perf` tables
+    (`FUSED_MOE_TABLE`): its collector times SGLang's whole fused MoE call -- `select_experts`'
+    top-k, `fused_moe` (`moe_align_block_size`, both GEMMs, the activation and its quantisation,
+    `moe_sum_reduce` of the top-k outputs) -- so the permute and top-k weighting of
+    `epsim.cost.block_ops` are in its times already (aiconfigurator's
+    collector/sglang/collect_moe.py `run_op`). The router's gate GEMM is not (the step adds it;
+    its fused top-k, a few µs, is then counted twice)."""
+    return component is not None and any(PurePosixPath(t).name == FUSED_MOE_TABLE
+                                         for t in component.tables)
 
 
 def _host_row(comm: dict[str, dict[str, StageParams]], experts: StageTiming,

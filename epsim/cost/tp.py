@@ -32,6 +32,9 @@ from epsim.cost.comm import collective_us
 from epsim.cost.params import CostParams
 
 HIDDEN_BYTES = 2.0        # BF16 hidden states
+# the all-reduce fit an eager `none` reduce beyond its measured GPU counts names (the message
+# sizes of a prefill run NCCL; `epsim.cost.allreduce`)
+ALLREDUCE_KEY = "any/allreduce/graph/nccl"
 
 
 def _span(params: CostParams, num_gpus: int) -> tuple[int, int]:
@@ -69,17 +72,30 @@ def attention_collectives_us(params: CostParams, batch: BatchCounts, graph: bool
     return 2.0 * (passes if graph else passes + tp.host_us)
 
 
+def measured_none_reduce(params: CostParams) -> bool:
+    """Whether an eager step prices the `none` backend's reduce by its measured component
+    (`none/allreduce`): a datasheet one, or a fit measured on the deployment's `tp_size` GPUs
+    (`CollectiveParams.allreduce_gpus`); else by the all-reduce model (`none_collectives_us`)."""
+    gpus = params.collectives.allreduce_gpus
+    return not gpus or gpus[0] <= params.parallel.tp_size <= gpus[-1]
+
+
 def none_collectives_us(params: CostParams, num_tokens: float, graph: bool) -> tuple[float, float]:
     """(gather, reduce) µs of the `none` backend's MoE layer for `num_tokens` tokens of the step,
     over the instance's `tp_size` GPUs: the gather as the `none` backend measured it
     (`none/allgather`, only with DP attention: without it every GPU holds the group's tokens
     already); the reduce by the all-reduce model in a CUDA-graph step, as measured
-    (`none/allreduce`) in an eager one."""
+    (`none/allreduce`) in an eager one -- on the GPU counts that fit was measured on
+    (`CollectiveParams.allreduce_gpus`; the live block's two GPUs for the shipped H200
+    profile). Beyond them an eager reduce is SGLang's all-reduce as TP attention's is (the
+    all-reduce model plus its host): the two-GPU fit's fixed cost and bus rate stretched to 8
+    GPUs priced DeepSeek-R1's 8-GPU MoE-TP reduce of an 8192-token prefill (117 MB) at 826 µs,
+    where aiconfigurator-core's h200_sxm NCCL table (nccl 2.26.2 / 2.29.2, 8 GPUs) has ~500."""
     par = params.parallel
     num_bytes = num_tokens * params.model.hidden_size * HIDDEN_BYTES
     nodes, _ = _span(params, par.tp_size)
     gather = (float(collective_us(num_bytes, par.tp_size, nodes, 1, params.collectives.allgather))
               if par.dp_size > 1 else 0.0)
-    if graph:
-        return gather, tp_allreduce_us(num_bytes, par.tp_size, params, True)
+    if graph or not measured_none_reduce(params):
+        return gather, tp_allreduce_us(num_bytes, par.tp_size, params, graph)
     return gather, float(collective_us(num_bytes, par.tp_size, nodes, 2, params.collectives.allreduce))

@@ -235,3 +235,29 @@ def test_provenance_says_where_the_block_ops_come_from(block_profile):
     datasheet = layer_cost(get_model("Qwen3-30B-A3B"), "H200", "mooncake", 8, 64,
                            profile=Profile(name="d", hardware="H200"), time_mode="graph")
     assert "block ops" in datasheet["provenance"]["datasheet"]
+
+
+@pytest.mark.parametrize("tp_size, moe_tp_size, ep_size", [(8, 8, 1), (1, 1, 1), (8, 1, 8)])
+def test_fused_moe_fit_holds_the_permute_and_weighting(tp_size, moe_tp_size, ep_size):
+    """Experts fitted on aiconfigurator's `moe_perf` (SGLang's whole fused MoE call, its
+    `moe_align_block_size` and `moe_sum_reduce` inside) leave the step the router alone; the
+    same layout priced by a profile whose experts fit has no such table adds all three."""
+    from epsim.cost import CostModel
+    from epsim.cost.resolve import fused_moe_fit
+    from epsim.default_profile import default_profile
+    from epsim.spec.deployment import DeploymentSpec
+    from epsim.spec.hardware import ClusterSpec
+    from epsim.zoo import get_model
+    model = get_model("DeepSeek-R1")
+    profile = default_profile("H200")
+    fused = profile.components["any/experts_fp8_block/graph"]
+    assert fused_moe_fit(fused) and not fused_moe_fit(None)
+    # the same fit, its tables dropped: not known to hold the fused call
+    unfused = profile.model_copy(update={"components": {
+        **profile.components, "any/experts_fp8_block/graph": fused.model_copy(update={"tables": []})}})
+    spec = DeploymentSpec(tp_size=tp_size, moe_tp_size=moe_tp_size, ep_size=ep_size,
+                          moe_a2a_backend="none")
+    for prof, parts in ((profile, ROUTER), (unfused, PARTS)):
+        cm = CostModel(model, ClusterSpec(gpu="H200"), spec, prof)
+        assert set(cm.params.graph.block_ops_parts.values()) == {parts}
+        assert set(cm.params.eager.block_ops_parts.values()) == {parts}

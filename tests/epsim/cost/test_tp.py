@@ -146,3 +146,27 @@ def test_quantization_serves_the_weights_in_its_format():
             == pytest.approx(2 * bf16.params.eager.experts.params["tflops"], rel=1e-3))  # FP8
     fp4 = _cm(model="DeepSeek-R1", gpu="B200", ep_size=8, quantization="modelopt_fp4")
     assert fp4.model.weight_dtype == "nvfp4" and fp4.model.dense_weight_dtype == "bf16"
+
+
+def test_an_eager_moe_reduce_keeps_the_measured_fit_on_the_gpus_it_was_measured_on():
+    """The shipped H200 profile's `none/allreduce` (the live block's, two GPUs) prices an eager
+    reduce over two GPUs; over eight, beyond its range, the eager reduce is the all-reduce
+    model's with its host, as TP attention's."""
+    from epsim.cost.comm import collective_us
+    from epsim.default_profile import default_profile
+    profile = default_profile("H200")
+    assert profile.components["none/allreduce"].valid_range["ep_size"] == [2.0, 2.0]
+    two = _cm(model="DeepSeek-R1", profile=profile, ep_size=1, tp_size=2, moe_a2a_backend="none",
+              enable_dp_attention=False)
+    eight = _cm(model="DeepSeek-R1", profile=profile, ep_size=1, tp_size=8, moe_a2a_backend="none",
+                enable_dp_attention=False)
+    num_bytes = 8192 * 7168 * 2.0
+    measured = collective_us(num_bytes, 2, 1, 2, two.params.collectives.allreduce)
+    assert none_collectives_us(two.params, 8192.0, False)[1] == pytest.approx(float(measured))
+    model = tp_allreduce_us(num_bytes, 8, eight.params, False)
+    assert none_collectives_us(eight.params, 8192.0, False)[1] == pytest.approx(model)
+    stretched = float(collective_us(num_bytes, 8, 1, 2, eight.params.collectives.allreduce))
+    assert model < stretched
+    # a CUDA-graph step prices both by the all-reduce model, as before
+    assert none_collectives_us(two.params, 8192.0, True)[1] == pytest.approx(
+        tp_allreduce_us(num_bytes, 2, two.params, True))
