@@ -1,6 +1,6 @@
 """A priced step: `StepCost` (one step's time by part) and `StepBlock` (k decode steps priced
-at once), with what their pricing shares: a batch's `TokenTerms`, the two-batch-overlap
-layer time (`overlapped`) and the stacked MoE costs a block reads (`MoEStacks`).
+at once), with what their pricing shares: a batch's `TokenTerms` and the stacked MoE costs a
+block reads (`MoEStacks`). Two-batch overlap's layer time is `epsim.cost.tbo`'s.
 
 `CostModel.step` and `CostModel.decode_steps` (epsim.cost.model) produce them.
 """
@@ -55,6 +55,7 @@ class TokenTerms:
     overhead_us: float
     max_tokens: float
     attention_ops_us: float = 0.0
+    prepare_us: float = 0.0        # two-batch overlap: a micro-batch's attention before its kernel
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,25 +85,18 @@ class StepBlock:
                         traffic=moe.traffic, parts=p)
 
 
-def overlapped(compute: np.ndarray, comm: np.ndarray, tbo: bool) -> tuple[np.ndarray, float]:
-    """(layer time, micro-batches per step) of one MoE layer from its compute and communication
-    (`[..., layers]`): with two-batch overlap two micro-batches, each one's communication
-    hidden behind the other's compute as far as it goes; else compute, then communication."""
-    if tbo:
-        return np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm), 2.0
-    return compute + comm, 1.0
-
-
 @dataclass(frozen=True, eq=False)
 class MoEStack:
     """A few MoE costs' arrays stacked for `CostModel.decode_steps`: experts, block ops and
-    dispatch + combine `[moes, layers]`, the three stages `[moes, 3, layers]`, sync `[moes]`."""
+    dispatch + combine `[moes, layers]`, the three stages `[moes, 3, layers]`, sync `[moes]`,
+    the dispatch's and combine's parts off the compute stream `[moes, 2, layers]`."""
 
     experts: np.ndarray
     block: np.ndarray
     comm: np.ndarray
     stages: np.ndarray
     sync: np.ndarray
+    wire: np.ndarray
 
 
 class MoEStacks:
@@ -129,7 +123,10 @@ class MoEStacks:
             np.stack([m.experts_us for m in distinct]),
             np.stack([np.broadcast_to(m.block_ops_us, m.experts_us.shape) for m in distinct]),
             np.stack([m.comm_us for m in distinct]), np.stack([m.stage_rows for m in distinct]),
-            np.array([m.sync_us for m in distinct]))
+            np.array([m.sync_us for m in distinct]),
+            np.stack([np.stack([np.broadcast_to(m.dispatch_wire_us, m.experts_us.shape),
+                                np.broadcast_to(m.combine_wire_us, m.experts_us.shape)])
+                      for m in distinct]))
         index = {id(m): i for i, m in enumerate(distinct)}
         self._memo = (index, distinct, stacked)
         return index, stacked
