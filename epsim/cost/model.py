@@ -190,7 +190,8 @@ class CostModel:
             layer, scale = overlapped_us(batch.phase, terms.prepare_us, terms.shared_us, attn,
                                          moe.stage_rows, moe.block_ops_us,
                                          (moe.dispatch_wire_us, moe.combine_wire_us),
-                                         per_message(moe.traffic.dedup)), 2.0
+                                         per_message(moe.traffic.dedup),
+                                         self.params.gemm.num_sms), 2.0
         else:
             layer = (attn + shared) + moe.experts_us + moe.block_ops_us + moe.comm_us
             scale = 1.0
@@ -266,7 +267,8 @@ class CostModel:
             wire = stacked.wire[pick]
             layer, scale = overlapped_us("decode", terms.prepare_us, shared, attn[:, None],
                                          stacked.stages[pick].swapaxes(0, 1), block,
-                                         (wire[:, 0], wire[:, 1]), True), 2.0    # [k, layers]
+                                         (wire[:, 0], wire[:, 1]), True,
+                                         self.params.gemm.num_sms), 2.0          # [k, layers]
         else:
             layer, scale = (attn[:, None] + shared) + experts + block + comm, 1.0
         if stacked.sync.any():

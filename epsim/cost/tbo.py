@@ -37,6 +37,11 @@ import numpy as np
 
 DECODE_DELTA_STAGES = 2      # operations_strategy.py:112 (0.4.7); 0.5.8 :114
 PREFILL_DELTA_STAGES = 0     # operations_strategy.py:87 (0.4.7); 0.5.8 :89
+# SMs DeepEP's normal kernels hold (its `Buffer.num_sms` default, which SGLang's DeepEPConfig
+# takes without a --deepep-config: token_dispatcher.py:154 in 0.4.7). SGLang's prefill order
+# runs DeepGEMM on the others (`deep_gemm_num_sms`, operations_strategy.py:81-83,
+# two_batch_overlap.py:482), so the expert GEMMs run on `num_sms - 20` SMs.
+DEEPEP_NORMAL_SMS = 20
 
 
 @dataclass(frozen=True)
@@ -69,22 +74,24 @@ def decode_layers_us(s: Stages) -> np.ndarray:
     layer holding the drain: B's last exchanges with less of A's work left to hide behind).
 
     A's dispatch runs behind its own shared experts and B's `prepare`; its combine behind B's
-    `core` and router; B's likewise behind A's next layer. So per layer
+    `core` and router of the same layer; B's behind A's next layer's. So a layer is
     `2 x (every stage's work) + 2 x max(0, dispatch_wire - shared - prepare)
-    + 2 x max(0, combine_wire - core - router)`; in the last layer B's dispatch has only its
-    shared experts to hide behind and its combine nothing."""
+    + max(0, combine_wire - core - router) + max(0, combine_wire - core - next router)`; in
+    the last layer B's dispatch has only its shared experts to hide behind and its combine
+    nothing."""
     core = s.core + s.router
     work = s.prepare + core + s.shared + s.experts + s.dispatch_on + s.combine_on
-    wait_d = np.maximum(s.dispatch_wire - (s.shared + s.prepare), 0.0)
-    wait_c = np.maximum(s.combine_wire - core, 0.0)
-    layer = np.array(2.0 * (work + wait_d + wait_c), dtype=np.float64)
-    # the last layer: B's dispatch behind its shared experts alone, its combine behind nothing
-    d_wire, c_wire, shared, prepare, core = (np.broadcast_to(x, layer.shape)[..., -1] for x in
-                                             (s.dispatch_wire, s.combine_wire, s.shared,
-                                              s.prepare, core))
-    layer[..., -1] += (np.maximum(d_wire - shared, 0.0)
-                       - np.maximum(d_wire - shared - prepare, 0.0) + np.minimum(c_wire, core))
-    return layer
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (work, s.dispatch_wire, s.combine_wire)))
+    work, core, d_wire, c_wire, shared, prepare = (
+        np.broadcast_to(np.asarray(x, dtype=np.float64), shape)
+        for x in (work, core, s.dispatch_wire, s.combine_wire, s.shared, s.prepare))
+    wait_d = np.maximum(d_wire - (shared + prepare), 0.0)     # A's; B's but in the last layer
+    wait_d_b = wait_d.copy()
+    wait_d_b[..., -1] = np.maximum(d_wire[..., -1] - shared[..., -1], 0.0)
+    wait_c = np.maximum(c_wire - core, 0.0)                   # A's: behind B's same layer
+    wait_c_b = c_wire.copy()                                  # B's: behind A's next layer
+    wait_c_b[..., :-1] = np.maximum(c_wire[..., :-1] - core[..., 1:], 0.0)
+    return 2.0 * work + wait_d + wait_d_b + wait_c + wait_c_b
 
 
 def schedule_layers_us(s: Stages, phase: str, hooked: bool) -> np.ndarray:
@@ -160,14 +167,20 @@ def _prefill_stages(c: dict, layers: int) -> tuple[list, dict]:
 
 
 def overlapped_us(phase: str, prepare_us: float, shared_us: float, attention_us,
-                  stages: np.ndarray, block_ops_us, wire: tuple, hooked: bool) -> np.ndarray:
+                  stages: np.ndarray, block_ops_us, wire: tuple, hooked: bool,
+                  num_sms: int) -> np.ndarray:
     """[..., layers] a step's MoE layers under two-batch overlap (`CostModel.step` and
     `decode_steps`), from one micro-batch's costs: its attention (`[...]` broadcastable to
     the layers; `prepare_us` of it before the kernel), shared experts, the dispatch, experts
     and combine rows `stages` (`[3, ..., layers]`), block ops, and the dispatch's and
     combine's parts off the compute stream `wire`. Decode takes the closed form; prefill runs
-    SGLang's prefill order event by event (`hooked`: its exchanges have receive hooks)."""
+    SGLang's prefill order event by event (`hooked`: its exchanges have receive hooks; without,
+    the expert GEMMs run on the `num_sms - DEEPEP_NORMAL_SMS` SMs DeepEP leaves them, their
+    time scaled by `num_sms / (num_sms - DEEPEP_NORMAL_SMS)`)."""
     dispatch, experts, combine = stages[0], stages[1], stages[2]
+    if phase != "decode" and not hooked:
+        share = num_sms / (num_sms - DEEPEP_NORMAL_SMS)
+        experts, shared_us = experts * share, shared_us * share
     s = Stages(prepare=prepare_us, core=np.maximum(attention_us - prepare_us, 0.0),
                router=block_ops_us, shared=shared_us, experts=experts,
                dispatch_on=dispatch - wire[0], dispatch_wire=wire[0],
