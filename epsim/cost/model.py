@@ -34,7 +34,7 @@ from epsim.cost.params import Coefficients, CostParams
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms
-from epsim.cost.tbo import overlapped_us
+from epsim.cost.tbo import overlapped_stages, overlapped_us
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import attention_collectives_us
 from epsim.default_profile import default_profile
@@ -186,12 +186,14 @@ class CostModel:
         attn = self._attention_layer_us(part, graph)
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
+        stages = None
         if tbo:
-            layer, scale = overlapped_us(batch.phase, terms.prepare_us, terms.shared_us, attn,
-                                         moe.stage_rows, moe.block_ops_us,
-                                         (moe.dispatch_wire_us, moe.combine_wire_us),
-                                         per_message(moe.traffic.dedup),
-                                         self.params.gemm.num_sms), 2.0
+            hooked = per_message(moe.traffic.dedup)
+            stages = overlapped_stages(batch.phase, terms.prepare_us, shared, attn,
+                                       moe.stage_rows, moe.block_ops_us,
+                                       (moe.dispatch_wire_us, moe.combine_wire_us), hooked,
+                                       self.params.gemm.num_sms)
+            layer, scale = overlapped_us(stages, batch.phase, hooked), 2.0
         else:
             layer = (attn + shared) + moe.experts_us + moe.block_ops_us + moe.comm_us
             scale = 1.0
@@ -223,7 +225,8 @@ class CostModel:
             attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
             shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense,
             overhead_us=overhead,
-            step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
+            step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts,
+            stages=stages)
 
     def layer(self, batch: BatchCounts, loads: np.ndarray, tables: PlacementTables) -> LayerCost:
         """One step's MoE layers by part, each with the component that priced it: the public
@@ -265,10 +268,10 @@ class CostModel:
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
         if tbo:
             wire = stacked.wire[pick]
-            layer, scale = overlapped_us("decode", terms.prepare_us, shared, attn[:, None],
-                                         stacked.stages[pick].swapaxes(0, 1), block,
-                                         (wire[:, 0], wire[:, 1]), True,
-                                         self.params.gemm.num_sms), 2.0          # [k, layers]
+            stages = overlapped_stages("decode", terms.prepare_us, shared, attn[:, None],
+                                       stacked.stages[pick].swapaxes(0, 1), block,
+                                       (wire[:, 0], wire[:, 1]), True, self.params.gemm.num_sms)
+            layer, scale = overlapped_us(stages, "decode", True), 2.0           # [k, layers]
         else:
             layer, scale = (attn[:, None] + shared) + experts + block + comm, 1.0
         if stacked.sync.any():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.moe import MoECost
+from epsim.cost.tbo import Stages, overlapped_stages
 from epsim.cost.traffic import Traffic
 
 
@@ -38,6 +39,7 @@ class StepCost:
     mode: str
     traffic: Traffic
     parts: np.ndarray        # [7, layers]: the seven per-layer arrays above as rows, in order
+    stages: Stages | None = None    # two-batch overlap: one micro-batch's stages (epsim.cost.tbo)
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,16 @@ class StepBlock:
 
     def cost(self, i: int, moe: MoECost) -> StepCost:
         p = self.parts[i]
+        stages = None
+        if self.scale != 1.0:                 # two-batch overlap: decode's stages, as priced
+            stages = overlapped_stages("decode", self.terms.prepare_us, self.terms.shared_us,
+                                       self.attention_us[i], moe.stage_rows, moe.block_ops_us,
+                                       (moe.dispatch_wire_us, moe.combine_wire_us), True)
         return StepCost(attention_us=p[0], dispatch_us=p[1], experts_us=p[2], combine_us=p[3],
                         shared_experts_us=p[4], block_ops_us=p[5], layer_us=p[6],
                         dense_us=self.dense(i), overhead_us=self.overhead_us,
                         step_us=float(self.step_us[i]), phase=self.phase, mode=moe.mode,
-                        traffic=moe.traffic, parts=p)
+                        traffic=moe.traffic, parts=p, stages=stages)
 
 
 @dataclass(frozen=True, eq=False)

@@ -96,95 +96,118 @@ def decode_layers_us(s: Stages) -> np.ndarray:
 
 def schedule_layers_us(s: Stages, phase: str, hooked: bool) -> np.ndarray:
     """[layers] both micro-batches' time in each MoE layer, from running SGLang's issue order
-    event by event: the compute stream runs the stages' work in order; a send starts its
-    exchange (a hooked one at once, one on the communication stream when that stream is
-    free); a receive waits for it. `phase` "decode" or "prefill" picks the stage lists and
-    delta; `hooked`: the exchanges have receive hooks (else they take the communication
-    stream in turn); a layer's time is the stream's progress between B's ends of consecutive
-    layers. The fields are `[layers]` (or scalars)."""
+    event by event (`schedule_events`); a layer's time is the compute stream's progress
+    between B's ends of consecutive layers. The fields are `[layers]` (or scalars)."""
+    layers = np.shape(s.experts)[-1]
+    done_b = {}
+    for who, name, start, dur, layer, track in schedule_events(s, phase, hooked):
+        if who == "B" and name == "end":
+            done_b[layer] = start
+    return np.diff(np.asarray([0.0] + [done_b[layer] for layer in range(layers)]))
+
+
+def schedule_events(s: Stages, phase: str, hooked: bool) -> list[tuple]:
+    """SGLang's issue order run event by event: `(micro-batch "A"/"B", name, start_us, dur_us,
+    layer, track)` with track 0 the compute stream and 1 an exchange off it, plus a zero-length
+    "end" per micro-batch and layer. The compute stream runs the stages' work in order; a send
+    starts its exchange (a hooked one at once, one on the communication stream when that
+    stream is free: `hooked` False); a receive waits for it. `phase` "decode" or "prefill"
+    picks the stage lists and delta (module doc)."""
     layers = np.shape(s.experts)[-1]
     cols = {k: np.broadcast_to(np.asarray(getattr(s, k), dtype=np.float64), (layers,)).tolist()
             for k in Stages.__dataclass_fields__}
-    stages, ends = (_decode_stages if phase == "decode" else _prefill_stages)(cols, layers)
+    stages = (_decode_stages if phase == "decode" else _prefill_stages)(cols, layers)
     delta = DECODE_DELTA_STAGES if phase == "decode" else PREFILL_DELTA_STAGES
-    order = [("a", i) for i in range(delta)]
-    order += [x for i in range(delta, len(stages)) for x in (("a", i), ("b", i - delta))]
-    order += [("b", i) for i in range(len(stages) - delta, len(stages))]
+    order = [("A", i) for i in range(delta)]
+    order += [x for i in range(delta, len(stages)) for x in (("A", i), ("B", i - delta))]
+    order += [("B", i) for i in range(len(stages) - delta, len(stages))]
     now, comm_free = 0.0, 0.0
     arrive: dict[tuple, float] = {}
-    done_b: dict[int, float] = {}
+    events = []
     for who, i in order:
-        for op, *arg in stages[i]:
+        for op, name, layer, us in stages[i]:
             if op == "run":
-                now += arg[0]
+                events.append((who, name, now, us, layer, 0))
+                now += us
             elif op == "send":
                 start = now if hooked else max(now, comm_free)
-                arrive[(who, arg[0])] = start + arg[1]
-                comm_free = arrive[(who, arg[0])] if not hooked else comm_free
-            else:                                   # "recv"
-                now = max(now, arrive.pop((who, arg[0])))
-        if who == "b" and i in ends:
-            done_b[ends[i]] = now
-    marks = [0.0] + [done_b[layer] for layer in range(layers)]
-    return np.diff(np.asarray(marks))
+                arrive[(who, name, layer)] = start + us
+                if not hooked:
+                    comm_free = start + us
+                events.append((who, name, start, us, layer, 1))
+            elif op == "recv":
+                now = max(now, arrive.pop((who, name, layer)))
+            else:                                   # "end" of a layer
+                events.append((who, "end", now, 0.0, layer, 0))
+    return events
 
 
-def _decode_stages(c: dict, layers: int) -> tuple[list, dict]:
-    """SGLang's decode stage lists (module doc), and which stage ends each layer."""
-    stages, ends = [], {}
+def _decode_stages(c: dict, layers: int) -> list[list[tuple]]:
+    """SGLang's decode stage lists (module doc): `(op, name, layer, µs)` each."""
+    stages = []
     for l in range(layers):
-        stages += [[("run", c["prepare"][l])],
-                   [("run", c["core"][l] + c["router"][l])],
-                   [("run", c["dispatch_on"][l] / 2), ("send", ("d", l), c["dispatch_wire"][l]),
-                    ("run", c["shared"][l])],
-                   [("recv", ("d", l)), ("run", c["dispatch_on"][l] / 2 + c["experts"][l]
-                                         + c["combine_on"][l] / 2),
-                    ("send", ("c", l), c["combine_wire"][l])],
-                   [("recv", ("c", l)), ("run", c["combine_on"][l] / 2)]]
-        ends[len(stages) - 1] = l
-    return stages, ends
+        half_d, half_c = c["dispatch_on"][l] / 2, c["combine_on"][l] / 2
+        stages += [[("run", "prepare", l, c["prepare"][l])],
+                   [("run", "core", l, c["core"][l]), ("run", "router", l, c["router"][l])],
+                   [("run", "dispatch send", l, half_d),
+                    ("send", "dispatch", l, c["dispatch_wire"][l]),
+                    ("run", "shared experts", l, c["shared"][l])],
+                   [("recv", "dispatch", l, 0.0), ("run", "dispatch receive", l, half_d),
+                    ("run", "experts", l, c["experts"][l]), ("run", "combine send", l, half_c),
+                    ("send", "combine", l, c["combine_wire"][l])],
+                   [("recv", "combine", l, 0.0), ("run", "combine receive", l, half_c),
+                    ("end", "", l, 0.0)]]
+    return stages
 
 
-def _prefill_stages(c: dict, layers: int) -> tuple[list, dict]:
+def _prefill_stages(c: dict, layers: int) -> list[list[tuple]]:
     """SGLang's prefill stage lists (module doc; the shared experts and combine receive of a
-    layer open the next layer's first stage), and which stage ends each layer."""
-    stages, ends = [], {}
-    for l in range(layers):
+    layer open the next layer's first stage): `(op, name, layer, µs)` each."""
+    stages = []
+    for l in range(layers + 1):
         first = []
         if l:
-            first = [("run", c["shared"][l - 1]), ("recv", ("c", l - 1)),
-                     ("run", c["combine_on"][l - 1] / 2)]
-            ends[len(stages) - 1] = l - 1
-        stages += [first + [("run", c["prepare"][l] + c["core"][l] + c["dispatch_on"][l] / 2),
-                            ("send", ("d", l), c["dispatch_wire"][l])],
-                   [("recv", ("d", l)), ("run", c["dispatch_on"][l] / 2 + c["router"][l]
-                                         + c["experts"][l] + c["combine_on"][l] / 2),
-                    ("send", ("c", l), c["combine_wire"][l])]]
-    stages.append([("run", c["shared"][layers - 1]), ("recv", ("c", layers - 1)),
-                   ("run", c["combine_on"][layers - 1] / 2)])
-    ends[len(stages) - 1] = layers - 1
-    return stages, ends
+            k = l - 1
+            first = [("run", "shared experts", k, c["shared"][k]), ("recv", "combine", k, 0.0),
+                     ("run", "combine receive", k, c["combine_on"][k] / 2), ("end", "", k, 0.0)]
+        if l == layers:
+            stages.append(first)
+            break
+        half_d = c["dispatch_on"][l] / 2
+        stages += [first + [("run", "attention", l, c["prepare"][l] + c["core"][l]),
+                            ("run", "dispatch send", l, half_d),
+                            ("send", "dispatch", l, c["dispatch_wire"][l])],
+                   [("recv", "dispatch", l, 0.0), ("run", "dispatch receive", l, half_d),
+                    ("run", "router", l, c["router"][l]), ("run", "experts", l, c["experts"][l]),
+                    ("run", "combine send", l, c["combine_on"][l] / 2),
+                    ("send", "combine", l, c["combine_wire"][l])]]
+    return stages
 
 
-def overlapped_us(phase: str, prepare_us: float, shared_us: float, attention_us,
-                  stages: np.ndarray, block_ops_us, wire: tuple, hooked: bool,
-                  num_sms: int) -> np.ndarray:
-    """[..., layers] a step's MoE layers under two-batch overlap (`CostModel.step` and
-    `decode_steps`), from one micro-batch's costs: its attention (`[...]` broadcastable to
-    the layers; `prepare_us` of it before the kernel), shared experts, the dispatch, experts
-    and combine rows `stages` (`[3, ..., layers]`), block ops, and the dispatch's and
-    combine's parts off the compute stream `wire`. Decode takes the closed form; prefill runs
-    SGLang's prefill order event by event (`hooked`: its exchanges have receive hooks; without,
-    the expert GEMMs run on the `num_sms - DEEPEP_NORMAL_SMS` SMs DeepEP leaves them, their
-    time scaled by `num_sms / (num_sms - DEEPEP_NORMAL_SMS)`)."""
+def overlapped_stages(phase: str, prepare_us: float, shared_us: float, attention_us,
+                      stages: np.ndarray, block_ops_us, wire: tuple, hooked: bool,
+                      num_sms: int = 0) -> Stages:
+    """One micro-batch's `Stages` of a step's MoE layers (`CostModel.step` and
+    `decode_steps`): its attention (`[...]` broadcastable to the layers; `prepare_us` of it
+    before the kernel), shared experts, the dispatch, experts and combine rows `stages`
+    (`[3, ..., layers]`), block ops, and the dispatch's and combine's parts off the compute
+    stream `wire`. In prefill without receive hooks (`hooked` False: DeepEP normal) the
+    expert GEMMs run on the `num_sms - DEEPEP_NORMAL_SMS` SMs DeepEP leaves them, their time
+    scaled by `num_sms / (num_sms - DEEPEP_NORMAL_SMS)` (the GPU's SMs; unread in decode)."""
     dispatch, experts, combine = stages[0], stages[1], stages[2]
     if phase != "decode" and not hooked:
         share = num_sms / (num_sms - DEEPEP_NORMAL_SMS)
         experts, shared_us = experts * share, shared_us * share
-    s = Stages(prepare=prepare_us, core=np.maximum(attention_us - prepare_us, 0.0),
-               router=block_ops_us, shared=shared_us, experts=experts,
-               dispatch_on=dispatch - wire[0], dispatch_wire=wire[0],
-               combine_on=combine - wire[1], combine_wire=wire[1])
+    return Stages(prepare=prepare_us, core=np.maximum(attention_us - prepare_us, 0.0),
+                  router=block_ops_us, shared=shared_us, experts=experts,
+                  dispatch_on=dispatch - wire[0], dispatch_wire=wire[0],
+                  combine_on=combine - wire[1], combine_wire=wire[1])
+
+
+def overlapped_us(s: Stages, phase: str, hooked: bool) -> np.ndarray:
+    """[..., layers] a step's MoE layers under two-batch overlap from one micro-batch's
+    `Stages`: decode in closed form, prefill event by event (`hooked`: its exchanges have
+    receive hooks)."""
     if phase == "decode":
         return decode_layers_us(s)
     return schedule_layers_us(s, "prefill", hooked)

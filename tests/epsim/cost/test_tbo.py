@@ -7,8 +7,8 @@ import pytest
 
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
-from epsim.cost.tbo import (DEEPEP_NORMAL_SMS, Stages, decode_layers_us, overlapped_us,
-                            schedule_layers_us)
+from epsim.cost.tbo import (DEEPEP_NORMAL_SMS, Stages, decode_layers_us, overlapped_stages,
+                            overlapped_us, schedule_layers_us)
 from epsim.eplb import Placement
 from epsim.profile import Profile
 from epsim.spec.deployment import DeploymentSpec
@@ -102,8 +102,10 @@ def test_prefill_expert_gemms_run_on_the_sms_deepep_leaves():
     deep_gemm_num_sms); decode keeps every SM."""
     stages = np.array([[0.0], [100.0], [0.0]])                 # [3, layers]: experts only
     args = (0.0, 0.0, 0.0, stages, 0.0, (0.0, 0.0))
-    prefill = overlapped_us("prefill", *args, hooked=False, num_sms=132)
-    decode = overlapped_us("decode", *args, hooked=True, num_sms=132)
+    prefill = overlapped_us(overlapped_stages("prefill", *args, hooked=False, num_sms=132),
+                            "prefill", hooked=False)
+    decode = overlapped_us(overlapped_stages("decode", *args, hooked=True, num_sms=132),
+                           "decode", hooked=True)
     assert prefill.sum() == pytest.approx(2 * 100.0 * 132 / (132 - DEEPEP_NORMAL_SMS))
     assert decode.sum() == pytest.approx(2 * 100.0)
 
@@ -154,3 +156,26 @@ def test_wide_ep_decode_step_is_the_stage_graph_and_beats_no_overlap():
     assert 0 < terms.prepare_us < attn
     plain, _, _ = _deepseek(64, "low_latency", False)
     assert step.step_us < plain.step(batch, loads, tables).step_us
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_the_timeline_draws_the_priced_stage_graph(phase):
+    """`epsim simulate --timeline` under two-batch overlap: the compute stream's stages in
+    SGLang's order, one after another, ending where the step's MoE layers end; each exchange
+    off the stream on the other track."""
+    from epsim.report.timeline import step_trace
+    mode = "low_latency" if phase == "decode" else "normal"
+    cm, tables, loads = _deepseek(64, mode, True)
+    batch = (BatchCounts.uniform_decode(64, 128, 4096) if phase == "decode" else
+             BatchCounts(*(np.zeros(64),) * 2, np.full(64, 4096.0), np.full(64, 4096.0),
+                         np.full(64, 4096.0 * 4097 / 2), np.ones(64), "prefill", np.ones(64)))
+    step = cm.step(batch, loads, tables)
+    assert step.stages is not None
+    trace = [e for e in step_trace(step, True)["traceEvents"] if e["ph"] == "X"
+             and e["args"]["layer"] >= 0]
+    compute = sorted((e for e in trace if e["tid"] == 0), key=lambda e: e["ts"])
+    assert all(a["ts"] + a["dur"] <= b["ts"] + 2e-3 for a, b in zip(compute, compute[1:]))  # rounded to ns
+    last = compute[-1]
+    assert last["ts"] + last["dur"] == pytest.approx(step.layer_us.sum(), rel=1e-6)
+    assert {e["name"].split()[0] for e in trace} == {"A", "B"}
+    assert any(e["tid"] == 1 and e["name"] == "A dispatch" for e in trace)
