@@ -13,7 +13,10 @@ kernel goes to the one compute stream in that order. What runs beside it is the 
   and the hook in `*_b` runs the receive kernel, which waits for them;
 - one without (DeepEP normal, `async_finish=True`): the whole exchange runs on DeepEP's
   communication stream after an event of the compute stream, one exchange at a time, and the
-  compute stream waits on its event in `*_b`.
+  compute stream waits on its event in `*_b`. Its kernels hold 20 SMs while they run: SGLang
+  runs DeepGEMM on the others throughout, and any other kernel gets only the others while an
+  exchange is in flight (`Stages.overlap_share`). Nothing else of running the two at once is
+  priced (HBM and L2 shared, clocks): docs/model.md says what measurement would.
 
 Per micro-batch and MoE layer (one micro-batch's costs, µs):
 
@@ -42,6 +45,10 @@ PREFILL_DELTA_STAGES = 0     # operations_strategy.py:87 (0.4.7); 0.5.8 :89
 # runs DeepGEMM on the others (`deep_gemm_num_sms`, operations_strategy.py:81-83,
 # two_batch_overlap.py:482), so the expert GEMMs run on `num_sms - 20` SMs.
 DEEPEP_NORMAL_SMS = 20
+# The compute ops SGLang already runs on `num_sms - DEEPEP_NORMAL_SMS` SMs for the whole step
+# (DeepGEMM's `deep_gemm_num_sms`): `overlapped_stages` scales them; the event order slows the
+# others only while an exchange holds DeepEP's SMs (`Stages.overlap_share`).
+SM_CAPPED = frozenset({"experts", "shared experts"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,15 @@ class Stages:
     dispatch_on, combine_on: what of each exchange occupies the compute stream (send and
         receive kernels, half before the send and half after the receive).
     dispatch_wire, combine_wire: what runs beside it (`MoECost.*_wire_us`).
+    overlap_share: the rate, as a share of the whole GPU's, of a compute kernel running while
+        an exchange is on the communication stream (1: it keeps every SM). DeepEP normal's
+        kernels hold `DEEPEP_NORMAL_SMS` SMs for as long as they run: one block per SM
+        (`SETUP_LAUNCH_CONFIG(num_sms, ...)`, `csrc/kernels/legacy/intranode.cu:621`;
+        `num_channels * 2` blocks, `internode.cu:1310`), each with 96-192 KB of shared memory
+        for its TMA copies (`intranode.cu:576-579`, `:1070-1073`; `internode.cu:1254-1255`,
+        DeepEP dd758ca), too much of an SM's 228 KB for an attention or DeepGEMM CTA to fit
+        beside it: as SGLang assumes for DeepGEMM, a kernel that overlaps the exchange runs
+        on the other SMs (`overlapped_stages`).
     """
 
     prepare: np.ndarray | float
@@ -67,6 +83,7 @@ class Stages:
     dispatch_wire: np.ndarray | float
     combine_on: np.ndarray | float
     combine_wire: np.ndarray | float
+    overlap_share: float = 1.0
 
 
 def decode_layers_us(s: Stages) -> np.ndarray:
@@ -115,31 +132,57 @@ def schedule_events(s: Stages, phase: str, hooked: bool) -> list[tuple]:
     picks the stage lists and delta (module doc)."""
     layers = np.shape(s.experts)[-1]
     cols = {k: np.broadcast_to(np.asarray(getattr(s, k), dtype=np.float64), (layers,)).tolist()
-            for k in Stages.__dataclass_fields__}
+            for k in Stages.__dataclass_fields__ if k != "overlap_share"}
     stages = (_decode_stages if phase == "decode" else _prefill_stages)(cols, layers)
     delta = DECODE_DELTA_STAGES if phase == "decode" else PREFILL_DELTA_STAGES
     order = [("A", i) for i in range(delta)]
     order += [x for i in range(delta, len(stages)) for x in (("A", i), ("B", i - delta))]
     order += [("B", i) for i in range(len(stages) - delta, len(stages))]
     now, comm_free = 0.0, 0.0
+    busy: list[tuple[float, float]] = []     # the communication stream's exchanges, in order
+    slow = 1.0 if hooked else s.overlap_share
     arrive: dict[tuple, float] = {}
     events = []
     for who, i in order:
         for op, name, layer, us in stages[i]:
             if op == "run":
-                events.append((who, name, now, us, layer, 0))
-                now += us
+                end = (now + us if slow == 1.0 or name in SM_CAPPED
+                       else _run_end(now, us, busy, slow))
+                events.append((who, name, now, end - now, layer, 0))
+                now = end
             elif op == "send":
                 start = now if hooked else max(now, comm_free)
                 arrive[(who, name, layer)] = start + us
                 if not hooked:
                     comm_free = start + us
+                    busy.append((start, comm_free))
                 events.append((who, name, start, us, layer, 1))
             elif op == "recv":
                 now = max(now, arrive.pop((who, name, layer)))
             else:                                   # "end" of a layer
                 events.append((who, "end", now, 0.0, layer, 0))
     return events
+
+
+def _run_end(now: float, us: float, busy: list[tuple[float, float]], share: float) -> float:
+    """When a compute op of `us` (on every SM) started at `now` ends: it runs at `share` of
+    its rate inside the communication stream's `busy` intervals (sorted, disjoint), at its
+    whole rate outside them. Every exchange it can meet is issued before it starts (sends
+    sit between ops), so `busy` is complete for it."""
+    left, t = us, now
+    for start, end in busy:
+        if end <= t:
+            continue
+        if start > t:                            # a gap with every SM before the exchange
+            if left <= start - t:
+                return t + left
+            left -= start - t
+            t = start
+        if left <= (end - t) * share:            # ends beside the exchange
+            return t + left / share
+        left -= (end - t) * share
+        t = end
+    return t + left
 
 
 def _decode_stages(c: dict, layers: int) -> list[list[tuple]]:
@@ -193,15 +236,18 @@ def overlapped_stages(phase: str, prepare_us: float, shared_us: float, attention
     (`[3, ..., layers]`), block ops, and the dispatch's and combine's parts off the compute
     stream `wire`. In prefill without receive hooks (`hooked` False: DeepEP normal) the
     expert GEMMs run on the `num_sms - DEEPEP_NORMAL_SMS` SMs DeepEP leaves them, their time
-    scaled by `num_sms / (num_sms - DEEPEP_NORMAL_SMS)` (the GPU's SMs; unread in decode)."""
+    scaled by `num_sms / (num_sms - DEEPEP_NORMAL_SMS)` (the GPU's SMs; unread in decode), and
+    the other compute (attention, router) runs on those SMs while an exchange is in flight
+    (`Stages.overlap_share`)."""
     dispatch, experts, combine = stages[0], stages[1], stages[2]
+    overlap = 1.0
     if phase != "decode" and not hooked:
-        share = num_sms / (num_sms - DEEPEP_NORMAL_SMS)
-        experts, shared_us = experts * share, shared_us * share
+        overlap = (num_sms - DEEPEP_NORMAL_SMS) / num_sms
+        experts, shared_us = experts / overlap, shared_us / overlap
     return Stages(prepare=prepare_us, core=np.maximum(attention_us - prepare_us, 0.0),
                   router=block_ops_us, shared=shared_us, experts=experts,
                   dispatch_on=dispatch - wire[0], dispatch_wire=wire[0],
-                  combine_on=combine - wire[1], combine_wire=wire[1])
+                  combine_on=combine - wire[1], combine_wire=wire[1], overlap_share=overlap)
 
 
 def overlapped_us(s: Stages, phase: str, hooked: bool) -> np.ndarray:

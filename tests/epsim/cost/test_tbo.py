@@ -110,6 +110,49 @@ def test_prefill_expert_gemms_run_on_the_sms_deepep_leaves():
     assert decode.sum() == pytest.approx(2 * 100.0)
 
 
+def test_prefill_compute_beside_an_exchange_runs_on_the_sms_deepep_leaves(rng):
+    """While DeepEP normal's exchange holds its SMs, the other micro-batch's attention runs at
+    `overlap_share` of its rate: B's 100 µs attention meets A's 50 µs dispatch for its first
+    50 µs at half rate (25 µs of work), then runs the 75 left alone, so B's dispatch and the
+    step end 25 µs later than with every SM. The GEMMs, capped for the whole step, are not
+    slowed again."""
+    one = dict(prepare=0.0, core=100.0, router=0.0, shared=0.0, experts=np.zeros(1),
+               dispatch_on=0.0, dispatch_wire=np.full(1, 50.0), combine_on=0.0,
+               combine_wire=np.zeros(1))
+    full = schedule_layers_us(Stages(**one), "prefill", hooked=False).sum()
+    half = schedule_layers_us(Stages(**one, overlap_share=0.5), "prefill", hooked=False).sum()
+    assert (full, half) == pytest.approx((250.0, 275.0), rel=1e-12)
+    # receive hooks hold no SMs while the NIC carries the bytes: nothing slows
+    assert schedule_layers_us(Stages(**one, overlap_share=0.5), "prefill",
+                              hooked=True).sum() == pytest.approx(
+        schedule_layers_us(Stages(**one), "prefill", hooked=True).sum(), rel=1e-12)
+    for _ in range(10):
+        gemms = Stages(**{**vars(_stages(rng, 200.0, on_scale=0.0)), "prepare": 0.0,
+                          "core": 0.0, "router": np.zeros(LAYERS)})
+        capped = Stages(**{**vars(gemms), "overlap_share": 0.5})
+        assert schedule_layers_us(capped, "prefill", hooked=False).sum() == pytest.approx(
+            schedule_layers_us(gemms, "prefill", hooked=False).sum(), rel=1e-12)
+
+
+def test_a_priced_prefill_step_slows_attention_beside_deepep_normal():
+    """DeepSeek-V3 prefill at EP 32 with DeepEP normal: the stages carry the SMs DeepEP
+    leaves, and the step is slower than with every SM beside the exchanges (but still
+    faster than one batch)."""
+    cm, tables, loads = _deepseek(32, "normal", True)
+    tokens = np.full(32, 4096.0)
+    batch = BatchCounts(np.zeros(32), np.zeros(32), tokens, tokens,
+                        np.full(32, 4096.0 * 4097 / 2), np.ones(32), "prefill", np.ones(32))
+    step = cm.step(batch, loads * 32, tables)
+    num_sms = cm.params.gemm.num_sms
+    assert step.stages.overlap_share == pytest.approx((num_sms - DEEPEP_NORMAL_SMS) / num_sms)
+    free = Stages(**{**vars(step.stages), "overlap_share": 1.0})
+    layers = schedule_layers_us(step.stages, "prefill", hooked=False)
+    np.testing.assert_allclose(step.layer_us, layers, rtol=1e-12)
+    assert layers.sum() > schedule_layers_us(free, "prefill", hooked=False).sum()
+    plain, _, _ = _deepseek(32, "normal", False)
+    assert step.step_us < plain.step(batch, loads * 32, tables).step_us
+
+
 def _deepseek(ep: int, mode: str, tbo: bool, gpu: str = "H800"):
     model = get_model("DeepSeek-V3")
     cluster = ClusterSpec(gpu=gpu, num_nodes=max(1, ep // 8), network="infiniband")
