@@ -222,3 +222,19 @@ def test_the_timeline_draws_the_priced_stage_graph(phase):
     assert last["ts"] + last["dur"] == pytest.approx(step.layer_us.sum(), rel=1e-6)
     assert {e["name"].split()[0] for e in trace} == {"A", "B"}
     assert any(e["tid"] == 1 and e["name"] == "A dispatch" for e in trace)
+
+
+def test_provenance_says_what_running_beside_the_exchanges_leaves_unpriced():
+    """Prefill with DeepEP normal under the overlap: the experts and the attention carry the
+    note that only the SMs DeepEP holds are priced of running beside an exchange; decode's
+    receive-hook exchanges hold no SMs while the NIC carries them, and carry none."""
+    from epsim.cost.provenance import BESIDE_EXCHANGES, provenance
+    tokens = np.full(32, 4096.0)
+    prefill = BatchCounts(np.zeros(32), np.zeros(32), tokens, tokens,
+                          np.full(32, 4096.0 * 4097 / 2), np.ones(32), "prefill", np.ones(32))
+    for mode, batch, noted in (("normal", prefill, {"experts", "attention"}),
+                               ("low_latency", BatchCounts.uniform_decode(32, 128, 4096), set())):
+        cm, tables, loads = _deepseek(32, mode, True)
+        cm.step(batch, loads * (32 if mode == "normal" else 1), tables)
+        parts = {c["part"] for c in provenance(cm)["components"] if BESIDE_EXCHANGES in c["axes"]}
+        assert parts == noted
