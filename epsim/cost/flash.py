@@ -51,6 +51,28 @@ BYTES = 2.0               # BF16 Q, K, V, O
 
 
 @dataclass(frozen=True)
+class DecodeGrid:
+    """How a decode kernel tiles its work onto the SMs.
+
+    Attributes:
+        plain_rows: query rows of a CTA of the unsplit kernel.
+        split_rows: query rows of a split-KV CTA.
+        key_block: keys per split-KV block (the heuristic's `num_n_blocks` unit).
+        ctas_per_sm: CTAs resident per SM (the slots are `ctas_per_sm x num_sms`); the split
+            heuristic fills these slots.
+    """
+
+    plain_rows: int = PREFILL_ROWS
+    split_rows: int = SPLIT_ROWS
+    key_block: int = KEY_BLOCK
+    ctas_per_sm: int = CTAS_PER_SM
+
+
+# FlashAttention-2's decode (the single-GPU records' GQA kernel, module docstring)
+FA2_DECODE = DecodeGrid()
+
+
+@dataclass(frozen=True)
 class KernelWork:
     """What one attention kernel launch does per DP rank, `[dp]` float64 each.
 
@@ -77,17 +99,21 @@ def attention_kernel_defaults(hardware: HardwareSpec) -> dict[str, float]:
 
 
 @lru_cache(maxsize=4096)
-def num_splits(units: int, num_key_blocks: int, num_sms: int) -> int:
-    """Key splits of a decode launch, FlashAttention-2's `num_splits_heuristic`.
+def num_splits(units: int, num_key_blocks: int, num_sms: int,
+               ctas_per_sm: int = CTAS_PER_SM) -> int:
+    """Key splits of a decode launch, FlashAttention-2's `num_splits_heuristic` (and
+    FlashAttention-3's, which runs it over one CTA per SM).
 
     Args:
-        units: CTAs before splitting (sequences x KV heads x 64-row blocks).
-        num_key_blocks: `ceil(context / 128)`.
+        units: CTAs before splitting (sequences x KV heads x split-row blocks).
+        num_key_blocks: `ceil(context / key_block)`.
+        ctas_per_sm: CTAs resident per SM (`DecodeGrid`).
     Returns:
         The fewest splits whose wave efficiency (`n / ceil(n)`, n = units x splits over
-        2 CTAs per SM) is within 85 % of the best; 1 when the CTAs already fill the GPU.
+        `ctas_per_sm` CTAs per SM) is within 85 % of the best; 1 when the CTAs already fill
+        the GPU.
     """
-    slots = CTAS_PER_SM * num_sms
+    slots = ctas_per_sm * num_sms
     if units <= 0 or units >= 0.8 * slots:
         return 1
     top = min(MAX_SPLITS, slots, num_key_blocks)
@@ -121,16 +147,16 @@ class DecodeCounts:
 
 
 def decode_counts(seqs: np.ndarray, heads: int, kv_heads: int, head_dim: int,
-                  num_sms: int) -> DecodeCounts:
+                  num_sms: int, grid: DecodeGrid = FA2_DECODE) -> DecodeCounts:
     """The terms of `decode_work` that depend on the sequence counts alone."""
     seqs = np.asarray(seqs, dtype=np.float64)
     busy = seqs > 0
     rows = max(heads // max(kv_heads, 1), 1)
-    slots = CTAS_PER_SM * num_sms
+    slots = grid.ctas_per_sm * num_sms
     num_seqs = np.rint(seqs)
-    units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / SPLIT_ROWS))
+    units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / grid.split_rows))
     fill = (units > 0) & (units < 0.8 * slots)
-    plain_ctas = num_seqs * kv_heads * math.ceil(rows / PREFILL_ROWS)
+    plain_ctas = num_seqs * kv_heads * math.ceil(rows / grid.plain_rows)
     return DecodeCounts(seqs, busy, bool(busy.all()), units, fill, bool(fill.any()), plain_ctas,
                         np.where(busy, np.ceil(plain_ctas / slots), 0.0),
                         2.0 * seqs * heads * head_dim)
@@ -138,7 +164,7 @@ def decode_counts(seqs: np.ndarray, heads: int, kv_heads: int, head_dim: int,
 
 def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int,
                 head_dim: int, num_sms: int, counts: DecodeCounts | None = None,
-                kv_ratio: float = 1.0) -> KernelWork:
+                kv_ratio: float = 1.0, grid: DecodeGrid = FA2_DECODE) -> KernelWork:
     """The decode kernel of one layer: `seqs` single-token queries, each against its KV cache.
 
     Args:
@@ -148,12 +174,13 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
         heads, kv_heads: query and KV heads on the rank; head_dim: per head.
         counts: `decode_counts` of these `seqs` when the caller keeps them (`DecodeKernel`).
         kv_ratio: bytes of a KV-cache element / 2 (`kv_cache_dtype`: 1 for BF16, 0.5 for FP8).
+        grid: the kernel's CTAs (`DecodeGrid`; `counts` must be of the same grid).
     """
     if counts is None:
-        counts = decode_counts(seqs, heads, kv_heads, head_dim, num_sms)
+        counts = decode_counts(seqs, heads, kv_heads, head_dim, num_sms, grid)
     seqs, busy = counts.seqs, counts.busy
     context = np.asarray(context, dtype=np.float64)
-    slots = CTAS_PER_SM * num_sms
+    slots = grid.ctas_per_sm * num_sms
     mean_ctx = context / seqs if counts.all_busy else np.divide(
         context, seqs, out=np.zeros_like(context), where=busy)
     # `num_splits` is 1 where the CTAs fill the GPU (or there are none): look up only the
@@ -166,23 +193,23 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     if counts.may_split:
         fill = np.broadcast_to(counts.fill, mean_ctx.shape)
         units = np.broadcast_to(counts.units, mean_ctx.shape)
-        blocks = np.ceil(mean_ctx / KEY_BLOCK).astype(np.int64)
+        blocks = np.ceil(mean_ctx / grid.key_block).astype(np.int64)
         splits = np.ones(mean_ctx.shape, dtype=np.int64)
-        splits[fill] = [num_splits(u, b, num_sms)
+        splits[fill] = [num_splits(u, b, num_sms, grid.ctas_per_sm)
                         for u, b in zip(units[fill].tolist(), blocks[fill].tolist())]
         split = splits > 1
         any_split = bool(split.any())
     plain_keys = np.ceil(mean_ctx / 64.0) * 64.0
     if any_split:
-        # split-KV CTAs: 64 rows, ceil(blocks / splits) key blocks; the plain kernel: 128 rows,
-        # the keys in its 64-key blocks
+        # split-KV CTAs: `split_rows` rows, ceil(blocks / splits) key blocks; the plain
+        # kernel: `plain_rows` rows, the keys in its 64-key blocks
         ctas = np.where(split, counts.units * splits, counts.plain_ctas)
-        keys = np.where(split, np.ceil(blocks / splits) * KEY_BLOCK, plain_keys)
-        m = np.where(split, SPLIT_ROWS, PREFILL_ROWS)
+        keys = np.where(split, np.ceil(blocks / splits) * grid.key_block, plain_keys)
+        m = np.where(split, grid.split_rows, grid.plain_rows)
         num_key_splits = np.where(split, splits, 0).astype(np.float64)
         waves = np.where(busy, np.ceil(ctas / slots), 0.0)
     else:                       # no rank splits its keys (most steps): the plain kernel's terms
-        keys, m, num_key_splits = plain_keys, PREFILL_ROWS, np.zeros_like(seqs)
+        keys, m, num_key_splits = plain_keys, grid.plain_rows, np.zeros_like(seqs)
         waves = counts.plain_waves
     mflops = waves * keys * m * head_dim * 4.0 * slots * 1e-6
     mem_kb = BYTES * (counts.query_bytes + kv_ratio * (2.0 * context * kv_heads * head_dim)) * 1e-3
@@ -202,9 +229,10 @@ class DecodeKernel:
     """
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, num_sms: int,
-                 params: dict[str, float], kv_ratio: float = 1.0):
+                 params: dict[str, float], kv_ratio: float = 1.0,
+                 grid: DecodeGrid = FA2_DECODE):
         self.heads, self.kv_heads, self.head_dim, self.num_sms = heads, kv_heads, head_dim, num_sms
-        self.params, self.kv_ratio = params, kv_ratio
+        self.params, self.kv_ratio, self.grid = params, kv_ratio, grid
         self._counts: tuple[bytes, DecodeCounts] | None = None
 
     def counts(self, seqs: np.ndarray) -> DecodeCounts:
@@ -213,7 +241,7 @@ class DecodeKernel:
         key = seqs.tobytes()
         if self._counts is None or self._counts[0] != key:
             self._counts = (key, decode_counts(seqs, self.heads, self.kv_heads, self.head_dim,
-                                               self.num_sms))
+                                               self.num_sms, self.grid))
         return self._counts[1]
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
@@ -222,7 +250,8 @@ class DecodeKernel:
         own call)."""
         counts = self.counts(seqs)
         return kernel_us(decode_work(counts.seqs, context, self.heads, self.kv_heads,
-                                     self.head_dim, self.num_sms, counts, self.kv_ratio),
+                                     self.head_dim, self.num_sms, counts, self.kv_ratio,
+                                     self.grid),
                          self.params)
 
 

@@ -57,8 +57,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from epsim.cost.flash import (SPLIT_ROWS, DecodeKernel, KernelWork, decode_counts, decode_work,
-                              kernel_features, kernel_us, prefill_work)
+from epsim.cost.flash import (SPLIT_ROWS, DecodeGrid, DecodeKernel, KernelWork, decode_counts,
+                              decode_work, kernel_features, kernel_us, prefill_work)
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import gemm_us, gemm_work
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
@@ -174,6 +174,20 @@ def decode_block_heads(gpu: str) -> int:
     return SPLIT_ROWS if gpu in HOPPER else BLACKWELL_DECODE_HEADS
 
 
+def decode_grid(block_heads: int = SPLIT_ROWS) -> DecodeGrid:
+    """The MLA decode kernel's CTAs: `block_heads` query rows each, split or not, over 64-key
+    blocks, one CTA per SM. A CTA's `rows x kv_lora` FP32 output (64 x 512: 128 KB, half the
+    register file) and its latent K/V stages fill an SM: FlashAttention-3's MLA path tiles
+    64 x 64 (`tile_size_fwd_sm90`, headdim 64 with headdim_v 512) and runs its
+    `num_splits_heuristic` over `num_sm` CTAs, one each; FlashMLA launches one CTA per SM. So
+    the CTAs beyond a whole wave of `num_sms` cost what they compute: 128 sequences of 128
+    heads on 132 SMs are 256 CTAs, two waves; 256 sequences four (aiconfigurator-core's H100
+    SGLang FA3 table, 2047 keys: 153 and 296 µs). Counted as the GQA kernel's 128-row CTAs two
+    per SM, both were one wave."""
+    return DecodeGrid(plain_rows=block_heads, split_rows=block_heads, key_block=64,
+                      ctas_per_sm=1)
+
+
 def cache_reads(heads: int, share: float = 1.0, block_heads: int = SPLIT_ROWS) -> float:
     """HBM reads of a sequence's cache per decode step, in first reads: one per `block_heads`
     block of its `heads` (`decode_block_heads`), each after the first at `share`
@@ -190,9 +204,10 @@ def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
     (`cache_reads`; 128 heads in 64-head blocks read it 1 + `share` times)."""
     seqs = np.asarray(seqs, dtype=np.float64)
     head_dim = form.flash_head_dim
-    counts = decode_counts(seqs, heads, 1, head_dim, num_sms)
+    grid = decode_grid(block_heads)
+    counts = decode_counts(seqs, heads, 1, head_dim, num_sms, grid)
     return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts,
-                       form.flash_kv_ratio * cache_reads(heads, share, block_heads))
+                       form.flash_kv_ratio * cache_reads(heads, share, block_heads), grid)
 
 
 def decode_reread_kb(seqs, context, heads: int, form: MlaForm,
@@ -304,9 +319,11 @@ def mla_decode_kernel(mla: MlaParams) -> DecodeKernel:
     """The decode kernel of `decode_kernel_work` as an `epsim.cost.flash.DecodeKernel` (its
     sequence counts' terms remembered across steps: the engine's decode path and its leaps)."""
     form = mla.decode_form
-    reads = cache_reads(mla.heads, reread_share(mla.decode), decode_block_heads(mla.hardware.name))
+    block = decode_block_heads(mla.hardware.name)
+    reads = cache_reads(mla.heads, reread_share(mla.decode), block)
     return DecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms,
-                        absolute(mla.decode, mla.hardware), form.flash_kv_ratio * reads)
+                        absolute(mla.decode, mla.hardware), form.flash_kv_ratio * reads,
+                        decode_grid(block))
 
 
 def _gemm(m, n: int, k: int, mla: MlaParams, batch: int = 1, bmm: bool = False) -> np.ndarray:

@@ -16,6 +16,7 @@ from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill,
                             decode_block_heads, decode_kernel_work, decode_reread_kb,
                             mla_decode_defaults, mla_decode_kernel, mla_kernel_features,
+                            mla_kernel_us,
                             mla_token_us, per_head_form,
                             prefill_kernel_work, reread_share, with_reread)
 from epsim.cost.model import CostModel
@@ -68,6 +69,41 @@ def test_blackwell_reads_the_cache_once_for_128_heads():
     assert hopper.mem_kb[0] - once.mem_kb[0] == pytest.approx(ctx[0] * 576 * 2.0 * 1e-3)
     assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("GB200"))[0] == 0.0
     assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("H200"))[0] > 0.0
+
+
+def test_decode_waves_count_one_cta_per_sm():
+    """Hopper's MLA decode CTAs hold 64 heads, one per SM (`decode_grid`): 128 heads on 132 SMs
+    fill a wave at 66 sequences, so a half-filled last wave is not priced as a whole one --
+    64 sequences one wave, 128 and 132 two, 133 three, 256 four, the math in proportion."""
+    form = absorbed_form(512, 64, 2.0)
+    keys = 2048.0
+    work = {n: decode_kernel_work(np.array([n]), np.array([n * keys]), 128, form, 132, 0.0)
+            for n in (64.0, 128.0, 132.0, 133.0, 256.0)}
+    assert [work[n].waves[0] for n in (64.0, 128.0, 132.0, 133.0, 256.0)] == [1, 2, 2, 3, 4]
+    assert all(w.splits[0] == 0 for w in work.values())       # >= 0.8 of the SMs: no split
+    per_wave = keys * 64 * 4 * form.flash_head_dim * 132 * 1e-6
+    for n, w in work.items():
+        assert w.mflops[0] == pytest.approx(w.waves[0] * per_wave)
+    # priced on the datasheet (compute-bound at 2047 keys): 128 sequences about half of 256
+    # (aiconfigurator-core's H100 SGLang FA3 table: 153 and 296 µs), where the 128-row CTAs
+    # two per SM priced both as one wave
+    h100 = get_hardware("H100")
+    us = {n: mla_kernel_us(w, mla_decode_defaults(), h100)[0] for n, w in work.items()}
+    assert 0.45 < us[128.0] / us[256.0] < 0.55
+    assert us[132.0] < 1.03 * us[128.0] and us[133.0] > 1.4 * us[132.0]
+    # Blackwell's 128-head CTAs: 148 SMs fill a wave at 148 sequences
+    bw = [decode_kernel_work(np.array([n]), np.array([n * keys]), 128, form, 148, 0.0,
+                             decode_block_heads("B200")).waves[0] for n in (128.0, 148.0, 149.0)]
+    assert bw == [1, 1, 2]
+
+
+def test_decode_splits_fill_the_sms():
+    """Too few CTAs for 0.8 of the SMs: the keys split so CTAs x splits fills whole waves of one
+    CTA per SM (FlashAttention-3's `num_splits_heuristic` over `num_sm`)."""
+    form = absorbed_form(512, 64, 2.0)
+    work = decode_kernel_work(np.array([32.0]), np.array([32.0 * 8192]), 128, form, 132, 0.0)
+    # 64 CTAs: two splits make 128 of 132 (0.97 of a wave)
+    assert (work.splits[0], work.waves[0]) == (2, 1)
 
 
 def test_a_later_head_blocks_reread_costs_its_share():
