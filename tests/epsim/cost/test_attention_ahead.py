@@ -46,7 +46,7 @@ def test_split_kv_steps_priced_at_once_are_the_steps_priced_alone():
     assert np.array_equal(block, rows)
     # ... over steps where some ranks split their keys and others do not
     work = decode_work(seqs, contexts, kernel.heads, kernel.kv_heads, kernel.head_dim,
-                       kernel.num_sms, counts, kernel.kv_ratio)
+                       kernel.num_sms, counts, kernel.kv_ratio, kernel.grid)
     assert (work.splits > 0).any() and (work.splits[:, :2] == 0).any()
     assert np.array_equal(kernel_us(work, kernel.params), block)
     assert num_splits.cache_info().currsize > 0
