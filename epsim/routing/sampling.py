@@ -80,9 +80,8 @@ def exact_loads(shares: np.ndarray, num_slots: int, rng: np.random.Generator) ->
 
 
 # Below this many slots per expert, `AliasTable` draws slot by slot; from it up to
-# `EXACT_BELOW_SLOTS_PER_EXPERT`, `rng.multinomial` is the cheaper exact draw
-# (benchmarks/results/alias_draws.md: ~5x faster at 0.25 slots per expert, ~2x at 2.7, even
-# near 8).
+# `EXACT_BELOW_SLOTS_PER_EXPERT`, `rng.multinomial` is (benchmarks/results/alias_draws.md: the
+# alias table is 3.6-5x faster at 0.25 slots per expert, 2.2x at 2, 1.1x at 6, slower at 7.9).
 ALIAS_BELOW_SLOTS_PER_EXPERT = 4.0
 
 
@@ -125,10 +124,14 @@ class AliasTable:
     def loads(self, num_draws: int, num_slots: int, rng: np.random.Generator) -> np.ndarray:
         """[num_draws, layers, experts] float64 independent multinomial counts of `num_slots`
         slots over each layer's shares."""
-        layers, experts = self.shape
-        if num_slots >= ALIAS_BELOW_SLOTS_PER_EXPERT * experts:
+        if num_slots >= ALIAS_BELOW_SLOTS_PER_EXPERT * self.shape[1]:
             return exact_loads(np.broadcast_to(self.shares, (num_draws,) + self.shape), num_slots,
                                rng)
+        return self.slot_loads(num_draws, num_slots, rng)
+
+    def slot_loads(self, num_draws: int, num_slots: int, rng: np.random.Generator) -> np.ndarray:
+        """`loads` drawn slot by slot at any `num_slots` (the alias method alone)."""
+        layers, experts = self.shape
         cells = num_draws * layers * experts
         u = rng.random((num_draws, layers, num_slots))
         u *= experts
