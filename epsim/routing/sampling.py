@@ -81,7 +81,7 @@ def exact_loads(shares: np.ndarray, num_slots: int, rng: np.random.Generator) ->
 
 # Below this many slots per expert, `AliasTable` draws slot by slot; from it up to
 # `EXACT_BELOW_SLOTS_PER_EXPERT`, `rng.multinomial` is (benchmarks/results/alias_draws.md: the
-# alias table is 3.6-5x faster at 0.25 slots per expert, 2.2x at 2, 1.1x at 6, slower at 7.9).
+# alias table is 4.3-4.8x faster at 0.25 slots per expert, 2.35x at 2, 1.1x at 6, slower at 7.9).
 ALIAS_BELOW_SLOTS_PER_EXPERT = 4.0
 
 

@@ -222,7 +222,7 @@ def test_the_recorded_alias_speed_supports_the_shipped_alias_threshold():
     speed = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
              if line.startswith("| DeepSeek") or line.startswith("| Qwen")]
     below = [float(row[-1].rstrip("x")) for row in speed if float(row[3]) < ALIAS_BELOW_SLOTS_PER_EXPERT]
-    assert len(below) == 24 and min(below) > 1.0
+    assert len(below) == 20 and min(below) > 1.0          # 5 levels x 2 models x 2 blocks
     moments = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
                if line.startswith("| ") and "| alias |" in line]
     assert len(moments) == 3
