@@ -91,10 +91,10 @@ class AliasTable:
 
     `rng.multinomial` over [..., experts] draws one binomial per expert and row, each with its
     own set-up (a log and an exp): ~40 ns an expert however few the slots, 2-5 ms a pool's
-    [4, 58, 256] draw, half a silicon row's time. The alias table draws each of the n slots
-    alone from one uniform (its integer part a column, its fraction the column's cut) and
-    counts them: O(n) per row, the same multinomial (slots independent, each expert with
-    probability its share) up to float64 rounding of the cuts. From
+    [4, 58, 256] draw, up to half the time of a silicon row that draws them. The alias table
+    draws each of the n slots alone from one uniform (its integer part a column, its fraction
+    the column's cut) and counts them: O(n) per row, the same multinomial (slots independent,
+    each expert with probability its share) up to float64 rounding of the cuts. From
     `ALIAS_BELOW_SLOTS_PER_EXPERT` up, where n slots cost more than the experts, `loads` draws
     with `rng.multinomial`.
 
