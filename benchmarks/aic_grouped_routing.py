@@ -19,7 +19,6 @@ end-to-end measurement is read.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import sys
@@ -31,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from epsim.calibrate.aic_records import grouped_balanced_counts  # noqa: E402
 from epsim.calibrate.aic_tables import package_root, package_version  # noqa: E402
 
 SYSTEMS = ("b200_sxm", "gb200", "gb300")
@@ -39,27 +39,6 @@ TABLE = "moe/sglang/0.5.14/moe_perf.parquet"
 HIDDEN, INTER, EXPERTS, TOP_K, GROUPS, TOPK_GROUP = 7168, 2048, 256, 8, 8, 4
 TOKENS = 16384
 EPS = (2, 4, 8, 16, 32, 64, 128, 256)
-
-
-def grouped_balanced_counts(tokens: int, experts: int, top_k: int, groups: int,
-                            topk_group: int) -> np.ndarray:
-    """[experts] (token, expert) pairs grouped top-k makes of AIC's `balanced_logits`: each
-    group scored by the sum of its top two logits, the best `topk_group` groups kept (ties to
-    the lowest index), the top `top_k` experts inside them (ties to the lowest index)."""
-    stride = math.ceil(experts / top_k)
-    i = np.arange(tokens)[:, None]
-    j = np.arange(top_k)[None, :]
-    marked = ((i * stride / tokens if tokens < stride else i) + j * stride).astype(int) % experts
-    logits = np.zeros((tokens, experts))
-    np.put_along_axis(logits, marked, 1.0, axis=1)
-    per_group = logits.reshape(tokens, groups, experts // groups)
-    score = np.sort(per_group, axis=2)[:, :, -2:].sum(axis=2)                # [tokens, groups]
-    kept = np.argsort(-score, axis=1, kind="stable")[:, :topk_group]
-    allowed = np.zeros((tokens, groups), dtype=bool)
-    np.put_along_axis(allowed, kept, True, axis=1)
-    masked = np.where(np.repeat(allowed, experts // groups, axis=1), logits, -1.0)
-    chosen = np.argsort(-masked, axis=1, kind="stable")[:, :top_k]
-    return np.bincount(chosen.ravel(), minlength=experts)
 
 
 def rows(system: str):
@@ -102,7 +81,7 @@ def main(argv=None) -> None:
                 t, one = measured[s].get((f, ep)), measured[s].get((f, 1))
                 cells.append(f"{t / one:.2f}" if t and one else "-")
         lines.append(f"| {ep} | {share[ep]:.3f} | {1 / ep:.3f} | " + " | ".join(cells) + " |")
-    busiest = np.sort(counts)[::-1][:6]
+    busiest = np.sort(counts)[::-1][:6].astype(int)
     lines += ["", f"Busiest experts' pairs (of {TOKENS} tokens): {busiest.tolist()}."]
     out = Path(args.out)
     tmp = out.with_suffix(out.suffix + ".tmp")
