@@ -303,8 +303,10 @@ class CostModel:
         m, p = self.model, self.params
         graph = self.uses_graph(batch)
         rates = p.gemm_rates(graph)
-        shared = float(self._mlp_us(part.tokens, m.num_shared_experts * m.moe_intermediate_size,
-                                    rates).max()) if m.num_shared_experts else 0.0
+        # shared experts fused into the MoE kernel are priced there (`epsim.cost.moe`)
+        own = m.num_shared_experts - p.fused_shared_experts
+        shared = float(self._mlp_us(part.tokens, own * m.moe_intermediate_size,
+                                    rates).max()) if own else 0.0
         lm_head = float(lm_head_us(batch.sampled_tokens, m, rates, p.tp_size).max())
         dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, rates).max()
                           ) if m.num_dense_layers else 0.0

@@ -129,7 +129,13 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
     m, step = params.model, params.step(graph)
     tr = count_traffic(loads, tokens_per_rank, tables, params.dedup[mode], fraction,
                        params.max_nodes_per_token)
-    expert = even_experts_us(tr.pairs, tr.active_experts, params.gemm,
+    pairs, active = tr.pairs, tr.active_experts
+    if params.fused_shared_experts:
+        # fused shared experts (EP 1, `epsim.cost.shared_experts`): one more expert per shared
+        # expert in the kernel, with a row for every token
+        pairs = pairs + params.fused_shared_experts * tr.num_tokens * tr.fraction
+        active = active + params.fused_shared_experts
+    expert = even_experts_us(pairs, active, params.gemm,
                              step.experts.params) + step.experts.host_us
     if step.experts.layout_bytes_per_token:   # a runner fitted with its layout (quantised DeepEP)
         expert = expert + received_layout_us(tr, step.experts)
