@@ -8,7 +8,8 @@ Covered here: `eplb_gain.py --quick` (benchmarks/results/quick/eplb_gain.json);
 the speed part's counts (its elastic part, three 40-s runs at EP 64, is not rerun here);
 `plan_sweep.py --quick` and `screen_vs_sim.py --quick` (benchmarks/results/quick/: timed results,
 so every number but the times; their full results must have the quick ones' table structure);
-`exact_draws.py --quick` (its agreement table; the full table must support the shipped threshold).
+`exact_draws.py --quick` (its agreement table; the full table must support the shipped threshold);
+`lmsys_decode_stages.py` (its table; it needs aiconfigurator-core's op tables).
 The scaling predictions regenerate in tests/epsim/validate/test_scaling.py.
 """
 
@@ -77,6 +78,17 @@ def test_markdown_results_regenerate(script, result):
     committed = (RESULTS / result).read_text()
     body = committed.split("-->\n\n", 1)[1] if committed.startswith("<!--") else committed
     assert printed == body
+
+
+def test_lmsys_decode_stages_regenerate(tmp_path):
+    """The decode step's stages against aiconfigurator-core's H100 tables: the table (every
+    line but the header's date and machine) regenerates; skipped without the package."""
+    pytest.importorskip("aiconfigurator_core")
+    out = tmp_path / "stages.md"
+    _run("benchmarks/lmsys_decode_stages.py", "--out", str(out))
+    rows = lambda text: [line for line in text.splitlines() if line.startswith("|")]  # noqa: E731
+    committed = rows((RESULTS / "lmsys_decode_stages.md").read_text())
+    assert len(committed) == 14 and rows(out.read_text()) == committed
 
 
 # -- timed results: everything but the times ------------------------------------------------------
