@@ -10,9 +10,10 @@ DeepSeek's 8 groups of 32, every other logit equal. Grouped top-k scores each gr
 two, so all 8 groups tie, and the lowest 4 win; the top 8 inside them are the 4 marked experts
 and the 4 lowest-index unmarked ones (ties to the lowest index, as `torch.topk` gives them
 here). Rank 0 of EP `ep` holds experts `0 .. E/ep - 1` and so gets far more than `1/ep` of
-the slots. This prints rank 0's realised share of all `T k` slots beside `balanced_counts`'s
-`1/ep` and the table's time at that EP over its EP 1 time (16384 tokens; at this size the
-local grouped GEMM is most of the call). The table is calibration data (op-level); no
+the slots. This prints rank 0's realised share of all `T k` slots (`grouped_balanced_counts`,
+the counts the importer gives these rows) beside `balanced_counts`'s `1/ep` and the table's
+time at that EP over its EP 1 time (16384 tokens; at this size the local grouped GEMM is most
+of the call). The table is calibration data (op-level); no
 end-to-end measurement is read.
 """
 
