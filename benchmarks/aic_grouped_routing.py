@@ -20,7 +20,6 @@ end-to-end measurement is read.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from epsim.calibrate.aic_records import grouped_balanced_counts  # noqa: E402
 from epsim.calibrate.aic_tables import package_root, package_version  # noqa: E402
+from epsim.io.write import write_text  # noqa: E402
 
 SYSTEMS = ("b200_sxm", "gb200", "gb300")
 TABLE = "moe/sglang/0.5.14/moe_perf.parquet"
@@ -84,10 +84,7 @@ def main(argv=None) -> None:
         lines.append(f"| {ep} | {share[ep]:.3f} | {1 / ep:.3f} | " + " | ".join(cells) + " |")
     busiest = np.sort(counts)[::-1][:6].astype(int)
     lines += ["", f"Busiest experts' pairs (of {TOKENS} tokens): {busiest.tolist()}."]
-    out = Path(args.out)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out)                                 # atomically
+    write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))
 
 
