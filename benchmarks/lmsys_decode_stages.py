@@ -16,7 +16,6 @@ module with its activation kernels, as SGLang runs it).
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from epsim.calibrate.aic_tables import package_root, package_version  # noqa: E402
+from epsim.io.write import write_text  # noqa: E402
 from epsim.cost import build_tables, contiguous_placement  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
 from epsim.cost.quant import gemm_us, gemm_work  # noqa: E402
@@ -129,10 +129,7 @@ def main(argv=None) -> None:
              "| stage | epsim datasheet | AIC measured | epsim - AIC |", "|---|---:|---:|---:|"]
     for name, ours, theirs in stage_rows():
         lines.append(f"| {name} | {ours:.1f} | {theirs:.1f} | {ours - theirs:+.1f} |")
-    out = Path(args.out)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out)                                 # atomically
+    write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))
 
 

@@ -42,6 +42,7 @@ from epsim.profile import Profile
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
+from epsim.vocab import DEEPEP_MODES
 
 
 class CostModel:
@@ -102,13 +103,16 @@ class CostModel:
         self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
         self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
 
-    def _check_tokens(self, tokens_per_rank: np.ndarray) -> None:
-        """Warn once per component when a batch's tokens per rank leave its fitted range."""
+    def _check_tokens(self, tokens_per_rank: np.ndarray, kernel_mode: str = "") -> None:
+        """Warn once per component when a batch's tokens per rank leave its fitted range; a
+        component of another DeepEP kernel mode than the step's (`kernel_mode`) does not price
+        it (a prefill step's normal dispatch is not judged by the low-latency kernel's range)."""
         most = float(tokens_per_rank.max()) if tokens_per_rank.size else 0.0
         if most <= 0:                                 # an idle step predicts nothing
             return
         for i, r in enumerate(self._token_ranges):
-            if not r.low <= most <= r.high:
+            other = set(r.mode_path.split("/")) & (set(DEEPEP_MODES) - {kernel_mode})
+            if not other and not r.low <= most <= r.high:
                 self.profile.warn_outside(r.backend, r.kind, r.mode_path, num_tokens_per_rank=most)
                 del self._token_ranges[i]
                 break
@@ -163,7 +167,7 @@ class CostModel:
             graph: a CUDA-graph replay (device time only, `.../graph` components).
         """
         if self._token_ranges:
-            self._check_tokens(np.asarray(tokens_per_rank))
+            self._check_tokens(np.asarray(tokens_per_rank), self.mode_for(phase))
         return moe_cost(self.params, loads, tokens_per_rank, tables, self.mode_for(phase),
                         fraction, graph)
 

@@ -222,3 +222,22 @@ def test_the_recorded_agreement_supports_the_shipped_exact_threshold():
     assert f"**{supported}** slots per expert; shipped threshold" in text
     below = [r for r in rows if r["level"] < supported]
     assert below and exact_draws.supported_threshold(below) is None   # where exact draws matter
+
+
+def test_the_recorded_alias_speed_supports_the_shipped_alias_threshold():
+    """Below the shipped `ALIAS_BELOW_SLOTS_PER_EXPERT` the alias table is the faster exact draw
+    at every level, model and block size of the recorded table, and its draws have the
+    multinomial's moments there (benchmarks/alias_draws.py)."""
+    from epsim.routing.sampling import ALIAS_BELOW_SLOTS_PER_EXPERT
+    text = (RESULTS / "alias_draws.md").read_text()
+    assert "`python benchmarks/alias_draws.py --write`" in text
+    speed = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+             if line.startswith("| DeepSeek") or line.startswith("| Qwen")]
+    below = [float(row[-1].rstrip("x")) for row in speed if float(row[3]) < ALIAS_BELOW_SLOTS_PER_EXPERT]
+    assert len(below) == 20 and min(below) > 1.0          # 5 levels x 2 models x 2 blocks
+    moments = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+               if line.startswith("| ") and "| alias |" in line]
+    assert len(moments) == 3
+    for level, _, chi2, var, zero in moments:
+        assert float(level) < ALIAS_BELOW_SLOTS_PER_EXPERT
+        assert 0.85 < float(chi2) < 1.15 and abs(float(var) - 1.0) < 0.02 and zero == "0"
