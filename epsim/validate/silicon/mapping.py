@@ -284,7 +284,9 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
     data["deployment"]["max_running_requests"] = max(-(-clients // dp_ranks), 1)
     data["deployment"].update(server or {})
-    if server:          # an InferenceX single-node sweep ran the row: its harness's lengths
+    # an InferenceX single-node sweep ran the row, or a Dynamo P/D harness (srt-slurm's sa-bench,
+    # ai-dynamo's slurm_jobs bench.sh: `--random-range-ratio 0.8`): the harness's lengths
+    if server or role != "agg":
         ratio = agg_recipes.HARNESS_RANGE_RATIO
         data["workload"].update(
             input_len={"kind": "random", "value": row.isl, "range_ratio": ratio},
@@ -350,6 +352,9 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
         run, server = _agg_server(run, assumptions)
         roles = [("agg", run.agg, 1)]
     else:
+        assumptions[1] = (f"ISL/OSL uniform in [{agg_recipes.HARNESS_RANGE_RATIO} L, L] (the "
+                          "Dynamo P/D harnesses' --random-range-ratio "
+                          f"{agg_recipes.HARNESS_RANGE_RATIO})")
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
                  ("decode", run.decode, run.decode.num_workers or 1)]
     if ran.speculative:

@@ -33,8 +33,19 @@ from epsim.validate.silicon.handoff import handoff
 from epsim.validate.silicon.mapping import Instance, RowPlan
 
 ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
-PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
-PROTOCOL_REQUESTS = (2, 10)      # closed loop: warm-up and measured requests per client (InferenceX)
+# pass 0: warm-up and duration (s), requests decoding from t=0 and measured from it (a rank's
+# one or two part-way requests, drawn lengths, may all end within any warm-up)
+PASS0_WINDOW_S = (0.0, 3.0)
+PROTOCOL_REQUESTS = (2, 10)      # a P/D decode instance's steady window: warm-up and measured cycles
+# One benchmark run's requests per client (`--num-prompts` / `--max-concurrency`), run after a
+# warm-up that has finished before it starts (`benchmark_serving.py` gathers the warm-up tasks,
+# then creates every request of the run at once behind a semaphore of N): InferenceX's
+# single-node harness runs 10 N (`benchmarks/benchmark_lib.sh` `run_benchmark_serving`, the
+# `dsr1_*` scripts' `--num-prompts $((CONC * 10))`); the Dynamo P/D harnesses 5 N (srt-slurm's
+# `sa-bench/bench.sh`, ai-dynamo's `slurm_jobs/scripts/vllm/bench.sh`: `concurrency * 5`).
+RUN_REQUESTS_PER_CLIENT = {"agg": 10, "prefill": 5}
+RUN_SPAN_CYCLES = 2.0            # a benchmark run's simulated span: this many x its cycles, at first
+RUN_SPAN_TRIES = 4               # ... doubled until every request has its first token
 OPEN_MIN_SAMPLES = 16            # open loop: arrivals the window holds at least
 DECODE_WINDOW_S = 10.0           # open loop: a decode instance's window (TPOT is steady at once)
 SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands in its window
@@ -68,10 +79,17 @@ def pass0(instance: Instance) -> dict:
 
 
 def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
-                 outside_s: float = 0.0) -> dict:
+                 outside_s: float = 0.0, span: float = 1.0) -> dict:
     """One instance under its closed-loop clients; a P/D side's clients wait out the rest of the
     cycle: `outside_s` is the part of the TTFT spent outside this instance (a prefill's: the
     handoff; a decode's: everything before the KV has arrived).
+
+    An agg or prefill instance, whose queue the clients' sends reach, runs one benchmark run:
+    `RUN_REQUESTS_PER_CLIENT` requests per client in all, every client sending its first at t=0
+    into the idle instance, all of them measured (the benchmark's mean takes every request of
+    the run: the first wave queues behind the whole burst, the last runs with fewer clients),
+    over `span` x `RUN_SPAN_CYCLES` x the run's cycles (`couple` widens it until each request
+    has its first token).
 
     A decode instance's arrivals are its prefill's completions, which the prefill's forwards
     space out, not the clients' sends: its clients, all thinking the same `outside_s` from one
@@ -86,9 +104,13 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     arrivals = {"kind": "concurrency", "clients": clients}
     warm, measured = PROTOCOL_REQUESTS
     window = (warm * cycle_s, (warm + measured) * cycle_s)
-    if instance.role == "prefill":
-        arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
-    elif instance.role == "decode":
+    if instance.role in RUN_REQUESTS_PER_CLIENT:
+        per_client = RUN_REQUESTS_PER_CLIENT[instance.role]
+        arrivals["num_requests"] = per_client * clients
+        if instance.role == "prefill":
+            arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
+        return _with(instance, arrivals, (0.0, span * RUN_SPAN_CYCLES * per_client * cycle_s))
+    if instance.role == "decode":
         share = decoding_share(cycle_s, outside_s)
         arrivals["clients"] = max(round(clients * share), 1)
         running = int(max(round(instance.clients * share), 1) // instance.dp_ranks)
@@ -161,6 +183,26 @@ def _predict(plan: RowPlan, entry: dict) -> dict:
     return {"status": "approximated" if plan.approximations else "predicted", **out}
 
 
+def _simulate_round(make, instance: Instance, ttft_s: float, tpot_s: float, osl: int,
+                    outside_s: float) -> dict:
+    """The summary of one instance's round (`make`: `closed_round` or `open_round`); a
+    benchmark run's span doubled until every one of its requests has its first token (its
+    cycle is the last round's, short of the run's own where the first wave queues)."""
+    span = 1.0
+    for _ in range(RUN_SPAN_TRIES):
+        data = make(instance, ttft_s, tpot_s, osl, outside_s, span) if make is closed_round \
+            else make(instance, ttft_s, tpot_s, osl, outside_s)
+        summary = _simulate(data)
+        total = data["workload"]["arrivals"].get("num_requests")
+        if total is None:
+            return summary
+        shared = -(-total // data["deployment"].get("num_instances", 1))
+        if summary["ttft_ms"]["count"] >= shared:
+            return summary
+        span *= 2
+    return summary
+
+
 def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
     """The benchmark's TTFT and TPOT (ms) of one agg instance or a [prefill, decode] pair under
     closed-loop clients (module doc).
@@ -185,8 +227,8 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
             make = closed_round if instance.closed_loop else open_round
             outside_ms = {"prefill": ttft_ms - prefill_ms,
                           "decode": ttft_ms - first_ms}.get(instance.role, 0.0)
-            summary = _simulate(make(instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl,
-                                     max(outside_ms, 0.0) * 1e-3))
+            summary = _simulate_round(make, instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl,
+                                      max(outside_ms, 0.0) * 1e-3)
             shares[instance.role] = _shares(summary)
             ttft = _mean(summary, "ttft_ms")
             tpot = _mean(summary, "tpot_ms") if instance.role != "prefill" else tpot_ms
