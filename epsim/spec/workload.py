@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 STEADY = "steady"     # initial_running_per_rank: start at the screen's steady batch (`epsim.plan.screen`)
 
@@ -169,6 +169,14 @@ class ConcurrencyArrivals(_Strict):
         default=None, gt=0, le=1_000_000_000, description="requests the clients send in all, "
         "then stop (bench_serving's --num-prompts: the last ones run with fewer clients); "
         "None: they send until the run ends")
+
+    @model_serializer(mode="wrap")
+    def _without_unbounded(self, handler):
+        # an open-ended loop is written as before the field existed (its summaries keep their bits)
+        data = handler(self)
+        if self.num_requests is None:
+            data.pop("num_requests", None)
+        return data
 
 
 ArrivalSpec = Annotated[Union[PoissonArrivals, BurstyArrivals, TraceArrivals, ConcurrencyArrivals],
