@@ -190,18 +190,21 @@ def run_silicon(args):
     workers = args.workers or default_workers()
     cache = Path(args.peer_cache) if args.peer_cache else out / peer_cache.CACHE_NAME if out else None
     known = peer_cache.load(cache) if use_peer and cache is not None else {}
-    entries, wall_s = run_rows(rows, args.approximate, use_peer, args.executor, workers,
-                               wants_progress(args), args.ray_address, peer_known=known)
+    peer_label = f"AIConfigurator {peer.version()}" if use_peer else None
+    replayed = not use_peer and not args.no_peer and args.peer_cache is not None
+    if replayed:           # the peer's answers from a machine that had it (peer_cache.replay)
+        peer_label, known = peer_cache.replay(cache, [peer.row_key(row) for row in rows])
+    entries, wall_s = run_rows(rows, args.approximate, use_peer or replayed, args.executor,
+                               workers, wants_progress(args), args.ray_address, peer_known=known)
     if use_peer and cache is not None:
         peer_cache.save(cache, known)
-    board = Scoreboard(entries, scope, str(path), args.approximate,
-                       f"AIConfigurator {peer.version()}" if use_peer else None, workers, wall_s,
+    board = Scoreboard(entries, scope, str(path), args.approximate, peer_label, workers, wall_s,
                        sample=f"--sample {args.sample} --seed {args.seed}" if args.sample else "",
                        extra={"csv_given": bool(args.silicon),
                               "machine": f"{default_workers()} CPUs ({platform.machine()}), Python "
                                          f"{platform.python_version()}"})
-    notes = [] if use_peer or args.no_peer else ["the peer was not run: AIConfigurator is not "
-                                                 "installed (pip install 'epsim[peer]')"]
+    notes = [] if use_peer or replayed or args.no_peer else [
+        "the peer was not run: AIConfigurator is not installed (pip install 'epsim[peer]')"]
     report = Report(document.rows_json(board), document.headline_lines(board), notes=notes)
     if doc is not None:
         document.write_doc(doc, document.section(board))

@@ -171,6 +171,33 @@ def test_peer_cache_answers_known_rows_and_keeps_new_ones(tmp_path):
         peer_cache.load(tmp_path / "bad.gz")
 
 
+def test_peer_cache_replays_where_the_peer_is_not_installed(tmp_path, monkeypatch, capsys):
+    from epsim.cli import main
+    lines = FIXTURE.read_text().splitlines(keepends=True)
+    one = [line for line in lines if line.startswith("qwen_qwen3_235b")][:1]
+    csv = tmp_path / "one.csv"
+    csv.write_text(lines[0] + one[0])
+    row = read_rows(csv)[0]
+    told = {"status": "predicted", "ttft_ms": 1.5, "tpot_ms": 2.5, "wall_s": 3.0, "version_used": "x",
+            "reason": None, "reason_class": None, "notes": []}
+    cache = tmp_path / "peer.json.gz"
+    cache.write_bytes(__import__("gzip").compress(json.dumps(
+        {"versions": {"aiconfigurator": "9.9", "aiconfigurator-core": "9.9"},
+         "entries": {peer.row_key(row): told}}).encode()))
+    monkeypatch.setattr(peer, "available", lambda: False)      # a machine without the 82 MB peer
+    assert main(["validate", "--silicon", str(csv), "--peer-cache", str(cache), "--workers", "1",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["peer"] == "AIConfigurator 9.9 (replayed from peer.json.gz)"
+    assert data["rows"][0]["peer"] == {**told, "cached": True}
+    assert data["rows"][0]["epsim"]["status"] == "predicted"
+    # a row the cache lacks cannot be asked here: one line, before any row runs
+    csv.write_text(lines[0] + one[0] + [line for line in lines if line.startswith("dsr1_h200")][0])
+    assert main(["validate", "--silicon", str(csv), "--peer-cache", str(cache)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks 1 of the 2 rows and AIConfigurator is not installed" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("message, label", [
     ("ValueError: prefill_batch_size is required for disagg mode.",
      "disagg row gives no batch sizes or workers (the peer needs them)"),
