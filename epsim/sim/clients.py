@@ -4,9 +4,10 @@
 request at t=0 and lets N of them run at once: each client sends its next request as soon as
 its last one finishes. aiperf's `--concurrency N` does the same. Here a client sends its next
 request `think_time_s` after its last one finished, or after it gave up on one its failed rank
-lost, until the run's `num_requests` are sent (`--num-prompts`: then the last ones finish with
-fewer clients) (`workload.retry`: the client's timeout, and its resends, `epsim.sim.retries`), so the
-arrival times are not known before the run: they follow the completions.
+lost (`workload.retry`: the client's timeout, and its resends, `epsim.sim.retries`), so the
+arrival times are not known before the run: they follow the completions. With `num_requests`
+(bench_serving's `--num-prompts`) the clients stop once that many are sent, and the last ones
+finish with fewer and fewer clients.
 
 Request ids: the requests running at t=0 (`initial_running_per_rank`, part-way done) come first,
 `0 .. num_initial - 1`, then the clients' sends in the order they are sent. A send goes to DP

@@ -6,7 +6,8 @@ definitions, docs/silicon.md), so each side of a P/D pair depends on the other's
 runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
 `ROUNDS` rounds run the prefill and then the decode instance of a P/D pair, each with the latest
 figures of the other (its clients wait out the rest of the cycle: think time), one round an agg
-instance; the window is InferenceX's protocol (2 warm-up and 10 measured requests per client).
+instance. An agg or prefill instance runs one benchmark run as the harness does (`closed_round`:
+every client sends at t=0 into the idle instance, K requests each, all measured).
 A P/D request's TTFT is the prefill instance's plus the handoff around it
 (`epsim.validate.silicon.handoff`: the decode server's bootstrap, the exposed KV transfer, the
 decode instance's own arrival-to-first-token), so a client is away from the decode instance for
