@@ -284,13 +284,14 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
     data["deployment"]["max_running_requests"] = max(-(-clients // dp_ranks), 1)
     data["deployment"].update(server or {})
-    # an InferenceX single-node sweep ran the row, or a Dynamo P/D harness (srt-slurm's sa-bench,
-    # ai-dynamo's slurm_jobs bench.sh: `--random-range-ratio 0.8`): the harness's lengths
-    if server or role != "agg":
-        ratio = agg_recipes.HARNESS_RANGE_RATIO
-        data["workload"].update(
-            input_len={"kind": "random", "value": row.isl, "range_ratio": ratio},
-            output_len={"kind": "random", "value": row.osl, "range_ratio": ratio})
+    # the harness's lengths (InferenceX's single-node harness and the Dynamo P/D harnesses,
+    # srt-slurm's sa-bench and ai-dynamo's slurm_jobs bench.sh, all `--random-range-ratio 0.8`):
+    # a benchmark run starts every client at once, and fixed lengths would keep them in
+    # lockstep waves that re-burst the prefill every cycle
+    ratio = agg_recipes.HARNESS_RANGE_RATIO
+    data["workload"].update(
+        input_len={"kind": "random", "value": row.isl, "range_ratio": ratio},
+        output_len={"kind": "random", "value": row.osl, "range_ratio": ratio})
     return Instance(role, data, clients, workers, dp_ranks, closed, routed), missing, tags
 
 
@@ -345,16 +346,15 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
         return RowPlan(row, (), error=ran.error, assumptions=ran.assumptions,
                        error_class=ran.error_class)
     assumptions = [f"kv_cache_dtype {KV_CACHE_DTYPE} (not stated)",
-                   "fixed ISL/OSL (the length distribution is not stated)", *ran.assumptions]
+                   f"ISL/OSL uniform in [{agg_recipes.HARNESS_RANGE_RATIO} L, L] (not stated: the "
+                   "InferenceX harnesses' --random-range-ratio, agg and Dynamo P/D alike)",
+                   *ran.assumptions]
     run = ran.row
     server = {}
     if run.mode == "agg":
         run, server = _agg_server(run, assumptions)
         roles = [("agg", run.agg, 1)]
     else:
-        assumptions[1] = (f"ISL/OSL uniform in [{agg_recipes.HARNESS_RANGE_RATIO} L, L] (the "
-                          "Dynamo P/D harnesses' --random-range-ratio "
-                          f"{agg_recipes.HARNESS_RANGE_RATIO})")
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
                  ("decode", run.decode, run.decode.num_workers or 1)]
     if ran.speculative:
