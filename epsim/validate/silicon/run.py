@@ -37,7 +37,7 @@ ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every
 # pass 0: warm-up and duration (s), requests decoding from t=0 and measured from it (a rank's
 # one or two part-way requests, drawn lengths, may all end within any warm-up)
 PASS0_WINDOW_S = (0.0, 3.0)
-PROTOCOL_REQUESTS = (2, 10)      # a P/D decode instance's steady window: warm-up and measured cycles
+PROTOCOL_REQUESTS = (2, 10)      # a steady window (a decode instance; a row of unknown harness): cycles
 # One benchmark run's requests per client (`--num-prompts` / `--max-concurrency`), run after a
 # warm-up that has finished before it starts (`benchmark_serving.py` gathers the warm-up tasks,
 # then creates every request of the run at once behind a semaphore of N): InferenceX's
@@ -85,7 +85,8 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     cycle: `outside_s` is the part of the TTFT spent outside this instance (a prefill's: the
     handoff; a decode's: everything before the KV has arrived).
 
-    An agg or prefill instance, whose queue the clients' sends reach, runs one benchmark run:
+    An agg or prefill instance of an InferenceX row (`Instance.harness`), whose queue the
+    clients' sends reach, runs one benchmark run:
     `RUN_REQUESTS_PER_CLIENT` requests per client in all, every client sending its first at t=0
     into the idle instance, all of them measured (the benchmark's mean takes every request of
     the run: the first wave queues behind the whole burst, the last runs with fewer clients),
@@ -105,11 +106,11 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     arrivals = {"kind": "concurrency", "clients": clients}
     warm, measured = PROTOCOL_REQUESTS
     window = (warm * cycle_s, (warm + measured) * cycle_s)
-    if instance.role in RUN_REQUESTS_PER_CLIENT:
+    if instance.role == "prefill":
+        arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
+    if instance.harness and instance.role in RUN_REQUESTS_PER_CLIENT:
         per_client = RUN_REQUESTS_PER_CLIENT[instance.role]
         arrivals["num_requests"] = per_client * clients
-        if instance.role == "prefill":
-            arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
         return _with(instance, arrivals, (0.0, span * RUN_SPAN_CYCLES * per_client * cycle_s))
     if instance.role == "decode":
         share = decoding_share(cycle_s, outside_s)

@@ -45,9 +45,10 @@ def test_handoff_terms_add_up_exactly():
 
 
 def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
-    def side(role, dp):
+    def side(role, dp, harness=True):
         data = _prefill(disaggregation_mode=role)
-        return Instance(role, data, clients=8, num_workers=1, dp_ranks=dp, closed_loop=True)
+        return Instance(role, data, clients=8, num_workers=1, dp_ranks=dp, closed_loop=True,
+                        harness=harness)
 
     ttft_s, tpot_s, osl = 22.0, 0.04, 1024
     cycle_s = ttft_s + 1023 * tpot_s                    # 62.92 s
@@ -70,3 +71,7 @@ def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
     agg = closed_round(side("agg", 1), ttft_s, tpot_s, osl)["workload"]
     assert agg["arrivals"] == {"kind": "concurrency", "clients": 8, "num_requests": 80}
     assert (agg["warmup_s"], agg["duration_s"]) == (0.0, 2 * 10 * cycle_s)
+    # a row of no known harness: open-ended clients, a steady window after 2 cycles
+    other = closed_round(side("prefill", 1, harness=False), ttft_s, tpot_s, osl, 0.3)["workload"]
+    assert other["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 1023 * 0.04 + 0.3}
+    assert (other["warmup_s"], other["duration_s"]) == (2 * cycle_s, 12 * cycle_s)
