@@ -10,17 +10,16 @@ DeepSeek's 8 groups of 32, every other logit equal. Grouped top-k scores each gr
 two, so all 8 groups tie, and the lowest 4 win; the top 8 inside them are the 4 marked experts
 and the 4 lowest-index unmarked ones (ties to the lowest index, as `torch.topk` gives them
 here). Rank 0 of EP `ep` holds experts `0 .. E/ep - 1` and so gets far more than `1/ep` of
-the slots. This prints rank 0's realised share of all `T k` slots beside `balanced_counts`'s
-`1/ep` and the table's time at that EP over its EP 1 time (16384 tokens; at this size the
-local grouped GEMM is most of the call). The table is calibration data (op-level); no
+the slots. This prints rank 0's realised share of all `T k` slots (`grouped_balanced_counts`,
+the counts the importer gives these rows) beside `balanced_counts`'s `1/ep` and the table's
+time at that EP over its EP 1 time (16384 tokens; at this size the local grouped GEMM is most
+of the call). The table is calibration data (op-level); no
 end-to-end measurement is read.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -31,7 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from epsim.calibrate.aic_records import grouped_balanced_counts  # noqa: E402
 from epsim.calibrate.aic_tables import package_root, package_version  # noqa: E402
+from epsim.io.write import write_text  # noqa: E402
 
 SYSTEMS = ("b200_sxm", "gb200", "gb300")
 TABLE = "moe/sglang/0.5.14/moe_perf.parquet"
@@ -39,27 +40,6 @@ TABLE = "moe/sglang/0.5.14/moe_perf.parquet"
 HIDDEN, INTER, EXPERTS, TOP_K, GROUPS, TOPK_GROUP = 7168, 2048, 256, 8, 8, 4
 TOKENS = 16384
 EPS = (2, 4, 8, 16, 32, 64, 128, 256)
-
-
-def grouped_balanced_counts(tokens: int, experts: int, top_k: int, groups: int,
-                            topk_group: int) -> np.ndarray:
-    """[experts] (token, expert) pairs grouped top-k makes of AIC's `balanced_logits`: each
-    group scored by the sum of its top two logits, the best `topk_group` groups kept (ties to
-    the lowest index), the top `top_k` experts inside them (ties to the lowest index)."""
-    stride = math.ceil(experts / top_k)
-    i = np.arange(tokens)[:, None]
-    j = np.arange(top_k)[None, :]
-    marked = ((i * stride / tokens if tokens < stride else i) + j * stride).astype(int) % experts
-    logits = np.zeros((tokens, experts))
-    np.put_along_axis(logits, marked, 1.0, axis=1)
-    per_group = logits.reshape(tokens, groups, experts // groups)
-    score = np.sort(per_group, axis=2)[:, :, -2:].sum(axis=2)                # [tokens, groups]
-    kept = np.argsort(-score, axis=1, kind="stable")[:, :topk_group]
-    allowed = np.zeros((tokens, groups), dtype=bool)
-    np.put_along_axis(allowed, kept, True, axis=1)
-    masked = np.where(np.repeat(allowed, experts // groups, axis=1), logits, -1.0)
-    chosen = np.argsort(-masked, axis=1, kind="stable")[:, :top_k]
-    return np.bincount(chosen.ravel(), minlength=experts)
 
 
 def rows(system: str):
@@ -102,12 +82,9 @@ def main(argv=None) -> None:
                 t, one = measured[s].get((f, ep)), measured[s].get((f, 1))
                 cells.append(f"{t / one:.2f}" if t and one else "-")
         lines.append(f"| {ep} | {share[ep]:.3f} | {1 / ep:.3f} | " + " | ".join(cells) + " |")
-    busiest = np.sort(counts)[::-1][:6]
+    busiest = np.sort(counts)[::-1][:6].astype(int)
     lines += ["", f"Busiest experts' pairs (of {TOKENS} tokens): {busiest.tolist()}."]
-    out = Path(args.out)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out)                                 # atomically
+    write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))
 
 

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
-from epsim.calibrate.aic_tables import AicSource, AicTable, package_version, zoo_gpu
+from epsim.calibrate.aic_tables import (AicSource, AicTable, _newest_not_after, package_version,
+                                        zoo_gpu)
 from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.quant import WEIGHT_FORMATS, weight_bytes_per_element
 from epsim.zoo import get_hardware
@@ -68,6 +70,15 @@ QUANT_FORMATS = ("fp8", "fp8_block", "nvfp4")
 GEMM_FIT_SIZES = (512, 1536, 2048, 4096, 7168, 16384)
 QUANT_MOE_KERNEL = {"h100_sxm": FIT_MOE_KERNEL, "h200_sxm": FIT_MOE_KERNEL}
 BLACKWELL_QUANT_MOE_KERNEL = "sglang_flashinfer_trtllm_moe"
+# Grouped routing in AIC's SGLang MoE collector (`collector/sglang/collect_moe.py` from its
+# 0.5.14 upgrade, ai-dynamo/aiconfigurator e23be5a79): a model case with `num_expert_group`
+# and `topk_group` is timed through SGLang's own `TopK` with grouped top-k, on the `balanced`
+# logits too (`_benchmark_framework_quantized_moe`, on every GPU and kernel), and the only such
+# case is DeepSeek-V3/R1's (`collector/cases/models/DeepseekV3ForCausalLM_cases.yaml`: 8 groups,
+# 4 kept). Its rows are keyed by shape alone: (hidden, intermediate, experts, top-k) -> (groups,
+# groups kept). The 0.5.10 collector routes every case with plain top-k.
+GROUPED_ROUTING = {(7168, 2048, 256, 8): (8, 4)}
+GROUPED_ROUTING_SINCE = "0.5.14"
 
 
 def on_grid(value: int, least: int = 1) -> bool:
@@ -125,10 +136,10 @@ def faster_than_hbm(system: str, active_experts: float, hidden_size: int, inter_
     return median_us < weights / get_hardware(gpu).hbm_gbps * 1e-3
 
 
-def balanced_counts(num_tokens: int, num_experts: int, top_k: int) -> np.ndarray:
-    """[experts] pairs per expert under AIC's `balanced` routing (its collectors' helper
-    `balanced_logits`): choice i of token t takes expert `(t + i s) mod E` when T >= s, else
-    `floor(t s / T + i s) mod E`, with stride `s = ceil(E / k)`; deterministic."""
+def _balanced_choices(num_tokens: int, num_experts: int, top_k: int) -> np.ndarray:
+    """[tokens, top_k] the experts AIC's `balanced_logits` marks for each token: choice i of
+    token t is expert `(t + i s) mod E` when T >= s, else `floor(t s / T + i s) mod E`, with
+    stride `s = ceil(E / k)`."""
     stride = math.ceil(num_experts / top_k)
     t = np.arange(num_tokens, dtype=np.float64)[:, None]
     i = np.arange(top_k, dtype=np.float64)[None, :]
@@ -136,7 +147,57 @@ def balanced_counts(num_tokens: int, num_experts: int, top_k: int) -> np.ndarray
         chosen = (t + i * stride) % num_experts
     else:
         chosen = np.floor(t * stride / num_tokens + i * stride) % num_experts
-    return np.bincount(chosen.astype(np.int64).ravel(), minlength=num_experts).astype(np.float64)
+    return chosen.astype(np.int64)
+
+
+def balanced_counts(num_tokens: int, num_experts: int, top_k: int) -> np.ndarray:
+    """[experts] pairs per expert under AIC's `balanced` routing (its collectors' helper
+    `balanced_logits`, plain top-k: the marked experts, `_balanced_choices`); deterministic."""
+    chosen = _balanced_choices(num_tokens, num_experts, top_k)
+    return np.bincount(chosen.ravel(), minlength=num_experts).astype(np.float64)
+
+
+@lru_cache(maxsize=256)
+def _grouped_counts(num_tokens: int, num_experts: int, top_k: int, groups: int,
+                    topk_group: int) -> tuple[float, ...]:
+    marked = _balanced_choices(num_tokens, num_experts, top_k)
+    logits = np.zeros((num_tokens, num_experts), dtype=np.float32)
+    np.put_along_axis(logits, marked, 1.0, axis=1)
+    per_group = logits.reshape(num_tokens, groups, num_experts // groups)
+    score = np.sort(per_group, axis=2)[:, :, -2:].sum(axis=2)               # [tokens, groups]
+    kept = np.argsort(-score, axis=1, kind="stable")[:, :topk_group]
+    allowed = np.zeros((num_tokens, groups), dtype=bool)
+    np.put_along_axis(allowed, kept, True, axis=1)
+    masked = np.where(np.repeat(allowed, num_experts // groups, axis=1), logits, -1.0)
+    chosen = np.argsort(-masked, axis=1, kind="stable")[:, :top_k]
+    return tuple(np.bincount(chosen.ravel(), minlength=num_experts).astype(np.float64))
+
+
+def grouped_balanced_counts(num_tokens: int, num_experts: int, top_k: int, groups: int,
+                            topk_group: int) -> np.ndarray:
+    """[experts] pairs per expert that grouped top-k makes of AIC's `balanced_logits` (what its
+    SGLang collector from 0.5.14 runs for a grouped-routing model, `GROUPED_ROUTING`): each of
+    `groups` equal groups scored by the sum of its top two logits, the best `topk_group` groups
+    kept, the top `top_k` experts inside them, ties to the lowest index both times (as the
+    tables' times bear out: benchmarks/aic_grouped_routing.py). The logits mark one expert per
+    group and leave the rest equal, so the lowest groups win and the lowest-index unmarked
+    experts of them fill the choices the marked ones leave. Deterministic; cached per shape."""
+    return np.array(_grouped_counts(num_tokens, num_experts, top_k, groups, topk_group))
+
+
+def collector_counts(table: AicTable, num_tokens: int, hidden_size: int, inter_size: int,
+                     num_experts: int, top_k: int) -> tuple[np.ndarray, dict]:
+    """([experts] pairs per expert, skew) of a `balanced` `moe_perf` row as the collector
+    routed it: grouped top-k for a grouped-routing model's shape in a table of the collector
+    that routes it so (`GROUPED_ROUTING`, SGLang from `GROUPED_ROUTING_SINCE`), else the plain
+    balanced counts."""
+    groups = GROUPED_ROUTING.get((hidden_size, inter_size, num_experts, top_k))
+    if (groups and table.framework == "sglang"
+            and _newest_not_after([GROUPED_ROUTING_SINCE], table.version)):
+        return (grouped_balanced_counts(num_tokens, num_experts, top_k, *groups),
+                {"kind": "balanced", "routing": "grouped", "num_expert_group": groups[0],
+                 "topk_group": groups[1]})
+    return balanced_counts(num_tokens, num_experts, top_k), {"kind": "balanced"}
 
 
 # -- MoE ------------------------------------------------------------------------------------------
@@ -150,7 +211,9 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
             continue
         ep, tp, e, k = int(row.moe_ep_size), int(row.moe_tp_size), int(row.num_experts), int(row.topk)
         tokens = int(row.num_tokens)
-        counts = balanced_counts(tokens, e, k).reshape(ep, e // ep)          # [ranks, local]
+        counts, skew = collector_counts(table, tokens, int(row.hidden_size), int(row.inter_size),
+                                        e, k)
+        counts = counts.reshape(ep, e // ep)                                  # [ranks, local]
         bf16 = row.moe_dtype in BF16
         fmt = "bf16" if bf16 else str(row.moe_dtype)
         if faster_than_hbm(table.system, float((counts[0] > 0).sum()), int(row.hidden_size),
@@ -162,7 +225,7 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
             ep_size=ep, num_tokens_per_rank=-(-tokens // ep), hidden_size=int(row.hidden_size),
             moe_intermediate_size=int(row.inter_size) // tp, num_experts=e,
             num_local_experts=e // ep, top_k=k, moe_tp_size=tp,
-            weight_dtype=fmt, skew={"kind": "balanced"},
+            weight_dtype=fmt, skew=skew,
             local_expert_tokens=counts.tolist(), expert_tokens_per_rank=counts.sum(axis=1).tolist(),
             extra={"measured_rank": 0, "num_tokens": tokens, "inter_size": int(row.inter_size),
                    "kernel": str(row.kernel_source), "rows": float(counts[0].sum())})

@@ -203,6 +203,23 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
     return params["base_us"] + np.maximum(params.get("overlap_us", 0.0), t)
 
 
+def background_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float]) -> np.ndarray:
+    """[layers] the part of `comm_us` the NIC moves after a low-latency send kernel returned:
+    the busiest rank's RDMA bytes beyond the time of its NVLink copies (0 within a node).
+
+    DeepEP's low-latency kernels (and Mooncake EP's) write NVLink peers' buffers with the
+    sending SMs and post RDMA puts that the NIC carries on alone (IBGDA); with a receive hook
+    (`return_recv_hook=True`, SGLang's two-batch overlap) the send kernel returns once it has
+    posted them, so only the RDMA time beyond its own copies runs off the compute stream
+    (docs/model.md, "Two-batch overlap")."""
+    if not traffic.multi_node:
+        return np.zeros(np.shape(traffic.peak("nvl_copies")))
+    kb = bytes_per_copy * 1e-3
+    nvl = traffic.peak("nvl_copies") * (kb / params["nvl_gbps"])
+    rdma = traffic.peak("rdma_copies") * (kb / params["rdma_gbps"])
+    return np.maximum(rdma - nvl, 0.0)
+
+
 # -- collectives (the `none` backend, TP attention) ---------------------------------------------
 def collective_defaults(cluster: ClusterSpec) -> dict[str, float]:
     """Datasheet parameters of `none/allreduce`."""

@@ -327,6 +327,14 @@ def mla_token_us(tokens, decode_tokens, mla: MlaParams) -> np.ndarray:
     return t + _bmms(decode_tokens, mla)
 
 
+def mla_core_token_us(tokens, decode_tokens, mla: MlaParams) -> np.ndarray:
+    """[dp] the part of `mla_token_us` SGLang runs after the kernel, in `op_core`
+    (deepseek_v2.py:1062-1064 in 0.4.7): `o_proj` and the decode tokens' absorbed `W_UV` BMM
+    (two-batch overlap's stages, `epsim.cost.tbo`)."""
+    return (_gemm(tokens, mla.hidden_size, mla.heads * mla.v_dim, mla)
+            + _gemm(decode_tokens, mla.v_dim, mla.kv_lora_rank, mla, mla.heads, bmm=True))
+
+
 def _bmms(tokens, mla: MlaParams) -> np.ndarray:
     """[dp] the absorbed `W_UK` and `W_UV` BMMs of `tokens`, one GEMM per head each."""
     return (_gemm(tokens, mla.kv_lora_rank, mla.nope_dim, mla, mla.heads, bmm=True)

@@ -5,8 +5,8 @@ An MoE layer in EP with DP attention is bulk-synchronous (docs/model.md):
 
     layer_us = attention (slowest rank) + dispatch + experts (slowest rank) + combine
 
-or, with two-batch overlap, two half micro-batches whose communication hides behind the
-other's compute: `max(2*compute_half, 2*comm_half) + min(compute_half, comm_half)`.
+or, with two-batch overlap, two half micro-batches whose stages SGLang interleaves on one
+compute stream, each exchange hidden behind a stage of the other (`epsim.cost.tbo`).
 A step adds the dense layers, the LM head and a per-step overhead. The MoE layers are priced
 by `epsim.cost.moe`; what a step spent goes to a `Ledger` (`epsim.cost.ledger`).
 """
@@ -22,16 +22,19 @@ from epsim.cost.attention_ahead import AttentionAhead
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   kv_ratio, lm_head_us, measured_attention_us)
 from epsim.cost.attention_ops import attention_ops_us
+from epsim.cost.comm import per_message
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.layer import LayerCost, layer_cost
-from epsim.cost.mla import mla_attention_us, mla_decode_kernel, mla_token_us
+from epsim.cost.mla import (mla_attention_us, mla_core_token_us, mla_decode_kernel,
+                            mla_token_us)
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
 from epsim.cost.params import Coefficients, CostParams
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.scheduler_host import scheduler_host
-from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms, overlapped
+from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms
+from epsim.cost.tbo import overlapped_stages, overlapped_us
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import attention_collectives_us
 from epsim.default_profile import default_profile
@@ -39,6 +42,7 @@ from epsim.profile import Profile
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
+from epsim.vocab import DEEPEP_MODES
 
 
 class CostModel:
@@ -99,13 +103,16 @@ class CostModel:
         self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
         self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
 
-    def _check_tokens(self, tokens_per_rank: np.ndarray) -> None:
-        """Warn once per component when a batch's tokens per rank leave its fitted range."""
+    def _check_tokens(self, tokens_per_rank: np.ndarray, kernel_mode: str = "") -> None:
+        """Warn once per component when a batch's tokens per rank leave its fitted range; a
+        component of another DeepEP kernel mode than the step's (`kernel_mode`) does not price
+        it (a prefill step's normal dispatch is not judged by the low-latency kernel's range)."""
         most = float(tokens_per_rank.max()) if tokens_per_rank.size else 0.0
         if most <= 0:                                 # an idle step predicts nothing
             return
         for i, r in enumerate(self._token_ranges):
-            if not r.low <= most <= r.high:
+            other = set(r.mode_path.split("/")) & (set(DEEPEP_MODES) - {kernel_mode})
+            if not other and not r.low <= most <= r.high:
                 self.profile.warn_outside(r.backend, r.kind, r.mode_path, num_tokens_per_rank=most)
                 del self._token_ranges[i]
                 break
@@ -160,7 +167,7 @@ class CostModel:
             graph: a CUDA-graph replay (device time only, `.../graph` components).
         """
         if self._token_ranges:
-            self._check_tokens(np.asarray(tokens_per_rank))
+            self._check_tokens(np.asarray(tokens_per_rank), self.mode_for(phase))
         return moe_cost(self.params, loads, tokens_per_rank, tables, self.mode_for(phase),
                         fraction, graph)
 
@@ -183,8 +190,17 @@ class CostModel:
         attn = self._attention_layer_us(part, graph)
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
-        compute = (attn + shared) + moe.experts_us + moe.block_ops_us      # [layers]
-        layer, scale = overlapped(compute, moe.comm_us, tbo)
+        stages = None
+        if tbo:
+            hooked = per_message(moe.traffic.dedup)
+            stages = overlapped_stages(batch.phase, terms.prepare_us, shared, attn,
+                                       moe.stage_rows, moe.block_ops_us,
+                                       (moe.dispatch_wire_us, moe.combine_wire_us), hooked,
+                                       self.params.gemm.num_sms)
+            layer, scale = overlapped_us(stages, batch.phase, hooked), 2.0
+        else:
+            layer = (attn + shared) + moe.experts_us + moe.block_ops_us + moe.comm_us
+            scale = 1.0
         if moe.sync_us:
             layer = layer + scale * moe.sync_us            # once per micro-batch's collectives
         # `decode_steps` repeats this arithmetic over many steps: change the two together
@@ -213,7 +229,8 @@ class CostModel:
             attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
             shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense,
             overhead_us=overhead,
-            step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts)
+            step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts,
+            stages=stages)
 
     def layer(self, batch: BatchCounts, loads: np.ndarray, tables: PlacementTables) -> LayerCost:
         """One step's MoE layers by part, each with the component that priced it: the public
@@ -253,8 +270,14 @@ class CostModel:
                 + self._collectives_us(part, graph))
         pick, stacked = self._stacks.stack(moes)
         experts, block, comm = stacked.experts[pick], stacked.block[pick], stacked.comm[pick]
-        compute = (attn[:, None] + shared) + experts + block                    # [k, layers]
-        layer, scale = overlapped(compute, comm, tbo)
+        if tbo:
+            wire = stacked.wire[pick]
+            stages = overlapped_stages("decode", terms.prepare_us, shared, attn[:, None],
+                                       stacked.stages[pick].swapaxes(0, 1), block,
+                                       (wire[:, 0], wire[:, 1]), True, self.params.gemm.num_sms)
+            layer, scale = overlapped_us(stages, "decode", True), 2.0           # [k, layers]
+        else:
+            layer, scale = (attn[:, None] + shared) + experts + block + comm, 1.0
         if stacked.sync.any():
             layer = layer + scale * stacked.sync[pick][:, None]
         dense, overhead = terms.lm_head_us, terms.overhead_us
@@ -299,8 +322,10 @@ class CostModel:
         m, p = self.model, self.params
         graph = self.uses_graph(batch)
         rates = p.gemm_rates(graph)
-        shared = float(self._mlp_us(part.tokens, m.num_shared_experts * m.moe_intermediate_size,
-                                    rates).max()) if m.num_shared_experts else 0.0
+        # shared experts fused into the MoE kernel are priced there (`epsim.cost.moe`)
+        own = m.num_shared_experts - p.fused_shared_experts
+        shared = float(self._mlp_us(part.tokens, own * m.moe_intermediate_size,
+                                    rates).max()) if own else 0.0
         lm_head = float(lm_head_us(batch.sampled_tokens, m, rates, p.tp_size).max())
         dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, rates).max()
                           ) if m.num_dense_layers else 0.0
@@ -309,11 +334,26 @@ class CostModel:
         ops = self._attention_ops(part.tokens)
         terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
                            float(self.ep_tokens(batch).max(initial=0.0)),
-                           0.0 if ops is None else float(ops.max(initial=0.0)))
+                           0.0 if ops is None else float(ops.max(initial=0.0)),
+                           self._prepare_us(part) if part is not batch else 0.0)
         if len(self._terms_memo) >= 64:
             self._terms_memo.clear()
         self._terms_memo[key] = terms
         return terms
+
+    def _prepare_us(self, part: BatchCounts) -> float:
+        """Slowest rank's attention before its kernel in a decode micro-batch `part` (SGLang's
+        `op_prepare`: the projections and absorbed `W_UK`, the block's norms and RoPE; MLA's
+        `o_proj` and `W_UV` run after the kernel, `mla_core_token_us`). 0 for a prefill or
+        the datasheet roofline attention, which does not part them (the whole attention then
+        counts as `core`, after the kernel: the exchanges have less to hide behind)."""
+        p = self.params
+        if part.phase != "decode" or (p.attention.mla is None and p.attention.kernels is None):
+            return 0.0
+        proj = self._projections(part)                                       # [dp]
+        if p.attention.mla is not None:
+            proj = proj - mla_core_token_us(part.tokens, part.decode_tokens, p.attention.mla)
+        return float(np.where(part.tokens > 0, proj, 0.0).max(initial=0.0))
 
     def _mlp_us(self, tokens: np.ndarray, width: int, rates: Coefficients) -> np.ndarray:
         """[dp] a dense SwiGLU MLP of `width` on each rank's tokens: the fitted dense kernel

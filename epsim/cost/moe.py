@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from epsim.cost.block_ops import block_ops_us
-from epsim.cost.comm import comm_us
+from epsim.cost.comm import background_us, comm_us, per_message
 from epsim.cost.experts import even_experts_us
 from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
@@ -51,6 +51,11 @@ class MoECost:
     block_ops_us: np.ndarray | float = 0.0
     # the backend's own layout work, inside `experts_us` (`epsim.cost.layout`; 0: not charged)
     layout_us: np.ndarray | float = 0.0
+    # what of each dispatch and combine runs off the compute stream, for two-batch overlap
+    # (`epsim.cost.tbo`): the NIC's part behind a receive hook, or the whole exchange on a
+    # communication stream; the rest occupies the compute stream
+    dispatch_wire_us: np.ndarray | float = 0.0
+    combine_wire_us: np.ndarray | float = 0.0
 
     @property
     def layer_us(self) -> np.ndarray:
@@ -129,7 +134,13 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
     m, step = params.model, params.step(graph)
     tr = count_traffic(loads, tokens_per_rank, tables, params.dedup[mode], fraction,
                        params.max_nodes_per_token)
-    expert = even_experts_us(tr.pairs, tr.active_experts, params.gemm,
+    pairs, active = tr.pairs, tr.active_experts
+    if params.fused_shared_experts:
+        # fused shared experts (EP 1, `epsim.cost.shared_experts`): one more expert per shared
+        # expert in the kernel, with a row for every token
+        pairs = pairs + params.fused_shared_experts * tr.num_tokens * tr.fraction
+        active = active + params.fused_shared_experts
+    expert = even_experts_us(pairs, active, params.gemm,
                              step.experts.params) + step.experts.host_us
     if step.experts.layout_bytes_per_token:   # a runner fitted with its layout (quantised DeepEP)
         expert = expert + received_layout_us(tr, step.experts)
@@ -151,14 +162,22 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
         dispatch = np.full(expert.shape, gather)       # [layers] (or [steps, layers])
         combine = np.full(expert.shape, reduce)
         return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, block_ops_us=block,
-                       layout_us=0.0 if layout is None else layout)
+                       layout_us=0.0 if layout is None else layout, dispatch_wire_us=dispatch,
+                       combine_wire_us=combine)
     send, back = step.dispatch[mode], step.combine[mode]
     dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes) + send.host_us
     combine = comm_us(tr, back.bytes_per_copy, back.params, params.l2_bytes) + back.host_us
     fabric = network_us(tr, params.transport)
     dispatch, combine = dispatch + fabric, combine + fabric
+    if per_message(tr.dedup):      # receive-hook kernels: the NIC's part runs without SMs
+        d_wire = np.minimum(background_us(tr, send.bytes_per_copy, send.params) + fabric,
+                            dispatch)
+        c_wire = np.minimum(background_us(tr, back.bytes_per_copy, back.params) + fabric,
+                            combine)
+    else:                          # DeepEP normal, NCCL: on a communication stream
+        d_wire, c_wire = dispatch, combine
     return MoECost(dispatch, expert, combine, tr, mode, step.sync_us, fabric, block,
-                   0.0 if layout is None else layout)
+                   0.0 if layout is None else layout, d_wire, c_wire)
 
 
 def _layout_us(params: CostParams, layout, tr: Traffic) -> np.ndarray | None:

@@ -238,6 +238,8 @@ class CostParams:
             KV write, residual) where the profile holds its fit, else None (not charged).
         attention_block_ops: those ops' launches and bytes per token on a rank, as the engine
             runs them (`epsim.cost.attention_ops.block_ops`).
+        fused_shared_experts: shared experts run inside the fused MoE kernel as experts every
+            token picks (`epsim.cost.shared_experts`); 0: they run as their own dense MLP.
     """
 
     model: ModelSpec
@@ -270,6 +272,7 @@ class CostParams:
     # -- the attention block's own ops (`epsim.cost.attention_ops`) -------------------------
     attention_ops: Coefficients | None = None
     attention_block_ops: BlockOps = BlockOps(0, 0.0)
+    fused_shared_experts: int = 0
 
     def step(self, graph: bool) -> StepKindParams:
         """The MoE layers' parameters in a CUDA-graph (`graph`) or eager step."""

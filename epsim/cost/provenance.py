@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from epsim.cost.comm import per_message
 from epsim.cost.ledger import COLUMN, Ledger
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.timing import band_ratios
@@ -22,6 +23,11 @@ from epsim.cost.tp import ALLREDUCE_KEY, measured_none_reduce
 from epsim.default_profile import profile_label
 
 TAGS = ("fitted", "extrapolated", "datasheet")
+# what two-batch overlap leaves unpriced where exchanges run on a communication stream beside
+# the other micro-batch's compute (`epsim.cost.tbo`, docs/model.md "Two-batch overlap")
+BESIDE_EXCHANGES = ("two-batch overlap: beside the other micro-batch's exchanges on a "
+                    "communication stream, only the SMs DeepEP normal's kernels hold are priced, "
+                    "not the rest of the slowdown of the two at once (unmeasured)")
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,10 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         values = {**hidden, "num_tokens_per_rank": (lo, hi)}     # experts: per-rank work
         comm_values = {**ep, **values}
         eager = not graph
+        # the compute times were measured alone; here they run beside an exchange
+        beside = ([BESIDE_EXCHANGES] if cm.deployment.enable_two_batch_overlap
+                  and params.num_ranks > 1 and not per_message(params.dedup.get(mode, ""))
+                  else [])
         rdma = []
         if params.num_nodes > 1 and not any("rdma_gbps" in profile.components.get(s.timing.key).params
                                             for k in (params.eager, params.graph)
@@ -141,7 +151,7 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
             if stage is None:                          # EP 1: nothing crosses a GPU
                 continue
             t = stage.timing
-            extra = list(rdma if kind != "experts" else [])
+            extra = list(rdma if kind != "experts" else beside)
             if not eager and not t.device_only and t.key:
                 extra.append("eager-timed component used for a graph step (host included)")
             own = row[COLUMN["layout"]] if kind == "experts" else 0.0
@@ -171,13 +181,13 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
             parts = [f"MLA {part}: {keys[part] or 'datasheet'}" for part in keys
                      if part != "decode"]
             use("attention", "device", keys["decode"], row[COLUMN["attention"]] - ops, graph, {},
-                parts)
+                parts + beside)
         elif params.attention.kernels is not None:
             use("attention", "device", "any/attention_decode/graph",
-                row[COLUMN["attention"]] - ops, graph, {})
+                row[COLUMN["attention"]] - ops, graph, {}, beside)
         else:
             use("attention", "device", "any/attention" if "any/attention" in profile.components
-                else "", row[COLUMN["attention"]] - ops, graph, {})
+                else "", row[COLUMN["attention"]] - ops, graph, {}, beside)
         use("attention_ops", "device", "any/attention_ops/graph", ops, graph,
             {**hidden, "num_tokens_per_rank": (lo, hi)},
             ["MLA block's ops costed with the GQA block's fit"] if mla else [])

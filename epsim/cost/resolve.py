@@ -35,6 +35,7 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
                                TPCollectiveParams)
 from epsim.cost.quant import (absolute, gemm_defaults, layout_kb, quant_expert_gemm,
                               remote_slot_bytes)
+from epsim.cost.shared_experts import fused_shared_experts
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
 from epsim.default_profile import default_profile
@@ -202,7 +203,8 @@ class _Resolver:
             extrapolated=extrapolated(self.profile, used, num_ranks, m.hidden_size),
             parallel=par, tp_collectives=self._tp_collectives(),
             attention_ops=self.kernel("attention_ops"),
-            attention_block_ops=block_ops(m, self.engine, tp_size))
+            attention_block_ops=block_ops(m, self.engine, tp_size),
+            fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
     @property

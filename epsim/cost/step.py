@@ -1,6 +1,6 @@
 """A priced step: `StepCost` (one step's time by part) and `StepBlock` (k decode steps priced
-at once), with what their pricing shares: a batch's `TokenTerms`, the two-batch-overlap
-layer time (`overlapped`) and the stacked MoE costs a block reads (`MoEStacks`).
+at once), with what their pricing shares: a batch's `TokenTerms` and the stacked MoE costs a
+block reads (`MoEStacks`). Two-batch overlap's layer time is `epsim.cost.tbo`'s.
 
 `CostModel.step` and `CostModel.decode_steps` (epsim.cost.model) produce them.
 """
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.moe import MoECost
+from epsim.cost.tbo import Stages, overlapped_stages
 from epsim.cost.traffic import Traffic
 
 
@@ -38,6 +39,7 @@ class StepCost:
     mode: str
     traffic: Traffic
     parts: np.ndarray        # [7, layers]: the seven per-layer arrays above as rows, in order
+    stages: Stages | None = None    # two-batch overlap: one micro-batch's stages (epsim.cost.tbo)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class TokenTerms:
     overhead_us: float
     max_tokens: float
     attention_ops_us: float = 0.0
+    prepare_us: float = 0.0        # two-batch overlap: a micro-batch's attention before its kernel
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,32 +80,30 @@ class StepBlock:
 
     def cost(self, i: int, moe: MoECost) -> StepCost:
         p = self.parts[i]
+        stages = None
+        if self.scale != 1.0:                 # two-batch overlap: decode's stages, as priced
+            stages = overlapped_stages("decode", self.terms.prepare_us, self.terms.shared_us,
+                                       self.attention_us[i], moe.stage_rows, moe.block_ops_us,
+                                       (moe.dispatch_wire_us, moe.combine_wire_us), True)
         return StepCost(attention_us=p[0], dispatch_us=p[1], experts_us=p[2], combine_us=p[3],
                         shared_experts_us=p[4], block_ops_us=p[5], layer_us=p[6],
                         dense_us=self.dense(i), overhead_us=self.overhead_us,
                         step_us=float(self.step_us[i]), phase=self.phase, mode=moe.mode,
-                        traffic=moe.traffic, parts=p)
-
-
-def overlapped(compute: np.ndarray, comm: np.ndarray, tbo: bool) -> tuple[np.ndarray, float]:
-    """(layer time, micro-batches per step) of one MoE layer from its compute and communication
-    (`[..., layers]`): with two-batch overlap two micro-batches, each one's communication
-    hidden behind the other's compute as far as it goes; else compute, then communication."""
-    if tbo:
-        return np.maximum(2.0 * compute, 2.0 * comm) + np.minimum(compute, comm), 2.0
-    return compute + comm, 1.0
+                        traffic=moe.traffic, parts=p, stages=stages)
 
 
 @dataclass(frozen=True, eq=False)
 class MoEStack:
     """A few MoE costs' arrays stacked for `CostModel.decode_steps`: experts, block ops and
-    dispatch + combine `[moes, layers]`, the three stages `[moes, 3, layers]`, sync `[moes]`."""
+    dispatch + combine `[moes, layers]`, the three stages `[moes, 3, layers]`, sync `[moes]`,
+    the dispatch's and combine's parts off the compute stream `[moes, 2, layers]`."""
 
     experts: np.ndarray
     block: np.ndarray
     comm: np.ndarray
     stages: np.ndarray
     sync: np.ndarray
+    wire: np.ndarray
 
 
 class MoEStacks:
@@ -129,7 +130,10 @@ class MoEStacks:
             np.stack([m.experts_us for m in distinct]),
             np.stack([np.broadcast_to(m.block_ops_us, m.experts_us.shape) for m in distinct]),
             np.stack([m.comm_us for m in distinct]), np.stack([m.stage_rows for m in distinct]),
-            np.array([m.sync_us for m in distinct]))
+            np.array([m.sync_us for m in distinct]),
+            np.stack([np.stack([np.broadcast_to(m.dispatch_wire_us, m.experts_us.shape),
+                                np.broadcast_to(m.combine_wire_us, m.experts_us.shape)])
+                      for m in distinct]))
         index = {id(m): i for i, m in enumerate(distinct)}
         self._memo = (index, distinct, stacked)
         return index, stacked

@@ -267,6 +267,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "enable_two_batch_overlap": _flag("--enable-two-batch-overlap"),
     "disable_cuda_graph": _flag("--disable-cuda-graph"),
     "disable_overlap_schedule": _flag("--disable-overlap-schedule"),
+    "disable_shared_experts_fusion": _flag("--disable-shared-experts-fusion"),
     "cuda_graph_max_bs": _value("--cuda-graph-max-bs"),
     "max_running_requests": _value("--max-running-requests", per_server=True),
     "chunked_prefill_size": _value("--chunked-prefill-size", per_server=True),

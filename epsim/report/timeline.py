@@ -1,8 +1,10 @@
 """A per-layer timeline of one step as a Chrome trace (`chrome://tracing`, Perfetto).
 
 Built from one step's `StepCost` (no extra simulation): each MoE layer's attention,
-dispatch, experts and combine back to back on one track, or, with two-batch overlap, two
-micro-batch tracks where one's communication runs while the other computes.
+dispatch, experts and combine back to back on one track, or, with two-batch overlap, the
+stages of micro-batches A and B in SGLang's issue order on the compute stream and each
+exchange's part off it on a communication track (`epsim.cost.tbo.schedule_events`, from the
+stages the step was priced with).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from epsim.cost.comm import per_message
 from epsim.cost.step import StepCost
+from epsim.cost.tbo import schedule_events
 from epsim.io.write import write_text
 
 
@@ -23,33 +27,29 @@ def step_trace(cost: StepCost, two_batch_overlap: bool = False) -> dict:
     """Chrome trace events of one step, microseconds from the step's start."""
     events = []
     t = 0.0
-    num_layers = cost.layer_us.shape[0]
-    for layer in range(num_layers):
-        if not two_batch_overlap:
+    overlap = two_batch_overlap and cost.stages is not None
+    if overlap:
+        for who, name, start, dur, layer, track in schedule_events(
+                cost.stages, "decode" if cost.phase == "decode" else "prefill",
+                per_message(cost.traffic.dedup)):
+            if name != "end" and dur > 0:
+                events.append(_event(f"{who} {name}", start, dur, track, layer))
+        t = float(cost.layer_us.sum())
+    else:
+        for layer in range(cost.layer_us.shape[0]):
             for part in ("attention_us", "dispatch_us", "experts_us", "combine_us"):
                 dur = float(getattr(cost, part)[layer])
                 if part == "experts_us":     # the rank's own compute: shared experts, block ops
                     dur += float(cost.shared_experts_us[layer] + cost.block_ops_us[layer])
                 events.append(_event(part[:-3], t, dur, 0, layer))
                 t += dur
-            continue
-        # each array holds both micro-batches: halves are one micro-batch's parts
-        compute = float(cost.attention_us[layer] + cost.experts_us[layer]
-                        + cost.shared_experts_us[layer] + cost.block_ops_us[layer]) / 2
-        comm = float(cost.dispatch_us[layer] + cost.combine_us[layer]) / 2
-        events.append(_event("compute mb0", t, compute, 0, layer))
-        events.append(_event("comm mb0", t + compute, comm, 1, layer))
-        start_b = t + compute
-        events.append(_event("compute mb1", start_b, compute, 0, layer))
-        events.append(_event("comm mb1", max(start_b + compute, t + compute + comm), comm, 1, layer))
-        t += float(cost.layer_us[layer])
     events.append(_event("dense + lm_head", t, cost.dense_us, 0, -1))
     t += cost.dense_us
     events.append(_event("step overhead", t, cost.overhead_us, 0, -1))
     names = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "compute"}}]
-    if two_batch_overlap:
+    if overlap:
         names.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": 1,
-                      "args": {"name": "communication"}})
+                      "args": {"name": "exchanges off the compute stream"}})
     return {"traceEvents": names + events, "displayTimeUnit": "ms",
             "otherData": {"phase": cost.phase, "mode": cost.mode, "step_us": cost.step_us}}
 

@@ -13,8 +13,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from epsim.errors import SpecError
 from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares
-from epsim.routing.sampling import (LoadRows, cannot_clip, sample_load_rows, sample_loads,
-                                    sample_loads_block, sample_topk)
+from epsim.routing.sampling import (AliasTable, LoadRows, cannot_clip, sample_load_rows,
+                                    sample_loads, sample_loads_block, sample_topk)
 from epsim.routing.trace import read_trace
 from epsim.spec.errors import format_error
 from epsim.spec.numbers import check_numbers
@@ -71,6 +71,7 @@ class SkewModel:
         self._base = base                                  # [layers, experts]
         # slots -> `cannot_clip`: drift permutes a layer's shares, which leaves the bound as is
         self._no_clip: dict[int, bool] = {}
+        self._alias: AliasTable | None = None            # exact draws' table of `_base`, lazily
         self._drift_rng_seed = (seed, 0xD21F7)
         self._reset_drift()
 
@@ -78,9 +79,12 @@ class SkewModel:
     def _reset_drift(self) -> None:
         self._drift_t_s = 0.0
         self._drift_rng = np.random.default_rng(list(self._drift_rng_seed))
-        # popularity [0] and its square root [1] (for the normal approximation in `loads`),
+        # popularity [0], its square root [1] (for the normal approximation in `loads`) and
+        # where in `_base` each entry came from [2] (exact draws are drawn over `_base`),
         # permuted in place by the drift; callers get read-only views
-        self._state = np.stack([self._base, np.sqrt(self._base)])        # [2, layers, experts]
+        origin = np.broadcast_to(np.arange(self.num_experts, dtype=np.float64), self._base.shape)
+        self._state = np.stack([self._base, np.sqrt(self._base), origin])  # [3, layers, experts]
+        self._drifted = False
         self._pop_view = self._state[0].view()
         self._pop_view.flags.writeable = False
 
@@ -100,7 +104,8 @@ class SkewModel:
             flat_a = self._drift_rng.integers(0, self.num_layers * self.num_experts, num_swaps)
             flat_b = flat_a - flat_a % self.num_experts + self._drift_rng.integers(
                 0, self.num_experts, num_swaps)
-            _apply_swaps(self._state.reshape(2, -1), flat_a, flat_b)
+            _apply_swaps(self._state.reshape(3, -1), flat_a, flat_b)
+            self._drifted = True
         self._drift_t_s = t_s
 
     # -- public ----------------------------------------------------------------------------
@@ -127,7 +132,8 @@ class SkewModel:
         shares = self.popularity(t_s, step)
         if self._trace is not None:
             return sample_loads(shares, num_tokens, self.top_k, rng)
-        return sample_loads(shares, num_tokens, self.top_k, rng, spread=self._state[1])
+        return sample_loads(shares, num_tokens, self.top_k, rng, spread=self._state[1],
+                            exact=lambda slots, rng: self._exact_loads(1, slots, rng)[0])
 
     def loads_block(self, num_draws: int, num_tokens: int, rng: np.random.Generator,
                     t_s: float = 0.0, step: int = 0) -> np.ndarray:
@@ -140,7 +146,8 @@ class SkewModel:
         self._advance(t_s)
         shape = (num_draws,) + self._base.shape
         return sample_loads_block(np.broadcast_to(self._state[0], shape), num_tokens, self.top_k,
-                                  rng, spread=np.broadcast_to(self._state[1], shape))
+                                  rng, spread=np.broadcast_to(self._state[1], shape),
+                                  exact=lambda slots, rng: self._exact_loads(num_draws, slots, rng))
 
     def load_rows(self, num_draws: int, num_tokens: int, rng: np.random.Generator,
                   t_s: float = 0.0, step: int = 0) -> LoadRows:
@@ -150,7 +157,7 @@ class SkewModel:
         if self._trace is not None:
             return LoadRows(num_draws, block=self.loads_block(num_draws, num_tokens, rng, t_s, step))
         self._advance(t_s)
-        shares, spread = self._state
+        shares, spread = self._state[:2]
         num_slots = num_tokens * self.top_k
         lazy = self._no_clip.get(num_slots)
         if lazy is None:
@@ -159,7 +166,19 @@ class SkewModel:
             lazy = self._no_clip[num_slots] = cannot_clip(shares, spread, num_slots)
         if lazy and getattr(self.spec, "drift_rate_per_s", 0.0) > 0:
             shares, spread = shares.copy(), spread.copy()     # drift swaps the state in place
-        return sample_load_rows(num_draws, shares, spread, num_tokens, self.top_k, rng, lazy)
+        return sample_load_rows(num_draws, shares, spread, num_tokens, self.top_k, rng, lazy,
+                                exact=lambda slots, rng: self._exact_loads(num_draws, slots, rng))
+
+    def _exact_loads(self, num_draws: int, num_slots: int, rng: np.random.Generator) -> np.ndarray:
+        """[draws, layers, experts] exact (multinomial) loads at the current popularity: drawn
+        over `_base` with its alias table, then moved where the drift has taken each entry."""
+        if self._alias is None:
+            self._alias = AliasTable(self._base)
+        loads = self._alias.loads(num_draws, num_slots, rng)
+        if not self._drifted:
+            return loads
+        origin = self._state[2].astype(np.int64)
+        return np.take_along_axis(loads, np.broadcast_to(origin, loads.shape), axis=-1)
 
     def topk(self, num_tokens: int, rng: np.random.Generator, layer: int = 0, t_s: float = 0.0,
              step: int = 0) -> np.ndarray:

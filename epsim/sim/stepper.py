@@ -95,10 +95,15 @@ def price_draws(cost_model: CostModel, tables: PlacementTables, batch: BatchCoun
         return [cost_model.moe(loads[0], tokens, tables, batch.phase, fraction, graph)]
     m = cost_model.moe(loads, tokens, tables, batch.phase, fraction, graph)
     return [MoECost(m.dispatch_us[i], m.experts_us[i], m.combine_us[i], traffic_at(m.traffic, i),
-                    m.mode, m.sync_us,
-                    m.network_us[i] if np.ndim(m.network_us) else m.network_us,
-                    m.block_ops_us[i] if np.ndim(m.block_ops_us) else m.block_ops_us)
+                    m.mode, m.sync_us, _row(m.network_us, i), _row(m.block_ops_us, i),
+                    dispatch_wire_us=_row(m.dispatch_wire_us, i),
+                    combine_wire_us=_row(m.combine_wire_us, i))
             for i in range(loads.shape[0])]
+
+
+def _row(x, i: int):
+    """Draw `i` of a `[draws, ...]` array; a float shared by every draw as it is."""
+    return x[i] if np.ndim(x) else x
 
 
 class _Pool:

@@ -71,6 +71,10 @@ class DeploymentSpec(BaseModel):
         "scheduler_host`; speculative decoding runs so too)")
     cuda_graph_max_bs: int = Field(
         default=256, gt=0, description="largest decode batch per rank replayed as a CUDA graph")
+    disable_shared_experts_fusion: bool = Field(
+        default=False, description="SGLang's flag: DeepSeek-V3/R1's shared expert runs as its "
+        "own MLP where SGLang would otherwise fuse it into the routed experts' kernel "
+        "(`epsim.cost.shared_experts`)")
     block_kernels: Literal["sglang", "transformers"] = Field(default="sglang", description=(
         "whose kernels run the attention and MoE blocks' own ops (norms, RoPE, KV write, router, "
         "permute, weighting): SGLang's fused ones, or HF transformers' unfused eager block (what "

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from aic_grouped_routing import grouped_balanced_counts  # noqa: E402
+from epsim.calibrate.aic_records import grouped_balanced_counts  # noqa: E402
 
 
 def test_grouped_topk_of_balanced_logits_keeps_the_four_lowest_groups():

@@ -8,7 +8,8 @@ Covered here: `eplb_gain.py --quick` (benchmarks/results/quick/eplb_gain.json);
 the speed part's counts (its elastic part, three 40-s runs at EP 64, is not rerun here);
 `plan_sweep.py --quick` and `screen_vs_sim.py --quick` (benchmarks/results/quick/: timed results,
 so every number but the times; their full results must have the quick ones' table structure);
-`exact_draws.py --quick` (its agreement table; the full table must support the shipped threshold).
+`exact_draws.py --quick` (its agreement table; the full table must support the shipped threshold);
+`lmsys_decode_stages.py` (its table; it needs aiconfigurator-core's op tables).
 The scaling predictions regenerate in tests/epsim/validate/test_scaling.py.
 """
 
@@ -77,6 +78,17 @@ def test_markdown_results_regenerate(script, result):
     committed = (RESULTS / result).read_text()
     body = committed.split("-->\n\n", 1)[1] if committed.startswith("<!--") else committed
     assert printed == body
+
+
+def test_lmsys_decode_stages_regenerate(tmp_path):
+    """The decode step's stages against aiconfigurator-core's H100 tables: the table (every
+    line but the header's date and machine) regenerates; skipped without the package."""
+    pytest.importorskip("aiconfigurator_core")
+    out = tmp_path / "stages.md"
+    _run("benchmarks/lmsys_decode_stages.py", "--out", str(out))
+    rows = lambda text: [line for line in text.splitlines() if line.startswith("|")]  # noqa: E731
+    committed = rows((RESULTS / "lmsys_decode_stages.md").read_text())
+    assert len(committed) == 14 and rows(out.read_text()) == committed
 
 
 # -- timed results: everything but the times ------------------------------------------------------
@@ -210,3 +222,22 @@ def test_the_recorded_agreement_supports_the_shipped_exact_threshold():
     assert f"**{supported}** slots per expert; shipped threshold" in text
     below = [r for r in rows if r["level"] < supported]
     assert below and exact_draws.supported_threshold(below) is None   # where exact draws matter
+
+
+def test_the_recorded_alias_speed_supports_the_shipped_alias_threshold():
+    """Below the shipped `ALIAS_BELOW_SLOTS_PER_EXPERT` the alias table is the faster exact draw
+    at every level, model and block size of the recorded table, and its draws have the
+    multinomial's moments there (benchmarks/alias_draws.py)."""
+    from epsim.routing.sampling import ALIAS_BELOW_SLOTS_PER_EXPERT
+    text = (RESULTS / "alias_draws.md").read_text()
+    assert "`python benchmarks/alias_draws.py --write`" in text
+    speed = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+             if line.startswith("| DeepSeek") or line.startswith("| Qwen")]
+    below = [float(row[-1].rstrip("x")) for row in speed if float(row[3]) < ALIAS_BELOW_SLOTS_PER_EXPERT]
+    assert len(below) == 20 and min(below) > 1.0          # 5 levels x 2 models x 2 blocks
+    moments = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+               if line.startswith("| ") and "| alias |" in line]
+    assert len(moments) == 3
+    for level, _, chi2, var, zero in moments:
+        assert float(level) < ALIAS_BELOW_SLOTS_PER_EXPERT
+        assert 0.85 < float(chi2) < 1.15 and abs(float(var) - 1.0) < 0.02 and zero == "0"

@@ -11,6 +11,7 @@ import pytest
 
 from epsim.routing import SkewModel, gini, sample_loads, sample_topk, skew_from_dict
 from epsim.routing.popularity import zipf_shares
+from epsim.routing.sampling import ALIAS_BELOW_SLOTS_PER_EXPERT, AliasTable
 from epsim.spec.workload import HotSetSkew, TraceSkew, UniformSkew, ZipfSkew
 
 
@@ -130,6 +131,51 @@ def test_sample_loads_moments_exact_and_normal_paths(rng):
         assert cov01 == pytest.approx(-n * q[0] * q[1], rel=0.25)
     exact = sample_loads(shares, 3, 2, rng)
     assert (exact == np.round(exact)).all()
+
+
+def test_alias_table_draws_the_multinomial():
+    """The alias table's draws are multinomial: its implied probabilities are the shares (to
+    rounding), every draw holds its slots, zero shares get none, and over many draws the counts
+    have the multinomial's mean (chi-square per degree of freedom ~1, as numpy's own draws),
+    variance and covariance."""
+    rng = np.random.Generator(np.random.SFC64(5))
+    shares = rng.gamma(0.3, size=(6, 64))
+    shares[2, :7] = 0.0
+    shares /= shares.sum(axis=1, keepdims=True)
+    table = AliasTable(shares)
+    cut, other = table._cut.reshape(6, 64), table._other.reshape(6, 64) % 64
+    implied = cut / 64
+    for layer in range(6):
+        np.add.at(implied[layer], other[layer], (1.0 - cut[layer]) / 64)
+    np.testing.assert_allclose(implied, shares, atol=1e-15)
+    num_slots, num = 24, 8000                                     # 0.375 slots per expert
+    assert num_slots < ALIAS_BELOW_SLOTS_PER_EXPERT * 64
+    draws = np.concatenate([table.loads(8, num_slots, rng) for _ in range(num // 8)])
+    assert (draws.sum(axis=2) == num_slots).all() and (draws == np.round(draws)).all()
+    assert draws[:, 2, :7].sum() == 0
+    mean, expected = draws.mean(axis=0), num_slots * shares
+    big = expected * num >= 20
+    chi2 = ((mean - expected)[big] ** 2 * num / expected[big]).sum() / big.sum()
+    assert 0.8 < chi2 < 1.2
+    var = draws.var(axis=0)[big]
+    assert np.median(var / (num_slots * shares * (1 - shares))[big]) == pytest.approx(1.0, abs=0.05)
+    i, j = np.argsort(shares[0])[-2:]
+    cov = np.cov(draws[:, 0, i], draws[:, 0, j])[0, 1]
+    assert cov == pytest.approx(-num_slots * shares[0, i] * shares[0, j], rel=0.2)
+    many = table.loads(3, int(ALIAS_BELOW_SLOTS_PER_EXPERT * 64), rng)   # the multinomial's part
+    assert many.shape == (3, 6, 64) and (many.sum(axis=2) == 4 * 64).all()
+
+
+def test_exact_draws_follow_the_drift():
+    """Exact draws are drawn over the starting popularity and moved where the drift took each
+    expert: their mean is the drifted popularity's, not the start's."""
+    spec = ZipfSkew(alpha=1.2, layer_variation=0.3, drift_rate_per_s=2.0)
+    model = SkewModel(spec, 3, 32, 4, seed=2)
+    rng = np.random.Generator(np.random.SFC64(1))
+    now = model.popularity(5.0).copy()
+    assert np.abs(now - model.mean_popularity()).max() > 0.05       # the drift moved it
+    total = sum(model.loads_block(4, 8, rng, t_s=5.0).sum(axis=0) for _ in range(2000))
+    np.testing.assert_allclose(total / total.sum(axis=1, keepdims=True), now, atol=0.01)
 
 
 def test_sample_topk_inclusion_probabilities(rng):

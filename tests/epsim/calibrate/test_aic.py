@@ -20,8 +20,9 @@ pytest.importorskip("pyarrow")
 from epsim.calibrate import Holdout, calibrate, load_records  # noqa: E402
 from epsim.calibrate.aic import import_source, record_paths  # noqa: E402
 from epsim.calibrate.aic_comm import _deepep_counts  # noqa: E402
-from epsim.calibrate.aic_records import MS_TO_US, balanced_counts, faster_than_hbm  # noqa: E402
-from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, aic_system,  # noqa: E402
+from epsim.calibrate.aic_records import (MS_TO_US, balanced_counts, collector_counts,  # noqa: E402
+                                         faster_than_hbm)
+from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, AicTable, aic_system,  # noqa: E402
                                         check_calibration_input,
                                         parse_source, zoo_gpu)
 from epsim.cli import main  # noqa: E402
@@ -140,6 +141,30 @@ def test_balanced_counts_follow_the_collector_rule():
                 expect[int(e)] += 1
         assert np.array_equal(counts, expect)
     assert balanced_counts(4096, 128, 8).max() == balanced_counts(4096, 128, 8).min()
+
+
+def test_deepseek_rows_of_the_grouped_collector_take_its_grouped_counts():
+    """DeepSeek-V3's shape in an SGLang 0.5.14 `moe_perf` went through grouped top-k (8 groups,
+    4 kept) on the balanced logits: groups 0-3 win every tie, experts 0-3 get every token; the
+    0.5.10 collector, and every other shape, route the balanced logits with plain top-k."""
+    def table(version):
+        return AicTable("gb200", "moe", "sglang", version, "moe_perf", Path("moe_perf.parquet"))
+    counts, skew = collector_counts(table("0.5.14"), 16384, 7168, 2048, 256, 8)
+    assert skew == {"kind": "balanced", "routing": "grouped", "num_expert_group": 8,
+                    "topk_group": 4}
+    assert counts.sum() == 16384 * 8 and counts[128:].sum() == 0
+    assert np.array_equal(counts[:4], [16384] * 4)
+    # rank 0's share of the slots at EP 2, 4, 8: the measured time over EP 1 follows it
+    # (benchmarks/results/aic_grouped_routing.md)
+    assert [counts[:256 // ep].sum() / counts.sum() for ep in (2, 4, 8)] == [1.0, 0.75, 0.625]
+    # at 4 tokens (< the stride of 32) 20 experts are active, where plain top-k gives 32
+    small, _ = collector_counts(table("0.5.14"), 4, 7168, 2048, 256, 8)
+    assert (small > 0).sum() == 20 and small.sum() == 32
+    for version, shape in (("0.5.10", (7168, 2048, 256, 8)), ("0.5.14", (7168, 2048, 384, 8)),
+                           ("0.5.14", (6144, 2048, 256, 8))):
+        plain, skew = collector_counts(table(version), 16384, *shape)
+        assert skew == {"kind": "balanced"}
+        assert np.array_equal(plain, balanced_counts(16384, shape[2], 8))
 
 
 def test_deepep_counts_match_uniform_routing_draws():

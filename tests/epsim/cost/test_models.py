@@ -244,11 +244,11 @@ def test_step_is_sum_of_parts_and_tbo_overlaps(rng):
     np.testing.assert_allclose(plain.layer_us, parts)
     assert plain.step_us == pytest.approx(parts.sum() + plain.dense_us + plain.overhead_us)
     tbo = _cost_model(enable_two_batch_overlap=True).step(_decode_batch(), loads, tables)
-    compute = (tbo.attention_us + tbo.experts_us + tbo.block_ops_us) / 2     # a rank's own work
-    comm = (tbo.dispatch_us + tbo.combine_us) / 2
-    np.testing.assert_allclose(tbo.layer_us, np.maximum(2 * compute, 2 * comm) + np.minimum(compute, comm))
-    assert (tbo.layer_us < tbo.attention_us + tbo.dispatch_us + tbo.experts_us + tbo.combine_us
-            + tbo.block_ops_us).all()
+    # one node: a receive-hook kernel's NVLink copies are its own SMs' work (epsim.cost.tbo),
+    # nothing runs beside the compute stream, so both micro-batches' stages add up
+    np.testing.assert_allclose(tbo.layer_us, tbo.attention_us + tbo.dispatch_us + tbo.experts_us
+                               + tbo.combine_us + tbo.block_ops_us, rtol=1e-12)
+    assert (tbo.dispatch_us > 0).all() and tbo.step_us > plain.step_us  # weights read twice
 
 
 def test_deepep_kernels_follow_the_phase():
