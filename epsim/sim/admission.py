@@ -20,9 +20,10 @@ class Admission:
     # -- a closed loop's clients (`epsim.sim.clients`) ------------------------------------------
     def _send(self, times_s: list[float]) -> None:
         """The clients send one new request each at `times_s` (each no earlier than now)."""
+        closed, state = self.closed, self.state
+        times_s = times_s[:closed.allowed(len(times_s))]
         if not times_s:
             return
-        closed, state = self.closed, self.state
         input_len, output_len = closed.lengths(closed.num_sent, len(times_s))
         closed.num_sent += len(times_s)
         if self.mode == "prefill":

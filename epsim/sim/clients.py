@@ -5,7 +5,9 @@ request at t=0 and lets N of them run at once: each client sends its next reques
 its last one finishes. aiperf's `--concurrency N` does the same. Here a client sends its next
 request `think_time_s` after its last one finished, or after it gave up on one its failed rank
 lost (`workload.retry`: the client's timeout, and its resends, `epsim.sim.retries`), so the
-arrival times are not known before the run: they follow the completions.
+arrival times are not known before the run: they follow the completions. With `num_requests`
+(bench_serving's `--num-prompts`) the clients stop once that many are sent, and the last ones
+finish with fewer and fewer clients.
 
 Request ids: the requests running at t=0 (`initial_running_per_rank`, part-way done) come first,
 `0 .. num_initial - 1`, then the clients' sends in the order they are sent. A send goes to DP
@@ -56,6 +58,9 @@ class ClosedLoop:
         self.think_s = float(arrivals.think_time_s)
         self.num_initial = num_initial
         self.num_sent = 0          # new requests sent so far (resends of lost ones not counted)
+        # bench_serving's --num-prompts: sends in all (None: no end); the requests running at
+        # t=0 are not sends
+        self.num_requests = arrivals.num_requests
         self._input_spec, self._output_spec = workload.input_len, workload.output_len
         self._rng = np.random.default_rng([seed, 0x1E7])
         self._inputs = np.zeros(0, dtype=np.int64)
@@ -65,6 +70,12 @@ class ClosedLoop:
     def first_sends(self) -> int:
         """Clients that send at t=0: those without a request running at t=0."""
         return self.clients - self.num_initial
+
+    def allowed(self, num: int) -> int:
+        """How many of `num` sends the clients still make (all, without `num_requests`)."""
+        if self.num_requests is None:
+            return num
+        return max(min(num, self.num_requests - self.num_sent), 0)
 
     def lengths(self, first: int, num: int) -> tuple[np.ndarray, np.ndarray]:
         """(input, output) [num] int64 lengths of sends `first .. first + num - 1` (0-based, in

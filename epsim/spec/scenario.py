@@ -121,13 +121,15 @@ class Scenario(BaseModel):
     def one_instance(self) -> "Scenario":
         """What one of `deployment.num_instances` instances serves (itself when there is one):
         the router's round-robin gives each 1/num_instances of the arrival rate, or of the
-        clients (rounded up: the simulated instance is the busiest)."""
+        clients and their requests (rounded up: the simulated instance is the busiest)."""
         n = self.deployment.num_instances
         if n == 1:
             return self
         a = self.workload.arrivals
         share = ({"clients": -(-a.clients // n)} if a.kind == "concurrency"
                  else {"rate_per_s": a.rate_per_s / n})
+        if a.kind == "concurrency" and a.num_requests is not None:
+            share["num_requests"] = -(-a.num_requests // n)
         workload = self.workload.model_copy(update={"arrivals": a.model_copy(update=share)})
         deployment = self.deployment.model_copy(update={"num_instances": 1})
         return self.model_copy(update={"workload": workload, "deployment": deployment})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 STEADY = "steady"     # initial_running_per_rank: start at the screen's steady batch (`epsim.plan.screen`)
 
@@ -159,10 +159,24 @@ class ConcurrencyArrivals(_Strict):
     `think_time_s` after its last one finished (`sglang.bench_serving --max-concurrency N` with
     its default infinite request rate: every client sends at t=0; aiperf `--concurrency N`).
     For a decode instance alone, `think_time_s` may carry the prefill side's time to first
-    token (the client's next request reaches the decode instance that much later)."""
+    token (the client's next request reaches the decode instance that much later). With
+    `num_requests`, the run is one benchmark run: that many requests, the first `clients` of
+    them sent at t=0 into an idle server, none after the last."""
     kind: Literal["concurrency"] = "concurrency"
     clients: int = Field(gt=0, le=1_000_000)
     think_time_s: float = Field(default=0.0, ge=0, le=3600)
+    num_requests: int | None = Field(
+        default=None, gt=0, le=1_000_000_000, description="requests the clients send in all, "
+        "then stop (bench_serving's --num-prompts: the last ones run with fewer clients); "
+        "None: they send until the run ends")
+
+    @model_serializer(mode="wrap")
+    def _without_unbounded(self, handler):
+        # an open-ended loop is written as before the field existed (its summaries keep their bits)
+        data = handler(self)
+        if self.num_requests is None:
+            data.pop("num_requests", None)
+        return data
 
 
 ArrivalSpec = Annotated[Union[PoissonArrivals, BurstyArrivals, TraceArrivals, ConcurrencyArrivals],

@@ -15,6 +15,7 @@ form and tags the row "approximated: <what>"; such rows are reported apart, neve
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +38,8 @@ GPUS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "b300_sxm": 
 QUANTIZATION = {"fp8_block": "fp8_block", "nvfp4": "nvfp4", "fp8": "fp8", "bf16": "bf16", "": "bf16"}
 KV_CACHE_DTYPE = "auto"      # the rows do not state it; SGLang's default (the model's dtype)
 SEED = 0
+# sources of InferenceX runs: its database dump and its dated result exports
+INFERENCEX_SOURCE = re.compile(r"(db-dump|source_file=\d{4}-\d{2}-\d{2}\.csv)")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Instance:
         dp_ranks: attention-DP ranks of one instance (requests spread over them).
         closed_loop: the spec expresses closed-loop clients (else Poisson at their rate,
             only under `approximate`).
+        harness: an InferenceX harness drove it (`inferencex_harness`): one benchmark run.
     """
 
     role: str
@@ -98,6 +102,7 @@ class Instance:
     dp_ranks: int
     closed_loop: bool
     routed_clients: int = 0
+    harness: bool = False
 
 
 @dataclass(frozen=True)
@@ -284,12 +289,24 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
     data["deployment"]["max_running_requests"] = max(-(-clients // dp_ranks), 1)
     data["deployment"].update(server or {})
-    if server:          # an InferenceX single-node sweep ran the row: its harness's lengths
+    # InferenceX's harnesses' lengths (its single-node harness and the Dynamo P/D harnesses,
+    # srt-slurm's sa-bench and ai-dynamo's slurm_jobs bench.sh, all `--random-range-ratio 0.8`):
+    # a benchmark run starts every client at once, and fixed lengths would keep them in
+    # lockstep waves that re-burst the prefill every cycle
+    harness = inferencex_harness(row)
+    if harness:
         ratio = agg_recipes.HARNESS_RANGE_RATIO
         data["workload"].update(
             input_len={"kind": "random", "value": row.isl, "range_ratio": ratio},
             output_len={"kind": "random", "value": row.osl, "range_ratio": ratio})
-    return Instance(role, data, clients, workers, dp_ranks, closed, routed), missing, tags
+    return Instance(role, data, clients, workers, dp_ranks, closed, routed, harness), missing, tags
+
+
+def inferencex_harness(row: SiliconRow) -> bool:
+    """The row is an InferenceX run (its database dump or a dated export of its results), so
+    its harness's protocol is known (`epsim.validate.silicon.run`: the benchmark run); other
+    rows (AIConfigurator's own gap-analysis collection) do not say how they were driven."""
+    return INFERENCEX_SOURCE.match(row.source) is not None
 
 
 def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
@@ -343,7 +360,12 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
         return RowPlan(row, (), error=ran.error, assumptions=ran.assumptions,
                        error_class=ran.error_class)
     assumptions = [f"kv_cache_dtype {KV_CACHE_DTYPE} (not stated)",
-                   "fixed ISL/OSL (the length distribution is not stated)", *ran.assumptions]
+                   (f"ISL/OSL uniform in [{agg_recipes.HARNESS_RANGE_RATIO} L, L] (not stated: the "
+                    "InferenceX harnesses' --random-range-ratio, agg and Dynamo P/D alike)"
+                    if inferencex_harness(row) else
+                    "fixed ISL/OSL and a steady window (not an InferenceX run: its harness is not "
+                    "known)"),
+                   *ran.assumptions]
     run = ran.row
     server = {}
     if run.mode == "agg":

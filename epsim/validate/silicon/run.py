@@ -6,7 +6,8 @@ definitions, docs/silicon.md), so each side of a P/D pair depends on the other's
 runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
 `ROUNDS` rounds run the prefill and then the decode instance of a P/D pair, each with the latest
 figures of the other (its clients wait out the rest of the cycle: think time), one round an agg
-instance; the window is InferenceX's protocol (2 warm-up and 10 measured requests per client).
+instance. An agg or prefill instance runs one benchmark run as the harness does (`closed_round`:
+every client sends at t=0 into the idle instance, K requests each, all measured).
 A P/D request's TTFT is the prefill instance's plus the handoff around it
 (`epsim.validate.silicon.handoff`: the decode server's bootstrap, the exposed KV transfer, the
 decode instance's own arrival-to-first-token), so a client is away from the decode instance for
@@ -34,7 +35,16 @@ from epsim.validate.silicon.mapping import Instance, RowPlan
 
 ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
 PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
-PROTOCOL_REQUESTS = (2, 10)      # closed loop: warm-up and measured requests per client (InferenceX)
+PROTOCOL_REQUESTS = (2, 10)      # a steady window (a decode instance; a row of unknown harness): cycles
+# One benchmark run's requests per client (`--num-prompts` / `--max-concurrency`), run after a
+# warm-up that has finished before it starts (`benchmark_serving.py` gathers the warm-up tasks,
+# then creates every request of the run at once behind a semaphore of N): InferenceX's
+# single-node harness runs 10 N (`benchmarks/benchmark_lib.sh` `run_benchmark_serving`, the
+# `dsr1_*` scripts' `--num-prompts $((CONC * 10))`); the Dynamo P/D harnesses 5 N (srt-slurm's
+# `sa-bench/bench.sh`, ai-dynamo's `slurm_jobs/scripts/vllm/bench.sh`: `concurrency * 5`).
+RUN_REQUESTS_PER_CLIENT = {"agg": 10, "prefill": 5}
+RUN_SPAN_CYCLES = 2.0            # a benchmark run's simulated span: this many x its cycles, at first
+RUN_SPAN_TRIES = 4               # ... doubled until every request has its first token
 OPEN_MIN_SAMPLES = 16            # open loop: arrivals the window holds at least
 DECODE_WINDOW_S = 10.0           # open loop: a decode instance's window (TPOT is steady at once)
 SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands in its window
@@ -70,10 +80,18 @@ def pass0(instance: Instance, warmup_s: float = PASS0_WINDOW_S[0]) -> dict:
 
 
 def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
-                 outside_s: float = 0.0) -> dict:
+                 outside_s: float = 0.0, span: float = 1.0) -> dict:
     """One instance under its closed-loop clients; a P/D side's clients wait out the rest of the
     cycle: `outside_s` is the part of the TTFT spent outside this instance (a prefill's: the
     handoff; a decode's: everything before the KV has arrived).
+
+    An agg or prefill instance of an InferenceX row (`Instance.harness`), whose queue the
+    clients' sends reach, runs one benchmark run:
+    `RUN_REQUESTS_PER_CLIENT` requests per client in all, every client sending its first at t=0
+    into the idle instance, all of them measured (the benchmark's mean takes every request of
+    the run: the first wave queues behind the whole burst, the last runs with fewer clients),
+    over `span` x `RUN_SPAN_CYCLES` x the run's cycles (`couple` widens it until each request
+    has its first token).
 
     A decode instance's arrivals are its prefill's completions, which the prefill's forwards
     space out, not the clients' sends: its clients, all thinking the same `outside_s` from one
@@ -90,7 +108,11 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     window = (warm * cycle_s, (warm + measured) * cycle_s)
     if instance.role == "prefill":
         arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
-    elif instance.role == "decode":
+    if instance.harness and instance.role in RUN_REQUESTS_PER_CLIENT:
+        per_client = RUN_REQUESTS_PER_CLIENT[instance.role]
+        arrivals["num_requests"] = per_client * clients
+        return _with(instance, arrivals, (0.0, span * RUN_SPAN_CYCLES * per_client * cycle_s))
+    if instance.role == "decode":
         share = decoding_share(cycle_s, outside_s)
         arrivals["clients"] = max(round(clients * share), 1)
         running = int(max(round(instance.clients * share), 1) // instance.dp_ranks)
@@ -163,6 +185,26 @@ def _predict(plan: RowPlan, entry: dict) -> dict:
     return {"status": "approximated" if plan.approximations else "predicted", **out}
 
 
+def _simulate_round(make, instance: Instance, ttft_s: float, tpot_s: float, osl: int,
+                    outside_s: float) -> dict:
+    """The summary of one instance's round (`make`: `closed_round` or `open_round`); a
+    benchmark run's span doubled until every one of its requests has its first token (its
+    cycle is the last round's, short of the run's own where the first wave queues)."""
+    span = 1.0
+    for _ in range(RUN_SPAN_TRIES):
+        data = make(instance, ttft_s, tpot_s, osl, outside_s, span) if make is closed_round \
+            else make(instance, ttft_s, tpot_s, osl, outside_s)
+        summary = _simulate(data)
+        total = data["workload"]["arrivals"].get("num_requests")
+        if total is None:
+            return summary
+        shared = -(-total // data["deployment"].get("num_instances", 1))
+        if summary["ttft_ms"]["count"] >= shared:
+            return summary
+        span *= 2
+    return summary
+
+
 def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
     """The benchmark's TTFT and TPOT (ms) of one agg instance or a [prefill, decode] pair under
     closed-loop clients (module doc).
@@ -191,8 +233,8 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
             make = closed_round if instance.closed_loop else open_round
             outside_ms = {"prefill": ttft_ms - prefill_ms,
                           "decode": ttft_ms - first_ms}.get(instance.role, 0.0)
-            summary = _simulate(make(instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl,
-                                     max(outside_ms, 0.0) * 1e-3))
+            summary = _simulate_round(make, instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl,
+                                      max(outside_ms, 0.0) * 1e-3)
             shares[instance.role] = _shares(summary)
             ttft = _mean(summary, "ttft_ms")
             tpot = _mean(summary, "tpot_ms") if instance.role != "prefill" else tpot_ms

@@ -71,6 +71,24 @@ def test_clients_hold_their_number_in_flight():
     assert np.allclose(np.sort(result.arrival_s[8:]), ended[:result.arrival_s.shape[0] - 8])
 
 
+def test_a_benchmark_run_sends_its_requests_then_drains():
+    # bench_serving --num-prompts 20 --max-concurrency 8: 8 sends at t=0, then one per finish
+    # until 20 are sent; the last 8 finish with nothing sent after them
+    def closed(num_requests):
+        sc = _closed(8, duration_s=2.0)
+        arrivals = sc.workload.arrivals.model_copy(update={"num_requests": num_requests})
+        return sc.model_copy(update={"workload": sc.workload.model_copy(update={"arrivals": arrivals})})
+    result = simulate(closed(20))
+    assert result.arrival_s.shape[0] == 20
+    assert (result.arrival_s[:8] == 0).all()
+    assert np.isfinite(result.finish_s).all()
+    ended = np.sort(result.finish_s)
+    assert np.allclose(np.sort(result.arrival_s[8:]), ended[:12])     # the 12 later sends
+    unbounded = simulate(closed(None))
+    assert unbounded.arrival_s.shape[0] > 20
+    np.testing.assert_array_equal(unbounded.arrival_s[:20], result.arrival_s)
+
+
 def test_closed_loop_starts_part_way_and_keeps_its_clients():
     # 2 per rank running at t=0 (8 of 10 clients), the other 2 send at t=0
     result = simulate(_closed(10, initial_running_per_rank=2))
@@ -111,6 +129,8 @@ def test_random_lengths_as_bench_serving_draws_them():
 def test_bad_closed_loop_input_names_the_field():
     with pytest.raises(SpecError, match=r"workload.arrivals.clients"):
         _closed(0)
+    with pytest.raises(SpecError, match=r"workload.arrivals.num_requests"):
+        tiny_scenario(workload={"arrivals": {"kind": "concurrency", "clients": 2, "num_requests": 0}})
     with pytest.raises(SpecError, match=r"range_ratio"):
         _closed(2, input_len={"kind": "random", "value": 10, "range_ratio": 1.5})
 

@@ -45,22 +45,33 @@ def test_handoff_terms_add_up_exactly():
 
 
 def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
-    def side(role, dp):
+    def side(role, dp, harness=True):
         data = _prefill(disaggregation_mode=role)
-        return Instance(role, data, clients=8, num_workers=1, dp_ranks=dp, closed_loop=True)
+        return Instance(role, data, clients=8, num_workers=1, dp_ranks=dp, closed_loop=True,
+                        harness=harness)
 
     ttft_s, tpot_s, osl = 22.0, 0.04, 1024
     cycle_s = ttft_s + 1023 * tpot_s                    # 62.92 s
     outside_s = cycle_s / 2 + 0.1                       # the decode side holds a request < half the cycle
     pre = closed_round(side("prefill", 1), ttft_s, tpot_s, osl, 0.3)["workload"]
     dec = closed_round(side("decode", 2), ttft_s, tpot_s, osl, outside_s)["workload"]
-    # the prefill's clients think for the decode and the handoff around their prefill
-    assert pre["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 1023 * 0.04 + 0.3}
+    # the prefill's clients think for the decode and the handoff around their prefill, and send
+    # one Dynamo harness run's 5 requests each, from an idle start, all measured
+    assert pre["arrivals"] == {"kind": "concurrency", "clients": 8, "num_requests": 40,
+                               "think_time_s": 1023 * 0.04 + 0.3}
     assert pre["initial_running_per_rank"] == 0
+    assert (pre["warmup_s"], pre["duration_s"]) == (0.0, 2 * 5 * cycle_s)
     # the decode holds 8 x (cycle - outside) / cycle = 3.99 -> 4 clients, 2 per rank part-way done
     assert decoding_share(cycle_s, outside_s) == pytest.approx(0.5 - 0.1 / cycle_s)
     assert dec["arrivals"] == {"kind": "concurrency", "clients": 4}
     assert dec["initial_running_per_rank"] == 2
-    # InferenceX's 2 warm-up and 10 measured requests per client, on both sides
-    assert (pre["warmup_s"], pre["duration_s"]) == (dec["warmup_s"], dec["duration_s"]) == (
-        2 * cycle_s, 12 * cycle_s)
+    # the decode side's steady population: 2 warm-up and 10 measured cycles
+    assert (dec["warmup_s"], dec["duration_s"]) == (2 * cycle_s, 12 * cycle_s)
+    # an agg instance runs InferenceX's single-node harness: 10 requests per client
+    agg = closed_round(side("agg", 1), ttft_s, tpot_s, osl)["workload"]
+    assert agg["arrivals"] == {"kind": "concurrency", "clients": 8, "num_requests": 80}
+    assert (agg["warmup_s"], agg["duration_s"]) == (0.0, 2 * 10 * cycle_s)
+    # a row of no known harness: open-ended clients, a steady window after 2 cycles
+    other = closed_round(side("prefill", 1, harness=False), ttft_s, tpot_s, osl, 0.3)["workload"]
+    assert other["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 1023 * 0.04 + 0.3}
+    assert (other["warmup_s"], other["duration_s"]) == (2 * cycle_s, 12 * cycle_s)
