@@ -31,6 +31,9 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from epsim.io.write import write_text  # noqa: E402
+
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
@@ -157,10 +160,10 @@ def main(argv=None) -> int:
         lines.append(f"| {r['dtype']} | {r['tokens']} | {r['copy_bytes'] / 2**20:.0f} | {r['copy_ctas']} "
                      f"| {r['gemm_alone_us']} | {r['gemm_beside_us']} | {r['gemm_slowdown']} "
                      f"| {r['copy_alone_us']} | {r['copy_beside_us']} | {r['copy_slowdown']} |")
-    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (out / "table.md").write_text(f"# GEMM beside a copy kernel ({props.name})\n\n`python "
-                                  f"benchmarks/gemm_copy_contention.py {' '.join(argv or sys.argv[1:])}`"
-                                  f"\n\n" + "\n".join(lines) + "\n")
+    write_text(out / "records.jsonl", "".join(json.dumps(r) + "\n" for r in records))   # atomically
+    write_text(out / "table.md", f"# GEMM beside a copy kernel ({props.name})\n\n`python "
+                                 f"benchmarks/gemm_copy_contention.py {' '.join(argv or sys.argv[1:])}`"
+                                 f"\n\n" + "\n".join(lines) + "\n")
     return 0
 
 
