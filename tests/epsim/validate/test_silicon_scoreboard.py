@@ -215,6 +215,19 @@ def test_peer_cache_replays_where_the_peer_is_not_installed(tmp_path, monkeypatc
     assert "lacks 1 of the 2 rows and AIConfigurator is not installed" in err and len(err.splitlines()) == 1
 
 
+def test_a_row_that_hits_a_bug_fails_alone_with_where():
+    """An exception that is not an input error (a bug) fails that row with its type, message and
+    the epsim line it came from; a whole-set run does not die on one row."""
+    from epsim.validate.silicon.mapping import plan_row
+    from epsim.validate.silicon.run import predict
+    plan = plan_row(next(r for r in read_rows(FIXTURE) if r.id.endswith("cfg81")))
+    broken = dataclasses.replace(plan.instances[0], data={**plan.instances[0].data, "workload": None})
+    entry = predict(dataclasses.replace(plan, instances=(broken,)))
+    assert entry["status"] == "failed" and entry["ttft_ms"] is None
+    (reason,) = entry["reasons"]
+    assert reason.startswith("internal error: AttributeError:") and " at run.py:" in reason
+
+
 def test_a_killed_run_resumes_its_finished_rows(tmp_path, capsys):
     """A run killed mid-way (SIGKILL, as a time limit does) keeps every row it finished; the rerun
     into the same --out runs only the others, reuses the finished entries unchanged, and removes
