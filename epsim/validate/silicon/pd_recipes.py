@@ -18,14 +18,15 @@ latencies depend on, as `DeploymentSpec` fields:
 - the MTP recipes' `--speculative-num-steps 2 --speculative-eagle-topk 1
   --speculative-num-draft-tokens 3` (not SGLang's DeepSeek default of 3 / 1 / 4).
 
-Not carried (no `DeploymentSpec` field): `--max-total-tokens`, `--max-prefill-tokens`,
+Not carried: `--ep-num-redundant-experts` (the mid-curve recipes' 32; the row's layout keeps
+the mapping's), and, having no `DeploymentSpec` field, `--max-total-tokens`, `--max-prefill-tokens`,
 `--stream-interval` (SGLang 0.5.8 streams a request's first token at once whatever the interval:
 `scheduler_output_processor_mixin.py` 915, `len(output_ids) % interval == 1`), the transfer
 backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's RDMA path).
 
 `RECIPES` holds the recipes of the groups the flags were read for, keyed by the InferenceX
 master-config version (commit) and the group's layout, so a group of another version or layout
-keeps SGLang's defaults (`for_group` returns None and the caller says so). The recipe texts are
+keeps SGLang's defaults (`for_group` returns None). The recipe texts are
 the versions the code index holds (repository and commit in `source`); the branch InferenceX
 cloned is not stored, so that the flags match the branch's at the run's date is an assumption
 each row states.
@@ -74,6 +75,21 @@ RECIPES: dict[tuple, PDRecipe] = {
                       {"chunked_prefill_size": 786432 // 48, "max_running_requests": 67584 // 48,
                        "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83,
                        "cuda_graph_max_bs": 1024}),
+    ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 8192, 1024, (1, 4, 1, False), (1, 4, 1, False),
+     False): PDRecipe("recipes/gb300-fp8/8k1k/stp/low-latency.yaml", _ISHAN_LL,
+                      {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
+                       "max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
+                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128},
+                      # the decode's `--scheduler-recv-interval 1` is SGLang's default
+                      {"max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
+                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128}),
+    ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 8192, 1024, (5, 8, 8, True), (1, 32, 32, True),
+     False): PDRecipe("recipes/gb300-fp8/8k1k/stp/mid.yaml", _ISHAN_LL,
+                      {"chunked_prefill_size": 131072 // 8, "max_running_requests": 30000 // 8,
+                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.75},
+                      {"chunked_prefill_size": 36864 // 32, "max_running_requests": 45000 // 32,
+                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
+                       "cuda_graph_max_bs": 768}),
     ("dsr1-fp4-b200-dynamo-sglang-mtp", "84b7df683", 1024, 1024, (1, 4, 4, True), (6, 8, 8, False),
      True): PDRecipe("recipes/b200-fp4/1k1k/mtp/low-latency-dep4-1p-tep8-6d.yaml", _QICHING,
                      {"chunked_prefill_size": 32768 // 4, "max_running_requests": 512 // 4,
