@@ -194,6 +194,13 @@ def _where(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}{at}"
 
 
+def failed_entry(exc: BaseException) -> dict:
+    """The entry of a row whose mapping raised `exc` (a bug, not the row's input)."""
+    return {"status": "failed", "ttft_ms": None, "tpot_ms": None, "shares": {}, "wall_s": 0.0,
+            "reasons": [f"internal error: {_where(exc)}"], "approximations": [], "assumptions": [],
+            "reason_class": None, "missing": [], "notes": []}
+
+
 def _predict(plan: RowPlan, entry: dict) -> dict:
     out = couple(plan.instances, plan.row.osl)
     if out.get("status") == "failed":
