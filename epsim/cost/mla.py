@@ -23,9 +23,9 @@ splits where the CTAs cannot fill the GPU, waves, and a roofline of the busiest 
 MLA's sizes: per (row, key) `2 (d_qk + d_v)` FLOPs (d_qk, d_v = 576, 512 absorbed; 192, 128 per
 head), per key `d_qk x kv bytes` of cache (absorbed: the latent and its RoPE key; per head:
 K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its parameters
-(`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and BF16 tensor peak (the
-kernels compute in BF16, an FP8 cache is dequantised in the loop), so a fit on one GPU prices
-another from its datasheet.
+(`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and of the tensor peak of
+the format its MMAs run in (BF16; FP8 in Blackwell's FP8-cache decode, `math_dtype`), so a fit
+on one GPU prices another from its datasheet.
 
 Decode on Hopper with more than 64 heads on a GPU (128 under DP attention) runs a sequence's
 heads as `ceil(heads / 64)` CTAs (FlashMLA, FlashAttention-3); Blackwell's kernel (TRT-LLM's MLA

@@ -27,7 +27,8 @@ from epsim.cost.experts import num_sms, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_DEQUANT_TERMS, MLA_TERMS, absorbed_form,
                             absorbed_prefill, decode_block_heads, decode_dequantises,
                             decode_kernel_work, dequant_frac, dequant_sm_us, kernel_form,
-                            math_dtype, mla_defaults, mla_kernel_features, per_head_form, prefill_kernel_work)
+                            math_dtype, mla_defaults, mla_kernel_features, per_head_form,
+                            prefill_kernel_work)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_work,
                               layout_kb, quant_expert_gemm, remote_slot_bytes)
@@ -138,7 +139,7 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
                                   sms, decode_block_heads(hw.name, heads))
         math = math_dtype(hw.name, kv)
         if cast:
-            row = np.append(mla_kernel_features(work, params, hw)[0],
+            row = np.append(mla_kernel_features(work, params, hw, math)[0],
                             dequant_sm_us(one * seqs * ctx, cache, sms)[0])
             return KernelRow(component_key("any", kind, GRAPH), MLA_DEQUANT_TERMS.coef_names,
                              row, MLA_DEQUANT_TERMS.coefficients(
@@ -150,7 +151,8 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
         work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form, sms)
         math = "bf16"
     return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
-                     mla_kernel_features(work, params, hw, math)[0], MLA_TERMS.coefficients(params))
+                     mla_kernel_features(work, params, hw, math)[0],
+                     MLA_TERMS.coefficients(params))
 
 
 def kernel_record_features(record: MeasurementRecord, profile: Profile) -> KernelRow:
