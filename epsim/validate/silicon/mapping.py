@@ -370,6 +370,8 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     server = {}
     if run.mode == "agg":
         run, server = _agg_server(run, assumptions)
+        if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row)):
+            assumptions.append(cold)
         roles = [("agg", run.agg, 1)]
     else:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
