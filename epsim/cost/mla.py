@@ -23,31 +23,27 @@ splits where the CTAs cannot fill the GPU, waves, and a roofline of the busiest 
 MLA's sizes: per (row, key) `2 (d_qk + d_v)` FLOPs (d_qk, d_v = 576, 512 absorbed; 192, 128 per
 head), per key `d_qk x kv bytes` of cache (absorbed: the latent and its RoPE key; per head:
 K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its parameters
-(`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and BF16 tensor peak (the
-kernels compute in BF16, an FP8 cache is dequantised in the loop), so a fit on one GPU prices
-another from its datasheet.
+(`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and of the tensor peak of
+the format its MMAs run in (BF16; FP8 in Blackwell's FP8-cache decode, `math_dtype`), so a fit
+on one GPU prices another from its datasheet.
 
 Decode on Hopper with more than 64 heads on a GPU (128 under DP attention) runs a sequence's
-heads as `ceil(heads / 64)` CTAs, each streaming the same cache (FlashMLA, FlashAttention-3);
-Blackwell's kernel (TRT-LLM's MLA generation kernel) holds 128 heads in one, reading the cache
-once (`decode_block_heads`). aiconfigurator-core's 0.5.14 `generation_mla_perf` tables (BF16
-cache, batch 128-256, 2k-8k keys: the same cache bytes) show it: 128 heads take 1.56-1.67x the
-time of 64 on h200_sxm, 1.05-1.20x on b200_sxm, gb200 and gb300, where the extra is the math.
-On Hopper the blocks are launched side by side, so the later blocks' reads partly hit L2 (50 MB
-on H200; the blocks read the same keys microseconds apart): `reread_hbm_ratio` is the rate of
-those re-reads over the datasheet HBM rate (above 1 where L2 serves enough of them; the first
-read runs at `hbm_frac`), fitted on the op tables' 128-head rows (none on Blackwell: no
-re-reads, the datasheet value kept). aiconfigurator-core's h200_sxm SGLang table
-(`generation_mla_perf`, BF16 cache) shows why: 16, 32 and 64 heads stream the cache at 4.3-4.5
-TB/s, 128 heads at 2.5-2.7 TB/s per read -- 1.66 reads, not 2 (its kernel is
-FlashAttention-3's, `kernel_source` flash_attention). Without it (profiles fitted before it) a
-re-read costs a read (`reread_share` 1). With no fit at all (a datasheet profile) the later
-blocks' reads are L2 hits (`reread_share` 0, `mla_decode_defaults`): DeepSeek's FlashMLA, the
-MLA decode kernel DeepSeek serves with, runs 128 heads compute-bound on H800 at 580-660 TFLOP/s
-(deepseek-ai/FlashMLA: its README and docs/20250422-new-kernel-deep-dive.md, "h_q is 128 and
-the kernel is compute-bound", memory traffic "~ 2 s_k d_k", one read); one read of a BF16
-cache per 2 x 128 x (576 + 512) FLOPs needs 2.4-2.7 TB/s there, two reads 4.8-5.5 TB/s, over
-the 3.35 TB/s HBM.
+heads as `ceil(heads / 64)` CTAs (FlashMLA, FlashAttention-3); Blackwell's kernel (TRT-LLM's MLA
+generation kernel) holds 128 heads in one (`decode_block_heads`). The blocks of a sequence run
+side by side and read the same keys microseconds apart, so the cache is streamed from HBM once
+(the later blocks' reads are L2 hits), and 128 heads are bound by their math: DeepSeek's FlashMLA
+runs 128 heads compute-bound on H800 at 580-660 TFLOP/s (deepseek-ai/FlashMLA: its README and
+docs/20250422-new-kernel-deep-dive.md, "h_q is 128 and the kernel is compute-bound", memory
+traffic "~ 2 s_k d_k", one read). aiconfigurator-core's SGLang 0.5.14 `generation_mla_perf`
+tables (FlashAttention-3, BF16 cache) show it across two GPUs: at 1-19 GB of cache, 16 and 64
+heads stream it at 2.8-3.0 TB/s on h100_sxm and 4.0-4.4 on h200_sxm (their HBM, 3.35 and 4.8
+TB/s), while the 128-head kernel's 2 x 128 x (576 + 512) FLOPs a key run at 530-540 TFLOP/s on
+both (the same SMs and clocks): its time follows the math, not a second read (a re-read at a
+fitted rate, fitted on h200_sxm alone before, priced h100_sxm's 128 heads 20-30 % low).
+
+Hopper's kernel takes an FP8 cache through a pass of its own that casts it to BF16 before the
+kernel streams the copy (`decode_dequantises`, `dequant_frac`); Blackwell's reads FP8 keys in
+its loop.
 """
 
 from __future__ import annotations
@@ -65,17 +61,26 @@ from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.profile import HOPPER
 from epsim.spec.gpu import HardwareSpec
 
-MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac",
-                         "reread_hbm_ratio"),
-                        frozenset({"hbm_frac", "tensor_frac", "reread_hbm_ratio"}))
+MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
+                        frozenset({"hbm_frac", "tensor_frac"}))
+# Hopper's FP8-cache decode (`decode_dequantises`): the kernel's terms and the cast pass before it
+MLA_DEQUANT_TERMS = LinearTerms(MLA_TERMS.params + ("dequant_frac",),
+                                MLA_TERMS.inverse | {"dequant_frac"})
+# an SM's cast rate at its datasheet: 4 sub-partitions x 32 lanes, one element a lane a cycle, at
+# Hopper's 1.98 GHz boost clock (H100/H200 SXM), in elements per microsecond; `dequant_frac` is
+# the pass's rate over it
+SM_CAST_ELEMS_PER_US = 128 * 1980.0
 BF16_BYTES = 2.0
 # GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
 # itself runs a prefill per head on both (MHA): the simulator prices it so
 ABSORBED_PREFILL = HOPPER
 # query heads one Blackwell decode CTA holds (TRT-LLM's MLA generation kernel: all of DeepSeek's
-# 128, module docstring); Hopper's kernels hold `SPLIT_ROWS` (64)
+# 128, module docstring), and the fewest rows its tile pads fewer heads to (`decode_block_heads`;
+# AIC's b200_sxm table is memory-bound below 32 heads, so 8, 16 or 32 fit it alike: 12.5-12.8 %
+# in-sample); Hopper's kernels hold `SPLIT_ROWS` (64)
 BLACKWELL_DECODE_HEADS = 128
+BLACKWELL_MIN_ROWS = 16
 # DeepSeek's MLA sizes, for records that do not carry them (aiconfigurator's collectors time
 # DeepSeek-V3's attention: kv_lora 512, rope 64, nope 128, v 128)
 DEEPSEEK_MLA = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
@@ -136,42 +141,78 @@ def mla_defaults() -> dict[str, float]:
             "tensor_frac": TENSOR_EFFICIENCY}
 
 
-def mla_decode_defaults() -> dict[str, float]:
-    """`mla_defaults` of the decode kernel on a GPU with no MLA fit: a later 64-head block's
-    re-read of the cache is served by L2 (`reread_hbm_ratio` infinite, `reread_share` 0; the
-    module docstring says whose kernel and figures)."""
-    return {**mla_defaults(), "reread_hbm_ratio": float("inf")}
-
-
-def with_reread(params) -> dict[str, float]:
-    """`params` with `reread_hbm_ratio` (its `hbm_frac` where a profile fitted before it has none:
-    a re-read costs a read)."""
-    return {"reread_hbm_ratio": float(params["hbm_frac"]), **params}
-
-
-def reread_share(params) -> float:
-    """The HBM cost of a later 64-head block's read of the cache, in first reads:
-    `hbm_frac / reread_hbm_ratio` (1 for a fit without `reread_hbm_ratio`, 0 on the
-    datasheet, `mla_decode_defaults`)."""
-    full = with_reread(params)
-    return float(full["hbm_frac"]) / float(full["reread_hbm_ratio"])
-
-
-def absolute(params, hardware: HardwareSpec) -> dict[str, float]:
-    """`params` with `hbm_gbps`, `tflops` (datasheet HBM and BF16 peak x the fractions), the
-    form `epsim.cost.flash.kernel_us` reads (`reread_hbm_ratio` enters through the bytes,
-    `decode_kernel_work`)."""
+def absolute(params, hardware: HardwareSpec, math: str = "bf16") -> dict[str, float]:
+    """`params` with `hbm_gbps`, `tflops` (datasheet HBM and `math`'s tensor peak x the
+    fractions, `math_dtype`), the form `epsim.cost.flash.kernel_us` reads (`dequant_frac` prices
+    its own pass, `dequant_us`; a `reread_hbm_ratio` of a profile fitted before the cache was
+    read once is not read)."""
     out = {k: float(v) for k, v in params.items()
-           if k not in ("hbm_frac", "tensor_frac", "reread_hbm_ratio")}
+           if k not in ("hbm_frac", "tensor_frac", "reread_hbm_ratio", "dequant_frac")}
     out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
-    out["tflops"] = float(params["tensor_frac"]) * hardware.bf16_tflops
+    out["tflops"] = float(params["tensor_frac"]) * hardware.tensor_tflops(math)
     return out
 
 
-def decode_block_heads(gpu: str) -> int:
-    """Query heads one MLA decode CTA holds on `gpu` (zoo name): 64 on Hopper, 128 on the
-    others (Blackwell; module docstring)."""
-    return SPLIT_ROWS if gpu in HOPPER else BLACKWELL_DECODE_HEADS
+def math_dtype(gpu: str, kv_bytes: float) -> str:
+    """The tensor-core format an MLA decode kernel's MMAs run in on `gpu`: FP8 where Blackwell's
+    kernel reads an FP8 cache (TRT-LLM's generation kernel quantises the query and multiplies
+    FP8 keys and values as they are), else BF16 (Hopper's kernel runs on the cast BF16 copy,
+    `decode_dequantises`). aiconfigurator-core's b200_sxm table (SGLang 0.5.14, trtllm_mla) shows
+    it: 128 heads over 16.8M FP8 keys take 2.3 ms, 4.7 x 10^12 FLOPs at 2.0 PFLOP/s, over the
+    B200's 2.25 PFLOP/s BF16 peak (its BF16 cache: 4.6 ms, 1.0 PFLOP/s)."""
+    return "fp8" if gpu not in HOPPER and kv_bytes < BF16_BYTES else "bf16"
+
+
+def decode_dequantises(gpu: str, kv_bytes: float) -> bool:
+    """Whether `gpu`'s MLA decode casts an FP8 cache to BF16 in a pass of its own before the
+    kernel, which then streams the BF16 copy (Hopper; Blackwell's TRT-LLM kernel reads FP8 keys
+    in its loop, `epsim.profile.decode_kv_kind`). aiconfigurator-core's SGLang 0.5.14
+    `generation_mla_perf` tables (FlashAttention-3) show it: an FP8 cache takes the BF16 cache's
+    time plus 1.64 ns a key on h200_sxm and 1.68 on h100_sxm at 64k-16M keys, the same at 1 to
+    128 heads (a pass over the keys, not the kernel's per-head-block reads) and on both GPUs
+    (their SMs and clocks are the same, their HBM is 1.43x apart: the cast is bound by the SMs'
+    issue, not the memory)."""
+    return gpu in HOPPER and kv_bytes < BF16_BYTES
+
+
+def dequant_frac(params) -> float:
+    """`params`' `dequant_frac` (infinite where a fit has none: the pass costs nothing)."""
+    return float(params.get("dequant_frac", float("inf")))
+
+
+def dequant_sm_us(context, form: MlaForm, num_sms: int) -> np.ndarray:
+    """[dp] µs of the FP8 cache's cast pass at the SMs' datasheet cast rate
+    (`SM_CAST_ELEMS_PER_US`): the `context` [dp] keys' `qk_dim` elements each, spread over
+    `num_sms` SMs; the pass takes this over `dequant_frac`."""
+    return np.asarray(context, dtype=np.float64) * form.qk_dim / (num_sms * SM_CAST_ELEMS_PER_US)
+
+
+def dequant_us(context, form: MlaForm, num_sms: int, params) -> np.ndarray:
+    """[dp] µs of the FP8 cache's cast pass (`decode_dequantises`), 0 without keys."""
+    return dequant_sm_us(context, form, num_sms) / dequant_frac(params)
+
+
+def kernel_form(form: MlaForm, dequantised: bool) -> MlaForm:
+    """The form the decode kernel streams: `form`, or its BF16 copy after the cast pass."""
+    if not dequantised:
+        return form
+    return replace(form, kv_bytes_per_key=form.qk_dim * BF16_BYTES)
+
+
+def decode_block_heads(gpu: str, heads: int = BLACKWELL_DECODE_HEADS) -> int:
+    """Query rows of one MLA decode CTA on `gpu` (zoo name) for `heads` heads a GPU: 64 on
+    Hopper (FlashAttention-3's 64-row tile, fewer heads padded to it); on the others (Blackwell,
+    module docstring) `heads` rounded up to a power of two, from `BLACKWELL_MIN_ROWS` to 128:
+    TRT-LLM's generation kernels pick their query tile by the heads (its swapped-MMA tiles for
+    few heads), so 16 heads do not pay 128 rows' math (aiconfigurator-core's b200_sxm table,
+    BF16 cache, 16.8M keys: 16 heads 3.4 ms at 5.7 TB/s, memory-bound; 128 rows' math takes 128
+    heads 4.6 ms)."""
+    if gpu in HOPPER:
+        return SPLIT_ROWS
+    rows = BLACKWELL_MIN_ROWS
+    while rows < min(heads, BLACKWELL_DECODE_HEADS):
+        rows *= 2
+    return rows
 
 
 def decode_grid(block_heads: int = SPLIT_ROWS) -> DecodeGrid:
@@ -188,35 +229,18 @@ def decode_grid(block_heads: int = SPLIT_ROWS) -> DecodeGrid:
                       ctas_per_sm=1)
 
 
-def cache_reads(heads: int, share: float = 1.0, block_heads: int = SPLIT_ROWS) -> float:
-    """HBM reads of a sequence's cache per decode step, in first reads: one per `block_heads`
-    block of its `heads` (`decode_block_heads`), each after the first at `share`
-    (`reread_share`)."""
-    return 1.0 + (-(-heads // block_heads) - 1) * share
-
-
 def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
-                       share: float = 1.0, block_heads: int = SPLIT_ROWS) -> KernelWork:
+                       block_heads: int = SPLIT_ROWS) -> KernelWork:
     """The MLA decode kernel: `seqs` [dp] single-token queries of `heads` heads each against
     `context` [dp] cached tokens in all (`epsim.cost.flash.decode_work` at MLA's sizes). Each
-    `block_heads` block of a sequence's heads (`decode_block_heads`) is its own CTA and streams
-    the sequence's whole cache: the first block's read at full cost, each later one's at `share`
-    (`cache_reads`; 128 heads in 64-head blocks read it 1 + `share` times)."""
+    `block_heads` block of a sequence's heads (`decode_block_heads`) is its own CTA and does its
+    own math; the cache is streamed once (module docstring)."""
     seqs = np.asarray(seqs, dtype=np.float64)
     head_dim = form.flash_head_dim
     grid = decode_grid(block_heads)
     counts = decode_counts(seqs, heads, 1, head_dim, num_sms, grid)
-    return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts,
-                       form.flash_kv_ratio * cache_reads(heads, share, block_heads), grid)
-
-
-def decode_reread_kb(seqs, context, heads: int, form: MlaForm,
-                     block_heads: int = SPLIT_ROWS) -> np.ndarray:
-    """[dp] KB the later head blocks re-read at full cost (`cache_reads - 1` caches of
-    `context` [dp] keys): the design column of `reread_hbm_ratio` (0 where one block holds
-    every head)."""
-    extra = cache_reads(heads, 1.0, block_heads) - 1.0
-    return extra * np.asarray(context, dtype=np.float64) * form.kv_bytes_per_key * 1e-3
+    return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts, form.flash_kv_ratio,
+                       grid)
 
 
 def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
@@ -247,23 +271,19 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
 
 
 def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
-    """[dp] microseconds of an MLA kernel (`MLA_TERMS` fractions); 0 without work."""
+    """[dp] microseconds of an MLA kernel (`MLA_TERMS` fractions, BF16 math); 0 without work."""
     return kernel_us(work, absolute(params, hardware))
 
 
 def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
-                        reread_kb: np.ndarray | None = None) -> np.ndarray:
-    """[dp, 6] design rows in `MLA_TERMS` order: `epsim.cost.flash.kernel_features` with the
-    memory and math columns as µs at the datasheet HBM rate and BF16 peak, and a decode's
-    re-reads (`reread_kb` [dp], `decode_reread_kb`; `work` holding them at `reread_share`
-    of `params`) apart from its first read where it is memory-bound."""
-    rows = kernel_features(work, absolute(params, hardware))
+                        math: str = "bf16") -> np.ndarray:
+    """[dp, 5] design rows in `MLA_TERMS` order: `epsim.cost.flash.kernel_features` with the
+    memory and math columns as µs at the datasheet HBM rate and `math`'s tensor peak
+    (`math_dtype`)."""
+    rows = kernel_features(work, absolute(params, hardware, math))
     rows[..., 3] /= hardware.hbm_gbps
-    rows[..., 4] /= hardware.bf16_tflops
-    reread = np.zeros(rows.shape[:-1]) if reread_kb is None else \
-        np.where(rows[..., 3] > 0, reread_kb / hardware.hbm_gbps, 0.0)
-    rows[..., 3] -= reread_share(params) * reread
-    return np.concatenate([rows, reread[..., None]], axis=-1)
+    rows[..., 4] /= hardware.tensor_tflops(math)
+    return rows
 
 
 # -- one MLA layer on a rank: projections, absorbed BMMs, kernel (the simulator's pricing) --------
@@ -315,15 +335,33 @@ class MlaParams:
         return per_head_form(self.nope_dim, self.rope_dim, self.v_dim, self.kv_bytes)
 
 
-def mla_decode_kernel(mla: MlaParams) -> DecodeKernel:
+class MlaDecodeKernel(DecodeKernel):
+    """`epsim.cost.flash.DecodeKernel` over MLA's cache, after the FP8 cache's cast pass where
+    the GPU runs one (`decode_dequantises`; `dequant` the pass's fit, None for none)."""
+
+    def __init__(self, *args, dequant: tuple[MlaForm, dict] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dequant = dequant
+
+    def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
+        t = super().us(seqs, context)
+        if self.dequant is None:
+            return t
+        form, params = self.dequant
+        return t + np.where(t > 0, dequant_us(context, form, self.num_sms, params), 0.0)
+
+
+def mla_decode_kernel(mla: MlaParams) -> MlaDecodeKernel:
     """The decode kernel of `decode_kernel_work` as an `epsim.cost.flash.DecodeKernel` (its
-    sequence counts' terms remembered across steps: the engine's decode path and its leaps)."""
-    form = mla.decode_form
-    block = decode_block_heads(mla.hardware.name)
-    reads = cache_reads(mla.heads, reread_share(mla.decode), block)
-    return DecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms,
-                        absolute(mla.decode, mla.hardware), form.flash_kv_ratio * reads,
-                        decode_grid(block))
+    sequence counts' terms remembered across steps: the engine's decode path and its leaps),
+    with the FP8 cache's cast pass where the GPU runs one."""
+    cast = decode_dequantises(mla.hardware.name, mla.kv_bytes)
+    form = kernel_form(mla.decode_form, cast)
+    gpu = mla.hardware.name
+    return MlaDecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms,
+                           absolute(mla.decode, mla.hardware, math_dtype(gpu, mla.kv_bytes)),
+                           form.flash_kv_ratio, decode_grid(decode_block_heads(gpu, mla.heads)),
+                           dequant=(mla.decode_form, dict(mla.decode)) if cast else None)
 
 
 def _gemm(m, n: int, k: int, mla: MlaParams, batch: int = 1, bmm: bool = False) -> np.ndarray:

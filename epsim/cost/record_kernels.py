@@ -24,10 +24,11 @@ from typing import NamedTuple
 import numpy as np
 
 from epsim.cost.experts import num_sms, row_tiles
-from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
-                            decode_block_heads, decode_kernel_work,
-                            decode_reread_kb, mla_defaults, mla_kernel_features, per_head_form,
-                            prefill_kernel_work, reread_share, with_reread)
+from epsim.cost.mla import (DEEPSEEK_MLA, MLA_DEQUANT_TERMS, MLA_TERMS, absorbed_form,
+                            absorbed_prefill, decode_block_heads, decode_dequantises,
+                            decode_kernel_work, dequant_frac, dequant_sm_us, kernel_form,
+                            math_dtype, mla_defaults, mla_kernel_features, per_head_form,
+                            prefill_kernel_work)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_work,
                               layout_kb, quant_expert_gemm, remote_slot_bytes)
@@ -129,21 +130,28 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
     one, sms = np.ones(1), num_sms(hw.name)
     kind = format_kind(record.kind, decode_kv_kind(record.kv_cache_dtype, hw.name)
                        if record.kind == "mla_decode" else kv_kind(record.kv_cache_dtype))
-    params = with_reread(profile.params("any", kind, GRAPH, defaults=mla_defaults()))
-    reread_kb = None
+    params = profile.params("any", kind, GRAPH, defaults=mla_defaults())
     if record.kind == "mla_decode":
-        form = absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
-        block = decode_block_heads(hw.name)
-        work = decode_kernel_work(one * seqs, one * seqs * ctx, heads, form, sms,
-                                  reread_share(params), block)
-        reread_kb = decode_reread_kb(one * seqs, one * seqs * ctx, heads, form, block)
+        # Hopper's FP8 cache: a cast pass, then the kernel over the BF16 copy (its own column)
+        cache = absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
+        cast = decode_dequantises(hw.name, kv)
+        work = decode_kernel_work(one * seqs, one * seqs * ctx, heads, kernel_form(cache, cast),
+                                  sms, decode_block_heads(hw.name, heads))
+        math = math_dtype(hw.name, kv)
+        if cast:
+            row = np.append(mla_kernel_features(work, params, hw, math)[0],
+                            dequant_sm_us(one * seqs * ctx, cache, sms)[0])
+            return KernelRow(component_key("any", kind, GRAPH), MLA_DEQUANT_TERMS.coef_names,
+                             row, MLA_DEQUANT_TERMS.coefficients(
+                                 {**params, "dequant_frac": dequant_frac(params)}))
     else:
         form = (absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
                 if absorbed_prefill(hw.name) else
                 per_head_form(d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], kv))
         work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form, sms)
+        math = "bf16"
     return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
-                     mla_kernel_features(work, params, hw, reread_kb)[0],
+                     mla_kernel_features(work, params, hw, math)[0],
                      MLA_TERMS.coefficients(params))
 
 

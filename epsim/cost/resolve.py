@@ -28,7 +28,7 @@ from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
 from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.layout import layout_defaults
-from epsim.cost.mla import MlaParams, mla_decode_defaults, mla_defaults
+from epsim.cost.mla import MlaParams, mla_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                StageParams, StepKindParams,
@@ -277,8 +277,6 @@ class _Resolver:
         decode, decode_key = self._fraction_params(
             format_kind("mla_decode", decode_kv_kind(self.deployment.kv_cache_dtype, c.gpu)),
             mla_defaults())
-        if not decode_key:          # no fit: the datasheet kernel's re-reads hit L2
-            decode = _frozen(mla_decode_defaults())
         prefill, prefill_key = self._fraction_params(format_kind("mla_prefill", kv),
                                                      mla_defaults())
         bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), gemm_defaults())

@@ -1,7 +1,7 @@
-"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, Hopper's 64-head
-blocks re-reading it where Blackwell's one 128-head block reads it once, the absorbed or per-head
-prefill by GPU), its design rows equal to the model, and
-a DeepSeek deployment priced by it instead of the GQA kernels."""
+"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, read once by
+Hopper's 64-head blocks and Blackwell's tile of the heads, Hopper's FP8 cache cast in a pass of
+its own, Blackwell's FP8 math, the absorbed or per-head prefill by GPU), its design rows equal to
+the model, and a DeepSeek deployment priced by it instead of the GQA kernels."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 from epsim.cost.attention import BatchCounts
 from epsim.cost.flash import kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
-from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill,
-                            decode_block_heads, decode_kernel_work, decode_reread_kb,
-                            mla_decode_defaults, mla_decode_kernel, mla_kernel_features,
-                            mla_kernel_us,
-                            mla_token_us, per_head_form,
-                            prefill_kernel_work, reread_share, with_reread)
+from epsim.cost.mla import (BLACKWELL_MIN_ROWS, MLA_DEQUANT_TERMS, MLA_TERMS,
+                            SM_CAST_ELEMS_PER_US, absolute,
+                            absorbed_form, absorbed_prefill, decode_block_heads,
+                            decode_dequantises, decode_kernel_work, dequant_us, kernel_form,
+                            math_dtype, mla_decode_kernel, mla_defaults, mla_kernel_features,
+                            mla_kernel_us, mla_token_us, per_head_form, prefill_kernel_work)
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
 from epsim.cost.record_kernels import kernel_record_features
@@ -30,7 +30,7 @@ from epsim.zoo import get_hardware, get_model
 
 H200 = get_hardware("H200")
 PARAMS = {"base_us": 4.0, "wave_us": 2.0, "per_split_us": 0.5, "hbm_frac": 0.8,
-          "tensor_frac": 0.6, "reread_hbm_ratio": 1.2}
+          "tensor_frac": 0.6}
 
 
 def test_forms_carry_mlas_sizes():
@@ -43,32 +43,88 @@ def test_forms_carry_mlas_sizes():
     assert absorbed_prefill("H200") and not absorbed_prefill("B200")
 
 
-def test_decode_reads_the_cache_once_per_64_heads():
+def test_decode_reads_the_cache_once():
+    """Hopper's 64-head blocks of a sequence read its keys side by side (the later reads L2
+    hits) and Blackwell's one CTA holds the heads: the cache's bytes once, at any head count;
+    the heads add their queries and outputs and, on Hopper, a CTA's math each."""
     seqs, ctx = np.array([64.0]), np.array([64.0 * 65536])
     for kv in (2.0, 1.0):
         form = absorbed_form(512, 64, kv)
         q_o = 64 * 128 * (576 + 512) * 2.0                   # BF16 queries and outputs
-        for heads, reads in ((64, 1), (128, 2)):
-            work = decode_kernel_work(seqs, ctx, heads, form, 132)
-            q = q_o * heads / 128
-            assert work.mem_kb[0] * 1e3 == pytest.approx(q + reads * ctx[0] * 576 * kv)
-    fp8 = decode_kernel_work(seqs, ctx, 64, absorbed_form(512, 64, 1.0), 132)
-    bf16 = decode_kernel_work(seqs, ctx, 64, absorbed_form(512, 64, 2.0), 132)
-    assert fp8.mem_kb[0] < 0.51 * bf16.mem_kb[0] + 1e3       # half the cache bytes
+        for heads in (16, 64, 128):
+            for gpu in ("H200", "B200"):
+                work = decode_kernel_work(seqs, ctx, heads, form, 132,
+                                          decode_block_heads(gpu, heads))
+                q = q_o * heads / 128
+                assert work.mem_kb[0] * 1e3 == pytest.approx(q + ctx[0] * 576 * kv)
+    hopper = {h: decode_kernel_work(seqs, ctx, h, absorbed_form(512, 64, 2.0), 132,
+                                    decode_block_heads("H200", h)) for h in (64, 128)}
+    assert hopper[128].mflops[0] == pytest.approx(2 * hopper[64].mflops[0])
 
 
-def test_blackwell_reads_the_cache_once_for_128_heads():
-    """TRT-LLM's MLA generation kernel holds DeepSeek's 128 heads in one CTA: no re-read, so
-    no design column for `reread_hbm_ratio` on Blackwell; Hopper's 64-head blocks keep theirs."""
+def test_blackwell_tiles_the_heads():
+    """TRT-LLM's MLA generation kernel holds DeepSeek's 128 heads in one CTA and fewer in a
+    tile of their own (a power of two); Hopper's FlashAttention-3 pads any count to 64."""
     assert [decode_block_heads(g) for g in ("H100", "H200", "B200", "GB200", "GB300")] == \
         [64, 64, 128, 128, 128]
+    assert [decode_block_heads("B200", h) for h in (1, 16, 17, 64, 128)] == \
+        [BLACKWELL_MIN_ROWS, 16, 32, 64, 128]
+    assert [decode_block_heads("H200", h) for h in (1, 16, 128)] == [64, 64, 64]
     seqs, ctx = np.array([32.0]), np.array([32.0 * 8192])
     form = absorbed_form(512, 64, 2.0)
-    once = decode_kernel_work(seqs, ctx, 128, form, 148, 1.0, decode_block_heads("B200"))
-    hopper = decode_kernel_work(seqs, ctx, 128, form, 132, 1.0, decode_block_heads("H200"))
-    assert hopper.mem_kb[0] - once.mem_kb[0] == pytest.approx(ctx[0] * 576 * 2.0 * 1e-3)
-    assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("GB200"))[0] == 0.0
-    assert decode_reread_kb(seqs, ctx, 128, form, decode_block_heads("H200"))[0] > 0.0
+    few = decode_kernel_work(seqs, ctx, 16, form, 148, decode_block_heads("B200", 16))
+    all_ = decode_kernel_work(seqs, ctx, 128, form, 148, decode_block_heads("B200", 128))
+    assert few.mflops[0] == pytest.approx(all_.mflops[0] / 8)
+
+
+def test_blackwell_multiplies_an_fp8_cache_in_fp8():
+    """Blackwell's kernel runs its MMAs at the FP8 cache's format (FP8 tensor peak), Hopper's on
+    the BF16 copy its cast pass wrote; a BF16 cache is BF16 math on both."""
+    assert [math_dtype(g, kv) for g, kv in (("B200", 1.0), ("GB300", 1.0), ("B200", 2.0),
+                                           ("H200", 1.0), ("H100", 2.0))] == \
+        ["fp8", "fp8", "bf16", "bf16", "bf16"]
+    b200 = get_hardware("B200")
+    assert absolute(PARAMS, b200, "fp8")["tflops"] == pytest.approx(0.6 * b200.fp8_tflops)
+
+
+def test_hoppers_fp8_cache_is_cast_before_the_kernel():
+    """Hopper's FP8 cache: a cast pass over every key's 576 elements at `dequant_frac` of the
+    SMs' cast rate, then the kernel over the BF16 copy (its bytes); none on Blackwell or for a
+    BF16 cache, and none without a fitted `dequant_frac`."""
+    assert decode_dequantises("H200", 1.0) and decode_dequantises("H100", 1.0)
+    assert not decode_dequantises("H200", 2.0) and not decode_dequantises("B200", 1.0)
+    fp8 = absorbed_form(512, 64, 1.0)
+    assert kernel_form(fp8, True).kv_bytes_per_key == 576 * 2.0
+    assert kernel_form(fp8, False) is fp8
+    ctx = np.array([256.0 * 65536])
+    params = {**PARAMS, "dequant_frac": 0.01}
+    expected = ctx[0] * 576 / (132 * SM_CAST_ELEMS_PER_US * 0.01)
+    assert dequant_us(ctx, fp8, 132, params)[0] == pytest.approx(expected)
+    assert dequant_us(ctx, fp8, 132, PARAMS)[0] == 0.0
+    # the simulator's kernel: the BF16 kernel plus the pass
+    bf16 = _deepseek(profile=_fp8_profile(params))
+    cast = _deepseek(kv="fp8_e4m3", profile=_fp8_profile(params))
+    seqs = np.array([256.0])
+    k_bf16 = mla_decode_kernel(bf16.params.attention.mla)
+    k_cast = mla_decode_kernel(cast.params.attention.mla)
+    assert k_cast.us(seqs, ctx)[0] == pytest.approx(k_bf16.us(seqs, ctx)[0] + expected)
+    assert k_cast.us(np.array([0.0]), np.array([0.0]))[0] == 0.0
+    # a record's design row (the cast pass its own column) prices what the simulator does
+    record = MeasurementRecord(
+        kind="mla_decode", backend="local", ep_size=1, hidden_size=0, median_us=500.0,
+        num_tokens_per_rank=256, num_attention_heads=128, num_seqs=256, context_len=65536,
+        kv_cache_dtype="fp8_e4m3", timing="device", extra={"scope": "kernel"},
+        provenance=Provenance(device="NVIDIA H200", hardware="H200"))
+    row = kernel_record_features(record, _fp8_profile(params))
+    assert row.coef_names == MLA_DEQUANT_TERMS.coef_names
+    assert row.row @ row.coefficients == pytest.approx(k_cast.us(seqs, ctx)[0])
+
+
+def _fp8_profile(params) -> Profile:
+    """An H200 profile whose BF16-cache and FP8-cache decode components share `params`."""
+    return Profile.from_dict({"name": "mla-h200", "hardware": "H200", "components": {
+        f"any/mla_decode_{kv}/graph": {"params": dict(params), "source": "fit"}
+        for kv in ("bf16", "fp8")}})
 
 
 def test_decode_waves_count_one_cta_per_sm():
@@ -77,7 +133,7 @@ def test_decode_waves_count_one_cta_per_sm():
     64 sequences one wave, 128 and 132 two, 133 three, 256 four, the math in proportion."""
     form = absorbed_form(512, 64, 2.0)
     keys = 2048.0
-    work = {n: decode_kernel_work(np.array([n]), np.array([n * keys]), 128, form, 132, 0.0)
+    work = {n: decode_kernel_work(np.array([n]), np.array([n * keys]), 128, form, 132)
             for n in (64.0, 128.0, 132.0, 133.0, 256.0)}
     assert [work[n].waves[0] for n in (64.0, 128.0, 132.0, 133.0, 256.0)] == [1, 2, 2, 3, 4]
     assert all(w.splits[0] == 0 for w in work.values())       # >= 0.8 of the SMs: no split
@@ -88,11 +144,11 @@ def test_decode_waves_count_one_cta_per_sm():
     # (aiconfigurator-core's H100 SGLang FA3 table: 153 and 296 µs), where the 128-row CTAs
     # two per SM priced both as one wave
     h100 = get_hardware("H100")
-    us = {n: mla_kernel_us(w, mla_decode_defaults(), h100)[0] for n, w in work.items()}
+    us = {n: mla_kernel_us(w, mla_defaults(), h100)[0] for n, w in work.items()}
     assert 0.45 < us[128.0] / us[256.0] < 0.55
     assert us[132.0] < 1.03 * us[128.0] and us[133.0] > 1.4 * us[132.0]
     # Blackwell's 128-head CTAs: 148 SMs fill a wave at 148 sequences
-    bw = [decode_kernel_work(np.array([n]), np.array([n * keys]), 128, form, 148, 0.0,
+    bw = [decode_kernel_work(np.array([n]), np.array([n * keys]), 128, form, 148,
                              decode_block_heads("B200")).waves[0] for n in (128.0, 148.0, 149.0)]
     assert bw == [1, 1, 2]
 
@@ -101,38 +157,9 @@ def test_decode_splits_fill_the_sms():
     """Too few CTAs for 0.8 of the SMs: the keys split so CTAs x splits fills whole waves of one
     CTA per SM (FlashAttention-3's `num_splits_heuristic` over `num_sm`)."""
     form = absorbed_form(512, 64, 2.0)
-    work = decode_kernel_work(np.array([32.0]), np.array([32.0 * 8192]), 128, form, 132, 0.0)
+    work = decode_kernel_work(np.array([32.0]), np.array([32.0 * 8192]), 128, form, 132)
     # 64 CTAs: two splits make 128 of 132 (0.97 of a wave)
     assert (work.splits[0], work.waves[0]) == (2, 1)
-
-
-def test_a_later_head_blocks_reread_costs_its_share():
-    seqs, ctx = np.array([32.0]), np.array([32.0 * 8192])
-    form = absorbed_form(512, 64, 2.0)
-    share = reread_share(PARAMS)
-    assert share == pytest.approx(0.8 / 1.2)
-    first = decode_kernel_work(seqs, ctx, 128, form, 132, 0.0).mem_kb
-    shared = decode_kernel_work(seqs, ctx, 128, form, 132, share).mem_kb
-    assert shared - first == pytest.approx(share * decode_reread_kb(seqs, ctx, 128, form))
-    assert decode_reread_kb(seqs, ctx, 64, form)[0] == 0.0     # one block: no re-read
-    # a profile fitted before the term: a re-read costs a read, as it did
-    old = {k: v for k, v in PARAMS.items() if k != "reread_hbm_ratio"}
-    assert reread_share(old) == 1.0 and with_reread(old)["reread_hbm_ratio"] == 0.8
-
-
-def test_the_datasheet_decode_reads_the_cache_once_at_128_heads():
-    # no MLA fit: the later 64-head block's read is an L2 hit (FlashMLA's compute-bound 128
-    # heads on H800), so 128 heads move the bytes 64 heads move, plus their own queries
-    assert reread_share(mla_decode_defaults()) == 0.0
-    seqs, ctx = np.array([64.0]), np.array([64.0 * 4096])
-    form = absorbed_form(512, 64, 2.0)
-    work = decode_kernel_work(seqs, ctx, 128, form, 132, reread_share(mla_decode_defaults()))
-    q_o = 64 * 128 * (576 + 512) * 2.0
-    assert work.mem_kb[0] * 1e3 == pytest.approx(q_o + ctx[0] * 576 * 2.0)
-    sheet = _deepseek(profile=Profile(name="datasheet-H800", hardware="H800"), gpu="H800")
-    assert reread_share(sheet.params.attention.mla.decode) == 0.0
-    # a profile with an MLA fit keeps its own (aic_h200's FlashAttention-3 table: 1.7 reads)
-    assert 0.5 < reread_share(_deepseek().params.attention.mla.decode) < 1.0
 
 
 def test_prefill_math_is_the_causal_pairs_absorbed():
@@ -168,14 +195,14 @@ def test_design_rows_times_coefficients_give_the_kernel():
         seqs = rng.integers(1, 512, size=4).astype(float)
         ctx = seqs * rng.integers(16, 32768, size=4)
         decode = absorbed_form(512, 64, 2.0)
-        for work, reread in (
-                (decode_kernel_work(seqs, ctx, 128, decode, 132, reread_share(PARAMS)),
-                 decode_reread_kb(seqs, ctx, 128, decode)),
+        for work, math in (
+                (decode_kernel_work(seqs, ctx, 128, decode, 132), "bf16"),
+                (decode_kernel_work(seqs, ctx, 16, decode, 148, 16), "fp8"),
                 (prefill_kernel_work(ctx, ctx, seqs, 16, absorbed_form(512, 64, 1.0), 132),
-                 None)):
-            rows = mla_kernel_features(work, PARAMS, H200, reread)
+                 "bf16")):
+            rows = mla_kernel_features(work, PARAMS, H200, math)
             assert np.allclose(rows @ terms.coefficients(PARAMS),
-                               kernel_us(work, absolute(PARAMS, H200)))
+                               kernel_us(work, absolute(PARAMS, H200, math)))
 
 
 def _deepseek(gpu: str = "H200", kv: str = "auto", profile: Profile | None = None):
