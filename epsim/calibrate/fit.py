@@ -25,14 +25,15 @@ from epsim.calibrate.inputs import SourcedRecord
 from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
                                COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
 from epsim.cost.mla import MLA_DEQUANT_TERMS, MLA_TERMS
-from epsim.cost.quant import EXPERT_QUANT_TERMS, GEMM_TERMS
+from epsim.cost.quant import EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
 
 MAX_ROUNDS = 12
 # components whose throughputs are fractions of the record's GPU's datasheet (quantised GEMMs and
 # experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
-FRACTION_TERMS = (GEMM_TERMS, EXPERT_QUANT_TERMS, MLA_TERMS, MLA_DEQUANT_TERMS)
+FRACTION_TERMS = (GEMM_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, MLA_TERMS,
+                  MLA_DEQUANT_TERMS)
 FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0, "dequant_frac": 1.0}
 
 

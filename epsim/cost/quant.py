@@ -62,12 +62,23 @@ GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequ
                          frozenset({"hbm_frac", "tensor_frac"}))
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
+# FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads (`reread_kb`)
+EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac",),
+                                  EXPERT_QUANT_TERMS.inverse)
 FRACTIONS = ("hbm_frac", "tensor_frac")
 # GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
 # slot of the group's tokens (`remote_slot_bytes`); Blackwell runs FlashInfer's TRT-LLM MoE,
 # whose work on other ranks' slots is not this (aiconfigurator's B200 EP rows: the Triton
 # bytes price its NVFP4 rows 2x long at EP 128, its FP8-block rows 14 % short)
 TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
+# FlashInfer's TRT-LLM MoE sizes its token tile from the *balanced* share of a local expert,
+# `clamp(next_pow2(T top_k / E_local), 8, cap)` (csrc/trtllm_fused_moe_kernel_launcher.cu,
+# `computeSelectedTileN`; flashinfer/utils.py `calculate_tile_tokens_dim`, "assuming perfect
+# expert distribution"); its autotuner picks among that centre's neighbours. The ladder runs
+# from 8 rows to 256 for NVFP4 and 128 for FP8 (`getSupportedTileNums` at flashinfer v0.6.4,
+# f1e6fdcb; the balanced-share centre since bb6b62089, #1980, v0.5)
+TRTLLM_MIN_TILE = 8
+TRTLLM_MAX_TILE = {"nvfp4": 256, "fp8": 128, "fp8_block": 128}
 
 
 def check_format(fmt: str) -> str:
@@ -240,8 +251,34 @@ def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k:
     return BF16_BYTES * (2.0 * i + 2.0 * i + i + 2.0 * h) + q * (i + h / max(top_k, 1))
 
 
+def trtllm_tile(share, fmt: str) -> np.ndarray:
+    """[...] rows per token tile FlashInfer's TRT-LLM MoE picks for `fmt` weights from `share`
+    [...], the balanced rows of one local expert (`tokens x top_k / local experts`): the next
+    power of two, within [`TRTLLM_MIN_TILE`, the format's `TRTLLM_MAX_TILE`]."""
+    share = np.maximum(np.asarray(share, dtype=np.float64), 1.0)
+    tile = 2.0 ** np.ceil(np.log2(share) - 1e-9)
+    return np.clip(tile, TRTLLM_MIN_TILE, TRTLLM_MAX_TILE.get(check_format(fmt), 128))
+
+
+def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
+    """[...] KB of weights the token tiles of a rank's experts read again: each of an expert's
+    `ceil(n_e / tile)` tiles streams the expert's weights, the first from HBM, the others from
+    L2 or HBM -- a hot expert under skewed routing runs many small tiles sized for the
+    balanced share (`trtllm_tile`).
+
+    Args:
+        rows_per_expert: [..., experts] rows (token-expert pairs) of each local expert.
+        tile: [...] rows per tile.
+    """
+    rows = np.asarray(rows_per_expert, dtype=np.float64)
+    tile = np.asarray(tile, dtype=np.float64)[..., None]
+    extra = np.maximum(np.ceil(rows / tile - 1e-9) - 1.0, 0.0).sum(axis=-1)
+    return extra * weight_bytes * 1e-3
+
+
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
-                           hardware: HardwareSpec, fmt: str, layout=0.0) -> np.ndarray:
+                           hardware: HardwareSpec, fmt: str, layout=0.0,
+                           reread=None) -> np.ndarray:
     """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
     `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
@@ -249,7 +286,9 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     scale blocks; times `EXPERT_QUANT_TERMS.coefficients(params)` gives the slowest rank's
     `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB at HBM: the backend's own
     kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
-    slots, `remote_slot_bytes`)."""
+    slots, `remote_slot_bytes`). With `reread` [...] KB (`reread_kb`, FlashInfer's TRT-LLM
+    MoE) a 7th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM rate, outside
+    the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the rest)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
@@ -260,7 +299,10 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     math = mflops / rate["tflops"] + waves * rate["wave_us"] + blocks * rate["dequant_us"]
     compute = mem_kb / rate["hbm_gbps"] < math
     quant_kb = p * gemm.quant_bytes_per_row * 1e-3
-    return np.stack([np.ones_like(p), a,
-                     (np.where(compute, 0.0, mem_kb) + quant_kb + layout) / hardware.hbm_gbps,
-                     np.where(compute, mflops, 0.0) / tensor_peak(hardware, fmt),
-                     np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)], axis=-1)
+    cols = [np.ones_like(p), a,
+            (np.where(compute, 0.0, mem_kb) + quant_kb + layout) / hardware.hbm_gbps,
+            np.where(compute, mflops, 0.0) / tensor_peak(hardware, fmt),
+            np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)]
+    if reread is not None:
+        cols.append(np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps + np.zeros_like(p))
+    return np.stack(cols, axis=-1)

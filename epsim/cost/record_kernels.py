@@ -29,9 +29,10 @@ from epsim.cost.mla import (DEEPSEEK_MLA, MLA_DEQUANT_TERMS, MLA_TERMS, absorbed
                             decode_kernel_work, dequant_frac, dequant_sm_us, kernel_form,
                             math_dtype, mla_defaults, mla_kernel_features, per_head_form,
                             prefill_kernel_work)
-from epsim.cost.quant import (EXPERT_QUANT_TERMS, GEMM_TERMS, check_format,
-                              experts_quant_features, gemm_defaults, gemm_features, gemm_work,
-                              layout_kb, quant_expert_gemm, remote_slot_bytes)
+from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERMS,
+                              TRITON_MOE_GPUS, check_format, experts_quant_features,
+                              gemm_defaults, gemm_features, gemm_work, layout_kb,
+                              quant_expert_gemm, remote_slot_bytes, reread_kb, trtllm_tile)
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
                            format_kind, kv_kind)
@@ -111,9 +112,16 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
             record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
-    row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout)
-    return KernelRow(component_key(backend, kind, path), EXPERT_QUANT_TERMS.coef_names, row,
-                     EXPERT_QUANT_TERMS.coefficients(params))
+    terms, reread = EXPERT_QUANT_TERMS, None
+    if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
+        terms = EXPERT_REREAD_TERMS
+        tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k
+        reread = float(reread_kb(rows, trtllm_tile(tokens * record.top_k / len(rows), fmt),
+                                 gemm.weight_bytes))
+        params = {"reread_frac": 0.0, **params}
+    row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread)
+    return KernelRow(component_key(backend, kind, path), terms.coef_names, row,
+                     terms.coefficients(params))
 
 
 def _mla_row(record: MeasurementRecord, profile: Profile):

@@ -1,0 +1,66 @@
+"""FlashInfer's TRT-LLM MoE (Blackwell) re-reads its experts' weights once per extra token tile:
+the tile is sized from the balanced share (`epsim.cost.quant.trtllm_tile`), so a hot expert of a
+skewed batch runs many small tiles; the fitter's design row carries those re-reads as a column
+of their own (`EXPERT_REREAD_TERMS`), Hopper's Triton kernel none."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, quant_expert_gemm,
+                              reread_kb, trtllm_tile)
+from epsim.cost.record_kernels import kernel_record_features
+from epsim.profile import Component, Profile
+from epsim.records import MeasurementRecord, Provenance
+from epsim.zoo import get_hardware
+
+
+def test_tile_is_the_balanced_shares_power_of_two_on_the_formats_ladder():
+    """`clamp(next_pow2(T k / E_local), 8, cap)`: cap 256 rows for NVFP4, 128 for FP8."""
+    shares = np.array([0.5, 2.0, 8.0, 9.0, 33.0, 300.0])
+    assert trtllm_tile(shares, "nvfp4").tolist() == [8, 8, 8, 16, 64, 256]
+    assert trtllm_tile(shares, "fp8_block").tolist() == [8, 8, 8, 16, 64, 128]
+
+
+def test_an_expert_rereads_its_weights_once_per_extra_tile():
+    rows = np.array([[64.0, 8.0, 1.0, 0.0], [9.0, 0.0, 0.0, 0.0]])
+    # 64 rows in 8-row tiles: 7 re-reads; 8 rows and 1 row: none; 9 rows: one
+    assert reread_kb(rows, np.array([8.0, 8.0]), 1000.0).tolist() == [7.0, 1.0]
+
+
+def _record(gpu: str, rows: list[float], tokens: int) -> MeasurementRecord:
+    return MeasurementRecord(
+        kind="quant_experts", backend="local", median_us=100.0, timing="device", ep_size=1,
+        num_tokens_per_rank=tokens, hidden_size=7168, moe_intermediate_size=2048,
+        num_experts=len(rows), num_local_experts=len(rows), top_k=8, weight_dtype="nvfp4",
+        local_expert_tokens=[rows], expert_tokens_per_rank=[sum(rows)],
+        extra={"measured_rank": 0, "num_tokens": tokens},
+        provenance=Provenance(device=gpu, hardware=gpu))
+
+
+def test_blackwell_rows_carry_the_rereads_at_the_datasheet_hbm_rate():
+    """64 tokens x top-8 over 256 experts: a 2-row balanced share, 8-row tiles; a hot expert
+    with 64 rows re-reads its weights 7 times, priced `reread_frac` x bytes / datasheet HBM."""
+    rows = [64.0] + [2.0] * 224 + [0.0] * 31
+    b200 = get_hardware("B200")
+    weight = quant_expert_gemm(7168, 2048, "nvfp4", 148, 8).weight_bytes
+    profile = Profile(name="t", hardware="B200")
+    profile.components["any/experts_nvfp4/graph"] = Component(
+        params={"base_us": 10.0, "hbm_frac": 0.9, "tensor_frac": 0.5, "reread_frac": 0.5},
+        source="fit")
+    row = kernel_record_features(_record("B200", rows, 64), profile)
+    assert row.coef_names == EXPERT_REREAD_TERMS.coef_names
+    assert np.isclose(row.row[-1], 7 * weight * 1e-3 / b200.hbm_gbps)
+    without = dict(profile.components["any/experts_nvfp4/graph"].params, reread_frac=0.0)
+    profile.components["any/experts_nvfp4/graph"] = Component(params=without, source="fit")
+    base = kernel_record_features(_record("B200", rows, 64), profile)
+    assert np.isclose(row.row @ row.coefficients - base.row @ base.coefficients,
+                      0.5 * 7 * weight * 1e-3 / b200.hbm_gbps)
+
+
+def test_hopper_rows_have_no_reread_column():
+    """Hopper's SGLang runs the Triton fused MoE (its tiles are fixed, not this heuristic)."""
+    rows = [64.0] + [2.0] * 224 + [0.0] * 31
+    record = _record("H200", rows, 64).model_copy(update={"weight_dtype": "fp8_block"})
+    row = kernel_record_features(record, Profile(name="t", hardware="H200"))
+    assert row.coef_names == EXPERT_QUANT_TERMS.coef_names
