@@ -23,7 +23,8 @@ from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
-from epsim.cost.traffic import Traffic, count_traffic
+from epsim.cost.quant import reread_kb, trtllm_tile
+from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
 
 
@@ -112,6 +113,21 @@ def remote_slots_us(tr: Traffic, top_k: int, experts) -> np.ndarray:
     return remote * experts.remote_slot_bytes * 1e-3 / experts.params["hbm_gbps"]
 
 
+def tile_rereads_us(params: CostParams, loads: np.ndarray, tr: Traffic, tables: PlacementTables,
+                    experts, fraction: float) -> np.ndarray:
+    """[layers] the busiest rank's weight re-reads in FlashInfer's TRT-LLM MoE
+    (`StageParams.reread_gbps`): each rank's tile from the balanced share its kernel sees (the
+    group's tokens with the `none` backend, every rank holding them; else the rank's rows),
+    each expert slot's rows in `ceil(rows / tile)` tiles (`epsim.cost.quant.reread_kb`)."""
+    m = params.model
+    rows = rank_slot_rows(loads, tables, fraction)           # [..., layers, ranks, slots]
+    spr = rows.shape[-1]
+    share = (np.full(tr.pairs.shape, tr.num_tokens * fraction * m.top_k / spr)
+             if params.backend == "none" else tr.pairs / spr)
+    kb = reread_kb(rows, trtllm_tile(share, m.weight_dtype), params.gemm.weight_bytes)
+    return kb.max(axis=-1) / experts.reread_gbps
+
+
 def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
              tables: PlacementTables, mode: str, fraction: float = 1.0,
              graph: bool = False) -> MoECost:
@@ -146,6 +162,8 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
         expert = expert + received_layout_us(tr, step.experts)
     if step.experts.remote_slot_bytes:        # the fused kernel over every slot (`none`)
         expert = expert + remote_slots_us(tr, m.top_k, step.experts)
+    if step.experts.reread_gbps:              # Blackwell's fused kernel: its tiles' re-reads
+        expert = expert + tile_rereads_us(params, loads, tr, tables, step.experts, fraction)
     own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
     block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
                          step.block_ops.params, step.block_ops_parts[mode],

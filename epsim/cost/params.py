@@ -53,6 +53,9 @@ class StageParams:
             no dispatch (`none` backend: every rank holds the group's tokens): bytes it moves
             per (token, expert) slot of another rank (`epsim.cost.quant.remote_slot_bytes`);
             0 otherwise.
+        reread_gbps: the experts stage of FlashInfer's TRT-LLM MoE (Blackwell's fused kernel on
+            quantised experts): the rate its token tiles' weight re-reads cost, the datasheet
+            HBM over the fitted `reread_frac` (`epsim.cost.quant.reread_kb`); 0: no such term.
     """
 
     timing: StageTiming
@@ -60,6 +63,7 @@ class StageParams:
     bytes_per_copy: float = 0.0
     layout_bytes_per_token: float = 0.0
     remote_slot_bytes: float = 0.0
+    reread_gbps: float = 0.0
 
     @property
     def host_us(self) -> float:

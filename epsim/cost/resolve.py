@@ -343,10 +343,16 @@ class _Resolver:
         experts_params = {e: self.coefficients("any", "experts", timing[e].mode_path, experts)
                           for e in (True, False)}
         layout, remote = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
+        reread = {True: 0.0, False: 0.0}
         if self.quantised_experts:     # quantised weights: their own components (`_quant_experts`)
             for eager in (True, False):
                 timing[eager], experts_params[eager], layout[eager], remote[eager] = \
                     self._quant_experts(eager, timing[eager])
+                # FlashInfer's TRT-LLM MoE (the fused kernel's fit on a Blackwell GPU): its
+                # token tiles' weight re-reads, fitted as a share of the datasheet HBM rate
+                frac = experts_params[eager].get("reread_frac", 0.0)
+                if timing[eager].key.startswith("any/") and frac > 0:
+                    reread[eager] = hw.hbm_gbps / frac
         # a CUDA-graph step's layer sync is its own device-only fit: an eager fit's residual
         # holds the ranks' host-side skew (each host launching at its own pace; `none` 63 µs
         # at EP 2 beside the kernel model, `torch` -108 µs of launch overlap), which a graph
@@ -369,7 +375,8 @@ class _Resolver:
                 combine=MappingProxyType(comm[eager]["combine"]),
                 experts=StageParams(timing[eager], _frozen(experts_params[eager]),
                                     layout_bytes_per_token=layout[eager],
-                                    remote_slot_bytes=remote[eager]),
+                                    remote_slot_bytes=remote[eager],
+                                    reread_gbps=reread[eager]),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
                 sync_us=0.0 if one_gpu else sync_us[eager],

@@ -183,6 +183,14 @@ def _slot_values(values: np.ndarray, tables: PlacementTables) -> np.ndarray:
     return tables.per_slot(values) * tables.slot_share
 
 
+def rank_slot_rows(loads: np.ndarray, tables: PlacementTables, fraction: float = 1.0
+                   ) -> np.ndarray:
+    """[..., layers, ranks, slots_per_rank] expected rows of each rank's expert slots, from
+    `loads` [..., layers, experts] per logical expert (split over replicas, times `fraction`)."""
+    slots = _slot_values(np.asarray(loads, dtype=np.float64) * fraction, tables)
+    return slots.reshape(*slots.shape[:-1], -1, tables.placement.slots_per_rank)
+
+
 def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_nodes=None) -> Traffic:
     """Every source routes alike (no replicas, or an even split): closed forms over ranks."""
     spr, rpn = tables.placement.slots_per_rank, tables.placement.ranks_per_node

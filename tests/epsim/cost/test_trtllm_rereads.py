@@ -5,14 +5,26 @@ of their own (`EXPERT_REREAD_TERMS`), Hopper's Triton kernel none."""
 
 from __future__ import annotations
 
-import numpy as np
+import warnings
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+from epsim.cost.model import CostModel
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, quant_expert_gemm,
                               reread_kb, trtllm_tile)
 from epsim.cost.record_kernels import kernel_record_features
+from epsim.cost.tables import build_tables
+from epsim.cost import contiguous_placement
+from epsim.eplb import Placement
 from epsim.profile import Component, Profile
 from epsim.records import MeasurementRecord, Provenance
-from epsim.zoo import get_hardware
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_hardware, get_model
+
+PROFILES = Path(__file__).resolve().parents[3] / "epsim" / "data" / "profiles"
 
 
 def test_tile_is_the_balanced_shares_power_of_two_on_the_formats_ladder():
@@ -64,3 +76,30 @@ def test_hopper_rows_have_no_reread_column():
     record = _record("H200", rows, 64).model_copy(update={"weight_dtype": "fp8_block"})
     row = kernel_record_features(record, Profile(name="t", hardware="H200"))
     assert row.coef_names == EXPERT_QUANT_TERMS.coef_names
+
+
+def _experts_us(profile: Profile, loads: np.ndarray) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cost = CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu="B200"),
+                         DeploymentSpec(ep_size=1, quantization="nvfp4"), profile)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 256, 1), 256, 1, 8))
+    return float(cost.moe(loads, np.array([64.0]), tables, "decode").experts_us[0])
+
+
+def test_simulator_adds_the_hot_experts_rereads():
+    """The engine prices the same re-reads from the batch's loads: 64 tokens x top-8, one hot
+    expert with 64 rows in 8-row tiles re-reads its NVFP4 weights 7 times, at the datasheet HBM
+    over the shipped B200 fit's `reread_frac`; a balanced batch (2 rows each) none."""
+    shipped = Profile.load(PROFILES / "aic_b200.json")
+    frac = shipped.components["any/experts_nvfp4/graph"].params["reread_frac"]
+    plain = Profile.load(PROFILES / "aic_b200.json")
+    comp = plain.components["any/experts_nvfp4/graph"]
+    plain.components["any/experts_nvfp4/graph"] = comp.model_copy(
+        update={"params": {k: v for k, v in comp.params.items() if k != "reread_frac"}})
+    skewed = np.array([[64.0] + [2.0] * 224 + [0.0] * 31])
+    balanced = np.full((1, 256), 2.0)
+    weight = quant_expert_gemm(7168, 2048, "nvfp4", 148, 8).weight_bytes
+    want = 7 * weight * 1e-3 * frac / get_hardware("B200").hbm_gbps
+    assert _experts_us(shipped, skewed) - _experts_us(plain, skewed) == pytest.approx(want)
+    assert _experts_us(shipped, balanced) == pytest.approx(_experts_us(plain, balanced))
