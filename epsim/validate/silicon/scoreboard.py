@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from epsim.plan.executors import execute, progress_bar
+from epsim.validate.silicon.candidates import predict_plan
 from epsim.validate.silicon.mapping import plan_row
 from epsim.validate.silicon.peer import estimate, row_key
 from epsim.validate.silicon.resolve import resolve
@@ -90,7 +91,7 @@ def row_task(task: RowTask) -> dict:
     if exact.expressible or not task.approximate:
         entry["epsim"] = predict(exact)
     else:               # the nearest expressible form; what the row lacks stays the exact plan's
-        ours = predict(plan_row(row, approximate=True))
+        ours = predict_plan(plan_row(row, approximate=True))
         exact_entry = predict(exact)
         ours.update(missing=exact_entry["missing"],
                     reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
