@@ -126,19 +126,35 @@ def _describe(recipe: inferencex.Recipe, system: str) -> str:
 
 
 def _groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Group], str | None]:
-    """The InferenceX groups that ran the row's client count then, those its cells and its
-    configuration's other rows fit (`_config_fit`), and what the latter ruled out (None: nothing)."""
+    """The InferenceX groups that ran the row's client count then, those its cells, its image's
+    tag and its configuration's other rows fit (`_own_groups`, `_config_fit`), and what the
+    tag and the configuration ruled out (None: nothing)."""
     found, fitting = _own_groups(row)
     kept, said = _config_fit(row, fitting)
+    tagged = _tag_fit(row, found)
+    said = "; ".join(s for s in (tagged, said) if s) or None
     return found, kept, said
 
 
 def _own_groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Group]]:
-    """The InferenceX groups that ran the row's client count then, and those its cells fit."""
+    """The InferenceX groups that ran the row's client count then, and those its cells fit:
+    of them, those naming the row's image by its very tag where any does (`inferencex.same_tag`)."""
     match = _MEASURED.search(row.source)
     found = inferencex.candidates(row.precision, row.system, row.isl, row.osl, row.concurrency or 0,
                                   match.group(1) if match else None, row.image or None)
-    return found, [g for g in found if _fits(row, g)]
+    fitting = [g for g in found if _fits(row, g)]
+    return found, [g for g in fitting if inferencex.same_tag(row.image, g.image)] or fitting
+
+
+def _tag_fit(row: SiliconRow, found: list[inferencex.Group]) -> str | None:
+    """What the image's tag ruled out among the groups the row's cells fit, said; None: nothing."""
+    fitting = [g for g in found if _fits(row, g)]
+    tagged = [g for g in fitting if inferencex.same_tag(row.image, g.image)]
+    others = sorted({g.image for g in fitting if g not in tagged})
+    if not tagged or not others:
+        return None
+    return (f"the row's image {row.image} is the tag of {len(tagged)} of the {len(fitting)} "
+            f"InferenceX groups its cells fit (the others ran {', '.join(others)})")
 
 
 def deployment(group: inferencex.Group, system: str) -> tuple[Side, Side, str]:

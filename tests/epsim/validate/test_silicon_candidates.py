@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from epsim.validate.silicon import inferencex
 from epsim.validate.silicon import resolve as resolving
 from epsim.validate.silicon.candidates import combine, geometric_mean
 from epsim.validate.silicon.mapping import plan_row
@@ -63,7 +64,35 @@ def test_the_config_rule_never_contradicts_a_row_one_group_fits(sample):
         allowed = config_deployments(row)
         assert allowed is not None and mine <= allowed, row.id
         checked += 1
-    assert checked >= 70                # 72 rows on aiconfigurator-core 0.12's sample
+    assert checked >= 75                # 78 rows on aiconfigurator-core 0.12's sample
+
+
+def test_the_image_tag_tells_the_b200_fp4_key_from_its_mtp_twin(sample):
+    # 2026-02-11 saw two B200 FP4 pushes: the base key (01:17Z, `v0.5.8.post1-cu130-runtime`)
+    # and its -mtp twin (22:38Z, `v0.5.8.post1-cu130`). A row dated by that day fits both by
+    # their build; its tag names the base key's
+    row = sample["dsr1_b200_sglang_fp4_disagg_8192x1024_c64_cfg535"]
+    found = [g for g in resolving._own_groups(row)[0] if resolving._fits(row, g)]
+    assert {(g.key, g.image.rsplit(":", 1)[1]) for g in found} == {
+        ("dsr1-fp4-b200-dynamo-sglang", "v0.5.8.post1-cu130-runtime"),
+        ("dsr1-fp4-b200-dynamo-sglang-mtp", "v0.5.8.post1-cu130")}
+    ran = resolve(row)
+    assert ran.error is None and not ran.speculative
+    assert any("is the tag of 1 of the 2 InferenceX groups" in a for a in ran.assumptions)
+
+
+def test_every_row_one_deployment_fits_names_its_groups_tag(sample):
+    checked = 0
+    for row in sample.values():
+        if row.mode == "agg" and row.system not in resolving.DISAGG_ONLY or not row.image:
+            continue
+        evidence = resolving._as_stated(row).row if row.workers_stated else row
+        fitting = [g for g in resolving._own_groups(evidence)[0] if resolving._fits(evidence, g)]
+        if len({deployment(g, row.system) for g in fitting}) != 1 or not fitting[0].image:
+            continue
+        assert any(inferencex.same_tag(row.image, g.image) for g in fitting), row.id
+        checked += 1
+    assert checked >= 290               # 297 rows on aiconfigurator-core 0.12's sample
 
 
 def test_a_config_whose_rows_all_fit_both_stays_ambiguous(sample):
