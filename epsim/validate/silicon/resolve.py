@@ -15,6 +15,8 @@ stated as an assumption the entry carries:
   are told apart by the row's own cells; a row none or several groups fit is not predicted.
 - **MTP of a row that states its workers.** The groups its cells fit say whether the draft ran;
   where the same layout ran with and without it, the row is not predicted.
+- **The image's tag.** Where the groups a row's cells fit name its build by different tags
+  (`-runtime` or not), those naming the row's own tag ran it (`inferencex.same_tag`).
 - **One configuration, one deployment.** Rows that name one InferenceX `config_id` (its
   database's configuration record: GPUs, workers, TP/EP/DP attention per side and spec_method)
   ran one deployment, at whatever client count, lengths or run: a group fits a row only if the
