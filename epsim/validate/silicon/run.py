@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import copy
 import time
+import traceback
 import warnings
 from math import ceil
+from pathlib import Path
 
 from epsim.errors import EpsimError
 from epsim.report import summarize
@@ -173,9 +175,18 @@ def predict(plan: RowPlan) -> dict:
             result = {"status": "failed", "reasons": [" ".join(str(exc).split())]}
         except MemoryError:
             result = {"status": "failed", "reasons": ["ran out of memory simulating this row"]}
+        except Exception as exc:        # a bug: this row fails with where, the run goes on
+            result = {"status": "failed", "reasons": [f"internal error: {_where(exc)}"]}
     entry.update(result, wall_s=round(time.perf_counter() - start, 3),
                  notes=sorted({str(w.message) for w in caught}))
     return entry
+
+
+def _where(exc: BaseException) -> str:
+    """`Type: message at file:line` of the innermost frame in epsim (a one-line bug report)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "epsim" in Path(f.filename).parts]
+    at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}{at}"
 
 
 def _predict(plan: RowPlan, entry: dict) -> dict:

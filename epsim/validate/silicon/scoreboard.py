@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from epsim.plan.executors import execute, progress_bar
 from epsim.validate.silicon.candidates import predict_plan
+from epsim.validate.silicon.checkpoint import Checkpoint
+from epsim.validate.silicon.checkpoint import row_key as checkpoint_key
 from epsim.validate.silicon.mapping import plan_row
 from epsim.validate.silicon.peer import estimate, row_key
 from epsim.validate.silicon.resolve import resolve
@@ -123,22 +125,33 @@ def select(rows: list[SiliconRow], num: int | None = None,
 def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = True,
              executor: str = "local", workers: int | None = None, progress: bool = False,
              ray_address: str | None = None,
-             peer_known: dict[str, dict] | None = None) -> tuple[list[dict], float]:
-    """Entries of the in-scope `rows` (in their order) and the wall seconds; a progress bar on
-    stderr when `progress`. `peer_known`: the peer's cached entries by `peer.row_key`
-    (those rows are not asked again; their entries say `cached`); answers found in this run
-    are added to it."""
+             peer_known: dict[str, dict] | None = None,
+             checkpoint: Checkpoint | None = None) -> tuple[list[dict], float, int]:
+    """Entries of the in-scope `rows` (in their order), the wall seconds and how many entries
+    came from `checkpoint` (finished by an earlier run of this code, `epsim.validate.silicon.
+    checkpoint`; the others are added to it as they finish); a progress bar on stderr when
+    `progress`. `peer_known`: the peer's cached entries by `peer.row_key` (those rows are not
+    asked again; their entries say `cached`); answers found in this run are added to it."""
     known = peer_known if peer_known is not None else {}
+    kept = checkpoint if checkpoint is not None else Checkpoint(None, "")
     keys = [row_key(row) for row in rows] if peer else [None] * len(rows)
     tasks = [RowTask(row, approximate, peer and key not in known) for row, key in zip(rows, keys)]
+    kept_keys = [checkpoint_key(row.id, approximate) for row in rows]
     entries: list[dict | None] = [None] * len(tasks)
+    for index, (task, key) in enumerate(zip(tasks, kept_keys)):
+        entry = kept.entries.get(key)
+        if entry is not None and not (task.peer and entry.get("peer") is None):
+            entries[index] = entry           # a row that still needs the peer runs again
+    todo = [index for index, entry in enumerate(entries) if entry is None]
     start = time.perf_counter()
-    with progress_bar(len(tasks), "silicon rows", progress) as advance:
-        def on_done(index: int, entry: dict) -> None:
+    with progress_bar(len(todo), "silicon rows", progress) as advance:
+        def on_done(position: int, entry: dict) -> None:
+            index = todo[position]
             entries[index] = entry
+            kept.add(kept_keys[index], entry)
             advance(1)
-        execute(tasks, on_done, executor=executor, workers=workers, ray_address=ray_address,
-                fn=row_task)
+        execute([tasks[index] for index in todo], on_done, executor=executor, workers=workers,
+                ray_address=ray_address, fn=row_task)
     wall_s = time.perf_counter() - start
     for entry, task, key in zip(entries, tasks, keys):
         if key is None:
@@ -147,4 +160,4 @@ def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = Tru
             known[key] = entry["peer"]
         else:
             entry["peer"] = {**known[key], "cached": True}
-    return entries, wall_s
+    return entries, wall_s, len(tasks) - len(todo)
