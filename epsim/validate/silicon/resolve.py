@@ -61,6 +61,7 @@ class Resolved:
     speculative: bool = False
     error_class: str | None = None
     from_recipe: bool = False           # its workers and layout are a group's: the row has none
+    group: inferencex.Group | None = None   # the InferenceX group that ran it, where one is known
     # SEVERAL_GROUPS: the row as each deployment that fits it would have run it
     alternatives: tuple[Resolved, ...] = ()
 
@@ -264,7 +265,7 @@ def _as_group(row: SiliconRow, group: inferencex.Group, config_said: str | None 
                                                           ("decode", group.decode)) if r.wide_ep}
     return Resolved(replace(row, mode="disagg", agg=None, prefill=prefill, decode=decode),
                     tuple(said), redundant or None, speculative=group.speculative == "mtp",
-                    from_recipe=True)
+                    from_recipe=True, group=group)
 
 
 def resolve(row: SiliconRow) -> Resolved:

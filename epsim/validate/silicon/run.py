@@ -67,6 +67,11 @@ def _per_rank(requests: float, instance: Instance) -> int:
 
 def _with(instance: Instance, arrivals: dict, window: tuple[float, float], running: int = 0) -> dict:
     data = copy.deepcopy(instance.data)
+    if instance.role == "decode":
+        # a decode instance's arrivals are transferred requests, which the decode loop polls
+        # every iteration (`process_decode_queue`): its receive interval gates the requests'
+        # bootstrap before the prefill instead (`epsim.validate.silicon.handoff`)
+        data["deployment"].pop("scheduler_recv_interval", None)
     warmup_s, duration_s = window
     data["workload"].update(arrivals=arrivals, warmup_s=warmup_s, duration_s=duration_s,
                             initial_running_per_rank=running)
@@ -189,6 +194,13 @@ def _where(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}{at}"
 
 
+def failed_entry(exc: BaseException) -> dict:
+    """The entry of a row whose mapping raised `exc` (a bug, not the row's input)."""
+    return {"status": "failed", "ttft_ms": None, "tpot_ms": None, "shares": {}, "wall_s": 0.0,
+            "reasons": [f"internal error: {_where(exc)}"], "approximations": [], "assumptions": [],
+            "reason_class": None, "missing": [], "notes": []}
+
+
 def _predict(plan: RowPlan, entry: dict) -> dict:
     out = couple(plan.instances, plan.row.osl)
     if out.get("status") == "failed":
@@ -264,7 +276,9 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
                 # the decoding population's sends land on step ends; a transfer ends anywhere
                 # within a step, and waits the rest of it before the poll (half a step)
                 step_ms = summary["step_ms"]["mean"]
-                hand = handoff(prefill_side, step_ms, ttft + 0.5 * step_ms)
+                hand = handoff(prefill_side, step_ms, ttft + 0.5 * step_ms,
+                               instance.data["deployment"].get("scheduler_recv_interval") or 1,
+                               summary["requests_per_s"], min(summary["busy_frac"], 1.0))
                 tpot_ms, first_ms, around_ms = tpot, hand.first_token_ms, hand.around_prefill_ms
                 ttft_ms = hand.ttft_ms(prefill_ms)
                 extra = {"ttft_terms": {"prefill_ms": round(prefill_ms, 4),

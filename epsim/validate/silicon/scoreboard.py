@@ -20,7 +20,7 @@ from epsim.validate.silicon.mapping import plan_row
 from epsim.validate.silicon.peer import estimate, row_key
 from epsim.validate.silicon.resolve import resolve
 from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
-from epsim.validate.silicon.run import predict
+from epsim.validate.silicon.run import failed_entry, predict
 
 EP_BUCKETS = ((1, 1, "EP 1"), (2, 8, "EP 2-8"), (9, 10**9, "EP >8"))
 
@@ -74,6 +74,19 @@ def layout(row: SiliconRow) -> str:
     return f"P {one(row.prefill)} / D {one(row.decode)}"
 
 
+def _ours(row: SiliconRow, approximate: bool) -> dict:
+    exact = plan_row(row)
+    if exact.expressible or not approximate:
+        return predict(exact)
+    # the nearest expressible form; what the row lacks stays the exact plan's
+    ours = predict_plan(plan_row(row, approximate=True))
+    exact_entry = predict(exact)
+    ours.update(missing=exact_entry["missing"],
+                reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
+                                                  if r not in exact_entry["reasons"]])
+    return ours
+
+
 def row_task(task: RowTask) -> dict:
     """One row's entry (module doc). Runs in a worker process."""
     row = task.row
@@ -89,16 +102,10 @@ def row_task(task: RowTask) -> dict:
                         "ep": ep_bucket(as_run.tpot_side.moe_ep_size)},
              "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
     start = time.perf_counter()
-    exact = plan_row(row)
-    if exact.expressible or not task.approximate:
-        entry["epsim"] = predict(exact)
-    else:               # the nearest expressible form; what the row lacks stays the exact plan's
-        ours = predict_plan(plan_row(row, approximate=True))
-        exact_entry = predict(exact)
-        ours.update(missing=exact_entry["missing"],
-                    reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
-                                                      if r not in exact_entry["reasons"]])
-        entry["epsim"] = ours
+    try:
+        entry["epsim"] = _ours(row, task.approximate)
+    except Exception as exc:         # a bug in the mapping: this row fails with where, not the run
+        entry["epsim"] = failed_entry(exc)
     entry["epsim"]["wall_s"] = round(time.perf_counter() - start, 3)     # mapping included
     if task.peer:
         entry["peer"] = estimate(row)
