@@ -54,8 +54,10 @@ def section(board: Scoreboard, timing: bool = True) -> str:
              "", "The peer:", "", *report.worst_table(entries, "peer")]
     if board.approximate:
         lines += ["", "### Approximated rows (opt-in, apart from the headline)", "",
-                  "Each row runs the nearest scenario the spec expresses; every approximation is "
-                  "named per row in the JSON. Errors of epsim's approximations:", "",
+                  "Each row runs the nearest scenario the spec expresses (a row whose deployment is "
+                  "ambiguous: every candidate deployment); every approximation is "
+                  "named per row in the JSON.", "", *report.approximated_lines(entries), "",
+                  "Errors of epsim's approximations:", "",
                   *report.error_table(entries, "epsim", "approximated"), "",
                   "The same rows, epsim approximated / peer (rows both predict):", "",
                   *report.side_by_side_table(entries, "approximated"), "",
