@@ -24,6 +24,7 @@ from epsim.validate.composition import compose_files, default_composition_paths
 from epsim.validate.extrapolation import RunPair, default_judged_only, default_run_pairs, stats
 from epsim.validate.report import describe_measured_on, read_doc, update_doc
 from epsim.validate.silicon import document, peer, peer_cache
+from epsim.validate.silicon.checkpoint import Checkpoint, code_fingerprint
 from epsim.validate.silicon.rows import default_csv_path, read_rows
 from epsim.validate.silicon.scoreboard import Scoreboard, run_rows, select
 
@@ -194,13 +195,19 @@ def run_silicon(args):
     replayed = not use_peer and not args.no_peer and args.peer_cache is not None
     if replayed:           # the peer's answers from a machine that had it (peer_cache.replay)
         peer_label, known = peer_cache.replay(cache, [peer.row_key(row) for row in rows])
-    entries, wall_s = run_rows(rows, args.approximate, use_peer or replayed, args.executor,
-                               workers, wants_progress(args), args.ray_address, peer_known=known)
+    # rows finished by an earlier, interrupted run of this code in --out are not run again
+    kept = Checkpoint(out, code_fingerprint(path) if out is not None else "")
+    try:
+        entries, wall_s, resumed = run_rows(rows, args.approximate, use_peer or replayed,
+                                            args.executor, workers, wants_progress(args),
+                                            args.ray_address, peer_known=known, checkpoint=kept)
+    finally:
+        kept.close()
     if use_peer and cache is not None:
         peer_cache.save(cache, known)
     board = Scoreboard(entries, scope, str(path), args.approximate, peer_label, workers, wall_s,
                        sample=f"--sample {args.sample} --seed {args.seed}" if args.sample else "",
-                       extra={"csv_given": bool(args.silicon),
+                       extra={"csv_given": bool(args.silicon), "resumed": resumed,
                               "machine": f"{default_workers()} CPUs ({platform.machine()}), Python "
                                          f"{platform.python_version()}"})
     notes = [] if use_peer or replayed or args.no_peer else [
@@ -215,6 +222,13 @@ def run_silicon(args):
         report.files += [out / "silicon_rows.json.gz", out / "silicon_features.md"]
     if use_peer and cache is not None:
         report.files.append(cache)
+    if resumed:
+        report.notes.append(f"{resumed} of {len(entries)} rows resumed from {kept.path} (an earlier "
+                            f"run of this code that did not finish)")
+    if kept.other_code:
+        report.notes.append(f"{kept.other_code} rows in {kept.path} came from other code or "
+                            f"another CSV: run again")
+    kept.finish()
     return report
 
 

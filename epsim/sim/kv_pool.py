@@ -12,7 +12,11 @@ the free pool less `num_reserved_decode_tokens` per running, transferring and wa
 the queue stops at the first request that does not fit). A request that does not fit waits,
 first come first served, and blocks the ones behind it. SGLang's colocated scheduler
 (`PrefillAdder`) reserves instead a share (`new_token_ratio`, decaying from 0.7 to 0.14 of it)
-of every running request's remaining output; a colocated rank here applies the decode rule.
+of every running request's remaining output -- and, for requests sent with `ignore_eos` to a
+server without a radix cache (every InferenceX agg run: `--ignore-eos`, `--disable-radix-cache`),
+all of it: `add_one_req_ignore_eos` admits a request only if, finishing the running ones
+shortest-left first, the pool never runs out (`managers/schedule_policy.py`, SGLang 0.5.9). A
+colocated rank here applies the decode rule.
 
 When decoding outgrows the pool anyway (each running request adds a token per step), SGLang
 retracts requests (`retract_decode`: the ones with the fewest output tokens go back to the

@@ -41,6 +41,12 @@ RECV_FROM_CLIENTS = 16           # the scripts' `if [[ $CONC -ge 16 ]]` for the 
 # 2026-01-21), which the single-node scripts pass to bench_serving as `--random-range-ratio`;
 # its `sample_uniform` (utils/bench_serving/benchmark_serving.py) draws integers in [int(0.8 L), L]
 HARNESS_RANGE_RATIO = 0.8
+# Before d053ae24e (#480, 2026-01-21: "upstream kimbochen/bench_serving, adding warmup") the agg
+# runs had no warm-up: the runner scripts (`runners/launch_b200-nvd.sh`, `-tg.sh` at d8fe8f73e)
+# cloned kimbochen/bench_serving and ran the measured requests on the freshly started server,
+# `--num-prompts` 50N (20N at OSL 8192) on the nvd runner for the DeepSeek-R1-0528 checkpoints,
+# 10N on the tg runner; the rows do not say which runner took them
+HARNESS_WARMUP_FROM = "2026-01-21T17:53:38Z"
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,21 @@ def for_row(row) -> RowFlags | None:
     match = _MEASURED.search(row.source)
     return recipe_flags(row.precision, row.system, row.isl, row.osl, row.agg.num_gpus,
                         row.agg.moe_ep_size, row.concurrency or 0, match.group(1) if match else None)
+
+
+def cold_start_note(row) -> str | None:
+    """What an InferenceX agg row measured before `HARNESS_WARMUP_FROM` adds to the run epsim
+    simulates, or None for a later row (or one with no measured date): its benchmark had no
+    warm-up, so the first requests met a server that had not yet run a prefill of their shapes
+    (first-use compilation and tuning), which the simulated run does not price; and its
+    `--num-prompts` was 10N or 50N/20N by runner where epsim runs 10N."""
+    match = _MEASURED.search(row.source)
+    if match is None or moment(match.group(1)) >= moment(HARNESS_WARMUP_FROM):
+        return None
+    return ("benchmark without warm-up (InferenceX before d053ae24e, 2026-01-21: "
+            "kimbochen/bench_serving from the runner script): a cold server's first-use "
+            "compilation and tuning is not priced; --num-prompts 10N or 50N/20N by runner (not "
+            "stated), simulated as 10N")
 
 
 def deployment_fields(found: RowFlags) -> dict:

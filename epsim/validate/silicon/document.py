@@ -62,7 +62,8 @@ def section(board: Scoreboard, timing: bool = True) -> str:
                   "Worst approximated rows:", "", *report.worst_table(entries, "epsim", "approximated")]
     if timing:
         lines += ["", "### Speed", "", *report.speed_lines(entries, board.wall_s, board.workers,
-                                                           board.extra.get("machine", ""))]
+                                                           board.extra.get("machine", ""),
+                                                           board.extra.get("resumed", 0))]
     return "\n".join(lines) + "\n"
 
 

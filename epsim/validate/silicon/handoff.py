@@ -12,11 +12,16 @@ decode server at once; its first token reaches the client from the *decode* serv
   The decode server takes new requests at the top of its event loop
   (`disaggregation/decode.py:834-894`: `recv_requests`, then `process_decode_queue` ->
   `pop_preallocated`, `decode.py:447`; its receiver is `WaitingForInput` at once,
-  `disaggregation/mooncake/conn.py:1194`), and a busy decode loop turns once per decode step, so
-  the request waits the rest of the step it arrived in: half a decode step on average (arrivals
-  fall uniformly within steps). The prefill server's own wait for its next iteration is already in
-  the prefill instance's TTFT; where the prefill is busy that wait hides the decode's, so this
-  is an upper bound there (at most half a decode step).
+  `disaggregation/mooncake/conn.py:1194`, `nixl/conn.py:814-822`). A busy decode loop turns
+  once per decode step, and under `--scheduler-recv-interval` N (the low-latency GB200/GB300
+  recipes run 10: `epsim.validate.silicon.pd_recipes`) it receives only every N decode
+  iterations, or on the iteration after a prebuilt batch (weight 1000,
+  `managers/scheduler_recv_skipper.py`; `epsim.sim.recv`): the gaps between receives are
+  G = min(N, the steps to the next prebuilt batch) steps, and a request arriving uniformly in
+  time waits E[G^2] / (2 E[G]) steps (`receive_wait_steps`; half a step at N = 1). An idle
+  decode loop spins and receives at once, so the wait is weighted by the decode's busy share.
+  The prefill server's own wait for its next iteration is already in the prefill instance's
+  TTFT; where the prefill is busy that wait hides the decode's, so this is an upper bound there.
 - **prefill**: the prefill instance's simulated TTFT (queue, chunked forward; its closed loop).
 - **exposed KV transfer** (`transfer_ms`): the last chunk's KV (`epsim.cost.kv_transfer`:
   tokens x layers x KV bytes per token at `kv_cache_dtype`; MLA's 576-element latent) over one
@@ -48,7 +53,7 @@ class Handoff:
     """A P/D request's times around its prefill (ms): module doc.
 
     Attributes:
-        bootstrap_ms: before the prefill server may schedule it (half a decode step).
+        bootstrap_ms: before the prefill server may schedule it (the decode's next receive).
         transfer_ms: the last chunk's KV transfer after the prefill forward.
         first_token_ms: from the transfer's end to the first token streamed by the decode server.
     """
@@ -67,13 +72,32 @@ class Handoff:
         return prefill_ttft_ms + self.around_prefill_ms + self.first_token_ms
 
 
-def handoff(prefill_scenario, decode_step_ms: float, decode_first_ms: float) -> Handoff:
+def receive_wait_steps(interval: int, prebuilt_per_step: float) -> float:
+    """Mean decode steps from a request's arrival (uniform in time) to the busy decode loop's
+    next receive: receives every `interval` iterations, or after a prebuilt batch, which follows
+    a step with probability `prebuilt_per_step` (capped at 1); module doc, **bootstrap**."""
+    if interval < 1:
+        raise ValueError(f"interval ({interval}) must be >= 1 (SGLang's --scheduler-recv-interval)")
+    p = min(max(prebuilt_per_step, 0.0), 1.0)
+    # P(G = k) = p (1 - p)^(k - 1) for k < N, the rest at N
+    probs = [p * (1.0 - p) ** (k - 1) for k in range(1, interval)]
+    probs.append((1.0 - p) ** (interval - 1))
+    mean = sum(k * q for k, q in enumerate(probs, start=1))
+    square = sum(k * k * q for k, q in enumerate(probs, start=1))
+    return square / (2.0 * mean)
+
+
+def handoff(prefill_scenario, decode_step_ms: float, decode_first_ms: float,
+            recv_interval: int = 1, arrivals_per_s: float = 0.0, busy: float = 1.0) -> Handoff:
     """The handoff of a mean request of `prefill_scenario` (a `Scenario`) to a decode instance
-    whose mean step is `decode_step_ms` and whose mean arrival-to-first-token is `decode_first_ms`.
+    whose mean step is `decode_step_ms`, whose mean arrival-to-first-token is `decode_first_ms`,
+    that receives every `recv_interval` decode iterations (its `scheduler_recv_interval`), takes
+    in `arrivals_per_s` transferred requests and has a batch `busy` of the time.
     """
     sc = prefill_scenario
     workload, deployment = sc.workload, sc.deployment
     prompt = int(round(workload.input_len.mean_tokens))
     tokens = last_chunk_tokens(prompt, deployment.chunked_prefill_size)
     kv = kv_transfer(sc.model, sc.cluster, KV_PATH, tokens, kv_cache_dtype=deployment.kv_cache_dtype)
-    return Handoff(0.5 * decode_step_ms, kv.transfer_us * 1e-3, decode_first_ms)
+    wait = receive_wait_steps(recv_interval, arrivals_per_s * decode_step_ms * 1e-3)
+    return Handoff(busy * wait * decode_step_ms, kv.transfer_us * 1e-3, decode_first_ms)

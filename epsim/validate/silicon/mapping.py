@@ -21,7 +21,7 @@ from typing import Any
 
 from epsim.errors import EpsimError
 from epsim.spec.scenario import scenario_from_dict
-from epsim.validate.silicon import agg_recipes
+from epsim.validate.silicon import agg_recipes, pd_recipes
 from epsim.validate.silicon.resolve import WIDE_EP_REDUNDANT, resolve
 from epsim.validate.silicon.rows import Side, SiliconRow
 from epsim.zoo import get_hardware, get_model, hardware_names
@@ -370,11 +370,14 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     server = {}
     if run.mode == "agg":
         run, server = _agg_server(run, assumptions)
+        if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row)):
+            assumptions.append(cold)
         roles = [("agg", run.agg, 1)]
     else:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
                  ("decode", run.decode, run.decode.num_workers or 1)]
-    if ran.speculative:
+    servers = {"agg": server} if run.mode == "agg" else pd_recipes.servers(run, ran.group, assumptions)
+    if ran.speculative and "speculative_num_steps" not in servers.get("decode", {}):
         assumptions.append("MTP as speculative_algorithm NEXTN with SGLang's defaults for DeepSeek "
                            "(the recipe says spec-decoding: mtp, not its steps)")
     redundant = dict(ran.redundant_experts or {})
@@ -389,7 +392,8 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
                                f"recipes run them")
         clients = _share(run.concurrency, workers, role, assumptions)
         instance, lacks, approx = _instance(run, side, role, clients, workers, approximate,
-                                            redundant.get(role, 0), ran.speculative, server)
+                                            redundant.get(role, 0), ran.speculative,
+                                            servers.get(role))
         instances.append(instance)
         missing += [m for m in lacks if m.reason not in {x.reason for x in missing}]
         tags += [t for t in approx if t not in tags]

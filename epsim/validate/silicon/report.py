@@ -184,13 +184,18 @@ def reasons_table(entries: list[dict], who: str) -> list[str]:
     return md_table([title, "rows"], [[k, v] for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))])
 
 
-def speed_lines(entries: list[dict], wall_s: float, workers: int, machine: str) -> list[str]:
-    """Rows a minute: the whole run, and each predictor's row-seconds per core."""
+def speed_lines(entries: list[dict], wall_s: float, workers: int, machine: str,
+                resumed: int = 0) -> list[str]:
+    """Rows a minute: the whole run (without the `resumed` rows an interrupted run of the same
+    code had finished), and each predictor's row-seconds per core."""
     num = len(entries)
     ours_s = sum(e["epsim"]["wall_s"] for e in entries)
     peer = [e["peer"] for e in entries if e.get("peer")]
-    lines = [f"- whole run: {num} rows in {wall_s:.0f} s on {workers} worker processes "
-             f"({num / max(wall_s, 1e-9) * 60:.0f} rows/min; {machine})",
+    run = num - resumed
+    lines = [f"- whole run: {run} rows in {wall_s:.0f} s on {workers} worker processes "
+             f"({run / max(wall_s, 1e-9) * 60:.0f} rows/min; {machine})"
+             + (f"; {resumed} more rows resumed from an interrupted run of the same code"
+                if resumed else ""),
              f"- epsim: {ours_s:.1f} row-seconds ({num / max(ours_s, 1e-9) * 60:.0f} rows/min per core; "
              f"a row it cannot express costs only its mapping)"]
     if peer:

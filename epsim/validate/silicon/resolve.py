@@ -50,6 +50,7 @@ class Resolved:
     speculative: bool = False
     error_class: str | None = None
     from_recipe: bool = False           # its workers and layout are a group's: the row has none
+    group: inferencex.Group | None = None   # the InferenceX group that ran it, where one is known
 
 
 def _unproduct(side: Side) -> Side | None:
@@ -173,7 +174,7 @@ def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
                                                           ("decode", group.decode)) if r.wide_ep}
     return Resolved(replace(row, mode="disagg", agg=None, prefill=prefill, decode=decode),
                     tuple(said), redundant or None, speculative=group.speculative == "mtp",
-                    from_recipe=True)
+                    from_recipe=True, group=group)
 
 
 def resolve(row: SiliconRow) -> Resolved:

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import copy
 import time
+import traceback
 import warnings
 from math import ceil
+from pathlib import Path
 
 from epsim.errors import EpsimError
 from epsim.report import summarize
@@ -65,6 +67,11 @@ def _per_rank(requests: float, instance: Instance) -> int:
 
 def _with(instance: Instance, arrivals: dict, window: tuple[float, float], running: int = 0) -> dict:
     data = copy.deepcopy(instance.data)
+    if instance.role == "decode":
+        # a decode instance's arrivals are transferred requests, which the decode loop polls
+        # every iteration (`process_decode_queue`): its receive interval gates the requests'
+        # bootstrap before the prefill instead (`epsim.validate.silicon.handoff`)
+        data["deployment"].pop("scheduler_recv_interval", None)
     warmup_s, duration_s = window
     data["workload"].update(arrivals=arrivals, warmup_s=warmup_s, duration_s=duration_s,
                             initial_running_per_rank=running)
@@ -173,9 +180,25 @@ def predict(plan: RowPlan) -> dict:
             result = {"status": "failed", "reasons": [" ".join(str(exc).split())]}
         except MemoryError:
             result = {"status": "failed", "reasons": ["ran out of memory simulating this row"]}
+        except Exception as exc:        # a bug: this row fails with where, the run goes on
+            result = {"status": "failed", "reasons": [f"internal error: {_where(exc)}"]}
     entry.update(result, wall_s=round(time.perf_counter() - start, 3),
                  notes=sorted({str(w.message) for w in caught}))
     return entry
+
+
+def _where(exc: BaseException) -> str:
+    """`Type: message at file:line` of the innermost frame in epsim (a one-line bug report)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "epsim" in Path(f.filename).parts]
+    at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}{at}"
+
+
+def failed_entry(exc: BaseException) -> dict:
+    """The entry of a row whose mapping raised `exc` (a bug, not the row's input)."""
+    return {"status": "failed", "ttft_ms": None, "tpot_ms": None, "shares": {}, "wall_s": 0.0,
+            "reasons": [f"internal error: {_where(exc)}"], "approximations": [], "assumptions": [],
+            "reason_class": None, "missing": [], "notes": []}
 
 
 def _predict(plan: RowPlan, entry: dict) -> dict:
@@ -253,7 +276,9 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
                 # the decoding population's sends land on step ends; a transfer ends anywhere
                 # within a step, and waits the rest of it before the poll (half a step)
                 step_ms = summary["step_ms"]["mean"]
-                hand = handoff(prefill_side, step_ms, ttft + 0.5 * step_ms)
+                hand = handoff(prefill_side, step_ms, ttft + 0.5 * step_ms,
+                               instance.data["deployment"].get("scheduler_recv_interval") or 1,
+                               summary["requests_per_s"], min(summary["busy_frac"], 1.0))
                 tpot_ms, first_ms, around_ms = tpot, hand.first_token_ms, hand.around_prefill_ms
                 ttft_ms = hand.ttft_ms(prefill_ms)
                 extra = {"ttft_terms": {"prefill_ms": round(prefill_ms, 4),

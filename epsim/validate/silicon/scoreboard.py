@@ -13,11 +13,13 @@ import time
 from dataclasses import dataclass, field
 
 from epsim.plan.executors import execute, progress_bar
+from epsim.validate.silicon.checkpoint import Checkpoint
+from epsim.validate.silicon.checkpoint import row_key as checkpoint_key
 from epsim.validate.silicon.mapping import plan_row
 from epsim.validate.silicon.peer import estimate, row_key
 from epsim.validate.silicon.resolve import resolve
 from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
-from epsim.validate.silicon.run import predict
+from epsim.validate.silicon.run import failed_entry, predict
 
 EP_BUCKETS = ((1, 1, "EP 1"), (2, 8, "EP 2-8"), (9, 10**9, "EP >8"))
 
@@ -71,6 +73,19 @@ def layout(row: SiliconRow) -> str:
     return f"P {one(row.prefill)} / D {one(row.decode)}"
 
 
+def _ours(row: SiliconRow, approximate: bool) -> dict:
+    exact = plan_row(row)
+    if exact.expressible or not approximate:
+        return predict(exact)
+    # the nearest expressible form; what the row lacks stays the exact plan's
+    ours = predict(plan_row(row, approximate=True))
+    exact_entry = predict(exact)
+    ours.update(missing=exact_entry["missing"],
+                reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
+                                                  if r not in exact_entry["reasons"]])
+    return ours
+
+
 def row_task(task: RowTask) -> dict:
     """One row's entry (module doc). Runs in a worker process."""
     row = task.row
@@ -86,16 +101,10 @@ def row_task(task: RowTask) -> dict:
                         "ep": ep_bucket(as_run.tpot_side.moe_ep_size)},
              "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
     start = time.perf_counter()
-    exact = plan_row(row)
-    if exact.expressible or not task.approximate:
-        entry["epsim"] = predict(exact)
-    else:               # the nearest expressible form; what the row lacks stays the exact plan's
-        ours = predict(plan_row(row, approximate=True))
-        exact_entry = predict(exact)
-        ours.update(missing=exact_entry["missing"],
-                    reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
-                                                      if r not in exact_entry["reasons"]])
-        entry["epsim"] = ours
+    try:
+        entry["epsim"] = _ours(row, task.approximate)
+    except Exception as exc:         # a bug in the mapping: this row fails with where, not the run
+        entry["epsim"] = failed_entry(exc)
     entry["epsim"]["wall_s"] = round(time.perf_counter() - start, 3)     # mapping included
     if task.peer:
         entry["peer"] = estimate(row)
@@ -122,22 +131,33 @@ def select(rows: list[SiliconRow], num: int | None = None,
 def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = True,
              executor: str = "local", workers: int | None = None, progress: bool = False,
              ray_address: str | None = None,
-             peer_known: dict[str, dict] | None = None) -> tuple[list[dict], float]:
-    """Entries of the in-scope `rows` (in their order) and the wall seconds; a progress bar on
-    stderr when `progress`. `peer_known`: the peer's cached entries by `peer.row_key`
-    (those rows are not asked again; their entries say `cached`); answers found in this run
-    are added to it."""
+             peer_known: dict[str, dict] | None = None,
+             checkpoint: Checkpoint | None = None) -> tuple[list[dict], float, int]:
+    """Entries of the in-scope `rows` (in their order), the wall seconds and how many entries
+    came from `checkpoint` (finished by an earlier run of this code, `epsim.validate.silicon.
+    checkpoint`; the others are added to it as they finish); a progress bar on stderr when
+    `progress`. `peer_known`: the peer's cached entries by `peer.row_key` (those rows are not
+    asked again; their entries say `cached`); answers found in this run are added to it."""
     known = peer_known if peer_known is not None else {}
+    kept = checkpoint if checkpoint is not None else Checkpoint(None, "")
     keys = [row_key(row) for row in rows] if peer else [None] * len(rows)
     tasks = [RowTask(row, approximate, peer and key not in known) for row, key in zip(rows, keys)]
+    kept_keys = [checkpoint_key(row.id, approximate) for row in rows]
     entries: list[dict | None] = [None] * len(tasks)
+    for index, (task, key) in enumerate(zip(tasks, kept_keys)):
+        entry = kept.entries.get(key)
+        if entry is not None and not (task.peer and entry.get("peer") is None):
+            entries[index] = entry           # a row that still needs the peer runs again
+    todo = [index for index, entry in enumerate(entries) if entry is None]
     start = time.perf_counter()
-    with progress_bar(len(tasks), "silicon rows", progress) as advance:
-        def on_done(index: int, entry: dict) -> None:
+    with progress_bar(len(todo), "silicon rows", progress) as advance:
+        def on_done(position: int, entry: dict) -> None:
+            index = todo[position]
             entries[index] = entry
+            kept.add(kept_keys[index], entry)
             advance(1)
-        execute(tasks, on_done, executor=executor, workers=workers, ray_address=ray_address,
-                fn=row_task)
+        execute([tasks[index] for index in todo], on_done, executor=executor, workers=workers,
+                ray_address=ray_address, fn=row_task)
     wall_s = time.perf_counter() - start
     for entry, task, key in zip(entries, tasks, keys):
         if key is None:
@@ -146,4 +166,4 @@ def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = Tru
             known[key] = entry["peer"]
         else:
             entry["peer"] = {**known[key], "cached": True}
-    return entries, wall_s
+    return entries, wall_s, len(tasks) - len(todo)

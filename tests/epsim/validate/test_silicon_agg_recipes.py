@@ -55,3 +55,20 @@ def test_a_november_row_runs_the_sweeps_ep_and_its_flags():
     assert deployment["ep_size"] == 4 and deployment["scheduler_recv_interval"] == 30
     assert deployment["max_running_requests"] == 256 and deployment["kv_cache_dtype"] == "fp8_e4m3"
     assert any("the row says EP 1" in a for a in plan.assumptions)
+
+
+def test_a_row_measured_before_the_harness_warm_up_says_its_run_started_cold():
+    def row(measured):
+        return parse_row({"id": "r", "silicon_data_source": f"db-dump; silicon_concurrency=32; "
+                          f"measured={measured}; workflow_run_id=122", "backend": "sglang",
+                          "backend_version": "", "model_path": "deepseek-ai/DeepSeek-R1",
+                          "system": "b200_sxm", "precision": "fp4", "mode": "agg", "isl": "1024",
+                          "osl": "1024", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+                          "batch_size": "32", "tp_size": "8", "pp_size": "1",
+                          "attention_dp_size": "1", "moe_tp_size": "8", "moe_ep_size": "1",
+                          "silicon_ttft_ms": "8621", "silicon_tpot_ms": "18.5"}, "test")
+    november, march = row("2025-11-10T00:00:00.000Z"), row(MARCH)
+    assert "without warm-up" in agg_recipes.cold_start_note(november)
+    assert agg_recipes.cold_start_note(march) is None
+    assert any("without warm-up" in a for a in plan_row(november).assumptions)
+    assert not any("without warm-up" in a for a in plan_row(march).assumptions)

@@ -7,7 +7,7 @@ import pytest
 
 from epsim.cost.kv_transfer import kv_bytes_per_request, kv_transfer, last_chunk_tokens
 from epsim.spec.scenario import scenario_from_dict
-from epsim.validate.silicon.handoff import Handoff, handoff
+from epsim.validate.silicon.handoff import Handoff, handoff, receive_wait_steps
 from epsim.validate.silicon.mapping import Instance
 from epsim.validate.silicon.run import closed_round, decoding_share
 
@@ -75,3 +75,35 @@ def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
     other = closed_round(side("prefill", 1, harness=False), ttft_s, tpot_s, osl, 0.3)["workload"]
     assert other["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 1023 * 0.04 + 0.3}
     assert (other["warmup_s"], other["duration_s"]) == (2 * cycle_s, 12 * cycle_s)
+
+
+@pytest.mark.parametrize("interval, prebuilt, steps", [
+    (1, 0.0, 0.5), (1, 0.7, 0.5),            # every iteration receives: half a step
+    (10, 0.0, 5.0),                          # every 10th: gaps of 10, half of one on average
+    (10, 1.0, 0.5),                          # a prebuilt batch after every step: each receives
+    (2, 0.5, 2.5 / 3.0)])                    # G = 1 or 2 alike: E[G^2] / (2 E[G]) = 2.5 / 3
+def test_the_decode_receives_every_n_steps_or_after_a_prebuilt_batch(interval, prebuilt, steps):
+    assert receive_wait_steps(interval, prebuilt) == pytest.approx(steps, abs=1e-12)
+
+
+def test_the_bootstrap_waits_for_the_busy_decode_s_next_receive():
+    sc = scenario_from_dict(_prefill())
+    # an idle decode loop receives at once: the wait counts the busy share only
+    assert handoff(sc, 8.0, 20.0, recv_interval=10, busy=0.5).bootstrap_ms == pytest.approx(
+        0.5 * 5.0 * 8.0)
+    assert handoff(sc, 8.0, 20.0).bootstrap_ms == 4.0      # SGLang's default: half a step
+    with pytest.raises(ValueError, match="interval"):
+        receive_wait_steps(0, 0.0)
+
+
+def test_the_decode_instance_runs_without_its_receive_interval():
+    """Its arrivals are transferred requests, polled every iteration; the prefill keeps it."""
+    def side(role):
+        data = _prefill(disaggregation_mode=role, scheduler_recv_interval=10)
+        return Instance(role, data, clients=8, num_workers=1, dp_ranks=1, closed_loop=True,
+                        harness=True)
+
+    dec = closed_round(side("decode"), 0.3, 0.01, 1024, 0.3)["deployment"]
+    pre = closed_round(side("prefill"), 0.3, 0.01, 1024, 0.3)["deployment"]
+    assert "scheduler_recv_interval" not in dec
+    assert pre["scheduler_recv_interval"] == 10

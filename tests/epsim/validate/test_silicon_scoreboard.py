@@ -33,7 +33,7 @@ def fixture_tables() -> str:
     """The fixture's doc section and features table, as `epsim validate --silicon FIXTURE
     --no-peer` writes them (without the run's speed, which varies)."""
     rows, scope = select(read_rows(FIXTURE))
-    entries, wall_s = run_rows(rows, peer=False, workers=1)
+    entries, wall_s, _ = run_rows(rows, peer=False, workers=1)
     board = Scoreboard(entries, scope, FIXTURE_ARG, False, None, 1, wall_s, extra={"csv_given": True})
     return document.section(board, timing=False) + "\n---\n\n" + document.features_markdown(board)
 
@@ -136,7 +136,7 @@ def test_approximated_rows_run_tagged_and_stay_out_of_the_headline():
               if r.id == "2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c8_tp8_0_ep8_0_248"]
     rows, scope = select([dataclasses.replace(fp4, system="h200_sxm"),
                           dataclasses.replace(fp4, system="h200_sxm", id=fp4.id + "_8k", isl=8192)])
-    entries, wall_s = run_rows(rows, approximate=True, peer=False, workers=1)
+    entries, wall_s, _ = run_rows(rows, approximate=True, peer=False, workers=1)
     for entry in entries:
         ours = entry["epsim"]
         assert ours["status"] == "approximated", ours
@@ -171,7 +171,7 @@ def test_peer_cache_answers_known_rows_and_keeps_new_ones(tmp_path):
     told = {"status": "predicted", "ttft_ms": 1.5, "tpot_ms": 2.5, "wall_s": 3.0, "version_used": "x",
             "reason": None, "reason_class": None, "notes": []}
     known = {peer.row_key(rows[0]): told}
-    entries, _ = run_rows(rows[:1], peer=True, workers=1, peer_known=known)
+    entries, _, _ = run_rows(rows[:1], peer=True, workers=1, peer_known=known)
     assert entries[0]["peer"] == {**told, "cached": True}
     # another framework version or other cells: another question, another key
     from dataclasses import replace
@@ -213,6 +213,57 @@ def test_peer_cache_replays_where_the_peer_is_not_installed(tmp_path, monkeypatc
     assert main(["validate", "--silicon", str(csv), "--peer-cache", str(cache)]) == 2
     err = capsys.readouterr().err
     assert "lacks 1 of the 2 rows and AIConfigurator is not installed" in err and len(err.splitlines()) == 1
+
+
+def test_a_row_that_hits_a_bug_fails_alone_with_where():
+    """An exception that is not an input error (a bug) fails that row with its type, message and
+    the epsim line it came from; a whole-set run does not die on one row."""
+    from epsim.validate.silicon.mapping import plan_row
+    from epsim.validate.silicon.run import predict
+    plan = plan_row(next(r for r in read_rows(FIXTURE) if r.id.endswith("cfg81")))
+    broken = dataclasses.replace(plan.instances[0], data={**plan.instances[0].data, "workload": None})
+    entry = predict(dataclasses.replace(plan, instances=(broken,)))
+    assert entry["status"] == "failed" and entry["ttft_ms"] is None
+    (reason,) = entry["reasons"]
+    assert reason.startswith("internal error: AttributeError:") and " at run.py:" in reason
+
+
+def test_a_killed_run_resumes_its_finished_rows(tmp_path, capsys):
+    """A run killed mid-way (SIGKILL, as a time limit does) keeps every row it finished; the rerun
+    into the same --out runs only the others, reuses the finished entries unchanged, and removes
+    the partial file once its outputs are written. A line from other code is never reused."""
+    import os
+    import signal
+    import time
+    from epsim.cli import main
+    from epsim.validate.silicon.checkpoint import PARTIAL_NAME
+    lines = FIXTURE.read_text().splitlines(keepends=True)
+    order = ("qwen_qwen3_235b", "dsr1_h200_sglang_fp8_agg", "dsr1_b300_sglang_fp4_agg")
+    csv = tmp_path / "three.csv"
+    csv.write_text(lines[0] + "".join(next(x for x in lines if x.startswith(p)) for p in order))
+    out = tmp_path / "out"
+    partial = out / PARTIAL_NAME
+    proc = subprocess.Popen([sys.executable, "-m", "epsim.cli", "validate", "--silicon", str(csv),
+                             "--no-peer", "--workers", "1", "--out", str(out), "--quiet"], cwd=ROOT)
+    deadline = time.monotonic() + 300
+    while not (partial.is_file() and partial.read_bytes().endswith(b"\n")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no row finished before the end"
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = [json.loads(line) for line in partial.read_text().splitlines()]
+    assert 1 <= len(kept) < 3
+    with partial.open("a") as fh:                   # a row priced by other code: run again
+        fh.write(json.dumps({**kept[0], "key": kept[0]["key"].replace("qwen", "x"), "code": "0"}) + "\n")
+    assert main(["validate", "--silicon", str(csv), "--no-peer", "--workers", "1", "--out", str(out),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [e["id"] for e in data["rows"]] == [e["entry"]["id"] for e in kept] + [
+        r.id for r in read_rows(csv)][len(kept):]
+    assert data["rows"][:len(kept)] == [e["entry"] for e in kept]
+    assert any(f"{len(kept)} of 3 rows resumed" in n for n in data["notes"])
+    assert any("1 rows in" in n and "other code" in n for n in data["notes"])
+    assert not partial.exists() and (out / "silicon_rows.json.gz").is_file()
 
 
 @pytest.mark.parametrize("message, label", [
