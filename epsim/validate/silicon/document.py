@@ -78,6 +78,10 @@ def headline_lines(board: Scoreboard) -> list[str]:
              *(line.removeprefix("- ") for line in report.headline(board.entries, board.peer is not None))]
     if blocked:
         lines.append("most rows blocked by: " + "; ".join(f"{f} ({n})" for f, n in blocked.most_common(4)))
+    # what the run cost: the whole run, and epsim's own row-seconds (`report.speed_lines`)
+    lines += [line.removeprefix("- ") for line in report.speed_lines(
+        board.entries, board.wall_s, board.workers, board.extra.get("machine", ""))
+        if not line.startswith("- the peer")]
     return lines
 
 
