@@ -250,7 +250,9 @@ def _add_validate(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="with --silicon --sample: the draw's seed")
     p.add_argument("--approximate", action="store_true",
                    help="with --silicon: rows the spec cannot express run as the nearest scenario "
-                        "it can, tagged and tabled apart (never in the headline)")
+                        "it can, and rows several InferenceX deployments fit as every candidate "
+                        "(their geometric mean and spread), tagged and tabled apart (never in the "
+                        "headline)")
     p.add_argument("--no-peer", action="store_true", help="with --silicon: skip AIConfigurator")
     p.add_argument("--peer-cache", default=None, metavar="FILE",
                    help="with --silicon: AIConfigurator's answers kept between runs, asked again "

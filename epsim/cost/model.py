@@ -31,6 +31,7 @@ from epsim.cost.mla import (mla_attention_us, mla_core_token_us, mla_decode_kern
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
 from epsim.cost.params import Coefficients, CostParams
+from epsim.cost.rank_memo import RankMemo, order_free_key
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms
@@ -99,7 +100,11 @@ class CostModel:
         self._block_rows = BlockRows()
         self._stacks = MoEStacks()
         self._terms_memo: dict[tuple, TokenTerms] = {}
+        par = self.params.parallel
+        self._order_free_terms = par.moe_tp_size == 1 and (par.attn_tp_size == 1
+                                                            or par.dp_size == 1)
         self._projections_memo: dict[bytes, np.ndarray] = {}     # tokens -> [dp] µs
+        self._rank_projections = RankMemo(self._projections_of)   # ... per rank
         self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
         self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
 
@@ -315,7 +320,10 @@ class CostModel:
     def _token_terms(self, batch: BatchCounts, part: BatchCounts) -> TokenTerms:
         """The parts of a step that depend only on its tokens per rank (not on contexts or
         loads), remembered for the last few batch shapes: a run repeats few of them."""
-        key = (batch.tokens.tobytes(), batch.sampled_tokens.tobytes(), batch.phase)
+        # each term is a maximum over ranks: which rank holds which counts does not matter,
+        # unless EP ranks sum DP ranks' tokens in groups (`ep_tokens`)
+        key = ((order_free_key(batch.tokens, batch.sampled_tokens) if self._order_free_terms
+                else batch.tokens.tobytes() + batch.sampled_tokens.tobytes()), batch.phase)
         hit = self._terms_memo.get(key)
         if hit is not None:
             return hit
@@ -369,24 +377,30 @@ class CostModel:
 
     def _projections(self, batch: BatchCounts) -> np.ndarray:
         """[dp] the attention's terms that follow the batch's tokens alone, remembered per batch
-        shape (read-only): `attention_projections_us`, or MLA's projections and absorbed BMMs
-        (`epsim.cost.mla.mla_token_us`), plus the attention block's own ops
-        (`_attention_ops`)."""
+        shape (read-only) and per rank (`epsim.cost.rank_memo`): `attention_projections_us`,
+        or MLA's projections and absorbed BMMs (`epsim.cost.mla.mla_token_us`), plus the
+        attention block's own ops (`_attention_ops`)."""
         tokens, mla = batch.tokens, self.params.attention.mla
         key = tokens.tobytes() + (batch.decode_tokens.tobytes() if mla is not None else b"")
         proj = self._projections_memo.get(key)
         if proj is None:
             if len(self._projections_memo) >= 64:
                 self._projections_memo.clear()
-            proj = (attention_projections_us(tokens, self.model, self.params.attention.projections,
-                                             self.params.tp_size) if mla is None
-                    else mla_token_us(tokens, batch.decode_tokens, mla))
-            ops = self._attention_ops(tokens)
-            if ops is not None:
-                proj = proj + ops
+            proj = (self._rank_projections(tokens) if mla is None
+                    else self._rank_projections(tokens, batch.decode_tokens))
             self._projections_memo[key] = proj
             proj.flags.writeable = False
         return proj
+
+    def _projections_of(self, tokens: np.ndarray, decode_tokens: np.ndarray | None = None
+                        ) -> np.ndarray:
+        """`_projections` of `tokens` (and, with MLA, `decode_tokens`) [n], elementwise."""
+        mla = self.params.attention.mla
+        proj = (attention_projections_us(tokens, self.model, self.params.attention.projections,
+                                         self.params.tp_size) if mla is None
+                else mla_token_us(tokens, decode_tokens, mla))
+        ops = self._attention_ops(tokens)
+        return proj if ops is None else proj + ops
 
     def _attention_ops(self, tokens: np.ndarray) -> np.ndarray | None:
         """[dp] the attention block's own ops on each rank's `tokens` (norms, RoPE, KV write,

@@ -54,8 +54,10 @@ def section(board: Scoreboard, timing: bool = True) -> str:
              "", "The peer:", "", *report.worst_table(entries, "peer")]
     if board.approximate:
         lines += ["", "### Approximated rows (opt-in, apart from the headline)", "",
-                  "Each row runs the nearest scenario the spec expresses; every approximation is "
-                  "named per row in the JSON. Errors of epsim's approximations:", "",
+                  "Each row runs the nearest scenario the spec expresses (a row whose deployment is "
+                  "ambiguous: every candidate deployment); every approximation is "
+                  "named per row in the JSON.", "", *report.approximated_lines(entries), "",
+                  "Errors of epsim's approximations:", "",
                   *report.error_table(entries, "epsim", "approximated"), "",
                   "The same rows, epsim approximated / peer (rows both predict):", "",
                   *report.side_by_side_table(entries, "approximated"), "",
@@ -76,6 +78,10 @@ def headline_lines(board: Scoreboard) -> list[str]:
              *(line.removeprefix("- ") for line in report.headline(board.entries, board.peer is not None))]
     if blocked:
         lines.append("most rows blocked by: " + "; ".join(f"{f} ({n})" for f, n in blocked.most_common(4)))
+    # what the run cost: the whole run, and epsim's own row-seconds (`report.speed_lines`)
+    lines += [line.removeprefix("- ") for line in report.speed_lines(
+        board.entries, board.wall_s, board.workers, board.extra.get("machine", ""))
+        if not line.startswith("- the peer")]
     return lines
 
 

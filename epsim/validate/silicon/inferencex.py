@@ -230,6 +230,14 @@ def _same_image(row_image: str, group_image: str) -> bool:
     return not row_image or not group_image or base(row_image) == base(group_image)
 
 
+def same_tag(row_image: str, group_image: str) -> bool:
+    """The very tag, variant included (`...-cu130-runtime` is not `...-cu130`): where a row's
+    groups name its image by different variants, the one naming it as the row does ran it (the
+    B200 FP4 key ran `-runtime`, its `-mtp` twin the plain tag; every row one group fits names
+    its group's tag exactly, a test checks)."""
+    return bool(row_image) and row_image.split("#")[-1] == group_image.split("#")[-1]
+
+
 def in_effect(found: list[Version], measured: str | None) -> list[Version]:
     """The versions of a key that may have run a row measured at `measured`: the latest one
     committed by then (`SLACK_S` after); for a row dated by day only, also every version

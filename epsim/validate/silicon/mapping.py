@@ -10,6 +10,9 @@ spec the rows become expressible with no change here but this table.
 
 `approximate=True` (opt-in) replaces each missing need that has a nearest expressible form by that
 form and tags the row "approximated: <what>"; such rows are reported apart, never in the headline.
+It also plans a row whose deployment several InferenceX groups fit (`resolve.SEVERAL_GROUPS`) as
+each of them (`RowPlan.candidates`), which `epsim.validate.silicon.candidates` predicts as their
+geometric mean with their spread.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from epsim.errors import EpsimError
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon import agg_recipes, pd_recipes
-from epsim.validate.silicon.resolve import WIDE_EP_REDUNDANT, resolve
+from epsim.validate.silicon.resolve import WIDE_EP_REDUNDANT, Resolved, resolve
 from epsim.validate.silicon.rows import Side, SiliconRow
 from epsim.zoo import get_hardware, get_model, hardware_names
 
@@ -116,6 +119,8 @@ class RowPlan:
     approximations: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = field(default=())
     error_class: str | None = None          # the class of `error` the tables count, if any
+    # a row several deployments fit, under `approximate`: one plan per deployment (no instances)
+    candidates: tuple[RowPlan, ...] = ()
 
     @property
     def expressible(self) -> bool:
@@ -356,9 +361,30 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
         return RowPlan(row, (), error="the row states no client count (silicon_concurrency=N in "
                                       "silicon_data_source)")
     ran = resolve(row)
+    if ran.error is not None and approximate and ran.alternatives:
+        return _candidates_plan(row, ran)
     if ran.error is not None:
         return RowPlan(row, (), error=ran.error, assumptions=ran.assumptions,
                        error_class=ran.error_class)
+    return _plan(row, ran, approximate)
+
+
+def _candidates_plan(row: SiliconRow, ran: Resolved) -> RowPlan:
+    """A row several deployments fit (`ran.alternatives`), planned as each of them (those the
+    spec expresses, approximated where need be); the row's reason when none is."""
+    plans = [_plan(row, alternative, approximate=True) for alternative in ran.alternatives]
+    kept = tuple(p for p in plans if p.expressible)
+    if not kept:
+        return RowPlan(row, (), error=ran.error, assumptions=ran.assumptions,
+                       error_class=ran.error_class)
+    return RowPlan(row, (), approximations=(
+        f"deployment ambiguous: {ran.error}; predicted as the geometric mean of the "
+        f"{len(kept)} candidates' predictions, their min and max in `spread`",),
+        assumptions=ran.assumptions, candidates=kept)
+
+
+def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
+    """The plan of a row resolved to one deployment (`plan_row`)."""
     assumptions = [f"kv_cache_dtype {KV_CACHE_DTYPE} (not stated)",
                    (f"ISL/OSL uniform in [{agg_recipes.HARNESS_RANGE_RATIO} L, L] (not stated: the "
                     "InferenceX harnesses' --random-range-ratio, agg and Dynamo P/D alike)"

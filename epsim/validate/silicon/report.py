@@ -104,6 +104,25 @@ def headline(entries: list[dict], peer_run: bool) -> list[str]:
     return lines
 
 
+def approximated_lines(entries: list[dict]) -> list[str]:
+    """Coverage with `--approximate`'s rows, and its two kinds apart: rows whose deployment is
+    ambiguous (the candidates' geometric mean, `epsim.validate.silicon.candidates`; their entry
+    has `spread`) and rows approximated otherwise, each with its errors."""
+    num = len(entries)
+    approx = [e for e in entries if status(e, "epsim") == "approximated"]
+    ambiguous = [e for e in approx if "spread" in e["epsim"]]
+    covered = sum(status(e, "epsim") == "predicted" for e in entries) + len(approx)
+    lines = [f"- with them epsim covers {covered} of {num} ({100 * covered / max(num, 1):.1f} %); "
+             f"approximated {len(approx)}, of which {len(ambiguous)} ambiguous: candidates' mean"]
+    for label, group in (("ambiguous deployments (the candidates' geometric mean)", ambiguous),
+                         ("approximated otherwise", [e for e in approx if e not in ambiguous])):
+        if group:
+            tpot, ttft = errors(group, "epsim", "tpot_ms"), errors(group, "epsim", "ttft_ms")
+            lines.append(f"- {label}: {tpot[0]} rows, TPOT MAPE {_pct(tpot[1])} %, "
+                         f"TTFT MAPE {_pct(ttft[1])} %")
+    return lines
+
+
 def coverage_table(entries: list[dict]) -> list[str]:
     rows = []
     for label, group in buckets(entries):

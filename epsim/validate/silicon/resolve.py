@@ -15,6 +15,17 @@ stated as an assumption the entry carries:
   are told apart by the row's own cells; a row none or several groups fit is not predicted.
 - **MTP of a row that states its workers.** The groups its cells fit say whether the draft ran;
   where the same layout ran with and without it, the row is not predicted.
+- **The image's tag.** Where the groups a row's cells fit name its build by different tags
+  (`-runtime` or not), those naming the row's own tag ran it (`inferencex.same_tag`).
+- **One configuration, one deployment.** Rows that name one InferenceX `config_id` (its
+  database's configuration record: GPUs, workers, TP/EP/DP attention per side and spec_method)
+  ran one deployment, at whatever client count, lengths or run: a group fits a row only if the
+  same deployment (each side as run, the draft) fits every other row of its config that some
+  group fits (`_config_fit`). Where that would leave none (a contradiction) the row's own groups
+  stand; the tests count how often that happens on the sample (never).
+- **Still several.** A row several deployments fit carries each as an alternative
+  (`Resolved.alternatives`); only `--approximate` predicts them (their spread,
+  `epsim.validate.silicon.candidates`), never the headline.
 """
 
 from __future__ import annotations
@@ -51,6 +62,8 @@ class Resolved:
     error_class: str | None = None
     from_recipe: bool = False           # its workers and layout are a group's: the row has none
     group: inferencex.Group | None = None   # the InferenceX group that ran it, where one is known
+    # SEVERAL_GROUPS: the row as each deployment that fits it would have run it
+    alternatives: tuple[Resolved, ...] = ()
 
 
 def _unproduct(side: Side) -> Side | None:
@@ -115,38 +128,108 @@ def _describe(recipe: inferencex.Recipe, system: str) -> str:
     return f"{recipe.workers} x {kind}{gpus}"
 
 
-def _groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Group]]:
-    """The InferenceX groups that ran the row's client count then, and those its cells fit."""
+def _groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Group], str | None]:
+    """The InferenceX groups that ran the row's client count then, those its cells, its image's
+    tag and its configuration's other rows fit (`_own_groups`, `_config_fit`), and what the
+    tag and the configuration ruled out (None: nothing)."""
+    found, fitting = _own_groups(row)
+    kept, said = _config_fit(row, fitting)
+    tagged = _tag_fit(row, found)
+    said = "; ".join(s for s in (tagged, said) if s) or None
+    return found, kept, said
+
+
+def _own_groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Group]]:
+    """The InferenceX groups that ran the row's client count then, and those its cells fit:
+    of them, those naming the row's image by its very tag where any does (`inferencex.same_tag`)."""
     match = _MEASURED.search(row.source)
     found = inferencex.candidates(row.precision, row.system, row.isl, row.osl, row.concurrency or 0,
                                   match.group(1) if match else None, row.image or None)
-    return found, [g for g in found if _fits(row, g)]
+    fitting = [g for g in found if _fits(row, g)]
+    return found, [g for g in fitting if inferencex.same_tag(row.image, g.image)] or fitting
+
+
+def _tag_fit(row: SiliconRow, found: list[inferencex.Group]) -> str | None:
+    """What the image's tag ruled out among the groups the row's cells fit, said; None: nothing."""
+    fitting = [g for g in found if _fits(row, g)]
+    tagged = [g for g in fitting if inferencex.same_tag(row.image, g.image)]
+    others = sorted({g.image for g in fitting if g not in tagged})
+    if not tagged or not others:
+        return None
+    return (f"the row's image {row.image} is the tag of {len(tagged)} of the {len(fitting)} "
+            f"InferenceX groups its cells fit (the others ran {', '.join(others)})")
+
+
+def deployment(group: inferencex.Group, system: str) -> tuple[Side, Side, str]:
+    """What a group deploys, whichever version of the config states it: each side as run
+    (workers included) and the draft."""
+    return recipe_side(group.prefill, system), recipe_side(group.decode, system), group.speculative
+
+
+def config_deployments(row: SiliconRow) -> set[tuple[Side, Side, str]] | None:
+    """The deployments every other row of the row's `config_id` fits (each such row: the
+    deployments of the groups its cells fit at its own client count, lengths and time; a row
+    no group fits says nothing); None when no other row says anything."""
+    allowed = None
+    for peer in row.peers:
+        own = _own_groups(_as_stated(peer).row if peer.workers_stated else peer)[1]
+        if own:
+            found = {deployment(g, peer.system) for g in own}
+            allowed = found if allowed is None else allowed & found
+    return allowed
+
+
+def _config_fit(row: SiliconRow, fitting: list[inferencex.Group]
+                ) -> tuple[list[inferencex.Group], str | None]:
+    """The groups among `fitting` whose deployment every other row of the row's configuration
+    fits (module doc), and the assumption saying so; `fitting` itself when that leaves all or
+    none of them."""
+    if len({deployment(g, row.system) for g in fitting}) < 2:
+        return fitting, None
+    allowed = config_deployments(row)
+    kept = [g for g in fitting if allowed is not None and deployment(g, row.system) in allowed]
+    if not kept or len(kept) == len(fitting):
+        return fitting, None
+    shown = sorted({f"c{p.concurrency} {p.isl}/{p.osl} {_day(p)}" for p in row.peers})
+    return kept, (f"config_id {row.config_id} is one deployment: its other rows ({', '.join(shown)}) "
+                  f"rule out {len(fitting) - len(kept)} of the {len(fitting)} InferenceX groups "
+                  f"that fit this one")
+
+
+def _day(row: SiliconRow) -> str:
+    match = _MEASURED.search(row.source)
+    return match.group(1)[:10] if match else "undated"
 
 
 def _draft(stated: Resolved) -> Resolved:
     """A disaggregated row that states its workers but not whether DeepSeek's MTP draft ran:
-    the InferenceX groups its cells fit say so where they agree; where groups with and without
-    it fit (the same layout run both ways in one sweep), the row cannot be known."""
-    fitting = _groups(stated.row)[1]
+    the InferenceX groups its cells (and its configuration's other rows) fit say so where they
+    agree; where groups with and without it fit (the same layout run both ways in one sweep),
+    the row cannot be known: each draft is an alternative."""
+    fitting, config_said = _groups(stated.row)[1:]
+    stated = replace(stated, assumptions=stated.assumptions + ((config_said,) if config_said else ()))
     drafts = {g.speculative for g in fitting}
     key = inferencex.key_for(stated.row.precision, stated.row.system)
     if drafts == {"mtp"}:
         return replace(stated, speculative=True, assumptions=stated.assumptions + (
             f"MTP: every InferenceX group of {key} that fits the row runs it",))
     if len(drafts) > 1:
+        alternatives = tuple(replace(stated, speculative=mtp, assumptions=stated.assumptions + (
+            f"{'with' if mtp else 'without'} MTP, as InferenceX groups of {key} that fit the row "
+            f"ran it",)) for mtp in (False, True))
         return Resolved(stated.row, stated.assumptions, error=(
             f"InferenceX recipe groups of {key} with and without MTP fit the row at "
             f"{stated.row.concurrency} clients: the row does not say which ran"),
-            error_class=SEVERAL_GROUPS)
+            error_class=SEVERAL_GROUPS, alternatives=alternatives)
     return stated
 
 
 def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
     """The row's sides from the recipe group that ran it; `stated` (the row as it states
     itself) where not exactly one group's layout fits a row that states its workers."""
-    found, fitting = _groups(row)
+    found, fitting, config_said = _groups(row)
     key = inferencex.key_for(row.precision, row.system)
-    layouts = {(g.prefill, g.decode, g.speculative) for g in fitting}
+    layouts = {(g.prefill, g.decode, g.speculative): g for g in fitting}
     if stated is not None and len(layouts) != 1:
         return stated
     if not found:
@@ -161,12 +244,20 @@ def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
                                        f"clients ({shown}) fits the row's own cells", error_class=NO_GROUP)
         return Resolved(row, error=f"{len(layouts)} InferenceX recipe groups of {key} fit the row "
                                    f"at {row.concurrency} clients ({shown}): the row does not say "
-                                   f"which ran", error_class=SEVERAL_GROUPS)
-    group = fitting[0]
+                                   f"which ran", error_class=SEVERAL_GROUPS,
+                        alternatives=tuple(_as_group(row, g, config_said) for g in layouts.values()))
+    return _as_group(row, fitting[0], config_said)
+
+
+def _as_group(row: SiliconRow, group: inferencex.Group, config_said: str | None = None) -> Resolved:
+    """The row as `group` ran it: its sides, workers and draft, and the wide-EP launch script's
+    redundant experts; `config_said`: what the row's configuration ruled out, said too."""
     prefill, decode = recipe_side(group.prefill, row.system), recipe_side(group.decode, row.system)
     said = [f"workers and layout from InferenceX {group.key} at {group.commit[:9]} "
             f"({group.date[:10]}): P {_describe(group.prefill, row.system)} / "
             f"D {_describe(group.decode, row.system)}" + (", MTP" if group.speculative == "mtp" else "")]
+    if config_said:
+        said.append(config_said)
     if row.mode == "agg":
         said.append(f"the row says agg with tp_size {row.agg.num_gpus}: the P/D pair's total GPUs "
                     f"({row.system} runs SGLang only disaggregated in InferenceX)")

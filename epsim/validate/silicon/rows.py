@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from epsim.errors import EpsimError
@@ -25,6 +25,7 @@ SAMPLE_NAME = "silicon_sample.csv"
 IN_SCOPE_BACKENDS = ("sglang",)
 IN_SCOPE_MODELS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "Qwen/Qwen3-235B-A22B-FP8")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+_CONFIG_ID = re.compile(r"config_id=(\d+)")
 _IMAGE = re.compile(r"(?:image=|; )([\w.\-/]+:[\w.\-]+)\s*$")
 _REQUIRED = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system",
              "mode", "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "silicon_ttft_ms",
@@ -79,6 +80,9 @@ class SiliconRow:
     decode: Side | None
     ttft_ms: float
     tpot_ms: float
+    # the file's other rows of the same InferenceX configuration (`config_id`), each without its
+    # own peers: the same deployment measured at other client counts, lengths or runs
+    peers: tuple[SiliconRow, ...] = ()
 
     @property
     def model(self) -> str:
@@ -90,6 +94,16 @@ class SiliconRow:
         """The container image the source names (empty when it names none)."""
         match = _IMAGE.search(self.source)
         return match.group(1) if match else ""
+
+    @property
+    def config_id(self) -> str | None:
+        """The InferenceX database's configuration id the source names (`config_id=434`), or
+        None. InferenceX's database keys a benchmark result by a configuration record (hardware,
+        framework, precision, spec_method, disagg, GPUs, workers, TP, EP and DP attention per
+        side; aiconfigurator's `config_adapter/inferencex.py` reads the same record), so rows
+        sharing one ran one deployment, with or without MTP alike."""
+        match = _CONFIG_ID.search(self.source)
+        return match.group(1) if match else None
 
     @property
     def tpot_side(self) -> Side:
@@ -187,12 +201,23 @@ def read_rows(path: str | Path) -> list[SiliconRow]:
             if missing:
                 raise EpsimError(f"--silicon ({path}) must be a silicon-sample CSV; it lacks the "
                                  f"column(s) {', '.join(missing)}")
-            return [parse_row(record, f"{path}:{i + 2}") for i, record in enumerate(reader)]
+            return with_peers([parse_row(record, f"{path}:{i + 2}")
+                               for i, record in enumerate(reader)])
     except OSError as exc:
         raise EpsimError(f"--silicon ({path}) must be a readable CSV file: "
                          f"{exc.strerror or type(exc).__name__}") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise EpsimError(f"--silicon ({path}) must be a UTF-8 CSV file: {exc}") from None
+
+
+def with_peers(rows: list[SiliconRow]) -> list[SiliconRow]:
+    """`rows` with `peers` set: each row's other rows of its `config_id` (none without one)."""
+    by_config: dict[str, list[SiliconRow]] = {}
+    for row in rows:
+        if row.config_id is not None:
+            by_config.setdefault(row.config_id, []).append(replace(row, peers=()))
+    return [replace(row, peers=tuple(p for p in by_config[row.config_id] if p.id != row.id))
+            if row.config_id is not None else row for row in rows]
 
 
 def out_of_scope(row: SiliconRow) -> str | None:

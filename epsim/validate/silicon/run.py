@@ -38,6 +38,11 @@ from epsim.validate.silicon.mapping import Instance, RowPlan
 ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
 PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
 PROTOCOL_REQUESTS = (2, 10)      # a steady window (a decode instance; a row of unknown harness): cycles
+# ... of which the measured part stops once it holds this many requests: the mean TPOT of 2,000
+# requests is as settled as of 10 x 8,192 (against 10 cycles: the 8192-client GB300 row `_772`
+# TPOT -0.004 %, TTFT -0.0001 %, CPU 48 -> 12 s; the fixture's 1024-client cfg505 TPOT +0.04 %,
+# 26 -> 10 s), and a decode round of thousands of clients costs its steps' pricing
+MEASURED_REQUESTS = 2000
 # One benchmark run's requests per client (`--num-prompts` / `--max-concurrency`), run after a
 # warm-up that has finished before it starts (`benchmark_serving.py` gathers the warm-up tasks,
 # then creates every request of the run at once behind a semaphore of N): InferenceX's
@@ -112,6 +117,7 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     clients = instance.routed_clients or instance.clients
     arrivals = {"kind": "concurrency", "clients": clients}
     warm, measured = PROTOCOL_REQUESTS
+    measured = min(max(ceil(MEASURED_REQUESTS / max(clients, 1)), 1), measured)
     window = (warm * cycle_s, (warm + measured) * cycle_s)
     if instance.role == "prefill":
         arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s

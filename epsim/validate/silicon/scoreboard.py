@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from epsim.plan.executors import execute, progress_bar
+from epsim.validate.silicon.candidates import predict_plan
 from epsim.validate.silicon.checkpoint import Checkpoint
 from epsim.validate.silicon.checkpoint import row_key as checkpoint_key
 from epsim.validate.silicon.mapping import plan_row
@@ -78,7 +79,7 @@ def _ours(row: SiliconRow, approximate: bool) -> dict:
     if exact.expressible or not approximate:
         return predict(exact)
     # the nearest expressible form; what the row lacks stays the exact plan's
-    ours = predict(plan_row(row, approximate=True))
+    ours = predict_plan(plan_row(row, approximate=True))
     exact_entry = predict(exact)
     ours.update(missing=exact_entry["missing"],
                 reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
