@@ -340,7 +340,8 @@ class Scheduler(Admission):
 
     def _chunk(self, pending: np.ndarray, budget: np.ndarray) -> np.ndarray:
         """[ranks, slots] prefill tokens per slot: oldest requests first until `budget`."""
-        key = np.where(pending, self.state.slot_req, np.iinfo(np.int64).max)
+        # the fill at slot_req's own dtype: NumPy 2.5 refuses a Python int its dtype cannot hold
+        key = np.where(pending, self.state.slot_req, np.iinfo(self.state.slot_req.dtype).max)
         order = np.argsort(key, axis=1, kind="stable")
         left = np.take_along_axis(np.where(pending, self.prefill_left, 0), order, axis=1)
         before = np.cumsum(left, axis=1) - left
