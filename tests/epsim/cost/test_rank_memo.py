@@ -5,6 +5,7 @@ its shape changing at nearly every step)."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -14,17 +15,19 @@ from epsim.cost.rank_memo import RankMemo, order_free_key
 from epsim.sim.engine import Simulation
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.mapping import plan_row
-from epsim.validate.silicon.rows import default_csv_path, read_rows
+from epsim.validate.silicon.rows import read_rows
 from epsim.validate.silicon.run import closed_round
 
 # a GB300 P/D row at 1,024 clients: a decode instance of EP 8 with DP attention
 ROW = "2026_04_06_deepseek_r1_gb300_sglang_fp8_disagg_8192x1024_c1024_tp8_ep8_1424"
+ROW_CSV = Path(__file__).parent / "data" / "silicon_row_1424.csv"      # the row, as the CSV has it
 
 
 def _decode_batches(num_steps: int = 120) -> tuple[CostModel, list[BatchCounts]]:
     """The batches of the first steps of ROW's decode instance under its closed loop, and the
     cost model that priced them."""
-    row = next(r for r in read_rows(default_csv_path()) if r.id == ROW)
+    (row,) = read_rows(ROW_CSV)
+    assert row.id == ROW
     decode = next(i for i in plan_row(row).instances if i.role == "decode")
     data = closed_round(decode, 2.0, 0.0186, row.osl, 1.9)
     data["workload"].update(duration_s=1.0, warmup_s=0.5)
