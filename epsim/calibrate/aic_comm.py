@@ -116,8 +116,9 @@ def allreduce_records(table: AicTable, frame, prov: Provenance, out: Imported) -
 
 def nccl_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
     """`nccl_perf` (nccl-tests, FP16 buffers, back-to-back launches): all-reduce fits the NCCL
-    all-reduce (`any/allreduce/graph/nccl`, `epsim.calibrate.allreduce`), all-gather (the `none` backend's dispatch) `none/allgather`; reduce-scatter,
-    all-to-all and INT8 rows are left out (counted)."""
+    all-reduce (`any/allreduce/graph/nccl`, `epsim.calibrate.allreduce`), all-gather (the
+    `none` backend's dispatch) `none/allgather`; reduce-scatter, all-to-all and INT8 rows are
+    left out (counted)."""
     left = 0
     note = {"kernel": "NCCL", "timing": "nccl-tests average of back-to-back launches"}
     for row in frame.itertuples(index=False):
