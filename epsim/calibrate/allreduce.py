@@ -246,7 +246,7 @@ def fit_allreduce_records(records: list[SourcedRecord], cluster: ClusterSpec
                 continue
             gpus = [p.num_ranks for _, p in mine]
             sizes = [p.num_bytes for _, p in mine]
-            shared = " (fixed and per-peer terms shared by the custom kernels)" \
+            shared = " (launch and barriers shared by the custom kernels)" \
                 if algo in CUSTOM else ""
             fits[component_key("any", "allreduce", f"{GRAPH}/{algo}")] = ComponentFit(
                 component_key("any", "allreduce", f"{GRAPH}/{algo}"), params[algo],
