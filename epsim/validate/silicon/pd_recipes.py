@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from epsim.validate.silicon import dynamo_scripts
 from epsim.validate.silicon.inferencex import Group
 from epsim.validate.silicon.rows import SiliconRow
 
@@ -111,9 +112,15 @@ def _side(recipe) -> tuple:
 
 
 def for_group(group: Group | None) -> PDRecipe | None:
-    """The recipe of an InferenceX P/D group, or None where its flags were not read."""
+    """The recipe of an InferenceX P/D group, or None where its flags were not read: an
+    srt-slurm recipe of `RECIPES`, or the ai-dynamo TP launch script a December 2025 GB200 group
+    names by `SCRIPT_MODE` (`epsim.validate.silicon.dynamo_scripts`)."""
     if group is None:
         return None
+    script = dynamo_scripts.tp_script(group.prefill.script) if group.prefill.tp_launch else None
+    if script is not None:
+        source, prefill, decode = dynamo_scripts.TP_SCRIPTS[script]
+        return PDRecipe(f"scripts/{group.prefill.script}.sh", source, dict(prefill), dict(decode))
     for (key, commit, isl, osl, prefill, decode, mtp), recipe in RECIPES.items():
         if (group.key == key and group.commit.startswith(commit) and (group.isl, group.osl) ==
                 (isl, osl) and _side(group.prefill) == prefill and _side(group.decode) == decode
@@ -136,7 +143,8 @@ def servers(run: SiliconRow, group: Group | None, assumptions: list[str]) -> dic
         out[role] = fields(recipe, role, -(-clients // max(side.attention_dp_size, 1)))
     said = "; ".join(f"{role[0].upper()} " + ", ".join(f"{k} {v}" for k, v in flags.items())
                      for role, flags in out.items())
-    line = (f"server flags of srt-slurm {recipe.config_file} ({recipe.source}, as InferenceX "
+    kind = "srt-slurm" if recipe.config_file.startswith("recipes/") else "ai-dynamo"
+    line = (f"server flags of {kind} {recipe.config_file} ({recipe.source}, as InferenceX "
             f"{group.key} at {group.commit[:9]} names it; the recipe as the index holds it): "
             f"{said}")
     if any("kv_cache_dtype" in flags for flags in out.values()):
