@@ -22,7 +22,11 @@ size in `PREFILL_NODES` / `DECODE_NODES` (4 GPUs a GB200 tray); their launch scr
 `slurm_jobs/scripts/gb200-fp8.sh`) run `--tp-size TOTAL_GPUS --dp-size TOTAL_GPUS
 --enable-dp-lm-head --enable-deepep-moe --ep-num-redundant-experts 32`: DP attention (which
 `--enable-dp-lm-head` requires) and DeepEP over every GPU of a worker (SGLang sets ep_size =
-tp_size for DeepEP), which `Recipe.wide_ep` records.
+tp_size for DeepEP), which `Recipe.wide_ep` records. From December 2025 a group's
+`SCRIPT_MODE` setting names the script (`scripts/gb200-fp8/disagg/1k1k-max-tpt.sh`; before the
+master config held them, the launch script's tenth argument, `1p_4d`), kept as `Recipe.script`:
+the low-latency ones run TP over the worker instead (`Recipe.tp_launch`,
+`epsim.validate.silicon.dynamo_scripts`).
 """
 
 from __future__ import annotations
