@@ -57,7 +57,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "silicon_ttft_gap.md"
 FEW_CLIENTS = 8
 MOST_CLIENTS = 128        # the clients table stops here: the B200 FP8 rows above it ran flags that
 #                           no InferenceX script states (docs/silicon.md, "Why the aggregated rows miss")
-_MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2}T[0-9:.]+Z?)")
+_MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2}(?:T[0-9:.]+Z?)?)")
 _CLIENTS = re.compile(r"silicon_concurrency=(\d+)")
 _WIDTH = re.compile(r"(?<![a-z_])(tp|dp)(\d+)")
 TPOT_SAME = 0.02          # repeat runs: two rows of one deployment whose mean TPOT agrees this well
@@ -257,16 +257,19 @@ def same_client() -> str:
                     or rec["mode"] != "agg" or "measured=" not in rec["silicon_data_source"]
                     or float(rec["isl"]) != 1024 or float(rec["osl"]) != 1024):
                 continue
-            groups[(rec["model_path"].rsplit("/", 1)[-1], rec["backend"], rec["system"])].append(
+            month = _MEASURED.search(rec["silicon_data_source"])
+            groups[(rec["model_path"].rsplit("/", 1)[-1], rec["backend"], rec["system"],
+                    month.group(1)[:7] if month else "")].append(
                 (float(rec["silicon_ttft_ms"]), float(rec["silicon_tpot_ms"])))
     lines = ["**The same benchmark client on other servers** (measured only: InferenceX agg rows, "
              f"1k/1k, 4-{FEW_CLIENTS} clients, every model and backend in the sample)", "",
-             "| model | backend | system | rows | TTFT median (min) ms | TPOT median ms |",
-             "|---|---|---|---|---|---|"]
-    for (model, backend, system), g in sorted(groups.items()):
+             "| model | backend | system | month measured | rows | TTFT median (min) ms |"
+             " TPOT median ms |", "|---|---|---|---|---|---|---|"]
+    for (model, backend, system, month), g in sorted(groups.items()):
         ttft = [t for t, _ in g]
-        lines.append(f"| {model} | {backend} | {system} | {len(g)} | {statistics.median(ttft):.0f}"
-                     f" ({min(ttft):.0f}) | {statistics.median(p for _, p in g):.1f} |")
+        lines.append(f"| {model} | {backend} | {system} | {month} | {len(g)} | "
+                     f"{statistics.median(ttft):.0f} ({min(ttft):.0f}) | "
+                     f"{statistics.median(p for _, p in g):.1f} |")
     return "\n".join(lines)
 
 
