@@ -230,6 +230,28 @@ def repeats(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def pd_terms(rows: list[dict]) -> str:
+    """The P/D runs at 1-FEW_CLIENTS clients epsim predicts: the parts of its TTFT
+    (`epsim.validate.silicon.handoff`; the prefill's own is its queue and forwards) beside the
+    measured, by system and prompt length (medians)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["mode"] == "disagg" and r.get("epsim", {}).get("ttft_terms"):
+            groups[(r["system"], r["isl"])].append(r)
+    lines = ["**The P/D runs: the parts of epsim's TTFT** (medians, ms)", "",
+             "| system | ISL | runs | measured | predicted | prefill | bootstrap | transfer | "
+             "decode's first token | gap |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (system, isl), g in sorted(groups.items()):
+        terms = [r["epsim"]["ttft_terms"] for r in g]
+        lines.append(f"| {system} | {isl} | {len(g)} | "
+                     f"{statistics.median(r['measured_ttft_ms'] for r in g):.0f} | "
+                     f"{statistics.median(r['predicted_ttft_ms'] for r in g):.0f} | " + " | ".join(
+                         f"{statistics.median(t[k] for t in terms):.0f}" for k in
+                         ("prefill_ms", "bootstrap_ms", "transfer_ms", "first_token_ms"))
+                     + f" | {statistics.median(r['gap_ms'] for r in g):.0f} |")
+    return "\n".join(lines)
+
+
 def lone_clients(rows: list[dict]) -> str:
     """Every row of 1-2 clients: a run of K x N requests, so one request's stall of S seconds
     moves the run's mean TTFT by S / (K N) (K = 5 in the Dynamo P/D harness)."""
@@ -294,7 +316,7 @@ def table() -> str:
              group_table(predicted, "month", "By month measured"),
              group_table(predicted, "harness", "By benchmark harness"),
              group_table(predicted, "mtp", "By MTP"),
-             isl_pairs(predicted), by_clients(rows), repeats(rows), lone_clients(rows),
+             isl_pairs(predicted), by_clients(rows), pd_terms(predicted), repeats(rows), lone_clients(rows),
              same_client()]
     return "\n\n".join(parts)
 
