@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from epsim.report.summary import summarize  # noqa: E402
 from epsim.sim import simulate  # noqa: E402
 from epsim.spec.scenario import scenario_from_dict  # noqa: E402
-from epsim.validate.silicon.agg_recipes import HARNESS_WARMUP_FROM  # noqa: E402
+from epsim.validate.silicon.agg_recipes import HARNESS_RANGE_RATIO, HARNESS_WARMUP_FROM  # noqa: E402
 from epsim.validate.silicon.inferencex import moment  # noqa: E402
 from epsim.validate.silicon.mapping import INFERENCEX_SOURCE, plan_row  # noqa: E402
 from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
@@ -175,8 +175,10 @@ def isl_pairs(rows: list[dict]) -> str:
 def by_clients(rows: list[dict]) -> str:
     """InferenceX one-node rows after the warm-up landed, at every client count: the gap, the
     TPOT error, and the share of the GPU's time a stall of the gap in every request's prefill
-    would take (arrivals per second x gap, arrivals = clients / (TTFT + (0.9 OSL - 1) TPOT),
-    both measured; each prefill alone, so an upper bound where prefills batch)."""
+    would take (arrivals per second x gap, arrivals = clients / (TTFT + (mean OSL - 1) TPOT),
+    both measured, the mean OSL the harness's (uniform in [0.8 OSL, OSL]); each prefill alone,
+    so an upper bound where prefills batch)."""
+    mean_osl = (1 + HARNESS_RANGE_RATIO) / 2
     groups: dict[int, list[dict]] = defaultdict(list)
     for r in rows:
         if (r["mode"] == "agg" and r["harness"].endswith("one prompt")
@@ -191,7 +193,7 @@ def by_clients(rows: list[dict]) -> str:
         g = groups[n]
         gaps = [r["gap_ms"] for r in g]
         tpot = [100 * (r["epsim"]["tpot_ms"] / r["measured"]["tpot_ms"] - 1) for r in g]
-        share = [100 * r["gap_ms"] * n / (r["measured_ttft_ms"] + (0.9 * r["osl"] - 1)
+        share = [100 * r["gap_ms"] * n / (r["measured_ttft_ms"] + (mean_osl * r["osl"] - 1)
                                           * r["measured"]["tpot_ms"]) for r in g]
         lines.append(f"| {n} | {len(g)} | {statistics.median(gaps):.0f} ({_q(gaps, .25):.0f}, "
                      f"{_q(gaps, .75):.0f}) | {statistics.median(tpot):+.1f} | "
