@@ -61,11 +61,9 @@ def tp_script(script: str) -> str | None:
 
 
 def describe(script: str) -> str:
-    """How an assumption names the script a mode ran, with where it was read."""
+    """How an assumption names a TP script (`tp_script(script)` is not None) and where it was
+    read."""
     name = tp_script(script)
-    if name is None:
-        return f"launch script {script}.sh" if script else "no SCRIPT_MODE (scripts/gb200-fp8.sh)"
-    source = TP_SCRIPTS[name][0]
     renamed = (f" (renamed {name.rsplit('/', 1)[-1]} on 2025-12-19; the stored 1p_4d.sh's DEP4 "
                "cannot load FP8 R1)") if script in RENAMED else ""
-    return f"launch script {script}.sh{renamed}: TP over the worker, EP 1 ({source})"
+    return f"launch script {script}.sh{renamed}: TP over the worker, EP 1 ({TP_SCRIPTS[name][0]})"

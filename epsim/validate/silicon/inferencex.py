@@ -134,8 +134,8 @@ def _script(key: str, group: dict) -> str:
     one), as its path under ai-dynamo's `slurm_jobs/scripts/` less `.sh`: InferenceX's benchmark
     script passes `GPU_TYPE` = `gb200-fp8` / `gb200-fp4` (runner and precision) beside it, and
     `submit_disagg.sh` runs `scripts/$GPU_TYPE/disagg/$SCRIPT_MODE.sh`; "" if none."""
-    mode = next((_settings(group[role])["SCRIPT_MODE"] for role in ("prefill", "decode")
-                 if _settings(group[role]).get("SCRIPT_MODE")), "")
+    modes = [_settings(group[role]).get("SCRIPT_MODE", "") for role in ("prefill", "decode")]
+    mode = next((m for m in modes if m), "")
     precision, runner = key.removeprefix(KEY_PREFIX).split("-")[:2]
     return f"{runner}-{precision}/disagg/{mode}" if mode else ""
 
@@ -160,10 +160,11 @@ def groups_of(key: str, config: dict, commit: str, date: str) -> list[Group]:
         for group in seq.get("search-space") or []:
             if "prefill" not in group:
                 continue
+            script = _script(key, group)
             found.append(Group(key, commit, date, str(config.get("image", "")), int(seq["isl"]),
                                int(seq["osl"]), _concurrencies(group),
-                               _recipe(group["prefill"], _script(key, group)),
-                               _recipe(group["decode"], _script(key, group)), _speculative(key, group)))
+                               _recipe(group["prefill"], script), _recipe(group["decode"], script),
+                               _speculative(key, group)))
     return found
 
 
