@@ -24,6 +24,7 @@ docs/silicon.md (validation only).
 from __future__ import annotations
 
 import argparse
+import copy
 import platform
 import sys
 from datetime import datetime, timezone
@@ -39,6 +40,9 @@ from aic_stages import frames, gemm_us, row_simulation  # noqa: E402
 from epsim.calibrate.aic_tables import package_version  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
 from epsim.io.write import write_text  # noqa: E402
+from epsim.sim.engine import Simulation  # noqa: E402
+from epsim.spec.scenario import scenario_from_dict  # noqa: E402
+from epsim.validate.silicon.mapping import plan_row  # noqa: E402
 from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
 from lmsys_decode_stages import measured  # noqa: E402
 
@@ -55,6 +59,7 @@ SHAPES = ((2, 8192), (4, 4096))    # (prompts a rank, tokens each): one chunk, f
 HIDDEN, INTER, SHARED_INTER, Q_LORA, KV_LORA, ROPE, TOP_K = 7168, 2048, 2048, 1536, 512, 64, 8
 MOE_LAYERS, DENSE_LAYERS = 58, 3
 DISTRIBUTIONS = ("uniform", "power_law_1.01")
+ZIPF_ALPHAS = (0.0, 0.3, 0.6, 1.0)   # sensitivity only (0: the row's uniform routing)
 
 
 def epsim_layer(sim, seqs: int, length: int) -> dict[str, float]:
@@ -73,6 +78,32 @@ def epsim_layer(sim, seqs: int, length: int) -> dict[str, float]:
             "MoE block ops": float(s.block_ops_us.mean()),
             "layer": float(s.layer_us.mean()), "step (ms)": s.step_us / 1e3,
             "dense layers + LM head + overhead (ms)": (s.dense_us + s.overhead_us) / 1e3}
+
+
+def rank_imbalance(sim, tokens: int) -> float:
+    """Mean over MoE layers of the busiest EP rank's routed pairs over the mean rank's, for one
+    forward of `tokens` tokens: the row's trivial placement, experts in order, no replicas."""
+    assert sim.cost_model.deployment.ep_num_redundant_experts == 0
+    loads = sim.skew.loads(tokens, np.random.default_rng(0))            # [layers, experts]
+    per_rank = loads.reshape(loads.shape[0], EP, -1).sum(axis=2)       # [layers, ranks]
+    return float((per_rank.max(axis=1) / per_rank.mean(axis=1)).mean())
+
+
+def skew_sensitivity(row, seqs: int, length: int) -> list[str]:
+    """epsim's forward with the row's routing replaced by Zipf(alpha) popularity (shuffled per
+    layer, no EPLB): how much per-rank imbalance a given forward time needs. Not a model of
+    the rows' routing, which is not known (no recorded DeepSeek loads on random-token prompts)."""
+    lines = ["| Zipf alpha | busiest rank / mean (routed pairs) | forward (ms) | prompt tokens/s "
+             "a GPU |", "|---:|---:|---:|---:|"]
+    for alpha in ZIPF_ALPHAS:
+        data = copy.deepcopy(plan_row(row).instances[0].data)
+        if alpha:
+            data["workload"]["skew"] = {"kind": "zipf", "alpha": alpha}
+        sim = Simulation(scenario_from_dict(data, where="silicon row"))
+        ours = epsim_layer(sim, seqs, length)
+        lines.append(f"| {alpha} | {rank_imbalance(sim, EP * seqs * length):.3f} | "
+                     f"{ours['step (ms)']:.0f} | {seqs * length / ours['step (ms)'] * 1e3:,.0f} |")
+    return lines
 
 
 def aic_moe_us(f, tokens_per_rank: int, distribution: str) -> tuple[float, float]:
@@ -152,6 +183,9 @@ def main(argv=None) -> None:
              f"`{ROW}`'s prefill instance; per MoE layer, µs, device time; AIC: "
              + ", ".join(f"`{t}`" for t in TABLES.values()) + ".", ""]
     lines += report(frames(SYSTEM, TABLES), sim)
+    seqs, length = SHAPES[0]
+    lines += [f"## Sensitivity: epsim's forward ({seqs} x {length} a rank) under skewed routing", ""]
+    lines += skew_sensitivity(row, seqs, length) + [""]
     write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))
 
