@@ -9,8 +9,9 @@ stage is too cheap (issue 39; docs/silicon.md, "Why the GB200 FP8 wide-EP 8k/1k 
 epsim: the cost model the silicon mapping builds for the row's prefill instance (`plan_row` ->
 `Simulation`), one forward of every rank running `seqs` fresh prompts of `length` tokens, the
 row's own routing (uniform, the mapping's skew), per MoE layer. AIC (op-level calibration data):
-its `wideep_context_mla` module (trtllm_mla, FP8 KV, 128 heads; the collector's module leaves
-out `fused_qkv_a_proj_with_mqa`, added here from the FP8-block GEMM table), its DeepEP MoE
+its `wideep_context_mla` module (SGLang 0.5.10, trtllm_mla, FP8 KV, 128 heads: the attention
+module timed whole), split as its 0.5.14 kernel table (`context_mla`) and the projections' FP8-block
+GEMMs (q_a/kv_a fused, q_b, o, and kv_b over every key), its DeepEP MoE
 (`wideep_context_moe`, whose `num_tokens` is the whole EP group's: collector `num_token *
 simulated_ep_size`; it has no EP 8, so EP 4 and EP 16 at the same routed pairs a rank bracket
 it), DeepEP normal dispatch/combine (`wideep_deepep_normal`, one node, the rank's tokens, at
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from aic_stages import frames, gemm_us, row_simulation  # noqa: E402
 from epsim.calibrate.aic_tables import package_version  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
+from epsim.cost.mla import _gemm, mla_kernel_us, mla_token_us, prefill_kernel_work  # noqa: E402
 from epsim.io.write import write_text  # noqa: E402
 from epsim.sim.engine import Simulation  # noqa: E402
 from epsim.spec.scenario import scenario_from_dict  # noqa: E402
@@ -47,6 +49,7 @@ from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E40
 from lmsys_decode_stages import measured  # noqa: E402
 
 TABLES = {"mla": "mla/sglang/0.5.10/wideep_context_mla_perf.parquet",
+          "kernel": "mla/sglang/0.5.14/context_mla_perf.parquet",
           "moe": "moe/sglang/0.5.10/wideep_context_moe_perf.parquet",
           "a2a": "comm/sglang/0.5.12/wideep_deepep_normal_perf.parquet",
           "gemm": "gemm/sglang/0.5.14/gemm_perf.parquet"}
@@ -60,6 +63,7 @@ CHUNK = 131072 // EP               # --chunked-prefill-size over the DP size, to
 SHAPES = ((2, 8192), (4, 4096))    # (prompts a rank, tokens each): one chunk, fresh prompts
 # DeepSeek-V3/R1 (config.json)
 HIDDEN, INTER, SHARED_INTER, Q_LORA, KV_LORA, ROPE, TOP_K = 7168, 2048, 2048, 1536, 512, 64, 8
+NOPE, V_DIM = 128, 128
 MOE_LAYERS, DENSE_LAYERS = 58, 3
 DISTRIBUTIONS = ("uniform", "power_law_1.01")
 ZIPF_ALPHAS = (0.0, 0.3, 0.6, 1.0)   # sensitivity only (0: the row's uniform routing)
@@ -74,7 +78,14 @@ def epsim_layer(sim, seqs: int, length: int) -> dict[str, float]:
                         np.full(EP, float(seqs)), "prefill", np.full(EP, float(seqs)))
     loads = sim.skew.loads(batch.routed_tokens, np.random.default_rng(0))   # [layers, experts]
     s = sim.cost_model.step(batch, loads, sim.placement.tables)
+    mla = sim.cost_model.params.attention.mla
+    work = prefill_kernel_work(batch.prefill_tokens, batch.prefill_context, batch.prefill_chunks,
+                               mla.heads, mla.prefill_form, mla.num_sms)
     return {"attention (projections, kernel, block ops)": float(s.attention_us.mean()),
+            "- of it: MLA kernel": float(mla_kernel_us(work, mla.prefill, mla.hardware)[0]),
+            "- of it: q_a/kv_a, q_b, o GEMMs": float(mla_token_us(batch.tokens, zero, mla)[0]),
+            "- of it: kv_b up-projection": float(_gemm(batch.prefill_context, mla.heads * (
+                mla.nope_dim + mla.v_dim), mla.kv_lora_rank, mla)[0]),
             "routed experts (slowest rank)": float(s.experts_us.mean()),
             "dispatch": float(s.dispatch_us.mean()), "combine": float(s.combine_us.mean()),
             "shared expert": float(s.shared_experts_us.mean()),
@@ -120,10 +131,16 @@ def aic_layer(f, seqs: int, length: int) -> dict[str, float]:
     """One MoE layer's stages from AIC's tables (µs)."""
     m = seqs * length
     normal = dict(hidden_size=HIDDEN, num_topk=TOP_K, num_experts=256, num_token=m)
-    out = {"MLA module (trtllm_mla, FP8 KV)": measured(
-               f["mla"], num_heads=128, batch_size=seqs, isl=length, kernel_source="trtllm_mla"),
-           "fused_qkv_a_proj GEMM": gemm_us(f["gemm"], m, Q_LORA + KV_LORA + ROPE, HIDDEN,
-                                            "fp8_block")}
+    heads = 128
+    out = {"MLA module 0.5.10 (trtllm_mla, FP8 KV)": measured(
+               f["mla"], num_heads=heads, batch_size=seqs, isl=length, kernel_source="trtllm_mla"),
+           "MLA kernel 0.5.14 (trtllm_mla, FP8 KV)": measured(
+               f["kernel"], num_heads=heads, batch_size=seqs, isl=length, tp_size=1,
+               kv_cache_dtype="fp8", kernel_source="trtllm_mla"),
+           "q_a/kv_a, q_b, o GEMMs": (gemm_us(f["gemm"], m, Q_LORA + KV_LORA + ROPE, HIDDEN, "fp8_block")
+                                      + gemm_us(f["gemm"], m, heads * (NOPE + ROPE), Q_LORA, "fp8_block")
+                                      + gemm_us(f["gemm"], m, HIDDEN, heads * V_DIM, "fp8_block")),
+           "kv_b GEMM": gemm_us(f["gemm"], m, heads * (NOPE + V_DIM), KV_LORA, "fp8_block")}
     for dist in DISTRIBUTIONS:
         ep4, ep16 = aic_moe_us(f, m, dist)
         out[f"MoE {dist}, EP 4 / EP 16"] = (ep4, ep16)
@@ -145,14 +162,18 @@ def report(f, sim, system: str) -> list[str]:
     lines = []
     for seqs, length in SHAPES:
         ours, theirs = epsim_layer(sim, seqs, length), aic_layer(f, seqs, length)
-        lines += [f"## {system}: {seqs} prompts x {length} tokens a rank ({seqs * length} tokens, EP {EP})",
-                  "", "| epsim stage | µs | AIC stage | µs |", "|---|---:|---|---:|"]
-        mine, aic = list(ours.items())[:7], list(theirs.items())
-        for i in range(max(len(mine), len(aic))):
-            a = f"| {mine[i][0]} | {mine[i][1]:.0f} " if i < len(mine) else "| | "
-            b = f"| {aic[i][0]} | {_fmt(aic[i][1])} |" if i < len(aic) else "| | |"
-            lines.append(a + b)
-        attn = theirs["MLA module (trtllm_mla, FP8 KV)"] + theirs["fused_qkv_a_proj GEMM"]
+        lines += [f"## {system}: {seqs} prompts x {length} tokens a rank ({seqs * length} "
+                  f"tokens, EP {EP})", "", "| epsim stage | µs | AIC at the same shape | µs |",
+                  "|---|---:|---|---:|"]
+        # each epsim stage beside the AIC rows that time the same work (µs)
+        pairs = ((0, (0,)), (1, (1,)), (2, (2,)), (3, (3,)), (4, (4, 5)), (5, (6, 8)),
+                 (6, (7, 9)), (7, (10,)), (8, ()), (9, ()))
+        mine, aic = list(ours.items()), list(theirs.items())
+        for i, js in pairs:
+            names = "; ".join(aic[j][0] for j in js)
+            values = "; ".join(_fmt(aic[j][1]) for j in js)
+            lines.append(f"| {mine[i][0]} | {mine[i][1]:.0f} | {names} | {values} |")
+        attn = theirs["MLA module 0.5.10 (trtllm_mla, FP8 KV)"]
         a2a = theirs["dispatch, 20 SMs"] + theirs["combine, 20 SMs"]
         rest = a2a + theirs["shared expert GEMMs"] + ours["MoE block ops"]
         layer = {d: tuple(attn + rest + x for x in theirs[f"MoE {d}, EP 4 / EP 16"])
@@ -163,7 +184,7 @@ def report(f, sim, system: str) -> list[str]:
         lines += ["", f"epsim: layer {ours['layer']:.0f} µs, forward {ours['step (ms)']:.0f} ms "
                   f"(dense layers + LM head + overhead {tail_ms:.0f} ms): "
                   f"{seqs * length / ours['step (ms)'] * 1e3:,.0f} prompt tokens/s a GPU.",
-                  f"AIC's stages summed (MLA module + q/kv-a GEMM {attn:.0f}, DeepEP normal at 20 "
+                  f"AIC's stages summed (MLA module {attn:.0f}, DeepEP normal at 20 "
                   f"SMs {a2a:.0f}, shared expert, epsim's MoE block ops, serial: no TBO), MoE at "
                   "EP 4 / EP 16 routed pairs:"]
         lines += [f"- {d}: layer {_fmt(layer[d])} µs; x {MOE_LAYERS} + epsim's "
