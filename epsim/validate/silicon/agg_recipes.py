@@ -21,20 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 from epsim.io.write import write_text
-from epsim.validate.silicon.inferencex import (MASTER_PATHS, RUNNERS, _concurrencies, in_effect,
-                                               moment)
+from epsim.validate.silicon.inferencex import (MASTER_PATHS, MTP_SUFFIX, RUNNERS, _concurrencies,
+                                               in_effect, moment)
 from epsim.validate.silicon.inferencex_extract import _git, master_versions
-from epsim.validate.silicon.resolve import _MEASURED
+from epsim.validate.silicon.resolve import _MEASURED, SEVERAL_GROUPS, Resolved
 
 AGG_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_agg.json"
 AGG_SUFFIX = "-sglang"
-# the agg keys the in-scope rows can come from (DeepSeek-R1, SGLang, one node)
-AGG_KEYS = tuple(f"dsr1-{p}-{g}{AGG_SUFFIX}" for p in ("fp4", "fp8") for g in ("b200", "b300", "h200"))
+# the agg keys the in-scope rows can come from (DeepSeek-R1, SGLang, one node), and their MTP
+# twins (`dsr1-fp8-b200-sglang-mtp`: every group runs the draft; one push may sweep both)
+AGG_KEYS = tuple(f"dsr1-{p}-{g}{AGG_SUFFIX}{twin}" for p in ("fp4", "fp8")
+                 for g in ("b200", "b300", "h200") for twin in ("", MTP_SUFFIX))
 RECV_FROM_CLIENTS = 16           # the scripts' `if [[ $CONC -ge 16 ]]` for the receive interval
 # the harness's prompt and output lengths: `.github/workflows/benchmark-tmpl.yml` sets
 # RANDOM_RANGE_RATIO (input default '0.8' at 1221659c2, 2025-11; fixed 0.8 from d053ae24e, #480,
@@ -66,11 +68,17 @@ class Flags:
     recv_interval: tuple[int, int] = (1, 1)
     source: str = ""
     unstated_ep_is_tp: bool = False     # a sweep without `ep` ran EP = TP (`--enable-ep-moe`)
+    # the MTP twin's draft (`--speculative-algorithm EAGLE`, which loads DeepSeek's NextN layer as
+    # the draft): (`--speculative-num-steps`, `--speculative-eagle-topk`,
+    # `--speculative-num-draft-tokens`); None: no draft
+    draft: tuple[int, int, int] | None = None
 
 
 _FP4 = Flags(256, 256, 16384, None, 0.85, "fp8_e4m3", (10, 30), unstated_ep_is_tp=True)
 _FP8_TP8 = Flags(128, 128, 32768, 32768, 0.82, "fp8_e4m3", (10, 30))
 _FP8_TP4 = Flags(32, 32, 8192, 8192, 0.95, "fp8_e4m3", (10, 10))
+# the FP8 MTP twins' script (`dsr1_fp8_b200_mtp.sh`, `dsr1_fp8_b300_mtp.sh`): TP 8 only
+_FP8_MTP = Flags(512, 512, 16384, 16384, 0.82, "fp8_e4m3", (10, 30), draft=(2, 1, 3))
 _H200_1K1K = Flags(512, 512, 32768, 32768, 0.82, "auto")
 _H200 = Flags(256, 256, 32768, 32768, 0.82, "auto")
 
@@ -91,6 +99,10 @@ SCRIPTS: dict[str, list[tuple[int | None, tuple[int, int] | None, Flags]]] = {
         (4, None, _at(_FP8_TP4, "64c20b6b5: benchmarks/single_node/dsr1_fp8_b200.sh (TP=4)")),
         (None, None, _at(_FP8_TP8, "189ae51cc: benchmarks/dsr1_fp8_b200_docker.sh (2025-11); "
                                    "64c20b6b5: benchmarks/single_node/dsr1_fp8_b200.sh (TP=8)"))],
+    "dsr1-fp8-b200-sglang-mtp": [(8, None, _at(_FP8_MTP, "64c20b6b5: benchmarks/single_node/"
+                                                         "dsr1_fp8_b200_mtp.sh (2026-03)"))],
+    "dsr1-fp8-b300-sglang-mtp": [(8, None, _at(_FP8_MTP, "f8543f9d1: benchmarks/single_node/"
+                                                         "dsr1_fp8_b300_mtp.sh (2026-04)"))],
     "dsr1-fp8-b300-sglang": [
         (4, None, _at(_FP8_TP4, "5b302f147: benchmarks/single_node/dsr1_fp8_b300.sh (TP=4)")),
         (None, None, _at(_FP8_TP8, "5b302f147: benchmarks/single_node/dsr1_fp8_b300.sh (TP=8)"))],
@@ -99,6 +111,11 @@ SCRIPTS: dict[str, list[tuple[int | None, tuple[int, int] | None, Flags]]] = {
                                              "(ISL=OSL=1024)")),
         (None, None, _at(_H200, "41aff0afc: benchmarks/single_node/dsr1_fp8_h200.sh"))],
 }
+
+
+# pushes whose `perf-changelog.yaml` entry named an agg key and its MTP twin, so one sweep ran
+# both (InferenceX): 12ba0ae07 (#943, 2026-03-25) names dsr1-fp8-b200-sglang and its -mtp twin
+JOINT_SWEEPS = frozenset({"12ba0ae07289e3212840f8f59913ddee97b07f73"})
 
 
 @dataclass(frozen=True)
@@ -138,18 +155,19 @@ class _Version:
 
 
 def recipe_flags(precision: str, system: str, isl: int, osl: int, tp: int, ep: int, clients: int,
-                 measured: str | None) -> RowFlags | None:
+                 measured: str | None, mtp: bool = False) -> RowFlags | None:
     """The flags of the script that ran an agg row (module doc), or None where no version of
-    its key in effect at `measured` ran its ISL/OSL, TP and client count. The row's `ep` where
-    the sweep ran it, else the sweep's one `ep` at that TP (InferenceX passes it as `--ep-size`;
-    the November 2025 fp4 script's `--enable-ep-moe` is EP = TP): None where it ran several."""
-    key = agg_key(precision, system)
-    if key not in SCRIPTS:
+    its key (`mtp`: of its MTP twin) in effect at `measured` ran its ISL/OSL, TP and client
+    count. The row's `ep` where the sweep ran it, else the sweep's one `ep` at that TP
+    (InferenceX passes it as `--ep-size`; the November 2025 fp4 script's `--enable-ep-moe` is
+    EP = TP): None where it ran several."""
+    key = agg_key(precision, system) + (MTP_SUFFIX if mtp else "")
+    flags = next((f for t, seq, f in SCRIPTS.get(key, ())
+                  if (t is None or t == tp) and (seq is None or seq == (isl, osl))), None)
+    if flags is None:
         return None
-    flags = next(f for t, seq, f in SCRIPTS[key]
-                 if (t is None or t == tp) and (seq is None or seq == (isl, osl)))
     unstated = tp if flags.unstated_ep_is_tp else 1
-    found = [(v, run[3] or unstated) for v in in_effect(versions().get(key, []), measured)
+    found = [(v, run[3] or unstated) for v in _ran(key, isl, osl, tp, clients, measured)
              for run in v.runs if (run[0], run[1], run[2], run[4]) == (isl, osl, tp, clients)]
     eps = {e for _, e in found}
     if ep not in eps and len(eps) != 1:
@@ -160,11 +178,50 @@ def recipe_flags(precision: str, system: str, isl: int, osl: int, tp: int, ep: i
     return RowFlags(key, flags, above if clients >= RECV_FROM_CLIENTS else below, commit, ran)
 
 
-def for_row(row) -> RowFlags | None:
-    """`recipe_flags` of an agg `SiliconRow` as it ran (`resolve`): its GPUs are InferenceX's tp."""
+def _ran(key: str, isl: int, osl: int, tp: int, clients: int, measured: str | None) -> list:
+    """The versions of `key` in effect at `measured` whose sweep ran the ISL/OSL, TP and clients."""
+    return [v for v in in_effect(versions().get(key, []), measured)
+            if any((r[0], r[1], r[2], r[4]) == (isl, osl, tp, clients) for r in v.runs)]
+
+
+def _measured(row) -> str | None:
     match = _MEASURED.search(row.source)
+    return match.group(1) if match else None
+
+
+def for_row(row, mtp: bool = False) -> RowFlags | None:
+    """`recipe_flags` of an agg `SiliconRow` as it ran (`resolve`): its GPUs are InferenceX's tp;
+    `mtp`: the flags of its key's MTP twin (`draft`)."""
     return recipe_flags(row.precision, row.system, row.isl, row.osl, row.agg.num_gpus,
-                        row.agg.moe_ep_size, row.concurrency or 0, match.group(1) if match else None)
+                        row.agg.moe_ep_size, row.concurrency or 0, _measured(row), mtp)
+
+
+def draft(ran: Resolved) -> Resolved:
+    """An agg row as its sweeps ran it: InferenceX's agg keys have MTP twins
+    (`dsr1-fp8-b200-sglang-mtp`, every group running the draft), and one push may sweep a key
+    and its twin (12ba0ae07, 2026-03-25, named both in `perf-changelog.yaml`), so a row whose
+    ISL/OSL, TP and client count only the twin's sweep in effect ran was run with MTP, and a
+    row both ran in a push that swept both (`JOINT_SWEEPS`) cannot be told apart (the sample
+    then holds two rows identical but for their serial and latencies): each draft is an
+    alternative, as for P/D rows (`resolve`). Where the twin's version in effect came from a push
+    of its own, a row the base key ran is the base key's, as before."""
+    row = ran.row
+    args = (row.isl, row.osl, row.agg.num_gpus, row.concurrency or 0, _measured(row))
+    key = agg_key(row.precision, row.system)
+    base, twin = _ran(key, *args), _ran(key + MTP_SUFFIX, *args)
+    if not twin or base and not any(v.commit in JOINT_SWEEPS for v in twin):
+        return ran
+    if not base:
+        return replace(ran, speculative=True, assumptions=ran.assumptions + (
+            f"MTP: only {key}{MTP_SUFFIX}'s sweep ran the row's ISL/OSL, TP and client count "
+            f"then",))
+    alternatives = tuple(replace(ran, speculative=mtp, assumptions=ran.assumptions + (
+        f"{'with' if mtp else 'without'} MTP, as {key}{MTP_SUFFIX if mtp else ''} ran it",))
+        for mtp in (False, True))
+    return replace(ran, error=(f"InferenceX's {key} and {key}{MTP_SUFFIX} both ran the row's "
+                               f"ISL/OSL, TP and {row.concurrency} clients then: the row does "
+                               f"not say whether MTP ran"),
+                   error_class=SEVERAL_GROUPS, alternatives=alternatives)
 
 
 def cold_start_note(row) -> str | None:
@@ -191,6 +248,9 @@ def deployment_fields(found: RowFlags) -> dict:
               "chunked_prefill_size": f.chunked_prefill_size,
               "mem_fraction_static": f.mem_fraction_static, "kv_cache_dtype": f.kv_cache_dtype,
               "scheduler_recv_interval": found.scheduler_recv_interval}
+    if f.draft is not None:
+        fields.update(zip(("speculative_num_steps", "speculative_eagle_topk",
+                           "speculative_num_draft_tokens"), f.draft))
     return {k: v for k, v in fields.items() if v is not None}
 
 
