@@ -324,11 +324,13 @@ def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
     return max(share, 1)
 
 
-def _agg_server(run: SiliconRow, assumptions: list[str]) -> tuple[SiliconRow, dict]:
-    """An agg row's launch-script flags (`agg_recipes`) as `DeploymentSpec` fields, and the row
-    with its sweep's EP where its cell differs; each said in `assumptions` (the flags' line
-    replaces the first, the unstated KV-cache dtype's). No flags known: none, and said so."""
-    found = agg_recipes.for_row(run)
+def _agg_server(run: SiliconRow, assumptions: list[str], mtp: bool = False
+                ) -> tuple[SiliconRow, dict]:
+    """An agg row's launch-script flags (`agg_recipes`; `mtp`: its key's MTP twin's) as
+    `DeploymentSpec` fields, and the row with its sweep's EP where its cell differs; each said in
+    `assumptions` (the flags' line replaces the first, the unstated KV-cache dtype's). No flags
+    known: none, and said so."""
+    found = agg_recipes.for_row(run, mtp)
     if found is None:
         assumptions.append("server flags not known (no InferenceX agg sweep in effect ran the "
                            "row): max_running_requests = clients, SGLang's other defaults")
@@ -361,6 +363,8 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
         return RowPlan(row, (), error="the row states no client count (silicon_concurrency=N in "
                                       "silicon_data_source)")
     ran = resolve(row)
+    if ran.error is None and ran.row.mode == "agg":    # an agg key's MTP twin (`agg_recipes`)
+        ran = agg_recipes.draft(ran)
     if ran.error is not None and approximate and ran.alternatives:
         return _candidates_plan(row, ran)
     if ran.error is not None:
@@ -395,7 +399,7 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
     run = ran.row
     server = {}
     if run.mode == "agg":
-        run, server = _agg_server(run, assumptions)
+        run, server = _agg_server(run, assumptions, ran.speculative)
         if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row)):
             assumptions.append(cold)
         roles = [("agg", run.agg, 1)]
@@ -403,7 +407,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
                  ("decode", run.decode, run.decode.num_workers or 1)]
     servers = {"agg": server} if run.mode == "agg" else pd_recipes.servers(run, ran.group, assumptions)
-    if ran.speculative and "speculative_num_steps" not in servers.get("decode", {}):
+    if ran.speculative and "speculative_num_steps" not in servers.get("decode",
+                                                                      servers.get("agg", {})):
         assumptions.append("MTP as speculative_algorithm NEXTN with SGLang's defaults for DeepSeek "
                            "(the recipe says spec-decoding: mtp, not its steps)")
     redundant = dict(ran.redundant_experts or {})
