@@ -1,8 +1,8 @@
-"""The stages of one prefill forward of the GB200 (and GB300) FP8 wide-EP 8k/1k P/D rows' DEP8 prefill
-(srt-slurm `recipes/gb200-fp8/8k1k/max_tpt.yaml` / `mid-curve.yaml`: DP attention 8 + DeepEP
-normal EP 8, chunks of 131072 / 8 = 16384 tokens a rank, no two-batch overlap, eager), as epsim
-prices them, against aiconfigurator-core's GB200 SGLang op tables at the same shapes: which
-stage is too cheap (issue 39; docs/silicon.md, "Why the GB200 FP8 wide-EP 8k/1k rows miss").
+"""The stages of one prefill forward of the GB200 (and GB300) FP8 wide-EP 8k/1k P/D rows' DEP8
+prefill (srt-slurm `recipes/gb200-fp8/8k1k/max_tpt.yaml` / `mid-curve.yaml`: DP attention 8 +
+DeepEP normal EP 8, chunks of 131072 / 8 = 16384 tokens a rank, no two-batch overlap, eager), as
+epsim prices them, against aiconfigurator-core's SGLang op tables of the same system at the same
+shapes: which stage is too cheap (issue 39; docs/silicon.md, "Why the GB200 FP8 wide-EP 8k/1k rows miss").
 
     python benchmarks/gb200_wide_prefill_stages.py [--out benchmarks/results/gb200_wide_prefill_stages.md]
 
@@ -18,8 +18,8 @@ it), DeepEP normal dispatch/combine (`wideep_deepep_normal`, one node, the rank'
 SGLang's default 20 SMs and at 24) and the shared expert's two FP8-block GEMMs. MoE rows are
 given balanced (`uniform`) and at `power_law_1.01`, the distribution AIC's own DeepSeek model
 prices (`aiconfigurator_core/sdk/models/deepseek.py`, `_power_law_alpha = 1.01`). Device time.
-No end-to-end figure is read; the measured prefill rate quoted in the result comes from
-docs/silicon.md (validation only).
+Last, epsim's forward with the row's routing replaced by Zipf popularity (a sensitivity, not a
+model). No end-to-end figure is read (docs/silicon.md sets the result beside the measured rate).
 """
 
 from __future__ import annotations
