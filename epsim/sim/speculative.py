@@ -13,7 +13,9 @@ python/sglang/srt/speculative/eagle_worker.py, `forward_batch_generation`):
 Each request then gets `k` tokens, 1 <= k <= num_steps + 1 (the accepted drafts and the target's
 bonus token). The draft model of DeepSeek-V3/R1 is its MTP module: one decoder layer (MLA
 attention and an MoE layer with the target's experts, dispatched the same way) and the shared
-LM head, priced by the same cost model as a one-layer model (`DraftPricer`). The verify step is
+LM head, priced by the same cost model as a one-layer model (`DraftPricer`; in a run, its MoE
+layer from pools of draws per forward shape, as the fast engine prices the target's steps:
+`epsim.sim.stepper`). The verify step is
 the target's decode step over `num_draft_tokens` tokens per request (`verify_counts`): every
 token through the MoE layers and the LM head, the attention's FLOPs for every query, its KV
 cache read once per request and its decode kernel run once per request, the draft tokens' queries
@@ -39,6 +41,9 @@ from epsim.cost.model import CostModel
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb.placement import Placement
 from epsim.routing.skew import SkewModel
+from epsim.sim.stepper import DRIFT_STALE_FRAC, MAX_DRAWS, USES_PER_DRAW, moe_draws
+
+MAX_POOLS = 64                  # draft forward shapes whose pools are kept, at most
 
 DEEPSEEK_ACCEPT_RATE = 0.85     # DeepSeek-V3 report: second-token acceptance 85-90 %
 
@@ -95,8 +100,26 @@ def verify_counts(batch: BatchCounts, draft_tokens: int) -> BatchCounts:
                        batch.prefill_seqs, float(draft_tokens))
 
 
+class _Pool:
+    """MoE draws of one draft forward shape: their costs `rows`, drawn at `t_s`, serving at most
+    `max_uses` forwards."""
+
+    def __init__(self, t_s: float, rows: list, max_uses: int):
+        self.t_s, self.rows, self.max_uses = t_s, rows, max_uses
+        self.used = 0
+
+
 class DraftPricer:
     """The draft model's forwards of one verify cycle (module doc), priced as a one-layer model.
+
+    A run's cycles (`cycle_us` on the run's stream) take the draft's MoE layer from pools of
+    draws, one per forward shape (tokens per rank, phase, CUDA graph), as the fast engine's
+    steps take the target's (`epsim.sim.stepper.PoolStepper`: at most `USES_PER_DRAW` forwards
+    per draw, `MAX_DRAWS` draws, redrawn past the drift window; a trace skew draws every
+    forward): a cycle runs two or three shapes, so each keeps its own pool. Each forward's MoE
+    cost is still a correct draw of its distribution; the draft's forwards cost a decode run
+    most of its time when each drew and priced its own (an 8192-output MTP row: three quarters).
+    A caller's own `rng` (the steady-batch model's price of one batch) draws every forward.
 
     Args:
         scenario, profile, seed: the run's.
@@ -117,18 +140,55 @@ class DraftPricer:
         # the step's fixed overhead and its scheduler host time, paid once by the cycle
         self.overhead_base_us = (self.cost_model.params.overhead["base_us"]
                                  + self.cost_model.scheduler_host.step_us)
+        rate = getattr(w.skew, "drift_rate_per_s", 0.0)
+        self.drift_window_s = DRIFT_STALE_FRAC / rate if rate > 0 else np.inf
+        self.pooled = w.skew.kind != "trace"     # a trace changes popularity every forward
+        self._pools: dict[tuple, _Pool] = {}
+        self._lifetimes: dict[tuple, int] = {}   # forwards each shape's last pool served
+        self._pick = np.random.Generator(np.random.SFC64([seed, 0xD4AF8]))   # a pool's row
 
-    def forward_us(self, batch: BatchCounts, t_s: float, rng: np.random.Generator) -> float:
+    def forward_us(self, batch: BatchCounts, t_s: float, rng: np.random.Generator,
+                   pooled: bool = False) -> float:
         """One draft forward over `batch`, without the step's fixed overhead (the draft's
-        forwards run inside the cycle that already pays it)."""
-        loads = self.skew.loads(batch.routed_tokens, rng, t_s=t_s)
-        return self.cost_model.step(batch, loads, self.tables).step_us - self.overhead_base_us
+        forwards run inside the cycle that already pays it); `pooled`: its MoE layer from its
+        shape's pool (class doc), else drawn and priced alone."""
+        if pooled and self.pooled:
+            moe = self._pooled_moe(batch, t_s, rng)
+            step = self.cost_model.step(batch, None, self.tables, moe=moe, record=False)
+        else:
+            loads = self.skew.loads(batch.routed_tokens, rng, t_s=t_s)
+            step = self.cost_model.step(batch, loads, self.tables, record=False)
+        return step.step_us - self.overhead_base_us
+
+    def _pooled_moe(self, batch: BatchCounts, t_s: float, rng: np.random.Generator):
+        """The `MoECost` of one forward of `batch` at `t_s`: a row of its shape's pool, a new
+        pool where it has none left (M draws for twice what the shape's last pool served, as
+        `PoolStepper._new_pool`)."""
+        cost_model = self.cost_model
+        key = (cost_model.ep_tokens(batch).tobytes(), batch.phase, cost_model.uses_graph(batch))
+        pool = self._pools.get(key)
+        if pool is None or pool.used >= pool.max_uses or t_s - pool.t_s >= self.drift_window_s:
+            if pool is not None:
+                self._lifetimes[key] = pool.used
+            expected = max(1, min(MAX_DRAWS * USES_PER_DRAW,
+                                  2 * self._lifetimes.get(key, MAX_DRAWS * USES_PER_DRAW)))
+            num_draws = min(MAX_DRAWS, -(-expected // USES_PER_DRAW))
+            _, rows = moe_draws(cost_model, self.skew, rng, self.tables, batch, num_draws, t_s)
+            if len(self._pools) >= MAX_POOLS and key not in self._pools:
+                self._pools.clear()
+                self._lifetimes.clear()
+            pool = self._pools[key] = _Pool(t_s, rows, num_draws * USES_PER_DRAW)
+        pool.used += 1
+        if len(pool.rows) == 1:
+            return pool.rows[0]
+        return pool.rows[int(self._pick.integers(len(pool.rows)))]
 
     def cycle_us(self, requests: np.ndarray, context: np.ndarray, prefill: BatchCounts | None,
                  t_s: float, rng: np.random.Generator | None = None) -> float:
         """The draft forwards of one step: `requests` [dp] decoding requests per rank whose
         contexts sum to `context` [dp]; `prefill`: the step's prefill chunk, which the draft
-        extends too (None: none); `rng`: the load draws' (None: the run's stream)."""
+        extends too (None: none); `rng`: the load draws' (None: the run's stream, from pools)."""
+        pooled = rng is None
         rng = self.rng if rng is None else rng
         total = 0.0
         if requests.any():
@@ -137,14 +197,14 @@ class DraftPricer:
             for _ in range(self.steps - 1):                     # draft decode forwards
                 tokens = requests * self.topk
                 total += self.forward_us(BatchCounts(tokens, tokens * (per + 1), z, z, z, tokens,
-                                                     "decode"), t_s, rng)
+                                                     "decode"), t_s, rng, pooled)
             extend = requests * (self.steps + 1)                # draft extend after verify
             total += self.forward_us(BatchCounts(extend, extend * (per + 1), z, z, z, requests,
-                                                 "decode"), t_s, rng)
+                                                 "decode"), t_s, rng, pooled)
         if prefill is not None and prefill.prefill_tokens.any():
             z = np.zeros_like(prefill.prefill_tokens)
             total += self.forward_us(BatchCounts(z, z, prefill.prefill_tokens,
                                                  prefill.prefill_context, prefill.prefill_pairs,
                                                  prefill.prefill_chunks, "prefill",
-                                                 prefill.prefill_seqs), t_s, rng)
+                                                 prefill.prefill_seqs), t_s, rng, pooled)
         return total
