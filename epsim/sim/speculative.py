@@ -112,20 +112,23 @@ class _Pool:
 class DraftPricer:
     """The draft model's forwards of one verify cycle (module doc), priced as a one-layer model.
 
-    A run's cycles (`cycle_us` on the run's stream) take the draft's MoE layer from pools of
+    Under `pooled` (a run's `coarse_pools`), its cycles (`cycle_us` on the run's stream) take
+    the draft's MoE layer from pools of
     draws, one per forward shape (tokens per rank, phase, CUDA graph), as the fast engine's
     steps take the target's (`epsim.sim.stepper.PoolStepper`: at most `USES_PER_DRAW` forwards
     per draw, `MAX_DRAWS` draws, redrawn past the drift window; a trace skew draws every
     forward): a cycle runs two or three shapes, so each keeps its own pool. Each forward's MoE
     cost is still a correct draw of its distribution; the draft's forwards cost a decode run
     most of its time when each drew and priced its own (an 8192-output MTP row: three quarters).
-    A caller's own `rng` (the steady-batch model's price of one batch) draws every forward.
+    Otherwise, and with a caller's own `rng` (the steady-batch model's price of one batch),
+    every forward draws its own.
 
     Args:
         scenario, profile, seed: the run's.
+        pooled: a run's cycles take the draft's MoE layer from pools (above).
     """
 
-    def __init__(self, scenario, profile, seed: int):
+    def __init__(self, scenario, profile, seed: int, pooled: bool = False):
         sc = scenario
         m, c, d, w = sc.model, sc.cluster, sc.deployment, sc.workload
         self.steps, self.topk, self.draft_tokens = d.speculative_steps
@@ -142,7 +145,7 @@ class DraftPricer:
                                  + self.cost_model.scheduler_host.step_us)
         rate = getattr(w.skew, "drift_rate_per_s", 0.0)
         self.drift_window_s = DRIFT_STALE_FRAC / rate if rate > 0 else np.inf
-        self.pooled = w.skew.kind != "trace"     # a trace changes popularity every forward
+        self.pooled = pooled and w.skew.kind != "trace"   # a trace: popularity every forward
         self._pools: dict[tuple, _Pool] = {}
         self._lifetimes: dict[tuple, int] = {}   # forwards each shape's last pool served
         self._pick = np.random.Generator(np.random.SFC64([seed, 0xD4AF8]))   # a pool's row
