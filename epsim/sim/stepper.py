@@ -112,6 +112,13 @@ def price_draws(cost_model: CostModel, tables: PlacementTables, batch: BatchCoun
             for i in range(loads.shape[0])]
 
 
+def nearby(tokens: np.ndarray, total: float, most: float) -> bool:
+    """Whether EP ranks' dispatched `tokens` ([ranks]) are within `COARSE_TOKENS_FRAC` of a
+    pool's, whose ranks dispatched `total` in all and `most` on the busiest (coarse pools)."""
+    return (abs(float(tokens.sum()) - total) <= COARSE_TOKENS_FRAC * total
+            and abs(float(tokens.max(initial=0.0)) - most) <= COARSE_TOKENS_FRAC * most)
+
+
 def _row(x, i: int):
     """Draw `i` of a `[draws, ...]` array; a float shared by every draw as it is."""
     return x[i] if np.ndim(x) else x
@@ -207,12 +214,8 @@ class PoolStepper:
             return pool
         if not self.sim.coarse_pools or key[1:] != pool.key[1:] or self.sim.wants_fresh_loads:
             return None
-        tokens = self.sim.cost_model.ep_tokens(batch)       # a nearby shape (module doc)
-        total, most = float(tokens.sum()), float(tokens.max(initial=0.0))
-        if (abs(total - pool.total) <= COARSE_TOKENS_FRAC * pool.total
-                and abs(most - pool.most) <= COARSE_TOKENS_FRAC * pool.most):
-            return pool
-        return None
+        return pool if nearby(self.sim.cost_model.ep_tokens(batch), pool.total, pool.most) \
+            else None
 
     def pool_for(self, batch: BatchCounts, now_s: float, step: int,
                  last_step_s: float | None = None) -> _Pool:
