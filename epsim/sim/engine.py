@@ -88,9 +88,9 @@ class Simulation:
             results; False: one step at a time, the yardstick its tests compare with).
         coarse_pools: the fast engine's pools of MoE draws serve nearby batch shapes too, and
             the speculative draft's forwards take theirs from pools (`epsim.sim.stepper`,
-            `epsim.sim.speculative.DraftPricer`): draw noise for speed (the silicon
-            scoreboard's hundreds of closed loops); False: each shape its own pool, each draft
-            forward its own draw.
+            `epsim.sim.speculative.DraftPricer`): steps priced at a batch up to 2 % off, for
+            speed (the silicon scoreboard's hundreds of closed loops); False: each shape its
+            own pool, each draft forward its own draw.
     Attributes:
         initial_running_per_rank: decode requests running per rank at t=0 (the scenario's,
             "steady" resolved).

@@ -13,8 +13,8 @@ python/sglang/srt/speculative/eagle_worker.py, `forward_batch_generation`):
 Each request then gets `k` tokens, 1 <= k <= num_steps + 1 (the accepted drafts and the target's
 bonus token). The draft model of DeepSeek-V3/R1 is its MTP module: one decoder layer (MLA
 attention and an MoE layer with the target's experts, dispatched the same way) and the shared
-LM head, priced by the same cost model as a one-layer model (`DraftPricer`; in a run, its MoE
-layer from pools of draws per forward shape, as the fast engine prices the target's steps:
+LM head, priced by the same cost model as a one-layer model (`DraftPricer`; under a run's
+`coarse_pools`, its MoE layer from pools of draws, as the fast engine prices the target's steps:
 `epsim.sim.stepper`). The verify step is
 the target's decode step over `num_draft_tokens` tokens per request (`verify_counts`): every
 token through the MoE layers and the LM head, the attention's FLOPs for every query, its KV

@@ -59,8 +59,8 @@ SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands 
 
 def _simulate(data: dict) -> dict:
     """The summary (`epsim.report.summarize`) of one scenario mapping, its MoE draws from
-    coarse pools (`Simulation`'s `coarse_pools`: draw noise for a run of hundreds of closed
-    loops, each row's change in benchmarks/results/silicon_speed.md)."""
+    coarse pools (`Simulation`'s `coarse_pools`, for a run of hundreds of closed loops: each
+    row's change against exact pools, within 0.2 %, in benchmarks/results/silicon_speed.md)."""
     return summarize(simulate(scenario_from_dict(copy.deepcopy(data), where="silicon row"),
                               coarse_pools=True))
 
