@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.recorded import write_recorded  # noqa: E402
-from epsim.default_profile import default_profile, profile_label  # noqa: E402
+from epsim.default_profile import default_profile  # noqa: E402
 from epsim.profile import Profile  # noqa: E402
 from epsim.validate.silicon import report  # noqa: E402
 from epsim.validate.silicon.mapping import GPUS, plan_row  # noqa: E402
@@ -47,7 +47,7 @@ def profile_file(name: str, gpu: str, folder: Path) -> tuple[str | None, str]:
     """(the scenario's `profile` value, its label) for a `--profiles` item: `default` leaves
     the scenario's profile unset (its GPU's default), `datasheet` names an empty profile."""
     if name == "default":
-        return None, profile_label(default_profile(gpu))
+        return None, default_profile(gpu).name
     if name == "datasheet":
         path = folder / f"datasheet-{gpu}.json"
         path.write_text(json.dumps(Profile(name=f"datasheet-{gpu}", hardware=gpu)
