@@ -32,7 +32,8 @@ from benchmarks.recorded import write_recorded  # noqa: E402
 from epsim.default_profile import default_profile  # noqa: E402
 from epsim.profile import Profile  # noqa: E402
 from epsim.validate.silicon import report  # noqa: E402
-from epsim.validate.silicon.mapping import GPUS, plan_row  # noqa: E402
+from epsim.validate.silicon.mapping import plan_row  # noqa: E402
+from epsim.validate.silicon.needs import GPUS  # noqa: E402
 from epsim.validate.silicon.resolve import resolve  # noqa: E402
 from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
 from epsim.validate.silicon.run import predict  # noqa: E402
