@@ -29,7 +29,7 @@ from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
 
 PARAMS = {"base_us": 10.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0,
-          "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0}
+          "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0, "expert_signal_us": 0.0}
 
 
 def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
@@ -80,7 +80,8 @@ def test_comm_busiest_rank_hand_computed():
 
 def test_comm_design_row_equals_model(rng):
     params = {"base_us": 7.0, "overlap_us": 3.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0,
-              "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0}
+              "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0,
+              "expert_signal_us": 0.01}
     tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
                              max_slot_pairs=rng.random(5) * 500,
                              pairs=rng.random((5, 8)) * 40000)
@@ -88,15 +89,18 @@ def test_comm_design_row_equals_model(rng):
         counts[0] = 1.0                                   # layer 0: the overlapped work paces
     tr.max_slot_pairs[0] = 1.0
     rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params,
-                         tr.max_slot_pairs, tr.pairs.max(axis=-1))
+                         tr.max_slot_pairs, tr.pairs.max(axis=-1), num_experts=256)
     assert rows[0, 1] == 1.0 and (rows[1:, 1] == 0.0).all() and (rows[:, 6] > 0).any()
-    np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params), comm_us(tr, 4224.0, params))
+    assert (rows[1:, 7] == 256).all() and rows[0, 7] == 0.0       # layer 0: hidden under overlap
+    np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params),
+                               comm_us(tr, 4224.0, params, num_experts=256))
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
     assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
-                                     "per_copy_us", "slot_us_per_kb", "inv_spill_gbps")
+                                     "per_copy_us", "slot_us_per_kb", "inv_spill_gbps",
+                                     "expert_signal_us")
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
     assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 0.0, 1 / 300, 0.0, 0.0, 0.0,
-                                                               1 / 500]))
+                                                               1 / 500, 0.0]))
 
 
 def test_fixed_work_hidden_under_a_large_transfer():
@@ -130,6 +134,18 @@ def test_busiest_expert_slot_paces_low_latency_kernels():
     balanced = comm_us(dataclasses.replace(tr, max_slot_pairs=np.array([100.0])), 1000.0, params)
     hot = comm_us(dataclasses.replace(tr, max_slot_pairs=np.array([800.0])), 1000.0, params)
     np.testing.assert_allclose(hot - balanced, [700 * 1.0 * 0.03])
+
+
+def test_low_latency_kernels_signal_every_expert_slot():
+    """A `pair` kernel pays `expert_signal_us` per expert slot of the deployment (one warp group
+    per expert sends and polls its counts), whatever the tokens; NCCL's rank-deduplicated
+    all-to-all pays none."""
+    tr = _traffic([[0, 0]], [[1000, 0]], [[0, 0]], [[0, 0]])        # 10 us on NVLink
+    params = {**PARAMS, "expert_signal_us": 0.015}
+    np.testing.assert_allclose(comm_us(tr, 1000.0, params, num_experts=256), [10.0 + 10.0 + 3.84])
+    np.testing.assert_allclose(comm_us(tr, 1000.0, params, num_experts=512), [10.0 + 10.0 + 7.68])
+    nccl = dataclasses.replace(tr, dedup="rank")
+    np.testing.assert_allclose(comm_us(nccl, 1000.0, params, num_experts=256), [20.0])
 
 
 def test_experts_grouped_gemm_physics_hand_computed():
