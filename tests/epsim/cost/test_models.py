@@ -348,6 +348,30 @@ def test_predict_record_matches_the_simulator_models():
                                                    DeploymentSpec(ep_size=2), profile).params.collectives.allreduce)))
 
 
+def test_record_and_simulator_price_the_expert_signals_alike():
+    """A low-latency record pays `expert_signal_us` per physical expert slot, exactly as the
+    simulator's `comm_us` does for the same deployment's slots."""
+    signal = 0.015
+    profile = Profile(name="fit", hardware="H200", components={
+        "mooncake/dispatch": Component(params={"expert_signal_us": signal}, source="fit")})
+    rec = _record("dispatch", backend="mooncake", send_tokens_per_rank=[900.0, 1000.0],
+                  recv_tokens_per_rank=[1000.0, 900.0], local_expert_tokens=[[10.0] * 64] * 2)
+    plain = predict_record(rec, Profile(name="datasheet", hardware="H200"))
+    assert predict_record(rec, profile) == pytest.approx(plain + 128 * signal)
+    redundant = rec.model_copy(update={"num_physical_experts": 160})
+    assert predict_record(redundant, profile) == pytest.approx(plain + 160 * signal)
+    dep = DeploymentSpec(ep_size=8, moe_a2a_backend="mooncake")
+    fitted = CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"), dep,
+                       Profile(name="fit", hardware="H200", components={
+                           "mooncake/dispatch": Component(params={"expert_signal_us": signal},
+                                                          source="fit")}))
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
+    loads, tokens = np.full((1, 128), 800 * 8 / 128), np.full(8, 100.0)
+    moe = fitted.moe(loads, tokens, tables)
+    np.testing.assert_allclose(moe.dispatch_us - _cost_model().moe(loads, tokens, tables).dispatch_us,
+                               128 * signal)
+
+
 def test_predict_record_errors_name_the_problem():
     profile = Profile(name="datasheet", hardware="H200")
     with pytest.raises(RecordError, match=r"send_tokens_per_rank \(empty\) must hold ep_size \(2\) counts"):
