@@ -22,8 +22,10 @@ step python benchmarks/network_terms.py --write
 step python benchmarks/validation_ablations.py --write
 step python benchmarks/r1_h200_closed_loop.py --write
 step python benchmarks/mtp_lmsys.py --write
+step python benchmarks/gb200_wide_prefill_stages.py
 step python benchmarks/lmsys_decode_stages.py
 step python benchmarks/qwen_h200_decode_stages.py
+step python benchmarks/deepseek_b200_decode_stages.py
 step python -m tests.epsim.validate.test_silicon_scoreboard
 step python -m epsim.cli validate --published --out docs/published.md
 step python -m epsim.cli validate --composition --out "$(mktemp -d)" --doc docs/validation.md

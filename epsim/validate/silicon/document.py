@@ -12,7 +12,7 @@ from epsim.io.write import write_bytes, write_text
 from epsim.profile import load_profile
 from epsim.validate.report import DOC_BEGIN, read_doc
 from epsim.validate.silicon import report
-from epsim.validate.silicon.mapping import GPUS, MODELS
+from epsim.validate.silicon.needs import GPUS, MODELS
 from epsim.validate.silicon.scoreboard import Scoreboard
 from epsim.zoo import get_model
 

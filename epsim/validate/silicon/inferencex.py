@@ -22,7 +22,11 @@ size in `PREFILL_NODES` / `DECODE_NODES` (4 GPUs a GB200 tray); their launch scr
 `slurm_jobs/scripts/gb200-fp8.sh`) run `--tp-size TOTAL_GPUS --dp-size TOTAL_GPUS
 --enable-dp-lm-head --enable-deepep-moe --ep-num-redundant-experts 32`: DP attention (which
 `--enable-dp-lm-head` requires) and DeepEP over every GPU of a worker (SGLang sets ep_size =
-tp_size for DeepEP), which `Recipe.wide_ep` records.
+tp_size for DeepEP), which `Recipe.wide_ep` records. From December 2025 a group's
+`SCRIPT_MODE` setting names the script (`scripts/gb200-fp8/disagg/1k1k-max-tpt.sh`; before the
+master config held them, the launch script's tenth argument, `1p_4d`), kept as `Recipe.script`:
+the low-latency ones run TP over the worker instead (`Recipe.tp_launch`,
+`epsim.validate.silicon.dynamo_scripts`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
+
+from epsim.validate.silicon import dynamo_scripts
 
 RECIPES_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_recipes.json"
 MASTER_PATHS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
@@ -58,6 +64,8 @@ class Recipe:
         tp, ep: InferenceX's `tp` and `ep` (with `dp-attn`, `tp` is the DP width).
         dp_attn: DP attention.
         nodes: the `*_NODES` setting (trays for all workers of this side), 0 when not set.
+        script: the launch script the group's `SCRIPT_MODE` names (`gb200-fp8/disagg/1p_4d`;
+            both sides carry it), "" when not set.
     """
 
     workers: int
@@ -65,12 +73,20 @@ class Recipe:
     ep: int
     dp_attn: bool
     nodes: int = 0
+    script: str = ""
+
+    @property
+    def tp_launch(self) -> bool:
+        """A node-sized group whose launch script runs TP over the worker, whatever its `tp`,
+        `ep`, `dp-attn` say (`dynamo_scripts`: the GB200 FP8 low-latency scripts)."""
+        return self.nodes > 0 and dynamo_scripts.tp_script(self.script) is not None
 
     @property
     def wide_ep(self) -> bool:
         """The December 2025 GB200 placeholder (`tp: 1` with DP attention and a node count):
-        the launch script runs DP attention and DeepEP over every GPU of a worker."""
-        return self.nodes > 0 and self.tp == 1 and self.dp_attn
+        the launch script runs DP attention and DeepEP over every GPU of a worker, unless its
+        `SCRIPT_MODE` is a TP script (`tp_launch`)."""
+        return self.nodes > 0 and self.tp == 1 and self.dp_attn and not self.tp_launch
 
     def gpus_per_worker(self, system: str) -> int:
         """GPUs of one instance: the node count's GPUs over the workers, else `tp`."""
@@ -98,14 +114,30 @@ class Group:
         return sum(r.workers * r.gpus_per_worker(system) for r in (self.prefill, self.decode))
 
 
-def _recipe(side: dict) -> Recipe:
-    nodes = 0
+def _settings(side: dict) -> dict[str, str]:
+    """A side's `additional-settings` (`NAME=value` lines) by name."""
+    found = {}
     for setting in side.get("additional-settings") or []:
         name, _, value = str(setting).partition("=")
-        if name.endswith("_NODES") and value.isdigit():
-            nodes = int(value)
+        found[name.strip()] = value.strip()
+    return found
+
+
+def _recipe(side: dict, script: str = "") -> Recipe:
+    nodes = next((int(v) for k, v in _settings(side).items() if k.endswith("_NODES") and v.isdigit()), 0)
     return Recipe(int(side["num-worker"]), int(side["tp"]), int(side["ep"]),
-                  bool(side.get("dp-attn", False)), nodes)
+                  bool(side.get("dp-attn", False)), nodes, script)
+
+
+def _script(key: str, group: dict) -> str:
+    """The launch script a group's `SCRIPT_MODE` names (set on its prefill side; the job runs
+    one), as its path under ai-dynamo's `slurm_jobs/scripts/` less `.sh`: InferenceX's benchmark
+    script passes `GPU_TYPE` = `gb200-fp8` / `gb200-fp4` (runner and precision) beside it, and
+    `submit_disagg.sh` runs `scripts/$GPU_TYPE/disagg/$SCRIPT_MODE.sh`; "" if none."""
+    modes = [_settings(group[role]).get("SCRIPT_MODE", "") for role in ("prefill", "decode")]
+    mode = next((m for m in modes if m), "")
+    precision, runner = key.removeprefix(KEY_PREFIX).split("-")[:2]
+    return f"{runner}-{precision}/disagg/{mode}" if mode else ""
 
 
 def _concurrencies(group: dict) -> tuple[int, ...]:
@@ -128,9 +160,11 @@ def groups_of(key: str, config: dict, commit: str, date: str) -> list[Group]:
         for group in seq.get("search-space") or []:
             if "prefill" not in group:
                 continue
+            script = _script(key, group)
             found.append(Group(key, commit, date, str(config.get("image", "")), int(seq["isl"]),
-                               int(seq["osl"]), _concurrencies(group), _recipe(group["prefill"]),
-                               _recipe(group["decode"]), _speculative(key, group)))
+                               int(seq["osl"]), _concurrencies(group),
+                               _recipe(group["prefill"], script), _recipe(group["decode"], script),
+                               _speculative(key, group)))
     return found
 
 

@@ -8,7 +8,9 @@ Before the master config held them (December 2025), the GB200 SGLang runs were l
 DECODE_NODES DECODE_WORKERS FRONTENDS $ISL $OSL $CONCURRENCIES inf` under each ISL/OSL branch
 (the same arguments the master config later names `PREFILL_NODES` / `DECODE_NODES`); each
 version of that script is stored as a version of `dsr1-fp8-gb200-dynamo-sglang` (its model is
-`deepseek-r1-0528`, FP8), with DP attention and DeepEP over every GPU as its launch scripts run.
+`deepseek-r1-0528`, FP8), with DP attention and DeepEP over every GPU as its launch scripts run,
+unless a tenth argument names a script variant (`1p_4d`: `scripts/gb200-fp8/disagg/1p_4d.sh`,
+`dynamo_scripts`), kept as `script` like the master config's later `SCRIPT_MODE`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def _git(repo: Path, *args: str) -> str:
 LAUNCH_SCRIPT, LAUNCH_KEY = "runners/launch_gb200-nv.sh", "dsr1-fp8-gb200-dynamo-sglang"
 _BRANCH = re.compile(r'"\$ISL" = "(\d+)" \] && \[ "\$OSL" = "(\d+)"')
 _LIST = re.compile(r'^\s*(\w+)="([\dx]+)"\s*$')
-_SUBMIT = re.compile(r"bash \./submit_disagg\.sh (\d+) (\d+) (\d+) (\d+) \d+ \$ISL \$OSL \$(\w+)")
+_SUBMIT = re.compile(r"bash \./submit_disagg\.sh (\d+) (\d+) (\d+) (\d+) \d+ \$ISL \$OSL \$(\w+)"
+                     r"(?: \w+ ([\w\-]+))?")
 
 
 def launch_groups(text: str) -> list[dict]:
@@ -46,12 +49,14 @@ def launch_groups(text: str) -> list[dict]:
             lists[named.group(1)] = [int(c) for c in named.group(2).split("x")]
         if (submit := _SUBMIT.search(line)) and seq is not None:
             p_nodes, p_workers, d_nodes, d_workers = (int(submit.group(i)) for i in range(1, 5))
+            # the tenth argument, after the request rate, is the script variant (`1p_4d`)
+            script = {"script": f"gb200-fp8/disagg/{submit.group(6)}"} if submit.group(6) else {}
             groups.append({"isl": seq[0], "osl": seq[1], "speculative": "none",
                            "concurrencies": sorted(lists.get(submit.group(5), [])),
                            "prefill": {"workers": p_workers, "tp": 1, "ep": 1, "dp_attn": True,
-                                       "nodes": p_nodes},
+                                       "nodes": p_nodes, **script},
                            "decode": {"workers": d_workers, "tp": 1, "ep": 1, "dp_attn": True,
-                                      "nodes": d_nodes}})
+                                      "nodes": d_nodes, **script}})
     return groups
 
 
@@ -115,6 +120,11 @@ def master_versions(repo: Path):
         yield sha, date, path, doc
 
 
+def _side(recipe) -> dict:
+    """A recipe as stored: its fields, less an unset `script`."""
+    return {k: v for k, v in vars(recipe).items() if k != "script" or v}
+
+
 def extract(repo: Path) -> dict:
     """Every version of the in-scope keys in the master config's history (consecutive commits
     with the same groups kept once, at the first). Needs `git` and PyYAML's C loader."""
@@ -125,7 +135,8 @@ def extract(repo: Path) -> dict:
             if not (isinstance(config, dict) and in_scope_key(key)):
                 continue
             groups = [{"isl": g.isl, "osl": g.osl, "concurrencies": list(g.concurrencies),
-                       "prefill": vars(g.prefill), "decode": vars(g.decode), "speculative": g.speculative}
+                       "prefill": _side(g.prefill), "decode": _side(g.decode),
+                       "speculative": g.speculative}
                       for g in groups_of(key, config, sha, date)]
             signature = json.dumps([config.get("image"), groups], sort_keys=True)
             if last.get(key) == signature:

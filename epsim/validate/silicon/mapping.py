@@ -1,12 +1,9 @@
 """A silicon row as epsim scenarios, in SGLang's option names, or the precise reason it cannot be.
 
 Each row becomes one instance (agg) or a prefill and a decode instance (disagg). Every fact the
-row states is a *need*: a dotted scenario path and value (`deployment.tp_size`, 8), named the way
-SGLang's server arguments and issues 37/38 name it. The spec is asked whether it accepts each
-need (a scenario is built with it); a need it refuses is *missing*, and the row is listed with
-that reason, never run without it. A need whose value is what the spec already means without the
-field (no MoE-TP, `kv_cache_dtype: auto`) is *neutral* and needs no field. As fields land in the
-spec the rows become expressible with no change here but this table.
+row states is a *need* (`epsim.validate.silicon.needs`): a need the spec refuses is *missing*,
+and the row is listed with that reason, never run without it. As fields land in the spec the rows
+become expressible with no change here.
 
 `approximate=True` (opt-in) replaces each missing need that has a nearest expressible form by that
 form and tags the row "approximated: <what>"; such rows are reported apart, never in the headline.
@@ -20,64 +17,19 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from epsim.errors import EpsimError
-from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon import agg_recipes, pd_recipes
+from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
+                                          approximate_need, closed_loop_needs, set_path,
+                                          short_answer, side_needs, spec_error)
 from epsim.validate.silicon.resolve import WIDE_EP_REDUNDANT, Resolved, resolve
 from epsim.validate.silicon.rows import Side, SiliconRow
 from epsim.zoo import get_hardware, get_model, hardware_names
 
-# row model -> zoo model: DeepSeek-R1 has DeepSeek-V3's architecture (the same config.json
-# shapes); Qwen3-235B-A22B-FP8 is Qwen3-235B-A22B with block-FP8 weights (a quantization need)
-MODELS = {"deepseek-ai/DeepSeek-V3": "DeepSeek-V3", "deepseek-ai/DeepSeek-R1": "DeepSeek-V3",
-          "Qwen/Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B"}
-# row system -> zoo GPU (a GPU the zoo lacks is a missing need, `cluster.gpu`)
-GPUS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "b300_sxm": "B300",
-        "gb200": "GB200", "gb300": "GB300"}
-# the MoE weights' quantization names the checkpoint's scheme (SGLang's --quantization is one
-# value per checkpoint: DeepSeek's FP8 checkpoints are 128x128 block-scaled throughout)
-QUANTIZATION = {"fp8_block": "fp8_block", "nvfp4": "nvfp4", "fp8": "fp8", "bf16": "bf16", "": "bf16"}
-KV_CACHE_DTYPE = "auto"      # the rows do not state it; SGLang's default (the model's dtype)
 SEED = 0
 # sources of InferenceX runs: its database dump and its dated result exports
 INFERENCEX_SOURCE = re.compile(r"(db-dump|source_file=\d{4}-\d{2}-\d{2}\.csv)")
-
-
-@dataclass(frozen=True)
-class Need:
-    """One fact of a row as a scenario path and value.
-
-    Attributes:
-        path: dotted scenario path in SGLang's names (`deployment.moe_tp_size`).
-        value: what the row needs there.
-        feature: what it is, as the features table counts it ("MoE-TP").
-        issue: the issue that adds it, if any.
-        neutral: the spec without the field already means this value.
-        shown: how a reason writes the value (default: the value itself).
-    """
-
-    path: str
-    value: Any
-    feature: str
-    issue: int | None = None
-    neutral: bool = False
-    shown: str | None = None
-
-
-@dataclass(frozen=True)
-class Missing:
-    """A need the spec refused: `detail` is the spec's own one-line answer."""
-
-    need: Need
-    detail: str
-
-    @property
-    def reason(self) -> str:
-        issue = f", issue {self.need.issue}" if self.need.issue else ""
-        value = self.need.shown or _show(self.need.value)
-        return f"needs {self.need.path}={value} ({self.need.feature}{issue})"
 
 
 @dataclass(frozen=True)
@@ -131,35 +83,6 @@ class RowPlan:
         """Why the row cannot run: each missing need, else the spec's answer to the whole."""
         return [m.reason for m in self.missing] or ([self.error] if self.error else [])
 
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _set(data: dict, path: str, value: Any) -> None:
-    keys = path.split(".")
-    node = data
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-    node[keys[-1]] = copy.deepcopy(value)
-
-
-def spec_error(data: dict) -> str | None:
-    """The spec's one-line refusal of a scenario mapping, or None when it builds."""
-    try:
-        scenario_from_dict(copy.deepcopy(data), where="scenario")
-    except EpsimError as exc:
-        return " ".join(str(exc).split())
-    return None
-
-
-def _short(detail: str) -> str:
-    """The spec's answer without the list of allowed fields (the reason names the field)."""
-    return detail.split("; allowed:")[0]
-
-
 def _zoo_gpu(gpu: str) -> str | None:
     return gpu if gpu in hardware_names() else None
 
@@ -170,45 +93,6 @@ def _dp_ranks(data: dict) -> int:
     if not d.get("enable_dp_attention"):
         return 1
     return d.get("dp_size") or d.get("tp_size") or d["ep_size"]
-
-
-def side_needs(row: SiliconRow, side: Side) -> list[Need]:
-    """The needs of one instance of `side` beyond what every scenario has (model, lengths).
-
-    SGLang's names: `tp_size` is the instance's GPUs; with `enable_dp_attention` there are
-    `dp_size` attention ranks, each of tp_size / dp_size GPUs; `ep_size` and `moe_tp_size`
-    split the experts (moe_tp x ep = tp_size).
-    """
-    gpus = side.num_gpus
-    quant = QUANTIZATION.get(row.moe_quant_mode, row.moe_quant_mode)
-    needs = [Need("cluster.gpu", GPUS.get(row.system, row.system),
-                  f"GPU {GPUS.get(row.system, row.system)} in the hardware zoo")]
-    needs.append(Need("deployment.tp_size", gpus, "attention TP", 37, neutral=side.tp_size == 1))
-    if side.attention_dp_size > 1:
-        needs.append(Need("deployment.dp_size", side.attention_dp_size,
-                          "attention DP over part of the instance", 37,
-                          neutral=side.attention_dp_size == gpus))
-    needs += [Need("deployment.moe_tp_size", side.moe_tp_size, "MoE-TP", 37,
-                   neutral=side.moe_tp_size == 1),
-              Need("deployment.pp_size", side.pp_size, "pipeline parallelism",
-                   neutral=side.pp_size == 1),
-              Need("deployment.quantization", quant, f"{quant} weights", 37, neutral=quant == "bf16"),
-              Need("deployment.kv_cache_dtype", KV_CACHE_DTYPE, "KV-cache dtype", 37,
-                   neutral=KV_CACHE_DTYPE == "auto")]
-    return needs
-
-
-def closed_loop_needs(clients: int, disagg: bool) -> list[Need]:
-    """Closed-loop clients (`sglang.bench_serving --max-concurrency`); a P/D pair also needs
-    each side's clients to wait out the other side (a think time)."""
-    needs = [Need("workload.arrivals", {"kind": "concurrency", "clients": clients},
-                  "closed-loop clients", 38)]
-    if disagg:
-        needs.append(Need("workload.arrivals.think_time_s", 0.0, "a client's wait for the other side "
-                          "of a P/D pair (think time)", 38,
-                          shown="<the other side's time per request>"))
-    return needs
-
 
 def _base(row: SiliconRow, side: Side, role: str) -> dict:
     """The scenario every instance of `side` starts from: the row's model, GPUs, lengths,
@@ -237,23 +121,6 @@ def _base(row: SiliconRow, side: Side, role: str) -> dict:
                      "output_len": {"kind": "fixed", "value": row.osl},
                      "duration_s": 10.0, "warmup_s": 0.0}}
 
-
-def _approximate(need: Need, data: dict, side: Side) -> str | None:
-    """Edit `data` to the nearest expressible form of `need`; the tag, or None when there is none."""
-    gpus = side.num_gpus
-    if need.path in ("deployment.tp_size", "deployment.dp_size", "deployment.moe_tp_size"):
-        data["deployment"].update(ep_size=gpus, enable_dp_attention=True,
-                                  moe_a2a_backend="deepep" if gpus > 1 else "none")
-        return (f"attention TP {side.tp_size} x DP {side.attention_dp_size}, MoE-TP "
-                f"{side.moe_tp_size} x EP {side.moe_ep_size} as DP attention + EP {gpus}")
-    if need.path == "deployment.quantization":
-        dtype = get_model(data["model"]).weight_dtype
-        return f"{need.value} weights as the zoo's {dtype} weights on BF16-fitted kernels"
-    if need.path.startswith("workload.arrivals"):
-        return "closed-loop clients as Poisson arrivals at the loop's rate (Little's law)"
-    return None
-
-
 def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int,
               approximate: bool, redundant_experts: int = 0, mtp: bool = False,
               server: dict | None = None) -> tuple[Instance, list[Missing], list[str]]:
@@ -277,7 +144,7 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
         needs.append(Need("deployment.speculative_algorithm", "NEXTN", "MTP (DeepSeek's NEXTN draft)"))
     for need in needs:
         trial = copy.deepcopy(data)
-        _set(trial, need.path, need.value)
+        set_path(trial, need.path, need.value)
         refused = spec_error(trial)
         if refused is None:
             data = trial
@@ -286,9 +153,9 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
             continue
         if need.path.startswith("workload.arrivals"):
             closed = False
-        tag = _approximate(need, data, side) if approximate else None
+        tag = approximate_need(need, data, side) if approximate else None
         if tag is None:
-            missing.append(Missing(need, _short(refused)))
+            missing.append(Missing(need, short_answer(refused)))
         elif tag not in tags:
             tags.append(tag)
     dp_ranks = _dp_ranks(data)          # a rank may hold every client it is sent (no lower cap)
@@ -324,11 +191,13 @@ def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
     return max(share, 1)
 
 
-def _agg_server(run: SiliconRow, assumptions: list[str]) -> tuple[SiliconRow, dict]:
-    """An agg row's launch-script flags (`agg_recipes`) as `DeploymentSpec` fields, and the row
-    with its sweep's EP where its cell differs; each said in `assumptions` (the flags' line
-    replaces the first, the unstated KV-cache dtype's). No flags known: none, and said so."""
-    found = agg_recipes.for_row(run)
+def _agg_server(run: SiliconRow, assumptions: list[str], mtp: bool = False
+                ) -> tuple[SiliconRow, dict]:
+    """An agg row's launch-script flags (`agg_recipes`; `mtp`: its key's MTP twin's) as
+    `DeploymentSpec` fields, and the row with its sweep's EP where its cell differs; each said in
+    `assumptions` (the flags' line replaces the first, the unstated KV-cache dtype's). No flags
+    known: none, and said so."""
+    found = agg_recipes.for_row(run, mtp)
     if found is None:
         assumptions.append("server flags not known (no InferenceX agg sweep in effect ran the "
                            "row): max_running_requests = clients, SGLang's other defaults")
@@ -361,6 +230,8 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
         return RowPlan(row, (), error="the row states no client count (silicon_concurrency=N in "
                                       "silicon_data_source)")
     ran = resolve(row)
+    if ran.error is None and ran.row.mode == "agg":    # an agg key's MTP twin (`agg_recipes`)
+        ran = agg_recipes.draft(ran)
     if ran.error is not None and approximate and ran.alternatives:
         return _candidates_plan(row, ran)
     if ran.error is not None:
@@ -395,7 +266,7 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
     run = ran.row
     server = {}
     if run.mode == "agg":
-        run, server = _agg_server(run, assumptions)
+        run, server = _agg_server(run, assumptions, ran.speculative)
         if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row)):
             assumptions.append(cold)
         roles = [("agg", run.agg, 1)]
@@ -403,7 +274,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),
                  ("decode", run.decode, run.decode.num_workers or 1)]
     servers = {"agg": server} if run.mode == "agg" else pd_recipes.servers(run, ran.group, assumptions)
-    if ran.speculative and "speculative_num_steps" not in servers.get("decode", {}):
+    if ran.speculative and "speculative_num_steps" not in servers.get("decode",
+                                                                      servers.get("agg", {})):
         assumptions.append("MTP as speculative_algorithm NEXTN with SGLang's defaults for DeepSeek "
                            "(the recipe says spec-decoding: mtp, not its steps)")
     redundant = dict(ran.redundant_experts or {})

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from epsim.validate.silicon import dynamo_scripts
 from epsim.validate.silicon.inferencex import Group
 from epsim.validate.silicon.rows import SiliconRow
 
@@ -44,6 +45,9 @@ _ISHAN_LL = "ishandhanani/srt-slurm@f64d2b9fc879"
 _ISHAN = "ishandhanani/srt-slurm@ab586514235f"
 _QICHING = "qiching/srt-slurm@5063eb432640"
 _MTP = {"speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3}
+# the DEP8 prefill of the GB200 FP8 8k/1k wide-EP recipes (max_tpt.yaml and mid-curve.yaml alike)
+_WIDE_PREFILL_8K = {"chunked_prefill_size": 131072 // 8, "max_running_requests": 30000 // 8,
+                    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.80}
 _LOW_LATENCY = {"scheduler_recv_interval": 10, "chunked_prefill_size": 8192,
                 "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95, "cuda_graph_max_bs": 256}
 
@@ -90,6 +94,18 @@ RECIPES: dict[tuple, PDRecipe] = {
                       {"chunked_prefill_size": 36864 // 32, "max_running_requests": 45000 // 32,
                        "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
                        "cuda_graph_max_bs": 768}),
+    # the GB200 FP8 8k/1k wide-EP recipes: no cap binds at the rows' clients (a decode rank's
+    # 341 / 256 requests, CUDA graphs to 512 / 256, beside 6144 clients' 256 / 192 a rank)
+    ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (6, 8, 8, True), (1, 24, 24, True),
+     False): PDRecipe("recipes/gb200-fp8/8k1k/max_tpt.yaml", _ISHAN_LL, _WIDE_PREFILL_8K,
+                      {"chunked_prefill_size": 36864 // 24, "max_running_requests": 8192 // 24,
+                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
+                       "cuda_graph_max_bs": 512}),
+    ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (5, 8, 8, True), (1, 32, 32, True),
+     False): PDRecipe("recipes/gb200-fp8/8k1k/mid-curve.yaml", _ISHAN_LL, _WIDE_PREFILL_8K,
+                      {"chunked_prefill_size": 36864 // 32, "max_running_requests": 8192 // 32,
+                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
+                       "cuda_graph_max_bs": 256}),
     ("dsr1-fp4-b200-dynamo-sglang-mtp", "84b7df683", 1024, 1024, (1, 4, 4, True), (6, 8, 8, False),
      True): PDRecipe("recipes/b200-fp4/1k1k/mtp/low-latency-dep4-1p-tep8-6d.yaml", _QICHING,
                      {"chunked_prefill_size": 32768 // 4, "max_running_requests": 512 // 4,
@@ -111,9 +127,15 @@ def _side(recipe) -> tuple:
 
 
 def for_group(group: Group | None) -> PDRecipe | None:
-    """The recipe of an InferenceX P/D group, or None where its flags were not read."""
+    """The recipe of an InferenceX P/D group, or None where its flags were not read: an
+    srt-slurm recipe of `RECIPES`, or the ai-dynamo TP launch script a December 2025 GB200 group
+    names by `SCRIPT_MODE` (`epsim.validate.silicon.dynamo_scripts`)."""
     if group is None:
         return None
+    script = dynamo_scripts.tp_script(group.prefill.script) if group.prefill.tp_launch else None
+    if script is not None:
+        source, prefill, decode = dynamo_scripts.TP_SCRIPTS[script]
+        return PDRecipe(f"scripts/{group.prefill.script}.sh", source, dict(prefill), dict(decode))
     for (key, commit, isl, osl, prefill, decode, mtp), recipe in RECIPES.items():
         if (group.key == key and group.commit.startswith(commit) and (group.isl, group.osl) ==
                 (isl, osl) and _side(group.prefill) == prefill and _side(group.decode) == decode
@@ -136,7 +158,8 @@ def servers(run: SiliconRow, group: Group | None, assumptions: list[str]) -> dic
         out[role] = fields(recipe, role, -(-clients // max(side.attention_dp_size, 1)))
     said = "; ".join(f"{role[0].upper()} " + ", ".join(f"{k} {v}" for k, v in flags.items())
                      for role, flags in out.items())
-    line = (f"server flags of srt-slurm {recipe.config_file} ({recipe.source}, as InferenceX "
+    kind = "srt-slurm" if recipe.config_file.startswith("recipes/") else "ai-dynamo"
+    line = (f"server flags of {kind} {recipe.config_file} ({recipe.source}, as InferenceX "
             f"{group.key} at {group.commit[:9]} names it; the recipe as the index holds it): "
             f"{said}")
     if any("kv_cache_dtype" in flags for flags in out.values()):

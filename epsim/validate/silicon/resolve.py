@@ -13,6 +13,10 @@ stated as an assumption the entry carries:
   the deployment's total GPUs as `tp_size`: 20, 48, 72), takes each side from the recipe group
   that ran it (`epsim.validate.silicon.inferencex`). Several groups at the row's client count
   are told apart by the row's own cells; a row none or several groups fit is not predicted.
+- **The launch script's layout.** A node-sized GB200 group whose `SCRIPT_MODE` names a TP
+  script (`1k1k-low-latency`, `8k1k-low-latency`, and `1p_4d` before them) ran attention TP and
+  MoE-TP over the worker, whatever its `tp`, `ep`, `dp-attn` placeholders say
+  (`epsim.validate.silicon.dynamo_scripts`); the row's EP cell may copy the placeholder's `ep`.
 - **MTP of a row that states its workers.** The groups its cells fit say whether the draft ran;
   where the same layout ran with and without it, the row is not predicted.
 - **The image's tag.** Where the groups a row's cells fit name its build by different tags
@@ -33,7 +37,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from epsim.validate.silicon import inferencex
+from epsim.validate.silicon import dynamo_scripts, inferencex
 from epsim.validate.silicon.rows import Side, SiliconRow
 
 _MEASURED = re.compile(r"measured=([0-9T:.\-+Z]+)")
@@ -81,9 +85,12 @@ def recipe_side(recipe: inferencex.Recipe, system: str) -> Side:
 
     InferenceX's `tp` is the GPUs of a worker; with `dp-attn` they are all DP attention ranks
     (attention TP 1); `ep` splits them into expert ranks. The wide-EP placeholder runs DP
-    attention and EP over every GPU of the worker (`Recipe.wide_ep`).
+    attention and EP over every GPU of the worker (`Recipe.wide_ep`); a node-sized group whose
+    `SCRIPT_MODE` is a TP script runs attention TP and MoE-TP over them (`Recipe.tp_launch`).
     """
     gpus = recipe.gpus_per_worker(system)
+    if recipe.tp_launch:
+        return Side(gpus, 1, 1, gpus, 1, None, recipe.workers)
     ep = gpus if recipe.wide_ep else max(recipe.ep, 1)
     moe_tp = max(gpus // ep, 1)
     if recipe.dp_attn:
@@ -114,8 +121,10 @@ def _fits(row: SiliconRow, group: inferencex.Group) -> bool:
         if gpus != recipe.gpus_per_worker(row.system):
             return False
         ep = recipe_side(recipe, row.system).moe_ep_size
-        if role == "prefill" and side.moe_ep_size != ep and not (recipe.wide_ep
-                                                                 and side.moe_ep_size == 1):
+        # a placeholder's EP as the row copies it: wide EP's `ep: 1`, a TP script's `ep`
+        copied = (recipe.wide_ep and side.moe_ep_size == 1
+                  or recipe.tp_launch and side.moe_ep_size in (1, recipe.ep))
+        if role == "prefill" and side.moe_ep_size != ep and not copied:
             return False
         if side.num_workers is not None and side.num_workers != recipe.workers:
             return False
@@ -124,7 +133,8 @@ def _fits(row: SiliconRow, group: inferencex.Group) -> bool:
 
 def _describe(recipe: inferencex.Recipe, system: str) -> str:
     gpus = recipe.gpus_per_worker(system)
-    kind = "DEP" if recipe.dp_attn else "TEP" if recipe.ep > 1 else "TP"
+    kind = ("TP" if recipe.tp_launch else "DEP" if recipe.dp_attn else "TEP" if recipe.ep > 1
+            else "TP")
     return f"{recipe.workers} x {kind}{gpus}"
 
 
@@ -256,6 +266,9 @@ def _as_group(row: SiliconRow, group: inferencex.Group, config_said: str | None 
     said = [f"workers and layout from InferenceX {group.key} at {group.commit[:9]} "
             f"({group.date[:10]}): P {_describe(group.prefill, row.system)} / "
             f"D {_describe(group.decode, row.system)}" + (", MTP" if group.speculative == "mtp" else "")]
+    if group.prefill.tp_launch:
+        said.append(f"{dynamo_scripts.describe(group.prefill.script)}: the group's tp, ep, "
+                    f"dp-attn are placeholders its launch script ignores")
     if config_said:
         said.append(config_said)
     if row.mode == "agg":

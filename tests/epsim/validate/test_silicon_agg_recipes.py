@@ -72,3 +72,51 @@ def test_a_row_measured_before_the_harness_warm_up_says_its_run_started_cold():
     assert agg_recipes.cold_start_note(march) is None
     assert any("without warm-up" in a for a in plan_row(november).assumptions)
     assert not any("without warm-up" in a for a in plan_row(march).assumptions)
+
+
+def _fp8_tp8(clients: int, isl: int = 1024, osl: int = 8192, measured: str = MARCH):
+    return parse_row({"id": "r", "silicon_data_source": f"source_file=2026-03-25.csv; "
+                      f"silicon_concurrency={clients}; measured={measured}", "backend": "sglang",
+                      "backend_version": "0.5.9", "model_path": "deepseek-ai/DeepSeek-R1",
+                      "system": "b200_sxm", "precision": "fp8", "mode": "agg", "isl": str(isl),
+                      "osl": str(osl), "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8_block",
+                      "batch_size": str(clients), "tp_size": "8", "pp_size": "1",
+                      "attention_dp_size": "1", "moe_tp_size": "8", "moe_ep_size": "1",
+                      "silicon_ttft_ms": "200", "silicon_tpot_ms": "9"}, "test")
+
+
+def test_the_mtp_twin_keys_flags_set_its_draft():
+    found = recipe_flags("fp8", "b200_sxm", 1024, 8192, 8, 1, 256, MARCH, mtp=True)
+    assert found.key == "dsr1-fp8-b200-sglang-mtp"
+    assert agg_recipes.deployment_fields(found) == {
+        "max_running_requests": 512, "cuda_graph_max_bs": 512, "chunked_prefill_size": 16384,
+        "mem_fraction_static": 0.82, "kv_cache_dtype": "fp8_e4m3", "scheduler_recv_interval": 30,
+        "speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3}
+    assert recipe_flags("fp8", "b200_sxm", 8192, 1024, 4, 1, 4, MARCH, mtp=True) is None  # TP 8 only
+
+
+def test_a_row_only_the_mtp_twins_sweep_ran_is_predicted_with_mtp():
+    # 12ba0ae07 swept dsr1-fp8-b200-sglang (TP 8 up to 64 clients) and its -mtp twin (up to 512)
+    plan = plan_row(_fp8_tp8(256))
+    deployment = plan.instances[0].data["deployment"]
+    assert plan.expressible and deployment["speculative_algorithm"] == "NEXTN"
+    assert (deployment["speculative_num_steps"], deployment["speculative_num_draft_tokens"],
+            deployment["max_running_requests"]) == (2, 3, 512)
+    assert any("only dsr1-fp8-b200-sglang-mtp's sweep ran" in a for a in plan.assumptions)
+    assert not any("SGLang's defaults for DeepSeek" in a for a in plan.assumptions)
+
+
+def test_a_row_both_keys_ran_in_one_sweep_is_not_known_and_each_draft_is_a_candidate():
+    row = _fp8_tp8(16)
+    plan = plan_row(row)
+    assert not plan.instances and "both ran" in plan.error
+    assert plan.error_class == "deployment not known: several InferenceX recipe groups fit the row"
+    candidates = plan_row(row, approximate=True).candidates
+    drafts = [c.instances[0].data["deployment"].get("speculative_algorithm") for c in candidates]
+    assert drafts == [None, "NEXTN"]
+    assert candidates[0].instances[0].data["deployment"]["max_running_requests"] == 128
+
+
+def test_a_row_of_a_sweep_before_the_twin_keeps_its_key():
+    plan = plan_row(_fp8_tp8(16, measured="2026-02-05T19:55:05Z"))
+    assert plan.expressible and "speculative_algorithm" not in plan.instances[0].data["deployment"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from epsim.spec.scenario import scenario_from_dict
-from epsim.validate.silicon import pd_recipes
+from epsim.validate.silicon import dynamo_scripts, pd_recipes
 from epsim.validate.silicon.inferencex import Group, Recipe
 from epsim.validate.silicon.rows import Side, SiliconRow
 
@@ -51,8 +51,10 @@ def test_flags_are_per_dp_rank_and_the_cap_never_exceeds_the_clients():
 
 
 def test_every_recipe_s_flags_are_deployment_fields():
-    """Each side's flags build a scenario (the spec accepts every field and value)."""
-    for recipe in pd_recipes.RECIPES.values():
+    """Each side's flags build a scenario (the spec accepts every field and value), the ai-dynamo
+    scripts' too."""
+    scripts = [pd_recipes.PDRecipe(name, *flags) for name, flags in dynamo_scripts.TP_SCRIPTS.items()]
+    for recipe in [*pd_recipes.RECIPES.values(), *scripts]:
         for role in ("prefill", "decode"):
             flags = pd_recipes.fields(recipe, role, 1 << 20)
             deployment = {"disaggregation_mode": role, "tp_size": 8, "ep_size": 8, **flags}
@@ -62,3 +64,34 @@ def test_every_recipe_s_flags_are_deployment_fields():
                                 "cluster": {"gpu": "B200", "num_nodes": 1},
                                 "deployment": deployment,
                                 "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 1.0}}})
+
+
+def test_the_gb200_fp8_8k1k_wide_ep_recipes_cap_a_decode_rank_above_the_rows_clients():
+    # recipes/gb200-fp8/8k1k/max_tpt.yaml: --max-running-requests 8192 over DP 24 = 341 a rank,
+    # above the 256 a rank that 6144 clients send (the cap binds only from 342 on)
+    group = replace(MAX_TPT, key="dsr1-fp8-gb200-dynamo-sglang", commit="37f353be2" + "0" * 31,
+                    isl=8192, prefill=Recipe(6, 8, 8, True), decode=Recipe(1, 24, 24, True))
+    recipe = pd_recipes.for_group(group)
+    assert recipe.config_file == "recipes/gb200-fp8/8k1k/max_tpt.yaml"
+    assert pd_recipes.fields(recipe, "decode", 6144 // 24)["max_running_requests"] == 256
+    assert pd_recipes.fields(recipe, "decode", 400)["max_running_requests"] == 341
+    assert pd_recipes.fields(recipe, "decode", 1)["cuda_graph_max_bs"] == 512
+    mid = pd_recipes.for_group(replace(group, prefill=Recipe(5, 8, 8, True),
+                                       decode=Recipe(1, 32, 32, True)))
+    assert pd_recipes.fields(mid, "decode", 1 << 20)["max_running_requests"] == 256
+    assert pd_recipes.fields(mid, "prefill", 1 << 20)["chunked_prefill_size"] == 16384
+
+
+def test_a_december_low_latency_group_takes_its_ai_dynamo_scripts_flags():
+    script = "gb200-fp8/disagg/8k1k-low-latency"
+    group = replace(MAX_TPT, key="dsr1-fp8-gb200-dynamo-sglang", commit="c4cde0370" + "0" * 31,
+                    isl=8192, prefill=Recipe(1, 1, 1, True, 1, script),
+                    decode=Recipe(1, 1, 1, True, 1, script))
+    recipe = pd_recipes.for_group(group)
+    assert recipe.config_file == f"scripts/{script}.sh" and recipe.source.startswith("ai-dynamo/")
+    assert pd_recipes.fields(recipe, "prefill", 64) == {
+        "scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
+        "max_running_requests": 64, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 512}
+    # the FP4 key's script of the same name is not read
+    fp4 = replace(group, prefill=Recipe(1, 1, 1, True, 1, "gb200-fp4/disagg/8k1k-low-latency"))
+    assert pd_recipes.for_group(fp4) is None

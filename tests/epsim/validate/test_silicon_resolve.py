@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from epsim.validate.silicon import inferencex
+from epsim.validate.silicon import dynamo_scripts, inferencex
 from epsim.validate.silicon.inferencex_extract import launch_groups
 from epsim.validate.silicon.mapping import plan_row
 from epsim.validate.silicon.resolve import resolve
-from epsim.validate.silicon.rows import read_rows
+from epsim.validate.silicon.rows import Side, read_rows
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "silicon_fixture.csv"
 # the form of runners/launch_gb200-nv.sh's SGLang branch (its arguments: prefill nodes and
@@ -50,6 +50,10 @@ def test_launch_script_groups_are_its_sglang_submissions():
     assert groups[2]["decode"] == {"workers": 1, "tp": 1, "ep": 1, "dp_attn": True, "nodes": 6}
     top = inferencex.Recipe(**groups[0]["decode"])
     assert top.wide_ep and top.gpus_per_worker("gb200") == 32
+    # the bottom of the curve names its script variant, which runs TP over each 4-GPU worker
+    low = inferencex.Recipe(**groups[1]["decode"])
+    assert low.script == "gb200-fp8/disagg/1p_4d" and low.tp_launch and not low.wide_ep
+    assert "script" not in groups[0]["prefill"] and not top.tp_launch
 
 
 def test_stored_recipes_hold_the_launch_script_before_the_master_config():
@@ -186,3 +190,60 @@ def test_a_row_stating_its_workers_but_not_the_draft(rows):
     # a client count no group ran: the row as it states itself
     alone = resolve(replace(h200, concurrency=3))
     assert alone.error is None and not alone.speculative
+
+
+def _gb200_fp8_low_latency(rows, **cells):
+    """A December 2025 GB200 FP8 P/D row as the database dump writes one (config 227): 1k/1k,
+    the placeholders `tp: 1, ep: 1, dp-attn: true` over 4 GPUs a side, 4 decode workers."""
+    base = rows["2026_04_06_deepseek_r1_gb200_sglang_fp8_agg_1024x1024_c5632_tp72_ep1_43"]
+    side = Side(1, 1, 4, 4, 1, None, 1)
+    fields = dict(id="low_latency", mode="disagg", agg=None, concurrency=128,
+                  source="db-dump; measured=2025-12-21T00:00:00.000Z; lmsysorg/sglang:v0.5.5.post2",
+                  prefill=side, decode=replace(side, num_workers=4))
+    return replace(base, **{**fields, **cells})
+
+
+def test_a_low_latency_script_runs_tp_over_the_worker(rows):
+    # InferenceX's 1k/1k bottom-of-curve group (SCRIPT_MODE=1k1k-low-latency, 2025-12-19 on)
+    # states DEP4 placeholders; its ai-dynamo script runs --tensor-parallel-size 4
+    # --data-parallel-size 1 --expert-parallel-size 1: TP4 attention and MoE, no redundant experts
+    ran = resolve(_gb200_fp8_low_latency(rows))
+    assert ran.error is None and ran.group.prefill.script == "gb200-fp8/disagg/1k1k-low-latency"
+    assert ran.row.prefill == Side(4, 1, 1, 4, 1, None, 1)
+    assert ran.row.decode == Side(4, 1, 1, 4, 1, None, 4)
+    assert ran.redundant_experts is None
+    assert "P 1 x TP4 / D 4 x TP4" in ran.assumptions[0]
+    assert any("1k1k-low-latency.sh: TP over the worker" in a for a in ran.assumptions)
+    # the script's flags: its --max-running-requests 512 capped by a rank's clients (128 / 4)
+    decode = next(i for i in plan_row(_gb200_fp8_low_latency(rows)).instances if i.role == "decode")
+    deployment = decode.data["deployment"]
+    assert (deployment["ep_size"], deployment.get("enable_dp_attention"), deployment["tp_size"]) == (
+        1, False, 4)
+    assert (deployment["max_running_requests"], deployment["scheduler_recv_interval"],
+            deployment["kv_cache_dtype"], deployment["cuda_graph_max_bs"]) == (32, 10, "fp8_e4m3", 128)
+
+
+def test_the_1p_4d_script_before_the_rename_and_the_wide_ep_scripts_beside_it(rows):
+    # 2025-12-05 by day: the launch script's `submit_disagg.sh 1 1 4 4 ... inf 1p_4d` (Dynamo
+    # rows write the total, 4 + 16 = 20 GPUs, on both sides)
+    total = Side(20, 1, 1, 20, 1, None, None)
+    row = _gb200_fp8_low_latency(rows, source="measured=2025-12-05T00:00:00.000Z", prefill=total,
+                                 decode=total)
+    ran = resolve(row)
+    assert ran.error is None and ran.group.prefill.script == "gb200-fp8/disagg/1p_4d"
+    assert (ran.row.decode.tp_size, ran.row.decode.moe_ep_size, ran.row.decode.num_workers) == (4, 1, 4)
+    assert any("renamed 1k1k-low-latency" in a for a in ran.assumptions)
+    # the same day's top of curve (4096 clients: 2 x DEP8 prefills, a DEP32 decode) stays wide EP
+    top = resolve(replace(row, concurrency=4096, prefill=Side(48, 1, 1, 48, 1, None, None),
+                          decode=Side(48, 1, 1, 48, 1, None, None)))
+    assert top.error is None and top.redundant_experts == {"prefill": 32, "decode": 32}
+    assert (top.row.decode.attention_dp_size, top.row.decode.moe_ep_size) == (32, 32)
+
+
+def test_the_tp_scripts_are_the_fp8_ones_only():
+    # the FP4 key names scripts by the same SCRIPT_MODE under gb200-fp4/ (not read here)
+    assert dynamo_scripts.tp_script("gb200-fp4/disagg/1k1k-low-latency") is None
+    assert dynamo_scripts.tp_script("gb200-fp8/disagg/8k1k-max-tpt") is None
+    fp4 = [g for v in inferencex.versions()["dsr1-fp4-gb200-dynamo-sglang"] for g in v.groups
+           if g.prefill.script.endswith("low-latency")]
+    assert fp4 and not any(g.prefill.tp_launch for g in fp4)

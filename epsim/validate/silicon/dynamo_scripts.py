@@ -1,0 +1,69 @@
+"""The ai-dynamo launch scripts InferenceX's December 2025 GB200 FP8 groups ran, by `SCRIPT_MODE`.
+
+From December 2025 to February 2026 InferenceX's `dsr1-fp8-gb200-dynamo-sglang` groups state
+`tp: 1, ep: 1, dp-attn: true` (or January's `ep: 4`) beside the comment "tp, ep, and dp-attn do
+nothing because they are hardcoded in the following file": the worker's SGLang command is a
+script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/disagg/`, which
+`submit_disagg.sh` picks by its tenth argument, the group's `SCRIPT_MODE` setting (before
+2025-12-05 the launch script's own `... inf 1p_4d`; `inferencex.Recipe.script`). Two kinds:
+
+- **Wide EP** (`1k1k-max-tpt`, `8k1k-max-tpt`, and no mode: `scripts/gb200-fp8.sh`):
+  `--tp-size/--dp-size/--ep-size TOTAL_GPUS --enable-dp-attention --moe-a2a-backend deepep
+  --ep-num-redundant-experts 32`, as `inferencex.Recipe.wide_ep` has them.
+- **TP** (`1k1k-low-latency`, `8k1k-low-latency`): `--tensor-parallel-size TOTAL_GPUS
+  --data-parallel-size 1 --expert-parallel-size 1` with `--moe-runner-backend flashinfer_trtllm`:
+  attention TP and MoE-TP over the worker's GPUs (one tray: TP4), no DP attention, no DeepEP,
+  no redundant experts. Read at ai-dynamo@bc8ca754 (`8k1k-low-latency.sh`) and, for
+  `1k1k-low-latency.sh`, which ai-dynamo's stored history lacks, at the fork
+  wxsms/dynamo@cf433e68 (its `8k1k-low-latency.sh` is ai-dynamo's, flag for flag). InferenceX
+  pins ai-dynamo@b7107d00 (`benchmarks/dsr1_fp8_gb200_dynamo-sglang_slurm.sh`), which is not
+  stored: that these are its scripts is an assumption each row states.
+- **`1p_4d`** (the 1k/1k bottom-of-curve group from 2025-12-01 until 2025-12-19, cloned from
+  branch `ishan/sa-1.1-sgl-dsr1-fp8`, then renamed `1k1k-low-latency` with the same P/D sizes,
+  client counts and server flags): read as the TP script. The one stored `1p_4d.sh`
+  (ai-dynamo@341b5dff) runs DEP over the worker with 32 redundant experts, which cannot load on
+  a 4-GPU worker: DeepSeek-R1's FP8 routed experts are 654 G parameters (58 MoE layers x 256 x
+  3 x 7168 x 2048, a byte each), so 72 of 288 physical experts are 184 GB a GPU, and DP
+  attention replicates the other 19 GB (epsim's 17.6 GiB) on every GPU: 203 GB, beyond a
+  GB200's 186 GB (13.4 TB HBM3e over 72 GPUs); without redundant experts 164 + 19 GB still
+  exceeds its `--mem-fraction-static 0.95`. TP4 shards both (about 169 GB a GPU).
+
+The server flags of the TP scripts, as `DeploymentSpec` fields (no DP attention: the flags are a
+rank's as written). Not carried, having no field: the prefill's `--max-total-tokens` (8192 at
+1k/1k, 32768 at 8k/1k: the prefill's KV pool), `--stream-interval 10`.
+"""
+
+from __future__ import annotations
+
+# the repositories the scripts were read at (repository@commit)
+_FORK, _DYNAMO = "wxsms/dynamo@cf433e6825d8", "ai-dynamo/dynamo@bc8ca754933a"
+_COMMON = {"scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
+           "max_running_requests": 512}
+
+# script (`inferencex.Recipe.script`) -> (where it was read, prefill fields, decode fields)
+TP_SCRIPTS: dict[str, tuple[str, dict, dict]] = {
+    "gb200-fp8/disagg/1k1k-low-latency": (
+        _FORK, {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 128},
+        {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 128}),
+    "gb200-fp8/disagg/8k1k-low-latency": (
+        _DYNAMO, {**_COMMON, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 512},
+        {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 512}),
+}
+# the script renamed `1k1k-low-latency` on 2025-12-19 (module doc)
+RENAMED = {"gb200-fp8/disagg/1p_4d": "gb200-fp8/disagg/1k1k-low-latency"}
+
+
+def tp_script(script: str) -> str | None:
+    """The TP launch script `script` is (its name in `TP_SCRIPTS`), or None: a wide-EP script,
+    another GPU type's (`gb200-fp4/...` are not read here), or none."""
+    name = RENAMED.get(script, script)
+    return name if name in TP_SCRIPTS else None
+
+
+def describe(script: str) -> str:
+    """How an assumption names a TP script (`tp_script(script)` is not None) and where it was
+    read."""
+    name = tp_script(script)
+    renamed = (f" (renamed {name.rsplit('/', 1)[-1]} on 2025-12-19; the stored 1p_4d.sh's DEP4 "
+               "cannot load FP8 R1)") if script in RENAMED else ""
+    return f"launch script {script}.sh{renamed}: TP over the worker, EP 1 ({TP_SCRIPTS[name][0]})"

@@ -1,0 +1,53 @@
+"""benchmarks/silicon_ttft_gap.py: the harness each row's source names, a group's figures on a
+small exact case, and its recorded result regenerating from the whole-set record (all but the
+header line, which names the machine)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import silicon_ttft_gap as gap  # noqa: E402
+
+
+def test_harness_reads_the_source_and_the_warmup_date():
+    agg, pd = {"mode": "agg"}, {"mode": "disagg"}
+    dated = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; measured="
+    assert gap.harness(agg, dated + "2026-03-25T10:00:00Z") == (
+        "InferenceX one node, 10N after 2N warm-ups of one prompt")
+    assert gap.harness(agg, dated + "2025-11-10T10:00:00Z") == (
+        "InferenceX one node, no warm-up (before 2026-01-21)")
+    assert gap.harness(pd, "db-dump/2026-02-07; config_id=434; silicon_concurrency=4") == (
+        "Dynamo P/D, 5N after a warm-up run")
+    assert gap.harness(agg, "source_file=/Users/x/Qwen.csv; silicon_concurrency=4").startswith(
+        "not known")
+
+
+def test_group_table_on_three_runs():
+    def run(measured, predicted, k):
+        return {"system": "h200_sxm", "measured_ttft_ms": measured, "predicted_ttft_ms": predicted,
+                "gap_ms": measured - predicted, "run_k": k}
+    rows = [run(300.0, 100.0, 10), run(200.0, 100.0, 10), run(110.0, 100.0, None)]
+    line = gap.group_table(rows, "system", "t").splitlines()[-1]
+    # gaps 200, 100, 10: median 100, quartiles at ranks 0 and 2; MAPE (2/3 + 1/2 + 1/11) / 3 =
+    # 42 %; gap x K over the two runs with K: 2.0 and 1.0 s, median 1.5
+    assert line == "| h200_sxm | 3 | 100 (10, 200) | 200 | 100 | 42 | 1.50 |"
+
+
+def test_recorded_result_regenerates(tmp_path):
+    from epsim.validate.silicon.rows import default_csv_path
+    if default_csv_path() is None:
+        pytest.skip("aiconfigurator-core (the silicon sample) is not installed")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/silicon_ttft_gap.py")], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    recorded = (ROOT / "benchmarks/results/silicon_ttft_gap.md").read_text().splitlines()
+    assert done.stdout.splitlines() == recorded[4:]          # the body, below title and command
