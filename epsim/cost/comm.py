@@ -37,9 +37,9 @@ all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n
 of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
 
 Every model is linear in its coefficients (`base_us`, `overlap_us`, `1/nvl_gbps`,
-`1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`, `expert_signal_us`) once the busiest rank and the
-side of the max are known: `comm_features` returns the design row a least-squares fitter
-needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
+`1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`, `expert_signal_us`) once the
+busiest rank and the side of the max are known: `comm_features` returns the design row a
+least-squares fitter needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def l2_bytes(gpu: str) -> float:
 def per_message(dedup: str) -> bool:
     """Whether a kernel moves every (token, expert) pair as its own message (`pair` copies:
     DeepEP low-latency, Mooncake EP): only those pay the per-copy, busiest-slot, L2-spill and
-    per-expert signal terms. Rank- and node-deduplicated paths (NCCL all-to-all, DeepEP normal) pack their copies
-    into contiguous buffers, whose cost is the bytes."""
+    per-expert signal terms. Rank- and node-deduplicated paths (NCCL all-to-all, DeepEP
+    normal) pack their copies into contiguous buffers, whose cost is the bytes."""
     return dedup == "pair"
 
 
@@ -166,8 +166,8 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
             that is not `per_message`).
     Returns:
         [..., 8] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
-        slot_bytes*1e-3, spilled bytes*1e-3, expert slots); times `COMM_TERMS.coefficients(params)` gives
-        microseconds.
+        slot_bytes*1e-3, spilled bytes*1e-3, expert slots); times
+        `COMM_TERMS.coefficients(params)` gives microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
     rdma_kb = np.asarray(rdma_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
