@@ -45,7 +45,7 @@ from epsim.cost.record_kernels import KERNEL_KINDS  # noqa: E402
 from epsim.validate.extrapolation import AXES, _x, judge, markdown, split_tokens, stats  # noqa: E402
 
 SYSTEM_PAIRS = (("h200_sxm", "h100_sxm"), ("h100_sxm", "h200_sxm"), ("b200_sxm", "gb200"),
-                ("gb200", "gb300"), ("h200_sxm", "b200_sxm"))
+                ("gb200", "gb300"), ("h200_sxm", "b200_sxm"), ("b200_sxm", "b300_sxm"))
 NO_SHAPE_AXIS = ("allreduce",)            # collectives: no shape beyond their bytes
 DEEPEP_FIT_EP = 16                        # DeepEP's MoE runner: fitted up to EP 16, judged above
 

@@ -88,6 +88,7 @@ MAPS = {
 
 
 def _units(columns) -> str:
+    columns = sorted(columns)                # a set's order changes from run to run
     out = []
     if "latency" in columns:
         out.append("`latency` ms")

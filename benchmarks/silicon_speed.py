@@ -1,6 +1,8 @@
 """The silicon scoreboard's speed, this checkout against another (default: the commit before the
 quiet-decode leap): epsim's prediction of the same sample of in-scope silicon rows
-(`epsim validate --silicon --sample N --seed S --no-peer`'s rows, `scoreboard.row_task`) in two
+(`epsim validate --silicon --approximate --sample N --seed S --no-peer`'s rows, as the whole
+in-scope set is recorded: a row the simulator cannot express as stated runs its nearest
+expressible form, a row several deployments fit each of them; `scoreboard.row_task`) in two
 worker processes, one per checkout, taking turns row by row so both see the machine in the same
 state. Per checkout: CPU seconds (the process's, which other processes on a shared machine move
 little) and wall seconds per row, rows a minute on one core by CPU time, the whole in-scope set's
@@ -10,7 +12,11 @@ every row (a change that only speeds the code must; one that changes the random 
 the alias-table sampler against a checkout before it, moves them by draw noise: the table then
 gives each row's relative differences).
 
-    python benchmarks/silicon_speed.py [--rows 20] [--seed 7] [--against REV] [--write]
+    python benchmarks/silicon_speed.py [--rows 20] [--seed 7] [--against REV] [--csv PATH] [--write]
+
+`--csv`: another silicon-sample CSV (the test fixture, `tests/epsim/validate/data/
+silicon_fixture.csv`, whose rows all run with `--rows` at least their number), recorded as
+`silicon_speed_<its name>.md`.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 
 from recorded import write_recorded
 
-IN_SCOPE_ROWS = 916         # `epsim validate --silicon`'s in-scope rows (709 simulated, 207 refused)
+IN_SCOPE_ROWS = 916         # `epsim validate --silicon --approximate`'s in-scope rows
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "silicon_speed.md"
@@ -40,13 +46,13 @@ sys.path.insert(0, sys.argv[1])
 warnings.simplefilter("ignore")
 from epsim.validate.silicon.rows import default_csv_path, read_rows
 from epsim.validate.silicon.scoreboard import RowTask, row_task, select
-rows, _ = select(read_rows(default_csv_path()), int(sys.argv[2]), int(sys.argv[3]))
+rows, _ = select(read_rows(sys.argv[4] or default_csv_path()), int(sys.argv[2]), int(sys.argv[3]))
 print(len(rows), flush=True)
 for line in sys.stdin:
     row = rows[int(line)]
     gc.collect()
     cpu, wall = time.process_time(), time.perf_counter()
-    entry = row_task(RowTask(row, False, False))["epsim"]
+    entry = row_task(RowTask(row, True, False))["epsim"]
     print(json.dumps({"id": row.id, "cpu_s": time.process_time() - cpu,
                       "wall_s": time.perf_counter() - wall, "status": entry["status"],
                       "ttft_ms": entry["ttft_ms"], "tpot_ms": entry["tpot_ms"]}), flush=True)
@@ -66,10 +72,11 @@ def machine() -> str:
             f"CPU seconds much less)")
 
 
-def run(trees: dict[str, Path], num_rows: int, seed: int) -> dict[str, list[dict]]:
-    """Each row in each checkout's worker, the workers taking turns row by row."""
+def run(trees: dict[str, Path], num_rows: int, seed: int, csv: str = "") -> dict[str, list[dict]]:
+    """Each row in each checkout's worker, the workers taking turns row by row (`csv`: the
+    rows' file, "": the installed sample)."""
     workers = {name: subprocess.Popen([sys.executable, "-c", _WORKER, str(tree), str(num_rows),
-                                       str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       str(seed), csv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
                for name, tree in trees.items()}
     out: dict[str, list[dict]] = {name: [] for name in trees}
@@ -90,13 +97,16 @@ def run(trees: dict[str, Path], num_rows: int, seed: int) -> dict[str, list[dict
     return out
 
 
-def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int) -> str:
+def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int,
+           csv: str = "") -> str:
     then, now = out["then"], out["now"]
     same = all((a["ttft_ms"], a["tpot_ms"], a["status"]) == (b["ttft_ms"], b["tpot_ms"], b["status"])
                for a, b in zip(then, now))
     run_rows = [i for i, a in enumerate(then) if a["status"] not in ("cannot_express",)]
-    lines = [f"Rows: `--sample {num_rows} --seed {seed}` of the in-scope rows, {len(run_rows)} "
-             f"simulated (the others cannot be expressed: mapped, not run). Machine: {machine()}.",
+    lines = [f"Rows: `--approximate --sample {num_rows} --seed {seed}` of the in-scope rows"
+             + (f" of `{csv}`" if csv else "") + ", "
+             f"{len(run_rows)} simulated (the others cannot be expressed: mapped, not run). "
+             f"Machine: {machine()}.",
              "", "| checkout | CPU s | wall s | rows/min on one core (CPU) | rows/min, 2 workers "
              "(CPU, est.) | rows/min (wall, this run) |", "|---|---|---|---|---|---|"]
     for name, label in (("then", f"`{against}` (before)"), ("now", "this checkout")):
@@ -108,13 +118,15 @@ def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int) -
     cpu_now = sum(r["cpu_s"] for r in now)
     whole_min = {name: IN_SCOPE_ROWS * sum(r["cpu_s"] for r in out[name]) / len(then) / 2 / 60
                  for name in out}
-    lines += ["", f"Speed-up by CPU time: **{cpu_then / cpu_now:.2f}x**. The whole in-scope set "
-              f"({IN_SCOPE_ROWS} rows) on 2 workers, projected from this sample's CPU seconds: "
-              f"{whole_min['then']:.0f} min before, **{whole_min['now']:.0f} min** now. Same TTFT "
+    projected = "" if csv else (
+        f" The whole in-scope set ({IN_SCOPE_ROWS} rows) on 2 workers, projected from this "
+        f"sample's CPU seconds: {whole_min['then']:.0f} min before, **{whole_min['now']:.0f} "
+        f"min** now.")
+    lines += ["", f"Speed-up by CPU time: **{cpu_then / cpu_now:.2f}x**.{projected} Same TTFT "
               f"and TPOT bits on every row: **{'yes' if same else 'no'}**"
               + ("." if same else f" (the draws changed: TPOT differs by at most "
-                 f"{max_diff_pct(then, now, 'tpot_ms'):.1f} %, TTFT by at most "
-                 f"{max_diff_pct(then, now, 'ttft_ms'):.1f} %, per row below)."), "",
+                 f"{max_diff_pct(then, now, 'tpot_ms'):.3f} %, TTFT by at most "
+                 f"{max_diff_pct(then, now, 'ttft_ms'):.3f} %, per row below)."), "",
               "| row | status | CPU s before | CPU s now | ratio | TTFT now / before | "
               "TPOT now / before |", "|---|---|---|---|---|---|---|"]
     for a, b in zip(then, now):
@@ -144,21 +156,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="the sample's seed (default 7)")
     parser.add_argument("--against", default=BEFORE, help=f"the other checkout's commit "
                                                           f"(default {BEFORE})")
-    parser.add_argument("--write", action="store_true", help=f"record {RESULT.name}")
+    parser.add_argument("--csv", default="", help="a silicon-sample CSV (default: the installed "
+                                                   "one), relative to the checkout")
+    parser.add_argument("--write", action="store_true", help=f"record {RESULT.name} (with "
+                                                             f"--csv: silicon_speed_<name>.md)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = run({"then": Path(tmp), "now": ROOT}, args.rows, args.seed)
-    body = report(out, args.against, args.rows, args.seed)
+        out = run({"then": Path(tmp), "now": ROOT}, args.rows, args.seed, args.csv)
+    body = report(out, args.against, args.rows, args.seed, args.csv)
     print(body)
     if args.write:
-        write_recorded(RESULT, "The silicon scoreboard's speed, before and after",
+        result = RESULT.with_name(f"silicon_speed_{Path(args.csv).stem}.md") if args.csv else RESULT
+        csv = f" --csv {args.csv}" if args.csv else ""
+        write_recorded(result, "The silicon scoreboard's speed, before and after",
                        f"nice python benchmarks/silicon_speed.py --rows {args.rows} --seed "
-                       f"{args.seed} --against {args.against} --write", started, body)
-        print(f"wrote {RESULT.name}")
+                       f"{args.seed} --against {args.against}{csv} --write", started, body)
+        print(f"wrote {result.name}")
     return 0
 
 

@@ -9,7 +9,7 @@ here and in docs/model.md (section 6), and named in every output (`provenance.pr
               the profile it came from (`Component.profile`). DeepEP from AIC beats the
               datasheet values it replaces on all four H200 stages (5.7-11.6 % against
               17.2-25.1 % MAPE on AIC's DeepEP tables, benchmarks/results/aic_deepep_sources.md)
-  H100, B200, GB200, GB300
+  H100, B200, B300, GB200, GB300
               the shipped `aic_<gpu>` (aiconfigurator-core's tables of that system)
   any other   datasheet values (an empty profile of that GPU)
 

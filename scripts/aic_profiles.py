@@ -6,7 +6,7 @@ For each AIC system with a zoo GPU (`epsim.calibrate.aic_tables.AIC_TO_ZOO`) thi
 `epsim calibrate --records aic:<system>/sglang --holdout none --out <out-dir>/aic_<gpu>.json`:
 every imported fit record is fitted (the hold-outs are judged apart, benchmarks/aic_holdout.py);
 the records go to runs/aic/. Profiles are written atomically; the NOTICE beside them carries
-aiconfigurator-core's Apache-2.0 notice. Systems without a zoo GPU (B300) are named and skipped.
+aiconfigurator-core's Apache-2.0 notice. A system without a zoo GPU would be named and skipped.
 Needs the optional aiconfigurator-core (`pip install 'epsim[aic]'`).
 """
 

@@ -27,6 +27,7 @@ step python benchmarks/lmsys_decode_stages.py
 step python benchmarks/qwen_h200_decode_stages.py
 step python benchmarks/deepseek_b200_decode_stages.py
 step python -m tests.epsim.validate.test_silicon_scoreboard
+step python benchmarks/silicon_system.py --system b300_sxm --write
 step python -m epsim.cli validate --published --out docs/published.md
 step python -m epsim.cli validate --composition --out "$(mktemp -d)" --doc docs/validation.md
 if [ "${1:-}" != "--skip-planning" ]; then

@@ -276,7 +276,7 @@ def page() -> None:
     st.title("Scenario")
     st.caption("Pick a shipped scenario or upload one, change what you like, run it. Predictions use "
                "the scenario's profile (default: its GPU's default profile: H200 by h200x2 "
-               "with aic_h200's quantised and MLA kernels and DeepEP, H100 / B200 / GB200 / GB300 by their "
+               "with aic_h200's quantised and MLA kernels and DeepEP, H100 / B200 / B300 / GB200 / GB300 by their "
                "aic_ profile, other GPUs from the datasheet; `epsim hardware` lists them).")
     try:
         source = ui.scenario_source("sc")

@@ -54,7 +54,7 @@ def import_source(source: AicSource, tables: Iterable[AicTable] | None = None,
         grid: thin the fit kinds to the fit grid (`aic_records.on_grid`); False keeps every
             row (comparisons with other records at their own points).
     Raises:
-        RecordError: the source has no zoo GPU (its records could not be priced: B300), or a
+        RecordError: the source has no zoo GPU (its records could not be priced), or a
             table lacks a column its converter reads.
     """
     if require_gpu and not source.gpu:

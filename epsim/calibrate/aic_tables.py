@@ -27,9 +27,9 @@ MODULE = "aiconfigurator_core"
 INSTALL_HINT = "pip install 'epsim[aic]' (aiconfigurator-core, pandas, pyarrow)"
 ROOT_ENV = "EPSIM_AIC_SYSTEMS"
 
-# AIC system -> epsim zoo GPU (`epsim hardware`), and the device names its tables' rows carry;
-# "" where the zoo has no such GPU (B300: its tables are surveyed, no profile is fitted)
-AIC_TO_ZOO = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "b300_sxm": "",
+# AIC system -> epsim zoo GPU (`epsim hardware`), and the device names its tables' rows carry
+# ("" would mark a system the zoo has no GPU of: its tables surveyed, no profile fitted)
+AIC_TO_ZOO = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "b300_sxm": "B300",
               "gb200": "GB200", "gb300": "GB300"}
 DEVICE_PREFIX = {"h100_sxm": "NVIDIA H100", "h200_sxm": "NVIDIA H200", "b200_sxm": "NVIDIA B200",
                  "b300_sxm": "NVIDIA B300", "gb200": "NVIDIA GB200", "gb300": "NVIDIA GB300"}

@@ -46,7 +46,7 @@ def run(args):
     data["default_profiles"] = {h.name: default_profile(h.name).name for h in rows}
     lines += ["", "profiles (shipped; --profile NAME or a JSON file picks one; without it a "
                   "cluster is priced by its GPU's default, above: H200 by h200x2 with aic_h200's "
-                  "quantised and MLA kernels and DeepEP, H100/B200/GB200/GB300 by their aic_ profile, other "
+                  "quantised and MLA kernels and DeepEP, H100/B200/B300/GB200/GB300 by their aic_ profile, other "
                   "GPUs from the datasheet)"]
     lines += table(["profile", "gpu", "data source: components", "components"],
                    [[p["name"], p["gpu"], "; ".join(f"{k}: {v}" for k, v in p["sources"].items()),

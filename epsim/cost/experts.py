@@ -39,8 +39,9 @@ from epsim.spec.quant import weight_tensor_dtype
 
 TILE_M = 64       # rows per tile of the grouped GEMM (see docs/model.md: chosen among 16, 64, 128)
 TILE_N = 128      # output columns per tile
-# streaming multiprocessors per GPU (datasheets); one tile per SM per wave
-NUM_SMS = {"H100": 132, "H200": 132, "H800": 132, "H20": 78, "B200": 148, "B300": 148,
+# streaming multiprocessors per GPU (datasheets); one tile per SM per wave. B300 and GB300 are
+# one Blackwell Ultra GPU: 160 SMs (NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025-08)
+NUM_SMS = {"H100": 132, "H200": 132, "H800": 132, "H20": 78, "B200": 148, "B300": 160,
            "GB200": 152, "GB300": 160}
 DEFAULT_NUM_SMS = 132
 

@@ -177,7 +177,7 @@ class CostModel:
                         fraction, graph)
 
     def step(self, batch: BatchCounts, loads: np.ndarray | None, tables: PlacementTables,
-             moe: MoECost | None = None) -> StepCost:
+             moe: MoECost | None = None, record: bool = True) -> StepCost:
         """The time of one forward step of every DP rank (lockstep).
 
         Args:
@@ -186,6 +186,8 @@ class CostModel:
             tables: the current placement's `build_tables`.
             moe: this step's `moe(...)` when the caller priced it already (the fast engine
                 prices many steps' MoE layers in one call); `loads` is then unused.
+            record: add the step to `ledger` (False: a forward whose provenance no output
+                reads, the speculative draft's, `epsim.sim.speculative.DraftPricer`).
         """
         tbo = self.deployment.enable_two_batch_overlap
         fraction = self.micro_batch_fraction
@@ -217,10 +219,11 @@ class CostModel:
             dense += self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         overhead = terms.overhead_us
         step = float(layer.sum()) + dense + overhead
-        self.ledger.add(graph, moe.mode, ledger_row(self.params.step(graph), moe, attn, shared,
-                                                    dense, overhead, scale, num_layers,
-                                                    terms.attention_ops_us),
-                        terms.max_tokens)
+        if record:
+            self.ledger.add(graph, moe.mode, ledger_row(self.params.step(graph), moe, attn,
+                                                        shared, dense, overhead, scale,
+                                                        num_layers, terms.attention_ops_us),
+                            terms.max_tokens)
         parts = np.empty((7, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
         parts[1:4] = moe.stage_rows

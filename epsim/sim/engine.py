@@ -86,6 +86,11 @@ class Simulation:
         engine: "fast" or "reference" (`epsim.sim.stepper`; None: `$EPSIM_ENGINE`, else fast).
         leap: the fast engine leaps over saturated decode steps (`epsim.sim.leap`; the same
             results; False: one step at a time, the yardstick its tests compare with).
+        coarse_pools: the fast engine's pools of MoE draws serve nearby batch shapes too, and
+            the speculative draft's forwards take theirs from pools (`epsim.sim.stepper`,
+            `epsim.sim.speculative.DraftPricer`): steps priced at a batch up to 2 % off, for
+            speed (the silicon scoreboard's hundreds of closed loops); False: each shape its
+            own pool, each draft forward its own draw.
     Attributes:
         initial_running_per_rank: decode requests running per rank at t=0 (the scenario's,
             "steady" resolved).
@@ -95,7 +100,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
                  progress: bool = False, scenario_processes: bool = True,
-                 engine: str | None = None, leap: bool = True):
+                 engine: str | None = None, leap: bool = True, coarse_pools: bool = False):
         self.stated = scenario              # as written; the run is one instance's share of it
         scenario = scenario.one_instance()
         self.scenario = scenario
@@ -136,7 +141,7 @@ class Simulation:
         if d.speculative_algorithm is not None:
             self.acceptance = Acceptance(d.speculative_steps[0], d.speculative_accept_length,
                                          self.seed)
-            self.draft = DraftPricer(scenario, self.profile, self.seed)
+            self.draft = DraftPricer(scenario, self.profile, self.seed, pooled=coarse_pools)
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
@@ -147,6 +152,7 @@ class Simulation:
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)
         self.routing_rng = np.random.Generator(np.random.SFC64([self.seed, 0x70AD]))
         self.engine = default_engine() if engine is None else engine
+        self.coarse_pools = coarse_pools            # read by the fast engine's stepper
         self.stepper = make_stepper(self.engine, self)
         self.leap = leap
         self.leaper: Leaper | None = None       # set as the run starts, where it applies
@@ -383,6 +389,9 @@ class Simulation:
 
 
 def simulate(scenario: Scenario, profile: Profile | None = None, seed: int | None = None,
-             progress: bool = False, engine: str | None = None) -> SimResult:
-    """Run a scenario once (see `Simulation` for hooks; `engine`: "fast" | "reference")."""
-    return Simulation(scenario, profile=profile, seed=seed, progress=progress, engine=engine).run()
+             progress: bool = False, engine: str | None = None,
+             coarse_pools: bool = False) -> SimResult:
+    """Run a scenario once (see `Simulation` for hooks and `coarse_pools`; `engine`: "fast" |
+    "reference")."""
+    return Simulation(scenario, profile=profile, seed=seed, progress=progress, engine=engine,
+                      coarse_pools=coarse_pools).run()

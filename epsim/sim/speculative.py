@@ -13,7 +13,9 @@ python/sglang/srt/speculative/eagle_worker.py, `forward_batch_generation`):
 Each request then gets `k` tokens, 1 <= k <= num_steps + 1 (the accepted drafts and the target's
 bonus token). The draft model of DeepSeek-V3/R1 is its MTP module: one decoder layer (MLA
 attention and an MoE layer with the target's experts, dispatched the same way) and the shared
-LM head, priced by the same cost model as a one-layer model (`DraftPricer`). The verify step is
+LM head, priced by the same cost model as a one-layer model (`DraftPricer`; under a run's
+`coarse_pools`, its MoE layer from pools of draws, as the fast engine prices the target's steps:
+`epsim.sim.stepper`). The verify step is
 the target's decode step over `num_draft_tokens` tokens per request (`verify_counts`): every
 token through the MoE layers and the LM head, the attention's FLOPs for every query, its KV
 cache read once per request and its decode kernel run once per request, the draft tokens' queries
@@ -39,6 +41,7 @@ from epsim.cost.model import CostModel
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb.placement import Placement
 from epsim.routing.skew import SkewModel
+from epsim.sim.stepper import DRIFT_STALE_FRAC, MAX_DRAWS, USES_PER_DRAW, moe_draws, nearby
 
 DEEPSEEK_ACCEPT_RATE = 0.85     # DeepSeek-V3 report: second-token acceptance 85-90 %
 
@@ -95,14 +98,36 @@ def verify_counts(batch: BatchCounts, draft_tokens: int) -> BatchCounts:
                        batch.prefill_seqs, float(draft_tokens))
 
 
+class _Pool:
+    """MoE draws of one draft forward shape: their costs `rows`, drawn at `t_s` for EP ranks'
+    dispatched `tokens` ([ranks]), serving at most `max_uses` forwards."""
+
+    def __init__(self, t_s: float, tokens: np.ndarray, rows: list, max_uses: int):
+        self.t_s, self.rows, self.max_uses = t_s, rows, max_uses
+        self.total, self.most = float(tokens.sum()), float(tokens.max(initial=0.0))
+        self.used = 0
+
+
 class DraftPricer:
     """The draft model's forwards of one verify cycle (module doc), priced as a one-layer model.
 
+    Under `pooled` (a run's `coarse_pools`), its cycles (`cycle_us` on the run's stream) take
+    the draft's MoE layer from pools of draws, one per forward of the cycle (the draft decode
+    forwards, the extend, a prefill chunk's), as the fast engine's coarse pools serve the
+    target's steps (`epsim.sim.stepper`: at most `USES_PER_DRAW` forwards per draw, `MAX_DRAWS`
+    draws, redrawn past the drift window or for a shape not `nearby` the pool's; a trace skew
+    draws every forward). Each forward still prices its own attention and dense parts; the
+    draft's forwards cost an MTP decode run most of its time when each drew and priced its own
+    MoE layer (an 8192-output MTP row: three quarters).
+    Otherwise, and with a caller's own `rng` (the steady-batch model's price of one batch),
+    every forward draws its own.
+
     Args:
         scenario, profile, seed: the run's.
+        pooled: a run's cycles take the draft's MoE layer from pools (above).
     """
 
-    def __init__(self, scenario, profile, seed: int):
+    def __init__(self, scenario, profile, seed: int, pooled: bool = False):
         sc = scenario
         m, c, d, w = sc.model, sc.cluster, sc.deployment, sc.workload
         self.steps, self.topk, self.draft_tokens = d.speculative_steps
@@ -117,18 +142,58 @@ class DraftPricer:
         # the step's fixed overhead and its scheduler host time, paid once by the cycle
         self.overhead_base_us = (self.cost_model.params.overhead["base_us"]
                                  + self.cost_model.scheduler_host.step_us)
+        rate = getattr(w.skew, "drift_rate_per_s", 0.0)
+        self.drift_window_s = DRIFT_STALE_FRAC / rate if rate > 0 else np.inf
+        self.pooled = pooled and w.skew.kind != "trace"   # a trace: popularity every forward
+        self._pools: dict[tuple, _Pool] = {}     # (forward, phase, CUDA graph) -> its pool
+        self._pick = np.random.Generator(np.random.SFC64([seed, 0xD4AF8]))   # a pool's row
+        self.num_pools = self.num_forwards = 0      # pools drawn, forwards priced
 
-    def forward_us(self, batch: BatchCounts, t_s: float, rng: np.random.Generator) -> float:
+    def forward_us(self, batch: BatchCounts, t_s: float, rng: np.random.Generator,
+                   pool: int | None = None) -> float:
         """One draft forward over `batch`, without the step's fixed overhead (the draft's
-        forwards run inside the cycle that already pays it)."""
-        loads = self.skew.loads(batch.routed_tokens, rng, t_s=t_s)
-        return self.cost_model.step(batch, loads, self.tables).step_us - self.overhead_base_us
+        forwards run inside the cycle that already pays it); `pool`: which of the cycle's
+        forwards it is, its MoE layer from that forward's pool (class doc; None: drawn and
+        priced alone)."""
+        self.num_forwards += 1
+        if pool is not None and self.pooled:
+            moe = self._pooled_moe(batch, t_s, rng, pool)
+            step = self.cost_model.step(batch, None, self.tables, moe=moe, record=False)
+        else:
+            loads = self.skew.loads(batch.routed_tokens, rng, t_s=t_s)
+            step = self.cost_model.step(batch, loads, self.tables, record=False)
+        return step.step_us - self.overhead_base_us
+
+    def _pooled_moe(self, batch: BatchCounts, t_s: float, rng: np.random.Generator, which: int):
+        """The `MoECost` of forward `which` of a cycle, over `batch` at `t_s`: a row of its pool,
+        a new pool where that one has no use left, is past the drift window or drawn for
+        another shape (M draws for twice what its last pool served, as
+        `PoolStepper._new_pool`)."""
+        cost_model = self.cost_model
+        tokens = np.asarray(cost_model.ep_tokens(batch), dtype=np.float64)
+        key = (which, batch.phase, cost_model.uses_graph(batch))
+        pool = self._pools.get(key)
+        if (pool is None or pool.used >= pool.max_uses or t_s - pool.t_s >= self.drift_window_s
+                or not nearby(tokens, pool.total, pool.most)):
+            lifetime = MAX_DRAWS * USES_PER_DRAW if pool is None else pool.used
+            expected = max(1, min(MAX_DRAWS * USES_PER_DRAW, 2 * lifetime))
+            num_draws = min(MAX_DRAWS, -(-expected // USES_PER_DRAW))
+            _, rows = moe_draws(cost_model, self.skew, rng, self.tables, batch, num_draws, t_s)
+            pool = self._pools[key] = _Pool(t_s, tokens, rows, num_draws * USES_PER_DRAW)
+            self.num_pools += 1
+        pool.used += 1
+        if len(pool.rows) == 1:
+            return pool.rows[0]
+        return pool.rows[int(self._pick.integers(len(pool.rows)))]
 
     def cycle_us(self, requests: np.ndarray, context: np.ndarray, prefill: BatchCounts | None,
                  t_s: float, rng: np.random.Generator | None = None) -> float:
         """The draft forwards of one step: `requests` [dp] decoding requests per rank whose
         contexts sum to `context` [dp]; `prefill`: the step's prefill chunk, which the draft
-        extends too (None: none); `rng`: the load draws' (None: the run's stream)."""
+        extends too (None: none); `rng`: the load draws' (None: the run's stream, from pools)."""
+        # the cycle's forwards by pool (None: each its own draw): the draft decode forwards
+        # (one batch), the extend, the prefill chunk's
+        decode, extend_pool, prefill_pool = (0, 1, 2) if rng is None else (None, None, None)
         rng = self.rng if rng is None else rng
         total = 0.0
         if requests.any():
@@ -137,14 +202,14 @@ class DraftPricer:
             for _ in range(self.steps - 1):                     # draft decode forwards
                 tokens = requests * self.topk
                 total += self.forward_us(BatchCounts(tokens, tokens * (per + 1), z, z, z, tokens,
-                                                     "decode"), t_s, rng)
+                                                     "decode"), t_s, rng, decode)
             extend = requests * (self.steps + 1)                # draft extend after verify
             total += self.forward_us(BatchCounts(extend, extend * (per + 1), z, z, z, requests,
-                                                 "decode"), t_s, rng)
+                                                 "decode"), t_s, rng, extend_pool)
         if prefill is not None and prefill.prefill_tokens.any():
             z = np.zeros_like(prefill.prefill_tokens)
             total += self.forward_us(BatchCounts(z, z, prefill.prefill_tokens,
                                                  prefill.prefill_context, prefill.prefill_pairs,
                                                  prefill.prefill_chunks, "prefill",
-                                                 prefill.prefill_seqs), t_s, rng)
+                                                 prefill.prefill_seqs), t_s, rng, prefill_pool)
         return total

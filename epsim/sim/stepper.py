@@ -19,6 +19,15 @@ Two interchangeable engines (`ENGINES`), chosen per run (`simulate(..., engine=.
   loads (drawn `FRESH_BLOCK` steps at a time, within the pool's drift window, each formed when
   first read: `SkewModel.load_rows`), so sums over steps keep the reference's noise; passive
   observers change nothing.
+  Under `Simulation(coarse_pools=True)` (the silicon scoreboard's closed loops) a pool also
+  serves a step of a nearby shape: the same phase, CUDA graph and placement, its EP ranks'
+  dispatched tokens within `COARSE_TOKENS_FRAC` of the pool's, in all and on the busiest rank
+  (a batch of hundreds of requests changes shape at nearly every step, a request ending on one
+  rank, another joining on the next; each new shape then drew and priced its own MoE layers,
+  most of a run's time). Such a step's MoE layers are priced at a batch up to that share larger
+  or smaller, with the pool's draws: TPOT and TTFT move a little (each silicon row's change
+  against exact pools: benchmarks/results/silicon_speed.md). Not where observers read fresh
+  loads (EPLB's statistics window sums them at the pool's own tokens).
   Same seed, same result; a different random stream from the reference engine, so the two
   agree statistically, not bit for bit (tolerances: tests/epsim/sim/test_fast.py).
 """
@@ -44,6 +53,8 @@ ENGINE_VARIABLE = "EPSIM_ENGINE"     # overrides the default (benchmarks run swe
 MAX_DRAWS = 4            # draws per pool (M)
 USES_PER_DRAW = 8        # steps a pool serves per draw it holds, at most
 DRIFT_STALE_FRAC = 0.05  # redraw once this share of experts may have swapped (drift)
+COARSE_TOKENS_FRAC = 0.02    # a pool serves batches whose dispatched tokens, in all and on the
+                             # busiest rank, are within this share of its own (module doc)
 FRESH_BLOCK = 8          # observers' fresh loads drawn this many steps at a time
 
 
@@ -101,6 +112,13 @@ def price_draws(cost_model: CostModel, tables: PlacementTables, batch: BatchCoun
             for i in range(loads.shape[0])]
 
 
+def nearby(tokens: np.ndarray, total: float, most: float) -> bool:
+    """Whether EP ranks' dispatched `tokens` ([ranks]) are within `COARSE_TOKENS_FRAC` of a
+    pool's, whose ranks dispatched `total` in all and `most` on the busiest (coarse pools)."""
+    return (abs(float(tokens.sum()) - total) <= COARSE_TOKENS_FRAC * total
+            and abs(float(tokens.max(initial=0.0)) - most) <= COARSE_TOKENS_FRAC * most)
+
+
 def _row(x, i: int):
     """Draw `i` of a `[draws, ...]` array; a float shared by every draw as it is."""
     return x[i] if np.ndim(x) else x
@@ -115,6 +133,8 @@ class _Pool:
                  rows: list[MoECost]):
         self.key, self.t_s, self.max_uses, self.loads, self.rows = key, t_s, max_uses, loads, rows
         self.num_tokens = num_tokens
+        tokens = np.frombuffer(key[0], dtype=np.float64)    # `pool_key`'s EP ranks' tokens
+        self.total, self.most = float(tokens.sum()), float(tokens.max(initial=0.0))
         self.used = 0
         self.fresh: LoadRows | None = None      # n fresh [layers, experts] loads for observers
         self.fresh_used = 0
@@ -187,10 +207,15 @@ class PoolStepper:
         """The current pool if it serves a step of `batch` at `now_s` (None: a new one would;
         `key`: `pool_key(batch)` where the caller has it)."""
         pool = self._pool
-        if (pool is None or pool.used >= pool.max_uses or now_s - pool.t_s >= self.drift_window_s
-                or pool.key != (self.pool_key(batch) if key is None else key)):
+        if pool is None or pool.used >= pool.max_uses or now_s - pool.t_s >= self.drift_window_s:
             return None
-        return pool
+        key = self.pool_key(batch) if key is None else key
+        if pool.key == key:
+            return pool
+        if not self.sim.coarse_pools or key[1:] != pool.key[1:] or self.sim.wants_fresh_loads:
+            return None
+        return pool if nearby(self.sim.cost_model.ep_tokens(batch), pool.total, pool.most) \
+            else None
 
     def pool_for(self, batch: BatchCounts, now_s: float, step: int,
                  last_step_s: float | None = None) -> _Pool:
@@ -212,8 +237,8 @@ class PoolStepper:
     def pool_key(self, batch: BatchCounts) -> tuple:
         """The batch shape a pool serves: tokens per rank, phase, CUDA graph, placement version."""
         cost_model = self.sim.cost_model
-        return (cost_model.ep_tokens(batch).tobytes(), batch.phase, cost_model.uses_graph(batch),
-                self.sim.placement.version)
+        return (np.asarray(cost_model.ep_tokens(batch), dtype=np.float64).tobytes(), batch.phase,
+                cost_model.uses_graph(batch), self.sim.placement.version)
 
     def draw_rows(self, pool: _Pool, num: int) -> list[int]:
         """The rows of `pool` the next `num` steps take, one draw at random each (one random

@@ -16,9 +16,9 @@ from epsim.profile import Profile, default_profile_path, load_profile, profile_p
 def test_shipped_profiles_by_name():
     assert load_profile("aic_b200").hardware == "B200"
     assert profile_path("h200x2") == default_profile_path()
-    with pytest.raises(ProfileError, match=r"profile \('aic_b300'\) must be a profile JSON file or "
+    with pytest.raises(ProfileError, match=r"profile \('aic_h800'\) must be a profile JSON file or "
                                            r"one of the shipped profiles \['aic_b200'"):
-        load_profile("aic_b300")
+        load_profile("aic_h800")
 
 
 def test_the_default_rule():
@@ -63,3 +63,24 @@ def test_cost_names_the_profile_and_sources(capsys):
     assert prov["profile"].startswith("aic_b200") and "default for B200" in prov["profile_rule"]
     assert {c["data_source"] for c in prov["components"]} <= {"aiconfigurator", "datasheet"}
     assert prov["line"].startswith("profile aic_b200")
+
+
+def test_b300_is_priced_by_its_aic_profile(capsys):
+    """B300 (HGX) takes `aic_b300`, fitted on aiconfigurator-core's b300_sxm tables: DeepSeek-V3's
+    block-FP8 experts and DeepEP's dispatch and combine at EP 8 come from it, fitted or
+    extrapolated, none from the datasheet."""
+    b300 = default_profile("B300")
+    assert b300.name == aic_profile_name("B300") == "aic_b300" and b300.hardware == "B300"
+    assert all(c.data_source == "aiconfigurator" and c.tables[0].startswith("b300_sxm/")
+               for c in b300.components.values())
+    assert main(["cost", "--model", "DeepSeek-V3", "--cluster", "B300", "--backend", "deepep",
+                 "--ep", "8", "--tokens-per-rank", "64", "--dispatch-dtype", "fp8",
+                 "--json"]) in (0, None)
+    prov = json.loads(capsys.readouterr().out)["provenance"]
+    assert prov["profile"].startswith("aic_b300") and "default for B300" in prov["profile_rule"]
+    uses = {u["part"]: u for u in prov["components"] if u["time"] != "host"}
+    assert {"dispatch", "experts", "combine"} <= set(uses)
+    for part in ("dispatch", "experts", "combine"):
+        assert uses[part]["tag"] in ("fitted", "extrapolated"), uses[part]
+        assert uses[part]["data_source"] == "aiconfigurator"
+    assert uses["experts"]["key"] == "deepep/experts_fp8_block/graph/low_latency"

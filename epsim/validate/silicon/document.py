@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from epsim.io.write import write_bytes, write_text
-from epsim.profile import load_profile
+from epsim.default_profile import default_profile
 from epsim.validate.report import DOC_BEGIN, read_doc
 from epsim.validate.silicon import report
 from epsim.validate.silicon.needs import GPUS, MODELS
@@ -137,21 +137,30 @@ def features_markdown(board: Scoreboard) -> str:
                               [[i + 1, f, gained, total] for i, (f, gained, total)
                                in enumerate(feature_order(blocked))]),
              "", "## Once expressible, what prices them", "",
-             "Every in-scope row by what the shipped profile measured: its GPU, and the attention "
-             "kind of its model (the fits' provenance then tags each part fitted, extrapolated or "
-             "datasheet, per row).", "", *pricing_table(board.entries)]
+             "Every in-scope row by the profile that prices it (its GPU's default, "
+             "`epsim.default_profile`: `epsim hardware` lists them) and the attention kind of its "
+             "model (the fits' provenance then tags each part fitted, extrapolated or datasheet, "
+             "per row).", "", *pricing_table(board.entries)]
     return "\n".join(lines) + "\n"
 
 
+def priced_by(gpu: str) -> str:
+    """What prices a row of `gpu`: the profile its default is (`epsim.default_profile`, named
+    as every output names it) and where its parts' data came from, or the datasheet where no
+    profile ships for it."""
+    profile = default_profile(gpu)
+    if not profile.components:
+        return f"datasheet defaults (no profile ships for {gpu})"
+    sources = sorted({profile.data_source(key) for key in profile.components})
+    return f"{profile.name} ({' + '.join(sources)})"
+
+
 def pricing_table(entries: list[dict]) -> list[str]:
-    """In-scope rows by (GPU, measured by the shipped profile or not) x the model's attention."""
-    measured_on = load_profile(shared=True).hardware
+    """In-scope rows by GPU x the profile that prices them x the model's attention."""
     counts = Counter()
     for e in entries:
         gpu = GPUS.get(e["system"], e["system"])
-        kind = ("the shipped profile's GPU" if gpu == measured_on
-                else f"datasheet defaults (the profile is {measured_on}'s)")
-        counts[(gpu, kind, get_model(MODELS[e["model_path"]]).attention)] += 1
+        counts[(gpu, priced_by(gpu), get_model(MODELS[e["model_path"]]).attention)] += 1
     return report.md_table(["GPU", "priced by", "attention", "rows"],
                            [[*key, n] for key, n in sorted(counts.items())])
 

@@ -18,10 +18,10 @@ from epsim.zoo import get_hardware, get_model, hardware_names
 
 # the device's total as nvidia-smi reports it (memory.total, MiB) beside the datasheet figure
 # (GB as sold): H100 / H800 SXM5 81559 MiB, H200 SXM 143771, B200 183359, GB200 189471, GB300
-# 284208 (nvidia-smi outputs published with the GPUs' names; docs/model.md, "Memory"); B300
-# takes GB300's total, the same 288 GB of HBM3e (no published nvidia-smi of an HGX B300)
+# 284208 (nvidia-smi outputs published with the GPUs' names; docs/model.md, "Memory"), B300
+# 275040 (aiconfigurator-core's b300_sxm.yaml: "275040MiB reported by nvidia-smi")
 DATASHEET = {"H100": (80, 81559), "H800": (80, 81559), "H200": (141, 143771),
-             "B200": (180, 183359), "B300": (288, 284208), "GB200": (186, 189471),
+             "B200": (180, 183359), "B300": (288, 275040), "GB200": (186, 189471),
              "GB300": (288, 284208)}
 
 
@@ -31,6 +31,9 @@ def test_every_zoo_gpu_holds_its_datasheet_memory_in_gib():
         hw = get_hardware(name)
         assert hw.hbm_gb == gb
         assert hw.hbm_gib == pytest.approx(mib / 1024.0)
+        if name == "B300":          # its 288 GB are decimal: 275040 MiB are 288.4e9 bytes
+            assert hw.hbm_gib * GIB / 1e9 == pytest.approx(gb, rel=0.01)
+            continue
         # NVIDIA's HBM "GB" are binary gigabytes less a reserve: read as 1e9 bytes they would
         # be 7 % below what the device reports
         assert 0.95 < hw.hbm_gib / gb <= 1.0
