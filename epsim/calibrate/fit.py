@@ -177,7 +177,7 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, {**peaks, **FRACTION_PEAKS})
     best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative)
-    weak = []
+    weak, twins = [], []
     if terms in (COMM_TERMS, COLLECTIVE_TERMS):
         # a transfer coefficient (bandwidth, per-copy, slot, spill) the fit set does not
         # determine keeps its datasheet value instead of following noise (host-bound stages)
@@ -185,6 +185,11 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
         rows = np.stack([record_features(s.record, profile, key).row for s in records])
         transfer = [j for j, n in enumerate(terms.coef_names) if n not in ("base_us", "overlap_us")]
         weak = _weak_columns(rows, measured, best[3], relative, transfer)
+        # a column with one value over the fit set (one expert count for the signal term) is
+        # the fixed cost's twin: the data cannot tell them apart
+        twins = [j for j in transfer if j not in weak
+                 and (rows[:, j] != 0).sum() > 1 and len(np.unique(rows[rows[:, j] != 0, j])) == 1]
+        weak += twins
         if weak:
             profile.components.pop(key, None)
             datasheet = record_features(records[0].record, profile, key).coefficients
@@ -193,13 +198,17 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
     _, params, predicted, coef, rounds = best
     profile.components[key] = Component(params=params, source="fit")
     weak_names = [terms.params[j] for j in weak]
+    twin_names = [terms.params[j] for j in twins]
     unfitted = [p for p, c in zip(terms.params, coef) if not np.isfinite(c) and p not in weak_names]
     notes = []
     if unfitted:
         notes.append(f"not in the data, datasheet kept: {', '.join(unfitted)}")
-    if weak_names:
+    if set(weak_names) - set(twin_names):
         notes.append(f"not determined by the data (< {MIN_T:g} standard errors), datasheet "
-                     f"kept: {', '.join(weak_names)}")
+                     f"kept: {', '.join(n for n in weak_names if n not in twin_names)}")
+    if twin_names:
+        notes.append(f"one value in the data (the fixed cost's twin), datasheet kept: "
+                     f"{', '.join(twin_names)}")
     return ComponentFit(key, params, predicted, measured, records, rounds, "; ".join(notes),
                         valid_range(records))
 

@@ -6,6 +6,7 @@ A DeepEP-class all-to-all (`torch`, `deepep`, `mooncake`) costs, per layer,
     transfer_us = max_r(max(nvl_bytes_r / nvl_gbps, rdma_bytes_r / rdma_gbps)) * 1e-3
                   + per_copy_us * max_r(copies_r) + slot_us_per_kb * max_s(slot_bytes_s) * 1e-3
                   + max(0, max_r(pair_bytes_r) - l2_bytes) / spill_gbps * 1e-3   (pair copies)
+                  + expert_signal_us * num_experts                                (pair copies)
 
 where `nvl_bytes_r` is the busier direction (send or receive) of rank r's NVLink traffic and
 likewise for RDMA: the busiest rank sets the pace. NVLink and the NIC are separate engines
@@ -23,14 +24,22 @@ large transfer hides it: `base_us` is what nothing hides. With `overlap_us = 0` 
 the plain sum. `pair_bytes_r` is what rank r's low-latency receive buffer holds (every
 (token, expert) pair it computes); beyond the GPU's L2 (`l2_bytes`) the kernel's writes and
 the reads after them go to HBM, at `spill_gbps` (<= HBM bandwidth) for the bytes that spill.
+`num_experts` is every expert slot of the deployment (physical experts, redundant ones
+included): a low-latency kernel (DeepEP's `internode_ll.cu`, Mooncake EP after it) runs one warp
+group per expert, which sends that expert's token count to its rank and, on the receive side,
+polls the `ep` counts of each local expert before copying its tokens, `num_experts` signals per
+rank whatever the batch; past the GPU's SM count the groups share SMs with fewer warps each
+(`ceil(E / SMs)` groups an SM). Measured on aiconfigurator-core's H200 LL tables (one node of
+8, 1-1024 tokens, 8-512 experts): without the term the fit under-predicted 384 and 512 experts
+by 15-22 % and over-predicted 128 by 10 %.
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
 of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
 
 Every model is linear in its coefficients (`base_us`, `overlap_us`, `1/nvl_gbps`,
-`1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`) once the busiest rank and the
-side of the max are known: `comm_features` returns the design row a least-squares fitter
-needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
+`1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`, `expert_signal_us`) once the
+busiest rank and the side of the max are known: `comm_features` returns the design row a
+least-squares fitter needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
 """
 
 from __future__ import annotations
@@ -73,9 +82,9 @@ def l2_bytes(gpu: str) -> float:
 
 def per_message(dedup: str) -> bool:
     """Whether a kernel moves every (token, expert) pair as its own message (`pair` copies:
-    DeepEP low-latency, Mooncake EP): only those pay the per-copy, busiest-slot and L2-spill
-    terms. Rank- and node-deduplicated paths (NCCL all-to-all, DeepEP normal) pack their copies
-    into contiguous buffers, whose cost is the bytes."""
+    DeepEP low-latency, Mooncake EP): only those pay the per-copy, busiest-slot, L2-spill and
+    per-expert signal terms. Rank- and node-deduplicated paths (NCCL all-to-all, DeepEP
+    normal) pack their copies into contiguous buffers, whose cost is the bytes."""
     return dedup == "pair"
 
 
@@ -132,13 +141,15 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
         "per_copy_us": 0.0,
         "slot_us_per_kb": 0.0,
         "spill_gbps": cluster.hardware.hbm_gbps,      # a spilled byte costs at least one HBM pass
+        "expert_signal_us": 0.0,
     }
 
 
 def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.ndarray,
                   bytes_per_copy: float, params: dict[str, float],
                   max_slot_pairs: np.ndarray | float = 0.0,
-                  max_pairs: np.ndarray | float = 0.0, l2: float = DEFAULT_L2_BYTES) -> np.ndarray:
+                  max_pairs: np.ndarray | float = 0.0, l2: float = DEFAULT_L2_BYTES,
+                  num_experts: float = 0.0) -> np.ndarray:
     """Design rows of the all-to-all model at each layer's busiest rank.
 
     Args:
@@ -151,10 +162,12 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
         max_slot_pairs: [...] pairs into the busiest single expert slot.
         max_pairs: [...] pairs of the rank computing the most (its receive buffer holds them).
         l2: the GPU's L2 cache, bytes (`l2_bytes`).
+        num_experts: expert slots whose counts a low-latency kernel signals (0 for a kernel
+            that is not `per_message`).
     Returns:
-        [..., 7] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
-        slot_bytes*1e-3, spilled bytes*1e-3); times `COMM_TERMS.coefficients(params)` gives
-        microseconds.
+        [..., 8] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
+        slot_bytes*1e-3, spilled bytes*1e-3, expert slots); times
+        `COMM_TERMS.coefficients(params)` gives microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
     rdma_kb = np.asarray(rdma_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
@@ -169,8 +182,9 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
                               nvl_b.shape)
     spill_kb = np.broadcast_to(np.maximum(
         np.asarray(max_pairs, dtype=np.float64) * bytes_per_copy - l2, 0.0) * 1e-3, nvl_b.shape)
-    transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb],
-                        axis=-1)                                        # [..., 5]
+    signals = np.full_like(nvl_b, float(num_experts))
+    transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb,
+                         signals], axis=-1)                             # [..., 6]
     coef = COMM_TERMS.coefficients(params)
     hidden = transfer @ coef[2:] < params.get("overlap_us", 0.0)       # the fixed work paces
     transfer = np.where(hidden[..., None], 0.0, transfer)
@@ -179,8 +193,9 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
 
 
 def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
-            l2: float = DEFAULT_L2_BYTES) -> np.ndarray:
-    """[layers] microseconds of one dispatch (or combine) of `traffic`.
+            l2: float = DEFAULT_L2_BYTES, num_experts: float = 0.0) -> np.ndarray:
+    """[layers] microseconds of one dispatch (or combine) of `traffic`; `num_experts`: the
+    deployment's expert slots (physical experts), whose counts a `per_message` kernel signals.
 
     The module formula evaluated directly (the step loop's hot path); equals
     `comm_features(...) @ COMM_TERMS.coefficients(params)`.
@@ -200,6 +215,8 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
         if params.get("spill_gbps"):
             spill_kb = np.maximum(traffic.peak("pairs") * bytes_per_copy - l2, 0.0) * 1e-3
             t = t + spill_kb / params["spill_gbps"]
+        if params.get("expert_signal_us"):
+            t = t + params["expert_signal_us"] * num_experts
     return params["base_us"] + np.maximum(params.get("overlap_us", 0.0), t)
 
 

@@ -29,7 +29,7 @@ from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
 
 PARAMS = {"base_us": 10.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0,
-          "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0}
+          "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0, "expert_signal_us": 0.0}
 
 
 def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
@@ -80,7 +80,8 @@ def test_comm_busiest_rank_hand_computed():
 
 def test_comm_design_row_equals_model(rng):
     params = {"base_us": 7.0, "overlap_us": 3.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0,
-              "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0}
+              "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0,
+              "expert_signal_us": 0.01}
     tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
                              max_slot_pairs=rng.random(5) * 500,
                              pairs=rng.random((5, 8)) * 40000)
@@ -88,15 +89,18 @@ def test_comm_design_row_equals_model(rng):
         counts[0] = 1.0                                   # layer 0: the overlapped work paces
     tr.max_slot_pairs[0] = 1.0
     rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params,
-                         tr.max_slot_pairs, tr.pairs.max(axis=-1))
+                         tr.max_slot_pairs, tr.pairs.max(axis=-1), num_experts=256)
     assert rows[0, 1] == 1.0 and (rows[1:, 1] == 0.0).all() and (rows[:, 6] > 0).any()
-    np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params), comm_us(tr, 4224.0, params))
+    assert (rows[1:, 7] == 256).all() and rows[0, 7] == 0.0       # layer 0: hidden under overlap
+    np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params),
+                               comm_us(tr, 4224.0, params, num_experts=256))
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
     assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
-                                     "per_copy_us", "slot_us_per_kb", "inv_spill_gbps")
+                                     "per_copy_us", "slot_us_per_kb", "inv_spill_gbps",
+                                     "expert_signal_us")
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
     assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 0.0, 1 / 300, 0.0, 0.0, 0.0,
-                                                               1 / 500]))
+                                                               1 / 500, 0.0]))
 
 
 def test_fixed_work_hidden_under_a_large_transfer():
@@ -130,6 +134,18 @@ def test_busiest_expert_slot_paces_low_latency_kernels():
     balanced = comm_us(dataclasses.replace(tr, max_slot_pairs=np.array([100.0])), 1000.0, params)
     hot = comm_us(dataclasses.replace(tr, max_slot_pairs=np.array([800.0])), 1000.0, params)
     np.testing.assert_allclose(hot - balanced, [700 * 1.0 * 0.03])
+
+
+def test_low_latency_kernels_signal_every_expert_slot():
+    """A `pair` kernel pays `expert_signal_us` per expert slot of the deployment (one warp group
+    per expert sends and polls its counts), whatever the tokens; NCCL's rank-deduplicated
+    all-to-all pays none."""
+    tr = _traffic([[0, 0]], [[1000, 0]], [[0, 0]], [[0, 0]])        # 10 us on NVLink
+    params = {**PARAMS, "expert_signal_us": 0.015}
+    np.testing.assert_allclose(comm_us(tr, 1000.0, params, num_experts=256), [10.0 + 10.0 + 3.84])
+    np.testing.assert_allclose(comm_us(tr, 1000.0, params, num_experts=512), [10.0 + 10.0 + 7.68])
+    nccl = dataclasses.replace(tr, dedup="rank")
+    np.testing.assert_allclose(comm_us(nccl, 1000.0, params, num_experts=256), [20.0])
 
 
 def test_experts_grouped_gemm_physics_hand_computed():
@@ -330,6 +346,30 @@ def test_predict_record_matches_the_simulator_models():
     assert predict_record(allreduce, profile) == pytest.approx(float(collective_us(
         2 * 256 * 2048 * 2.0, 2, 1, 2, CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"),
                                                    DeploymentSpec(ep_size=2), profile).params.collectives.allreduce)))
+
+
+def test_record_and_simulator_price_the_expert_signals_alike():
+    """A low-latency record pays `expert_signal_us` per physical expert slot, exactly as the
+    simulator's `comm_us` does for the same deployment's slots."""
+    signal = 0.015
+    profile = Profile(name="fit", hardware="H200", components={
+        "mooncake/dispatch": Component(params={"expert_signal_us": signal}, source="fit")})
+    rec = _record("dispatch", backend="mooncake", send_tokens_per_rank=[900.0, 1000.0],
+                  recv_tokens_per_rank=[1000.0, 900.0], local_expert_tokens=[[10.0] * 64] * 2)
+    plain = predict_record(rec, Profile(name="datasheet", hardware="H200"))
+    assert predict_record(rec, profile) == pytest.approx(plain + 128 * signal)
+    redundant = rec.model_copy(update={"num_physical_experts": 160})
+    assert predict_record(redundant, profile) == pytest.approx(plain + 160 * signal)
+    dep = DeploymentSpec(ep_size=8, moe_a2a_backend="mooncake")
+    fitted = CostModel(get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200"), dep,
+                       Profile(name="fit", hardware="H200", components={
+                           "mooncake/dispatch": Component(params={"expert_signal_us": signal},
+                                                          source="fit")}))
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
+    loads, tokens = np.full((1, 128), 800 * 8 / 128), np.full(8, 100.0)
+    moe = fitted.moe(loads, tokens, tables)
+    np.testing.assert_allclose(moe.dispatch_us - _cost_model().moe(loads, tokens, tables).dispatch_us,
+                               128 * signal)
 
 
 def test_predict_record_errors_name_the_problem():
