@@ -2,13 +2,17 @@
 two baselines of `epsim validate` (a constant; log-log interpolation), with its machinery
 (`epsim.validate.extrapolation.judge`: refit on one side, judge the other):
 
-  tokens  per system: fit tokens per rank <= 1024, judge 2048-16384
+  tokens  per system: fit tokens per rank <= 1024, judge 2048-16384 (all-reduces: the size axis)
+  size    per system, all-reduces (`epsim.cost.allreduce`: NCCL, SGLang's custom one-shot and
+          two-shot): fit each (algorithm, GPU count)'s messages up to a quarter of its largest,
+          judge the top two octaves (NCCL 256-512 MiB; a custom kernel up to its 8 MiB buffer)
   shape   per system: fit every shape but each kind's largest, judge the largest (experts and
           dense MLPs: hidden x intermediate; GEMMs: n x k; attention: query heads x head_dim;
           MLA and its BMMs: the heads a GPU holds; DeepEP: hidden)
   ep, tp  per system, quantised experts: the fused MoE kernel fitted at EP 1 and MoE-TP 1,
           judged at EP > 1 and at MoE-TP > 1 (its balanced rows, kept pending by the importer);
-          DeepEP's MoE runner fitted at EP <= 16, judged at EP 32-256
+          DeepEP's MoE runner fitted at EP <= 16, judged at EP 32-256; all-reduces: each
+          algorithm fitted on its smaller GPU counts, judged at its largest (where it has 3)
   system  fit one system's records, judge another's: the constant and log-log baselines are
           A's own measurements of the same configuration; the quantised GEMMs and experts and
           MLA, fitted as fractions of the datasheet, price B from B's datasheet
@@ -32,6 +36,7 @@ import platform
 import sys
 import time
 import warnings
+from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -42,7 +47,8 @@ from epsim.calibrate.aic import import_source, record_paths, write_records_gz  #
 from epsim.calibrate.aic_tables import AIC_TO_ZOO, package_version, parse_source  # noqa: E402
 from epsim.calibrate.inputs import SourcedRecord, load_records  # noqa: E402
 from epsim.cost.record_kernels import KERNEL_KINDS  # noqa: E402
-from epsim.validate.extrapolation import AXES, _x, judge, markdown, split_tokens, stats  # noqa: E402
+from epsim.validate.extrapolation import (AXES, _x, allreduce_algorithm, judge,  # noqa: E402
+                                          markdown, split_tokens, stats)
 
 SYSTEM_PAIRS = (("h200_sxm", "h100_sxm"), ("h100_sxm", "h200_sxm"), ("b200_sxm", "gb200"),
                 ("gb200", "gb300"), ("h200_sxm", "b200_sxm"), ("b200_sxm", "b300_sxm"))
@@ -83,6 +89,31 @@ def split_ep_tp(raw, pending):
                    [s for s in same if s.record.ep_size > 1 and s.record.moe_tp_size == 1]
                    + [s for s in deepep if s.record.ep_size > DEEPEP_FIT_EP]),
             "tp": (fused, [s for s in same if s.record.ep_size == 1 and s.record.moe_tp_size > 1])}
+
+
+def split_allreduce(raw):
+    """The all-reduces' size and TP (GPU count) hold-outs: {axis: (fit, judged)} (module doc);
+    other records take no part."""
+    groups = defaultdict(list)
+    for s in raw:
+        if s.record.kind == "allreduce" and s.record.timing != "eager":
+            groups[allreduce_algorithm(s.record)].append(s)
+    out = {"size": ([], []), "tp": ([], [])}
+    for records in groups.values():
+        top = defaultdict(float)
+        for s in records:
+            top[s.record.ep_size] = max(top[s.record.ep_size], s.record.bytes)
+        for s in records:
+            out["size"][s.record.bytes > top[s.record.ep_size] / 4].append(s)
+        counts = sorted(top)
+        for s in records:             # the fit needs two counts to tell fixed from per-GPU
+            out["tp"][len(counts) >= 3 and s.record.ep_size == counts[-1]].append(s)
+    return out
+
+
+def split_tokens_but_allreduce(raw):
+    """`split_tokens` without the all-reduces (judged on their size axis)."""
+    return split_tokens([s for s in raw if s.record.kind != "allreduce"])
 
 
 def split_shape(raw):
@@ -158,10 +189,14 @@ def main(argv=None) -> int:
     rows, notes = [], {}
     for system, (raw, files) in data.items():
         gpu = AIC_TO_ZOO[system]
-        splits = {axis: split(raw) for axis, split in (("tokens", split_tokens),
+        splits = {axis: split(raw) for axis, split in (("tokens", split_tokens_but_allreduce),
                                                         ("shape", split_shape))}
         if any(s.record.kind == "quant_experts" for s in raw):     # its pending rows: slow
             splits.update(split_ep_tp(raw, quant_moe_pending(system)))
+        for axis, (fit, judged) in split_allreduce(raw).items():
+            if judged:
+                old_fit, old_judged = splits.get(axis, ([], []))
+                splits[axis] = (old_fit + fit, old_judged + judged)
         for axis, (fit, judged) in splits.items():
             if not fit or not judged:
                 continue

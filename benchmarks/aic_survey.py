@@ -76,14 +76,15 @@ MAPS = {
                     "the rest pending",
     "scale_matrix_perf": "`quantize` (pending; activation quantisation)",
     "computescale_perf": "`quantize` (pending; rows timed 0 left out)",
-    "custom_allreduce_perf": "`allreduce`, graph and eager (pending: TP-attention and MoE-TP "
-                             "all-reduce models; `none/allreduce` is NCCL's)",
+    "custom_allreduce_perf": "CUDA-graph rows → `allreduce` → **`any/allreduce/graph/"
+                             "{oneshot,twoshot}`** (as SGLang picks by size; beyond its 8 MiB "
+                             "buffer SGLang calls NCCL: judged, not fitted); eager rows pending",
     "wideep_deepep_ll_perf": "FP8 `dispatch`, BF16 `combine` (EP 8, expected uniform counts) → "
                              "**`deepep/{dispatch,combine}/graph/low_latency[/fp8]`**",
     "wideep_deepep_normal_perf": "20-SM rows → FP8 `dispatch`, BF16 `combine` → "
                                  "**`deepep/{dispatch,combine}/normal[/fp8]`**",
-    "nccl_perf": "FP16 all-reduce → `allreduce` → **`none/allreduce`**; all-gather → `none` "
-                 "`dispatch` → **`none/allgather`**; reduce-scatter, all-to-all not imported",
+    "nccl_perf": "FP16 all-reduce → `allreduce` → **`any/allreduce/graph/nccl`**; all-gather → "
+                 "`none` `dispatch` → **`none/allgather`**; reduce-scatter, all-to-all not imported",
 }
 
 

@@ -4,7 +4,9 @@ here and in docs/model.md (section 6), and named in every output (`provenance.pr
   H200        the shipped `h200x2` (our own records: two H200 over NVLink, single-H200
               kernels), with the parts it has no measurement of -- quantised GEMMs and experts
               (`*/experts_<format>`, `any/gemm_<format>`), MLA (`any/mla_*`), DeepEP's
-              dispatch and combine (DeepEP never ran on our machines) -- filled from
+              dispatch and combine (DeepEP never ran on our machines), SGLang's all-reduce by
+              algorithm (`any/allreduce/graph/*`: our records time only the `none` backend's
+              eager NCCL, `none/allreduce`, which stays) -- filled from
               `aic_h200` (aiconfigurator-core's h200_sxm tables); each filled component names
               the profile it came from (`Component.profile`). DeepEP from AIC beats the
               datasheet values it replaces on all four H200 stages (5.7-11.6 % against
@@ -25,9 +27,10 @@ from epsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profil
 MEASURED = "h200x2"                        # our own records' profile (DEFAULT_PROFILE)
 MEASURED_GPU = "H200"
 # kinds the measured default fills from its GPU's AIC profile: the ones our records never cover
-# (any backend's), and the backends our machines never ran (their communication kinds)
+# (any backend's), the backends our machines never ran (their communication kinds) and SGLang's
+# all-reduce (`any/allreduce`)
 FILLED_KINDS = ("experts_", "gemm_", "mla_")
-FILLED_BACKENDS = {"deepep": ("dispatch", "combine")}
+FILLED_BACKENDS = {"deepep": ("dispatch", "combine"), "any": ("allreduce",)}
 
 
 def aic_profile_name(gpu: str) -> str:

@@ -109,8 +109,9 @@ def component_keys(record) -> list[str]:
         if backend == "none":
             return [component_key("none", "allgather" if kind == "dispatch" else "allreduce", graph)]
         return [component_key(backend, kind, record_mode_path(record, kind))]
-    if kind == "allreduce":
-        return [component_key("none", "allreduce", graph)]
+    if kind == "allreduce":      # the all-reduce model's (`epsim.calibrate.allreduce` fits it)
+        algos = ("nccl",) if record.extra.get("kernel") == "NCCL" else ("oneshot", "twoshot")
+        return [component_key("any", "allreduce", f"{GRAPH}/{a}") for a in algos]
     if kind == "experts":
         # the grouped GEMM alone (one GPU, `local`) fits the kernel model; a backend's stage
         # timed device-only fits that backend's own layout work over it (`<backend>/layout`;

@@ -103,21 +103,22 @@ def _message(prov: Provenance, kind: str, row, timing: str, extra: dict, **field
 
 def allreduce_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
     """`custom_allreduce_perf`: SGLang's custom all-reduce, captured in a CUDA graph (device
-    time) and eager: pending. A collective record is priced from `none/allreduce` whatever its
-    timing (`epsim.cost.record`), and the `none` backend's `none/allreduce` is NCCL's (ours and
-    `nccl_perf`'s), so these wait for the TP-attention and MoE-TP all-reduce models."""
+    time: fitted, `epsim.calibrate.allreduce`, as the algorithm SGLang runs at its size) and
+    eager: pending (its host overhead is not this table's device time)."""
     for row in frame.itertuples(index=False):
         if row.allreduce_dtype not in BF16:
             continue
         graph = "graph" in str(row.kernel_source).lower()
-        out.pending.append(_message(prov, "allreduce", row, "device" if graph else "eager",
-                                    {"kernel": str(row.kernel_source)}))
+        (out.fit if graph else out.pending).append(
+            _message(prov, "allreduce", row, "device" if graph else "eager",
+                     {"kernel": str(row.kernel_source)}))
 
 
 def nccl_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
-    """`nccl_perf` (nccl-tests, FP16 buffers, back-to-back launches): all-reduce fits
-    `none/allreduce`, all-gather (the `none` backend's dispatch) `none/allgather`; reduce-scatter,
-    all-to-all and INT8 rows are left out (counted)."""
+    """`nccl_perf` (nccl-tests, FP16 buffers, back-to-back launches): all-reduce fits the NCCL
+    all-reduce (`any/allreduce/graph/nccl`, `epsim.calibrate.allreduce`), all-gather (the
+    `none` backend's dispatch) `none/allgather`; reduce-scatter, all-to-all and INT8 rows are
+    left out (counted)."""
     left = 0
     note = {"kernel": "NCCL", "timing": "nccl-tests average of back-to-back launches"}
     for row in frame.itertuples(index=False):

@@ -11,14 +11,15 @@ package version, the table file and `source: aiconfigurator`. Records go to one 
            GQA `attention_decode` and `attention_prefill` (BF16 KV, no window, the kernel
            SGLang runs on that GPU),
            DeepEP low-latency and normal `dispatch` / `combine` (EP 8, one node), NCCL's
-           all-reduce and all-gather (the `none` backend's collectives)
+           all-reduce and SGLang's custom all-reduce captured in a CUDA graph (the all-reduce
+           model, `epsim.cost.allreduce`), NCCL's all-gather (the `none` backend's dispatch)
   pending  imported for the models still to come, written apart from the fit set (its `experts`
            and `allreduce` records are kinds existing models read: fitting that file as it is
            would pool other kernels and timings into their components):
            every GEMM (`gemm`, all dtypes), quantised MoE (`quant_experts`), BF16 MoE of other
            kernels, EP > 1 or MoE-TP > 1 (`experts`, intermediate size split), MLA (`mla_prefill`,
            `mla_decode`, whole-module `wideep_*` rows too), MLA's BMMs (`mla_bmm`), activation
-           quantisation (`quantize`), SGLang's custom all-reduce (`allreduce`, graph and eager)
+           quantisation (`quantize`), SGLang's custom all-reduce timed eagerly (`allreduce`)
 What no converter can represent (power-law routed MoE rows: the table has rank 0's time but
 not its per-expert counts) is left out and counted in `notes`.
 """

@@ -2,7 +2,18 @@
 bounded by the datasheet.
 
 A point is one timed all-reduce (message bytes, GPUs, device µs, the algorithm that ran it).
-Each custom algorithm is one line, fitted by bounded least squares; NCCL is the smallest of two
+SGLang's two custom kernels are one family (sgl-kernel `custom_all_reduce.cuh`): the same launch
+and the same two barriers, a flag exchange with every peer at the start and one more at the end
+of a one-shot or, fenced, between a two-shot's reduce-scatter and all-gather. One bounded least
+squares fits both on their points together: columns (1, n - 1) shared, the two-shot's second
+stage (its all-gather, a second round of peer reads after the fenced barrier: 1 and n - 1) and a
+bandwidth each. A two-shot runs only at 512 KiB and up on 4 GPUs of a GB200 / GB300 tray (4
+points a table): fitted alone, its fixed and per-peer terms were collinear and the fit put 0.55
+µs fixed and 1.66 µs a peer beside the one-shot's 3.9 and 0.14 (2-4 MiB judged at 42-43 %); on
+one shared launch the second stage alone is what its points fix (9 %). Sharing the per-peer term
+too (a two-shot's own bandwidth alone) misses Hopper's two-shots by 39-46 %: their fixed cost
+grows 0.4-0.8 µs a peer against the one-shot's 0.14-0.22, the all-gather's reads from every
+peer. NCCL is the smallest of two
 ring protocol lines, and of a third, NVLS, where it wins: fitted by alternating assignment
 (each point goes to the line that predicts it faster, as NCCL's tuner picks; all refitted until
 no point moves), started from a split at each decile of the message sizes (with NVLS: each
@@ -24,12 +35,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epsim.calibrate.fit import ComponentFit
+from epsim.calibrate.inputs import SourcedRecord
+
 from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, algorithm, allreduce_defaults,
-                                  custom_features, nvls_features, ring_features)
+                                  allreduce_us, custom_features, nvls_features, ring_features,
+                                  ring_us)
+from epsim.profile import GRAPH, component_key
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
 
 MAX_ROUNDS = 40
+MIN_POINTS = 3                        # a line's fit needs this many points (else the datasheet)
+CUSTOM = ("oneshot", "twoshot")
 SPLITS = np.linspace(0.1, 0.9, 9)     # the NCCL fit's starting splits: deciles of the bytes
 
 
@@ -50,23 +68,27 @@ class AllReducePoint:
     algorithm: str
 
 
+def record_point(record: MeasurementRecord, gpus_per_host: int) -> AllReducePoint | None:
+    """An all-reduce record (kind `allreduce` with `bytes`: the op tables' collectives,
+    `epsim.calibrate.aic_comm`) as a point: NCCL's (`extra.kernel` "NCCL") as `nccl` at every
+    size; SGLang's device-time one (a CUDA-graph capture) as the algorithm SGLang runs at its
+    size on hosts of `gpus_per_host` GPUs; None for any other record, and for SGLang's rows
+    beyond its custom kernel (SGLang calling NCCL) or timed eagerly."""
+    if record.kind != "allreduce" or record.bytes <= 0:
+        return None
+    if record.extra.get("kernel") == "NCCL":
+        return AllReducePoint(record.bytes, record.ep_size, record.median_us, "nccl")
+    if record.timing == "device":
+        algo = algorithm(record.bytes, record.ep_size, -(-record.ep_size // gpus_per_host))
+        if algo != "nccl":
+            return AllReducePoint(record.bytes, record.ep_size, record.median_us, algo)
+    return None
+
+
 def points_from_records(records: list[MeasurementRecord], gpus_per_host: int) -> list[AllReducePoint]:
-    """The all-reduce records among `records` (kind `allreduce` with `bytes`: the op tables'
-    collectives, `epsim.calibrate.aic_comm`) as points: NCCL's (`extra.kernel` "NCCL") as `nccl`
-    at every size; SGLang's device-time ones (a CUDA-graph capture) as the algorithm SGLang runs
-    at their size on one host of `gpus_per_host` GPUs, those beyond its custom kernel (SGLang
-    calling NCCL) and eager ones left out."""
-    out = []
-    for r in records:
-        if r.kind != "allreduce" or r.bytes <= 0:
-            continue
-        if r.extra.get("kernel") == "NCCL":
-            out.append(AllReducePoint(r.bytes, r.ep_size, r.median_us, "nccl"))
-        elif r.timing == "device":
-            algo = algorithm(r.bytes, r.ep_size, -(-r.ep_size // gpus_per_host))
-            if algo != "nccl":
-                out.append(AllReducePoint(r.bytes, r.ep_size, r.median_us, algo))
-    return out
+    """The all-reduce points among `records` (`record_point`), in order."""
+    points = (record_point(r, gpus_per_host) for r in records)
+    return [p for p in points if p is not None]
 
 
 def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarray]:
@@ -143,28 +165,94 @@ def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, float]
     return out
 
 
-def fit_allreduce(points: list[AllReducePoint], cluster: ClusterSpec) -> dict[str, dict[str, float]]:
-    """{algorithm: coefficients} fitted on `points` (each algorithm on its own points; one with
-    fewer than 3 keeps its datasheet defaults, `allreduce_defaults`).
+def _fit_custom(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, dict[str, float]]:
+    """{algorithm: coefficients} of the custom kernels fitted together (module doc): columns
+    (1, n - 1, the two-shot's second stage: 1 and n - 1, one-shot KB, two-shot KB), the launch
+    and barrier terms shared (a two-shot's `base_us` and `per_peer_us` are the one-shot's plus
+    its second stage's); an algorithm without points keeps its datasheet bandwidth."""
+    from scipy.optimize import lsq_linear       # scipy waits for the all-reduce fit
+    rows = np.zeros((len(points), 6))
+    for i, p in enumerate(points):
+        one, peers, kb = custom_features(p.num_bytes, p.num_ranks, p.algorithm)
+        two = p.algorithm == "twoshot"
+        rows[i, :4] = one, peers, float(two), float(two) * peers
+        rows[i, 4 + two] = kb
+    us = np.array([p.latency_us for p in points])
+    weight = 1.0 / np.sqrt(us)
+    lower = np.array([0.0, 0.0, 0.0, 0.0, 1.0 / nvl_gbps, 1.0 / nvl_gbps])
+    with np.errstate(invalid="ignore"):         # one GPU count: collinear columns (`_solve`)
+        x = lsq_linear(rows * weight[:, None], us * weight, bounds=(lower, np.full(6, np.inf))).x
+    seen = {p.algorithm for p in points}
+    return {algo: {"base_us": float(x[0] + (x[2] if algo == "twoshot" else 0.0)),
+                   "per_peer_us": float(x[1] + (x[3] if algo == "twoshot" else 0.0)),
+                   **({"nvl_gbps": float(1.0 / x[4 + i])} if algo in seen else {})}
+            for i, algo in enumerate(CUSTOM)}
 
-    Raises:
-        ValueError: a point of an unknown algorithm or with a non-positive time.
-    """
-    defaults = allreduce_defaults(cluster)
-    nvl = cluster.nvlink_gbps_resolved
-    out = {algo: dict(values) for algo, values in defaults.items()}
+
+def _check(points: list[AllReducePoint]) -> None:
     for p in points:
         if p.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm ({p.algorithm!r}) must be one of {list(ALGORITHMS)}")
         if not p.latency_us > 0:
             raise ValueError(f"latency_us ({p.latency_us}) must be > 0")
-    for algo in ALGORITHMS:
-        mine = [p for p in points if p.algorithm == algo]
-        if len(mine) < 3:
-            continue
-        if algo == "nccl":
-            out[algo].update(_fit_nccl(mine, nvl))
-        else:
-            rows, us = _rows(mine, algo)
-            out[algo].update(_line(_solve(rows, us, nvl), ("base_us", "per_peer_us", "nvl_gbps")))
+
+
+def fit_allreduce(points: list[AllReducePoint], cluster: ClusterSpec) -> dict[str, dict[str, float]]:
+    """{algorithm: coefficients} fitted on `points`: the custom kernels together, NCCL apart
+    (with fewer than `MIN_POINTS` points they keep their datasheet defaults,
+    `allreduce_defaults`).
+
+    Raises:
+        ValueError: a point of an unknown algorithm or with a non-positive time.
+    """
+    _check(points)
+    nvl = cluster.nvlink_gbps_resolved
+    out = {algo: dict(values) for algo, values in allreduce_defaults(cluster).items()}
+    custom = [p for p in points if p.algorithm in CUSTOM]
+    if len(custom) >= MIN_POINTS:
+        for algo, values in _fit_custom(custom, nvl).items():
+            out[algo].update(values)
+    nccl = [p for p in points if p.algorithm == "nccl"]
+    if len(nccl) >= MIN_POINTS:
+        out["nccl"].update(_fit_nccl(nccl, nvl))
     return out
+
+
+def predict_point(p: AllReducePoint, params: dict[str, dict[str, float]]) -> float:
+    """The model's µs for a point on one NVLink domain by the point's own algorithm (a custom
+    point's is the one SGLang picks at its size; an nccl-tests point is NCCL at every size)."""
+    if p.algorithm == "nccl":
+        return float(ring_us(p.num_bytes, p.num_ranks, 1, params["nccl"]))
+    return allreduce_us(p.num_bytes, p.num_ranks, 1, params, num_hosts=1)
+
+
+def fit_allreduce_records(records: list[SourcedRecord], cluster: ClusterSpec
+                          ) -> dict[str, ComponentFit]:
+    """The profile components (`any/allreduce/graph/<algorithm>`) fitted on the all-reduce
+    records among `records` (`record_point`), each with the records it was fitted on; an
+    algorithm with fewer than `MIN_POINTS` of them (custom: together) gets none."""
+    hw = cluster.hardware
+    pairs = [(s, record_point(s.record, hw.gpus_per_host or cluster.gpus_per_node_resolved))
+             for s in records]
+    pairs = [(s, p) for s, p in pairs if p is not None]
+    params = fit_allreduce([p for _, p in pairs], cluster)
+    fits = {}
+    for algos in (CUSTOM, ("nccl",)):
+        if sum(p.algorithm in algos for _, p in pairs) < MIN_POINTS:
+            continue
+        for algo in algos:
+            mine = [(s, p) for s, p in pairs if p.algorithm == algo]
+            if not mine:
+                continue
+            gpus = [p.num_ranks for _, p in mine]
+            sizes = [p.num_bytes for _, p in mine]
+            shared = " (launch and barriers shared by the custom kernels)" \
+                if algo in CUSTOM else ""
+            fits[component_key("any", "allreduce", f"{GRAPH}/{algo}")] = ComponentFit(
+                component_key("any", "allreduce", f"{GRAPH}/{algo}"), params[algo],
+                np.array([predict_point(p, params) for _, p in mine]),
+                np.array([p.latency_us for _, p in mine]), [s for s, _ in mine], 1,
+                f"epsim.calibrate.allreduce{shared}",
+                {"bytes": [float(min(sizes)), float(max(sizes))],
+                 "ep_size": [float(min(gpus)), float(max(gpus))]})
+    return fits

@@ -6,6 +6,8 @@ Components (profile keys, `epsim.profile`):
                                              with `/normal` or `/low_latency`); FP8 dispatches
                                              fit `<backend>/dispatch[/mode]/fp8`
   `none/allgather`, `none/allreduce`         the `none` backend's two collectives
+  `any/allreduce/graph/<algorithm>`           SGLang's all-reduce by algorithm (op tables'
+                                             `allreduce` records: `epsim.calibrate.allreduce`)
   `any/experts[/graph]`                       the grouped-GEMM kernel model (single-GPU `local`
                                              records where there are any), every backend's
   `<backend>/layout/graph[/fp8]`              a backend's own layout work: its experts stage
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Iterable
 
 from epsim.calibrate.aic import expand_sources, tag_profile
+from epsim.calibrate.allreduce import fit_allreduce_records
 from epsim.calibrate.fit import ComponentFit, fit_component, fit_layer_sync
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.host import HOST_KINDS, device_twin, fit_host, host_samples
@@ -177,6 +180,8 @@ def _fit_keys(record) -> list[str]:
     the kinds that are not one linear component."""
     if getattr(record, "timing", "") in ("host", "eager") or judged_only(record):
         return []
+    if record.kind == "allreduce":        # not one linear component: `fit_allreduce_records`
+        return []
     return component_keys(record)
 
 
@@ -248,7 +253,7 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     skipped: list[str] = []
     fit_set = [s for s in records if not holdout.held_out(s.record)]
     groups, eager_host = _group(fit_set, base, skipped)
-    if not groups and not any(s.record.kind in ("p2p_copy", "rebalance", "rebalance_term")
+    if not groups and not any(s.record.kind in ("p2p_copy", "rebalance", "rebalance_term", "allreduce")
                               for s in fit_set):
         raise RecordError(f"records ({', '.join(f.path for f in files)}) hold no dispatch, combine, "
                           f"experts or rebalance timing in the fit set of holdout "
@@ -271,6 +276,8 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     for key in sorted(k for k in groups if _over_kernels(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(kernels.model_copy(deep=True)),
                                   peaks)
+    fits.update(fit_allreduce_records([s for s in fit_set if s.record.kind == "allreduce"],
+                                      ClusterSpec(gpu=hardware if hardware != "cpu" else NOMINAL_GPU)))
     components = {k: f.component() for k, f in fits.items()}
     for key, fit in fits.items():
         components[key].spread = component_spread(fit.records, fit.predicted_us, fit.measured_us,

@@ -15,7 +15,12 @@ peer reads). With `S` bytes on `n` GPUs:
               and, within one NVLink domain where a fit found it, NVLS:
                   nvls_base_us + S / nvls_gbps * 1e-3
 
-`per_peer_us` is the flag exchange with each peer (the kernels' barrier); the NCCL ring takes
+`per_peer_us` is the flag exchange with each peer: both custom kernels run two barriers
+(sgl-kernel `custom_all_reduce.cuh`: start and end of a one-shot; start and, fenced, between a
+two-shot's reduce-scatter and all-gather) and share the launch and those barriers, so a
+two-shot's `base_us` and `per_peer_us` are the one-shot's plus its second stage's (the
+all-gather's round of reads from every peer; `epsim.calibrate.allreduce` fits them together).
+The NCCL ring takes
 `2 (n - 1)` steps (reduce-scatter, then all-gather), each a hop's latency. NCCL's tuner picks,
 per message, the (algorithm, protocol) its own latency-bandwidth model says is fastest: the
 low-latency protocols (LL, LL128: small fixed cost, lower bandwidth) for small messages, Simple

@@ -140,7 +140,7 @@ def _comm_key(params, kind, stage: str, mode: str, components=()) -> str:
     if params.parallel.tp_size == 1:          # one GPU: nothing crosses
         return ""
     if params.backend == "none":
-        if stage == "combine" and not kind.graph and not measured_none_reduce(params):
+        if stage == "combine" and (kind.graph or not measured_none_reduce(params)):
             return ALLREDUCE_KEY if ALLREDUCE_KEY in components else ""   # `epsim.cost.tp`'s model
         return "none/allgather" if stage == "dispatch" else "none/allreduce"
     found = kind.stage(stage, mode)

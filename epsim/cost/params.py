@@ -127,10 +127,11 @@ class StepKindParams:
 
 @dataclass(frozen=True)
 class CollectiveParams:
-    """NCCL collectives: `allreduce` (`none/allreduce`: the `none` backend's combine, TP
-    attention's all-reduce) and `allgather` (`none/allgather` over allreduce's: the `none`
-    backend's dispatch); `allreduce_gpus`: the [lo, hi] GPU counts a fitted `none/allreduce`
-    was measured on (its `ep_size` range), () where it is not a fit."""
+    """The `none` backend's measured collectives: `allreduce` (`none/allreduce`: its eager
+    combine on the GPU counts it was measured on) and `allgather` (`none/allgather` over
+    allreduce's: its dispatch); `allreduce_gpus`: the [lo, hi] GPU counts a fitted
+    `none/allreduce` was measured on (its `ep_size` range; any without one), () where it is
+    not a fit (SGLang's all-reduce model then prices the reduce, `epsim.cost.tp`)."""
 
     allreduce: Coefficients
     allgather: Coefficients

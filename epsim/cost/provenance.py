@@ -142,7 +142,7 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                 key = "none/allgather" if kind == "dispatch" else "none/allreduce"
                 if key not in profile.components and kind == "dispatch":
                     key = "none/allreduce"
-                if kind == "combine" and eager and not measured_none_reduce(params):
+                if kind == "combine" and (graph or not measured_none_reduce(params)):
                     key = ALLREDUCE_KEY           # the all-reduce model's (`epsim.cost.tp`)
                 use(kind, "device+host", key if key in profile.components else "", us, graph,
                     comm_values, rdma)

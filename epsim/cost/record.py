@@ -11,9 +11,11 @@ the live bench measured instead of expected values:
                       of remote peers, `(ep - gpus_per_node) / (ep - 1)`.
   experts             `local_expert_tokens` (pairs per local expert; active = nonzero), or
                       `expert_tokens_per_rank` with every local expert taken as active.
-  allreduce           `bytes` if set, else `ep_size * num_tokens_per_rank * hidden * 2` (BF16).
+  allreduce           `bytes` if set, else `ep_size * num_tokens_per_rank * hidden * 2` (BF16),
+                      priced by the all-reduce model (`epsim.cost.allreduce`,
+                      `any/allreduce/graph/<algorithm>`; no design row: NCCL is a min of lines).
                       The `none` backend's dispatch is its all-gather (`none/allgather`, over
-                      `none/allreduce`), its combine the all-reduce.
+                      `none/allreduce`), its combine its measured all-reduce (`none/allreduce`).
   moe_layer           dispatch + experts + combine of the record's backend, plus the layer's
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
   block_ops           tokens per rank and `extra.pairs` (one GPU: tokens x top_k), the block's
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
+from epsim.cost.allreduce import allreduce_defaults, allreduce_us, ring_us
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
@@ -105,6 +109,27 @@ def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) ->
         params, key = profile.params("none", "allgather", defaults=params), "none/allgather"
     row = collective_features(num_bytes, record.ep_size, cluster.num_nodes, passes, params)
     return RecordFeatures(key, COLLECTIVE_TERMS.coef_names, row, COLLECTIVE_TERMS.coefficients(params))
+
+
+def allreduce_record_us(record: MeasurementRecord, profile: Profile) -> float:
+    """An `allreduce` record by the all-reduce model (`epsim.cost.allreduce`, coefficients
+    `any/allreduce/graph/<algorithm>` over its datasheet defaults): an nccl-tests row
+    (`extra.kernel` "NCCL") as NCCL at every size, any other as the algorithm SGLang runs at its
+    size (`epsim.calibrate.allreduce.record_point` reads the records alike); an eager one adds
+    `any/allreduce/host` where fitted (µs)."""
+    cluster = record_cluster(record, profile)
+    defaults = allreduce_defaults(cluster)
+    params = {a: profile.params("any", "allreduce", f"{GRAPH}/{a}", defaults=defaults[a])
+              for a in ALLREDUCE_ALGORITHMS}
+    num_bytes = record.bytes or record.ep_size * record.num_tokens_per_rank * record.hidden_size * 2.0
+    nodes = cluster.num_nodes
+    if record.extra.get("kernel") == "NCCL":
+        return float(ring_us(num_bytes, record.ep_size, nodes, params["nccl"]))
+    per_host = cluster.hardware.gpus_per_host or cluster.gpus_per_node_resolved
+    us = allreduce_us(num_bytes, record.ep_size, nodes, params, -(-record.ep_size // per_host))
+    if record.timing == "eager":
+        us += profile.params("any", "allreduce", "host", defaults={"base_us": 0.0})["base_us"]
+    return us
 
 
 def _expert_counts(record: MeasurementRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -242,8 +267,6 @@ def record_features(record: MeasurementRecord, profile: Profile,
         return _experts_row(record, profile, kernel=component.startswith("any/experts"))
     if record.kind in SINGLE_GPU_COMPONENTS:
         return single_gpu_row(record, profile)
-    if record.kind == "allreduce":
-        return _collective_row(record, profile, passes=2)
     if record.kind == "block_ops":
         return block_ops_row(record, profile)
     if record_kind(record) == "attention_block":
@@ -251,7 +274,7 @@ def record_features(record: MeasurementRecord, profile: Profile,
     if record.kind in KERNEL_KINDS:        # quantised GEMMs and experts, MLA: record_kernels
         return RecordFeatures(*kernel_record_features(record, profile))
     raise ProfileError(f"kind ({record.kind!r}) must be one of ['dispatch', 'combine', 'experts', "
-                       f"'allreduce'] for a design row")
+                       f"...] for a design row (an all-reduce has none: `allreduce_record_us`)")
 
 
 def record_kind(record: MeasurementRecord) -> str:
@@ -277,4 +300,6 @@ def predict_record(record: MeasurementRecord, profile: Profile) -> float:
     if record_kind(record) not in PREDICTABLE_KINDS:
         raise ProfileError(f"kind ({record_kind(record)!r}) must be one of "
                            f"{list(PREDICTABLE_KINDS)} to be predicted")
+    if record.kind == "allreduce":
+        return allreduce_record_us(record, profile)
     return record_features(record, profile).predicted_us

@@ -167,9 +167,9 @@ class _Resolver:
         # the GPU counts the `none` all-reduce fit was measured on: an eager reduce over others
         # is the all-reduce model's (`epsim.cost.tp.none_collectives_us`), not this fit's
         measured = self._exact(component_key("none", "allreduce", ""))
-        reduce_gpus = tuple(measured.valid_range.get("ep_size", ())) \
+        reduce_gpus = tuple(measured.valid_range.get("ep_size", (1.0, float("inf")))) \
             if measured is not None and measured.source == "fit" else ()
-        measured_reduce = not reduce_gpus or reduce_gpus[0] <= par.tp_size <= reduce_gpus[-1]
+        measured_reduce = bool(reduce_gpus) and reduce_gpus[0] <= par.tp_size <= reduce_gpus[-1]
         # (the rule of `epsim.cost.tp.measured_none_reduce`, before `CostParams` exists)
         used = used_components(eager, graph, backend == "none" and par.tp_size > 1
                                and measured_reduce) if self.applies else []

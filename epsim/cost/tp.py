@@ -74,10 +74,11 @@ def attention_collectives_us(params: CostParams, batch: BatchCounts, graph: bool
 
 def measured_none_reduce(params: CostParams) -> bool:
     """Whether an eager step prices the `none` backend's reduce by its measured component
-    (`none/allreduce`): a datasheet one, or a fit measured on the deployment's `tp_size` GPUs
-    (`CollectiveParams.allreduce_gpus`); else by the all-reduce model (`none_collectives_us`)."""
+    (`none/allreduce`: a fit measured on the deployment's `tp_size` GPUs,
+    `CollectiveParams.allreduce_gpus`); else by the all-reduce model (`none_collectives_us`),
+    which owns the all-reduce's physics."""
     gpus = params.collectives.allreduce_gpus
-    return not gpus or gpus[0] <= params.parallel.tp_size <= gpus[-1]
+    return bool(gpus) and gpus[0] <= params.parallel.tp_size <= gpus[-1]
 
 
 def none_collectives_us(params: CostParams, num_tokens: float, graph: bool) -> tuple[float, float]:

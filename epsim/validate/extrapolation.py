@@ -3,6 +3,7 @@
 Each axis splits the records, refits a profile on one side (`epsim.calibrate.fit_records`, no
 further hold-out) and judges the other side:
   tokens  fit tokens per rank <= 1024, judge 2048-16384 (larger batches than any fit saw)
+  size    (all-reduces; `benchmarks/aic_holdout.py` splits it) messages larger than any fitted
   shape   fit the Qwen3 shapes (and the other shapes measured), judge DeepSeek-V3 (and the
           layer bench's DeepSeek-like layer) and Qwen3-Coder-480B-A35B's attention (model
           shapes no fit saw)
@@ -36,16 +37,18 @@ import numpy as np
 from epsim.calibrate.build import evaluation_profile, fit_records
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
+from epsim.cost.allreduce import algorithm
 from epsim.cost.record import predict_record, record_kind
 from epsim.errors import EpsimError
 from epsim.cost.record_kernels import KERNEL_KINDS
 from epsim.profile import is_graph, kv_kind
+from epsim.zoo import get_hardware
 
 FIT_MAX_TOKENS = 1024
 JUDGED_TOKENS = (2048, 16384)
 # the layer bench's DeepSeek-like layer has DeepSeek-V3's MoE shapes: judged with it, never fitted
 JUDGED_MODELS = ("DeepSeek-V3", "DeepSeek-like", "Qwen3-Coder-480B-A35B")
-AXES = ("tokens", "shape", "ep", "tp", "system", "run")
+AXES = ("tokens", "size", "shape", "ep", "tp", "system", "run")
 JUDGED = ("dispatch", "combine", "experts", "moe_layer", "attention_prefill", "attention_decode",
           "dense_mlp", "block_ops", "allreduce", "attention_block", *KERNEL_KINDS)
 
@@ -132,6 +135,8 @@ def component_label(record) -> str:
     the weight format (and an MLA kernel's cache dtype) for the kinds fitted per format
     (`epsim.cost.record_kernels`)."""
     label = f"{record.backend}{'+graph' if is_graph(record) else ''}/{record_kind(record)}"
+    if record.kind == "allreduce":            # by the algorithm that ran it
+        label += f" {allreduce_algorithm(record)}"
     if record.kind in KERNEL_KINDS:
         fmt = kv_kind(record.kv_cache_dtype) + " KV" if record.kind.startswith("mla_") \
             and record.kind != "mla_bmm" else record.weight_dtype
@@ -139,13 +144,26 @@ def component_label(record) -> str:
     return label
 
 
+def allreduce_algorithm(record) -> str:
+    """The algorithm an `allreduce` record timed: "nccl" for an nccl-tests row, else the one
+    SGLang runs at its size and GPU count on its GPU's hosts (`epsim.cost.allreduce`)."""
+    if record.extra.get("kernel") == "NCCL":
+        return "nccl"
+    hw = get_hardware(record.provenance.hardware) if record.provenance.hardware else None
+    per_host = (hw.gpus_per_host or hw.gpus_per_node) if hw else record.ep_size
+    return algorithm(record.bytes, record.ep_size, -(-record.ep_size // per_host))
+
+
 def _x(record, axis: str) -> float:
-    """The axis variable: tokens per rank, for the shape axis the shape's size, for the EP and
-    MoE-TP axes the EP and MoE-TP size."""
+    """The axis variable: tokens per rank, for the size axis an all-reduce's bytes, for the
+    shape axis the shape's size, for the EP and MoE-TP axes the EP and MoE-TP size (an
+    all-reduce's GPUs on the TP axis: SGLang's TP group)."""
     if axis == "ep":
         return float(record.ep_size)
+    if axis == "size":
+        return float(record.bytes)
     if axis == "tp":
-        return float(record.moe_tp_size)
+        return float(record.ep_size if record.kind == "allreduce" else record.moe_tp_size)
     if axis != "shape":
         return float(record.num_tokens_per_rank)
     if record.kind in ("experts", "quant_experts"):
@@ -170,6 +188,9 @@ def _key(record, axis: str) -> str:
                                    "moe_intermediate_size", "moe_tp_size"}
         return json.dumps([record.model_dump(exclude=drop), record.extra.get("num_tokens"),
                            record.extra.get("inter_size")], sort_keys=True, default=str)
+    if axis == "size":                    # an all-reduce's message: bytes, as [tokens, hidden]
+        return json.dumps(record.model_dump(exclude=set(_NOT_CONFIG) | {
+            "bytes", "num_tokens_per_rank", "hidden_size"}), sort_keys=True, default=str)
     drop = set(_NOT_CONFIG) | ({"num_tokens_per_rank"} if axis != "shape" else _SHAPE)
     if axis != "shape" and record.kind == "attention_prefill":
         drop.add("context_len")          # prefill tokens = sequences x context

@@ -26,13 +26,15 @@ def test_the_default_rule():
     assert h200.name.startswith("h200x2") and h200.hardware == "H200"
     measured = load_profile(shared=True)
     assert all(h200.components[k] == c for k, c in measured.components.items())
-    # filled from aic_h200: only kinds our own records never cover (and DeepEP, which our
-    # machines never ran), each naming its profile
+    # filled from aic_h200: only kinds our own records never cover (DeepEP, which our machines
+    # never ran, and SGLang's all-reduce), each naming its profile
     added = {k: c for k, c in h200.components.items() if k not in measured.components}
     assert all(filled(k) for k in added) and not any(filled(k) for k in measured.components)
     assert {"deepep/dispatch/graph/low_latency/fp8", "deepep/combine/normal",
-            "any/experts_fp8_block/graph", "any/mla_decode_bf16/graph"} <= set(added)
+            "any/experts_fp8_block/graph", "any/mla_decode_bf16/graph",
+            "any/allreduce/graph/oneshot", "any/allreduce/graph/nccl"} <= set(added)
     assert not filled("deepep/experts/graph") and not filled("none/allreduce")
+    assert filled("any/allreduce/graph/twoshot")
     assert all(c.profile == "aic_h200" and c.data_source == "aiconfigurator"
                for c in added.values())
     assert default_profile("B200").name == aic_profile_name("B200") == "aic_b200"

@@ -107,6 +107,10 @@ def test_fit_and_pending_split_by_what_a_model_exists_for(imported):
     assert set(fit) == {"experts", "dense_mlp", "attention_decode", "attention_prefill",
                         "dispatch", "combine", "allreduce", "gemm", "mla_decode"}
     assert {"gemm", "quant_experts", "mla_decode", "allreduce", "experts"} <= set(pending)
+    # SGLang's custom all-reduce: the CUDA-graph rows fit the all-reduce model, eager rows wait
+    custom = [r for r in imported.fit if r.kind == "allreduce" and r.extra["kernel"] != "NCCL"]
+    assert custom and all(r.timing == "device" for r in custom)
+    assert all(r.timing == "eager" for r in imported.pending if r.kind == "allreduce")
     assert all(r.ep_size == 1 and r.weight_dtype == "bf16" for r in imported.fit if r.kind == "experts")
     # quantised experts: the fixture holds EP 8 rows only, judged (EP axis), not fitted
     assert all(r.weight_dtype == "fp8_block" and r.ep_size == 8
@@ -197,8 +201,9 @@ def test_calibrate_on_aic_tags_every_component_with_its_tables(tmp_path):
     expected = {"local/experts/graph", "any/experts/graph", "any/dense/graph",
                 "any/attention_decode/graph", "any/attention_prefill/graph",
                 "deepep/dispatch/graph/low_latency/fp8", "deepep/combine/graph/low_latency",
-                "deepep/dispatch/normal/fp8", "deepep/combine/normal", "none/allreduce",
-                "none/allgather", "any/gemm_bf16/graph", "any/gemm_fp8_block/graph",
+                "deepep/dispatch/normal/fp8", "deepep/combine/normal",
+                "any/allreduce/graph/nccl", "any/allreduce/graph/oneshot",
+                "any/allreduce/graph/twoshot", "none/allgather", "any/gemm_bf16/graph", "any/gemm_fp8_block/graph",
                 *{f"any/mla_decode_{kv_kind(r.kv_cache_dtype)}/graph" for r in import_source(
                     parse_source("aic:h200_sxm/sglang", root=FIXTURE)).fit
                   if r.kind == "mla_decode"}}
