@@ -72,25 +72,26 @@ READING = """## Reading
 - Not the draft: one MTP layer and the LM head, about a millisecond a cycle (table 2).
 - The verify step's attention, all-reduce and LM head are priced at its b x 3 tokens already
   (`verify_counts`); its attention is what grows from 256 requests on (table 2).
-- The MoE: SGLang's FP8 MoE on `flashinfer_trtllm` picks its token tile from the mean rows per
-  expert (`get_tile_tokens_dim`: the next power of two of tokens x top_k / experts, clamped to
-  8-64; sgl-project/sglang `layers/quantization/fp8.py`), so the kernel's time grows with the
-  tokens a step carries. AIC's table (op-level calibration data) shows it: 1.3-1.7x from a
-  decode step's tokens to a verify step's at 64-256 requests. epsim's experts model pads every
-  expert to a fixed 64-row tile (`epsim.cost.experts.TILE_M`), so on the same expert counts its
-  time is flat from ~100 to ~800 tokens while AIC's doubles (table 3: epsim / AIC 1.2-1.4 at
-  16-96 tokens, 0.6-0.7 at 384-768), and the verify step's MoE costs what the decode step's
-  does from 64 requests on. That is the mechanism that goes with clients: at 128-256 requests
-  the what-if adds ~11-12 ms to a ~35-48 ms cycle; the same fixed tile over-prices a decode
-  step's few rows per expert, which is why the no-MTP twins at 32-64 clients come out high.
+- The MoE: AIC's B200 SGLang MoE table (op-level calibration data; the `flashinfer_trtllm`
+  kernel these rows ran) grows 1.3-1.7x from a decode step's tokens to a verify step's at
+  64-256 requests; epsim's experts model does not (0.96-1.06x, table 3). On the same expert
+  counts its time is flat from ~100 to ~800 tokens while AIC's doubles (epsim / AIC 1.2-1.4 at
+  16-96 tokens, 0.6-0.7 at 384-768): the model's math pads every expert to a fixed 64-row tile
+  (`epsim.cost.experts.TILE_M`), so nothing in it grows below 64 rows per expert, while the
+  kernel sizes its token tile from the balanced rows per expert (8 to 64-128 rows,
+  `epsim.cost.quant.trtllm_tile`, which epsim uses only for the re-reads of extra tiles), and
+  its time grows through that range. So the verify step's MoE costs what the decode step's
+  does from 64 requests on. At 128-256 requests the what-if adds ~11-12 ms to a ~35-48 ms
+  cycle; the same flat model over-prices a decode step's few rows per expert, which is where
+  the no-MTP twins at 32-64 clients come out high.
 - The accept length stays open: epsim's 2.57 is DeepSeek-V3's 85 % second-token acceptance
   applied at both draft positions (an extrapolation, docs/model.md). The twins at 4 clients
   read against epsim's own cycle / decode ratio put it near the `implied` figures of table 1
   (validation data: a diagnostic, never a setting).
-- What would close it: the experts model's tile from the kernel's rule (`TILE_M` per call
-  from the rank's rows per expert, for the `flashinfer_trtllm` runner) and a refit of the
-  `experts_fp8_block` / `experts_nvfp4` fits on AIC's tables; it moves every B200/GB200 row
-  (decode steps too), so it needs the whole-set record re-run.
+- What would close it: an experts term that grows with the rows of the tile the TRT-LLM
+  kernel runs (its `trtllm_tile`, below 64 rows per expert), fitted with the others on AIC's
+  MoE rows (`scripts/aic_profiles.py`), then the accept length where the MoE leaves a gap;
+  it moves every Blackwell row (decode steps too), so it needs the whole-set record re-run.
 """
 MOE_WHERE = dict(moe_dtype="fp8_block", hidden_size=7168, inter_size=2048, num_experts=256,
                  topk=8, moe_tp_size=8, moe_ep_size=1)
