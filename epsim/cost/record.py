@@ -15,7 +15,9 @@ the live bench measured instead of expected values:
                       priced by the all-reduce model (`epsim.cost.allreduce`,
                       `any/allreduce/graph/<algorithm>`; no design row: NCCL is a min of lines).
                       The `none` backend's dispatch is its all-gather (`none/allgather`, over
-                      `none/allreduce`), its combine its measured all-reduce (`none/allreduce`).
+                      `none/allreduce`; an nccl-tests all-gather, `extra.kernel` "NCCL", is the
+                      all-reduce model's NCCL ring, one pass: `allgather_record_us`), its
+                      combine its measured all-reduce (`none/allreduce`).
   moe_layer           dispatch + experts + combine of the record's backend, plus the layer's
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
   block_ops           tokens per rank and `extra.pairs` (one GPU: tokens x top_k), the block's
