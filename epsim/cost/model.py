@@ -26,8 +26,8 @@ from epsim.cost.comm import per_message
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.layer import LayerCost, layer_cost
-from epsim.cost.mla import (mla_attention_us, mla_core_token_us, mla_decode_kernel,
-                            mla_token_us)
+from epsim.cost.mla import mla_attention_us, mla_core_token_us, mla_token_us
+from epsim.cost.mla_decode import mla_decode_kernel
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
 from epsim.cost.params import Coefficients, CostParams
@@ -92,7 +92,7 @@ class CostModel:
         self._decode_kernel = DecodeKernel(*attention.heads, self.params.gemm.num_sms,
                                            attention.decode, kv_ratio(attention.kv_cache_dtype)
                                            ) if attention.decode else None
-        if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla`)
+        if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla_decode`)
             self._decode_kernel = mla_decode_kernel(attention.mla)
         # the scheduler's host time a step exposes (SGLang's loop without overlap scheduling)
         self.scheduler_host = scheduler_host(self.params)
