@@ -5,7 +5,8 @@ A row's clients cycle through TTFT + (OSL - 1) x TPOT per request (`sglang.bench
 definitions, docs/silicon.md), so each side of a P/D pair depends on the other's latency. Pass 0
 runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
 `ROUNDS` rounds run the prefill and then the decode instance of a P/D pair, each with the latest
-figures of the other (its clients wait out the rest of the cycle: think time), one round an agg
+figures of the other (its clients wait out the rest of the cycle: think time; the decode of
+a round before the last over a shorter window, `EARLY_DECODE_CYCLES`), one round an agg
 instance. An agg or prefill instance runs one benchmark run as the harness does (`closed_round`:
 every client sends at t=0 into the idle instance, K requests each, all measured).
 A P/D request's TTFT is the prefill instance's plus the handoff around it
