@@ -107,6 +107,7 @@ class CostModel:
         self._rank_projections = RankMemo(self._projections_of)   # ... per rank
         self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
         self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
+        self._ep_tokens_memo: tuple[bytes | None, np.ndarray | None] = (None, None)
 
     def _check_tokens(self, tokens_per_rank: np.ndarray, kernel_mode: str = "") -> None:
         """Warn once per component when a batch's tokens per rank leave its fitted range; a
@@ -133,10 +134,19 @@ class CostModel:
         par = self.params.parallel
         if par.attn_tp_size == 1 and par.moe_tp_size == 1:
             return batch.tokens
+        # a step asks for its batch's several times (pool key, pricing, terms): the last
+        # tokens' answer is remembered (read-only)
+        key = batch.tokens.tobytes()
+        if self._ep_tokens_memo[0] == key:
+            return self._ep_tokens_memo[1]
         if par.dp_size == 1 and par.moe_tp_size == 1:
-            return np.full(self.params.num_ranks, float(batch.tokens.sum()) / self.params.num_ranks)
-        per_gpu = np.repeat(batch.tokens / par.attn_tp_size, par.attn_tp_size)      # [tp_size]
-        return per_gpu.reshape(par.ep_size, par.moe_tp_size).sum(axis=1)
+            out = np.full(self.params.num_ranks, float(batch.tokens.sum()) / self.params.num_ranks)
+        else:
+            per_gpu = np.repeat(batch.tokens / par.attn_tp_size, par.attn_tp_size)  # [tp_size]
+            out = per_gpu.reshape(par.ep_size, par.moe_tp_size).sum(axis=1)
+        out.flags.writeable = False
+        self._ep_tokens_memo = (key, out)
+        return out
 
     @property
     def micro_batch_fraction(self) -> float:
