@@ -73,25 +73,24 @@ READING = """## Reading
 - The verify step's attention, all-reduce and LM head are priced at its b x 3 tokens already
   (`verify_counts`); its attention is what grows from 256 requests on (table 2).
 - The MoE: AIC's B200 SGLang MoE table (op-level calibration data; the `flashinfer_trtllm`
-  kernel these rows ran) grows 1.3-1.7x from a decode step's tokens to a verify step's at
-  64-256 requests; epsim's experts model does not (0.96-1.06x, table 3). On the same expert
-  counts its time is flat from ~100 to ~800 tokens while AIC's doubles (epsim / AIC 1.2-1.4 at
-  16-96 tokens, 0.6-0.7 at 384-768): the model's math pads every expert to a fixed 64-row tile
-  (`epsim.cost.experts.TILE_M`), so nothing in it grows below 64 rows per expert, while the
-  kernel sizes its token tile from the balanced rows per expert (8 to 64-128 rows,
-  `epsim.cost.quant.trtllm_tile`, which epsim uses only for the re-reads of extra tiles), and
-  its time grows through that range. So the verify step's MoE costs what the decode step's
-  does from 64 requests on. At 128-256 requests the what-if adds ~11-12 ms to a ~35-48 ms
-  cycle; the same flat model over-prices a decode step's few rows per expert, which is where
-  the no-MTP twins at 32-64 clients come out high.
+  kernel these rows ran, untuned: the collector runs no autotune pass, so the launcher's
+  fallback tile, one rung below the balanced-share centre) grows 1.3-1.7x from a decode step's
+  tokens to a verify step's at 64-256 requests. epsim now pads each expert to the kernel's own
+  token tile (`ExpertGemm.tile_rows`, `epsim.cost.moe.trtllm_experts_us`) and prices a served
+  step at the cheapest of the launcher's candidates (SGLang autotunes at warm-up): at AIC's
+  counts epsim / AIC is 0.91-1.07 at 4-96 tokens (was 1.13-1.40) and 0.55-0.86 at 128-768
+  (table 3), but a decode step's few rows per expert are memory-bound, where the largest
+  candidate wins and its padded math stays under the weights' read: the verify step's MoE is
+  still about the decode step's (table 2). Priced at the fallback tile instead, it grows
+  1.9x at 128 requests, but over-prices AIC's own rows 1.3-1.8x at 128-1536 tokens.
 - The accept length stays open: epsim's 2.57 is DeepSeek-V3's 85 % second-token acceptance
   applied at both draft positions (an extrapolation, docs/model.md). The twins at 4 clients
   read against epsim's own cycle / decode ratio put it near the `implied` figures of table 1
   (validation data: a diagnostic, never a setting).
-- What would close it: an experts term that grows with the rows of the tile the TRT-LLM
-  kernel runs (its `trtllm_tile`, below 64 rows per expert), fitted with the others on AIC's
-  MoE rows (`scripts/aic_profiles.py`), then the accept length where the MoE leaves a gap;
-  it moves every Blackwell row (decode steps too), so it needs the whole-set record re-run.
+- What would close it: which tactic SGLang's warm-up autotune keeps for a verify step's
+  3b tokens (its buckets are powers of two up to the dummy run's batch; the launcher resolves
+  a bucket's tile against the runtime candidates), measured, then the accept length where the
+  MoE leaves a gap; it moves every Blackwell row, so it needs the whole-set record re-run.
 """
 MOE_WHERE = dict(moe_dtype="fp8_block", hidden_size=7168, inter_size=2048, num_experts=256,
                  topk=8, moe_tp_size=8, moe_ep_size=1)

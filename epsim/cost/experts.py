@@ -64,6 +64,8 @@ class ExpertGemm:
         quant_bytes_per_row: bytes the activation quantisation moves per row (0: none).
         scale_block_k: K-depth of a weight-scale block whose partial sums the kernel rescales
             in its main loop (fp8_block: 128; each costs `dequant_us` per wave); 0: none.
+        tile_rows: rows (token-expert pairs) per tile, `TILE_M`; FlashInfer's TRT-LLM MoE runs
+            the token tile its launcher picks (`epsim.cost.quant.trtllm_tile`, 8 to 256 rows).
     """
 
     hidden_size: int
@@ -73,6 +75,7 @@ class ExpertGemm:
     act_in_bytes: float = 2.0
     quant_bytes_per_row: float = 0.0
     scale_block_k: int = 0
+    tile_rows: float = TILE_M
 
     @property
     def act_bytes_per_row(self) -> float:
@@ -109,14 +112,17 @@ class ExpertGemm:
         mflops, waves = 0.0, 0.0
         for n, k in ((2 * i, h), (h, i)):                   # gate+up GEMM, then down GEMM
             w = np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
-            mflops = mflops + w * (s * 2.0 * TILE_M * TILE_N * k * 1e-6)
+            mflops = mflops + w * (s * 2.0 * self.tile_rows * TILE_N * k * 1e-6)
             waves = waves + w
         return mflops, waves
 
 
-def row_tiles(rows_per_expert: np.ndarray) -> np.ndarray:
-    """[...] `sum_e ceil(n_e / TILE_M)` over the last axis (`[..., experts]` rows per expert)."""
-    return np.ceil(np.asarray(rows_per_expert, dtype=np.float64) / TILE_M).sum(axis=-1)
+def row_tiles(rows_per_expert: np.ndarray, tile_rows=TILE_M) -> np.ndarray:
+    """[...] `sum_e ceil(n_e / tile_rows)` over the last axis (`[..., experts]` rows per expert;
+    `tile_rows` [...] or a scalar, `TILE_M` unless the kernel tiles otherwise)."""
+    rows = np.asarray(rows_per_expert, dtype=np.float64)
+    tile = np.asarray(tile_rows, dtype=np.float64)[..., None]
+    return np.ceil(rows / tile).sum(axis=-1)
 
 
 def experts_defaults(hardware: HardwareSpec, weight_dtype: str = "bf16") -> dict[str, float]:
@@ -144,20 +150,23 @@ def _math_us(mflops, waves, params: dict[str, float]):
 
 
 def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, gemm: ExpertGemm,
-                    params: dict[str, float]) -> np.ndarray:
+                    params: dict[str, float], reread_us=0.0) -> np.ndarray:
     """[..., ranks] microseconds each rank spends on its local experts.
 
     Args:
         pairs: [..., ranks] token-expert pairs (rows) computed per rank.
         active: [..., ranks] local experts that received >= 1 token.
         tiles: [..., ranks] `row_tiles` of each rank's experts.
+        reread_us: [..., ranks] weight re-reads of a kernel whose token tiles each stream the
+            expert's weights (`epsim.cost.quant.reread_kb`), on the memory side of the
+            roofline: a compute-bound kernel's refills overlap its math.
     """
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     mem_kb, mflops, waves = _work(pairs, active, tiles, gemm)
     math = _math_us(mflops, waves, params)
     if gemm.scale_block_k:      # a block-scaled format rescales its partial sums per K block
         math = math + params.get("dequant_us", 0.0) * gemm.scale_blocks(tiles)
-    t = np.maximum(mem_kb / params["hbm_gbps"], math)
+    t = np.maximum(mem_kb / params["hbm_gbps"] + reread_us, math)
     t = t + params["base_us"]
     if params.get("per_expert_us"):
         t = t + params["per_expert_us"] * active
@@ -198,13 +207,14 @@ def dense_us(tokens: np.ndarray, gemm: ExpertGemm, params: dict[str, float]) -> 
     return np.where(busy, t, 0.0)
 
 
-def even_row_tiles(pairs: np.ndarray, active: np.ndarray) -> np.ndarray:
+def even_row_tiles(pairs: np.ndarray, active: np.ndarray, tile_rows=TILE_M) -> np.ndarray:
     """[...] `row_tiles` when a rank's rows split evenly over its active experts (the
-    simulator's expected loads: each active expert gets `pairs / active` rows)."""
+    simulator's expected loads: each active expert gets `pairs / active` rows), in tiles of
+    `tile_rows` [...] (or a scalar) rows."""
     pairs = np.asarray(pairs, dtype=np.float64)
     active = np.asarray(active, dtype=np.float64)
     per = np.divide(pairs, active, out=np.zeros_like(pairs), where=active > 0)
-    return active * np.ceil(per / TILE_M)
+    return active * np.ceil(per / tile_rows)
 
 
 def even_experts_us(pairs: np.ndarray, active: np.ndarray, gemm: ExpertGemm,

@@ -11,19 +11,19 @@ at once and reads one `MoECost` for many steps, so what it derives is computed o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from epsim.cost.block_ops import block_ops_us
 from epsim.cost.comm import background_us, comm_us, per_message
-from epsim.cost.experts import even_experts_us
+from epsim.cost.experts import even_experts_us, even_row_tiles, experts_rank_us
 from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
-from epsim.cost.quant import reread_kb, trtllm_tile
+from epsim.cost.quant import reread_kb, trtllm_ladder, trtllm_tile
 from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
 
@@ -113,19 +113,37 @@ def remote_slots_us(tr: Traffic, top_k: int, experts) -> np.ndarray:
     return remote * experts.remote_slot_bytes * 1e-3 / experts.params["hbm_gbps"]
 
 
-def tile_rereads_us(params: CostParams, loads: np.ndarray, tr: Traffic, tables: PlacementTables,
-                    experts, fraction: float) -> np.ndarray:
-    """[layers] the busiest rank's weight re-reads in FlashInfer's TRT-LLM MoE
-    (`StageParams.reread_gbps`): each rank's tile from the balanced share its kernel sees (the
-    group's tokens with the `none` backend, every rank holding them; else the rank's rows),
-    each expert slot's rows in `ceil(rows / tile)` tiles (`epsim.cost.quant.reread_kb`)."""
+def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
+                      tables: PlacementTables, experts, fraction: float, pairs: np.ndarray,
+                      active: np.ndarray) -> np.ndarray:
+    """[layers] the busiest rank's experts in FlashInfer's TRT-LLM MoE (Blackwell's fused
+    kernel, `StageParams.reread_gbps`), as SGLang serves it: its warm-up autotune pass times
+    the launcher's candidate token tiles {centre/2, centre, 2 centre, 4 centre} (the centre
+    from the balanced share the rank's kernel sees: the group's tokens with the `none` backend,
+    every rank holding them; else the rank's rows) and keeps the fastest, priced here as the
+    cheapest under this model. A tile pads each expert's rows to whole tiles
+    (`ExpertGemm.tile_rows`) and streams the expert's weights once per tile: the re-reads of
+    `epsim.cost.quant.reread_kb` at `reread_gbps`, on the roofline's memory side.
+
+    Args:
+        pairs, active: [..., layers, ranks] rows and active experts per rank (fused shared
+            experts included).
+    """
     m = params.model
     rows = rank_slot_rows(loads, tables, fraction)           # [..., layers, ranks, slots]
     spr = rows.shape[-1]
     share = (np.full(tr.pairs.shape, tr.num_tokens * fraction * m.top_k / spr)
              if params.backend == "none" else tr.pairs / spr)
-    kb = reread_kb(rows, trtllm_tile(share, m.weight_dtype), params.gemm.weight_bytes)
-    return kb.max(axis=-1) / experts.reread_gbps
+    centre = trtllm_tile(share, m.weight_dtype, tuned=True)
+    best = None
+    for scale in (0.5, 1.0, 2.0, 4.0):
+        tile = trtllm_ladder(centre * scale, m.weight_dtype)
+        reread = reread_kb(rows, tile, params.gemm.weight_bytes) / experts.reread_gbps
+        gemm = replace(params.gemm, tile_rows=tile)
+        t = experts_rank_us(pairs, active, even_row_tiles(pairs, active, tile), gemm,
+                            experts.params, reread)
+        best = t if best is None else np.minimum(best, t)
+    return best.max(axis=-1)
 
 
 def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
@@ -156,14 +174,16 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
         # expert in the kernel, with a row for every token
         pairs = pairs + params.fused_shared_experts * tr.num_tokens * tr.fraction
         active = active + params.fused_shared_experts
-    expert = even_experts_us(pairs, active, params.gemm,
-                             step.experts.params) + step.experts.host_us
+    if step.experts.reread_gbps:              # Blackwell's fused kernel: its tiles
+        expert = trtllm_experts_us(params, loads, tr, tables, step.experts, fraction, pairs,
+                                   active) + step.experts.host_us
+    else:
+        expert = even_experts_us(pairs, active, params.gemm,
+                                 step.experts.params) + step.experts.host_us
     if step.experts.layout_bytes_per_token:   # a runner fitted with its layout (quantised DeepEP)
         expert = expert + received_layout_us(tr, step.experts)
     if step.experts.remote_slot_bytes:        # the fused kernel over every slot (`none`)
         expert = expert + remote_slots_us(tr, m.top_k, step.experts)
-    if step.experts.reread_gbps:              # Blackwell's fused kernel: its tiles' re-reads
-        expert = expert + tile_rereads_us(params, loads, tr, tables, step.experts, fraction)
     own = np.asarray(tokens_per_rank, dtype=np.float64) * fraction       # [ranks]
     block = block_ops_us(own, tr.pairs, m.hidden_size, m.num_experts, m.top_k,
                          step.block_ops.params, step.block_ops_parts[mode],

@@ -71,12 +71,17 @@ FRACTIONS = ("hbm_frac", "tensor_frac")
 # whose work on other ranks' slots is not this (aiconfigurator's B200 EP rows: the Triton
 # bytes price its NVFP4 rows 2x long at EP 128, its FP8-block rows 14 % short)
 TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
-# FlashInfer's TRT-LLM MoE sizes its token tile from the *balanced* share of a local expert,
+# FlashInfer's TRT-LLM MoE centres its token tiles on the *balanced* share of a local expert,
 # `clamp(next_pow2(T top_k / E_local), 8, cap)` (csrc/trtllm_fused_moe_kernel_launcher.cu,
-# `computeSelectedTileN`; flashinfer/utils.py `calculate_tile_tokens_dim`, "assuming perfect
-# expert distribution"); its autotuner picks among that centre's neighbours. The ladder runs
-# from 8 rows to 256 for NVFP4 and 128 for FP8 (`getSupportedTileNums` at flashinfer v0.6.4,
-# f1e6fdcb; the balanced-share centre since bb6b62089, #1980, v0.5)
+# `computeSelectedTileN`, "assuming perfect expert distribution"), and offers the ladder's rungs
+# {centre/2, centre, 2 centre, 4 centre} as tactics. With no tuned tactic (tactic [-1, -1]: the
+# autotuner's cache missed, or no autotune pass ran) it runs the *smallest* candidate
+# (`selectDefaultTileN` = `*selected.begin()`, one rung below the centre, 8 at the floor) with
+# the runner's default config -- the same rule for FP8-block (`Fp8BlockScaleLauncher`) and NVFP4
+# (`FP4BlockScaleLauncher`), at flashinfer v0.6.4 (f1e6fdcb) through v0.6.16. AIC's collector
+# (`collector/sglang/collect_moe.py`, SGLang 0.5.14) calls SGLang's FusedMoE with no autotune
+# pass: its tables ran that fallback. The ladder runs from 8 rows to 256 for NVFP4 (FP4 weights,
+# FP4 activations) and 128 for FP8 (`getSupportedTileNums`; a 192 rung for NVFP4 came in v0.6.17)
 TRTLLM_MIN_TILE = 8
 TRTLLM_MAX_TILE = {"nvfp4": 256, "fp8": 128, "fp8_block": 128}
 
@@ -251,13 +256,25 @@ def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k:
     return BF16_BYTES * (2.0 * i + 2.0 * i + i + 2.0 * h) + q * (i + h / max(top_k, 1))
 
 
-def trtllm_tile(share, fmt: str) -> np.ndarray:
-    """[...] rows per token tile FlashInfer's TRT-LLM MoE picks for `fmt` weights from `share`
-    [...], the balanced rows of one local expert (`tokens x top_k / local experts`): the next
-    power of two, within [`TRTLLM_MIN_TILE`, the format's `TRTLLM_MAX_TILE`]."""
+def trtllm_tile(share, fmt: str, tuned: bool = False) -> np.ndarray:
+    """[...] rows per token tile FlashInfer's TRT-LLM MoE runs for `fmt` weights at `share`
+    [...], the balanced rows of one local expert (`tokens x top_k / local experts`). The centre
+    is the share's next power of two within [`TRTLLM_MIN_TILE`, the format's `TRTLLM_MAX_TILE`];
+    untuned (`tuned` False, the fallback tactic) the kernel runs one rung below it, floored at
+    `TRTLLM_MIN_TILE`; `tuned` gives the centre (the autotuner's pick among its neighbours is a
+    measurement, not a rule)."""
     share = np.maximum(np.asarray(share, dtype=np.float64), 1.0)
-    tile = 2.0 ** np.ceil(np.log2(share) - 1e-9)
-    return np.clip(tile, TRTLLM_MIN_TILE, TRTLLM_MAX_TILE.get(check_format(fmt), 128))
+    cap = TRTLLM_MAX_TILE.get(check_format(fmt), 128)
+    centre = np.clip(2.0 ** np.ceil(np.log2(share) - 1e-9), TRTLLM_MIN_TILE, cap)
+    return centre if tuned else np.maximum(centre / 2.0, TRTLLM_MIN_TILE)
+
+
+def trtllm_ladder(tile, fmt: str) -> np.ndarray:
+    """[...] `tile` [...] rows held to the format's ladder [`TRTLLM_MIN_TILE`,
+    `TRTLLM_MAX_TILE`] (the launcher's candidates beyond its ends are dropped, so the ends
+    stand for them)."""
+    return np.clip(np.asarray(tile, dtype=np.float64), TRTLLM_MIN_TILE,
+                   TRTLLM_MAX_TILE.get(check_format(fmt), 128))
 
 
 def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
@@ -301,12 +318,14 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     mflops, waves = gemm.quantized_mflops(n), gemm.waves(n)
     blocks = gemm.scale_blocks(n)
     math = mflops / rate["tflops"] + waves * rate["wave_us"] + blocks * rate["dequant_us"]
-    compute = mem_kb / rate["hbm_gbps"] < math
+    reread_us = (0.0 if reread is None else
+                 rate.get("reread_frac", 0.0) * np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps)
+    compute = mem_kb / rate["hbm_gbps"] + reread_us < math
     quant_kb = p * gemm.quant_bytes_per_row * 1e-3
     cols = [np.ones_like(p), a,
             (np.where(compute, 0.0, mem_kb) + quant_kb + layout) / hardware.hbm_gbps,
             np.where(compute, mflops, 0.0) / tensor_peak(hardware, fmt),
             np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)]
     if reread is not None:
-        cols.append(np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps + np.zeros_like(p))
+        cols.append(np.where(compute, 0.0, np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps))
     return np.stack(cols, axis=-1)

@@ -19,6 +19,7 @@ validator's predictions, from the models the simulator prices with (`epsim.cost.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import numpy as np
@@ -116,9 +117,12 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
         terms = EXPERT_REREAD_TERMS
         tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k
-        reread = float(reread_kb(rows, trtllm_tile(tokens * record.top_k / len(rows), fmt),
-                                 gemm.weight_bytes))
+        # AIC's collector runs no autotune pass: the launcher's fallback tile
+        tile = float(trtllm_tile(tokens * record.top_k / len(rows), fmt, tuned=False))
+        reread = float(reread_kb(rows, tile, gemm.weight_bytes))
         params = {"reread_frac": 0.0, **params}
+        gemm = dataclasses.replace(gemm, tile_rows=tile)
+        tiles = np.array([float(row_tiles(rows, tile))])
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread)
     return KernelRow(component_key(backend, kind, path), terms.coef_names, row,
                      terms.coefficients(params))

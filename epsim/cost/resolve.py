@@ -350,9 +350,10 @@ class _Resolver:
                     self._quant_experts(eager, timing[eager])
                 # FlashInfer's TRT-LLM MoE (the fused kernel's fit on a Blackwell GPU): its
                 # token tiles' weight re-reads, fitted as a share of the datasheet HBM rate
-                frac = experts_params[eager].get("reread_frac", 0.0)
-                if timing[eager].key.startswith("any/") and frac > 0:
-                    reread[eager] = hw.hbm_gbps / frac
+                # (a fitted 0: every re-read an L2 hit, an infinite rate, the tiles still its)
+                frac = experts_params[eager].get("reread_frac")
+                if timing[eager].key.startswith("any/") and frac is not None:
+                    reread[eager] = hw.hbm_gbps / frac if frac > 0 else float("inf")
         # a CUDA-graph step's layer sync is its own device-only fit: an eager fit's residual
         # holds the ranks' host-side skew (each host launching at its own pace; `none` 63 µs
         # at EP 2 beside the kernel model, `torch` -108 µs of launch overlap), which a graph

@@ -1,16 +1,20 @@
 """FlashInfer's TRT-LLM MoE (Blackwell) re-reads its experts' weights once per extra token tile:
-the tile is sized from the balanced share (`epsim.cost.quant.trtllm_tile`), so a hot expert of a
-skewed batch runs many small tiles; the fitter's design row carries those re-reads as a column
-of their own (`EXPERT_REREAD_TERMS`), Hopper's Triton kernel none."""
+the tile is sized from the balanced share (`epsim.cost.quant.trtllm_tile`: one rung below its
+power of two untuned, as AIC's tables ran; SGLang's autotune picks among the centre's
+neighbours), so a hot expert of a skewed batch runs many small tiles; the tile also pads each
+expert's rows (`ExpertGemm.tile_rows`). The fitter's design row carries the re-reads as a column
+of their own on the roofline's memory side (`EXPERT_REREAD_TERMS`), Hopper's Triton kernel none."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from epsim.cost.experts import row_tiles
 from epsim.cost.model import CostModel
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, quant_expert_gemm,
                               reread_kb, trtllm_tile)
@@ -27,11 +31,25 @@ from epsim.zoo import get_hardware, get_model
 PROFILES = Path(__file__).resolve().parents[3] / "epsim" / "data" / "profiles"
 
 
-def test_tile_is_the_balanced_shares_power_of_two_on_the_formats_ladder():
-    """`clamp(next_pow2(T k / E_local), 8, cap)`: cap 256 rows for NVFP4, 128 for FP8."""
+def test_untuned_tile_is_one_rung_below_the_balanced_shares_power_of_two():
+    """Centre `clamp(next_pow2(T k / E_local), 8, cap)` (cap 256 rows for NVFP4, 128 for FP8);
+    with no tuned tactic the launcher runs the smallest candidate, centre / 2, floored at 8."""
     shares = np.array([0.5, 2.0, 8.0, 9.0, 33.0, 300.0])
-    assert trtllm_tile(shares, "nvfp4").tolist() == [8, 8, 8, 16, 64, 256]
-    assert trtllm_tile(shares, "fp8_block").tolist() == [8, 8, 8, 16, 64, 128]
+    assert trtllm_tile(shares, "nvfp4", tuned=True).tolist() == [8, 8, 8, 16, 64, 256]
+    assert trtllm_tile(shares, "fp8_block", tuned=True).tolist() == [8, 8, 8, 16, 64, 128]
+    assert trtllm_tile(shares, "nvfp4").tolist() == [8, 8, 8, 8, 32, 128]
+    assert trtllm_tile(shares, "fp8_block").tolist() == [8, 8, 8, 8, 32, 64]
+
+
+def test_token_tile_pads_each_experts_rows():
+    """Padded MFLOPs follow the kernel's token tile: 8 one-row experts in 8-row tiles do an
+    eighth of the math of 64-row tiles (same waves)."""
+    gemm = quant_expert_gemm(7168, 2048, "nvfp4", 148, 8)
+    small = replace(gemm, tile_rows=8.0)
+    rows = np.ones(8)
+    assert row_tiles(rows, 8.0) == row_tiles(rows) == 8.0
+    assert np.isclose(small.quantized_mflops(row_tiles(rows, 8.0)) * 8,
+                      gemm.quantized_mflops(row_tiles(rows)))
 
 
 def test_an_expert_rereads_its_weights_once_per_extra_tile():
@@ -87,19 +105,21 @@ def _experts_us(profile: Profile, loads: np.ndarray) -> float:
     return float(cost.moe(loads, np.array([64.0]), tables, "decode").experts_us[0])
 
 
-def test_simulator_adds_the_hot_experts_rereads():
-    """The engine prices the same re-reads from the batch's loads: 64 tokens x top-8, one hot
-    expert with 64 rows in 8-row tiles re-reads its NVFP4 weights 7 times, at the datasheet HBM
-    over the shipped B200 fit's `reread_frac`; a balanced batch (2 rows each) none."""
+def test_simulator_prices_the_autotuned_tile_with_its_rereads():
+    """SGLang's warm-up autotune keeps the fastest of the launcher's candidates {centre/2 ..
+    4 centre}: 64 tokens x top-8 over 256 experts is a 2-row share (centre 8 rows, candidates
+    8-32); one hot expert with 64 rows runs memory-bound, so the 32-row tile wins and re-reads
+    its NVFP4 weights once, at the datasheet HBM over the shipped B200 fit's `reread_frac`; a
+    balanced batch (2 rows each) none."""
     shipped = Profile.load(PROFILES / "aic_b200.json")
     frac = shipped.components["any/experts_nvfp4/graph"].params["reread_frac"]
     plain = Profile.load(PROFILES / "aic_b200.json")
     comp = plain.components["any/experts_nvfp4/graph"]
     plain.components["any/experts_nvfp4/graph"] = comp.model_copy(
-        update={"params": {k: v for k, v in comp.params.items() if k != "reread_frac"}})
+        update={"params": {**comp.params, "reread_frac": 1e-12}})
     skewed = np.array([[64.0] + [2.0] * 224 + [0.0] * 31])
     balanced = np.full((1, 256), 2.0)
     weight = quant_expert_gemm(7168, 2048, "nvfp4", 148, 8).weight_bytes
-    want = 7 * weight * 1e-3 * frac / get_hardware("B200").hbm_gbps
-    assert _experts_us(shipped, skewed) - _experts_us(plain, skewed) == pytest.approx(want)
+    want = 1 * weight * 1e-3 * frac / get_hardware("B200").hbm_gbps
+    assert _experts_us(shipped, skewed) - _experts_us(plain, skewed) == pytest.approx(want, rel=1e-6)
     assert _experts_us(shipped, balanced) == pytest.approx(_experts_us(plain, balanced))
