@@ -53,6 +53,8 @@ PLATEAU_CLIENTS = 1.5     # ... while the clients grow at least this much: a bou
 DECODE_BINDS = 0.75       # a plateau whose decoding requests reach this share of the decode
 #                           side's cap is the decode side's, not the prefill's
 MEAN_LEN = (1 + HARNESS_RANGE_RATIO) / 2      # mean of uniform [r L, L], over L
+HOST_PAGE_TOKENS = 64     # trtllm_mla's page size (every GB200/GB300 recipe's prefill)
+HOST_KV_BUFFERS = 61      # DeepSeek-R1's MLA KV buffers, one a layer
 
 
 def bucket(clients: int) -> str:
@@ -153,12 +155,12 @@ def loop_rate(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _sides(row) -> tuple[float, float, int, int, int]:
+def _sides(row) -> tuple[float, float, int, int, int, float, bool]:
     """epsim's P/D pair of a row: its prefill instance at its full chunked step (tokens / s /
     GPU), the mean ISL of the drawn lengths, the chunk (tokens a rank), the GPUs of one prefill
     instance, and the requests its decode side may run (`SteadyStateModel.max_running`: a rank's
     `max_running_requests` or what its KV pool holds at the decode context, x DP ranks x decode
-    instances)."""
+    instances), the step's seconds, and whether its forward waits on the host (DeepEP normal)."""
     from epsim.sim.steady import SteadyStateModel
     from epsim.spec.scenario import scenario_from_dict
     from epsim.validate.silicon.mapping import plan_row
@@ -173,7 +175,28 @@ def _sides(row) -> tuple[float, float, int, int, int]:
                                                           where="silicon row"))
     gpus = scenario.deployment.num_gpus
     decode_cap = decode_side.max_running * decode_side.dp * decode.num_workers
-    return chunk * model.dp / step_s / gpus, model.input_len, chunk, gpus, decode_cap
+    d = scenario.deployment
+    waits = d.moe_a2a_backend == "deepep" and d.deepep_mode_for("prefill") == "normal"
+    return (chunk * model.dp / step_s / gpus, model.input_len, chunk, gpus, decode_cap, step_s,
+            waits)
+
+
+def _host_share(isl: float, chunk: int, step_s: float, waits: bool) -> str:
+    """The prefill server's per-request host work over a step (`epsim.cost.prefill_host`): the
+    step's requests (chunk / mean ISL) at one run of pages and NIXL's measured descriptor cost,
+    to every page its own run at the high public one; and the share the overlap loop leaves
+    exposed (all where the forward waits on the host)."""
+    from epsim.cost.prefill_host import DESCRIPTOR_US_HIGH, exposed_s, request_host
+    from epsim.cost.scheduler_host import DEFAULT_LAUNCH_US
+    shares, exposed = [], []
+    for fragmented, unit_us in ((False, None), (True, DESCRIPTOR_US_HIGH)):
+        kw = {} if unit_us is None else {"descriptor_us": unit_us}
+        one = request_host(round(isl), chunk, HOST_PAGE_TOKENS, HOST_KV_BUFFERS,
+                           DEFAULT_LAUNCH_US, fragmented=fragmented, **kw)
+        host_s = chunk / isl * one.host_us * 1e-6
+        shares.append(host_s / step_s)
+        exposed.append(exposed_s(host_s, step_s, overlap=True, forward_waits_host=waits) / step_s)
+    return f"{shares[0]:.3f}-{shares[1]:.2f} ({exposed[0]:.3f}-{exposed[1]:.2f})"
 
 
 def saturated(rows: list[dict]) -> str:
@@ -199,11 +222,12 @@ def saturated(rows: list[dict]) -> str:
     lines = ["**Saturated prefill** (P/D series whose measured rate plateaus: the top run)", "",
              "| system | precision | prefill side | ISL/OSL | clients | measured on | chunk a rank "
              "| measured / epsim prefill tok/s/GPU | epsim / measured | decoding, measured / "
-             "epsim's cap | TTFT ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "epsim's cap | TTFT ratio | host work / step (exposed) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ratios = []
     for r, x in sorted(picked, key=lambda p: (p[0]["system"], p[0]["precision"],
                                              p[0]["layout_as_run"], p[0]["isl"], p[0]["day"])):
-        per_gpu, isl, chunk, gpus, decode_cap = _sides(sample[r["id"]])
+        per_gpu, isl, chunk, gpus, decode_cap, step_s, waits = _sides(sample[r["id"]])
         side = r["layout_as_run"].split(" / ")[0]
         workers = int(side.rsplit(" x", 1)[1]) if " x" in side else 1
         measured = x * isl / (gpus * workers)
@@ -213,11 +237,17 @@ def saturated(rows: list[dict]) -> str:
         lines.append(f"| {r['system']} | {r['precision']} | {side} | {r['isl']}/{r['osl']} | "
                      f"{r['concurrency']} | {r['day']} | {chunk} | {measured:,.0f} / "
                      f"{per_gpu:,.0f} | {per_gpu / measured:.2f} | {decoding:,.0f} / "
-                     f"{decode_cap:,} | {r['ratio']:.2f} |")
+                     f"{decode_cap:,} | {r['ratio']:.2f} | {_host_share(isl, chunk, step_s, waits)} |")
     lines += ["", f"epsim's full prefill step over the measured plateau, where the decoding "
                   f"requests stay below {DECODE_BINDS:.0%} of epsim's decode cap (else the decode "
                   f"side binds): median {statistics.median(ratios):.2f} "
-                  f"({min(ratios):.2f}-{max(ratios):.2f}) over {len(ratios)} series."]
+                  f"({min(ratios):.2f}-{max(ratios):.2f}) over {len(ratios)} series.",
+              "", "Host work / step: the prefill server's per-request host work over epsim's "
+                  "step (`epsim.cost.prefill_host`, SGLang 0.5.8 with NIXL), from one run of "
+                  "pages at NIXL's measured descriptor cost to a run a page at the highest public "
+                  "one; `event_loop_overlap_disagg_prefill` runs it under the next forward, so "
+                  "only what outlasts that forward is exposed, or all of it where the forward "
+                  "waits on the host (DeepEP normal mode, as epsim's prefill deployment states)."]
     return "\n".join(lines)
 
 

@@ -48,7 +48,7 @@ from epsim.calibrate.layer_parts import judged_only, pair_attention_kernels
 from epsim.calibrate.rebalance import fit_rebalance
 from epsim.calibrate.rebalance_host import fit_rebalance_host
 from epsim.calibrate.spread import component_spread, run_deviations
-from epsim.cost.record import predict_record
+from epsim.cost.record import is_nccl_allgather, predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, ProfileProvenance, RecordSource, component_keys,
                            is_graph)
@@ -181,6 +181,8 @@ def _fit_keys(record) -> list[str]:
     if getattr(record, "timing", "") in ("host", "eager") or judged_only(record):
         return []
     if record.kind == "allreduce":        # not one linear component: `fit_allreduce_records`
+        return []
+    if is_nccl_allgather(record):         # NCCL's ring: the all-reduce model's (`allgather_record_us`)
         return []
     return component_keys(record)
 
