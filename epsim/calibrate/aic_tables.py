@@ -10,13 +10,19 @@ files (JSON Lines) and parquet op tables inside a system's `data/` folder; nothi
 
 A version is resolved per table as AIC itself serves it: the newest collected version not
 newer than the one asked for (default: AIC's `current` version of that system and framework,
-`systems/query_versions.yaml`), so a table last collected at an older version fills in.
+`systems/query_versions.yaml`), so a table last collected at an older version fills in. AIC
+also fills single shapes from older versions (first wins), which keeps its multi-node
+communication curves serving: DeepEP's low-latency table of 0.5.12 holds one node, 0.5.6.post2's
+holds 1-8. Where the newest low-latency table lacks a node count, the newest older one that has
+it contributes those rows alone (`NODE_FILL_TABLES`, `AicTable.fill_nodes`): the low-latency
+kernel is one kernel at every node count (DeepEP's `internode_ll`), while the normal mode runs
+other kernels across nodes (`internode` against `intranode`), so its table is not filled.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -44,6 +50,8 @@ TABLES = (("gemm", "gemm_perf"), ("moe", "moe_perf"),
           ("mla_bmm", "mla_bmm_perf"), ("quantize", "scale_matrix_perf"),
           ("quantize", "computescale_perf"), ("comm", "custom_allreduce_perf"),
           ("comm", "wideep_deepep_ll_perf"), ("comm", "wideep_deepep_normal_perf"))
+# tables whose node counts missing from the chosen version older versions fill (module doc)
+NODE_FILL_TABLES = (("comm", "wideep_deepep_ll_perf"),)
 NCCL_TABLE = ("comm", "nccl_perf")          # `comm/nccl/<NCCL version>/`, not per framework
 RECORD_SUFFIXES = (".jsonl", ".jsonl.gz")    # epsim's measurement records
 
@@ -147,6 +155,8 @@ class AicTable:
         path: the parquet file.
         runtime: `collection_meta.yaml`'s `runtime` (framework, version, image, image_digest).
         meta: its `tables.<name>` entry (collector_ref, collected_at, rows, status).
+        fill_nodes: node counts this (older) table contributes where the newest lacks them;
+            empty: every row (`NODE_FILL_TABLES`).
     """
 
     system: str
@@ -157,6 +167,7 @@ class AicTable:
     path: Path
     runtime: dict = field(default_factory=dict, compare=False)
     meta: dict = field(default_factory=dict, compare=False)
+    fill_nodes: tuple[int, ...] = ()
 
     @property
     def rel(self) -> str:
@@ -175,6 +186,8 @@ class AicTable:
         prefix = DEVICE_PREFIX.get(self.system, "")
         if "device" in frame.columns and prefix:
             frame = frame[frame["device"].astype(str).str.startswith(prefix)]
+        if self.fill_nodes:
+            frame = frame[frame["node_num"].isin(self.fill_nodes)]
         return frame.reset_index(drop=True)
 
 
@@ -215,10 +228,31 @@ class AicSource:
             chosen = _newest_not_after(have, self.version)
             if chosen:
                 out.append(_table(self.system, op, self.framework, chosen, name, folder / chosen))
+                if (op, name) in NODE_FILL_TABLES:
+                    out += self._node_fills(out[-1], have)
         nccl = _system_yaml(self.root, self.system).get("misc", {}).get("nccl_version")
         folder = data / "comm" / "nccl" / str(nccl)
         if nccl and (folder / f"{NCCL_TABLE[1]}.parquet").is_file():
             out.append(_table(self.system, "comm", "nccl", str(nccl), NCCL_TABLE[1], folder))
+        return out
+
+    def _node_fills(self, newest: AicTable, have: list[str]) -> list[AicTable]:
+        """Older versions of `newest`'s table, each with the node counts no newer one holds
+        (newest older version first; module doc)."""
+        import pandas as pd
+        held = set(pd.read_parquet(newest.path, columns=["node_num"])["node_num"].tolist())
+        out = []
+        older = [v for v in _sorted_versions(have) if v != newest.version
+                 and _newest_not_after([v], newest.version) == v]
+        for version in reversed(older):
+            folder = newest.path.parent.parent / version
+            nodes = set(pd.read_parquet(folder / newest.path.name, columns=["node_num"])
+                        ["node_num"].tolist()) - held
+            if nodes:
+                table = _table(self.system, newest.op, self.framework, version, newest.name,
+                               folder)
+                out.append(replace(table, fill_nodes=tuple(sorted(int(n) for n in nodes))))
+                held |= nodes
         return out
 
 

@@ -7,6 +7,7 @@ A DeepEP-class all-to-all (`torch`, `deepep`, `mooncake`) costs, per layer,
                   + per_copy_us * max_r(copies_r) + slot_us_per_kb * max_s(slot_bytes_s) * 1e-3
                   + max(0, max_r(pair_bytes_r) - l2_bytes) / spill_gbps * 1e-3   (pair copies)
                   + expert_signal_us * num_experts                                (pair copies)
+                  + rdma_signal_us * remote_experts                (pair copies, ranks span nodes)
 
 where `nvl_bytes_r` is the busier direction (send or receive) of rank r's NVLink traffic and
 likewise for RDMA: the busiest rank sets the pace. NVLink and the NIC are separate engines
@@ -31,7 +32,11 @@ polls the `ep` counts of each local expert before copying its tokens, `num_exper
 rank whatever the batch; past the GPU's SM count the groups share SMs with fewer warps each
 (`ceil(E / SMs)` groups an SM). Measured on aiconfigurator-core's H200 LL tables (one node of
 8, 1-1024 tokens, 8-512 experts): without the term the fit under-predicted 384 and 512 experts
-by 15-22 % and over-predicted 128 by 10 %.
+by 15-22 % and over-predicted 128 by 10 %. `remote_experts` are the slots on other nodes than
+the rank's: their counts go out as GPU-initiated RDMA atomics (IBGDA) and come back over the
+NIC, each dearer than an NVLink store; AIC's 2-8-node H200 LL rows at 2 tokens a rank run
+6-15 µs (dispatch) and 14-19 µs (combine) above one node's, growing with the remote slots
+(144, 216, 252 of 288 at 2, 4, 8 nodes) where the bytes are a few KB.
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
 of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
@@ -142,6 +147,7 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
         "slot_us_per_kb": 0.0,
         "spill_gbps": cluster.hardware.hbm_gbps,      # a spilled byte costs at least one HBM pass
         "expert_signal_us": 0.0,
+        "rdma_signal_us": 0.0,        # a fabric crossing's datasheet cost is `transport`'s
     }
 
 
@@ -149,7 +155,7 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
                   bytes_per_copy: float, params: dict[str, float],
                   max_slot_pairs: np.ndarray | float = 0.0,
                   max_pairs: np.ndarray | float = 0.0, l2: float = DEFAULT_L2_BYTES,
-                  num_experts: float = 0.0) -> np.ndarray:
+                  num_experts: float = 0.0, remote_experts: float = 0.0) -> np.ndarray:
     """Design rows of the all-to-all model at each layer's busiest rank.
 
     Args:
@@ -164,9 +170,10 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
         l2: the GPU's L2 cache, bytes (`l2_bytes`).
         num_experts: expert slots whose counts a low-latency kernel signals (0 for a kernel
             that is not `per_message`).
+        remote_experts: those of them on other nodes than the rank's (0 within a node).
     Returns:
-        [..., 8] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
-        slot_bytes*1e-3, spilled bytes*1e-3, expert slots); times
+        [..., 9] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
+        slot_bytes*1e-3, spilled bytes*1e-3, expert slots, remote expert slots); times
         `COMM_TERMS.coefficients(params)` gives microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
@@ -183,8 +190,9 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
     spill_kb = np.broadcast_to(np.maximum(
         np.asarray(max_pairs, dtype=np.float64) * bytes_per_copy - l2, 0.0) * 1e-3, nvl_b.shape)
     signals = np.full_like(nvl_b, float(num_experts))
+    remote = np.full_like(nvl_b, float(remote_experts))
     transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb,
-                         signals], axis=-1)                             # [..., 6]
+                         signals, remote], axis=-1)                     # [..., 7]
     coef = COMM_TERMS.coefficients(params)
     hidden = transfer @ coef[2:] < params.get("overlap_us", 0.0)       # the fixed work paces
     transfer = np.where(hidden[..., None], 0.0, transfer)
@@ -193,9 +201,11 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
 
 
 def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
-            l2: float = DEFAULT_L2_BYTES, num_experts: float = 0.0) -> np.ndarray:
+            l2: float = DEFAULT_L2_BYTES, num_experts: float = 0.0,
+            remote_experts: float = 0.0) -> np.ndarray:
     """[layers] microseconds of one dispatch (or combine) of `traffic`; `num_experts`: the
-    deployment's expert slots (physical experts), whose counts a `per_message` kernel signals.
+    deployment's expert slots (physical experts), whose counts a `per_message` kernel signals,
+    `remote_experts` those on other nodes than a rank's.
 
     The module formula evaluated directly (the step loop's hot path); equals
     `comm_features(...) @ COMM_TERMS.coefficients(params)`.
@@ -217,6 +227,8 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
             t = t + spill_kb / params["spill_gbps"]
         if params.get("expert_signal_us"):
             t = t + params["expert_signal_us"] * num_experts
+        if params.get("rdma_signal_us") and traffic.multi_node:
+            t = t + params["rdma_signal_us"] * remote_experts
     return params["base_us"] + np.maximum(params.get("overlap_us", 0.0), t)
 
 

@@ -203,9 +203,13 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
                        layout_us=0.0 if layout is None else layout, dispatch_wire_us=dispatch,
                        combine_wire_us=combine)
     send, back = step.dispatch[mode], step.combine[mode]
-    slots = tables.placement.num_physical          # expert slots a low-latency kernel signals
-    dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes, slots) + send.host_us
-    combine = comm_us(tr, back.bytes_per_copy, back.params, params.l2_bytes, slots) + back.host_us
+    pl = tables.placement
+    slots = pl.num_physical                  # expert slots a low-latency kernel signals
+    remote = slots - pl.slots_per_rank * pl.ranks_per_node      # ... those on other nodes
+    dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes, slots,
+                       remote) + send.host_us
+    combine = comm_us(tr, back.bytes_per_copy, back.params, params.l2_bytes, slots,
+                      remote) + back.host_us
     fabric = network_us(tr, params.transport)
     dispatch, combine = dispatch + fabric, combine + fabric
     if per_message(tr.dedup):      # receive-hook kernels: the NIC's part runs without SMs

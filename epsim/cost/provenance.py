@@ -131,12 +131,13 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         beside = ([BESIDE_EXCHANGES] if cm.deployment.enable_two_batch_overlap
                   and params.num_ranks > 1 and not per_message(params.dedup.get(mode, ""))
                   else [])
-        rdma = []
-        if params.num_nodes > 1 and not any("rdma_gbps" in profile.components.get(s.timing.key).params
-                                            for k in (params.eager, params.graph)
-                                            for s in k.comm_stages if s.timing.key and applies):
-            rdma = ["RDMA bandwidth datasheet (no fit saw more than one node)"]
         for kind in ("dispatch", "combine", "experts"):
+            # across nodes, a stage whose own fit saw one node prices the NIC by the datasheet
+            own = params.step(graph).stage(kind, mode) if kind != "experts" else None
+            rdma = ([] if params.num_nodes <= 1 or (
+                own is not None and own.timing.key and applies
+                and "rdma_gbps" in profile.components.get(own.timing.key).params)
+                else ["RDMA bandwidth datasheet (no fit saw more than one node)"])
             us, host = row[COLUMN[kind]], row[COLUMN[f"{kind}_host"]]
             if params.backend == "none" and kind != "experts":
                 key = "none/allgather" if kind == "dispatch" else "none/allreduce"

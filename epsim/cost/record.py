@@ -89,15 +89,17 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
         per_copy = combine_bytes_per_copy(record.hidden_size)
     path, host = device_path(record, profile, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
-    hottest = staged = slots = 0.0
+    hottest = staged = slots = remote_slots = 0.0
     if per_message(dedup):     # per-copy, busiest-slot, L2-spill, signal terms (`comm.per_message`)
         slots = float(record.num_physical_experts or record.num_experts)
+        # the slots of other nodes' ranks (equal slots a rank)
+        remote_slots = slots * (record.ep_size - per_node) / record.ep_size
         hottest = max((max(row) for row in record.local_expert_tokens if row), default=0.0)
         staged = max((sum(row) for row in record.local_expert_tokens if row),
                      default=max(record.expert_tokens_per_rank, default=0.0))
     messages = copies if per_message(dedup) else np.zeros_like(copies)
     row = comm_features(copies * (1 - remote), copies * remote, messages, per_copy, params, hottest,
-                        staged, l2_bytes(cluster.gpu), slots)
+                        staged, l2_bytes(cluster.gpu), slots, remote_slots)
     return RecordFeatures(component_key(backend, kind, path), COMM_TERMS.coef_names, row,
                           COMM_TERMS.coefficients(params), host)
 

@@ -13,7 +13,9 @@ turn with the GPU:
                                                with DP attention `prepare_mlp_sync_batch`: an
                                                all-gather of every DP rank's batch info over
                                                the NCCL device group (the CPU group only when
-                                               overlapping), then read back to the host
+                                               overlapping; SGLang of mid-2025, 0.4.8-0.4.9,
+                                               used the CPU (gloo) group always), then read
+                                               back to the host
     run_batch                                  ForwardBatch.init_new (positions, DP token
                                                counts to the GPU), the CUDA graph's
                                                replay_prepare (its input buffers copied in, the
@@ -29,7 +31,8 @@ read-backs the loop issues outside the CUDA graph (`DECODE_LAUNCHES`, counted fr
 above, to a launch or two; a speculative cycle runs its worker's, `SPECULATIVE_LAUNCHES`, in
 place of the decode batch's preparation and sampling), each at the host time
 of one eager launch, and the all-gather priced by the collective model (`epsim.cost.allreduce`,
-NCCL's ring between the DP ranks' GPUs) plus its eager host part. `launch_us` is the host
+NCCL's ring between the DP ranks' GPUs) plus its eager host part. The older versions' gloo
+all-gather (TCP between the nodes' hosts) is priced the same: no record or op table times it. `launch_us` is the host
 time an eager launch took where we measured one: the live bench's eager block ops minus their
 device time (`any/block_ops/host`, per launch of that block), on our harness's host; without
 that record, `DEFAULT_LAUNCH_US`. The per-request Python of the loop (a few list appends and

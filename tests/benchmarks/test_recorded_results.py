@@ -9,8 +9,8 @@ the speed part's counts (its elastic part, three 40-s runs at EP 64, is not reru
 `plan_sweep.py --quick` and `screen_vs_sim.py --quick` (benchmarks/results/quick/: timed results,
 so every number but the times; their full results must have the quick ones' table structure);
 `exact_draws.py --quick` (its agreement table; the full table must support the shipped threshold);
-`lmsys_decode_stages.py` and `deepseek_b200_decode_stages.py` (their tables; they need
-aiconfigurator-core's op tables).
+`lmsys_decode_stages.py`, `deepseek_b200_decode_stages.py` and `lmsys_mtp_stages.py` (their
+tables; they need aiconfigurator-core's op tables).
 The scaling predictions regenerate in tests/epsim/validate/test_scaling.py.
 """
 
@@ -102,6 +102,20 @@ def test_deepseek_b200_decode_stages_regenerate(tmp_path):
                          if line.startswith(("|", "##", "epsim's step"))]
     committed = body((RESULTS / "deepseek_b200_decode_stages.md").read_text())
     assert len(committed) == 7 * 17 and body(out.read_text()) == committed
+
+
+def test_lmsys_mtp_stages_regenerate(tmp_path):
+    """LMSYS's MTP case study's decode step against AIC's H200 tables: every table row and
+    every step line regenerates (not the header's date and machine); skipped without the
+    package."""
+    pytest.importorskip("aiconfigurator_core")
+    out = tmp_path / "stages.md"
+    _run("benchmarks/lmsys_mtp_stages.py", "--out", str(out))
+    body = lambda text: [line for line in text.splitlines()   # noqa: E731
+                         if line.startswith(("|", "##", "epsim's step", "AIC's stages",
+                                             "The published"))]
+    committed = body((RESULTS / "lmsys_mtp_stages.md").read_text())
+    assert len(committed) == 42 and body(out.read_text()) == committed
 
 
 # -- timed results: everything but the times ------------------------------------------------------

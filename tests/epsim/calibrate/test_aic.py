@@ -317,3 +317,25 @@ def test_shipped_profiles_match_the_installed_tables():
             import hashlib
             data = (package_root() / "data" / table["path"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == table["sha256"]
+
+
+def test_older_versions_fill_the_node_counts_the_newest_lacks(tmp_path):
+    """DeepEP's low-latency table of an older version contributes the node counts the newest
+    lacks, those rows alone (AIC's shape-level backward fill); the newest's rows stay whole."""
+    import shutil
+
+    import pandas as pd
+    root = tmp_path / "systems"
+    shutil.copytree(FIXTURE, root)
+    comm = root / "data" / "h200_sxm" / "comm" / "sglang"
+    newest = pd.read_parquet(comm / "0.5.12" / "wideep_deepep_ll_perf.parquet")
+    (comm / "0.5.6.post2").mkdir()
+    older = pd.concat([newest.assign(node_num=n) for n in (1, 2)], ignore_index=True)
+    older.to_parquet(comm / "0.5.6.post2" / "wideep_deepep_ll_perf.parquet")
+    tables = [t for t in parse_source("aic:h200_sxm", root=root).tables()
+              if t.name == "wideep_deepep_ll_perf"]
+    assert [(t.version, t.fill_nodes) for t in tables] == [("0.5.12", ()), ("0.5.6.post2", (2,))]
+    assert len(tables[0].frame()) == len(newest)
+    assert set(tables[1].frame().node_num) == {2} and len(tables[1].frame()) == len(newest)
+    records = import_source(parse_source("aic:h200_sxm", root=root), tables).fit
+    assert {r.ep_size for r in records} == {8, 16}

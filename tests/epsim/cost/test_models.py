@@ -31,7 +31,8 @@ from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
 
 PARAMS = {"base_us": 10.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0,
-          "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0, "expert_signal_us": 0.0}
+          "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0, "expert_signal_us": 0.0,
+          "rdma_signal_us": 0.0}
 
 
 def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
@@ -83,7 +84,7 @@ def test_comm_busiest_rank_hand_computed():
 def test_comm_design_row_equals_model(rng):
     params = {"base_us": 7.0, "overlap_us": 3.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0,
               "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0,
-              "expert_signal_us": 0.01}
+              "expert_signal_us": 0.01, "rdma_signal_us": 0.001}
     tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
                              max_slot_pairs=rng.random(5) * 500,
                              pairs=rng.random((5, 8)) * 40000)
@@ -91,18 +92,33 @@ def test_comm_design_row_equals_model(rng):
         counts[0] = 1.0                                   # layer 0: the overlapped work paces
     tr.max_slot_pairs[0] = 1.0
     rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params,
-                         tr.max_slot_pairs, tr.pairs.max(axis=-1), num_experts=256)
+                         tr.max_slot_pairs, tr.pairs.max(axis=-1), num_experts=256,
+                         remote_experts=128)
     assert rows[0, 1] == 1.0 and (rows[1:, 1] == 0.0).all() and (rows[:, 6] > 0).any()
     assert (rows[1:, 7] == 256).all() and rows[0, 7] == 0.0       # layer 0: hidden under overlap
+    assert (rows[1:, 8] == 128).all() and rows[0, 8] == 0.0
     np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params),
-                               comm_us(tr, 4224.0, params, num_experts=256))
+                               comm_us(tr, 4224.0, params, num_experts=256, remote_experts=128))
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
     assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
                                      "per_copy_us", "slot_us_per_kb", "inv_spill_gbps",
-                                     "expert_signal_us")
+                                     "expert_signal_us", "rdma_signal_us")
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
     assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 0.0, 1 / 300, 0.0, 0.0, 0.0,
-                                                               1 / 500, 0.0]))
+                                                               1 / 500, 0.0, 0.0]))
+
+
+def test_remote_signals_only_across_nodes():
+    """`rdma_signal_us` per expert slot on other nodes: paid by a low-latency exchange whose
+    ranks span nodes, not by one within a node (the same counts otherwise)."""
+    params = {**PARAMS, "rdma_signal_us": 0.05}
+    local = _traffic([[0, 0]], [[100, 0]], [[0, 0]], [[0, 0]])
+    remote = _traffic([[0, 0]], [[100, 0]], [[0, 0]], [[1, 0]])
+    base = comm_us(local, 1000.0, params, num_experts=288, remote_experts=144)
+    np.testing.assert_allclose(base, comm_us(local, 1000.0, PARAMS, num_experts=288))
+    np.testing.assert_allclose(comm_us(remote, 1000.0, params, num_experts=288,
+                                       remote_experts=144)
+                               - comm_us(remote, 1000.0, PARAMS, num_experts=288), [144 * 0.05])
 
 
 def test_fixed_work_hidden_under_a_large_transfer():
