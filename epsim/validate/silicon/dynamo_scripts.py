@@ -37,8 +37,9 @@ from __future__ import annotations
 
 # the repositories the scripts were read at (repository@commit)
 _FORK, _DYNAMO = "wxsms/dynamo@cf433e6825d8", "ai-dynamo/dynamo@bc8ca754933a"
+# no `--moe-a2a-backend`: SGLang's `none` (TP MoE over the worker's GPUs)
 _COMMON = {"scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
-           "max_running_requests": 512}
+           "max_running_requests": 512, "moe_a2a_backend": "none"}
 
 # script (`inferencex.Recipe.script`) -> (where it was read, prefill fields, decode fields)
 TP_SCRIPTS: dict[str, tuple[str, dict, dict]] = {

@@ -16,13 +16,31 @@ latencies depend on, as `DeploymentSpec` fields:
 - `--kv-cache-dtype`, `--mem-fraction-static`, `--cuda-graph-max-bs` (the largest of a
   `--cuda-graph-bs` list);
 - the MTP recipes' `--speculative-num-steps 2 --speculative-eagle-topk 1
-  --speculative-num-draft-tokens 3` (not SGLang's DeepSeek default of 3 / 1 / 4).
+  --speculative-num-draft-tokens 3` (not SGLang's DeepSeek default of 3 / 1 / 4);
+- the MoE path, stated on every side: `--moe-a2a-backend` (SGLang's default `none` where the
+  recipe sets none: the FP4 DEP4 prefills of the GB200/GB300 1k/1k mid-curve and max-tpt recipes
+  and the B200 FP4 MTP recipe run no all-to-all -- DP attention's tokens gathered to every rank,
+  its experts' outputs reduced back, FlashInfer MoE -- and only the FP8 DEP8 prefills of the
+  wide-EP recipes dispatch with DeepEP, `--deepep-mode normal`), `--deepep-mode`,
+  `--disable-shared-experts-fusion` (every wide-EP side), `--disable-cuda-graph` (the wide-EP
+  prefills) and `--num-reserved-decode-tokens` (the FP4 wide-EP decodes' 112).
 
-Not carried: `--ep-num-redundant-experts` (the mid-curve recipes' 32; the row's layout keeps
-the mapping's), and, having no `DeploymentSpec` field, `--max-total-tokens`, `--max-prefill-tokens`,
-`--stream-interval` (SGLang 0.5.8 streams a request's first token at once whatever the interval:
-`scheduler_output_processor_mixin.py` 915, `len(output_ids) % interval == 1`), the transfer
-backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's RDMA path).
+Not carried although the spec has the field: `--ep-num-redundant-experts 32` of the wide-EP
+sides (the row's layout keeps the mapping's: 32 placed from the workload's skew where EP does not
+divide the 256 experts, else none). No recipe sets `--init-expert-location` or `--enable-eplb`, so
+SGLang places the 32 slots trivially (repeating experts 0-31) and never moves them, which the spec
+refuses (`ep_num_redundant_experts` needs EPLB or a placement); with them goes
+`--ep-dispatch-algorithm` (the FP8 prefills' `dynamic`, a random replica per token:
+`expert_location_dispatch.py` `_topk_ids_logical_to_physical_dynamic`, epsim's `random`).
+
+Not carried, having no `DeploymentSpec` field: `--moe-runner-backend` (epsim prices a system's
+fitted MoE kernel), `--enable-dp-lm-head`, `--moe-dense-tp-size 1`, `--enable-single-batch-overlap`,
+the FP4 decodes' `SGLANG_MOE_NVFP4_DISPATCH=1` (an NVFP4 dispatch; the spec's dispatch dtypes are
+BF16 and FP8), `SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`, `--max-total-tokens`,
+`--max-prefill-tokens`, `--stream-interval` (SGLang 0.5.8 streams a request's first token at once
+whatever the interval: `scheduler_output_processor_mixin.py` 915, `len(output_ids) % interval ==
+1`), the transfer backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's
+RDMA path), and the H100 MTP recipe's draft on its prefill side (epsim drafts on the decode side).
 
 `RECIPES` holds the recipes of the groups the flags were read for, keyed by the InferenceX
 master-config version (commit) and the group's layout, so a group of another version or layout
@@ -45,11 +63,72 @@ _ISHAN_LL = "ishandhanani/srt-slurm@f64d2b9fc879"
 _ISHAN = "ishandhanani/srt-slurm@ab586514235f"
 _QICHING = "qiching/srt-slurm@5063eb432640"
 _MTP = {"speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3}
-# the DEP8 prefill of the GB200 FP8 8k/1k wide-EP recipes (max_tpt.yaml and mid-curve.yaml alike)
-_WIDE_PREFILL_8K = {"chunked_prefill_size": 131072 // 8, "max_running_requests": 30000 // 8,
-                    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.80}
+# the MoE path of a side with no all-to-all (TP or TEP, or DP attention with SGLang's default)
+_NO_A2A = {"moe_a2a_backend": "none"}
+# every wide-EP side: `--disable-shared-experts-fusion`, DeepEP low-latency on the decode
+_WIDE_EP = {"disable_shared_experts_fusion": True}
+_DEEPEP_LL = {"moe_a2a_backend": "deepep", "deepep_mode": "low_latency", **_WIDE_EP}
+
+
+def _fp8_prefill(mem_fraction: float, max_running: int = 30000) -> dict:
+    """The DEP8 prefill of the FP8 wide-EP recipes (GB200 and GB300, 1k/1k and 8k/1k): DeepEP
+    normal, a 131072-token chunk over DP 8; `--mem-fraction-static` 0.80 (GB200 8k/1k) or 0.75,
+    `--max-running-requests` 30000 (8192 in GB200 1k/1k `ultra-tpt.yaml`)."""
+    return {"chunked_prefill_size": 131072 // 8, "max_running_requests": max_running // 8,
+            "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": mem_fraction,
+            "disable_cuda_graph": True, "moe_a2a_backend": "deepep", "deepep_mode": "normal",
+            **_WIDE_EP}
+
+
+def _fp8_decode(dp: int, max_running: int, graph_bs: int) -> dict:
+    """The DEP`dp` decode of the FP8 wide-EP recipes: a 36864-token chunk, `max_running`
+    requests over DP `dp`, CUDA graphs to `graph_bs`."""
+    return {"chunked_prefill_size": 36864 // dp, "max_running_requests": max_running // dp,
+            "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
+            "cuda_graph_max_bs": graph_bs, **_DEEPEP_LL}
+
+
+# the DEP4 prefill of the FP4 1k/1k mid-curve and max-tpt recipes, GB200 and GB300 alike: no
+# `--moe-a2a-backend`, so SGLang's `none`; no redundant experts
+_FP4_PREFILL_1K = {"chunked_prefill_size": 65536 // 4, "max_running_requests": 30000 // 4,
+                   "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.84,
+                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A}
+
+
+def _fp4_decode_1k(dp: int) -> dict:
+    """The DEP`dp` decode of the FP4 1k/1k mid-curve (32) and max-tpt (48) recipes."""
+    return {"chunked_prefill_size": 786432 // dp, "max_running_requests": 67584 // dp,
+            "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 1024,
+            "num_reserved_decode_tokens": 112, **_DEEPEP_LL}
+
+
+# the FP4 8k/1k recipes' TP4 prefill beside a wide-EP decode (mid-curve, max-tpt; GB200 and
+# GB300 alike): no DP attention, so the chunk is the server's
+_FP4_PREFILL_8K = {"chunked_prefill_size": 131072, "max_running_requests": 30000,
+                   "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
+                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A}
+
+
+def _fp4_decode_8k(dp: int) -> dict:
+    """The DEP`dp` decode of the FP4 8k/1k mid-curve (48) and max-tpt (32) recipes."""
+    return {"chunked_prefill_size": 24576 // dp, "max_running_requests": 16384 // dp,
+            "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 512,
+            "num_reserved_decode_tokens": 112, **_DEEPEP_LL}
+
+
+def _fp4_low_latency_8k(decode_graph_bs: int) -> tuple[dict, dict]:
+    """The FP4 8k/1k low-latency recipes' TP4 sides (GB200's decode graphs to 256, GB300's to
+    128; the decode sets no `--max-running-requests`)."""
+    both = {"scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3",
+            "mem_fraction_static": 0.95, **_NO_A2A}
+    return ({**both, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 256,
+             "max_running_requests": 512},
+            {**both, "chunked_prefill_size": 8192, "cuda_graph_max_bs": decode_graph_bs})
+
+
 _LOW_LATENCY = {"scheduler_recv_interval": 10, "chunked_prefill_size": 8192,
-                "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95, "cuda_graph_max_bs": 256}
+                "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95, "cuda_graph_max_bs": 256,
+                **_NO_A2A}
 
 
 @dataclass(frozen=True)
@@ -69,56 +148,110 @@ RECIPES: dict[tuple, PDRecipe] = {
     ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 1024, 1024, (1, 4, 1, False), (2, 4, 1, False),
      False): PDRecipe("recipes/gb200-fp4/1k1k/low-latency.yaml", _ISHAN_LL,
                       {**_LOW_LATENCY, "max_running_requests": 512}, dict(_LOW_LATENCY)),
+    ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 1024, 1024, (4, 4, 4, True), (1, 32, 32, True),
+     False): PDRecipe("recipes/gb200-fp4/1k1k/mid-curve.yaml", _ISHAN, _FP4_PREFILL_1K,
+                      _fp4_decode_1k(32)),
+    ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 1024, 1024, (4, 4, 4, True), (1, 48, 48, True),
+     False): PDRecipe("recipes/gb200-fp4/1k1k/max-tpt.yaml", _ISHAN, _FP4_PREFILL_1K,
+                      _fp4_decode_1k(48)),
     ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 1024, 1024, (1, 4, 1, False), (2, 4, 1, False),
      False): PDRecipe("recipes/gb300-fp4/1k1k/low_latency.yaml", _ISHAN,
                       {**_LOW_LATENCY, "max_running_requests": 512}, dict(_LOW_LATENCY)),
+    ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 1024, 1024, (4, 4, 4, True), (1, 32, 32, True),
+     False): PDRecipe("recipes/gb300-fp4/1k1k/mid_curve.yaml", _ISHAN, _FP4_PREFILL_1K,
+                      _fp4_decode_1k(32)),
     ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 1024, 1024, (4, 4, 4, True), (1, 48, 48, True),
-     False): PDRecipe("recipes/gb300-fp4/1k1k/max_tpt.yaml", _ISHAN,
-                      {"chunked_prefill_size": 65536 // 4, "max_running_requests": 30000 // 4,
-                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.84},
-                      {"chunked_prefill_size": 786432 // 48, "max_running_requests": 67584 // 48,
-                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83,
-                       "cuda_graph_max_bs": 1024}),
+     False): PDRecipe("recipes/gb300-fp4/1k1k/max_tpt.yaml", _ISHAN, _FP4_PREFILL_1K,
+                      _fp4_decode_1k(48)),
+    ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 8192, 1024, (1, 4, 1, False), (4, 4, 1, False),
+     False): PDRecipe("recipes/gb200-fp4/8k1k/low-latency.yaml", _ISHAN,
+                      *_fp4_low_latency_8k(256)),
+    ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 8192, 1024, (6, 4, 1, False), (1, 48, 48, True),
+     False): PDRecipe("recipes/gb200-fp4/8k1k/mid-curve.yaml", _ISHAN, _FP4_PREFILL_8K,
+                      _fp4_decode_8k(48)),
+    ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 8192, 1024, (10, 4, 1, False),
+     (1, 32, 32, True), False): PDRecipe("recipes/gb200-fp4/8k1k/max-tpt.yaml", _ISHAN_LL,
+                                         _FP4_PREFILL_8K, _fp4_decode_8k(32)),
+    ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 8192, 1024, (1, 4, 1, False), (4, 4, 1, False),
+     False): PDRecipe("recipes/gb300-fp4/8k1k/low_latency.yaml", _ISHAN_LL,
+                      *_fp4_low_latency_8k(128)),
+    ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 8192, 1024, (6, 4, 1, False), (1, 48, 48, True),
+     False): PDRecipe("recipes/gb300-fp4/8k1k/mid_curve.yaml", _ISHAN, _FP4_PREFILL_8K,
+                      _fp4_decode_8k(48)),
+    ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 8192, 1024, (10, 4, 1, False),
+     (1, 32, 32, True), False): PDRecipe("recipes/gb300-fp4/8k1k/max_tpt.yaml", _ISHAN,
+                                         _FP4_PREFILL_8K, _fp4_decode_8k(32)),
     ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 8192, 1024, (1, 4, 1, False), (1, 4, 1, False),
      False): PDRecipe("recipes/gb300-fp8/8k1k/stp/low-latency.yaml", _ISHAN_LL,
                       {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
                        "max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
-                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128},
+                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A},
                       # the decode's `--scheduler-recv-interval 1` is SGLang's default
                       {"max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
-                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128}),
+                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A}),
     ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 8192, 1024, (5, 8, 8, True), (1, 32, 32, True),
      False): PDRecipe("recipes/gb300-fp8/8k1k/stp/mid.yaml", _ISHAN_LL,
-                      {"chunked_prefill_size": 131072 // 8, "max_running_requests": 30000 // 8,
-                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.75},
-                      {"chunked_prefill_size": 36864 // 32, "max_running_requests": 45000 // 32,
-                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
-                       "cuda_graph_max_bs": 768}),
+                      _fp8_prefill(0.75), _fp8_decode(32, 45000, 768)),
+    ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 8192, 1024, (6, 8, 8, True), (1, 24, 24, True),
+     False): PDRecipe("recipes/gb300-fp8/8k1k/stp/max.yaml", _ISHAN_LL,
+                      _fp8_prefill(0.75), _fp8_decode(24, 45000, 768)),
     # the GB200 FP8 8k/1k wide-EP recipes: no cap binds at the rows' clients (a decode rank's
     # 341 / 256 requests, CUDA graphs to 512 / 256, beside 6144 clients' 256 / 192 a rank)
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (6, 8, 8, True), (1, 24, 24, True),
-     False): PDRecipe("recipes/gb200-fp8/8k1k/max_tpt.yaml", _ISHAN_LL, _WIDE_PREFILL_8K,
-                      {"chunked_prefill_size": 36864 // 24, "max_running_requests": 8192 // 24,
-                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
-                       "cuda_graph_max_bs": 512}),
+     False): PDRecipe("recipes/gb200-fp8/8k1k/max_tpt.yaml", _ISHAN_LL, _fp8_prefill(0.80),
+                      _fp8_decode(24, 8192, 512)),
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (5, 8, 8, True), (1, 32, 32, True),
-     False): PDRecipe("recipes/gb200-fp8/8k1k/mid-curve.yaml", _ISHAN_LL, _WIDE_PREFILL_8K,
-                      {"chunked_prefill_size": 36864 // 32, "max_running_requests": 8192 // 32,
-                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.82,
-                       "cuda_graph_max_bs": 256}),
+     False): PDRecipe("recipes/gb200-fp8/8k1k/mid-curve.yaml", _ISHAN_LL, _fp8_prefill(0.80),
+                      _fp8_decode(32, 8192, 256)),
+    ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (1, 8, 1, False), (1, 8, 1, False),
+     False): PDRecipe("recipes/gb200-fp8/8k1k/low-latency.yaml", _ISHAN,
+                      {**_LOW_LATENCY, "chunked_prefill_size": 24576, "mem_fraction_static": 0.8,
+                       "cuda_graph_max_bs": 512, "max_running_requests": 512},
+                      {**_LOW_LATENCY, "mem_fraction_static": 0.8, "cuda_graph_max_bs": 512,
+                       "max_running_requests": 512}),
+    # the FP8 1k/1k recipes of the same version
+    ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (1, 4, 1, False), (1, 4, 1, False),
+     False): PDRecipe("recipes/gb200-fp8/1k1k/low-latency.yaml", _ISHAN,
+                      {**_LOW_LATENCY, "cuda_graph_max_bs": 128, "max_running_requests": 512},
+                      {**_LOW_LATENCY, "cuda_graph_max_bs": 128, "max_running_requests": 128}),
+    ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (3, 8, 8, True), (1, 48, 48, True),
+     False): PDRecipe("recipes/gb200-fp8/1k1k/mid-curve.yaml", _ISHAN_LL, _fp8_prefill(0.75),
+                      _fp8_decode(48, 45000, 768)),
+    ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (2, 8, 8, True), (1, 32, 32, True),
+     False): PDRecipe("recipes/gb200-fp8/1k1k/max-tpt.yaml", _ISHAN, _fp8_prefill(0.75),
+                      _fp8_decode(32, 45000, 768)),
+    ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (1, 8, 8, True), (1, 8, 8, True),
+     False): PDRecipe("recipes/gb200-fp8/1k1k/ultra-tpt.yaml", _ISHAN, _fp8_prefill(0.75, 8192),
+                      _fp8_decode(8, 5120, 640)),
+    ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 1024, 1024, (1, 4, 1, False), (4, 4, 1, False),
+     False): PDRecipe("recipes/gb300-fp8/1k1k/stp/low-latency.yaml", _ISHAN_LL,
+                      {"scheduler_recv_interval": 10, "chunked_prefill_size": 8192,
+                       "max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
+                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A},
+                      # `--chunked-prefill-size -1` (off) has no spec value; receive interval 1
+                      {"max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
+                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A}),
+    ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 1024, 1024, (2, 8, 8, True), (1, 32, 32, True),
+     False): PDRecipe("recipes/gb300-fp8/1k1k/stp/mid.yaml", _ISHAN, _fp8_prefill(0.75),
+                      _fp8_decode(32, 45000, 768)),
+    ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 1024, 1024, (1, 8, 8, True), (1, 8, 8, True),
+     False): PDRecipe("recipes/gb300-fp8/1k1k/stp/max.yaml", _ISHAN, _fp8_prefill(0.75),
+                      _fp8_decode(8, 45000, 1024)),
+    # DP attention over the DEP4 prefill with no `--moe-a2a-backend` (SGLang's `none`)
     ("dsr1-fp4-b200-dynamo-sglang-mtp", "84b7df683", 1024, 1024, (1, 4, 4, True), (6, 8, 8, False),
      True): PDRecipe("recipes/b200-fp4/1k1k/mtp/low-latency-dep4-1p-tep8-6d.yaml", _QICHING,
                      {"chunked_prefill_size": 32768 // 4, "max_running_requests": 512 // 4,
-                      "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85},
+                      "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85,
+                      "disable_cuda_graph": True, **_NO_A2A},
                      {"chunked_prefill_size": 32768, "max_running_requests": 512,
                       "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85,
-                      "cuda_graph_max_bs": 512, **_MTP}),
+                      "cuda_graph_max_bs": 512, **_MTP, **_NO_A2A}),
     ("dsr1-fp8-h100-dynamo-sglang", "78d48618f", 1024, 1024, (1, 16, 1, False), (2, 16, 1, False),
      True): PDRecipe("recipes/h100/1k1k/mtp/h100-fp8-1p2d-max-tp-mtp.yaml", _QICHING,
                      {"chunked_prefill_size": 2048, "max_running_requests": 2,
-                      "mem_fraction_static": 0.6},
+                      "mem_fraction_static": 0.6, **_NO_A2A},
                      {"max_running_requests": 128, "cuda_graph_max_bs": 128,
-                      "mem_fraction_static": 0.9, **_MTP}),
+                      "mem_fraction_static": 0.9, **_MTP, **_NO_A2A}),
 }
 
 

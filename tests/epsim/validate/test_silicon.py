@@ -112,6 +112,10 @@ def test_mapping_disagg_wide_ep_with_workers(rows):
                                                       "disaggregation_mode", "max_running_requests")} == {
         "ep_size": 32, "enable_dp_attention": True, "moe_a2a_backend": "deepep",
         "disaggregation_mode": "decode", "max_running_requests": 256}
+    # its recipe (recipes/gb200-fp4/1k1k/mid-curve.yaml) sets no all-to-all on the DEP4 prefill:
+    # SGLang's `none`, not DeepEP normal; a 65536-token chunk over DP 4
+    assert {k: prefill.data["deployment"][k] for k in ("moe_a2a_backend", "chunked_prefill_size")} == {
+        "moe_a2a_backend": "none", "chunked_prefill_size": 16384}
     _needs_applied_or_missing(plan, "decode", {"deployment.quantization": "nvfp4",
                                                "workload.arrivals.think_time_s": 0.0})
     # DP attention over every GPU, EP over every GPU: nothing to say beyond what the spec has

@@ -31,7 +31,7 @@ def _row() -> SiliconRow:
 def test_only_the_group_the_flags_were_read_for_takes_them():
     assert pd_recipes.for_group(MAX_TPT).config_file == "recipes/gb300-fp4/1k1k/max_tpt.yaml"
     assert pd_recipes.for_group(replace(MAX_TPT, commit="37f353be2" + "0" * 31)) is None
-    assert pd_recipes.for_group(replace(MAX_TPT, decode=Recipe(1, 32, 32, True))) is None
+    assert pd_recipes.for_group(replace(MAX_TPT, decode=Recipe(1, 16, 16, True))) is None
     assert pd_recipes.for_group(replace(MAX_TPT, speculative="mtp")) is None
     assert pd_recipes.for_group(None) is None
 
@@ -91,7 +91,43 @@ def test_a_december_low_latency_group_takes_its_ai_dynamo_scripts_flags():
     assert recipe.config_file == f"scripts/{script}.sh" and recipe.source.startswith("ai-dynamo/")
     assert pd_recipes.fields(recipe, "prefill", 64) == {
         "scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
-        "max_running_requests": 64, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 512}
+        "max_running_requests": 64, "moe_a2a_backend": "none", "chunked_prefill_size": 24576,
+        "cuda_graph_max_bs": 512}
     # the FP4 key's script of the same name is not read
     fp4 = replace(group, prefill=Recipe(1, 1, 1, True, 1, "gb200-fp4/disagg/8k1k-low-latency"))
     assert pd_recipes.for_group(fp4) is None
+
+
+def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepep_normal():
+    """The FP4 DEP4 prefills set no `--moe-a2a-backend` (SGLang's `none`: all-gather and reduce
+    over the DP-attention ranks); the FP8 DEP8 prefills run DeepEP normal; every wide-EP
+    decode DeepEP low-latency."""
+    for recipe in pd_recipes.RECIPES.values():
+        for role in ("prefill", "decode"):
+            assert "moe_a2a_backend" in pd_recipes.fields(recipe, role, 1), (recipe.config_file, role)
+    for (key, _, _, _, prefill, decode, _), recipe in pd_recipes.RECIPES.items():
+        wide_prefill = prefill[3] and prefill[2] > 1        # DP attention, EP > 1
+        expected = ("deepep", "normal") if wide_prefill and "-fp8-" in key else ("none", None)
+        assert (recipe.prefill["moe_a2a_backend"], recipe.prefill.get("deepep_mode")) == expected, \
+            recipe.config_file
+        wide_decode = decode[3] and decode[2] > 1
+        assert recipe.decode["moe_a2a_backend"] == ("deepep" if wide_decode else "none")
+    by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
+    for name in ("recipes/gb200-fp4/1k1k/mid-curve.yaml", "recipes/gb200-fp4/1k1k/max-tpt.yaml",
+                 "recipes/gb300-fp4/1k1k/mid_curve.yaml", "recipes/gb300-fp4/1k1k/max_tpt.yaml",
+                 "recipes/b200-fp4/1k1k/mtp/low-latency-dep4-1p-tep8-6d.yaml"):
+        assert by_file[name].prefill["moe_a2a_backend"] == "none", name
+    for name in ("recipes/gb200-fp4/1k1k/max-tpt.yaml", "recipes/gb200-fp8/8k1k/mid-curve.yaml"):
+        assert by_file[name].decode["deepep_mode"] == "low_latency"
+        assert by_file[name].decode["disable_shared_experts_fusion"] is True
+
+
+def test_the_gb300_fp4_1k1k_mid_curve_group_takes_its_16k_chunk():
+    # recipes/gb300-fp4/1k1k/mid_curve.yaml: --chunked-prefill-size 65536 over DP 4 (not the
+    # 8192 of SGLang's default), DEP32 decode's 67584 requests and 786432 chunk over DP 32
+    mid = pd_recipes.for_group(replace(MAX_TPT, decode=Recipe(1, 32, 32, True)))
+    assert mid.config_file == "recipes/gb300-fp4/1k1k/mid_curve.yaml"
+    assert pd_recipes.fields(mid, "prefill", 1 << 20)["chunked_prefill_size"] == 16384
+    decode = pd_recipes.fields(mid, "decode", 1 << 20)
+    assert (decode["max_running_requests"], decode["chunked_prefill_size"]) == (2112, 24576)
+    assert decode["num_reserved_decode_tokens"] == 112
