@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.aic_holdout import split_allreduce  # noqa: E402
 from benchmarks.recorded import write_recorded  # noqa: E402
 from epsim.calibrate.aic import import_source, write_records_gz  # noqa: E402
 from epsim.calibrate.aic_tables import (AIC_TO_ZOO, TABLES, _sorted_versions,  # noqa: E402
@@ -176,6 +177,24 @@ def version_holdout(system: str, folder: Path) -> list[list]:
     return out
 
 
+def part_holdouts(system: str, folder: Path) -> list[list]:
+    """`benchmarks/aic_holdout.py`'s size and TP hold-outs of the all-reduce on each part's
+    collection (the profile's own collection's are in benchmarks/results/aic_holdout.md)."""
+    out = []
+    for version in version_parts(AIC_TO_ZOO[system]):
+        raw, files = _allreduce_records(system, version, folder)
+        for axis, (fit, judged) in split_allreduce(raw).items():
+            if not fit or not judged:
+                continue
+            for s in stats(judge(axis, fit, judged, files, pair=version)):
+                if "nccl" in s.component:
+                    continue
+                out.append([system, version, axis, s.component, s.num, f"{s.model_mape:.1f}",
+                            f"{s.constant_mape:.1f}", f"{s.loglog_mape:.1f}",
+                            "yes" if s.beats_both else "**no**"])
+    return out
+
+
 def row_versions() -> list[list]:
     """The in-scope silicon rows by system and stated SGLang version, and the part that prices
     them (`epsim.default_profile.choose_part`)."""
@@ -212,6 +231,13 @@ def markdown() -> str:
         lines += md_table(["system", "fit -> judged", "component", "n", "model", "constant",
                            "log-log"],
                           [line for s in systems for line in version_holdout(s, Path(folder))])
+        lines += ["", "## Each part's own hold-outs (benchmarks/aic_holdout.py's size and TP "
+                  "axes on its collection)", "", "MAPE %; size: fit up to a quarter of each "
+                  "GPU count's largest message, judge the top two octaves; TP: fit the smaller "
+                  "GPU counts, judge the largest.", ""]
+        lines += md_table(["system", "part", "axis", "component", "n", "model", "constant",
+                           "log-log", "beats both"],
+                          [line for s in systems for line in part_holdouts(s, Path(folder))])
     lines += ["", "## Other tables collected at two versions: older / newer at the same point", ""]
     lines += md_table(["system", "table", "versions", "time", "ratio median [p10, p90]"],
                       [line for s in systems for line in other_moves(s)])

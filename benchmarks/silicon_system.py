@@ -41,7 +41,7 @@ from epsim.validate.silicon.mapping import plan_row  # noqa: E402
 from epsim.validate.silicon.needs import GPUS  # noqa: E402
 from epsim.validate.silicon.resolve import resolve  # noqa: E402
 from epsim.validate.silicon.rows import default_csv_path, read_rows, sample  # noqa: E402
-from epsim.validate.silicon.run import predict  # noqa: E402
+from epsim.validate.silicon.candidates import predict_plan  # noqa: E402
 from epsim.validate.silicon.scoreboard import ep_bucket, layout, select  # noqa: E402
 
 RECORD = ROOT / "benchmarks" / "results" / "silicon_rows.json.gz"
@@ -66,16 +66,24 @@ def profile_file(name: str, gpu: str, folder: Path) -> tuple[str | None, str]:
     return name, name
 
 
-def row_prediction(row, profile: str | None, approximate: bool = False) -> dict:
-    """epsim's entry for `row` (`epsim.validate.silicon.run.predict`) with every instance priced
-    by `profile` (None: the GPU's default with the row's version part; `unversioned`: without)."""
-    plan = plan_row(row, approximate)
+def priced_as(plan, profile: str | None):
+    """`plan` (and each of its candidates) with every instance priced by `profile` (None: as
+    planned, the GPU's default with the row's version part; `unversioned`: without the part)."""
+    if profile is None:
+        return plan
     if profile == UNVERSIONED:
-        plan = replace(plan, instances=tuple(replace(i, profile_part="") for i in plan.instances))
-    elif profile is not None:
-        for instance in plan.instances:
-            instance.data["profile"] = profile
-    return predict(plan)
+        instances = tuple(replace(i, profile_part="") for i in plan.instances)
+    else:
+        instances = tuple(replace(i, data={**i.data, "profile": profile}) for i in plan.instances)
+    return replace(plan, instances=instances,
+                   candidates=tuple(priced_as(c, profile) for c in plan.candidates))
+
+
+def row_prediction(row, profile: str | None, approximate: bool = False) -> dict:
+    """epsim's entry for `row` (`epsim.validate.silicon.candidates.predict_plan`: a row several
+    deployments fit, under `approximate`, as their geometric mean) priced by `profile`
+    (`priced_as`)."""
+    return predict_plan(priced_as(plan_row(row, approximate), profile))
 
 
 def recorded_rows() -> dict[str, dict]:

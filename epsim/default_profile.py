@@ -127,9 +127,10 @@ def choose_part(parts: list[str], row_version: str, profile_at: str) -> tuple[st
     The rule: none where the version is not stated or not older than the profile's (`profile_at`,
     its tables are the row's); else the newest part at or below the row's version; a version
     older than every part takes the oldest (the nearest collection: SGLang ran one custom
-    all-reduce kernel from before 0.5.5 until its rewrite, and AIC's 0.5.9 and 0.5.10 tables of
-    it agree within 5 % on five of the six systems, benchmarks/results/aic_versions.md, while the
-    profile's 0.5.14 one is the rewrite).
+    all-reduce kernel from before 0.5.5 until its rewrite, sgl-project/sglang#19880, and AIC's
+    0.5.9 and 0.5.10 tables of it agree within 3.3 % MAPE at the same points on five of the six
+    systems -- GB200's differ by 25-34 % -- benchmarks/results/aic_versions.md, while the
+    profile's 0.5.14 one is the rewrite, 17-54 % off them).
 
     Args:
         parts: part versions, oldest first (`version_parts`).
