@@ -48,7 +48,9 @@ MOVED = (("comm", "wideep_deepep_ll_perf", "0.5.6.post2", "0.5.12",
           ("dispatch_transmit_us", "combine_transmit_us")),
          ("moe", "wideep_generation_moe_perf", "0.5.6.post2", "0.5.10", None, ("latency",)),
          ("moe", "wideep_context_moe_perf", "0.5.6.post2", "0.5.10", None, ("latency",)),
-         ("gemm", "gemm_perf", "0.5.6.post2", "0.5.14", None, ("latency",)))
+         ("gemm", "gemm_perf", "0.5.6.post2", "0.5.14", None, ("latency",)),
+         ("moe", "moe_perf", "0.5.10", "0.5.14", None, ("latency",)))
+_NOT_KEYS = ("latency", "version", "framework", "device", "op_name")
 # DeepSeek-V3's decode all-reduce (hidden 7168, BF16) at a few batch sizes, priced per part
 PRICED_TOKENS = (1, 16, 64, 256)
 HIDDEN_BYTES = 7168 * 2
@@ -115,10 +117,14 @@ def other_moves(system: str) -> list[list]:
         old, new = _frame(system, op, old_v, name), _frame(system, op, new_v, name)
         if old is None or new is None:
             continue
-        on = list(keys) if keys else [c for c in old.columns if c in new.columns and c not in
-                                      ("latency", "version", "framework", "kernel_source",
-                                       "device", "op_name")]
-        merged = old.merge(new, on=on, suffixes=("_old", "_new"))
+        on = list(keys) if keys else [c for c in old.columns if c in new.columns
+                                      and c not in _NOT_KEYS]
+        if "kernel_source" in on and not set(old.kernel_source) & set(new.kernel_source):
+            on.remove("kernel_source")        # renamed kernels (GEMM: one per dtype either way)
+        # one time per point on each side (a table may hold a point twice)
+        merged = old.groupby(on, as_index=False)[list(columns)].median().merge(
+            new.groupby(on, as_index=False)[list(columns)].median(), on=on,
+            suffixes=("_old", "_new"))
         for column in columns:
             out.append([system, name, f"{old_v} / {new_v}", column, _ratio(merged, column)])
     return out
