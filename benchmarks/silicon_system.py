@@ -4,7 +4,9 @@ are never fitted on and choose nothing (epsim.validate.silicon.rows).
 
   datasheet   no profile: every part at its formula's datasheet default (what prices a GPU
               that has no shipped profile)
-  default     the GPU's shipped default (epsim.default_profile: `aic_<gpu>` where it ships)
+  default     the GPU's shipped default (epsim.default_profile: `aic_<gpu>` where it ships),
+              with the version part of the row's SGLang version (`part_for`) where one ships
+  unversioned the GPU's shipped default alone (no version part: every row at its tables' version)
   NAME        a shipped profile (`aic_b300`) or a profile JSON
 
 Beside them, epsim's figures as the whole-set record keeps them (`recorded`:
@@ -12,6 +14,8 @@ benchmarks/results/silicon_rows.json.gz, the code and profiles of its commit) an
 there (AIConfigurator 0.12's `estimate`), on the rows each predicts.
 
     python benchmarks/silicon_system.py --system b300_sxm [--profiles datasheet default]
+        [--sample N [--seed S]]                    # N rows drawn (epsim.validate.silicon.rows.sample)
+        [--approximate]                            # approximated rows too (--silicon --approximate)
         [--write]                                  # records benchmarks/results/silicon_<gpu>.md
 """
 
@@ -23,6 +27,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,12 +40,14 @@ from epsim.validate.silicon import report  # noqa: E402
 from epsim.validate.silicon.mapping import plan_row  # noqa: E402
 from epsim.validate.silicon.needs import GPUS  # noqa: E402
 from epsim.validate.silicon.resolve import resolve  # noqa: E402
-from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
-from epsim.validate.silicon.run import predict  # noqa: E402
+from epsim.validate.silicon.rows import default_csv_path, read_rows, sample  # noqa: E402
+from epsim.validate.silicon.candidates import predict_plan  # noqa: E402
 from epsim.validate.silicon.scoreboard import ep_bucket, layout, select  # noqa: E402
 
 RECORD = ROOT / "benchmarks" / "results" / "silicon_rows.json.gz"
 RECORDED = "recorded"
+PRICED = {"predicted"}        # entry statuses counted (`--approximate` adds "approximated")
+UNVERSIONED = "unversioned"
 _NONE = {"status": "absent", "shares": {}}              # a row the record does not hold
 
 
@@ -49,6 +56,8 @@ def profile_file(name: str, gpu: str, folder: Path) -> tuple[str | None, str]:
     the scenario's profile unset (its GPU's default), `datasheet` names an empty profile."""
     if name == "default":
         return None, default_profile(gpu).name
+    if name == UNVERSIONED:
+        return UNVERSIONED, f"{default_profile(gpu).name} (no version part)"
     if name == "datasheet":
         path = folder / f"datasheet-{gpu}.json"
         path.write_text(json.dumps(Profile(name=f"datasheet-{gpu}", hardware=gpu)
@@ -57,14 +66,24 @@ def profile_file(name: str, gpu: str, folder: Path) -> tuple[str | None, str]:
     return name, name
 
 
-def row_prediction(row, profile: str | None) -> dict:
-    """epsim's entry for `row` (`epsim.validate.silicon.run.predict`) with every instance priced
-    by `profile` (None: the GPU's default)."""
-    plan = plan_row(row)
-    if profile is not None:
-        for instance in plan.instances:
-            instance.data["profile"] = profile
-    return predict(plan)
+def priced_as(plan, profile: str | None):
+    """`plan` (and each of its candidates) with every instance priced by `profile` (None: as
+    planned, the GPU's default with the row's version part; `unversioned`: without the part)."""
+    if profile is None:
+        return plan
+    if profile == UNVERSIONED:
+        instances = tuple(replace(i, profile_part="") for i in plan.instances)
+    else:
+        instances = tuple(replace(i, data={**i.data, "profile": profile}) for i in plan.instances)
+    return replace(plan, instances=instances,
+                   candidates=tuple(priced_as(c, profile) for c in plan.candidates))
+
+
+def row_prediction(row, profile: str | None, approximate: bool = False) -> dict:
+    """epsim's entry for `row` (`epsim.validate.silicon.candidates.predict_plan`: a row several
+    deployments fit, under `approximate`, as their geometric mean) priced by `profile`
+    (`priced_as`)."""
+    return predict_plan(priced_as(plan_row(row, approximate), profile))
 
 
 def recorded_rows() -> dict[str, dict]:
@@ -74,12 +93,13 @@ def recorded_rows() -> dict[str, dict]:
     return {r["id"]: r for r in json.loads(gzip.decompress(RECORD.read_bytes()))["rows"]}
 
 
-def entries_of(system: str, profiles: list[str]) -> tuple[list[dict], list[str]]:
+def entries_of(system: str, profiles: list[str], num: int | None = None, seed: int = 0,
+               approximate: bool = False) -> tuple[list[dict], list[str]]:
     """One entry per in-scope row of `system` (the scoreboard's entry shape, `epsim` and
     `peer`, plus `by_profile`: epsim's entry under each profile, `recorded` the whole-set
     record's), and the profiles' labels (`recorded` first)."""
     rows, _ = select(read_rows(default_csv_path()))
-    rows = [r for r in rows if r.system == system]
+    rows = sample([r for r in rows if r.system == system], num, seed)
     gpu = GPUS[system]
     recorded = recorded_rows()
     entries, labels = [], []
@@ -94,14 +114,15 @@ def entries_of(system: str, profiles: list[str]) -> tuple[list[dict], list[str]]
                      "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms},
                      "peer": recorded.get(row.id, {}).get("peer"),
                      "by_profile": {RECORDED: recorded.get(row.id, {}).get("epsim") or _NONE,
-                                    **{label: row_prediction(row, value) for value, label in chosen}}}
+                                    **{label: row_prediction(row, value, approximate)
+                                       for value, label in chosen}}}
             entries.append(entry)
     return entries, labels
 
 
 def _predicted(entries: list[dict], label: str) -> list[dict]:
     return [{**e, "epsim": e["by_profile"][label]} for e in entries
-            if e["by_profile"][label]["status"] == "predicted"]
+            if e["by_profile"][label]["status"] in PRICED]
 
 
 def _cell(entries: list[dict], who: str, metric: str) -> str:
@@ -122,7 +143,7 @@ def markdown(system: str, entries: list[dict], labels: list[str]) -> str:
             got = _predicted(some, label)
             table.append([bucket, label, len(got), _cell(got, "epsim", "tpot_ms"),
                           _cell(got, "epsim", "ttft_ms"), _shares(got)])
-        peer = [e for e in some if (e["peer"] or {}).get("status") == "predicted"]
+        peer = [e for e in some if (e["peer"] or {}).get("status") in PRICED]
         table.append([bucket, "peer (AIConfigurator, recorded)", len(peer),
                       _cell(peer, "peer", "tpot_ms"), _cell(peer, "peer", "ttft_ms"), "-"])
     lines += report.md_table(["EP", "priced by", "n", "TPOT MAPE / median", "TTFT MAPE / median",
@@ -147,7 +168,7 @@ def _abs(side: dict | None, entry: dict, metric: str) -> float:
 
 
 def _signed(side: dict | None, entry: dict, metric: str) -> str:
-    if not side or side.get("status") != "predicted" or side.get(metric) is None:
+    if not side or side.get("status") not in PRICED or side.get(metric) is None:
         return "-"
     return f"{100.0 * (side[metric] - entry['measured'][metric]) / entry['measured'][metric]:+.1f}"
 
@@ -165,6 +186,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--system", required=True, choices=sorted(GPUS))
     parser.add_argument("--profiles", nargs="+", default=["datasheet", "default"])
+    parser.add_argument("--sample", type=int, default=None, metavar="N",
+                        help="N of the system's rows, drawn with --seed (default: every row)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--approximate", action="store_true",
+                        help="plan rows as `epsim validate --silicon --approximate` does and "
+                             "count its approximated rows too")
     parser.add_argument("--write", action="store_true",
                         help="record benchmarks/results/silicon_<gpu>.md and its rows (.json.gz)")
     args = parser.parse_args(argv)
@@ -173,14 +200,19 @@ def main(argv=None) -> int:
               "(pip install 'epsim[aic]')")
         return 2
     started = time.perf_counter()
-    entries, labels = entries_of(args.system, args.profiles)
+    if args.approximate:
+        PRICED.add("approximated")
+    entries, labels = entries_of(args.system, args.profiles, args.sample, args.seed,
+                                 args.approximate)
     body = markdown(args.system, entries, labels)
     print(body)
     if args.write:
         gpu = GPUS[args.system].lower()
         path = ROOT / "benchmarks" / "results" / f"silicon_{gpu}.md"
         command = f"python benchmarks/silicon_system.py --system {args.system} --profiles " \
-                  f"{' '.join(args.profiles)} --write"
+                  f"{' '.join(args.profiles)}" \
+                  f"{f' --sample {args.sample} --seed {args.seed}' if args.sample else ''}" \
+                  f"{' --approximate' if args.approximate else ''} --write"
         write_recorded(path, f"The silicon rows of {args.system}, by profile", command, started, body)
         rows = path.with_suffix(".json.gz")
         tmp = rows.with_suffix(".tmp")

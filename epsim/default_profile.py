@@ -15,14 +15,24 @@ here and in docs/model.md (section 6), and named in every output (`provenance.pr
               the shipped `aic_<gpu>` (aiconfigurator-core's tables of that system)
   any other   datasheet values (an empty profile of that GPU)
 
+A deployment whose SGLang version is known (a silicon row's) is priced by its GPU's default with
+the version part of its AIC system laid over it (`versioned_profile`): the components fitted on
+an op table AIC collected at an older SGLang version than the profile's (`epsim.calibrate.
+aic_versions`: SGLang's custom all-reduce), each tagged with the part it came from. The part is
+chosen by `choose_part`'s rule.
+
 A profile given explicitly (`--profile`, `scenario.profile`) is used as it is.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
+from pathlib import Path
 
-from epsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
+from epsim.errors import ProfileError
+from epsim.profile import (DEFAULT_PROFILE, Profile, default_profile_path, load_profile,
+                           shipped_profiles)
 
 MEASURED = "h200x2"                        # our own records' profile (DEFAULT_PROFILE)
 MEASURED_GPU = "H200"
@@ -76,3 +86,97 @@ def profile_label(profile: Profile) -> str:
     """How outputs name a profile: its name, and its file where it has one."""
     name = profile.name or "unnamed"
     return f"{name} ({profile.path})" if profile.path and profile.path != "profile" else name
+
+
+PARTS_FOLDER = "versions"                  # epsim/data/profiles/versions/ (`aic_versions`)
+_VERSION = re.compile(r"^(\d+(?:\.\d+)*)(?:\.post(\d+))?")
+
+
+def version_key(text: str) -> tuple[int, ...] | None:
+    """A framework version as a comparable tuple: its release numbers, then its post number
+    (`0.5.8.post1` -> (0, 5, 8, 1)); a pre-release counts as its release (`0.5.1-rc0.pre1`);
+    None when it does not start with a number (not stated)."""
+    found = _VERSION.match(text.strip())
+    if not found:
+        return None
+    release = [int(x) for x in found.group(1).split(".")] + [0] * 3
+    return (*release[:3], int(found.group(2) or 0))
+
+
+def version_parts(gpu: str, framework: str = "sglang") -> dict[str, Path]:
+    """The shipped version parts of `gpu`'s AIC profile by framework version (oldest first)."""
+    folder = default_profile_path().parent / PARTS_FOLDER
+    prefix = f"aic_{gpu.lower()}_{framework}_"
+    found = {p.stem[len(prefix):]: p for p in folder.glob(f"{prefix}*.json")}
+    return dict(sorted(((v, p) for v, p in found.items() if version_key(v)),
+                       key=lambda item: version_key(item[0])))
+
+
+def aic_profile_version(gpu: str) -> str:
+    """The framework version `gpu`'s shipped AIC profile is fitted at (its provenance's
+    `aic:SYSTEM/FRAMEWORK/VERSION`; "" where none ships)."""
+    aic = aic_profile_name(gpu)
+    for item in (load_profile(aic, shared=True).provenance.model_extra.get("aic") or []) if aic else []:
+        return str(item.get("source", "")).rsplit("/", 1)[-1]
+    return ""
+
+
+def choose_part(parts: list[str], row_version: str, profile_at: str) -> tuple[str, str]:
+    """Which part prices a deployment of SGLang `row_version`, and why (one clause).
+
+    The rule: none where the version is not stated or not older than the profile's (`profile_at`,
+    its tables are the row's); else the newest part at or below the row's version; a version
+    older than every part takes the oldest (the nearest collection: SGLang ran one custom
+    all-reduce kernel from before 0.5.5 until its rewrite, sgl-project/sglang#19880, and AIC's
+    0.5.9 and 0.5.10 tables of it agree within 3.3 % MAPE at the same points on five of the six
+    systems -- GB200's differ by 25-34 % -- benchmarks/results/aic_versions.md, while the
+    profile's 0.5.14 one is the rewrite, 17-54 % off them).
+
+    Args:
+        parts: part versions, oldest first (`version_parts`).
+    Returns:
+        (part version, or "" for the profile alone; the reason).
+    """
+    key, at = version_key(row_version), version_key(profile_at)
+    if key is None:
+        return "", f"SGLang version not stated: the profile's tables ({profile_at})"
+    if not parts or at is None:
+        return "", f"SGLang {row_version}: no version part ships for this GPU"
+    if key >= at:
+        return "", f"SGLang {row_version}: the profile's tables ({profile_at})"
+    below = [v for v in parts if version_key(v) <= key]
+    if below:
+        return below[-1], f"SGLang {row_version}: the newest collection at or below it"
+    return parts[0], (f"SGLang {row_version} predates every collection: the nearest, "
+                      f"{parts[0]} (the same custom all-reduce kernel)")
+
+
+def part_for(gpu: str, row_version: str, framework: str = "sglang") -> tuple[str, str]:
+    """The version part that prices a deployment of `gpu` running `framework` `row_version`
+    (`choose_part`), and the line that states the choice: the profile, the part, why."""
+    part, why = choose_part(list(version_parts(gpu, framework)), row_version,
+                            aic_profile_version(gpu))
+    name = default_profile(gpu).name
+    if not part:
+        return "", f"profile {name}: {why}"
+    return part, (f"profile {name} + its {framework} {part} part (`versioned_profile`: the custom "
+                  f"all-reduce of AIC's {part} tables): {why}")
+
+
+@lru_cache(maxsize=32)
+def versioned_profile(gpu: str, part: str, framework: str = "sglang") -> Profile:
+    """`default_profile(gpu)` with the components of its version part `part` laid over it, each
+    tagged with the part's name (`Component.profile`); shared (read, never changed).
+
+    Raises:
+        ProfileError: no such part ships (`version_parts` lists them).
+    """
+    path = version_parts(gpu, framework).get(part)
+    if path is None:
+        raise ProfileError(f"version part ({part!r}) of {gpu} must be one of "
+                           f"{list(version_parts(gpu, framework))}")
+    base, extra = default_profile(gpu), load_profile(path, shared=True)
+    taken = {key: comp.model_copy(update={"profile": extra.name})
+             for key, comp in extra.components.items()}
+    return base.model_copy(update={"name": f"{base.name}+{extra.name}",
+                                   "components": {**base.components, **taken}})

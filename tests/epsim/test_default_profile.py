@@ -8,7 +8,9 @@ import json
 import pytest
 
 from epsim.cli import main
-from epsim.default_profile import aic_profile_name, default_profile, filled
+from epsim.default_profile import (aic_profile_name, aic_profile_version, choose_part,
+                                   default_profile, filled, part_for, version_key, version_parts,
+                                   versioned_profile)
 from epsim.errors import ProfileError
 from epsim.profile import Profile, default_profile_path, load_profile, profile_path
 
@@ -86,3 +88,55 @@ def test_b300_is_priced_by_its_aic_profile(capsys):
         assert uses[part]["tag"] in ("fitted", "extrapolated"), uses[part]
         assert uses[part]["data_source"] == "aiconfigurator"
     assert uses["experts"]["key"] == "deepep/experts_fp8_block/graph/low_latency"
+
+
+PARTS = ["0.5.9", "0.5.10"]
+
+
+@pytest.mark.parametrize("row_version, part, why", [
+    ("", "", "not stated"), ("nightly-dev", "", "not stated"),
+    ("0.5.14", "", "the profile's tables"), ("0.5.16", "", "the profile's tables"),
+    ("0.5.9", "0.5.9", "newest collection at or below"),
+    ("0.5.10.post1", "0.5.10", "newest collection at or below"),
+    ("0.5.12", "0.5.10", "newest collection at or below"),
+    ("0.5.8.post1", "0.5.9", "predates every collection: the nearest, 0.5.9"),
+    ("0.5.1-rc0.pre1", "0.5.9", "predates every collection"),
+])
+def test_a_row_version_chooses_its_part(row_version, part, why):
+    chosen, reason = choose_part(PARTS, row_version, "0.5.14")
+    assert chosen == part and why in reason
+    assert choose_part([], row_version, "0.5.14")[0] == ""          # no part ships: the profile
+
+
+def test_versions_compare_by_release_then_post():
+    assert version_key("0.5.8.post1") > version_key("0.5.8") > version_key("0.5.6.post2")
+    assert version_key("0.5.10") > version_key("0.5.9") and version_key("dev") is None
+
+
+def test_a_version_part_lays_its_components_over_the_default():
+    parts = version_parts("B200")
+    assert list(parts)[:2] == ["0.5.9", "0.5.10"] and aic_profile_version("B200") == "0.5.14"
+    base, versioned = default_profile("B200"), versioned_profile("B200", "0.5.9")
+    part = load_profile(parts["0.5.9"])
+    assert versioned.name == "aic_b200+aic_b200_sglang_0.5.9"
+    for key, comp in versioned.components.items():
+        if key in part.components:       # the part's, tagged with it; fitted on its version's table
+            assert comp.params == part.components[key].params
+            assert comp.profile == part.name and all("/0.5.9/" in t for t in comp.tables)
+        else:
+            assert comp == base.components[key]
+    assert "any/allreduce/graph/oneshot" in part.components
+    assert base.components["any/allreduce/graph/oneshot"].profile == ""      # the default unchanged
+    # the H200 default (our records + aic_h200's fills) takes the part over its fills
+    h200 = versioned_profile("H200", "0.5.9")
+    assert h200.components["any/allreduce/graph/oneshot"].profile == "aic_h200_sglang_0.5.9"
+    with pytest.raises(ProfileError, match=r"version part \('0.5.11'\) of B200 must be one of "
+                                           r"\['0.5.9', '0.5.10'\]"):
+        versioned_profile("B200", "0.5.11")
+
+
+def test_part_for_states_the_profile_the_part_and_why():
+    part, line = part_for("GB300", "0.5.8.post1")
+    assert part == "0.5.9" and line.startswith("profile aic_gb300 + its sglang 0.5.9 part")
+    part, line = part_for("H800", "0.5.8")          # no AIC profile, no part: datasheet
+    assert part == "" and line == "profile datasheet-H800: SGLang 0.5.8: no version part ships for this GPU"

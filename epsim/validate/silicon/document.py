@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from epsim.io.write import write_bytes, write_text
-from epsim.default_profile import default_profile
+from epsim.default_profile import default_profile, part_for, versioned_profile
 from epsim.validate.report import DOC_BEGIN, read_doc
 from epsim.validate.silicon import report
 from epsim.validate.silicon.needs import GPUS, MODELS
@@ -138,19 +138,24 @@ def features_markdown(board: Scoreboard) -> str:
                                in enumerate(feature_order(blocked))]),
              "", "## Once expressible, what prices them", "",
              "Every in-scope row by the profile that prices it (its GPU's default, "
-             "`epsim.default_profile`: `epsim hardware` lists them) and the attention kind of its "
+             "`epsim.default_profile`: `epsim hardware` lists them, with the version part its "
+             "SGLang version chooses, `part_for`) and the attention kind of its "
              "model (the fits' provenance then tags each part fitted, extrapolated or datasheet, "
              "per row).", "", *pricing_table(board.entries)]
     return "\n".join(lines) + "\n"
 
 
-def priced_by(gpu: str) -> str:
-    """What prices a row of `gpu`: the profile its default is (`epsim.default_profile`, named
-    as every output names it) and where its parts' data came from, or the datasheet where no
+def priced_by(gpu: str, version: str = "") -> str:
+    """What prices a row of `gpu` running SGLang `version`: the profile its default is
+    (`epsim.default_profile`, named as every output names it) with the version part the row's
+    version chooses (`part_for`), and where its parts' data came from, or the datasheet where no
     profile ships for it."""
     profile = default_profile(gpu)
     if not profile.components:
         return f"datasheet defaults (no profile ships for {gpu})"
+    part, _ = part_for(gpu, version)
+    if part:
+        profile = versioned_profile(gpu, part)
     sources = sorted({profile.data_source(key) for key in profile.components})
     return f"{profile.name} ({' + '.join(sources)})"
 
@@ -160,7 +165,8 @@ def pricing_table(entries: list[dict]) -> list[str]:
     counts = Counter()
     for e in entries:
         gpu = GPUS.get(e["system"], e["system"])
-        counts[(gpu, priced_by(gpu), get_model(MODELS[e["model_path"]]).attention)] += 1
+        counts[(gpu, priced_by(gpu, e.get("version", "")),
+                get_model(MODELS[e["model_path"]]).attention)] += 1
     return report.md_table(["GPU", "priced by", "attention", "rows"],
                            [[*key, n] for key, n in sorted(counts.items())])
 

@@ -18,6 +18,7 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 
+from epsim.default_profile import part_for
 from epsim.errors import EpsimError
 from epsim.validate.silicon import agg_recipes, pd_recipes
 from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
@@ -48,6 +49,8 @@ class Instance:
         closed_loop: the spec expresses closed-loop clients (else Poisson at their rate,
             only under `approximate`).
         harness: an InferenceX harness drove it (`inferencex_harness`): one benchmark run.
+        profile_part: the version part laid over its GPU's default profile for the row's SGLang
+            version (`epsim.default_profile.part_for`; "" for the default alone).
     """
 
     role: str
@@ -58,6 +61,7 @@ class Instance:
     closed_loop: bool
     routed_clients: int = 0
     harness: bool = False
+    profile_part: str = ""
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,10 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         instances.append(instance)
         missing += [m for m in lacks if m.reason not in {x.reason for x in missing}]
         tags += [t for t in approx if t not in tags]
+    # the row's SGLang version chooses the profile's version part; the choice is stated
+    part, chosen = part_for(instances[0].data["cluster"]["gpu"], row.backend_version)
+    assumptions.append(chosen)
+    instances = [replace(i, profile_part=part) for i in instances]
     error = None
     if not missing:
         error = next((e for e in (spec_error(i.data) for i in instances) if e), None)

@@ -29,6 +29,7 @@ import warnings
 from math import ceil
 from pathlib import Path
 
+from epsim.default_profile import versioned_profile
 from epsim.errors import EpsimError
 from epsim.report import summarize
 from epsim.sim import simulate
@@ -65,12 +66,17 @@ DECODE_WINDOW_S = 10.0           # open loop: a decode instance's window (TPOT i
 SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands in its window
 
 
-def _simulate(data: dict) -> dict:
-    """The summary (`epsim.report.summarize`) of one scenario mapping, its MoE draws from
-    coarse pools (`Simulation`'s `coarse_pools`, for a run of hundreds of closed loops: each
-    row's change against exact pools, within 0.2 %, in benchmarks/results/silicon_speed.md)."""
+def _simulate(data: dict, instance: Instance) -> dict:
+    """The summary (`epsim.report.summarize`) of one scenario mapping of `instance`, priced by
+    the profile it names, else its GPU's default with the instance's version part
+    (`Instance.profile_part`; a named profile is used as it is), its
+    MoE draws from coarse pools (`Simulation`'s `coarse_pools`, for a run of hundreds of closed
+    loops: each row's change against exact pools, within 0.2 %, in
+    benchmarks/results/silicon_speed.md)."""
+    profile = versioned_profile(data["cluster"]["gpu"], instance.profile_part) \
+        if instance.profile_part and not data.get("profile") else None
     return summarize(simulate(scenario_from_dict(copy.deepcopy(data), where="silicon row"),
-                              coarse_pools=True))
+                              profile=profile, coarse_pools=True))
 
 
 def _mean(summary: dict, name: str) -> float | None:
@@ -237,7 +243,7 @@ def _simulate_round(make, instance: Instance, ttft_s: float, tpot_s: float, osl:
     for _ in range(RUN_SPAN_TRIES):
         data = make(instance, ttft_s, tpot_s, osl, outside_s, span, early) \
             if make is closed_round else make(instance, ttft_s, tpot_s, osl, outside_s)
-        summary = _simulate(data)
+        summary = _simulate(data, instance)
         total = data["workload"]["arrivals"].get("num_requests")
         if total is None:
             return summary
@@ -257,11 +263,11 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
         `epsim.validate.silicon.handoff`)}`, or `{"status": "failed", "reasons"}`.
     """
     tpot_side = next(i for i in instances if i.role in ("agg", "decode"))
-    first = _simulate(pass0(tpot_side))
+    first = _simulate(pass0(tpot_side), tpot_side)
     if _mean(first, "tpot_ms") is None:
         # the batch's requests start part-way through their outputs: a few fast-finishing ones
         # (one client per rank) can all end within the warm-up; then from t=0
-        first = _simulate(pass0(tpot_side, warmup_s=0.0))
+        first = _simulate(pass0(tpot_side, warmup_s=0.0), tpot_side)
     tpot_ms, ttft_ms = _mean(first, "tpot_ms"), 0.0
     if tpot_ms is None:
         return {"status": "failed", "reasons": ["pass 0 produced no TPOT: "

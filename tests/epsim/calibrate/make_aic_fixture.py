@@ -56,11 +56,15 @@ def _rows(name: str, frame):
 
 def main() -> int:
     from epsim.calibrate.aic_tables import package_root, package_version, parse_source
+    from epsim.calibrate.aic_versions import part_tables, part_versions
     source = parse_source(f"aic:{SYSTEM}/sglang")
     if OUT.exists():
         shutil.rmtree(OUT)
     lines = []
-    for table in source.tables():
+    # the profile's tables, and each older collection a version part is fitted on
+    # (`epsim.calibrate.aic_versions`)
+    older = [t for v in part_versions(SYSTEM) for t in part_tables(SYSTEM, v)]
+    for table in source.tables() + older:
         if table.name not in ("moe_perf", "gemm_perf", "context_attention_perf",
                               "generation_attention_perf", "generation_mla_perf",
                               "wideep_deepep_ll_perf", "wideep_deepep_normal_perf",

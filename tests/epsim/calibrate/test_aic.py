@@ -27,7 +27,7 @@ from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, AicTable, aic_syst
                                         parse_source, zoo_gpu)
 from epsim.cli import main  # noqa: E402
 from epsim.errors import RecordError  # noqa: E402
-from epsim.profile import kv_kind  # noqa: E402
+from epsim.profile import kv_kind, load_profile  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "aic_fixture" / "systems"
 HAVE_PACKAGE = find_spec("aiconfigurator_core") is not None
@@ -329,7 +329,7 @@ def test_older_versions_fill_the_node_counts_the_newest_lacks(tmp_path):
     shutil.copytree(FIXTURE, root)
     comm = root / "data" / "h200_sxm" / "comm" / "sglang"
     newest = pd.read_parquet(comm / "0.5.12" / "wideep_deepep_ll_perf.parquet")
-    (comm / "0.5.6.post2").mkdir()
+    (comm / "0.5.6.post2").mkdir(exist_ok=True)
     older = pd.concat([newest.assign(node_num=n) for n in (1, 2)], ignore_index=True)
     older.to_parquet(comm / "0.5.6.post2" / "wideep_deepep_ll_perf.parquet")
     tables = [t for t in parse_source("aic:h200_sxm", root=root).tables()
@@ -339,3 +339,27 @@ def test_older_versions_fill_the_node_counts_the_newest_lacks(tmp_path):
     assert set(tables[1].frame().node_num) == {2} and len(tables[1].frame()) == len(newest)
     records = import_source(parse_source("aic:h200_sxm", root=root), tables).fit
     assert {r.ep_size for r in records} == {8, 16}
+
+
+def test_version_parts_are_fitted_on_their_own_collection_alone(fixture_env, tmp_path, monkeypatch):
+    from epsim.calibrate.aic_versions import build_part, part_tables, part_versions
+    from epsim.cost.allreduce import allreduce_us
+    monkeypatch.chdir(tmp_path)                       # the part's records go to runs/aic/
+    assert part_versions("h200_sxm") == ["0.5.6.post2", "0.5.9", "0.5.10"]
+    assert part_tables("h200_sxm", "0.5.14") == []    # the profile's own version: no part
+    # H200's 0.5.6.post2 all-reduce table holds TRT-LLM's kernel: no fit record, no part
+    assert build_part("h200_sxm", "0.5.6.post2") is None
+    part = build_part("h200_sxm", "0.5.9")
+    assert part.name == "aic_h200_sglang_0.5.9" and part.hardware == "H200"
+    assert "any/allreduce/graph/oneshot" in part.components
+    assert set(part.components) <= {"any/allreduce/graph/oneshot", "any/allreduce/graph/twoshot"}
+    table = "h200_sxm/comm/sglang/0.5.9/custom_allreduce_perf.parquet"
+    assert all(c.tables == [table] and c.source == "fit" for c in part.components.values())
+    assert [t["path"] for t in part.provenance.aic[0]["tables"]] == [table]
+    assert (tmp_path / "runs" / "aic" / "h200_sxm_sglang_0.5.9_part.jsonl.gz").is_file()
+    # SGLang's older custom all-reduce is the slower one at a decode step's size (14 KB on 8)
+    shipped = load_profile("aic_h200")
+    params = {k.split("/")[-1]: c.params for k, c in shipped.components.items()
+              if k.startswith("any/allreduce/graph/")}
+    older = {**params, "oneshot": part.components["any/allreduce/graph/oneshot"].params}
+    assert allreduce_us(14336, 8, 1, older) > 1.2 * allreduce_us(14336, 8, 1, params)

@@ -135,6 +135,20 @@ def test_mapping_unstated_workers_and_b300(rows):
             "instance)") in odd.assumptions
 
 
+@pytest.mark.parametrize("row_id, part", [
+    ("dsr1_gb300_sglang_fp8_disagg_8192x1024_c1024_cfg505", "0.5.9"),        # 0.5.8.post1
+    ("dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg717", "0.5.10"),             # 0.5.10.post1
+    ("dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81", "0.5.9"),                # 0.5.9
+    ("2026_04_06_deepseek_r1_gb200_sglang_fp8_agg_1024x1024_c5632_tp72_ep1_43", ""),  # not stated
+])
+def test_the_row_version_chooses_the_profile_part_and_says_so(rows, row_id, part):
+    plan = plan_row(rows[row_id])
+    assert {i.profile_part for i in plan.instances} == {part}
+    stated = [a for a in plan.assumptions if a.startswith("profile ")]
+    assert len(stated) == 1
+    assert (f"+ its sglang {part} part" in stated[0]) == bool(part)
+
+
 def test_approximate_tags_and_refusals(rows):
     plan = plan_row(rows["dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81"], approximate=True)
     # closed-loop clients (issue 38), attention TP 8, MoE-TP 8 x EP 1 and block-FP8 weights
