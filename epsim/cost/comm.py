@@ -34,13 +34,14 @@ rank whatever the batch; past the GPU's SM count the groups share SMs with fewer
 by 15-22 % and over-predicted 128 by 10 %.
 DeepEP's normal kernels (`intranode.cu`, `internode.cu`; `chunked`) add, per call,
 
-                  + token_us * owner_tokens + owner_us_per_kb * owner_tokens * bytes * 1e-3
+                  + token_us * owner_tokens
                   + chunk_us * ceil(q / c) + chunk_us_per_kb * min(c, q) * bytes * 1e-3
 
 `owner_tokens` is what the busiest rank holds itself (its own tokens, sent or not): each
 channel's sending warps walk every token of its range for each peer (`is_token_in_rank`, the
-`send_head` entry), and combine's receiving warps reduce every token, one warp each, writing
-its hidden state (`bytes`) at what those warps reach (`owner_us_per_kb`).
+`send_head` entry), and combine's receiving warps reduce every token, one warp each (a second
+column for that reduction's bytes was tried: on <= 1024 tokens the fit could not tell it from
+the count, and the weak-column rule dropped both on GB200).
 A channel (one of `NORMAL_CHANNELS`: `Buffer.num_sms` 20, a sending and a receiving block
 each) moves its copies to a peer through a queue of `c` tokens a round: `q` copies per queue
 (the busiest rank's link copies over its NVLink peers and channels) take `ceil(q / c)` rounds
@@ -60,7 +61,7 @@ of the bytes over each rank's slowest link, with the same `base_us + max(overlap
 
 Every model is linear in its coefficients (`base_us`, `overlap_us`, `1/nvl_gbps`,
 `1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`, `expert_signal_us`, `token_us`,
-`owner_us_per_kb`, `chunk_us`, `chunk_us_per_kb`) once the busiest rank, the chunk size and
+`chunk_us`, `chunk_us_per_kb`) once the busiest rank, the chunk size and
 the side of the max are known: `comm_features` returns the design row a
 least-squares fitter needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
 """
@@ -107,7 +108,7 @@ NORMAL_CHUNKS = {"dispatch": tuple(range(4, 33, 2)), "combine": tuple(range(1, 1
 
 def chunked(backend: str, mode: str) -> bool:
     """Whether a kernel moves its copies through per-channel chunked queues (DeepEP normal):
-    only those pay the owner-token, owner-pass and per-chunk terms."""
+    only those pay the owner-token and per-chunk terms."""
     return backend == "deepep" and mode == "normal"
 
 
@@ -200,7 +201,6 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
         "spill_gbps": cluster.hardware.hbm_gbps,      # a spilled byte costs at least one HBM pass
         "expert_signal_us": 0.0,
         "token_us": 0.0,
-        "owner_us_per_kb": 0.0,
         "chunk_us": 0.0,
         "chunk_us_per_kb": 0.0,
     }
@@ -230,9 +230,9 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
         queue: [...] copies one channel's queue to one peer carries (`queue_copies`).
         kind: "dispatch" or "combine" for a `chunked` kernel (its tuned chunk sizes), else "".
     Returns:
-        [..., 12] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
-        slot_bytes*1e-3, spilled bytes*1e-3, expert slots, owner tokens, owner bytes*1e-3,
-        chunk rounds, first chunk's bytes*1e-3); times `COMM_TERMS.coefficients(params)`
+        [..., 11] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
+        slot_bytes*1e-3, spilled bytes*1e-3, expert slots, owner tokens, chunk rounds, first
+        chunk's bytes*1e-3); times `COMM_TERMS.coefficients(params)`
         gives microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
@@ -253,8 +253,7 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
     rounds, fill_kb = (chunk_rounds(np.broadcast_to(queue, nvl_b.shape), bytes_per_copy, params,
                                     kind) if kind else (np.zeros_like(nvl_b),) * 2)
     transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb,
-                         signals, owner, owner * (bytes_per_copy * 1e-3), rounds, fill_kb],
-                        axis=-1)                                        # [..., 10]
+                         signals, owner, rounds, fill_kb], axis=-1)    # [..., 9]
     coef = COMM_TERMS.coefficients(params)
     hidden = transfer @ coef[2:] < params.get("overlap_us", 0.0)       # the fixed work paces
     transfer = np.where(hidden[..., None], 0.0, transfer)
@@ -292,8 +291,7 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
         if params.get("expert_signal_us"):
             t = t + params["expert_signal_us"] * num_experts
     if kind:
-        t = t + owner_tokens * (params.get("token_us", 0.0)
-                                + params.get("owner_us_per_kb", 0.0) * bytes_per_copy * 1e-3)
+        t = t + owner_tokens * params.get("token_us", 0.0)
         if params.get("chunk_us") or params.get("chunk_us_per_kb"):
             rounds, fill_kb = chunk_rounds(queue_copies(traffic.peak("nvl_copies"), peers),
                                            bytes_per_copy, params, kind)

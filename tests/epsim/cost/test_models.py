@@ -32,7 +32,7 @@ from epsim.zoo import get_model
 
 PARAMS = {"base_us": 10.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0,
           "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0, "expert_signal_us": 0.0,
-          "token_us": 0.0, "owner_us_per_kb": 0.0, "chunk_us": 0.0, "chunk_us_per_kb": 0.0}
+          "token_us": 0.0, "chunk_us": 0.0, "chunk_us_per_kb": 0.0}
 
 
 def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
@@ -84,8 +84,8 @@ def test_comm_busiest_rank_hand_computed():
 def test_comm_design_row_equals_model(rng):
     params = {"base_us": 7.0, "overlap_us": 3.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0,
               "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0,
-              "expert_signal_us": 0.01, "token_us": 0.02, "owner_us_per_kb": 0.005,
-              "chunk_us": 2.0, "chunk_us_per_kb": 0.1}
+              "expert_signal_us": 0.01, "token_us": 0.02, "chunk_us": 2.0,
+              "chunk_us_per_kb": 0.1}
     tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
                              max_slot_pairs=rng.random(5) * 500,
                              pairs=rng.random((5, 8)) * 40000)
@@ -101,12 +101,12 @@ def test_comm_design_row_equals_model(rng):
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
     assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
                                      "per_copy_us", "slot_us_per_kb", "inv_spill_gbps",
-                                     "expert_signal_us", "token_us", "owner_us_per_kb",
-                                     "chunk_us", "chunk_us_per_kb")
+                                     "expert_signal_us", "token_us", "chunk_us",
+                                     "chunk_us_per_kb")
     assert (rows[:, 8:] == 0.0).all()              # not a chunked kernel: no owner, no queues
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
     assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 0.0, 1 / 300, 0.0, 0.0, 0.0,
-                                                               1 / 500, 0.0, 0.0, 0.0, 0.0, 0.0]))
+                                                               1 / 500, 0.0, 0.0, 0.0, 0.0]))
 
 
 def test_tuned_chunk_hand_computed():
@@ -129,7 +129,7 @@ def test_record_and_simulator_price_deepep_normal_alike():
     """DeepEP normal's owner tokens and tuned queues: a record and the simulator's `comm_us`
     of the same uniform exchange add the same microseconds over the datasheet price, and a
     kernel that is not `chunked` (low-latency) adds none."""
-    extra = {"token_us": 0.02, "owner_us_per_kb": 0.005, "chunk_us": 3.0, "chunk_us_per_kb": 0.1}
+    extra = {"token_us": 0.02, "chunk_us": 3.0, "chunk_us_per_kb": 0.1}
     keys = ("deepep/dispatch/normal", "deepep/combine/normal")
     fitted = Profile(name="fit", hardware="H200", components={
         k: Component(params=extra, source="fit") for k in keys})
@@ -146,7 +146,7 @@ def test_record_and_simulator_price_deepep_normal_alike():
         per_copy = (dispatch_bytes_per_copy(model.hidden_size, "fp8", model.top_k, "node")
                     if stage == "dispatch" else 2.0 * model.hidden_size)
         rounds, fill_kb = chunk_rounds(queue_copies(tr.peak("nvl_copies"), 7), per_copy, extra, stage)
-        added = (2048 * (0.02 + 0.005 * per_copy * 1e-3) + 3.0 * rounds + 0.1 * fill_kb)
+        added = 2048 * 0.02 + 3.0 * rounds + 0.1 * fill_kb
         np.testing.assert_allclose(got - was, added)
         rec = _record(stage, backend="deepep", mode="normal", ep_size=8, num_tokens_per_rank=2048,
                       dispatch_dtype="fp8" if stage == "dispatch" else "bf16",
