@@ -20,7 +20,8 @@ two baselines of `epsim validate` (a constant; log-log interpolation), with its 
     python benchmarks/aic_holdout.py [--systems h200_sxm b200_sxm] [--kinds all|kernels]
         [--only KIND ...] [--out benchmarks/results/aic_holdout.md]
 
-A full run takes ~40 minutes; `--only mla_prefill` (record kinds) judges those kinds alone and
+A full run takes ~40 minutes; `--only mla_prefill` (record kinds, or `none/dispatch`: one
+backend's) judges those kinds alone and
 replaces their rows in --out, keeping every other row as recorded, the header saying which: for
 a change that moves only those kinds' models (each component is fitted on its own records, so
 the other rows are what a full run would give).
@@ -112,8 +113,11 @@ def split_allreduce(raw):
 
 
 def split_tokens_but_allreduce(raw):
-    """`split_tokens` without the all-reduces (judged on their size axis)."""
-    return split_tokens([s for s in raw if s.record.kind != "allreduce"])
+    """`split_tokens`, the all-reduces judged on their size axis instead: fitted up to the
+    same tokens (their NCCL fit prices the `none` backend's all-gathers, `ring_us`), never
+    judged here."""
+    fit, judged = split_tokens(raw)
+    return fit, [s for s in judged if s.record.kind != "allreduce"]
 
 
 def split_shape(raw):
@@ -148,10 +152,13 @@ def merged(recorded: str, fresh: str, only: list[str], run: str) -> tuple[str, s
     body = "**Extrapolation hold-outs" + body
     rows = lambda text: [x for x in text.splitlines() if x.startswith("| ")           # noqa: E731
                          and not x.startswith(("| axis", "|---"))]
-    kind = lambda line: _row_key(line)[2].split("/", 1)[1].split(" ")[0]             # noqa: E731
+    def chosen(line: str) -> bool:            # a row of an `only` kind or backend/kind
+        backend, kind = _row_key(line)[2].split(" ")[0].split("/", 1)
+        return kind in only or f"{backend.split('+')[0]}/{kind}" in only
+
     gpus = {AIC_TO_ZOO[s] for s in _run_systems(run) if AIC_TO_ZOO.get(s)}
     ran = lambda line: set(_row_key(line)[1].split(" -> ")) <= gpus                  # noqa: E731
-    kept = [x for x in rows(body) if kind(x) not in only or not ran(x)] + rows(fresh)
+    kept = [x for x in rows(body) if not chosen(x) or not ran(x)] + rows(fresh)
     start = body.index(rows(body)[0])
     # an earlier partial run keeps its line for the kinds whose rows this one leaves as it gave
     # them: all of them where it judged a system this run did not, else those not in `only`
@@ -176,7 +183,8 @@ def main(argv=None) -> int:
                              "(epsim.cost.record_kernels), whose fits are fractions of the "
                              "datasheet")
     parser.add_argument("--only", nargs="+", metavar="KIND",
-                        help="judge only these record kinds and replace their rows in --out")
+                        help="judge only these record kinds (or BACKEND/KIND: none/dispatch) "
+                             "and replace their rows in --out")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/aic_holdout.md"))
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -184,7 +192,8 @@ def main(argv=None) -> int:
 
     def kinds(raw):
         return [s for s in raw if (args.kinds == "all" or s.record.kind in KERNEL_KINDS)
-                and (not args.only or s.record.kind in args.only)]
+                and (not args.only or s.record.kind in args.only
+                     or f"{s.record.backend}/{s.record.kind}" in args.only)]
 
     data = {}
     for system in args.systems:

@@ -158,7 +158,7 @@ def kv_kind(kv_cache_dtype: str) -> str:
 
 
 # zoo GPUs of the Hopper generation, whose MLA decode kernels differ from Blackwell's in how they
-# take an FP8 cache (`decode_kv_kind`) and how many heads a CTA holds (`epsim.cost.mla`)
+# take an FP8 cache (`decode_kv_kind`) and how many heads a CTA holds (`epsim.cost.mla_decode`)
 HOPPER = ("H100", "H200", "H800", "H20")
 
 

@@ -13,7 +13,8 @@ points a table): fitted alone, its fixed and per-peer terms were collinear and t
 one shared launch the second stage alone is what its points fix (9 %). Sharing the per-peer term
 too (a two-shot's own bandwidth alone) misses Hopper's two-shots by 39-46 %: their fixed cost
 grows 0.4-0.8 µs a peer against the one-shot's 0.14-0.22, the all-gather's reads from every
-peer. NCCL is the smallest of two
+peer. The block ramp (`epsim.cost.allreduce`: blocks up to 36 at 288 KiB, each with its own
+barriers) is one column both kernels share: one launch. NCCL is the smallest of two
 ring protocol lines, and of a third, NVLS, where it wins: fitted by alternating assignment
 (each point goes to the line that predicts it faster, as NCCL's tuner picks; all refitted until
 no point moves), started from a split at each decile of the message sizes (with NVLS: each
@@ -167,25 +168,26 @@ def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, float]
 
 def _fit_custom(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, dict[str, float]]:
     """{algorithm: coefficients} of the custom kernels fitted together (module doc): columns
-    (1, n - 1, the two-shot's second stage: 1 and n - 1, one-shot KB, two-shot KB), the launch
-    and barrier terms shared (a two-shot's `base_us` and `per_peer_us` are the one-shot's plus
+    (1, n - 1, the two-shot's second stage: 1 and n - 1, blocks, one-shot KB, two-shot KB), the
+    launch, barrier and block terms shared (a two-shot's `base_us` and `per_peer_us` are the one-shot's plus
     its second stage's); an algorithm without points keeps its datasheet bandwidth."""
     from scipy.optimize import lsq_linear       # scipy waits for the all-reduce fit
-    rows = np.zeros((len(points), 6))
+    rows = np.zeros((len(points), 7))
     for i, p in enumerate(points):
-        one, peers, kb = custom_features(p.num_bytes, p.num_ranks, p.algorithm)
+        one, peers, blocks, kb = custom_features(p.num_bytes, p.num_ranks, p.algorithm)
         two = p.algorithm == "twoshot"
-        rows[i, :4] = one, peers, float(two), float(two) * peers
-        rows[i, 4 + two] = kb
+        rows[i, :5] = one, peers, float(two), float(two) * peers, blocks
+        rows[i, 5 + two] = kb
     us = np.array([p.latency_us for p in points])
     weight = 1.0 / np.sqrt(us)
-    lower = np.array([0.0, 0.0, 0.0, 0.0, 1.0 / nvl_gbps, 1.0 / nvl_gbps])
+    lower = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0 / nvl_gbps, 1.0 / nvl_gbps])
     with np.errstate(invalid="ignore"):         # one GPU count: collinear columns (`_solve`)
-        x = lsq_linear(rows * weight[:, None], us * weight, bounds=(lower, np.full(6, np.inf))).x
+        x = lsq_linear(rows * weight[:, None], us * weight, bounds=(lower, np.full(7, np.inf))).x
     seen = {p.algorithm for p in points}
     return {algo: {"base_us": float(x[0] + (x[2] if algo == "twoshot" else 0.0)),
                    "per_peer_us": float(x[1] + (x[3] if algo == "twoshot" else 0.0)),
-                   **({"nvl_gbps": float(1.0 / x[4 + i])} if algo in seen else {})}
+                   "per_block_us": float(x[4]),
+                   **({"nvl_gbps": float(1.0 / x[5 + i])} if algo in seen else {})}
             for i, algo in enumerate(CUSTOM)}
 
 

@@ -23,7 +23,8 @@ Components (profile keys, `epsim.profile`):
   `any/attention_ops/graph`                   the attention block's own ops (norms, RoPE, KV
                                              write, residual): the layer bench's attention
                                              block less its kernel and projections
-The kernels are fitted first, then what lies over them (layout, attention ops), then host
+The kernels are fitted first (MLA's decode after its prefill, whose tensor rate it takes:
+`mla_decode_held`), then what lies over them (layout, attention ops), then host
 overheads (the block ops' before the stages that hold some), then a layer's `sync_us` on
 `moe_layer` records with the parts fixed.
 """
@@ -48,7 +49,7 @@ from epsim.calibrate.layer_parts import judged_only, pair_attention_kernels
 from epsim.calibrate.rebalance import fit_rebalance
 from epsim.calibrate.rebalance_host import fit_rebalance_host
 from epsim.calibrate.spread import component_spread, run_deviations
-from epsim.cost.record import predict_record
+from epsim.cost.record import is_nccl_allgather, predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, ProfileProvenance, RecordSource, component_keys,
                            is_graph)
@@ -182,6 +183,8 @@ def _fit_keys(record) -> list[str]:
         return []
     if record.kind == "allreduce":        # not one linear component: `fit_allreduce_records`
         return []
+    if is_nccl_allgather(record):         # NCCL's ring: the all-reduce model's (`allgather_record_us`)
+        return []
     return component_keys(record)
 
 
@@ -195,6 +198,27 @@ def _is_eager_stage(record) -> bool:
 # and projections; a backend's layout work less the fitted kernel model and block ops
 def _over_kernels(key: str) -> bool:
     return key.split("/")[1] in ("attention_ops", "layout")
+
+
+def _mla_decode(key: str) -> bool:
+    return key.split("/")[1].startswith("mla_decode_")
+
+
+def mla_decode_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]:
+    """The MLA decode kernel's tensor rate: its cache kind's prefill kernel's fit
+    (`any/mla_decode_<kv>/graph` <- `any/mla_prefill_<kv>/graph`), {} where none was fitted.
+
+    The decode's full-tile MMAs (Hopper's FlashAttention-3 64-head tiles, Blackwell's
+    high-throughput kernel) run at the rate of the same GPU's MLA prefill kernel, whose records
+    are compute-bound at any head count; a decode on up to 64 heads is bound by its cache, so
+    its own records cannot tell its math rate: fitted free, it followed the fixed costs of
+    short contexts (1.0 on h100_sxm, 0.28 on b200_sxm over 1-64 heads) and priced 128 heads
+    20 % low and 80-100 % high (aiconfigurator-core's SGLang 0.5.14 tables; the prefill's fit
+    says 0.53 and 0.66, and the 128-head records 0.53-0.56 and >= 0.51)."""
+    prefill = fits.get(key.replace("/mla_decode_", "/mla_prefill_"))
+    if prefill is None or "tensor_frac" not in prefill.params:
+        return {}
+    return {"tensor_frac": float(prefill.params["tensor_frac"])}
 
 
 def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
@@ -269,9 +293,13 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     def is_layer(key: str) -> bool:            # `<backend>/moe_layer[/graph]`
         return key.split("/")[1] == "moe_layer"
 
-    for key in sorted(k for k in groups if not is_layer(k) and not _over_kernels(k)):
+    for key in sorted(k for k in groups if not is_layer(k) and not _over_kernels(k)
+                      and not _mla_decode(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks)
+    for key in sorted(k for k in groups if _mla_decode(k)):       # after its prefill's
+        fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
+                                  peaks, held=mla_decode_held(key, fits))
     kernels = base.model_copy(update={"components": {k: f.component() for k, f in fits.items()}})
     for key in sorted(k for k in groups if _over_kernels(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(kernels.model_copy(deep=True)),

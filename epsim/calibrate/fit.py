@@ -24,7 +24,8 @@ from scipy.optimize import lsq_linear
 from epsim.calibrate.inputs import SourcedRecord
 from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
                                COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
-from epsim.cost.mla import MLA_DEQUANT_TERMS, MLA_TERMS
+from epsim.cost.mla import MLA_TERMS
+from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS
 from epsim.cost.quant import EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
@@ -33,8 +34,9 @@ MAX_ROUNDS = 12
 # components whose throughputs are fractions of the record's GPU's datasheet (quantised GEMMs and
 # experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
 FRACTION_TERMS = (GEMM_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, MLA_TERMS,
-                  MLA_DEQUANT_TERMS)
-FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0, "dequant_frac": 1.0}
+                  MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS)
+FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0, "dequant_frac": 1.0,
+                  "swapped_hbm_frac": 1.0, "swapped_frac": 1.0}
 
 
 @dataclass
@@ -147,7 +149,9 @@ def _starts(terms, peaks: dict[str, float], key: str = "") -> list[dict[str, flo
     if terms is COMM_TERMS and "normal" in key.split("/"):
         return [{}] + [{"chunk_us": o, "chunk_us_per_kb": f} for o, f in CHUNK_STARTS]
     if terms in FRACTION_TERMS:       # efficiencies: fractions of the record's GPU's datasheet
-        return [{"hbm_frac": h, "tensor_frac": f}
+        hbm = [p for p in ("hbm_frac", "swapped_hbm_frac") if p in terms.params]
+        tensor = [p for p in ("tensor_frac", "swapped_frac") if p in terms.params]
+        return [{**{p: h for p in hbm}, **{p: f for p in tensor}}
                 for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01)]
     if terms not in (EXPERT_TERMS, ATTENTION_TERMS):
         return [{}]
@@ -170,13 +174,16 @@ def _overlap_starts(terms, best_params: dict[str, float]) -> list[dict[str, floa
 
 
 def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
-                  peaks: dict[str, float], relative: bool = True) -> ComponentFit:
+                  peaks: dict[str, float], relative: bool = True,
+                  held: dict[str, float] | None = None) -> ComponentFit:
     """Fit profile component `key` on `records` (all of one component).
 
     Args:
         profile: the evaluation profile; its `components[key]` is replaced by each round's
             parameters (so `record_features` picks the busiest rank with them).
         peaks: datasheet peaks by parameter name (`nvl_gbps`, `hbm_gbps`, `tflops`, ...).
+        held: parameters held at given values, not fitted (another component's fit of the
+            same rate: `epsim.calibrate.build`'s MLA decode math).
     """
     names = record_features(records[0].record, profile, key).coef_names
     terms = {t.coef_names: t for t in (COMM_TERMS, COLLECTIVE_TERMS, EXPERT_TERMS,
@@ -184,7 +191,9 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
                                        LAYOUT_TERMS, *FRACTION_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, {**peaks, **FRACTION_PEAKS})
-    best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative)
+    fixed = {terms.params.index(p): 1.0 / v if p in terms.inverse else v
+             for p, v in (held or {}).items()}
+    best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative, fixed, held)
     weak, twins = [], []
     if terms in (COMM_TERMS, COLLECTIVE_TERMS):
         # a transfer coefficient (bandwidth, per-copy, slot, spill) the fit set does not
@@ -202,13 +211,14 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
             profile.components.pop(key, None)
             datasheet = record_features(records[0].record, profile, key).coefficients
             best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative,
-                             {j: float(datasheet[j]) for j in weak})
+                             {**fixed, **{j: float(datasheet[j]) for j in weak}}, held)
     _, params, predicted, coef, rounds = best
     profile.components[key] = Component(params=params, source="fit")
     weak_names = [terms.params[j] for j in weak]
     twin_names = [terms.params[j] for j in twins]
-    unfitted = [p for p, c in zip(terms.params, coef) if not np.isfinite(c) and p not in weak_names]
-    notes = []
+    unfitted = [p for p, c in zip(terms.params, coef) if not np.isfinite(c)
+                and p not in weak_names and p not in (held or {})]
+    notes = [f"held at {', '.join(f'{p} {v:.3g}' for p, v in held.items())}"] if held else []
     if unfitted:
         notes.append(f"not in the data, datasheet kept: {', '.join(unfitted)}")
     if set(weak_names) - set(twin_names):
@@ -221,24 +231,26 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
                         valid_range(records))
 
 
-def _best_fit(key, records, profile, terms, peaks, measured, lower, relative, fixed=None):
+def _best_fit(key, records, profile, terms, peaks, measured, lower, relative, fixed=None,
+              held=None):
     """The best of the alternations from every start (`_starts`, then `_overlap_starts` from
-    the plain sum's solution), `fixed` columns held at their values."""
+    the plain sum's solution), `fixed` columns held at their values (`held`: parameters with
+    those columns, kept in every round's parameters)."""
     best = None
     for start in _starts(terms, peaks, key):
-        profile.components[key] = Component(params=start, source="fit")
-        result = _alternate(key, records, profile, terms, measured, lower, relative, fixed)
+        profile.components[key] = Component(params={**start, **(held or {})}, source="fit")
+        result = _alternate(key, records, profile, terms, measured, lower, relative, fixed, held)
         if best is None or result[0] < best[0]:
             best = result
     for start in _overlap_starts(terms, best[1]):
         profile.components[key] = Component(params=start, source="fit")
-        result = _alternate(key, records, profile, terms, measured, lower, relative, fixed)
+        result = _alternate(key, records, profile, terms, measured, lower, relative, fixed, held)
         if result[0] < best[0] * (1 - 1e-6):         # a tie keeps the plain sum
             best = result
     return best
 
 
-def _alternate(key, records, profile, terms, measured, lower, relative, fixed=None):
+def _alternate(key, records, profile, terms, measured, lower, relative, fixed=None, held=None):
     """Rows at the current parameters -> least squares -> parameters, until the rows settle.
 
     Returns:
@@ -254,6 +266,7 @@ def _alternate(key, records, profile, terms, measured, lower, relative, fixed=No
         coef = _solve(rows, measured, lower, relative, fixed, known if known.any() else None)
         fitted = terms.params_from(np.nan_to_num(coef, nan=0.0))
         params = {p: fitted[p] for p, c in zip(terms.params, coef) if np.isfinite(c) and p in fitted}
+        params.update(held or {})
         profile.components[key] = Component(params=params, source="fit")
         previous = rows
         feats = [record_features(s.record, profile, key) for s in records]

@@ -8,13 +8,29 @@ one-shot (every GPU reads every peer's whole buffer and reduces it) on 2 GPUs, u
 on up to 4 and under 256 KiB on up to 8, else two-shot (reduce-scatter then all-gather through
 peer reads). With `S` bytes on `n` GPUs:
 
-    oneshot   t = base_us + per_peer_us * (n - 1) + (n - 1) * S / nvl_gbps * 1e-3
-    twoshot   t = base_us + per_peer_us * (n - 1) + 2 (n - 1) / n * S / nvl_gbps * 1e-3
+    oneshot   t = base_us + per_peer_us * (n - 1) + per_block_us * b(S)
+                  + (n - 1) * (S, or r(S) * 288 KiB past one round) / nvl_gbps * 1e-3
+    twoshot   t = base_us + per_peer_us * (n - 1) + per_block_us * b(S)
+                  + 2 (n - 1) / n * S / nvl_gbps * 1e-3
     nccl      t = min over its two protocols p of
                   base_us_p + hop_us_p * 2 (n - 1) + 2 (n - 1) / n * S / gbps_p * 1e-3
               and, within one NVLink domain where a fit found it, NVLS:
                   nvls_base_us + S / nvls_gbps * 1e-3
 
+The launch ramps (sgl-kernel `custom_all_reduce.cuh`, `CustomAllreduce::allreduce`): 512 threads
+a block, each moving one 16-byte pack a round of its grid-stride loop, `min(36, ceil(S / (512 *
+16)))` blocks, so the grid reaches its 36 blocks at 288 KiB. Below, a larger message launches
+more threads (and blocks, each running its own two barriers with every peer:
+`multi_gpu_barrier` indexes its flags by block): `per_block_us` for each 8 KiB block's worth of
+the grid, `b(S) = min(S, 288 KiB) / 8 KiB`, not rounded up (the time grows within one block
+too: 0.6 µs from 512 B to 8 KiB on H200's 8 GPUs, a warp at a time). Above, the grid is
+full and every thread loops `r(S) = ceil(S / 288 KiB)` rounds; a one-shot is priced by whole
+rounds read from every peer (a round's time is a full grid's, its last one too; below 288 KiB
+the grid is sized to the message and its bytes are the message's). On B200, GB200 and GB300
+its 2-4 MiB messages run at 1.55 µs a MiB where 1 MiB and below ran 2.0: the ramp and whole
+rounds take their size hold-outs from 13-16 % to 2-9 %. The two-shot's rounds over its
+`S / n` part measured no such step (whole rounds miss its hold-outs by 23-27 %): its bytes are
+the message's.
 `per_peer_us` is the flag exchange with each peer: both custom kernels run two barriers
 (sgl-kernel `custom_all_reduce.cuh`: start and end of a one-shot; start and, fenced, between a
 two-shot's reduce-scatter and all-gather) and share the launch and those barriers, so a
@@ -52,12 +68,17 @@ ALGORITHMS = ("oneshot", "twoshot", "nccl")
 CUSTOM_MAX_BYTES = 8 * 2**20          # SGLang's custom all-reduce buffer (8 MiB)
 CUSTOM_WORLD_SIZES = (2, 4, 6, 8)     # group sizes its kernels are built for
 ONESHOT_MAX_BYTES = {4: 512 * 2**10, 8: 256 * 2**10}    # up to 4 GPUs / up to 8 GPUs
+CUSTOM_THREADS = 512                  # threads a block (sgl-kernel's default launch)
+CUSTOM_MAX_BLOCKS = 36                # its block_limit (kMaxBlocks)
+PACK_BYTES = 16                       # one packed load / store (8 BF16 values)
+FULL_GRID_BYTES = CUSTOM_MAX_BLOCKS * CUSTOM_THREADS * PACK_BYTES     # one round of 36 blocks
 NVLINK_EFFICIENCY = 0.8
 NIC_EFFICIENCY = 0.8
 LL_BANDWIDTH_RATIO = 0.5              # LL carries 8 data bytes per 16-byte line (NCCL docs)
 
-# design-row columns of one algorithm (protocol): (1, latency count, moved KB)
-CUSTOM_PARAMS = ("base_us", "per_peer_us", "nvl_gbps")
+# design-row columns of one NCCL protocol: (1, latency count, moved KB); a custom kernel adds
+# its blocks before the moved KB
+CUSTOM_PARAMS = ("base_us", "per_peer_us", "per_block_us", "nvl_gbps")
 NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_gbps",
                "rdma_gbps", "nvls_base_us", "nvls_gbps")      # NVLS: where a fit found it
 
@@ -78,7 +99,7 @@ def allreduce_defaults(cluster: ClusterSpec) -> dict[str, dict[str, float]]:
     NIC bandwidths x 0.8, LL at half of it; the fixed costs are stated assumptions of a few
     µs (a fit on measured op tables replaces them)."""
     nvl = cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY
-    custom = {"base_us": 3.0, "per_peer_us": 0.3, "nvl_gbps": nvl}
+    custom = {"base_us": 3.0, "per_peer_us": 0.3, "per_block_us": 0.0, "nvl_gbps": nvl}
     return {"oneshot": dict(custom), "twoshot": dict(custom),
             "nccl": {"ll_base_us": 5.0, "ll_hop_us": 1.0, "ll_gbps": nvl * LL_BANDWIDTH_RATIO,
                      "base_us": 20.0, "hop_us": 1.0, "nvl_gbps": nvl,
@@ -93,11 +114,26 @@ def moved_bytes(num_bytes, num_ranks: int, algo: str, passes: int = 2):
     return passes * (num_ranks - 1) / num_ranks * np.asarray(num_bytes, dtype=np.float64)
 
 
+def custom_blocks(num_bytes) -> np.ndarray:
+    """[...] the grid the custom kernels launch for a message of `num_bytes`, in blocks of 512
+    packs (8 KiB), not rounded up: the message's share of the full 36-block grid, which it
+    reaches at 288 KiB (module doc)."""
+    block_bytes = CUSTOM_THREADS * PACK_BYTES
+    return np.minimum(np.asarray(num_bytes, dtype=np.float64), FULL_GRID_BYTES) / block_bytes
+
+
 def custom_features(num_bytes, num_ranks: int, algo: str) -> np.ndarray:
-    """[..., 3] design rows of a custom all-reduce (`CUSTOM_PARAMS`, 1/nvl_gbps): columns
-    (1, n - 1, moved KB)."""
-    kb = moved_bytes(num_bytes, num_ranks, algo) * 1e-3
-    return np.stack([np.ones_like(kb), np.full_like(kb, num_ranks - 1.0), kb], axis=-1)
+    """[..., 4] design rows of a custom all-reduce (`CUSTOM_PARAMS`, 1/nvl_gbps): columns
+    (1, n - 1, blocks, KB read from peers: a one-shot's whole rounds of its full grid beyond
+    one round, else the moved bytes)."""
+    num_bytes = np.asarray(num_bytes, dtype=np.float64)
+    blocks = custom_blocks(num_bytes)
+    if algo == "oneshot":         # a full grid loops whole rounds; below, the grid is the message
+        rounds = np.ceil(num_bytes / FULL_GRID_BYTES)
+        kb = (num_ranks - 1) * np.where(rounds > 1, rounds * FULL_GRID_BYTES, num_bytes) * 1e-3
+    else:
+        kb = moved_bytes(num_bytes, num_ranks, algo) * 1e-3
+    return np.stack([np.ones_like(kb), np.full_like(kb, num_ranks - 1.0), blocks, kb], axis=-1)
 
 
 def ring_features(num_bytes, num_ranks: int, passes: int = 2) -> np.ndarray:
@@ -152,4 +188,11 @@ def allreduce_us(num_bytes: float, num_ranks: int, num_nodes: int,
         return float(ring_us(num_bytes, num_ranks, num_nodes, params["nccl"]))
     p = params[algo]
     row = custom_features(num_bytes, num_ranks, algo)
-    return float(row @ np.array([p["base_us"], p["per_peer_us"], 1.0 / p["nvl_gbps"]]))
+    return float(row @ custom_coefficients(p))
+
+
+def custom_coefficients(params: dict[str, float]) -> np.ndarray:
+    """[4] a custom kernel's coefficients against `custom_features` (a profile fitted before the
+    block ramp has no `per_block_us`: 0)."""
+    return np.array([params["base_us"], params["per_peer_us"], params.get("per_block_us", 0.0),
+                     1.0 / params["nvl_gbps"]])

@@ -191,8 +191,10 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     # where a rank does not split)
     any_split = False
     if counts.may_split:
-        fill = np.broadcast_to(counts.fill, mean_ctx.shape)
-        units = np.broadcast_to(counts.units, mean_ctx.shape)
+        fill, units = counts.fill, counts.units
+        if mean_ctx.shape != fill.shape:       # steps at once (one step: most calls, as is)
+            fill = np.broadcast_to(fill, mean_ctx.shape)
+            units = np.broadcast_to(units, mean_ctx.shape)
         blocks = np.ceil(mean_ctx / grid.key_block).astype(np.int64)
         splits = np.ones(mean_ctx.shape, dtype=np.int64)
         splits[fill] = [num_splits(u, b, num_sms, grid.ctas_per_sm)

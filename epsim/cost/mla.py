@@ -17,33 +17,17 @@ by every query head (one "KV head"). A layer on one rank, `h = heads / attn_tp` 
                   times Hopper's kernel in the absorbed form (as decode) and Blackwell's per
                   head: the record rows follow the collector (`absorbed_prefill`)
 
-The kernel is costed as `epsim.cost.flash` costs a flash kernel -- CTAs of 64 or 128 query rows
+The kernel is costed as `epsim.cost.flash` costs a flash kernel -- CTAs of query rows
 (the heads of one sequence swapped into rows: MLA's one KV head makes every head a row), key
 splits where the CTAs cannot fill the GPU, waves, and a roofline of the busiest slot -- at
 MLA's sizes: per (row, key) `2 (d_qk + d_v)` FLOPs (d_qk, d_v = 576, 512 absorbed; 192, 128 per
 head), per key `d_qk x kv bytes` of cache (absorbed: the latent and its RoPE key; per head:
 K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its parameters
 (`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and of the tensor peak of
-the format its MMAs run in (BF16; FP8 in Blackwell's FP8-cache decode, `math_dtype`), so a fit
-on one GPU prices another from its datasheet.
+the format its MMAs run in, so a fit on one GPU prices another from its datasheet.
 
-Decode on Hopper with more than 64 heads on a GPU (128 under DP attention) runs a sequence's
-heads as `ceil(heads / 64)` CTAs (FlashMLA, FlashAttention-3); Blackwell's kernel (TRT-LLM's MLA
-generation kernel) holds 128 heads in one (`decode_block_heads`). The blocks of a sequence run
-side by side and read the same keys microseconds apart, so the cache is streamed from HBM once
-(the later blocks' reads are L2 hits), and 128 heads are bound by their math: DeepSeek's FlashMLA
-runs 128 heads compute-bound on H800 at 580-660 TFLOP/s (deepseek-ai/FlashMLA: its README and
-docs/20250422-new-kernel-deep-dive.md, "h_q is 128 and the kernel is compute-bound", memory
-traffic "~ 2 s_k d_k", one read). aiconfigurator-core's SGLang 0.5.14 `generation_mla_perf`
-tables (FlashAttention-3, BF16 cache) show it across two GPUs: at 1-19 GB of cache, 16 and 64
-heads stream it at 2.8-3.0 TB/s on h100_sxm and 4.0-4.4 on h200_sxm (their HBM, 3.35 and 4.8
-TB/s), while the 128-head kernel's 2 x 128 x (576 + 512) FLOPs a key run at 530-540 TFLOP/s on
-both (the same SMs and clocks): its time follows the math, not a second read (a re-read at a
-fitted rate, fitted on h200_sxm alone before, priced h100_sxm's 128 heads 20-30 % low).
-
-Hopper's kernel takes an FP8 cache through a pass of its own that casts it to BF16 before the
-kernel streams the copy (`decode_dequantises`, `dequant_frac`); Blackwell's reads FP8 keys in
-its loop.
+The decode kernel's tiling of the heads into CTAs on each GPU, the format its MMAs run in and
+Hopper's cast pass over an FP8 cache are `epsim.cost.mla_decode`'s.
 """
 
 from __future__ import annotations
@@ -53,8 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from epsim.cost.flash import (SPLIT_ROWS, DecodeGrid, DecodeKernel, KernelWork, decode_counts,
-                              decode_work, kernel_features, kernel_us, prefill_work)
+from epsim.cost.flash import DecodeKernel, KernelWork, kernel_features, kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import gemm_us, gemm_work
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
@@ -63,24 +46,14 @@ from epsim.spec.gpu import HardwareSpec
 
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
                         frozenset({"hbm_frac", "tensor_frac"}))
-# Hopper's FP8-cache decode (`decode_dequantises`): the kernel's terms and the cast pass before it
-MLA_DEQUANT_TERMS = LinearTerms(MLA_TERMS.params + ("dequant_frac",),
-                                MLA_TERMS.inverse | {"dequant_frac"})
-# an SM's cast rate at its datasheet: 4 sub-partitions x 32 lanes, one element a lane a cycle, at
-# Hopper's 1.98 GHz boost clock (H100/H200 SXM), in elements per microsecond; `dequant_frac` is
-# the pass's rate over it
-SM_CAST_ELEMS_PER_US = 128 * 1980.0
 BF16_BYTES = 2.0
 # GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
 # itself runs a prefill per head on both (MHA): the simulator prices it so
 ABSORBED_PREFILL = HOPPER
-# query heads one Blackwell decode CTA holds (TRT-LLM's MLA generation kernel: all of DeepSeek's
-# 128, module docstring), and the fewest rows its tile pads fewer heads to (`decode_block_heads`;
-# AIC's b200_sxm table is memory-bound below 32 heads, so 8, 16 or 32 fit it alike: 12.5-12.8 %
-# in-sample); Hopper's kernels hold `SPLIT_ROWS` (64)
-BLACKWELL_DECODE_HEADS = 128
-BLACKWELL_MIN_ROWS = 16
+# (token, head) rows of an absorbed prefill's CTA, one CTA an SM: FlashAttention-3's MLA path
+# tiles 64 rows as its decode does (`epsim.cost.mla_decode.decode_grid`)
+ABSORBED_ROWS = 64
 # DeepSeek's MLA sizes, for records that do not carry them (aiconfigurator's collectors time
 # DeepSeek-V3's attention: kv_lora 512, rope 64, nope 128, v 128)
 DEEPSEEK_MLA = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
@@ -138,7 +111,8 @@ def mla_defaults() -> dict[str, float]:
     """Datasheet parameters of `any/mla_decode|prefill`: the flash kernels' fixed costs, the
     stated efficiencies of `epsim.cost.roofline`."""
     return {"base_us": 8.0, "wave_us": 2.0, "per_split_us": 0.5, "hbm_frac": HBM_EFFICIENCY,
-            "tensor_frac": TENSOR_EFFICIENCY}
+            "tensor_frac": TENSOR_EFFICIENCY, "swapped_hbm_frac": HBM_EFFICIENCY,
+            "swapped_frac": TENSOR_EFFICIENCY}
 
 
 def absolute(params, hardware: HardwareSpec, math: str = "bf16") -> dict[str, float]:
@@ -147,100 +121,11 @@ def absolute(params, hardware: HardwareSpec, math: str = "bf16") -> dict[str, fl
     its own pass, `dequant_us`; a `reread_hbm_ratio` of a profile fitted before the cache was
     read once is not read)."""
     out = {k: float(v) for k, v in params.items()
-           if k not in ("hbm_frac", "tensor_frac", "reread_hbm_ratio", "dequant_frac")}
+           if k not in ("hbm_frac", "tensor_frac", "swapped_hbm_frac", "swapped_frac",
+                        "reread_hbm_ratio", "dequant_frac")}
     out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
     out["tflops"] = float(params["tensor_frac"]) * hardware.tensor_tflops(math)
     return out
-
-
-def math_dtype(gpu: str, kv_bytes: float) -> str:
-    """The tensor-core format an MLA decode kernel's MMAs run in on `gpu`: FP8 where Blackwell's
-    kernel reads an FP8 cache (TRT-LLM's generation kernel quantises the query and multiplies
-    FP8 keys and values as they are), else BF16 (Hopper's kernel runs on the cast BF16 copy,
-    `decode_dequantises`). aiconfigurator-core's b200_sxm table (SGLang 0.5.14, trtllm_mla) shows
-    it: 128 heads over 16.8M FP8 keys take 2.3 ms, 4.7 x 10^12 FLOPs at 2.0 PFLOP/s, over the
-    B200's 2.25 PFLOP/s BF16 peak (its BF16 cache: 4.6 ms, 1.0 PFLOP/s)."""
-    return "fp8" if gpu not in HOPPER and kv_bytes < BF16_BYTES else "bf16"
-
-
-def decode_dequantises(gpu: str, kv_bytes: float) -> bool:
-    """Whether `gpu`'s MLA decode casts an FP8 cache to BF16 in a pass of its own before the
-    kernel, which then streams the BF16 copy (Hopper; Blackwell's TRT-LLM kernel reads FP8 keys
-    in its loop, `epsim.profile.decode_kv_kind`). aiconfigurator-core's SGLang 0.5.14
-    `generation_mla_perf` tables (FlashAttention-3) show it: an FP8 cache takes the BF16 cache's
-    time plus 1.64 ns a key on h200_sxm and 1.68 on h100_sxm at 64k-16M keys, the same at 1 to
-    128 heads (a pass over the keys, not the kernel's per-head-block reads) and on both GPUs
-    (their SMs and clocks are the same, their HBM is 1.43x apart: the cast is bound by the SMs'
-    issue, not the memory)."""
-    return gpu in HOPPER and kv_bytes < BF16_BYTES
-
-
-def dequant_frac(params) -> float:
-    """`params`' `dequant_frac` (infinite where a fit has none: the pass costs nothing)."""
-    return float(params.get("dequant_frac", float("inf")))
-
-
-def dequant_sm_us(context, form: MlaForm, num_sms: int) -> np.ndarray:
-    """[dp] µs of the FP8 cache's cast pass at the SMs' datasheet cast rate
-    (`SM_CAST_ELEMS_PER_US`): the `context` [dp] keys' `qk_dim` elements each, spread over
-    `num_sms` SMs; the pass takes this over `dequant_frac`."""
-    return np.asarray(context, dtype=np.float64) * form.qk_dim / (num_sms * SM_CAST_ELEMS_PER_US)
-
-
-def dequant_us(context, form: MlaForm, num_sms: int, params) -> np.ndarray:
-    """[dp] µs of the FP8 cache's cast pass (`decode_dequantises`), 0 without keys."""
-    return dequant_sm_us(context, form, num_sms) / dequant_frac(params)
-
-
-def kernel_form(form: MlaForm, dequantised: bool) -> MlaForm:
-    """The form the decode kernel streams: `form`, or its BF16 copy after the cast pass."""
-    if not dequantised:
-        return form
-    return replace(form, kv_bytes_per_key=form.qk_dim * BF16_BYTES)
-
-
-def decode_block_heads(gpu: str, heads: int = BLACKWELL_DECODE_HEADS) -> int:
-    """Query rows of one MLA decode CTA on `gpu` (zoo name) for `heads` heads a GPU: 64 on
-    Hopper (FlashAttention-3's 64-row tile, fewer heads padded to it); on the others (Blackwell,
-    module docstring) `heads` rounded up to a power of two, from `BLACKWELL_MIN_ROWS` to 128:
-    TRT-LLM's generation kernels pick their query tile by the heads (its swapped-MMA tiles for
-    few heads), so 16 heads do not pay 128 rows' math (aiconfigurator-core's b200_sxm table,
-    BF16 cache, 16.8M keys: 16 heads 3.4 ms at 5.7 TB/s, memory-bound; 128 rows' math takes 128
-    heads 4.6 ms)."""
-    if gpu in HOPPER:
-        return SPLIT_ROWS
-    rows = BLACKWELL_MIN_ROWS
-    while rows < min(heads, BLACKWELL_DECODE_HEADS):
-        rows *= 2
-    return rows
-
-
-def decode_grid(block_heads: int = SPLIT_ROWS) -> DecodeGrid:
-    """The MLA decode kernel's CTAs: `block_heads` query rows each, split or not, over 64-key
-    blocks, one CTA per SM. A CTA's `rows x kv_lora` FP32 output (64 x 512: 128 KB, half the
-    register file) and its latent K/V stages fill an SM: FlashAttention-3's MLA path tiles
-    64 x 64 (`tile_size_fwd_sm90`, headdim 64 with headdim_v 512) and runs its
-    `num_splits_heuristic` over `num_sm` CTAs, one each; FlashMLA launches one CTA per SM. So
-    the CTAs beyond a whole wave of `num_sms` cost what they compute: 128 sequences of 128
-    heads on 132 SMs are 256 CTAs, two waves; 256 sequences four (aiconfigurator-core's H100
-    SGLang FA3 table, 2047 keys: 153 and 296 µs). Counted as the GQA kernel's 128-row CTAs two
-    per SM, both were one wave."""
-    return DecodeGrid(plain_rows=block_heads, split_rows=block_heads, key_block=64,
-                      ctas_per_sm=1)
-
-
-def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
-                       block_heads: int = SPLIT_ROWS) -> KernelWork:
-    """The MLA decode kernel: `seqs` [dp] single-token queries of `heads` heads each against
-    `context` [dp] cached tokens in all (`epsim.cost.flash.decode_work` at MLA's sizes). Each
-    `block_heads` block of a sequence's heads (`decode_block_heads`) is its own CTA and does its
-    own math; the cache is streamed once (module docstring)."""
-    seqs = np.asarray(seqs, dtype=np.float64)
-    head_dim = form.flash_head_dim
-    grid = decode_grid(block_heads)
-    counts = decode_counts(seqs, heads, 1, head_dim, num_sms, grid)
-    return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts, form.flash_kv_ratio,
-                       grid)
 
 
 def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
@@ -255,7 +140,11 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
                  chunks, 250 at 256, 1100-1300 at 4096-16384; counted in tiles 90-440, 380,
                  1100-1300)
       absorbed   the causal pairs' own FLOPs: a token's heads share its row blocks (MLA's one
-                 KV head), so short chunks still fill the rows"""
+                 KV head), so short chunks still fill the rows; its CTAs hold 64 (token, head)
+                 rows, one an SM, and each wave of them pays `wave_us` (aiconfigurator's H100
+                 FA3 table at 128 heads: 1024-token chunks run at 420 TFLOP/s, 4096-16384 at
+                 600-610, the difference 6 µs a wave; counted in per-head 128-row blocks, the
+                 fit put no cost on a wave and priced 16384 tokens 16 % high, 1024 15 % low)"""
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
@@ -267,7 +156,11 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
     prefix = np.maximum(np.divide(context, seqs, out=np.zeros_like(tokens), where=seqs > 0)
                         - chunk, 0.0)
     pairs = seqs * (chunk * prefix + chunk * (chunk + 1.0) / 2.0)
-    return replace(work, mflops=pairs * heads * 2.0 * (form.qk_dim + form.v_dim) * 1e-6)
+    # CTAs of `ABSORBED_ROWS` (token, head) rows, one an SM (the decode kernel's tile): each
+    # wave pays its CTAs' prologue and epilogue (`wave_us`)
+    ctas = seqs * np.ceil(chunk * heads / ABSORBED_ROWS)
+    return replace(work, waves=np.where(tokens > 0, np.ceil(ctas / num_sms), 0.0),
+                   mflops=pairs * heads * 2.0 * (form.qk_dim + form.v_dim) * 1e-6)
 
 
 def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
@@ -333,35 +226,6 @@ class MlaParams:
         if self.absorbed_prefill:
             return self.decode_form
         return per_head_form(self.nope_dim, self.rope_dim, self.v_dim, self.kv_bytes)
-
-
-class MlaDecodeKernel(DecodeKernel):
-    """`epsim.cost.flash.DecodeKernel` over MLA's cache, after the FP8 cache's cast pass where
-    the GPU runs one (`decode_dequantises`; `dequant` the pass's fit, None for none)."""
-
-    def __init__(self, *args, dequant: tuple[MlaForm, dict] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.dequant = dequant
-
-    def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
-        t = super().us(seqs, context)
-        if self.dequant is None:
-            return t
-        form, params = self.dequant
-        return t + np.where(t > 0, dequant_us(context, form, self.num_sms, params), 0.0)
-
-
-def mla_decode_kernel(mla: MlaParams) -> MlaDecodeKernel:
-    """The decode kernel of `decode_kernel_work` as an `epsim.cost.flash.DecodeKernel` (its
-    sequence counts' terms remembered across steps: the engine's decode path and its leaps),
-    with the FP8 cache's cast pass where the GPU runs one."""
-    cast = decode_dequantises(mla.hardware.name, mla.kv_bytes)
-    form = kernel_form(mla.decode_form, cast)
-    gpu = mla.hardware.name
-    return MlaDecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms,
-                           absolute(mla.decode, mla.hardware, math_dtype(gpu, mla.kv_bytes)),
-                           form.flash_kv_ratio, decode_grid(decode_block_heads(gpu, mla.heads)),
-                           dequant=(mla.decode_form, dict(mla.decode)) if cast else None)
 
 
 def _gemm(m, n: int, k: int, mla: MlaParams, batch: int = 1, bmm: bool = False) -> np.ndarray:

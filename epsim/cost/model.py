@@ -26,8 +26,8 @@ from epsim.cost.comm import per_message
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
 from epsim.cost.layer import LayerCost, layer_cost
-from epsim.cost.mla import (mla_attention_us, mla_core_token_us, mla_decode_kernel,
-                            mla_token_us)
+from epsim.cost.mla import mla_attention_us, mla_core_token_us, mla_token_us
+from epsim.cost.mla_decode import mla_decode_kernel
 from epsim.cost.ledger import BlockRows, Ledger, ledger_row
 from epsim.cost.moe import MoECost, moe_cost
 from epsim.cost.params import Coefficients, CostParams
@@ -92,7 +92,7 @@ class CostModel:
         self._decode_kernel = DecodeKernel(*attention.heads, self.params.gemm.num_sms,
                                            attention.decode, kv_ratio(attention.kv_cache_dtype)
                                            ) if attention.decode else None
-        if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla`)
+        if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla_decode`)
             self._decode_kernel = mla_decode_kernel(attention.mla)
         # the scheduler's host time a step exposes (SGLang's loop without overlap scheduling)
         self.scheduler_host = scheduler_host(self.params)
@@ -107,6 +107,7 @@ class CostModel:
         self._rank_projections = RankMemo(self._projections_of)   # ... per rank
         self._ahead = AttentionAhead(self._decode_attention)       # steady decode steps' attention
         self._collectives_memo: dict[tuple, float] = {}            # (max tokens, graph) -> µs
+        self._ep_tokens_memo: tuple[bytes | None, np.ndarray | None] = (None, None)
 
     def _check_tokens(self, tokens_per_rank: np.ndarray, kernel_mode: str = "") -> None:
         """Warn once per component when a batch's tokens per rank leave its fitted range; a
@@ -133,10 +134,19 @@ class CostModel:
         par = self.params.parallel
         if par.attn_tp_size == 1 and par.moe_tp_size == 1:
             return batch.tokens
+        # a step asks for its batch's several times (pool key, pricing, terms): the last
+        # tokens' answer is remembered (read-only)
+        key = batch.tokens.tobytes()
+        if self._ep_tokens_memo[0] == key:
+            return self._ep_tokens_memo[1]
         if par.dp_size == 1 and par.moe_tp_size == 1:
-            return np.full(self.params.num_ranks, float(batch.tokens.sum()) / self.params.num_ranks)
-        per_gpu = np.repeat(batch.tokens / par.attn_tp_size, par.attn_tp_size)      # [tp_size]
-        return per_gpu.reshape(par.ep_size, par.moe_tp_size).sum(axis=1)
+            out = np.full(self.params.num_ranks, float(batch.tokens.sum()) / self.params.num_ranks)
+        else:
+            per_gpu = np.repeat(batch.tokens / par.attn_tp_size, par.attn_tp_size)  # [tp_size]
+            out = per_gpu.reshape(par.ep_size, par.moe_tp_size).sum(axis=1)
+        out.flags.writeable = False
+        self._ep_tokens_memo = (key, out)
+        return out
 
     @property
     def micro_batch_fraction(self) -> float:

@@ -129,7 +129,8 @@ class StepKindParams:
 class CollectiveParams:
     """The `none` backend's measured collectives: `allreduce` (`none/allreduce`: its eager
     combine on the GPU counts it was measured on) and `allgather` (`none/allgather` over
-    allreduce's: its dispatch); `allreduce_gpus`: the [lo, hi] GPU counts a fitted
+    allreduce's: its eager dispatch on those counts; elsewhere NCCL's ring of the all-reduce
+    model, `epsim.cost.tp.nccl_allgather_us`); `allreduce_gpus`: the [lo, hi] GPU counts a fitted
     `none/allreduce` was measured on (its `ep_size` range; any without one), () where it is
     not a fit (SGLang's all-reduce model then prices the reduce, `epsim.cost.tp`)."""
 

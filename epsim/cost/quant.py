@@ -272,8 +272,12 @@ def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
     """
     rows = np.asarray(rows_per_expert, dtype=np.float64)
     tile = np.asarray(tile, dtype=np.float64)[..., None]
-    extra = np.maximum(np.ceil(rows / tile - 1e-9) - 1.0, 0.0).sum(axis=-1)
-    return extra * weight_bytes * 1e-3
+    extra = rows / tile                  # max(ceil(rows / tile - 1e-9) - 1, 0), in place
+    extra -= 1e-9
+    np.ceil(extra, out=extra)
+    extra -= 1.0
+    np.maximum(extra, 0.0, out=extra)
+    return extra.sum(axis=-1) * weight_bytes * 1e-3
 
 
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,

@@ -15,7 +15,9 @@ the live bench measured instead of expected values:
                       priced by the all-reduce model (`epsim.cost.allreduce`,
                       `any/allreduce/graph/<algorithm>`; no design row: NCCL is a min of lines).
                       The `none` backend's dispatch is its all-gather (`none/allgather`, over
-                      `none/allreduce`), its combine its measured all-reduce (`none/allreduce`).
+                      `none/allreduce`; an nccl-tests all-gather, `extra.kernel` "NCCL", is the
+                      all-reduce model's NCCL ring, one pass: `allgather_record_us`), its
+                      combine its measured all-reduce (`none/allreduce`).
   moe_layer           dispatch + experts + combine of the record's backend, plus the layer's
                       `sync_us` (`<backend>/moe_layer`; no design row: not one linear component).
   block_ops           tokens per rank and `extra.pairs` (one GPU: tokens x top_k), the block's
@@ -135,6 +137,25 @@ def allreduce_record_us(record: MeasurementRecord, profile: Profile) -> float:
     if record.timing == "eager":
         us += profile.params("any", "allreduce", "host", defaults={"base_us": 0.0})["base_us"]
     return us
+
+
+def is_nccl_allgather(record: MeasurementRecord) -> bool:
+    """An nccl-tests all-gather (the op tables' `none` dispatch, `extra.kernel` "NCCL"): NCCL's
+    ring, priced by the all-reduce model's ring term (`allgather_record_us`), never fitted into
+    `none/allgather` (the live block's all-gather, device + host)."""
+    return (record.kind == "dispatch" and record.backend == "none"
+            and record.extra.get("kernel") == "NCCL")
+
+
+def allgather_record_us(record: MeasurementRecord, profile: Profile) -> float:
+    """An nccl-tests all-gather by the all-reduce model's NCCL ring, one pass (`ring_us(...,
+    passes=1)`: `n - 1` steps, `(n - 1) / n` of the gathered bytes; coefficients
+    `any/allreduce/graph/nccl`, fitted on the all-reduce rows), µs."""
+    cluster = record_cluster(record, profile)
+    params = profile.params("any", "allreduce", f"{GRAPH}/nccl",
+                            defaults=allreduce_defaults(cluster)["nccl"])
+    num_bytes = record.bytes or record.ep_size * record.num_tokens_per_rank * record.hidden_size * 2.0
+    return float(ring_us(num_bytes, record.ep_size, cluster.num_nodes, params, passes=1))
 
 
 def _expert_counts(record: MeasurementRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -307,4 +328,6 @@ def predict_record(record: MeasurementRecord, profile: Profile) -> float:
                            f"{list(PREDICTABLE_KINDS)} to be predicted")
     if record.kind == "allreduce":
         return allreduce_record_us(record, profile)
+    if is_nccl_allgather(record):
+        return allgather_record_us(record, profile)
     return record_features(record, profile).predicted_us

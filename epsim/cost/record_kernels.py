@@ -24,11 +24,11 @@ from typing import NamedTuple
 import numpy as np
 
 from epsim.cost.experts import num_sms, row_tiles
-from epsim.cost.mla import (DEEPSEEK_MLA, MLA_DEQUANT_TERMS, MLA_TERMS, absorbed_form,
-                            absorbed_prefill, decode_block_heads, decode_dequantises,
-                            decode_kernel_work, dequant_frac, dequant_sm_us, kernel_form,
-                            math_dtype, mla_defaults, mla_kernel_features, per_head_form,
-                            prefill_kernel_work)
+from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
+                            mla_defaults, mla_kernel_features, per_head_form, prefill_kernel_work)
+from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode_dequantises,
+                                   decode_features, decode_kernel_work, dequant_frac,
+                                   dequant_sm_us, kernel_form, math_dtype)
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERMS,
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, gemm_features, gemm_work, layout_kb,
@@ -152,6 +152,9 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
             return KernelRow(component_key("any", kind, GRAPH), MLA_DEQUANT_TERMS.coef_names,
                              row, MLA_DEQUANT_TERMS.coefficients(
                                  {**params, "dequant_frac": dequant_frac(params)}))
+        terms, rows = decode_features(work, params, hw, heads, math)
+        return KernelRow(component_key("any", kind, GRAPH), terms.coef_names, rows[0],
+                         terms.coefficients(params))
     else:
         form = (absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
                 if absorbed_prefill(hw.name) else

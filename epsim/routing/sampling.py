@@ -138,20 +138,15 @@ class AliasTable:
         column = u.astype(np.int64)                        # floor: u >= 0
         np.minimum(column, experts - 1, out=column)        # u * experts may round up to experts
         u -= column                                        # the fraction: where in the column
-        column += (experts * np.arange(num_draws * layers)).reshape(num_draws, layers, 1)
-        # a slot stays in its column below the cut, else goes to the column's alias: count the
-        # slots and the stayers per column, then move the leavers (no per-slot alias lookup)
-        stay = u < np.take(self._cut, column % (layers * experts))
-        slots = np.bincount(column.ravel(), minlength=cells)
-        kept = np.bincount(column.ravel(), weights=stay.ravel(), minlength=cells)
-        loads = kept + np.bincount(self._other_of(num_draws), weights=slots - kept,
-                                   minlength=cells)
+        column += (experts * np.arange(layers)).reshape(1, layers, 1)     # [layers * experts]
+        # a slot stays in its column below the cut, else goes to the column's alias; each
+        # slot's expert, offset by its draw, is counted once (integer counts: the same values
+        # as counting stayers and leavers apart)
+        stay = u < np.take(self._cut, column)
+        expert = np.where(stay, column, np.take(self._other, column))
+        expert += (layers * experts * np.arange(num_draws)).reshape(num_draws, 1, 1)
+        loads = np.bincount(expert.ravel(), minlength=cells).astype(np.float64)
         return loads.reshape((num_draws, layers, experts))
-
-    def _other_of(self, num_draws: int) -> np.ndarray:
-        """[num_draws * layers * experts] each column's alias, flat over the draws too."""
-        size = self._other.shape[0]
-        return (self._other[None, :] + size * np.arange(num_draws)[:, None]).ravel()
 
 
 def normal_loads(shares: np.ndarray, num_slots: int, rng: np.random.Generator,

@@ -4,15 +4,14 @@ header line, which names the machine)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tests.benchmarks.regenerate import assert_body_regenerates  # noqa: E402
 
 import silicon_ttft_gap as gap  # noqa: E402
 
@@ -42,12 +41,4 @@ def test_group_table_on_three_runs():
 
 
 def test_recorded_result_regenerates(tmp_path):
-    from epsim.validate.silicon.rows import default_csv_path
-    if default_csv_path() is None:
-        pytest.skip("aiconfigurator-core (the silicon sample) is not installed")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/silicon_ttft_gap.py")], env=env,
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    recorded = (ROOT / "benchmarks/results/silicon_ttft_gap.md").read_text().splitlines()
-    assert done.stdout.splitlines() == recorded[4:]          # the body, below title and command
+    assert_body_regenerates("silicon_ttft_gap.py", "silicon_ttft_gap.md", tmp_path)

@@ -5,7 +5,8 @@ A row's clients cycle through TTFT + (OSL - 1) x TPOT per request (`sglang.bench
 definitions, docs/silicon.md), so each side of a P/D pair depends on the other's latency. Pass 0
 runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
 `ROUNDS` rounds run the prefill and then the decode instance of a P/D pair, each with the latest
-figures of the other (its clients wait out the rest of the cycle: think time), one round an agg
+figures of the other (its clients wait out the rest of the cycle: think time; the decode of
+a round before the last over a shorter window, `EARLY_DECODE_CYCLES`), one round an agg
 instance. An agg or prefill instance runs one benchmark run as the harness does (`closed_round`:
 every client sends at t=0 into the idle instance, K requests each, all measured).
 A P/D request's TTFT is the prefill instance's plus the handoff around it
@@ -43,6 +44,13 @@ PROTOCOL_REQUESTS = (2, 10)      # a steady window (a decode instance; a row of 
 # TPOT -0.004 %, TTFT -0.0001 %, CPU 48 -> 12 s; the fixture's 1024-client cfg505 TPOT +0.04 %,
 # 26 -> 10 s), and a decode round of thousands of clients costs its steps' pricing
 MEASURED_REQUESTS = 2000
+# A P/D pair's rounds before the last run the decode instance over a shorter window (warm-up and
+# measured cycles, at most): their figures only feed the next round's prefill (its clients' think
+# time) and the handoff around it, and the last round measures the decode over the full window
+# (`PROTOCOL_REQUESTS`). The decode rounds were nearly all of a P/D row's time, the first half of
+# it spent on figures the last round replaces (each row's change: benchmarks/results/
+# silicon_speed.md)
+EARLY_DECODE_CYCLES = (1, 2)
 # One benchmark run's requests per client (`--num-prompts` / `--max-concurrency`), run after a
 # warm-up that has finished before it starts (`benchmark_serving.py` gathers the warm-up tasks,
 # then creates every request of the run at once behind a semaphore of N): InferenceX's
@@ -95,7 +103,7 @@ def pass0(instance: Instance, warmup_s: float = PASS0_WINDOW_S[0]) -> dict:
 
 
 def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
-                 outside_s: float = 0.0, span: float = 1.0) -> dict:
+                 outside_s: float = 0.0, span: float = 1.0, early: bool = False) -> dict:
     """One instance under its closed-loop clients; a P/D side's clients wait out the rest of the
     cycle: `outside_s` is the part of the TTFT spent outside this instance (a prefill's: the
     handoff; a decode's: everything before the KV has arrived).
@@ -114,12 +122,14 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     never has. So a decode instance runs the clients its decode holds on average, Little's
     law's clients x (cycle - outside) / cycle, each sending again as its request ends (think
     0), started part-way through their requests (as many per rank as divide evenly): the
-    decoding population of the measured loop, at a steady batch.
+    decoding population of the measured loop, at a steady batch. `early`: a round before a P/D
+    pair's last, whose decode runs `EARLY_DECODE_CYCLES`' shorter window.
     """
     cycle_s = ttft_s + (osl - 1) * tpot_s
     clients = instance.routed_clients or instance.clients
     arrivals = {"kind": "concurrency", "clients": clients}
-    warm, measured = PROTOCOL_REQUESTS
+    warm, measured = EARLY_DECODE_CYCLES if early and instance.role == "decode" \
+        else PROTOCOL_REQUESTS
     measured = min(max(ceil(MEASURED_REQUESTS / max(clients, 1)), 1), measured)
     window = (warm * cycle_s, (warm + measured) * cycle_s)
     if instance.role == "prefill":
@@ -218,14 +228,15 @@ def _predict(plan: RowPlan, entry: dict) -> dict:
 
 
 def _simulate_round(make, instance: Instance, ttft_s: float, tpot_s: float, osl: int,
-                    outside_s: float) -> dict:
+                    outside_s: float, early: bool = False) -> dict:
     """The summary of one instance's round (`make`: `closed_round` or `open_round`); a
     benchmark run's span doubled until every one of its requests has its first token (its
-    cycle is the last round's, short of the run's own where the first wave queues)."""
+    cycle is the last round's, short of the run's own where the first wave queues).
+    `early`: a round before a P/D pair's last (`closed_round`'s)."""
     span = 1.0
     for _ in range(RUN_SPAN_TRIES):
-        data = make(instance, ttft_s, tpot_s, osl, outside_s, span) if make is closed_round \
-            else make(instance, ttft_s, tpot_s, osl, outside_s)
+        data = make(instance, ttft_s, tpot_s, osl, outside_s, span, early) \
+            if make is closed_round else make(instance, ttft_s, tpot_s, osl, outside_s)
         summary = _simulate(data)
         total = data["workload"]["arrivals"].get("num_requests")
         if total is None:
@@ -260,13 +271,14 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
     # an agg instance's clients wait on no other side: one closed-loop run is the answer (a
     # second would only size its window from the first's cycle); a P/D pair's sides agree in
     # rounds, each side run with the other's latest figures
-    for _ in range(1 if [i.role for i in instances] == ["agg"] else ROUNDS):
+    rounds = 1 if [i.role for i in instances] == ["agg"] else ROUNDS
+    for round_index in range(rounds):
         for instance in instances:
             make = closed_round if instance.closed_loop else open_round
             outside_ms = {"prefill": ttft_ms - prefill_ms,
                           "decode": ttft_ms - first_ms}.get(instance.role, 0.0)
             summary = _simulate_round(make, instance, ttft_ms * 1e-3, tpot_ms * 1e-3, osl,
-                                      max(outside_ms, 0.0) * 1e-3)
+                                      max(outside_ms, 0.0) * 1e-3, round_index < rounds - 1)
             shares[instance.role] = _shares(summary)
             ttft = _mean(summary, "ttft_ms")
             tpot = _mean(summary, "tpot_ms") if instance.role != "prefill" else tpot_ms

@@ -10,7 +10,8 @@ import numpy as np
 
 from epsim.cost.attention import BatchCounts
 from epsim.cost.flash import decode_work, kernel_us, num_splits
-from epsim.cost.mla import mla_attention_us, mla_decode_kernel
+from epsim.cost.mla import mla_attention_us
+from epsim.cost.mla_decode import mla_decode_kernel
 from epsim.cost.model import CostModel
 from epsim.cost.tp import attention_collectives_us
 from epsim.spec.deployment import DeploymentSpec

@@ -1,11 +1,13 @@
-"""MLA (`epsim.cost.mla`): the kernel at MLA's sizes (latent cache at its dtype, read once by
-Hopper's 64-head blocks and Blackwell's tile of the heads, Hopper's FP8 cache cast in a pass of
-its own, Blackwell's FP8 math, the absorbed or per-head prefill by GPU), its design rows equal to
-the model, and a DeepSeek deployment priced by it instead of the GQA kernels."""
+"""MLA (`epsim.cost.mla`, `epsim.cost.mla_decode`): the kernel at MLA's sizes (latent cache at
+its dtype, read once by Hopper's 64-head blocks and Blackwell's two kernels' tiles, Hopper's FP8
+cache cast in a pass of its own, Blackwell's FP8 math and its swapped kernel's own rates, the
+absorbed or per-head prefill by GPU), its design rows equal to the model, and a DeepSeek
+deployment priced by it instead of the GQA kernels."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,12 +15,13 @@ import pytest
 from epsim.cost.attention import BatchCounts
 from epsim.cost.flash import kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
-from epsim.cost.mla import (BLACKWELL_MIN_ROWS, MLA_DEQUANT_TERMS, MLA_TERMS,
-                            SM_CAST_ELEMS_PER_US, absolute,
-                            absorbed_form, absorbed_prefill, decode_block_heads,
-                            decode_dequantises, decode_kernel_work, dequant_us, kernel_form,
-                            math_dtype, mla_decode_kernel, mla_defaults, mla_kernel_features,
-                            mla_kernel_us, mla_token_us, per_head_form, prefill_kernel_work)
+from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill, mla_defaults,
+                            mla_kernel_features, mla_kernel_us, mla_token_us, per_head_form,
+                            prefill_kernel_work)
+from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS, SM_CAST_ELEMS_PER_US,
+                                   decode_block_heads, decode_dequantises, decode_features,
+                                   decode_kernel_work, dequant_us, kernel_form, kernel_params,
+                                   math_dtype, mla_decode_kernel, swapped)
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
 from epsim.cost.record_kernels import kernel_record_features
@@ -63,18 +66,55 @@ def test_decode_reads_the_cache_once():
 
 
 def test_blackwell_tiles_the_heads():
-    """TRT-LLM's MLA generation kernel holds DeepSeek's 128 heads in one CTA and fewer in a
-    tile of their own (a power of two); Hopper's FlashAttention-3 pads any count to 64."""
-    assert [decode_block_heads(g) for g in ("H100", "H200", "B200", "GB200", "GB300")] == \
-        [64, 64, 128, 128, 128]
-    assert [decode_block_heads("B200", h) for h in (1, 16, 17, 64, 128)] == \
-        [BLACKWELL_MIN_ROWS, 16, 32, 64, 128]
+    """TRT-LLM's MLA generation kernels: up to 32 heads the swapped kernel's 8- or 16-head
+    tiles (32 heads: two CTAs a sequence), above the high-throughput kernel's 64 (128 heads:
+    two); Hopper's FlashAttention-3 pads any count to 64."""
+    assert [decode_block_heads(g, 128) for g in ("H100", "H200", "B200", "GB200", "GB300")] == \
+        [64, 64, 64, 64, 64]
+    assert [decode_block_heads("B200", h) for h in (1, 8, 16, 32, 64, 128)] == \
+        [8, 8, 16, 16, 64, 64]
+    assert [swapped("B200", h) for h in (16, 32, 64)] == [True, True, False]
+    assert not swapped("H200", 16)
     assert [decode_block_heads("H200", h) for h in (1, 16, 128)] == [64, 64, 64]
-    seqs, ctx = np.array([32.0]), np.array([32.0 * 8192])
+    seqs, ctx = np.array([592.0]), np.array([592.0 * 8192])      # 4 whole waves of 148 SMs
     form = absorbed_form(512, 64, 2.0)
-    few = decode_kernel_work(seqs, ctx, 16, form, 148, decode_block_heads("B200", 16))
-    all_ = decode_kernel_work(seqs, ctx, 128, form, 148, decode_block_heads("B200", 128))
-    assert few.mflops[0] == pytest.approx(all_.mflops[0] / 8)
+    work = {h: decode_kernel_work(seqs, ctx, h, form, 148, decode_block_heads("B200", h))
+            for h in (16, 32, 64, 128)}
+    # the math of the CTAs' rows: 16, 2 x 16, 64, 2 x 64; the cache's bytes once at any count
+    assert [work[h].mflops[0] / work[16].mflops[0] for h in (32, 64, 128)] == \
+        pytest.approx([2, 4, 8])
+    assert work[128].mem_kb[0] - work[16].mem_kb[0] < 0.03 * work[16].mem_kb[0]   # + queries
+
+
+def test_blackwells_swapped_kernel_has_its_own_rates():
+    """The swapped kernel's rows price its memory and math at `swapped_hbm_frac` and
+    `swapped_frac` in columns of their own; the other kernel's at `hbm_frac`, `tensor_frac`;
+    Hopper's rows are `MLA_TERMS`'. The simulator's kernel prices what the rows do."""
+    b200 = get_hardware("B200")
+    params = {**PARAMS, "swapped_hbm_frac": 0.7, "swapped_frac": 0.1}
+    assert kernel_params(params, "B200", 32)["tensor_frac"] == 0.1
+    assert kernel_params(params, "B200", 64)["tensor_frac"] == 0.6
+    assert "swapped_frac" not in kernel_params(params, "H200", 16)
+    seqs, ctx = np.array([1024.0]), np.array([1024.0 * 16384])
+    form = absorbed_form(512, 64, 2.0)
+    for heads, used, empty in ((32, [5, 6], [3, 4]), (128, [3, 4], [5, 6])):
+        work = decode_kernel_work(seqs, ctx, heads, form, 148, decode_block_heads("B200", heads))
+        terms, rows = decode_features(work, params, b200, heads)
+        assert terms is MLA_SWAPPED_TERMS and not rows[0, empty].any()
+        assert rows[0, used].any()
+        assert rows[0] @ terms.coefficients(params) == pytest.approx(
+            kernel_us(work, absolute(kernel_params(params, "B200", heads), b200))[0])
+    terms, _ = decode_features(decode_kernel_work(seqs, ctx, 16, form, 132), params, H200, 16)
+    assert terms is MLA_TERMS
+    # 32 heads run the swapped kernel at a tenth of the peak: math-bound, slower than 128
+    mla = _deepseek("B200", profile=_b200_profile(params)).params.attention.mla
+    us = {h: mla_decode_kernel(replace(mla, heads=h)).us(seqs, ctx)[0] for h in (32, 128)}
+    assert us[32] > us[128]
+
+
+def _b200_profile(params) -> Profile:
+    return Profile.from_dict({"name": "mla-b200", "hardware": "B200", "components": {
+        "any/mla_decode_bf16/graph": {"params": dict(params), "source": "fit"}}})
 
 
 def test_blackwell_multiplies_an_fp8_cache_in_fp8():
@@ -147,9 +187,9 @@ def test_decode_waves_count_one_cta_per_sm():
     us = {n: mla_kernel_us(w, mla_defaults(), h100)[0] for n, w in work.items()}
     assert 0.45 < us[128.0] / us[256.0] < 0.55
     assert us[132.0] < 1.03 * us[128.0] and us[133.0] > 1.4 * us[132.0]
-    # Blackwell's 128-head CTAs: 148 SMs fill a wave at 148 sequences
-    bw = [decode_kernel_work(np.array([n]), np.array([n * keys]), 128, form, 148,
-                             decode_block_heads("B200")).waves[0] for n in (128.0, 148.0, 149.0)]
+    # Blackwell's 64-head CTAs: 148 SMs fill a wave at 148 sequences
+    bw = [decode_kernel_work(np.array([n]), np.array([n * keys]), 64, form, 148,
+                             decode_block_heads("B200", 64)).waves[0] for n in (128.0, 148.0, 149.0)]
     assert bw == [1, 1, 2]
 
 
@@ -262,3 +302,36 @@ def test_an_fp8_cache_decodes_in_blackwells_bf16_kernel_fit():
         sheet = Profile(name=f"datasheet-{gpu}", hardware=gpu)
         assert kernel_keys(record) == [kernel_record_features(record, sheet).component] \
             == [f"any/{kind}/graph"]
+
+
+def test_decode_takes_its_prefills_tensor_rate():
+    """A decode on up to 64 heads is bound by its cache: the fit holds its tensor rate at the
+    same GPU's MLA prefill fit (`epsim.calibrate.build.mla_decode_held`), which its
+    compute-bound records determine; the other decode terms are fitted."""
+    from epsim.calibrate.build import fit_records
+    from epsim.calibrate.holdout import Holdout
+    from epsim.calibrate.inputs import SourcedRecord
+    from epsim.cost.record import predict_record
+    truth = Profile.from_dict({"name": "truth", "hardware": "H200", "components": {
+        f"any/mla_{kind}_bf16/graph": {"params": {**PARAMS, "tensor_frac": frac}, "source": "fit"}
+        for kind, frac in (("decode", 0.9), ("prefill", 0.55))}})
+    records = []
+    for kind, seqs, ctx, heads in [(k, s, c, h) for k in ("mla_decode", "mla_prefill")
+                                   for s in (1, 16, 256) for c in (256, 4096, 16384)
+                                   for h in (16, 64)]:
+        r = MeasurementRecord(
+            kind=kind, backend="local", ep_size=1, hidden_size=0, median_us=1.0,
+            num_tokens_per_rank=seqs if kind == "mla_decode" else seqs * ctx,
+            num_attention_heads=heads, num_seqs=seqs, context_len=ctx, kv_cache_dtype="bf16",
+            timing="device", extra={"scope": "kernel"},
+            provenance=Provenance(device="NVIDIA H200", hardware="H200"))
+        records.append(SourcedRecord(r.model_copy(update={"median_us": predict_record(r, truth)}),
+                                     "synthetic", len(records) + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        components = fit_records(records, [], Holdout(), name="t").profile.components
+    prefill, decode = (components[f"any/mla_{k}_bf16/graph"] for k in ("prefill", "decode"))
+    assert prefill.params["tensor_frac"] == pytest.approx(0.55, rel=0.02)
+    assert decode.params["tensor_frac"] == prefill.params["tensor_frac"]
+    assert "held at tensor_frac" in decode.note
+    assert decode.params["hbm_frac"] == pytest.approx(0.8, rel=0.02)

@@ -20,7 +20,8 @@ from epsim.cost.experts import (TILE_M, TILE_N, ExpertGemm, even_experts_us, eve
                                 experts_features, experts_us, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
 from epsim.cost.record import predict_record, record_features
-from epsim.cost.tp import tp_allreduce_us
+from epsim.cost.allreduce import ring_us
+from epsim.cost.tp import nccl_allgather_us, tp_allreduce_us
 from epsim.cost.traffic import Traffic, count_traffic
 from epsim.errors import ProfileError, RecordError, SpecError
 from epsim.default_profile import default_profile
@@ -363,9 +364,12 @@ def test_none_backend_is_allgather_plus_allreduce():
     tokens = np.full(8, 100.0)
     moe = cm.moe(np.full((1, 128), 800 * 8 / 128), tokens, tables)
     hidden_bytes = 800 * 2048 * 2
-    np.testing.assert_allclose(moe.dispatch_us, collective_us(hidden_bytes, 8, 1, 1, cm.params.collectives.allreduce))
-    # a datasheet profile has no measured `none/allreduce`: the reduce is the all-reduce model's,
-    # as SGLang's all-reduce over the 8 GPUs (`epsim.cost.allreduce`, the one owner)
+    # a datasheet profile has no measured `none/allreduce`: both collectives are the all-reduce
+    # model's (`epsim.cost.allreduce`, the one owner): the gather its NCCL ring's one pass, the
+    # reduce SGLang's all-reduce over the 8 GPUs
+    np.testing.assert_allclose(moe.dispatch_us, nccl_allgather_us(hidden_bytes, 8, cm.params, False))
+    ring = ring_us(hidden_bytes, 8, 1, cm.params.tp_collectives.allreduce["nccl"], passes=1)
+    np.testing.assert_allclose(moe.dispatch_us, float(ring) + cm.params.tp_collectives.host_us)
     np.testing.assert_allclose(moe.combine_us, tp_allreduce_us(hidden_bytes, 8, cm.params, False))
 
 

@@ -1,0 +1,253 @@
+"""Why epsim's TPOT is too low on the B200 FP8 DeepSeek-R1 agg TP8 rows that ran with MTP, and
+more so at many clients (issue 39): the error split, the verify cycle's parts as epsim prices
+them, and its MoE against AIC's op table at the verify step's token counts.
+
+    python benchmarks/mtp_b200_verify.py [--out benchmarks/results/mtp_b200_verify.md]
+
+1. The whole-set record (benchmarks/results/silicon_rows.json.gz, validation only: read, never
+   fitted) split by concurrency and by MTP twin. InferenceX's dsr1-fp8-b200-sglang key and its
+   -mtp twin both ran 4-64 clients in one push (`agg_recipes`), so two measured TPOTs share one
+   row shape there; the record does not say which is which, and here the lower is read as the
+   MTP run's (the draft's purpose) -- a diagnostic reading only. 128-512 clients (and 8k/1k at
+   8-64) only the -mtp twin ran. Beside each pair, the speed-up MTP gives, measured and epsim's.
+2. epsim's verify cycle at b requests of the 1k/1k row (`plan_row` -> `Simulation`): the
+   decode step of b requests, the verify step (`verify_counts`: b x 3 tokens), the draft's
+   forwards (`DraftPricer`), uniform routing, 1500 keys each; and whether SGLang replays a CUDA
+   graph there (`cuda_graph_max_bs` 512; SGLang's speculative capture list, `server_args.
+   _generate_cuda_graph_batch_sizes`, runs to it in steps of 16 past 272).
+3. The routed experts of one MoE layer against AIC's B200 SGLang MoE table (fp8_block, MoE-TP8,
+   flashinfer_trtllm kernel; op-level calibration data) from a decode batch's token count to a
+   verify step's: epsim's kernel on AIC's own expert counts (DeepSeek's grouped top-k keeps 4 of
+   8 groups: at most 128 experts, `grouped_balanced_counts`) against AIC's `balanced` rows, and
+   epsim's uniform routing against AIC's `power_law_1.01` rows; then what the verify step's MoE
+   grows by over the decode step's (3b tokens over b) in each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import platform
+import sys
+import warnings
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from aic_stages import frames, uniform_loads  # noqa: E402
+from epsim.calibrate.aic_records import grouped_balanced_counts  # noqa: E402
+from epsim.calibrate.aic_tables import package_version  # noqa: E402
+from epsim.cost.attention import BatchCounts  # noqa: E402
+from epsim.io.write import write_text  # noqa: E402
+from epsim.sim.engine import Simulation  # noqa: E402
+from epsim.sim.speculative import Acceptance, DraftPricer, verify_counts  # noqa: E402
+from epsim.spec.scenario import scenario_from_dict  # noqa: E402
+from epsim.validate.silicon.mapping import plan_row  # noqa: E402
+from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
+from lmsys_decode_stages import measured  # noqa: E402
+
+RECORD = ROOT / "benchmarks" / "results" / "silicon_rows.json.gz"
+MTP_ROW = "2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c128_tp8_ep1_1681"
+KEYS = 1500                           # a 1k/1k request's mean context mid-output
+BATCHES = (4, 16, 32, 64, 128, 256, 512)
+MOE_TABLE = {"moe": "moe/sglang/0.5.14/moe_perf.parquet"}
+# what the tables say, and why (the sources named; no number here is read from the tables above)
+READING = """## Reading
+
+- The error grows with clients on every shape, and where both twins ran, epsim's speed-up from
+  MTP grows with clients while the measured one shrinks: the verify cycle is priced too cheap
+  against a decode step at many clients. The accept length cannot do that alone: it is a
+  per-request property, alike at every batch (`epsim.sim.speculative.Acceptance`).
+- Not the CUDA graph: SGLang's speculative capture list (`server_args.
+  _generate_cuda_graph_batch_sizes`: 1-8, 10-32 by 2, 40-64 by 4, 72-256 by 8, then by 16 to
+  `cuda_graph_max_bs`) reaches the script's 512, so the verify (b x 3 tokens, `TARGET_VERIFY`)
+  and the draft replay graphs at every batch these rows run; epsim prices them so (table 2).
+- Not the draft: one MTP layer and the LM head, about a millisecond a cycle (table 2).
+- The verify step's attention, all-reduce and LM head are priced at its b x 3 tokens already
+  (`verify_counts`); its attention is what grows from 256 requests on (table 2).
+- The MoE: AIC's B200 SGLang MoE table (op-level calibration data; the `flashinfer_trtllm`
+  kernel these rows ran) grows 1.3-1.7x from a decode step's tokens to a verify step's at
+  64-256 requests; epsim's experts model does not (0.96-1.06x, table 3). On the same expert
+  counts its time is flat from ~100 to ~800 tokens while AIC's doubles (epsim / AIC 1.2-1.4 at
+  16-96 tokens, 0.6-0.7 at 384-768): the model's math pads every expert to a fixed 64-row tile
+  (`epsim.cost.experts.TILE_M`), so nothing in it grows below 64 rows per expert, while the
+  kernel sizes its token tile from the balanced rows per expert (8 to 64-128 rows,
+  `epsim.cost.quant.trtllm_tile`, which epsim uses only for the re-reads of extra tiles), and
+  its time grows through that range. So the verify step's MoE costs what the decode step's
+  does from 64 requests on. At 128-256 requests the what-if adds ~11-12 ms to a ~35-48 ms
+  cycle; the same flat model over-prices a decode step's few rows per expert, which is where
+  the no-MTP twins at 32-64 clients come out high.
+- The accept length stays open: epsim's 2.57 is DeepSeek-V3's 85 % second-token acceptance
+  applied at both draft positions (an extrapolation, docs/model.md). The twins at 4 clients
+  read against epsim's own cycle / decode ratio put it near the `implied` figures of table 1
+  (validation data: a diagnostic, never a setting).
+- What would close it: an experts term that grows with the rows of the tile the TRT-LLM
+  kernel runs (its `trtllm_tile`, below 64 rows per expert), fitted with the others on AIC's
+  MoE rows (`scripts/aic_profiles.py`), then the accept length where the MoE leaves a gap;
+  it moves every Blackwell row (decode steps too), so it needs the whole-set record re-run.
+"""
+MOE_WHERE = dict(moe_dtype="fp8_block", hidden_size=7168, inter_size=2048, num_experts=256,
+                 topk=8, moe_tp_size=8, moe_ep_size=1)
+
+
+def _ran_mtp(entry: dict) -> str:
+    """'mtp' (only the -mtp twin ran the row), 'both' (both twins did), or 'base'."""
+    said = " ".join(entry["epsim"]["assumptions"])
+    if "MTP: only" in said:
+        return "mtp"
+    return "both" if "spread" in entry["epsim"] else "base"
+
+
+def record_rows() -> list[dict]:
+    """The whole-set record's rows (`RECORD`)."""
+    return json.loads(gzip.decompress(RECORD.read_bytes()))["rows"]
+
+
+def record_split(rows: list[dict], accept: float) -> list[str]:
+    """Part 1: the record's B200 FP8 agg TP8 SGLang 0.5.9 rows (`rows`: the record's entries)
+    by shape and clients (module doc); `accept`: epsim's accept length for them."""
+    groups: dict[tuple, dict] = defaultdict(lambda: {"measured": set(), "base": None, "mtp": None})
+    for r in rows:
+        if (r["system"], r["mode"], r["precision"]) != ("b200_sxm", "agg", "fp8") \
+                or not r["layout"].startswith("tp8 ") or r["epsim"].get("tpot_ms") is None \
+                or r["version"] != "0.5.9":
+            continue
+        g = groups[(r["isl"], r["osl"], r["concurrency"])]
+        g["measured"].add(round(r["measured"]["tpot_ms"], 3))
+        ran = _ran_mtp(r)
+        if ran == "mtp":
+            g["mtp"] = r["epsim"]["tpot_ms"]
+        elif ran == "both":
+            c = {x["deployment"].split(",")[0]: x["tpot_ms"] for x in r["epsim"]["spread"]["candidates"]}
+            g["base"], g["mtp"] = c["without MTP"], c["with MTP"]
+    lines = ["| ISL/OSL | clients | twins ran | measured no-MTP | measured MTP | epsim no-MTP | "
+             "epsim MTP | MTP error | speed-up measured | speed-up epsim |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    by_clients: dict[str, list[float]] = defaultdict(list)
+    for (isl, osl, c), g in sorted(groups.items()):
+        got = sorted(g["measured"])
+        base_m, mtp_m = (got[-1], got[0]) if g["base"] is not None else (None, got[0])
+        err = 100.0 * (g["mtp"] / mtp_m - 1.0)
+        by_clients["4-16" if c <= 16 else "32-64" if c <= 64 else "128-512"].append(err)
+        fmt = (lambda v: "-" if v is None else f"{v:.2f}")
+        lines.append(f"| {isl}/{osl} | {c} | {'both' if g['base'] is not None else 'MTP only'} | "
+                     f"{fmt(base_m)} | {mtp_m:.2f} | {fmt(g['base'])} | {g['mtp']:.2f} | "
+                     f"{err:+.1f} % | {fmt(base_m and base_m / mtp_m)} | "
+                     f"{fmt(g['base'] and g['base'] / g['mtp'])} |")
+    implied = [(isl, osl, accept * max(g["measured"]) / min(g["measured"]) * g["mtp"] / g["base"])
+               for (isl, osl, c), g in sorted(groups.items()) if c == 4 and g["base"] is not None]
+    lines += ["", f"Accept length implied at 4 clients (epsim's {accept:.2f} x measured / epsim "
+              "speed-up; "
+              "diagnostic only): " + ", ".join(f"{i}/{o}: {a:.2f}" for i, o, a in implied) + "."]
+    lines += ["", "MTP error by clients (signed mean / MAPE over the shapes): " + "; ".join(
+        f"{k}: {np.mean(v):+.1f} / {np.mean(np.abs(v)):.1f} % (n {len(v)})"
+        for k, v in sorted(by_clients.items(), key=lambda kv: int(kv[0].split('-')[0])))]
+    return lines
+
+
+def cycle_parts(row) -> tuple[list[str], float, dict]:
+    """Part 2: epsim's decode step, verify step and draft forwards at each batch (ms); also
+    {b: (decode MoE, verify MoE, verify + draft)} (µs a step)."""
+    data = plan_row(row).instances[0].data
+    sim = Simulation(scenario_from_dict(json.loads(json.dumps(data)), where="silicon row"))
+    cm, m, d = sim.cost_model, sim.cost_model.model, sim.scenario.deployment
+    steps, _, draft_tokens = d.speculative_steps
+    accept = Acceptance(steps, d.speculative_accept_length, 0).mean
+    draft = DraftPricer(sim.scenario, sim.profile, 0)
+    lines = ["| requests b | decode step | its MoE | verify step (3b tokens) | its MoE | its "
+             "attention | draft forwards | cycle / decode | CUDA graph (verify) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    cycle = {}
+    for b in BATCHES:
+        batch = BatchCounts.uniform_decode(1, b, KEYS)
+        verify = verify_counts(batch, draft_tokens)
+        dec = cm.step(batch, uniform_loads(m.num_moe_layers, m.num_experts, m.top_k, b, 0),
+                      sim.placement.tables)
+        ver = cm.step(verify, uniform_loads(m.num_moe_layers, m.num_experts, m.top_k,
+                                            b * draft_tokens, 0), sim.placement.tables)
+        drf = draft.cycle_us(np.array([b]), np.array([b * KEYS]), None, 0.0,
+                             np.random.default_rng(0))
+        lines.append(f"| {b} | {dec.step_us / 1e3:.2f} | {dec.experts_us.sum() / 1e3:.2f} | "
+                     f"{ver.step_us / 1e3:.2f} | {ver.experts_us.sum() / 1e3:.2f} | "
+                     f"{ver.attention_us.sum() / 1e3:.2f} | {drf / 1e3:.2f} | "
+                     f"{(ver.step_us + drf) / dec.step_us:.2f} | {cm.uses_graph(verify)} |")
+        cycle[b] = (dec.experts_us.sum(), ver.experts_us.sum(), ver.step_us + drf)
+    return lines, accept, cycle
+
+
+def moe_growth(cycle: dict) -> list[str]:
+    """Part 3: one MoE layer's routed experts, epsim against AIC, decode to verify token counts;
+    and what a verify cycle (`cycle_parts`) would gain if its MoE grew over the decode step's as
+    AIC's power_law_1.01 rows do (a what-if: epsim's decode-step MoE x AIC's ratio)."""
+    from aic_stages import row_simulation
+    rows = {r.id: r for r in read_rows(default_csv_path())}
+    sim = row_simulation(rows["dsr1_b200_sglang_fp8_agg_1024x8192_c64_cfg87"])
+    cm, m = sim.cost_model, sim.cost_model.model
+    f = frames("b200_sxm", MOE_TABLE)["moe"]
+    at: dict[int, tuple[float, float, float, float]] = {}
+    for t in sorted({b * k for b in BATCHES for k in (1, 3)}):
+        batch = BatchCounts.uniform_decode(1, t, KEYS)
+        counts = np.tile(grouped_balanced_counts(t, m.num_experts, m.top_k, 8, 4),
+                         (m.num_moe_layers, 1))
+        ours = float(cm.moe(counts, cm.ep_tokens(batch), sim.placement.tables,
+                            graph=True).experts_us[0])
+        uniform = uniform_loads(m.num_moe_layers, m.num_experts, m.top_k, t, 0)
+        ours_u = float(cm.moe(uniform, cm.ep_tokens(batch), sim.placement.tables,
+                              graph=True).experts_us.mean())
+        at[t] = (measured(f, distribution="balanced", num_tokens=t, **MOE_WHERE), ours,
+                 measured(f, distribution="power_law_1.01", num_tokens=t, **MOE_WHERE), ours_u)
+    lines = ["| tokens | AIC balanced | epsim at AIC's counts | ratio | AIC power_law_1.01 | "
+             "epsim uniform | ratio |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {t} | {a:.1f} | {o:.1f} | {o / a:.2f} | {p:.1f} | {u:.1f} | {u / p:.2f} |"
+              for t, (a, o, p, u) in at.items() if not np.isnan(a)]
+    lines += ["", "The verify step's MoE over the decode step's (3b tokens over b), per layer:", "",
+              "| requests b | AIC balanced | epsim at AIC's counts | AIC power_law_1.01 | "
+              "epsim uniform | what-if: verify cycle's MoE at AIC's growth | cycle, ms "
+              "(epsim -> what-if) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for b in BATCHES:
+        lo, hi = at[b], at[3 * b]
+        if np.isnan(lo[0]) or np.isnan(hi[0]):
+            continue
+        dec_moe, ver_moe, total = cycle[b]
+        grown = dec_moe * hi[2] / lo[2]
+        lines.append(f"| {b} | {hi[0] / lo[0]:.2f} | {hi[1] / lo[1]:.2f} | {hi[2] / lo[2]:.2f} | "
+                     f"{hi[3] / lo[3]:.2f} | {ver_moe / 1e3:.1f} -> {grown / 1e3:.1f} ms | "
+                     f"{total / 1e3:.1f} -> {(total - ver_moe + grown) / 1e3:.1f} |")
+    return lines
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/mtp_b200_verify.md"))
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")              # the profile's extrapolation notes
+    rows = {r.id: r for r in read_rows(default_csv_path())}
+    parts, accept, cycle = cycle_parts(rows[MTP_ROW])
+    lines = ["# B200 FP8 DeepSeek-R1 agg TP8 with MTP: where epsim's TPOT falls short", "",
+             f"Generated by `python benchmarks/mtp_b200_verify.py` "
+             f"({datetime.now(timezone.utc):%Y-%m-%d}, {platform.node()}, Python "
+             f"{platform.python_version()}; aiconfigurator-core {package_version()}). "
+             "The script's docstring says what each table compares.", "",
+             "## 1. The whole-set record, SGLang 0.5.9 rows (TPOT, ms; validation only)", ""]
+    lines += record_split(record_rows(), accept)
+    lines += ["", f"## 2. epsim's verify cycle at b requests x {KEYS} keys (`{MTP_ROW}`; ms a step)",
+              "", f"epsim's accept length here: {accept:.2f} tokens a verify step "
+              "(`DEEPSEEK_ACCEPT_RATE` at both draft positions).", ""]
+    lines += parts
+    lines += ["", "## 3. Routed experts, one MoE layer, µs: epsim against AIC's "
+              f"`{MOE_TABLE['moe']}`", ""]
+    lines += moe_growth(cycle)
+    lines += ["", READING.rstrip()]
+    write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
