@@ -147,7 +147,8 @@ def _run_systems(run: str) -> set[str]:
 def merged(recorded: str, fresh: str, only: list[str], run: str) -> tuple[str, str]:
     """(head, body) of the recorded result with the table rows of the `only` kinds on the run's
     systems replaced by `fresh`'s (`markdown` output) and a line saying which rows which run
-    regenerated (an earlier run's line stays where it judged systems this one did not)."""
+    regenerated (an earlier run's line keeps the kinds whose rows it still gave: all of them
+    where it judged a system this one did not, else those this one did not judge)."""
     head, body = recorded.split("**Extrapolation hold-outs", 1)
     body = "**Extrapolation hold-outs" + body
     rows = lambda text: [x for x in text.splitlines() if x.startswith("| ")           # noqa: E731
