@@ -137,9 +137,17 @@ def _weak_columns(rows: np.ndarray, measured: np.ndarray, coef: np.ndarray, rela
     return [j for j in candidates if used[j] and coef[j] < MIN_T * se[j]]
 
 
-def _starts(terms, peaks: dict[str, float]) -> list[dict[str, float]]:
+# DeepEP normal's tuned chunk is a local choice too (`epsim.cost.comm.chunk_rounds`): its fit also
+# starts from a round latency against a first-chunk copy rate each (µs, µs per kB)
+CHUNK_STARTS = ((1.0, 0.005), (3.0, 0.1))
+
+
+def _starts(terms, peaks: dict[str, float], key: str = "") -> list[dict[str, float]]:
     """Starting parameters: the roofline's bound side is a local choice, so the experts and
-    attention kernel fits start from several compute-to-memory balances and keeps the best (one start otherwise)."""
+    attention kernel fits start from several compute-to-memory balances and keeps the best
+    (one start otherwise; DeepEP normal's exchanges also from `CHUNK_STARTS`)."""
+    if terms is COMM_TERMS and "normal" in key.split("/"):
+        return [{}] + [{"chunk_us": o, "chunk_us_per_kb": f} for o, f in CHUNK_STARTS]
     if terms in FRACTION_TERMS:       # efficiencies: fractions of the record's GPU's datasheet
         hbm = [p for p in ("hbm_frac", "swapped_hbm_frac") if p in terms.params]
         tensor = [p for p in ("tensor_frac", "swapped_frac") if p in terms.params]
@@ -229,7 +237,7 @@ def _best_fit(key, records, profile, terms, peaks, measured, lower, relative, fi
     the plain sum's solution), `fixed` columns held at their values (`held`: parameters with
     those columns, kept in every round's parameters)."""
     best = None
-    for start in _starts(terms, peaks):
+    for start in _starts(terms, peaks, key):
         profile.components[key] = Component(params={**start, **(held or {})}, source="fit")
         result = _alternate(key, records, profile, terms, measured, lower, relative, fixed, held)
         if best is None or result[0] < best[0]:

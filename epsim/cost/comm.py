@@ -37,13 +37,37 @@ the rank's: their counts go out as GPU-initiated RDMA atomics (IBGDA) and come b
 NIC, each dearer than an NVLink store; AIC's 2-8-node H200 LL rows at 2 tokens a rank run
 6-15 µs (dispatch) and 14-19 µs (combine) above one node's, growing with the remote slots
 (144, 216, 252 of 288 at 2, 4, 8 nodes) where the bytes are a few KB.
+DeepEP's normal kernels (`intranode.cu`, `internode.cu`; `chunked`) add, per call,
+
+                  + token_us * owner_tokens
+                  + chunk_us * ceil(q / c) + chunk_us_per_kb * min(c, q) * bytes * 1e-3
+
+`owner_tokens` is what the busiest rank holds itself (its own tokens, sent or not): each
+channel's sending warps walk every token of its range for each peer (`is_token_in_rank`, the
+`send_head` entry), and combine's receiving warps reduce every token, one warp each (a second
+column for that reduction's bytes was tried: on <= 1024 tokens the fit could not tell it from
+the count, and the weak-column rule dropped both on GB200).
+A channel (one of `NORMAL_CHANNELS`: `Buffer.num_sms` 20, a sending and a receiving block
+each) moves its copies to a peer through a queue of `c` tokens a round: `q` copies per queue
+(the busiest rank's link copies over its NVLink peers and channels) take `ceil(q / c)` rounds
+of `chunk_us` (the tail published, polled, the head returned), and the first chunk's copy
+(`min(c, q)` tokens at `1 / chunk_us_per_kb`, one queue's warps) is not hidden behind other
+queues. `c` is the size a tuner picks from `NORMAL_CHUNKS` (AIC's collector times the best of
+DeepEP's test sweep, dispatch 4-32 and combine 1-16 tokens): the one with the least time at
+the parameters, a choice the fit re-makes each round like the busiest rank. Measured on
+aiconfigurator-core's normal tables (one node of 8, 1-131072 tokens): without these terms the
+copy-only form missed 2048-16384 tokens by 23-26 % (MAPE) from a fit up to 1024 (high on
+H100-B300, whose slope at 256-1024 tokens is 10-15 % steeper than beyond: the tuner's larger
+chunks; low on GB200/GB300), and top-1/top-2 routing, whose time does not fall with its fewer
+copies (the walk over every token).
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
 of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
 
 Every model is linear in its coefficients (`base_us`, `overlap_us`, `1/nvl_gbps`,
-`1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`, `expert_signal_us`) once the
-busiest rank and the side of the max are known: `comm_features` returns the design row a
+`1/rdma_gbps`, `per_copy_us`, `slot_us_per_kb`, `1/spill_gbps`, `expert_signal_us`, `token_us`,
+`chunk_us`, `chunk_us_per_kb`) once the busiest rank, the chunk size and
+the side of the max are known: `comm_features` returns the design row a
 least-squares fitter needs, `comm_us` is that row times `COMM_TERMS.coefficients(params)`.
 """
 
@@ -78,6 +102,40 @@ DEFAULT_L2_BYTES = 50e6
 _FP8_BLOCK = 128          # DeepEP FP8 dispatch: one float32 scale per 128 hidden values
 _DEDUP_META_BYTES = 12    # per top-k choice: int64 expert index + float32 weight
 _PAIR_META_BYTES = 16     # per copy: DeepEP low-latency's int4 source-info header
+
+
+# DeepEP normal (legacy `Buffer`): `num_sms` 20 by default, one channel per sending and receiving
+# block pair; AIC's collector (`deep_collector/test_intranode.py`) keeps the best NVLink chunk
+# (tokens a round) of dispatch `range(4, 33, 2)` and combine `range(1, 17)`.
+NORMAL_CHANNELS = 10
+NORMAL_CHUNKS = {"dispatch": tuple(range(4, 33, 2)), "combine": tuple(range(1, 17))}
+
+
+def chunked(backend: str, mode: str) -> bool:
+    """Whether a kernel moves its copies through per-channel chunked queues (DeepEP normal):
+    only those pay the owner-token and per-chunk terms."""
+    return backend == "deepep" and mode == "normal"
+
+
+def queue_copies(link_copies: np.ndarray | float, peers: int) -> np.ndarray:
+    """Copies one channel's queue to one peer carries: the busiest rank's link copies spread
+    over its `peers` NVLink peers and `NORMAL_CHANNELS` channels."""
+    return np.asarray(link_copies, dtype=np.float64) / (max(peers, 1) * NORMAL_CHANNELS)
+
+
+def chunk_rounds(queue: np.ndarray | float, bytes_per_copy: float, params: dict[str, float],
+                 kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rounds, first chunk's kB) of a queue of `queue` copies at the chunk a tuner picks from
+    `NORMAL_CHUNKS[kind]`: the least `chunk_us * rounds + chunk_us_per_kb * kB` (the smallest
+    chunk on a tie). Args: queue [...] copies; returns two [...] arrays."""
+    q = np.asarray(queue, dtype=np.float64)[..., None]
+    sizes = np.asarray(NORMAL_CHUNKS[kind], dtype=np.float64)
+    rounds = np.ceil(q / sizes)                                        # [..., chunks]
+    fill_kb = np.minimum(sizes, q) * (bytes_per_copy * 1e-3)
+    cost = params.get("chunk_us", 0.0) * rounds + params.get("chunk_us_per_kb", 0.0) * fill_kb
+    pick = cost.argmin(axis=-1)[..., None]
+    return (np.take_along_axis(rounds, pick, axis=-1)[..., 0],
+            np.take_along_axis(fill_kb, pick, axis=-1)[..., 0])
 
 
 def l2_bytes(gpu: str) -> float:
@@ -148,6 +206,9 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
         "spill_gbps": cluster.hardware.hbm_gbps,      # a spilled byte costs at least one HBM pass
         "expert_signal_us": 0.0,
         "rdma_signal_us": 0.0,        # a fabric crossing's datasheet cost is `transport`'s
+        "token_us": 0.0,
+        "chunk_us": 0.0,
+        "chunk_us_per_kb": 0.0,
     }
 
 
@@ -155,7 +216,9 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
                   bytes_per_copy: float, params: dict[str, float],
                   max_slot_pairs: np.ndarray | float = 0.0,
                   max_pairs: np.ndarray | float = 0.0, l2: float = DEFAULT_L2_BYTES,
-                  num_experts: float = 0.0, remote_experts: float = 0.0) -> np.ndarray:
+                  num_experts: float = 0.0, remote_experts: float = 0.0,
+                  owner_tokens: np.ndarray | float = 0.0, queue: np.ndarray | float = 0.0,
+                  kind: str = "") -> np.ndarray:
     """Design rows of the all-to-all model at each layer's busiest rank.
 
     Args:
@@ -171,10 +234,14 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
         num_experts: expert slots whose counts a low-latency kernel signals (0 for a kernel
             that is not `per_message`).
         remote_experts: those of them on other nodes than the rank's (0 within a node).
+        owner_tokens: [...] tokens the busiest rank holds (0 for a kernel not `chunked`).
+        queue: [...] copies one channel's queue to one peer carries (`queue_copies`).
+        kind: "dispatch" or "combine" for a `chunked` kernel (its tuned chunk sizes), else "".
     Returns:
-        [..., 9] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
-        slot_bytes*1e-3, spilled bytes*1e-3, expert slots, remote expert slots); times
-        `COMM_TERMS.coefficients(params)` gives microseconds.
+        [..., 12] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
+        slot_bytes*1e-3, spilled bytes*1e-3, expert slots, remote expert slots, owner tokens,
+        chunk rounds, first chunk's bytes*1e-3); times `COMM_TERMS.coefficients(params)` gives
+        microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
     rdma_kb = np.asarray(rdma_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
@@ -191,8 +258,11 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
         np.asarray(max_pairs, dtype=np.float64) * bytes_per_copy - l2, 0.0) * 1e-3, nvl_b.shape)
     signals = np.full_like(nvl_b, float(num_experts))
     remote = np.full_like(nvl_b, float(remote_experts))
+    owner = np.broadcast_to(np.asarray(owner_tokens, dtype=np.float64), nvl_b.shape)
+    rounds, fill_kb = (chunk_rounds(np.broadcast_to(queue, nvl_b.shape), bytes_per_copy, params,
+                                    kind) if kind else (np.zeros_like(nvl_b),) * 2)
     transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb,
-                         signals, remote], axis=-1)                     # [..., 7]
+                         signals, remote, owner, rounds, fill_kb], axis=-1)    # [..., 10]
     coef = COMM_TERMS.coefficients(params)
     hidden = transfer @ coef[2:] < params.get("overlap_us", 0.0)       # the fixed work paces
     transfer = np.where(hidden[..., None], 0.0, transfer)
@@ -202,10 +272,13 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
 
 def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
             l2: float = DEFAULT_L2_BYTES, num_experts: float = 0.0,
-            remote_experts: float = 0.0) -> np.ndarray:
+            remote_experts: float = 0.0, owner_tokens: np.ndarray | float = 0.0,
+            peers: int = 0, kind: str = "") -> np.ndarray:
     """[layers] microseconds of one dispatch (or combine) of `traffic`; `num_experts`: the
     deployment's expert slots (physical experts), whose counts a `per_message` kernel signals,
-    `remote_experts` those on other nodes than a rank's.
+    `remote_experts` those on other nodes than a rank's; `owner_tokens` ([layers] or scalar),
+    `peers` (NVLink peers of a rank) and `kind` ("dispatch" / "combine"): a `chunked` kernel's
+    own tokens, queues and tuned chunk sizes (`kind` "" for any other kernel).
 
     The module formula evaluated directly (the step loop's hot path); equals
     `comm_features(...) @ COMM_TERMS.coefficients(params)`.
@@ -229,6 +302,12 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
             t = t + params["expert_signal_us"] * num_experts
         if params.get("rdma_signal_us") and traffic.multi_node:
             t = t + params["rdma_signal_us"] * remote_experts
+    if kind:
+        t = t + owner_tokens * params.get("token_us", 0.0)
+        if params.get("chunk_us") or params.get("chunk_us_per_kb"):
+            rounds, fill_kb = chunk_rounds(queue_copies(traffic.peak("nvl_copies"), peers),
+                                           bytes_per_copy, params, kind)
+            t = t + params.get("chunk_us", 0.0) * rounds + params.get("chunk_us_per_kb", 0.0) * fill_kb
     return params["base_us"] + np.maximum(params.get("overlap_us", 0.0), t)
 
 

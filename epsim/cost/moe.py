@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from epsim.cost.block_ops import block_ops_us
-from epsim.cost.comm import background_us, comm_us, per_message
+from epsim.cost.comm import background_us, chunked, comm_us, per_message
 from epsim.cost.experts import even_experts_us, even_row_tiles, experts_rank_us
 from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
@@ -206,10 +206,13 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
     pl = tables.placement
     slots = pl.num_physical                  # expert slots a low-latency kernel signals
     remote = slots - pl.slots_per_rank * pl.ranks_per_node      # ... those on other nodes
-    dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes, slots,
-                       remote) + send.host_us
-    combine = comm_us(tr, back.bytes_per_copy, back.params, params.l2_bytes, slots,
-                      remote) + back.host_us
+    # a chunked kernel (DeepEP normal) walks every token its busiest rank holds
+    owner = own.max() if chunked(params.backend, mode) else 0.0
+    dispatch = comm_us(tr, send.bytes_per_copy, send.params, params.l2_bytes, slots, remote,
+                       owner, params.ranks_per_node - 1,
+                       "dispatch" if owner else "") + send.host_us
+    combine = comm_us(tr, back.bytes_per_copy, back.params, params.l2_bytes, slots, remote,
+                      owner, params.ranks_per_node - 1, "combine" if owner else "") + back.host_us
     fabric = network_us(tr, params.transport)
     dispatch, combine = dispatch + fabric, combine + fabric
     if per_message(tr.dedup):      # receive-hook kernels: the NIC's part runs without SMs

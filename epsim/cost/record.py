@@ -40,9 +40,9 @@ from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from epsim.cost.allreduce import allreduce_defaults, allreduce_us, ring_us
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_us
-from epsim.cost.comm import (check_backend, collective_defaults, collective_features,
+from epsim.cost.comm import (check_backend, chunked, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
-                             dispatch_bytes_per_copy, l2_bytes, per_message)
+                             dispatch_bytes_per_copy, l2_bytes, per_message, queue_copies)
 from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, row_tiles)
 from epsim.cost.layout import layout_defaults, layout_features
@@ -98,8 +98,14 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
         staged = max((sum(row) for row in record.local_expert_tokens if row),
                      default=max(record.expert_tokens_per_rank, default=0.0))
     messages = copies if per_message(dedup) else np.zeros_like(copies)
+    owner = queue = 0.0
+    own_kind = kind if chunked(backend, mode) else ""
+    if own_kind:               # owner tokens and per-channel queues (`comm.chunked`)
+        owner = float(record.num_tokens_per_rank)
+        queue = float(queue_copies((copies * (1 - remote)).max(), per_node - 1))
     row = comm_features(copies * (1 - remote), copies * remote, messages, per_copy, params, hottest,
-                        staged, l2_bytes(cluster.gpu), slots, remote_slots)
+                        staged, l2_bytes(cluster.gpu), slots, remote_slots, owner, queue,
+                        own_kind)
     return RecordFeatures(component_key(backend, kind, path), COMM_TERMS.coef_names, row,
                           COMM_TERMS.coefficients(params), host)
 

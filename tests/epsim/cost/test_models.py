@@ -13,8 +13,9 @@ from epsim.eplb import Placement
 from epsim.cost import CostModel, ProfileHardwareWarning, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
 from epsim.cost.block_ops import block_ops_us
-from epsim.cost.comm import (collective_features, collective_us, comm_defaults, comm_features,
-                             comm_us, dedup_for, dispatch_bytes_per_copy)
+from epsim.cost.comm import (NORMAL_CHANNELS, chunk_rounds, collective_features, collective_us,
+                             comm_defaults, comm_features, comm_us, dedup_for,
+                             dispatch_bytes_per_copy, queue_copies)
 from epsim.cost.experts import (TILE_M, TILE_N, ExpertGemm, even_experts_us, even_row_tiles,
                                 experts_features, experts_us, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
@@ -32,7 +33,7 @@ from epsim.zoo import get_model
 
 PARAMS = {"base_us": 10.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0,
           "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0, "expert_signal_us": 0.0,
-          "rdma_signal_us": 0.0}
+          "rdma_signal_us": 0.0, "token_us": 0.0, "chunk_us": 0.0, "chunk_us_per_kb": 0.0}
 
 
 def _traffic(nvl_send, nvl_recv, rdma_send, rdma_recv) -> Traffic:
@@ -84,7 +85,8 @@ def test_comm_busiest_rank_hand_computed():
 def test_comm_design_row_equals_model(rng):
     params = {"base_us": 7.0, "overlap_us": 3.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0,
               "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0,
-              "expert_signal_us": 0.01, "rdma_signal_us": 0.001}
+              "expert_signal_us": 0.01, "rdma_signal_us": 0.001, "token_us": 0.02,
+              "chunk_us": 2.0, "chunk_us_per_kb": 0.1}
     tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
                              max_slot_pairs=rng.random(5) * 500,
                              pairs=rng.random((5, 8)) * 40000)
@@ -102,10 +104,63 @@ def test_comm_design_row_equals_model(rng):
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
     assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
                                      "per_copy_us", "slot_us_per_kb", "inv_spill_gbps",
-                                     "expert_signal_us", "rdma_signal_us")
+                                     "expert_signal_us", "rdma_signal_us", "token_us",
+                                     "chunk_us", "chunk_us_per_kb")
+    assert (rows[:, 9:] == 0.0).all()              # not a chunked kernel: no owner, no queues
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
     assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 0.0, 1 / 300, 0.0, 0.0, 0.0,
-                                                               1 / 500, 0.0, 0.0]))
+                                                               1 / 500, 0.0, 0.0, 0.0, 0.0, 0.0]))
+
+
+def test_tuned_chunk_hand_computed():
+    """A queue of 100 copies of 4 kB, 2 µs a round and 0.1 µs per kB of the first chunk: each
+    size c costs 2 ceil(100 / c) + 0.4 c. Dispatch's 4, 6, ..., 32: least at c = 20 (5 rounds,
+    18 µs; 18 -> 19.2, 26 -> 18.4); combine's 1..16: at c = 15 (7 rounds, 20.0 µs; 16 -> 20.4).
+    A queue of 3 copies ties from c = 3 up and takes 3. With no round cost the smallest wins."""
+    params = {"chunk_us": 2.0, "chunk_us_per_kb": 0.1}
+    rounds, fill_kb = chunk_rounds(100.0, 4000.0, params, "dispatch")
+    assert (float(rounds), float(fill_kb)) == pytest.approx((5.0, 20 * 4.0))
+    rounds, fill_kb = chunk_rounds(np.array([100.0, 3.0]), 4000.0, params, "combine")
+    np.testing.assert_allclose(rounds, [7.0, 1.0])
+    np.testing.assert_allclose(fill_kb, [15 * 4.0, 3 * 4.0])     # a short queue: its copies
+    rounds, fill_kb = chunk_rounds(100.0, 4000.0, {"chunk_us_per_kb": 0.1}, "dispatch")
+    assert (float(rounds), float(fill_kb)) == pytest.approx((25.0, 16.0))
+    assert float(queue_copies(7000.0, 7)) == pytest.approx(7000.0 / 7 / NORMAL_CHANNELS)
+
+
+def test_record_and_simulator_price_deepep_normal_alike():
+    """DeepEP normal's owner tokens and tuned queues: a record and the simulator's `comm_us`
+    of the same uniform exchange add the same microseconds over the datasheet price, and a
+    kernel that is not `chunked` (low-latency) adds none."""
+    extra = {"token_us": 0.02, "chunk_us": 3.0, "chunk_us_per_kb": 0.1}
+    keys = ("deepep/dispatch/normal", "deepep/combine/normal")
+    fitted = Profile(name="fit", hardware="H200", components={
+        k: Component(params=extra, source="fit") for k in keys})
+    plain = Profile(name="datasheet", hardware="H200")
+    loads, tokens = np.full((1, 128), 2048 * 8 * 8 / 128), np.full(8, 2048.0)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 128, 8), 128, 8, 8))
+    model, cluster = get_model("Qwen3-30B-A3B"), ClusterSpec(gpu="H200")
+    dep = DeploymentSpec(ep_size=8, moe_a2a_backend="deepep", deepep_mode="normal")
+    sim = CostModel(model, cluster, dep, fitted).moe(loads, tokens, tables)
+    base = CostModel(model, cluster, dep, plain).moe(loads, tokens, tables)
+    tr = sim.traffic
+    for stage, got, was in (("dispatch", sim.dispatch_us, base.dispatch_us),
+                            ("combine", sim.combine_us, base.combine_us)):
+        per_copy = (dispatch_bytes_per_copy(model.hidden_size, "fp8", model.top_k, "node")
+                    if stage == "dispatch" else 2.0 * model.hidden_size)
+        rounds, fill_kb = chunk_rounds(queue_copies(tr.peak("nvl_copies"), 7), per_copy, extra, stage)
+        added = 2048 * 0.02 + 3.0 * rounds + 0.1 * fill_kb
+        np.testing.assert_allclose(got - was, added)
+        rec = _record(stage, backend="deepep", mode="normal", ep_size=8, num_tokens_per_rank=2048,
+                      dispatch_dtype="fp8" if stage == "dispatch" else "bf16",
+                      hidden_size=model.hidden_size, top_k=model.top_k,
+                      send_tokens_per_rank=list(tr.nvl_send[0]),
+                      recv_tokens_per_rank=list(tr.nvl_recv[0]))
+        assert predict_record(rec, fitted) - predict_record(rec, plain) == pytest.approx(added[0])
+        ll = rec.model_copy(update={"mode": "low_latency"})
+        assert predict_record(ll, Profile(name="fit", hardware="H200", components={
+            f"deepep/{stage}/low_latency": Component(params=extra, source="fit")})) == \
+            pytest.approx(predict_record(ll, plain))
 
 
 def test_remote_signals_only_across_nodes():
