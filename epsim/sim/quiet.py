@@ -61,10 +61,22 @@ def quiet_steps(sched, now_s: float, max_steps: int) -> Quiet | None:
         left = int(path.end[used].min()) - path.commits
         context = state.context_sum
     num = min(max_steps, MAX_QUIET, left - 1)     # the step whose commit ends a request: not here
-    recv = sched.recv          # with a receive interval, the steps end before the next receive
-    if recv is not None:       # (`epsim.sim.recv`), and only what it received can join before
-        num = min(num, recv.steps_before_receive())
-    if num < 2:
+    limit = quiet_limit(sched, now_s, num)
+    if limit is None:
+        return None
+    num, held, stop_s = limit
+    batch = decode_batch(sched, context)
+    steps = np.arange(num, dtype=np.int64)[:, None]
+    return Quiet(num, batch, context + steps * state.occupied, stop_s, held)
+
+
+def quiet_limit(sched, now_s: float, num: int) -> tuple[int, bool, float] | None:
+    """(`num` steps, or fewer: before the next receive; held, stop_s) of `Quiet` where no
+    request joins at `now_s` (module doc); None: none may leap."""
+    state, recv = sched.state, sched.recv
+    if recv is not None:       # with a receive interval, the steps end before the next receive
+        num = min(num, recv.steps_before_receive())  # (`epsim.sim.recv`), and only what it
+    if num < 2:                                      # received can join before
         return None
     free = sched.max_running - state.occupied
     admit = np.minimum(sched.queues.waiting(now_s if recv is None else recv.received_s), free)
@@ -75,18 +87,30 @@ def quiet_steps(sched, now_s: float, max_steps: int) -> Quiet | None:
     if held and (sched.kv is None or sched._kv_fit(admit).any()):
         return None
     stop_s = sched.queues.next_arrival_s(now_s) if (free > 0).any() and recv is None else np.inf
-    tokens = state.occupied.astype(np.float64)      # every used slot decodes one token
+    return num, held, stop_s
+
+
+def decode_batch(sched, context: np.ndarray) -> BatchCounts:
+    """The batch `plan` forms where every used slot decodes one token, over `context` [dp]
+    (the contexts' sums per rank)."""
+    tokens = sched.state.occupied.astype(np.float64)
     zeros = sched._zeros
-    batch = BatchCounts(tokens, context + tokens, zeros, zeros, zeros, tokens + zeros, "decode",
-                        zeros)
-    steps = np.arange(num, dtype=np.int64)[:, None]
-    return Quiet(num, batch, context + steps * state.occupied, stop_s, held)
+    return BatchCounts(tokens, context + tokens, zeros, zeros, zeros, tokens + zeros, "decode",
+                       zeros)
+
+
+def waiting_seen(sched, start_s: np.ndarray) -> list[int]:
+    """[num] requests waiting as the plans of quiet steps starting at `start_s` saw them."""
+    queues = sched.queues
+    if sched.recv is not None:          # what the skipped plans saw: the last receive's
+        return [int(queues.waiting(sched.recv.received_s).sum())] * start_s.shape[0]
+    return [int(queues.waiting(s).sum()) for s in start_s.tolist()]
 
 
 def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.ndarray) -> Applied:
     """Apply the first `num` steps of `quiet`, which start at `start_s` and end at `end_s`
     ([num] s), to the scheduler: what `plan` and `commit` of each would have done."""
-    state, path, queues = sched.state, sched.decode_path, sched.queues
+    state, path = sched.state, sched.decode_path
     sched._dropped = False
     if sched.recv is not None:          # each plan would have counted its iteration
         sched.recv.skip_decode_steps(num)
@@ -124,8 +148,4 @@ def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.nd
         sched.emitted_tokens = float(tokens.sum())
         for _ in range(num):
             state.output_tokens_done += sched.emitted_tokens
-    if sched.recv is not None:          # what the skipped plans saw: the last receive's
-        num_waiting = [int(queues.waiting(sched.recv.received_s).sum())] * num
-    else:
-        num_waiting = [int(queues.waiting(s).sum()) for s in start_s.tolist()]
-    return Applied(gaps, num_waiting, [num_used] * num)
+    return Applied(gaps, waiting_seen(sched, start_s), [num_used] * num)
