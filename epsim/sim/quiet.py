@@ -2,7 +2,8 @@
 
 A run is quiet while every running request decodes (none prefilling), none finishes and none joins:
 no rank with a free slot has a request waiting (but those its KV pool holds back) or one arriving
-(with a receive interval, `epsim.sim.recv`: received, up to the step before the next receive).
+(with a receive interval, `epsim.sim.recv`: received; the steps cross its receives only while
+none arrived unreceived, and end before the next arrival, which a receive would take in).
 Each step's batch is then the last one's with each rank's contexts grown by its decode tokens, up
 to the step before the first request finishes (the one whose commit ends it is stepped as usual,
 since a closed loop's client sends again then) and before the next arrival, where a slot is free
@@ -74,11 +75,15 @@ def quiet_limit(sched, now_s: float, num: int) -> tuple[int, bool, float] | None
     """(`num` steps, or fewer: before the next receive; held, stop_s) of `Quiet` where no
     request joins at `now_s` (module doc); None: none may leap."""
     state, recv = sched.state, sched.recv
-    if recv is not None:       # with a receive interval, the steps end before the next receive
-        num = min(num, recv.steps_before_receive())  # (`epsim.sim.recv`), and only what it
-    if num < 2:                                      # received can join before
-        return None
     free = sched.max_running - state.occupied
+    # with a receive interval (`epsim.sim.recv`) only what it received can join before its next
+    # receive: the steps end before that receive while a request arrived unreceived where a
+    # slot is free; else its receives take nothing in up to the next arrival (`stop_s`)
+    crossing = recv is not None and not np.minimum(sched.queues.waiting(now_s), free).any()
+    if recv is not None and not crossing:
+        num = min(num, recv.steps_before_receive())
+    if num < 2:
+        return None
     admit = np.minimum(sched.queues.waiting(now_s if recv is None else recv.received_s), free)
     # requests waiting with a slot free: only while the KV pool holds every one back, which it
     # does at each step ahead too (the contexts grow, the running requests and the queues'
@@ -86,7 +91,8 @@ def quiet_limit(sched, now_s: float, num: int) -> tuple[int, bool, float] | None
     held = bool(admit.any())
     if held and (sched.kv is None or sched._kv_fit(admit).any()):
         return None
-    stop_s = sched.queues.next_arrival_s(now_s) if (free > 0).any() and recv is None else np.inf
+    stop_s = (sched.queues.next_arrival_s(now_s) if (free > 0).any() and (recv is None or crossing)
+              else np.inf)
     return num, held, stop_s
 
 
@@ -100,11 +106,16 @@ def decode_batch(sched, context: np.ndarray) -> BatchCounts:
 
 
 def waiting_seen(sched, start_s: np.ndarray) -> list[int]:
-    """[num] requests waiting as the plans of quiet steps starting at `start_s` saw them."""
-    queues = sched.queues
-    if sched.recv is not None:          # what the skipped plans saw: the last receive's
-        return [int(queues.waiting(sched.recv.received_s).sum())] * start_s.shape[0]
-    return [int(queues.waiting(s).sum()) for s in start_s.tolist()]
+    """[num] requests waiting as the plans of quiet steps starting at `start_s` saw them, a
+    receive interval's counter advanced as each plan advances it (none took a request in)."""
+    queues, recv = sched.queues, sched.recv
+    if recv is None:
+        return [int(queues.waiting(s).sum()) for s in start_s.tolist()]
+    seen = []
+    for now in start_s.tolist():
+        seen.append(int(queues.waiting(recv.before_step(now, idle=False)).sum()))
+        recv.after_plan("decode", 1.0)
+    return seen
 
 
 def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.ndarray) -> Applied:
@@ -112,8 +123,6 @@ def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.nd
     ([num] s), to the scheduler: what `plan` and `commit` of each would have done."""
     state, path = sched.state, sched.decode_path
     sched._dropped = False
-    if sched.recv is not None:          # each plan would have counted its iteration
-        sched.recv.skip_decode_steps(num)
     tokens = quiet.batch.decode_tokens
     if sched.kv is not None:       # each plan records the pool's use (none admitted), which
         # each commit grows by the decode tokens

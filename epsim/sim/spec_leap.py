@@ -96,8 +96,6 @@ def apply_spec_quiet(sched, sq: SpecQuiet, num: int, start_s: np.ndarray,
     each step gave."""
     state = sched.state
     sched._dropped = False
-    if sched.recv is not None:          # each plan would have counted its iteration
-        sched.recv.skip_decode_steps(num)
     count = sq.slots.shape[0]
     sched.spec.draw(num * count)        # the commits' draws: `sq.made`'s first num rows
     if sched.kv is not None:   # each plan records the pool's use (none admitted)

@@ -22,7 +22,7 @@ NEXTN = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 2, "speculat
     ("agg_tp", {"enable_dp_attention": False, "moe_a2a_backend": "none",
                 "speculative_num_steps": 3, "speculative_num_draft_tokens": 4},
      {"arrivals": {"kind": "concurrency", "clients": 4}}, 0.5),
-    # a receive interval: leaps end before each receive (`epsim.sim.recv`)
+    # a receive interval (`epsim.sim.recv`): leaps cross receives that take nothing in
     ("decode_recv", {"disaggregation_mode": "decode", "scheduler_recv_interval": 10},
      {"arrivals": {"kind": "concurrency", "clients": 8, "think_time_s": 0.05}}, 0.3),
     # an open loop's decode instance with slots to spare: leaps end at each arrival
@@ -39,3 +39,6 @@ def test_quiet_verify_steps_leap_with_the_same_result(case, deployment, workload
     assert leapt.scheduler.spec._rng.bit_generator.state == \
         stepped.scheduler.spec._rng.bit_generator.state
     assert leapt.leaper.num_steps > share * b.steps["step_us"].shape[0], case
+    interval = deployment.get("scheduler_recv_interval")
+    if interval:               # leaps cross receives that take nothing in (`epsim.sim.quiet`)
+        assert leapt.leaper.num_steps > interval * leapt.leaper.num_leaps, case
