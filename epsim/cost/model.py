@@ -260,8 +260,10 @@ class CostModel:
         datasheet roofline only without TP attention). Split-KV decode launches are priced
         over many steps at once (`epsim.cost.flash.decode_work`), TP attention's collectives
         follow the tokens alone."""
-        if batch.phase != "decode" or batch.decode_queries_per_seq != 1.0:
+        if batch.phase != "decode":
             return False
+        if batch.decode_queries_per_seq != 1.0:   # a verify step: MLA runs its queries as decode rows
+            return self.params.attention.mla is not None and self._decode_kernel is not None
         if self.params.attention.kernels is None and self.params.attention.mla is None:
             return self.params.tp_size == 1         # the roofline: elementwise in contexts
         return self._decode_kernel is not None

@@ -32,6 +32,8 @@ import numpy as np
 from epsim.cost.step import StepBlock, StepCost
 from epsim.sim.quiet import MAX_QUIET, Quiet
 from epsim.sim.saturation import Saturated
+from epsim.sim.spec_leap import apply_spec_quiet, spec_block, spec_quiet_steps
+from epsim.sim.speculative import verify_counts
 from epsim.sim.stepper import PoolStepper
 
 MAX_LEAP = 128           # steps looked at once, at most (one pool serves up to its uses of them)
@@ -84,11 +86,11 @@ class Leaper:
     @staticmethod
     def applies(sim) -> bool:
         """Whether a run may leap: the fast engine, nothing that watches steps one by one
-        but EPLB's statistics window (which takes the leapt steps' loads at once), no draft
-        model's steps."""
+        but EPLB's statistics window (which takes the leapt steps' loads at once), a draft
+        model's forwards only from pools (`epsim.sim.spec_leap`)."""
         stepper = sim.stepper
         return (isinstance(stepper, PoolStepper) and not stepper.fresh_every_step
-                and not sim.watched and sim.draft is None)
+                and not sim.watched and (sim.draft is None or sim.draft.pooled))
 
     def leap(self, now_us: float) -> Leap | None:
         """Apply the saturated (else the quiet, `epsim.sim.quiet`) steps from `now_us` on, as
@@ -99,6 +101,8 @@ class Leaper:
             return None
         # EPLB's passes that only record: the one that rebalances is stepped as usual
         quiet = sim.eplb.quiet_steps if sim.eplb is not None else MAX_LEAP
+        if sim.draft is not None:
+            return self._spec(now_us, quiet)
         found = self._saturated(now_us, quiet)
         if found is None:
             found = self._quiet(now_us, quiet)
@@ -149,6 +153,38 @@ class Leaper:
         if steps is None or not sim.cost_model.leaps(steps.batch):
             return None
         return steps, steps.batch, steps.stop_s
+
+    def _spec(self, now_us: float, quiet: int) -> Leap | None:
+        """The quiet verify steps from `now_us` on (`epsim.sim.spec_leap`), applied as the
+        one-step loop would, or None."""
+        sim = self.sim
+        sched, placement = sim.scheduler, sim.placement
+        if sim.eplb is not None and quiet < 2:
+            return None
+        steps = spec_quiet_steps(sched, now_us * 1e-6, quiet)
+        if steps is None:
+            return None
+        seg = spec_block(sim, steps, now_us)
+        if seg is None:
+            return None
+        num = len(seg.moes)
+        applied, emitted = apply_spec_quiet(sched, steps, num, seg.start_us * 1e-6,
+                                            seg.end_us * 1e-6)
+        sim.cost_model.record_decode_steps(seg.block, seg.moes)
+        step_us = seg.block.step_us[:num] + seg.draft_us
+        sim.metrics.record_steps(seg.start_us, step_us, seg.block.parts[:num], seg.moes,
+                                 seg.block.dense_us, seg.block.overhead_us, 0.0, 0.0,
+                                 applied.num_running, applied.num_waiting, placement.version,
+                                 placement.num_alive, applied.gaps, emitted,
+                                 seg.draft_us.tolist())
+        if sim.eplb is not None:
+            sim.eplb.on_quiet_steps(seg.loads)
+        self.num_leaps += 1
+        self.num_steps += num
+        tokens = verify_counts(steps.batch, sched.draft_tokens).tokens
+        return Leap(step_us.tolist(), float(seg.start_us[-1]), float(seg.end_us[-1]),
+                    seg.loads[-1][-1], tokens, seg.block.cost(num - 1, seg.moes[-1]),
+                    placement.version)
 
     def horizon(self, now_us: float) -> int:
         """Steps to look at from `now_us` (`Scheduler.saturated` forms every one of them, so

@@ -90,19 +90,30 @@ class MetricsRecorder:
     def record_steps(self, start_us: np.ndarray, step_us: np.ndarray, parts: np.ndarray,
                      moes: list, dense_us: float | np.ndarray, overhead_us: float, num_tokens: float,
                      output_tokens: float, num_running: list[int], num_waiting: list[int],
-                     placement_version: int, num_alive: int, gaps: list[StepGaps]) -> None:
+                     placement_version: int, num_alive: int, gaps: list[StepGaps],
+                     emitted: list[float] | None = None,
+                     draft_us: list[float] | None = None) -> None:
         """`record` of k decode steps at once (the engine's leap, `epsim.sim.leap`): `start_us`,
         `step_us` [k], `parts` [k, 7, layers], one MoE cost per step (its traffic), `dense_us`
-        one for all or [k]; no prefill and no extra time. The same rows and sums as k calls."""
+        one for all or [k]; no prefill and no extra time. The same rows and sums as k calls.
+        Speculative verify steps (`epsim.sim.spec_leap`): `emitted` [k] the tokens each gave
+        (its decode and output tokens), `draft_us` [k] its draft forwards (in `step_us`)."""
         totals = parts.sum(axis=2).tolist()
-        dense = dense_us.tolist() if np.ndim(dense_us) else [dense_us] * len(moes)
+        num = len(moes)
+        dense = dense_us.tolist() if np.ndim(dense_us) else [dense_us] * num
+        tokens = [num_tokens] * num if emitted is None else emitted
+        outputs = [output_tokens] * num if emitted is None else emitted
+        drafts = [0.0] * num if draft_us is None else draft_us
         for i, (start, step, moe, gap) in enumerate(zip(start_us.tolist(), step_us.tolist(),
                                                         moes, gaps)):
+            if gap.by_tokens is not None:
+                self.by_tokens.append((len(self.rows), gap.by_tokens))
             stats = self._pair_stats(moe.traffic, num_alive)
             self.rows.append((
-                start, step, False, num_tokens, 0.0, num_tokens, output_tokens, num_running[i],
-                num_waiting[i], *totals[i][:6], dense[i], overhead_us, 0.0, 0.0, stats[0], stats[1],
-                num_alive, placement_version, gap.count, gap.mean_s * 1e6, gap.max_s * 1e6))
+                start, step, False, tokens[i], 0.0, tokens[i], outputs[i], num_running[i],
+                num_waiting[i], *totals[i][:6], dense[i], overhead_us, 0.0, drafts[i], stats[0],
+                stats[1], num_alive, placement_version, gap.count, gap.mean_s * 1e6,
+                gap.max_s * 1e6))
             if start >= self.warmup_us:
                 self.part_sums += parts[i]
                 self.rank_pairs_sum += stats[2]

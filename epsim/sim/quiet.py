@@ -2,7 +2,8 @@
 
 A run is quiet while every running request decodes (none prefilling), none finishes and none joins:
 no rank with a free slot has a request waiting (but those its KV pool holds back) or one arriving
-(with a receive interval, `epsim.sim.recv`: received, up to the step before the next receive).
+(with a receive interval, `epsim.sim.recv`: received; the steps cross its receives only while
+none arrived unreceived, and end before the next arrival, which a receive would take in).
 Each step's batch is then the last one's with each rank's contexts grown by its decode tokens, up
 to the step before the first request finishes (the one whose commit ends it is stepped as usual,
 since a closed loop's client sends again then) and before the next arrival, where a slot is free
@@ -61,12 +62,28 @@ def quiet_steps(sched, now_s: float, max_steps: int) -> Quiet | None:
         left = int(path.end[used].min()) - path.commits
         context = state.context_sum
     num = min(max_steps, MAX_QUIET, left - 1)     # the step whose commit ends a request: not here
-    recv = sched.recv          # with a receive interval, the steps end before the next receive
-    if recv is not None:       # (`epsim.sim.recv`), and only what it received can join before
+    limit = quiet_limit(sched, now_s, num)
+    if limit is None:
+        return None
+    num, held, stop_s = limit
+    batch = decode_batch(sched, context)
+    steps = np.arange(num, dtype=np.int64)[:, None]
+    return Quiet(num, batch, context + steps * state.occupied, stop_s, held)
+
+
+def quiet_limit(sched, now_s: float, num: int) -> tuple[int, bool, float] | None:
+    """(`num` steps, or fewer: before the next receive; held, stop_s) of `Quiet` where no
+    request joins at `now_s` (module doc); None: none may leap."""
+    state, recv = sched.state, sched.recv
+    free = sched.max_running - state.occupied
+    # with a receive interval (`epsim.sim.recv`) only what it received can join before its next
+    # receive: the steps end before that receive while a request arrived unreceived where a
+    # slot is free; else its receives take nothing in up to the next arrival (`stop_s`)
+    crossing = recv is not None and not np.minimum(sched.queues.waiting(now_s), free).any()
+    if recv is not None and not crossing:
         num = min(num, recv.steps_before_receive())
     if num < 2:
         return None
-    free = sched.max_running - state.occupied
     admit = np.minimum(sched.queues.waiting(now_s if recv is None else recv.received_s), free)
     # requests waiting with a slot free: only while the KV pool holds every one back, which it
     # does at each step ahead too (the contexts grow, the running requests and the queues'
@@ -74,22 +91,38 @@ def quiet_steps(sched, now_s: float, max_steps: int) -> Quiet | None:
     held = bool(admit.any())
     if held and (sched.kv is None or sched._kv_fit(admit).any()):
         return None
-    stop_s = sched.queues.next_arrival_s(now_s) if (free > 0).any() and recv is None else np.inf
-    tokens = state.occupied.astype(np.float64)      # every used slot decodes one token
+    stop_s = (sched.queues.next_arrival_s(now_s) if (free > 0).any() and (recv is None or crossing)
+              else np.inf)
+    return num, held, stop_s
+
+
+def decode_batch(sched, context: np.ndarray) -> BatchCounts:
+    """The batch `plan` forms where every used slot decodes one token, over `context` [dp]
+    (the contexts' sums per rank)."""
+    tokens = sched.state.occupied.astype(np.float64)
     zeros = sched._zeros
-    batch = BatchCounts(tokens, context + tokens, zeros, zeros, zeros, tokens + zeros, "decode",
-                        zeros)
-    steps = np.arange(num, dtype=np.int64)[:, None]
-    return Quiet(num, batch, context + steps * state.occupied, stop_s, held)
+    return BatchCounts(tokens, context + tokens, zeros, zeros, zeros, tokens + zeros, "decode",
+                       zeros)
+
+
+def waiting_seen(sched, start_s: np.ndarray) -> list[int]:
+    """[num] requests waiting as the plans of quiet steps starting at `start_s` saw them, a
+    receive interval's counter advanced as each plan advances it (none took a request in)."""
+    queues, recv = sched.queues, sched.recv
+    if recv is None:
+        return [int(queues.waiting(s).sum()) for s in start_s.tolist()]
+    seen = []
+    for now in start_s.tolist():
+        seen.append(int(queues.waiting(recv.before_step(now, idle=False)).sum()))
+        recv.after_plan("decode", 1.0)
+    return seen
 
 
 def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.ndarray) -> Applied:
     """Apply the first `num` steps of `quiet`, which start at `start_s` and end at `end_s`
     ([num] s), to the scheduler: what `plan` and `commit` of each would have done."""
-    state, path, queues = sched.state, sched.decode_path, sched.queues
+    state, path = sched.state, sched.decode_path
     sched._dropped = False
-    if sched.recv is not None:          # each plan would have counted its iteration
-        sched.recv.skip_decode_steps(num)
     tokens = quiet.batch.decode_tokens
     if sched.kv is not None:       # each plan records the pool's use (none admitted), which
         # each commit grows by the decode tokens
@@ -124,8 +157,4 @@ def apply_quiet(sched, quiet: Quiet, num: int, start_s: np.ndarray, end_s: np.nd
         sched.emitted_tokens = float(tokens.sum())
         for _ in range(num):
             state.output_tokens_done += sched.emitted_tokens
-    if sched.recv is not None:          # what the skipped plans saw: the last receive's
-        num_waiting = [int(queues.waiting(sched.recv.received_s).sum())] * num
-    else:
-        num_waiting = [int(queues.waiting(s).sum()) for s in start_s.tolist()]
-    return Applied(gaps, num_waiting, [num_used] * num)
+    return Applied(gaps, waiting_seen(sched, start_s), [num_used] * num)

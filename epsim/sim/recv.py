@@ -57,13 +57,9 @@ class RecvSkipper:
 
     def steps_before_receive(self) -> int:
         """Decode iterations from now that do not receive (the next's weight is the last
-        batch's, the rest 1 each): the quiet steps (`epsim.sim.quiet`) end before the receive."""
+        batch's, the rest 1 each): the quiet steps (`epsim.sim.quiet`) end before the receive while
+        a request waits unreceived."""
         first = WEIGHTS.get(self.last_phase, DEFAULT_WEIGHT)
         if self.counter + first >= self.threshold:
             return 0
         return self.threshold - self.counter - first
-
-    def skip_decode_steps(self, num: int) -> None:
-        """`num` (>= 1) decode iterations ran without receiving (`steps_before_receive`)."""
-        self.counter += WEIGHTS.get(self.last_phase, DEFAULT_WEIGHT) + (num - 1)
-        self.last_phase = "decode"

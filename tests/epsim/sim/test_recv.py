@@ -23,7 +23,9 @@ def test_skipper_counts_decode_steps_and_receives_after_a_prefill():
     recv.after_plan("decode", 1)
     assert recv.before_step(4.0, idle=False) == 4.0         # counter 3: receives, back to 0
     recv.after_plan("decode", 1)
-    recv.skip_decode_steps(recv.steps_before_receive())     # the quiet steps' count
+    for now in range(recv.steps_before_receive()):          # the steps before the receive
+        assert recv.before_step(4.5 + now * 0.1, idle=False) == 4.0
+        recv.after_plan("decode", 1)
     assert recv.counter == 2 and recv.before_step(5.0, idle=False) == 5.0
     with pytest.raises(ValueError):
         RecvSkipper(1)
