@@ -26,6 +26,11 @@ step python benchmarks/gb200_wide_prefill_stages.py
 step python benchmarks/lmsys_decode_stages.py
 step python benchmarks/qwen_h200_decode_stages.py
 step python benchmarks/deepseek_b200_decode_stages.py
+step python benchmarks/lmsys_mtp_stages.py
+step python benchmarks/mtp_b200_verify.py
+step python benchmarks/aic_deepep_sources.py --systems h100_sxm h200_sxm b200_sxm gb200 gb300
+step python benchmarks/aic_crosscheck.py
+step python benchmarks/allreduce_transfer.py
 step python -m tests.epsim.validate.test_silicon_scoreboard
 step python benchmarks/silicon_system.py --system b300_sxm --write
 step python -m epsim.cli validate --published --out docs/published.md
