@@ -8,11 +8,14 @@ two baselines of `epsim validate` (a constant; log-log interpolation), with its 
           judge the top two octaves (NCCL 256-512 MiB; a custom kernel up to its 8 MiB buffer)
   shape   per system: fit every shape but each kind's largest, judge the largest (experts and
           dense MLPs: hidden x intermediate; GEMMs: n x k; attention: query heads x head_dim;
-          MLA and its BMMs: the heads a GPU holds; DeepEP: hidden)
+          MLA and its BMMs: the heads a GPU holds; DeepEP: hidden, within one node: its
+          cross-node rows, measured at one hidden size only, are the ep axis's)
   ep, tp  per system, quantised experts: the fused MoE kernel fitted at EP 1 and MoE-TP 1,
           judged at EP > 1 and at MoE-TP > 1 (its balanced rows, kept pending by the importer);
-          DeepEP's MoE runner fitted at EP <= 16, judged at EP 32-256; all-reduces: each
-          algorithm fitted on its smaller GPU counts, judged at its largest (where it has 3)
+          DeepEP's MoE runner fitted at EP <= 16, judged at EP 32-256; DeepEP's dispatch and
+          combine fitted on 1-2 nodes (EP <= 16), judged on 4-8 (EP 32-64, the low-latency
+          rows AIC measured across nodes); all-reduces: each algorithm fitted on its smaller
+          GPU counts, judged at its largest (where it has 3)
   system  fit one system's records, judge another's: the constant and log-log baselines are
           A's own measurements of the same configuration; the quantised GEMMs and experts and
           MLA, fitted as fractions of the datasheet, price B from B's datasheet
@@ -45,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from epsim.calibrate.aic import import_source, record_paths, write_records_gz  # noqa: E402
+from epsim.calibrate.aic_records import DEEPEP_RANKS_PER_NODE  # noqa: E402
 from epsim.calibrate.aic_tables import AIC_TO_ZOO, package_version, parse_source  # noqa: E402
 from epsim.calibrate.inputs import SourcedRecord, load_records  # noqa: E402
 from epsim.cost.record_kernels import KERNEL_KINDS  # noqa: E402
@@ -120,10 +124,27 @@ def split_tokens_but_allreduce(raw):
     return fit, [s for s in judged if s.record.kind != "allreduce"]
 
 
+def across_nodes(s) -> bool:
+    """A DeepEP dispatch or combine record whose ranks span nodes."""
+    return (s.record.backend == "deepep" and s.record.kind in ("dispatch", "combine")
+            and s.record.ep_size > DEEPEP_RANKS_PER_NODE)
+
+
+def split_deepep_nodes(raw):
+    """DeepEP's dispatch and combine on the ep axis: fit EP <= 16 (one and two nodes), judge
+    EP >= 32 (four and eight): (fit, judged); empty where no record spans more than two nodes."""
+    deepep = [s for s in raw if s.record.backend == "deepep"
+              and s.record.kind in ("dispatch", "combine")]
+    judged = [s for s in deepep if s.record.ep_size > DEEPEP_FIT_EP]
+    return ([s for s in deepep if s.record.ep_size <= DEEPEP_FIT_EP], judged) if judged else ([], [])
+
+
 def split_shape(raw):
     """Judged: each kind's records of its largest shape; fit: the rest (collectives and the
-    `none` backend's all-gather have no shape axis: left out)."""
-    raw = [s for s in raw if s.record.kind not in NO_SHAPE_AXIS and s.record.backend != "none"]
+    `none` backend's all-gather have no shape axis: left out, and DeepEP's rows across nodes,
+    which AIC measured at one hidden size only: the ep axis judges them)."""
+    raw = [s for s in raw if s.record.kind not in NO_SHAPE_AXIS and s.record.backend != "none"
+           and not across_nodes(s)]
     largest = {}
     for s in raw:
         largest[s.record.kind] = max(largest.get(s.record.kind, 0.0), _x(s.record, "shape"))
@@ -207,7 +228,8 @@ def main(argv=None) -> int:
                                                         ("shape", split_shape))}
         if any(s.record.kind == "quant_experts" for s in raw):     # its pending rows: slow
             splits.update(split_ep_tp(raw, quant_moe_pending(system)))
-        for axis, (fit, judged) in split_allreduce(raw).items():
+        for axis, (fit, judged) in [*split_allreduce(raw).items(),
+                                    ("ep", split_deepep_nodes(raw))]:
             if judged:
                 old_fit, old_judged = splits.get(axis, ([], []))
                 splits[axis] = (old_fit + fit, old_judged + judged)
