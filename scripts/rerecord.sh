@@ -35,6 +35,8 @@ step python -m tests.epsim.validate.test_silicon_scoreboard
 step python benchmarks/silicon_system.py --system b300_sxm --write
 step python -m epsim.cli validate --published --out docs/published.md
 step python -m epsim.cli validate --composition --out "$(mktemp -d)" --doc docs/validation.md
+step python -m epsim.cli validate --out docs/validation --doc docs/validation.md
+rm -f docs/validation/.epsim.lock
 if [ "${1:-}" != "--skip-planning" ]; then
     step python benchmarks/planning_answers.py --write --workers "$workers"
 fi
