@@ -20,7 +20,11 @@ TINY_PLAN_SCENARIO = {
 }
 
 
-def write_tiny_scenario(directory) -> str:
+def write_tiny_scenario(directory, rate_per_s: float | None = None) -> str:
+    """The tiny plan's scenario file in `directory`, at its own offered load or `rate_per_s`."""
+    data = copy.deepcopy(TINY_PLAN_SCENARIO)
+    if rate_per_s is not None:
+        data["workload"]["arrivals"]["rate_per_s"] = rate_per_s
     path = directory / "tiny_plan.yaml"
-    path.write_text(yaml.safe_dump(copy.deepcopy(TINY_PLAN_SCENARIO)))
+    path.write_text(yaml.safe_dump(data))
     return str(path)
