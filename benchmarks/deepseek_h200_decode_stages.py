@@ -25,10 +25,8 @@ nothing is fitted or chosen on it). Device time, µs per layer.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from aic_stages import between, decode_step, frames, gemm_us, row_simulation  # noqa: E402
+from aic_stages import (attention_stages, decode_step, frames, row_simulation,  # noqa: E402
+                        shared_expert_stage, stage_report, step_totals)
 from epsim.calibrate.aic_records import balanced_counts, grouped_balanced_counts  # noqa: E402
-from epsim.calibrate.aic_tables import package_version  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
-from epsim.cost.mla import _gemm  # noqa: E402
 from epsim.io.write import write_text  # noqa: E402
 from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
 from lmsys_decode_stages import measured  # noqa: E402
@@ -67,51 +64,19 @@ def stages(f: dict, row, b: int, keys: int) -> tuple[list[tuple[str, float, floa
     """[(stage, epsim µs, AIC µs)] of one MoE layer, and the step's totals (ms)."""
     sim = row_simulation(row)
     cm, m = sim.cost_model, sim.cost_model.model
-    p, mla = cm.params, cm.params.attention.mla
-    par = p.parallel
+    par = cm.params.parallel
     s = decode_step(sim, b, keys)
-    batch = BatchCounts.uniform_decode(1, b, keys)
-    t = np.array([float(b)])
-    heads = mla.heads
-    ar = between(f["ar"], "message_size", b * HIDDEN * 2.0, backend="sglang_graph",
-                 num_gpus=par.tp_size)
-    out = [("MLA decode kernel (AIC: FlashAttention-3, BF16 cache)",
-            float(cm._decode_kernel.us(batch.decode_tokens, batch.decode_context)[0]),
-            measured(f["mla"], kernel_source="flash_attention", kv_cache_dtype="bfloat16",
-                     num_heads=heads, batch_size=b, step=keys)),
-           ("fused q_a + kv_a GEMM (fp8_block)",
-            float(_gemm(t, mla.q_lora_rank + mla.kv_lora_rank + mla.rope_dim, HIDDEN, mla)[0]),
-            gemm_us(f["gemm"], b, mla.q_lora_rank + mla.kv_lora_rank + mla.rope_dim, HIDDEN,
-                    "fp8_block")),
-           ("q_b GEMM (fp8_block)",
-            float(_gemm(t, heads * (mla.nope_dim + mla.rope_dim), mla.q_lora_rank, mla)[0]),
-            gemm_us(f["gemm"], b, heads * (mla.nope_dim + mla.rope_dim), mla.q_lora_rank,
-                    "fp8_block")),
-           ("o_proj GEMM (fp8_block)", float(_gemm(t, HIDDEN, heads * mla.v_dim, mla)[0]),
-            gemm_us(f["gemm"], b, HIDDEN, heads * mla.v_dim, "fp8_block")),
-           (f"absorbed BMM W_UK ({mla.bmm_format})",
-            float(_gemm(t, mla.kv_lora_rank, mla.nope_dim, mla, heads, bmm=True)[0]),
-            measured(f["bmm"], op_name="mla_gen_pre", bmm_dtype=mla.bmm_format, num_tokens=b,
-                     num_heads=heads)),
-           (f"absorbed BMM W_UV ({mla.bmm_format})",
-            float(_gemm(t, mla.v_dim, mla.kv_lora_rank, mla, heads, bmm=True)[0]),
-            measured(f["bmm"], op_name="mla_gen_post", bmm_dtype=mla.bmm_format, num_tokens=b,
-                     num_heads=heads)),
-           (f"attention all-reduce ({par.tp_size} GPUs; AIC: custom 0.5.9, graph)",
-            cm._collectives_us(batch, True), ar)]
-    ops = cm._attention_ops(t)
-    out.append(("attention block ops (norms, RoPE, KV write; no AIC table)",
-                0.0 if ops is None else float(ops.max()), float("nan")))
-    fused = p.fused_shared_experts
-    shared_inter = SHARED_INTER // par.tp_size
-    shared_aic = (gemm_us(f["gemm"], b, 2 * shared_inter, HIDDEN, "fp8_block")
-                  + gemm_us(f["gemm"], b, HIDDEN, shared_inter, "fp8_block"))
-    out.append((f"shared expert ({'fused into the MoE kernel' if fused else 'its own GEMMs'}; "
-                "AIC: its two GEMMs)", float(s.shared_experts_us.mean()), shared_aic))
+    out, ar = attention_stages(f, sim, b, keys,
+                               "MLA decode kernel (AIC: FlashAttention-3, BF16 cache)",
+                               {"kernel_source": "flash_attention", "kv_cache_dtype": "bfloat16"},
+                               "attention all-reduce ({gpus} GPUs; AIC: custom 0.5.9, graph)")
+    fused = cm.params.fused_shared_experts
+    shared_row, shared_aic = shared_expert_stage(f, sim, s, b, SHARED_INTER, "fp8_block")
+    out.append(shared_row)
     where = dict(kernel_source="sglang_fused_moe_triton", moe_dtype="fp8_block",
                  hidden_size=HIDDEN, inter_size=m.moe_intermediate_size, num_experts=EXPERTS,
                  topk=TOP_K, moe_tp_size=par.moe_tp_size, moe_ep_size=par.ep_size, num_tokens=b)
-    tokens = cm.ep_tokens(batch)
+    tokens = cm.ep_tokens(BatchCounts.uniform_decode(1, b, keys))
     scale = {}
     for label, key, counts in (("0.5.10, plain balanced", "moe10", balanced_counts(b, EXPERTS, TOP_K)),
                                ("0.5.14, grouped top-k", "moe14",
@@ -130,18 +95,12 @@ def stages(f: dict, row, b: int, keys: int) -> tuple[list[tuple[str, float, floa
     out.append(("MoE block ops (router, top-k; no AIC table)", float(s.block_ops_us.mean()),
                 float("nan")))
     # AIC's layer: every stage it has, its MoE (0.5.10) scaled from its counts to uniform routing
-    # by epsim's own ratio (the kernel's price per active expert from AIC, the count from epsim)
+    # by epsim's own ratio (the kernel's price per active expert from AIC, the count from epsim);
+    # the shared expert's own GEMMs only where SGLang does not fuse it into the MoE kernel
     aic10, ours10 = scale["moe10"]
     aic_layer = sum(a for _, _, a in out[:7]) + ar + (0.0 if fused else shared_aic) + (
         aic10 * uniform / ours10)
-    totals = {"epsim_step_ms": s.step_us / 1e3,
-              "epsim_layers_ms": float(s.layer_us.sum()) / 1e3,
-              "outside_ms": (s.dense_us + s.overhead_us) / 1e3,
-              "aic_layers_ms": aic_layer * m.num_moe_layers / 1e3,
-              "ops_ms": float(np.nan_to_num(sum(e for name, e, a in out if np.isnan(a)))
-                              ) * m.num_moe_layers / 1e3,
-              "layers": m.num_moe_layers}
-    return out, totals
+    return out, step_totals(s, m.num_moe_layers, out, aic_layer)
 
 
 def main(argv=None) -> None:
@@ -151,28 +110,14 @@ def main(argv=None) -> None:
     warnings.simplefilter("ignore")              # the profile's extrapolation notes
     f = frames(SYSTEM, TABLES)
     rows = {r.id: r for r in read_rows(default_csv_path())}
-    lines = ["# A DeepSeek-R1 FP8 decode step's stages on H200: epsim against AIC's op tables", "",
-             f"Generated by `python benchmarks/deepseek_h200_decode_stages.py` "
-             f"({datetime.now(timezone.utc):%Y-%m-%d}, {platform.node()}, Python "
-             f"{platform.python_version()}; aiconfigurator-core {package_version()}). Per MoE "
-             "layer, µs, device time; AIC: " + ", ".join(f"`{t}`" for t in TABLES.values())
-             + ". The script's docstring says what each row compares.", ""]
+    sections = []
     for row_id, b, keys in SHAPES:
-        row = rows[row_id]
-        out, tot = stages(f, row, b, keys)
-        lines += [f"## TP8 + MoE-TP8 (EP 1): {b} requests x {keys} keys (`{row_id}`)", "",
-                  "| stage | epsim | AIC | epsim / AIC |", "|---|---:|---:|---:|"]
-        lines += [f"| {name} | {ours:.1f} | {theirs:.1f} | "
-                  f"{'-' if np.isnan(theirs) or theirs == 0 else f'{ours / theirs:.2f}'} |"
-                  for name, ours, theirs in out]
-        lines += ["", f"epsim's step {tot['epsim_step_ms']:.2f} ms: {tot['layers']} MoE layers "
-                  f"{tot['epsim_layers_ms']:.2f} ms (of which block ops without an AIC table "
-                  f"{tot['ops_ms']:.2f}) + dense layers, LM head and per-step overhead "
-                  f"{tot['outside_ms']:.2f}. AIC's stages x {tot['layers']} (its 0.5.10 MoE "
-                  f"scaled to uniform routing by epsim's ratio): {tot['aic_layers_ms']:.2f} ms; "
-                  f"with epsim's block ops, dense layers, LM head and overhead: "
-                  f"{tot['aic_layers_ms'] + tot['ops_ms'] + tot['outside_ms']:.2f} ms. The row's "
-                  f"measured TPOT (validation only): {row.tpot_ms:.2f} ms.", ""]
+        out, tot = stages(f, rows[row_id], b, keys)
+        sections.append((f"TP8 + MoE-TP8 (EP 1): {b} requests x {keys} keys", row_id, out, tot,
+                         rows[row_id].tpot_ms))
+    lines = stage_report("# A DeepSeek-R1 FP8 decode step's stages on H200: epsim against AIC's "
+                         "op tables", "deepseek_h200_decode_stages.py", TABLES, sections,
+                         "its 0.5.10 MoE scaled to uniform routing by epsim's ratio")
     write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))
 
