@@ -212,7 +212,9 @@ def conclusions(steps: list[dict], floors: list[dict], fig: dict) -> list[str]:
         "the FP8-block GEMMs, the absorbed BMMs and the Triton fused MoE at AIC's own counts are "
         f"each {span(fig['kernels'], lambda x: f'{x:.2f}')} x AIC's H200 tables, the all-reduce "
         f"{span(fig['reduce'], lambda x: f'{x:.2f}')} x; AIC's stages summed are dearer than "
-        "epsim's step. No op-level fit moves the step down.",
+        "epsim's step. No op-level fit moves the step down. Nor does composing them: on our own "
+        "H200 whole decoder layers measure within a few % of their parts' sum (docs/validation.md, "
+        "'Composition'; a DeepSeek-like layer among them).",
         "- *The launch flags.* `--attention-backend flashinfer` is not what epsim's MLA kernel is "
         "fitted on (AIC's H200 table has FlashAttention-3 only), but the kernel is "
         f"{span(fig['mla_share'], pct)} of the step: closing the gap on it would need a negative "
