@@ -22,10 +22,8 @@ step prices). The TPOT column is the row's measured figure, read only to set bes
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -34,11 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from aic_stages import between, decode_step, frames, gemm_us, row_simulation  # noqa: E402
+from aic_stages import (attention_stages, decode_step, frames, row_simulation,  # noqa: E402
+                        shared_expert_stage, stage_report, step_totals)
 from epsim.calibrate.aic_records import grouped_balanced_counts  # noqa: E402
-from epsim.calibrate.aic_tables import package_version  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
-from epsim.cost.mla import _gemm  # noqa: E402
 from epsim.io.write import write_text  # noqa: E402
 from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
 from lmsys_decode_stages import measured  # noqa: E402
@@ -74,49 +71,17 @@ def stages(f: dict, row, b: int, keys: int) -> tuple[list[tuple[str, float, floa
     """[(stage, epsim µs, AIC µs)] of one MoE layer, and the step's totals (ms)."""
     sim = row_simulation(row)
     cm, m = sim.cost_model, sim.cost_model.model
-    p, mla = cm.params, cm.params.attention.mla
+    p = cm.params
     par = p.parallel
     s = decode_step(sim, b, keys)
     batch = BatchCounts.uniform_decode(1, b, keys)
-    t = np.array([float(b)])
-    heads = mla.heads
-    gemm_dtype = {"fp8_block": "fp8_block", "bf16": "bfloat16"}[mla.gemm_format]
-    bmm_dtype = {"fp8": "fp8", "bf16": "bfloat16"}.get(mla.bmm_format, mla.bmm_format)
-    ar = between(f["ar"], "message_size", b * HIDDEN * 2.0, backend="sglang_graph",
-                 num_gpus=par.tp_size)
-    out = [("MLA decode kernel (AIC: trtllm_mla, FP8 cache)",
-            float(cm._decode_kernel.us(batch.decode_tokens, batch.decode_context)[0]),
-            measured(f["mla"], kv_cache_dtype="fp8", num_heads=heads, batch_size=b, step=keys)),
-           (f"fused q_a + kv_a GEMM ({mla.gemm_format})",
-            float(_gemm(t, mla.q_lora_rank + mla.kv_lora_rank + mla.rope_dim, HIDDEN, mla)[0]),
-            gemm_us(f["gemm"], b, mla.q_lora_rank + mla.kv_lora_rank + mla.rope_dim, HIDDEN,
-                    gemm_dtype)),
-           (f"q_b GEMM ({mla.gemm_format})",
-            float(_gemm(t, heads * (mla.nope_dim + mla.rope_dim), mla.q_lora_rank, mla)[0]),
-            gemm_us(f["gemm"], b, heads * (mla.nope_dim + mla.rope_dim), mla.q_lora_rank,
-                    gemm_dtype)),
-           (f"o_proj GEMM ({mla.gemm_format})", float(_gemm(t, HIDDEN, heads * mla.v_dim, mla)[0]),
-            gemm_us(f["gemm"], b, HIDDEN, heads * mla.v_dim, gemm_dtype)),
-           (f"absorbed BMM W_UK ({mla.bmm_format})",
-            float(_gemm(t, mla.kv_lora_rank, mla.nope_dim, mla, heads, bmm=True)[0]),
-            measured(f["bmm"], op_name="mla_gen_pre", bmm_dtype=bmm_dtype, num_tokens=b,
-                     num_heads=heads)),
-           (f"absorbed BMM W_UV ({mla.bmm_format})",
-            float(_gemm(t, mla.v_dim, mla.kv_lora_rank, mla, heads, bmm=True)[0]),
-            measured(f["bmm"], op_name="mla_gen_post", bmm_dtype=bmm_dtype, num_tokens=b,
-                     num_heads=heads)),
-           (f"attention all-reduce ({par.tp_size} GPUs; AIC: custom, graph)",
-            cm._collectives_us(batch, True), ar)]
-    ops = cm._attention_ops(t)
-    out.append(("attention block ops (norms, RoPE, KV write; no AIC table)",
-                0.0 if ops is None else float(ops.max()), float("nan")))
+    out, ar = attention_stages(f, sim, b, keys, "MLA decode kernel (AIC: trtllm_mla, FP8 cache)",
+                               {"kv_cache_dtype": "fp8"},
+                               "attention all-reduce ({gpus} GPUs; AIC: custom, graph)")
     moe_dtype = "nvfp4" if m.weight_dtype == "nvfp4" else "fp8_block"
     fused = p.fused_shared_experts
-    shared_inter = SHARED_INTER // par.tp_size
-    shared_aic = (gemm_us(f["gemm"], b, 2 * shared_inter, HIDDEN, moe_dtype)
-                  + gemm_us(f["gemm"], b, HIDDEN, shared_inter, moe_dtype))
-    out.append((f"shared expert ({'fused into the MoE kernel' if fused else 'its own GEMMs'}; "
-                f"AIC: its two GEMMs, {moe_dtype})", float(s.shared_experts_us.mean()), shared_aic))
+    shared_row, shared_aic = shared_expert_stage(f, sim, s, b, SHARED_INTER, moe_dtype)
+    out.append(shared_row)
     where = dict(moe_dtype=moe_dtype, hidden_size=HIDDEN, inter_size=m.moe_intermediate_size,
                  num_experts=EXPERTS, topk=TOP_K, moe_tp_size=par.moe_tp_size,
                  moe_ep_size=par.ep_size, num_tokens=b)
@@ -137,14 +102,7 @@ def stages(f: dict, row, b: int, keys: int) -> tuple[list[tuple[str, float, floa
     # epsim's own ratio (the kernel's price per active expert from AIC, the count from epsim)
     aic_layer = sum(a for _, _, a in out[:7]) + ar + shared_aic + (
         aic_moe * float(s.experts_us.mean()) / ours_at_aic)
-    totals = {"epsim_step_ms": s.step_us / 1e3,
-              "epsim_layers_ms": float(s.layer_us.sum()) / 1e3,
-              "outside_ms": (s.dense_us + s.overhead_us) / 1e3,
-              "aic_layers_ms": aic_layer * m.num_moe_layers / 1e3,
-              "ops_ms": float(np.nan_to_num(sum(e for name, e, a in out if np.isnan(a)))
-                              ) * m.num_moe_layers / 1e3,
-              "layers": m.num_moe_layers}
-    return out, totals
+    return out, step_totals(s, m.num_moe_layers, out, aic_layer)
 
 
 def main(argv=None) -> None:
@@ -153,28 +111,14 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")              # the profile's extrapolation notes
     f, rows = frames(SYSTEM, TABLES), _rows()
-    lines = ["# A DeepSeek-R1 decode step's stages on B200: epsim against AIC's op tables", "",
-             f"Generated by `python benchmarks/deepseek_b200_decode_stages.py` "
-             f"({datetime.now(timezone.utc):%Y-%m-%d}, {platform.node()}, Python "
-             f"{platform.python_version()}; aiconfigurator-core {package_version()}). Per MoE "
-             "layer, µs, device time; AIC: " + ", ".join(f"`{t}`" for t in TABLES.values())
-             + ". The script's docstring says what each row compares.", ""]
+    sections = []
     for label, row_id, b, keys in SHAPES:
-        row = rows[row_id]
-        out, tot = stages(f, row, b, keys)
-        lines += [f"## {label}: {b} requests x {keys} keys (`{row_id}`)", "",
-                  "| stage | epsim | AIC | epsim / AIC |", "|---|---:|---:|---:|"]
-        lines += [f"| {name} | {ours:.1f} | {theirs:.1f} | "
-                  f"{'-' if np.isnan(theirs) or theirs == 0 else f'{ours / theirs:.2f}'} |"
-                  for name, ours, theirs in out]
-        lines += ["", f"epsim's step {tot['epsim_step_ms']:.2f} ms: {tot['layers']} MoE layers "
-                  f"{tot['epsim_layers_ms']:.2f} ms (of which block ops without an AIC table "
-                  f"{tot['ops_ms']:.2f}) + dense layers, LM head and per-step overhead "
-                  f"{tot['outside_ms']:.2f}. AIC's stages x {tot['layers']} (its MoE scaled to "
-                  f"uniform routing by epsim's ratio): {tot['aic_layers_ms']:.2f} ms; with epsim's "
-                  f"block ops, dense layers, LM head and overhead: "
-                  f"{tot['aic_layers_ms'] + tot['ops_ms'] + tot['outside_ms']:.2f} ms. The row's "
-                  f"measured TPOT (validation only): {row.tpot_ms:.2f} ms.", ""]
+        out, tot = stages(f, rows[row_id], b, keys)
+        sections.append((f"{label}: {b} requests x {keys} keys", row_id, out, tot,
+                         rows[row_id].tpot_ms))
+    lines = stage_report("# A DeepSeek-R1 decode step's stages on B200: epsim against AIC's op "
+                         "tables", "deepseek_b200_decode_stages.py", TABLES, sections,
+                         "its MoE scaled to uniform routing by epsim's ratio")
     write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))
 

@@ -26,6 +26,7 @@ step python benchmarks/gb200_wide_prefill_stages.py
 step python benchmarks/lmsys_decode_stages.py
 step python benchmarks/qwen_h200_decode_stages.py
 step python benchmarks/deepseek_b200_decode_stages.py
+step python benchmarks/deepseek_h200_decode_stages.py
 step python benchmarks/lmsys_mtp_stages.py
 step python benchmarks/mtp_b200_verify.py
 step python benchmarks/aic_deepep_sources.py --systems h100_sxm h200_sxm b200_sxm gb200 gb300
