@@ -60,8 +60,8 @@ READING = """## Reading
 - The agg rows of 128-512 clients ran MTP alone, so F cannot be read there. Agg's own pricing
   (table 2) is about right for FP8 without MTP at 4-64 clients (the ambiguous twins' no-MTP
   side, table 1) but 1.30x short at the one FP8 8k/1k twin (SGLang 0.5.6, 64 clients), and the
-  FP4 rows are short at every client count (their own gap): an MTP row carries agg's gap and F
-  together (8k/1k at 64 clients: 1.30x / 0.73 = 1.78x against the measured 1.79x).
+  FP4 rows are short at every client count (their own gap): an MTP row at 128-512 clients
+  carries agg's own gap there, unmeasured without MTP on FP8, and MTP's F together.
 - What SGLang 0.5.9 runs for these rows (`lmsysorg/sglang:v0.5.9-cu130`; the wheel's source),
   ruled out as the cause of the growth, each checked against epsim:
   - the scheduler: `dsr1_fp8_b200_mtp.sh` sets `SGLANG_ENABLE_SPEC_V2=1` as a shell variable,
@@ -84,6 +84,10 @@ READING = """## Reading
   - the verify's attention: `trtllm_mla` runs it as one decode kernel call with 3 query rows a
     request (`forward_extend`, `trtllm_batch_decode_with_kv_cache_mla`); epsim prices 3b decode
     rows, each reading its context (`mla_attention_us` over `verify_counts`): if anything high.
+  - the logits: the vocab-parallel LM head's logits are all-gathered over the TP ranks
+    (`LogitsProcessor._get_logits`), b x 3 rows of 129,280 BF16 in a verify (397 MB at 512
+    requests); epsim prices the LM head's GEMM, not this gather, which NVLink moves in well
+    under a millisecond (an estimate from the bytes alone).
   - the draft: `speculative_moe_runner_backend` becomes `auto` when the target's is
     `flashinfer_trtllm`, and `auto` resolves to Triton (`Fp8MoEMethod.create_moe_runner`:
     DeepGEMM only with JIT DeepGEMM, which the script exports off, and DeepEP): a kernel epsim
