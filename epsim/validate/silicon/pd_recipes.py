@@ -23,15 +23,17 @@ latencies depend on, as `DeploymentSpec` fields:
   its experts' outputs reduced back, FlashInfer MoE -- and only the FP8 DEP8 prefills of the
   wide-EP recipes dispatch with DeepEP, `--deepep-mode normal`), `--deepep-mode`,
   `--disable-shared-experts-fusion` (every wide-EP side), `--disable-cuda-graph` (the wide-EP
-  prefills) and `--num-reserved-decode-tokens` (the FP4 wide-EP decodes' 112).
-
-Not carried although the spec has the field: `--ep-num-redundant-experts 32` of the wide-EP
-sides (the row's layout keeps the mapping's: 32 placed from the workload's skew where EP does not
-divide the 256 experts, else none). No recipe sets `--init-expert-location` or `--enable-eplb`, so
-SGLang places the 32 slots trivially (repeating experts 0-31) and never moves them, which the spec
-refuses (`ep_num_redundant_experts` needs EPLB or a placement); with them goes
-`--ep-dispatch-algorithm` (the FP8 prefills' `dynamic`, a random replica per token:
-`expert_location_dispatch.py` `_topk_ids_logical_to_physical_dynamic`, epsim's `random`).
+  prefills) and `--num-reserved-decode-tokens` (the FP4 wide-EP decodes' 112);
+- `--ep-num-redundant-experts 32` of the wide-EP sides (every DeepEP decode, the FP8 DEP8
+  prefills) with `--ep-dispatch-algorithm` (the decodes' `static`, the FP8 prefills' `dynamic`: a
+  random replica per token, `expert_location_dispatch.py` `_topk_ids_logical_to_physical_dynamic`,
+  epsim's `random`). No recipe sets `--init-expert-location` or `--enable-eplb`, so SGLang places
+  the 32 slots trivially (`ExpertLocationMetadata.init_trivial`: physical slot p holds expert
+  p mod 256, so experts 0-31 twice) and never moves them: `init_expert_location: trivial`, stated.
+  At uniform routing the ranks holding no replica then receive 288 / EP full experts' tokens
+  against the mean's 256 / EP, 1.125 x (9 against 8 at EP 32), and read as many experts'
+  weights; where EP does not divide the 256 experts the mapping's placement from the workload's
+  skew (`epsim.validate.silicon.mapping`) is replaced by this one.
 
 Not carried, having no `DeploymentSpec` field: `--moe-runner-backend` (epsim prices a system's
 fitted MoE kernel), `--enable-dp-lm-head`, `--moe-dense-tp-size 1`, `--enable-single-batch-overlap`,
@@ -67,7 +69,10 @@ _MTP = {"speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_nu
 _NO_A2A = {"moe_a2a_backend": "none"}
 # every wide-EP side: `--disable-shared-experts-fusion`, DeepEP low-latency on the decode
 _WIDE_EP = {"disable_shared_experts_fusion": True}
-_DEEPEP_LL = {"moe_a2a_backend": "deepep", "deepep_mode": "low_latency", **_WIDE_EP}
+# the wide-EP sides' 32 redundant slots, placed as SGLang places them without EPLB (module doc)
+_TRIVIAL_SLOTS = {"ep_num_redundant_experts": 32, "init_expert_location": "trivial"}
+_DEEPEP_LL = {"moe_a2a_backend": "deepep", "deepep_mode": "low_latency", **_WIDE_EP,
+              **_TRIVIAL_SLOTS, "ep_dispatch_algorithm": "static"}
 
 
 def _fp8_prefill(mem_fraction: float, max_running: int = 30000) -> dict:
@@ -77,7 +82,7 @@ def _fp8_prefill(mem_fraction: float, max_running: int = 30000) -> dict:
     return {"chunked_prefill_size": 131072 // 8, "max_running_requests": max_running // 8,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": mem_fraction,
             "disable_cuda_graph": True, "moe_a2a_backend": "deepep", "deepep_mode": "normal",
-            **_WIDE_EP}
+            **_WIDE_EP, **_TRIVIAL_SLOTS, "ep_dispatch_algorithm": "random"}
 
 
 def _fp8_decode(dp: int, max_running: int, graph_bs: int) -> dict:
