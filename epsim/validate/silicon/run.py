@@ -36,6 +36,7 @@ from epsim.sim import simulate
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.handoff import handoff
 from epsim.validate.silicon.mapping import Instance, RowPlan
+from epsim.validate.silicon.memo import Memo
 
 ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
 PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
@@ -181,8 +182,10 @@ def _shares(summary: dict) -> dict:
             if f"{k}_share" in prov}
 
 
-def predict(plan: RowPlan) -> dict:
-    """epsim's entry for a row: predicted TTFT and TPOT (ms) with provenance, or why not.
+def predict(plan: RowPlan, memo: Memo | None = None) -> dict:
+    """epsim's entry for a row: predicted TTFT and TPOT (ms) with provenance, or why not
+    (`memo`: instances simulated before in this run give their kept answer,
+    `epsim.validate.silicon.memo`: the same entry).
 
     Returns:
         `{"status": "predicted" | "approximated" | "cannot_express" | "failed", "ttft_ms",
@@ -197,10 +200,11 @@ def predict(plan: RowPlan) -> dict:
     if not plan.expressible:
         return {"status": "cannot_express", **entry}
     start = time.perf_counter()
+    kept_notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = _predict(plan, entry)
+            result, kept_notes = _predict(plan, memo)
         except EpsimError as exc:
             result = {"status": "failed", "reasons": [" ".join(str(exc).split())]}
         except MemoryError:
@@ -208,7 +212,7 @@ def predict(plan: RowPlan) -> dict:
         except Exception as exc:        # a bug: this row fails with where, the run goes on
             result = {"status": "failed", "reasons": [f"internal error: {_where(exc)}"]}
     entry.update(result, wall_s=round(time.perf_counter() - start, 3),
-                 notes=sorted({str(w.message) for w in caught}))
+                 notes=sorted({str(w.message) for w in caught} | set(kept_notes)))
     return entry
 
 
@@ -226,11 +230,16 @@ def failed_entry(exc: BaseException) -> dict:
             "reason_class": None, "missing": [], "notes": []}
 
 
-def _predict(plan: RowPlan, entry: dict) -> dict:
-    out = couple(plan.instances, plan.row.osl)
+def _predict(plan: RowPlan, memo: Memo | None) -> tuple[dict, list[str]]:
+    """The row's result and the warnings its simulations raised where `memo` kept them (else
+    they reach `predict`'s catch as raised)."""
+    if memo is None:
+        out, notes = couple(plan.instances, plan.row.osl), []
+    else:
+        out, notes = memo.couple(couple, plan.instances, plan.row.osl)
     if out.get("status") == "failed":
-        return out
-    return {"status": "approximated" if plan.approximations else "predicted", **out}
+        return out, notes
+    return {"status": "approximated" if plan.approximations else "predicted", **out}, notes
 
 
 def _simulate_round(make, instance: Instance, ttft_s: float, tpot_s: float, osl: int,
