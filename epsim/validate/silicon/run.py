@@ -32,7 +32,7 @@ from pathlib import Path
 from epsim.default_profile import versioned_profile
 from epsim.errors import EpsimError
 from epsim.report import summarize
-from epsim.sim import simulate
+from epsim.sim import Simulation
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.handoff import handoff
 from epsim.validate.silicon.mapping import Instance, RowPlan
@@ -68,16 +68,21 @@ SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands 
 
 
 def _simulate(data: dict, instance: Instance) -> dict:
-    """The summary (`epsim.report.summarize`) of one scenario mapping of `instance`, priced by
-    the profile it names, else its GPU's default with the instance's version part
-    (`Instance.profile_part`; a named profile is used as it is), its
-    MoE draws from coarse pools (`Simulation`'s `coarse_pools`, for a run of hundreds of closed
-    loops: each row's change against exact pools, within 0.2 %, in
+    """The summary (`epsim.report.summarize`) of one scenario mapping of `instance`
+    (`_simulation`'s run)."""
+    return summarize(_simulation(data, instance).run())
+
+
+def _simulation(data: dict, instance: Instance) -> Simulation:
+    """A run of one scenario mapping of `instance`, priced by the profile it names, else its
+    GPU's default with the instance's version part (`Instance.profile_part`; a named profile is
+    used as it is), its MoE draws from coarse pools (`Simulation`'s `coarse_pools`, for a run of
+    hundreds of closed loops: each row's change against exact pools, within 0.2 %, in
     benchmarks/results/silicon_speed.md)."""
     profile = versioned_profile(data["cluster"]["gpu"], instance.profile_part) \
         if instance.profile_part and not data.get("profile") else None
-    return summarize(simulate(scenario_from_dict(copy.deepcopy(data), where="silicon row"),
-                              profile=profile, coarse_pools=True))
+    return Simulation(scenario_from_dict(copy.deepcopy(data), where="silicon row"),
+                      profile=profile, coarse_pools=True)
 
 
 def _mean(summary: dict, name: str) -> float | None:
@@ -246,20 +251,25 @@ def _simulate_round(make, instance: Instance, ttft_s: float, tpot_s: float, osl:
                     outside_s: float, early: bool = False) -> dict:
     """The summary of one instance's round (`make`: `closed_round` or `open_round`); a
     benchmark run's span doubled until every one of its requests has its first token (its
-    cycle is the last round's, short of the run's own where the first wave queues).
-    `early`: a round before a P/D pair's last (`closed_round`'s)."""
-    span = 1.0
-    for _ in range(RUN_SPAN_TRIES):
-        data = make(instance, ttft_s, tpot_s, osl, outside_s, span, early) \
-            if make is closed_round else make(instance, ttft_s, tpot_s, osl, outside_s)
-        summary = _simulate(data, instance)
-        total = data["workload"]["arrivals"].get("num_requests")
-        if total is None:
-            return summary
-        shared = -(-total // data["deployment"].get("num_instances", 1))
+    cycle is the last round's, short of the run's own where the first wave queues), each
+    longer span gone on to from where the shorter stopped (`Simulation.extend`: the bits of
+    running it from t=0; a high-concurrency agg row ran its first half twice and its first
+    quarter three times). `early`: a round before a P/D pair's last (`closed_round`'s)."""
+    if make is not closed_round:
+        return _simulate(make(instance, ttft_s, tpot_s, osl, outside_s), instance)
+    data = closed_round(instance, ttft_s, tpot_s, osl, outside_s, 1.0, early)
+    total = data["workload"]["arrivals"].get("num_requests")
+    if total is None:
+        return _simulate(data, instance)
+    shared = -(-total // data["deployment"].get("num_instances", 1))
+    run = _simulation(data, instance)
+    summary, span = summarize(run.run()), 1.0
+    for _ in range(RUN_SPAN_TRIES - 1):
         if summary["ttft_ms"]["count"] >= shared:
-            return summary
+            break
         span *= 2
+        longer = closed_round(instance, ttft_s, tpot_s, osl, outside_s, span, early)
+        summary = summarize(run.extend(longer["workload"]["duration_s"]))
     return summary
 
 
