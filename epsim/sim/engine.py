@@ -273,7 +273,9 @@ class Simulation:
             plan = sched.plan(now_s, alive)
             num_tokens = plan.num_tokens
             if num_tokens <= 0:
-                next_us = min(sched.next_arrival_s(now_s) * 1e6, self.end_us)
+                # wait for the next arrival, even past the end (the run stops there first): a
+                # run `extend`ed wakes where one of its new length would
+                next_us = sched.next_arrival_s(now_s) * 1e6
                 yield env.timeout(max(next_us - env.now, 1.0))
                 continue
             loads, cost = self.stepper.price(plan.batch, now_s, self.step_index)
@@ -353,6 +355,34 @@ class Simulation:
             if bar is not None:
                 bar.n = bar.total
                 bar.close()
+        return self._result(time.perf_counter() - wall_start)
+
+    def extend(self, duration_s: float) -> SimResult:
+        """Go on from where `run` (or the last `extend`) stopped to `duration_s` (s) and return
+        the result of a run of that `workload.duration_s` from t=0, the same bits: nothing
+        before a run's end depends on where it lies -- a closed loop's clients send as their
+        requests finish, a leap stops before the end as stepping would (`epsim.sim.leap`: a
+        leap gives the bits of stepping), an idle step loop waits for the next arrival, and a
+        step in flight at the end commits as it would have (for a benchmark run that must be
+        long enough for every request's first token, `epsim.validate.silicon.run`).
+
+        Raises:
+            ValueError: arrivals other than closed-loop clients (drawn up to the run's end at
+                the start), or `duration_s` not after the run's end.
+        """
+        kind = self.stated.workload.arrivals.kind
+        if kind != "concurrency":
+            raise ValueError(f"workload.arrivals.kind ({kind!r}) must be 'concurrency' to extend "
+                             f"a run: other arrivals are drawn up to its end when it starts")
+        if not duration_s * 1e6 > self.end_us:
+            raise ValueError(f"duration_s ({duration_s}) must be after the run's end "
+                             f"({self.end_us * 1e-6})")
+        self.stated, self.scenario = (
+            sc.model_copy(update={"workload": sc.workload.model_copy(
+                update={"duration_s": duration_s})}) for sc in (self.stated, self.scenario))
+        self.end_us = duration_s * 1e6
+        wall_start = time.perf_counter()
+        self.env.run(until=self.end_us)
         return self._result(time.perf_counter() - wall_start)
 
     def _result(self, wall_seconds: float) -> SimResult:
