@@ -281,6 +281,8 @@ SGLANG_ARGS: dict[str, Rule] = {
     "speculative_num_draft_tokens": _resolved_elsewhere,
     "speculative_accept_length": _planning_input,            # SGLang measures it, never takes it
     "schedule_policy": _value("--schedule-policy"),
+    # what the server compiles inside a run is a consequence of its kernels, not a setting
+    "first_use_compile": _planning_input,
     "enable_eplb": _flag("--enable-eplb"),
     "ep_num_redundant_experts": _value("--ep-num-redundant-experts"),
     "eplb_rebalance_num_iterations": _eplb_only(_value("--eplb-rebalance-num-iterations")),

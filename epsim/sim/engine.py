@@ -42,6 +42,7 @@ from epsim.sim.batching import Scheduler
 from epsim.sim.clients import ClosedLoop
 from epsim.sim.elastic import ElasticEP
 from epsim.sim.eplb_process import EPLBManager
+from epsim.sim.first_use import first_use_compiles
 from epsim.sim.initial_placement import initial_placement
 from epsim.sim.kv_pool import KVPool
 from epsim.sim.leap import Leaper
@@ -142,6 +143,11 @@ class Simulation:
             self.acceptance = Acceptance(d.speculative_steps[0], d.speculative_accept_length,
                                          self.seed)
             self.draft = DraftPricer(scenario, self.profile, self.seed, pooled=coarse_pools)
+        # kernels compiled on first use inside the run (`epsim.sim.first_use`); the harness
+        # warms up on the run's first prompt
+        first_prompt = closed.lengths(0, 1)[0][0] if closed is not None else (
+            self.requests.input_len[0] if len(self.requests) else w.input_len.mean_tokens)
+        self.first_use = first_use_compiles(scenario, int(first_prompt))
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
@@ -281,6 +287,11 @@ class Simulation:
             loads, cost = self.stepper.price(plan.batch, now_s, self.step_index)
             version, num_alive = placement.version, placement.num_alive   # as the step saw them
             extra, self._charge_us = self._charge_us, 0.0
+            if self.first_use is not None:
+                compile_us = self.first_use.stall_us(float(plan.batch.prefill_tokens.sum()))
+                if compile_us:
+                    extra += compile_us
+                    self.metrics.record_charge(compile_us, "first_use_compile")
             start = env.now
             batch = plan.batch
             if self.draft is None:
