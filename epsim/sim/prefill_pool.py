@@ -24,7 +24,9 @@ rank its own requests, under attention TP one rank for the group (MLA's latent: 
 asks attention-TP rank 0 only, `disaggregation/common/conn.py` 340-359, `target_tp_rank`) -- over
 one GPU's scale-out NIC (`epsim.cost.kv_transfer`: datasheet unless the profile holds a measured
 `<path>/kv_transfer`). Between one and two chunks the next batch would get what the running one
-leaves; that is not modelled (no recipe read sets such a pool): the rule is all or nothing.
+leaves; that is not modelled (no recipe read sets such a pool): the rule is all or nothing. The
+wait delays the next batch; a request's own KV after its forward stays the P/D handoff's term
+(`epsim.validate.silicon.handoff`: its last chunk alone, not its share of the batch's transfer).
 """
 
 from __future__ import annotations
