@@ -48,7 +48,7 @@ from epsim.sim.leap import Leaper
 from epsim.sim.memory import kv_running_limit, memory_plan
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
-from epsim.sim.prefill_pool import prefill_hold
+from epsim.sim.prefill_pool import prefill_hold, reserve_tokens
 from epsim.sim.speculative import Acceptance, DraftPricer
 from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
@@ -135,11 +135,8 @@ class Simulation:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
                             f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
                             f"raise the arrival rate or the duration")
-        # a P/D prefill reserves one output token a request (`epsim.sim.prefill_pool`)
-        reserve = 1 if d.disaggregation_mode == "prefill" else d.num_reserved_decode_tokens
-        self.kv_pool = KVPool(self.memory.max_total_num_tokens, reserve, max_running,
+        self.kv_pool = KVPool(self.memory.max_total_num_tokens, reserve_tokens(d), max_running,
                               self._longest_context(initial), w.warmup_s)
-        # a P/D prefill pool under two chunks: forwards wait for the KV (`prefill_pool`)
         self.prefill_hold = prefill_hold(scenario, self.memory.max_total_num_tokens, self.profile)
         # speculative decoding: tokens per verify step and the draft's forwards (`speculative`)
         self.acceptance = self.draft = None

@@ -7,7 +7,7 @@ As SGLang 0.5.8 serves a P/D prefill (line numbers of `sglang/srt/` in the 0.5.8
   221-225), so its `PrefillAdder` takes a request only while the whole prompt (+1) fits the free
   pool (`managers/schedule_policy.py` 702-721: `total_tokens >= self.rem_total_tokens` ->
   `NO_TOKEN`): the engine's pool rule (`epsim.sim.kv_pool`) reserves one token a request on a
-  prefill server, not `num_reserved_decode_tokens`;
+  prefill server, not `num_reserved_decode_tokens` (`reserve_tokens`);
 - a prefilled request's KV stays in the pool until its transfer is done: the batch's result
   sends it (`process_batch_result_disagg_prefill`, `prefill.py` 478, `send_kv_chunk`) and moves
   the request to the inflight queue, which frees it on `KVPoll.Success`
@@ -64,6 +64,15 @@ class PrefillHold:
             return 0.0
         return kv_transfer(self.model, self.cluster, KV_PATH, sent_tokens, self.profile,
                            kv_cache_dtype=self.kv_cache_dtype).transfer_us
+
+
+def reserve_tokens(deployment) -> int:
+    """KV tokens a rank's pool keeps free per running request when it admits another
+    (`epsim.sim.kv_pool`): one on a P/D prefill server (its requests' `max_new_tokens`, module
+    doc), `num_reserved_decode_tokens` elsewhere."""
+    if deployment.disaggregation_mode == "prefill":
+        return 1
+    return deployment.num_reserved_decode_tokens
 
 
 def prefill_hold(scenario, pool_tokens: int, profile=None) -> PrefillHold | None:

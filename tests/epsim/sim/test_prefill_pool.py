@@ -73,3 +73,9 @@ def test_each_forward_waits_for_its_kv_where_the_pool_is_one_chunk():
     assert (b.steps["prefill_tokens"][1:] == CHUNK).all()
     assert len(a.steps["step_us"]) <= len(b.steps["step_us"])
     assert np.nanmean(a.first_token_s - a.arrival_s) > np.nanmean(b.first_token_s - b.arrival_s)
+
+
+def test_a_prefill_pool_reserves_one_token_a_request():
+    from epsim.sim.prefill_pool import reserve_tokens
+    assert reserve_tokens(_prefill().deployment) == 1
+    assert reserve_tokens(_prefill(mode="decode", num_reserved_decode_tokens=112).deployment) == 112
