@@ -274,6 +274,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "scheduler_recv_interval": _value("--scheduler-recv-interval"),
     "enable_mixed_chunk": _flag("--enable-mixed-chunk"),
     "mem_fraction_static": _value("--mem-fraction-static"),
+    "max_total_tokens": _value("--max-total-tokens"),        # a GPU's pool: SGLang divides nothing
     "num_reserved_decode_tokens": _reserved_decode_tokens,
     "speculative_algorithm": _speculative,
     "speculative_num_steps": _resolved_elsewhere,            # resolved in speculative_algorithm's

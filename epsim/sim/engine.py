@@ -49,6 +49,7 @@ from epsim.sim.leap import Leaper
 from epsim.sim.memory import kv_running_limit, memory_plan
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
+from epsim.sim.prefill_pool import prefill_hold, reserve_tokens
 from epsim.sim.speculative import Acceptance, DraftPricer
 from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
@@ -135,8 +136,9 @@ class Simulation:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
                             f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
                             f"raise the arrival rate or the duration")
-        self.kv_pool = KVPool(self.memory.max_total_num_tokens, d.num_reserved_decode_tokens,
-                              max_running, self._longest_context(initial), w.warmup_s)
+        self.kv_pool = KVPool(self.memory.max_total_num_tokens, reserve_tokens(d), max_running,
+                              self._longest_context(initial), w.warmup_s)
+        self.prefill_hold = prefill_hold(scenario, self.memory.max_total_num_tokens, self.profile)
         # speculative decoding: tokens per verify step and the draft's forwards (`speculative`)
         self.acceptance = self.draft = None
         if d.speculative_algorithm is not None:
@@ -298,6 +300,9 @@ class Simulation:
                 yield env.timeout(cost.step_us + extra)
                 gaps = sched.commit(plan, env.now * 1e-6)
                 prefill_tokens = float(batch.prefill_tokens.sum())
+                if self.prefill_hold is not None:     # the pool frees once the KV has gone
+                    self.stall(self.prefill_hold.wait_us(float(batch.prefill_tokens.max())),
+                               "prefill pool: KV transfer")
                 self.metrics.record(
                     start, cost.step_us + extra, extra, cost,
                     output_tokens=float(batch.sampled_tokens.sum()),

@@ -144,6 +144,11 @@ class DeploymentSpec(BaseModel):
     mem_fraction_static: float | None = Field(
         default=None, gt=0, lt=1, description="share of the GPU's memory for weights and the KV "
         "pool (SGLang's --mem-fraction-static); None: SGLang's default for the GPU")
+    max_total_tokens: int | None = Field(
+        default=None, gt=0, le=1 << 40, description="KV tokens one GPU's pool holds at most "
+        "(SGLang's --max-total-tokens: the least of it and what memory leaves, per GPU, not "
+        "divided by the DP size; `epsim.sim.memory`, `epsim.sim.prefill_pool`); None: what "
+        "memory leaves")
     num_reserved_decode_tokens: int = Field(
         default=512, ge=0, le=1 << 20, description="KV tokens a decode rank keeps free per running "
         "request when it admits another (SGLANG_NUM_RESERVED_DECODE_TOKENS)")

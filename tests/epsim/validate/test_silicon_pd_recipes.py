@@ -173,3 +173,25 @@ def test_wide_ep_sides_keep_sglang_s_trivial_replicas_and_the_busiest_rank_pays_
     del decode["init_expert_location"]
     with pytest.raises(SpecError, match="needs deployment.enable_eplb: true"):
         _scenario(decode)
+
+
+def test_only_the_fp4_8k1k_tp4_prefills_hold_a_pool_of_one_chunk():
+    """`--max-total-tokens` a GPU beside the chunk a rank: the FP4 8k/1k TP4 prefills' pool is
+    their 131072 chunk (`epsim.sim.prefill_pool` then holds each forward for its KV); the FP4
+    1k/1k DEP4 prefills hold 8 chunks, the GB200 FP8 8k/1k DEP8 prefills 32."""
+    from epsim.sim.prefill_pool import prefill_hold
+    one_chunk = set()
+    for recipe in pd_recipes.RECIPES.values():
+        flags = pd_recipes.fields(recipe, "prefill", 1 << 20)
+        if "max_total_tokens" not in flags:
+            continue
+        sc = scenario_from_dict({"name": "r", "model": "DeepSeek-V3", "cluster": {"gpu": "GB200"},
+                                 "deployment": {"disaggregation_mode": "prefill", "ep_size": 4,
+                                                **flags}})
+        if prefill_hold(sc, flags["max_total_tokens"]) is not None:
+            one_chunk.add(recipe.config_file)
+    assert one_chunk == {f"recipes/{gpu}-fp4/8k1k/{name}.yaml" for gpu, name in (
+        ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
+    by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
+    assert by_file["recipes/gb200-fp4/8k1k/max-tpt.yaml"].decode["max_total_tokens"] == 524288
+    assert by_file["recipes/gb200-fp4/1k1k/mid-curve.yaml"].decode["max_total_tokens"] == 3122380
