@@ -140,6 +140,12 @@ def _weak_columns(rows: np.ndarray, measured: np.ndarray, coef: np.ndarray, rela
 # DeepEP normal's tuned chunk is a local choice too (`epsim.cost.comm.chunk_rounds`): its fit also
 # starts from a round latency against a first-chunk copy rate each (µs, µs per kB)
 CHUNK_STARTS = ((1.0, 0.005), (3.0, 0.1))
+# ... and its combine's paced side (`epsim.cost.combine_sides`): from a receiving warp round of
+# 2 ns a token against a sending side at the datasheet NVLink or half of it (the plain sum's
+# fit, whose short top-k rows the longest queue explains, leaves `token_us` at 0, where no
+# record can land on the receiving side)
+RECEIVER_START_US = 0.002
+RECEIVER_START_NVL_SHARES = (1.0, 0.5)        # its sending side at these shares of NVLink's
 
 
 def _starts(terms, peaks: dict[str, float], key: str = "") -> list[dict[str, float]]:
@@ -147,7 +153,9 @@ def _starts(terms, peaks: dict[str, float], key: str = "") -> list[dict[str, flo
     attention kernel fits start from several compute-to-memory balances and keeps the best
     (one start otherwise; DeepEP normal's exchanges also from `CHUNK_STARTS`)."""
     if terms is COMM_TERMS and "normal" in key.split("/"):
-        return [{}] + [{"chunk_us": o, "chunk_us_per_kb": f} for o, f in CHUNK_STARTS]
+        receiver = ([{"token_us": RECEIVER_START_US, "nvl_gbps": peaks["nvl_gbps"] * f}
+                     for f in RECEIVER_START_NVL_SHARES] if "combine" in key.split("/") else [])
+        return [{}] + [{"chunk_us": o, "chunk_us_per_kb": f} for o, f in CHUNK_STARTS] + receiver
     if terms in FRACTION_TERMS:       # efficiencies: fractions of the record's GPU's datasheet
         hbm = [p for p in ("hbm_frac", "swapped_hbm_frac") if p in terms.params]
         tensor = [p for p in ("tensor_frac", "swapped_frac") if p in terms.params]

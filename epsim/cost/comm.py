@@ -60,6 +60,9 @@ copy-only form missed 2048-16384 tokens by 23-26 % (MAPE) from a fit up to 1024 
 H100-B300, whose slope at 256-1024 tokens is 10-15 % steeper than beyond: the tuner's larger
 chunks; low on GB200/GB300), and top-1/top-2 routing, whose time does not fall with its fewer
 copies (the walk over every token).
+Within a node the combine is priced as the slower of its sides (`epsim.cost.combine_sides`):
+the NVLink bytes stretched to its longest channel queue, or its receiving warps' rounds
+(`owner_tokens x 2 hidden / 512`, `token_us` a round); across nodes the rounds are added.
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
 of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
@@ -75,6 +78,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from epsim.cost.combine_sides import combine_sides, reduction_rounds
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS
 from epsim.cost.traffic import Traffic
 from epsim.cost.transport import transport_path
@@ -259,6 +263,11 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
     signals = np.full_like(nvl_b, float(num_experts))
     remote = np.full_like(nvl_b, float(remote_experts))
     owner = np.broadcast_to(np.asarray(owner_tokens, dtype=np.float64), nvl_b.shape)
+    if kind == "combine":            # its receiving warps' rounds (`combine_sides`)
+        owner = owner * reduction_rounds(bytes_per_copy)
+        if not np.any(rdma_kb):      # intranode: the slower side paces it
+            nvl_b, owner = combine_sides(nvl_b, owner, queue, owner_tokens, nvl_kb.shape[-1],
+                                         NORMAL_CHANNELS, params)
     rounds, fill_kb = (chunk_rounds(np.broadcast_to(queue, nvl_b.shape), bytes_per_copy, params,
                                     kind) if kind else (np.zeros_like(nvl_b),) * 2)
     transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb,
@@ -302,8 +311,18 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
             t = t + params["expert_signal_us"] * num_experts
         if params.get("rdma_signal_us") and traffic.multi_node:
             t = t + params["rdma_signal_us"] * remote_experts
-    if kind:
+    if kind == "combine":            # its receiving warps' rounds, intranode the slower side
+        recv = owner_tokens * reduction_rounds(bytes_per_copy)
+        if not traffic.multi_node:   # (rank-deduplicated: `t` is the NVLink bytes' time alone)
+            send, recv = combine_sides(traffic.peak("nvl_copies") * kb, recv,
+                                       queue_copies(traffic.peak("nvl_copies"), peers),
+                                       owner_tokens, traffic.nvl_copies.shape[-1],
+                                       NORMAL_CHANNELS, params)
+            t = send / params["nvl_gbps"]
+        t = t + recv * params.get("token_us", 0.0)
+    elif kind:
         t = t + owner_tokens * params.get("token_us", 0.0)
+    if kind:
         if params.get("chunk_us") or params.get("chunk_us_per_kb"):
             rounds, fill_kb = chunk_rounds(queue_copies(traffic.peak("nvl_copies"), peers),
                                            bytes_per_copy, params, kind)

@@ -37,6 +37,11 @@ The high-throughput tiles' tensor rate (`tensor_frac`) is the same GPU's MLA pre
 (`epsim.calibrate.build.mla_decode_held`): up to 64 heads the decode is bound by its cache, so
 its own records cannot tell the rate that binds 128.
 
+A split decode's partial outputs (each split's FP32 latent output and log-sum-exp a head, written
+by the kernel and read back by its combine) are bytes of their own (`partial_kb`): they grow
+with the heads where `per_split_us` does not, and at a few sequences of 128 heads they pass the
+cache's (a fit on <= 64 heads without them priced 128 heads' small batches 20-40 % short).
+
 Hopper's kernel takes an FP8 cache through a pass of its own that casts it to BF16 before the
 kernel streams the copy (`decode_dequantises`, `dequant_frac`); Blackwell's reads FP8 keys in
 its loop and multiplies them in FP8 (`math_dtype`).
@@ -49,7 +54,7 @@ from dataclasses import replace
 import numpy as np
 
 from epsim.cost.flash import (SPLIT_ROWS, DecodeGrid, DecodeKernel, KernelWork, decode_counts,
-                              decode_work)
+                              decode_work, kernel_us)
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (BF16_BYTES, MLA_TERMS, MlaForm, MlaParams, absolute,
                             mla_kernel_features)
@@ -74,6 +79,9 @@ SM_CAST_ELEMS_PER_US = 128 * 1980.0
 SWAPPED_MAX_HEADS = 32
 SWAPPED_ROWS = (8, 16)
 BLACKWELL_TILE_ROWS = 64
+# a split decode's partial outputs and log-sum-exps are FP32 (FlashAttention-3's `oaccum` /
+# `lse_accum`, read back by `flash_fwd_combine`; TRT-LLM's multi-CTA KV mode alike)
+PARTIAL_BYTES_PER_VALUE = 4.0
 
 
 def math_dtype(gpu: str, kv_bytes: float) -> str:
@@ -163,8 +171,27 @@ def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
     head_dim = form.flash_head_dim
     grid = decode_grid(block_heads)
     counts = decode_counts(seqs, heads, 1, head_dim, num_sms, grid)
-    return decode_work(seqs, context, heads, 1, head_dim, num_sms, counts, form.flash_kv_ratio,
+    work = decode_work(seqs, context, heads, 1, head_dim, num_sms, counts, form.flash_kv_ratio,
                        grid)
+    return with_partials(work, seqs, heads, form)
+
+
+def partial_kb(splits, seqs, heads: int, form: MlaForm) -> np.ndarray:
+    """[dp] KB of a split decode's partial outputs, written by the kernel and read back by its
+    combine: each of the `splits` [dp] key splits of each of the `seqs` [dp] sequences keeps
+    every head's FP32 `v_dim` output and its log-sum-exp (`PARTIAL_BYTES_PER_VALUE`), twice
+    (0 where the keys are not split)."""
+    per_row = form.v_dim * PARTIAL_BYTES_PER_VALUE + PARTIAL_BYTES_PER_VALUE
+    return 2.0 * np.asarray(splits) * np.asarray(seqs) * heads * per_row * 1e-3
+
+
+def with_partials(work: KernelWork, seqs, heads: int, form: MlaForm) -> KernelWork:
+    """`work` with its split partial outputs' bytes (`partial_kb`) in its memory: MLA's
+    latent output (512 FP32 values a head) is as large as the cache's keys for a split of 64,
+    so at 128 heads and a few sequences they, not the cache, are most of the bytes."""
+    if not np.any(work.splits):
+        return work
+    return replace(work, mem_kb=work.mem_kb + partial_kb(work.splits, seqs, heads, form))
 
 
 def kernel_params(params, gpu: str, heads: int) -> dict[str, float]:
@@ -193,15 +220,20 @@ def decode_features(work: KernelWork, params, hardware: HardwareSpec, heads: int
 
 
 class MlaDecodeKernel(DecodeKernel):
-    """`epsim.cost.flash.DecodeKernel` over MLA's cache, after the FP8 cache's cast pass where
-    the GPU runs one (`decode_dequantises`; `dequant` the pass's fit, None for none)."""
+    """`epsim.cost.flash.DecodeKernel` over MLA's cache with its split partial outputs' bytes
+    (`with_partials`, `form` the kernel's), after the FP8 cache's cast pass where the GPU runs
+    one (`decode_dequantises`; `dequant` the pass's fit, None for none)."""
 
-    def __init__(self, *args, dequant: tuple[MlaForm, dict] | None = None, **kwargs):
+    def __init__(self, *args, form: MlaForm, dequant: tuple[MlaForm, dict] | None = None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
-        self.dequant = dequant
+        self.form, self.dequant = form, dequant
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
-        t = super().us(seqs, context)
+        counts = self.counts(seqs)
+        work = decode_work(counts.seqs, context, self.heads, self.kv_heads, self.head_dim,
+                           self.num_sms, counts, self.kv_ratio, self.grid)
+        t = kernel_us(with_partials(work, counts.seqs, self.heads, self.form), self.params)
         if self.dequant is None:
             return t
         form, params = self.dequant
@@ -219,4 +251,4 @@ def mla_decode_kernel(mla: MlaParams) -> MlaDecodeKernel:
                       math_dtype(gpu, mla.kv_bytes))
     return MlaDecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms, params,
                            form.flash_kv_ratio, decode_grid(decode_block_heads(gpu, mla.heads)),
-                           dequant=(mla.decode_form, dict(mla.decode)) if cast else None)
+                           form=form, dequant=(mla.decode_form, dict(mla.decode)) if cast else None)

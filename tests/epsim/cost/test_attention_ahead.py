@@ -11,7 +11,7 @@ import numpy as np
 from epsim.cost.attention import BatchCounts
 from epsim.cost.flash import decode_work, kernel_us, num_splits
 from epsim.cost.mla import mla_attention_us
-from epsim.cost.mla_decode import mla_decode_kernel
+from epsim.cost.mla_decode import mla_decode_kernel, with_partials
 from epsim.cost.model import CostModel
 from epsim.cost.tp import attention_collectives_us
 from epsim.spec.deployment import DeploymentSpec
@@ -49,7 +49,9 @@ def test_split_kv_steps_priced_at_once_are_the_steps_priced_alone():
     work = decode_work(seqs, contexts, kernel.heads, kernel.kv_heads, kernel.head_dim,
                        kernel.num_sms, counts, kernel.kv_ratio, kernel.grid)
     assert (work.splits > 0).any() and (work.splits[:, :2] == 0).any()
-    assert np.array_equal(kernel_us(work, kernel.params), block)
+    # (with its split partial outputs' bytes, `with_partials`)
+    assert np.array_equal(kernel_us(with_partials(work, counts.seqs, kernel.heads, kernel.form),
+                                    kernel.params), block)
     assert num_splits.cache_info().currsize > 0
 
 

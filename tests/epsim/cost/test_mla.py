@@ -59,10 +59,33 @@ def test_decode_reads_the_cache_once():
                 work = decode_kernel_work(seqs, ctx, heads, form, 132,
                                           decode_block_heads(gpu, heads))
                 q = q_o * heads / 128
-                assert work.mem_kb[0] * 1e3 == pytest.approx(q + ctx[0] * 576 * kv)
+                # a split's FP32 partial outputs (512 values and a log-sum-exp a head), twice
+                partials = 2 * work.splits[0] * 64 * heads * (512 + 1) * 4.0
+                assert work.mem_kb[0] * 1e3 == pytest.approx(q + ctx[0] * 576 * kv + partials)
     hopper = {h: decode_kernel_work(seqs, ctx, h, absorbed_form(512, 64, 2.0), 132,
                                     decode_block_heads("H200", h)) for h in (64, 128)}
     assert hopper[128].mflops[0] == pytest.approx(2 * hopper[64].mflops[0])
+
+
+def test_split_partials_grow_with_the_heads():
+    """A split decode writes each split's FP32 latent output per head and its combine reads it
+    back: at a few sequences of 128 heads on Hopper these bytes pass the cache's (4 sequences of
+    1024 BF16 keys, 16 splits: 33.6 MB of partials against 4.7 MB of cache); the same splits at
+    64 heads move half; an unsplit decode none."""
+    form = absorbed_form(512, 64, 2.0)
+    seqs, ctx = np.array([4.0]), np.array([4.0 * 1024])
+    work = {h: decode_kernel_work(seqs, ctx, h, form, 132, decode_block_heads("H200", h))
+            for h in (64, 128)}
+    assert work[64].splits[0] == work[128].splits[0] == 16
+    cache_kb = ctx[0] * 576 * 2.0 * 1e-3
+    q_o_kb = {h: 4 * h * (576 + 512) * 2.0 * 1e-3 for h in (64, 128)}
+    part = {h: work[h].mem_kb[0] - cache_kb - q_o_kb[h] for h in (64, 128)}
+    assert part[128] == pytest.approx(2 * 16 * 4 * 128 * 513 * 4.0 * 1e-3)
+    assert part[128] == pytest.approx(2 * part[64]) and part[128] > 7 * cache_kb
+    many = decode_kernel_work(np.array([1024.0]), np.array([1024.0 * 1024]), 128, form, 132,
+                              decode_block_heads("H200", 128))
+    assert many.splits[0] == 0
+    assert many.mem_kb[0] == pytest.approx(1024 * 1024 * 576 * 2e-3 + 1024 * q_o_kb[128] / 4)
 
 
 def test_blackwell_tiles_the_heads():

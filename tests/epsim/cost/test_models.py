@@ -13,6 +13,7 @@ from epsim.eplb import Placement
 from epsim.cost import CostModel, ProfileHardwareWarning, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
 from epsim.cost.block_ops import block_ops_us
+from epsim.cost.combine_sides import queue_spread, reduction_rounds
 from epsim.cost.comm import (NORMAL_CHANNELS, chunk_rounds, collective_features, collective_us,
                              comm_defaults, comm_features, comm_us, dedup_for,
                              dispatch_bytes_per_copy, queue_copies)
@@ -148,8 +149,17 @@ def test_record_and_simulator_price_deepep_normal_alike():
                             ("combine", sim.combine_us, base.combine_us)):
         per_copy = (dispatch_bytes_per_copy(model.hidden_size, "fp8", model.top_k, "node")
                     if stage == "dispatch" else 2.0 * model.hidden_size)
-        rounds, fill_kb = chunk_rounds(queue_copies(tr.peak("nvl_copies"), 7), per_copy, extra, stage)
-        added = 2048 * 0.02 + 3.0 * rounds + 0.1 * fill_kb
+        queue = queue_copies(tr.peak("nvl_copies"), 7)
+        rounds, fill_kb = chunk_rounds(queue, per_copy, extra, stage)
+        added = 3.0 * rounds + 0.1 * fill_kb
+        if stage == "dispatch":
+            added = added + 2048 * 0.02
+        else:        # the slower of its sending (longest queue) and receiving sides
+            nvl = comm_defaults("deepep", "normal", cluster)["nvl_gbps"]
+            send_us = (tr.peak("nvl_copies") * per_copy * 1e-3 / nvl
+                       * queue_spread(queue, 2048.0, 8, NORMAL_CHANNELS))
+            recv_us = 2048 * reduction_rounds(per_copy) * 0.02
+            added = added + np.maximum(send_us, recv_us) - send_us
         np.testing.assert_allclose(got - was, added)
         rec = _record(stage, backend="deepep", mode="normal", ep_size=8, num_tokens_per_rank=2048,
                       dispatch_dtype="fp8" if stage == "dispatch" else "bf16",
