@@ -16,8 +16,10 @@ The 48-row sample: `epsim validate --silicon --sample 48 --seed 7 --workers 1 --
 whole-set record (main's predictions, `--approximate`; none of these rows is approximated).
 
 `compare` reads each pair of `--json` outputs (or `silicon_rows.json.gz` records) and prints, per
-bucket (system, mode, DeepSeek V3/R1 or Qwen3, EP; at EP > 8 also whether a side's experts were
-placed from the recorded loads, the wide-EP scripts' static placement, or trivially) on the rows
+bucket (system, mode, DeepSeek V3/R1 or Qwen3, EP; at EP > 8 also how a side's experts were placed:
+from the recorded loads as a wide-EP script's static placement does, from the loads because
+redundant experts need a placement the spec can express (their runs placed them trivially), or
+trivially) on the rows
 both predict, TPOT and TTFT MAPE and the mean signed
 error (predicted / measured - 1) before -> after; `--write` records it in
 benchmarks/results/recorded_routing_rows.md.
@@ -100,9 +102,11 @@ def compare(before: str, after: str, label: str) -> str:
             b = r["bucket"]
             family = "Qwen3" if b["model"].startswith("Qwen") else "DeepSeek"
             name = f"{r['system']} {r['mode']} {family} {b['ep']}"
-            if b["ep"] == "EP >8":      # the wide-EP side's placement: the script's or trivial
-                placed = any(a.endswith("from the same loads") for a in r["epsim"]["assumptions"])
-                name += ", placed from the loads" if placed else ", trivial placement"
+            if b["ep"] == "EP >8":      # the wide-EP sides' placement (`mapping._plan` says it)
+                said = " ".join(r["epsim"]["assumptions"])
+                name += (", script's placement from the loads" if "script's static placement" in said
+                         else ", redundant experts placed from the loads" if "its redundant experts"
+                         in said else ", trivial placement")
             buckets[name].append(r["id"])
     buckets["all"] = [i for ids in list(buckets.values()) for i in ids]
     lines = [f"### {label}", "",

@@ -318,9 +318,11 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
                                             redundant.get(role, 0), ran.speculative,
                                             servers.get(role))
         if said := _recorded_skew(run, role)[1]:
-            assumptions.append(said + (": the wide-EP script's static placement "
-                                       "(init_expert_location) from the same loads"
-                                       if redundant.get(role) else ""))
+            if (ran.redundant_experts or {}).get(role):
+                said += ": the wide-EP script's static placement (init_expert_location) from the same loads"
+            elif redundant.get(role):      # SGLang's trivial placement of them is not expressible
+                said += ": its redundant experts placed from the same loads"
+            assumptions.append(said)
         instances.append(instance)
         missing += [m for m in lacks if m.reason not in {x.reason for x in missing}]
         tags += [t for t in approx if t not in tags]
