@@ -82,10 +82,14 @@ def quant_moe_pending(system: str) -> list[SourcedRecord]:
 
 def split_ep_tp(raw, pending):
     """The EP and MoE-TP hold-outs of the quantised experts: {axis: (fit, judged)}. The fused
-    MoE kernel's fit set is EP 1, MoE-TP 1; judged: its balanced rows at EP > 1 (MoE-TP 1) and at
-    MoE-TP > 1 (EP 1), same kernel and format. DeepEP's runner: fit EP <= 16, judge EP >= 32."""
+    MoE kernel's fit set is EP 1, MoE-TP 1, with the dense GEMMs whose fit holds the NVFP4
+    kernel's tensor rate (`epsim.calibrate.build.experts_held`); judged: its balanced rows at
+    EP > 1 (MoE-TP 1) and at MoE-TP > 1 (EP 1), same kernel and format. DeepEP's runner: fit
+    EP <= 16, judge EP >= 32."""
     fused = [s for s in raw if s.record.kind == "quant_experts" and s.record.backend != "deepep"]
-    kernels = {(s.record.weight_dtype, s.record.extra.get("kernel")) for s in fused}
+    fused += [s for s in raw if s.record.kind == "gemm"]
+    kernels = {(s.record.weight_dtype, s.record.extra.get("kernel")) for s in fused
+               if s.record.kind == "quant_experts"}
     same = [s for s in pending if s.record.kind == "quant_experts" and s.record.backend != "deepep"
             and s.record.skew.get("kind") == "balanced" and s.record.local_expert_tokens
             and (s.record.weight_dtype, s.record.extra.get("kernel")) in kernels]

@@ -12,6 +12,15 @@ every row (a change that only speeds the code must; one that changes the random 
 the alias-table sampler against a checkout before it, moves them by draw noise: the table then
 gives each row's relative differences).
 
+Rows that repeat another's simulations (the same recipe on two dates, an ambiguous row's
+candidate that is another row's plan) take the first one's answer in a whole-set run
+(`epsim.validate.silicon.memo`, the same bits); the sample's rows run without it, each
+simulated (what the code costs), and the whole-set projection of this checkout is then scaled
+by the memo's share: every in-scope row planned by this checkout (`memo.key` of each row and
+candidate), each key's first row and candidate weighted by its row-seconds in the whole-set
+record (`benchmarks/results/silicon_rows.json.gz`, per row, split evenly over its candidates),
+over all of them.
+
     python benchmarks/silicon_speed.py [--rows 20] [--seed 7] [--against REV] [--csv PATH] [--write]
 
 `--csv`: another silicon-sample CSV (the test fixture, `tests/epsim/validate/data/
@@ -36,6 +45,7 @@ IN_SCOPE_ROWS = 916         # `epsim validate --silicon --approximate`'s in-scop
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "silicon_speed.md"
+RECORD = ROOT / "benchmarks" / "results" / "silicon_rows.json.gz"
 BEFORE = "6b08df3"          # main before the quiet-decode leap and the attention table (issue 39)
 
 # a worker that predicts rows of the silicon sample with the checkout on sys.path[0]: one
@@ -72,6 +82,40 @@ def machine() -> str:
             f"CPU seconds much less)")
 
 
+# the memo's share of the whole-set record's row-seconds, computed by the checkout on sys.path[0]
+_MEMO_SHARE = """
+import gzip, json, sys, warnings
+sys.path.insert(0, sys.argv[1])
+warnings.simplefilter("ignore")
+from epsim.validate.silicon.mapping import plan_row
+from epsim.validate.silicon.memo import key
+from epsim.validate.silicon.rows import default_csv_path, read_rows
+from epsim.validate.silicon.scoreboard import select
+record = {r["id"]: r["epsim"] for r in json.load(gzip.open(sys.argv[2]))["rows"]}
+rows, _ = select(read_rows(default_csv_path()))
+first, units, total = {}, 0, sum(e["wall_s"] for e in record.values())
+for row in rows:
+    exact = plan_row(row)
+    plan = exact if exact.expressible else plan_row(row, approximate=True)
+    every = plan.candidates or (plan,)
+    for one in every:
+        if one.expressible:
+            units += 1
+            first.setdefault(key(one.instances, row.osl), record[row.id]["wall_s"] / len(every))
+print(json.dumps({"units": units, "distinct": len(first), "share": sum(first.values()) / total}))
+"""
+
+
+def memo_share(tree: Path) -> dict:
+    """`{"units", "distinct", "share"}`: rows and candidates simulated in the whole set, their
+    distinct memo keys, and the share of the record's row-seconds the memo leaves to simulate
+    (module doc), as `tree`'s code plans the rows."""
+    proc = subprocess.run([sys.executable, "-c", _MEMO_SHARE, str(tree), str(RECORD)],
+                          capture_output=True, text=True, check=True, cwd=tree,
+                          env={**os.environ, "PYTHONPATH": str(tree)})
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 def run(trees: dict[str, Path], num_rows: int, seed: int, csv: str = "") -> dict[str, list[dict]]:
     """Each row in each checkout's worker, the workers taking turns row by row (`csv`: the
     rows' file, "": the installed sample)."""
@@ -98,7 +142,7 @@ def run(trees: dict[str, Path], num_rows: int, seed: int, csv: str = "") -> dict
 
 
 def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int,
-           csv: str = "") -> str:
+           csv: str = "", memo: dict | None = None) -> str:
     then, now = out["then"], out["now"]
     same = all((a["ttft_ms"], a["tpot_ms"], a["status"]) == (b["ttft_ms"], b["tpot_ms"], b["status"])
                for a, b in zip(then, now))
@@ -122,6 +166,13 @@ def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int,
         f" The whole in-scope set ({IN_SCOPE_ROWS} rows) on 2 workers, projected from this "
         f"sample's CPU seconds: {whole_min['then']:.0f} min before, **{whole_min['now']:.0f} "
         f"min** now.")
+    if memo is not None and not csv:
+        projected += (
+            f" With the run's memo, which simulates {memo['distinct']} distinct sets of "
+            f"instances of the {memo['units']} rows and candidates (the first of each: "
+            f"{100 * memo['share']:.1f} % of the whole-set record's row-seconds), "
+            f"**{whole_min['now'] * memo['share']:.0f} min** now "
+            f"({whole_min['then'] / (whole_min['now'] * memo['share']):.2f}x the before).")
     lines += ["", f"Speed-up by CPU time: **{cpu_then / cpu_now:.2f}x**.{projected} Same TTFT "
               f"and TPOT bits on every row: **{'yes' if same else 'no'}**"
               + ("." if same else f" (the draws changed: TPOT differs by at most "
@@ -167,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         out = run({"then": Path(tmp), "now": ROOT}, args.rows, args.seed, args.csv)
-    body = report(out, args.against, args.rows, args.seed, args.csv)
+    memo = None if args.csv else memo_share(ROOT)
+    body = report(out, args.against, args.rows, args.seed, args.csv, memo)
     print(body)
     if args.write:
         result = RESULT.with_name(f"silicon_speed_{Path(args.csv).stem}.md") if args.csv else RESULT

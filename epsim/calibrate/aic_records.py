@@ -34,6 +34,7 @@ import numpy as np
 
 from epsim.calibrate.aic_tables import (AicSource, AicTable, _newest_not_after, package_version,
                                         zoo_gpu)
+from epsim.cost.experts import expert_projections
 from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.quant import WEIGHT_FORMATS, weight_bytes_per_element
 from epsim.zoo import get_hardware
@@ -80,6 +81,20 @@ BLACKWELL_QUANT_MOE_KERNEL = "sglang_flashinfer_trtllm_moe"
 # groups kept). The 0.5.10 collector routes every case with plain top-k.
 GROUPED_ROUTING = {(7168, 2048, 256, 8): (8, 4)}
 GROUPED_ROUTING_SINCE = "0.5.14"
+# Non-gated experts in AIC's SGLang MoE collector (`collector/sglang/collect_moe.py`,
+# `_NON_GATED_MOE_MODEL_PATTERNS`): NVIDIA's Nemotron-3 cases run `ActivationType.Relu2`, an up
+# and a down projection (`mlp_hidden_act: relu2` in their configs), not SwiGLU's gate+up and
+# down. Their rows are keyed by shape alone: (hidden, intermediate, experts, top-k) of
+# Nemotron-3 Nano (2688 x 1856), Super (4096, and its 1024 latent, x 2688) and Ultra (8192,
+# and its 2048 latent, x 5120), on the kernel the collector passes the activation to
+# (FlashInfer's TRT-LLM MoE, `NON_GATED_KERNELS`): timed as SwiGLU its rows would stream their
+# weights above the datasheet HBM rate (b200_sxm 0.5.14: BF16 Ultra at 1-4 tokens 10.6-11.1
+# TB/s, NVFP4 Ultra-latent at 1 token 6.7 TB/s as SwiGLU, 4.4 as ReLU²). The fused Triton
+# kernel's rows of these shapes stream as SwiGLU at its other shapes' rates (h200_sxm BF16
+# Super-latent 3.0-4.0 TB/s, as ReLU² 2.0-2.7): kept SwiGLU
+NON_GATED_SHAPES = frozenset({(2688, 1856, 128, 6), (4096, 2688, 512, 22), (1024, 2688, 512, 22),
+                              (8192, 5120, 512, 22), (2048, 5120, 512, 22)})
+NON_GATED_KERNELS = ("sglang_flashinfer_trtllm_moe",)
 
 
 def on_grid(value: int, least: int = 1) -> bool:
@@ -123,17 +138,29 @@ def _record(kind: str, prov: Provenance, median_us: float, **fields) -> Measurem
     return MeasurementRecord(kind=kind, median_us=median_us, provenance=prov, **fields)
 
 
+def moe_activation(hidden_size: int, inter_size: int, num_experts: int, top_k: int,
+                   kernel: str) -> str:
+    """The expert activation AIC's collector ran a `moe_perf` row with: "relu2" for a
+    `NON_GATED_SHAPES` shape on a `NON_GATED_KERNELS` kernel, else "" (SwiGLU). A record keeps
+    it in `extra.activation`."""
+    shape = (hidden_size, inter_size, num_experts, top_k)
+    return "relu2" if shape in NON_GATED_SHAPES and kernel in NON_GATED_KERNELS else ""
+
+
 def faster_than_hbm(system: str, active_experts: float, hidden_size: int, inter_size: int,
-                    weight_dtype: str, median_us: float) -> bool:
+                    weight_dtype: str, median_us: float, activation: str = "") -> bool:
     """Whether a MoE row's time is shorter than streaming its active experts' weights once at
-    the GPU's datasheet HBM bandwidth (`3 H I` weights each, at `weight_dtype`'s bytes): a row
+    the GPU's datasheet HBM bandwidth (`3 H I` weights each, `2 H I` non-gated
+    (`epsim.cost.experts.expert_projections`), at `weight_dtype`'s bytes): a row
     no GPU can produce, as the layout its table describes. Such rows are left out (AIC's
     h200_sxm fp8_block DeepSeek-V3 shape at EP 1 repeats its EP 2 times, 8 TB/s; its DeepEP
     MoE prefill rows at EP 2 and 4 run 128 experts' 5.6 GB in 0.4 ms)."""
     gpu = zoo_gpu(system)
     if not gpu or weight_dtype not in WEIGHT_FORMATS:
         return False
-    weights = active_experts * 3.0 * hidden_size * inter_size * weight_bytes_per_element(weight_dtype)
+    matrices = expert_projections(activation) + 1.0
+    weights = (active_experts * matrices * hidden_size * inter_size
+               * weight_bytes_per_element(weight_dtype))
     return median_us < weights / get_hardware(gpu).hbm_gbps * 1e-3
 
 
@@ -217,8 +244,11 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
         counts = counts.reshape(ep, e // ep)                                  # [ranks, local]
         bf16 = row.moe_dtype in BF16
         fmt = "bf16" if bf16 else str(row.moe_dtype)
+        activation = moe_activation(int(row.hidden_size), int(row.inter_size), e, k,
+                                    str(row.kernel_source))
         if faster_than_hbm(table.system, float((counts[0] > 0).sum()), int(row.hidden_size),
-                           int(row.inter_size) // tp, fmt, float(row.latency) * MS_TO_US):
+                           int(row.inter_size) // tp, fmt, float(row.latency) * MS_TO_US,
+                           activation):
             implausible += 1
             continue
         record = _record(
@@ -229,7 +259,8 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
             weight_dtype=fmt, skew=skew,
             local_expert_tokens=counts.tolist(), expert_tokens_per_rank=counts.sum(axis=1).tolist(),
             extra={"measured_rank": 0, "num_tokens": tokens, "inter_size": int(row.inter_size),
-                   "kernel": str(row.kernel_source), "rows": float(counts[0].sum())})
+                   "kernel": str(row.kernel_source), "rows": float(counts[0].sum()),
+                   **({"activation": activation} if activation else {})})
         # fitted: one GPU holding every expert. With EP > 1 AIC's collector masks the remote
         # slots of rank 0's tokens (-1), and the fused Triton path still runs its alignment,
         # activation and sum over all `T x k` slots: work the BF16 grouped-GEMM model has no

@@ -221,6 +221,26 @@ def mla_decode_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]
     return {"tensor_frac": float(prefill.params["tensor_frac"])}
 
 
+# quantised experts whose MMA rate is held at the same format's dense GEMM fit (`experts_held`)
+HELD_EXPERT_FORMATS = ("nvfp4",)
+HELD_EXPERT_PARAMS = ("tensor_frac",)
+
+
+def _held_experts(key: str) -> bool:
+    kind = key.split("/")[1]
+    return key.startswith("any/") and kind.startswith("experts_") and \
+        kind.split("_", 1)[1] in HELD_EXPERT_FORMATS
+
+
+def experts_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]:
+    """The fused MoE kernel's FP4 tensor rate: its format's dense GEMM fit
+    (`any/experts_nvfp4/graph` <- `any/gemm_nvfp4/graph`), {} where none was fitted."""
+    gemm = fits.get(key.replace("/experts_", "/gemm_"))
+    if gemm is None:
+        return {}
+    return {p: float(gemm.params[p]) for p in HELD_EXPERT_PARAMS if p in gemm.params}
+
+
 def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
            ) -> tuple[dict[str, list[SourcedRecord]], list[SourcedRecord]]:
     """Fit records per component key, and the eager records whose stage has a device-only
@@ -294,12 +314,15 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
         return key.split("/")[1] == "moe_layer"
 
     for key in sorted(k for k in groups if not is_layer(k) and not _over_kernels(k)
-                      and not _mla_decode(k)):
+                      and not _mla_decode(k) and not _held_experts(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks)
     for key in sorted(k for k in groups if _mla_decode(k)):       # after its prefill's
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=mla_decode_held(key, fits))
+    for key in sorted(k for k in groups if _held_experts(k)):       # after its dense GEMM's
+        fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
+                                  peaks, held=experts_held(key, fits))
     kernels = base.model_copy(update={"components": {k: f.component() for k, f in fits.items()}})
     for key in sorted(k for k in groups if _over_kernels(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(kernels.model_copy(deep=True)),

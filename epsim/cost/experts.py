@@ -44,6 +44,15 @@ TILE_N = 128      # output columns per tile
 NUM_SMS = {"H100": 132, "H200": 132, "H800": 132, "H20": 78, "B200": 148, "B300": 160,
            "GB200": 152, "GB300": 160}
 DEFAULT_NUM_SMS = 132
+# expert activations with no gate: one projection before the activation, not SwiGLU's two
+# (ReLU², NVIDIA's Nemotron-3 MoE: `mlp_hidden_act: relu2`, an up and a down projection)
+NON_GATED_ACTIVATIONS = ("relu2",)
+
+
+def expert_projections(activation: str) -> int:
+    """Projections of an expert's first GEMM (`ExpertGemm.num_up`) for its activation
+    (a record's `extra.activation`; "" or "silu": SwiGLU, 2)."""
+    return 1 if activation in NON_GATED_ACTIVATIONS else 2
 
 
 def num_sms(gpu: str) -> int:
@@ -66,6 +75,9 @@ class ExpertGemm:
             in its main loop (fp8_block: 128; each costs `dequant_us` per wave); 0: none.
         tile_rows: rows (token-expert pairs) per tile, `TILE_M`; FlashInfer's TRT-LLM MoE runs
             the token tile its launcher picks (`epsim.cost.quant.trtllm_tile`, 8 to 256 rows).
+        num_up: projections of the first GEMM: 2 for SwiGLU's gate and up (`[2I, H]`), 1 for a
+            non-gated MLP (ReLU², NVIDIA's Nemotron-3 experts: `[I, H]`), whose experts hold
+            `2 H I` weights and do `4 H I` FLOPs a row (`expert_projections`).
     """
 
     hidden_size: int
@@ -76,18 +88,25 @@ class ExpertGemm:
     quant_bytes_per_row: float = 0.0
     scale_block_k: int = 0
     tile_rows: float = TILE_M
+    num_up: int = 2
 
     @property
     def act_bytes_per_row(self) -> float:
         """Activation bytes one row moves: x in, gate/up out and in, h out (BF16) and in, y out
-        (`4H + 12I` at BF16 inputs)."""
+        (`4H + 12I` at BF16 inputs and SwiGLU; the first GEMM's output is `num_up I` wide)."""
         a = self.act_in_bytes
-        return (2.0 + a) * self.hidden_size + (10.0 + a) * self.intermediate_size
+        return (2.0 + a) * self.hidden_size + (4.0 * self.num_up + 2.0 + a) * self.intermediate_size
 
     @property
     def flops_per_row(self) -> float:
-        """Unpadded FLOPs of one row through the expert (3 GEMMs x 2 flops per multiply-add)."""
-        return 6.0 * self.hidden_size * self.intermediate_size
+        """Unpadded FLOPs of one row through the expert (`num_up + 1` projections x 2 flops per
+        multiply-add)."""
+        return 2.0 * (self.num_up + 1) * self.hidden_size * self.intermediate_size
+
+    def _gemms(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(N, K) of the first GEMM (`num_up I`, H) and of the down GEMM (H, I)."""
+        return ((self.num_up * self.intermediate_size, self.hidden_size),
+                (self.hidden_size, self.intermediate_size))
 
     def quantized_mflops(self, row_tiles: np.ndarray) -> np.ndarray:
         """[...] MFLOPs run after tile and wave quantization, from `row_tiles` [...] =
@@ -103,14 +122,14 @@ class ExpertGemm:
         format's rescaling of the partial sums; 0 without `scale_block_k`)."""
         if not self.scale_block_k:
             return np.zeros_like(np.asarray(row_tiles, dtype=np.float64))
-        h, i, s, b = self.hidden_size, self.intermediate_size, self.num_sms, self.scale_block_k
+        s, b = self.num_sms, self.scale_block_k
         return sum(np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
-                   * -(-k // b) for n, k in ((2 * i, h), (h, i)))
+                   * -(-k // b) for n, k in self._gemms())
 
     def _waves(self, row_tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        h, i, s = self.hidden_size, self.intermediate_size, self.num_sms
+        s = self.num_sms
         mflops, waves = 0.0, 0.0
-        for n, k in ((2 * i, h), (h, i)):                   # gate+up GEMM, then down GEMM
+        for n, k in self._gemms():                          # gate+up GEMM, then down GEMM
             w = np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
             mflops = mflops + w * (s * 2.0 * self.tile_rows * TILE_N * k * 1e-6)
             waves = waves + w
@@ -244,6 +263,12 @@ def model_gemm(model, gpu: str, moe_tp_size: int = 1) -> ExpertGemm:
                           num_sms(gpu))
     return ExpertGemm(model.hidden_size, model.moe_intermediate_size // moe_tp_size,
                       model.expert_bytes / moe_tp_size, num_sms(gpu))
+
+
+def record_projections(record) -> int:
+    """`expert_projections` of a MeasurementRecord's experts (`extra.activation`; SwiGLU where
+    the record names none)."""
+    return expert_projections(str(record.extra.get("activation", "")))
 
 
 def dense_gemm(hidden_size: int, intermediate_size: int, bytes_per_param: float,

@@ -209,7 +209,7 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
 
 # -- the routed experts' grouped GEMM on quantised weights ---------------------------------------
 def quant_expert_gemm(hidden_size: int, intermediate_size: int, fmt: str, num_sms: int,
-                      top_k: int, input_quantised: bool = False) -> ExpertGemm:
+                      top_k: int, input_quantised: bool = False, num_up: int = 2) -> ExpertGemm:
     """The `ExpertGemm` of SwiGLU experts with `fmt` weights.
 
     Weights at `fmt`'s bytes; the GEMMs read quantised activations (`ACTIVATION_BYTES`). A
@@ -221,12 +221,14 @@ def quant_expert_gemm(hidden_size: int, intermediate_size: int, fmt: str, num_sm
     Args:
         input_quantised: the hidden states arrive quantised (FP8 dispatch, or DeepEP's MoE
             runner that takes them so).
+        num_up: projections of the first GEMM (`ExpertGemm.num_up`: 2 SwiGLU, 1 ReLU²).
     """
     h, i = hidden_size, intermediate_size
-    weight = 3.0 * h * i * weight_bytes_per_element(check_format(fmt))
+    weight = (num_up + 1.0) * h * i * weight_bytes_per_element(check_format(fmt))
     x_share = 0.0 if input_quantised else 1.0 / max(top_k, 1)
     return ExpertGemm(h, i, weight, num_sms, ACTIVATION_BYTES[fmt],
-                      quant_bytes_per_element(fmt) * (x_share * h + i), SCALE_BLOCK_K.get(fmt, 0))
+                      quant_bytes_per_element(fmt) * (x_share * h + i), SCALE_BLOCK_K.get(fmt, 0),
+                      num_up=num_up)
 
 
 def layout_kb(recv_tokens, hidden_size: int, fmt: str) -> np.ndarray:

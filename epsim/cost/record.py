@@ -43,7 +43,7 @@ from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (check_backend, chunked, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy, l2_bytes, per_message, queue_copies)
-from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults,
+from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults, record_projections,
                                 experts_features, num_sms, row_tiles)
 from epsim.cost.layout import layout_defaults, layout_features
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS
@@ -189,9 +189,10 @@ def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster:
     counts: `local/experts...` for a single-GPU record, else the pooled `any/experts...`."""
     if not record.moe_intermediate_size:
         raise RecordError("moe_intermediate_size (0) must be > 0 for an experts record")
+    up = record_projections(record)
     gemm = ExpertGemm(record.hidden_size, record.moe_intermediate_size,
-                      3.0 * record.hidden_size * record.moe_intermediate_size * 2.0,  # BF16
-                      num_sms(cluster.gpu))
+                      (up + 1.0) * record.hidden_size * record.moe_intermediate_size * 2.0,  # BF16
+                      num_sms(cluster.gpu), num_up=up)
     owner = "local" if record.backend == "local" else "any"
     params = profile.params(owner, "experts", path, defaults=experts_defaults(cluster.hardware))
     return (component_key(owner, "experts", path), experts_features(pairs, active, tiles, gemm, params),

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from epsim.cost.experts import num_sms, row_tiles
+from epsim.cost.experts import num_sms, record_projections, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
                             mla_defaults, mla_kernel_features, per_head_form, prefill_kernel_work)
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode_dequantises,
@@ -103,7 +103,8 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
                                                      float(row_tiles(rows))))
     backend = "deepep" if record.backend == "deepep" else "any"
     gemm = quant_expert_gemm(record.hidden_size, record.moe_intermediate_size, fmt,
-                             num_sms(hw.name), record.top_k, input_quantised=backend == "deepep")
+                             num_sms(hw.name), record.top_k, input_quantised=backend == "deepep",
+                             num_up=record_projections(record))
     kind, path = format_kind("experts", fmt), experts_mode_path(record)
     params = profile.params(backend, kind, path, defaults=gemm_defaults())
     layout = 0.0

@@ -24,8 +24,9 @@ def contiguous_placement(num_layers: int, num_experts: int, num_ranks: int,
                          num_redundant: int = 0) -> np.ndarray:
     """The default placement: logical experts in order over the ranks, no replicas.
 
-    Redundant slots (if any) repeat experts 0, 1, ... so every slot holds an expert; that
-    is only a valid start for an EPLB run, which replaces it.
+    Redundant slots (if any) repeat experts 0, 1, ... so every slot holds an expert (SGLang's
+    trivial placement: slot p holds expert p mod E); an EPLB run replaces it, a server without
+    EPLB keeps it.
 
     Returns:
         [layers, physical] int64 physical_to_logical.

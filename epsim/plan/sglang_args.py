@@ -274,6 +274,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "scheduler_recv_interval": _value("--scheduler-recv-interval"),
     "enable_mixed_chunk": _flag("--enable-mixed-chunk"),
     "mem_fraction_static": _value("--mem-fraction-static"),
+    "max_total_tokens": _value("--max-total-tokens"),        # a GPU's pool: SGLang divides nothing
     "num_reserved_decode_tokens": _reserved_decode_tokens,
     "speculative_algorithm": _speculative,
     "speculative_num_steps": _resolved_elsewhere,            # resolved in speculative_algorithm's
@@ -281,6 +282,8 @@ SGLANG_ARGS: dict[str, Rule] = {
     "speculative_num_draft_tokens": _resolved_elsewhere,
     "speculative_accept_length": _planning_input,            # SGLang measures it, never takes it
     "schedule_policy": _value("--schedule-policy"),
+    # what the server compiles inside a run is a consequence of its kernels, not a setting
+    "first_use_compile": _planning_input,
     "enable_eplb": _flag("--enable-eplb"),
     "ep_num_redundant_experts": _value("--ep-num-redundant-experts"),
     "eplb_rebalance_num_iterations": _eplb_only(_value("--eplb-rebalance-num-iterations")),

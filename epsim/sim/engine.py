@@ -42,12 +42,14 @@ from epsim.sim.batching import Scheduler
 from epsim.sim.clients import ClosedLoop
 from epsim.sim.elastic import ElasticEP
 from epsim.sim.eplb_process import EPLBManager
+from epsim.sim.first_use import first_use_compiles
 from epsim.sim.initial_placement import initial_placement
 from epsim.sim.kv_pool import KVPool
 from epsim.sim.leap import Leaper
 from epsim.sim.memory import kv_running_limit, memory_plan
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
+from epsim.sim.prefill_pool import prefill_hold, reserve_tokens
 from epsim.sim.speculative import Acceptance, DraftPricer
 from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
@@ -134,14 +136,20 @@ class Simulation:
             raise SpecError(f"workload ({scenario.name}) must bring at least one request: none arrives "
                             f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
                             f"raise the arrival rate or the duration")
-        self.kv_pool = KVPool(self.memory.max_total_num_tokens, d.num_reserved_decode_tokens,
-                              max_running, self._longest_context(initial), w.warmup_s)
+        self.kv_pool = KVPool(self.memory.max_total_num_tokens, reserve_tokens(d), max_running,
+                              self._longest_context(initial), w.warmup_s)
+        self.prefill_hold = prefill_hold(scenario, self.memory.max_total_num_tokens, self.profile)
         # speculative decoding: tokens per verify step and the draft's forwards (`speculative`)
         self.acceptance = self.draft = None
         if d.speculative_algorithm is not None:
             self.acceptance = Acceptance(d.speculative_steps[0], d.speculative_accept_length,
                                          self.seed)
             self.draft = DraftPricer(scenario, self.profile, self.seed, pooled=coarse_pools)
+        # kernels compiled on first use inside the run (`epsim.sim.first_use`); the harness
+        # warms up on the run's first prompt
+        first_prompt = closed.lengths(0, 1)[0][0] if closed is not None else (
+            self.requests.input_len[0] if len(self.requests) else w.input_len.mean_tokens)
+        self.first_use = first_use_compiles(scenario, int(first_prompt))
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
@@ -273,18 +281,28 @@ class Simulation:
             plan = sched.plan(now_s, alive)
             num_tokens = plan.num_tokens
             if num_tokens <= 0:
-                next_us = min(sched.next_arrival_s(now_s) * 1e6, self.end_us)
+                # wait for the next arrival, even past the end (the run stops there first): a
+                # run `extend`ed wakes where one of its new length would
+                next_us = sched.next_arrival_s(now_s) * 1e6
                 yield env.timeout(max(next_us - env.now, 1.0))
                 continue
             loads, cost = self.stepper.price(plan.batch, now_s, self.step_index)
             version, num_alive = placement.version, placement.num_alive   # as the step saw them
             extra, self._charge_us = self._charge_us, 0.0
+            if self.first_use is not None:
+                compile_us = self.first_use.stall_us(float(plan.batch.prefill_tokens.sum()))
+                if compile_us:
+                    extra += compile_us
+                    self.metrics.record_charge(compile_us, "first_use_compile")
             start = env.now
             batch = plan.batch
             if self.draft is None:
                 yield env.timeout(cost.step_us + extra)
                 gaps = sched.commit(plan, env.now * 1e-6)
                 prefill_tokens = float(batch.prefill_tokens.sum())
+                if self.prefill_hold is not None:     # the pool frees once the KV has gone
+                    self.stall(self.prefill_hold.wait_us(float(batch.prefill_tokens.max())),
+                               "prefill pool: KV transfer")
                 self.metrics.record(
                     start, cost.step_us + extra, extra, cost,
                     output_tokens=float(batch.sampled_tokens.sum()),
@@ -353,6 +371,34 @@ class Simulation:
             if bar is not None:
                 bar.n = bar.total
                 bar.close()
+        return self._result(time.perf_counter() - wall_start)
+
+    def extend(self, duration_s: float) -> SimResult:
+        """Go on from where `run` (or the last `extend`) stopped to `duration_s` (s) and return
+        the result of a run of that `workload.duration_s` from t=0, the same bits: nothing
+        before a run's end depends on where it lies -- a closed loop's clients send as their
+        requests finish, a leap stops before the end as stepping would (`epsim.sim.leap`: a
+        leap gives the bits of stepping), an idle step loop waits for the next arrival, and a
+        step in flight at the end commits as it would have (for a benchmark run that must be
+        long enough for every request's first token, `epsim.validate.silicon.run`).
+
+        Raises:
+            ValueError: arrivals other than closed-loop clients (drawn up to the run's end at
+                the start), or `duration_s` not after the run's end.
+        """
+        kind = self.stated.workload.arrivals.kind
+        if kind != "concurrency":
+            raise ValueError(f"workload.arrivals.kind ({kind!r}) must be 'concurrency' to extend "
+                             f"a run: other arrivals are drawn up to its end when it starts")
+        if not duration_s * 1e6 > self.end_us:
+            raise ValueError(f"duration_s ({duration_s}) must be after the run's end "
+                             f"({self.end_us * 1e-6})")
+        self.stated, self.scenario = (
+            sc.model_copy(update={"workload": sc.workload.model_copy(
+                update={"duration_s": duration_s})}) for sc in (self.stated, self.scenario))
+        self.end_us = duration_s * 1e6
+        wall_start = time.perf_counter()
+        self.env.run(until=self.end_us)
         return self._result(time.perf_counter() - wall_start)
 
     def _result(self, wall_seconds: float) -> SimResult:

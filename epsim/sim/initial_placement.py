@@ -2,7 +2,9 @@
 
 `deployment.init_expert_location`:
 - `trivial`: experts in order over the ranks, redundant slots repeating experts 0, 1, ...
-  (`epsim.cost.tables.contiguous_placement`; SGLang's default).
+  (`epsim.cost.tables.contiguous_placement`; SGLang's default, `ExpertLocationMetadata.
+  init_trivial`). Without EPLB the replicas stay there for the whole run, as SGLang serves
+  `--ep-num-redundant-experts` alone; the spec asks for that case to be stated.
 - `from_skew`: the EPLB algorithm's placement (`deployment.eplb_algorithm`) of the expected
   loads of the scenario's own skew model (a trace: its mean), as if a long statistics window
   had been recorded before the run.

@@ -103,7 +103,9 @@ class Leaper:
         quiet = sim.eplb.quiet_steps if sim.eplb is not None else MAX_LEAP
         if sim.draft is not None:
             return self._spec(now_us, quiet)
-        found = self._saturated(now_us, quiet)
+        # a saturated leap admits waiting requests inside its steps: their prefills must each
+        # meet the first-use term (`epsim.sim.first_use`), so it steps them as usual
+        found = self._saturated(now_us, quiet) if sim.first_use is None else None
         if found is None:
             found = self._quiet(now_us, quiet)
         if found is None:

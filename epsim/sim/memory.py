@@ -7,6 +7,8 @@ what a static share of `total` leaves:
     kv_pool = total * mem_fraction_static - weights          (SGLang: available_after_load -
                                                                 total * (1 - mem_fraction_static))
     max_total_num_tokens = floor(kv_pool / bytes per token of every layer's KV)
+                           (at most `--max-total-tokens`, `DeploymentSpec.max_total_tokens`:
+                            model_runner_kv_cache_mixin.py `init_memory_pool`, 0.5.8)
 
 The other `1 - mem_fraction_static` of `total` holds the activations of a prefill chunk and the
 CUDA-graph buffers; `default_mem_fraction_static` is SGLang's own estimate of them
@@ -187,6 +189,9 @@ def memory_plan(scenario) -> MemoryPlan:
     kv_pool = total * fraction - weights
     per_token = kv_bytes_per_token(m, d)
     tokens = max(0, math.floor(kv_pool * GIB / per_token))
+    cap = getattr(d, "max_total_tokens", None)
+    if cap is not None:      # SGLang's --max-total-tokens: the least of it and the profiled pool
+        tokens = min(tokens, int(cap))
     reason = ""
     if tokens == 0:
         reason = (f"the weights ({weights:.1f} GiB per GPU: experts {experts:.1f}, the rest "

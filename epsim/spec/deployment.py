@@ -32,6 +32,28 @@ class FailureSpec(BaseModel):
                                           description="rank rejoins after this long; None = never")
 
 
+class FirstUseCompileSpec(BaseModel):
+    """Kernels the server compiles inside the run, on a prefill batch's first use of a shape key
+    (`epsim.cost.first_use`, `epsim.sim.first_use`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kernel: Literal["sglang_triton_fused_moe"] = "sglang_triton_fused_moe"
+    compile_s: float = Field(gt=0, le=600, description=(
+        "host seconds one new kernel's compile holds the step"))
+    warmup_batches: list[int] = Field(default_factory=list, description=(
+        "prefill batches the server ran before the run, each of this many copies of the run's "
+        "first prompt (InferenceX's warm-up at N clients: [N, N]); []: only its start-up"))
+
+    @field_validator("warmup_batches")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        for i, copies in enumerate(value):
+            if copies < 1:
+                raise ValueError(f"warmup_batches.{i} ({copies}) must be >= 1")
+        return value
+
+
 class DeploymentSpec(BaseModel):
     """One serving instance of `tp_size` GPUs (default `ep_size`): attention data-parallel in
     `dp_size` groups (or tensor-parallel over all), MoE expert-parallel over `ep_size` ranks of
@@ -90,6 +112,9 @@ class DeploymentSpec(BaseModel):
     enable_mixed_chunk: bool = Field(
         default=False, description="decode tokens ride along in prefill (extend) batches")
     schedule_policy: Literal["fcfs"] = "fcfs"
+    first_use_compile: FirstUseCompileSpec | None = Field(default=None, description=(
+        "kernels compiled on a prefill batch's first use of a shape key inside the run; None: "
+        "every kernel compiled before it"))
 
     # EPLB
     enable_eplb: bool = False
@@ -119,6 +144,11 @@ class DeploymentSpec(BaseModel):
     mem_fraction_static: float | None = Field(
         default=None, gt=0, lt=1, description="share of the GPU's memory for weights and the KV "
         "pool (SGLang's --mem-fraction-static); None: SGLang's default for the GPU")
+    max_total_tokens: int | None = Field(
+        default=None, gt=0, le=1 << 40, description="KV tokens one GPU's pool holds at most "
+        "(SGLang's --max-total-tokens: the least of it and what memory leaves, per GPU, not "
+        "divided by the DP size; `epsim.sim.memory`, `epsim.sim.prefill_pool`); None: what "
+        "memory leaves")
     num_reserved_decode_tokens: int = Field(
         default=512, ge=0, le=1 << 20, description="KV tokens a decode rank keeps free per running "
         "request when it admits another (SGLANG_NUM_RESERVED_DECODE_TOKENS)")

@@ -61,10 +61,15 @@ class Scenario(BaseModel):
         if num_slots % d.ep_size:
             raise ValueError(f"deployment.ep_size ({d.ep_size}) must divide experts + redundant "
                              f"({m.num_experts} + {d.ep_num_redundant_experts} = {num_slots})")
-        if d.ep_num_redundant_experts and not d.enable_eplb and d.init_expert_location == "trivial":
+        # replicas SGLang never moves (no EPLB) sit where its trivial placement puts them
+        # (experts 0, 1, ... again): a real server's case (the wide-EP recipes' 32 slots), but
+        # rarely meant, so it must be asked for by naming the placement
+        if (d.ep_num_redundant_experts and not d.enable_eplb and d.init_expert_location == "trivial"
+                and "init_expert_location" not in d.model_fields_set):
             raise ValueError(f"deployment.ep_num_redundant_experts ({d.ep_num_redundant_experts}) "
                              f"needs deployment.enable_eplb: true or an init_expert_location "
-                             f"(from_skew or recorded loads) to place the replicas")
+                             f"(from_skew, recorded loads, or trivial stated: SGLang's replicas "
+                             f"of experts 0, 1, ..., never moved) to place the replicas")
         if w.initial_running_per_rank == STEADY:
             if d.disaggregation_mode == "prefill":
                 raise ValueError(f"workload.initial_running_per_rank ('{STEADY}') needs "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from epsim.validate.silicon.mapping import RowPlan
+from epsim.validate.silicon.memo import Memo
 from epsim.validate.silicon.run import predict
 
 PREDICTED = ("predicted", "approximated")
@@ -32,15 +33,17 @@ def _label(plan: RowPlan) -> str:
     return "; ".join(said) or plan.row.id
 
 
-def predict_plan(plan: RowPlan) -> dict:
-    """`run.predict`, or `predict_candidates` for a plan of several candidates."""
-    return predict_candidates(plan) if plan.candidates else predict(plan)
+def predict_plan(plan: RowPlan, memo: Memo | None = None) -> dict:
+    """`run.predict`, or `predict_candidates` for a plan of several candidates (`memo`: as
+    `run.predict`'s)."""
+    return predict_candidates(plan, memo) if plan.candidates else predict(plan, memo)
 
 
-def predict_candidates(plan: RowPlan) -> dict:
+def predict_candidates(plan: RowPlan, memo: Memo | None = None) -> dict:
     """The entry of a row planned as several candidates (`plan.candidates`): each predicted
-    (`run.predict`), then `combine`d."""
-    return combine(plan, [predict(candidate) for candidate in plan.candidates])
+    (`run.predict`; a candidate that repeats another's instances takes its answer from `memo`),
+    then `combine`d."""
+    return combine(plan, [predict(candidate, memo) for candidate in plan.candidates])
 
 
 def combine(plan: RowPlan, ran: list[dict]) -> dict:

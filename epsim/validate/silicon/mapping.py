@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from epsim.default_profile import part_for
 from epsim.errors import EpsimError
 from epsim.routing import recorded
-from epsim.validate.silicon import agg_recipes, pd_recipes
+from epsim.validate.silicon import agg_recipes, first_use, pd_recipes
 from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
                                           approximate_need, closed_loop_needs, set_path,
                                           short_answer, side_needs, spec_error)
@@ -294,6 +294,9 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         run, server = _agg_server(run, assumptions, ran.speculative)
         if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row)):
             assumptions.append(cold)
+        if inferencex_harness(row) and (compiles := first_use.first_use_compile(run)):
+            server = {**server, "first_use_compile": compiles}
+            assumptions.append(first_use.note(compiles))
         roles = [("agg", run.agg, 1)]
     else:
         roles = [("prefill", run.prefill, run.prefill.num_workers or 1),

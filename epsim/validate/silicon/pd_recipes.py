@@ -15,6 +15,10 @@ latencies depend on, as `DeploymentSpec` fields:
   `model_runner_kv_cache_mixin.py` 288: a rank's requests `max_running_requests // dp_size`);
 - `--kv-cache-dtype`, `--mem-fraction-static`, `--cuda-graph-max-bs` (the largest of a
   `--cuda-graph-bs` list);
+- `--max-total-tokens` where read (a GPU's KV pool at most, `DeploymentSpec.max_total_tokens`):
+  the FP4 wide-EP recipes (prefill 131072; decode 3122380 at 1k/1k, 524288 at 8k/1k) and the
+  GB200 FP8 8k/1k prefills (524288). The FP4 8k/1k TP4 prefill's pool is its chunk, so its
+  forwards and KV transfers take turns (`epsim.sim.prefill_pool`);
 - the MTP recipes' `--speculative-num-steps 2 --speculative-eagle-topk 1
   --speculative-num-draft-tokens 3` (not SGLang's DeepSeek default of 3 / 1 / 4);
 - the MoE path, stated on every side: `--moe-a2a-backend` (SGLang's default `none` where the
@@ -23,20 +27,22 @@ latencies depend on, as `DeploymentSpec` fields:
   its experts' outputs reduced back, FlashInfer MoE -- and only the FP8 DEP8 prefills of the
   wide-EP recipes dispatch with DeepEP, `--deepep-mode normal`), `--deepep-mode`,
   `--disable-shared-experts-fusion` (every wide-EP side), `--disable-cuda-graph` (the wide-EP
-  prefills) and `--num-reserved-decode-tokens` (the FP4 wide-EP decodes' 112).
-
-Not carried although the spec has the field: `--ep-num-redundant-experts 32` of the wide-EP
-sides (the row's layout keeps the mapping's: 32 placed from the workload's skew where EP does not
-divide the 256 experts, else none). No recipe sets `--init-expert-location` or `--enable-eplb`, so
-SGLang places the 32 slots trivially (repeating experts 0-31) and never moves them, which the spec
-refuses (`ep_num_redundant_experts` needs EPLB or a placement); with them goes
-`--ep-dispatch-algorithm` (the FP8 prefills' `dynamic`, a random replica per token:
-`expert_location_dispatch.py` `_topk_ids_logical_to_physical_dynamic`, epsim's `random`).
+  prefills) and `--num-reserved-decode-tokens` (the FP4 wide-EP decodes' 112);
+- `--ep-num-redundant-experts 32` of the wide-EP sides (every DeepEP decode, the FP8 DEP8
+  prefills) with `--ep-dispatch-algorithm` (the decodes' `static`, the FP8 prefills' `dynamic`: a
+  random replica per token, `expert_location_dispatch.py` `_topk_ids_logical_to_physical_dynamic`,
+  epsim's `random`). No recipe sets `--init-expert-location` or `--enable-eplb`, so SGLang places
+  the 32 slots trivially (`ExpertLocationMetadata.init_trivial`: physical slot p holds expert
+  p mod 256, so experts 0-31 twice) and never moves them: `init_expert_location: trivial`, stated.
+  At uniform routing the ranks holding no replica then receive 288 / EP full experts' tokens
+  against the mean's 256 / EP, 1.125 x (9 against 8 at EP 32), and read as many experts'
+  weights; where EP does not divide the 256 experts the mapping's placement from the workload's
+  skew (`epsim.validate.silicon.mapping`) is replaced by this one.
 
 Not carried, having no `DeploymentSpec` field: `--moe-runner-backend` (epsim prices a system's
 fitted MoE kernel), `--enable-dp-lm-head`, `--moe-dense-tp-size 1`, `--enable-single-batch-overlap`,
 the FP4 decodes' `SGLANG_MOE_NVFP4_DISPATCH=1` (an NVFP4 dispatch; the spec's dispatch dtypes are
-BF16 and FP8), `SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`, `--max-total-tokens`,
+BF16 and FP8), `SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`,
 `--max-prefill-tokens`, `--stream-interval` (SGLang 0.5.8 streams a request's first token at once
 whatever the interval: `scheduler_output_processor_mixin.py` 915, `len(output_ids) % interval ==
 1`), the transfer backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's
@@ -67,17 +73,23 @@ _MTP = {"speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_nu
 _NO_A2A = {"moe_a2a_backend": "none"}
 # every wide-EP side: `--disable-shared-experts-fusion`, DeepEP low-latency on the decode
 _WIDE_EP = {"disable_shared_experts_fusion": True}
-_DEEPEP_LL = {"moe_a2a_backend": "deepep", "deepep_mode": "low_latency", **_WIDE_EP}
+# the wide-EP sides' 32 redundant slots, placed as SGLang places them without EPLB (module doc)
+_TRIVIAL_SLOTS = {"ep_num_redundant_experts": 32, "init_expert_location": "trivial"}
+_DEEPEP_LL = {"moe_a2a_backend": "deepep", "deepep_mode": "low_latency", **_WIDE_EP,
+              **_TRIVIAL_SLOTS, "ep_dispatch_algorithm": "static"}
 
 
-def _fp8_prefill(mem_fraction: float, max_running: int = 30000) -> dict:
+def _fp8_prefill(mem_fraction: float, max_running: int = 30000,
+                 max_total: int | None = None) -> dict:
     """The DEP8 prefill of the FP8 wide-EP recipes (GB200 and GB300, 1k/1k and 8k/1k): DeepEP
     normal, a 131072-token chunk over DP 8; `--mem-fraction-static` 0.80 (GB200 8k/1k) or 0.75,
-    `--max-running-requests` 30000 (8192 in GB200 1k/1k `ultra-tpt.yaml`)."""
+    `--max-running-requests` 30000 (8192 in GB200 1k/1k `ultra-tpt.yaml`), `--max-total-tokens`
+    `max_total` a GPU where read (GB200 8k/1k: 524288, 32 chunks)."""
+    cap = {} if max_total is None else {"max_total_tokens": max_total}
     return {"chunked_prefill_size": 131072 // 8, "max_running_requests": max_running // 8,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": mem_fraction,
             "disable_cuda_graph": True, "moe_a2a_backend": "deepep", "deepep_mode": "normal",
-            **_WIDE_EP}
+            **cap, **_WIDE_EP, **_TRIVIAL_SLOTS, "ep_dispatch_algorithm": "random"}
 
 
 def _fp8_decode(dp: int, max_running: int, graph_bs: int) -> dict:
@@ -89,8 +101,9 @@ def _fp8_decode(dp: int, max_running: int, graph_bs: int) -> dict:
 
 
 # the DEP4 prefill of the FP4 1k/1k mid-curve and max-tpt recipes, GB200 and GB300 alike: no
-# `--moe-a2a-backend`, so SGLang's `none`; no redundant experts
+# `--moe-a2a-backend`, so SGLang's `none`; no redundant experts; a pool of 131072 a GPU (8 chunks)
 _FP4_PREFILL_1K = {"chunked_prefill_size": 65536 // 4, "max_running_requests": 30000 // 4,
+                   "max_total_tokens": 131072,
                    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.84,
                    "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A}
 
@@ -98,13 +111,16 @@ _FP4_PREFILL_1K = {"chunked_prefill_size": 65536 // 4, "max_running_requests": 3
 def _fp4_decode_1k(dp: int) -> dict:
     """The DEP`dp` decode of the FP4 1k/1k mid-curve (32) and max-tpt (48) recipes."""
     return {"chunked_prefill_size": 786432 // dp, "max_running_requests": 67584 // dp,
+            "max_total_tokens": 3122380,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 1024,
             "num_reserved_decode_tokens": 112, **_DEEPEP_LL}
 
 
 # the FP4 8k/1k recipes' TP4 prefill beside a wide-EP decode (mid-curve, max-tpt; GB200 and
-# GB300 alike): no DP attention, so the chunk is the server's
+# GB300 alike): no DP attention, so the chunk is the server's; a pool of one chunk, so forward
+# and KV transfer take turns (`epsim.sim.prefill_pool`)
 _FP4_PREFILL_8K = {"chunked_prefill_size": 131072, "max_running_requests": 30000,
+                   "max_total_tokens": 131072,
                    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
                    "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A}
 
@@ -112,6 +128,7 @@ _FP4_PREFILL_8K = {"chunked_prefill_size": 131072, "max_running_requests": 30000
 def _fp4_decode_8k(dp: int) -> dict:
     """The DEP`dp` decode of the FP4 8k/1k mid-curve (48) and max-tpt (32) recipes."""
     return {"chunked_prefill_size": 24576 // dp, "max_running_requests": 16384 // dp,
+            "max_total_tokens": 524288,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 512,
             "num_reserved_decode_tokens": 112, **_DEEPEP_LL}
 
@@ -198,11 +215,11 @@ RECIPES: dict[tuple, PDRecipe] = {
     # the GB200 FP8 8k/1k wide-EP recipes: no cap binds at the rows' clients (a decode rank's
     # 341 / 256 requests, CUDA graphs to 512 / 256, beside 6144 clients' 256 / 192 a rank)
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (6, 8, 8, True), (1, 24, 24, True),
-     False): PDRecipe("recipes/gb200-fp8/8k1k/max_tpt.yaml", _ISHAN_LL, _fp8_prefill(0.80),
-                      _fp8_decode(24, 8192, 512)),
+     False): PDRecipe("recipes/gb200-fp8/8k1k/max_tpt.yaml", _ISHAN_LL,
+                      _fp8_prefill(0.80, max_total=524288), _fp8_decode(24, 8192, 512)),
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (5, 8, 8, True), (1, 32, 32, True),
-     False): PDRecipe("recipes/gb200-fp8/8k1k/mid-curve.yaml", _ISHAN_LL, _fp8_prefill(0.80),
-                      _fp8_decode(32, 8192, 256)),
+     False): PDRecipe("recipes/gb200-fp8/8k1k/mid-curve.yaml", _ISHAN_LL,
+                      _fp8_prefill(0.80, max_total=524288), _fp8_decode(32, 8192, 256)),
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (1, 8, 1, False), (1, 8, 1, False),
      False): PDRecipe("recipes/gb200-fp8/8k1k/low-latency.yaml", _ISHAN,
                       {**_LOW_LATENCY, "chunked_prefill_size": 24576, "mem_fraction_static": 0.8,

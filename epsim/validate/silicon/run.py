@@ -32,10 +32,11 @@ from pathlib import Path
 from epsim.default_profile import versioned_profile
 from epsim.errors import EpsimError
 from epsim.report import summarize
-from epsim.sim import simulate
+from epsim.sim import Simulation
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.handoff import handoff
 from epsim.validate.silicon.mapping import Instance, RowPlan
+from epsim.validate.silicon.memo import Memo
 
 ROUNDS = 2                       # a P/D pair's rounds after pass 0 (each: every instance once)
 PASS0_WINDOW_S = (1.0, 3.0)      # pass 0: warm-up and duration (s), requests decoding from t=0
@@ -67,16 +68,21 @@ SLOW_RATE_PER_S = 1e-3           # pass 0: arrivals slow enough that none lands 
 
 
 def _simulate(data: dict, instance: Instance) -> dict:
-    """The summary (`epsim.report.summarize`) of one scenario mapping of `instance`, priced by
-    the profile it names, else its GPU's default with the instance's version part
-    (`Instance.profile_part`; a named profile is used as it is), its
-    MoE draws from coarse pools (`Simulation`'s `coarse_pools`, for a run of hundreds of closed
-    loops: each row's change against exact pools, within 0.2 %, in
+    """The summary (`epsim.report.summarize`) of one scenario mapping of `instance`
+    (`_simulation`'s run)."""
+    return summarize(_simulation(data, instance).run())
+
+
+def _simulation(data: dict, instance: Instance) -> Simulation:
+    """A run of one scenario mapping of `instance`, priced by the profile it names, else its
+    GPU's default with the instance's version part (`Instance.profile_part`; a named profile is
+    used as it is), its MoE draws from coarse pools (`Simulation`'s `coarse_pools`, for a run of
+    hundreds of closed loops: each row's change against exact pools, within 0.2 %, in
     benchmarks/results/silicon_speed.md)."""
     profile = versioned_profile(data["cluster"]["gpu"], instance.profile_part) \
         if instance.profile_part and not data.get("profile") else None
-    return summarize(simulate(scenario_from_dict(copy.deepcopy(data), where="silicon row"),
-                              profile=profile, coarse_pools=True))
+    return Simulation(scenario_from_dict(copy.deepcopy(data), where="silicon row"),
+                      profile=profile, coarse_pools=True)
 
 
 def _mean(summary: dict, name: str) -> float | None:
@@ -181,8 +187,10 @@ def _shares(summary: dict) -> dict:
             if f"{k}_share" in prov}
 
 
-def predict(plan: RowPlan) -> dict:
-    """epsim's entry for a row: predicted TTFT and TPOT (ms) with provenance, or why not.
+def predict(plan: RowPlan, memo: Memo | None = None) -> dict:
+    """epsim's entry for a row: predicted TTFT and TPOT (ms) with provenance, or why not
+    (`memo`: instances simulated before in this run give their kept answer,
+    `epsim.validate.silicon.memo`: the same entry).
 
     Returns:
         `{"status": "predicted" | "approximated" | "cannot_express" | "failed", "ttft_ms",
@@ -197,10 +205,11 @@ def predict(plan: RowPlan) -> dict:
     if not plan.expressible:
         return {"status": "cannot_express", **entry}
     start = time.perf_counter()
+    kept_notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = _predict(plan, entry)
+            result, kept_notes = _predict(plan, memo)
         except EpsimError as exc:
             result = {"status": "failed", "reasons": [" ".join(str(exc).split())]}
         except MemoryError:
@@ -208,7 +217,7 @@ def predict(plan: RowPlan) -> dict:
         except Exception as exc:        # a bug: this row fails with where, the run goes on
             result = {"status": "failed", "reasons": [f"internal error: {_where(exc)}"]}
     entry.update(result, wall_s=round(time.perf_counter() - start, 3),
-                 notes=sorted({str(w.message) for w in caught}))
+                 notes=sorted({str(w.message) for w in caught} | set(kept_notes)))
     return entry
 
 
@@ -226,31 +235,41 @@ def failed_entry(exc: BaseException) -> dict:
             "reason_class": None, "missing": [], "notes": []}
 
 
-def _predict(plan: RowPlan, entry: dict) -> dict:
-    out = couple(plan.instances, plan.row.osl)
+def _predict(plan: RowPlan, memo: Memo | None) -> tuple[dict, list[str]]:
+    """The row's result and the warnings its simulations raised where `memo` kept them (else
+    they reach `predict`'s catch as raised)."""
+    if memo is None:
+        out, notes = couple(plan.instances, plan.row.osl), []
+    else:
+        out, notes = memo.couple(couple, plan.instances, plan.row.osl)
     if out.get("status") == "failed":
-        return out
-    return {"status": "approximated" if plan.approximations else "predicted", **out}
+        return out, notes
+    return {"status": "approximated" if plan.approximations else "predicted", **out}, notes
 
 
 def _simulate_round(make, instance: Instance, ttft_s: float, tpot_s: float, osl: int,
                     outside_s: float, early: bool = False) -> dict:
     """The summary of one instance's round (`make`: `closed_round` or `open_round`); a
     benchmark run's span doubled until every one of its requests has its first token (its
-    cycle is the last round's, short of the run's own where the first wave queues).
-    `early`: a round before a P/D pair's last (`closed_round`'s)."""
-    span = 1.0
-    for _ in range(RUN_SPAN_TRIES):
-        data = make(instance, ttft_s, tpot_s, osl, outside_s, span, early) \
-            if make is closed_round else make(instance, ttft_s, tpot_s, osl, outside_s)
-        summary = _simulate(data, instance)
-        total = data["workload"]["arrivals"].get("num_requests")
-        if total is None:
-            return summary
-        shared = -(-total // data["deployment"].get("num_instances", 1))
+    cycle is the last round's, short of the run's own where the first wave queues), each
+    longer span gone on to from where the shorter stopped (`Simulation.extend`: the bits of
+    running it from t=0; a high-concurrency agg row ran its first half twice and its first
+    quarter three times). `early`: a round before a P/D pair's last (`closed_round`'s)."""
+    if make is not closed_round:
+        return _simulate(make(instance, ttft_s, tpot_s, osl, outside_s), instance)
+    data = closed_round(instance, ttft_s, tpot_s, osl, outside_s, 1.0, early)
+    total = data["workload"]["arrivals"].get("num_requests")
+    if total is None:
+        return _simulate(data, instance)
+    shared = -(-total // data["deployment"].get("num_instances", 1))
+    run = _simulation(data, instance)
+    summary, span = summarize(run.run()), 1.0
+    for _ in range(RUN_SPAN_TRIES - 1):
         if summary["ttft_ms"]["count"] >= shared:
-            return summary
+            break
         span *= 2
+        longer = closed_round(instance, ttft_s, tpot_s, osl, outside_s, span, early)
+        summary = summarize(run.extend(longer["workload"]["duration_s"]))
     return summary
 
 

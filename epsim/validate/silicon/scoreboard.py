@@ -9,6 +9,7 @@ order, and depend only on the row, the flags and the installed code.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from epsim.validate.silicon.candidates import predict_plan
 from epsim.validate.silicon.checkpoint import Checkpoint
 from epsim.validate.silicon.checkpoint import row_key as checkpoint_key
 from epsim.validate.silicon.mapping import plan_row
+from epsim.validate.silicon.memo import Memo
 from epsim.validate.silicon.peer import estimate, row_key
 from epsim.validate.silicon.resolve import resolve
 from epsim.validate.silicon.rows import SiliconRow, out_of_scope, sample
@@ -32,6 +34,8 @@ class RowTask:
     row: SiliconRow
     approximate: bool
     peer: bool
+    memo: str | None = None      # the run's memo folder (None: no memo), and whether the
+    memo_shared: bool = True     # workers share it (`epsim.validate.silicon.memo`)
 
 
 @dataclass
@@ -74,12 +78,12 @@ def layout(row: SiliconRow) -> str:
     return f"P {one(row.prefill)} / D {one(row.decode)}"
 
 
-def _ours(row: SiliconRow, approximate: bool) -> dict:
+def _ours(row: SiliconRow, approximate: bool, memo: Memo | None = None) -> dict:
     exact = plan_row(row)
     if exact.expressible or not approximate:
-        return predict(exact)
+        return predict(exact, memo)
     # the nearest expressible form; what the row lacks stays the exact plan's
-    ours = predict_plan(plan_row(row, approximate=True))
+    ours = predict_plan(plan_row(row, approximate=True), memo)
     exact_entry = predict(exact)
     ours.update(missing=exact_entry["missing"],
                 reasons=exact_entry["reasons"] + [r for r in ours["reasons"]
@@ -103,7 +107,8 @@ def row_task(task: RowTask) -> dict:
              "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
     start = time.perf_counter()
     try:
-        entry["epsim"] = _ours(row, task.approximate)
+        entry["epsim"] = _ours(row, task.approximate,
+                               None if task.memo is None else Memo(task.memo, task.memo_shared))
     except Exception as exc:         # a bug in the mapping: this row fails with where, not the run
         entry["epsim"] = failed_entry(exc)
     entry["epsim"]["wall_s"] = round(time.perf_counter() - start, 3)     # mapping included
@@ -142,7 +147,11 @@ def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = Tru
     known = peer_known if peer_known is not None else {}
     kept = checkpoint if checkpoint is not None else Checkpoint(None, "")
     keys = [row_key(row) for row in rows] if peer else [None] * len(rows)
-    tasks = [RowTask(row, approximate, peer and key not in known) for row, key in zip(rows, keys)]
+    # rows that repeat another's simulations take its answers (`epsim.validate.silicon.memo`):
+    # local workers share them through a folder of this run's, Ray's each keep their own
+    memo_dir = tempfile.TemporaryDirectory(prefix="epsim-silicon-memo-")
+    tasks = [RowTask(row, approximate, peer and key not in known, memo_dir.name,
+                     executor != "ray") for row, key in zip(rows, keys)]
     kept_keys = [checkpoint_key(row.id, approximate) for row in rows]
     entries: list[dict | None] = [None] * len(tasks)
     for index, (task, key) in enumerate(zip(tasks, kept_keys)):
@@ -157,8 +166,9 @@ def run_rows(rows: list[SiliconRow], approximate: bool = False, peer: bool = Tru
             entries[index] = entry
             kept.add(kept_keys[index], entry)
             advance(1)
-        execute([tasks[index] for index in todo], on_done, executor=executor, workers=workers,
-                ray_address=ray_address, fn=row_task)
+        with memo_dir:
+            execute([tasks[index] for index in todo], on_done, executor=executor,
+                    workers=workers, ray_address=ray_address, fn=row_task)
     wall_s = time.perf_counter() - start
     for entry, task, key in zip(entries, tasks, keys):
         if key is None:

@@ -77,6 +77,10 @@ def test_mapping_agg_tp_attention_moe_tp(rows):
     ratio = {"kind": "random", "value": 1024, "range_ratio": 0.8}
     assert agg.data["workload"]["input_len"] == ratio == agg.data["workload"]["output_len"]
     assert any("uniform in [0.8 L, L]" in a for a in plan.assumptions)
+    # SGLang's Triton fused MoE compiles on first use inside the run, after InferenceX's warm-up
+    # of two batches of 4 copies of one prompt (`epsim.validate.silicon.first_use`)
+    assert agg.data["deployment"]["first_use_compile"]["warmup_batches"] == [4, 4]
+    assert any(a.startswith("first-use compiles") for a in plan.assumptions)
     _needs_applied_or_missing(plan, "agg", {
         "deployment.tp_size": 8, "deployment.moe_tp_size": 8, "deployment.quantization": "fp8_block",
         "workload.arrivals": {"kind": "concurrency", "clients": 4}})

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from epsim.errors import SpecError
+
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon import dynamo_scripts, pd_recipes
 from epsim.validate.silicon.inferencex import Group, Recipe
@@ -131,3 +135,63 @@ def test_the_gb300_fp4_1k1k_mid_curve_group_takes_its_16k_chunk():
     decode = pd_recipes.fields(mid, "decode", 1 << 20)
     assert (decode["max_running_requests"], decode["chunked_prefill_size"]) == (2112, 24576)
     assert decode["num_reserved_decode_tokens"] == 112
+
+
+def _scenario(deployment: dict):
+    return scenario_from_dict({"name": "r", "model": "DeepSeek-V3",
+                               "cluster": {"gpu": "GB200", "num_nodes": 8},
+                               "deployment": deployment,
+                               "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 1.0}}})
+
+
+def test_wide_ep_sides_keep_sglang_s_trivial_replicas_and_the_busiest_rank_pays_them():
+    """Every DeepEP side of a recipe runs `--ep-num-redundant-experts 32` with no EPLB and no
+    `--init-expert-location`: SGLang's trivial placement (slot p holds expert p mod 256), so at
+    uniform routing a DEP32 rank without replicas takes 9 experts' tokens against the mean's 8."""
+    from epsim.eplb import Placement
+    from epsim.eplb.replicas import replica_fractions
+    from epsim.sim.initial_placement import initial_placement
+
+    for recipe in pd_recipes.RECIPES.values():
+        for role in ("prefill", "decode"):
+            flags = pd_recipes.fields(recipe, role, 1)
+            wide = flags["moe_a2a_backend"] == "deepep"
+            assert (flags.get("ep_num_redundant_experts"), flags.get("init_expert_location")) == (
+                (32, "trivial") if wide else (None, None)), (recipe.config_file, role)
+    by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
+    recipe = by_file["recipes/gb200-fp8/1k1k/max-tpt.yaml"]
+    assert recipe.prefill["ep_dispatch_algorithm"] == "random"       # the prefill's `dynamic`
+    decode = {"disaggregation_mode": "decode", "tp_size": 32, "ep_size": 32, "dp_size": 32,
+              "enable_dp_attention": True, **pd_recipes.fields(recipe, "decode", 128)}
+    scenario = _scenario(decode)
+    p2l = initial_placement(scenario, None)
+    assert p2l.shape == (58, 288) and (p2l[:, 256:] == range(32)).all()
+    placement = Placement.on_cluster(p2l[:1], 256, 32, 4)
+    per_rank = replica_fractions(placement, "static").reshape(32, 9).sum(axis=1)
+    assert per_rank.max() == 9.0 and per_rank.mean() == 8.0
+    # the trivial placement must be stated: left to the default, replicas without EPLB are refused
+    del decode["init_expert_location"]
+    with pytest.raises(SpecError, match="needs deployment.enable_eplb: true"):
+        _scenario(decode)
+
+
+def test_only_the_fp4_8k1k_tp4_prefills_hold_a_pool_of_one_chunk():
+    """`--max-total-tokens` a GPU beside the chunk a rank: the FP4 8k/1k TP4 prefills' pool is
+    their 131072 chunk (`epsim.sim.prefill_pool` then holds each forward for its KV); the FP4
+    1k/1k DEP4 prefills hold 8 chunks, the GB200 FP8 8k/1k DEP8 prefills 32."""
+    from epsim.sim.prefill_pool import prefill_hold
+    one_chunk = set()
+    for recipe in pd_recipes.RECIPES.values():
+        flags = pd_recipes.fields(recipe, "prefill", 1 << 20)
+        if "max_total_tokens" not in flags:
+            continue
+        sc = scenario_from_dict({"name": "r", "model": "DeepSeek-V3", "cluster": {"gpu": "GB200"},
+                                 "deployment": {"disaggregation_mode": "prefill", "ep_size": 4,
+                                                **flags}})
+        if prefill_hold(sc, flags["max_total_tokens"]) is not None:
+            one_chunk.add(recipe.config_file)
+    assert one_chunk == {f"recipes/{gpu}-fp4/8k1k/{name}.yaml" for gpu, name in (
+        ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
+    by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
+    assert by_file["recipes/gb200-fp4/8k1k/max-tpt.yaml"].decode["max_total_tokens"] == 524288
+    assert by_file["recipes/gb200-fp4/1k1k/mid-curve.yaml"].decode["max_total_tokens"] == 3122380

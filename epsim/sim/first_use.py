@@ -1,0 +1,83 @@
+"""The kernels a run compiles on first use: which prefill steps stop for a compile, and how long.
+
+A serving process compiles a Triton kernel the first time a batch needs a shape key it has not
+met (`epsim.cost.first_use`). What it met before the simulated run: its start-up (CUDA-graph
+capture of every decode batch size up to `cuda_graph_max_bs`, which compiles their keys) and the
+benchmark's warm-up (`deployment.first_use_compile.warmup_batches`: prefill batches of that many
+copies of the run's first prompt, InferenceX's `--num-warmups 2N` of `input_requests[0]`, split
+into chunks of `chunked_prefill_size`). Each prefill step of the run whose token count maps to a
+key not met yet adds `KERNELS_PER_KEY x compile_s` to that step (every TP rank compiles at once,
+so the step waits for one rank's compile); the key is then met.
+"""
+
+from __future__ import annotations
+
+from epsim.cost.first_use import KERNELS_PER_KEY, TILE_TABLES, fused_moe_key, warm_keys
+from epsim.cost.shared_experts import fused_shared_experts
+from epsim.errors import SpecError
+
+
+def _chunks(num_tokens: int, chunk: int) -> list[int]:
+    """A prefill of `num_tokens` as the chunked-prefill steps that run it (token counts)."""
+    full, rest = divmod(num_tokens, chunk)
+    return [chunk] * full + ([rest] if rest else [])
+
+
+class FirstUseCompiles:
+    """The keys one serving process has compiled, and the stall a new one costs.
+
+    Args:
+        tiles: the GPU's tuned (w13, w2) tables (`epsim.cost.first_use.TILE_TABLES`).
+        num_experts: experts in the fused kernel (routed plus fused shared ones).
+        top_k: experts per token in the kernel (the router's plus fused shared ones).
+        compile_s: one kernel's compile, host seconds.
+        warm_token_counts: token counts of the batches run before the simulated run.
+    Attributes:
+        num_compiles: kernels compiled inside the run so far.
+        stalled_us: microseconds the run's steps waited for them.
+    """
+
+    def __init__(self, tiles: tuple, num_experts: int, top_k: int, compile_s: float,
+                 warm_token_counts: list[int]):
+        self.tiles, self.num_experts, self.top_k = tiles, num_experts, top_k
+        self.compile_us = compile_s * 1e6 * KERNELS_PER_KEY
+        self.met = warm_keys(warm_token_counts, num_experts, top_k, tiles)
+        self.num_compiles = 0
+        self.stalled_us = 0.0
+
+    def stall_us(self, prefill_tokens: float) -> float:
+        """Microseconds a step whose batch prefills `prefill_tokens` waits for compiles."""
+        if prefill_tokens < 1:
+            return 0.0
+        key = fused_moe_key(int(round(prefill_tokens)), self.num_experts, self.top_k, self.tiles)
+        if key in self.met:
+            return 0.0
+        self.met.add(key)
+        self.num_compiles += KERNELS_PER_KEY
+        self.stalled_us += self.compile_us
+        return self.compile_us
+
+
+def first_use_compiles(scenario, first_prompt_tokens: int) -> FirstUseCompiles | None:
+    """The scenario's first-use term (None without `deployment.first_use_compile`).
+
+    Args:
+        scenario: one instance's `Scenario`.
+        first_prompt_tokens: the run's first request's prompt (the harness warms up on it).
+    Raises:
+        SpecError: no tuned table for the scenario's GPU.
+    """
+    m, c, d = scenario.model, scenario.cluster, scenario.deployment
+    spec = d.first_use_compile
+    if spec is None:
+        return None
+    tiles = TILE_TABLES.get(c.gpu)
+    if tiles is None:
+        raise SpecError(f"deployment.first_use_compile ({spec.kernel}) has no tuned table for "
+                        f"cluster.gpu ({c.gpu}); known: {', '.join(sorted(TILE_TABLES))}")
+    shared = fused_shared_experts(m, d, d.block_kernels, d.parallel.ep_size)
+    startup = list(range(1, d.cuda_graph_max_bs + 1))
+    warmup = [n for copies in spec.warmup_batches
+              for n in _chunks(copies * int(first_prompt_tokens), d.chunked_prefill_size)]
+    return FirstUseCompiles(tiles, m.num_experts + shared, m.top_k + shared, spec.compile_s,
+                            startup + warmup)
