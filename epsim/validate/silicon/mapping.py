@@ -321,9 +321,10 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
                                             redundant.get(role, 0), ran.speculative,
                                             servers.get(role))
         if said := _recorded_skew(run, role)[1]:
-            if (ran.redundant_experts or {}).get(role):
+            placed = instance.data["deployment"].get("init_expert_location") == "from_skew"
+            if placed and (ran.redundant_experts or {}).get(role):
                 said += ": the wide-EP script's static placement (init_expert_location) from the same loads"
-            elif redundant.get(role):      # SGLang's trivial placement of them is not expressible
+            elif placed:
                 said += ": its redundant experts placed from the same loads"
             assumptions.append(said)
         instances.append(instance)

@@ -253,9 +253,8 @@ def test_mapping_routes_deepseek_with_recorded_loads(rows):
         assert Path(skew["path"]).is_file()
         said = [a for a in plan.assumptions if a.startswith(f"{instance.role}: routing replays")]
         assert len(said) == 1 and name in said[0] and "ISL 1024 / OSL 1024" in said[0]
-        if instance.data["deployment"].get("ep_num_redundant_experts"):
-            assert instance.data["deployment"]["init_expert_location"] == "from_skew"
-            assert said[0].endswith("from the same loads")
+        placed = instance.data["deployment"].get("init_expert_location") == "from_skew"
+        assert said[0].endswith("from the same loads") == placed
     assert spec_error(plan.instances[1].data) is None
     b300 = plan_row(rows["dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg717"])
     assert any(a.startswith("agg: routing replays") and "decode_in1000out1000" in a
