@@ -14,32 +14,10 @@ import numpy as np
 
 from epsim.eplb.inputs import check_weight
 from epsim.errors import PlacementError, SpecError
-from epsim.io import MAX_BINARY_BYTES, load_json, read_bytes, read_text
-from epsim.routing import read_trace
+from epsim.io import MAX_BINARY_BYTES, read_bytes, read_text
+from epsim.routing.trace import is_json_loads, read_loads_json, read_trace
 
-FORMATS = ".json, .jsonl, .npy, .csv, or an SGLang dump (.pt file or folder)"
-
-
-def _from_json(path: Path) -> np.ndarray:
-    data = load_json(path, "loads file")
-    if isinstance(data, dict):
-        # `logical_count`: SGLang's --init-expert-location loads (`epsim eplb --out` writes it)
-        key = "loads" if "loads" in data else "logical_count" if "logical_count" in data else None
-        if key is None:
-            raise SpecError(f"{path}: loads (missing) must be a [layers, experts] list under "
-                            f"'loads' or 'logical_count' (keys found: {sorted(data)[:5]})")
-        data = data[key]
-    return _as_array(data, path)
-
-
-def _as_array(data, path: Path) -> np.ndarray:
-    try:
-        if np.asarray(data).dtype == bool:                 # true/false are not token counts
-            raise ValueError
-        array = np.asarray(data, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise SpecError(f"{path}: loads must be a rectangular [layers, experts] list of numbers") from None
-    return array
+FORMATS = ".json[.gz], .jsonl, .npy, .csv, or an SGLang dump (.pt file or folder)"
 
 
 def _from_csv(path: Path) -> np.ndarray:
@@ -74,8 +52,8 @@ def read_loads(path: str | Path) -> np.ndarray:
     suffix = path.suffix.lower()
     if path.is_dir() or suffix in (".pt", ".jsonl"):
         loads = read_trace(path).sum(axis=0)                                # [layers, experts]
-    elif suffix == ".json":
-        loads = _from_json(path)
+    elif is_json_loads(path):
+        loads = read_loads_json(path)
     elif suffix == ".csv":
         loads = _from_csv(path)
     elif suffix == ".npy":

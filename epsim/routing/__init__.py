@@ -1,7 +1,8 @@
 """Expert-routing skew: one generator for the simulator's loads and the live bench's top-k.
 
 Popularity is the share of routed token slots per expert, `[layers, experts]`; see
-`popularity` for the base shapes, `skew.SkewModel` for layers and drift, `sampling` for draws.
+`popularity` for the base shapes, `skew.SkewModel` for layers and drift, `sampling` for draws,
+`trace` for recorded loads and `recorded` for the ones epsim ships.
 """
 
 from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares

@@ -15,7 +15,7 @@ from epsim.errors import SpecError
 from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares
 from epsim.routing.sampling import (AliasTable, LoadRows, cannot_clip, sample_load_rows,
                                     sample_loads, sample_loads_block, sample_topk)
-from epsim.routing.trace import read_trace
+from epsim.routing.trace import moe_layers, read_trace
 from epsim.spec.errors import format_error
 from epsim.spec.numbers import check_numbers
 from epsim.spec.workload import SkewSpec, WorkloadSpec
@@ -39,7 +39,7 @@ class SkewModel:
         self._trace: np.ndarray | None = None
         kind = spec.kind
         if kind == "trace":
-            trace = read_trace(Path(base_dir) / spec.path)
+            trace = moe_layers(read_trace(Path(base_dir) / spec.path), num_layers)
             if trace.shape[1:] != (num_layers, num_experts):
                 # a trace of fewer layers repeats cyclically; the expert count must match
                 if trace.shape[2] != num_experts:
@@ -48,9 +48,12 @@ class SkewModel:
                 reps = -(-num_layers // trace.shape[1])
                 trace = np.tile(trace, (1, reps, 1))[:, :num_layers]
             totals = trace.sum(axis=2, keepdims=True)
-            self._trace = cap_shares(np.where(totals > 0, trace / np.maximum(totals, 1e-300),
-                                              1.0 / num_experts), top_k)
-            base = self._trace.mean(axis=0)
+            shares = cap_shares(np.where(totals > 0, trace / np.maximum(totals, 1e-300),
+                                         1.0 / num_experts), top_k)
+            # one recorded pass (SGLang's --init-expert-location loads) is a fixed popularity:
+            # drawn as the static skews are (pooled draws, alias tables), not pass by pass
+            self._trace = shares if shares.shape[0] > 1 else None
+            base = shares.mean(axis=0)
         else:
             if kind == "uniform":
                 shares = uniform_shares(num_experts)
@@ -109,6 +112,12 @@ class SkewModel:
         self._drift_t_s = t_s
 
     # -- public ----------------------------------------------------------------------------
+    @property
+    def per_step(self) -> bool:
+        """Popularity changes every forward pass (a trace of several passes): every step draws
+        its loads anew."""
+        return self._trace is not None
+
     def popularity(self, t_s: float = 0.0, step: int = 0) -> np.ndarray:
         """Shares of routed slots at simulated time `t_s` (trace: at forward pass `step`).
 

@@ -1,6 +1,9 @@
-"""Recorded expert loads: our JSON Lines traces and SGLang expert-distribution dumps.
+"""Recorded expert loads: our JSON Lines traces, SGLang expert-distribution dumps (`.pt`) and
+the JSON loads SGLang's `--init-expert-location` takes (`{"logical_count": ...}`).
 
-Both read to one array, `[steps, layers, experts]` logical-expert token counts.
+All read to one array, `[steps, layers, experts]` logical-expert token counts. SGLang counts
+over every hidden layer, its dense ones (DeepSeek-V3's first three) as all-zero rows;
+`moe_layers` drops them for a model's MoE layers.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from epsim.errors import SpecError
-from epsim.io import MAX_BINARY_BYTES, loads_json, read_bytes, read_text
+from epsim.io import MAX_BINARY_BYTES, load_json, loads_json, read_bytes, read_text
+
+JSON_KEYS = ("logical_count", "loads")      # SGLang's stat dump / --init-expert-location; ours
 
 
 def physical_to_logical_counts(physical_counts: np.ndarray, physical_to_logical: np.ndarray,
@@ -170,9 +175,78 @@ def _counts(value, file: Path, name: str, low: float = 0.0) -> np.ndarray:
     return array
 
 
+def is_json_loads(path: str | Path) -> bool:
+    """`.json` or `.json.gz`: a loads file `read_loads_json` reads (not our `.jsonl` trace)."""
+    suffixes = [s.lower() for s in Path(path).suffixes[-2:]]
+    return suffixes[-1:] == [".json"] or suffixes == [".json", ".gz"]
+
+
+def read_loads_json(path: str | Path) -> np.ndarray:
+    """Read expert loads from a JSON file (gzipped when it ends in `.gz`).
+
+    SGLang's `{"logical_count": [...]}` (its expert-distribution recorder's stat output, the
+    file `--init-expert-location` takes), our `{"loads": [...]}`, or a bare list.
+
+    Returns:
+        [layers, experts] or [steps, layers, experts] float64 (a 1-D list: [experts]),
+        finite counts >= 0.
+    Raises:
+        SpecError: not JSON, no known key, not a rectangular list, an entry NaN/inf or < 0
+            (one line naming the file and the entry).
+    """
+    path = Path(path)
+    data = load_json(path, "loads file")
+    if isinstance(data, dict):
+        key = next((k for k in JSON_KEYS if k in data), None)
+        if key is None:
+            raise SpecError(f"{path}: loads (missing) must be a [layers, experts] list under "
+                            f"'loads' or 'logical_count' (keys found: {sorted(data)[:5]})")
+        data = data[key]
+    try:
+        if np.asarray(data).dtype == bool:                 # true/false are not token counts
+            raise ValueError
+        loads = np.asarray(data, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecError(f"{path}: loads must be a rectangular [layers, experts] list of "
+                        f"numbers") from None
+    if loads.ndim not in (1, 2, 3) or loads.size == 0:
+        raise SpecError(f"{path}: loads (shape {list(loads.shape)}) must be a non-empty "
+                        f"[layers, experts] or [steps, layers, experts] list")
+    bad = np.argwhere(~np.isfinite(loads) | (loads < 0))
+    if len(bad):
+        where = tuple(int(i) for i in bad[0])
+        value = loads[where]
+        rule = "must be >= 0; loads are routed-token counts" if value < 0 else "must be finite"
+        raise SpecError(f"{path}: loads[{', '.join(map(str, where))}] ({value:g}) {rule}")
+    return loads
+
+
+def moe_layers(trace: np.ndarray, num_layers: int) -> np.ndarray:
+    """The trace's MoE layers: where it has more layers than `num_layers`, its leading all-zero
+    layers (the dense layers SGLang counts as zeros) dropped, at most the surplus.
+
+    Args:
+        trace: [steps, layers, experts] counts.
+    Returns:
+        [steps, layers', experts], layers' >= num_layers where the trace had that many.
+    """
+    surplus = trace.shape[1] - num_layers
+    if surplus <= 0:
+        return trace
+    zero = ~trace.any(axis=(0, 2))                                            # [layers]
+    leading = int(np.argmin(zero)) if not zero.all() else 0
+    return trace[:, min(leading, surplus):]
+
+
 def read_trace(path: str | Path) -> np.ndarray:
-    """Read a trace by file type: `.pt` or a folder -> SGLang, otherwise our JSONL."""
+    """Read a trace by file type: `.pt` or a folder -> SGLang dump, `.json[.gz]` -> loads JSON
+    (one step unless it holds [steps, layers, experts]), otherwise our JSONL."""
     path = Path(path)
     if path.suffix == ".pt" or path.is_dir():
         return read_sglang_dump(path)
+    if is_json_loads(path):
+        loads = read_loads_json(path)
+        while loads.ndim < 3:                    # [experts] -> [1, experts] -> [1, 1, experts]
+            loads = loads[None]
+        return loads
     return read_jsonl_trace(path)

@@ -22,6 +22,7 @@ from epsim.eplb import compute_placement
 from epsim.eplb.loads import read_loads
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import SpecError
+from epsim.routing.trace import moe_layers
 
 
 def initial_placement(scenario, skew) -> np.ndarray:
@@ -40,7 +41,8 @@ def initial_placement(scenario, skew) -> np.ndarray:
     if location == "from_skew":
         weight = skew.mean_popularity()
     else:
-        weight = read_loads(scenario.resolve_path(location))
+        # SGLang's files count its dense layers as zeros: the MoE layers kept
+        weight = moe_layers(read_loads(scenario.resolve_path(location))[None], m.num_moe_layers)[0]
         if weight.shape != (m.num_moe_layers, m.num_experts):
             raise SpecError(f"deployment.init_expert_location ({location}) loads shape "
                             f"{list(weight.shape)} must be [moe layers, experts] = "

@@ -144,7 +144,7 @@ class DraftPricer:
                                  + self.cost_model.scheduler_host.step_us)
         rate = getattr(w.skew, "drift_rate_per_s", 0.0)
         self.drift_window_s = DRIFT_STALE_FRAC / rate if rate > 0 else np.inf
-        self.pooled = pooled and w.skew.kind != "trace"   # a trace: popularity every forward
+        self.pooled = pooled and not self.skew.per_step   # a trace: popularity every forward
         self._pools: dict[tuple, _Pool] = {}     # (forward, phase, CUDA graph) -> its pool
         self._pick = np.random.Generator(np.random.SFC64([seed, 0xD4AF8]))   # a pool's row
         self.num_pools = self.num_forwards = 0      # pools drawn, forwards priced

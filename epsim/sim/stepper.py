@@ -152,8 +152,8 @@ class PoolStepper:
         self.sim = sim
         spec = sim.scenario.workload.skew
         rate = getattr(spec, "drift_rate_per_s", 0.0)
-        # a trace changes popularity every forward pass: every step draws anew
-        self.fresh_every_step = spec.kind == "trace"
+        # a trace of several passes changes popularity every forward pass: every step draws anew
+        self.fresh_every_step = sim.skew.per_step
         self.drift_window_s = DRIFT_STALE_FRAC / rate if rate > 0 else np.inf
         self.rng = np.random.Generator(np.random.SFC64([sim.seed, 0x9007]))
         self._pool: _Pool | None = None

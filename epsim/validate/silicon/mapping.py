@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from epsim.default_profile import part_for
 from epsim.errors import EpsimError
+from epsim.routing import recorded
 from epsim.validate.silicon import agg_recipes, first_use, pd_recipes
 from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
                                           approximate_need, closed_loop_needs, set_path,
@@ -101,16 +102,17 @@ def _dp_ranks(data: dict) -> int:
 def _base(row: SiliconRow, side: Side, role: str) -> dict:
     """The scenario every instance of `side` starts from: the row's model, GPUs, lengths,
     EP layout as the spec has it (instance = ep_size GPUs), Poisson arrivals as a placeholder.
-    `_instance` adds a wide-EP launch script's redundant experts (`--ep-num-redundant-experts`
-    with a static placement from recorded loads, `epsim.validate.silicon.resolve`) as epsim's
-    EPLB placement of the workload's own skew.
+    DeepSeek's routing replays recorded expert loads (`_recorded_skew`); `_instance` adds a
+    wide-EP launch script's redundant experts (`--ep-num-redundant-experts` with a static
+    placement from recorded loads, `epsim.validate.silicon.resolve`) as epsim's EPLB placement
+    of those same loads (`init_expert_location: from_skew`).
     A GPU the zoo lacks stands in as H200 here, so that each other need is judged on its own
     (the `cluster.gpu` need then refuses the row's GPU)."""
     gpu = _zoo_gpu(GPUS.get(row.system, row.system)) or "H200"
     per_node = get_hardware(gpu).gpus_per_node
     # DP attention: one GPU per attention rank, or DP groups of attention TP (tp x dp GPUs)
     dp_attention = side.tp_size == 1 or side.attention_dp_size > 1
-    return {
+    data = {
         "name": row.id, "seed": SEED, "model": MODELS[row.model_path],
         "cluster": {"gpu": gpu, "num_nodes": -(-side.num_gpus // per_node)},
         "deployment": {
@@ -124,6 +126,25 @@ def _base(row: SiliconRow, side: Side, role: str) -> dict:
                      "input_len": {"kind": "fixed", "value": row.isl},
                      "output_len": {"kind": "fixed", "value": row.osl},
                      "duration_s": 10.0, "warmup_s": 0.0}}
+    skew = _recorded_skew(row, role)[0]
+    if skew:
+        data["workload"]["skew"] = skew
+    return data
+
+
+def _recorded_skew(row: SiliconRow, role: str) -> tuple[dict | None, str]:
+    """The routing skew of `role`'s instances and the assumption that says so: a model with
+    recorded loads (`epsim.routing.recorded`: DeepSeek-V3, R1 alike) replays the recording of
+    its phase at the nearest lengths (an agg server's batches: decode's); others stay uniform
+    (SkewSpec's default), unsaid."""
+    if MODELS[row.model_path] != recorded.MODEL:
+        return None, ""
+    found = recorded.nearest("prefill" if role == "prefill" else "decode", row.isl, row.osl)
+    text = (f"{role}: routing replays SGLang's recorded DeepSeek-V3 expert loads {found.name} "
+            f"(nearest recorded lengths to ISL {row.isl} / OSL {row.osl}; "
+            f"epsim/data/routing/PROVENANCE.md)")
+    return {"kind": "trace", "path": str(found.path)}, text
+
 
 def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int,
               approximate: bool, redundant_experts: int = 0, mtp: bool = False,
@@ -299,6 +320,13 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         instance, lacks, approx = _instance(run, side, role, clients, workers, approximate,
                                             redundant.get(role, 0), ran.speculative,
                                             servers.get(role))
+        if said := _recorded_skew(run, role)[1]:
+            placed = instance.data["deployment"].get("init_expert_location") == "from_skew"
+            if placed and (ran.redundant_experts or {}).get(role):
+                said += ": the wide-EP script's static placement (init_expert_location) from the same loads"
+            elif placed:
+                said += ": its redundant experts placed from the same loads"
+            assumptions.append(said)
         instances.append(instance)
         missing += [m for m in lacks if m.reason not in {x.reason for x in missing}]
         tags += [t for t in approx if t not in tags]

@@ -240,3 +240,26 @@ def test_the_reference_check_sees_imports_and_strings_not_docstrings():
     tree = ast.parse('"""Fits; the silicon rows are not read."""\nfrom epsim.validate import x\n'
                      'def f():\n    """silicon here is prose."""\n    return "silicon_sample.csv"\n')
     assert _code_strings(tree) == ["epsim.validate", "silicon_sample.csv"]
+
+
+def test_mapping_routes_deepseek_with_recorded_loads(rows):
+    """DeepSeek rows replay the recording of each side's phase at the nearest lengths, said in
+    the assumptions; a wide-EP side places its redundant experts from the same loads; Qwen stays
+    uniform, unsaid."""
+    plan = plan_row(rows["dsr1_gb200_sglang_fp4_disagg_1024x1024_c8192_cfg483"])
+    for instance, name in zip(plan.instances, ("prefill_in1024", "decode_in1000out1000")):
+        skew = instance.data["workload"]["skew"]
+        assert skew["kind"] == "trace" and Path(skew["path"]).name == f"sglang_dsv3_{name}.json.gz"
+        assert Path(skew["path"]).is_file()
+        said = [a for a in plan.assumptions if a.startswith(f"{instance.role}: routing replays")]
+        assert len(said) == 1 and name in said[0] and "ISL 1024 / OSL 1024" in said[0]
+        placed = instance.data["deployment"].get("init_expert_location") == "from_skew"
+        assert said[0].endswith("from the same loads") == placed
+    assert spec_error(plan.instances[1].data) is None
+    b300 = plan_row(rows["dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg717"])
+    assert any(a.startswith("agg: routing replays") and "decode_in1000out1000" in a
+               for a in b300.assumptions)
+    qwen = plan_row(rows["qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_sglang_agg_"
+                         "1000x100_c8_tp4_epnone_1"])
+    assert "skew" not in qwen.instances[0].data["workload"]
+    assert not any("routing replays" in a for a in qwen.assumptions)
