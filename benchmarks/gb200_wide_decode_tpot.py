@@ -187,18 +187,18 @@ def _simulated(row_id: str) -> dict:
     row = next(r for r in read_rows(default_csv_path()) if r.id == row_id)
     plan = plan_row(row)
     last: dict[str, dict] = {}
-    simulate = silicon_run._simulate
+    simulate_round = silicon_run._simulate_round      # every round of either side goes through it
 
-    def keep(data: dict, instance):
-        summary = simulate(data, instance)
-        last[instance.role] = {"summary": summary, "deployment": data["deployment"]}
+    def keep(make, instance, *args, **kwargs):
+        summary = simulate_round(make, instance, *args, **kwargs)
+        last[instance.role] = {"summary": summary, "deployment": instance.data["deployment"]}
         return summary
 
-    silicon_run._simulate = keep
+    silicon_run._simulate_round = keep
     try:
         out = silicon_run.couple(plan.instances, row.osl)
     finally:
-        silicon_run._simulate = simulate
+        silicon_run._simulate_round = simulate_round
     return {"row": row, "out": out, **last}
 
 

@@ -96,10 +96,14 @@ def epsim_layer(sim, seqs: int, length: int) -> dict[str, float]:
 
 def rank_imbalance(sim, tokens: int) -> float:
     """Mean over MoE layers of the busiest EP rank's routed pairs over the mean rank's, for one
-    forward of `tokens` tokens: the row's trivial placement, experts in order, no replicas."""
-    assert sim.cost_model.deployment.ep_num_redundant_experts == 0
+    forward of `tokens` tokens, at SGLang's trivial placement (slot p holds expert p mod E, the
+    recipe's redundant slots included; a replicated expert's pairs split evenly over its slots)."""
     loads = sim.skew.loads(tokens, np.random.default_rng(0))            # [layers, experts]
-    per_rank = loads.reshape(loads.shape[0], EP, -1).sum(axis=2)       # [layers, ranks]
+    num_experts = loads.shape[1]
+    slot_expert = np.arange(num_experts + sim.cost_model.deployment.ep_num_redundant_experts) % num_experts
+    copies = np.bincount(slot_expert, minlength=num_experts)
+    slot_loads = loads[:, slot_expert] / copies[slot_expert]            # [layers, slots]
+    per_rank = slot_loads.reshape(loads.shape[0], EP, -1).sum(axis=2)  # [layers, ranks]
     return float((per_rank.max(axis=1) / per_rank.mean(axis=1)).mean())
 
 
