@@ -30,7 +30,7 @@ def _decode_batches(num_steps: int = 120) -> tuple[CostModel, list[BatchCounts]]
     assert row.id == ROW
     decode = next(i for i in plan_row(row).instances if i.role == "decode")
     data = closed_round(decode, 2.0, 0.0186, row.osl, 1.9)
-    data["workload"].update(duration_s=1.0, warmup_s=0.5)
+    data["workload"].update(duration_s=1.5, warmup_s=0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sim = Simulation(scenario_from_dict(data, where="test"))
