@@ -21,10 +21,11 @@ client/server tokenizer mismatch and a false throughput regression (DeepSeek-R1 
 1970 -> 425 tok/s)") and InferenceX re-ran the DSR1 agg keys (#1502).
 
 So a DeepSeek agg row of that harness was sent prompts `SERVER_TOKENS_PER_CLIENT_TOKEN` times its
-stated ISL where the image's transformers is 5.x (SGLang 0.5.10 on; the 0.5.9 images carry
-4.57.1, #937's "older image") and it was measured before 5fe6d56ee. The output length is not
-touched: the server generates `max_tokens` with `--ignore-eos`, and the client counts the
-server's `usage` tokens.
+stated ISL where the image's transformers is 5.x and it was measured before 5fe6d56ee. SGLang
+pins transformers 5 from 0.5.10 on (sgl-project/sglang-omni#675: "SGLang >=0.5.10 requires
+transformers 5.x"; #937, 2026-03-24: the latest SGLang "uses transformers 5.3.0", its
+2026-03-13 image 4.57.1, which 0.5.9 predates). The output length is not touched: the server
+generates `max_tokens` with `--ignore-eos`, and the client counts the server's `usage` tokens.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from epsim.validate.silicon.resolve import _MEASURED
 # server tokens per client token of a random prompt, InferenceX #937's own count at the
 # harness's longest stated prompt (35921 / 7140; its 100-token probe gave 531 / 102 = 5.2)
 SERVER_TOKENS_PER_CLIENT_TOKEN = 35921 / 7140
-# the first SGLang release whose image ships transformers 5 (#937: 4.57.1 before it)
+# the first SGLang release that pins transformers 5 (module doc)
 TRANSFORMERS_5_FROM = (0, 5, 10)
 # 5fe6d56ee (#1381): the client's fix resolves Hub ids from here on
 CLIENT_FIXED_FROM = "2026-05-15T17:01:52Z"
