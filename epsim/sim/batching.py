@@ -73,7 +73,8 @@ class Scheduler(Admission):
     """Request state of a run, vectorized over DP ranks and slots.
 
     Args:
-        requests: arrivals (sorted); request i goes to rank `i % num_ranks`.
+        requests: arrivals (sorted); request i goes to rank `i % num_ranks` (or by bootstrap
+            room, `rooms_seed`).
         num_ranks: DP ranks; max_running: slots per rank; chunk_tokens: prefill budget per
             rank per step.
         mode: `disaggregation_mode` "null" | "prefill" | "decode".
@@ -93,6 +94,8 @@ class Scheduler(Admission):
             the scheduler's last receive (`epsim.sim.recv.RecvSkipper`).
         retry: what the clients do with a request a failed rank lost (`workload.retry`, a
             `RetrySpec`; None: its defaults, sglang.bench_serving's).
+        rooms_seed: route each arrival to a uniformly drawn rank from this seed, as a P/D
+            prefill server's bootstrap rooms do (`epsim.sim.rank_queues`); None: round-robin.
     Attributes:
         state: the slots and requests every path shares (`SlotState`).
         queues: the arrivals each rank holds and has admitted (`RankQueues`).
@@ -104,7 +107,7 @@ class Scheduler(Admission):
                  initial_progress: np.ndarray | None = None, window_start_s: float = 0.0,
                  closed: ClosedLoop | None = None, kv: KVPool | None = None,
                  spec: Acceptance | None = None, draft_tokens: int = 1, recv_interval: int = 1,
-                 retry=None):
+                 retry=None, rooms_seed: int | None = None):
         self.retries = Retries(RetrySpec() if retry is None else retry)
         self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
         # SGLang's --scheduler-recv-interval: arrivals join only at receive points (`recv`)
@@ -119,10 +122,12 @@ class Scheduler(Admission):
         init = initial if initial is not None else Requests(np.zeros(0), np.zeros(0, np.int64),
                                                             np.zeros(0, np.int64))
         self.closed = closed
+        # a P/D prefill server's DP rank by bootstrap room (`RankQueues`), else round-robin
+        rooms = None if rooms_seed is None else np.random.default_rng([rooms_seed, 0x800B])
         if closed is not None:
             # the requests running at t=0 first (ids 0..), then the clients' sends
             self.initial_start = 0
-            self.queues = ClientQueues(num_ranks, len(init))
+            self.queues = ClientQueues(num_ranks, len(init), rooms)
             self.state = SlotState.closed_loop(num_ranks, max_running, init.input_len.astype(np.int64),
                                                init.output_len.astype(np.int64), window_start_s)
             self.state.on_finish = self._client_done
@@ -132,7 +137,7 @@ class Scheduler(Admission):
             num = arrival_s.shape[0]
             if num >= np.iinfo(np.int32).max:
                 raise ValueError(f"requests ({num}) must be fewer than 2**31 per run (int32 slot ids)")
-            self.queues = RankQueues(arrival_s[:self.num_arrivals], num_ranks)
+            self.queues = RankQueues(arrival_s[:self.num_arrivals], num_ranks, rooms)
             input_len = np.concatenate([requests.input_len, init.input_len]).astype(np.int64)
             output_len = np.concatenate([requests.output_len, init.output_len]).astype(np.int64)
             if mode == "prefill":

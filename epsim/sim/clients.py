@@ -11,7 +11,8 @@ finish with fewer and fewer clients.
 
 Request ids: the requests running at t=0 (`initial_running_per_rank`, part-way done) come first,
 `0 .. num_initial - 1`, then the clients' sends in the order they are sent. A send goes to DP
-rank `(id - num_initial) % dp`, round-robin by send order (SGLang's default DP load balancing),
+rank `(id - num_initial) % dp`, round-robin by send order (SGLang's default DP load balancing;
+a P/D prefill server's by bootstrap room, `RankQueues`),
 so `RankQueues` serves a closed loop unchanged once its arrival times grow (`ClientQueues`).
 Lengths are drawn in send order, `LENGTH_BLOCK` requests at a time from the seed, so the same
 seed gives the same run.
@@ -33,10 +34,11 @@ class ClientQueues(RankQueues):
     Args:
         num_ranks: DP ranks.
         offset: the id of the first send (the requests running at t=0 come before).
+        rooms: the draws of bootstrap-room routing (`RankQueues`); None: round-robin.
     """
 
-    def __init__(self, num_ranks: int, offset: int):
-        super().__init__(np.zeros(0), num_ranks)
+    def __init__(self, num_ranks: int, offset: int, rooms: np.random.Generator | None = None):
+        super().__init__(np.zeros(0), num_ranks, rooms)
         self.offset = offset
 
 

@@ -50,6 +50,7 @@ from epsim.sim.memory import kv_running_limit, memory_plan
 from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
 from epsim.sim.prefill_pool import prefill_hold, reserve_tokens
+from epsim.sim.rank_queues import routes_by_room
 from epsim.sim.speculative import Acceptance, DraftPricer
 from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
@@ -154,7 +155,8 @@ class Simulation:
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
                                    spec=self.acceptance, draft_tokens=d.speculative_steps[2],
-                                   recv_interval=d.scheduler_recv_interval or 1, retry=w.retry)
+                                   recv_interval=d.scheduler_recv_interval or 1, retry=w.retry,
+                                   rooms_seed=self.seed if routes_by_room(d, dp) else None)
         self.end_us = w.duration_s * 1e6
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)

@@ -1,6 +1,15 @@
 """Arrivals queued per DP rank: requests go to ranks round-robin by arrival order (SGLang's
 default DP load balancing) and wait there, first come first served, until the rank admits them.
 
+A P/D prefill server routes by the request's bootstrap room instead (`rooms`): SGLang's data-
+parallel controller sends it to rank `bootstrap_room % dp_size` (0.5.8: `server_args.py` 772-800,
+`load_balance_method` auto -> `follow_bootstrap_room` on a prefill server;
+`managers/data_parallel_controller.py` 501-520; 0.4.8-0.5.6 did so in `round_robin_scheduler`
+whenever disaggregated), and the router draws each room uniformly from 63 bits (sglang's
+`mini_lb._generate_bootstrap_room`: `random.randint(0, 2**63 - 1)`; Dynamo likewise), so each
+arrival's rank is an independent uniform draw: ranks' queues differ by chance, which a lock-step
+forward (DP attention) pays for at the busiest rank.
+
 A rank's queue holds the arrivals routed to it so far, the first `admitted` of them taken.
 Elastic EP changes where later arrivals go, not where earlier ones went: `route_to` opens a
 routing epoch from which arrivals go round-robin over the live ranks only (SGLang's
@@ -35,8 +44,14 @@ class RankQueues:
 
     offset = 0          # the id of arrival 0 (a closed loop's sends follow its initial requests)
 
-    def __init__(self, arrival_s: np.ndarray, num_ranks: int):
+    def __init__(self, arrival_s: np.ndarray, num_ranks: int,
+                 rooms: np.random.Generator | None = None):
         self.num_ranks = num_ranks
+        # bootstrap-room routing (module doc): each arrival's rank drawn from `rooms`; the rank
+        # of every arrival in arrival order, and each rank's arrivals (0-based arrival order)
+        self._rooms = rooms
+        self._rank_of: list[int] = []
+        self._orders: list[list[int]] = [[] for _ in range(num_ranks)]
         self._array: np.ndarray | None = arrival_s
         self.num_arrivals = int(arrival_s.shape[0])
         # the same times as a list: `bisect_right` on it counts arrivals up to a time exactly as
@@ -51,6 +66,21 @@ class RankQueues:
         # (request j to ranks[j % len(ranks)]); one epoch over every rank is the fast path
         self._epochs: list[tuple[int, np.ndarray]] = [(0, np.arange(num_ranks))]
         self.admitted = np.zeros(num_ranks, dtype=np.int64)
+        if rooms is not None:
+            self._route_rooms(0, self.num_arrivals)
+
+    def _route_rooms(self, at: int, num: int) -> None:
+        """Draw the ranks of `num` arrivals inserted at arrival order `at` (room routing)."""
+        drawn = self._rooms.integers(0, self.num_ranks, size=num).tolist()
+        if at == len(self._rank_of):
+            for order, rank in enumerate(drawn, start=at):
+                self._orders[rank].append(order)
+            self._rank_of.extend(drawn)
+            return
+        self._rank_of[at:at] = drawn                  # later arrivals shift: rebuild the lists
+        self._orders = [[] for _ in range(self.num_ranks)]
+        for order, rank in enumerate(self._rank_of):
+            self._orders[rank].append(order)
 
     @property
     def arrival_s(self) -> np.ndarray:
@@ -72,6 +102,8 @@ class RankQueues:
                     and (not arrivals or times_s[0] >= arrivals[-1])
                     and all(a <= b for a, b in zip(times_s, times_s[1:])))
         if in_order:
+            if self._rooms is not None:
+                self._route_rooms(len(arrivals), len(times_s))
             arrivals.extend(times_s)
         else:
             if self._ids is None:
@@ -83,8 +115,12 @@ class RankQueues:
                 tail += 1
             for time_s, rid in order[:tail]:
                 at = bisect_right(arrivals, time_s)
+                if self._rooms is not None:
+                    self._route_rooms(at, 1)
                 arrivals.insert(at, time_s)
                 self._ids = np.insert(self._ids, at, rid)
+            if self._rooms is not None:
+                self._route_rooms(len(arrivals), len(order) - tail)
             arrivals.extend(t for t, _ in order[tail:])
             self._ids = np.concatenate([self._ids, np.array([r for _, r in order[tail:]], dtype=np.int64)])
         self.num_arrivals = len(arrivals)
@@ -99,6 +135,14 @@ class RankQueues:
         """[ranks] requests that have arrived at each rank by `now_s` (read-only on the fast
         path: shared by the calls at the same count)."""
         n = bisect_right(self._arrival_list, now_s)
+        if self._rooms is not None:
+            memo = self._arrived_memo
+            if memo is None or memo[0] != n:
+                counts = np.array([bisect_right(orders, n - 1) for orders in self._orders],
+                                  dtype=np.int64)
+                counts.flags.writeable = False
+                memo = self._arrived_memo = (n, counts)
+            return memo[1]
         if self.one_epoch():
             memo = self._arrived_memo
             if memo is None or memo[0] != n:
@@ -129,8 +173,10 @@ class RankQueues:
 
     def one_epoch(self) -> bool:
         """Every arrival goes round-robin over all ranks (the fast path); not so once a rank
-        failed, even before the first arrival (`route_to` then replaces the only epoch)."""
-        return len(self._epochs) == 1 and self._epochs[0][1].shape[0] == self.num_ranks
+        failed, even before the first arrival (`route_to` then replaces the only epoch); never
+        under room routing."""
+        return (self._rooms is None and len(self._epochs) == 1
+                and self._epochs[0][1].shape[0] == self.num_ranks)
 
     def take(self, admit: np.ndarray, rows: np.ndarray, within: np.ndarray) -> np.ndarray:
         """Ranks take `admit` ([ranks]) requests each from their queues: the ids of the
@@ -145,6 +191,10 @@ class RankQueues:
 
     def _arrival_order(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Arrival order (0-based) of the `index`-th arrival routed to rank `rows`."""
+        if self._rooms is not None:
+            orders = self._orders
+            return np.array([orders[r][i] for r, i in zip(rows.tolist(), index.tolist())],
+                            dtype=np.int64)
         if self.one_epoch():
             return rows + self.num_ranks * index
         out = np.full(rows.shape[0], -1, dtype=np.int64)
@@ -179,6 +229,10 @@ class RankQueues:
 
     def route_to(self, alive: np.ndarray, now_s: float) -> None:
         """Route arrivals after `now_s` round-robin over the ranks where `alive` ([ranks] bool)."""
+        if self._rooms is not None:
+            raise ValueError("route_to: a rank failed on a server that routes by bootstrap room; "
+                             "SGLang's follow_bootstrap_room skips no worker (elastic EP with P/D "
+                             "prefill is not modelled)")
         ranks = np.flatnonzero(alive)
         if ranks.shape[0] == 0:
             raise ValueError("alive (no rank) must keep at least one rank to route requests to")
@@ -190,6 +244,12 @@ class RankQueues:
 
     def _epoch_ends(self) -> list[int]:
         return [start for start, _ in self._epochs[1:]] + [self.num_arrivals]
+
+
+def routes_by_room(deployment, dp_size: int) -> bool:
+    """Whether a deployment's DP ranks take requests by bootstrap room (module doc): a P/D
+    prefill server with more than one DP rank."""
+    return deployment.disaggregation_mode == "prefill" and dp_size > 1
 
 
 def _num_mod(end, pos: np.ndarray, width: int) -> np.ndarray:
