@@ -2,12 +2,14 @@
 (`deployment.first_use_compile.kernel: flashinfer_cutlass_fmha`) and the b200-nvd runner's
 `--num-prompts` (`agg_recipes.cold_requests_per_client`).
 
+    python benchmarks/first_use_fmha_rows.py --csv CSV
     python -m epsim.cli validate --silicon CSV --approximate --no-peer --workers 1 --json > AFTER
     python benchmarks/first_use_fmha_rows.py --after AFTER [--write]
 
 CSV: the silicon sample's InferenceX B200 agg rows measured before the warm-up landed
-(2026-01-21), every client count. Before: the whole-set record's entries of the same rows
-(`benchmarks/results/silicon_rows.json.gz`, made by the code before the change). Per row: the
+(2026-01-21), every client count, each run once (`silicon_ttft_gap.entries`: 52 rows). Before:
+the whole-set record's entries of the same rows (`benchmarks/results/silicon_rows.json.gz`, made
+by the code before the change). Per row: the
 measured figures, both predictions, whether the plan carries the FMHA build and the run's
 requests per client (the assumptions the row states); then MAPE by group. The silicon sample is
 validation data: nothing here sets a constant; the build time is our nvcc measurement
@@ -17,6 +19,7 @@ validation data: nothing here sets a constant; the build time is our nvcc measur
 from __future__ import annotations
 
 import argparse
+import csv
 import gzip
 import json
 import re
@@ -83,20 +86,46 @@ def table(found: list[dict]) -> str:
     return "\n".join(summary) + "\n\n" + "\n".join(lines)
 
 
+def write_csv(path: Path) -> int:
+    """The cold B200 agg rows of the sample (module doc) as a silicon CSV; how many."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT))
+    from silicon_ttft_gap import entries
+
+    from epsim.validate.silicon.rows import default_csv_path
+    ids = {e["id"] for e in entries() if e["system"] == "b200_sxm"
+           and e["harness"].startswith("InferenceX one node, no warm-up")}
+    with default_csv_path().open(newline="") as f, path.open("w", newline="") as out:
+        reader = csv.DictReader(f)
+        writer = csv.DictWriter(out, fieldnames=reader.fieldnames)
+        writer.writeheader()
+        kept = [row for row in reader if row["id"] in ids]
+        writer.writerows(kept)
+    return len(kept)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--after", type=Path, required=True)
+    parser.add_argument("--after", type=Path)
+    parser.add_argument("--csv", type=Path, help="write the rows to compare here, and stop")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
+    if args.csv is not None:
+        print(f"{write_csv(args.csv)} rows -> {args.csv}")
+        return 0
+    if args.after is None:
+        print("--after (none) must name the validate --json output; or give --csv", file=sys.stderr)
+        return 2
     if not args.after.is_file():
         print(f"--after ({args.after}) must be a file", file=sys.stderr)
         return 2
     after = json.loads(args.after.read_text())
     found = rows(after, json.loads(gzip.decompress(RECORD.read_bytes())))
     text = ("# The B200 runs without warm-up: the FlashInfer FMHA build and the runner's prompts\n\n"
-            "`python benchmarks/first_use_fmha_rows.py --after AFTER --write`, AFTER from `"
-            f"{after.get('command', 'epsim validate')}` on the InferenceX B200 agg rows measured "
-            "before 2026-01-21 (what is compared: the script's docstring).\n\n" + table(found) + "\n")
+            "`python benchmarks/first_use_fmha_rows.py --after AFTER --write`, AFTER from `epsim "
+            "validate --silicon CSV --approximate --no-peer --workers 1 --json` on the CSV of `--csv` "
+            "(the InferenceX B200 agg rows measured before 2026-01-21; what is compared: the "
+            "script's docstring).\n\n" + table(found) + "\n")
     if args.write:
         RESULTS.write_text(text)
     print(text)
