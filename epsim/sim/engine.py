@@ -292,7 +292,7 @@ class Simulation:
             version, num_alive = placement.version, placement.num_alive   # as the step saw them
             extra, self._charge_us = self._charge_us, 0.0
             if self.first_use is not None:
-                compile_us = self.first_use.stall_us(float(plan.batch.prefill_tokens.sum()))
+                compile_us = self.first_use.stall_us(plan.batch)
                 if compile_us:
                     extra += compile_us
                     self.metrics.record_charge(compile_us, "first_use_compile")

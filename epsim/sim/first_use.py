@@ -1,16 +1,26 @@
 """The kernels a run compiles on first use: which prefill steps stop for a compile, and how long.
 
-A serving process compiles a Triton kernel the first time a batch needs a shape key it has not
-met (`epsim.cost.first_use`). What it met before the simulated run: its start-up (CUDA-graph
-capture of every decode batch size up to `cuda_graph_max_bs`, which compiles their keys) and the
-benchmark's warm-up (`deployment.first_use_compile.warmup_batches`: prefill batches of that many
-copies of the run's first prompt, InferenceX's `--num-warmups 2N` of `input_requests[0]`, split
-into chunks of `chunked_prefill_size`). Each prefill step of the run whose token count maps to a
-key not met yet adds `KERNELS_PER_KEY x compile_s` to that step (every TP rank compiles at once,
-so the step waits for one rank's compile); the key is then met.
+`deployment.first_use_compile.kernel` picks what is compiled:
+
+- `sglang_triton_fused_moe`: a serving process compiles a Triton kernel the first time a batch
+  needs a shape key it has not met (`epsim.cost.first_use`). What it met before the simulated
+  run: its start-up (CUDA-graph capture of every decode batch size up to `cuda_graph_max_bs`,
+  which compiles their keys) and the benchmark's warm-up (`warmup_batches`: prefill batches of
+  that many copies of the run's first prompt, InferenceX's `--num-warmups 2N` of
+  `input_requests[0]`, split into chunks of `chunked_prefill_size`). Each prefill step of the run
+  whose token count maps to a key not met yet adds `KERNELS_PER_KEY x compile_s` to that step
+  (every TP rank compiles at once, so the step waits for one rank's compile); the key is then met.
+- `flashinfer_cutlass_fmha`: one module, built the first time a prefill step attends to a prefix
+  (a request whose prompt an earlier chunk began: SGLang's `trtllm_mla` backend then plans
+  FlashInfer's CUTLASS FMHA wrappers for the prefix chunks, `epsim.validate.silicon.first_use`).
+  Start-up decodes and prefills single short prompts, so it never meets it; a warm-up batch meets
+  it where its copies straddle a chunk boundary. The step waits `compile_s` once (the ranks share
+  one build behind FlashInfer's file lock).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from epsim.cost.first_use import KERNELS_PER_KEY, TILE_TABLES, fused_moe_key, warm_keys
 from epsim.cost.shared_experts import fused_shared_experts
@@ -45,8 +55,9 @@ class FirstUseCompiles:
         self.num_compiles = 0
         self.stalled_us = 0.0
 
-    def stall_us(self, prefill_tokens: float) -> float:
-        """Microseconds a step whose batch prefills `prefill_tokens` waits for compiles."""
+    def stall_us(self, batch) -> float:
+        """Microseconds a step running `batch` (`BatchCounts`) waits for compiles."""
+        prefill_tokens = float(batch.prefill_tokens.sum())
         if prefill_tokens < 1:
             return 0.0
         key = fused_moe_key(int(round(prefill_tokens)), self.num_experts, self.top_k, self.tiles)
@@ -58,7 +69,43 @@ class FirstUseCompiles:
         return self.compile_us
 
 
-def first_use_compiles(scenario, first_prompt_tokens: int) -> FirstUseCompiles | None:
+def splits_a_prompt(copies: int, prompt_tokens: int, chunk_tokens: int) -> bool:
+    """Whether a batch of `copies` prompts of `prompt_tokens` each, prefilled in chunks of
+    `chunk_tokens` (oldest first), ends a chunk inside a prompt: the next chunk then attends to
+    that prompt's prefix."""
+    total = copies * prompt_tokens
+    return any((k * chunk_tokens) % prompt_tokens for k in range(1, -(-total // chunk_tokens)))
+
+
+class FirstPrefixBuild:
+    """The module a server builds on its first prefill step that attends to a prefix.
+
+    Args:
+        compile_s: the build, host seconds.
+        met: built before the run (a warm-up batch attended to a prefix).
+    Attributes:
+        num_compiles: modules built inside the run so far (0 or 1).
+        stalled_us: microseconds the run's steps waited for them.
+    """
+
+    def __init__(self, compile_s: float, met: bool):
+        self.compile_us = compile_s * 1e6
+        self.met = met
+        self.num_compiles = 0
+        self.stalled_us = 0.0
+
+    def stall_us(self, batch) -> float:
+        """Microseconds a step running `batch` waits: the build, on its first step where a rank
+        prefills a chunk with a prefix (`prefill_context`, prefix + chunk, above the chunk)."""
+        if self.met or not np.any(batch.prefill_context > batch.prefill_tokens):
+            return 0.0
+        self.met = True
+        self.num_compiles += 1
+        self.stalled_us += self.compile_us
+        return self.compile_us
+
+
+def first_use_compiles(scenario, first_prompt_tokens: int) -> FirstUseCompiles | FirstPrefixBuild | None:
     """The scenario's first-use term (None without `deployment.first_use_compile`).
 
     Args:
@@ -71,6 +118,10 @@ def first_use_compiles(scenario, first_prompt_tokens: int) -> FirstUseCompiles |
     spec = d.first_use_compile
     if spec is None:
         return None
+    if spec.kernel == "flashinfer_cutlass_fmha":
+        return FirstPrefixBuild(spec.compile_s, any(
+            splits_a_prompt(copies, int(first_prompt_tokens), d.chunked_prefill_size)
+            for copies in spec.warmup_batches))
     tiles = TILE_TABLES.get(c.gpu)
     if tiles is None:
         raise SpecError(f"deployment.first_use_compile ({spec.kernel}) has no tuned table for "

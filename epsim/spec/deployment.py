@@ -33,14 +33,17 @@ class FailureSpec(BaseModel):
 
 
 class FirstUseCompileSpec(BaseModel):
-    """Kernels the server compiles inside the run, on a prefill batch's first use of a shape key
-    (`epsim.cost.first_use`, `epsim.sim.first_use`)."""
+    """Kernels the server compiles inside the run on first use (`epsim.sim.first_use`): by `kernel`,
+    SGLang's Triton fused MoE at each prefill batch's new shape key (`epsim.cost.first_use`), or
+    FlashInfer's CUTLASS FMHA module that SGLang's `trtllm_mla` backend plans on the first prefill
+    step attending to a prefix (a chunked prompt's later chunk), built once."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kernel: Literal["sglang_triton_fused_moe"] = "sglang_triton_fused_moe"
+    kernel: Literal["sglang_triton_fused_moe", "flashinfer_cutlass_fmha"] = \
+        "sglang_triton_fused_moe"
     compile_s: float = Field(gt=0, le=600, description=(
-        "host seconds one new kernel's compile holds the step"))
+        "host seconds one new kernel's compile (the FMHA module's build) holds the step"))
     warmup_batches: list[int] = Field(default_factory=list, description=(
         "prefill batches the server ran before the run, each of this many copies of the run's "
         "first prompt (InferenceX's warm-up at N clients: [N, N]); []: only its start-up"))
@@ -118,8 +121,8 @@ class DeploymentSpec(BaseModel):
         default=False, description="decode tokens ride along in prefill (extend) batches")
     schedule_policy: Literal["fcfs"] = "fcfs"
     first_use_compile: FirstUseCompileSpec | None = Field(default=None, description=(
-        "kernels compiled on a prefill batch's first use of a shape key inside the run; None: "
-        "every kernel compiled before it"))
+        "kernels compiled on a prefill step's first use of a shape key (or of the chunked-prefix "
+        "attention) inside the run; None: every kernel compiled before it"))
 
     # EPLB
     enable_eplb: bool = False

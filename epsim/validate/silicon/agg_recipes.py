@@ -51,6 +51,14 @@ HARNESS_RANGE_RATIO = 0.8
 # `--num-prompts` 50N (20N at OSL 8192) on the nvd runner for the DeepSeek-R1-0528 checkpoints,
 # 10N on the tg runner; the rows do not say which runner took them
 HARNESS_WARMUP_FROM = "2026-01-21T17:53:38Z"
+# ... and which runner took a job is known only where the `runner: b200` label held one kind:
+# `.github/configs/runners.yaml` at d8fe8f73e and 189ae51cc lists b200-nvd_0..3 alone (17d5e204f
+# adds b200-nb, d27433dff b200-dgxc, -nv, -nb); `runners/launch_b200-nvd.sh` there runs
+# `--num-prompts` 50N (20N at OSL 8192) where MODEL is nvidia/DeepSeek-R1-0528-FP4 or
+# deepseek-ai/DeepSeek-R1-0528 (the FP8 key's checkpoint), else 10N (the FP4 key's
+# nvidia/DeepSeek-R1-0528-FP4-V2): requests per client by key, (OSL 8192, other OSL)
+NVD_ONLY_COMMITS = ("d8fe8f73e", "189ae51cc")
+NVD_REQUESTS_PER_CLIENT = {"dsr1-fp8-b200-sglang": (20, 50), "dsr1-fp4-b200-sglang": (10, 10)}
 
 
 @dataclass(frozen=True)
@@ -142,7 +150,8 @@ def versions(path: Path = AGG_PATH) -> dict[str, list]:
     found: dict[str, list] = {}
     for item in data["versions"]:
         found.setdefault(item["key"], []).append(_Version(item["key"], item["date"], item["commit"],
-                                                          tuple(map(tuple, item["runs"]))))
+                                                          tuple(map(tuple, item["runs"])),
+                                                          item.get("image", "")))
     for key in found:
         found[key].sort(key=lambda v: moment(v.date))
     return found
@@ -154,6 +163,7 @@ class _Version:
     date: str
     commit: str
     runs: tuple[tuple[int, int, int, int, int], ...]   # (isl, osl, tp, ep, clients) it ran
+    image: str = ""                                      # the master config's `image`
 
 
 def recipe_flags(precision: str, system: str, isl: int, osl: int, tp: int, ep: int, clients: int,
@@ -178,6 +188,11 @@ def recipe_flags(precision: str, system: str, isl: int, osl: int, tp: int, ep: i
     below, above = flags.recv_interval
     commit = [v for v, e in found if e == ran][-1].commit
     return RowFlags(key, flags, above if clients >= RECV_FROM_CLIENTS else below, commit, ran)
+
+
+def image_of(found: RowFlags) -> str:
+    """The container image of the version that ran a row (`recipe_flags`' commit), or ""."""
+    return next((v.image for v in versions().get(found.key, []) if v.commit == found.commit), "")
 
 
 def _ran(key: str, isl: int, osl: int, tp: int, clients: int, measured: str | None) -> list:
@@ -226,19 +241,37 @@ def draft(ran: Resolved) -> Resolved:
                    error_class=SEVERAL_GROUPS, alternatives=alternatives)
 
 
-def cold_start_note(row) -> str | None:
+def cold(row) -> bool:
+    """The row was measured before `HARNESS_WARMUP_FROM`: its benchmark had no warm-up."""
+    match = _MEASURED.search(row.source)
+    return match is not None and moment(match.group(1)) < moment(HARNESS_WARMUP_FROM)
+
+
+def cold_requests_per_client(row) -> int | None:
+    """`--num-prompts` / N of a cold agg row whose runner is known (`NVD_ONLY_COMMITS`), else
+    None (the runner, and so its count, not known)."""
+    found = for_row(row) if cold(row) else None
+    if found is None or not found.commit.startswith(NVD_ONLY_COMMITS):
+        return None
+    at_8k, other = NVD_REQUESTS_PER_CLIENT.get(found.key, (None, None))
+    return at_8k if row.osl == 8192 else other
+
+
+def cold_start_note(row, per_client: int | None = None) -> str | None:
     """What an InferenceX agg row measured before `HARNESS_WARMUP_FROM` adds to the run epsim
     simulates, or None for a later row (or one with no measured date): its benchmark had no
     warm-up, so the first requests met a server that had not yet run a prefill of their shapes
-    (first-use compilation and tuning), which the simulated run does not price; and its
-    `--num-prompts` was 10N or 50N/20N by runner where epsim runs 10N."""
-    match = _MEASURED.search(row.source)
-    if match is None or moment(match.group(1)) >= moment(HARNESS_WARMUP_FROM):
+    (first-use compilation and tuning: `epsim.validate.silicon.first_use` prices what it knows);
+    and its `--num-prompts` was 10N or 50N/20N by runner (`per_client` where the runner is
+    known, else epsim runs 10N)."""
+    if not cold(row):
         return None
+    runs = (f"--num-prompts {per_client}N (b200-nvd, the b200 label's only runner then)"
+            if per_client else "--num-prompts 10N or 50N/20N by runner (not stated), simulated "
+                               "as 10N")
     return ("benchmark without warm-up (InferenceX before d053ae24e, 2026-01-21: "
             "kimbochen/bench_serving from the runner script): a cold server's first-use "
-            "compilation and tuning is not priced; --num-prompts 10N or 50N/20N by runner (not "
-            "stated), simulated as 10N")
+            f"compilation and tuning is priced only where known; {runs}")
 
 
 def deployment_fields(found: RowFlags) -> dict:

@@ -1,14 +1,15 @@
 """Which silicon rows' servers compile kernels inside the measured run, and what their warm-up met.
 
-InferenceX's single-node DeepSeek-R1 FP8 H200 script (`benchmarks/single_node/fixed_seq_len/
-dsr1_fp8_h200.sh`) starts SGLang with no MoE runner named, so the block-FP8 experts run SGLang's
-Triton fused MoE (`epsim.cost.first_use`); its B200 scripts name `--moe-runner-backend
-flashinfer_trtllm` (precompiled TRT-LLM kernels: no Triton MoE). Each run starts a fresh
-container (an empty Triton cache). The harness warms up with `--num-warmups 2N` copies of the
-run's first prompt behind a semaphore of N (`utils/bench_serving/benchmark_serving.py`: every
-warm-up request is `input_requests[0]`, and the script passes `--disable-radix-cache`, so each
-copy is prefilled in full): two waves of N identical prompts, each one prefill batch of N x its
-length. Runs before `agg_recipes.HARNESS_WARMUP_FROM` had no warm-up.
+**H200, SGLang's Triton fused MoE.** InferenceX's single-node DeepSeek-R1 FP8 H200 script
+(`benchmarks/single_node/fixed_seq_len/dsr1_fp8_h200.sh`) starts SGLang with no MoE runner named,
+so the block-FP8 experts run SGLang's Triton fused MoE (`epsim.cost.first_use`); its B200 scripts
+name `--moe-runner-backend flashinfer_trtllm` (precompiled TRT-LLM kernels: no Triton MoE). Each
+run starts a fresh container (an empty Triton cache). The harness warms up with `--num-warmups
+2N` copies of the run's first prompt behind a semaphore of N
+(`utils/bench_serving/benchmark_serving.py`: every warm-up request is `input_requests[0]`, and the
+script passes `--disable-radix-cache`, so each copy is prefilled in full): two waves of N
+identical prompts, each one prefill batch of N x its length. Runs before
+`agg_recipes.HARNESS_WARMUP_FROM` had no warm-up.
 
 The compile time is our own measurement (`benchmarks/first_use_compile_aot.py`, record
 `benchmarks/results/first_use_compile/aot_vm_records.jsonl`): Triton 3.6.0 compiling a kernel of
@@ -17,30 +18,67 @@ the median CPU seconds of the 16 BLOCK_M 64 compiles (the prefill keys; 0.43-0.6
 out what the JIT adds around the compile (its launcher, the cache, loading the module), so it is
 a lower bound of the stall; the rows' host CPUs are not known. No GPU was lent to measure the
 JIT path on H200 (`benchmarks/first_use_compile.py` does, when one is).
+
+**B200, FlashInfer's CUTLASS FMHA module.** Every InferenceX B200 DeepSeek-R1 SGLang script of
+November-December 2025 (`benchmarks/dsr1_fp{4,8}_b200_docker.sh` at 17d5e204f, d8fe8f73e,
+189ae51cc, d27433dff) passes `--attention-backend trtllm_mla`. In SGLang 0.5.3rc2, 0.5.5 and 0.5.6
+(the wheels; the images ran v0.5.3rc1, v0.5.5, v0.5.6) a DeepSeek extend batch takes
+`MHA_CHUNKED_KV` under that backend (`models/deepseek_v2.py` `handle_attention_trtllm_mla`), and
+where a request has a prefix (a chunked prompt's later chunk: the scripts pass
+`--disable-radix-cache`, so chunking is the only prefix) `forward_normal_chunked_kv_core` calls
+the backend's `init_mha_chunk_metadata`, whose parent (`flashinfer_mla_backend.py`
+`FlashInferMhaChunkKVRunner.update_wrapper`) plans a FlashInfer `BatchPrefillWithRaggedKVCacheWrapper`
+per prefix chunk with `backend="cutlass"` on SM100, although the trtllm backend then runs
+`trtllm_ragged_attention_deepseek`. The plan loads FlashInfer's `fmha_cutlass_sm100a` module
+(`prefill.py` `get_fmha_module`, `build_and_load`), which FlashInfer builds with nvcc on first use
+unless an AOT copy is installed: SGLang's Dockerfile at SGL_VERSION 0.5.5 installs
+`flashinfer-jit-cache` only under `INSTALL_FLASHINFER_JIT_CACHE=1`, default 0 (the release
+workflow's arguments were not read: assumed the default), and the runners start a fresh container
+each run. No-prefix prefills (the server's own warm-up request, every prompt that fits a chunk)
+and the CUDA-graph decode never plan it. So the run's first prefill step with a prefix waits for
+the build, once (FlashInfer builds behind a file lock; the other ranks load it).
+
+The build time is our own measurement (`benchmarks/first_use_nvcc_aot.py`, record
+`benchmarks/results/first_use_compile/nvcc_vm_records.jsonl`): nvcc compiling the module's three
+sources of the FlashInfer 0.5.0 wheel (SGLang 0.5.5's) for sm_100a with FlashInfer's JIT flags on
+this project's VM; the stall is the slowest source's CPU seconds (ninja builds the three at once
+on a many-core host), the link left out: a lower bound on a host as fast as our core. The rows'
+host CPUs are not known, and nvcc was 13.0 here where the images ran 12.9.
 """
 
 from __future__ import annotations
 
-from epsim.validate.silicon.agg_recipes import HARNESS_WARMUP_FROM
-from epsim.validate.silicon.inferencex import moment
-from epsim.validate.silicon.resolve import _MEASURED
+import re
+
+from epsim.validate.silicon import agg_recipes
 
 # one fused-MoE kernel's compile at a new prefill key, CPU s (measured: module doc)
 COMPILE_S = 0.46
 SYSTEMS = ("h200_sxm",)           # the Triton fused MoE's GPUs among the rows (Hopper)
+# FlashInfer's fmha_cutlass_sm100a build: the slowest source's CPU s (measured: module doc)
+FMHA_BUILD_S = 84.9
+FMHA_SYSTEMS = ("b200_sxm",)      # SM100 with the B200 scripts' trtllm_mla
+# the SGLang images whose source was read (module doc): `lmsysorg/sglang:v0.5.5-cu129-amd64`
+FMHA_IMAGE = re.compile(r"lmsysorg/sglang:v0\.5\.(3rc1|5|6)-")
 
 
 def first_use_compile(row) -> dict | None:
-    """The `deployment.first_use_compile` of an InferenceX agg row whose server runs SGLang's
-    Triton fused MoE (DeepSeek-R1 block FP8 on H200), else None."""
-    if (row.backend != "sglang" or row.mode != "agg" or row.system not in SYSTEMS
-            or row.gemm_quant_mode != "fp8"
-            or "deepseek" not in row.model_path.lower() or row.concurrency is None):
+    """The `deployment.first_use_compile` of an InferenceX agg row whose server compiles inside
+    the run (module doc): SGLang's Triton fused MoE (DeepSeek-R1 block FP8 on H200), or
+    FlashInfer's CUTLASS FMHA module (DeepSeek-R1 on B200 under an image of `FMHA_IMAGE`), else
+    None."""
+    if (row.backend != "sglang" or row.mode != "agg" or "deepseek" not in row.model_path.lower()
+            or row.concurrency is None):
         return None
-    match = _MEASURED.search(row.source)
-    warm = not (match and moment(match.group(1)) < moment(HARNESS_WARMUP_FROM))
     clients = row.concurrency
-    return {"compile_s": COMPILE_S, "warmup_batches": [clients, clients] if warm else []}
+    warmup = [] if agg_recipes.cold(row) else [clients, clients]
+    if row.system in SYSTEMS and row.gemm_quant_mode == "fp8":
+        return {"compile_s": COMPILE_S, "warmup_batches": warmup}
+    if row.system in FMHA_SYSTEMS and (found := agg_recipes.for_row(row)) is not None \
+            and FMHA_IMAGE.match(image := agg_recipes.image_of(found)):
+        return {"kernel": "flashinfer_cutlass_fmha", "compile_s": FMHA_BUILD_S,
+                "warmup_batches": warmup, "image": image}
+    return None
 
 
 def note(first_use: dict) -> str:
@@ -48,7 +86,17 @@ def note(first_use: dict) -> str:
     warmup = (f"after a warm-up of {len(first_use['warmup_batches'])} prefill batches of "
               f"{first_use['warmup_batches'][0]} copies of the run's first prompt"
               if first_use["warmup_batches"] else "with no warm-up")
+    if first_use.get("kernel") == "flashinfer_cutlass_fmha":
+        return (f"first-use build: SGLang's trtllm_mla ({first_use['image']}) plans FlashInfer's "
+                f"CUTLASS FMHA module on the first prefill step with a prefix (a chunked "
+                f"prompt's later chunk), built by nvcc in {first_use['compile_s']:.0f} s (sm_100a, "
+                f"measured on our VM: our record), {warmup}, no FlashInfer JIT cache")
     return (f"first-use compiles: SGLang's Triton fused MoE compiles {first_use['compile_s']:.2f} s "
             f"a kernel (Triton 3.6 for sm90, measured on our VM: our record) on each prefill "
             f"batch's first new shape key, "
             f"{warmup}, a fresh Triton cache")
+
+
+def scenario_field(first_use: dict) -> dict:
+    """`first_use_compile` as the spec takes it (the image is the note's, not the spec's)."""
+    return {k: v for k, v in first_use.items() if k != "image"}

@@ -50,6 +50,8 @@ class Instance:
         closed_loop: the spec expresses closed-loop clients (else Poisson at their rate,
             only under `approximate`).
         harness: an InferenceX harness drove it (`inferencex_harness`): one benchmark run.
+        requests_per_client: that run's `--num-prompts` / N where the row's runner states it
+            (`agg_recipes.cold_requests_per_client`); 0: `run.RUN_REQUESTS_PER_CLIENT`.
         profile_part: the version part laid over its GPU's default profile for the row's SGLang
             version (`epsim.default_profile.part_for`; "" for the default alone).
     """
@@ -63,6 +65,7 @@ class Instance:
     routed_clients: int = 0
     harness: bool = False
     profile_part: str = ""
+    requests_per_client: int = 0
 
 
 @dataclass(frozen=True)
@@ -291,15 +294,16 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
                     "known)"),
                    *ran.assumptions]
     run = ran.row
-    server = {}
+    server, per_client = {}, None
     if run.mode == "agg":
         run, server = _agg_server(run, assumptions, ran.speculative)
-        if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row)):
+        per_client = agg_recipes.cold_requests_per_client(run) if inferencex_harness(row) else None
+        if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row, per_client)):
             assumptions.append(cold)
         if inferencex_harness(row) and (scale := client_tokenizer.prompt_scale(run)):
             assumptions.append(client_tokenizer.note(scale, run.isl))
         if inferencex_harness(row) and (compiles := first_use.first_use_compile(run)):
-            server = {**server, "first_use_compile": compiles}
+            server = {**server, "first_use_compile": first_use.scenario_field(compiles)}
             assumptions.append(first_use.note(compiles))
         roles = [("agg", run.agg, 1)]
     else:
@@ -338,6 +342,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
     part, chosen = part_for(instances[0].data["cluster"]["gpu"], row.backend_version)
     assumptions.append(chosen)
     instances = [replace(i, profile_part=part) for i in instances]
+    if run.mode == "agg" and per_client:
+        instances = [replace(i, requests_per_client=per_client) for i in instances]
     error = None
     if not missing:
         error = next((e for e in (spec_error(i.data) for i in instances) if e), None)

@@ -147,7 +147,7 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     if instance.role == "prefill":
         arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
     if instance.harness and instance.role in RUN_REQUESTS_PER_CLIENT:
-        per_client = RUN_REQUESTS_PER_CLIENT[instance.role]
+        per_client = instance.requests_per_client or RUN_REQUESTS_PER_CLIENT[instance.role]
         arrivals["num_requests"] = per_client * clients
         return _with(instance, arrivals, (0.0, span * RUN_SPAN_CYCLES * per_client * cycle_s))
     if instance.role == "decode":

@@ -1,5 +1,6 @@
 """First-use compiles in a run: each prefill step of a shape key the server has not met waits
-for its kernels once; a warm-up that met the run's keys leaves the run untouched."""
+for its kernels once; a warm-up that met the run's keys leaves the run untouched. The FMHA module
+variant builds once, on the first step attending to a prefix."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from epsim.cost.first_use import KERNELS_PER_KEY, fused_moe_key
 from epsim.errors import SpecError
 from epsim.sim import Simulation
+from epsim.sim.first_use import splits_a_prompt
 from tests.epsim.sim.test_engine import tiny_scenario
 
 COMPILE_S = 0.02
@@ -56,3 +58,53 @@ def test_a_warm_up_that_met_the_runs_shape_adds_nothing():
 def test_a_gpu_without_a_tuned_table_is_refused():
     with pytest.raises(SpecError, match=r"first_use_compile .* no tuned table for cluster.gpu"):
         _run([], gpu="B200")
+
+
+def _fmha_run(clients, warmup_batches=(), input_len=None):
+    lengths = input_len or {"kind": "random", "value": 1024, "range_ratio": 0.8}
+    sc = tiny_scenario(
+        cluster={"gpu": "B200"},
+        deployment={"disaggregation_mode": "null", "chunked_prefill_size": 8192,
+                    "enable_dp_attention": False, "dp_size": 1,     # one scheduler: one chunk
+                    "first_use_compile": {"kernel": "flashinfer_cutlass_fmha",
+                                          "compile_s": COMPILE_S,
+                                          "warmup_batches": list(warmup_batches)}},
+        workload={"arrivals": {"kind": "concurrency", "clients": clients, "num_requests": 4 * clients},
+                  "input_len": lengths, "output_len": {"kind": "fixed", "value": 16},
+                  "duration_s": 3.0, "warmup_s": 0.0})
+    sim = Simulation(sc)
+    return sim, sim.run()
+
+
+def test_the_fmha_module_builds_once_on_the_first_step_with_a_prefix():
+    # 12 prompts of 820-1024 tokens arrive at once: the first step's 8192-token chunk ends inside
+    # one, which the second prefill step finishes, attending to its prefix
+    sim, result = _fmha_run(12)
+    steps = result.steps
+    prefill = np.flatnonzero(steps["prefill_tokens"] > 0)
+    assert steps["prefill_tokens"][prefill[0]] == 8192
+    stalled = np.flatnonzero(steps["extra_us"] >= COMPILE_S * 1e6 - 1e-6)
+    assert list(stalled) == [prefill[1]] and sim.first_use.num_compiles == 1
+    assert sim.first_use.stalled_us == pytest.approx(COMPILE_S * 1e6)
+
+
+def test_prompts_that_fit_a_chunk_never_build_it():
+    sim, result = _fmha_run(3)
+    assert result.steps["prefill_tokens"].max() < 8192
+    assert sim.first_use.num_compiles == 0 and result.steps["extra_us"].sum() == 0
+
+
+def test_a_warm_up_batch_straddling_a_chunk_built_it_before_the_run():
+    fixed = {"kind": "fixed", "value": 1000}
+    sim, result = _fmha_run(12, warmup_batches=[12, 12], input_len=fixed)
+    assert sim.first_use.num_compiles == 0 and result.steps["extra_us"].sum() == 0
+
+
+@pytest.mark.parametrize("copies, prompt, chunk, splits", [
+    (12, 1000, 8192, True),       # 12000 tokens: the chunk ends 192 tokens into the 9th prompt
+    (16, 1024, 8192, False),      # 16384: both chunks end on a prompt's end
+    (8, 1024, 8192, False),       # one chunk
+    (1, 9000, 8192, True),        # one prompt longer than a chunk
+])
+def test_a_batch_splits_a_prompt_where_a_chunk_ends_inside_one(copies, prompt, chunk, splits):
+    assert splits_a_prompt(copies, prompt, chunk) is splits

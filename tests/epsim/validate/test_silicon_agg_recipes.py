@@ -74,6 +74,39 @@ def test_a_row_measured_before_the_harness_warm_up_says_its_run_started_cold():
     assert not any("without warm-up" in a for a in plan_row(march).assumptions)
 
 
+def _november_fp8(osl: int, measured: str = "2025-11-18T00:00:00.000Z"):
+    return parse_row({"id": "r", "silicon_data_source": f"db-dump; silicon_concurrency=64; "
+                      f"measured={measured}; workflow_run_id=148", "backend": "sglang",
+                      "backend_version": "", "model_path": "deepseek-ai/DeepSeek-R1",
+                      "system": "b200_sxm", "precision": "fp8", "mode": "agg", "isl": "1024",
+                      "osl": str(osl), "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8_block",
+                      "batch_size": "64", "tp_size": "64", "pp_size": "1",
+                      "attention_dp_size": "1", "moe_tp_size": "8", "moe_ep_size": "8",
+                      "silicon_ttft_ms": "1616", "silicon_tpot_ms": "27.0"}, "test")
+
+
+def test_a_cold_row_of_the_nvd_only_label_runs_the_nvd_scripts_prompts():
+    # November 18th: the b200 label held only b200-nvd, whose script runs 50N (20N at OSL 8192)
+    # for deepseek-ai/DeepSeek-R1-0528; FP4's -V2 checkpoint gets 10N there
+    plan = plan_row(_november_fp8(1024))
+    assert plan.instances[0].requests_per_client == 50
+    assert any("--num-prompts 50N (b200-nvd" in a for a in plan.assumptions)
+    assert plan_row(_november_fp8(8192)).instances[0].requests_per_client == 20
+    # the last day of 2025 (d27433dff): the label held slurm and DGXC runners too
+    late = plan_row(_november_fp8(1024, measured="2025-12-31T00:00:00.000Z"))
+    assert late.instances[0].requests_per_client == 0
+    assert any("simulated as 10N" in a for a in late.assumptions)
+
+
+def test_a_cold_b200_row_plans_the_fmha_build_and_a_warm_one_does_not():
+    cold = plan_row(_november_fp8(1024)).instances[0].data["deployment"]["first_use_compile"]
+    assert cold["kernel"] == "flashinfer_cutlass_fmha" and cold["warmup_batches"] == []
+    # the same run measured in March: InferenceX 12ba0ae07's lmsysorg/sglang:v0.5.9-cu130
+    warm = plan_row(_november_fp8(1024, measured=MARCH), approximate=True)    # MTP or not
+    deployments = [i.data["deployment"] for p in (warm, *warm.candidates) for i in p.instances]
+    assert deployments and all("first_use_compile" not in d for d in deployments)
+
+
 def _fp8_tp8(clients: int, isl: int = 1024, osl: int = 8192, measured: str = MARCH):
     return parse_row({"id": "r", "silicon_data_source": f"source_file=2026-03-25.csv; "
                       f"silicon_concurrency={clients}; measured={measured}", "backend": "sglang",
