@@ -21,7 +21,14 @@ candidate), each key's first row and candidate weighted by its row-seconds in th
 record (`benchmarks/results/silicon_rows.json.gz`, per row, split evenly over its candidates),
 over all of them.
 
-    python benchmarks/silicon_speed.py [--rows 20] [--seed 7] [--against REV] [--csv PATH] [--write]
+    python benchmarks/silicon_speed.py [--rows 20] [--seed 7] [--against REV] [--csv PATH]
+        [--ids ID,ID,...] [--write]
+
+Both projections end with the whole-set record's 2-worker schedule (its rows' seconds in its
+order, as `epsim.plan.pool` feeds them; a memo hit costs ~0 there), as recorded and scaled by
+this run's CPU ratio (`record_schedule`). `--ids`: the named rows, chosen rather than drawn
+(the heaviest, say), recorded as `silicon_speed_ids.md`; the schedule then scales those rows
+alone, each by its own ratio.
 
 `--csv`: another silicon-sample CSV (the test fixture, `tests/epsim/validate/data/
 silicon_fixture.csv`, whose rows all run with `--rows` at least their number), recorded as
@@ -31,6 +38,7 @@ silicon_fixture.csv`, whose rows all run with `--rows` at least their number), r
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -57,6 +65,9 @@ warnings.simplefilter("ignore")
 from epsim.validate.silicon.rows import default_csv_path, read_rows
 from epsim.validate.silicon.scoreboard import RowTask, row_task, select
 rows, _ = select(read_rows(sys.argv[4] or default_csv_path()), int(sys.argv[2]), int(sys.argv[3]))
+if sys.argv[5]:
+    ids = sys.argv[5].split(",")
+    rows = sorted((r for r in rows if r.id in ids), key=lambda r: ids.index(r.id))
 print(len(rows), flush=True)
 for line in sys.stdin:
     row = rows[int(line)]
@@ -116,11 +127,14 @@ def memo_share(tree: Path) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def run(trees: dict[str, Path], num_rows: int, seed: int, csv: str = "") -> dict[str, list[dict]]:
+def run(trees: dict[str, Path], num_rows: int, seed: int, csv: str = "",
+        ids: str = "") -> dict[str, list[dict]]:
     """Each row in each checkout's worker, the workers taking turns row by row (`csv`: the
-    rows' file, "": the installed sample)."""
-    workers = {name: subprocess.Popen([sys.executable, "-c", _WORKER, str(tree), str(num_rows),
-                                       str(seed), csv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    rows' file, "": the installed sample; `ids`: comma-separated row ids, the in-scope rows of
+    the file with those ids in that order, "": the sample of `num_rows` by `seed`)."""
+    workers = {name: subprocess.Popen([sys.executable, "-c", _WORKER, str(tree),
+                                       str(10**9 if ids else num_rows), str(seed), csv,
+                                       ids], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
                for name, tree in trees.items()}
     out: dict[str, list[dict]] = {name: [] for name in trees}
@@ -141,14 +155,43 @@ def run(trees: dict[str, Path], num_rows: int, seed: int, csv: str = "") -> dict
     return out
 
 
+def schedule_s(seconds: list[float], workers: int = 2) -> float:
+    """Wall seconds of tasks of `seconds` run in their order on `workers` processes, each to the
+    first free one (`epsim.plan.pool`, which feeds the whole set's rows in file order)."""
+    free = [0.0] * workers
+    for one in seconds:
+        free[free.index(min(free))] += one
+    return max(free)
+
+
+def record_schedule(out: dict[str, list[dict]], measured_only: bool) -> str:
+    """The whole-set record's 2-worker schedule (its rows' `wall_s` in its order; a memo hit
+    costs ~0 there), then with this run's CPU ratio applied: to every row (the sample's
+    overall now / before, a random sample's estimate) or, `measured_only`, to the measured
+    rows alone, each by its own ratio (chosen rows: the others as recorded)."""
+    record = [(r["id"], r["epsim"]["wall_s"]) for r in json.load(gzip.open(RECORD))["rows"]]
+    ratio = {a["id"]: b["cpu_s"] / a["cpu_s"] for a, b in zip(out["then"], out["now"])
+             if a["cpu_s"] > 0}
+    overall = sum(r["cpu_s"] for r in out["now"]) / sum(r["cpu_s"] for r in out["then"])
+    scaled = [wall * ratio.get(rid, 1.0) if measured_only else wall * overall
+              for rid, wall in record]
+    how = ("the measured rows' own CPU ratios applied to their record seconds, the others' "
+           "as recorded" if measured_only else
+           f"every row's record seconds times this sample's CPU ratio ({overall:.3f})")
+    return (f" The whole-set record's row-seconds ({sum(w for _, w in record):.0f} s) on 2 "
+            f"workers in the record's order: {schedule_s([w for _, w in record]) / 60:.1f} min "
+            f"as recorded; {schedule_s(scaled) / 60:.1f} min with {how}.")
+
+
 def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int,
-           csv: str = "", memo: dict | None = None) -> str:
+           csv: str = "", memo: dict | None = None, ids: str = "") -> str:
     then, now = out["then"], out["now"]
     same = all((a["ttft_ms"], a["tpot_ms"], a["status"]) == (b["ttft_ms"], b["tpot_ms"], b["status"])
                for a, b in zip(then, now))
     run_rows = [i for i, a in enumerate(then) if a["status"] not in ("cannot_express",)]
-    lines = [f"Rows: `--approximate --sample {num_rows} --seed {seed}` of the in-scope rows"
-             + (f" of `{csv}`" if csv else "") + ", "
+    chosen = (f"the {len(then)} rows named by `--ids`" if ids else
+              f"`--approximate --sample {num_rows} --seed {seed}` of the in-scope rows")
+    lines = [f"Rows: {chosen}" + (f" of `{csv}`" if csv else "") + ", "
              f"{len(run_rows)} simulated (the others cannot be expressed: mapped, not run). "
              f"Machine: {machine()}.",
              "", "| checkout | CPU s | wall s | rows/min on one core (CPU) | rows/min, 2 workers "
@@ -162,17 +205,19 @@ def report(out: dict[str, list[dict]], against: str, num_rows: int, seed: int,
     cpu_now = sum(r["cpu_s"] for r in now)
     whole_min = {name: IN_SCOPE_ROWS * sum(r["cpu_s"] for r in out[name]) / len(then) / 2 / 60
                  for name in out}
-    projected = "" if csv else (
+    projected = "" if csv or ids else (
         f" The whole in-scope set ({IN_SCOPE_ROWS} rows) on 2 workers, projected from this "
         f"sample's CPU seconds: {whole_min['then']:.0f} min before, **{whole_min['now']:.0f} "
         f"min** now.")
-    if memo is not None and not csv:
+    if memo is not None and not csv and not ids:
         projected += (
             f" With the run's memo, which simulates {memo['distinct']} distinct sets of "
             f"instances of the {memo['units']} rows and candidates (the first of each: "
             f"{100 * memo['share']:.1f} % of the whole-set record's row-seconds), "
             f"**{whole_min['now'] * memo['share']:.0f} min** now "
             f"({whole_min['then'] / (whole_min['now'] * memo['share']):.2f}x the before).")
+    if not csv:
+        projected += record_schedule(out, measured_only=bool(ids))
     lines += ["", f"Speed-up by CPU time: **{cpu_then / cpu_now:.2f}x**.{projected} Same TTFT "
               f"and TPOT bits on every row: **{'yes' if same else 'no'}**"
               + ("." if same else f" (the draws changed: TPOT differs by at most "
@@ -209,21 +254,25 @@ def main(argv: list[str] | None = None) -> int:
                                                           f"(default {BEFORE})")
     parser.add_argument("--csv", default="", help="a silicon-sample CSV (default: the installed "
                                                    "one), relative to the checkout")
+    parser.add_argument("--ids", default="", help="comma-separated row ids to run instead of "
+                                                   "a sample (in that order)")
     parser.add_argument("--write", action="store_true", help=f"record {RESULT.name} (with "
-                                                             f"--csv: silicon_speed_<name>.md)")
+                                                             f"--csv: silicon_speed_<name>.md; "
+                                                             f"with --ids: silicon_speed_ids.md)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = run({"then": Path(tmp), "now": ROOT}, args.rows, args.seed, args.csv)
-    memo = None if args.csv else memo_share(ROOT)
-    body = report(out, args.against, args.rows, args.seed, args.csv, memo)
+        out = run({"then": Path(tmp), "now": ROOT}, args.rows, args.seed, args.csv, args.ids)
+    memo = None if args.csv or args.ids else memo_share(ROOT)
+    body = report(out, args.against, args.rows, args.seed, args.csv, memo, args.ids)
     print(body)
     if args.write:
-        result = RESULT.with_name(f"silicon_speed_{Path(args.csv).stem}.md") if args.csv else RESULT
-        csv = f" --csv {args.csv}" if args.csv else ""
+        result = (RESULT.with_name(f"silicon_speed_{Path(args.csv).stem}.md") if args.csv else
+                  RESULT.with_name("silicon_speed_ids.md") if args.ids else RESULT)
+        csv = (f" --csv {args.csv}" if args.csv else "") + (f" --ids {args.ids}" if args.ids else "")
         write_recorded(result, "The silicon scoreboard's speed, before and after",
                        f"nice python benchmarks/silicon_speed.py --rows {args.rows} --seed "
                        f"{args.seed} --against {args.against}{csv} --write", started, body)

@@ -6,6 +6,7 @@ plots to `--out` (default runs/validate/)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import warnings
 from pathlib import Path
@@ -169,6 +170,15 @@ def run_composition(args):
     return Report(composition_table.rows_json(comp), lines, files=files)
 
 
+def _load_average(which: int) -> str:
+    """The machine's load average over 1, 5 or 15 minutes (`which` 0, 1, 2), "unknown" where
+    the platform has none: what stretched a run's wall time on a shared machine."""
+    try:
+        return f"{os.getloadavg()[which]:.1f}"
+    except (AttributeError, OSError):
+        return "unknown"
+
+
 def run_silicon(args):
     """`epsim validate --silicon [CSV]`: the public silicon sample's in-scope rows, epsim beside
     the peer (docs/silicon.md); `--doc` regenerates that page, `--out` gets the per-row JSON and
@@ -197,6 +207,7 @@ def run_silicon(args):
         peer_label, known = peer_cache.replay(cache, [peer.row_key(row) for row in rows])
     # rows finished by an earlier, interrupted run of this code in --out are not run again
     kept = Checkpoint(out, code_fingerprint(path) if out is not None else "")
+    load_start = _load_average(0)
     try:
         entries, wall_s, resumed = run_rows(rows, args.approximate, use_peer or replayed,
                                             args.executor, workers, wants_progress(args),
@@ -209,7 +220,9 @@ def run_silicon(args):
                        sample=f"--sample {args.sample} --seed {args.seed}" if args.sample else "",
                        extra={"csv_given": bool(args.silicon), "resumed": resumed,
                               "machine": f"{default_workers()} CPUs ({platform.machine()}), Python "
-                                         f"{platform.python_version()}"})
+                                         f"{platform.python_version()}, load average "
+                                         f"{load_start} at the start, {_load_average(2)} over "
+                                         f"the last 15 min"})
     notes = [] if use_peer or replayed or args.no_peer else [
         "the peer was not run: AIConfigurator is not installed (pip install 'epsim[peer]')"]
     report = Report(document.rows_json(board), document.headline_lines(board), notes=notes)

@@ -291,6 +291,14 @@ def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
     """
     rows = np.asarray(rows_per_expert, dtype=np.float64)
     tile = np.asarray(tile, dtype=np.float64)[..., None]
+    whole = _whole_rows(rows, tile)
+    if whole is not None:
+        # whole rows n and power-of-two tiles 2^s (exact draws, the launcher's ladder): the
+        # re-read tiles are max(n - 1, 0) >> s, each the float formula's value exactly (n / 2^s
+        # is exact, a whole quotient k gives ceil(k - 1e-9) = k, any other lies >= 2^-8 above
+        # its floor), and their sum an exact integer: the same bits, in integer arithmetic
+        shift = np.frexp(tile)[1].astype(np.int32) - 1
+        return np.right_shift(whole, shift).sum(axis=-1, dtype=np.int32) * weight_bytes * 1e-3
     extra = rows / tile                  # max(ceil(rows / tile - 1e-9) - 1, 0), in place
     extra -= 1e-9
     np.ceil(extra, out=extra)
@@ -331,3 +339,31 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     if reread is not None:
         cols.append(np.where(compute, 0.0, np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps))
     return np.stack(cols, axis=-1)
+
+
+# `reread_kb`'s integer path: below it n - 1e-9 < n in float64, and a sum over at most
+# `WHOLE_ROWS_SLOTS` slots fits an int32
+WHOLE_ROWS_MAX = 1 << 20
+WHOLE_ROWS_SLOTS = 1 << 11
+
+
+def _whole_rows(rows: np.ndarray, tile: np.ndarray) -> np.ndarray | None:
+    """[..., experts] int32 `max(rows - 1, 0)` where every entry of `rows` is a whole number in
+    [0, `WHOLE_ROWS_MAX`), there are at most `WHOLE_ROWS_SLOTS` experts, and every `tile` is a
+    power of two in [1, 2^30]; else None."""
+    if rows.size == 0 or tile.size == 0 or rows.shape[-1] > WHOLE_ROWS_SLOTS:
+        return None
+    head = rows.reshape(-1)[:64]
+    if not np.array_equal(head, np.floor(head)):        # most fractional rows end here
+        return None
+    mantissa, exponent = np.frexp(tile)
+    if not (np.all(mantissa == 0.5) and exponent.min() >= 1 and exponent.max() <= 31):
+        return None
+    if not (rows.min() >= 0.0 and rows.max() < WHOLE_ROWS_MAX):
+        return None
+    whole = rows.astype(np.int32)
+    if not np.array_equal(whole, rows):
+        return None
+    whole -= 1
+    np.maximum(whole, 0, out=whole)
+    return whole

@@ -217,6 +217,13 @@ def speed_lines(entries: list[dict], wall_s: float, workers: int, machine: str,
                 if resumed else ""),
              f"- epsim: {ours_s:.1f} row-seconds ({num / max(ours_s, 1e-9) * 60:.0f} rows/min per core; "
              f"a row it cannot express costs only its mapping)"]
+    timed = [e["epsim"]["cpu_s"] for e in entries if "cpu_s" in e["epsim"]]
+    if timed:
+        # a shared machine stretches row-seconds, not the workers' CPU time
+        cpu_s = sum(timed)
+        lines.append(f"- epsim's CPU time: {cpu_s:.1f} s over {len(timed)} rows (the workers' "
+                     f"own; {workers} workers with a core each would need at least "
+                     f"{cpu_s / max(workers, 1) / 60:.1f} min)")
     if peer:
         peer_s = sum(p["wall_s"] for p in peer)
         cached = sum(bool(p.get("cached")) for p in peer)

@@ -16,8 +16,8 @@ import pytest
 
 from epsim.cost.experts import row_tiles
 from epsim.cost.model import CostModel
-from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, quant_expert_gemm,
-                              reread_kb, trtllm_tile)
+from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, _whole_rows,
+                              quant_expert_gemm, reread_kb, trtllm_tile)
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.cost.tables import build_tables
 from epsim.cost import contiguous_placement
@@ -56,6 +56,34 @@ def test_an_expert_rereads_its_weights_once_per_extra_tile():
     rows = np.array([[64.0, 8.0, 1.0, 0.0], [9.0, 0.0, 0.0, 0.0]])
     # 64 rows in 8-row tiles: 7 re-reads; 8 rows and 1 row: none; 9 rows: one
     assert reread_kb(rows, np.array([8.0, 8.0]), 1000.0).tolist() == [7.0, 1.0]
+
+
+def _float_rereads(rows: np.ndarray, tile: np.ndarray, weight_bytes: float) -> np.ndarray:
+    """`reread_kb`'s float formula, entry by entry: max(ceil(rows / tile - 1e-9) - 1, 0)."""
+    extra = np.maximum(np.ceil(rows / tile[..., None] - 1e-9) - 1.0, 0.0)
+    return extra.sum(axis=-1) * weight_bytes * 1e-3
+
+
+def test_whole_rows_take_the_integer_path_with_the_float_formulas_bits():
+    """Whole rows (exact draws) in power-of-two tiles are counted in integers: the same bits as
+    the float formula, at every tile of the launcher's ladder and at row counts on, just
+    above and just below each tile multiple; fractional rows or another tile take the float
+    formula itself."""
+    rng = np.random.default_rng(3)
+    tiles = np.array([8.0, 16.0, 32.0, 64.0, 128.0, 256.0])
+    rows = rng.integers(0, 700, (4, 6, 3, 64)).astype(np.float64)
+    rows[..., :6] = tiles[:, None, None] * 3.0            # whole multiples of the tile ...
+    rows[..., 6:12] = tiles[:, None, None] * 3.0 + 1.0    # ... one above ...
+    rows[..., 12:18] = tiles[:, None, None] * 3.0 - 1.0   # ... and one below
+    tile = np.broadcast_to(tiles[None, :, None], rows.shape[:-1])
+    assert _whole_rows(rows, tile[..., None]) is not None
+    assert np.array_equal(reread_kb(rows, tile, 7340.5), _float_rereads(rows, tile, 7340.5))
+    stacked = np.stack([tile / 2.0, tile, tile * 2.0])    # candidate tiles on a leading axis
+    assert np.array_equal(reread_kb(rows, stacked, 7340.5), _float_rereads(rows, stacked, 7340.5))
+    for other_rows, other_tile in ((rows + 0.25, tile), (rows, tile * 1.5)):
+        assert _whole_rows(other_rows, other_tile[..., None]) is None
+        assert np.array_equal(reread_kb(other_rows, other_tile, 7340.5),
+                              _float_rereads(other_rows, other_tile, 7340.5))
 
 
 def _record(gpu: str, rows: list[float], tokens: int) -> MeasurementRecord:

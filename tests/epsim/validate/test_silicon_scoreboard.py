@@ -305,3 +305,18 @@ print(json.dumps(peer.estimate(row)))
 if __name__ == "__main__":
     EXPECTED.write_text(fixture_tables())
     print(f"wrote {EXPECTED}")
+
+
+def test_speed_lines_put_the_workers_cpu_time_beside_the_row_seconds():
+    """A shared machine stretches a row's wall seconds; its worker's CPU seconds (`cpu_s`) say
+    what the rows cost on cores of their own: the run's workers need at least their sum over
+    the workers. Entries of an older record (no `cpu_s`) give no such line."""
+    from epsim.validate.silicon import report
+    entries = [{"epsim": {"wall_s": 150.0, "cpu_s": 90.0}},
+               {"epsim": {"wall_s": 90.0, "cpu_s": 30.0}}]
+    lines = report.speed_lines(entries, 160.0, 2, "2 CPUs")
+    assert lines[1].startswith("- epsim: 240.0 row-seconds")
+    assert lines[2].startswith("- epsim's CPU time: 120.0 s over 2 rows")
+    assert "2 workers with a core each would need at least 1.0 min" in lines[2]
+    older = [{"epsim": {"wall_s": e["epsim"]["wall_s"]}} for e in entries]
+    assert not any("CPU time" in line for line in report.speed_lines(older, 160.0, 2, "2 CPUs"))
