@@ -126,6 +126,9 @@ def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepe
             recipe.config_file
         wide_decode = decode[3] and decode[2] > 1
         assert recipe.decode["moe_a2a_backend"] == ("deepep" if wide_decode else "none")
+        # the FP4 wide-EP decodes' SGLANG_MOE_NVFP4_DISPATCH=1: DeepEP LL packs NVFP4
+        nvfp4 = wide_decode and "-fp4-" in key
+        assert (recipe.decode.get("dispatch_dtype") == "nvfp4") == nvfp4, recipe.config_file
     by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
     for name in ("recipes/gb200-fp4/1k1k/mid-curve.yaml", "recipes/gb200-fp4/1k1k/max-tpt.yaml",
                  "recipes/gb300-fp4/1k1k/mid_curve.yaml", "recipes/gb300-fp4/1k1k/max_tpt.yaml",
