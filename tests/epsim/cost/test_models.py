@@ -72,6 +72,15 @@ def test_an_nvfp4_dispatch_is_the_fp8_fit_at_its_own_bytes():
     assert np.all(nvfp4.dispatch_us < fp8.dispatch_us)
     np.testing.assert_array_equal(nvfp4.experts_us, fp8.experts_us)
     np.testing.assert_array_equal(nvfp4.combine_us, fp8.combine_us)
+    # its provenance says so (no table times an NVFP4 dispatch)
+    from epsim.cost.provenance import component_uses
+    cm = cost_model(model, "B200", ep, "deepep", "low_latency", dispatch_dtype="nvfp4")
+    full = np.tile(loads, (model.num_moe_layers, 1))
+    layers = build_tables(Placement.on_cluster(contiguous_placement(
+        model.num_moe_layers, model.num_experts, ep), model.num_experts, ep, 8))
+    cm.step(BatchCounts.uniform_decode(ep, tokens, 1024), full, layers)
+    axes = [a for u in component_uses(cm, cm.ledger) if u.part == "dispatch" for a in u.axes]
+    assert any(a.startswith("dispatch_dtype nvfp4") for a in axes)
 
 
 def test_dedup_per_backend_and_sglang_mode_rule():
