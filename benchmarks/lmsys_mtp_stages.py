@@ -33,10 +33,11 @@ low-latency fit reads AIC's multi-node rows (before, it held one node and priced
 layer below AIC's table, last section); AIC's uniform-routing experts row is dearer and its
 power-law rows agree; epsim's shared expert and absorbed BMMs are dearer than AIC's. What
 remains is outside every op table: the scheduler's host time per iteration, which SGLang of
-mid-2025 runs with `--disable-overlap-schedule` in turn with the GPU (its DP batch-info
-all-gather then went over the CPU (gloo) group across both nodes,
-`Scheduler.prepare_mlp_sync_batch_raw(tp_cpu_group)`; epsim prices the later NCCL device
-group's).
+mid-2025 runs with `--disable-overlap-schedule` in turn with the GPU: its eager launches, and
+two gloo collectives over the 16 ranks' CPU group across both nodes every iteration (the control
+requests' broadcast in `recv_requests`, and the DP batch-info all-gather,
+`Scheduler.prepare_mlp_sync_batch_raw(tp_cpu_group)`, which the scenario's `mlp_sync_group: cpu`
+prices as that version ran it), priced in `epsim.cost.scheduler_host`.
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ def stages(f: dict) -> tuple[list[tuple[str, float, float]], dict]:
             (f"LM head ({m.vocab_size} x {hidden}, bf16, DP LM head; AIC: bf16 GEMM, "
              "extrapolated in n)", lm_epsim, lm_aic),
             (f"scheduler host time, not overlapped ({host.launches} launches x "
-             f"{host.launch_us:.1f} + DP gather {host.gather_us:.1f}; no AIC table)",
+             f"{host.launch_us:.1f} + NCCL DP gather {host.gather_us:.1f} + "
+             f"{host.gloo_messages:g} gloo messages x {host.gloo_message_us:.1f}; no AIC table)",
              host.step_us, float("nan")),
             ("per-step overhead (base + per layer; no AIC table)", outside, float("nan"))]
     epsim_attention = float(s.attention_us.mean())

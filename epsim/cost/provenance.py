@@ -207,7 +207,9 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
             else "", row[COLUMN["overhead"]], graph, {},
             [f"with the scheduler's host time SGLang's loop without overlap exposes: "
              f"{host.launches} eager launches at {host.launch_us:.1f} us ({host.source}) + the "
-             f"DP gather's {host.gather_us:.0f} us a step"] if host.exposed else [])
+             f"DP gather's {host.gather_us:.0f} us + {host.gloo_messages:g} gloo messages at "
+             f"{host.gloo_message_us:.1f} us (any/rebalance_host gloo_message, two local ranks: "
+             f"extrapolated to a serving host and between nodes) a step"] if host.exposed else [])
         use("network", "device", "", row[COLUMN["network"]], graph, {},
             [f"{params.transport.name} over the cluster's network: fabric latency and proxy "
              f"messages"])

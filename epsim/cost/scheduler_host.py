@@ -7,7 +7,11 @@ nothing while it is shorter than the forward. `event_loop_normal` (`--disable-ov
 and what SGLang's speculative worker (EAGLE / NEXTN, v1) forces) runs, per step, strictly in
 turn with the GPU:
 
-    recv_requests, process_input_requests      (a non-blocking poll: nothing new in steady decode)
+    recv_requests, process_input_requests      (a non-blocking poll: nothing new in steady decode;
+                                               with DP attention and TP > 1 the control requests
+                                               are broadcast over the TP group's CPU (gloo)
+                                               group every iteration, `broadcast_pyobj`: one
+                                               size tensor when there are none, 0.4.9-0.5.9)
     get_next_batch_to_run                      prepare_for_decode: seq_lens += 1, KV slots
                                                allocated, the request-to-token table written;
                                                with DP attention `prepare_mlp_sync_batch`: an
@@ -25,14 +29,23 @@ turn with the GPU:
                                                the per-request bookkeeping, stream_output to
                                                the detokenizer
 
+and a speculative cycle with DP attention all-reduces whether any rank has a draft extend to
+run over the same gloo group (`EAGLEWorker.check_forward_draft_extend_after_decode`, 0.4.9-0.5.9),
 so the step is the GPU's forward plus this host time, none of it hidden. The host time is
 priced as `launches x launch_us + the DP all-gather`: the eager kernel launches and host
 read-backs the loop issues outside the CUDA graph (`DECODE_LAUNCHES`, counted from the code
 above, to a launch or two; a speculative cycle runs its worker's, `SPECULATIVE_LAUNCHES`, in
 place of the decode batch's preparation and sampling), each at the host time
 of one eager launch, and the all-gather priced by the collective model (`epsim.cost.allreduce`,
-NCCL's ring between the DP ranks' GPUs) plus its eager host part. The older versions' gloo
-all-gather (TCP between the nodes' hosts) is priced the same: no record or op table times it. `launch_us` is the host
+NCCL's ring between the DP ranks' GPUs) plus its eager host part; with `deployment.mlp_sync_group:
+cpu` (SGLang before PR #8001 of 2025-07-14, whose motivation was this gather's gloo overhead with
+overlap scheduling off) it is a gloo collective like the other two. A gloo collective is priced
+as its messages in series, each at one gloo message's host time (`GLOO_HOPS`: gloo's binomial-
+tree broadcast, `ceil(log2 n)` rounds, gloo/broadcast.cc; its ring all-gather, `n - 1`,
+gloo/allgather.cc; its ring all-reduce, `2 (n - 1)`, gloo/allreduce.cc), the message time the
+shipped profile measured (`any/rebalance_host` `gloo_message`: `monitored_barrier` between two
+local gloo ranks on our harness's VM, per message, uncontended), extrapolated to a serving host
+and to messages between nodes (TCP over the hosts' network), which nobody here timed. `launch_us` is the host
 time an eager launch took where we measured one: the live bench's eager block ops minus their
 device time (`any/block_ops/host`, per launch of that block), on our harness's host; without
 that record, `DEFAULT_LAUNCH_US`. The per-request Python of the loop (a few list appends and
@@ -42,6 +55,8 @@ checks per request) is not priced.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import math
 
 from epsim.cost.allreduce import ring_us
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
@@ -71,6 +86,13 @@ SPECULATIVE_LAUNCHES = {
 }
 DEFAULT_LAUNCH_US = 10.0           # no host record: a PyTorch eager op's dispatch on a host CPU
 SYNC_INFO_BYTES = 8 * 10           # one DP rank's batch info: ~10 int64 (MLPSyncBatchInfo)
+# messages in series of one gloo collective over n ranks (PyTorch's ProcessGroupGloo runs gloo's
+# algorithms): binomial-tree broadcast, ring all-gather, ring all-reduce (reduce-scatter, gather)
+GLOO_HOPS = {
+    "broadcast": lambda n: math.ceil(math.log2(n)) if n > 1 else 0,
+    "all_gather": lambda n: n - 1,
+    "all_reduce": lambda n: 2 * (n - 1),
+}
 
 
 @dataclass(frozen=True)
@@ -82,7 +104,12 @@ class SchedulerHost:
             decoding); False: the host work overlaps the forward and adds nothing.
         launches: eager launches and read-backs per step outside the CUDA graph.
         launch_us: host time of one (`any/block_ops/host` per launch, else the default).
-        gather_us: the DP attention all-gather of the batch info (0 without DP attention).
+        gather_us: the DP attention all-gather of the batch info over NCCL (0 without DP
+            attention, or where it runs over gloo and counts in `gloo_collectives`).
+        gloo_collectives: (name, times per step) of the gloo (CPU group) collectives, by
+            `GLOO_HOPS` name, each over all the TP group's ranks.
+        gloo_message_us: host time of one gloo message (`any/rebalance_host` `gloo_message`).
+        gloo_ranks: ranks of the TP group the gloo collectives span.
         source: where `launch_us` came from.
     """
 
@@ -91,11 +118,26 @@ class SchedulerHost:
     launch_us: float
     gather_us: float
     source: str
+    gloo_collectives: tuple[tuple[str, float], ...] = ()
+    gloo_message_us: float = 0.0
+    gloo_ranks: int = 1
+
+    @property
+    def gloo_messages(self) -> float:
+        """Gloo messages in series per step (on average), over all its gloo collectives."""
+        return sum(GLOO_HOPS[c](self.gloo_ranks) * times for c, times in self.gloo_collectives)
+
+    @property
+    def gloo_us(self) -> float:
+        """Host time of the step's gloo collectives (µs)."""
+        return self.gloo_messages * self.gloo_message_us
 
     @property
     def step_us(self) -> float:
         """Host time a step adds to the forward (µs)."""
-        return self.launches * self.launch_us + self.gather_us if self.exposed else 0.0
+        if not self.exposed:
+            return 0.0
+        return self.launches * self.launch_us + self.gather_us + self.gloo_us
 
 
 def overlap_disabled(deployment) -> bool:
@@ -118,9 +160,27 @@ def scheduler_host(params) -> SchedulerHost:
     else:
         launch_us, source = DEFAULT_LAUNCH_US, "default"
     par, tp = params.parallel, params.tp_collectives
-    gather = 0.0
+    gather, gloo = 0.0, {}
+    if par.tp_size > 1:       # recv_requests: the (control) requests, every recv interval
+        gloo["broadcast"] = 1.0 / (d.scheduler_recv_interval or 1)   # decode weighs 1
     if par.dp_size > 1:
-        nodes = -(-par.tp_size // tp.gpus_per_node)
-        gather = float(ring_us(SYNC_INFO_BYTES * par.dp_size, par.dp_size, nodes,
-                               tp.allreduce["nccl"], passes=1)) + tp.host_us
-    return SchedulerHost(overlap_disabled(d), count, launch_us, gather, source)
+        if d.mlp_sync_group == "cpu":
+            gloo["all_gather"] = 1.0               # prepare_mlp_sync_batch over gloo
+        else:
+            nodes = -(-par.tp_size // tp.gpus_per_node)
+            gather = float(ring_us(SYNC_INFO_BYTES * par.dp_size, par.dp_size, nodes,
+                                   tp.allreduce["nccl"], passes=1)) + tp.host_us
+        if d.speculative_algorithm is not None:
+            gloo["all_reduce"] = 1.0               # check_forward_draft_extend_after_decode
+    return SchedulerHost(overlap_disabled(d), count, launch_us, gather, source,
+                         tuple(gloo.items()), gloo_message_us(launch_us), par.tp_size)
+
+
+def gloo_message_us(fallback_us: float) -> float:
+    """Host time of one gloo message (µs): the shipped profile's `gloo_message` measurement,
+    else `fallback_us` (one eager host op)."""
+    from epsim.eplb.host_terms import shipped_host_params
+    params = shipped_host_params()
+    if "gloo_message_us_per_unit" not in params:
+        return fallback_us
+    return params.get("gloo_message_base_us", 0.0) + params["gloo_message_us_per_unit"]

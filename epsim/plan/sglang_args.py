@@ -182,6 +182,11 @@ def _planning_input(value, scenario, launch):
     """A number the planner prices with, not a server setting (nothing to emit)."""
 
 
+def _release_code_path(value, scenario, launch):
+    """Which code an SGLang release runs (`mlp_sync_group: cpu` is 0.4.9.post2 and earlier),
+    not a server argument (nothing to emit)."""
+
+
 def _disaggregation(value, scenario, launch):
     if value != "null":
         launch.args += ["--disaggregation-mode", value]
@@ -269,6 +274,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "enable_two_batch_overlap": _flag("--enable-two-batch-overlap"),
     "disable_cuda_graph": _flag("--disable-cuda-graph"),
     "disable_overlap_schedule": _flag("--disable-overlap-schedule"),
+    "mlp_sync_group": _release_code_path,
     "disable_shared_experts_fusion": _flag("--disable-shared-experts-fusion"),
     "cuda_graph_max_bs": _value("--cuda-graph-max-bs"),
     "max_running_requests": _value("--max-running-requests", per_server=True),

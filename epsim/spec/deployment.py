@@ -91,6 +91,11 @@ class DeploymentSpec(BaseModel):
         default=False, description="SGLang's flag: the scheduler's host work between forward "
         "passes runs in turn with the GPU, not under the next forward (`epsim.cost."
         "scheduler_host`; speculative decoding runs so too)")
+    mlp_sync_group: Literal["auto", "cpu"] = Field(default="auto", description=(
+        "the process group of DP attention's per-step batch-info all-gather (`prepare_mlp_sync_"
+        "batch`): auto as SGLang runs it since PR #8001 (2025-07-14; NCCL's device group in the "
+        "normal loop); cpu: the gloo CPU group always, as SGLang 0.4.9.post2 and earlier "
+        "(`epsim.cost.scheduler_host`)"))
     cuda_graph_max_bs: int = Field(
         default=256, gt=0, description="largest decode batch per rank replayed as a CUDA graph")
     disable_shared_experts_fusion: bool = Field(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from epsim.default_profile import part_for
 from epsim.errors import EpsimError
 from epsim.routing import recorded
-from epsim.validate.silicon import agg_recipes, first_use, pd_recipes
+from epsim.validate.silicon import agg_recipes, client_tokenizer, first_use, pd_recipes
 from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
                                           approximate_need, closed_loop_needs, set_path,
                                           short_answer, side_needs, spec_error)
@@ -193,8 +193,10 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
     harness = inferencex_harness(row)
     if harness:
         ratio = agg_recipes.HARNESS_RANGE_RATIO
+        # the prompts as the server counted them (`client_tokenizer`: a mis-tokenizing client)
+        scale = client_tokenizer.prompt_scale(row) or 1.0
         data["workload"].update(
-            input_len={"kind": "random", "value": row.isl, "range_ratio": ratio},
+            input_len={"kind": "random", "value": round(row.isl * scale), "range_ratio": ratio},
             output_len={"kind": "random", "value": row.osl, "range_ratio": ratio})
     return Instance(role, data, clients, workers, dp_ranks, closed, routed, harness), missing, tags
 
@@ -294,6 +296,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         run, server = _agg_server(run, assumptions, ran.speculative)
         if inferencex_harness(row) and (cold := agg_recipes.cold_start_note(row)):
             assumptions.append(cold)
+        if inferencex_harness(row) and (scale := client_tokenizer.prompt_scale(run)):
+            assumptions.append(client_tokenizer.note(scale, run.isl))
         if inferencex_harness(row) and (compiles := first_use.first_use_compile(run)):
             server = {**server, "first_use_compile": compiles}
             assumptions.append(first_use.note(compiles))

@@ -12,8 +12,8 @@ from epsim.cost.attention import BatchCounts
 from epsim.cost.block_ops import PARTS, launches
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
-from epsim.cost.scheduler_host import (DECODE_LAUNCHES, DEFAULT_LAUNCH_US, SPECULATIVE_LAUNCHES,
-                                       SYNC_INFO_BYTES)
+from epsim.cost.scheduler_host import (DECODE_LAUNCHES, DEFAULT_LAUNCH_US, GLOO_HOPS,
+                                       SPECULATIVE_LAUNCHES, SYNC_INFO_BYTES, gloo_message_us)
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb import Placement
 from epsim.profile import Profile
@@ -56,7 +56,12 @@ def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     gather = float(ring_us(SYNC_INFO_BYTES * EP, EP, 2, tp.allreduce["nccl"], passes=1))
     assert host.gather_us == pytest.approx(gather + tp.host_us)
     assert host.launches == sum(DECODE_LAUNCHES.values())
-    expected = host.launches * host.launch_us + host.gather_us
+    # recv_requests broadcasts the control requests over the 16 ranks' gloo group: a binomial
+    # tree of 4 rounds, each one gloo message's measured host time
+    assert host.gloo_collectives == (("broadcast", 1.0),) and host.gloo_ranks == EP
+    assert host.gloo_messages == 4
+    assert host.gloo_us == pytest.approx(4 * gloo_message_us(0.0))
+    expected = host.launches * host.launch_us + host.gather_us + host.gloo_us
     assert host.step_us == pytest.approx(expected)
     # the step is the forward plus that host time, nothing else moves
     plain = _model()
@@ -77,3 +82,37 @@ def test_without_a_host_record_a_launch_takes_the_default():
     sheet = Profile(name="datasheet-H200", hardware="H200")
     host = _model(sheet, disable_overlap_schedule=True).scheduler_host
     assert host.launch_us == DEFAULT_LAUNCH_US and host.source == "default"
+
+
+def test_gloo_collectives_take_gloos_message_counts():
+    # gloo/broadcast.cc: binomial tree; gloo/allgather.cc and allreduce.cc: rings
+    assert [GLOO_HOPS["broadcast"](n) for n in (1, 2, 8, 9, 16)] == [0, 1, 3, 4, 4]
+    assert GLOO_HOPS["all_gather"](16) == 15 and GLOO_HOPS["all_reduce"](16) == 30
+
+
+def test_the_mid_2025_gather_over_gloo_and_the_speculative_all_reduce():
+    nccl = _model(disable_overlap_schedule=True).scheduler_host
+    cpu = _model(disable_overlap_schedule=True, mlp_sync_group="cpu").scheduler_host
+    # SGLang 0.4.9's gather runs on gloo instead of NCCL: 15 ring messages, no NCCL gather
+    assert cpu.gather_us == 0.0 and cpu.gloo_messages == 4 + 15
+    assert cpu.step_us - nccl.step_us == pytest.approx(15 * cpu.gloo_message_us - nccl.gather_us)
+    # a speculative cycle under DP attention all-reduces its need for a draft extend on gloo
+    spec = _model(speculative_algorithm="NEXTN", speculative_num_steps=2,
+                  mlp_sync_group="cpu").scheduler_host
+    assert dict(spec.gloo_collectives) == {"broadcast": 1.0, "all_gather": 1.0, "all_reduce": 1.0}
+    assert spec.gloo_messages == 4 + 15 + 30
+    # SGLang's recv interval skips the broadcast on all but one iteration in N
+    skip = _model(disable_overlap_schedule=True, scheduler_recv_interval=4).scheduler_host
+    assert skip.gloo_messages == pytest.approx(1.0)
+
+
+def test_without_dp_attention_only_the_broadcast_remains():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu="H200", num_nodes=1),
+                       DeploymentSpec(tp_size=8, ep_size=8, moe_a2a_backend="deepep",
+                                      enable_dp_attention=False, speculative_algorithm="NEXTN"))
+    host = cm.scheduler_host
+    # recv_requests broadcasts over the TP group; the draft-extend check returns locally
+    assert host.gather_us == 0.0 and host.gloo_collectives == (("broadcast", 1.0),)
+    assert host.gloo_messages == 3
