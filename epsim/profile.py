@@ -52,6 +52,10 @@ FP8 = "fp8"       # mode part of the components an FP8 dispatch changes
 # takes FP8 rows: the backend's layout dequantizes them); the combine after it, though BF16, is
 # its own component too (ablation `no_fp8_combine` in benchmarks/validation_ablations.py)
 FP8_KINDS = ("dispatch", "experts", "combine", "layout")
+# an NVFP4 dispatch (DeepEP low-latency only) is priced by the FP8 dispatch's fit at its own bytes
+# a copy (`epsim.cost.comm.dispatch_bytes_per_copy`): the same kernel family, the payload packed
+# to 4 bits; no table times it, so its components are the FP8 ones
+QUANTISED_DISPATCH = (FP8, "nvfp4")
 
 
 def component_key(backend: str, kind: str, mode_path: str = "") -> str:
@@ -62,9 +66,9 @@ def component_key(backend: str, kind: str, mode_path: str = "") -> str:
 def mode_path(kernel_mode: str = "", kind: str = "", dispatch_dtype: str = "bf16",
               graph: bool = False) -> str:
     """The mode part of a component key: `graph` for device-only timings, the DeepEP kernel
-    mode, then `fp8` where the dispatch dtype changes `kind` (`FP8_KINDS`).
-    E.g. "", "fp8", "low_latency", "graph/low_latency/fp8"."""
-    fp8 = dispatch_dtype == FP8 and kind in FP8_KINDS
+    mode, then `fp8` where a quantised dispatch (`QUANTISED_DISPATCH`) changes `kind`
+    (`FP8_KINDS`). E.g. "", "fp8", "low_latency", "graph/low_latency/fp8"."""
+    fp8 = dispatch_dtype in QUANTISED_DISPATCH and kind in FP8_KINDS
     return "/".join(p for p in (GRAPH if graph else "", kernel_mode, FP8 if fp8 else "") if p)
 
 

@@ -104,6 +104,7 @@ L2_BYTES = {"H100": 50e6, "H800": 50e6, "H200": 50e6}
 DEFAULT_L2_BYTES = 50e6
 
 _FP8_BLOCK = 128          # DeepEP FP8 dispatch: one float32 scale per 128 hidden values
+_NVFP4_BLOCK = 16         # NVFP4: one E4M3 scale byte per 16 values
 _DEDUP_META_BYTES = 12    # per top-k choice: int64 expert index + float32 weight
 _PAIR_META_BYTES = 16     # per copy: DeepEP low-latency's int4 source-info header
 
@@ -170,6 +171,8 @@ def dispatch_bytes_per_copy(hidden_size: int, dispatch_dtype: str, top_k: int, d
     """Bytes one dispatched token copy carries.
 
     BF16: 2 bytes per hidden value. FP8: 1 byte per value + one float32 scale per 128 values.
+    NVFP4 (DeepEP low-latency `use_nvfp4`): half a byte per value + one E4M3 scale byte per 16
+    values (NVFP4's block), the tensor's global scale shared by all tokens.
     Plus routing metadata: a deduplicated copy carries all `top_k` (index, weight) pairs; a
     per-(token, expert) copy carries a 16-byte header.
     """
@@ -177,6 +180,8 @@ def dispatch_bytes_per_copy(hidden_size: int, dispatch_dtype: str, top_k: int, d
         payload = 2.0 * hidden_size
     elif dispatch_dtype == "fp8":
         payload = hidden_size + 4.0 * hidden_size / _FP8_BLOCK
+    elif dispatch_dtype == "nvfp4":
+        payload = 0.5 * hidden_size + hidden_size / _NVFP4_BLOCK
     else:
         raise SpecError(f"dispatch_dtype ({dispatch_dtype!r}) must be one of "
                         f"{list(vocab.DISPATCH_DTYPES)}")

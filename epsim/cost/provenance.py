@@ -153,6 +153,9 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                 continue
             t = stage.timing
             extra = list(rdma if kind != "experts" else beside)
+            if kind == "dispatch" and cm.deployment.dispatch_dtype == "nvfp4":
+                # no table times DeepEP's NVFP4 dispatch: the FP8 fit at NVFP4's bytes
+                extra.append("dispatch_dtype nvfp4: the fp8 dispatch fit at NVFP4 bytes")
             if not eager and not t.device_only and t.key:
                 extra.append("eager-timed component used for a graph step (host included)")
             own = row[COLUMN["layout"]] if kind == "experts" else 0.0

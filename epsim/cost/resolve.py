@@ -41,8 +41,8 @@ from epsim.cost.transport import transport_path
 from epsim.default_profile import default_profile
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import SpecError
-from epsim.profile import (GRAPH, Component, Profile, component_key, decode_kv_kind, format_kind,
-                           kv_kind, mode_path)
+from epsim.profile import (GRAPH, QUANTISED_DISPATCH, Component, Profile, component_key,
+                           decode_kv_kind, format_kind, kv_kind, mode_path)
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -222,7 +222,7 @@ class _Resolver:
             return model_gemm(m, c.gpu, moe_tp_size)
         return quant_expert_gemm(m.hidden_size, m.moe_intermediate_size // moe_tp_size,
                                  m.weight_dtype, num_sms(c.gpu), m.top_k,
-                                 input_quantised=self.deployment.dispatch_dtype == "fp8")
+                                 input_quantised=self.deployment.dispatch_dtype in QUANTISED_DISPATCH)
 
     def _exact(self, key: str) -> Component | None:
         """The profile's component of exactly `key` (no fallback to another kernel's fit)."""

@@ -158,6 +158,8 @@ def _dispatch_dtype(value, scenario, launch):
     backend = scenario.deployment.moe_a2a_backend
     if backend == "deepep" and value == "bf16":
         launch.env["SGLANG_DEEPEP_BF16_DISPATCH"] = "1"        # FP8 is DeepEP's default in SGLang
+    elif value == "nvfp4":      # the spec allows it on DeepEP low-latency only (`DeploymentSpec`)
+        launch.env["SGLANG_MOE_NVFP4_DISPATCH"] = "1"
     elif backend == "mooncake" and value == "bf16":
         _refuse("dispatch_dtype", value, "SGLang's Mooncake EP dispatches FP8 always "
                 "(use_fp8=True in token_dispatcher/mooncake.py); set deployment.dispatch_dtype: fp8 "

@@ -206,6 +206,11 @@ class DeploymentSpec(BaseModel):
             if failure.rank >= self.ep_size:
                 raise ValueError(f"failures.{i}.rank ({failure.rank}) must be < ep_size ({self.ep_size})")
         self._check_speculative()
+        if self.dispatch_dtype == "nvfp4" and (self.moe_a2a_backend, self.deepep_mode) != (
+                "deepep", "low_latency"):
+            raise ValueError(f"dispatch_dtype (nvfp4) needs moe_a2a_backend deepep with deepep_mode "
+                             f"low_latency (only DeepEP's low-latency dispatch packs NVFP4), not "
+                             f"{self.moe_a2a_backend} / {self.deepep_mode}")
         # equal slots per rank needs (experts + redundant) % ep_size == 0, which needs the
         # model: checked by Scenario (DeepSeek's decode layout has 32 redundant over EP 144)
         return self

@@ -1,4 +1,4 @@
-"""The ai-dynamo launch scripts InferenceX's December 2025 GB200 FP8 groups ran, by `SCRIPT_MODE`.
+"""The ai-dynamo launch scripts InferenceX's December 2025 GB200 groups ran, by `SCRIPT_MODE`.
 
 From December 2025 to February 2026 InferenceX's `dsr1-fp8-gb200-dynamo-sglang` groups state
 `tp: 1, ep: 1, dp-attn: true` (or January's `ep: 4`) beside the comment "tp, ep, and dp-attn do
@@ -18,6 +18,14 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   wxsms/dynamo@cf433e68 (its `8k1k-low-latency.sh` is ai-dynamo's, flag for flag). InferenceX
   pins ai-dynamo@b7107d00 (`benchmarks/dsr1_fp8_gb200_dynamo-sglang_slurm.sh`), which is not
   stored: that these are its scripts is an assumption each row states.
+- **FP4 TP** (`gb200-fp4/disagg/1k1k-low-latency`, `8k1k-low-latency`): the same TP launch with
+  `--quantization modelopt_fp4 --moe-runner-backend flashinfer_trtllm --kv-cache-dtype fp8_e4m3
+  --cuda-graph-max-bs 256`, the decode with no `--max-running-requests`. InferenceX's
+  `dsr1-fp4-gb200-dynamo-sglang` states `tp: 1, ep: 1, dp-attn: true` (read as DEP4) for these
+  groups from 2025-12-19; `dsr1_fp4_gb200_dynamo-sglang_slurm.sh` passes `GPU_TYPE=gb200-fp4`
+  and the same ai-dynamo pin. Read at wxsms/dynamo@cf433e68 (both) and ai-dynamo@75b4a35f
+  (`1k1k-low-latency.sh`, flag for flag the fork's). The February 2026 srt-slurm recipe of the
+  same groups (`recipes/gb200-fp4/1k1k/low-latency.yaml`, `pd_recipes`) runs the same TP4.
 - **`1p_4d`** (the 1k/1k bottom-of-curve group from 2025-12-01 until 2025-12-19, cloned from
   branch `ishan/sa-1.1-sgl-dsr1-fp8`, then renamed `1k1k-low-latency` with the same P/D sizes,
   client counts and server flags): read as the TP script. The one stored `1p_4d.sh`
@@ -37,9 +45,11 @@ from __future__ import annotations
 
 # the repositories the scripts were read at (repository@commit)
 _FORK, _DYNAMO = "wxsms/dynamo@cf433e6825d8", "ai-dynamo/dynamo@bc8ca754933a"
+_FP4_1K1K = f"{_FORK}, ai-dynamo/dynamo@75b4a35fca94"
 # no `--moe-a2a-backend`: SGLang's `none` (TP MoE over the worker's GPUs)
 _COMMON = {"scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
            "max_running_requests": 512, "moe_a2a_backend": "none"}
+_FP4_DECODE = {k: v for k, v in _COMMON.items() if k != "max_running_requests"}
 
 # script (`inferencex.Recipe.script`) -> (where it was read, prefill fields, decode fields)
 TP_SCRIPTS: dict[str, tuple[str, dict, dict]] = {
@@ -49,6 +59,13 @@ TP_SCRIPTS: dict[str, tuple[str, dict, dict]] = {
     "gb200-fp8/disagg/8k1k-low-latency": (
         _DYNAMO, {**_COMMON, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 512},
         {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 512}),
+    # the FP4 decodes set no --max-running-requests (SGLang sizes it from the KV pool)
+    "gb200-fp4/disagg/1k1k-low-latency": (
+        _FP4_1K1K, {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256},
+        {**_FP4_DECODE, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256}),
+    "gb200-fp4/disagg/8k1k-low-latency": (
+        _FORK, {**_COMMON, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 256},
+        {**_FP4_DECODE, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256}),
 }
 # the script renamed `1k1k-low-latency` on 2025-12-19 (module doc)
 RENAMED = {"gb200-fp8/disagg/1p_4d": "gb200-fp8/disagg/1k1k-low-latency"}
@@ -56,7 +73,7 @@ RENAMED = {"gb200-fp8/disagg/1p_4d": "gb200-fp8/disagg/1k1k-low-latency"}
 
 def tp_script(script: str) -> str | None:
     """The TP launch script `script` is (its name in `TP_SCRIPTS`), or None: a wide-EP script,
-    another GPU type's (`gb200-fp4/...` are not read here), or none."""
+    another GPU type's, or none."""
     name = RENAMED.get(script, script)
     return name if name in TP_SCRIPTS else None
 

@@ -78,7 +78,7 @@ class Recipe:
     @property
     def tp_launch(self) -> bool:
         """A node-sized group whose launch script runs TP over the worker, whatever its `tp`,
-        `ep`, `dp-attn` say (`dynamo_scripts`: the GB200 FP8 low-latency scripts)."""
+        `ep`, `dp-attn` say (`dynamo_scripts`: the GB200 FP8 and FP4 low-latency scripts)."""
         return self.nodes > 0 and dynamo_scripts.tp_script(self.script) is not None
 
     @property

@@ -39,10 +39,12 @@ latencies depend on, as `DeploymentSpec` fields:
   weights; where EP does not divide the 256 experts the mapping's placement from the workload's
   skew (`epsim.validate.silicon.mapping`) is replaced by this one.
 
+The FP4 wide-EP decodes' `SGLANG_MOE_NVFP4_DISPATCH=1` is `dispatch_dtype: nvfp4` (DeepEP's
+low-latency dispatch packed to 4 bits: 0.55 x the FP8 dispatch's bytes, `epsim.cost.comm`).
+
 Not carried, having no `DeploymentSpec` field: `--moe-runner-backend` (epsim prices a system's
 fitted MoE kernel), `--enable-dp-lm-head`, `--moe-dense-tp-size 1`, `--enable-single-batch-overlap`,
-the FP4 decodes' `SGLANG_MOE_NVFP4_DISPATCH=1` (an NVFP4 dispatch; the spec's dispatch dtypes are
-BF16 and FP8), `SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`,
+`SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`,
 `--max-prefill-tokens`, `--stream-interval` (SGLang 0.5.8 streams a request's first token at once
 whatever the interval: `scheduler_output_processor_mixin.py` 915, `len(output_ids) % interval ==
 1`), the transfer backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's
@@ -100,6 +102,11 @@ def _fp8_decode(dp: int, max_running: int, graph_bs: int) -> dict:
             "cuda_graph_max_bs": graph_bs, **_DEEPEP_LL}
 
 
+# the FP4 wide-EP decodes' `SGLANG_MOE_NVFP4_DISPATCH=1` beside `--moe-runner-backend
+# flashinfer_cutedsl`: SGLang's DeepEP low-latency dispatch packs the hidden states to NVFP4
+# (`_dispatch_core`: `use_nvfp4=True` once the runner's quant config holds its input global scale)
+_NVFP4_DISPATCH = {"dispatch_dtype": "nvfp4"}
+
 # the DEP4 prefill of the FP4 1k/1k mid-curve and max-tpt recipes, GB200 and GB300 alike: no
 # `--moe-a2a-backend`, so SGLang's `none`; no redundant experts; a pool of 131072 a GPU (8 chunks)
 _FP4_PREFILL_1K = {"chunked_prefill_size": 65536 // 4, "max_running_requests": 30000 // 4,
@@ -113,7 +120,7 @@ def _fp4_decode_1k(dp: int) -> dict:
     return {"chunked_prefill_size": 786432 // dp, "max_running_requests": 67584 // dp,
             "max_total_tokens": 3122380,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 1024,
-            "num_reserved_decode_tokens": 112, **_DEEPEP_LL}
+            "num_reserved_decode_tokens": 112, **_DEEPEP_LL, **_NVFP4_DISPATCH}
 
 
 # the FP4 8k/1k recipes' TP4 prefill beside a wide-EP decode (mid-curve, max-tpt; GB200 and
@@ -130,7 +137,7 @@ def _fp4_decode_8k(dp: int) -> dict:
     return {"chunked_prefill_size": 24576 // dp, "max_running_requests": 16384 // dp,
             "max_total_tokens": 524288,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 512,
-            "num_reserved_decode_tokens": 112, **_DEEPEP_LL}
+            "num_reserved_decode_tokens": 112, **_DEEPEP_LL, **_NVFP4_DISPATCH}
 
 
 def _fp4_low_latency_8k(decode_graph_bs: int) -> tuple[dict, dict]:

@@ -49,8 +49,38 @@ def test_dispatch_bytes_per_copy():
     assert dispatch_bytes_per_copy(4096, "bf16", 8, "pair") == 2 * 4096 + 16
     assert dispatch_bytes_per_copy(4096, "fp8", 8, "pair") == 4096 + 4 * 4096 / 128 + 16
     assert dispatch_bytes_per_copy(4096, "fp8", 8, "rank") == 4096 + 128 + 12 * 8
+    # NVFP4 (DeepEP low-latency use_nvfp4): 4 bits a value and an E4M3 byte per 16 values,
+    # 0.55 x the FP8 copy at DeepSeek's hidden size
+    assert dispatch_bytes_per_copy(7168, "nvfp4", 8, "pair") == 7168 / 2 + 7168 / 16 + 16
+    nvfp4, fp8 = (dispatch_bytes_per_copy(7168, d, 8, "pair") for d in ("nvfp4", "fp8"))
+    assert 0.54 < nvfp4 / fp8 < 0.56
     with pytest.raises(SpecError, match=r"dispatch_dtype \('int4'\) must be one of"):
         dispatch_bytes_per_copy(4096, "int4", 8, "pair")
+
+
+def test_an_nvfp4_dispatch_is_the_fp8_fit_at_its_own_bytes():
+    """DeepEP low-latency `use_nvfp4` (no table times it): the FP8 dispatch's component priced
+    at NVFP4's bytes a copy; the experts and the combine unchanged."""
+    from epsim.validate.published_predict import cost_model
+    model, ep, tokens = get_model("DeepSeek-V3"), 8, 128
+    loads = np.full((1, model.num_experts), ep * tokens * model.top_k / model.num_experts)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(1, model.num_experts, ep),
+                                               model.num_experts, ep, 8))
+    moe = {d: cost_model(model, "B200", ep, "deepep", "low_latency", dispatch_dtype=d).moe(
+        loads, np.full(ep, float(tokens)), tables, "decode") for d in ("fp8", "nvfp4")}
+    fp8, nvfp4 = moe["fp8"], moe["nvfp4"]
+    assert np.all(nvfp4.dispatch_us < fp8.dispatch_us)
+    np.testing.assert_array_equal(nvfp4.experts_us, fp8.experts_us)
+    np.testing.assert_array_equal(nvfp4.combine_us, fp8.combine_us)
+    # its provenance says so (no table times an NVFP4 dispatch)
+    from epsim.cost.provenance import component_uses
+    cm = cost_model(model, "B200", ep, "deepep", "low_latency", dispatch_dtype="nvfp4")
+    full = np.tile(loads, (model.num_moe_layers, 1))
+    layers = build_tables(Placement.on_cluster(contiguous_placement(
+        model.num_moe_layers, model.num_experts, ep), model.num_experts, ep, 8))
+    cm.step(BatchCounts.uniform_decode(ep, tokens, 1024), full, layers)
+    axes = [a for u in component_uses(cm, cm.ledger) if u.part == "dispatch" for a in u.axes]
+    assert any(a.startswith("dispatch_dtype nvfp4") for a in axes)
 
 
 def test_dedup_per_backend_and_sglang_mode_rule():

@@ -61,6 +61,8 @@ def test_fields_reach_their_server_arguments_in_sglangs_units():
     # BF16 DeepEP dispatch is an environment variable in SGLang
     assert launch(_scenario(dispatch_dtype="bf16")).env == {"SGLANG_DEEPEP_BF16_DISPATCH": "1"}
     assert launch(_scenario(dispatch_dtype="fp8")).env == {}
+    nvfp4 = _scenario(dispatch_dtype="nvfp4", deepep_mode="low_latency")
+    assert launch(nvfp4).env == {"SGLANG_MOE_NVFP4_DISPATCH": "1"}
 
 
 

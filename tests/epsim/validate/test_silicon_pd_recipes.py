@@ -97,9 +97,19 @@ def test_a_december_low_latency_group_takes_its_ai_dynamo_scripts_flags():
         "scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
         "max_running_requests": 64, "moe_a2a_backend": "none", "chunked_prefill_size": 24576,
         "cuda_graph_max_bs": 512}
-    # the FP4 key's script of the same name is not read
-    fp4 = replace(group, prefill=Recipe(1, 1, 1, True, 1, "gb200-fp4/disagg/8k1k-low-latency"))
-    assert pd_recipes.for_group(fp4) is None
+    # the FP4 key's script of the same name: TP4 with flashinfer_trtllm MoE, its decode with no
+    # --max-running-requests and graphs up to 256 requests
+    fp4_script = "gb200-fp4/disagg/8k1k-low-latency"
+    fp4 = pd_recipes.for_group(replace(group, key="dsr1-fp4-gb200-dynamo-sglang",
+                                       prefill=Recipe(1, 1, 1, True, 1, fp4_script)))
+    assert fp4.config_file == f"scripts/{fp4_script}.sh" and fp4.source.startswith("wxsms/")
+    assert pd_recipes.fields(fp4, "decode", 64) == {
+        "scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
+        "moe_a2a_backend": "none", "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256}
+    # a wide-EP script of the FP4 key (its srt-slurm recipe or none) is not a TP script
+    wide = replace(group, key="dsr1-fp4-gb200-dynamo-sglang",
+                   prefill=Recipe(1, 1, 1, True, 1, "gb200-fp4/disagg/8k1k-max-tpt"))
+    assert pd_recipes.for_group(wide) is None
 
 
 def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepep_normal():
@@ -116,6 +126,9 @@ def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepe
             recipe.config_file
         wide_decode = decode[3] and decode[2] > 1
         assert recipe.decode["moe_a2a_backend"] == ("deepep" if wide_decode else "none")
+        # the FP4 wide-EP decodes' SGLANG_MOE_NVFP4_DISPATCH=1: DeepEP LL packs NVFP4
+        nvfp4 = wide_decode and "-fp4-" in key
+        assert (recipe.decode.get("dispatch_dtype") == "nvfp4") == nvfp4, recipe.config_file
     by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
     for name in ("recipes/gb200-fp4/1k1k/mid-curve.yaml", "recipes/gb200-fp4/1k1k/max-tpt.yaml",
                  "recipes/gb300-fp4/1k1k/mid_curve.yaml", "recipes/gb300-fp4/1k1k/max_tpt.yaml",

@@ -12,7 +12,7 @@ import pytest
 from epsim.validate.silicon import dynamo_scripts, inferencex
 from epsim.validate.silicon.inferencex_extract import launch_groups
 from epsim.validate.silicon.mapping import plan_row
-from epsim.validate.silicon.resolve import resolve
+from epsim.validate.silicon.resolve import recipe_side, resolve
 from epsim.validate.silicon.rows import Side, read_rows
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "silicon_fixture.csv"
@@ -240,10 +240,17 @@ def test_the_1p_4d_script_before_the_rename_and_the_wide_ep_scripts_beside_it(ro
     assert (top.row.decode.attention_dp_size, top.row.decode.moe_ep_size) == (32, 32)
 
 
-def test_the_tp_scripts_are_the_fp8_ones_only():
-    # the FP4 key names scripts by the same SCRIPT_MODE under gb200-fp4/ (not read here)
-    assert dynamo_scripts.tp_script("gb200-fp4/disagg/1k1k-low-latency") is None
+def test_the_tp_scripts_are_the_low_latency_ones_of_both_precisions():
+    # the FP4 key names its scripts by the same SCRIPT_MODE under gb200-fp4/: the low-latency
+    # ones run TP4 too (the group's `tp: 1, dp-attn: true` placeholders read as DEP4 before)
+    assert dynamo_scripts.tp_script("gb200-fp4/disagg/1k1k-low-latency") is not None
+    assert dynamo_scripts.tp_script("gb200-fp4/disagg/1k1k-max-tpt") is None
     assert dynamo_scripts.tp_script("gb200-fp8/disagg/8k1k-max-tpt") is None
     fp4 = [g for v in inferencex.versions()["dsr1-fp4-gb200-dynamo-sglang"] for g in v.groups
-           if g.prefill.script.endswith("low-latency")]
-    assert fp4 and not any(g.prefill.tp_launch for g in fp4)
+           if g.prefill.script]
+    low = [g for g in fp4 if g.prefill.script.endswith("low-latency")]
+    assert low and all(g.prefill.tp_launch and not g.decode.wide_ep for g in low)
+    assert all(g.decode.wide_ep for g in fp4 if g not in low)
+    # the December 1k/1k low-latency group: P 1 x TP4 / D 2 x TP4, not DEP4
+    side = recipe_side(next(g for g in low if g.isl == 1024).decode, "gb200")
+    assert (side.tp_size, side.attention_dp_size, side.moe_ep_size, side.num_workers) == (4, 1, 1, 2)
