@@ -152,6 +152,7 @@ class Scheduler(Admission):
         self._context = np.zeros(shape, dtype=np.int32)          # 0 in a free slot
         self._out_left = np.full(shape, EMPTY_LEFT, dtype=np.int32)
         self._dropped = False            # a rank was dropped while a planned step ran
+        self._seen_s = -np.inf           # the latest time up to which a plan took in arrivals
         # one token per request per step (`epsim.sim.decode_path`): not so with speculation
         self.decode_path = DecodePath(self.state) if mode == "decode" and spec is None else None
         if len(init):
@@ -278,11 +279,17 @@ class Scheduler(Admission):
         return lost
 
     # -- one step ------------------------------------------------------------------------------
-    def plan(self, now_s: float, alive: np.ndarray | None = None) -> Plan:
+    def plan(self, now_s: float, alive: np.ndarray | None = None,
+             formed_s: float | None = None) -> Plan:
         """Admit arrivals and form this step's batch on every rank.
 
         Args:
             alive: [ranks] bool; a dead rank admits nothing and runs nothing (None: all alive).
+            formed_s: when SGLang's overlap loop formed this batch, the start of the step then
+                in flight: only arrivals before it are taken in (`epsim.sim.recv.forms_ahead`;
+                a send at that very time answers a request the step before it finished, whose
+                tokens the loop sent just before it received; None: the batch forms at `now_s`
+                and takes in every arrival up to it).
         """
         state = self.state
         self._dropped = False
@@ -297,7 +304,12 @@ class Scheduler(Admission):
                 path.stamp_clock()
             clock.open_if_due(now_s, state.slot_req, self.slot_tokens())
         recv = self.recv
-        seen_s = now_s if recv is None else recv.before_step(now_s, idle=not state.used.any())
+        seen_s = now_s if formed_s is None else float(np.nextafter(formed_s, -np.inf))
+        # what a batch took in stays taken: a batch formed at once by an idle loop saw up to
+        # its start, which the batch formed behind it does not see before
+        seen_s = self._seen_s = max(seen_s, self._seen_s)
+        if recv is not None:
+            seen_s = recv.before_step(seen_s, idle=not state.used.any())
         fresh, num_waiting = self._admit(seen_s, alive)
         occupied = state.used if alive is None else state.used & alive[:, None]
         alloc = finishing = None

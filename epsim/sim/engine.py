@@ -51,6 +51,7 @@ from epsim.sim.metrics import MetricsRecorder, SimResult
 from epsim.sim.placement import PlacementState
 from epsim.sim.prefill_pool import prefill_hold, reserve_tokens
 from epsim.sim.rank_queues import routes_by_room
+from epsim.sim.recv import forms_ahead
 from epsim.sim.speculative import Acceptance, DraftPricer
 from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
@@ -151,6 +152,7 @@ class Simulation:
         first_prompt = closed.lengths(0, 1)[0][0] if closed is not None else (
             self.requests.input_len[0] if len(self.requests) else w.input_len.mean_tokens)
         self.first_use = first_use_compiles(scenario, int(first_prompt))
+        self.forms_ahead = forms_ahead(d)      # SGLang's overlap loop (`epsim.sim.recv`)
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
@@ -259,12 +261,16 @@ class Simulation:
     def _step_loop(self) -> Generator:
         env, sched, placement = self.env, self.scheduler, self.placement
         leaper = self.leaper = Leaper(self) if self.leap and Leaper.applies(self) else None
+        # the start of the step that just ended, where SGLang's overlap loop formed the next
+        # batch (`epsim.sim.recv.forms_ahead`); None: no step in flight, the batch forms now
+        in_flight_s = None
         while True:
             if self._stall_us > 0:
                 stall, self._stall_us = self._stall_us, 0.0
                 self.metrics.record_stall(env.now, stall, "+".join(filter(None, self._stall_labels)))
                 self._stall_labels = []
                 yield env.timeout(stall)
+                in_flight_s = None         # host work between steps: the next batch forms after it
                 continue
             if leaper is not None:
                 leapt = leaper.leap(env.now)
@@ -272,6 +278,7 @@ class Simulation:
                     for step_us in leapt.step_us:     # applied already; SimPy's clock follows
                         yield env.timeout(step_us)
                     self.step_index += len(leapt.step_us)
+                    in_flight_s = leapt.last_start_us * 1e-6
                     self.last_step = StepInfo(self.step_index - 1, leapt.last_start_us,
                                               leapt.last_end_us, leapt.last_loads,
                                               leapt.last_tokens, leapt.last_cost,
@@ -280,8 +287,13 @@ class Simulation:
             now_s = env.now * 1e-6
             alive = self.elastic.serving() if self.elastic is not None else \
                 (None if placement.all_alive else placement.alive)
-            plan = sched.plan(now_s, alive)
+            plan = sched.plan(now_s, alive, in_flight_s if self.forms_ahead else None)
             num_tokens = plan.num_tokens
+            if num_tokens <= 0 and in_flight_s is not None and self.forms_ahead:
+                # the loop formed no batch behind the last step: once it ends, the idle loop
+                # receives and forms one at once
+                in_flight_s = None
+                continue
             if num_tokens <= 0:
                 # wait for the next arrival, even past the end (the run stops there first): a
                 # run `extend`ed wakes where one of its new length would
@@ -297,6 +309,7 @@ class Simulation:
                     extra += compile_us
                     self.metrics.record_charge(compile_us, "first_use_compile")
             start = env.now
+            in_flight_s = start * 1e-6
             batch = plan.batch
             if self.draft is None:
                 yield env.timeout(cost.step_us + extra)

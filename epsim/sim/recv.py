@@ -14,13 +14,35 @@ its iterations in microseconds, so an idle instance receives at once.
 InferenceX's single-node SGLang recipes run N = 10, or 30 from 16 clients on (e.g.
 `benchmarks/single_node/dsr1_fp4_b200.sh`), which at a 20 ms decode step holds a new request
 ~0.3 s on average before its prefill: a large part of the agg rows' TTFT (docs/model.md, §7).
+
+Overlap scheduling (SGLang's default, `Scheduler.event_loop_overlap` in
+python/sglang/srt/managers/scheduler.py, 0.5.5-0.5.10 alike) forms each batch one step ahead:
+an iteration receives, forms batch i and launches it behind batch i-1, and only then waits for
+batch i-1 to finish and sends its tokens (`pop_and_process`). The iteration that forms batch i
+thus starts as soon as batch i-2's results are out, i.e. as batch i-1 starts on the GPU, so a
+batch takes in only what arrived before the step ahead of it started (`forms_ahead`): a request
+sent while the instance decodes waits out the step in flight and then one more before its
+prefill runs. Its first token leaves as its prefill ends (the next iteration launched its batch
+before waiting on this one), so the output side adds no step. An idle loop (no batch in flight)
+receives and launches at once. `event_loop_normal` (`--disable-overlap-schedule`, and the v1
+speculative worker, `epsim.cost.scheduler_host.overlap_disabled`) forms each batch after the
+last one ended. Modelled for aggregated instances; the disaggregated loops
+(`event_loop_overlap_disagg_prefill`, `_decode`) form ahead too and are not yet.
 """
 
 from __future__ import annotations
 
+from epsim.cost.scheduler_host import overlap_disabled
+
 # the forward modes' weights (SGLang's defaults); any other mode weighs DEFAULT_WEIGHT
 DEFAULT_WEIGHT = 1000
 WEIGHTS = {"decode": 1, None: 1}        # a verify step is a decode step here; None: no batch
+
+
+def forms_ahead(deployment) -> bool:
+    """Whether a step takes in only the arrivals before the step ahead of it started: SGLang's
+    overlap loop on an aggregated instance (module doc)."""
+    return deployment.disaggregation_mode == "null" and not overlap_disabled(deployment)
 
 
 class RecvSkipper:

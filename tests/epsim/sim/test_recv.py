@@ -45,3 +45,23 @@ def test_a_request_sent_while_decoding_waits_for_the_receive(interval, first_tok
     # at 4 reaches 3 and receives: prefilled in [4, 5)
     assert sched.state.first_token_s[1] == first_token_s
     assert sched.state.first_token_s[0] == 1.0
+
+
+@pytest.mark.parametrize("arrival_s, overlap_first_token_s", [(1.5, 4.0), (2.0, 5.0)])
+def test_the_overlap_loop_takes_in_only_what_came_before_the_step_in_flight(
+        arrival_s, overlap_first_token_s):
+    # SGLang's overlap loop forms the batch of [k, k+1) as the step [k-1, k) starts
+    # (`recv.forms_ahead`): a request sent at 1.5 misses the batch formed at 1 and is prefilled
+    # in [3, 4); one sent at 2.0, as a step ends, misses the batch formed at 2 as well (the loop
+    # sent that step's tokens just before it received): [4, 5). The normal loop forms each batch
+    # as it starts: [2, 3) for both. Every step: 1 s; request 0 arrives to an idle loop.
+    for ahead, first_token_s in ((False, 3.0), (True, overlap_first_token_s)):
+        reqs = Requests(np.array([0.0, arrival_s]), np.array([10, 10], np.int64),
+                        np.array([10, 10], np.int64))
+        sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=100, mode="null")
+        for now in range(6):
+            formed_s = float(now - 1) if ahead and now > 0 else None
+            plan = sched.plan(float(now), formed_s=formed_s)
+            sched.commit(plan, now + 1.0)
+        assert sched.state.first_token_s[0] == 1.0
+        assert sched.state.first_token_s[1] == first_token_s
