@@ -23,9 +23,9 @@ latencies depend on, as `DeploymentSpec` fields:
   --speculative-num-draft-tokens 3` (not SGLang's DeepSeek default of 3 / 1 / 4);
 - the MoE path, stated on every side: `--moe-a2a-backend` (SGLang's default `none` where the
   recipe sets none: the FP4 DEP4 prefills of the GB200/GB300 1k/1k mid-curve and max-tpt recipes
-  and the B200 FP4 MTP recipe run no all-to-all -- DP attention's tokens gathered to every rank,
-  its experts' outputs reduced back, FlashInfer MoE -- and only the FP8 DEP8 prefills of the
-  wide-EP recipes dispatch with DeepEP, `--deepep-mode normal`), `--deepep-mode`,
+  and the B200 FP4 1k/1k low-latency recipes (STP and MTP) run no all-to-all -- DP attention's
+  tokens gathered to every rank, its experts' outputs reduced back, FlashInfer MoE -- and only
+  the FP8 DEP8 prefills of the wide-EP recipes dispatch with DeepEP, `--deepep-mode normal`), `--deepep-mode`,
   `--disable-shared-experts-fusion` (every wide-EP side), `--disable-cuda-graph` (the wide-EP
   prefills) and `--num-reserved-decode-tokens` (the FP4 wide-EP decodes' 112);
 - `--ep-num-redundant-experts 32` of the wide-EP sides (every DeepEP decode, the FP8 DEP8
@@ -47,7 +47,10 @@ fitted MoE kernel), `--enable-dp-lm-head`, `--moe-dense-tp-size 1`, `--enable-si
 `SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`,
 `--max-prefill-tokens`, `--stream-interval` (SGLang 0.5.8 streams a request's first token at once
 whatever the interval: `scheduler_output_processor_mixin.py` 915, `len(output_ids) % interval ==
-1`), the transfer backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's
+1`; a P/D decode server's first output is its prebuilt step's, `process_batch_result_prebuilt`,
+the prefill's token alone, so TTFT is untouched, and bench_serving's TPOT spans the first token to
+the last, so the interval moves only ITL), `--disable-radix-cache`, `--context-length`, the
+transfer backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's
 RDMA path), and the H100 MTP recipe's draft on its prefill side (epsim drafts on the decode side).
 
 `RECIPES` holds the recipes of the groups the flags were read for, keyed by the InferenceX
@@ -153,6 +156,21 @@ def _fp4_low_latency_8k(decode_graph_bs: int) -> tuple[dict, dict]:
 _LOW_LATENCY = {"scheduler_recv_interval": 10, "chunked_prefill_size": 8192,
                 "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95, "cuda_graph_max_bs": 256,
                 **_NO_A2A}
+
+
+def _b200_fp4_low_latency_1k(mtp: bool) -> tuple[dict, dict]:
+    """The B200 FP4 1k/1k low-latency recipes' sides, STP and MTP alike: a DEP4 prefill (a 32768
+    chunk and 512 requests over DP 4, no CUDA graphs) and TEP8 decodes (512 requests, graphs to
+    512), neither naming `--moe-a2a-backend` (SGLang's `none`). Beside them, not carried:
+    `--stream-interval 30` (the first token still goes at once: module doc),
+    `--disable-radix-cache` (random prompts share no prefix), `--context-length 2200` (above
+    the rows' 2048 tokens) and `--max-prefill-tokens 32768` (the chunk's size already)."""
+    both = {"kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85}
+    prefill = {"chunked_prefill_size": 32768 // 4, "max_running_requests": 512 // 4, **both,
+               "disable_cuda_graph": True, **_NO_A2A}
+    decode = {"chunked_prefill_size": 32768, "max_running_requests": 512, **both,
+              "cuda_graph_max_bs": 512, **(_MTP if mtp else {}), **_NO_A2A}
+    return prefill, decode
 
 
 @dataclass(frozen=True)
@@ -264,12 +282,15 @@ RECIPES: dict[tuple, PDRecipe] = {
     # DP attention over the DEP4 prefill with no `--moe-a2a-backend` (SGLang's `none`)
     ("dsr1-fp4-b200-dynamo-sglang-mtp", "84b7df683", 1024, 1024, (1, 4, 4, True), (6, 8, 8, False),
      True): PDRecipe("recipes/b200-fp4/1k1k/mtp/low-latency-dep4-1p-tep8-6d.yaml", _QICHING,
-                     {"chunked_prefill_size": 32768 // 4, "max_running_requests": 512 // 4,
-                      "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85,
-                      "disable_cuda_graph": True, **_NO_A2A},
-                     {"chunked_prefill_size": 32768, "max_running_requests": 512,
-                      "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85,
-                      "cuda_graph_max_bs": 512, **_MTP, **_NO_A2A}),
+                     *_b200_fp4_low_latency_1k(mtp=True)),
+    # the same recipes without MTP (srt-slurm `recipes/b200-fp4/1k1k-stp.yaml`'s `lowlat` variants,
+    # one file a decode count in this copy)
+    ("dsr1-fp4-b200-dynamo-sglang", "46e0b5ff0", 1024, 1024, (1, 4, 4, True), (5, 8, 8, False),
+     False): PDRecipe("recipes/b200-fp4/1k1k/stp/low-latency-dep4-1p-tep8-5d.yaml", _QICHING,
+                      *_b200_fp4_low_latency_1k(mtp=False)),
+    ("dsr1-fp4-b200-dynamo-sglang", "46e0b5ff0", 1024, 1024, (1, 4, 4, True), (6, 8, 8, False),
+     False): PDRecipe("recipes/b200-fp4/1k1k/stp/low-latency-dep4-1p-tep8-6d.yaml", _QICHING,
+                      *_b200_fp4_low_latency_1k(mtp=False)),
     ("dsr1-fp8-h100-dynamo-sglang", "78d48618f", 1024, 1024, (1, 16, 1, False), (2, 16, 1, False),
      True): PDRecipe("recipes/h100/1k1k/mtp/h100-fp8-1p2d-max-tp-mtp.yaml", _QICHING,
                      {"chunked_prefill_size": 2048, "max_running_requests": 2,

@@ -139,6 +139,26 @@ def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepe
         assert by_file[name].decode["disable_shared_experts_fusion"] is True
 
 
+def test_the_b200_fp4_1k1k_stp_groups_take_the_mtp_recipe_s_flags_less_its_draft():
+    """recipes/b200-fp4/1k1k/stp/low-latency-dep4-1p-tep8-{5,6}d.yaml (srt-slurm's
+    `1k1k-stp.yaml` low-latency variants): the MTP recipe's sides without `--speculative-*`."""
+    stp = Group(key="dsr1-fp4-b200-dynamo-sglang", commit="46e0b5ff0" + "0" * 31,
+                date="2026-02-10", image="", isl=1024, osl=1024, concurrencies=(32, 64, 256),
+                prefill=Recipe(1, 4, 4, True), decode=Recipe(6, 8, 8, False))
+    mtp = pd_recipes.for_group(replace(stp, key="dsr1-fp4-b200-dynamo-sglang-mtp",
+                                       commit="84b7df683" + "0" * 31, speculative="mtp"))
+    for workers in (5, 6):
+        recipe = pd_recipes.for_group(replace(stp, decode=Recipe(workers, 8, 8, False)))
+        assert recipe.config_file == f"recipes/b200-fp4/1k1k/stp/low-latency-dep4-1p-tep8-{workers}d.yaml"
+        assert recipe.prefill == mtp.prefill
+        # --chunked-prefill-size 32768 and --max-running-requests 512 over the prefill's DP 4
+        assert (recipe.prefill["chunked_prefill_size"], recipe.prefill["max_running_requests"]) == \
+            (8192, 128)
+        assert recipe.decode == {k: v for k, v in mtp.decode.items() if not k.startswith("speculative")}
+        assert recipe.decode["cuda_graph_max_bs"] == 512
+    assert pd_recipes.for_group(replace(stp, decode=Recipe(4, 8, 8, False))) is None
+
+
 def test_the_gb300_fp4_1k1k_mid_curve_group_takes_its_16k_chunk():
     # recipes/gb300-fp4/1k1k/mid_curve.yaml: --chunked-prefill-size 65536 over DP 4 (not the
     # 8192 of SGLang's default), DEP32 decode's 67584 requests and 786432 chunk over DP 32
