@@ -254,3 +254,18 @@ def test_the_tp_scripts_are_the_low_latency_ones_of_both_precisions():
     # the December 1k/1k low-latency group: P 1 x TP4 / D 2 x TP4, not DEP4
     side = recipe_side(next(g for g in low if g.isl == 1024).decode, "gb200")
     assert (side.tp_size, side.attention_dp_size, side.moe_ep_size, side.num_workers) == (4, 1, 1, 2)
+
+
+def test_the_fp4_8k1k_wide_ep_scripts_run_their_prefill_tp4_whatever_dp_attn_says():
+    """8k1k-max-tpt states `dp-attn: true` on its prefill, 8k1k-middle-curve `false`; both
+    scripts launch the prefill `--tp-size TOTAL_GPUS --dp-size 1 --ep-size 1` and the decode
+    wide EP. The 1k/1k scripts' prefill stays DP attention over 4 GPUs."""
+    version = next(v for v in inferencex.versions()["dsr1-fp4-gb200-dynamo-sglang"]
+                   if v.date.startswith("2025-12-19"))
+    for group in version.groups:
+        if group.prefill.script not in dynamo_scripts.WIDE_EP_FP4:
+            continue
+        prefill = recipe_side(group.prefill, "gb200")
+        tp = group.isl == 8192
+        assert group.prefill.tp_launch == tp and group.decode.wide_ep, group.prefill.script
+        assert (prefill.tp_size, prefill.attention_dp_size) == ((4, 1) if tp else (1, 4))
