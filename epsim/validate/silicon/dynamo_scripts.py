@@ -36,6 +36,22 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   GB200's 186 GB (13.4 TB HBM3e over 72 GPUs); without redundant experts 164 + 19 GB still
   exceeds its `--mem-fraction-static 0.95`. TP4 shards both (about 169 GB a GPU).
 
+- **FP4 wide EP** (`gb200-fp4/disagg/1k1k-middle-curve`, `1k1k-max-tpt`, `8k1k-middle-curve`,
+  `8k1k-max-tpt`): the decode runs DP attention and DeepEP low-latency over every GPU of the
+  worker (`--tp/--dp/--ep-size TOTAL_GPUS`, `--ep-num-redundant-experts 32`,
+  `--ep-dispatch-algorithm static`, `SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH=1`: SGLang 0.5.5's name
+  of the later `SGLANG_MOE_NVFP4_DISPATCH`); the 1k/1k prefills run DP attention with
+  `--ep-size 4` and no `--moe-a2a-backend` (SGLang's `none`) and no redundant experts, the 8k/1k
+  prefills TP over the worker (`--tp-size TOTAL_GPUS --dp-size 1 --ep-size 1`, `TP_PREFILL`),
+  whatever the group's `dp-attn` says. Flag for flag the February srt-slurm recipes'
+  (`pd_recipes`: `_FP4_PREFILL_1K`, `_fp4_decode_1k`, `_FP4_PREFILL_8K`, `_fp4_decode_8k`, with
+  the decode's DP size from the worker's GPUs); no script sets `--init-expert-location`, so the
+  32 slots sit as SGLang places them without EPLB. Read at wxsms/dynamo@cf433e68 (the fork's
+  git history; added in 80dfb82c and 69817c2d, 2025-12-08/11; `8k1k-max-tpt.sh` is `8k1k-middle-curve.sh` byte for
+  byte, `1k1k-max-tpt.sh` is `1k1k-middle-curve.sh` less `--enable-single-batch-overlap`). Not
+  carried, having no field: `--context-length` (2176 / 9600), `--disable-radix-cache`,
+  `--moe-runner-backend`, `--enable-single-batch-overlap`.
+
 The server flags of the TP scripts, as `DeploymentSpec` fields (no DP attention: the flags are a
 rank's as written). Not carried, having no field: the prefill's `--max-total-tokens` (8192 at
 1k/1k, 32768 at 8k/1k: the prefill's KV pool), `--stream-interval 10`.
@@ -67,6 +83,11 @@ TP_SCRIPTS: dict[str, tuple[str, dict, dict]] = {
         _FORK, {**_COMMON, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 256},
         {**_FP4_DECODE, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256}),
 }
+# the FP4 wide-EP scripts (module doc) -> where they were read; their flags: `pd_recipes`
+WIDE_EP_FP4 = {f"gb200-fp4/disagg/{name}": _FORK for name in
+               ("1k1k-middle-curve", "1k1k-max-tpt", "8k1k-middle-curve", "8k1k-max-tpt")}
+# the wide-EP scripts whose prefill runs TP over the worker (no DP attention, EP 1)
+TP_PREFILL = frozenset({"gb200-fp4/disagg/8k1k-middle-curve", "gb200-fp4/disagg/8k1k-max-tpt"})
 # the script renamed `1k1k-low-latency` on 2025-12-19 (module doc)
 RENAMED = {"gb200-fp8/disagg/1p_4d": "gb200-fp8/disagg/1k1k-low-latency"}
 
@@ -78,9 +99,23 @@ def tp_script(script: str) -> str | None:
     return name if name in TP_SCRIPTS else None
 
 
+def tp_side(script: str, role: str) -> bool:
+    """The script runs `role` ("prefill", "decode"; "" for either) as attention TP and MoE-TP
+    over the worker: a TP script, or an FP4 wide-EP script's TP prefill."""
+    return tp_script(script) is not None or role == "prefill" and script in TP_PREFILL
+
+
+def known(script: str) -> bool:
+    """The script's flags were read: a TP script or an FP4 wide-EP script."""
+    return tp_script(script) is not None or script in WIDE_EP_FP4
+
+
 def describe(script: str) -> str:
-    """How an assumption names a TP script (`tp_script(script)` is not None) and where it was
-    read."""
+    """How an assumption names a script whose flags were read (`known(script)`) and where."""
+    if script in WIDE_EP_FP4:
+        prefill = "TP over the worker" if script in TP_PREFILL else "DP attention, EP 4, no all-to-all"
+        return (f"launch script {script}.sh: P {prefill}, D DP attention and DeepEP over the worker "
+                f"({WIDE_EP_FP4[script]})")
     name = tp_script(script)
     renamed = (f" (renamed {name.rsplit('/', 1)[-1]} on 2025-12-19; the stored 1p_4d.sh's DEP4 "
                "cannot load FP8 R1)") if script in RENAMED else ""

@@ -66,6 +66,7 @@ class Recipe:
         nodes: the `*_NODES` setting (trays for all workers of this side), 0 when not set.
         script: the launch script the group's `SCRIPT_MODE` names (`gb200-fp8/disagg/1p_4d`;
             both sides carry it), "" when not set.
+        role: "prefill" or "decode" ("" where not said): a script may launch its sides apart.
     """
 
     workers: int
@@ -74,12 +75,14 @@ class Recipe:
     dp_attn: bool
     nodes: int = 0
     script: str = ""
+    role: str = ""
 
     @property
     def tp_launch(self) -> bool:
-        """A node-sized group whose launch script runs TP over the worker, whatever its `tp`,
-        `ep`, `dp-attn` say (`dynamo_scripts`: the GB200 FP8 and FP4 low-latency scripts)."""
-        return self.nodes > 0 and dynamo_scripts.tp_script(self.script) is not None
+        """A node-sized group whose launch script runs this side TP over the worker, whatever
+        its `tp`, `ep`, `dp-attn` say (`dynamo_scripts`: the GB200 FP8 and FP4 low-latency
+        scripts, the FP4 8k/1k wide-EP scripts' prefill)."""
+        return self.nodes > 0 and dynamo_scripts.tp_side(self.script, self.role)
 
     @property
     def wide_ep(self) -> bool:
@@ -123,10 +126,10 @@ def _settings(side: dict) -> dict[str, str]:
     return found
 
 
-def _recipe(side: dict, script: str = "") -> Recipe:
+def _recipe(side: dict, script: str = "", role: str = "") -> Recipe:
     nodes = next((int(v) for k, v in _settings(side).items() if k.endswith("_NODES") and v.isdigit()), 0)
     return Recipe(int(side["num-worker"]), int(side["tp"]), int(side["ep"]),
-                  bool(side.get("dp-attn", False)), nodes, script)
+                  bool(side.get("dp-attn", False)), nodes, script, role)
 
 
 def _script(key: str, group: dict) -> str:
@@ -163,7 +166,8 @@ def groups_of(key: str, config: dict, commit: str, date: str) -> list[Group]:
             script = _script(key, group)
             found.append(Group(key, commit, date, str(config.get("image", "")), int(seq["isl"]),
                                int(seq["osl"]), _concurrencies(group),
-                               _recipe(group["prefill"], script), _recipe(group["decode"], script),
+                               _recipe(group["prefill"], script, "prefill"),
+                               _recipe(group["decode"], script, "decode"),
                                _speculative(key, group)))
     return found
 
@@ -232,8 +236,9 @@ def versions(path: Path = RECIPES_PATH) -> dict[str, list[Version]]:
     found: dict[str, list[Version]] = {}
     for item in data["versions"]:
         groups = tuple(Group(item["key"], item["commit"], item["date"], item["image"], g["isl"],
-                             g["osl"], tuple(g["concurrencies"]), Recipe(**g["prefill"]),
-                             Recipe(**g["decode"]), g["speculative"]) for g in item["groups"])
+                             g["osl"], tuple(g["concurrencies"]),
+                             Recipe(**{**g["prefill"], "role": "prefill"}),
+                             Recipe(**{**g["decode"], "role": "decode"}), g["speculative"]) for g in item["groups"])
         found.setdefault(item["key"], []).append(Version(item["key"], item["date"], groups))
     for key in found:
         found[key].sort(key=lambda v: moment(v.date))

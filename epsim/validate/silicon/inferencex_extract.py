@@ -122,7 +122,8 @@ def master_versions(repo: Path):
 
 def _side(recipe) -> dict:
     """A recipe as stored: its fields, less an unset `script`."""
-    return {k: v for k, v in vars(recipe).items() if k != "script" or v}
+    # the role is the key the side sits under
+    return {k: v for k, v in vars(recipe).items() if k != "role" and (k != "script" or v)}
 
 
 def extract(repo: Path) -> dict:

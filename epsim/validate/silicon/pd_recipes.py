@@ -306,20 +306,38 @@ def _side(recipe) -> tuple:
 
 def for_group(group: Group | None) -> PDRecipe | None:
     """The recipe of an InferenceX P/D group, or None where its flags were not read: an
-    srt-slurm recipe of `RECIPES`, or the ai-dynamo TP launch script a December 2025 GB200 group
-    names by `SCRIPT_MODE` (`epsim.validate.silicon.dynamo_scripts`)."""
+    srt-slurm recipe of `RECIPES`, or the ai-dynamo launch script a December 2025 GB200 group
+    names by `SCRIPT_MODE` (`epsim.validate.silicon.dynamo_scripts`: the TP scripts, the FP4
+    wide-EP ones)."""
     if group is None:
         return None
     script = dynamo_scripts.tp_script(group.prefill.script) if group.prefill.tp_launch else None
     if script is not None:
         source, prefill, decode = dynamo_scripts.TP_SCRIPTS[script]
         return PDRecipe(f"scripts/{group.prefill.script}.sh", source, dict(prefill), dict(decode))
+    if group.prefill.nodes and group.prefill.script in dynamo_scripts.WIDE_EP_FP4:
+        return _fp4_wide_ep_script(group)
     for (key, commit, isl, osl, prefill, decode, mtp), recipe in RECIPES.items():
         if (group.key == key and group.commit.startswith(commit) and (group.isl, group.osl) ==
                 (isl, osl) and _side(group.prefill) == prefill and _side(group.decode) == decode
                 and (group.speculative == "mtp") == mtp):
             return recipe
     return None
+
+
+def _fp4_wide_ep_script(group: Group) -> PDRecipe | None:
+    """A December 2025 GB200 FP4 wide-EP script's flags (`dynamo_scripts.WIDE_EP_FP4`): those of
+    the February recipes of the same lengths, the decode's divided by its DP size (the worker's
+    GPUs, `--dp-size TOTAL_GPUS`); None where the prefill worker is not the scripts' 4 GPUs (the
+    1k/1k prefill's chunk and requests are divided by DP 4)."""
+    script = group.prefill.script
+    if group.prefill.gpus_per_worker("gb200") != 4:
+        return None
+    dp = group.decode.gpus_per_worker("gb200")
+    prefill, decode = ((_FP4_PREFILL_8K, _fp4_decode_8k(dp)) if script in dynamo_scripts.TP_PREFILL
+                       else (_FP4_PREFILL_1K, _fp4_decode_1k(dp)))
+    return PDRecipe(f"scripts/{script}.sh", dynamo_scripts.WIDE_EP_FP4[script], dict(prefill),
+                    dict(decode))
 
 
 def servers(run: SiliconRow, group: Group | None, assumptions: list[str]) -> dict[str, dict]:

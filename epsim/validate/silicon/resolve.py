@@ -266,16 +266,19 @@ def _as_group(row: SiliconRow, group: inferencex.Group, config_said: str | None 
     said = [f"workers and layout from InferenceX {group.key} at {group.commit[:9]} "
             f"({group.date[:10]}): P {_describe(group.prefill, row.system)} / "
             f"D {_describe(group.decode, row.system)}" + (", MTP" if group.speculative == "mtp" else "")]
-    if group.prefill.tp_launch:
-        said.append(f"{dynamo_scripts.describe(group.prefill.script)}: the group's tp, ep, "
+    script = group.prefill.script if group.prefill.nodes else ""
+    if dynamo_scripts.known(script):
+        said.append(f"{dynamo_scripts.describe(script)}: the group's tp, ep, "
                     f"dp-attn are placeholders its launch script ignores")
     if config_said:
         said.append(config_said)
     if row.mode == "agg":
         said.append(f"the row says agg with tp_size {row.agg.num_gpus}: the P/D pair's total GPUs "
                     f"({row.system} runs SGLang only disaggregated in InferenceX)")
+    # where the script's flags were read they state the redundant experts (`pd_recipes`)
     redundant = {role: WIDE_EP_REDUNDANT for role, r in (("prefill", group.prefill),
-                                                          ("decode", group.decode)) if r.wide_ep}
+                                                          ("decode", group.decode))
+                 if r.wide_ep and not dynamo_scripts.known(script)}
     return Resolved(replace(row, mode="disagg", agg=None, prefill=prefill, decode=decode),
                     tuple(said), redundant or None, speculative=group.speculative == "mtp",
                     from_recipe=True, group=group)

@@ -10,7 +10,7 @@ import pytest
 from epsim.errors import SpecError
 
 from epsim.spec.scenario import scenario_from_dict
-from epsim.validate.silicon import dynamo_scripts, pd_recipes
+from epsim.validate.silicon import dynamo_scripts, inferencex, pd_recipes
 from epsim.validate.silicon.inferencex import Group, Recipe
 from epsim.validate.silicon.rows import Side, SiliconRow
 
@@ -106,10 +106,36 @@ def test_a_december_low_latency_group_takes_its_ai_dynamo_scripts_flags():
     assert pd_recipes.fields(fp4, "decode", 64) == {
         "scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
         "moe_a2a_backend": "none", "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256}
-    # a wide-EP script of the FP4 key (its srt-slurm recipe or none) is not a TP script
-    wide = replace(group, key="dsr1-fp4-gb200-dynamo-sglang",
-                   prefill=Recipe(1, 1, 1, True, 1, "gb200-fp4/disagg/8k1k-max-tpt"))
+    # a wide-EP script of the FP8 key was not read: SGLang's defaults
+    wide = replace(group, prefill=Recipe(1, 1, 1, True, 1, "gb200-fp8/disagg/8k1k-max-tpt"))
     assert pd_recipes.for_group(wide) is None
+
+
+def _december_fp4(isl: int, mode: str) -> Group:
+    """The 2025-12-19 `dsr1-fp4-gb200-dynamo-sglang` group of `isl` whose SCRIPT_MODE is `mode`."""
+    version = next(v for v in inferencex.versions()["dsr1-fp4-gb200-dynamo-sglang"]
+                   if v.date.startswith("2025-12-19"))
+    return next(g for g in version.groups
+                if g.isl == isl and g.prefill.script == f"gb200-fp4/disagg/{mode}")
+
+
+def test_a_december_fp4_wide_ep_group_takes_its_scripts_flags():
+    """1k1k-max-tpt (P 4 x DEP4 / D 1 x DEP32): the decode's DeepEP low-latency with 32
+    redundant experts and NVFP4 dispatch, its chunk and requests over DP 32; the prefill's no
+    all-to-all and no redundant experts. 8k1k-middle-curve's decode (DEP48) divides by 48."""
+    recipe = pd_recipes.for_group(_december_fp4(1024, "1k1k-max-tpt"))
+    assert recipe.config_file == "scripts/gb200-fp4/disagg/1k1k-max-tpt.sh"
+    decode = pd_recipes.fields(recipe, "decode", 1 << 20)
+    assert decode["moe_a2a_backend"] == "deepep" and decode["deepep_mode"] == "low_latency"
+    assert decode["ep_num_redundant_experts"] == 32 and decode["dispatch_dtype"] == "nvfp4"
+    assert (decode["chunked_prefill_size"], decode["max_running_requests"]) == (786432 // 32,
+                                                                                67584 // 32)
+    prefill = pd_recipes.fields(recipe, "prefill", 1 << 20)
+    assert prefill["moe_a2a_backend"] == "none" and "ep_num_redundant_experts" not in prefill
+    assert prefill["chunked_prefill_size"] == 65536 // 4
+    mid = pd_recipes.fields(pd_recipes.for_group(_december_fp4(8192, "8k1k-middle-curve")),
+                            "decode", 1 << 20)
+    assert (mid["chunked_prefill_size"], mid["cuda_graph_max_bs"]) == (24576 // 48, 512)
 
 
 def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepep_normal():

@@ -254,3 +254,38 @@ def test_the_tp_scripts_are_the_low_latency_ones_of_both_precisions():
     # the December 1k/1k low-latency group: P 1 x TP4 / D 2 x TP4, not DEP4
     side = recipe_side(next(g for g in low if g.isl == 1024).decode, "gb200")
     assert (side.tp_size, side.attention_dp_size, side.moe_ep_size, side.num_workers) == (4, 1, 1, 2)
+
+
+def test_the_fp4_8k1k_wide_ep_scripts_run_their_prefill_tp4_whatever_dp_attn_says():
+    """8k1k-max-tpt states `dp-attn: true` on its prefill, 8k1k-middle-curve `false`; both
+    scripts launch the prefill `--tp-size TOTAL_GPUS --dp-size 1 --ep-size 1` and the decode
+    wide EP. The 1k/1k scripts' prefill stays DP attention over 4 GPUs."""
+    version = next(v for v in inferencex.versions()["dsr1-fp4-gb200-dynamo-sglang"]
+                   if v.date.startswith("2025-12-19"))
+    for group in version.groups:
+        if group.prefill.script not in dynamo_scripts.WIDE_EP_FP4:
+            continue
+        prefill = recipe_side(group.prefill, "gb200")
+        tp = group.isl == 8192
+        assert group.prefill.tp_launch == tp and group.decode.wide_ep, group.prefill.script
+        assert (prefill.tp_size, prefill.attention_dp_size) == ((4, 1) if tp else (1, 4))
+
+
+def test_a_december_fp4_8k1k_max_tpt_row_runs_its_scripts_layout_and_flags(rows):
+    """A row as the database dump writes config 254 (8k/1k, 8192 clients, 2025-12-21): the
+    8k1k-max-tpt script's TP4 prefills (the group says `dp-attn: true`) and DEP32 decode, whose
+    32 redundant experts and NVFP4 dispatch are the script's flags, not resolve's from-skew slots."""
+    base = rows["dsr1_gb200_sglang_fp4_disagg_1024x1024_c8192_cfg483"]
+    row = replace(base, id="cfg254", isl=8192, concurrency=8192,
+                  source="db-dump; measured=2025-12-21T00:00:00.000Z; lmsysorg/sglang:v0.5.5.post2",
+                  prefill=Side(1, 1, 4, 4, 1, None, 10), decode=Side(1, 1, 32, 32, 1, None, 1))
+    ran = resolve(row)
+    assert ran.error is None and ran.group.prefill.script == "gb200-fp4/disagg/8k1k-max-tpt"
+    assert ran.row.prefill == Side(4, 1, 1, 4, 1, None, 10)
+    assert (ran.row.decode.attention_dp_size, ran.row.decode.moe_ep_size) == (32, 32)
+    assert ran.redundant_experts is None
+    plan = {i.role: i.data["deployment"] for i in plan_row(row).instances}
+    assert (plan["decode"]["ep_num_redundant_experts"], plan["decode"]["init_expert_location"],
+            plan["decode"]["dispatch_dtype"]) == (32, "trivial", "nvfp4")
+    assert plan["prefill"].get("ep_num_redundant_experts", 0) == 0
+    assert (plan["prefill"]["tp_size"], plan["prefill"]["chunked_prefill_size"]) == (4, 131072)
