@@ -26,8 +26,19 @@ prefill runs. Its first token leaves as its prefill ends (the next iteration lau
 before waiting on this one), so the output side adds no step. An idle loop (no batch in flight)
 receives and launches at once. `event_loop_normal` (`--disable-overlap-schedule`, and the v1
 speculative worker, `epsim.cost.scheduler_host.overlap_disabled`) forms each batch after the
-last one ended. Modelled for aggregated instances; the disaggregated loops
-(`event_loop_overlap_disagg_prefill`, `_decode`) form ahead too and are not yet.
+last one ended.
+
+A P/D prefill server runs the same order by default (`event_loop_overlap_disagg_prefill` in
+python/sglang/srt/disaggregation/prefill.py, chosen by `run_scheduler_process` whenever overlap
+is on, 0.5.3-0.5.9 alike): receive, move the bootstrapped requests to the waiting queue, form
+and launch batch i, then wait for batch i-1 and send its KV (`process_batch_result_disagg_prefill`),
+so its batches form ahead too and each one's KV leaves as its forward ends. A P/D decode server's
+`event_loop_overlap_disagg_decode` also polls the transfers a step ahead, but a request it finds
+becomes a prebuilt batch (no forward) whose result -- the request's first token, streamed by
+`process_batch_result_prebuilt` -- is processed as the step after the one in flight ends, the
+request's first decode step starting then: epsim's decode instance, which takes a transferred
+request into the first step that starts after it arrived and gives its first token as that
+step ends, lands every token at the same time, so it forms at once (`forms_ahead` is False).
 """
 
 from __future__ import annotations
@@ -41,8 +52,8 @@ WEIGHTS = {"decode": 1, None: 1}        # a verify step is a decode step here; N
 
 def forms_ahead(deployment) -> bool:
     """Whether a step takes in only the arrivals before the step ahead of it started: SGLang's
-    overlap loop on an aggregated instance (module doc)."""
-    return deployment.disaggregation_mode == "null" and not overlap_disabled(deployment)
+    overlap loop on an aggregated instance or a P/D prefill server (module doc)."""
+    return deployment.disaggregation_mode in ("null", "prefill") and not overlap_disabled(deployment)
 
 
 class RecvSkipper:

@@ -265,3 +265,38 @@ def test_overlap_loop_prefills_a_request_behind_the_step_in_flight():
             else:
                 assert start[k - 1] > arrival             # formed as that step started
         assert formed_behind >= done.shape[0] // 2
+
+
+def test_prefill_server_forms_each_batch_behind_the_step_in_flight():
+    # a P/D prefill server runs the overlap loop too (`event_loop_overlap_disagg_prefill`,
+    # `epsim.sim.recv.forms_ahead`): a step that starts as the last one ends was formed as that
+    # one started, taking the arrivals from before it -- or, where that found none, formed as it
+    # ends, taking only the arrivals from during it; never both. `--disable-overlap-schedule`
+    # forms each batch as its step starts, taking both. Poisson arrivals, ~3 a step, of 16-80
+    # tokens under a 64-token chunk: the queue outlasts some steps and drains in others (a
+    # chunked prompt's last step takes it too: it was sent before the step ahead started).
+    mixed = {}
+    for disable in (False, True):
+        sc = tiny_scenario(
+            deployment={"disaggregation_mode": "prefill", "chunked_prefill_size": 64,
+                        "disable_overlap_schedule": disable},
+            workload={"input_len": {"kind": "uniform", "low": 16, "high": 80},
+                      "output_len": {"kind": "fixed", "value": 1}, "warmup_s": 0.0})
+        result = simulate(sc)
+        start = result.steps["start_us"] * 1e-6
+        end = start + result.steps["step_us"] * 1e-6
+        done = np.flatnonzero(np.isfinite(result.first_token_s))
+        step_of = np.searchsorted(end, result.first_token_s[done] - 1e-9)
+        assert np.allclose(end[step_of], result.first_token_s[done], atol=1e-12)
+        mixed[disable] = behind = 0
+        for k in range(1, start.shape[0]):
+            if start[k] > end[k - 1] + 2e-6:
+                continue                 # the loop sat idle: the batch formed as it started
+            sent = result.arrival_s[done[step_of == k]]
+            assert np.all(sent <= start[k] + 2e-6)
+            before = bool(np.any(sent < start[k - 1]))
+            behind += before
+            mixed[disable] += before and bool(np.any(sent > start[k - 1]))
+        assert behind >= 10
+    assert mixed[False] == 0
+    assert mixed[True] > 0

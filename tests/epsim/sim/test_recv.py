@@ -65,3 +65,19 @@ def test_the_overlap_loop_takes_in_only_what_came_before_the_step_in_flight(
             sched.commit(plan, now + 1.0)
         assert sched.state.first_token_s[0] == 1.0
         assert sched.state.first_token_s[1] == first_token_s
+
+
+@pytest.mark.parametrize("mode, disable, spec, ahead", [
+    ("null", False, None, True), ("prefill", False, None, True), ("prefill", True, None, False),
+    ("prefill", False, "EAGLE", False), ("decode", False, None, False)])
+def test_which_loops_form_ahead(mode, disable, spec, ahead):
+    # SGLang's overlap loops, agg and P/D prefill, form a batch a step ahead; a P/D decode's
+    # prebuilt batch gives a transferred request's first token as the step after the one in
+    # flight ends, which a batch formed at once lands too (module doc); `event_loop_normal`
+    # (`--disable-overlap-schedule`, the v1 speculative worker) forms each batch as it starts
+    from types import SimpleNamespace
+
+    from epsim.sim.recv import forms_ahead
+    deployment = SimpleNamespace(disaggregation_mode=mode, disable_overlap_schedule=disable,
+                                 speculative_algorithm=spec)
+    assert forms_ahead(deployment) is ahead
