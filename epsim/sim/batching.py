@@ -9,7 +9,7 @@ decode count (SGLang's rules). Disaggregated instances: `prefill` finishes a req
 prompt is prefilled (first token); `decode` admits requests whose prompt is already in the KV
 cache.
 
-Elastic EP: `drop_rank` loses a failed rank's running and queued requests (its scheduler process
+Elastic EP: `drop_rank` (`epsim.sim.rank_loss`) loses a failed rank's running and queued requests (its scheduler process
 is gone; their clients resend them when their timeout runs out, `epsim.sim.retries`), and
 `route_to` sends later arrivals round-robin over the live ranks only.
 
@@ -25,48 +25,35 @@ free slots and the KV pool, `epsim.sim.kv_pool`); a closed loop's arrivals follo
 completions (`epsim.sim.clients`, told of each finish by `SlotState.on_finish`); with
 speculative decoding a decode step is a verify step whose requests get k tokens each, counted in
 `commit` on the per-slot path (`epsim.sim.speculative`); colocated instances with chunked
-prefill run `plan`'s extend branch.
+prefill run `plan`'s extend branch (`epsim.sim.chunked_prefill`). The requests running at t=0
+take their slots in `epsim.sim.initial_requests.place_initial`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
 from epsim.sim.admission import Admission
 from epsim.sim.arrivals import Requests
+from epsim.sim.chunked_prefill import extend_counts
 from epsim.sim.clients import ClientQueues, ClosedLoop
 from epsim.sim.decode_path import DecodePath
+from epsim.sim.initial_requests import place_initial
 from epsim.sim.kv_pool import KVPool
 from epsim.sim.quiet import Quiet, apply_quiet, quiet_steps
+from epsim.sim.rank_loss import drop_rank, without_freed
 from epsim.sim.rank_queues import RankQueues
 from epsim.sim.recv import RecvSkipper
 from epsim.sim.retries import Retries
 from epsim.sim.saturation import Applied, Saturated, apply_saturated, saturated_batch, saturated_steps
-from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, NO_REQUEST, SlotState
+from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, SlotState
 from epsim.sim.speculative import Acceptance, verify_counts
+from epsim.sim.step_plan import Plan
 from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
 from epsim.spec.workload import RetrySpec
-
-
-@dataclass(eq=False)
-class Plan:
-    """One step's batch: per-rank counts for the cost model and what `commit` applies."""
-
-    batch: BatchCounts
-    decoding: np.ndarray                  # [ranks, slots] bool, slots that decode one token
-    prefill_alloc: np.ndarray | None      # [ranks, slots] int64 prefill tokens this step
-    finishing_prefill: np.ndarray | None  # [ranks, slots] bool, prompt completes this step
-    fresh_ids: np.ndarray | None          # decode instances: requests whose first step this is
-    num_waiting: int = 0                  # arrived requests still without a slot
-    requests: np.ndarray | None = None    # speculative: [ranks] requests the verify step runs
-    context: np.ndarray | None = None     # speculative: [ranks] their contexts' sum (+1 each)
-
-    @property
-    def num_tokens(self) -> float:
-        return float(self.batch.tokens.sum())
 
 
 class Scheduler(Admission):
@@ -156,32 +143,9 @@ class Scheduler(Admission):
         # one token per request per step (`epsim.sim.decode_path`): not so with speculation
         self.decode_path = DecodePath(self.state) if mode == "decode" and spec is None else None
         if len(init):
-            self._place_initial(init, initial_progress)
+            place_initial(self, init, initial_progress)   # `epsim.sim.initial_requests`
         if closed is not None:
             self._send([0.0] * closed.first_sends)
-
-    def _place_initial(self, init: Requests, progress: np.ndarray | None) -> None:
-        per_rank = len(init) // self.num_ranks
-        if per_rank * self.num_ranks != len(init) or per_rank > self.max_running:
-            raise ValueError(f"initial requests ({len(init)}) must be num_ranks x k with k <= "
-                             f"max_running_requests ({self.max_running})")
-        state = self.state
-        done = np.zeros(len(init), dtype=np.int64) if progress is None else np.asarray(progress, np.int64)
-        first = self.initial_start
-        done = np.minimum(done, state.output_len[first:first + len(init)] - 1)
-        ids = first + np.arange(len(init)).reshape(self.num_ranks, per_rank)
-        state.slot_req[:, :per_rank] = ids
-        state.used[:, :per_rank] = True
-        self._context[:, :per_rank] = (init.input_len + done).reshape(self.num_ranks, per_rank)
-        state.context_sum[:] = self._context.sum(axis=1)
-        self._out_left[:, :per_rank] = (state.output_len[ids.ravel()] - done).reshape(
-            self.num_ranks, per_rank)
-        state.occupied[:] = per_rank
-        state.clock.start_at_zero((slice(None), slice(None, per_rank)))   # last token at t=0
-        if self.decode_path is not None:
-            slots = np.flatnonzero(state.used)
-            self.decode_path.start(slots, self._context.reshape(-1)[slots],
-                                   self._out_left.reshape(-1)[slots])
 
     def leave_decode_path(self) -> None:
         """Form the per-slot arrays and keep them from now on (a rank failed)."""
@@ -251,32 +215,14 @@ class Scheduler(Admission):
 
     # -- elastic EP (and `Admission.route_to`) ---------------------------------------------------
     def drop_rank(self, rank: int, now_s: float) -> np.ndarray:
-        """A failed rank loses its requests, running and queued; its slots become free.
+        """A failed rank loses its requests, running and queued; its slots become free
+        (`epsim.sim.rank_loss.drop_rank`).
 
         Returns:
             [lost] int64 request ids (marked in `lost`; they never finish: a resend is a
             new request, `on_lost`).
         """
-        self.leave_decode_path()
-        state = self.state
-        waiting = self.queues.drop(rank, now_s)
-        row = state.slot_req[rank]
-        used = np.flatnonzero(row >= 0)
-        lost = np.concatenate([row[used].astype(np.int64), waiting])
-        state.clock.lose(row[used], self.slot_tokens()[rank, used], state.clock.last_s[rank, used])
-        state.lost[lost] = True
-        state.slot_req[rank] = NO_REQUEST
-        state.used = state.used.copy()          # the plan of the step in flight keeps its own
-        state.used[rank] = False
-        state.free = None
-        self.prefill_left[rank] = 0
-        self._context[rank] = 0
-        state.context_sum[rank] = 0
-        self._out_left[rank] = EMPTY_LEFT
-        state.occupied[rank] = 0
-        self._dropped = True
-        self.on_lost(lost, now_s)          # their clients resend them, or give up
-        return lost
+        return drop_rank(self, rank, now_s)
 
     # -- one step ------------------------------------------------------------------------------
     def plan(self, now_s: float, alive: np.ndarray | None = None,
@@ -328,14 +274,11 @@ class Scheduler(Admission):
                 budget = np.full(self.num_ranks, self.chunk_tokens, dtype=np.int64)
                 if self.mixed_chunk:
                     budget = np.maximum(budget - decoding.sum(axis=1), 0)
-                alloc = self._chunk(pending, budget)
-                finishing = (alloc > 0) & (alloc == self.prefill_left)
-                prefill_tokens = alloc.sum(axis=1).astype(np.float64)
-                prefill_context = np.where(alloc > 0, self._context + alloc, 0).sum(
-                    axis=1).astype(np.float64)
-                prefill_pairs = (alloc * self._context + alloc * (alloc + 1) / 2.0).sum(axis=1)
-                prefill_seqs = (alloc > 0).sum(axis=1).astype(np.float64)
-                finishing_count = finishing.sum(axis=1).astype(np.float64)
+                ext = extend_counts(pending, budget, state.slot_req, self.prefill_left, self._context)
+                alloc, finishing = ext.alloc, ext.finishing
+                prefill_tokens, prefill_context = ext.prefill_tokens, ext.prefill_context
+                prefill_pairs, prefill_seqs = ext.prefill_pairs, ext.prefill_seqs
+                finishing_count = ext.finishing_count
         if self.mode == "decode" and alive is None:   # every used slot decodes; free slots hold 0
             decode_tokens = state.occupied.astype(np.float64)
             decode_context = state.context_sum + decode_tokens
@@ -355,18 +298,6 @@ class Scheduler(Admission):
                         num_waiting, decode_tokens, decode_context)
         return Plan(batch, decoding, alloc, finishing, fresh, num_waiting)
 
-    def _chunk(self, pending: np.ndarray, budget: np.ndarray) -> np.ndarray:
-        """[ranks, slots] prefill tokens per slot: oldest requests first until `budget`."""
-        # the fill at slot_req's own dtype: NumPy 2.5 refuses a Python int its dtype cannot hold
-        key = np.where(pending, self.state.slot_req, np.iinfo(self.state.slot_req.dtype).max)
-        order = np.argsort(key, axis=1, kind="stable")
-        left = np.take_along_axis(np.where(pending, self.prefill_left, 0), order, axis=1)
-        before = np.cumsum(left, axis=1) - left
-        take = np.clip(budget[:, None] - before, 0, left)
-        alloc = np.empty_like(take)
-        np.put_along_axis(alloc, order, take, axis=1)
-        return alloc
-
     def commit(self, plan: Plan, now_s: float) -> StepGaps:
         """Apply a finished step at `now_s`: tokens produced, first tokens, completions.
 
@@ -378,11 +309,14 @@ class Scheduler(Admission):
         state = self.state
         dropped = self._dropped
         if dropped:                       # a rank failed mid-step: its part of the step is lost
-            plan = self._without_freed(plan)
+            plan = without_freed(plan, state)
         decoding = plan.decoding
         emitting = decoding if plan.finishing_prefill is None else decoding | plan.finishing_prefill
         if plan.requests is not None:        # a verify step: each request gets k tokens
-            made = self._verify_tokens(decoding, state.clock.opened_s is not None)
+            made = self.spec.verify_tokens(decoding, self._out_left)
+            if state.clock.opened_s is not None:      # the window's verifies: the accept length
+                self.spec_tokens += int(made.sum())
+                self.spec_verifies += int(np.count_nonzero(decoding))
             gaps = state.clock.emit(now_s, emitting, made)
             self._context += made
             state.context_sum += made.sum(axis=1)
@@ -416,31 +350,6 @@ class Scheduler(Admission):
             context[done] = 0
             self._out_left.reshape(-1)[done] = EMPTY_LEFT
         return gaps
-
-    def _verify_tokens(self, decoding: np.ndarray, in_window: bool) -> np.ndarray:
-        """[ranks, slots] int32 tokens each decoding slot's request gets from a verify step:
-        `Acceptance.draw`, at most what it has left; counted for the accept length in the window."""
-        made = np.zeros(decoding.shape, dtype=np.int32)
-        slots = np.flatnonzero(decoding)
-        tokens = np.minimum(self.spec.draw(slots.shape[0]), self._out_left.reshape(-1)[slots])
-        made.reshape(-1)[slots] = tokens
-        if in_window:
-            self.spec_tokens += int(tokens.sum())
-            self.spec_verifies += int(slots.shape[0])
-        return made
-
-    def _without_freed(self, plan: Plan) -> Plan:
-        """`plan` restricted to slots that still hold a request (`drop_rank` freed the rest)."""
-        live = self.state.slot_req >= 0
-        fresh = plan.fresh_ids
-        if fresh is not None:
-            fresh = fresh[~self.state.lost[fresh]]
-        alloc = finishing = None
-        if plan.prefill_alloc is not None:
-            alloc = np.where(live, plan.prefill_alloc, 0)
-            finishing = plan.finishing_prefill & live
-        return Plan(plan.batch, plan.decoding & live, alloc, finishing, fresh, plan.num_waiting,
-                    plan.requests, plan.context)
 
     # -- many steps at once (`epsim.sim.saturation`, for `epsim.sim.leap`) -------------------
     def may_saturate(self) -> bool:

@@ -30,24 +30,24 @@ import simpy
 from tqdm import tqdm
 
 from epsim.cost.model import CostModel
-from epsim.cost.provenance import provenance
 from epsim.cost.step import StepCost
 from epsim.errors import SpecError
 from epsim.eplb.placement import Placement
 from epsim.default_profile import default_profile
 from epsim.profile import Profile, load_profile, profile_path
 from epsim.routing.skew import SkewModel
-from epsim.sim.arrivals import Requests, sample_lengths, sample_requests
+from epsim.sim.arrivals import sample_requests
 from epsim.sim.batching import Scheduler
 from epsim.sim.clients import ClosedLoop
 from epsim.sim.elastic import ElasticEP
 from epsim.sim.eplb_process import EPLBManager
 from epsim.sim.first_use import first_use_compiles
 from epsim.sim.initial_placement import initial_placement
-from epsim.sim.kv_pool import KVPool
+from epsim.sim.initial_requests import initial_requests
+from epsim.sim.kv_pool import KVPool, longest_context
 from epsim.sim.leap import Leaper
-from epsim.sim.memory import kv_running_limit, memory_plan
-from epsim.sim.metrics import MetricsRecorder, SimResult
+from epsim.sim.memory import memory_plan
+from epsim.sim.metrics import MetricsRecorder, SimResult, sim_result
 from epsim.sim.placement import PlacementState
 from epsim.sim.prefill_pool import prefill_hold, reserve_tokens
 from epsim.sim.rank_queues import routes_by_room
@@ -130,7 +130,9 @@ class Simulation:
             raise SpecError(f"deployment ({scenario.name}) does not fit: {self.memory.reason}")
         # "steady" resolved: the steady-batch model's batch of this scenario (`epsim.sim.steady`)
         self.initial_running_per_rank = initial_running_per_rank(scenario, self.profile)
-        initial, progress_done = self._initial_requests(dp, max_running)
+        initial, progress_done = initial_requests(         # `epsim.sim.initial_requests`
+            w, d.num_reserved_decode_tokens, self.memory.max_total_num_tokens,
+            self.initial_running_per_rank, dp, max_running, self.seed)
         closed = None
         if w.arrivals.kind == "concurrency":        # closed loop (`epsim.sim.clients`)
             closed = ClosedLoop(w, self.seed, 0 if initial is None else len(initial))
@@ -139,7 +141,7 @@ class Simulation:
                             f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
                             f"raise the arrival rate or the duration")
         self.kv_pool = KVPool(self.memory.max_total_num_tokens, reserve_tokens(d), max_running,
-                              self._longest_context(initial), w.warmup_s)
+                              longest_context(w, self.requests, initial), w.warmup_s)
         self.prefill_hold = prefill_hold(scenario, self.memory.max_total_num_tokens, self.profile)
         # speculative decoding: tokens per verify step and the draft's forwards (`speculative`)
         self.acceptance = self.draft = None
@@ -181,37 +183,6 @@ class Simulation:
             self.eplb = EPLBManager(self)
         if scenario_processes and d.failures:
             self.elastic = ElasticEP(self)
-
-    def _initial_requests(self, dp: int, max_running: int) -> tuple[Requests | None, np.ndarray | None]:
-        """Requests decoding at t=0 (`initial_running_per_rank`), part-way done so that
-        completions are spread out as in a steady state."""
-        w, d = self.scenario.workload, self.scenario.deployment
-        # at most what the slots and the KV pool hold at a part-way context (`epsim.sim.memory`)
-        kv_limit = kv_running_limit(self.memory.max_total_num_tokens, w.input_len.mean_tokens
-                                    + w.output_len.mean_tokens / 2, d.num_reserved_decode_tokens)
-        per_rank = min(self.initial_running_per_rank, max_running, kv_limit)
-        if w.arrivals.kind == "concurrency":     # each one client's request
-            per_rank = min(per_rank, w.arrivals.clients // dp)
-        if per_rank == 0:
-            return None, None
-        rng = np.random.default_rng([self.seed, 0x1417])
-        num = per_rank * dp
-        input_len = sample_lengths(w.input_len, num, rng)
-        output_len = sample_lengths(w.output_len, num, rng)
-        done = np.floor(rng.random(num) * output_len).astype(np.int64)   # tokens already made
-        return Requests(np.zeros(num), input_len, output_len), done
-
-    def _longest_context(self, initial: Requests | None) -> float:
-        """The longest prompt + output of the run (tokens): of its drawn requests, or what a
-        closed loop's length specs can draw."""
-        w = self.scenario.workload
-        if w.arrivals.kind == "concurrency":
-            return float(w.input_len.max_tokens + w.output_len.max_tokens)
-        longest = 0.0
-        for reqs in (self.requests, initial):
-            if reqs is not None and len(reqs):
-                longest = max(longest, float((reqs.input_len + reqs.output_len).max()))
-        return longest
 
     @property
     def watched(self) -> bool:
@@ -386,7 +357,7 @@ class Simulation:
             if bar is not None:
                 bar.n = bar.total
                 bar.close()
-        return self._result(time.perf_counter() - wall_start)
+        return sim_result(self, time.perf_counter() - wall_start)
 
     def extend(self, duration_s: float) -> SimResult:
         """Go on from where `run` (or the last `extend`) stopped to `duration_s` (s) and return
@@ -414,39 +385,7 @@ class Simulation:
         self.end_us = duration_s * 1e6
         wall_start = time.perf_counter()
         self.env.run(until=self.end_us)
-        return self._result(time.perf_counter() - wall_start)
-
-    def _result(self, wall_seconds: float) -> SimResult:
-        sched, metrics, w = self.scheduler, self.metrics, self.scenario.workload
-        requests = sched.trimmed_state()            # per request: lengths, times, losses
-        n = max(metrics.num_measured_steps, 1)
-        prof = self.profile
-        return SimResult(
-            scenario=self.stated, seed=self.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
-            num_gpus=self.scenario.deployment.num_gpus, steps=metrics.step_table(),
-            layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
-            rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
-            arrival_s=requests.arrival_s, first_token_s=requests.first_token_s,
-            finish_s=requests.finish_s, input_len=requests.input_len,
-            output_len=requests.output_len, is_initial=requests.is_initial,
-            stalls=list(metrics.stalls), lost=requests.lost, charged_us=dict(metrics.charged_us),
-            retry_of=sched.retries.retry_of(requests.count),
-            window_gaps=sched.window_gaps(trim=True),
-            rebalances=[e.as_dict() for e in self.eplb.events] if self.eplb is not None else [],
-            elastic_events=[dict(e) for e in self.elastic.events] if self.elastic is not None else [],
-            profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
-                          "records_sha256": prof.provenance.records_sha256,
-                          "applies": self.cost_model.params.profile_applies,
-                          "rule": self.cost_model.profile_rule,
-                          "components": {k: v.source for k, v in sorted(prof.components.items())},
-                          "provenance": provenance(self.cost_model)},
-            wall_seconds=wall_seconds, last_step=self.last_step,
-            initial_running_per_rank=self.initial_running_per_rank,
-            kv_cache={**self.memory.as_dict(), **self.kv_pool.summary()},
-            itl_by_tokens=(metrics.itl_by_tokens(self.scenario.deployment.speculative_steps[0] + 1)
-                           if self.acceptance is not None else None),
-            accept_length=(sched.spec_tokens / sched.spec_verifies
-                           if self.acceptance is not None and sched.spec_verifies else None))
+        return sim_result(self, time.perf_counter() - wall_start)
 
 
 def simulate(scenario: Scenario, profile: Profile | None = None, seed: int | None = None,

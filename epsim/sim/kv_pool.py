@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from epsim.sim.arrivals import Requests
+
 
 class KVPool:
     """One pool size for every DP rank, and its statistics over the measurement window.
@@ -106,3 +108,17 @@ class KVPool:
         return {"max_total_num_tokens": self.capacity, "num_reserved_decode_tokens": self.reserve,
                 "can_bind": self.active, "held_frac": self.held / plans,
                 "overflow_steps": self.overflow, "peak_used_frac": self.peak_used_frac}
+
+
+def longest_context(workload, requests: Requests, initial: Requests | None) -> float:
+    """The longest prompt + output of the run (tokens), which bounds what the pool must hold:
+    of its drawn `requests` and the `initial` ones running at t=0, or what a closed loop's
+    length specs (`workload.input_len`, `output_len`) can draw."""
+    w = workload
+    if w.arrivals.kind == "concurrency":
+        return float(w.input_len.max_tokens + w.output_len.max_tokens)
+    longest = 0.0
+    for reqs in (requests, initial):
+        if reqs is not None and len(reqs):
+            longest = max(longest, float((reqs.input_len + reqs.output_len).max()))
+    return longest

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from epsim.cost.provenance import provenance
 from epsim.cost.step import StepCost
 from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
 
@@ -217,3 +218,38 @@ class SimResult:
     accept_length: float | None = None        # tokens per request per verify step (speculative)
     kv_cache: dict = field(default_factory=dict)   # the KV pool and when it bound (`epsim.sim.kv_pool`)
     retry_of: np.ndarray | None = None        # [requests] a resend's first send, -1 (`epsim.sim.retries`)
+
+
+def sim_result(sim, wall_seconds: float) -> SimResult:
+    """The `SimResult` of `sim` (an `epsim.sim.engine.Simulation`) as it stands: its steps,
+    requests, events, profile and KV pool; `wall_seconds` the host time the run took (s)."""
+    sched, metrics, w = sim.scheduler, sim.metrics, sim.scenario.workload
+    requests = sched.trimmed_state()            # per request: lengths, times, losses
+    n = max(metrics.num_measured_steps, 1)
+    prof = sim.profile
+    return SimResult(
+        scenario=sim.stated, seed=sim.seed, duration_s=w.duration_s, warmup_s=w.warmup_s,
+        num_gpus=sim.scenario.deployment.num_gpus, steps=metrics.step_table(),
+        layer_mean_us={k: v / n for k, v in metrics.layer_sums.items()},
+        rank_pairs_mean=metrics.rank_pairs_mean(), num_measured_steps=metrics.num_measured_steps,
+        arrival_s=requests.arrival_s, first_token_s=requests.first_token_s,
+        finish_s=requests.finish_s, input_len=requests.input_len,
+        output_len=requests.output_len, is_initial=requests.is_initial,
+        stalls=list(metrics.stalls), lost=requests.lost, charged_us=dict(metrics.charged_us),
+        retry_of=sched.retries.retry_of(requests.count),
+        window_gaps=sched.window_gaps(trim=True),
+        rebalances=[e.as_dict() for e in sim.eplb.events] if sim.eplb is not None else [],
+        elastic_events=[dict(e) for e in sim.elastic.events] if sim.elastic is not None else [],
+        profile_info={"name": prof.name, "path": prof.path, "hardware": prof.hardware,
+                      "records_sha256": prof.provenance.records_sha256,
+                      "applies": sim.cost_model.params.profile_applies,
+                      "rule": sim.cost_model.profile_rule,
+                      "components": {k: v.source for k, v in sorted(prof.components.items())},
+                      "provenance": provenance(sim.cost_model)},
+        wall_seconds=wall_seconds, last_step=sim.last_step,
+        initial_running_per_rank=sim.initial_running_per_rank,
+        kv_cache={**sim.memory.as_dict(), **sim.kv_pool.summary()},
+        itl_by_tokens=(metrics.itl_by_tokens(sim.scenario.deployment.speculative_steps[0] + 1)
+                       if sim.acceptance is not None else None),
+        accept_length=(sched.spec_tokens / sched.spec_verifies
+                       if sim.acceptance is not None and sched.spec_verifies else None))

@@ -86,6 +86,15 @@ class Acceptance:
         """[num] int64 tokens per request of one verify step."""
         return np.searchsorted(self._cum, self._rng.random(num) * self._cum[-1], side="right") + 1
 
+    def verify_tokens(self, decoding: np.ndarray, out_left: np.ndarray) -> np.ndarray:
+        """[ranks, slots] int32 tokens each decoding slot's request gets from one verify step:
+        `draw` per decoding slot (`decoding`, [ranks, slots] bool), at most what its request has
+        left (`out_left`, [ranks, slots] int32)."""
+        made = np.zeros(decoding.shape, dtype=np.int32)
+        slots = np.flatnonzero(decoding)
+        made.reshape(-1)[slots] = np.minimum(self.draw(slots.shape[0]), out_left.reshape(-1)[slots])
+        return made
+
 
 def verify_counts(batch: BatchCounts, draft_tokens: int) -> BatchCounts:
     """The verify step's counts of a decode batch (`decode_tokens` requests per rank): every
