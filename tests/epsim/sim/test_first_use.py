@@ -16,13 +16,20 @@ from tests.epsim.sim.test_engine import tiny_scenario
 COMPILE_S = 0.02
 
 
-def _run(warmup_batches, clients=3, input_len=None, gpu="H200"):
+def _run(warmup_batches, clients=3, input_len=None, gpu="H200", num_requests=None, **compile_fields):
+    """A closed loop of `clients` on one aggregated server whose deployment carries a
+    `first_use_compile` of `warmup_batches` (and `compile_fields`), its results."""
     lengths = input_len or {"kind": "random", "value": 1024, "range_ratio": 0.8}
+    deployment = {"disaggregation_mode": "null", "chunked_prefill_size": 8192,
+                  "first_use_compile": {"compile_s": COMPILE_S,
+                                        "warmup_batches": list(warmup_batches), **compile_fields}}
+    if compile_fields:          # the FMHA variant: one scheduler, so one chunk a step
+        deployment.update(enable_dp_attention=False, dp_size=1)
     sc = tiny_scenario(
         cluster={"gpu": gpu},
-        deployment={"disaggregation_mode": "null", "chunked_prefill_size": 8192,
-                    "first_use_compile": {"compile_s": COMPILE_S, "warmup_batches": warmup_batches}},
-        workload={"arrivals": {"kind": "concurrency", "clients": clients, "num_requests": 10 * clients},
+        deployment=deployment,
+        workload={"arrivals": {"kind": "concurrency", "clients": clients,
+                               "num_requests": num_requests or 10 * clients},
                   "input_len": lengths, "output_len": {"kind": "fixed", "value": 16},
                   "duration_s": 3.0, "warmup_s": 0.0})
     sim = Simulation(sc)
@@ -61,19 +68,8 @@ def test_a_gpu_without_a_tuned_table_is_refused():
 
 
 def _fmha_run(clients, warmup_batches=(), input_len=None):
-    lengths = input_len or {"kind": "random", "value": 1024, "range_ratio": 0.8}
-    sc = tiny_scenario(
-        cluster={"gpu": "B200"},
-        deployment={"disaggregation_mode": "null", "chunked_prefill_size": 8192,
-                    "enable_dp_attention": False, "dp_size": 1,     # one scheduler: one chunk
-                    "first_use_compile": {"kernel": "flashinfer_cutlass_fmha",
-                                          "compile_s": COMPILE_S,
-                                          "warmup_batches": list(warmup_batches)}},
-        workload={"arrivals": {"kind": "concurrency", "clients": clients, "num_requests": 4 * clients},
-                  "input_len": lengths, "output_len": {"kind": "fixed", "value": 16},
-                  "duration_s": 3.0, "warmup_s": 0.0})
-    sim = Simulation(sc)
-    return sim, sim.run()
+    return _run(warmup_batches, clients, input_len, gpu="B200", num_requests=4 * clients,
+                kernel="flashinfer_cutlass_fmha")
 
 
 def test_the_fmha_module_builds_once_on_the_first_step_with_a_prefix():
