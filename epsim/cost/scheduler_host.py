@@ -54,9 +54,8 @@ checks per request) is not priced.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 from epsim.cost.allreduce import ring_us
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
