@@ -51,7 +51,7 @@ whatever the interval: `scheduler_output_processor_mixin.py` 915, `len(output_id
 the prefill's token alone, so TTFT is untouched, and bench_serving's TPOT spans the first token to
 the last, so the interval moves only ITL), `--disable-radix-cache`, `--context-length`, the
 transfer backend (`nixl` in every recipe here; `epsim.cost.kv_transfer` prices Mooncake's
-RDMA path), and the H100 MTP recipe's draft on its prefill side (epsim drafts on the decode side).
+RDMA path), and the H100 MTP recipes' draft on its prefill side (epsim drafts on the decode side).
 
 `RECIPES` holds the recipes of the groups the flags were read for, keyed by the InferenceX
 master-config version (commit) and the group's layout, so a group of another version or layout
@@ -297,6 +297,26 @@ RECIPES: dict[tuple, PDRecipe] = {
                       "mem_fraction_static": 0.6, **_NO_A2A},
                      {"max_running_requests": 128, "cuda_graph_max_bs": 128,
                       "mem_fraction_static": 0.9, **_MTP, **_NO_A2A}),
+    ("dsr1-fp8-h100-dynamo-sglang", "78d48618f", 8192, 1024, (1, 16, 1, False), (1, 16, 1, False),
+     True): PDRecipe("recipes/h100/8k1k/mtp/h100-fp8-1p1d-max-tp-mtp.yaml", _QICHING,
+                     {"chunked_prefill_size": 2048, "max_running_requests": 2,
+                      "mem_fraction_static": 0.6, **_NO_A2A},
+                     {"max_running_requests": 128, "cuda_graph_max_bs": 128,
+                      "mem_fraction_static": 0.9, **_MTP, **_NO_A2A}),
+    # the H200 8k/1k MTP recipes: no `--kv-cache-dtype` (auto), no `--moe-a2a-backend` (`none`)
+    ("dsr1-fp8-h200-dynamo-sglang", "fcc04aaa2", 8192, 1024, (1, 8, 1, False), (6, 8, 1, False),
+     True): PDRecipe("recipes/h200/8k1k/bs8-1p6d-mtp.yaml", _QICHING,
+                     {"chunked_prefill_size": 32768, "max_running_requests": 16,
+                      "mem_fraction_static": 0.82, **_NO_A2A},
+                     {"max_running_requests": 16, "cuda_graph_max_bs": 16,
+                      "mem_fraction_static": 0.82, **_MTP, **_NO_A2A}),
+    # the DEP8 decode's `--max-running-requests 192` is SGLang's over its DP 8 (24 a rank)
+    ("dsr1-fp8-h200-dynamo-sglang", "fcc04aaa2", 8192, 1024, (1, 8, 1, False), (1, 8, 8, True),
+     True): PDRecipe("recipes/h200/8k1k/bs128-1p1d-dep-mtp.yaml", _QICHING,
+                     {"chunked_prefill_size": 163840, "max_running_requests": 16,
+                      "mem_fraction_static": 0.75, **_NO_A2A},
+                     {"max_running_requests": 192 // 8, "cuda_graph_max_bs": 192,
+                      "mem_fraction_static": 0.85, **_MTP, **_NO_A2A}),
 }
 
 

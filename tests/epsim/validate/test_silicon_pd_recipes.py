@@ -141,7 +141,7 @@ def test_a_december_fp4_wide_ep_group_takes_its_scripts_flags():
 def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepep_normal():
     """The FP4 DEP4 prefills set no `--moe-a2a-backend` (SGLang's `none`: all-gather and reduce
     over the DP-attention ranks); the FP8 DEP8 prefills run DeepEP normal; every wide-EP
-    decode DeepEP low-latency."""
+    decode but the H200 DEP8's DeepEP low-latency."""
     for recipe in pd_recipes.RECIPES.values():
         for role in ("prefill", "decode"):
             assert "moe_a2a_backend" in pd_recipes.fields(recipe, role, 1), (recipe.config_file, role)
@@ -151,7 +151,9 @@ def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepe
         assert (recipe.prefill["moe_a2a_backend"], recipe.prefill.get("deepep_mode")) == expected, \
             recipe.config_file
         wide_decode = decode[3] and decode[2] > 1
-        assert recipe.decode["moe_a2a_backend"] == ("deepep" if wide_decode else "none")
+        # the H200 DEP8 decode (bs128-1p1d-dep-mtp.yaml) sets no `--moe-a2a-backend`
+        deepep = wide_decode and "-h200-" not in key
+        assert recipe.decode["moe_a2a_backend"] == ("deepep" if deepep else "none"), recipe.config_file
         # the FP4 wide-EP decodes' SGLANG_MOE_NVFP4_DISPATCH=1: DeepEP LL packs NVFP4
         nvfp4 = wide_decode and "-fp4-" in key
         assert (recipe.decode.get("dispatch_dtype") == "nvfp4") == nvfp4, recipe.config_file
@@ -163,6 +165,28 @@ def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepe
     for name in ("recipes/gb200-fp4/1k1k/max-tpt.yaml", "recipes/gb200-fp8/8k1k/mid-curve.yaml"):
         assert by_file[name].decode["deepep_mode"] == "low_latency"
         assert by_file[name].decode["disable_shared_experts_fusion"] is True
+
+
+def test_the_hopper_8k1k_mtp_groups_take_their_recipes_two_step_draft():
+    """The H100 and H200 8k/1k MTP recipes state `--speculative-num-steps 2` (not SGLang's
+    default 3 for DeepSeek) and their decodes' caps: H100 TP16 128, H200 TP8 16, H200 DEP8 192
+    over its DP 8."""
+    h100 = Group(key="dsr1-fp8-h100-dynamo-sglang", commit="78d48618f" + "0" * 31,
+                 date="2026-02-12", image="", isl=8192, osl=1024, concurrencies=(1, 128),
+                 prefill=Recipe(1, 16, 1, False), decode=Recipe(1, 16, 1, False),
+                 speculative="mtp")
+    h200 = replace(h100, key="dsr1-fp8-h200-dynamo-sglang", commit="fcc04aaa2" + "0" * 31,
+                   prefill=Recipe(1, 8, 1, False))
+    for group, decode, cap, graph_bs in ((h100, Recipe(1, 16, 1, False), 128, 128),
+                                         (h200, Recipe(6, 8, 1, False), 16, 16),
+                                         (h200, Recipe(1, 8, 8, True), 24, 192)):
+        recipe = pd_recipes.for_group(replace(group, decode=decode))
+        fields = pd_recipes.fields(recipe, "decode", 1 << 20)
+        assert (fields["speculative_num_steps"], fields["speculative_num_draft_tokens"]) == (2, 3)
+        assert (fields["max_running_requests"], fields["cuda_graph_max_bs"]) == (cap, graph_bs)
+        assert fields["moe_a2a_backend"] == "none"
+    # the same layouts without MTP keep SGLang's defaults (their STP recipes were not read)
+    assert pd_recipes.for_group(replace(h100, speculative="none")) is None
 
 
 def test_the_b200_fp4_1k1k_stp_groups_take_the_mtp_recipe_s_flags_less_its_draft():
