@@ -105,7 +105,7 @@ def write_csv(path: Path) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--after", type=Path)
     parser.add_argument("--csv", type=Path, help="write the rows to compare here, and stop")
     parser.add_argument("--write", action="store_true")

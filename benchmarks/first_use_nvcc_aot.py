@@ -93,7 +93,7 @@ def compile_one(nvcc: str, flashinfer: Path, tvm_ffi: Path, name: str, out_dir: 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--flashinfer", type=Path, required=True)
     parser.add_argument("--tvm-ffi", type=Path, required=True)
     parser.add_argument("--nvcc", default="nvcc")

@@ -65,6 +65,8 @@ LIVE_REPLICA_SELECTIONS: tuple[str, ...] = ("static", "random")
 # What the dispatch carries (the combine returns BF16 either way); `nvfp4`: DeepEP's low-latency
 # dispatch with `use_nvfp4=True` (SGLang's SGLANG_MOE_NVFP4_DISPATCH beside an NVFP4 MoE runner).
 DISPATCH_DTYPES: tuple[str, ...] = ("bf16", "fp8", "nvfp4")
+# the dtypes the live backends move (DeepEP low-latency's NVFP4 dispatch is priced, not benched)
+LIVE_DISPATCH_DTYPES: tuple[str, ...] = ("bf16", "fp8")
 
 # DeepEP's kernel families; a deployment may also say "auto" (normal prefill, LL decode).
 DEEPEP_MODES: tuple[str, ...] = ("normal", "low_latency")

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from epsim.cost.allreduce import ring_us
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import launches
+from epsim.eplb.host_terms import shipped_host_params
 
 # eager launches and host read-backs of one decode step of `event_loop_normal` outside the CUDA
 # graph, by where the code issues them (SGLang 0.4.9-0.5, DP attention, CUDA-graph decode)
@@ -178,7 +179,6 @@ def scheduler_host(params) -> SchedulerHost:
 def gloo_message_us(fallback_us: float) -> float:
     """Host time of one gloo message (µs): the shipped profile's `gloo_message` measurement,
     else `fallback_us` (one eager host op)."""
-    from epsim.eplb.host_terms import shipped_host_params
     params = shipped_host_params()
     if "gloo_message_us_per_unit" not in params:
         return fallback_us

@@ -46,9 +46,9 @@ class BackendSpec:
     mode: str = "normal"
 
     def __post_init__(self):
-        if self.dispatch_dtype not in vocab.DISPATCH_DTYPES:
+        if self.dispatch_dtype not in vocab.LIVE_DISPATCH_DTYPES:
             raise LiveError(f"dispatch_dtype ({self.dispatch_dtype!r}) must be one of "
-                            f"{list(vocab.DISPATCH_DTYPES)}")
+                            f"{list(vocab.LIVE_DISPATCH_DTYPES)}")
         if self.max_tokens_per_rank <= 0:
             raise LiveError(f"max_tokens_per_rank ({self.max_tokens_per_rank}) must be >= 1")
 

@@ -134,8 +134,8 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
             if name not in vocab.BACKENDS:
                 raise LiveError(f"backend ({name!r}) must be one of {', '.join(vocab.A2A_BACKENDS)}")
     for d in dtypes or ():
-        if d not in vocab.DISPATCH_DTYPES:
-            raise LiveError(f"dispatch dtype ({d!r}) must be one of {list(vocab.DISPATCH_DTYPES)}")
+        if d not in vocab.LIVE_DISPATCH_DTYPES:
+            raise LiveError(f"dispatch dtype ({d!r}) must be one of {list(vocab.LIVE_DISPATCH_DTYPES)}")
     if tokens is not None and (not tokens or min(tokens) <= 0):
         raise LiveError(f"tokens ({tokens}) must be positive counts")
     notes = []
@@ -179,7 +179,7 @@ def plan_sweep(backends: list[str] | None = None, models: list[str] | None = Non
     first, reference, last = [], [], []
     for backend in runnable:
         caps = vocab.backend(backend)
-        for dtype in (dtypes or vocab.DISPATCH_DTYPES):
+        for dtype in (dtypes or vocab.LIVE_DISPATCH_DTYPES):
             if dtype == "fp8" and (cpu or not caps.fp8_dispatch):
                 continue
             for model, config in shapes.items():
