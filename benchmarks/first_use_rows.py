@@ -2,6 +2,7 @@
 silicon rows it applies to at 1-8 clients (DeepSeek-R1 FP8 on H200, SGLang, InferenceX agg).
 
     python benchmarks/first_use_rows.py [--write]
+    python benchmarks/first_use_rows.py --compile-s 1.22     # priced at another compile time
 
 Per row: the measured mean TTFT; epsim's prediction (`epsim.validate.silicon.run.predict`, as
 `epsim validate --silicon` makes it) without `deployment.first_use_compile` (before) and with
@@ -16,6 +17,7 @@ data: nothing here sets a constant; the term's only number is the measured compi
 
 from __future__ import annotations
 
+import argparse
 import copy
 import statistics
 import sys
@@ -40,12 +42,16 @@ RESULTS = ROOT / "benchmarks" / "results" / "first_use_rows.md"
 FEW_CLIENTS = 8
 
 
-def _without(plan):
-    """The plan with the first-use term taken off every instance."""
+def _with_compile_s(plan, compile_s: float | None):
+    """The plan with every instance's first-use term priced at `compile_s` seconds a kernel, or
+    taken off (None)."""
     instances = []
     for inst in plan.instances:
         data = copy.deepcopy(inst.data)
-        data["deployment"].pop("first_use_compile", None)
+        if compile_s is None:
+            data["deployment"].pop("first_use_compile", None)
+        elif "first_use_compile" in data["deployment"]:
+            data["deployment"]["first_use_compile"]["compile_s"] = compile_s
         instances.append(replace(inst, data=data))
     return replace(plan, instances=tuple(instances))
 
@@ -69,7 +75,9 @@ def _one_run(plan, osl: int) -> tuple[int, float, float]:
     return fu.num_compiles, fu.stalled_us * 1e-6, float(np.percentile(ttft_ms, 99))
 
 
-def table() -> str:
+def table(compile_s: float | None = None) -> str:
+    """The rows' table; `compile_s`: price the term at that many seconds a kernel instead of the
+    shipped `COMPILE_S` (e.g. the GPU host's 8-rank figure, 1.22 s: gpu_h100_records.jsonl)."""
     rows = [r for r in read_rows(default_csv_path())
             if inferencex_harness(r) and r.concurrency is not None and r.concurrency <= FEW_CLIENTS
             and (term := first_use_compile(r)) is not None
@@ -80,8 +88,10 @@ def table() -> str:
     errs_before, errs_after = [], []
     for row in rows:
         plan = plan_row(row)
+        if compile_s is not None:
+            plan = _with_compile_s(plan, compile_s)
         after = predict(plan)
-        before = predict(_without(plan))
+        before = predict(_with_compile_s(plan, None))
         if after["status"] != "predicted" or before["status"] != "predicted":
             lines.append(f"| {row.id} | {row.isl}/{row.osl} | {row.concurrency} | "
                          f"{row.ttft_ms:.0f} | {before['status']} | {after['status']} | | | |")
@@ -101,7 +111,16 @@ def table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return recorded_main(argv, __doc__, RESULTS, "First-use compiles in the measured run",
+    what_if = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    what_if.add_argument("--compile-s", type=float, default=None,
+                         help="price each kernel's compile at this many seconds (printed only)")
+    known, rest = what_if.parse_known_args(argv)
+    if known.compile_s is not None:
+        if not known.compile_s > 0:
+            what_if.error(f"--compile-s ({known.compile_s}) must be > 0")
+        print(table(known.compile_s))
+        return 0
+    return recorded_main(rest, __doc__, RESULTS, "First-use compiles in the measured run",
                          "python benchmarks/first_use_rows.py --write", table)
 
 
