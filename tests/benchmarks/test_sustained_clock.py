@@ -21,10 +21,11 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_the_committed_table_renders_from_the_committed_record(tmp_path):
-    done = _run("--render", str(RECORD / "records.jsonl"), "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "table.md").read_text() == (RECORD / "table.md").read_text()
+def test_the_committed_tables_render_from_the_committed_records(tmp_path):
+    for record in (RECORD, RECORD / "second_host"):
+        done = _run("--render", str(record / "records.jsonl"), "--out", str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "table.md").read_text() == (record / "table.md").read_text()
 
 
 def test_compute_bound_kernels_slow_at_the_power_limit_and_memory_bound_ones_do_not():
