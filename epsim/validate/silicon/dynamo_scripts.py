@@ -28,7 +28,11 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   same groups (`recipes/gb200-fp4/1k1k/low-latency.yaml`, `pd_recipes`) runs the same TP4.
 - **`1p_4d`** (the 1k/1k bottom-of-curve group from 2025-12-01 until 2025-12-19, cloned from
   branch `ishan/sa-1.1-sgl-dsr1-fp8`, then renamed `1k1k-low-latency` with the same P/D sizes,
-  client counts and server flags): read as the TP script. The one stored `1p_4d.sh`
+  client counts and server flags): the TP script. ai-dynamo's own history (stored in the fork
+  wxsms/dynamo's) holds `examples/.../gb200-fp8/disagg/1p_4d.sh` from f8219b12 (2025-11-12) to
+  its rename to `1k1k-low-latency.sh` in 80dfb82c (2025-12-08), TP over the worker in every
+  version and, from 02199790 (2025-11-19; read at 01a634d1), with the flags of `TP_SCRIPTS`
+  flag for flag (the prefill's `--max-total-tokens 8192` aside). Another `1p_4d.sh`
   (ai-dynamo@341b5dff) runs DEP over the worker with 32 redundant experts, which cannot load on
   a 4-GPU worker: DeepSeek-R1's FP8 routed experts are 654 G parameters (58 MoE layers x 256 x
   3 x 7168 x 2048, a byte each), so 72 of 288 physical experts are 184 GB a GPU, and DP
@@ -214,6 +218,6 @@ def describe(script: str) -> str:
         return (f"launch script {script}.sh: P {prefill}, D DP attention and DeepEP over the worker "
                 f"({WIDE_EP_FP4[script]})")
     name = tp_script(script)
-    renamed = (f" (renamed {name.rsplit('/', 1)[-1]} on 2025-12-19; the stored 1p_4d.sh's DEP4 "
-               "cannot load FP8 R1)") if script in RENAMED else ""
+    renamed = (f" (ai-dynamo@01a634d1's TP4 1p_4d.sh, renamed {name.rsplit('/', 1)[-1]} on "
+               "2025-12-08)") if script in RENAMED else ""
     return f"launch script {script}.sh{renamed}: TP over the worker, EP 1 ({TP_SCRIPTS[name][0]})"
