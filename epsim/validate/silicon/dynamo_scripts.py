@@ -66,8 +66,10 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   2025-12-15 rows carry as their version, is a label). The fork's branches predate ai-dynamo's
   move of that directory to `examples/` (2025-10-31) and need `--context-length 9600` for 8k
   prompts, which ai-dynamo's script dropped for 2200 on 2025-10-23: so its server flags are
-  those of ai-dynamo@4b3a2c1a5 to @0ab6bc2b7 (2025-09-10 to -30), the same in each (read at
-  0ab6bc2b7, whose docs build the container on `lmsysorg/sglang:v0.5.3rc0-cu129-gb200`):
+  those of ai-dynamo@4b3a2c1a5 to @0ab6bc2b7 (2025-09-10 to -30), which differ only in
+  spelling DeepEP (`--enable-deepep-moe`, then `--moe-a2a-backend deepep`) and in 0ab6bc2b7's
+  round-robin DP balance (read at 0ab6bc2b7, whose docs build the container on
+  `lmsysorg/sglang:v0.5.3rc0-cu129-gb200`):
   `--attention-backend cutlass_mla` with the KV cache's dtype unset (auto, BF16) on both sides;
   prefill `--disable-cuda-graph --deepep-mode normal --ep-dispatch-algorithm dynamic
   --chunked-prefill-size 131072 --max-running-requests 12288 --max-total-tokens 524288` and no
