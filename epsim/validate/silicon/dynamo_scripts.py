@@ -1,4 +1,4 @@
-"""The ai-dynamo launch scripts InferenceX's December 2025 GB200 groups ran, by `SCRIPT_MODE`.
+"""The ai-dynamo launch scripts InferenceX's 2025 GB200 groups ran, by `SCRIPT_MODE` or date.
 
 From December 2025 to February 2026 InferenceX's `dsr1-fp8-gb200-dynamo-sglang` groups state
 `tp: 1, ep: 1, dp-attn: true` (or January's `ep: 4`) beside the comment "tp, ep, and dp-attn do
@@ -28,7 +28,11 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   same groups (`recipes/gb200-fp4/1k1k/low-latency.yaml`, `pd_recipes`) runs the same TP4.
 - **`1p_4d`** (the 1k/1k bottom-of-curve group from 2025-12-01 until 2025-12-19, cloned from
   branch `ishan/sa-1.1-sgl-dsr1-fp8`, then renamed `1k1k-low-latency` with the same P/D sizes,
-  client counts and server flags): read as the TP script. The one stored `1p_4d.sh`
+  client counts and server flags): the TP script. ai-dynamo's own history (stored in the fork
+  wxsms/dynamo's) holds `examples/.../gb200-fp8/disagg/1p_4d.sh` from f8219b12 (2025-11-12) to
+  its rename to `1k1k-low-latency.sh` in 80dfb82c (2025-12-08), TP over the worker in every
+  version and, from 02199790 (2025-11-19; read at 01a634d1), with the flags of `TP_SCRIPTS`
+  flag for flag (the prefill's `--max-total-tokens 8192` aside). Another `1p_4d.sh`
   (ai-dynamo@341b5dff) runs DEP over the worker with 32 redundant experts, which cannot load on
   a 4-GPU worker: DeepSeek-R1's FP8 routed experts are 654 G parameters (58 MoE layers x 256 x
   3 x 7168 x 2048, a byte each), so 72 of 288 physical experts are 184 GB a GPU, and DP
@@ -52,12 +56,50 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   carried, having no field: `--context-length` (2176 / 9600), `--disable-radix-cache`,
   `--moe-runner-backend`, `--enable-single-batch-overlap`.
 
+- **Before `SCRIPT_MODE`** (groups naming no script, `Recipe.script` ""): from 2025-09-25
+  (InferenceX c2fe824e0, `runners/launch_gb200-nv.sh`) every group, and until 2025-12-19 the
+  8k/1k group (to 2025-12-18), cloned the fork Elnifio/dynamo (branch `update-wait-for-model`, from 2025-11-05
+  `update-result-file-name`; not stored) and ran its
+  `components/backends/sglang/slurm_jobs/scripts/gb200-fp8.sh` in the private
+  `/mnt/lustre01/artifacts/containers/dynamo-sglang.sqsh` (the launch script sets `IMAGE`
+  itself: 93e1b3ca1's master-config `image`, `sglang-runtime:0.5.1-rc0.pre1`, which the
+  2025-12-15 rows carry as their version, is a label). The fork's branches predate ai-dynamo's
+  move of that directory to `examples/` (2025-10-31) and need `--context-length 9600` for 8k
+  prompts, which ai-dynamo's script dropped for 2200 on 2025-10-23: so its server flags are
+  those of ai-dynamo@4b3a2c1a5 to @0ab6bc2b7 (2025-09-10 to -30), which differ only in
+  spelling DeepEP (`--enable-deepep-moe`, then `--moe-a2a-backend deepep`) and in 0ab6bc2b7's
+  round-robin DP balance (read at 0ab6bc2b7, whose docs build the container on
+  `lmsysorg/sglang:v0.5.3rc0-cu129-gb200`):
+  `--attention-backend cutlass_mla` with the KV cache's dtype unset (auto, BF16) on both sides;
+  prefill `--disable-cuda-graph --deepep-mode normal --ep-dispatch-algorithm dynamic
+  --chunked-prefill-size 131072 --max-running-requests 12288 --max-total-tokens 524288` and no
+  `--mem-fraction-static`; decode `--deepep-mode low_latency --ep-dispatch-algorithm static
+  --cuda-graph-max-bs 512 --max-running-requests 36864 --chunked-prefill-size 36864
+  --mem-fraction-static 0.82`, `SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=512`; both
+  `--ep-num-redundant-experts 32 --disable-shared-experts-fusion`. From 2025-12-01 the 1k/1k
+  groups cloned ai-dynamo's branch `ishan/sa-1.1-sgl-dsr1-fp8` (not stored) in
+  `lmsysorg/sglang:v0.5.5.post2`, whose `submit_disagg.sh` with no tenth argument runs
+  `scripts/gb200-fp8/disagg/default.sh` (read at ai-dynamo@01a634d1b, as of f8219b12d,
+  2025-11-12): `--attention-backend trtllm_mla --kv-cache-dtype fp8_e4m3`, prefill
+  `--mem-fraction-static 0.75 --max-running-requests 30000`, decode `--max-running-requests
+  45000 --cuda-graph-max-bs 768`, the rest as above. Both `submit_disagg.sh` pass
+  `--use-init-location` only to the 6 / 3 / 12 / 1 node-and-worker layout (the 1k/1k DEP48
+  group): its sides load placements from recorded expert loads (`init_expert_location:
+  from_skew`); every other group's 32 slots sit as SGLang places them (`trivial`). SGLang divides
+  the chunk and the requests by the DP size under DP attention. Not carried, having no field:
+  the attention backend (`cutlass_mla` runs SGLang's `num_kv_splits=1`, one CTA pair a request
+  scanning its whole KV, since sglang#7184, 2025-06-14; epsim prices the gb200 tables' split-KV
+  `trtllm_mla`), `--context-length`, `--enable-dp-lm-head`, `--moe-dense-tp-size 1`,
+  `--stream-interval 50`, `--deepep-config`, the DeepEP token cap.
+
 The server flags of the TP scripts, as `DeploymentSpec` fields (no DP attention: the flags are a
 rank's as written). Not carried, having no field: the prefill's `--max-total-tokens` (8192 at
 1k/1k, 32768 at 8k/1k: the prefill's KV pool), `--stream-interval 10`.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 # the repositories the scripts were read at (repository@commit)
 _FORK, _DYNAMO = "wxsms/dynamo@cf433e6825d8", "ai-dynamo/dynamo@bc8ca754933a"
@@ -92,6 +134,67 @@ TP_PREFILL = frozenset({"gb200-fp4/disagg/8k1k-middle-curve", "gb200-fp4/disagg/
 RENAMED = {"gb200-fp8/disagg/1p_4d": "gb200-fp8/disagg/1k1k-low-latency"}
 
 
+# the groups naming no script, by InferenceX master-config version and ISL -> the script they ran
+_FORK_SCRIPT, _DEFAULT_SCRIPT = "gb200-fp8", "gb200-fp8/disagg/default"
+UNNAMED_FP8 = {("c2fe824e0", 1024): _FORK_SCRIPT, ("c2fe824e0", 8192): _FORK_SCRIPT,
+               ("175fe5364", 1024): _DEFAULT_SCRIPT, ("175fe5364", 8192): _FORK_SCRIPT,
+               ("93e1b3ca1", 1024): _DEFAULT_SCRIPT, ("93e1b3ca1", 8192): _FORK_SCRIPT}
+UNNAMED_FP8_KEY = "dsr1-fp8-gb200-dynamo-sglang"
+# where each was read: the fork's branch is not stored (module doc)
+_UNNAMED_SOURCE = {
+    _FORK_SCRIPT: ("Elnifio/dynamo update-result-file-name, not stored: its base's flags, read at "
+                   "ai-dynamo/dynamo@0ab6bc2b721a; not priced: its --attention-backend cutlass_mla, "
+                   "one CTA pair walking a request's KV (num_kv_splits=1), priced as the tables' "
+                   "split-KV trtllm_mla"),
+    _DEFAULT_SCRIPT: ("ai-dynamo/dynamo ishan/sa-1.1-sgl-dsr1-fp8, not stored: read at "
+                      "ai-dynamo/dynamo@01a634d1bd9a")}
+
+
+class ScriptFlags(NamedTuple):
+    """A launch script's path, where it was read, and each side's `DeploymentSpec` fields (per
+    DP rank; `max_running_requests` a cap), in `pd_recipes.PDRecipe`'s order."""
+
+    path: str
+    source: str
+    prefill: dict
+    decode: dict
+
+
+def unnamed_wide_ep_fp8(group) -> ScriptFlags | None:
+    """The script a GB200 FP8 wide-EP group naming none ran (module doc) and its flags, each
+    side's chunk and requests over its DP size (the worker's GPUs); None for any other group.
+
+    Args:
+        group: an `inferencex.Group` (duck-typed: `inferencex` imports this module).
+    """
+    script = UNNAMED_FP8.get((group.commit[:9], group.isl))
+    if group.key != UNNAMED_FP8_KEY or script is None or group.prefill.script or not (
+            group.prefill.wide_ep and group.decode.wide_ep):
+        return None
+    p_dp, d_dp = group.prefill.gpus_per_worker("gb200"), group.decode.gpus_per_worker("gb200")
+    placed = ((group.prefill.nodes, group.prefill.workers, group.decode.nodes, group.decode.workers)
+              == (6, 3, 12, 1))                 # submit_disagg.sh's --use-init-location
+    slots = {"ep_num_redundant_experts": 32, "disable_shared_experts_fusion": True,
+             "init_expert_location": "from_skew" if placed else "trivial"}
+    prefill = {"max_total_tokens": 524288, "chunked_prefill_size": 131072 // p_dp,
+               "disable_cuda_graph": True, "moe_a2a_backend": "deepep", "deepep_mode": "normal",
+               "ep_dispatch_algorithm": "random", **slots}     # SGLang's `dynamic`: a random replica
+    decode = {"chunked_prefill_size": 36864 // d_dp, "mem_fraction_static": 0.82,
+              "moe_a2a_backend": "deepep", "deepep_mode": "low_latency",
+              "ep_dispatch_algorithm": "static", **slots}
+    if script == _FORK_SCRIPT:
+        prefill.update(kv_cache_dtype="auto", max_running_requests=12288 // p_dp)
+        decode.update(kv_cache_dtype="auto", max_running_requests=36864 // d_dp, cuda_graph_max_bs=512)
+    else:
+        prefill.update(kv_cache_dtype="fp8_e4m3", mem_fraction_static=0.75,
+                       max_running_requests=30000 // p_dp)
+        decode.update(kv_cache_dtype="fp8_e4m3", max_running_requests=45000 // d_dp,
+                      cuda_graph_max_bs=768)
+    where = "components" if script == _FORK_SCRIPT else "examples"   # the fork predates the move
+    return ScriptFlags(f"{where}/backends/sglang/slurm_jobs/scripts/{script}.sh",
+                       _UNNAMED_SOURCE[script], prefill, decode)
+
+
 def tp_script(script: str) -> str | None:
     """The TP launch script `script` is (its name in `TP_SCRIPTS`), or None: a wide-EP script,
     another GPU type's, or none."""
@@ -117,6 +220,6 @@ def describe(script: str) -> str:
         return (f"launch script {script}.sh: P {prefill}, D DP attention and DeepEP over the worker "
                 f"({WIDE_EP_FP4[script]})")
     name = tp_script(script)
-    renamed = (f" (renamed {name.rsplit('/', 1)[-1]} on 2025-12-19; the stored 1p_4d.sh's DEP4 "
-               "cannot load FP8 R1)") if script in RENAMED else ""
+    renamed = (f" (ai-dynamo@01a634d1's TP4 1p_4d.sh, renamed {name.rsplit('/', 1)[-1]} on "
+               "2025-12-08)") if script in RENAMED else ""
     return f"launch script {script}.sh{renamed}: TP over the worker, EP 1 ({TP_SCRIPTS[name][0]})"

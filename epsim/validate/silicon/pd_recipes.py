@@ -328,7 +328,7 @@ def for_group(group: Group | None) -> PDRecipe | None:
     """The recipe of an InferenceX P/D group, or None where its flags were not read: an
     srt-slurm recipe of `RECIPES`, or the ai-dynamo launch script a December 2025 GB200 group
     names by `SCRIPT_MODE` (`epsim.validate.silicon.dynamo_scripts`: the TP scripts, the FP4
-    wide-EP ones)."""
+    wide-EP ones) or, naming none, ran by its date (the FP8 wide-EP scripts of 2025)."""
     if group is None:
         return None
     script = dynamo_scripts.tp_script(group.prefill.script) if group.prefill.tp_launch else None
@@ -337,6 +337,8 @@ def for_group(group: Group | None) -> PDRecipe | None:
         return PDRecipe(f"scripts/{group.prefill.script}.sh", source, dict(prefill), dict(decode))
     if group.prefill.nodes and group.prefill.script in dynamo_scripts.WIDE_EP_FP4:
         return _fp4_wide_ep_script(group)
+    if group.prefill.nodes and (unnamed := dynamo_scripts.unnamed_wide_ep_fp8(group)):
+        return PDRecipe(*unnamed)
     for (key, commit, isl, osl, prefill, decode, mtp), recipe in RECIPES.items():
         if (group.key == key and group.commit.startswith(commit) and (group.isl, group.osl) ==
                 (isl, osl) and _side(group.prefill) == prefill and _side(group.decode) == decode

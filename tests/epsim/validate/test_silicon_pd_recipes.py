@@ -58,6 +58,8 @@ def test_every_recipe_s_flags_are_deployment_fields():
     """Each side's flags build a scenario (the spec accepts every field and value), the ai-dynamo
     scripts' too."""
     scripts = [pd_recipes.PDRecipe(name, *flags) for name, flags in dynamo_scripts.TP_SCRIPTS.items()]
+    scripts += [pd_recipes.for_group(_fp8_2025(commit, isl))
+                for commit, isl in dynamo_scripts.UNNAMED_FP8]
     for recipe in [*pd_recipes.RECIPES.values(), *scripts]:
         for role in ("prefill", "decode"):
             flags = pd_recipes.fields(recipe, role, 1 << 20)
@@ -278,3 +280,44 @@ def test_only_the_fp4_8k1k_tp4_prefills_hold_a_pool_of_one_chunk():
     by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
     assert by_file["recipes/gb200-fp4/8k1k/max-tpt.yaml"].decode["max_total_tokens"] == 524288
     assert by_file["recipes/gb200-fp4/1k1k/mid-curve.yaml"].decode["max_total_tokens"] == 3122380
+
+
+def _fp8_2025(commit: str, isl: int) -> Group:
+    """The wide-EP group of `dsr1-fp8-gb200-dynamo-sglang` at `commit` for `isl` that names no
+    script (the 1k/1k DEP48 one: 3 prefill workers; the 8k/1k one: 6)."""
+    version = next(v for v in inferencex.versions()["dsr1-fp8-gb200-dynamo-sglang"]
+                   if v.groups[0].commit.startswith(commit))
+    return next(g for g in version.groups
+                if g.isl == isl and g.prefill.workers == (3 if isl == 1024 else 6))
+
+
+def test_a_2025_fp8_wide_ep_group_naming_no_script_takes_the_script_its_date_ran():
+    """The fork's gb200-fp8.sh (every group from 2025-09-25, the 8k/1k one to 2025-12-18): KV
+    cache dtype unset (auto), decode graphs to 512 and 36864 requests over DP 24, and -- no
+    --use-init-location for 12 / 6 / 6 / 1 nodes and workers -- SGLang's trivial slots; the
+    1k/1k DEP48 group's sides place theirs from recorded loads. From 2025-12-01 the 1k/1k groups
+    ran ai-dynamo's default.sh: an FP8 KV cache, graphs to 768, 45000 requests over the DP."""
+    fork = pd_recipes.for_group(_fp8_2025("93e1b3ca1", 8192))
+    assert fork.config_file.endswith("components/backends/sglang/slurm_jobs/scripts/gb200-fp8.sh")
+    decode = pd_recipes.fields(fork, "decode", 1 << 20)
+    assert (decode["kv_cache_dtype"], decode["cuda_graph_max_bs"]) == ("auto", 512)
+    assert decode["max_running_requests"] == 36864 // 24
+    assert decode["init_expert_location"] == "trivial" and decode["ep_num_redundant_experts"] == 32
+    prefill = pd_recipes.fields(fork, "prefill", 1 << 20)
+    assert prefill["max_total_tokens"] == 524288 and prefill["chunked_prefill_size"] == 131072 // 8
+    assert "mem_fraction_static" not in prefill
+    nov = pd_recipes.for_group(_fp8_2025("c2fe824e0", 1024))
+    assert nov.config_file == fork.config_file
+    for role in ("prefill", "decode"):
+        assert pd_recipes.fields(nov, role, 1 << 20)["init_expert_location"] == "from_skew"
+    assert pd_recipes.fields(nov, "decode", 1 << 20)["chunked_prefill_size"] == 36864 // 48
+    december = pd_recipes.for_group(_fp8_2025("175fe5364", 1024))
+    assert december.config_file.endswith("scripts/gb200-fp8/disagg/default.sh")
+    decode = pd_recipes.fields(december, "decode", 1 << 20)
+    assert (decode["kv_cache_dtype"], decode["cuda_graph_max_bs"]) == ("fp8_e4m3", 768)
+    assert decode["max_running_requests"] == 45000 // 48
+    # the same layout under another key, or naming a script, is not one of these groups
+    group = _fp8_2025("c2fe824e0", 8192)
+    assert dynamo_scripts.unnamed_wide_ep_fp8(replace(group, key="dsr1-fp4-gb200-dynamo-sglang")) is None
+    named = replace(group, prefill=replace(group.prefill, script="gb200-fp8/disagg/8k1k-max-tpt"))
+    assert dynamo_scripts.unnamed_wide_ep_fp8(named) is None
