@@ -25,6 +25,7 @@ from epsim.cost.attention_ops import attention_ops_us
 from epsim.cost.comm import per_message
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
+from epsim.cost.forward_host import forward_host
 from epsim.cost.layer import LayerCost, layer_cost
 from epsim.cost.mla import mla_attention_us, mla_core_token_us, mla_token_us
 from epsim.cost.mla_decode import mla_decode_kernel
@@ -96,6 +97,8 @@ class CostModel:
             self._decode_kernel = mla_decode_kernel(attention.mla)
         # the scheduler's host time a step exposes (SGLang's loop without overlap scheduling)
         self.scheduler_host = scheduler_host(self.params)
+        # the eager prefill forward's host work (`epsim.cost.forward_host`; None: not counted)
+        self.forward_host = forward_host(self.params, engine)
         self.ledger = Ledger()
         self._block_rows = BlockRows()
         self._stacks = MoEStacks()
@@ -229,10 +232,14 @@ class CostModel:
             dense += self.model.num_dense_layers * (whole + terms.dense_mlp_us)
         overhead = terms.overhead_us
         step = float(layer.sum()) + dense + overhead
+        host = 0.0              # what the eager prefill forward's host outlasts of its device
+        if self.forward_host is not None and not graph and batch.phase == "prefill":
+            host = self.forward_host.exposed_us(layer, step)
+            step += host
         if record:
             self.ledger.add(graph, moe.mode, ledger_row(self.params.step(graph), moe, attn,
                                                         shared, dense, overhead, scale,
-                                                        num_layers, terms.attention_ops_us),
+                                                        num_layers, terms.attention_ops_us, host),
                             terms.max_tokens)
         parts = np.empty((7, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
@@ -246,7 +253,7 @@ class CostModel:
         return StepCost(
             attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
             shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense,
-            overhead_us=overhead,
+            overhead_us=overhead + host,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts,
             stages=stages)
 

@@ -40,7 +40,8 @@ class ComponentUse:
             "block_ops" (the block's router, permute and weighting, `epsim.cost.block_ops`),
             "layout" (the backend's own work around the grouped GEMM, `epsim.cost.layout`),
             "attention_ops" (the attention block's norms, RoPE, KV write and residual,
-            `epsim.cost.attention_ops`).
+            `epsim.cost.attention_ops`), "forward_host" (the eager prefill forward's host time
+            beyond its device time, `epsim.cost.forward_host`).
         time: "device", "host", or "device+host" (an eager-timed component).
         key: profile key used ("" for datasheet defaults); `label` names it for people.
         tag: one of TAGS; `axes`: why extrapolated (empty otherwise).
@@ -210,6 +211,15 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
              f"DP gather's {host.gather_us:.0f} us + {host.gloo_messages:g} gloo messages at "
              f"{host.gloo_message_us:.1f} us (any/rebalance_host gloo_message, two local ranks: "
              f"extrapolated to a serving host and between nodes) a step"] if host.exposed else [])
+        fh = cm.forward_host
+        if fh is not None:
+            use("forward_host", "host", "any/block_ops/host"
+                if "any/block_ops/host" in profile.components else "",
+                row[COLUMN["forward_host"]], graph, {},
+                [f"SGLang's eager prefill forward outlasting its device time: "
+                 f"{fh.moe_layer_launches} launches a MoE layer, {fh.dense_layer_launches} a dense "
+                 f"layer, {fh.forward_launches} a forward (counted, epsim.cost.forward_host) at "
+                 f"{fh.launch_us:.1f} us ({fh.source})"])
         use("network", "device", "", row[COLUMN["network"]], graph, {},
             [f"{params.transport.name} over the cluster's network: fabric latency and proxy "
              f"messages"])
@@ -232,7 +242,8 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
 _NAMES = {"attention": "attention", "dispatch": "dispatch", "combine": "combine",
           "experts": "experts", "shared_experts": "shared experts", "dense": "dense layers",
           "overhead": "step overhead", "sync": "layer sync", "network": "network",
-          "block_ops": "block ops", "layout": "backend layout", "attention_ops": "attention ops"}
+          "block_ops": "block ops", "layout": "backend layout", "attention_ops": "attention ops",
+          "forward_host": "prefill forward host"}
 
 
 def summarize(uses: list[ComponentUse], of: str = "step time") -> dict:
