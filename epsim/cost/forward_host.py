@@ -157,8 +157,8 @@ def launch_host_us(params) -> tuple[float, str]:
 
 def forward_host(params, engine: str) -> ForwardHost | None:
     """The eager prefill forward's host work of a deployment priced with `params`
-    (`CostParams`), or None where it is not priced: `deployment.eager_prefill_host` off (the
-    default), another engine than SGLang's, a model without MLA (the count is DeepSeek-V3's),
+    (`CostParams`), or None where it is not priced: `deployment.eager_prefill_host` off,
+    another engine than SGLang's, a model without MLA (the count is DeepSeek-V3's),
     or CUDA graphs forced on every step."""
     m, d = params.model, params.deployment
     if (not d.eager_prefill_host or engine != "sglang" or m.attention != "mla"

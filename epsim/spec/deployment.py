@@ -123,11 +123,11 @@ class DeploymentSpec(BaseModel):
     first_use_compile: FirstUseCompileSpec | None = Field(default=None, description=(
         "kernels compiled on a prefill step's first use of a shape key (or of the chunked-prefix "
         "attention) inside the run; None: every kernel compiled before it"))
-    eager_prefill_host: bool = Field(default=False, description=(
+    eager_prefill_host: bool = Field(default=True, description=(
         "an eager prefill forward of an MLA model lasts at least its host time: SGLang's "
         "kernel launches counted from its source at one eager launch's measured host time "
-        "(`epsim.cost.forward_host`); off by default: the count exposes 3-20 ms at 1k prompts, "
-        "a small part of the few-client TTFT floor it was priced for (docs/silicon.md)"))
+        "(`epsim.cost.forward_host`); it outlasts a lone 1k prompt's device time by 0-20 ms, "
+        "nothing at 8k; off: the device time alone"))
 
     # EPLB
     enable_eplb: bool = False
