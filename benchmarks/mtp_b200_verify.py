@@ -158,7 +158,7 @@ def cycle_parts(row) -> tuple[list[str], float, dict]:
     sim = Simulation(scenario_from_dict(json.loads(json.dumps(data)), where="silicon row"))
     cm, m, d = sim.cost_model, sim.cost_model.model, sim.scenario.deployment
     steps, _, draft_tokens = d.speculative_steps
-    accept = Acceptance(steps, d.speculative_accept_length, 0).mean
+    accept = Acceptance(steps, d.speculative_accept_length, 0, sim.scenario.workload.prompt_kind).mean
     draft = DraftPricer(sim.scenario, sim.profile, 0)
     lines = ["| requests b | decode step | its MoE | verify step (3b tokens) | its MoE | its "
              "attention | draft forwards | cycle / decode | CUDA graph (verify) |",

@@ -215,6 +215,12 @@ class WorkloadSpec(_Strict):
     duration_s: float = Field(default=30.0, gt=0)
     warmup_s: float = Field(default=0.0, ge=0)
     retry: RetrySpec = Field(default_factory=RetrySpec)
+    prompt_kind: Literal["natural", "random_chat", "random"] = Field(
+        default="natural", description="what the prompts are, which sets a speculative run's "
+        "acceptance where the deployment states none (`epsim.sim.accept_sources`): natural "
+        "text; random_chat: random token ids in the model's chat template (InferenceX's MTP "
+        "harness, --use-chat-template); random: raw random token ids (bench_serving's random "
+        "dataset, no template)")
     initial_running_per_rank: int | Literal["steady"] = Field(
         default=0, description="decode requests already running per DP rank at t=0; 'steady': "
                                "the screen's steady batch at this workload and deployment (closed "
@@ -227,6 +233,14 @@ class WorkloadSpec(_Strict):
             return value
         raise ValueError(f"initial_running_per_rank ({value!r}) must be an integer >= 0 or "
                          f"'{STEADY}' (the screen's steady batch)")
+
+    @model_serializer(mode="wrap")
+    def _without_default_prompts(self, handler):
+        # natural prompts are written as before the field existed (their summaries keep their bits)
+        data = handler(self)
+        if self.prompt_kind == "natural":
+            data.pop("prompt_kind", None)
+        return data
 
     @model_validator(mode="after")
     def _window(self) -> "WorkloadSpec":
