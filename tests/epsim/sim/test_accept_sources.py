@@ -9,6 +9,7 @@ import pytest
 
 from epsim.errors import SpecError
 from epsim.report import summarize
+from epsim.report.summary import format_table
 from epsim.sim import simulate
 from epsim.sim.accept_sources import (DEEPSEEK_ACCEPT_RATE, PR649_CHAT_MEAN, PR649_RAW_MEAN,
                                       PR649_STEPS, SOURCES, chain_mean, chain_rate)
@@ -73,7 +74,9 @@ def test_a_run_measures_its_source_s_length_and_says_where_it_came_from():
                       "input_len": {"kind": "fixed", "value": 64},
                       "output_len": {"kind": "fixed", "value": 400}, "duration_s": 1.5,
                       "warmup_s": 0.0, "prompt_kind": kind})
-        return summarize(simulate(scenario, seed=3))["bench_serving"]
+        summary = summarize(simulate(scenario, seed=3))
+        assert f"acceptance     {SOURCES[kind].text}" in format_table(summary).splitlines()
+        return summary["bench_serving"]
     chat, natural = run("random_chat"), run("natural")
     assert chat["accept_source"] == SOURCES["random_chat"].text
     assert natural["accept_source"] == SOURCES["natural"].text
