@@ -5,6 +5,8 @@ trace) or closed loop (`concurrency`: a fixed number of clients, each sending it
 when its last one finished, as `sglang.bench_serving --max-concurrency` and aiperf's
 `--concurrency` drive a server). Lengths are drawn as the benchmark tools draw them: fixed,
 uniform, lognormal, or `random` (bench_serving's random dataset with `--random-range-ratio`).
+`prompt_kind` says what the prompts are (natural text, random token ids with or without the
+chat template), which sets a speculative run's acceptance (`epsim.sim.accept_sources`).
 """
 
 from __future__ import annotations
