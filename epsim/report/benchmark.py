@@ -115,6 +115,8 @@ def bench_serving(result: SimResult) -> dict:
     summary.update(_stats(e2e_s * 1e3, "e2e_latency"))
     if result.accept_length is not None:
         summary["accept_length"] = result.accept_length
+    if result.accept_source is not None:
+        summary["accept_source"] = result.accept_source    # the chain's rate and its citation
     return summary
 
 

@@ -385,6 +385,8 @@ def format_table(summary: dict) -> str:
                     for name in names], indent="")
     if s.get("bench_serving"):
         lines += ["", bench_line(s["bench_serving"])]
+        if s["bench_serving"].get("accept_source"):
+            lines.append(f"acceptance     {s['bench_serving']['accept_source']}")
     mean = {k: float(np.mean(s[k])) if s[k] else 0.0 for k in
             ("attention_us", "dispatch_us", "experts_us", "combine_us", "block_ops_us", "layer_us")
             if k in s}

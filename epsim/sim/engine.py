@@ -147,7 +147,7 @@ class Simulation:
         self.acceptance = self.draft = None
         if d.speculative_algorithm is not None:
             self.acceptance = Acceptance(d.speculative_steps[0], d.speculative_accept_length,
-                                         self.seed)
+                                         self.seed, w.prompt_kind)
             self.draft = DraftPricer(scenario, self.profile, self.seed, pooled=coarse_pools)
         # kernels compiled on first use inside the run (`epsim.sim.first_use`); the harness
         # warms up on the run's first prompt

@@ -186,6 +186,8 @@ class SimResult:
             closed that got k = 1, 2, ... tokens in it (None: one token each).
         accept_length: with speculative decoding, tokens per request per verify step (SGLang's
             `avg_spec_accept_length`, the bonus token included) over the window.
+        accept_source: with speculative decoding, where the chain's acceptance came from (the
+            deployment's stated length, or the published one for the workload's prompt_kind).
         kv_cache: the KV pool's capacity and how often it held admissions back.
     """
 
@@ -216,6 +218,7 @@ class SimResult:
     initial_running_per_rank: int = 0   # decode requests per rank at t=0 ("steady" resolved)
     itl_by_tokens: np.ndarray | None = None   # [steps, k] requests that got k tokens (speculative)
     accept_length: float | None = None        # tokens per request per verify step (speculative)
+    accept_source: str | None = None          # where the acceptance came from (`Acceptance.source`)
     kv_cache: dict = field(default_factory=dict)   # the KV pool and when it bound (`epsim.sim.kv_pool`)
     retry_of: np.ndarray | None = None        # [requests] a resend's first send, -1 (`epsim.sim.retries`)
 
@@ -252,4 +255,5 @@ def sim_result(sim, wall_seconds: float) -> SimResult:
         itl_by_tokens=(metrics.itl_by_tokens(sim.scenario.deployment.speculative_steps[0] + 1)
                        if sim.acceptance is not None else None),
         accept_length=(sched.spec_tokens / sched.spec_verifies
-                       if sim.acceptance is not None and sched.spec_verifies else None))
+                       if sim.acceptance is not None and sched.spec_verifies else None),
+        accept_source=sim.acceptance.source if sim.acceptance is not None else None)

@@ -25,11 +25,9 @@ Acceptance (`Acceptance`): each draft token is accepted, given the ones before i
 probability `a` alike at every position (a chain), so `P(k) = a^(k-1) (1 - a)` for k <= num_steps
 and `P(num_steps + 1) = a^num_steps`; `a` is chosen so that the mean is the deployment's
 `speculative_accept_length` (SGLang's `avg_spec_accept_length`: accepted drafts + 1, per request
-and verify step), or, without one, `a = DEEPSEEK_ACCEPT_RATE`: the DeepSeek-V3 technical report
-(arXiv 2412.19437, section 5.4.3) gives "the acceptance rate of the second token prediction
-ranges between 85% and 90%" for its one MTP module; 0.85 at deeper positions is an
-extrapolation (the module is reused autoregressively there, and published acceptance lengths of
-deeper chains are lower: docs/model.md).
+and verify step), or, without one, taken from the published acceptance for the workload's
+`prompt_kind` (`epsim.sim.accept_sources`: the DeepSeek-V3 report's 0.85 for natural text,
+InferenceX's measurement for random token ids with and without the chat template).
 """
 
 from __future__ import annotations
@@ -41,14 +39,10 @@ from epsim.cost.model import CostModel
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb.placement import Placement
 from epsim.routing.skew import SkewModel
+from epsim.sim.accept_sources import DEEPSEEK_ACCEPT_RATE, SOURCES, chain_mean, chain_rate
 from epsim.sim.stepper import DRIFT_STALE_FRAC, MAX_DRAWS, USES_PER_DRAW, moe_draws, nearby
 
-DEEPSEEK_ACCEPT_RATE = 0.85     # DeepSeek-V3 report: second-token acceptance 85-90 %
-
-
-def chain_mean(rate: float, steps: int) -> float:
-    """Mean tokens per verify step of a chain accepting each draft with `rate`: 1 + a + ... + a^S."""
-    return float(sum(rate ** j for j in range(steps + 1)))
+__all__ = ["DEEPSEEK_ACCEPT_RATE", "Acceptance", "DraftPricer", "chain_mean", "verify_counts"]
 
 
 class Acceptance:
@@ -56,23 +50,24 @@ class Acceptance:
 
     Args:
         steps: `speculative_num_steps`.
-        accept_length: the mean (SGLang's `avg_spec_accept_length`); None: `DEEPSEEK_ACCEPT_RATE`.
+        accept_length: the mean (SGLang's `avg_spec_accept_length`); None: the published
+            acceptance for `prompt_kind` (`epsim.sim.accept_sources.SOURCES`).
         seed: the run's seed.
+        prompt_kind: the workload's `prompt_kind`.
     Attributes:
-        rate: the per-position acceptance `a`; probs: [steps + 1] P(k = 1 .. steps + 1).
+        rate: the per-position acceptance `a`; probs: [steps + 1] P(k = 1 .. steps + 1);
+        source: where `rate` came from, one sentence; label: the same in a few words.
     """
 
-    def __init__(self, steps: int, accept_length: float | None, seed: int):
+    def __init__(self, steps: int, accept_length: float | None, seed: int,
+                 prompt_kind: str = "natural"):
         if accept_length is None:
-            rate = DEEPSEEK_ACCEPT_RATE
-        elif accept_length >= steps + 1:
-            rate = 1.0
-        else:                                  # the mean grows with a: bisect for it
-            low, high = 0.0, 1.0
-            for _ in range(60):
-                mid = 0.5 * (low + high)
-                low, high = (mid, high) if chain_mean(mid, steps) < accept_length else (low, mid)
-            rate = 0.5 * (low + high)
+            found = SOURCES[prompt_kind]
+            rate, self.source, self.label = found.rate, found.text, found.label
+        else:
+            rate = chain_rate(accept_length, steps)
+            self.label = f"stated {accept_length:g}"
+            self.source = f"deployment.speculative_accept_length {accept_length:g} (stated)"
         self.rate, self.steps = rate, steps
         k = np.arange(1, steps + 2)
         probs = rate ** (k - 1) * (1.0 - rate)

@@ -146,7 +146,7 @@ class SteadyStateModel:
         if d.speculative_algorithm is not None:
             self.draft = DraftPricer(scenario, profile, scenario.seed)
             self.accept_length = Acceptance(d.speculative_steps[0], d.speculative_accept_length,
-                                            scenario.seed).mean
+                                            scenario.seed, scenario.workload.prompt_kind).mean
 
     def batch_limit(self, scenario) -> int:
         """Requests a rank runs at most: `max_running_requests`, or what its KV pool holds at

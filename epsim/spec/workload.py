@@ -5,6 +5,8 @@ trace) or closed loop (`concurrency`: a fixed number of clients, each sending it
 when its last one finished, as `sglang.bench_serving --max-concurrency` and aiperf's
 `--concurrency` drive a server). Lengths are drawn as the benchmark tools draw them: fixed,
 uniform, lognormal, or `random` (bench_serving's random dataset with `--random-range-ratio`).
+`prompt_kind` says what the prompts are (natural text, random token ids with or without the
+chat template), which sets a speculative run's acceptance (`epsim.sim.accept_sources`).
 """
 
 from __future__ import annotations
@@ -215,6 +217,12 @@ class WorkloadSpec(_Strict):
     duration_s: float = Field(default=30.0, gt=0)
     warmup_s: float = Field(default=0.0, ge=0)
     retry: RetrySpec = Field(default_factory=RetrySpec)
+    prompt_kind: Literal["natural", "random_chat", "random"] = Field(
+        default="natural", description="what the prompts are, which sets a speculative run's "
+        "acceptance where the deployment states none (`epsim.sim.accept_sources`): natural "
+        "text; random_chat: random token ids in the model's chat template (InferenceX's MTP "
+        "harness, --use-chat-template); random: raw random token ids (bench_serving's random "
+        "dataset, no template)")
     initial_running_per_rank: int | Literal["steady"] = Field(
         default=0, description="decode requests already running per DP rank at t=0; 'steady': "
                                "the screen's steady batch at this workload and deployment (closed "
@@ -227,6 +235,14 @@ class WorkloadSpec(_Strict):
             return value
         raise ValueError(f"initial_running_per_rank ({value!r}) must be an integer >= 0 or "
                          f"'{STEADY}' (the screen's steady batch)")
+
+    @model_serializer(mode="wrap")
+    def _without_default_prompts(self, handler):
+        # natural prompts are written as before the field existed (their summaries keep their bits)
+        data = handler(self)
+        if self.prompt_kind == "natural":
+            data.pop("prompt_kind", None)
+        return data
 
     @model_validator(mode="after")
     def _window(self) -> "WorkloadSpec":

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from epsim.default_profile import part_for
 from epsim.errors import EpsimError
 from epsim.routing import recorded
+from epsim.sim.accept_sources import SOURCES
 from epsim.validate.silicon import agg_recipes, client_tokenizer, first_use, pd_recipes
 from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
                                           approximate_need, closed_loop_needs, set_path,
@@ -170,6 +171,8 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
     needs = side_needs(row, side) + closed_loop_needs(routed, row.mode == "disagg")
     if mtp and role != "prefill":       # the draft runs where tokens are decoded
         needs.append(Need("deployment.speculative_algorithm", "NEXTN", "MTP (DeepSeek's NEXTN draft)"))
+        if inferencex_harness(row):     # its prompts set the acceptance (`MTP_PROMPTS`)
+            needs.append(Need("workload.prompt_kind", "random_chat", "MTP prompts"))
     for need in needs:
         trial = copy.deepcopy(data)
         set_path(trial, need.path, need.value)
@@ -202,6 +205,17 @@ def _instance(row: SiliconRow, side: Side, role: str, clients: int, workers: int
             input_len={"kind": "random", "value": round(row.isl * scale), "range_ratio": ratio},
             output_len={"kind": "random", "value": row.osl, "range_ratio": ratio})
     return Instance(role, data, clients, workers, dp_ranks, closed, routed, harness), missing, tags
+
+
+# what an InferenceX MTP run sends, which sets its acceptance (`epsim.sim.accept_sources`): its
+# agg MTP scripts pass `--use-chat-template` to the harness (dsr1_fp8_b200_mtp.sh from the
+# first, #626), and srt-slurm's sa-bench, which its Dynamo P/D runs drive, passes it on every
+# run since 2026-01-21 (ishandhanani/srt-slurm #79); the harness draws random token ids
+# (utils/bench_serving/benchmark_serving.py `sample_random_requests`) and wraps them
+MTP_PROMPTS = ("MTP prompts: random token ids in DeepSeek-R1's chat template (InferenceX's "
+               "harness with --use-chat-template: its MTP scripts, srt-slurm's sa-bench), "
+               "workload.prompt_kind random_chat; acceptance from "
+               + SOURCES["random_chat"].text)
 
 
 def inferencex_harness(row: SiliconRow) -> bool:
@@ -314,6 +328,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
                                                                       servers.get("agg", {})):
         assumptions.append("MTP as speculative_algorithm NEXTN with SGLang's defaults for DeepSeek "
                            "(the recipe says spec-decoding: mtp, not its steps)")
+    if ran.speculative and inferencex_harness(row):
+        assumptions.append(MTP_PROMPTS)
     redundant = dict(ran.redundant_experts or {})
     experts = get_model(MODELS[row.model_path]).num_experts
     instances, missing, tags = [], [], []

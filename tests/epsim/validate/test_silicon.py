@@ -139,6 +139,26 @@ def test_mapping_unstated_workers_and_b300(rows):
             "instance)") in odd.assumptions
 
 
+def test_an_mtp_row_sends_random_ids_in_the_chat_template_where_it_decodes(rows):
+    # both candidate layouts of this H100 row run MTP (InferenceX's harness, --use-chat-template)
+    from epsim.sim.accept_sources import SOURCES
+    from epsim.validate.silicon.mapping import MTP_PROMPTS
+    plan = plan_row(rows["2026_03_25_deepseek_r1_h100_sxm_sglang_fp8_disagg_1024x8192_c16_tp16_0_ep1_0_695"],
+                    approximate=True)
+    assert plan.candidates
+    for candidate in plan.candidates:
+        prefill, decode = candidate.instances
+        assert decode.data["deployment"]["speculative_algorithm"] == "NEXTN"
+        assert decode.data["workload"]["prompt_kind"] == "random_chat"
+        assert "prompt_kind" not in prefill.data["workload"]        # no draft there
+        assert MTP_PROMPTS in candidate.assumptions
+    assert SOURCES["random_chat"].text in MTP_PROMPTS
+    # a row without MTP says nothing of its prompts
+    agg = plan_row(rows["dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81"])
+    assert MTP_PROMPTS not in agg.assumptions
+    assert all("prompt_kind" not in i.data["workload"] for i in agg.instances)
+
+
 @pytest.mark.parametrize("row_id, part", [
     ("dsr1_gb300_sglang_fp8_disagg_8192x1024_c1024_cfg505", "0.5.9"),        # 0.5.8.post1
     ("dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg717", "0.5.10"),             # 0.5.10.post1
