@@ -37,10 +37,14 @@ from pathlib import Path
 
 from recorded import recorded_main
 
+from epsim.sim.accept_sources import SOURCES, chain_mean
+
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "benchmarks" / "results" / "silicon_rows.json.gz"
 RESULTS = ROOT / "benchmarks" / "results" / "mtp_twins.md"
-ACCEPT_LENGTH = 2.57        # epsim's default for 2 draft steps (`DEEPSEEK_ACCEPT_RATE`, chain_mean)
+# the accept length epsim gives these rows at their 2 draft steps (`workload.prompt_kind`
+# random_chat: InferenceX PR #649's random ids in the chat template, `epsim.sim.accept_sources`)
+ACCEPT_LENGTH = chain_mean(SOURCES["random_chat"].rate, 2)
 AGG_LAYOUT = "tp8 dp1 moe_tp8 ep1"    # the agg MTP rows' (InferenceX: MTP ran TP8 only)
 BANDS = ((1, 16, "1-16"), (17, 64, "32-64"), (65, 100000, "128+"))
 
@@ -50,10 +54,10 @@ READING = """## Reading
   fast for its own no-MTP prediction at every client count, and in the disaggregated decode
   too, where no prefill shares the steps: F is below 1 from 4 clients on, and lower again from
   32-64 clients (agg) or 128 (disagg). The part already there at few clients is what a lower
-  accept length gives (at a fixed cycle TPOT goes as 1 / accept length, so F 0.8 reads as about
-  2.1 tokens a verify step where epsim assumes 2.57, DeepSeek-V3's 85 % second-token acceptance
-  at both draft positions; InferenceX's prompts are random token ids under the chat template,
-  its client greedy, `temperature` 0.0 in `utils/bench_serving/backend_request_func.py`) -- a
+  accept length gives (at a fixed cycle TPOT goes as 1 / accept length, so F 0.8 reads as 0.8x
+  the accept length epsim gives these rows, 2.17 tokens a verify step at 2 draft steps from
+  InferenceX PR #649's random ids in the chat template, `epsim.sim.accept_sources`; their
+  client greedy, `temperature` 0.0 in `utils/bench_serving/backend_request_func.py`) -- a
   reading of validation rows, never a setting. The fall with clients is the verify cycle priced
   too cheap against a decode step as the batch grows (`mtp_b200_verify.md`, tables 2-3: the
   verify step's MoE at 3b tokens stays flat in epsim while AIC's B200 table grows).
@@ -255,9 +259,9 @@ def make() -> str:
     lines += ["", "## 2. B200 agg TP8 (MoE TP8): measured / epsim TPOT by clients, with and without MTP", ""]
     lines += agg_context(rows)
     lines += ["", "## 3. B200 FP8 agg MTP-only rows: the gap a verify cycle leaves", "",
-              "At the accept length the 4-client ambiguous twins imply (epsim's 2.57 x F: " +
+              f"At the accept length the 4-client ambiguous twins imply (epsim's {ACCEPT_LENGTH:.2f} x F: " +
               ", ".join(f"{s}: {a:.2f}" for s, a in sorted(accept.items())) +
-              "; a diagnostic), epsim's TPOT scaled by 2.57 / it, and what is left a cycle "
+              f"; a diagnostic), epsim's TPOT scaled by {ACCEPT_LENGTH:.2f} / it, and what is left a cycle "
               "((measured - scaled) x accept length), also per request of the batch.", ""]
     lines += residual_table(rows, accept)
     lines += ["", READING.rstrip()]
