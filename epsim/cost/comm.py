@@ -63,6 +63,9 @@ copies (the walk over every token).
 Within a node the combine is priced as the slower of its sides (`epsim.cost.combine_sides`):
 the NVLink bytes stretched to its longest channel queue, or its receiving warps' rounds
 (`owner_tokens x 2 hidden / 512`, `token_us` a round); across nodes the rounds are added.
+Intranode `owner_tokens x handshake_us` is added to the side that paces: a receiving warp's
+per-token latency chain, unscaled by the hidden size, whose returned head frees the sender's
+ring-buffer slot (docs/model.md; fitted where determined: GB200, GB300 ~0.04 µs a token).
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
 of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
