@@ -63,6 +63,9 @@ copies (the walk over every token).
 Within a node the combine is priced as the slower of its sides (`epsim.cost.combine_sides`):
 the NVLink bytes stretched to its longest channel queue, or its receiving warps' rounds
 (`owner_tokens x 2 hidden / 512`, `token_us` a round); across nodes the rounds are added.
+Intranode `owner_tokens x handshake_us` is added to the side that paces: a receiving warp's
+per-token latency chain, unscaled by the hidden size, whose returned head frees the sender's
+ring-buffer slot (docs/model.md; fitted where determined: GB200, GB300 ~0.04 µs a token).
 The `none` backend (forward_normal) instead all-gathers the batch's hidden states and
 all-reduces the expert outputs; a ring moves `(n-1)/n` (all-gather) or `2(n-1)/n` (all-reduce)
 of the bytes over each rank's slowest link, with the same `base_us + max(overlap_us, ...)`.
@@ -218,6 +221,7 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
         "token_us": 0.0,
         "chunk_us": 0.0,
         "chunk_us_per_kb": 0.0,
+        "handshake_us": 0.0,          # DeepEP normal's combine: fitted where the data show it
     }
 
 
@@ -247,9 +251,10 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
         queue: [...] copies one channel's queue to one peer carries (`queue_copies`).
         kind: "dispatch" or "combine" for a `chunked` kernel (its tuned chunk sizes), else "".
     Returns:
-        [..., 12] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
+        [..., 13] float64 columns (1, overlap side, nvl_bytes*1e-3, rdma_bytes*1e-3, max copies,
         slot_bytes*1e-3, spilled bytes*1e-3, expert slots, remote expert slots, owner tokens,
-        chunk rounds, first chunk's bytes*1e-3); times `COMM_TERMS.coefficients(params)` gives
+        chunk rounds, first chunk's bytes*1e-3, an intranode combine's owner tokens: its
+        handshake); times `COMM_TERMS.coefficients(params)` gives
         microseconds.
     """
     nvl_kb = np.asarray(nvl_copies, dtype=np.float64) * (bytes_per_copy * 1e-3)
@@ -268,15 +273,17 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
     signals = np.full_like(nvl_b, float(num_experts))
     remote = np.full_like(nvl_b, float(remote_experts))
     owner = np.broadcast_to(np.asarray(owner_tokens, dtype=np.float64), nvl_b.shape)
+    handshake = np.zeros_like(nvl_b)
     if kind == "combine":            # its receiving warps' rounds (`combine_sides`)
         owner = owner * reduction_rounds(bytes_per_copy)
-        if not np.any(rdma_kb):      # intranode: the slower side paces it
+        if not np.any(rdma_kb):      # intranode: the slower side paces it, plus the handshake
+            handshake = np.broadcast_to(np.asarray(owner_tokens, dtype=np.float64), nvl_b.shape)
             nvl_b, owner = combine_sides(nvl_b, owner, queue, owner_tokens, nvl_kb.shape[-1],
                                          NORMAL_CHANNELS, params)
     rounds, fill_kb = (chunk_rounds(np.broadcast_to(queue, nvl_b.shape), bytes_per_copy, params,
                                     kind) if kind else (np.zeros_like(nvl_b),) * 2)
     transfer = np.stack([nvl_b, rdma_b, np.asarray(copies).max(axis=-1), slot_kb, spill_kb,
-                         signals, remote, owner, rounds, fill_kb], axis=-1)    # [..., 10]
+                         signals, remote, owner, rounds, fill_kb, handshake], axis=-1)  # [..., 11]
     coef = COMM_TERMS.coefficients(params)
     hidden = transfer @ coef[2:] < params.get("overlap_us", 0.0)       # the fixed work paces
     transfer = np.where(hidden[..., None], 0.0, transfer)
@@ -323,7 +330,7 @@ def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
                                        queue_copies(traffic.peak("nvl_copies"), peers),
                                        owner_tokens, traffic.nvl_copies.shape[-1],
                                        NORMAL_CHANNELS, params)
-            t = send / params["nvl_gbps"]
+            t = send / params["nvl_gbps"] + owner_tokens * params.get("handshake_us", 0.0)
         t = t + recv * params.get("token_us", 0.0)
     elif kind:
         t = t + owner_tokens * params.get("token_us", 0.0)

@@ -47,7 +47,7 @@ class LinearTerms:
 
 COMM_TERMS = LinearTerms(("base_us", "overlap_us", "nvl_gbps", "rdma_gbps", "per_copy_us",
                           "slot_us_per_kb", "spill_gbps", "expert_signal_us", "rdma_signal_us",
-                          "token_us", "chunk_us", "chunk_us_per_kb"),
+                          "token_us", "chunk_us", "chunk_us_per_kb", "handshake_us"),
                          frozenset({"nvl_gbps", "rdma_gbps", "spill_gbps"}))
 COLLECTIVE_TERMS = LinearTerms(("base_us", "overlap_us", "nvl_gbps", "rdma_gbps"),
                                frozenset({"nvl_gbps", "rdma_gbps"}))

@@ -117,7 +117,7 @@ def test_comm_design_row_equals_model(rng):
     params = {"base_us": 7.0, "overlap_us": 3.0, "nvl_gbps": 300.0, "rdma_gbps": 40.0,
               "per_copy_us": 0.002, "slot_us_per_kb": 0.03, "spill_gbps": 500.0,
               "expert_signal_us": 0.01, "rdma_signal_us": 0.001, "token_us": 0.02,
-              "chunk_us": 2.0, "chunk_us_per_kb": 0.1}
+              "chunk_us": 2.0, "chunk_us_per_kb": 0.1, "handshake_us": 0.04}
     tr = dataclasses.replace(_traffic(*(rng.random((5, 8)) * 1000 for _ in range(4))),
                              max_slot_pairs=rng.random(5) * 500,
                              pairs=rng.random((5, 8)) * 40000)
@@ -136,11 +136,12 @@ def test_comm_design_row_equals_model(rng):
     assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
                                      "per_copy_us", "slot_us_per_kb", "inv_spill_gbps",
                                      "expert_signal_us", "rdma_signal_us", "token_us",
-                                     "chunk_us", "chunk_us_per_kb")
+                                     "chunk_us", "chunk_us_per_kb", "handshake_us")
     assert (rows[:, 9:] == 0.0).all()              # not a chunked kernel: no owner, no queues
     # a column the fit never saw (zero inverse bandwidth) leaves that parameter out
     assert "rdma_gbps" not in COMM_TERMS.params_from(np.array([5.0, 0.0, 1 / 300, 0.0, 0.0, 0.0,
-                                                               1 / 500, 0.0, 0.0, 0.0, 0.0, 0.0]))
+                                                               1 / 500, 0.0, 0.0, 0.0, 0.0, 0.0,
+                                                               0.0]))
 
 
 def test_tuned_chunk_hand_computed():
@@ -161,9 +162,10 @@ def test_tuned_chunk_hand_computed():
 
 def test_record_and_simulator_price_deepep_normal_alike():
     """DeepEP normal's owner tokens and tuned queues: a record and the simulator's `comm_us`
-    of the same uniform exchange add the same microseconds over the datasheet price, and a
-    kernel that is not `chunked` (low-latency) adds none."""
-    extra = {"token_us": 0.02, "chunk_us": 3.0, "chunk_us_per_kb": 0.1}
+    of the same uniform exchange add the same microseconds over the datasheet price (the
+    intranode combine's handshake: its owner tokens, on either side of its max), and a kernel
+    that is not `chunked` (low-latency) adds none."""
+    extra = {"token_us": 0.02, "chunk_us": 3.0, "chunk_us_per_kb": 0.1, "handshake_us": 0.01}
     keys = ("deepep/dispatch/normal", "deepep/combine/normal")
     fitted = Profile(name="fit", hardware="H200", components={
         k: Component(params=extra, source="fit") for k in keys})
@@ -189,7 +191,7 @@ def test_record_and_simulator_price_deepep_normal_alike():
             send_us = (tr.peak("nvl_copies") * per_copy * 1e-3 / nvl
                        * queue_spread(queue, 2048.0, 8, NORMAL_CHANNELS))
             recv_us = 2048 * reduction_rounds(per_copy) * 0.02
-            added = added + np.maximum(send_us, recv_us) - send_us
+            added = added + np.maximum(send_us, recv_us) - send_us + 2048 * 0.01
         np.testing.assert_allclose(got - was, added)
         rec = _record(stage, backend="deepep", mode="normal", ep_size=8, num_tokens_per_rank=2048,
                       dispatch_dtype="fp8" if stage == "dispatch" else "bf16",
