@@ -127,7 +127,7 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     cheapest under this model. A tile pads each expert's rows to whole tiles
     (`ExpertGemm.tile_rows`) and streams the expert's weights once per tile: the re-reads of
     `epsim.cost.quant.reread_kb` at `reread_gbps`, on the roofline's memory side. The input's
-    tokens whose slots lie on other ranks cost the fitted `token_us` each
+    tokens whose slots lie on other ranks cost the fitted `token_us` each with the `none` backend
     (`epsim.cost.quant.remote_tokens`: routing, quantisation and finalize run over every token).
 
     Args:
@@ -149,18 +149,12 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     t = experts_rank_us(pairs, active, even_row_tiles(pairs, active, tile), gemm,
                         experts.params, reread).min(axis=0)
     token_us = experts.params.get("token_us", 0.0)
-    if token_us:          # its per-token stages over the input's tokens routed elsewhere
-        t = t + token_us * remote_tokens(kernel_input_tokens(params, tr), tr.pairs, m.top_k)
+    if token_us and params.backend == "none":
+        # every rank routes, quantises and finalizes the group's tokens, its slots or not (a
+        # dispatch backend hands its runner the rank's own pairs: DeepEP low-latency's
+        # per-expert buffers run no routing or finalize over tokens)
+        t = t + token_us * remote_tokens(tr.num_tokens * tr.fraction, tr.pairs, m.top_k)
     return t.max(axis=-1)
-
-
-def kernel_input_tokens(params: CostParams, tr: Traffic) -> np.ndarray:
-    """[..., layers, ranks] (or a scalar) tokens the fused MoE kernel's input holds on each
-    rank: the group's with the `none` backend (every rank holds them), else those the rank
-    received (each token once, however many of its experts the rank holds)."""
-    if params.backend == "none":
-        return np.asarray(tr.num_tokens * tr.fraction, dtype=np.float64)
-    return tr.nvl_recv + tr.rdma_recv + tr.self_copies
 
 
 def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
