@@ -10,8 +10,9 @@ two baselines of `epsim validate` (a constant; log-log interpolation), with its 
           dense MLPs: hidden x intermediate; GEMMs: n x k; attention: query heads x head_dim;
           MLA and its BMMs: the heads a GPU holds; DeepEP: hidden, within one node: its
           cross-node rows, measured at one hidden size only, are the ep axis's)
-  ep, tp  per system, quantised experts: the fused MoE kernel fitted at EP 1 and MoE-TP 1,
-          judged at EP > 1 and at MoE-TP > 1 (its balanced rows, kept pending by the importer);
+  ep, tp  per system, quantised experts: the fused MoE kernel fitted at EP 1 (NVFP4 on
+          Blackwell: EP <= 16, the importer fitting its EP > 1 rows) and MoE-TP 1, judged at
+          larger EP and at MoE-TP > 1 (its balanced rows, kept pending by the importer);
           DeepEP's MoE runner fitted at EP <= 16, judged at EP 32-256; DeepEP's dispatch and
           combine fitted on 1-2 nodes (EP <= 16), judged on 4-8 (EP 32-64, the low-latency
           rows AIC measured across nodes); all-reduces: each algorithm fitted on its smaller
@@ -59,6 +60,7 @@ SYSTEM_PAIRS = (("h200_sxm", "h100_sxm"), ("h100_sxm", "h200_sxm"), ("b200_sxm",
                 ("gb200", "gb300"), ("h200_sxm", "b200_sxm"), ("b200_sxm", "b300_sxm"))
 NO_SHAPE_AXIS = ("allreduce",)            # collectives: no shape beyond their bytes
 DEEPEP_FIT_EP = 16                        # DeepEP's MoE runner: fitted up to EP 16, judged above
+FUSED_FIT_EP = 16          # the fused kernel where its EP > 1 rows are fitted: up to EP 16, judged above
 
 
 def records_of(system: str):
@@ -82,22 +84,29 @@ def quant_moe_pending(system: str) -> list[SourcedRecord]:
 
 def split_ep_tp(raw, pending):
     """The EP and MoE-TP hold-outs of the quantised experts: {axis: (fit, judged)}. The fused
-    MoE kernel's fit set is EP 1, MoE-TP 1, with the dense GEMMs whose fit holds the NVFP4
-    kernel's tensor rate (`epsim.calibrate.build.experts_held`); judged: its balanced rows at
-    EP > 1 (MoE-TP 1) and at MoE-TP > 1 (EP 1), same kernel and format. DeepEP's runner: fit
-    EP <= 16, judge EP >= 32."""
+    MoE kernel's fit set is MoE-TP 1 at EP 1 -- up to EP `FUSED_FIT_EP` for a format whose
+    EP > 1 rows the profile fits (`epsim.calibrate.aic_records.EP_FIT_FORMATS`) -- with the
+    dense GEMMs whose fit holds the NVFP4 kernel's tensor rate
+    (`epsim.calibrate.build.experts_held`); judged: its balanced rows above that EP (MoE-TP 1)
+    and at MoE-TP > 1 (EP 1), same kernel and format. DeepEP's runner: fit EP <= 16, judge
+    EP >= 32."""
     fused = [s for s in raw if s.record.kind == "quant_experts" and s.record.backend != "deepep"]
-    fused += [s for s in raw if s.record.kind == "gemm"]
-    kernels = {(s.record.weight_dtype, s.record.extra.get("kernel")) for s in fused
-               if s.record.kind == "quant_experts"}
+    kernels = {(s.record.weight_dtype, s.record.extra.get("kernel")) for s in fused}
+    top = {k: max([s.record.ep_size for s in fused if s.record.ep_size <= FUSED_FIT_EP
+                   and (s.record.weight_dtype, s.record.extra.get("kernel")) == k]) for k in kernels}
+    fits = lambda s: s.record.ep_size <= top[(s.record.weight_dtype,                  # noqa: E731
+                                              s.record.extra.get("kernel"))]
+    gemms = [s for s in raw if s.record.kind == "gemm"]
     same = [s for s in pending if s.record.kind == "quant_experts" and s.record.backend != "deepep"
             and s.record.skew.get("kind") == "balanced" and s.record.local_expert_tokens
             and (s.record.weight_dtype, s.record.extra.get("kernel")) in kernels]
     deepep = [s for s in raw if s.record.kind == "quant_experts" and s.record.backend == "deepep"]
-    return {"ep": (fused + [s for s in deepep if s.record.ep_size <= DEEPEP_FIT_EP],
-                   [s for s in same if s.record.ep_size > 1 and s.record.moe_tp_size == 1]
+    return {"ep": ([s for s in fused if fits(s)] + gemms
+                   + [s for s in deepep if s.record.ep_size <= DEEPEP_FIT_EP],
+                   [s for s in same + fused if not fits(s) and s.record.moe_tp_size == 1]
                    + [s for s in deepep if s.record.ep_size > DEEPEP_FIT_EP]),
-            "tp": (fused, [s for s in same if s.record.ep_size == 1 and s.record.moe_tp_size > 1])}
+            "tp": (fused + gemms,
+                   [s for s in same if s.record.ep_size == 1 and s.record.moe_tp_size > 1])}
 
 
 def split_allreduce(raw):

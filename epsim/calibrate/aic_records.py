@@ -95,6 +95,14 @@ GROUPED_ROUTING_SINCE = "0.5.14"
 NON_GATED_SHAPES = frozenset({(2688, 1856, 128, 6), (4096, 2688, 512, 22), (1024, 2688, 512, 22),
                               (8192, 5120, 512, 22), (2048, 5120, 512, 22)})
 NON_GATED_KERNELS = ("sglang_flashinfer_trtllm_moe",)
+# Expert parallelism in AIC's SGLang MoE collector (`_benchmark_framework_quantized_moe`, every
+# NVFP4 case): SGLang's `FusedMoE` built as EP rank 0 of `moe_ep_size` holds `E / ep` experts
+# and is handed all `num_tokens` tokens with the full router logits, as SGLang's `none` backend
+# hands each rank the group's tokens (and AIC's SDK queries `x * attention_dp_size`);
+# FlashInfer's TRT-LLM MoE routes them all and computes the pairs of its local experts, its
+# tile from `num_tokens x top_k / local experts`. So these rows are the fused kernel at EP > 1
+# as it runs (`moe_records`): fitted for these formats on that kernel, EP on the fit grid.
+EP_FIT_FORMATS = ("nvfp4",)
 
 
 def on_grid(value: int, least: int = 1) -> bool:
@@ -265,11 +273,15 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
         # slots of rank 0's tokens (-1), and the fused Triton path still runs its alignment,
         # activation and sum over all `T x k` slots: work the BF16 grouped-GEMM model has no
         # term for; the quantised one prices it (`epsim.cost.quant.remote_slot_bytes`), and
-        # their EP and MoE-TP rows are judged (benchmarks/aic_holdout.py)
+        # their EP and MoE-TP rows are judged (benchmarks/aic_holdout.py). FlashInfer's
+        # TRT-LLM MoE at EP > 1 is fitted for `EP_FIT_FORMATS` (its per-token work on the
+        # tokens routed elsewhere: `epsim.cost.quant.remote_tokens`), EP 4, 16, 64, 256
         kernel = FIT_MOE_KERNEL if bf16 else QUANT_MOE_KERNEL.get(table.system,
                                                                  BLACKWELL_QUANT_MOE_KERNEL)
-        fit = (tp == 1 and ep == 1 and row.kernel_source == kernel
-               and (bf16 or row.moe_dtype in QUANT_FORMATS))
+        fit = (tp == 1 and row.kernel_source == kernel
+               and (bf16 or row.moe_dtype in QUANT_FORMATS)
+               and (ep == 1 or (kernel == BLACKWELL_QUANT_MOE_KERNEL
+                                and row.moe_dtype in EP_FIT_FORMATS and on_grid(ep))))
         if fit and out.grid and not on_grid(tokens):
             off += 1
             continue

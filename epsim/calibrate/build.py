@@ -224,6 +224,9 @@ def mla_decode_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]
 # quantised experts whose MMA rate is held at the same format's dense GEMM fit (`experts_held`)
 HELD_EXPERT_FORMATS = ("nvfp4",)
 HELD_EXPERT_PARAMS = ("tensor_frac",)
+# ... and fitted on their EP 1 records first, the EP > 1 ones (where imported: NVFP4 on
+# Blackwell, `epsim.calibrate.aic_records.EP_FIT_FORMATS`) then fitting this alone
+EP_ONLY_PARAM = "token_us"
 
 
 def _held_experts(key: str) -> bool:
@@ -321,8 +324,16 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=mla_decode_held(key, fits))
     for key in sorted(k for k in groups if _held_experts(k)):       # after its dense GEMM's
+        held = experts_held(key, fits)
+        local = [s for s in groups[key] if s.record.ep_size == 1]
+        if local and len(local) < len(groups[key]):
+            # the EP 1 rows fix the kernel's rates; the EP > 1 rows add only its per-token
+            # work on the tokens routed elsewhere (`token_us`, 0 at EP 1)
+            first = fit_component(key, local, evaluation_profile(base.model_copy(deep=True)),
+                                  peaks, held=held)
+            held = {**{p: v for p, v in first.params.items() if p != EP_ONLY_PARAM}, **held}
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
-                                  peaks, held=experts_held(key, fits))
+                                  peaks, held=held)
     kernels = base.model_copy(update={"components": {k: f.component() for k, f in fits.items()}})
     for key in sorted(k for k in groups if _over_kernels(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(kernels.model_copy(deep=True)),

@@ -23,7 +23,7 @@ from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
-from epsim.cost.quant import reread_kb, trtllm_ladder, trtllm_tile
+from epsim.cost.quant import remote_tokens, reread_kb, trtllm_ladder, trtllm_tile
 from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
 
@@ -126,7 +126,9 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     every rank holding them; else the rank's rows) and keeps the fastest, priced here as the
     cheapest under this model. A tile pads each expert's rows to whole tiles
     (`ExpertGemm.tile_rows`) and streams the expert's weights once per tile: the re-reads of
-    `epsim.cost.quant.reread_kb` at `reread_gbps`, on the roofline's memory side.
+    `epsim.cost.quant.reread_kb` at `reread_gbps`, on the roofline's memory side. The input's
+    tokens whose slots lie on other ranks cost the fitted `token_us` each with the `none` backend
+    (`epsim.cost.quant.remote_tokens`: routing, quantisation and finalize run over every token).
 
     Args:
         pairs, active: [..., layers, ranks] rows and active experts per rank (fused shared
@@ -145,8 +147,14 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     reread = reread_kb(rows, tile, params.gemm.weight_bytes) / experts.reread_gbps
     gemm = replace(params.gemm, tile_rows=tile)
     t = experts_rank_us(pairs, active, even_row_tiles(pairs, active, tile), gemm,
-                        experts.params, reread)
-    return t.min(axis=0).max(axis=-1)
+                        experts.params, reread).min(axis=0)
+    token_us = experts.params.get("token_us", 0.0)
+    if token_us and params.backend == "none":
+        # every rank routes, quantises and finalizes the group's tokens, its slots or not (a
+        # dispatch backend hands its runner the rank's own pairs: DeepEP low-latency's
+        # per-expert buffers run no routing or finalize over tokens)
+        t = t + token_us * remote_tokens(tr.num_tokens * tr.fraction, tr.pairs, m.top_k)
+    return t.max(axis=-1)
 
 
 def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,

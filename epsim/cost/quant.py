@@ -62,8 +62,9 @@ GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequ
                          frozenset({"hbm_frac", "tensor_frac"}))
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
-# FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads (`reread_kb`)
-EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac",),
+# FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads (`reread_kb`) and
+# its per-token stages on the input's tokens whose slots lie on other ranks (`remote_tokens`)
+EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac", "token_us"),
                                   EXPERT_QUANT_TERMS.inverse)
 FRACTIONS = ("hbm_frac", "tensor_frac")
 # GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
@@ -258,6 +259,28 @@ def remote_slot_bytes(hidden_size: int, intermediate_size: int, fmt: str, top_k:
     return BF16_BYTES * (2.0 * i + 2.0 * i + i + 2.0 * h) + q * (i + h / max(top_k, 1))
 
 
+def remote_tokens(input_tokens, pairs, top_k: int) -> np.ndarray:
+    """[...] token-equivalents of FlashInfer's TRT-LLM MoE input whose per-token work its local
+    pairs do not carry: `input_tokens - pairs / top_k`, at least 0.
+
+    The kernel runs its per-token stages -- routing over every expert, the hidden state's FP4
+    or FP8 quantisation, the finalize that writes each token's output row -- over every token
+    of its input, local slots or not (at EP > 1 AIC's collector and SGLang's `none` backend
+    hand each rank the group's tokens with the full router logits and `local_num_experts =
+    E / ep`: flashinfer csrc/trtllm_fused_moe_kernel_launcher.cu). An EP 1 fit holds that
+    work in its per-pair terms, `1 / top_k` of a token per pair; this is the rest, priced at
+    the fitted `token_us` each (aiconfigurator's GB200 NVFP4 rows at EP 2-256 and 1024-16384
+    tokens: 9 ns a remote token whatever the hidden size, where the bytes of quantising and
+    writing it at the datasheet rate explain neither its size nor its spread over shapes).
+
+    Args:
+        input_tokens: [...] tokens the kernel's input holds (the group's with no dispatch).
+        pairs: [...] routed token-expert pairs of the rank's local experts.
+    """
+    pairs = np.asarray(pairs, dtype=np.float64)
+    return np.maximum(np.asarray(input_tokens, dtype=np.float64) - pairs / max(top_k, 1), 0.0)
+
+
 def trtllm_tile(share, fmt: str, tuned: bool = False) -> np.ndarray:
     """[...] rows per token tile FlashInfer's TRT-LLM MoE runs for `fmt` weights at `share`
     [...], the balanced rows of one local expert (`tokens x top_k / local experts`). The centre
@@ -309,7 +332,7 @@ def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
 
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
                            hardware: HardwareSpec, fmt: str, layout=0.0,
-                           reread=None) -> np.ndarray:
+                           reread=None, remote=0.0) -> np.ndarray:
     """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
     `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
@@ -319,7 +342,9 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
     slots, `remote_slot_bytes`). With `reread` [...] KB (`reread_kb`, FlashInfer's TRT-LLM
     MoE) a 7th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM rate, outside
-    the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the rest)."""
+    the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the rest), and an
+    8th: `remote` [...] token-equivalents of the slowest rank's input whose slots lie elsewhere
+    (`remote_tokens`; `token_us` each, beside the roofline: their own kernels)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
@@ -338,6 +363,7 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
             np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)]
     if reread is not None:
         cols.append(np.where(compute, 0.0, np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps))
+        cols.append(np.broadcast_to(np.asarray(remote, dtype=np.float64), p.shape))
     return np.stack(cols, axis=-1)
 
 

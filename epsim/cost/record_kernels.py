@@ -33,7 +33,8 @@ from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERMS,
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, gemm_features, gemm_work, layout_kb,
-                              quant_expert_gemm, remote_slot_bytes, reread_kb, trtllm_tile)
+                              quant_expert_gemm, remote_slot_bytes, remote_tokens, reread_kb,
+                              trtllm_tile)
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
                            format_kind, kv_kind)
@@ -114,17 +115,20 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
             record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
-    terms, reread = EXPERT_QUANT_TERMS, None
+    terms, reread, remote_in = EXPERT_QUANT_TERMS, None, 0.0
     if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
         terms = EXPERT_REREAD_TERMS
         tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k
+        # the group's tokens all reach the kernel (AIC's collector, SGLang's `none` backend)
+        remote_in = float(remote_tokens(tokens, rows.sum(), record.top_k))
         # AIC's collector runs no autotune pass: the launcher's fallback tile
         tile = float(trtllm_tile(tokens * record.top_k / len(rows), fmt, tuned=False))
         reread = float(reread_kb(rows, tile, gemm.weight_bytes))
-        params = {"reread_frac": 0.0, **params}
+        params = {"reread_frac": 0.0, "token_us": 0.0, **params}
         gemm = dataclasses.replace(gemm, tile_rows=tile)
         tiles = np.array([float(row_tiles(rows, tile))])
-    row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread)
+    row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
+                                 remote_in)
     return KernelRow(component_key(backend, kind, path), terms.coef_names, row,
                      terms.coefficients(params))
 

@@ -108,7 +108,7 @@ def test_blackwell_rows_carry_the_rereads_at_the_datasheet_hbm_rate():
         source="fit")
     row = kernel_record_features(_record("B200", rows, 64), profile)
     assert row.coef_names == EXPERT_REREAD_TERMS.coef_names
-    assert np.isclose(row.row[-1], 7 * weight * 1e-3 / b200.hbm_gbps)
+    assert np.isclose(row.row[-2], 7 * weight * 1e-3 / b200.hbm_gbps)   # then remote tokens
     without = dict(profile.components["any/experts_nvfp4/graph"].params, reread_frac=0.0)
     profile.components["any/experts_nvfp4/graph"] = Component(params=without, source="fit")
     base = kernel_record_features(_record("B200", rows, 64), profile)
