@@ -78,6 +78,12 @@ class ExpertGemm:
         num_up: projections of the first GEMM: 2 for SwiGLU's gate and up (`[2I, H]`), 1 for a
             non-gated MLP (ReLU², NVIDIA's Nemotron-3 experts: `[I, H]`), whose experts hold
             `2 H I` weights and do `4 H I` FLOPs a row (`expert_projections`).
+        serial_rows: the rows' activation bytes (`act_bytes_per_row`) run beside the roofline,
+            not under it: FlashInfer's TRT-LLM MoE gathers each tile's rows, writes the down
+            GEMM's BF16 rows and sums them in a finalize kernel of its own, work that does not
+            hide behind the weight stream (a larger share as MoE-TP narrows the weights while
+            the rows keep their hidden-size width); a wave then also pays `wave_row_us` per row
+            of its token tile (its epilogue writes them).
     """
 
     hidden_size: int
@@ -89,6 +95,7 @@ class ExpertGemm:
     scale_block_k: int = 0
     tile_rows: float = TILE_M
     num_up: int = 2
+    serial_rows: bool = False
 
     @property
     def act_bytes_per_row(self) -> float:
@@ -158,10 +165,18 @@ def experts_defaults(hardware: HardwareSpec, weight_dtype: str = "bf16") -> dict
 
 
 def _work(pairs, active, tiles, gemm: ExpertGemm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(memory KB, quantized MFLOPs, waves), elementwise over [..., ranks]."""
-    mem_kb = (active * gemm.weight_bytes + pairs * gemm.act_bytes_per_row) * 1e-3
+    """(memory KB under the roofline, quantized MFLOPs, waves), elementwise over [..., ranks]
+    (the rows' bytes outside it where `gemm.serial_rows`: `serial_kb`)."""
+    rows_kb = 0.0 if gemm.serial_rows else pairs * gemm.act_bytes_per_row
+    mem_kb = (active * gemm.weight_bytes + rows_kb) * 1e-3
     mflops, waves = gemm._waves(tiles)
     return mem_kb, mflops, waves
+
+
+def serial_kb(pairs, gemm: ExpertGemm):
+    """[...] KB of the rows' activations priced beside the roofline (`ExpertGemm.serial_rows`;
+    0 where they are under it)."""
+    return pairs * gemm.act_bytes_per_row * 1e-3 if gemm.serial_rows else 0.0 * pairs
 
 
 def _math_us(mflops, waves, params: dict[str, float]):
@@ -183,10 +198,14 @@ def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, ge
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     mem_kb, mflops, waves = _work(pairs, active, tiles, gemm)
     math = _math_us(mflops, waves, params)
+    if gemm.serial_rows and params.get("wave_row_us"):   # a wave's epilogue writes its rows
+        math = math + params["wave_row_us"] * waves * gemm.tile_rows
     if gemm.scale_block_k:      # a block-scaled format rescales its partial sums per K block
         math = math + params.get("dequant_us", 0.0) * gemm.scale_blocks(tiles)
     t = np.maximum(mem_kb / params["hbm_gbps"] + reread_us, math)
     t = t + params["base_us"]
+    if gemm.serial_rows:        # the rows' own kernels and tiles, beside the weight stream
+        t = t + serial_kb(pairs, gemm) / params["hbm_gbps"]
     if params.get("per_expert_us"):
         t = t + params["per_expert_us"] * active
     if gemm.quant_bytes_per_row:    # a quantised format's activation quantisation (own kernels)
@@ -208,7 +227,7 @@ def experts_features(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, g
     a, p, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (active, pairs, tiles))
     mem_kb, mflops, waves = _work(p, a, n, gemm)
     mem_bound = mem_kb / params["hbm_gbps"] >= _math_us(mflops, waves, params)
-    return np.stack([np.ones_like(a), a, np.where(mem_bound, mem_kb, 0.0),
+    return np.stack([np.ones_like(a), a, np.where(mem_bound, mem_kb, 0.0) + serial_kb(p, gemm),
                      np.where(mem_bound, 0.0, mflops), np.where(mem_bound, 0.0, waves)], axis=-1)
 
 

@@ -11,7 +11,7 @@ at once and reads one `MoECost` for many steps, so what it derives is computed o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -23,7 +23,7 @@ from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
-from epsim.cost.quant import remote_tokens, reread_kb, trtllm_ladder, trtllm_tile
+from epsim.cost.quant import remote_tokens, reread_kb, trtllm_gemm, trtllm_ladder, trtllm_tile
 from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
 
@@ -144,8 +144,8 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     # entry the same arithmetic as pricing one candidate at a time (a tenth of the calls)
     scales = TRTLLM_SCALES.reshape((-1,) + (1,) * np.ndim(centre))
     tile = trtllm_ladder(centre * scales, m.weight_dtype)
-    reread = reread_kb(rows, tile, params.gemm.weight_bytes) / experts.reread_gbps
-    gemm = replace(params.gemm, tile_rows=tile)
+    gemm = trtllm_gemm(params.gemm, tile, m.weight_dtype)
+    reread = reread_kb(rows, tile, gemm.weight_bytes) / experts.reread_gbps
     t = experts_rank_us(pairs, active, even_row_tiles(pairs, active, tile), gemm,
                         experts.params, reread).min(axis=0)
     token_us = experts.params.get("token_us", 0.0)

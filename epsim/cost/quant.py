@@ -39,11 +39,12 @@ datasheet (`absolute`: the rates `epsim.cost.experts`' physics reads).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.experts import TILE_M, TILE_N, ExpertGemm, experts_rank_us
+from epsim.cost.experts import TILE_M, TILE_N, ExpertGemm, experts_rank_us, serial_kb
 from epsim.cost.linear import LinearTerms
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.errors import SpecError
@@ -63,8 +64,10 @@ GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequ
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
 # FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads (`reread_kb`) and
-# its per-token stages on the input's tokens whose slots lie on other ranks (`remote_tokens`)
-EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac", "token_us"),
+# its per-token stages on the input's tokens whose slots lie on other ranks (`remote_tokens`),
+# and a wave's cost per row of its token tile (`wave_row_us`: the epilogue writes the tile's rows)
+EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac", "wave_row_us",
+                                                              "token_us"),
                                   EXPERT_QUANT_TERMS.inverse)
 FRACTIONS = ("hbm_frac", "tensor_frac")
 # GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
@@ -85,6 +88,19 @@ TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
 # FP4 activations) and 128 for FP8 (`getSupportedTileNums`; a 192 rung for NVFP4 came in v0.6.17)
 TRTLLM_MIN_TILE = 8
 TRTLLM_MAX_TILE = {"nvfp4": 256, "fp8": 128, "fp8_block": 128}
+# The TRT-LLM MoE's weight tiles are 128 deep along the intermediate (GEMM 1's output rows, the
+# down GEMM's K; the `t128xNx...` cubins, FP8-block's 128 x 128 scale blocks): a GPU's
+# intermediate runs padded to a multiple of it. AIC's B200 tables show it on every shape whose
+# MoE-TP share falls below or between multiples: DeepSeek's 2048 at MoE-TP 16 and 32 (128 and 64
+# a GPU) time the same, 151.4 and 151.7 µs at 256 tokens (fp8_block); 2048 x 768 / 128 experts
+# at 96, 48 and 24 the same (NVFP4's 6144 x 2048 at 128 and 64 too)
+TRTLLM_K_STEP = 128
+# formats whose TRT-LLM MoE fit prices the rows beside the roofline (`ExpertGemm.serial_rows`)
+# and a wave's cost per tile row (`wave_row_us`, the rows' epilogue): FP8-block, where AIC's
+# MoE-TP rows judge it (hold-out 16.6 -> 9.8 %). NVFP4's fit holds its math at the dense FP4
+# GEMM's tensor rate (`epsim.calibrate.build.experts_held`), under which the two terms (tried
+# with a per-K-step cost for every format) left its MoE-TP hold-out worse (15.6 -> 19.5 %)
+SERIAL_ROWS_FORMATS = ("fp8", "fp8_block")
 
 
 def check_format(fmt: str) -> str:
@@ -302,6 +318,17 @@ def trtllm_ladder(tile, fmt: str) -> np.ndarray:
                    TRTLLM_MAX_TILE.get(check_format(fmt), 128))
 
 
+def trtllm_gemm(gemm: ExpertGemm, tile, fmt: str) -> ExpertGemm:
+    """`gemm` as FlashInfer's TRT-LLM MoE runs it on `fmt` weights with token tiles of `tile`
+    [...] rows: the intermediate (and the weights) padded to whole `TRTLLM_K_STEP`s, and for
+    `SERIAL_ROWS_FORMATS` the rows' activations beside the roofline (`ExpertGemm.serial_rows`)."""
+    inter = gemm.intermediate_size
+    padded = -(-inter // TRTLLM_K_STEP) * TRTLLM_K_STEP
+    return dataclasses.replace(gemm, tile_rows=tile, intermediate_size=padded,
+                               weight_bytes=gemm.weight_bytes * padded / inter,
+                               serial_rows=check_format(fmt) in SERIAL_ROWS_FORMATS)
+
+
 def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
     """[...] KB of weights the token tiles of a rank's experts read again: each of an expert's
     `ceil(n_e / tile)` tiles streams the expert's weights, the first from HBM, the others from
@@ -336,33 +363,38 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
     `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
-    quantisation's bytes, then if compute-bound: µs at the format's datasheet peak, waves,
+    quantisation's bytes (and the rows' bytes beside the roofline where `gemm.serial_rows`),
+    then if compute-bound: µs at the format's datasheet peak, waves,
     scale blocks; times `EXPERT_QUANT_TERMS.coefficients(params)` gives the slowest rank's
     `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB at HBM: the backend's own
     kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
     slots, `remote_slot_bytes`). With `reread` [...] KB (`reread_kb`, FlashInfer's TRT-LLM
-    MoE) a 7th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM rate, outside
-    the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the rest), and an
-    8th: `remote` [...] token-equivalents of the slowest rank's input whose slots lie elsewhere
+    MoE) a 7th, 8th and 9th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM
+    rate, outside the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the
+    rest), if compute-bound the waves times their tiles' rows (`wave_row_us`), and `remote`
+    [...] token-equivalents of the slowest rank's input whose slots lie elsewhere
     (`remote_tokens`; `token_us` each, beside the roofline: their own kernels)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
     p, a, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (pairs, active, tiles))
-    mem_kb = (a * gemm.weight_bytes + p * gemm.act_bytes_per_row) * 1e-3
+    rows_kb = serial_kb(p, gemm)                # the rows beside the roofline (serial_rows)
+    mem_kb = (a * gemm.weight_bytes + p * gemm.act_bytes_per_row) * 1e-3 - rows_kb
     mflops, waves = gemm.quantized_mflops(n), gemm.waves(n)
     blocks = gemm.scale_blocks(n)
-    math = mflops / rate["tflops"] + waves * rate["wave_us"] + blocks * rate["dequant_us"]
+    math = (mflops / rate["tflops"] + waves * rate["wave_us"] + blocks * rate["dequant_us"]
+            + waves * gemm.tile_rows * rate.get("wave_row_us", 0.0) * gemm.serial_rows)
     reread_us = (0.0 if reread is None else
                  rate.get("reread_frac", 0.0) * np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps)
     compute = mem_kb / rate["hbm_gbps"] + reread_us < math
     quant_kb = p * gemm.quant_bytes_per_row * 1e-3
     cols = [np.ones_like(p), a,
-            (np.where(compute, 0.0, mem_kb) + quant_kb + layout) / hardware.hbm_gbps,
+            (np.where(compute, 0.0, mem_kb) + rows_kb + quant_kb + layout) / hardware.hbm_gbps,
             np.where(compute, mflops, 0.0) / tensor_peak(hardware, fmt),
             np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)]
     if reread is not None:
         cols.append(np.where(compute, 0.0, np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps))
+        cols.append(np.where(compute & gemm.serial_rows, waves * gemm.tile_rows, 0.0))
         cols.append(np.broadcast_to(np.asarray(remote, dtype=np.float64), p.shape))
     return np.stack(cols, axis=-1)
 

@@ -19,7 +19,6 @@ validator's predictions, from the models the simulator prices with (`epsim.cost.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 import numpy as np
@@ -34,7 +33,7 @@ from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERM
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, gemm_features, gemm_work, layout_kb,
                               quant_expert_gemm, remote_slot_bytes, remote_tokens, reread_kb,
-                              trtllm_tile)
+                              trtllm_gemm, trtllm_tile)
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
                            format_kind, kv_kind)
@@ -123,9 +122,9 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         remote_in = float(remote_tokens(tokens, rows.sum(), record.top_k))
         # AIC's collector runs no autotune pass: the launcher's fallback tile
         tile = float(trtllm_tile(tokens * record.top_k / len(rows), fmt, tuned=False))
+        gemm = trtllm_gemm(gemm, tile, fmt)
         reread = float(reread_kb(rows, tile, gemm.weight_bytes))
-        params = {"reread_frac": 0.0, "token_us": 0.0, **params}
-        gemm = dataclasses.replace(gemm, tile_rows=tile)
+        params = {"reread_frac": 0.0, "wave_row_us": 0.0, "token_us": 0.0, **params}
         tiles = np.array([float(row_tiles(rows, tile))])
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
                                  remote_in)

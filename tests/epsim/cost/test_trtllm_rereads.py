@@ -17,7 +17,7 @@ import pytest
 from epsim.cost.experts import row_tiles
 from epsim.cost.model import CostModel
 from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, _whole_rows,
-                              quant_expert_gemm, reread_kb, trtllm_tile)
+                              quant_expert_gemm, reread_kb, trtllm_gemm, trtllm_tile)
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.cost.tables import build_tables
 from epsim.cost import contiguous_placement
@@ -108,12 +108,60 @@ def test_blackwell_rows_carry_the_rereads_at_the_datasheet_hbm_rate():
         source="fit")
     row = kernel_record_features(_record("B200", rows, 64), profile)
     assert row.coef_names == EXPERT_REREAD_TERMS.coef_names
-    assert np.isclose(row.row[-2], 7 * weight * 1e-3 / b200.hbm_gbps)   # then remote tokens
+    reread = row.coef_names.index("reread_frac")
+    assert np.isclose(row.row[reread], 7 * weight * 1e-3 / b200.hbm_gbps)
     without = dict(profile.components["any/experts_nvfp4/graph"].params, reread_frac=0.0)
     profile.components["any/experts_nvfp4/graph"] = Component(params=without, source="fit")
     base = kernel_record_features(_record("B200", rows, 64), profile)
     assert np.isclose(row.row @ row.coefficients - base.row @ base.coefficients,
                       0.5 * 7 * weight * 1e-3 / b200.hbm_gbps)
+
+
+def test_trtllm_pads_the_intermediate_to_whole_k_steps():
+    """The kernel's weight tiles are 128 deep along the intermediate: a MoE-TP share of 64 or 96
+    runs as 128 (the weights too), 256 as itself; FP8-block's rows run beside the roofline,
+    NVFP4's under it (`SERIAL_ROWS_FORMATS`)."""
+    for fmt, serial in (("fp8_block", True), ("nvfp4", False)):
+        for inter, padded in ((64, 128), (96, 128), (256, 256), (1856, 1920)):
+            gemm = quant_expert_gemm(7168, inter, fmt, 148, 8)
+            run = trtllm_gemm(gemm, 8.0, fmt)
+            assert run.intermediate_size == padded
+            assert run.weight_bytes == pytest.approx(gemm.weight_bytes * padded / inter)
+            assert run.tile_rows == 8.0 and run.serial_rows == serial
+            assert run.scale_block_k == gemm.scale_block_k
+
+
+def test_trtllm_rows_run_beside_the_roofline_and_waves_pay_per_tile_row():
+    """The rows' activation bytes add to the roofline's max (their own kernels and tiles), and
+    a compute-bound wave pays `wave_row_us` per row of its token tile: the design row's
+    columns times the coefficients give the rank's time, bit for bit with the simulator's."""
+    from epsim.cost.experts import experts_rank_us
+    from epsim.cost.quant import absolute, experts_quant_features, gemm_defaults
+    b200 = get_hardware("B200")
+    params = {**gemm_defaults(), "base_us": 10.0, "hbm_frac": 0.8, "tensor_frac": 0.4,
+              "wave_us": 0.1, "dequant_us": 0.2, "reread_frac": 0.5, "wave_row_us": 0.02,
+                  "token_us": 0.0}
+    gemm = quant_expert_gemm(7168, 256, "fp8_block", 148, 8)
+    pairs, active = np.array([[4096.0]]), np.array([[128.0]])
+    for tile in (8.0, 64.0):
+        run = trtllm_gemm(gemm, tile, "fp8_block")
+        tiles = active * np.ceil(pairs / active / tile)
+        reread = np.array([reread_kb(np.full(128, 32.0), tile, run.weight_bytes)])
+        row = experts_quant_features(pairs, active, tiles, run, params, b200, "fp8_block",
+                                     reread=reread)
+        rate = absolute(params, b200, "fp8_block")
+        want = experts_rank_us(pairs, active, tiles, run, rate,
+                               reread * 0.5 / b200.hbm_gbps)[..., 0]
+        assert row[0] @ EXPERT_REREAD_TERMS.coefficients(params) == pytest.approx(want[0])
+    # compute-bound (a slow tensor rate, no per-row wave cost): the rows' bytes add in full
+    # beside the math, where under the roofline they would hide behind it
+    slow = absolute({**params, "tensor_frac": 0.01, "wave_row_us": 0.0}, b200, "fp8_block")
+    run = trtllm_gemm(gemm, 8.0, "fp8_block")
+    tiles = active * np.ceil(pairs / active / 8.0)
+    beside = experts_rank_us(pairs, active, tiles, run, slow)
+    under = experts_rank_us(pairs, active, tiles, replace(run, serial_rows=False), slow)
+    serial = pairs * run.act_bytes_per_row * 1e-3 / slow["hbm_gbps"]
+    assert beside - under == pytest.approx(serial, rel=1e-9)
 
 
 def test_hopper_rows_have_no_reread_column():
