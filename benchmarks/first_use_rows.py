@@ -17,7 +17,6 @@ data: nothing here sets a constant; the term's only number is the measured compi
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import sys
@@ -111,17 +110,11 @@ def table(compile_s: float | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    what_if = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    what_if.add_argument("--compile-s", type=float, default=None,
-                         help="price each kernel's compile at this many seconds (printed only)")
-    known, rest = what_if.parse_known_args(argv)
-    if known.compile_s is not None:
-        if not known.compile_s > 0:
-            what_if.error(f"--compile-s ({known.compile_s}) must be > 0")
-        print(table(known.compile_s))
-        return 0
-    return recorded_main(rest, __doc__, RESULTS, "First-use compiles in the measured run",
-                         "python benchmarks/first_use_rows.py --write", table)
+    check = lambda v: "" if v > 0 else f"--compile-s ({v}) must be > 0"
+    return recorded_main(argv, __doc__, RESULTS, "First-use compiles in the measured run",
+                         "python benchmarks/first_use_rows.py --write", table,
+                         ("--compile-s", "price each kernel's compile at this many seconds "
+                          "(printed only)", check))
 
 
 if __name__ == "__main__":

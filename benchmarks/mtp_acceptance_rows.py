@@ -21,7 +21,6 @@ steps, the alternative reading of its unstated depth).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import gzip
 import json
@@ -123,19 +122,12 @@ def table(accept_length: float | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    what_if = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    what_if.add_argument("--accept-length", type=float, default=None,
-                         help="price the decoding instances at this stated accept length "
-                              "(printed only)")
-    known, rest = what_if.parse_known_args(argv)
-    if known.accept_length is not None:
-        if not 1.0 <= known.accept_length <= 3.0:
-            what_if.error(f"--accept-length ({known.accept_length}) must be in [1, 3] (the rows "
-                          f"draft 2 tokens)")
-        print(table(known.accept_length))
-        return 0
-    return recorded_main(rest, __doc__, RESULTS, "MTP rows at their prompts' acceptance",
-                         "python benchmarks/mtp_acceptance_rows.py --write", table)
+    check = (lambda v: "" if 1.0 <= v <= 3.0 else
+             f"--accept-length ({v}) must be in [1, 3] (the rows draft 2 tokens)")
+    return recorded_main(argv, __doc__, RESULTS, "MTP rows at their prompts' acceptance",
+                         "python benchmarks/mtp_acceptance_rows.py --write", table,
+                         ("--accept-length", "price the decoding instances at this stated "
+                          "accept length (printed only)", check))
 
 
 if __name__ == "__main__":

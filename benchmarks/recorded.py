@@ -24,9 +24,22 @@ def write_recorded(path: Path, title: str, command: str, started: float, body: s
 
 
 def recorded_main(argv: list[str] | None, doc: str, path: Path, title: str, command: str,
-                  make: Callable[[], str]) -> int:
+                  make: Callable[..., str], what_if: tuple[str, str, Callable[[float], str]]
+                  | None = None) -> int:
     """A validation script's command line: print what `make()` returns; with `--write` also
-    record it in `path` (`write_recorded`)."""
+    record it in `path` (`write_recorded`). `what_if` = (option, help, check): that option's
+    float value V prints `make(V)` instead, never recorded (`check(V)`: an error message, or "")."""
+    if what_if is not None:
+        option, help_text, check = what_if
+        extra = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        extra.add_argument(option, type=float, default=None, help=help_text)
+        known, argv = extra.parse_known_args(argv)
+        value = getattr(known, option.lstrip("-").replace("-", "_"))
+        if value is not None:
+            if check(value):
+                extra.error(check(value))
+            print(make(value))
+            return 0
     parser = argparse.ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--write", action="store_true", help=f"record {path.name}")
     args = parser.parse_args(argv)
