@@ -50,17 +50,15 @@ BANDS = ((1, 16, "1-16"), (17, 64, "32-64"), (65, 100000, "128+"))
 
 READING = """## Reading
 
-- MTP's own part (table 1): where a no-MTP twin ran the same deployment, epsim's MTP is too
-  fast for its own no-MTP prediction at every client count, and in the disaggregated decode
-  too, where no prefill shares the steps: F is below 1 from 4 clients on, and lower again from
-  32-64 clients (agg) or 128 (disagg). The part already there at few clients is what a lower
-  accept length gives (at a fixed cycle TPOT goes as 1 / accept length, so F 0.8 reads as 0.8x
-  the accept length epsim gives these rows, 2.17 tokens a verify step at 2 draft steps from
-  InferenceX PR #649's random ids in the chat template, `epsim.sim.accept_sources`; their
-  client greedy, `temperature` 0.0 in `utils/bench_serving/backend_request_func.py`) -- a
-  reading of validation rows, never a setting. The fall with clients is the verify cycle priced
-  too cheap against a decode step as the batch grows (`mtp_b200_verify.md`, tables 2-3: the
-  verify step's MoE at 3b tokens stays flat in epsim while AIC's B200 table grows).
+- MTP's own part (table 1): where a no-MTP twin ran the same deployment, at few clients epsim's
+  MTP now sits near its own no-MTP prediction (F about 1 at 1-16 clients, agg and disagg), at
+  the accept length of the prompts the rows sent (2.17 tokens a verify step at 2 draft steps:
+  InferenceX PR #649's random ids in the chat template, `epsim.sim.accept_sources`; their client
+  greedy, `temperature` 0.0 in `utils/bench_serving/backend_request_func.py`), where the
+  DeepSeek-V3 report's text rate (2.57) had left F about 0.8 there. F then falls with the
+  clients (agg 32-64, disagg 128+): the verify cycle priced too cheap against a decode step as
+  the batch grows (`mtp_b200_verify.md`, tables 2-3: the verify step's MoE at 3b tokens after
+  autotune against AIC's untuned B200 table). A reading of validation rows, never a setting.
 - The agg rows of 128-512 clients ran MTP alone, so F cannot be read there. Agg's own pricing
   (table 2) is about right for FP8 without MTP at 4-64 clients (the ambiguous twins' no-MTP
   side, table 1) but 1.30x short at the one FP8 8k/1k twin (SGLang 0.5.6, 64 clients), and the
