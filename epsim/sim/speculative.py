@@ -39,10 +39,8 @@ from epsim.cost.model import CostModel
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb.placement import Placement
 from epsim.routing.skew import SkewModel
-from epsim.sim.accept_sources import DEEPSEEK_ACCEPT_RATE, SOURCES, chain_mean, chain_rate
+from epsim.sim.accept_sources import SOURCES, chain_rate
 from epsim.sim.stepper import DRIFT_STALE_FRAC, MAX_DRAWS, USES_PER_DRAW, moe_draws, nearby
-
-__all__ = ["DEEPSEEK_ACCEPT_RATE", "Acceptance", "DraftPricer", "chain_mean", "verify_counts"]
 
 
 class Acceptance:

@@ -10,7 +10,8 @@ from epsim.cost.attention import BatchCounts
 from epsim.errors import SpecError
 from epsim.report import summarize
 from epsim.sim import simulate
-from epsim.sim.speculative import DEEPSEEK_ACCEPT_RATE, Acceptance, chain_mean, verify_counts
+from epsim.sim.accept_sources import DEEPSEEK_ACCEPT_RATE, chain_mean
+from epsim.sim.speculative import Acceptance, verify_counts
 from tests.epsim.sim.test_engine import tiny_scenario
 
 
