@@ -50,7 +50,8 @@ def test_twins_pair_by_deployment_and_clients():
     assert disagg["factor"] == pytest.approx(0.8 / 1.1)
     agg = got[("agg", 4, "ambiguous")]      # the lower measured read as MTP's: 5 / 6.25, 8 / 10
     assert (agg["mtp"], agg["base"], agg["factor"]) == pytest.approx((0.8, 0.8, 1.0))
-    assert twins.implied_accept(list(got.values())) == {"1024/1024": pytest.approx(2.57)}
+    assert twins.implied_accept(list(got.values())) == {"1024/1024": pytest.approx(twins.ACCEPT_LENGTH)}
+    assert twins.ACCEPT_LENGTH == pytest.approx(2.17, abs=0.005)   # random_chat at 2 steps
 
 
 def test_recorded_result_regenerates(tmp_path):
