@@ -56,6 +56,7 @@ import numpy as np
 
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import launches
+from epsim.default_profile import default_profile
 
 # launches of every layer outside its linears, TP collectives and routed experts
 LAYER_LAUNCHES = {
@@ -149,7 +150,6 @@ def launch_host_us(params) -> tuple[float, str]:
     block = params.eager.block_ops.timing
     if block.host_us > 0:
         return block.host_us / launches(BLOCK_OPS_PARTS), "any/block_ops/host per launch"
-    from epsim.default_profile import default_profile        # the shipped one: loaded on use
     shipped = default_profile("H200").components.get("any/block_ops/host")
     us = shipped.params["base_us"] / launches(BLOCK_OPS_PARTS)
     return us, "the shipped profile's any/block_ops/host per launch (extrapolated: another host)"
