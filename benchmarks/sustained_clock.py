@@ -46,6 +46,9 @@ import time
 from pathlib import Path
 
 
+KERNELS = ("fp8_gemm", "bf16_gemm", "bf16_gemv", "copy", "prefill_layer", "decode_layer")
+
+
 def kernels(torch):
     """name -> (callable, bytes moved or None, FLOPs or None, what it is)."""
     dev = "cuda"
@@ -232,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--render", type=Path, default=None,
                    help="only write table.md to --out from this records.jsonl (no GPU)")
-    p.add_argument("--kernels", nargs="+", default=["fp8_gemm", "bf16_gemm", "bf16_gemv", "copy", "prefill_layer",
-                                                   "decode_layer"])
+    p.add_argument("--kernels", nargs="+", default=list(KERNELS))
     p.add_argument("--idle-s", type=float, default=15.0)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--burst", type=int, default=10)
@@ -241,20 +243,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tail-s", type=float, default=20.0)
     args = p.parse_args(argv)
     if args.render is not None:
-        records = [json.loads(line) for line in args.render.read_text().splitlines() if line]
+        try:
+            records = [json.loads(line) for line in args.render.read_text().splitlines() if line]
+            table(records)
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            p.error(f"--render {args.render}: not a records.jsonl this script wrote ({exc})")
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "table.md").write_text(table(records))
         return 0
+    unknown = [k for k in args.kernels if k not in KERNELS]
+    if unknown:
+        p.error(f"--kernels: unknown {unknown}; allowed: {', '.join(KERNELS)}")
+    if not 0 < args.tail_s < args.sustain_s:
+        p.error(f"--tail-s ({args.tail_s:g}) must be > 0 and below --sustain-s "
+                f"({args.sustain_s:g}): the sustained rate is the run's last seconds")
+    if args.burst < 1 or args.warmup < 0 or args.idle_s < 0:
+        p.error("--burst must be >= 1, --warmup and --idle-s >= 0")
     import torch
     if not torch.cuda.is_available():
         print("sustained_clock: no CUDA device", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     table_of = kernels(torch)
-    unknown = [k for k in args.kernels if k not in table_of]
-    if unknown:
-        print(f"--kernels: unknown {unknown}; allowed: {sorted(table_of)}", file=sys.stderr)
-        return 2
     sampler = Sampler()
     facts = {**gpu_facts(), "torch": torch.__version__, "command": " ".join(sys.argv)}
     records = []

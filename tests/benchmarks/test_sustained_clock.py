@@ -41,6 +41,21 @@ def test_compute_bound_kernels_slow_at_the_power_limit_and_memory_bound_ones_do_
         assert r["sustained_clock"]["sm_mhz"] == r["burst_clock"]["sm_mhz"], name
 
 
+def test_bad_arguments_are_refused_in_one_line_before_any_gpu_work(tmp_path):
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    for args, says in ((["--kernels", "nope"], "--kernels: unknown ['nope']"),
+                       (["--tail-s", "50", "--sustain-s", "45"], "--tail-s (50) must be > 0"),
+                       (["--tail-s", "0"], "--tail-s (0) must be > 0"),
+                       (["--burst", "0"], "--burst must be >= 1"),
+                       (["--render", str(tmp_path / "missing.jsonl")], "--render"),
+                       (["--render", str(tmp_path / "bad.jsonl")], "--render")):
+        done = _run("--out", str(tmp_path / "o"), *args)
+        assert done.returncode == 2, args
+        errors = [line for line in done.stderr.splitlines() if "error:" in line]
+        assert len(errors) == 1 and says in errors[0], (args, done.stderr)
+    assert not (tmp_path / "o").exists()
+
+
 def test_without_cuda_it_exits_2_with_one_line():
     done = _run("--out", "/nonexistent/never-written")
     assert done.returncode == 2

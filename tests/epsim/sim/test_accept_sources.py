@@ -3,7 +3,10 @@ is held as, and where a run says it came from."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +87,15 @@ def test_a_run_measures_its_source_s_length_and_says_where_it_came_from():
     # yields only what it still needs, so a little below)
     assert chat["accept_length"] == pytest.approx(chain_mean(SOURCES["random_chat"].rate, 2), rel=0.05)
     assert natural["accept_length"] == pytest.approx(chain_mean(DEEPSEEK_ACCEPT_RATE, 2), rel=0.05)
+
+
+def test_the_cli_refuses_an_unknown_prompt_kind_in_one_line(tmp_path):
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-m", "epsim.cli", "simulate",
+                           str(root / "scenarios" / "default.yaml"), "--set",
+                           "workload.prompt_kind=bogus", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "workload.prompt_kind ('bogus') must be one of" in lines[0]
+    assert not (tmp_path / "o").exists()
