@@ -21,6 +21,8 @@ them, and its MoE against AIC's op table at the verify step's token counts.
    8 groups: at most 128 experts, `grouped_balanced_counts`) against AIC's `balanced` rows, and
    epsim's uniform routing against AIC's `power_law_1.01` rows; then what the verify step's MoE
    grows by over the decode step's (3b tokens over b) in each.
+4. The verify step's MLA decode kernel (one layer) as epsim prices it against AIC's B200 SGLang
+   `trtllm_mla` table (FP8 cache, op-level calibration data) at 1k and 8k keys (`verify_kernel`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ MTP_ROW = "2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c128_tp8_ep1
 KEYS = 1500                           # a 1k/1k request's mean context mid-output
 BATCHES = (4, 16, 32, 64, 128, 256, 512)
 MOE_TABLE = {"moe": "moe/sglang/0.5.14/moe_perf.parquet"}
+MLA_TABLE = {"mla": "mla/sglang/0.5.14/generation_mla_perf.parquet"}
+MLA_KEYS = (1023, 8191)               # AIC's `step` (keys a sequence) nearest 1k and 8k
 # what the tables say, and why (the sources named; no number here is read from the tables above)
 READING = """## Reading
 
@@ -89,6 +93,24 @@ READING = """## Reading
   both positions, before the whole-set record that carries it). The twins at 4 clients
   read against epsim's own cycle / decode ratio put it near the `implied` figures of table 1
   (validation data: a diagnostic, never a setting).
+- The scheduler's per-request Python (issue 39): counted from the 0.5.9 wheel and timed on our
+  VM (`benchmarks/spec_request_host.py`), the verify's accepted-token loop, the result loop and
+  `stream_output` cost ~7.4 us a request a cycle, exposed with overlap off
+  (`epsim.cost.scheduler_host.REQUEST_HOST_US`, in table 2's steps): 0.9 ms a cycle at 128
+  requests, 3.8 ms at 512. The rows' shortfall is ~200 us a request a cycle at 1k/1k and 128
+  clients and grows with the input length, which per-request bookkeeping does not: no
+  per-request term of that size is in the source.
+- The verify's attention kernel (table 4): SGLang's `trtllm_mla` runs a verify as one decode
+  call of b sequences, each request's 3 queries x 16 heads packed as one sequence's rows
+  (`forward_extend`), so the cache is read once a request; AIC's B200 rows put b sequences of
+  32-64 heads within ~1.6x of 16 heads, while epsim prices 3b sequences of 16 heads (AIC's own
+  16-heads row at 3b sequences agrees with epsim's form): the verify is priced 1.5-2.2x high
+  from 32 requests on, +1.4 ms a cycle at 1k keys and 128 requests, +9 ms at 8k, +39 ms at 8k
+  and 512. An op-level proxy (AIC times one query a sequence; the packed rows' kernel choice is
+  `TllmGenFmhaKernel`'s), but it points the same way everywhere: the cycle's device work is
+  not priced short, so the rows' missing time is outside the verify cycle as table 2 prices it
+  (the agg rows' prefill chunks between cycles, MTP's and the non-MTP 8k/1k rows' alike, whose
+  TTFT is short too), or in the accept length.
 - What would close it: which tactic SGLang's warm-up autotune keeps for a verify step's
   3b tokens (its buckets are powers of two up to the dummy run's batch; the launcher resolves
   a bucket's tile against the runtime candidates), measured, then the accept length where the
@@ -225,6 +247,39 @@ def moe_growth(cycle: dict) -> list[str]:
     return lines
 
 
+def verify_kernel(row) -> list[str]:
+    """Part 4: the verify step's MLA decode kernel, one layer (µs): epsim's (each of a request's
+    `num_draft_tokens` queries its own sequence over the request's keys, `mla_attention_us` over
+    `verify_counts`) against AIC's B200 `trtllm_mla` rows (FP8 cache; `num_heads` the heads a
+    rank runs, 16 at TP 8). SGLang's one kernel call packs a request's 3 queries x 16 heads into
+    one sequence's 48 rows (`forward_extend`: `q.view(bs, -1, heads, head_dim)`), between AIC's
+    32 and 64 heads of b sequences (the two kernels `TllmGenFmhaKernel` picks between); AIC's
+    16 heads at 3b sequences (linear between its batch sizes) is epsim's form."""
+    from aic_stages import between
+    data = plan_row(row).instances[0].data
+    sim = Simulation(scenario_from_dict(json.loads(json.dumps(data)), where="silicon row"))
+    cm = sim.cost_model
+    q = sim.scenario.deployment.speculative_steps[2]
+    f = frames("b200_sxm", MLA_TABLE)["mla"]
+    lines = ["| keys | requests b | epsim decode (b x 1) | epsim verify (b x 3, as priced) | "
+             "AIC 16 heads, b seqs | AIC 32 heads, b seqs | AIC 64 heads, b seqs | AIC 16 heads, "
+             "3b seqs | epsim verify / the dearer of AIC 32, 64 | over 61 layers, ms |",
+             "|---:|" + "---:|" * 9]
+    for keys in MLA_KEYS:
+        for b in BATCHES[1:]:
+            dec = float(cm._decode_kernel.us(np.array([b], float), np.array([b * keys], float))[0])
+            ctx = b * q * keys + b * q * (q - 1) / 2.0                   # as `verify_counts`
+            ver = float(cm._decode_kernel.us(np.array([b * q], float), np.array([ctx]))[0])
+            where = dict(kv_cache_dtype="fp8", step=keys)
+            a16, a32, a64 = (measured(f, batch_size=b, num_heads=h, **where) for h in (16, 32, 64))
+            a16x = between(f, "batch_size", b * q, num_heads=16, **where)
+            packed = max(a32, a64)
+            lines.append(f"| {keys + 1} | {b} | {dec:.0f} | {ver:.0f} | {a16:.0f} | {a32:.0f} | "
+                         f"{a64:.0f} | {a16x:.0f} | {ver / packed:.2f} | "
+                         f"{61 * (ver - packed) / 1e3:+.1f} |")
+    return lines
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/mtp_b200_verify.md"))
@@ -247,6 +302,9 @@ def main(argv=None) -> None:
     lines += ["", "## 3. Routed experts, one MoE layer, µs: epsim against AIC's "
               f"`{MOE_TABLE['moe']}`", ""]
     lines += moe_growth(cycle)
+    lines += ["", "## 4. The verify step's MLA decode kernel, one layer, µs: epsim against AIC's "
+              f"`{MLA_TABLE['mla']}`", ""]
+    lines += verify_kernel(rows[MTP_ROW])
     lines += ["", READING.rstrip()]
     write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))

@@ -344,8 +344,11 @@ class CostModel:
         loads), remembered for the last few batch shapes: a run repeats few of them."""
         # each term is a maximum over ranks: which rank holds which counts does not matter,
         # unless EP ranks sum DP ranks' tokens in groups (`ep_tokens`)
+        # decoding requests on the slowest scheduler (a verify step runs several tokens each)
+        requests = float((batch.decode_tokens / batch.decode_queries_per_seq).max(initial=0.0))
         key = ((order_free_key(batch.tokens, batch.sampled_tokens) if self._order_free_terms
-                else batch.tokens.tobytes() + batch.sampled_tokens.tobytes()), batch.phase)
+                else batch.tokens.tobytes() + batch.sampled_tokens.tobytes()), batch.phase,
+               requests)
         hit = self._terms_memo.get(key)
         if hit is not None:
             return hit
@@ -360,7 +363,7 @@ class CostModel:
         dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, rates).max()
                           ) if m.num_dense_layers else 0.0
         overhead = (p.overhead["base_us"] + p.overhead["per_layer_us"] * m.num_layers
-                    + self.scheduler_host.step_us)
+                    + self.scheduler_host.step_us + self.scheduler_host.requests_us(requests))
         ops = self._attention_ops(part.tokens)
         terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
                            float(self.ep_tokens(batch).max(initial=0.0)),

@@ -210,7 +210,9 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
              f"{host.launches} eager launches at {host.launch_us:.1f} us ({host.source}) + the "
              f"DP gather's {host.gather_us:.0f} us + {host.gloo_messages:g} gloo messages at "
              f"{host.gloo_message_us:.1f} us (any/rebalance_host gloo_message, two local ranks: "
-             f"extrapolated to a serving host and between nodes) a step"] if host.exposed else [])
+             f"extrapolated to a serving host and between nodes) a step, and "
+             f"{host.request_us:.1f} us a decoding request (the loop's per-request Python, "
+             f"timed on our VM: benchmarks/spec_request_host.py)"] if host.exposed else [])
         fh = cm.forward_host
         if fh is not None:
             use("forward_host", "host", "any/block_ops/host"

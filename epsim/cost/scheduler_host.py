@@ -29,8 +29,11 @@ turn with the GPU:
                                                the per-request bookkeeping, stream_output to
                                                the detokenizer
 
-and a speculative cycle with DP attention all-reduces whether any rank has a draft extend to
-run over the same gloo group (`EAGLEWorker.check_forward_draft_extend_after_decode`, 0.4.9-0.5.9),
+and a speculative cycle with DP attention all-reduced whether any rank has a draft extend to
+run over the same gloo group (`EAGLEWorker.check_forward_draft_extend_after_decode`, 0.4.8-
+0.4.9.post2; sglang#8276 of 2025-07-23 skips the check under DP attention, "it is slow", and
+runs the extend on every rank: 0.5.8 and 0.5.9 define it and never call it; epsim prices it with
+`mlp_sync_group: cpu`, the SGLang of that era),
 so the step is the GPU's forward plus this host time, none of it hidden. The host time is
 priced as `launches x launch_us + the DP all-gather`: the eager kernel launches and host
 read-backs the loop issues outside the CUDA graph (`DECODE_LAUNCHES`, counted from the code
@@ -48,8 +51,24 @@ local gloo ranks on our harness's VM, per message, uncontended), extrapolated to
 and to messages between nodes (TCP over the hosts' network), which nobody here timed. `launch_us` is the host
 time an eager launch took where we measured one: the live bench's eager block ops minus their
 device time (`any/block_ops/host`, per launch of that block), on our harness's host; without
-that record, `DEFAULT_LAUNCH_US`. The per-request Python of the loop (a few list appends and
-checks per request) is not priced.
+that record, `DEFAULT_LAUNCH_US`.
+
+The loop's per-request Python is priced per decoding request of the step (the slowest DP rank's
+scheduler; with attention TP every rank's scheduler runs the whole batch), at `REQUEST_HOST_US`:
+`process_batch_result_decode`'s loop (`check_finished`, the customised-info, logprob, hidden and
+grammar tests; a speculative cycle's ids are a device tensor the loop unbinds) and
+`stream_output_generation`'s (a streaming request outputs every step: its incremental detokenize
+offsets, ~25 list appends, the time-stats getters, and its share of the `BatchTokenIDOutput`
+pickled for the detokenizer); a speculative cycle adds `EagleVerifyInput.verify`'s loop (per
+accepted token an append, `check_finished` and `finished`; per request the KV counters, one
+`accept_index[i, :j]` view of a device tensor, the acceptance histogram) and the batch
+preparation's comprehensions (`decode_batch_idx`, `extend_lens`, `get_model_worker_batch`'s two
+per call, three calls a cycle, `filter_batch`'s `keep_indices`). The figures are those bodies
+transcribed from the 0.5.9 wheel onto stand-in requests and timed on our VM
+(`benchmarks/spec_request_host.py`, `benchmarks/results/spec_request_host.md`; each part the
+largest over 1 to 3 tokens accepted, a bound within ~1 us of the others), extrapolated to a
+serving host's CPU. About 7.4 us a request a cycle: 3.8 ms a cycle at 512 requests. A prefill
+step's per-request work (`process_batch_result_prefill`) is not priced.
 """
 
 from __future__ import annotations
@@ -84,6 +103,15 @@ SPECULATIVE_LAUNCHES = {
     "free_rejected": 4,            # rejected drafts' KV slots
     "draft_extend": 14,            # draft extend inputs, replay_prepare and replay
 }
+# host time per decoding request of one step's loop bodies (module doc), µs, measured on our VM by
+# benchmarks/spec_request_host.py (Python 3.11.7, torch 2.13 CPU; the largest over 1-3 accepted)
+REQUEST_HOST_US = {
+    "result": 2.1,                 # process_batch_result_decode's loop (any exposed decode step)
+    "stream": 1.4,                 # stream_output_generation's loop and the pickled send's share
+    "verify": 3.9,                 # EagleVerifyInput.verify's loop and the cycle's comprehensions
+}
+SPECULATIVE_REQUEST_PARTS = ("result", "stream", "verify")
+DECODE_REQUEST_PARTS = ("result", "stream")
 DEFAULT_LAUNCH_US = 10.0           # no host record: a PyTorch eager op's dispatch on a host CPU
 SYNC_INFO_BYTES = 8 * 10           # one DP rank's batch info: ~10 int64 (MLPSyncBatchInfo)
 # messages in series of one gloo collective over n ranks (PyTorch's ProcessGroupGloo runs gloo's
@@ -111,6 +139,8 @@ class SchedulerHost:
         gloo_message_us: host time of one gloo message (`any/rebalance_host` `gloo_message`).
         gloo_ranks: ranks of the TP group the gloo collectives span.
         source: where `launch_us` came from.
+        request_us: host time per decoding request of a step (`REQUEST_HOST_US` summed over
+            the step's parts; 0: not priced, the speculative draft's own forwards).
     """
 
     exposed: bool
@@ -121,6 +151,7 @@ class SchedulerHost:
     gloo_collectives: tuple[tuple[str, float], ...] = ()
     gloo_message_us: float = 0.0
     gloo_ranks: int = 1
+    request_us: float = 0.0
 
     @property
     def gloo_messages(self) -> float:
@@ -138,6 +169,14 @@ class SchedulerHost:
         if not self.exposed:
             return 0.0
         return self.launches * self.launch_us + self.gather_us + self.gloo_us
+
+    def requests_us(self, requests: float) -> float:
+        """Host time the loop's per-request Python adds to a step of `requests` decoding
+        requests on the slowest scheduler (µs): `requests x request_us`, 0 when the loop
+        overlaps the forward."""
+        if not self.exposed:
+            return 0.0
+        return requests * self.request_us
 
 
 def overlap_disabled(deployment) -> bool:
@@ -170,10 +209,14 @@ def scheduler_host(params) -> SchedulerHost:
             nodes = -(-par.tp_size // tp.gpus_per_node)
             gather = float(ring_us(SYNC_INFO_BYTES * par.dp_size, par.dp_size, nodes,
                                    tp.allreduce["nccl"], passes=1)) + tp.host_us
-        if d.speculative_algorithm is not None:
-            gloo["all_reduce"] = 1.0               # check_forward_draft_extend_after_decode
+        if d.speculative_algorithm is not None and d.mlp_sync_group == "cpu":
+            # check_forward_draft_extend_after_decode: SGLang of mid-July 2025 and before
+            # (0.4.9.post2); sglang#8276 (2025-07-23) skips it under DP attention (0.5.x)
+            gloo["all_reduce"] = 1.0
+    parts = DECODE_REQUEST_PARTS if d.speculative_algorithm is None else SPECULATIVE_REQUEST_PARTS
     return SchedulerHost(overlap_disabled(d), count, launch_us, gather, source,
-                         tuple(gloo.items()), gloo_message_us(launch_us), par.tp_size)
+                         tuple(gloo.items()), gloo_message_us(launch_us), par.tp_size,
+                         sum(REQUEST_HOST_US[k] for k in parts))
 
 
 def gloo_message_us(fallback_us: float) -> float:

@@ -32,6 +32,8 @@ InferenceX's measurement for random token ids with and without the chat template
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
@@ -135,6 +137,8 @@ class DraftPricer:
         self.steps, self.topk, self.draft_tokens = d.speculative_steps
         one = m.model_copy(update={"num_layers": 1, "num_dense_layers": 0})
         self.cost_model = CostModel(one, c, d, profile)
+        # the scheduler's per-request loops run once a cycle, priced with the verify step
+        self.cost_model.scheduler_host = replace(self.cost_model.scheduler_host, request_us=0.0)
         self.skew = SkewModel(w.skew, 1, m.num_experts, m.top_k, seed=seed, base_dir=sc.base_dir)
         placement = Placement.on_cluster(
             contiguous_placement(1, m.num_experts, d.ep_size, d.ep_num_redundant_experts),

@@ -97,7 +97,8 @@ class DeploymentSpec(BaseModel):
     mlp_sync_group: Literal["auto", "cpu"] = Field(default="auto", description=(
         "the process group of DP attention's per-step batch-info all-gather (`prepare_mlp_sync_"
         "batch`): auto as SGLang runs it since PR #8001 (2025-07-14; NCCL's device group in the "
-        "normal loop); cpu: the gloo CPU group always, as SGLang 0.4.9.post2 and earlier "
+        "normal loop); cpu: the gloo CPU group always, as SGLang 0.4.9.post2 and earlier, whose "
+        "speculative cycle also all-reduced its draft-extend check on gloo "
         "(`epsim.cost.scheduler_host`)"))
     cuda_graph_max_bs: int = Field(
         default=256, gt=0, description="largest decode batch per rank replayed as a CUDA graph")

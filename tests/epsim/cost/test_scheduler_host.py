@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,10 +14,12 @@ from epsim.cost.block_ops import PARTS, launches
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
 from epsim.cost.scheduler_host import (DECODE_LAUNCHES, DEFAULT_LAUNCH_US, GLOO_HOPS,
-                                       SPECULATIVE_LAUNCHES, SYNC_INFO_BYTES, gloo_message_us)
+                                       REQUEST_HOST_US, SPECULATIVE_LAUNCHES, SYNC_INFO_BYTES,
+                                       gloo_message_us)
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb import Placement
 from epsim.profile import Profile
+from epsim.sim.speculative import verify_counts
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
@@ -63,9 +66,9 @@ def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     assert host.gloo_us == pytest.approx(4 * gloo_message_us(0.0))
     expected = host.launches * host.launch_us + host.gather_us + host.gloo_us
     assert host.step_us == pytest.approx(expected)
-    # the step is the forward plus that host time, nothing else moves
+    # the step is the forward plus that host time and its 2 requests' loop bodies a rank
     plain = _model()
-    assert _step_us(cm) - _step_us(plain) == pytest.approx(expected)
+    assert _step_us(cm) - _step_us(plain) == pytest.approx(expected + 2 * host.request_us)
     # and the provenance says what the step overhead holds
     assert "scheduler's host time" in str(provenance(cm)["components"])
     assert "scheduler's host time" not in str(provenance(plain)["components"])
@@ -76,6 +79,37 @@ def test_speculative_decoding_runs_the_normal_loop_with_its_workers_launches():
     assert host.exposed
     assert host.launches == (sum(DECODE_LAUNCHES.values()) + sum(SPECULATIVE_LAUNCHES.values())
                              - DECODE_LAUNCHES["prepare_for_decode"] - DECODE_LAUNCHES["sampler"])
+
+
+def test_the_loops_per_request_python_adds_per_decoding_request():
+    # the normal loop's result and stream bodies a request; a speculative cycle adds the verify's
+    decode = _model(disable_overlap_schedule=True).scheduler_host
+    assert decode.request_us == pytest.approx(REQUEST_HOST_US["result"] + REQUEST_HOST_US["stream"])
+    assert decode.requests_us(4) == pytest.approx(4 * decode.request_us)
+    assert _model().scheduler_host.requests_us(4) == 0.0        # overlapped: hidden
+    spec = _model(speculative_algorithm="NEXTN", speculative_num_steps=2)
+    assert spec.scheduler_host.request_us == pytest.approx(sum(REQUEST_HOST_US.values()))
+    # a verify step of 5 requests a rank, 3 tokens each: 5 requests' bodies, not 15
+    batch = verify_counts(BatchCounts.uniform_decode(EP, 5, 5 * 1000), 3)
+    m = spec.model
+    loads = np.full((m.num_moe_layers, m.num_experts), EP * 15 * m.top_k / m.num_experts)
+    tables = build_tables(Placement.on_cluster(contiguous_placement(m.num_moe_layers,
+                                                                    m.num_experts, EP),
+                                               m.num_experts, EP, 8))
+    bare = _model(speculative_algorithm="NEXTN", speculative_num_steps=2)
+    bare.scheduler_host = replace(bare.scheduler_host, request_us=0.0)
+    diff = spec.step(batch, loads, tables).step_us - bare.step(batch, loads, tables).step_us
+    assert diff == pytest.approx(5 * sum(REQUEST_HOST_US.values()))
+
+
+def test_the_drafts_forwards_leave_the_per_request_python_to_the_verify():
+    from epsim.sim.speculative import DraftPricer
+    from tests.epsim.sim.test_speculative import _spec
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # a one-layer model outside the profile's fits
+        draft = DraftPricer(_spec(steps=2), None, seed=0)
+    assert draft.cost_model.scheduler_host.exposed
+    assert draft.cost_model.scheduler_host.request_us == 0.0
 
 
 def test_without_a_host_record_a_launch_takes_the_default():
@@ -101,6 +135,9 @@ def test_the_mid_2025_gather_over_gloo_and_the_speculative_all_reduce():
                   mlp_sync_group="cpu").scheduler_host
     assert dict(spec.gloo_collectives) == {"broadcast": 1.0, "all_gather": 1.0, "all_reduce": 1.0}
     assert spec.gloo_messages == 4 + 15 + 30
+    # SGLang since sglang#8276 (0.5.x, the NCCL gather's era) skips that check under DP attention
+    later = _model(speculative_algorithm="NEXTN", speculative_num_steps=2).scheduler_host
+    assert dict(later.gloo_collectives) == {"broadcast": 1.0} and later.gloo_messages == 4
     # SGLang's recv interval skips the broadcast on all but one iteration in N
     skip = _model(disable_overlap_schedule=True, scheduler_recv_interval=4).scheduler_host
     assert skip.gloo_messages == pytest.approx(1.0)
