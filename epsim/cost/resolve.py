@@ -203,7 +203,9 @@ class _Resolver:
             extrapolated=extrapolated(self.profile, used, num_ranks, m.hidden_size),
             parallel=par, tp_collectives=self._tp_collectives(),
             attention_ops=self.kernel("attention_ops"),
-            attention_block_ops=block_ops(m, self.engine, tp_size),
+            attention_block_ops=block_ops(m, self.engine, tp_size,
+                                          d.enable_flashinfer_allreduce_fusion
+                                          and not d.enable_dp_attention),
             fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
