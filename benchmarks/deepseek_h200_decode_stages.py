@@ -92,8 +92,8 @@ def stages(f: dict, row, b: int, keys: int) -> tuple[list[tuple[str, float, floa
                 uniform, measured(f["moe10"], distribution="power_law_1.01", **where)))
     out.append((f"MoE all-reduce ({par.tp_size} GPUs; AIC: custom 0.5.9, graph)",
                 float(s.combine_us.mean()), ar))
-    out.append(("MoE block ops (router, top-k; no AIC table)", float(s.block_ops_us.mean()),
-                float("nan")))
+    out.append(("MoE block ops (the gate GEMM: the fused MoE fit holds a top-k; no AIC table)",
+                float(s.block_ops_us.mean()), float("nan")))
     # AIC's layer: every stage it has, its MoE (0.5.10) scaled from its counts to uniform routing
     # by epsim's own ratio (the kernel's price per active expert from AIC, the count from epsim);
     # the shared expert's own GEMMs only where SGLang does not fuse it into the MoE kernel

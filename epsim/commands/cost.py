@@ -222,6 +222,10 @@ def _detail_lines(result: dict) -> list[str]:
     if result["block_ops_parts"] == ["router"]:
         lines.append(f"  block ops: the router; {result['backend']}'s low-latency kernels lay "
                      f"rows out by expert and weight the top-k in the combine (docs/model.md)")
+    if result["block_ops_parts"] == ["gate"]:
+        lines.append("  block ops: the router's gate GEMM; the experts' fit (the fused Triton "
+                     "MoE's aiconfigurator rows) timed the top-k, the permute and the top-k "
+                     "weighting (docs/model.md)")
     if result["layout_us"] > 0:
         lines.append(f"  experts include {result['backend']}'s own layout work "
                      f"({result['layout_us']:.1f} µs, measured: docs/model.md, section 4c)")

@@ -61,6 +61,16 @@ rotary_embedding.py), one launch per kernel:
   so GQA BF16 7 launches and `16 H + 8 Q + 16 K` bytes per token (Qwen3-30B-A3B: 7 launches and
   ~74 KB against transformers' 41 and ~349 KB), MLA block-FP8 (DeepSeek-V3/R1) 8 launches and
   ~158 KB.
+
+  With `deployment.enable_flashinfer_allreduce_fusion` (SGLang's server arg; on by default for
+  DeepSeek-V3/R1 and Qwen3-MoE on Hopper and Blackwell from 0.5.7, single node, no DP attention,
+  `moe_a2a_backend` none: `ServerArgs._handle_model_specific_adjustments`) and attention TP > 1,
+  both add-RMSNorms run inside the TP all-reduce before them (`LayerCommunicator`:
+  `RMSNorm.forward_with_allreduce_fusion`, flashinfer's `trtllm_allreduce_fusion`, all-reduce +
+  residual add + RMSNorm in one kernel) while the batch holds at most
+  `FUSED_ALLREDUCE_MAX_TOKENS` tokens (`apply_flashinfer_allreduce_fusion`): their two launches
+  go (`BlockOps.fused_norms`; their bytes stay, the fused kernel moves them); the all-reduce is
+  priced as before (`epsim.cost.tp`).
 """
 
 from __future__ import annotations
@@ -94,15 +104,28 @@ QUANT_FORMATS = ("fp8", "fp8_block", "nvfp4")   # dense formats that quantise ac
 # block-FP8 `kv_b_proj` is dequantised to BF16 at load (deepseek_weight_loader, unless
 # SGL_USE_DEEPGEMM_BMM): plain BF16 BMMs, no quant kernels around them
 FP8_BMM_FORMATS = ("fp8",)
+# SGLang's `FUSE_ALLREDUCE_MAX_BATCH_SIZE` (layers/communicator.py, 0.5.5-0.5.9): the largest
+# batch whose all-reduce takes the next norm in (module docstring)
+FUSED_ALLREDUCE_MAX_TOKENS = 2048
+FUSED_NORMS = 2                          # the two add-RMSNorms of a decoder layer
 
 
 @dataclass(frozen=True)
 class BlockOps:
     """The attention block's own ops on one rank: `kernels` launches with a fixed time each and
-    `bytes_per_token` moved per token."""
+    `bytes_per_token` moved per token; `fused_norms` of the launches run inside the TP
+    all-reduce at batches of at most `FUSED_ALLREDUCE_MAX_TOKENS` tokens (module docstring)."""
 
     kernels: int
     bytes_per_token: float
+    fused_norms: int = 0
+
+    def launches(self, tokens) -> np.ndarray:
+        """[...] launches a rank with `tokens` ([...]) runs: none idle, `kernels` less the
+        fused norms while the all-reduce takes them."""
+        t = np.asarray(tokens, dtype=np.float64)
+        fused = (t <= FUSED_ALLREDUCE_MAX_TOKENS) * float(self.fused_norms)
+        return np.where(t > 0, self.kernels - fused, 0.0)
 
 
 def attention_ops_defaults(hardware: HardwareSpec) -> dict[str, float]:
@@ -149,7 +172,7 @@ def _transformers(model: ModelSpec, tp_size: int) -> BlockOps:
     return BlockOps(KERNELS, bytes_per_token(model.hidden_size, q, k, rope, rows, kv))
 
 
-def _sglang(model: ModelSpec, tp_size: int) -> BlockOps:
+def _sglang(model: ModelSpec, tp_size: int, allreduce_fusion: bool = False) -> BlockOps:
     q, k, rope, kv = _widths(model, tp_size)
     h = float(model.hidden_size)
     dense = model.dense_weight_dtype or model.weight_dtype
@@ -169,15 +192,21 @@ def _sglang(model: ModelSpec, tp_size: int) -> BlockOps:
             kernels += 2
             moved += QUANT_BYTES_PER_ELEMENT * (h + max(model.num_attention_heads // tp_size, 1)
                                                 * model.head_dim)
-    return BlockOps(kernels, moved)
+    # the add-norms inside the TP all-reduce (module docstring); one GPU has no all-reduce
+    fused = FUSED_NORMS if allreduce_fusion and tp_size > 1 else 0
+    return BlockOps(kernels, moved, fused)
 
 
-def block_ops(model: ModelSpec, engine: str = DEFAULT_ENGINE, tp_size: int = 1) -> BlockOps:
+def block_ops(model: ModelSpec, engine: str = DEFAULT_ENGINE, tp_size: int = 1,
+              allreduce_fusion: bool = False) -> BlockOps:
     """The attention block's own ops of one rank of `model` as `engine` runs them (module
-    docstring)."""
+    docstring); `allreduce_fusion`: SGLang's `enable_flashinfer_allreduce_fusion` (transformers'
+    block has no such fusion)."""
     if engine not in ENGINES:
         raise ValueError(f"engine ({engine!r}) must be one of {list(ENGINES)}")
-    return (_sglang if engine == "sglang" else _transformers)(model, tp_size)
+    if engine == "sglang":
+        return _sglang(model, tp_size, allreduce_fusion)
+    return _transformers(model, tp_size)
 
 
 def attention_ops_features(tokens, ops: BlockOps) -> np.ndarray:
@@ -185,12 +214,12 @@ def attention_ops_features(tokens, ops: BlockOps) -> np.ndarray:
     `ATTENTION_OPS_TERMS.coefficients(params)` gives `attention_ops_us`. An idle rank runs
     nothing."""
     t = np.asarray(tokens, dtype=np.float64)
-    busy = (t > 0).astype(np.float64)
-    return np.stack([busy * ops.kernels, t * ops.bytes_per_token * 1e-3], axis=-1)
+    return np.stack([ops.launches(t), t * ops.bytes_per_token * 1e-3], axis=-1)
 
 
 def attention_ops_us(tokens, ops: BlockOps, params) -> np.ndarray:
     """[...] microseconds of each rank's attention-block ops on its `tokens` ([...])."""
     launch, per_kb = ATTENTION_OPS_TERMS.coefficients(params)
     t = np.asarray(tokens, dtype=np.float64)
-    return np.where(t > 0, launch * ops.kernels + t * (ops.bytes_per_token * 1e-3 * per_kb), 0.0)
+    return np.where(t > 0, launch * ops.launches(t) + t * (ops.bytes_per_token * 1e-3 * per_kb),
+                    0.0)

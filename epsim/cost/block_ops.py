@@ -61,6 +61,12 @@ layers/moe/fused_moe_triton/fused_moe.py `fused_experts_impl`; sgl-kernel's
   dispatch writes per-expert rows, its combine weights and sums). DeepEP normal's `ep_scatter` /
   `ep_gather` are priced by the same permute and weighting counts (their row copies are not
   counted apart).
+
+  gate               the router's gate GEMM and its fp32 cast alone, no top-k: 2 launches (1 at
+                     `dsv3_router_gemm`), `2TH + 2EH + 8TE` bytes (`4TE` fp32 out at dsv3); what
+                     a step adds where the experts' fit timed a top-k of its own (aiconfigurator's
+                     Triton MoE rows: `epsim.cost.resolve.topk_in_fit`). transformers': the
+                     `F.linear` alone, 1 launch, `2TH + 2EH + 2TE`.
 """
 
 from __future__ import annotations
@@ -76,10 +82,10 @@ from epsim.spec.hardware import HardwareSpec
 
 # kernels each part launches in transformers' block: the aten ops the live block dispatches on
 # CUDA in BF16, views and scalars left out (tests/live/test_block.py counts them)
-KERNELS = {"router": 6, "permute": 14, "combine_weighting": 7}
+KERNELS = {"router": 6, "permute": 14, "combine_weighting": 7, "gate": 1}
 # SGLang's (module docstring): gate GEMM, fp32 cast, fused top-k, id postprocess; the counts'
 # memset, align and scatter of `moe_align_block_size`; `moe_sum_reduce`
-SGLANG_KERNELS = {"router": 4, "permute": 3, "combine_weighting": 1}
+SGLANG_KERNELS = {"router": 4, "permute": 3, "combine_weighting": 1, "gate": 2}
 ENGINE_KERNELS = {"transformers": KERNELS, "sglang": SGLANG_KERNELS}
 # SGLang's `MoEGate` takes `dsv3_router_gemm` (fp32 out, no cast kernel) up to this many tokens
 # of a gate of these shapes (deepseek_v2.py `MoEGate.forward`; sm90+, every GPU epsim models)
@@ -89,6 +95,11 @@ DSV3_ROUTER_EXPERTS = (256, 384)
 SMALL_SORT_KEYS = 128       # argsort up to this many keys: one warp / bitonic sort
 BLOCK_SORT_KEYS = 4096      # up to this many: one-block radix sort; above: device radix sort
 PARTS = ("router", "permute", "combine_weighting")
+# the router's gate GEMM alone (SGLang: and its fp32 cast), without the top-k: what a step adds
+# where the experts' fit timed a top-k of its own (`epsim.cost.resolve.topk_in_fit`); never
+# beside "router"
+GATE = "gate"
+ROUTER_PARTS = ("router", GATE)          # parts that run the gate GEMM
 
 
 def block_ops_defaults(hardware: HardwareSpec) -> dict[str, float]:
@@ -129,6 +140,10 @@ def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
                 cast = 6.0 * ~_dsv3_router(t, hidden_size, num_experts)
                 work[part] = (np.where(has_tokens, 2 * t * h + 2 * e * h + (6 + cast) * t * e
                                        + 8 * t * k, 0.0), 2.0 * t * e * h)
+            elif part == GATE:         # GEMM out (BF16, or fp32 at dsv3) and the cast's 6TE
+                out = np.where(_dsv3_router(t, hidden_size, num_experts), 4.0, 8.0)
+                work[part] = (np.where(has_tokens, 2 * t * h + 2 * e * h + out * t * e, 0.0),
+                              2.0 * t * e * h)
             elif part == "permute":
                 work[part] = (on_busy(12 * p), 0.0)
             else:
@@ -138,6 +153,9 @@ def block_ops_work(tokens, pairs, hidden_size: int, num_experts: int, top_k: int
         if part == "router":
             work[part] = (np.where(has_tokens, 2 * t * h + 2 * e * h + 12 * t * e + 40 * t * k
                                    + 8 * t, 0.0), 2.0 * t * e * h)
+        elif part == GATE:             # `F.linear` alone: operands in, logits out (BF16)
+            work[part] = (np.where(has_tokens, 2 * t * h + 2 * e * h + 2 * t * e, 0.0),
+                          2.0 * t * e * h)
         elif part == "permute":
             work[part] = (on_busy(4 * h * p + 112 * p), 0.0)
         else:
@@ -159,9 +177,10 @@ def _router_gemm(t: np.ndarray, work: dict, hidden_size: int, num_experts: int,
     """The router GEMM's roofline over tokens `t` ([...]): (its operand bytes where it is
     compute-bound at `params`, else 0 -- what leaves the memory column; its MFLOPs where
     compute-bound, else 0), tokens-shaped; (0, 0) without the router."""
-    if "router" not in parts:
+    gate = next((part for part in parts if part in ROUTER_PARTS), None)
+    if gate is None:
         return 0.0, 0.0
-    flops = work["router"][1]
+    flops = work[gate][1]
     gemm_bytes = np.where(t > 0, 2.0 * (t + num_experts) * hidden_size + 2.0 * t * num_experts,
                           0.0)
     compute_bound = flops * 1e-6 / params["tflops"] > gemm_bytes * 1e-3 / params["hbm_gbps"]
@@ -196,7 +215,7 @@ def block_ops_features(tokens, pairs, hidden_size: int, num_experts: int, top_k:
     np.multiply(num_bytes - gemm_bytes, 1e-3, out=rows[..., 3])
     rows[..., 4] = gemm_mflops
     kernels = launches(parts, engine)
-    if engine == "sglang" and "router" in parts:                          # no cast kernel
+    if engine == "sglang" and _gates(parts):                              # no cast kernel
         kernels = kernels - (_dsv3_router(t, hidden_size, num_experts) & (t > 0))
     rows[..., 0] *= kernels                   # (`busy` is this column: 0/1 until here)
     return rows
@@ -213,6 +232,11 @@ def _dsv3_router(t: np.ndarray, hidden_size: int, num_experts: int) -> np.ndarra
     """[...] bool: SGLang's gate runs `dsv3_router_gemm` (fp32 out, no cast) on these tokens."""
     fits = hidden_size == DSV3_ROUTER_HIDDEN and num_experts in DSV3_ROUTER_EXPERTS
     return (t <= DSV3_ROUTER_TOKENS) & fits
+
+
+def _gates(parts: tuple[str, ...]) -> bool:
+    """Whether `parts` run the router's gate GEMM (the router, or its gate alone)."""
+    return any(part in ROUTER_PARTS for part in parts)
 
 
 def _sorts(parts: tuple[str, ...], engine: str) -> bool:
@@ -240,7 +264,7 @@ def _own_terms(t: np.ndarray, hidden_size: int, num_experts: int, top_k: int,
         own_bytes = sum(work[part][0] for part in parts)
         gemm_bytes, gemm_mflops = _router_gemm(t, work, hidden_size, num_experts, params, parts)
         own = (own_bytes - gemm_bytes) * (per_kb * 1e-3) + gemm_mflops * per_mflop
-        if engine == "sglang" and "router" in parts:                      # no cast kernel
+        if engine == "sglang" and _gates(parts):                          # no cast kernel
             own = own - params["launch_us"] * (_dsv3_router(t, hidden_size, num_experts)
                                                & (t > 0))
         own_bytes, own = np.asarray(own_bytes), np.asarray(own)

@@ -20,8 +20,8 @@ from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
 from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, attention_ops_defaults,
                                       block_ops)
+from epsim.cost.block_ops import GATE, block_ops_defaults, launches
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
-from epsim.cost.block_ops import block_ops_defaults, launches
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
 from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
@@ -203,7 +203,9 @@ class _Resolver:
             extrapolated=extrapolated(self.profile, used, num_ranks, m.hidden_size),
             parallel=par, tp_collectives=self._tp_collectives(),
             attention_ops=self.kernel("attention_ops"),
-            attention_block_ops=block_ops(m, self.engine, tp_size),
+            attention_block_ops=block_ops(m, self.engine, tp_size,
+                                          d.enable_flashinfer_allreduce_fusion
+                                          and not d.enable_dp_attention),
             fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
@@ -368,7 +370,9 @@ class _Resolver:
             block = self.timing("any", "block_ops", "", eager) if self.applies else \
                 StageTiming("block_ops", eager, "", GRAPH, False)
             fused = fused_moe_fit(self._exact(timing[False].key) if timing[False].key else None)
-            parts = {mode: self._block_ops_parts(dedup[mode], one_gpu, fused) for mode in modes}
+            topk = topk_in_fit(fused, reread[False])
+            parts = {mode: self._block_ops_parts(dedup[mode], one_gpu, fused, topk)
+                     for mode in modes}
             # the host fit is per launch of the block it timed (transformers')
             all_launches = launches(BLOCK_OPS_PARTS)
             out[eager] = StepKindParams(
@@ -410,13 +414,17 @@ class _Resolver:
         return out
 
     @staticmethod
-    def _block_ops_parts(dedup: str, one_gpu: bool, fused: bool = False) -> tuple[str, ...]:
+    def _block_ops_parts(dedup: str, one_gpu: bool, fused: bool = False,
+                         topk: bool = False) -> tuple[str, ...]:
         """The block ops a step adds (docs/model.md, "The block's own ops"): the router
         always; the permute and the top-k weighting unless the experts' kernels do them --
         low-latency (`pair`-copy) kernels write each copy into its expert's rows and weight the
         top-k outputs inside their combine, and an experts fit on the fused MoE call
         (`fused`, `fused_moe_fit`) holds SGLang's `moe_align_block_size` and `moe_sum_reduce`
-        in its times. At EP 1 no backend runs: all three, unless `fused`."""
+        in its times. At EP 1 no backend runs: all three, unless `fused`. Where the fit timed a
+        top-k of its own (`topk`, `topk_in_fit`) the router is its gate GEMM alone."""
+        if topk:
+            return (GATE,)
         return ("router",) if fused or (dedup == "pair" and not one_gpu) else BLOCK_OPS_PARTS
 
 
@@ -430,6 +438,18 @@ def fused_moe_fit(component: Component | None) -> bool:
     its fused top-k, a few µs, is then counted twice)."""
     return component is not None and any(PurePosixPath(t).name == FUSED_MOE_TABLE
                                          for t in component.tables)
+
+
+def topk_in_fit(fused: bool, reread_gbps: float) -> bool:
+    """Whether an experts fit on aiconfigurator's `moe_perf` tables (`fused`) timed a top-k of
+    its own: the fused Triton MoE's rows (every BF16 row, and Hopper's quantised ones; no
+    weight re-read term, `reread_gbps` 0) are timed over its collector's whole `run_op` --
+    `select_experts` on the row's logits, three copies of its output, then `fused_moe`
+    (collector/sglang/collect_moe.py) -- so the step's router adds its gate GEMM alone, the
+    served top-k (`moe_fused_gate` and the ids' postprocess) standing in the fit's (the copies
+    stay in it, uncounted). FlashInfer's TRT-LLM MoE fits on Blackwell (a re-read rate) keep
+    the whole router (its NVFP4 rows are handed top-k ids computed before the timed call)."""
+    return fused and not reread_gbps
 
 
 def _host_row(comm: dict[str, dict[str, StageParams]], experts: StageTiming,

@@ -276,6 +276,9 @@ SGLANG_ARGS: dict[str, Rule] = {
     "disable_overlap_schedule": _flag("--disable-overlap-schedule"),
     "mlp_sync_group": _release_code_path,
     "disable_shared_experts_fusion": _flag("--disable-shared-experts-fusion"),
+    # SGLang 0.5.7+ also turns it on by itself for DeepSeek-V3/R1 and Qwen3-MoE on Hopper and
+    # Blackwell (one node, no DP attention, moe_a2a_backend none), and has no flag to turn it off
+    "enable_flashinfer_allreduce_fusion": _flag("--enable-flashinfer-allreduce-fusion"),
     "cuda_graph_max_bs": _value("--cuda-graph-max-bs"),
     "max_running_requests": _value("--max-running-requests", per_server=True),
     "chunked_prefill_size": _value("--chunked-prefill-size", per_server=True),

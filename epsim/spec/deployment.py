@@ -106,6 +106,12 @@ class DeploymentSpec(BaseModel):
         default=False, description="SGLang's flag: DeepSeek-V3/R1's shared expert runs as its "
         "own MLP where SGLang would otherwise fuse it into the routed experts' kernel "
         "(`epsim.cost.shared_experts`)")
+    enable_flashinfer_allreduce_fusion: bool = Field(default=False, description=(
+        "SGLang's flag: each TP all-reduce takes the residual add and RMSNorm after it into one "
+        "kernel (flashinfer's trtllm_allreduce_fusion) at batches of <= 2048 tokens, so the two "
+        "add-norm launches of a layer go; SGLang 0.5.7+ turns it on for DeepSeek-V3/R1 and "
+        "Qwen3-MoE on Hopper and Blackwell, one node, no DP attention, moe_a2a_backend none "
+        "(`epsim.cost.attention_ops`)"))
     block_kernels: Literal["sglang", "transformers"] = Field(default="sglang", description=(
         "whose kernels run the attention and MoE blocks' own ops (norms, RoPE, KV write, router, "
         "permute, weighting): SGLang's fused ones, or HF transformers' unfused eager block (what "

@@ -22,7 +22,8 @@ from epsim.default_profile import part_for
 from epsim.errors import EpsimError
 from epsim.routing import recorded
 from epsim.sim.accept_sources import SOURCES
-from epsim.validate.silicon import agg_recipes, client_tokenizer, first_use, pd_recipes
+from epsim.validate.silicon import (agg_recipes, allreduce_fusion, client_tokenizer, first_use,
+                                   pd_recipes)
 from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
                                           approximate_need, closed_loop_needs, set_path,
                                           short_answer, side_needs, spec_error)
@@ -344,6 +345,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         instance, lacks, approx = _instance(run, side, role, clients, workers, approximate,
                                             redundant.get(role, 0), ran.speculative,
                                             servers.get(role))
+        if (fused := allreduce_fusion.apply(run, instance.data)) and fused not in assumptions:
+            assumptions.append(fused)
         if said := _recorded_skew(run, role)[1]:
             placed = instance.data["deployment"].get("init_expert_location") == "from_skew"
             if placed and (ran.redundant_experts or {}).get(role):

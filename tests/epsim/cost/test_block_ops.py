@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from epsim.cost.block_ops import (BLOCK_SORT_KEYS, PARTS, SMALL_SORT_KEYS, block_ops_defaults,
-                                  block_ops_features, block_ops_us, block_ops_work)
+from epsim.cost.block_ops import (BLOCK_SORT_KEYS, GATE, PARTS, SMALL_SORT_KEYS,
+                                  block_ops_defaults, block_ops_features, block_ops_us,
+                                  block_ops_work)
 from epsim.cost.linear import BLOCK_OPS_TERMS
 from epsim.zoo import get_hardware
 
@@ -33,7 +34,7 @@ def test_parts_add_up_and_the_slowest_rank_sets_the_pace():
 
 
 @pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",),
-                                   ("permute", "combine_weighting")])
+                                   ("permute", "combine_weighting"), (GATE,)])
 @pytest.mark.parametrize("engine", ["transformers", "sglang"])
 def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts, engine):
     """`block_ops_us` on tokens per rank (the engines' path: their terms once per rank; for a
@@ -55,7 +56,7 @@ def test_per_rank_tokens_give_the_same_bits_as_broadcast_ones(rng, parts, engine
 
 
 @pytest.mark.parametrize("parts", [PARTS, ("router",), ("router", "combine_weighting"), ("permute",),
-                                   ("permute", "combine_weighting")])
+                                   ("permute", "combine_weighting"), (GATE,)])
 @pytest.mark.parametrize("engine, hidden, experts", [("transformers", 4096, 128),
                                                      ("sglang", 4096, 128), ("sglang", 7168, 256)])
 def test_block_ops_us_is_the_design_rows_times_the_coefficients_at_the_slowest_rank(
@@ -116,6 +117,22 @@ def test_sglang_counts_its_own_kernels_and_no_sort():
     assert work["router"][1] == block_ops_work(1024.0, 8192.0, 4096, 128, 8)["router"][1]
     with pytest.raises(ValueError, match="engine"):
         block_ops_us(tokens, pairs, 4096, 128, 8, params, engine="vllm")
+
+
+def test_the_gate_alone_is_the_routers_gemm_without_its_top_k():
+    """The router's gate GEMM and its fp32 cast, no top-k (what a step adds beside a fit that
+    timed its own top-k): SGLang 2 launches (1 where `dsv3_router_gemm` writes fp32), the same
+    GEMM FLOPs, the top-k's bytes gone; transformers' `F.linear` alone."""
+    params = block_ops_defaults(H200)
+    tokens, pairs = np.array([16.0, 17.0, 600.0]), np.array([128.0, 136.0, 4800.0])
+    gate = block_ops_features(tokens, pairs, 7168, 256, 8, params, (GATE,), "sglang")
+    router = block_ops_features(tokens, pairs, 7168, 256, 8, params, ("router",), "sglang")
+    assert gate[:, 0].tolist() == [1, 2, 2] and router[:, 0].tolist() == [3, 4, 4]
+    assert (gate[:, 3] < router[:, 3]).all() and (gate[:, 4] == router[:, 4]).all()
+    work = block_ops_work(17.0, 136.0, 7168, 256, 8, (GATE,), "sglang")[GATE]
+    assert work[0] == 2 * 17 * 7168 + 2 * 256 * 7168 + 8 * 17 * 256
+    assert block_ops_features(tokens, pairs, 7168, 256, 8, params, (GATE,),
+                              "transformers")[:, 0].tolist() == [1, 1, 1]
 
 
 def test_calibrate_fits_device_time_and_host_part_from_the_single_h200_records(tmp_path, capsys):
@@ -240,8 +257,9 @@ def test_provenance_says_where_the_block_ops_come_from(block_profile):
 @pytest.mark.parametrize("tp_size, moe_tp_size, ep_size", [(8, 8, 1), (1, 1, 1), (8, 1, 8)])
 def test_fused_moe_fit_holds_the_permute_and_weighting(tp_size, moe_tp_size, ep_size):
     """Experts fitted on aiconfigurator's `moe_perf` (SGLang's whole fused MoE call, its
-    `moe_align_block_size` and `moe_sum_reduce` inside) leave the step the router alone; the
-    same layout priced by a profile whose experts fit has no such table adds all three."""
+    `moe_align_block_size` and `moe_sum_reduce` inside, and for the Triton kernel H200 runs its
+    collector's top-k too) leave the step the router's gate GEMM alone; the same layout priced
+    by a profile whose experts fit has no such table adds all three parts."""
     from epsim.cost import CostModel
     from epsim.cost.resolve import fused_moe_fit
     from epsim.default_profile import default_profile
@@ -257,7 +275,7 @@ def test_fused_moe_fit_holds_the_permute_and_weighting(tp_size, moe_tp_size, ep_
         **profile.components, "any/experts_fp8_block/graph": fused.model_copy(update={"tables": []})}})
     spec = DeploymentSpec(tp_size=tp_size, moe_tp_size=moe_tp_size, ep_size=ep_size,
                           moe_a2a_backend="none")
-    for prof, parts in ((profile, ROUTER), (unfused, PARTS)):
+    for prof, parts in ((profile, (GATE,)), (unfused, PARTS)):
         cm = CostModel(model, ClusterSpec(gpu="H200"), spec, prof)
         assert set(cm.params.graph.block_ops_parts.values()) == {parts}
         assert set(cm.params.eager.block_ops_parts.values()) == {parts}

@@ -169,6 +169,24 @@ def test_sglang_attention_ops_are_its_fused_kernels():
         block_ops(ds, "vllm")
 
 
+def test_allreduce_fusion_takes_the_two_add_norms_into_the_tp_allreduce():
+    """SGLang's `enable_flashinfer_allreduce_fusion` at attention TP > 1: a decoder layer's two
+    add-RMSNorms run inside the all-reduces before them at batches of <= 2048 tokens
+    (`apply_flashinfer_allreduce_fusion`), two launches fewer and the same bytes; one GPU has no
+    all-reduce, and transformers' block no fusion."""
+    from epsim.cost.attention_ops import FUSED_ALLREDUCE_MAX_TOKENS
+    ds = get_model("DeepSeek-V3")
+    plain, fused = block_ops(ds, tp_size=8), block_ops(ds, tp_size=8, allreduce_fusion=True)
+    assert fused == BlockOps(plain.kernels, plain.bytes_per_token, 2)
+    assert block_ops(ds, tp_size=1, allreduce_fusion=True).fused_norms == 0
+    assert block_ops(ds, "transformers", 8, allreduce_fusion=True).fused_norms == 0
+    params = {"launch_us": 2.4, "hbm_gbps": 2600.0}
+    tokens = np.array([0.0, 4.0, FUSED_ALLREDUCE_MAX_TOKENS, FUSED_ALLREDUCE_MAX_TOKENS + 1.0])
+    saved = attention_ops_us(tokens, plain, params) - attention_ops_us(tokens, fused, params)
+    assert saved == pytest.approx([0.0, 2 * 2.4, 2 * 2.4, 0.0])
+    assert fused.launches(tokens).tolist() == [0.0, 6.0, 6.0, 8.0]
+
+
 def test_a_backend_experts_fit_never_replaces_the_kernel_model():
     """An old profile's backend experts stage fit (`none/experts`: the two-GPU eager stage,
     ~1 ms flat) is not read: the kernel model prices the experts."""
