@@ -57,7 +57,8 @@ project's VM; the medians of each kernel's compiles by `max_num_extend_tokens` (
 16 less the first, which pays the process's one-time set-up). A lower bound of the stall, as above.
 They are the only Triton kernels of a B200 DeepSeek-R1 prefill or first decode under these
 scripts whose key moves with the run's lengths or batch (docs/silicon.md, "The B200 prefill's
-Triton kernels"); rows of `FMHA_IMAGE` keep the module build, which dwarfs them.
+Triton kernels"); rows of `FMHA_IMAGE` keep the module build, which dwarfs them; priced on the rows
+of `ALLOC_IMAGE` (0.5.10 keys its extend kernel on the batch alone, not timed here).
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ FMHA_IMAGE = re.compile(r"lmsysorg/sglang:v0\.5\.(3rc1|5|6)-")
 ALLOC_EXTEND_COMPILE_S = {4096: 0.087, 8192: 0.12, 16384: 0.26, 32768: 0.90}
 ALLOC_DECODE_COMPILE_S = 0.034
 ALLOC_SYSTEMS = ("b200_sxm",)     # the B200 scripts' trtllm_mla (page size 64)
+# the images whose allocator keys on `max_num_extend_tokens` (read: the 0.5.6, 0.5.8 and 0.5.9
+# wheels; sgl-project/sglang#19898 removed it for 0.5.10)
+ALLOC_IMAGE = re.compile(r"lmsysorg/sglang:v0\.5\.[6-9]-")
 ALLOC_PAGE_SIZE = 64
 
 
@@ -106,7 +110,8 @@ def first_use_compile(row) -> dict | None:
             and FMHA_IMAGE.match(image := agg_recipes.image_of(found)):
         return {"kernel": "flashinfer_cutlass_fmha", "compile_s": FMHA_BUILD_S,
                 "warmup_batches": warmup, "image": image}
-    if row.system in ALLOC_SYSTEMS and (found := agg_recipes.for_row(row)) is not None:
+    if row.system in ALLOC_SYSTEMS and (found := agg_recipes.for_row(row)) is not None \
+            and ALLOC_IMAGE.match(agg_recipes.image_of(found)):
         chunk = found.flags.chunked_prefill_size or 8192
         return {"kernel": "sglang_paged_alloc", "page_size": ALLOC_PAGE_SIZE,
                 "compile_s": alloc_extend_compile_s(clients, row.isl, chunk),

@@ -81,6 +81,15 @@ def test_a_b200_row_of_a_later_image_carries_the_paged_allocators_compiles():
     assert "paged KV allocator" in note(compiles) and "2 prefill batches of 4" in note(compiles)
 
 
+def test_a_b200_row_of_an_image_without_the_extend_constexpr_carries_no_term(monkeypatch):
+    # sgl-project/sglang#19898 (0.5.10) keys the extend kernel on the batch alone: not priced
+    from epsim.validate.silicon import agg_recipes
+    monkeypatch.setattr(agg_recipes, "image_of", lambda found: "lmsysorg/sglang:v0.5.10-cu130")
+    later = _b200(agg=SimpleNamespace(num_gpus=4, moe_ep_size=4),
+                  source="db-dump/2026-04-27; measured=2026-03-25T00:00:00.000Z")
+    assert first_use_compile(later) is None
+
+
 @pytest.mark.parametrize("clients, isl, chunk, tokens", [
     (4, 1024, 16384, 4096), (2, 1024, 16384, 4096), (8, 1024, 16384, 8192),
     (64, 1024, 16384, 16384), (4, 8192, 32768, 32768), (128, 8192, 65536, 32768)])
