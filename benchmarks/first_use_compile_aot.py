@@ -49,6 +49,38 @@ def _ints(num_tokens: int, gemm: str, tiles: tuple) -> dict:
             "_rows_a": rows_a}
 
 
+def timed_compile(src, target, options) -> tuple:
+    """(compiled kernel, wall s, CPU s of this process and its children: `ptxas` included)."""
+    import triton
+    cpu0 = time.process_time()
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    compiled = triton.compile(src, target=target, options=options.__dict__)
+    wall_s = time.perf_counter() - t0
+    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (time.process_time() - cpu0) + (kids1.ru_utime + kids1.ru_stime
+                                             - kids0.ru_utime - kids0.ru_stime)
+    return compiled, wall_s, cpu_s
+
+
+def host_provenance(triton_version: str, target: str, command: str) -> dict:
+    """What a compile record states about where it ran."""
+    cpu = platform.machine()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {"triton": triton_version, "target": target, "cpu": cpu, "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0], "python": platform.python_version(),
+            "command": command}
+
+
+def emit(records: list, rec: dict, prov: dict) -> None:
+    """Append one compile's record (numbered, with the host's provenance) and print it."""
+    records.append({**rec, "order": len(records), **prov})
+    print(json.dumps(records[-1]), flush=True)
+
+
 def compile_one(kernel, num_tokens: int, gemm: str) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -78,14 +110,7 @@ def compile_one(kernel, num_tokens: int, gemm: str) -> dict:
     target = GPUTarget("cuda", 90, 32)
     backend = triton.compiler.make_backend(target)
     options = backend.parse_options({"num_warps": warps, "num_stages": stages})
-    cpu0 = time.process_time()
-    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    compiled = triton.compile(src, target=target, options=options.__dict__)
-    wall_s = time.perf_counter() - t0
-    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = (time.process_time() - cpu0) + (kids1.ru_utime + kids1.ru_stime
-                                             - kids0.ru_utime - kids0.ru_stime)
+    compiled, wall_s, cpu_s = timed_compile(src, target, options)
     return {"num_tokens": num_tokens, "gemm": gemm, "tiles": list(tiles),
             "em_div16": ints["EM"] % 16 == 0, "nvt_div16": ints["num_valid_tokens"] % 16 == 0,
             "wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3),
@@ -101,14 +126,8 @@ def main(argv=None) -> int:
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="first_use_aot_")
     import triton
     kernel = _kernels()
-    cpu = platform.machine()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    prov = {"triton": triton.__version__, "target": "cuda:90", "cpu": cpu, "cpus": os.cpu_count(),
-            "load_avg_1m": os.getloadavg()[0], "python": platform.python_version(),
-            "command": "python benchmarks/first_use_compile_aot.py " + " ".join(argv)}
+    prov = host_provenance(triton.__version__, "cuda:90",
+                           "python benchmarks/first_use_compile_aot.py " + " ".join(argv))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     seen, records = set(), []
@@ -119,9 +138,7 @@ def main(argv=None) -> int:
             continue
         seen.add(key)
         for gemm in ("w13", "w2"):
-            rec = {**compile_one(kernel, num_tokens, gemm), "order": len(records), **prov}
-            records.append(rec)
-            print(json.dumps(rec), flush=True)
+            emit(records, compile_one(kernel, num_tokens, gemm), prov)
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return 0
 

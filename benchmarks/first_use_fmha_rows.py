@@ -41,24 +41,33 @@ def _mape(values: list) -> str:
     return f"{sum(kept) / len(kept):.1f}" if kept else "-"
 
 
-def rows(after: dict, record: dict) -> list[dict]:
-    """One dict per row of `after` priced before and after: ids, figures, the plan's terms."""
+def priced_rows(after: dict, record: dict, extra) -> list[dict]:
+    """One dict per row of `after` priced before and after: ids, figures, and `extra(entry,
+    assumptions)` (a dict: what the plan states), sorted by deployment."""
     before = {e["id"]: e for e in record["rows"]}
     out = []
     for e in after["rows"]:
         b = before.get(e["id"])
         if b is None or e["epsim"]["status"] not in ("predicted", "approximated"):
             continue
-        said = " ".join(e["epsim"]["assumptions"])
-        prompts = _PROMPTS.search(said)
         out.append({"id": e["id"], "precision": e["precision"], "layout": e["layout_as_run"],
                     "isl": e["isl"], "osl": e["osl"], "clients": e["concurrency"],
                     "ttft": e["measured"]["ttft_ms"], "tpot": e["measured"]["tpot_ms"],
                     "ttft_before": b["epsim"]["ttft_ms"], "ttft_after": e["epsim"]["ttft_ms"],
                     "tpot_before": b["epsim"]["tpot_ms"], "tpot_after": e["epsim"]["tpot_ms"],
-                    "build": "first-use build" in said,
-                    "per_client": int(prompts.group(1)) if prompts else 10})
+                    **extra(e, " ".join(e["epsim"]["assumptions"]))})
     return sorted(out, key=lambda r: (r["precision"], r["layout"], r["isl"], r["osl"], r["clients"]))
+
+
+def _fmha_fields(entry: dict, said: str) -> dict:
+    prompts = _PROMPTS.search(said)
+    return {"build": "first-use build" in said,
+            "per_client": int(prompts.group(1)) if prompts else 10}
+
+
+def rows(after: dict, record: dict) -> list[dict]:
+    """One dict per row of `after` priced before and after: ids, figures, the plan's terms."""
+    return priced_rows(after, record, _fmha_fields)
 
 
 def table(found: list[dict]) -> str:
@@ -95,7 +104,12 @@ def write_csv(path: Path) -> int:
     from epsim.validate.silicon.rows import default_csv_path
     ids = {e["id"] for e in entries() if e["system"] == "b200_sxm"
            and e["harness"].startswith("InferenceX one node, no warm-up")}
-    with default_csv_path().open(newline="") as f, path.open("w", newline="") as out:
+    return write_ids_csv(path, ids, default_csv_path())
+
+
+def write_ids_csv(path: Path, ids: set, sample: Path) -> int:
+    """The rows of the silicon sample `sample` whose id is in `ids`, as a CSV at `path`; how many."""
+    with sample.open(newline="") as f, path.open("w", newline="") as out:
         reader = csv.DictReader(f)
         writer = csv.DictWriter(out, fieldnames=reader.fieldnames)
         writer.writeheader()
@@ -104,14 +118,17 @@ def write_csv(path: Path) -> int:
     return len(kept)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+def compare_main(argv, doc: str, write_rows_csv, body, results: Path, heading: str) -> int:
+    """A before/after script's command line (module doc): `--csv` writes the rows
+    (`write_rows_csv(path)`: how many); `--after` reads the validate JSON and prints `heading` and
+    `body(after, record)`, recorded in `results` with `--write`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--after", type=Path)
     parser.add_argument("--csv", type=Path, help="write the rows to compare here, and stop")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     if args.csv is not None:
-        print(f"{write_csv(args.csv)} rows -> {args.csv}")
+        print(f"{write_rows_csv(args.csv)} rows -> {args.csv}")
         return 0
     if args.after is None:
         print("--after (none) must name the validate --json output; or give --csv", file=sys.stderr)
@@ -120,16 +137,21 @@ def main(argv=None) -> int:
         print(f"--after ({args.after}) must be a file", file=sys.stderr)
         return 2
     after = json.loads(args.after.read_text())
-    found = rows(after, json.loads(gzip.decompress(RECORD.read_bytes())))
-    text = ("# The B200 runs without warm-up: the FlashInfer FMHA build and the runner's prompts\n\n"
-            "`python benchmarks/first_use_fmha_rows.py --after AFTER --write`, AFTER from `epsim "
-            "validate --silicon CSV --approximate --no-peer --workers 1 --json` on the CSV of `--csv` "
-            "(the InferenceX B200 agg rows measured before 2026-01-21; what is compared: the "
-            "script's docstring).\n\n" + table(found) + "\n")
+    text = heading + body(after, json.loads(gzip.decompress(RECORD.read_bytes()))) + "\n"
     if args.write:
-        RESULTS.write_text(text)
+        results.write_text(text)
     print(text)
     return 0
+
+
+def main(argv=None) -> int:
+    heading = ("# The B200 runs without warm-up: the FlashInfer FMHA build and the runner's prompts\n\n"
+               "`python benchmarks/first_use_fmha_rows.py --after AFTER --write`, AFTER from `epsim "
+               "validate --silicon CSV --approximate --no-peer --workers 1 --json` on the CSV of "
+               "`--csv` (the InferenceX B200 agg rows measured before 2026-01-21; what is compared: "
+               "the script's docstring).\n\n")
+    return compare_main(argv, __doc__, write_csv, lambda after, record: table(rows(after, record)),
+                        RESULTS, heading)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from epsim.sim.clients import ClosedLoop
 from epsim.sim.elastic import ElasticEP
 from epsim.sim.eplb_process import EPLBManager
 from epsim.sim.first_use import first_use_compiles
+from epsim.sim.first_use_alloc import PagedAllocCompiles
 from epsim.sim.initial_placement import initial_placement
 from epsim.sim.initial_requests import initial_requests
 from epsim.sim.kv_pool import KVPool, longest_context
@@ -151,9 +152,11 @@ class Simulation:
             self.draft = DraftPricer(scenario, self.profile, self.seed, pooled=coarse_pools)
         # kernels compiled on first use inside the run (`epsim.sim.first_use`); the harness
         # warms up on the run's first prompt
-        first_prompt = closed.lengths(0, 1)[0][0] if closed is not None else (
-            self.requests.input_len[0] if len(self.requests) else w.input_len.mean_tokens)
-        self.first_use = first_use_compiles(scenario, int(first_prompt))
+        first_prompt, first_output = (
+            (int(x[0]) for x in closed.lengths(0, 1)) if closed is not None else
+            (self.requests.input_len[0], self.requests.output_len[0]) if len(self.requests) else
+            (w.input_len.mean_tokens, w.output_len.mean_tokens))
+        self.first_use = first_use_compiles(scenario, int(first_prompt), int(first_output))
         self.forms_ahead = forms_ahead(d)      # SGLang's overlap loop (`epsim.sim.recv`)
         self.scheduler = Scheduler(self.requests, dp, max_running, d.chunked_prefill_size,
                                    d.disaggregation_mode, d.enable_mixed_chunk, initial, progress_done,
@@ -275,7 +278,9 @@ class Simulation:
             version, num_alive = placement.version, placement.num_alive   # as the step saw them
             extra, self._charge_us = self._charge_us, 0.0
             if self.first_use is not None:
-                compile_us = self.first_use.stall_us(plan.batch)
+                compile_us = (self.first_use.stall_us(plan, sched.context, sched.slot_req)
+                              if isinstance(self.first_use, PagedAllocCompiles)
+                              else self.first_use.stall_us(plan.batch))
                 if compile_us:
                     extra += compile_us
                     self.metrics.record_charge(compile_us, "first_use_compile")

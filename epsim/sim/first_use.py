@@ -16,6 +16,9 @@
   Start-up decodes and prefills single short prompts, so it never meets it; a warm-up batch meets
   it where its copies straddle a chunk boundary. The step waits `compile_s` once (the ranks share
   one build behind FlashInfer's file lock).
+- `sglang_paged_alloc`: the paged KV allocator's Triton kernels (`epsim.sim.first_use_alloc`),
+  keyed by the batch's request count, the largest extend seen and `free_pages`' alignment; a step
+  waits for each new key's compile.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 from epsim.cost.first_use import KERNELS_PER_KEY, TILE_TABLES, fused_moe_key, warm_keys
 from epsim.cost.shared_experts import fused_shared_experts
 from epsim.errors import SpecError
+from epsim.sim.first_use_alloc import PagedAllocCompiles
 
 
 def _chunks(num_tokens: int, chunk: int) -> list[int]:
@@ -105,12 +109,14 @@ class FirstPrefixBuild:
         return self.compile_us
 
 
-def first_use_compiles(scenario, first_prompt_tokens: int) -> FirstUseCompiles | FirstPrefixBuild | None:
+def first_use_compiles(scenario, first_prompt_tokens: int, first_output_tokens: int = 1
+                       ) -> FirstUseCompiles | FirstPrefixBuild | PagedAllocCompiles | None:
     """The scenario's first-use term (None without `deployment.first_use_compile`).
 
     Args:
         scenario: one instance's `Scenario`.
         first_prompt_tokens: the run's first request's prompt (the harness warms up on it).
+        first_output_tokens: its output tokens (the warm-up's decodes).
     Raises:
         SpecError: no tuned table for the scenario's GPU.
     """
@@ -122,6 +128,10 @@ def first_use_compiles(scenario, first_prompt_tokens: int) -> FirstUseCompiles |
         return FirstPrefixBuild(spec.compile_s, any(
             splits_a_prompt(copies, int(first_prompt_tokens), d.chunked_prefill_size)
             for copies in spec.warmup_batches))
+    if spec.kernel == "sglang_paged_alloc":
+        return PagedAllocCompiles(spec.page_size, spec.compile_s, spec.decode_compile_s or
+                                  spec.compile_s, d.chunked_prefill_size, spec.warmup_batches,
+                                  (int(first_prompt_tokens), int(first_output_tokens)))
     tiles = TILE_TABLES.get(c.gpu)
     if tiles is None:
         raise SpecError(f"deployment.first_use_compile ({spec.kernel}) has no tuned table for "

@@ -36,14 +36,20 @@ class FirstUseCompileSpec(BaseModel):
     """Kernels the server compiles inside the run on first use (`epsim.sim.first_use`): by `kernel`,
     SGLang's Triton fused MoE at each prefill batch's new shape key (`epsim.cost.first_use`), or
     FlashInfer's CUTLASS FMHA module that SGLang's `trtllm_mla` backend plans on the first prefill
-    step attending to a prefix (a chunked prompt's later chunk), built once."""
+    step attending to a prefix (a chunked prompt's later chunk), built once, or SGLang's paged KV
+    allocator's Triton kernels at each batch's new key (`epsim.sim.first_use_alloc`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kernel: Literal["sglang_triton_fused_moe", "flashinfer_cutlass_fmha"] = \
-        "sglang_triton_fused_moe"
+    kernel: Literal["sglang_triton_fused_moe", "flashinfer_cutlass_fmha",
+                    "sglang_paged_alloc"] = "sglang_triton_fused_moe"
     compile_s: float = Field(gt=0, le=600, description=(
-        "host seconds one new kernel's compile (the FMHA module's build) holds the step"))
+        "host seconds one new kernel's compile (the FMHA module's build; the paged allocator's "
+        "extend kernel) holds the step"))
+    decode_compile_s: float | None = Field(default=None, gt=0, le=600, description=(
+        "sglang_paged_alloc: host seconds of one new decode-kernel compile (None: compile_s)"))
+    page_size: int = Field(default=64, ge=2, description=(
+        "sglang_paged_alloc: the KV allocator's page size (tokens; trtllm_mla's 64)"))
     warmup_batches: list[int] = Field(default_factory=list, description=(
         "prefill batches the server ran before the run, each of this many copies of the run's "
         "first prompt (InferenceX's warm-up at N clients: [N, N]); []: only its start-up"))

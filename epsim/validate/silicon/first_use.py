@@ -44,6 +44,21 @@ sources of the FlashInfer 0.5.0 wheel (SGLang 0.5.5's) for sm_100a with FlashInf
 this project's VM; the stall is the slowest source's CPU seconds (ninja builds the three at once
 on a many-core host), the link left out: a lower bound on a host as fast as our core. The rows'
 host CPUs are not known, and nvcc was 13.0 here where the images ran 12.9.
+
+**B200, SGLang's paged KV allocator.** The same B200 scripts' `trtllm_mla` makes SGLang page the KV
+cache by 64 tokens, so the scheduler of every TP rank runs the paged allocator's Triton kernels
+before each forward (`epsim.sim.first_use_alloc`: their keys hold the batch's request count as
+`next_power_of_2`, the largest extend so far, and `free_pages`' 16-byte alignment, none of which a
+warm-up of identical requests covers). Their compile times are our own measurement
+(`benchmarks/first_use_alloc_aot.py`, record
+`benchmarks/results/first_use_compile/alloc_aot_vm_records.jsonl`): Triton 3.5.1 (the rows'
+version) compiling the two kernels, copied from the 0.5.9 wheel, ahead of time for sm100 on this
+project's VM; the medians of each kernel's compiles by `max_num_extend_tokens` (the decode kernel's
+16 less the first, which pays the process's one-time set-up). A lower bound of the stall, as above.
+They are the only Triton kernels of a B200 DeepSeek-R1 prefill or first decode under these
+scripts whose key moves with the run's lengths or batch (docs/silicon.md, "The B200 prefill's
+Triton kernels"); rows of `FMHA_IMAGE` keep the module build, which dwarfs them; priced on the rows
+of `ALLOC_IMAGE` (0.5.10 keys its extend kernel on the batch alone, not timed here).
 """
 
 from __future__ import annotations
@@ -62,6 +77,23 @@ FMHA_SYSTEMS = ("b200_sxm",)      # SM100 with the B200 scripts' trtllm_mla
 FMHA_IMAGE = re.compile(r"lmsysorg/sglang:v0\.5\.(3rc1|5|6)-")
 
 
+# the paged allocator's kernels (measured: module doc): extend by max_num_extend_tokens, decode
+ALLOC_EXTEND_COMPILE_S = {4096: 0.087, 8192: 0.12, 16384: 0.26, 32768: 0.90}
+ALLOC_DECODE_COMPILE_S = 0.034
+ALLOC_SYSTEMS = ("b200_sxm",)     # the B200 scripts' trtllm_mla (page size 64)
+# the images whose allocator keys on `max_num_extend_tokens` (read: the 0.5.6, 0.5.8 and 0.5.9
+# wheels; sgl-project/sglang#19898 removed it for 0.5.10)
+ALLOC_IMAGE = re.compile(r"lmsysorg/sglang:v0\.5\.[6-9]-")
+ALLOC_PAGE_SIZE = 64
+
+
+def alloc_extend_compile_s(clients: int, isl: int, chunk: int) -> float:
+    """The extend kernel's compile at the `max_num_extend_tokens` the warm-up leaves: the
+    next power of two of its batch (`clients` prompts of up to `isl`), capped by the chunk."""
+    tokens = max(4096, 1 << (min(clients * isl, chunk) - 1).bit_length())
+    return ALLOC_EXTEND_COMPILE_S[min(tokens, max(ALLOC_EXTEND_COMPILE_S))]
+
+
 def first_use_compile(row) -> dict | None:
     """The `deployment.first_use_compile` of an InferenceX agg row whose server compiles inside
     the run (module doc): SGLang's Triton fused MoE (DeepSeek-R1 block FP8 on H200), or
@@ -78,6 +110,12 @@ def first_use_compile(row) -> dict | None:
             and FMHA_IMAGE.match(image := agg_recipes.image_of(found)):
         return {"kernel": "flashinfer_cutlass_fmha", "compile_s": FMHA_BUILD_S,
                 "warmup_batches": warmup, "image": image}
+    if row.system in ALLOC_SYSTEMS and (found := agg_recipes.for_row(row)) is not None \
+            and ALLOC_IMAGE.match(agg_recipes.image_of(found)):
+        chunk = found.flags.chunked_prefill_size or 8192
+        return {"kernel": "sglang_paged_alloc", "page_size": ALLOC_PAGE_SIZE,
+                "compile_s": alloc_extend_compile_s(clients, row.isl, chunk),
+                "decode_compile_s": ALLOC_DECODE_COMPILE_S, "warmup_batches": warmup}
     return None
 
 
@@ -86,6 +124,12 @@ def note(first_use: dict) -> str:
     warmup = (f"after a warm-up of {len(first_use['warmup_batches'])} prefill batches of "
               f"{first_use['warmup_batches'][0]} copies of the run's first prompt"
               if first_use["warmup_batches"] else "with no warm-up")
+    if first_use.get("kernel") == "sglang_paged_alloc":
+        return (f"first-use compiles: SGLang's paged KV allocator (page {first_use['page_size']}) "
+                f"compiles its Triton extend kernel ({first_use['compile_s']:.2f} s) or decode "
+                f"kernel ({first_use['decode_compile_s']:.3f} s; Triton 3.5.1 for sm100, measured "
+                f"on our VM: our record) on each batch's first new key (requests as a power of "
+                f"two, free_pages' alignment), {warmup}, a fresh Triton cache")
     if first_use.get("kernel") == "flashinfer_cutlass_fmha":
         return (f"first-use build: SGLang's trtllm_mla ({first_use['image']}) plans FlashInfer's "
                 f"CUTLASS FMHA module on the first prefill step with a prefix (a chunked "

@@ -10,12 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from epsim.validate.silicon.first_use import (COMPILE_S, FMHA_BUILD_S, first_use_compile, note,
-                                              scenario_field)
+from epsim.validate.silicon.first_use import (ALLOC_DECODE_COMPILE_S, ALLOC_EXTEND_COMPILE_S,
+                                              COMPILE_S, FMHA_BUILD_S, alloc_extend_compile_s,
+                                              first_use_compile, note, scenario_field)
 
 RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "first_use_compile"
 RECORD = RECORDS / "aot_vm_records.jsonl"
 NVCC_RECORD = RECORDS / "nvcc_vm_records.jsonl"
+ALLOC_RECORD = RECORDS / "alloc_aot_vm_records.jsonl"
 
 
 def _row(**fields):
@@ -67,11 +69,44 @@ def test_a_b200_row_of_the_v0_5_5_image_builds_the_fmha_module_with_no_warm_up()
     assert "with no warm-up" in note(compiles) and "CUTLASS FMHA" in note(compiles)
 
 
-def test_a_b200_row_of_a_later_image_carries_no_term():
-    # measured 2026-03-25 under InferenceX 12ba0ae07's lmsysorg/sglang:v0.5.9-cu130
+def test_a_b200_row_of_a_later_image_carries_the_paged_allocators_compiles():
+    # measured 2026-03-25 under InferenceX 12ba0ae07's lmsysorg/sglang:v0.5.9-cu130, after the
+    # warm-up; 4 x 8192 tokens reach the script's 16384-token chunk
+    later = _b200(agg=SimpleNamespace(num_gpus=4, moe_ep_size=4),
+                  source="db-dump/2026-04-27; measured=2026-03-25T00:00:00.000Z")
+    compiles = first_use_compile(later)
+    assert compiles == {"kernel": "sglang_paged_alloc", "page_size": 64,
+                        "compile_s": ALLOC_EXTEND_COMPILE_S[16384],
+                        "decode_compile_s": ALLOC_DECODE_COMPILE_S, "warmup_batches": [4, 4]}
+    assert "paged KV allocator" in note(compiles) and "2 prefill batches of 4" in note(compiles)
+
+
+def test_a_b200_row_of_an_image_without_the_extend_constexpr_carries_no_term(monkeypatch):
+    # sgl-project/sglang#19898 (0.5.10) keys the extend kernel on the batch alone: not priced
+    from epsim.validate.silicon import agg_recipes
+    monkeypatch.setattr(agg_recipes, "image_of", lambda found: "lmsysorg/sglang:v0.5.10-cu130")
     later = _b200(agg=SimpleNamespace(num_gpus=4, moe_ep_size=4),
                   source="db-dump/2026-04-27; measured=2026-03-25T00:00:00.000Z")
     assert first_use_compile(later) is None
+
+
+@pytest.mark.parametrize("clients, isl, chunk, tokens", [
+    (4, 1024, 16384, 4096), (2, 1024, 16384, 4096), (8, 1024, 16384, 8192),
+    (64, 1024, 16384, 16384), (4, 8192, 32768, 32768), (128, 8192, 65536, 32768)])
+def test_the_extend_compile_is_priced_at_the_warm_ups_largest_extend(clients, isl, chunk, tokens):
+    assert alloc_extend_compile_s(clients, isl, chunk) == ALLOC_EXTEND_COMPILE_S[tokens]
+
+
+def test_the_allocator_compile_times_are_the_records_medians():
+    records = [json.loads(line) for line in ALLOC_RECORD.read_text().splitlines()]
+    assert {r["triton"] for r in records} == {"3.5.1"} and {r["target"] for r in records} == {
+        "cuda:100"}
+    decode = [r["cpu_s"] for r in records if r["kernel"] == "alloc_decode_kernel"][1:]
+    assert ALLOC_DECODE_COMPILE_S == pytest.approx(statistics.median(decode), abs=0.001)
+    for tokens, compile_s in ALLOC_EXTEND_COMPILE_S.items():
+        extend = [r["cpu_s"] for r in records if r.get("max_num_extend_tokens") == tokens]
+        assert len(extend) == 16
+        assert compile_s == pytest.approx(statistics.median(extend), abs=0.005)
 
 
 def test_the_fmha_build_time_is_the_records_slowest_source():
