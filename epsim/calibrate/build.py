@@ -49,13 +49,16 @@ from epsim.calibrate.layer_parts import judged_only, pair_attention_kernels
 from epsim.calibrate.rebalance import fit_rebalance
 from epsim.calibrate.rebalance_host import fit_rebalance_host
 from epsim.calibrate.spread import component_spread, run_deviations
+from epsim.cost.experts import num_sms
+from epsim.cost.fp4_gemm import fed_tensor_frac
+from epsim.cost.quant import ACTIVATION_BYTES, tensor_peak
 from epsim.cost.record import is_nccl_allgather, predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
 from epsim.profile import (GRAPH, Profile, ProfileProvenance, RecordSource, component_keys,
                            is_graph)
 from epsim.records import records_hash
 from epsim.spec.hardware import ClusterSpec
-from epsim.zoo import hardware_names
+from epsim.zoo import get_hardware, hardware_names
 
 NOMINAL_GPU = "H200"      # cluster whose datasheet fills unfitted values of a CPU (gloo) profile
 METHOD = ("bounded least squares per component on the fit set, relative-error weighted; "
@@ -235,13 +238,30 @@ def _held_experts(key: str) -> bool:
         kind.split("_", 1)[1] in HELD_EXPERT_FORMATS
 
 
-def experts_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]:
+def experts_held(key: str, fits: dict[str, ComponentFit], hardware: str) -> dict[str, float]:
     """The fused MoE kernel's FP4 tensor rate: its format's dense GEMM fit
-    (`any/experts_nvfp4/graph` <- `any/gemm_nvfp4/graph`), {} where none was fitted."""
+    (`any/experts_nvfp4/graph` <- `any/gemm_nvfp4/graph`), {} where none was fitted. The dense
+    NVFP4 GEMM is fed, not MMA-bound (`epsim.cost.fp4_gemm`): its rate is the FP4 share its
+    widest tile sustains at the fitted operand feed (`fed_tensor_frac`)."""
     gemm = fits.get(key.replace("/experts_", "/gemm_"))
     if gemm is None:
         return {}
-    return {p: float(gemm.params[p]) for p in HELD_EXPERT_PARAMS if p in gemm.params}
+    held = {p: float(gemm.params[p]) for p in HELD_EXPERT_PARAMS if p in gemm.params}
+    if "sm_feed_gbps" in gemm.params and "tensor_frac" in held:
+        fmt = key.split("/")[1].split("_", 1)[1]
+        hw = get_hardware(hardware)
+        held["tensor_frac"] = min(held["tensor_frac"], fed_tensor_frac(
+            float(gemm.params["sm_feed_gbps"]), num_sms(hw.name), tensor_peak(hw, fmt),
+            ACTIVATION_BYTES[fmt]))
+    return held
+
+
+# dense GEMMs whose MMA rate is held at the datasheet peak (its bound): the CuTe-DSL NVFP4 GEMM,
+# whose compute side is its SMs' operand feed (`epsim.cost.fp4_gemm`: GB300, 1.5x GB200's FP4
+# peak, streams the same bytes per SM in the same time), so its rows cannot tell the MMA rate;
+# fitted free, the feed and the rate trade off on the <= 1024-row tokens split (the rate at
+# 0.39 of the peak priced 4096-16384 rows 17-22 % long)
+HELD_GEMM = {"any/gemm_nvfp4/graph": {"tensor_frac": 1.0}}
 
 
 def _group(fit_set: list[SourcedRecord], base: Profile, skipped: list[str]
@@ -319,12 +339,12 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     for key in sorted(k for k in groups if not is_layer(k) and not _over_kernels(k)
                       and not _mla_decode(k) and not _held_experts(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
-                                  peaks)
+                                  peaks, held=HELD_GEMM.get(key))
     for key in sorted(k for k in groups if _mla_decode(k)):       # after its prefill's
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=mla_decode_held(key, fits))
     for key in sorted(k for k in groups if _held_experts(k)):       # after its dense GEMM's
-        held = experts_held(key, fits)
+        held = experts_held(key, fits, hardware)
         local = [s for s in groups[key] if s.record.ep_size == 1]
         if local and len(local) < len(groups[key]):
             # the EP 1 rows fix the kernel's rates; the EP > 1 rows add only its per-token

@@ -26,17 +26,22 @@ from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_T
                                COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
 from epsim.cost.mla import MLA_TERMS
 from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS
-from epsim.cost.quant import EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERMS
+from epsim.cost.fp4_gemm import SM_FILL_GBPS
+from epsim.cost.quant import EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, FP4_GEMM_TERMS, GEMM_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
 
 MAX_ROUNDS = 12
 # components whose throughputs are fractions of the record's GPU's datasheet (quantised GEMMs and
 # experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
-FRACTION_TERMS = (GEMM_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, MLA_TERMS,
+FRACTION_TERMS = (GEMM_TERMS, FP4_GEMM_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, MLA_TERMS,
                   MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS)
+# ... and the one absolute rate among them: an SM's operand feed, bounded by its shared memory's
 FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0, "dequant_frac": 1.0,
-                  "swapped_hbm_frac": 1.0, "swapped_frac": 1.0}
+                  "swapped_hbm_frac": 1.0, "swapped_frac": 1.0, "sm_feed_gbps": SM_FILL_GBPS}
+# the operand feed's starts, shares of that bound (which side of the MMA-feed max a row lies on
+# is a local choice, as the roofline's)
+FEED_START_SHARES = (1.0, 0.5, 0.25)
 
 
 @dataclass
@@ -159,8 +164,10 @@ def _starts(terms, peaks: dict[str, float], key: str = "") -> list[dict[str, flo
     if terms in FRACTION_TERMS:       # efficiencies: fractions of the record's GPU's datasheet
         hbm = [p for p in ("hbm_frac", "swapped_hbm_frac") if p in terms.params]
         tensor = [p for p in ("tensor_frac", "swapped_frac") if p in terms.params]
-        return [{**{p: h for p in hbm}, **{p: f for p in tensor}}
-                for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01)]
+        feeds = ([{"sm_feed_gbps": SM_FILL_GBPS * f} for f in FEED_START_SHARES]
+                 if "sm_feed_gbps" in terms.params else [{}])
+        return [{**{p: h for p in hbm}, **{p: f for p in tensor}, **feed}
+                for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01) for feed in feeds]
     if terms not in (EXPERT_TERMS, ATTENTION_TERMS):
         return [{}]
     return [{"hbm_gbps": peaks["hbm_gbps"] * h, "tflops": peaks["tflops"] * f}

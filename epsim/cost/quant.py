@@ -7,7 +7,8 @@ in format `f` (`epsim.spec.quant`: bf16, fp8, fp8_block, nvfp4, w4a16):
 
     t = base_us + max(mem_us, math_us) + quant_us
     mem_us   = b (n k w_f + m k a_f + 2 m n) / (hbm_frac x HBM) * 1e-3
-    math_us  = flops / (tensor_frac x peak_f) * 1e-6 + wave_us x waves + dequant_us x blocks
+    math_us  = max(flops / (tensor_frac x peak_f) * 1e-6, feed_kb / sm_feed_gbps)
+               + wave_us x waves + dequant_us x blocks
     quant_us = b m k q_f / (hbm_frac x HBM) * 1e-3
 
   w_f     bytes of one weight, its share of the scales included (`weight_bytes_per_element`:
@@ -27,6 +28,10 @@ in format `f` (`epsim.spec.quant`: bf16, fp8, fp8_block, nvfp4, w4a16):
           ceil(n / TILE_N) b` tiles, in `ceil(tiles / num_sms)` waves of one tile per SM; the
           FLOPs are wave-quantised too (`epsim.cost.experts`) except where the kernel splits K
           over idle SMs (`SPLIT_K_FORMATS`: cuBLAS's BF16 GEMM, stream-K), which fills a wave
+  feed_kb NVFP4 only (FlashInfer's CuTe-DSL FP4 GEMM, `epsim.cost.fp4_gemm`): the tile, waves
+          and FLOPs are the kernel's own (its tile heuristic, 128 x 64 to 256 x 256), and the
+          KB of A and B one SM streams into shared memory over its waves, at `sm_feed_gbps` per
+          SM (fitted; bounded by the SM's shared-memory bandwidth, `SM_FILL_GBPS`); 0 otherwise
   blocks  waves x `ceil(k / 128)`: a 128 x 128 block-scaled format (fp8_block) rescales each
           128-deep slice of its partial sums by the block's scale in the main loop (DeepGEMM's
           promotion on Hopper); 0 for per-tensor scales (applied once, in the epilogue) and
@@ -45,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.experts import TILE_M, TILE_N, ExpertGemm, experts_rank_us, serial_kb
+from epsim.cost.fp4_gemm import SM_FILL_GBPS, cutedsl_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.errors import SpecError
@@ -61,6 +67,10 @@ SPLIT_K_FORMATS = ("bf16", "fp16")      # GEMMs whose kernel splits K over idle 
 # the fitted terms: fixed µs, inverse efficiencies (time at the datasheet rate x 1/frac)
 GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequant_us"),
                          frozenset({"hbm_frac", "tensor_frac"}))
+# the dense NVFP4 GEMM (CuTe-DSL) adds its SMs' operand feed (`epsim.cost.fp4_gemm`)
+FP4_GEMM_TERMS = LinearTerms(GEMM_TERMS.params + ("sm_feed_gbps",),
+                             GEMM_TERMS.inverse | {"sm_feed_gbps"})
+FEED_FORMATS = ("nvfp4",)
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
 # FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads (`reread_kb`) and
@@ -142,9 +152,17 @@ def tensor_peak(hardware: HardwareSpec, fmt: str) -> float:
 
 def gemm_defaults() -> dict[str, float]:
     """Datasheet parameters of a quantised GEMM or experts component: the stated efficiencies of
-    `epsim.cost.roofline`, a few µs of launch, no per-wave, per-block or per-expert cost."""
+    `epsim.cost.roofline`, a few µs of launch, no per-wave, per-block or per-expert cost, and
+    an operand feed at the SM's shared-memory bound (never binding below the MMA time)."""
     return {"base_us": 8.0, "per_expert_us": 0.0, "hbm_frac": HBM_EFFICIENCY,
-            "tensor_frac": TENSOR_EFFICIENCY, "wave_us": 0.0, "dequant_us": 0.0}
+            "tensor_frac": TENSOR_EFFICIENCY, "wave_us": 0.0, "dequant_us": 0.0,
+            "sm_feed_gbps": SM_FILL_GBPS}
+
+
+def gemm_terms(fmt: str) -> LinearTerms:
+    """The fitted terms of a dense GEMM on `fmt` weights: `FP4_GEMM_TERMS` for NVFP4 (its
+    operand feed), `GEMM_TERMS` otherwise."""
+    return FP4_GEMM_TERMS if fmt in FEED_FORMATS else GEMM_TERMS
 
 
 def absolute(params, hardware: HardwareSpec, fmt: str) -> dict[str, float]:
@@ -167,6 +185,7 @@ class GemmWork:
         waves: tile waves (each pays a prologue and epilogue).
         blocks: waves x weight-scale blocks along K (block-scaled formats; else 0).
         quant_kb: bytes the activation quantisation moves, KB (0 for BF16 activations).
+        feed_kb: KB of A and B the busiest SM streams (`FEED_FORMATS`; else 0).
     """
 
     mem_kb: np.ndarray
@@ -174,6 +193,7 @@ class GemmWork:
     waves: np.ndarray
     blocks: np.ndarray
     quant_kb: np.ndarray
+    feed_kb: np.ndarray
 
 
 def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1) -> GemmWork:
@@ -186,18 +206,27 @@ def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1) -> Gemm
     busy = (m > 0).astype(np.float64)
     weights = batch * n * k * weight_bytes_per_element(check_format(fmt))
     mem = busy * weights + batch * m * (k * ACTIVATION_BYTES[fmt] + BF16_BYTES * n)
+    quant_kb = batch * m * k * quant_bytes_per_element(fmt) * 1e-3
+    if fmt in FEED_FORMATS:                     # the CuTe-DSL kernel's own tile (no scale blocks)
+        waves, mflops, feed_kb = cutedsl_work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
+        return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb)
     tiles = batch * np.ceil(m / TILE_M) * -(-n // TILE_N)
     waves = np.ceil(tiles / num_sms)
     filled = tiles if fmt in SPLIT_K_FORMATS else waves * num_sms
     block = SCALE_BLOCK_K.get(fmt, 0)
     return GemmWork(mem * 1e-3, filled * 2.0 * TILE_M * TILE_N * k * 1e-6, waves,
-                    waves * -(-k // block) if block else np.zeros_like(m),
-                    batch * m * k * quant_bytes_per_element(fmt) * 1e-3)
+                    waves * -(-k // block) if block else np.zeros_like(m), quant_kb,
+                    np.zeros_like(m))
+
+
+def _fed(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
+    """[...] whether the SMs' operand feed, not the MMA, sets the compute side."""
+    return work.feed_kb / rate["sm_feed_gbps"] > work.mflops / rate["tflops"]
 
 
 def _math_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
-    return (work.mflops / rate["tflops"] + work.waves * rate["wave_us"]
-            + work.blocks * rate["dequant_us"])
+    return (np.maximum(work.mflops / rate["tflops"], work.feed_kb / rate["sm_feed_gbps"])
+            + work.waves * rate["wave_us"] + work.blocks * rate["dequant_us"])
 
 
 def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
@@ -212,16 +241,20 @@ def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndar
 def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
     """[..., 5] design rows in `GEMM_TERMS` order: (1, µs at the datasheet HBM rate of the
     memory side if memory-bound plus the quantisation's bytes, then if compute-bound: µs at the
-    datasheet tensor peak, waves, scale blocks); times `GEMM_TERMS.coefficients(params)` gives
-    `gemm_us`."""
+    datasheet tensor peak (where the MMA, not the feed, binds), waves, scale blocks), and for
+    `FEED_FORMATS` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds;
+    times `gemm_terms(fmt).coefficients(params)` gives `gemm_us`."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     mem_bound = work.mem_kb / rate["hbm_gbps"] >= _math_us(work, rate)
     busy = (work.mflops > 0).astype(np.float64)
     hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + work.quant_kb) / hardware.hbm_gbps
-    compute = ~mem_bound
-    return np.stack([busy, hbm_us, np.where(compute, work.mflops, 0.0) / tensor_peak(hardware, fmt),
-                     np.where(compute, work.waves, 0.0), np.where(compute, work.blocks, 0.0)],
-                    axis=-1)
+    compute, fed = ~mem_bound, _fed(work, rate)
+    cols = [busy, hbm_us,
+            np.where(compute & ~fed, work.mflops, 0.0) / tensor_peak(hardware, fmt),
+            np.where(compute, work.waves, 0.0), np.where(compute, work.blocks, 0.0)]
+    if fmt in FEED_FORMATS:
+        cols.append(np.where(compute & fed, work.feed_kb, 0.0))
+    return np.stack(cols, axis=-1)
 
 
 # -- the routed experts' grouped GEMM on quantised weights ---------------------------------------

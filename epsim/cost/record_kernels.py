@@ -29,9 +29,9 @@ from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_pre
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
-from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, GEMM_TERMS,
+from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
-                              gemm_defaults, gemm_features, gemm_work, layout_kb,
+                              gemm_defaults, gemm_features, gemm_terms, gemm_work, layout_kb,
                               quant_expert_gemm, remote_slot_bytes, remote_tokens, reread_kb,
                               trtllm_gemm, trtllm_tile)
 from epsim.errors import RecordError, SpecError
@@ -88,8 +88,9 @@ def _gemm_row(record: MeasurementRecord, profile: Profile):
     params = profile.params("any", format_kind(record.kind, fmt), GRAPH, defaults=gemm_defaults())
     work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt,
                      num_sms(hw.name), batch)
-    return KernelRow(key, GEMM_TERMS.coef_names, gemm_features(work, params, hw, fmt)[0],
-                     GEMM_TERMS.coefficients(params))
+    terms = gemm_terms(fmt)
+    return KernelRow(key, terms.coef_names, gemm_features(work, params, hw, fmt)[0],
+                     terms.coefficients(params))
 
 
 def _quant_experts_row(record: MeasurementRecord, profile: Profile):

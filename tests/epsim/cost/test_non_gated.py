@@ -85,5 +85,12 @@ def test_fp4_experts_take_the_dense_fp4_gemms_tensor_rate():
     assert _held_experts("any/experts_nvfp4/graph")
     assert not _held_experts("any/experts_fp8_block/graph")
     assert not _held_experts("deepep/experts_fp8_block/graph/low_latency")
-    assert experts_held("any/experts_nvfp4/graph", fits) == {"tensor_frac": 0.39}
-    assert experts_held("any/experts_nvfp4/graph", {}) == {}
+    assert experts_held("any/experts_nvfp4/graph", fits, "B200") == {"tensor_frac": 0.39}
+    assert experts_held("any/experts_nvfp4/graph", {}, "B200") == {}
+    # a dense fit that is fed (`epsim.cost.fp4_gemm`): the share of the FP4 peak its widest
+    # tile sustains at the fitted feed, 116 GB/s x 148 SMs x 303.4 FLOP/B over 9 PFLOP/s
+    fed = {"any/gemm_nvfp4/graph": SimpleNamespace(params={"tensor_frac": 1.0,
+                                                            "sm_feed_gbps": 116.0})}
+    held = experts_held("any/experts_nvfp4/graph", fed, "B200")["tensor_frac"]
+    assert held == pytest.approx(116.0 * 148 * 2 * 128 * 256 / (384 * 0.5625) * 1e-3 / 9000)
+    assert 0.5 < held < 0.6

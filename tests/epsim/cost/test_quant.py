@@ -13,7 +13,8 @@ import pytest
 from epsim.cost.experts import experts_rank_us, model_gemm, row_tiles
 from epsim.cost.model import CostModel
 from epsim.cost.moe import remote_slots_us
-from epsim.cost.quant import (ACTIVATION_BYTES, EXPERT_QUANT_TERMS, GEMM_TERMS, absolute,
+from epsim.cost.quant import (ACTIVATION_BYTES, EXPERT_QUANT_TERMS, FP4_GEMM_TERMS,
+                              GEMM_TERMS, absolute, gemm_terms,
                               experts_quant_features, gemm_defaults, gemm_features, gemm_us,
                               gemm_work, layout_kb, quant_bytes_per_element, quant_expert_gemm,
                               remote_slot_bytes, tensor_peak)
@@ -71,8 +72,12 @@ def test_design_rows_times_coefficients_give_the_model():
     for fmt, hw in (("bf16", H200), ("fp8", H200), ("fp8_block", H200), ("nvfp4", B200)):
         m = rng.integers(1, 20000, size=32).astype(float)
         work = gemm_work(m, 4096, 7168, fmt, 148)
-        rows = gemm_features(work, PARAMS, hw, fmt)
-        assert np.allclose(rows @ GEMM_TERMS.coefficients(PARAMS), gemm_us(work, PARAMS, hw, fmt))
+        params = {**PARAMS, "sm_feed_gbps": 100.0}      # NVFP4: fed rows and MMA-bound ones
+        rows = gemm_features(work, params, hw, fmt)
+        assert rows.shape[-1] == len(gemm_terms(fmt).params)
+        assert np.allclose(rows @ gemm_terms(fmt).coefficients(params),
+                           gemm_us(work, params, hw, fmt))
+    assert gemm_terms("nvfp4") is FP4_GEMM_TERMS and gemm_terms("fp8_block") is GEMM_TERMS
 
 
 def test_fractions_price_another_gpu_from_its_datasheet():
