@@ -18,6 +18,7 @@ import numpy as np
 
 from epsim.cost.block_ops import block_ops_us
 from epsim.cost.comm import background_us, chunked, comm_us, per_message
+from epsim.cost import served_tiles
 from epsim.cost.experts import even_experts_us, even_row_tiles, experts_rank_us
 from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
@@ -189,8 +190,10 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
         expert = trtllm_experts_us(params, loads, tr, tables, step.experts, fraction, pairs,
                                    active) + step.experts.host_us
     else:
-        expert = even_experts_us(pairs, active, params.gemm,
-                                 step.experts.params) + step.experts.host_us
+        expert = even_experts_us(pairs, active, params.gemm, step.experts.params)
+        if step.experts.served_tiles:        # SGLang's served tiles (`epsim.cost.served_tiles`)
+            expert = expert * served_tiles.factor(tr.num_tokens * tr.fraction)
+        expert = expert + step.experts.host_us
     if step.experts.layout_bytes_per_token:   # a runner fitted with its layout (quantised DeepEP)
         expert = expert + received_layout_us(tr, step.experts)
     if step.experts.remote_slot_bytes:        # the fused kernel over every slot (`none`)

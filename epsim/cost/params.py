@@ -58,6 +58,8 @@ class StageParams:
             HBM over the fitted `reread_frac` (`epsim.cost.quant.reread_kb`; inf: a fitted 0);
             its token tiles priced with it (`epsim.cost.moe.trtllm_experts_us`); 0: another
             kernel (no fitted `reread_frac`).
+        served_tiles: the experts stage priced at SGLang's served fused-MoE tiles: its device
+            time times `epsim.cost.served_tiles.factor` of the group's tokens.
     """
 
     timing: StageTiming
@@ -66,6 +68,7 @@ class StageParams:
     layout_bytes_per_token: float = 0.0
     remote_slot_bytes: float = 0.0
     reread_gbps: float = 0.0
+    served_tiles: bool = False
 
     @property
     def host_us(self) -> float:

@@ -33,8 +33,9 @@ from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                StageParams, StepKindParams,
                                TPCollectiveParams)
-from epsim.cost.quant import (absolute, gemm_defaults, layout_kb, quant_expert_gemm,
-                              remote_slot_bytes)
+from epsim.cost import served_tiles
+from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_kb,
+                              quant_expert_gemm, remote_slot_bytes)
 from epsim.cost.shared_experts import fused_shared_experts
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
@@ -371,6 +372,12 @@ class _Resolver:
                 StageTiming("block_ops", eager, "", GRAPH, False)
             fused = fused_moe_fit(self._exact(timing[False].key) if timing[False].key else None)
             topk = topk_in_fit(fused, reread[False])
+            # SGLang's served E 257 H200 tiles, faster than the collector's the fit timed
+            served = served_tiles.applies(
+                self.cluster.gpu, fused and self.cluster.gpu in TRITON_MOE_GPUS, m.weight_dtype,
+                m.moe_intermediate_size // d.parallel.moe_tp_size,
+                fused_shared_experts(m, d, self.engine, d.parallel.ep_size), backend,
+                d.moe_served_tiles)
             parts = {mode: self._block_ops_parts(dedup[mode], one_gpu, fused, topk)
                      for mode in modes}
             # the host fit is per launch of the block it timed (transformers')
@@ -381,7 +388,7 @@ class _Resolver:
                 experts=StageParams(timing[eager], _frozen(experts_params[eager]),
                                     layout_bytes_per_token=layout[eager],
                                     remote_slot_bytes=remote[eager],
-                                    reread_gbps=reread[eager]),
+                                    reread_gbps=reread[eager], served_tiles=served),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
                 sync_us=0.0 if one_gpu else sync_us[eager],

@@ -321,6 +321,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "failures_per_gpu_hour": _planning_input,
     "failure_repair_s": _planning_input,
     "block_kernels": _block_kernels,
+    "moe_served_tiles": _planning_input,      # SGLang picks its tables itself
 }
 
 

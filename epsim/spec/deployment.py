@@ -118,6 +118,11 @@ class DeploymentSpec(BaseModel):
         "add-norm launches of a layer go; SGLang 0.5.7+ turns it on for DeepSeek-V3/R1 and "
         "Qwen3-MoE on Hopper and Blackwell, one node, no DP attention, moe_a2a_backend none "
         "(`epsim.cost.attention_ops`)"))
+    moe_served_tiles: bool = Field(default=False, description=(
+        "the fused Triton MoE runs SGLang's own tuned H200 tiles for DeepSeek-V3/R1 block-FP8 at "
+        "MoE-TP 8 with the shared expert fused (E 257 tables, SGLang 0.5.9+), not the collector's "
+        "E 256 ones its fit was timed at: the experts' device time times a ratio measured on H100 "
+        "(`epsim.cost.served_tiles`)"))
     block_kernels: Literal["sglang", "transformers"] = Field(default="sglang", description=(
         "whose kernels run the attention and MoE blocks' own ops (norms, RoPE, KV write, router, "
         "permute, weighting): SGLang's fused ones, or HF transformers' unfused eager block (what "

@@ -18,6 +18,7 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 
+from epsim.cost import served_tiles
 from epsim.default_profile import part_for
 from epsim.errors import EpsimError
 from epsim.routing import recorded
@@ -226,6 +227,18 @@ def inferencex_harness(row: SiliconRow) -> bool:
     return INFERENCEX_SOURCE.match(row.source) is not None
 
 
+def _served_tiles(run: SiliconRow, data: dict) -> str | None:
+    """Set `deployment.moe_served_tiles` where the row's SGLang release reads its own E 257
+    H200 fused-MoE tables (`epsim.cost.served_tiles`); the assumption line where its GPU is one
+    they price, else None."""
+    version = (allreduce_fusion.sglang_version(run.backend_version)
+               if run.backend == "sglang" else None)
+    if version is None or version < served_tiles.FROM_VERSION:
+        return None
+    data["deployment"]["moe_served_tiles"] = True
+    return served_tiles.NOTE if data["cluster"]["gpu"] in served_tiles.GPUS else None
+
+
 def _share(total: int, workers: int, role: str, assumptions: list[str]) -> int:
     """Clients one instance serves: the row's clients over its workers, rounded up as the
     router's round-robin leaves the busiest instance (`Scenario.one_instance`), and said so."""
@@ -347,6 +360,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
                                             servers.get(role))
         if (fused := allreduce_fusion.apply(run, instance.data)) and fused not in assumptions:
             assumptions.append(fused)
+        if (tiles := _served_tiles(run, instance.data)) and tiles not in assumptions:
+            assumptions.append(tiles)
         if said := _recorded_skew(run, role)[1]:
             placed = instance.data["deployment"].get("init_expert_location") == "from_skew"
             if placed and (ran.redundant_experts or {}).get(role):

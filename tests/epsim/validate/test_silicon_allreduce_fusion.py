@@ -3,7 +3,13 @@ release: `epsim.validate.silicon.allreduce_fusion`), and that the plan says so."
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+
+from epsim.cost import served_tiles
+from epsim.cost.resolve import resolve_params
+from epsim.spec.scenario import scenario_from_dict
 
 from epsim.validate.silicon.allreduce_fusion import fusion_on, sglang_version
 from epsim.validate.silicon.mapping import plan_row
@@ -61,3 +67,18 @@ def test_the_plan_of_an_h200_sglang_0_5_9_agg_row_runs_the_fusion():
     assert "enable_flashinfer_allreduce_fusion" not in older.instances[0].data["deployment"]
     other = plan_row(_row("0.5.9", backend="trtllm"), approximate=True)
     assert not any("all-reduce fusion" in a for a in other.assumptions)
+
+
+def _experts(version: str):
+    """The graph step's experts stage of the row's plan at SGLang `version`."""
+    scenario = scenario_from_dict(copy.deepcopy(plan_row(_row(version), approximate=True)
+                                                .instances[0].data), where="test")
+    return resolve_params(scenario.model, scenario.cluster, scenario.deployment).step(True).experts
+
+
+def test_an_h200_sglang_0_5_9_deepseek_row_prices_the_served_fused_moe_tiles():
+    plan = plan_row(_row("0.5.9"), approximate=True)
+    assert plan.instances[0].data["deployment"]["moe_served_tiles"] is True
+    assert served_tiles.NOTE in plan.assumptions            # "measured on H100, extrapolated"
+    assert _experts("0.5.9").served_tiles
+    assert not _experts("0.5.6").served_tiles
