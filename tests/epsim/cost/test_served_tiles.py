@@ -11,14 +11,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_shipped_ratios_are_the_records():
-    assert served_tiles.ratios_from_record(ROOT / served_tiles.RECORD) == served_tiles.RATIOS
+    assert served_tiles.ratios_from_record(root=ROOT) == served_tiles.RATIOS
 
 
-def test_factor_is_the_ratio_at_measured_tokens_held_below_and_one_above():
+def test_factor_is_the_ratio_at_measured_tokens_held_beyond_them():
     tokens = sorted(served_tiles.RATIOS)
     assert served_tiles.factor(tokens) == pytest.approx([served_tiles.RATIOS[t] for t in tokens])
     assert served_tiles.factor(0.5) == pytest.approx(served_tiles.RATIOS[1])
-    assert served_tiles.factor(257.0) == 1.0
+    assert served_tiles.factor(32768) == pytest.approx(served_tiles.RATIOS[8192])
     between = float(served_tiles.factor(np.sqrt(16 * 32)))      # log-midpoint of 16 and 32
     assert between == pytest.approx((served_tiles.RATIOS[16] + served_tiles.RATIOS[32]) / 2)
 
