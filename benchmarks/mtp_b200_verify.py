@@ -23,6 +23,9 @@ them, and its MoE against AIC's op table at the verify step's token counts.
    grows by over the decode step's (3b tokens over b) in each.
 4. The verify step's MLA decode kernel (one layer) as epsim prices it against AIC's B200 SGLang
    `trtllm_mla` table (FP8 cache, op-level calibration data) at 1k and 8k keys (`verify_kernel`).
+5. epsim's timeline of whole agg benchmark runs (`agg_timeline`): prefill steps a decode cycle,
+   their tokens, cost and draft extend, their share of the run's time; and what the measured
+   closed loop implies for a prompt token or a cycle if epsim's other side were right.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from agg_timeline import timeline_table  # noqa: E402
 from aic_stages import frames, uniform_loads  # noqa: E402
 from epsim.calibrate.aic_records import grouped_balanced_counts  # noqa: E402
 from epsim.calibrate.aic_tables import package_version  # noqa: E402
@@ -61,6 +65,14 @@ KEYS = 1500                           # a 1k/1k request's mean context mid-outpu
 BATCHES = (4, 16, 32, 64, 128, 256, 512)
 MOE_TABLE = {"moe": "moe/sglang/0.5.14/moe_perf.parquet"}
 MLA_TABLE = {"mla": "mla/sglang/0.5.14/generation_mla_perf.parquet"}
+# the agg rows whose benchmark runs table 5 reads: (row id, ran MTP: the accept length is
+# epsim's, else 1)
+TIMELINE_ROWS = (("2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c512_tp8_ep1_1743", True),
+                 ("2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c128_tp8_ep1_1744", True),
+                 ("2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c512_tp8_ep1_1287", True),
+                 ("2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x8192_c512_tp8_ep1_1790", True),
+                 ("2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_ep8_1055", False),
+                 ("2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c32_tp4_ep1_1230", False))
 MLA_KEYS = (1023, 8191)               # AIC's `step` (keys a sequence) nearest 1k and 8k
 # what the tables say, and why (the sources named; no number here is read from the tables above)
 READING = """## Reading
@@ -115,6 +127,46 @@ READING = """## Reading
   3b tokens (its buckets are powers of two up to the dummy run's batch; the launcher resolves
   a bucket's tile against the runtime candidates), measured, then the accept length where the
   MoE leaves a gap; it moves every Blackwell row, so it needs the whole-set record re-run.
+- Outside the cycle (issue 39, table 5): the agg schedule epsim runs is SGLang 0.5.9's as the
+  wheel has it: `event_loop_normal` runs a prefill batch whenever `get_new_batch_prefill` forms
+  one (prefill first, no mixed chunk), one at most `--chunked-prefill-size` / `--max-prefill-
+  tokens` 16384 tokens; the receive skipper (`--scheduler-recv-interval 30`: a verify or decode
+  adds 1, an extend 1000; the batch's mode is DECODE again after `verify` and after the draft's
+  extend) receives every 30 cycles or right after a prefill; a prefill runs the target's extend
+  and then the draft's extend of the prompt (`forward_draft_extend`, eager), both priced. So a
+  prefill does not run between every pair of cycles: at 1k/1k and 512 clients one of ~12.9k
+  tokens (~14 prompts) runs every ~12 cycles, 23 % of the run's time; at 8k/1k and 128 clients
+  every ~7 cycles, 48 %; only where the KV pool binds (8k/1k at 512 clients: a request admitted
+  as one ends) is it nearly one (~1.4 prompts) every ~2.5 cycles, 56 %. The running batch is
+  the measured loop's (Little's law) within a few %. For the measured TPOT, either side would
+  have to cost about twice epsim's (the last two columns): a prompt token 44-77 us where epsim
+  prices 18-24 at TP8, or a cycle 1.9-2.4x. Both
+  sides miss something. The 1k/8k MTP rows send a prompt token for every 8 output tokens (a
+  few % of the time in prefill) and still fall short by 16-26 % at 32-256 clients (table 1),
+  while their non-MTP twins are within ~8 %: the verify cycle (or the accept length) is short
+  there, growing with the batch. And the non-MTP TP8/EP8 8k/1k rows (no draft, `tp64 dp1
+  moe_tp8 ep8` in the record) fall short like the MTP ones (-45 % at 64 clients, prefill share
+  0.29, 71 us a prompt token implied) while TP4's 8k/1k rows miss ~10 % (41 against 29 us):
+  the prefill-heavy rows at TP8 miss more, with or without MTP.
+  Read from the source and changed with table 5 (table 1 is the record, before it): an
+  InferenceX agg run's requests carry `ignore_eos` and its servers run without a radix cache, so
+  SGLang admits by `add_one_req_ignore_eos` (every running request's whole remaining output
+  reserved, the shorter ones' tokens freed as they end), where epsim's colocated rank applied
+  the decode server's rule (512 tokens reserved a request); `epsim.sim.kv_pool` now walks
+  SGLang's rule. It binds only where the pool does (8k/1k from ~256 clients, 1k/8k at 512):
+  the 1k/8k row at 512 clients runs ~294 requests (the measured loop ~342; 491 before, whose
+  contexts outgrew the 1.96M-token pool: SGLang would have retracted, which epsim does not), its
+  TTFT 157 s (measured 159 s, 14.6 s before), its TPOT 31 ms (measured 43, 44 before): short
+  like the other 1k/8k rows' once its batch is the pool's; the 8k/1k rows at 256 and 512 admit
+  a few more (the shortest-left requests' tokens count as freed), TTFT 7.4 -> 4.6 s and 75.6
+  -> 71.9 s (measured 8.7 and 119 s), TPOT 68.5 -> 71.4 and 69.7 -> 73.2 ms.
+  The H200 FP8 8k/1k rows at 64 clients (pool-bound too) move the same way: TTFT 1848 -> 1284
+  ms (measured 2279), TPOT 56.6 -> 57.1 (measured 50.2).
+- What would close the rest: a TP8 DeepSeek-R1 FP8 prefill forward of 8-16k tokens on B200 timed
+  against epsim's 18-24 us a token (its MoE, ~53 %, and attention, ~30 %, in table 5's row at
+  8k/1k), or SGLang's prefill-step host work with overlap off (`process_batch_result_prefill`,
+  not priced), whichever the op tables or a trace show; and the verify cycle at 128-512
+  requests of 4-5k keys (the 1k/8k rows), measured.
 """
 MOE_WHERE = dict(moe_dtype="fp8_block", hidden_size=7168, inter_size=2048, num_experts=256,
                  topk=8, moe_tp_size=8, moe_ep_size=1)
@@ -305,6 +357,11 @@ def main(argv=None) -> None:
     lines += ["", "## 4. The verify step's MLA decode kernel, one layer, µs: epsim against AIC's "
               f"`{MLA_TABLE['mla']}`", ""]
     lines += verify_kernel(rows[MTP_ROW])
+    lines += ["", "## 5. epsim's agg benchmark runs, the middle half: prefill steps between the "
+              "cycles (ms; measured columns validation only, a diagnostic)", ""]
+    record = {r["id"]: r for r in record_rows()}
+    lines += timeline_table(rows, record, [(row_id, 1.0, accept if mtp else 1.0)
+                                           for row_id, mtp in TIMELINE_ROWS])
     lines += ["", READING.rstrip()]
     write_text(Path(args.out), "\n".join(lines) + "\n")   # atomically
     print("\n".join(lines))

@@ -128,5 +128,38 @@ class Admission:
         rows = np.repeat(np.arange(self.num_ranks), admit)
         within = np.arange(rows.shape[0]) - np.repeat(np.cumsum(admit) - admit, admit)
         ids = self.queues.request_ids(rows, self.queues.admitted[rows] + within)
+        if self.kv.colocated:           # SGLang's `add_one_req_ignore_eos` (`epsim.sim.kv_pool`)
+            used = self.state.used
+            slot_left = np.where(used, self._out_left, 0)
+            slot_held = np.where(used, self._context + self.prefill_left, 0)
+            return self.kv.admissible_ignore_eos(admit, self._kv_used(), rows,
+                                                 self.state.input_len[ids],
+                                                 self.state.output_len[ids], slot_left, slot_held)
         return self.kv.admissible(admit, self._kv_used(), self.state.occupied, rows, within,
                                   self.state.input_len[ids])
+
+    def _kv_held_steps(self, admit: np.ndarray, grown: np.ndarray) -> int:
+        """How many plans ahead a colocated rank's pool (`KVPool.fits_ignore_eos`) keeps every
+        queue head out, plus one: the steps a leap may take (`epsim.sim.quiet.held_steps`).
+
+        Args:
+            admit: [ranks] requests waiting with a slot free.
+            grown: [plans, ranks * slots] tokens each slot has made by each plan ahead.
+        """
+        kv, num_slots = self.kv, self.max_running
+        used = self.state.used.reshape(-1)
+        held = (self._context + self.prefill_left).reshape(-1)
+        out_left = self._out_left.reshape(-1)
+        pool_used = self._kv_used()
+        steps = grown.shape[0] + 1
+        for rank in np.flatnonzero(admit):
+            part = slice(rank * num_slots, (rank + 1) * num_slots)
+            mask = used[part]
+            head = self.queues.request_ids(np.array([rank]), self.queues.admitted[[rank]])
+            made = grown[:, part][:, mask]
+            fits = kv.fits_ignore_eos(pool_used[rank] + made.sum(axis=1),
+                                      out_left[part][mask] - made, held[part][mask] + made,
+                                      self.state.input_len[head], self.state.output_len[head])
+            if fits.any():
+                steps = min(steps, int(np.argmax(fits)) + 1)
+        return steps

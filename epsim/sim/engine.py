@@ -142,7 +142,8 @@ class Simulation:
                             f"in duration_s ({w.duration_s:g}) and initial_running_per_rank is 0; "
                             f"raise the arrival rate or the duration")
         self.kv_pool = KVPool(self.memory.max_total_num_tokens, reserve_tokens(d), max_running,
-                              longest_context(w, self.requests, initial), w.warmup_s)
+                              longest_context(w, self.requests, initial), w.warmup_s,
+                              colocated=d.disaggregation_mode == "null")
         self.prefill_hold = prefill_hold(scenario, self.memory.max_total_num_tokens, self.profile)
         # speculative decoding: tokens per verify step and the draft's forwards (`speculative`)
         self.acceptance = self.draft = None

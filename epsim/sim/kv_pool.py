@@ -3,20 +3,33 @@
 The pool holds `max_total_num_tokens` tokens (`epsim.sim.memory`). A running request holds its
 context (prompt and tokens so far; a colocated rank's admitted prompt counts whole from
 admission, the chunks not yet prefilled included). A rank admits the requests at the head of its
-queue, in order, while
+queue, in order, first come first served: a request that does not fit waits and blocks the ones
+behind it. What fits depends on the server:
 
-    used + their prompts + num_reserved_decode_tokens * (running after admission) <= capacity
+- a P/D decode (or prefill) server (`admissible`): while
 
--- SGLang's decode scheduler (python/sglang/srt/disaggregation/decode.py, `_allocatable_tokens`:
-the free pool less `num_reserved_decode_tokens` per running, transferring and waiting request;
-the queue stops at the first request that does not fit). A request that does not fit waits,
-first come first served, and blocks the ones behind it. SGLang's colocated scheduler
-(`PrefillAdder`) reserves instead a share (`new_token_ratio`, decaying from 0.7 to 0.14 of it)
-of every running request's remaining output -- and, for requests sent with `ignore_eos` to a
-server without a radix cache (every InferenceX agg run: `--ignore-eos`, `--disable-radix-cache`),
-all of it: `add_one_req_ignore_eos` admits a request only if, finishing the running ones
-shortest-left first, the pool never runs out (`managers/schedule_policy.py`, SGLang 0.5.9). A
-colocated rank here applies the decode rule.
+      used + their prompts + num_reserved_decode_tokens * (running after admission) <= capacity
+
+  -- SGLang's decode scheduler (python/sglang/srt/disaggregation/decode.py,
+  `_allocatable_tokens`: the free pool less `num_reserved_decode_tokens` per running,
+  transferring and waiting request).
+- a colocated (agg) rank (`admissible_ignore_eos`): SGLang's `PrefillAdder.add_one_req` sends a
+  request sent with `ignore_eos` to a server without a radix cache (every InferenceX agg run:
+  its harness's `--ignore-eos`, its scripts' `--disable-radix-cache`) to
+  `add_one_req_ignore_eos` (managers/schedule_policy.py, SGLang 0.5.9), which admits it only if,
+  with it and the requests admitted before it in the same batch, the pool never runs out while
+  every request runs to its whole output: each request's (tokens left, tokens held), sorted by
+  tokens left, must leave for the i-th of n
+
+      free - candidates' prompts + held by the i shorter ones - left_i * (n - i) > (n - i)
+
+  (`IGNORE_EOS_RESERVE_TOKENS` = 1 a request; an `ignore_eos` request's ratio is 1.0). epsim's
+  requests always run to their drawn output length, as `ignore_eos` ones do. Left out: its
+  early exit on `rem_total_tokens` (the running requests' `new_token_ratio` share, 0.7
+  decaying to 0.098, of their remaining outputs, looser than the rule above once decayed), and
+  SGLang's rule with a radix cache (`add_one_req`: `new_token_ratio` reserves), which no row
+  here ran; and its insertion's slip (`add_req_state(insert_sort=True)` puts a request left
+  longer than all before the last one, not after it: a stricter walk by one step).
 
 When decoding outgrows the pool anyway (each running request adds a token per step), SGLang
 retracts requests (`retract_decode`: the ones with the fewest output tokens go back to the
@@ -33,6 +46,10 @@ import numpy as np
 
 from epsim.sim.arrivals import Requests
 
+# tokens SGLang keeps free per request past the last one's whole output
+# (`schedule_policy.IGNORE_EOS_RESERVE_TOKENS`, 0.5.9)
+IGNORE_EOS_RESERVE_TOKENS = 1
+
 
 class KVPool:
     """One pool size for every DP rank, and its statistics over the measurement window.
@@ -40,6 +57,8 @@ class KVPool:
     Args:
         capacity_tokens: `max_total_num_tokens` of one rank.
         reserve_tokens: `num_reserved_decode_tokens`.
+        colocated: an agg rank, which admits by `admissible_ignore_eos` (module doc); False:
+            by `admissible`.
         max_running: slots per rank.
         max_context: the longest prompt + output the workload can draw (tokens).
         window_start_s: statistics count the plans from this time on.
@@ -51,9 +70,10 @@ class KVPool:
     """
 
     def __init__(self, capacity_tokens: int, reserve_tokens: int, max_running: int,
-                 max_context: float, window_start_s: float):
+                 max_context: float, window_start_s: float, colocated: bool = False):
         self.capacity = int(capacity_tokens)
         self.reserve = int(reserve_tokens)
+        self.colocated = colocated
         self.active = self.capacity < max_running * (max_context + self.reserve)
         self.window_start_s = window_start_s
         self.plans = self.held = self.overflow = 0
@@ -76,6 +96,75 @@ class KVPool:
         fit = admit.copy()
         np.minimum.at(fit, rows[fails], within[fails])      # stop at the first that does not fit
         return fit
+
+    def admissible_ignore_eos(self, admit: np.ndarray, used: np.ndarray, rows: np.ndarray,
+                              prompts: np.ndarray, outputs: np.ndarray, slot_left: np.ndarray,
+                              slot_held: np.ndarray) -> np.ndarray:
+        """[ranks] how many of the `admit` ([ranks]) queue-head requests each colocated rank
+        takes by SGLang's `add_one_req_ignore_eos` (module doc).
+
+        Adding a request never loosens the rule (it takes free tokens and adds a request to
+        finish), so the most that fit are found by bisection over the queue's head.
+
+        Args:
+            used: [ranks] tokens the pool holds.
+            rows, prompts, outputs: [candidates] each candidate's rank, prompt and output tokens;
+                by rank, then queue order.
+            slot_left, slot_held: [ranks, slots] each running request's output tokens left and
+                tokens held (prompt, all of it once admitted, and outputs so far); 0 and 0 in
+                a free slot.
+        """
+        fit = np.zeros_like(admit)
+        starts = np.concatenate([[0], np.cumsum(admit)])
+        for rank in np.flatnonzero(admit):
+            lo, hi = starts[rank], starts[rank + 1]
+            running = slot_left[rank] > 0
+            left, held = slot_left[rank][running], slot_held[rank][running]
+
+            def fits(k: int) -> bool:
+                return bool(self.fits_ignore_eos(
+                    float(used[rank]), left[None, :], held[None, :], prompts[lo:lo + k],
+                    outputs[lo:lo + k])[0])
+
+            good, bad = 0, int(hi - lo) + 1              # fits(good); bad: the first known not to
+            if fits(bad - 1):
+                good = bad - 1
+            else:
+                bad -= 1
+                while bad - good > 1:
+                    mid = (good + bad) // 2
+                    good, bad = (mid, bad) if fits(mid) else (good, mid)
+            fit[rank] = good
+        return fit
+
+    def fits_ignore_eos(self, used: float | np.ndarray, left: np.ndarray, held: np.ndarray,
+                        prompts: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        """Whether one rank's pool takes the candidates, in each of several states of its
+        running requests (`add_one_req_ignore_eos`'s walk, module doc).
+
+        Args:
+            used: the tokens the pool holds, one or [states].
+            left, held: [states, running] each running request's output tokens left and
+                tokens held.
+            prompts, outputs: [candidates] the requests to admit with them, in queue order.
+        Returns:
+            [states] bool.
+        """
+        num_states = left.shape[0]
+        # SGLang sorts by tokens left, stably, the newest candidate first among equals (its
+        # first candidate heads the running requests; later ones insert before their equals)
+        cand_left = np.broadcast_to(outputs[::-1].astype(np.float64), (num_states, len(outputs)))
+        cand_held = np.broadcast_to(prompts[::-1].astype(np.float64), (num_states, len(prompts)))
+        tokens_left = np.concatenate([cand_left, left.astype(np.float64)], axis=1)
+        tokens_held = np.concatenate([cand_held, held.astype(np.float64)], axis=1)
+        order = np.argsort(tokens_left, axis=1, kind="stable")
+        tokens_left = np.take_along_axis(tokens_left, order, axis=1)
+        tokens_held = np.take_along_axis(tokens_held, order, axis=1)
+        after = np.arange(tokens_left.shape[1], 0, -1)                   # n - i
+        freed = np.cumsum(tokens_held, axis=1) - tokens_held            # by the shorter ones
+        free = self.capacity - np.asarray(used, dtype=np.float64) - float(prompts.sum())
+        room = np.reshape(free, (-1, 1)) + freed - tokens_left * after
+        return (room > IGNORE_EOS_RESERVE_TOKENS * after).all(axis=1)
 
     def record(self, now_s: float, used: np.ndarray, decode_tokens: np.ndarray,
                held: bool) -> None:

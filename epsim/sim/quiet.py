@@ -66,6 +66,11 @@ def quiet_steps(sched, now_s: float, max_steps: int) -> Quiet | None:
     if limit is None:
         return None
     num, held, stop_s = limit
+    if held:                   # a colocated pool's rule loosens step by step (`held_steps`)
+        made = np.broadcast_to(used.reshape(1, -1).astype(np.int64), (num, used.size))
+        num = held_steps(sched, now_s, num, made)
+        if num < 2:
+            return None
     batch = decode_batch(sched, context)
     steps = np.arange(num, dtype=np.int64)[:, None]
     return Quiet(num, batch, context + steps * state.occupied, stop_s, held)
@@ -85,15 +90,32 @@ def quiet_limit(sched, now_s: float, num: int) -> tuple[int, bool, float] | None
     if num < 2:
         return None
     admit = np.minimum(sched.queues.waiting(now_s if recv is None else recv.received_s), free)
-    # requests waiting with a slot free: only while the KV pool holds every one back, which it
-    # does at each step ahead too (the contexts grow, the running requests and the queues'
-    # heads stay: `KVPool.admissible`)
+    # requests waiting with a slot free: only while the KV pool holds every one back, which a
+    # decode server's pool does at each step ahead too (the contexts grow, the running requests
+    # and the queues' heads stay: `KVPool.admissible`); a colocated rank's rule loosens as the
+    # running requests near their ends (`KVPool.admissible_ignore_eos`): its callers cut the
+    # steps at the first plan that takes a queue head in (`held_steps`)
     held = bool(admit.any())
     if held and (sched.kv is None or sched._kv_fit(admit).any()):
         return None
     stop_s = (sched.queues.next_arrival_s(now_s) if (free > 0).any() and (recv is None or crossing)
               else np.inf)
     return num, held, stop_s
+
+
+def held_steps(sched, now_s: float, num: int, made: np.ndarray) -> int:
+    """Of `num` quiet steps from `now_s` whose plans a colocated rank's KV pool holds requests
+    back at, how many come before the first plan that takes a queue head in (`num`: none).
+
+    Args:
+        made: [num, ranks * slots] tokens each slot makes at each step (0 in a free slot).
+    """
+    if sched.kv is None or not sched.kv.colocated or num < 2:
+        return num
+    recv = sched.recv
+    admit = np.minimum(sched.queues.waiting(now_s if recv is None else recv.received_s),
+                       sched.max_running - sched.state.occupied)
+    return sched._kv_held_steps(admit, np.cumsum(made[:num - 1], axis=0))
 
 
 def decode_batch(sched, context: np.ndarray) -> BatchCounts:

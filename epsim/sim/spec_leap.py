@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
-from epsim.sim.quiet import MAX_QUIET, decode_batch, quiet_limit, waiting_seen
+from epsim.sim.quiet import MAX_QUIET, decode_batch, held_steps, quiet_limit, waiting_seen
 from epsim.sim.saturation import Applied
 from epsim.sim.speculative import verify_counts
 from epsim.sim.stepper import nearby
@@ -77,6 +77,10 @@ def spec_quiet_steps(sched, now_s: float, max_steps: int) -> SpecQuiet | None:
     ends = (np.cumsum(made, axis=0) >= sched._out_left.reshape(-1)[slots]).any(axis=1)
     if ends.any():
         num = int(np.argmax(ends))
+    if held:                   # a colocated pool's rule loosens step by step (`held_steps`)
+        per_slot = np.zeros((num, used.size), dtype=np.int64)
+        per_slot[:, slots] = made[:num]
+        num = held_steps(sched, now_s, num, per_slot)
     if num < 2:
         return None
     made = made[:num]

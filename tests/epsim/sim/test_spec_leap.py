@@ -28,6 +28,10 @@ NEXTN = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 2, "speculat
     # an open loop's decode instance with slots to spare: leaps end at each arrival
     ("decode_open", {"disaggregation_mode": "decode", "max_running_requests": 64},
      {"arrivals": {"kind": "poisson", "rate_per_s": 20.0}}, 0.2),
+    # an aggregated instance whose KV pool binds: its rule (`KVPool.fits_ignore_eos`) loosens
+    # as the running requests near their ends, and the leaps stop at the plan that admits
+    ("kv_bound_agg", {"max_running_requests": 64, "mem_fraction_static": 0.692},
+     {"arrivals": {"kind": "concurrency", "clients": 128}}, 0.2),
 ])
 def test_quiet_verify_steps_leap_with_the_same_result(case, deployment, workload, share):
     runs = run_both(scenario({**NEXTN, **deployment}, **workload), coarse_pools=True)
@@ -42,3 +46,5 @@ def test_quiet_verify_steps_leap_with_the_same_result(case, deployment, workload
     interval = deployment.get("scheduler_recv_interval")
     if interval:               # leaps cross receives that take nothing in (`epsim.sim.quiet`)
         assert leapt.leaper.num_steps > interval * leapt.leaper.num_leaps, case
+    if case.startswith("kv_bound"):
+        assert b.kv_cache["can_bind"] and b.kv_cache["held_frac"] > 0
