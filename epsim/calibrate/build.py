@@ -253,6 +253,9 @@ def experts_held(key: str, fits: dict[str, ComponentFit], hardware: str) -> dict
         held["tensor_frac"] = min(held["tensor_frac"], fed_tensor_frac(
             float(gemm.params["sm_feed_gbps"]), num_sms(hw.name), tensor_peak(hw, fmt),
             ACTIVATION_BYTES[fmt]))
+        # ... and its SMs' operand feed prices the fused kernel's narrower tiles
+        # (`ExpertGemm.sm_fed`), not refitted on the MoE rows
+        held["sm_feed_gbps"] = float(gemm.params["sm_feed_gbps"])
     return held
 
 

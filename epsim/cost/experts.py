@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epsim.cost.fp4_gemm import sm_feed_elements
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.errors import SpecError
 from epsim.spec.hardware import HardwareSpec
@@ -84,6 +85,10 @@ class ExpertGemm:
             hide behind the weight stream (a larger share as MoE-TP narrows the weights while
             the rows keep their hidden-size width); a wave then also pays `wave_row_us` per row
             of its token tile (its epilogue writes them).
+        sm_fed: each SM's operand feed bounds its MMA (FlashInfer's TRT-LLM MoE on NVFP4, as
+            its dense CuTe-DSL GEMM, `epsim.cost.fp4_gemm`): a wave streams its tile's rows and
+            `TILE_N` weight columns over K (`feed_kb`), at `sm_feed_gbps` per SM, so a short-K
+            wave costs its bytes, not a fixed share of a long one.
     """
 
     hidden_size: int
@@ -96,6 +101,7 @@ class ExpertGemm:
     tile_rows: float = TILE_M
     num_up: int = 2
     serial_rows: bool = False
+    sm_fed: bool = False
 
     @property
     def act_bytes_per_row(self) -> float:
@@ -132,6 +138,17 @@ class ExpertGemm:
         s, b = self.num_sms, self.scale_block_k
         return sum(np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
                    * -(-k // b) for n, k in self._gemms())
+
+    def feed_kb(self, row_tiles: np.ndarray) -> np.ndarray:
+        """[...] KB of operands the busiest SM streams over both GEMMs' waves, `waves
+        (tile_rows + TILE_N) K a_f` each (`epsim.cost.fp4_gemm.sm_feed_elements`); 0 unless
+        `sm_fed`."""
+        tiles = np.asarray(row_tiles, dtype=np.float64)
+        if not self.sm_fed:
+            return np.zeros_like(tiles)
+        return sum(sm_feed_elements(np.ceil(tiles * -(-n // TILE_N) / self.num_sms),
+                                    self.tile_rows, TILE_N) * k * self.act_in_bytes * 1e-3
+                   for n, k in self._gemms())
 
     def _waves(self, row_tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = self.num_sms
@@ -198,6 +215,9 @@ def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, ge
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     mem_kb, mflops, waves = _work(pairs, active, tiles, gemm)
     math = _math_us(mflops, waves, params)
+    if gemm.sm_fed and params.get("sm_feed_gbps"):      # the MMA or the SMs' feed, the longer
+        math = math + np.maximum(gemm.feed_kb(tiles) / params["sm_feed_gbps"]
+                                 - mflops / params["tflops"], 0.0)
     if gemm.serial_rows and params.get("wave_row_us"):   # a wave's epilogue writes its rows
         math = math + params["wave_row_us"] * waves * gemm.tile_rows
     if gemm.scale_block_k:      # a block-scaled format rescales its partial sums per K block

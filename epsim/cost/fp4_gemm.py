@@ -86,7 +86,14 @@ def _cutedsl_work(m: int, n: int, k: int, num_sms: int, batch: int
     mflops = waves * num_sms * 2.0 * CTA_ROWS * tile_n * k * 1e-6
     rows = prob_m / (m_tiles * (tile_m // CTA_ROWS))          # real rows of a CTA's tile
     cols = prob_n / n_tiles                                   # real columns
-    return float(waves), mflops, waves * (rows + cols)
+    return float(waves), mflops, sm_feed_elements(waves, rows, cols)
+
+
+def sm_feed_elements(waves, rows, cols):
+    """[...] operand elements per unit of K one SM streams into shared memory over `waves`
+    rounds of a `rows x cols` CTA tile: `waves (rows + cols)` (times K and the bytes per
+    element: KB at `sm_feed_gbps`). The dense CuTe-DSL GEMM's and the fused MoE's tiles alike."""
+    return waves * (rows + cols)
 
 
 def cutedsl_work(m, n: int, k: int, num_sms: int, act_bytes: float, batch: int = 1

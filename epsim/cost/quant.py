@@ -79,6 +79,10 @@ EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tenso
 EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac", "wave_row_us",
                                                               "token_us"),
                                   EXPERT_QUANT_TERMS.inverse)
+# ... and on NVFP4 its SMs' operand feed at its own tiles (`ExpertGemm.sm_fed`), held at the
+# dense NVFP4 GEMM's fit (`epsim.calibrate.build.experts_held`)
+EXPERT_FEED_TERMS = LinearTerms(EXPERT_REREAD_TERMS.params + ("sm_feed_gbps",),
+                                EXPERT_REREAD_TERMS.inverse | {"sm_feed_gbps"})
 FRACTIONS = ("hbm_frac", "tensor_frac")
 # GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
 # slot of the group's tokens (`remote_slot_bytes`); Blackwell runs FlashInfer's TRT-LLM MoE,
@@ -359,7 +363,8 @@ def trtllm_gemm(gemm: ExpertGemm, tile, fmt: str) -> ExpertGemm:
     padded = -(-inter // TRTLLM_K_STEP) * TRTLLM_K_STEP
     return dataclasses.replace(gemm, tile_rows=tile, intermediate_size=padded,
                                weight_bytes=gemm.weight_bytes * padded / inter,
-                               serial_rows=check_format(fmt) in SERIAL_ROWS_FORMATS)
+                               serial_rows=check_format(fmt) in SERIAL_ROWS_FORMATS,
+                               sm_fed=fmt in FEED_FORMATS)
 
 
 def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
@@ -406,7 +411,10 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     rate, outside the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the
     rest), if compute-bound the waves times their tiles' rows (`wave_row_us`), and `remote`
     [...] token-equivalents of the slowest rank's input whose slots lie elsewhere
-    (`remote_tokens`; `token_us` each, beside the roofline: their own kernels)."""
+    (`remote_tokens`; `token_us` each, beside the roofline: their own kernels). Where
+    `gemm.sm_fed` (NVFP4) a 10th, `EXPERT_FEED_TERMS`: if compute-bound and the SMs' operand
+    feed outlasts the MMA, the KB the busiest SM streams (`ExpertGemm.feed_kb`; the tensor
+    column then 0)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
@@ -414,8 +422,10 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     rows_kb = serial_kb(p, gemm)                # the rows beside the roofline (serial_rows)
     mem_kb = (a * gemm.weight_bytes + p * gemm.act_bytes_per_row) * 1e-3 - rows_kb
     mflops, waves = gemm.quantized_mflops(n), gemm.waves(n)
-    blocks = gemm.scale_blocks(n)
-    math = (mflops / rate["tflops"] + waves * rate["wave_us"] + blocks * rate["dequant_us"]
+    blocks, feed_kb = gemm.scale_blocks(n), gemm.feed_kb(n)
+    fed = feed_kb / rate["sm_feed_gbps"] > mflops / rate["tflops"]
+    math = (np.maximum(mflops / rate["tflops"], feed_kb / rate["sm_feed_gbps"])
+            + waves * rate["wave_us"] + blocks * rate["dequant_us"]
             + waves * gemm.tile_rows * rate.get("wave_row_us", 0.0) * gemm.serial_rows)
     reread_us = (0.0 if reread is None else
                  rate.get("reread_frac", 0.0) * np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps)
@@ -423,12 +433,14 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     quant_kb = p * gemm.quant_bytes_per_row * 1e-3
     cols = [np.ones_like(p), a,
             (np.where(compute, 0.0, mem_kb) + rows_kb + quant_kb + layout) / hardware.hbm_gbps,
-            np.where(compute, mflops, 0.0) / tensor_peak(hardware, fmt),
+            np.where(compute & ~fed, mflops, 0.0) / tensor_peak(hardware, fmt),
             np.where(compute, waves, 0.0), np.where(compute, blocks, 0.0)]
     if reread is not None:
         cols.append(np.where(compute, 0.0, np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps))
         cols.append(np.where(compute & gemm.serial_rows, waves * gemm.tile_rows, 0.0))
         cols.append(np.broadcast_to(np.asarray(remote, dtype=np.float64), p.shape))
+    if gemm.sm_fed:
+        cols.append(np.where(compute & fed, feed_kb, 0.0))
     return np.stack(cols, axis=-1)
 
 

@@ -29,7 +29,7 @@ from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_pre
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
-from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
+from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, gemm_features, gemm_terms, gemm_work, layout_kb,
                               quant_expert_gemm, remote_slot_bytes, remote_tokens, reread_kb,
@@ -124,6 +124,7 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         # AIC's collector runs no autotune pass: the launcher's fallback tile
         tile = float(trtllm_tile(tokens * record.top_k / len(rows), fmt, tuned=False))
         gemm = trtllm_gemm(gemm, tile, fmt)
+        terms = EXPERT_FEED_TERMS if gemm.sm_fed else terms
         reread = float(reread_kb(rows, tile, gemm.weight_bytes))
         params = {"reread_frac": 0.0, "wave_row_us": 0.0, "token_us": 0.0, **params}
         tiles = np.array([float(row_tiles(rows, tile))])

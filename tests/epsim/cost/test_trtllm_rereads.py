@@ -16,8 +16,8 @@ import pytest
 
 from epsim.cost.experts import row_tiles
 from epsim.cost.model import CostModel
-from epsim.cost.quant import (EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS, _whole_rows,
-                              quant_expert_gemm, reread_kb, trtllm_gemm, trtllm_tile)
+from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
+                              _whole_rows, quant_expert_gemm, reread_kb, trtllm_gemm, trtllm_tile)
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.cost.tables import build_tables
 from epsim.cost import contiguous_placement
@@ -107,7 +107,7 @@ def test_blackwell_rows_carry_the_rereads_at_the_datasheet_hbm_rate():
         params={"base_us": 10.0, "hbm_frac": 0.9, "tensor_frac": 0.5, "reread_frac": 0.5},
         source="fit")
     row = kernel_record_features(_record("B200", rows, 64), profile)
-    assert row.coef_names == EXPERT_REREAD_TERMS.coef_names
+    assert row.coef_names == EXPERT_FEED_TERMS.coef_names      # NVFP4: its SMs' feed too
     reread = row.coef_names.index("reread_frac")
     assert np.isclose(row.row[reread], 7 * weight * 1e-3 / b200.hbm_gbps)
     without = dict(profile.components["any/experts_nvfp4/graph"].params, reread_frac=0.0)
@@ -162,6 +162,36 @@ def test_trtllm_rows_run_beside_the_roofline_and_waves_pay_per_tile_row():
     under = experts_rank_us(pairs, active, tiles, replace(run, serial_rows=False), slow)
     serial = pairs * run.act_bytes_per_row * 1e-3 / slow["hbm_gbps"]
     assert beside - under == pytest.approx(serial, rel=1e-9)
+
+
+def test_nvfp4_waves_cost_the_bytes_their_sms_stream():
+    """NVFP4's TRT-LLM MoE at MoE-TP 32 (DeepSeek's 2048 / 32 = 64, padded to 128): each wave
+    streams its token tile's rows and 128 weight columns over K into an SM, `(tile + 128) K a_f`,
+    at `sm_feed_gbps`; at 64-row tiles that outlasts the MMA at the full FP4 peak, so the design
+    row carries the KB in its feed column (not the MFLOPs), and the row times the coefficients is
+    the rank's time. FP8-block's kernel has no feed term."""
+    from epsim.cost.experts import experts_rank_us
+    from epsim.cost.quant import absolute, experts_quant_features, gemm_defaults
+    b200 = get_hardware("B200")
+    params = {**gemm_defaults(), "base_us": 10.0, "hbm_frac": 0.9, "tensor_frac": 1.0,
+              "wave_us": 0.3, "reread_frac": 0.5, "wave_row_us": 0.0, "token_us": 0.0,
+              "sm_feed_gbps": 110.0}
+    run = trtllm_gemm(quant_expert_gemm(7168, 64, "nvfp4", 148, 8), 64.0, "nvfp4")
+    pairs, active = np.array([[131072.0]]), np.array([[256.0]])
+    tiles = active * np.ceil(pairs / active / 64.0)
+    a_f = 0.5 + 1.0 / 16
+    waves = (np.ceil(tiles * 2 / 148), np.ceil(tiles * 56 / 148))    # N 2 x 128, N 7168
+    want_kb = sum(w * (64 + 128) * k * a_f * 1e-3 for w, k in zip(waves, (7168, 128)))
+    assert run.feed_kb(tiles) == pytest.approx(want_kb, rel=1e-12)
+    reread = np.zeros(1)
+    row = experts_quant_features(pairs, active, tiles, run, params, b200, "nvfp4", reread=reread)
+    names = EXPERT_FEED_TERMS.params
+    assert row[0, names.index("sm_feed_gbps")] == pytest.approx(want_kb[0, 0])
+    assert row[0, names.index("tensor_frac")] == 0.0
+    want = experts_rank_us(pairs, active, tiles, run, absolute(params, b200, "nvfp4"))[..., 0]
+    assert row[0] @ EXPERT_FEED_TERMS.coefficients(params) == pytest.approx(want[0])
+    fp8 = trtllm_gemm(quant_expert_gemm(7168, 64, "fp8_block", 148, 8), 64.0, "fp8_block")
+    assert not fp8.sm_fed and not fp8.feed_kb(tiles).any()
 
 
 def test_hopper_rows_have_no_reread_column():
