@@ -17,6 +17,11 @@ leaves out what the JIT adds around the compile (its launcher, the cache, loadin
 
     python benchmarks/first_use_alloc_aot.py --out DIR
 
+With `--sglang 0.5.10.post1` it compiles that wheel's extend kernel instead (lines 234-317 of the
+same file, copied below unchanged: sgl-project/sglang#19898 dropped `max_num_extend_tokens`, a
+loop of 4096-token blocks instead; `bs_upper` and `free_page_ptr`'s alignment stay its key; its
+decode kernel is 0.5.9's, unchanged).
+
 Writes `records.jsonl` (one line per compile, with the Triton version, target, CPU and command).
 """
 
@@ -157,8 +162,99 @@ def alloc_decode_kernel(
 
 '''
 
+# sglang/srt/mem_cache/allocator.py (0.5.10.post1 wheel) lines 234-317, unchanged
+_EXTEND_0510 = '''
+import triton
+import triton.language as tl
 
-def _kernels():
+@triton.jit
+def alloc_extend_kernel(
+    pre_lens_ptr,
+    seq_lens_ptr,
+    last_loc_ptr,
+    free_page_ptr,
+    out_indices,
+    bs_upper: tl.constexpr,
+    page_size: tl.constexpr,
+):
+    pid = tl.program_id(0)
+
+    load_offset = tl.arange(0, bs_upper)
+    seq_lens = tl.load(seq_lens_ptr + load_offset, mask=load_offset <= pid)
+    pre_lens = tl.load(pre_lens_ptr + load_offset, mask=load_offset <= pid)
+    extend_lens = seq_lens - pre_lens
+
+    seq_len = tl.load(seq_lens_ptr + pid)
+    pre_len = tl.load(pre_lens_ptr + pid)
+    extend_len = seq_len - pre_len
+
+    sum_extend_lens = tl.sum(extend_lens)
+    output_start_loc = sum_extend_lens - extend_len
+
+    num_pages_after = (seq_lens + page_size - 1) // page_size
+    num_pages_before = (pre_lens + page_size - 1) // page_size
+    num_new_pages = num_pages_after - num_pages_before
+
+    num_page_start_loc_self = (seq_len + page_size - 1) // page_size - (
+        pre_len + page_size - 1
+    ) // page_size
+    sum_num_new_pages = tl.sum(num_new_pages)
+    new_page_start_loc = sum_num_new_pages - num_page_start_loc_self
+
+    # Part 1: fill the old partial page
+    last_loc = tl.load(last_loc_ptr + pid)
+    num_part1 = (
+        min(seq_len, (pre_len + page_size - 1) // page_size * page_size) - pre_len
+    )
+    offset_one_page = tl.arange(0, page_size)
+    tl.store(
+        out_indices + output_start_loc + offset_one_page,
+        last_loc + 1 + offset_one_page,
+        mask=offset_one_page < num_part1,
+    )
+    if pre_len + num_part1 == seq_len:
+        return
+
+    # Part 2: fill the new full pages using a dynamic blocked loop.
+    # The loop bound is derived from num_part2 (runtime value), so Triton
+    # generates a real loop instead of unrolling — no constexpr dependency
+    # on extend size and only one kernel compilation.
+    num_part2 = (
+        seq_len // page_size * page_size
+        - (pre_len + page_size - 1) // page_size * page_size
+    )
+    BLOCK_EXTEND: tl.constexpr = 4096
+    num_blocks = (num_part2 + BLOCK_EXTEND - 1) // BLOCK_EXTEND
+    for block_id in range(num_blocks):
+        offset_in_block = tl.arange(0, BLOCK_EXTEND)
+        offset = block_id * BLOCK_EXTEND + offset_in_block
+        mask = offset < num_part2
+        page_start = tl.load(
+            free_page_ptr + new_page_start_loc + offset // page_size,
+            mask=mask,
+        )
+        tl.store(
+            out_indices + output_start_loc + num_part1 + offset,
+            page_start * page_size + offset % page_size,
+            mask=mask,
+        )
+    if pre_len + num_part1 + num_part2 == seq_len:
+        return
+
+    # Part 3: fill the new partial page
+    num_part3 = seq_len - seq_len // page_size * page_size
+    start_loc = tl.load(
+        free_page_ptr + new_page_start_loc + num_page_start_loc_self - 1
+    )
+    tl.store(
+        out_indices + output_start_loc + num_part1 + num_part2 + offset_one_page,
+        start_loc * page_size + offset_one_page,
+        mask=offset_one_page < num_part3,
+    )
+'''
+
+
+def _kernels(sglang: str = "0.5.9"):
     """The two kernels, compiled from their source in a module of their own (Triton reads it)."""
     import importlib.util
     path = Path(tempfile.mkdtemp(prefix="first_use_alloc_src_")) / "sglang_alloc_kernels.py"
@@ -166,7 +262,14 @@ def _kernels():
     spec = importlib.util.spec_from_file_location("sglang_alloc_kernels", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.alloc_extend_kernel, module.alloc_decode_kernel
+    if sglang == "0.5.9":
+        return module.alloc_extend_kernel, module.alloc_decode_kernel
+    path_0510 = path.with_name("sglang_alloc_kernels_0510.py")
+    path_0510.write_text(_EXTEND_0510)
+    spec = importlib.util.spec_from_file_location("sglang_alloc_kernels_0510", path_0510)
+    module_0510 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module_0510)
+    return module_0510.alloc_extend_kernel, module.alloc_decode_kernel
 
 
 def compile_one(kernel, constexprs: dict, aligned: bool, target) -> dict:
@@ -199,12 +302,14 @@ def main(argv=None) -> int:
     p.add_argument("--bs-upper", default=DEFAULT_BS_UPPER, help="bs_upper values, comma separated")
     p.add_argument("--extend-tokens", default=DEFAULT_EXTEND_TOKENS,
                    help="max_num_extend_tokens values of the extend kernel, comma separated")
+    p.add_argument("--sglang", choices=("0.5.9", "0.5.10.post1"), default="0.5.9",
+                   help="whose extend kernel (0.5.10.post1: no max_num_extend_tokens)")
     args = p.parse_args(argv)
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="first_use_alloc_aot_")
     import triton
     from triton.backends.compiler import GPUTarget
     target = GPUTarget("cuda", args.target, 32)
-    extend, decode = _kernels()
+    extend, decode = _kernels(args.sglang)
     prov = host_provenance(triton.__version__, f"cuda:{args.target}",
                            "python benchmarks/first_use_alloc_aot.py " + " ".join(argv))
     out = Path(args.out)
@@ -212,9 +317,10 @@ def main(argv=None) -> int:
     records = []
     keys = [(decode, {"bs_upper": bs, "page_size": PAGE_SIZE})
             for bs in (int(b) for b in args.bs_upper.split(","))]
-    keys += [(extend, {"bs_upper": bs, "page_size": PAGE_SIZE, "max_num_extend_tokens": m})
-             for m in (int(t) for t in args.extend_tokens.split(","))
-             for bs in (int(b) for b in args.bs_upper.split(","))]
+    tokens = [int(t) for t in args.extend_tokens.split(",")] if args.sglang == "0.5.9" else [None]
+    keys += [(extend, {"bs_upper": bs, "page_size": PAGE_SIZE,
+                       **({"max_num_extend_tokens": m} if m else {})})
+             for m in tokens for bs in (int(b) for b in args.bs_upper.split(","))]
     for kernel, constexprs in keys:
         for aligned in (True, False):
             emit(records, compile_one(kernel, constexprs, aligned, target), prov)

@@ -131,7 +131,10 @@ def first_use_compiles(scenario, first_prompt_tokens: int, first_output_tokens: 
     if spec.kernel == "sglang_paged_alloc":
         return PagedAllocCompiles(spec.page_size, spec.compile_s, spec.decode_compile_s or
                                   spec.compile_s, d.chunked_prefill_size, spec.warmup_batches,
-                                  (int(first_prompt_tokens), int(first_output_tokens)))
+                                  (int(first_prompt_tokens), int(first_output_tokens)),
+                                  spec.spec_compile_s if d.speculative_algorithm else None,
+                                  d.speculative_steps[0] if d.speculative_algorithm else 0,
+                                  spec.extend_keys_tokens)
     tiles = TILE_TABLES.get(c.gpu)
     if tiles is None:
         raise SpecError(f"deployment.first_use_compile ({spec.kernel}) has no tuned table for "

@@ -19,6 +19,13 @@ start-up request (3 tokens in, 8 out: an extend of one request at `max_num_exten
 decodes of one), and the harness's warm-up (`warmup_batches`: batches of copies of the run's first
 request, prefilled in chunks, decoded together, finished together). A step whose batch needs a key
 not met waits for its compile (every rank compiles at once: the step waits for one).
+
+Under EAGLE v1 speculative decoding (MTP: topk 1, a paged cache) each decode cycle also launches,
+outside the CUDA graph, `assign_req_to_token_pool` and `assign_draft_cache_locs` keyed on
+`next_power_of_2(requests)` and `create_extend_after_decode_spec_info` keyed on
+`next_power_of_2(max(steps + 1, requests))` (`sglang/srt/speculative/`; their other constexprs are
+the server's, their pointers fresh tensors): `spec_compile_s` prices them, met as the allocator's
+decode keys are (the start-up request's and the warm-up's decodes included).
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ from __future__ import annotations
 import numpy as np
 
 STARTUP_PROMPT_TOKENS, STARTUP_OUTPUT_TOKENS = 3, 8   # `_execute_server_warmup` (http_server.py)
+# the spec-v1 kernels keyed on the batch: the least `requests` their `bs_upper` takes, by the
+# draft's steps (eagle_info.py:716 pads `create_extend_after_decode_spec_info` to steps + 1)
+SPEC_KERNELS = {"assign_req_to_token_pool": lambda steps: 1,
+                "assign_draft_cache_locs": lambda steps: 1,
+                "create_extend_after_decode_spec_info": lambda steps: steps + 1}
 
 
 def next_power_of_2(n: int) -> int:
@@ -54,6 +66,11 @@ class PagedAllocCompiles:
         chunk_tokens: the chunked-prefill size (the warm-up's prefill steps).
         warmup_batches: copies of the first request in each warm-up batch.
         first_request: (prompt, output) tokens of the run's first request (the warm-up's).
+        spec_compile_s: under speculative decoding, host seconds of one compile of each spec-v1
+            kernel by name (`SPEC_KERNELS`); empty: no draft.
+        spec_num_steps: the draft's `speculative_num_steps`.
+        extend_keys_tokens: the extend kernel keys on `max_num_extend_tokens` (SGLang 0.5.6-0.5.9;
+            0.5.10 loops over 4096-token blocks instead, sgl-project/sglang#19898).
     Attributes:
         num_compiles: kernels compiled inside the run so far.
         stalled_us: microseconds the run's steps waited for them.
@@ -61,9 +78,17 @@ class PagedAllocCompiles:
     """
 
     def __init__(self, page_size: int, extend_compile_s: float, decode_compile_s: float,
-                 chunk_tokens: int, warmup_batches: list[int], first_request: tuple[int, int]):
+                 chunk_tokens: int, warmup_batches: list[int], first_request: tuple[int, int],
+                 spec_compile_s: dict[str, float] | None = None, spec_num_steps: int = 0,
+                 extend_keys_tokens: bool = True):
         self.page_size, self.chunk_tokens = page_size, chunk_tokens
         self.compile_us = {"extend": extend_compile_s * 1e6, "decode": decode_compile_s * 1e6}
+        self.spec_us = {name: s * 1e6 for name, s in (spec_compile_s or {}).items()}
+        unknown = set(self.spec_us) - set(SPEC_KERNELS)
+        if unknown:
+            raise ValueError(f"spec_compile_s names unknown kernels {sorted(unknown)}; known: "
+                             f"{', '.join(SPEC_KERNELS)}")
+        self.spec_num_steps, self.extend_keys_tokens = spec_num_steps, extend_keys_tokens
         self.met: set[tuple] = set()
         self.seen_max_extend = 1
         self.pages_out = 0                     # pages sliced off `free_pages` since its rebuild
@@ -77,8 +102,8 @@ class PagedAllocCompiles:
 
     def _extend(self, context: np.ndarray, extend: np.ndarray) -> tuple:
         self.seen_max_extend = max(self.seen_max_extend, next_power_of_2(int(extend.sum())))
-        key = ("extend", next_power_of_2(len(extend)), self.seen_max_extend,
-               self.pages_out % 2 == 0)
+        key = ("extend", next_power_of_2(len(extend)),
+               self.seen_max_extend if self.extend_keys_tokens else 0, self.pages_out % 2 == 0)
         self.pages_out += new_pages(context, extend, self.page_size)
         return key
 
@@ -86,6 +111,12 @@ class PagedAllocCompiles:
         key = ("decode", next_power_of_2(len(context)), self.pages_out % 2 == 0)
         self.pages_out += int((context % self.page_size == 0).sum())
         return key
+
+    def _spec(self, requests: int) -> list[tuple]:
+        """The spec-v1 kernels' keys a decode cycle of `requests` meets (none without a draft)."""
+        return [("spec", name, next_power_of_2(max(SPEC_KERNELS[name](self.spec_num_steps),
+                                                   requests)))
+                for name in self.spec_us]
 
     def _replay(self, prompt: int, output: int, copies: int) -> None:
         """A batch of `copies` identical requests before the run: chunked prefill, decodes, free."""
@@ -102,6 +133,7 @@ class PagedAllocCompiles:
             self.met.add(self._extend(np.array(context), np.array(extend)))
         for step in range(output - 1):         # the first token comes with the prefill
             self.met.add(self._decode(np.full(copies, prompt + step)))
+            self.met.update(self._spec(copies))
         self.pages_out = 0                     # they finish together: `free` rebuilds the pages
 
     def stall_us(self, plan, context: np.ndarray, slot_req: np.ndarray) -> float:
@@ -126,12 +158,13 @@ class PagedAllocCompiles:
                                      plan.prefill_alloc[0][take].astype(np.int64)))
         if np.any(plan.decoding[0]):
             keys.append(self._decode(context[0][plan.decoding[0]].astype(np.int64)))
+            keys += self._spec(int(np.count_nonzero(plan.decoding[0])))
         wait_us = 0.0
         for key in keys:
             if key not in self.met:
                 self.met.add(key)
                 self.compiled.append(key)
                 self.num_compiles += 1
-                wait_us += self.compile_us[key[0]]
+                wait_us += self.spec_us[key[1]] if key[0] == "spec" else self.compile_us[key[0]]
         self.stalled_us += wait_us
         return wait_us

@@ -50,6 +50,12 @@ class FirstUseCompileSpec(BaseModel):
         "sglang_paged_alloc: host seconds of one new decode-kernel compile (None: compile_s)"))
     page_size: int = Field(default=64, ge=2, description=(
         "sglang_paged_alloc: the KV allocator's page size (tokens; trtllm_mla's 64)"))
+    extend_keys_tokens: bool = Field(default=True, description=(
+        "sglang_paged_alloc: the extend kernel keys on max_num_extend_tokens (SGLang 0.5.6-0.5.9; "
+        "False: 0.5.10, sgl-project/sglang#19898)"))
+    spec_compile_s: dict[str, float] = Field(default_factory=dict, description=(
+        "sglang_paged_alloc under speculative decoding: host seconds of one compile of each "
+        "EAGLE v1 kernel keyed on the batch, by name (`epsim.sim.first_use_alloc.SPEC_KERNELS`)"))
     warmup_batches: list[int] = Field(default_factory=list, description=(
         "prefill batches the server ran before the run, each of this many copies of the run's "
         "first prompt (InferenceX's warm-up at N clients: [N, N]); []: only its start-up"))

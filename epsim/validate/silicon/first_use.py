@@ -58,7 +58,25 @@ project's VM; the medians of each kernel's compiles by `max_num_extend_tokens` (
 They are the only Triton kernels of a B200 DeepSeek-R1 prefill or first decode under these
 scripts whose key moves with the run's lengths or batch (docs/silicon.md, "The B200 prefill's
 Triton kernels"); rows of `FMHA_IMAGE` keep the module build, which dwarfs them; priced on the rows
-of `ALLOC_IMAGE` (0.5.10 keys its extend kernel on the batch alone, not timed here).
+of `ALLOC_IMAGE` (0.5.10.post1 on B300: below).
+
+**B200, SGLang's EAGLE v1 kernels (MTP rows).** Where the row ran MTP (`--speculative-algorithm
+EAGLE`, topk 1, the paged cache), each decode cycle also launches three Triton kernels outside the
+CUDA graph keyed on the batch's request count (`epsim.sim.first_use_alloc`, `SPEC_KERNELS`). Their
+compile times are our own measurement (`benchmarks/first_use_spec_aot.py`, record
+`benchmarks/results/first_use_compile/spec_aot_vm_records.jsonl`): Triton 3.5.1 compiling the
+kernels, copied from the 0.5.9 wheel, ahead of time for sm100 on this project's VM at bs_upper 1 to
+512; each kernel's median CPU seconds, the process's first compile left out. A lower bound, as above.
+
+**B300, SGLang 0.5.10.post1's paged KV allocator.** The B300 rows' image
+(`lmsysorg/sglang:v0.5.10.post1-cu130`) keeps `bs_upper` and `free_pages`' alignment as the
+allocator kernels' key but drops `max_num_extend_tokens` (sgl-project/sglang#19898: its extend
+kernel loops over 4096-token blocks), read in the wheel; its EAGLE v1 kernels and their calls are
+0.5.9's. The B300 scripts' attention backend was not read: assumed SGLang's default for DeepSeek
+on SM10x (`server_args.py` 1602-1610: `trtllm_mla`, page 64). Triton 3.5.1 cannot target sm_103a,
+so the compile times are sm100's, extrapolated: the 0.5.10.post1 extend kernel's median over its
+16 keys and the decode kernel's less the first (`benchmarks/first_use_alloc_aot.py --sglang
+0.5.10.post1`, record `alloc_0510_aot_vm_records.jsonl`), and the EAGLE kernels' above.
 """
 
 from __future__ import annotations
@@ -85,6 +103,13 @@ ALLOC_SYSTEMS = ("b200_sxm",)     # the B200 scripts' trtllm_mla (page size 64)
 # wheels; sgl-project/sglang#19898 removed it for 0.5.10)
 ALLOC_IMAGE = re.compile(r"lmsysorg/sglang:v0\.5\.[6-9]-")
 ALLOC_PAGE_SIZE = 64
+# SGLang 0.5.10.post1 on B300 (module doc): sm100 compile times, extrapolated to sm_103a
+ALLOC_0510_SYSTEMS = ("b300_sxm",)
+ALLOC_0510_IMAGE = re.compile(r"lmsysorg/sglang:v0\.5\.10\.post1-")
+ALLOC_0510_EXTEND_COMPILE_S, ALLOC_0510_DECODE_COMPILE_S = 0.119, 0.037
+# the EAGLE v1 kernels keyed on the batch (measured: module doc), CPU s of one compile
+SPEC_COMPILE_S = {"assign_req_to_token_pool": 0.045, "assign_draft_cache_locs": 0.027,
+                  "create_extend_after_decode_spec_info": 0.028}
 
 
 def alloc_extend_compile_s(clients: int, isl: int, chunk: int) -> float:
@@ -94,11 +119,12 @@ def alloc_extend_compile_s(clients: int, isl: int, chunk: int) -> float:
     return ALLOC_EXTEND_COMPILE_S[min(tokens, max(ALLOC_EXTEND_COMPILE_S))]
 
 
-def first_use_compile(row) -> dict | None:
+def first_use_compile(row, speculative: bool = False) -> dict | None:
     """The `deployment.first_use_compile` of an InferenceX agg row whose server compiles inside
     the run (module doc): SGLang's Triton fused MoE (DeepSeek-R1 block FP8 on H200), or
-    FlashInfer's CUTLASS FMHA module (DeepSeek-R1 on B200 under an image of `FMHA_IMAGE`), else
-    None."""
+    FlashInfer's CUTLASS FMHA module (DeepSeek-R1 on B200 under an image of `FMHA_IMAGE`), or the
+    paged allocator's kernels (B200 under `ALLOC_IMAGE`; `speculative`: the row ran MTP, adding
+    the EAGLE v1 kernels), else None."""
     if (row.backend != "sglang" or row.mode != "agg" or "deepseek" not in row.model_path.lower()
             or row.concurrency is None):
         return None
@@ -110,12 +136,20 @@ def first_use_compile(row) -> dict | None:
             and FMHA_IMAGE.match(image := agg_recipes.image_of(found)):
         return {"kernel": "flashinfer_cutlass_fmha", "compile_s": FMHA_BUILD_S,
                 "warmup_batches": warmup, "image": image}
-    if row.system in ALLOC_SYSTEMS and (found := agg_recipes.for_row(row)) is not None \
+    if row.system in ALLOC_SYSTEMS and (found := agg_recipes.for_row(row, speculative)) is not None \
             and ALLOC_IMAGE.match(agg_recipes.image_of(found)):
         chunk = found.flags.chunked_prefill_size or 8192
         return {"kernel": "sglang_paged_alloc", "page_size": ALLOC_PAGE_SIZE,
                 "compile_s": alloc_extend_compile_s(clients, row.isl, chunk),
-                "decode_compile_s": ALLOC_DECODE_COMPILE_S, "warmup_batches": warmup}
+                "decode_compile_s": ALLOC_DECODE_COMPILE_S, "warmup_batches": warmup,
+                **({"spec_compile_s": dict(SPEC_COMPILE_S)} if speculative else {})}
+    if row.system in ALLOC_0510_SYSTEMS and (found := agg_recipes.for_row(row, speculative)) is not None \
+            and ALLOC_0510_IMAGE.match(agg_recipes.image_of(found)):
+        return {"kernel": "sglang_paged_alloc", "page_size": ALLOC_PAGE_SIZE,
+                "compile_s": ALLOC_0510_EXTEND_COMPILE_S,
+                "decode_compile_s": ALLOC_0510_DECODE_COMPILE_S, "extend_keys_tokens": False,
+                "warmup_batches": warmup, "proxy": "sm100",
+                **({"spec_compile_s": dict(SPEC_COMPILE_S)} if speculative else {})}
     return None
 
 
@@ -128,8 +162,19 @@ def note(first_use: dict) -> str:
         return (f"first-use compiles: SGLang's paged KV allocator (page {first_use['page_size']}) "
                 f"compiles its Triton extend kernel ({first_use['compile_s']:.2f} s) or decode "
                 f"kernel ({first_use['decode_compile_s']:.3f} s; Triton 3.5.1 for sm100, measured "
-                f"on our VM: our record) on each batch's first new key (requests as a power of "
-                f"two, free_pages' alignment), {warmup}, a fresh Triton cache")
+                f"on our VM: our record"
+                + ("; extrapolated from sm100 to this GPU's sm_103a, which Triton 3.5.1 cannot "
+                   "target; the image's attention backend assumed SGLang's default, trtllm_mla"
+                   if first_use.get("proxy") else "")
+                + ") on each batch's first new key (requests as a power of two, free_pages' "
+                "alignment)"
+                + (", and under MTP its EAGLE v1 kernels (assign_req_to_token_pool, "
+                   "assign_draft_cache_locs, create_extend_after_decode_spec_info: "
+                   f"{min(first_use['spec_compile_s'].values()):.3f}-"
+                   f"{max(first_use['spec_compile_s'].values()):.3f} s, the same way) on each "
+                   "decode's first new request count as a power of two"
+                   if first_use.get("spec_compile_s") else "")
+                + f", {warmup}, a fresh Triton cache")
     if first_use.get("kernel") == "flashinfer_cutlass_fmha":
         return (f"first-use build: SGLang's trtllm_mla ({first_use['image']}) plans FlashInfer's "
                 f"CUTLASS FMHA module on the first prefill step with a prefix (a chunked "
@@ -142,5 +187,5 @@ def note(first_use: dict) -> str:
 
 
 def scenario_field(first_use: dict) -> dict:
-    """`first_use_compile` as the spec takes it (the image is the note's, not the spec's)."""
-    return {k: v for k, v in first_use.items() if k != "image"}
+    """`first_use_compile` as the spec takes it (the image and proxy are the note's)."""
+    return {k: v for k, v in first_use.items() if k not in ("image", "proxy")}

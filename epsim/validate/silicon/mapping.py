@@ -330,7 +330,8 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
             assumptions.append(cold)
         if inferencex_harness(row) and (scale := client_tokenizer.prompt_scale(run)):
             assumptions.append(client_tokenizer.note(scale, run.isl))
-        if inferencex_harness(row) and (compiles := first_use.first_use_compile(run)):
+        if inferencex_harness(row) and (
+                compiles := first_use.first_use_compile(run, ran.speculative)):
             server = {**server, "first_use_compile": first_use.scenario_field(compiles)}
             assumptions.append(first_use.note(compiles))
         roles = [("agg", run.agg, 1)]

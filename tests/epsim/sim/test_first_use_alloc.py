@@ -78,10 +78,10 @@ def test_a_finished_request_rebuilds_free_pages_aligned():
     assert t.pages_out == 2                       # request 5 left: reset, then 70 tokens, 2 pages
 
 
-def _run(clients, warmup_batches, kernel="sglang_paged_alloc", **fields):
+def _run(clients, warmup_batches, kernel="sglang_paged_alloc", draft=None, **fields):
     sc = tiny_scenario(
         cluster={"gpu": "B200"},
-        deployment={"disaggregation_mode": "null", "chunked_prefill_size": 16384,
+        deployment={**(draft or {}), "disaggregation_mode": "null", "chunked_prefill_size": 16384,
                     "enable_dp_attention": False, "dp_size": 1,
                     "first_use_compile": {"kernel": kernel, "compile_s": EXTEND_S,
                                           "decode_compile_s": DECODE_S,
@@ -109,3 +109,55 @@ def test_a_run_of_varied_lengths_meets_keys_its_warm_up_did_not():
 def test_page_size_must_be_a_page():
     with pytest.raises(SpecError, match="page_size"):
         _run(2, [], page_size=1)
+
+
+SPEC_S = {"assign_req_to_token_pool": 0.04, "assign_draft_cache_locs": 0.03,
+          "create_extend_after_decode_spec_info": 0.01}
+
+
+def test_spec_kernels_meet_the_warm_up_s_request_counts_and_pay_new_ones():
+    t = PagedAllocCompiles(64, EXTEND_S, DECODE_S, 8192, [4, 4], (1000, 32), SPEC_S, 2)
+    # start-up decodes 1 request (create_extend pads to steps + 1 = 3: class 4), the warm-up 4
+    assert {k for k in t.met if k[0] == "spec"} == {
+        ("spec", "assign_req_to_token_pool", 1), ("spec", "assign_draft_cache_locs", 1),
+        ("spec", "assign_req_to_token_pool", 4), ("spec", "assign_draft_cache_locs", 4),
+        ("spec", "create_extend_after_decode_spec_info", 4)}
+    decode = _plan(decoding=[True, True, False, False])   # 2 requests: class 2, padded 4
+    t.pages_out = 0
+    wait_us = t.stall_us(decode, np.array([[1000, 1001, 0, 0]]), np.array([[0, 1, -1, -1]]))
+    spec = [k for k in t.compiled if k[0] == "spec"]
+    assert sorted(spec) == [("spec", "assign_draft_cache_locs", 2),
+                            ("spec", "assign_req_to_token_pool", 2)]
+    assert wait_us == pytest.approx(1e6 * (0.04 + 0.03 + sum(
+        DECODE_S for k in t.compiled if k[0] == "decode")))
+
+
+def test_unknown_spec_kernel_is_refused():
+    with pytest.raises(ValueError, match="spec_compile_s"):
+        PagedAllocCompiles(64, EXTEND_S, DECODE_S, 8192, [], (1000, 32), {"nope": 0.1}, 2)
+
+
+def test_spec_kernels_price_only_runs_with_a_draft():
+    sim, _ = _run(4, [4, 4], spec_compile_s=SPEC_S)
+    assert not any(k[0] == "spec" for k in sim.first_use.met)   # no speculative_algorithm
+    sim, result = _run(4, [4, 4], draft={"speculative_algorithm": "NEXTN",
+                                         "speculative_num_steps": 2, "speculative_eagle_topk": 1,
+                                         "speculative_num_draft_tokens": 3},
+                       spec_compile_s=SPEC_S)
+    fu = sim.first_use
+    assert ("spec", "create_extend_after_decode_spec_info", 4) in fu.met
+    spec = [k for k in fu.compiled if k[0] == "spec"]
+    # the run's tail decodes fewer than the warm-up's 4: classes 2 (and 1 is start-up's)
+    assert ("spec", "assign_req_to_token_pool", 2) in spec
+    assert fu.stalled_us == pytest.approx(1e6 * sum(
+        SPEC_S[k[1]] if k[0] == "spec" else EXTEND_S if k[0] == "extend" else DECODE_S
+        for k in fu.compiled))
+    assert result.steps["extra_us"].sum() == pytest.approx(fu.stalled_us)
+
+
+def test_without_the_extend_tokens_key_a_longer_extend_meets_the_warm_up_s_key():
+    # 0.5.10: a lone prefill of 900 after start-up's lone 3 keys (extend, 1, 0, aligned) both times
+    t = PagedAllocCompiles(64, EXTEND_S, DECODE_S, 8192, [], (1000, 32), extend_keys_tokens=False)
+    assert ("extend", 1, 0, True) in t.met
+    lone = _plan(prefill=[900, 0, 0, 0])
+    assert t.stall_us(lone, np.zeros((1, 4), np.int64), np.array([[0, -1, -1, -1]])) == 0.0

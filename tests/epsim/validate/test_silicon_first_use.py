@@ -11,13 +11,18 @@ from types import SimpleNamespace
 import pytest
 
 from epsim.validate.silicon.first_use import (ALLOC_DECODE_COMPILE_S, ALLOC_EXTEND_COMPILE_S,
-                                              COMPILE_S, FMHA_BUILD_S, alloc_extend_compile_s,
+                                              ALLOC_0510_DECODE_COMPILE_S,
+                                              ALLOC_0510_EXTEND_COMPILE_S, COMPILE_S,
+                                              FMHA_BUILD_S, SPEC_COMPILE_S,
+                                              alloc_extend_compile_s,
                                               first_use_compile, note, scenario_field)
 
 RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "first_use_compile"
 RECORD = RECORDS / "aot_vm_records.jsonl"
 NVCC_RECORD = RECORDS / "nvcc_vm_records.jsonl"
 ALLOC_RECORD = RECORDS / "alloc_aot_vm_records.jsonl"
+SPEC_RECORD = RECORDS / "spec_aot_vm_records.jsonl"
+ALLOC_0510_RECORD = RECORDS / "alloc_0510_aot_vm_records.jsonl"
 
 
 def _row(**fields):
@@ -40,7 +45,7 @@ def test_a_row_from_before_the_warm_up_met_only_the_start_up():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("backend", "trtllm"), ("system", "b300_sxm"), ("gemm_quant_mode", "nvfp4"),
+    ("backend", "trtllm"), ("system", "gb200"), ("gemm_quant_mode", "nvfp4"),
     ("mode", "disagg"), ("model_path", "Qwen/Qwen3-235B-A22B-FP8")])
 def test_rows_without_sglangs_triton_fused_moe_or_the_fmha_build_carry_no_term(field, value):
     assert first_use_compile(_row(**{field: value})) is None
@@ -81,6 +86,29 @@ def test_a_b200_row_of_a_later_image_carries_the_paged_allocators_compiles():
     assert "paged KV allocator" in note(compiles) and "2 prefill batches of 4" in note(compiles)
 
 
+def test_a_b200_row_that_ran_mtp_adds_the_eagle_kernels():
+    # InferenceX 12ba0ae07 swept dsr1-fp8-b200-sglang-mtp (TP 8) at 1024/8192 and 64 clients
+    later = _b200(gemm_quant_mode="fp8", precision="fp8", isl=1024, osl=8192, concurrency=64,
+                  agg=SimpleNamespace(num_gpus=8, moe_ep_size=1),
+                  source="db-dump/2026-04-27; measured=2026-03-25T00:00:00.000Z")
+    compiles = first_use_compile(later, speculative=True)
+    assert compiles["spec_compile_s"] == SPEC_COMPILE_S and compiles["warmup_batches"] == [64, 64]
+    assert "EAGLE v1 kernels" in note(compiles)
+    without = first_use_compile(later)
+    assert without is None or "EAGLE" not in note(without)
+
+
+def test_the_eagle_kernels_compile_times_are_the_records_medians():
+    records = [json.loads(line) for line in SPEC_RECORD.read_text().splitlines()]
+    assert {r["triton"] for r in records} == {"3.5.1"} and {r["target"] for r in records} == {
+        "cuda:100"}
+    assert set(SPEC_COMPILE_S) == {r["kernel"] for r in records}
+    for kernel, compile_s in SPEC_COMPILE_S.items():
+        times = [r["cpu_s"] for r in records if r["kernel"] == kernel and r["order"] > 0]
+        assert len(times) >= 9
+        assert compile_s == pytest.approx(statistics.median(times), abs=0.001)
+
+
 def test_a_b200_row_of_an_image_without_the_extend_constexpr_carries_no_term(monkeypatch):
     # sgl-project/sglang#19898 (0.5.10) keys the extend kernel on the batch alone: not priced
     from epsim.validate.silicon import agg_recipes
@@ -115,3 +143,29 @@ def test_the_fmha_build_time_is_the_records_slowest_source():
                                               "fmha_cutlass_sm100_binding.cu",
                                               "blackwell_fmha_plan.cu"}
     assert FMHA_BUILD_S == pytest.approx(max(r["cpu_s"] for r in records), abs=0.5)
+
+
+def test_a_b300_row_of_0_5_10_post1_keys_its_extend_on_the_batch_alone(monkeypatch):
+    from epsim.validate.silicon import agg_recipes
+    monkeypatch.setattr(agg_recipes, "image_of",
+                        lambda found: "lmsysorg/sglang:v0.5.10.post1-cu130")
+    b300 = _b200(system="b300_sxm", gemm_quant_mode="fp8", precision="fp8", isl=1024, osl=1024,
+                 agg=SimpleNamespace(num_gpus=8, moe_ep_size=1),
+                 source="db-dump/2026-04-27; measured=2026-04-20T00:00:00.000Z")
+    compiles = first_use_compile(b300)
+    assert compiles is not None and compiles["extend_keys_tokens"] is False
+    assert compiles["compile_s"] == ALLOC_0510_EXTEND_COMPILE_S
+    assert compiles["decode_compile_s"] == ALLOC_0510_DECODE_COMPILE_S
+    assert "extrapolated from sm100" in note(compiles)
+    assert "proxy" not in scenario_field(compiles)
+
+
+def test_the_0_5_10_allocator_compile_times_are_the_records_medians():
+    records = [json.loads(line) for line in ALLOC_0510_RECORD.read_text().splitlines()]
+    assert {r["triton"] for r in records} == {"3.5.1"} and {r["target"] for r in records} == {
+        "cuda:100"}
+    assert not any("max_num_extend_tokens" in r for r in records)
+    extend = [r["cpu_s"] for r in records if r["kernel"] == "alloc_extend_kernel"]
+    decode = [r["cpu_s"] for r in records if r["kernel"] == "alloc_decode_kernel"][1:]
+    assert ALLOC_0510_EXTEND_COMPILE_S == pytest.approx(statistics.median(extend), abs=0.001)
+    assert ALLOC_0510_DECODE_COMPILE_S == pytest.approx(statistics.median(decode), abs=0.001)
