@@ -86,7 +86,7 @@ def mape(ratios: np.ndarray) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")

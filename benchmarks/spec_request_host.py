@@ -330,7 +330,7 @@ def measure(accepted: int) -> dict[str, float]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spec_request_host.md"))
     args = ap.parse_args(argv)
     import torch
