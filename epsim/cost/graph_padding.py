@@ -2,9 +2,10 @@
 
 SGLang replays a decode step on the smallest captured batch size at least the running batch
 (`CudaGraphRunner.replay_prepare`: `bisect_left(capture_bs, raw_bs)`). The captured sizes
-(`ServerArgs._generate_cuda_graph_batch_sizes`, no speculative decoding; read alike in the
-0.5.6.post2, 0.5.10 and 0.5.14 wheels) are 1, 2, 4, 8, 12, 16-256 by 8, 272-496 by 16 and 512 on by
-32, up to `cuda_graph_max_bs`: a batch of 3 runs as 4, 9 as 12.
+(`ServerArgs._generate_cuda_graph_batch_sizes`, read alike in the 0.5.6.post2, 0.5.10 and 0.5.14
+wheels) are 1, 2, 4, 8, 12, 16-256 by 8, 272-496 by 16 and 512 on by 32, up to
+`cuda_graph_max_bs`: a batch of 3 runs as 4, 9 as 12; with speculative decoding (its draft
+model's decode graphs) 1-8, 10-32 by 2, 40-64 by 4, 72-256 by 8, 272 on by 16.
 
 The padded rows run through every kernel of the graph: `populate_from_forward_batch`
 (`model_executor/input_buffers.py`) copies the first `raw_bs` rows of the input ids and positions
@@ -18,8 +19,8 @@ top-k experts, `pad` rows each, to the step's loads: the expert weights the kern
 
 Left out: the padded rows' share of the GEMMs, block ops, attention and LM head (memory-bound at
 the batches that pad: their weights are read once for the step either way) and their MoE
-per-token work; a speculative verify step's own capture list; DP attention (its batch pads to
-the largest rank's).
+per-token work; a speculative verify step (its rows are sequences times draft tokens); DP
+attention (its batch pads to the largest rank's).
 """
 
 from __future__ import annotations
@@ -33,17 +34,22 @@ ENGINE = "sglang"            # whose CUDA graph runner pads (the live bench's tr
 
 
 @lru_cache(maxsize=16)
-def capture_sizes(max_bs: int) -> tuple[int, ...]:
-    """SGLang's captured decode batch sizes up to `max_bs` (module docstring)."""
-    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) \
-        + list(range(512, max_bs + 1, 32))
+def capture_sizes(max_bs: int, speculative: bool = False) -> tuple[int, ...]:
+    """SGLang's captured decode batch sizes up to `max_bs` (module docstring); `speculative`:
+    a deployment with speculative decoding."""
+    if speculative:
+        sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) \
+            + list(range(72, 257, 8)) + list(range(272, max_bs + 1, 16))
+    else:
+        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) \
+            + list(range(512, max_bs + 1, 32))
     return tuple(s for s in sizes if s <= max_bs)
 
 
-def padded_size(raw_bs: int, max_bs: int) -> int:
+def padded_size(raw_bs: int, max_bs: int, speculative: bool = False) -> int:
     """The captured batch a decode step of `raw_bs` requests replays (`raw_bs` itself above the
     largest captured size: no graph runs it)."""
-    sizes = capture_sizes(max_bs)
+    sizes = capture_sizes(max_bs, speculative)
     index = bisect_left(sizes, raw_bs)
     return sizes[index] if index < len(sizes) else raw_bs
 
@@ -65,7 +71,7 @@ def pad_rows(cost_model, batch) -> int:
     raw_bs = int(round(float(batch.decode_tokens.max(initial=0.0))))
     if raw_bs <= 0:
         return 0
-    return padded_size(raw_bs, d.cuda_graph_max_bs) - raw_bs
+    return padded_size(raw_bs, d.cuda_graph_max_bs, d.speculative_algorithm is not None) - raw_bs
 
 
 def padded_loads(loads: np.ndarray, one_token: np.ndarray, pad: int) -> np.ndarray:

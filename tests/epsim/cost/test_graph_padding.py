@@ -28,12 +28,19 @@ def test_capture_sizes_are_sglangs():
     assert 256 in sizes and 264 not in sizes and 272 in sizes and 496 in sizes
     assert sizes[-1] == 512
     assert capture_sizes(256)[-1] == 256
+    spec = capture_sizes(512, speculative=True)
+    assert spec[:10] == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)
+    assert 64 in spec and 68 not in spec and 72 in spec and spec[-1] == 512
 
 
 @pytest.mark.parametrize("raw, padded", [(1, 1), (3, 4), (5, 8), (9, 12), (13, 16), (17, 24),
                                          (256, 256), (257, 257)])
 def test_padded_size(raw, padded):
     assert padded_size(raw, 256) == padded
+
+
+def test_padded_size_speculative():
+    assert [padded_size(b, 256, speculative=True) for b in (3, 9, 33, 65)] == [3, 10, 40, 72]
 
 
 def test_pad_rows_only_at_ep1_graph_decode():
