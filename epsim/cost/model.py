@@ -74,6 +74,7 @@ class CostModel:
         # whose block kernels: the caller's (the composition axis prices the measured block),
         # else the deployment's
         engine = engine or deployment.block_kernels
+        self.engine = engine
         self.profile = profile if profile is not None else default_profile(cluster.gpu)
         # how the profile was chosen, for every output (`epsim.cost.provenance`)
         self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"
