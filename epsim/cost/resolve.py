@@ -29,6 +29,7 @@ from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import attention_kernel_defaults
 from epsim.cost.layout import layout_defaults
 from epsim.cost.mla import MlaParams, mla_defaults
+from epsim.cost.mla_bmm import bmm_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                StageParams, StepKindParams,
@@ -282,7 +283,7 @@ class _Resolver:
             mla_defaults())
         prefill, prefill_key = self._fraction_params(format_kind("mla_prefill", kv),
                                                      mla_defaults())
-        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), gemm_defaults())
+        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), bmm_defaults())
         gemm, gemm_key = self._fraction_params(format_kind("gemm", dense), gemm_defaults())
         return MlaParams(
             decode, prefill, bmms, gemm, bmm, dense,
