@@ -7,10 +7,12 @@ batched (`W_UK`: k = qk_nope 128, n = kv_lora 512; `W_UV`: k = 512, n = v 128).
   fp8   `per_tensor_quant_mla_fp8` then `bmm_fp8` (cuBLASLt): the quantisation is two Triton
         launches over a `(T, h)` grid, one program per (token, head) row of `k` values -- stage 1
         takes the row's absmax and `atomic_max`es it into the tensor's single scale, stage 2
-        reads the row again and writes it in FP8 (sglang `fp8_kernel.py`). Its cost follows the
-        rows, not their bytes: AIC's tables time `W_UK` (128-value rows) and `W_UV` (512-value
-        rows) at about the same ~1.4 ns (Blackwell) to ~1.9 ns (Hopper) per row, 4-7x the
-        rows' bytes at HBM rate
+        reads the row again and writes it in FP8 (sglang `fp8_kernel.py`). Stage 1 follows its
+        rows, not their bytes (its reads hide under the atomics on one address): AIC's tables
+        time `W_UK` (128-value rows) and `W_UV` (512-value rows) at about the same ~1.4 ns
+        (Blackwell) to ~1.9 ns (Hopper) per row, 4-7x the rows' bytes at HBM rate; stage 2 moves
+        its bytes (a fit that charged stage 1's reads too priced `W_UV` 10-20 % over `W_UK`
+        where the tables time them within a few per cent)
 
     t = base_us + max(mem_us, math_us) + quant_us
     mem_us   = (h n k w_f + h T (k a_f + 2 n)) / rate * 1e-3
@@ -22,8 +24,9 @@ The L2 regime is the tables': a collector replays the same BMM, so a working set
 there. AIC's BF16 rows run at ~7 TB/s up to 32 MB on Hopper (L2 50 MB) and ~9.5 TB/s up to 100
 MB on Blackwell, then at 75-80 % of HBM from 64 MB (Hopper) and 150 MB (Blackwell) on; a fit
 with one HBM rate took the L2 rows' speed for HBM's and priced Blackwell's larger batches 12-15 %
-short. In serving the weights arrive cold (16.8 MB at 128 heads in BF16, 2 MB at TP 8's 16) and
-the activations warm from the kernel before, which the same split follows for the activations.
+short. A served BMM is priced with the same split: its activations come warm from the kernel
+before; its weights, cold in serving, are the smaller part (16.8 MB at 128 heads in BF16, 2 MB at
+TP 8's 16 heads).
 
 `quant_row_us` is the quantisation's time per row past its bytes (the programs' launch and the
 scale's same-address atomics), an absolute µs like a GEMM's `wave_us`: it transfers between
@@ -50,9 +53,9 @@ BMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "quant_row_us", "
 BLACKWELL_L2_BYTES = {"B200": 126e6, "B300": 126e6, "GB200": 126e6, "GB300": 126e6}
 # formats whose BMM quantises its activations per tensor first (`per_tensor_quant_mla_fp8`)
 PER_TENSOR_QUANT = ("fp8",)
-# bytes per element the two-stage quantisation moves: stage 1 reads BF16, stage 2 reads BF16
-# again and writes FP8
-QUANT_PASS_BYTES = 2 * BF16_BYTES + 1.0
+# bytes per element the quantisation moves past its rows' cost: stage 2 reads BF16 and writes FP8
+# (stage 1's BF16 reads hide under its atomics, `quant_row_us`)
+QUANT_PASS_BYTES = BF16_BYTES + 1.0
 
 
 @dataclass(frozen=True)
