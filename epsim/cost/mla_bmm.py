@@ -18,7 +18,8 @@ batched (`W_UK`: k = qk_nope 128, n = kv_lora 512; `W_UV`: k = 512, n = v 128).
     mem_us   = (h n k w_f + h T (k a_f + 2 n)) / rate * 1e-3
     math_us  = 2 h T n k / (tensor_frac x peak_f) * 1e-6
     quant_us = h T k QUANT_PASS_BYTES / rate * 1e-3 + h T quant_row_us   (fp8 only)
-    rate     = l2_frac x HBM where the bytes (mem and quant) fit the GPU's L2, else hbm_frac x HBM
+    rate     = l2_hbm_ratio x HBM where the bytes (mem and quant) fit the GPU's L2 (a ratio, not
+               a fraction: L2 beats HBM), else hbm_frac x HBM
 
 The L2 regime is the tables': a collector replays the same BMM, so a working set within L2 stays
 there. AIC's BF16 rows run at ~7 TB/s up to 32 MB on Hopper (L2 50 MB) and ~9.5 TB/s up to 100
@@ -30,7 +31,8 @@ TP 8's 16 heads).
 
 `quant_row_us` is the quantisation's time per row past its bytes (the programs' launch and the
 scale's same-address atomics), an absolute µs like a GEMM's `wave_us`: it transfers between
-GPUs of one architecture (H100/H200 1.9 / 1.8 ns, the four Blackwells 1.3-1.4 ns), not across.
+GPUs of one architecture (fitted 1.3-1.4 ns on H100/H200, 1.1-1.2 ns on the four Blackwells),
+not across.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ from epsim.cost.roofline import HBM_EFFICIENCY
 from epsim.spec.gpu import HardwareSpec
 from epsim.spec.quant import weight_bytes_per_element
 
-BMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "quant_row_us", "l2_frac"),
-                        frozenset({"hbm_frac", "tensor_frac", "l2_frac"}))
+BMM_TERMS = LinearTerms(
+    ("base_us", "hbm_frac", "tensor_frac", "quant_row_us", "l2_hbm_ratio"),
+    frozenset({"hbm_frac", "tensor_frac", "l2_hbm_ratio"}))
 # L2 per GPU, bytes: Blackwell's two dies hold ~126 MB (AIC's BF16 BMM rows leave the L2 rate
 # between 100 and 150 MB of working set); Hopper's 50 MB (`epsim.cost.comm.l2_bytes`)
 BLACKWELL_L2_BYTES = {"B200": 126e6, "B300": 126e6, "GB200": 126e6, "GB300": 126e6}
@@ -78,7 +81,7 @@ class BmmWork:
 def bmm_defaults() -> dict[str, float]:
     """Datasheet parameters: a GEMM's (`epsim.cost.quant.gemm_defaults`), no per-row cost and
     L2-resident bytes at the HBM rate (no L2 speed-up claimed without a fit)."""
-    return {**gemm_defaults(), "quant_row_us": 0.0, "l2_frac": HBM_EFFICIENCY}
+    return {**gemm_defaults(), "quant_row_us": 0.0, "l2_hbm_ratio": HBM_EFFICIENCY}
 
 
 def bmm_l2_bytes(gpu: str) -> float:
@@ -106,7 +109,8 @@ def bmm_work(tokens, n: int, k: int, heads: int, fmt: str) -> BmmWork:
 def bmm_us(work: BmmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
     """[...] microseconds of `work` with parameters `params` (`BMM_TERMS`); 0 where none."""
     rate = absolute({**bmm_defaults(), **params}, hardware, fmt)
-    gbps = np.where(_in_l2(work, hardware), rate["l2_frac"] * hardware.hbm_gbps, rate["hbm_gbps"])
+    gbps = np.where(_in_l2(work, hardware), rate["l2_hbm_ratio"] * hardware.hbm_gbps,
+                    rate["hbm_gbps"])
     t = (rate["base_us"] + np.maximum(work.mem_kb / gbps, work.mflops / rate["tflops"])
          + work.quant_kb / gbps + work.rows * rate["quant_row_us"])
     return np.where(work.mflops > 0, t, 0.0)
@@ -124,7 +128,7 @@ def bmm_features(work: BmmWork, params, hardware: HardwareSpec, fmt: str) -> np.
     `BMM_TERMS.coefficients(params)` gives `bmm_us`."""
     rate = absolute({**bmm_defaults(), **params}, hardware, fmt)
     l2 = _in_l2(work, hardware)
-    gbps = np.where(l2, rate["l2_frac"] * hardware.hbm_gbps, rate["hbm_gbps"])
+    gbps = np.where(l2, rate["l2_hbm_ratio"] * hardware.hbm_gbps, rate["hbm_gbps"])
     mem_bound = work.mem_kb / gbps >= work.mflops / rate["tflops"]
     bytes_us = (np.where(mem_bound, work.mem_kb, 0.0) + work.quant_kb) / hardware.hbm_gbps
     return np.stack([(work.mflops > 0).astype(np.float64), np.where(l2, 0.0, bytes_us),

@@ -17,7 +17,7 @@ from epsim.zoo import get_hardware
 
 H200, B200 = get_hardware("H200"), get_hardware("B200")
 PARAMS = {"base_us": 4.0, "hbm_frac": 0.75, "tensor_frac": 0.5, "quant_row_us": 0.0018,
-          "l2_frac": 1.5}
+          "l2_hbm_ratio": 1.5}
 UK, UV = BMM_SHAPES["mla_gen_pre"], BMM_SHAPES["mla_gen_post"]       # (n, k)
 
 
@@ -54,14 +54,14 @@ def test_a_working_set_within_l2_runs_at_the_l2_rate():
         params = {**PARAMS, "tensor_frac": 1.0}
         t = bmm_us(work, params, hw, "bf16") - params["base_us"]
         rate_gbps = work.mem_kb / t
-        assert rate_gbps[0] == pytest.approx(PARAMS["l2_frac"] * hw.hbm_gbps)
+        assert rate_gbps[0] == pytest.approx(PARAMS["l2_hbm_ratio"] * hw.hbm_gbps)
         assert rate_gbps[1] == pytest.approx(PARAMS["hbm_frac"] * hw.hbm_gbps)
     assert bmm_l2_bytes("B200") > bmm_l2_bytes("H200")
 
 
 def test_defaults_claim_no_l2_speed_up_and_no_row_cost():
     d = bmm_defaults()
-    assert d["quant_row_us"] == 0.0 and d["l2_frac"] == d["hbm_frac"]
+    assert d["quant_row_us"] == 0.0 and d["l2_hbm_ratio"] == d["hbm_frac"]
 
 
 def test_design_rows_times_coefficients_give_the_bmm():
