@@ -189,7 +189,8 @@ class MlaParams:
         decode, prefill: the kernels' fraction parameters (`MLA_TERMS`) over `mla_defaults`.
         bmm, gemm: the absorbed BMMs' (`epsim.cost.mla_bmm.BMM_TERMS`) and the projections'
             (`epsim.cost.quant.GEMM_TERMS`).
-        bmm_format, gemm_format: their weight formats (the BMMs run FP8 for FP8 checkpoints).
+        bmm_format, gemm_format: their weight formats (the BMMs run FP8 for a per-tensor FP8
+            checkpoint; BF16 for a block-FP8 one, whose `kv_b_proj` SGLang dequantises at load).
         keys: part ("decode", "prefill", "bmm", "projections") -> the profile component that
             gave its parameters, "" for datasheet values.
         hardware, num_sms: the GPU.
