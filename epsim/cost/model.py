@@ -74,6 +74,7 @@ class CostModel:
         # whose block kernels: the caller's (the composition axis prices the measured block),
         # else the deployment's
         engine = engine or deployment.block_kernels
+        self.engine = engine
         self.profile = profile if profile is not None else default_profile(cluster.gpu)
         # how the profile was chosen, for every output (`epsim.cost.provenance`)
         self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"
@@ -91,8 +92,8 @@ class CostModel:
         self._token_ranges = list(self.params.token_ranges)
         attention = self.params.attention
         self._decode_kernel = DecodeKernel(*attention.heads, self.params.gemm.num_sms,
-                                           attention.decode, kv_ratio(attention.kv_cache_dtype)
-                                           ) if attention.decode else None
+                                           attention.decode, kv_ratio(attention.kv_cache_dtype),
+                                           attention.grids.decode) if attention.decode else None
         if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla_decode`)
             self._decode_kernel = mla_decode_kernel(attention.mla)
         # the scheduler's host time a step exposes (SGLang's loop without overlap scheduling)
@@ -455,7 +456,7 @@ class CostModel:
             t = float(measured_attention_us(batch, self.model, decode, prefill,
                                             p.attention.projections, p.gemm.num_sms, p.tp_size,
                                             self._projections(batch),
-                                            self._decode_kernel, kv).max())
+                                            self._decode_kernel, kv, p.attention.grids).max())
         else:
             per_rank = attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv)
             ops = self._attention_ops(batch.tokens)

@@ -26,7 +26,7 @@ from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_d
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
 from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
 from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
-from epsim.cost.flash import attention_kernel_defaults
+from epsim.cost.flash import FA2_GRIDS, FlashGrids, attention_kernel_defaults, component_grids
 from epsim.cost.layout import layout_defaults
 from epsim.cost.mla import MlaParams, mla_defaults
 from epsim.cost.mla_bmm import bmm_defaults
@@ -152,6 +152,12 @@ class _Resolver:
                     else experts_defaults(hw, self.model.weight_dtype))
         return _frozen(self.profile.params("any", kind, GRAPH, defaults=defaults))
 
+    def _attention_grids(self) -> FlashGrids:
+        """The CTA grids of the kernel the fitted GQA prefill kernel timed (its op tables,
+        `component_grids`); FA2's where none is fitted."""
+        found = self.profile.resolve("any", "attention_prefill", GRAPH) if self.applies else None
+        return component_grids(found[1].tables) if found else FA2_GRIDS
+
     def resolve(self, time_mode: str) -> CostParams:
         m, c, d = self.model, self.cluster, self.deployment
         backend, hw = self.backend, c.hardware
@@ -198,7 +204,7 @@ class _Resolver:
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
                 attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype,
-                self._mla(tp_size)),
+                self._mla(tp_size), self._attention_grids()),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
             token_ranges=token_ranges(self.profile, used),
