@@ -18,8 +18,8 @@ from epsim import vocab
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
-from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, attention_ops_defaults,
-                                      block_ops)
+from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, FP8_BMM_FORMATS,
+                                      attention_ops_defaults, block_ops)
 from epsim.cost.block_ops import GATE, block_ops_defaults, launches
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
@@ -29,6 +29,7 @@ from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import FA2_GRIDS, FlashGrids, attention_kernel_defaults, component_grids
 from epsim.cost.layout import layout_defaults
 from epsim.cost.mla import MlaParams, mla_defaults
+from epsim.cost.mla_bmm import bmm_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                StageParams, StepKindParams,
@@ -281,14 +282,16 @@ class _Resolver:
         if m.attention != "mla":
             return None
         dense = m.dense_weight_dtype or m.weight_dtype
-        bmm = "fp8" if dense in ("fp8", "fp8_block") else "bf16"
+        # FP8 BMMs only for a per-tensor/channel FP8 checkpoint: SGLang dequantises a 128 x 128
+        # block-FP8 `kv_b_proj` (DeepSeek-V3/R1, Kimi-K2) to BF16 at load (`FP8_BMM_FORMATS`)
+        bmm = "fp8" if dense in FP8_BMM_FORMATS else "bf16"
         kv = kv_kind(self.deployment.kv_cache_dtype)
         decode, decode_key = self._fraction_params(
             format_kind("mla_decode", decode_kv_kind(self.deployment.kv_cache_dtype, c.gpu)),
             mla_defaults())
         prefill, prefill_key = self._fraction_params(format_kind("mla_prefill", kv),
                                                      mla_defaults())
-        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), gemm_defaults())
+        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), bmm_defaults())
         gemm, gemm_key = self._fraction_params(format_kind("gemm", dense), gemm_defaults())
         return MlaParams(
             decode, prefill, bmms, gemm, bmm, dense,
