@@ -45,9 +45,9 @@ from agg_timeline import measured_loop, timeline  # noqa: E402
 from aic_stages import between, frames, gemm_us, row_simulation  # noqa: E402
 from epsim.calibrate.aic_tables import package_version  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
-from epsim.cost.experts import even_row_tiles, experts_rank_us  # noqa: E402
 from epsim.cost.mla import _gemm, mla_kernel_us, mla_token_us, prefill_kernel_work  # noqa: E402
-from epsim.cost.quant import quant_expert_gemm, reread_kb, trtllm_gemm  # noqa: E402
+from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm, token_tile  # noqa: E402
+from epsim.cost.trtllm_fp8_gemm import gemm_us as trtllm_gemm_us  # noqa: E402
 from epsim.io.write import write_text  # noqa: E402
 from epsim.sim.engine import Simulation  # noqa: E402
 from epsim.spec.scenario import scenario_from_dict  # noqa: E402
@@ -249,33 +249,18 @@ def few_clients(record: dict) -> list[str]:
     return out
 
 
-# FlashInfer 0.6.3 (SGLang 0.5.9's pin) `csrc/trtllm_gemm_runner.cu`, `select_kernel_fp8`: the
-# FP8 block-scale GEMM that `--fp8-gemm-backend flashinfer_trtllm` (the MTP script) or
-# `SGLANG_ENABLE_FLASHINFER_GEMM=true` (the other FP8 scripts, both with JIT DeepGEMM off) runs
-# through `gemm_fp8_nt_groupwise(backend="trtllm")` with tactic -1 (no autotune): one of four
-# low-latency swap-AB kernels by N / K alone, whatever the tokens -- `t128x{8,16,32}x128`, the
-# token dimension in tiles of 8 (N/K >= 32), 32 (N/K <= 2, or N >= 20000) or 16 (else)
 def dense_token_tile(n: int, k: int) -> int:
-    ratio = n / k
-    return 8 if ratio >= 32 else 32 if ratio <= 2.0 or n >= 20000 else 16
+    """`select_kernel_fp8`'s token tile (`epsim.cost.trtllm_fp8_gemm.token_tile`)."""
+    return token_tile(n, k)
 
 
 def trtllm_dense_us(sim, m: int, n: int, k: int) -> float:
-    """A what-if, not a model epsim runs: one `[m, k] x [k, n]` FP8-block GEMM at its
-    low-latency token tile, priced by the row profile's fitted TRT-LLM FP8-block MoE kernel (the
-    same trtllm-gen batched-GEMM family: waves, each tile's weight re-read, its rows' epilogue)
-    as one expert of `H = k`, `I = n / 3` (its weights `n k`, `2 n k` FLOPs a row), less the
-    MoE kernel's fixed terms (`base_us`, `per_expert_us`: its routing and finalize). Extrapolated:
-    the fit's experts hold at most a few tiles of rows, this one hundreds."""
+    """One `[m, k] x [k, n]` FP8-block GEMM on FlashInfer's trtllm kernel, priced as epsim now
+    prices it for `fp8_gemm_backend: flashinfer_trtllm` (`epsim.cost.trtllm_fp8_gemm`: the row
+    profile's fitted TRT-LLM FP8-block MoE kernel less its fixed terms; extrapolated)."""
     experts = sim.cost_model.params.step(False).experts
-    tile = np.array(float(dense_token_tile(n, k)))
-    gemm = trtllm_gemm(quant_expert_gemm(k, n // 3, "fp8_block", sim.cost_model.params.gemm.num_sms,
-                                         1), tile, "fp8_block")
-    pairs, active = np.array([[float(m)]]), np.array([[1.0]])
-    reread = reread_kb(np.array([[float(m)]]), tile, gemm.weight_bytes) / experts.reread_gbps
-    t = experts_rank_us(pairs, active, even_row_tiles(pairs, active, tile), gemm, experts.params,
-                        reread)
-    return float(t.max()) - experts.params["base_us"] - experts.params["per_expert_us"]
+    kernel = TrtllmFp8Gemm(experts.params, experts.reread_gbps, sim.cost_model.params.gemm.num_sms)
+    return float(trtllm_gemm_us(np.array([float(m)]), n, k, kernel)[0])
 
 
 def dense_gemms(tp: int, fused_shared: bool) -> list[tuple[str, int, int, int]]:
