@@ -3,6 +3,8 @@ tile `select_kernel_fp8` fixes by N / K, and the price that follows from it."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,28 @@ def test_an_mlp_is_its_gate_up_and_down_gemms():
     tokens = np.array([0.0, 64.0, 4096.0])
     want = gemm_us(tokens, 2 * 256, 7168, kernel) + gemm_us(tokens, 7168, 256, kernel)
     np.testing.assert_array_equal(mlp_us(tokens, 7168, 256, kernel), want)
+
+
+def _params(gpu: str, **deployment):
+    from epsim.sim.engine import Simulation
+    from epsim.spec.scenario import scenario_from_dict
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")        # the profile's extrapolation notes
+        sim = Simulation(scenario_from_dict({
+            "name": "tp8", "model": "DeepSeek-R1", "cluster": {"gpu": gpu},
+            "deployment": dict(tp_size=8, moe_tp_size=8, ep_size=1, enable_dp_attention=False,
+                               moe_a2a_backend="none", quantization="fp8_block", **deployment),
+            "workload": {"arrivals": {"kind": "concurrency", "clients": 4}, "duration_s": 1.0}},
+            where="test"))
+    return sim.cost_model.params
+
+
+def test_the_field_prices_the_linears_where_the_profile_holds_the_trtllm_moe_fit():
+    p = _params("B200", fp8_gemm_backend="flashinfer_trtllm")
+    if p.step(False).experts.reread_gbps == 0:
+        pytest.skip("the shipped B200 profile holds no TRT-LLM FP8-block MoE fit")
+    assert p.fp8_gemm is not None and p.attention.mla.fp8_gemm is p.fp8_gemm
+    plain = _params("B200")
+    assert plain.fp8_gemm is None and plain.attention.mla.fp8_gemm is None
+    # Hopper's profile fits no TRT-LLM MoE: the field has nothing to price it with
+    assert _params("H200", fp8_gemm_backend="flashinfer_trtllm").fp8_gemm is None
