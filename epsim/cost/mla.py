@@ -41,7 +41,9 @@ from epsim.cost.flash import DecodeKernel, KernelWork, kernel_features, kernel_u
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla_bmm import bmm_us, bmm_work
 from epsim.cost.quant import gemm_us, gemm_work
+from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm
 from epsim.profile import HOPPER
 from epsim.spec.gpu import HardwareSpec
 
@@ -199,6 +201,8 @@ class MlaParams:
         kv_bytes: bytes of one cache element (`kv_cache_dtype`).
         absorbed_prefill: price the prefill in the absorbed form (False: per head, what SGLang
             runs; the records of Hopper's kernel are absorbed, `ABSORBED_PREFILL`).
+        fp8_gemm: the projections (and `kv_b`) on FlashInfer's trtllm block-FP8 GEMM
+            (`epsim.cost.trtllm_fp8_gemm`), or None (the `gemm` fit).
     """
 
     decode: Mapping[str, float]
@@ -219,6 +223,7 @@ class MlaParams:
     v_dim: int
     kv_bytes: float
     absorbed_prefill: bool
+    fp8_gemm: TrtllmFp8Gemm | None = None
 
     @property
     def decode_form(self) -> MlaForm:
@@ -235,6 +240,8 @@ def _gemm(m, n: int, k: int, mla: MlaParams, batch: int = 1, bmm: bool = False) 
     if bmm:                                 # the absorbed BMMs: `epsim.cost.mla_bmm`
         return bmm_us(bmm_work(m, n, k, batch, mla.bmm_format), mla.bmm, mla.hardware,
                       mla.bmm_format)
+    if mla.fp8_gemm is not None:            # FlashInfer's trtllm block-FP8 GEMM
+        return trtllm_fp8_gemm.gemm_us(m, n, k, mla.fp8_gemm)
     return gemm_us(gemm_work(m, n, k, mla.gemm_format, mla.num_sms, batch), mla.gemm,
                    mla.hardware, mla.gemm_format)
 

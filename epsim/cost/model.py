@@ -21,6 +21,7 @@ import numpy as np
 from epsim.cost.attention_ahead import AttentionAhead
 from epsim.cost.attention import (BatchCounts, attention_projections_us, attention_us, gemm_us,
                                   kv_ratio, lm_head_us, measured_attention_us)
+from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.attention_ops import attention_ops_us
 from epsim.cost.comm import per_message
 from epsim.cost.experts import dense_gemm, dense_us
@@ -407,9 +408,13 @@ class CostModel:
         return float(np.where(part.tokens > 0, proj, 0.0).max(initial=0.0))
 
     def _mlp_us(self, tokens: np.ndarray, width: int, rates: Coefficients) -> np.ndarray:
-        """[dp] a dense SwiGLU MLP of `width` on each rank's tokens: the fitted dense kernel
-        (`epsim.cost.experts.dense_us`), else the datasheet roofline at `rates` (the experts')."""
+        """[dp] a dense SwiGLU MLP of `width` on each rank's tokens: FlashInfer's trtllm
+        block-FP8 GEMM where the deployment runs it (`epsim.cost.trtllm_fp8_gemm`), the fitted
+        dense kernel (`epsim.cost.experts.dense_us`), else the datasheet roofline at `rates`."""
         m, p = self.model, self.params
+        if p.fp8_gemm is not None:          # FlashInfer's trtllm block-FP8 GEMM, TP-split
+            return trtllm_fp8_gemm.mlp_us(tokens, m.hidden_size, max(width // p.tp_size, 1),
+                                          p.fp8_gemm)
         if p.dense is None:
             params = float(3 * m.hidden_size * width)
             return gemm_us(params * m.weight_bytes_per_param, 2.0 * params, tokens, rates,

@@ -30,6 +30,7 @@ from epsim.cost.flash import FA2_GRIDS, FlashGrids
 from epsim.cost.mla import MlaParams
 from epsim.cost.timing import StageTiming
 from epsim.cost.transport import TransportPath
+from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
@@ -255,6 +256,8 @@ class CostParams:
             runs them (`epsim.cost.attention_ops.block_ops`).
         fused_shared_experts: shared experts run inside the fused MoE kernel as experts every
             token picks (`epsim.cost.shared_experts`); 0: they run as their own dense MLP.
+        fp8_gemm: the block-FP8 dense linears (projections, shared experts, dense MLP) on
+            FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`), or None.
     """
 
     model: ModelSpec
@@ -288,6 +291,7 @@ class CostParams:
     attention_ops: Coefficients | None = None
     attention_block_ops: BlockOps = BlockOps(0, 0.0)
     fused_shared_experts: int = 0
+    fp8_gemm: TrtllmFp8Gemm | None = None
 
     def step(self, graph: bool) -> StepKindParams:
         """The MoE layers' parameters in a CUDA-graph (`graph`) or eager step."""

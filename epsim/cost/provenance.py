@@ -19,6 +19,7 @@ from epsim.cost.comm import per_message
 from epsim.cost.ledger import COLUMN, Ledger
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.timing import band_ratios
+from epsim.cost.trtllm_fp8_gemm import PROVENANCE as FP8_GEMM
 from epsim.cost.tp import ALLREDUCE_KEY, measured_none_reduce
 from epsim.default_profile import profile_label
 
@@ -186,8 +187,11 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         ops = row[COLUMN["attention_ops"]]
         if params.attention.mla is not None:     # MLA's own kernel, BMMs and projections
             keys = params.attention.mla.keys
+            trtllm = params.fp8_gemm is not None      # the projections on its own kernel
             parts = [f"MLA {part}: {keys[part] or 'datasheet'}" for part in keys
-                     if part != "decode"]
+                     if part != "decode" and not (trtllm and part == "projections")]
+            if trtllm:
+                parts.append(f"MLA projections on FlashInfer's trtllm GEMM: {FP8_GEMM}")
             use("attention", "device", keys["decode"], row[COLUMN["attention"]] - ops, graph, {},
                 parts + beside)
         elif params.attention.kernels is not None:
@@ -199,7 +203,9 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         use("attention_ops", "device", "any/attention_ops/graph", ops, graph,
             {**hidden, "num_tokens_per_rank": (lo, hi)},
             ["MLA block's ops costed with the GQA block's fit"] if mla else [])
-        if params.dense is not None:
+        if params.fp8_gemm is not None:        # FlashInfer's trtllm block-FP8 GEMM
+            gemm, gemm_key = [FP8_GEMM], experts_key
+        elif params.dense is not None:
             gemm, gemm_key = [], "any/dense/graph"
         else:
             gemm = ["dense GEMM costed with the experts fit's bandwidth and FLOP rate"]

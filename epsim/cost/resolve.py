@@ -28,6 +28,7 @@ from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
 from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import FA2_GRIDS, FlashGrids, attention_kernel_defaults, component_grids
 from epsim.cost.layout import layout_defaults
+from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.mla import MlaParams, mla_defaults
 from epsim.cost.mla_bmm import bmm_defaults
 from epsim.cost.moe import layer_defaults
@@ -40,6 +41,7 @@ from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_k
 from epsim.cost.shared_experts import fused_shared_experts
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
+from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm
 from epsim.default_profile import default_profile
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import SpecError
@@ -186,6 +188,7 @@ class _Resolver:
         # its projections (a dense GEMM) plus the fitted decode and prefill kernels; None:
         # the datasheet rooflines of section 5 of docs/model.md
         dense = self.kernel("dense")
+        fp8_gemm = self._fp8_gemm(graph)
         return CostParams(
             model=m, cluster=c, deployment=d, time_mode=time_mode, profile_applies=self.applies,
             backend=backend, num_ranks=num_ranks, ranks_per_node=per_node,
@@ -204,7 +207,7 @@ class _Resolver:
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
                 attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype,
-                self._mla(tp_size), self._attention_grids()),
+                self._mla(tp_size, fp8_gemm), self._attention_grids()),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
             token_ranges=token_ranges(self.profile, used),
@@ -214,7 +217,21 @@ class _Resolver:
             attention_block_ops=block_ops(m, self.engine, tp_size,
                                           d.enable_flashinfer_allreduce_fusion
                                           and not d.enable_dp_attention),
-            fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size))
+            fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size),
+            fp8_gemm=fp8_gemm)
+
+    def _fp8_gemm(self, graph: StepKindParams) -> TrtllmFp8Gemm | None:
+        """The block-FP8 dense linears on FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`)
+        where the deployment names it, the dense weights are block-FP8 and the profile's
+        experts are the fitted TRT-LLM FP8-block MoE kernel (its re-read rate set) whose terms
+        price it; else None (the profile's block-FP8 GEMM fit, DeepGEMM's)."""
+        m = self.model
+        experts = graph.experts
+        if (self.deployment.fp8_gemm_backend != "flashinfer_trtllm"
+                or (m.dense_weight_dtype or m.weight_dtype) != trtllm_fp8_gemm.FORMAT
+                or m.weight_dtype != trtllm_fp8_gemm.FORMAT or not experts.reread_gbps):
+            return None
+        return TrtllmFp8Gemm(experts.params, experts.reread_gbps, num_sms(self.cluster.gpu))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
     @property
@@ -273,9 +290,9 @@ class _Resolver:
         comp = self._exact(key)
         return _frozen({**defaults, **(comp.params if comp else {})}), key if comp else ""
 
-    def _mla(self, tp_size: int) -> MlaParams | None:
+    def _mla(self, tp_size: int, fp8_gemm: TrtllmFp8Gemm | None = None) -> MlaParams | None:
         """An MLA model's layer on one rank (`epsim.cost.mla`): the decode and prefill kernels
-        for the deployment's KV-cache dtype, the absorbed BMMs (FP8 for FP8 checkpoints) and
+        for the deployment's KV-cache dtype, the absorbed BMMs (FP8 for per-tensor FP8 checkpoints, else BF16) and
         the projections in the dense weights' format, each its fit or datasheet efficiencies;
         None for GQA (and DeepSeek sparse attention, which epsim does not price)."""
         m, c = self.model, self.cluster
@@ -303,7 +320,7 @@ class _Resolver:
             # SGLang runs an MLA prefill per head (MHA, `MHA_CHUNKED_KV`) on its fa3 and
             # trtllm_mla backends alike; Hopper's kernel fit (timed absorbed by AIC's collector)
             # gives the efficiencies the per-head work runs at
-            absorbed_prefill=False)
+            absorbed_prefill=False, fp8_gemm=fp8_gemm)
 
     def _tp_collectives(self) -> TPCollectiveParams:
         """SGLang's all-reduce by algorithm (`any/allreduce/graph/<algorithm>`, device time over

@@ -276,6 +276,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "disable_overlap_schedule": _flag("--disable-overlap-schedule"),
     "mlp_sync_group": _release_code_path,
     "disable_shared_experts_fusion": _flag("--disable-shared-experts-fusion"),
+    "fp8_gemm_backend": _value("--fp8-gemm-backend"),
     # SGLang 0.5.7+ also turns it on by itself for DeepSeek-V3/R1 and Qwen3-MoE on Hopper and
     # Blackwell (one node, no DP attention, moe_a2a_backend none), and has no flag to turn it off
     "enable_flashinfer_allreduce_fusion": _flag("--enable-flashinfer-allreduce-fusion"),

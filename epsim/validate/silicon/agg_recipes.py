@@ -82,13 +82,25 @@ class Flags:
     # the draft): (`--speculative-num-steps`, `--speculative-eagle-topk`,
     # `--speculative-num-draft-tokens`); None: no draft
     draft: tuple[int, int, int] | None = None
+    # the block-FP8 dense linears' GEMM: `--fp8-gemm-backend flashinfer_trtllm` (the MTP
+    # scripts) or `SGLANG_ENABLE_FLASHINFER_GEMM=true` (the others; with JIT DeepGEMM off), the
+    # same backend in SGLang 0.5.9's `environ.py` (earlier SGLang ran the env's
+    # `flashinfer_gemm_w8a8_block_fp8_linear` on FlashInfer's CUTLASS groupwise GEMM, later on
+    # backend="trtllm": the rows' pre-0.5.9 images are assumed to run trtllm); None: SGLang's default
+    fp8_gemm_backend: str | None = None
+    # `--moe-runner-backend flashinfer_trtllm`: SGLang then sets disable_shared_experts_fusion
+    # (`server_args.py`), the shared expert its own MLP
+    moe_runner_backend: str | None = None
 
 
 _FP4 = Flags(256, 256, 16384, None, 0.85, "fp8_e4m3", (10, 30), unstated_ep_is_tp=True)
-_FP8_TP8 = Flags(128, 128, 32768, 32768, 0.82, "fp8_e4m3", (10, 30))
-_FP8_TP4 = Flags(32, 32, 8192, 8192, 0.95, "fp8_e4m3", (10, 10))
+# every B200 and B300 FP8 script (189ae51cc's docker script, 64c20b6b5's, 5b302f147's and the
+# MTP twins') runs its FP8 linears and its MoE on FlashInfer's trtllm-gen kernels
+_TRTLLM = {"fp8_gemm_backend": "flashinfer_trtllm", "moe_runner_backend": "flashinfer_trtllm"}
+_FP8_TP8 = Flags(128, 128, 32768, 32768, 0.82, "fp8_e4m3", (10, 30), **_TRTLLM)
+_FP8_TP4 = Flags(32, 32, 8192, 8192, 0.95, "fp8_e4m3", (10, 10), **_TRTLLM)
 # the FP8 MTP twins' script (`dsr1_fp8_b200_mtp.sh`, `dsr1_fp8_b300_mtp.sh`): TP 8 only
-_FP8_MTP = Flags(512, 512, 16384, 16384, 0.82, "fp8_e4m3", (10, 30), draft=(2, 1, 3))
+_FP8_MTP = Flags(512, 512, 16384, 16384, 0.82, "fp8_e4m3", (10, 30), draft=(2, 1, 3), **_TRTLLM)
 _H200_1K1K = Flags(512, 512, 32768, 32768, 0.82, "auto")
 _H200 = Flags(256, 256, 32768, 32768, 0.82, "auto")
 
@@ -276,13 +288,17 @@ def cold_start_note(row, per_client: int | None = None) -> str | None:
 
 def deployment_fields(found: RowFlags) -> dict:
     """The `DeploymentSpec` fields the flags set (`--max-prefill-tokens`, where a script sets it,
-    equals its `--chunked-prefill-size`: the chunk bounds a step's prefill tokens alone)."""
+    equals its `--chunked-prefill-size`: the chunk bounds a step's prefill tokens alone; the
+    `flashinfer_trtllm` MoE runner's shared expert unfused, as SGLang sets it)."""
     f = found.flags
     fields = {"max_running_requests": f.max_running_requests,
               "cuda_graph_max_bs": f.cuda_graph_max_bs,
               "chunked_prefill_size": f.chunked_prefill_size,
               "mem_fraction_static": f.mem_fraction_static, "kv_cache_dtype": f.kv_cache_dtype,
-              "scheduler_recv_interval": found.scheduler_recv_interval}
+              "scheduler_recv_interval": found.scheduler_recv_interval,
+              "fp8_gemm_backend": f.fp8_gemm_backend}
+    if f.moe_runner_backend == "flashinfer_trtllm":
+        fields["disable_shared_experts_fusion"] = True
     if f.draft is not None:
         fields.update(zip(("speculative_num_steps", "speculative_eagle_topk",
                            "speculative_num_draft_tokens"), f.draft))

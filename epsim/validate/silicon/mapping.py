@@ -18,7 +18,7 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 
-from epsim.cost import served_tiles
+from epsim.cost import served_tiles, trtllm_fp8_gemm
 from epsim.default_profile import part_for
 from epsim.errors import EpsimError
 from epsim.routing import recorded
@@ -266,6 +266,13 @@ def _agg_server(run: SiliconRow, assumptions: list[str], mtp: bool = False
     assumptions[1] = (f"ISL/OSL uniform in [{agg_recipes.HARNESS_RANGE_RATIO} L, L] "
                       "(InferenceX's harness: --random-range-ratio "
                       f"{agg_recipes.HARNESS_RANGE_RATIO})")
+    if server.get("fp8_gemm_backend") == "flashinfer_trtllm":
+        assumptions.append("FP8-block linears on FlashInfer's trtllm GEMM (the script's "
+                           "flashinfer_trtllm FP8 GEMM backend; images before SGLang 0.5.9 "
+                           "assumed to run it too): " + trtllm_fp8_gemm.PROVENANCE)
+    if found.flags.moe_runner_backend == "flashinfer_trtllm":
+        assumptions.append("shared expert unfused: SGLang sets disable_shared_experts_fusion for "
+                           "--moe-runner-backend flashinfer_trtllm (server_args.py)")
     side = run.agg
     if found.ep_size != side.moe_ep_size:
         gpus = side.num_gpus

@@ -126,8 +126,24 @@ def test_the_mtp_twin_keys_flags_set_its_draft():
     assert agg_recipes.deployment_fields(found) == {
         "max_running_requests": 512, "cuda_graph_max_bs": 512, "chunked_prefill_size": 16384,
         "mem_fraction_static": 0.82, "kv_cache_dtype": "fp8_e4m3", "scheduler_recv_interval": 30,
+        "fp8_gemm_backend": "flashinfer_trtllm", "disable_shared_experts_fusion": True,
         "speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3}
     assert recipe_flags("fp8", "b200_sxm", 8192, 1024, 4, 1, 4, MARCH, mtp=True) is None  # TP 8 only
+
+
+def test_a_b200_fp8_row_runs_its_linears_on_flashinfers_trtllm_gemm_its_shared_expert_apart():
+    # every B200 FP8 script: SGLANG_ENABLE_FLASHINFER_GEMM=true (or --fp8-gemm-backend
+    # flashinfer_trtllm) and --moe-runner-backend flashinfer_trtllm, which unfuses the shared expert
+    plan = plan_row(_fp8_tp8(256))                     # the MTP twin's script
+    deployment = plan.instances[0].data["deployment"]
+    assert deployment["fp8_gemm_backend"] == "flashinfer_trtllm"
+    assert deployment["disable_shared_experts_fusion"] is True
+    assert any("no table times FlashInfer's trtllm FP8 block GEMM" in a for a in plan.assumptions)
+    assert any("disable_shared_experts_fusion" in a for a in plan.assumptions)
+    tp4 = agg_recipes.deployment_fields(recipe_flags("fp8", "b200_sxm", 8192, 1024, 4, 1, 32, MARCH))
+    assert (tp4["fp8_gemm_backend"], tp4["disable_shared_experts_fusion"]) == ("flashinfer_trtllm", True)
+    fp4 = agg_recipes.deployment_fields(recipe_flags("fp4", "b200_sxm", 1024, 1024, 4, 4, 8, MARCH))
+    assert "fp8_gemm_backend" not in fp4           # NVFP4 linears: not this kernel
 
 
 def test_a_row_only_the_mtp_twins_sweep_ran_is_predicted_with_mtp():
