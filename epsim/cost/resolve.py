@@ -292,8 +292,9 @@ class _Resolver:
 
     def _mla(self, tp_size: int, fp8_gemm: TrtllmFp8Gemm | None = None) -> MlaParams | None:
         """An MLA model's layer on one rank (`epsim.cost.mla`): the decode and prefill kernels
-        for the deployment's KV-cache dtype, the absorbed BMMs (FP8 for per-tensor FP8 checkpoints, else BF16) and
-        the projections in the dense weights' format, each its fit or datasheet efficiencies;
+        for the deployment's KV-cache dtype, the absorbed BMMs (FP8 for per-tensor FP8
+        checkpoints, else BF16) and the projections in the dense weights' format (or FlashInfer's
+        trtllm block-FP8 GEMM, `fp8_gemm`), each its fit or datasheet efficiencies;
         None for GQA (and DeepSeek sparse attention, which epsim does not price)."""
         m, c = self.model, self.cluster
         if m.attention != "mla":
