@@ -152,6 +152,12 @@ class DeploymentSpec(BaseModel):
         "kernel launches counted from its source at one eager launch's measured host time "
         "(`epsim.cost.forward_host`); it outlasts a lone 1k prompt's device time by 0-20 ms, "
         "nothing at 8k; off: the device time alone"))
+    server_tokenize: Literal["off", "serial", "parallel"] = Field(default="off", description=(
+        "the server tokenises each prompt, sent as text, before its scheduler sees it, at the "
+        "measured cost of DeepSeek-V3's tokenizer on random prompts (`epsim.cost.tokenize`: "
+        "~1.7 ms at 1k tokens, ~18 ms at 8k); serial: one prompt at a time, first come first "
+        "served (SGLang's tokenizer manager); parallel: each prompt on its own thread (Dynamo's "
+        "Rust frontend); TTFT counts from the send; off: prompts arrive as token ids"))
 
     # EPLB
     enable_eplb: bool = False
