@@ -7,7 +7,10 @@ op-level measurement (`benchmarks/server_tokenize.py`).
     python benchmarks/server_tokenize_rows.py --select DIR          # DIR/few.csv, DIR/mid.csv
     epsim validate --silicon DIR/few.csv --approximate --no-peer --workers 1 --json > DIR/few.json
     epsim validate --silicon DIR/mid.csv --approximate --no-peer --workers 1 --json > DIR/mid.json
-    python benchmarks/server_tokenize_rows.py --after DIR [--write]
+    python benchmarks/server_tokenize_rows.py --after DIR [--before MAIN_DIR] [--write]
+
+`--before MAIN_DIR`: main's code run on the same CSVs (its few.json and mid.json), for a
+bit-identical before; without it, the whole-set record's entries of the same rows.
 
 Rows, chosen by rule before any result: every InferenceX row (the harness that posts text, the
 only rows that carry the term) the record prices (predicted or approximated) at 1-8 clients; at
@@ -59,16 +62,18 @@ def select(out: Path) -> None:
     print(f"{len(few)} rows at 1-8 clients, {len(mid)} at 16-64 -> {out}")
 
 
-def _pairs(after_path: Path) -> list[dict]:
-    """(before, after) of every row both price, keyed by id (a row held twice counts once)."""
-    before = {r["id"]: r for r in _record()}
+def _pairs(after_path: Path, before_path: Path | None = None) -> list[dict]:
+    """(before, after) of every row both price, keyed by id."""
+    rows = _record() if before_path is None else json.loads(before_path.read_text())["rows"]
+    before = {r["id"]: r for r in rows}
     out = []
     for r in json.loads(after_path.read_text())["rows"]:
         b = before.get(r["id"])
         if b is None or b["epsim"]["status"] not in ("predicted", "approximated") \
                 or r["epsim"]["status"] not in ("predicted", "approximated"):
             continue
-        out.append({"id": r["id"], "mode": r["mode"], "isl": r["isl"], "clients": r["concurrency"],
+        cold = any("without warm-up" in line for line in r["epsim"].get("assumptions", []))
+        out.append({"id": r["id"], "mode": r["mode"], "cold": cold, "isl": r["isl"], "clients": r["concurrency"],
                     "status": b["epsim"]["status"], "measured": r["measured"]["ttft_ms"],
                     "tpot_measured": r["measured"]["tpot_ms"],
                     "before": b["epsim"]["ttft_ms"], "after": r["epsim"]["ttft_ms"],
@@ -111,12 +116,17 @@ def table(rows: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
-def make(after: Path) -> str:
-    few, mid = _pairs(after / "few.json"), _pairs(after / "mid.json")
+def make(after: Path, before: Path | None = None) -> str:
+    few = _pairs(after / "few.json", None if before is None else before / "few.json")
+    mid = _pairs(after / "mid.json", None if before is None else before / "mid.json")
+    said = ("the whole-set record's entries" if before is None else
+            "main's code (`--before MAIN_DIR`) on the same CSVs")
     return "\n\n".join([
-        "Before: the whole-set record (main's code). After: this branch's "
-        "`epsim validate --silicon DIR/{few,mid}.csv --approximate --no-peer --workers 1 --json`.",
+        f"Before: {said}. After: this branch's `epsim validate --silicon DIR/{{few,mid}}.csv "
+        "--approximate --no-peer --workers 1 --json`.",
         table(few, "1-8 clients (InferenceX rows the record prices)"),
+        table([r for r in few if not r["cold"]], "1-8 clients, warmed runs only (less the "
+              "November 2025 runs with no warm-up, `agg_recipes.cold_start_note`)"),
         table(mid, f"16-64 clients (every k-th predicted InferenceX row, {MID_ROWS})")])
 
 
@@ -124,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--select", type=Path, help="write few.csv and mid.csv here")
     parser.add_argument("--after", type=Path, help="read few.json and mid.json from here")
+    parser.add_argument("--before", type=Path, help="main's few.json and mid.json (else the record)")
     parser.add_argument("--write", action="store_true", help=f"record in {OUT.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     if args.select is None and args.after is None:
@@ -136,11 +147,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"--after: no {name} in {args.after}", file=sys.stderr)
                 return 2
         started = time.perf_counter()
-        body = make(args.after)
+        body = make(args.after, args.before)
         print(body)
         if args.write:
             write_recorded(OUT, "The server's tokenisation on the silicon rows",
-                           "python benchmarks/server_tokenize_rows.py --after DIR --write",
+                           "python benchmarks/server_tokenize_rows.py --after DIR "
+                           + ("--before MAIN_DIR " if args.before else "") + "--write",
                            started, body)
     return 0
 
