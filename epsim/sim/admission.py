@@ -15,7 +15,7 @@ import numpy as np
 
 class Admission:
     """What `Scheduler` does with arrivals (module doc). It reads the scheduler's `state`,
-    `queues`, `closed`, `kv`, `mode`, slots and per-slot counters."""
+    `queues`, `closed`, `kv`, `mode`, `tokenizer`, slots and per-slot counters."""
 
     # -- a closed loop's clients (`epsim.sim.clients`) ------------------------------------------
     def _send(self, times_s: list[float]) -> None:
@@ -31,6 +31,8 @@ class Admission:
         if state.count + len(times_s) >= np.iinfo(np.int32).max:
             raise ValueError("requests must be fewer than 2**31 per run (int32 slot ids)")
         ids = state.add_requests(np.asarray(times_s, dtype=np.float64), input_len, output_len)
+        if self.tokenizer is not None:      # TTFT counts from the send, the queue from here
+            times_s = self.tokenizer.through(np.asarray(times_s), input_len).tolist()
         self.queues.add(times_s, ids.tolist())
 
     def _client_done(self, ids: np.ndarray, now_s: float) -> None:

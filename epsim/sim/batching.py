@@ -53,6 +53,7 @@ from epsim.sim.slots import EMPTY_LEFT, FEW_FREE, SlotState
 from epsim.sim.speculative import Acceptance, verify_counts
 from epsim.sim.step_plan import Plan
 from epsim.sim.token_gaps import NO_GAPS, StepGaps, WindowGaps
+from epsim.sim.tokenizer_queue import TokenizerQueue
 from epsim.spec.workload import RetrySpec
 
 
@@ -83,6 +84,9 @@ class Scheduler(Admission):
             `RetrySpec`; None: its defaults, sglang.bench_serving's).
         rooms_seed: route each arrival to a uniformly drawn rank from this seed, as a P/D
             prefill server's bootstrap rooms do (`epsim.sim.rank_queues`); None: round-robin.
+        tokenizer: the server's tokenizer, which every new request passes before its rank's
+            queue sees it (`epsim.sim.tokenizer_queue`, `deployment.server_tokenize`); None:
+            prompts arrive as token ids.
     Attributes:
         state: the slots and requests every path shares (`SlotState`).
         queues: the arrivals each rank holds and has admitted (`RankQueues`).
@@ -94,7 +98,9 @@ class Scheduler(Admission):
                  initial_progress: np.ndarray | None = None, window_start_s: float = 0.0,
                  closed: ClosedLoop | None = None, kv: KVPool | None = None,
                  spec: Acceptance | None = None, draft_tokens: int = 1, recv_interval: int = 1,
-                 retry=None, rooms_seed: int | None = None):
+                 retry=None, rooms_seed: int | None = None,
+                 tokenizer: TokenizerQueue | None = None):
+        self.tokenizer = tokenizer
         self.retries = Retries(RetrySpec() if retry is None else retry)
         self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
         # SGLang's --scheduler-recv-interval: arrivals join only at receive points (`recv`)
@@ -124,7 +130,10 @@ class Scheduler(Admission):
             num = arrival_s.shape[0]
             if num >= np.iinfo(np.int32).max:
                 raise ValueError(f"requests ({num}) must be fewer than 2**31 per run (int32 slot ids)")
-            self.queues = RankQueues(arrival_s[:self.num_arrivals], num_ranks, rooms)
+            seen_s = arrival_s[:self.num_arrivals]
+            if tokenizer is not None:        # the scheduler sees each after its tokenisation
+                seen_s = tokenizer.through(seen_s, requests.input_len)
+            self.queues = RankQueues(seen_s, num_ranks, rooms)
             input_len = np.concatenate([requests.input_len, init.input_len]).astype(np.int64)
             output_len = np.concatenate([requests.output_len, init.output_len]).astype(np.int64)
             if mode == "prefill":

@@ -56,6 +56,7 @@ from epsim.sim.recv import forms_ahead
 from epsim.sim.speculative import Acceptance, DraftPricer
 from epsim.sim.steady import initial_running_per_rank
 from epsim.sim.stepper import default_engine, make_stepper
+from epsim.sim.tokenizer_queue import TokenizerQueue
 from epsim.spec.scenario import Scenario
 
 
@@ -164,7 +165,9 @@ class Simulation:
                                    window_start_s=w.warmup_s, closed=closed, kv=self.kv_pool,
                                    spec=self.acceptance, draft_tokens=d.speculative_steps[2],
                                    recv_interval=d.scheduler_recv_interval or 1, retry=w.retry,
-                                   rooms_seed=self.seed if routes_by_room(d, dp) else None)
+                                   rooms_seed=self.seed if routes_by_room(d, dp) else None,
+                                   tokenizer=(None if d.server_tokenize == "off" else
+                                              TokenizerQueue(d.server_tokenize == "serial")))
         self.end_us = w.duration_s * 1e6
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)

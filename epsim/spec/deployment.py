@@ -163,6 +163,12 @@ class DeploymentSpec(BaseModel):
         "a prefill (extend) forward's device compute at the clock a busy GPU's power limit "
         "holds, by the forward's tokens (`epsim.cost.sustained`: measured on an H100, 1.13x at "
         "8k tokens a GPU); off: the op tables' burst clock"))
+    server_tokenize: Literal["off", "serial", "parallel"] = Field(default="off", description=(
+        "the server tokenises each prompt, sent as text, before its scheduler sees it, at the "
+        "measured cost of DeepSeek-V3's tokenizer on random prompts (`epsim.cost.tokenize`: "
+        "~1.7 ms at 1k tokens, ~18 ms at 8k); serial: one prompt at a time, first come first "
+        "served (SGLang's tokenizer manager); parallel: each prompt on its own thread (Dynamo's "
+        "Rust frontend); TTFT counts from the send; off: prompts arrive as token ids"))
 
     # EPLB
     enable_eplb: bool = False

@@ -4,7 +4,14 @@ A benchmark's client of a P/D pair sends to the router, which sends the request 
 decode server at once; its first token reaches the client from the *decode* server. As SGLang
 0.5.8 serves it (line numbers of `sglang/srt/` in the 0.5.8 wheel):
 
-    ttft = bootstrap + prefill (queue + forward) + exposed KV transfer + decode first token
+    ttft = tokenize + bootstrap + prefill (queue + forward) + exposed KV transfer + decode first token
+
+- **tokenize** (`tokenize_ms`): a text prompt tokenised by the pair's frontend before either
+  server sees it (`deployment.server_tokenize` "parallel": Dynamo's Rust frontend, each request
+  in its own task; `epsim.cost.tokenize`, measured), the mean prompt's. Added here rather than
+  as a shift of the prefill instance's simulated arrivals: the same ~14-18 ms at 8k for every
+  request, whose length-dependent part would only break the ties of the prefill instance's
+  closed loop (its clients think one constant time, `closed_round`) and no queue it models.
 
 - **bootstrap** (`bootstrap_ms`): the prefill server keeps the request in its bootstrap queue
   until the decode server has pre-allocated its KV and sent the indices
@@ -44,6 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from epsim.cost.kv_transfer import kv_transfer, last_chunk_tokens
+from epsim.cost.tokenize import tokenize_s
 
 KV_PATH = "mooncake"        # SGLang's default --disaggregation-transfer-backend (server_args.py:631)
 
@@ -54,6 +62,7 @@ class Handoff:
 
     Attributes:
         bootstrap_ms: before the prefill server may schedule it (the decode's next receive).
+        tokenize_ms: the frontend's tokenisation of its text prompt (0: sent as token ids).
         transfer_ms: the last chunk's KV transfer after the prefill forward.
         first_token_ms: from the transfer's end to the first token streamed by the decode server.
     """
@@ -61,11 +70,12 @@ class Handoff:
     bootstrap_ms: float
     transfer_ms: float
     first_token_ms: float
+    tokenize_ms: float = 0.0
 
     @property
     def around_prefill_ms(self) -> float:
         """What the prefill instance's closed loop does not see before the decode side admits it."""
-        return self.bootstrap_ms + self.transfer_ms
+        return self.tokenize_ms + self.bootstrap_ms + self.transfer_ms
 
     def ttft_ms(self, prefill_ttft_ms: float) -> float:
         """The benchmark's TTFT of a request whose prefill instance took `prefill_ttft_ms`."""
@@ -100,4 +110,7 @@ def handoff(prefill_scenario, decode_step_ms: float, decode_first_ms: float,
     tokens = last_chunk_tokens(prompt, deployment.chunked_prefill_size)
     kv = kv_transfer(sc.model, sc.cluster, KV_PATH, tokens, kv_cache_dtype=deployment.kv_cache_dtype)
     wait = receive_wait_steps(recv_interval, arrivals_per_s * decode_step_ms * 1e-3)
-    return Handoff(busy * wait * decode_step_ms, kv.transfer_us * 1e-3, decode_first_ms)
+    tokenize_ms = (float(tokenize_s(prompt)) * 1e3 if deployment.server_tokenize == "parallel"
+                   else 0.0)
+    return Handoff(busy * wait * decode_step_ms, kv.transfer_us * 1e-3, decode_first_ms,
+                   tokenize_ms)

@@ -219,6 +219,13 @@ MTP_PROMPTS = ("MTP prompts: random token ids in DeepSeek-R1's chat template (In
                "workload.prompt_kind random_chat; acceptance from "
                + SOURCES["random_chat"].text)
 
+# the harness posts text (`sample_random_requests` decodes its random ids), so the (prefill)
+# server tokenises each prompt inside the TTFT (`epsim.cost.tokenize`, measured on our host)
+SERVER_TOKENIZE = ("prompts sent as text, tokenised before the scheduler sees them "
+                   "(deployment.server_tokenize; DeepSeek-V3's tokenizer timed on our host, "
+                   "~1.7 ms at 1k tokens, ~18 ms at 8k): one at a time by an agg server's "
+                   "tokenizer manager, each on its own thread by a P/D pair's Dynamo frontend")
+
 
 def inferencex_harness(row: SiliconRow) -> bool:
     """The row is an InferenceX run (its database dump or a dated export of its results), so
@@ -366,6 +373,11 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
         instance, lacks, approx = _instance(run, side, role, clients, workers, approximate,
                                             redundant.get(role, 0), ran.speculative,
                                             servers.get(role))
+        if role != "decode" and inferencex_harness(row):
+            # agg: SGLang's own HTTP server; P/D: Dynamo's frontend (srt-slurm's default)
+            instance.data["deployment"]["server_tokenize"] = "serial" if role == "agg" else "parallel"
+            if SERVER_TOKENIZE not in assumptions:
+                assumptions.append(SERVER_TOKENIZE)
         if (fused := allreduce_fusion.apply(run, instance.data)) and fused not in assumptions:
             assumptions.append(fused)
         if (tiles := _served_tiles(run, instance.data)) and tiles not in assumptions:

@@ -100,6 +100,11 @@ def _with(instance: Instance, arrivals: dict, window: tuple[float, float], runni
         # every iteration (`process_decode_queue`): its receive interval gates the requests'
         # bootstrap before the prefill instead (`epsim.validate.silicon.handoff`)
         data["deployment"].pop("scheduler_recv_interval", None)
+    if data["deployment"].get("server_tokenize") == "parallel":
+        # each request's own tokenisation (Dynamo's frontend), before the prefill server sees
+        # it: a P/D pair's TTFT term (`epsim.validate.silicon.handoff`), not a shift of the
+        # simulated arrivals
+        data["deployment"]["server_tokenize"] = "off"
     warmup_s, duration_s = window
     data["workload"].update(arrivals=arrivals, warmup_s=warmup_s, duration_s=duration_s,
                             initial_running_per_rank=running)
@@ -329,6 +334,7 @@ def couple(instances: tuple[Instance, ...] | list[Instance], osl: int) -> dict:
                 ttft_ms = hand.ttft_ms(prefill_ms)
                 extra = {"ttft_terms": {"prefill_ms": round(prefill_ms, 4),
                                         "bootstrap_ms": round(hand.bootstrap_ms, 4),
+                                        "tokenize_ms": round(hand.tokenize_ms, 4),
                                         "transfer_ms": round(hand.transfer_ms, 4),
                                         "first_token_ms": round(hand.first_token_ms, 4)}}
     return {"ttft_ms": round(ttft_ms, 4), "tpot_ms": round(tpot_ms, 4), "shares": shares, **extra}

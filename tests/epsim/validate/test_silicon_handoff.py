@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from epsim.cost.kv_transfer import kv_bytes_per_request, kv_transfer, last_chunk_tokens
+from epsim.cost.tokenize import tokenize_s
 from epsim.spec.scenario import scenario_from_dict
 from epsim.validate.silicon.handoff import Handoff, handoff, receive_wait_steps
 from epsim.validate.silicon.mapping import Instance
@@ -42,6 +43,22 @@ def test_handoff_terms_add_up_exactly():
     assert kv.bytes_per_request == bytes_
     assert hand == Handoff(20.0, kv.latency_us * 1e-3 + bytes_ / (kv.gbps * 1e3) * 1e-3, 55.0)
     assert hand.ttft_ms(300.0) == pytest.approx(300.0 + 20.0 + hand.transfer_ms + 55.0, abs=1e-12)
+
+
+def test_a_frontend_that_tokenises_adds_the_mean_prompts_tokenisation():
+    # Dynamo's frontend tokenises each text prompt on its own thread before the prefill server
+    # sees it: the pair's TTFT adds that prompt's measured price, and the prefill instance's
+    # simulated arrivals stay as they were
+    base = handoff(scenario_from_dict(_prefill()), decode_step_ms=40.0, decode_first_ms=55.0)
+    sc = scenario_from_dict(_prefill(server_tokenize="parallel"))
+    hand = handoff(sc, decode_step_ms=40.0, decode_first_ms=55.0)
+    assert base.tokenize_ms == 0.0
+    assert hand.tokenize_ms == pytest.approx(float(tokenize_s(8192)) * 1e3)
+    assert hand.ttft_ms(300.0) == pytest.approx(base.ttft_ms(300.0) + hand.tokenize_ms, abs=1e-12)
+    instance = Instance("prefill", _prefill(server_tokenize="parallel"), clients=4, num_workers=1,
+                        dp_ranks=8, closed_loop=True)
+    data = closed_round(instance, 0.5, 0.01, 1024, 10.0)
+    assert data["deployment"]["server_tokenize"] == "off"
 
 
 def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
