@@ -73,7 +73,7 @@ def harness_prompt(tok, length: int, rng: np.random.Generator, index: int) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--tokenizer-json", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--prompts", type=int, default=6, help="prompts per length")

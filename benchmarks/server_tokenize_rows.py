@@ -131,7 +131,7 @@ def make(after: Path, before: Path | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--select", type=Path, help="write few.csv and mid.csv here")
     parser.add_argument("--after", type=Path, help="read few.json and mid.json from here")
     parser.add_argument("--before", type=Path, help="main's few.json and mid.json (else the record)")
