@@ -6,29 +6,18 @@ backend price the same count over the input's slots (the group's tokens)."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
-from epsim.cost import contiguous_placement
 from epsim.cost.exiting_ctas import exiting_ctas_per_sm, launched_tiles
 from epsim.cost.experts import num_sms
-from epsim.cost.model import CostModel
 from epsim.cost.moe import TRTLLM_SCALES
 from epsim.cost.quant import (EXPERT_FEED_TERMS, quant_expert_gemm, trtllm_gemm, trtllm_ladder,
                               trtllm_tile)
 from epsim.cost.record_kernels import kernel_record_features
-from epsim.cost.tables import build_tables
-from epsim.eplb import Placement
-from epsim.profile import Component, Profile
-from epsim.records import MeasurementRecord, Provenance
-from epsim.spec.deployment import DeploymentSpec
-from epsim.spec.hardware import ClusterSpec
-from epsim.zoo import get_model
+# the same records (AIC's balanced rows) and DeepSeek-V3 stage as the remote-token term's
+from tests.epsim.cost.test_trtllm_remote_tokens import _experts_us, _profile, _record
 
-KEY = "any/experts_nvfp4/graph"
-PARAMS = {"base_us": 10.0, "hbm_frac": 0.9, "tensor_frac": 0.5, "reread_frac": 0.5}
 # DeepSeek's weight-column tiles: gate+up 2 x 2048 / 128 = 32, down 7168 / 128 = 56
 COLUMNS = 32 + 56
 
@@ -43,25 +32,6 @@ def test_launch_is_the_worst_case_over_the_inputs_slots():
     assert exiting_ctas_per_sm(40.0, 64, 64.0, 128.0, gemm) == 0.0
     assert exiting_ctas_per_sm(32768.0, 64, 64.0, 128.0, gemm) == pytest.approx(
         255 * COLUMNS / 148)
-
-
-def _record(ep: int, tokens: int, experts: int = 256, top_k: int = 8) -> MeasurementRecord:
-    """Rank 0 of EP `ep` on AIC's balanced rows: the group's `tokens` spread evenly."""
-    local = experts // ep
-    rows = [tokens * top_k / experts] * local
-    return MeasurementRecord(
-        kind="quant_experts", backend="local", median_us=100.0, timing="device", ep_size=ep,
-        num_tokens_per_rank=-(-tokens // ep), hidden_size=7168, moe_intermediate_size=2048,
-        num_experts=experts, num_local_experts=local, top_k=top_k, weight_dtype="nvfp4",
-        local_expert_tokens=[rows] * ep, expert_tokens_per_rank=[sum(rows)] * ep,
-        extra={"measured_rank": 0, "num_tokens": tokens},
-        provenance=Provenance(device="GB200", hardware="GB200"))
-
-
-def _profile(**extra) -> Profile:
-    profile = Profile(name="t", hardware="GB200")
-    profile.components[KEY] = Component(params={**PARAMS, **extra}, source="fit")
-    return profile
 
 
 def test_record_row_carries_the_exiting_ctas_per_sm_priced_at_exit_us():
@@ -84,20 +54,6 @@ def test_fp8_block_rows_carry_no_exiting_ctas():
     record = _record(4, 4096).model_copy(update={"weight_dtype": "fp8_block"})
     row = kernel_record_features(record, _profile())
     assert row.row[row.coef_names.index("exit_us")] == 0.0
-
-
-def _experts_us(profile: Profile, ep: int, tokens: float) -> float:
-    """The experts stage of DeepSeek-V3 (NVFP4) on GB200 with the `none` backend at EP `ep`,
-    balanced loads of `tokens` group tokens."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cost = CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu="GB200", gpus_per_node=4),
-                         DeploymentSpec(ep_size=ep, quantization="nvfp4",
-                                        moe_a2a_backend="none"), profile)
-    tables = build_tables(Placement.on_cluster(contiguous_placement(1, 256, ep), 256, ep,
-                                               min(ep, 4)))
-    loads = np.full((1, 256), tokens * 8 / 256)
-    return float(cost.moe(loads, np.full(ep, tokens / ep), tables, "prefill").experts_us[0])
 
 
 def test_simulator_charges_the_exiting_ctas_inside_the_autotuners_choice():
