@@ -26,12 +26,12 @@ per rank = 39.2 ms) is validation data, set beside the sums only: nothing is fit
 on it.
 
 Reading (benchmarks/results/lmsys_mtp_stages.md): priced stage by stage from AIC's tables the
-step comes out within half a millisecond of epsim's, not ~8 ms longer: no device stage is off by
+step comes out ~1.3 ms above epsim's, not ~8 ms: no device stage is off by
 the ~140 µs a MoE layer the published step would ask for. The MLA kernel (FA3, BF16 cache) and
 the projections agree within a few µs; the two-node DeepEP exchanges agree since the profile's
 low-latency fit reads AIC's multi-node rows (before, it held one node and priced them ~17 µs a
 layer below AIC's table, last section); AIC's uniform-routing experts row is dearer and its
-power-law rows agree; epsim's shared expert and absorbed BMMs are dearer than AIC's. What
+power-law rows agree; epsim's shared expert is dearer than AIC's. What
 remains is outside every op table: the scheduler's host time per iteration, which SGLang of
 mid-2025 runs with `--disable-overlap-schedule` in turn with the GPU: its eager launches, and
 two gloo collectives over the 16 ranks' CPU group across both nodes every iteration (the control
@@ -122,7 +122,9 @@ def stages(f: dict) -> tuple[list[tuple[str, float, float]], dict]:
     gemm = f["gemm"]
     mla_rows = dict(kernel_source="flash_attention", kv_cache_dtype="bfloat16", num_heads=heads,
                     batch_size=REQUESTS)
-    bmm = dict(bmm_dtype="fp8", num_tokens=REQUESTS, num_heads=heads)
+    # AIC's rows of the format epsim prices (BF16: SGLang dequantises block-FP8 `kv_b_proj`)
+    bmm = dict(bmm_dtype="fp8" if mla.bmm_format == "fp8" else "bfloat16", num_tokens=REQUESTS,
+               num_heads=heads)
     ops = float(cm._attention_ops(t)[0])
     proj = [(f"fused q_a + kv_a GEMM ({mla.gemm_format})",
              float(_gemm(t, mla.q_lora_rank + mla.kv_lora_rank + mla.rope_dim, hidden, mla)[0]),

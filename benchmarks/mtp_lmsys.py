@@ -21,8 +21,10 @@ The scenario is run as shipped (2 draft steps, accept length 2.18), without spec
 decoding (with and without overlap scheduling), and at 3 draft steps (accept length 2.44); the
 accept lengths are the measurement's conditions. Each run starts with its 32 requests part-way
 through their outputs and reports its output tokens per second per rank over the window (every
-rank is one GPU), the scheduler's host time in its step (`epsim.cost.scheduler_host`) and the
-speed-up over the run without MTP, beside the published ones.
+rank is one GPU), the scheduler's host time priced in its step (`epsim.cost.scheduler_host`;
+a speculative cycle's draft graphs hide part of it, which the draft share is net of:
+`benchmarks/lmsys_plain_host.py` gives the parts) and the speed-up over the run without MTP,
+beside the published ones.
 """
 
 from __future__ import annotations

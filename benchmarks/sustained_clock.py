@@ -17,13 +17,17 @@ rate is below the table's. This script measures that ratio on one GPU, per kerne
   expert and 32 local experts at 256 routed tokens each (top-8 of 256 experts, balanced) as FP8
   GEMMs -- a mix of compute- and memory-bound work whose average power is what a power limit
   sees in a prefill;
-- `decode_layer`: the same layer at 64 tokens with a 4096-token context (memory-bound mix).
+- `decode_layer`: the same layer at 64 tokens with a 4096-token context (memory-bound mix);
+- `layer_<T>` (with `--layer-tokens T ...`): the prefill layer at T tokens (a causal prompt of
+  T), the ratio along the forward's size that the simulator's `epsim.cost.sustained` reads.
 
 Per kernel, after `--idle-s` seconds with the GPU idle: the burst (`--warmup` calls, then
 `--burst` calls timed with CUDA events, their mean), then `--sustain-s` seconds of back-to-back
 calls timed in windows of about a second of launching (GPU time over the window's calls, the
 host never waiting inside a window; the last `--tail-s` seconds are "sustained"). A host-bound
 kernel (`decode_layer`: ~70 small launches) times its launch rate in both phases.
+With `--ramp-s R`, the first R seconds of that run are timed call by call (CUDA events around
+each call, read at the end): how soon after an idle GPU the clock falls.
 `nvidia-smi` samples the SM clock, power and temperature every 200 ms throughout, and each window
 carries the samples that fall in it.
 
@@ -74,9 +78,14 @@ def kernels(torch):
     dst = torch.empty_like(src)
     out["copy"] = (lambda: dst.copy_(src), 2 * nbytes, None, "2 GiB device copy")
     for name, tokens, context in (("prefill_layer", 8192, 8192), ("decode_layer", 64, 4096)):
-        fn, flops = layer_kernels(torch, tokens, context)
-        out[name] = (fn, None, flops, f"DeepSeek-V3 layer, {tokens} tokens, EP 8 (one GPU)")
+        out[name] = layer_entry(torch, tokens, context)
     return out
+
+
+def layer_entry(torch, tokens: int, context: int):
+    """A `kernels` entry: the DeepSeek-V3 layer at `tokens` tokens and `context`."""
+    fn, flops = layer_kernels(torch, tokens, context)
+    return fn, None, flops, f"DeepSeek-V3 layer, {tokens} tokens, EP 8 (one GPU)"
 
 
 def layer_kernels(torch, tokens: int, context: int):
@@ -173,8 +182,20 @@ def measure(torch, fn, args, sampler: Sampler) -> dict:
     end.synchronize()
     burst_ms = start.elapsed_time(end) / args.burst
     burst_samples = sampler.between(t0 - 0.2, time.time() + 0.2)
-    windows = []
+    windows, ramp = [], []
     t_begin = time.time()
+    if args.ramp_s > 0:        # call by call: events only, read once the ramp is over
+        pairs = []
+        while time.time() - t_begin < args.ramp_s:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            pairs.append((a, b))
+        pairs[-1][1].synchronize()
+        first = pairs[0][0]
+        ramp = [{"t_ms": round(first.elapsed_time(a), 3), "ms": round(a.elapsed_time(b), 4)}
+                for a, b in pairs]
     while time.time() - t_begin < args.sustain_s:
         w0 = time.time()
         start.record()
@@ -194,7 +215,7 @@ def measure(torch, fn, args, sampler: Sampler) -> dict:
             "sustained_ms": tail_ms, "sustained_clock": summary(
                 [s for w0 in [t_begin + args.sustain_s - args.tail_s]
                  for s in sampler.between(w0, time.time())]),
-            "sustained_over_burst": tail_ms / burst_ms, "windows": windows}
+            "sustained_over_burst": tail_ms / burst_ms, "windows": windows, "ramp": ramp}
 
 
 def gpu_facts() -> dict:
@@ -241,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", type=int, default=10)
     p.add_argument("--sustain-s", type=float, default=60.0)
     p.add_argument("--tail-s", type=float, default=20.0)
+    p.add_argument("--layer-tokens", type=int, nargs="*", default=[],
+                   help="also time the prefill layer at these token counts (kernels layer_<T>)")
+    p.add_argument("--ramp-s", type=float, default=0.0,
+                   help="time the first seconds of each sustained run call by call")
     args = p.parse_args(argv)
     if args.render is not None:
         try:
@@ -251,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "table.md").write_text(table(records))
         return 0
+    bad = [t for t in args.layer_tokens if not 16 <= t <= 32768]
+    if bad:
+        p.error(f"--layer-tokens: {bad} outside 16..32768")
+    if not 0 <= args.ramp_s < args.sustain_s:
+        p.error(f"--ramp-s ({args.ramp_s:g}) must be >= 0 and below --sustain-s")
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown:
         p.error(f"--kernels: unknown {unknown}; allowed: {', '.join(KERNELS)}")
@@ -265,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     table_of = kernels(torch)
+    for t in args.layer_tokens:
+        table_of[f"layer_{t}"] = layer_entry(torch, t, t)
+        args.kernels.append(f"layer_{t}")
     sampler = Sampler()
     facts = {**gpu_facts(), "torch": torch.__version__, "command": " ".join(sys.argv)}
     records = []

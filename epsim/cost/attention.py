@@ -22,7 +22,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from epsim.cost.flash import BYTES, DecodeKernel, kernel_us, prefill_work
+from epsim.cost.flash import BYTES, FA2_GRIDS, DecodeKernel, FlashGrids, kernel_us, prefill_work
 from epsim.cost.roofline import TENSOR_EFFICIENCY, roofline_us
 from epsim.spec.hardware import HardwareSpec
 from epsim.spec.model import ModelSpec
@@ -194,7 +194,8 @@ def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str
                           prefill: dict[str, float], projections: dict[str, float], num_sms: int,
                           tp_size: int = 1, projections_us: np.ndarray | None = None,
                           decode_kernel: DecodeKernel | None = None,
-                          kv_cache_dtype: str = "auto") -> np.ndarray:
+                          kv_cache_dtype: str = "auto",
+                          grids: FlashGrids = FA2_GRIDS) -> np.ndarray:
     """[dp] one attention layer per rank with fitted kernels: the projections as a
     dense GEMM (`projections`: hbm_gbps, tflops), the decode tokens' flash kernel over their
     contexts (`decode`) and the prefill chunks' causal one (`prefill`; `epsim.cost.flash`);
@@ -205,21 +206,23 @@ def measured_attention_us(batch: BatchCounts, model: ModelSpec, decode: dict[str
             (it depends on the tokens alone; the engine remembers it per batch shape).
         decode_kernel: a `DecodeKernel` of these heads and `decode` (the same bits, faster
             over steps that keep their sequence counts).
-        kv_cache_dtype: SGLang's `--kv-cache-dtype` (the kernels' KV bytes, `kv_ratio`)."""
+        kv_cache_dtype: SGLang's `--kv-cache-dtype` (the kernels' KV bytes, `kv_ratio`).
+        grids: the fitted kernels' CTA grids (`epsim.cost.flash.component_grids`)."""
     heads, kv_heads, head_dim = attention_heads(model, tp_size)
     ratio = kv_ratio(kv_cache_dtype)
     tokens = batch.tokens
     t = (attention_projections_us(tokens, model, projections, tp_size)
          if projections_us is None else projections_us)
     if decode_kernel is None:
-        decode_kernel = DecodeKernel(heads, kv_heads, head_dim, num_sms, decode, ratio)
+        decode_kernel = DecodeKernel(heads, kv_heads, head_dim, num_sms, decode, ratio,
+                                     grids.decode)
     q = batch.decode_queries_per_seq             # a verify step: one sequence per request
     t = t + (decode_kernel.us(batch.decode_tokens, batch.decode_context) if q == 1.0 else
              decode_kernel.us(batch.decode_tokens / q, batch.decode_context / q))
     if batch.phase == "prefill":
         t = t + kernel_us(prefill_work(batch.prefill_tokens, batch.prefill_context,
                                        batch.prefill_chunks, heads, kv_heads, head_dim, num_sms,
-                                       ratio),
+                                       ratio, grids.prefill),
                           prefill)
     return np.where(tokens > 0, t, 0.0)
 

@@ -29,6 +29,11 @@ warps issue the MMAs; fitted on prefills up to 1024 tokens, this predicts 2048-1
 `waves` = `ceil(ctas / slots)`: each wave pays its CTAs' prologue and epilogue; each split of
 the keys a partial output written and read back by the combine. `ATTENTION_TERMS`
 (`epsim.cost.linear`) orders the design row.
+
+The grid above is FlashAttention-2's (`FA2_GRIDS`). FlashAttention-3 as SGLang runs it on Hopper
+(`FA3_GRIDS`: AIC's H100 and H200 tables) has one CTA per SM and packs a KV head's query heads
+into a CTA's rows in prefill too (`PrefillGrid.pack_gqa`); a fit and its pricing use the grid of
+the kernel its records timed (`kernel_grids`, `component_grids`; docs/model.md 5a).
 """
 
 from __future__ import annotations
@@ -257,8 +262,68 @@ class DecodeKernel:
                          self.params)
 
 
+@dataclass(frozen=True)
+class PrefillGrid:
+    """How a causal prefill kernel tiles its work onto the SMs.
+
+    Attributes:
+        ctas_per_sm: CTAs resident per SM (slots = ctas_per_sm x num_sms).
+        pack_gqa: the query heads sharing a KV head packed into a CTA's rows (rows = query
+            positions x group): a CTA of `PREFILL_ROWS` rows covers `PREFILL_ROWS / group`
+            positions of one KV head, so a short chunk fills its rows with heads.
+    """
+
+    ctas_per_sm: int = CTAS_PER_SM
+    pack_gqa: bool = False
+
+
+@dataclass(frozen=True)
+class FlashGrids:
+    """The decode and prefill grids of one attention kernel family."""
+
+    decode: DecodeGrid
+    prefill: PrefillGrid
+
+
+# FlashAttention-2 (our records' SDPA kernel; also the form of Blackwell's TRT-LLM kernels in
+# AIC's tables: of the grids tried it predicts their hold-outs best, docs/calibration.md)
+FA2_PREFILL = PrefillGrid()
+FA2_GRIDS = FlashGrids(FA2_DECODE, FA2_PREFILL)
+# FlashAttention-3 as SGLang runs it on Hopper: one 3-warpgroup CTA per SM, and a paged KV cache
+# whose 64-token pages are not a whole key tile, so the kernel packs the GQA group into the
+# query rows (`pack_gqa`, FA3's rule for a paged KV read without TMA); its decode CTAs hold 64
+# packed rows
+FA3_GRIDS = FlashGrids(DecodeGrid(plain_rows=64, split_rows=64, ctas_per_sm=1),
+                       PrefillGrid(ctas_per_sm=1, pack_gqa=True))
+# AIC systems whose attention tables time SGLang's FlashAttention-3 backend
+# (`epsim.calibrate.aic_records.ATTENTION_KERNEL`)
+FA3_SYSTEMS = ("h100_sxm", "h200_sxm")
+
+
+def kernel_grids(kernel: str) -> FlashGrids:
+    """The grids of a record's kernel (`extra.kernel`): "fa3" FlashAttention-3's, else FA2's."""
+    return FA3_GRIDS if kernel == "fa3" else FA2_GRIDS
+
+
+def component_grids(tables: list[str]) -> FlashGrids:
+    """The grids of the kernel a fitted attention component timed, from the op tables it was
+    fitted on (`Component.tables`, `<system>/attention/...`): FA3's for AIC's Hopper tables,
+    else FA2's (our own records; Blackwell's TRT-LLM tables)."""
+    fa3 = any(t.split("/", 1)[0] in FA3_SYSTEMS for t in tables)
+    return FA3_GRIDS if fa3 else FA2_GRIDS
+
+
+def _ceil_sum(num_ctas: np.ndarray, group: float) -> np.ndarray:
+    """sum over k = 1..num_ctas of ceil(k / group): the key tiles the packed CTAs' causal rows
+    reach (CTA k ends at query position k x 128 / group)."""
+    q = np.floor(num_ctas / group)
+    r = num_ctas - q * group
+    return group * q * (q + 1) / 2.0 + r * (q + 1)
+
+
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,
-                 kv_heads: int, head_dim: int, num_sms: int, kv_ratio: float = 1.0) -> KernelWork:
+                 kv_heads: int, head_dim: int, num_sms: int, kv_ratio: float = 1.0,
+                 grid: PrefillGrid = FA2_PREFILL) -> KernelWork:
     """The causal prefill kernel of one layer: `seqs` chunks of `tokens` new tokens in all.
 
     Args:
@@ -266,6 +331,7 @@ def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, head
         context: [dp] sum over the chunks of prefix + chunk (keys the last query sees).
         seqs: [dp] chunks per rank; they are costed as equal chunks after equal prefixes.
         kv_ratio: bytes of a KV-cache element / 2 (as `decode_work`).
+        grid: the kernel's CTAs (`PrefillGrid`).
     """
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
@@ -274,11 +340,19 @@ def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, head
     safe = np.where(busy, seqs, 1.0)
     chunk = tokens / safe
     prefix = np.maximum(context / safe - chunk, 0.0)
-    row_blocks = np.ceil(chunk / PREFILL_ROWS)                      # CTAs per (chunk, head)
+    row_blocks = np.ceil(chunk / PREFILL_ROWS)                      # query tiles per chunk
     prefix_tiles = np.ceil(prefix / KEY_BLOCK)
-    slots = CTAS_PER_SM * num_sms
-    ctas = heads * seqs * row_blocks
-    total = heads * seqs * (row_blocks * prefix_tiles + row_blocks * (row_blocks + 1) / 2.0)
+    slots = grid.ctas_per_sm * num_sms
+    if grid.pack_gqa:       # CTA k of a (chunk, KV head) ends at query position k x 128 / group
+        group = max(heads // max(kv_heads, 1), 1)
+        per_head = np.ceil(chunk * group / PREFILL_ROWS)            # CTAs per (chunk, KV head)
+        ctas = kv_heads * seqs * per_head
+        total = kv_heads * seqs * (per_head * prefix_tiles
+                                   + np.minimum(_ceil_sum(per_head, group),
+                                                per_head * row_blocks))
+    else:
+        ctas = heads * seqs * row_blocks
+        total = heads * seqs * (row_blocks * prefix_tiles + row_blocks * (row_blocks + 1) / 2.0)
     longest = prefix_tiles + row_blocks
     busiest = np.where(ctas <= slots, longest, np.maximum(longest, total / slots + longest / 2.0))
     tile_flops = PREFILL_ROWS * KEY_BLOCK * head_dim * 4.0

@@ -17,7 +17,7 @@ from epsim.cost.params import StepKindParams
 # ledger columns, in order
 COLUMNS = ("attention", "dispatch", "experts", "combine", "shared_experts", "dense", "overhead",
            "dispatch_host", "experts_host", "combine_host", "sync", "network", "block_ops",
-           "block_ops_host", "layout", "attention_ops", "forward_host")
+           "block_ops_host", "layout", "attention_ops", "forward_host", "sustained_clock")
 # `layout` (the backend's own layout work) lies inside `experts`, `attention_ops` (the attention
 # block's own ops) inside `attention`: like the `*_host` columns they repeat a part of another
 COLUMN = {name: i for i, name in enumerate(COLUMNS)}
@@ -65,12 +65,13 @@ class Ledger:
         be negative where stages overlap)."""
         return float(sum(v[:COLUMN["dispatch_host"]].sum() + abs(v[COLUMN["sync"]])
                          + v[COLUMN["network"]] + v[COLUMN["block_ops"]]
-                         + v[COLUMN["forward_host"]] for v in self.sums.values()))
+                         + v[COLUMN["forward_host"]] + v[COLUMN["sustained_clock"]]
+                         for v in self.sums.values()))
 
 
 def ledger_row(step: StepKindParams, moe: MoECost, attn: float, shared: float, dense: float,
                overhead: float, scale: float, num_layers: int, attn_ops: float = 0.0,
-               forward_host: float = 0.0) -> np.ndarray:
+               forward_host: float = 0.0, sustained_clock: float = 0.0) -> np.ndarray:
     """[len(COLUMNS)] one step's parts as `Ledger` sums them.
 
     Args:
@@ -81,6 +82,8 @@ def ledger_row(step: StepKindParams, moe: MoECost, attn: float, shared: float, d
         dense, overhead: the step's dense layers and LM head, and its overhead (µs).
         forward_host: the eager prefill forward's host time beyond its device time (µs,
             `epsim.cost.forward_host`).
+        sustained_clock: what the power-capped clock adds to the step's device compute (µs,
+            `epsim.cost.sustained`); the other columns are priced at the tables' burst clock.
         scale: micro-batches per step (two-batch overlap: 2).
     """
     host = step.host_rows[moe.mode] * num_layers * scale
@@ -91,7 +94,7 @@ def ledger_row(step: StepKindParams, moe: MoECost, attn: float, shared: float, d
                      host[0], host[1], host[2], moe.sync_us * scale * num_layers,
                      2.0 * network, moe.block_ops_sum * scale,
                      step.block_ops_host[moe.mode] * num_layers * scale, moe.layout_sum * scale,
-                     attn_ops * scale * num_layers, forward_host])
+                     attn_ops * scale * num_layers, forward_host, sustained_clock])
 
 
 class BlockRows:

@@ -39,6 +39,7 @@ import numpy as np
 
 from epsim.cost.flash import DecodeKernel, KernelWork, kernel_features, kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
+from epsim.cost.mla_bmm import bmm_us, bmm_work
 from epsim.cost.quant import gemm_us, gemm_work
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.profile import HOPPER
@@ -186,8 +187,10 @@ class MlaParams:
 
     Attributes:
         decode, prefill: the kernels' fraction parameters (`MLA_TERMS`) over `mla_defaults`.
-        bmm, gemm: the absorbed BMMs' and the projections' (`epsim.cost.quant.GEMM_TERMS`).
-        bmm_format, gemm_format: their weight formats (the BMMs run FP8 for FP8 checkpoints).
+        bmm, gemm: the absorbed BMMs' (`epsim.cost.mla_bmm.BMM_TERMS`) and the projections'
+            (`epsim.cost.quant.GEMM_TERMS`).
+        bmm_format, gemm_format: their weight formats (the BMMs run FP8 for a per-tensor FP8
+            checkpoint; BF16 for a block-FP8 one, whose `kv_b_proj` SGLang dequantises at load).
         keys: part ("decode", "prefill", "bmm", "projections") -> the profile component that
             gave its parameters, "" for datasheet values.
         hardware, num_sms: the GPU.
@@ -229,9 +232,11 @@ class MlaParams:
 
 
 def _gemm(m, n: int, k: int, mla: MlaParams, batch: int = 1, bmm: bool = False) -> np.ndarray:
-    fmt = mla.bmm_format if bmm else mla.gemm_format
-    return gemm_us(gemm_work(m, n, k, fmt, mla.num_sms, batch), mla.bmm if bmm else mla.gemm,
-                   mla.hardware, fmt)
+    if bmm:                                 # the absorbed BMMs: `epsim.cost.mla_bmm`
+        return bmm_us(bmm_work(m, n, k, batch, mla.bmm_format), mla.bmm, mla.hardware,
+                      mla.bmm_format)
+    return gemm_us(gemm_work(m, n, k, mla.gemm_format, mla.num_sms, batch), mla.gemm,
+                   mla.hardware, mla.gemm_format)
 
 
 def mla_token_us(tokens, decode_tokens, mla: MlaParams) -> np.ndarray:

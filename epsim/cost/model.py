@@ -36,6 +36,7 @@ from epsim.cost.rank_memo import RankMemo, order_free_key
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms
+from epsim.cost.sustained import sustained_clock
 from epsim.cost.tbo import overlapped_stages, overlapped_us
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import attention_collectives_us
@@ -74,6 +75,7 @@ class CostModel:
         # whose block kernels: the caller's (the composition axis prices the measured block),
         # else the deployment's
         engine = engine or deployment.block_kernels
+        self.engine = engine
         self.profile = profile if profile is not None else default_profile(cluster.gpu)
         # how the profile was chosen, for every output (`epsim.cost.provenance`)
         self.profile_rule = (f"the default for {cluster.gpu} (epsim.default_profile)"
@@ -91,14 +93,16 @@ class CostModel:
         self._token_ranges = list(self.params.token_ranges)
         attention = self.params.attention
         self._decode_kernel = DecodeKernel(*attention.heads, self.params.gemm.num_sms,
-                                           attention.decode, kv_ratio(attention.kv_cache_dtype)
-                                           ) if attention.decode else None
+                                           attention.decode, kv_ratio(attention.kv_cache_dtype),
+                                           attention.grids.decode) if attention.decode else None
         if attention.mla is not None:                 # MLA: its own kernel (`epsim.cost.mla_decode`)
             self._decode_kernel = mla_decode_kernel(attention.mla)
         # the scheduler's host time a step exposes (SGLang's loop without overlap scheduling)
         self.scheduler_host = scheduler_host(self.params)
         # the eager prefill forward's host work (`epsim.cost.forward_host`; None: not counted)
         self.forward_host = forward_host(self.params, engine)
+        # the power-capped clock of a prefill forward (`epsim.cost.sustained`; None: burst clock)
+        self.sustained = sustained_clock(cluster.gpu, deployment.sustained_clock)
         self.ledger = Ledger()
         self._block_rows = BlockRows()
         self._stacks = MoEStacks()
@@ -210,6 +214,10 @@ class CostModel:
         attn = self._attention_layer_us(part, graph)
         if moe is None:
             moe = self.moe(loads, self.ep_tokens(batch), tables, batch.phase, fraction, graph)
+        priced = (attn, shared, moe)               # at the tables' burst clock, for the ledger
+        slow = self._sustained_factor(batch)
+        if slow != 1.0:
+            attn, shared, moe = self._at_sustained_clock(slow, part, graph, attn, shared, moe)
         stages = None
         if tbo:
             hooked = per_message(moe.traffic.dedup)
@@ -228,18 +236,28 @@ class CostModel:
         dense = terms.lm_head_us
         if self.model.num_dense_layers:
             # without two-batch overlap `part` is `batch`: its attention is priced already
-            whole = attn if part is batch else self._attention_layer_us(batch, graph)
+            whole = priced[0] if part is batch else self._attention_layer_us(batch, graph)
             dense += self.model.num_dense_layers * (whole + terms.dense_mlp_us)
+        # what the capped clock adds: the MoE layers' parts carry theirs already, the dense
+        # layers' and LM head's device time (not their collectives) is slowed here
+        dense_slow = sustained = 0.0
+        if slow != 1.0:
+            dense_slow = (slow - 1.0) * (dense - self.model.num_dense_layers
+                                         * self._collectives_us(batch, graph))
+            sustained = dense_slow + self._sustained_extra_us(priced, attn, shared, moe, scale,
+                                                              num_layers)
         overhead = terms.overhead_us
-        step = float(layer.sum()) + dense + overhead
+        step = float(layer.sum()) + dense + dense_slow + overhead
         host = 0.0              # what the eager prefill forward's host outlasts of its device
         if self.forward_host is not None and not graph and batch.phase == "prefill":
             host = self.forward_host.exposed_us(layer, step)
             step += host
         if record:
-            self.ledger.add(graph, moe.mode, ledger_row(self.params.step(graph), moe, attn,
-                                                        shared, dense, overhead, scale,
-                                                        num_layers, terms.attention_ops_us, host),
+            p_attn, p_shared, p_moe = priced
+            self.ledger.add(graph, moe.mode, ledger_row(self.params.step(graph), p_moe, p_attn,
+                                                        p_shared, dense, overhead, scale,
+                                                        num_layers, terms.attention_ops_us, host,
+                                                        sustained),
                             terms.max_tokens)
         parts = np.empty((7, num_layers))     # one block, so a recorder sums all parts at once
         parts[0] = attn * scale
@@ -252,7 +270,7 @@ class CostModel:
             parts[5] *= scale
         return StepCost(
             attention_us=parts[0], dispatch_us=parts[1], experts_us=parts[2], combine_us=parts[3],
-            shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense,
+            shared_experts_us=parts[4], block_ops_us=parts[5], layer_us=parts[6], dense_us=dense + dense_slow,
             overhead_us=overhead + host,
             step_us=step, phase=batch.phase, mode=moe.mode, traffic=moe.traffic, parts=parts,
             stages=stages)
@@ -455,7 +473,7 @@ class CostModel:
             t = float(measured_attention_us(batch, self.model, decode, prefill,
                                             p.attention.projections, p.gemm.num_sms, p.tp_size,
                                             self._projections(batch),
-                                            self._decode_kernel, kv).max())
+                                            self._decode_kernel, kv, p.attention.grids).max())
         else:
             per_rank = attention_us(batch, self.model, p.attention.roofline, p.tp_size, kv)
             ops = self._attention_ops(batch.tokens)
@@ -477,6 +495,37 @@ class CostModel:
             extra = self._collectives_memo[key] = attention_collectives_us(self.params, batch,
                                                                            graph)
         return extra
+
+    def _sustained_factor(self, batch: BatchCounts) -> float:
+        """Sustained / burst time of this step's forward (`epsim.cost.sustained`): a prefill
+        (extend) step at its busiest rank's tokens; 1 for decode steps and where not priced."""
+        if self.sustained is None or batch.phase != "prefill":
+            return 1.0
+        return self.sustained.factor(float(batch.tokens.max(initial=0.0)))
+
+    def _at_sustained_clock(self, slow: float, part: BatchCounts, graph: bool, attn: float,
+                            shared: float, moe: MoECost) -> tuple[float, float, MoECost]:
+        """One layer's attention, shared experts and MoE device compute `slow` times longer:
+        not the attention's TP collectives, the exchanges, nor the eager host time inside the
+        experts and block ops (`StepKindParams.host_rows`, `block_ops_host`)."""
+        step = self.params.step(graph)
+        coll = self._collectives_us(part, graph)
+        expert_host = float(step.host_rows[moe.mode][1]) if moe.mode in step.host_rows else 0.0
+        block_host = float(step.block_ops_host.get(moe.mode, 0.0))
+        experts = moe.experts_us + (slow - 1.0) * np.maximum(moe.experts_us - expert_host, 0.0)
+        block = moe.block_ops_us + (slow - 1.0) * np.maximum(
+            np.asarray(moe.block_ops_us) - block_host, 0.0)
+        return (coll + (attn - coll) * slow, shared * slow,
+                replace(moe, experts_us=experts, block_ops_us=block))
+
+    @staticmethod
+    def _sustained_extra_us(priced: tuple[float, float, MoECost], attn: float, shared: float,
+                            moe: MoECost, scale: float, num_layers: int) -> float:
+        """What `_at_sustained_clock` added to the MoE layers of one step (µs)."""
+        p_attn, p_shared, p_moe = priced
+        return (((attn - p_attn) + (shared - p_shared)) * scale * num_layers
+                + (float(np.sum(moe.experts_us - p_moe.experts_us))
+                   + moe.block_ops_sum - p_moe.block_ops_sum) * scale)
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
         """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`

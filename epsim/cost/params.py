@@ -26,6 +26,7 @@ import numpy as np
 
 from epsim.cost.attention_ops import BlockOps
 from epsim.cost.experts import ExpertGemm
+from epsim.cost.flash import FA2_GRIDS, FlashGrids
 from epsim.cost.mla import MlaParams
 from epsim.cost.timing import StageTiming
 from epsim.cost.transport import TransportPath
@@ -158,6 +159,8 @@ class AttentionParams:
             `epsim.spec.quant.kv_bytes_per_element`).
         mla: an MLA model's layer (`epsim.cost.mla.MlaParams`: kernels, absorbed BMMs and
             projections, each fitted or datasheet); None for GQA attention.
+        grids: the CTA grids of the kernel the fitted GQA kernels timed
+            (`epsim.cost.flash.component_grids`: FlashAttention-3's for AIC's Hopper tables).
     """
 
     roofline: Coefficients
@@ -168,6 +171,7 @@ class AttentionParams:
     kv_cache_dtype: str = "auto"
     # -- MLA (epsim.cost.mla): its own kernels, BMMs and projections; None for GQA ----------
     mla: MlaParams | None = None
+    grids: FlashGrids = FA2_GRIDS
 
     @property
     def kernels(self) -> tuple[Coefficients, Coefficients] | None:

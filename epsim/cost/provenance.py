@@ -23,6 +23,8 @@ from epsim.cost.tp import ALLREDUCE_KEY, measured_none_reduce
 from epsim.default_profile import profile_label
 
 TAGS = ("fitted", "extrapolated", "datasheet")
+# the power-capped clock's part (`epsim.cost.sustained`): our own record, not a profile's component
+SUSTAINED_KEY = "epsim.cost.sustained"
 # what two-batch overlap leaves unpriced where exchanges run on a communication stream beside
 # the other micro-batch's compute (`epsim.cost.tbo`, docs/model.md "Two-batch overlap")
 BESIDE_EXCHANGES = ("two-batch overlap: beside the other micro-batch's exchanges on a "
@@ -41,7 +43,8 @@ class ComponentUse:
             "layout" (the backend's own work around the grouped GEMM, `epsim.cost.layout`),
             "attention_ops" (the attention block's norms, RoPE, KV write and residual,
             `epsim.cost.attention_ops`), "forward_host" (the eager prefill forward's host time
-            beyond its device time, `epsim.cost.forward_host`).
+            beyond its device time, `epsim.cost.forward_host`), "sustained_clock" (what the
+            power-capped clock adds to a prefill's device compute, `epsim.cost.sustained`).
         time: "device", "host", or "device+host" (an eager-timed component).
         key: profile key used ("" for datasheet defaults); `label` names it for people.
         tag: one of TAGS; `axes`: why extrapolated (empty otherwise).
@@ -222,6 +225,10 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                  f"{fh.moe_layer_launches} launches a MoE layer, {fh.dense_layer_launches} a dense "
                  f"layer, {fh.forward_launches} a forward (counted, epsim.cost.forward_host) at "
                  f"{fh.launch_us:.1f} us ({fh.source})"])
+        sc = cm.sustained
+        if sc is not None:
+            use("sustained_clock", "device", SUSTAINED_KEY, row[COLUMN["sustained_clock"]], graph,
+                {}, [] if sc.measured else [f"sustained clock {sc.source}"])
         use("network", "device", "", row[COLUMN["network"]], graph, {},
             [f"{params.transport.name} over the cluster's network: fabric latency and proxy "
              f"messages"])
@@ -232,6 +239,12 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
             comm_values)
     out = []
     for (part, time, key), e in acc.items():
+        if key == SUSTAINED_KEY:        # our own record, not a profile component
+            axes = tuple(sorted(e["extra"]))
+            out.append(ComponentUse(part, time, key, "extrapolated" if axes else "fitted", axes,
+                                    e["us"] / total, None, None, "+".join(sorted(e["steps"])),
+                                    "", "epsim records"))
+            continue
         tag, axes, p10, p90 = _tag(profile, key, e["values"], sorted(e["extra"]))
         comp = profile.components.get(key) if key else None
         out.append(ComponentUse(part, time, key, tag, axes, e["us"] / total, p10, p90,
@@ -245,7 +258,7 @@ _NAMES = {"attention": "attention", "dispatch": "dispatch", "combine": "combine"
           "experts": "experts", "shared_experts": "shared experts", "dense": "dense layers",
           "overhead": "step overhead", "sync": "layer sync", "network": "network",
           "block_ops": "block ops", "layout": "backend layout", "attention_ops": "attention ops",
-          "forward_host": "prefill forward host"}
+          "forward_host": "prefill forward host", "sustained_clock": "sustained clock"}
 
 
 def summarize(uses: list[ComponentUse], of: str = "step time") -> dict:

@@ -7,7 +7,8 @@ validator's predictions, from the models the simulator prices with (`epsim.cost.
                  `weight_dtype` (`any/gemm_<format>/graph`)
   mla_bmm        MLA's absorbed BMM per head (`extra.op`: `mla_gen_pre` [T, nope] x [nope, kv_lora],
                  `mla_gen_post` [T, kv_lora] x [kv_lora, v]) over `num_attention_heads` heads
-                 (`any/mla_bmm_<format>/graph`; DeepSeek's sizes, which the tables time)
+                 (`any/mla_bmm_<format>/graph`, `epsim.cost.mla_bmm`; DeepSeek's sizes, which
+                 the tables time)
   quant_experts  the grouped GEMM of quantised experts, `local_expert_tokens` per local expert
                  (`any/experts_<format>/graph`; DeepEP's MoE runner: `deepep/experts_<format>/...`
                  with the kernel mode of `mode`, its hidden states arriving quantised)
@@ -27,6 +28,7 @@ from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
 from epsim.cost.experts import num_sms, record_projections, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
                             mla_defaults, mla_kernel_features, per_head_form, prefill_kernel_work)
+from epsim.cost.mla_bmm import BMM_TERMS, bmm_defaults, bmm_features, bmm_work
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
@@ -72,23 +74,29 @@ def _format(record: MeasurementRecord) -> str:
                           f"epsim prices for a {record.kind} record") from None
 
 
+def _bmm_row(record: MeasurementRecord, profile: Profile):
+    hw, fmt = _hardware(record, profile), _format(record)
+    shape = BMM_SHAPES.get(record.extra.get("op"))
+    if shape is None or not record.num_attention_heads:
+        raise RecordError(f"extra.op ({record.extra.get('op')!r}) must be one of "
+                          f"{list(BMM_SHAPES)} and num_attention_heads > 0 for an mla_bmm record")
+    (n, k), kind = shape, format_kind(record.kind, fmt)
+    params = profile.params("any", kind, GRAPH, defaults=bmm_defaults())
+    work = bmm_work(np.array([float(record.num_tokens_per_rank)]), n, k,
+                    record.num_attention_heads, fmt)
+    return KernelRow(component_key("any", kind, GRAPH), BMM_TERMS.coef_names,
+                     bmm_features(work, params, hw, fmt)[0], BMM_TERMS.coefficients(params))
+
+
 def _gemm_row(record: MeasurementRecord, profile: Profile):
     hw, fmt = _hardware(record, profile), _format(record)
-    if record.kind == "mla_bmm":
-        shape = BMM_SHAPES.get(record.extra.get("op"))
-        if shape is None or not record.num_attention_heads:
-            raise RecordError(f"extra.op ({record.extra.get('op')!r}) must be one of "
-                              f"{list(BMM_SHAPES)} and num_attention_heads > 0 for an mla_bmm record")
-        (n, k), batch = shape, record.num_attention_heads
-    else:
-        n, k, batch = record.intermediate_size, record.hidden_size, 1
-        if not (n and k):
-            raise RecordError("hidden_size (k) and intermediate_size (n) must be > 0 for a gemm "
-                              "record")
+    n, k = record.intermediate_size, record.hidden_size
+    if not (n and k):
+        raise RecordError("hidden_size (k) and intermediate_size (n) must be > 0 for a gemm "
+                          "record")
     key = component_key("any", format_kind(record.kind, fmt), GRAPH)
     params = profile.params("any", format_kind(record.kind, fmt), GRAPH, defaults=gemm_defaults())
-    work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt,
-                     num_sms(hw.name), batch)
+    work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt, num_sms(hw.name))
     terms = gemm_terms(fmt)
     return KernelRow(key, terms.coef_names, gemm_features(work, params, hw, fmt)[0],
                      terms.coefficients(params))
@@ -188,8 +196,10 @@ def kernel_record_features(record: MeasurementRecord, profile: Profile) -> Kerne
     Raises:
         RecordError: a format epsim does not price, or sizes the model needs are missing.
     """
-    if record.kind in ("gemm", "mla_bmm"):
+    if record.kind == "gemm":
         return _gemm_row(record, profile)
+    if record.kind == "mla_bmm":
+        return _bmm_row(record, profile)
     if record.kind == "quant_experts":
         return _quant_experts_row(record, profile)
     return _mla_row(record, profile)

@@ -13,7 +13,7 @@ from epsim.cost.attention_ops import attention_ops_defaults, attention_ops_featu
 from epsim.cost.block_ops import block_ops_defaults, block_ops_features
 from epsim.cost.experts import TILE_M, ExpertGemm, experts_defaults, experts_features, num_sms
 from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
-                              prefill_work)
+                              kernel_grids, prefill_work)
 from epsim.cost.linear import ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS, EXPERT_TERMS
 from epsim.cost.record_row import RecordFeatures, device_path, record_cluster
 from epsim.errors import RecordError
@@ -59,10 +59,12 @@ def attention_row(record: MeasurementRecord, profile: Profile, kind: str, path: 
         raise RecordError("num_attention_heads, num_kv_heads, head_dim, num_seqs and "
                           "context_len must be > 0 for an attention record")
     one, sms = np.ones(1), num_sms(cluster.gpu)
+    grids = kernel_grids(str(record.extra.get("kernel", "")))       # the kernel it timed
     if record.kind == "attention_prefill":
-        work = prefill_work(one * seqs * ctx, one * seqs * ctx, one * seqs, h, kv, hd, sms)
+        work = prefill_work(one * seqs * ctx, one * seqs * ctx, one * seqs, h, kv, hd, sms,
+                            grid=grids.prefill)
     else:
-        work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms)
+        work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms, grid=grids.decode)
     params = profile.params("any", kind, path, defaults=attention_kernel_defaults(cluster.hardware))
     return RecordFeatures(component_key("any", kind, path), ATTENTION_TERMS.coef_names,
                           kernel_features(work, params)[0], ATTENTION_TERMS.coefficients(params))

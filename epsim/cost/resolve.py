@@ -18,17 +18,18 @@ from epsim import vocab
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
-from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, attention_ops_defaults,
-                                      block_ops)
+from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, FP8_BMM_FORMATS,
+                                      attention_ops_defaults, block_ops)
 from epsim.cost.block_ops import GATE, block_ops_defaults, launches
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
 from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
 from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
-from epsim.cost.flash import attention_kernel_defaults
+from epsim.cost.flash import FA2_GRIDS, FlashGrids, attention_kernel_defaults, component_grids
 from epsim.cost.layout import layout_defaults
 from epsim.cost.mla import MlaParams, mla_defaults
+from epsim.cost.mla_bmm import bmm_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
                                StageParams, StepKindParams,
@@ -151,6 +152,12 @@ class _Resolver:
                     else experts_defaults(hw, self.model.weight_dtype))
         return _frozen(self.profile.params("any", kind, GRAPH, defaults=defaults))
 
+    def _attention_grids(self) -> FlashGrids:
+        """The CTA grids of the kernel the fitted GQA prefill kernel timed (its op tables,
+        `component_grids`); FA2's where none is fitted."""
+        found = self.profile.resolve("any", "attention_prefill", GRAPH) if self.applies else None
+        return component_grids(found[1].tables) if found else FA2_GRIDS
+
     def resolve(self, time_mode: str) -> CostParams:
         m, c, d = self.model, self.cluster, self.deployment
         backend, hw = self.backend, c.hardware
@@ -197,7 +204,7 @@ class _Resolver:
                 _frozen(self.coefficients("any", "attention", "", attention_defaults(hw))),
                 self.kernel("attention_decode"), self.kernel("attention_prefill"),
                 attention_heads(m, tp_size), dense or eager.experts.params, d.kv_cache_dtype,
-                self._mla(tp_size)),
+                self._mla(tp_size), self._attention_grids()),
             dense=dense,
             overhead=_frozen(self.coefficients("any", "step_overhead", "", overhead_defaults())),
             token_ranges=token_ranges(self.profile, used),
@@ -275,14 +282,16 @@ class _Resolver:
         if m.attention != "mla":
             return None
         dense = m.dense_weight_dtype or m.weight_dtype
-        bmm = "fp8" if dense in ("fp8", "fp8_block") else "bf16"
+        # FP8 BMMs only for a per-tensor/channel FP8 checkpoint: SGLang dequantises a 128 x 128
+        # block-FP8 `kv_b_proj` (DeepSeek-V3/R1, Kimi-K2) to BF16 at load (`FP8_BMM_FORMATS`)
+        bmm = "fp8" if dense in FP8_BMM_FORMATS else "bf16"
         kv = kv_kind(self.deployment.kv_cache_dtype)
         decode, decode_key = self._fraction_params(
             format_kind("mla_decode", decode_kv_kind(self.deployment.kv_cache_dtype, c.gpu)),
             mla_defaults())
         prefill, prefill_key = self._fraction_params(format_kind("mla_prefill", kv),
                                                      mla_defaults())
-        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), gemm_defaults())
+        bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), bmm_defaults())
         gemm, gemm_key = self._fraction_params(format_kind("gemm", dense), gemm_defaults())
         return MlaParams(
             decode, prefill, bmms, gemm, bmm, dense,

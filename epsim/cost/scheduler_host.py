@@ -34,7 +34,9 @@ run over the same gloo group (`EAGLEWorker.check_forward_draft_extend_after_deco
 0.4.9.post2; sglang#8276 of 2025-07-23 skips the check under DP attention, "it is slow", and
 runs the extend on every rank: 0.5.8 and 0.5.9 define it and never call it; epsim prices it with
 `mlp_sync_group: cpu`, the SGLang of that era),
-so the step is the GPU's forward plus this host time, none of it hidden. The host time is
+so the step is the GPU's forward plus this host time, but for what the loop issues after a
+CUDA graph's replay and before its next read-back of the device, which runs under that graph
+(`GRAPH_WINDOWS`, below). The host time is
 priced as `launches x launch_us + the DP all-gather`: the eager kernel launches and host
 read-backs the loop issues outside the CUDA graph (`DECODE_LAUNCHES`, counted from the code
 above, to a launch or two; a speculative cycle runs its worker's, `SPECULATIVE_LAUNCHES`, in
@@ -69,12 +71,27 @@ transcribed from the 0.5.9 wheel onto stand-in requests and timed on our VM
 largest over 1 to 3 tokens accepted, a bound within ~1 us of the others), extrapolated to a
 serving host's CPU. About 7.4 us a request a cycle: 3.8 ms a cycle at 512 requests. A prefill
 step's per-request work (`process_batch_result_prefill`) is not priced.
+
+The loop waits for the GPU only where it reads the device back, so host work issued after a
+graph's replay runs under that graph until the next read-back (`GRAPH_WINDOWS`, SGLang
+0.4.9.post2's order): a plain decode step's sampler launches after the target's replay, before
+`next_token_ids.tolist()` (hidden: the graph is the step's forward); a speculative cycle's
+`build_tree` launches after the draft graph's replay, before `prepare_for_verify`'s allocation
+reads `ret_values.item()`, and after the draft extend's replay (`forward_draft_extend_after_decode`,
+the cycle's last launch, no read-back) `process_batch_result`'s and `stream_output`'s per-request
+loops and the next iteration's `recv_requests` broadcast and gloo batch-info gather, until the next
+draft's allocation reads the device back. Each hides up to its graph's GPU time
+(`SchedulerHost.hidden_us`); an NCCL gather queues behind the extend on the device and is not
+hidden. The verify's acceptance launches after the target's replay are not counted apart (at most
+a few launches under a 40 ms graph).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from epsim.cost.allreduce import ring_us
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
@@ -111,6 +128,13 @@ REQUEST_HOST_US = {
     "verify": 3.9,                 # EagleVerifyInput.verify's loop and the cycle's comprehensions
 }
 SPECULATIVE_REQUEST_PARTS = ("result", "stream", "verify")
+# host work issued after a graph's replay and before the loop's next read-back (module doc):
+# the plain step's under the target's graph, the cycle's under its draft and draft-extend graphs
+GRAPH_WINDOWS = {
+    "target": {"launches": ("sampler",)},
+    "draft": {"launches": ("build_tree",)},
+    "extend": {"gloo": ("broadcast", "all_gather"), "requests": ("result", "stream")},
+}
 DECODE_REQUEST_PARTS = ("result", "stream")
 DEFAULT_LAUNCH_US = 10.0           # no host record: a PyTorch eager op's dispatch on a host CPU
 SYNC_INFO_BYTES = 8 * 10           # one DP rank's batch info: ~10 int64 (MLPSyncBatchInfo)
@@ -141,6 +165,9 @@ class SchedulerHost:
         source: where `launch_us` came from.
         request_us: host time per decoding request of a step (`REQUEST_HOST_US` summed over
             the step's parts; 0: not priced, the speculative draft's own forwards).
+        draft_window_us: host time a speculative cycle issues under its draft graph (µs).
+        extend_window_us, extend_window_request_us: host time a speculative cycle runs under
+            its draft extend's graph (µs), and per decoding request (µs).
     """
 
     exposed: bool
@@ -152,6 +179,9 @@ class SchedulerHost:
     gloo_message_us: float = 0.0
     gloo_ranks: int = 1
     request_us: float = 0.0
+    draft_window_us: float = 0.0
+    extend_window_us: float = 0.0
+    extend_window_request_us: float = 0.0
 
     @property
     def gloo_messages(self) -> float:
@@ -178,6 +208,21 @@ class SchedulerHost:
             return 0.0
         return requests * self.request_us
 
+    def hidden_us(self, draft_us, extend_us, requests):
+        """Host time of a speculative cycle that runs under its draft's graphs (µs), priced in
+        `step_us` and `requests_us` but not exposed: `min(draft window, draft_us) + min(extend
+        window + requests x its per-request part, extend_us)` (module doc).
+
+        Args:
+            draft_us: float or [cycles] float64, the draft decode forwards' GPU time (µs).
+            extend_us: float or [cycles] float64, the draft extend's GPU time (µs).
+            requests: decoding requests of the slowest scheduler.
+        """
+        if not self.exposed:
+            return 0.0 * extend_us
+        window_us = self.extend_window_us + requests * self.extend_window_request_us
+        return np.minimum(self.draft_window_us, draft_us) + np.minimum(window_us, extend_us)
+
 
 def overlap_disabled(deployment) -> bool:
     """Whether SGLang runs `event_loop_normal`: `--disable-overlap-schedule`, or a speculative
@@ -192,6 +237,8 @@ def scheduler_host(params) -> SchedulerHost:
     if d.speculative_algorithm is not None:
         count += (sum(SPECULATIVE_LAUNCHES.values())
                   - sum(DECODE_LAUNCHES[k] for k in SPECULATIVE_REPLACES))
+    else:                     # issued under the target's graph (GRAPH_WINDOWS)
+        count -= sum(DECODE_LAUNCHES[k] for k in GRAPH_WINDOWS["target"]["launches"])
     block = params.eager.block_ops.timing
     if block.host_us > 0:
         launch_us = block.host_us / launches(BLOCK_OPS_PARTS)
@@ -214,9 +261,20 @@ def scheduler_host(params) -> SchedulerHost:
             # (0.4.9.post2); sglang#8276 (2025-07-23) skips it under DP attention (0.5.x)
             gloo["all_reduce"] = 1.0
     parts = DECODE_REQUEST_PARTS if d.speculative_algorithm is None else SPECULATIVE_REQUEST_PARTS
+    message_us = gloo_message_us(launch_us)
+    windows = {}
+    if d.speculative_algorithm is not None:
+        draft, extend = GRAPH_WINDOWS["draft"], GRAPH_WINDOWS["extend"]
+        windows = {
+            "draft_window_us": launch_us * sum(SPECULATIVE_LAUNCHES[k]
+                                               for k in draft["launches"]),
+            "extend_window_us": message_us * sum(GLOO_HOPS[c](par.tp_size) * times
+                                                 for c, times in gloo.items()
+                                                 if c in extend["gloo"]),
+            "extend_window_request_us": sum(REQUEST_HOST_US[k] for k in extend["requests"])}
     return SchedulerHost(overlap_disabled(d), count, launch_us, gather, source,
-                         tuple(gloo.items()), gloo_message_us(launch_us), par.tp_size,
-                         sum(REQUEST_HOST_US[k] for k in parts))
+                         tuple(gloo.items()), message_us, par.tp_size,
+                         sum(REQUEST_HOST_US[k] for k in parts), **windows)
 
 
 def gloo_message_us(fallback_us: float) -> float:

@@ -297,6 +297,8 @@ SGLANG_ARGS: dict[str, Rule] = {
     "first_use_compile": _planning_input,
     # how the eager prefill's host time is priced: a modelling choice, not a server setting
     "eager_prefill_host": _planning_input,
+    # the clock a busy GPU holds under its power limit: the hardware's, not a server setting
+    "sustained_clock": _planning_input,
     "enable_eplb": _flag("--enable-eplb"),
     "ep_num_redundant_experts": _value("--ep-num-redundant-experts"),
     "eplb_rebalance_num_iterations": _eplb_only(_value("--eplb-rebalance-num-iterations")),

@@ -223,7 +223,10 @@ def spec_block(sim, sq: SpecQuiet, start_us: float) -> SpecBlock | None:
         for j in range(per):
             draft_us = draft_us + us[:, j]
     extend = draft.cost_model.decode_steps(extended, extend_ctx[:num], extend_moes)
-    draft_us = draft_us + (extend.step_us[:num] - base)
+    extend_us = extend.step_us[:num] - base
+    # as `DraftPricer.cycle_us`: the cycle's host work under the draft's graphs is hidden
+    draft_us = draft_us + extend_us - draft.cost_model.scheduler_host.hidden_us(
+        draft_us, extend_us, float(requests.max()))
     times = np.cumsum(np.concatenate([[start_us], block.step_us[:num] + draft_us]))
     starts_us, ends_us = times[:-1], times[1:]
     starts_s = starts_us * 1e-6

@@ -218,8 +218,11 @@ class DraftPricer:
             for _ in range(self.steps - 1):                     # draft decode forwards
                 total += self.forward_us(forward, t_s, rng, decode)
             extend = requests * (self.steps + 1)                # draft extend after verify
-            total += self.forward_us(BatchCounts(extend, extend * (per + 1), z, z, z, requests,
-                                                 "decode"), t_s, rng, extend_pool)
+            extend_us = self.forward_us(BatchCounts(extend, extend * (per + 1), z, z, z,
+                                                    requests, "decode"), t_s, rng, extend_pool)
+            # the cycle's host work that runs under the draft's graphs (scheduler_host)
+            total += extend_us - float(self.cost_model.scheduler_host.hidden_us(
+                total, extend_us, float(requests.max())))
         if prefill is not None and prefill.prefill_tokens.any():
             z = np.zeros_like(prefill.prefill_tokens)
             total += self.forward_us(BatchCounts(z, z, prefill.prefill_tokens,

@@ -39,6 +39,7 @@ import os
 import numpy as np
 
 from epsim.cost.attention import BatchCounts
+from epsim.cost.graph_padding import pad_rows, padded_loads
 from epsim.cost.model import CostModel
 from epsim.cost.moe import MoECost
 from epsim.cost.step import StepCost
@@ -80,6 +81,10 @@ class ReferenceStepper:
         sim = self.sim
         loads = sim.skew.loads(batch.routed_tokens, sim.routing_rng,
                                t_s=now_s, step=step)
+        pad = pad_rows(sim.cost_model, batch)
+        if pad:          # the CUDA graph's padded rows the MoE runs (epsim.cost.graph_padding)
+            loads = padded_loads(loads, sim.skew.loads(1, sim.routing_rng, t_s=now_s, step=step),
+                                 pad)
         return loads, sim.cost_model.step(batch, loads, sim.placement.tables)
 
 
@@ -93,6 +98,9 @@ def moe_draws(cost_model: CostModel, skew: SkewModel, rng: np.random.Generator,
         draw ready for `cost_model.step(batch, None, tables, moe=...)`.
     """
     loads = skew.loads_block(num_draws, batch.routed_tokens, rng, t_s, step)
+    pad = pad_rows(cost_model, batch)
+    if pad:              # the CUDA graph's padded rows the MoE runs (epsim.cost.graph_padding)
+        loads = padded_loads(loads, skew.loads_block(num_draws, 1, rng, t_s, step), pad)
     return loads, price_draws(cost_model, tables, batch, loads)
 
 

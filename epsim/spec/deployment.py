@@ -152,6 +152,10 @@ class DeploymentSpec(BaseModel):
         "kernel launches counted from its source at one eager launch's measured host time "
         "(`epsim.cost.forward_host`); it outlasts a lone 1k prompt's device time by 0-20 ms, "
         "nothing at 8k; off: the device time alone"))
+    sustained_clock: bool = Field(default=True, description=(
+        "a prefill (extend) forward's device compute at the clock a busy GPU's power limit "
+        "holds, by the forward's tokens (`epsim.cost.sustained`: measured on an H100, 1.13x at "
+        "8k tokens a GPU); off: the op tables' burst clock"))
 
     # EPLB
     enable_eplb: bool = False

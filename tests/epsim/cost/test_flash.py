@@ -96,3 +96,37 @@ def test_decode_kernel_gives_the_bits_of_decode_work(rng):
                 want = kernel_us(decode_work(seqs, context, heads, kv_heads, head_dim, SMS), params)
                 got = kernel.us(seqs, context)
                 assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("chunk", [16, 100, 128, 1000, 4096])
+@pytest.mark.parametrize("group", [1, 2, 8, 16, 64, 128])
+@pytest.mark.parametrize("prefix", [0, 1024])
+def test_fa3_prefill_packs_the_group_into_its_rows(chunk, group, prefix):
+    """FlashAttention-3's grid (`pack_gqa`, one CTA per SM): a (chunk, KV head) runs
+    ceil(chunk x group / 128) CTAs, CTA k over positions up to k x 128 / group, each reading the
+    key tiles up to its last position -- counted here one CTA at a time."""
+    from epsim.cost.flash import FA3_GRIDS
+    kv_heads, seqs = 4, 3
+    grid = FA3_GRIDS.prefill
+    work = prefill_work(np.array([seqs * chunk * 1.0]), np.array([seqs * (prefix + chunk) * 1.0]),
+                        np.array([seqs * 1.0]), group * kv_heads, kv_heads, 128, SMS, grid=grid)
+    per_head = -(-chunk * group // PREFILL_ROWS)
+    ends = [min(chunk, k * PREFILL_ROWS / group) for k in range(1, per_head + 1)]
+    tiles = sum(prefix // KEY_BLOCK + int(np.ceil(e / KEY_BLOCK)) for e in ends)
+    ctas, total = kv_heads * seqs * per_head, kv_heads * seqs * tiles
+    slots = grid.ctas_per_sm * SMS
+    longest = prefix // KEY_BLOCK + -(-chunk // PREFILL_ROWS)
+    busiest = longest if ctas <= slots else max(longest, total / slots + longest / 2)
+    assert work.waves[0] == -(-ctas // slots)
+    assert work.mflops[0] == pytest.approx(busiest * PREFILL_ROWS * KEY_BLOCK * 128 * 4 * slots
+                                           * 1e-6)
+
+
+def test_grids_follow_the_kernel_a_fit_timed():
+    from epsim.cost.flash import FA2_GRIDS, FA3_GRIDS, component_grids, kernel_grids
+    assert kernel_grids("fa3") is FA3_GRIDS and kernel_grids("trtllm_mha") is FA2_GRIDS
+    assert kernel_grids("") is FA2_GRIDS                     # our own records: SDPA's FA2
+    fa3 = ["h200_sxm/attention/sglang/0.5.14/context_attention_perf.parquet"]
+    assert component_grids(fa3) is FA3_GRIDS
+    assert component_grids(["b200_sxm/attention/sglang/0.5.14/x.parquet"]) is FA2_GRIDS
+    assert component_grids([]) is FA2_GRIDS

@@ -281,7 +281,9 @@ def test_deepseek_is_priced_by_the_mla_model():
     mla = cm.params.attention.mla
     # SGLang prefills per head (MHA) on every GPU; only AIC's Hopper records are absorbed
     assert mla is not None and mla.heads == 128 and not mla.absorbed_prefill
-    assert mla.bmm_format == "fp8" and mla.gemm_format == cm.model.weight_dtype
+    # block FP8: SGLang dequantises `kv_b_proj` to BF16 at load, so the BMMs run BF16
+    assert cm.model.weight_dtype == "fp8_block"
+    assert mla.bmm_format == "bf16" and mla.gemm_format == cm.model.weight_dtype
     batch = BatchCounts.uniform_decode(16, 64, 4096)
     attn = cm._attention_layer_us(batch)
     kernel = mla_decode_kernel(mla).us(batch.decode_tokens, batch.decode_context).max()
@@ -358,3 +360,13 @@ def test_decode_takes_its_prefills_tensor_rate():
     assert decode.params["tensor_frac"] == prefill.params["tensor_frac"]
     assert "held at tensor_frac" in decode.note
     assert decode.params["hbm_frac"] == pytest.approx(0.8, rel=0.02)
+
+
+def test_a_per_tensor_fp8_checkpoint_runs_fp8_bmms():
+    model = get_model("DeepSeek-V3").model_copy(update={"weight_dtype": "fp8"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = CostModel(model, ClusterSpec(gpu="H200", num_nodes=2),
+                       DeploymentSpec(ep_size=16, moe_a2a_backend="deepep",
+                                      enable_dp_attention=True))
+    assert cm.params.attention.mla.bmm_format == "fp8"

@@ -14,8 +14,8 @@ from epsim.cost.block_ops import PARTS, launches
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
 from epsim.cost.scheduler_host import (DECODE_LAUNCHES, DEFAULT_LAUNCH_US, GLOO_HOPS,
-                                       REQUEST_HOST_US, SPECULATIVE_LAUNCHES, SYNC_INFO_BYTES,
-                                       gloo_message_us)
+                                       GRAPH_WINDOWS, REQUEST_HOST_US, SPECULATIVE_LAUNCHES,
+                                       SYNC_INFO_BYTES, gloo_message_us)
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb import Placement
 from epsim.profile import Profile
@@ -58,7 +58,8 @@ def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     tp = cm.params.tp_collectives
     gather = float(ring_us(SYNC_INFO_BYTES * EP, EP, 2, tp.allreduce["nccl"], passes=1))
     assert host.gather_us == pytest.approx(gather + tp.host_us)
-    assert host.launches == sum(DECODE_LAUNCHES.values())
+    # the sampler's launches follow the graph's replay, before the result's read-back: hidden
+    assert host.launches == sum(DECODE_LAUNCHES.values()) - DECODE_LAUNCHES["sampler"]
     # recv_requests broadcasts the control requests over the 16 ranks' gloo group: a binomial
     # tree of 4 rounds, each one gloo message's measured host time
     assert host.gloo_collectives == (("broadcast", 1.0),) and host.gloo_ranks == EP
@@ -153,3 +154,45 @@ def test_without_dp_attention_only_the_broadcast_remains():
     # recv_requests broadcasts over the TP group; the draft-extend check returns locally
     assert host.gather_us == 0.0 and host.gloo_collectives == (("broadcast", 1.0),)
     assert host.gloo_messages == 3
+
+
+def test_a_cycles_host_work_under_its_draft_graphs_is_hidden_up_to_their_gpu_time():
+    spec = _model(speculative_algorithm="NEXTN", speculative_num_steps=2,
+                  mlp_sync_group="cpu").scheduler_host
+    # under the draft graph: build_tree's launches; under the draft extend's (the cycle's last
+    # launch): the next iteration's gloo broadcast and gather, the result's and stream's loops
+    assert spec.draft_window_us == pytest.approx(
+        SPECULATIVE_LAUNCHES["build_tree"] * spec.launch_us)
+    assert spec.extend_window_us == pytest.approx((4 + 15) * spec.gloo_message_us)
+    assert spec.extend_window_request_us == pytest.approx(
+        sum(REQUEST_HOST_US[k] for k in GRAPH_WINDOWS["extend"]["requests"]))
+    window = spec.extend_window_us + 2 * spec.extend_window_request_us
+    # each window hides up to its graph's GPU time: a long graph hides it all, a short one its
+    # own length; vectorised over cycles
+    assert spec.hidden_us(1e6, 1e6, 2) == pytest.approx(spec.draft_window_us + window)
+    assert spec.hidden_us(10.0, 20.0, 2) == pytest.approx(30.0)
+    both = spec.hidden_us(np.array([10.0, 1e6]), np.array([20.0, 1e6]), 2)
+    assert both == pytest.approx([30.0, spec.draft_window_us + window])
+    # with the NCCL gather (SGLang since #8001) the gather queues behind the extend: not hidden
+    later = _model(speculative_algorithm="NEXTN", speculative_num_steps=2).scheduler_host
+    assert later.extend_window_us == pytest.approx(4 * later.gloo_message_us)
+    # a plain decode step has no draft: nothing to hide under it
+    assert _model(disable_overlap_schedule=True).scheduler_host.hidden_us(1e6, 1e6, 2) == 0.0
+
+
+def test_a_cycle_pays_its_draft_forwards_less_the_host_work_they_hide():
+    from epsim.sim.speculative import DraftPricer
+    from tests.epsim.sim.test_speculative import _spec
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # a one-layer model outside the profile's fits
+        draft = DraftPricer(_spec(steps=2), None, seed=0)
+    host = draft.cost_model.scheduler_host
+    requests = np.full(draft.cost_model.params.parallel.dp_size, 2.0)
+    context = requests * 1000
+    rng = lambda: np.random.Generator(np.random.SFC64(7))   # noqa: E731
+    with_hiding = draft.cycle_us(requests, context, None, 0.0, rng())
+    draft.cost_model.scheduler_host = replace(host, draft_window_us=0.0, extend_window_us=0.0,
+                                              extend_window_request_us=0.0)
+    without = draft.cycle_us(requests, context, None, 0.0, rng())
+    assert 0.0 < without - with_hiding <= (host.draft_window_us + host.extend_window_us
+                                           + 2 * host.extend_window_request_us) + 1e-9
