@@ -228,8 +228,8 @@ def mla_decode_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]
 HELD_EXPERT_FORMATS = ("nvfp4",)
 HELD_EXPERT_PARAMS = ("tensor_frac",)
 # ... and fitted on their EP 1 records first, the EP > 1 ones (where imported: NVFP4 on
-# Blackwell, `epsim.calibrate.aic_records.EP_FIT_FORMATS`) then fitting this alone
-EP_ONLY_PARAM = "token_us"
+# Blackwell, `epsim.calibrate.aic_records.EP_FIT_FORMATS`) then fitting these alone
+EP_ONLY_PARAMS = ("token_us", "exit_us")
 
 
 def _held_experts(key: str) -> bool:
@@ -351,10 +351,11 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
         local = [s for s in groups[key] if s.record.ep_size == 1]
         if local and len(local) < len(groups[key]):
             # the EP 1 rows fix the kernel's rates; the EP > 1 rows add only its per-token
-            # work on the tokens routed elsewhere (`token_us`, 0 at EP 1)
+            # work on the tokens routed elsewhere (`token_us`, 0 at EP 1) and the launched CTAs
+            # that exit (`exit_us`, few at EP 1: `epsim.cost.exiting_ctas`)
             first = fit_component(key, local, evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=held)
-            held = {**{p: v for p, v in first.params.items() if p != EP_ONLY_PARAM}, **held}
+            held = {**{p: v for p, v in first.params.items() if p not in EP_ONLY_PARAMS}, **held}
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=held)
     kernels = base.model_copy(update={"components": {k: f.component() for k, f in fits.items()}})

@@ -116,7 +116,7 @@ class ExpertGemm:
         multiply-add)."""
         return 2.0 * (self.num_up + 1) * self.hidden_size * self.intermediate_size
 
-    def _gemms(self) -> tuple[tuple[int, int], tuple[int, int]]:
+    def gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int]]:
         """(N, K) of the first GEMM (`num_up I`, H) and of the down GEMM (H, I)."""
         return ((self.num_up * self.intermediate_size, self.hidden_size),
                 (self.hidden_size, self.intermediate_size))
@@ -137,7 +137,7 @@ class ExpertGemm:
             return np.zeros_like(np.asarray(row_tiles, dtype=np.float64))
         s, b = self.num_sms, self.scale_block_k
         return sum(np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
-                   * -(-k // b) for n, k in self._gemms())
+                   * -(-k // b) for n, k in self.gemm_shapes())
 
     def feed_kb(self, row_tiles: np.ndarray) -> np.ndarray:
         """[...] KB of operands the busiest SM streams over both GEMMs' waves, `waves
@@ -148,12 +148,12 @@ class ExpertGemm:
             return np.zeros_like(tiles)
         return sum(sm_feed_elements(np.ceil(tiles * -(-n // TILE_N) / self.num_sms),
                                     self.tile_rows, TILE_N) * k * self.act_in_bytes * 1e-3
-                   for n, k in self._gemms())
+                   for n, k in self.gemm_shapes())
 
     def _waves(self, row_tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = self.num_sms
         mflops, waves = 0.0, 0.0
-        for n, k in self._gemms():                          # gate+up GEMM, then down GEMM
+        for n, k in self.gemm_shapes():                     # gate+up GEMM, then down GEMM
             w = np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
             mflops = mflops + w * (s * 2.0 * self.tile_rows * TILE_N * k * 1e-6)
             waves = waves + w

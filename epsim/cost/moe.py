@@ -19,6 +19,7 @@ import numpy as np
 from epsim.cost.block_ops import block_ops_us
 from epsim.cost.comm import background_us, chunked, comm_us, per_message
 from epsim.cost import served_tiles
+from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
 from epsim.cost.experts import even_experts_us, even_row_tiles, experts_rank_us
 from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
@@ -129,7 +130,10 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     (`ExpertGemm.tile_rows`) and streams the expert's weights once per tile: the re-reads of
     `epsim.cost.quant.reread_kb` at `reread_gbps`, on the roofline's memory side. The input's
     tokens whose slots lie on other ranks cost the fitted `token_us` each with the `none` backend
-    (`epsim.cost.quant.remote_tokens`: routing, quantisation and finalize run over every token).
+    (`epsim.cost.quant.remote_tokens`: routing, quantisation and finalize run over every token),
+    and each candidate's launched token tiles past the live ones the fitted `exit_us` per CTA per
+    SM (`epsim.cost.exiting_ctas`: the launch's worst case over the input's slots, the group's
+    with the `none` backend), inside the autotuner's choice.
 
     Args:
         pairs, active: [..., layers, ranks] rows and active experts per rank (fused shared
@@ -147,8 +151,18 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     tile = trtllm_ladder(centre * scales, m.weight_dtype)
     gemm = trtllm_gemm(params.gemm, tile, m.weight_dtype)
     reread = reread_kb(rows, tile, gemm.weight_bytes) / experts.reread_gbps
-    t = experts_rank_us(pairs, active, even_row_tiles(pairs, active, tile), gemm,
-                        experts.params, reread).min(axis=0)
+    live = even_row_tiles(pairs, active, tile)
+    t = experts_rank_us(pairs, active, live, gemm, experts.params, reread)
+    exit_us = experts.params.get("exit_us", 0.0)
+    if exit_us and m.weight_dtype in EXIT_FORMATS:
+        # the launch's worst case over the slots the rank's input holds (the group's with the
+        # `none` backend, else its own pairs; fused shared experts: one more slot a token and
+        # local expert each): the CTAs past its live tiles exit, per SM
+        shared = params.fused_shared_experts
+        slots = (np.full(tr.pairs.shape, tr.num_tokens * fraction * (m.top_k + shared))
+                 if params.backend == "none" else pairs)
+        t = t + exit_us * exiting_ctas_per_sm(slots, spr + shared, live, tile, gemm)
+    t = t.min(axis=0)
     token_us = experts.params.get("token_us", 0.0)
     if token_us and params.backend == "none":
         # every rank routes, quantises and finalizes the group's tokens, its slots or not (a

@@ -75,9 +75,10 @@ EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tenso
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
 # FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads (`reread_kb`) and
 # its per-token stages on the input's tokens whose slots lie on other ranks (`remote_tokens`),
-# and a wave's cost per row of its token tile (`wave_row_us`: the epilogue writes the tile's rows)
+# a wave's cost per row of its token tile (`wave_row_us`: the epilogue writes the tile's rows)
+# and the CTAs it launches past the routed tiles, which exit (`epsim.cost.exiting_ctas`)
 EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac", "wave_row_us",
-                                                              "token_us"),
+                                                              "token_us", "exit_us"),
                                   EXPERT_QUANT_TERMS.inverse)
 # ... and on NVFP4 its SMs' operand feed at its own tiles (`ExpertGemm.sm_fed`), held at the
 # dense NVFP4 GEMM's fit (`epsim.calibrate.build.experts_held`)
@@ -397,7 +398,7 @@ def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
 
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
                            hardware: HardwareSpec, fmt: str, layout=0.0,
-                           reread=None, remote=0.0) -> np.ndarray:
+                           reread=None, remote=0.0, exiting=0.0) -> np.ndarray:
     """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
     `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
@@ -407,12 +408,14 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB at HBM: the backend's own
     kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
     slots, `remote_slot_bytes`). With `reread` [...] KB (`reread_kb`, FlashInfer's TRT-LLM
-    MoE) a 7th, 8th and 9th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM
+    MoE) a 7th to 10th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM
     rate, outside the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the
     rest), if compute-bound the waves times their tiles' rows (`wave_row_us`), and `remote`
     [...] token-equivalents of the slowest rank's input whose slots lie elsewhere
-    (`remote_tokens`; `token_us` each, beside the roofline: their own kernels). Where
-    `gemm.sm_fed` (NVFP4) a 10th, `EXPERT_FEED_TERMS`: if compute-bound and the SMs' operand
+    (`remote_tokens`; `token_us` each, beside the roofline: their own kernels), and `exiting`
+    [...] CTAs per SM that start and exit (`epsim.cost.exiting_ctas`; `exit_us` each, beside
+    the roofline: they hold their SM's slot and stream nothing). Where `gemm.sm_fed` (NVFP4)
+    an 11th, `EXPERT_FEED_TERMS`: if compute-bound and the SMs' operand
     feed outlasts the MMA, the KB the busiest SM streams (`ExpertGemm.feed_kb`; the tensor
     column then 0)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
@@ -439,6 +442,7 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
         cols.append(np.where(compute, 0.0, np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps))
         cols.append(np.where(compute & gemm.serial_rows, waves * gemm.tile_rows, 0.0))
         cols.append(np.broadcast_to(np.asarray(remote, dtype=np.float64), p.shape))
+        cols.append(np.broadcast_to(np.asarray(exiting, dtype=np.float64), p.shape))
     if gemm.sm_fed:
         cols.append(np.where(compute & fed, feed_kb, 0.0))
     return np.stack(cols, axis=-1)

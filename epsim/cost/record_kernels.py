@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
 from epsim.cost.experts import num_sms, record_projections, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
                             mla_defaults, mla_kernel_features, per_head_form, prefill_kernel_work)
@@ -123,7 +124,7 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
             record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
-    terms, reread, remote_in = EXPERT_QUANT_TERMS, None, 0.0
+    terms, reread, remote_in, exiting = EXPERT_QUANT_TERMS, None, 0.0, 0.0
     if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
         terms = EXPERT_REREAD_TERMS
         tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k
@@ -134,10 +135,14 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         gemm = trtllm_gemm(gemm, tile, fmt)
         terms = EXPERT_FEED_TERMS if gemm.sm_fed else terms
         reread = float(reread_kb(rows, tile, gemm.weight_bytes))
-        params = {"reread_frac": 0.0, "wave_row_us": 0.0, "token_us": 0.0, **params}
+        params = {"reread_frac": 0.0, "wave_row_us": 0.0, "token_us": 0.0, "exit_us": 0.0,
+                  **params}
         tiles = np.array([float(row_tiles(rows, tile))])
+        if fmt in EXIT_FORMATS:      # the launch's worst case over the rank's local experts
+            exiting = float(exiting_ctas_per_sm(tokens * record.top_k, len(rows), tiles[0], tile,
+                                                gemm))
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
-                                 remote_in)
+                                 remote_in, exiting)
     return KernelRow(component_key(backend, kind, path), terms.coef_names, row,
                      terms.coefficients(params))
 

@@ -2,7 +2,8 @@
 quantisation, the finalize) over every token of its input, local slots or not: the tokens whose
 slots lie on other ranks are a column of their own (`epsim.cost.quant.remote_tokens`,
 `token_us` each), zero at EP 1, where the per-pair terms hold that work; the simulator charges
-them to each rank with the `none` backend, whose ranks all hold the group's tokens."""
+them to each rank with the `none` backend, whose ranks all hold the group's tokens. Beside
+them, the launched CTAs that exit (`exit_us`, test_trtllm_exiting_ctas.py)."""
 
 from __future__ import annotations
 

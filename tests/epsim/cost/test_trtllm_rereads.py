@@ -140,7 +140,7 @@ def test_trtllm_rows_run_beside_the_roofline_and_waves_pay_per_tile_row():
     b200 = get_hardware("B200")
     params = {**gemm_defaults(), "base_us": 10.0, "hbm_frac": 0.8, "tensor_frac": 0.4,
               "wave_us": 0.1, "dequant_us": 0.2, "reread_frac": 0.5, "wave_row_us": 0.02,
-                  "token_us": 0.0}
+                  "token_us": 0.0, "exit_us": 0.0}
     gemm = quant_expert_gemm(7168, 256, "fp8_block", 148, 8)
     pairs, active = np.array([[4096.0]]), np.array([[128.0]])
     for tile in (8.0, 64.0):
@@ -174,7 +174,7 @@ def test_nvfp4_waves_cost_the_bytes_their_sms_stream():
     from epsim.cost.quant import absolute, experts_quant_features, gemm_defaults
     b200 = get_hardware("B200")
     params = {**gemm_defaults(), "base_us": 10.0, "hbm_frac": 0.9, "tensor_frac": 1.0,
-              "wave_us": 0.3, "reread_frac": 0.5, "wave_row_us": 0.0, "token_us": 0.0,
+              "wave_us": 0.3, "reread_frac": 0.5, "wave_row_us": 0.0, "token_us": 0.0, "exit_us": 0.0,
               "sm_feed_gbps": 110.0}
     run = trtllm_gemm(quant_expert_gemm(7168, 64, "nvfp4", 148, 8), 64.0, "nvfp4")
     pairs, active = np.array([[131072.0]]), np.array([[256.0]])
