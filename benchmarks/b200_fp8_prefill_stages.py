@@ -122,12 +122,14 @@ READING = """## Reading
   as the no-MTP decode rows want; from 128 tokens it grows (+1.6 ms a step at 256, +7.4 at
   768, +15.7 at 1536): an MTP verify's 3b tokens at 256-512 clients, the direction of the
   1k/1k and 1k/8k MTP rows' large-batch shortfall.
-- Not landed: it is a what-if from a neighbouring kernel's fit. What would settle it: the
-  `t128x{16,32}x128` trtllm-gen FP8 block-scale GEMMs timed on a B200 at 256-16384 tokens (an
-  H100 cannot run them), then a `fp8_gemm_backend` deployment field priced from that table for
-  the rows whose scripts name it, and `disable_shared_experts_fusion` for the
-  `flashinfer_trtllm` MoE runner; the rest of the gap (EP 8 ~45 µs a token more, TP8 ~10) is
-  then the routing of random-token prompts at EP 8 or a further term.
+- Landed since (twelfth session): `deployment.fp8_gemm_backend: flashinfer_trtllm`, priced by
+  `epsim.cost.trtllm_fp8_gemm` as table 4 prices it (extrapolated, said so in each row), set by
+  the silicon mapping for the B200/B300 FP8 scripts that name it, with the shared expert unfused
+  under the `flashinfer_trtllm` MoE runner; tables 1-3 and 5 of a regenerated record price with
+  it. What would settle the price: the `t128x{8,16,32}x128` trtllm-gen FP8 block-scale GEMMs
+  timed on a B200 at 1-64 and 256-16384 tokens (an H100 cannot run them). The rest of the gap
+  (EP 8 ~45 µs a token more, TP8 ~10 before the landing) is then the routing of random-token
+  prompts at EP 8 or a further term.
 """
 
 

@@ -22,6 +22,7 @@ step python benchmarks/network_terms.py --write
 step python benchmarks/validation_ablations.py --write
 step python benchmarks/r1_h200_closed_loop.py --write
 step python benchmarks/mtp_lmsys.py --write
+step python benchmarks/lmsys_plain_host.py --write
 step python benchmarks/gb200_wide_prefill_stages.py
 step python benchmarks/lmsys_decode_stages.py
 step python benchmarks/qwen_h200_decode_stages.py
