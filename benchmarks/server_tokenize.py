@@ -34,17 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from plan_sweep import cpu_model  # benchmarks/ is on the path when run as a script
+
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def load_tokenizer(path: Path):
@@ -109,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "what": "SGLang TokenizerManager's encode of one harness random prompt (text), process CPU us",
         "lengths": list(LENGTHS), "median_us": [round(m, 1) for m in medians],
         "tokenizer": f"{args.tokenizer_json.name} ({len(tok)} tokens, vocab_size {tok.vocab_size})",
-        "host": f"{cpu_name()}, {platform.machine()}, Python {platform.python_version()}",
+        "host": f"{cpu_model()}, {platform.machine()}, Python {platform.python_version()}",
         "libraries": _versions(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "command": "python benchmarks/server_tokenize.py --tokenizer-json PATH "
