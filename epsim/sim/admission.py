@@ -24,20 +24,21 @@ class Admission:
         times_s = times_s[:closed.allowed(len(times_s))]
         if not times_s:
             return
-        input_len, output_len = closed.lengths(closed.num_sent, len(times_s))
+        input_len, drawn = closed.lengths(closed.num_sent, len(times_s))
         closed.num_sent += len(times_s)
-        if self.mode == "prefill":
-            output_len = np.ones_like(output_len)
+        output_len = np.ones_like(drawn) if self.mode == "prefill" else drawn
         if state.count + len(times_s) >= np.iinfo(np.int32).max:
             raise ValueError("requests must be fewer than 2**31 per run (int32 slot ids)")
         ids = state.add_requests(np.asarray(times_s, dtype=np.float64), input_len, output_len)
+        closed.note_outputs(ids, drawn)         # the client's next wait follows them
         if self.tokenizer is not None:      # TTFT counts from the send, the queue from here
             times_s = self.tokenizer.through(np.asarray(times_s), input_len).tolist()
         self.queues.add(times_s, ids.tolist())
 
     def _client_done(self, ids: np.ndarray, now_s: float) -> None:
-        """Requests `ids` finished at `now_s`: their clients send again."""
-        self._send([now_s + self.closed.think_s] * int(ids.shape[0]))
+        """Requests `ids` finished at `now_s`: their clients send again, each after its wait
+        (`ClosedLoop.think_s_after`), in time order."""
+        self._send(np.sort(now_s + self.closed.think_s_after(ids)).tolist())
 
     # -- requests a failed rank lost (`epsim.sim.retries`) ------------------------------------
     def on_lost(self, lost: np.ndarray, now_s: float) -> None:
@@ -54,6 +55,8 @@ class Admission:
             # the same request: its lengths, its first send's time (TTFT counts from it)
             ids = state.add_requests(state.arrival_s[again].copy(), state.input_len[again].copy(),
                                      state.output_len[again].copy())
+            if self.closed is not None:
+                self.closed.note_outputs(ids, self.closed.output_of(again))
             state.is_initial[ids] = state.is_initial[again]
             self.retries.record(ids, resends)
             self.queues.add(resends.at_s[resends.resend].tolist(), ids.tolist())

@@ -124,6 +124,7 @@ class Scheduler(Admission):
             self.state = SlotState.closed_loop(num_ranks, max_running, init.input_len.astype(np.int64),
                                                init.output_len.astype(np.int64), window_start_s)
             self.state.on_finish = self._client_done
+            closed.note_outputs(np.arange(len(init)), init.output_len.astype(np.int64))
         else:
             self.initial_start = self.num_arrivals
             arrival_s = np.concatenate([requests.arrival_s, init.arrival_s])

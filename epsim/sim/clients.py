@@ -3,14 +3,17 @@
 `sglang.bench_serving --max-concurrency N` (with its default infinite request rate) creates every
 request at t=0 and lets N of them run at once: each client sends its next request as soon as
 its last one finishes. aiperf's `--concurrency N` does the same. Here a client sends its next
-request `think_time_s` after its last one finished, or after it gave up on one its failed rank
+request `think_time_s` after its last one finished (plus `think_per_output_token_s` x that
+request's output tokens after the first: a P/D prefill instance's clients wait out each
+request's own decode, `think_s_after`), or after it gave up on one its failed rank
 lost (`workload.retry`: the client's timeout, and its resends, `epsim.sim.retries`), so the
 arrival times are not known before the run: they follow the completions. With `num_requests`
 (bench_serving's `--num-prompts`) the clients stop once that many are sent, and the last ones
 finish with fewer and fewer clients.
 
 Request ids: the requests running at t=0 (`initial_running_per_rank`, part-way done) come first,
-`0 .. num_initial - 1`, then the clients' sends in the order they are sent. A send goes to DP
+`0 .. num_initial - 1`, then the clients' sends in the order the clients decide them (the
+finishes that set them; the sends of one finish time by their send times). A send goes to DP
 rank `(id - num_initial) % dp`, round-robin by send order (SGLang's default DP load balancing;
 a P/D prefill server's by bootstrap room, `RankQueues`),
 so `RankQueues` serves a closed loop unchanged once its arrival times grow (`ClientQueues`).
@@ -58,6 +61,9 @@ class ClosedLoop:
                              f"workload.arrivals.clients ({arrivals.clients})")
         self.clients = arrivals.clients
         self.think_s = float(arrivals.think_time_s)
+        self.think_per_token_s = float(arrivals.think_per_output_token_s)
+        # [requests] int64 output tokens of each request id, where the wait depends on them
+        self._output_of = np.zeros(0, dtype=np.int64)
         self.num_initial = num_initial
         self.num_sent = 0          # new requests sent so far (resends of lost ones not counted)
         # bench_serving's --num-prompts: sends in all (None: no end); the requests running at
@@ -88,3 +94,31 @@ class ClosedLoop:
             self._outputs = np.concatenate(
                 [self._outputs, sample_lengths(self._output_spec, LENGTH_BLOCK, self._rng)])
         return self._inputs[first:first + num], self._outputs[first:first + num]
+
+    def note_outputs(self, ids: np.ndarray, output_len: np.ndarray) -> None:
+        """Requests `ids` [n] have `output_len` [n] output tokens (as drawn: a prefill instance's
+        requests end at their first token here), which their clients' waits follow
+        (`think_s_after`); kept only where the wait depends on them."""
+        if self.think_per_token_s == 0 or ids.shape[0] == 0:
+            return
+        end = int(ids.max()) + 1
+        if end > self._output_of.shape[0]:
+            grown = max(end, 2 * self._output_of.shape[0], 64)
+            self._output_of = np.concatenate(
+                [self._output_of, np.ones(grown - self._output_of.shape[0], dtype=np.int64)])
+        self._output_of[ids] = output_len
+
+    def output_of(self, ids: np.ndarray) -> np.ndarray:
+        """[n] int64 output tokens noted for requests `ids` [n] (1 where none were noted)."""
+        known = np.ones(ids.shape[0], dtype=np.int64)
+        inside = ids < self._output_of.shape[0]
+        known[inside] = self._output_of[ids[inside]]
+        return known
+
+    def think_s_after(self, ids: np.ndarray) -> np.ndarray:
+        """[n] float64 seconds each client of requests `ids` [n] (just ended) waits before its
+        next send: `think_time_s` plus `think_per_output_token_s` x the request's output tokens
+        after the first (the decode side's time of that request)."""
+        if self.think_per_token_s == 0:
+            return np.full(ids.shape[0], self.think_s)
+        return self.think_s + self.think_per_token_s * (self.output_of(ids) - 1)

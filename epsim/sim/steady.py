@@ -162,7 +162,9 @@ class SteadyStateModel:
         (whose rate follows from them, `_closed`)."""
         closed = arrivals.kind == "concurrency"
         self.clients_per_rank = arrivals.clients / self.dp if closed else None
-        self.think_s = arrivals.think_time_s if closed else 0.0
+        # a per-token wait (a P/D prefill's clients) at the mean output length
+        self.think_s = (arrivals.think_time_s + arrivals.think_per_output_token_s
+                        * max(self.output_len - 1.0, 0.0)) if closed else 0.0
         self.rate_per_rank = 0.0 if closed else getattr(arrivals, "rate_per_s", 0.0) / self.dp
 
     def step_s(self, batch: BatchCounts, key: tuple[int, int]) -> float:

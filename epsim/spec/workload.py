@@ -161,12 +161,20 @@ class ConcurrencyArrivals(_Strict):
     `think_time_s` after its last one finished (`sglang.bench_serving --max-concurrency N` with
     its default infinite request rate: every client sends at t=0; aiperf `--concurrency N`).
     For a decode instance alone, `think_time_s` may carry the prefill side's time to first
-    token (the client's next request reaches the decode instance that much later). With
-    `num_requests`, the run is one benchmark run: that many requests, the first `clients` of
-    them sent at t=0 into an idle server, none after the last."""
+    token (the client's next request reaches the decode instance that much later). For a
+    prefill instance alone, `think_per_output_token_s` x (the request's output tokens - 1) adds
+    the decode side's time after the first token to each client's wait: each request's own
+    output length (drawn from `output_len` as the harness draws it), so clients whose outputs
+    differ do not stay in lockstep. With `num_requests`, the run is one benchmark run: that
+    many requests, the first `clients` of them sent at t=0 into an idle server, none after the
+    last."""
     kind: Literal["concurrency"] = "concurrency"
     clients: int = Field(gt=0, le=1_000_000)
     think_time_s: float = Field(default=0.0, ge=0, le=3600)
+    think_per_output_token_s: float = Field(
+        default=0.0, ge=0, le=60, description="a client's further wait per output token after "
+        "the first of the request that ended (a P/D prefill instance's clients: the decode's "
+        "TPOT); 0: every client waits think_time_s alone")
     num_requests: int | None = Field(
         default=None, gt=0, le=1_000_000_000, description="requests the clients send in all, "
         "then stop (bench_serving's --num-prompts: the last ones run with fewer clients); "
@@ -174,10 +182,13 @@ class ConcurrencyArrivals(_Strict):
 
     @model_serializer(mode="wrap")
     def _without_unbounded(self, handler):
-        # an open-ended loop is written as before the field existed (its summaries keep their bits)
+        # an open-ended loop, and one with no per-token wait, are written as before the fields
+        # existed (their summaries keep their bits)
         data = handler(self)
         if self.num_requests is None:
             data.pop("num_requests", None)
+        if self.think_per_output_token_s == 0:
+            data.pop("think_per_output_token_s", None)
         return data
 
 

@@ -10,8 +10,9 @@ decode server at once; its first token reaches the client from the *decode* serv
   server sees it (`deployment.server_tokenize` "parallel": Dynamo's Rust frontend, each request
   in its own task; `epsim.cost.tokenize`, measured), the mean prompt's. Added here rather than
   as a shift of the prefill instance's simulated arrivals: the same ~14-18 ms at 8k for every
-  request, whose length-dependent part would only break the ties of the prefill instance's
-  closed loop (its clients think one constant time, `closed_round`) and no queue it models.
+  request, whose length-dependent part is a few ms beside the spread of the prefill instance's
+  clients' waits (each waits out its own request's decode, TPOT x its output tokens after the
+  first, `closed_round`: seconds apart at outputs in [0.8 L, L]) and no queue it models.
 
 - **bootstrap** (`bootstrap_ms`): the prefill server keeps the request in its bootstrap queue
   until the decode server has pre-allocated its KV and sent the indices

@@ -5,7 +5,8 @@ A row's clients cycle through TTFT + (OSL - 1) x TPOT per request (`sglang.bench
 definitions, docs/silicon.md), so each side of a P/D pair depends on the other's latency. Pass 0
 runs the TPOT side (decode, or the agg instance) at its clients' batch to learn the cycle; then
 `ROUNDS` rounds run the prefill and then the decode instance of a P/D pair, each with the latest
-figures of the other (its clients wait out the rest of the cycle: think time; the decode of
+figures of the other (its clients wait out the rest of the cycle: think time, a prefill's
+clients each request's own decode, TPOT x its drawn output tokens after the first; the decode of
 a round before the last over a shorter window, `EARLY_DECODE_CYCLES`), one round an agg
 instance. An agg or prefill instance runs one benchmark run as the harness does (`closed_round`:
 every client sends at t=0 into the idle instance, K requests each, all measured).
@@ -123,7 +124,9 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
                  outside_s: float = 0.0, span: float = 1.0, early: bool = False) -> dict:
     """One instance under its closed-loop clients; a P/D side's clients wait out the rest of the
     cycle: `outside_s` is the part of the TTFT spent outside this instance (a prefill's: the
-    handoff; a decode's: everything before the KV has arrived).
+    handoff; a decode's: everything before the KV has arrived), and a prefill's clients each
+    request's own decode besides, `tpot_s` x its output tokens after the first
+    (`think_per_output_token_s`: the request's drawn length, not `osl`).
 
     An agg or prefill instance of an InferenceX row (`Instance.harness`), whose queue the
     clients' sends reach, runs one benchmark run:
@@ -150,7 +153,10 @@ def closed_round(instance: Instance, ttft_s: float, tpot_s: float, osl: int,
     measured = min(max(ceil(MEASURED_REQUESTS / max(clients, 1)), 1), measured)
     window = (warm * cycle_s, (warm + measured) * cycle_s)
     if instance.role == "prefill":
-        arrivals["think_time_s"] = (osl - 1) * tpot_s + outside_s
+        # each client waits out its own request's decode, TPOT x its drawn output tokens after
+        # the first: outputs uniform in [0.8 L, L] (an InferenceX harness) spread the clients
+        # that one constant wait would keep in lockstep waves, one prefill batch each
+        arrivals.update(think_time_s=outside_s, think_per_output_token_s=tpot_s)
     if instance.harness and instance.role in RUN_REQUESTS_PER_CLIENT:
         per_client = instance.requests_per_client or RUN_REQUESTS_PER_CLIENT[instance.role]
         arrivals["num_requests"] = per_client * clients

@@ -300,3 +300,66 @@ def test_prefill_server_forms_each_batch_behind_the_step_in_flight():
         assert behind >= 10
     assert mixed[False] == 0
     assert mixed[True] > 0
+
+
+def _prefill_clients(per_token_s: float, seed: int | None = None):
+    """Two clients of a P/D prefill instance whose outputs (16-400 tokens) are decoded
+    elsewhere: each waits 1 ms plus `per_token_s` per output token after the first."""
+    arrivals = {"kind": "concurrency", "clients": 2, "think_time_s": 0.001,
+                "think_per_output_token_s": per_token_s}
+    sc = _closed(2, mode="prefill", arrivals=arrivals, duration_s=0.4,
+                 output_len={"kind": "uniform", "low": 16, "high": 400})
+    return sc if seed is None else sc.model_copy(update={"seed": seed})
+
+
+def test_prefill_clients_wait_out_their_own_requests_decode():
+    # each finished request's client sends again after 1 ms plus 50 µs x (its drawn output - 1):
+    # the run's sends after the first two are exactly those times (the outputs redrawn as
+    # the clients draw them, in send order from the seed), not one constant wait
+    sc = _prefill_clients(5e-5)
+    result = simulate(sc)
+    done = np.flatnonzero(np.isfinite(result.finish_s))
+    assert done.shape[0] >= 6
+    drawn = ClosedLoop(sc.workload, sc.seed, 0).lengths(0, result.arrival_s.shape[0])[1]
+    assert np.all(result.output_len == 1)          # the prefill ends at the first token here
+    expected = np.sort(result.finish_s[done] + 0.001 + 5e-5 * (drawn[done] - 1))
+    np.testing.assert_allclose(np.sort(result.arrival_s[2:]), expected, rtol=0, atol=1e-12)
+
+
+def test_prefill_clients_with_different_outputs_leave_lockstep():
+    # both clients send at t=0 and are prefilled in one batch; with one constant wait they
+    # send again together every cycle, with waits that follow their different outputs they do not
+    together = simulate(_prefill_clients(0.0)).arrival_s
+    assert together.shape[0] >= 6
+    np.testing.assert_array_equal(together[0::2][:together.shape[0] // 2],
+                                  together[1::2][:together.shape[0] // 2])
+    apart = simulate(_prefill_clients(5e-5)).arrival_s
+    assert apart[0] == apart[1] == 0.0
+    assert np.unique(apart[2:]).shape[0] == apart.shape[0] - 2
+
+
+def test_prefill_clients_same_seed_same_run():
+    a, b = simulate(_prefill_clients(5e-5)), simulate(_prefill_clients(5e-5))
+    np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
+    np.testing.assert_array_equal(a.first_token_s, b.first_token_s)
+    c = simulate(_prefill_clients(5e-5, seed=8))
+    n = min(a.arrival_s.shape[0], c.arrival_s.shape[0])
+    assert not np.array_equal(a.arrival_s[:n], c.arrival_s[:n])
+
+
+def test_no_per_token_wait_is_written_as_before():
+    # a loop without the per-token wait serialises as before the field existed (summaries keep
+    # their bits); one with it keeps it
+    plain = _closed(2, 0.001).workload.arrivals.model_dump()
+    assert "think_per_output_token_s" not in plain
+    assert _prefill_clients(5e-5).workload.arrivals.model_dump()["think_per_output_token_s"] == 5e-5
+
+
+def test_steady_model_waits_the_mean_output_per_token():
+    # the screen's closed prefill loop: each client's cycle is its prefill plus its wait, the
+    # per-token part at the mean drawn output (fixed 8 tokens: 1 ms + 7 x 0.5 ms)
+    from epsim.sim.steady import steady_model
+    arrivals = {"kind": "concurrency", "clients": 8, "think_time_s": 0.001,
+                "think_per_output_token_s": 5e-4}
+    model = steady_model(_closed(8, mode="prefill", arrivals=arrivals))
+    assert model.think_s == pytest.approx(0.001 + 7 * 5e-4, rel=1e-12)

@@ -72,10 +72,11 @@ def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
     outside_s = cycle_s / 2 + 0.1                       # the decode side holds a request < half the cycle
     pre = closed_round(side("prefill", 1), ttft_s, tpot_s, osl, 0.3)["workload"]
     dec = closed_round(side("decode", 2), ttft_s, tpot_s, osl, outside_s)["workload"]
-    # the prefill's clients think for the decode and the handoff around their prefill, and send
-    # one Dynamo harness run's 5 requests each, from an idle start, all measured
+    # the prefill's clients think for the handoff around their prefill and for each request's
+    # own decode (TPOT per output token after the first, its drawn length), and send one Dynamo
+    # harness run's 5 requests each, from an idle start, all measured
     assert pre["arrivals"] == {"kind": "concurrency", "clients": 8, "num_requests": 40,
-                               "think_time_s": 1023 * 0.04 + 0.3}
+                               "think_time_s": 0.3, "think_per_output_token_s": 0.04}
     assert pre["initial_running_per_rank"] == 0
     assert (pre["warmup_s"], pre["duration_s"]) == (0.0, 2 * 5 * cycle_s)
     # the decode holds 8 x (cycle - outside) / cycle = 3.99 -> 4 clients, 2 per rank part-way done
@@ -90,7 +91,8 @@ def test_each_side_of_a_pair_holds_its_share_of_the_cycle():
     assert (agg["warmup_s"], agg["duration_s"]) == (0.0, 2 * 10 * cycle_s)
     # a row of no known harness: open-ended clients, a steady window after 2 cycles
     other = closed_round(side("prefill", 1, harness=False), ttft_s, tpot_s, osl, 0.3)["workload"]
-    assert other["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 1023 * 0.04 + 0.3}
+    assert other["arrivals"] == {"kind": "concurrency", "clients": 8, "think_time_s": 0.3,
+                                 "think_per_output_token_s": 0.04}
     assert (other["warmup_s"], other["duration_s"]) == (2 * cycle_s, 12 * cycle_s)
 
 
