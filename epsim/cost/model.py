@@ -37,7 +37,7 @@ from epsim.cost.rank_memo import RankMemo, order_free_key
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms
-from epsim.cost.sustained import sustained_clock
+from epsim.cost.sustained import slowed_by_us, slowed_layer, sustained_clock
 from epsim.cost.tbo import overlapped_stages, overlapped_us
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import attention_collectives_us
@@ -218,7 +218,8 @@ class CostModel:
         priced = (attn, shared, moe)               # at the tables' burst clock, for the ledger
         slow = self._sustained_factor(batch)
         if slow != 1.0:
-            attn, shared, moe = self._at_sustained_clock(slow, part, graph, attn, shared, moe)
+            attn, shared, moe = slowed_layer(slow, self._collectives_us(part, graph), attn, shared,
+                                             moe, self.params.step(graph))
         stages = None
         if tbo:
             hooked = per_message(moe.traffic.dedup)
@@ -245,8 +246,7 @@ class CostModel:
         if slow != 1.0:
             dense_slow = (slow - 1.0) * (dense - self.model.num_dense_layers
                                          * self._collectives_us(batch, graph))
-            sustained = dense_slow + self._sustained_extra_us(priced, attn, shared, moe, scale,
-                                                              num_layers)
+            sustained = dense_slow + slowed_by_us(priced, (attn, shared, moe), scale, num_layers)
         overhead = terms.overhead_us
         step = float(layer.sum()) + dense + dense_slow + overhead
         host = 0.0              # what the eager prefill forward's host outlasts of its device
@@ -507,30 +507,6 @@ class CostModel:
         if self.sustained is None or batch.phase != "prefill":
             return 1.0
         return self.sustained.factor(float(batch.tokens.max(initial=0.0)))
-
-    def _at_sustained_clock(self, slow: float, part: BatchCounts, graph: bool, attn: float,
-                            shared: float, moe: MoECost) -> tuple[float, float, MoECost]:
-        """One layer's attention, shared experts and MoE device compute `slow` times longer:
-        not the attention's TP collectives, the exchanges, nor the eager host time inside the
-        experts and block ops (`StepKindParams.host_rows`, `block_ops_host`)."""
-        step = self.params.step(graph)
-        coll = self._collectives_us(part, graph)
-        expert_host = float(step.host_rows[moe.mode][1]) if moe.mode in step.host_rows else 0.0
-        block_host = float(step.block_ops_host.get(moe.mode, 0.0))
-        experts = moe.experts_us + (slow - 1.0) * np.maximum(moe.experts_us - expert_host, 0.0)
-        block = moe.block_ops_us + (slow - 1.0) * np.maximum(
-            np.asarray(moe.block_ops_us) - block_host, 0.0)
-        return (coll + (attn - coll) * slow, shared * slow,
-                replace(moe, experts_us=experts, block_ops_us=block))
-
-    @staticmethod
-    def _sustained_extra_us(priced: tuple[float, float, MoECost], attn: float, shared: float,
-                            moe: MoECost, scale: float, num_layers: int) -> float:
-        """What `_at_sustained_clock` added to the MoE layers of one step (µs)."""
-        p_attn, p_shared, p_moe = priced
-        return (((attn - p_attn) + (shared - p_shared)) * scale * num_layers
-                + (float(np.sum(moe.experts_us - p_moe.experts_us))
-                   + moe.block_ops_sum - p_moe.block_ops_sum) * scale)
 
     def _decode_attention(self, batch: BatchCounts, contexts: np.ndarray) -> np.ndarray:
         """[k] `_attention_layer_us` of k decode steps of `batch` whose contexts are `contexts`

@@ -29,9 +29,12 @@ time; only to prefill (extend) steps, whose forwards are long and compute-bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from epsim.cost.moe import MoECost
+from epsim.cost.params import StepKindParams
 
 # [points] tokens a GPU's forward runs, and sustained / burst time of the DeepSeek-V3 layer at that
 # size: the decode layer (64 tokens) and the prefill layer (8192), each the mean of the two H100
@@ -83,3 +86,29 @@ def sustained_clock(gpu_name: str, enabled: bool = True) -> SustainedClock | Non
         return None
     return SustainedClock(gpu_name, SOURCES.get(gpu_name, EXTRAPOLATED.format(gpu=gpu_name)),
                           gpu_name == "H100")
+
+
+def slowed_layer(slow: float, collectives_us: float, attn_us: float, shared_us: float,
+                 moe: MoECost, step: StepKindParams) -> tuple[float, float, MoECost]:
+    """One MoE layer's attention, shared experts and MoE device compute `slow` times longer:
+    not the attention's TP collectives (`collectives_us`, inside `attn_us`), the exchanges, nor
+    the eager host time inside the experts and block ops (`step.host_rows`, `block_ops_host`).
+    Returns (attention µs, shared experts µs, the MoE layers' cost) as `CostModel.step` uses them.
+    """
+    expert_host = float(step.host_rows[moe.mode][1]) if moe.mode in step.host_rows else 0.0
+    block_host = float(step.block_ops_host.get(moe.mode, 0.0))
+    experts = moe.experts_us + (slow - 1.0) * np.maximum(moe.experts_us - expert_host, 0.0)
+    block = moe.block_ops_us + (slow - 1.0) * np.maximum(
+        np.asarray(moe.block_ops_us) - block_host, 0.0)
+    return (collectives_us + (attn_us - collectives_us) * slow, shared_us * slow,
+            replace(moe, experts_us=experts, block_ops_us=block))
+
+
+def slowed_by_us(priced: tuple[float, float, MoECost], slowed: tuple[float, float, MoECost],
+                 scale: float, num_layers: int) -> float:
+    """What `slowed_layer` added to one step's MoE layers (µs): `priced` and `slowed` are
+    (attention, shared experts, MoE cost) before and after; `scale` micro-batches a step."""
+    (p_attn, p_shared, p_moe), (attn, shared, moe) = priced, slowed
+    return (((attn - p_attn) + (shared - p_shared)) * scale * num_layers
+            + (float(np.sum(moe.experts_us - p_moe.experts_us))
+               + moe.block_ops_sum - p_moe.block_ops_sum) * scale)
