@@ -88,12 +88,23 @@ class Flags:
     # `flashinfer_gemm_w8a8_block_fp8_linear` on FlashInfer's CUTLASS groupwise GEMM, later on
     # backend="trtllm": the rows' pre-0.5.9 images are assumed to run trtllm); None: SGLang's default
     fp8_gemm_backend: str | None = None
-    # `--moe-runner-backend flashinfer_trtllm`: SGLang then sets disable_shared_experts_fusion
-    # (`server_args.py`), the shared expert its own MLP
+    # `--moe-runner-backend flashinfer_trtllm`: SGLang (0.5.3, 0.5.5, 0.5.6, 0.5.9, 0.5.10.post1
+    # read) then sets disable_shared_experts_fusion for FP8 and NVFP4 alike
+    # (`_handle_moe_kernel_config`), the shared expert its own MLP; it matters only at MoE EP 1,
+    # as at EP > 1 SGLang runs it apart anyway (`determine_num_fused_shared_experts` on NVIDIA
+    # GPUs: `epsim.cost.shared_experts`)
     moe_runner_backend: str | None = None
 
 
-_FP4 = Flags(256, 256, 16384, None, 0.85, "fp8_e4m3", (10, 30), unstated_ep_is_tp=True)
+UNFUSED_NOTE = ("shared expert unfused: SGLang sets disable_shared_experts_fusion for "
+                "--moe-runner-backend flashinfer_trtllm (server_args.py)")
+# every B200 and B300 FP4 script runs its NVFP4 MoE on FlashInfer's trtllm-gen kernels:
+# `--moe-runner-backend flashinfer_trtllm` from d8fe8f73e (2025-11-10) on, before it the
+# deprecated `--enable-flashinfer-trtllm-moe`, which SGLang 0.5.2 maps to the same backend
+# (`__post_init__`, beside `--enable-ep-moe`'s EP = TP; 0.5.3 makes both an error, so the
+# v0.5.3rc1 image is assumed to map them as 0.5.2 does)
+_FP4 = Flags(256, 256, 16384, None, 0.85, "fp8_e4m3", (10, 30), unstated_ep_is_tp=True,
+             moe_runner_backend="flashinfer_trtllm")
 # every B200 and B300 FP8 script (189ae51cc's docker script, 64c20b6b5's, 5b302f147's and the
 # MTP twins') runs its FP8 linears and its MoE on FlashInfer's trtllm-gen kernels
 _TRTLLM = {"fp8_gemm_backend": "flashinfer_trtllm", "moe_runner_backend": "flashinfer_trtllm"}

@@ -93,8 +93,12 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   `--stream-interval 50`, `--deepep-config`, the DeepEP token cap.
 
 The server flags of the TP scripts, as `DeploymentSpec` fields (no DP attention: the flags are a
-rank's as written). Not carried, having no field: the prefill's `--max-total-tokens` (8192 at
-1k/1k, 32768 at 8k/1k: the prefill's KV pool), `--stream-interval 10`.
+rank's as written), with `disable_shared_experts_fusion` where `--moe-runner-backend
+flashinfer_trtllm` makes SGLang set it (every TP script) and `fp8_gemm_backend` where
+`SGLANG_ENABLE_FLASHINFER_GEMM=1` runs the FP8 linears on FlashInfer's trtllm GEMM (the FP8 ones,
+both sides; for `1p_4d`, read as `1k1k-low-latency`'s flags, the variable not re-read). Not
+carried, having no field: the prefill's `--max-total-tokens` (8192 at 1k/1k, 32768 at 8k/1k: the
+prefill's KV pool), `--stream-interval 10`, `--enable-flashinfer-allreduce-fusion`.
 """
 
 from __future__ import annotations
@@ -104,19 +108,25 @@ from typing import NamedTuple
 # the repositories the scripts were read at (repository@commit)
 _FORK, _DYNAMO = "wxsms/dynamo@cf433e6825d8", "ai-dynamo/dynamo@bc8ca754933a"
 _FP4_1K1K = f"{_FORK}, ai-dynamo/dynamo@75b4a35fca94"
-# no `--moe-a2a-backend`: SGLang's `none` (TP MoE over the worker's GPUs)
+# no `--moe-a2a-backend`: SGLang's `none` (TP MoE over the worker's GPUs); `--moe-runner-backend
+# flashinfer_trtllm` (FP8 and FP4): SGLang sets disable_shared_experts_fusion, so at MoE EP 1 the
+# shared expert runs as its own MLP (`epsim.cost.shared_experts`)
 _COMMON = {"scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
-           "max_running_requests": 512, "moe_a2a_backend": "none"}
+           "max_running_requests": 512, "moe_a2a_backend": "none",
+           "disable_shared_experts_fusion": True}
 _FP4_DECODE = {k: v for k, v in _COMMON.items() if k != "max_running_requests"}
+# the FP8 scripts' `SGLANG_ENABLE_FLASHINFER_GEMM=1` (JIT DeepGEMM off): the block-FP8 linears on
+# FlashInfer's trtllm GEMM, as `--fp8-gemm-backend flashinfer_trtllm` (`agg_recipes.Flags`)
+_FP8 = {**_COMMON, "fp8_gemm_backend": "flashinfer_trtllm"}
 
 # script (`inferencex.Recipe.script`) -> (where it was read, prefill fields, decode fields)
 TP_SCRIPTS: dict[str, tuple[str, dict, dict]] = {
     "gb200-fp8/disagg/1k1k-low-latency": (
-        _FORK, {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 128},
-        {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 128}),
+        _FORK, {**_FP8, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 128},
+        {**_FP8, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 128}),
     "gb200-fp8/disagg/8k1k-low-latency": (
-        _DYNAMO, {**_COMMON, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 512},
-        {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 512}),
+        _DYNAMO, {**_FP8, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 512},
+        {**_FP8, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 512}),
     # the FP4 decodes set no --max-running-requests (SGLang sizes it from the KV pool)
     "gb200-fp4/disagg/1k1k-low-latency": (
         _FP4_1K1K, {**_COMMON, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256},

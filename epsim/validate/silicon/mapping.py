@@ -278,8 +278,8 @@ def _agg_server(run: SiliconRow, assumptions: list[str], mtp: bool = False
                            "flashinfer_trtllm FP8 GEMM backend; images before SGLang 0.5.9 "
                            "assumed to run it too): " + trtllm_fp8_gemm.PROVENANCE)
     if found.flags.moe_runner_backend == "flashinfer_trtllm":
-        assumptions.append("shared expert unfused: SGLang sets disable_shared_experts_fusion for "
-                           "--moe-runner-backend flashinfer_trtllm (server_args.py)")
+        assumptions.append(agg_recipes.UNFUSED_NOTE + (
+            "" if found.ep_size == 1 else f" (at MoE EP {found.ep_size} SGLang runs it apart anyway)"))
     side = run.agg
     if found.ep_size != side.moe_ep_size:
         gpus = side.num_gpus

@@ -39,11 +39,18 @@ latencies depend on, as `DeploymentSpec` fields:
   weights; where EP does not divide the 256 experts the mapping's placement from the workload's
   skew (`epsim.validate.silicon.mapping`) is replaced by this one.
 
+The low-latency recipes' TP sides (GB200 and GB300, FP8 and FP4, MoE EP 1) run
+`--moe-runner-backend flashinfer_trtllm`, for which SGLang sets `disable_shared_experts_fusion`
+(the shared expert its own MLP: at EP 1 SGLang would otherwise fuse it), and the FP8 ones
+`--fp8-gemm-backend flashinfer_trtllm` (`fp8_gemm_backend`; the wide-EP FP8 recipes set no GEMM
+backend).
+
 The FP4 wide-EP decodes' `SGLANG_MOE_NVFP4_DISPATCH=1` is `dispatch_dtype: nvfp4` (DeepEP's
 low-latency dispatch packed to 4 bits: 0.55 x the FP8 dispatch's bytes, `epsim.cost.comm`).
 
-Not carried, having no `DeploymentSpec` field: `--moe-runner-backend` (epsim prices a system's
-fitted MoE kernel), `--enable-dp-lm-head`, `--moe-dense-tp-size 1`, `--enable-single-batch-overlap`,
+Not carried, having no `DeploymentSpec` field: `--moe-runner-backend` beyond the fusion it turns
+off (epsim prices a system's fitted MoE kernel), `--fp4-gemm-backend`, `--enable-dp-lm-head`,
+`--moe-dense-tp-size 1`, `--enable-single-batch-overlap`,
 `SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`,
 `--max-prefill-tokens`, `--stream-interval` (SGLang 0.5.8 streams a request's first token at once
 whatever the interval: `scheduler_output_processor_mixin.py` 915, `len(output_ids) % interval ==
@@ -65,6 +72,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from epsim.cost import trtllm_fp8_gemm
 from epsim.validate.silicon import dynamo_scripts
 from epsim.validate.silicon.inferencex import Group
 from epsim.validate.silicon.rows import SiliconRow
@@ -76,6 +84,14 @@ _QICHING = "qiching/srt-slurm@5063eb432640"
 _MTP = {"speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3}
 # the MoE path of a side with no all-to-all (TP or TEP, or DP attention with SGLang's default)
 _NO_A2A = {"moe_a2a_backend": "none"}
+# the TP sides of the low-latency recipes (GB200 and GB300, FP8 and FP4, both sides, MoE EP 1):
+# `--moe-runner-backend flashinfer_trtllm`, for which SGLang sets disable_shared_experts_fusion
+# (`server_args.py` `_handle_moe_kernel_config`, FP8 and NVFP4 alike), so the shared expert runs
+# as its own MLP where at EP 1 SGLang would otherwise fuse it (`epsim.cost.shared_experts`)
+_TRTLLM_MOE = {"disable_shared_experts_fusion": True}
+# ... and the FP8 ones' `--fp8-gemm-backend flashinfer_trtllm`: the block-FP8 dense linears on
+# FlashInfer's trtllm-gen GEMM (`epsim.cost.trtllm_fp8_gemm`)
+_TRTLLM_FP8 = {"fp8_gemm_backend": "flashinfer_trtllm", **_TRTLLM_MOE}
 # every wide-EP side: `--disable-shared-experts-fusion`, DeepEP low-latency on the decode
 _WIDE_EP = {"disable_shared_experts_fusion": True}
 # the wide-EP sides' 32 redundant slots, placed as SGLang places them without EPLB (module doc)
@@ -147,15 +163,17 @@ def _fp4_low_latency_8k(decode_graph_bs: int) -> tuple[dict, dict]:
     """The FP4 8k/1k low-latency recipes' TP4 sides (GB200's decode graphs to 256, GB300's to
     128; the decode sets no `--max-running-requests`)."""
     both = {"scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3",
-            "mem_fraction_static": 0.95, **_NO_A2A}
+            "mem_fraction_static": 0.95, **_NO_A2A, **_TRTLLM_MOE}
     return ({**both, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 256,
              "max_running_requests": 512},
             {**both, "chunked_prefill_size": 8192, "cuda_graph_max_bs": decode_graph_bs})
 
 
+# the low-latency recipes' TP sides (the FP8 ones add `_TRTLLM_FP8`'s GEMM backend)
 _LOW_LATENCY = {"scheduler_recv_interval": 10, "chunked_prefill_size": 8192,
                 "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95, "cuda_graph_max_bs": 256,
-                **_NO_A2A}
+                **_NO_A2A, **_TRTLLM_MOE}
+_LOW_LATENCY_FP8 = {**_LOW_LATENCY, **_TRTLLM_FP8}
 
 
 def _b200_fp4_low_latency_1k(mtp: bool) -> tuple[dict, dict]:
@@ -227,10 +245,12 @@ RECIPES: dict[tuple, PDRecipe] = {
      False): PDRecipe("recipes/gb300-fp8/8k1k/stp/low-latency.yaml", _ISHAN_LL,
                       {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
                        "max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
-                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A},
+                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A,
+                       **_TRTLLM_FP8},
                       # the decode's `--scheduler-recv-interval 1` is SGLang's default
                       {"max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
-                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A}),
+                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A,
+                       **_TRTLLM_FP8}),
     ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 8192, 1024, (5, 8, 8, True), (1, 32, 32, True),
      False): PDRecipe("recipes/gb300-fp8/8k1k/stp/mid.yaml", _ISHAN_LL,
                       _fp8_prefill(0.75), _fp8_decode(32, 45000, 768)),
@@ -247,15 +267,16 @@ RECIPES: dict[tuple, PDRecipe] = {
                       _fp8_prefill(0.80, max_total=524288), _fp8_decode(32, 8192, 256)),
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 8192, 1024, (1, 8, 1, False), (1, 8, 1, False),
      False): PDRecipe("recipes/gb200-fp8/8k1k/low-latency.yaml", _ISHAN,
-                      {**_LOW_LATENCY, "chunked_prefill_size": 24576, "mem_fraction_static": 0.8,
+                      {**_LOW_LATENCY_FP8, "chunked_prefill_size": 24576,
+                       "mem_fraction_static": 0.8,
                        "cuda_graph_max_bs": 512, "max_running_requests": 512},
-                      {**_LOW_LATENCY, "mem_fraction_static": 0.8, "cuda_graph_max_bs": 512,
+                      {**_LOW_LATENCY_FP8, "mem_fraction_static": 0.8, "cuda_graph_max_bs": 512,
                        "max_running_requests": 512}),
     # the FP8 1k/1k recipes of the same version
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (1, 4, 1, False), (1, 4, 1, False),
      False): PDRecipe("recipes/gb200-fp8/1k1k/low-latency.yaml", _ISHAN,
-                      {**_LOW_LATENCY, "cuda_graph_max_bs": 128, "max_running_requests": 512},
-                      {**_LOW_LATENCY, "cuda_graph_max_bs": 128, "max_running_requests": 128}),
+                      {**_LOW_LATENCY_FP8, "cuda_graph_max_bs": 128, "max_running_requests": 512},
+                      {**_LOW_LATENCY_FP8, "cuda_graph_max_bs": 128, "max_running_requests": 128}),
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (3, 8, 8, True), (1, 48, 48, True),
      False): PDRecipe("recipes/gb200-fp8/1k1k/mid-curve.yaml", _ISHAN_LL, _fp8_prefill(0.75),
                       _fp8_decode(48, 45000, 768)),
@@ -269,10 +290,12 @@ RECIPES: dict[tuple, PDRecipe] = {
      False): PDRecipe("recipes/gb300-fp8/1k1k/stp/low-latency.yaml", _ISHAN_LL,
                       {"scheduler_recv_interval": 10, "chunked_prefill_size": 8192,
                        "max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
-                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A},
+                       "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A,
+                       **_TRTLLM_FP8},
                       # `--chunked-prefill-size -1` (off) has no spec value; receive interval 1
                       {"max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
-                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A}),
+                       "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A,
+                       **_TRTLLM_FP8}),
     ("dsr1-fp8-gb300-dynamo-sglang", "37f353be2", 1024, 1024, (2, 8, 8, True), (1, 32, 32, True),
      False): PDRecipe("recipes/gb300-fp8/1k1k/stp/mid.yaml", _ISHAN, _fp8_prefill(0.75),
                       _fp8_decode(32, 45000, 768)),
@@ -384,7 +407,28 @@ def servers(run: SiliconRow, group: Group | None, assumptions: list[str]) -> dic
         assumptions[0] = line
     else:
         assumptions.append(line)
+    assumptions.extend(_kernel_notes(run, out))
     return out
+
+
+def _kernel_notes(run: SiliconRow, out: dict[str, dict]) -> list[str]:
+    """What the sides' flashinfer_trtllm flags change, said once each: the FP8 linears' GEMM (and
+    how it is priced), the shared expert unfused where the side runs MoE EP 1 (at EP > 1 SGLang
+    runs it apart whatever the flag, so saying it there would claim nothing)."""
+    notes = []
+    gemm = [role for role, flags in out.items()
+            if flags.get("fp8_gemm_backend") == "flashinfer_trtllm"]
+    if gemm:
+        notes.append(f"{' and '.join(gemm)}: FP8-block linears on FlashInfer's trtllm GEMM (the "
+                     "recipe's flashinfer_trtllm FP8 GEMM backend; images before SGLang 0.5.9 "
+                     "assumed to run it too): " + trtllm_fp8_gemm.PROVENANCE)
+    unfused = [role for role, flags in out.items() if flags.get("disable_shared_experts_fusion")
+               and getattr(run, role).moe_ep_size == 1]
+    if unfused:
+        notes.append(f"{' and '.join(unfused)}: shared expert unfused at MoE EP 1 "
+                     "(disable_shared_experts_fusion: the recipe's --moe-runner-backend "
+                     "flashinfer_trtllm sets it, or the recipe states it)")
+    return notes
 
 
 def fields(recipe: PDRecipe, role: str, clients_per_rank: int) -> dict:

@@ -3,10 +3,13 @@ when the row was measured (`epsim.validate.silicon.agg_recipes`)."""
 
 from __future__ import annotations
 
+from epsim.cost.shared_experts import fused_shared_experts
+from epsim.spec.deployment import DeploymentSpec
 from epsim.validate.silicon import agg_recipes
 from epsim.validate.silicon.agg_recipes import _runs, recipe_flags
 from epsim.validate.silicon.mapping import plan_row
 from epsim.validate.silicon.rows import parse_row
+from epsim.zoo import get_model
 
 MARCH = "2026-03-25T16:34:14Z"
 
@@ -26,7 +29,8 @@ def test_fp4_b200_script_sets_the_scheduler_limits_and_the_receive_interval():
     assert (low.scheduler_recv_interval, high.scheduler_recv_interval) == (10, 30)   # CONC >= 16
     assert agg_recipes.deployment_fields(high) == {
         "max_running_requests": 256, "cuda_graph_max_bs": 256, "chunked_prefill_size": 16384,
-        "mem_fraction_static": 0.85, "kv_cache_dtype": "fp8_e4m3", "scheduler_recv_interval": 30}
+        "mem_fraction_static": 0.85, "kv_cache_dtype": "fp8_e4m3", "scheduler_recv_interval": 30,
+        "disable_shared_experts_fusion": True}          # --moe-runner-backend flashinfer_trtllm
 
 
 def test_fp8_b200_branches_on_tp_and_a_run_outside_the_sweep_has_no_flags():
@@ -55,6 +59,35 @@ def test_a_november_row_runs_the_sweeps_ep_and_its_flags():
     assert deployment["ep_size"] == 4 and deployment["scheduler_recv_interval"] == 30
     assert deployment["max_running_requests"] == 256 and deployment["kv_cache_dtype"] == "fp8_e4m3"
     assert any("the row says EP 1" in a for a in plan.assumptions)
+
+
+def test_every_fp4_script_unfuses_the_shared_expert_which_its_ep_does_anyway():
+    # the FP4 B200 scripts (e06929c70's --enable-flashinfer-trtllm-moe, --moe-runner-backend
+    # flashinfer_trtllm from d8fe8f73e) and the B300 one: SGLang sets disable_shared_experts_fusion
+    for system, measured in (("b200_sxm", "2025-11-10T00:00:00.000Z"), ("b200_sxm", MARCH),
+                             ("b300_sxm", "2026-04-20T00:00:00.000Z")):
+        found = recipe_flags("fp4", system, 1024, 1024, 4, 4, 16, measured)
+        assert found.flags.moe_runner_backend == "flashinfer_trtllm", (system, measured)
+        assert agg_recipes.deployment_fields(found)["disable_shared_experts_fusion"] is True
+    # every FP4 sweep ran MoE EP = TP, where SGLang runs the shared expert apart whatever the flag:
+    # the assumption says so, and the price is unchanged
+    record = {"id": "r", "silicon_data_source": f"db-dump; silicon_concurrency=16; measured={MARCH}",
+              "backend": "sglang", "backend_version": "0.5.9",
+              "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp4",
+              "mode": "agg", "isl": "1024", "osl": "1024", "gemm_quant_mode": "nvfp4",
+              "moe_quant_mode": "nvfp4", "batch_size": "16", "tp_size": "16", "pp_size": "1",
+              "attention_dp_size": "1", "moe_tp_size": "4", "moe_ep_size": "4",
+              "silicon_ttft_ms": "300", "silicon_tpot_ms": "10"}
+    plan = plan_row(parse_row(record, "test"))
+    deployment = DeploymentSpec.model_validate(plan.instances[0].data["deployment"])
+    assert deployment.disable_shared_experts_fusion and deployment.ep_size == 4
+    assert any(a.startswith(agg_recipes.UNFUSED_NOTE) and "at MoE EP 4" in a
+               for a in plan.assumptions)
+    model = get_model("DeepSeek-R1")
+    fused = deployment.model_copy(update={"disable_shared_experts_fusion": False})
+    assert fused_shared_experts(model, fused, "sglang", 4) == 0           # EP > 1: apart anyway
+    assert fused_shared_experts(model, fused, "sglang", 1) == 1           # it matters at EP 1 only
+    assert fused_shared_experts(model, deployment, "sglang", 1) == 0
 
 
 def test_a_row_measured_before_the_harness_warm_up_says_its_run_started_cold():

@@ -98,7 +98,8 @@ def test_a_december_low_latency_group_takes_its_ai_dynamo_scripts_flags():
     assert pd_recipes.fields(recipe, "prefill", 64) == {
         "scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
         "max_running_requests": 64, "moe_a2a_backend": "none", "chunked_prefill_size": 24576,
-        "cuda_graph_max_bs": 512}
+        "cuda_graph_max_bs": 512, "disable_shared_experts_fusion": True,   # flashinfer_trtllm MoE
+        "fp8_gemm_backend": "flashinfer_trtllm"}                  # SGLANG_ENABLE_FLASHINFER_GEMM=1
     # the FP4 key's script of the same name: TP4 with flashinfer_trtllm MoE, its decode with no
     # --max-running-requests and graphs up to 256 requests
     fp4_script = "gb200-fp4/disagg/8k1k-low-latency"
@@ -107,7 +108,8 @@ def test_a_december_low_latency_group_takes_its_ai_dynamo_scripts_flags():
     assert fp4.config_file == f"scripts/{fp4_script}.sh" and fp4.source.startswith("wxsms/")
     assert pd_recipes.fields(fp4, "decode", 64) == {
         "scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
-        "moe_a2a_backend": "none", "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256}
+        "moe_a2a_backend": "none", "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256,
+        "disable_shared_experts_fusion": True}                # NVFP4 linears: no FP8 GEMM backend
     # a wide-EP script of the FP8 key was not read: SGLang's defaults
     wide = replace(group, prefill=Recipe(1, 1, 1, True, 1, "gb200-fp8/disagg/8k1k-max-tpt"))
     assert pd_recipes.for_group(wide) is None
@@ -321,3 +323,41 @@ def test_a_2025_fp8_wide_ep_group_naming_no_script_takes_the_script_its_date_ran
     assert dynamo_scripts.unnamed_wide_ep_fp8(replace(group, key="dsr1-fp4-gb200-dynamo-sglang")) is None
     named = replace(group, prefill=replace(group.prefill, script="gb200-fp8/disagg/8k1k-max-tpt"))
     assert dynamo_scripts.unnamed_wide_ep_fp8(named) is None
+
+
+def test_the_tp_low_latency_sides_run_flashinfer_trtllm_the_wide_ep_ones_do_not():
+    """Every Blackwell TP side (MoE EP 1, srt-slurm low-latency recipes and the ai-dynamo TP
+    scripts) runs --moe-runner-backend flashinfer_trtllm, so its shared expert is unfused; the
+    FP8 ones run their linears on FlashInfer's trtllm GEMM; no wide-EP FP8 recipe sets it."""
+    tp, wide = [], []
+    for (key, *_, prefill, decode, _mtp), recipe in pd_recipes.RECIPES.items():
+        if key.startswith(("dsr1-fp8-gb", "dsr1-fp4-gb")):
+            for side, flags in ((prefill, recipe.prefill), (decode, recipe.decode)):
+                (tp if side[2] == 1 and not side[3] else wide).append((key, flags))
+    tp += [(name, flags) for name, (_, *sides) in dynamo_scripts.TP_SCRIPTS.items()
+           for flags in sides]
+    # 8 low-latency recipes and 4 scripts, both sides, and the FP4 8k/1k wide-EP recipes' TP4 prefills
+    assert len(tp) == 16 + 8 + 4 and len(wide) == 30
+    for name, flags in tp:
+        assert flags["disable_shared_experts_fusion"] is True, name
+        assert flags.get("fp8_gemm_backend") == ("flashinfer_trtllm" if "fp8" in name else None), name
+    assert all("fp8_gemm_backend" not in flags for _, flags in wide)
+
+
+def test_a_tp_row_says_its_gemm_and_its_unfused_shared_expert_a_wide_ep_row_neither():
+    group = replace(MAX_TPT, key="dsr1-fp8-gb300-dynamo-sglang", commit="37f353be2" + "0" * 31,
+                    isl=8192, osl=1024, prefill=Recipe(1, 4, 1, False), decode=Recipe(1, 4, 1, False))
+    tp4 = Side(tp_size=4, pp_size=1, attention_dp_size=1, moe_tp_size=4, moe_ep_size=1,
+               batch_size=None, num_workers=1)
+    row = replace(_row(), system="gb300", precision="fp8", gemm_quant_mode="fp8",
+                  moe_quant_mode="fp8_block", isl=8192, concurrency=8, prefill=tp4, decode=tp4)
+    assumptions = ["kv_cache_dtype auto (not stated)", "lengths"]
+    servers = pd_recipes.servers(row, group, assumptions)
+    assert servers["decode"]["fp8_gemm_backend"] == "flashinfer_trtllm"
+    assert any(a.startswith("prefill and decode: FP8-block linears on FlashInfer's trtllm GEMM")
+               for a in assumptions)
+    assert "prefill and decode: shared expert unfused at MoE EP 1" in " ".join(assumptions)
+    # the FP4 max_tpt row: DEP4 prefill (its recipe states the flag) and DEP48 decode, EP > 1
+    wide = ["kv_cache_dtype auto (not stated)", "lengths"]
+    pd_recipes.servers(_row(), MAX_TPT, wide)
+    assert not any("unfused" in a or "trtllm GEMM" in a for a in wide)
