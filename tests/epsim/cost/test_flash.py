@@ -175,3 +175,18 @@ def test_overlapped_waves_hide_under_memory():
     assert kernel_us(KernelWork(**math, overlap=True), params)[0] == pytest.approx(12.0)
     assert kernel_features(KernelWork(**math, overlap=True), params)[0].tolist() == \
         [1.0, 3.0, 0.0, 0.0, 1000.0]
+
+
+def test_trtllm_decode_kernel_prices_steps_at_once():
+    """`DecodeKernel.us` on TRT-LLM-gen's grid with contexts `[steps, dp]`: each row the bits of
+    its own call, an idle rank 0."""
+    from epsim.cost.flash import TRTLLM_GRIDS, DecodeKernel
+    params = {"base_us": 7.0, "wave_us": 1.5, "per_split_us": 3.7, "hbm_gbps": 7200.0,
+              "tflops": 600.0}
+    kernel = DecodeKernel(64, 4, 128, 148, params, grid=TRTLLM_GRIDS.decode)
+    seqs = np.array([4.0, 0.0, 300.0])
+    steps = np.array([[4000.0, 0.0, 6e5], [8000.0, 0.0, 1.2e6]])
+    together = kernel.us(seqs, steps)
+    for i in range(2):
+        assert np.array_equal(together[i], kernel.us(seqs, steps[i]))
+    assert together[0, 1] == 0.0 and together[1, 2] > together[0, 2]
