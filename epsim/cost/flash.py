@@ -44,6 +44,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from epsim.cost.flash_trtllm import (TRTLLM_KEY_TILE, ctas_per_seq, key_splits, math_rows,
+                                     reduction_rows, tile_rows)
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
@@ -65,12 +67,16 @@ class DecodeGrid:
         key_block: keys per split-KV block (the heuristic's `num_n_blocks` unit).
         ctas_per_sm: CTAs resident per SM (the slots are `ctas_per_sm x num_sms`); the split
             heuristic fills these slots.
+        rule: "fa2": FlashAttention's rows and `num_splits` (the fields above); "trtllm":
+            FlashInfer's TRT-LLM-gen kernel selection (`epsim.cost.flash_trtllm`, which sets its
+            own rows and splits).
     """
 
     plain_rows: int = PREFILL_ROWS
     split_rows: int = SPLIT_ROWS
     key_block: int = KEY_BLOCK
     ctas_per_sm: int = CTAS_PER_SM
+    rule: str = "fa2"
 
 
 # FlashAttention-2's decode (the single-GPU records' GQA kernel, module docstring)
@@ -87,12 +93,16 @@ class KernelWork:
         mflops: the busiest slot's tile FLOPs times the slot count, MFLOP (at the GPU's whole
             tensor rate this is the kernel's math time).
         mem_kb: Q, K, V and O bytes moved, KB.
+        overlap: the waves' fixed cost hides under the memory stream (inside the max of
+            `kernel_us`): a persistent kernel that prefetches its next tile's KV while it
+            finishes one (FlashInfer's TRT-LLM-gen decode); else it adds to it.
     """
 
     waves: np.ndarray
     splits: np.ndarray
     mflops: np.ndarray
     mem_kb: np.ndarray
+    overlap: bool = False
 
 
 def attention_kernel_defaults(hardware: HardwareSpec) -> dict[str, float]:
@@ -183,6 +193,8 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     """
     if counts is None:
         counts = decode_counts(seqs, heads, kv_heads, head_dim, num_sms, grid)
+    if grid.rule == "trtllm":
+        return _trtllm_decode_work(counts, context, heads, kv_heads, head_dim, num_sms, kv_ratio)
     seqs, busy = counts.seqs, counts.busy
     context = np.asarray(context, dtype=np.float64)
     slots = grid.ctas_per_sm * num_sms
@@ -224,6 +236,27 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
         mflops = np.where(busy, mflops, 0.0)
         mem_kb = np.where(busy, mem_kb, 0.0)
     return KernelWork(waves, num_key_splits, mflops, mem_kb)
+
+
+def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, kv_heads: int,
+                        head_dim: int, num_sms: int, kv_ratio: float) -> KernelWork:
+    """`decode_work` of FlashInfer's TRT-LLM-gen decode kernel (`epsim.cost.flash_trtllm`): one
+    CTA per SM, `tile_rows` rows, the keys split `key_splits` ways (set by the CTA count, not
+    the context), each CTA's keys in 128-key tiles at `math_rows`; the `splits` term is the
+    in-kernel reduction's `reduction_rows`; the waves' cost overlaps the memory stream."""
+    seqs, busy = counts.seqs, counts.busy
+    context = np.asarray(context, dtype=np.float64)
+    units = np.rint(seqs) * ctas_per_seq(heads, kv_heads)
+    splits = key_splits(units.astype(np.int64), num_sms)
+    rows = tile_rows(heads, kv_heads)
+    mean_ctx = np.divide(context, seqs, out=np.zeros_like(context), where=busy & (seqs > 0))
+    keys = np.maximum(np.ceil(mean_ctx / (splits * TRTLLM_KEY_TILE)), 1.0) * TRTLLM_KEY_TILE
+    waves = np.where(busy, np.ceil(units * splits / num_sms), 0.0)
+    mflops = np.where(busy, waves * keys * math_rows(rows) * head_dim * 4.0 * num_sms * 1e-6, 0.0)
+    mem_kb = BYTES * (counts.query_bytes + kv_ratio * (2.0 * context * kv_heads * head_dim)) * 1e-3
+    reduction = np.broadcast_to(reduction_rows(splits, rows), mflops.shape)
+    return KernelWork(waves, np.where(busy, reduction, 0.0), mflops,
+                      np.where(busy, mem_kb, 0.0), overlap=True)
 
 
 class DecodeKernel:
@@ -295,22 +328,30 @@ FA2_GRIDS = FlashGrids(FA2_DECODE, FA2_PREFILL)
 # packed rows
 FA3_GRIDS = FlashGrids(DecodeGrid(plain_rows=64, split_rows=64, ctas_per_sm=1),
                        PrefillGrid(ctas_per_sm=1, pack_gqa=True))
+# FlashInfer's TRT-LLM-gen kernels as SGLang's `trtllm_mha` backend runs them on Blackwell: the
+# decode kernel's own selection rule (`epsim.cost.flash_trtllm`); prefill in FA2's form
+TRTLLM_GRIDS = FlashGrids(DecodeGrid(ctas_per_sm=1, rule="trtllm"), FA2_PREFILL)
 # AIC systems whose attention tables time SGLang's FlashAttention-3 backend
-# (`epsim.calibrate.aic_records.ATTENTION_KERNEL`)
+# (`epsim.calibrate.aic_records.ATTENTION_KERNEL`), and those timing its `trtllm_mha` backend
+# (`BLACKWELL_ATTENTION_KERNEL`)
 FA3_SYSTEMS = ("h100_sxm", "h200_sxm")
+TRTLLM_SYSTEMS = ("b200_sxm", "b300_sxm", "gb200", "gb300")
 
 
 def kernel_grids(kernel: str) -> FlashGrids:
-    """The grids of a record's kernel (`extra.kernel`): "fa3" FlashAttention-3's, else FA2's."""
-    return FA3_GRIDS if kernel == "fa3" else FA2_GRIDS
+    """The grids of a record's kernel (`extra.kernel`): "fa3" FlashAttention-3's, "trtllm_mha"
+    FlashInfer's TRT-LLM-gen, else FA2's."""
+    return {"fa3": FA3_GRIDS, "trtllm_mha": TRTLLM_GRIDS}.get(kernel, FA2_GRIDS)
 
 
 def component_grids(tables: list[str]) -> FlashGrids:
     """The grids of the kernel a fitted attention component timed, from the op tables it was
     fitted on (`Component.tables`, `<system>/attention/...`): FA3's for AIC's Hopper tables,
-    else FA2's (our own records; Blackwell's TRT-LLM tables)."""
-    fa3 = any(t.split("/", 1)[0] in FA3_SYSTEMS for t in tables)
-    return FA3_GRIDS if fa3 else FA2_GRIDS
+    TRT-LLM-gen's for its Blackwell tables, else FA2's (our own records)."""
+    systems = {t.split("/", 1)[0] for t in tables}
+    if systems & set(FA3_SYSTEMS):
+        return FA3_GRIDS
+    return TRTLLM_GRIDS if systems & set(TRTLLM_SYSTEMS) else FA2_GRIDS
 
 
 def _ceil_sum(num_ctas: np.ndarray, group: float) -> np.ndarray:
@@ -369,15 +410,24 @@ def _math_us(work: KernelWork, params: dict[str, float]) -> np.ndarray:
 
 def kernel_us(work: KernelWork, params: dict[str, float]) -> np.ndarray:
     """[dp] microseconds of the kernel (module docstring); 0 where there is no work."""
-    t = (params["base_us"] + work.waves * params["wave_us"] + work.splits * params["per_split_us"]
-         + np.maximum(work.mem_kb / params["hbm_gbps"], _math_us(work, params)))
+    waves_us = work.waves * params["wave_us"]
+    if work.overlap:
+        t = (params["base_us"] + work.splits * params["per_split_us"]
+             + np.maximum(work.mem_kb / params["hbm_gbps"], waves_us + _math_us(work, params)))
+    else:
+        t = (params["base_us"] + waves_us + work.splits * params["per_split_us"]
+             + np.maximum(work.mem_kb / params["hbm_gbps"], _math_us(work, params)))
     return np.where(work.mflops > 0, t, 0.0)
 
 
 def kernel_features(work: KernelWork, params: dict[str, float]) -> np.ndarray:
     """[dp, 5] design rows in `ATTENTION_TERMS` order (base, waves, splits, memory KB or 0,
     MFLOPs or 0: the bound side at `params`)."""
-    memory_bound = work.mem_kb / params["hbm_gbps"] >= _math_us(work, params)
+    compute_us = _math_us(work, params)
+    if work.overlap:            # the waves' cost on the compute side of the max
+        compute_us = compute_us + work.waves * params["wave_us"]
+    memory_bound = work.mem_kb / params["hbm_gbps"] >= compute_us
     busy = (work.mflops > 0).astype(np.float64)
-    return np.stack([busy, work.waves, work.splits, np.where(memory_bound, work.mem_kb, 0.0),
+    waves = np.where(memory_bound, 0.0, work.waves) if work.overlap else work.waves
+    return np.stack([busy, waves, work.splits, np.where(memory_bound, work.mem_kb, 0.0),
                      np.where(memory_bound, 0.0, work.mflops)], axis=-1)

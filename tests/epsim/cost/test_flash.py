@@ -123,10 +123,70 @@ def test_fa3_prefill_packs_the_group_into_its_rows(chunk, group, prefix):
 
 
 def test_grids_follow_the_kernel_a_fit_timed():
-    from epsim.cost.flash import FA2_GRIDS, FA3_GRIDS, component_grids, kernel_grids
-    assert kernel_grids("fa3") is FA3_GRIDS and kernel_grids("trtllm_mha") is FA2_GRIDS
+    from epsim.cost.flash import (FA2_GRIDS, FA3_GRIDS, TRTLLM_GRIDS, component_grids,
+                                  kernel_grids)
+    assert kernel_grids("fa3") is FA3_GRIDS and kernel_grids("trtllm_mha") is TRTLLM_GRIDS
     assert kernel_grids("") is FA2_GRIDS                     # our own records: SDPA's FA2
     fa3 = ["h200_sxm/attention/sglang/0.5.14/context_attention_perf.parquet"]
     assert component_grids(fa3) is FA3_GRIDS
-    assert component_grids(["b200_sxm/attention/sglang/0.5.14/x.parquet"]) is FA2_GRIDS
+    assert component_grids(["b200_sxm/attention/sglang/0.5.14/x.parquet"]) is TRTLLM_GRIDS
+    assert component_grids(["gb300/attention/sglang/0.5.14/x.parquet"]) is TRTLLM_GRIDS
     assert component_grids([]) is FA2_GRIDS
+
+
+def test_trtllm_decode_follows_flashinfers_selection():
+    """FlashInfer's TRT-LLM-gen decode (`epsim.cost.flash_trtllm`): rows the group padded to a
+    power of two in [8, 128]; keys split SMs // CTAs ways whatever the context; the split
+    launch pays its reduction per row; the persistent launch (one split) none."""
+    from epsim.cost.flash import TRTLLM_GRIDS, decode_work
+    from epsim.cost.flash_trtllm import key_splits, math_rows, tile_rows
+    assert [tile_rows(h, 1) for h in (1, 8, 12, 32, 48, 96, 128)] == [8, 8, 16, 32, 64, 128, 128]
+    assert key_splits(np.array([1, 64, 74, 75, 148, 300]), 148).tolist() == [148, 2, 2, 1, 1, 1]
+    assert math_rows(16) == 32.0 and math_rows(64) == 64.0
+    grid = TRTLLM_GRIDS.decode
+    one = np.ones(1)
+
+    def work(seqs, ctx, heads=128, kv=1):
+        return decode_work(one * seqs, one * seqs * ctx, heads, kv, 128, 148, grid=grid)
+
+    short, long_ = work(1, 16), work(1, 16384)
+    assert short.splits[0] == long_.splits[0] == 2.0            # 148 splits, 128 rows / 64
+    assert short.waves[0] == long_.waves[0] == 1.0              # 148 CTAs on 148 SMs
+    # 16384 keys over 148 CTAs: one 128-key tile each; 16 keys: one tile too
+    assert long_.mflops[0] == short.mflops[0]
+    persistent = work(256, 16)                                  # 256 CTAs: no split, 2 waves
+    assert persistent.splits[0] == 0.0 and persistent.waves[0] == 2.0
+    assert persistent.overlap and not decode_work(one, one * 16, 128, 1, 128, 148).overlap
+
+
+def test_overlapped_waves_hide_under_memory():
+    """`overlap`: the waves' cost joins the math inside the max, so a memory-bound launch pays
+    no wave term, and the design row keeps the bound side's terms only."""
+    from epsim.cost.flash import KernelWork, kernel_features, kernel_us
+    params = {"base_us": 5.0, "wave_us": 2.0, "per_split_us": 1.0, "hbm_gbps": 1000.0,
+              "tflops": 1000.0}
+    mem = dict(waves=np.array([3.0]), splits=np.array([0.0]), mflops=np.array([1000.0]),
+               mem_kb=np.array([20000.0]))                      # 20 us of memory, 1 us of math
+    assert kernel_us(KernelWork(**mem, overlap=True), params)[0] == pytest.approx(25.0)
+    assert kernel_us(KernelWork(**mem), params)[0] == pytest.approx(31.0)
+    row = kernel_features(KernelWork(**mem, overlap=True), params)[0]
+    assert row.tolist() == [1.0, 0.0, 0.0, 20000.0, 0.0]
+    math = dict(mem, mem_kb=np.array([1000.0]))                # 1 us of memory: 6 + 1 on top
+    assert kernel_us(KernelWork(**math, overlap=True), params)[0] == pytest.approx(12.0)
+    assert kernel_features(KernelWork(**math, overlap=True), params)[0].tolist() == \
+        [1.0, 3.0, 0.0, 0.0, 1000.0]
+
+
+def test_trtllm_decode_kernel_prices_steps_at_once():
+    """`DecodeKernel.us` on TRT-LLM-gen's grid with contexts `[steps, dp]`: each row the bits of
+    its own call, an idle rank 0."""
+    from epsim.cost.flash import TRTLLM_GRIDS, DecodeKernel
+    params = {"base_us": 7.0, "wave_us": 1.5, "per_split_us": 3.7, "hbm_gbps": 7200.0,
+              "tflops": 600.0}
+    kernel = DecodeKernel(64, 4, 128, 148, params, grid=TRTLLM_GRIDS.decode)
+    seqs = np.array([4.0, 0.0, 300.0])
+    steps = np.array([[4000.0, 0.0, 6e5], [8000.0, 0.0, 1.2e6]])
+    together = kernel.us(seqs, steps)
+    for i in range(2):
+        assert np.array_equal(together[i], kernel.us(seqs, steps[i]))
+    assert together[0, 1] == 0.0 and together[1, 2] > together[0, 2]
