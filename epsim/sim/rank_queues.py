@@ -52,6 +52,10 @@ class RankQueues:
         self._rooms = rooms
         self._rank_of: list[int] = []
         self._orders: list[list[int]] = [[] for _ in range(num_ranks)]
+        # a send inserted before later arrivals shifts their orders: the lists are rebuilt once
+        # they are read (`_rank_orders`), not at each insertion (a closed loop whose clients wait
+        # their own times inserts most sends)
+        self._orders_stale = False
         self._array: np.ndarray | None = arrival_s
         self.num_arrivals = int(arrival_s.shape[0])
         # the same times as a list: `bisect_right` on it counts arrivals up to a time exactly as
@@ -73,14 +77,23 @@ class RankQueues:
         """Draw the ranks of `num` arrivals inserted at arrival order `at` (room routing)."""
         drawn = self._rooms.integers(0, self.num_ranks, size=num).tolist()
         if at == len(self._rank_of):
-            for order, rank in enumerate(drawn, start=at):
-                self._orders[rank].append(order)
+            if not self._orders_stale:
+                for order, rank in enumerate(drawn, start=at):
+                    self._orders[rank].append(order)
             self._rank_of.extend(drawn)
             return
-        self._rank_of[at:at] = drawn                  # later arrivals shift: rebuild the lists
-        self._orders = [[] for _ in range(self.num_ranks)]
-        for order, rank in enumerate(self._rank_of):
-            self._orders[rank].append(order)
+        self._rank_of[at:at] = drawn                  # later arrivals shift: rebuild when read
+        self._orders_stale = True
+
+    def _rank_orders(self) -> list[list[int]]:
+        """Each rank's arrivals (0-based arrival order, ascending) under room routing."""
+        if self._orders_stale:
+            rank_of = np.asarray(self._rank_of, dtype=np.int64)
+            by_rank = np.argsort(rank_of, kind="stable")
+            ends = np.cumsum(np.bincount(rank_of, minlength=self.num_ranks))
+            self._orders = [part.tolist() for part in np.split(by_rank, ends[:-1])]
+            self._orders_stale = False
+        return self._orders
 
     @property
     def arrival_s(self) -> np.ndarray:
@@ -138,7 +151,7 @@ class RankQueues:
         if self._rooms is not None:
             memo = self._arrived_memo
             if memo is None or memo[0] != n:
-                counts = np.array([bisect_right(orders, n - 1) for orders in self._orders],
+                counts = np.array([bisect_right(orders, n - 1) for orders in self._rank_orders()],
                                   dtype=np.int64)
                 counts.flags.writeable = False
                 memo = self._arrived_memo = (n, counts)
@@ -192,7 +205,7 @@ class RankQueues:
     def _arrival_order(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Arrival order (0-based) of the `index`-th arrival routed to rank `rows`."""
         if self._rooms is not None:
-            orders = self._orders
+            orders = self._rank_orders()
             return np.array([orders[r][i] for r, i in zip(rows.tolist(), index.tolist())],
                             dtype=np.int64)
         if self.one_epoch():
