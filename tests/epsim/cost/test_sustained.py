@@ -19,6 +19,7 @@ from epsim.eplb import Placement
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
+from tests.epsim.cost.test_forward_host import _prefill
 
 RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "sustained_clock_h100"
 
@@ -65,17 +66,15 @@ def _model(gpu: str, on: bool, tp: int = 8) -> CostModel:
 
 
 def _step(cm: CostModel, tokens: float, phase: str):
+    if phase == "prefill":
+        return _prefill(cm, tokens)
     m = cm.model
     loads = np.full((m.num_moe_layers, m.num_experts), tokens * m.top_k / m.num_experts)
     tables = build_tables(Placement.on_cluster(contiguous_placement(m.num_moe_layers,
                                                                     m.num_experts, 1),
                                                m.num_experts, 1, 8))
     z, t = np.zeros(1), np.full(1, float(tokens))
-    if phase == "prefill":
-        batch = BatchCounts(z, z, t, t, t * (t + 1) / 2, np.ones(1), "prefill", np.ones(1))
-    else:
-        batch = BatchCounts(t, t * 4096, z, z, z, t, "decode")
-    return cm.step(batch, loads, tables)
+    return cm.step(BatchCounts(t, t * 4096, z, z, z, t, "decode"), loads, tables)
 
 
 @pytest.mark.parametrize("gpu", ["H100", "B200"])
