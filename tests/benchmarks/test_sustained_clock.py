@@ -49,6 +49,8 @@ def test_bad_arguments_are_refused_in_one_line_before_any_gpu_work(tmp_path):
              (["--tail-s", "50", "--sustain-s", "45"], "--tail-s (50) must be > 0"),
              (["--tail-s", "0"], "--tail-s (0) must be > 0"),
              (["--burst", "0"], "--burst must be >= 1"),
+             (["--layer-tokens", "8"], "--layer-tokens: [8] outside 16..32768"),
+             (["--ramp-s", "60", "--sustain-s", "45"], "--ramp-s (60) must be >= 0"),
              (["--render", str(tmp_path / "missing.jsonl")], "--render"),
              (["--render", str(tmp_path / "bad.jsonl")], "--render"))
     assert_refused(_run, tmp_path / "o", cases)
