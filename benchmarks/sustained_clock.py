@@ -26,6 +26,10 @@ Per kernel, after `--idle-s` seconds with the GPU idle: the burst (`--warmup` ca
 calls timed in windows of about a second of launching (GPU time over the window's calls, the
 host never waiting inside a window; the last `--tail-s` seconds are "sustained"). A host-bound
 kernel (`decode_layer`: ~70 small launches) times its launch rate in both phases.
+With `--graph`, each layer kernel (`prefill_layer`, `decode_layer`, `layer_<T>`) is captured once
+in a CUDA graph and every call is one replay, as a serving forward runs: a small layer's calls are
+then bound by the GPU, not by ~45 eager launches from the host (without it the 512-1024-token
+layers' bursts time the host).
 With `--ramp-s R`, the first R seconds of that run are timed call by call (CUDA events around
 each call, read at the end): how soon after an idle GPU the clock falls.
 `nvidia-smi` samples the SM clock, power and temperature every 200 ms throughout, and each window
@@ -168,6 +172,20 @@ def summary(samples: list[dict]) -> dict:
             "throttle": sorted({s["throttle"] for s in samples})}
 
 
+def in_graph(torch, fn):
+    """`fn` captured in a CUDA graph (warmed on a side stream first, as torch asks): one replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def measure(torch, fn, args, sampler: Sampler) -> dict:
     time.sleep(args.idle_s)
     for _ in range(args.warmup):
@@ -264,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tail-s", type=float, default=20.0)
     p.add_argument("--layer-tokens", type=int, nargs="*", default=[],
                    help="also time the prefill layer at these token counts (kernels layer_<T>)")
+    p.add_argument("--graph", action="store_true",
+                   help="run each layer kernel as one CUDA-graph replay (module doc)")
     p.add_argument("--ramp-s", type=float, default=0.0,
                    help="time the first seconds of each sustained run call by call")
     args = p.parse_args(argv)
@@ -304,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.kernels:
             fn, nbytes, flops, what = table_of[name]
+            if args.graph and (name.startswith("layer_") or name.endswith("_layer")):
+                fn, what = in_graph(torch, fn), what + ", CUDA graph"
             r = {"kernel": name, "what": what, "bytes": nbytes, "flops": flops,
                  **measure(torch, fn, args, sampler), **facts}
             records.append(r)
