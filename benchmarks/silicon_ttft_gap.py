@@ -254,6 +254,42 @@ def pd_terms(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _ranks(values: list[float]) -> np.ndarray:
+    """Ranks 0..n-1 of `values` (ties broken by position: the runs' figures are continuous)."""
+    ranks = np.empty(len(values))
+    ranks[np.argsort(values, kind="stable")] = np.arange(len(values))
+    return ranks
+
+
+def rank_correlation(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation of two equal-length lists (Pearson's on their ranks)."""
+    return float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
+
+
+def pd_steps(rows: list[dict]) -> str:
+    """The P/D runs at 1-FEW_CLIENTS clients against their decode's step: every hop of the
+    handoff that waits on the decode server's loop (its receive under `--scheduler-recv-interval`,
+    its transfer poll, its prebuilt batch) is a number of decode steps, so a gap made of such a
+    hop would be a steady number of steps and grow with the measured TPOT."""
+    pd = [r for r in rows if r["mode"] == "disagg"]
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in pd:
+        groups[r["system"]].append(r)
+    lines = ["**The P/D gap against the decode's step** (medians; a step = the measured TPOT)", "",
+             "| system | runs | measured TPOT ms | gap ms | gap in decode steps |",
+             "|---|---|---|---|---|"]
+    for system, g in sorted(groups.items()):
+        lines.append(f"| {system} | {len(g)} | "
+                     f"{statistics.median(r['measured']['tpot_ms'] for r in g):.1f} | "
+                     f"{statistics.median(r['gap_ms'] for r in g):.0f} | "
+                     f"{statistics.median(r['gap_ms'] / r['measured']['tpot_ms'] for r in g):.1f} |")
+    if len(pd) > 2:
+        rho = rank_correlation([r["gap_ms"] for r in pd], [r["measured"]["tpot_ms"] for r in pd])
+        lines += ["", f"Rank correlation of the gap with the measured TPOT over the {len(pd)} "
+                      f"runs: {rho:+.2f}."]
+    return "\n".join(lines)
+
+
 def lone_clients(rows: list[dict]) -> str:
     """Every row of 1-2 clients: a run of K x N requests, so one request's stall of S seconds
     moves the run's mean TTFT by S / (K N) (K = 5 in the Dynamo P/D harness)."""
@@ -318,7 +354,8 @@ def table() -> str:
              group_table(predicted, "month", "By month measured"),
              group_table(predicted, "harness", "By benchmark harness"),
              group_table(predicted, "mtp", "By MTP"),
-             isl_pairs(predicted), by_clients(rows), pd_terms(predicted), repeats(rows), lone_clients(rows),
+             isl_pairs(predicted), by_clients(rows), pd_terms(predicted), pd_steps(predicted),
+             repeats(rows), lone_clients(rows),
              same_client()]
     return "\n\n".join(parts)
 

@@ -40,5 +40,18 @@ def test_group_table_on_three_runs():
     assert line == "| h200_sxm | 3 | 100 (10, 200) | 200 | 100 | 42 | 1.50 |"
 
 
+def test_pd_steps_on_three_runs():
+    def run(system, gap_ms, tpot_ms, mode="disagg"):
+        return {"system": system, "mode": mode, "gap_ms": gap_ms, "measured": {"tpot_ms": tpot_ms}}
+    # a gap that is a steady 20 steps grows with the step: ranks agree, correlation +1
+    rows = [run("gb200", 200.0, 10.0), run("gb200", 100.0, 5.0), run("gb300", 160.0, 8.0),
+            run("gb300", 999.0, 1.0, mode="agg")]
+    lines = gap.pd_steps(rows).splitlines()
+    assert lines[4] == "| gb200 | 2 | 7.5 | 150 | 20.0 |"
+    assert lines[5] == "| gb300 | 1 | 8.0 | 160 | 20.0 |"
+    assert lines[-1].endswith("over the 3 runs: +1.00.")
+    assert gap.rank_correlation([1.0, 2.0, 3.0], [30.0, 20.0, 10.0]) == -1.0
+
+
 def test_recorded_result_regenerates(tmp_path):
     assert_body_regenerates("silicon_ttft_gap.py", "silicon_ttft_gap.md", tmp_path)
