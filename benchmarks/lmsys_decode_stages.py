@@ -30,7 +30,7 @@ from epsim.calibrate.aic_tables import package_root, package_version  # noqa: E4
 from epsim.io.write import write_text  # noqa: E402
 from epsim.cost import build_tables, contiguous_placement  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
-from epsim.cost.quant import gemm_us, gemm_work  # noqa: E402
+from epsim.cost.dense_gemm import gemm_us, gemm_work  # noqa: E402
 from epsim.eplb import Placement  # noqa: E402
 from epsim.validate.published_predict import cost_model, deepep_latency_us  # noqa: E402
 from epsim.zoo import get_hardware, get_model  # noqa: E402

@@ -28,8 +28,8 @@ from epsim.cost.mla import MLA_TERMS
 from epsim.cost.mla_bmm import BMM_TERMS
 from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS
 from epsim.cost.fp4_gemm import SM_FILL_GBPS
-from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
-                              FP4_GEMM_TERMS, GEMM_TERMS)
+from epsim.cost.dense_gemm import FP4_GEMM_TERMS, GEMM_TERMS
+from epsim.cost.quant import EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
 

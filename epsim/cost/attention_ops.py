@@ -49,7 +49,7 @@ rotary_embedding.py), one launch per kernel:
                       in place: 4 bytes per element
   KV write            `set_kv_buffer` (MLA: the latent and its rope key): 4 bytes per element
   projections         GQA: qkv and o, two GEMM launches (their roofline has no fixed term); MLA's
-                      GEMMs carry their own (`epsim.cost.quant.gemm_us`: base_us)
+                      GEMMs carry their own (`epsim.cost.dense_gemm.gemm_us`: base_us)
   activation quant    a dense format quantising activations (FP8, NVFP4): one
                       `per_token_group_quant` launch before each projection GEMM (GQA: 2, and its
                       3 bytes per element of H and Q; MLA: 3, whose bytes the GEMMs' quant term

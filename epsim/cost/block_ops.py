@@ -65,7 +65,7 @@ layers/moe/fused_moe_triton/fused_moe.py `fused_experts_impl`; sgl-kernel's
   gate               the router's gate GEMM and its fp32 cast alone, no top-k: 2 launches (1 at
                      `dsv3_router_gemm`), `2TH + 2EH + 8TE` bytes (`4TE` fp32 out at dsv3); what
                      a step adds where the experts' fit timed a top-k of its own (aiconfigurator's
-                     Triton MoE rows: `epsim.cost.resolve.topk_in_fit`). transformers': the
+                     Triton MoE rows: `epsim.cost.block_ops_parts.topk_in_fit`). transformers': the
                      `F.linear` alone, 1 launch, `2TH + 2EH + 2TE`.
 """
 
@@ -96,7 +96,7 @@ SMALL_SORT_KEYS = 128       # argsort up to this many keys: one warp / bitonic s
 BLOCK_SORT_KEYS = 4096      # up to this many: one-block radix sort; above: device radix sort
 PARTS = ("router", "permute", "combine_weighting")
 # the router's gate GEMM alone (SGLang: and its fp32 cast), without the top-k: what a step adds
-# where the experts' fit timed a top-k of its own (`epsim.cost.resolve.topk_in_fit`); never
+# where the experts' fit timed a top-k of its own (`epsim.cost.block_ops_parts.topk_in_fit`); never
 # beside "router"
 GATE = "gate"
 ROUTER_PARTS = ("router", GATE)          # parts that run the gate GEMM

@@ -88,6 +88,7 @@ from epsim.cost.transport import transport_path
 from epsim import vocab
 from epsim.errors import SpecError
 from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_hardware
 
 # Datasheet defaults: achieved / datasheet bandwidth, and small fixed latencies (us). The
 # calibration profile replaces them with fitted values where a live measurement exists.
@@ -101,10 +102,9 @@ _BASE_US = {
     ("none", ""): 15.0,              # one NCCL collective
 }
 
-# L2 cache per GPU (bytes): Hopper 50 MB (NVIDIA H100 / H200 datasheets; H800 is the same die).
-# A GPU not listed takes Hopper's, a stated assumption (Blackwell's is larger: less spill).
-L2_BYTES = {"H100": 50e6, "H800": 50e6, "H200": 50e6}
-DEFAULT_L2_BYTES = 50e6
+# The spill term's L2 (`l2_bytes`): a GPU's own on the Hopper GPUs whose low-latency kernels were
+# measured; any other takes H200's, a stated assumption (Blackwell's own would spill less)
+SPILL_L2_OWN_GPUS = ("H100", "H800", "H200")
 
 _FP8_BLOCK = 128          # DeepEP FP8 dispatch: one float32 scale per 128 hidden values
 _NVFP4_BLOCK = 16         # NVFP4: one E4M3 scale byte per 16 values
@@ -147,8 +147,8 @@ def chunk_rounds(queue: np.ndarray | float, bytes_per_copy: float, params: dict[
 
 
 def l2_bytes(gpu: str) -> float:
-    """L2 cache of a zoo GPU, bytes (Hopper's 50 MB for one not listed)."""
-    return L2_BYTES.get(gpu, DEFAULT_L2_BYTES)
+    """The L2 a low-latency receive buffer spills beyond on zoo GPU `gpu`, bytes."""
+    return get_hardware(gpu if gpu in SPILL_L2_OWN_GPUS else "H200").l2_bytes
 
 
 def per_message(dedup: str) -> bool:
@@ -228,7 +228,7 @@ def comm_defaults(backend: str, mode: str, cluster: ClusterSpec) -> dict[str, fl
 def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.ndarray,
                   bytes_per_copy: float, params: dict[str, float],
                   max_slot_pairs: np.ndarray | float = 0.0,
-                  max_pairs: np.ndarray | float = 0.0, l2: float = DEFAULT_L2_BYTES,
+                  max_pairs: np.ndarray | float = 0.0, l2: float = float("inf"),
                   num_experts: float = 0.0, remote_experts: float = 0.0,
                   owner_tokens: np.ndarray | float = 0.0, queue: np.ndarray | float = 0.0,
                   kind: str = "") -> np.ndarray:
@@ -243,7 +243,7 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
             `max(overlap_us, transfer)` (the other side's columns are zero).
         max_slot_pairs: [...] pairs into the busiest single expert slot.
         max_pairs: [...] pairs of the rank computing the most (its receive buffer holds them).
-        l2: the GPU's L2 cache, bytes (`l2_bytes`).
+        l2: the GPU's L2 cache, bytes (`l2_bytes`; the default, no limit, spills nothing).
         num_experts: expert slots whose counts a low-latency kernel signals (0 for a kernel
             that is not `per_message`).
         remote_experts: those of them on other nodes than the rank's (0 within a node).
@@ -292,7 +292,7 @@ def comm_features(nvl_copies: np.ndarray, rdma_copies: np.ndarray, copies: np.nd
 
 
 def comm_us(traffic: Traffic, bytes_per_copy: float, params: dict[str, float],
-            l2: float = DEFAULT_L2_BYTES, num_experts: float = 0.0,
+            l2: float = float("inf"), num_experts: float = 0.0,
             remote_experts: float = 0.0, owner_tokens: np.ndarray | float = 0.0,
             peers: int = 0, kind: str = "") -> np.ndarray:
     """[layers] microseconds of one dispatch (or combine) of `traffic`; `num_experts`: the

@@ -40,7 +40,7 @@ import numpy as np
 from epsim.cost.flash import DecodeKernel, KernelWork, kernel_features, kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla_bmm import bmm_us, bmm_work
-from epsim.cost.quant import gemm_us, gemm_work
+from epsim.cost.dense_gemm import gemm_us, gemm_work
 from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm
@@ -190,7 +190,7 @@ class MlaParams:
     Attributes:
         decode, prefill: the kernels' fraction parameters (`MLA_TERMS`) over `mla_defaults`.
         bmm, gemm: the absorbed BMMs' (`epsim.cost.mla_bmm.BMM_TERMS`) and the projections'
-            (`epsim.cost.quant.GEMM_TERMS`).
+            (`epsim.cost.dense_gemm.GEMM_TERMS`).
         bmm_format, gemm_format: their weight formats (the BMMs run FP8 for a per-tensor FP8
             checkpoint; BF16 for a block-FP8 one, whose `kv_b_proj` SGLang dequantises at load).
         keys: part ("decode", "prefill", "bmm", "projections") -> the profile component that

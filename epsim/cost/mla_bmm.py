@@ -41,7 +41,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.comm import l2_bytes
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import ACTIVATION_BYTES, BF16_BYTES, absolute, gemm_defaults, tensor_peak
 from epsim.cost.roofline import HBM_EFFICIENCY
@@ -51,9 +50,6 @@ from epsim.spec.quant import weight_bytes_per_element
 BMM_TERMS = LinearTerms(
     ("base_us", "hbm_frac", "tensor_frac", "quant_row_us", "l2_hbm_ratio"),
     frozenset({"hbm_frac", "tensor_frac", "l2_hbm_ratio"}))
-# L2 per GPU, bytes: Blackwell's two dies hold ~126 MB (AIC's BF16 BMM rows leave the L2 rate
-# between 100 and 150 MB of working set); Hopper's 50 MB (`epsim.cost.comm.l2_bytes`)
-BLACKWELL_L2_BYTES = {"B200": 126e6, "B300": 126e6, "GB200": 126e6, "GB300": 126e6}
 # formats whose BMM quantises its activations per tensor first (`per_tensor_quant_mla_fp8`)
 PER_TENSOR_QUANT = ("fp8",)
 # bytes per element the quantisation moves past its rows' cost: stage 2 reads BF16 and writes FP8
@@ -84,11 +80,6 @@ def bmm_defaults() -> dict[str, float]:
     return {**gemm_defaults(), "quant_row_us": 0.0, "l2_hbm_ratio": HBM_EFFICIENCY}
 
 
-def bmm_l2_bytes(gpu: str) -> float:
-    """The L2 a BMM's working set must fit to run at the L2 rate, bytes."""
-    return BLACKWELL_L2_BYTES.get(gpu, l2_bytes(gpu))
-
-
 def bmm_work(tokens, n: int, k: int, heads: int, fmt: str) -> BmmWork:
     """The work of `heads` BMMs `[tokens, k] x [k, n]` on `fmt` weights (module docstring).
 
@@ -117,8 +108,10 @@ def bmm_us(work: BmmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarra
 
 
 def _in_l2(work: BmmWork, hardware: HardwareSpec) -> np.ndarray:
-    """[...] whether the BMM's bytes (its quantisation's too) fit the GPU's L2."""
-    return (work.mem_kb + work.quant_kb) * 1e3 <= bmm_l2_bytes(hardware.name)
+    """[...] whether the BMM's bytes (its quantisation's too) fit the GPU's L2
+    (`HardwareSpec.l2_bytes`: Hopper's 50 MB; Blackwell's two dies hold ~126 MB, and AIC's BF16
+    BMM rows leave the L2 rate between 100 and 150 MB of working set)."""
+    return (work.mem_kb + work.quant_kb) * 1e3 <= hardware.l2_bytes
 
 
 def bmm_features(work: BmmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:

@@ -27,7 +27,8 @@ in format `f` (`epsim.spec.quant`: bf16, fp8, fp8_block, nvfp4, w4a16):
           `2 TILE_M TILE_N k` per tile after tile quantisation, `ceil(m / TILE_M)
           ceil(n / TILE_N) b` tiles, in `ceil(tiles / num_sms)` waves of one tile per SM; the
           FLOPs are wave-quantised too (`epsim.cost.experts`) except where the kernel splits K
-          over idle SMs (`SPLIT_K_FORMATS`: cuBLAS's BF16 GEMM, stream-K), which fills a wave
+          over idle SMs (`epsim.cost.dense_gemm.SPLIT_K_FORMATS`: cuBLAS's BF16 GEMM, stream-K),
+          which fills a wave
   feed_kb NVFP4 only (FlashInfer's CuTe-DSL FP4 GEMM, `epsim.cost.fp4_gemm`): the tile, waves
           and FLOPs are the kernel's own (its tile heuristic, 128 x 64 to 256 x 256), and the
           KB of A and B one SM streams into shared memory over its waves, at `sm_feed_gbps` per
@@ -40,17 +41,19 @@ in format `f` (`epsim.spec.quant`: bf16, fp8, fp8_block, nvfp4, w4a16):
 The efficiencies `hbm_frac` and `tensor_frac` are fractions of the GPU's datasheet (<= 1, the
 fitter's bound) rather than absolute rates, so a fit on one GPU prices another from that GPU's
 datasheet (`absolute`: the rates `epsim.cost.experts`' physics reads).
+
+This module owns the formats' bytes and rates and the routed experts' grouped GEMM on them; one
+dense GEMM's work, time and design rows are `epsim.cost.dense_gemm`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.experts import TILE_M, TILE_N, ExpertGemm, experts_rank_us, serial_kb
-from epsim.cost.fp4_gemm import SM_FILL_GBPS, cutedsl_work
+from epsim.cost.experts import ExpertGemm, experts_rank_us, serial_kb
+from epsim.cost.fp4_gemm import SM_FILL_GBPS
 from epsim.cost.linear import LinearTerms
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.errors import SpecError
@@ -63,13 +66,6 @@ ACTIVATION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4.0
                     "nvfp4": 0.5 + 1.0 / 16, "w4a16": 2.0}
 BF16_BYTES = 2.0
 SCALE_BLOCK_K = {"fp8_block": 128}      # K-depth of a weight-scale block rescaled in the loop
-SPLIT_K_FORMATS = ("bf16", "fp16")      # GEMMs whose kernel splits K over idle SMs (cuBLAS)
-# the fitted terms: fixed µs, inverse efficiencies (time at the datasheet rate x 1/frac)
-GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequant_us"),
-                         frozenset({"hbm_frac", "tensor_frac"}))
-# the dense NVFP4 GEMM (CuTe-DSL) adds its SMs' operand feed (`epsim.cost.fp4_gemm`)
-FP4_GEMM_TERMS = LinearTerms(GEMM_TERMS.params + ("sm_feed_gbps",),
-                             GEMM_TERMS.inverse | {"sm_feed_gbps"})
 FEED_FORMATS = ("nvfp4",)
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
@@ -164,12 +160,6 @@ def gemm_defaults() -> dict[str, float]:
             "sm_feed_gbps": SM_FILL_GBPS}
 
 
-def gemm_terms(fmt: str) -> LinearTerms:
-    """The fitted terms of a dense GEMM on `fmt` weights: `FP4_GEMM_TERMS` for NVFP4 (its
-    operand feed), `GEMM_TERMS` otherwise."""
-    return FP4_GEMM_TERMS if fmt in FEED_FORMATS else GEMM_TERMS
-
-
 def absolute(params, hardware: HardwareSpec, fmt: str) -> dict[str, float]:
     """`params` with its efficiencies as the rates they stand for on `hardware`
     (`hbm_gbps = hbm_frac x HBM`, `tflops = tensor_frac x peak_f`), the form the grouped-GEMM
@@ -178,88 +168,6 @@ def absolute(params, hardware: HardwareSpec, fmt: str) -> dict[str, float]:
     out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
     out["tflops"] = float(params["tensor_frac"]) * tensor_peak(hardware, fmt)
     return out
-
-
-@dataclass(frozen=True)
-class GemmWork:
-    """What `b` GEMMs `[m, k] x [k, n]` do, elementwise over `[...]` float64.
-
-    Attributes:
-        mem_kb: weights, activations in and output bytes, KB.
-        mflops: FLOPs after tile (and wave) quantisation, MFLOP.
-        waves: tile waves (each pays a prologue and epilogue).
-        blocks: waves x weight-scale blocks along K (block-scaled formats; else 0).
-        quant_kb: bytes the activation quantisation moves, KB (0 for BF16 activations).
-        feed_kb: KB of A and B the busiest SM streams (`FEED_FORMATS`; else 0).
-    """
-
-    mem_kb: np.ndarray
-    mflops: np.ndarray
-    waves: np.ndarray
-    blocks: np.ndarray
-    quant_kb: np.ndarray
-    feed_kb: np.ndarray
-
-
-def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1) -> GemmWork:
-    """The work of `batch` GEMMs `[m, k] x [k, n]` on `fmt` weights (module docstring).
-
-    Args:
-        m: [...] rows (tokens); 0 rows do no work.
-    """
-    m = np.asarray(m, dtype=np.float64)
-    busy = (m > 0).astype(np.float64)
-    weights = batch * n * k * weight_bytes_per_element(check_format(fmt))
-    mem = busy * weights + batch * m * (k * ACTIVATION_BYTES[fmt] + BF16_BYTES * n)
-    quant_kb = batch * m * k * quant_bytes_per_element(fmt) * 1e-3
-    if fmt in FEED_FORMATS:                     # the CuTe-DSL kernel's own tile (no scale blocks)
-        waves, mflops, feed_kb = cutedsl_work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
-        return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb)
-    tiles = batch * np.ceil(m / TILE_M) * -(-n // TILE_N)
-    waves = np.ceil(tiles / num_sms)
-    filled = tiles if fmt in SPLIT_K_FORMATS else waves * num_sms
-    block = SCALE_BLOCK_K.get(fmt, 0)
-    return GemmWork(mem * 1e-3, filled * 2.0 * TILE_M * TILE_N * k * 1e-6, waves,
-                    waves * -(-k // block) if block else np.zeros_like(m), quant_kb,
-                    np.zeros_like(m))
-
-
-def _fed(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
-    """[...] whether the SMs' operand feed, not the MMA, sets the compute side."""
-    return work.feed_kb / rate["sm_feed_gbps"] > work.mflops / rate["tflops"]
-
-
-def _math_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
-    return (np.maximum(work.mflops / rate["tflops"], work.feed_kb / rate["sm_feed_gbps"])
-            + work.waves * rate["wave_us"] + work.blocks * rate["dequant_us"])
-
-
-def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
-    """[...] microseconds of the GEMMs of `work` with fraction parameters `params`
-    (`GEMM_TERMS`); 0 where there is no work."""
-    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
-    mem = work.mem_kb / rate["hbm_gbps"]
-    t = rate["base_us"] + np.maximum(mem, _math_us(work, rate)) + work.quant_kb / rate["hbm_gbps"]
-    return np.where(work.mflops > 0, t, 0.0)
-
-
-def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
-    """[..., 5] design rows in `GEMM_TERMS` order: (1, µs at the datasheet HBM rate of the
-    memory side if memory-bound plus the quantisation's bytes, then if compute-bound: µs at the
-    datasheet tensor peak (where the MMA, not the feed, binds), waves, scale blocks), and for
-    `FEED_FORMATS` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds;
-    times `gemm_terms(fmt).coefficients(params)` gives `gemm_us`."""
-    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
-    mem_bound = work.mem_kb / rate["hbm_gbps"] >= _math_us(work, rate)
-    busy = (work.mflops > 0).astype(np.float64)
-    hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + work.quant_kb) / hardware.hbm_gbps
-    compute, fed = ~mem_bound, _fed(work, rate)
-    cols = [busy, hbm_us,
-            np.where(compute & ~fed, work.mflops, 0.0) / tensor_peak(hardware, fmt),
-            np.where(compute, work.waves, 0.0), np.where(compute, work.blocks, 0.0)]
-    if fmt in FEED_FORMATS:
-        cols.append(np.where(compute & fed, work.feed_kb, 0.0))
-    return np.stack(cols, axis=-1)
 
 
 # -- the routed experts' grouped GEMM on quantised weights ---------------------------------------

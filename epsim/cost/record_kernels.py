@@ -32,11 +32,11 @@ from epsim.cost.mla_bmm import BMM_TERMS, bmm_defaults, bmm_features, bmm_work
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
+from epsim.cost.dense_gemm import gemm_features, gemm_terms, gemm_work
 from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
-                              gemm_defaults, gemm_features, gemm_terms, gemm_work, layout_kb,
-                              quant_expert_gemm, remote_slot_bytes, remote_tokens, reread_kb,
-                              trtllm_gemm, trtllm_tile)
+                              gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
+                              remote_tokens, reread_kb, trtllm_gemm, trtllm_tile)
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
                            format_kind, kv_kind)

@@ -9,7 +9,6 @@ engine of one run, and every user of one deployment, share one resolution.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import PurePosixPath
 from types import MappingProxyType
 
 import numpy as np
@@ -20,8 +19,9 @@ from epsim.cost.allreduce import allreduce_defaults
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
 from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, FP8_BMM_FORMATS,
                                       attention_ops_defaults, block_ops)
-from epsim.cost.block_ops import GATE, block_ops_defaults, launches
+from epsim.cost.block_ops import block_ops_defaults, launches
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
+from epsim.cost.block_ops_parts import block_ops_parts, fused_moe_fit, topk_in_fit
 from epsim.cost.comm import (collective_defaults, combine_bytes_per_copy, comm_defaults,
                              dedup_for, dispatch_bytes_per_copy, l2_bytes)
 from epsim.cost.fitted_ranges import extrapolated, token_ranges, used_components
@@ -40,6 +40,7 @@ from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_k
                               quant_expert_gemm, remote_slot_bytes)
 from epsim.cost.shared_experts import fused_shared_experts
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
+from epsim.cost.traffic import max_nodes_per_token
 from epsim.cost.transport import transport_path
 from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm
 from epsim.default_profile import default_profile
@@ -59,24 +60,7 @@ class ProfileHardwareWarning(UserWarning):
     """The profile was measured on another GPU than the cluster's; its fits are not used."""
 
 
-def max_nodes_per_token(model: ModelSpec, num_nodes: int) -> float | None:
-    """Nodes one token's experts may span under group-limited routing, or None (no limit).
-
-    DeepSeek-V3 picks `topk_group` of `num_expert_groups` groups per token; with experts laid
-    out contiguously a group covers `num_nodes / num_expert_groups` nodes (at least one node's
-    share), so a token reaches at most `topk_group * max(1, num_nodes / groups)` nodes
-    (EP 64 on 8 nodes: 4 of 8).
-    """
-    groups = model.num_expert_groups
-    if groups <= 1 or model.topk_group >= groups or num_nodes <= 1:
-        return None
-    cap = model.topk_group * max(1.0, num_nodes / groups)
-    return cap if cap < num_nodes else None
-
-
 _RESOLVED: dict[tuple[str, ...], CostParams] = {}
-# aiconfigurator's table of SGLang's fused MoE call (`fused_moe_fit`)
-FUSED_MOE_TABLE = "moe_perf.parquet"
 _MAX_RESOLVED = 32
 
 
@@ -405,7 +389,7 @@ class _Resolver:
                 m.moe_intermediate_size // d.parallel.moe_tp_size,
                 fused_shared_experts(m, d, self.engine, d.parallel.ep_size), backend,
                 d.moe_served_tiles)
-            parts = {mode: self._block_ops_parts(dedup[mode], one_gpu, fused, topk)
+            parts = {mode: block_ops_parts(dedup[mode], one_gpu, fused, topk)
                      for mode in modes}
             # the host fit is per launch of the block it timed (transformers')
             all_launches = launches(BLOCK_OPS_PARTS)
@@ -446,44 +430,6 @@ class _Resolver:
             out[mode] = StageParams(t, _frozen(self.profile.params(
                 self.backend, "layout", path, defaults=layout_defaults(hw))))
         return out
-
-    @staticmethod
-    def _block_ops_parts(dedup: str, one_gpu: bool, fused: bool = False,
-                         topk: bool = False) -> tuple[str, ...]:
-        """The block ops a step adds (docs/model.md, "The block's own ops"): the router
-        always; the permute and the top-k weighting unless the experts' kernels do them --
-        low-latency (`pair`-copy) kernels write each copy into its expert's rows and weight the
-        top-k outputs inside their combine, and an experts fit on the fused MoE call
-        (`fused`, `fused_moe_fit`) holds SGLang's `moe_align_block_size` and `moe_sum_reduce`
-        in its times. At EP 1 no backend runs: all three, unless `fused`. Where the fit timed a
-        top-k of its own (`topk`, `topk_in_fit`) the router is its gate GEMM alone."""
-        if topk:
-            return (GATE,)
-        return ("router",) if fused or (dedup == "pair" and not one_gpu) else BLOCK_OPS_PARTS
-
-
-def fused_moe_fit(component: Component | None) -> bool:
-    """Whether an experts component was fitted on aiconfigurator's `moe_perf` tables
-    (`FUSED_MOE_TABLE`): its collector times SGLang's whole fused MoE call -- `select_experts`'
-    top-k, `fused_moe` (`moe_align_block_size`, both GEMMs, the activation and its quantisation,
-    `moe_sum_reduce` of the top-k outputs) -- so the permute and top-k weighting of
-    `epsim.cost.block_ops` are in its times already (aiconfigurator's
-    collector/sglang/collect_moe.py `run_op`). The router's gate GEMM is not (the step adds it;
-    its fused top-k, a few µs, is then counted twice)."""
-    return component is not None and any(PurePosixPath(t).name == FUSED_MOE_TABLE
-                                         for t in component.tables)
-
-
-def topk_in_fit(fused: bool, reread_gbps: float) -> bool:
-    """Whether an experts fit on aiconfigurator's `moe_perf` tables (`fused`) timed a top-k of
-    its own: the fused Triton MoE's rows (every BF16 row, and Hopper's quantised ones; no
-    weight re-read term, `reread_gbps` 0) are timed over its collector's whole `run_op` --
-    `select_experts` on the row's logits, three copies of its output, then `fused_moe`
-    (collector/sglang/collect_moe.py) -- so the step's router adds its gate GEMM alone, the
-    served top-k (`moe_fused_gate` and the ids' postprocess) standing in the fit's (the copies
-    stay in it, uncounted). FlashInfer's TRT-LLM MoE fits on Blackwell (a re-read rate) keep
-    the whole router (its NVFP4 rows are handed top-k ids computed before the timed call)."""
-    return fused and not reread_gbps
 
 
 def _host_row(comm: dict[str, dict[str, StageParams]], experts: StageTiming,

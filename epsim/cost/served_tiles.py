@@ -2,7 +2,7 @@
 
 aiconfigurator's collector times SGLang's Triton fused MoE for DeepSeek-V3/R1 block-FP8 on H200
 at MoE-TP 8 with the E 256 tuned table (`triton_3_1_0`, 64-row tiles above a few tokens), and
-epsim's fused experts fit (`epsim.cost.resolve.fused_moe_fit`) is fitted on those times. SGLang
+epsim's fused experts fit (`epsim.cost.block_ops_parts.fused_moe_fit`) is fitted on those times. SGLang
 0.5.9 serves the shared expert fused (E 257) with its own H200 tables
 (`triton_3_5_1/E=257,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json`
 for w13 and its `_down.json` for w2, TMA on w2; 16-row tiles; earlier wheels -- 0.5.3rc2, 0.5.5,

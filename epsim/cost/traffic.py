@@ -29,6 +29,7 @@ import numpy as np
 from epsim.cost.groups import group_prod, rank_sum, rank_sum_strided
 from epsim.cost.tables import PlacementTables
 from epsim.errors import SpecError
+from epsim.spec.model import ModelSpec
 
 DEDUP_KINDS = ("pair", "rank", "node")
 
@@ -104,6 +105,21 @@ def _active(slot_loads: np.ndarray, fraction: float, group: int) -> np.ndarray:
     if group == 2:
         return np.add(busy[..., 0::2], busy[..., 1::2], dtype=np.float64)
     return rank_sum(busy.astype(np.float64), group)
+
+
+def max_nodes_per_token(model: ModelSpec, num_nodes: int) -> float | None:
+    """Nodes one token's experts may span under group-limited routing, or None (no limit).
+
+    DeepSeek-V3 picks `topk_group` of `num_expert_groups` groups per token; with experts laid
+    out contiguously a group covers `num_nodes / num_expert_groups` nodes (at least one node's
+    share), so a token reaches at most `topk_group * max(1, num_nodes / groups)` nodes
+    (EP 64 on 8 nodes: 4 of 8).
+    """
+    groups = model.num_expert_groups
+    if groups <= 1 or model.topk_group >= groups or num_nodes <= 1:
+        return None
+    cap = model.topk_group * max(1.0, num_nodes / groups)
+    return cap if cap < num_nodes else None
 
 
 def count_traffic(loads: np.ndarray, tokens_per_rank: np.ndarray, tables: PlacementTables,

@@ -28,6 +28,8 @@ class HardwareSpec(BaseModel):
                            "SGLang's memory profile divides; the zoo converts its MiB once")
     hbm_gb: float | None = Field(default=None, gt=0, description="the datasheet figure as sold")
     nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
+    l2_bytes: float = Field(gt=0, description="L2 cache of the whole GPU (both dies on "
+                            "Blackwell), bytes; its source on the zoo entry's line")
     gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
     gpus_per_host: int | None = Field(default=None, gt=0, description=(
         "GPUs under one host OS where fewer than the NVLink domain (a GB200 / GB300 compute "

@@ -261,7 +261,7 @@ def test_fused_moe_fit_holds_the_permute_and_weighting(tp_size, moe_tp_size, ep_
     collector's top-k too) leave the step the router's gate GEMM alone; the same layout priced
     by a profile whose experts fit has no such table adds all three parts."""
     from epsim.cost import CostModel
-    from epsim.cost.resolve import fused_moe_fit
+    from epsim.cost.block_ops_parts import fused_moe_fit
     from epsim.default_profile import default_profile
     from epsim.spec.deployment import DeploymentSpec
     from epsim.spec.hardware import ClusterSpec

@@ -31,15 +31,20 @@ def _model(tp: int = 8, engine: str | None = None, **deployment) -> CostModel:
                          engine=engine)
 
 
-def _prefill(cm: CostModel, tokens: float):
+def _even_step(cm: CostModel, tokens: float, batch: BatchCounts):
+    """`cm`'s step over `batch` on one rank, its `tokens` routed evenly over every expert."""
     m = cm.model
     loads = np.full((m.num_moe_layers, m.num_experts), tokens * m.top_k / m.num_experts)
     tables = build_tables(Placement.on_cluster(contiguous_placement(m.num_moe_layers,
                                                                     m.num_experts, 1),
                                                m.num_experts, 1, 8))
+    return cm.step(batch, loads, tables)
+
+
+def _prefill(cm: CostModel, tokens: float):
     z, t = np.zeros(1), np.full(1, float(tokens))
     batch = BatchCounts(z, z, t, t, t * (t + 1) / 2, np.ones(1), "prefill", np.ones(1))
-    return cm.step(batch, loads, tables)
+    return _even_step(cm, tokens, batch)
 
 
 def test_the_count_of_a_tp_fp8_layer_on_hopper():

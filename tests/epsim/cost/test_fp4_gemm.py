@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from epsim.cost.fp4_gemm import (SM_FILL_GBPS, cutedsl_tile, cutedsl_work, fed_tensor_frac)
-from epsim.cost.quant import ACTIVATION_BYTES, gemm_us, gemm_work
+from epsim.cost.dense_gemm import gemm_us, gemm_work
+from epsim.cost.quant import ACTIVATION_BYTES
 from epsim.zoo import get_hardware
 
 A_F = ACTIVATION_BYTES["nvfp4"]            # 0.5 + 1/16 bytes per FP4 value with its scale

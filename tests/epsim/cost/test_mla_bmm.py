@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from epsim.cost.mla_bmm import (BMM_TERMS, QUANT_PASS_BYTES, bmm_defaults, bmm_features,
-                                bmm_l2_bytes, bmm_us, bmm_work)
+from epsim.cost.mla_bmm import (BMM_TERMS, QUANT_PASS_BYTES, bmm_defaults, bmm_features, bmm_us,
+                                bmm_work)
 from epsim.cost.record_kernels import BMM_SHAPES, kernel_record_features
 from epsim.profile import Component, Profile
 from epsim.records import MeasurementRecord, Provenance
@@ -48,7 +48,7 @@ def test_a_working_set_within_l2_runs_at_the_l2_rate():
     per_token = 128 * (UK[1] * 2.0 + 2.0 * UK[0])          # bytes of one token's activations
     weights = 128 * UK[0] * UK[1] * 2.0
     for hw in (H200, B200):
-        inside = np.floor((bmm_l2_bytes(hw.name) - weights) / per_token)
+        inside = np.floor((hw.l2_bytes - weights) / per_token)
         tokens = np.array([inside, inside + 1])
         work = bmm_work(tokens, *UK, 128, "bf16")
         params = {**PARAMS, "tensor_frac": 1.0}
@@ -56,7 +56,7 @@ def test_a_working_set_within_l2_runs_at_the_l2_rate():
         rate_gbps = work.mem_kb / t
         assert rate_gbps[0] == pytest.approx(PARAMS["l2_hbm_ratio"] * hw.hbm_gbps)
         assert rate_gbps[1] == pytest.approx(PARAMS["hbm_frac"] * hw.hbm_gbps)
-    assert bmm_l2_bytes("B200") > bmm_l2_bytes("H200")
+    assert B200.l2_bytes > H200.l2_bytes
 
 
 def test_defaults_claim_no_l2_speed_up_and_no_row_cost():

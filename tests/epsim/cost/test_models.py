@@ -16,7 +16,7 @@ from epsim.cost.block_ops import block_ops_us
 from epsim.cost.combine_sides import queue_spread, reduction_rounds
 from epsim.cost.comm import (NORMAL_CHANNELS, chunk_rounds, collective_features, collective_us,
                              comm_defaults, comm_features, comm_us, dedup_for,
-                             dispatch_bytes_per_copy, queue_copies)
+                             dispatch_bytes_per_copy, l2_bytes, queue_copies)
 from epsim.cost.experts import (TILE_M, TILE_N, ExpertGemm, even_experts_us, even_row_tiles,
                                 experts_features, experts_us, row_tiles)
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS
@@ -30,7 +30,7 @@ from epsim.profile import Component, Profile, load_profile
 from epsim.records import MeasurementRecord, Provenance
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
-from epsim.zoo import get_model
+from epsim.zoo import get_hardware, get_model
 
 PARAMS = {"base_us": 10.0, "overlap_us": 0.0, "nvl_gbps": 100.0, "rdma_gbps": 25.0,
           "per_copy_us": 0.0, "slot_us_per_kb": 0.0, "spill_gbps": 4800.0, "expert_signal_us": 0.0,
@@ -125,13 +125,14 @@ def test_comm_design_row_equals_model(rng):
         counts[0] = 1.0                                   # layer 0: the overlapped work paces
     tr.max_slot_pairs[0] = 1.0
     rows = comm_features(tr.nvl_copies, tr.rdma_copies, tr.copies, 4224.0, params,
-                         tr.max_slot_pairs, tr.pairs.max(axis=-1), num_experts=256,
+                         tr.max_slot_pairs, tr.pairs.max(axis=-1), l2=50e6, num_experts=256,
                          remote_experts=128)
     assert rows[0, 1] == 1.0 and (rows[1:, 1] == 0.0).all() and (rows[:, 6] > 0).any()
     assert (rows[1:, 7] == 256).all() and rows[0, 7] == 0.0       # layer 0: hidden under overlap
     assert (rows[1:, 8] == 128).all() and rows[0, 8] == 0.0
     np.testing.assert_allclose(rows @ COMM_TERMS.coefficients(params),
-                               comm_us(tr, 4224.0, params, num_experts=256, remote_experts=128))
+                               comm_us(tr, 4224.0, params, l2=50e6, num_experts=256,
+                                       remote_experts=128))
     assert COMM_TERMS.params_from(COMM_TERMS.coefficients(params)) == pytest.approx(params)
     assert COMM_TERMS.coef_names == ("base_us", "overlap_us", "inv_nvl_gbps", "inv_rdma_gbps",
                                      "per_copy_us", "slot_us_per_kb", "inv_spill_gbps",
@@ -227,6 +228,13 @@ def test_fixed_work_hidden_under_a_large_transfer():
     np.testing.assert_allclose(comm_us(small, 1000.0, params), [10.0 + 20.0])
     np.testing.assert_allclose(comm_us(large, 1000.0, params), [10.0 + 50.0])
     np.testing.assert_allclose(comm_us(large, 1000.0, PARAMS), [10.0 + 50.0])   # 0: the plain sum
+
+
+def test_spill_l2_is_hoppers_own_and_h200s_elsewhere():
+    """The spill term's L2 comes from the hardware zoo: a Hopper GPU's own 50 MB; a Blackwell GPU
+    keeps H200's (the stated assumption), not its own larger L2."""
+    assert l2_bytes("H100") == get_hardware("H100").l2_bytes == 50e6
+    assert l2_bytes("B200") == l2_bytes("H200") == 50e6 < get_hardware("B200").l2_bytes
 
 
 def test_staged_pairs_beyond_l2_spill_to_hbm():

@@ -13,11 +13,12 @@ import pytest
 from epsim.cost.experts import experts_rank_us, model_gemm, row_tiles
 from epsim.cost.model import CostModel
 from epsim.cost.moe import remote_slots_us
-from epsim.cost.quant import (ACTIVATION_BYTES, EXPERT_QUANT_TERMS, FP4_GEMM_TERMS,
-                              GEMM_TERMS, absolute, gemm_terms,
-                              experts_quant_features, gemm_defaults, gemm_features, gemm_us,
-                              gemm_work, layout_kb, quant_bytes_per_element, quant_expert_gemm,
-                              remote_slot_bytes, tensor_peak)
+from epsim.cost.dense_gemm import (FP4_GEMM_TERMS, GEMM_TERMS, gemm_features, gemm_terms,
+                                   gemm_us, gemm_work)
+from epsim.cost.quant import (ACTIVATION_BYTES, EXPERT_QUANT_TERMS, absolute,
+                              experts_quant_features, gemm_defaults, layout_kb,
+                              quant_bytes_per_element, quant_expert_gemm, remote_slot_bytes,
+                              tensor_peak)
 from epsim.calibrate.aic_records import balanced_counts
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.errors import SpecError

@@ -14,12 +14,10 @@ from epsim.cost.ledger import COLUMN
 from epsim.cost.model import CostModel
 from epsim.cost.provenance import SUSTAINED_KEY, provenance
 from epsim.cost.sustained import CURVE_RATIO, CURVE_TOKENS, sustained_clock
-from epsim.cost.tables import build_tables, contiguous_placement
-from epsim.eplb import Placement
 from epsim.spec.deployment import DeploymentSpec
 from epsim.spec.hardware import ClusterSpec
 from epsim.zoo import get_model
-from tests.epsim.cost.test_forward_host import _prefill
+from tests.epsim.cost.test_forward_host import _even_step, _prefill
 
 RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "sustained_clock_h100"
 
@@ -68,13 +66,8 @@ def _model(gpu: str, on: bool, tp: int = 8) -> CostModel:
 def _step(cm: CostModel, tokens: float, phase: str):
     if phase == "prefill":
         return _prefill(cm, tokens)
-    m = cm.model
-    loads = np.full((m.num_moe_layers, m.num_experts), tokens * m.top_k / m.num_experts)
-    tables = build_tables(Placement.on_cluster(contiguous_placement(m.num_moe_layers,
-                                                                    m.num_experts, 1),
-                                               m.num_experts, 1, 8))
     z, t = np.zeros(1), np.full(1, float(tokens))
-    return cm.step(BatchCounts(t, t * 4096, z, z, z, t, "decode"), loads, tables)
+    return _even_step(cm, tokens, BatchCounts(t, t * 4096, z, z, z, t, "decode"))
 
 
 @pytest.mark.parametrize("gpu", ["H100", "B200"])

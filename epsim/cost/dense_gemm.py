@@ -1,0 +1,119 @@
+"""One dense GEMM (or `b` equal ones batched) on weights of any format: its work after tile and
+wave quantisation, its time, and its design rows for the fit (`any/gemm_<format>/graph`: the
+dense linears, MLA's projections).
+
+The formula and its symbols are `epsim.cost.quant`'s (the module docstring): weights at their
+format's bytes, math at the tensor rate that format runs at, the activation quantisation and
+the block scales' rescaling as terms of their own; `SPLIT_K_FORMATS`' kernels split K over idle
+SMs, so their FLOPs are tile-quantised but not wave-quantised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from epsim.cost.experts import TILE_M, TILE_N
+from epsim.cost.fp4_gemm import cutedsl_work
+from epsim.cost.linear import LinearTerms
+from epsim.cost.quant import (ACTIVATION_BYTES, BF16_BYTES, FEED_FORMATS, SCALE_BLOCK_K, absolute,
+                              check_format, gemm_defaults, quant_bytes_per_element, tensor_peak)
+from epsim.spec.gpu import HardwareSpec
+from epsim.spec.quant import weight_bytes_per_element
+
+SPLIT_K_FORMATS = ("bf16", "fp16")      # GEMMs whose kernel splits K over idle SMs (cuBLAS)
+# the fitted terms: fixed µs, inverse efficiencies (time at the datasheet rate x 1/frac)
+GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequant_us"),
+                         frozenset({"hbm_frac", "tensor_frac"}))
+# the dense NVFP4 GEMM (CuTe-DSL) adds its SMs' operand feed (`epsim.cost.fp4_gemm`)
+FP4_GEMM_TERMS = LinearTerms(GEMM_TERMS.params + ("sm_feed_gbps",),
+                             GEMM_TERMS.inverse | {"sm_feed_gbps"})
+
+
+def gemm_terms(fmt: str) -> LinearTerms:
+    """The fitted terms of a dense GEMM on `fmt` weights: `FP4_GEMM_TERMS` for NVFP4 (its
+    operand feed), `GEMM_TERMS` otherwise."""
+    return FP4_GEMM_TERMS if fmt in FEED_FORMATS else GEMM_TERMS
+
+
+@dataclass(frozen=True)
+class GemmWork:
+    """What `b` GEMMs `[m, k] x [k, n]` do, elementwise over `[...]` float64.
+
+    Attributes:
+        mem_kb: weights, activations in and output bytes, KB.
+        mflops: FLOPs after tile (and wave) quantisation, MFLOP.
+        waves: tile waves (each pays a prologue and epilogue).
+        blocks: waves x weight-scale blocks along K (block-scaled formats; else 0).
+        quant_kb: bytes the activation quantisation moves, KB (0 for BF16 activations).
+        feed_kb: KB of A and B the busiest SM streams (`FEED_FORMATS`; else 0).
+    """
+
+    mem_kb: np.ndarray
+    mflops: np.ndarray
+    waves: np.ndarray
+    blocks: np.ndarray
+    quant_kb: np.ndarray
+    feed_kb: np.ndarray
+
+
+def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1) -> GemmWork:
+    """The work of `batch` GEMMs `[m, k] x [k, n]` on `fmt` weights (module docstring).
+
+    Args:
+        m: [...] rows (tokens); 0 rows do no work.
+    """
+    m = np.asarray(m, dtype=np.float64)
+    busy = (m > 0).astype(np.float64)
+    weights = batch * n * k * weight_bytes_per_element(check_format(fmt))
+    mem = busy * weights + batch * m * (k * ACTIVATION_BYTES[fmt] + BF16_BYTES * n)
+    quant_kb = batch * m * k * quant_bytes_per_element(fmt) * 1e-3
+    if fmt in FEED_FORMATS:                     # the CuTe-DSL kernel's own tile (no scale blocks)
+        waves, mflops, feed_kb = cutedsl_work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
+        return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb)
+    tiles = batch * np.ceil(m / TILE_M) * -(-n // TILE_N)
+    waves = np.ceil(tiles / num_sms)
+    filled = tiles if fmt in SPLIT_K_FORMATS else waves * num_sms
+    block = SCALE_BLOCK_K.get(fmt, 0)
+    return GemmWork(mem * 1e-3, filled * 2.0 * TILE_M * TILE_N * k * 1e-6, waves,
+                    waves * -(-k // block) if block else np.zeros_like(m), quant_kb,
+                    np.zeros_like(m))
+
+
+def _fed(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
+    """[...] whether the SMs' operand feed, not the MMA, sets the compute side."""
+    return work.feed_kb / rate["sm_feed_gbps"] > work.mflops / rate["tflops"]
+
+
+def _math_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
+    return (np.maximum(work.mflops / rate["tflops"], work.feed_kb / rate["sm_feed_gbps"])
+            + work.waves * rate["wave_us"] + work.blocks * rate["dequant_us"])
+
+
+def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
+    """[...] microseconds of the GEMMs of `work` with fraction parameters `params`
+    (`GEMM_TERMS`); 0 where there is no work."""
+    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
+    mem = work.mem_kb / rate["hbm_gbps"]
+    t = rate["base_us"] + np.maximum(mem, _math_us(work, rate)) + work.quant_kb / rate["hbm_gbps"]
+    return np.where(work.mflops > 0, t, 0.0)
+
+
+def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
+    """[..., 5] design rows in `GEMM_TERMS` order: (1, µs at the datasheet HBM rate of the
+    memory side if memory-bound plus the quantisation's bytes, then if compute-bound: µs at the
+    datasheet tensor peak (where the MMA, not the feed, binds), waves, scale blocks), and for
+    `FEED_FORMATS` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds;
+    times `gemm_terms(fmt).coefficients(params)` gives `gemm_us`."""
+    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
+    mem_bound = work.mem_kb / rate["hbm_gbps"] >= _math_us(work, rate)
+    busy = (work.mflops > 0).astype(np.float64)
+    hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + work.quant_kb) / hardware.hbm_gbps
+    compute, fed = ~mem_bound, _fed(work, rate)
+    cols = [busy, hbm_us,
+            np.where(compute & ~fed, work.mflops, 0.0) / tensor_peak(hardware, fmt),
+            np.where(compute, work.waves, 0.0), np.where(compute, work.blocks, 0.0)]
+    if fmt in FEED_FORMATS:
+        cols.append(np.where(compute & fed, work.feed_kb, 0.0))
+    return np.stack(cols, axis=-1)
