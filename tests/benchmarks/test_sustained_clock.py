@@ -24,7 +24,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_committed_tables_render_from_the_committed_records(tmp_path):
-    for record in (RECORD, RECORD / "second_host", RECORD / "sweep"):
+    for record in (RECORD, RECORD / "second_host", RECORD / "sweep", RECORD / "graph_sweep"):
         done = _run("--render", str(record / "records.jsonl"), "--out", str(tmp_path))
         assert done.returncode == 0, done.stderr
         assert (tmp_path / "table.md").read_text() == (record / "table.md").read_text()
