@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from first_use_fmha_rows import _ape, _mape, compare_main, priced_rows, write_ids_csv
+from first_use_fmha_rows import compare_main, gap_summary, priced_rows, write_ids_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "first_use_cold_alloc_rows.md"
@@ -67,18 +67,7 @@ def table(found: list[dict]) -> str:
         for key in (name, "cold, one chunk: all" if name.startswith("cold, one") else None):
             if key:
                 groups.setdefault(key, []).append(r)
-    summary = ["| rows | n | TTFT MAPE before % | after % | mean TTFT gap before ms | after ms | "
-               "TPOT MAPE before % | after % |", "|---|---|---|---|---|---|---|---|"]
-    for name in sorted(groups):
-        g = groups[name]
-        gap_before = sum(r["ttft"] - r["ttft_before"] for r in g) / len(g)
-        gap_after = sum(r["ttft"] - r["ttft_after"] for r in g) / len(g)
-        summary.append(f"| {name} | {len(g)} | {_mape([_ape(r['ttft_before'], r['ttft']) for r in g])} "
-                       f"| {_mape([_ape(r['ttft_after'], r['ttft']) for r in g])} "
-                       f"| {gap_before:.0f} | {gap_after:.0f} "
-                       f"| {_mape([_ape(r['tpot_before'], r['tpot']) for r in g])} "
-                       f"| {_mape([_ape(r['tpot_after'], r['tpot']) for r in g])} |")
-    return "\n".join(summary) + "\n\n" + "\n".join(lines)
+    return "\n".join(gap_summary(groups)) + "\n\n" + "\n".join(lines)
 
 
 def write_csv(path: Path) -> int:
