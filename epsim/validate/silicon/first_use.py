@@ -118,8 +118,9 @@ SPEC_COMPILE_S = {"assign_req_to_token_pool": 0.045, "assign_draft_cache_locs": 
 
 
 def alloc_extend_compile_s(clients: int, isl: int, chunk: int) -> float:
-    """The extend kernel's compile at the `max_num_extend_tokens` the warm-up leaves: the
-    next power of two of its batch (`clients` prompts of up to `isl`), capped by the chunk."""
+    """The extend kernel's compile at the `max_num_extend_tokens` the warm-up leaves (a cold
+    run's first wave reaches the same): the next power of two of its batch (`clients` prompts of
+    up to `isl`), capped by the chunk."""
     tokens = max(4096, 1 << (min(clients * isl, chunk) - 1).bit_length())
     return ALLOC_EXTEND_COMPILE_S[min(tokens, max(ALLOC_EXTEND_COMPILE_S))]
 
