@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from first_use_fmha_rows import _ape, _mape, compare_main, priced_rows, write_ids_csv
+from first_use_fmha_rows import compare_main, gap_summary, priced_rows, write_ids_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "benchmarks" / "results" / "silicon_rows.json.gz"
@@ -63,17 +63,7 @@ def table(found: list[dict]) -> str:
         for name in ("all", f"{r['precision']} {few}", f"carries the term, {few}"
                      if r["term"] else f"no term, {few}"):
             groups.setdefault(name, []).append(r)
-    summary = ["| rows | n | TTFT MAPE before % | after % | mean gap before ms | after ms | "
-               "TPOT MAPE before % | after % |", "|---|---|---|---|---|---|---|---|"]
-    for name in sorted(groups, key=lambda n: (n != "all", n)):
-        g = groups[name]
-        gap = lambda key: sum(r["ttft"] - r[key] for r in g) / len(g)
-        summary.append(f"| {name} | {len(g)} | {_mape([_ape(r['ttft_before'], r['ttft']) for r in g])} "
-                       f"| {_mape([_ape(r['ttft_after'], r['ttft']) for r in g])} "
-                       f"| {gap('ttft_before'):.0f} | {gap('ttft_after'):.0f} "
-                       f"| {_mape([_ape(r['tpot_before'], r['tpot']) for r in g])} "
-                       f"| {_mape([_ape(r['tpot_after'], r['tpot']) for r in g])} |")
-    return "\n".join(summary) + "\n\n" + "\n".join(lines)
+    return "\n".join(gap_summary(groups)) + "\n\n" + "\n".join(lines)
 
 
 def write_csv(path: Path) -> int:

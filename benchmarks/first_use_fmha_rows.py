@@ -59,6 +59,22 @@ def priced_rows(after: dict, record: dict, extra) -> list[dict]:
     return sorted(out, key=lambda r: (r["precision"], r["layout"], r["isl"], r["osl"], r["clients"]))
 
 
+def gap_summary(groups: dict[str, list[dict]]) -> list[str]:
+    """The summary lines of `priced_rows` groups by name ("all" first): MAPE of both figures and
+    the mean TTFT gap (measured less predicted), before and after."""
+    summary = ["| rows | n | TTFT MAPE before % | after % | mean gap before ms | after ms | "
+               "TPOT MAPE before % | after % |", "|---|---|---|---|---|---|---|---|"]
+    for name in sorted(groups, key=lambda n: (n != "all", n)):
+        g = groups[name]
+        gap = lambda key: sum(r["ttft"] - r[key] for r in g) / len(g)
+        summary.append(f"| {name} | {len(g)} | {_mape([_ape(r['ttft_before'], r['ttft']) for r in g])} "
+                       f"| {_mape([_ape(r['ttft_after'], r['ttft']) for r in g])} "
+                       f"| {gap('ttft_before'):.0f} | {gap('ttft_after'):.0f} "
+                       f"| {_mape([_ape(r['tpot_before'], r['tpot']) for r in g])} "
+                       f"| {_mape([_ape(r['tpot_after'], r['tpot']) for r in g])} |")
+    return summary
+
+
 def _fmha_fields(entry: dict, said: str) -> dict:
     prompts = _PROMPTS.search(said)
     return {"build": "first-use build" in said,

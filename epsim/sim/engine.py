@@ -41,7 +41,7 @@ from epsim.sim.batching import Scheduler
 from epsim.sim.clients import ClosedLoop
 from epsim.sim.elastic import ElasticEP
 from epsim.sim.eplb_process import EPLBManager
-from epsim.sim.first_use import first_use_compiles
+from epsim.sim.first_use import FirstUseTerms, first_use_compiles
 from epsim.sim.first_use_alloc import PagedAllocCompiles
 from epsim.sim.initial_placement import initial_placement
 from epsim.sim.initial_requests import initial_requests
@@ -283,7 +283,7 @@ class Simulation:
             extra, self._charge_us = self._charge_us, 0.0
             if self.first_use is not None:
                 compile_us = (self.first_use.stall_us(plan, sched.context, sched.slot_req)
-                              if isinstance(self.first_use, PagedAllocCompiles)
+                              if isinstance(self.first_use, (PagedAllocCompiles, FirstUseTerms))
                               else self.first_use.stall_us(plan.batch))
                 if compile_us:
                     extra += compile_us

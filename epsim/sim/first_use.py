@@ -19,6 +19,9 @@
 - `sglang_paged_alloc`: the paged KV allocator's Triton kernels (`epsim.sim.first_use_alloc`),
   keyed by the batch's request count, the largest extend seen and `free_pages`' alignment; a step
   waits for each new key's compile.
+- `flashinfer_cutlass_fmha` with `alloc_compile_s`: both, the module build and the allocator's
+  compiles (`FirstUseTerms`): the same scheduler thread runs the allocator before the forward that
+  plans the module, so a step that meets both waits for their sum.
 """
 
 from __future__ import annotations
@@ -109,8 +112,47 @@ class FirstPrefixBuild:
         return self.compile_us
 
 
+class FirstUseTerms:
+    """Two first-use terms of one server: the FMHA module build and the paged allocator's
+    compiles, each met on its own steps; a step waits for the sum of what it meets.
+
+    Args:
+        build: the module's `FirstPrefixBuild`.
+        alloc: the allocator's `PagedAllocCompiles`.
+    """
+
+    def __init__(self, build: FirstPrefixBuild, alloc: PagedAllocCompiles):
+        self.build, self.alloc = build, alloc
+
+    @property
+    def num_compiles(self) -> int:
+        """Modules and kernels built inside the run so far."""
+        return self.build.num_compiles + self.alloc.num_compiles
+
+    @property
+    def stalled_us(self) -> float:
+        """Microseconds the run's steps waited for them."""
+        return self.build.stalled_us + self.alloc.stalled_us
+
+    def stall_us(self, plan, context: np.ndarray, slot_req: np.ndarray) -> float:
+        """Microseconds a step running `plan` waits (`PagedAllocCompiles.stall_us`'s arguments)."""
+        return self.build.stall_us(plan.batch) + self.alloc.stall_us(plan, context, slot_req)
+
+
+def _paged_alloc(spec, d, first_prompt_tokens: int, first_output_tokens: int,
+                 extend_compile_s: float) -> PagedAllocCompiles:
+    """The allocator term of `spec` (`deployment.first_use_compile`) on deployment `d`."""
+    return PagedAllocCompiles(spec.page_size, extend_compile_s,
+                              spec.decode_compile_s or extend_compile_s, d.chunked_prefill_size,
+                              spec.warmup_batches, (first_prompt_tokens, first_output_tokens),
+                              spec.spec_compile_s if d.speculative_algorithm else None,
+                              d.speculative_steps[0] if d.speculative_algorithm else 0,
+                              spec.extend_keys_tokens)
+
+
 def first_use_compiles(scenario, first_prompt_tokens: int, first_output_tokens: int = 1
-                       ) -> FirstUseCompiles | FirstPrefixBuild | PagedAllocCompiles | None:
+                       ) -> FirstUseCompiles | FirstPrefixBuild | PagedAllocCompiles | \
+        FirstUseTerms | None:
     """The scenario's first-use term (None without `deployment.first_use_compile`).
 
     Args:
@@ -124,17 +166,16 @@ def first_use_compiles(scenario, first_prompt_tokens: int, first_output_tokens: 
     spec = d.first_use_compile
     if spec is None:
         return None
+    first = (int(first_prompt_tokens), int(first_output_tokens))
     if spec.kernel == "flashinfer_cutlass_fmha":
-        return FirstPrefixBuild(spec.compile_s, any(
-            splits_a_prompt(copies, int(first_prompt_tokens), d.chunked_prefill_size)
+        build = FirstPrefixBuild(spec.compile_s, any(
+            splits_a_prompt(copies, first[0], d.chunked_prefill_size)
             for copies in spec.warmup_batches))
+        if spec.alloc_compile_s is None:
+            return build
+        return FirstUseTerms(build, _paged_alloc(spec, d, *first, spec.alloc_compile_s))
     if spec.kernel == "sglang_paged_alloc":
-        return PagedAllocCompiles(spec.page_size, spec.compile_s, spec.decode_compile_s or
-                                  spec.compile_s, d.chunked_prefill_size, spec.warmup_batches,
-                                  (int(first_prompt_tokens), int(first_output_tokens)),
-                                  spec.spec_compile_s if d.speculative_algorithm else None,
-                                  d.speculative_steps[0] if d.speculative_algorithm else 0,
-                                  spec.extend_keys_tokens)
+        return _paged_alloc(spec, d, *first, spec.compile_s)
     tiles = TILE_TABLES.get(c.gpu)
     if tiles is None:
         raise SpecError(f"deployment.first_use_compile ({spec.kernel}) has no tuned table for "

@@ -37,7 +37,8 @@ class FirstUseCompileSpec(BaseModel):
     SGLang's Triton fused MoE at each prefill batch's new shape key (`epsim.cost.first_use`), or
     FlashInfer's CUTLASS FMHA module that SGLang's `trtllm_mla` backend plans on the first prefill
     step attending to a prefix (a chunked prompt's later chunk), built once, or SGLang's paged KV
-    allocator's Triton kernels at each batch's new key (`epsim.sim.first_use_alloc`)."""
+    allocator's Triton kernels at each batch's new key (`epsim.sim.first_use_alloc`); the FMHA
+    variant with `alloc_compile_s` carries the allocator's kernels as well."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,8 +49,14 @@ class FirstUseCompileSpec(BaseModel):
         "extend kernel) holds the step"))
     decode_compile_s: float | None = Field(default=None, gt=0, le=600, description=(
         "sglang_paged_alloc: host seconds of one new decode-kernel compile (None: compile_s)"))
+    alloc_compile_s: float | None = Field(default=None, gt=0, le=600, description=(
+        "flashinfer_cutlass_fmha: the server also pages its KV cache (page_size), so the paged "
+        "allocator's kernels compile at each new key as under sglang_paged_alloc: host seconds of "
+        "one new extend-kernel compile (its decode kernel's: decode_compile_s); None: the module "
+        "build alone"))
     page_size: int = Field(default=64, ge=2, description=(
-        "sglang_paged_alloc: the KV allocator's page size (tokens; trtllm_mla's 64)"))
+        "sglang_paged_alloc (and flashinfer_cutlass_fmha with alloc_compile_s): the KV "
+        "allocator's page size (tokens; trtllm_mla's 64)"))
     extend_keys_tokens: bool = Field(default=True, description=(
         "sglang_paged_alloc: the extend kernel keys on max_num_extend_tokens (SGLang 0.5.6-0.5.9; "
         "False: 0.5.10, sgl-project/sglang#19898)"))

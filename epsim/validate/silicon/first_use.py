@@ -57,8 +57,13 @@ project's VM; the medians of each kernel's compiles by `max_num_extend_tokens` (
 16 less the first, which pays the process's one-time set-up). A lower bound of the stall, as above.
 They are the only Triton kernels of a B200 DeepSeek-R1 prefill or first decode under these
 scripts whose key moves with the run's lengths or batch (docs/silicon.md, "The B200 prefill's
-Triton kernels"); rows of `FMHA_IMAGE` keep the module build, which dwarfs them; priced on the rows
-of `ALLOC_IMAGE` (0.5.10.post1 on B300: below).
+Triton kernels"); priced on the rows of `ALLOC_IMAGE` (0.5.10.post1 on B300: below), and beside the
+module build on the rows of `FMHA_IMAGE`: the 0.5.3rc2, 0.5.5 and 0.5.6 wheels' kernels
+(`mem_cache/allocator.py` 296-410 in 0.5.5) and their calls (`alloc_extend`, `alloc_decode`, `free`)
+are 0.5.9's but for a fallback above `TRITON_MAX_TENSOR_NUMEL` tokens, so their keys are the same.
+Those images ran Triton 3.4.0 (torch 2.8: v0.5.3rc1, v0.5.5) or 3.5.1 (torch 2.9.1: v0.5.6); the
+3.5.1 compile times stand for 3.4.0's. On a cold server whose prompts never chunk, they are the
+only first-use term priced.
 
 **B200, SGLang's EAGLE v1 kernels (MTP rows).** Where the row ran MTP (`--speculative-algorithm
 EAGLE`, topk 1, the paged cache), each decode cycle also launches three Triton kernels outside the
@@ -113,8 +118,9 @@ SPEC_COMPILE_S = {"assign_req_to_token_pool": 0.045, "assign_draft_cache_locs": 
 
 
 def alloc_extend_compile_s(clients: int, isl: int, chunk: int) -> float:
-    """The extend kernel's compile at the `max_num_extend_tokens` the warm-up leaves: the
-    next power of two of its batch (`clients` prompts of up to `isl`), capped by the chunk."""
+    """The extend kernel's compile at the `max_num_extend_tokens` the warm-up leaves (a cold
+    run's first wave reaches the same): the next power of two of its batch (`clients` prompts of
+    up to `isl`), capped by the chunk."""
     tokens = max(4096, 1 << (min(clients * isl, chunk) - 1).bit_length())
     return ALLOC_EXTEND_COMPILE_S[min(tokens, max(ALLOC_EXTEND_COMPILE_S))]
 
@@ -134,8 +140,11 @@ def first_use_compile(row, speculative: bool = False) -> dict | None:
         return {"compile_s": COMPILE_S, "warmup_batches": warmup}
     if row.system in FMHA_SYSTEMS and (found := agg_recipes.for_row(row)) is not None \
             and FMHA_IMAGE.match(image := agg_recipes.image_of(found)):
+        chunk = found.flags.chunked_prefill_size or 8192
         return {"kernel": "flashinfer_cutlass_fmha", "compile_s": FMHA_BUILD_S,
-                "warmup_batches": warmup, "image": image}
+                "warmup_batches": warmup, "image": image, "page_size": ALLOC_PAGE_SIZE,
+                "alloc_compile_s": alloc_extend_compile_s(clients, row.isl, chunk),
+                "decode_compile_s": ALLOC_DECODE_COMPILE_S}
     if row.system in ALLOC_SYSTEMS and (found := agg_recipes.for_row(row, speculative)) is not None \
             and ALLOC_IMAGE.match(agg_recipes.image_of(found)):
         chunk = found.flags.chunked_prefill_size or 8192
@@ -179,7 +188,14 @@ def note(first_use: dict) -> str:
         return (f"first-use build: SGLang's trtllm_mla ({first_use['image']}) plans FlashInfer's "
                 f"CUTLASS FMHA module on the first prefill step with a prefix (a chunked "
                 f"prompt's later chunk), built by nvcc in {first_use['compile_s']:.0f} s (sm_100a, "
-                f"measured on our VM: our record), {warmup}, no FlashInfer JIT cache")
+                f"measured on our VM: our record), {warmup}, no FlashInfer JIT cache"
+                + (f"; and its paged KV allocator (page {first_use['page_size']}, the 0.5.9 "
+                   f"kernels and calls unchanged) compiles its Triton extend kernel "
+                   f"({first_use['alloc_compile_s']:.2f} s) or decode kernel "
+                   f"({first_use['decode_compile_s']:.3f} s) on each batch's first new key "
+                   "(Triton 3.5.1 for sm100 on our VM: our record; the image's Triton 3.4.0 "
+                   "with torch 2.8 where it is v0.5.3rc1 or v0.5.5, a proxy), a fresh Triton cache"
+                   if first_use.get("alloc_compile_s") else ""))
     return (f"first-use compiles: SGLang's Triton fused MoE compiles {first_use['compile_s']:.2f} s "
             f"a kernel (Triton 3.6 for sm90, measured on our VM: our record) on each prefill "
             f"batch's first new shape key, "

@@ -104,3 +104,30 @@ def test_a_warm_up_batch_straddling_a_chunk_built_it_before_the_run():
 ])
 def test_a_batch_splits_a_prompt_where_a_chunk_ends_inside_one(copies, prompt, chunk, splits):
     assert splits_a_prompt(copies, prompt, chunk) is splits
+
+
+def test_the_fmha_build_and_the_paged_allocators_compiles_add_up_on_one_server():
+    # the same 12 prompts: the allocator's first extend and decode keys are new (a cold server),
+    # the module builds on the second prefill step, and each step waits for what it meets
+    alloc_s = 0.003
+    sim, result = _run([], 12, None, gpu="B200", num_requests=48,
+                       kernel="flashinfer_cutlass_fmha", alloc_compile_s=alloc_s,
+                       decode_compile_s=alloc_s / 2, page_size=64)
+    fu = sim.first_use
+    assert fu.build.num_compiles == 1 and fu.alloc.num_compiles > 1
+    assert fu.num_compiles == fu.build.num_compiles + fu.alloc.num_compiles
+    extend = sum(key[0] == "extend" for key in fu.alloc.compiled)
+    decode = sum(key[0] == "decode" for key in fu.alloc.compiled)
+    assert fu.alloc.stalled_us == pytest.approx((extend * alloc_s + decode * alloc_s / 2) * 1e6)
+    assert fu.stalled_us == pytest.approx(COMPILE_S * 1e6 + fu.alloc.stalled_us)
+    assert result.steps["extra_us"].sum() >= fu.stalled_us - 1e-3
+    only_build, _ = _fmha_run(12)
+    assert only_build.first_use.stalled_us == pytest.approx(fu.build.stalled_us)
+
+
+def test_prompts_that_fit_a_chunk_still_meet_the_allocators_new_keys():
+    sim, result = _run([], 3, None, gpu="B200", num_requests=12,
+                       kernel="flashinfer_cutlass_fmha", alloc_compile_s=0.003, page_size=64)
+    assert sim.first_use.build.num_compiles == 0
+    assert sim.first_use.alloc.num_compiles > 0
+    assert result.steps["extra_us"].sum() >= sim.first_use.alloc.stalled_us - 1e-3 > 0

@@ -134,6 +134,7 @@ def test_a_cold_row_of_the_nvd_only_label_runs_the_nvd_scripts_prompts():
 def test_a_cold_b200_row_plans_the_fmha_build_and_a_warm_one_the_allocators_compiles():
     cold = plan_row(_november_fp8(1024)).instances[0].data["deployment"]["first_use_compile"]
     assert cold["kernel"] == "flashinfer_cutlass_fmha" and cold["warmup_batches"] == []
+    assert cold["alloc_compile_s"] > 0 and cold["page_size"] == 64      # its paged allocator's
     # the same run measured in March: InferenceX 12ba0ae07's lmsysorg/sglang:v0.5.9-cu130, after
     # the warm-up: no module build, the paged allocator's Triton kernels at their new keys
     warm = plan_row(_november_fp8(1024, measured=MARCH), approximate=True)    # MTP or not

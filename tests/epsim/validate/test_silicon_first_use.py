@@ -72,6 +72,11 @@ def test_a_b200_row_of_the_v0_5_5_image_builds_the_fmha_module_with_no_warm_up()
     assert compiles["compile_s"] == FMHA_BUILD_S
     assert "image" not in scenario_field(compiles)
     assert "with no warm-up" in note(compiles) and "CUTLASS FMHA" in note(compiles)
+    # its allocator is 0.5.9's: the first wave's 4 x 8192 tokens reach the 16384-token chunk
+    assert compiles["page_size"] == 64
+    assert compiles["alloc_compile_s"] == ALLOC_EXTEND_COMPILE_S[16384]
+    assert compiles["decode_compile_s"] == ALLOC_DECODE_COMPILE_S
+    assert "paged KV allocator" in note(compiles) and "a proxy" in note(compiles)
 
 
 def test_a_b200_row_of_a_later_image_carries_the_paged_allocators_compiles():
