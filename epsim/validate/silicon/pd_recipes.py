@@ -73,7 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from epsim.cost import trtllm_fp8_gemm
-from epsim.validate.silicon import dynamo_scripts
+from epsim.validate.silicon import dynamo_scripts, pd_recipes_b200_fp8
 from epsim.validate.silicon.inferencex import Group
 from epsim.validate.silicon.rows import SiliconRow
 
@@ -200,6 +200,9 @@ class PDRecipe:
     source: str
     prefill: dict = field(default_factory=dict)
     decode: dict = field(default_factory=dict)
+    # True where no stored master config names the file for the group: matched by its variants'
+    # layouts and client counts instead (`pd_recipes_b200_fp8`), which the row's line says
+    matched: bool = False
 
 
 # (InferenceX key, master-config commit prefix, isl, osl, (P workers, tp, ep, dp-attn),
@@ -342,6 +345,10 @@ RECIPES: dict[tuple, PDRecipe] = {
                       "mem_fraction_static": 0.85, **_MTP, **_NO_A2A}),
 }
 
+# the B200 FP8 1k/1k groups' `recipes/b200-fp8/1k1k.yaml` (`epsim.validate.silicon.pd_recipes_b200_fp8`)
+RECIPES.update({key: PDRecipe(*entry, matched=True)
+                for key, entry in pd_recipes_b200_fp8.recipes().items()})
+
 
 def _side(recipe) -> tuple:
     return (recipe.workers, recipe.tp, recipe.ep, recipe.dp_attn)
@@ -400,8 +407,11 @@ def servers(run: SiliconRow, group: Group | None, assumptions: list[str]) -> dic
     said = "; ".join(f"{role[0].upper()} " + ", ".join(f"{k} {v}" for k, v in flags.items())
                      for role, flags in out.items())
     kind = "srt-slurm" if recipe.config_file.startswith("recipes/") else "ai-dynamo"
-    line = (f"server flags of {kind} {recipe.config_file} ({recipe.source}, as InferenceX "
-            f"{group.key} at {group.commit[:9]} names it; the recipe as the index holds it): "
+    how = ("whose variants' layouts and client counts are those of InferenceX" if recipe.matched
+           else "as InferenceX")
+    named = "" if recipe.matched else " names it"
+    line = (f"server flags of {kind} {recipe.config_file} ({recipe.source}, {how} "
+            f"{group.key} at {group.commit[:9]}{named}; the recipe as the index holds it): "
             f"{said}")
     if any("kv_cache_dtype" in flags for flags in out.values()):
         assumptions[0] = line

@@ -145,18 +145,20 @@ def test_a_december_fp4_wide_ep_group_takes_its_scripts_flags():
 def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepep_normal():
     """The FP4 DEP4 prefills set no `--moe-a2a-backend` (SGLang's `none`: all-gather and reduce
     over the DP-attention ranks); the FP8 DEP8 prefills run DeepEP normal; every wide-EP
-    decode but the H200 DEP8's DeepEP low-latency."""
+    decode but the H200 DEP8's DeepEP low-latency; the B200 FP8 1k/1k recipe names no backend on
+    either side (`pd_recipes_b200_fp8`: SGLang's `none` with DP attention)."""
     for recipe in pd_recipes.RECIPES.values():
         for role in ("prefill", "decode"):
             assert "moe_a2a_backend" in pd_recipes.fields(recipe, role, 1), (recipe.config_file, role)
     for (key, _, _, _, prefill, decode, _), recipe in pd_recipes.RECIPES.items():
-        wide_prefill = prefill[3] and prefill[2] > 1        # DP attention, EP > 1
+        named = "-b200-" not in key or "-fp8-" not in key   # the B200 FP8 recipe names none
+        wide_prefill = prefill[3] and prefill[2] > 1 and named   # DP attention, EP > 1
         expected = ("deepep", "normal") if wide_prefill and "-fp8-" in key else ("none", None)
         assert (recipe.prefill["moe_a2a_backend"], recipe.prefill.get("deepep_mode")) == expected, \
             recipe.config_file
         wide_decode = decode[3] and decode[2] > 1
         # the H200 DEP8 decode (bs128-1p1d-dep-mtp.yaml) sets no `--moe-a2a-backend`
-        deepep = wide_decode and "-h200-" not in key
+        deepep = wide_decode and "-h200-" not in key and named
         assert recipe.decode["moe_a2a_backend"] == ("deepep" if deepep else "none"), recipe.config_file
         # the FP4 wide-EP decodes' SGLANG_MOE_NVFP4_DISPATCH=1: DeepEP LL packs NVFP4
         nvfp4 = wide_decode and "-fp4-" in key
@@ -361,3 +363,39 @@ def test_a_tp_row_says_its_gemm_and_its_unfused_shared_expert_a_wide_ep_row_neit
     wide = ["kv_cache_dtype auto (not stated)", "lengths"]
     pd_recipes.servers(_row(), MAX_TPT, wide)
     assert not any("unfused" in a or "trtllm GEMM" in a for a in wide)
+
+
+def test_the_b200_fp8_1k1k_groups_take_the_recipe_their_variants_match():
+    # recipes/b200-fp8/1k1k.yaml (`pd_recipes_b200_fp8`): STP low-latency tep8-1p-3d at 16-256
+    # clients, max-tpt dep8-1p-5d with DP attention over 8 on both sides
+    tep = replace(MAX_TPT, key="dsr1-fp8-b200-dynamo-sglang", commit="8a02464b8" + "0" * 31,
+                  prefill=Recipe(1, 8, 8, False), decode=Recipe(3, 8, 8, False))
+    recipe = pd_recipes.for_group(tep)
+    assert recipe.config_file == "recipes/b200-fp8/1k1k.yaml" and recipe.matched
+    assert pd_recipes.fields(recipe, "prefill", 1 << 20) == {
+        "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85, "moe_a2a_backend": "none",
+        "disable_shared_experts_fusion": True,                    # flashinfer_trtllm MoE runner
+        "chunked_prefill_size": 32768, "max_running_requests": 512, "disable_cuda_graph": True}
+    assert pd_recipes.fields(recipe, "decode", 86)["max_running_requests"] == 86
+    dep = pd_recipes.for_group(replace(tep, prefill=Recipe(1, 8, 8, True),
+                                       decode=Recipe(5, 8, 8, True)))
+    assert pd_recipes.fields(dep, "prefill", 1 << 20)["chunked_prefill_size"] == 32768 // 8
+    assert pd_recipes.fields(dep, "decode", 1 << 20)["max_running_requests"] == 1024 // 8
+    # the MTP twin's 1p-2d variant drafts one step; the 8k/1k groups' recipe is not held
+    mtp = pd_recipes.for_group(replace(tep, key="dsr1-fp8-b200-dynamo-sglang-mtp",
+                                       commit="ee032b37f" + "0" * 31, speculative="mtp",
+                                       prefill=Recipe(1, 8, 8, True), decode=Recipe(2, 8, 8, True)))
+    assert pd_recipes.fields(mtp, "decode", 1)["speculative_num_draft_tokens"] == 2
+    assert pd_recipes.for_group(replace(tep, isl=8192)) is None
+
+
+def test_a_matched_recipe_says_it_was_matched_not_named():
+    group = replace(MAX_TPT, key="dsr1-fp8-b200-dynamo-sglang", commit="8a02464b8" + "0" * 31,
+                    prefill=Recipe(1, 8, 8, False), decode=Recipe(3, 8, 8, False))
+    row = replace(_row(), system="b200_sxm", precision="fp8", concurrency=64,
+                  prefill=replace(_row().prefill, attention_dp_size=1, num_workers=1),
+                  decode=replace(_row().decode, attention_dp_size=1, num_workers=3))
+    assumptions = ["kv_cache_dtype auto (not stated)"]
+    pd_recipes.servers(row, group, assumptions)
+    assert "whose variants' layouts and client counts are those of InferenceX" in assumptions[0]
+    assert "names it" not in assumptions[0]
