@@ -430,8 +430,9 @@ def _kernel_notes(run: SiliconRow, out: dict[str, dict]) -> list[str]:
             if flags.get("fp8_gemm_backend") == "flashinfer_trtllm"]
     if gemm:
         notes.append(f"{' and '.join(gemm)}: FP8-block linears on FlashInfer's trtllm GEMM (the "
-                     "recipe's flashinfer_trtllm FP8 GEMM backend; images before SGLang 0.5.9 "
-                     "assumed to run it too): " + trtllm_fp8_gemm.PROVENANCE)
+                     "recipe's flashinfer_trtllm FP8 GEMM backend, or its JIT DeepGEMM turned off "
+                     "on Blackwell, where SGLang's auto choice is that GEMM; images before SGLang "
+                     "0.5.9 assumed to run it too): " + trtllm_fp8_gemm.PROVENANCE)
     unfused = [role for role, flags in out.items() if flags.get("disable_shared_experts_fusion")
                and getattr(run, role).moe_ep_size == 1]
     if unfused:

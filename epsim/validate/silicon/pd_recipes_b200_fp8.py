@@ -20,11 +20,17 @@ requests 512`, `--moe-runner-backend flashinfer_trtllm` (for which SGLang sets
 chunk and the requests divided by the DP size, as SGLang 0.5.8 divides them), STP raising both
 sides' `--max-running-requests` and the decode's graphs to 1024; the MTP ones draft with
 `--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3` (1 / 1 / 2
-in `1p-2d`). Not carried (no `DeploymentSpec` field): `SGLANG_ENABLE_JIT_DEEPGEMM=false` (the
-FP8-block linears then run FlashInfer's trtllm GEMM: `benchmarks/b200_fp8_prefill_stages.py`
-prices it as a what-if, not landed, so the GEMM is priced as for every other B200 FP8 row),
-`--attention-backend trtllm_mla` (the profile's), `--context-length 2200`, `--stream-interval 30`,
-`--enable-flashinfer-allreduce-fusion`, `--disable-radix-cache`, `moe-dense-tp-size 1`.
+in `1p-2d`). Both sides' `SGLANG_ENABLE_JIT_DEEPGEMM=false` is carried as `fp8_gemm_backend:
+flashinfer_trtllm`: with JIT DeepGEMM off and no `--fp8-gemm-backend`, SGLang's auto choice on
+Blackwell (`fp8_utils._dispatch_auto_backend`: DeepGEMM if enabled, else FlashInfer's groupwise
+GEMM where the GPU is Blackwell and FlashInfer is installed) runs every FP8-block linear
+(q_a/kv_a, q_b, kv_b, o, the unfused shared expert, the dense MLPs) on
+`flashinfer_gemm_w8a8_block_fp8_linear_with_fallback`, the kernel the agg B200 FP8 rows' flag
+names (`agg_recipes._TRTLLM`; priced by `epsim.cost.trtllm_fp8_gemm`, extrapolated; the image's
+backend of that call assumed trtllm, as for the agg rows' pre-0.5.9 images). Not carried (no
+`DeploymentSpec` field): `--attention-backend trtllm_mla` (the profile's), `--context-length
+2200`, `--stream-interval 30`, `--enable-flashinfer-allreduce-fusion`, `--disable-radix-cache`,
+`moe-dense-tp-size 1`.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ _MTP = {"speculative_num_steps": 2, "speculative_eagle_topk": 1, "speculative_nu
 _MTP_1P2D = {"speculative_num_steps": 1, "speculative_eagle_topk": 1,
              "speculative_num_draft_tokens": 2}
 _BOTH = {"kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85, "moe_a2a_backend": "none",
-         "disable_shared_experts_fusion": True}
+         "disable_shared_experts_fusion": True,
+         "fp8_gemm_backend": "flashinfer_trtllm"}     # JIT DeepGEMM off (module doc)
 _CHUNK, _TEP, _DEP = 32768, (8, 8, False), (8, 8, True)
 
 

@@ -375,6 +375,7 @@ def test_the_b200_fp8_1k1k_groups_take_the_recipe_their_variants_match():
     assert pd_recipes.fields(recipe, "prefill", 1 << 20) == {
         "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85, "moe_a2a_backend": "none",
         "disable_shared_experts_fusion": True,                    # flashinfer_trtllm MoE runner
+        "fp8_gemm_backend": "flashinfer_trtllm",                  # SGLANG_ENABLE_JIT_DEEPGEMM=false
         "chunked_prefill_size": 32768, "max_running_requests": 512, "disable_cuda_graph": True}
     assert pd_recipes.fields(recipe, "decode", 86)["max_running_requests"] == 86
     dep = pd_recipes.for_group(replace(tep, prefill=Recipe(1, 8, 8, True),
@@ -398,4 +399,6 @@ def test_a_matched_recipe_says_it_was_matched_not_named():
     assumptions = ["kv_cache_dtype auto (not stated)"]
     pd_recipes.servers(row, group, assumptions)
     assert "whose variants' layouts and client counts are those of InferenceX" in assumptions[0]
+    # JIT DeepGEMM off on Blackwell: SGLang's auto FP8 GEMM is FlashInfer's trtllm, said once
+    assert sum("FP8-block linears on FlashInfer's trtllm GEMM" in a for a in assumptions) == 1
     assert "names it" not in assumptions[0]
