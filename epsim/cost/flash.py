@@ -259,9 +259,12 @@ def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, k
                       np.where(busy, mem_kb, 0.0), overlap=True)
 
 
+COUNTS_KEPT = 8          # sequence counts a `DecodeKernel` remembers
+
+
 class DecodeKernel:
     """`kernel_us(decode_work(seqs, context, ...), params)` of one model on one GPU, with the
-    `decode_counts` of the last sequence counts remembered (the same bits).
+    `decode_counts` of the last few sequence counts remembered (the same bits).
 
     Args:
         heads, kv_heads, head_dim: one rank's kernel (`attention_heads`); params: fitted
@@ -273,16 +276,21 @@ class DecodeKernel:
                  grid: DecodeGrid = FA2_DECODE):
         self.heads, self.kv_heads, self.head_dim, self.num_sms = heads, kv_heads, head_dim, num_sms
         self.params, self.kv_ratio, self.grid = params, kv_ratio, grid
-        self._counts: tuple[bytes, DecodeCounts] | None = None
+        self._counts: dict[bytes, DecodeCounts] = {}
 
     def counts(self, seqs: np.ndarray) -> DecodeCounts:
-        """`decode_counts` of `seqs` ([dp]), remembered for the last sequence counts."""
+        """`decode_counts` of `seqs` ([dp]), remembered for the last few sequence counts (an
+        MTP cycle's forwards take turns: the draft's decodes, its extend, the verify, each
+        with its own counts of one batch)."""
         seqs = np.asarray(seqs, dtype=np.float64)
         key = seqs.tobytes()
-        if self._counts is None or self._counts[0] != key:
-            self._counts = (key, decode_counts(seqs, self.heads, self.kv_heads, self.head_dim,
-                                               self.num_sms, self.grid))
-        return self._counts[1]
+        found = self._counts.get(key)
+        if found is None:
+            if len(self._counts) >= COUNTS_KEPT:
+                self._counts.clear()
+            found = self._counts[key] = decode_counts(seqs, self.heads, self.kv_heads,
+                                                      self.head_dim, self.num_sms, self.grid)
+        return found
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
         """[dp] microseconds of the decode kernel (0 on an idle rank); `seqs` [dp], `context`

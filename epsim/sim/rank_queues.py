@@ -79,7 +79,10 @@ class RankQueues:
 
     def _route_rooms(self, at: int, num: int) -> None:
         """Draw the ranks of `num` arrivals inserted at arrival order `at` (room routing)."""
-        drawn = self._rooms.integers(0, self.num_ranks, size=num).tolist()
+        if num == 1:        # a scalar draw: the same bits as size=1 (one fill of one), 4x cheaper
+            drawn = [int(self._rooms.integers(0, self.num_ranks))]
+        else:
+            drawn = self._rooms.integers(0, self.num_ranks, size=num).tolist()
         if at == len(self._rank_of):
             self._rank_of.extend(drawn)
             return
