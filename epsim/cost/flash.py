@@ -145,6 +145,26 @@ def num_splits(units: int, num_key_blocks: int, num_sms: int,
     return next(s for s in candidates if efficiency(s) >= 0.85 * best)
 
 
+# above this many (units, blocks) pairs, `_fill_splits` looks each distinct pair up once
+DISTINCT_SPLITS_ABOVE = 32
+
+
+def _fill_splits(units: np.ndarray, blocks: np.ndarray, num_sms: int,
+                 ctas_per_sm: int) -> np.ndarray:
+    """[n] `num_splits` of each (units, blocks) pair ([n] int64 each). Many steps priced at
+    once (`AttentionAhead`: up to 256 steps of every rank) hold few distinct pairs, the blocks
+    growing one per `key_block` steps: each distinct pair is looked up once (the same values;
+    a lookup a pair cost a wide decode batch's leaps a tenth of their time)."""
+    if units.shape[0] <= DISTINCT_SPLITS_ABOVE or min(units.min(), blocks.min()) < 0 \
+            or max(units.max(), blocks.max()) >= 1 << 31:
+        return np.array([num_splits(u, b, num_sms, ctas_per_sm)
+                         for u, b in zip(units.tolist(), blocks.tolist())], dtype=np.int64)
+    pairs, where = np.unique((units << 32) | blocks, return_inverse=True)
+    found = np.array([num_splits(p >> 32, p & 0xFFFFFFFF, num_sms, ctas_per_sm)
+                      for p in pairs.tolist()], dtype=np.int64)
+    return found[where.reshape(-1)]
+
+
 @dataclass(frozen=True)
 class DecodeCounts:
     """What a decode launch takes from its sequence counts alone, `[dp]` each (`decode_counts`):
@@ -214,8 +234,7 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
             units = np.broadcast_to(units, mean_ctx.shape)
         blocks = np.ceil(mean_ctx / grid.key_block).astype(np.int64)
         splits = np.ones(mean_ctx.shape, dtype=np.int64)
-        splits[fill] = [num_splits(u, b, num_sms, grid.ctas_per_sm)
-                        for u, b in zip(units[fill].tolist(), blocks[fill].tolist())]
+        splits[fill] = _fill_splits(units[fill], blocks[fill], num_sms, grid.ctas_per_sm)
         split = splits > 1
         any_split = bool(split.any())
     plain_keys = np.ceil(mean_ctx / 64.0) * 64.0
