@@ -145,6 +145,26 @@ def num_splits(units: int, num_key_blocks: int, num_sms: int,
     return next(s for s in candidates if efficiency(s) >= 0.85 * best)
 
 
+# above this many (units, blocks) pairs, `_fill_splits` looks each distinct pair up once
+DISTINCT_SPLITS_ABOVE = 32
+
+
+def _fill_splits(units: np.ndarray, blocks: np.ndarray, num_sms: int,
+                 ctas_per_sm: int) -> np.ndarray:
+    """[n] `num_splits` of each (units, blocks) pair ([n] int64 each). Many steps priced at
+    once (`AttentionAhead`: up to 256 steps of every rank) hold few distinct pairs, the blocks
+    growing one per `key_block` steps: each distinct pair is looked up once (the same values;
+    a lookup a pair cost a wide decode batch's leaps a tenth of their time)."""
+    if units.shape[0] <= DISTINCT_SPLITS_ABOVE or min(units.min(), blocks.min()) < 0 \
+            or max(units.max(), blocks.max()) >= 1 << 31:
+        return np.array([num_splits(u, b, num_sms, ctas_per_sm)
+                         for u, b in zip(units.tolist(), blocks.tolist())], dtype=np.int64)
+    pairs, where = np.unique((units << 32) | blocks, return_inverse=True)
+    found = np.array([num_splits(p >> 32, p & 0xFFFFFFFF, num_sms, ctas_per_sm)
+                      for p in pairs.tolist()], dtype=np.int64)
+    return found[where.reshape(-1)]
+
+
 @dataclass(frozen=True)
 class DecodeCounts:
     """What a decode launch takes from its sequence counts alone, `[dp]` each (`decode_counts`):
@@ -214,8 +234,7 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
             units = np.broadcast_to(units, mean_ctx.shape)
         blocks = np.ceil(mean_ctx / grid.key_block).astype(np.int64)
         splits = np.ones(mean_ctx.shape, dtype=np.int64)
-        splits[fill] = [num_splits(u, b, num_sms, grid.ctas_per_sm)
-                        for u, b in zip(units[fill].tolist(), blocks[fill].tolist())]
+        splits[fill] = _fill_splits(units[fill], blocks[fill], num_sms, grid.ctas_per_sm)
         split = splits > 1
         any_split = bool(split.any())
     plain_keys = np.ceil(mean_ctx / 64.0) * 64.0
@@ -259,9 +278,12 @@ def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, k
                       np.where(busy, mem_kb, 0.0), overlap=True)
 
 
+COUNTS_KEPT = 8          # sequence counts a `DecodeKernel` remembers
+
+
 class DecodeKernel:
     """`kernel_us(decode_work(seqs, context, ...), params)` of one model on one GPU, with the
-    `decode_counts` of the last sequence counts remembered (the same bits).
+    `decode_counts` of the last few sequence counts remembered (the same bits).
 
     Args:
         heads, kv_heads, head_dim: one rank's kernel (`attention_heads`); params: fitted
@@ -273,16 +295,21 @@ class DecodeKernel:
                  grid: DecodeGrid = FA2_DECODE):
         self.heads, self.kv_heads, self.head_dim, self.num_sms = heads, kv_heads, head_dim, num_sms
         self.params, self.kv_ratio, self.grid = params, kv_ratio, grid
-        self._counts: tuple[bytes, DecodeCounts] | None = None
+        self._counts: dict[bytes, DecodeCounts] = {}
 
     def counts(self, seqs: np.ndarray) -> DecodeCounts:
-        """`decode_counts` of `seqs` ([dp]), remembered for the last sequence counts."""
+        """`decode_counts` of `seqs` ([dp]), remembered for the last few sequence counts (an
+        MTP cycle's forwards take turns: the draft's decodes, its extend, the verify, each
+        with its own counts of one batch)."""
         seqs = np.asarray(seqs, dtype=np.float64)
         key = seqs.tobytes()
-        if self._counts is None or self._counts[0] != key:
-            self._counts = (key, decode_counts(seqs, self.heads, self.kv_heads, self.head_dim,
-                                               self.num_sms, self.grid))
-        return self._counts[1]
+        found = self._counts.get(key)
+        if found is None:
+            if len(self._counts) >= COUNTS_KEPT:
+                self._counts.clear()
+            found = self._counts[key] = decode_counts(seqs, self.heads, self.kv_heads,
+                                                      self.head_dim, self.num_sms, self.grid)
+        return found
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
         """[dp] microseconds of the decode kernel (0 on an idle rank); `seqs` [dp], `context`

@@ -191,7 +191,9 @@ def with_partials(work: KernelWork, seqs, heads: int, form: MlaForm) -> KernelWo
     so at 128 heads and a few sequences they, not the cache, are most of the bytes."""
     if not np.any(work.splits):
         return work
-    return replace(work, mem_kb=work.mem_kb + partial_kb(work.splits, seqs, heads, form))
+    # the constructor, not `dataclasses.replace` (its field walk cost more than the sum)
+    return KernelWork(work.waves, work.splits, work.mflops,
+                      work.mem_kb + partial_kb(work.splits, seqs, heads, form), work.overlap)
 
 
 def kernel_params(params, gpu: str, heads: int) -> dict[str, float]:

@@ -108,6 +108,10 @@ class CostModel:
         self._block_rows = BlockRows()
         self._stacks = MoEStacks()
         self._terms_memo: dict[tuple, TokenTerms] = {}
+        # the slowest rank's dense MLPs by (tokens per rank, width, CUDA graph): the terms' memo
+        # above misses on a new request count or sampled rows at tokens seen before (an MTP
+        # verify's), where these, most of a miss's cost, are the same
+        self._mlp_memo: dict[tuple, float] = {}
         par = self.params.parallel
         self._order_free_terms = par.moe_tp_size == 1 and (par.attn_tp_size == 1
                                                             or par.dp_size == 1)
@@ -376,11 +380,11 @@ class CostModel:
         rates = p.gemm_rates(graph)
         # shared experts fused into the MoE kernel are priced there (`epsim.cost.moe`)
         own = m.num_shared_experts - p.fused_shared_experts
-        shared = float(self._mlp_us(part.tokens, own * m.moe_intermediate_size,
-                                    rates).max()) if own else 0.0
+        shared = self._slowest_mlp_us(part.tokens, own * m.moe_intermediate_size,
+                                      graph) if own else 0.0
         lm_head = float(lm_head_us(batch.sampled_tokens, m, rates, p.tp_size).max())
-        dense_mlp = float(self._mlp_us(batch.tokens, m.intermediate_size, rates).max()
-                          ) if m.num_dense_layers else 0.0
+        dense_mlp = self._slowest_mlp_us(batch.tokens, m.intermediate_size,
+                                         graph) if m.num_dense_layers else 0.0
         overhead = (p.overhead["base_us"] + p.overhead["per_layer_us"] * m.num_layers
                     + self.scheduler_host.step_us + self.scheduler_host.requests_us(requests))
         ops = self._attention_ops(part.tokens)
@@ -406,6 +410,17 @@ class CostModel:
         if p.attention.mla is not None:
             proj = proj - mla_core_token_us(part.tokens, part.decode_tokens, p.attention.mla)
         return float(np.where(part.tokens > 0, proj, 0.0).max(initial=0.0))
+
+    def _slowest_mlp_us(self, tokens: np.ndarray, width: int, graph: bool) -> float:
+        """`_mlp_us(tokens, width, gemm_rates(graph)).max()`, remembered (`_mlp_memo`)."""
+        key = (tokens.dtype.str, tokens.tobytes(), width, graph)
+        hit = self._mlp_memo.get(key)
+        if hit is None:
+            if len(self._mlp_memo) >= 256:
+                self._mlp_memo.clear()
+            hit = self._mlp_memo[key] = float(
+                self._mlp_us(tokens, width, self.params.gemm_rates(graph)).max())
+        return hit
 
     def _mlp_us(self, tokens: np.ndarray, width: int, rates: Coefficients) -> np.ndarray:
         """[dp] a dense SwiGLU MLP of `width` on each rank's tokens: FlashInfer's trtllm

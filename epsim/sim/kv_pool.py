@@ -119,12 +119,11 @@ class KVPool:
         for rank in np.flatnonzero(admit):
             lo, hi = starts[rank], starts[rank + 1]
             running = slot_left[rank] > 0
-            left, held = slot_left[rank][running], slot_held[rank][running]
+            walk = _SortedWalk(self.capacity, float(used[rank]), slot_left[rank][running],
+                               slot_held[rank][running])
 
             def fits(k: int) -> bool:
-                return bool(self.fits_ignore_eos(
-                    float(used[rank]), left[None, :], held[None, :], prompts[lo:lo + k],
-                    outputs[lo:lo + k])[0])
+                return walk.fits(prompts[lo:lo + k], outputs[lo:lo + k])
 
             good, bad = 0, int(hi - lo) + 1              # fits(good); bad: the first known not to
             if fits(bad - 1):
@@ -211,3 +210,41 @@ def longest_context(workload, requests: Requests, initial: Requests | None) -> f
         if reqs is not None and len(reqs):
             longest = max(longest, float((reqs.input_len + reqs.output_len).max()))
     return longest
+
+
+class _SortedWalk:
+    """`KVPool.fits_ignore_eos` of one rank in one state, its running requests sorted once for
+    the several candidate sets a bisection asks about (`admissible_ignore_eos`): each set is
+    merged into them where the stable sort of [candidates newest first, running] puts it
+    (a candidate before the running requests it ties with), the same order, so the same sums
+    and the same answer, without sorting the running requests again at every probe.
+
+    Args:
+        capacity, used: the pool's tokens and those it holds.
+        left, held: [running] each running request's output tokens left and tokens held.
+    """
+
+    def __init__(self, capacity: int, used: float, left: np.ndarray, held: np.ndarray):
+        self.capacity, self.used = capacity, used
+        left, held = left.astype(np.float64), held.astype(np.float64)
+        order = np.argsort(left, kind="stable")
+        self.left, self.held = left[order], held[order]
+
+    def fits(self, prompts: np.ndarray, outputs: np.ndarray) -> bool:
+        """`fits_ignore_eos(used, left[None], held[None], prompts, outputs)[0]`."""
+        cand_left = outputs[::-1].astype(np.float64)
+        cand_held = prompts[::-1].astype(np.float64)
+        order = np.argsort(cand_left, kind="stable")
+        cand_left, cand_held = cand_left[order], cand_held[order]
+        num = cand_left.shape[0] + self.left.shape[0]
+        at = np.searchsorted(self.left, cand_left, side="left") + np.arange(cand_left.shape[0])
+        rest = np.ones(num, dtype=bool)
+        rest[at] = False
+        tokens_left, tokens_held = np.empty(num), np.empty(num)
+        tokens_left[at], tokens_left[rest] = cand_left, self.left
+        tokens_held[at], tokens_held[rest] = cand_held, self.held
+        after = np.arange(num, 0, -1)                                  # n - i
+        freed = np.cumsum(tokens_held) - tokens_held                  # by the shorter ones
+        free = self.capacity - np.asarray(self.used, dtype=np.float64) - float(prompts.sum())
+        room = free + freed - tokens_left * after
+        return bool((room > IGNORE_EOS_RESERVE_TOKENS * after).all())

@@ -51,19 +51,23 @@ class RankQueues:
         # of every arrival in arrival order, and each rank's arrivals (0-based arrival order)
         self._rooms = rooms
         self._rank_of: list[int] = []
+        # each rank's arrivals among the first `_folded` (ascending): a send goes in after every
+        # arrival counted so far (`add`), so the counted prefix keeps its orders and grows as
+        # arrivals are read (`_rank_orders`); a send before it (none by `add`'s contract) starts
+        # it again. Rebuilding every rank's list at each read once a send went in between
+        # (an argsort over all arrivals) cost a P/D prefill server's closed loop a fifth of its run
         self._orders: list[list[int]] = [[] for _ in range(num_ranks)]
-        # a send inserted before later arrivals shifts their orders: the lists are rebuilt once
-        # they are read (`_rank_orders`), not at each insertion (a closed loop whose clients wait
-        # their own times inserts most sends)
-        self._orders_stale = False
+        self._folded = 0
         self._array: np.ndarray | None = arrival_s
         self.num_arrivals = int(arrival_s.shape[0])
         # the same times as a list: `bisect_right` on it counts arrivals up to a time exactly as
         # `searchsorted(side="right")` does, without numpy's per-call overhead on a scalar
         self._arrival_list = arrival_s.tolist()
-        # [arrivals] int64 request id of each arrival, in arrival order, once a send went in
-        # between (`add`); None: arrival j is request `offset + j`
-        self._ids: np.ndarray | None = None
+        # the request id of each arrival, in arrival order, once a send went in between
+        # (`add`); None: arrival j is request `offset + j`. A list takes a send's insertion
+        # for a memmove (numpy's `insert` copied the array through several calls' overhead),
+        # and a step's few admissions are looked up in it one by one
+        self._ids: list[int] | None = None
         self._arrived_memo: tuple[int, np.ndarray] | None = None   # (arrivals, [ranks] counts)
         self._rank_offset = num_ranks - 1 - np.arange(num_ranks)
         # routing epochs: arrivals from index `start` on go round-robin over `ranks`
@@ -75,24 +79,26 @@ class RankQueues:
 
     def _route_rooms(self, at: int, num: int) -> None:
         """Draw the ranks of `num` arrivals inserted at arrival order `at` (room routing)."""
-        drawn = self._rooms.integers(0, self.num_ranks, size=num).tolist()
+        if num == 1:        # a scalar draw: the same bits as size=1 (one fill of one), 4x cheaper
+            drawn = [int(self._rooms.integers(0, self.num_ranks))]
+        else:
+            drawn = self._rooms.integers(0, self.num_ranks, size=num).tolist()
         if at == len(self._rank_of):
-            if not self._orders_stale:
-                for order, rank in enumerate(drawn, start=at):
-                    self._orders[rank].append(order)
             self._rank_of.extend(drawn)
             return
-        self._rank_of[at:at] = drawn                  # later arrivals shift: rebuild when read
-        self._orders_stale = True
+        self._rank_of[at:at] = drawn                  # later arrivals shift
+        if at < self._folded:                          # into the counted prefix: count again
+            self._orders = [[] for _ in range(self.num_ranks)]
+            self._folded = 0
 
-    def _rank_orders(self) -> list[list[int]]:
-        """Each rank's arrivals (0-based arrival order, ascending) under room routing."""
-        if self._orders_stale:
-            rank_of = np.asarray(self._rank_of, dtype=np.int64)
-            by_rank = np.argsort(rank_of, kind="stable")
-            ends = np.cumsum(np.bincount(rank_of, minlength=self.num_ranks))
-            self._orders = [part.tolist() for part in np.split(by_rank, ends[:-1])]
-            self._orders_stale = False
+    def _rank_orders(self, n: int) -> list[list[int]]:
+        """Each rank's arrivals (0-based arrival order, ascending) under room routing, at least
+        those among the first `n` (the lists may hold later ones: read them up to `n`)."""
+        if n > self._folded:
+            orders = self._orders
+            for order, rank in enumerate(self._rank_of[self._folded:n], start=self._folded):
+                orders[rank].append(order)
+            self._folded = n
         return self._orders
 
     @property
@@ -120,7 +126,7 @@ class RankQueues:
             arrivals.extend(times_s)
         else:
             if self._ids is None:
-                self._ids = np.arange(self.offset, next_id, dtype=np.int64)
+                self._ids = list(range(self.offset, next_id))
             order = sorted(zip(times_s, ids))
             # appends in bulk (a closed loop's sends after a failure), the rest one by one
             tail = 0
@@ -131,18 +137,21 @@ class RankQueues:
                 if self._rooms is not None:
                     self._route_rooms(at, 1)
                 arrivals.insert(at, time_s)
-                self._ids = np.insert(self._ids, at, rid)
+                self._ids.insert(at, rid)
             if self._rooms is not None:
                 self._route_rooms(len(arrivals), len(order) - tail)
             arrivals.extend(t for t, _ in order[tail:])
-            self._ids = np.concatenate([self._ids, np.array([r for _, r in order[tail:]], dtype=np.int64)])
+            self._ids.extend(r for _, r in order[tail:])
         self.num_arrivals = len(arrivals)
         self._arrived_memo = None
         self._array = None
 
     def _to_ids(self, order: np.ndarray) -> np.ndarray:
         """Request ids of arrivals `order` (0-based arrival order)."""
-        return order + self.offset if self._ids is None else self._ids[order]
+        if self._ids is None:
+            return order + self.offset
+        ids = self._ids
+        return np.array([ids[i] for i in order.tolist()], dtype=np.int64)
 
     def arrived(self, now_s: float) -> np.ndarray:
         """[ranks] requests that have arrived at each rank by `now_s` (read-only on the fast
@@ -151,7 +160,7 @@ class RankQueues:
         if self._rooms is not None:
             memo = self._arrived_memo
             if memo is None or memo[0] != n:
-                counts = np.array([bisect_right(orders, n - 1) for orders in self._rank_orders()],
+                counts = np.array([bisect_right(orders, n - 1) for orders in self._rank_orders(n)],
                                   dtype=np.int64)
                 counts.flags.writeable = False
                 memo = self._arrived_memo = (n, counts)
@@ -205,9 +214,11 @@ class RankQueues:
     def _arrival_order(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Arrival order (0-based) of the `index`-th arrival routed to rank `rows`."""
         if self._rooms is not None:
-            orders = self._rank_orders()
-            return np.array([orders[r][i] for r, i in zip(rows.tolist(), index.tolist())],
-                            dtype=np.int64)
+            pairs = list(zip(rows.tolist(), index.tolist()))
+            orders = self._orders
+            if any(i >= len(orders[r]) for r, i in pairs):    # beyond the counted prefix
+                orders = self._rank_orders(len(self._rank_of))
+            return np.array([orders[r][i] for r, i in pairs], dtype=np.int64)
         if self.one_epoch():
             return rows + self.num_ranks * index
         out = np.full(rows.shape[0], -1, dtype=np.int64)

@@ -31,6 +31,8 @@ from epsim.sim.saturation import Applied
 from epsim.sim.speculative import verify_counts
 from epsim.sim.stepper import nearby
 
+FIRST_DRAW_STEPS = 16    # verify steps drawn ahead in the first block (`_draw_to_end`)
+
 
 @dataclass(frozen=True, eq=False)
 class SpecQuiet:
@@ -69,14 +71,7 @@ def spec_quiet_steps(sched, now_s: float, max_steps: int) -> SpecQuiet | None:
         return None
     num, held, stop_s = limit
     slots = np.flatnonzero(used)
-    rng = sched.spec._rng                  # drawn ahead, the stream left where it was
-    saved = rng.bit_generator.state
-    made = sched.spec.draw(num * slots.shape[0]).reshape(num, slots.shape[0])
-    rng.bit_generator.state = saved
-    # the step whose commit ends a request (it gets all it has left) is stepped as usual
-    ends = (np.cumsum(made, axis=0) >= sched._out_left.reshape(-1)[slots]).any(axis=1)
-    if ends.any():
-        num = int(np.argmax(ends))
+    made, num = _draw_to_end(sched.spec, num, sched._out_left.reshape(-1)[slots])
     if held:                   # a colocated pool's rule loosens step by step (`held_steps`)
         per_slot = np.zeros((num, used.size), dtype=np.int64)
         per_slot[:, slots] = made[:num]
@@ -85,12 +80,39 @@ def spec_quiet_steps(sched, now_s: float, max_steps: int) -> SpecQuiet | None:
         return None
     made = made[:num]
     per_rank = np.zeros((num, used.shape[0]), dtype=np.int64)   # [steps, dp] tokens made
-    np.add.at(per_rank.T, slots // used.shape[1], made.T)
+    ranks = slots // used.shape[1]                                  # ascending, as `slots`
+    first = np.flatnonzero(np.concatenate([[True], ranks[1:] != ranks[:-1]]))
+    per_rank[:, ranks[first]] = np.add.reduceat(made, first, axis=1)  # integers: exact sums
     grown = np.cumsum(per_rank, axis=0) - per_rank
     context = state.context_sum if sched.mode == "decode" else (sched._context * used).sum(axis=1)
     batch = decode_batch(sched, context)
     return SpecQuiet(num, batch, (context + grown) + batch.decode_tokens, slots, made, grown,
                      stop_s, held)
+
+
+def _draw_to_end(spec, num: int, left: np.ndarray) -> tuple[np.ndarray, int]:
+    """(made [n, slots] tokens each decoding slot's verify gives at each of the next n >= the
+    steps returned, those steps): `num`, or fewer, up to the step whose commit ends a request
+    (it gets all it has left, `left` [slots], and is stepped as usual). Drawn ahead and the
+    stream left where it was; in blocks of steps that double, stopping at the block that holds
+    the end (each value the bits of one draw of them all: `random` takes one 64-bit output a
+    value, and the sums are integers), not `num` steps of every slot each time (up to
+    `MAX_QUIET` x 512 draws, most after a request's end)."""
+    rng = spec._rng
+    saved = rng.bit_generator.state
+    blocks, total, done, size = [], np.zeros(left.shape[0], dtype=np.int64), 0, FIRST_DRAW_STEPS
+    while done < num:
+        size = min(size, num - done)
+        block = spec.draw(size * left.shape[0]).reshape(size, left.shape[0])
+        blocks.append(block)
+        grown = np.cumsum(block, axis=0) + total
+        ends = (grown >= left).any(axis=1)
+        if ends.any():
+            num = done + int(np.argmax(ends))
+            break
+        total, done, size = grown[-1], done + size, 2 * size
+    rng.bit_generator.state = saved
+    return (blocks[0] if len(blocks) == 1 else np.concatenate(blocks)), num
 
 
 def apply_spec_quiet(sched, sq: SpecQuiet, num: int, start_s: np.ndarray,
