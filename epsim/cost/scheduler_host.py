@@ -187,7 +187,7 @@ class SchedulerHost:
         gloo_collectives: (name, times per step) of the gloo (CPU group) collectives, by
             `GLOO_HOPS` name, each over all the TP group's ranks.
         gloo_ranks: ranks of the TP group the gloo collectives span.
-        gloo_collective_us: (name, µs of one) of each collective in `gloo_collectives`, over
+        gloo_each_us: (name, µs of one) of each collective in `gloo_collectives`, over
             `gloo_ranks` (`gloo_collective_us`).
         gloo_source: where those came from.
         uploads, upload_us: of `launches`, the small uploads, and the host time of one.
@@ -206,7 +206,7 @@ class SchedulerHost:
     source: str
     gloo_collectives: tuple[tuple[str, float], ...] = ()
     gloo_ranks: int = 1
-    gloo_collective_us: tuple[tuple[str, float], ...] = ()
+    gloo_each_us: tuple[tuple[str, float], ...] = ()
     gloo_source: str = ""
     uploads: int = 0
     upload_us: float = 0.0
@@ -224,7 +224,7 @@ class SchedulerHost:
 
     def gloo_part_us(self, name: str) -> float:
         """Host time a step spends in its gloo collective `name` (µs; 0 if it has none)."""
-        one = dict(self.gloo_collective_us).get(name, 0.0)
+        one = dict(self.gloo_each_us).get(name, 0.0)
         return sum(times * one for c, times in self.gloo_collectives if c == name)
 
     @property
