@@ -197,9 +197,9 @@ def stages(f: dict) -> tuple[list[tuple[str, float, float]], dict]:
              f"x {n_dense}", dense_mlp_epsim, dense_mlp_aic),
             (f"LM head ({m.vocab_size} x {hidden}, bf16, DP LM head; AIC: bf16 GEMM, "
              "extrapolated in n)", lm_epsim, lm_aic),
-            (f"scheduler host time, not overlapped ({host.launches} launches x "
-             f"{host.launch_us:.1f} + NCCL DP gather {host.gather_us:.1f} + "
-             f"{host.gloo_messages:g} gloo messages x {host.gloo_message_us:.1f}; no AIC table)",
+            (f"scheduler host time, not overlapped ({host.launches} launches "
+             f"{host.launches_us:.1f} + NCCL DP gather {host.gather_us:.1f} + "
+             f"gloo collectives {host.gloo_us:.1f} (GPU host, {host.gloo_ranks} ranks); no AIC table)",
              host.step_us, float("nan")),
             ("per-step overhead (base + per layer; no AIC table)", outside, float("nan"))]
     epsim_attention = float(s.attention_us.mean())

@@ -99,7 +99,6 @@ def mlp_sync_cpu_us() -> float:
 def ledgers() -> list[dict]:
     """Each case's host parts (µs a step) as epsim prices them, and its draft forwards."""
     from epsim.cost.attention import BatchCounts
-    from epsim.cost.scheduler_host import GLOO_HOPS
     from epsim.sim.engine import Simulation
     from epsim.spec import load_scenario
     rows = []
@@ -107,10 +106,10 @@ def ledgers() -> list[dict]:
         sim = Simulation(load_scenario(SCENARIO, overrides))
         host = sim.cost_model.scheduler_host
         row = {"case": name, "published": published, "exposed": host.exposed,
-               "launches": host.launches, "launch_us": host.launches * host.launch_us,
+               "launches": host.launches, "launch_us": host.launches_us,
                "requests_us": host.requests_us(REQUESTS), "hidden_us": 0.0}
         for c, times in host.gloo_collectives:
-            row[c] = GLOO_HOPS[c](host.gloo_ranks) * times * host.gloo_message_us * host.exposed
+            row[c] = host.gloo_part_us(c) * host.exposed
         if sim.draft is not None:        # its forwards at the run's middle context
             draft, context = sim.draft, PROMPT + OUTPUT
             req, z = np.full(DP, float(REQUESTS)), np.zeros(DP)

@@ -216,10 +216,11 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         use("overhead", "host", "any/step_overhead" if "any/step_overhead" in profile.components
             else "", row[COLUMN["overhead"]], graph, {},
             [f"with the scheduler's host time SGLang's loop without overlap exposes: "
-             f"{host.launches} eager launches at {host.launch_us:.1f} us ({host.source}) + the "
-             f"DP gather's {host.gather_us:.0f} us + {host.gloo_messages:g} gloo messages at "
-             f"{host.gloo_message_us:.1f} us (any/rebalance_host gloo_message, two local ranks: "
-             f"extrapolated to a serving host and between nodes) a step, and "
+             f"{host.launches} eager launches ({host.launches_us:.0f} us: ops at "
+             f"{host.launch_us:.1f} us ({host.source}), {host.uploads} uploads and "
+             f"{host.readbacks} read-backs at the GPU host's any/serving_host) + the "
+             f"DP gather's {host.gather_us:.0f} us + gloo collectives {host.gloo_us:.0f} us "
+             f"({host.gloo_source or 'none'}; between nodes extrapolated) a step, and "
              f"{host.request_us:.1f} us a decoding request (the loop's per-request Python, "
              f"timed on our VM: benchmarks/spec_request_host.py)"] if host.exposed else [])
         fh = cm.forward_host

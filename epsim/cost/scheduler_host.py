@@ -44,16 +44,36 @@ place of the decode batch's preparation and sampling), each at the host time
 of one eager launch, and the all-gather priced by the collective model (`epsim.cost.allreduce`,
 NCCL's ring between the DP ranks' GPUs) plus its eager host part; with `deployment.mlp_sync_group:
 cpu` (SGLang before PR #8001 of 2025-07-14, whose motivation was this gather's gloo overhead with
-overlap scheduling off) it is a gloo collective like the other two. A gloo collective is priced
-as its messages in series, each at one gloo message's host time (`GLOO_HOPS`: gloo's binomial-
-tree broadcast, `ceil(log2 n)` rounds, gloo/broadcast.cc; its ring all-gather, `n - 1`,
-gloo/allgather.cc; its ring all-reduce, `2 (n - 1)`, gloo/allreduce.cc), the message time the
-shipped profile measured (`any/rebalance_host` `gloo_message`: `monitored_barrier` between two
-local gloo ranks on our harness's VM, per message, uncontended), extrapolated to a serving host
-and to messages between nodes (TCP over the hosts' network), which nobody here timed. `launch_us` is the host
-time an eager launch took where we measured one: the live bench's eager block ops minus their
-device time (`any/block_ops/host`, per launch of that block), on our harness's host; without
-that record, `DEFAULT_LAUNCH_US`.
+overlap scheduling off) it is a gloo collective like the other two.
+
+Each figure is the time of the call the loop makes, measured where one was (`gloo_collective_us`,
+`any/serving_host`: `benchmarks/serving_host_gpu.py` on a GPU host, an H100 machine's 16 CPUs,
+record `epsim/data/records/host/serving_host_gpu.json`, carried into the profile by
+`epsim.calibrate.serving_host`):
+
+  gloo collectives   each at the GPU host's median of that collective at the deployment's TP
+                     group size: `broadcast` of one int64 (`broadcast_pyobj`'s size tensor),
+                     `all_gather_into_tensor` of 6 int64 a rank (the batch info), `all_reduce` of
+                     one int64 (the draft-extend check), over 2, 8 and 16 local ranks; at another
+                     count the per-message time (median / `GLOO_HOPS`: gloo's binomial-tree
+                     broadcast, `ceil(log2 n)` rounds, gloo/broadcast.cc; its ring all-gather,
+                     `n - 1`, gloo/allgather.cc; its ring all-reduce, `2 (n - 1)`,
+                     gloo/allreduce.cc) interpolated in log2 n, held beyond 16 (extrapolated).
+                     The ranks were local: messages between nodes (TCP over the hosts' network)
+                     are extrapolated, the figure a floor for them. Without the record: `GLOO_HOPS`
+                     messages at the VM's `any/rebalance_host` `gloo_message` (`monitored_barrier`
+                     between two local ranks on our harness's VM, per message: not the calls the
+                     loop makes, and a barrier's messages all pass through rank 0)
+  uploads            `torch.tensor(ints, device="cuda")` (`UPLOADS`: the batch info, the DP token
+                     counts): the GPU host's `h2d_tensor_us`
+  read-backs         `.tolist()` / `.item()` of a small device tensor (`READBACKS`): the GPU
+                     host's `readback_us`, the host part (the wait is the GPU's time, in the step)
+  other launches     `launch_us`: the live bench's eager block ops minus their device time
+                     (`any/block_ops/host` over the block's 27 launches, on a lent 1x H200
+                     machine's host: real aten ops with arguments, their outputs allocated, the
+                     module's Python around them); the GPU host's minimal `add_` (`any/
+                     serving_host` `launch_us`, no allocation, no view) is a floor for it, not its
+                     measure. Without that record, `DEFAULT_LAUNCH_US`.
 
 The loop's per-request Python is priced per decoding request of the step (the slowest DP rank's
 scheduler; with attention TP every rank's scheduler runs the whole batch), at `REQUEST_HOST_US`:
@@ -97,6 +117,7 @@ from epsim.cost.allreduce import ring_us
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import launches
 from epsim.eplb.host_terms import shipped_host_params
+from epsim.profile import Profile, default_profile_path
 
 # eager launches and host read-backs of one decode step of `event_loop_normal` outside the CUDA
 # graph, by where the code issues them (SGLang 0.4.9-0.5, DP attention, CUDA-graph decode)
@@ -128,6 +149,10 @@ REQUEST_HOST_US = {
     "verify": 3.9,                 # EagleVerifyInput.verify's loop and the cycle's comprehensions
 }
 SPECULATIVE_REQUEST_PARTS = ("result", "stream", "verify")
+# of the launches above, the small uploads (`torch.tensor(ints, device="cuda")`) and the read-backs
+# (`.tolist()`, `.item()`): each priced at the GPU host's time of that very call (module doc)
+UPLOADS = {"mlp_sync_batch": 1, "forward_batch_init": 2}         # batch info, DP token counts
+READBACKS = {"mlp_sync_batch": 1, "result_readback": 1, "verify": 2}   # ids and lengths
 # host work issued after a graph's replay and before the loop's next read-back (module doc):
 # the plain step's under the target's graph, the cycle's under its draft and draft-extend graphs
 GRAPH_WINDOWS = {
@@ -155,14 +180,18 @@ class SchedulerHost:
         exposed: the loop is SGLang's normal one (overlap scheduling disabled, or speculative
             decoding); False: the host work overlaps the forward and adds nothing.
         launches: eager launches and read-backs per step outside the CUDA graph.
-        launch_us: host time of one (`any/block_ops/host` per launch, else the default).
+        launch_us: host time of one eager op (`any/block_ops/host` per launch, else the default).
         gather_us: the DP attention all-gather of the batch info over NCCL (0 without DP
             attention, or where it runs over gloo and counts in `gloo_collectives`).
+        source: where `launch_us` came from.
         gloo_collectives: (name, times per step) of the gloo (CPU group) collectives, by
             `GLOO_HOPS` name, each over all the TP group's ranks.
-        gloo_message_us: host time of one gloo message (`any/rebalance_host` `gloo_message`).
         gloo_ranks: ranks of the TP group the gloo collectives span.
-        source: where `launch_us` came from.
+        gloo_each_us: (name, µs of one) of each collective in `gloo_collectives`, over
+            `gloo_ranks` (`gloo_collective_us`).
+        gloo_source: where those came from.
+        uploads, upload_us: of `launches`, the small uploads, and the host time of one.
+        readbacks, readback_us: of `launches`, the read-backs, and the host part of one.
         request_us: host time per decoding request of a step (`REQUEST_HOST_US` summed over
             the step's parts; 0: not priced, the speculative draft's own forwards).
         draft_window_us: host time a speculative cycle issues under its draft graph (µs).
@@ -176,8 +205,13 @@ class SchedulerHost:
     gather_us: float
     source: str
     gloo_collectives: tuple[tuple[str, float], ...] = ()
-    gloo_message_us: float = 0.0
     gloo_ranks: int = 1
+    gloo_each_us: tuple[tuple[str, float], ...] = ()
+    gloo_source: str = ""
+    uploads: int = 0
+    upload_us: float = 0.0
+    readbacks: int = 0
+    readback_us: float = 0.0
     request_us: float = 0.0
     draft_window_us: float = 0.0
     extend_window_us: float = 0.0
@@ -188,17 +222,28 @@ class SchedulerHost:
         """Gloo messages in series per step (on average), over all its gloo collectives."""
         return sum(GLOO_HOPS[c](self.gloo_ranks) * times for c, times in self.gloo_collectives)
 
+    def gloo_part_us(self, name: str) -> float:
+        """Host time a step spends in its gloo collective `name` (µs; 0 if it has none)."""
+        one = dict(self.gloo_each_us).get(name, 0.0)
+        return sum(times * one for c, times in self.gloo_collectives if c == name)
+
     @property
     def gloo_us(self) -> float:
         """Host time of the step's gloo collectives (µs)."""
-        return self.gloo_messages * self.gloo_message_us
+        return sum(self.gloo_part_us(c) for c, _ in self.gloo_collectives)
+
+    @property
+    def launches_us(self) -> float:
+        """Host time of the step's eager launches, uploads and read-backs (µs)."""
+        ops = self.launches - self.uploads - self.readbacks
+        return ops * self.launch_us + self.uploads * self.upload_us + self.readbacks * self.readback_us
 
     @property
     def step_us(self) -> float:
         """Host time a step adds to the forward (µs)."""
         if not self.exposed:
             return 0.0
-        return self.launches * self.launch_us + self.gather_us + self.gloo_us
+        return self.launches_us + self.gather_us + self.gloo_us
 
     def requests_us(self, requests: float) -> float:
         """Host time the loop's per-request Python adds to a step of `requests` decoding
@@ -233,18 +278,22 @@ def overlap_disabled(deployment) -> bool:
 def scheduler_host(params) -> SchedulerHost:
     """The exposed host time per step of a deployment priced with `params` (`CostParams`)."""
     d = params.deployment
-    count = sum(DECODE_LAUNCHES.values())
-    if d.speculative_algorithm is not None:
-        count += (sum(SPECULATIVE_LAUNCHES.values())
-                  - sum(DECODE_LAUNCHES[k] for k in SPECULATIVE_REPLACES))
+    spec = d.speculative_algorithm is not None
+    names = list(DECODE_LAUNCHES)
+    if spec:
+        names = [k for k in names if k not in SPECULATIVE_REPLACES] + list(SPECULATIVE_LAUNCHES)
     else:                     # issued under the target's graph (GRAPH_WINDOWS)
-        count -= sum(DECODE_LAUNCHES[k] for k in GRAPH_WINDOWS["target"]["launches"])
+        names = [k for k in names if k not in GRAPH_WINDOWS["target"]["launches"]]
+    count = sum({**DECODE_LAUNCHES, **SPECULATIVE_LAUNCHES}[k] for k in names)
     block = params.eager.block_ops.timing
     if block.host_us > 0:
         launch_us = block.host_us / launches(BLOCK_OPS_PARTS)
         source = "any/block_ops/host per launch"
     else:
         launch_us, source = DEFAULT_LAUNCH_US, "default"
+    serving = serving_host_params()
+    upload_us = serving.get("h2d_tensor_us", launch_us)
+    readback_us = serving.get("readback_us", launch_us)
     par, tp = params.parallel, params.tp_collectives
     gather, gloo = 0.0, {}
     if par.tp_size > 1:       # recv_requests: the (control) requests, every recv interval
@@ -256,25 +305,57 @@ def scheduler_host(params) -> SchedulerHost:
             nodes = -(-par.tp_size // tp.gpus_per_node)
             gather = float(ring_us(SYNC_INFO_BYTES * par.dp_size, par.dp_size, nodes,
                                    tp.allreduce["nccl"], passes=1)) + tp.host_us
-        if d.speculative_algorithm is not None and d.mlp_sync_group == "cpu":
+        if spec and d.mlp_sync_group == "cpu":
             # check_forward_draft_extend_after_decode: SGLang of mid-July 2025 and before
             # (0.4.9.post2); sglang#8276 (2025-07-23) skips it under DP attention (0.5.x)
             gloo["all_reduce"] = 1.0
-    parts = DECODE_REQUEST_PARTS if d.speculative_algorithm is None else SPECULATIVE_REQUEST_PARTS
-    message_us = gloo_message_us(launch_us)
+    priced = {c: gloo_collective_us(serving, c, par.tp_size, launch_us) for c in gloo}
+    parts = DECODE_REQUEST_PARTS if not spec else SPECULATIVE_REQUEST_PARTS
     windows = {}
-    if d.speculative_algorithm is not None:
+    if spec:
         draft, extend = GRAPH_WINDOWS["draft"], GRAPH_WINDOWS["extend"]
         windows = {
             "draft_window_us": launch_us * sum(SPECULATIVE_LAUNCHES[k]
                                                for k in draft["launches"]),
-            "extend_window_us": message_us * sum(GLOO_HOPS[c](par.tp_size) * times
-                                                 for c, times in gloo.items()
-                                                 if c in extend["gloo"]),
+            "extend_window_us": sum(priced[c][0] * times for c, times in gloo.items()
+                                    if c in extend["gloo"]),
             "extend_window_request_us": sum(REQUEST_HOST_US[k] for k in extend["requests"])}
     return SchedulerHost(overlap_disabled(d), count, launch_us, gather, source,
-                         tuple(gloo.items()), message_us, par.tp_size,
+                         tuple(gloo.items()), par.tp_size,
+                         tuple((c, us) for c, (us, _) in priced.items()),
+                         "; ".join(f"{c}: {where}" for c, (_, where) in priced.items()),
+                         sum(UPLOADS.get(k, 0) for k in names), upload_us,
+                         sum(READBACKS.get(k, 0) for k in names), readback_us,
                          sum(REQUEST_HOST_US[k] for k in parts), **windows)
+
+
+def serving_host_params() -> dict[str, float]:
+    """`any/serving_host` of the shipped profile (a GPU serving host's CPU-side figures,
+    `epsim.calibrate.serving_host`): host times, whatever GPU a scenario names; {} without it."""
+    return Profile.load(default_profile_path()).params("any", "serving_host")
+
+
+def gloo_collective_us(serving: dict[str, float], name: str, ranks: int,
+                       fallback_us: float) -> tuple[float, str]:
+    """One gloo collective `name` (`GLOO_HOPS`) over `ranks` ranks (µs), and where its price
+    comes from: the GPU host's median of that collective at that rank count; at a count it did
+    not time, its time per message (median / `GLOO_HOPS` messages) interpolated in log2(ranks)
+    between the nearest timed counts, held at the nearest beyond them (extrapolated), times the
+    messages at `ranks`. Without `any/serving_host`: `GLOO_HOPS` messages at the VM's
+    `any/rebalance_host` `gloo_message` (`gloo_message_us`)."""
+    hops = GLOO_HOPS[name](ranks)
+    if hops == 0:
+        return 0.0, "one rank"
+    timed = sorted(int(k.split("_")[-2]) for k in serving
+                   if k.startswith(f"gloo_{name}_") and k.split("_")[-2].isdigit())
+    if not timed:
+        return hops * gloo_message_us(fallback_us), "VM: any/rebalance_host gloo_message x messages"
+    if ranks in timed:
+        return serving[f"gloo_{name}_{ranks}_us"], f"GPU host, {ranks} local ranks"
+    per_message = [serving[f"gloo_{name}_{n}_us"] / GLOO_HOPS[name](n) for n in timed]
+    us = hops * float(np.interp(math.log2(ranks), np.log2(timed), per_message))
+    where = ("interpolated" if timed[0] < ranks < timed[-1] else "extrapolated")
+    return us, f"GPU host, per message {where} from {timed} local ranks to {ranks}"
 
 
 def gloo_message_us(fallback_us: float) -> float:

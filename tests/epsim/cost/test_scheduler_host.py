@@ -15,7 +15,8 @@ from epsim.cost.model import CostModel
 from epsim.cost.provenance import provenance
 from epsim.cost.scheduler_host import (DECODE_LAUNCHES, DEFAULT_LAUNCH_US, GLOO_HOPS,
                                        GRAPH_WINDOWS, REQUEST_HOST_US, SPECULATIVE_LAUNCHES,
-                                       SYNC_INFO_BYTES, gloo_message_us)
+                                       READBACKS, SYNC_INFO_BYTES, UPLOADS,
+                                       gloo_collective_us, gloo_message_us, serving_host_params)
 from epsim.cost.tables import build_tables, contiguous_placement
 from epsim.eplb import Placement
 from epsim.profile import Profile
@@ -60,12 +61,18 @@ def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     assert host.gather_us == pytest.approx(gather + tp.host_us)
     # the sampler's launches follow the graph's replay, before the result's read-back: hidden
     assert host.launches == sum(DECODE_LAUNCHES.values()) - DECODE_LAUNCHES["sampler"]
+    # of its launches, the batch info and DP counts uploaded and two read-backs, each at the GPU
+    # host's time of that call
+    serving = serving_host_params()
+    assert (host.uploads, host.readbacks) == (3, 2)
+    assert (host.upload_us, host.readback_us) == (serving["h2d_tensor_us"], serving["readback_us"])
     # recv_requests broadcasts the control requests over the 16 ranks' gloo group: a binomial
-    # tree of 4 rounds, each one gloo message's measured host time
+    # tree of 4 rounds, the GPU host's one-int64 broadcast over 16 ranks
     assert host.gloo_collectives == (("broadcast", 1.0),) and host.gloo_ranks == EP
     assert host.gloo_messages == 4
-    assert host.gloo_us == pytest.approx(4 * gloo_message_us(0.0))
-    expected = host.launches * host.launch_us + host.gather_us + host.gloo_us
+    assert host.gloo_us == pytest.approx(serving["gloo_broadcast_16_us"])
+    expected = ((host.launches - 5) * host.launch_us + 3 * host.upload_us + 2 * host.readback_us
+                + host.gather_us + host.gloo_us)
     assert host.step_us == pytest.approx(expected)
     # the step is the forward plus that host time and its 2 requests' loop bodies a rank
     plain = _model()
@@ -80,6 +87,8 @@ def test_speculative_decoding_runs_the_normal_loop_with_its_workers_launches():
     assert host.exposed
     assert host.launches == (sum(DECODE_LAUNCHES.values()) + sum(SPECULATIVE_LAUNCHES.values())
                              - DECODE_LAUNCHES["prepare_for_decode"] - DECODE_LAUNCHES["sampler"])
+    # the verify's accepted ids and lengths read back beside the step's
+    assert host.uploads == sum(UPLOADS.values()) and host.readbacks == sum(READBACKS.values())
 
 
 def test_the_loops_per_request_python_adds_per_decoding_request():
@@ -130,7 +139,8 @@ def test_the_mid_2025_gather_over_gloo_and_the_speculative_all_reduce():
     cpu = _model(disable_overlap_schedule=True, mlp_sync_group="cpu").scheduler_host
     # SGLang 0.4.9's gather runs on gloo instead of NCCL: 15 ring messages, no NCCL gather
     assert cpu.gather_us == 0.0 and cpu.gloo_messages == 4 + 15
-    assert cpu.step_us - nccl.step_us == pytest.approx(15 * cpu.gloo_message_us - nccl.gather_us)
+    gather_us = serving_host_params()["gloo_all_gather_16_us"]
+    assert cpu.step_us - nccl.step_us == pytest.approx(gather_us - nccl.gather_us)
     # a speculative cycle under DP attention all-reduces its need for a draft extend on gloo
     spec = _model(speculative_algorithm="NEXTN", speculative_num_steps=2,
                   mlp_sync_group="cpu").scheduler_host
@@ -163,7 +173,9 @@ def test_a_cycles_host_work_under_its_draft_graphs_is_hidden_up_to_their_gpu_tim
     # launch): the next iteration's gloo broadcast and gather, the result's and stream's loops
     assert spec.draft_window_us == pytest.approx(
         SPECULATIVE_LAUNCHES["build_tree"] * spec.launch_us)
-    assert spec.extend_window_us == pytest.approx((4 + 15) * spec.gloo_message_us)
+    serving = serving_host_params()
+    assert spec.extend_window_us == pytest.approx(serving["gloo_broadcast_16_us"]
+                                                  + serving["gloo_all_gather_16_us"])
     assert spec.extend_window_request_us == pytest.approx(
         sum(REQUEST_HOST_US[k] for k in GRAPH_WINDOWS["extend"]["requests"]))
     window = spec.extend_window_us + 2 * spec.extend_window_request_us
@@ -175,7 +187,7 @@ def test_a_cycles_host_work_under_its_draft_graphs_is_hidden_up_to_their_gpu_tim
     assert both == pytest.approx([30.0, spec.draft_window_us + window])
     # with the NCCL gather (SGLang since #8001) the gather queues behind the extend: not hidden
     later = _model(speculative_algorithm="NEXTN", speculative_num_steps=2).scheduler_host
-    assert later.extend_window_us == pytest.approx(4 * later.gloo_message_us)
+    assert later.extend_window_us == pytest.approx(serving["gloo_broadcast_16_us"])
     # a plain decode step has no draft: nothing to hide under it
     assert _model(disable_overlap_schedule=True).scheduler_host.hidden_us(1e6, 1e6, 2) == 0.0
 
@@ -196,3 +208,22 @@ def test_a_cycle_pays_its_draft_forwards_less_the_host_work_they_hide():
     without = draft.cycle_us(requests, context, None, 0.0, rng())
     assert 0.0 < without - with_hiding <= (host.draft_window_us + host.extend_window_us
                                            + 2 * host.extend_window_request_us) + 1e-9
+
+
+def test_a_gloo_collective_is_priced_at_the_deployments_rank_count():
+    serving = serving_host_params()
+    # a timed count: that collective's median, as measured on the GPU host
+    us, where = gloo_collective_us(serving, "all_gather", 8, 0.0)
+    assert us == serving["gloo_all_gather_8_us"] and "GPU host, 8" in where
+    # between timed counts: the per-message time interpolated in log2(ranks), times the messages
+    per_message = [serving[f"gloo_all_reduce_{n}_us"] / GLOO_HOPS["all_reduce"](n) for n in (2, 8)]
+    us, where = gloo_collective_us(serving, "all_reduce", 4, 0.0)
+    assert us == pytest.approx(6 * (per_message[0] + (per_message[1] - per_message[0]) / 2))
+    assert "interpolated" in where
+    # beyond them: the largest count's per message (extrapolated, said so); one rank: nothing
+    us, where = gloo_collective_us(serving, "broadcast", 32, 0.0)
+    assert us == pytest.approx(5 * serving["gloo_broadcast_16_us"] / 4) and "extrapolated" in where
+    assert gloo_collective_us(serving, "broadcast", 1, 0.0)[0] == 0.0
+    # without the GPU host's record: the VM's gloo message, GLOO_HOPS of them
+    us, where = gloo_collective_us({}, "all_gather", 16, 0.0)
+    assert us == pytest.approx(15 * gloo_message_us(0.0)) and where.startswith("VM")
