@@ -304,10 +304,14 @@ class PrefillGrid:
         pack_gqa: the query heads sharing a KV head packed into a CTA's rows (rows = query
             positions x group): a CTA of `PREFILL_ROWS` rows covers `PREFILL_ROWS / group`
             positions of one KV head, so a short chunk fills its rows with heads.
+        row_tiles: `PREFILL_ROWS`-row tiles of one head a CTA holds (without `pack_gqa`), each
+            run over every key tile the CTA's last row reaches (TRT-LLM-gen's context kernel:
+            `mStepQ` 256 = 2 x `mTileSizeQ` 128, both halves in one key loop).
     """
 
     ctas_per_sm: int = CTAS_PER_SM
     pack_gqa: bool = False
+    row_tiles: int = 1
 
 
 @dataclass(frozen=True)
@@ -329,8 +333,12 @@ FA2_GRIDS = FlashGrids(FA2_DECODE, FA2_PREFILL)
 FA3_GRIDS = FlashGrids(DecodeGrid(plain_rows=64, split_rows=64, ctas_per_sm=1),
                        PrefillGrid(ctas_per_sm=1, pack_gqa=True))
 # FlashInfer's TRT-LLM-gen kernels as SGLang's `trtllm_mha` backend runs them on Blackwell: the
-# decode kernel's own selection rule (`epsim.cost.flash_trtllm`); prefill in FA2's form
-TRTLLM_GRIDS = FlashGrids(DecodeGrid(ctas_per_sm=1, rule="trtllm"), FA2_PREFILL)
+# decode kernel's own selection rule (`epsim.cost.flash_trtllm`); the persistent context kernel
+# (`...H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext`: `mStepQ` 256 query rows of one
+# head, two 128-row tiles over one 128-key loop, 512 threads) one CTA per SM (AIC's B200
+# table: 256 CTAs of 16-token chunks take a second round, 14.6 us against 10.4 at 128)
+TRTLLM_PREFILL = PrefillGrid(ctas_per_sm=1, row_tiles=2)
+TRTLLM_GRIDS = FlashGrids(DecodeGrid(ctas_per_sm=1, rule="trtllm"), TRTLLM_PREFILL)
 # AIC systems whose attention tables time SGLang's FlashAttention-3 backend
 # (`epsim.calibrate.aic_records.ATTENTION_KERNEL`), and those timing its `trtllm_mha` backend
 # (`BLACKWELL_ATTENTION_KERNEL`)
@@ -362,6 +370,27 @@ def _ceil_sum(num_ctas: np.ndarray, group: float) -> np.ndarray:
     return group * q * (q + 1) / 2.0 + r * (q + 1)
 
 
+def _stepped_tiles(row_blocks: np.ndarray, prefix_tiles: np.ndarray, units: np.ndarray,
+                   row_tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CTAs, total tiles, the longest CTA's tiles), `[dp]` each, of `units` (chunk, head) pairs
+    whose CTAs hold `row_tiles` row tiles that share one key loop: CTA i of a chunk holds
+    `s = min(r, B - r i)` of its `B` row tiles and runs each over the `p + r i + s` key tiles
+    its last row reaches (after a prefix of `p` tiles), so the causal diagonal's masked tiles
+    are computed too: `s (p + r i + s)` tiles. With `F = floor(B / r)` full CTAs and
+    `q = B - r F` rows left in the last one, a chunk's tiles are
+    `r F p + r^2 F (F + 1) / 2 + q (p + B)`; the longest CTA is the last full one
+    (`r (p + r F)`) or the partial one (`q (p + B)`)."""
+    r = float(row_tiles)
+    full = np.floor(row_blocks / r)
+    left = row_blocks - r * full
+    ctas = units * np.ceil(row_blocks / r)
+    total = units * (r * full * prefix_tiles + r * r * full * (full + 1) / 2.0
+                     + left * (prefix_tiles + row_blocks))
+    longest = np.maximum(np.where(full > 0, r * (prefix_tiles + r * full), 0.0),
+                         left * (prefix_tiles + row_blocks))
+    return ctas, total, longest
+
+
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,
                  kv_heads: int, head_dim: int, num_sms: int, kv_ratio: float = 1.0,
                  grid: PrefillGrid = FA2_PREFILL) -> KernelWork:
@@ -391,10 +420,14 @@ def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, head
         total = kv_heads * seqs * (per_head * prefix_tiles
                                    + np.minimum(_ceil_sum(per_head, group),
                                                 per_head * row_blocks))
+    elif grid.row_tiles > 1:
+        ctas, total, longest = _stepped_tiles(row_blocks, prefix_tiles, heads * seqs,
+                                              grid.row_tiles)
     else:
         ctas = heads * seqs * row_blocks
         total = heads * seqs * (row_blocks * prefix_tiles + row_blocks * (row_blocks + 1) / 2.0)
-    longest = prefix_tiles + row_blocks
+    if grid.row_tiles == 1:
+        longest = prefix_tiles + row_blocks
     busiest = np.where(ctas <= slots, longest, np.maximum(longest, total / slots + longest / 2.0))
     tile_flops = PREFILL_ROWS * KEY_BLOCK * head_dim * 4.0
     mem = BYTES * (2.0 * tokens * heads * head_dim + kv_ratio * (2.0 * context * kv_heads * head_dim))

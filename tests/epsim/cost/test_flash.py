@@ -8,8 +8,8 @@ import heapq
 import numpy as np
 import pytest
 
-from epsim.cost.flash import (CTAS_PER_SM, PREFILL_ROWS, KEY_BLOCK, decode_work, kernel_features,
-                              kernel_us, num_splits, prefill_work)
+from epsim.cost.flash import (CTAS_PER_SM, PREFILL_ROWS, KEY_BLOCK, TRTLLM_GRIDS, _stepped_tiles,
+                              decode_work, kernel_features, kernel_us, num_splits, prefill_work)
 
 SMS = 132
 SLOTS = CTAS_PER_SM * SMS
@@ -190,3 +190,44 @@ def test_trtllm_decode_kernel_prices_steps_at_once():
     for i in range(2):
         assert np.array_equal(together[i], kernel.us(seqs, steps[i]))
     assert together[0, 1] == 0.0 and together[1, 2] > together[0, 2]
+
+
+def _stepped_cta_tiles(chunk: int, prefix: int, row_tiles: int) -> list[int]:
+    """Tiles of each CTA of one (chunk, head), enumerated: CTA i holds row tiles
+    [r i, min(r (i + 1), B)), each run over the key tiles its last row reaches."""
+    blocks, prefix_tiles = -(-chunk // PREFILL_ROWS), -(-prefix // KEY_BLOCK)
+    out = []
+    for first in range(0, blocks, row_tiles):
+        held = min(row_tiles, blocks - first)
+        out.append(held * (prefix_tiles + first + held))
+    return out
+
+
+@pytest.mark.parametrize("chunk, prefix", [(16, 0), (256, 0), (384, 0), (1024, 0), (1000, 4096),
+                                           (16384, 0), (640, 128)])
+def test_trtllm_prefill_ctas_hold_two_row_tiles_in_one_key_loop(chunk, prefix):
+    """TRT-LLM-gen's context kernel: 256 query rows a CTA, one CTA per SM, both 128-row tiles
+    over every key tile the CTA's last row reaches (the diagonal's masked tiles computed)."""
+    heads = 8
+    grid = TRTLLM_GRIDS.prefill
+    tiles = _stepped_cta_tiles(chunk, prefix, 2)
+    work = prefill_work(np.array([float(chunk)]), np.array([float(chunk + prefix)]),
+                        np.array([1.0]), heads, 1, 128, SMS, grid=grid)
+    tile_flops = PREFILL_ROWS * KEY_BLOCK * 128 * 4.0
+    busiest = work.mflops[0] / (tile_flops * SMS * 1e-6)
+    ctas = heads * len(tiles)
+    assert work.waves[0] == -(-ctas // SMS)
+    if ctas <= SMS:                                       # every CTA on its own SM
+        assert busiest == pytest.approx(max(tiles))
+    else:
+        assert busiest == pytest.approx(max(max(tiles), heads * sum(tiles) / SMS + max(tiles) / 2))
+    # the closed form's CTAs, total and longest against the enumeration, and with one row tile
+    # a CTA, FA2's tiles
+    blocks = np.array([float(-(-chunk // PREFILL_ROWS))])
+    prefix_tiles = np.array([float(-(-prefix // KEY_BLOCK))])
+    for r in (1, 2, 3):
+        listed = _stepped_cta_tiles(chunk, prefix, r)
+        ctas_r, total, longest = _stepped_tiles(blocks, prefix_tiles, np.array([5.0]), r)
+        assert (ctas_r[0], total[0], longest[0]) == (5 * len(listed), 5 * sum(listed), max(listed))
+    fa2 = blocks * prefix_tiles + blocks * (blocks + 1) / 2.0
+    assert _stepped_tiles(blocks, prefix_tiles, np.array([1.0]), 1)[1][0] == fa2[0]
