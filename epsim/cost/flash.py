@@ -32,8 +32,11 @@ the keys a partial output written and read back by the combine. `ATTENTION_TERMS
 
 The grid above is FlashAttention-2's (`FA2_GRIDS`). FlashAttention-3 as SGLang runs it on Hopper
 (`FA3_GRIDS`: AIC's H100 and H200 tables) has one CTA per SM and packs a KV head's query heads
-into a CTA's rows in prefill too (`PrefillGrid.pack_gqa`); a fit and its pricing use the grid of
-the kernel its records timed (`kernel_grids`, `component_grids`; docs/model.md 5a).
+into a CTA's rows in prefill too (`PrefillGrid.pack_gqa`); FlashInfer's TRT-LLM-gen kernels on
+Blackwell (`TRTLLM_GRIDS`) run the decode rule of `epsim.cost.flash_trtllm` and a context kernel of
+256-row CTAs, two 128-row tiles over one key loop, one CTA per SM (`PrefillGrid.row_tiles`). A fit
+and its pricing use the grid of the kernel its records timed (`kernel_grids`, `component_grids`;
+docs/model.md 5a).
 """
 
 from __future__ import annotations
