@@ -47,8 +47,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from epsim.cost.flash_trtllm import (TRTLLM_KEY_TILE, ctas_per_seq, key_splits, math_rows,
-                                     reduction_rows, tile_rows)
+from epsim.cost.flash_trtllm import (PIPELINE_TILES, TRTLLM_KEY_TILE, ctas_per_seq, key_splits,
+                                     math_rows, reduction_rows, tile_rows)
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
@@ -245,7 +245,8 @@ def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, k
                         head_dim: int, num_sms: int, kv_ratio: float) -> KernelWork:
     """`decode_work` of FlashInfer's TRT-LLM-gen decode kernel (`epsim.cost.flash_trtllm`): one
     CTA per SM, `tile_rows` rows, the keys split `key_splits` ways (set by the CTA count, not
-    the context), each CTA's keys in 128-key tiles at `math_rows`; the `splits` term is the
+    the context), each CTA's keys in 128-key tiles at `math_rows`, `PIPELINE_TILES` more for
+    the pipeline's fill and drain; the `splits` term is the
     in-kernel reduction's `reduction_rows`; the waves' cost overlaps the memory stream."""
     seqs, busy = counts.seqs, counts.busy
     context = np.asarray(context, dtype=np.float64)
@@ -253,7 +254,9 @@ def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, k
     splits = key_splits(units.astype(np.int64), num_sms)
     rows = tile_rows(heads, kv_heads)
     mean_ctx = np.divide(context, seqs, out=np.zeros_like(context), where=busy & (seqs > 0))
-    keys = np.maximum(np.ceil(mean_ctx / (splits * TRTLLM_KEY_TILE)), 1.0) * TRTLLM_KEY_TILE
+    # a CTA's key tiles, plus the pipeline's fill and drain (`PIPELINE_TILES`)
+    keys = (np.maximum(np.ceil(mean_ctx / (splits * TRTLLM_KEY_TILE)), 1.0)
+            + PIPELINE_TILES) * TRTLLM_KEY_TILE
     waves = np.where(busy, np.ceil(units * splits / num_sms), 0.0)
     mflops = np.where(busy, waves * keys * math_rows(rows) * head_dim * 4.0 * num_sms * 1e-6, 0.0)
     mem_kb = BYTES * (counts.query_bytes + kv_ratio * (2.0 * context * kv_heads * head_dim)) * 1e-3

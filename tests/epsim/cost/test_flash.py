@@ -139,7 +139,7 @@ def test_trtllm_decode_follows_flashinfers_selection():
     power of two in [8, 128]; keys split SMs // CTAs ways whatever the context; the split
     launch pays its reduction per row; the persistent launch (one split) none."""
     from epsim.cost.flash import TRTLLM_GRIDS, decode_work
-    from epsim.cost.flash_trtllm import key_splits, math_rows, tile_rows
+    from epsim.cost.flash_trtllm import PIPELINE_TILES, key_splits, math_rows, tile_rows
     assert [tile_rows(h, 1) for h in (1, 8, 12, 32, 48, 96, 128)] == [8, 8, 16, 32, 64, 128, 128]
     assert key_splits(np.array([1, 64, 74, 75, 148, 300]), 148).tolist() == [148, 2, 2, 1, 1, 1]
     assert math_rows(16) == 32.0 and math_rows(64) == 64.0
@@ -152,10 +152,14 @@ def test_trtllm_decode_follows_flashinfers_selection():
     short, long_ = work(1, 16), work(1, 16384)
     assert short.splits[0] == long_.splits[0] == 2.0            # 148 splits, 128 rows / 64
     assert short.waves[0] == long_.waves[0] == 1.0              # 148 CTAs on 148 SMs
-    # 16384 keys over 148 CTAs: one 128-key tile each; 16 keys: one tile too
-    assert long_.mflops[0] == short.mflops[0]
+    # 16384 keys over 148 CTAs: one 128-key tile each; 16 keys: one tile too; each CTA's
+    # pipeline pays one tile more (its fill and drain)
+    assert long_.mflops[0] == short.mflops[0] == pytest.approx(
+        (1 + PIPELINE_TILES) * 128 * 128 * 128 * 4.0 * 148 * 1e-6)
     persistent = work(256, 16)                                  # 256 CTAs: no split, 2 waves
     assert persistent.splits[0] == 0.0 and persistent.waves[0] == 2.0
+    # 256 keys a CTA: two tiles and the pipeline's one
+    assert work(256, 256).mflops[0] == pytest.approx(persistent.mflops[0] * 3 / 2)
     assert persistent.overlap and not decode_work(one, one * 16, 128, 1, 128, 148).overlap
 
 
