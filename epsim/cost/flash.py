@@ -32,8 +32,11 @@ the keys a partial output written and read back by the combine. `ATTENTION_TERMS
 
 The grid above is FlashAttention-2's (`FA2_GRIDS`). FlashAttention-3 as SGLang runs it on Hopper
 (`FA3_GRIDS`: AIC's H100 and H200 tables) has one CTA per SM and packs a KV head's query heads
-into a CTA's rows in prefill too (`PrefillGrid.pack_gqa`); a fit and its pricing use the grid of
-the kernel its records timed (`kernel_grids`, `component_grids`; docs/model.md 5a).
+into a CTA's rows in prefill too (`PrefillGrid.pack_gqa`); FlashInfer's TRT-LLM-gen kernels on
+Blackwell (`TRTLLM_GRIDS`) run the decode rule of `epsim.cost.flash_trtllm` and a context kernel of
+256-row CTAs, two 128-row tiles over one key loop, one CTA per SM (`PrefillGrid.row_tiles`). A fit
+and its pricing use the grid of the kernel its records timed (`kernel_grids`, `component_grids`;
+docs/model.md 5a).
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from epsim.cost.flash_trtllm import (TRTLLM_KEY_TILE, ctas_per_seq, key_splits, math_rows,
-                                     reduction_rows, tile_rows)
+from epsim.cost.flash_trtllm import (PIPELINE_TILES, TRTLLM_KEY_TILE, ctas_per_seq, key_splits,
+                                     math_rows, reduction_rows, tile_rows)
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.spec.hardware import HardwareSpec
 
@@ -261,7 +264,8 @@ def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, k
                         head_dim: int, num_sms: int, kv_ratio: float) -> KernelWork:
     """`decode_work` of FlashInfer's TRT-LLM-gen decode kernel (`epsim.cost.flash_trtllm`): one
     CTA per SM, `tile_rows` rows, the keys split `key_splits` ways (set by the CTA count, not
-    the context), each CTA's keys in 128-key tiles at `math_rows`; the `splits` term is the
+    the context), each CTA's keys in 128-key tiles at `math_rows`, `PIPELINE_TILES` more for
+    the pipeline's fill and drain; the `splits` term is the
     in-kernel reduction's `reduction_rows`; the waves' cost overlaps the memory stream."""
     seqs, busy = counts.seqs, counts.busy
     context = np.asarray(context, dtype=np.float64)
@@ -269,7 +273,9 @@ def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, k
     splits = key_splits(units.astype(np.int64), num_sms)
     rows = tile_rows(heads, kv_heads)
     mean_ctx = np.divide(context, seqs, out=np.zeros_like(context), where=busy & (seqs > 0))
-    keys = np.maximum(np.ceil(mean_ctx / (splits * TRTLLM_KEY_TILE)), 1.0) * TRTLLM_KEY_TILE
+    # a CTA's key tiles, plus the pipeline's fill and drain (`PIPELINE_TILES`)
+    keys = (np.maximum(np.ceil(mean_ctx / (splits * TRTLLM_KEY_TILE)), 1.0)
+            + PIPELINE_TILES) * TRTLLM_KEY_TILE
     waves = np.where(busy, np.ceil(units * splits / num_sms), 0.0)
     mflops = np.where(busy, waves * keys * math_rows(rows) * head_dim * 4.0 * num_sms * 1e-6, 0.0)
     mem_kb = BYTES * (counts.query_bytes + kv_ratio * (2.0 * context * kv_heads * head_dim)) * 1e-3
@@ -331,10 +337,14 @@ class PrefillGrid:
         pack_gqa: the query heads sharing a KV head packed into a CTA's rows (rows = query
             positions x group): a CTA of `PREFILL_ROWS` rows covers `PREFILL_ROWS / group`
             positions of one KV head, so a short chunk fills its rows with heads.
+        row_tiles: `PREFILL_ROWS`-row tiles of one head a CTA holds (without `pack_gqa`), each
+            run over every key tile the CTA's last row reaches (TRT-LLM-gen's context kernel:
+            `mStepQ` 256 = 2 x `mTileSizeQ` 128, both halves in one key loop).
     """
 
     ctas_per_sm: int = CTAS_PER_SM
     pack_gqa: bool = False
+    row_tiles: int = 1
 
 
 @dataclass(frozen=True)
@@ -356,8 +366,12 @@ FA2_GRIDS = FlashGrids(FA2_DECODE, FA2_PREFILL)
 FA3_GRIDS = FlashGrids(DecodeGrid(plain_rows=64, split_rows=64, ctas_per_sm=1),
                        PrefillGrid(ctas_per_sm=1, pack_gqa=True))
 # FlashInfer's TRT-LLM-gen kernels as SGLang's `trtllm_mha` backend runs them on Blackwell: the
-# decode kernel's own selection rule (`epsim.cost.flash_trtllm`); prefill in FA2's form
-TRTLLM_GRIDS = FlashGrids(DecodeGrid(ctas_per_sm=1, rule="trtllm"), FA2_PREFILL)
+# decode kernel's own selection rule (`epsim.cost.flash_trtllm`); the persistent context kernel
+# (`...H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext`: `mStepQ` 256 query rows of one
+# head, two 128-row tiles over one 128-key loop, 512 threads) one CTA per SM (AIC's B200
+# table: 256 CTAs of 16-token chunks take a second round, 14.6 us against 10.4 at 128)
+TRTLLM_PREFILL = PrefillGrid(ctas_per_sm=1, row_tiles=2)
+TRTLLM_GRIDS = FlashGrids(DecodeGrid(ctas_per_sm=1, rule="trtllm"), TRTLLM_PREFILL)
 # AIC systems whose attention tables time SGLang's FlashAttention-3 backend
 # (`epsim.calibrate.aic_records.ATTENTION_KERNEL`), and those timing its `trtllm_mha` backend
 # (`BLACKWELL_ATTENTION_KERNEL`)
@@ -389,6 +403,27 @@ def _ceil_sum(num_ctas: np.ndarray, group: float) -> np.ndarray:
     return group * q * (q + 1) / 2.0 + r * (q + 1)
 
 
+def _stepped_tiles(row_blocks: np.ndarray, prefix_tiles: np.ndarray, units: np.ndarray,
+                   row_tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CTAs, total tiles, the longest CTA's tiles), `[dp]` each, of `units` (chunk, head) pairs
+    whose CTAs hold `row_tiles` row tiles that share one key loop: CTA i of a chunk holds
+    `s = min(r, B - r i)` of its `B` row tiles and runs each over the `p + r i + s` key tiles
+    its last row reaches (after a prefix of `p` tiles), so the causal diagonal's masked tiles
+    are computed too: `s (p + r i + s)` tiles. With `F = floor(B / r)` full CTAs and
+    `q = B - r F` rows left in the last one, a chunk's tiles are
+    `r F p + r^2 F (F + 1) / 2 + q (p + B)`; the longest CTA is the last full one
+    (`r (p + r F)`) or the partial one (`q (p + B)`)."""
+    r = float(row_tiles)
+    full = np.floor(row_blocks / r)
+    left = row_blocks - r * full
+    ctas = units * np.ceil(row_blocks / r)
+    total = units * (r * full * prefix_tiles + r * r * full * (full + 1) / 2.0
+                     + left * (prefix_tiles + row_blocks))
+    longest = np.maximum(np.where(full > 0, r * (prefix_tiles + r * full), 0.0),
+                         left * (prefix_tiles + row_blocks))
+    return ctas, total, longest
+
+
 def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, heads: int,
                  kv_heads: int, head_dim: int, num_sms: int, kv_ratio: float = 1.0,
                  grid: PrefillGrid = FA2_PREFILL) -> KernelWork:
@@ -418,10 +453,14 @@ def prefill_work(tokens: np.ndarray, context: np.ndarray, seqs: np.ndarray, head
         total = kv_heads * seqs * (per_head * prefix_tiles
                                    + np.minimum(_ceil_sum(per_head, group),
                                                 per_head * row_blocks))
+    elif grid.row_tiles > 1:
+        ctas, total, longest = _stepped_tiles(row_blocks, prefix_tiles, heads * seqs,
+                                              grid.row_tiles)
     else:
         ctas = heads * seqs * row_blocks
         total = heads * seqs * (row_blocks * prefix_tiles + row_blocks * (row_blocks + 1) / 2.0)
-    longest = prefix_tiles + row_blocks
+    if grid.row_tiles == 1:
+        longest = prefix_tiles + row_blocks
     busiest = np.where(ctas <= slots, longest, np.maximum(longest, total / slots + longest / 2.0))
     tile_flops = PREFILL_ROWS * KEY_BLOCK * head_dim * 4.0
     mem = BYTES * (2.0 * tokens * heads * head_dim + kv_ratio * (2.0 * context * kv_heads * head_dim))

@@ -29,6 +29,14 @@ import numpy as np
 TRTLLM_KEY_TILE = 128     # keys per KV tile (`tileSizeKv`)
 SWAPS_MAX_ROWS = 32       # tileSizeQ of the SwapsMmaAb kernels (8-32); 64-128 keep the MMA's A/B
 SWAPS_ROW_COST = 2.0      # a SwapsMmaAb row's math cost in KeepsMmaAb rows (`math_rows`)
+# a CTA's key loop is a pipeline (the next tile's Q K^T MMA beside this tile's softmax and P V
+# MMA): n key tiles take n + 1 tile times, the first MMA and the last P V with nothing beside
+# them. AIC's B200 tables at one key tile (1024 sequences, the persistent launch): 1.6, 2.0,
+# 3.1-3.2 and 4.6 us a wave at 8, 16, 32-64 and 128 rows, about a fixed 1.2 us plus twice one
+# tile's math; a second key tile at 256 sequences adds almost none (16.5 us at 16 and 256 keys,
+# 96 and 128 query heads on one KV head). Decode shape hold-out B200 / B300 / GB200 / GB300
+# 10.7 / 11.1 / 9.9 / 10.6 -> 9.4 / 10.1 / 8.9 / 9.5 % (picked on B200's)
+PIPELINE_TILES = 1
 
 
 def tile_rows(heads: int, kv_heads: int) -> int:

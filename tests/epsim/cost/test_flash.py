@@ -8,8 +8,8 @@ import heapq
 import numpy as np
 import pytest
 
-from epsim.cost.flash import (CTAS_PER_SM, PREFILL_ROWS, KEY_BLOCK, decode_work, kernel_features,
-                              kernel_us, num_splits, prefill_work)
+from epsim.cost.flash import (CTAS_PER_SM, PREFILL_ROWS, KEY_BLOCK, TRTLLM_GRIDS, _stepped_tiles,
+                              decode_work, kernel_features, kernel_us, num_splits, prefill_work)
 
 SMS = 132
 SLOTS = CTAS_PER_SM * SMS
@@ -139,7 +139,7 @@ def test_trtllm_decode_follows_flashinfers_selection():
     power of two in [8, 128]; keys split SMs // CTAs ways whatever the context; the split
     launch pays its reduction per row; the persistent launch (one split) none."""
     from epsim.cost.flash import TRTLLM_GRIDS, decode_work
-    from epsim.cost.flash_trtllm import key_splits, math_rows, tile_rows
+    from epsim.cost.flash_trtllm import PIPELINE_TILES, key_splits, math_rows, tile_rows
     assert [tile_rows(h, 1) for h in (1, 8, 12, 32, 48, 96, 128)] == [8, 8, 16, 32, 64, 128, 128]
     assert key_splits(np.array([1, 64, 74, 75, 148, 300]), 148).tolist() == [148, 2, 2, 1, 1, 1]
     assert math_rows(16) == 32.0 and math_rows(64) == 64.0
@@ -152,10 +152,14 @@ def test_trtllm_decode_follows_flashinfers_selection():
     short, long_ = work(1, 16), work(1, 16384)
     assert short.splits[0] == long_.splits[0] == 2.0            # 148 splits, 128 rows / 64
     assert short.waves[0] == long_.waves[0] == 1.0              # 148 CTAs on 148 SMs
-    # 16384 keys over 148 CTAs: one 128-key tile each; 16 keys: one tile too
-    assert long_.mflops[0] == short.mflops[0]
+    # 16384 keys over 148 CTAs: one 128-key tile each; 16 keys: one tile too; each CTA's
+    # pipeline pays one tile more (its fill and drain)
+    assert long_.mflops[0] == short.mflops[0] == pytest.approx(
+        (1 + PIPELINE_TILES) * 128 * 128 * 128 * 4.0 * 148 * 1e-6)
     persistent = work(256, 16)                                  # 256 CTAs: no split, 2 waves
     assert persistent.splits[0] == 0.0 and persistent.waves[0] == 2.0
+    # 256 keys a CTA: two tiles and the pipeline's one
+    assert work(256, 256).mflops[0] == pytest.approx(persistent.mflops[0] * 3 / 2)
     assert persistent.overlap and not decode_work(one, one * 16, 128, 1, 128, 148).overlap
 
 
@@ -190,3 +194,60 @@ def test_trtllm_decode_kernel_prices_steps_at_once():
     for i in range(2):
         assert np.array_equal(together[i], kernel.us(seqs, steps[i]))
     assert together[0, 1] == 0.0 and together[1, 2] > together[0, 2]
+
+
+def _stepped_cta_tiles(chunk: int, prefix: int, row_tiles: int) -> list[int]:
+    """Tiles of each CTA of one (chunk, head), enumerated: CTA i holds row tiles
+    [r i, min(r (i + 1), B)), each run over the key tiles its last row reaches."""
+    blocks, prefix_tiles = -(-chunk // PREFILL_ROWS), -(-prefix // KEY_BLOCK)
+    out = []
+    for first in range(0, blocks, row_tiles):
+        held = min(row_tiles, blocks - first)
+        out.append(held * (prefix_tiles + first + held))
+    return out
+
+
+@pytest.mark.parametrize("chunk, prefix", [(16, 0), (256, 0), (384, 0), (1024, 0), (1000, 4096),
+                                           (16384, 0), (640, 128)])
+def test_trtllm_prefill_ctas_hold_two_row_tiles_in_one_key_loop(chunk, prefix):
+    """TRT-LLM-gen's context kernel: 256 query rows a CTA, one CTA per SM, both 128-row tiles
+    over every key tile the CTA's last row reaches (the diagonal's masked tiles computed)."""
+    heads = 8
+    grid = TRTLLM_GRIDS.prefill
+    tiles = _stepped_cta_tiles(chunk, prefix, 2)
+    work = prefill_work(np.array([float(chunk)]), np.array([float(chunk + prefix)]),
+                        np.array([1.0]), heads, 1, 128, SMS, grid=grid)
+    tile_flops = PREFILL_ROWS * KEY_BLOCK * 128 * 4.0
+    busiest = work.mflops[0] / (tile_flops * SMS * 1e-6)
+    ctas = heads * len(tiles)
+    assert work.waves[0] == -(-ctas // SMS)
+    if ctas <= SMS:                                       # every CTA on its own SM
+        assert busiest == pytest.approx(max(tiles))
+    else:
+        assert busiest == pytest.approx(max(max(tiles), heads * sum(tiles) / SMS + max(tiles) / 2))
+    # the closed form's CTAs, total and longest against the enumeration, and with one row tile
+    # a CTA, FA2's tiles
+    blocks = np.array([float(-(-chunk // PREFILL_ROWS))])
+    prefix_tiles = np.array([float(-(-prefix // KEY_BLOCK))])
+    for r in (1, 2, 3):
+        listed = _stepped_cta_tiles(chunk, prefix, r)
+        ctas_r, total, longest = _stepped_tiles(blocks, prefix_tiles, np.array([5.0]), r)
+        assert (ctas_r[0], total[0], longest[0]) == (5 * len(listed), 5 * sum(listed), max(listed))
+    fa2 = blocks * prefix_tiles + blocks * (blocks + 1) / 2.0
+    assert _stepped_tiles(blocks, prefix_tiles, np.array([1.0]), 1)[1][0] == fa2[0]
+
+
+@pytest.mark.parametrize("groups", [8, 32, 96, 128, 256, 384])
+def test_trtllm_prefill_busiest_sm_is_near_a_greedy_placement(groups):
+    """The same closed form over TRT-LLM-gen's CTAs (two row tiles each, one CTA per SM):
+    within -12 % to +22 % of a longest-first greedy placement (the longest-half excess is
+    pessimistic where a few hundred (chunk, head) groups of short chunks share the SMs)."""
+    ratios = []
+    for row_blocks in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128):
+        tokens = float(row_blocks * PREFILL_ROWS)
+        work = prefill_work(np.array([tokens]), np.array([tokens]), np.array([1.0]), groups, 4,
+                            128, SMS, grid=TRTLLM_GRIDS.prefill)
+        closed = work.mflops[0] / (PREFILL_ROWS * KEY_BLOCK * 128 * 4.0 * SMS * 1e-6)
+        tiles = sorted(_stepped_cta_tiles(int(tokens), 0, 2), reverse=True)
+        ratios.append(closed / _greedy_busiest(tiles, groups, SMS))
+    assert 0.88 <= min(ratios) and max(ratios) <= 1.22
