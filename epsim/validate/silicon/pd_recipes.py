@@ -127,11 +127,14 @@ def _fp8_decode(dp: int, max_running: int, graph_bs: int) -> dict:
 _NVFP4_DISPATCH = {"dispatch_dtype": "nvfp4"}
 
 # the DEP4 prefill of the FP4 1k/1k mid-curve and max-tpt recipes, GB200 and GB300 alike: no
-# `--moe-a2a-backend`, so SGLang's `none`; no redundant experts; a pool of 131072 a GPU (8 chunks)
+# `--moe-a2a-backend`, so SGLang's `none`; no redundant experts; a pool of 131072 a GPU (8 chunks);
+# `--moe-runner-backend flashinfer_cutlass` with modelopt_fp4, DP attention and EP = DP 4: SGLang's
+# FP4 all-gather and reduce-scatter (`moe_fp4_allgather`, `epsim.cost.tp`)
 _FP4_PREFILL_1K = {"chunked_prefill_size": 65536 // 4, "max_running_requests": 30000 // 4,
                    "max_total_tokens": 131072,
                    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.84,
-                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A}
+                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A,
+                   "moe_fp4_allgather": True}
 
 
 def _fp4_decode_1k(dp: int) -> dict:
@@ -433,6 +436,13 @@ def _kernel_notes(run: SiliconRow, out: dict[str, dict]) -> list[str]:
                      "recipe's flashinfer_trtllm FP8 GEMM backend, or its JIT DeepGEMM turned off "
                      "on Blackwell, where SGLang's auto choice is that GEMM; images before SGLang "
                      "0.5.9 assumed to run it too): " + trtllm_fp8_gemm.PROVENANCE)
+    if out.get("prefill", {}).get("moe_fp4_allgather"):
+        notes.append("prefill: MoE input all-gathered as NVFP4 (values, scales, top-k) and its "
+                     "output reduce-scattered, not a BF16 all-gather and all-reduce (SGLang's "
+                     "should_use_flashinfer_cutlass_moe_fp4_allgather: flashinfer_cutlass, "
+                     "modelopt_fp4, DP attention, EP = DP; present in the SGLang images these "
+                     "rows ran is assumed, read at sgl-project/sglang@008b79d): both NCCL's "
+                     "ring, one pass, at their bytes")
     unfused = [role for role, flags in out.items() if flags.get("disable_shared_experts_fusion")
                and getattr(run, role).moe_ep_size == 1]
     if unfused:
