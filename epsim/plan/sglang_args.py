@@ -189,6 +189,11 @@ def _fp4_allgather(value, scenario, launch):
         launch.args += ["--moe-runner-backend", "flashinfer_cutlass"]
 
 
+def _environment_only(value, scenario, launch):
+    """An environment variable of the server (SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN), not a
+    launch argument (nothing to emit)."""
+
+
 def _release_code_path(value, scenario, launch):
     """Which code an SGLang release runs (`mlp_sync_group: cpu` is 0.4.9.post2 and earlier),
     not a server argument (nothing to emit)."""
@@ -336,6 +341,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "moe_served_tiles": _planning_input,      # SGLang picks its tables itself
     # SGLang takes the FP4 all-gather itself under flashinfer_cutlass (DP attention, EP = DP)
     "moe_fp4_allgather": _fp4_allgather,
+    "nvfp4_fp8_q_b": _environment_only,
 }
 
 

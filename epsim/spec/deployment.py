@@ -150,6 +150,11 @@ class DeploymentSpec(BaseModel):
         "all-gather (`all_gatherv` of values, scales, top-k weights and ids) and the experts' "
         "BF16 outputs go back by one reduce-scatter (`reduce_scatterv`), not an all-reduce "
         "(`epsim.cost.tp`)"))
+    nvfp4_fp8_q_b: bool = Field(default=False, description=(
+        "SGLang's SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN=1: an NVFP4 checkpoint's BF16 q_b_proj "
+        "(`NVFP4_CKPT_FP8_ATTN_QUANT_MODULES`, q_b_proj alone) quantised to 128 x 128 block-FP8 "
+        "at load and run on the block-FP8 GEMM; the other projections stay BF16 "
+        "(`epsim.cost.mla`)"))
     block_kernels: Literal["sglang", "transformers"] = Field(default="sglang", description=(
         "whose kernels run the attention and MoE blocks' own ops (norms, RoPE, KV write, router, "
         "permute, weighting): SGLang's fused ones, or HF transformers' unfused eager block (what "
