@@ -7,7 +7,9 @@ by every query head (one "KV head"). A layer on one rank, `h = heads / attn_tp` 
 
     projections   q_a and kv_a fused [T, H] -> q_lora + kv_lora + rope (replicated over attention
                   TP), q_b [T, q_lora] -> h (nope + rope), o [T, h v] -> H, in the dense weights'
-                  format (`epsim.cost.quant`: `any/gemm_<format>/graph`)
+                  format (`epsim.cost.quant`: `any/gemm_<format>/graph`); q_b alone block-FP8
+                  where SGLang's `SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN` quantises it at load
+                  (`NVFP4_CKPT_FP8_ATTN_QUANT_MODULES = ["q_b_proj"]`: `q_b_gemm`)
     decode        absorbed: `W_UK` BMM per head ([T, nope] x [nope, kv_lora], `mla_gen_pre`), the
                   kernel over the latent (queries of kv_lora + rope, values of kv_lora), `W_UV` BMM
                   per head ([T, kv_lora] x [kv_lora, v], `mla_gen_post`)
@@ -50,6 +52,9 @@ from epsim.spec.gpu import HardwareSpec
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
                         frozenset({"hbm_frac", "tensor_frac"}))
 BF16_BYTES = 2.0
+# the format SGLang quantises an NVFP4 checkpoint's BF16 `q_b_proj` to at load under
+# `SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN` (`Fp8Config(weight_block_size=[128, 128])`)
+Q_B_FP8_FORMAT = "fp8_block"
 # GPUs whose MLA prefill records time the absorbed form (Hopper: aiconfigurator's collector sets
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
 # itself runs a prefill per head on both (MHA): the simulator prices it so
@@ -203,6 +208,8 @@ class MlaParams:
             runs; the records of Hopper's kernel are absorbed, `ABSORBED_PREFILL`).
         fp8_gemm: the projections (and `kv_b`) on FlashInfer's trtllm block-FP8 GEMM
             (`epsim.cost.trtllm_fp8_gemm`), or None (the `gemm` fit).
+        q_b_gemm: the block-FP8 GEMM fit `q_b` runs at where an NVFP4 checkpoint's BF16
+            `q_b_proj` is quantised at load (`DeploymentSpec.nvfp4_fp8_q_b`), or None (`gemm`).
     """
 
     decode: Mapping[str, float]
@@ -224,6 +231,7 @@ class MlaParams:
     kv_bytes: float
     absorbed_prefill: bool
     fp8_gemm: TrtllmFp8Gemm | None = None
+    q_b_gemm: Mapping[str, float] | None = None
 
     @property
     def decode_form(self) -> MlaForm:
@@ -252,8 +260,10 @@ def mla_token_us(tokens, decode_tokens, mla: MlaParams) -> np.ndarray:
     h, heads = mla.hidden_size, mla.heads
     # SGLang fuses q_a and kv_a into one GEMM (`fused_qkv_a_proj_with_mqa`), replicated over
     # attention TP; q_b (or q without a q LoRA) and o are split by heads
+    q_b = mla if mla.q_b_gemm is None else replace(mla, gemm=mla.q_b_gemm,
+                                                   gemm_format=Q_B_FP8_FORMAT, fp8_gemm=None)
     t = (_gemm(tokens, mla.q_lora_rank + mla.kv_lora_rank + mla.rope_dim, h, mla)
-         + _gemm(tokens, heads * (mla.nope_dim + mla.rope_dim), mla.q_lora_rank or h, mla)
+         + _gemm(tokens, heads * (mla.nope_dim + mla.rope_dim), mla.q_lora_rank or h, q_b)
          + _gemm(tokens, h, heads * mla.v_dim, mla))
     return t + _bmms(decode_tokens, mla)
 

@@ -29,7 +29,7 @@ from epsim.cost.experts import ExpertGemm, experts_defaults, model_gemm, num_sms
 from epsim.cost.flash import FA2_GRIDS, FlashGrids, attention_kernel_defaults, component_grids
 from epsim.cost.layout import layout_defaults
 from epsim.cost import trtllm_fp8_gemm
-from epsim.cost.mla import MlaParams, mla_defaults
+from epsim.cost.mla import Q_B_FP8_FORMAT, MlaParams, mla_defaults
 from epsim.cost.mla_bmm import bmm_defaults
 from epsim.cost.moe import layer_defaults
 from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, CostParams,
@@ -295,17 +295,27 @@ class _Resolver:
                                                      mla_defaults())
         bmms, bmm_key = self._fraction_params(format_kind("mla_bmm", bmm), bmm_defaults())
         gemm, gemm_key = self._fraction_params(format_kind("gemm", dense), gemm_defaults())
+        # SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN: an NVFP4 checkpoint's BF16 q_b_proj quantised to
+        # block-FP8 at load, on the block-FP8 GEMM (`epsim.cost.mla`)
+        q_b = q_b_key = None
+        if self.deployment.nvfp4_fp8_q_b and m.weight_dtype == "nvfp4" and dense == "bf16":
+            q_b, q_b_key = self._fraction_params(format_kind("gemm", Q_B_FP8_FORMAT),
+                                                 gemm_defaults())
+        keys = {"decode": decode_key, "prefill": prefill_key, "bmm": bmm_key,
+                "projections": gemm_key}
+        if q_b is not None:
+            keys["q_b"] = q_b_key
         return MlaParams(
             decode, prefill, bmms, gemm, bmm, dense,
-            MappingProxyType({"decode": decode_key, "prefill": prefill_key, "bmm": bmm_key,
-                              "projections": gemm_key}),
+            MappingProxyType(keys),
             c.hardware, num_sms(c.gpu), max(m.num_attention_heads // tp_size, 1), m.hidden_size,
             m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim,
             kv_bytes_per_element(self.deployment.kv_cache_dtype),
             # SGLang runs an MLA prefill per head (MHA, `MHA_CHUNKED_KV`) on its fa3 and
             # trtllm_mla backends alike; Hopper's kernel fit (timed absorbed by AIC's collector)
             # gives the efficiencies the per-head work runs at
-            absorbed_prefill=False, fp8_gemm=fp8_gemm)
+            absorbed_prefill=False, fp8_gemm=fp8_gemm,
+            q_b_gemm=q_b)
 
     def _tp_collectives(self) -> TPCollectiveParams:
         """SGLang's all-reduce by algorithm (`any/allreduce/graph/<algorithm>`, device time over

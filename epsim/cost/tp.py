@@ -14,6 +14,13 @@ without DP attention) and `H` the hidden size (BF16, 2 bytes):
     partial outputs are summed by one all-reduce over all `tp_size` GPUs: MoE-TP's reduce and
     EP's in one collective. SGLang's DP-attention gather is an all-reduce of a padded buffer
     (`dp_gather_partial`); the `none` backend prices it as the all-gather it measured.
+  MoE, SGLang's FP4 all-gather (`DeploymentSpec.moe_fp4_allgather`; `StandardDispatcher`,
+    `layers/moe/token_dispatcher/standard.py`): each DP rank quantises its tokens to NVFP4 and
+    `all_gatherv`s the values, their E4M3 scales and its top-k weights and ids
+    (`FP4_GATHER_BYTES_PER_TOKEN`: 4,096 bytes a DeepSeek token against BF16's 14,336); the
+    experts' BF16 outputs go back by one `reduce_scatterv` (`combine`; `forward_normal` skips
+    its all-reduce), a ring's one pass. Both priced as the all-gather above (NCCL's ring, one
+    pass, at their bytes); the quantise and scale-swizzle kernels beside them are not priced.
 
 Device time comes from the all-reduce model (`epsim.cost.allreduce`: custom one-shot /
 two-shot or NCCL, as SGLang picks); an eager step adds `any/allreduce/host` per collective
@@ -33,6 +40,15 @@ from epsim.cost.comm import collective_us
 from epsim.cost.params import CostParams
 
 HIDDEN_BYTES = 2.0        # BF16 hidden states
+NVFP4_GROUP = 16          # NVFP4: one E4M3 scale byte per 16 values
+TOPK_ENTRY_BYTES = 8.0    # one top-k weight (float32) and id (int32)
+
+
+def fp4_gather_bytes_per_token(hidden_size: int, top_k: int) -> float:
+    """Bytes one token adds to SGLang's FP4 all-gather: its NVFP4 values (half a byte each),
+    one scale byte per 16 of them, and its top-k weights and ids (`StandardDispatcher.dispatch`:
+    `all_gatherv([topk_weights, topk_ids, x, x_sf])`)."""
+    return 0.5 * hidden_size + hidden_size / NVFP4_GROUP + TOPK_ENTRY_BYTES * top_k
 # the all-reduce fit an eager `none` reduce beyond its measured GPU counts names (the message
 # sizes of a prefill run NCCL; `epsim.cost.allreduce`)
 ALLREDUCE_KEY = "any/allreduce/graph/nccl"
@@ -96,6 +112,15 @@ def none_collectives_us(params: CostParams, num_tokens: float, graph: bool) -> t
     par = params.parallel
     num_bytes = num_tokens * params.model.hidden_size * HIDDEN_BYTES
     nodes, _ = _span(params, par.tp_size)
+    if params.deployment.moe_fp4_allgather:      # NVFP4 gathered, BF16 reduce-scattered
+        m = params.model
+        fp4_bytes = num_tokens * fp4_gather_bytes_per_token(m.hidden_size, m.top_k)
+        if graph or not measured_none_reduce(params):
+            return (nccl_allgather_us(fp4_bytes, par.tp_size, params, graph),
+                    nccl_allgather_us(num_bytes, par.tp_size, params, graph))
+        gather = params.collectives.allgather
+        return (float(collective_us(fp4_bytes, par.tp_size, nodes, 1, gather)),
+                float(collective_us(num_bytes, par.tp_size, nodes, 1, gather)))
     if graph or not measured_none_reduce(params):
         gather = (nccl_allgather_us(num_bytes, par.tp_size, params, graph)
                   if par.dp_size > 1 else 0.0)

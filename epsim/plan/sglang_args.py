@@ -182,6 +182,18 @@ def _planning_input(value, scenario, launch):
     """A number the planner prices with, not a server setting (nothing to emit)."""
 
 
+def _fp4_allgather(value, scenario, launch):
+    """SGLang quantises the MoE's all-gather to NVFP4 by itself under the FlashInfer CUTLASS MoE
+    runner (with modelopt_fp4, DP attention, EP = DP): the runner is what to ask for."""
+    if value:
+        launch.args += ["--moe-runner-backend", "flashinfer_cutlass"]
+
+
+def _environment_only(value, scenario, launch):
+    """An environment variable of the server (SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN), not a
+    launch argument (nothing to emit)."""
+
+
 def _release_code_path(value, scenario, launch):
     """Which code an SGLang release runs (`mlp_sync_group: cpu` is 0.4.9.post2 and earlier),
     not a server argument (nothing to emit)."""
@@ -327,6 +339,9 @@ SGLANG_ARGS: dict[str, Rule] = {
     "failure_repair_s": _planning_input,
     "block_kernels": _block_kernels,
     "moe_served_tiles": _planning_input,      # SGLang picks its tables itself
+    # SGLang takes the FP4 all-gather itself under flashinfer_cutlass (DP attention, EP = DP)
+    "moe_fp4_allgather": _fp4_allgather,
+    "nvfp4_fp8_q_b": _environment_only,
 }
 
 

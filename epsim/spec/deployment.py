@@ -143,6 +143,18 @@ class DeploymentSpec(BaseModel):
         "MoE-TP 8 with the shared expert fused (E 257 tables, SGLang 0.5.9+), not the collector's "
         "E 256 ones its fit was timed at: the experts' device time times a ratio measured on H100 "
         "(`epsim.cost.served_tiles`)"))
+    moe_fp4_allgather: bool = Field(default=False, description=(
+        "SGLang's FP4 all-gather (`should_use_flashinfer_cutlass_moe_fp4_allgather`: "
+        "--moe-runner-backend flashinfer_cutlass, modelopt_fp4, DP attention, moe_a2a_backend "
+        "none, MoE EP = DP size): the DP ranks' tokens are quantised to NVFP4 before the MoE's "
+        "all-gather (`all_gatherv` of values, scales, top-k weights and ids) and the experts' "
+        "BF16 outputs go back by one reduce-scatter (`reduce_scatterv`), not an all-reduce "
+        "(`epsim.cost.tp`)"))
+    nvfp4_fp8_q_b: bool = Field(default=False, description=(
+        "SGLang's SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN=1: an NVFP4 checkpoint's BF16 q_b_proj "
+        "(`NVFP4_CKPT_FP8_ATTN_QUANT_MODULES`, q_b_proj alone) quantised to 128 x 128 block-FP8 "
+        "at load and run on the block-FP8 GEMM; the other projections stay BF16 "
+        "(`epsim.cost.mla`)"))
     block_kernels: Literal["sglang", "transformers"] = Field(default="sglang", description=(
         "whose kernels run the attention and MoE blocks' own ops (norms, RoPE, KV write, router, "
         "permute, weighting): SGLang's fused ones, or HF transformers' unfused eager block (what "
@@ -264,6 +276,12 @@ class DeploymentSpec(BaseModel):
             raise ValueError(f"dispatch_dtype (nvfp4) needs moe_a2a_backend deepep with deepep_mode "
                              f"low_latency (only DeepEP's low-latency dispatch packs NVFP4), not "
                              f"{self.moe_a2a_backend} / {self.deepep_mode}")
+        if self.moe_fp4_allgather:
+            par = self.parallel
+            if self.moe_a2a_backend != "none" or par.dp_size < 2 or par.ep_size != par.dp_size:
+                raise ValueError(f"moe_fp4_allgather needs moe_a2a_backend none and DP attention "
+                                 f"with ep_size = dp_size, not {self.moe_a2a_backend}, dp_size "
+                                 f"{par.dp_size}, ep_size {par.ep_size}")
         # equal slots per rank needs (experts + redundant) % ep_size == 0, which needs the
         # model: checked by Scenario (DeepSeek's decode layout has 32 redundant over EP 144)
         return self

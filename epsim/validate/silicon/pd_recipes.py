@@ -126,12 +126,19 @@ def _fp8_decode(dp: int, max_running: int, graph_bs: int) -> dict:
 # (`_dispatch_core`: `use_nvfp4=True` once the runner's quant config holds its input global scale)
 _NVFP4_DISPATCH = {"dispatch_dtype": "nvfp4"}
 
+# every side of the FP4 wide-EP recipes (and the December scripts) sets
+# `SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN=1`: q_b_proj on the block-FP8 GEMM (`epsim.cost.mla`)
+_FP8_Q_B = {"nvfp4_fp8_q_b": True}
+
 # the DEP4 prefill of the FP4 1k/1k mid-curve and max-tpt recipes, GB200 and GB300 alike: no
-# `--moe-a2a-backend`, so SGLang's `none`; no redundant experts; a pool of 131072 a GPU (8 chunks)
+# `--moe-a2a-backend`, so SGLang's `none`; no redundant experts; a pool of 131072 a GPU (8 chunks);
+# `--moe-runner-backend flashinfer_cutlass` with modelopt_fp4, DP attention and EP = DP 4: SGLang's
+# FP4 all-gather and reduce-scatter (`moe_fp4_allgather`, `epsim.cost.tp`)
 _FP4_PREFILL_1K = {"chunked_prefill_size": 65536 // 4, "max_running_requests": 30000 // 4,
                    "max_total_tokens": 131072,
                    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.84,
-                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A}
+                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A,
+                   "moe_fp4_allgather": True, **_FP8_Q_B}
 
 
 def _fp4_decode_1k(dp: int) -> dict:
@@ -139,7 +146,7 @@ def _fp4_decode_1k(dp: int) -> dict:
     return {"chunked_prefill_size": 786432 // dp, "max_running_requests": 67584 // dp,
             "max_total_tokens": 3122380,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 1024,
-            "num_reserved_decode_tokens": 112, **_DEEPEP_LL, **_NVFP4_DISPATCH}
+            "num_reserved_decode_tokens": 112, **_DEEPEP_LL, **_NVFP4_DISPATCH, **_FP8_Q_B}
 
 
 # the FP4 8k/1k recipes' TP4 prefill beside a wide-EP decode (mid-curve, max-tpt; GB200 and
@@ -148,7 +155,8 @@ def _fp4_decode_1k(dp: int) -> dict:
 _FP4_PREFILL_8K = {"chunked_prefill_size": 131072, "max_running_requests": 30000,
                    "max_total_tokens": 131072,
                    "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.95,
-                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A}
+                   "disable_cuda_graph": True, "disable_shared_experts_fusion": True, **_NO_A2A,
+                   **_FP8_Q_B}
 
 
 def _fp4_decode_8k(dp: int) -> dict:
@@ -156,7 +164,7 @@ def _fp4_decode_8k(dp: int) -> dict:
     return {"chunked_prefill_size": 24576 // dp, "max_running_requests": 16384 // dp,
             "max_total_tokens": 524288,
             "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.83, "cuda_graph_max_bs": 512,
-            "num_reserved_decode_tokens": 112, **_DEEPEP_LL, **_NVFP4_DISPATCH}
+            "num_reserved_decode_tokens": 112, **_DEEPEP_LL, **_NVFP4_DISPATCH, **_FP8_Q_B}
 
 
 def _fp4_low_latency_8k(decode_graph_bs: int) -> tuple[dict, dict]:
@@ -433,6 +441,19 @@ def _kernel_notes(run: SiliconRow, out: dict[str, dict]) -> list[str]:
                      "recipe's flashinfer_trtllm FP8 GEMM backend, or its JIT DeepGEMM turned off "
                      "on Blackwell, where SGLang's auto choice is that GEMM; images before SGLang "
                      "0.5.9 assumed to run it too): " + trtllm_fp8_gemm.PROVENANCE)
+    if out.get("prefill", {}).get("moe_fp4_allgather"):
+        notes.append("prefill: MoE input all-gathered as NVFP4 (values, scales, top-k) and its "
+                     "output reduce-scattered, not a BF16 all-gather and all-reduce (SGLang's "
+                     "should_use_flashinfer_cutlass_moe_fp4_allgather: flashinfer_cutlass, "
+                     "modelopt_fp4, DP attention, EP = DP; present in the SGLang images these "
+                     "rows ran is assumed, read at sgl-project/sglang@008b79d): both NCCL's "
+                     "ring, one pass, at their bytes")
+    q_b = [role for role, flags in out.items() if flags.get("nvfp4_fp8_q_b")]
+    if q_b:
+        notes.append(f"{' and '.join(q_b)}: q_b_proj on the block-FP8 GEMM fit (the recipe's "
+                     "SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN=1 quantises the NVFP4 checkpoint's BF16 "
+                     "q_b_proj alone at load, NVFP4_CKPT_FP8_ATTN_QUANT_MODULES; read at "
+                     "sgl-project/sglang@008b79d, assumed in the rows' images)")
     unfused = [role for role, flags in out.items() if flags.get("disable_shared_experts_fusion")
                and getattr(run, role).moe_ep_size == 1]
     if unfused:

@@ -370,3 +370,33 @@ def test_a_per_tensor_fp8_checkpoint_runs_fp8_bmms():
                        DeploymentSpec(ep_size=16, moe_a2a_backend="deepep",
                                       enable_dp_attention=True))
     assert cm.params.attention.mla.bmm_format == "fp8"
+
+
+def test_nvfp4_fp8_q_b_runs_q_b_alone_on_the_block_fp8_gemm():
+    """SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN (`nvfp4_fp8_q_b`): an NVFP4 checkpoint's q_b_proj on
+    the block-FP8 GEMM, the fused q_a/kv_a and o still BF16; a block-FP8 checkpoint ignores it."""
+    from epsim.cost.dense_gemm import gemm_us, gemm_work
+    from epsim.cost.mla import Q_B_FP8_FORMAT
+    r1, gb200 = get_model("DeepSeek-R1"), ClusterSpec(gpu="GB200")
+    profile = Profile(name="datasheet", hardware="GB200")
+
+    def mla(**deployment):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return CostModel(r1, gb200, DeploymentSpec(ep_size=4, quantization="modelopt_fp4",
+                                                       **deployment), profile).params.attention.mla
+    bf16, fp8 = mla(), mla(nvfp4_fp8_q_b=True)
+    assert bf16.q_b_gemm is None and bf16.gemm_format == "bf16" and "q_b" not in bf16.keys
+    assert fp8.q_b_gemm is not None and fp8.gemm_format == "bf16" and "q_b" in fp8.keys
+    tokens = np.array([16384.0])
+    width, k = fp8.heads * (fp8.nope_dim + fp8.rope_dim), fp8.q_lora_rank
+    q_b = {fmt: gemm_us(gemm_work(tokens, width, k, fmt, fp8.num_sms), params, fp8.hardware, fmt)
+           for fmt, params in (("bf16", bf16.gemm), (Q_B_FP8_FORMAT, fp8.q_b_gemm))}
+    drop = mla_token_us(tokens, tokens * 0, bf16) - mla_token_us(tokens, tokens * 0, fp8)
+    np.testing.assert_allclose(drop, q_b["bf16"] - q_b[Q_B_FP8_FORMAT])
+    assert float(drop[0]) > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        block = CostModel(r1, gb200, DeploymentSpec(ep_size=4, nvfp4_fp8_q_b=True),
+                          profile).params.attention.mla
+    assert block.q_b_gemm is None

@@ -170,3 +170,30 @@ def test_an_eager_moe_reduce_keeps_the_measured_fit_on_the_gpus_it_was_measured_
     # a CUDA-graph step prices both by the all-reduce model, as before
     assert none_collectives_us(two.params, 8192.0, True)[1] == pytest.approx(
         tp_allreduce_us(num_bytes, 2, two.params, True))
+
+
+def test_fp4_allgather_gathers_nvfp4_and_reduce_scatters_once():
+    """SGLang's FP4 all-gather (flashinfer_cutlass, DP attention, EP = DP): the gather moves
+    NVFP4 values, scales and top-k (4,096 bytes a DeepSeek token, not BF16's 14,336) and the
+    reduce is one reduce-scatter pass, so both fall below the BF16 all-gather and all-reduce;
+    the layout it needs is checked."""
+    from epsim.cost.tp import fp4_gather_bytes_per_token, nccl_allgather_us
+    r1 = get_model("DeepSeek-R1")
+    assert fp4_gather_bytes_per_token(r1.hidden_size, r1.top_k) == 3584 + 448 + 64
+    layout = dict(model="DeepSeek-R1", gpu="GB200", ep_size=4, tp_size=4, dp_size=4,
+                  moe_a2a_backend="none")
+    bf16, fp4 = _cm(**layout), _cm(**layout, moe_fp4_allgather=True)
+    tokens = 65536.0
+    for graph in (True, False):
+        gather, reduce = none_collectives_us(fp4.params, tokens, graph)
+        assert gather == pytest.approx(nccl_allgather_us(tokens * 4096, 4, fp4.params, graph))
+        assert reduce == pytest.approx(
+            nccl_allgather_us(tokens * r1.hidden_size * 2.0, 4, fp4.params, graph))
+        old_gather, old_reduce = none_collectives_us(bf16.params, tokens, graph)
+        assert gather < 0.5 * old_gather and reduce < old_reduce
+    with pytest.raises(ValueError, match="moe_fp4_allgather needs"):
+        DeploymentSpec(ep_size=4, tp_size=4, dp_size=4, moe_a2a_backend="deepep",
+                       moe_fp4_allgather=True)
+    with pytest.raises(ValueError, match="moe_fp4_allgather needs"):
+        DeploymentSpec(ep_size=4, tp_size=4, moe_a2a_backend="none", enable_dp_attention=False,
+                       moe_fp4_allgather=True)

@@ -402,3 +402,26 @@ def test_a_matched_recipe_says_it_was_matched_not_named():
     # JIT DeepGEMM off on Blackwell: SGLang's auto FP8 GEMM is FlashInfer's trtllm, said once
     assert sum("FP8-block linears on FlashInfer's trtllm GEMM" in a for a in assumptions) == 1
     assert "names it" not in assumptions[0]
+
+
+def test_only_the_fp4_wide_ep_recipes_gather_fp4_and_run_q_b_fp8():
+    """`moe_fp4_allgather` on the FP4 1k/1k DEP4 prefills alone (flashinfer_cutlass, DP
+    attention, EP = DP 4); `nvfp4_fp8_q_b` on both sides of every FP4 wide-EP recipe (each sets
+    SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN=1), on no low-latency or B200 recipe."""
+    gather, q_b = set(), set()
+    for recipe in pd_recipes.RECIPES.values():
+        if recipe.prefill.get("moe_fp4_allgather"):
+            gather.add(recipe.config_file)
+        if recipe.prefill.get("nvfp4_fp8_q_b") and recipe.decode.get("nvfp4_fp8_q_b"):
+            q_b.add(recipe.config_file)
+        assert not recipe.decode.get("moe_fp4_allgather")
+    assert gather == {f"recipes/{gpu}-fp4/1k1k/{name}.yaml" for gpu, name in (
+        ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
+    assert q_b == gather | {f"recipes/{gpu}-fp4/8k1k/{name}.yaml" for gpu, name in (
+        ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
+    for recipe in pd_recipes.RECIPES.values():        # each builds a valid deployment
+        flags = pd_recipes.fields(recipe, "prefill", 1 << 20)
+        if flags.get("moe_fp4_allgather"):
+            scenario_from_dict({"name": "r", "model": "DeepSeek-V3", "cluster": {"gpu": "GB200"},
+                                "deployment": {"disaggregation_mode": "prefill", "ep_size": 4,
+                                               "tp_size": 4, **flags}})
