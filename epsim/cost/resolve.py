@@ -222,16 +222,16 @@ class _Resolver:
 
     def _fp8_gemm(self, graph: StepKindParams) -> TrtllmFp8Gemm | None:
         """The block-FP8 dense linears on FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`)
-        where the deployment names it, the dense weights are block-FP8 and the profile's
-        experts are the fitted TRT-LLM FP8-block MoE kernel (its re-read rate set) whose terms
-        price it; else None (the profile's block-FP8 GEMM fit, DeepGEMM's)."""
+        where the deployment names it and the dense weights are block-FP8: its tile model on the
+        cluster's GPU (SMs, datasheet HBM, L2); else None (the profile's block-FP8 GEMM fit,
+        DeepGEMM's)."""
         m = self.model
-        experts = graph.experts
         if (self.deployment.fp8_gemm_backend != "flashinfer_trtllm"
                 or (m.dense_weight_dtype or m.weight_dtype) != trtllm_fp8_gemm.FORMAT
-                or m.weight_dtype != trtllm_fp8_gemm.FORMAT or not experts.reread_gbps):
+                or m.weight_dtype != trtllm_fp8_gemm.FORMAT):
             return None
-        return TrtllmFp8Gemm(experts.params, experts.reread_gbps, num_sms(self.cluster.gpu))
+        gpu = self.cluster.gpu
+        return TrtllmFp8Gemm(num_sms(gpu), self.cluster.hardware.hbm_gbps, l2_bytes(gpu))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
     @property
