@@ -131,6 +131,10 @@ READING = """## Reading
   timed on a B200 at 1-64 and 256-16384 tokens (an H100 cannot run them). The rest of the gap
   (EP 8 ~45 µs a token more, TP8 ~10 before the landing) is then the routing of random-token
   prompts at EP 8 or a further term.
+- Thirteenth session: the price is now the kernel's own tile model, fitted on published B200
+  timings of `gemm_fp8_nt_groupwise(backend="trtllm")` at 8-4096 tokens
+  (`benchmarks/trtllm_fp8_gemm_fit.py`); the figures quoted in the bullets above are the
+  borrowed price's, tables 4 and 5 as regenerated price with the tile model.
 """
 
 

@@ -38,7 +38,7 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
 from epsim.cost import served_tiles
 from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_kb,
                               quant_expert_gemm, remote_slot_bytes)
-from epsim.cost.shared_experts import fused_shared_experts
+from epsim.cost.shared_experts import fused_shared_experts, shared_beside
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.transport import transport_path
 from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm
@@ -218,7 +218,9 @@ class _Resolver:
                                           d.enable_flashinfer_allreduce_fusion
                                           and not d.enable_dp_attention),
             fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size),
-            fp8_gemm=fp8_gemm)
+            fp8_gemm=fp8_gemm,
+            shared_beside=shared_beside(m, d, self.engine,
+                                        fused_shared_experts(m, d, self.engine, par.ep_size)))
 
     def _fp8_gemm(self, graph: StepKindParams) -> TrtllmFp8Gemm | None:
         """The block-FP8 dense linears on FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`)
