@@ -46,9 +46,9 @@ STEP_US = 0.2216        # one 128-deep K step of a CTA: the MMA and the scaled p
 WAVE_US = 1.494         # a wave's CTA prologue and epilogue beyond its K steps
 HBM_EFF = 0.814         # share of the datasheet HBM bandwidth the weight's stream reaches
 PROVENANCE = ("fitted: FlashInfer's trtllm FP8 block GEMM's tile model (token tile by N / K, "
-              "waves of K-step latency, the weight's HBM stream) on published B200 kernel "
-              "timings of the call (8-4096 tokens); extrapolated beyond them and to other GPUs "
-              "(their SMs and datasheet HBM)")
+              "waves of K-step latency, the weight's HBM stream) on public op-level B200 "
+              "kernel timings of the call (8-4096 tokens); extrapolated beyond them and to "
+              "other GPUs (their SMs and datasheet HBM)")
 
 
 def token_tile(n: int, k: int) -> int:
