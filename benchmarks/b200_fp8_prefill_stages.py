@@ -45,6 +45,7 @@ from agg_timeline import measured_loop, timeline  # noqa: E402
 from aic_stages import between, frames, gemm_us, row_simulation  # noqa: E402
 from epsim.calibrate.aic_tables import package_version  # noqa: E402
 from epsim.cost.attention import BatchCounts  # noqa: E402
+from epsim.cost.comm import l2_bytes  # noqa: E402
 from epsim.cost.mla import _gemm, mla_kernel_us, mla_token_us, prefill_kernel_work  # noqa: E402
 from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm, token_tile  # noqa: E402
 from epsim.cost.trtllm_fp8_gemm import gemm_us as trtllm_gemm_us  # noqa: E402
@@ -130,6 +131,10 @@ READING = """## Reading
   timed on a B200 at 1-64 and 256-16384 tokens (an H100 cannot run them). The rest of the gap
   (EP 8 ~45 µs a token more, TP8 ~10 before the landing) is then the routing of random-token
   prompts at EP 8 or a further term.
+- Thirteenth session: the price is now the kernel's own tile model, fitted on published B200
+  timings of `gemm_fp8_nt_groupwise(backend="trtllm")` at 8-4096 tokens
+  (`benchmarks/trtllm_fp8_gemm_fit.py`); the figures quoted in the bullets above are the
+  borrowed price's, tables 4 and 5 as regenerated price with the tile model.
 """
 
 
@@ -258,10 +263,13 @@ def dense_token_tile(n: int, k: int) -> int:
 
 def trtllm_dense_us(sim, m: int, n: int, k: int) -> float:
     """One `[m, k] x [k, n]` FP8-block GEMM on FlashInfer's trtllm kernel, priced as epsim now
-    prices it for `fp8_gemm_backend: flashinfer_trtllm` (`epsim.cost.trtllm_fp8_gemm`: the row
-    profile's fitted TRT-LLM FP8-block MoE kernel less its fixed terms; extrapolated)."""
-    experts = sim.cost_model.params.step(False).experts
-    kernel = TrtllmFp8Gemm(experts.params, experts.reread_gbps, sim.cost_model.params.gemm.num_sms)
+    prices it for `fp8_gemm_backend: flashinfer_trtllm` (`epsim.cost.trtllm_fp8_gemm`: its tile
+    model fitted on published B200 timings of the kernel)."""
+    kernel = sim.cost_model.params.fp8_gemm
+    if kernel is None:                  # the row's deployment runs DeepGEMM: B200's kernel
+        hw = sim.cost_model.params.cluster.hardware
+        kernel = TrtllmFp8Gemm(sim.cost_model.params.gemm.num_sms, hw.hbm_gbps,
+                               l2_bytes(sim.cost_model.params.cluster.gpu))
     return float(trtllm_gemm_us(np.array([float(m)]), n, k, kernel)[0])
 
 

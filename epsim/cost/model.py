@@ -37,6 +37,7 @@ from epsim.cost.rank_memo import RankMemo, order_free_key
 from epsim.cost.resolve import ProfileHardwareWarning, resolve_params
 from epsim.cost.scheduler_host import scheduler_host
 from epsim.cost.step import MoEStacks, StepBlock, StepCost, TokenTerms
+from epsim.cost.shared_experts import DUAL_STREAM_TOKENS
 from epsim.cost.sustained import slowed_by_us, slowed_layer, sustained_clock
 from epsim.cost.tbo import overlapped_stages, overlapped_us
 from epsim.cost.tables import PlacementTables
@@ -232,6 +233,9 @@ class CostModel:
                                        (moe.dispatch_wire_us, moe.combine_wire_us), hooked,
                                        self.params.gemm.num_sms)
             layer, scale = overlapped_us(stages, batch.phase, hooked), 2.0
+        elif terms.shared_beside:       # on their own stream: the longer of the two
+            layer = (attn + np.maximum(shared, moe.experts_us + moe.block_ops_us)) + moe.comm_us
+            scale = 1.0
         else:
             layer = (attn + shared) + moe.experts_us + moe.block_ops_us + moe.comm_us
             scale = 1.0
@@ -326,6 +330,8 @@ class CostModel:
                                        stacked.stages[pick].swapaxes(0, 1), block,
                                        (wire[:, 0], wire[:, 1]), True, self.params.gemm.num_sms)
             layer, scale = overlapped_us(stages, "decode", True), 2.0           # [k, layers]
+        elif terms.shared_beside:       # as `step`
+            layer, scale = (attn[:, None] + np.maximum(shared, experts + block)) + comm, 1.0
         else:
             layer, scale = (attn[:, None] + shared) + experts + block + comm, 1.0
         if stacked.sync.any():
@@ -391,7 +397,9 @@ class CostModel:
         terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
                            float(self.ep_tokens(batch).max(initial=0.0)),
                            0.0 if ops is None else float(ops.max(initial=0.0)),
-                           self._prepare_us(part) if part is not batch else 0.0)
+                           self._prepare_us(part) if part is not batch else 0.0,
+                           bool(p.shared_beside and own and 0 < float(
+                               self.ep_tokens(batch).max(initial=0.0)) <= DUAL_STREAM_TOKENS))
         if len(self._terms_memo) >= 64:
             self._terms_memo.clear()
         self._terms_memo[key] = terms

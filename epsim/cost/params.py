@@ -258,6 +258,8 @@ class CostParams:
             token picks (`epsim.cost.shared_experts`); 0: they run as their own dense MLP.
         fp8_gemm: the block-FP8 dense linears (projections, shared experts, dense MLP) on
             FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`), or None.
+        shared_beside: the unfused shared experts run beside the router and routed experts on
+            their own stream at up to `DUAL_STREAM_TOKENS` tokens (`epsim.cost.shared_experts`).
     """
 
     model: ModelSpec
@@ -292,6 +294,7 @@ class CostParams:
     attention_block_ops: BlockOps = BlockOps(0, 0.0)
     fused_shared_experts: int = 0
     fp8_gemm: TrtllmFp8Gemm | None = None
+    shared_beside: bool = False
 
     def step(self, graph: bool) -> StepKindParams:
         """The MoE layers' parameters in a CUDA-graph (`graph`) or eager step."""

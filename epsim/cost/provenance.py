@@ -203,8 +203,8 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         use("attention_ops", "device", "any/attention_ops/graph", ops, graph,
             {**hidden, "num_tokens_per_rank": (lo, hi)},
             ["MLA block's ops costed with the GQA block's fit"] if mla else [])
-        if params.fp8_gemm is not None:        # FlashInfer's trtllm block-FP8 GEMM
-            gemm, gemm_key = [FP8_GEMM], experts_key
+        if params.fp8_gemm is not None:        # FlashInfer's trtllm block-FP8 GEMM: its tile
+            gemm, gemm_key = [FP8_GEMM], ""     # model, no profile component (counted datasheet)
         elif params.dense is not None:
             gemm, gemm_key = [], "any/dense/graph"
         else:

@@ -38,7 +38,7 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
 from epsim.cost import served_tiles
 from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_kb,
                               quant_expert_gemm, remote_slot_bytes)
-from epsim.cost.shared_experts import fused_shared_experts
+from epsim.cost.shared_experts import fused_shared_experts, shared_beside
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.traffic import max_nodes_per_token
 from epsim.cost.transport import transport_path
@@ -202,20 +202,22 @@ class _Resolver:
                                           d.enable_flashinfer_allreduce_fusion
                                           and not d.enable_dp_attention),
             fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size),
-            fp8_gemm=fp8_gemm)
+            fp8_gemm=fp8_gemm,
+            shared_beside=shared_beside(m, d, self.engine,
+                                        fused_shared_experts(m, d, self.engine, par.ep_size)))
 
     def _fp8_gemm(self, graph: StepKindParams) -> TrtllmFp8Gemm | None:
         """The block-FP8 dense linears on FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`)
-        where the deployment names it, the dense weights are block-FP8 and the profile's
-        experts are the fitted TRT-LLM FP8-block MoE kernel (its re-read rate set) whose terms
-        price it; else None (the profile's block-FP8 GEMM fit, DeepGEMM's)."""
+        where the deployment names it and the dense weights are block-FP8: its tile model on the
+        cluster's GPU (SMs, datasheet HBM, L2); else None (the profile's block-FP8 GEMM fit,
+        DeepGEMM's)."""
         m = self.model
-        experts = graph.experts
         if (self.deployment.fp8_gemm_backend != "flashinfer_trtllm"
                 or (m.dense_weight_dtype or m.weight_dtype) != trtllm_fp8_gemm.FORMAT
-                or m.weight_dtype != trtllm_fp8_gemm.FORMAT or not experts.reread_gbps):
+                or m.weight_dtype != trtllm_fp8_gemm.FORMAT):
             return None
-        return TrtllmFp8Gemm(experts.params, experts.reread_gbps, num_sms(self.cluster.gpu))
+        gpu = self.cluster.gpu
+        return TrtllmFp8Gemm(num_sms(gpu), self.cluster.hardware.hbm_gbps, l2_bytes(gpu))
 
     # -- quantised experts and MLA attention (`epsim.cost.quant`, `epsim.cost.mla`) -----------
     @property

@@ -25,6 +25,9 @@ from epsim.spec.model import ModelSpec
 
 FUSED_ROUTED_EXPERTS = 256       # SGLang's allow-list of n_routed_experts on NVIDIA GPUs
 DEEPEP_CLASS_BACKENDS = ("deepep", "mooncake")
+# DeepseekV2MoE.forward's `DUAL_STREAM_TOKEN_THRESHOLD`: at most this many tokens the unfused
+# shared expert runs beside the router and routed experts (`shared_beside`)
+DUAL_STREAM_TOKENS = 1024
 
 
 def fused_shared_experts(model: ModelSpec, deployment: DeploymentSpec, engine: str,
@@ -39,3 +42,16 @@ def fused_shared_experts(model: ModelSpec, deployment: DeploymentSpec, engine: s
     deepseek_v3 = (model.attention.startswith("mla") and model.num_shared_experts == 1
                    and model.num_experts == FUSED_ROUTED_EXPERTS)
     return model.num_shared_experts if deepseek_v3 else 0
+
+
+def shared_beside(model: ModelSpec, deployment: DeploymentSpec, engine: str, fused: int) -> bool:
+    """Whether SGLang runs a DeepSeek-family model's unfused shared expert on the main stream
+    while the router, top-k and routed experts run on an alternate one, the MoE layer waiting
+    for the longer (`DeepseekV2MoE.forward` -> `forward_normal_dual_stream`: CUDA, no
+    DeepEP-class a2a backend, `num_fused_shared_experts == 0`, 1 to `DUAL_STREAM_TOKENS` tokens
+    on the rank; two-batch overlap runs its own op sequence). The token bound is the step's
+    (`CostModel._token_terms`)."""
+    return (engine == "sglang" and fused == 0 and model.num_shared_experts > 0
+            and model.attention.startswith("mla")
+            and deployment.moe_a2a_backend not in DEEPEP_CLASS_BACKENDS
+            and not deployment.enable_two_batch_overlap)

@@ -22,7 +22,8 @@ class StepCost:
 
     With two-batch overlap, the part arrays hold both micro-batches' work and `layer_us` the
     overlapped layer time, so `layer_us` may be less than the sum of the parts; `traffic` is
-    then one micro-batch's (`traffic.fraction` = 0.5).
+    then one micro-batch's (`traffic.fraction` = 0.5). So may it where the shared experts run
+    beside the router and routed experts (`TokenTerms.shared_beside`).
     """
 
     attention_us: np.ndarray
@@ -58,6 +59,7 @@ class TokenTerms:
     max_tokens: float
     attention_ops_us: float = 0.0
     prepare_us: float = 0.0        # two-batch overlap: a micro-batch's attention before its kernel
+    shared_beside: bool = False    # the shared experts beside the router and routed experts
 
 
 @dataclass(frozen=True, eq=False)

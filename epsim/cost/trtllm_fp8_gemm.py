@@ -4,34 +4,51 @@ alias of it in SGLang 0.5.9's `environ.py`).
 
 SGLang's `flashinfer_gemm_w8a8_block_fp8_linear_with_fallback` calls
 `gemm_fp8_nt_groupwise(backend="trtllm")` with tactic -1 (no autotune), and FlashInfer's
-`select_kernel_fp8` (`csrc/trtllm_gemm_runner.cu`, 0.6.3 to 0.6.12 alike) picks one of four
-low-latency swap-AB kernels by the weight's `N / K` alone, whatever the token count `M`:
+`select_kernel_fp8` (`csrc/trtllm_gemm_runner.cu`, since 67e77fd5a, 2025-07-28) picks one of
+four low-latency swap-AB kernels by the weight's `N / K` alone, whatever the token count `M`:
 `t128x8x128` (N / K >= 32), `t128x32x128` (N / K <= 2, or N >= 20000), else `t128x16x128` --
-the token dimension runs in tiles of 8, 32 or 16 rows (`token_tile`), each tile streaming the
-weight's 128-column slices again.
+`token_tile` rows of tokens by 128 weight rows a CTA, one CTA an SM (`c1x1x1`, no split-K),
+each CTA running the whole K in 128-deep steps (its weight slice's DeepSeek scales applied to
+the partial sums each step, `dsFp8`).
 
-No op table times this kernel (AIC's B200 FP8-block GEMM rows are DeepGEMM's). It is priced
-with the fitted TRT-LLM FP8-block MoE kernel of the profile (the same trtllm-gen batched-GEMM
-family: waves of tiles, each tile's weight re-read, its rows' epilogue) as one expert of
-`H = k`, `I = n / 3` (weights `n k`, `2 n k` FLOPs a row) whose rows all run in the dense
-kernel's token tiles, less the MoE kernel's fixed terms (`base_us`, `per_expert_us`: its
-routing and finalize). Extrapolated: the fit's experts hold a few tiles of rows, a prompt's
-dense GEMM hundreds (benchmarks/results/b200_fp8_prefill_stages.md, table 4).
+The price follows that structure (`[m, k] x [k, n]`, `ceil(n / 128) ceil(m / tile)` CTAs in
+`waves = ceil(CTAs / SMs)`):
+
+    t = launch_us + max((waves - 1) wave_us_, memory_us) + wave_us_
+    wave_us_  = ceil(k / 128) step_us + wave_us        a CTA's K loop, its prologue and epilogue
+    memory_us = (n k passes + m k + 2 m n) / (hbm_eff x datasheet HBM)
+    passes    = 1 if the weight fits L2, else ceil(m / tile) (each token-tile row streams it)
+
+a decode GEMM is one wave of a CTA's K-step latency (few CTAs: `n / 128` of them), a prompt's
+is `m / tile` times as many waves of 8-32-row tiles -- the tile's waste -- or the weight's
+stream where it spills L2, the longer, and then the last wave drains. The four constants are
+fitted on published B200 kernel timings of this very call
+(`benchmarks/data/trtllm_fp8_gemm_b200.csv`, op-level; refit with `python
+benchmarks/trtllm_fp8_gemm_fit.py`, which holds out the large token counts and each shape, and
+beside it a per-wave roofline -- each wave the longer of its K loop and its CTAs' bytes -- that
+holds out worse); another Blackwell GPU keeps them with its own SMs and datasheet HBM
+(extrapolated), as do K below 1024 and the 8- and 16-row tiles (the timings are 32-row).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.experts import even_row_tiles, experts_rank_us
-from epsim.cost.quant import quant_expert_gemm, reread_kb, trtllm_gemm
-
 FORMAT = "fp8_block"
-PROVENANCE = ("extrapolated: no table times FlashInfer's trtllm FP8 block GEMM; priced with the "
-              "fused TRT-LLM FP8-block MoE kernel's fit, same trtllm-gen kernel family")
+K_STEP = 128            # the kernels' K tile (`t128xTx128`) and the weight-scale block
+N_TILE = 128            # weight rows a CTA (the swap-AB MMA's M)
+# fitted by benchmarks/trtllm_fp8_gemm_fit.py on benchmarks/data/trtllm_fp8_gemm_b200.csv
+# (23 B200 timings, 8-4096 tokens, three shapes; results/trtllm_fp8_gemm_fit.md)
+LAUNCH_US = 1.516       # the launch and the kernel's tail, once a call
+STEP_US = 0.2216        # one 128-deep K step of a CTA: the MMA and the scaled partial sums
+WAVE_US = 1.494         # a wave's CTA prologue and epilogue beyond its K steps
+HBM_EFF = 0.814         # share of the datasheet HBM bandwidth the weight's stream reaches
+PROVENANCE = ("fitted: FlashInfer's trtllm FP8 block GEMM's tile model (token tile by N / K, "
+              "waves of K-step latency, the weight's HBM stream) on public op-level B200 "
+              "kernel timings of the call (8-4096 tokens); extrapolated beyond them and to "
+              "other GPUs (their SMs and datasheet HBM)")
 
 
 def token_tile(n: int, k: int) -> int:
@@ -44,32 +61,38 @@ def token_tile(n: int, k: int) -> int:
 
 @dataclass(frozen=True)
 class TrtllmFp8Gemm:
-    """The fitted TRT-LLM FP8-block MoE kernel's terms the dense kernel is priced with.
+    """The GPU the kernel runs on and the tile model's constants (module doc).
 
     Attributes:
-        params: the experts' fitted coefficients (`StageParams.params` of the graph step).
-        reread_gbps: the rate a token tile's weight re-read runs at (`StageParams.reread_gbps`).
-        num_sms: the GPU's SMs.
+        num_sms: the GPU's SMs (one CTA each per wave).
+        hbm_gbps: its datasheet HBM bandwidth, GB/s.
+        l2_bytes: its L2 cache, bytes (a weight that fits is streamed from HBM once).
+        launch_us, step_us, wave_us, hbm_eff: the fitted constants (module constants).
     """
 
-    params: Mapping[str, float]
-    reread_gbps: float
     num_sms: int
+    hbm_gbps: float
+    l2_bytes: float
+    launch_us: float = LAUNCH_US
+    step_us: float = STEP_US
+    wave_us: float = WAVE_US
+    hbm_eff: float = HBM_EFF
 
 
 def gemm_us(tokens, n: int, k: int, kernel: TrtllmFp8Gemm) -> np.ndarray:
     """[...] microseconds of `[tokens, k] x [k, n]` block-FP8 GEMMs (`tokens` [...]); 0 idle."""
     m = np.asarray(tokens, dtype=np.float64)
     tile = float(token_tile(n, k))
-    gemm = trtllm_gemm(quant_expert_gemm(k, max(n // 3, 1), FORMAT, kernel.num_sms, 1),
-                       np.array(tile), FORMAT)
-    rows = m[..., None]                                   # [..., 1]: one "expert" on one rank
-    busy = (rows > 0).astype(np.float64)
-    reread = reread_kb(rows, tile, gemm.weight_bytes)[..., None] / kernel.reread_gbps
-    params = dict(kernel.params)
-    t = experts_rank_us(rows, busy, even_row_tiles(rows, busy, tile), gemm, params, reread)[..., 0]
-    fixed = params["base_us"] + params.get("per_expert_us", 0.0)
-    return np.where(m > 0, np.maximum(t - fixed, 0.0), 0.0)
+    row_tiles = np.ceil(m / tile)                                # token-tile rows
+    waves = np.maximum(np.ceil(row_tiles * -(-n // N_TILE) / kernel.num_sms), 1.0)
+    wave = -(-k // K_STEP) * kernel.step_us + kernel.wave_us     # one CTA's K loop
+    weight = float(n) * k                                        # FP8: a byte a parameter
+    passes = 1.0 if weight <= kernel.l2_bytes else np.maximum(row_tiles, 1.0)
+    memory_bytes = weight * passes + m * k + 2.0 * m * n         # BF16 out
+    memory = memory_bytes / (kernel.hbm_eff * kernel.hbm_gbps * 1e3)
+    # the waves before the last under the HBM stream, the last wave's K loop after it
+    t = kernel.launch_us + np.maximum((waves - 1.0) * wave, memory) + wave
+    return np.where(m > 0, t, 0.0)
 
 
 def mlp_us(tokens, hidden_size: int, width: int, kernel: TrtllmFp8Gemm) -> np.ndarray:

@@ -136,8 +136,8 @@ class DeploymentSpec(BaseModel):
             "SGLang's --fp8-gemm-backend for block-FP8 dense linears (attention projections, "
             "shared experts, dense MLP): flashinfer_trtllm runs FlashInfer's trtllm-gen "
             "low-latency GEMM at a token tile fixed by N / K (`epsim.cost.trtllm_fp8_gemm`; "
-            "extrapolated from the TRT-LLM FP8-block MoE kernel's fit, only where the profile "
-            "holds it); None or deep_gemm: the profile's block-FP8 GEMM fit (DeepGEMM's)"))
+            "its tile model fitted on published B200 timings of the kernel); None or deep_gemm: "
+            "the profile's block-FP8 GEMM fit (DeepGEMM's)"))
     moe_served_tiles: bool = Field(default=False, description=(
         "the fused Triton MoE runs SGLang's own tuned H200 tiles for DeepSeek-V3/R1 block-FP8 at "
         "MoE-TP 8 with the shared expert fused (E 257 tables, SGLang 0.5.9+), not the collector's "

@@ -12,7 +12,7 @@ import pytest
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
 from epsim.cost.experts import even_experts_us
-from epsim.cost.shared_experts import fused_shared_experts
+from epsim.cost.shared_experts import DUAL_STREAM_TOKENS, fused_shared_experts, shared_beside
 from epsim.default_profile import default_profile
 from epsim.eplb import Placement
 from epsim.plan.sglang_args import launch
@@ -71,8 +71,42 @@ def test_fused_shared_expert_is_one_more_expert_in_the_kernel():
     assert (apart.shared_experts_us > 0).all()
     np.testing.assert_allclose(apart.experts_us, even_experts_us(
         np.array([32.0]), np.array([32.0]), cm.params.gemm, params))
-    # the fused kernel's extra expert costs a fraction of the MLP it replaces
-    assert fused.step_us < apart.step_us - 0.5 * apart.shared_experts_us.sum()
+    # apart at 4 tokens, the MLP runs beside the router and routed experts: the layer waits for
+    # the longer of the two, not their sum
+    assert cm_apart.params.shared_beside
+    layer = apart.parts[6]
+    beside = (apart.parts[0] + np.maximum(apart.parts[4], apart.parts[2] + apart.parts[5])
+              + apart.parts[1] + apart.parts[3])
+    np.testing.assert_allclose(layer, beside)
+    assert (layer < apart.parts[:6].sum(axis=0)).all()
+
+
+@pytest.mark.parametrize("deployment, engine, beside", [
+    (dict(TP8, disable_shared_experts_fusion=True), "sglang", True),
+    (dict(TP8, tp_size=8, moe_tp_size=1, ep_size=8), "sglang", True),     # EP, a2a none
+    (TP8, "sglang", False),                                              # fused: in the kernel
+    (dict(ep_size=8, moe_a2a_backend="deepep"), "sglang", False),        # DeepEP's own forward
+    (dict(TP8, disable_shared_experts_fusion=True, enable_two_batch_overlap=True), "sglang",
+     False),
+    (dict(TP8, disable_shared_experts_fusion=True), "transformers", False),
+])
+def test_sglang_runs_an_unfused_shared_expert_on_its_own_stream(deployment, engine, beside):
+    spec = DeploymentSpec(**deployment)
+    model = get_model("DeepSeek-R1")
+    fused = fused_shared_experts(model, spec, engine, spec.parallel.ep_size)
+    assert shared_beside(model, spec, engine, fused) is beside
+    assert not shared_beside(get_model("Qwen3-235B-A22B"), spec, engine, 0)   # none to run
+
+
+def test_past_the_dual_stream_bound_the_shared_expert_runs_first():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = CostModel(get_model("DeepSeek-R1"), ClusterSpec(gpu="H200"),
+                       DeploymentSpec(**TP8, disable_shared_experts_fusion=True),
+                       default_profile("H200"))
+    for tokens, beside in ((DUAL_STREAM_TOKENS, True), (DUAL_STREAM_TOKENS + 1, False)):
+        batch = BatchCounts.uniform_decode(1, tokens, 1000.0)
+        assert cm._token_terms(batch, batch).shared_beside is beside
 
 
 def test_the_flag_reaches_sglangs_command_line():

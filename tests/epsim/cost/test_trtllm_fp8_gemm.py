@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from epsim.cost.experts import experts_defaults
-from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm, gemm_us, mlp_us, token_tile
+from epsim.cost.trtllm_fp8_gemm import (HBM_EFF, LAUNCH_US, STEP_US, WAVE_US, TrtllmFp8Gemm,
+                                        gemm_us, mlp_us, token_tile)
 from epsim.zoo import get_hardware
 
 # FlashInfer csrc/trtllm_gemm_runner.cu `select_kernel_fp8`: N / K >= 32 -> t128x8x128;
@@ -32,24 +32,40 @@ def test_token_tile_is_select_kernel_fp8s(shape, tile):
 
 
 def _kernel() -> TrtllmFp8Gemm:
-    hw = get_hardware("B200")
-    params = {**experts_defaults(hw, "fp8_block"), "per_expert_us": 2.0, "wave_us": 0.5}
-    return TrtllmFp8Gemm(params, hw.hbm_gbps, 148)
+    return TrtllmFp8Gemm(148, get_hardware("B200").hbm_gbps, 50e6)
 
 
-def test_the_price_grows_with_tokens_a_tile_at_a_time():
+def test_a_decode_gemm_is_one_wave_of_k_steps():
     kernel = _kernel()
-    n, k = 7168, 2048                       # tile 16: each 16 rows stream the weight again
+    # q_a/kv_a (n 2112, k 7168): 17 CTAs at 1-32 tokens, the weight's one stream then one
+    # wave of 56 K steps; the activations' bytes aside, flat in the tokens
+    m = np.array([1.0, 8.0, 32.0])
+    t = gemm_us(m, 2112, 7168, kernel)
+    stream_us = (2112 * 7168 + m * 7168 + 2 * m * 2112) / (HBM_EFF * 8000.0 * 1e3)
+    np.testing.assert_allclose(t, LAUNCH_US + stream_us + 56 * STEP_US + WAVE_US)
+    # the same weight bytes over a shorter K run fewer steps a CTA: cheaper at decode sizes
+    assert gemm_us(np.array([8.0]), 7168, 2112, kernel)[0] < t[0]
+
+
+def test_the_price_grows_a_wave_of_tiles_at_a_time():
+    kernel = _kernel()
+    n, k = 7168, 2048                       # tile 16: 56 CTAs a 16-row tile, 2 tiles a wave
+    wave = 16 * STEP_US + WAVE_US
     m = np.arange(1, 257, dtype=np.float64)
     t = gemm_us(m, n, k, kernel)
     assert np.all(np.diff(t) >= 0)
-    step = np.diff(t)                       # step[i]: from m = i + 1 to i + 2 rows
-    first_rows = m[1:] % 16 == 1            # the step into a new 16-row tile
-    assert step[first_rows].min() > 10 * step[~first_rows].max()
-    # the same weight bytes and FLOPs on 32-row tiles (N / K 0.29) re-read half as often
-    m = np.array([4096.0])
-    assert gemm_us(m, 2048, 7168, kernel)[0] < gemm_us(m, 7168, 2048, kernel)[0]
+    waves = np.ceil(np.ceil(m / 16) * 56 / 148)
+    stream_us = (n * k + m * k + 2 * m * n) / (HBM_EFF * 8000.0 * 1e3)   # fits L2: read once
+    np.testing.assert_allclose(t, LAUNCH_US + np.maximum((waves - 1) * wave, stream_us) + wave)
     assert gemm_us(np.array([0.0]), n, k, kernel)[0] == 0.0
+
+
+def test_a_weight_past_l2_streams_from_hbm_each_tile_row():
+    kernel = _kernel()
+    n, k, m = 24576, 7168, 2048.0           # 176 MB > 50 MB: 64 passes of the weight
+    stream_us = (n * k * 64 + m * k + 2 * m * n) / (HBM_EFF * 8000.0 * 1e3)
+    assert gemm_us(np.array([m]), n, k, kernel)[0] == pytest.approx(
+        LAUNCH_US + stream_us + 56 * STEP_US + WAVE_US)
 
 
 def test_an_mlp_is_its_gate_up_and_down_gemms():
@@ -73,12 +89,9 @@ def _params(gpu: str, **deployment):
     return sim.cost_model.params
 
 
-def test_the_field_prices_the_linears_where_the_profile_holds_the_trtllm_moe_fit():
-    p = _params("B200", fp8_gemm_backend="flashinfer_trtllm")
-    if p.step(False).experts.reread_gbps == 0:
-        pytest.skip("the shipped B200 profile holds no TRT-LLM FP8-block MoE fit")
+def test_the_field_prices_the_linears_on_the_clusters_gpu():
+    p = _params("GB300", fp8_gemm_backend="flashinfer_trtllm")
     assert p.fp8_gemm is not None and p.attention.mla.fp8_gemm is p.fp8_gemm
+    assert p.fp8_gemm.num_sms == 160           # Blackwell Ultra's SMs, its own waves
     plain = _params("B200")
     assert plain.fp8_gemm is None and plain.attention.mla.fp8_gemm is None
-    # Hopper's profile fits no TRT-LLM MoE: the field has nothing to price it with
-    assert _params("H200", fp8_gemm_backend="flashinfer_trtllm").fp8_gemm is None

@@ -172,7 +172,7 @@ def test_a_b200_fp8_row_runs_its_linears_on_flashinfers_trtllm_gemm_its_shared_e
     deployment = plan.instances[0].data["deployment"]
     assert deployment["fp8_gemm_backend"] == "flashinfer_trtllm"
     assert deployment["disable_shared_experts_fusion"] is True
-    assert any("no table times FlashInfer's trtllm FP8 block GEMM" in a for a in plan.assumptions)
+    assert any("FlashInfer's trtllm FP8 block GEMM's tile model" in a for a in plan.assumptions)
     assert any("disable_shared_experts_fusion" in a for a in plan.assumptions)
     tp4 = agg_recipes.deployment_fields(recipe_flags("fp8", "b200_sxm", 8192, 1024, 4, 1, 32, MARCH))
     assert (tp4["fp8_gemm_backend"], tp4["disable_shared_experts_fusion"]) == ("flashinfer_trtllm", True)
