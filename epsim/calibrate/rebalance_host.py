@@ -21,7 +21,6 @@ updates the profile's provenance for the records file (its sha256 and count, the
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -29,9 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from epsim.calibrate.inputs import SourcedRecord, load_records
-from epsim.io.write import write_text
+from epsim.calibrate.in_place import missing_file, put_component
 from epsim.profile import Component
-from epsim.records import records_hash
 
 
 def impl_key(record) -> str:
@@ -129,40 +127,21 @@ def fit_rebalance_host(records: list[SourcedRecord]) -> Component | None:
                           + "; ".join(machines) + " (live.bench.eplb_host)")
 
 
-def _provenance(prov: dict, records: Path, raw: list[SourcedRecord]) -> None:
-    """The profile's provenance names `records` as fitted: its entry (sha256, count) replaced
-    or added, `records_sha256` recomputed over every listed file, the records' device added."""
-    path = str(records)
-    entry = {"path": path, "sha256": hashlib.sha256(records.read_bytes()).hexdigest(),
-             "num_records": len(raw)}
-    listed = [e for e in prov["records"] if e["path"] != path]
-    prov["records"] = listed + [entry]
-    prov["records_sha256"] = records_hash(e["path"] for e in prov["records"])
-    # device names hold commas ("cpu (AMD EPYC), 1 thread"): add a name only when absent
-    for device in sorted({s.record.provenance.device for s in raw}):
-        if device not in prov.get("device", ""):
-            prov["device"] = ", ".join(filter(None, [prov.get("device", ""), device]))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m epsim.calibrate.rebalance_host",
                                      description="refit any/rebalance_host of a profile in place")
     parser.add_argument("records", type=Path)
     parser.add_argument("--profile", type=Path, required=True)
     args = parser.parse_args(argv)
-    for path in (args.records, args.profile):
-        if not path.is_file():
-            print(f"{path} must be an existing file", file=sys.stderr)
-            return 2
+    if missing_file(args.records, args.profile):
+        return 2
     raw, _ = load_records([args.records])
     component = fit_rebalance_host(raw)
     if component is None:
         print(f"records ({args.records}) hold no rebalance_term host records", file=sys.stderr)
         return 2
-    data = json.loads(args.profile.read_text())
-    data["components"]["any/rebalance_host"] = json.loads(component.model_dump_json())
-    _provenance(data["provenance"], args.records, raw)
-    write_text(args.profile, json.dumps(data, indent=1) + "\n")
+    put_component(args.profile, "any/rebalance_host", component, args.records, len(raw),
+                  sorted({s.record.provenance.device for s in raw}))
     print(json.dumps(component.residuals))
     return 0
 

@@ -24,14 +24,12 @@ result file in the profile's provenance (its sha256, the combined `records_sha25
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
-from epsim.io.write import write_text
+from epsim.calibrate.in_place import missing_file, put_component
 from epsim.profile import Component
-from epsim.records import records_hash
 
 KEY = "any/serving_host"
 CUDA_FIGURES = ("launch_us", "h2d_tensor_us", "readback_us")
@@ -71,37 +69,22 @@ def component_of(result: dict, path: str) -> Component:
                      data_source="epsim records", tables=[path])
 
 
-def _provenance(prov: dict, path: Path, count: int, device: str) -> None:
-    """The profile's provenance lists `path`: its entry replaced or added, `records_sha256`
-    recomputed over every listed file, the device added where absent."""
-    entry = {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-             "num_records": count}
-    prov["records"] = [e for e in prov["records"] if e["path"] != str(path)] + [entry]
-    prov["records_sha256"] = records_hash(e["path"] for e in prov["records"])
-    if device not in prov.get("device", ""):
-        prov["device"] = ", ".join(filter(None, [prov.get("device", ""), device]))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m epsim.calibrate.serving_host",
                                      description="write any/serving_host of a profile in place")
     parser.add_argument("result", type=Path, help="serving_host.json (benchmarks/serving_host_gpu.py)")
     parser.add_argument("--profile", type=Path, required=True)
     args = parser.parse_args(argv)
-    for path in (args.result, args.profile):
-        if not path.is_file():
-            print(f"{path} must be an existing file", file=sys.stderr)
-            return 2
+    if missing_file(args.result, args.profile):
+        return 2
     result = json.loads(args.result.read_text())
     try:
         component = component_of(result, str(args.result))
     except (ValueError, KeyError) as e:
         print(f"result ({args.result}): {e}", file=sys.stderr)
         return 2
-    data = json.loads(args.profile.read_text())
-    data["components"][KEY] = json.loads(component.model_dump_json())
-    _provenance(data["provenance"], args.result, len(component.params), device_of(result))
-    write_text(args.profile, json.dumps(data, indent=1) + "\n")
+    put_component(args.profile, KEY, component, args.result, len(component.params),
+                  [device_of(result)])
     print(json.dumps(component.params))
     return 0
 

@@ -394,12 +394,11 @@ class CostModel:
         overhead = (p.overhead["base_us"] + p.overhead["per_layer_us"] * m.num_layers
                     + self.scheduler_host.step_us + self.scheduler_host.requests_us(requests))
         ops = self._attention_ops(part.tokens)
-        terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead,
-                           float(self.ep_tokens(batch).max(initial=0.0)),
+        max_tokens = float(self.ep_tokens(batch).max(initial=0.0))
+        terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead, max_tokens,
                            0.0 if ops is None else float(ops.max(initial=0.0)),
                            self._prepare_us(part) if part is not batch else 0.0,
-                           bool(p.shared_beside and own and 0 < float(
-                               self.ep_tokens(batch).max(initial=0.0)) <= DUAL_STREAM_TOKENS))
+                           bool(p.shared_beside and own and 0 < max_tokens <= DUAL_STREAM_TOKENS))
         if len(self._terms_memo) >= 64:
             self._terms_memo.clear()
         self._terms_memo[key] = terms

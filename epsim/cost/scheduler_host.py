@@ -109,6 +109,7 @@ a few launches under a 40 ms graph).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 
 import numpy as np
@@ -329,9 +330,11 @@ def scheduler_host(params) -> SchedulerHost:
                          sum(REQUEST_HOST_US[k] for k in parts), **windows)
 
 
+@lru_cache(maxsize=1)
 def serving_host_params() -> dict[str, float]:
     """`any/serving_host` of the shipped profile (a GPU serving host's CPU-side figures,
-    `epsim.calibrate.serving_host`): host times, whatever GPU a scenario names; {} without it."""
+    `epsim.calibrate.serving_host`): host times, whatever GPU a scenario names; {} without it.
+    Read once, as `shipped_host_params` is (every cost model asks for it)."""
     return Profile.load(default_profile_path()).params("any", "serving_host")
 
 
