@@ -59,6 +59,7 @@ MOST_CLIENTS = 128        # the clients table stops here: the B200 FP8 rows abov
 #                           no InferenceX script states (docs/silicon.md, "Why the aggregated rows miss")
 _MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2}(?:T[0-9:.]+Z?)?)")
 _CLIENTS = re.compile(r"silicon_concurrency=(\d+)")
+_SERVER_ISL = re.compile(r"prompts as the server tokenized them: ISL \d+ x [\d.]+ = (\d+)")
 _WIDTH = re.compile(r"(?<![a-z_])(tp|dp)(\d+)")
 TPOT_SAME = 0.02          # repeat runs: two rows of one deployment whose mean TPOT agrees this well
 # --first-wave: the deployments (system, precision, layout as run) measured on 2026-03-25 at 1k/1k
@@ -75,6 +76,14 @@ def harness(entry: dict, source: str) -> str:
     if match and moment(match.group(1)) < moment(HARNESS_WARMUP_FROM):
         return "InferenceX one node, no warm-up (before 2026-01-21)"
     return f"InferenceX one node, {RUN_REQUESTS_PER_CLIENT['agg']}N after 2N warm-ups of one prompt"
+
+
+def server_prompt(entry: dict) -> str:
+    """The SGLang version and the stated ISL as the server prefilled it: x 5.03 where the row
+    ran InferenceX's unfixed client under transformers 5 (`client_tokenizer`, its assumption)."""
+    found = [m for t in entry["epsim"]["assumptions"] if (m := _SERVER_ISL.match(t))]
+    tokens = int(found[0].group(1)) if found else entry["isl"]
+    return f"{entry['version'] or 'not stated'}, ISL {entry['isl']} -> {tokens} tokens"
 
 
 def mtp(entry: dict) -> str:
@@ -354,6 +363,11 @@ def table() -> str:
              group_table(predicted, "month", "By month measured"),
              group_table(predicted, "harness", "By benchmark harness"),
              group_table(predicted, "mtp", "By MTP"),
+             group_table([{**r, "SGLang, prompt the server prefilled": server_prompt(r)}
+                          for r in predicted if r["mode"] == "agg" and r["day"] >= "2026-03"],
+                         "SGLang, prompt the server prefilled", "InferenceX one-node runs of "
+                         "2026-03 on, by the prompt the server prefilled (docs/silicon.md, "
+                         "'The B300 runs')"),
              isl_pairs(predicted), by_clients(rows), pd_terms(predicted), pd_steps(predicted),
              repeats(rows), lone_clients(rows),
              same_client()]

@@ -4,7 +4,13 @@ a step exposes.
 SGLang 0.5.5-0.5.9 runs every extend (prefill) forward eagerly at the silicon rows' flags: its
 CUDA graphs are decode's, and the piecewise CUDA graph that captures extends is off by default
 (`enable_piecewise_cuda_graph = False`, 0.5.9 `server_args.py:604`; PR #16331 of 2026-03-02 turns
-it on later), which no row's recipe sets (the P/D prefill recipes disable CUDA graphs). The CPU then
+it on later), which no row's recipe sets (the P/D prefill recipes disable CUDA graphs). 0.5.10.post1
+defaults it on (`disable_piecewise_cuda_graph = False`, `server_args.py:637`, at most 2048 tokens
+for an MLA model, :1254-1261) but turns it off again for every row that runs 0.5.10 or later:
+`--moe-runner-backend flashinfer_trtllm` (:2722-2731, "bypassed topk is incompatible with
+torch.compile"; every B200/B300 DeepSeek agg script passes it), `--enable-symm-mem` (:1131-1133),
+DP attention (:1092-1093), an all-to-all MoE backend (:1104-1105) and P/D disaggregation
+(:1129-1130), so those extends run eager as 0.5.9's do. The CPU then
 issues each kernel from Python, one after another; the GPU runs them as they come. Without a
 host sync inside the forward the CPU runs ahead, so the forward lasts `max(device, host)`; where
 the forward waits on the host every layer (DeepEP normal mode's dispatch spins the CPU on each

@@ -29,6 +29,15 @@ def test_harness_reads_the_source_and_the_warmup_date():
         "not known")
 
 
+def test_server_prompt_reads_the_inflated_prompt_from_the_assumptions():
+    inflated = {"version": "0.5.10.post1", "isl": 1024, "epsim": {"assumptions": [
+        "prompts as the server tokenized them: ISL 1024 x 5.03 = 5152 (InferenceX's client ...)"]}}
+    plain = {"version": "0.5.9", "isl": 8192, "epsim": {"assumptions": ["ISL/OSL uniform"]}}
+    assert gap.server_prompt(inflated) == "0.5.10.post1, ISL 1024 -> 5152 tokens"
+    assert gap.server_prompt(plain) == "0.5.9, ISL 8192 -> 8192 tokens"
+    assert gap.server_prompt({**plain, "version": ""}).startswith("not stated, ")
+
+
 def test_group_table_on_three_runs():
     def run(measured, predicted, k):
         return {"system": "h200_sxm", "measured_ttft_ms": measured, "predicted_ttft_ms": predicted,
