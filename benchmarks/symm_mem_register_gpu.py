@@ -10,14 +10,23 @@ whose allocator calls exactly these two NCCL functions for each new segment, wit
 tokens needs segments of T x 7168 x 2 bytes (DeepSeek-R1's hidden size, bf16); the decode graphs
 left only 20 MB ones, so a cold server's first large prefills grow the pool inside the run.
 
-    python benchmarks/symm_mem_register_gpu.py --out DIR [--ranks N] [--sizes-mb 20,52,104,208]
+    python benchmarks/symm_mem_register_gpu.py --out DIR [--ranks N] [--sizes-mb 14,42,98,210,224]
 
-N ranks (default: every visible GPU) each allocate and register every size `--repeats` times in
-the same order (a collective), after one warm-up all-reduce as SGLang's pynccl does at init. Writes
-`DIR/symm_mem_register.jsonl`: one line per rank, size and repeat with `alloc_s` and
-`register_s` (host seconds of each call), the NCCL version, GPU name and rank count. One rank
-registers with no peer (no peer mapping, no multicast): with one GPU it measures the allocation
-half alone. Needs torch with CUDA and the libnccl.so.2 torch ships (nvidia-nccl wheel), nothing
+N ranks (default: every visible GPU) each register one `--startup-mb` segment first (the
+start-up's: the first symmetric window also builds NCCL's device communicator and, NVLS on, the
+multicast team, `ncclSymkInitOnce`, NCCL 2.28.3 `src/sym_kernels.cc:205`; a cold server's graph
+capture already paid it), then allocate and register every size `--repeats` times in the same
+order (a collective). The default sizes are one bf16 [T, 7168] tensor at T = 1,024, 3,072,
+7,168, 15,360 and 16,384 tokens: the segments a first wave of c = 4, 8, 16 1k prompts adds when
+it runs as 1 + (c - 1) prompts, and a 16k chunk's (four of each size per growth: docs/silicon.md,
+"The symmetric pool's growth, step by step"). Writes
+`DIR/symm_mem_register.jsonl`: one line per rank, size and repeat with `alloc_s` and `register_s`
+(host seconds of each call), `phase` (`startup` or `growth`), the NCCL version, GPU name and rank
+count, and NCCL's own log `DIR/nccl.<host>.<pid>.log` (INIT, NVLS, REG: whether multicast was
+on and each segment's bind). NVLS needs more than two GPUs (NCCL 2.28.3 `ncclNvlsInit`,
+`src/transport/nvls.cc:160`: `gpuCount <= 2` returns with NVLS off), so on two GPUs a window
+registers with peer import and mapping but no multicast bind; on one, with neither: read those as
+lower bounds. Needs torch with CUDA and the libnccl.so.2 torch ships (nvidia-nccl wheel), nothing
 else; no network.
 """
 
@@ -66,9 +75,13 @@ def _check(result: int, what: str) -> None:
         raise RuntimeError(f"{what} returned ncclResult {result}")
 
 
-def _rank(rank: int, nranks: int, uid: bytes, sizes: list[int], repeats: int, out: str) -> None:
+def _rank(rank: int, nranks: int, uid: bytes, sizes: list[int], repeats: int, out: str,
+          startup_size: int) -> None:
     os.environ.setdefault("NCCL_CUMEM_ENABLE", "1")      # as SGLang sets under --enable-symm-mem
     os.environ.setdefault("NCCL_NVLS_ENABLE", "1")
+    os.environ.setdefault("NCCL_DEBUG", "INFO")          # the log says whether NVLS was on
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NVLS,REG")
+    os.environ.setdefault("NCCL_DEBUG_FILE", str(Path(out).parent / "nccl.%h.%p.log"))
     import torch
     torch.cuda.set_device(rank)
     nccl = _libnccl()
@@ -88,22 +101,24 @@ def _rank(rank: int, nranks: int, uid: bytes, sizes: list[int], repeats: int, ou
     gpu = torch.cuda.get_device_name(rank)
     held = []
     with open(out, "a") as f:
-        for size in sizes:
-            for repeat in range(repeats):
-                ptr, win = ctypes.c_void_p(), ctypes.c_void_p()
-                t0 = time.perf_counter()
-                _check(nccl.ncclMemAlloc(ctypes.byref(ptr), size), "ncclMemAlloc")
-                t1 = time.perf_counter()
-                _check(nccl.ncclCommWindowRegister(comm, ptr, size, ctypes.byref(win),
-                                                   NCCL_WIN_COLL_SYMMETRIC),
-                       "ncclCommWindowRegister")
-                t2 = time.perf_counter()
-                held.append((ptr, win))                   # the pool keeps its segments
-                f.write(json.dumps({"rank": rank, "nranks": nranks, "size_bytes": size,
-                                    "repeat": repeat, "alloc_s": t1 - t0, "register_s": t2 - t1,
-                                    "comm_init_s": init_s, "nccl_version": version.value,
-                                    "gpu": gpu, "window_null": win.value is None}) + "\n")
-                f.flush()
+        schedule = [("startup", startup_size, 0)] + [("growth", size, repeat) for size in sizes
+                                                      for repeat in range(repeats)]
+        for phase, size, repeat in schedule:
+            ptr, win = ctypes.c_void_p(), ctypes.c_void_p()
+            t0 = time.perf_counter()
+            _check(nccl.ncclMemAlloc(ctypes.byref(ptr), size), "ncclMemAlloc")
+            t1 = time.perf_counter()
+            _check(nccl.ncclCommWindowRegister(comm, ptr, size, ctypes.byref(win),
+                                               NCCL_WIN_COLL_SYMMETRIC),
+                   "ncclCommWindowRegister")
+            t2 = time.perf_counter()
+            held.append((ptr, win))               # the pool keeps its segments
+            f.write(json.dumps({"rank": rank, "nranks": nranks, "phase": phase,
+                                "size_bytes": size, "repeat": repeat, "alloc_s": t1 - t0,
+                                "register_s": t2 - t1,
+                                "comm_init_s": init_s, "nccl_version": version.value,
+                                "gpu": gpu, "window_null": win.value is None}) + "\n")
+            f.flush()
     for ptr, win in held:
         if win.value is not None:
             nccl.ncclCommWindowDeregister(comm, win)
@@ -115,7 +130,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ranks", type=int, default=0, help="0: every visible GPU")
-    parser.add_argument("--sizes-mb", default="20,52,104,208")
+    parser.add_argument("--sizes-mb", default="14,42,98,210,224",
+                        help="growth segments, MiB (default: bf16 [T, 7168] at T = 1k-16k)")
+    parser.add_argument("--startup-mb", type=float, default=20.0,
+                        help="the start-up's first segment (torch's 20 MiB class), MiB")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     try:
@@ -123,7 +141,10 @@ def main(argv=None) -> int:
     except ValueError:
         sizes = []
     if not sizes or min(sizes) < 1:
-        print(f"--sizes-mb ({args.sizes_mb}) must be comma-separated positive MB", file=sys.stderr)
+        print(f"--sizes-mb ({args.sizes_mb}) must be comma-separated positive MiB", file=sys.stderr)
+        return 2
+    if not args.startup_mb > 0:
+        print(f"--startup-mb ({args.startup_mb}) must be > 0", file=sys.stderr)
         return 2
     if args.repeats < 1:
         print(f"--repeats ({args.repeats}) must be >= 1", file=sys.stderr)
@@ -144,16 +165,20 @@ def main(argv=None) -> int:
     _check(_libnccl().ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_rank, args=(r, nranks, bytes(uid.internal), sizes, args.repeats,
-                                             str(out))) for r in range(nranks)]
+                                             str(out), int(args.startup_mb * 2**20)))
+             for r in range(nranks)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    for size in sizes:
-        got = [r for r in rows if r["size_bytes"] == size]
+    if nranks <= 2:
+        print(f"{nranks} rank(s): NCCL keeps NVLS off at <= 2 GPUs, so no multicast bind was "
+              "timed (a lower bound)")
+    for phase, size in [("startup", int(args.startup_mb * 2**20))] + [("growth", s) for s in sizes]:
+        got = [r for r in rows if r["size_bytes"] == size and r["phase"] == phase]
         if got:
-            print(f"{size / 2**20:6.0f} MB: alloc max {max(r['alloc_s'] for r in got) * 1e3:8.2f} ms, "
+            print(f"{phase:7s} {size / 2**20:6.0f} MiB: alloc max {max(r['alloc_s'] for r in got) * 1e3:8.2f} ms, "
                   f"register max {max(r['register_s'] for r in got) * 1e3:8.2f} ms "
                   f"({len(got)} calls, {nranks} ranks)")
     return 0 if all(p.exitcode == 0 for p in procs) else 1

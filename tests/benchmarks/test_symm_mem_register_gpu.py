@@ -11,6 +11,7 @@ import symm_mem_register_gpu as smr  # noqa: E402
 
 @pytest.mark.parametrize("args, word", [(["--sizes-mb", "20,x"], "--sizes-mb"),
                                         (["--sizes-mb", "0"], "--sizes-mb"),
+                                        (["--startup-mb", "0"], "--startup-mb"),
                                         (["--repeats", "0"], "--repeats")])
 def test_bad_arguments_one_line_exit_2(args, word, capsys, tmp_path):
     assert smr.main(["--out", str(tmp_path), *args]) == 2
