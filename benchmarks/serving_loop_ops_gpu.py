@@ -101,6 +101,7 @@ def main() -> int:
     launches = {name: 2 if name == "sub_clamp" else 1 for name in per_op}
     result = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
               "python": platform.python_version(), "device": torch.cuda.get_device_name(),
+              "date": time.strftime("%Y-%m-%d", time.gmtime()),      # the profile's provenance
               "batch": BS, "bursts": BURSTS, "calls": CALLS, "ops_us": per_op,
               "launches": launches,
               "mean_us": sum(per_op.values()) / sum(launches.values())}

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if component is None:
         print(f"records ({args.records}) hold no rebalance_term host records", file=sys.stderr)
         return 2
-    put_component(args.profile, "any/rebalance_host", component, args.records, len(raw),
+    put_component(args.profile, "any/rebalance_host", component, {args.records: len(raw)},
                   sorted({s.record.provenance.device for s in raw}))
     print(json.dumps(component.residuals))
     return 0

@@ -153,6 +153,8 @@ class ForwardHost:
 def launch_host_us(params) -> tuple[float, str]:
     """(µs, source) of one eager launch's host time: the profile's `any/block_ops/host` per
     launch of the block it timed, else the shipped profile's (module doc)."""
+    # not `any/serving_host` `loop_launch_us` (the scheduler loop's small index and copy ops):
+    # the model's launches are GEMMs, norms and attention with weights and arguments, the block's
     block = params.eager.block_ops.timing
     if block.host_us > 0:
         return block.host_us / launches(BLOCK_OPS_PARTS), "any/block_ops/host per launch"

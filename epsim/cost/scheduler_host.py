@@ -68,12 +68,17 @@ record `epsim/data/records/host/serving_host_gpu.json`, carried into the profile
                      counts): the GPU host's `h2d_tensor_us`
   read-backs         `.tolist()` / `.item()` of a small device tensor (`READBACKS`): the GPU
                      host's `readback_us`, the host part (the wait is the GPU's time, in the step)
-  other launches     `launch_us`: the live bench's eager block ops minus their device time
-                     (`any/block_ops/host` over the block's 27 launches, on a lent 1x H200
-                     machine's host: real aten ops with arguments, their outputs allocated, the
-                     module's Python around them); the GPU host's minimal `add_` (`any/
-                     serving_host` `launch_us`, no allocation, no view) is a floor for it, not its
-                     measure. Without that record, `DEFAULT_LAUNCH_US`.
+  other launches     `launch_us`: the loop's own kinds of eager op (clone, cast, index_put,
+                     slice copies, cumsum, argmax, softmax, arange, full, with the loop's
+                     arguments, outputs allocated) timed on a GPU host, per launch (`any/
+                     serving_host` `loop_launch_us`: `benchmarks/serving_loop_ops_gpu.py`, an H100
+                     machine's 16 CPUs, 2026-12-06, record `epsim/data/records/host/
+                     serving_loop_ops_gpu.json`; 11.8 us); the GPU host's minimal `add_`
+                     (`launch_us`, no allocation, no view) is a floor for them, not their measure.
+                     Without that record, the live bench's eager block ops minus their device
+                     time (`any/block_ops/host` over the block's 27 launches, a lent 1x H200
+                     machine's host: other ops, the module's Python around them; 29.3 us); without
+                     either, `DEFAULT_LAUNCH_US`.
 
 The loop's per-request Python is priced per decoding request of the step (the slowest DP rank's
 scheduler; with attention TP every rank's scheduler runs the whole batch), at `REQUEST_HOST_US`:
@@ -118,7 +123,7 @@ from epsim.cost.allreduce import ring_us
 from epsim.cost.block_ops import PARTS as BLOCK_OPS_PARTS
 from epsim.cost.block_ops import launches
 from epsim.eplb.host_terms import shipped_host_params
-from epsim.profile import Profile, default_profile_path
+from epsim.profile import Component, Profile, default_profile_path
 
 # eager launches and host read-backs of one decode step of `event_loop_normal` outside the CUDA
 # graph, by where the code issues them (SGLang 0.4.9-0.5, DP attention, CUDA-graph decode)
@@ -163,6 +168,9 @@ GRAPH_WINDOWS = {
 }
 DECODE_REQUEST_PARTS = ("result", "stream")
 DEFAULT_LAUNCH_US = 10.0           # no host record: a PyTorch eager op's dispatch on a host CPU
+# the closing part of `any/serving_host`'s note `epsim.calibrate.serving_host` writes with the
+# loop-ops record: its launches, host, date and path, named as `launch_us`'s source
+LOOP_NOTE = "scheduler loop launches: "
 SYNC_INFO_BYTES = 8 * 10           # one DP rank's batch info: ~10 int64 (MLPSyncBatchInfo)
 # messages in series of one gloo collective over n ranks (PyTorch's ProcessGroupGloo runs gloo's
 # algorithms): binomial-tree broadcast, ring all-gather, ring all-reduce (reduce-scatter, gather)
@@ -181,7 +189,8 @@ class SchedulerHost:
         exposed: the loop is SGLang's normal one (overlap scheduling disabled, or speculative
             decoding); False: the host work overlaps the forward and adds nothing.
         launches: eager launches and read-backs per step outside the CUDA graph.
-        launch_us: host time of one eager op (`any/block_ops/host` per launch, else the default).
+        launch_us: host time of one eager op (`any/serving_host` `loop_launch_us`, else
+            `any/block_ops/host` per launch, else the default).
         gather_us: the DP attention all-gather of the batch info over NCCL (0 without DP
             attention, or where it runs over gloo and counts in `gloo_collectives`).
         source: where `launch_us` came from.
@@ -287,12 +296,14 @@ def scheduler_host(params) -> SchedulerHost:
         names = [k for k in names if k not in GRAPH_WINDOWS["target"]["launches"]]
     count = sum({**DECODE_LAUNCHES, **SPECULATIVE_LAUNCHES}[k] for k in names)
     block = params.eager.block_ops.timing
-    if block.host_us > 0:
+    serving = serving_host_params()
+    if "loop_launch_us" in serving:
+        launch_us, source = serving["loop_launch_us"], loop_launch_source()
+    elif block.host_us > 0:
         launch_us = block.host_us / launches(BLOCK_OPS_PARTS)
         source = "any/block_ops/host per launch"
     else:
         launch_us, source = DEFAULT_LAUNCH_US, "default"
-    serving = serving_host_params()
     upload_us = serving.get("h2d_tensor_us", launch_us)
     readback_us = serving.get("readback_us", launch_us)
     par, tp = params.parallel, params.tp_collectives
@@ -331,11 +342,25 @@ def scheduler_host(params) -> SchedulerHost:
 
 
 @lru_cache(maxsize=1)
+def _serving_host() -> Component | None:
+    """`any/serving_host` of the shipped profile, read once, as `shipped_host_params` is (every
+    cost model asks for it)."""
+    return Profile.load(default_profile_path()).component("any", "serving_host")
+
+
 def serving_host_params() -> dict[str, float]:
     """`any/serving_host` of the shipped profile (a GPU serving host's CPU-side figures,
-    `epsim.calibrate.serving_host`): host times, whatever GPU a scenario names; {} without it.
-    Read once, as `shipped_host_params` is (every cost model asks for it)."""
-    return Profile.load(default_profile_path()).params("any", "serving_host")
+    `epsim.calibrate.serving_host`): host times, whatever GPU a scenario names; {} without it."""
+    comp = _serving_host()
+    return dict(comp.params) if comp else {}
+
+
+def loop_launch_source() -> str:
+    """Where `loop_launch_us` comes from: the component and its loop-ops record (`LOOP_NOTE`'s
+    part of its note: launches, host, date, path)."""
+    comp = _serving_host()
+    where = comp.note.split(LOOP_NOTE, 1)[1] if comp and LOOP_NOTE in comp.note else ""
+    return "any/serving_host loop_launch_us" + (f": {where}" if where else "")
 
 
 def gloo_collective_us(serving: dict[str, float], name: str, ranks: int,

@@ -1,6 +1,7 @@
 """benchmarks/lmsys_plain_host.py: epsim's price of the host time between forwards in LMSYS's MTP
 case study regenerates number for number (the timed section is this machine's), and a cycle
-exposes more host time than a plain step, as SGLang's loops order them."""
+runs more host work than a plain step, as SGLang's loops order them (what its draft's graphs hide
+of it may leave it exposing less)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import warnings
 from tests.benchmarks import load_script
 
 
-def test_the_recorded_price_table_regenerates_and_a_cycle_exposes_more_than_a_step():
+def test_the_recorded_price_table_regenerates_and_a_cycle_runs_more_than_a_step():
     module = load_script("lmsys_plain_host")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -22,4 +23,4 @@ def test_the_recorded_price_table_regenerates_and_a_cycle_exposes_more_than_a_st
     assert overlap["exposed_us"] == 0.0 and plain["hidden_us"] == 0.0
     for cycle in cycles:    # every part of the plain step, and the cycle's own, less its hiding
         assert 0.0 < cycle["hidden_us"] < cycle["draft_gpu_us"]
-        assert cycle["exposed_us"] > plain["exposed_us"]
+        assert cycle["exposed_us"] + cycle["hidden_us"] > plain["exposed_us"]

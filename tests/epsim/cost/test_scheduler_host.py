@@ -52,9 +52,11 @@ def test_overlap_scheduling_hides_the_host_time():
 def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     cm = _model(disable_overlap_schedule=True)
     host = cm.scheduler_host
-    # one launch's host time: the live block's eager host time over its launches
-    block = cm.params.eager.block_ops.timing.host_us
-    assert block > 0 and host.launch_us == pytest.approx(block / launches(PARTS))
+    # one launch's host time: the loop's own eager ops timed on a GPU host, per launch, named
+    # with their record's host and date
+    serving = serving_host_params()
+    assert host.launch_us == serving["loop_launch_us"]
+    assert "serving_loop_ops_gpu.json" in host.source and "2026-12-06" in host.source
     # the batch info of the 16 DP ranks gathered over NCCL across the two nodes, eager
     tp = cm.params.tp_collectives
     gather = float(ring_us(SYNC_INFO_BYTES * EP, EP, 2, tp.allreduce["nccl"], passes=1))
@@ -63,7 +65,6 @@ def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     assert host.launches == sum(DECODE_LAUNCHES.values()) - DECODE_LAUNCHES["sampler"]
     # of its launches, the batch info and DP counts uploaded and two read-backs, each at the GPU
     # host's time of that call
-    serving = serving_host_params()
     assert (host.uploads, host.readbacks) == (3, 2)
     assert (host.upload_us, host.readback_us) == (serving["h2d_tensor_us"], serving["readback_us"])
     # recv_requests broadcasts the control requests over the 16 ranks' gloo group: a binomial
@@ -78,7 +79,8 @@ def test_the_normal_loop_adds_its_launches_and_the_dp_gather():
     plain = _model()
     assert _step_us(cm) - _step_us(plain) == pytest.approx(expected + 2 * host.request_us)
     # and the provenance says what the step overhead holds
-    assert "scheduler's host time" in str(provenance(cm)["components"])
+    components = str(provenance(cm)["components"])
+    assert "scheduler's host time" in components and "serving_loop_ops_gpu.json" in components
     assert "scheduler's host time" not in str(provenance(plain)["components"])
 
 
@@ -122,7 +124,15 @@ def test_the_drafts_forwards_leave_the_per_request_python_to_the_verify():
     assert draft.cost_model.scheduler_host.request_us == 0.0
 
 
-def test_without_a_host_record_a_launch_takes_the_default():
+def test_without_the_loop_record_a_launch_takes_the_block_ops_host_else_the_default(monkeypatch):
+    serving = {k: v for k, v in serving_host_params().items() if k != "loop_launch_us"}
+    monkeypatch.setattr("epsim.cost.scheduler_host.serving_host_params", lambda: serving)
+    cm = _model(disable_overlap_schedule=True)
+    host = cm.scheduler_host
+    # the live block's eager host time over its launches
+    block = cm.params.eager.block_ops.timing.host_us
+    assert block > 0 and host.launch_us == pytest.approx(block / launches(PARTS))
+    assert host.source == "any/block_ops/host per launch"
     sheet = Profile(name="datasheet-H200", hardware="H200")
     host = _model(sheet, disable_overlap_schedule=True).scheduler_host
     assert host.launch_us == DEFAULT_LAUNCH_US and host.source == "default"
