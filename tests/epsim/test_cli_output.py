@@ -197,7 +197,7 @@ def test_every_command_line_in_the_repository_refuses_abbreviations():
 
 _SWALLOWED_INTERRUPT = """
 import signal, time, weakref
-from epsim.cli import Terminated, interrupts_handled
+from epsim.interrupts import Terminated, interrupts_handled
 
 # as a fresh `epsim` process starts: a child inherits ignored signals and the signal mask
 signal.pthread_sigmask(signal.SIG_SETMASK, [])
