@@ -133,7 +133,7 @@ def run_scenario(text: str, where: str, base_dir: str, overrides_json: str = "{}
     """Simulate a scenario (text + overrides) with a progress bar; cached by its inputs, so a
     second call with the same inputs returns at once."""
     from epsim.report import request_latencies_ms, summarize, write_summary, write_timeseries
-    from epsim.report.summary import format_table
+    from epsim.report.table import format_table
     from epsim.sim import Simulation
     from epsim.sim.load_trace import LoadTrace
 

@@ -13,7 +13,8 @@ import yaml
 from epsim.errors import SpecError
 from epsim.plan.columns import derived_columns
 from epsim.sim.steady import steady_running_per_rank
-from epsim.report.summary import format_table, summarize
+from epsim.report.summary import summarize
+from epsim.report.table import format_table
 from epsim.sim import Simulation
 from epsim.spec import scenario_from_dict
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from epsim.report import summarize
-from epsim.report.summary import format_table, tpot_ms
+from epsim.report.summary import tpot_ms
+from epsim.report.table import format_table
 from epsim.sim import Simulation, simulate
 from epsim.sim.arrivals import Requests
 from epsim.sim.batching import Scheduler

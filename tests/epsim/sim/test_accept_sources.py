@@ -12,7 +12,7 @@ import pytest
 
 from epsim.errors import SpecError
 from epsim.report import summarize
-from epsim.report.summary import format_table
+from epsim.report.table import format_table
 from epsim.sim import simulate
 from epsim.sim.accept_sources import (DEEPSEEK_ACCEPT_RATE, PR649_CHAT_MEAN, PR649_RAW_MEAN,
                                       PR649_STEPS, SOURCES, chain_mean, chain_rate)
