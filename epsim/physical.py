@@ -23,6 +23,8 @@ BOUNDS = (
     ("_us", 0.0, MAX_US, True),
     ("_us_per_kb", 0.0, MAX_US, True),
     ("_us_per_slot", 0.0, MAX_US, True),
+    # a share of the shorter branch a second stream hides (`epsim.cost.dual_stream`): may be none
+    ("_overlap_frac", 0.0, 1.0, True),
     ("_frac", 0.0, 1.0, False),             # an efficiency: a fraction of the datasheet figure
     # a rate against the datasheet HBM that L2 may beat (MLA's re-reads, `epsim.cost.mla`)
     ("_hbm_ratio", 0.0, 10.0, False),
@@ -42,6 +44,7 @@ def param_problem(name: str, value: float) -> str | None:
             above = value >= low if inclusive else value > low
             if not (above and value <= high):
                 unit = {"_gbps": "GB/s", "tflops": "TFLOP/s", "_frac": "of the datasheet",
+                        "_overlap_frac": "of the shorter branch",
                         "_hbm_ratio": "of the datasheet HBM"}.get(
                     suffix, "µs")
                 return f"must be {'>=' if inclusive else '>'} {low:g} and <= {high:g} ({unit})"

@@ -23,6 +23,7 @@ from epsim.cost.attention import (BatchCounts, attention_projections_us, attenti
                                   kv_ratio, lm_head_us, measured_attention_us)
 from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.attention_ops import attention_ops_us
+from epsim.cost.dual_stream import beside_us
 from epsim.cost.comm import per_message
 from epsim.cost.experts import dense_gemm, dense_us
 from epsim.cost.flash import DecodeKernel
@@ -233,8 +234,9 @@ class CostModel:
                                        (moe.dispatch_wire_us, moe.combine_wire_us), hooked,
                                        self.params.gemm.num_sms)
             layer, scale = overlapped_us(stages, batch.phase, hooked), 2.0
-        elif terms.shared_beside:       # on their own stream: the longer of the two
-            layer = (attn + np.maximum(shared, moe.experts_us + moe.block_ops_us)) + moe.comm_us
+        elif terms.shared_beside:       # on their own stream: the longer, part of the shorter
+            layer = (attn + beside_us(shared, moe.experts_us + moe.block_ops_us,
+                                      terms.beside_overlap_frac)) + moe.comm_us
             scale = 1.0
         else:
             layer = (attn + shared) + moe.experts_us + moe.block_ops_us + moe.comm_us
@@ -331,7 +333,8 @@ class CostModel:
                                        (wire[:, 0], wire[:, 1]), True, self.params.gemm.num_sms)
             layer, scale = overlapped_us(stages, "decode", True), 2.0           # [k, layers]
         elif terms.shared_beside:       # as `step`
-            layer, scale = (attn[:, None] + np.maximum(shared, experts + block)) + comm, 1.0
+            layer, scale = (attn[:, None] + beside_us(shared, experts + block,
+                                                      terms.beside_overlap_frac)) + comm, 1.0
         else:
             layer, scale = (attn[:, None] + shared) + experts + block + comm, 1.0
         if stacked.sync.any():
@@ -395,10 +398,11 @@ class CostModel:
                     + self.scheduler_host.step_us + self.scheduler_host.requests_us(requests))
         ops = self._attention_ops(part.tokens)
         max_tokens = float(self.ep_tokens(batch).max(initial=0.0))
+        beside = bool(p.shared_beside and own and 0 < max_tokens <= DUAL_STREAM_TOKENS)
         terms = TokenTerms(graph, shared, lm_head, dense_mlp, overhead, max_tokens,
                            0.0 if ops is None else float(ops.max(initial=0.0)),
-                           self._prepare_us(part) if part is not batch else 0.0,
-                           bool(p.shared_beside and own and 0 < max_tokens <= DUAL_STREAM_TOKENS))
+                           self._prepare_us(part) if part is not batch else 0.0, beside,
+                           p.dual_stream.at(max_tokens) if beside and p.dual_stream else 1.0)
         if len(self._terms_memo) >= 64:
             self._terms_memo.clear()
         self._terms_memo[key] = terms

@@ -25,6 +25,7 @@ from typing import Mapping
 import numpy as np
 
 from epsim.cost.attention_ops import BlockOps
+from epsim.cost.dual_stream import DualStreamOverlap
 from epsim.cost.experts import ExpertGemm
 from epsim.cost.flash import FA2_GRIDS, FlashGrids
 from epsim.cost.mla import MlaParams
@@ -260,6 +261,8 @@ class CostParams:
             FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`), or None.
         shared_beside: the unfused shared experts run beside the router and routed experts on
             their own stream at up to `DUAL_STREAM_TOKENS` tokens (`epsim.cost.shared_experts`).
+        dual_stream: how much of the shorter of the two branches then overlaps the longer, by
+            tokens (`epsim.cost.dual_stream`); None: the ideal overlap (the longer alone).
     """
 
     model: ModelSpec
@@ -295,6 +298,7 @@ class CostParams:
     fused_shared_experts: int = 0
     fp8_gemm: TrtllmFp8Gemm | None = None
     shared_beside: bool = False
+    dual_stream: DualStreamOverlap | None = None
 
     def step(self, graph: bool) -> StepKindParams:
         """The MoE layers' parameters in a CUDA-graph (`graph`) or eager step."""

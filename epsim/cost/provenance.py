@@ -16,8 +16,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from epsim.cost.comm import per_message
+from epsim.cost.dual_stream import provenance_lines as dual_stream_lines
 from epsim.cost.ledger import COLUMN, Ledger
 from epsim.cost.scheduler_host import scheduler_host
+from epsim.cost.shared_experts import DUAL_STREAM_TOKENS
 from epsim.cost.timing import band_ratios
 from epsim.cost.trtllm_fp8_gemm import PROVENANCE as FP8_GEMM
 from epsim.cost.tp import ALLREDUCE_KEY, measured_none_reduce
@@ -210,7 +212,11 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
         else:
             gemm = ["dense GEMM costed with the experts fit's bandwidth and FLOP rate"]
             gemm_key = experts_key
-        use("shared_experts", "device", gemm_key, row[COLUMN["shared_experts"]], graph, hidden, gemm)
+        # SGLang's dual stream (<= DUAL_STREAM_TOKENS tokens: the ledger's range, capped there)
+        dual = (dual_stream_lines(params.dual_stream, lo, min(hi, DUAL_STREAM_TOKENS))
+                if params.shared_beside and lo <= DUAL_STREAM_TOKENS else [])
+        use("shared_experts", "device", gemm_key, row[COLUMN["shared_experts"]], graph, hidden,
+            gemm + dual)
         use("dense", "device", gemm_key, row[COLUMN["dense"]], graph, hidden, gemm)
         host = scheduler_host(params)
         use("overhead", "host", "any/step_overhead" if "any/step_overhead" in profile.components

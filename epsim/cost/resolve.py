@@ -38,6 +38,7 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
 from epsim.cost import served_tiles
 from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_kb,
                               quant_expert_gemm, remote_slot_bytes)
+from epsim.cost.dual_stream import dual_stream_overlap
 from epsim.cost.shared_experts import fused_shared_experts, shared_beside
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
 from epsim.cost.traffic import max_nodes_per_token
@@ -173,6 +174,8 @@ class _Resolver:
         # the datasheet rooflines of section 5 of docs/model.md
         dense = self.kernel("dense")
         fp8_gemm = self._fp8_gemm(graph)
+        fused = fused_shared_experts(m, d, self.engine, par.ep_size)
+        beside = shared_beside(m, d, self.engine, fused)
         return CostParams(
             model=m, cluster=c, deployment=d, time_mode=time_mode, profile_applies=self.applies,
             backend=backend, num_ranks=num_ranks, ranks_per_node=per_node,
@@ -201,10 +204,9 @@ class _Resolver:
             attention_block_ops=block_ops(m, self.engine, tp_size,
                                           d.enable_flashinfer_allreduce_fusion
                                           and not d.enable_dp_attention),
-            fused_shared_experts=fused_shared_experts(m, d, self.engine, par.ep_size),
-            fp8_gemm=fp8_gemm,
-            shared_beside=shared_beside(m, d, self.engine,
-                                        fused_shared_experts(m, d, self.engine, par.ep_size)))
+            fused_shared_experts=fused, fp8_gemm=fp8_gemm, shared_beside=beside,
+            # measured on one GPU, a ratio: whatever the cluster's GPU (`epsim.cost.dual_stream`)
+            dual_stream=dual_stream_overlap(par.tp_size) if beside else None)
 
     def _fp8_gemm(self, graph: StepKindParams) -> TrtllmFp8Gemm | None:
         """The block-FP8 dense linears on FlashInfer's trtllm GEMM (`epsim.cost.trtllm_fp8_gemm`)

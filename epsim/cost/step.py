@@ -60,6 +60,8 @@ class TokenTerms:
     attention_ops_us: float = 0.0
     prepare_us: float = 0.0        # two-batch overlap: a micro-batch's attention before its kernel
     shared_beside: bool = False    # the shared experts beside the router and routed experts
+    # ... and how much of the shorter of the two overlaps the longer (`epsim.cost.dual_stream`)
+    beside_overlap_frac: float = 1.0
 
 
 @dataclass(frozen=True, eq=False)

@@ -66,3 +66,11 @@ def test_a_rate_against_hbm_may_beat_it_within_bounds():
     assert param_problem("reread_hbm_ratio", 0.0) == ("must be > 0 and <= 10 (of the datasheet "
                                                       "HBM)")
     assert param_problem("reread_hbm_ratio", 11.0) is not None
+
+
+def test_a_share_a_second_stream_hides_may_be_none_but_not_more_than_all():
+    """`epsim.cost.dual_stream`'s overlap: 0 (the two branches in series) is physical, unlike an
+    efficiency's 0; above 1 is not."""
+    assert param_problem("t4_overlap_frac", 0.0) is None
+    assert param_problem("t4_overlap_frac", 1.0) is None
+    assert param_problem("t4_overlap_frac", 1.2) == "must be >= 0 and <= 1 (of the shorter branch)"

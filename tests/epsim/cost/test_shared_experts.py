@@ -11,6 +11,7 @@ import pytest
 
 from epsim.cost import CostModel, build_tables, contiguous_placement
 from epsim.cost.attention import BatchCounts
+from epsim.cost.dual_stream import beside_us
 from epsim.cost.experts import even_experts_us
 from epsim.cost.shared_experts import DUAL_STREAM_TOKENS, fused_shared_experts, shared_beside
 from epsim.default_profile import default_profile
@@ -72,10 +73,13 @@ def test_fused_shared_expert_is_one_more_expert_in_the_kernel():
     np.testing.assert_allclose(apart.experts_us, even_experts_us(
         np.array([32.0]), np.array([32.0]), cm.params.gemm, params))
     # apart at 4 tokens, the MLP runs beside the router and routed experts: the layer waits for
-    # the longer of the two, not their sum
+    # the longer of the two and the part of the shorter the second stream does not hide
+    # (`epsim.cost.dual_stream`), not their sum
     assert cm_apart.params.shared_beside
+    curve = cm_apart.params.dual_stream
     layer = apart.parts[6]
-    beside = (apart.parts[0] + np.maximum(apart.parts[4], apart.parts[2] + apart.parts[5])
+    beside = (apart.parts[0] + beside_us(apart.parts[4], apart.parts[2] + apart.parts[5],
+                                         curve.at(4.0) if curve else 1.0)
               + apart.parts[1] + apart.parts[3])
     np.testing.assert_allclose(layer, beside)
     assert (layer < apart.parts[:6].sum(axis=0)).all()
