@@ -199,6 +199,13 @@ def _release_code_path(value, scenario, launch):
     not a server argument (nothing to emit)."""
 
 
+def _load_balance_method(value, scenario, launch):
+    """`--load-balance-method` where not SGLang's auto (0.5.8: a prefill's bootstrap room, any
+    other server round-robin; `follow_bootstrap_room` is what a 0.5.6 decode did by itself)."""
+    if value != "auto":
+        launch.args += ["--load-balance-method", value]
+
+
 def _disaggregation(value, scenario, launch):
     if value != "null":
         launch.args += ["--disaggregation-mode", value]
@@ -283,6 +290,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     "deepep_mode": _deepep_mode,
     "dispatch_dtype": _dispatch_dtype,
     "disaggregation_mode": _disaggregation,
+    "load_balance_method": _load_balance_method,
     "enable_two_batch_overlap": _flag("--enable-two-batch-overlap"),
     "disable_cuda_graph": _flag("--disable-cuda-graph"),
     "disable_overlap_schedule": _flag("--disable-overlap-schedule"),

@@ -41,7 +41,7 @@ from epsim.sim.arrivals import Requests
 from epsim.sim.chunked_prefill import extend_counts
 from epsim.sim.clients import ClientQueues, ClosedLoop
 from epsim.sim.decode_path import DecodePath
-from epsim.sim.initial_requests import place_initial
+from epsim.sim.initial_requests import initial_ranks, place_initial
 from epsim.sim.kv_pool import KVPool
 from epsim.sim.quiet import Quiet, apply_quiet, quiet_steps
 from epsim.sim.rank_loss import drop_rank, without_freed
@@ -152,8 +152,11 @@ class Scheduler(Admission):
         self._seen_s = -np.inf           # the latest time up to which a plan took in arrivals
         # one token per request per step (`epsim.sim.decode_path`): not so with speculation
         self.decode_path = DecodePath(self.state) if mode == "decode" and spec is None else None
-        if len(init):
-            place_initial(self, init, initial_progress)   # `epsim.sim.initial_requests`
+        if len(init):                                      # `epsim.sim.initial_requests`
+            # by room, the requests running at t=0 sit on drawn ranks too (their own stream)
+            ranks = (None if rooms_seed is None else initial_ranks(
+                len(init), num_ranks, max_running, np.random.default_rng([rooms_seed, 0x1A17])))
+            place_initial(self, init, initial_progress, ranks)
         if closed is not None:
             self._send([0.0] * closed.first_sends)
 

@@ -48,32 +48,66 @@ def initial_requests(workload, reserved_decode_tokens: int, kv_tokens: int, per_
     return Requests(np.zeros(num), input_len, output_len), done
 
 
-def place_initial(sched, init: Requests, progress: np.ndarray | None) -> None:
-    """Put `init` in the first slots of `sched` (a `Scheduler`), k per rank, `progress` ([k *
-    ranks] int64, None: 0) output tokens done, their last token at t=0.
+def place_initial(sched, init: Requests, progress: np.ndarray | None,
+                  ranks: np.ndarray | None = None) -> None:
+    """Put `init` in the first slots of `sched` (a `Scheduler`), `progress` ([n] int64, None: 0)
+    output tokens done, their last token at t=0: k per rank in order, or each on its own rank
+    `ranks` ([n] int64; a server that routes by bootstrap room, `initial_ranks`).
 
     Raises:
-        ValueError: `len(init)` not `num_ranks * k` with k <= `max_running`.
+        ValueError: `len(init)` not `num_ranks * k` (no `ranks`), or a rank given more than
+            `max_running`.
     """
-    num_ranks = sched.num_ranks
-    per_rank = len(init) // num_ranks
-    if per_rank * num_ranks != len(init) or per_rank > sched.max_running:
-        raise ValueError(f"initial requests ({len(init)}) must be num_ranks x k with k <= "
+    num_ranks, num = sched.num_ranks, len(init)
+    if ranks is None:
+        per_rank = num // num_ranks
+        if per_rank * num_ranks != num or per_rank > sched.max_running:
+            raise ValueError(f"initial requests ({num}) must be num_ranks x k with k <= "
+                             f"max_running_requests ({sched.max_running})")
+        ranks = np.repeat(np.arange(num_ranks), per_rank)
+    counts = np.bincount(ranks, minlength=num_ranks)
+    if counts.max(initial=0) > sched.max_running:
+        raise ValueError(f"initial requests on one rank ({counts.max()}) must be at most "
                          f"max_running_requests ({sched.max_running})")
+    order = np.argsort(ranks, kind="stable")                     # grouped by rank, in order
+    rows = ranks[order]
+    cols = np.arange(num) - np.repeat(np.cumsum(counts) - counts, counts)   # slot in its rank
     state = sched.state
-    done = np.zeros(len(init), dtype=np.int64) if progress is None else np.asarray(progress, np.int64)
+    done = np.zeros(num, dtype=np.int64) if progress is None else np.asarray(progress, np.int64)
     first = sched.initial_start
-    done = np.minimum(done, state.output_len[first:first + len(init)] - 1)
-    ids = first + np.arange(len(init)).reshape(num_ranks, per_rank)
-    state.slot_req[:, :per_rank] = ids
-    state.used[:, :per_rank] = True
-    sched._context[:, :per_rank] = (init.input_len + done).reshape(num_ranks, per_rank)
+    done = np.minimum(done, state.output_len[first:first + num] - 1)
+    ids = first + order
+    state.slot_req[rows, cols] = ids
+    state.used[rows, cols] = True
+    sched._context[rows, cols] = init.input_len[order] + done[order]
     state.context_sum[:] = sched._context.sum(axis=1)
-    sched._out_left[:, :per_rank] = (state.output_len[ids.ravel()] - done).reshape(
-        num_ranks, per_rank)
-    state.occupied[:] = per_rank
-    state.clock.start_at_zero((slice(None), slice(None, per_rank)))   # last token at t=0
+    sched._out_left[rows, cols] = state.output_len[ids] - done[order]
+    state.occupied[:] = counts
+    state.clock.start_at_zero((rows, cols))                       # last token at t=0
     if sched.decode_path is not None:
         slots = np.flatnonzero(state.used)
         sched.decode_path.start(slots, sched._context.reshape(-1)[slots],
                                 sched._out_left.reshape(-1)[slots])
+
+
+def initial_ranks(num: int, num_ranks: int, max_running: int,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Each of `num` requests running at t=0 on a uniformly drawn DP rank, as a server that
+    routes by bootstrap room holds them in a steady state (`epsim.sim.rank_queues`): a
+    multinomial spread, not k each. A rank drawn more than `max_running` times passes the
+    excess to the emptiest ranks (its own queue would hold them; the start is a steady state).
+
+    Returns:
+        [num] int64, each request's rank.
+    """
+    if num > num_ranks * max_running:
+        raise ValueError(f"initial requests ({num}) must fit num_ranks x max_running_requests "
+                         f"({num_ranks} x {max_running})")
+    ranks = rng.integers(0, num_ranks, num)
+    counts = np.bincount(ranks, minlength=num_ranks)
+    for i in np.flatnonzero(counts[ranks] > max_running)[::-1]:   # latest drawn first
+        if counts[ranks[i]] > max_running:
+            counts[ranks[i]] -= 1
+            ranks[i] = int(np.argmin(counts))
+            counts[ranks[i]] += 1
+    return ranks

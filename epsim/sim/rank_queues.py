@@ -5,7 +5,9 @@ A P/D prefill server routes by the request's bootstrap room instead (`rooms`): S
 parallel controller sends it to rank `bootstrap_room % dp_size` (0.5.8: `server_args.py` 772-800,
 `load_balance_method` auto -> `follow_bootstrap_room` on a prefill server;
 `managers/data_parallel_controller.py` 501-520; 0.4.8-0.5.6 did so in `round_robin_scheduler`
-whenever disaggregated), and the router draws each room uniformly from 63 bits (sglang's
+whenever disaggregated, the decode server's requests too: 0.5.5 `data_parallel_controller.py`
+468-472, so a decode of those versions routes by room where `load_balance_method` says so), and
+the router draws each room uniformly from 63 bits (sglang's
 `mini_lb._generate_bootstrap_room`: `random.randint(0, 2**63 - 1)`; Dynamo likewise), so each
 arrival's rank is an independent uniform draw: ranks' queues differ by chance, which a lock-step
 forward (DP attention) pays for at the busiest rank.
@@ -272,8 +274,15 @@ class RankQueues:
 
 def routes_by_room(deployment, dp_size: int) -> bool:
     """Whether a deployment's DP ranks take requests by bootstrap room (module doc): a P/D
-    prefill server with more than one DP rank."""
-    return deployment.disaggregation_mode == "prefill" and dp_size > 1
+    prefill server with more than one DP rank, or a P/D decode server told to
+    (`load_balance_method` follow_bootstrap_room: SGLang 0.4.8-0.5.6's `round_robin_scheduler`
+    sends a disaggregated decode's requests to `bootstrap_room % dp_size` too; 0.5.8's decode
+    goes round-robin)."""
+    if dp_size <= 1:
+        return False
+    mode = deployment.disaggregation_mode
+    return mode == "prefill" or (mode == "decode" and
+                                 deployment.load_balance_method == "follow_bootstrap_room")
 
 
 def _num_mod(end, pos: np.ndarray, width: int) -> np.ndarray:

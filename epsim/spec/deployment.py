@@ -106,6 +106,14 @@ class DeploymentSpec(BaseModel):
     deepep_mode: DeepEPMode = "auto"
     dispatch_dtype: Literal[vocab.DISPATCH_DTYPES] = "fp8"
     disaggregation_mode: Literal["null", "prefill", "decode"] = "null"
+    load_balance_method: Literal["auto", "round_robin", "follow_bootstrap_room"] = Field(
+        default="auto", description=(
+            "SGLang's --load-balance-method, which DP rank a request meets: auto as 0.5.8 runs it "
+            "(a P/D prefill by the request's bootstrap room, any other server round-robin; a "
+            "prefill's round_robin is its bootstrap room too, `server_args.py` 772-800); "
+            "follow_bootstrap_room on a P/D decode as 0.4.8-0.5.6 route it "
+            "(`round_robin_scheduler`: `bootstrap_room % dp_size` whenever disaggregated; "
+            "`epsim.sim.rank_queues`)"))
     enable_two_batch_overlap: bool = False
     disable_cuda_graph: bool = Field(
         default=False, description="SGLang's flag: decode steps run eagerly, paying host launch time")

@@ -45,10 +45,14 @@ decode server at once; its first token reaches the client from the *decode* serv
   waits in the waiting queue (`decode.py:947-980`, `max_running_requests`). The decode instance's
   simulated TTFT is exactly this span: arrival, the rest of the running step, then one step,
   after any wait for a slot or KV pool room.
+
+Which decode DP rank the handed-off request meets (`decode_by_room`, `room_routed_decode`):
+round-robin on 0.5.8, its bootstrap room on 0.5.6 and older (`epsim.sim.rank_queues`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from epsim.cost.kv_transfer import kv_transfer, last_chunk_tokens
@@ -115,3 +119,41 @@ def handoff(prefill_scenario, decode_step_ms: float, decode_first_ms: float,
                    else 0.0)
     return Handoff(busy * wait * decode_step_ms, kv.transfer_us * 1e-3, decode_first_ms,
                    tokenize_ms)
+
+
+# the last SGLang release read whose `round_robin_scheduler` sends every disaggregated request,
+# the decode server's too, to `bootstrap_room % dp_size` (0.5.5 and 0.5.6
+# `managers/data_parallel_controller.py` 468-472 / 475-479; 0.5.8 sends a decode's round-robin,
+# `server_args.py` 778-787 and `data_parallel_controller.py` 466-479; 0.5.7 not read)
+ROOM_ROUTED_DECODE_UNTIL = (0, 5, 6)
+DECODE_BY_ROOM = ("decode: each request to DP rank bootstrap_room % dp_size, a uniform draw "
+                  "(SGLang 0.4.8-0.5.6 `round_robin_scheduler` routes a disaggregated decode's "
+                  "requests by room; 0.5.8 round-robin)")
+
+
+def decode_by_room(version: tuple[int, int, int] | None, deployment: dict) -> bool:
+    """Whether a P/D decode instance of SGLang `version` ((major, minor, patch); None: not
+    stated) with these `DeploymentSpec` fields meets its requests' DP ranks by bootstrap room:
+    DP attention over more than one rank, a release up to `ROOM_ROUTED_DECODE_UNTIL`, and no
+    `load_balance_method` set (none of the rows' scripts sets one on the decode)."""
+    return (version is not None and version <= ROOM_ROUTED_DECODE_UNTIL
+            and deployment.get("enable_dp_attention", False)
+            and deployment.get("dp_size", 1) > 1
+            and deployment.get("load_balance_method", "auto") == "auto")
+
+
+def room_routed_decode(version: tuple[int, int, int] | None, deployment: dict,
+                       recipe_max_running: int | None, clients: int) -> dict:
+    """The `DeploymentSpec` fields a decode instance that routes by room (`decode_by_room`)
+    changes, {} where it does not: `load_balance_method`, and a request cap a rank's drawn share
+    of the instance's `clients` can reach (the mapping caps a rank at its even share, as many as
+    round-robin sends it): the share plus six standard deviations of its binomial draw (never
+    reached in practice; a bound, not SGLang's, that keeps the slot arrays small), or the
+    recipe's `recipe_max_running` a rank (None: no recipe cap) where that is less."""
+    if not decode_by_room(version, deployment):
+        return {}
+    share = -(-clients // deployment["dp_size"])
+    drawn = share + math.ceil(6 * share ** 0.5)
+    return {"load_balance_method": "follow_bootstrap_room",
+            "max_running_requests": drawn if recipe_max_running is None
+            else min(recipe_max_running, drawn)}

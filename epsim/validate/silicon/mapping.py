@@ -24,7 +24,7 @@ from epsim.errors import EpsimError
 from epsim.routing import recorded
 from epsim.sim.accept_sources import SOURCES
 from epsim.validate.silicon import (agg_recipes, allreduce_fusion, client_tokenizer, first_use,
-                                   pd_recipes)
+                                   handoff, pd_recipes)
 from epsim.validate.silicon.needs import (GPUS, KV_CACHE_DTYPE, MODELS, Missing, Need,
                                           approximate_need, closed_loop_needs, set_path,
                                           short_answer, side_needs, spec_error)
@@ -382,6 +382,12 @@ def _plan(row: SiliconRow, ran: Resolved, approximate: bool) -> RowPlan:
             assumptions.append(fused)
         if (tiles := _served_tiles(run, instance.data)) and tiles not in assumptions:
             assumptions.append(tiles)
+        recipe = pd_recipes.for_group(ran.group) if role == "decode" else None
+        if role == "decode" and (room := handoff.room_routed_decode(
+                allreduce_fusion.sglang_version(run.backend_version), instance.data["deployment"],
+                recipe.decode.get("max_running_requests") if recipe else None, clients)):
+            instance.data["deployment"].update(room)
+            assumptions.append(handoff.DECODE_BY_ROOM)
         if said := _recorded_skew(run, role)[1]:
             placed = instance.data["deployment"].get("init_expert_location") == "from_skew"
             if placed and (ran.redundant_experts or {}).get(role):

@@ -173,3 +173,9 @@ def test_fleet_prints_a_prefill_decode_pair_and_the_router():
                            "--constraint", "tpot_ms.p99<=50", "--no-verify", "--kv-transfer", "nccl",
                            "--emit", "sglang"], capture_output=True, text=True, timeout=300)
     assert nccl.returncode == 2 and "--kv-transfer ('nccl') has no SGLang transfer backend" in nccl.stderr
+
+
+def test_a_decode_routed_by_room_says_so_and_auto_says_nothing():
+    by_room = _args(disaggregation_mode="decode", load_balance_method="follow_bootstrap_room")
+    assert _value(by_room, "--load-balance-method") == "follow_bootstrap_room"
+    assert "--load-balance-method" not in _args(disaggregation_mode="decode")

@@ -7,6 +7,7 @@ import pytest
 
 from epsim.sim.arrivals import Requests
 from epsim.sim.batching import Scheduler
+from epsim.sim.initial_requests import initial_ranks
 
 
 def _requests(arrival, input_len, output_len) -> Requests:
@@ -96,6 +97,27 @@ def test_initial_requests_are_placed_part_way():
     _step(sched, 0.0, 1.0)
     assert np.isfinite(sched.state.finish_s).sum() == 2
     assert sched.state.is_initial.all()
+
+
+def test_initial_requests_by_room_sit_on_drawn_ranks_within_the_slots():
+    # a room-routed server's steady start: a multinomial spread, each rank at most max_running
+    ranks = initial_ranks(4000, 8, 600, np.random.default_rng(1))
+    counts = np.bincount(ranks, minlength=8)
+    assert counts.sum() == 4000 and counts.max() <= 600 and counts.min() < 500 < counts.max()
+    tight = np.bincount(initial_ranks(30, 3, 10, np.random.default_rng(2)), minlength=3)
+    assert tight.tolist() == [10, 10, 10]                  # a full server: the excess moved
+    with pytest.raises(ValueError, match="must fit"):
+        initial_ranks(31, 3, 10, np.random.default_rng(2))
+    init = _requests(np.zeros(5), [10, 11, 12, 13, 14], [5, 5, 5, 5, 5])
+    sched = Scheduler(_requests([], [], []), num_ranks=2, max_running=4, chunk_tokens=10,
+                      mode="decode", initial=init, rooms_seed=3)
+    held = {int(r): sorted(sched.slot_req[r][sched.slot_req[r] >= 0].tolist()) for r in range(2)}
+    assert sorted(held[0] + held[1]) == [0, 1, 2, 3, 4]
+    assert sched.occupied.tolist() == [len(held[0]), len(held[1])]
+    # each slot holds its own request's context
+    for r in range(2):
+        for c in range(int(sched.occupied[r])):
+            assert sched._context[r, c] == 10 + sched.slot_req[r, c]
 
 
 def test_dead_rank_admits_and_runs_nothing():

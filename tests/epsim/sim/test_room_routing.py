@@ -56,13 +56,19 @@ def test_a_failed_rank_under_room_routing_says_what_is_not_modelled():
         q.route_to(np.array([True, False]), 0.5)
 
 
-def test_only_a_prefill_server_with_dp_ranks_routes_by_room():
+def test_a_prefill_server_or_an_old_decode_with_dp_ranks_routes_by_room():
     prefill = tiny_scenario(deployment={"disaggregation_mode": "prefill",
                                         "enable_dp_attention": True, "dp_size": 4})
     assert routes_by_room(prefill.deployment, prefill.dp_size)
     assert not routes_by_room(tiny_scenario().deployment, 4)
     decode = tiny_scenario(deployment={"disaggregation_mode": "decode"})
     assert not routes_by_room(decode.deployment, 4)
+    # a decode told to (SGLang 0.4.8-0.5.6's round_robin_scheduler under P/D) routes by room too
+    old = tiny_scenario(deployment={"disaggregation_mode": "decode",
+                                    "load_balance_method": "follow_bootstrap_room"})
+    assert routes_by_room(old.deployment, 4) and not routes_by_room(old.deployment, 1)
+    agg = tiny_scenario(deployment={"load_balance_method": "follow_bootstrap_room"})
+    assert not routes_by_room(agg.deployment, 4)            # no rooms without disaggregation
     assert not routes_by_room(prefill.deployment, 1)
     sim = Simulation(prefill)
     assert not sim.scheduler.queues.one_epoch()
@@ -73,7 +79,7 @@ def test_uneven_ranks_wait_longer_than_round_robin_at_the_same_load(monkeypatch)
     # forwards serve the busiest rank's queue, so chance imbalance lengthens the mean TTFT
     sc = tiny_scenario(deployment={"enable_dp_attention": True, "dp_size": 4,
                                    "chunked_prefill_size": 256, "disaggregation_mode": "prefill"},
-                       workload={"arrivals": {"kind": "poisson", "rate_per_s": 600.0},
+                       workload={"arrivals": {"kind": "poisson", "rate_per_s": 300.0},
                                  "output_len": {"kind": "fixed", "value": 1}, "duration_s": 0.6})
     rooms = simulate(sc)
     monkeypatch.setattr("epsim.sim.engine.routes_by_room", lambda deployment, dp: False)
@@ -84,3 +90,22 @@ def test_uneven_ranks_wait_longer_than_round_robin_at_the_same_load(monkeypatch)
 def _mean_ttft_s(result) -> float:
     done = ~np.isnan(result.first_token_s) & ~result.is_initial
     return float((result.first_token_s[done] - result.arrival_s[done]).mean())
+
+
+def test_a_room_routed_decode_runs_its_busiest_rank_fuller_than_round_robin(monkeypatch):
+    # the same DP-attention decode and arrivals, by room and (patched) round-robin: chance
+    # imbalance leaves some rank holding more than round-robin's even share, step after step
+    sc = tiny_scenario(deployment={"disaggregation_mode": "decode", "enable_dp_attention": True,
+                                   "dp_size": 4, "load_balance_method": "follow_bootstrap_room"},
+                       workload={"arrivals": {"kind": "poisson", "rate_per_s": 300.0},
+                                 "duration_s": 0.3})
+
+    def busiest_tokens(routed: bool) -> float:
+        monkeypatch.setattr("epsim.sim.engine.routes_by_room", lambda deployment, dp: routed)
+        sim, seen = Simulation(sc), []
+        sim.add_observer(lambda info: seen.append(info.tokens_per_rank.max()))
+        sim.run()
+        return float(np.mean(seen))
+
+    # ~7.5 requests on round-robin's busiest rank at this load, ~9.9 by room (seed 7)
+    assert busiest_tokens(True) > 1.2 * busiest_tokens(False)

@@ -8,7 +8,8 @@ import pytest
 from epsim.cost.kv_transfer import kv_bytes_per_request, kv_transfer, last_chunk_tokens
 from epsim.cost.tokenize import tokenize_s
 from epsim.spec.scenario import scenario_from_dict
-from epsim.validate.silicon.handoff import Handoff, handoff, receive_wait_steps
+from epsim.validate.silicon.handoff import (Handoff, decode_by_room, handoff, receive_wait_steps,
+                                            room_routed_decode)
 from epsim.validate.silicon.mapping import Instance
 from epsim.validate.silicon.run import closed_round, decoding_share
 
@@ -126,3 +127,26 @@ def test_the_decode_instance_runs_without_its_receive_interval():
     pre = closed_round(side("prefill"), 0.3, 0.01, 1024, 0.3)["deployment"]
     assert "scheduler_recv_interval" not in dec
     assert pre["scheduler_recv_interval"] == 10
+
+
+@pytest.mark.parametrize("version, deployment, by_room", [
+    ((0, 5, 5), {"enable_dp_attention": True, "dp_size": 32}, True),
+    ((0, 5, 6), {"enable_dp_attention": True, "dp_size": 4}, True),
+    ((0, 5, 8), {"enable_dp_attention": True, "dp_size": 32}, False),     # round-robin since
+    (None, {"enable_dp_attention": True, "dp_size": 32}, False),          # no version: default
+    ((0, 5, 5), {"enable_dp_attention": True, "dp_size": 1}, False),      # one rank: no choice
+    ((0, 5, 5), {"dp_size": 4}, False),                                   # no DP attention
+    ((0, 5, 5), {"enable_dp_attention": True, "dp_size": 32,
+                 "load_balance_method": "round_robin"}, False)])          # a flag set: kept
+def test_a_decode_before_0_5_8_meets_its_dp_rank_by_bootstrap_room(version, deployment, by_room):
+    assert decode_by_room(version, deployment) is by_room
+
+
+def test_a_room_routed_decode_may_hold_more_than_its_even_share():
+    dep = {"enable_dp_attention": True, "dp_size": 32}
+    # 8192 clients over 32 ranks: 256 a rank even, up to 256 + 6 x 16 drawn (the recipe's 2112 above)
+    assert room_routed_decode((0, 5, 5), dep, 2112, 8192) == {
+        "load_balance_method": "follow_bootstrap_room", "max_running_requests": 352}
+    assert room_routed_decode((0, 5, 5), dep, 300, 8192)["max_running_requests"] == 300
+    assert room_routed_decode((0, 5, 5), dep, None, 8192)["max_running_requests"] == 352
+    assert room_routed_decode((0, 5, 8), dep, 2112, 8192) == {}
