@@ -48,7 +48,7 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   `--ep-size 4` and no `--moe-a2a-backend` (SGLang's `none`) and no redundant experts, the 8k/1k
   prefills TP over the worker (`--tp-size TOTAL_GPUS --dp-size 1 --ep-size 1`, `TP_PREFILL`),
   whatever the group's `dp-attn` says. Flag for flag the February srt-slurm recipes'
-  (`pd_recipes`: `_FP4_PREFILL_1K`, `_fp4_decode_1k`, `_FP4_PREFILL_8K`, `_fp4_decode_8k`, with
+  (`pd_recipe_flags`: `FP4_PREFILL_1K`, `fp4_decode_1k`, `FP4_PREFILL_8K`, `fp4_decode_8k`, with
   the decode's DP size from the worker's GPUs); no script sets `--init-expert-location`, so the
   32 slots sit as SGLang places them without EPLB. Read at wxsms/dynamo@cf433e68 (the fork's
   git history; added in 80dfb82c and 69817c2d, 2025-12-08/11; `8k1k-max-tpt.sh` is `8k1k-middle-curve.sh` byte for
@@ -135,7 +135,7 @@ TP_SCRIPTS: dict[str, tuple[str, dict, dict]] = {
         _FORK, {**_COMMON, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 256},
         {**_FP4_DECODE, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256}),
 }
-# the FP4 wide-EP scripts (module doc) -> where they were read; their flags: `pd_recipes`
+# the FP4 wide-EP scripts (module doc) -> where they were read; their flags: `pd_recipe_flags`
 WIDE_EP_FP4 = {f"gb200-fp4/disagg/{name}": _FORK for name in
                ("1k1k-middle-curve", "1k1k-max-tpt", "8k1k-middle-curve", "8k1k-max-tpt")}
 # the wide-EP scripts whose prefill runs TP over the worker (no DP attention, EP 1)
@@ -162,7 +162,7 @@ _UNNAMED_SOURCE = {
 
 class ScriptFlags(NamedTuple):
     """A launch script's path, where it was read, and each side's `DeploymentSpec` fields (per
-    DP rank; `max_running_requests` a cap), in `pd_recipes.PDRecipe`'s order."""
+    DP rank; `max_running_requests` a cap), in `pd_recipe_flags.PDRecipe`'s order."""
 
     path: str
     source: str

@@ -1,4 +1,4 @@
-"""The B200 FP8 P/D groups' srt-slurm recipe (`epsim.validate.silicon.pd_recipes` carries it).
+"""The B200 FP8 P/D groups' srt-slurm recipe (`epsim.validate.silicon.pd_recipe_flags` carries it).
 
 InferenceX runs its B200 multi-node keys through srt-slurm (`runners/launch_b200-dgxc-slurm.sh`:
 `git clone https://github.com/ishandhanani/srt-slurm.git`, branch `sa-submission-q1-2026`,
@@ -14,7 +14,7 @@ groups ran this file (and this version of it) is an assumption each row states.
 What the file sets, both sides (`base`): `--kv-cache-dtype fp8_e4m3`, `--mem-fraction-static
 0.85`, `--chunked-prefill-size 32768` (`--max-prefill-tokens 32768`, the same), `--max-running-
 requests 512`, `--moe-runner-backend flashinfer_trtllm` (for which SGLang sets
-`disable_shared_experts_fusion`, as `pd_recipes._TRTLLM_MOE` says), no `--moe-a2a-backend`
+`disable_shared_experts_fusion`, as `pd_recipe_flags._TRTLLM_MOE` says), no `--moe-a2a-backend`
 (SGLang's `none`), TP 8 with EP 8; the prefill `--disable-cuda-graph`, the decode
 `--cuda-graph-max-bs 512`. The max-throughput variants add DP attention over 8 on both sides (the
 chunk and the requests divided by the DP size, as SGLang 0.5.8 divides them), STP raising both
@@ -61,7 +61,7 @@ def _sides(dp: int, max_running: int, graphs: int, draft: dict | None) -> tuple[
 
 
 def recipes() -> dict[tuple, tuple[str, str, dict, dict]]:
-    """`pd_recipes.RECIPES`' entries for these groups: key (InferenceX key, commit prefix, isl,
+    """`pd_recipe_flags.RECIPES`' entries for these groups: key (InferenceX key, commit prefix, isl,
     osl, (P workers, tp, ep, dp-attn), (D workers, ...), MTP) -> (file, source, prefill, decode)."""
     # (P workers, P side, D workers, D side, MTP, (dp, max running, graphs, draft))
     variants = [

@@ -10,7 +10,7 @@ import pytest
 from epsim.errors import SpecError
 
 from epsim.spec.scenario import scenario_from_dict
-from epsim.validate.silicon import dynamo_scripts, inferencex, pd_recipes
+from epsim.validate.silicon import dynamo_scripts, inferencex, pd_recipe_flags, pd_recipes
 from epsim.validate.silicon.inferencex import Group, Recipe
 from epsim.validate.silicon.rows import Side, SiliconRow
 
@@ -57,10 +57,10 @@ def test_flags_are_per_dp_rank_and_the_cap_never_exceeds_the_clients():
 def test_every_recipe_s_flags_are_deployment_fields():
     """Each side's flags build a scenario (the spec accepts every field and value), the ai-dynamo
     scripts' too."""
-    scripts = [pd_recipes.PDRecipe(name, *flags) for name, flags in dynamo_scripts.TP_SCRIPTS.items()]
+    scripts = [pd_recipe_flags.PDRecipe(name, *flags) for name, flags in dynamo_scripts.TP_SCRIPTS.items()]
     scripts += [pd_recipes.for_group(_fp8_2025(commit, isl))
                 for commit, isl in dynamo_scripts.UNNAMED_FP8]
-    for recipe in [*pd_recipes.RECIPES.values(), *scripts]:
+    for recipe in [*pd_recipe_flags.RECIPES.values(), *scripts]:
         for role in ("prefill", "decode"):
             flags = pd_recipes.fields(recipe, role, 1 << 20)
             deployment = {"disaggregation_mode": role, "tp_size": 8, "ep_size": 8, **flags}
@@ -147,10 +147,10 @@ def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepe
     over the DP-attention ranks); the FP8 DEP8 prefills run DeepEP normal; every wide-EP
     decode but the H200 DEP8's DeepEP low-latency; the B200 FP8 1k/1k recipe names no backend on
     either side (`pd_recipes_b200_fp8`: SGLang's `none` with DP attention)."""
-    for recipe in pd_recipes.RECIPES.values():
+    for recipe in pd_recipe_flags.RECIPES.values():
         for role in ("prefill", "decode"):
             assert "moe_a2a_backend" in pd_recipes.fields(recipe, role, 1), (recipe.config_file, role)
-    for (key, _, _, _, prefill, decode, _), recipe in pd_recipes.RECIPES.items():
+    for (key, _, _, _, prefill, decode, _), recipe in pd_recipe_flags.RECIPES.items():
         named = "-b200-" not in key or "-fp8-" not in key   # the B200 FP8 recipe names none
         wide_prefill = prefill[3] and prefill[2] > 1 and named   # DP attention, EP > 1
         expected = ("deepep", "normal") if wide_prefill and "-fp8-" in key else ("none", None)
@@ -163,7 +163,7 @@ def test_every_side_states_its_moe_path_and_only_the_fp8_wide_prefills_run_deepe
         # the FP4 wide-EP decodes' SGLANG_MOE_NVFP4_DISPATCH=1: DeepEP LL packs NVFP4
         nvfp4 = wide_decode and "-fp4-" in key
         assert (recipe.decode.get("dispatch_dtype") == "nvfp4") == nvfp4, recipe.config_file
-    by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
+    by_file = {r.config_file: r for r in pd_recipe_flags.RECIPES.values()}
     for name in ("recipes/gb200-fp4/1k1k/mid-curve.yaml", "recipes/gb200-fp4/1k1k/max-tpt.yaml",
                  "recipes/gb300-fp4/1k1k/mid_curve.yaml", "recipes/gb300-fp4/1k1k/max_tpt.yaml",
                  "recipes/b200-fp4/1k1k/mtp/low-latency-dep4-1p-tep8-6d.yaml"):
@@ -241,13 +241,13 @@ def test_wide_ep_sides_keep_sglang_s_trivial_replicas_and_the_busiest_rank_pays_
     from epsim.eplb.replicas import replica_fractions
     from epsim.sim.initial_placement import initial_placement
 
-    for recipe in pd_recipes.RECIPES.values():
+    for recipe in pd_recipe_flags.RECIPES.values():
         for role in ("prefill", "decode"):
             flags = pd_recipes.fields(recipe, role, 1)
             wide = flags["moe_a2a_backend"] == "deepep"
             assert (flags.get("ep_num_redundant_experts"), flags.get("init_expert_location")) == (
                 (32, "trivial") if wide else (None, None)), (recipe.config_file, role)
-    by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
+    by_file = {r.config_file: r for r in pd_recipe_flags.RECIPES.values()}
     recipe = by_file["recipes/gb200-fp8/1k1k/max-tpt.yaml"]
     assert recipe.prefill["ep_dispatch_algorithm"] == "random"       # the prefill's `dynamic`
     decode = {"disaggregation_mode": "decode", "tp_size": 32, "ep_size": 32, "dp_size": 32,
@@ -270,7 +270,7 @@ def test_only_the_fp4_8k1k_tp4_prefills_hold_a_pool_of_one_chunk():
     1k/1k DEP4 prefills hold 8 chunks, the GB200 FP8 8k/1k DEP8 prefills 32."""
     from epsim.sim.prefill_pool import prefill_hold
     one_chunk = set()
-    for recipe in pd_recipes.RECIPES.values():
+    for recipe in pd_recipe_flags.RECIPES.values():
         flags = pd_recipes.fields(recipe, "prefill", 1 << 20)
         if "max_total_tokens" not in flags:
             continue
@@ -281,7 +281,7 @@ def test_only_the_fp4_8k1k_tp4_prefills_hold_a_pool_of_one_chunk():
             one_chunk.add(recipe.config_file)
     assert one_chunk == {f"recipes/{gpu}-fp4/8k1k/{name}.yaml" for gpu, name in (
         ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
-    by_file = {r.config_file: r for r in pd_recipes.RECIPES.values()}
+    by_file = {r.config_file: r for r in pd_recipe_flags.RECIPES.values()}
     assert by_file["recipes/gb200-fp4/8k1k/max-tpt.yaml"].decode["max_total_tokens"] == 524288
     assert by_file["recipes/gb200-fp4/1k1k/mid-curve.yaml"].decode["max_total_tokens"] == 3122380
 
@@ -332,7 +332,7 @@ def test_the_tp_low_latency_sides_run_flashinfer_trtllm_the_wide_ep_ones_do_not(
     scripts) runs --moe-runner-backend flashinfer_trtllm, so its shared expert is unfused; the
     FP8 ones run their linears on FlashInfer's trtllm GEMM; no wide-EP FP8 recipe sets it."""
     tp, wide = [], []
-    for (key, *_, prefill, decode, _mtp), recipe in pd_recipes.RECIPES.items():
+    for (key, *_, prefill, decode, _mtp), recipe in pd_recipe_flags.RECIPES.items():
         if key.startswith(("dsr1-fp8-gb", "dsr1-fp4-gb")):
             for side, flags in ((prefill, recipe.prefill), (decode, recipe.decode)):
                 (tp if side[2] == 1 and not side[3] else wide).append((key, flags))
@@ -409,7 +409,7 @@ def test_only_the_fp4_wide_ep_recipes_gather_fp4_and_run_q_b_fp8():
     attention, EP = DP 4); `nvfp4_fp8_q_b` on both sides of every FP4 wide-EP recipe (each sets
     SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN=1), on no low-latency or B200 recipe."""
     gather, q_b = set(), set()
-    for recipe in pd_recipes.RECIPES.values():
+    for recipe in pd_recipe_flags.RECIPES.values():
         if recipe.prefill.get("moe_fp4_allgather"):
             gather.add(recipe.config_file)
         if recipe.prefill.get("nvfp4_fp8_q_b") and recipe.decode.get("nvfp4_fp8_q_b"):
@@ -419,7 +419,7 @@ def test_only_the_fp4_wide_ep_recipes_gather_fp4_and_run_q_b_fp8():
         ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
     assert q_b == gather | {f"recipes/{gpu}-fp4/8k1k/{name}.yaml" for gpu, name in (
         ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
-    for recipe in pd_recipes.RECIPES.values():        # each builds a valid deployment
+    for recipe in pd_recipe_flags.RECIPES.values():        # each builds a valid deployment
         flags = pd_recipes.fields(recipe, "prefill", 1 << 20)
         if flags.get("moe_fp4_allgather"):
             scenario_from_dict({"name": "r", "model": "DeepSeek-V3", "cluster": {"gpu": "GB200"},
