@@ -109,8 +109,8 @@ def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarr
 def _solve(rows: np.ndarray, us: np.ndarray, max_gbps: float, hops: bool = True,
            min_gbps: float = 0.0) -> np.ndarray:
     """[3] (fixed µs, µs per latency count, µs per KB) minimising the weighted squared error,
-    the fixed terms >= 0 and the bandwidth <= `max_gbps` (`hops` False: no latency count, the
-    column held at 0)."""
+    the fixed terms >= 0 and the bandwidth <= `max_gbps` and >= `min_gbps` (0: unbounded
+    below; `hops` False: no latency count, the column held at 0)."""
     from scipy.optimize import lsq_linear       # scipy waits for the fit (epsim's import rule)
     weight = 1.0 / np.sqrt(us)
     cols = [0, 1, 2] if hops else [0, 2]
@@ -135,7 +135,8 @@ def _assign(forms: list[np.ndarray], caps: list[float], hops: list[bool], us: np
             ) -> tuple[float, list[np.ndarray], np.ndarray]:
     """(mean relative error, [lines], [points] line index) of min-of-lines, by alternating
     assignment from each start ([points] line index), the best kept: the assignment alone can
-    stall in a split that is not the protocols'."""
+    stall in a split that is not the protocols'. Line i's bandwidth lies in [floors[i],
+    caps[i]] GB/s."""
     best = None
     for side in starts:
         for _ in range(MAX_ROUNDS):
