@@ -24,7 +24,14 @@ MiB fitted up to 128 MiB: 12-14 % -> 6 %); else the ring's two lines stand alone
 weighted by `1 / sqrt(measured)`, a middle way between absolute error (the large messages
 alone) and relative error (the small ones alone).
 Bounds: fixed costs >= 0, bandwidths <= the datasheet (NVLink per direction of the cluster's
-GPU; NCCL's LL line <= half of it, the share of each 16-byte LL line that is data).
+GPU; NCCL's LL line <= half of it, the share of each 16-byte LL line that is data), and NCCL's
+Simple line >= that same half: Simple moves whole lines of data, so it is the wide line, the one
+NCCL switches to for large messages. NCCL has three protocols (LL, LL128, Simple); a table that
+stops at 8 MiB (the tokens hold-out of benchmarks/aic_holdout.py) shows LL and LL128 on every
+GPU count and Simple only at 4-8 MiB on 2-4 GPUs, and two free lines fitted there took LL and
+LL128 (B200: 12 and 262 GB/s, where the whole table's Simple runs at 558): 16-128 MiB all-gathers
+priced 50-66 % too slow on Blackwell. Bounded below, the two lines are LL / LL128 and Simple
+(B200: 274 and 450) and those hold-outs fall to 10-18 %; on whole tables the bound binds nowhere.
 
 Op tables only (ours, or aiconfigurator-core's `custom_allreduce_perf` and `nccl_perf`):
 end-to-end measurements never reach this module.
@@ -99,19 +106,21 @@ def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarr
     return np.array(rows, dtype=np.float64), np.array([p.latency_us for p in points])
 
 
-def _solve(rows: np.ndarray, us: np.ndarray, max_gbps: float, hops: bool = True) -> np.ndarray:
+def _solve(rows: np.ndarray, us: np.ndarray, max_gbps: float, hops: bool = True,
+           min_gbps: float = 0.0) -> np.ndarray:
     """[3] (fixed µs, µs per latency count, µs per KB) minimising the weighted squared error,
-    the fixed terms >= 0 and the bandwidth <= `max_gbps` (`hops` False: no latency count, the
-    column held at 0)."""
+    the fixed terms >= 0 and the bandwidth <= `max_gbps` and >= `min_gbps` (0: unbounded
+    below; `hops` False: no latency count, the column held at 0)."""
     from scipy.optimize import lsq_linear       # scipy waits for the fit (epsim's import rule)
     weight = 1.0 / np.sqrt(us)
     cols = [0, 1, 2] if hops else [0, 2]
     lower = np.array([0.0, 0.0, 1.0 / max_gbps])[cols]
+    upper = np.array([np.inf, np.inf, 1.0 / min_gbps if min_gbps > 0 else np.inf])[cols]
     # one GPU count makes the fixed and per-peer columns collinear: the solver's trust region
     # then meets 0 / 0 on its way (it still returns a bounded least-squares solution)
     with np.errstate(invalid="ignore"):
         fit = lsq_linear(rows[:, cols] * weight[:, None], us * weight,
-                         bounds=(lower, np.full(len(cols), np.inf)))
+                         bounds=(lower, upper))
     out = np.zeros(3)
     out[cols] = fit.x
     return out
@@ -122,17 +131,19 @@ def _line(x: np.ndarray, names: tuple[str, str, str]) -> dict[str, float]:
 
 
 def _assign(forms: list[np.ndarray], caps: list[float], hops: list[bool], us: np.ndarray,
-            starts: list[np.ndarray]) -> tuple[float, list[np.ndarray], np.ndarray]:
+            starts: list[np.ndarray], floors: list[float]
+            ) -> tuple[float, list[np.ndarray], np.ndarray]:
     """(mean relative error, [lines], [points] line index) of min-of-lines, by alternating
     assignment from each start ([points] line index), the best kept: the assignment alone can
-    stall in a split that is not the protocols'."""
+    stall in a split that is not the protocols'. Line i's bandwidth lies in [floors[i],
+    caps[i]] GB/s."""
     best = None
     for side in starts:
         for _ in range(MAX_ROUNDS):
             lines = []
-            for i, (rows, cap, hop) in enumerate(zip(forms, caps, hops)):
+            for i, (rows, cap, hop, floor) in enumerate(zip(forms, caps, hops, floors)):
                 pick = side == i if (side == i).sum() >= 3 else np.ones(len(us), dtype=bool)
-                lines.append(_solve(rows[pick], us[pick], cap, hop))
+                lines.append(_solve(rows[pick], us[pick], cap, hop, floor))
             predicted = np.stack([rows @ line for rows, line in zip(forms, lines)], axis=1)
             error = float(np.mean(np.abs(predicted.min(axis=1) / us - 1.0)))
             moved_to = predicted.argmin(axis=1)
@@ -152,11 +163,13 @@ def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, float]
     moved = rows[:, 2]
     cuts = np.unique(np.quantile(moved, SPLITS))
     caps = [nvl_gbps * LL_BANDWIDTH_RATIO, nvl_gbps, nvl_gbps]
+    # Simple is the wide line: at least LL's ceiling (module doc)
+    floors = [0.0, nvl_gbps * LL_BANDWIDTH_RATIO, 0.0]
     ring = _assign([rows, rows], caps[:2], [True, True], us,
-                   [(moved >= c).astype(int) for c in cuts])
+                   [(moved >= c).astype(int) for c in cuts], floors[:2])
     three = _assign([rows, rows, nvls], caps, [True, True, False], us,
                     [np.searchsorted([a, b], moved, side="right")
-                     for i, a in enumerate(cuts) for b in cuts[i + 1:]])
+                     for i, a in enumerate(cuts) for b in cuts[i + 1:]], floors)
     out = {**_line(ring[1][0], ("ll_base_us", "ll_hop_us", "ll_gbps")),
            **_line(ring[1][1], ("base_us", "hop_us", "nvl_gbps"))}
     if three[0] < ring[0] and (three[2] == 2).sum() >= 3:

@@ -159,6 +159,27 @@ def test_the_fit_finds_nvls_where_it_wins():
     assert float(ring_us(big, 8, 2, truth["nccl"])) > 60.0 + big * 1e-3 / 255.0   # one domain
 
 
+def test_simple_stays_the_wide_line_when_the_fit_stops_below_it():
+    """NCCL runs three protocols (LL, LL128, Simple); a table fitted only up to 8 MiB shows the
+    first two, and two free lines fitted there take LL and LL128, leaving nothing for the Simple
+    bandwidth that prices 16-128 MiB. Bounded below by LL's ceiling (half of NVLink: 225 GB/s
+    on H200), the second line stays the wide one."""
+    lines = [(5.0, 0.8, 60.0), (8.0, 1.0, 190.0), (30.0, 1.5, 380.0)]   # LL, LL128, Simple
+
+    def truth_us(num_bytes, n):
+        return min(float(ring_us(num_bytes, n, 1, {"ll_base_us": b, "ll_hop_us": h,
+                                                   "ll_gbps": g, "base_us": b, "hop_us": h,
+                                                   "nvl_gbps": g, "rdma_gbps": 1.0}))
+                   for b, h, g in lines)
+    points = [AllReducePoint(s, n, truth_us(s, n), "nccl")
+              for s in [2.0**k for k in range(8, 24)] for n in (2, 4, 8)]
+    fitted = fit_allreduce(points, H200)["nccl"]
+    assert fitted["nvl_gbps"] >= 225.0 - 1e-6        # unbounded: 205, LL128's line
+    errors = [abs(float(ring_us(p.num_bytes, p.num_ranks, 1, fitted)) / p.latency_us - 1)
+              for p in points]
+    assert np.mean(errors) < 0.1                      # its own points still priced
+
+
 def test_the_fit_keeps_bandwidths_within_the_datasheet():
     """A table faster than the GPU's NVLink (450 GB/s per direction on H200) is fitted at the
     datasheet bound, not beyond it; too few points keep the defaults."""
