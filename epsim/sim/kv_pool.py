@@ -104,7 +104,9 @@ class KVPool:
         takes by SGLang's `add_one_req_ignore_eos` (module doc).
 
         Adding a request never loosens the rule (it takes free tokens and adds a request to
-        finish), so the most that fit are found by bisection over the queue's head.
+        finish), so the most that fit are found by bisection over the queue's head: the head
+        alone is asked first (a pool that binds keeps it out at most plans: one probe, not a
+        bisection's ~8 over a long queue), then the whole queue, then the bisection between.
 
         Args:
             used: [ranks] tokens the pool holds.
@@ -125,14 +127,16 @@ class KVPool:
             def fits(k: int) -> bool:
                 return walk.fits(prompts[lo:lo + k], outputs[lo:lo + k])
 
-            good, bad = 0, int(hi - lo) + 1              # fits(good); bad: the first known not to
-            if fits(bad - 1):
-                good = bad - 1
-            else:
-                bad -= 1
-                while bad - good > 1:
-                    mid = (good + bad) // 2
-                    good, bad = (mid, bad) if fits(mid) else (good, mid)
+            num = int(hi - lo)
+            if not fits(1):                              # the usual answer of a binding pool
+                continue
+            if num == 1 or fits(num):
+                fit[rank] = num
+                continue
+            good, bad = 1, num                           # fits(good); bad: the first known not to
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                good, bad = (mid, bad) if fits(mid) else (good, mid)
             fit[rank] = good
         return fit
 
@@ -229,9 +233,12 @@ class _SortedWalk:
         left, held = left.astype(np.float64), held.astype(np.float64)
         order = np.argsort(left, kind="stable")
         self.left, self.held = left[order], held[order]
+        self._bounds = None
 
     def fits(self, prompts: np.ndarray, outputs: np.ndarray) -> bool:
         """`fits_ignore_eos(used, left[None], held[None], prompts, outputs)[0]`."""
+        if prompts.shape[0] == 1:
+            return self._fits_one(float(prompts[0]), float(outputs[0]))
         cand_left = outputs[::-1].astype(np.float64)
         cand_held = prompts[::-1].astype(np.float64)
         order = np.argsort(cand_left, kind="stable")
@@ -248,3 +255,35 @@ class _SortedWalk:
         free = self.capacity - np.asarray(self.used, dtype=np.float64) - float(prompts.sum())
         room = free + freed - tokens_left * after
         return bool((room > IGNORE_EOS_RESERVE_TOKENS * after).all())
+
+    def _fits_one(self, prompt: float, output: float) -> bool:
+        """`fits` of one candidate in O(log running) from bounds formed once per state.
+
+        With the candidate (left c, held its prompt p) at `a` (the running requests left
+        shorter than c before it), the walk's rule `free + freed_i - left_i (n - i) > r (n - i)`
+        (r = `IGNORE_EOS_RESERVE_TOKENS`) reads, with `base_j = capacity - used + held_<j -
+        (left_j + r)(running - j)` of the running requests alone (j in their sorted order,
+        held_<j the held tokens of those before j):
+
+            running j >= a:  base_j > 0   (the candidate's prompt is both freed and taken)
+            running j < a:   base_j - (left_j + r) - p > 0
+            the candidate:   capacity - used + held_<a - (c + r)(running - a + 1) - p > 0
+
+        so the suffix minimum of `base` and the prefix minimum of `base - left - r` answer it.
+        Every term is a whole number of tokens (below 2^53 in float64), so the sums are exact
+        in any order: the same answer as the walk's (tests/epsim/sim/test_kv_pool.py)."""
+        reserve = float(IGNORE_EOS_RESERVE_TOKENS)
+        if self._bounds is None:
+            num = self.left.shape[0]
+            held_before = np.concatenate([[0.0], np.cumsum(self.held)])      # [running + 1]
+            free = self.capacity - float(self.used)
+            base = free + held_before[:-1] - (self.left + reserve) * np.arange(num, 0, -1)
+            suffix_min = np.concatenate([np.minimum.accumulate(base[::-1])[::-1], [np.inf]])
+            prefix_min = np.concatenate([[np.inf],
+                                         np.minimum.accumulate(base - self.left - reserve)])
+            self._bounds = (free, held_before.tolist(), suffix_min.tolist(), prefix_min.tolist())
+        free, held_before, suffix_min, prefix_min = self._bounds
+        at = int(np.searchsorted(self.left, output, side="left"))
+        num = self.left.shape[0]
+        return (suffix_min[at] > 0.0 and prefix_min[at] - prompt > 0.0
+                and free + held_before[at] - (output + reserve) * (num - at + 1) - prompt > 0.0)
