@@ -281,9 +281,9 @@ class _SortedWalk:
             suffix_min = np.concatenate([np.minimum.accumulate(base[::-1])[::-1], [np.inf]])
             prefix_min = np.concatenate([[np.inf],
                                          np.minimum.accumulate(base - self.left - reserve)])
-            self._bounds = (free, held_before.tolist(), suffix_min.tolist(), prefix_min.tolist())
+            self._bounds = (free, held_before, suffix_min, prefix_min)
         free, held_before, suffix_min, prefix_min = self._bounds
-        at = int(np.searchsorted(self.left, output, side="left"))
+        at = int(self.left.searchsorted(output, side="left"))
         num = self.left.shape[0]
-        return (suffix_min[at] > 0.0 and prefix_min[at] - prompt > 0.0
-                and free + held_before[at] - (output + reserve) * (num - at + 1) - prompt > 0.0)
+        return bool(suffix_min[at] > 0.0 and prefix_min[at] - prompt > 0.0
+                    and free + held_before[at] - (output + reserve) * (num - at + 1) - prompt > 0.0)
