@@ -153,6 +153,14 @@ class KVPool:
         Returns:
             [states] bool.
         """
+        if prompts.shape[0] == 1:
+            return self._one_fits(used, left, held, float(prompts[0]), float(outputs[0]))
+        return self._merged_fits(used, left, held, prompts, outputs)
+
+    def _merged_fits(self, used: float | np.ndarray, left: np.ndarray, held: np.ndarray,
+                     prompts: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        """`fits_ignore_eos` by SGLang's walk itself: the candidates merged into the running
+        requests, sorted, and every place's rule checked."""
         num_states = left.shape[0]
         # SGLang sorts by tokens left, stably, the newest candidate first among equals (its
         # first candidate heads the running requests; later ones insert before their equals)
@@ -168,6 +176,26 @@ class KVPool:
         free = self.capacity - np.asarray(used, dtype=np.float64) - float(prompts.sum())
         room = np.reshape(free, (-1, 1)) + freed - tokens_left * after
         return (room > IGNORE_EOS_RESERVE_TOKENS * after).all(axis=1)
+
+    def _one_fits(self, used: float | np.ndarray, left: np.ndarray, held: np.ndarray,
+                  prompt: float, output: float) -> np.ndarray:
+        """`fits_ignore_eos` of one candidate ([states] bool): the running requests sorted per
+        state and the candidate's place counted, not merged in (`_SortedWalk._fits_one`'s
+        terms, whole tokens: the same answers)."""
+        reserve = float(IGNORE_EOS_RESERVE_TOKENS)
+        left, held = left.astype(np.float64), held.astype(np.float64)
+        order = np.argsort(left, axis=1, kind="stable")
+        left = np.take_along_axis(left, order, axis=1)                 # [states, running]
+        held = np.take_along_axis(held, order, axis=1)
+        num = left.shape[1]
+        free = np.reshape(self.capacity - np.asarray(used, dtype=np.float64), (-1, 1))
+        base = free + (np.cumsum(held, axis=1) - held) - (left + reserve) * np.arange(num, 0, -1)
+        before = left < output                                  # the candidate's place: after these
+        at = before.sum(axis=1)
+        running = np.where(before, base - left - reserve - prompt, base) > 0.0
+        held_before = np.where(before, held, 0.0).sum(axis=1)
+        own = free[:, 0] + held_before - (output + reserve) * (num - at + 1) - prompt > 0.0
+        return running.all(axis=1) & own
 
     def record(self, now_s: float, used: np.ndarray, decode_tokens: np.ndarray,
                held: bool) -> None:

@@ -123,7 +123,8 @@ def test_ranks_that_take_none_some_or_all_of_their_queue_in_one_call(rng):
 
 
 def test_one_candidates_bounds_answer_as_the_whole_walk(rng):
-    # `_SortedWalk`'s one-candidate bounds against `fits_ignore_eos`'s sort and walk, on states
+    # `_SortedWalk`'s one-candidate bounds and `fits_ignore_eos`'s one-candidate terms against
+    # the sort and walk (`_merged_fits`), on states
     # with ties (few distinct lengths), no running request, and pools near either answer
     from epsim.sim.kv_pool import _SortedWalk
     pool = KVPool(20_000, 512, 64, 4000, 0.0, colocated=True)
@@ -137,9 +138,14 @@ def test_one_candidates_bounds_answer_as_the_whole_walk(rng):
         for _ in range(4):
             prompt = np.array([int(rng.integers(1, 4000))])
             output = np.array([int(rng.choice([1, 100, 500, 1000, 1999, 3000]))])
-            want = bool(pool.fits_ignore_eos(used, left[None], held[None], prompt, output)[0])
+            want = bool(pool._merged_fits(used, left[None], held[None], prompt, output)[0])
             assert walk.fits(prompt, output) == want
             answers.append(want)
+            # several states at once (a leap's plans ahead): each as the walk answers it
+            grown = rng.integers(0, 3, (5, num)).cumsum(axis=0)
+            states = (used + grown.sum(axis=1), left - grown, held + grown)
+            assert np.array_equal(pool.fits_ignore_eos(*states, prompt, output),
+                                  pool._merged_fits(*states, prompt, output))
     assert 0.1 < np.mean(answers) < 0.9
 
 
