@@ -104,7 +104,9 @@ class KVPool:
         takes by SGLang's `add_one_req_ignore_eos` (module doc).
 
         Adding a request never loosens the rule (it takes free tokens and adds a request to
-        finish), so the most that fit are found by bisection over the queue's head.
+        finish), so the most that fit are found by bisection over the queue's head: the head
+        alone is asked first (a pool that binds keeps it out at most plans: one probe, not a
+        bisection's ~8 over a long queue), then the whole queue, then the bisection between.
 
         Args:
             used: [ranks] tokens the pool holds.
@@ -125,14 +127,16 @@ class KVPool:
             def fits(k: int) -> bool:
                 return walk.fits(prompts[lo:lo + k], outputs[lo:lo + k])
 
-            good, bad = 0, int(hi - lo) + 1              # fits(good); bad: the first known not to
-            if fits(bad - 1):
-                good = bad - 1
-            else:
-                bad -= 1
-                while bad - good > 1:
-                    mid = (good + bad) // 2
-                    good, bad = (mid, bad) if fits(mid) else (good, mid)
+            num = int(hi - lo)
+            if not fits(1):                              # the usual answer of a binding pool
+                continue
+            if num == 1 or fits(num):
+                fit[rank] = num
+                continue
+            good, bad = 1, num                           # fits(good); bad: the first known not to
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                good, bad = (mid, bad) if fits(mid) else (good, mid)
             fit[rank] = good
         return fit
 
@@ -149,6 +153,14 @@ class KVPool:
         Returns:
             [states] bool.
         """
+        if prompts.shape[0] == 1:
+            return self._one_fits(used, left, held, float(prompts[0]), float(outputs[0]))
+        return self._merged_fits(used, left, held, prompts, outputs)
+
+    def _merged_fits(self, used: float | np.ndarray, left: np.ndarray, held: np.ndarray,
+                     prompts: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        """`fits_ignore_eos` by SGLang's walk itself: the candidates merged into the running
+        requests, sorted, and every place's rule checked."""
         num_states = left.shape[0]
         # SGLang sorts by tokens left, stably, the newest candidate first among equals (its
         # first candidate heads the running requests; later ones insert before their equals)
@@ -164,6 +176,26 @@ class KVPool:
         free = self.capacity - np.asarray(used, dtype=np.float64) - float(prompts.sum())
         room = np.reshape(free, (-1, 1)) + freed - tokens_left * after
         return (room > IGNORE_EOS_RESERVE_TOKENS * after).all(axis=1)
+
+    def _one_fits(self, used: float | np.ndarray, left: np.ndarray, held: np.ndarray,
+                  prompt: float, output: float) -> np.ndarray:
+        """`fits_ignore_eos` of one candidate ([states] bool): the running requests sorted per
+        state and the candidate's place counted, not merged in (`_SortedWalk._fits_one`'s
+        terms, whole tokens: the same answers)."""
+        reserve = float(IGNORE_EOS_RESERVE_TOKENS)
+        left, held = left.astype(np.float64), held.astype(np.float64)
+        order = np.argsort(left, axis=1, kind="stable")
+        left = np.take_along_axis(left, order, axis=1)                 # [states, running]
+        held = np.take_along_axis(held, order, axis=1)
+        num = left.shape[1]
+        free = np.reshape(self.capacity - np.asarray(used, dtype=np.float64), (-1, 1))
+        base = free + (np.cumsum(held, axis=1) - held) - (left + reserve) * np.arange(num, 0, -1)
+        before = left < output                                  # the candidate's place: after these
+        at = before.sum(axis=1)
+        running = np.where(before, base - left - reserve - prompt, base) > 0.0
+        held_before = np.where(before, held, 0.0).sum(axis=1)
+        own = free[:, 0] + held_before - (output + reserve) * (num - at + 1) - prompt > 0.0
+        return running.all(axis=1) & own
 
     def record(self, now_s: float, used: np.ndarray, decode_tokens: np.ndarray,
                held: bool) -> None:
@@ -229,9 +261,12 @@ class _SortedWalk:
         left, held = left.astype(np.float64), held.astype(np.float64)
         order = np.argsort(left, kind="stable")
         self.left, self.held = left[order], held[order]
+        self._bounds = None
 
     def fits(self, prompts: np.ndarray, outputs: np.ndarray) -> bool:
         """`fits_ignore_eos(used, left[None], held[None], prompts, outputs)[0]`."""
+        if prompts.shape[0] == 1:
+            return self._fits_one(float(prompts[0]), float(outputs[0]))
         cand_left = outputs[::-1].astype(np.float64)
         cand_held = prompts[::-1].astype(np.float64)
         order = np.argsort(cand_left, kind="stable")
@@ -248,3 +283,35 @@ class _SortedWalk:
         free = self.capacity - np.asarray(self.used, dtype=np.float64) - float(prompts.sum())
         room = free + freed - tokens_left * after
         return bool((room > IGNORE_EOS_RESERVE_TOKENS * after).all())
+
+    def _fits_one(self, prompt: float, output: float) -> bool:
+        """`fits` of one candidate in O(log running) from bounds formed once per state.
+
+        With the candidate (left c, held its prompt p) at `a` (the running requests left
+        shorter than c before it), the walk's rule `free + freed_i - left_i (n - i) > r (n - i)`
+        (r = `IGNORE_EOS_RESERVE_TOKENS`) reads, with `base_j = capacity - used + held_<j -
+        (left_j + r)(running - j)` of the running requests alone (j in their sorted order,
+        held_<j the held tokens of those before j):
+
+            running j >= a:  base_j > 0   (the candidate's prompt is both freed and taken)
+            running j < a:   base_j - (left_j + r) - p > 0
+            the candidate:   capacity - used + held_<a - (c + r)(running - a + 1) - p > 0
+
+        so the suffix minimum of `base` and the prefix minimum of `base - left - r` answer it.
+        Every term is a whole number of tokens (below 2^53 in float64), so the sums are exact
+        in any order: the same answer as the walk's (tests/epsim/sim/test_kv_pool.py)."""
+        reserve = float(IGNORE_EOS_RESERVE_TOKENS)
+        if self._bounds is None:
+            num = self.left.shape[0]
+            held_before = np.concatenate([[0.0], np.cumsum(self.held)])      # [running + 1]
+            free = self.capacity - float(self.used)
+            base = free + held_before[:-1] - (self.left + reserve) * np.arange(num, 0, -1)
+            suffix_min = np.concatenate([np.minimum.accumulate(base[::-1])[::-1], [np.inf]])
+            prefix_min = np.concatenate([[np.inf],
+                                         np.minimum.accumulate(base - self.left - reserve)])
+            self._bounds = (free, held_before, suffix_min, prefix_min)
+        free, held_before, suffix_min, prefix_min = self._bounds
+        at = int(self.left.searchsorted(output, side="left"))
+        num = self.left.shape[0]
+        return bool(suffix_min[at] > 0.0 and prefix_min[at] - prompt > 0.0
+                    and free + held_before[at] - (output + reserve) * (num - at + 1) - prompt > 0.0)

@@ -96,7 +96,9 @@ def quiet_limit(sched, now_s: float, num: int) -> tuple[int, bool, float] | None
     # running requests near their ends (`KVPool.admissible_ignore_eos`): its callers cut the
     # steps at the first plan that takes a queue head in (`held_steps`)
     held = bool(admit.any())
-    if held and (sched.kv is None or sched._kv_fit(admit).any()):
+    # whether any head gets in: a rank takes some of its queue iff it takes the head (the rule
+    # only tightens with each request added), so the heads alone are asked
+    if held and (sched.kv is None or sched._kv_fit(np.minimum(admit, 1)).any()):
         return None
     stop_s = (sched.queues.next_arrival_s(now_s) if (free > 0).any() and (recv is None or crossing)
               else np.inf)

@@ -45,6 +45,11 @@ from epsim.sim.accept_sources import SOURCES, chain_rate
 from epsim.sim.stepper import DRIFT_STALE_FRAC, MAX_DRAWS, USES_PER_DRAW, moe_draws, nearby
 
 
+# `Acceptance.draw` counts thresholds from this many draws (a leap's blocks of steps x slots);
+# below, `searchsorted` is as fast
+COUNT_DRAWS_FROM = 1024
+
+
 class Acceptance:
     """Tokens a request gets per verify step (module doc), drawn from its own seeded stream.
 
@@ -78,8 +83,17 @@ class Acceptance:
         self._rng = np.random.default_rng([seed, 0x5EC])
 
     def draw(self, num: int) -> np.ndarray:
-        """[num] int64 tokens per request of one verify step."""
-        return np.searchsorted(self._cum, self._rng.random(num) * self._cum[-1], side="right") + 1
+        """[num] int64 tokens per request of one verify step: 1 + how many of the cumulative
+        probabilities lie at or below a uniform on [0, total). From `COUNT_DRAWS_FROM` draws
+        up, counted threshold by threshold (steps + 1 vectorised compares, 5-10x faster than
+        `searchsorted`'s binary search on many random keys; the same integers)."""
+        u = self._rng.random(num) * self._cum[-1]
+        if num < COUNT_DRAWS_FROM:
+            return np.searchsorted(self._cum, u, side="right") + 1
+        tokens = np.ones(num, dtype=np.int64)
+        for threshold in self._cum.tolist():
+            tokens += u >= threshold
+        return tokens
 
     def verify_tokens(self, decoding: np.ndarray, out_left: np.ndarray) -> np.ndarray:
         """[ranks, slots] int32 tokens each decoding slot's request gets from one verify step:

@@ -89,6 +89,66 @@ def test_the_bisection_admits_what_sglangs_loop_admits(rng):
             _sglang_loop(pool.capacity, used, running, candidates)
 
 
+def test_ranks_that_take_none_some_or_all_of_their_queue_in_one_call(rng):
+    # the head is probed first and a rank it does not fit takes none: several ranks in one call,
+    # each with the answer of SGLang's loop, and the three kinds of answer all met
+    pool = KVPool(20_000, 512, 64, 4000, 0.0, colocated=True)
+    kinds = set()
+    for _ in range(60):
+        num_ranks, slots = 4, 12
+        left = np.zeros((num_ranks, slots), np.int64)
+        held = np.zeros((num_ranks, slots), np.int64)
+        used, admit, prompts, outputs, rows, expected = [], [], [], [], [], []
+        for rank in range(num_ranks):
+            running = [(int(rng.choice([100, 500, rng.integers(1, 2000)])),
+                        int(rng.integers(100, 3000))) for _ in range(int(rng.integers(0, slots)))]
+            for j, (lft, hld) in enumerate(running):
+                left[rank, j], held[rank, j] = lft, hld
+            used.append(min(sum(h for _, h in running), pool.capacity - 1))
+            candidates = [(int(rng.integers(50, 6000)), int(rng.choice([100, 500, 1999])))
+                          for _ in range(int(rng.integers(0, 9)))]
+            admit.append(len(candidates))
+            rows += [rank] * len(candidates)
+            prompts += [c[0] for c in candidates]
+            outputs += [c[1] for c in candidates]
+            expected.append(_sglang_loop(pool.capacity, used[-1], running, candidates))
+            if candidates:
+                kinds.add("none" if expected[-1] == 0 else
+                          "all" if expected[-1] == len(candidates) else "some")
+        fit = pool.admissible_ignore_eos(np.array(admit), np.array(used), np.array(rows, np.int64),
+                                         np.array(prompts, np.int64), np.array(outputs, np.int64),
+                                         left, held)
+        assert fit.tolist() == expected
+    assert kinds == {"none", "some", "all"}
+
+
+def test_one_candidates_bounds_answer_as_the_whole_walk(rng):
+    # `_SortedWalk`'s one-candidate bounds and `fits_ignore_eos`'s one-candidate terms against
+    # the sort and walk (`_merged_fits`), on states
+    # with ties (few distinct lengths), no running request, and pools near either answer
+    from epsim.sim.kv_pool import _SortedWalk
+    pool = KVPool(20_000, 512, 64, 4000, 0.0, colocated=True)
+    answers = []
+    for _ in range(300):
+        num = int(rng.integers(0, 40))
+        left = rng.choice([1, 100, 500, 1000, 1999], num).astype(np.int64)
+        held = rng.integers(100, 800, num).astype(np.int64)
+        used = min(int(held.sum()), pool.capacity - 1)
+        walk = _SortedWalk(pool.capacity, float(used), left, held)
+        for _ in range(4):
+            prompt = np.array([int(rng.integers(1, 4000))])
+            output = np.array([int(rng.choice([1, 100, 500, 1000, 1999, 3000]))])
+            want = bool(pool._merged_fits(used, left[None], held[None], prompt, output)[0])
+            assert walk.fits(prompt, output) == want
+            answers.append(want)
+            # several states at once (a leap's plans ahead): each as the walk answers it
+            grown = rng.integers(0, 3, (5, num)).cumsum(axis=0)
+            states = (used + grown.sum(axis=1), left - grown, held + grown)
+            assert np.array_equal(pool.fits_ignore_eos(*states, prompt, output),
+                                  pool._merged_fits(*states, prompt, output))
+    assert 0.1 < np.mean(answers) < 0.9
+
+
 def test_a_leap_over_quiet_steps_stops_at_the_plan_that_admits():
     # A (100 + 400) runs; B (300 + 450) waits: the pool runs out before A ends (1000 - 100 -
     # 300 - 2 x 399 < 2) until A nears its end, one token a step easing the walk by one. The

@@ -43,6 +43,22 @@ def test_acceptance_is_a_chain_with_the_stated_mean():
             assert a.probs[1] / a.probs[0] == pytest.approx(a.rate)
 
 
+def test_counted_draws_are_the_binary_searchs_integers():
+    # a long block counts thresholds, a short one searches: the same tokens from the same
+    # uniforms (one stream, drawn once each way), every length 1..steps+1 met
+    from epsim.sim.speculative import COUNT_DRAWS_FROM
+    for steps, accept in ((1, 1.6), (3, 2.4), (3, None)):
+        acc = Acceptance(steps, accept, seed=5)
+        state = acc._rng.bit_generator.state
+        counted = acc.draw(4 * COUNT_DRAWS_FROM)
+        acc._rng.bit_generator.state = state
+        u = acc._rng.random(4 * COUNT_DRAWS_FROM) * acc._cum[-1]
+        searched = np.searchsorted(acc._cum, u, side="right") + 1
+        assert counted.dtype == searched.dtype
+        assert np.array_equal(counted, searched)
+        assert set(counted.tolist()) == set(range(1, steps + 2))
+
+
 def test_verify_counts_run_every_draft_token():
     batch = BatchCounts.uniform_decode(2, 3, context=100.0)      # 3 requests of 100 per rank
     v = verify_counts(batch, 4)
