@@ -3,6 +3,8 @@ main stream beside the router and routed experts on an alternate one, each branc
 both in series and both on two streams, inside one CUDA graph (as SGLang's decode runs it).
 
     python dual_stream_overlap_gpu.py --out "$OUT"    # on a GPU machine; writes dual_stream.json
+    python dual_stream_overlap_gpu.py --out "$OUT" --routed dense --tokens 1 2 4 8 16 32 64 128
+                                   # the routed branch at a step's length: dual_stream_dense.json
 
 SGLang's `DeepseekV2MoE.forward_normal_dual_stream` (0.5.x, CUDA, no DeepEP-class backend, shared
 expert not fused, 1-1024 tokens on the rank) runs the shared expert's MLP on the current stream
@@ -49,7 +51,7 @@ TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 class Branches:
     """The two branches' weights and buffers at one TP split and token count."""
 
-    def __init__(self, tokens: int, tp: int, device: torch.device):
+    def __init__(self, tokens: int, tp: int, device: torch.device, dense: bool = False):
         bf = torch.bfloat16
         inter, shared_inter = INTER // tp, SHARED_INTER // tp
         g = torch.Generator(device=device).manual_seed(0)
@@ -74,6 +76,14 @@ class Branches:
         self.w_up = torch.randn(groups, 2 * inter, HIDDEN, device=device, dtype=bf, generator=g) * 0.02
         self.w_down = torch.randn(groups, HIDDEN, inter, device=device, dtype=bf, generator=g) * 0.02
         self.tokens = tokens
+        self.dense = dense
+        if dense:
+            # `--routed dense`: the same experts' bytes as one dense GEMM pair, every token through
+            # all of them (cuBLAS streams weights near HBM speed at few tokens, where the grouped
+            # GEMM above runs several times slower), so the routed branch lasts about what a step's
+            # weight reads take and the shared expert is the share of it a real step sees
+            self.w_dense_up = self.w_up.reshape(-1, HIDDEN).T            # [H, G 2I] view
+            self.w_dense_down = self.w_down.transpose(1, 2).reshape(-1, HIDDEN)     # [G I, H]
 
     def shared(self) -> torch.Tensor:
         up = self.x @ self.w_shared_up
@@ -84,6 +94,11 @@ class Branches:
         logits = self.x @ self.w_gate
         probs = torch.softmax(logits.float(), dim=-1)
         weights, _ = torch.topk(probs, TOP_K, dim=-1)                   # [T, k]
+        if self.dense:
+            up = self.x @ self.w_dense_up
+            gate, val = up.view(self.tokens, -1, 2, up.shape[-1] // self.w_up.shape[0] // 2).unbind(2)
+            act = (torch.nn.functional.silu(gate) * val).reshape(self.tokens, -1)
+            return (act @ self.w_dense_down) * weights.sum(-1, keepdim=True).to(act.dtype)
         xs = self.x[self.token_of_row]                                   # [k T, H] by expert
         up = torch._grouped_mm(xs, self.w_up.transpose(-2, -1), offs=self.offs)
         gate, val = up.chunk(2, dim=-1)
@@ -122,8 +137,8 @@ def time_us(graph: torch.cuda.CUDAGraph, replays: int, bursts: int) -> float:
     return statistics.median(times)
 
 
-def measure(tokens: int, tp: int, replays: int, bursts: int) -> dict:
-    b = Branches(tokens, tp, torch.device("cuda"))
+def measure(tokens: int, tp: int, replays: int, bursts: int, dense: bool = False) -> dict:
+    b = Branches(tokens, tp, torch.device("cuda"), dense)
     alt = torch.cuda.Stream()
 
     def serial():
@@ -157,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--replays", type=int, default=50)
     parser.add_argument("--bursts", type=int, default=15)
+    parser.add_argument("--routed", choices=("grouped", "dense"), default="grouped",
+                        help="the routed experts as torch's grouped GEMM over the experts hit, or "
+                             "their bytes as one dense GEMM pair (writes dual_stream_dense.json)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("dual_stream_overlap_gpu: no CUDA device", file=sys.stderr)
@@ -164,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for tp in args.tp:
         for tokens in args.tokens:
-            row = measure(tokens, tp, args.replays, args.bursts)
+            row = measure(tokens, tp, args.replays, args.bursts, args.routed == "dense")
             rows.append(row)
             print(f"tp{tp} T={tokens:5d} shared {row['shared_us']:7.1f} routed {row['routed_us']:7.1f} "
                   f"serial {row['serial_us']:7.1f} dual {row['dual_us']:7.1f} us  "
@@ -175,10 +193,11 @@ def main(argv: list[str] | None = None) -> int:
               "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "command": "python benchmarks/dual_stream_overlap_gpu.py " + " ".join(argv or sys.argv[1:]),
               "shapes": {"hidden": HIDDEN, "experts": EXPERTS, "top_k": TOP_K, "inter": INTER,
-                         "shared_inter": SHARED_INTER, "dtype": "bf16"},
+                         "shared_inter": SHARED_INTER, "dtype": "bf16"}, "routed": args.routed,
               "replays": args.replays, "bursts": args.bursts, "rows": rows}
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "dual_stream.json")
+    path = os.path.join(args.out, "dual_stream_dense.json" if args.routed == "dense"
+                        else "dual_stream.json")
     with open(path + ".tmp", "w") as f:
         json.dump(record, f, indent=1)
     os.replace(path + ".tmp", path)

@@ -108,6 +108,28 @@ def heldout_us(tokens: np.ndarray, tp: np.ndarray, hidden_us: np.ndarray,
     return {f"heldout_{name}_us": float(np.mean(e)) for name, e in errors.items()}
 
 
+def cross_kernel_us(result: dict, other: dict) -> dict[str, float]:
+    """Mean absolute errors (µs) of the hidden time of `other` (a record of the same script with
+    another routed kernel, `--routed dense`) predicted from `result`: its curve (interpolated in
+    log2 tokens, held beyond), one constant pooled over all its counts, one over the counts
+    `other` covers, the bound (1) and none (0). A hold-out on the kernel, the axis the overlap is
+    carried along to other GPUs and formats."""
+    def arrays(rows):
+        return (np.array([float(r["tokens"]) for r in rows]),
+                np.array([r["serial_us"] - r["dual_us"] for r in rows]),
+                np.array([min(r["shared_us"], r["routed_us"]) for r in rows]))
+    tokens, hidden, shorter = arrays(result["rows"])
+    o_tokens, o_hidden, o_shorter = arrays(other["rows"])
+    counts, frac = curve(tokens, hidden, shorter)
+    inside = tokens <= o_tokens.max()
+    guesses = {"curve": np.interp(np.log2(o_tokens), np.log2(counts), frac),
+               "constant": pooled_overlap(hidden, shorter),
+               "constant_same_counts": pooled_overlap(hidden[inside], shorter[inside]),
+               "bound": 1.0, "none": 0.0}
+    return {f"cross_kernel_{name}_us": float(np.mean(np.abs(guess * o_shorter - o_hidden)))
+            for name, guess in guesses.items()}
+
+
 def component_of(result: dict, path: str) -> Component:
     """`any/dual_stream` from `dual_stream_overlap_gpu.py`'s output `result` (read from `path`).
 
@@ -154,11 +176,21 @@ def main(argv: list[str] | None = None) -> int:
                                      description="write any/dual_stream of a profile in place")
     parser.add_argument("result", type=Path,
                         help="dual_stream.json (benchmarks/dual_stream_overlap_gpu.py)")
-    parser.add_argument("--profile", type=Path, required=True)
+    parser.add_argument("--profile", type=Path)
+    parser.add_argument("--cross-check", type=Path, metavar="OTHER.json",
+                        help="print how the record's curve and the baselines predict another "
+                             "kernel's record (`--routed dense`); writes nothing")
     args = parser.parse_args(argv)
-    if missing_file(args.result, args.profile):
+    if args.cross_check is None and args.profile is None:
+        print("--profile: required (or --cross-check OTHER.json)", file=sys.stderr)
+        return 2
+    if missing_file(*(f for f in (args.result, args.profile, args.cross_check) if f is not None)):
         return 2
     result = json.loads(args.result.read_text())
+    if args.cross_check is not None:
+        print(json.dumps(cross_kernel_us(result, json.loads(args.cross_check.read_text())),
+                         indent=1))
+        return 0
     try:
         component = component_of(result, str(args.result))
     except (ValueError, KeyError, TypeError) as e:

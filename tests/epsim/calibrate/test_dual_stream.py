@@ -83,3 +83,26 @@ def test_the_shipped_profile_carries_the_record_as_measured():
     entry = next(e for e in data["provenance"]["records"] if e["path"].endswith(RESULT.name))
     assert entry["sha256"] == hashlib.sha256(RESULT.read_bytes()).hexdigest()
     assert result["device"] in data["components"][KEY]["note"]
+
+
+def test_cross_check_judges_the_curve_and_baselines_on_another_kernels_record(capsys):
+    from epsim.calibrate.dual_stream import cross_kernel_us
+    # the record: overlap 0.5 at 1 token, 1.0 at 4 (shorter branch 10 us each); the other
+    # kernel's: 0.8 at 2 tokens (shorter 10 us, 8 us hidden)
+    result = _result([_row(1, 8, 10.0, 40.0, 50.0, 45.0), _row(4, 8, 10.0, 40.0, 50.0, 40.0)])
+    other = _result([_row(2, 8, 10.0, 30.0, 40.0, 32.0)])
+    errors = cross_kernel_us(result, other)
+    assert errors["cross_kernel_curve_us"] == pytest.approx(0.5)       # 0.75 x 10 against 8
+    assert errors["cross_kernel_constant_us"] == pytest.approx(0.5)    # pooled 0.75
+    assert errors["cross_kernel_constant_same_counts_us"] == pytest.approx(3.0)   # 1 token: 0.5
+    assert errors["cross_kernel_bound_us"] == pytest.approx(2.0)
+    assert errors["cross_kernel_none_us"] == pytest.approx(8.0)
+
+
+def test_cross_check_writes_nothing_and_a_missing_profile_is_one_line(tmp_path, capsys):
+    other = tmp_path / "dense.json"
+    other.write_text(json.dumps(_result([_row(2, 8, 10.0, 30.0, 40.0, 32.0)])))
+    assert main([str(RESULT), "--cross-check", str(other)]) == 0
+    assert "cross_kernel_curve_us" in capsys.readouterr().out
+    assert main([str(RESULT)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["--profile: required (or --cross-check OTHER.json)"]
