@@ -7,7 +7,9 @@ one stream (`serial_us`) and on two (`dual_us`). The overlap at (tp, T) is
 
     overlap = (serial_us - dual_us) / min(shared_us, routed_us)
 
-the share of the shorter branch the second stream hides (`epsim.cost.dual_stream`). Each
+the share of the shorter branch the second stream hides (`epsim.cost.dual_stream`). Up to
+`PLATEAU_TOKENS` every count takes one overlap, pooled over them (another routed kernel's record
+is predicted better so: `--cross-check`); above it each count's own. Each
 count's TP splits are pooled (least squares of `hidden = overlap x shorter`): on the H100 record a split's
 curve predicts its own counts left out worse than the pooled one, and the other split at the
 same count predicts it about as well (`heldout_us`, in the residuals). The pooled overlap is kept
@@ -68,11 +70,30 @@ def curve(tokens: np.ndarray, hidden_us: np.ndarray, shorter_us: np.ndarray
                              for t in counts])
 
 
+# Up to this many tokens one overlap, pooled over the counts (`plateau_curve`): at these counts a
+# second kernel's record (`--routed dense`) is predicted better by one constant than by the first
+# record's per-count curve, whose bumps are its own kernel's (`cross_kernel_us`; PROVENANCE.md of
+# the records); above it the overlap falls as the routed GEMM fills the SMs, count by count.
+PLATEAU_TOKENS = 128
+
+
+def plateau_curve(tokens: np.ndarray, hidden_us: np.ndarray, shorter_us: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """`curve` with every count up to `PLATEAU_TOKENS` given their pooled overlap."""
+    counts, frac = curve(tokens, hidden_us, shorter_us)
+    low = tokens <= PLATEAU_TOKENS
+    if low.any():
+        frac = np.where(counts <= PLATEAU_TOKENS, pooled_overlap(hidden_us[low], shorter_us[low]),
+                        frac)
+    return counts, frac
+
+
 def heldout_us(tokens: np.ndarray, tp: np.ndarray, hidden_us: np.ndarray,
                shorter_us: np.ndarray) -> dict[str, float]:
     """Mean absolute errors (µs) of the hidden time on what a fit did not see. Tokens: each
     count left out, predicted by the curve of the others (interpolated in log2 tokens, held
-    beyond: `epsim.cost.dual_stream`), the curve of its own TP split alone, and the baselines:
+    beyond: `epsim.cost.dual_stream`), their plateau curve (what ships), the curve of its own
+    TP split alone, and the baselines:
     the bound (overlap 1, what epsim priced before), none (0), one pooled constant. TP: each
     split at each count predicted by the other splits at that count. A hold-out with nothing
     left to fit on is left out.
@@ -91,6 +112,8 @@ def heldout_us(tokens: np.ndarray, tp: np.ndarray, hidden_us: np.ndarray,
         fit, out = tokens != t, tokens == t
         counts, frac = curve(tokens[fit], hidden_us[fit], shorter_us[fit])
         add("interp", float(np.interp(np.log2(t), np.log2(counts), frac)), out)
+        counts, frac = plateau_curve(tokens[fit], hidden_us[fit], shorter_us[fit])
+        add("plateau", float(np.interp(np.log2(t), np.log2(counts), frac)), out)
         for split in np.unique(tp[out]):
             own = fit & (tp == split)
             if own.any():
@@ -111,9 +134,9 @@ def heldout_us(tokens: np.ndarray, tp: np.ndarray, hidden_us: np.ndarray,
 def cross_kernel_us(result: dict, other: dict) -> dict[str, float]:
     """Mean absolute errors (µs) of the hidden time of `other` (a record of the same script with
     another routed kernel, `--routed dense`) predicted from `result`: its curve (interpolated in
-    log2 tokens, held beyond), one constant pooled over all its counts, one over the counts
-    `other` covers, the bound (1) and none (0). A hold-out on the kernel, the axis the overlap is
-    carried along to other GPUs and formats."""
+    log2 tokens, held beyond), its plateau curve (what ships), one constant pooled over all its
+    counts, one over the counts `other` covers, the bound (1) and none (0). A hold-out on the
+    kernel, the axis the overlap is carried along to other GPUs and formats."""
     def arrays(rows):
         return (np.array([float(r["tokens"]) for r in rows]),
                 np.array([r["serial_us"] - r["dual_us"] for r in rows]),
@@ -122,7 +145,9 @@ def cross_kernel_us(result: dict, other: dict) -> dict[str, float]:
     o_tokens, o_hidden, o_shorter = arrays(other["rows"])
     counts, frac = curve(tokens, hidden, shorter)
     inside = tokens <= o_tokens.max()
+    p_counts, p_frac = plateau_curve(tokens, hidden, shorter)
     guesses = {"curve": np.interp(np.log2(o_tokens), np.log2(counts), frac),
+               "plateau": np.interp(np.log2(o_tokens), np.log2(p_counts), p_frac),
                "constant": pooled_overlap(hidden, shorter),
                "constant_same_counts": pooled_overlap(hidden[inside], shorter[inside]),
                "bound": 1.0, "none": 0.0}
@@ -153,7 +178,7 @@ def component_of(result: dict, path: str) -> Component:
     tp = np.array([float(r["tp"]) for r in rows])
     shorter = np.array([min(r["shared_us"], r["routed_us"]) for r in rows])
     hidden = np.array([r["serial_us"] - r["dual_us"] for r in rows])
-    counts, frac = curve(tokens, hidden, shorter)
+    counts, frac = plateau_curve(tokens, hidden, shorter)
     raw = np.array([overlap_of(r) for r in rows])
     tps = sorted({float(r["tp"]) for r in rows})
     return Component(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from epsim.calibrate.dual_stream import KEY, component_of, main, overlap_of
+from epsim.calibrate.dual_stream import PLATEAU_TOKENS, KEY, component_of, main, overlap_of
 from epsim.cost.dual_stream import PARAM, param_name
 from epsim.profile import Profile, default_profile_path
 
@@ -28,17 +28,18 @@ def _result(rows):
             "shapes": {"dtype": "bf16"}, "rows": rows}
 
 
-def test_each_count_pools_its_passes_into_the_hidden_share_of_the_shorter_branch_in_0_1():
+def test_counts_pool_their_passes_into_the_hidden_share_of_the_shorter_branch_in_0_1():
     rows = [_row(1, 8, 10.0, 40.0, 50.0, 44.0),       # 6 of the shorter 10 hidden
-            _row(1, 4, 20.0, 60.0, 80.0, 72.0),       # 8 of 20: pooled (6 10 + 8 20) / 500
-            _row(4, 8, 10.0, 40.0, 50.0, 39.0),       # under the longer alone: noise, 1
-            _row(16, 8, 10.0, 40.0, 50.0, 52.0)]      # over the two in series: 0
+            _row(4, 4, 20.0, 60.0, 80.0, 72.0),       # 8 of 20: up to 128 tokens one overlap,
+                                                      # pooled (6 10 + 8 20) / 500
+            _row(256, 8, 10.0, 40.0, 50.0, 39.0),     # under the longer alone: noise, 1
+            _row(1024, 8, 10.0, 40.0, 50.0, 52.0)]    # over the two in series: 0
     comp = component_of(_result(rows), "r.json")
     assert overlap_of(rows[0]) == pytest.approx(0.6)
-    assert comp.params[param_name(1)] == pytest.approx(0.44)
-    assert comp.params[param_name(4)] == 1.0 and comp.params[param_name(16)] == 0.0
+    assert comp.params[param_name(1)] == pytest.approx(0.44) == comp.params[param_name(4)]
+    assert comp.params[param_name(256)] == 1.0 and comp.params[param_name(1024)] == 0.0
     assert comp.residuals["num_points_outside_0_1"] == 2
-    assert comp.valid_range == {"num_tokens_per_rank": [1.0, 16.0], "tp_size": [4.0, 8.0]}
+    assert comp.valid_range == {"num_tokens_per_rank": [1.0, 1024.0], "tp_size": [4.0, 8.0]}
     assert "extrapolated" in comp.note
 
 
@@ -47,7 +48,7 @@ def test_the_heldout_errors_judge_the_curve_against_the_bound():
     # predict a point left out exactly; the bound and none miss half the shorter branch
     rows = [_row(t, tp, 10.0, 40.0, 50.0, 45.0) for t in (1, 2, 4, 8) for tp in (4, 8)]
     residuals = component_of(_result(rows), "r.json").residuals
-    for name in ("interp", "interp_own_tp", "constant", "tp"):
+    for name in ("interp", "plateau", "interp_own_tp", "constant", "tp"):
         assert residuals[f"heldout_{name}_us"] == pytest.approx(0.0, abs=1e-12)
     assert residuals["heldout_bound_us"] == pytest.approx(5.0)
     assert residuals["heldout_none_us"] == pytest.approx(5.0)
@@ -75,10 +76,12 @@ def test_the_shipped_profile_carries_the_record_as_measured():
     params = Profile.load(default_profile_path()).params("any", "dual_stream")
     tokens = sorted({row["tokens"] for row in result["rows"]})
     assert sorted(int(PARAM.match(k)[1]) for k in params if PARAM.match(k)) == tokens
-    for t in tokens:               # each count's passes (TP splits) pooled, as measured
-        rows = [row for row in result["rows"] if row["tokens"] == t]
+    for t in tokens:        # pooled as measured: each count's passes, up to 128 tokens all of them
+        rows = [row for row in result["rows"]
+                if row["tokens"] == t or max(row["tokens"], t) <= PLATEAU_TOKENS]
         raw = [overlap_of(row) for row in rows]
         assert min(max(min(raw), 0.0), 1.0) <= params[param_name(t)] <= min(max(max(raw), 0.0), 1.0)
+    assert len({params[param_name(t)] for t in tokens if t <= PLATEAU_TOKENS}) == 1
     data = json.loads(default_profile_path().read_text())
     entry = next(e for e in data["provenance"]["records"] if e["path"].endswith(RESULT.name))
     assert entry["sha256"] == hashlib.sha256(RESULT.read_bytes()).hexdigest()
@@ -93,6 +96,7 @@ def test_cross_check_judges_the_curve_and_baselines_on_another_kernels_record(ca
     other = _result([_row(2, 8, 10.0, 30.0, 40.0, 32.0)])
     errors = cross_kernel_us(result, other)
     assert errors["cross_kernel_curve_us"] == pytest.approx(0.5)       # 0.75 x 10 against 8
+    assert errors["cross_kernel_plateau_us"] == pytest.approx(0.5)     # both <= 128: pooled 0.75
     assert errors["cross_kernel_constant_us"] == pytest.approx(0.5)    # pooled 0.75
     assert errors["cross_kernel_constant_same_counts_us"] == pytest.approx(3.0)   # 1 token: 0.5
     assert errors["cross_kernel_bound_us"] == pytest.approx(2.0)
