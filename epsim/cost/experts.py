@@ -89,10 +89,6 @@ class ExpertGemm:
             its dense CuTe-DSL GEMM, `epsim.cost.fp4_gemm`): a wave streams its tile's rows and
             `TILE_N` weight columns over K (`feed_kb`), at `sm_feed_gbps` per SM, so a short-K
             wave costs its bytes, not a fixed share of a long one.
-        finalize_bytes_per_row: bytes per row a finalize kernel of its own moves after the
-            GEMMs, beside the roofline: it reads the down GEMM's BF16 rows back and writes each
-            token's sum (FlashInfer's TRT-LLM MoE on NVFP4:
-            `epsim.cost.quant.finalize_bytes_per_row`); 0: none apart.
     """
 
     hidden_size: int
@@ -106,7 +102,6 @@ class ExpertGemm:
     num_up: int = 2
     serial_rows: bool = False
     sm_fed: bool = False
-    finalize_bytes_per_row: float = 0.0
 
     @property
     def act_bytes_per_row(self) -> float:
@@ -196,10 +191,9 @@ def _work(pairs, active, tiles, gemm: ExpertGemm) -> tuple[np.ndarray, np.ndarra
 
 
 def serial_kb(pairs, gemm: ExpertGemm):
-    """[...] KB of the rows priced beside the roofline: their activations where
-    `ExpertGemm.serial_rows` (else under it), and the finalize's `finalize_bytes_per_row`."""
-    rows = gemm.act_bytes_per_row if gemm.serial_rows else 0.0
-    return pairs * (rows + gemm.finalize_bytes_per_row) * 1e-3
+    """[...] KB of the rows' activations priced beside the roofline (`ExpertGemm.serial_rows`;
+    0 where they are under it)."""
+    return pairs * gemm.act_bytes_per_row * 1e-3 if gemm.serial_rows else 0.0 * pairs
 
 
 def _math_us(mflops, waves, params: dict[str, float]):
@@ -230,8 +224,8 @@ def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, ge
         math = math + params.get("dequant_us", 0.0) * gemm.scale_blocks(tiles)
     t = np.maximum(mem_kb / params["hbm_gbps"] + reread_us, math)
     t = t + params["base_us"]
-    if gemm.serial_rows or gemm.finalize_bytes_per_row:   # the rows' own kernels, beside
-        t = t + serial_kb(pairs, gemm) / params["hbm_gbps"]    # the weight stream
+    if gemm.serial_rows:        # the rows' own kernels and tiles, beside the weight stream
+        t = t + serial_kb(pairs, gemm) / params["hbm_gbps"]
     if params.get("per_expert_us"):
         t = t + params["per_expert_us"] * active
     if gemm.quant_bytes_per_row:    # a quantised format's activation quantisation (own kernels)
