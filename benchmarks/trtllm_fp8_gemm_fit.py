@@ -117,7 +117,7 @@ def borrowed_us(points) -> np.ndarray:
     for p in points:
         tile = float(token_tile(p["n"], p["k"]))
         gemm = trtllm_gemm(quant_expert_gemm(p["k"], max(p["n"] // 3, 1), "fp8_block", SMS, 1),
-                           np.array(tile), "fp8_block")
+                           np.array(tile), "fp8_block", 1)
         rows = np.array([[float(p["m"])]])
         busy = np.ones_like(rows)
         reread = reread_kb(rows, tile, gemm.weight_bytes)[..., None] / experts.reread_gbps

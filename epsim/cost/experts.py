@@ -89,6 +89,10 @@ class ExpertGemm:
             its dense CuTe-DSL GEMM, `epsim.cost.fp4_gemm`): a wave streams its tile's rows and
             `TILE_N` weight columns over K (`feed_kb`), at `sm_feed_gbps` per SM, so a short-K
             wave costs its bytes, not a fixed share of a long one.
+        finalize_bytes_per_row: bytes per row a finalize kernel moves after the GEMMs, on the
+            roofline's memory side with the rows' activations: it reads the down GEMM's BF16
+            rows back and writes each token's sum (FlashInfer's TRT-LLM MoE on NVFP4, whose
+            finalize overlaps the GEMM's tail: `epsim.cost.quant.finalize_bytes_per_row`).
     """
 
     hidden_size: int
@@ -102,6 +106,7 @@ class ExpertGemm:
     num_up: int = 2
     serial_rows: bool = False
     sm_fed: bool = False
+    finalize_bytes_per_row: float = 0.0
 
     @property
     def act_bytes_per_row(self) -> float:
@@ -109,6 +114,12 @@ class ExpertGemm:
         (`4H + 12I` at BF16 inputs and SwiGLU; the first GEMM's output is `num_up I` wide)."""
         a = self.act_in_bytes
         return (2.0 + a) * self.hidden_size + (4.0 * self.num_up + 2.0 + a) * self.intermediate_size
+
+    @property
+    def roofline_row_bytes(self) -> float:
+        """Bytes a row moves on the roofline's memory side: its activations and its finalize
+        (`act_bytes_per_row + finalize_bytes_per_row`)."""
+        return self.act_bytes_per_row + self.finalize_bytes_per_row
 
     @property
     def flops_per_row(self) -> float:
@@ -184,7 +195,7 @@ def experts_defaults(hardware: HardwareSpec, weight_dtype: str = "bf16") -> dict
 def _work(pairs, active, tiles, gemm: ExpertGemm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(memory KB under the roofline, quantized MFLOPs, waves), elementwise over [..., ranks]
     (the rows' bytes outside it where `gemm.serial_rows`: `serial_kb`)."""
-    rows_kb = 0.0 if gemm.serial_rows else pairs * gemm.act_bytes_per_row
+    rows_kb = 0.0 if gemm.serial_rows else pairs * gemm.roofline_row_bytes
     mem_kb = (active * gemm.weight_bytes + rows_kb) * 1e-3
     mflops, waves = gemm._waves(tiles)
     return mem_kb, mflops, waves

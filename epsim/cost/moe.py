@@ -149,7 +149,7 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     # entry the same arithmetic as pricing one candidate at a time (a tenth of the calls)
     scales = TRTLLM_SCALES.reshape((-1,) + (1,) * np.ndim(centre))
     tile = trtllm_ladder(centre * scales, m.weight_dtype)
-    gemm = trtllm_gemm(params.gemm, tile, m.weight_dtype)
+    gemm = trtllm_gemm(params.gemm, tile, m.weight_dtype, m.top_k)
     reread = reread_kb(rows, tile, gemm.weight_bytes) / experts.reread_gbps
     live = even_row_tiles(pairs, active, tile)
     t = experts_rank_us(pairs, active, live, gemm, experts.params, reread)

@@ -112,6 +112,12 @@ TRTLLM_K_STEP = 128
 # GEMM's tensor rate (`epsim.calibrate.build.experts_held`), under which the two terms (tried
 # with a per-K-step cost for every format) left its MoE-TP hold-out worse (15.6 -> 19.5 %)
 SERIAL_ROWS_FORMATS = ("fp8", "fp8_block")
+# formats whose TRT-LLM MoE puts its finalize's bytes (`finalize_bytes_per_row`) on the roofline's
+# memory side: NVFP4. AIC's B200 MoE-TP rows show a per-row cost that does not shrink with the
+# intermediate (16384 tokens of DeepSeek's shape: 1930 / 1373 / 1083 / 955 µs at 1024 / 512 / 256
+# / 128 a GPU), hidden under the math at MoE-TP 1's long K; priced beside the roofline it
+# over-priced the 2048-16384-token rows (docs/calibration.md, issue 37)
+FINALIZE_FORMATS = ("nvfp4",)
 
 
 def check_format(fmt: str) -> str:
@@ -264,16 +270,26 @@ def trtllm_ladder(tile, fmt: str) -> np.ndarray:
                    TRTLLM_MAX_TILE.get(check_format(fmt), 128))
 
 
-def trtllm_gemm(gemm: ExpertGemm, tile, fmt: str) -> ExpertGemm:
+def finalize_bytes_per_row(hidden_size: int, top_k: int) -> float:
+    """Bytes per row (token-expert pair) the finalize moves, `(2 + 2 / top_k) H`: the down GEMM's
+    BF16 row read back, the token's BF16 sum written once per `top_k` rows."""
+    return BF16_BYTES * (1.0 + 1.0 / max(top_k, 1)) * hidden_size
+
+
+def trtllm_gemm(gemm: ExpertGemm, tile, fmt: str, top_k: int) -> ExpertGemm:
     """`gemm` as FlashInfer's TRT-LLM MoE runs it on `fmt` weights with token tiles of `tile`
-    [...] rows: the intermediate (and the weights) padded to whole `TRTLLM_K_STEP`s, and for
-    `SERIAL_ROWS_FORMATS` the rows' activations beside the roofline (`ExpertGemm.serial_rows`)."""
+    [...] rows and `top_k` experts a token: the intermediate (and the weights) padded to whole
+    `TRTLLM_K_STEP`s, for `SERIAL_ROWS_FORMATS` the rows' activations beside the roofline
+    (`ExpertGemm.serial_rows`), for `FINALIZE_FORMATS` the finalize's bytes under it
+    (`finalize_bytes_per_row`)."""
     inter = gemm.intermediate_size
     padded = -(-inter // TRTLLM_K_STEP) * TRTLLM_K_STEP
+    fmt = check_format(fmt)
+    final = finalize_bytes_per_row(gemm.hidden_size, top_k) if fmt in FINALIZE_FORMATS else 0.0
     return dataclasses.replace(gemm, tile_rows=tile, intermediate_size=padded,
                                weight_bytes=gemm.weight_bytes * padded / inter,
-                               serial_rows=check_format(fmt) in SERIAL_ROWS_FORMATS,
-                               sm_fed=fmt in FEED_FORMATS)
+                               serial_rows=fmt in SERIAL_ROWS_FORMATS,
+                               sm_fed=fmt in FEED_FORMATS, finalize_bytes_per_row=final)
 
 
 def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
@@ -331,7 +347,7 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
     p, a, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (pairs, active, tiles))
     rows_kb = serial_kb(p, gemm)                # the rows beside the roofline (serial_rows)
-    mem_kb = (a * gemm.weight_bytes + p * gemm.act_bytes_per_row) * 1e-3 - rows_kb
+    mem_kb = (a * gemm.weight_bytes + p * gemm.roofline_row_bytes) * 1e-3 - rows_kb
     mflops, waves = gemm.quantized_mflops(n), gemm.waves(n)
     blocks, feed_kb = gemm.scale_blocks(n), gemm.feed_kb(n)
     fed = feed_kb / rate["sm_feed_gbps"] > mflops / rate["tflops"]

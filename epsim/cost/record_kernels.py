@@ -132,7 +132,7 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         remote_in = float(remote_tokens(tokens, rows.sum(), record.top_k))
         # AIC's collector runs no autotune pass: the launcher's fallback tile
         tile = float(trtllm_tile(tokens * record.top_k / len(rows), fmt, tuned=False))
-        gemm = trtllm_gemm(gemm, tile, fmt)
+        gemm = trtllm_gemm(gemm, tile, fmt, record.top_k)
         terms = EXPERT_FEED_TERMS if gemm.sm_fed else terms
         reread = float(reread_kb(rows, tile, gemm.weight_bytes))
         params = {"reread_frac": 0.0, "wave_row_us": 0.0, "token_us": 0.0, "exit_us": 0.0,

@@ -62,7 +62,7 @@ def test_simulator_charges_the_exiting_ctas_inside_the_autotuners_choice():
     exiting CTAs of those tiles, `exit_us` each -- more than 0: the group's 16384 slots
     launch far more tiles than the rank's 4096 fill."""
     gemm = trtllm_gemm(quant_expert_gemm(7168, 2048, "nvfp4", num_sms("GB200"), 8), 128.0,
-                       "nvfp4")
+                       "nvfp4", 8)
     tiles = trtllm_ladder(trtllm_tile(2048 * 8 / 64, "nvfp4", tuned=True) * TRTLLM_SCALES,
                           "nvfp4")
     live = 64 * np.ceil(64.0 / tiles)

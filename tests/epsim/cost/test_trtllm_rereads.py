@@ -124,7 +124,7 @@ def test_trtllm_pads_the_intermediate_to_whole_k_steps():
     for fmt, serial in (("fp8_block", True), ("nvfp4", False)):
         for inter, padded in ((64, 128), (96, 128), (256, 256), (1856, 1920)):
             gemm = quant_expert_gemm(7168, inter, fmt, 148, 8)
-            run = trtllm_gemm(gemm, 8.0, fmt)
+            run = trtllm_gemm(gemm, 8.0, fmt, 8)
             assert run.intermediate_size == padded
             assert run.weight_bytes == pytest.approx(gemm.weight_bytes * padded / inter)
             assert run.tile_rows == 8.0 and run.serial_rows == serial
@@ -144,7 +144,7 @@ def test_trtllm_rows_run_beside_the_roofline_and_waves_pay_per_tile_row():
     gemm = quant_expert_gemm(7168, 256, "fp8_block", 148, 8)
     pairs, active = np.array([[4096.0]]), np.array([[128.0]])
     for tile in (8.0, 64.0):
-        run = trtllm_gemm(gemm, tile, "fp8_block")
+        run = trtllm_gemm(gemm, tile, "fp8_block", 8)
         tiles = active * np.ceil(pairs / active / tile)
         reread = np.array([reread_kb(np.full(128, 32.0), tile, run.weight_bytes)])
         row = experts_quant_features(pairs, active, tiles, run, params, b200, "fp8_block",
@@ -156,7 +156,7 @@ def test_trtllm_rows_run_beside_the_roofline_and_waves_pay_per_tile_row():
     # compute-bound (a slow tensor rate, no per-row wave cost): the rows' bytes add in full
     # beside the math, where under the roofline they would hide behind it
     slow = absolute({**params, "tensor_frac": 0.01, "wave_row_us": 0.0}, b200, "fp8_block")
-    run = trtllm_gemm(gemm, 8.0, "fp8_block")
+    run = trtllm_gemm(gemm, 8.0, "fp8_block", 8)
     tiles = active * np.ceil(pairs / active / 8.0)
     beside = experts_rank_us(pairs, active, tiles, run, slow)
     under = experts_rank_us(pairs, active, tiles, replace(run, serial_rows=False), slow)
@@ -176,7 +176,9 @@ def test_nvfp4_waves_cost_the_bytes_their_sms_stream():
     params = {**gemm_defaults(), "base_us": 10.0, "hbm_frac": 0.9, "tensor_frac": 1.0,
               "wave_us": 0.3, "reread_frac": 0.5, "wave_row_us": 0.0, "token_us": 0.0, "exit_us": 0.0,
               "sm_feed_gbps": 110.0}
-    run = trtllm_gemm(quant_expert_gemm(7168, 64, "nvfp4", 148, 8), 64.0, "nvfp4")
+    # the finalize's bytes off the memory side (test_trtllm_finalize.py), so the feed is longer
+    run = replace(trtllm_gemm(quant_expert_gemm(7168, 64, "nvfp4", 148, 8), 64.0, "nvfp4", 8),
+                  finalize_bytes_per_row=0.0)
     pairs, active = np.array([[131072.0]]), np.array([[256.0]])
     tiles = active * np.ceil(pairs / active / 64.0)
     a_f = 0.5 + 1.0 / 16
@@ -190,7 +192,7 @@ def test_nvfp4_waves_cost_the_bytes_their_sms_stream():
     assert row[0, names.index("tensor_frac")] == 0.0
     want = experts_rank_us(pairs, active, tiles, run, absolute(params, b200, "nvfp4"))[..., 0]
     assert row[0] @ EXPERT_FEED_TERMS.coefficients(params) == pytest.approx(want[0])
-    fp8 = trtllm_gemm(quant_expert_gemm(7168, 64, "fp8_block", 148, 8), 64.0, "fp8_block")
+    fp8 = trtllm_gemm(quant_expert_gemm(7168, 64, "fp8_block", 148, 8), 64.0, "fp8_block", 8)
     assert not fp8.sm_fed and not fp8.feed_kb(tiles).any()
 
 
