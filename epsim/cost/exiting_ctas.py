@@ -13,8 +13,8 @@ group's tokens (AIC's collector, SGLang's `none` backend) while about `T k / ep`
 own, so most launched tiles exit -- per-GPU work that does not shrink with EP, twice as much at
 a 64-row tile as at 128; at EP 1 a few where the balanced share is below the tile.
 
-The formats whose fits price them are `EXIT_FORMATS`: NVFP4 and FP8-block, whose EP > 1 op
-tables are fitted (`epsim.calibrate.aic_records.EP_FIT_FORMATS`); elsewhere the column is 0.
+The formats whose fits price them are `EXIT_FORMATS`: NVFP4, whose EP > 1 op tables are fitted
+(`epsim.calibrate.aic_records.EP_FIT_FORMATS`); elsewhere the column is 0.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from epsim.cost.experts import TILE_N, ExpertGemm
 
-EXIT_FORMATS = ("nvfp4", "fp8_block")
+EXIT_FORMATS = ("nvfp4",)
 
 
 def launched_tiles(input_slots, local_experts, tile) -> np.ndarray:

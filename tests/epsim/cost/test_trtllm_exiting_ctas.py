@@ -49,24 +49,11 @@ def test_record_row_carries_the_exiting_ctas_per_sm_priced_at_exit_us():
     assert one.row[exit_col] == pytest.approx(252 * COLUMNS / num_sms("GB200"))
 
 
-def test_fp8_block_rows_carry_exiting_ctas_at_their_own_tile():
-    """FP8-block's EP > 1 tables are fitted too (`EXIT_FORMATS`): EP 4, 4096 tokens, 64 local
-    experts of 128 rows at FP8's fallback 64-row tile (its ladder stops at 128): 64 + floor(
-    32704 / 64) = 575 launched, 128 live -> 447 x 88 columns over the SMs, and `exit_us` each."""
+def test_fp8_block_rows_carry_no_exiting_ctas():
+    """The column is priced where the EP > 1 tables fit it (NVFP4); FP8-block's is 0."""
     record = _record(4, 4096).model_copy(update={"weight_dtype": "fp8_block"})
-
-    def fp8(**extra):
-        profile = _profile(**extra)
-        profile.components["any/experts_fp8_block/graph"] = profile.components.pop(
-            "any/experts_nvfp4/graph")
-        return profile
-
-    row = kernel_record_features(record, fp8())
-    col = row.coef_names.index("exit_us")
-    assert row.row[col] == pytest.approx(447 * COLUMNS / num_sms("GB200"))
-    priced = kernel_record_features(record, fp8(exit_us=0.5))
-    assert priced.row @ priced.coefficients - row.row @ row.coefficients == pytest.approx(
-        0.5 * 447 * COLUMNS / num_sms("GB200"))
+    row = kernel_record_features(record, _profile())
+    assert row.row[row.coef_names.index("exit_us")] == 0.0
 
 
 def test_simulator_charges_the_exiting_ctas_inside_the_autotuners_choice():
@@ -83,38 +70,3 @@ def test_simulator_charges_the_exiting_ctas_inside_the_autotuners_choice():
     added = _experts_us(_profile(exit_us=0.5), 4, 2048) - _experts_us(_profile(), 4, 2048)
     assert 0.5 * exiting.min() - 1e-9 <= added <= 0.5 * exiting.max() + 1e-9
     assert added > 0.0
-
-
-def test_fp8_block_ep_rows_fit_the_launch_after_the_ep1_rates():
-    """FP8-block's EP > 1 rows (`EP_FIT_FORMATS`) are fitted as NVFP4's: the EP 1 rows fix the
-    kernel's rates, then `exit_us` and `token_us` on every row (`epsim.calibrate.build`); rows
-    priced by a known profile give its idle-launch price back."""
-    import warnings
-
-    from epsim.calibrate.build import fit_records
-    from epsim.calibrate.holdout import Holdout
-    from epsim.calibrate.inputs import SourcedRecord
-    from epsim.cost.record import predict_record
-    from epsim.profile import Component, Profile
-
-    key = "any/experts_fp8_block/graph"
-    truth = Profile(name="truth", hardware="GB200")
-    truth.components[key] = Component(source="fit", params={
-        "base_us": 18.0, "per_expert_us": 0.05, "hbm_frac": 0.85, "tensor_frac": 0.9,
-        "wave_us": 0.01, "dequant_us": 0.2, "reread_frac": 0.4, "wave_row_us": 0.02,
-        "token_us": 0.009, "exit_us": 0.7})
-    records = []
-    for ep in (1, 4, 16):
-        for tokens in (16, 64, 256, 1024, 4096, 16384):
-            r = _record(ep, tokens).model_copy(update={"weight_dtype": "fp8_block"})
-            records.append(SourcedRecord(r.model_copy(update={
-                "median_us": float(predict_record(r, truth))}), "synthetic", len(records) + 1))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fitted = fit_records(records, [], Holdout(), name="t").profile.components[key]
-    # six EP 1 rows do not pin every rate (tensor rate, waves and base trade off), so the
-    # launch comes back near, not exact; the rows themselves within 2 %
-    assert fitted.params["exit_us"] == pytest.approx(0.7, rel=0.15)
-    assert 0.0 < fitted.params["token_us"] < 0.02
-    assert fitted.residuals["mape"] < 2.0
-    assert "held at" in fitted.note                     # the EP 1 stage's rates
