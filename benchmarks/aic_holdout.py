@@ -25,10 +25,10 @@ two baselines of `epsim validate` (a constant; log-log interpolation), with its 
         [--only KIND ...] [--out benchmarks/results/aic_holdout.md]
 
 A full run takes ~40 minutes; `--only mla_prefill` (record kinds, or `none/dispatch`: one
-backend's) judges those kinds alone and
-replaces their rows in --out, keeping every other row as recorded, the header saying which: for
-a change that moves only those kinds' models (each component is fitted on its own records, so
-the other rows are what a full run would give).
+backend's) judges those kinds alone (`quant_experts` fitted beside the dense GEMMs that hold
+its NVFP4 rate, as a full run fits it) and replaces their rows in --out, keeping every other
+row as recorded, the header saying which: for a change that moves only those kinds' models
+(each component is fitted on its own records, so the other rows are what a full run would give).
 
 Records: runs/aic/<system>_sglang_<version>.jsonl.gz, written by scripts/aic_profiles.py (or
 imported here when missing). Needs the optional aiconfigurator-core.
@@ -225,10 +225,16 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     start = time.time()
 
+    def chosen(s) -> bool:                  # judged: the `--only` kinds
+        return (args.kinds == "all" or s.record.kind in KERNEL_KINDS) and (
+            not args.only or s.record.kind in args.only
+            or f"{s.record.backend}/{s.record.kind}" in args.only)
+
     def kinds(raw):
-        return [s for s in raw if (args.kinds == "all" or s.record.kind in KERNEL_KINDS)
-                and (not args.only or s.record.kind in args.only
-                     or f"{s.record.backend}/{s.record.kind}" in args.only)]
+        # fitted: the chosen kinds, and the dense GEMMs whose fit holds the fused NVFP4
+        # experts' tensor rate (`epsim.calibrate.build.experts_held`) -- a full run's fit
+        held = args.only and "quant_experts" in args.only
+        return [s for s in raw if chosen(s) or (held and s.record.kind == "gemm")]
 
     data = {}
     for system in args.systems:
@@ -247,6 +253,7 @@ def main(argv=None) -> int:
                 old_fit, old_judged = splits.get(axis, ([], []))
                 splits[axis] = (old_fit + fit, old_judged + judged)
         for axis, (fit, judged) in splits.items():
+            judged = [s for s in judged if chosen(s)]
             if not fit or not judged:
                 continue
             got = judge(axis, fit, judged, files, pair=gpu)
@@ -255,7 +262,8 @@ def main(argv=None) -> int:
     for a, b in SYSTEM_PAIRS:
         if a in data and b in data:
             name = f"{AIC_TO_ZOO[a]} -> {AIC_TO_ZOO[b]}"
-            got = judge("system", data[a][0], data[b][0], data[a][1], name)
+            got = judge("system", data[a][0], [s for s in data[b][0] if chosen(s)],
+                        data[a][1], name)
             rows += got
             notes[f"system ({name})"] = f"fit {len(data[a][0])} records, judged {len(got)}"
     text = markdown(rows, notes)

@@ -102,7 +102,10 @@ NON_GATED_KERNELS = ("sglang_flashinfer_trtllm_moe",)
 # FlashInfer's TRT-LLM MoE routes them all and computes the pairs of its local experts, its
 # tile from `num_tokens x top_k / local experts`. So these rows are the fused kernel at EP > 1
 # as it runs (`moe_records`): fitted for these formats on that kernel, EP on the fit grid.
-EP_FIT_FORMATS = ("nvfp4",)
+# FP8-block too: its B200 balanced rows at EP 2-256 run long by a cost per input token that
+# does not change with EP (17 ns at H 2048 to 62 ns at H 7168, top-8), ~0.85 µs per exiting
+# CTA per SM (`epsim.cost.exiting_ctas`); an EP 1 fit has none of it (-35 % at EP 16-64)
+EP_FIT_FORMATS = ("nvfp4", "fp8_block")
 
 
 def on_grid(value: int, least: int = 1) -> bool:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Iterable
 
 from epsim.calibrate.aic import expand_sources, tag_profile
+from epsim.calibrate.aic_records import EP_FIT_FORMATS
 from epsim.calibrate.allreduce import fit_allreduce_records
 from epsim.calibrate.fit import ComponentFit, fit_component, fit_layer_sync
 from epsim.calibrate.holdout import Holdout
@@ -238,6 +239,14 @@ def _held_experts(key: str) -> bool:
         kind.split("_", 1)[1] in HELD_EXPERT_FORMATS
 
 
+def _staged_experts(key: str) -> bool:
+    """The fused quantised MoE kernel, fitted EP 1 first where EP > 1 rows are imported
+    (`EP_ONLY_PARAMS`): the held formats, and the others of `EP_FIT_FORMATS` (FP8-block)."""
+    kind = key.split("/")[1]
+    return _held_experts(key) or (key.startswith("any/") and kind.startswith("experts_")
+                                  and kind.split("_", 1)[1] in EP_FIT_FORMATS)
+
+
 def experts_held(key: str, fits: dict[str, ComponentFit], hardware: str) -> dict[str, float]:
     """The fused MoE kernel's FP4 tensor rate: its format's dense GEMM fit
     (`any/experts_nvfp4/graph` <- `any/gemm_nvfp4/graph`), {} where none was fitted. The dense
@@ -340,14 +349,14 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
         return key.split("/")[1] == "moe_layer"
 
     for key in sorted(k for k in groups if not is_layer(k) and not _over_kernels(k)
-                      and not _mla_decode(k) and not _held_experts(k)):
+                      and not _mla_decode(k) and not _staged_experts(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=HELD_GEMM.get(key))
     for key in sorted(k for k in groups if _mla_decode(k)):       # after its prefill's
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=mla_decode_held(key, fits))
-    for key in sorted(k for k in groups if _held_experts(k)):       # after its dense GEMM's
-        held = experts_held(key, fits, hardware)
+    for key in sorted(k for k in groups if _staged_experts(k)):     # after its dense GEMM's
+        held = experts_held(key, fits, hardware) if _held_experts(key) else {}
         local = [s for s in groups[key] if s.record.ep_size == 1]
         if local and len(local) < len(groups[key]):
             # the EP 1 rows fix the kernel's rates; the EP > 1 rows add only its per-token

@@ -25,7 +25,8 @@ from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
-from epsim.cost.quant import remote_tokens, reread_kb, trtllm_gemm, trtllm_ladder, trtllm_tile
+from epsim.cost.quant import (remote_token_weight, remote_tokens, reread_kb, trtllm_gemm,
+                              trtllm_ladder, trtllm_tile)
 from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
 
@@ -168,7 +169,8 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
         # every rank routes, quantises and finalizes the group's tokens, its slots or not (a
         # dispatch backend hands its runner the rank's own pairs: DeepEP low-latency's
         # per-expert buffers run no routing or finalize over tokens)
-        t = t + token_us * remote_tokens(tr.num_tokens * tr.fraction, tr.pairs, m.top_k)
+        t = t + token_us * remote_tokens(tr.num_tokens * tr.fraction, tr.pairs, m.top_k) \
+            * remote_token_weight(m.weight_dtype, m.hidden_size)
     return t.max(axis=-1)
 
 

@@ -249,6 +249,22 @@ def remote_tokens(input_tokens, pairs, top_k: int) -> np.ndarray:
     return np.maximum(np.asarray(input_tokens, dtype=np.float64) - pairs / max(top_k, 1), 0.0)
 
 
+# formats whose remote tokens are priced per `TOKEN_HIDDEN_REF` hidden elements, not per token
+# (`remote_token_weight`): FP8-block, whose EP > 1 rows cost a price per remote token that grows
+# with H (AIC's B200 rows, per shape at EP 2-256: 17 ns at H 2048, 30 at 3072, 41-43 at 4096,
+# 58-67 at 6144, 58-63 at 7168, top-8) while NVFP4's does not
+HIDDEN_SCALED_TOKEN_FORMATS = ("fp8_block",)
+TOKEN_HIDDEN_REF = 4096
+
+
+def remote_token_weight(fmt: str, hidden_size: int) -> float:
+    """Token-equivalents one remote token counts for in `remote_tokens`' price (`token_us`):
+    `H / TOKEN_HIDDEN_REF` for `HIDDEN_SCALED_TOKEN_FORMATS`, else 1."""
+    if check_format(fmt) in HIDDEN_SCALED_TOKEN_FORMATS:
+        return hidden_size / TOKEN_HIDDEN_REF
+    return 1.0
+
+
 def trtllm_tile(share, fmt: str, tuned: bool = False) -> np.ndarray:
     """[...] rows per token tile FlashInfer's TRT-LLM MoE runs for `fmt` weights at `share`
     [...], the balanced rows of one local expert (`tokens x top_k / local experts`). The centre

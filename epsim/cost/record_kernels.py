@@ -36,7 +36,8 @@ from epsim.cost.dense_gemm import gemm_features, gemm_terms, gemm_work
 from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
-                              remote_tokens, reread_kb, trtllm_gemm, trtllm_tile)
+                              remote_token_weight, remote_tokens, reread_kb, trtllm_gemm,
+                              trtllm_tile)
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
                            format_kind, kv_kind)
@@ -141,6 +142,7 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         if fmt in EXIT_FORMATS:      # the launch's worst case over the rank's local experts
             exiting = float(exiting_ctas_per_sm(tokens * record.top_k, len(rows), tiles[0], tile,
                                                 gemm))
+        remote_in *= remote_token_weight(fmt, record.hidden_size)    # FP8-block: per H
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
                                  remote_in, exiting)
     return KernelRow(component_key(backend, kind, path), terms.coef_names, row,

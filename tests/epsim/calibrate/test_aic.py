@@ -365,10 +365,10 @@ def test_version_parts_are_fitted_on_their_own_collection_alone(fixture_env, tmp
     assert allreduce_us(14336, 8, 1, older) > 1.2 * allreduce_us(14336, 8, 1, params)
 
 
-def test_blackwell_nvfp4_rows_at_ep_on_the_grid_are_fitted():
+def test_blackwell_quantised_rows_at_ep_on_the_grid_are_fitted():
     """AIC's collector hands EP rank 0 the group's `num_tokens` with `E / ep` local experts
-    (`EP_FIT_FORMATS`): NVFP4 rows of FlashInfer's TRT-LLM MoE at EP 1, 4, 16 ... are fitted,
-    EP 2 (off the grid) and FP8-block's EP > 1 rows stay pending, judged."""
+    (`EP_FIT_FORMATS`): NVFP4 and FP8-block rows of FlashInfer's TRT-LLM MoE at EP 1, 4, 16 ...
+    are fitted, EP 2 (off the grid) stays pending, judged."""
     import pandas as pd
     from types import SimpleNamespace
 
@@ -379,14 +379,14 @@ def test_blackwell_nvfp4_rows_at_ep_on_the_grid_are_fitted():
                  num_experts=128, moe_tp_size=1, moe_ep_size=ep, distribution="balanced",
                  latency=1.0, kernel_source="sglang_flashinfer_trtllm_moe")
             for fmt, ep in (("nvfp4", 1), ("nvfp4", 2), ("nvfp4", 4), ("nvfp4", 16),
-                            ("fp8_block", 1), ("fp8_block", 4))]
+                            ("fp8_block", 1), ("fp8_block", 2), ("fp8_block", 4))]
     table = SimpleNamespace(system="gb200", framework="sglang", version="0.5.14", rel="moe")
     out = Imported(source=None)
     moe_records(table, pd.DataFrame(rows), Provenance(device="GB200", hardware="GB200"), out)
     assert sorted((r.weight_dtype, r.ep_size) for r in out.fit) == [
-        ("fp8_block", 1), ("nvfp4", 1), ("nvfp4", 4), ("nvfp4", 16)]
+        ("fp8_block", 1), ("fp8_block", 4), ("nvfp4", 1), ("nvfp4", 4), ("nvfp4", 16)]
     assert sorted((r.weight_dtype, r.ep_size) for r in out.pending) == [
-        ("fp8_block", 4), ("nvfp4", 2)]
-    ep4 = next(r for r in out.fit if r.ep_size == 4)
+        ("fp8_block", 2), ("nvfp4", 2)]
+    ep4 = next(r for r in out.fit if r.ep_size == 4 and r.weight_dtype == "nvfp4")
     assert ep4.extra["num_tokens"] == 256 and ep4.num_local_experts == 32
     assert sum(ep4.local_expert_tokens[0]) == 256 * 8 / 4       # rank 0's share of the slots

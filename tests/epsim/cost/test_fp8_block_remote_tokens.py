@@ -1,0 +1,72 @@
+"""FlashInfer's TRT-LLM FP8 block-scale MoE at EP > 1: each rank's kernel gets the group's
+tokens, and the ones whose slots lie elsewhere cost `token_us` per `TOKEN_HIDDEN_REF` hidden
+elements (`remote_token_weight`), fitted on the EP > 1 rows after the EP 1 rates
+(`epsim.calibrate.aic_records.EP_FIT_FORMATS`, `epsim.calibrate.build`)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from epsim.calibrate.build import fit_records
+from epsim.calibrate.holdout import Holdout
+from epsim.calibrate.inputs import SourcedRecord
+from epsim.cost.quant import EXPERT_REREAD_TERMS, remote_token_weight
+from epsim.cost.record import predict_record
+from epsim.cost.record_kernels import kernel_record_features
+from epsim.errors import SpecError
+from epsim.profile import Component, Profile
+# AIC's balanced rows of DeepSeek's shape (H 7168, I 2048, 256 experts, top-8) on GB200
+from tests.epsim.cost.test_trtllm_remote_tokens import _record
+
+KEY = "any/experts_fp8_block/graph"
+TRUTH = {"base_us": 18.0, "per_expert_us": 0.05, "hbm_frac": 0.85, "tensor_frac": 0.9,
+         "wave_us": 0.01, "dequant_us": 0.2, "reread_frac": 0.4, "wave_row_us": 0.02,
+         "token_us": 0.03}
+
+
+def _fp8(ep: int, tokens: int):
+    return _record(ep, tokens).model_copy(update={"weight_dtype": "fp8_block"})
+
+
+def _profile(**params) -> Profile:
+    profile = Profile(name="t", hardware="GB200")
+    profile.components[KEY] = Component(params=params, source="fit")
+    return profile
+
+
+def test_a_remote_fp8_block_token_counts_its_hidden_size_over_4096():
+    assert remote_token_weight("fp8_block", 7168) == pytest.approx(1.75)
+    assert remote_token_weight("nvfp4", 7168) == 1.0
+    with pytest.raises(SpecError, match="weight_dtype"):
+        remote_token_weight("int3", 7168)
+
+
+def test_record_row_prices_the_remote_tokens_per_hidden_element_and_no_idle_launch():
+    """EP 4, 4096 tokens: 3072 remote tokens of H 7168 -> 5376 token-equivalents; the exiting
+    CTAs stay NVFP4's (FP8-block's EP 1 rows fit them to 0)."""
+    row = kernel_record_features(_fp8(4, 4096), _profile(**TRUTH))
+    assert row.coef_names == EXPERT_REREAD_TERMS.coef_names
+    assert row.row[row.coef_names.index("token_us")] == pytest.approx(3072 * 7168 / 4096)
+    assert row.row[row.coef_names.index("exit_us")] == 0.0
+    assert kernel_record_features(_fp8(1, 4096), _profile(**TRUTH)).row[
+        row.coef_names.index("token_us")] == 0.0
+
+
+def test_ep_rows_fit_token_us_after_the_ep1_rates():
+    """Rows priced by a known profile at EP 1, 4 and 16: the staged fit holds the EP 1 stage's
+    rates and gives the remote-token price back."""
+    records = []
+    for ep in (1, 4, 16):
+        for tokens in (16, 64, 256, 1024, 4096, 16384):
+            r = _fp8(ep, tokens)
+            records.append(SourcedRecord(r.model_copy(update={
+                "median_us": float(predict_record(r, _profile(**TRUTH)))}), "synthetic",
+                len(records) + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = fit_records(records, [], Holdout(), name="t").profile.components[KEY]
+    assert fitted.params["token_us"] == pytest.approx(0.03, rel=0.1)
+    assert fitted.residuals["mape"] < 2.0
+    assert "held at" in fitted.note                     # the EP 1 stage's rates
