@@ -10,8 +10,9 @@ with `overlap` in [0, 1]: 1 the ideal overlap (the longer branch alone, a bound)
 two in series). `overlap` is measured per token count on the rank by `benchmarks/
 dual_stream_overlap_gpu.py` (both branches alone, in series and on two streams inside CUDA
 graphs) and carried into the shipped profile as `any/dual_stream` by `epsim.calibrate.
-dual_stream` (pooled over the TP splits measured); here it is interpolated in log2(tokens) between
-the measured counts and held at the nearest beyond them (extrapolated).
+dual_stream` (pooled over the TP splits measured, one overlap for every count up to its
+`PLATEAU_TOKENS`); here it is interpolated in log2(tokens) between the measured counts and held at
+the nearest beyond them (extrapolated).
 It was measured on one GPU type in BF16 and is applied as a ratio to every GPU and weight format
 (extrapolated: a ratio of two branches' times, not a rate). Without the component, the bound.
 """
