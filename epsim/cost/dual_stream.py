@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -73,10 +73,15 @@ class DualStreamOverlap:
     tp_size: int
     note: str
 
+    @cached_property
+    def _log2_tokens(self) -> np.ndarray:
+        """[n] log2 of the measured counts, once: `at` runs for every priced step."""
+        return np.log2(self.tokens)
+
     def at(self, tokens: float) -> float:
         """The overlap at `tokens` on the rank (> 0): interpolated in log2(tokens), held at the
         nearest measured count beyond the measured range."""
-        return float(np.interp(math.log2(tokens), np.log2(self.tokens), self.overlap_frac))
+        return float(np.interp(math.log2(tokens), self._log2_tokens, self.overlap_frac))
 
     def outside(self, lo_tokens: float, hi_tokens: float) -> list[str]:
         """What a use at `lo_tokens`..`hi_tokens` on the rank extrapolates, one line each."""

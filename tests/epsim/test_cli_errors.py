@@ -129,3 +129,10 @@ def test_validate_says_what_it_computes(tmp_path, monkeypatch, capsys):
     stages("validate", True)("predicting 12 records")
     stages("validate", False)("not shown")
     assert terminal.getvalue() == "epsim validate: predicting 12 records (0 s)\n"
+
+
+def test_an_unknown_load_balance_method_is_one_line_naming_the_field(tmp_path, capsys):
+    path = _scenario(tmp_path, deployment={"load_balance_method": "by_room"})
+    assert main(["simulate", path]) == 2
+    err = _err(capsys)
+    assert "load_balance_method" in err and "follow_bootstrap_room" in err
