@@ -3,13 +3,9 @@
 deployment (prompt length, clients, repeat runs, the benchmark client on other servers).
 
     python benchmarks/silicon_ttft_gap.py [--write]
-    python benchmarks/silicon_ttft_gap.py --first-wave     # epsim's own run, request by request
 
-`--first-wave` simulates the one-node InferenceX runs of two deployments at 4-64 clients as the
-silicon loop does (`epsim.validate.silicon.run`: pass 0, then one benchmark run of 10 N requests
-from an idle server) and splits epsim's TTFTs into the run's first wave (its first N requests)
-and the rest: where in a run the simulator puts its TTFT, for the measured mean to be read
-against (about a minute a row on one core; printed, not recorded).
+(`benchmarks/agg_first_wave.py` splits epsim's own runs of two of these deployments request by
+request.)
 
 Reads the whole-set record `benchmarks/results/silicon_rows.json.gz` (epsim's predictions at the
 commit that recorded it, `epsim validate --silicon --approximate`) and, for what the record does
@@ -22,7 +18,6 @@ Gap = measured - predicted TTFT, ms; MAPE = mean |predicted / measured - 1|, per
 
 from __future__ import annotations
 
-import copy
 import csv
 import gzip
 import json
@@ -38,19 +33,11 @@ from recorded import recorded_main
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from epsim.report.summary import summarize  # noqa: E402
-from epsim.sim import simulate  # noqa: E402
-from epsim.spec.scenario import scenario_from_dict  # noqa: E402
 from epsim.validate.silicon.agg_recipes import HARNESS_RANGE_RATIO, HARNESS_WARMUP_FROM  # noqa: E402
 from epsim.validate.silicon.inferencex import moment  # noqa: E402
-from epsim.validate.silicon.mapping import INFERENCEX_SOURCE, plan_row  # noqa: E402
+from epsim.validate.silicon.mapping import INFERENCEX_SOURCE  # noqa: E402
 from epsim.validate.silicon.rows import default_csv_path, read_rows  # noqa: E402
-from epsim.validate.silicon.run import (  # noqa: E402
-    RUN_REQUESTS_PER_CLIENT,
-    RUN_SPAN_TRIES,
-    closed_round,
-    pass0,
-)
+from epsim.validate.silicon.run import RUN_REQUESTS_PER_CLIENT  # noqa: E402
 
 ROWS = ROOT / "benchmarks" / "results" / "silicon_rows.json.gz"
 RESULTS = ROOT / "benchmarks" / "results" / "silicon_ttft_gap.md"
@@ -62,8 +49,6 @@ _CLIENTS = re.compile(r"silicon_concurrency=(\d+)")
 _SERVER_ISL = re.compile(r"prompts as the server tokenized them: ISL \d+ x [\d.]+ = (\d+)")
 _WIDTH = re.compile(r"(?<![a-z_])(tp|dp)(\d+)")
 TPOT_SAME = 0.02          # repeat runs: two rows of one deployment whose mean TPOT agrees this well
-# --first-wave: the deployments (system, precision, layout as run) measured on 2026-03-25 at 1k/1k
-FIRST_WAVE = (("h200_sxm", "fp8", "tp8 dp1 moe_tp8 ep1"), ("b200_sxm", "fp4", "tp4 dp1 moe_tp1 ep4"))
 
 
 def harness(entry: dict, source: str) -> str:
@@ -374,56 +359,8 @@ def table() -> str:
     return "\n\n".join(parts)
 
 
-def _run_ttfts_ms(row) -> np.ndarray:
-    """epsim's TTFT of each request of one InferenceX agg row's benchmark run, in arrival order
-    (`couple`'s agg round: pass 0's TPOT, then `closed_round` from t=0, its span doubled until
-    every request has its first token)."""
-    (instance,) = plan_row(row).instances
-    tpot_ms = summarize(simulate(scenario_from_dict(copy.deepcopy(pass0(instance)),
-                                                    where="silicon row")))["tpot_ms"]["mean"]
-    span = 1.0
-    for _ in range(RUN_SPAN_TRIES):
-        data = closed_round(instance, 0.0, tpot_ms * 1e-3, row.osl, 0.0, span)
-        result = simulate(scenario_from_dict(copy.deepcopy(data), where="silicon row"))
-        done = np.isfinite(result.first_token_s)
-        if done.sum() >= data["workload"]["arrivals"]["num_requests"]:
-            break
-        span *= 2
-    order = np.argsort(result.arrival_s[done], kind="stable")
-    return ((result.first_token_s - result.arrival_s)[done] * 1e3)[order]
-
-
-def first_wave() -> str:
-    """FIRST_WAVE's 1k/1k runs of 2026-03-25 at 4-64 clients: measured mean TTFT; epsim's mean,
-    first wave, rest and P99; and the first wave's mean the measured mean implies if the rest of
-    the run were as epsim prices it (a 1/K of the run is its first wave)."""
-    k = RUN_REQUESTS_PER_CLIENT["agg"]
-    rows = {row.id: row for row in read_rows(default_csv_path())}
-    lines = ["| system | layout | clients | measured mean ms | epsim mean ms | epsim first wave / "
-             "rest ms | epsim P99 ms | first wave implied if the rest is epsim's, s |",
-             "|---|---|---|---|---|---|---|---|"]
-    picked = sorted((e for e in entries()
-                     if (e["system"], e["precision"], e["layout_as_run"]) in FIRST_WAVE
-                     and e["mode"] == "agg" and (e["isl"], e["osl"]) == (1024, 1024)
-                     and e["day"] == "2026-03-25" and 4 <= e["concurrency"] <= 64),
-                    key=lambda e: (FIRST_WAVE.index((e["system"], e["precision"],
-                                                     e["layout_as_run"])), e["concurrency"]))
-    for e in picked:
-        t, n = _run_ttfts_ms(rows[e["id"]]), e["concurrency"]
-        rest = float(t[n:].mean())
-        implied_s = (e["measured_ttft_ms"] - (1 - 1 / k) * rest) * k / 1e3
-        lines.append(f"| {e['system']} | {e['layout_as_run']} | {n} | {e['measured_ttft_ms']:.0f}"
-                     f" | {t.mean():.0f} | {t[:n].mean():.0f} / {rest:.0f} | "
-                     f"{np.percentile(t, 99):.0f} | {implied_s:.2f} |")
-        print(lines[-1], file=sys.stderr, flush=True)
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--first-wave"]:
-        print(first_wave())
-        return 0
     return recorded_main(argv, __doc__, RESULTS, "Where the TTFT misses at few clients",
                          "python benchmarks/silicon_ttft_gap.py --write", table)
 
