@@ -8,7 +8,7 @@ and H200 tables (SGLang 0.5.14, `collector/sglang/collect_gemm.py`: `sgl_per_tok
 then `fp8_scaled_mm`) step where the tile changes, at m 128 -> 129 (H200, 16384 x 16384:
 81.3 -> 160.3 µs; 64 -> 65, one more 64-row tile: 77.6 -> 103.5 µs), so `SMALL_TILE_MAX_M` is
 128 (the source read, sglang 04ec0bc, switches at 256: another build; the shape hold-out
-judges 128 better, H100 16.0 against 18.9 %). No split-K, no stream-K: every CTA owns one
+judges 128 better: H100 16.0 against 18.9 % refitted both ways). No split-K, no stream-K: every CTA owns one
 output tile and walks the whole K.
 
 Operand feed. Each CTA streams its tile's A rows and B columns, `(rows + cols) K` bytes, into
