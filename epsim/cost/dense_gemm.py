@@ -5,7 +5,10 @@ dense linears, MLA's projections).
 The formula and its symbols are `epsim.cost.quant`'s (the module docstring): weights at their
 format's bytes, math at the tensor rate that format runs at, the activation quantisation and
 the block scales' rescaling as terms of their own; `SPLIT_K_FORMATS`' kernels split K over idle
-SMs, so their FLOPs are tile-quantised but not wave-quantised.
+SMs, so their FLOPs are tile-quantised but not wave-quantised. Two kernels are priced at their
+own tiles with the operand bytes their busiest SM streams (`sm_fed`): the NVFP4 GEMM on
+Blackwell (`epsim.cost.fp4_gemm`) and the per-tensor FP8 GEMM on Hopper
+(`epsim.cost.fp8_gemm`), which split no K, so a decode's few tiles leave SMs idle.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 
 from epsim.cost.experts import TILE_M, TILE_N
 from epsim.cost.fp4_gemm import cutedsl_work
+from epsim.cost.fp8_gemm import CUTLASS_FP8_GPUS, cutlass_fp8_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import (ACTIVATION_BYTES, BF16_BYTES, FEED_FORMATS, SCALE_BLOCK_K, absolute,
                               check_format, gemm_defaults, quant_bytes_per_element, tensor_peak)
@@ -26,15 +30,22 @@ SPLIT_K_FORMATS = ("bf16", "fp16")      # GEMMs whose kernel splits K over idle 
 # the fitted terms: fixed µs, inverse efficiencies (time at the datasheet rate x 1/frac)
 GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequant_us"),
                          frozenset({"hbm_frac", "tensor_frac"}))
-# the dense NVFP4 GEMM (CuTe-DSL) adds its SMs' operand feed (`epsim.cost.fp4_gemm`)
+# the dense NVFP4 GEMM (CuTe-DSL) and Hopper's FP8 one (CUTLASS) add their SMs' operand feed
 FP4_GEMM_TERMS = LinearTerms(GEMM_TERMS.params + ("sm_feed_gbps",),
                              GEMM_TERMS.inverse | {"sm_feed_gbps"})
 
 
-def gemm_terms(fmt: str) -> LinearTerms:
-    """The fitted terms of a dense GEMM on `fmt` weights: `FP4_GEMM_TERMS` for NVFP4 (its
-    operand feed), `GEMM_TERMS` otherwise."""
-    return FP4_GEMM_TERMS if fmt in FEED_FORMATS else GEMM_TERMS
+def sm_fed(fmt: str, gpu: str = "") -> bool:
+    """Whether the dense GEMM on `fmt` weights on `gpu` is priced with its SMs' operand feed:
+    NVFP4 (FlashInfer's CuTe-DSL kernel) and, on Hopper, per-tensor FP8 (sgl-kernel's CUTLASS
+    `fp8_scaled_mm`, `epsim.cost.fp8_gemm`)."""
+    return fmt in FEED_FORMATS or (fmt == "fp8" and gpu in CUTLASS_FP8_GPUS)
+
+
+def gemm_terms(fmt: str, gpu: str = "") -> LinearTerms:
+    """The fitted terms of a dense GEMM on `fmt` weights on `gpu`: `FP4_GEMM_TERMS` where its
+    operand feed is priced (`sm_fed`), `GEMM_TERMS` otherwise."""
+    return FP4_GEMM_TERMS if sm_fed(fmt, gpu) else GEMM_TERMS
 
 
 @dataclass(frozen=True)
@@ -47,7 +58,8 @@ class GemmWork:
         waves: tile waves (each pays a prologue and epilogue).
         blocks: waves x weight-scale blocks along K (block-scaled formats; else 0).
         quant_kb: bytes the activation quantisation moves, KB (0 for BF16 activations).
-        feed_kb: KB of A and B the busiest SM streams (`FEED_FORMATS`; else 0).
+        feed_kb: KB of A and B the busiest SM streams (`sm_fed` kernels; else 0).
+        sm_fed: whether the kernel's feed is priced (`sm_fed`: a 6th design column).
     """
 
     mem_kb: np.ndarray
@@ -56,10 +68,13 @@ class GemmWork:
     blocks: np.ndarray
     quant_kb: np.ndarray
     feed_kb: np.ndarray
+    sm_fed: bool = False
 
 
-def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1) -> GemmWork:
-    """The work of `batch` GEMMs `[m, k] x [k, n]` on `fmt` weights (module docstring).
+def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
+              gpu: str = "") -> GemmWork:
+    """The work of `batch` GEMMs `[m, k] x [k, n]` on `fmt` weights on `gpu` (module
+    docstring; `gpu` picks the kernel: "" for the generic tile model).
 
     Args:
         m: [...] rows (tokens); 0 rows do no work.
@@ -69,9 +84,10 @@ def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1) -> Gemm
     weights = batch * n * k * weight_bytes_per_element(check_format(fmt))
     mem = busy * weights + batch * m * (k * ACTIVATION_BYTES[fmt] + BF16_BYTES * n)
     quant_kb = batch * m * k * quant_bytes_per_element(fmt) * 1e-3
-    if fmt in FEED_FORMATS:                     # the CuTe-DSL kernel's own tile (no scale blocks)
-        waves, mflops, feed_kb = cutedsl_work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
-        return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb)
+    if sm_fed(fmt, gpu):                        # the kernel's own tile (no scale blocks)
+        work = cutedsl_work if fmt in FEED_FORMATS else cutlass_fp8_work
+        waves, mflops, feed_kb = work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
+        return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb, True)
     tiles = batch * np.ceil(m / TILE_M) * -(-n // TILE_N)
     waves = np.ceil(tiles / num_sms)
     filled = tiles if fmt in SPLIT_K_FORMATS else waves * num_sms
@@ -103,9 +119,9 @@ def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndar
 def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
     """[..., 5] design rows in `GEMM_TERMS` order: (1, µs at the datasheet HBM rate of the
     memory side if memory-bound plus the quantisation's bytes, then if compute-bound: µs at the
-    datasheet tensor peak (where the MMA, not the feed, binds), waves, scale blocks), and for
-    `FEED_FORMATS` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds;
-    times `gemm_terms(fmt).coefficients(params)` gives `gemm_us`."""
+    datasheet tensor peak (where the MMA, not the feed, binds), waves, scale blocks), and where
+    `work.sm_fed` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds;
+    times `gemm_terms(fmt, gpu).coefficients(params)` gives `gemm_us`."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     mem_bound = work.mem_kb / rate["hbm_gbps"] >= _math_us(work, rate)
     busy = (work.mflops > 0).astype(np.float64)
@@ -114,6 +130,6 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     cols = [busy, hbm_us,
             np.where(compute & ~fed, work.mflops, 0.0) / tensor_peak(hardware, fmt),
             np.where(compute, work.waves, 0.0), np.where(compute, work.blocks, 0.0)]
-    if fmt in FEED_FORMATS:
+    if work.sm_fed:
         cols.append(np.where(compute & fed, work.feed_kb, 0.0))
     return np.stack(cols, axis=-1)

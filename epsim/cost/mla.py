@@ -250,8 +250,8 @@ def _gemm(m, n: int, k: int, mla: MlaParams, batch: int = 1, bmm: bool = False) 
                       mla.bmm_format)
     if mla.fp8_gemm is not None:            # FlashInfer's trtllm block-FP8 GEMM
         return trtllm_fp8_gemm.gemm_us(m, n, k, mla.fp8_gemm)
-    return gemm_us(gemm_work(m, n, k, mla.gemm_format, mla.num_sms, batch), mla.gemm,
-                   mla.hardware, mla.gemm_format)
+    return gemm_us(gemm_work(m, n, k, mla.gemm_format, mla.num_sms, batch, mla.hardware.name),
+                   mla.gemm, mla.hardware, mla.gemm_format)
 
 
 def mla_token_us(tokens, decode_tokens, mla: MlaParams) -> np.ndarray:

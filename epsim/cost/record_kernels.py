@@ -97,8 +97,9 @@ def _gemm_row(record: MeasurementRecord, profile: Profile):
                           "record")
     key = component_key("any", format_kind(record.kind, fmt), GRAPH)
     params = profile.params("any", format_kind(record.kind, fmt), GRAPH, defaults=gemm_defaults())
-    work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt, num_sms(hw.name))
-    terms = gemm_terms(fmt)
+    work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt, num_sms(hw.name),
+                     gpu=hw.name)
+    terms = gemm_terms(fmt, hw.name)
     return KernelRow(key, terms.coef_names, gemm_features(work, params, hw, fmt)[0],
                      terms.coefficients(params))
 

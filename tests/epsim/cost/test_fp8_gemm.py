@@ -1,0 +1,70 @@
+"""The dense per-tensor FP8 GEMM on Hopper (`epsim.cost.fp8_gemm`): sgl-kernel's CUTLASS tile by
+the token count, and the operand bytes the busiest SM streams, which bind a decode's few tiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from epsim.cost.dense_gemm import (FP4_GEMM_TERMS, GEMM_TERMS, gemm_features, gemm_terms,
+                                   gemm_us, gemm_work, sm_fed)
+from epsim.cost.fp8_gemm import (LARGE_TILE, SMALL_TILE, SMALL_TILE_MAX_M, cutlass_fp8_tile,
+                                 cutlass_fp8_work)
+from epsim.zoo import get_hardware
+
+PARAMS = {"base_us": 4.0, "hbm_frac": 0.7, "tensor_frac": 0.7, "wave_us": 0.3,
+          "dequant_us": 0.0, "sm_feed_gbps": 140.0}
+
+
+def test_tile_steps_where_the_tables_do():
+    assert cutlass_fp8_tile(1) == cutlass_fp8_tile(SMALL_TILE_MAX_M) == SMALL_TILE
+    assert cutlass_fp8_tile(SMALL_TILE_MAX_M + 1) == cutlass_fp8_tile(16384) == LARGE_TILE
+
+
+def test_feed_is_the_busiest_sms_tile_operands():
+    m, n, k = np.array([0.0, 1.0, 4096.0]), 16384, 7168
+    waves, mflops, feed_kb = cutlass_fp8_work(m, n, k, 132, 1.0)
+    assert waves[0] == mflops[0] == feed_kb[0] == 0.0            # no rows, no work
+    # one row: 256 CTAs of 64 columns in 2 rounds, each streaming 1 row of A and 64 of B
+    assert waves[1] == 2
+    assert feed_kb[1] == pytest.approx(2 * (1 + 64) * k * 1e-3)
+    # 4096 rows: 32 x 128 CTAs of 128 x 128 in ceil(4096 / 132) = 32 rounds, wave-quantised
+    assert waves[2] == 32
+    assert feed_kb[2] == pytest.approx(32 * (128 + 128) * k * 1e-3)
+    assert mflops[2] == pytest.approx(32 * 132 * 2 * 128 * 128 * k * 1e-6)
+
+
+def test_only_hoppers_fp8_gemm_is_fed():
+    assert sm_fed("fp8", "H200") and sm_fed("nvfp4", "B200")
+    assert not sm_fed("fp8", "B200") and not sm_fed("fp8_block", "H200")
+    assert gemm_terms("fp8", "H100") is FP4_GEMM_TERMS and gemm_terms("fp8", "B200") is GEMM_TERMS
+    # no GPU named: the generic tile model, as before
+    assert not gemm_work(np.array([1.0]), 4096, 4096, "fp8", 132).sm_fed
+
+
+def test_a_decode_on_few_tiles_is_priced_by_its_sms_stream():
+    """One row on a narrow weight runs 8 CTAs: its time follows one SM's 64-column slice of
+    the weight, K long, not the GPU's HBM: a 4x wider weight (32 CTAs, still one each) costs
+    the same, and the time grows with K."""
+    h200, slow = get_hardware("H200"), {**PARAMS, "sm_feed_gbps": 40.0}
+    us = [gemm_us(gemm_work(np.array([1.0]), n, k, "fp8", 132, gpu="H200"), slow, h200,
+                  "fp8")[0] for n, k in ((512, 16384), (2048, 16384), (512, 4096))]
+    assert us[0] == pytest.approx(us[1], rel=0.01)
+    assert us[2] < 0.5 * us[0]
+    # the feed binds (the one 64 x 64 tile's MMA at 0.7 of the peak: 12.8 µs)
+    expected = slow["base_us"] + (1 + 64) * 16384 * 1e-3 / slow["sm_feed_gbps"] + slow["wave_us"]
+    assert us[0] == pytest.approx(expected, rel=0.01)     # + the row's quantisation bytes
+
+
+def test_design_row_times_coefficients_is_the_time():
+    h100 = get_hardware("H100")
+    m = np.array([1.0, 64.0, 1024.0, 16384.0])
+    work = gemm_work(m, 7168, 2048, "fp8", 132, gpu="H100")
+    rows = gemm_features(work, PARAMS, h100, "fp8")
+    assert rows.shape == (4, len(FP4_GEMM_TERMS.params))
+    coef = gemm_terms("fp8", "H100").coefficients(PARAMS)
+    assert rows @ coef == pytest.approx(gemm_us(work, PARAMS, h100, "fp8"))
+    # Blackwell keeps the five columns of the plain tile model
+    b200 = get_hardware("B200")
+    plain = gemm_work(m, 7168, 2048, "fp8", 148, gpu="B200")
+    assert gemm_features(plain, PARAMS, b200, "fp8").shape == (4, len(GEMM_TERMS.params))
