@@ -351,6 +351,8 @@ RECIPES: dict[tuple, PDRecipe] = {
                       "mem_fraction_static": 0.85, **_MTP, **_NO_A2A}),
 }
 
-# the B200 FP8 1k/1k groups' `recipes/b200-fp8/1k1k.yaml` (`epsim.validate.silicon.pd_recipes_b200_fp8`)
+# the B200 FP8 groups' `recipes/b200-fp8/1k1k.yaml`, `8k1k-stp.yaml` and `8k1k-mtp.yaml`
+# (`epsim.validate.silicon.pd_recipes_b200_fp8`)
 RECIPES.update({key: PDRecipe(*entry, matched=True)
-                for key, entry in pd_recipes_b200_fp8.recipes().items()})
+                for key, entry in {**pd_recipes_b200_fp8.recipes(),
+                                   **pd_recipes_b200_fp8.recipes_8k()}.items()})

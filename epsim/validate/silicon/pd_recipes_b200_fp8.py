@@ -31,12 +31,32 @@ backend of that call assumed trtllm, as for the agg rows' pre-0.5.9 images). Not
 `DeploymentSpec` field): `--attention-backend trtllm_mla` (the profile's), `--context-length
 2200`, `--stream-interval 30`, `--enable-flashinfer-allreduce-fusion`, `--disable-radix-cache`,
 `moe-dense-tp-size 1`.
+
+The 8k/1k groups of the same keys (STP at 8a02464b8, MTP at 8fe499ff4 / 8cdf35781 / ee032b37f)
+are, variant for variant and client count for client count, those of `recipes/b200-fp8/8k1k-stp.yaml`
+(ishandhanani/srt-slurm@89654bc: `low-latency-tep8-1p-1d` at 4/32/64, `-1p-4d` at 64, `-1p-6d` at
+32, `max-tpt-dep8-1p-1d` at 128, `-2p-1d` at 256) and `recipes/b200-fp8/8k1k-mtp.yaml` (@893b9b9:
+1p1d 16/32/64, 1p4d 8/256, 1p6d 4/8/16/256, `dep8-1p-1d` 256, `dep8-2p-1d` 128/512). Both set one
+`base` for every variant: the 1k/1k flags above (JIT DeepGEMM off, FP8 KV, a 32768 chunk, 512
+requests, `flashinfer_trtllm` MoE, no all-to-all) with a 9600 context. Their `zip_override_scale`
+sets only names, nodes, workers and client counts, so as the index holds them the `max-tpt-dep8`
+variants would launch `--data-parallel-size 1` like the base, where `1k1k.yaml`'s max-throughput
+variants add `--data-parallel-size 8 --enable-dp-attention`. The layout kept is InferenceX's
+(`dp-attn: true`, as its master config and database state those groups, and as the variants'
+names say): each file has a second stored version not read, and the master config naming the
+file is not stored; the flags are divided by the DP size as SGLang divides them. The 8k/1k groups
+of 593fb431a on (a DEP8 prefill at MoE EP 1, `recipes/b200-fp8/8k1k.yaml`) are not these.
 """
 
 from __future__ import annotations
 
 SOURCE = "ishandhanani/srt-slurm@3b6912960435"
 CONFIG_FILE = "recipes/b200-fp8/1k1k.yaml"
+# the 8k/1k files (module doc): (file, repository@commit), STP and MTP
+_8K_STP = ("recipes/b200-fp8/8k1k-stp.yaml", "ishandhanani/srt-slurm@89654bccbb07")
+_8K_MTP = ("recipes/b200-fp8/8k1k-mtp.yaml", "ishandhanani/srt-slurm@893b9b9a4877")
+_STP_8K_COMMITS = ("8a02464b8",)
+_MTP_8K_COMMITS = ("8fe499ff4", "8cdf35781", "ee032b37f")
 _STP_KEY, _MTP_KEY = "dsr1-fp8-b200-dynamo-sglang", "dsr1-fp8-b200-dynamo-sglang-mtp"
 # the master-config versions whose 1k/1k groups are the file's variants (inferencex_recipes.json)
 _STP_COMMITS = ("8a02464b8", "593fb431a")
@@ -60,8 +80,25 @@ def _sides(dp: int, max_running: int, graphs: int, draft: dict | None) -> tuple[
     return prefill, decode
 
 
+def recipes_8k() -> dict[tuple, tuple[str, str, dict, dict]]:
+    """The 8k/1k groups' entries (module doc), keyed as `recipes`: the base's 512 requests and
+    graphs on every variant, TEP8 or (the `max-tpt-dep8` ones) DEP8 as InferenceX lays them out."""
+    # (P workers, D workers, DP size of both sides)
+    variants = [(1, 1, 1), (1, 4, 1), (1, 6, 1), (1, 1, 8), (2, 1, 8)]
+    out = {}
+    for mtp, (key, commits, (config, source)) in (
+            (False, (_STP_KEY, _STP_8K_COMMITS, _8K_STP)),
+            (True, (_MTP_KEY, _MTP_8K_COMMITS, _8K_MTP))):
+        for p_workers, d_workers, dp in variants:
+            side = _DEP if dp > 1 else _TEP
+            for commit in commits:
+                out[(key, commit, 8192, 1024, (p_workers, *side), (d_workers, *side), mtp)] = (
+                    config, source, *_sides(dp, 512, 512, _MTP if mtp else None))
+    return out
+
+
 def recipes() -> dict[tuple, tuple[str, str, dict, dict]]:
-    """`pd_recipe_flags.RECIPES`' entries for these groups: key (InferenceX key, commit prefix, isl,
+    """`pd_recipe_flags.RECIPES`' entries for the 1k/1k groups: key (InferenceX key, commit prefix, isl,
     osl, (P workers, tp, ep, dp-attn), (D workers, ...), MTP) -> (file, source, prefill, decode)."""
     # (P workers, P side, D workers, D side, MTP, (dp, max running, graphs, draft))
     variants = [

@@ -382,12 +382,38 @@ def test_the_b200_fp8_1k1k_groups_take_the_recipe_their_variants_match():
                                        decode=Recipe(5, 8, 8, True)))
     assert pd_recipes.fields(dep, "prefill", 1 << 20)["chunked_prefill_size"] == 32768 // 8
     assert pd_recipes.fields(dep, "decode", 1 << 20)["max_running_requests"] == 1024 // 8
-    # the MTP twin's 1p-2d variant drafts one step; the 8k/1k groups' recipe is not held
+    # the MTP twin's 1p-2d variant drafts one step; no 8k/1k variant has three decodes
     mtp = pd_recipes.for_group(replace(tep, key="dsr1-fp8-b200-dynamo-sglang-mtp",
                                        commit="ee032b37f" + "0" * 31, speculative="mtp",
                                        prefill=Recipe(1, 8, 8, True), decode=Recipe(2, 8, 8, True)))
     assert pd_recipes.fields(mtp, "decode", 1)["speculative_num_draft_tokens"] == 2
     assert pd_recipes.for_group(replace(tep, isl=8192)) is None
+
+
+def test_the_b200_fp8_8k1k_groups_take_the_stp_and_mtp_files():
+    """recipes/b200-fp8/8k1k-stp.yaml and 8k1k-mtp.yaml (`pd_recipes_b200_fp8`): one base for
+    every variant (JIT DeepGEMM off: the trtllm FP8 GEMM; a 32768 chunk, 512 requests), the
+    `max-tpt-dep8` groups laid out DEP8 as InferenceX states them, the flags over DP 8."""
+    stp = replace(MAX_TPT, key="dsr1-fp8-b200-dynamo-sglang", commit="8a02464b8" + "0" * 31,
+                  isl=8192, prefill=Recipe(1, 8, 8, False), decode=Recipe(6, 8, 8, False))
+    mtp = replace(stp, key="dsr1-fp8-b200-dynamo-sglang-mtp", commit="ee032b37f" + "0" * 31,
+                  speculative="mtp", prefill=Recipe(2, 8, 8, True), decode=Recipe(1, 8, 8, True))
+    for group, name, dp in ((stp, "8k1k-stp", 1), (mtp, "8k1k-mtp", 8)):
+        recipe = pd_recipes.for_group(group)
+        assert recipe.config_file == f"recipes/b200-fp8/{name}.yaml" and recipe.matched
+        prefill = pd_recipes.fields(recipe, "prefill", 1 << 20)
+        assert (prefill["chunked_prefill_size"], prefill["max_running_requests"],
+                prefill["fp8_gemm_backend"], prefill["kv_cache_dtype"]) == (
+            32768 // dp, 512 // dp, "flashinfer_trtllm", "fp8_e4m3")
+        decode = pd_recipes.fields(recipe, "decode", 1 << 20)
+        assert decode["cuda_graph_max_bs"] == 512
+        assert ("speculative_num_steps" in decode) == (group.speculative == "mtp")
+    # the STP file has no 1p2d variant; March's MoE-EP-1 DEP8 prefills ran another recipe
+    assert pd_recipes.for_group(replace(mtp, key=stp.key, commit=stp.commit, speculative="none",
+                                        prefill=Recipe(1, 8, 8, True),
+                                        decode=Recipe(2, 8, 8, True))) is None
+    assert pd_recipes.for_group(replace(stp, commit="593fb431a" + "0" * 31,
+                                        prefill=Recipe(1, 8, 1, True))) is None
 
 
 def test_a_matched_recipe_says_it_was_matched_not_named():
