@@ -227,6 +227,17 @@ def sustained_frac(params, gpu: str, heads: int = 128, tokens: float = 16384.0) 
     return pairs_mflops / us / hardware.tensor_tflops("bf16")
 
 
+def transferred(params, fit_gpu: str, gpu: str) -> dict[str, float]:
+    """A prefill fit's parameters on `gpu`: as they are on a GPU of the fit's L2 (Hopper's
+    H100/H200/H800); elsewhere the measured L2 rate says nothing of its L2, so the fit travels
+    as the fraction of the tensor peak a long chunk sustained (`sustained_frac`), as the other
+    MLA fits travel (the system axis: H200's fit judging B200's records)."""
+    if not params.get("l2_gbps") or (fit_gpu in HOPPER and gpu in HOPPER):
+        return dict(params)
+    return {**{k: v for k, v in params.items() if k != "l2_gbps"},
+            "tensor_frac": sustained_frac(params, fit_gpu)}
+
+
 # -- one MLA layer on a rank: projections, absorbed BMMs, kernel (the simulator's pricing) --------
 @dataclass(frozen=True)
 class MlaParams:

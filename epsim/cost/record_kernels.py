@@ -29,7 +29,7 @@ from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
 from epsim.cost.experts import num_sms, record_projections, row_tiles
 from epsim.cost.mla import (DEEPSEEK_MLA, MLA_PREFILL_TERMS, MLA_TERMS, absorbed_form,
                             absorbed_prefill, mla_defaults, mla_kernel_features, per_head_form,
-                            prefill_kernel_work)
+                            prefill_kernel_work, transferred)
 from epsim.cost.mla_l2 import fold_l2
 from epsim.cost.mla_bmm import BMM_TERMS, bmm_defaults, bmm_features, bmm_work
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
@@ -191,6 +191,7 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
         form = per_head_form(d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], kv)
         work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form,
                                    sms)
+        params = transferred(params, profile.hardware, hw.name)
         work = replace(fold_l2(work, params, params["hbm_frac"] * hw.hbm_gbps), l2_kb=None)
         return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
                          mla_kernel_features(work, params, hw, "bf16")[0],

@@ -12,7 +12,8 @@ import pytest
 
 from epsim.cost.flash import kernel_us
 from epsim.cost.mla import (MLA_PREFILL_TERMS, absolute, absorbed_form, mla_kernel_features,
-                            mla_kernel_us, per_head_form, prefill_kernel_work, sustained_frac)
+                            mla_kernel_us, per_head_form, prefill_kernel_work, sustained_frac,
+                            transferred)
 from epsim.cost.mla_l2 import ABSORBED_KEYS, ABSORBED_ROWS, absorbed_tiles, fold_l2, l2_us
 from epsim.zoo import get_hardware
 
@@ -98,3 +99,12 @@ def test_decode_holds_the_rate_a_long_chunk_sustains():
     l2_bound = PARAMS["l2_gbps"] * 1e9 * 64 * 2 * (576 + 512) / (576 * 2) / 989.4e12
     assert 0.9 * l2_bound < frac < l2_bound
     assert sustained_frac({**PARAMS, "l2_gbps": None}, "H100") == PARAMS["tensor_frac"]
+
+
+def test_a_hopper_fit_travels_to_blackwell_as_its_sustained_fraction():
+    """Hopper's L2 rate says nothing of another L2: on Blackwell the fit prices as the
+    fraction of the tensor peak a long chunk sustained, and stays as it is on Hopper."""
+    on_b200 = transferred(PARAMS, "H100", "B200")
+    assert "l2_gbps" not in on_b200
+    assert on_b200["tensor_frac"] == sustained_frac(PARAMS, "H100")
+    assert transferred(PARAMS, "H100", "H200") == PARAMS
