@@ -52,6 +52,7 @@ from epsim.calibrate.rebalance_host import fit_rebalance_host
 from epsim.calibrate.spread import component_spread, run_deviations
 from epsim.cost.experts import num_sms
 from epsim.cost.fp4_gemm import fed_tensor_frac
+from epsim.cost.mla import sustained_frac
 from epsim.cost.quant import ACTIVATION_BYTES, tensor_peak
 from epsim.cost.record import is_nccl_allgather, predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
@@ -213,16 +214,15 @@ def mla_decode_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]
     (`any/mla_decode_<kv>/graph` <- `any/mla_prefill_<kv>/graph`), {} where none was fitted.
 
     The decode's full-tile MMAs (Hopper's FlashAttention-3 64-head tiles, Blackwell's
-    high-throughput kernel) run at the rate of the same GPU's MLA prefill kernel, whose records
-    are compute-bound at any head count; a decode on up to 64 heads is bound by its cache, so
-    its own records cannot tell its math rate: fitted free, it followed the fixed costs of
-    short contexts (1.0 on h100_sxm, 0.28 on b200_sxm over 1-64 heads) and priced 128 heads
-    20 % low and 80-100 % high (aiconfigurator-core's SGLang 0.5.14 tables; the prefill's fit
-    says 0.53 and 0.66, and the 128-head records 0.53-0.56 and >= 0.51)."""
+    high-throughput kernel) run at the rate the same GPU's MLA prefill kernel sustains on a long
+    chunk (`epsim.cost.mla.sustained_frac`); a decode on <= 64 heads is bound by its cache, so
+    its records cannot tell its math rate: fitted free, it followed short contexts' fixed costs
+    (1.0 on h100_sxm, 0.28 on b200_sxm) and priced 128 heads 20 % low and 80-100 % high (AIC's
+    SGLang 0.5.14 tables; the 128-head records say 0.53-0.56 and >= 0.51)."""
     prefill = fits.get(key.replace("/mla_decode_", "/mla_prefill_"))
-    if prefill is None or "tensor_frac" not in prefill.params:
+    if prefill is None or "tensor_frac" not in prefill.params or not prefill.records:
         return {}
-    return {"tensor_frac": float(prefill.params["tensor_frac"])}
+    return {"tensor_frac": sustained_frac(prefill.params, prefill.records[0].record.provenance.hardware)}
 
 
 # quantised experts whose MMA rate is held at the same format's dense GEMM fit (`experts_held`)

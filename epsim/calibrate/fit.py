@@ -24,9 +24,10 @@ from scipy.optimize import lsq_linear
 from epsim.calibrate.inputs import SourcedRecord
 from epsim.cost.linear import (ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS,
                                COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS)
-from epsim.cost.mla import MLA_TERMS
+from epsim.cost.mla import MLA_PREFILL_TERMS, MLA_TERMS
 from epsim.cost.mla_bmm import BMM_TERMS
-from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS
+from epsim.cost.mla_l2 import L2_START_GBPS
+from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS, MLA_SWAPPED_TERMS
 from epsim.cost.fp4_gemm import SM_FILL_GBPS
 from epsim.cost.dense_gemm import FP4_GEMM_TERMS, GEMM_TERMS
 from epsim.cost.quant import EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS
@@ -38,13 +39,17 @@ MAX_ROUNDS = 12
 # experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
 FRACTION_TERMS = (GEMM_TERMS, FP4_GEMM_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
                   EXPERT_FEED_TERMS, MLA_TERMS, BMM_TERMS,
-                  MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS)
+                  MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS, MLA_PREFILL_TERMS,
+                  MLA_PREFILL_DEQUANT_TERMS)
 # ... and the one absolute rate among them: an SM's operand feed, bounded by its shared memory's
 FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0, "dequant_frac": 1.0,
                   "swapped_hbm_frac": 1.0, "swapped_frac": 1.0, "sm_feed_gbps": SM_FILL_GBPS}
 # the operand feed's starts, shares of that bound (which side of the MMA-feed max a row lies on
 # is a local choice, as the roofline's)
 FEED_START_SHARES = (1.0, 0.5, 0.25)
+# the MLA prefill's L2 stream's starts, shares of `L2_START_GBPS` (its side of the max, too, is
+# a local choice)
+L2_START_SHARES = (1.0, 0.7, 1.4)
 
 
 @dataclass
@@ -169,8 +174,12 @@ def _starts(terms, peaks: dict[str, float], key: str = "") -> list[dict[str, flo
         tensor = [p for p in ("tensor_frac", "swapped_frac") if p in terms.params]
         feeds = ([{"sm_feed_gbps": SM_FILL_GBPS * f} for f in FEED_START_SHARES]
                  if "sm_feed_gbps" in terms.params else [{}])
-        return [{**{p: h for p in hbm}, **{p: f for p in tensor}, **feed}
-                for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01) for feed in feeds]
+        # the MLA prefill's L2 stream (`epsim.cost.mla_l2`) from about its long rows' rate
+        l2s = ([{"l2_gbps": L2_START_GBPS * f} for f in L2_START_SHARES]
+               if "l2_gbps" in terms.params else [{}])
+        return [{**{p: h for p in hbm}, **{p: f for p in tensor}, **feed, **l2}
+                for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01) for feed in feeds
+                for l2 in l2s]
     if terms not in (EXPERT_TERMS, ATTENTION_TERMS):
         return [{}]
     return [{"hbm_gbps": peaks["hbm_gbps"] * h, "tflops": peaks["tflops"] * f}

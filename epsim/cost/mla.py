@@ -26,7 +26,9 @@ MLA's sizes: per (row, key) `2 (d_qk + d_v)` FLOPs (d_qk, d_v = 576, 512 absorbe
 head), per key `d_qk x kv bytes` of cache (absorbed: the latent and its RoPE key; per head:
 K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its parameters
 (`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and of the tensor peak of
-the format its MMAs run in, so a fit on one GPU prices another from its datasheet.
+the format its MMAs run in, so a fit on one GPU prices another from its datasheet. Hopper's
+absorbed prefill is bound on long chunks by its CTAs' key tiles re-read from L2, a stream with
+a fitted rate of its own (`l2_gbps`, `MLA_PREFILL_TERMS`; `epsim.cost.mla_l2`).
 
 The decode kernel's tiling of the heads into CTAs on each GPU, the format its MMAs run in and
 Hopper's cast pass over an FP8 cache are `epsim.cost.mla_decode`'s.
@@ -42,6 +44,8 @@ import numpy as np
 from epsim.cost.flash import DecodeKernel, KernelWork, kernel_features, kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla_bmm import bmm_us, bmm_work
+from epsim.cost.mla_l2 import (ABSORBED_KEYS, ABSORBED_ROWS, BF16_BYTES, PrefillWork,
+                               absorbed_tiles, fold_l2, l2_column)
 from epsim.cost.dense_gemm import gemm_us, gemm_work
 from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
@@ -51,7 +55,8 @@ from epsim.spec.gpu import HardwareSpec
 
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
                         frozenset({"hbm_frac", "tensor_frac"}))
-BF16_BYTES = 2.0
+# the absorbed prefill's: and the L2 stream of its CTAs' key tiles (`epsim.cost.mla_l2`)
+MLA_PREFILL_TERMS = LinearTerms(MLA_TERMS.params + ("l2_gbps",), MLA_TERMS.inverse | {"l2_gbps"})
 # the format SGLang quantises an NVFP4 checkpoint's BF16 `q_b_proj` to at load under
 # `SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN` (`Fp8Config(weight_block_size=[128, 128])`)
 Q_B_FP8_FORMAT = "fp8_block"
@@ -59,9 +64,6 @@ Q_B_FP8_FORMAT = "fp8_block"
 # FlashAttention-3's MLA path up so); the others' (Blackwell: TRT-LLM MLA) are per head. SGLang
 # itself runs a prefill per head on both (MHA): the simulator prices it so
 ABSORBED_PREFILL = HOPPER
-# (token, head) rows of an absorbed prefill's CTA, one CTA an SM: FlashAttention-3's MLA path
-# tiles 64 rows as its decode does (`epsim.cost.mla_decode.decode_grid`)
-ABSORBED_ROWS = 64
 # DeepSeek's MLA sizes, for records that do not carry them (aiconfigurator's collectors time
 # DeepSeek-V3's attention: kv_lora 512, rope 64, nope 128, v 128)
 DEEPSEEK_MLA = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
@@ -137,54 +139,103 @@ def absolute(params, hardware: HardwareSpec, math: str = "bf16") -> dict[str, fl
 
 
 def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
-                        num_sms: int) -> KernelWork:
+                        num_sms: int) -> PrefillWork:
     """The causal MLA prefill kernel: `seqs` [dp] chunks of `tokens` [dp] new tokens whose
     keys number `context` [dp] in all (`epsim.cost.flash.prefill_work` at MLA's sizes: its
-    CTAs, waves and bytes). Its math:
+    CTAs, waves and bytes), with the L2 stream of its CTAs' key tiles (`epsim.cost.mla_l2`:
+    `l2_kb`, every tile's keys at BF16 plus the queries and outputs). Its math:
       per head   the flash kernel's: whole 128 x 128 (query rows, keys) tiles under the causal
                  diagonal, each head's chunk in row blocks of its own, the busiest slot's
                  share. A chunk shorter than a tile pays the whole tile (aiconfigurator's B200
                  TRT-LLM MLA prefill at 128 heads: 1-4 TFLOP/s of causal pairs at 16-token
                  chunks, 250 at 256, 1100-1300 at 4096-16384; counted in tiles 90-440, 380,
                  1100-1300)
-      absorbed   the causal pairs' own FLOPs: a token's heads share its row blocks (MLA's one
-                 KV head), so short chunks still fill the rows; its CTAs hold 64 (token, head)
-                 rows, one an SM, and each wave of them pays `wave_us` (aiconfigurator's H100
-                 FA3 table at 128 heads: 1024-token chunks run at 420 TFLOP/s, 4096-16384 at
-                 600-610, the difference 6 µs a wave; counted in per-head 128-row blocks, the
-                 fit put no cost on a wave and priced 16384 tokens 16 % high, 1024 15 % low)"""
+      absorbed   FlashAttention-3's MLA tiles (`epsim.cost.mla_l2.absorbed_tiles`): CTAs of 64
+                 (token, head) rows, a token's heads side by side, one an SM, each running its
+                 64-key tiles up to its last token; the busiest SM's tiles and its waves on one
+                 side of the max (`overlap`: each CTA's query load and output store run beside
+                 the other SMs' tiles), the HBM and L2 streams on the other. Counted as the
+                 causal pairs' own FLOPs with the waves outside the max, the fit on chunks up
+                 to 1024 tokens priced 4096-16384 20-30 % long on H100 and H200 (its tensor
+                 rate fitted 0.50 for a kernel whose long chunks run at 0.61): short chunks'
+                 tiles run faster than long ones' (docs/model.md 5d)"""
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
     work = prefill_work(tokens, context, seqs, heads, 1, form.flash_head_dim, num_sms,
                         form.flash_kv_ratio)
+    busy = tokens > 0
+    # queries and outputs, BF16 (2 (d_qk + d_v) bytes a (token, head)): `prefill_work`'s too
+    query_kb = 2.0 * BF16_BYTES * tokens * heads * form.flash_head_dim * 1e-3
     if not form.heads_in_rows:
-        return work
+        # a 128-row tile of one head reads 128 keys' K and V at BF16
+        tile_mflops = 128.0 * 128.0 * 2.0 * (form.qk_dim + form.v_dim) * 1e-6
+        key_kb = 128.0 * (form.qk_dim + form.v_dim) * BF16_BYTES * 1e-3
+        return PrefillWork(work.waves, work.splits, work.mflops, work.mem_kb,
+                           l2_kb=np.where(busy, work.mflops / tile_mflops * key_kb + query_kb,
+                                          0.0))
     chunk = np.divide(tokens, seqs, out=np.zeros_like(tokens), where=seqs > 0)
     prefix = np.maximum(np.divide(context, seqs, out=np.zeros_like(tokens), where=seqs > 0)
                         - chunk, 0.0)
-    pairs = seqs * (chunk * prefix + chunk * (chunk + 1.0) / 2.0)
-    # CTAs of `ABSORBED_ROWS` (token, head) rows, one an SM (the decode kernel's tile): each
-    # wave pays its CTAs' prologue and epilogue (`wave_us`)
-    ctas = seqs * np.ceil(chunk * heads / ABSORBED_ROWS)
-    return replace(work, waves=np.where(tokens > 0, np.ceil(ctas / num_sms), 0.0),
-                   mflops=pairs * heads * 2.0 * (form.qk_dim + form.v_dim) * 1e-6)
+    tiles = absorbed_tiles(chunk, prefix, seqs, heads, num_sms)
+    tile_flops = ABSORBED_ROWS * ABSORBED_KEYS * 2.0 * (form.qk_dim + form.v_dim)
+    # a tile's keys: the latent and its RoPE key (the values are the latent's first kv_lora)
+    key_kb = ABSORBED_KEYS * form.qk_dim * BF16_BYTES * 1e-3
+    return PrefillWork(np.where(busy, np.ceil(tiles.ctas / num_sms), 0.0), work.splits,
+                       np.where(busy, tiles.busiest * tile_flops * num_sms * 1e-6, 0.0),
+                       work.mem_kb, overlap=True,
+                       l2_kb=np.where(busy, tiles.total * key_kb + query_kb, 0.0))
 
 
 def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
-    """[dp] microseconds of an MLA kernel (`MLA_TERMS` fractions, BF16 math); 0 without work."""
-    return kernel_us(work, absolute(params, hardware))
+    """[dp] microseconds of an MLA kernel (`MLA_TERMS` fractions, BF16 math; a prefill's L2
+    stream at `l2_gbps` where fitted, `epsim.cost.mla_l2`); 0 without work."""
+    p = absolute(params, hardware)
+    return kernel_us(fold_l2(work, params, p["hbm_gbps"]), p)
 
 
 def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
                         math: str = "bf16") -> np.ndarray:
     """[dp, 5] design rows in `MLA_TERMS` order: `epsim.cost.flash.kernel_features` with the
     memory and math columns as µs at the datasheet HBM rate and `math`'s tensor peak
-    (`math_dtype`)."""
-    rows = kernel_features(work, absolute(params, hardware, math))
+    (`math_dtype`); [dp, 6] in `MLA_PREFILL_TERMS` order for a work with an L2 stream
+    (`PrefillWork.l2_kb`: its KB)."""
+    p = absolute(params, hardware, math)
+    rows = kernel_features(fold_l2(work, params, p["hbm_gbps"]), p)
     rows[..., 3] /= hardware.hbm_gbps
     rows[..., 4] /= hardware.tensor_tflops(math)
-    return rows
+    if getattr(work, "l2_kb", None) is None:
+        return rows
+    return l2_column(rows, work, params, p["hbm_gbps"])
+
+
+def sustained_frac(params, gpu: str, heads: int = 128, tokens: float = 16384.0) -> float:
+    """The causal pairs' FLOPs of one long absorbed prefill chunk (`tokens` tokens, `heads`
+    heads) over its priced time on `gpu`, as a fraction of the BF16 peak: the rate the prefill
+    kernel sustains, whichever of its SMs' tiles and its L2 stream binds (`tensor_frac` where
+    no L2 stream was fitted)."""
+    from epsim.cost.experts import num_sms          # experts' module: the SM counts
+    from epsim.zoo import get_hardware, hardware_names
+    if not params.get("l2_gbps") or gpu not in hardware_names():
+        return float(params["tensor_frac"])
+    hardware, params, one = get_hardware(gpu), {**mla_defaults(), **params}, np.array([tokens])
+    form = absorbed_form(DEEPSEEK_MLA["kv_lora_rank"], DEEPSEEK_MLA["qk_rope_head_dim"],
+                         BF16_BYTES)
+    work = prefill_kernel_work(one, one, np.ones(1), heads, form, num_sms(gpu))
+    pairs_mflops = tokens * (tokens + 1.0) / 2.0 * heads * 2.0 * (form.qk_dim + form.v_dim) * 1e-6
+    us = float(mla_kernel_us(work, params, hardware)[0])
+    return pairs_mflops / us / hardware.tensor_tflops("bf16")
+
+
+def transferred(params, fit_gpu: str, gpu: str) -> dict[str, float]:
+    """A prefill fit's parameters on `gpu`: as they are on a GPU of the fit's L2 (Hopper's
+    H100/H200/H800); elsewhere the measured L2 rate says nothing of its L2, so the fit travels
+    as the fraction of the tensor peak a long chunk sustained (`sustained_frac`), as the other
+    MLA fits travel (the system axis: H200's fit judging B200's records)."""
+    if not params.get("l2_gbps") or (fit_gpu in HOPPER and gpu in HOPPER):
+        return dict(params)
+    return {**{k: v for k, v in params.items() if k != "l2_gbps"},
+            "tensor_frac": sustained_frac(params, fit_gpu)}
 
 
 # -- one MLA layer on a rank: projections, absorbed BMMs, kernel (the simulator's pricing) --------

@@ -56,7 +56,7 @@ import numpy as np
 from epsim.cost.flash import (SPLIT_ROWS, DecodeGrid, DecodeKernel, KernelWork, decode_counts,
                               decode_work, kernel_us)
 from epsim.cost.linear import LinearTerms
-from epsim.cost.mla import (BF16_BYTES, MLA_TERMS, MlaForm, MlaParams, absolute,
+from epsim.cost.mla import (BF16_BYTES, MLA_PREFILL_TERMS, MLA_TERMS, MlaForm, MlaParams, absolute,
                             mla_kernel_features)
 from epsim.profile import HOPPER
 from epsim.spec.gpu import HardwareSpec
@@ -64,6 +64,9 @@ from epsim.spec.gpu import HardwareSpec
 # Hopper's FP8-cache decode (`decode_dequantises`): the kernel's terms and the cast pass before it
 MLA_DEQUANT_TERMS = LinearTerms(MLA_TERMS.params + ("dequant_frac",),
                                 MLA_TERMS.inverse | {"dequant_frac"})
+# ... and the absorbed prefill's on Hopper (`epsim.cost.mla_l2`): the same cast pass, then its kernel
+MLA_PREFILL_DEQUANT_TERMS = LinearTerms(MLA_PREFILL_TERMS.params + ("dequant_frac",),
+                                        MLA_PREFILL_TERMS.inverse | {"dequant_frac"})
 # Blackwell's decode: the high-throughput kernel's terms and the swapped (low-latency) kernel's
 # HBM and tensor rates, fractions of the datasheet HBM and of its format's peak (its own memory
 # and math columns)

@@ -20,16 +20,20 @@ validator's predictions, from the models the simulator prices with (`epsim.cost.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
 from epsim.cost.experts import num_sms, record_projections, row_tiles
-from epsim.cost.mla import (DEEPSEEK_MLA, MLA_TERMS, absorbed_form, absorbed_prefill,
-                            mla_defaults, mla_kernel_features, per_head_form, prefill_kernel_work)
+from epsim.cost.mla import (DEEPSEEK_MLA, MLA_PREFILL_TERMS, MLA_TERMS, absorbed_form,
+                            absorbed_prefill, mla_defaults, mla_kernel_features, per_head_form,
+                            prefill_kernel_work, transferred)
+from epsim.cost.mla_l2 import fold_l2
 from epsim.cost.mla_bmm import BMM_TERMS, bmm_defaults, bmm_features, bmm_work
-from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, decode_block_heads, decode_dequantises,
+from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
+                                   decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
 from epsim.cost.dense_gemm import gemm_features, gemm_terms, gemm_work
@@ -181,15 +185,32 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
         terms, rows = decode_features(work, params, hw, heads, math)
         return KernelRow(component_key("any", kind, GRAPH), terms.coef_names, rows[0],
                          terms.coefficients(params))
-    else:
-        form = (absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
-                if absorbed_prefill(hw.name) else
-                per_head_form(d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], kv))
-        work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form, sms)
-        math = "bf16"
-    return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
-                     mla_kernel_features(work, params, hw, math)[0],
-                     MLA_TERMS.coefficients(params))
+    absorbed = absorbed_prefill(hw.name)
+    if not absorbed:
+        # the per-head records (Blackwell's) fit no L2 stream; one fitted on Hopper's absorbed
+        # records prices theirs as the simulator does, on the memory side (the system axis)
+        form = per_head_form(d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], kv)
+        work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form,
+                                   sms)
+        params = transferred(params, profile.hardware, hw.name)
+        work = replace(fold_l2(work, params, params["hbm_frac"] * hw.hbm_gbps), l2_kb=None)
+        return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
+                         mla_kernel_features(work, params, hw, "bf16")[0],
+                         MLA_TERMS.coefficients(params))
+    # the absorbed kernel (Hopper's): the L2 stream of its key tiles its own column, priced
+    # where `l2_gbps` was fitted; an FP8 cache cast to BF16 first, as the decode's
+    # (SGLang's FlashAttention-3 backend reads the whole pool `.to(q.dtype)`), a column too
+    cache = absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
+    cast = decode_dequantises(hw.name, kv)
+    work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads,
+                               kernel_form(cache, cast), sms)
+    row = mla_kernel_features(work, params, hw, "bf16")[0]
+    coef = {"l2_gbps": np.inf, "dequant_frac": np.inf, **params}      # none: 0 a KB, a key
+    terms = MLA_PREFILL_DEQUANT_TERMS if cast else MLA_PREFILL_TERMS
+    if cast:
+        row = np.append(row, dequant_sm_us(one * seqs * ctx, cache, sms)[0])
+    return KernelRow(component_key("any", kind, GRAPH), terms.coef_names, row,
+                     terms.coefficients(coef))
 
 
 def kernel_record_features(record: MeasurementRecord, profile: Profile) -> KernelRow:

@@ -2,7 +2,8 @@
 its dtype, read once by Hopper's 64-head blocks and Blackwell's two kernels' tiles, Hopper's FP8
 cache cast in a pass of its own, Blackwell's FP8 math and its swapped kernel's own rates, the
 absorbed or per-head prefill by GPU), its design rows equal to the model, and a DeepSeek
-deployment priced by it instead of the GQA kernels."""
+deployment priced by it instead of the GQA kernels (the absorbed prefill's tiles and L2 stream:
+test_mla_l2.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from epsim.cost.flash import kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (MLA_TERMS, absolute, absorbed_form, absorbed_prefill, mla_defaults,
                             mla_kernel_features, mla_kernel_us, mla_token_us, per_head_form,
-                            prefill_kernel_work)
+                            prefill_kernel_work, sustained_frac)
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS, SM_CAST_ELEMS_PER_US,
                                    decode_block_heads, decode_dequantises, decode_features,
                                    decode_kernel_work, dequant_us, kernel_form, kernel_params,
@@ -225,14 +226,6 @@ def test_decode_splits_fill_the_sms():
     assert (work.splits[0], work.waves[0]) == (2, 1)
 
 
-def test_prefill_math_is_the_causal_pairs_absorbed():
-    form = absorbed_form(512, 64, 2.0)
-    work = prefill_kernel_work(np.array([4096.0]), np.array([4096.0]), np.array([1.0]), 16,
-                               form, 148)
-    pairs = 4096 * 4097 / 2
-    assert work.mflops[0] == pytest.approx(pairs * 16 * 2 * (576 + 512) * 1e-6)
-
-
 def test_prefill_math_per_head_is_whole_tiles():
     """Per head, a chunk fills row blocks of its own: a 16-token chunk pays a whole 128 x 128
     tile (the flash kernel's work), a 16384-token one little more than its causal pairs."""
@@ -260,9 +253,7 @@ def test_design_rows_times_coefficients_give_the_kernel():
         decode = absorbed_form(512, 64, 2.0)
         for work, math in (
                 (decode_kernel_work(seqs, ctx, 128, decode, 132), "bf16"),
-                (decode_kernel_work(seqs, ctx, 16, decode, 148, 16), "fp8"),
-                (prefill_kernel_work(ctx, ctx, seqs, 16, absorbed_form(512, 64, 1.0), 132),
-                 "bf16")):
+                (decode_kernel_work(seqs, ctx, 16, decode, 148, 16), "fp8")):
             rows = mla_kernel_features(work, PARAMS, H200, math)
             assert np.allclose(rows @ terms.coefficients(PARAMS),
                                kernel_us(work, absolute(PARAMS, H200, math)))
@@ -331,7 +322,7 @@ def test_an_fp8_cache_decodes_in_blackwells_bf16_kernel_fit():
 
 def test_decode_takes_its_prefills_tensor_rate():
     """A decode on up to 64 heads is bound by its cache: the fit holds its tensor rate at the
-    same GPU's MLA prefill fit (`epsim.calibrate.build.mla_decode_held`), which its
+    same GPU's MLA prefill fit sustains (`epsim.calibrate.build.mla_decode_held`), which its
     compute-bound records determine; the other decode terms are fitted."""
     from epsim.calibrate.build import fit_records
     from epsim.calibrate.holdout import Holdout
@@ -357,7 +348,8 @@ def test_decode_takes_its_prefills_tensor_rate():
         components = fit_records(records, [], Holdout(), name="t").profile.components
     prefill, decode = (components[f"any/mla_{k}_bf16/graph"] for k in ("prefill", "decode"))
     assert prefill.params["tensor_frac"] == pytest.approx(0.55, rel=0.02)
-    assert decode.params["tensor_frac"] == prefill.params["tensor_frac"]
+    # the rate a long prefill chunk sustains (its L2 stream, where one was fitted, may bind)
+    assert decode.params["tensor_frac"] == sustained_frac(prefill.params, "H200")
     assert "held at tensor_frac" in decode.note
     assert decode.params["hbm_frac"] == pytest.approx(0.8, rel=0.02)
 
