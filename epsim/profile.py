@@ -123,8 +123,9 @@ def component_keys(record) -> list[str]:
         # times the kernel alone, the stages fit it (pooled, BF16)
         path = record_mode_path(record, kind)
         pooled = [component_key("any", kind, graph)] if path in ("", GRAPH) else []
-        if backend == "local":
-            return [component_key(backend, kind, path)] + pooled
+        if backend == "local":          # the fused Triton MoE's default tile: its own rates
+            from epsim.cost.fused_moe_config import default_tile_path   # epsim.cost imports us
+            return [component_key(backend, kind, default_tile_path(record, path))] + pooled
         own = [component_key(backend, "layout", record_mode_path(record, "layout"))] if graph else []
         return own + pooled           # pooled: the kernel, where nothing times it alone
     if kind == "moe_layer":

@@ -54,6 +54,7 @@ from epsim.cost.record_single import (SINGLE_GPU_COMPONENTS, attention_ops_row, 
                                      single_gpu_row)
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
+from epsim.cost.fused_moe_config import DEFAULT_TILE, default_tile_path
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
@@ -195,8 +196,10 @@ def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster:
                       num_sms(cluster.gpu), num_up=up)
     owner = "local" if record.backend == "local" else "any"
     params = profile.params(owner, "experts", path, defaults=experts_defaults(cluster.hardware))
-    return (component_key(owner, "experts", path), experts_features(pairs, active, tiles, gemm, params),
-            EXPERT_TERMS.coefficients(params))
+    row = experts_features(pairs, active, tiles, gemm, params)
+    if DEFAULT_TILE in path.split("/"):     # its K loop's feed is its rate: no per-wave term
+        row[..., 4] = 0.0
+    return component_key(owner, "experts", path), row, EXPERT_TERMS.coefficients(params)
 
 
 def _experts_row(record: MeasurementRecord, profile: Profile,
@@ -214,8 +217,8 @@ def _experts_row(record: MeasurementRecord, profile: Profile,
     pairs, active, tiles = _expert_counts(record)
     path, host = device_path(record, profile, "experts")
     key, row, coef = _kernel_row(record, profile, path if record.backend != "local"
-                                 else record_mode_path(record, "experts"), cluster,
-                                 pairs, active, tiles)
+                                 else default_tile_path(record, record_mode_path(record, "experts")),
+                                 cluster, pairs, active, tiles)
     if record.backend == "local":
         return RecordFeatures(key, EXPERT_TERMS.coef_names, row, coef, host)
     kernel_row = row

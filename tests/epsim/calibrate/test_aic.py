@@ -26,6 +26,7 @@ from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, AicTable, aic_syst
                                         check_calibration_input,
                                         parse_source, zoo_gpu)
 from epsim.cli import main  # noqa: E402
+from epsim.cost.fused_moe_config import record_default_tile  # noqa: E402
 from epsim.errors import RecordError  # noqa: E402
 from epsim.profile import kv_kind, load_profile  # noqa: E402
 
@@ -206,7 +207,11 @@ def test_calibrate_on_aic_tags_every_component_with_its_tables(tmp_path):
                 "any/allreduce/graph/twoshot", "any/gemm_bf16/graph", "any/gemm_fp8_block/graph",
                 *{f"any/mla_decode_{kv_kind(r.kv_cache_dtype)}/graph" for r in import_source(
                     parse_source("aic:h200_sxm/sglang", root=FIXTURE)).fit
-                  if r.kind == "mla_decode"}}
+                  if r.kind == "mla_decode"},
+                # the fused Triton MoE's default large tile, where a fit row runs it
+                *{"local/experts/graph/default_tile" for r in import_source(
+                    parse_source("aic:h200_sxm/sglang", root=FIXTURE)).fit
+                  if record_default_tile(r)}}
     # nccl-tests' all-gathers are the all-reduce model's NCCL ring (one pass): no `none/allgather`
     assert expected == set(profile.components)
     for key, comp in profile.components.items():

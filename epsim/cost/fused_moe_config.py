@@ -1,0 +1,61 @@
+"""The tile config SGLang's fused Triton MoE runs a BF16 problem with: a tuned one, or the
+default's large tile.
+
+SGLang's `try_get_optimal_moe_config` (`fused_moe_triton_config.py`) loads a tuned JSON per
+(E, N, device) -- N the intermediate size one GPU holds -- and picks its entry nearest the
+tokens M; without one, `get_default_config` gives BF16 `BLOCK_SIZE_M/N/K = 64/64/32,
+GROUP_SIZE_M 8` for M > E and `16/32/64` for M <= E. AIC's collector makes the same lookup
+once per row (`collector/sglang/collect_moe.py`, `benchmark`: `get_moe_configs`, else
+`get_default_config(num_tokens, ...)`, run under `override_config`).
+
+The default's large tile is its own kernel: a 64x64 tile over 32-deep K steps (Triton's default
+4 warps) moves 8 KB per 262 kFLOP, so it runs well under the tensor peak however many rows it
+gets, and streams the weights slower than the small tile does. AIC's H200 BF16 `moe_perf`
+(0.5.14, balanced, EP 1) shows both sides: every shape without a tuned H200 JSON plateaus at
+188-269 TFLOP/s at 4096-16384 tokens while the tuned ones reach 358-591, and at the first
+M > E its weights stream at 2.4-2.7 TB/s against 4.0-4.3 TB/s at M <= E (the small tile) and
+3.7-4.3 TB/s for a tuned shape at the same M (h200_sxm: E 128 N 1536 at 64 -> 256 tokens
+4211 -> 2672 GB/s; E 8 N 16384 at 4 -> 16 tokens 4213 -> 2715). So the records of the large
+default tile fit a component of their own (`DEFAULT_TILE`, `local/experts/graph/default_tile`:
+its own HBM and tensor rates, same model form), the rest the kernel model as before.
+
+`TUNED_BF16`: the (E, N) of AIC's BF16 shapes that run a tuned JSON on each GPU, from the
+tables' own rows at the tokens the hold-outs fit (<= 1024: the stream rate at the first M > E,
+and the rate at 1024 tokens where compute-bound) and, where upstream names one, the file
+(`triton_3_6_0/E=128,N=704,device_name=NVIDIA_H200.json`, sglang#26588 for Gemma 4). A GPU or
+shape not listed runs the default config.
+"""
+
+from __future__ import annotations
+
+DEFAULT_TILE = "default_tile"       # mode-path part of the default large tile's component
+FUSED_TRITON_KERNEL = "sglang_fused_moe_triton"
+# (num_experts, intermediate size per GPU) with a tuned BF16 JSON, per zoo GPU
+TUNED_BF16 = {
+    "H200": frozenset({(128, 768), (128, 704), (8, 14336)}),
+    "H100": frozenset({(128, 768), (128, 704)}),
+    "B200": frozenset({(128, 704)}),
+}
+
+
+def runs_default_tile(gpu: str, num_experts: int, intermediate_size: int, num_tokens: int) -> bool:
+    """Whether the fused Triton MoE runs `get_default_config`'s large BF16 tile (64/64/32): no
+    tuned JSON for (E, N) on `gpu` and more tokens M than experts E."""
+    return (num_experts, intermediate_size) not in TUNED_BF16.get(gpu, ()) and num_tokens > num_experts
+
+
+def record_default_tile(record) -> bool:
+    """Whether an `experts` record times the fused Triton MoE (`extra.kernel`) at BF16 on one
+    GPU in the default large tile (`runs_default_tile` at the kernel's M, `extra.num_tokens`)."""
+    if (record.kind != "experts" or record.backend != "local" or record.weight_dtype != "bf16"
+            or record.extra.get("kernel") != FUSED_TRITON_KERNEL):
+        return False
+    tokens = int(record.extra.get("num_tokens", record.num_tokens_per_rank * record.ep_size))
+    return runs_default_tile(record.provenance.hardware, record.num_local_experts or record.num_experts,
+                             record.moe_intermediate_size, tokens)
+
+
+def default_tile_path(record, path: str) -> str:
+    """The mode path of a single-GPU `experts` record's kernel component: `path`, with
+    `DEFAULT_TILE` after it where the fused Triton MoE runs its default large tile."""
+    return "/".join(p for p in (path, DEFAULT_TILE) if p) if record_default_tile(record) else path
