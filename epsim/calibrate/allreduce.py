@@ -5,7 +5,8 @@ A point is one timed all-reduce (message bytes, GPUs, device µs, the algorithm 
 SGLang's two custom kernels are one family (sgl-kernel `custom_all_reduce.cuh`): the same launch
 and the same two barriers, a flag exchange with every peer at the start and one more at the end
 of a one-shot or, fenced, between a two-shot's reduce-scatter and all-gather. One bounded least
-squares fits both on their points together: columns (1, n - 1) shared, the two-shot's second
+squares fits both on their points together: columns (1, H(n - 1): the barriers' slowest peer,
+`epsim.cost.allreduce.barrier_peers`) shared, the two-shot's second
 stage (its all-gather, a second round of peer reads after the fenced barrier: 1 and n - 1) and a
 bandwidth each. A two-shot runs only at 512 KiB and up on 4 GPUs of a GB200 / GB300 tray (4
 points a table): fitted alone, its fixed and per-peer terms were collinear and the fit put 0.55

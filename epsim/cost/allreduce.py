@@ -3,14 +3,18 @@
 SGLang's `tensor_model_parallel_all_reduce` takes its custom all-reduce (vLLM's kernels in
 sgl-kernel) when the group is 2, 4, 6 or 8 GPUs of one host (on GB200 / GB300 racks a host is a
 4-GPU tray: groups of 8 there run NCCL, as aiconfigurator-core's GB300 table shows, ~27 µs flat
-at 8 GPUs) and the message is under its 8 MiB buffer, else NCCL. The custom kernel is
+at 8 GPUs) and the message fits its 8 MiB buffer (`inp_size <= self.max_size`, SGLang's
+`CustomAllreduce.should_custom_ar`: 8 MiB itself runs the custom kernel, where vLLM's `<` sends it
+to NCCL; AIC's SGLang 0.5.14 tables agree: their 8 MiB rows continue the one-shot's and two-shot's
+line, 20.6 / 31.4 / 36.2 µs on 2 / 4 / 8 B200s, half of nccl-tests' 41.2 / 85.1 / 72.4), else
+NCCL. The custom kernel is
 one-shot (every GPU reads every peer's whole buffer and reduces it) on 2 GPUs, under 512 KiB
 on up to 4 and under 256 KiB on up to 8, else two-shot (reduce-scatter then all-gather through
 peer reads). With `S` bytes on `n` GPUs:
 
-    oneshot   t = base_us + per_peer_us * (n - 1) + per_block_us * b(S)
+    oneshot   t = base_us + per_peer_us * H(n - 1) + per_block_us * b(S)
                   + (n - 1) * (S, or r(S) * 288 KiB past one round) / nvl_gbps * 1e-3
-    twoshot   t = base_us + per_peer_us * (n - 1) + per_block_us * b(S)
+    twoshot   t = base_us + per_peer_us * H(n - 1) + per_block_us * b(S)
                   + 2 (n - 1) / n * S / nvl_gbps * 1e-3
     nccl      t = min over its two protocols p of
                   base_us_p + hop_us_p * 2 (n - 1) + 2 (n - 1) / n * S / gbps_p * 1e-3
@@ -31,7 +35,11 @@ its 2-4 MiB messages run at 1.55 µs a MiB where 1 MiB and below ran 2.0: the ra
 rounds take their size hold-outs from 13-16 % to 2-9 %. The two-shot's rounds over its
 `S / n` part measured no such step (whole rounds miss its hold-outs by 23-27 %): its bytes are
 the message's.
-`per_peer_us` is the flag exchange with each peer: both custom kernels run two barriers
+`per_peer_us` is the flag exchange's tail, counted by `H(n - 1) = 1 + 1/2 + ... + 1/(n - 1)`
+(`barrier_peers`): a barrier exchanges flags with every peer at once, one thread a peer, and
+waits for the slowest. Counted as `n - 1` exchanges in a row, a fit on 2 and 4 GPUs priced 8
+B200s' one-shots 17.4 % off (log-log along the GPUs 5.8): from 4 to 8 GPUs a 512 B one-shot
+gains 0.3 µs where 2 to 4 gained 0.5. Both custom kernels run two barriers
 (sgl-kernel `custom_all_reduce.cuh`: start and end of a one-shot; start and, fenced, between a
 two-shot's reduce-scatter and all-gather) and share the launch and those barriers, so a
 two-shot's `base_us` and `per_peer_us` are the one-shot's plus its second stage's (the
@@ -65,7 +73,7 @@ import numpy as np
 from epsim.spec.hardware import ClusterSpec
 
 ALGORITHMS = ("oneshot", "twoshot", "nccl")
-CUSTOM_MAX_BYTES = 8 * 2**20          # SGLang's custom all-reduce buffer (8 MiB)
+CUSTOM_MAX_BYTES = 8 * 2**20          # SGLang's custom all-reduce buffer (8 MiB, inclusive)
 CUSTOM_WORLD_SIZES = (2, 4, 6, 8)     # group sizes its kernels are built for
 ONESHOT_MAX_BYTES = {4: 512 * 2**10, 8: 256 * 2**10}    # up to 4 GPUs / up to 8 GPUs
 CUSTOM_THREADS = 512                  # threads a block (sgl-kernel's default launch)
@@ -86,7 +94,7 @@ NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_g
 def algorithm(num_bytes: float, num_ranks: int, num_hosts: int) -> str:
     """The all-reduce SGLang runs for one message of `num_bytes` on `num_ranks` GPUs spread
     over `num_hosts` hosts."""
-    if num_hosts > 1 or num_ranks not in CUSTOM_WORLD_SIZES or num_bytes >= CUSTOM_MAX_BYTES:
+    if num_hosts > 1 or num_ranks not in CUSTOM_WORLD_SIZES or num_bytes > CUSTOM_MAX_BYTES:
         return "nccl"
     if num_ranks == 2:
         return "oneshot"
@@ -114,6 +122,16 @@ def moved_bytes(num_bytes, num_ranks: int, algo: str, passes: int = 2):
     return passes * (num_ranks - 1) / num_ranks * np.asarray(num_bytes, dtype=np.float64)
 
 
+def barrier_peers(num_ranks: int) -> float:
+    """The custom kernels' barrier count against `per_peer_us`: the harmonic number
+    `H(n - 1) = 1 + 1/2 + ... + 1/(n - 1)` (1, 1.83, 2.28, 2.59 on 2, 4, 6, 8 GPUs). sgl-kernel's
+    `barrier_at_start` / `barrier_at_end` give each peer its own thread (`threadIdx.x < ngpus`
+    stores the flag to that peer and spins on its reply), so a barrier waits for the slowest of
+    `n - 1` exchanges run at once, not their sum: with each exchange's latency a fixed part plus
+    an exponential tail, the expected slowest is the fixed part plus `H(n - 1)` tails."""
+    return float(sum(1.0 / k for k in range(1, num_ranks)))
+
+
 def custom_blocks(num_bytes) -> np.ndarray:
     """[...] the grid the custom kernels launch for a message of `num_bytes`, in blocks of 512
     packs (8 KiB), not rounded up: the message's share of the full 36-block grid, which it
@@ -124,8 +142,8 @@ def custom_blocks(num_bytes) -> np.ndarray:
 
 def custom_features(num_bytes, num_ranks: int, algo: str) -> np.ndarray:
     """[..., 4] design rows of a custom all-reduce (`CUSTOM_PARAMS`, 1/nvl_gbps): columns
-    (1, n - 1, blocks, KB read from peers: a one-shot's whole rounds of its full grid beyond
-    one round, else the moved bytes)."""
+    (1, H(n - 1) (`barrier_peers`), blocks, KB read from peers: a one-shot's whole rounds of its
+    full grid beyond one round, else the moved bytes)."""
     num_bytes = np.asarray(num_bytes, dtype=np.float64)
     blocks = custom_blocks(num_bytes)
     if algo == "oneshot":         # a full grid loops whole rounds; below, the grid is the message
@@ -133,7 +151,8 @@ def custom_features(num_bytes, num_ranks: int, algo: str) -> np.ndarray:
         kb = (num_ranks - 1) * np.where(rounds > 1, rounds * FULL_GRID_BYTES, num_bytes) * 1e-3
     else:
         kb = moved_bytes(num_bytes, num_ranks, algo) * 1e-3
-    return np.stack([np.ones_like(kb), np.full_like(kb, num_ranks - 1.0), blocks, kb], axis=-1)
+    return np.stack([np.ones_like(kb), np.full_like(kb, barrier_peers(num_ranks)), blocks, kb],
+                    axis=-1)
 
 
 def ring_features(num_bytes, num_ranks: int, passes: int = 2) -> np.ndarray:
