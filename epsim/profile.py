@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from epsim import vocab
 from epsim.errors import ProfileError, RecordError
+from epsim.fused_moe_config import default_tile_path
 from epsim.io import load_json
 from epsim.io.write import write_text
 from epsim.physical import param_problem, range_problem
@@ -124,7 +125,6 @@ def component_keys(record) -> list[str]:
         path = record_mode_path(record, kind)
         pooled = [component_key("any", kind, graph)] if path in ("", GRAPH) else []
         if backend == "local":          # the fused Triton MoE's default tile: its own rates
-            from epsim.cost.fused_moe_config import default_tile_path   # epsim.cost imports us
             return [component_key(backend, kind, default_tile_path(record, path))] + pooled
         own = [component_key(backend, "layout", record_mode_path(record, "layout"))] if graph else []
         return own + pooled           # pooled: the kernel, where nothing times it alone

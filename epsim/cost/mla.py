@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from epsim.cost.experts import num_sms
 from epsim.cost.flash import DecodeKernel, KernelWork, kernel_features, kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla_bmm import bmm_us, bmm_work
@@ -52,6 +53,7 @@ from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.cost.trtllm_fp8_gemm import TrtllmFp8Gemm
 from epsim.profile import HOPPER
 from epsim.spec.gpu import HardwareSpec
+from epsim.zoo import get_hardware, hardware_names
 
 MLA_TERMS = LinearTerms(("base_us", "wave_us", "per_split_us", "hbm_frac", "tensor_frac"),
                         frozenset({"hbm_frac", "tensor_frac"}))
@@ -214,8 +216,6 @@ def sustained_frac(params, gpu: str, heads: int = 128, tokens: float = 16384.0) 
     heads) over its priced time on `gpu`, as a fraction of the BF16 peak: the rate the prefill
     kernel sustains, whichever of its SMs' tiles and its L2 stream binds (`tensor_frac` where
     no L2 stream was fitted)."""
-    from epsim.cost.experts import num_sms          # experts' module: the SM counts
-    from epsim.zoo import get_hardware, hardware_names
     if not params.get("l2_gbps") or gpu not in hardware_names():
         return float(params["tensor_frac"])
     hardware, params, one = get_hardware(gpu), {**mla_defaults(), **params}, np.array([tokens])

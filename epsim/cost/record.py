@@ -54,7 +54,7 @@ from epsim.cost.record_single import (SINGLE_GPU_COMPONENTS, attention_ops_row, 
                                      single_gpu_row)
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
-from epsim.cost.fused_moe_config import DEFAULT_TILE, default_tile_path
+from epsim.fused_moe_config import DEFAULT_TILE, default_tile_path
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord

@@ -26,7 +26,7 @@ from epsim.calibrate.aic_tables import (AIC_TO_ZOO, ROOT_ENV, AicTable, aic_syst
                                         check_calibration_input,
                                         parse_source, zoo_gpu)
 from epsim.cli import main  # noqa: E402
-from epsim.cost.fused_moe_config import record_default_tile  # noqa: E402
+from epsim.fused_moe_config import record_default_tile  # noqa: E402
 from epsim.errors import RecordError  # noqa: E402
 from epsim.profile import kv_kind, load_profile  # noqa: E402
 

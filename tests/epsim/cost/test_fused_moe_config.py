@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from epsim.cost.fused_moe_config import DEFAULT_TILE, TUNED_BF16, record_default_tile
+from epsim.fused_moe_config import DEFAULT_TILE, TUNED_BF16, record_default_tile
 from epsim.cost.record import record_features
 from epsim.profile import Component, Profile, component_keys
 from epsim.records import MeasurementRecord, Provenance
