@@ -12,11 +12,11 @@ at once and reads one `MoECost` for many steps, so what it derives is computed o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from epsim.cost.block_ops import block_ops_us
+from epsim.cost.derived import derived
 from epsim.cost.comm import background_us, chunked, comm_us, per_message
 from epsim.cost import served_tiles
 from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
@@ -67,17 +67,17 @@ class MoECost:
                 + self.sync_us)
 
     # derived once per object: the fast engine prices one MoECost for many steps
-    @cached_property
+    @derived
     def comm_us(self) -> np.ndarray:
         """[layers] dispatch + combine."""
         return self.dispatch_us + self.combine_us
 
-    @cached_property
+    @derived
     def stage_rows(self) -> np.ndarray:
         """[3, layers] dispatch, experts, combine as rows."""
         return np.stack([self.dispatch_us, self.experts_us, self.combine_us])
 
-    @cached_property
+    @derived
     def sums(self) -> tuple[float, float, float, float]:
         """(dispatch, experts, combine, network) summed over layers (µs)."""
         network = float(np.sum(self.network_us))
@@ -86,14 +86,14 @@ class MoECost:
         return (float(self.dispatch_us.sum()), float(self.experts_us.sum()),
                 float(self.combine_us.sum()), network)
 
-    @cached_property
+    @derived
     def layout_sum(self) -> float:
         """The backend's layout work summed over layers (µs; inside the experts' sum)."""
         if np.ndim(self.layout_us) == 0:
             return float(self.layout_us) * self.experts_us.shape[-1]
         return float(np.sum(self.layout_us))
 
-    @cached_property
+    @derived
     def block_ops_sum(self) -> float:
         """Block ops summed over layers (µs)."""
         if np.ndim(self.block_ops_us) == 0:
