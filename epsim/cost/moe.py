@@ -25,8 +25,9 @@ from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
-from epsim.cost.quant import (remote_token_weight, remote_tokens, reread_kb, trtllm_gemm,
-                              trtllm_ladder, trtllm_tile)
+from epsim.cost.quant import (remote_token_weight, remote_tokens, trtllm_gemm, trtllm_ladder,
+                              trtllm_tile)
+from epsim.cost.rereads import reread_kb
 from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
 
@@ -129,7 +130,7 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     every rank holding them; else the rank's rows) and keeps the fastest, priced here as the
     cheapest under this model. A tile pads each expert's rows to whole tiles
     (`ExpertGemm.tile_rows`) and streams the expert's weights once per tile: the re-reads of
-    `epsim.cost.quant.reread_kb` at `reread_gbps`, on the roofline's memory side. The input's
+    `epsim.cost.rereads.reread_kb` at `reread_gbps`, on the roofline's memory side. The input's
     tokens whose slots lie on other ranks cost the fitted `token_us` each with the `none` backend
     (`epsim.cost.quant.remote_tokens`: routing, quantisation and finalize run over every token),
     and each candidate's launched token tiles past the live ones the fitted `exit_us` per CTA per
