@@ -40,6 +40,13 @@ def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
     return extra.sum(axis=-1) * weight_bytes * 1e-3
 
 
+# `_sparse_rereads` sums the experts past the smallest tile alone while at most one in this many
+# passes it (decode pools of [4, 58, 4, 64] rows: 36 µs against the dense sum's 320 with none past
+# it, 350 against 306 with one in seven), judging first the first `SPARSE_HEAD` entries
+SPARSE_SHARE = 16
+SPARSE_HEAD = 256
+
+
 def _sparse_rereads(rows: np.ndarray, tile: np.ndarray) -> np.ndarray | None:
     """`reread_kb`'s re-read tiles `[candidates, ...]` (before the weight's KB) summed over the
     few experts that hold more rows than the smallest tile, or None where `tile` is not
@@ -47,14 +54,23 @@ def _sparse_rereads(rows: np.ndarray, tile: np.ndarray) -> np.ndarray | None:
     tile's rows re-reads nothing (n / tile <= 1, less 1e-9, has ceil 1 at most); the others'
     terms are the float formula's, and every term and partial sum is a whole number below
     2^53, so the sum is exact in any order: the same bits as summing every expert (a decode
-    batch's experts hold a few rows each; the hot ones only pass the smallest tile)."""
+    batch's experts hold a few rows each; the hot ones only pass the smallest tile). None too
+    where more than one in `SPARSE_SHARE` experts passes it (the dense sum is faster there)."""
     if tile.ndim != rows.ndim or tile.shape[1:] != rows.shape[:-1] or rows.size == 0:
         return None
     smallest = tile.min()
     if not smallest > 0.0:
         return None
     flat = rows.reshape(-1)
-    picked = np.flatnonzero(~(flat <= smallest))            # NaN rows kept: they propagate
+    # where more than one expert in `SPARSE_SHARE` passes it (a prefill's, a large batch's),
+    # the dense sum below is faster: judged on the first layer's slots, then on all
+    head = flat[:SPARSE_HEAD]
+    if np.count_nonzero(~(head <= smallest)) * SPARSE_SHARE > head.size:
+        return None
+    keep = ~(flat <= smallest)                               # NaN rows kept: they propagate
+    if np.count_nonzero(keep) * SPARSE_SHARE > flat.size:
+        return None
+    picked = np.flatnonzero(keep)
     slots = rows.shape[-1]
     cells = flat.size // slots                               # experts' (..., rank) cells
     num = tile.shape[0]
