@@ -108,7 +108,8 @@ def borrowed_us(points) -> np.ndarray:
     dense kernel's token tiles, less the MoE's base and per-expert terms."""
     from aic_stages import row_simulation
     from epsim.cost.experts import even_row_tiles, experts_rank_us
-    from epsim.cost.quant import quant_expert_gemm, reread_kb, trtllm_gemm
+    from epsim.cost.quant import quant_expert_gemm, trtllm_gemm
+    from epsim.cost.rereads import reread_kb
     from epsim.validate.silicon.rows import default_csv_path, read_rows
     row = next(r for r in read_rows(default_csv_path()) if r.id == BORROW_ROW)
     experts = row_simulation(row).cost_model.params.step(False).experts

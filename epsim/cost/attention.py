@@ -18,10 +18,11 @@ The LM head is a GEMM roofline on the sampled rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
+from epsim.cost.derived import derived
 from epsim.cost.flash import BYTES, FA2_GRIDS, DecodeKernel, FlashGrids, kernel_us, prefill_work
 from epsim.cost.roofline import TENSOR_EFFICIENCY, roofline_us
 from epsim.spec.hardware import HardwareSpec
@@ -60,19 +61,19 @@ class BatchCounts:
     prefill_seqs: np.ndarray | None = None
     decode_queries_per_seq: float = 1.0
 
-    @cached_property
+    @derived
     def prefill_chunks(self) -> np.ndarray:
         """[dp] prefill chunks per rank (`prefill_seqs`, else 1 where a rank extends)."""
         if self.prefill_seqs is not None:
             return self.prefill_seqs
         return (self.prefill_tokens > 0).astype(np.float64)
 
-    @cached_property
+    @derived
     def tokens(self) -> np.ndarray:
         """[dp] tokens each rank runs through the model."""
         return self.decode_tokens + self.prefill_tokens
 
-    @cached_property
+    @derived
     def routed_tokens(self) -> int:
         """Tokens of the whole batch as a whole number: what its `[layers, experts]` loads are
         drawn for (`SkewModel.loads`, `loads_block`)."""

@@ -220,7 +220,7 @@ def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, ge
         active: [..., ranks] local experts that received >= 1 token.
         tiles: [..., ranks] `row_tiles` of each rank's experts.
         reread_us: [..., ranks] weight re-reads of a kernel whose token tiles each stream the
-            expert's weights (`epsim.cost.quant.reread_kb`), on the memory side of the
+            expert's weights (`epsim.cost.rereads.reread_kb`), on the memory side of the
             roofline: a compute-bound kernel's refills overlap its math.
     """
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))

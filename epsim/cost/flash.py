@@ -233,8 +233,8 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
     if counts.may_split:
         fill, units = counts.fill, counts.units
         if mean_ctx.shape != fill.shape:       # steps at once (one step: most calls, as is)
-            fill = np.broadcast_to(fill, mean_ctx.shape)
-            units = np.broadcast_to(units, mean_ctx.shape)
+            fill = _spread(fill, mean_ctx.shape)
+            units = _spread(units, mean_ctx.shape)
         blocks = np.ceil(mean_ctx / grid.key_block).astype(np.int64)
         splits = np.ones(mean_ctx.shape, dtype=np.int64)
         splits[fill] = _fill_splits(units[fill], blocks[fill], num_sms, grid.ctas_per_sm)
@@ -258,6 +258,14 @@ def decode_work(seqs: np.ndarray, context: np.ndarray, heads: int, kv_heads: int
         mflops = np.where(busy, mflops, 0.0)
         mem_kb = np.where(busy, mem_kb, 0.0)
     return KernelWork(waves, num_key_splits, mflops, mem_kb)
+
+
+def _spread(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`x` [dp] repeated to `shape` [steps, dp], a new array: `np.broadcast_to`'s values (its
+    Python-level set-up cost a leap's split pricing more than the copy)."""
+    out = np.empty(shape, dtype=x.dtype)
+    out[...] = x
+    return out
 
 
 def _trtllm_decode_work(counts: DecodeCounts, context: np.ndarray, heads: int, kv_heads: int,

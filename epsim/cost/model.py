@@ -114,6 +114,9 @@ class CostModel:
         # above misses on a new request count or sampled rows at tokens seen before (an MTP
         # verify's), where these, most of a miss's cost, are the same
         self._mlp_memo: dict[tuple, float] = {}
+        # ... and on a miss each rank's MLP by its own tokens (`epsim.cost.rank_memo`): a wide
+        # batch's ranks take few token counts, in a new order or mix at nearly every step
+        self._rank_mlp: dict[tuple, RankMemo] = {}
         par = self.params.parallel
         self._order_free_terms = par.moe_tp_size == 1 and (par.attn_tp_size == 1
                                                             or par.dp_size == 1)
@@ -429,8 +432,12 @@ class CostModel:
         if hit is None:
             if len(self._mlp_memo) >= 256:
                 self._mlp_memo.clear()
-            hit = self._mlp_memo[key] = float(
-                self._mlp_us(tokens, width, self.params.gemm_rates(graph)).max())
+            ranks = self._rank_mlp.get(key[2:])
+            if ranks is None:       # `_mlp_us` is elementwise in the tokens: the same bits
+                rates = self.params.gemm_rates(graph)
+                ranks = self._rank_mlp[key[2:]] = RankMemo(
+                    lambda t, width=width, rates=rates: self._mlp_us(t, width, rates))
+            hit = self._mlp_memo[key] = float(ranks(tokens).max())
         return hit
 
     def _mlp_us(self, tokens: np.ndarray, width: int, rates: Coefficients) -> np.ndarray:

@@ -12,11 +12,11 @@ at once and reads one `MoECost` for many steps, so what it derives is computed o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from epsim.cost.block_ops import block_ops_us
+from epsim.cost.derived import derived
 from epsim.cost.comm import background_us, chunked, comm_us, per_message
 from epsim.cost import served_tiles
 from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
@@ -25,8 +25,9 @@ from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
-from epsim.cost.quant import (remote_token_weight, remote_tokens, reread_kb, trtllm_gemm,
-                              trtllm_ladder, trtllm_tile)
+from epsim.cost.quant import (remote_token_weight, remote_tokens, trtllm_gemm, trtllm_ladder,
+                              trtllm_tile)
+from epsim.cost.rereads import reread_kb
 from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
 
@@ -67,17 +68,17 @@ class MoECost:
                 + self.sync_us)
 
     # derived once per object: the fast engine prices one MoECost for many steps
-    @cached_property
+    @derived
     def comm_us(self) -> np.ndarray:
         """[layers] dispatch + combine."""
         return self.dispatch_us + self.combine_us
 
-    @cached_property
+    @derived
     def stage_rows(self) -> np.ndarray:
         """[3, layers] dispatch, experts, combine as rows."""
         return np.stack([self.dispatch_us, self.experts_us, self.combine_us])
 
-    @cached_property
+    @derived
     def sums(self) -> tuple[float, float, float, float]:
         """(dispatch, experts, combine, network) summed over layers (µs)."""
         network = float(np.sum(self.network_us))
@@ -86,14 +87,14 @@ class MoECost:
         return (float(self.dispatch_us.sum()), float(self.experts_us.sum()),
                 float(self.combine_us.sum()), network)
 
-    @cached_property
+    @derived
     def layout_sum(self) -> float:
         """The backend's layout work summed over layers (µs; inside the experts' sum)."""
         if np.ndim(self.layout_us) == 0:
             return float(self.layout_us) * self.experts_us.shape[-1]
         return float(np.sum(self.layout_us))
 
-    @cached_property
+    @derived
     def block_ops_sum(self) -> float:
         """Block ops summed over layers (µs)."""
         if np.ndim(self.block_ops_us) == 0:
@@ -129,7 +130,7 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
     every rank holding them; else the rank's rows) and keeps the fastest, priced here as the
     cheapest under this model. A tile pads each expert's rows to whole tiles
     (`ExpertGemm.tile_rows`) and streams the expert's weights once per tile: the re-reads of
-    `epsim.cost.quant.reread_kb` at `reread_gbps`, on the roofline's memory side. The input's
+    `epsim.cost.rereads.reread_kb` at `reread_gbps`, on the roofline's memory side. The input's
     tokens whose slots lie on other ranks cost the fitted `token_us` each with the `none` backend
     (`epsim.cost.quant.remote_tokens`: routing, quantisation and finalize run over every token),
     and each candidate's launched token tiles past the live ones the fitted `exit_us` per CTA per

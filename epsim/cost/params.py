@@ -58,7 +58,7 @@ class StageParams:
             0 otherwise.
         reread_gbps: the experts stage of FlashInfer's TRT-LLM MoE (Blackwell's fused kernel on
             quantised experts): the rate its token tiles' weight re-reads cost, the datasheet
-            HBM over the fitted `reread_frac` (`epsim.cost.quant.reread_kb`; inf: a fitted 0);
+            HBM over the fitted `reread_frac` (`epsim.cost.rereads.reread_kb`; inf: a fitted 0);
             its token tiles priced with it (`epsim.cost.moe.trtllm_experts_us`); 0: another
             kernel (no fitted `reread_frac`).
         served_tiles: the experts stage priced at SGLang's served fused-MoE tiles: its device

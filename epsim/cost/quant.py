@@ -69,8 +69,9 @@ SCALE_BLOCK_K = {"fp8_block": 128}      # K-depth of a weight-scale block rescal
 FEED_FORMATS = ("nvfp4",)
 EXPERT_QUANT_TERMS = LinearTerms(("base_us", "per_expert_us", "hbm_frac", "tensor_frac",
                                   "wave_us", "dequant_us"), frozenset({"hbm_frac", "tensor_frac"}))
-# FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads (`reread_kb`) and
-# its per-token stages on the input's tokens whose slots lie on other ranks (`remote_tokens`),
+# FlashInfer's TRT-LLM MoE (Blackwell) adds its token tiles' weight re-reads
+# (`epsim.cost.rereads`) and its per-token stages on the input's tokens whose slots lie on other
+# ranks (`remote_tokens`),
 # a wave's cost per row of its token tile (`wave_row_us`: the epilogue writes the tile's rows)
 # and the CTAs it launches past the routed tiles, which exit (`epsim.cost.exiting_ctas`)
 EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac", "wave_row_us",
@@ -308,34 +309,6 @@ def trtllm_gemm(gemm: ExpertGemm, tile, fmt: str, top_k: int) -> ExpertGemm:
                                sm_fed=fmt in FEED_FORMATS, finalize_bytes_per_row=final)
 
 
-def reread_kb(rows_per_expert, tile, weight_bytes: float) -> np.ndarray:
-    """[...] KB of weights the token tiles of a rank's experts read again: each of an expert's
-    `ceil(n_e / tile)` tiles streams the expert's weights, the first from HBM, the others from
-    L2 or HBM -- a hot expert under skewed routing runs many small tiles sized for the
-    balanced share (`trtllm_tile`).
-
-    Args:
-        rows_per_expert: [..., experts] rows (token-expert pairs) of each local expert.
-        tile: [...] rows per tile.
-    """
-    rows = np.asarray(rows_per_expert, dtype=np.float64)
-    tile = np.asarray(tile, dtype=np.float64)[..., None]
-    whole = _whole_rows(rows, tile)
-    if whole is not None:
-        # whole rows n and power-of-two tiles 2^s (exact draws, the launcher's ladder): the
-        # re-read tiles are max(n - 1, 0) >> s, each the float formula's value exactly (n / 2^s
-        # is exact, a whole quotient k gives ceil(k - 1e-9) = k, any other lies >= 2^-8 above
-        # its floor), and their sum an exact integer: the same bits, in integer arithmetic
-        shift = np.frexp(tile)[1].astype(np.int32) - 1
-        return np.right_shift(whole, shift).sum(axis=-1, dtype=np.int32) * weight_bytes * 1e-3
-    extra = rows / tile                  # max(ceil(rows / tile - 1e-9) - 1, 0), in place
-    extra -= 1e-9
-    np.ceil(extra, out=extra)
-    extra -= 1.0
-    np.maximum(extra, 0.0, out=extra)
-    return extra.sum(axis=-1) * weight_bytes * 1e-3
-
-
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
                            hardware: HardwareSpec, fmt: str, layout=0.0,
                            reread=None, remote=0.0, exiting=0.0) -> np.ndarray:
@@ -347,8 +320,8 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     scale blocks; times `EXPERT_QUANT_TERMS.coefficients(params)` gives the slowest rank's
     `experts_rank_us` at `absolute(params)`, plus `layout` [...] KB at HBM: the backend's own
     kernels around the GEMM (DeepEP normal's layout, `layout_kb`; the fused kernel's remote
-    slots, `remote_slot_bytes`). With `reread` [...] KB (`reread_kb`, FlashInfer's TRT-LLM
-    MoE) a 7th to 10th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM
+    slots, `remote_slot_bytes`). With `reread` [...] KB (`epsim.cost.rereads.reread_kb`,
+    FlashInfer's TRT-LLM MoE) a 7th to 10th column, `EXPERT_REREAD_TERMS`: those re-reads at the datasheet HBM
     rate, outside the roofline (`reread_frac`: the share that costs an HBM read, L2 hits the
     rest), if compute-bound the waves times their tiles' rows (`wave_row_us`), and `remote`
     [...] token-equivalents of the slowest rank's input whose slots lie elsewhere
@@ -386,31 +359,3 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     if gemm.sm_fed:
         cols.append(np.where(compute & fed, feed_kb, 0.0))
     return np.stack(cols, axis=-1)
-
-
-# `reread_kb`'s integer path: below it n - 1e-9 < n in float64, and a sum over at most
-# `WHOLE_ROWS_SLOTS` slots fits an int32
-WHOLE_ROWS_MAX = 1 << 20
-WHOLE_ROWS_SLOTS = 1 << 11
-
-
-def _whole_rows(rows: np.ndarray, tile: np.ndarray) -> np.ndarray | None:
-    """[..., experts] int32 `max(rows - 1, 0)` where every entry of `rows` is a whole number in
-    [0, `WHOLE_ROWS_MAX`), there are at most `WHOLE_ROWS_SLOTS` experts, and every `tile` is a
-    power of two in [1, 2^30]; else None."""
-    if rows.size == 0 or tile.size == 0 or rows.shape[-1] > WHOLE_ROWS_SLOTS:
-        return None
-    head = rows.reshape(-1)[:64]
-    if not np.array_equal(head, np.floor(head)):        # most fractional rows end here
-        return None
-    mantissa, exponent = np.frexp(tile)
-    if not (np.all(mantissa == 0.5) and exponent.min() >= 1 and exponent.max() <= 31):
-        return None
-    if not (rows.min() >= 0.0 and rows.max() < WHOLE_ROWS_MAX):
-        return None
-    whole = rows.astype(np.int32)
-    if not np.array_equal(whole, rows):
-        return None
-    whole -= 1
-    np.maximum(whole, 0, out=whole)
-    return whole

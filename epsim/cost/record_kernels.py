@@ -40,8 +40,8 @@ from epsim.cost.dense_gemm import gemm_features, gemm_terms, gemm_work
 from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
                               TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
-                              remote_token_weight, remote_tokens, reread_kb, trtllm_gemm,
-                              trtllm_tile)
+                              remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
+from epsim.cost.rereads import reread_kb
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
                            format_kind, kv_kind)

@@ -22,10 +22,10 @@ Copies to the sender's own rank cross no link (`self_copies`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
+from epsim.cost.derived import derived
 from epsim.cost.groups import group_prod, rank_sum, rank_sum_strided
 from epsim.cost.tables import PlacementTables
 from epsim.errors import SpecError
@@ -65,22 +65,22 @@ class Traffic:
     fraction: float = 1.0
     max_slot_pairs: np.ndarray | None = None
 
-    @cached_property
+    @derived
     def nvl_copies(self) -> np.ndarray:
         """[layers, ranks] the busier direction of each rank's NVLink (max of send, receive)."""
         return np.maximum(self.nvl_send, self.nvl_recv)
 
-    @cached_property
+    @derived
     def rdma_copies(self) -> np.ndarray:
         """[layers, ranks] the busier direction of each rank's RDMA NIC."""
         return np.maximum(self.rdma_send, self.rdma_recv)
 
-    @cached_property
+    @derived
     def copies(self) -> np.ndarray:
         """[layers, ranks] link-crossing copies, busier direction (per-copy overhead)."""
         return np.maximum(self.nvl_send + self.rdma_send, self.nvl_recv + self.rdma_recv)
 
-    @cached_property
+    @derived
     def _peaks(self) -> dict[str, np.ndarray]:
         return {}
 

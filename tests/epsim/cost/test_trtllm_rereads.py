@@ -17,7 +17,8 @@ import pytest
 from epsim.cost.experts import row_tiles
 from epsim.cost.model import CostModel
 from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
-                              _whole_rows, quant_expert_gemm, reread_kb, trtllm_gemm, trtllm_tile)
+                              quant_expert_gemm, trtllm_gemm, trtllm_tile)
+from epsim.cost.rereads import _sparse_rereads, _whole_rows, reread_kb
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.cost.tables import build_tables
 from epsim.cost import contiguous_placement
@@ -84,6 +85,26 @@ def test_whole_rows_take_the_integer_path_with_the_float_formulas_bits():
         assert _whole_rows(other_rows, other_tile[..., None]) is None
         assert np.array_equal(reread_kb(other_rows, other_tile, 7340.5),
                               _float_rereads(other_rows, other_tile, 7340.5))
+
+
+def test_candidate_tiles_sum_only_the_experts_past_the_smallest_tile_with_the_same_bits():
+    """Candidate tiles on a leading axis (`trtllm_experts_us`'s four) over a decode batch's rows,
+    most below the smallest tile: only the experts past it are summed (`_sparse_rereads`), the
+    same bits as the float formula over every expert -- whole or fractional rows, tiles on the
+    ladder or not, rows on and around tile multiples; a NaN row still propagates."""
+    rng = np.random.default_rng(5)
+    for fractional, scale in ((False, 1.0), (True, 1.0), (False, 1.5)):
+        rows = rng.poisson(1.0, (4, 58, 4, 64)).astype(np.float64)
+        rows[:, :, 0, :3] = [8.0, 9.0, 7.0]               # on, above and below the smallest
+        rows[0, :, 1, 3] = rng.integers(9, 400, 58)       # a hot expert: many tiles
+        if fractional:
+            rows *= rng.random(rows.shape) * 0.5 + 0.75
+        centre = rng.choice([8.0, 16.0, 32.0], rows.shape[:-1]) * scale
+        tile = np.stack([np.maximum(centre / 2.0, 8.0), centre, centre * 2.0, centre * 4.0])
+        assert _sparse_rereads(rows, tile) is not None
+        assert np.array_equal(reread_kb(rows, tile, 7340.5), _float_rereads(rows, tile, 7340.5))
+    rows[1, 2, 3, 4] = np.nan
+    assert np.isnan(reread_kb(rows, tile, 7340.5)[:, 1, 2, 3]).all()
 
 
 def _record(gpu: str, rows: list[float], tokens: int) -> MeasurementRecord:
