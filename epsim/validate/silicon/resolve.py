@@ -21,6 +21,9 @@ stated as an assumption the entry carries:
   where the same layout ran with and without it, the row is not predicted.
 - **The image's tag.** Where the groups a row's cells fit name its build by different tags
   (`-runtime` or not), those naming the row's own tag ran it (`inferencex.same_tag`).
+- **The recipe of a row that states its workers.** The group whose key, measured time, client
+  count and sides as stated (workers, TP, attention DP, MoE TP and EP) and draft are the row's
+  gives its server flags (`_stated_group`); groups with different flags: none, said.
 - **One configuration, one deployment.** Rows that name one InferenceX `config_id` (its
   database's configuration record: GPUs, workers, TP/EP/DP attention per side and spec_method)
   ran one deployment, at whatever client count, lengths or run: a group fits a row only if the
@@ -37,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from epsim.validate.silicon import dynamo_scripts, inferencex
+from epsim.validate.silicon import dynamo_scripts, inferencex, pd_recipes
 from epsim.validate.silicon.rows import Side, SiliconRow
 
 _MEASURED = re.compile(r"measured=([0-9T:.\-+Z]+)")
@@ -221,7 +224,7 @@ def _draft(stated: Resolved) -> Resolved:
     drafts = {g.speculative for g in fitting}
     key = inferencex.key_for(stated.row.precision, stated.row.system)
     if drafts == {"mtp"}:
-        return replace(stated, speculative=True, assumptions=stated.assumptions + (
+        stated = replace(stated, speculative=True, assumptions=stated.assumptions + (
             f"MTP: every InferenceX group of {key} that fits the row runs it",))
     if len(drafts) > 1:
         alternatives = tuple(replace(stated, speculative=mtp, assumptions=stated.assumptions + (
@@ -231,7 +234,45 @@ def _draft(stated: Resolved) -> Resolved:
             f"InferenceX recipe groups of {key} with and without MTP fit the row at "
             f"{stated.row.concurrency} clients: the row does not say which ran"),
             error_class=SEVERAL_GROUPS, alternatives=alternatives)
-    return stated
+    return _stated_group(stated, fitting)
+
+
+def _layout(side: Side) -> tuple:
+    return (side.num_workers, side.tp_size, side.attention_dp_size, side.moe_tp_size,
+            side.moe_ep_size)
+
+
+def _stated_group(stated: Resolved, fitting: list[inferencex.Group]) -> Resolved:
+    """A row that states its workers, with the InferenceX group whose recipe it ran: among the
+    groups its cells fit (its key, its measured time's versions, its client count, image and
+    configuration: `_groups`), those whose sides are the row's as stated (workers, TP, attention
+    DP, MoE TP and EP on each side) with its draft. Their recipe's flags (`pd_recipes.for_group`;
+    None where not read) are the row's when they all carry the same; where groups with different
+    flags fit, none (SGLang's defaults), said. Never the measured TTFT / TPOT: stated cells only."""
+    run = stated.row
+    same = [g for g in fitting if (g.speculative == "mtp") == stated.speculative
+            and _layout(recipe_side(g.prefill, run.system)) == _layout(run.prefill)
+            and _layout(recipe_side(g.decode, run.system)) == _layout(run.decode)]
+    flags = {_flags(pd_recipes.for_group(g)) for g in same}
+    if not same or flags == {None}:
+        return stated
+    shown = ", ".join(sorted({f"{g.key} at {g.commit[:9]}" for g in same}))
+    if len(flags) > 1:
+        return replace(stated, assumptions=stated.assumptions + (
+            f"server flags not known: InferenceX groups with different recipes ({shown}) have "
+            f"the row's stated layout and draft; SGLang's defaults kept",))
+    group = same[0]
+    return replace(stated, group=group, assumptions=stated.assumptions + (
+        f"recipe of InferenceX {shown}: the group of the row's key, measured time and client "
+        f"count whose layout (P {_describe(group.prefill, run.system)} / "
+        f"D {_describe(group.decode, run.system)}) and draft the row states",))
+
+
+def _flags(recipe) -> tuple | None:
+    """A recipe's flags of both sides, comparable (None: not read)."""
+    if recipe is None:
+        return None
+    return tuple(tuple(sorted(side.items())) for side in (recipe.prefill, recipe.decode))
 
 
 def _from_recipe(row: SiliconRow, stated: Resolved | None = None) -> Resolved:
