@@ -52,6 +52,7 @@ from epsim.calibrate.rebalance_host import fit_rebalance_host
 from epsim.calibrate.spread import component_spread, run_deviations
 from epsim.cost.experts import num_sms
 from epsim.cost.fp4_gemm import fed_tensor_frac
+from epsim.cost.fallback_stream import FALLBACK_STREAM_PARAMS
 from epsim.cost.mla import sustained_frac
 from epsim.cost.quant import ACTIVATION_BYTES, tensor_peak
 from epsim.cost.record import is_nccl_allgather, predict_record
@@ -230,7 +231,7 @@ HELD_EXPERT_FORMATS = ("nvfp4",)
 HELD_EXPERT_PARAMS = ("tensor_frac",)
 # ... and fitted on their EP 1 records first, the EP > 1 ones (where imported: NVFP4 on
 # Blackwell, `epsim.calibrate.aic_records.EP_FIT_FORMATS`) then fitting these alone
-EP_ONLY_PARAMS = ("token_us", "exit_us")
+EP_ONLY_PARAMS = ("token_us", "exit_us", *FALLBACK_STREAM_PARAMS)
 
 
 def _held_experts(key: str) -> bool:

@@ -53,6 +53,7 @@ import dataclasses
 import numpy as np
 
 from epsim.cost.experts import ExpertGemm, experts_rank_us, serial_kb
+from epsim.cost.fallback_stream import FALLBACK_STREAM_PARAMS, fallback_stream_cols
 from epsim.cost.fp4_gemm import SM_FILL_GBPS
 from epsim.cost.linear import LinearTerms
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
@@ -81,6 +82,10 @@ EXPERT_REREAD_TERMS = LinearTerms(EXPERT_QUANT_TERMS.params + ("reread_frac", "w
 # dense NVFP4 GEMM's fit (`epsim.calibrate.build.experts_held`)
 EXPERT_FEED_TERMS = LinearTerms(EXPERT_REREAD_TERMS.params + ("sm_feed_gbps",),
                                 EXPERT_REREAD_TERMS.inverse | {"sm_feed_gbps"})
+# ... and, on the rows of an untuned launch (AIC's tables), the launcher's default config at its
+# fallback tile streaming the weights at that config's own rate (`epsim.cost.fallback_stream`)
+EXPERT_FALLBACK_TERMS = LinearTerms(EXPERT_FEED_TERMS.params + FALLBACK_STREAM_PARAMS,
+                                    EXPERT_FEED_TERMS.inverse)
 FRACTIONS = ("hbm_frac", "tensor_frac")
 # GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
 # slot of the group's tokens (`remote_slot_bytes`); Blackwell runs FlashInfer's TRT-LLM MoE,
@@ -311,7 +316,8 @@ def trtllm_gemm(gemm: ExpertGemm, tile, fmt: str, top_k: int) -> ExpertGemm:
 
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
                            hardware: HardwareSpec, fmt: str, layout=0.0,
-                           reread=None, remote=0.0, exiting=0.0) -> np.ndarray:
+                           reread=None, remote=0.0, exiting=0.0,
+                           fallback_kb=None) -> np.ndarray:
     """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
     `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
@@ -330,7 +336,9 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     the roofline: they hold their SM's slot and stream nothing). Where `gemm.sm_fed` (NVFP4)
     an 11th, `EXPERT_FEED_TERMS`: if compute-bound and the SMs' operand
     feed outlasts the MMA, the KB the busiest SM streams (`ExpertGemm.feed_kb`; the tensor
-    column then 0)."""
+    column then 0). With `fallback` (`epsim.cost.fallback_stream.partial_tile_kb` of an untuned launch)
+    two more, `EXPERT_FALLBACK_TERMS`: if memory-bound, the active experts' weights at the
+    datasheet HBM rate in the column of the fallback tile (`fallback_stream_cols`)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
@@ -345,7 +353,11 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
             + waves * gemm.tile_rows * rate.get("wave_row_us", 0.0) * gemm.serial_rows)
     reread_us = (0.0 if reread is None else
                  rate.get("reread_frac", 0.0) * np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps)
-    compute = mem_kb / rate["hbm_gbps"] + reread_us < math
+    stream = (None if fallback_kb is None else    # [..., tiles] the fallback config's stream
+              fallback_stream_cols(gemm.tile_rows, fallback_kb, hardware))
+    stream_us = (0.0 if stream is None else
+                 stream @ np.array([rate.get(n, 0.0) for n in FALLBACK_STREAM_PARAMS]))
+    compute = mem_kb / rate["hbm_gbps"] + reread_us + stream_us < math
     quant_kb = p * gemm.quant_bytes_per_row * 1e-3
     cols = [np.ones_like(p), a,
             (np.where(compute, 0.0, mem_kb) + rows_kb + quant_kb + layout) / hardware.hbm_gbps,
@@ -358,4 +370,6 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
         cols.append(np.broadcast_to(np.asarray(exiting, dtype=np.float64), p.shape))
     if gemm.sm_fed:
         cols.append(np.where(compute & fed, feed_kb, 0.0))
+    if stream is not None:
+        cols += list(np.moveaxis(np.where(compute[..., None], 0.0, stream), -1, 0))
     return np.stack(cols, axis=-1)

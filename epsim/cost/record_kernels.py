@@ -37,8 +37,11 @@ from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
 from epsim.cost.dense_gemm import gemm_features, gemm_terms, gemm_work
-from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
-                              TRITON_MOE_GPUS, check_format, experts_quant_features,
+from epsim.cost.fallback_stream import (FALLBACK_STREAM_FORMATS, FALLBACK_STREAM_PARAMS,
+                                        partial_tile_kb)
+from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
+                              EXPERT_REREAD_TERMS, TRITON_MOE_GPUS, check_format,
+                              experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
                               remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
 from epsim.cost.rereads import reread_kb
@@ -130,7 +133,7 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
             record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
-    terms, reread, remote_in, exiting = EXPERT_QUANT_TERMS, None, 0.0, 0.0
+    terms, reread, remote_in, exiting, fallback = EXPERT_QUANT_TERMS, None, 0.0, 0.0, None
     if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
         terms = EXPERT_REREAD_TERMS
         tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k
@@ -142,14 +145,18 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         terms = EXPERT_FEED_TERMS if gemm.sm_fed else terms
         reread = float(reread_kb(rows, tile, gemm.weight_bytes))
         params = {"reread_frac": 0.0, "wave_row_us": 0.0, "token_us": 0.0, "exit_us": 0.0,
-                  **params}
+                  **dict.fromkeys(FALLBACK_STREAM_PARAMS, 0.0), **params}
+        # ... with the runner's default config at that tile (`FALLBACK_STREAM_FORMATS`)
+        if gemm.sm_fed and fmt in FALLBACK_STREAM_FORMATS:
+            fallback = float(partial_tile_kb(rows, tile, gemm.weight_bytes))
+            terms = EXPERT_FALLBACK_TERMS
         tiles = np.array([float(row_tiles(rows, tile))])
         if fmt in EXIT_FORMATS:      # the launch's worst case over the rank's local experts
             exiting = float(exiting_ctas_per_sm(tokens * record.top_k, len(rows), tiles[0], tile,
                                                 gemm))
         remote_in *= remote_token_weight(fmt, record.hidden_size)    # FP8-block: per H
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
-                                 remote_in, exiting)
+                                 remote_in, exiting, fallback)
     return KernelRow(component_key(backend, kind, path), terms.coef_names, row,
                      terms.coefficients(params))
 

@@ -12,8 +12,8 @@ import pytest
 from epsim.cost.exiting_ctas import exiting_ctas_per_sm, launched_tiles
 from epsim.cost.experts import num_sms
 from epsim.cost.moe import TRTLLM_SCALES
-from epsim.cost.quant import (EXPERT_FEED_TERMS, quant_expert_gemm, trtllm_gemm, trtllm_ladder,
-                              trtllm_tile)
+from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, quant_expert_gemm,
+                              trtllm_gemm, trtllm_ladder, trtllm_tile)
 from epsim.cost.record_kernels import kernel_record_features
 # the same records (AIC's balanced rows) and DeepSeek-V3 stage as the remote-token term's
 from tests.epsim.cost.test_trtllm_remote_tokens import _experts_us, _profile, _record
@@ -40,7 +40,7 @@ def test_record_row_carries_the_exiting_ctas_per_sm_priced_at_exit_us():
     128 rows, 64-row tiles: 512 live of 256 + floor(32512 / 64) = 764) 252 x 88."""
     exit_col = EXPERT_FEED_TERMS.params.index("exit_us")
     row = kernel_record_features(_record(4, 4096), _profile(exit_us=0.5))
-    assert row.coef_names == EXPERT_FEED_TERMS.coef_names
+    assert row.coef_names == EXPERT_FALLBACK_TERMS.coef_names
     assert row.row[exit_col] == pytest.approx(255 * COLUMNS / num_sms("GB200"))
     plain = kernel_record_features(_record(4, 4096), _profile())
     assert row.row @ row.coefficients - plain.row @ plain.coefficients == pytest.approx(

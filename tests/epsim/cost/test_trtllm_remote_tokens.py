@@ -14,7 +14,7 @@ import pytest
 
 from epsim.cost import contiguous_placement
 from epsim.cost.model import CostModel
-from epsim.cost.quant import EXPERT_FEED_TERMS, remote_tokens
+from epsim.cost.quant import EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, remote_tokens
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.cost.tables import build_tables
 from epsim.eplb import Placement
@@ -58,7 +58,7 @@ def test_record_row_carries_the_remote_tokens_priced_at_token_us():
     """4096 tokens x top-8 at EP 4 (64 of 256 experts): 3072 remote tokens, `token_us` each;
     the same rows at EP 1 have none, and a profile with no `token_us` prices none."""
     row = kernel_record_features(_record(4, 4096), _profile(token_us=0.01))
-    assert row.coef_names == EXPERT_FEED_TERMS.coef_names      # NVFP4: its SMs' feed last
+    assert row.coef_names == EXPERT_FALLBACK_TERMS.coef_names  # NVFP4: feed, fallback stream
     token = EXPERT_FEED_TERMS.params.index("token_us")
     assert row.row[token] == pytest.approx(3072.0)
     plain = kernel_record_features(_record(4, 4096), _profile())

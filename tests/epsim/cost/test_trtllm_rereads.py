@@ -16,8 +16,8 @@ import pytest
 
 from epsim.cost.experts import row_tiles
 from epsim.cost.model import CostModel
-from epsim.cost.quant import (EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS, EXPERT_REREAD_TERMS,
-                              quant_expert_gemm, trtllm_gemm, trtllm_tile)
+from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
+                              EXPERT_REREAD_TERMS, quant_expert_gemm, trtllm_gemm, trtllm_tile)
 from epsim.cost.rereads import _sparse_rereads, _whole_rows, reread_kb
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.cost.tables import build_tables
@@ -128,7 +128,7 @@ def test_blackwell_rows_carry_the_rereads_at_the_datasheet_hbm_rate():
         params={"base_us": 10.0, "hbm_frac": 0.9, "tensor_frac": 0.5, "reread_frac": 0.5},
         source="fit")
     row = kernel_record_features(_record("B200", rows, 64), profile)
-    assert row.coef_names == EXPERT_FEED_TERMS.coef_names      # NVFP4: its SMs' feed too
+    assert row.coef_names == EXPERT_FALLBACK_TERMS.coef_names  # NVFP4: its SMs' feed too
     reread = row.coef_names.index("reread_frac")
     assert np.isclose(row.row[reread], 7 * weight * 1e-3 / b200.hbm_gbps)
     without = dict(profile.components["any/experts_nvfp4/graph"].params, reread_frac=0.0)
