@@ -103,10 +103,19 @@ def cutedsl_work(m, n: int, k: int, num_sms: int, act_bytes: float, batch: int =
     tiles over those rounds (wave-quantised, the tile padded), and the operand KB the busiest
     SM streams, `waves (rows + cols) k a_f` (`act_bytes`: a_f, A's and B's bytes per element
     with their block scales). 0 rows do no work."""
+    return per_row_count(_cutedsl_work, m, n, k, num_sms, act_bytes, batch)
+
+
+def per_row_count(tile_work, m, n: int, k: int, num_sms: int, act_bytes: float, batch: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(waves, MFLOP, feed KB), each [...] float64 like `m`, of a kernel whose
+    `tile_work(rows, n, k, num_sms, batch)` gives one row count's (waves, MFLOP, feed elements):
+    evaluated once per distinct count (its tiles are whole numbers of rows), the elements times
+    `k` `act_bytes`. 0 rows do no work."""
     m = np.asarray(m, dtype=np.float64)
     out = np.zeros((3,) + m.shape)
     for value in np.unique(m[m > 0]):
-        waves, mflops, elements = _cutedsl_work(int(np.ceil(value)), n, k, num_sms, batch)
+        waves, mflops, elements = tile_work(int(np.ceil(value)), n, k, num_sms, batch)
         out[:, m == value] = np.array([waves, mflops, elements * k * act_bytes * 1e-3])[:, None]
     return out[0], out[1], out[2]
 

@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from epsim.cost.fp4_gemm import sm_feed_elements
+from epsim.cost.fp4_gemm import per_row_count, sm_feed_elements
 
 # GPUs whose per-tensor FP8 dense GEMM is this kernel with its per-SM feed (SM90)
 CUTLASS_FP8_GPUS = ("H100", "H200", "H800", "H20")
@@ -64,9 +64,4 @@ def cutlass_fp8_work(m, n: int, k: int, num_sms: int, act_bytes: float, batch: i
     SM's tiles over those rounds (wave-quantised, the tile padded), and the operand KB the
     busiest SM streams, `waves (rows + cols) k a_f` (`act_bytes`: a_f, 1 byte of FP8, its
     per-token scale negligible). 0 rows do no work."""
-    m = np.asarray(m, dtype=np.float64)
-    out = np.zeros((3,) + m.shape)
-    for value in np.unique(m[m > 0]):
-        waves, mflops, elements = _cutlass_fp8_work(int(np.ceil(value)), n, k, num_sms, batch)
-        out[:, m == value] = np.array([waves, mflops, elements * k * act_bytes * 1e-3])[:, None]
-    return out[0], out[1], out[2]
+    return per_row_count(_cutlass_fp8_work, m, n, k, num_sms, act_bytes, batch)
