@@ -18,15 +18,19 @@ As SGLang 0.5.8 serves a P/D prefill (line numbers of `sglang/srt/` in the 0.5.8
   polling the inflight queue each turn): forward and transfer take turns.
 
 `--max-total-tokens` caps the pool (`DeploymentSpec.max_total_tokens`, `epsim.sim.memory`); the
-srt-slurm FP4 8k/1k TP4 prefills set it to their chunk, 131072 (`epsim.validate.silicon.
-pd_recipes`). The transfer is the batch's KV from the GPU that sends it -- under DP attention each
-rank its own requests, under attention TP one rank for the group (MLA's latent: the decode side
-asks attention-TP rank 0 only, `disaggregation/common/conn.py` 340-359, `target_tp_rank`) -- over
-one GPU's scale-out NIC (`epsim.cost.kv_transfer`: datasheet unless the profile holds a measured
-`<path>/kv_transfer`). Between one and two chunks the next batch would get what the running one
-leaves; that is not modelled (no recipe read sets such a pool): the rule is all or nothing. The
-wait delays the next batch; a request's own KV after its forward stays the P/D handoff's term
-(`epsim.validate.silicon.handoff`: its last chunk alone, not its share of the batch's transfer).
+srt-slurm FP4 8k/1k TP4 prefills set it to their chunk, 131072, and the low-latency TP prefills
+to 8192 beside an 8192 chunk (1k/1k) or 32768 beside 24576 or 32768 (8k/1k)
+(`epsim.validate.silicon.pd_recipe_flags`). The transfer is the batch's KV from the GPU that
+sends it -- under DP attention each rank its own requests, under attention TP one rank for the
+group (MLA's latent: the decode side asks attention-TP rank 0 only, `disaggregation/common/
+conn.py` 340-359, `target_tp_rank`) -- over one GPU's scale-out NIC (`epsim.cost.kv_transfer`:
+datasheet unless the profile holds a measured `<path>/kv_transfer`). Between one and two chunks
+the next batch would get what the running one leaves; that is not modelled: the rule is all or
+nothing, an upper bound on the wait where a pool sits there (the GB200 FP4 and FP8 and GB300 FP4
+low-latency 8k/1k prefills, 32768 beside a 24576 chunk: their forwards wait for each batch's
+transfer, a few ms at 8k). The wait delays the next batch; a request's own KV after its forward
+stays the P/D handoff's term (`epsim.validate.silicon.handoff`: its last chunk alone, not its
+share of the batch's transfer).
 """
 
 from __future__ import annotations

@@ -17,9 +17,11 @@ latencies depend on, as `DeploymentSpec` fields:
 - `--kv-cache-dtype`, `--mem-fraction-static`, `--cuda-graph-max-bs` (the largest of a
   `--cuda-graph-bs` list);
 - `--max-total-tokens` where read (a GPU's KV pool at most, `DeploymentSpec.max_total_tokens`):
-  the FP4 wide-EP recipes (prefill 131072; decode 3122380 at 1k/1k, 524288 at 8k/1k) and the
-  GB200 FP8 8k/1k prefills (524288). The FP4 8k/1k TP4 prefill's pool is its chunk, so its
-  forwards and KV transfers take turns (`epsim.sim.prefill_pool`);
+  the FP4 wide-EP recipes (prefill 131072; decode 3122380 at 1k/1k, 524288 at 8k/1k), the
+  GB200 FP8 8k/1k wide-EP prefills (524288) and every low-latency TP prefill (GB200 and GB300,
+  FP8 and FP4: 8192 at 1k/1k, 32768 at 8k/1k; their decodes set none). The FP4 8k/1k TP4
+  prefill's pool is its chunk, and the low-latency prefills' under two chunks, so their forwards
+  and KV transfers take turns (`epsim.sim.prefill_pool`);
 - the MTP recipes' `--speculative-num-steps 2 --speculative-eagle-topk 1
   --speculative-num-draft-tokens 3` (not SGLang's DeepSeek default of 3 / 1 / 4);
 - the MoE path, stated on every side: `--moe-a2a-backend` (SGLang's default `none` where the
@@ -165,13 +167,20 @@ def fp4_decode_8k(dp: int) -> dict:
             "num_reserved_decode_tokens": 112, **_DEEPEP_LL, **_NVFP4_DISPATCH, **_FP8_Q_B}
 
 
+# the low-latency recipes' TP prefills cap their KV pool below two chunks (`--max-total-tokens`
+# 8192 beside an 8192 chunk at 1k/1k, 32768 beside 24576 or 32768 at 8k/1k; GB200 and GB300, FP8
+# and FP4 alike; their decodes set none): forward and KV transfer take turns
+_LL_POOL_1K = {"max_total_tokens": 8192}
+_LL_POOL_8K = {"max_total_tokens": 32768}
+
+
 def _fp4_low_latency_8k(decode_graph_bs: int) -> tuple[dict, dict]:
     """The FP4 8k/1k low-latency recipes' TP4 sides (GB200's decode graphs to 256, GB300's to
     128; the decode sets no `--max-running-requests`)."""
     both = {"scheduler_recv_interval": 10, "kv_cache_dtype": "fp8_e4m3",
             "mem_fraction_static": 0.95, **_NO_A2A, **_TRTLLM_MOE}
     return ({**both, "chunked_prefill_size": 24576, "cuda_graph_max_bs": 256,
-             "max_running_requests": 512},
+             "max_running_requests": 512, **_LL_POOL_8K},
             {**both, "chunked_prefill_size": 8192, "cuda_graph_max_bs": decode_graph_bs})
 
 
@@ -216,7 +225,8 @@ class PDRecipe:
 RECIPES: dict[tuple, PDRecipe] = {
     ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 1024, 1024, (1, 4, 1, False), (2, 4, 1, False),
      False): PDRecipe("recipes/gb200-fp4/1k1k/low-latency.yaml", _ISHAN_LL,
-                      {**_LOW_LATENCY, "max_running_requests": 512}, dict(_LOW_LATENCY)),
+                      {**_LOW_LATENCY, "max_running_requests": 512, **_LL_POOL_1K},
+                      dict(_LOW_LATENCY)),
     ("dsr1-fp4-gb200-dynamo-sglang", "2767db504", 1024, 1024, (4, 4, 4, True), (1, 32, 32, True),
      False): PDRecipe("recipes/gb200-fp4/1k1k/mid-curve.yaml", _ISHAN, FP4_PREFILL_1K,
                       fp4_decode_1k(32)),
@@ -225,7 +235,8 @@ RECIPES: dict[tuple, PDRecipe] = {
                       fp4_decode_1k(48)),
     ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 1024, 1024, (1, 4, 1, False), (2, 4, 1, False),
      False): PDRecipe("recipes/gb300-fp4/1k1k/low_latency.yaml", _ISHAN,
-                      {**_LOW_LATENCY, "max_running_requests": 512}, dict(_LOW_LATENCY)),
+                      {**_LOW_LATENCY, "max_running_requests": 512, **_LL_POOL_1K},
+                      dict(_LOW_LATENCY)),
     ("dsr1-fp4-gb300-dynamo-sglang", "3282fdeba", 1024, 1024, (4, 4, 4, True), (1, 32, 32, True),
      False): PDRecipe("recipes/gb300-fp4/1k1k/mid_curve.yaml", _ISHAN, FP4_PREFILL_1K,
                       fp4_decode_1k(32)),
@@ -255,7 +266,7 @@ RECIPES: dict[tuple, PDRecipe] = {
                       {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
                        "max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
                        "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A,
-                       **_TRTLLM_FP8},
+                       **_TRTLLM_FP8, **_LL_POOL_8K},
                       # the decode's `--scheduler-recv-interval 1` is SGLang's default
                       {"max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
                        "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A,
@@ -278,13 +289,15 @@ RECIPES: dict[tuple, PDRecipe] = {
      False): PDRecipe("recipes/gb200-fp8/8k1k/low-latency.yaml", _ISHAN,
                       {**_LOW_LATENCY_FP8, "chunked_prefill_size": 24576,
                        "mem_fraction_static": 0.8,
-                       "cuda_graph_max_bs": 512, "max_running_requests": 512},
+                       "cuda_graph_max_bs": 512, "max_running_requests": 512,
+                       **_LL_POOL_8K},
                       {**_LOW_LATENCY_FP8, "mem_fraction_static": 0.8, "cuda_graph_max_bs": 512,
                        "max_running_requests": 512}),
     # the FP8 1k/1k recipes of the same version
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (1, 4, 1, False), (1, 4, 1, False),
      False): PDRecipe("recipes/gb200-fp8/1k1k/low-latency.yaml", _ISHAN,
-                      {**_LOW_LATENCY_FP8, "cuda_graph_max_bs": 128, "max_running_requests": 512},
+                      {**_LOW_LATENCY_FP8, "cuda_graph_max_bs": 128, "max_running_requests": 512,
+                       **_LL_POOL_1K},
                       {**_LOW_LATENCY_FP8, "cuda_graph_max_bs": 128, "max_running_requests": 128}),
     ("dsr1-fp8-gb200-dynamo-sglang", "37f353be2", 1024, 1024, (3, 8, 8, True), (1, 48, 48, True),
      False): PDRecipe("recipes/gb200-fp8/1k1k/mid-curve.yaml", _ISHAN_LL, _fp8_prefill(0.75),
@@ -300,7 +313,7 @@ RECIPES: dict[tuple, PDRecipe] = {
                       {"scheduler_recv_interval": 10, "chunked_prefill_size": 8192,
                        "max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
                        "mem_fraction_static": 0.95, "cuda_graph_max_bs": 128, **_NO_A2A,
-                       **_TRTLLM_FP8},
+                       **_TRTLLM_FP8, **_LL_POOL_1K},
                       # `--chunked-prefill-size -1` (off) has no spec value; receive interval 1
                       {"max_running_requests": 128, "kv_cache_dtype": "fp8_e4m3",
                        "mem_fraction_static": 0.85, "cuda_graph_max_bs": 128, **_NO_A2A,

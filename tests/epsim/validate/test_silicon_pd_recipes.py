@@ -264,10 +264,12 @@ def test_wide_ep_sides_keep_sglang_s_trivial_replicas_and_the_busiest_rank_pays_
         _scenario(decode)
 
 
-def test_only_the_fp4_8k1k_tp4_prefills_hold_a_pool_of_one_chunk():
+def test_the_fp4_8k1k_tp4_and_low_latency_prefills_hold_a_pool_under_two_chunks():
     """`--max-total-tokens` a GPU beside the chunk a rank: the FP4 8k/1k TP4 prefills' pool is
-    their 131072 chunk (`epsim.sim.prefill_pool` then holds each forward for its KV); the FP4
-    1k/1k DEP4 prefills hold 8 chunks, the GB200 FP8 8k/1k DEP8 prefills 32."""
+    their 131072 chunk, the low-latency TP prefills' 8192 (1k/1k) or 32768 (8k/1k) beside an
+    8192, 24576 or 32768 chunk (`epsim.sim.prefill_pool` then holds each forward for its KV);
+    the FP4 1k/1k DEP4 prefills hold 8 chunks, the GB200 FP8 8k/1k DEP8 prefills 32; the
+    low-latency decodes set none."""
     from epsim.sim.prefill_pool import prefill_hold
     one_chunk = set()
     for recipe in pd_recipe_flags.RECIPES.values():
@@ -279,9 +281,14 @@ def test_only_the_fp4_8k1k_tp4_prefills_hold_a_pool_of_one_chunk():
                                                 **flags}})
         if prefill_hold(sc, flags["max_total_tokens"]) is not None:
             one_chunk.add(recipe.config_file)
-    assert one_chunk == {f"recipes/{gpu}-fp4/8k1k/{name}.yaml" for gpu, name in (
+    low_latency = {f"recipes/{name}.yaml" for name in (
+        "gb200-fp4/1k1k/low-latency", "gb300-fp4/1k1k/low_latency", "gb200-fp4/8k1k/low-latency",
+        "gb300-fp4/8k1k/low_latency", "gb200-fp8/1k1k/low-latency", "gb200-fp8/8k1k/low-latency",
+        "gb300-fp8/1k1k/stp/low-latency", "gb300-fp8/8k1k/stp/low-latency")}
+    assert one_chunk == low_latency | {f"recipes/{gpu}-fp4/8k1k/{name}.yaml" for gpu, name in (
         ("gb200", "mid-curve"), ("gb200", "max-tpt"), ("gb300", "mid_curve"), ("gb300", "max_tpt"))}
     by_file = {r.config_file: r for r in pd_recipe_flags.RECIPES.values()}
+    assert not any("max_total_tokens" in by_file[f].decode for f in low_latency)
     assert by_file["recipes/gb200-fp4/8k1k/max-tpt.yaml"].decode["max_total_tokens"] == 524288
     assert by_file["recipes/gb200-fp4/1k1k/mid-curve.yaml"].decode["max_total_tokens"] == 3122380
 
