@@ -73,6 +73,8 @@ class DecodeGrid:
         rule: "fa2": FlashAttention's rows and `num_splits` (the fields above); "trtllm":
             FlashInfer's TRT-LLM-gen kernel selection (`epsim.cost.flash_trtllm`, which sets its
             own rows and splits).
+        split_keys: the "fa2" rule may split a sequence's keys to fill the SMs; False: never
+            (a kernel launched with one split, `epsim.cost.mla_decode`'s cutlass_mla).
     """
 
     plain_rows: int = PREFILL_ROWS
@@ -80,6 +82,7 @@ class DecodeGrid:
     key_block: int = KEY_BLOCK
     ctas_per_sm: int = CTAS_PER_SM
     rule: str = "fa2"
+    split_keys: bool = True
 
 
 # FlashAttention-2's decode (the single-GPU records' GQA kernel, module docstring)
@@ -193,7 +196,7 @@ def decode_counts(seqs: np.ndarray, heads: int, kv_heads: int, head_dim: int,
     slots = grid.ctas_per_sm * num_sms
     num_seqs = np.rint(seqs)
     units = num_seqs.astype(np.int64) * (kv_heads * math.ceil(rows / grid.split_rows))
-    fill = (units > 0) & (units < 0.8 * slots)
+    fill = (units > 0) & (units < 0.8 * slots) & grid.split_keys
     plain_ctas = num_seqs * kv_heads * math.ceil(rows / grid.plain_rows)
     return DecodeCounts(seqs, busy, bool(busy.all()), units, fill, bool(fill.any()), plain_ctas,
                         np.where(busy, np.ceil(plain_ctas / slots), 0.0),

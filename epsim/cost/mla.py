@@ -261,6 +261,8 @@ class MlaParams:
             (`epsim.cost.trtllm_fp8_gemm`), or None (the `gemm` fit).
         q_b_gemm: the block-FP8 GEMM fit `q_b` runs at where an NVFP4 checkpoint's BF16
             `q_b_proj` is quantised at load (`DeploymentSpec.nvfp4_fp8_q_b`), or None (`gemm`).
+        one_kv_split: the decode kernel never splits a sequence's keys (SGLang's cutlass_mla,
+            `DeploymentSpec.mla_kv_splits` "one"; `epsim.cost.mla_decode`).
     """
 
     decode: Mapping[str, float]
@@ -283,6 +285,7 @@ class MlaParams:
     absorbed_prefill: bool
     fp8_gemm: TrtllmFp8Gemm | None = None
     q_b_gemm: Mapping[str, float] | None = None
+    one_kv_split: bool = False
 
     @property
     def decode_form(self) -> MlaForm:

@@ -33,6 +33,15 @@ math (`decode_kernel_work`). What a CTA holds is the kernel's:
              power of two at one rate, 32 heads' slowness was read as a low tensor rate and 128
              heads priced 80-100 % high.
 
+SGLang's `cutlass_mla` backend (`--attention-backend cutlass_mla`; GB200's launch scripts of
+2025) runs CUTLASS's SM100 MLA kernel with `num_kv_splits=1` (sglang#7184, 2025-06-14: the split
+heuristic off, read at sgl-project/sglang v0.5.1-v0.5.5 `cutlass_mla_backend.py`): its 128-row
+tile is one CTA pair (two SMs, 64 rows each, as the high-throughput tiles above), and that pair
+walks all of a sequence's keys whatever the sequence count, so a few long sequences use a few
+SMs (`DeploymentSpec.mla_kv_splits` "one": `decode_grid(split_keys=False)`). Its rate is not
+measured: priced at the split kernel's fitted per-SM rates (a CTA's tile at the GPU's rate over
+its SMs), so each pair runs at its SMs' share of the tables' kernel -- extrapolated.
+
 The high-throughput tiles' tensor rate (`tensor_frac`) is the same GPU's MLA prefill kernel's
 (`epsim.calibrate.build.mla_decode_held`): up to 64 heads the decode is bound by its cache, so
 its own records cannot tell the rate that binds 128.
@@ -150,7 +159,7 @@ def decode_block_heads(gpu: str, heads: int) -> int:
     return BLACKWELL_TILE_ROWS
 
 
-def decode_grid(block_heads: int = SPLIT_ROWS) -> DecodeGrid:
+def decode_grid(block_heads: int = SPLIT_ROWS, split_keys: bool = True) -> DecodeGrid:
     """The MLA decode kernel's CTAs: `block_heads` query rows each, split or not, over 64-key
     blocks, one CTA per SM. A CTA's `rows x kv_lora` FP32 output (64 x 512: 128 KB, half the
     register file) and its latent K/V stages fill an SM: FlashAttention-3's MLA path tiles
@@ -159,9 +168,10 @@ def decode_grid(block_heads: int = SPLIT_ROWS) -> DecodeGrid:
     the CTAs beyond a whole wave of `num_sms` cost what they compute: 128 sequences of 128
     heads on 132 SMs are 256 CTAs, two waves; 256 sequences four (aiconfigurator-core's H100
     SGLang FA3 table, 2047 keys: 153 and 296 µs). Counted as the GQA kernel's 128-row CTAs two
-    per SM, both were one wave."""
+    per SM, both were one wave. `split_keys` False: never split (cutlass_mla, module
+    docstring)."""
     return DecodeGrid(plain_rows=block_heads, split_rows=block_heads, key_block=64,
-                      ctas_per_sm=1)
+                      ctas_per_sm=1, split_keys=split_keys)
 
 
 def decode_kernel_work(seqs, context, heads: int, form: MlaForm, num_sms: int,
@@ -255,5 +265,6 @@ def mla_decode_kernel(mla: MlaParams) -> MlaDecodeKernel:
     params = absolute(kernel_params(mla.decode, gpu, mla.heads), mla.hardware,
                       math_dtype(gpu, mla.kv_bytes))
     return MlaDecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms, params,
-                           form.flash_kv_ratio, decode_grid(decode_block_heads(gpu, mla.heads)),
+                           form.flash_kv_ratio,
+                           decode_grid(decode_block_heads(gpu, mla.heads), not mla.one_kv_split),
                            form=form, dequant=(mla.decode_form, dict(mla.decode)) if cast else None)

@@ -194,6 +194,9 @@ def component_uses(cost_model, ledger: Ledger) -> list[ComponentUse]:
                      if part != "decode" and not (trtllm and part == "projections")]
             if trtllm:
                 parts.append(f"MLA projections on FlashInfer's trtllm GEMM: {FP8_GEMM}")
+            if params.attention.mla.one_kv_split:
+                parts.append("MLA decode as cutlass_mla's one key split: a CTA pair a sequence "
+                             "at the fit's per-SM rates (no cutlass_mla table)")
             use("attention", "device", keys["decode"], row[COLUMN["attention"]] - ops, graph, {},
                 parts + beside)
         elif params.attention.kernels is not None:

@@ -319,7 +319,7 @@ class _Resolver:
             # trtllm_mla backends alike; Hopper's kernel fit (timed absorbed by AIC's collector)
             # gives the efficiencies the per-head work runs at
             absorbed_prefill=False, fp8_gemm=fp8_gemm,
-            q_b_gemm=q_b)
+            q_b_gemm=q_b, one_kv_split=self.deployment.mla_kv_splits == "one")
 
     def _tp_collectives(self) -> TPCollectiveParams:
         """SGLang's all-reduce by algorithm (`any/allreduce/graph/<algorithm>`, device time over

@@ -189,6 +189,13 @@ def _fp4_allgather(value, scenario, launch):
         launch.args += ["--moe-runner-backend", "flashinfer_cutlass"]
 
 
+def _mla_kv_splits(value, scenario, launch):
+    """One split (never spread a sequence's keys) is SGLang's cutlass_mla backend's MLA decode;
+    the default split kernel is the backend SGLang picks itself (nothing to emit)."""
+    if value == "one":
+        launch.args += ["--attention-backend", "cutlass_mla"]
+
+
 def _environment_only(value, scenario, launch):
     """An environment variable of the server (SGLANG_NVFP4_CKPT_FP8_GEMM_IN_ATTN), not a
     launch argument (nothing to emit)."""
@@ -350,6 +357,7 @@ SGLANG_ARGS: dict[str, Rule] = {
     # SGLang takes the FP4 all-gather itself under flashinfer_cutlass (DP attention, EP = DP)
     "moe_fp4_allgather": _fp4_allgather,
     "nvfp4_fp8_q_b": _environment_only,
+    "mla_kv_splits": _mla_kv_splits,
 }
 
 

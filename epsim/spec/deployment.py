@@ -146,6 +146,12 @@ class DeploymentSpec(BaseModel):
             "low-latency GEMM at a token tile fixed by N / K (`epsim.cost.trtllm_fp8_gemm`; "
             "its tile model fitted on published B200 timings of the kernel); None or deep_gemm: "
             "the profile's block-FP8 GEMM fit (DeepGEMM's)"))
+    mla_kv_splits: Literal["split", "one"] = Field(default="split", description=(
+        "how the MLA decode kernel spreads a sequence's keys: split (the profile's kernel: "
+        "TRT-LLM's / FlashAttention's split-KV, the keys split to fill the SMs) or one "
+        "(SGLang's cutlass_mla backend, which calls CUTLASS's SM100 MLA kernel with "
+        "num_kv_splits=1: a sequence's heads are one CTA pair walking all its keys, however "
+        "few the sequences; `epsim.cost.mla_decode`)"))
     moe_served_tiles: bool = Field(default=False, description=(
         "the fused Triton MoE runs SGLang's own tuned H200 tiles for DeepSeek-V3/R1 block-FP8 at "
         "MoE-TP 8 with the shared expert fused (E 257 tables, SGLang 0.5.9+), not the collector's "

@@ -59,7 +59,8 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
 - **Before `SCRIPT_MODE`** (groups naming no script, `Recipe.script` ""): from 2025-09-25
   (InferenceX c2fe824e0, `runners/launch_gb200-nv.sh`) every group, and until 2025-12-19 the
   8k/1k group (to 2025-12-18), cloned the fork Elnifio/dynamo (branch `update-wait-for-model`, from 2025-11-05
-  `update-result-file-name`; not stored) and ran its
+  `update-result-file-name`; the fork's file history is stored, which commit a branch held on a
+  run's date is not) and ran its
   `components/backends/sglang/slurm_jobs/scripts/gb200-fp8.sh` in the private
   `/mnt/lustre01/artifacts/containers/dynamo-sglang.sqsh` (the launch script sets `IMAGE`
   itself: 93e1b3ca1's master-config `image`, `sglang-runtime:0.5.1-rc0.pre1`, which the
@@ -70,7 +71,8 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   spelling DeepEP (`--enable-deepep-moe`, then `--moe-a2a-backend deepep`) and in 0ab6bc2b7's
   round-robin DP balance (read at 0ab6bc2b7, whose docs build the container on
   `lmsysorg/sglang:v0.5.3rc0-cu129-gb200`):
-  `--attention-backend cutlass_mla` with the KV cache's dtype unset (auto, BF16) on both sides;
+  `--attention-backend cutlass_mla` (SGLang's one-split MLA decode: `mla_kv_splits` "one",
+  `epsim.cost.mla_decode`) with the KV cache's dtype unset (auto, BF16) on both sides;
   prefill `--disable-cuda-graph --deepep-mode normal --ep-dispatch-algorithm dynamic
   --chunked-prefill-size 131072 --max-running-requests 12288 --max-total-tokens 524288` and no
   `--mem-fraction-static`; decode `--deepep-mode low_latency --ep-dispatch-algorithm static
@@ -87,9 +89,7 @@ script of ai-dynamo's `examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/dis
   group): its sides load placements from recorded expert loads (`init_expert_location:
   from_skew`); every other group's 32 slots sit as SGLang places them (`trivial`). SGLang divides
   the chunk and the requests by the DP size under DP attention. Not carried, having no field:
-  the attention backend (`cutlass_mla` runs SGLang's `num_kv_splits=1`, one CTA pair a request
-  scanning its whole KV, since sglang#7184, 2025-06-14; epsim prices the gb200 tables' split-KV
-  `trtllm_mla`), `--context-length`, `--enable-dp-lm-head`, `--moe-dense-tp-size 1`,
+  `--context-length`, `--enable-dp-lm-head`, `--moe-dense-tp-size 1`,
   `--stream-interval 50`, `--deepep-config`, the DeepEP token cap.
 
 The server flags of the TP scripts, as `DeploymentSpec` fields (no DP attention: the flags are a
@@ -152,10 +152,11 @@ UNNAMED_FP8 = {("c2fe824e0", 1024): _FORK_SCRIPT, ("c2fe824e0", 8192): _FORK_SCR
 UNNAMED_FP8_KEY = "dsr1-fp8-gb200-dynamo-sglang"
 # where each was read: the fork's branch is not stored (module doc)
 _UNNAMED_SOURCE = {
-    _FORK_SCRIPT: ("Elnifio/dynamo update-result-file-name, not stored: its base's flags, read at "
-                   "ai-dynamo/dynamo@0ab6bc2b721a; not priced: its --attention-backend cutlass_mla, "
-                   "one CTA pair walking a request's KV (num_kv_splits=1), priced as the tables' "
-                   "split-KV trtllm_mla"),
+    _FORK_SCRIPT: ("Elnifio/dynamo update-result-file-name at an unstated commit: its base's "
+                   "flags, read at ai-dynamo/dynamo@0ab6bc2b721a; its --attention-backend "
+                   "cutlass_mla as one CTA pair walking a request's KV (num_kv_splits=1, "
+                   "mla_kv_splits one) at the split-KV trtllm_mla tables' per-SM rate, "
+                   "extrapolated"),
     _DEFAULT_SCRIPT: ("ai-dynamo/dynamo ishan/sa-1.1-sgl-dsr1-fp8, not stored: read at "
                       "ai-dynamo/dynamo@01a634d1bd9a")}
 
@@ -193,8 +194,11 @@ def unnamed_wide_ep_fp8(group) -> ScriptFlags | None:
               "moe_a2a_backend": "deepep", "deepep_mode": "low_latency",
               "ep_dispatch_algorithm": "static", **slots}
     if script == _FORK_SCRIPT:
-        prefill.update(kv_cache_dtype="auto", max_running_requests=12288 // p_dp)
-        decode.update(kv_cache_dtype="auto", max_running_requests=36864 // d_dp, cuda_graph_max_bs=512)
+        # --attention-backend cutlass_mla: SGLang's one-split MLA decode (`epsim.cost.mla_decode`)
+        prefill.update(kv_cache_dtype="auto", max_running_requests=12288 // p_dp,
+                       mla_kv_splits="one")
+        decode.update(kv_cache_dtype="auto", max_running_requests=36864 // d_dp, cuda_graph_max_bs=512,
+                      mla_kv_splits="one")
     else:
         prefill.update(kv_cache_dtype="fp8_e4m3", mem_fraction_static=0.75,
                        max_running_requests=30000 // p_dp)

@@ -58,6 +58,9 @@ def test_fields_reach_their_server_arguments_in_sglangs_units():
     plain = _args(enable_dp_attention=False)
     assert "--eplb-rebalance-num-iterations" not in plain and "--dp-size" not in plain
     assert _value(plain, "--max-running-requests") == "32"
+    # one MLA key split is SGLang's cutlass_mla backend; the split kernel is SGLang's own pick
+    assert _value(_args(mla_kv_splits="one"), "--attention-backend") == "cutlass_mla"
+    assert "--attention-backend" not in plain
     # BF16 DeepEP dispatch is an environment variable in SGLang
     assert launch(_scenario(dispatch_dtype="bf16")).env == {"SGLANG_DEEPEP_BF16_DISPATCH": "1"}
     assert launch(_scenario(dispatch_dtype="fp8")).env == {}

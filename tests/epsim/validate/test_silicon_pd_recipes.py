@@ -313,6 +313,7 @@ def test_a_2025_fp8_wide_ep_group_naming_no_script_takes_the_script_its_date_ran
     decode = pd_recipes.fields(fork, "decode", 1 << 20)
     assert (decode["kv_cache_dtype"], decode["cuda_graph_max_bs"]) == ("auto", 512)
     assert decode["max_running_requests"] == 36864 // 24
+    assert decode["mla_kv_splits"] == "one"             # --attention-backend cutlass_mla
     assert decode["init_expert_location"] == "trivial" and decode["ep_num_redundant_experts"] == 32
     prefill = pd_recipes.fields(fork, "prefill", 1 << 20)
     assert prefill["max_total_tokens"] == 524288 and prefill["chunked_prefill_size"] == 131072 // 8
@@ -327,6 +328,7 @@ def test_a_2025_fp8_wide_ep_group_naming_no_script_takes_the_script_its_date_ran
     decode = pd_recipes.fields(december, "decode", 1 << 20)
     assert (decode["kv_cache_dtype"], decode["cuda_graph_max_bs"]) == ("fp8_e4m3", 768)
     assert decode["max_running_requests"] == 45000 // 48
+    assert "mla_kv_splits" not in decode                # trtllm_mla: the profile's kernel
     # the same layout under another key, or naming a script, is not one of these groups
     group = _fp8_2025("c2fe824e0", 8192)
     assert dynamo_scripts.unnamed_wide_ep_fp8(replace(group, key="dsr1-fp4-gb200-dynamo-sglang")) is None
