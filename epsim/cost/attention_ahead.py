@@ -8,7 +8,10 @@ steps at once (`CostModel._decode_attention`, split-KV launches included:
 `epsim.cost.flash.decode_work`) and served as the steps come: each row the bits of pricing
 that step alone (tests/epsim/cost/test_attention_ahead.py). A step whose contexts are not on
 the table (the batch changed) prices a new table; how far ahead follows how many steps the
-last table served, so a batch that changes every step prices each step alone, as before.
+last table served, so a batch that changes every step prices each step alone, as before; a new
+shape's first table likewise follows what the last new shape's served (`first_ahead`): a
+closed loop whose shapes change every few steps (a request joins or leaves) would otherwise
+price `FIRST_AHEAD` steps for each and serve one or two of them.
 
 Decode steps the engine does not leap (`epsim.sim.leap`: a leap needs at least two steps
 before the next completion or admission, and nothing watching the steps) are priced here; the
@@ -62,7 +65,17 @@ class AttentionAhead:
     def __init__(self, steps: Callable[[BatchCounts, np.ndarray], np.ndarray]):
         self._steps = steps
         self._tables: dict[bytes, _Table] = {}
+        self._newest: _Table | None = None        # the last new shape's first table
         self.num_tables = 0
+
+    def first_ahead(self) -> int:
+        """Steps a new shape's first table prices: `FIRST_AHEAD`, or twice what the last new
+        shape's first table served where that was less (shapes that change every few steps:
+        the rows past them are priced for nothing; every row the bits of pricing it alone,
+        so only the work changes)."""
+        if self._newest is None:
+            return FIRST_AHEAD
+        return max(1, min(FIRST_AHEAD, 2 * self._newest.used))
 
     def price(self, batch: BatchCounts) -> float:
         context, stride = batch.decode_context, batch.decode_tokens
@@ -76,13 +89,15 @@ class AttentionAhead:
                 table.used = max(table.used, i + 1)
                 return float(table.values[i])
         # as far ahead as the shape's last table served, twice
-        ahead = FIRST_AHEAD if table is None else min(MAX_AHEAD, 2 * table.used)
+        ahead = self.first_ahead() if table is None else min(MAX_AHEAD, 2 * table.used)
         contexts = context + np.arange(ahead, dtype=np.float64)[:, None] * stride    # [k, dp]
         values = self._steps(batch, contexts)
         if len(self._tables) >= MAX_SHAPES and key not in self._tables:
             self._tables.clear()
-        table = self._tables[key] = _Table(np.array(context, dtype=np.float64), stride.copy(),
-                                           values)
+        new = _Table(np.array(context, dtype=np.float64), stride.copy(), values)
+        if table is None:
+            self._newest = new
+        table = self._tables[key] = new
         table.used = 1
         self.num_tables += 1
         return float(values[0])

@@ -187,19 +187,19 @@ def _draft_pool(draft, batch: BatchCounts, which: int, start_s: float):
 
 
 def _picks(draft, decode_pool, extend_pool, num: int) -> tuple[list, list]:
-    """The MoE rows `num` cycles take, in the cycle's order (`DraftPricer._pooled_moe`)."""
-    pick = draft._pick
-
-    def one(pool):
-        if len(pool.rows) == 1:
-            return pool.rows[0]
-        return pool.rows[int(pick.integers(len(pool.rows)))]
-
+    """The MoE rows `num` cycles take, in the cycle's order (`DraftPricer._pooled_moe`: one
+    draw of the pick stream per forward whose pool holds several rows). The draws are taken
+    in one call, a bound per draw in the cycle's order: numpy's bounded integers take the
+    same generator outputs so as one at a time (tests/epsim/sim/test_stepper.py)."""
+    cycle = [decode_pool] * (draft.steps - 1) + [extend_pool]     # the cycle's forwards
+    bounds = [len(pool.rows) for pool in cycle if len(pool.rows) > 1]
+    drawn = iter(draft._pick.integers(np.tile(bounds, num)).tolist() if bounds and num else ())
     decode, extend = [], []
     for _ in range(num):
-        for _ in range(draft.steps - 1):
-            decode.append(one(decode_pool))
-        extend.append(one(extend_pool))
+        for pool in cycle[:-1]:
+            decode.append(pool.rows[next(drawn)] if len(pool.rows) > 1 else pool.rows[0])
+        extend.append(extend_pool.rows[next(drawn)] if len(extend_pool.rows) > 1
+                      else extend_pool.rows[0])
     return decode, extend
 
 

@@ -253,8 +253,9 @@ class PoolStepper:
         number per step, step by step: the stream does not depend on how many are drawn at once)."""
         if len(pool.rows) == 1:
             return [0] * num
-        rng, size = self.rng, len(pool.rows)
-        return [int(rng.integers(size)) for _ in range(num)]
+        # one call for the `num` draws: numpy's bounded integers take the same generator
+        # outputs drawn as one array as drawn one at a time (tests/epsim/sim/test_stepper.py)
+        return self.rng.integers(len(pool.rows), size=num).tolist()
 
     def _new_pool(self, key: tuple, batch: BatchCounts, now_s: float, step: int,
                   step_s: float) -> _Pool:
