@@ -80,7 +80,7 @@ def epsim_layer(sim, seqs: int, length: int) -> dict[str, float]:
     s = sim.cost_model.step(batch, loads, sim.placement.tables)
     mla = sim.cost_model.params.attention.mla
     work = prefill_kernel_work(batch.prefill_tokens, batch.prefill_context, batch.prefill_chunks,
-                               mla.heads, mla.prefill_form, mla.num_sms)
+                               mla.heads, mla.prefill_form, mla.num_sms, mla.hardware.name)
     return {"attention (projections, kernel, block ops)": float(s.attention_us.mean()),
             "- of it: MLA kernel": float(mla_kernel_us(work, mla.prefill, mla.hardware)[0]),
             "- of it: q_a/kv_a, q_b, o GEMMs": float(mla_token_us(batch.tokens, zero, mla)[0]),
