@@ -80,7 +80,7 @@ def epsim_layer(sim, seqs: int, length: int) -> dict[str, float]:
     s = sim.cost_model.step(batch, loads, sim.placement.tables)
     mla = sim.cost_model.params.attention.mla
     work = prefill_kernel_work(batch.prefill_tokens, batch.prefill_context, batch.prefill_chunks,
-                               mla.heads, mla.prefill_form, mla.num_sms)
+                               mla.heads, mla.prefill_form, mla.num_sms, mla.hardware.name)
     kernel_us = float(mla_kernel_us(work, mla.prefill, mla.hardware)[0])
     gemms_us = float(mla_token_us(batch.tokens, zero, mla)[0])
     kv_b_us = float(_gemm(batch.prefill_context, mla.heads * (mla.nope_dim + mla.v_dim),

@@ -92,7 +92,7 @@ def stage_rows(label, system, row, ranks, seqs, length, heads, mla_tp) -> list[s
     batch, s = _step(sim, ranks, seqs, length)
     mla = sim.cost_model.params.attention.mla
     work = prefill_kernel_work(batch.prefill_tokens, batch.prefill_context, batch.prefill_chunks,
-                               mla.heads, mla.prefill_form, mla.num_sms)
+                               mla.heads, mla.prefill_form, mla.num_sms, mla.hardware.name)
     m = seqs * length
     # the kernel table holds up to 4 prompts of 8192 at a GPU's heads: scaled by the prompts
     per = min(seqs, 4) if length >= 8192 else seqs

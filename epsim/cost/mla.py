@@ -28,7 +28,10 @@ K and V), per (token, head) `2 (d_qk + d_v)` bytes of BF16 query and output. Its
 (`MLA_TERMS`) are efficiencies, fractions of the GPU's datasheet HBM and of the tensor peak of
 the format its MMAs run in, so a fit on one GPU prices another from its datasheet. Hopper's
 absorbed prefill is bound on long chunks by its CTAs' key tiles re-read from L2, a stream with
-a fitted rate of its own (`l2_gbps`, `MLA_PREFILL_TERMS`; `epsim.cost.mla_l2`).
+a fitted rate of its own (`l2_gbps`, `MLA_PREFILL_TERMS`; `epsim.cost.mla_l2`). Blackwell's
+per-head prefill is FlashInfer's TRT-LLM-gen ragged kernel (`epsim.cost.mla_ragged`): 256-row
+CTAs, one an SM, each tile its MMAs at the cache's format plus the exponentials its softmax
+cannot hide on the SMs' MUFU, the bytes streamed beside the tiles.
 
 The decode kernel's tiling of the heads into CTAs on each GPU, the format its MMAs run in and
 Hopper's cast pass over an FP8 cache are `epsim.cost.mla_decode`'s.
@@ -44,6 +47,7 @@ import numpy as np
 from epsim.cost.experts import num_sms
 from epsim.cost.flash import DecodeKernel, KernelWork, kernel_features, kernel_us, prefill_work
 from epsim.cost.linear import LinearTerms
+from epsim.cost.mla_ragged import RaggedWork, ragged, ragged_features, ragged_us, ragged_work
 from epsim.cost.mla_bmm import bmm_us, bmm_work
 from epsim.cost.mla_l2 import (ABSORBED_KEYS, ABSORBED_ROWS, BF16_BYTES, PrefillWork,
                                absorbed_tiles, fold_l2, l2_column)
@@ -141,11 +145,12 @@ def absolute(params, hardware: HardwareSpec, math: str = "bf16") -> dict[str, fl
 
 
 def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
-                        num_sms: int) -> PrefillWork:
+                        num_sms: int, gpu: str = "") -> PrefillWork:
     """The causal MLA prefill kernel: `seqs` [dp] chunks of `tokens` [dp] new tokens whose
     keys number `context` [dp] in all (`epsim.cost.flash.prefill_work` at MLA's sizes: its
     CTAs, waves and bytes), with the L2 stream of its CTAs' key tiles (`epsim.cost.mla_l2`:
-    `l2_kb`, every tile's keys at BF16 plus the queries and outputs). Its math:
+    `l2_kb`, every tile's keys at BF16 plus the queries and outputs); on `gpu` a Blackwell,
+    the per-head form is the ragged kernel's `RaggedWork` (`epsim.cost.mla_ragged`). Its math:
       per head   the flash kernel's: whole 128 x 128 (query rows, keys) tiles under the causal
                  diagonal, each head's chunk in row blocks of its own, the busiest slot's
                  share. A chunk shorter than a tile pays the whole tile (aiconfigurator's B200
@@ -169,6 +174,9 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
     busy = tokens > 0
     # queries and outputs, BF16 (2 (d_qk + d_v) bytes a (token, head)): `prefill_work`'s too
     query_kb = 2.0 * BF16_BYTES * tokens * heads * form.flash_head_dim * 1e-3
+    if not form.heads_in_rows and ragged(gpu):      # Blackwell: `epsim.cost.mla_ragged`
+        return ragged_work(tokens, context, seqs, heads, form.qk_dim, form.v_dim,
+                           form.kv_bytes_per_key / (form.qk_dim + form.v_dim), num_sms, gpu)
     if not form.heads_in_rows:
         # a 128-row tile of one head reads 128 keys' K and V at BF16
         tile_mflops = 128.0 * 128.0 * 2.0 * (form.qk_dim + form.v_dim) * 1e-6
@@ -193,6 +201,8 @@ def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarra
     """[dp] microseconds of an MLA kernel (`MLA_TERMS` fractions, BF16 math; a prefill's L2
     stream at `l2_gbps` where fitted, `epsim.cost.mla_l2`); 0 without work."""
     p = absolute(params, hardware)
+    if isinstance(work, RaggedWork):
+        return ragged_us(work, p)
     return kernel_us(fold_l2(work, params, p["hbm_gbps"]), p)
 
 
@@ -203,7 +213,8 @@ def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
     (`math_dtype`); [dp, 6] in `MLA_PREFILL_TERMS` order for a work with an L2 stream
     (`PrefillWork.l2_kb`: its KB)."""
     p = absolute(params, hardware, math)
-    rows = kernel_features(fold_l2(work, params, p["hbm_gbps"]), p)
+    rows = ragged_features(work) if isinstance(work, RaggedWork) else \
+        kernel_features(fold_l2(work, params, p["hbm_gbps"]), p)
     rows[..., 3] /= hardware.hbm_gbps
     rows[..., 4] /= hardware.tensor_tflops(math)
     if getattr(work, "l2_kb", None) is None:
@@ -212,16 +223,21 @@ def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
 
 
 def sustained_frac(params, gpu: str, heads: int = 128, tokens: float = 16384.0) -> float:
-    """The causal pairs' FLOPs of one long absorbed prefill chunk (`tokens` tokens, `heads`
-    heads) over its priced time on `gpu`, as a fraction of the BF16 peak: the rate the prefill
-    kernel sustains, whichever of its SMs' tiles and its L2 stream binds (`tensor_frac` where
-    no L2 stream was fitted)."""
-    if not params.get("l2_gbps") or gpu not in hardware_names():
+    """The causal pairs' FLOPs of one long prefill chunk (`tokens` tokens, `heads` heads) over
+    its priced time on `gpu`, as a fraction of the BF16 peak: the rate the prefill kernel
+    sustains, whichever of its SMs' tiles and its L2 stream binds (Hopper's absorbed kernel;
+    `tensor_frac` where no L2 stream was fitted), or its tiles' MMAs, exponentials and bytes
+    (Blackwell's per-head ragged kernel, `epsim.cost.mla_ragged`)."""
+    if ragged(gpu):                 # Blackwell's per-head kernel: its tiles' MMAs and exps
+        form = per_head_form(DEEPSEEK_MLA["qk_nope_head_dim"], DEEPSEEK_MLA["qk_rope_head_dim"],
+                             DEEPSEEK_MLA["v_head_dim"], BF16_BYTES)
+    elif not params.get("l2_gbps") or gpu not in hardware_names():
         return float(params["tensor_frac"])
+    else:
+        form = absorbed_form(DEEPSEEK_MLA["kv_lora_rank"], DEEPSEEK_MLA["qk_rope_head_dim"],
+                             BF16_BYTES)
     hardware, params, one = get_hardware(gpu), {**mla_defaults(), **params}, np.array([tokens])
-    form = absorbed_form(DEEPSEEK_MLA["kv_lora_rank"], DEEPSEEK_MLA["qk_rope_head_dim"],
-                         BF16_BYTES)
-    work = prefill_kernel_work(one, one, np.ones(1), heads, form, num_sms(gpu))
+    work = prefill_kernel_work(one, one, np.ones(1), heads, form, num_sms(gpu), gpu)
     pairs_mflops = tokens * (tokens + 1.0) / 2.0 * heads * 2.0 * (form.qk_dim + form.v_dim) * 1e-6
     us = float(mla_kernel_us(work, params, hardware)[0])
     return pairs_mflops / us / hardware.tensor_tflops("bf16")
@@ -345,7 +361,8 @@ def mla_prefill_us(batch, mla: MlaParams) -> np.ndarray:
         extra = _bmms(tokens, mla)
     else:
         extra = _gemm(context, mla.heads * (mla.nope_dim + mla.v_dim), mla.kv_lora_rank, mla)
-    work = prefill_kernel_work(tokens, context, batch.prefill_chunks, mla.heads, form, mla.num_sms)
+    work = prefill_kernel_work(tokens, context, batch.prefill_chunks, mla.heads, form, mla.num_sms,
+                               mla.hardware.name)
     return extra + mla_kernel_us(work, mla.prefill, mla.hardware)
 
 

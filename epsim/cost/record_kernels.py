@@ -31,6 +31,7 @@ from epsim.cost.mla import (DEEPSEEK_MLA, MLA_PREFILL_TERMS, MLA_TERMS, absorbed
                             absorbed_prefill, mla_defaults, mla_kernel_features, per_head_form,
                             prefill_kernel_work, transferred)
 from epsim.cost.mla_l2 import fold_l2
+from epsim.cost.mla_ragged import ragged
 from epsim.cost.mla_bmm import BMM_TERMS, bmm_defaults, bmm_features, bmm_work
 from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
                                    decode_block_heads, decode_dequantises,
@@ -194,11 +195,14 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
                          terms.coefficients(params))
     absorbed = absorbed_prefill(hw.name)
     if not absorbed:
-        # the per-head records (Blackwell's) fit no L2 stream; one fitted on Hopper's absorbed
-        # records prices theirs as the simulator does, on the memory side (the system axis)
+        # the per-head records (Blackwell's) fit no L2 stream: the ragged kernel's
+        # (`epsim.cost.mla_ragged`); one fitted on Hopper's absorbed records knows nothing of
+        # its exponentials and bytes, and prices theirs as the flash kernel's tiles at the
+        # rate its long chunk sustained (`transferred`; the system axis H200 -> B200)
         form = per_head_form(d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], kv)
+        kernel_gpu = hw.name if ragged(profile.hardware or hw.name) else ""
         work = prefill_kernel_work(one * seqs * ctx, one * seqs * ctx, one * seqs, heads, form,
-                                   sms)
+                                   sms, kernel_gpu)
         params = transferred(params, profile.hardware, hw.name)
         work = replace(fold_l2(work, params, params["hbm_frac"] * hw.hbm_gbps), l2_kb=None)
         return KernelRow(component_key("any", kind, GRAPH), MLA_TERMS.coef_names,
