@@ -25,9 +25,9 @@ two baselines of `epsim validate` (a constant; log-log interpolation), with its 
         [--only KIND ...] [--out benchmarks/results/aic_holdout.md]
 
 A full run takes ~40 minutes; `--only mla_prefill` (record kinds, or `none/dispatch`: one
-backend's) judges those kinds alone (`quant_experts` fitted beside the dense GEMMs that hold
-its NVFP4 rate, as a full run fits it) and replaces their rows in --out, keeping every other
-row as recorded, the header saying which: for a change that moves only those kinds' models
+backend's, or `gemm:fp8_block`: one weight format's) judges those kinds alone (`quant_experts`
+fitted beside the dense GEMMs that hold its NVFP4 rate, as a full run fits it) and replaces their
+rows in --out, keeping every other row as recorded, the header saying which: for a change that moves only those kinds' models
 (each component is fitted on its own records, so the other rows are what a full run would give).
 
 Records: runs/aic/<system>_sglang_<version>.jsonl.gz, written by scripts/aic_profiles.py (or
@@ -187,9 +187,11 @@ def merged(recorded: str, fresh: str, only: list[str], run: str) -> tuple[str, s
     body = "**Extrapolation hold-outs" + body
     rows = lambda text: [x for x in text.splitlines() if x.startswith("| ")           # noqa: E731
                          and not x.startswith(("| axis", "|---"))]
-    def chosen(line: str) -> bool:            # a row of an `only` kind or backend/kind
-        backend, kind = _row_key(line)[2].split(" ")[0].split("/", 1)
-        return kind in only or f"{backend.split('+')[0]}/{kind}" in only
+    def chosen(line: str) -> bool:            # a row of an `only` kind, backend/kind or kind:format
+        label, _, fmt = _row_key(line)[2].partition(" ")
+        backend, kind = label.split("/", 1)
+        return (kind in only or f"{backend.split('+')[0]}/{kind}" in only
+                or f"{kind}:{fmt}" in only)
 
     gpus = {AIC_TO_ZOO[s] for s in _run_systems(run) if AIC_TO_ZOO.get(s)}
     ran = lambda line: set(_row_key(line)[1].split(" -> ")) <= gpus                  # noqa: E731
@@ -218,8 +220,8 @@ def main(argv=None) -> int:
                              "(epsim.cost.record_kernels), whose fits are fractions of the "
                              "datasheet")
     parser.add_argument("--only", nargs="+", metavar="KIND",
-                        help="judge only these record kinds (or BACKEND/KIND: none/dispatch) "
-                             "and replace their rows in --out")
+                        help="judge only these record kinds (or BACKEND/KIND: none/dispatch; "
+                             "KIND:FORMAT: gemm:fp8_block) and replace their rows in --out")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/aic_holdout.md"))
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -228,7 +230,8 @@ def main(argv=None) -> int:
     def chosen(s) -> bool:                  # judged: the `--only` kinds
         return (args.kinds == "all" or s.record.kind in KERNEL_KINDS) and (
             not args.only or s.record.kind in args.only
-            or f"{s.record.backend}/{s.record.kind}" in args.only)
+            or f"{s.record.backend}/{s.record.kind}" in args.only
+            or f"{s.record.kind}:{s.record.weight_dtype}" in args.only)
 
     def kinds(raw):
         # fitted: the chosen kinds, and the dense GEMMs whose fit holds the fused NVFP4

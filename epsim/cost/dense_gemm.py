@@ -8,7 +8,10 @@ the block scales' rescaling as terms of their own; `SPLIT_K_FORMATS`' kernels sp
 SMs, so their FLOPs are tile-quantised but not wave-quantised. Two kernels are priced at their
 own tiles with the operand bytes their busiest SM streams (`sm_fed`): the NVFP4 GEMM on
 Blackwell (`epsim.cost.fp4_gemm`) and the per-tensor FP8 GEMM on Hopper
-(`epsim.cost.fp8_gemm`), which split no K, so a decode's few tiles leave SMs idle.
+(`epsim.cost.fp8_gemm`), which split no K, so a decode's few tiles leave SMs idle. The
+block-FP8 GEMM on Hopper and Blackwell is DeepGEMM's (`epsim.cost.deepgemm`): its own layout's
+tiles, waves and k-blocks, each tile's BF16 output through its SM in place of a per-wave cost,
+and the k-blocks of Hopper's unicast 256-row tile at a cost of their own.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epsim.cost.deepgemm import deepgemm_runs, deepgemm_work
 from epsim.cost.experts import TILE_M, TILE_N
-from epsim.cost.fp4_gemm import cutedsl_work
+from epsim.cost.fp4_gemm import SM_FILL_GBPS, cutedsl_work
 from epsim.cost.fp8_gemm import CUTLASS_FP8_GPUS, cutlass_fp8_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import (ACTIVATION_BYTES, BF16_BYTES, FEED_FORMATS, SCALE_BLOCK_K, absolute,
@@ -33,6 +37,17 @@ GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequ
 # the dense NVFP4 GEMM (CuTe-DSL) and Hopper's FP8 one (CUTLASS) add their SMs' operand feed
 FP4_GEMM_TERMS = LinearTerms(GEMM_TERMS.params + ("sm_feed_gbps",),
                              GEMM_TERMS.inverse | {"sm_feed_gbps"})
+# DeepGEMM's block-FP8 GEMM (`epsim.cost.deepgemm`): its tiles' output through the SM in place
+# of a per-wave cost, and the k-blocks of its SM90 unicast 256-row tile
+DEEPGEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "epilogue_gbps", "dequant_us",
+                              "wide_block_us"),
+                             frozenset({"hbm_frac", "tensor_frac", "epilogue_gbps"}))
+
+
+def dense_gemm_defaults() -> dict[str, float]:
+    """`gemm_defaults` and DeepGEMM's terms at their bounds: its epilogue at the SM's
+    shared-memory rate, its wide-tile k-block at no cost of its own."""
+    return {**gemm_defaults(), "epilogue_gbps": SM_FILL_GBPS, "wide_block_us": 0.0}
 
 
 def sm_fed(fmt: str, gpu: str = "") -> bool:
@@ -44,7 +59,10 @@ def sm_fed(fmt: str, gpu: str = "") -> bool:
 
 def gemm_terms(fmt: str, gpu: str = "") -> LinearTerms:
     """The fitted terms of a dense GEMM on `fmt` weights on `gpu`: `FP4_GEMM_TERMS` where its
-    operand feed is priced (`sm_fed`), `GEMM_TERMS` otherwise."""
+    operand feed is priced (`sm_fed`), `DEEPGEMM_TERMS` for DeepGEMM's Hopper kernel
+    (`epsim.cost.deepgemm`), `GEMM_TERMS` otherwise."""
+    if deepgemm_runs(fmt, gpu):
+        return DEEPGEMM_TERMS
     return FP4_GEMM_TERMS if sm_fed(fmt, gpu) else GEMM_TERMS
 
 
@@ -60,6 +78,10 @@ class GemmWork:
         quant_kb: bytes the activation quantisation moves, KB (0 for BF16 activations).
         feed_kb: KB of A and B the busiest SM streams (`sm_fed` kernels; else 0).
         sm_fed: whether the kernel's feed is priced (`sm_fed`: a 6th design column).
+        wide_blocks: DeepGEMM's k-blocks in an SM90 unicast 256-row tile (`epsim.cost.deepgemm`:
+            a 6th design column), or None for other kernels.
+        epilogue_kb: DeepGEMM's BF16 output KB the busiest SM's epilogues write (in place of
+            the per-wave column), or None for other kernels.
     """
 
     mem_kb: np.ndarray
@@ -69,6 +91,8 @@ class GemmWork:
     quant_kb: np.ndarray
     feed_kb: np.ndarray
     sm_fed: bool = False
+    wide_blocks: np.ndarray | None = None
+    epilogue_kb: np.ndarray | None = None
 
 
 def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
@@ -84,6 +108,10 @@ def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
     weights = batch * n * k * weight_bytes_per_element(check_format(fmt))
     mem = busy * weights + batch * m * (k * ACTIVATION_BYTES[fmt] + BF16_BYTES * n)
     quant_kb = batch * m * k * quant_bytes_per_element(fmt) * 1e-3
+    if deepgemm_runs(fmt, gpu):                 # DeepGEMM's own layout (`epsim.cost.deepgemm`)
+        waves, mflops, blocks, wide, epilogue = deepgemm_work(m, n, k, num_sms, gpu, batch)
+        return GemmWork(mem * 1e-3, mflops, waves, blocks, quant_kb, np.zeros_like(m),
+                        wide_blocks=wide, epilogue_kb=epilogue)
     if sm_fed(fmt, gpu):                        # the kernel's own tile (no scale blocks)
         work = cutedsl_work if fmt in FEED_FORMATS else cutlass_fp8_work
         waves, mflops, feed_kb = work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
@@ -102,15 +130,23 @@ def _fed(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
     return work.feed_kb / rate["sm_feed_gbps"] > work.mflops / rate["tflops"]
 
 
+def _tile_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
+    """[...] each tile's own cost over the waves: a fixed one per wave, or DeepGEMM's output
+    through its SM and its wide tile's k-blocks."""
+    if work.epilogue_kb is None:
+        return work.waves * rate["wave_us"]
+    return work.epilogue_kb / rate["epilogue_gbps"] + work.wide_blocks * rate["wide_block_us"]
+
+
 def _math_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
     return (np.maximum(work.mflops / rate["tflops"], work.feed_kb / rate["sm_feed_gbps"])
-            + work.waves * rate["wave_us"] + work.blocks * rate["dequant_us"])
+            + _tile_us(work, rate) + work.blocks * rate["dequant_us"])
 
 
 def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
     """[...] microseconds of the GEMMs of `work` with fraction parameters `params`
     (`GEMM_TERMS`); 0 where there is no work."""
-    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
+    rate = absolute({**dense_gemm_defaults(), **params}, hardware, fmt)
     mem = work.mem_kb / rate["hbm_gbps"]
     t = rate["base_us"] + np.maximum(mem, _math_us(work, rate)) + work.quant_kb / rate["hbm_gbps"]
     return np.where(work.mflops > 0, t, 0.0)
@@ -120,16 +156,21 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     """[..., 5] design rows in `GEMM_TERMS` order: (1, µs at the datasheet HBM rate of the
     memory side if memory-bound plus the quantisation's bytes, then if compute-bound: µs at the
     datasheet tensor peak (where the MMA, not the feed, binds), waves, scale blocks), and where
-    `work.sm_fed` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds;
+    `work.sm_fed` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds,
+    for DeepGEMM (`DEEPGEMM_TERMS`) the 4th its epilogue KB, not its waves, and a 6th its wide
+    k-blocks, each where compute-bound;
     times `gemm_terms(fmt, gpu).coefficients(params)` gives `gemm_us`."""
-    rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
+    rate = absolute({**dense_gemm_defaults(), **params}, hardware, fmt)
     mem_bound = work.mem_kb / rate["hbm_gbps"] >= _math_us(work, rate)
     busy = (work.mflops > 0).astype(np.float64)
     hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + work.quant_kb) / hardware.hbm_gbps
     compute, fed = ~mem_bound, _fed(work, rate)
+    per_tile = work.waves if work.epilogue_kb is None else work.epilogue_kb
     cols = [busy, hbm_us,
             np.where(compute & ~fed, work.mflops, 0.0) / tensor_peak(hardware, fmt),
-            np.where(compute, work.waves, 0.0), np.where(compute, work.blocks, 0.0)]
+            np.where(compute, per_tile, 0.0), np.where(compute, work.blocks, 0.0)]
     if work.sm_fed:
         cols.append(np.where(compute & fed, work.feed_kb, 0.0))
+    if work.wide_blocks is not None:
+        cols.append(np.where(compute, work.wide_blocks, 0.0))
     return np.stack(cols, axis=-1)

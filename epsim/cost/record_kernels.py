@@ -37,7 +37,7 @@ from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
                                    decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
-from epsim.cost.dense_gemm import gemm_features, gemm_terms, gemm_work
+from epsim.cost.dense_gemm import dense_gemm_defaults, gemm_features, gemm_terms, gemm_work
 from epsim.cost.fallback_stream import (FALLBACK_STREAM_FORMATS, FALLBACK_STREAM_PARAMS,
                                         partial_tile_kb)
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
@@ -104,7 +104,8 @@ def _gemm_row(record: MeasurementRecord, profile: Profile):
         raise RecordError("hidden_size (k) and intermediate_size (n) must be > 0 for a gemm "
                           "record")
     key = component_key("any", format_kind(record.kind, fmt), GRAPH)
-    params = profile.params("any", format_kind(record.kind, fmt), GRAPH, defaults=gemm_defaults())
+    params = profile.params("any", format_kind(record.kind, fmt), GRAPH,
+                            defaults=dense_gemm_defaults())
     work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt, num_sms(hw.name),
                      gpu=hw.name)
     terms = gemm_terms(fmt, hw.name)

@@ -382,7 +382,8 @@ def test_nvfp4_fp8_q_b_runs_q_b_alone_on_the_block_fp8_gemm():
     assert fp8.q_b_gemm is not None and fp8.gemm_format == "bf16" and "q_b" in fp8.keys
     tokens = np.array([16384.0])
     width, k = fp8.heads * (fp8.nope_dim + fp8.rope_dim), fp8.q_lora_rank
-    q_b = {fmt: gemm_us(gemm_work(tokens, width, k, fmt, fp8.num_sms), params, fp8.hardware, fmt)
+    q_b = {fmt: gemm_us(gemm_work(tokens, width, k, fmt, fp8.num_sms, gpu=fp8.hardware.name),
+                        params, fp8.hardware, fmt)
            for fmt, params in (("bf16", bf16.gemm), (Q_B_FP8_FORMAT, fp8.q_b_gemm))}
     drop = mla_token_us(tokens, tokens * 0, bf16) - mla_token_us(tokens, tokens * 0, fp8)
     np.testing.assert_allclose(drop, q_b["bf16"] - q_b[Q_B_FP8_FORMAT])
