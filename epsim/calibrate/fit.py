@@ -32,6 +32,7 @@ from epsim.cost.fp4_gemm import SM_FILL_GBPS
 from epsim.cost.dense_gemm import DEEPGEMM_TERMS, FP4_GEMM_TERMS, GEMM_TERMS
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
                               EXPERT_REREAD_TERMS)
+from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
 
@@ -39,7 +40,8 @@ MAX_ROUNDS = 12
 # components whose throughputs are fractions of the record's GPU's datasheet (quantised GEMMs and
 # experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
 FRACTION_TERMS = (GEMM_TERMS, FP4_GEMM_TERMS, DEEPGEMM_TERMS, EXPERT_QUANT_TERMS,
-                  EXPERT_REREAD_TERMS, EXPERT_FEED_TERMS, EXPERT_FALLBACK_TERMS, MLA_TERMS, BMM_TERMS,
+                  EXPERT_REREAD_TERMS, EXPERT_FEED_TERMS, EXPERT_FALLBACK_TERMS, EXPERT_LAYOUT_TERMS,
+                  MLA_TERMS, BMM_TERMS,
                   MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS, MLA_PREFILL_TERMS,
                   MLA_PREFILL_DEQUANT_TERMS)
 # ... and the one absolute rate among them: an SM's operand feed, bounded by its shared memory's
@@ -52,6 +54,9 @@ FEED_START_SHARES = (1.0, 0.5, 0.25)
 # the MLA prefill's L2 stream's starts, shares of `L2_START_GBPS` (its side of the max, too, is
 # a local choice)
 L2_START_SHARES = (1.0, 0.7, 1.4)
+# the eager host floor's starts, µs (0: none; which side of the max a row lies on is a local
+# choice, as the roofline's)
+HOST_FLOOR_STARTS_US = (0.0, 100.0, 300.0)
 
 
 @dataclass
@@ -179,9 +184,12 @@ def _starts(terms, peaks: dict[str, float], key: str = "") -> list[dict[str, flo
         # the MLA prefill's L2 stream (`epsim.cost.mla_l2`) from about its long rows' rate
         l2s = ([{"l2_gbps": L2_START_GBPS * f} for f in L2_START_SHARES]
                if "l2_gbps" in terms.params else [{}])
-        return [{**{p: h for p in hbm}, **{p: f for p in tensor}, **feed, **l2}
+        # an eager call's host floor (`epsim.cost.quant.eager_floor`) from a few hundred µs
+        floors = ([{"host_us": u} for u in HOST_FLOOR_STARTS_US]
+                  if "host_us" in terms.params else [{}])
+        return [{**{p: h for p in hbm}, **{p: f for p in tensor}, **feed, **l2, **floor}
                 for h in (1.0, 0.25) for f in (1.0, 0.3, 0.1, 0.03, 0.01) for feed in feeds
-                for l2 in l2s]
+                for l2 in l2s for floor in floors]
     if terms not in (EXPERT_TERMS, ATTENTION_TERMS):
         return [{}]
     return [{"hbm_gbps": peaks["hbm_gbps"] * h, "tflops": peaks["tflops"] * f}

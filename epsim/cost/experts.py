@@ -302,7 +302,7 @@ def even_experts_us(pairs: np.ndarray, active: np.ndarray, gemm: ExpertGemm,
             and params["tflops"] > 0 and params["hbm_gbps"] > 0
             and active.min() == active.max()):
         pairs, active = pairs.max(axis=-1, keepdims=True), active[..., :1]
-    return experts_us(pairs, active, even_row_tiles(pairs, active), gemm, params)
+    return experts_us(pairs, active, even_row_tiles(pairs, active, gemm.tile_rows), gemm, params)
 
 
 def model_gemm(model, gpu: str, moe_tp_size: int = 1) -> ExpertGemm:

@@ -25,6 +25,7 @@ from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
+from epsim.cost.normal_runner import contiguous_gemm
 from epsim.cost.quant import (remote_token_weight, remote_tokens, trtllm_gemm, trtllm_ladder,
                               trtllm_tile)
 from epsim.cost.rereads import reread_kb
@@ -207,7 +208,9 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
         expert = trtllm_experts_us(params, loads, tr, tables, step.experts, fraction, pairs,
                                    active) + step.experts.host_us
     else:
-        expert = even_experts_us(pairs, active, params.gemm, step.experts.params)
+        # DeepEP normal's runner (fitted with its layout): DeepGEMM's contiguous tiles
+        gemm = contiguous_gemm(params.gemm) if step.experts.layout_bytes_per_token else params.gemm
+        expert = even_experts_us(pairs, active, gemm, step.experts.params)
         if step.experts.served_tiles:        # SGLang's served tiles (`epsim.cost.served_tiles`)
             expert = expert * served_tiles.factor(tr.num_tokens * tr.fraction)
         expert = expert + step.experts.host_us

@@ -317,7 +317,7 @@ def trtllm_gemm(gemm: ExpertGemm, tile, fmt: str, top_k: int) -> ExpertGemm:
 def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
                            hardware: HardwareSpec, fmt: str, layout=0.0,
                            reread=None, remote=0.0, exiting=0.0,
-                           fallback_kb=None) -> np.ndarray:
+                           fallback_kb=None, own_layout=None) -> np.ndarray:
     """[..., 6] design rows in `EXPERT_QUANT_TERMS` order at the slowest rank (`pairs`,
     `active`, `tiles`: [..., ranks] as `epsim.cost.experts.experts_rank_us` takes them): 1,
     active experts, µs at the datasheet HBM rate of the memory side if memory-bound plus the
@@ -338,7 +338,10 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     feed outlasts the MMA, the KB the busiest SM streams (`ExpertGemm.feed_kb`; the tensor
     column then 0). With `fallback` (`epsim.cost.fallback_stream.partial_tile_kb` of an untuned launch)
     two more, `EXPERT_FALLBACK_TERMS`: if memory-bound, the active experts' weights at the
-    datasheet HBM rate in the column of the fallback tile (`fallback_stream_cols`)."""
+    datasheet HBM rate in the column of the fallback tile (`fallback_stream_cols`). With
+    `own_layout` [...] KB (DeepEP normal's runner, `layout_kb`) a 7th and 8th,
+    `epsim.cost.normal_runner.EXPERT_LAYOUT_TERMS`: those bytes at the datasheet HBM rate (`layout_ratio` their
+    coefficient, beside the roofline) and the host floor's column, 0 here (`eager_floor`)."""
     rate = absolute({**gemm_defaults(), **params}, hardware, fmt)
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
@@ -372,4 +375,9 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
         cols.append(np.where(compute & fed, feed_kb, 0.0))
     if stream is not None:
         cols += list(np.moveaxis(np.where(compute[..., None], 0.0, stream), -1, 0))
+    if own_layout is not None:
+        cols.append(np.broadcast_to(np.asarray(own_layout, dtype=np.float64) / hardware.hbm_gbps,
+                                    p.shape))
+        cols.append(np.zeros_like(p))      # the host floor's column (`eager_floor`)
     return np.stack(cols, axis=-1)
+

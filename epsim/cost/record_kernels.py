@@ -45,6 +45,7 @@ from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_Q
                               experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
                               remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
+from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor
 from epsim.cost.rereads import reread_kb
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
@@ -128,14 +129,18 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
                              num_up=record_projections(record))
     kind, path = format_kind("experts", fmt), experts_mode_path(record)
     params = profile.params(backend, kind, path, defaults=gemm_defaults())
-    layout = 0.0
+    layout, own_layout = 0.0, None
     if backend == "deepep" and path == "normal":     # the rank's received tokens, laid out
-        layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
+        own_layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
     elif backend == "any":          # the fused kernel over the group's slots, remote ones too
         remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
             record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
     terms, reread, remote_in, exiting, fallback = EXPERT_QUANT_TERMS, None, 0.0, 0.0, None
+    if own_layout is not None:       # at its own rate (`EXPERT_LAYOUT_TERMS`)
+        terms, params = EXPERT_LAYOUT_TERMS, {"layout_ratio": 1.0, "host_us": 0.0, **params}
+        gemm = contiguous_gemm(gemm)            # DeepGEMM's contiguous layout, its block
+        tiles = np.array([float(row_tiles(rows, gemm.tile_rows))])
     if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
         terms = EXPERT_REREAD_TERMS
         tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k
@@ -158,7 +163,9 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
                                                 gemm))
         remote_in *= remote_token_weight(fmt, record.hidden_size)    # FP8-block: per H
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
-                                 remote_in, exiting, fallback)
+                                 remote_in, exiting, fallback, own_layout)
+    if own_layout is not None:       # as timed: around one eager call, its host floor
+        row = eager_floor(row, terms.coefficients(params))
     return KernelRow(component_key(backend, kind, path), terms.coef_names, row,
                      terms.coefficients(params))
 

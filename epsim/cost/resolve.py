@@ -36,6 +36,7 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
                                StageParams, StepKindParams,
                                TPCollectiveParams)
 from epsim.cost import served_tiles
+from epsim.cost.normal_runner import layout_rate_scale
 from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_kb,
                               quant_expert_gemm, remote_slot_bytes)
 from epsim.cost.dual_stream import dual_stream_overlap
@@ -266,6 +267,9 @@ class _Resolver:
             comp = self._exact(key)
             if comp is not None:
                 layout = layout_kb(1.0, m.hidden_size, fmt) * 1e3 if path == "normal" else 0.0
+                # priced at the experts' HBM rate (`received_layout_us`): bytes scaled so a
+                # fitted `layout_ratio` gives its own rate (`EXPERT_LAYOUT_TERMS`)
+                layout *= layout_rate_scale({**gemm_defaults(), **comp.params})
                 return (replace(timing, key=key, mode_path=path, device_only=True),
                         absolute({**gemm_defaults(), **comp.params}, hw, fmt), layout, remote)
         return (replace(timing, key="", mode_path=GRAPH, device_only=True),
