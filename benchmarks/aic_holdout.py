@@ -27,8 +27,9 @@ two baselines of `epsim validate` (a constant; log-log interpolation), with its 
 A full run takes ~40 minutes; `--only mla_prefill` (record kinds, or `none/dispatch`: one
 backend's, or `gemm:fp8_block`: one weight format's) judges those kinds alone (`quant_experts`
 fitted beside the dense GEMMs that hold its NVFP4 rate, as a full run fits it) and replaces their
-rows in --out, keeping every other row as recorded, the header saying which: for a change that moves only those kinds' models
-(each component is fitted on its own records, so the other rows are what a full run would give).
+rows in --out, keeping every other row as recorded, the header saying which: for a change that
+moves only those kinds' models (each component is fitted on its own records, so the other rows
+are what a full run would give).
 
 Records: runs/aic/<system>_sglang_<version>.jsonl.gz, written by scripts/aic_profiles.py (or
 imported here when missing). Needs the optional aiconfigurator-core.
