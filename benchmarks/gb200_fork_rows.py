@@ -93,7 +93,7 @@ def compare(before: str, after: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--csv", help="write the rows' CSV here")
     parser.add_argument("--sample", help="the silicon sample CSV (default: aiconfigurator-core's)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
