@@ -212,7 +212,10 @@ class Leaper:
         sim = self.sim
         stepper, sched = sim.stepper, sim.scheduler
         start_s = start_us * 1e-6
-        if start_us >= sim.end_us or start_s >= sched.window_due_s:
+        # a step the leap would not keep must not find (or draw) its pool either: a pool drawn
+        # for the quiet batch at the next arrival's step (`stop_s`) would take routing draws the
+        # one-step loop never takes, since that step's batch has the arrival in it
+        if start_us >= sim.end_us or start_s >= sched.window_due_s or start_s >= stop_s:
             return None
         # the pool this step takes, as `PoolStepper.price` would find it (or draw it) next
         step = sim.step_index + done

@@ -64,3 +64,15 @@ def test_quiet_steps_leap_with_the_same_result(case, deployment, workload, share
         assert leapt.leaper.num_steps > interval * leapt.leaper.num_leaps, case
     if case.startswith("kv_bound"):
         assert stepped.kv_cache["can_bind"] and stepped.kv_cache["held_frac"] > 0
+
+
+@pytest.mark.parametrize("rate_per_s", [30.0, 35.0, 45.0, 50.0])
+def test_an_arrival_that_cuts_a_leap_takes_no_routing_draw_for_the_step_it_cut(rate_per_s):
+    """An open loop's arrival ends the quiet steps (`stop_s`); the step at it has the arrival
+    in its batch, so the leap must not draw a pool for the quiet batch there (it once did,
+    taking routing draws the stepped run never takes: the same run leapt and stepped then
+    parted at that step, at whichever rate put an arrival there)."""
+    runs = run_both(scenario({"disaggregation_mode": "decode", "max_running_requests": 64},
+                             arrivals={"kind": "poisson", "rate_per_s": rate_per_s}))
+    assert_same_runs(runs)
+    assert runs[0][0].leaper.num_leaps > 0
