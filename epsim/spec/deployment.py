@@ -151,7 +151,7 @@ class DeploymentSpec(BaseModel):
         "TRT-LLM's / FlashAttention's split-KV, the keys split to fill the SMs) or one "
         "(SGLang's cutlass_mla backend, which calls CUTLASS's SM100 MLA kernel with "
         "num_kv_splits=1: a sequence's heads are one CTA pair walking all its keys, however "
-        "few the sequences; `epsim.cost.mla_decode`)"))
+        "few the sequences; an MLA model on an SM100 GPU only; `epsim.cost.mla_decode`)"))
     moe_served_tiles: bool = Field(default=False, description=(
         "the fused Triton MoE runs SGLang's own tuned H200 tiles for DeepSeek-V3/R1 block-FP8 at "
         "MoE-TP 8 with the shared expert fused (E 257 tables, SGLang 0.5.9+), not the collector's "

@@ -160,6 +160,13 @@ def _check_served(m: ModelSpec, c: ClusterSpec, d: DeploymentSpec) -> None:
                      else f"model.weight_dtype ({fmt!r})")
             raise ValueError(f"{named} must run on a GPU with {dtype.upper()} tensor cores "
                              f"{fp4}: {c.gpu} has none")
+    if d.mla_kv_splits == "one":
+        # SGLang's cutlass_mla backend: an MLA decode kernel built for SM100 alone (Blackwell,
+        # the zoo's GPUs with FP4 tensor cores)
+        sm100 = [g for g in hardware_names() if get_hardware(g).fp4_tflops]
+        if not m.attention.startswith("mla") or c.hardware.fp4_tflops is None:
+            raise ValueError(f"deployment.mla_kv_splits ('one': SGLang's cutlass_mla) needs an MLA "
+                             f"model on an SM100 GPU {sm100}: {m.name} ({m.attention}) on {c.gpu}")
 
 
 def _check_failures(d: DeploymentSpec, slots_per_rank: int, num_experts: int) -> None:

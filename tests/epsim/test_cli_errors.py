@@ -136,3 +136,20 @@ def test_an_unknown_load_balance_method_is_one_line_naming_the_field(tmp_path, c
     assert main(["simulate", path]) == 2
     err = _err(capsys)
     assert "load_balance_method" in err and "follow_bootstrap_room" in err
+
+
+def test_an_unknown_mla_kv_splits_is_one_line_naming_the_field_and_its_values(tmp_path, capsys):
+    path = _scenario(tmp_path, deployment={"mla_kv_splits": "two"})
+    assert main(["simulate", path]) == 2
+    assert _err(capsys).endswith("deployment.mla_kv_splits ('two') must be one of 'split' or 'one'")
+
+
+@pytest.mark.parametrize("model, gpu", [("Qwen3-30B-A3B", "B200"), ("DeepSeek-V3", "H200")])
+def test_one_mla_kv_split_needs_an_mla_model_on_sm100(tmp_path, capsys, model, gpu):
+    """cutlass_mla is SGLang's MLA backend for SM100 alone: GQA, or Hopper, is one line."""
+    path = _scenario(tmp_path, model=model, cluster={"gpu": gpu, "num_nodes": 1},
+                     deployment={"ep_size": 8, "mla_kv_splits": "one"})
+    assert main(["simulate", path]) == 2
+    err = _err(capsys)
+    assert err.startswith(f"epsim simulate: error: {path}: deployment.mla_kv_splits ('one'")
+    assert f"on {gpu}" in err

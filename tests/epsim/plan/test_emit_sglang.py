@@ -59,7 +59,11 @@ def test_fields_reach_their_server_arguments_in_sglangs_units():
     assert "--eplb-rebalance-num-iterations" not in plain and "--dp-size" not in plain
     assert _value(plain, "--max-running-requests") == "32"
     # one MLA key split is SGLang's cutlass_mla backend; the split kernel is SGLang's own pick
-    assert _value(_args(mla_kv_splits="one"), "--attention-backend") == "cutlass_mla"
+    r1_b200 = scenario_from_dict({**TINY_PLAN_SCENARIO, "model": "DeepSeek-V3",
+                                  "cluster": {"gpu": "B200", "num_nodes": 2},
+                                  "deployment": {**TINY_PLAN_SCENARIO["deployment"],
+                                                 "mla_kv_splits": "one"}}, where="test")
+    assert _value(launch(r1_b200).args, "--attention-backend") == "cutlass_mla"
     assert "--attention-backend" not in plain
     # BF16 DeepEP dispatch is an environment variable in SGLang
     assert launch(_scenario(dispatch_dtype="bf16")).env == {"SGLANG_DEEPEP_BF16_DISPATCH": "1"}
