@@ -42,7 +42,7 @@ def fp8_block_records(system: str, cache: Path | None):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("system")
     parser.add_argument("axes", nargs="?", default="tokens,ep")
     parser.add_argument("-v", action="store_true", help="every judged row")
