@@ -31,6 +31,14 @@ def test_default_tile_follows_get_default_config():
     assert not record_default_tile(_record(1024, kernel="grouped_gemm"))
 
 
+def test_h100_nemotron_super_shape_runs_its_tuned_json():
+    """E 512 N 2688 has a tuned H100 JSON (triton_3_5_1): past M > E it runs the kernel
+    model's component there, the default tile on an H200 (no JSON)."""
+    assert not record_default_tile(_record(1024, num_experts=512, inter=2688, gpu="H100"))
+    assert record_default_tile(_record(1024, num_experts=512, inter=2688, gpu="H200"))
+    assert not record_default_tile(_record(256, num_experts=512, inter=2688, gpu="H200"))
+
+
 def test_default_tile_records_fit_their_own_component_and_leave_the_pool_as_it_was():
     big, small = _record(1024), _record(64)
     assert component_keys(big) == [f"local/experts/graph/{DEFAULT_TILE}", "any/experts/graph"]
