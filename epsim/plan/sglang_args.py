@@ -310,6 +310,8 @@ SGLANG_ARGS: dict[str, Rule] = {
     "cuda_graph_max_bs": _value("--cuda-graph-max-bs"),
     "max_running_requests": _value("--max-running-requests", per_server=True),
     "chunked_prefill_size": _value("--chunked-prefill-size", per_server=True),
+    # each DP rank's scheduler keeps the whole budget (SGLang divides only the chunk by DP)
+    "max_prefill_tokens": _value("--max-prefill-tokens"),
     "scheduler_recv_interval": _value("--scheduler-recv-interval"),
     "enable_mixed_chunk": _flag("--enable-mixed-chunk"),
     "mem_fraction_static": _value("--mem-fraction-static"),

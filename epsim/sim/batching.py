@@ -67,6 +67,8 @@ class Scheduler(Admission):
             rank per step.
         mode: `disaggregation_mode` "null" | "prefill" | "decode".
         mixed_chunk: decode tokens ride along in extend batches.
+        max_prefill_tokens: SGLang's `--max-prefill-tokens`, the batch's input budget
+            (`epsim.sim.chunked_prefill.chunk`; None: it never binds).
         initial: requests already running at t=0 (decoding, `initial_progress` tokens done),
             `num_ranks * k` of them, k per rank; excluded from TTFT and end-to-end statistics
             (their inter-token gaps count, `epsim.sim.token_gaps`).
@@ -99,8 +101,9 @@ class Scheduler(Admission):
                  closed: ClosedLoop | None = None, kv: KVPool | None = None,
                  spec: Acceptance | None = None, draft_tokens: int = 1, recv_interval: int = 1,
                  retry=None, rooms_seed: int | None = None,
-                 tokenizer: TokenizerQueue | None = None):
+                 tokenizer: TokenizerQueue | None = None, max_prefill_tokens: int | None = None):
         self.tokenizer = tokenizer
+        self.max_prefill_tokens = max_prefill_tokens
         self.retries = Retries(RetrySpec() if retry is None else retry)
         self.num_ranks, self.max_running, self.chunk_tokens = num_ranks, max_running, chunk_tokens
         # SGLang's --scheduler-recv-interval: arrivals join only at receive points (`recv`)
@@ -285,9 +288,15 @@ class Scheduler(Admission):
                 decoding &= ~extending[:, None]
             if extending.any():
                 budget = np.full(self.num_ranks, self.chunk_tokens, dtype=np.int64)
+                inputs = (None if self.max_prefill_tokens is None else
+                          np.full(self.num_ranks, self.max_prefill_tokens, dtype=np.int64))
                 if self.mixed_chunk:
-                    budget = np.maximum(budget - decoding.sum(axis=1), 0)
-                ext = extend_counts(pending, budget, state.slot_req, self.prefill_left, self._context)
+                    riding = decoding.sum(axis=1)
+                    budget = np.maximum(budget - riding, 0)
+                    if inputs is not None:
+                        inputs = inputs - riding
+                ext = extend_counts(pending, budget, state.slot_req, self.prefill_left, self._context,
+                                    inputs)
                 alloc, finishing = ext.alloc, ext.finishing
                 prefill_tokens, prefill_context = ext.prefill_tokens, ext.prefill_context
                 prefill_pairs, prefill_seqs = ext.prefill_pairs, ext.prefill_seqs

@@ -167,7 +167,8 @@ class Simulation:
                                    recv_interval=d.scheduler_recv_interval or 1, retry=w.retry,
                                    rooms_seed=self.seed if routes_by_room(d, dp) else None,
                                    tokenizer=(None if d.server_tokenize == "off" else
-                                              TokenizerQueue(d.server_tokenize == "serial")))
+                                              TokenizerQueue(d.server_tokenize == "serial")),
+                                   max_prefill_tokens=d.max_prefill_tokens)
         self.end_us = w.duration_s * 1e6
         self.metrics = MetricsRecorder(m.num_moe_layers, d.ep_size, w.warmup_s * 1e6)
         # SFC64: a fast generator for the step loop's normal draws (seeded like the others)

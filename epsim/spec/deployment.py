@@ -177,6 +177,11 @@ class DeploymentSpec(BaseModel):
     # batching (per DP rank)
     max_running_requests: int = Field(default=256, gt=0, description="per DP rank")
     chunked_prefill_size: int = Field(default=8192, gt=0, description="prefill tokens per step per DP rank")
+    max_prefill_tokens: int | None = Field(default=None, gt=0, description=(
+        "SGLang's --max-prefill-tokens: a prefill batch's input budget; a request after the "
+        "first joins only while its prompt is below what is left of it "
+        "(`epsim.sim.chunked_prefill.chunk`); None: not applied (SGLang's default, 16384, "
+        "is not laid over scenarios that do not state it)"))
     scheduler_recv_interval: int | None = Field(default=None, ge=1, le=1 << 20, description=(
         "SGLang's --scheduler-recv-interval: new requests are received once per this many "
         "decode steps (a prefill step's next step receives; `epsim.sim.recv`); None: SGLang's "

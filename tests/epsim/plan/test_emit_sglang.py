@@ -40,13 +40,14 @@ def test_fields_reach_their_server_arguments_in_sglangs_units():
     args = _args(ep_size=16, max_running_requests=32, chunked_prefill_size=4096, enable_eplb=True,
                  ep_num_redundant_experts=16, eplb_rebalance_num_iterations=500,
                  ep_dispatch_algorithm="random", eplb_algorithm="deepseek_global",
-                 enable_two_batch_overlap=True, cuda_graph_max_bs=64)
+                 enable_two_batch_overlap=True, cuda_graph_max_bs=64, max_prefill_tokens=5500)
     assert _value(args, "--tp-size") == _value(args, "--ep-size") == _value(args, "--dp-size") == "16"
     assert "--enable-dp-attention" in args and "--enable-two-batch-overlap" in args
     # SGLang divides these by --dp-size under DP attention; epsim's are per DP rank
     assert _value(args, "--max-running-requests") == str(32 * 16)
     assert _value(args, "--chunked-prefill-size") == str(4096 * 16)
     assert _value(args, "--cuda-graph-max-bs") == "64"               # per rank in both
+    assert _value(args, "--max-prefill-tokens") == "5500"            # each DP rank's scheduler's
     assert _value(args, "--ep-dispatch-algorithm") == "dynamic"      # SGLang's name for random
     assert _value(args, "--eplb-algorithm") == "deepseek"            # non-hierarchical in SGLang
     assert _value(args, "--eplb-rebalance-num-iterations") == "500"
@@ -57,6 +58,7 @@ def test_fields_reach_their_server_arguments_in_sglangs_units():
     # without EPLB its settings are not given; TP attention gives no --dp-size
     plain = _args(enable_dp_attention=False)
     assert "--eplb-rebalance-num-iterations" not in plain and "--dp-size" not in plain
+    assert "--max-prefill-tokens" not in plain                       # unset: SGLang's default
     assert _value(plain, "--max-running-requests") == "32"
     # one MLA key split is SGLang's cutlass_mla backend; the split kernel is SGLang's own pick
     r1_b200 = scenario_from_dict({**TINY_PLAN_SCENARIO, "model": "DeepSeek-V3",

@@ -66,6 +66,32 @@ def test_chunked_prefill_is_fcfs_within_the_budget():
     assert sched.state.finish_s.tolist() == [3.0, 3.0]
 
 
+def test_max_prefill_tokens_admits_a_prompt_only_below_the_batch_s_input_budget():
+    # SGLang's PrefillAdder: the first request always joins; a later one only while its prompt
+    # is below what the batch left of --max-prefill-tokens; the first refused ends the batch
+    reqs = _requests(np.zeros(4), [4000, 4000, 1000, 1000], [3] * 4)
+    sched = Scheduler(reqs, num_ranks=1, max_running=8, chunk_tokens=8192, mode="null",
+                      max_prefill_tokens=4000 + 1500)
+    counts = [_step(sched, float(i), float(i + 1)).batch.prefill_tokens[0] for i in range(3)]
+    # 4000 | 4000 + 1000 (1000 < 1500 left), then 1000 (500 left: refused) | 1000
+    assert counts == [4000, 5000, 1000]
+    assert sched.state.first_token_s.tolist() == [1.0, 2.0, 2.0, 3.0]
+    # unset, the 8192-token chunk takes the first two whole and the third's first 192 tokens
+    free = Scheduler(reqs, num_ranks=1, max_running=8, chunk_tokens=8192, mode="null")
+    assert _step(free, 0.0, 1.0).batch.prefill_tokens[0] == 8192
+
+
+def test_max_prefill_tokens_budget_shrinks_by_the_decodes_a_mixed_chunk_carries():
+    # mixed chunks: rem_input_tokens starts at max_prefill_tokens less the running decodes
+    reqs = _requests([0.0, 0.5, 0.5], [10, 600, 399], [9, 2, 2])
+    for mixed, expect in ((False, 999), (True, 600)):
+        sched = Scheduler(reqs, num_ranks=1, max_running=4, chunk_tokens=8192, mode="null",
+                          mixed_chunk=mixed, max_prefill_tokens=1000)
+        _step(sched, 0.0, 0.6)                      # request 0 prefilled, decoding from now on
+        plan = _step(sched, 0.6, 1.0)               # 600 joins; 399 < 400 left, not < 399
+        assert plan.batch.prefill_tokens[0] == expect
+
+
 def test_prefill_stalls_decode_unless_mixed_chunk():
     reqs = _requests([0.0, 0.5], [10, 10], [5, 5])
     for mixed, expect_decode in ((False, 0), (True, 1)):
