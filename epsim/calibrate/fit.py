@@ -29,7 +29,7 @@ from epsim.cost.mla_bmm import BMM_TERMS
 from epsim.cost.mla_l2 import L2_START_GBPS
 from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS, MLA_SWAPPED_TERMS
 from epsim.cost.fp4_gemm import SM_FILL_GBPS
-from epsim.cost.dense_gemm import DEEPGEMM_TERMS, FP4_GEMM_TERMS, GEMM_TERMS
+from epsim.cost.dense_gemm import DEEPGEMM_TERMS, FP4_GEMM_TERMS, GEMM_TERMS, SM100_FP8_TERMS
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
                               EXPERT_REREAD_TERMS)
 from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS
@@ -39,13 +39,13 @@ from epsim.profile import Component, Profile
 MAX_ROUNDS = 12
 # components whose throughputs are fractions of the record's GPU's datasheet (quantised GEMMs and
 # experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
-FRACTION_TERMS = (GEMM_TERMS, FP4_GEMM_TERMS, DEEPGEMM_TERMS, EXPERT_QUANT_TERMS,
+FRACTION_TERMS = (GEMM_TERMS, FP4_GEMM_TERMS, SM100_FP8_TERMS, DEEPGEMM_TERMS, EXPERT_QUANT_TERMS,
                   EXPERT_REREAD_TERMS, EXPERT_FEED_TERMS, EXPERT_FALLBACK_TERMS, EXPERT_LAYOUT_TERMS,
                   MLA_TERMS, BMM_TERMS,
                   MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS, MLA_PREFILL_TERMS,
                   MLA_PREFILL_DEQUANT_TERMS)
 # ... and the one absolute rate among them: an SM's operand feed, bounded by its shared memory's
-FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0, "dequant_frac": 1.0,
+FRACTION_PEAKS = {"hbm_frac": 1.0, "tensor_frac": 1.0, "quant_frac": 1.0, "dequant_frac": 1.0,
                   "swapped_hbm_frac": 1.0, "swapped_frac": 1.0, "sm_feed_gbps": SM_FILL_GBPS,
                   "epilogue_gbps": SM_FILL_GBPS}
 # the operand feed's starts, shares of that bound (which side of the MMA-feed max a row lies on

@@ -9,6 +9,8 @@ SMs, so their FLOPs are tile-quantised but not wave-quantised. Two kernels are p
 own tiles with the operand bytes their busiest SM streams (`sm_fed`): the NVFP4 GEMM on
 Blackwell (`epsim.cost.fp4_gemm`) and the per-tensor FP8 GEMM on Hopper
 (`epsim.cost.fp8_gemm`), which split no K, so a decode's few tiles leave SMs idle. The
+per-tensor FP8 GEMM on Blackwell (SM100) runs its own tiles too, its busiest SM's weight stream
+added to the HBM time (`feed_adds`) and its activation quantisation at a rate of its own. The
 block-FP8 GEMM on Hopper and Blackwell is DeepGEMM's (`epsim.cost.deepgemm`): its own layout's
 tiles, waves and k-blocks, each tile's BF16 output through its SM in place of a per-wave cost,
 and the k-blocks of Hopper's unicast 256-row tile at a cost of their own.
@@ -23,7 +25,7 @@ import numpy as np
 from epsim.cost.deepgemm import deepgemm_runs, deepgemm_work
 from epsim.cost.experts import TILE_M, TILE_N
 from epsim.cost.fp4_gemm import SM_FILL_GBPS, cutedsl_work
-from epsim.cost.fp8_gemm import CUTLASS_FP8_GPUS, cutlass_fp8_work
+from epsim.cost.fp8_gemm import CUTLASS_FP8_GPUS, SM100_FP8_GPUS, cutlass_fp8_work, sm100_fp8_work
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import (ACTIVATION_BYTES, BF16_BYTES, FEED_FORMATS, SCALE_BLOCK_K, absolute,
                               check_format, gemm_defaults, quant_bytes_per_element, tensor_peak)
@@ -37,6 +39,10 @@ GEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequ
 # the dense NVFP4 GEMM (CuTe-DSL) and Hopper's FP8 one (CUTLASS) add their SMs' operand feed
 FP4_GEMM_TERMS = LinearTerms(GEMM_TERMS.params + ("sm_feed_gbps",),
                              GEMM_TERMS.inverse | {"sm_feed_gbps"})
+# SM100's per-tensor FP8 GEMM (`epsim.cost.fp8_gemm`): its SMs' weight stream adds to the HBM
+# time, and the activation quantisation (its own kernel) streams at a fraction of its own
+SM100_FP8_TERMS = LinearTerms(FP4_GEMM_TERMS.params + ("quant_frac",),
+                              FP4_GEMM_TERMS.inverse | {"quant_frac"})
 # DeepGEMM's block-FP8 GEMM (`epsim.cost.deepgemm`): its tiles' output through the SM in place
 # of a per-wave cost, and the k-blocks of its SM90 unicast 256-row tile
 DEEPGEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "epilogue_gbps", "dequant_us",
@@ -47,22 +53,25 @@ DEEPGEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "epilogue_gb
 def dense_gemm_defaults() -> dict[str, float]:
     """`gemm_defaults` and DeepGEMM's terms at their bounds: its epilogue at the SM's
     shared-memory rate, its wide-tile k-block at no cost of its own."""
-    return {**gemm_defaults(), "epilogue_gbps": SM_FILL_GBPS, "wide_block_us": 0.0}
+    return {**gemm_defaults(), "epilogue_gbps": SM_FILL_GBPS, "wide_block_us": 0.0,
+            "quant_frac": gemm_defaults()["hbm_frac"]}
 
 
 def sm_fed(fmt: str, gpu: str = "") -> bool:
     """Whether the dense GEMM on `fmt` weights on `gpu` is priced with its SMs' operand feed:
-    NVFP4 (FlashInfer's CuTe-DSL kernel) and, on Hopper, per-tensor FP8 (sgl-kernel's CUTLASS
-    `fp8_scaled_mm`, `epsim.cost.fp8_gemm`)."""
-    return fmt in FEED_FORMATS or (fmt == "fp8" and gpu in CUTLASS_FP8_GPUS)
+    NVFP4 (FlashInfer's CuTe-DSL kernel) and, on Hopper and Blackwell, per-tensor FP8
+    (sgl-kernel's CUTLASS `fp8_scaled_mm`, `epsim.cost.fp8_gemm`)."""
+    return fmt in FEED_FORMATS or (fmt == "fp8" and gpu in CUTLASS_FP8_GPUS + SM100_FP8_GPUS)
 
 
 def gemm_terms(fmt: str, gpu: str = "") -> LinearTerms:
     """The fitted terms of a dense GEMM on `fmt` weights on `gpu`: `FP4_GEMM_TERMS` where its
-    operand feed is priced (`sm_fed`), `DEEPGEMM_TERMS` for DeepGEMM's Hopper kernel
-    (`epsim.cost.deepgemm`), `GEMM_TERMS` otherwise."""
+    operand feed is priced (`sm_fed`), `SM100_FP8_TERMS` for SM100's per-tensor FP8 GEMM,
+    `DEEPGEMM_TERMS` for DeepGEMM's kernel (`epsim.cost.deepgemm`), `GEMM_TERMS` otherwise."""
     if deepgemm_runs(fmt, gpu):
         return DEEPGEMM_TERMS
+    if fmt == "fp8" and gpu in SM100_FP8_GPUS:
+        return SM100_FP8_TERMS
     return FP4_GEMM_TERMS if sm_fed(fmt, gpu) else GEMM_TERMS
 
 
@@ -78,6 +87,9 @@ class GemmWork:
         quant_kb: bytes the activation quantisation moves, KB (0 for BF16 activations).
         feed_kb: KB of A and B the busiest SM streams (`sm_fed` kernels; else 0).
         sm_fed: whether the kernel's feed is priced (`sm_fed`: a 6th design column).
+        feed_adds: the feed adds to the memory side (SM100's FP8 GEMM: each SM's weight loads
+            in flight over a latency that grows with the bytes queued at HBM) instead of
+            bounding the MMA, and the quantisation's bytes run at `quant_frac` (a 7th column).
         wide_blocks: DeepGEMM's k-blocks in an SM90 unicast 256-row tile (`epsim.cost.deepgemm`:
             a 6th design column), or None for other kernels.
         epilogue_kb: DeepGEMM's BF16 output KB the busiest SM's epilogues write (in place of
@@ -91,6 +103,7 @@ class GemmWork:
     quant_kb: np.ndarray
     feed_kb: np.ndarray
     sm_fed: bool = False
+    feed_adds: bool = False
     wide_blocks: np.ndarray | None = None
     epilogue_kb: np.ndarray | None = None
 
@@ -113,9 +126,12 @@ def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
         return GemmWork(mem * 1e-3, mflops, waves, blocks, quant_kb, np.zeros_like(m),
                         wide_blocks=wide, epilogue_kb=epilogue)
     if sm_fed(fmt, gpu):                        # the kernel's own tile (no scale blocks)
-        work = cutedsl_work if fmt in FEED_FORMATS else cutlass_fp8_work
+        adds = fmt == "fp8" and gpu in SM100_FP8_GPUS
+        work = (cutedsl_work if fmt in FEED_FORMATS else sm100_fp8_work if adds
+                else cutlass_fp8_work)
         waves, mflops, feed_kb = work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
-        return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb, True)
+        return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb, True,
+                        feed_adds=adds)
     tiles = batch * np.ceil(m / TILE_M) * -(-n // TILE_N)
     waves = np.ceil(tiles / num_sms)
     filled = tiles if fmt in SPLIT_K_FORMATS else waves * num_sms
@@ -127,6 +143,8 @@ def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
 
 def _fed(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
     """[...] whether the SMs' operand feed, not the MMA, sets the compute side."""
+    if work.feed_adds:
+        return np.zeros(work.mflops.shape, dtype=bool)
     return work.feed_kb / rate["sm_feed_gbps"] > work.mflops / rate["tflops"]
 
 
@@ -138,17 +156,32 @@ def _tile_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
     return work.epilogue_kb / rate["epilogue_gbps"] + work.wide_blocks * rate["wide_block_us"]
 
 
+def _mem_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
+    """[...] the memory side: the bytes at the HBM rate, and where the feed adds (SM100's FP8
+    GEMM) the busiest SM's weight stream at its own rate before them."""
+    mem = work.mem_kb / rate["hbm_gbps"]
+    return mem + work.feed_kb / rate["sm_feed_gbps"] if work.feed_adds else mem
+
+
 def _math_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
-    return (np.maximum(work.mflops / rate["tflops"], work.feed_kb / rate["sm_feed_gbps"])
+    feed = 0.0 if work.feed_adds else work.feed_kb / rate["sm_feed_gbps"]
+    return (np.maximum(work.mflops / rate["tflops"], feed)
             + _tile_us(work, rate) + work.blocks * rate["dequant_us"])
+
+
+def _quant_us(work: GemmWork, rate: dict[str, float], hardware: HardwareSpec) -> np.ndarray:
+    """[...] the activation quantisation's bytes at the HBM rate, or (SM100's FP8 GEMM) at its
+    own fraction of the datasheet."""
+    if work.feed_adds:
+        return work.quant_kb / (rate["quant_frac"] * hardware.hbm_gbps)
+    return work.quant_kb / rate["hbm_gbps"]
 
 
 def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
     """[...] microseconds of the GEMMs of `work` with fraction parameters `params`
     (`GEMM_TERMS`); 0 where there is no work."""
     rate = absolute({**dense_gemm_defaults(), **params}, hardware, fmt)
-    mem = work.mem_kb / rate["hbm_gbps"]
-    t = rate["base_us"] + np.maximum(mem, _math_us(work, rate)) + work.quant_kb / rate["hbm_gbps"]
+    t = rate["base_us"] + np.maximum(_mem_us(work, rate), _math_us(work, rate)) + _quant_us(work, rate, hardware)
     return np.where(work.mflops > 0, t, 0.0)
 
 
@@ -158,19 +191,24 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     datasheet tensor peak (where the MMA, not the feed, binds), waves, scale blocks), and where
     `work.sm_fed` a 6th (`FP4_GEMM_TERMS`): the busiest SM's operand KB where the feed binds,
     for DeepGEMM (`DEEPGEMM_TERMS`) the 4th its epilogue KB, not its waves, and a 6th its wide
-    k-blocks, each where compute-bound;
+    k-blocks, each where compute-bound; for SM100's FP8 GEMM (`SM100_FP8_TERMS`) the 6th is the
+    busiest SM's weight KB where memory-bound and a 7th the quantisation's µs at the datasheet
+    HBM rate (out of the 2nd);
     times `gemm_terms(fmt, gpu).coefficients(params)` gives `gemm_us`."""
     rate = absolute({**dense_gemm_defaults(), **params}, hardware, fmt)
-    mem_bound = work.mem_kb / rate["hbm_gbps"] >= _math_us(work, rate)
+    mem_bound = _mem_us(work, rate) >= _math_us(work, rate)
     busy = (work.mflops > 0).astype(np.float64)
-    hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + work.quant_kb) / hardware.hbm_gbps
+    quant_kb = 0.0 if work.feed_adds else work.quant_kb
+    hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + quant_kb) / hardware.hbm_gbps
     compute, fed = ~mem_bound, _fed(work, rate)
     per_tile = work.waves if work.epilogue_kb is None else work.epilogue_kb
     cols = [busy, hbm_us,
             np.where(compute & ~fed, work.mflops, 0.0) / tensor_peak(hardware, fmt),
             np.where(compute, per_tile, 0.0), np.where(compute, work.blocks, 0.0)]
     if work.sm_fed:
-        cols.append(np.where(compute & fed, work.feed_kb, 0.0))
+        cols.append(np.where(mem_bound if work.feed_adds else compute & fed, work.feed_kb, 0.0))
+    if work.feed_adds:
+        cols.append(work.quant_kb / hardware.hbm_gbps)
     if work.wide_blocks is not None:
         cols.append(np.where(compute, work.wide_blocks, 0.0))
     return np.stack(cols, axis=-1)

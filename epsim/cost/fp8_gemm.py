@@ -1,6 +1,7 @@
-"""The dense per-tensor FP8 GEMM SGLang runs on Hopper: sgl-kernel's CUTLASS `fp8_scaled_mm`
-(`csrc/gemm/fp8_gemm_kernel.cu`, `sm90_fp8_dispatch_shape`), its tile choice by the token
-count and the operand bytes each SM streams.
+"""The dense per-tensor FP8 GEMM SGLang runs on Hopper and Blackwell: sgl-kernel's CUTLASS
+`fp8_scaled_mm` (`csrc/gemm/fp8_gemm_kernel.cu`, `sm90_fp8_dispatch_shape`,
+`sm100_fp8_dispatch_bias`), its tile choice by the token count and the operand bytes each SM
+streams.
 
 Tile choice. The kernel picks its CTA tile by `m` alone: 64 x 64 output tiles (TMA warp-
 specialised, ping-pong) for a decode's few rows, 128 x 128 above. aiconfigurator-core's H100
@@ -20,9 +21,22 @@ GEMM, which splits K over idle SMs, streams the same weights 2-4x faster. So the
 compute side is its streamed bytes at `sm_feed_gbps` (fitted; `epsim.cost.fp4_gemm`'s term,
 bounded by the SM's shared-memory bandwidth) beside the MMA time (`epsim.cost.quant`).
 
-Blackwell's `sm100_fp8_dispatch_bias` runs other tiles (64 x 64 to 256 x 128, by the next power
-of two of m); its tables do not show the per-SM floor (B200, 2048 x 16384: 19.2-20.9 µs at
-m = 1 to 128 through a tile change), so Blackwell keeps the plain tile model.
+Blackwell (SM100, SM103: B200, B300, GB200, GB300). `sm100_fp8_dispatch_bias` (sglang 350439a,
+the same at 04ec0bc) picks the MMA tile and cluster by the next power of two of m (at least 16):
+64 x 64 in clusters of 1 x 4 (m <= 16), 64 x 64 alone (<= 64), 128 x 128 on a pair of SMs
+(cluster 2 x 1, <= 256: CUTLASS's automatic schedule takes the 2-SM MMA for an even cluster M,
+so each SM holds 64 x 128 and loads half of the weight tile), 256 x 128 on a pair (cluster 2 x 2,
+above: 128 x 128 a CTA); a persistent scheduler, no split-K. Its rows stream the weights
+differently from Hopper's: at 1-16 rows of a K-16384 weight, 8 to 112 CTAs (n 512 to 7168), each
+streaming 1 MB, take 11 to 30 µs over the launch, each SM at 93, 75, 73, 54, 35 GB/s as 8, 24, 32,
+64, 112 of them stream together (B200), and 256 CTAs (n 16384, two rounds) 49 µs: neither an SM's
+rate alone (Hopper's max: flat in n) nor HBM alone (the few-CTA rows far below it), but their sum,
+`1 / rate = 1 / r0 + s / R` -- each SM's loads in flight over a latency that grows with the
+bytes queued at HBM. So on SM100 the busiest SM's weight KB at `sm_feed_gbps` (r0, fitted ~100
+GB/s) add to the bytes at the HBM rate (R) on the memory side, and the activation quantisation,
+a kernel of its own whose BF16 read and FP8 write run at ~0.6 of HBM where the GEMM's weight
+stream runs near its datasheet, has its own fraction (`quant_frac`, fitted, <= 1). The MMA side
+is the kernel's tiles, padded and wave-quantised over the clusters that fit the GPU's SMs.
 """
 
 from __future__ import annotations
@@ -65,3 +79,47 @@ def cutlass_fp8_work(m, n: int, k: int, num_sms: int, act_bytes: float, batch: i
     busiest SM streams, `waves (rows + cols) k a_f` (`act_bytes`: a_f, 1 byte of FP8, its
     per-token scale negligible). 0 rows do no work."""
     return per_row_count(_cutlass_fp8_work, m, n, k, num_sms, act_bytes, batch)
+
+
+# -- Blackwell (SM100, SM103): `sm100_fp8_dispatch_bias` -------------------------------------------
+SM100_FP8_GPUS = ("B200", "B300", "GB200", "GB300")
+# (largest next_pow_2(m), CTA tile rows, CTA tile columns, cluster rows, cluster columns) of
+# `sm100_fp8_dispatch_bias`: MMA tiles 64 x 64 (cluster 1 x 4, then 1 x 1), 128 x 128 on two SMs
+# (cluster 2 x 1: CUTLASS's automatic schedule takes the 2-SM MMA for an even cluster M, each SM
+# holding 64 of its rows), 256 x 128 on two SMs (cluster 2 x 2: 128 x 128 a CTA)
+SM100_TILES = ((16, 64, 64, 1, 4), (64, 64, 64, 1, 1), (256, 64, 128, 2, 1),
+               (1 << 62, 128, 128, 2, 2))
+
+
+def sm100_fp8_tile(m: int) -> tuple[int, int, int, int]:
+    """(CTA rows, CTA columns, cluster rows, cluster columns) of `fp8_scaled_mm` on SM100 for
+    `m` rows (next power of two, at least 16)."""
+    mp2 = max(16, 1 << max(0, m - 1).bit_length())
+    for top, rows, cols, cm, cn in SM100_TILES:
+        if mp2 <= top:
+            return rows, cols, cm, cn
+    raise AssertionError("unreachable")
+
+
+@lru_cache(maxsize=65536)
+def _sm100_fp8_work(m: int, n: int, k: int, num_sms: int, batch: int
+                    ) -> tuple[float, float, float]:
+    """(waves, MMA MFLOP over the waves' filled CTAs, weight elements one SM streams over its
+    waves / k) of `batch` GEMMs `[m, k] x [k, n]` on SM100's kernel: clusters in rounds of the
+    `num_sms // cluster size` that fit at once."""
+    rows, cols, cm, cn = sm100_fp8_tile(m)
+    clusters = batch * -(-m // (rows * cm)) * -(-n // (cols * cn))
+    size = cm * cn
+    waves = -(-clusters // (num_sms // size))
+    mflops = waves * (num_sms // size) * size * 2.0 * rows * cols * k * 1e-6
+    # the weight columns one SM loads a round: a 2-SM MMA splits its B tile between the pair
+    return float(waves), mflops, float(waves * cols / (2 if cm == 2 else 1))
+
+
+def sm100_fp8_work(m, n: int, k: int, num_sms: int, act_bytes: float, batch: int = 1
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(waves, MFLOP, feed KB) of `batch` GEMMs `[m, k] x [k, n]` on sgl-kernel's SM100 FP8
+    GEMM, each [...] float64 like `m`: the rounds of clusters, the MMA FLOPs of every SM over
+    those rounds, and the weight KB the busiest SM streams, `waves cols_SM k w_f` (`act_bytes`
+    1: FP8). 0 rows do no work."""
+    return per_row_count(_sm100_fp8_work, m, n, k, num_sms, act_bytes, batch)

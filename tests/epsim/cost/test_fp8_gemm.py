@@ -1,15 +1,16 @@
-"""The dense per-tensor FP8 GEMM on Hopper (`epsim.cost.fp8_gemm`): sgl-kernel's CUTLASS tile by
-the token count, and the operand bytes the busiest SM streams, which bind a decode's few tiles."""
+"""The dense per-tensor FP8 GEMM on Hopper and Blackwell (`epsim.cost.fp8_gemm`): sgl-kernel's
+CUTLASS tile by the token count, and the operand bytes the busiest SM streams, which bind a
+decode's few tiles on Hopper and add to the HBM time on Blackwell."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from epsim.cost.dense_gemm import (FP4_GEMM_TERMS, GEMM_TERMS, gemm_features, gemm_terms,
+from epsim.cost.dense_gemm import (FP4_GEMM_TERMS, SM100_FP8_TERMS, gemm_features, gemm_terms,
                                    gemm_us, gemm_work, sm_fed)
 from epsim.cost.fp8_gemm import (LARGE_TILE, SMALL_TILE, SMALL_TILE_MAX_M, cutlass_fp8_tile,
-                                 cutlass_fp8_work)
+                                 cutlass_fp8_work, sm100_fp8_tile, sm100_fp8_work)
 from epsim.zoo import get_hardware
 
 PARAMS = {"base_us": 4.0, "hbm_frac": 0.7, "tensor_frac": 0.7, "wave_us": 0.3,
@@ -34,12 +35,53 @@ def test_feed_is_the_busiest_sms_tile_operands():
     assert mflops[2] == pytest.approx(32 * 132 * 2 * 128 * 128 * k * 1e-6)
 
 
-def test_only_hoppers_fp8_gemm_is_fed():
-    assert sm_fed("fp8", "H200") and sm_fed("nvfp4", "B200")
-    assert not sm_fed("fp8", "B200") and not sm_fed("fp8_block", "H200")
-    assert gemm_terms("fp8", "H100") is FP4_GEMM_TERMS and gemm_terms("fp8", "B200") is GEMM_TERMS
+def test_hopper_and_blackwell_fp8_gemms_are_fed():
+    assert sm_fed("fp8", "H200") and sm_fed("nvfp4", "B200") and sm_fed("fp8", "B200")
+    assert not sm_fed("fp8_block", "H200") and not sm_fed("fp8", "A100")
+    assert gemm_terms("fp8", "H100") is FP4_GEMM_TERMS
+    assert gemm_terms("fp8", "GB200") is SM100_FP8_TERMS
     # no GPU named: the generic tile model, as before
     assert not gemm_work(np.array([1.0]), 4096, 4096, "fp8", 132).sm_fed
+
+
+def test_sm100_tile_by_the_next_power_of_two():
+    """`sm100_fp8_dispatch_bias`: 64 x 64 in 1 x 4 clusters to 16 rows, alone to 64, the 2-SM
+    128 x 128 MMA (64 x 128 a CTA) to 256, the 2-SM 256 x 128 in 2 x 2 clusters above."""
+    assert sm100_fp8_tile(1) == sm100_fp8_tile(16) == (64, 64, 1, 4)
+    assert sm100_fp8_tile(17) == sm100_fp8_tile(64) == (64, 64, 1, 1)
+    assert sm100_fp8_tile(65) == sm100_fp8_tile(256) == (64, 128, 2, 1)
+    assert sm100_fp8_tile(257) == sm100_fp8_tile(16384) == (128, 128, 2, 2)
+
+
+def test_sm100_work_rounds_of_clusters_and_the_weight_stream():
+    m, n, k = np.array([0.0, 1.0, 128.0, 4096.0]), 16384, 16384
+    waves, mflops, feed_kb = sm100_fp8_work(m, n, k, 148, 1.0)
+    assert waves[0] == mflops[0] == feed_kb[0] == 0.0
+    # one row: 64 clusters of 4 CTAs (64 x 256 each), 37 at once: 2 rounds of 64 weight columns
+    assert waves[1] == 2 and feed_kb[1] == pytest.approx(2 * 64 * k * 1e-3)
+    # 128 rows: 128 pairs of 128 x 128, 74 at once: 2 rounds, each SM loading half the B tile
+    assert waves[2] == 2 and feed_kb[2] == pytest.approx(2 * 64 * k * 1e-3)
+    # 4096 rows: 16 x 64 clusters of 256 x 256 over 37: 28 rounds of 128 x 128 a CTA
+    assert waves[3] == 28
+    assert mflops[3] == pytest.approx(28 * 37 * 4 * 2 * 128 * 128 * k * 1e-6)
+
+
+def test_sm100_weight_stream_adds_to_hbm():
+    """Blackwell: a decode's busiest SM's weight KB at `sm_feed_gbps` add to the bytes at the HBM
+    rate (their sum, not the longer), and the activation quantisation runs at `quant_frac`."""
+    b200 = get_hardware("B200")
+    params = {**PARAMS, "sm_feed_gbps": 100.0, "quant_frac": 0.6}
+    m, n, k = 1.0, 7168, 16384
+    work = gemm_work(np.array([m]), n, k, "fp8", 148, gpu="B200")
+    assert work.feed_adds
+    hbm_us = work.mem_kb[0] / (params["hbm_frac"] * b200.hbm_gbps)
+    feed_us = 64 * k * 1e-3 / params["sm_feed_gbps"]      # 112 CTAs: one round each
+    quant_us = m * k * 3.0 * 1e-3 / (params["quant_frac"] * b200.hbm_gbps)
+    expected = params["base_us"] + hbm_us + feed_us + quant_us
+    assert gemm_us(work, params, b200, "fp8")[0] == pytest.approx(expected)
+    # twice the SM feed rate saves exactly half the feed's time
+    fast = gemm_us(work, {**params, "sm_feed_gbps": 200.0}, b200, "fp8")[0]
+    assert expected - fast == pytest.approx(feed_us / 2)
 
 
 def test_a_decode_on_few_tiles_is_priced_by_its_sms_stream():
@@ -64,7 +106,11 @@ def test_design_row_times_coefficients_is_the_time():
     assert rows.shape == (4, len(FP4_GEMM_TERMS.params))
     coef = gemm_terms("fp8", "H100").coefficients(PARAMS)
     assert rows @ coef == pytest.approx(gemm_us(work, PARAMS, h100, "fp8"))
-    # Blackwell keeps the five columns of the plain tile model
+    # Blackwell: the feed and the quantisation's own columns
     b200 = get_hardware("B200")
-    plain = gemm_work(m, 7168, 2048, "fp8", 148, gpu="B200")
-    assert gemm_features(plain, PARAMS, b200, "fp8").shape == (4, len(GEMM_TERMS.params))
+    params = {**PARAMS, "quant_frac": 0.6}
+    fed = gemm_work(m, 7168, 2048, "fp8", 148, gpu="B200")
+    rows = gemm_features(fed, params, b200, "fp8")
+    assert rows.shape == (4, len(SM100_FP8_TERMS.params))
+    coef = gemm_terms("fp8", "B200").coefficients(params)
+    assert rows @ coef == pytest.approx(gemm_us(fed, params, b200, "fp8"))
