@@ -312,15 +312,16 @@ def aic_holdout():
 def test_size_hold_out_on_the_fixture(aic_holdout, tmp_path):
     """The fixture's all-reduces through the importer, `epsim calibrate`'s fit and
     `epsim validate`'s judge: the size axis judges the top two octaves of each (algorithm, GPU
-    count); the model is within 10 % on NCCL and beats both baselines there. The two-shot's
-    octaves are 4-8 MiB (SGLang runs its custom kernel up to and including its 8 MiB buffer),
-    fitted up to 2 MiB: 12.3 % off, where log-log's straight line is 4.1 (its 8 MiB takes
-    7.4 µs a MiB against 6.3-6.4 from 1 to 4 MiB, a rise no fixed-plus-per-byte line
-    continues; docs/calibration.md). The fixture's one-shot is fitted on 8 GPUs up to 32 KiB
-    alone, where the block ramp and the bandwidth are one column (`epsim.cost.allreduce`) and
-    the two-shots' full grids set the shared ramp: its two judged points (64 and 128 KiB) are
-    12.5 % off, against log-log's 4.2; on the whole tables (2, 4 and 8 GPUs, fitted up to
-    1 MiB) it is within 3.7-8.2 % on every system (benchmarks/results/aic_holdout.md)."""
+    count); the model is within 10 % on NCCL and beats both baselines there. The fixture is
+    SGLang 0.5.14 on 8 H200s: CustomAllReduceV2, one-shot up to 160 KiB, two-shot above up to its
+    16 MiB buffer. The two-shot's octaves are 8-16 MiB, fitted up to 4 MiB: 8.8 % off (-11 / -6
+    %; it was 12.3 judged at 4-8 MiB under the legacy kernel's labels), where log-log's straight
+    line is 2.4. The one-shot is fitted on 8 GPUs up to 32 KiB alone, where the block ramp and
+    the bandwidth are one column (`epsim.cost.allreduce`) and V2's two-shot, sharing its
+    bandwidth, sets the rate: its two judged points (64 and 128 KiB) are 20.7 % off (+17 / +25
+    %; 12.5 with a bandwidth of the two-shot's own), against log-log's 4.2; on the whole tables
+    (2, 4 and 8 GPUs) it is within 4.0-10.0 % on every system (benchmarks/results/aic_holdout.md;
+    H200 8.2 -> 4.0 with the shared bandwidth)."""
     from epsim.calibrate.aic import import_source, write_records_gz
     from epsim.calibrate.aic_tables import parse_source
     from epsim.calibrate.inputs import load_records
@@ -343,8 +344,8 @@ def test_size_hold_out_on_the_fixture(aic_holdout, tmp_path):
     assert {"none/allreduce nccl", "none+graph/allreduce oneshot",
             "none+graph/allreduce twoshot"} <= set(rows)
     assert all(r.model_mape <= 10.0 for c, r in rows.items() if "nccl" in c), rows
-    assert rows["none+graph/allreduce oneshot"].model_mape <= 13.0, rows
-    assert rows["none+graph/allreduce twoshot"].model_mape <= 13.0, rows
+    assert rows["none+graph/allreduce oneshot"].model_mape <= 22.0, rows
+    assert rows["none+graph/allreduce twoshot"].model_mape <= 10.0, rows
     assert rows["none/allreduce nccl"].beats_both
 
 
