@@ -37,7 +37,7 @@ priced 50-66 % too slow on Blackwell. Bounded below, the two lines are LL / LL12
 CustomAllReduceV2 (SGLang 0.5.14 on; `epsim.cost.allreduce`) fuses its two-shot into one pass
 whose loads and stores run at its one-shot's rate: its points share one bandwidth column and
 keep the second-stage fixed columns (its fenced end barrier after stores to every peer: B200's
-two-shot costs ~13 µs fixed, its one-shot ~4.5). On a GB200 / GB300 tray its two-shot runs only
+two-shot costs ~12-13 µs fixed, its one-shot ~4.5). On a GB200 / GB300 tray its two-shot runs only
 on 4 GPUs at 4-16 MiB: fitted up to 4 MiB (one point), a bandwidth of its own took the point
 (8-16 MiB +21 / +43 % on the size hold-out's split); shared, 1.1 % (docs/calibration.md).
 

@@ -24,13 +24,14 @@ fenced at the end): `(n - 1) / n S` loaded and as much stored, `2 (n - 1) / n S`
 traffic through the same SMs and NVLink port, which AIC's tables show running at the one-shot's
 rate (B200: 655-684 GB/s by that count over 4-16 MiB on 4 and 8 GPUs, its one-shot's fit 585-670;
 H200: 313-320 against 325-368), so V2's fit gives both one `nvl_gbps` (`epsim.calibrate.allreduce`)
-and the two-shot its own fixed cost (B200: ~13 µs where the one-shot's is ~4.5). Under a CUDA graph its inputs are
-registered (`allocate_graph_capture_input`): no copy into the IPC buffer (an eager call copies
-in, and a two-shot copies back out). AIC's SGLang 0.5.9 / 0.5.10 tables show the legacy kernel,
-0.5.14's the V2 (its 16 MiB rows continue the custom kernels' line; 8 B200s' 4-8 MiB two-shot
-runs at 2.3-2.9 µs a MiB). Labelled by the legacy switch points, 4 B200s' 512 KiB-2 MiB
-one-shots (each moving `3 S`) were fitted as two-shots (`1.5 S`), and the rate they fixed priced
-the real two-shots at 4-16 MiB 26-29 % too slow. With `S` bytes on `n` GPUs:
+and the two-shot its own fixed cost (B200: ~12-13 µs at 4-8 GPUs where the one-shot's is ~4.5).
+Under a CUDA graph its inputs are registered (`allocate_graph_capture_input`): no copy into the
+IPC buffer (an eager call copies in, and a two-shot copies back out). AIC's SGLang 0.5.9 /
+0.5.10 tables show the legacy kernel, 0.5.14's the V2 (its 16 MiB rows continue the custom
+kernels' line; 8 B200s' 4-8 MiB two-shot runs at 2.3-2.9 µs a MiB). Labelled by the legacy
+switch points, 4 B200s' 512 KiB-2 MiB one-shots (each moving `3 S`) were fitted as two-shots
+(`1.5 S`), and the rate they fixed priced the real two-shots at 4-16 MiB 26-29 % too slow. With
+`S` bytes on `n` GPUs:
 
     oneshot   t = base_us + per_peer_us * H(n - 1) + per_block_us * b(S)
                   + (n - 1) * (S, or r(S) * 288 KiB past one round) / nvl_gbps * 1e-3
