@@ -30,7 +30,7 @@ IPC buffer (an eager call copies in, and a two-shot copies back out). AIC's SGLa
 0.5.10 tables show the legacy kernel, 0.5.14's the V2 (its 16 MiB rows continue the custom
 kernels' line; 8 B200s' 4-8 MiB two-shot runs at 2.3-2.9 µs a MiB). Labelled by the legacy
 switch points, 4 B200s' 512 KiB-2 MiB one-shots (each moving `3 S`) were fitted as two-shots
-(`1.5 S`), and the rate they fixed priced the real two-shots at 4-16 MiB 26-29 % too slow. With
+(`1.5 S`), and the rate they fixed priced the real two-shots at 4-8 MiB 26-29 % too slow. With
 `S` bytes on `n` GPUs:
 
     oneshot   t = base_us + per_peer_us * H(n - 1) + per_block_us * b(S)
