@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from epsim.calibrate.aic import import_source  # noqa: E402
 from epsim.calibrate.aic_tables import AIC_TO_ZOO, package_version, parse_source  # noqa: E402
 from epsim.calibrate.allreduce import fit_allreduce, points_from_records, predict_point  # noqa: E402
-from epsim.cost.allreduce import ring_us  # noqa: E402
+from epsim.cost.allreduce import is_sm100, ring_us  # noqa: E402
 from epsim.cost.record import is_nccl_allgather  # noqa: E402
 from epsim.spec.hardware import ClusterSpec  # noqa: E402
 
@@ -40,6 +40,7 @@ PAIRS = (("h200_sxm", "h100_sxm"), ("h100_sxm", "h200_sxm"), ("b200_sxm", "b300_
          ("b200_sxm", "h200_sxm"), ("h100_sxm", "b200_sxm"), ("h200_sxm", "gb200"),
          ("gb200", "h200_sxm"))
 BANDWIDTHS = ("nvl_gbps", "ll_gbps", "nvls_gbps")        # bounded by the NVLink datasheet
+KERNEL = ("kernel_generation", "sm100")    # the judged system's own kernel and GPU
 ALGORITHMS = ("oneshot", "twoshot", "nccl")
 
 
@@ -50,8 +51,8 @@ def system_data(system: str):
     records = import_source(source, tables).fit
     cluster = ClusterSpec(gpu=AIC_TO_ZOO[system])
     per_host = cluster.hardware.gpus_per_host or cluster.gpus_per_node_resolved
-    return cluster, points_from_records(records, per_host), [r for r in records
-                                                             if is_nccl_allgather(r)]
+    return cluster, points_from_records(records, per_host, is_sm100(cluster.hardware)), \
+        [r for r in records if is_nccl_allgather(r)]
 
 
 def carried(fit_a, fit_b, ratio: float, own_latency: bool):
@@ -59,7 +60,8 @@ def carried(fit_a, fit_b, ratio: float, own_latency: bool):
     out = {}
     for algo, params in fit_a.items():
         fixed = fit_b[algo] if own_latency else params
-        out[algo] = {k: (params[k] * ratio if k in BANDWIDTHS else fixed.get(k, v))
+        out[algo] = {k: (params[k] * ratio if k in BANDWIDTHS
+                         else fit_b[algo].get(k, v) if k in KERNEL else fixed.get(k, v))
                      for k, v in params.items()}
         if own_latency:          # a term B's fit found (NVLS) and A's did not stays out
             out[algo] = {k: v for k, v in out[algo].items() if k in params}

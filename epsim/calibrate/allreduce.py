@@ -34,6 +34,13 @@ LL128 (B200: 12 and 262 GB/s, where the whole table's Simple runs at 558): 16-12
 priced 50-66 % too slow on Blackwell. Bounded below, the two lines are LL / LL128 and Simple
 (B200: 274 and 450) and those hold-outs fall to 10-18 %; on whole tables the bound binds nowhere.
 
+CustomAllReduceV2 (SGLang 0.5.14 on; `epsim.cost.allreduce`) fuses its two-shot into one pass
+whose loads and stores run at its one-shot's rate: its points share one bandwidth column and
+keep the second-stage fixed columns (its fenced end barrier after stores to every peer: B200's
+two-shot costs ~12-13 µs fixed, its one-shot ~4.5). On a GB200 / GB300 tray its two-shot runs only
+on 4 GPUs at 4-16 MiB: fitted up to 4 MiB (one point), a bandwidth of its own took the point
+(8-16 MiB +21 / +43 % on the size hold-out's split); shared, 1.1 % (docs/calibration.md).
+
 Op tables only (ours, or aiconfigurator-core's `custom_allreduce_perf` and `nccl_perf`):
 end-to-end measurements never reach this module.
 """
@@ -48,8 +55,8 @@ from epsim.calibrate.fit import ComponentFit
 from epsim.calibrate.inputs import SourcedRecord
 
 from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, algorithm, allreduce_defaults,
-                                  allreduce_us, custom_features, nvls_features, ring_features,
-                                  ring_us)
+                                  allreduce_us, custom_features, is_sm100, nvls_features,
+                                  record_generation, ring_features, ring_us)
 from epsim.profile import GRAPH, component_key
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
@@ -69,34 +76,43 @@ class AllReducePoint:
         num_ranks: GPUs in the group (one node).
         latency_us: measured device time (µs).
         algorithm: "oneshot", "twoshot" or "nccl" (what ran it).
+        generation: the custom kernel's generation (`epsim.cost.allreduce.algorithm`; 1 for
+            NCCL's).
     """
 
     num_bytes: float
     num_ranks: int
     latency_us: float
     algorithm: str
+    generation: int = 1
 
 
-def record_point(record: MeasurementRecord, gpus_per_host: int) -> AllReducePoint | None:
+def record_point(record: MeasurementRecord, gpus_per_host: int,
+                 sm100: bool = False) -> AllReducePoint | None:
     """An all-reduce record (kind `allreduce` with `bytes`: the op tables' collectives,
     `epsim.calibrate.aic_comm`) as a point: NCCL's (`extra.kernel` "NCCL") as `nccl` at every
     size; SGLang's device-time one (a CUDA-graph capture) as the algorithm SGLang runs at its
-    size on hosts of `gpus_per_host` GPUs; None for any other record, and for SGLang's rows
-    beyond its custom kernel (SGLang calling NCCL) or timed eagerly."""
+    size on hosts of `gpus_per_host` GPUs (by its kernel generation, `record_generation`, on
+    an SM100 GPU or not); None for any other record, and for SGLang's rows beyond its custom
+    kernel (SGLang calling NCCL) or timed eagerly."""
     if record.kind != "allreduce" or record.bytes <= 0:
         return None
     if record.extra.get("kernel") == "NCCL":
         return AllReducePoint(record.bytes, record.ep_size, record.median_us, "nccl")
     if record.timing == "device":
-        algo = algorithm(record.bytes, record.ep_size, -(-record.ep_size // gpus_per_host))
+        generation = record_generation(record)
+        algo = algorithm(record.bytes, record.ep_size, -(-record.ep_size // gpus_per_host),
+                         generation, sm100)
         if algo != "nccl":
-            return AllReducePoint(record.bytes, record.ep_size, record.median_us, algo)
+            return AllReducePoint(record.bytes, record.ep_size, record.median_us, algo,
+                                  generation)
     return None
 
 
-def points_from_records(records: list[MeasurementRecord], gpus_per_host: int) -> list[AllReducePoint]:
+def points_from_records(records: list[MeasurementRecord], gpus_per_host: int,
+                        sm100: bool = False) -> list[AllReducePoint]:
     """The all-reduce points among `records` (`record_point`), in order."""
-    points = (record_point(r, gpus_per_host) for r in records)
+    points = (record_point(r, gpus_per_host, sm100) for r in records)
     return [p for p in points if p is not None]
 
 
@@ -180,28 +196,45 @@ def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, float]
     return out
 
 
-def _fit_custom(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, dict[str, float]]:
+def _fit_custom(points: list[AllReducePoint], nvl_gbps: float,
+                sm100: bool = False) -> dict[str, dict[str, float]]:
     """{algorithm: coefficients} of the custom kernels fitted together (module doc): columns
     (1, n - 1, the two-shot's second stage: 1 and n - 1, blocks, one-shot KB, two-shot KB), the
     launch, barrier and block terms shared (a two-shot's `base_us` and `per_peer_us` are the one-shot's plus
-    its second stage's); an algorithm without points keeps its datasheet bandwidth."""
+    its second stage's); an algorithm without points keeps its datasheet bandwidth
+    (CustomAllReduceV2's points: one KB column, one bandwidth for both). Both carry
+    the kernel the points ran (`kernel_generation`, and `sm100`: its switch points,
+    `epsim.cost.allreduce.algorithm`).
+
+    Raises:
+        ValueError: points of two kernel generations (one kernel, one fit)."""
     from scipy.optimize import lsq_linear       # scipy waits for the all-reduce fit
+    generations = sorted({p.generation for p in points})
+    if len(generations) > 1:
+        raise ValueError(f"custom all-reduce points' generations ({generations}) must be one; "
+                         f"fit one framework version's records at a time")
+    shared = generations[0] == 2        # V2: one bandwidth for both (module doc)
     rows = np.zeros((len(points), 7))
     for i, p in enumerate(points):
         one, peers, blocks, kb = custom_features(p.num_bytes, p.num_ranks, p.algorithm)
         two = p.algorithm == "twoshot"
         rows[i, :5] = one, peers, float(two), float(two) * peers, blocks
-        rows[i, 5 + two] = kb
+        rows[i, 5 + (two and not shared)] = kb
     us = np.array([p.latency_us for p in points])
     weight = 1.0 / np.sqrt(us)
-    lower = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0 / nvl_gbps, 1.0 / nvl_gbps])
+    cols = [0, 1, 2, 3, 4, 5] if shared else list(range(7))
+    lower = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0 / nvl_gbps, 1.0 / nvl_gbps])[cols]
     with np.errstate(invalid="ignore"):         # one GPU count: collinear columns (`_solve`)
-        x = lsq_linear(rows * weight[:, None], us * weight, bounds=(lower, np.full(7, np.inf))).x
+        x = lsq_linear(rows[:, cols] * weight[:, None], us * weight,
+                       bounds=(lower, np.full(len(cols), np.inf))).x
     seen = {p.algorithm for p in points}
     return {algo: {"base_us": float(x[0] + (x[2] if algo == "twoshot" else 0.0)),
                    "per_peer_us": float(x[1] + (x[3] if algo == "twoshot" else 0.0)),
                    "per_block_us": float(x[4]),
-                   **({"nvl_gbps": float(1.0 / x[5 + i])} if algo in seen else {})}
+                   **({"nvl_gbps": float(1.0 / x[5 + i * (not shared)])}
+                      if algo in seen or (shared and seen) else {}),
+                   **({"kernel_generation": float(generations[0]), "sm100": float(sm100)}
+                      if generations[0] != 1 else {})}
             for i, algo in enumerate(CUSTOM)}
 
 
@@ -226,7 +259,7 @@ def fit_allreduce(points: list[AllReducePoint], cluster: ClusterSpec) -> dict[st
     out = {algo: dict(values) for algo, values in allreduce_defaults(cluster).items()}
     custom = [p for p in points if p.algorithm in CUSTOM]
     if len(custom) >= MIN_POINTS:
-        for algo, values in _fit_custom(custom, nvl).items():
+        for algo, values in _fit_custom(custom, nvl, is_sm100(cluster.hardware)).items():
             out[algo].update(values)
     nccl = [p for p in points if p.algorithm == "nccl"]
     if len(nccl) >= MIN_POINTS:
@@ -248,7 +281,8 @@ def fit_allreduce_records(records: list[SourcedRecord], cluster: ClusterSpec
     records among `records` (`record_point`), each with the records it was fitted on; an
     algorithm with fewer than `MIN_POINTS` of them (custom: together) gets none."""
     hw = cluster.hardware
-    pairs = [(s, record_point(s.record, hw.gpus_per_host or cluster.gpus_per_node_resolved))
+    pairs = [(s, record_point(s.record, hw.gpus_per_host or cluster.gpus_per_node_resolved,
+                              is_sm100(hw)))
              for s in records]
     pairs = [(s, p) for s, p in pairs if p is not None]
     params = fit_allreduce([p for _, p in pairs], cluster)

@@ -10,12 +10,33 @@ line, 20.6 / 31.4 / 36.2 µs on 2 / 4 / 8 B200s, half of nccl-tests' 41.2 / 85.1
 NCCL. The custom kernel is
 one-shot (every GPU reads every peer's whole buffer and reduces it) on 2 GPUs, under 512 KiB
 on up to 4 and under 256 KiB on up to 8, else two-shot (reduce-scatter then all-gather through
-peer reads). With `S` bytes on `n` GPUs:
+peer reads). That is the legacy kernel (generation 1, `algorithm`). From SGLang 0.5.14 on
+(the first of AIC's tables to run it) CUDA runs CustomAllReduceV2 by default
+(`SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2`, `sglang/jit_kernel/csrc/distributed/
+custom_all_reduce_{push,pull}.cuh`; generation 2, `kernel_generation`): a 16 MiB pull buffer
+(inclusive) and switch points tuned per architecture (`custom_all_reduce_v2.py`,
+`THRESHOLD_2_SHOT_MAP`, inclusive): one-shot (a push below, a pull on 2 GPUs above 4 MiB) on 2
+GPUs at every size, on SM100 up to 2 MiB on 4 GPUs, 1 MiB on 6, 720 KiB on 8; elsewhere (tuned
+on H200) up to 384 KiB, 192 KiB, 160 KiB; two-shot above. Its two-shot is one fused pass
+("fuse the reduce-scatter and broadcast"): each GPU loads its `S / n` part from every peer,
+reduces it and stores the sum into every peer's buffer under the same two barriers (start, and
+fenced at the end): `(n - 1) / n S` loaded and as much stored, `2 (n - 1) / n S` of remote
+traffic through the same SMs and NVLink port, which AIC's tables show running at the one-shot's
+rate (B200: 655-684 GB/s by that count over 4-16 MiB on 4 and 8 GPUs, its one-shot's fit 585-670;
+H200: 313-320 against 325-368), so V2's fit gives both one `nvl_gbps` (`epsim.calibrate.allreduce`)
+and the two-shot its own fixed cost (B200: ~12-13 µs at 4-8 GPUs where the one-shot's is ~4.5).
+Under a CUDA graph its inputs are registered (`allocate_graph_capture_input`): no copy into the
+IPC buffer (an eager call copies in, and a two-shot copies back out). AIC's SGLang 0.5.9 /
+0.5.10 tables show the legacy kernel, 0.5.14's the V2 (its 16 MiB rows continue the custom
+kernels' line; 8 B200s' 4-8 MiB two-shot runs at 2.3-2.9 µs a MiB). Labelled by the legacy
+switch points, 4 B200s' 512 KiB-2 MiB one-shots (each moving `3 S`) were fitted as two-shots
+(`1.5 S`), and the rate they fixed priced the real two-shots at 4-8 MiB 26-29 % too slow. With
+`S` bytes on `n` GPUs:
 
     oneshot   t = base_us + per_peer_us * H(n - 1) + per_block_us * b(S)
                   + (n - 1) * (S, or r(S) * 288 KiB past one round) / nvl_gbps * 1e-3
     twoshot   t = base_us + per_peer_us * H(n - 1) + per_block_us * b(S)
-                  + 2 (n - 1) / n * S / nvl_gbps * 1e-3
+                  + 2 (n - 1) / n * S / nvl_gbps * 1e-3       (V2: the one-shot's nvl_gbps)
     nccl      t = min over its two protocols p of
                   base_us_p + hop_us_p * 2 (n - 1) + 2 (n - 1) / n * S / gbps_p * 1e-3
               and, within one NVLink domain where a fit found it, NVLS:
@@ -61,9 +82,14 @@ NVLink's 450 per direction, which no ring reaches. Its line has a larger fixed c
 Hopper) and no per-hop term. The datasheet has no figure for it: a cluster without a fitted
 `nvls_gbps` prices the ring alone.
 
+The launch ramp and whole rounds below are the legacy kernel's (36 blocks); V2 launches up to
+one block an SM (512 threads each), kept on the same columns (not modelled apart).
+
 Coefficients: `any/allreduce/graph/<algorithm>` in a profile (fitted by
 `epsim.calibrate.allreduce` on op tables: aiconfigurator-core's `custom_allreduce_perf` and
-`nccl_perf`), else the datasheet defaults below.
+`nccl_perf`), else the datasheet defaults below. A fit on V2 records writes
+`kernel_generation` 2 (and `sm100`, the GPU it was fitted on) beside the custom kernels'
+coefficients; a profile without them prices the legacy kernel, as it was fitted.
 """
 
 from __future__ import annotations
@@ -76,6 +102,13 @@ ALGORITHMS = ("oneshot", "twoshot", "nccl")
 CUSTOM_MAX_BYTES = 8 * 2**20          # SGLang's custom all-reduce buffer (8 MiB, inclusive)
 CUSTOM_WORLD_SIZES = (2, 4, 6, 8)     # group sizes its kernels are built for
 ONESHOT_MAX_BYTES = {4: 512 * 2**10, 8: 256 * 2**10}    # up to 4 GPUs / up to 8 GPUs
+# CustomAllReduceV2 (SGLang's JIT kernel, its CUDA default from 0.5.14 on; module doc)
+V2_FIRST_SGLANG = "0.5.14"            # the first SGLang of AIC's tables that runs it
+V2_MAX_BYTES = 16 * 2**20             # its pull buffer (`max_pull_size`, 16 MiB, inclusive)
+# the largest one-shot by GPU count (`THRESHOLD_2_SHOT_MAP`: push, and pull on 2 GPUs;
+# inclusive), on SM100 (B200, B300, GB200, GB300) and elsewhere (tuned on H200)
+V2_ONESHOT_MAX_BYTES = {True: {2: V2_MAX_BYTES, 4: 2 * 2**20, 6: 2**20, 8: 720 * 2**10},
+                        False: {2: V2_MAX_BYTES, 4: 384 * 2**10, 6: 192 * 2**10, 8: 160 * 2**10}}
 CUSTOM_THREADS = 512                  # threads a block (sgl-kernel's default launch)
 CUSTOM_MAX_BLOCKS = 36                # its block_limit (kMaxBlocks)
 PACK_BYTES = 16                       # one packed load / store (8 BF16 values)
@@ -91,15 +124,56 @@ NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_g
                "rdma_gbps", "nvls_base_us", "nvls_gbps")      # NVLS: where a fit found it
 
 
-def algorithm(num_bytes: float, num_ranks: int, num_hosts: int) -> str:
+def algorithm(num_bytes: float, num_ranks: int, num_hosts: int, generation: int = 1,
+              sm100: bool = False) -> str:
     """The all-reduce SGLang runs for one message of `num_bytes` on `num_ranks` GPUs spread
-    over `num_hosts` hosts."""
+    over `num_hosts` hosts, by its custom kernel's `generation` (1: sgl-kernel's port of vLLM's,
+    2: CustomAllReduceV2, whose switch points depend on `sm100`; `kernel_generation`)."""
+    if generation == 2:
+        if num_hosts > 1 or num_ranks not in CUSTOM_WORLD_SIZES or num_bytes > V2_MAX_BYTES:
+            return "nccl"
+        return "oneshot" if num_bytes <= V2_ONESHOT_MAX_BYTES[sm100][num_ranks] else "twoshot"
     if num_hosts > 1 or num_ranks not in CUSTOM_WORLD_SIZES or num_bytes > CUSTOM_MAX_BYTES:
         return "nccl"
     if num_ranks == 2:
         return "oneshot"
     limit = ONESHOT_MAX_BYTES[4] if num_ranks <= 4 else ONESHOT_MAX_BYTES[8]
     return "oneshot" if num_bytes < limit else "twoshot"
+
+
+def kernel_generation(framework: str, framework_version: str) -> int:
+    """The custom all-reduce generation a framework version runs (`algorithm`): 2 for SGLang
+    from `V2_FIRST_SGLANG` on (`SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2` defaults to true), else
+    1 (older SGLang, an unnamed version, another framework)."""
+    from packaging.version import InvalidVersion, Version
+    if framework.lower() != "sglang":
+        return 1
+    try:
+        return 2 if Version(framework_version) >= Version(V2_FIRST_SGLANG) else 1
+    except InvalidVersion:
+        return 1
+
+
+def record_generation(record) -> int:
+    """The custom kernel generation an SGLang all-reduce record (`MeasurementRecord`) ran: by
+    the framework and version its provenance names (`kernel_generation`; none named: 1)."""
+    prov = record.provenance
+    return kernel_generation(str(getattr(prov, "framework", "") or ""),
+                             str(getattr(prov, "framework_version", "") or ""))
+
+
+def is_sm100(hardware) -> bool:
+    """Whether a zoo GPU (`HardwareSpec`) is SM100 (Blackwell: B200, B300, GB200, GB300), the
+    GPUs CustomAllReduceV2 tunes apart (SGLang's `is_sm100_supported`): in the zoo, the GPUs
+    with FP4 tensor cores."""
+    return hardware is not None and hardware.fp4_tflops is not None
+
+
+def custom_kernel(params: dict[str, dict[str, float]]) -> tuple[int, bool]:
+    """(generation, sm100) of the custom kernel a profile's all-reduce coefficients were fitted
+    on (their `kernel_generation` and `sm100`; a profile fitted before them: 1, False)."""
+    p = params.get("twoshot") or params.get("oneshot") or {}
+    return int(p.get("kernel_generation", 1)), bool(p.get("sm100", 0.0))
 
 
 def allreduce_defaults(cluster: ClusterSpec) -> dict[str, dict[str, float]]:
@@ -116,7 +190,8 @@ def allreduce_defaults(cluster: ClusterSpec) -> dict[str, dict[str, float]]:
 
 def moved_bytes(num_bytes, num_ranks: int, algo: str, passes: int = 2):
     """Bytes each GPU moves over its busiest link: a one-shot reads every peer's buffer, a
-    two-shot and a ring move `passes (n-1)/n` of the message."""
+    two-shot and a ring move `passes (n-1)/n` of the message (CustomAllReduceV2's fused
+    two-shot: its loads and its stores, two)."""
     if algo == "oneshot":
         return (num_ranks - 1) * np.asarray(num_bytes, dtype=np.float64)
     return passes * (num_ranks - 1) / num_ranks * np.asarray(num_bytes, dtype=np.float64)
@@ -191,7 +266,8 @@ def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
 
 
 def allreduce_us(num_bytes: float, num_ranks: int, num_nodes: int,
-                 params: dict[str, dict[str, float]], num_hosts: int | None = None) -> float:
+                 params: dict[str, dict[str, float]], num_hosts: int | None = None,
+                 sm100: bool | None = None) -> float:
     """Device time of one all-reduce of `num_bytes` on `num_ranks` GPUs by the algorithm SGLang
     picks (`algorithm`), µs; 0 on one GPU.
 
@@ -199,10 +275,15 @@ def allreduce_us(num_bytes: float, num_ranks: int, num_nodes: int,
         num_nodes: NVLink domains the group spans (NCCL's ring crosses the NIC between them).
         params: {algorithm: its coefficients} (`allreduce_defaults` over a profile's fits).
         num_hosts: hosts the group spans (None: `num_nodes`; a GB200 / GB300 host is 4 GPUs).
+        sm100: whether the priced GPU is SM100 (`is_sm100`; None: the GPU the coefficients
+            were fitted on, `custom_kernel`): CustomAllReduceV2's switch points.
     """
     if num_ranks <= 1 or num_bytes <= 0:
         return 0.0
-    algo = algorithm(num_bytes, num_ranks, num_nodes if num_hosts is None else num_hosts)
+    generation, fitted_sm100 = custom_kernel(params)
+    sm100 = fitted_sm100 if sm100 is None else sm100
+    algo = algorithm(num_bytes, num_ranks, num_nodes if num_hosts is None else num_hosts,
+                     generation, sm100)
     if algo == "nccl":
         return float(ring_us(num_bytes, num_ranks, num_nodes, params["nccl"]))
     p = params[algo]

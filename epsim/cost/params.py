@@ -192,12 +192,15 @@ class TPCollectiveParams:
         host_us: host overhead an eager step adds per collective (`any/allreduce/host`, else 0).
         gpus_per_node, gpus_per_host: the NVLink domain and the host a GPU sits in (custom
             all-reduce stays within a host; NCCL's ring crosses the NIC between domains).
+        sm100: the GPU is SM100 (`epsim.cost.allreduce.is_sm100`: CustomAllReduceV2's switch
+            points).
     """
 
     allreduce: Mapping[str, Coefficients]
     host_us: float
     gpus_per_node: int
     gpus_per_host: int
+    sm100: bool = False
 
 
 @dataclass(frozen=True)

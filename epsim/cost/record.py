@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
-from epsim.cost.allreduce import allreduce_defaults, allreduce_us, ring_us
+from epsim.cost.allreduce import allreduce_defaults, allreduce_us, is_sm100, ring_us
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (check_backend, chunked, collective_defaults, collective_features,
@@ -137,7 +137,8 @@ def allreduce_record_us(record: MeasurementRecord, profile: Profile) -> float:
     if record.extra.get("kernel") == "NCCL":
         return float(ring_us(num_bytes, record.ep_size, nodes, params["nccl"]))
     per_host = cluster.hardware.gpus_per_host or cluster.gpus_per_node_resolved
-    us = allreduce_us(num_bytes, record.ep_size, nodes, params, -(-record.ep_size // per_host))
+    us = allreduce_us(num_bytes, record.ep_size, nodes, params, -(-record.ep_size // per_host),
+                      is_sm100(cluster.hardware))
     if record.timing == "eager":
         us += profile.params("any", "allreduce", "host", defaults={"base_us": 0.0})["base_us"]
     return us

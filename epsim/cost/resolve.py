@@ -15,7 +15,7 @@ import numpy as np
 
 from epsim import vocab
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
-from epsim.cost.allreduce import allreduce_defaults
+from epsim.cost.allreduce import allreduce_defaults, is_sm100
 from epsim.cost.attention import attention_defaults, attention_heads, overhead_defaults
 from epsim.cost.attention_ops import (DEFAULT_ENGINE, ENGINES, FP8_BMM_FORMATS,
                                       attention_ops_defaults, block_ops)
@@ -336,7 +336,8 @@ class _Resolver:
         host = self.coefficients("any", "allreduce", "host", {"base_us": 0.0})["base_us"]
         per_node = c.gpus_per_node_resolved
         return TPCollectiveParams(MappingProxyType(algos), host, per_node,
-                                  min(c.hardware.gpus_per_host or per_node, per_node))
+                                  min(c.hardware.gpus_per_host or per_node, per_node),
+                                  is_sm100(c.hardware))
 
     def _steps(self, modes: tuple[str, ...],
                dedup: dict[str, str]) -> dict[bool, StepKindParams]:

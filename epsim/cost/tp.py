@@ -67,7 +67,7 @@ def tp_allreduce_us(num_bytes: float, num_gpus: int, params: CostParams, graph: 
         return 0.0
     tp = params.tp_collectives
     nodes, hosts = _span(params, num_gpus)
-    t = allreduce_us(num_bytes, num_gpus, nodes, tp.allreduce, hosts)
+    t = allreduce_us(num_bytes, num_gpus, nodes, tp.allreduce, hosts, tp.sm100)
     return t if graph else t + tp.host_us
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from epsim.calibrate.build import evaluation_profile, fit_records
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord, load_records, merge_passes
-from epsim.cost.allreduce import algorithm
+from epsim.cost.allreduce import algorithm, is_sm100, record_generation
 from epsim.cost.record import predict_record, record_kind
 from epsim.errors import EpsimError
 from epsim.cost.record_kernels import KERNEL_KINDS
@@ -146,12 +146,14 @@ def component_label(record) -> str:
 
 def allreduce_algorithm(record) -> str:
     """The algorithm an `allreduce` record timed: "nccl" for an nccl-tests row, else the one
-    SGLang runs at its size and GPU count on its GPU's hosts (`epsim.cost.allreduce`)."""
+    SGLang runs at its size and GPU count on its GPU's hosts, by the custom kernel its version
+    runs (`epsim.cost.allreduce`)."""
     if record.extra.get("kernel") == "NCCL":
         return "nccl"
     hw = get_hardware(record.provenance.hardware) if record.provenance.hardware else None
     per_host = (hw.gpus_per_host or hw.gpus_per_node) if hw else record.ep_size
-    return algorithm(record.bytes, record.ep_size, -(-record.ep_size // per_host))
+    return algorithm(record.bytes, record.ep_size, -(-record.ep_size // per_host),
+                     record_generation(record), is_sm100(hw))
 
 
 def _x(record, axis: str) -> float:

@@ -12,7 +12,8 @@ import pytest
 
 from epsim.calibrate.allreduce import AllReducePoint, fit_allreduce
 from epsim.cost.allreduce import (algorithm, allreduce_defaults, allreduce_us, barrier_peers,
-                                  custom_blocks, custom_features, ring_features, ring_us)
+                                  custom_blocks, custom_features, kernel_generation, ring_features,
+                                  ring_us)
 from epsim.spec.hardware import ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,6 +31,70 @@ def test_sglang_picks_the_algorithm_by_group_and_size():
     assert [algorithm(s, 8, 1) for s in (128 * KIB, 256 * KIB)] == ["oneshot", "twoshot"]
     assert algorithm(1 * KIB, 16, 2) == "nccl" and algorithm(1 * KIB, 8, 2) == "nccl"
     assert algorithm(1 * KIB, 3, 1) == "nccl"
+
+
+def test_custom_all_reduce_v2_switches_where_its_source_says():
+    """SGLang 0.5.14's CustomAllReduceV2 (`THRESHOLD_2_SHOT_MAP`, inclusive): on SM100 one-shots
+    up to 2 MiB on 4 GPUs and 720 KiB on 8, on Hopper up to 384 KiB and 160 KiB, on 2 GPUs
+    always; its 16 MiB pull buffer, inclusive, then NCCL; across hosts NCCL."""
+    v2 = {"generation": 2}
+    assert algorithm(2 * MIB, 4, 1, **v2, sm100=True) == "oneshot"
+    assert algorithm(2 * MIB + 16, 4, 1, **v2, sm100=True) == "twoshot"
+    assert algorithm(720 * KIB, 8, 1, **v2, sm100=True) == "oneshot"
+    assert algorithm(1 * MIB, 8, 1, **v2, sm100=True) == "twoshot"
+    assert algorithm(384 * KIB, 4, 1, **v2, sm100=False) == "oneshot"
+    assert algorithm(512 * KIB, 4, 1, **v2, sm100=False) == "twoshot"
+    assert algorithm(160 * KIB, 8, 1, **v2, sm100=False) == "oneshot"
+    assert algorithm(256 * KIB, 8, 1, **v2, sm100=False) == "twoshot"
+    assert algorithm(16 * MIB, 2, 1, **v2) == "oneshot" and algorithm(16 * MIB, 8, 1, **v2) == "twoshot"
+    assert algorithm(16 * MIB + 16, 4, 1, **v2) == "nccl" and algorithm(1 * KIB, 8, 2, **v2) == "nccl"
+    # the legacy kernel at the same sizes: two-shot from 512 KiB on 4 GPUs, NCCL past 8 MiB
+    assert algorithm(1 * MIB, 4, 1) == "twoshot" and algorithm(16 * MIB, 2, 1) == "nccl"
+
+
+def test_the_kernel_generation_follows_the_sglang_version():
+    assert kernel_generation("SGLang", "0.5.14") == 2 and kernel_generation("sglang", "0.5.16") == 2
+    assert kernel_generation("SGLang", "0.5.10") == 1 and kernel_generation("SGLang", "0.5.6.post2") == 1
+    assert kernel_generation("vLLM", "0.24.0") == 1 and kernel_generation("SGLang", "") == 1
+
+
+def test_a_v2_fit_carries_its_kernel_into_the_prices():
+    """Points of SGLang's V2 kernel on B200 fit coefficients that name the kernel (generation 2,
+    SM100), with one bandwidth for its one-shot and its fused two-shot and the two-shot's own
+    fixed cost, recovered; `allreduce_us` prices with its switch points (1 MiB on 4 B200s is a
+    one-shot) and the priced GPU's (`sm100`). Points of two generations are refused."""
+    b200 = ClusterSpec(gpu="B200")
+    truth = allreduce_defaults(b200)
+    kernel = {"kernel_generation": 2.0, "sm100": 1.0}
+    truth["oneshot"].update(base_us=3.0, per_peer_us=0.5, per_block_us=0.02, nvl_gbps=650.0,
+                            **kernel)
+    truth["twoshot"].update(base_us=9.0, per_peer_us=0.9, per_block_us=0.02, nvl_gbps=650.0,
+                            **kernel)
+    points = []
+    for n in (2, 4, 8):
+        for s in [2.0**k for k in range(8, 25)]:
+            algo = algorithm(s, n, 1, 2, True)
+            if algo != "nccl":
+                points.append(AllReducePoint(s, n, allreduce_us(s, n, 1, truth), algo, 2))
+    assert {p.algorithm for p in points if p.num_ranks == 4 and p.num_bytes == MIB} == {"oneshot"}
+    # a GB200 tray's two-shot: 4 GPUs alone, one point up to 4 MiB; the shared bandwidth holds it
+    fitted = fit_allreduce([p for p in points if p.algorithm == "oneshot"
+                            or (p.num_ranks == 4 and p.num_bytes <= 4 * MIB)], b200)
+    for algo in ("oneshot", "twoshot"):
+        assert fitted[algo]["kernel_generation"] == 2.0 and fitted[algo]["sm100"] == 1.0
+        assert fitted[algo]["nvl_gbps"] == pytest.approx(650.0, rel=1e-3)
+    for name in ("base_us", "per_peer_us", "per_block_us"):
+        assert fitted["oneshot"][name] == pytest.approx(truth["oneshot"][name], rel=1e-3), name
+    # one GPU count: the two-shot's fixed and per-peer terms only together (its price)
+    assert allreduce_us(16 * MIB, 4, 1, fitted) == pytest.approx(allreduce_us(16 * MIB, 4, 1, truth),
+                                                                 rel=1e-3)
+    row = custom_features(MIB, 4, "oneshot")
+    assert allreduce_us(MIB, 4, 1, fitted) == pytest.approx(float(row @ np.array(
+        [3.0, 0.5, 0.02, 1 / 650.0])), rel=1e-3)
+    # the same coefficients on a Hopper GPU switch at 384 KiB: 1 MiB on 4 GPUs is a two-shot
+    assert allreduce_us(MIB, 4, 1, fitted, sm100=False) > allreduce_us(MIB, 4, 1, fitted)
+    with pytest.raises(ValueError, match=r"generations \(\[1, 2\]\) must be one"):
+        fit_allreduce(points + [AllReducePoint(MIB, 4, 20.0, "twoshot")], b200)
 
 
 def test_gb200_groups_beyond_a_tray_run_nccl():
@@ -225,10 +290,13 @@ def test_points_from_the_importers_records():
     nccl = [p for p in points if p.algorithm == "nccl"]
     custom = [p for p in points if p.algorithm != "nccl"]
     assert len(nccl) == sum(r.extra.get("kernel") == "NCCL" for r in records) > 0
-    assert custom and all(p.num_bytes <= 8 * MIB and algorithm(p.num_bytes, p.num_ranks, 1)
+    # the fixture's current SGLang (0.5.14) runs CustomAllReduceV2: 16 MiB buffer, Hopper's
+    # switch points
+    assert {p.generation for p in custom} == {2}
+    assert custom and all(p.num_bytes <= 16 * MIB and algorithm(p.num_bytes, p.num_ranks, 1, 2)
                           == p.algorithm for p in custom)
     device = [r for r in records if r.timing == "device"]
-    assert len(custom) == sum(r.bytes <= 8 * MIB and r.ep_size in (2, 4, 6, 8) for r in device)
+    assert len(custom) == sum(r.bytes <= 16 * MIB and r.ep_size in (2, 4, 6, 8) for r in device)
 
 
 @pytest.fixture(scope="module")
@@ -244,15 +312,16 @@ def aic_holdout():
 def test_size_hold_out_on_the_fixture(aic_holdout, tmp_path):
     """The fixture's all-reduces through the importer, `epsim calibrate`'s fit and
     `epsim validate`'s judge: the size axis judges the top two octaves of each (algorithm, GPU
-    count); the model is within 10 % on NCCL and beats both baselines there. The two-shot's
-    octaves are 4-8 MiB (SGLang runs its custom kernel up to and including its 8 MiB buffer),
-    fitted up to 2 MiB: 12.3 % off, where log-log's straight line is 4.1 (its 8 MiB takes
-    7.4 µs a MiB against 6.3-6.4 from 1 to 4 MiB, a rise no fixed-plus-per-byte line
-    continues; docs/calibration.md). The fixture's one-shot is fitted on 8 GPUs up to 32 KiB
-    alone, where the block ramp and the bandwidth are one column (`epsim.cost.allreduce`) and
-    the two-shots' full grids set the shared ramp: its two judged points (64 and 128 KiB) are
-    12.5 % off, against log-log's 4.2; on the whole tables (2, 4 and 8 GPUs, fitted up to
-    1 MiB) it is within 3.7-8.2 % on every system (benchmarks/results/aic_holdout.md)."""
+    count); the model is within 10 % on NCCL and beats both baselines there. The fixture is
+    SGLang 0.5.14 on 8 H200s: CustomAllReduceV2, one-shot up to 160 KiB, two-shot above up to its
+    16 MiB buffer. The two-shot's octaves are 8-16 MiB, fitted up to 4 MiB: 8.8 % off (-11 / -6
+    %; it was 12.3 judged at 4-8 MiB under the legacy kernel's labels), where log-log's straight
+    line is 2.4. The one-shot is fitted on 8 GPUs up to 32 KiB alone, where the block ramp and
+    the bandwidth are one column (`epsim.cost.allreduce`) and V2's two-shot, sharing its
+    bandwidth, sets the rate: its two judged points (64 and 128 KiB) are 20.7 % off (+17 / +25
+    %; 12.5 with a bandwidth of the two-shot's own), against log-log's 4.2; on the whole tables
+    (2, 4 and 8 GPUs) it is within 4.0-10.0 % on every system (benchmarks/results/aic_holdout.md;
+    H200 8.2 -> 4.0 with the shared bandwidth)."""
     from epsim.calibrate.aic import import_source, write_records_gz
     from epsim.calibrate.aic_tables import parse_source
     from epsim.calibrate.inputs import load_records
@@ -275,8 +344,8 @@ def test_size_hold_out_on_the_fixture(aic_holdout, tmp_path):
     assert {"none/allreduce nccl", "none+graph/allreduce oneshot",
             "none+graph/allreduce twoshot"} <= set(rows)
     assert all(r.model_mape <= 10.0 for c, r in rows.items() if "nccl" in c), rows
-    assert rows["none+graph/allreduce oneshot"].model_mape <= 13.0, rows
-    assert rows["none+graph/allreduce twoshot"].model_mape <= 13.0, rows
+    assert rows["none+graph/allreduce oneshot"].model_mape <= 22.0, rows
+    assert rows["none+graph/allreduce twoshot"].model_mape <= 10.0, rows
     assert rows["none/allreduce nccl"].beats_both
 
 
