@@ -153,3 +153,15 @@ def test_one_mla_kv_split_needs_an_mla_model_on_sm100(tmp_path, capsys, model, g
     err = _err(capsys)
     assert err.startswith(f"epsim simulate: error: {path}: deployment.mla_kv_splits ('one'")
     assert f"on {gpu}" in err
+
+
+def test_max_prefill_tokens_at_zero_is_one_line_and_at_one_runs(tmp_path, capsys):
+    """`deployment.max_prefill_tokens` (SGLang's input budget): 0 is refused naming the field; 1,
+    its legal edge, still runs (the first request of a batch always joins, `chunked_prefill.chunk`)."""
+    assert main(["simulate", _scenario(tmp_path, deployment={"max_prefill_tokens": 0})]) == 2
+    assert _err(capsys).endswith("deployment.max_prefill_tokens (0) must be > 0")
+    path = _scenario(tmp_path, deployment={"max_prefill_tokens": 1},
+                     workload={"duration_s": 2, "warmup_s": 0.5})
+    assert main(["simulate", path, "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["ttft_ms"]["count"] > 0 and summary["ttft_ms"]["p50"] > 0
