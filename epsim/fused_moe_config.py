@@ -32,6 +32,27 @@ one fit-side row past M > E (1024 tokens, 44 rows an expert) streams the weights
 where every default-tile H100 shape at its first M > E streams 1.92-2.29 TB/s and the tuned
 E 128 shapes at 1024 tokens 2.33-2.39 (`aic:h100_sxm/sglang` 0.5.14). On the H200
 the same row streams 2.29 TB/s, at the foot of the default's 2.38-2.72: left on the default.
+
+`TUNED_TILES`: the BLOCK_SIZE_M / BLOCK_SIZE_N a tuned JSON gives per M, where the JSON is
+readable here (kernel configuration, not measurements): SGLang takes the entry whose key is
+nearest M (`configs[min(configs, key=lambda x: abs(x - M))]`), so past its last key the last
+entry runs. Its tile sets the work's feed per FLOP (`epsim.cost.experts.ExpertGemm.feed_ratio`):
+the tuned shapes switch to larger tiles past 1024 tokens, which the tokens hold-out's fit rows
+cannot show. Sources, sgl-project/sglang `python/sglang/srt/layers/moe/moe_runner/triton_utils/
+configs/` (SGLang looks in its Triton's own folder first, then the others newest first):
+
+- H100 E 128 N 768: `triton_3_2_0/E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json` (008b79d2;
+  the same entries as the fork xbfs/sglang's copy under the older `fused_moe_triton/configs/`).
+- H100 E 128 N 704: `triton_3_5_1/E=128,N=704,device_name=NVIDIA_H100_80GB_HBM3.json` (9a0575a4).
+- B200 E 128 N 704: `triton_3_5_1/E=128,N=704,device_name=NVIDIA_B200.json` (40f33cd9).
+- H200 E 128 N 704: `triton_3_6_0/E=128,N=704,device_name=NVIDIA_H200.json` (c7fdf81f; last key
+  1024, so 64 x 128 at every larger M).
+- H100 E 512 N 2688: `triton_3_5_1/E=512,N=2688,device_name=NVIDIA_H100_80GB_HBM3.json` (under
+  `fused_moe_triton/configs/`, e3cf616c).
+
+Not readable here, so priced at the kernel model's reference tile as before: the H200's E 128
+N 768 (a `triton_3_6_0` file was added upstream in 2026-07, #30866; which one SGLang 0.5.14
+loads is not settled here) and Mixtral's E 8 N 14336.
 """
 
 from __future__ import annotations
@@ -44,6 +65,51 @@ TUNED_BF16 = {
     "H100": frozenset({(128, 768), (128, 704), (512, 2688)}),
     "B200": frozenset({(128, 704)}),
 }
+
+# (gpu, num_experts, N) -> ((M key, BLOCK_SIZE_M, BLOCK_SIZE_N), ...) of a readable tuned JSON
+TUNED_TILES = {
+    ("H100", 128, 768): ((1, 16, 64), (2, 16, 64), (4, 16, 64), (8, 16, 128), (16, 16, 128),
+                         (24, 16, 64), (32, 16, 128), (48, 16, 128), (64, 16, 256), (96, 16, 128),
+                         (128, 16, 128), (256, 32, 256), (512, 64, 128), (1024, 64, 128),
+                         (1536, 128, 256), (2048, 128, 256), (3072, 128, 256), (4096, 128, 256)),
+    ("H100", 128, 704): ((1, 16, 32), (2, 16, 32), (4, 16, 32), (8, 16, 64), (16, 16, 32),
+                         (24, 16, 32), (32, 16, 32), (48, 16, 32), (64, 32, 32), (96, 16, 64),
+                         (128, 16, 64), (256, 32, 64), (512, 64, 64), (1024, 128, 256),
+                         (1536, 128, 256), (2048, 128, 256), (3072, 128, 256), (4096, 128, 256)),
+    ("B200", 128, 704): ((1, 16, 64), (2, 16, 64), (4, 16, 64), (8, 16, 64), (16, 16, 64),
+                         (24, 16, 64), (32, 16, 128), (48, 16, 64), (64, 16, 64), (96, 16, 64),
+                         (128, 16, 64), (256, 16, 128), (512, 64, 128), (1024, 64, 128),
+                         (1536, 128, 256), (2048, 128, 256), (3072, 256, 256), (4096, 256, 256)),
+    ("H200", 128, 704): ((1, 16, 64), (2, 16, 64), (4, 16, 128), (8, 16, 64), (16, 16, 64),
+                         (24, 16, 64), (32, 16, 64), (48, 16, 64), (64, 16, 64), (96, 16, 64),
+                         (128, 16, 64), (256, 32, 128), (512, 64, 128), (1024, 64, 128)),
+    ("H100", 512, 2688): ((1, 16, 32), (2, 16, 32), (4, 16, 64), (8, 16, 32), (16, 32, 128),
+                          (24, 32, 64), (32, 32, 64), (48, 16, 128), (64, 16, 32), (96, 32, 128),
+                          (128, 32, 128), (256, 64, 128), (512, 32, 256), (1024, 64, 128),
+                          (1536, 64, 128), (2048, 128, 128), (3072, 64, 128), (4096, 64, 128)),
+}
+
+
+def tuned_tile(gpu: str, num_experts: int, intermediate_size: int, num_tokens: int) -> tuple[int, int] | None:
+    """(BLOCK_SIZE_M, BLOCK_SIZE_N) the fused Triton MoE runs at M = `num_tokens` from a tuned
+    JSON in `TUNED_TILES` (its entry nearest M, the first of two as near, as SGLang's `min`
+    takes); None where no readable JSON is listed."""
+    entries = TUNED_TILES.get((gpu, num_experts, intermediate_size))
+    if not entries:
+        return None
+    _, block_m, block_n = min(entries, key=lambda e: abs(e[0] - num_tokens))
+    return block_m, block_n
+
+
+def record_tuned_tile(record) -> tuple[int, int] | None:
+    """`tuned_tile` of a single-GPU BF16 fused Triton MoE `experts` record at the kernel's M
+    (`extra.num_tokens`); None for any other record or where no readable JSON is listed."""
+    if (record.kind != "experts" or record.backend != "local" or record.weight_dtype != "bf16"
+            or record.extra.get("kernel") != FUSED_TRITON_KERNEL):
+        return None
+    tokens = int(record.extra.get("num_tokens", record.num_tokens_per_rank * record.ep_size))
+    return tuned_tile(record.provenance.hardware, record.num_local_experts or record.num_experts,
+                      record.moe_intermediate_size, tokens)
 
 
 def runs_default_tile(gpu: str, num_experts: int, intermediate_size: int, num_tokens: int) -> bool:

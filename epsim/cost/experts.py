@@ -18,6 +18,17 @@ Physics of a grouped SwiGLU GEMM (gate+up `[2I, H]`, down `[H, I]` per expert), 
                      epilogue (`wave_us`) besides its K-long main loop, so a short K (small
                      hidden or intermediate size) runs below the asymptotic rate
 
+A kernel whose tile is known to differ from the reference `TILE_M x TILE_N` (a tuned fused
+Triton MoE config, `epsim.fused_moe_config.TUNED_TILES`) runs its tiles' waves, and its math
+at the tile's operand feed: each K step of a `BM x BN` tile loads `(BM + BN) BK` elements for
+`2 BM BN BK` FLOPs, so its time per FLOP is the MMA's at the datasheet peak plus a feed share
+that scales with `(BM + BN) / (BM BN)` (`feed_ratio`, 1 at the reference tile):
+
+    math_us_r = quantized_flops_r * (feed_ratio / tflops + (1 - feed_ratio) / peak) * 1e-6 + ...
+
+so `tflops` keeps its meaning (the rate at the reference tile) and a 128 x 256 tile (ratio 0.5)
+runs halfway, in time per FLOP, between it and the peak.
+
 Every parameter is physical and bounded by the hardware it names: `hbm_gbps` <= the datasheet
 HBM bandwidth, `tflops` <= the datasheet dense tensor peak (the fitter's bounds), `base_us` the
 launch and tail of the kernels, `per_expert_us` what each group's prologue costs, `wave_us`
@@ -107,6 +118,15 @@ class ExpertGemm:
     serial_rows: bool = False
     sm_fed: bool = False
     finalize_bytes_per_row: float = 0.0
+    tile_cols: int = TILE_N
+
+    @property
+    def feed_ratio(self) -> float:
+        """Operand bytes per FLOP of a `tile_rows x tile_cols` tile over the reference
+        `TILE_M x TILE_N` one's: `((BM + BN) / (BM BN)) / ((TILE_M + TILE_N) / (TILE_M TILE_N))`
+        (1 at the reference tile; 0.5 at 128 x 256)."""
+        bm, bn = float(self.tile_rows), float(self.tile_cols)
+        return ((bm + bn) / (bm * bn)) / ((TILE_M + TILE_N) / (TILE_M * TILE_N))
 
     @property
     def act_bytes_per_row(self) -> float:
@@ -165,8 +185,8 @@ class ExpertGemm:
         s = self.num_sms
         mflops, waves = 0.0, 0.0
         for n, k in self.gemm_shapes():                     # gate+up GEMM, then down GEMM
-            w = np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // TILE_N) / s)
-            mflops = mflops + w * (s * 2.0 * self.tile_rows * TILE_N * k * 1e-6)
+            w = np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // self.tile_cols) / s)
+            mflops = mflops + w * (s * 2.0 * self.tile_rows * self.tile_cols * k * 1e-6)
             waves = waves + w
         return mflops, waves
 
@@ -207,8 +227,16 @@ def serial_kb(pairs, gemm: ExpertGemm):
     return pairs * gemm.act_bytes_per_row * 1e-3 if gemm.serial_rows else 0.0 * pairs
 
 
-def _math_us(mflops, waves, params: dict[str, float]):
-    return mflops / params["tflops"] + waves * params.get("wave_us", 0.0)
+def _math_us(mflops, waves, params: dict[str, float], gemm: ExpertGemm | None = None):
+    """The math side: MFLOPs at `tflops` and the waves' fixed cost; where `params` hold the
+    datasheet `peak_tflops` (a tuned tile's record, `epsim.cost.record`), the tile's feed share
+    (`gemm.feed_ratio`) at `tflops` and the rest at the peak (module docstring)."""
+    if gemm is None or not params.get("peak_tflops"):
+        per_mflop = 1.0 / params["tflops"]
+    else:
+        ratio = gemm.feed_ratio
+        per_mflop = ratio / params["tflops"] + (1.0 - ratio) / params["peak_tflops"]
+    return mflops * per_mflop + waves * params.get("wave_us", 0.0)
 
 
 def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, gemm: ExpertGemm,
@@ -225,7 +253,7 @@ def experts_rank_us(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, ge
     """
     pairs, active, tiles = (np.asarray(a, dtype=np.float64) for a in (pairs, active, tiles))
     mem_kb, mflops, waves = _work(pairs, active, tiles, gemm)
-    math = _math_us(mflops, waves, params)
+    math = _math_us(mflops, waves, params, gemm)
     if gemm.sm_fed and params.get("sm_feed_gbps"):      # the MMA or the SMs' feed, the longer
         math = math + np.maximum(gemm.feed_kb(tiles) / params["sm_feed_gbps"]
                                  - mflops / params["tflops"], 0.0)
@@ -257,7 +285,7 @@ def experts_features(pairs: np.ndarray, active: np.ndarray, tiles: np.ndarray, g
     slowest = experts_rank_us(pairs, active, tiles, gemm, params).argmax(axis=-1)[..., None]
     a, p, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (active, pairs, tiles))
     mem_kb, mflops, waves = _work(p, a, n, gemm)
-    mem_bound = mem_kb / params["hbm_gbps"] >= _math_us(mflops, waves, params)
+    mem_bound = mem_kb / params["hbm_gbps"] >= _math_us(mflops, waves, params, gemm)
     return np.stack([np.ones_like(a), a, np.where(mem_bound, mem_kb, 0.0) + serial_kb(p, gemm),
                      np.where(mem_bound, 0.0, mflops), np.where(mem_bound, 0.0, waves)], axis=-1)
 

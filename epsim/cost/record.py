@@ -34,6 +34,8 @@ ones.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
@@ -54,7 +56,7 @@ from epsim.cost.record_single import (SINGLE_GPU_COMPONENTS, attention_ops_row, 
                                      single_gpu_row)
 from epsim.eplb.placement import ranks_per_node
 from epsim.errors import ProfileError, RecordError
-from epsim.fused_moe_config import DEFAULT_TILE, default_tile_path
+from epsim.fused_moe_config import DEFAULT_TILE, default_tile_path, record_tuned_tile
 from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
@@ -186,9 +188,14 @@ def _expert_counts(record: MeasurementRecord) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster: ClusterSpec,
-                pairs, active, tiles) -> tuple[str, np.ndarray, np.ndarray]:
-    """(key, design row, coefficients) of the grouped-GEMM kernel model at the record's
-    counts: `local/experts...` for a single-GPU record, else the pooled `any/experts...`."""
+                pairs, active, tiles, tuned: bool = True) -> tuple[str, np.ndarray, np.ndarray, float]:
+    """(key, design row, coefficients, fixed µs) of the grouped-GEMM kernel model at the
+    record's counts: `local/experts...` for a single-GPU record, else the pooled
+    `any/experts...`. With `tuned` (not for the pooled `any/experts...` fit, whose kernel
+    model the simulator prices with no tile), a fused Triton MoE record whose tuned JSON is readable
+    (`epsim.fused_moe_config.record_tuned_tile`) runs that JSON's tile at its M: its row tiles
+    and waves at the tile, its MFLOPs column times the tile's `feed_ratio` (coefficient
+    1 / tflops) and the rest of its MFLOPs at the datasheet peak, fixed (`experts._math_us`)."""
     if not record.moe_intermediate_size:
         raise RecordError("moe_intermediate_size (0) must be > 0 for an experts record")
     up = record_projections(record)
@@ -197,10 +204,30 @@ def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster:
                       num_sms(cluster.gpu), num_up=up)
     owner = "local" if record.backend == "local" else "any"
     params = profile.params(owner, "experts", path, defaults=experts_defaults(cluster.hardware))
+    tile = record_tuned_tile(record) if tuned else None
+    if tile is not None:
+        gemm = dataclasses.replace(gemm, tile_rows=tile[0], tile_cols=tile[1])
+        tiles = _tuned_row_tiles(record, pairs, active, tile[0])
+        params = dict(params, peak_tflops=float(cluster.hardware.tensor_tflops("bf16")))
     row = experts_features(pairs, active, tiles, gemm, params)
     if DEFAULT_TILE in path.split("/"):     # its K loop's feed is its rate: no per-wave term
         row[..., 4] = 0.0
-    return component_key(owner, "experts", path), row, EXPERT_TERMS.coefficients(params)
+    fixed_us = 0.0
+    if tile is not None and gemm.feed_ratio != 1.0:
+        fixed_us = float(row[..., 3].max()) * (1.0 - gemm.feed_ratio) / params["peak_tflops"]
+        row[..., 3] = row[..., 3] * gemm.feed_ratio
+    return component_key(owner, "experts", path), row, EXPERT_TERMS.coefficients(params), fixed_us
+
+
+def _tuned_row_tiles(record: MeasurementRecord, pairs, active, block_m: int) -> np.ndarray:
+    """[ranks] `row_tiles` at a tuned tile's `block_m` rows (the measured rank's experts from
+    `local_expert_tokens`; else rows split evenly over the active experts)."""
+    if record.local_expert_tokens:
+        local = [np.asarray(row, dtype=np.float64) for row in record.local_expert_tokens]
+        tiles = np.array([float(row_tiles(row, block_m)) for row in local])
+        measured = record.extra.get("measured_rank")
+        return tiles[[int(measured)]] if measured is not None else tiles
+    return even_row_tiles(pairs, active, block_m)
 
 
 def _experts_row(record: MeasurementRecord, profile: Profile,
@@ -217,11 +244,12 @@ def _experts_row(record: MeasurementRecord, profile: Profile,
     cluster = record_cluster(record, profile)
     pairs, active, tiles = _expert_counts(record)
     path, host = device_path(record, profile, "experts")
-    key, row, coef = _kernel_row(record, profile, path if record.backend != "local"
-                                 else default_tile_path(record, record_mode_path(record, "experts")),
-                                 cluster, pairs, active, tiles)
+    key, row, coef, fixed_us = _kernel_row(
+        record, profile, path if record.backend != "local"
+        else default_tile_path(record, record_mode_path(record, "experts")), cluster, pairs, active, tiles,
+        tuned=not kernel)
     if record.backend == "local":
-        return RecordFeatures(key, EXPERT_TERMS.coef_names, row, coef, host)
+        return RecordFeatures(key, EXPERT_TERMS.coef_names, row, coef, host, offset_us=fixed_us)
     kernel_row = row
     kernel_us = float(row @ coef)
     inside = _inside_parts(record)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from epsim.fused_moe_config import DEFAULT_TILE, TUNED_BF16, record_default_tile
+import dataclasses
+
+from epsim.cost.experts import ExpertGemm
+from epsim.fused_moe_config import DEFAULT_TILE, TUNED_BF16, record_default_tile, tuned_tile
 from epsim.cost.record import record_features
 from epsim.profile import Component, Profile, component_keys
 from epsim.records import MeasurementRecord, Provenance
@@ -61,3 +64,44 @@ def test_default_tile_is_priced_with_its_own_rates_and_no_wave_term():
     assert flops_us > 0.9 * 6 * 4096 * 2048 * 16384 * 8 / 250e12 * 1e6   # at its 250 TFLOP/s
     small = record_features(_record(64), profile)
     assert small.component == "local/experts/graph"
+
+
+def test_tuned_tile_takes_the_entry_nearest_m():
+    """SGLang's `min(configs, key=|key - M|)`: the nearest key, the smaller of two as near,
+    the last entry past the file's last key; None without a readable JSON."""
+    assert tuned_tile("H100", 128, 768, 1024) == (64, 128)
+    assert tuned_tile("H100", 128, 768, 1280) == (64, 128)          # 1024 and 1536 as near
+    assert tuned_tile("H100", 128, 768, 16384) == (128, 256)
+    assert tuned_tile("H100", 512, 2688, 16384) == (64, 128)
+    assert tuned_tile("H100", 128, 704, 1024) == (128, 256)
+    assert tuned_tile("B200", 128, 704, 16384) == (256, 256)
+    assert tuned_tile("H200", 128, 704, 16384) == (64, 128)          # its file ends at 1024
+    assert tuned_tile("H200", 128, 768, 4096) is None                # file not readable here
+
+
+def test_feed_ratio_is_one_at_the_reference_tile_and_half_at_128_by_256():
+    gemm = ExpertGemm(4096, 768, 3 * 4096 * 768 * 2.0, 132)
+    assert gemm.feed_ratio == 1.0
+    assert dataclasses.replace(gemm, tile_rows=128, tile_cols=256).feed_ratio == 0.5
+
+
+def test_a_tuned_large_tile_is_priced_nearer_the_peak():
+    """H100 E 128 N 768 at 16384 tokens runs the JSON's 128 x 256 tile: half its MFLOPs'
+    time at the fitted rate, half at the datasheet peak (a fixed offset); at 1024 tokens its
+    64 x 128 tile is the reference one, priced as before."""
+    rates = {"base_us": 10.0, "per_expert_us": 0.0, "hbm_gbps": 3000.0, "tflops": 300.0,
+             "wave_us": 0.0}
+    profile = Profile(name="t", hardware="H100", components={
+        "local/experts/graph": Component(params=rates, source="fit")})
+    big = record_features(_record(16384, num_experts=128, inter=768, gpu="H100"), profile)
+    mflops = 6 * 4096 * 768 * 16384 * 8 * 1e-6
+    assert big.row[3] * big.coefficients[3] >= 0.5 * mflops / 300.0
+    assert big.row[3] * big.coefficients[3] < 0.55 * mflops / 300.0
+    assert big.offset_us >= 0.5 * mflops / 989.0 and big.offset_us < 0.55 * mflops / 989.0
+    assert big.predicted_us < 0.75 * (10.0 + mflops / 300.0)
+    mid = record_features(_record(1024, num_experts=128, inter=768, gpu="H100"), profile)
+    assert mid.offset_us == 0.0
+    pooled = record_features(_record(16384, num_experts=128, inter=768, gpu="H100"), profile,
+                             "any/experts/graph")
+    assert pooled.offset_us == 0.0                # the simulator's pooled kernel knows no tile
+    assert pooled.row[3] > 1.9 * big.row[3]
