@@ -166,6 +166,17 @@ def split_shape(raw):
     return [s for s in raw if _x(s.record, "shape") < largest[s.record.kind]], judged
 
 
+def held(record, only: list[str] | None) -> bool:
+    """Whether a record not among the `--only` kinds is fitted beside them, as a full run fits
+    it: the dense GEMMs whose fit holds the fused NVFP4 experts' tensor rate
+    (`epsim.calibrate.build.experts_held`) and the all-reduces whose NCCL fit prices the `none`
+    backend's all-gathers (`epsim.cost.record.allgather_record_us`)."""
+    if not only:
+        return False
+    return ((record.kind == "gemm" and "quant_experts" in only)
+            or (record.kind == "allreduce" and "none/dispatch" in only))
+
+
 def _row_key(line: str) -> tuple:
     """A table row's place in `stats` order: (axis, its system pair, component)."""
     label, component = [c.strip() for c in line.strip("|").split("|")[:2]]
@@ -235,10 +246,7 @@ def main(argv=None) -> int:
             or f"{s.record.kind}:{s.record.weight_dtype}" in args.only)
 
     def kinds(raw):
-        # fitted: the chosen kinds, and the dense GEMMs whose fit holds the fused NVFP4
-        # experts' tensor rate (`epsim.calibrate.build.experts_held`) -- a full run's fit
-        held = args.only and "quant_experts" in args.only
-        return [s for s in raw if chosen(s) or (held and s.record.kind == "gemm")]
+        return [s for s in raw if chosen(s) or held(s.record, args.only)]
 
     data = {}
     for system in args.systems:

@@ -34,6 +34,23 @@ LL128 (B200: 12 and 262 GB/s, where the whole table's Simple runs at 558): 16-12
 priced 50-66 % too slow on Blackwell. Bounded below, the two lines are LL / LL128 and Simple
 (B200: 274 and 450) and those hold-outs fall to 10-18 %; on whole tables the bound binds nowhere.
 
+NCCL's Simple line carries the ring's local step (`epsim.cost.allreduce`: `S / n / local_gbps`,
+one chunk a loop copied out of the FIFO): refitted with that column from the two lines' (or
+three's) assignment alone (other starts, picked by the mean relative error as the plain fit
+picks them, land on a local step slower than the link: H200 cut at 8 MiB, 188 GB/s) where the
+points show Simple's bandwidth (the plain fit's Simple rate off its floor: at it, the points are
+LL / LL128's and the fixed, link and local columns trade off freely -- on AIC's tables cut at 8
+MiB that fit put the local step at 186-420 GB/s and priced 16-128 MiB all-gathers 27-89 % off,
+where the plain line gives 10-18 %), and kept where its rate is at least the link's (an on-GPU
+copy is not slower than NVLink; below, the column is taking some other misfit) and unless its
+weighted squared error (the fit's own objective) is worse than the plain line's by more than
+`LOCAL_TOLERANCE`: the step is physical (every ring loop ends with it), the points only say
+whether they see it; bounded by HBM (a copy reads and writes it: `<= hbm_gbps / 2`) the column
+cannot vanish, so points without a local step (a synthetic table) keep the plain line. The all-
+reduce points alone barely tell the two rates apart where the table has 2 and 4 GPUs only
+(GB300's squared error 71.5 either way; GB200's 74.5 -> 71.8), while the all-gathers, one pass
+with the same local step, do (GB200's 16-128 MiB: 15.3 -> 7 %).
+
 CustomAllReduceV2 (SGLang 0.5.14 on; `epsim.cost.allreduce`) fuses its two-shot into one pass
 whose loads and stores run at its one-shot's rate: its points share one bandwidth column and
 keep the second-stage fixed columns (its fenced end barrier after stores to every peer: B200's
@@ -56,7 +73,7 @@ from epsim.calibrate.inputs import SourcedRecord
 
 from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, algorithm, allreduce_defaults,
                                   allreduce_us, custom_features, is_sm100, nvls_features,
-                                  record_generation, ring_features, ring_us)
+                                  record_generation, ring_features, ring_local_kb, ring_us)
 from epsim.profile import GRAPH, component_key
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
@@ -65,6 +82,7 @@ MAX_ROUNDS = 40
 MIN_POINTS = 3                        # a line's fit needs this many points (else the datasheet)
 CUSTOM = ("oneshot", "twoshot")
 SPLITS = np.linspace(0.1, 0.9, 9)     # the NCCL fit's starting splits: deciles of the bytes
+LOCAL_TOLERANCE = 1e-3                # Simple's local step kept unless it fits this much worse
 
 
 @dataclass(frozen=True)
@@ -124,44 +142,51 @@ def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarr
 
 
 def _solve(rows: np.ndarray, us: np.ndarray, max_gbps: float, hops: bool = True,
-           min_gbps: float = 0.0) -> np.ndarray:
-    """[3] (fixed µs, µs per latency count, µs per KB) minimising the weighted squared error,
-    the fixed terms >= 0 and the bandwidth <= `max_gbps` and >= `min_gbps` (0: unbounded
-    below; `hops` False: no latency count, the column held at 0)."""
+           min_gbps: float = 0.0, max_local_gbps: float = 0.0) -> np.ndarray:
+    """[4] (fixed µs, µs per latency count, µs per KB, µs per local KB) minimising the weighted
+    squared error, the fixed terms >= 0, the bandwidth <= `max_gbps` and >= `min_gbps` (0:
+    unbounded below; `hops` False: no latency count, the column held at 0) and, where `rows`
+    has a fourth column (the ring's local step, `ring_local_kb`) and `max_local_gbps` > 0, the
+    local rate <= `max_local_gbps` (else that column held at 0)."""
     from scipy.optimize import lsq_linear       # scipy waits for the fit (epsim's import rule)
     weight = 1.0 / np.sqrt(us)
-    cols = [0, 1, 2] if hops else [0, 2]
-    lower = np.array([0.0, 0.0, 1.0 / max_gbps])[cols]
-    upper = np.array([np.inf, np.inf, 1.0 / min_gbps if min_gbps > 0 else np.inf])[cols]
+    cols = ([0, 1, 2] if hops else [0, 2]) + ([3] if rows.shape[1] > 3 and max_local_gbps > 0 else [])
+    lower = np.array([0.0, 0.0, 1.0 / max_gbps, 1.0 / max(max_local_gbps, 1e-12)])[cols]
+    upper = np.array([np.inf, np.inf, 1.0 / min_gbps if min_gbps > 0 else np.inf, np.inf])[cols]
     # one GPU count makes the fixed and per-peer columns collinear: the solver's trust region
     # then meets 0 / 0 on its way (it still returns a bounded least-squares solution)
     with np.errstate(invalid="ignore"):
         fit = lsq_linear(rows[:, cols] * weight[:, None], us * weight,
                          bounds=(lower, upper))
-    out = np.zeros(3)
+    out = np.zeros(4)
     out[cols] = fit.x
     return out
 
 
 def _line(x: np.ndarray, names: tuple[str, str, str]) -> dict[str, float]:
-    return {names[0]: float(x[0]), names[1]: float(x[1]), names[2]: float(1.0 / x[2])}
+    return {names[0]: float(x[0]), names[1]: float(x[1]), names[2]: float(1.0 / x[2]),
+            **({"local_gbps": float(1.0 / x[3])} if len(x) > 3 and x[3] > 0 else {})}
 
 
 def _assign(forms: list[np.ndarray], caps: list[float], hops: list[bool], us: np.ndarray,
-            starts: list[np.ndarray], floors: list[float]
+            starts: list[np.ndarray], floors: list[float], local_caps: list[float] | None = None
             ) -> tuple[float, list[np.ndarray], np.ndarray]:
     """(mean relative error, [lines], [points] line index) of min-of-lines, by alternating
     assignment from each start ([points] line index), the best kept: the assignment alone can
     stall in a split that is not the protocols'. Line i's bandwidth lies in [floors[i],
-    caps[i]] GB/s."""
+    caps[i]] GB/s; its local step (a fourth column of `forms[i]`) <= local_caps[i] GB/s (0 or
+    None: no local step)."""
     best = None
+    local_caps = local_caps or [0.0] * len(forms)
     for side in starts:
         for _ in range(MAX_ROUNDS):
             lines = []
-            for i, (rows, cap, hop, floor) in enumerate(zip(forms, caps, hops, floors)):
+            for i, (rows, cap, hop, floor, local) in enumerate(zip(forms, caps, hops, floors,
+                                                                   local_caps)):
                 pick = side == i if (side == i).sum() >= 3 else np.ones(len(us), dtype=bool)
-                lines.append(_solve(rows[pick], us[pick], cap, hop, floor))
-            predicted = np.stack([rows @ line for rows, line in zip(forms, lines)], axis=1)
+                lines.append(_solve(rows[pick], us[pick], cap, hop, floor, local))
+            predicted = np.stack([rows @ line[:rows.shape[1]] for rows, line in zip(forms, lines)],
+                                 axis=1)
             error = float(np.mean(np.abs(predicted.min(axis=1) / us - 1.0)))
             moved_to = predicted.argmin(axis=1)
             if best is None or error < best[0]:
@@ -172,9 +197,18 @@ def _assign(forms: list[np.ndarray], caps: list[float], hops: list[bool], us: np
     return best
 
 
-def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, float]:
-    """NCCL's coefficients: the LL and Simple ring lines, and NVLS where it is kept (module
-    doc)."""
+def _squares(forms: list[np.ndarray], lines: list[np.ndarray], us: np.ndarray) -> float:
+    """The weighted squared error of min-of-lines (`_solve`'s objective, weights
+    `1 / sqrt(us)`)."""
+    predicted = np.stack([rows @ line[:rows.shape[1]] for rows, line in zip(forms, lines)],
+                         axis=1).min(axis=1)
+    return float(np.sum((predicted - us) ** 2 / us))
+
+
+def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float,
+              hbm_gbps: float = 0.0) -> dict[str, float]:
+    """NCCL's coefficients: the LL and Simple ring lines, and NVLS where it is kept, then
+    Simple's local step where its points allow it (`hbm_gbps` > 0 bounds it; module doc)."""
     rows, us = _rows(points, "nccl")
     nvls = np.array([nvls_features(p.num_bytes) for p in points])
     moved = rows[:, 2]
@@ -182,17 +216,31 @@ def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float) -> dict[str, float]
     caps = [nvl_gbps * LL_BANDWIDTH_RATIO, nvl_gbps, nvl_gbps]
     # Simple is the wide line: at least LL's ceiling (module doc)
     floors = [0.0, nvl_gbps * LL_BANDWIDTH_RATIO, 0.0]
-    ring = _assign([rows, rows], caps[:2], [True, True], us,
-                   [(moved >= c).astype(int) for c in cuts], floors[:2])
-    three = _assign([rows, rows, nvls], caps, [True, True, False], us,
-                    [np.searchsorted([a, b], moved, side="right")
-                     for i, a in enumerate(cuts) for b in cuts[i + 1:]], floors)
-    out = {**_line(ring[1][0], ("ll_base_us", "ll_hop_us", "ll_gbps")),
-           **_line(ring[1][1], ("base_us", "hop_us", "nvl_gbps"))}
+    two_starts = [(moved >= c).astype(int) for c in cuts]
+    three_starts = [np.searchsorted([a, b], moved, side="right")
+                    for i, a in enumerate(cuts) for b in cuts[i + 1:]]
+    ring = _assign([rows, rows], caps[:2], [True, True], us, two_starts, floors[:2])
+    three = _assign([rows, rows, nvls], caps, [True, True, False], us, three_starts, floors)
+    best, forms, hops = ring, [rows, rows], [True, True]
     if three[0] < ring[0] and (three[2] == 2).sum() >= 3:
-        out = {**_line(three[1][0], ("ll_base_us", "ll_hop_us", "ll_gbps")),
-               **_line(three[1][1], ("base_us", "hop_us", "nvl_gbps")),
-               "nvls_base_us": float(three[1][2][0]), "nvls_gbps": float(1.0 / three[1][2][2])}
+        best, forms, hops = three, [rows, rows, nvls], [True, True, False]
+    # the local step separates from the link's only where the points show Simple's bandwidth:
+    # its link rate off the floor (at it, the line is LL128's or unseen; module doc)
+    seen = 1.0 / best[1][1][2] > floors[1] * (1.0 + 1e-3)
+    if hbm_gbps > 0 and seen and (best[2] == 1).sum() >= MIN_POINTS:
+        wide = np.column_stack([rows, ring_local_kb(np.array([p.num_bytes for p in points]),
+                                                    np.array([p.num_ranks for p in points]))])
+        wide_forms = [rows, wide, *forms[2:]]
+        local = _assign(wide_forms, caps[:len(forms)], hops, us, [best[2]],
+                        floors[:len(forms)], [0.0, hbm_gbps / 2.0, 0.0][:len(forms)])
+        simple = local[1][1]
+        if (simple[3] > 0 and 1.0 / simple[3] >= 1.0 / simple[2] and _squares(wide_forms, local[1], us)
+                <= _squares(forms, best[1], us) * (1.0 + LOCAL_TOLERANCE)):
+            best = local
+    out = {**_line(best[1][0][:3], ("ll_base_us", "ll_hop_us", "ll_gbps")),
+           **_line(best[1][1], ("base_us", "hop_us", "nvl_gbps"))}
+    if len(forms) == 3:
+        out.update(nvls_base_us=float(best[1][2][0]), nvls_gbps=float(1.0 / best[1][2][2]))
     return out
 
 
@@ -263,7 +311,7 @@ def fit_allreduce(points: list[AllReducePoint], cluster: ClusterSpec) -> dict[st
             out[algo].update(values)
     nccl = [p for p in points if p.algorithm == "nccl"]
     if len(nccl) >= MIN_POINTS:
-        out["nccl"].update(_fit_nccl(nccl, nvl))
+        out["nccl"].update(_fit_nccl(nccl, nvl, cluster.hardware.hbm_gbps))
     return out
 
 

@@ -74,6 +74,23 @@ and the time is the smaller. A ring reduce-scatter or all-gather alone is one pa
 steps and `(n - 1) / n * S` (`ring_us(..., passes=1)`). Across nodes the ring's bytes cross the
 NIC (`rdma_gbps`). Bandwidths are bounded by the datasheet (NVLink per direction, the NIC).
 
+A ring's Simple protocol adds one step a loop the link does not carry: each loop sends `n - 1`
+chunks through NVLink and ends with a local copy of the last chunk received out of the FIFO
+into the output (NCCL's `runRing`: `directRecv` for an all-gather, the all-reduce's final
+`recv` alike), run by the same blocks and not overlapped with the sends. One chunk a loop of `n`
+is `S / n` of the message whatever the collective, so
+
+    simple  t = base_us + hop_us * p (n - 1) + p (n - 1) / n * S / nvl_gbps * 1e-3
+                + S / n / local_gbps * 1e-3                (p: 2 an all-reduce, 1 an all-gather)
+
+which makes the ring's bus bandwidth grow with the GPU count: AIC's tables show nccl-tests'
+64-512 MiB all-gathers at 2 / 4 / 8 GPUs and its 2 / 4-GPU all-reduces all on one pair of rates
+(B200: 678 GB/s a link step, 1508 the local step; H100 368 and 1036: their MAPE 7.7 / 5.8 % on
+one bandwidth, 2.0 / 1.8 % on the pair), where one bandwidth prices 2 GPUs 14 % fast and 8
+slow. The local rate is bounded by HBM (a copy reads and writes it: `<= hbm_gbps / 2`); it is
+fitted only where the points show Simple's bandwidth (`epsim.calibrate.allreduce`), else absent
+(no term), as in a profile fitted before it.
+
 NVLS (NVLink SHARP) is the all-reduce NCCL runs on large messages where the NVSwitch reduces:
 each GPU sends its `S` bytes into the switch once and receives the reduced `S` once, whatever
 `n`, against a ring's `2 (n - 1) / n S`, so its bus bandwidth can pass the link's. AIC's H200
@@ -121,7 +138,8 @@ LL_BANDWIDTH_RATIO = 0.5              # LL carries 8 data bytes per 16-byte line
 # its blocks before the moved KB
 CUSTOM_PARAMS = ("base_us", "per_peer_us", "per_block_us", "nvl_gbps")
 NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_gbps",
-               "rdma_gbps", "nvls_base_us", "nvls_gbps")      # NVLS: where a fit found it
+               "rdma_gbps", "nvls_base_us", "nvls_gbps",      # NVLS: where a fit found it
+               "local_gbps")                                   # Simple's local step: likewise
 
 
 def algorithm(num_bytes: float, num_ranks: int, num_hosts: int, generation: int = 1,
@@ -237,6 +255,12 @@ def ring_features(num_bytes, num_ranks: int, passes: int = 2) -> np.ndarray:
     return np.stack([np.ones_like(kb), np.full_like(kb, passes * (num_ranks - 1.0)), kb], axis=-1)
 
 
+def ring_local_kb(num_bytes, num_ranks: int) -> np.ndarray:
+    """[...] KB of a ring's local steps on each GPU (module doc): one chunk of every loop of
+    `n` chunks, `S / n` of the message, whatever the collective."""
+    return np.asarray(num_bytes, dtype=np.float64) / num_ranks * 1e-3
+
+
 def nvls_features(num_bytes) -> np.ndarray:
     """[..., 3] design rows of NCCL's NVLS all-reduce: (1, 0, KB each GPU sends and receives:
     the message, whatever the GPU count)."""
@@ -247,7 +271,8 @@ def nvls_features(num_bytes) -> np.ndarray:
 def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
             passes: int = 2) -> np.ndarray:
     """NCCL collective of `num_bytes` over `num_ranks` GPUs (all-reduce: `passes=2`,
-    reduce-scatter / all-gather: 1), the faster of its two ring protocol lines and, for an
+    reduce-scatter / all-gather: 1), the faster of its two ring protocol lines (Simple with its
+    local step where `local_gbps` is fitted) and, for an
     all-reduce within one NVLink domain with `nvls_gbps` fitted, NVLS (µs); 0 on one GPU."""
     if num_ranks <= 1:
         return np.zeros_like(np.asarray(num_bytes, dtype=np.float64))
@@ -257,6 +282,8 @@ def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
                           1.0 / min(params["ll_gbps"], nic)])
     simple = rows @ np.array([params["base_us"], params["hop_us"],
                               1.0 / min(params["nvl_gbps"], nic)])
+    if params.get("local_gbps"):            # Simple's local step a loop (module doc)
+        simple = simple + ring_local_kb(num_bytes, num_ranks) / params["local_gbps"]
     fastest = np.minimum(ll, simple)
     if passes == 2 and num_nodes == 1 and params.get("nvls_gbps"):
         nvls = nvls_features(num_bytes) @ np.array([params["nvls_base_us"], 0.0,
