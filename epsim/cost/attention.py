@@ -25,6 +25,7 @@ import numpy as np
 from epsim.cost.derived import derived
 from epsim.cost.flash import BYTES, FA2_GRIDS, DecodeKernel, FlashGrids, kernel_us, prefill_work
 from epsim.cost.roofline import TENSOR_EFFICIENCY, roofline_us
+from epsim.fast_init import fast_init
 from epsim.spec.hardware import HardwareSpec
 from epsim.spec.model import ModelSpec
 from epsim.spec.quant import kv_bytes_per_element
@@ -32,6 +33,7 @@ from epsim.spec.quant import kv_bytes_per_element
 ATTENTION_HBM_EFFICIENCY = 0.7       # paged KV reads reach less than a streaming copy
 
 
+@fast_init
 @dataclass(frozen=True, eq=False)
 class BatchCounts:
     """What each DP rank runs in one step, `[dp]` float64 each.

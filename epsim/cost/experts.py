@@ -46,6 +46,7 @@ import numpy as np
 from epsim.cost.fp4_gemm import sm_feed_elements
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
 from epsim.errors import SpecError
+from epsim.fast_init import fast_init
 from epsim.spec.hardware import HardwareSpec
 from epsim.spec.quant import weight_tensor_dtype
 
@@ -72,6 +73,7 @@ def num_sms(gpu: str) -> int:
     return NUM_SMS.get(gpu, DEFAULT_NUM_SMS)
 
 
+@fast_init
 @dataclass(frozen=True)
 class ExpertGemm:
     """The shape of one SwiGLU expert's GEMMs and the GPU they run on.

@@ -50,6 +50,7 @@ import numpy as np
 from epsim.cost.flash_trtllm import (PIPELINE_TILES, TRTLLM_KEY_TILE, ctas_per_seq, key_splits,
                                      math_rows, reduction_rows, tile_rows)
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
+from epsim.fast_init import fast_init
 from epsim.spec.hardware import HardwareSpec
 
 KEY_BLOCK = 128           # keys per split-KV block and per prefill tile
@@ -89,6 +90,7 @@ class DecodeGrid:
 FA2_DECODE = DecodeGrid()
 
 
+@fast_init
 @dataclass(frozen=True)
 class KernelWork:
     """What one attention kernel launch does per DP rank, `[dp]` float64 each.

@@ -31,6 +31,7 @@ from epsim.cost.quant import (remote_token_weight, remote_tokens, trtllm_gemm, t
 from epsim.cost.rereads import reread_kb
 from epsim.cost.traffic import Traffic, count_traffic, rank_slot_rows
 from epsim.cost.transport import network_us
+from epsim.fast_init import fast_init
 
 
 def layer_defaults() -> dict[str, float]:
@@ -40,6 +41,7 @@ def layer_defaults() -> dict[str, float]:
     return {"sync_us": 0.0}
 
 
+@fast_init
 @dataclass(frozen=True, eq=False)
 class MoECost:
     """Dispatch, expert and combine time of every MoE layer, `[layers]` microseconds

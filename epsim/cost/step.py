@@ -14,8 +14,10 @@ import numpy as np
 from epsim.cost.moe import MoECost
 from epsim.cost.tbo import Stages, overlapped_stages
 from epsim.cost.traffic import Traffic
+from epsim.fast_init import fast_init
 
 
+@fast_init
 @dataclass(frozen=True, eq=False)
 class StepCost:
     """One step's time, by part. Per-layer arrays are `[moe_layers]` float64 microseconds.
@@ -64,6 +66,7 @@ class TokenTerms:
     beside_overlap_frac: float = 1.0
 
 
+@fast_init
 @dataclass(frozen=True, eq=False)
 class StepBlock:
     """k decode steps priced at once (`CostModel.decode_steps`): `step_us` [k] and `parts`
@@ -96,6 +99,7 @@ class StepBlock:
                         traffic=moe.traffic, parts=p, stages=stages)
 
 
+@fast_init
 @dataclass(frozen=True, eq=False)
 class MoEStack:
     """A few MoE costs' arrays stacked for `CostModel.decode_steps`: experts, block ops and

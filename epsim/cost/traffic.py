@@ -29,11 +29,13 @@ from epsim.cost.derived import derived
 from epsim.cost.groups import group_prod, rank_sum, rank_sum_strided
 from epsim.cost.tables import PlacementTables
 from epsim.errors import SpecError
+from epsim.fast_init import fast_init
 from epsim.spec.model import ModelSpec
 
 DEDUP_KINDS = ("pair", "rank", "node")
 
 
+@fast_init
 @dataclass(frozen=True, eq=False)
 class Traffic:
     """One dispatch's expected token movement, `[layers, ranks]` float64 each.

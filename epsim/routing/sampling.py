@@ -83,6 +83,7 @@ def exact_loads(shares: np.ndarray, num_slots: int, rng: np.random.Generator) ->
 # `EXACT_BELOW_SLOTS_PER_EXPERT`, `rng.multinomial` is (benchmarks/results/alias_draws.md: the
 # alias table is 4.3-4.8x faster at 0.25 slots per expert, 2.35x at 2, 1.1x at 6, slower at 7.9).
 ALIAS_BELOW_SLOTS_PER_EXPERT = 4.0
+KEEP_DRAW_TABLES = 16    # `AliasTable._draw_tables` kept for up to this many draws at once
 
 
 class AliasTable:
@@ -120,6 +121,9 @@ class AliasTable:
         self.shape, self.shares = (layers, experts), shares
         self._cut = cut.ravel()                                    # [layers * experts]
         self._other = (alias + experts * np.arange(layers)[:, None]).ravel()
+        for table in (self._cut, self._other):
+            table.flags.writeable = False          # shared by `alias_table`'s callers
+        self._by_draws: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def loads(self, num_draws: int, num_slots: int, rng: np.random.Generator) -> np.ndarray:
         """[num_draws, layers, experts] float64 independent multinomial counts of `num_slots`
@@ -130,23 +134,84 @@ class AliasTable:
         return self.slot_loads(num_draws, num_slots, rng)
 
     def slot_loads(self, num_draws: int, num_slots: int, rng: np.random.Generator) -> np.ndarray:
-        """`loads` drawn slot by slot at any `num_slots` (the alias method alone)."""
+        """`loads` drawn slot by slot at any `num_slots` (the alias method alone).
+
+        Each slot's uniform u, times the experts, is its column (the integer part) and where in
+        the column it fell (the fraction); it stays in its column below the column's cut, else
+        goes to the column's alias. The draws' columns are numbered apart (`_draw_tables`), so
+        one count over every slot's expert gives every draw's loads (integer counts)."""
         layers, experts = self.shape
-        cells = num_draws * layers * experts
+        cut, pick, offsets = self._draw_tables(num_draws)
         u = rng.random((num_draws, layers, num_slots))
         u *= experts
         column = u.astype(np.int64)                        # floor: u >= 0
-        np.minimum(column, experts - 1, out=column)        # u * experts may round up to experts
+        if experts & (experts - 1):
+            # u * experts may round up to experts (never where experts is a power of two: the
+            # product is exact and below it)
+            np.minimum(column, experts - 1, out=column)
         u -= column                                        # the fraction: where in the column
-        column += (experts * np.arange(layers)).reshape(1, layers, 1)     # [layers * experts]
-        # a slot stays in its column below the cut, else goes to the column's alias; each
-        # slot's expert, offset by its draw, is counted once (integer counts: the same values
-        # as counting stayers and leavers apart)
-        stay = u < np.take(self._cut, column)
-        expert = np.where(stay, column, np.take(self._other, column))
-        expert += (layers * experts * np.arange(num_draws)).reshape(num_draws, 1, 1)
-        loads = np.bincount(expert.ravel(), minlength=cells).astype(np.float64)
+        column += offsets                                  # [draws * layers * experts]
+        leave = u >= np.take(cut, column)                  # past the cut: to the alias
+        # the expert as one gather, `pick[2 c + leave]` (a select by `np.where` over random
+        # masks cost a quarter of the draw)
+        column += column
+        column += leave
+        expert = np.take(pick, column)
+        loads = np.bincount(expert.ravel(), minlength=cut.size).astype(np.float64)
         return loads.reshape((num_draws, layers, experts))
+
+    def _draw_tables(self, num_draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`slot_loads`' tables for `num_draws` draws at once, a cell `draw * layers * experts
+        + layer * experts + expert` (kept per `num_draws` up to `KEEP_DRAW_TABLES`):
+
+        - cut: [draws * layers * experts] float64, the column's cut;
+        - pick: [2 * draws * layers * experts] int64, the slot's cell by `2 * column + leave`:
+          the column itself (even entries), its alias (odd entries);
+        - offsets: [draws, layers, 1] int64, the first cell of each draw's layer.
+        """
+        tables = self._by_draws.get(num_draws)
+        if tables is not None:
+            return tables
+        layers, experts = self.shape
+        cells = layers * experts
+        first = cells * np.arange(num_draws, dtype=np.int64)[:, None]           # [draws, 1]
+        pick = np.empty(2 * num_draws * cells, dtype=np.int64)
+        pick[0::2] = np.arange(num_draws * cells, dtype=np.int64)
+        pick[1::2] = (self._other[None, :] + first).ravel()
+        offsets = (experts * np.arange(layers, dtype=np.int64)[None, :] + first)[:, :, None]
+        tables = (np.tile(self._cut, num_draws), pick, offsets)
+        for table in tables:
+            table.flags.writeable = False
+        if num_draws <= KEEP_DRAW_TABLES:
+            self._by_draws[num_draws] = tables
+        return tables
+
+
+# `alias_table`'s tables by their shares, this process's (a silicon worker builds one per
+# simulation: a row's rounds and candidates, and the worker's other rows, share few popularities)
+_ALIAS_TABLES: dict[tuple, AliasTable] = {}
+ALIAS_TABLES_KEPT = 16
+
+
+def alias_table(shares: np.ndarray) -> AliasTable:
+    """`AliasTable(shares)`, built once per distinct `shares` (their shape and bytes) in this
+    process: its construction is a Python loop over every layer's experts (~30 ms at
+    [58, 256]; a twentieth of an ambiguous P/D row of short simulations), and the table depends
+    on the shares alone, so a kept one draws the same bits. Its arrays are read-only.
+
+    Args:
+        shares: [layers, experts] float64, rows sum to 1.
+    """
+    shares = np.ascontiguousarray(shares, dtype=np.float64)
+    key = (shares.shape, shares.tobytes())
+    table = _ALIAS_TABLES.get(key)
+    if table is None:
+        if len(_ALIAS_TABLES) >= ALIAS_TABLES_KEPT:
+            _ALIAS_TABLES.pop(next(iter(_ALIAS_TABLES)))          # the oldest
+        kept = shares.copy()
+        kept.flags.writeable = False
+        table = _ALIAS_TABLES[key] = AliasTable(kept)
+    return table
 
 
 def normal_loads(shares: np.ndarray, num_slots: int, rng: np.random.Generator,

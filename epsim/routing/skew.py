@@ -13,8 +13,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from epsim.errors import SpecError
 from epsim.routing.popularity import cap_shares, hotset_shares, uniform_shares, zipf_shares
-from epsim.routing.sampling import (AliasTable, LoadRows, cannot_clip, sample_load_rows,
-                                    sample_loads, sample_loads_block, sample_topk)
+from epsim.routing.sampling import (AliasTable, LoadRows, alias_table, cannot_clip,
+                                    sample_load_rows, sample_loads, sample_loads_block,
+                                    sample_topk)
 from epsim.routing.trace import moe_layers, read_trace
 from epsim.spec.errors import format_error
 from epsim.spec.numbers import check_numbers
@@ -39,17 +40,8 @@ class SkewModel:
         self._trace: np.ndarray | None = None
         kind = spec.kind
         if kind == "trace":
-            trace = moe_layers(read_trace(Path(base_dir) / spec.path), num_layers)
-            if trace.shape[1:] != (num_layers, num_experts):
-                # a trace of fewer layers repeats cyclically; the expert count must match
-                if trace.shape[2] != num_experts:
-                    raise SpecError(f"workload.skew.path ({spec.path!r}) has {trace.shape[2]} "
-                                    f"experts; the model has {num_experts}")
-                reps = -(-num_layers // trace.shape[1])
-                trace = np.tile(trace, (1, reps, 1))[:, :num_layers]
-            totals = trace.sum(axis=2, keepdims=True)
-            shares = cap_shares(np.where(totals > 0, trace / np.maximum(totals, 1e-300),
-                                         1.0 / num_experts), top_k)
+            shares = trace_shares(Path(base_dir) / spec.path, spec.path, num_layers,
+                                  num_experts, top_k)
             # one recorded pass (SGLang's --init-expert-location loads) is a fixed popularity:
             # drawn as the static skews are (pooled draws, alias tables), not pass by pass
             self._trace = shares if shares.shape[0] > 1 else None
@@ -182,7 +174,7 @@ class SkewModel:
         """[draws, layers, experts] exact (multinomial) loads at the current popularity: drawn
         over `_base` with its alias table, then moved where the drift has taken each entry."""
         if self._alias is None:
-            self._alias = AliasTable(self._base)
+            self._alias = alias_table(self._base)          # this process's, per popularity
         loads = self._alias.loads(num_draws, num_slots, rng)
         if not self._drifted:
             return loads
@@ -197,6 +189,52 @@ class SkewModel:
     def descriptor(self) -> dict:
         """The skew as a plain dict (for measurement records and reports)."""
         return self.spec.model_dump()
+
+
+# `trace_shares`' answers by file (its path, modification time and size) and model shape,
+# this process's: a silicon worker's every simulation of a row reads the same recorded pass
+_TRACE_SHARES: dict[tuple, np.ndarray] = {}
+TRACE_SHARES_KEPT = 8
+
+
+def trace_shares(path: Path, shown: str, num_layers: int, num_experts: int,
+                 top_k: int) -> np.ndarray:
+    """A trace's shares of routed slots per pass, capped at 1/top_k (`cap_shares`), over the
+    model's MoE layers: a trace of fewer layers repeats cyclically. A file's are computed once
+    per process while it is unchanged (read-only; a folder's, an SGLang dump, are read anew).
+
+    Args:
+        path: the trace file or folder (`read_trace`); shown: as the scenario names it.
+    Returns:
+        [passes, layers, experts] float64, rows sum to 1.
+    Raises:
+        SpecError: the trace's expert count is not the model's.
+    """
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, num_layers, num_experts,
+               top_k) if path.is_file() else None
+    except OSError:
+        key = None                                    # `read_trace` says what is wrong
+    if key is not None and key in _TRACE_SHARES:
+        return _TRACE_SHARES[key]
+    trace = moe_layers(read_trace(path), num_layers)
+    if trace.shape[1:] != (num_layers, num_experts):
+        # a trace of fewer layers repeats cyclically; the expert count must match
+        if trace.shape[2] != num_experts:
+            raise SpecError(f"workload.skew.path ({shown!r}) has {trace.shape[2]} "
+                            f"experts; the model has {num_experts}")
+        reps = -(-num_layers // trace.shape[1])
+        trace = np.tile(trace, (1, reps, 1))[:, :num_layers]
+    totals = trace.sum(axis=2, keepdims=True)
+    shares = cap_shares(np.where(totals > 0, trace / np.maximum(totals, 1e-300),
+                                 1.0 / num_experts), top_k)
+    shares.flags.writeable = False
+    if key is not None:
+        if len(_TRACE_SHARES) >= TRACE_SHARES_KEPT:
+            _TRACE_SHARES.pop(next(iter(_TRACE_SHARES)))         # the oldest
+        _TRACE_SHARES[key] = shares
+    return shares
 
 
 def _apply_swaps(rows: np.ndarray, flat_a: np.ndarray, flat_b: np.ndarray) -> None:

@@ -34,6 +34,7 @@ from epsim.cost.step import StepCost
 from epsim.errors import SpecError
 from epsim.eplb.placement import Placement
 from epsim.default_profile import default_profile
+from epsim.fast_init import fast_init
 from epsim.profile import Profile, load_profile, profile_path
 from epsim.routing.skew import SkewModel
 from epsim.sim.arrivals import sample_requests
@@ -60,6 +61,7 @@ from epsim.sim.tokenizer_queue import TokenizerQueue
 from epsim.spec.scenario import Scenario
 
 
+@fast_init
 @dataclass(frozen=True, eq=False)
 class StepInfo:
     """A finished step, as observers see it.

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epsim.fast_init import fast_init
 
+
+@fast_init
 @dataclass(frozen=True)
 class StepGaps:
     """The inter-token gaps one step closed: `count` requests, `mean_s` and `max_s` over them

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from epsim.routing import SkewModel, gini, sample_loads, sample_topk, skew_from_dict
+from epsim.errors import SpecError
 from epsim.routing.popularity import zipf_shares
-from epsim.routing.sampling import ALIAS_BELOW_SLOTS_PER_EXPERT, AliasTable
+from epsim.routing.sampling import ALIAS_BELOW_SLOTS_PER_EXPERT, AliasTable, alias_table
 from epsim.spec.workload import HotSetSkew, TraceSkew, UniformSkew, ZipfSkew
 
 
@@ -117,6 +118,36 @@ def test_trace_replay_of_our_jsonl(tmp_path, rng):
     np.testing.assert_allclose(from_string.popularity(step=0), model.popularity(step=0)[:2])
 
 
+def test_trace_shares_are_read_once_per_file(tmp_path, monkeypatch):
+    """A trace file's shares are computed once per process while the file is unchanged: a
+    second model of the same file and shape reads nothing and gets the same (read-only)
+    shares; a rewritten file is read again; another shape is its own entry."""
+    import epsim.routing.skew as skew_module
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps({"kind": "expert_load", "forward_pass_id": 0,
+                                "loads": [[1.0, 3.0, 0.0, 4.0]] * 2}) + "\n")
+    reads = []
+    read = skew_module.read_trace
+    monkeypatch.setattr(skew_module, "read_trace", lambda p: reads.append(p) or read(p))
+    first = SkewModel(TraceSkew(path=path.name), num_layers=2, num_experts=4, top_k=1,
+                      base_dir=tmp_path)
+    again = SkewModel(TraceSkew(path=path.name), num_layers=2, num_experts=4, top_k=1,
+                      base_dir=tmp_path)
+    assert len(reads) == 1
+    np.testing.assert_array_equal(again.popularity(), first.popularity())
+    np.testing.assert_allclose(first.popularity()[0], [1 / 8, 3 / 8, 0.0, 4 / 8])
+    shares = skew_module.trace_shares(path, path.name, 2, 4, 1)
+    assert not shares.flags.writeable
+    SkewModel(TraceSkew(path=path.name), num_layers=4, num_experts=4, top_k=1, base_dir=tmp_path)
+    assert len(reads) == 2                                            # another shape
+    path.write_text(json.dumps({"kind": "expert_load", "forward_pass_id": 0,
+                                "loads": [[2.0, 2.0, 2.0, 2.0, 0.0]] * 2}) + "\n")
+    with pytest.raises(SpecError, match=r"workload.skew.path \('trace.jsonl'\) has 5 experts"):
+        SkewModel(TraceSkew(path=path.name), num_layers=2, num_experts=4, top_k=1,
+                  base_dir=tmp_path)
+    assert len(reads) == 3                                            # the file changed
+
+
 def test_sample_loads_moments_exact_and_normal_paths(rng):
     shares = zipf_shares(16, 0.7)[None, :]
     for num_tokens in (3, 4000):                                     # multinomial, then normal
@@ -217,3 +248,67 @@ def test_drift_swaps_at_once_equal_swapping_one_by_one():
             expected[:, [a, b]] = expected[:, [b, a]]
         _apply_swaps(rows, flat_a, flat_b)
         assert np.array_equal(rows, expected)
+
+
+def _slot_loads_by_select(table: AliasTable, num_draws: int, num_slots: int,
+                          rng: np.random.Generator) -> np.ndarray:
+    """`AliasTable.slot_loads` as it was written first (a select by `np.where`, the clip at
+    every expert count): the yardstick its one-gather form must match bit for bit."""
+    layers, experts = table.shape
+    u = rng.random((num_draws, layers, num_slots))
+    u *= experts
+    column = u.astype(np.int64)
+    np.minimum(column, experts - 1, out=column)
+    u -= column
+    column += (experts * np.arange(layers)).reshape(1, layers, 1)
+    stay = u < np.take(table._cut, column)
+    expert = np.where(stay, column, np.take(table._other, column))
+    expert += (layers * experts * np.arange(num_draws)).reshape(num_draws, 1, 1)
+    loads = np.bincount(expert.ravel(), minlength=num_draws * layers * experts).astype(np.float64)
+    return loads.reshape((num_draws, layers, experts))
+
+
+class _Uniforms:
+    """A generator stand-in whose `random` gives chosen uniforms (the alias table's edges)."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def random(self, shape):
+        return np.resize(self.values, shape)
+
+
+@pytest.mark.parametrize("experts", [8, 60, 128, 256])
+def test_alias_slot_loads_match_the_select_form(experts):
+    """The alias table's one-gather draw gives the select form's counts bit for bit and takes
+    the same uniforms, whatever the experts (a power of two or not), draws and slots, zero
+    shares included; and at uniforms whose product with the experts rounds up to the experts
+    (the clip) or sits on a cut."""
+    rng = np.random.default_rng(experts)
+    shares = rng.gamma(0.3, size=(5, experts))
+    shares[1, : experts // 4] = 0.0
+    shares /= shares.sum(axis=1, keepdims=True)
+    table = alias_table(shares)
+    for num_draws, num_slots in [(1, 1), (1, 37), (3, 2 * experts), (4, 3 * experts), (20, 5)]:
+        ours, theirs = (np.random.Generator(np.random.SFC64([experts, num_slots])) for _ in "ab")
+        got = table.slot_loads(num_draws, num_slots, ours)
+        assert np.array_equal(got, _slot_loads_by_select(table, num_draws, num_slots, theirs))
+        assert ours.random() == theirs.random()               # the same uniforms taken
+    cuts = table._cut.reshape(5, experts)
+    edges = np.concatenate([[0.0, np.nextafter(1.0, 0.0), 1.0 - 2.0**-40],
+                            ((np.arange(experts) + cuts[0]) / experts)[cuts[0] < 1.0]])
+    got = table.slot_loads(2, edges.size, _Uniforms(edges))
+    assert np.array_equal(got, _slot_loads_by_select(table, 2, edges.size, _Uniforms(edges)))
+    assert got.sum() == 2 * 5 * edges.size
+
+
+def test_alias_table_is_kept_per_popularity():
+    """`alias_table` builds one table per distinct shares and gives it again for equal shares
+    (another array), read-only; other shares get another table."""
+    shares = np.full((2, 16), 1 / 16)
+    first = alias_table(shares)
+    assert alias_table(shares.copy()) is first
+    assert not first._cut.flags.writeable and not first.shares.flags.writeable
+    other = shares.copy()
+    other[0, :2] = [2 / 16, 0.0]
+    assert alias_table(other) is not first
