@@ -318,5 +318,19 @@ def test_speed_lines_put_the_workers_cpu_time_beside_the_row_seconds():
     assert lines[1].startswith("- epsim: 240.0 row-seconds")
     assert lines[2].startswith("- epsim's CPU time: 120.0 s over 2 rows")
     assert "2 workers with a core each would need at least 1.0 min" in lines[2]
+    assert len(lines) == 3  # nothing approximated: no split
     older = [{"epsim": {"wall_s": e["epsim"]["wall_s"]}} for e in entries]
     assert not any("CPU time" in line for line in report.speed_lines(older, 160.0, 2, "2 CPUs"))
+
+
+def test_speed_lines_say_apart_what_the_approximated_rows_cost():
+    """`--approximate` simulates every candidate of an ambiguous row, rows the headline never
+    counts: the CPU seconds of the rest are what a run without it spends (at least their sum over
+    the workers)."""
+    from epsim.validate.silicon import report
+    entries = [{"epsim": {"wall_s": 150.0, "cpu_s": 90.0, "status": "predicted"}},
+               {"epsim": {"wall_s": 90.0, "cpu_s": 30.0, "status": "approximated"}},
+               {"epsim": {"wall_s": 1.0, "cpu_s": 0.0, "status": "cannot_express"}}]
+    split = report.speed_lines(entries, 160.0, 2, "2 CPUs")[3]
+    assert "approximated rows" in split and ": 30.0 s;" in split
+    assert "90.0 s, at least 0.8 min on 2 workers" in split
