@@ -29,6 +29,17 @@ per tile, its BF16 output through the SM (`waves x block_m x block_n x 2` bytes 
 `epilogue_gbps`, per SM, fitted): a short K loop leaves the epilogue exposed (k 512 at 4096-16384
 rows ran 20 % over a per-wave cost fitted at <= 1024 rows on every system, tiles from 16 x 16 to
 256 x 128 pay it in proportion to their bytes).
+On SM90 the math warpgroups run the epilogue themselves (the FP32 accumulators they hold,
+scaled, cast and written out through shared memory), one warpgroup in a CTA of up to 64 token
+rows and two above (TensorRT-LLM's copy of the kernel, `deep_gemm/fp8_gemm_impl.cuh`,
+`get_num_threads_per_sm`: `(block_m == 64 ? 1 : 2) x 128` math threads), each writing its half
+of the tile: `epilogue_gbps` is one warpgroup's rate, a two-warpgroup tile's bytes halved. A
+per-SM rate fitted on <= 1024 rows -- most of them 64-row tiles of one warpgroup -- priced the
+256 x 128 tiles of 4096-16384 rows at the 64-row tiles' rate: the short-K rows ran 20-36 % under
+it (H200, n 16384, k 512, 63 waves: 4.8 µs a wave measured, 5.9 priced) and the tokens hold-out
+of `any/gemm_fp8_block/graph` read 11.8 % (H200) and 10.3 % (H100); at the warpgroups' rate 9.3
+and 7.3. SM100 runs its epilogue in warps of their own (the tensor memory's accumulators read
+out by a fixed epilogue warp group, whatever the tile): no such count.
 
 SM90 shows one more regime, and the layout names it: a 256-row tile without multicast -- what
 the cycle model picks when one wave of 256 x 128 tiles covers the output (m 193-256 of a
@@ -186,6 +197,12 @@ def sm100_layout(m: int, n: int, k: int, num_sms: int, batch: int = 1) -> Layout
     return Layout(block_m, block_n, cluster, waves, 0)
 
 
+def math_warpgroups(layout: Layout) -> int:
+    """SM90's math warpgroups in a CTA of `layout`: one up to 64 token rows (one WGMMA's M),
+    two above (`get_num_threads_per_sm`: `(block_m == 64 ? 1 : 2) x 128` math threads)."""
+    return 1 if layout.block_m <= WGMMA_M else 2
+
+
 @lru_cache(maxsize=65536)
 def _row_work(m: int, n: int, k: int, num_sms: int, batch: int, sm90: bool
               ) -> tuple[float, float, float, float, float]:
@@ -193,8 +210,9 @@ def _row_work(m: int, n: int, k: int, num_sms: int, batch: int, sm90: bool
     tile = layout.block_m * layout.block_n
     k_blocks = layout.waves * _cdiv(k, BLOCK_K)
     wide = sm90 and layout.block_m == WIDE_BLOCK_M and layout.cluster == 1
+    epilogue_kb = layout.waves * tile * OUT_BYTES * 1e-3 / (math_warpgroups(layout) if sm90 else 1)
     return (float(layout.waves), layout.waves * num_sms * 2.0 * tile * k * 1e-6, float(k_blocks),
-            float(k_blocks) if wide else 0.0, layout.waves * tile * OUT_BYTES * 1e-3)
+            float(k_blocks) if wide else 0.0, epilogue_kb)
 
 
 def deepgemm_work(m, n: int, k: int, num_sms: int, gpu: str, batch: int = 1
@@ -203,7 +221,8 @@ def deepgemm_work(m, n: int, k: int, num_sms: int, gpu: str, batch: int = 1
     on DeepGEMM's kernel on `gpu`, each [...] float64 like `m`: the busiest SM's rounds of
     tiles, the FLOPs of every SM's tiles over those rounds (wave-quantised, the tile padded), its
     k-blocks over those rounds, those of them in an SM90 unicast 256-row tile, and the BF16
-    output KB its epilogues write (module docstring). 0 rows do no work."""
+    output KB its epilogues write, on SM90 per math warpgroup (module docstring). 0 rows do no
+    work."""
     m = np.asarray(m, dtype=np.float64)
     out = np.zeros((5,) + m.shape)
     for value in np.unique(m[m > 0]):

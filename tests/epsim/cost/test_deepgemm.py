@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from epsim.cost.deepgemm import (WIDE_BLOCK_M, deepgemm_runs, deepgemm_work, sm90_layout,
-                                 sm100_layout)
+from epsim.cost.deepgemm import (WIDE_BLOCK_M, deepgemm_runs, deepgemm_work, math_warpgroups,
+                                 sm90_layout, sm100_layout)
 from epsim.cost.dense_gemm import (DEEPGEMM_TERMS, GEMM_TERMS, dense_gemm_defaults,
                                    gemm_features, gemm_terms, gemm_us, gemm_work)
 from epsim.zoo import get_hardware
@@ -58,11 +58,27 @@ def test_work_counts_the_busiest_sms_tiles():
     waves, mflops, blocks, wide, epilogue = deepgemm_work(m, n, k, 132, "H100")
     assert waves[0] == mflops[0] == blocks[0] == wide[0] == epilogue[0] == 0.0   # no rows
     assert (waves[1], blocks[1], wide[1]) == (1, 128, 128)         # one unicast wave, wide
-    assert epilogue[1] == pytest.approx(256 * 128 * 2 * 1e-3)
+    assert epilogue[1] == pytest.approx(256 * 128 * 2 * 1e-3 / 2)  # two math warpgroups' halves
     assert mflops[1] == pytest.approx(132 * 2.0 * 256 * 128 * k * 1e-6)
     assert (waves[2], blocks[2], wide[2]) == (2, 256, 0)           # multicast: not wide
     # Blackwell has no wide tile
     assert deepgemm_work(m, n, k, 148, "B200")[3].max() == 0.0
+
+
+def test_sm90_epilogue_is_written_by_its_math_warpgroups():
+    """SM90: a CTA of up to 64 token rows has one math warpgroup, a larger one two, each writing
+    its half of the tile's BF16 output; SM100's epilogue warps are one group whatever the tile."""
+    assert math_warpgroups(sm90_layout(16, 7168, 2048, 132)) == 1
+    assert math_warpgroups(sm90_layout(64, 7168, 2048, 132)) == 1
+    assert math_warpgroups(sm90_layout(4096, 7168, 2048, 132)) == 2
+    for m in (16.0, 64.0, 4096.0):
+        hopper = sm90_layout(int(m), 7168, 2048, 132)
+        tile_kb = hopper.waves * hopper.block_m * hopper.block_n * 2 * 1e-3
+        assert deepgemm_work(np.array([m]), 7168, 2048, 132, "H200")[4][0] == pytest.approx(
+            tile_kb / math_warpgroups(hopper))
+        blackwell = sm100_layout(int(m), 7168, 2048, 148)
+        assert deepgemm_work(np.array([m]), 7168, 2048, 148, "B200")[4][0] == pytest.approx(
+            blackwell.waves * blackwell.block_m * blackwell.block_n * 2 * 1e-3)
 
 
 def test_only_block_fp8_on_hopper_and_blackwell_is_deepgemm():
