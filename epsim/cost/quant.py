@@ -264,10 +264,10 @@ def remote_tokens(input_tokens, pairs, top_k: int) -> np.ndarray:
 # not fuse activation with FC1 for DeepSeek FP8"), launched as `grid(2I / 128, top_k, min(8192,
 # T))` over *every* (token, expert) slot of its input: a remote slot's CTA reads its permuted
 # index, finds -1 and exits, so a remote token costs `top_k ceil(2I / 128)` CTA iterations
-# whatever H. AIC's B200 balanced EP 128 and 256 rows (the local pairs under 1 %) agree: their
-# time per token of the group at 2048-16384 tokens over these CTAs is 0.22-0.30 ns on all nine
-# balanced shapes, top-1 (H 5120 / I 8192) included, where per `H / 4096` (the former weight) it
-# spread 22-46 ns (top-1 half the others, the `2I / H` = 0.5 shapes 20 % below). NVFP4 fuses the
+# whatever H. AIC's B200 balanced EP 128 rows (the local pairs under 1 %) agree: their time per
+# token of the group at 2048-16384 tokens over these CTAs is 0.22-0.28 ns on all eight balanced
+# shapes, top-1 (H 5120 / I 8192) included, where per `H / 4096` (the former weight) it spread
+# 22-46 ns (top-1 half the others, the `2I / H` = 0.5 shapes 20 % below). NVFP4 fuses the
 # activation into its GEMM and keeps one price a token
 ACTIVATION_GRID_FORMATS = ("fp8_block",)
 ACTIVATION_CTA_COLS = 128               # output columns of one activation CTA
