@@ -31,7 +31,7 @@ from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS, 
 from epsim.cost.fp4_gemm import SM_FILL_GBPS
 from epsim.cost.dense_gemm import DEEPGEMM_TERMS, FP4_GEMM_TERMS, GEMM_TERMS, SM100_FP8_TERMS
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
-                              EXPERT_REREAD_TERMS)
+                              EXPERT_REREAD_FALLBACK_TERMS, EXPERT_REREAD_TERMS)
 from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS
 from epsim.cost.record import predict_record, record_features
 from epsim.profile import Component, Profile
@@ -40,7 +40,8 @@ MAX_ROUNDS = 12
 # components whose throughputs are fractions of the record's GPU's datasheet (quantised GEMMs and
 # experts, MLA): an inverse fraction is >= 1 (no GPU beats its datasheet)
 FRACTION_TERMS = (GEMM_TERMS, FP4_GEMM_TERMS, SM100_FP8_TERMS, DEEPGEMM_TERMS, EXPERT_QUANT_TERMS,
-                  EXPERT_REREAD_TERMS, EXPERT_FEED_TERMS, EXPERT_FALLBACK_TERMS, EXPERT_LAYOUT_TERMS,
+                  EXPERT_REREAD_TERMS, EXPERT_FEED_TERMS, EXPERT_FALLBACK_TERMS,
+                  EXPERT_REREAD_FALLBACK_TERMS, EXPERT_LAYOUT_TERMS,
                   MLA_TERMS, BMM_TERMS,
                   MLA_DEQUANT_TERMS, MLA_SWAPPED_TERMS, MLA_PREFILL_TERMS,
                   MLA_PREFILL_DEQUANT_TERMS)

@@ -174,7 +174,7 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
         # dispatch backend hands its runner the rank's own pairs: DeepEP low-latency's
         # per-expert buffers run no routing or finalize over tokens)
         t = t + token_us * remote_tokens(tr.num_tokens * tr.fraction, tr.pairs, m.top_k) \
-            * remote_token_weight(m.weight_dtype, m.hidden_size)
+            * remote_token_weight(m.weight_dtype, gemm.intermediate_size, m.top_k)
     return t.max(axis=-1)
 
 

@@ -86,6 +86,9 @@ EXPERT_FEED_TERMS = LinearTerms(EXPERT_REREAD_TERMS.params + ("sm_feed_gbps",),
 # fallback tile streaming the weights at that config's own rate (`epsim.cost.fallback_stream`)
 EXPERT_FALLBACK_TERMS = LinearTerms(EXPERT_FEED_TERMS.params + FALLBACK_STREAM_PARAMS,
                                     EXPERT_FEED_TERMS.inverse)
+# ... and on FP8-block (no SM feed term) the same fallback stream beside its re-reads
+EXPERT_REREAD_FALLBACK_TERMS = LinearTerms(EXPERT_REREAD_TERMS.params + FALLBACK_STREAM_PARAMS,
+                                           EXPERT_REREAD_TERMS.inverse)
 FRACTIONS = ("hbm_frac", "tensor_frac")
 # GPUs whose SGLang fused MoE on quantised weights is the Triton kernel, which runs over every
 # slot of the group's tokens (`remote_slot_bytes`); Blackwell runs FlashInfer's TRT-LLM MoE,
@@ -255,19 +258,33 @@ def remote_tokens(input_tokens, pairs, top_k: int) -> np.ndarray:
     return np.maximum(np.asarray(input_tokens, dtype=np.float64) - pairs / max(top_k, 1), 0.0)
 
 
-# formats whose remote tokens are priced per `TOKEN_HIDDEN_REF` hidden elements, not per token
-# (`remote_token_weight`): FP8-block, whose EP > 1 rows cost a price per remote token that grows
-# with H (AIC's B200 rows, per shape at EP 2-256: 17 ns at H 2048, 30 at 3072, 41-43 at 4096,
-# 58-67 at 6144, 58-63 at 7168, top-8) while NVFP4's does not
-HIDDEN_SCALED_TOKEN_FORMATS = ("fp8_block",)
-TOKEN_HIDDEN_REF = 4096
+# formats whose remote tokens are priced by the CTAs FlashInfer's standalone activation kernel
+# gives each token (`remote_token_weight`), not one a token: FP8-block. Its TRT-LLM MoE runs the
+# SwiGLU and the FP8 requantisation as a kernel of its own (`activationDeepSeekKernel`, "we do
+# not fuse activation with FC1 for DeepSeek FP8"), launched as `grid(2I / 128, top_k, min(8192,
+# T))` over *every* (token, expert) slot of its input: a remote slot's CTA reads its permuted
+# index, finds -1 and exits, so a remote token costs `top_k ceil(2I / 128)` CTA iterations
+# whatever H. AIC's B200 balanced EP 128 rows (the local pairs under 1 %) agree: their time per
+# token of the group at 2048-16384 tokens over these CTAs is 0.22-0.28 ns on all eight balanced
+# shapes, top-1 (H 5120 / I 8192) included, where per `H / 4096` (the former weight) it spread
+# 22-46 ns (top-1 half the others, the `2I / H` = 0.5 shapes 20 % below). NVFP4 fuses the
+# activation into its GEMM and keeps one price a token
+ACTIVATION_GRID_FORMATS = ("fp8_block",)
+ACTIVATION_CTA_COLS = 128               # output columns of one activation CTA
+ACTIVATION_CTA_REF = 256                # CTAs of DeepSeek-V3's token (top-8 x 2 x 2048 / 128)
 
 
-def remote_token_weight(fmt: str, hidden_size: int) -> float:
+def remote_token_weight(fmt: str, intermediate_size: int, top_k: int) -> float:
     """Token-equivalents one remote token counts for in `remote_tokens`' price (`token_us`):
-    `H / TOKEN_HIDDEN_REF` for `HIDDEN_SCALED_TOKEN_FORMATS`, else 1."""
-    if check_format(fmt) in HIDDEN_SCALED_TOKEN_FORMATS:
-        return hidden_size / TOKEN_HIDDEN_REF
+    for `ACTIVATION_GRID_FORMATS` the standalone activation kernel's CTAs a token launches,
+    `top_k ceil(2 I / 128)`, over `ACTIVATION_CTA_REF` (a DeepSeek-V3 token counts 1), else 1.
+
+    Args:
+        intermediate_size: the expert's intermediate on the GPU (after MoE-TP; the kernel's).
+    """
+    if check_format(fmt) in ACTIVATION_GRID_FORMATS:
+        ctas = top_k * np.ceil(2.0 * intermediate_size / ACTIVATION_CTA_COLS)
+        return float(ctas) / ACTIVATION_CTA_REF
     return 1.0
 
 
@@ -357,7 +374,7 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     reread_us = (0.0 if reread is None else
                  rate.get("reread_frac", 0.0) * np.asarray(reread, dtype=np.float64) / hardware.hbm_gbps)
     stream = (None if fallback_kb is None else    # [..., tiles] the fallback config's stream
-              fallback_stream_cols(gemm.tile_rows, fallback_kb, hardware))
+              fallback_stream_cols(gemm.tile_rows, fallback_kb, hardware, fmt))
     stream_us = (0.0 if stream is None else
                  stream @ np.array([rate.get(n, 0.0) for n in FALLBACK_STREAM_PARAMS]))
     compute = mem_kb / rate["hbm_gbps"] + reread_us + stream_us < math

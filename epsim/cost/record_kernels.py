@@ -41,8 +41,8 @@ from epsim.cost.dense_gemm import dense_gemm_defaults, gemm_features, gemm_terms
 from epsim.cost.fallback_stream import (FALLBACK_STREAM_FORMATS, FALLBACK_STREAM_PARAMS,
                                         partial_tile_kb)
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
-                              EXPERT_REREAD_TERMS, TRITON_MOE_GPUS, check_format,
-                              experts_quant_features,
+                              EXPERT_REREAD_FALLBACK_TERMS, EXPERT_REREAD_TERMS,
+                              TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
                               remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
 from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor
@@ -154,14 +154,15 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         params = {"reread_frac": 0.0, "wave_row_us": 0.0, "token_us": 0.0, "exit_us": 0.0,
                   **dict.fromkeys(FALLBACK_STREAM_PARAMS, 0.0), **params}
         # ... with the runner's default config at that tile (`FALLBACK_STREAM_FORMATS`)
-        if gemm.sm_fed and fmt in FALLBACK_STREAM_FORMATS:
+        if fmt in FALLBACK_STREAM_FORMATS:
             fallback = float(partial_tile_kb(rows, tile, gemm.weight_bytes))
-            terms = EXPERT_FALLBACK_TERMS
+            terms = EXPERT_FALLBACK_TERMS if gemm.sm_fed else EXPERT_REREAD_FALLBACK_TERMS
         tiles = np.array([float(row_tiles(rows, tile))])
         if fmt in EXIT_FORMATS:      # the launch's worst case over the rank's local experts
             exiting = float(exiting_ctas_per_sm(tokens * record.top_k, len(rows), tiles[0], tile,
                                                 gemm))
-        remote_in *= remote_token_weight(fmt, record.hidden_size)    # FP8-block: per H
+        # FP8-block: its activation kernel's CTAs a token (`remote_token_weight`)
+        remote_in *= remote_token_weight(fmt, gemm.intermediate_size, record.top_k)
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
                                  remote_in, exiting, fallback, own_layout)
     if own_layout is not None:       # as timed: around one eager call, its host floor

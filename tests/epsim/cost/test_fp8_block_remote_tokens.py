@@ -1,6 +1,7 @@
 """FlashInfer's TRT-LLM FP8 block-scale MoE at EP > 1: each rank's kernel gets the group's
-tokens, and the ones whose slots lie elsewhere cost `token_us` per `TOKEN_HIDDEN_REF` hidden
-elements (`remote_token_weight`), fitted on the EP > 1 rows after the EP 1 rates
+tokens, and the ones whose slots lie elsewhere cost `token_us` per `ACTIVATION_CTA_REF` CTAs of
+its standalone activation kernel, `top_k ceil(2 I / 128)` a token (`remote_token_weight`), fitted
+on the EP > 1 rows after the EP 1 rates
 (`epsim.calibrate.aic_records.EP_FIT_FORMATS`, `epsim.calibrate.build`)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from epsim.calibrate.build import fit_records
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord
-from epsim.cost.quant import EXPERT_REREAD_TERMS, remote_token_weight
+from epsim.cost.quant import EXPERT_REREAD_FALLBACK_TERMS, remote_token_weight
 from epsim.cost.record import predict_record
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.errors import SpecError
@@ -36,19 +37,23 @@ def _profile(**params) -> Profile:
     return profile
 
 
-def test_a_remote_fp8_block_token_counts_its_hidden_size_over_4096():
-    assert remote_token_weight("fp8_block", 7168) == pytest.approx(1.75)
-    assert remote_token_weight("nvfp4", 7168) == 1.0
+def test_a_remote_fp8_block_token_counts_its_activation_ctas_over_256():
+    """DeepSeek-V3 (top-8, I 2048: 8 x 32 CTAs) counts 1; the top-1 H 5120 / I 8192 shape
+    128 CTAs, a half, whatever its hidden size; a MoE-TP share of 1408 pads to 22 CTAs a slot."""
+    assert remote_token_weight("fp8_block", 2048, 8) == pytest.approx(1.0)
+    assert remote_token_weight("fp8_block", 8192, 1) == pytest.approx(0.5)
+    assert remote_token_weight("fp8_block", 1408, 8) == pytest.approx(8 * 22 / 256)
+    assert remote_token_weight("nvfp4", 2048, 8) == 1.0
     with pytest.raises(SpecError, match="weight_dtype"):
-        remote_token_weight("int3", 7168)
+        remote_token_weight("int3", 2048, 8)
 
 
-def test_record_row_prices_the_remote_tokens_per_hidden_element_and_no_idle_launch():
-    """EP 4, 4096 tokens: 3072 remote tokens of H 7168 -> 5376 token-equivalents; the exiting
-    CTAs stay NVFP4's (FP8-block's EP 1 rows fit them to 0)."""
+def test_record_row_prices_the_remote_tokens_per_activation_cta_and_no_idle_launch():
+    """EP 4, 4096 tokens: 3072 remote tokens of DeepSeek's shape (256 activation CTAs each) ->
+    3072 token-equivalents; the exiting CTAs stay NVFP4's (FP8-block's EP 1 rows fit them to 0)."""
     row = kernel_record_features(_fp8(4, 4096), _profile(**TRUTH))
-    assert row.coef_names == EXPERT_REREAD_TERMS.coef_names
-    assert row.row[row.coef_names.index("token_us")] == pytest.approx(3072 * 7168 / 4096)
+    assert row.coef_names == EXPERT_REREAD_FALLBACK_TERMS.coef_names
+    assert row.row[row.coef_names.index("token_us")] == pytest.approx(3072)
     assert row.row[row.coef_names.index("exit_us")] == 0.0
     assert kernel_record_features(_fp8(1, 4096), _profile(**TRUTH)).row[
         row.coef_names.index("token_us")] == 0.0

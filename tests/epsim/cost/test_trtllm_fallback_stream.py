@@ -1,7 +1,8 @@
 """FlashInfer's TRT-LLM MoE with no tuned tactic (AIC's tables: no autotune pass) runs the
-batched GEMM runner's default config at the launcher's fallback tile; at 64 and 128 rows that
-config streams a partly filled tile's weights slower than the fitted HBM rate
-(`epsim.cost.quant.FALLBACK_STREAM_TILES`, one `tile<t>_stream_ratio` each). The record path
+batched GEMM runner's default config at the launcher's fallback tile; at its format's tiles (NVFP4
+64 and 128 rows, FP8-block 16, 32 and 64) that config streams a partly filled tile's weights slower
+than the fitted HBM rate (`epsim.cost.fallback_stream.FALLBACK_STREAM_TILES`, one
+`tile<t>_stream_ratio` each). The record path
 carries the partial tiles' weights in the column of its fallback tile; the simulator, whose
 served kernel autotunes, never reads them."""
 
@@ -12,7 +13,7 @@ import pytest
 
 from epsim.cost.fallback_stream import (FALLBACK_STREAM_PARAMS, fallback_stream_cols,
                                         partial_tile_kb)
-from epsim.cost.quant import EXPERT_FALLBACK_TERMS, quant_expert_gemm
+from epsim.cost.quant import EXPERT_FALLBACK_TERMS, EXPERT_REREAD_FALLBACK_TERMS, quant_expert_gemm
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.zoo import get_hardware
 from tests.epsim.cost.test_trtllm_remote_tokens import _experts_us, _profile, _record
@@ -26,10 +27,16 @@ def test_partial_tiles_are_the_active_experts_below_one_tile():
 
 
 def test_columns_hold_the_weights_in_their_tiles_slot_only():
+    """Columns tile16, tile32, tile64, tile128: NVFP4 prices only its 64 and 128 rows, FP8-block
+    (its ladder capped at 128: fallback tiles 8-64) its 16, 32 and 64."""
     gb200 = get_hardware("GB200")
-    cols = fallback_stream_cols(np.array([32.0, 64.0, 128.0]), np.array([8.0, 8.0, 8.0]), gb200)
+    assert FALLBACK_STREAM_PARAMS == tuple(f"tile{t}_stream_ratio" for t in (16, 32, 64, 128))
+    tiles, kb = np.array([16.0, 32.0, 64.0, 128.0]), np.full(4, 8.0)
     us = 8.0 / gb200.hbm_gbps
-    assert np.allclose(cols, [[0.0, 0.0], [us, 0.0], [0.0, us]])
+    assert np.allclose(fallback_stream_cols(tiles, kb, gb200, "nvfp4"),
+                       [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, us, 0], [0, 0, 0, us]])
+    assert np.allclose(fallback_stream_cols(tiles, kb, gb200, "fp8_block"),
+                       [[us, 0, 0, 0], [0, us, 0, 0], [0, 0, us, 0], [0, 0, 0, 0]])
 
 
 def test_record_row_prices_its_fallback_tiles_partial_weights():
@@ -40,7 +47,7 @@ def test_record_row_prices_its_fallback_tiles_partial_weights():
     record = _record(32, 128)
     row = kernel_record_features(record, _profile(tile64_stream_ratio=0.5))
     assert row.coef_names == EXPERT_FALLBACK_TERMS.coef_names
-    c64, c128 = (row.coef_names.index(p) for p in FALLBACK_STREAM_PARAMS)
+    c64, c128 = (row.coef_names.index(p) for p in ("tile64_stream_ratio", "tile128_stream_ratio"))
     weight = quant_expert_gemm(7168, 2048, "nvfp4", 152, 8).weight_bytes
     assert row.row[c64] == pytest.approx(8 * weight * 1e-3 / get_hardware("GB200").hbm_gbps)
     assert row.row[c128] == 0.0
@@ -49,10 +56,17 @@ def test_record_row_prices_its_fallback_tiles_partial_weights():
         0.5 * row.row[c64])
 
 
-def test_fp8_block_rows_carry_no_fallback_stream():
+def test_fp8_block_rows_price_their_fallback_tiles_partial_weights():
+    """The same EP 32 row on FP8-block weights: its fallback tile is 64 rows too (the share's
+    centre 128, the ladder's cap), its column holds the 8 local experts' FP8 weights; no SM feed
+    column (`EXPERT_REREAD_FALLBACK_TERMS`)."""
     record = _record(32, 128).model_copy(update={"weight_dtype": "fp8_block"})
     row = kernel_record_features(record, _profile())
-    assert not set(FALLBACK_STREAM_PARAMS) & set(row.coef_names)
+    assert row.coef_names == EXPERT_REREAD_FALLBACK_TERMS.coef_names
+    weight = quant_expert_gemm(7168, 2048, "fp8_block", 152, 8).weight_bytes
+    assert row.row[row.coef_names.index("tile64_stream_ratio")] == pytest.approx(
+        8 * weight * 1e-3 / get_hardware("GB200").hbm_gbps)
+    assert row.row[row.coef_names.index("tile32_stream_ratio")] == 0.0
 
 
 def test_simulator_does_not_charge_the_untuned_config():
