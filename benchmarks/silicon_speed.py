@@ -280,16 +280,17 @@ def main(argv: list[str] | None = None) -> int:
                                                              f"--csv: silicon_speed_<name>.md; "
                                                              f"with --ids: silicon_speed_ids.md)")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat: {args.repeat} is not allowed; runs of each row: an integer >= 1")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         out = run({"then": Path(tmp), "now": ROOT}, args.rows, args.seed, args.csv, args.ids,
-                  max(args.repeat, 1))
+                  args.repeat)
     memo = None if args.csv or args.ids else memo_share(ROOT)
-    body = report(out, args.against, args.rows, args.seed, args.csv, memo, args.ids,
-                  max(args.repeat, 1))
+    body = report(out, args.against, args.rows, args.seed, args.csv, memo, args.ids, args.repeat)
     print(body)
     if args.write:
         result = (RESULT.with_name(f"silicon_speed_{Path(args.csv).stem}.md") if args.csv else
