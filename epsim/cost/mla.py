@@ -149,7 +149,7 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
     """The causal MLA prefill kernel: `seqs` [dp] chunks of `tokens` [dp] new tokens whose
     keys number `context` [dp] in all (`epsim.cost.flash.prefill_work` at MLA's sizes: its
     CTAs, waves and bytes), with the L2 stream of its CTAs' key tiles (`epsim.cost.mla_l2`:
-    `l2_kb`, every tile's keys at BF16 plus the queries and outputs); on `gpu` a Blackwell,
+    `l2_kb`, every tile's keys at BF16); on `gpu` a Blackwell,
     the per-head form is the ragged kernel's `RaggedWork` (`epsim.cost.mla_ragged`). Its math:
       per head   the flash kernel's: whole 128 x 128 (query rows, keys) tiles under the causal
                  diagonal, each head's chunk in row blocks of its own, the busiest slot's
@@ -159,21 +159,22 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
                  1100-1300)
       absorbed   FlashAttention-3's MLA tiles (`epsim.cost.mla_l2.absorbed_tiles`): CTAs of 64
                  (token, head) rows, a token's heads side by side, one an SM, each running its
-                 64-key tiles up to its last token; the busiest SM's tiles and its waves on one
-                 side of the max (`overlap`: each CTA's query load and output store run beside
-                 the other SMs' tiles), the HBM and L2 streams on the other. Counted as the
-                 causal pairs' own FLOPs with the waves outside the max, the fit on chunks up
-                 to 1024 tokens priced 4096-16384 20-30 % long on H100 and H200 (its tensor
-                 rate fitted 0.50 for a kernel whose long chunks run at 0.61): short chunks'
-                 tiles run faster than long ones' (docs/model.md 5d)"""
+                 64-key tiles up to its last token; the busiest SM's tiles on one side of the
+                 max, the HBM and L2 streams on the other, the waves added to it (a CTA's
+                 query load and output store: an SM loading them streams no key tiles; with
+                 the waves inside the max, `overlap`, the fit on chunks up to 1024 tokens read
+                 a 4.4 TB/s L2 rate where 2048-16384-token chunks stream 5.1, and priced them
+                 up to 15-22 % long). Counted as the causal pairs' own FLOPs with the waves
+                 outside the max, the fit priced 4096-16384 20-30 % long on H100 and H200 (its
+                 tensor rate fitted 0.50 for a kernel whose long chunks run at 0.61): short
+                 chunks' tiles run faster than long ones' (docs/model.md 5d)
+    The L2 stream carries the key tiles alone: the queries and outputs are the waves' cost."""
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
     work = prefill_work(tokens, context, seqs, heads, 1, form.flash_head_dim, num_sms,
                         form.flash_kv_ratio)
     busy = tokens > 0
-    # queries and outputs, BF16 (2 (d_qk + d_v) bytes a (token, head)): `prefill_work`'s too
-    query_kb = 2.0 * BF16_BYTES * tokens * heads * form.flash_head_dim * 1e-3
     if not form.heads_in_rows and ragged(gpu):      # Blackwell: `epsim.cost.mla_ragged`
         return ragged_work(tokens, context, seqs, heads, form.qk_dim, form.v_dim,
                            form.kv_bytes_per_key / (form.qk_dim + form.v_dim), num_sms, gpu)
@@ -182,8 +183,7 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
         tile_mflops = 128.0 * 128.0 * 2.0 * (form.qk_dim + form.v_dim) * 1e-6
         key_kb = 128.0 * (form.qk_dim + form.v_dim) * BF16_BYTES * 1e-3
         return PrefillWork(work.waves, work.splits, work.mflops, work.mem_kb,
-                           l2_kb=np.where(busy, work.mflops / tile_mflops * key_kb + query_kb,
-                                          0.0))
+                           l2_kb=np.where(busy, work.mflops / tile_mflops * key_kb, 0.0))
     chunk = np.divide(tokens, seqs, out=np.zeros_like(tokens), where=seqs > 0)
     prefix = np.maximum(np.divide(context, seqs, out=np.zeros_like(tokens), where=seqs > 0)
                         - chunk, 0.0)
@@ -193,8 +193,7 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
     key_kb = ABSORBED_KEYS * form.qk_dim * BF16_BYTES * 1e-3
     return PrefillWork(np.where(busy, np.ceil(tiles.ctas / num_sms), 0.0), work.splits,
                        np.where(busy, tiles.busiest * tile_flops * num_sms * 1e-6, 0.0),
-                       work.mem_kb, overlap=True,
-                       l2_kb=np.where(busy, tiles.total * key_kb + query_kb, 0.0))
+                       work.mem_kb, l2_kb=np.where(busy, tiles.total * key_kb, 0.0))
 
 
 def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:

@@ -13,9 +13,11 @@ same at 8 to 128 heads (1 x 16384 tokens at 16 heads: 38.8 GB of tiles in 7.67 m
 310 GB in 61.6 ms), not their HBM and not the tensor peak (a tile's math is 1.19 us at the BF16
 peak). Short chunks run their tiles faster (1.3 us a tile at 64-token chunks): while most of an
 SM's time goes to its CTAs' own costs (query load, output store) fewer tiles contend for L2.
-So the kernel is `max(HBM stream, L2 stream, the busiest SM's waves and tiles)`: the L2 stream
-carries every CTA's key tiles and the queries and outputs (`l2_kb`), at a fitted `l2_gbps`
-(docs/model.md 5d).
+So the kernel is `waves + max(HBM stream, L2 stream, the busiest SM's tiles)`: the L2 stream
+carries every CTA's key tiles (`l2_kb`), at a fitted `l2_gbps`; a CTA's query load and output
+store are its wave's fixed cost (`wave_us`), added, not hidden under the stream: an SM loading
+them streams no key tiles (with the waves inside the max, the fit on chunks up to 1024 tokens
+read 4.4 TB/s and priced the 16384-token chunks 15-22 % long; docs/model.md 5d).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ L2_START_GBPS = 5000.0
 @dataclass(frozen=True)
 class PrefillWork(KernelWork):
     """A prefill kernel's `KernelWork` and the KB its CTAs stream through L2 (`[dp]`: every
-    CTA's key tiles at BF16, and the queries and outputs), None where not counted."""
+    CTA's key tiles at BF16), None where not counted."""
 
     l2_kb: np.ndarray | None = None
 

@@ -53,7 +53,21 @@ def test_long_chunks_cost_their_pairs_short_ones_whole_tiles():
 
     assert work(16384.0).mflops[0] == pytest.approx(16384 * 16385 / 2 * per_pair, rel=0.02)
     assert work(16.0).mflops[0] >= 16 * 64 * per_pair      # each token pays 64 keys
-    assert work(16.0).overlap
+    assert not work(16.0).overlap            # the CTAs' waves add to the streams
+
+
+def test_the_waves_add_to_the_l2_stream():
+    """A CTA's query load and output store stream no key tiles: a long chunk's waves add to
+    its L2 stream rather than hide under it, and the stream is the key tiles alone."""
+    form = absorbed_form(512, 64, 2.0)
+    tokens = np.array([4096.0])
+    work = prefill_kernel_work(tokens, tokens, np.ones(1), 128, form, 132)
+    tiles = absorbed_tiles(tokens, np.zeros(1), np.ones(1), 128, 132)
+    assert work.l2_kb[0] == pytest.approx(tiles.total[0] * 64 * 576 * 2e-3)
+    assert work.waves[0] == math.ceil(4096 * 128 / 64 / 132)
+    us = mla_kernel_us(work, PARAMS, H100)[0]
+    assert us == pytest.approx(PARAMS["base_us"] + work.waves[0] * PARAMS["wave_us"]
+                               + l2_us(work, PARAMS)[0])
 
 
 def test_design_rows_times_coefficients_give_the_kernel():
@@ -74,7 +88,8 @@ def test_the_l2_stream_binds_long_chunks_and_needs_a_fit():
     tokens = np.array([16384.0])
     work = prefill_kernel_work(tokens, tokens, np.ones(1), 128, form, 132)
     us = mla_kernel_us(work, PARAMS, H100)[0]
-    assert us == pytest.approx(PARAMS["base_us"] + l2_us(work, PARAMS)[0])
+    assert us == pytest.approx(PARAMS["base_us"] + work.waves[0] * PARAMS["wave_us"]
+                               + l2_us(work, PARAMS)[0])
     assert mla_kernel_features(work, PARAMS, H100)[0, -1] == work.l2_kb[0]
     # no fitted L2 rate (Blackwell's per-head fit, an older profile): the kernel as before
     plain = {k: v for k, v in PARAMS.items() if k != "l2_gbps"}
@@ -89,8 +104,7 @@ def test_per_head_tiles_stream_their_keys_too():
     work = prefill_kernel_work(tokens, tokens, np.ones(1), 128, per_head_form(128, 64, 128, 1.0),
                                132)
     tiles = work.mflops[0] / (128 * 128 * 2 * (192 + 128) * 1e-6)
-    queries_kb = 8192 * 128 * 2 * (192 + 128) * 1e-3
-    assert work.l2_kb[0] == pytest.approx(tiles * 128 * 320 * 2e-3 + queries_kb)
+    assert work.l2_kb[0] == pytest.approx(tiles * 128 * 320 * 2e-3)      # the keys alone
 
 
 def test_decode_holds_the_rate_a_long_chunk_sustains():
