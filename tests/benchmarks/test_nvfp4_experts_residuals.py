@@ -23,7 +23,7 @@ def test_table_gives_each_groups_mape_and_bias_in_key_order():
 
 def test_bad_axis_is_one_line_naming_the_flag():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/nvfp4_experts_residuals.py"),
-                           "b200_sxm", "--axes", "ep,shape"], capture_output=True, text=True,
+                           "b200_sxm", "gb200", "--axes", "ep,shape"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
