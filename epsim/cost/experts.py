@@ -106,6 +106,10 @@ class ExpertGemm:
             roofline's memory side with the rows' activations: it reads the down GEMM's BF16
             rows back and writes each token's sum (FlashInfer's TRT-LLM MoE on NVFP4, whose
             finalize overlaps the GEMM's tail: `epsim.cost.quant.finalize_bytes_per_row`).
+        split_k: the kernel splits K over the SMs a last partial wave would leave idle (cuBLAS's
+            BF16 GEMMs, the dense MLP's: `epsim.cost.dense_gemm.SPLIT_K_FORMATS`, as the `gemm`
+            component prices them), so its FLOPs are tile-quantised but not wave-quantised; the
+            waves keep their fixed cost. False: a grouped kernel's tiles fill whole waves.
     """
 
     hidden_size: int
@@ -121,6 +125,7 @@ class ExpertGemm:
     sm_fed: bool = False
     finalize_bytes_per_row: float = 0.0
     tile_cols: int = TILE_N
+    split_k: bool = False
 
     @property
     def feed_ratio(self) -> float:
@@ -187,8 +192,10 @@ class ExpertGemm:
         s = self.num_sms
         mflops, waves = 0.0, 0.0
         for n, k in self.gemm_shapes():                     # gate+up GEMM, then down GEMM
-            w = np.ceil(np.asarray(row_tiles, dtype=np.float64) * -(-n // self.tile_cols) / s)
-            mflops = mflops + w * (s * 2.0 * self.tile_rows * self.tile_cols * k * 1e-6)
+            tiles = np.asarray(row_tiles, dtype=np.float64) * -(-n // self.tile_cols)
+            w = np.ceil(tiles / s)
+            filled = tiles if self.split_k else w * s     # split K: idle SMs share the last wave
+            mflops = mflops + filled * (2.0 * self.tile_rows * self.tile_cols * k * 1e-6)
             waves = waves + w
         return mflops, waves
 
@@ -212,6 +219,23 @@ def experts_defaults(hardware: HardwareSpec, weight_dtype: str = "bf16") -> dict
                         f"tensor cores: {hardware.name} has none")
     return {"base_us": 8.0, "per_expert_us": 0.0, "wave_us": 0.0,
             "hbm_gbps": hardware.hbm_gbps * HBM_EFFICIENCY, "tflops": peak * TENSOR_EFFICIENCY}
+
+
+def carried_rates(params: dict[str, float], fitted_on: HardwareSpec,
+                  on: HardwareSpec) -> dict[str, float]:
+    """A dense kernel's fitted `params` (`EXPERT_TERMS`: absolute rates) carried from the GPU it
+    was fitted on to another: the efficiencies kept, the rates the other GPU's datasheet times
+    them (`hbm_gbps x HBM_on / HBM_fitted`, `tflops x BF16_on / BF16_fitted`, as the `gemm`
+    component's fractions `hbm_frac`, `tensor_frac` carry); fixed costs (`base_us`, `wave_us`)
+    kept. The same GPU, or one without a BF16 peak on either side: `params` as they are."""
+    if fitted_on.name == on.name or not (fitted_on.bf16_tflops and on.bf16_tflops):
+        return dict(params)
+    out = dict(params)
+    if "hbm_gbps" in out:
+        out["hbm_gbps"] = out["hbm_gbps"] * on.hbm_gbps / fitted_on.hbm_gbps
+    if "tflops" in out:
+        out["tflops"] = out["tflops"] * on.bf16_tflops / fitted_on.bf16_tflops
+    return out
 
 
 def _work(pairs, active, tiles, gemm: ExpertGemm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -353,6 +377,8 @@ def record_projections(record) -> int:
 
 def dense_gemm(hidden_size: int, intermediate_size: int, bytes_per_param: float,
                gpu: str) -> ExpertGemm:
-    """A dense SwiGLU MLP of width `intermediate_size` as one expert."""
+    """A dense SwiGLU MLP of width `intermediate_size` as one expert, its two GEMMs cuBLAS's
+    (`split_k`: FLOPs tile- but not wave-quantised, as the `gemm` component's BF16 GEMMs)."""
     return ExpertGemm(hidden_size, intermediate_size,
-                      3.0 * hidden_size * intermediate_size * bytes_per_param, num_sms(gpu))
+                      3.0 * hidden_size * intermediate_size * bytes_per_param, num_sms(gpu),
+                      split_k=True)

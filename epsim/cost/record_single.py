@@ -11,7 +11,8 @@ import numpy as np
 from epsim.cost.attention import attention_projections_us
 from epsim.cost.attention_ops import attention_ops_defaults, attention_ops_features, block_ops
 from epsim.cost.block_ops import block_ops_defaults, block_ops_features
-from epsim.cost.experts import TILE_M, ExpertGemm, experts_defaults, experts_features, num_sms
+from epsim.cost.experts import (TILE_M, carried_rates, dense_gemm, experts_defaults,
+                                experts_features, num_sms)
 from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
                               kernel_grids, prefill_work)
 from epsim.cost.linear import ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS, EXPERT_TERMS
@@ -21,6 +22,7 @@ from epsim.profile import GRAPH, Profile, component_key, is_graph
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
 from epsim.spec.model import ModelSpec
+from epsim.zoo import get_hardware, hardware_names
 
 # single-GPU kinds and the component each fits (`any/<component>[/graph]`)
 SINGLE_GPU_COMPONENTS = {"attention_prefill": "attention_prefill",
@@ -33,14 +35,16 @@ def single_gpu_row(record: MeasurementRecord, profile: Profile) -> RecordFeature
     cluster = record_cluster(record, profile)
     kind = SINGLE_GPU_COMPONENTS[record.kind]
     path = GRAPH if is_graph(record) else ""
-    sms = num_sms(cluster.gpu)
     if record.kind != "dense_mlp":
         return attention_row(record, profile, kind, path, cluster)
-    params = profile.params("any", kind, path, defaults=experts_defaults(cluster.hardware))
+    # fitted on another GPU (a system hold-out): its efficiencies on this GPU's datasheet
+    fitted = profile.component("any", kind, path)
+    carried = ({} if fitted is None or profile.hardware not in hardware_names() else
+               carried_rates(fitted.params, get_hardware(profile.hardware), cluster.hardware))
+    params = {**experts_defaults(cluster.hardware), **carried}
     if not (record.hidden_size and record.intermediate_size):
         raise RecordError("hidden_size and intermediate_size must be > 0 for a dense_mlp record")
-    gemm = ExpertGemm(record.hidden_size, record.intermediate_size,
-                      3.0 * record.hidden_size * record.intermediate_size * 2.0, sms)
+    gemm = dense_gemm(record.hidden_size, record.intermediate_size, 2.0, cluster.gpu)
     t = float(record.num_tokens_per_rank)
     row = experts_features(np.array([t]), np.array([1.0 if t > 0 else 0.0]),
                            np.array([np.ceil(t / TILE_M)]), gemm, params)
