@@ -34,6 +34,17 @@ LL128 (B200: 12 and 262 GB/s, where the whole table's Simple runs at 558): 16-12
 priced 50-66 % too slow on Blackwell. Bounded below, the two lines are LL / LL128 and Simple
 (B200: 274 and 450) and those hold-outs fall to 10-18 %; on whole tables the bound binds nowhere.
 
+With NCCL's tuner figures (`epsim.cost.allreduce.tuner_params`, the default) each NCCL point is
+labelled by the protocol NCCL's own model picks (`epsim.cost.allreduce.tuner_protocol`) instead
+(`_fit_tuned`): the `ll_` line on LL's points, one bounded least squares for Simple's (fixed,
+per-step, link and local-step columns) and LL128's (its fixed column, its per-step latency NCCL's,
+its bytes at 0.92 of Simple's link rate), Simple's link at most NCCL's own bus figure (0.8 of
+NVLink), and NVLS by alternating assignment against the labelled ring. nccl-tests' all-gathers
+(one pass) are fitted beside the all-reduces: a table cut at 8 MiB shows Simple only on 2 GPUs'
+all-reduces, where its link and local-step columns are one (`S / 2` each), and on 2 and 4 GPUs'
+all-gathers, where they part. The min-of-lines fit below stays for `tuned=False` and for points
+too few on either line.
+
 NCCL's Simple line carries the ring's local step (`epsim.cost.allreduce`: `S / n / local_gbps`,
 one chunk a loop copied out of the FIFO): refitted with that column from the two lines' (or
 three's) assignment alone (other starts, picked by the mean relative error as the plain fit
@@ -71,9 +82,11 @@ import numpy as np
 from epsim.calibrate.fit import ComponentFit
 from epsim.calibrate.inputs import SourcedRecord
 
-from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, algorithm, allreduce_defaults,
-                                  allreduce_us, custom_features, is_sm100, nvls_features,
-                                  record_generation, ring_features, ring_local_kb, ring_us)
+from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, TUNER_BASE_US, TUNER_LL128_RATIO,
+                                  TUNER_STEP_US, algorithm, allreduce_defaults, allreduce_us,
+                                  custom_features, is_sm100, nvls_features, record_generation,
+                                  ring_features, ring_local_kb, ring_us, tuner_params,
+                                  tuner_protocol)
 from epsim.profile import GRAPH, component_key
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
@@ -96,6 +109,8 @@ class AllReducePoint:
         algorithm: "oneshot", "twoshot" or "nccl" (what ran it).
         generation: the custom kernel's generation (`epsim.cost.allreduce.algorithm`; 1 for
             NCCL's).
+        passes: an NCCL point's ring passes: 2 an all-reduce, 1 an all-gather (nccl-tests'
+            all-gathers, fitted beside the all-reduces on NCCL's lines).
     """
 
     num_bytes: float
@@ -103,6 +118,7 @@ class AllReducePoint:
     latency_us: float
     algorithm: str
     generation: int = 1
+    passes: int = 2
 
 
 def record_point(record: MeasurementRecord, gpus_per_host: int,
@@ -112,7 +128,11 @@ def record_point(record: MeasurementRecord, gpus_per_host: int,
     size; SGLang's device-time one (a CUDA-graph capture) as the algorithm SGLang runs at its
     size on hosts of `gpus_per_host` GPUs (by its kernel generation, `record_generation`, on
     an SM100 GPU or not); None for any other record, and for SGLang's rows beyond its custom
-    kernel (SGLang calling NCCL) or timed eagerly."""
+    kernel (SGLang calling NCCL) or timed eagerly. An nccl-tests all-gather
+    (`epsim.cost.record.is_nccl_allgather`) is an `nccl` point of one pass."""
+    from epsim.cost.record import is_nccl_allgather
+    if is_nccl_allgather(record) and (record.bytes or 0) > 0:
+        return AllReducePoint(record.bytes, record.ep_size, record.median_us, "nccl", passes=1)
     if record.kind != "allreduce" or record.bytes <= 0:
         return None
     if record.extra.get("kernel") == "NCCL":
@@ -137,7 +157,7 @@ def points_from_records(records: list[MeasurementRecord], gpus_per_host: int,
 def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarray]:
     """([points, 3] design rows, [points] µs) of `points` under `algo`'s form."""
     rows = [custom_features(p.num_bytes, p.num_ranks, algo) if algo != "nccl"
-            else ring_features(p.num_bytes, p.num_ranks) for p in points]
+            else ring_features(p.num_bytes, p.num_ranks, p.passes) for p in points]
     return np.array(rows, dtype=np.float64), np.array([p.latency_us for p in points])
 
 
@@ -205,10 +225,105 @@ def _squares(forms: list[np.ndarray], lines: list[np.ndarray], us: np.ndarray) -
     return float(np.sum((predicted - us) ** 2 / us))
 
 
+def _fit_tuned(points: list[AllReducePoint], nvl_gbps: float, hbm_gbps: float,
+               tuner: dict[str, float]) -> dict[str, float] | None:
+    """NCCL's coefficients with each point on the ring protocol line NCCL's tuner picks
+    (`epsim.cost.allreduce.tuner_protocol`; module doc): the `ll_` line on LL's points (<= half
+    of NVLink); Simple's and LL128's in one bounded least squares: each its own fixed and
+    per-step columns (LL128's held at NCCL's tuner latencies without points of its own), one
+    link rate (LL128's moved bytes at 0.92 of it, NCCL's ratio) between half of NVLink and
+    NCCL's own bus figure (`tuner_bus_gbps`), and Simple's local step (<= half of HBM); then
+    NVLS, an all-reduce line (NCCL's tuner weighs it against the ring's wide protocols), where
+    it wins at least `MIN_POINTS` all-reduce points of LL128's and Simple's and lowers the
+    weighted squared error (alternating assignment against the labelled ring lines, started from
+    each decile of those points). None where LL or Simple has fewer than `MIN_POINTS` points."""
+    from scipy.optimize import lsq_linear       # scipy waits for the fit (epsim's import rule)
+    rows, us = _rows(points, "nccl")
+    num_bytes = np.array([p.num_bytes for p in points])
+    ranks = np.array([p.num_ranks for p in points])
+    pick = np.array([int(tuner_protocol(p.num_bytes, p.num_ranks, p.passes, tuner["tuner_bus_gbps"],
+                                        tuner["tuner_ll_max_gbps"])) for p in points])
+    low, mid, simple = pick == 0, pick == 1, pick == 2
+    if low.sum() < MIN_POINTS or simple.sum() < MIN_POINTS:
+        return None
+    local_kb = ring_local_kb(num_bytes, ranks)
+    nvls_rows = np.array([nvls_features(b) for b in num_bytes])
+    reduce = np.array([p.passes == 2 for p in points])
+    floor = nvl_gbps * LL_BANDWIDTH_RATIO
+    cap = min(nvl_gbps, tuner["tuner_bus_gbps"])
+    held = np.array([TUNER_BASE_US["LL128"], TUNER_STEP_US["LL128"]])
+    local_cap = hbm_gbps / 2.0 if hbm_gbps > 0 else 0.0
+
+    def ring_lines(keep):
+        """(LL line [4], wide line: Simple base, hop, LL128 base, hop, 1/link, 1/local, [points]
+        µs) fitted on the points in `keep`."""
+        ll = _solve(rows[low & keep], us[low & keep], floor)
+        # columns: Simple's 1 and steps, LL128's 1 and steps, link KB, local KB
+        design = np.zeros((len(us), 6))
+        design[simple, 0:2] = rows[simple, 0:2]
+        design[mid, 2:4] = rows[mid, 0:2]
+        design[:, 4] = np.where(mid, rows[:, 2] / TUNER_LL128_RATIO, rows[:, 2])
+        design[simple, 5] = local_kb[simple]
+        fit = (simple | mid) & keep
+        cols = [0, 1, 4] + ([2] if mid[fit].any() else []) + ([5] if local_cap > 0 else [])
+        lower = np.array([0.0, 0.0, 0.0, 0.0, 1.0 / cap, 1.0 / max(local_cap, 1e-12)])
+        upper = np.array([np.inf, np.inf, np.inf, np.inf, 1.0 / floor, np.inf])
+        # LL128's per-step latency is NCCL's (its few points, often at one GPU count, cannot
+        # tell it from the fixed cost); its fixed cost too where it has no points
+        rest = us - design[:, 3] * held[1] - (0.0 if mid[fit].any() else design[:, 2] * held[0])
+        weight = 1.0 / np.sqrt(us[fit])
+        with np.errstate(invalid="ignore"):     # one GPU count: collinear columns (`_solve`)
+            x = lsq_linear(design[fit][:, cols] * weight[:, None], rest[fit] * weight,
+                           bounds=(lower[cols], upper[cols])).x
+        wide = np.zeros(6)
+        wide[cols] = x
+        wide[3] = held[1]
+        if not mid[fit].any():
+            wide[2] = held[0]
+        return ll, wide, np.where(low, rows @ ll[:3], design @ wide)
+
+    ll, wide, ring = ring_lines(np.ones(len(us), dtype=bool))
+    best = (float(np.sum((ring - us) ** 2 / us)), ll, wide, None)
+    moved = rows[:, 2]
+    wide_reduce = reduce & ~low             # NVLS (a Simple-protocol algorithm) vies with these
+    starts = np.unique(np.quantile(moved[wide_reduce], SPLITS)) if wide_reduce.any() else []
+    for cut in starts:
+        on = wide_reduce & (moved >= cut)
+        for _ in range(MAX_ROUNDS):
+            if on.sum() < MIN_POINTS:
+                break
+            nvls = _solve(nvls_rows[on], us[on], np.inf, hops=False)
+            # Simple's line keeps its points where NVLS would leave it too few to fit
+            ll, wide, ring = ring_lines(~on if (simple & ~on).sum() >= MIN_POINTS else ~on | simple)
+            over = nvls_rows @ nvls[:3]
+            error = float(np.sum((np.where(reduce, np.minimum(ring, over), ring) - us) ** 2 / us))
+            moved_to = reduce & (over < ring)
+            if error < best[0] and moved_to.sum() >= MIN_POINTS:
+                best = (error, ll, wide, nvls)
+            if (moved_to == on).all():
+                break
+            on = moved_to
+    _, ll, wide, nvls = best
+    out = {**_line(ll[:3], ("ll_base_us", "ll_hop_us", "ll_gbps")),
+           **_line(wide[[0, 1, 4, 5]], ("base_us", "hop_us", "nvl_gbps")),
+           "ll128_base_us": float(wide[2]), "ll128_hop_us": float(wide[3]), **tuner}
+    if nvls is not None:
+        out.update(nvls_base_us=float(nvls[0]), nvls_gbps=float(1.0 / nvls[2]))
+    return out
+
+
 def _fit_nccl(points: list[AllReducePoint], nvl_gbps: float,
-              hbm_gbps: float = 0.0) -> dict[str, float]:
-    """NCCL's coefficients: the LL and Simple ring lines, and NVLS where it is kept, then
-    Simple's local step where its points allow it (`hbm_gbps` > 0 bounds it; module doc)."""
+              hbm_gbps: float = 0.0, tuner: dict[str, float] | None = None) -> dict[str, float]:
+    """NCCL's coefficients: with NCCL's tuner figures (`tuner`, `epsim.cost.allreduce.
+    tuner_params`), each point on the line NCCL picks (`_fit_tuned`) where both lines have
+    points; else the LL and Simple ring lines as the faster of the two, and NVLS where it is
+    kept, then Simple's local step where its points allow it (`hbm_gbps` > 0 bounds it; module
+    doc)."""
+    if tuner:
+        tuned = _fit_tuned(points, nvl_gbps, hbm_gbps, tuner)
+        if tuned is not None:
+            return tuned
+    points = [p for p in points if p.passes == 2]        # all-gathers: the tuned fit's alone
     rows, us = _rows(points, "nccl")
     nvls = np.array([nvls_features(p.num_bytes) for p in points])
     moved = rows[:, 2]
@@ -294,10 +409,12 @@ def _check(points: list[AllReducePoint]) -> None:
             raise ValueError(f"latency_us ({p.latency_us}) must be > 0")
 
 
-def fit_allreduce(points: list[AllReducePoint], cluster: ClusterSpec) -> dict[str, dict[str, float]]:
+def fit_allreduce(points: list[AllReducePoint], cluster: ClusterSpec,
+                  tuned: bool = True) -> dict[str, dict[str, float]]:
     """{algorithm: coefficients} fitted on `points`: the custom kernels together, NCCL apart
     (with fewer than `MIN_POINTS` points they keep their datasheet defaults,
-    `allreduce_defaults`).
+    `allreduce_defaults`), each NCCL point on the line NCCL's tuner picks (`tuned`, `_fit_tuned`)
+    or, `tuned` False or too few points a line, as the faster line.
 
     Raises:
         ValueError: a point of an unknown algorithm or with a non-positive time.
@@ -311,7 +428,8 @@ def fit_allreduce(points: list[AllReducePoint], cluster: ClusterSpec) -> dict[st
             out[algo].update(values)
     nccl = [p for p in points if p.algorithm == "nccl"]
     if len(nccl) >= MIN_POINTS:
-        out["nccl"].update(_fit_nccl(nccl, nvl, cluster.hardware.hbm_gbps))
+        out["nccl"].update(_fit_nccl(nccl, nvl, cluster.hardware.hbm_gbps,
+                                     tuner_params(cluster) if tuned else None))
     return out
 
 
@@ -319,7 +437,7 @@ def predict_point(p: AllReducePoint, params: dict[str, dict[str, float]]) -> flo
     """The model's µs for a point on one NVLink domain by the point's own algorithm (a custom
     point's is the one SGLang picks at its size; an nccl-tests point is NCCL at every size)."""
     if p.algorithm == "nccl":
-        return float(ring_us(p.num_bytes, p.num_ranks, 1, params["nccl"]))
+        return float(ring_us(p.num_bytes, p.num_ranks, 1, params["nccl"], passes=p.passes))
     return allreduce_us(p.num_bytes, p.num_ranks, 1, params, num_hosts=1)
 
 

@@ -372,7 +372,8 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     for key in sorted(k for k in groups if _over_kernels(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(kernels.model_copy(deep=True)),
                                   peaks)
-    fits.update(fit_allreduce_records([s for s in fit_set if s.record.kind == "allreduce"],
+    fits.update(fit_allreduce_records([s for s in fit_set if s.record.kind == "allreduce"
+                                       or is_nccl_allgather(s.record)],
                                       ClusterSpec(gpu=hardware if hardware != "cpu" else NOMINAL_GPU)))
     components = {k: f.component() for k, f in fits.items()}
     for key, fit in fits.items():

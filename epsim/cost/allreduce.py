@@ -37,7 +37,8 @@ switch points, 4 B200s' 512 KiB-2 MiB one-shots (each moving `3 S`) were fitted 
                   + (n - 1) * (S, or r(S) * 288 KiB past one round) / nvl_gbps * 1e-3
     twoshot   t = base_us + per_peer_us * H(n - 1) + per_block_us * b(S)
                   + 2 (n - 1) / n * S / nvl_gbps * 1e-3       (V2: the one-shot's nvl_gbps)
-    nccl      t = min over its two protocols p of
+    nccl      t = on the ring protocol p NCCL's tuner picks (LL, LL128, Simple; a profile
+                  fitted before the picks: the smaller of its LL and Simple lines)
                   base_us_p + hop_us_p * 2 (n - 1) + 2 (n - 1) / n * S / gbps_p * 1e-3
               and, within one NVLink domain where a fit found it, NVLS:
                   nvls_base_us + S / nvls_gbps * 1e-3
@@ -91,6 +92,23 @@ slow. The local rate is bounded by HBM (a copy reads and writes it: `<= hbm_gbps
 fitted only where the points show Simple's bandwidth (`epsim.calibrate.allreduce`), else absent
 (no term), as in a profile fitted before it.
 
+Which ring protocol runs a message is NCCL's tuner's pick, by its own latency-bandwidth model
+(NCCL 2.27.3, `src/graph/tuning.cc` at tag v2.27.3-1), not the fastest line: per protocol a
+latency `baseLat + nsteps * hwLat` (LL 6.6 + 0.6, LL128 14.0 + 1.9, Simple 8.4 + 3.4 µs a step
+on NVLink; lines 134-147, 337-356) and a bus bandwidth from one figure, the channels' NVLink
+bandwidth (`nChannels * bwIntra`, line 276; per link 20.6 GB/s on SM90, 40.0 on SM100,
+`src/graph/topo.h` lines 19-21: 0.82 / 0.80 of the datasheet's NVLink, here `NVLINK_EFFICIENCY`
+of it): LL half of it capped at 141 GB/s on Hopper, 282 on Blackwell (lines 165-170, 279),
+LL128 0.92 of it (line 280), Simple all of it; time `lat + nsteps / n * S / busBw` (lines 320-327,
+569). Its Simple latency is far below what Simple takes (AIC's B200 4-GPU all-gather: 25 -> 50
+µs from 4 to 8 MiB where the tuner switches LL -> Simple, 44 -> 102 µs on 8 GPUs from 8 to 16
+MiB, LL -> LL128), so a message runs the line NCCL picks even where another would be faster. A
+profile fitted with the picks (`tuner_bus_gbps`, `tuner_ll_max_gbps` in the NCCL coefficients,
+`epsim.calibrate.allreduce`) prices by them within one NVLink domain, each protocol on its line:
+LL the `ll_` line, Simple the plain one, LL128 its own fixed costs (`ll128_base_us`,
+`ll128_hop_us`) and Simple's link rate times NCCL's 0.92 (LL128 lines carry 120 data bytes in
+128); across domains, and for a profile without them, the faster of the LL and Simple lines.
+
 NVLS (NVLink SHARP) is the all-reduce NCCL runs on large messages where the NVSwitch reduces:
 each GPU sends its `S` bytes into the switch once and receives the reduced `S` once, whatever
 `n`, against a ring's `2 (n - 1) / n S`, so its bus bandwidth can pass the link's. AIC's H200
@@ -133,13 +151,21 @@ FULL_GRID_BYTES = CUSTOM_MAX_BLOCKS * CUSTOM_THREADS * PACK_BYTES     # one roun
 NVLINK_EFFICIENCY = 0.8
 NIC_EFFICIENCY = 0.8
 LL_BANDWIDTH_RATIO = 0.5              # LL carries 8 data bytes per 16-byte line (NCCL docs)
+# NCCL 2.27.3's tuner, ring on NVLink in one node (src/graph/tuning.cc at v2.27.3-1; module doc)
+PROTOCOLS = ("LL", "LL128", "Simple")
+TUNER_BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}     # baseLat, line 135
+TUNER_STEP_US = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}      # hwLat[NVLINK][RING], line 145
+TUNER_LL_MAX_GBPS = {False: 141.0, True: 282.0}               # llMaxBws N1 Hopper / Blackwell
+TUNER_LL128_RATIO = 0.92                                      # line 280
 
 # design-row columns of one NCCL protocol: (1, latency count, moved KB); a custom kernel adds
 # its blocks before the moved KB
 CUSTOM_PARAMS = ("base_us", "per_peer_us", "per_block_us", "nvl_gbps")
 NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_gbps",
                "rdma_gbps", "nvls_base_us", "nvls_gbps",      # NVLS: where a fit found it
-               "local_gbps")                                   # Simple's local step: likewise
+               "local_gbps",                                   # Simple's local step: likewise
+               "ll128_base_us", "ll128_hop_us",                # LL128's line, by NCCL's picks
+               "tuner_bus_gbps", "tuner_ll_max_gbps")          # NCCL's tuner figures: likewise
 
 
 def algorithm(num_bytes: float, num_ranks: int, num_hosts: int, generation: int = 1,
@@ -268,12 +294,35 @@ def nvls_features(num_bytes) -> np.ndarray:
     return np.stack([np.ones_like(kb), np.zeros_like(kb), kb], axis=-1)
 
 
+def tuner_params(cluster: ClusterSpec) -> dict[str, float]:
+    """The figures NCCL's tuner prices protocols by on the cluster's GPU (module doc): its bus
+    bandwidth (`NVLINK_EFFICIENCY` of NVLink's datasheet figure, as NCCL's per-link figures
+    give) and LL's cap (Blackwell, `is_sm100`, or Hopper and older)."""
+    return {"tuner_bus_gbps": cluster.nvlink_gbps_resolved * NVLINK_EFFICIENCY,
+            "tuner_ll_max_gbps": TUNER_LL_MAX_GBPS[is_sm100(cluster.hardware)]}
+
+
+def tuner_protocol(num_bytes, num_ranks: int, passes: int, bus_gbps: float,
+                   ll_max_gbps: float) -> np.ndarray:
+    """[...] int, the ring protocol NCCL's tuner picks (`PROTOCOLS` index: 0 LL, 1 LL128, 2
+    Simple) for `num_bytes` on `num_ranks` GPUs of one NVLink domain (`passes` 2: all-reduce,
+    1: reduce-scatter or all-gather), by its latency-bandwidth model (module doc)."""
+    num_bytes = np.asarray(num_bytes, dtype=np.float64)
+    steps = passes * (num_ranks - 1)
+    gbps = (min(ll_max_gbps, 0.5 * bus_gbps), TUNER_LL128_RATIO * bus_gbps, bus_gbps)
+    time_us = [TUNER_BASE_US[p] + steps * TUNER_STEP_US[p] + steps / num_ranks * num_bytes / (1e3 * g)
+               for p, g in zip(PROTOCOLS, gbps)]
+    return np.argmin(np.stack(time_us, axis=-1), axis=-1)
+
+
 def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
             passes: int = 2) -> np.ndarray:
     """NCCL collective of `num_bytes` over `num_ranks` GPUs (all-reduce: `passes=2`,
-    reduce-scatter / all-gather: 1), the faster of its two ring protocol lines (Simple with its
-    local step where `local_gbps` is fitted) and, for an
-    all-reduce within one NVLink domain with `nvls_gbps` fitted, NVLS (µs); 0 on one GPU."""
+    reduce-scatter / all-gather: 1), on the ring protocol line NCCL's tuner picks within one
+    NVLink domain where the coefficients carry its figures (`tuner_bus_gbps`), else the faster
+    of the two lines (Simple with its local step where `local_gbps` is fitted) and, for an
+    all-reduce within one NVLink domain with `nvls_gbps` fitted, NVLS where faster (µs); 0 on
+    one GPU."""
     if num_ranks <= 1:
         return np.zeros_like(np.asarray(num_bytes, dtype=np.float64))
     rows = ring_features(num_bytes, num_ranks, passes)
@@ -284,7 +333,14 @@ def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
                               1.0 / min(params["nvl_gbps"], nic)])
     if params.get("local_gbps"):            # Simple's local step a loop (module doc)
         simple = simple + ring_local_kb(num_bytes, num_ranks) / params["local_gbps"]
-    fastest = np.minimum(ll, simple)
+    if num_nodes == 1 and params.get("tuner_bus_gbps"):       # the line NCCL picks
+        ll128 = rows @ np.array([params["ll128_base_us"], params["ll128_hop_us"],
+                                 1.0 / (TUNER_LL128_RATIO * params["nvl_gbps"])])
+        pick = tuner_protocol(num_bytes, num_ranks, passes, params["tuner_bus_gbps"],
+                              params["tuner_ll_max_gbps"])
+        fastest = np.choose(pick, [ll, ll128, simple])
+    else:
+        fastest = np.minimum(ll, simple)
     if passes == 2 and num_nodes == 1 and params.get("nvls_gbps"):
         nvls = nvls_features(num_bytes) @ np.array([params["nvls_base_us"], 0.0,
                                                      1.0 / params["nvls_gbps"]])

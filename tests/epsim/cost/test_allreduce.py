@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from epsim.calibrate.allreduce import AllReducePoint, fit_allreduce
-from epsim.cost.allreduce import (algorithm, allreduce_defaults, allreduce_us, barrier_peers,
-                                  custom_blocks, custom_features, kernel_generation, ring_features,
-                                  ring_us)
+from epsim.cost.allreduce import (TUNER_LL128_RATIO, algorithm, allreduce_defaults, allreduce_us,
+                                  barrier_peers, custom_blocks, custom_features, kernel_generation,
+                                  ring_features, ring_local_kb, ring_us, tuner_params,
+                                  tuner_protocol)
 from epsim.spec.hardware import ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -180,6 +181,67 @@ def _synthetic(params: dict, sizes, counts) -> list[AllReducePoint]:
     return out
 
 
+def test_nccls_tuner_picks_where_the_tables_jump():
+    """NCCL 2.27.3's tuner (`tuner_protocol`: 0 LL, 1 LL128, 2 Simple) switches where AIC's
+    nccl-tests all-gathers jump: B200's 4 GPUs from 4 to 8 MiB (25 -> 50 µs, LL -> Simple), its
+    8 GPUs from 8 to 16 MiB (44 -> 102 µs, LL -> LL128); H100's 4 GPUs from 2 to 4 MiB (19 -> 37
+    µs, LL -> Simple), its 8 GPUs from 4 to 8 MiB (33 -> 44 µs, LL -> LL128) and from 16 to 32
+    MiB (68 -> 122 µs, LL128 -> Simple)."""
+    b200, h100 = tuner_params(ClusterSpec(gpu="B200")), tuner_params(ClusterSpec(gpu="H100"))
+    assert (b200["tuner_bus_gbps"], b200["tuner_ll_max_gbps"]) == (720.0, 282.0)
+    assert (h100["tuner_bus_gbps"], h100["tuner_ll_max_gbps"]) == (360.0, 141.0)
+
+    def picks(t, n, sizes):
+        return [int(tuner_protocol(s * MIB, n, 1, t["tuner_bus_gbps"], t["tuner_ll_max_gbps"]))
+                for s in sizes]
+    assert picks(b200, 4, (4, 8)) == [0, 2] and picks(b200, 8, (8, 16, 128)) == [0, 1, 2]
+    assert picks(h100, 4, (2, 4)) == [0, 2] and picks(h100, 8, (4, 8, 16, 32)) == [0, 1, 1, 2]
+    # an all-reduce runs twice the steps: its switch to Simple comes later on 8 GPUs
+    assert int(tuner_protocol(32 * MIB, 8, 2, 360.0, 141.0)) == 1
+
+
+def _tuned_truth() -> dict[str, float]:
+    return dict(allreduce_defaults(H200)["nccl"], ll_base_us=5.0, ll_hop_us=0.8, ll_gbps=150.0,
+                base_us=12.0, hop_us=4.0, nvl_gbps=340.0, local_gbps=900.0, ll128_base_us=40.0,
+                ll128_hop_us=1.9, **tuner_params(H200))
+
+
+def test_the_ring_runs_the_line_nccl_picks_not_the_fastest():
+    """With the tuner's figures in the coefficients a message runs the protocol NCCL's model
+    picks: Simple on 4 GPUs at 8 MiB, though its line (a large fixed cost) is slower there than
+    LL's; LL128 on its fixed costs at 0.92 of Simple's link rate; without them, the faster
+    line, as a profile fitted before them prices."""
+    p = _tuned_truth()
+    rows = ring_features(8 * MIB, 4, 1)
+    ll = rows @ np.array([p["ll_base_us"], p["ll_hop_us"], 1.0 / p["ll_gbps"]])
+    simple = rows @ np.array([p["base_us"], p["hop_us"], 1.0 / p["nvl_gbps"]]) \
+        + ring_local_kb(8 * MIB, 4) / p["local_gbps"]
+    assert int(tuner_protocol(8 * MIB, 4, 1, p["tuner_bus_gbps"], p["tuner_ll_max_gbps"])) == 2
+    assert float(ring_us(8 * MIB, 4, 1, p, passes=1)) == pytest.approx(simple)
+    p_slow = dict(p, base_us=200.0)
+    assert float(ring_us(8 * MIB, 4, 1, p_slow, passes=1)) > ll + 100.0
+    plain = {k: v for k, v in p_slow.items() if not k.startswith("tuner_")}
+    assert float(ring_us(8 * MIB, 4, 1, plain, passes=1)) == pytest.approx(min(ll, simple + 188.0))
+    rows = ring_features(16 * MIB, 8, 1)
+    ll128 = rows @ np.array([40.0, 1.9, 1.0 / (TUNER_LL128_RATIO * 340.0)])
+    assert float(ring_us(16 * MIB, 8, 1, p, passes=1)) == pytest.approx(ll128)
+
+
+def test_the_tuned_fit_recovers_a_tuned_truth():
+    """All-reduces and all-gathers (one pass) over 2, 4 and 8 GPUs priced on the lines NCCL
+    picks: the fit labels each point by the tuner and recovers every line, LL128's fixed cost
+    and Simple's local step included, and writes the tuner's figures."""
+    truth = _tuned_truth()
+    points = [AllReducePoint(s, n, float(ring_us(s, n, 1, truth, passes=k)), "nccl", passes=k)
+              for s in [2.0**e for e in range(8, 30)] for n in (2, 4, 8) for k in (1, 2)]
+    assert {int(tuner_protocol(p.num_bytes, p.num_ranks, p.passes, 360.0, 141.0))
+            for p in points} == {0, 1, 2}
+    fitted = fit_allreduce(points, H200)["nccl"]
+    for name, value in truth.items():
+        if name != "rdma_gbps":
+            assert fitted[name] == pytest.approx(value, rel=1e-3, abs=1e-6), name
+
+
 def test_the_fit_recovers_known_coefficients():
     truth = allreduce_defaults(H200)
     truth["oneshot"].update(base_us=2.5, per_peer_us=0.2, per_block_us=0.02, nvl_gbps=300.0)
@@ -188,7 +250,7 @@ def test_the_fit_recovers_known_coefficients():
                          nvl_gbps=380.0)
     sizes = [2.0**k for k in range(8, 30)]
     points = _synthetic(truth, sizes, (2, 4, 8))
-    fitted = fit_allreduce(points, H200)
+    fitted = fit_allreduce(points, H200, tuned=False)
     for algo in ("oneshot", "twoshot", "nccl"):
         for name, value in truth[algo].items():
             if name != "rdma_gbps":
@@ -228,7 +290,7 @@ def test_the_fit_finds_nvls_where_it_wins():
                          nvl_gbps=320.0, nvls_base_us=60.0, nvls_gbps=255.0)
     points = [p for p in _synthetic(truth, [2.0**k for k in range(8, 30)], (2, 4, 8))
               if p.algorithm == "nccl"]
-    fitted = fit_allreduce(points, H200)["nccl"]
+    fitted = fit_allreduce(points, H200, tuned=False)["nccl"]
     for name, value in truth["nccl"].items():
         if name != "rdma_gbps":
             assert fitted[name] == pytest.approx(value, rel=1e-3, abs=1e-6), name
@@ -252,7 +314,7 @@ def test_simple_stays_the_wide_line_when_the_fit_stops_below_it():
                    for b, h, g in lines)
     points = [AllReducePoint(s, n, truth_us(s, n), "nccl")
               for s in [2.0**k for k in range(8, 24)] for n in (2, 4, 8)]
-    fitted = fit_allreduce(points, H200)["nccl"]
+    fitted = fit_allreduce(points, H200, tuned=False)["nccl"]
     assert fitted["nvl_gbps"] >= 225.0 - 1e-6        # unbounded: 205, LL128's line
     errors = [abs(float(ring_us(p.num_bytes, p.num_ranks, 1, fitted)) / p.latency_us - 1)
               for p in points]
@@ -285,10 +347,10 @@ def test_the_fit_finds_the_local_step_only_where_simple_shows():
                          nvl_gbps=360.0, local_gbps=1000.0)
     points = [p for p in _synthetic(truth, [2.0**k for k in range(8, 30)], (2, 4, 8))
               if p.algorithm == "nccl"]
-    fitted = fit_allreduce(points, H200)["nccl"]
+    fitted = fit_allreduce(points, H200, tuned=False)["nccl"]
     assert fitted["local_gbps"] == pytest.approx(1000.0, rel=0.05)
     assert fitted["nvl_gbps"] == pytest.approx(360.0, rel=0.05)
-    small = fit_allreduce([p for p in points if p.num_bytes <= 256 * KIB], H200)["nccl"]
+    small = fit_allreduce([p for p in points if p.num_bytes <= 256 * KIB], H200, tuned=False)["nccl"]
     assert "local_gbps" not in small
 
 
@@ -384,8 +446,8 @@ def test_size_hold_out_on_the_fixture(aic_holdout, tmp_path):
 
 def test_nccl_all_gathers_are_the_all_reduce_rings_one_pass(aic_holdout):
     """nccl-tests' all-gathers (the op tables' `none` dispatch) fit no component of their own:
-    the NCCL ring fitted on the all-reduce rows prices them, one pass (`n - 1` steps, `(n-1)/n`
-    of the gathered bytes). The fixture holds one GPU count (8), where the ring's fixed cost and
+    the NCCL ring fitted on the all-reduce rows and on them prices them, one pass (`n - 1`
+    steps, `(n-1)/n` of the gathered bytes). The fixture holds one GPU count (8), where the ring's fixed cost and
     its per-step latency are one column (the fit puts it in the steps, of which an all-gather
     runs half): from 16 MiB, where the bytes rule, within 10 % (5.8); the whole tables' 2, 4 and 8
     GPUs tell the two apart (8-10 % at every size, docs/calibration.md)."""
