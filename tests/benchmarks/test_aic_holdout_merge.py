@@ -66,3 +66,12 @@ def test_deepep_rows_across_nodes_are_judged_on_the_ep_axis_not_the_shape_axis()
     assert [s.record.ep_size for s in fit] == [8, 8, 16]
     assert [s.record.ep_size for s in judged] == [32, 64]
     assert aic_holdout.split_deepep_nodes(raw[:3]) == ([], [])      # nothing beyond two nodes
+
+
+def test_only_mla_decode_fits_the_mla_prefill_that_holds_its_tensor_rate():
+    from types import SimpleNamespace
+    prefill, gemm = SimpleNamespace(kind="mla_prefill"), SimpleNamespace(kind="gemm")
+    assert aic_holdout.held(prefill, ["mla_decode"])
+    assert not aic_holdout.held(prefill, ["mla_bmm"])
+    assert not aic_holdout.held(prefill, None)
+    assert not aic_holdout.held(gemm, ["mla_decode"])
