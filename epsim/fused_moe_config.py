@@ -50,9 +50,20 @@ configs/` (SGLang looks in its Triton's own folder first, then the others newest
 - H100 E 512 N 2688: `triton_3_5_1/E=512,N=2688,device_name=NVIDIA_H100_80GB_HBM3.json` (under
   `fused_moe_triton/configs/`, e3cf616c).
 
-Not readable here, so priced at the kernel model's reference tile as before: the H200's E 128
-N 768 (a `triton_3_6_0` file was added upstream in 2026-07, #30866; which one SGLang 0.5.14
-loads is not settled here) and Mixtral's E 8 N 14336.
+- H200 E 128 N 768: `triton_3_2_0/E=128,N=768,device_name=NVIDIA_H200.json`, not stored here;
+  its entries at M 1, 4, 16, 32, 48, 64, 512, 1024, 2048 and 4096 as a public analysis of
+  Qwen3-30B-A3B on H200 transcribes them (its section "Kernel fusion ... launch parameters",
+  with the kernel's launch shapes from its own traces: 256 threads, 192 KB shared memory at
+  prefill's M, i.e. 128 x 256 with 8 warps). Keys 2, 8, 24, 96, 128, 256, 1536 and 3072, if the
+  file has them, are not listed, so M 256 takes the 64 entry here. SGLang falls back to this
+  file where its own Triton's folder has none (a 2026-06 server log in the stored sources:
+  "Config file not found at .../triton_3_5_1/... Fallback to triton version 3.2.0"); whether
+  AIC's 0.5.14 image also held the `triton_3_6_0` file added upstream in 2026-07 (#30866, not
+  readable here) is not settled. The tables agree with this file: the shape runs 468-520
+  TFLOP/s at 4096-16384 tokens, where the H200's default-tile shapes plateau at 188-269.
+
+Not readable here, so priced at the kernel model's reference tile as before: Mixtral's E 8
+N 14336 on the H200.
 """
 
 from __future__ import annotations
@@ -83,6 +94,9 @@ TUNED_TILES = {
     ("H200", 128, 704): ((1, 16, 64), (2, 16, 64), (4, 16, 128), (8, 16, 64), (16, 16, 64),
                          (24, 16, 64), (32, 16, 64), (48, 16, 64), (64, 16, 64), (96, 16, 64),
                          (128, 16, 64), (256, 32, 128), (512, 64, 128), (1024, 64, 128)),
+    # transcribed, not the file itself (module docstring): keys 2, 8, 24, 96, 128, 256, 1536, 3072 not listed
+    ("H200", 128, 768): ((1, 16, 64), (4, 16, 64), (16, 16, 64), (32, 16, 64), (48, 16, 128), (64, 16, 256),
+                         (512, 64, 128), (1024, 128, 256), (2048, 128, 256), (4096, 128, 256)),
     ("H100", 512, 2688): ((1, 16, 32), (2, 16, 32), (4, 16, 64), (8, 16, 32), (16, 32, 128),
                           (24, 32, 64), (32, 32, 64), (48, 16, 128), (64, 16, 32), (96, 32, 128),
                           (128, 32, 128), (256, 64, 128), (512, 32, 256), (1024, 64, 128),

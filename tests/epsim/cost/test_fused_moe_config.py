@@ -76,7 +76,10 @@ def test_tuned_tile_takes_the_entry_nearest_m():
     assert tuned_tile("H100", 128, 704, 1024) == (128, 256)
     assert tuned_tile("B200", 128, 704, 16384) == (256, 256)
     assert tuned_tile("H200", 128, 704, 16384) == (64, 128)          # its file ends at 1024
-    assert tuned_tile("H200", 128, 768, 4096) is None                # file not readable here
+    assert tuned_tile("H200", 128, 768, 1024) == (128, 256)          # triton_3_2_0, transcribed
+    assert tuned_tile("H200", 128, 768, 16384) == (128, 256)
+    assert tuned_tile("H200", 128, 768, 512) == (64, 128)
+    assert tuned_tile("H200", 8, 14336, 4096) is None                # file not readable here
 
 
 def test_feed_ratio_is_one_at_the_reference_tile_and_half_at_128_by_256():
