@@ -87,6 +87,7 @@ from epsim.cost.allreduce import (ALGORITHMS, LL_BANDWIDTH_RATIO, TUNER_BASE_US,
                                   custom_features, is_sm100, nvls_features, record_generation,
                                   ring_features, ring_local_kb, ring_us, tuner_params,
                                   tuner_protocol)
+from epsim.cost.record import is_nccl_allgather
 from epsim.profile import GRAPH, component_key
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
@@ -130,7 +131,6 @@ def record_point(record: MeasurementRecord, gpus_per_host: int,
     an SM100 GPU or not); None for any other record, and for SGLang's rows beyond its custom
     kernel (SGLang calling NCCL) or timed eagerly. An nccl-tests all-gather
     (`epsim.cost.record.is_nccl_allgather`) is an `nccl` point of one pass."""
-    from epsim.cost.record import is_nccl_allgather
     if is_nccl_allgather(record) and (record.bytes or 0) > 0:
         return AllReducePoint(record.bytes, record.ep_size, record.median_us, "nccl", passes=1)
     if record.kind != "allreduce" or record.bytes <= 0:

@@ -79,6 +79,7 @@ class Leaper:
         self.sim = sim
         self.num_leaps = 0
         self.num_steps = 0
+        self.longest_leap = 0       # the most steps one leap covered (a receive interval crossed)
         self._batch = None          # `Scheduler.saturated_batch`, and whether it leaps at all
         self._leaps = False
         self._horizon = MIN_HORIZON   # steps the last look found saturated, doubled (`horizon`)
@@ -183,6 +184,7 @@ class Leaper:
             sim.eplb.on_quiet_steps(seg.loads)
         self.num_leaps += 1
         self.num_steps += num
+        self.longest_leap = max(self.longest_leap, num)
         tokens = verify_counts(steps.batch, sched.draft_tokens).tokens
         return Leap(step_us.tolist(), float(seg.start_us[-1]), float(seg.end_us[-1]),
                     seg.loads[-1][-1], tokens, seg.block.cost(num - 1, seg.moes[-1]),
@@ -273,6 +275,7 @@ class Leaper:
             sim.eplb.on_quiet_steps([block for seg in segments for block in seg.loads])
         self.num_leaps += 1
         self.num_steps += num
+        self.longest_leap = max(self.longest_leap, num)
         last = segments[-1]
         n = len(last.moes) - 1
         step_us = [t for seg in segments for t in seg.block.step_us[:len(seg.moes)].tolist()]
