@@ -46,24 +46,36 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from epsim.cost.allreduce import (PROTOCOLS, TUNER_BASE_US as BASE_US,  # noqa: E402
-                                  TUNER_LL128_RATIO as LL128_RATIO, TUNER_LL_MAX_GBPS as LL_MAX_GBPS,
-                                  TUNER_STEP_US as STEP_US)
+from epsim.cost.allreduce import (NVLINK_EFFICIENCY, PROTOCOLS, TUNER_BASE_US as BASE_US,  # noqa: E402
+                                  TUNER_LL_MAX_GBPS as LL_MAX_GBPS, TUNER_STEP_US as STEP_US,
+                                  ring_features, ring_local_kb, tuner_gbps)
+from epsim.cost.allreduce import tuner_protocol as _pick  # noqa: E402
 VERBOSE = False
-NCCL_NVLINK_RATIO = 0.8                # NCCL's per-link figure over the datasheet (topo.h:19-21)
+NCCL_NVLINK_RATIO = NVLINK_EFFICIENCY  # NCCL's per-link figure over the datasheet (topo.h:19-21)
 
 
 def protocol_gbps(bus_gbps: float, blackwell: bool) -> dict[str, float]:
     """NCCL's ring bus bandwidth of each protocol (GB/s) from the channels' `bus_gbps`."""
-    return {"LL": min(LL_MAX_GBPS[blackwell], 0.5 * bus_gbps), "LL128": LL128_RATIO * bus_gbps,
-            "Simple": bus_gbps}
+    return tuner_gbps(bus_gbps, LL_MAX_GBPS[blackwell])
 
 
 def tuner_protocol(num_bytes: float, num_ranks: int, passes: int, bus_gbps: float,
                    blackwell: bool) -> str:
     """The ring protocol NCCL's tuner picks (`epsim.cost.allreduce.tuner_protocol`), by name."""
-    from epsim.cost.allreduce import tuner_protocol as pick
-    return PROTOCOLS[int(pick(num_bytes, num_ranks, passes, bus_gbps, LL_MAX_GBPS[blackwell]))]
+    return PROTOCOLS[int(_pick(num_bytes, num_ranks, passes, bus_gbps, LL_MAX_GBPS[blackwell]))]
+
+
+def _predict(gathers, line, ll, bus_gbps: float, blackwell: bool) -> list[float]:
+    """The judged all-gathers (one pass) on the protocol NCCL picks: Simple on the fitted `line`
+    (base, step, 1/link, 1/local), LL on the `ll` line."""
+    predicted = []
+    for g in gathers:
+        row = ring_features(g.num_bytes, g.num_ranks, 1)
+        if tuner_protocol(g.num_bytes, g.num_ranks, 1, bus_gbps, blackwell) == "Simple":
+            predicted.append(row @ line[:3] + ring_local_kb(g.num_bytes, g.num_ranks) * line[3])
+        else:
+            predicted.append(row @ ll[:3])
+    return predicted
 
 
 def _mape(predicted, measured) -> float:
@@ -110,7 +122,7 @@ def probe(system: str) -> dict[str, float]:
     from epsim.calibrate.aic_tables import AIC_TO_ZOO
     from epsim.calibrate.allreduce import _fit_nccl, _solve, record_point
     from epsim.calibrate.inputs import merge_passes
-    from epsim.cost.allreduce import LL_BANDWIDTH_RATIO, ring_features, ring_local_kb, ring_us
+    from epsim.cost.allreduce import LL_BANDWIDTH_RATIO, ring_us
     from epsim.spec.hardware import ClusterSpec
     from epsim.validate.extrapolation import split_tokens
 
@@ -143,13 +155,7 @@ def probe(system: str) -> dict[str, float]:
     for name, local_cap in (("labels", 0.0), ("local", hw.hbm_gbps / 2.0)):
         wide = np.column_stack([rows, local_kb])[simple]
         line = _solve(wide, us[simple], nvl, True, nvl * LL_BANDWIDTH_RATIO, local_cap)
-        predicted = []
-        for g in gathers:
-            row = ring_features(g.num_bytes, g.num_ranks, 1)
-            if tuner_protocol(g.num_bytes, g.num_ranks, 1, bus, blackwell) == "Simple":
-                predicted.append(row @ line[:3] + ring_local_kb(g.num_bytes, g.num_ranks) * line[3])
-            else:
-                predicted.append(row @ ll[:3])
+        predicted = _predict(gathers, line, ll, bus, blackwell)
         out[name] = _mape(predicted, measured)
     out["shared"] = _mape(_shared(fit, gathers, cluster, blackwell), measured)
     # gathers: the fit set's own all-gathers (<= 8 MiB, one pass) fitted beside the all-reduces
@@ -165,13 +171,7 @@ def probe(system: str) -> dict[str, float]:
                                  ("gathers+local, NCCL cap", hw.hbm_gbps / 2.0, bus)):
         wide = np.column_stack([rows, local_kb])[simple]
         line = _solve(wide, us[simple], cap, True, nvl * LL_BANDWIDTH_RATIO, local_cap)
-        predicted = []
-        for g in gathers:
-            row = ring_features(g.num_bytes, g.num_ranks, 1)
-            if tuner_protocol(g.num_bytes, g.num_ranks, 1, bus, blackwell) == "Simple":
-                predicted.append(row @ line[:3] + ring_local_kb(g.num_bytes, g.num_ranks) * line[3])
-            else:
-                predicted.append(row @ ll[:3])
+        predicted = _predict(gathers, line, ll, bus, blackwell)
         out[name] = _mape(predicted, measured)
         out[name + " line"] = line
         if VERBOSE:

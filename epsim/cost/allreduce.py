@@ -302,6 +302,13 @@ def tuner_params(cluster: ClusterSpec) -> dict[str, float]:
             "tuner_ll_max_gbps": TUNER_LL_MAX_GBPS[is_sm100(cluster.hardware)]}
 
 
+def tuner_gbps(bus_gbps: float, ll_max_gbps: float) -> dict[str, float]:
+    """NCCL's tuner's ring bus bandwidth of each protocol (GB/s) from the channels' `bus_gbps`:
+    LL half of it under its cap `ll_max_gbps`, LL128 `TUNER_LL128_RATIO` of it, Simple all."""
+    return {"LL": min(ll_max_gbps, 0.5 * bus_gbps), "LL128": TUNER_LL128_RATIO * bus_gbps,
+            "Simple": bus_gbps}
+
+
 def tuner_protocol(num_bytes, num_ranks: int, passes: int, bus_gbps: float,
                    ll_max_gbps: float) -> np.ndarray:
     """[...] int, the ring protocol NCCL's tuner picks (`PROTOCOLS` index: 0 LL, 1 LL128, 2
@@ -309,9 +316,9 @@ def tuner_protocol(num_bytes, num_ranks: int, passes: int, bus_gbps: float,
     1: reduce-scatter or all-gather), by its latency-bandwidth model (module doc)."""
     num_bytes = np.asarray(num_bytes, dtype=np.float64)
     steps = passes * (num_ranks - 1)
-    gbps = (min(ll_max_gbps, 0.5 * bus_gbps), TUNER_LL128_RATIO * bus_gbps, bus_gbps)
-    time_us = [TUNER_BASE_US[p] + steps * TUNER_STEP_US[p] + steps / num_ranks * num_bytes / (1e3 * g)
-               for p, g in zip(PROTOCOLS, gbps)]
+    gbps = tuner_gbps(bus_gbps, ll_max_gbps)
+    time_us = [TUNER_BASE_US[p] + steps * TUNER_STEP_US[p] + steps / num_ranks * num_bytes / (1e3 * gbps[p])
+               for p in PROTOCOLS]
     return np.argmin(np.stack(time_us, axis=-1), axis=-1)
 
 
@@ -338,14 +345,14 @@ def ring_us(num_bytes, num_ranks: int, num_nodes: int, params: dict[str, float],
                                  1.0 / (TUNER_LL128_RATIO * params["nvl_gbps"])])
         pick = tuner_protocol(num_bytes, num_ranks, passes, params["tuner_bus_gbps"],
                               params["tuner_ll_max_gbps"])
-        fastest = np.choose(pick, [ll, ll128, simple])
+        ring = np.choose(pick, [ll, ll128, simple])
     else:
-        fastest = np.minimum(ll, simple)
+        ring = np.minimum(ll, simple)
     if passes == 2 and num_nodes == 1 and params.get("nvls_gbps"):
         nvls = nvls_features(num_bytes) @ np.array([params["nvls_base_us"], 0.0,
                                                      1.0 / params["nvls_gbps"]])
-        fastest = np.minimum(fastest, nvls)
-    return fastest
+        ring = np.minimum(ring, nvls)
+    return ring
 
 
 def allreduce_us(num_bytes: float, num_ranks: int, num_nodes: int,
