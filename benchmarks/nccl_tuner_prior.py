@@ -50,6 +50,7 @@ from epsim.cost.allreduce import (NVLINK_EFFICIENCY, PROTOCOLS, TUNER_BASE_US as
                                   TUNER_LL_MAX_GBPS as LL_MAX_GBPS, TUNER_STEP_US as STEP_US,
                                   ring_features, ring_local_kb, tuner_gbps)
 from epsim.cost.allreduce import tuner_protocol as _pick  # noqa: E402
+from epsim.calibrate.aic_tables import AIC_TO_ZOO  # noqa: E402
 VERBOSE = False
 NCCL_NVLINK_RATIO = NVLINK_EFFICIENCY  # NCCL's per-link figure over the datasheet (topo.h:19-21)
 
@@ -210,7 +211,7 @@ def whole_tables(system: str, profiles: Path) -> dict[str, float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--systems", nargs="+",
+    parser.add_argument("--systems", nargs="+", choices=[s for s, g in AIC_TO_ZOO.items() if g],
                         default=["h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300"])
     parser.add_argument("--whole-tables", metavar="DIR",
                         help="instead: the MAPE of DIR's aic_<gpu>.json NCCL ring on each system's "

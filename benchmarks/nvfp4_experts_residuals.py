@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.aic_holdout import quant_moe_pending, records_of, split_ep_tp  # noqa: E402
+from epsim.calibrate.aic_tables import AIC_TO_ZOO  # noqa: E402
 from epsim.calibrate.build import evaluation_profile, fit_records  # noqa: E402
 from epsim.calibrate.holdout import Holdout  # noqa: E402
 from epsim.calibrate.inputs import merge_passes  # noqa: E402
@@ -87,7 +88,7 @@ def table(rows: list[dict], by: str) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("systems", nargs="+")
+    parser.add_argument("systems", nargs="+", choices=[s for s, g in AIC_TO_ZOO.items() if g])
     parser.add_argument("--axes", default="ep,tp", help="comma-separated: ep, tp")
     parser.add_argument("--cache", type=Path)
     parser.add_argument("--write", type=Path, help="write the tables as markdown here")

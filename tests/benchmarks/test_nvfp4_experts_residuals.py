@@ -29,3 +29,10 @@ def test_bad_axis_is_one_line_naming_the_flag():
     last = proc.stderr.strip().splitlines()[-1]
     assert "--axes (shape)" in last and "ep or tp" in last
     assert proc.stdout == ""
+
+
+def test_unknown_system_is_one_line_naming_the_argument():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/nvfp4_experts_residuals.py"), "foo"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "argument systems: invalid choice: 'foo'" in proc.stderr.strip().splitlines()[-1]
