@@ -54,6 +54,8 @@ from epsim.cost.experts import num_sms
 from epsim.cost.fp4_gemm import fed_tensor_frac
 from epsim.cost.fallback_stream import FALLBACK_STREAM_PARAMS
 from epsim.cost.mla import sustained_frac
+from epsim.cost.mla_decode import FP8_MMA_RATIO
+from epsim.cost.mla_ragged import ragged
 from epsim.cost.quant import ACTIVATION_BYTES, tensor_peak
 from epsim.cost.record import is_nccl_allgather, predict_record
 from epsim.errors import EpsimError, ProfileError, RecordError
@@ -219,11 +221,21 @@ def mla_decode_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float]
     chunk (`epsim.cost.mla.sustained_frac`); a decode on <= 64 heads is bound by its cache, so
     its records cannot tell its math rate: fitted free, it followed short contexts' fixed costs
     (1.0 on h100_sxm, 0.28 on b200_sxm) and priced 128 heads 20 % low and 80-100 % high (AIC's
-    SGLang 0.5.14 tables; the 128-head records say 0.53-0.56 and >= 0.51)."""
+    SGLang 0.5.14 tables; the 128-head records say 0.53-0.56 and >= 0.51). On Blackwell, whose
+    one decode component prices both caches, also `fp8_mma_ratio`: the FP8 prefill's
+    `tensor_frac` over the BF16 prefill's (at most 1), the share of the FP8 peak its FP8 MMAs
+    reach relative to BF16's (`epsim.cost.mla_decode`)."""
     prefill = fits.get(key.replace("/mla_decode_", "/mla_prefill_"))
     if prefill is None or "tensor_frac" not in prefill.params or not prefill.records:
         return {}
-    return {"tensor_frac": sustained_frac(prefill.params, prefill.records[0].record.provenance.hardware)}
+    gpu = prefill.records[0].record.provenance.hardware
+    held = {"tensor_frac": sustained_frac(prefill.params, gpu)}
+    fp8 = fits.get(key.replace("/mla_decode_bf16/", "/mla_prefill_fp8/"))
+    if ragged(gpu) and key.split("/")[1] == "mla_decode_bf16" and fp8 is not None \
+            and fp8.params.get("tensor_frac"):
+        ratio = float(fp8.params["tensor_frac"]) / float(prefill.params["tensor_frac"])
+        held[FP8_MMA_RATIO] = min(1.0, ratio)
+    return held
 
 
 # quantised experts whose MMA rate is held at the same format's dense GEMM fit (`experts_held`)

@@ -229,8 +229,10 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
                                        LAYOUT_TERMS, *FRACTION_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, {**peaks, **FRACTION_PEAKS})
+    # a held parameter with no column of its own (a rate's ratio the rows are scaled by) is
+    # kept in the parameters only
     fixed = {terms.params.index(p): 1.0 / v if p in terms.inverse else v
-             for p, v in (held or {}).items()}
+             for p, v in (held or {}).items() if p in terms.params}
     best = _best_fit(key, records, profile, terms, peaks, measured, lower, relative, fixed, held)
     weak, twins = [], []
     if terms in (COMM_TERMS, COLLECTIVE_TERMS):

@@ -133,14 +133,17 @@ def mla_defaults() -> dict[str, float]:
 
 def absolute(params, hardware: HardwareSpec, math: str = "bf16") -> dict[str, float]:
     """`params` with `hbm_gbps`, `tflops` (datasheet HBM and `math`'s tensor peak x the
-    fractions, `math_dtype`), the form `epsim.cost.flash.kernel_us` reads (`dequant_frac` prices
-    its own pass, `dequant_us`; a `reread_hbm_ratio` of a profile fitted before the cache was
-    read once is not read)."""
+    fractions, `math_dtype`; FP8 math also x `fp8_mma_ratio` where a fit holds one,
+    `epsim.cost.mla_decode`), the form `epsim.cost.flash.kernel_us` reads (`dequant_frac`
+    prices its own pass, `dequant_us`; a `reread_hbm_ratio` of a profile fitted before the cache
+    was read once is not read)."""
     out = {k: float(v) for k, v in params.items()
            if k not in ("hbm_frac", "tensor_frac", "swapped_hbm_frac", "swapped_frac",
-                        "reread_hbm_ratio", "dequant_frac")}
+                        "reread_hbm_ratio", "dequant_frac", "fp8_mma_ratio")}
     out["hbm_gbps"] = float(params["hbm_frac"]) * hardware.hbm_gbps
     out["tflops"] = float(params["tensor_frac"]) * hardware.tensor_tflops(math)
+    if math == "fp8":
+        out["tflops"] *= float(params.get("fp8_mma_ratio", 1.0))
     return out
 
 

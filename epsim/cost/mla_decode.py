@@ -32,6 +32,22 @@ math (`decode_kernel_work`). What a CTA holds is the kernel's:
              `benchmarks/aic_holdout.py`). Counted as one tile of the heads rounded up to a
              power of two at one rate, 32 heads' slowness was read as a low tensor rate and 128
              heads priced 80-100 % high.
+             More heads run the low-latency kernel too where a launch is small
+             (FlashInfer's `useSwapsMmaAbMlaGenKernel`, `swapped_launch`): its 16-head CTAs fit
+             on the SMs and, its keys split to fill them, a split holds at most 1024 keys (128
+             heads: up to 18 sequences on 148 SMs, 1 x 16384 or 16 x 1024 keys, not 4 x 16384).
+             Priced as the high-throughput kernel, AIC's b200_sxm cells of 128 heads that the
+             selection sends to the low-latency one ran 17-25 % over it (16 x 1024 BF16: 26.8
+             µs measured, 21.2 priced) and those it keeps ran under (16 x 256: 12.5-14.8, priced
+             18.1-18.5).
+             The high-throughput kernel's FP8 MMAs (an FP8 cache) run a smaller share of the FP8
+             peak than its BF16 MMAs of theirs: its rate is the BF16 rate x `fp8_mma_ratio`,
+             held at the ratio of the same GPU's MLA prefill fits (`any/mla_prefill_fp8` over
+             `any/mla_prefill_bf16` `tensor_frac`, TRT-LLM-gen's ragged kernel on the same
+             SMs; B200 0.72 / 0.98; at most 1, `epsim.calibrate.build.mla_decode_held`). At
+             the BF16 fraction on the FP8 peak the b200_sxm table's long 128-head FP8 cells ran
+             15-21 % over their price (1024 x 16384 keys: 2471 µs, 0.42 of the FP8 peak; BF16
+             4094 µs, 0.51 of its).
 
 SGLang's `cutlass_mla` backend (`--attention-backend cutlass_mla`; GB200's launch scripts of
 2025) runs CUTLASS's SM100 MLA kernel with `num_kv_splits=1` (sglang#7184, 2025-06-14: the split
@@ -59,6 +75,8 @@ its loop and multiplies them in FP8 (`math_dtype`).
 from __future__ import annotations
 
 from dataclasses import replace
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -90,6 +108,13 @@ SM_CAST_ELEMS_PER_US = 128 * 1980.0
 # its query tiles (8 heads or fewer: 8 rows, else 16), the high-throughput kernel's tile
 SWAPPED_MAX_HEADS = 32
 SWAPPED_ROWS = (8, 16)
+# FlashInfer's `useSwapsMmaAbMlaGenKernel` (`swapped_launch`): the most keys a split of the
+# low-latency kernel holds where more than `SWAPPED_MAX_HEADS` heads run it, and the keys a split
+# at least (its split count's step)
+SWAPPED_MAX_KEYS = 1024
+SWAPPED_KEY_STEP = 256
+# the held ratio of the high-throughput kernel's FP8 tensor rate to its BF16 one (module docstring)
+FP8_MMA_RATIO = "fp8_mma_ratio"
 BLACKWELL_TILE_ROWS = 64
 # a split decode's partial outputs and log-sum-exps are FP32 (FlashAttention-3's `oaccum` /
 # `lse_accum`, read back by `flash_fwd_combine`; TRT-LLM's multi-CTA KV mode alike)
@@ -142,20 +167,64 @@ def kernel_form(form: MlaForm, dequantised: bool) -> MlaForm:
     return replace(form, kv_bytes_per_key=form.qk_dim * BF16_BYTES)
 
 
-def swapped(gpu: str, heads: int) -> bool:
+@dataclass(frozen=True)
+class DecodeLaunch:
+    """One MLA decode launch as Blackwell's kernel selection sees it (`swapped_launch`).
+
+    Attributes:
+        seqs: decoding sequences on the GPU.
+        keys: cached keys a sequence (the mean: every sequence of a record has the same).
+        num_sms: the GPU's SMs.
+    """
+
+    seqs: float
+    keys: float
+    num_sms: int
+
+
+def swapped_launches(heads: int, seqs, keys, num_sms: int) -> np.ndarray:
+    """[...] bool, FlashInfer's `useSwapsMmaAbMlaGenKernel` for `seqs` sequences (broadcast
+    against `keys`) of `keys` keys each: the low-latency kernel's `ceil(heads / 16)` CTAs a
+    sequence fit on the `num_sms` SMs, and its keys, split to fill them
+    (`min(ceil(keys / 256), max(1, num_sms // ctas))` splits), hold at most `SWAPPED_MAX_KEYS`
+    keys a split. False without sequences."""
+    seqs = np.rint(np.asarray(seqs, dtype=np.float64))
+    keys = np.asarray(keys, dtype=np.float64)
+    ctas = seqs * math.ceil(heads / SWAPPED_ROWS[1])
+    fits = (ctas > 0) & (ctas <= num_sms)
+    splits = np.minimum(np.ceil(keys / SWAPPED_KEY_STEP),
+                        np.maximum(1.0, np.floor(num_sms / np.maximum(ctas, 1.0))))
+    return fits & (np.ceil(keys / np.maximum(splits, 1.0)) <= SWAPPED_MAX_KEYS)
+
+
+def swapped_launch(heads: int, launch: DecodeLaunch) -> bool:
+    """`swapped_launches` of one launch."""
+    return bool(swapped_launches(heads, launch.seqs, launch.keys, launch.num_sms))
+
+
+def swapped(gpu: str, heads: int, launch: DecodeLaunch | None = None) -> bool:
     """Whether `gpu`'s MLA decode of `heads` heads a GPU runs TRT-LLM's low-latency kernel, its
-    MMA's operands swapped (Blackwell up to `SWAPPED_MAX_HEADS`, module docstring)."""
-    return gpu not in HOPPER and heads <= SWAPPED_MAX_HEADS
+    MMA's operands swapped (Blackwell up to `SWAPPED_MAX_HEADS`, module docstring); given the
+    `launch`, also more heads where FlashInfer's selection takes it (`swapped_launch`)."""
+    if gpu in HOPPER:
+        return False
+    return heads <= SWAPPED_MAX_HEADS or (launch is not None and swapped_launch(heads, launch))
 
 
-def decode_block_heads(gpu: str, heads: int) -> int:
+def swapped_rows(heads: int) -> int:
+    """Query rows of a low-latency (swapped) CTA: 8 for 8 heads or fewer, else 16."""
+    return SWAPPED_ROWS[0] if heads <= SWAPPED_ROWS[0] else SWAPPED_ROWS[1]
+
+
+def decode_block_heads(gpu: str, heads: int, launch: DecodeLaunch | None = None) -> int:
     """Query rows of one MLA decode CTA on `gpu` (zoo name) for `heads` heads a GPU (module
     docstring): 64 on Hopper (FlashAttention-3's tile, fewer heads padded to it); on Blackwell
-    the swapped kernel's 8 (8 heads or fewer) or 16, the high-throughput kernel's 64."""
+    the swapped kernel's 8 (8 heads or fewer) or 16 (`swapped`, given the `launch`), the
+    high-throughput kernel's 64."""
     if gpu in HOPPER:
         return SPLIT_ROWS
-    if swapped(gpu, heads):
-        return SWAPPED_ROWS[0] if heads <= SWAPPED_ROWS[0] else SWAPPED_ROWS[1]
+    if swapped(gpu, heads, launch):
+        return swapped_rows(heads)
     return BLACKWELL_TILE_ROWS
 
 
@@ -209,26 +278,40 @@ def with_partials(work: KernelWork, seqs, heads: int, form: MlaForm) -> KernelWo
                       work.mem_kb + partial_kb(work.splits, seqs, heads, form), work.overlap)
 
 
-def kernel_params(params, gpu: str, heads: int) -> dict[str, float]:
-    """`params` with the rates of the kernel `gpu` runs for `heads` heads: the swapped
-    kernel's (`SWAPPED_RATES`) in `hbm_frac`'s and `tensor_frac`'s place (the others' where a
-    fit has none)."""
+def kernel_params(params, gpu: str, heads: int,
+                  launch: DecodeLaunch | None = None) -> dict[str, float]:
+    """`params` with the rates of the kernel `gpu` runs for `heads` heads (given the `launch`,
+    `swapped`): `swapped_rates`."""
+    return swapped_rates(params, swapped(gpu, heads, launch))
+
+
+def swapped_rates(params, swap: bool) -> dict[str, float]:
+    """`params` with the swapped kernel's rates (`SWAPPED_RATES`) in `hbm_frac`'s and
+    `tensor_frac`'s place where `swap` (the others' where a fit has none; its FP8 rate its own
+    fraction of the FP8 peak: no `fp8_mma_ratio`), else the high-throughput kernel's."""
     out = {k: float(v) for k, v in params.items() if k not in SWAPPED_RATES.values()}
-    if swapped(gpu, heads):
+    if swap:
         out.update({k: float(params.get(v, out[k])) for k, v in SWAPPED_RATES.items()})
+        out.pop(FP8_MMA_RATIO, None)
     return out
 
 
 def decode_features(work: KernelWork, params, hardware: HardwareSpec, heads: int,
-                    math: str = "bf16") -> tuple[LinearTerms, np.ndarray]:
+                    math: str = "bf16", launch: DecodeLaunch | None = None
+                    ) -> tuple[LinearTerms, np.ndarray]:
     """(terms, [dp, n] design rows) of a decode kernel: `epsim.cost.mla.mla_kernel_features`;
     on Blackwell (`MLA_SWAPPED_TERMS`) the memory and math columns are the swapped kernel's
-    own where it runs, the other kernel's left 0 (and the reverse)."""
-    rows = mla_kernel_features(work, kernel_params(params, hardware.name, heads), hardware, math)
+    own where it runs (`swapped`, given the `launch`), the other kernel's left 0 (and the
+    reverse); the high-throughput kernel's FP8 math column at its `fp8_mma_ratio` of the peak
+    (so its coefficient stays `1 / tensor_frac`)."""
+    rates = kernel_params(params, hardware.name, heads, launch)
+    rows = mla_kernel_features(work, rates, hardware, math)
     if hardware.name in HOPPER:
         return MLA_TERMS, rows
+    if math == "fp8":
+        rows[..., 4] /= float(rates.get(FP8_MMA_RATIO, 1.0))
     extra = np.zeros(rows.shape[:-1] + (2,))
-    if swapped(hardware.name, heads):
+    if swapped(hardware.name, heads, launch):
         rows, extra = rows.copy(), rows[..., 3:5].copy()
         rows[..., 3:5] = 0.0
     return MLA_SWAPPED_TERMS, np.concatenate([rows, extra], axis=-1)
@@ -237,18 +320,26 @@ def decode_features(work: KernelWork, params, hardware: HardwareSpec, heads: int
 class MlaDecodeKernel(DecodeKernel):
     """`epsim.cost.flash.DecodeKernel` over MLA's cache with its split partial outputs' bytes
     (`with_partials`, `form` the kernel's), after the FP8 cache's cast pass where the GPU runs
-    one (`decode_dequantises`; `dequant` the pass's fit, None for none)."""
+    one (`decode_dequantises`; `dequant` the pass's fit, None for none). `low_latency`: the
+    swapped kernel Blackwell runs instead where a launch is small (`swapped_launches`), None
+    where the selection never takes it."""
 
     def __init__(self, *args, form: MlaForm, dequant: tuple[MlaForm, dict] | None = None,
-                 **kwargs):
+                 low_latency: MlaDecodeKernel | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.form, self.dequant = form, dequant
+        self.form, self.dequant, self.low_latency = form, dequant, low_latency
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
         counts = self.counts(seqs)
         work = decode_work(counts.seqs, context, self.heads, self.kv_heads, self.head_dim,
                            self.num_sms, counts, self.kv_ratio, self.grid)
         t = kernel_us(with_partials(work, counts.seqs, self.heads, self.form), self.params)
+        if self.low_latency is not None:
+            keys = np.divide(context, counts.seqs, out=np.zeros(np.shape(context)),
+                             where=counts.busy)
+            low = swapped_launches(self.heads, counts.seqs, keys, self.num_sms)
+            if low.any():
+                t = np.where(low, self.low_latency.us(seqs, context), t)
         if self.dequant is None:
             return t
         form, params = self.dequant
@@ -262,9 +353,18 @@ def mla_decode_kernel(mla: MlaParams) -> MlaDecodeKernel:
     gpu = mla.hardware.name
     cast = decode_dequantises(gpu, mla.kv_bytes)
     form = kernel_form(mla.decode_form, cast)
-    params = absolute(kernel_params(mla.decode, gpu, mla.heads), mla.hardware,
-                      math_dtype(gpu, mla.kv_bytes))
+    math_format = math_dtype(gpu, mla.kv_bytes)
+    params = absolute(kernel_params(mla.decode, gpu, mla.heads), mla.hardware, math_format)
+    low_latency = None
+    # FlashInfer's selection (`swapped_launches`) may take the swapped kernel for more heads;
+    # cutlass_mla (`one_kv_split`) is another kernel
+    if gpu not in HOPPER and not swapped(gpu, mla.heads) and not mla.one_kv_split:
+        low_latency = MlaDecodeKernel(
+            mla.heads, 1, form.flash_head_dim, mla.num_sms,
+            absolute(swapped_rates(mla.decode, True), mla.hardware, math_format),
+            form.flash_kv_ratio, decode_grid(swapped_rows(mla.heads)), form=form)
     return MlaDecodeKernel(mla.heads, 1, form.flash_head_dim, mla.num_sms, params,
                            form.flash_kv_ratio,
                            decode_grid(decode_block_heads(gpu, mla.heads), not mla.one_kv_split),
-                           form=form, dequant=(mla.decode_form, dict(mla.decode)) if cast else None)
+                           form=form, dequant=(mla.decode_form, dict(mla.decode)) if cast else None,
+                           low_latency=low_latency)

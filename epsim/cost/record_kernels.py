@@ -33,7 +33,7 @@ from epsim.cost.mla import (DEEPSEEK_MLA, MLA_PREFILL_TERMS, MLA_TERMS, absorbed
 from epsim.cost.mla_l2 import fold_l2
 from epsim.cost.mla_ragged import ragged
 from epsim.cost.mla_bmm import BMM_TERMS, bmm_defaults, bmm_features, bmm_work
-from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
+from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS, DecodeLaunch,
                                    decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
@@ -190,8 +190,9 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
         # Hopper's FP8 cache: a cast pass, then the kernel over the BF16 copy (its own column)
         cache = absorbed_form(d["kv_lora_rank"], d["qk_rope_head_dim"], kv)
         cast = decode_dequantises(hw.name, kv)
+        launch = DecodeLaunch(seqs, ctx, sms)      # Blackwell's kernel selection
         work = decode_kernel_work(one * seqs, one * seqs * ctx, heads, kernel_form(cache, cast),
-                                  sms, decode_block_heads(hw.name, heads))
+                                  sms, decode_block_heads(hw.name, heads, launch))
         math = math_dtype(hw.name, kv)
         if cast:
             row = np.append(mla_kernel_features(work, params, hw, math)[0],
@@ -199,7 +200,7 @@ def _mla_row(record: MeasurementRecord, profile: Profile):
             return KernelRow(component_key("any", kind, GRAPH), MLA_DEQUANT_TERMS.coef_names,
                              row, MLA_DEQUANT_TERMS.coefficients(
                                  {**params, "dequant_frac": dequant_frac(params)}))
-        terms, rows = decode_features(work, params, hw, heads, math)
+        terms, rows = decode_features(work, params, hw, heads, math, launch)
         return KernelRow(component_key("any", kind, GRAPH), terms.coef_names, rows[0],
                          terms.coefficients(params))
     absorbed = absorbed_prefill(hw.name)
