@@ -80,8 +80,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from epsim.cost.flash import (SPLIT_ROWS, DecodeGrid, DecodeKernel, KernelWork, decode_counts,
-                              decode_work, kernel_us)
+from epsim.cost.flash import (COUNTS_KEPT, SPLIT_ROWS, DecodeGrid, DecodeKernel, KernelWork,
+                              decode_counts, decode_work, kernel_us)
 from epsim.cost.linear import LinearTerms
 from epsim.cost.mla import (BF16_BYTES, MLA_PREFILL_TERMS, MLA_TERMS, MlaForm, MlaParams, absolute,
                             mla_kernel_features)
@@ -328,17 +328,34 @@ class MlaDecodeKernel(DecodeKernel):
                  low_latency: MlaDecodeKernel | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.form, self.dequant, self.low_latency = form, dequant, low_latency
+        self._fit: dict[bytes, bool] = {}
+
+    def _may_swap(self, counts) -> bool:
+        """Whether any busy rank's low-latency CTAs fit on the SMs (the selection's first test,
+        on the sequence counts alone: most steps' do not), remembered as `counts` are."""
+        key = counts.seqs.tobytes()
+        found = self._fit.get(key)
+        if found is None:
+            if len(self._fit) >= COUNTS_KEPT:
+                self._fit.clear()
+            ctas = counts.seqs * math.ceil(self.heads / SWAPPED_ROWS[1])
+            found = self._fit[key] = bool(((ctas > 0) & (ctas <= self.num_sms)).any())
+        return found
 
     def us(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
         counts = self.counts(seqs)
-        work = decode_work(counts.seqs, context, self.heads, self.kv_heads, self.head_dim,
-                           self.num_sms, counts, self.kv_ratio, self.grid)
-        t = kernel_us(with_partials(work, counts.seqs, self.heads, self.form), self.params)
-        if self.low_latency is not None:
+        low = None
+        if self.low_latency is not None and self._may_swap(counts):
             keys = np.divide(context, counts.seqs, out=np.zeros(np.shape(context)),
                              where=counts.busy)
             low = swapped_launches(self.heads, counts.seqs, keys, self.num_sms)
-            if low.any():
+        if low is not None and (low | ~counts.busy).all():
+            t = self.low_latency.us(seqs, context)      # every busy rank's launch is small
+        else:
+            work = decode_work(counts.seqs, context, self.heads, self.kv_heads, self.head_dim,
+                               self.num_sms, counts, self.kv_ratio, self.grid)
+            t = kernel_us(with_partials(work, counts.seqs, self.heads, self.form), self.params)
+            if low is not None and low.any():
                 t = np.where(low, self.low_latency.us(seqs, context), t)
         if self.dequant is None:
             return t

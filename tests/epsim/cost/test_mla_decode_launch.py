@@ -90,6 +90,9 @@ def test_the_simulators_kernel_prices_the_selected_kernel():
     assert steps[0] == pytest.approx(us)
     assert steps[1, 2] == pytest.approx(_record_us(16, 4096, 128, 2.0, "bf16", PARAMS))
     assert kernel.us(np.zeros(3), np.zeros(3)).tolist() == [0.0, 0.0, 0.0]
+    # every busy rank small (an idle one beside them): the swapped kernel alone
+    small = kernel.us(np.array([1.0, 0.0, 16.0]), np.array([16384.0, 0.0, 16 * 1024.0]))
+    assert small[1] == 0.0 and small[[0, 2]] == pytest.approx(us[[0, 2]])
     # cutlass_mla is another kernel: no selection
     assert mla_decode_kernel(replace(mla, one_kv_split=True)).low_latency is None
 
