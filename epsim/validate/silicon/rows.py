@@ -27,6 +27,7 @@ IN_SCOPE_MODELS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "Qwen/Q
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 _CONFIG_ID = re.compile(r"config_id=(\d+)")
 _IMAGE = re.compile(r"(?:image=|; )([\w.\-/]+:[\w.\-]+)\s*$")
+_MEASURED = re.compile(r"measured=([0-9T:.\-+Z]+)")
 _REQUIRED = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system",
              "mode", "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "silicon_ttft_ms",
              "silicon_tpot_ms")
@@ -94,6 +95,13 @@ class SiliconRow:
         """The container image the source names (empty when it names none)."""
         match = _IMAGE.search(self.source)
         return match.group(1) if match else ""
+
+    @property
+    def measured_at(self) -> str | None:
+        """When the run was measured, as the source states it (`2026-02-09T00:00:00.000Z`: some
+        sources give the day only), or None (AIConfigurator's own runs state no time)."""
+        match = _MEASURED.search(self.source)
+        return match.group(1) if match else None
 
     @property
     def config_id(self) -> str | None:
