@@ -18,7 +18,8 @@ from typing import Callable
 
 from epsim.validate.silicon.agg_recipes import cold
 from epsim.validate.silicon.inferencex import moment
-from epsim.validate.silicon.mapping import INFERENCEX_SOURCE
+from epsim.validate.silicon.mapping import INFERENCEX_SOURCE, with_draft
+from epsim.validate.silicon.resolve import Resolved
 from epsim.validate.silicon.rows import SiliconRow
 
 FEW_CLIENTS = 8             # the few-client floor's runs (benchmarks/silicon_ttft_gap.py)
@@ -34,6 +35,7 @@ class Facts:
         measured_at: the source's measurement time (None: not stated).
         inferencex: the row comes from InferenceX's results (its harness is known).
         cold: measured before InferenceX's harness warmed the server up (`agg_recipes.cold`).
+        mtp: it ran DeepSeek's MTP draft (`mapping.with_draft`; False where not known).
         decode_dp, decode_ep: attention DP and MoE EP of the instance whose steps set TPOT, as run.
         widest_ep: the largest MoE EP of any instance of the row, as run.
     """
@@ -49,17 +51,21 @@ class Facts:
     measured_at: str | None
     inferencex: bool
     cold: bool
+    mtp: bool
     decode_dp: int
     decode_ep: int
     widest_ep: int
 
 
-def facts(row: SiliconRow, as_run: SiliconRow) -> Facts:
-    """`row`'s stated facts, its layout as InferenceX ran it (`as_run`, `resolve`)."""
+def facts(row: SiliconRow, ran: Resolved) -> Facts:
+    """`row`'s stated facts, its layout as InferenceX ran it where known (`ran`, `resolve`)."""
+    as_run = ran.row if ran.error is None else row
+    drafted = with_draft(ran)
     sides = [as_run.agg] if as_run.mode == "agg" else [as_run.prefill, as_run.decode]
     return Facts(system=row.system, mode=as_run.mode, precision=row.precision, model=row.model,
                  isl=row.isl, osl=row.osl, clients=row.concurrency or 0, version=row.backend_version or "",
                  measured_at=row.measured_at, inferencex=bool(INFERENCEX_SOURCE.search(row.source)), cold=cold(row),
+                 mtp=drafted.error is None and drafted.speculative,
                  decode_dp=as_run.tpot_side.attention_dp_size, decode_ep=as_run.tpot_side.moe_ep_size,
                  widest_ep=max(side.moe_ep_size for side in sides))
 
@@ -122,6 +128,14 @@ GAPS = (
         "are recorded nowhere; DeepSeek-V3's recorded loads are replayed, and the busiest rank sets the step",
         "docs/silicon.md, \"Why the GB200 FP8 wide-EP 8k/1k rows miss\"",
         lambda f: f.widest_ep > WIDE_EP),
+    Gap("MTP verify and acceptance", "TPOT", "unexplained",
+        "MTP runs: the measured gain from the draft shrinks with the clients (B200 FP8 TP8 twin pairs "
+        "1.5x at 4, 1.1-1.2x at 64) where epsim's grows (1.7-1.8x at 256-512), so its verify steps of 3 "
+        "tokens a request are priced too fast at load (-29 to -54 % there); and the acceptance on the "
+        "harness's chat-wrapped random prompts is InferenceX PR #649's MI355X figure (2.17 tokens a "
+        "verify at 2 draft steps), not measured on these rows",
+        "docs/silicon.md, \"Why the aggregated rows miss\"; benchmarks/results/mtp_acceptance_rows.md",
+        lambda f: f.mtp),
     Gap("Qwen3-235B H200 step", "TPOT", "unexplained",
         "AIConfigurator's own runs (server flags not stated): the measured decode step at 2-4 requests "
         "sits above the sum of the op tables, which epsim's step matches",
@@ -130,7 +144,7 @@ GAPS = (
 )
 
 
-def named(row: SiliconRow, as_run: SiliconRow) -> list[str]:
-    """The keys of the gaps that apply to `row`, in `GAPS` order."""
-    stated = facts(row, as_run)
+def named(row: SiliconRow, ran: Resolved) -> list[str]:
+    """The keys of the gaps that apply to `row` (`ran`: `resolve(row)`), in `GAPS` order."""
+    stated = facts(row, ran)
     return [gap.key for gap in GAPS if gap.applies(stated)]

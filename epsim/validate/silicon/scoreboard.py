@@ -105,7 +105,7 @@ def row_task(task: RowTask) -> dict:
              "layout_as_run": layout(as_run),
              "bucket": {"system": row.system, "mode": mode_label(row, ran.from_recipe), "model": row.model,
                         "ep": ep_bucket(as_run.tpot_side.moe_ep_size)},
-             "gaps": gaps.named(row, as_run),
+             "gaps": gaps.named(row, ran),
              "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
     start, cpu = time.perf_counter(), time.process_time()
     try:

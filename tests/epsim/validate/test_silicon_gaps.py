@@ -20,8 +20,7 @@ def _row(id_prefix: str):
 
 
 def _named(row) -> list[str]:
-    ran = resolve(row)
-    return gaps.named(row, ran.row if ran.error is None else row)
+    return gaps.named(row, resolve(row))
 
 
 def test_a_gaps_rule_cannot_see_the_measured_latencies():
@@ -78,3 +77,16 @@ def test_targets_table_lists_only_buckets_above_a_target_with_their_gaps():
     assert "h200_sxm" not in text
     assert "| b200_sxm | agg | DeepSeek-R1 | EP 1 | 2 | 5.0 | 30.0 | few-client floor (1) |" in text
     assert f"| gb200 | agg | DeepSeek-R1 | EP 1 | 1 | 25.0 | 0.0 | {report.NONE_NAMED} |" in text
+
+
+def test_a_run_with_the_mtp_draft_carries_the_mtp_gap():
+    row = _row("dsr1_gb300_sglang_fp4_disagg_8192x1024_c4_cfg569")
+    ran = resolve(row)
+    assert ran.error is None and gaps.named(row, ran) == ["few-client floor"]
+    assert gaps.named(row, dataclasses.replace(ran, speculative=True)) == [
+        "few-client floor", "MTP verify and acceptance"]
+    # a row whose draft is not known (MTP and non-MTP groups fit it) is not named by it
+    unknown = _row("dsr1_h200_sglang_fp8_disagg_8192x1024_c256_cfg434")
+    assert resolve(unknown).error is not None
+    assert "MTP verify and acceptance" not in gaps.named(unknown, dataclasses.replace(
+        resolve(unknown), speculative=True))
