@@ -181,8 +181,8 @@ def gaps_table(entries: list[dict]) -> list[str]:
                   f"{gap.what} ({gap.evidence})") for gap in GAPS]
     table.append(line(f"({NONE_NAMED})", "-", "-", [e for e in rows_of if not e.get("gaps")], "-"))
     return md_table(["gap", "moves", "status", "rows", "TPOT MAPE % (its rows / the rest)",
-                     "TTFT MAPE % (its rows / the rest)", "share of TPOT |error| %",
-                     "share of TTFT |error| %", "what, and where it is diagnosed"], table)
+                     "TTFT MAPE % (its rows / the rest)", "share of all TPOT error %",
+                     "share of all TTFT error %", "what, and where it is diagnosed"], table)
 
 
 def targets_table(entries: list[dict]) -> list[str]:
