@@ -84,6 +84,7 @@ def headline_lines(board: Scoreboard) -> list[str]:
     lines = [f"silicon  {board.source}: {len(board.entries)} rows in scope"
              + (f" ({board.sample})" if board.sample else "") + f", peer: {board.peer or 'not run'}",
              *(line.removeprefix("- ") for line in report.headline(board.entries, board.peer is not None))]
+    lines += report.gap_lines(board.entries)
     if blocked:
         lines.append("most rows blocked by: " + "; ".join(f"{f} ({n})" for f, n in blocked.most_common(4)))
     # what the run cost: the whole run, and epsim's own row-seconds (`report.speed_lines`)

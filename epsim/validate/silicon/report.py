@@ -160,14 +160,25 @@ def _gaps_cell(group: list[dict]) -> str:
     return "; ".join(f"{gap.key} ({counts[gap.key]})" for gap in GAPS if counts[gap.key]) or NONE_NAMED
 
 
-def gaps_table(entries: list[dict]) -> list[str]:
-    """Each named gap (`gaps.GAPS`) on epsim's predicted rows: its rows' errors beside the rest's,
-    and the share of epsim's whole |error| its rows carry (a row may carry several gaps, so the
-    shares overlap); last, the rows no gap names."""
+def error_share(chosen: list[dict], rows_of: list[dict], metric: str) -> float:
+    """Percent of epsim's summed |error| of `metric` over `rows_of` that the rows `chosen` carry."""
+    total = sum(ape(e, "epsim", metric) for e in rows_of)
+    return 100.0 * sum(ape(e, "epsim", metric) for e in chosen) / total if total else 0.0
+
+
+def gap_rows(entries: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """epsim's predicted entries, and those each named gap (`gaps.GAPS`, in order) names."""
     rows_of = [e for e in entries if status(e, "epsim") == "predicted"]
+    return rows_of, {gap.key: [e for e in rows_of if gap.key in e.get("gaps", ())] for gap in GAPS}
+
+
+def gaps_table(entries: list[dict]) -> list[str]:
+    """Each named gap on epsim's predicted rows: its rows' errors beside the rest's, and the share
+    of epsim's whole |error| its rows carry (a row may carry several gaps, so the shares overlap);
+    last, the rows no gap names."""
+    rows_of, named = gap_rows(entries)
     if not rows_of:
         return ["none"]
-    total = {m: sum(ape(e, "epsim", m) for e in rows_of) or 1.0 for m in ("tpot_ms", "ttft_ms")}
 
     def line(name: str, metric: str, state: str, chosen: list[dict], what: str) -> list:
         picked = {id(e) for e in chosen}
@@ -175,14 +186,28 @@ def gaps_table(entries: list[dict]) -> list[str]:
         cells = [name, metric, state, len(chosen)]
         for m in ("tpot_ms", "ttft_ms"):
             cells.append(f"{_pct(errors(chosen, 'epsim', m)[1])} / {_pct(errors(rest, 'epsim', m)[1])}")
-        cells += [f"{100 * sum(ape(e, 'epsim', m) for e in chosen) / total[m]:.0f}" for m in ("tpot_ms", "ttft_ms")]
+        cells += [f"{error_share(chosen, rows_of, m):.0f}" for m in ("tpot_ms", "ttft_ms")]
         return cells + [what]
-    table = [line(gap.key, gap.metric, gap.status, [e for e in rows_of if gap.key in e.get("gaps", ())],
-                  f"{gap.what} ({gap.evidence})") for gap in GAPS]
+    table = [line(gap.key, gap.metric, gap.status, named[gap.key], f"{gap.what} ({gap.evidence})")
+             for gap in GAPS]
     table.append(line(f"({NONE_NAMED})", "-", "-", [e for e in rows_of if not e.get("gaps")], "-"))
     return md_table(["gap", "moves", "status", "rows", "TPOT MAPE % (its rows / the rest)",
                      "TTFT MAPE % (its rows / the rest)", "share of all TPOT error %",
                      "share of all TTFT error %", "what, and where it is diagnosed"], table)
+
+
+def gap_lines(entries: list[dict], top: int = 2) -> list[str]:
+    """For the CLI: per metric, the named gaps whose rows carry the most of epsim's error."""
+    rows_of, named = gap_rows(entries)
+    if not rows_of or not any(named.values()):
+        return []
+    lines = []
+    for metric, label in (("tpot_ms", "TPOT"), ("ttft_ms", "TTFT")):
+        shares = sorted(((error_share(chosen, rows_of, metric), key, len(chosen))
+                         for key, chosen in named.items() if chosen), reverse=True)[:top]
+        lines.append(f"most {label} error on named gaps: " + "; ".join(
+            f"{key} ({n} rows, {share:.0f} %)" for share, key, n in shares))
+    return lines
 
 
 def targets_table(entries: list[dict]) -> list[str]:

@@ -90,3 +90,15 @@ def test_a_run_with_the_mtp_draft_carries_the_mtp_gap():
     assert resolve(unknown).error is not None
     assert "MTP verify and acceptance" not in gaps.named(unknown, dataclasses.replace(
         resolve(unknown), speculative=True))
+
+
+def test_the_cli_names_the_gaps_carrying_most_error():
+    entries = [_entry("b200_sxm", 0.30, -0.50, ["few-client floor"]),
+               _entry("b200_sxm", 0.10, -0.10, ["few-client floor", "cold first wave"]),
+               _entry("h200_sxm", -0.02, 0.05, [])]
+    assert report.gap_lines(entries) == [
+        f"most TPOT error on named gaps: few-client floor (2 rows, {100 * 40 / 42:.0f} %); "
+        f"cold first wave (1 rows, {100 * 10 / 42:.0f} %)",
+        f"most TTFT error on named gaps: few-client floor (2 rows, {100 * 60 / 65:.0f} %); "
+        f"cold first wave (1 rows, {100 * 10 / 65:.0f} %)"]
+    assert report.gap_lines([_entry("h200_sxm", 0.1, 0.1, [])]) == []
