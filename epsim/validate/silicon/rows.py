@@ -98,10 +98,8 @@ class SiliconRow:
 
     @property
     def measured_at(self) -> str | None:
-        """When the run was measured, as the source states it (`2026-02-09T00:00:00.000Z`: some
-        sources give the day only), or None (AIConfigurator's own runs state no time)."""
-        match = _MEASURED.search(self.source)
-        return match.group(1) if match else None
+        """When the run was measured (`measured_time` of its source)."""
+        return measured_time(self.source)
 
     @property
     def config_id(self) -> str | None:
@@ -122,6 +120,13 @@ class SiliconRow:
     def workers_stated(self) -> bool:
         return self.mode == "agg" or (self.prefill.num_workers is not None
                                       and self.decode.num_workers is not None)
+
+
+def measured_time(source: str) -> str | None:
+    """When a run was measured, as its `silicon_data_source` states it (`2026-02-09T00:00:00.000Z`:
+    some sources give the day only), or None (AIConfigurator's own runs state no time)."""
+    match = _MEASURED.search(source)
+    return match.group(1) if match else None
 
 
 def default_csv_path() -> Path | None:
