@@ -97,8 +97,8 @@ FRACTIONS = ("hbm_frac", "tensor_frac")
 TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
 # formats whose Triton fused MoE record rows stream the weights at the busiest SM's pace
 # (`ExpertGemm.sm_stream`): block-FP8, whose default config is one tile whatever M (64 x 128 x
-# 128), so an expert's weights are always `ceil(N / 128)` CTAs a GEMM. Record path only (AIC's
-# tables): the simulator's fused-kernel experts keep the flat stream
+# 128), so an expert's weights are always `ceil(N / 128)` CTAs a GEMM: AIC's rows of that
+# kernel and the simulator's `none` backend (`epsim.cost.resolve`)
 SM_STREAM_FORMATS = ("fp8_block",)
 # FlashInfer's TRT-LLM MoE centres its token tiles on the *balanced* share of a local expert,
 # `clamp(next_pow2(T top_k / E_local), 8, cap)` (csrc/trtllm_fused_moe_kernel_launcher.cu,

@@ -1,22 +1,27 @@
 """SGLang's Triton fused MoE on Hopper streams each expert's block-FP8 weights through
 `ceil(N / 128)` CTAs a GEMM, dealt round-robin over the SMs: the weight stream is priced at the
-busiest SM's slices (`ExpertGemm.stream_kb`, `sm_stream`), on the record path of that kernel
-only (AIC's tables); other formats, GPUs and the simulator keep the flat stream."""
+busiest SM's slices (`ExpertGemm.stream_kb`, `sm_stream`): AIC's rows of that kernel and the
+simulator's `none` backend; other formats, GPUs and backends keep the flat stream."""
 
 from __future__ import annotations
 
 import dataclasses
+
+import warnings
 
 import numpy as np
 import pytest
 
 from epsim.cost import record_kernels
 from epsim.cost.experts import _work
+from epsim.cost.model import CostModel
 from epsim.cost.quant import quant_expert_gemm
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.profile import Component, Profile
 from epsim.records import MeasurementRecord, Provenance
-from epsim.zoo import get_hardware
+from epsim.spec.deployment import DeploymentSpec
+from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_hardware, get_model
 
 PARAMS = {"base_us": 10.0, "per_expert_us": 0.0, "hbm_frac": 0.8, "tensor_frac": 0.8,
           "wave_us": 0.0, "dequant_us": 0.0}
@@ -107,3 +112,19 @@ def test_blackwell_and_other_formats_keep_the_flat_stream(monkeypatch):
                             (_record("H200", "fp8"), _profile("H200", "fp8"))):
         row = kernel_record_features(record, profile)
         assert np.array_equal(row.row, _plain_row(record, profile, monkeypatch).row)
+
+
+def test_simulator_streams_so_with_the_none_backend_on_hopper_only():
+    """DeepSeek-V3 (block-FP8) at EP 8: the H200's `none` backend runs the Triton kernel (busiest
+    SM's slices); DeepEP's runner and the B200's TRT-LLM MoE keep the flat stream."""
+    def gemm(gpu: str, backend: str):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return CostModel(get_model("DeepSeek-V3"), ClusterSpec(gpu=gpu),
+                             DeploymentSpec(ep_size=8, moe_a2a_backend=backend,
+                                            enable_dp_attention=True),
+                             Profile(name="datasheet", hardware=gpu)).params.gemm
+    assert gemm("H200", "none").sm_stream
+    assert gemm("H200", "none").stream_kb(1.0) > gemm("H200", "deepep").stream_kb(1.0)
+    assert not gemm("H200", "deepep").sm_stream
+    assert not gemm("B200", "none").sm_stream
