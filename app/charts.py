@@ -327,3 +327,32 @@ def provenance_bands(frame: pd.DataFrame) -> alt.Chart:
     band = base.mark_errorbar(ticks=True, color="black").encode(
         x=alt.X("p10 µs:Q", title=title), x2="p90 µs:Q")
     return finish((bars + band).properties(height=34 * max(len(frame), 1) + 20))
+
+
+WHO_SCALE = alt.Scale(domain=["epsim", "peer"], range=["#4c72b0", "#dd8452"])
+
+
+def silicon_scatter(frame: pd.DataFrame, label: str, band_pct: float) -> alt.Chart:
+    """Predicted against measured `label` (TPOT or TTFT, ms) of silicon rows, log-log, one colour
+    per predictor (epsim, the peer), filled = predicted as the row states it, hollow = approximated;
+    the diagonal and the target's ±`band_pct` dotted."""
+    measured, predicted = f"measured {label} ms", f"predicted {label} ms"
+    lo = float(min(frame[measured].min(), frame[predicted].min())) * 0.8
+    hi = float(max(frame[measured].max(), frame[predicted].max())) * 1.25
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    color = alt.Color("who:N", scale=WHO_SCALE, title="predicted by")
+    points = alt.Chart(frame).mark_point(size=30, opacity=0.7).encode(
+        x=alt.X(f"{measured}:Q", scale=scale, title=f"measured {label} (ms)"),
+        y=alt.Y(f"{predicted}:Q", scale=scale, title=f"predicted {label} (ms)"),
+        color=color, shape=alt.Shape("status:N", sort=["predicted", "approximated"], title="row"),
+        fill=alt.condition("datum.status == 'predicted'", color, alt.value("transparent")),
+        tooltip=["row", "system", "mode", "EP", "clients", "ISL/OSL", "who", "gaps",
+                 alt.Tooltip(f"{measured}:Q", format=".1f"), alt.Tooltip(f"{predicted}:Q", format=".1f"),
+                 alt.Tooltip(f"{label} error %:Q", format="+.1f")])
+    band = band_pct / 100
+    guide = pd.DataFrame([{measured: x, predicted: x * f, "line": name}
+                          for f, name in ((1.0, "exact"), (1 - band, "low"), (1 + band, "high")) for x in (lo, hi)])
+    lines = alt.Chart(guide).mark_line(color="black", strokeWidth=0.8).encode(
+        x=alt.X(f"{measured}:Q", scale=scale), y=alt.Y(f"{predicted}:Q", scale=scale), detail="line:N",
+        strokeDash=alt.condition("datum.line == 'exact'", alt.value([1, 0]), alt.value([2, 3])))
+    return finish((lines + points).properties(height=420))

@@ -121,6 +121,32 @@ def attention_kernel_defaults(hardware: HardwareSpec) -> dict[str, float]:
             "tflops": hardware.bf16_tflops * TENSOR_EFFICIENCY}
 
 
+def carried_kernel_rates(params: dict[str, float], fitted_on: HardwareSpec, on: HardwareSpec,
+                         decode: bool) -> dict[str, float]:
+    """A fitted attention kernel's `params` (`ATTENTION_TERMS`: absolute rates) carried from the
+    GPU it was fitted on to another (the system hold-out): both rates (`hbm_gbps`, `tflops`)
+    scaled by the ratio of the datasheet figure that binds the kernel, the fixed costs
+    (`base_us`, `wave_us`, `per_split_us`) kept.
+
+    - decode: the HBM's. Each CTA reads its own sequence's KV tiles once; a tile's FLOPs per
+      KV byte are its padded query rows (64 on Hopper's FA3, 8-128 on TRT-LLM-gen), far below a
+      ridge of ~300 FLOP/B (989 / 3.35 on H100), so the busiest slot's tile stream -- the side
+      the fit calls `tflops` -- runs at the HBM's rate too. AIC's tables: `tflops / hbm_gbps`
+      fitted 0.0715 on H100 and 0.0712 on H200 (the same die and tensor peak; 224 against 308
+      TFLOP/s, 3137 against 4322 GB/s).
+    - prefill: the BF16 peak's (the SMs' count x clock). A head's row blocks re-read its K and V
+      tiles through L2, so the fitted byte rate is the SMs' feed, not the HBM's: 2866 GB/s on
+      H100 and 3006 on H200, whose HBM differs 1.43x (B200 3655, GB200 3921: 1.07x where the
+      BF16 peaks differ 1.11x).
+
+    The same GPU, or one without a BF16 peak on either side: `params` as they are."""
+    if fitted_on.name == on.name or not (fitted_on.bf16_tflops and on.bf16_tflops):
+        return dict(params)
+    ratio = (on.hbm_gbps / fitted_on.hbm_gbps if decode
+             else on.bf16_tflops / fitted_on.bf16_tflops)
+    return {**params, "hbm_gbps": params["hbm_gbps"] * ratio, "tflops": params["tflops"] * ratio}
+
+
 @lru_cache(maxsize=4096)
 def num_splits(units: int, num_key_blocks: int, num_sms: int,
                ctas_per_sm: int = CTAS_PER_SM) -> int:

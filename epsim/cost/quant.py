@@ -95,6 +95,11 @@ FRACTIONS = ("hbm_frac", "tensor_frac")
 # whose work on other ranks' slots is not this (aiconfigurator's B200 EP rows: the Triton
 # bytes price its NVFP4 rows 2x long at EP 128, its FP8-block rows 14 % short)
 TRITON_MOE_GPUS = ("H100", "H200", "H800", "H20")
+# formats whose Triton fused MoE record rows stream the weights at the busiest SM's pace
+# (`ExpertGemm.sm_stream`): block-FP8, whose default config is one tile whatever M (64 x 128 x
+# 128), so an expert's weights are always `ceil(N / 128)` CTAs a GEMM: AIC's rows of that
+# kernel and the simulator's `none` backend (`epsim.cost.resolve`)
+SM_STREAM_FORMATS = ("fp8_block",)
 # FlashInfer's TRT-LLM MoE centres its token tiles on the *balanced* share of a local expert,
 # `clamp(next_pow2(T top_k / E_local), 8, cap)` (csrc/trtllm_fused_moe_kernel_launcher.cu,
 # `computeSelectedTileN`, "assuming perfect expert distribution"), and offers the ladder's rungs
@@ -364,7 +369,8 @@ def experts_quant_features(pairs, active, tiles, gemm: ExpertGemm, params,
     slowest = experts_rank_us(pairs, active, tiles, gemm, rate).argmax(axis=-1)[..., None]
     p, a, n = (np.take_along_axis(x, slowest, axis=-1)[..., 0] for x in (pairs, active, tiles))
     rows_kb = serial_kb(p, gemm)                # the rows beside the roofline (serial_rows)
-    mem_kb = (a * gemm.weight_bytes + p * gemm.roofline_row_bytes) * 1e-3 - rows_kb
+    mem_kb = (gemm.stream_kb(a) + p * gemm.roofline_row_bytes * 1e-3 if gemm.sm_stream
+              else (a * gemm.weight_bytes + p * gemm.roofline_row_bytes) * 1e-3) - rows_kb
     mflops, waves = gemm.quantized_mflops(n), gemm.waves(n)
     blocks, feed_kb = gemm.scale_blocks(n), gemm.feed_kb(n)
     fed = feed_kb / rate["sm_feed_gbps"] > mflops / rate["tflops"]

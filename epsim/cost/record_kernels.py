@@ -42,7 +42,7 @@ from epsim.cost.fallback_stream import (FALLBACK_STREAM_FORMATS, FALLBACK_STREAM
                                         partial_tile_kb)
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
                               EXPERT_REREAD_FALLBACK_TERMS, EXPERT_REREAD_TERMS,
-                              TRITON_MOE_GPUS, check_format, experts_quant_features,
+                              SM_STREAM_FORMATS, TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
                               remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
 from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor
@@ -133,6 +133,8 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     if backend == "deepep" and path == "normal":     # the rank's received tokens, laid out
         own_layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
     elif backend == "any":          # the fused kernel over the group's slots, remote ones too
+        if hw.name in TRITON_MOE_GPUS and fmt in SM_STREAM_FORMATS:    # its CTAs' slices
+            gemm = replace(gemm, sm_stream=True)
         remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
             record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3

@@ -13,8 +13,8 @@ from epsim.cost.attention_ops import attention_ops_defaults, attention_ops_featu
 from epsim.cost.block_ops import block_ops_defaults, block_ops_features
 from epsim.cost.experts import (TILE_M, carried_rates, dense_gemm, experts_defaults,
                                 experts_features, num_sms)
-from epsim.cost.flash import (attention_kernel_defaults, decode_work, kernel_features,
-                              kernel_grids, prefill_work)
+from epsim.cost.flash import (attention_kernel_defaults, carried_kernel_rates, decode_work,
+                              kernel_features, kernel_grids, prefill_work)
 from epsim.cost.linear import ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS, EXPERT_TERMS
 from epsim.cost.record_row import RecordFeatures, device_path, record_cluster
 from epsim.errors import RecordError
@@ -70,6 +70,10 @@ def attention_row(record: MeasurementRecord, profile: Profile, kind: str, path: 
     else:
         work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms, grid=grids.decode)
     params = profile.params("any", kind, path, defaults=attention_kernel_defaults(cluster.hardware))
+    if profile.component("any", kind, path) is not None and profile.hardware in hardware_names():
+        # fitted on another GPU (a system hold-out): its efficiencies on this GPU's datasheet
+        params = carried_kernel_rates(params, get_hardware(profile.hardware), cluster.hardware,
+                                      decode=record.kind == "attention_decode")
     return RecordFeatures(component_key("any", kind, path), ATTENTION_TERMS.coef_names,
                           kernel_features(work, params)[0], ATTENTION_TERMS.coefficients(params))
 

@@ -37,8 +37,8 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
                                TPCollectiveParams)
 from epsim.cost import served_tiles
 from epsim.cost.normal_runner import layout_rate_scale
-from epsim.cost.quant import (TRITON_MOE_GPUS, absolute, gemm_defaults, layout_kb,
-                              quant_expert_gemm, remote_slot_bytes)
+from epsim.cost.quant import (SM_STREAM_FORMATS, TRITON_MOE_GPUS, absolute, gemm_defaults,
+                              layout_kb, quant_expert_gemm, remote_slot_bytes)
 from epsim.cost.dual_stream import dual_stream_overlap
 from epsim.cost.shared_experts import fused_shared_experts, shared_beside
 from epsim.cost.timing import TIME_MODES, StageTiming, stage_timing
@@ -236,9 +236,14 @@ class _Resolver:
         m, c = self.model, self.cluster
         if not self.quantised_experts:
             return model_gemm(m, c.gpu, moe_tp_size)
-        return quant_expert_gemm(m.hidden_size, m.moe_intermediate_size // moe_tp_size,
+        gemm = quant_expert_gemm(m.hidden_size, m.moe_intermediate_size // moe_tp_size,
                                  m.weight_dtype, num_sms(c.gpu), m.top_k,
                                  input_quantised=self.deployment.dispatch_dtype in QUANTISED_DISPATCH)
+        # Hopper's Triton fused MoE (the `none` backend) streams its block-FP8 weights at the
+        # busiest SM's slices, as its fit read them (`ExpertGemm.sm_stream`)
+        triton = (self.backend == "none" and c.gpu in TRITON_MOE_GPUS
+                  and m.weight_dtype in SM_STREAM_FORMATS)
+        return replace(gemm, sm_stream=True) if triton else gemm
 
     def _exact(self, key: str) -> Component | None:
         """The profile's component of exactly `key` (no fallback to another kernel's fit)."""

@@ -300,6 +300,21 @@ def test_compare_page(page):
     _screenshot(page, "compare")
 
 
+def test_silicon_page(page):
+    _go(page, "Held to silicon")
+    page.get_by_test_id("stMetric").nth(3).wait_for(timeout=60_000)
+    assert "TPOT MAPE" in " ".join(page.get_by_test_id("stMetric").all_inner_texts())
+    _wait_charts(page, 2)                            # TPOT and TTFT, predicted against measured
+    _no_errors(page)
+    _metrics_whole(page)
+    _legends_whole(page, ["epsim", "peer", "predicted"])
+    charts = _readable(page, min_plot_px=MIN_PLOT_PX)
+    axes = " ".join(a for c in charts for a in c["axes"])
+    assert "measured TPOT" in axes and "measured TTFT" in axes, axes
+    page.get_by_text("What epsim is known to miss").wait_for()
+    _screenshot(page, "silicon")
+
+
 def test_server_log_has_no_context_warnings(page):
     """After every page and both sweeps: sweep workers did not run the page again (which would
     log 'missing ScriptRunContext' and 'No runtime found')."""

@@ -31,7 +31,7 @@ from epsim.io.write import write_text
 from epsim.validate.silicon.inferencex import (MASTER_PATHS, MTP_SUFFIX, RUNNERS, _concurrencies,
                                                in_effect, moment)
 from epsim.validate.silicon.inferencex_extract import _git, master_versions
-from epsim.validate.silicon.resolve import _MEASURED, SEVERAL_GROUPS, Resolved
+from epsim.validate.silicon.resolve import SEVERAL_GROUPS, Resolved
 
 AGG_PATH = Path(__file__).resolve().parents[2] / "data" / "silicon" / "inferencex_agg.json"
 AGG_SUFFIX = "-sglang"
@@ -224,16 +224,11 @@ def _ran(key: str, isl: int, osl: int, tp: int, clients: int, measured: str | No
             if any((r[0], r[1], r[2], r[4]) == (isl, osl, tp, clients) for r in v.runs)]
 
 
-def _measured(row) -> str | None:
-    match = _MEASURED.search(row.source)
-    return match.group(1) if match else None
-
-
 def for_row(row, mtp: bool = False) -> RowFlags | None:
     """`recipe_flags` of an agg `SiliconRow` as it ran (`resolve`): its GPUs are InferenceX's tp;
     `mtp`: the flags of its key's MTP twin (`draft`)."""
     return recipe_flags(row.precision, row.system, row.isl, row.osl, row.agg.num_gpus,
-                        row.agg.moe_ep_size, row.concurrency or 0, _measured(row), mtp)
+                        row.agg.moe_ep_size, row.concurrency or 0, row.measured_at, mtp)
 
 
 def draft(ran: Resolved) -> Resolved:
@@ -246,7 +241,7 @@ def draft(ran: Resolved) -> Resolved:
     alternative, as for P/D rows (`resolve`). Where the twin's version in effect came from a push
     of its own, a row the base key ran is the base key's, as before."""
     row = ran.row
-    args = (row.isl, row.osl, row.agg.num_gpus, row.concurrency or 0, _measured(row))
+    args = (row.isl, row.osl, row.agg.num_gpus, row.concurrency or 0, row.measured_at)
     key = agg_key(row.precision, row.system)
     base, twin = _ran(key, *args), _ran(key + MTP_SUFFIX, *args)
     if not twin or base and not any(v.commit in JOINT_SWEEPS for v in twin):
@@ -266,8 +261,7 @@ def draft(ran: Resolved) -> Resolved:
 
 def cold(row) -> bool:
     """The row was measured before `HARNESS_WARMUP_FROM`: its benchmark had no warm-up."""
-    match = _MEASURED.search(row.source)
-    return match is not None and moment(match.group(1)) < moment(HARNESS_WARMUP_FROM)
+    return row.measured_at is not None and moment(row.measured_at) < moment(HARNESS_WARMUP_FROM)
 
 
 def cold_requests_per_client(row) -> int | None:

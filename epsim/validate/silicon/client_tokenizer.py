@@ -33,7 +33,6 @@ from __future__ import annotations
 import re
 
 from epsim.validate.silicon.inferencex import moment
-from epsim.validate.silicon.resolve import _MEASURED
 
 # server tokens per client token of a random prompt, InferenceX #937's own count at the
 # harness's longest stated prompt (35921 / 7140; its 100-token probe gave 531 / 102 = 5.2)
@@ -54,11 +53,10 @@ def prompt_scale(row) -> float | None:
     unfixed client (module doc), else None (the stated ISL is what the server saw)."""
     if row.mode != "agg" or row.backend != "sglang" or "deepseek" not in row.model_path.lower():
         return None
-    measured = _MEASURED.search(row.source)
     version = _sglang_version(row)
-    if measured is None or version is None or version < TRANSFORMERS_5_FROM:
+    if row.measured_at is None or version is None or version < TRANSFORMERS_5_FROM:
         return None
-    when = moment(measured.group(1))
+    when = moment(row.measured_at)
     if not moment(HARNESS_FROM) <= when < moment(CLIENT_FIXED_FROM):
         return None
     return SERVER_TOKENS_PER_CLIENT_TOKEN

@@ -45,6 +45,14 @@ def section(board: Scoreboard, timing: bool = True) -> str:
              "### epsim and the peer side by side (rows both predict)", "",
              *report.side_by_side_table(entries), "",
              "### epsim on every row it predicts", "", *report.error_table(entries, "epsim"), "",
+             "### What epsim is known to miss (named gaps)", "",
+             "Each gap is a mechanism diagnosed and not priced (or only in part), named on the rows "
+             "it applies to from what they state, never from their measured latencies "
+             "(`epsim/validate/silicon/gaps.py`); the JSON entry's `gaps` lists a row's.", "",
+             *report.gaps_table(entries), "",
+             f"epsim's buckets above a target (TPOT MAPE > {report.TPOT_TARGET_PCT:.0f} % or TTFT "
+             f"MAPE > {report.TTFT_TARGET_PCT:.0f} %) and the gaps their rows carry:", "",
+             *report.targets_table(entries), "",
              "### The peer on every row it predicts", "", *report.error_table(entries, "peer"), "",
              "### Why rows are not predicted", "", "epsim (the features it lacks; the full table "
              "and the order that unblocks most rows: benchmarks/results/silicon_features.md):", "",
@@ -76,6 +84,7 @@ def headline_lines(board: Scoreboard) -> list[str]:
     lines = [f"silicon  {board.source}: {len(board.entries)} rows in scope"
              + (f" ({board.sample})" if board.sample else "") + f", peer: {board.peer or 'not run'}",
              *(line.removeprefix("- ") for line in report.headline(board.entries, board.peer is not None))]
+    lines += report.gap_lines(board.entries)
     if blocked:
         lines.append("most rows blocked by: " + "; ".join(f"{f} ({n})" for f, n in blocked.most_common(4)))
     # what the run cost: the whole run, and epsim's own row-seconds (`report.speed_lines`)

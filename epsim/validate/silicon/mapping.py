@@ -290,6 +290,15 @@ def _agg_server(run: SiliconRow, assumptions: list[str], mtp: bool = False
     return run, server
 
 
+def with_draft(ran: Resolved) -> Resolved:
+    """`ran` (`resolve`) saying whether it ran DeepSeek's MTP draft: a P/D row's group says so
+    already; an agg row's is its key's MTP twin (`agg_recipes.draft`), which may leave it
+    ambiguous (both drafts ran it)."""
+    if ran.error is None and ran.row.mode == "agg":
+        return agg_recipes.draft(ran)
+    return ran
+
+
 def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     """The row's instances and what the spec lacks for them (see the module doc).
 
@@ -301,9 +310,7 @@ def plan_row(row: SiliconRow, approximate: bool = False) -> RowPlan:
     if row.concurrency is None:
         return RowPlan(row, (), error="the row states no client count (silicon_concurrency=N in "
                                       "silicon_data_source)")
-    ran = resolve(row)
-    if ran.error is None and ran.row.mode == "agg":    # an agg key's MTP twin (`agg_recipes`)
-        ran = agg_recipes.draft(ran)
+    ran = with_draft(resolve(row))
     if ran.error is not None and approximate and ran.alternatives:
         return _candidates_plan(row, ran)
     if ran.error is not None:

@@ -12,9 +12,14 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
+from epsim.validate.silicon.gaps import GAPS
+
 SYSTEM_ORDER = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")
 MODE_ORDER = ("agg", "disagg", "disagg, workers not stated")
 WORST = 10
+TPOT_TARGET_PCT = 10.0      # issue 39's targets: TPOT and TTFT MAPE over the rows predicted
+TTFT_TARGET_PCT = 20.0
+NONE_NAMED = "none named"
 
 
 def status(entry: dict, who: str) -> str | None:
@@ -149,6 +154,77 @@ def error_table(entries: list[dict], who: str, status_of: str = "predicted") -> 
                      "TPOT median %", "TTFT MAPE %", "TTFT median %"], rows)
 
 
+def _gaps_cell(group: list[dict]) -> str:
+    """The gaps that name rows of `group`, with how many, in `GAPS` order."""
+    counts = Counter(g for e in group for g in e.get("gaps", ()))
+    return "; ".join(f"{gap.key} ({counts[gap.key]})" for gap in GAPS if counts[gap.key]) or NONE_NAMED
+
+
+def error_share(chosen: list[dict], rows_of: list[dict], metric: str) -> float:
+    """Percent of epsim's summed |error| of `metric` over `rows_of` that the rows `chosen` carry."""
+    total = sum(ape(e, "epsim", metric) for e in rows_of)
+    return 100.0 * sum(ape(e, "epsim", metric) for e in chosen) / total if total else 0.0
+
+
+def gap_rows(entries: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """epsim's predicted entries, and those each named gap (`gaps.GAPS`, in order) names."""
+    rows_of = [e for e in entries if status(e, "epsim") == "predicted"]
+    return rows_of, {gap.key: [e for e in rows_of if gap.key in e.get("gaps", ())] for gap in GAPS}
+
+
+def gaps_table(entries: list[dict]) -> list[str]:
+    """Each named gap on epsim's predicted rows: its rows' errors beside the rest's, and the share
+    of epsim's whole |error| its rows carry (a row may carry several gaps, so the shares overlap);
+    last, the rows no gap names."""
+    rows_of, named = gap_rows(entries)
+    if not rows_of:
+        return ["none"]
+
+    def line(name: str, metric: str, state: str, chosen: list[dict], what: str) -> list:
+        picked = {id(e) for e in chosen}
+        rest = [e for e in rows_of if id(e) not in picked]
+        cells = [name, metric, state, len(chosen)]
+        for m in ("tpot_ms", "ttft_ms"):
+            cells.append(f"{_pct(errors(chosen, 'epsim', m)[1])} / {_pct(errors(rest, 'epsim', m)[1])}")
+        cells += [f"{error_share(chosen, rows_of, m):.0f}" for m in ("tpot_ms", "ttft_ms")]
+        return cells + [what]
+    table = [line(gap.key, gap.metric, gap.status, named[gap.key], f"{gap.what} ({gap.evidence})")
+             for gap in GAPS]
+    table.append(line(f"({NONE_NAMED})", "-", "-", [e for e in rows_of if not e.get("gaps")], "-"))
+    return md_table(["gap", "moves", "status", "rows", "TPOT MAPE % (its rows / the rest)",
+                     "TTFT MAPE % (its rows / the rest)", "share of all TPOT error %",
+                     "share of all TTFT error %", "what, and where it is diagnosed"], table)
+
+
+def gap_lines(entries: list[dict], top: int = 2) -> list[str]:
+    """For the CLI: per metric, the named gaps whose rows carry the most of epsim's error."""
+    rows_of, named = gap_rows(entries)
+    if not rows_of or not any(named.values()):
+        return []
+    lines = []
+    for metric, label in (("tpot_ms", "TPOT"), ("ttft_ms", "TTFT")):
+        shares = sorted(((error_share(chosen, rows_of, metric), key, len(chosen))
+                         for key, chosen in named.items() if chosen), reverse=True)[:top]
+        lines.append(f"most {label} error on named gaps: " + "; ".join(
+            f"{key} ({n} rows, {share:.0f} %)" for share, key, n in shares))
+    return lines
+
+
+def targets_table(entries: list[dict]) -> list[str]:
+    """epsim's buckets above a target (TPOT MAPE > `TPOT_TARGET_PCT` or TTFT MAPE >
+    `TTFT_TARGET_PCT`), each with the named gaps its rows carry."""
+    rows = []
+    for label, group in buckets([e for e in entries if status(e, "epsim") == "predicted"]):
+        n, tpot_mape, _ = errors(group, "epsim", "tpot_ms")
+        _, ttft_mape, _ = errors(group, "epsim", "ttft_ms")
+        if tpot_mape > TPOT_TARGET_PCT or ttft_mape > TTFT_TARGET_PCT:
+            rows.append(label + [n, _pct(tpot_mape), _pct(ttft_mape), _gaps_cell(group)])
+    if not rows:
+        return ["none"]
+    return md_table(["system", "mode", "model", "EP (TPOT side)", "rows", "TPOT MAPE %", "TTFT MAPE %",
+                     "named gaps (rows)"], rows)
+
+
 def side_by_side_table(entries: list[dict], ours_status: str = "predicted") -> list[str]:
     """epsim / peer on the rows both predict, by bucket."""
     pairs = [e for e in entries if status(e, "epsim") == ours_status and status(e, "peer") == "predicted"]
@@ -170,7 +246,8 @@ def worst_table(entries: list[dict], who: str, status_of: str = "predicted") -> 
     for e in chosen:
         side = e[who]
         if who == "epsim":
-            lacks = "; ".join(side["approximations"] + [f"{role}: {s.get('extrapolated', 0):.0%} "
+            lacks = "; ".join(list(e.get("gaps", ())) + side["approximations"] + [
+                              f"{role}: {s.get('extrapolated', 0):.0%} "
                               f"extrapolated, {s.get('datasheet', 0):.0%} datasheet"
                               for role, s in side["shares"].items()])
         else:

@@ -37,13 +37,11 @@ stated as an assumption the entry carries:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from epsim.validate.silicon import dynamo_scripts, inferencex, pd_recipes
 from epsim.validate.silicon.rows import Side, SiliconRow
 
-_MEASURED = re.compile(r"measured=([0-9T:.\-+Z]+)")
 # systems where InferenceX runs SGLang only as Dynamo P/D pairs (no `*-sglang` agg key)
 DISAGG_ONLY = ("gb200", "gb300")
 # the Dynamo launch scripts of the wide-EP groups (ai-dynamo's `slurm_jobs/scripts/gb200-fp8.sh`)
@@ -155,9 +153,8 @@ def _groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Gr
 def _own_groups(row: SiliconRow) -> tuple[list[inferencex.Group], list[inferencex.Group]]:
     """The InferenceX groups that ran the row's client count then, and those its cells fit:
     of them, those naming the row's image by its very tag where any does (`inferencex.same_tag`)."""
-    match = _MEASURED.search(row.source)
     found = inferencex.candidates(row.precision, row.system, row.isl, row.osl, row.concurrency or 0,
-                                  match.group(1) if match else None, row.image or None)
+                                  row.measured_at, row.image or None)
     fitting = [g for g in found if _fits(row, g)]
     return found, [g for g in fitting if inferencex.same_tag(row.image, g.image)] or fitting
 
@@ -210,8 +207,7 @@ def _config_fit(row: SiliconRow, fitting: list[inferencex.Group]
 
 
 def _day(row: SiliconRow) -> str:
-    match = _MEASURED.search(row.source)
-    return match.group(1)[:10] if match else "undated"
+    return row.measured_at[:10] if row.measured_at else "undated"
 
 
 def _draft(stated: Resolved) -> Resolved:

@@ -27,6 +27,7 @@ IN_SCOPE_MODELS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "Qwen/Q
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 _CONFIG_ID = re.compile(r"config_id=(\d+)")
 _IMAGE = re.compile(r"(?:image=|; )([\w.\-/]+:[\w.\-]+)\s*$")
+_MEASURED = re.compile(r"measured=([0-9T:.\-+Z]+)")
 _REQUIRED = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system",
              "mode", "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "silicon_ttft_ms",
              "silicon_tpot_ms")
@@ -96,6 +97,11 @@ class SiliconRow:
         return match.group(1) if match else ""
 
     @property
+    def measured_at(self) -> str | None:
+        """When the run was measured (`measured_time` of its source)."""
+        return measured_time(self.source)
+
+    @property
     def config_id(self) -> str | None:
         """The InferenceX database's configuration id the source names (`config_id=434`), or
         None. InferenceX's database keys a benchmark result by a configuration record (hardware,
@@ -114,6 +120,13 @@ class SiliconRow:
     def workers_stated(self) -> bool:
         return self.mode == "agg" or (self.prefill.num_workers is not None
                                       and self.decode.num_workers is not None)
+
+
+def measured_time(source: str) -> str | None:
+    """When a run was measured, as its `silicon_data_source` states it (`2026-02-09T00:00:00.000Z`:
+    some sources give the day only), or None (AIConfigurator's own runs state no time)."""
+    match = _MEASURED.search(source)
+    return match.group(1) if match else None
 
 
 def default_csv_path() -> Path | None:

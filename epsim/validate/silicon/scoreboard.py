@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from epsim.plan.executors import execute, progress_bar
+from epsim.validate.silicon import gaps
 from epsim.validate.silicon.candidates import predict_plan
 from epsim.validate.silicon.checkpoint import Checkpoint
 from epsim.validate.silicon.checkpoint import row_key as checkpoint_key
@@ -104,6 +105,7 @@ def row_task(task: RowTask) -> dict:
              "layout_as_run": layout(as_run),
              "bucket": {"system": row.system, "mode": mode_label(row, ran.from_recipe), "model": row.model,
                         "ep": ep_bucket(as_run.tpot_side.moe_ep_size)},
+             "gaps": gaps.named(row, ran),
              "measured": {"ttft_ms": row.ttft_ms, "tpot_ms": row.tpot_ms}}
     start, cpu = time.perf_counter(), time.process_time()
     try:

@@ -251,3 +251,56 @@ def test_trtllm_prefill_busiest_sm_is_near_a_greedy_placement(groups):
         tiles = sorted(_stepped_cta_tiles(int(tokens), 0, 2), reverse=True)
         ratios.append(closed / _greedy_busiest(tiles, groups, SMS))
     assert 0.88 <= min(ratios) and max(ratios) <= 1.22
+
+
+KERNEL_PARAMS = {"base_us": 6.5, "wave_us": 2.0, "per_split_us": 0.05, "hbm_gbps": 3100.0,
+                 "tflops": 220.0}
+
+
+def test_carried_kernel_rates_stream_the_decode_at_the_hbm_ratio():
+    """A kernel fit carried to another GPU (the system hold-out): the decode's rates by the HBM
+    ratio, the prefill's by the BF16 peak's; fixed costs kept; the same GPU as is."""
+    from epsim.cost.flash import carried_kernel_rates
+    from epsim.zoo import get_hardware
+    h100, h200, b200 = get_hardware("H100"), get_hardware("H200"), get_hardware("B200")
+    assert carried_kernel_rates(KERNEL_PARAMS, h100, h100, decode=True) == KERNEL_PARAMS
+    decode = carried_kernel_rates(KERNEL_PARAMS, h100, h200, decode=True)
+    hbm = h200.hbm_gbps / h100.hbm_gbps
+    assert decode["hbm_gbps"] == pytest.approx(3100.0 * hbm)
+    assert decode["tflops"] == pytest.approx(220.0 * hbm)          # not the (equal) BF16 peak
+    prefill = carried_kernel_rates(KERNEL_PARAMS, h100, h200, decode=False)
+    assert prefill == KERNEL_PARAMS                                # the same die: as it is
+    on_b200 = carried_kernel_rates(KERNEL_PARAMS, h100, b200, decode=False)
+    bf16 = b200.bf16_tflops / h100.bf16_tflops
+    assert on_b200["tflops"] == pytest.approx(220.0 * bf16)
+    assert on_b200["hbm_gbps"] == pytest.approx(3100.0 * bf16)
+    assert {k: decode[k] for k in ("base_us", "wave_us", "per_split_us")} == {
+        k: KERNEL_PARAMS[k] for k in ("base_us", "wave_us", "per_split_us")}
+
+
+@pytest.mark.parametrize("context", [64, 65536])
+def test_a_decode_record_on_another_gpu_is_priced_at_the_fit_carried(context):
+    """An H200 decode record priced with an H100-fitted profile equals pricing it with an H200
+    profile holding the carried rates; the long context (the KV stream) runs faster on H200."""
+    from epsim.cost.flash import carried_kernel_rates
+    from epsim.cost.record import predict_record
+    from epsim.profile import Component, Profile
+    from epsim.records import MeasurementRecord, Provenance
+    from epsim.zoo import get_hardware
+
+    def record(gpu):
+        return MeasurementRecord(kind="attention_decode", timing="device", backend="local",
+                                 mode="", ep_size=1, num_tokens_per_rank=4, hidden_size=0, num_seqs=4,
+                                 context_len=context, num_attention_heads=32, num_kv_heads=8,
+                                 head_dim=128, median_us=10.0, extra={"kernel": "fa3"},
+                                 provenance=Provenance(device=gpu, hardware=gpu))
+
+    key = "any/attention_decode/graph"
+    h100 = Profile(name="h100", hardware="H100",
+                   components={key: Component(params=KERNEL_PARAMS, source="fit")})
+    h200 = Profile(name="h200", hardware="H200", components={key: Component(
+        params=carried_kernel_rates(KERNEL_PARAMS, get_hardware("H100"), get_hardware("H200"),
+                                    decode=True), source="fit")})
+    assert predict_record(record("H200"), h100) == pytest.approx(predict_record(record("H200"), h200))
+    if context == 65536:
+        assert predict_record(record("H200"), h100) < 0.8 * predict_record(record("H100"), h100)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from epsim.validate.silicon.rows import measured_time
 from epsim.validate.silicon.first_use import (ALLOC_DECODE_COMPILE_S, ALLOC_EXTEND_COMPILE_S,
                                               ALLOC_0510_DECODE_COMPILE_S,
                                               ALLOC_0510_EXTEND_COMPILE_S, COMPILE_S,
@@ -29,7 +30,8 @@ def _row(**fields):
     base = {"backend": "sglang", "mode": "agg", "system": "h200_sxm", "gemm_quant_mode": "fp8",
             "model_path": "deepseek-ai/DeepSeek-V3", "concurrency": 4,
             "source": "db-dump/2026-04-27; measured=2026-03-25T00:00:00.000Z"}
-    return SimpleNamespace(**{**base, **fields})
+    row = {**base, **fields}
+    return SimpleNamespace(**row, measured_at=measured_time(row["source"]))
 
 
 def test_an_h200_fp8_sglang_agg_row_after_the_warm_up_landed_warms_up_twice_n():
