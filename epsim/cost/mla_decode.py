@@ -33,7 +33,9 @@ math (`decode_kernel_work`). What a CTA holds is the kernel's:
              power of two at one rate, 32 heads' slowness was read as a low tensor rate and 128
              heads priced 80-100 % high.
              More heads run the low-latency kernel too where a launch is small
-             (FlashInfer's `useSwapsMmaAbMlaGenKernel`, `swapped_launch`): its 16-head CTAs fit
+             (FlashInfer's `useSwapsMmaAbMlaGenKernel`, `swapped_launch`; read in
+             flashinfer-ai/flashinfer `include/flashinfer/trtllm/fmha/fmhaKernels.cuh`, where
+             TensorRT-LLM's older copies choose by the sequences alone): its 16-head CTAs fit
              on the SMs and, its keys split to fill them, a split holds at most 1024 keys (128
              heads: up to 18 sequences on 148 SMs, 1 x 16384 or 16 x 1024 keys, not 4 x 16384).
              Priced as the high-throughput kernel, AIC's b200_sxm cells of 128 heads that the
@@ -74,9 +76,8 @@ its loop and multiplies them in FP8 (`math_dtype`).
 
 from __future__ import annotations
 
-from dataclasses import replace
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
