@@ -131,3 +131,41 @@ def test_the_fit_holds_blackwells_fp8_ratio():
         assert held.get(FP8_MMA_RATIO) == (pytest.approx(0.72 / 0.98) if gpu == "B200" else None)
         fits["any/mla_prefill_fp8/graph"] = fit(gpu, 1.0)
         assert mla_decode_held(key, fits).get(FP8_MMA_RATIO, 1.0) == 1.0
+
+
+def test_a_blackwell_fit_keeps_the_held_ratio():
+    """`fit_records` on B200 MLA records (both caches): the decode component holds
+    `fp8_mma_ratio` at its prefill fits' ratio beside `tensor_frac` (a held parameter with no
+    column of its own is kept in the parameters), and its note says so."""
+    from epsim.calibrate.build import fit_records
+    from epsim.calibrate.holdout import Holdout
+    from epsim.calibrate.inputs import SourcedRecord
+    from epsim.cost.record import predict_record
+    from epsim.records import MeasurementRecord, Provenance
+    prefill = {"base_us": 10.0, "wave_us": 2.0, "hbm_frac": 0.9}
+    truth = Profile.from_dict({"name": "truth", "hardware": "B200", "components": {
+        "any/mla_decode_bf16/graph": {"params": {**PARAMS, FP8_MMA_RATIO: 0.7}, "source": "fit"},
+        "any/mla_prefill_bf16/graph": {"params": {**prefill, "tensor_frac": 0.9}, "source": "fit"},
+        "any/mla_prefill_fp8/graph": {"params": {**prefill, "tensor_frac": 0.63}, "source": "fit"}}})
+    records = []
+    for kind, kv, seqs, ctx, heads in [(k, kv, s, c, h) for k in ("mla_decode", "mla_prefill")
+                                       for kv in ("bf16", "fp8_e4m3") for s in (1, 16, 256)
+                                       for c in (256, 4096, 16384) for h in (16, 64, 128)]:
+        r = MeasurementRecord(
+            kind=kind, backend="local", ep_size=1, hidden_size=0, median_us=1.0,
+            num_tokens_per_rank=seqs if kind == "mla_decode" else seqs * ctx,
+            num_attention_heads=heads, num_seqs=seqs, context_len=ctx, kv_cache_dtype=kv,
+            timing="device", extra={"scope": "kernel"},
+            provenance=Provenance(device="NVIDIA B200", hardware="B200"))
+        records.append(SourcedRecord(r.model_copy(update={"median_us": predict_record(r, truth)}),
+                                     "synthetic", len(records) + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = fit_records(records, [], Holdout(), name="t")
+    components = fitted.profile.components
+    ratio = (components["any/mla_prefill_fp8/graph"].params["tensor_frac"]
+             / components["any/mla_prefill_bf16/graph"].params["tensor_frac"])
+    decode = components["any/mla_decode_bf16/graph"]
+    assert ratio == pytest.approx(0.7, rel=0.05)
+    assert decode.params[FP8_MMA_RATIO] == pytest.approx(ratio)
+    assert FP8_MMA_RATIO in decode.note
