@@ -56,9 +56,6 @@ from epsim.records import MeasurementRecord
 from epsim.spec.quant import kv_bytes_per_element
 from epsim.zoo import get_hardware, hardware_names
 
-# a record from aiconfigurator-core's op tables (`provenance.source`): timed in its collector's
-# burst (`epsim.cost.collector_burst`)
-AIC_SOURCE = "aiconfigurator"
 KERNEL_KINDS = ("gemm", "mla_bmm", "quant_experts", "mla_decode", "mla_prefill")
 # MLA's absorbed BMMs: op -> (n, k) of each head's GEMM, DeepSeek's sizes
 BMM_SHAPES = {"mla_gen_pre": (DEEPSEEK_MLA["kv_lora_rank"], DEEPSEEK_MLA["qk_nope_head_dim"]),
@@ -103,6 +100,12 @@ def _bmm_row(record: MeasurementRecord, profile: Profile):
                      bmm_features(work, params, hw, fmt)[0], BMM_TERMS.coefficients(params))
 
 
+def _op_table(record: MeasurementRecord) -> bool:
+    """Whether a record is an imported op-table row (its provenance names the table's system,
+    `aic_system`), timed in that collector's burst (`epsim.cost.collector_burst`)."""
+    return bool(getattr(record.provenance, "aic_system", ""))
+
+
 def _gemm_row(record: MeasurementRecord, profile: Profile):
     hw, fmt = _hardware(record, profile), _format(record)
     n, k = record.intermediate_size, record.hidden_size
@@ -116,7 +119,7 @@ def _gemm_row(record: MeasurementRecord, profile: Profile):
                      gpu=hw.name)
     terms = gemm_terms(fmt, hw.name)
     row, coef = gemm_features(work, params, hw, fmt)[0], terms.coefficients(params)
-    if record.provenance.source == AIC_SOURCE:  # timed in the collector's burst: its clock
+    if _op_table(record):                       # timed in the collector's burst: its clock
         row = np.where(math_columns(work), row * burst_factor(row @ coef), row)
     return KernelRow(key, terms.coef_names, row, coef)
 

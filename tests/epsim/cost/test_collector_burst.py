@@ -40,23 +40,23 @@ def test_the_bound_side_sets_which_columns_carry_the_clock():
         assert np.any(rows[1, mask]), (fmt, gpu)                # 16384 rows: compute-bound
 
 
-def _gemm(m: int, source: str) -> MeasurementRecord:
+def _gemm(m: int, aic_system: str) -> MeasurementRecord:
     return MeasurementRecord.model_validate(
         {"kind": "gemm", "timing": "device", "backend": "local", "ep_size": 1, "num_tokens_per_rank": m,
          "hidden_size": 16384, "intermediate_size": 16384, "weight_dtype": "bf16",
          "median_us": 1.0, "provenance": {"device": "NVIDIA H100 80GB HBM3", "hardware": "H100",
-                                          "source": source}})
+                                          "aic_system": aic_system}})
 
 
 def test_an_aic_record_of_a_long_call_is_priced_at_the_collectors_clock():
-    """16384^3 BF16 on an H100 (~10 ms a call): an AIC record costs the capped ratio more on its
-    compute side than the same record of another source; a weight-streaming row (1 token)
-    costs the same."""
+    """16384^3 BF16 on an H100 (~10 ms a call): an op-table record (its provenance names the
+    table's system) costs the capped ratio more on its compute side than the same record of our
+    own; a weight-streaming row (1 token) costs the same."""
     profile = Profile(name="datasheet", hardware="H100")
     ours = predict_record(_gemm(16384, ""), profile)
-    aic = predict_record(_gemm(16384, "aiconfigurator"), profile)
+    aic = predict_record(_gemm(16384, "h100_sxm"), profile)
     base_us = dense_gemm_defaults()["base_us"]         # the datasheet profile's fixed cost
     assert ours > 5000.0
     assert aic == pytest.approx(base_us + (ours - base_us) * CAPPED_RATIO, rel=1e-6)
-    assert predict_record(_gemm(1, "aiconfigurator"), profile) == pytest.approx(
+    assert predict_record(_gemm(1, "h100_sxm"), profile) == pytest.approx(
         predict_record(_gemm(1, ""), profile))
