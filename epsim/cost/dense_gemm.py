@@ -213,3 +213,18 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     if work.wide_blocks is not None:
         cols.append(np.where(compute, work.wide_blocks, 0.0))
     return np.stack(cols, axis=-1)
+
+
+def math_columns(work: GemmWork) -> np.ndarray:
+    """[terms] bool: the columns of `gemm_features` that price the compute side (the MMA, its
+    tiles' own cost, scale blocks, the operand feed where it bounds the MMA, DeepGEMM's wide
+    k-blocks): nonzero only where a row is compute-bound; not the fixed cost, the HBM bytes,
+    SM100 FP8's weight stream (memory-bound rows) or its quantisation."""
+    cols = [False, False, True, True, True]
+    if work.sm_fed:
+        cols.append(not work.feed_adds)
+    if work.feed_adds:
+        cols.append(False)
+    if work.wide_blocks is not None:
+        cols.append(True)
+    return np.array(cols)

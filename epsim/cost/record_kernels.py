@@ -37,7 +37,9 @@ from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
                                    decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
-from epsim.cost.dense_gemm import dense_gemm_defaults, gemm_features, gemm_terms, gemm_work
+from epsim.cost.collector_burst import burst_factor
+from epsim.cost.dense_gemm import (dense_gemm_defaults, gemm_features, gemm_terms, gemm_work,
+                                   math_columns)
 from epsim.cost.fallback_stream import (FALLBACK_STREAM_FORMATS, FALLBACK_STREAM_PARAMS,
                                         partial_tile_kb)
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
@@ -98,6 +100,12 @@ def _bmm_row(record: MeasurementRecord, profile: Profile):
                      bmm_features(work, params, hw, fmt)[0], BMM_TERMS.coefficients(params))
 
 
+def _op_table(record: MeasurementRecord) -> bool:
+    """Whether a record is an imported op-table row (its provenance names the table's system,
+    `aic_system`), timed in that collector's burst (`epsim.cost.collector_burst`)."""
+    return bool(getattr(record.provenance, "aic_system", ""))
+
+
 def _gemm_row(record: MeasurementRecord, profile: Profile):
     hw, fmt = _hardware(record, profile), _format(record)
     n, k = record.intermediate_size, record.hidden_size
@@ -110,8 +118,10 @@ def _gemm_row(record: MeasurementRecord, profile: Profile):
     work = gemm_work(np.array([float(record.num_tokens_per_rank)]), n, k, fmt, num_sms(hw.name),
                      gpu=hw.name)
     terms = gemm_terms(fmt, hw.name)
-    return KernelRow(key, terms.coef_names, gemm_features(work, params, hw, fmt)[0],
-                     terms.coefficients(params))
+    row, coef = gemm_features(work, params, hw, fmt)[0], terms.coefficients(params)
+    if _op_table(record):                       # timed in the collector's burst: its clock
+        row = np.where(math_columns(work), row * burst_factor(row @ coef), row)
+    return KernelRow(key, terms.coef_names, row, coef)
 
 
 def _quant_experts_row(record: MeasurementRecord, profile: Profile):
