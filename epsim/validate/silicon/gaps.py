@@ -2,13 +2,13 @@
 docs/silicon.md or a reader under benchmarks/, that is not priced (or only in part) and the rows it
 applies to.
 
-A gap names a row from what the row *states* (system, mode, precision, model, lengths, clients,
-SGLang version, when and by which harness it was measured, the layout InferenceX ran): never from
-its measured TTFT or TPOT, which a gap's rule cannot see (`Facts` does not carry them). The tables
-of docs/silicon.md then say how much of epsim's error falls on each gap's rows (`report.gaps_table`)
-and which gaps the buckets above issue 39's targets hold (`report.targets_table`): the answer to
-"why does this bucket miss" that the issue asks for, kept beside the numbers it explains, and a
-bucket where no gap applies is said to have none named.
+A gap names a row from what the row *states* (system, mode, precision, model, clients, when and
+by which harness it was measured, the layout InferenceX ran): never from its measured TTFT or
+TPOT, which a gap's rule cannot see (`Facts` does not carry them). The tables of docs/silicon.md
+then say how much of epsim's error falls on each gap's rows (`report.gaps_table`) and which gaps
+the buckets above issue 39's targets hold (`report.targets_table`): the answer to "why does this
+bucket miss" that the issue asks for, kept beside the numbers it explains, and a bucket where no
+gap applies is said to have none named.
 """
 
 from __future__ import annotations
@@ -44,10 +44,7 @@ class Facts:
     mode: str
     precision: str
     model: str
-    isl: int
-    osl: int
     clients: int
-    version: str
     measured_at: str | None
     inferencex: bool
     cold: bool
@@ -63,8 +60,8 @@ def facts(row: SiliconRow, ran: Resolved) -> Facts:
     drafted = with_draft(ran)
     sides = [as_run.agg] if as_run.mode == "agg" else [as_run.prefill, as_run.decode]
     return Facts(system=row.system, mode=as_run.mode, precision=row.precision, model=row.model,
-                 isl=row.isl, osl=row.osl, clients=row.concurrency or 0, version=row.backend_version or "",
-                 measured_at=row.measured_at, inferencex=bool(INFERENCEX_SOURCE.search(row.source)), cold=cold(row),
+                 clients=row.concurrency or 0, measured_at=row.measured_at,
+                 inferencex=bool(INFERENCEX_SOURCE.search(row.source)), cold=cold(row),
                  mtp=drafted.error is None and drafted.speculative,
                  decode_dp=as_run.tpot_side.attention_dp_size, decode_ep=as_run.tpot_side.moe_ep_size,
                  widest_ep=max(side.moe_ep_size for side in sides))
