@@ -97,7 +97,10 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
         slots = float(record.num_physical_experts or record.num_experts)
         # the slots of other nodes' ranks (equal slots a rank)
         remote_slots = slots * (record.ep_size - per_node) / record.ep_size
-        hottest = max((max(row) for row in record.local_expert_tokens if row), default=0.0)
+        # the busiest (expert slot, source rank) queue (`traffic.Traffic.max_slot_pairs`): the
+        # counts are what every source sends together, each of the equal sources 1 / ep_size
+        hottest = max((max(row) for row in record.local_expert_tokens if row),
+                      default=0.0) / record.ep_size
         staged = max((sum(row) for row in record.local_expert_tokens if row),
                      default=max(record.expert_tokens_per_rank, default=0.0))
     messages = copies if per_message(dedup) else np.zeros_like(copies)

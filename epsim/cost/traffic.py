@@ -50,8 +50,11 @@ class Traffic:
         dedup: "pair" | "rank" | "node" | "" (no copies counted, the `none` backend).
         multi_node: the ranks span nodes (else every RDMA count is zero).
         fraction: the batch share these counts are for (two-batch overlap: one micro-batch, 0.5).
-        max_slot_pairs: [layers] pairs into the busiest single expert slot (low-latency kernels
-            queue copies per expert, so the busiest expert paces them).
+        max_slot_pairs: [layers] pairs in the busiest (expert slot, source rank) queue: a
+            low-latency kernel receives each such queue with one warp group (DeepEP's
+            `internode_ll.cu` and Mooncake EP's `mooncake_ep_kernel.cu` dispatch, receive phase:
+            `responsible_expert_idx` = source rank x local experts + local expert), so the
+            busiest queue paces them, and a hot expert is a hot queue from every source.
     """
 
     pairs: np.ndarray
@@ -193,6 +196,11 @@ def traffic_at(traffic: Traffic, index: int) -> Traffic:
                    traffic.max_slot_pairs[index])
 
 
+def _largest_share(tokens: np.ndarray, num_tokens: float) -> float:
+    """The largest source's share of the batch's tokens (0 for an empty batch)."""
+    return float(tokens.max()) / num_tokens if num_tokens > 0 else 0.0
+
+
 def _slot_values(values: np.ndarray, tables: PlacementTables) -> np.ndarray:
     """[..., layers, experts] per logical expert -> [..., layers, physical] per slot, split over
     replicas."""
@@ -216,7 +224,9 @@ def _traffic_shared(loads, tokens, num_tokens, tables, dedup, fraction, max_node
     slot_loads = _slot_values(loads, tables)                             # [layers, physical]
     pairs = rank_sum(slot_loads, spr)                                    # [layers, ranks]
     active = _active(slot_loads, fraction, spr)
-    hottest = slot_loads.max(axis=-1) * fraction                         # [layers]
+    # every source sends the same share of each slot's pairs: the busiest queue is the busiest
+    # slot's pairs from the source with the most tokens
+    hottest = slot_loads.max(axis=-1) * (fraction * _largest_share(tokens, num_tokens))  # [layers]
     if not dedup or num_tokens <= 0:
         zeros = np.zeros_like(pairs)
         return Traffic(pairs * fraction, active, zeros, zeros, zeros, zeros, zeros,
@@ -280,7 +290,9 @@ def _traffic_per_source(loads, tokens, num_tokens, tables, dedup, fraction,
         loads)                                                           # [..., layers, physical]
     pairs = rank_sum(slot_loads, spr)
     active = _active(slot_loads, fraction, spr)
-    hottest = slot_loads.max(axis=-1) * fraction                         # [..., layers]
+    # a source sends all its pairs of an expert to the one replica its map names: the busiest
+    # queue is the hottest logical expert's pairs from the source with the most tokens
+    hottest = loads.max(axis=-1) * (fraction * _largest_share(tokens, num_tokens))  # [..., layers]
     multi_node = tables.placement.num_nodes > 1
     if not dedup or num_tokens <= 0:
         zeros = np.zeros_like(pairs)

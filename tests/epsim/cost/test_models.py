@@ -259,6 +259,29 @@ def test_busiest_expert_slot_paces_low_latency_kernels():
     np.testing.assert_allclose(hot - balanced, [700 * 1.0 * 0.03])
 
 
+def test_busiest_queue_is_one_source_ranks_share_of_an_expert():
+    """A low-latency kernel receives each (local expert, source rank) queue with one warp group:
+    at the same tokens a rank, more ranks fill more queues, not a longer one; a replica does
+    not shorten a source's queue (its static map sends all its tokens of an expert to one)."""
+    tokens_a_rank, experts, top_k = 64.0, 256, 8
+    queues = []
+    for ranks in (8, 32, 64):
+        tables = build_tables(Placement.on_cluster(contiguous_placement(1, experts, ranks),
+                                                   experts, ranks, 8))
+        tokens = np.full(ranks, tokens_a_rank)
+        loads = np.full((1, experts), tokens.sum() * top_k / experts)        # uniform routing
+        queues.append(count_traffic(loads, tokens, tables, "pair").max_slot_pairs[0])
+    np.testing.assert_allclose(queues, tokens_a_rank * top_k / experts)      # 2 pairs each
+    loads = np.full((1, experts), 8 * tokens_a_rank * top_k / experts)
+    loads[0, 0] += 8 * tokens_a_rank                                         # every token's expert 0
+    plain = build_tables(Placement.on_cluster(contiguous_placement(1, experts, 8), experts, 8, 8))
+    replicated = build_tables(Placement.on_cluster(contiguous_placement(1, experts, 8, 8),
+                                                   experts, 8, 8))
+    for tables in (plain, replicated):
+        got = count_traffic(loads, np.full(8, tokens_a_rank), tables, "pair").max_slot_pairs[0]
+        np.testing.assert_allclose(got, loads[0, 0] / 8)
+
+
 def test_low_latency_kernels_signal_every_expert_slot():
     """A `pair` kernel pays `expert_signal_us` per expert slot of the deployment (one warp group
     per expert sends and polls its counts), whatever the tokens; NCCL's rank-deduplicated
