@@ -108,3 +108,22 @@ def test_a_tuned_large_tile_is_priced_nearer_the_peak():
                              "any/experts/graph")
     assert pooled.offset_us == 0.0                # the simulator's pooled kernel knows no tile
     assert pooled.row[3] > 1.9 * big.row[3]
+
+
+def test_a_fused_moe_record_on_another_gpu_is_priced_at_the_fit_carried():
+    """An H200 BF16 fused-MoE record priced with an H100-fitted profile (the system hold-out):
+    the fit's HBM and tensor rates carried to the H200's datasheet (`carried_rates`), as an
+    H200 profile holding them prices it; on its own GPU the fit prices it as it is."""
+    from epsim.cost.experts import carried_rates
+    from epsim.cost.record import predict_record
+    from epsim.zoo import get_hardware
+
+    rates = {"base_us": 10.0, "per_expert_us": 0.0, "hbm_gbps": 2800.0, "tflops": 300.0,
+             "wave_us": 1.0}
+    h100 = Profile(name="h100", hardware="H100",
+                   components={"local/experts/graph": Component(params=rates, source="fit")})
+    h200 = Profile(name="h200", hardware="H200", components={"local/experts/graph": Component(
+        params=carried_rates(rates, get_hardware("H100"), get_hardware("H200")), source="fit")})
+    small = _record(256, gpu="H200")                         # M <= E: memory-bound, small tile
+    assert predict_record(small, h100) == predict_record(small, h200)
+    assert predict_record(small, h100) < predict_record(_record(256, gpu="H100"), h100)
