@@ -62,8 +62,13 @@ configs/` (SGLang looks in its Triton's own folder first, then the others newest
   readable here) is not settled. The tables agree with this file: the shape runs 468-520
   TFLOP/s at 4096-16384 tokens, where the H200's default-tile shapes plateau at 188-269.
 
-Not readable here, so priced at the kernel model's reference tile as before: Mixtral's E 8
-N 14336 on the H200.
+- H200 E 8 N 14336 (Mixtral): `E=8,N=14336,device_name=NVIDIA_H200.json`, added upstream by
+  SGLang's H200 tuning PR for Mixtral and Qwen2 (sglang#2689, in the old `fused_moe_triton/
+  configs/`, later moved under `triton_3_1_0/`); read here from the fork xbfs/sglang's copy,
+  `python/sglang/srt/layers/moe/fused_moe_triton/configs/triton_3_1_0/` (c72ed544): 128 x 256
+  from M 256. vLLM's H200 file of the shape (a separately stored study quotes its BLOCK_SIZE_M
+  per M) climbs the same way, 128 rows from M 256. Whether a newer Triton folder of SGLang
+  0.5.14 holds another H200 file of the shape is not settled here.
 """
 
 from __future__ import annotations
@@ -97,6 +102,11 @@ TUNED_TILES = {
     # transcribed, not the file itself (module docstring): keys 2, 8, 24, 96, 128, 256, 1536, 3072 not listed
     ("H200", 128, 768): ((1, 16, 64), (4, 16, 64), (16, 16, 64), (32, 16, 64), (48, 16, 128), (64, 16, 256),
                          (512, 64, 128), (1024, 128, 256), (2048, 128, 256), (4096, 128, 256)),
+    # the fork xbfs/sglang's copy of the file (module docstring)
+    ("H200", 8, 14336): ((1, 16, 128), (2, 32, 64), (4, 16, 64), (8, 16, 128), (16, 16, 64),
+                         (24, 16, 128), (32, 16, 128), (48, 32, 128), (64, 32, 128), (96, 32, 128),
+                         (128, 64, 128), (256, 128, 256), (512, 128, 256), (1024, 128, 256),
+                         (1536, 128, 256), (2048, 128, 256), (3072, 128, 256), (4096, 128, 256)),
     ("H100", 512, 2688): ((1, 16, 32), (2, 16, 32), (4, 16, 64), (8, 16, 32), (16, 32, 128),
                           (24, 32, 64), (32, 32, 64), (48, 16, 128), (64, 16, 32), (96, 32, 128),
                           (128, 32, 128), (256, 64, 128), (512, 32, 256), (1024, 64, 128),

@@ -45,8 +45,8 @@ from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (check_backend, chunked, collective_defaults, collective_features,
                              combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
                              dispatch_bytes_per_copy, l2_bytes, per_message, queue_copies)
-from epsim.cost.experts import (ExpertGemm, even_row_tiles, experts_defaults, record_projections,
-                                experts_features, num_sms, row_tiles)
+from epsim.cost.experts import (ExpertGemm, carried_rates, even_row_tiles, experts_defaults,
+                                experts_features, num_sms, record_projections, row_tiles)
 from epsim.cost.layout import layout_defaults, layout_features
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS
 from epsim.cost.moe import layer_defaults
@@ -61,6 +61,7 @@ from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
+from epsim.zoo import get_hardware, hardware_names
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
                      "attention_prefill", "attention_decode", "dense_mlp", "block_ops",
@@ -207,6 +208,11 @@ def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster:
                       num_sms(cluster.gpu), num_up=up)
     owner = "local" if record.backend == "local" else "any"
     params = profile.params(owner, "experts", path, defaults=experts_defaults(cluster.hardware))
+    if (profile.component(owner, "experts", path) is not None and profile.hardware in hardware_names()
+            and profile.hardware != cluster.gpu):
+        # fitted on another GPU (a system hold-out): its HBM and tensor rates as fractions of
+        # that GPU's datasheet, on this GPU's datasheet (`carried_rates`, as the dense MLP's)
+        params = carried_rates(params, get_hardware(profile.hardware), cluster.hardware)
     tile = record_tuned_tile(record) if tuned else None
     if tile is not None:
         gemm = dataclasses.replace(gemm, tile_rows=tile[0], tile_cols=tile[1])

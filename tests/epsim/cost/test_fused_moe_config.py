@@ -79,7 +79,8 @@ def test_tuned_tile_takes_the_entry_nearest_m():
     assert tuned_tile("H200", 128, 768, 1024) == (128, 256)          # triton_3_2_0, transcribed
     assert tuned_tile("H200", 128, 768, 16384) == (128, 256)
     assert tuned_tile("H200", 128, 768, 512) == (64, 128)
-    assert tuned_tile("H200", 8, 14336, 4096) is None                # file not readable here
+    assert tuned_tile("H200", 8, 14336, 4096) == (128, 256)          # the fork xbfs/sglang's copy
+    assert tuned_tile("GB200", 8, 14336, 4096) is None               # no readable JSON
 
 
 def test_feed_ratio_is_one_at_the_reference_tile_and_half_at_128_by_256():
@@ -108,3 +109,30 @@ def test_a_tuned_large_tile_is_priced_nearer_the_peak():
                              "any/experts/graph")
     assert pooled.offset_us == 0.0                # the simulator's pooled kernel knows no tile
     assert pooled.row[3] > 1.9 * big.row[3]
+
+
+def test_a_fused_moe_record_on_another_gpu_is_priced_at_the_fit_carried():
+    """An H200 BF16 fused-MoE record priced with an H100-fitted profile (the system hold-out):
+    the fit's HBM and tensor rates carried to the H200's datasheet (`carried_rates`), as an
+    H200 profile holding them prices it; on its own GPU the fit prices it as it is."""
+    from epsim.cost.experts import carried_rates
+    from epsim.cost.record import predict_record
+    from epsim.zoo import get_hardware
+
+    rates = {"base_us": 10.0, "per_expert_us": 0.0, "hbm_gbps": 2800.0, "tflops": 300.0,
+             "wave_us": 1.0}
+    h100 = Profile(name="h100", hardware="H100",
+                   components={"local/experts/graph": Component(params=rates, source="fit")})
+    h200 = Profile(name="h200", hardware="H200", components={"local/experts/graph": Component(
+        params=carried_rates(rates, get_hardware("H100"), get_hardware("H200")), source="fit")})
+    small = _record(256, gpu="H200")                         # M <= E: memory-bound, small tile
+    assert predict_record(small, h100) == predict_record(small, h200)
+    assert predict_record(small, h100) < predict_record(_record(256, gpu="H100"), h100)
+
+
+def test_h200_mixtral_runs_its_tuned_json_tile():
+    """H200 E 8 N 14336 (Mixtral, sglang#2689's JSON): 128 x 256 from M 256, 64 x 128 at 128."""
+    assert tuned_tile("H200", 8, 14336, 16384) == (128, 256)
+    assert tuned_tile("H200", 8, 14336, 256) == (128, 256)
+    assert tuned_tile("H200", 8, 14336, 128) == (64, 128)
+    assert tuned_tile("H100", 8, 14336, 16384) is None
