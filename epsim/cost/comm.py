@@ -91,7 +91,7 @@ from epsim.cost.traffic import Traffic
 from epsim.cost.transport import transport_path
 from epsim import vocab
 from epsim.errors import SpecError
-from epsim.spec.hardware import ClusterSpec
+from epsim.spec.hardware import ClusterSpec, HardwareSpec
 from epsim.zoo import get_hardware
 
 # Datasheet defaults: achieved / datasheet bandwidth, and small fixed latencies (us). The
@@ -199,6 +199,41 @@ def dispatch_bytes_per_copy(hidden_size: int, dispatch_dtype: str, top_k: int, d
 def combine_bytes_per_copy(hidden_size: int) -> float:
     """Combine returns each copy's expert output in BF16: 2 bytes per hidden value."""
     return 2.0 * hidden_size
+
+
+def carried_comm_rates(params: dict[str, float], fitted_on: HardwareSpec, on: HardwareSpec,
+                       link_bound: bool = True) -> dict[str, float]:
+    """An all-to-all kernel's fitted `params` (`COMM_TERMS`: absolute rates) carried from the GPU
+    it was fitted on to another (the system hold-out, record path): each byte rate kept as its
+    fraction of the datasheet figure that bounds it, on the other GPU's datasheet, as the
+    experts' `carried_rates` carry HBM and tensor rates.
+
+    - `nvl_gbps` x NVLink on / NVLink fitted, for a `link_bound` kernel: the copy's bytes cross
+      the scale-up link (its default, `comm_defaults`, is the datasheet NVLink times
+      `NVLINK_EFFICIENCY`). DeepEP's low-latency kernels (csrc/kernels/internode_ll.cu) launch
+      `ceil_div(num_experts, num_warp_groups)` blocks, every SM, each warp writing its tokens
+      straight into the peer's buffer: the link paces them. AIC's tables: low-latency combine
+      fitted 233 GB/s on H200 (NVLink 4, 450) and 649 on B200 (NVLink 5, 900). Not DeepEP
+      normal (`chunked`, link_bound False): its intranode kernels run on the `Buffer.num_sms`
+      (20) SMs of its channels whatever the GPU, so their copy loops, not the link, pace it
+      (fitted 332 GB/s on H200, 474 on B200: 1.43x where NVLink doubles).
+    - `spill_gbps` x HBM on / HBM fitted: a byte spilled past L2 costs an HBM pass (its default
+      is the datasheet HBM rate); L2 itself is already the target GPU's (`l2_bytes`).
+
+    Kept: `rdma_gbps` (the NIC, not the GPU: the same 400 Gb/s ConnectX-7 on the HGX systems),
+    the fixed costs (`base_us`, signals, per-copy and per-token terms: launch and flag latency,
+    which no datasheet carries), and the per-KB queue terms (`slot_us_per_kb`,
+    `chunk_us_per_kb`: one warp group's copy loop, bound by its SM, not by the link). The same
+    GPU, or one without an NVLink figure on either side: `params` as they are. Pass the fitted
+    component's own params (not merged over the target's datasheet defaults, which need no carry)."""
+    if fitted_on.name == on.name or not (fitted_on.nvlink_gbps and on.nvlink_gbps):
+        return dict(params)
+    out = dict(params)
+    if "nvl_gbps" in out and link_bound:
+        out["nvl_gbps"] = out["nvl_gbps"] * on.nvlink_gbps / fitted_on.nvlink_gbps
+    if "spill_gbps" in out and fitted_on.hbm_gbps and on.hbm_gbps:
+        out["spill_gbps"] = out["spill_gbps"] * on.hbm_gbps / fitted_on.hbm_gbps
+    return out
 
 
 # -- all-to-all (torch, deepep, mooncake) ------------------------------------------------------

@@ -42,9 +42,10 @@ from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from epsim.cost.allreduce import allreduce_defaults, allreduce_us, is_sm100, ring_us
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_us
-from epsim.cost.comm import (check_backend, chunked, collective_defaults, collective_features,
-                             combine_bytes_per_copy, comm_defaults, comm_features, dedup_for,
-                             dispatch_bytes_per_copy, l2_bytes, per_message, queue_copies)
+from epsim.cost.comm import (carried_comm_rates, check_backend, chunked, collective_defaults,
+                             collective_features, combine_bytes_per_copy, comm_defaults,
+                             comm_features, dedup_for, dispatch_bytes_per_copy, l2_bytes,
+                             per_message, queue_copies)
 from epsim.cost.experts import (ExpertGemm, carried_rates, even_row_tiles, experts_defaults,
                                 experts_features, num_sms, record_projections, row_tiles)
 from epsim.cost.layout import layout_defaults, layout_features
@@ -93,6 +94,14 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
         per_copy = combine_bytes_per_copy(record.hidden_size)
     path, host = device_path(record, profile, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
+    fitted = profile.component(backend, kind, path)
+    if (fitted is not None and profile.hardware in hardware_names()
+            and profile.hardware != cluster.gpu):
+        # fitted on another GPU (a system hold-out): its link and HBM rates as fractions of
+        # that GPU's datasheet, on this GPU's (`carried_comm_rates`, as the experts' rates);
+        # the unfitted ones are this GPU's datasheet defaults already
+        params = {**params, **carried_comm_rates(fitted.params, get_hardware(profile.hardware),
+                                                 cluster.hardware, not chunked(backend, mode))}
     hottest = staged = slots = remote_slots = 0.0
     if per_message(dedup):     # per-copy, busiest-slot, L2-spill, signal terms (`comm.per_message`)
         slots = float(record.num_physical_experts or record.num_experts)

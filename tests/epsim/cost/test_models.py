@@ -550,3 +550,21 @@ def test_moe_traffic_is_the_traffic_function(rng):
         warnings.simplefilter("error")
         moe = cm.moe(loads, tokens, tables)
     np.testing.assert_allclose(moe.traffic.nvl_recv, count_traffic(loads, tokens, tables, "rank").nvl_recv)
+
+
+def test_carried_comm_rates_scale_the_link_and_hbm_rates_only():
+    """A DeepEP fit on H200 priced on B200 (the system hold-out): a low-latency kernel's
+    NVLink rate x 900 / 450 and its spill rate x the HBM ratio; DeepEP normal's link rate
+    (its `num_sms` channels pace it) and every fixed cost kept; the same GPU unchanged."""
+    from epsim.cost.comm import carried_comm_rates
+    h200, b200 = get_hardware("H200"), get_hardware("B200")
+    fitted = {"base_us": 9.0, "nvl_gbps": 233.0, "spill_gbps": 2000.0, "rdma_gbps": 46.0,
+              "slot_us_per_kb": 0.01, "expert_signal_us": 0.005}
+    assert carried_comm_rates(fitted, h200, h200) == fitted
+    ll = carried_comm_rates(fitted, h200, b200)
+    assert ll["nvl_gbps"] == pytest.approx(233.0 * b200.nvlink_gbps / h200.nvlink_gbps)
+    assert ll["spill_gbps"] == pytest.approx(2000.0 * b200.hbm_gbps / h200.hbm_gbps)
+    assert {k: ll[k] for k in ("base_us", "rdma_gbps", "slot_us_per_kb", "expert_signal_us")} \
+        == {k: fitted[k] for k in ("base_us", "rdma_gbps", "slot_us_per_kb", "expert_signal_us")}
+    normal = carried_comm_rates({"base_us": 32.0, "nvl_gbps": 332.0}, h200, b200, link_bound=False)
+    assert normal == {"base_us": 32.0, "nvl_gbps": 332.0}
