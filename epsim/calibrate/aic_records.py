@@ -106,6 +106,18 @@ NON_GATED_KERNELS = ("sglang_flashinfer_trtllm_moe",)
 # does not change with EP (17 ns at H 2048 to 62 ns at H 7168, top-8), ~0.85 µs per exiting
 # CTA per SM (`epsim.cost.exiting_ctas`); an EP 1 fit has none of it (-35 % at EP 16-64)
 EP_FIT_FORMATS = ("nvfp4", "fp8_block")
+# Rows AIC re-collected with its rank-0 workload (`collection_meta.yaml` of h100_sxm / h200_sxm
+# moe sglang 0.5.14: 3564 Nemotron-3 Super latent rows appended 2026-08-24 at AIC revision
+# 1982d8d4; the base rows there are `provenance: legacy`). Its Triton path at EP > 1
+# (`collector/sglang/collect_moe.py`, `build_rank0_workloads` since 2026-04, in the 0.5.14
+# collector e23be5a79 and since): the kernel gets only rank 0's tokens -- those with a choice
+# among its `E / ep` experts (`helper.build_rank0_local_workload`) -- and their remote choices,
+# set to -1, are clamped to local expert 0 (`topk_ids.clamp(min=0)`, weight 0): every slot of
+# those tokens is computed, the remote ones on expert 0 (`rank0_workload_counts`).
+# Keyed (system, framework, version) -> (hidden, intermediate, experts, top-k), Triton only.
+RANK0_WORKLOAD_ROWS = {("h100_sxm", "sglang", "0.5.14"): frozenset({(1024, 2688, 512, 22)}),
+                       ("h200_sxm", "sglang", "0.5.14"): frozenset({(1024, 2688, 512, 22)})}
+RANK0_WORKLOAD_KERNELS = ("sglang_fused_moe_triton",)
 
 
 def on_grid(value: int, least: int = 1) -> bool:
@@ -239,6 +251,22 @@ def collector_counts(table: AicTable, num_tokens: int, hidden_size: int, inter_s
     return balanced_counts(num_tokens, num_experts, top_k), {"kind": "balanced"}
 
 
+def rank0_workload_counts(num_tokens: int, num_experts: int, top_k: int,
+                          ep: int) -> tuple[np.ndarray, int]:
+    """([ep, E / ep] rows per local expert, rank 0's tokens) of a row timed on AIC's rank-0
+    workload (`RANK0_WORKLOAD_ROWS`): rank 0's row holds its local pairs plus every remote slot
+    of its tokens on expert 0 (the collector clamps -1 to 0); the other ranks' rows their
+    local pairs, as `balanced_counts` (not timed)."""
+    local = num_experts // ep
+    chosen = _balanced_choices(num_tokens, num_experts, top_k)             # [tokens, k]
+    mine = (chosen < local).any(axis=1)                                    # rank 0's tokens
+    counts = balanced_counts(num_tokens, num_experts, top_k).reshape(ep, local)
+    slots = chosen[mine]
+    rank0 = np.bincount(np.where(slots < local, slots, 0).ravel(), minlength=local)
+    counts[0] = rank0.astype(np.float64)
+    return counts, int(mine.sum())
+
+
 # -- MoE ------------------------------------------------------------------------------------------
 def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None:
     """`moe_perf`: rank 0 of an EP group runs its `E / ep` local experts on the pairs the
@@ -253,6 +281,11 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
         counts, skew = collector_counts(table, tokens, int(row.hidden_size), int(row.inter_size),
                                         e, k)
         counts = counts.reshape(ep, e // ep)                                  # [ranks, local]
+        kernel_tokens = tokens           # the tokens the measured rank's kernel is given
+        if (ep > 1 and str(row.kernel_source) in RANK0_WORKLOAD_KERNELS
+                and (int(row.hidden_size), int(row.inter_size), e, k)
+                in RANK0_WORKLOAD_ROWS.get((table.system, table.framework, table.version), ())):
+            counts, kernel_tokens = rank0_workload_counts(tokens, e, k, ep)
         bf16 = row.moe_dtype in BF16
         fmt = "bf16" if bf16 else str(row.moe_dtype)
         activation = moe_activation(int(row.hidden_size), int(row.inter_size), e, k,
@@ -271,7 +304,8 @@ def moe_records(table: AicTable, frame, prov: Provenance, out: Imported) -> None
             local_expert_tokens=counts.tolist(), expert_tokens_per_rank=counts.sum(axis=1).tolist(),
             extra={"measured_rank": 0, "num_tokens": tokens, "inter_size": int(row.inter_size),
                    "kernel": str(row.kernel_source), "rows": float(counts[0].sum()),
-                   **({"activation": activation} if activation else {})})
+                   **({"activation": activation} if activation else {}),
+                   **({"kernel_tokens": kernel_tokens} if kernel_tokens != tokens else {})})
         # fitted: one GPU holding every expert. With EP > 1 AIC's collector masks the remote
         # slots of rank 0's tokens (-1), and the fused Triton path still runs its alignment,
         # activation and sum over all `T x k` slots: work the BF16 grouped-GEMM model has no

@@ -145,7 +145,11 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     elif backend == "any":          # the fused kernel over the group's slots, remote ones too
         if hw.name in TRITON_MOE_GPUS and fmt in SM_STREAM_FORMATS:    # its CTAs' slices
             gemm = replace(gemm, sm_stream=True)
-        remote = float(record.extra.get("num_tokens", 0)) * record.top_k - float(rows.sum())
+        # the slots the kernel ran: the group's tokens', or those AIC's rank-0 workload gave it
+        # (`extra.kernel_tokens`, `epsim.calibrate.aic_records.RANK0_WORKLOAD_ROWS`: no slot
+        # masked, the remote ones computed on expert 0 and counted in `rows`)
+        given = record.extra.get("kernel_tokens", record.extra.get("num_tokens", 0))
+        remote = float(given) * record.top_k - float(rows.sum())
         layout = max(remote, 0.0) * remote_slot_bytes(
             record.hidden_size, record.moe_intermediate_size, fmt, record.top_k, hw.name) * 1e-3
     terms, reread, remote_in, exiting, fallback = EXPERT_QUANT_TERMS, None, 0.0, 0.0, None
