@@ -14,7 +14,7 @@ from epsim.cost.fp8_gemm import (LARGE_TILE, SMALL_TILE, SMALL_TILE_MAX_M, cutla
 from epsim.zoo import get_hardware
 
 PARAMS = {"base_us": 4.0, "hbm_frac": 0.7, "tensor_frac": 0.7, "wave_us": 0.3,
-          "dequant_us": 0.0, "sm_feed_gbps": 140.0}
+          "dequant_us": 0.0, "sm_feed_gbps": 140.0, "dram_us": 0.0}
 
 
 def test_tile_steps_where_the_tables_do():
@@ -102,13 +102,14 @@ def test_design_row_times_coefficients_is_the_time():
     h100 = get_hardware("H100")
     m = np.array([1.0, 64.0, 1024.0, 16384.0])
     work = gemm_work(m, 7168, 2048, "fp8", 132, gpu="H100")
-    rows = gemm_features(work, PARAMS, h100, "fp8")
+    params = {**PARAMS, "dram_us": 1.0}        # the DRAM start's column too
+    rows = gemm_features(work, params, h100, "fp8")
     assert rows.shape == (4, len(FP4_GEMM_TERMS.params))
-    coef = gemm_terms("fp8", "H100").coefficients(PARAMS)
-    assert rows @ coef == pytest.approx(gemm_us(work, PARAMS, h100, "fp8"))
+    coef = gemm_terms("fp8", "H100").coefficients(params)
+    assert rows @ coef == pytest.approx(gemm_us(work, params, h100, "fp8"))
     # Blackwell: the feed and the quantisation's own columns
     b200 = get_hardware("B200")
-    params = {**PARAMS, "quant_frac": 0.6}
+    params = {**params, "quant_frac": 0.6}
     fed = gemm_work(m, 7168, 2048, "fp8", 148, gpu="B200")
     rows = gemm_features(fed, params, b200, "fp8")
     assert rows.shape == (4, len(SM100_FP8_TERMS.params))
