@@ -34,6 +34,10 @@ step python benchmarks/aic_deepep_sources.py --systems h100_sxm h200_sxm b200_sx
 step python benchmarks/aic_crosscheck.py
 step python benchmarks/allreduce_transfer.py
 step python -m tests.epsim.validate.test_silicon_scoreboard
+# the readers of the committed whole-set record (benchmarks/results/silicon_rows.json.gz) whose
+# tables tests/benchmarks regenerate: after a new record as after a model change
+step python benchmarks/mtp_twins.py --write
+step python benchmarks/pd_floor_probe.py --write
 step python benchmarks/silicon_system.py --system b300_sxm --write
 step python -m epsim.cli validate --published --out docs/published.md
 step python -m epsim.cli validate --composition --out "$(mktemp -d)" --doc docs/validation.md
