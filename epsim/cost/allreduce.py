@@ -124,7 +124,10 @@ Coefficients: `any/allreduce/graph/<algorithm>` in a profile (fitted by
 `epsim.calibrate.allreduce` on op tables: aiconfigurator-core's `custom_allreduce_perf` and
 `nccl_perf`), else the datasheet defaults below. A fit on V2 records writes
 `kernel_generation` 2 (and `sm100`, the GPU it was fitted on) beside the custom kernels'
-coefficients; a profile without them prices the legacy kernel, as it was fitted.
+coefficients; a profile without them prices the legacy kernel, as it was fitted. Priced on
+another GPU than the one it was fitted on (the system hold-out's record path,
+`epsim.cost.record`), a fit's link rates carry by the two NVLink datasheet figures and NCCL's
+tuner figures are the priced GPU's; its fixed costs stay (`carried_allreduce_rates`).
 """
 
 from __future__ import annotations
@@ -157,7 +160,9 @@ TUNER_BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}     # baseLat, line 13
 TUNER_STEP_US = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}      # hwLat[NVLINK][RING], line 145
 TUNER_LL_MAX_GBPS = {False: 141.0, True: 282.0}               # llMaxBws N1 Hopper / Blackwell
 TUNER_LL128_RATIO = 0.92                                      # line 280
-TUNER_NVLS_EFFICIENCY = {False: 0.85, True: 0.74}   # nvlsEfficiency Hopper / Blackwell (v2.29.2)
+# NCCL's NVLS efficiency of the link, Hopper / Blackwell (`nvlsEfficiency`, src/graph/tuning.cc
+# lines 133-139 and 290 at tag v2.29.2-1, the NCCL AIC's nccl_perf tables name on every system)
+TUNER_NVLS_EFFICIENCY = {False: 0.85, True: 0.74}
 
 # design-row columns of one NCCL protocol: (1, latency count, moved KB); a custom kernel adds
 # its blocks before the moved KB
@@ -248,14 +253,19 @@ def carried_allreduce_rates(params: dict[str, float], fitted_on: HardwareSpec,
       own tuner prices its ring protocols from one per-link NVLink figure, 20.6 GB/s on SM90
       and 40.0 on SM100 (`src/graph/topo.h` lines 19-21 at tag v2.27.3-1), LL's cap 141 / 282
       GB/s (`llMaxBws`, `src/graph/tuning.cc` lines 165-170): each twice Hopper's on
-      Blackwell, as the datasheet's NVLink 4 -> 5 (450 -> 900 GB/s a direction).
+      Blackwell, as the datasheet's NVLink 4 -> 5 (450 -> 900 GB/s a direction). NVLS's rate
+      also by NCCL's efficiency of the link per architecture (`TUNER_NVLS_EFFICIENCY`: 0.85 on
+      Hopper, 0.74 on Blackwell).
     - NCCL's tuner figures (`tuner_bus_gbps`, `tuner_ll_max_gbps`, where fitted): the other
       GPU's (`tuner_params`): NCCL picks the protocol by the GPU it runs on.
 
     Kept: the fixed costs (launch, barriers, ring steps, the LL / LL128 / NVLS setup: the
     tuner's latencies `baseLat`, `hwLat` are one table for every architecture, lines 134-147,
-    and no datasheet gives them), `local_gbps` (Simple's local copy out of the FIFO, run by the
-    ring's own blocks, not bound by the link), `rdma_gbps` (the NIC). The same GPU, or one
+    and no datasheet gives them; AIC's tables show Blackwell's small messages 1.4-1.6x
+    Hopper's, NCCL's and the custom kernel's alike, which nothing carried explains),
+    `local_gbps` (Simple's local copy out of the FIFO, run by the ring's own blocks, not bound
+    by the link: fitted 1013-1015 GB/s on Hopper, 1205-1291 on Blackwell, not HBM's 4.8 -> 8
+    TB/s), `rdma_gbps` (the NIC). The same GPU, or one
     without an NVLink figure on either side: `params` as they are. Pass the fitted component's
     own params (not merged over the other GPU's datasheet defaults, which need no carry)."""
     if fitted_on.name == on.name or not (fitted_on.nvlink_gbps and on.nvlink_gbps):
