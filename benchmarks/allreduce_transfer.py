@@ -3,8 +3,10 @@ fitted by `epsim.calibrate.allreduce` on aiconfigurator-core's tables): each sys
 terms side by side, and B's all-reduces and all-gathers priced from A's fit four ways:
 
   as fitted     A's coefficients as they are (the system axis of benchmarks/aic_holdout.py)
-  datasheet bw  A's bandwidths as fractions of A's NVLink datasheet figure, on B's; A's fixed
-                costs (launch, barriers, ring hops, NVLS and LL setup)
+  datasheet bw  A's bandwidths as fractions of A's NVLink datasheet figure, on B's (NVLS's also
+                by NCCL's efficiency per architecture; NCCL's tuner figures B's: the system
+                hold-out's `carried_allreduce_rates`); A's fixed costs (launch, barriers, ring
+                hops, NVLS and LL setup)
   + B latency   those bandwidth fractions with B's own fixed costs (what a few small messages
                 measured on B would give)
   B's own fit   B fitted on B (the floor)
@@ -30,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from epsim.calibrate.aic import import_source  # noqa: E402
 from epsim.calibrate.aic_tables import AIC_TO_ZOO, package_version, parse_source  # noqa: E402
 from epsim.calibrate.allreduce import fit_allreduce, points_from_records, predict_point  # noqa: E402
-from epsim.cost.allreduce import is_sm100, ring_us  # noqa: E402
+from epsim.cost.allreduce import (LINK_RATES, carried_allreduce_rates, is_sm100,  # noqa: E402
+                                  ring_us)
 from epsim.cost.record import is_nccl_allgather  # noqa: E402
 from epsim.spec.hardware import ClusterSpec  # noqa: E402
 
@@ -39,7 +42,6 @@ PAIRS = (("h200_sxm", "h100_sxm"), ("h100_sxm", "h200_sxm"), ("b200_sxm", "b300_
          ("b200_sxm", "gb200"), ("gb200", "gb300"), ("h200_sxm", "b200_sxm"),
          ("b200_sxm", "h200_sxm"), ("h100_sxm", "b200_sxm"), ("h200_sxm", "gb200"),
          ("gb200", "h200_sxm"))
-BANDWIDTHS = ("nvl_gbps", "ll_gbps", "nvls_gbps")        # bounded by the NVLink datasheet
 KERNEL = ("kernel_generation", "sm100")    # the judged system's own kernel and GPU
 ALGORITHMS = ("oneshot", "twoshot", "nccl")
 
@@ -55,14 +57,18 @@ def system_data(system: str):
         [r for r in records if is_nccl_allgather(r)]
 
 
-def carried(fit_a, fit_b, ratio: float, own_latency: bool):
-    """A's bandwidths x `ratio` (B's NVLink / A's), fixed costs A's or (`own_latency`) B's."""
+def carried(fit_a, fit_b, hardware_a, hardware_b, own_latency: bool):
+    """A's rates carried to B as the system hold-out carries them
+    (`epsim.cost.allreduce.carried_allreduce_rates`: the link rates x B's NVLink / A's, NVLS's
+    by NCCL's efficiency per architecture, NCCL's tuner figures B's), fixed costs A's or
+    (`own_latency`) B's."""
     out = {}
     for algo, params in fit_a.items():
-        fixed = fit_b[algo] if own_latency else params
-        out[algo] = {k: (params[k] * ratio if k in BANDWIDTHS
+        rates = carried_allreduce_rates(params, hardware_a, hardware_b)
+        fixed = fit_b[algo] if own_latency else rates
+        out[algo] = {k: (rates[k] if k in LINK_RATES or k.startswith("tuner_")
                          else fit_b[algo].get(k, v) if k in KERNEL else fixed.get(k, v))
-                     for k, v in params.items()}
+                     for k, v in rates.items()}
         if own_latency:          # a term B's fit found (NVLS) and A's did not stays out
             out[algo] = {k: v for k, v in out[algo].items() if k in params}
     return out
@@ -107,9 +113,9 @@ def main(argv=None) -> int:
               "|---|---|---|---|---|"]
     for a, b in PAIRS:
         cluster_b, points_b, gathers_b = data[b]
-        ratio = cluster_b.nvlink_gbps_resolved / data[a][0].nvlink_gbps_resolved
-        ways = (fits[a], carried(fits[a], fits[b], ratio, False),
-                carried(fits[a], fits[b], ratio, True), fits[b])
+        hardware_a, hardware_b = data[a][0].hardware, cluster_b.hardware
+        ways = (fits[a], carried(fits[a], fits[b], hardware_a, hardware_b, False),
+                carried(fits[a], fits[b], hardware_a, hardware_b, True), fits[b])
         cells = [" / ".join(f"{m:.1f}" for m in mape(points_b, gathers_b, w)) for w in ways]
         lines.append(f"| {AIC_TO_ZOO[a]} -> {AIC_TO_ZOO[b]} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"

@@ -124,14 +124,17 @@ Coefficients: `any/allreduce/graph/<algorithm>` in a profile (fitted by
 `epsim.calibrate.allreduce` on op tables: aiconfigurator-core's `custom_allreduce_perf` and
 `nccl_perf`), else the datasheet defaults below. A fit on V2 records writes
 `kernel_generation` 2 (and `sm100`, the GPU it was fitted on) beside the custom kernels'
-coefficients; a profile without them prices the legacy kernel, as it was fitted.
+coefficients; a profile without them prices the legacy kernel, as it was fitted. Priced on
+another GPU than the one it was fitted on (the system hold-out's record path,
+`epsim.cost.record`), a fit's link rates carry by the two NVLink datasheet figures and NCCL's
+tuner figures are the priced GPU's; its fixed costs stay (`carried_allreduce_rates`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from epsim.spec.hardware import ClusterSpec
+from epsim.spec.hardware import ClusterSpec, HardwareSpec
 
 ALGORITHMS = ("oneshot", "twoshot", "nccl")
 CUSTOM_MAX_BYTES = 8 * 2**20          # SGLang's custom all-reduce buffer (8 MiB, inclusive)
@@ -157,6 +160,9 @@ TUNER_BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}     # baseLat, line 13
 TUNER_STEP_US = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}      # hwLat[NVLINK][RING], line 145
 TUNER_LL_MAX_GBPS = {False: 141.0, True: 282.0}               # llMaxBws N1 Hopper / Blackwell
 TUNER_LL128_RATIO = 0.92                                      # line 280
+# NCCL's NVLS efficiency of the link, Hopper / Blackwell (`nvlsEfficiency`, src/graph/tuning.cc
+# lines 133-139 and 290 at tag v2.29.2-1, the NCCL AIC's nccl_perf tables name on every system)
+TUNER_NVLS_EFFICIENCY = {False: 0.85, True: 0.74}
 
 # design-row columns of one NCCL protocol: (1, latency count, moved KB); a custom kernel adds
 # its blocks before the moved KB
@@ -166,6 +172,7 @@ NCCL_PARAMS = ("ll_base_us", "ll_hop_us", "ll_gbps", "base_us", "hop_us", "nvl_g
                "local_gbps",                                   # Simple's local step: likewise
                "ll128_base_us", "ll128_hop_us",                # LL128's line, by NCCL's picks
                "tuner_bus_gbps", "tuner_ll_max_gbps")          # NCCL's tuner figures: likewise
+LINK_RATES = ("nvl_gbps", "ll_gbps", "nvls_gbps")    # bound by NVLink (`carried_allreduce_rates`)
 
 
 def algorithm(num_bytes: float, num_ranks: int, num_hosts: int, generation: int = 1,
@@ -230,6 +237,47 @@ def allreduce_defaults(cluster: ClusterSpec) -> dict[str, dict[str, float]]:
             "nccl": {"ll_base_us": 5.0, "ll_hop_us": 1.0, "ll_gbps": nvl * LL_BANDWIDTH_RATIO,
                      "base_us": 20.0, "hop_us": 1.0, "nvl_gbps": nvl,
                      "rdma_gbps": cluster.rdma_gbps_resolved * NIC_EFFICIENCY}}
+
+
+def carried_allreduce_rates(params: dict[str, float], fitted_on: HardwareSpec,
+                            on: HardwareSpec) -> dict[str, float]:
+    """One algorithm's fitted all-reduce `params` (`CUSTOM_PARAMS` or `NCCL_PARAMS`: absolute
+    rates) carried from the GPU they were fitted on to another (the system hold-out, record
+    path), as DeepEP's link-bound rates carry (`epsim.cost.comm.carried_comm_rates`):
+
+    - the link rates x NVLink on / NVLink fitted: the custom kernels' `nvl_gbps` (sgl-kernel's
+      one-shot reads every peer's buffer over NVLink, CustomAllReduceV2's two-shot loads and
+      stores its parts through it: AIC's tables give both 0.66-0.70 of the datasheet figure on
+      every system), NCCL's `nvl_gbps` (Simple; LL128 at 0.92 of it), `ll_gbps` (LL) and
+      `nvls_gbps` (NVLS: each GPU's `S` into the switch and back over its NVLink ports). NCCL's
+      own tuner prices its ring protocols from one per-link NVLink figure, 20.6 GB/s on SM90
+      and 40.0 on SM100 (`src/graph/topo.h` lines 19-21 at tag v2.27.3-1), LL's cap 141 / 282
+      GB/s (`llMaxBws`, `src/graph/tuning.cc` lines 165-170): each twice Hopper's on
+      Blackwell, as the datasheet's NVLink 4 -> 5 (450 -> 900 GB/s a direction). NVLS's rate
+      also by NCCL's efficiency of the link per architecture (`TUNER_NVLS_EFFICIENCY`: 0.85 on
+      Hopper, 0.74 on Blackwell).
+    - NCCL's tuner figures (`tuner_bus_gbps`, `tuner_ll_max_gbps`, where fitted): the other
+      GPU's (`tuner_params`): NCCL picks the protocol by the GPU it runs on.
+
+    Kept: the fixed costs (launch, barriers, ring steps, the LL / LL128 / NVLS setup: the
+    tuner's latencies `baseLat`, `hwLat` are one table for every architecture, lines 134-147,
+    and no datasheet gives them; AIC's tables show Blackwell's small messages 1.4-1.6x
+    Hopper's, NCCL's and the custom kernel's alike, which nothing carried explains),
+    `local_gbps` (Simple's local copy out of the FIFO, run by the ring's own blocks, not bound
+    by the link: fitted 1013-1015 GB/s on Hopper, 1205-1291 on Blackwell, not HBM's 4.8 -> 8
+    TB/s), `rdma_gbps` (the NIC). The same GPU, or one
+    without an NVLink figure on either side: `params` as they are. Pass the fitted component's
+    own params (not merged over the other GPU's datasheet defaults, which need no carry)."""
+    if fitted_on.name == on.name or not (fitted_on.nvlink_gbps and on.nvlink_gbps):
+        return dict(params)
+    ratio = on.nvlink_gbps / fitted_on.nvlink_gbps
+    out = {k: v * ratio if k in LINK_RATES else v for k, v in params.items()}
+    if "nvls_gbps" in out:         # NCCL's NVLS efficiency of the link, per architecture
+        out["nvls_gbps"] *= TUNER_NVLS_EFFICIENCY[is_sm100(on)] / TUNER_NVLS_EFFICIENCY[is_sm100(fitted_on)]
+    if "tuner_bus_gbps" in out:
+        out["tuner_bus_gbps"] = on.nvlink_gbps * NVLINK_EFFICIENCY
+        out["tuner_ll_max_gbps"] = TUNER_LL_MAX_GBPS[is_sm100(on)]
+    return out
 
 
 def moved_bytes(num_bytes, num_ranks: int, algo: str, passes: int = 2):

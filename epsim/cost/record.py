@@ -39,7 +39,8 @@ import dataclasses
 import numpy as np
 
 from epsim.cost.allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
-from epsim.cost.allreduce import allreduce_defaults, allreduce_us, is_sm100, ring_us
+from epsim.cost.allreduce import (allreduce_defaults, allreduce_us, carried_allreduce_rates,
+                                  is_sm100, ring_us)
 from epsim.cost.block_ops import KERNELS as BLOCK_OPS_KERNELS
 from epsim.cost.block_ops import block_ops_defaults, block_ops_us
 from epsim.cost.comm import (carried_comm_rates, check_backend, chunked, collective_defaults,
@@ -137,6 +138,24 @@ def _collective_row(record: MeasurementRecord, profile: Profile, passes: int) ->
     return RecordFeatures(key, COLLECTIVE_TERMS.coef_names, row, COLLECTIVE_TERMS.coefficients(params))
 
 
+def _allreduce_params(profile: Profile, cluster: ClusterSpec) -> dict[str, dict[str, float]]:
+    """{algorithm: coefficients} of the all-reduce model on `cluster`'s GPU: the profile's
+    `any/allreduce/graph/<algorithm>` over the GPU's datasheet defaults; fitted on another GPU
+    (a system hold-out), its link rates carried to this GPU's NVLink and NCCL's tuner figures
+    this GPU's (`carried_allreduce_rates`, as DeepEP's low-latency rates carry)."""
+    defaults = allreduce_defaults(cluster)
+    out = {}
+    for algo in ALLREDUCE_ALGORITHMS:
+        params = profile.params("any", "allreduce", f"{GRAPH}/{algo}", defaults=defaults[algo])
+        fitted = profile.component("any", "allreduce", f"{GRAPH}/{algo}")
+        if (fitted is not None and profile.hardware in hardware_names()
+                and profile.hardware != cluster.gpu):
+            params = {**params, **carried_allreduce_rates(
+                fitted.params, get_hardware(profile.hardware), cluster.hardware)}
+        out[algo] = params
+    return out
+
+
 def allreduce_record_us(record: MeasurementRecord, profile: Profile) -> float:
     """An `allreduce` record by the all-reduce model (`epsim.cost.allreduce`, coefficients
     `any/allreduce/graph/<algorithm>` over its datasheet defaults): an nccl-tests row
@@ -144,9 +163,7 @@ def allreduce_record_us(record: MeasurementRecord, profile: Profile) -> float:
     size (`epsim.calibrate.allreduce.record_point` reads the records alike); an eager one adds
     `any/allreduce/host` where fitted (µs)."""
     cluster = record_cluster(record, profile)
-    defaults = allreduce_defaults(cluster)
-    params = {a: profile.params("any", "allreduce", f"{GRAPH}/{a}", defaults=defaults[a])
-              for a in ALLREDUCE_ALGORITHMS}
+    params = _allreduce_params(profile, cluster)
     num_bytes = record.bytes or record.ep_size * record.num_tokens_per_rank * record.hidden_size * 2.0
     nodes = cluster.num_nodes
     if record.extra.get("kernel") == "NCCL":
@@ -172,8 +189,7 @@ def allgather_record_us(record: MeasurementRecord, profile: Profile) -> float:
     passes=1)`: `n - 1` steps, `(n - 1) / n` of the gathered bytes; coefficients
     `any/allreduce/graph/nccl`, fitted on the all-reduce rows), µs."""
     cluster = record_cluster(record, profile)
-    params = profile.params("any", "allreduce", f"{GRAPH}/nccl",
-                            defaults=allreduce_defaults(cluster)["nccl"])
+    params = _allreduce_params(profile, cluster)["nccl"]
     num_bytes = record.bytes or record.ep_size * record.num_tokens_per_rank * record.hidden_size * 2.0
     return float(ring_us(num_bytes, record.ep_size, cluster.num_nodes, params, passes=1))
 

@@ -513,3 +513,62 @@ def test_a_partial_run_replaces_one_backends_rows(aic_holdout):
                      ("size (H200)", "none+graph/allreduce oneshot", "4")}
     assert "| 29.0 |" in body and "| 90.0 |" in body and "| 1.0 |" in body
     assert "| 70.0 |" not in body and "| 3.0 |" not in body and "| 7.0 |" in body
+
+
+def test_a_fit_carried_to_another_gpu_scales_its_link_rates_only():
+    """H200's all-reduce fit priced on B200 (the system hold-out, record path): the link rates
+    x NVLink 5 / NVLink 4 (900 / 450), NVLS's also by NCCL's per-architecture efficiency (0.74 /
+    0.85), NCCL's tuner figures B200's; the fixed costs and Simple's local step kept; the same
+    GPU, or one of the same NVLink and architecture (H100 -> H200), unchanged. On B200 a large
+    message then takes half the ring's link time and a tiny one H200's fixed cost."""
+    from epsim.cost.allreduce import carried_allreduce_rates
+    from epsim.zoo import get_hardware
+    h100, h200, b200 = (get_hardware(g) for g in ("H100", "H200", "B200"))
+    nccl = {"ll_base_us": 5.1, "ll_hop_us": 0.87, "ll_gbps": 160.0, "base_us": 18.8,
+            "hop_us": 1.7, "nvl_gbps": 360.0, "rdma_gbps": 40.0, "local_gbps": 1014.0,
+            "ll128_base_us": 8.2, "ll128_hop_us": 1.9, "nvls_base_us": 61.0, "nvls_gbps": 255.0,
+            **tuner_params(H200)}
+    assert carried_allreduce_rates(nccl, h200, h200) == nccl
+    assert carried_allreduce_rates(nccl, h100, h200) == nccl
+    carried = carried_allreduce_rates(nccl, h200, b200)
+    assert {k: carried[k] for k in ("nvl_gbps", "ll_gbps")} == {"nvl_gbps": 720.0, "ll_gbps": 320.0}
+    assert carried["nvls_gbps"] == pytest.approx(255.0 * 2 * 0.74 / 0.85)
+    assert {k: carried[k] for k in ("tuner_bus_gbps", "tuner_ll_max_gbps")} \
+        == tuner_params(ClusterSpec(gpu="B200"))
+    kept = set(nccl) - {"nvl_gbps", "ll_gbps", "nvls_gbps", "tuner_bus_gbps", "tuner_ll_max_gbps"}
+    assert {k: carried[k] for k in kept} == {k: nccl[k] for k in kept}
+    oneshot = {"base_us": 1.8, "per_peer_us": 0.6, "per_block_us": 0.0, "nvl_gbps": 310.0,
+               "kernel_generation": 2.0, "sm100": 0.0}
+    assert carried_allreduce_rates(oneshot, h200, b200) == {**oneshot, "nvl_gbps": 620.0}
+    # a ring's link-bound large message (Simple, no NVLS) halves; a tiny one (LL) keeps its cost
+    ring = {k: v for k, v in nccl.items() if k not in ("nvls_base_us", "nvls_gbps", "local_gbps")}
+    on_b200 = carried_allreduce_rates(ring, h200, b200)
+    big, tiny = 512 * MIB, 1 * KIB
+    fixed = ring["base_us"] + ring["hop_us"] * 2 * 7
+    assert float(ring_us(big, 8, 1, on_b200)) - fixed \
+        == pytest.approx((float(ring_us(big, 8, 1, ring)) - fixed) / 2)
+    assert float(ring_us(tiny, 8, 1, on_b200)) == pytest.approx(float(ring_us(tiny, 8, 1, ring)),
+                                                                 rel=0.01)
+
+
+def test_the_record_path_carries_another_gpus_fit():
+    """An all-reduce record measured on B200, priced by a profile fitted on H200 (the system
+    hold-out): the fit's link rates carried to B200's NVLink (`carried_allreduce_rates`), so a
+    large nccl-tests all-reduce costs what the carried coefficients give, not H200's time."""
+    from epsim.cost.allreduce import carried_allreduce_rates
+    from epsim.cost.record import allreduce_record_us
+    from epsim.profile import Component, Profile
+    from epsim.records import MeasurementRecord, Provenance
+    from epsim.zoo import get_hardware
+    nccl = {**allreduce_defaults(H200)["nccl"], "nvl_gbps": 300.0, **tuner_params(H200)}
+    nccl.update(ll128_base_us=8.0, ll128_hop_us=1.9)
+    profile = Profile(name="h200", hardware="H200",
+                      components={"any/allreduce/graph/nccl": Component(params=nccl)})
+    record = MeasurementRecord(kind="allreduce", backend="none", ep_size=8, num_tokens_per_rank=1,
+                               hidden_size=4096, bytes=256 * MIB, median_us=1000.0,
+                               extra={"kernel": "NCCL"},
+                               provenance=Provenance(device="8x NVIDIA B200", hardware="B200"))
+    carried = carried_allreduce_rates(nccl, get_hardware("H200"), get_hardware("B200"))
+    b200 = {**allreduce_defaults(ClusterSpec(gpu="B200"))["nccl"], **carried}
+    assert allreduce_record_us(record, profile) == pytest.approx(float(ring_us(256 * MIB, 8, 1, b200)))
+    assert allreduce_record_us(record, profile) < 0.6 * float(ring_us(256 * MIB, 8, 1, nccl))
