@@ -53,7 +53,7 @@ from epsim.cost.layout import layout_defaults, layout_features
 from epsim.cost.linear import COLLECTIVE_TERMS, COMM_TERMS, EXPERT_TERMS, LAYOUT_TERMS
 from epsim.cost.moe import layer_defaults
 from epsim.cost.record_kernels import KERNEL_KINDS, kernel_record_features
-from epsim.cost.record_row import RecordFeatures, device_path, record_cluster
+from epsim.cost.record_row import RecordFeatures, carried_from, device_path, record_cluster
 from epsim.cost.record_single import (SINGLE_GPU_COMPONENTS, attention_ops_row, block_ops_row,
                                      single_gpu_row)
 from epsim.eplb.placement import ranks_per_node
@@ -63,7 +63,6 @@ from epsim.profile import (GRAPH, Profile, component_key, is_graph, kernel_mode,
                            record_mode_path)
 from epsim.records import MeasurementRecord
 from epsim.spec.hardware import ClusterSpec
-from epsim.zoo import get_hardware, hardware_names
 
 PREDICTABLE_KINDS = ("dispatch", "combine", "experts", "moe_layer", "allreduce",
                      "attention_prefill", "attention_decode", "dense_mlp", "block_ops",
@@ -96,13 +95,13 @@ def _comm_row(record: MeasurementRecord, profile: Profile, kind: str) -> RecordF
     path, host = device_path(record, profile, kind)
     params = profile.params(backend, kind, path, defaults=comm_defaults(backend, mode, cluster))
     fitted = profile.component(backend, kind, path)
-    if (fitted is not None and profile.hardware in hardware_names()
-            and profile.hardware != cluster.gpu):
+    source = carried_from(profile, cluster)
+    if fitted is not None and source is not None:
         # fitted on another GPU (a system hold-out): its link and HBM rates as fractions of
         # that GPU's datasheet, on this GPU's (`carried_comm_rates`, as the experts' rates);
         # the unfitted ones are this GPU's datasheet defaults already
-        params = {**params, **carried_comm_rates(fitted.params, get_hardware(profile.hardware),
-                                                 cluster.hardware, not chunked(backend, mode))}
+        params = {**params, **carried_comm_rates(fitted.params, source, cluster.hardware,
+                                                 not chunked(backend, mode))}
     hottest = staged = slots = remote_slots = 0.0
     if per_message(dedup):     # per-copy, busiest-slot, L2-spill, signal terms (`comm.per_message`)
         slots = float(record.num_physical_experts or record.num_experts)
@@ -144,14 +143,13 @@ def _allreduce_params(profile: Profile, cluster: ClusterSpec) -> dict[str, dict[
     (a system hold-out), its link rates carried to this GPU's NVLink and NCCL's tuner figures
     this GPU's (`carried_allreduce_rates`, as DeepEP's low-latency rates carry)."""
     defaults = allreduce_defaults(cluster)
+    source = carried_from(profile, cluster)
     out = {}
     for algo in ALLREDUCE_ALGORITHMS:
         params = profile.params("any", "allreduce", f"{GRAPH}/{algo}", defaults=defaults[algo])
         fitted = profile.component("any", "allreduce", f"{GRAPH}/{algo}")
-        if (fitted is not None and profile.hardware in hardware_names()
-                and profile.hardware != cluster.gpu):
-            params = {**params, **carried_allreduce_rates(
-                fitted.params, get_hardware(profile.hardware), cluster.hardware)}
+        if fitted is not None and source is not None:
+            params = {**params, **carried_allreduce_rates(fitted.params, source, cluster.hardware)}
         out[algo] = params
     return out
 
@@ -233,11 +231,11 @@ def _kernel_row(record: MeasurementRecord, profile: Profile, path: str, cluster:
                       num_sms(cluster.gpu), num_up=up)
     owner = "local" if record.backend == "local" else "any"
     params = profile.params(owner, "experts", path, defaults=experts_defaults(cluster.hardware))
-    if (profile.component(owner, "experts", path) is not None and profile.hardware in hardware_names()
-            and profile.hardware != cluster.gpu):
+    source = carried_from(profile, cluster)
+    if profile.component(owner, "experts", path) is not None and source is not None:
         # fitted on another GPU (a system hold-out): its HBM and tensor rates as fractions of
         # that GPU's datasheet, on this GPU's datasheet (`carried_rates`, as the dense MLP's)
-        params = carried_rates(params, get_hardware(profile.hardware), cluster.hardware)
+        params = carried_rates(params, source, cluster.hardware)
     tile = record_tuned_tile(record) if tuned else None
     if tile is not None:
         gemm = dataclasses.replace(gemm, tile_rows=tile[0], tile_cols=tile[1])

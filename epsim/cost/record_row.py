@@ -55,6 +55,15 @@ def record_cluster(record: MeasurementRecord, profile: Profile) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, num_nodes=max(1, -(-record.ep_size // per_node)))
 
 
+def carried_from(profile: Profile, cluster: ClusterSpec):
+    """The zoo GPU whose records `profile` was fitted on where it is not `cluster`'s (a system
+    hold-out: fitted rates, fractions of that GPU's datasheet, are carried to this GPU's; each
+    component's `carried_*` says which), else None."""
+    if profile.hardware in hardware_names() and profile.hardware != cluster.gpu:
+        return get_hardware(profile.hardware)
+    return None
+
+
 def device_path(record: MeasurementRecord, profile: Profile, kind: str) -> tuple[str, float]:
     """(mode path to read the device-time parameters with, host overhead µs to add): an eager
     record of a stage whose profile holds device time and host overhead apart is predicted as
