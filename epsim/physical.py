@@ -28,6 +28,9 @@ BOUNDS = (
     ("_frac", 0.0, 1.0, False),             # an efficiency: a fraction of the datasheet figure
     # a rate against the datasheet HBM that L2 may beat (MLA's re-reads, `epsim.cost.mla`)
     ("_hbm_ratio", 0.0, 10.0, False),
+    # a call's extra time at a power-capped clock over the boost clock's (`cap_slowdown_ratio`,
+    # `epsim.cost.collector_burst`): none, or up to 10x
+    ("_slowdown_ratio", 0.0, 10.0, True),
 )
 
 
@@ -45,7 +48,8 @@ def param_problem(name: str, value: float) -> str | None:
             if not (above and value <= high):
                 unit = {"_gbps": "GB/s", "tflops": "TFLOP/s", "_frac": "of the datasheet",
                         "_overlap_frac": "of the shorter branch",
-                        "_hbm_ratio": "of the datasheet HBM"}.get(
+                        "_hbm_ratio": "of the datasheet HBM",
+                        "_slowdown_ratio": "of the boost clock's call time"}.get(
                     suffix, "µs")
                 return f"must be {'>=' if inclusive else '>'} {low:g} and <= {high:g} ({unit})"
             return None

@@ -29,6 +29,7 @@ from epsim.cost.mla_bmm import BMM_TERMS
 from epsim.cost.mla_l2 import L2_START_GBPS
 from epsim.cost.mla_decode import MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS, MLA_SWAPPED_TERMS
 from epsim.cost.fp4_gemm import SM_FILL_GBPS
+from epsim.cost.collector_burst import CAPPED_RATIO, capped_ratio_readable
 from epsim.cost.dense_gemm import DEEPGEMM_TERMS, FP4_GEMM_TERMS, GEMM_TERMS, SM100_FP8_TERMS
 from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_QUANT_TERMS,
                               EXPERT_REREAD_FALLBACK_TERMS, EXPERT_REREAD_TERMS)
@@ -229,6 +230,10 @@ def fit_component(key: str, records: list[SourcedRecord], profile: Profile,
                                        LAYOUT_TERMS, *FRACTION_TERMS)}[names]
     measured = np.array([s.measured_us for s in records])
     lower = _lower_bounds(names, {**peaks, **FRACTION_PEAKS})
+    if "cap_slowdown_ratio" in terms.params and not capped_ratio_readable(measured):
+        # the collector's capped clock, where no fit row is timed mostly at it: the measured
+        # ramp's ratio held (`epsim.cost.collector_burst`)
+        held = {**(held or {}), "cap_slowdown_ratio": CAPPED_RATIO - 1.0}
     # a held parameter with no column of its own (a rate's ratio the rows are scaled by) is
     # kept in the parameters only
     fixed = {terms.params.index(p): 1.0 / v if p in terms.inverse else v

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epsim.cost.collector_burst import CAPPED_RATIO
 from epsim.cost.deepgemm import deepgemm_runs, deepgemm_work
 from epsim.cost.experts import TILE_M, TILE_N
 from epsim.cost.fp4_gemm import SM_FILL_GBPS, cutedsl_work
@@ -47,18 +48,22 @@ SPLIT_K_FORMATS = ("bf16", "fp16")      # GEMMs whose kernel splits K over idle 
 # the fitted terms: fixed µs, inverse efficiencies (time at the datasheet rate x 1/frac); each
 # set ends with `dram_us`, the fixed cost of a stream that starts from DRAM (`collector_in_l2`)
 _GEMM_BASE = ("base_us", "hbm_frac", "tensor_frac", "wave_us", "dequant_us")
-GEMM_TERMS = LinearTerms(_GEMM_BASE + ("dram_us",), frozenset({"hbm_frac", "tensor_frac"}))
+# `cap_slowdown_ratio`, last in every set: the capped clock's extra time on the compute side of an
+# AIC op-table record timed in the collector's burst (`epsim.cost.collector_burst`), fitted on
+# the GPUs whose ramp was not measured; its column is 0 in the simulator's rows (boost clock)
+_BURST = ("dram_us", "cap_slowdown_ratio")
+GEMM_TERMS = LinearTerms(_GEMM_BASE + _BURST, frozenset({"hbm_frac", "tensor_frac"}))
 # the dense NVFP4 GEMM (CuTe-DSL) and Hopper's FP8 one (CUTLASS) add their SMs' operand feed
-FP4_GEMM_TERMS = LinearTerms(_GEMM_BASE + ("sm_feed_gbps", "dram_us"),
+FP4_GEMM_TERMS = LinearTerms(_GEMM_BASE + ("sm_feed_gbps",) + _BURST,
                              GEMM_TERMS.inverse | {"sm_feed_gbps"})
 # SM100's per-tensor FP8 GEMM (`epsim.cost.fp8_gemm`): its SMs' weight stream adds to the HBM
 # time, and the activation quantisation (its own kernel) streams at a fraction of its own
-SM100_FP8_TERMS = LinearTerms(_GEMM_BASE + ("sm_feed_gbps", "quant_frac", "dram_us"),
+SM100_FP8_TERMS = LinearTerms(_GEMM_BASE + ("sm_feed_gbps", "quant_frac") + _BURST,
                               FP4_GEMM_TERMS.inverse | {"quant_frac"})
 # DeepGEMM's block-FP8 GEMM (`epsim.cost.deepgemm`): its tiles' output through the SM in place
 # of a per-wave cost, and the k-blocks of its SM90 unicast 256-row tile
 DEEPGEMM_TERMS = LinearTerms(("base_us", "hbm_frac", "tensor_frac", "epilogue_gbps", "dequant_us",
-                              "wide_block_us", "dram_us"),
+                              "wide_block_us") + _BURST,
                              frozenset({"hbm_frac", "tensor_frac", "epilogue_gbps"}))
 # AIC's GEMM collector (`collector/sglang/collect_gemm.py`) times 6 copies of the op, each with
 # its own weights, as one call replayed back to back
@@ -71,7 +76,7 @@ def dense_gemm_defaults() -> dict[str, float]:
     the HBM efficiency the other bytes stream at."""
     base = gemm_defaults()
     return {**base, "epilogue_gbps": SM_FILL_GBPS, "wide_block_us": 0.0, "quant_frac": base["hbm_frac"],
-            "dram_us": 0.0}
+            "dram_us": 0.0, "cap_slowdown_ratio": CAPPED_RATIO - 1.0}
 
 
 def sm_fed(fmt: str, gpu: str = "") -> bool:
@@ -211,9 +216,11 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     for DeepGEMM (`DEEPGEMM_TERMS`) the 4th its epilogue KB, not its waves, and a 6th its wide
     k-blocks, each where compute-bound; for SM100's FP8 GEMM (`SM100_FP8_TERMS`) the 6th is the
     busiest SM's weight KB where memory-bound and a 7th the quantisation's µs at the datasheet
-    HBM rate (out of the 2nd); and last, every kernel's, `dram_us`'s column: 1 where there is
-    work (a record of AIC's collector whose copies fit L2 zeroes it, `collector_in_l2`);
-    times `gemm_terms(fmt, gpu).coefficients(params)` gives `gemm_us`."""
+    HBM rate (out of the 2nd); then every kernel's `dram_us` column: 1 where there is
+    work (a record of AIC's collector whose copies fit L2 zeroes it, `collector_in_l2`), and
+    last `cap_slowdown_ratio`'s, 0 here (the boost clock; an AIC record's compute side under the
+    collector's burst fills it, `epsim.cost.record_kernels`); times
+    `gemm_terms(fmt, gpu).coefficients(params)` gives `gemm_us`."""
     rate = absolute({**dense_gemm_defaults(), **params}, hardware, fmt)
     mem_bound = _mem_us(work, rate) >= _math_us(work, rate)
     busy = (work.mflops > 0).astype(np.float64)
@@ -231,6 +238,7 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     if work.wide_blocks is not None:
         cols.append(np.where(compute, work.wide_blocks, 0.0))
     cols.append(busy)                           # `dram_us`: a serving GEMM's stream starts in DRAM
+    cols.append(np.zeros_like(busy))            # `cap_slowdown_ratio`: the simulator's boost clock
     return np.stack(cols, axis=-1)
 
 
@@ -246,8 +254,7 @@ def math_columns(work: GemmWork) -> np.ndarray:
         cols.append(False)
     if work.wide_blocks is not None:
         cols.append(True)
-    cols.append(False)
-    return np.array(cols)
+    return np.array(cols + [False, False])     # `dram_us`, `cap_slowdown_ratio`
 
 
 def collector_in_l2(m, n: int, k: int, fmt: str, l2_bytes: float, batch: int = 1) -> np.ndarray:

@@ -37,7 +37,7 @@ from epsim.cost.mla_decode import (MLA_DEQUANT_TERMS, MLA_PREFILL_DEQUANT_TERMS,
                                    decode_block_heads, decode_dequantises,
                                    decode_features, decode_kernel_work, dequant_frac,
                                    dequant_sm_us, kernel_form, math_dtype)
-from epsim.cost.collector_burst import burst_factor
+from epsim.cost.collector_burst import RAMP_MEASURED_GPUS, burst_factor, burst_share
 from epsim.cost.dense_gemm import (collector_in_l2, dense_gemm_defaults, gemm_features, gemm_terms,
                                    gemm_work, math_columns)
 from epsim.cost.fallback_stream import (FALLBACK_STREAM_FORMATS, FALLBACK_STREAM_PARAMS,
@@ -120,9 +120,13 @@ def _gemm_row(record: MeasurementRecord, profile: Profile):
     terms = gemm_terms(fmt, hw.name)
     row, coef = gemm_features(work, params, hw, fmt)[0], terms.coefficients(params)
     if _op_table(record):                       # timed in the collector's burst: its clock
-        row = np.where(math_columns(work), row * burst_factor(row @ coef), row)
+        math = math_columns(work)
+        if hw.name in RAMP_MEASURED_GPUS:       # the measured ramp's capped ratio, held
+            row = np.where(math, row * burst_factor(row @ coef), row)
+        else:                                   # the capped ratio fitted: `cap_slowdown_ratio`'s
+            row[-1] = burst_share(row @ coef) * (row[math] @ coef[math])  # column, compute µs
         if collector_in_l2(record.num_tokens_per_rank, n, k, fmt, hw.l2_bytes)[()]:
-            row[-1] = 0.0                       # its copies' operands stay in L2: no DRAM start
+            row[-2] = 0.0                       # its copies' operands stay in L2: no DRAM start
     return KernelRow(key, terms.coef_names, row, coef)
 
 

@@ -14,7 +14,7 @@ from epsim.cost.fp8_gemm import (LARGE_TILE, SMALL_TILE, SMALL_TILE_MAX_M, cutla
 from epsim.zoo import get_hardware
 
 PARAMS = {"base_us": 4.0, "hbm_frac": 0.7, "tensor_frac": 0.7, "wave_us": 0.3,
-          "dequant_us": 0.0, "sm_feed_gbps": 140.0, "dram_us": 0.0}
+          "dequant_us": 0.0, "sm_feed_gbps": 140.0, "dram_us": 0.0, "cap_slowdown_ratio": 0.1}
 
 
 def test_tile_steps_where_the_tables_do():

@@ -74,7 +74,8 @@ def test_design_rows_times_coefficients_give_the_model():
     for fmt, hw in (("bf16", H200), ("fp8", H200), ("fp8_block", H200), ("nvfp4", B200)):
         m = rng.integers(1, 20000, size=32).astype(float)
         work = gemm_work(m, 4096, 7168, fmt, 148)
-        params = {**PARAMS, "sm_feed_gbps": 100.0, "dram_us": 1.0}   # NVFP4: fed rows too
+        params = {**PARAMS, "sm_feed_gbps": 100.0, "dram_us": 1.0,     # NVFP4: fed rows too
+                  "cap_slowdown_ratio": 0.1}
         rows = gemm_features(work, params, hw, fmt)
         assert rows.shape[-1] == len(gemm_terms(fmt).params)
         assert np.allclose(rows @ gemm_terms(fmt).coefficients(params),
