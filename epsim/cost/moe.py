@@ -173,8 +173,10 @@ def trtllm_experts_us(params: CostParams, loads: np.ndarray, tr: Traffic,
         # every rank routes, quantises and finalizes the group's tokens, its slots or not (a
         # dispatch backend hands its runner the rank's own pairs: DeepEP low-latency's
         # per-expert buffers run no routing or finalize over tokens)
-        t = t + token_us * remote_tokens(tr.num_tokens * tr.fraction, tr.pairs, m.top_k) \
-            * remote_token_weight(m.weight_dtype, gemm.intermediate_size, m.top_k)
+        tokens = tr.num_tokens * tr.fraction
+        t = t + token_us * remote_tokens(tokens, tr.pairs, m.top_k) \
+            * remote_token_weight(m.weight_dtype, gemm.intermediate_size, m.top_k, tokens,
+                                  gemm.num_sms)
     return t.max(axis=-1)
 
 

@@ -265,31 +265,56 @@ def remote_tokens(input_tokens, pairs, top_k: int) -> np.ndarray:
 
 # formats whose remote tokens are priced by the CTAs FlashInfer's standalone activation kernel
 # gives each token (`remote_token_weight`), not one a token: FP8-block. Its TRT-LLM MoE runs the
-# SwiGLU and the FP8 requantisation as a kernel of its own (`activationDeepSeekKernel`, "we do
-# not fuse activation with FC1 for DeepSeek FP8"), launched as `grid(2I / 128, top_k, min(8192,
-# T))` over *every* (token, expert) slot of its input: a remote slot's CTA reads its permuted
-# index, finds -1 and exits, so a remote token costs `top_k ceil(2I / 128)` CTA iterations
-# whatever H. AIC's B200 balanced EP 128 rows (the local pairs under 1 %) agree: their time per
-# token of the group at 2048-16384 tokens over these CTAs is 0.22-0.28 ns on all eight balanced
-# shapes, top-1 (H 5120 / I 8192) included, where per `H / 4096` (the former weight) it spread
-# 22-46 ns (top-1 half the others, the `2I / H` = 0.5 shapes 20 % below). NVFP4 fuses the
-# activation into its GEMM and keeps one price a token
+# SwiGLU and the FP8 requantisation as a kernel of its own ("we do not fuse activation with FC1
+# for DeepSeek FP8", csrc/trtllm_fused_moe_runner.cu), over *every* (token, expert) slot of its
+# input: `activationDeepSeekKernel` (flashinfer-python 0.6.12, the version SGLang 0.5.14 pins:
+# csrc/fused_moe/trtllm_backend/trtllm_fused_moe_dev_kernel.cu, `activation::run`) launches
+# `grid(ceil(I / 128), ceil(T / n) (at most 8192), top_k)` CTAs of 128 threads, `n` tokens a
+# CTA by its launch heuristic on the `ceil(I / 128) T top_k` one-token CTAs: 4 above 32 a SM,
+# 2 above 4 a SM, else 1. Each CTA runs its block max-reduction and barrier whatever its tokens;
+# a slot whose permuted index is -1 (an expert on another rank) only skips its loads, so a
+# remote token costs `top_k ceil(I / 128) / n` CTAs whatever H: 4x as many at a few tokens as
+# at thousands. AIC's B200 balanced EP 128 rows (the local pairs under 1 %, n = 4) agree: their
+# time per token of the group at 2048-16384 tokens over these CTAs is about one price on all
+# eight balanced shapes, top-1 (H 5120 / I 8192) included, where per `H / 4096` it spread
+# 22-46 ns. NVFP4 fuses the activation into its GEMM and keeps one price a token
 ACTIVATION_GRID_FORMATS = ("fp8_block",)
-ACTIVATION_CTA_COLS = 128               # output columns of one activation CTA
-ACTIVATION_CTA_REF = 256                # CTAs of DeepSeek-V3's token (top-8 x 2 x 2048 / 128)
+ACTIVATION_CTA_COLS = 128               # output columns of one activation CTA (its 128 threads)
+ACTIVATION_TOKENS_PER_CTA = ((32, 4), (4, 2))   # (one-token CTAs a SM above which, tokens a CTA)
+ACTIVATION_CTA_REF = 32                 # CTAs of DeepSeek-V3's token at 4 a CTA (8 x 2048 / 128 / 4)
 
 
-def remote_token_weight(fmt: str, intermediate_size: int, top_k: int) -> float:
+def activation_tokens_per_cta(intermediate_size: int, top_k: int, num_tokens,
+                              num_sms: int) -> np.ndarray:
+    """[...] tokens one CTA of FlashInfer's `activationDeepSeekKernel` takes for an input of
+    `num_tokens` [...] tokens: 4 where its one-token grid, `ceil(I / 128) T top_k` CTAs, exceeds
+    32 a SM, 2 where it exceeds 4 a SM, else 1 (`ACTIVATION_TOKENS_PER_CTA`)."""
+    ctas = (np.ceil(intermediate_size / ACTIVATION_CTA_COLS) * top_k
+            * np.asarray(num_tokens, dtype=np.float64))
+    out = np.ones_like(ctas)
+    for per_sm, tokens in reversed(ACTIVATION_TOKENS_PER_CTA):
+        out = np.where(ctas > per_sm * num_sms, float(tokens), out)
+    return out
+
+
+def remote_token_weight(fmt: str, intermediate_size: int, top_k: int, num_tokens=None,
+                        num_sms: int = 0):
     """Token-equivalents one remote token counts for in `remote_tokens`' price (`token_us`):
     for `ACTIVATION_GRID_FORMATS` the standalone activation kernel's CTAs a token launches,
-    `top_k ceil(2 I / 128)`, over `ACTIVATION_CTA_REF` (a DeepSeek-V3 token counts 1), else 1.
+    `top_k ceil(I / 128) / n` (`activation_tokens_per_cta` of the kernel's `num_tokens` [...]
+    input tokens on `num_sms` SMs; `n` = 4, its large-input value, where `num_tokens` is not
+    given), over `ACTIVATION_CTA_REF` (a DeepSeek-V3 token counts 1 at 4 a CTA), else 1.
 
     Args:
         intermediate_size: the expert's intermediate on the GPU (after MoE-TP; the kernel's).
+        num_tokens: [...] tokens of the kernel's input (the group's with no dispatch).
+        num_sms: the GPU's SMs (the launch heuristic's unit).
     """
     if check_format(fmt) in ACTIVATION_GRID_FORMATS:
-        ctas = top_k * np.ceil(2.0 * intermediate_size / ACTIVATION_CTA_COLS)
-        return float(ctas) / ACTIVATION_CTA_REF
+        ctas = top_k * np.ceil(intermediate_size / ACTIVATION_CTA_COLS)
+        per_cta = (4.0 if num_tokens is None else
+                   activation_tokens_per_cta(intermediate_size, top_k, num_tokens, num_sms))
+        return ctas / per_cta / ACTIVATION_CTA_REF
     return 1.0
 
 

@@ -183,8 +183,10 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         if fmt in EXIT_FORMATS:      # the launch's worst case over the rank's local experts
             exiting = float(exiting_ctas_per_sm(tokens * record.top_k, len(rows), tiles[0], tile,
                                                 gemm))
-        # FP8-block: its activation kernel's CTAs a token (`remote_token_weight`)
-        remote_in *= remote_token_weight(fmt, gemm.intermediate_size, record.top_k)
+        # FP8-block: its activation kernel's CTAs a token, fewer at a large input
+        # (`remote_token_weight`)
+        remote_in *= float(remote_token_weight(fmt, gemm.intermediate_size, record.top_k,
+                                               tokens, num_sms(hw.name)))
     row = experts_quant_features(pairs, active, tiles, gemm, params, hw, fmt, layout, reread,
                                  remote_in, exiting, fallback, own_layout)
     if own_layout is not None:       # as timed: around one eager call, its host floor

@@ -1,6 +1,7 @@
 """FlashInfer's TRT-LLM FP8 block-scale MoE at EP > 1: each rank's kernel gets the group's
 tokens, and the ones whose slots lie elsewhere cost `token_us` per `ACTIVATION_CTA_REF` CTAs of
-its standalone activation kernel, `top_k ceil(2 I / 128)` a token (`remote_token_weight`), fitted
+its standalone activation kernel, `top_k ceil(I / 128) / n` a token at `n` tokens a CTA
+(`remote_token_weight`, `activation_tokens_per_cta`), fitted
 on the EP > 1 rows after the EP 1 rates
 (`epsim.calibrate.aic_records.EP_FIT_FORMATS`, `epsim.calibrate.build`)."""
 
@@ -13,7 +14,8 @@ import pytest
 from epsim.calibrate.build import fit_records
 from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord
-from epsim.cost.quant import EXPERT_REREAD_FALLBACK_TERMS, remote_token_weight
+from epsim.cost.quant import (EXPERT_REREAD_FALLBACK_TERMS, activation_tokens_per_cta,
+                               remote_token_weight)
 from epsim.cost.record import predict_record
 from epsim.cost.record_kernels import kernel_record_features
 from epsim.errors import SpecError
@@ -37,20 +39,32 @@ def _profile(**params) -> Profile:
     return profile
 
 
-def test_a_remote_fp8_block_token_counts_its_activation_ctas_over_256():
-    """DeepSeek-V3 (top-8, I 2048: 8 x 32 CTAs) counts 1; the top-1 H 5120 / I 8192 shape
-    128 CTAs, a half, whatever its hidden size; a MoE-TP share of 1408 pads to 22 CTAs a slot."""
+def test_a_remote_fp8_block_token_counts_its_activation_ctas_over_32():
+    """At 4 tokens a CTA (no input size given): DeepSeek-V3 (top-8, I 2048: 8 x 16 / 4 CTAs)
+    counts 1; the top-1 H 5120 / I 8192 shape 16 CTAs, a half, whatever its hidden size; a
+    MoE-TP share of 1408 is 11 CTAs a slot."""
     assert remote_token_weight("fp8_block", 2048, 8) == pytest.approx(1.0)
     assert remote_token_weight("fp8_block", 8192, 1) == pytest.approx(0.5)
-    assert remote_token_weight("fp8_block", 1408, 8) == pytest.approx(8 * 22 / 256)
+    assert remote_token_weight("fp8_block", 1408, 8) == pytest.approx(8 * 11 / 4 / 32)
     assert remote_token_weight("nvfp4", 2048, 8) == 1.0
     with pytest.raises(SpecError, match="weight_dtype"):
         remote_token_weight("int3", 2048, 8)
 
 
+def test_the_activation_kernel_packs_more_tokens_a_cta_as_its_grid_grows():
+    """FlashInfer 0.6.12's launch heuristic on B200 (148 SMs), DeepSeek-V3 (16 x 8 = 128
+    one-token CTAs a token): 1 token a CTA up to 4 a SM (592 CTAs, 4 tokens), 2 up to 32 a SM
+    (4736, 37 tokens), 4 above; so a remote token costs 4x the CTAs at 4 tokens as at 4096."""
+    n = activation_tokens_per_cta(2048, 8, [1, 4, 5, 37, 38, 4096], 148)
+    assert n.tolist() == [1.0, 1.0, 2.0, 2.0, 4.0, 4.0]
+    assert remote_token_weight("fp8_block", 2048, 8, 4, 148) == pytest.approx(4.0)
+    assert remote_token_weight("fp8_block", 2048, 8, 4096, 148) == pytest.approx(1.0)
+    assert remote_token_weight("nvfp4", 2048, 8, 4, 148) == 1.0
+
+
 def test_record_row_prices_the_remote_tokens_per_activation_cta_and_no_idle_launch():
-    """EP 4, 4096 tokens: 3072 remote tokens of DeepSeek's shape (256 activation CTAs each) ->
-    3072 token-equivalents; the exiting CTAs stay NVFP4's (FP8-block's EP 1 rows fit them to 0)."""
+    """EP 4, 4096 tokens: 3072 remote tokens of DeepSeek's shape (32 activation CTAs each at 4
+    tokens a CTA) -> 3072 token-equivalents; the exiting CTAs stay NVFP4's (FP8-block's EP 1 rows fit them to 0)."""
     row = kernel_record_features(_fp8(4, 4096), _profile(**TRUTH))
     assert row.coef_names == EXPERT_REREAD_FALLBACK_TERMS.coef_names
     assert row.row[row.coef_names.index("token_us")] == pytest.approx(3072)
