@@ -52,10 +52,17 @@ from epsim.spec.quant import weight_tensor_dtype
 
 TILE_M = 64       # rows per tile of the grouped GEMM (see docs/model.md: chosen among 16, 64, 128)
 TILE_N = 128      # output columns per tile
-# streaming multiprocessors per GPU (datasheets); one tile per SM per wave. B300 and GB300 are
-# one Blackwell Ultra GPU: 160 SMs (NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025-08)
-NUM_SMS = {"H100": 132, "H200": 132, "H800": 132, "H20": 78, "B200": 148, "B300": 160,
-           "GB200": 152, "GB300": 160}
+# streaming multiprocessors per GPU, as CUDA reports them (`multiProcessorCount`); one tile per
+# SM per wave. Blackwell Ultra's die has 160 SMs ("Inside NVIDIA Blackwell Ultra", 2025-08), but
+# the products enable fewer, as B200 and GB200 do of Blackwell's: B300 (HGX, "NVIDIA B300 SXM6
+# AC") 148 at 2032 MHz and GB300 152, B200's and GB200's counts (public measurement notes, e.g.
+# github.com/aburan28/crypto ecc2k130/benchmarks/modal-gpus/SURVEY.md: "B300 (148 SMs)"; a public
+# B300 microbenchmark reference, 2026-04-18: "NVIDIA B300 SXM6 AC (sm_103a, CC 10.3, 148 SMs)",
+# "8 GPCs x ~18 SMs each (= 144 active + 4 spare = 148 total)"; kernels tuned on GB300 cite
+# "GB300 (152 SMs, 228 KiB per SM)"). AIC's B300 / GB300 MoE tables run
+# 1-4 % under B200's / GB200's at the same points, the clock's 3 %, not 160 SMs' 8 %.
+NUM_SMS = {"H100": 132, "H200": 132, "H800": 132, "H20": 78, "B200": 148, "B300": 148,
+           "GB200": 152, "GB300": 152}
 DEFAULT_NUM_SMS = 132
 # expert activations with no gate: one projection before the activation, not SwiGLU's two
 # (ReLU², NVIDIA's Nemotron-3 MoE: `mlp_hidden_act: relu2`, an up and a down projection)

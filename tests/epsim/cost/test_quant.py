@@ -93,6 +93,21 @@ def test_fractions_price_another_gpu_from_its_datasheet():
     assert gemm_us(one, PARAMS, B200, "fp8_block")[0] < gemm_us(one, PARAMS, H200, "fp8_block")[0]
 
 
+def test_blackwell_ultra_runs_its_products_sms_not_its_dies():
+    """B300 and GB300 enable 148 and 152 of their die's 160 SMs (what CUDA reports, as B200
+    and GB200 do): a grouped GEMM's waves on them are B200's and GB200's for the same tiles, so
+    one more wave starts at the 149th / 153rd tile, not the 161st."""
+    from epsim.cost.experts import num_sms
+    from epsim.cost.quant import quant_expert_gemm
+    assert (num_sms("B300"), num_sms("GB300")) == (num_sms("B200"), num_sms("GB200")) == (148, 152)
+    for ultra, older in (("B300", "B200"), ("GB300", "GB200")):
+        a, b = (quant_expert_gemm(7168, 2048, "fp8_block", num_sms(g), 8) for g in (ultra, older))
+        tiles = np.array([1.0, 148.0, 149.0, 152.0, 153.0, 160.0, 161.0, 4096.0])
+        np.testing.assert_array_equal(a.waves(tiles), b.waves(tiles))
+    gemm = quant_expert_gemm(7168, 2048, "fp8_block", num_sms("B300"), 8)
+    assert gemm.waves(np.array([149.0]))[0] > gemm.waves(np.array([148.0]))[0]
+
+
 def test_bf16_experts_physics_is_unchanged():
     """A BF16 `ExpertGemm` moves 4H + 12I activation bytes per row and has no quantisation or
     scale-block term: the grouped GEMM the shipped fits were made with."""
