@@ -16,7 +16,7 @@ from epsim.cost.experts import (TILE_M, carried_rates, dense_gemm, experts_defau
 from epsim.cost.flash import (attention_kernel_defaults, carried_kernel_rates, decode_work,
                               kernel_features, kernel_grids, prefill_work)
 from epsim.cost.linear import ATTENTION_OPS_TERMS, ATTENTION_TERMS, BLOCK_OPS_TERMS, EXPERT_TERMS
-from epsim.cost.record_row import RecordFeatures, device_path, record_cluster
+from epsim.cost.record_row import RecordFeatures, carried_from, device_path, record_cluster
 from epsim.errors import RecordError
 from epsim.profile import GRAPH, Profile, component_key, is_graph
 from epsim.records import MeasurementRecord
@@ -70,9 +70,10 @@ def attention_row(record: MeasurementRecord, profile: Profile, kind: str, path: 
     else:
         work = decode_work(one * seqs, one * seqs * ctx, h, kv, hd, sms, grid=grids.decode)
     params = profile.params("any", kind, path, defaults=attention_kernel_defaults(cluster.hardware))
-    if profile.component("any", kind, path) is not None and profile.hardware in hardware_names():
+    source = carried_from(profile, cluster)
+    if profile.component("any", kind, path) is not None and source is not None:
         # fitted on another GPU (a system hold-out): its efficiencies on this GPU's datasheet
-        params = carried_kernel_rates(params, get_hardware(profile.hardware), cluster.hardware,
+        params = carried_kernel_rates(params, source, cluster.hardware,
                                       decode=record.kind == "attention_decode")
     return RecordFeatures(component_key("any", kind, path), ATTENTION_TERMS.coef_names,
                           kernel_features(work, params)[0], ATTENTION_TERMS.coefficients(params))
