@@ -156,7 +156,7 @@ def points_from_records(records: list[MeasurementRecord], gpus_per_host: int,
 
 def _rows(points: list[AllReducePoint], algo: str) -> tuple[np.ndarray, np.ndarray]:
     """([points, 3] design rows, [points] µs) of `points` under `algo`'s form."""
-    rows = [custom_features(p.num_bytes, p.num_ranks, algo) if algo != "nccl"
+    rows = [custom_features(p.num_bytes, p.num_ranks, algo, p.generation) if algo != "nccl"
             else ring_features(p.num_bytes, p.num_ranks, p.passes) for p in points]
     return np.array(rows, dtype=np.float64), np.array([p.latency_us for p in points])
 
@@ -379,7 +379,8 @@ def _fit_custom(points: list[AllReducePoint], nvl_gbps: float,
     shared = generations[0] == 2        # V2: one bandwidth for both (module doc)
     rows = np.zeros((len(points), 7))
     for i, p in enumerate(points):
-        one, peers, blocks, kb = custom_features(p.num_bytes, p.num_ranks, p.algorithm)
+        one, peers, blocks, kb = custom_features(p.num_bytes, p.num_ranks, p.algorithm,
+                                                 p.generation)
         two = p.algorithm == "twoshot"
         rows[i, :5] = one, peers, float(two), float(two) * peers, blocks
         rows[i, 5 + (two and not shared)] = kb

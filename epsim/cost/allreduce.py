@@ -56,7 +56,8 @@ the grid is sized to the message and its bytes are the message's). On B200, GB20
 its 2-4 MiB messages run at 1.55 µs a MiB where 1 MiB and below ran 2.0: the ramp and whole
 rounds take their size hold-outs from 13-16 % to 2-9 %. The two-shot's rounds over its
 `S / n` part measured no such step (whole rounds miss its hold-outs by 23-27 %): its bytes are
-the message's.
+the message's. (Those rounds are the legacy kernel's; CustomAllReduceV2's one-shot, which AIC's
+SGLang 0.5.14 tables run, has rounds of 1-2.3 MiB and is priced by its message's bytes: below.)
 `per_peer_us` is the flag exchange's tail, counted by `H(n - 1) = 1 + 1/2 + ... + 1/(n - 1)`
 (`barrier_peers`): a barrier exchanges flags with every peer at once, one thread a peer, and
 waits for the slowest. Counted as `n - 1` exchanges in a row, a fit on 2 and 4 GPUs priced 8
@@ -117,8 +118,20 @@ NVLink's 450 per direction, which no ring reaches. Its line has a larger fixed c
 Hopper) and no per-hop term. The datasheet has no figure for it: a cluster without a fitted
 `nvls_gbps` prices the ring alone.
 
-The launch ramp and whole rounds below are the legacy kernel's (36 blocks); V2 launches up to
-one block an SM (512 threads each), kept on the same columns (not modelled apart).
+The launch ramp and whole rounds below are the legacy kernel's (36 blocks). V2 launches one
+block an SM (`get_custom_all_reduce_cls`: `MAX_CTA = multi_processor_count`, sglang
+`python/sglang/jit_kernel/all_reduce.py`): its push one-shot always that grid, 128-1024 threads a
+block by the message (`CustomAllReducePush::all_reduce`, `custom_all_reduce_push.cuh`: the
+smallest of 128 / 256 / 512 covering it in one pass, else 1024), its pull kernels up to that
+grid of 512 threads (`CustomAllReducePull::all_reduce`: `min(needed_blocks, m_num_cta)`,
+`m_cta_size` 512), each thread one 16-byte pack a round. So a V2 round is `SMs x threads x 16`
+bytes, 1.03-2.3 MiB on 132-148 SMs, not the legacy 288 KiB: every push up to its threshold is
+one round but SM100's 2-GPU pushes above 2.3 MiB (its 4 MiB row: two rounds, 4.6 MiB of
+reads), and the 2-GPU pull one-shots round up by 1-3 % at most; the V2 one-shot is priced by
+the message's own bytes (`custom_features`, generation 2), those two left out. Its ramp is
+kept on the legacy column: the push's 128-thread blocks take one 2 KiB block of the message
+each up to the whole grid, reached at 264-296 KiB (132-148 SMs), where the legacy grid fills
+at 288 KiB.
 
 Coefficients: `any/allreduce/graph/<algorithm>` in a profile (fitted by
 `epsim.calibrate.allreduce` on op tables: aiconfigurator-core's `custom_allreduce_perf` and
@@ -307,13 +320,15 @@ def custom_blocks(num_bytes) -> np.ndarray:
     return np.minimum(np.asarray(num_bytes, dtype=np.float64), FULL_GRID_BYTES) / block_bytes
 
 
-def custom_features(num_bytes, num_ranks: int, algo: str) -> np.ndarray:
+def custom_features(num_bytes, num_ranks: int, algo: str, generation: int = 1) -> np.ndarray:
     """[..., 4] design rows of a custom all-reduce (`CUSTOM_PARAMS`, 1/nvl_gbps): columns
-    (1, H(n - 1) (`barrier_peers`), blocks, KB read from peers: a one-shot's whole rounds of its
-    full grid beyond one round, else the moved bytes)."""
+    (1, H(n - 1) (`barrier_peers`), blocks, KB read from peers: the legacy one-shot's
+    (`generation` 1) whole rounds of its 36-block grid beyond one round, else the moved bytes
+    (CustomAllReduceV2's one-shot, `generation` 2: its grid is one block an SM, module doc))."""
     num_bytes = np.asarray(num_bytes, dtype=np.float64)
     blocks = custom_blocks(num_bytes)
-    if algo == "oneshot":         # a full grid loops whole rounds; below, the grid is the message
+    if algo == "oneshot" and generation == 1:   # legacy: a full grid loops whole rounds
+        # (below one round, the grid is the message; V2's rounds are >= 1 MiB: module doc)
         rounds = np.ceil(num_bytes / FULL_GRID_BYTES)
         kb = (num_ranks - 1) * np.where(rounds > 1, rounds * FULL_GRID_BYTES, num_bytes) * 1e-3
     else:
@@ -425,7 +440,7 @@ def allreduce_us(num_bytes: float, num_ranks: int, num_nodes: int,
     if algo == "nccl":
         return float(ring_us(num_bytes, num_ranks, num_nodes, params["nccl"]))
     p = params[algo]
-    row = custom_features(num_bytes, num_ranks, algo)
+    row = custom_features(num_bytes, num_ranks, algo, generation)
     return float(row @ custom_coefficients(p))
 
 

@@ -89,7 +89,7 @@ def test_a_v2_fit_carries_its_kernel_into_the_prices():
     # one GPU count: the two-shot's fixed and per-peer terms only together (its price)
     assert allreduce_us(16 * MIB, 4, 1, fitted) == pytest.approx(allreduce_us(16 * MIB, 4, 1, truth),
                                                                  rel=1e-3)
-    row = custom_features(MIB, 4, "oneshot")
+    row = custom_features(MIB, 4, "oneshot", generation=2)
     assert allreduce_us(MIB, 4, 1, fitted) == pytest.approx(float(row @ np.array(
         [3.0, 0.5, 0.02, 1 / 650.0])), rel=1e-3)
     # the same coefficients on a Hopper GPU switch at 384 KiB: 1 MiB on 4 GPUs is a two-shot
@@ -572,3 +572,28 @@ def test_the_record_path_carries_another_gpus_fit():
     b200 = {**allreduce_defaults(ClusterSpec(gpu="B200"))["nccl"], **carried}
     assert allreduce_record_us(record, profile) == pytest.approx(float(ring_us(256 * MIB, 8, 1, b200)))
     assert allreduce_record_us(record, profile) < 0.6 * float(ring_us(256 * MIB, 8, 1, nccl))
+
+
+def test_a_v2_one_shot_reads_its_message_not_legacy_rounds():
+    """CustomAllReduceV2 launches one block an SM (128-1024 threads a push block, 512 a pull
+    block, one 16-byte pack a thread a round): a round is >= 1 MiB, not the legacy grid's 288
+    KiB. Past one legacy round the legacy one-shot reads whole rounds from every peer, V2's
+    its message's bytes; below one round the two agree, and the two-shot never rounds."""
+    stride = 36 * 512 * 16
+    size = stride + 16                       # one pack past the legacy grid's round
+    legacy = custom_features(size, 2, "oneshot")
+    v2 = custom_features(size, 2, "oneshot", generation=2)
+    assert legacy[3] == pytest.approx(2 * stride * 1e-3)
+    assert v2[3] == pytest.approx(size * 1e-3)
+    assert list(legacy[:3]) == list(v2[:3])  # launch, barriers and ramp alike
+    for n, s in ((2, 64 * KIB), (8, 128 * KIB)):
+        assert list(custom_features(s, n, "oneshot", generation=2)) == list(
+            custom_features(s, n, "oneshot"))
+    assert list(custom_features(4 * MIB, 8, "twoshot", generation=2)) == list(
+        custom_features(4 * MIB, 8, "twoshot"))
+    # priced through a V2 fit's coefficients: time linear in the bytes past 288 KiB
+    d = allreduce_defaults(H200)
+    for algo in ("oneshot", "twoshot"):
+        d[algo].update(per_block_us=0.03, kernel_generation=2.0, sm100=0.0)
+    step = allreduce_us(2 * MIB, 2, 1, d) - allreduce_us(MIB, 2, 1, d)
+    assert step == pytest.approx(MIB * 1e-3 / d["oneshot"]["nvl_gbps"])
