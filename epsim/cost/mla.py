@@ -50,7 +50,7 @@ from epsim.cost.linear import LinearTerms
 from epsim.cost.mla_ragged import RaggedWork, ragged, ragged_features, ragged_us, ragged_work
 from epsim.cost.mla_bmm import bmm_us, bmm_work
 from epsim.cost.mla_l2 import (ABSORBED_KEYS, ABSORBED_ROWS, BF16_BYTES, PrefillWork,
-                               absorbed_tiles, fold_l2, l2_column)
+                               absorbed_tiles, fold_l2, l2_column, query_us)
 from epsim.cost.dense_gemm import gemm_us, gemm_work
 from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
@@ -194,9 +194,13 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
     tile_flops = ABSORBED_ROWS * ABSORBED_KEYS * 2.0 * (form.qk_dim + form.v_dim)
     # a tile's keys: the latent and its RoPE key (the values are the latent's first kv_lora)
     key_kb = ABSORBED_KEYS * form.qk_dim * BF16_BYTES * 1e-3
+    # every (token, head) row's query, Q and Qv at BF16, read from HBM between its CTA's tiles
+    # (`epsim.cost.mla_l2.query_us`), off the max's HBM side (outputs and keys)
+    q_kb = np.where(busy, tokens * heads * form.qk_dim * BF16_BYTES * 1e-3, 0.0)
     return PrefillWork(np.where(busy, np.ceil(tiles.ctas / num_sms), 0.0), work.splits,
                        np.where(busy, tiles.busiest * tile_flops * num_sms * 1e-6, 0.0),
-                       work.mem_kb, l2_kb=np.where(busy, tiles.total * key_kb, 0.0))
+                       work.mem_kb - q_kb, l2_kb=np.where(busy, tiles.total * key_kb, 0.0),
+                       q_kb=q_kb)
 
 
 def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
@@ -205,7 +209,7 @@ def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarra
     p = absolute(params, hardware)
     if isinstance(work, RaggedWork):
         return ragged_us(work, p)
-    return kernel_us(fold_l2(work, params, p["hbm_gbps"]), p)
+    return kernel_us(fold_l2(work, params, p["hbm_gbps"]), p) + query_us(work, p["hbm_gbps"])
 
 
 def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
@@ -221,7 +225,9 @@ def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
     rows[..., 4] /= hardware.tensor_tflops(math)
     if getattr(work, "l2_kb", None) is None:
         return rows
-    return l2_column(rows, work, params, p["hbm_gbps"])
+    rows = l2_column(rows, work, params, p["hbm_gbps"])
+    rows[..., 3] += query_us(work, hardware.hbm_gbps)   # the queries, beside the max
+    return rows
 
 
 def sustained_frac(params, gpu: str, heads: int = 128, tokens: float = 16384.0) -> float:
