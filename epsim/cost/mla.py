@@ -164,14 +164,15 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
                  (token, head) rows, a token's heads side by side, one an SM, each running its
                  64-key tiles up to its last token; the busiest SM's tiles on one side of the
                  max, the HBM and L2 streams on the other, the waves added to it (a CTA's
-                 query load and output store: an SM loading them streams no key tiles; with
+                 fixed cost: an SM starting or ending a CTA streams no key tiles; with
                  the waves inside the max, `overlap`, the fit on chunks up to 1024 tokens read
                  a 4.4 TB/s L2 rate where 2048-16384-token chunks stream 5.1, and priced them
                  up to 15-22 % long). Counted as the causal pairs' own FLOPs with the waves
                  outside the max, the fit priced 4096-16384 20-30 % long on H100 and H200 (its
                  tensor rate fitted 0.50 for a kernel whose long chunks run at 0.61): short
                  chunks' tiles run faster than long ones' (docs/model.md 5d)
-    The L2 stream carries the key tiles alone: the queries and outputs are the waves' cost."""
+    The L2 stream carries the key tiles alone; the queries are read from HBM beside the max
+    (`PrefillWork.q_kb`, `epsim.cost.mla_l2.query_us`), the outputs and keys on its HBM side."""
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
