@@ -50,7 +50,7 @@ from epsim.cost.linear import LinearTerms
 from epsim.cost.mla_ragged import RaggedWork, ragged, ragged_features, ragged_us, ragged_work
 from epsim.cost.mla_bmm import bmm_us, bmm_work
 from epsim.cost.mla_l2 import (ABSORBED_KEYS, ABSORBED_ROWS, BF16_BYTES, PrefillWork,
-                               absorbed_tiles, fold_l2, l2_column)
+                               absorbed_tiles, fold_l2, l2_column, query_us)
 from epsim.cost.dense_gemm import gemm_us, gemm_work
 from epsim.cost import trtllm_fp8_gemm
 from epsim.cost.roofline import HBM_EFFICIENCY, TENSOR_EFFICIENCY
@@ -164,14 +164,15 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
                  (token, head) rows, a token's heads side by side, one an SM, each running its
                  64-key tiles up to its last token; the busiest SM's tiles on one side of the
                  max, the HBM and L2 streams on the other, the waves added to it (a CTA's
-                 query load and output store: an SM loading them streams no key tiles; with
+                 fixed cost: an SM starting or ending a CTA streams no key tiles; with
                  the waves inside the max, `overlap`, the fit on chunks up to 1024 tokens read
                  a 4.4 TB/s L2 rate where 2048-16384-token chunks stream 5.1, and priced them
                  up to 15-22 % long). Counted as the causal pairs' own FLOPs with the waves
                  outside the max, the fit priced 4096-16384 20-30 % long on H100 and H200 (its
                  tensor rate fitted 0.50 for a kernel whose long chunks run at 0.61): short
                  chunks' tiles run faster than long ones' (docs/model.md 5d)
-    The L2 stream carries the key tiles alone: the queries and outputs are the waves' cost."""
+    The L2 stream carries the key tiles alone; the queries are read from HBM beside the max
+    (`PrefillWork.q_kb`, `epsim.cost.mla_l2.query_us`), the outputs and keys on its HBM side."""
     tokens = np.asarray(tokens, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     seqs = np.maximum(np.asarray(seqs, dtype=np.float64), (tokens > 0).astype(np.float64))
@@ -194,9 +195,13 @@ def prefill_kernel_work(tokens, context, seqs, heads: int, form: MlaForm,
     tile_flops = ABSORBED_ROWS * ABSORBED_KEYS * 2.0 * (form.qk_dim + form.v_dim)
     # a tile's keys: the latent and its RoPE key (the values are the latent's first kv_lora)
     key_kb = ABSORBED_KEYS * form.qk_dim * BF16_BYTES * 1e-3
+    # every (token, head) row's query, Q and Qv at BF16, read from HBM between its CTA's tiles
+    # (`epsim.cost.mla_l2.query_us`), off the max's HBM side (outputs and keys)
+    q_kb = np.where(busy, tokens * heads * form.qk_dim * BF16_BYTES * 1e-3, 0.0)
     return PrefillWork(np.where(busy, np.ceil(tiles.ctas / num_sms), 0.0), work.splits,
                        np.where(busy, tiles.busiest * tile_flops * num_sms * 1e-6, 0.0),
-                       work.mem_kb, l2_kb=np.where(busy, tiles.total * key_kb, 0.0))
+                       work.mem_kb - q_kb, l2_kb=np.where(busy, tiles.total * key_kb, 0.0),
+                       q_kb=q_kb)
 
 
 def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarray:
@@ -205,7 +210,7 @@ def mla_kernel_us(work: KernelWork, params, hardware: HardwareSpec) -> np.ndarra
     p = absolute(params, hardware)
     if isinstance(work, RaggedWork):
         return ragged_us(work, p)
-    return kernel_us(fold_l2(work, params, p["hbm_gbps"]), p)
+    return kernel_us(fold_l2(work, params, p["hbm_gbps"]), p) + query_us(work, p["hbm_gbps"])
 
 
 def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
@@ -221,7 +226,9 @@ def mla_kernel_features(work: KernelWork, params, hardware: HardwareSpec,
     rows[..., 4] /= hardware.tensor_tflops(math)
     if getattr(work, "l2_kb", None) is None:
         return rows
-    return l2_column(rows, work, params, p["hbm_gbps"])
+    rows = l2_column(rows, work, params, p["hbm_gbps"])
+    rows[..., 3] += query_us(work, hardware.hbm_gbps)   # the queries, beside the max
+    return rows
 
 
 def sustained_frac(params, gpu: str, heads: int = 128, tokens: float = 16384.0) -> float:

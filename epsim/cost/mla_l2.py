@@ -13,11 +13,17 @@ same at 8 to 128 heads (1 x 16384 tokens at 16 heads: 38.8 GB of tiles in 7.67 m
 310 GB in 61.6 ms), not their HBM and not the tensor peak (a tile's math is 1.19 us at the BF16
 peak). Short chunks run their tiles faster (1.3 us a tile at 64-token chunks): while most of an
 SM's time goes to its CTAs' own costs (query load, output store) fewer tiles contend for L2.
-So the kernel is `waves + max(HBM stream, L2 stream, the busiest SM's tiles)`: the L2 stream
-carries every CTA's key tiles (`l2_kb`), at a fitted `l2_gbps`; a CTA's query load and output
-store are its wave's fixed cost (`wave_us`), added, not hidden under the stream: an SM loading
-them streams no key tiles (with the waves inside the max, the fit on chunks up to 1024 tokens
-read 4.4 TB/s and priced the 16384-token chunks 15-22 % long; docs/model.md 5d).
+So the kernel is `waves + queries + max(HBM stream, L2 stream, the busiest SM's tiles)`: the L2
+stream carries every CTA's key tiles (`l2_kb`), at a fitted `l2_gbps`; a CTA's fixed cost is its
+wave's (`wave_us`), added, not hidden under the stream (with the waves inside the max, the fit on
+chunks up to 1024 tokens read 4.4 TB/s and priced the 16384-token chunks 15-22 % long;
+docs/model.md 5d). Its queries are read from HBM between its tiles, not under them (`q_kb`):
+FlashAttention-3's producer warp loads a CTA's Q and Qv (64 rows of 64 + 512 BF16 values) into
+the one Q buffer only once the MMA warpgroups release it (`FwdNamedBarriers::QueryEmpty`), with
+TMA's `EVICT_FIRST` hint, and the MMAs wait for them (`barrier_Q`, `barrier_Qv`;
+Dao-AILab/flash-attention hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, `load` and `mma`), so every
+replay of AIC's collector streams them from HBM whatever fits the L2, at the fitted HBM rate;
+the outputs' TMA store overlaps the next CTA's loads and stays on the max's HBM side.
 """
 
 from __future__ import annotations
@@ -39,10 +45,19 @@ L2_START_GBPS = 5000.0
 
 @dataclass(frozen=True)
 class PrefillWork(KernelWork):
-    """A prefill kernel's `KernelWork` and the KB its CTAs stream through L2 (`[dp]`: every
-    CTA's key tiles at BF16), None where not counted."""
+    """A prefill kernel's `KernelWork`, the KB its CTAs stream through L2 (`l2_kb`, `[dp]`:
+    every CTA's key tiles at BF16) and the KB of queries they read from HBM between their tiles
+    (`q_kb`, `[dp]`; `mem_kb` then the outputs and keys alone), None where not counted."""
 
     l2_kb: np.ndarray | None = None
+    q_kb: np.ndarray | None = None
+
+
+def query_us(work: KernelWork, hbm_gbps: float) -> np.ndarray | float:
+    """[dp] µs of the CTAs' query loads, read from HBM between their tiles (`q_kb` at
+    `hbm_gbps`, module docstring), 0 where a work counts none (the flash kernel's, Blackwell's)."""
+    q_kb = getattr(work, "q_kb", None)
+    return 0.0 if q_kb is None else q_kb / hbm_gbps
 
 
 @dataclass(frozen=True)

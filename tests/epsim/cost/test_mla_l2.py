@@ -1,7 +1,7 @@
 """The absorbed MLA prefill's tiles and L2 stream (`epsim.cost.mla_l2`): FlashAttention-3's
 64 x 64 tiles of head-packed CTAs counted as a loop over the CTAs counts them, the L2 stream's
-own design column equal to the model, the stream binding long chunks at 128 heads, and the
-rate a long chunk sustains holding the decode's."""
+own design column equal to the model, the stream binding long chunks at 128 heads, the CTAs'
+queries read from HBM beside it, and the rate a long chunk sustains holding the decode's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from epsim.cost.flash import kernel_us
 from epsim.cost.mla import (MLA_PREFILL_TERMS, absolute, absorbed_form, mla_kernel_features,
                             mla_kernel_us, per_head_form, prefill_kernel_work, sustained_frac,
                             transferred)
-from epsim.cost.mla_l2 import ABSORBED_KEYS, ABSORBED_ROWS, absorbed_tiles, fold_l2, l2_us
+from epsim.cost.mla_l2 import (ABSORBED_KEYS, ABSORBED_ROWS, absorbed_tiles, fold_l2, l2_us,
+                               query_us)
 from epsim.zoo import get_hardware
 
 H100 = get_hardware("H100")
@@ -67,7 +68,28 @@ def test_the_waves_add_to_the_l2_stream():
     assert work.waves[0] == math.ceil(4096 * 128 / 64 / 132)
     us = mla_kernel_us(work, PARAMS, H100)[0]
     assert us == pytest.approx(PARAMS["base_us"] + work.waves[0] * PARAMS["wave_us"]
+                               + query_us(work, PARAMS["hbm_frac"] * H100.hbm_gbps)[0]
                                + l2_us(work, PARAMS)[0])
+
+
+def test_the_queries_load_from_hbm_beside_the_tiles():
+    """FlashAttention-3 loads a CTA's Q and Qv (576 BF16 values a row) once the MMAs release the
+    one Q buffer, `EVICT_FIRST`: every (token, head) row's query is read from HBM and its time
+    adds to the max at the HBM rate (twice the HBM rate: half the time), off the max's HBM side,
+    which keeps the outputs and keys; the flash kernel's per-head work counts none."""
+    form = absorbed_form(512, 64, 2.0)
+    tokens = np.array([1024.0])
+    work = prefill_kernel_work(tokens, tokens, np.ones(1), 128, form, 132)
+    assert work.q_kb[0] == pytest.approx(1024 * 128 * 576 * 2e-3)
+    assert work.mem_kb[0] + work.q_kb[0] == pytest.approx(
+        (1024 * 128 * (576 + 512) * 2 + 1024 * 576 * 2) * 1e-3)
+    # the max binds on the L2 stream here: a faster HBM saves half the queries' time alone
+    fast = {**PARAMS, "hbm_frac": 2 * PARAMS["hbm_frac"]}
+    saved = mla_kernel_us(work, PARAMS, H100)[0] - mla_kernel_us(work, fast, H100)[0]
+    assert saved == pytest.approx(query_us(work, PARAMS["hbm_frac"] * H100.hbm_gbps)[0] / 2)
+    per_head = prefill_kernel_work(tokens, tokens, np.ones(1), 128,
+                                   per_head_form(128, 64, 128, 2.0), 132)
+    assert per_head.q_kb is None and query_us(per_head, 1.0) == 0.0
 
 
 def test_design_rows_times_coefficients_give_the_kernel():
@@ -89,12 +111,15 @@ def test_the_l2_stream_binds_long_chunks_and_needs_a_fit():
     work = prefill_kernel_work(tokens, tokens, np.ones(1), 128, form, 132)
     us = mla_kernel_us(work, PARAMS, H100)[0]
     assert us == pytest.approx(PARAMS["base_us"] + work.waves[0] * PARAMS["wave_us"]
+                               + query_us(work, PARAMS["hbm_frac"] * H100.hbm_gbps)[0]
                                + l2_us(work, PARAMS)[0])
     assert mla_kernel_features(work, PARAMS, H100)[0, -1] == work.l2_kb[0]
     # no fitted L2 rate (Blackwell's per-head fit, an older profile): the kernel as before
     plain = {k: v for k, v in PARAMS.items() if k != "l2_gbps"}
     assert l2_us(work, plain) is None and fold_l2(work, plain, 1.0) is work
-    assert mla_kernel_us(work, plain, H100)[0] == kernel_us(work, absolute(plain, H100))[0]
+    p = absolute(plain, H100)
+    assert mla_kernel_us(work, plain, H100)[0] == pytest.approx(
+        kernel_us(work, p)[0] + query_us(work, p["hbm_gbps"])[0])
 
 
 def test_per_head_tiles_stream_their_keys_too():
