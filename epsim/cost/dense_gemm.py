@@ -37,7 +37,8 @@ from epsim.cost.collector_burst import CAPPED_RATIO
 from epsim.cost.deepgemm import deepgemm_runs, deepgemm_work
 from epsim.cost.experts import TILE_M, TILE_N
 from epsim.cost.fp4_gemm import SM_FILL_GBPS, cutedsl_work
-from epsim.cost.fp8_gemm import CUTLASS_FP8_GPUS, SM100_FP8_GPUS, cutlass_fp8_work, sm100_fp8_work
+from epsim.cost.fp8_gemm import (CUTLASS_FP8_GPUS, SM100_FP8_GPUS, cutlass_fp8_work, quant_reread,
+                                 sm100_fp8_work)
 from epsim.cost.linear import LinearTerms
 from epsim.cost.quant import (ACTIVATION_BYTES, BF16_BYTES, FEED_FORMATS, SCALE_BLOCK_K, absolute,
                               check_format, gemm_defaults, quant_bytes_per_element, tensor_peak)
@@ -116,6 +117,11 @@ class GemmWork:
             a 6th design column), or None for other kernels.
         epilogue_kb: DeepGEMM's BF16 output KB the busiest SM's epilogues write (in place of
             the per-wave column), or None for other kernels.
+        reread_kb, reread_set_bytes: the per-tensor FP8 GEMM's activation quantisation
+            (`sgl_per_token_quant_fp8`, `epsim.cost.fp8_gemm.quant_reread`): the BF16 input its
+            second pass reads again, KB, and the bytes of the rows in flight between the two
+            reads; that KB joins `quant_kb` where the set overflows the GPU's L2
+            (`quant_kb_of`). None for other formats.
     """
 
     mem_kb: np.ndarray
@@ -128,6 +134,8 @@ class GemmWork:
     feed_adds: bool = False
     wide_blocks: np.ndarray | None = None
     epilogue_kb: np.ndarray | None = None
+    reread_kb: np.ndarray | None = None
+    reread_set_bytes: np.ndarray | None = None
 
 
 def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
@@ -143,6 +151,8 @@ def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
     weights = batch * n * k * weight_bytes_per_element(check_format(fmt))
     mem = busy * weights + batch * m * (k * ACTIVATION_BYTES[fmt] + BF16_BYTES * n)
     quant_kb = batch * m * k * quant_bytes_per_element(fmt) * 1e-3
+    # the per-tensor FP8 GEMM's quantisation reads its input twice (`quant_reread`)
+    reread = quant_reread(m, k, num_sms, batch) if fmt == "fp8" else (None, None)
     if deepgemm_runs(fmt, gpu):                 # DeepGEMM's own layout (`epsim.cost.deepgemm`)
         waves, mflops, blocks, wide, epilogue = deepgemm_work(m, n, k, num_sms, gpu, batch)
         return GemmWork(mem * 1e-3, mflops, waves, blocks, quant_kb, np.zeros_like(m),
@@ -153,14 +163,25 @@ def gemm_work(m, n: int, k: int, fmt: str, num_sms: int, batch: int = 1,
                 else cutlass_fp8_work)
         waves, mflops, feed_kb = work(m, n, k, num_sms, ACTIVATION_BYTES[fmt], batch)
         return GemmWork(mem * 1e-3, mflops, waves, np.zeros_like(m), quant_kb, feed_kb, True,
-                        feed_adds=adds)
+                        feed_adds=adds, reread_kb=reread[0], reread_set_bytes=reread[1])
     tiles = batch * np.ceil(m / TILE_M) * -(-n // TILE_N)
     waves = np.ceil(tiles / num_sms)
     filled = tiles if fmt in SPLIT_K_FORMATS else waves * num_sms
     block = SCALE_BLOCK_K.get(fmt, 0)
     return GemmWork(mem * 1e-3, filled * 2.0 * TILE_M * TILE_N * k * 1e-6, waves,
                     waves * -(-k // block) if block else np.zeros_like(m), quant_kb,
-                    np.zeros_like(m))
+                    np.zeros_like(m), reread_kb=reread[0], reread_set_bytes=reread[1])
+
+
+def quant_kb_of(work: GemmWork, hardware: HardwareSpec) -> np.ndarray:
+    """[...] KB the activation quantisation moves on `hardware`: `work.quant_kb`, and the
+    per-tensor FP8 quantisation's second read of its input where the rows in flight between its
+    two reads overflow the L2 (`HardwareSpec.l2_bytes`; `epsim.cost.fp8_gemm.quant_reread`):
+    below `2 x 8 x num_sms` tokens (one token a CTA) at most 8 rows an SM, ~34 MB of K-16384
+    rows on an H100; from there (one a warp) 64 an SM, 69 MB of K-4096 rows past its 50 MB."""
+    if work.reread_kb is None:
+        return work.quant_kb
+    return work.quant_kb + np.where(work.reread_set_bytes > hardware.l2_bytes, work.reread_kb, 0.0)
 
 
 def _fed(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
@@ -194,9 +215,10 @@ def _math_us(work: GemmWork, rate: dict[str, float]) -> np.ndarray:
 def _quant_us(work: GemmWork, rate: dict[str, float], hardware: HardwareSpec) -> np.ndarray:
     """[...] the activation quantisation's bytes at the HBM rate, or (SM100's FP8 GEMM) at its
     own fraction of the datasheet."""
+    quant_kb = quant_kb_of(work, hardware)
     if work.feed_adds:
-        return work.quant_kb / (rate["quant_frac"] * hardware.hbm_gbps)
-    return work.quant_kb / rate["hbm_gbps"]
+        return quant_kb / (rate["quant_frac"] * hardware.hbm_gbps)
+    return quant_kb / rate["hbm_gbps"]
 
 
 def gemm_us(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> np.ndarray:
@@ -224,7 +246,7 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     rate = absolute({**dense_gemm_defaults(), **params}, hardware, fmt)
     mem_bound = _mem_us(work, rate) >= _math_us(work, rate)
     busy = (work.mflops > 0).astype(np.float64)
-    quant_kb = 0.0 if work.feed_adds else work.quant_kb
+    quant_kb = 0.0 if work.feed_adds else quant_kb_of(work, hardware)
     hbm_us = (np.where(mem_bound, work.mem_kb, 0.0) + quant_kb) / hardware.hbm_gbps
     compute, fed = ~mem_bound, _fed(work, rate)
     per_tile = work.waves if work.epilogue_kb is None else work.epilogue_kb
@@ -234,7 +256,7 @@ def gemm_features(work: GemmWork, params, hardware: HardwareSpec, fmt: str) -> n
     if work.sm_fed:
         cols.append(np.where(mem_bound if work.feed_adds else compute & fed, work.feed_kb, 0.0))
     if work.feed_adds:
-        cols.append(work.quant_kb / hardware.hbm_gbps)
+        cols.append(quant_kb_of(work, hardware) / hardware.hbm_gbps)
     if work.wide_blocks is not None:
         cols.append(np.where(compute, work.wide_blocks, 0.0))
     cols.append(busy)                           # `dram_us`: a serving GEMM's stream starts in DRAM

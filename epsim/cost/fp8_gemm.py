@@ -123,3 +123,37 @@ def sm100_fp8_work(m, n: int, k: int, num_sms: int, act_bytes: float, batch: int
     those rounds, and the weight KB the busiest SM streams, `waves cols_SM k w_f` (`act_bytes`
     1: FP8). 0 rows do no work."""
     return per_row_count(_sm100_fp8_work, m, n, k, num_sms, act_bytes, batch)
+
+
+# -- the activation quantisation: `sgl_per_token_quant_fp8` ----------------------------------------
+# sgl-kernel's `csrc/gemm/per_token_quant_fp8.cu` (sglang 436c48d; at 0490047 the same in effect:
+# its shared-memory copy is off, `dynamicSmemSz` in bytes compared with a threshold of 48 meant
+# as KB) reads each token's BF16 row twice, pass 1 for its max, pass 2 again from global memory to
+# quantise it. Two kernels by the token count: one token a 256-thread CTA below
+# `sm_count * 2 * TOKENS_PER_CTA` tokens, one a warp (8 a CTA) from there.
+QUANT_TOKENS_PER_CTA = 8        # the warp kernel's tokens (one a warp) per 256-thread CTA
+QUANT_CTA_THREADS = 256         # both kernels' CTA
+SM_MAX_THREADS = 2048           # resident threads an SM holds (Hopper and Blackwell, CC 9.0-10.3)
+
+
+def quant_rows_in_flight(m, num_sms: int) -> np.ndarray:
+    """[...] token rows `sgl_per_token_quant_fp8` holds between its two reads of them at once,
+    for `m` [...] tokens: `SM_MAX_THREADS // QUANT_CTA_THREADS` (8) resident CTAs an SM, each one
+    token (baseline kernel) or `QUANT_TOKENS_PER_CTA` (the warp kernel, from `2 x 8 x num_sms`
+    tokens), at most `m`."""
+    m = np.asarray(m, dtype=np.float64)
+    ctas = SM_MAX_THREADS // QUANT_CTA_THREADS
+    warp_kernel = m >= num_sms * 2 * QUANT_TOKENS_PER_CTA
+    per_sm = np.where(warp_kernel, ctas * QUANT_TOKENS_PER_CTA, ctas)
+    return np.minimum(m, per_sm * num_sms)
+
+
+def quant_reread(m, k: int, num_sms: int, batch: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(reread KB, working-set bytes), each [...] float64 like `m`: the BF16 input
+    `sgl_per_token_quant_fp8`'s second pass reads again, `batch m k 2` bytes, and the bytes of
+    the rows in flight between a row's two reads (`quant_rows_in_flight` x `k` x 2). Every other
+    row's first read falls between a row's two reads, so the second one hits L2 (LRU) only
+    where that working set fits it; else it streams from HBM again (`epsim.cost.dense_gemm`)."""
+    m = np.asarray(m, dtype=np.float64)
+    bf16 = 2.0
+    return batch * m * k * bf16 * 1e-3, quant_rows_in_flight(batch * m, num_sms) * k * bf16

@@ -4,13 +4,16 @@ decode's few tiles on Hopper and add to the HBM time on Blackwell."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from epsim.cost.dense_gemm import (FP4_GEMM_TERMS, SM100_FP8_TERMS, gemm_features, gemm_terms,
                                    gemm_us, gemm_work, sm_fed)
 from epsim.cost.fp8_gemm import (LARGE_TILE, SMALL_TILE, SMALL_TILE_MAX_M, cutlass_fp8_tile,
-                                 cutlass_fp8_work, sm100_fp8_tile, sm100_fp8_work)
+                                 cutlass_fp8_work, quant_rows_in_flight, sm100_fp8_tile,
+                                 sm100_fp8_work)
 from epsim.zoo import get_hardware
 
 PARAMS = {"base_us": 4.0, "hbm_frac": 0.7, "tensor_frac": 0.7, "wave_us": 0.3,
@@ -115,3 +118,37 @@ def test_design_row_times_coefficients_is_the_time():
     assert rows.shape == (4, len(SM100_FP8_TERMS.params))
     coef = gemm_terms("fp8", "B200").coefficients(params)
     assert rows @ coef == pytest.approx(gemm_us(fed, params, b200, "fp8"))
+
+
+def test_quantisation_rereads_its_input_where_the_rows_in_flight_overflow_l2():
+    """`sgl_per_token_quant_fp8` reads each BF16 row twice: below 2 x 8 x 132 = 2112 tokens one a
+    CTA (8 rows an SM in flight), from there one a warp (64 an SM). On an H100 (50 MB of L2) the
+    second read of K-16384 rows comes from L2 at 1024 tokens (1024 x 32 KB) and from HBM again
+    at 4096 (4096 x 32 KB): exactly `m k 2` bytes more at the HBM rate; K-2048 rows fit even
+    64 an SM (8448 x 4 KB)."""
+    h100 = get_hardware("H100")
+    assert quant_rows_in_flight(np.array([1.0, 1024.0, 2111.0, 2112.0, 16384.0]), 132) \
+        == pytest.approx([1.0, 1024.0, 1056.0, 2112.0, 8448.0])
+    k, n = 16384, 512
+
+    def extra_us(m, k):
+        """Time over the same GEMM with its quantisation reading its input once."""
+        work = gemm_work(np.array([m]), n, k, "fp8", 132, gpu="H100")
+        once = replace(work, reread_kb=None)
+        return gemm_us(work, PARAMS, h100, "fp8")[0] - gemm_us(once, PARAMS, h100, "fp8")[0]
+
+    assert extra_us(1024.0, k) == 0.0
+    rate_gbps = PARAMS["hbm_frac"] * h100.hbm_gbps
+    assert extra_us(4096.0, k) == pytest.approx(4096 * k * 2 * 1e-3 / rate_gbps)
+    assert extra_us(16384.0, 2048) == 0.0
+    # BF16 weights quantise nothing; the block-FP8 GEMM's group quantisation reads once
+    assert gemm_work(np.array([4096.0]), n, k, "bf16", 132, gpu="H100").reread_kb is None
+    # and on Blackwell (126 MB, 148 SMs: 9472 rows of the warp kernel) the design row still
+    # prices the time
+    b200, m = get_hardware("B200"), np.array([1024.0, 16384.0])
+    params = {**PARAMS, "quant_frac": 0.6}
+    fed = gemm_work(m, n, k, "fp8", 148, gpu="B200")
+    assert fed.reread_set_bytes[1] > b200.l2_bytes > fed.reread_set_bytes[0]
+    rows = gemm_features(fed, params, b200, "fp8")
+    assert rows @ gemm_terms("fp8", "B200").coefficients(params) == \
+        pytest.approx(gemm_us(fed, params, b200, "fp8"))
