@@ -169,14 +169,18 @@ def split_shape(raw):
 def held(record, only: list[str] | None) -> bool:
     """Whether a record not among the `--only` kinds is fitted beside them, as a full run fits
     it: the dense GEMMs whose fit holds the fused NVFP4 experts' tensor rate
-    (`epsim.calibrate.build.experts_held`), the all-reduces whose NCCL fit prices the `none`
-    backend's all-gathers (`epsim.cost.record.allgather_record_us`) and the MLA prefill whose
+    (`epsim.calibrate.build.experts_held`; with `quant_experts:FORMAT`, that format's), the
+    all-reduces whose NCCL fit prices the `none` backend's all-gathers
+    (`epsim.cost.record.allgather_record_us`) and the MLA prefill whose
     fit holds the MLA decode's tensor rate (`epsim.calibrate.build.mla_decode_held`: without
     it `--only mla_decode` fitted that rate free, and B200's 128-head shape cells came out
     50-80 % high where the full run's are within 20 %)."""
     if not only:
         return False
-    return ((record.kind == "gemm" and "quant_experts" in only)
+    # `quant_experts:nvfp4` too: without its dense GEMM the NVFP4 fused MoE's rate was fitted
+    # free (B200's tokens cell 16.1 % where the full run's is 9.8)
+    return ((record.kind == "gemm" and ("quant_experts" in only
+                                        or f"quant_experts:{record.weight_dtype}" in only))
             or (record.kind == "allreduce" and "none/dispatch" in only)
             or (record.kind == "mla_prefill" and "mla_decode" in only))
 

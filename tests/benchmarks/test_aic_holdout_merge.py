@@ -70,8 +70,18 @@ def test_deepep_rows_across_nodes_are_judged_on_the_ep_axis_not_the_shape_axis()
 
 def test_only_mla_decode_fits_the_mla_prefill_that_holds_its_tensor_rate():
     from types import SimpleNamespace
-    prefill, gemm = SimpleNamespace(kind="mla_prefill"), SimpleNamespace(kind="gemm")
+    prefill = SimpleNamespace(kind="mla_prefill")
+    gemm = SimpleNamespace(kind="gemm", weight_dtype="nvfp4")
     assert aic_holdout.held(prefill, ["mla_decode"])
     assert not aic_holdout.held(prefill, ["mla_bmm"])
     assert not aic_holdout.held(prefill, None)
     assert not aic_holdout.held(gemm, ["mla_decode"])
+
+
+def test_only_one_formats_quant_experts_fits_the_dense_gemm_that_holds_its_rate():
+    from types import SimpleNamespace
+    fp4, fp8 = (SimpleNamespace(kind="gemm", weight_dtype=f) for f in ("nvfp4", "fp8_block"))
+    assert aic_holdout.held(fp4, ["quant_experts:nvfp4"])
+    assert aic_holdout.held(fp4, ["quant_experts"])
+    assert not aic_holdout.held(fp8, ["quant_experts:nvfp4"])
+    assert not aic_holdout.held(fp4, ["gemm:nvfp4"])
