@@ -47,6 +47,7 @@ from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_Q
                               SM_STREAM_FORMATS, TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
                               remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
+from epsim.cost.masked_runner import masked_gemm, masked_rows
 from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor
 from epsim.cost.rereads import reread_kb
 from epsim.errors import RecordError, SpecError
@@ -148,6 +149,9 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     layout, own_layout = 0.0, None
     if backend == "deepep" and path == "normal":     # the rank's received tokens, laid out
         own_layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
+    elif backend == "deepep":       # low latency: DeepGEMM's masked GEMM, a group an expert
+        gemm = masked_gemm(gemm, hw.name, fmt, len(rows))
+        tiles = masked_rows(pairs, gemm, tiles)
     elif backend == "any":          # the fused kernel over the group's slots, remote ones too
         if hw.name in TRITON_MOE_GPUS and fmt in SM_STREAM_FORMATS:    # its CTAs' slices
             gemm = replace(gemm, sm_stream=True)
