@@ -48,7 +48,8 @@ from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_Q
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
                               remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
 from epsim.cost.masked_runner import masked_gemm, masked_rows
-from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor
+from epsim.cost.normal_runner import (EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor,
+                                      unaligned_blocks)
 from epsim.cost.rereads import reread_kb
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
@@ -167,6 +168,8 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         terms, params = EXPERT_LAYOUT_TERMS, {"layout_ratio": 1.0, "host_us": 0.0, **params}
         gemm = contiguous_gemm(gemm)            # DeepGEMM's contiguous layout, its block
         tiles = np.array([float(row_tiles(rows, gemm.tile_rows))])
+        if _op_table(record):       # AIC's rows unpadded: its blocks and the experts they read
+            tiles, active = unaligned_blocks(rows, gemm.tile_rows)
     if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
         terms = EXPERT_REREAD_TERMS
         tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k
