@@ -20,11 +20,12 @@ from epsim.cost.derived import derived
 from epsim.cost.comm import background_us, chunked, comm_us, per_message
 from epsim.cost import served_tiles
 from epsim.cost.exiting_ctas import EXIT_FORMATS, exiting_ctas_per_sm
-from epsim.cost.experts import even_experts_us, even_row_tiles, experts_rank_us
+from epsim.cost.experts import even_experts_us, even_row_tiles, experts_rank_us, experts_us
 from epsim.cost.layout import layout_us
 from epsim.cost.params import CostParams
 from epsim.cost.tables import PlacementTables
 from epsim.cost.tp import none_collectives_us
+from epsim.cost.masked_runner import masked_rows
 from epsim.cost.normal_runner import contiguous_gemm
 from epsim.cost.quant import (remote_token_weight, remote_tokens, trtllm_gemm, trtllm_ladder,
                               trtllm_tile)
@@ -211,6 +212,10 @@ def moe_cost(params: CostParams, loads: np.ndarray, tokens_per_rank: np.ndarray,
     if step.experts.reread_gbps:              # Blackwell's fused kernel: its tiles
         expert = trtllm_experts_us(params, loads, tr, tables, step.experts, fraction, pairs,
                                    active) + step.experts.host_us
+    elif step.experts.masked_gemm is not None:    # DeepEP low latency's masked DeepGEMM
+        gemm = step.experts.masked_gemm
+        expert = experts_us(pairs, active, masked_rows(pairs, gemm, 0.0), gemm,
+                            step.experts.params) + step.experts.host_us
     else:
         # DeepEP normal's runner (fitted with its layout): DeepGEMM's contiguous tiles
         gemm = contiguous_gemm(params.gemm) if step.experts.layout_bytes_per_token else params.gemm

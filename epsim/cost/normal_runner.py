@@ -2,7 +2,9 @@
 SGLang's layout kernels around it (`epsim.cost.quant.layout_kb`), as AIC's collector times it
 (CUDA events around one eager call) and as the simulator prices it.
 
-Three terms beyond the quantised grouped GEMM of `epsim.cost.quant` (`EXPERT_LAYOUT_TERMS`):
+AIC's rows lay the experts' rows out unpadded, so their GEMM runs fewer blocks over fewer
+experts' weights than a served step (`unaligned_blocks`; the record path only). Three terms
+beyond the quantised grouped GEMM of `epsim.cost.quant` (`EXPERT_LAYOUT_TERMS`):
 
   t = max(host_us, device_us)
   device_us = the grouped GEMM's row at `CONTIGUOUS_BLOCK_M`-row tiles (`contiguous_gemm`)
@@ -63,3 +65,23 @@ def contiguous_gemm(gemm: ExpertGemm) -> ExpertGemm:
     """`gemm` in DeepGEMM's contiguous layout (DeepEP normal's runner): token tiles of
     `CONTIGUOUS_BLOCK_M` rows."""
     return dataclasses.replace(gemm, tile_rows=CONTIGUOUS_BLOCK_M)
+
+
+def unaligned_blocks(rows, block_m: int = CONTIGUOUS_BLOCK_M) -> tuple[np.ndarray, np.ndarray]:
+    """([1] M-blocks, [1] experts whose weights they read) of DeepGEMM's contiguous GEMM over
+    `rows` [experts] laid end to end without padding, as AIC's collector lays them: its
+    `DeepEPNormalDispatchOutput` carries `num_recv_tokens_per_expert` of the bare per-expert
+    counts (`collector/sglang/collect_wideep_deepep_moe.py`, `benchmark_moe_layer_prefill`: `[T
+    top_k ep / 256] x` the local experts, 4-64 rows at 16-512 tokens a rank), where SGLang's
+    serving dispatch aligns each expert's rows to 128 (`expert_alignment=128` under DeepGEMM,
+    `token_dispatcher/deepep.py`), the `row_tiles` the simulator keeps. DeepGEMM's scheduler
+    takes a block's expert from its first row (`deep_gemm/include/deep_gemm/common/
+    scheduler.cuh`, `get_global_idx`: `grouped_layout[m_block_idx * BLOCK_M]` for
+    `MGroupedContiguous`): `ceil(sum / block_m)` blocks, the distinct experts at their first
+    rows the weights streamed (64 experts of 64 rows: 32 blocks and 32 experts' weights, half
+    of what a padded layout reads; of 128 rows: 64 and 64)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    total = float(rows.sum())
+    starts = np.arange(0.0, total, block_m)
+    owner = np.searchsorted(np.cumsum(rows), starts, side="right")
+    return np.array([float(len(starts))]), np.array([float(len(np.unique(owner)))])

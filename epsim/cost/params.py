@@ -63,6 +63,9 @@ class StageParams:
             kernel (no fitted `reread_frac`).
         served_tiles: the experts stage priced at SGLang's served fused-MoE tiles: its device
             time times `epsim.cost.served_tiles.factor` of the group's tokens.
+        masked_gemm: the experts stage of DeepEP low-latency's runner where DeepGEMM's masked
+            grouped GEMM runs it (`epsim.cost.masked_runner`): that GEMM, at the layout DeepGEMM
+            picks for the rank's local experts and their expected rows; None otherwise.
     """
 
     timing: StageTiming
@@ -72,6 +75,7 @@ class StageParams:
     remote_slot_bytes: float = 0.0
     reread_gbps: float = 0.0
     served_tiles: bool = False
+    masked_gemm: ExpertGemm | None = None
 
     @property
     def host_us(self) -> float:

@@ -47,7 +47,9 @@ from epsim.cost.quant import (EXPERT_FALLBACK_TERMS, EXPERT_FEED_TERMS, EXPERT_Q
                               SM_STREAM_FORMATS, TRITON_MOE_GPUS, check_format, experts_quant_features,
                               gemm_defaults, layout_kb, quant_expert_gemm, remote_slot_bytes,
                               remote_token_weight, remote_tokens, trtllm_gemm, trtllm_tile)
-from epsim.cost.normal_runner import EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor
+from epsim.cost.masked_runner import masked_gemm, masked_rows
+from epsim.cost.normal_runner import (EXPERT_LAYOUT_TERMS, contiguous_gemm, eager_floor,
+                                      unaligned_blocks)
 from epsim.cost.rereads import reread_kb
 from epsim.errors import RecordError, SpecError
 from epsim.profile import (GRAPH, Profile, component_key, decode_kv_kind, experts_mode_path,
@@ -148,6 +150,9 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
     layout, own_layout = 0.0, None
     if backend == "deepep" and path == "normal":     # the rank's received tokens, laid out
         own_layout = layout_kb(float(record.extra.get("num_tokens", 0)), record.hidden_size, fmt)
+    elif backend == "deepep":       # low latency: DeepGEMM's masked GEMM, a group an expert
+        gemm = masked_gemm(gemm, hw.name, fmt, len(rows))
+        tiles = masked_rows(pairs, gemm, tiles)
     elif backend == "any":          # the fused kernel over the group's slots, remote ones too
         if hw.name in TRITON_MOE_GPUS and fmt in SM_STREAM_FORMATS:    # its CTAs' slices
             gemm = replace(gemm, sm_stream=True)
@@ -163,6 +168,8 @@ def _quant_experts_row(record: MeasurementRecord, profile: Profile):
         terms, params = EXPERT_LAYOUT_TERMS, {"layout_ratio": 1.0, "host_us": 0.0, **params}
         gemm = contiguous_gemm(gemm)            # DeepGEMM's contiguous layout, its block
         tiles = np.array([float(row_tiles(rows, gemm.tile_rows))])
+        if _op_table(record):       # AIC's rows unpadded: its blocks and the experts they read
+            tiles, active = unaligned_blocks(rows, gemm.tile_rows)
     if backend == "any" and hw.name not in TRITON_MOE_GPUS:   # FlashInfer's TRT-LLM MoE
         terms = EXPERT_REREAD_TERMS
         tokens = float(record.extra.get("num_tokens", 0)) or float(rows.sum()) / record.top_k

@@ -37,6 +37,7 @@ from epsim.cost.params import (AttentionParams, Coefficients, CollectiveParams, 
                                TPCollectiveParams)
 from epsim.cost import served_tiles
 from epsim.cost.normal_runner import layout_rate_scale
+from epsim.cost.masked_runner import MaskedExpertGemm, masked_gemm
 from epsim.cost.quant import (SM_STREAM_FORMATS, TRITON_MOE_GPUS, absolute, gemm_defaults,
                               layout_kb, quant_expert_gemm, remote_slot_bytes)
 from epsim.cost.dual_stream import dual_stream_overlap
@@ -245,6 +246,18 @@ class _Resolver:
                   and m.weight_dtype in SM_STREAM_FORMATS)
         return replace(gemm, sm_stream=True) if triton else gemm
 
+    def _masked_gemm(self, timing: StageTiming) -> ExpertGemm | None:
+        """DeepGEMM's masked grouped GEMM over a rank's local experts (`epsim.cost.masked_runner`)
+        where the experts stage is DeepEP low-latency's fitted runner on a format DeepGEMM runs
+        there; None otherwise."""
+        if not timing.key.startswith("deepep/") or not timing.key.endswith("/low_latency"):
+            return None
+        m, d = self.model, self.deployment
+        local = (m.num_experts + d.ep_num_redundant_experts) // d.parallel.ep_size
+        gemm = masked_gemm(self._experts_gemm(d.parallel.moe_tp_size), self.cluster.gpu,
+                           m.weight_dtype, local)
+        return gemm if isinstance(gemm, MaskedExpertGemm) else None
+
     def _exact(self, key: str) -> Component | None:
         """The profile's component of exactly `key` (no fallback to another kernel's fit)."""
         return self.profile.components.get(key) if self.applies else None
@@ -423,7 +436,8 @@ class _Resolver:
                 experts=StageParams(timing[eager], _frozen(experts_params[eager]),
                                     layout_bytes_per_token=layout[eager],
                                     remote_slot_bytes=remote[eager],
-                                    reread_gbps=reread[eager], served_tiles=served),
+                                    reread_gbps=reread[eager], served_tiles=served,
+                                    masked_gemm=self._masked_gemm(timing[eager])),
                 block_ops=StageParams(block, _frozen(self.coefficients(
                     "any", "block_ops", block.mode_path, block_ops_defaults(hw)))),
                 sync_us=0.0 if one_gpu else sync_us[eager],

@@ -15,7 +15,7 @@ from epsim.calibrate.holdout import Holdout
 from epsim.calibrate.inputs import SourcedRecord
 from epsim.cost.experts import even_experts_us, row_tiles
 from epsim.cost.normal_runner import (CONTIGUOUS_BLOCK_M, EXPERT_LAYOUT_TERMS, contiguous_gemm,
-                                      eager_floor, layout_rate_scale)
+                                      eager_floor, layout_rate_scale, unaligned_blocks)
 from epsim.cost.quant import absolute, gemm_defaults, layout_kb, quant_expert_gemm
 from epsim.cost.record import predict_record
 from epsim.cost.record_kernels import kernel_record_features
@@ -117,3 +117,16 @@ def test_simulator_prices_the_contiguous_runner_at_its_tiles():
     pairs, active = np.array([[64.0 * 130]]), np.array([[64.0]])
     assert even_experts_us(pairs, active, contiguous_gemm(gemm), rate) > \
         even_experts_us(pairs, active, gemm, rate)
+
+
+def test_unpadded_rows_run_blocks_over_the_experts_at_their_first_rows():
+    """AIC's collector lays each expert's rows out unpadded: DeepGEMM's contiguous GEMM runs
+    `ceil(rows / 128)` blocks, each on the expert of its first row (`unaligned_blocks`)."""
+    blocks, experts = unaligned_blocks(np.full(64, 64.0))      # EP 4, 512 tokens a rank
+    assert (blocks[0], experts[0]) == (32.0, 32.0)              # padded: 64 blocks, 64 experts
+    blocks, experts = unaligned_blocks(np.full(64, 128.0))     # 1024 tokens: aligned anyway
+    assert (blocks[0], experts[0]) == (64.0, 64.0)
+    blocks, experts = unaligned_blocks(np.full(8, 16.0))       # EP 32, 16 tokens: one block
+    assert (blocks[0], experts[0]) == (1.0, 1.0)
+    blocks, experts = unaligned_blocks(np.full(2, 300.0))      # 600 rows: 5 blocks, 2 experts
+    assert (blocks[0], experts[0]) == (5.0, 2.0)
