@@ -281,6 +281,26 @@ def experts_held(key: str, fits: dict[str, ComponentFit], hardware: str) -> dict
     return held
 
 
+def normal_runner_held(key: str, fits: dict[str, ComponentFit]) -> dict[str, float] | None:
+    """DeepEP normal's runner's MMA rate (`deepep/experts_<fmt>/normal`'s `tensor_frac`): the
+    low-latency runner's fit of the same format (`deepep/experts_<fmt>/graph/low_latency`,
+    fitted before it: keys in sorted order), None where none was fitted. DeepGEMM runs both
+    layouts in one kernel, its GEMM type only the scheduler's (`csrc/jit_kernels/impls/
+    sm100_fp8_gemm_1d1d.hpp`: `sm100_m_grouped_fp8_gemm_contiguous_1d1d` and `..._masked_1d1d`
+    both launch `SM100FP8Gemm1D1DRuntime`; `sm90_fp8_gemm_1d2d.hpp` the same on SM90), so a
+    tile's MMAs run at one rate; both models price the MFLOPs of the tiles they run. The normal
+    rows cannot read it where the eager call's host floor (`host_us`) covers their device time:
+    on GB200 / GB300 (538 / 633 µs) every row up to 512 tokens a rank, so a <= 1024-token fit
+    traded the slope for the fixed cost (`tensor_frac` at its bound, 2048-16384 tokens priced
+    6-42 % short)."""
+    if not (key.startswith("deepep/experts_") and key.endswith("/normal")):
+        return None
+    masked = fits.get(key.replace("/normal", "/graph/low_latency"))
+    if masked is None or "tensor_frac" not in masked.params:
+        return None
+    return {"tensor_frac": float(masked.params["tensor_frac"])}
+
+
 # dense GEMMs whose MMA rate is held at the datasheet peak (its bound): the CuTe-DSL NVFP4 GEMM,
 # whose compute side is its SMs' operand feed (`epsim.cost.fp4_gemm`: GB300, 1.5x GB200's FP4
 # peak, streams the same bytes per SM in the same time), so its rows cannot tell the MMA rate;
@@ -364,7 +384,7 @@ def fit_records(raw: list[SourcedRecord], files: list[RecordFileInfo], holdout: 
     for key in sorted(k for k in groups if not is_layer(k) and not _over_kernels(k)
                       and not _mla_decode(k) and not _staged_experts(k)):
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
-                                  peaks, held=HELD_GEMM.get(key))
+                                  peaks, held=HELD_GEMM.get(key) or normal_runner_held(key, fits))
     for key in sorted(k for k in groups if _mla_decode(k)):       # after its prefill's
         fits[key] = fit_component(key, groups[key], evaluation_profile(base.model_copy(deep=True)),
                                   peaks, held=mla_decode_held(key, fits))

@@ -130,3 +130,19 @@ def test_unpadded_rows_run_blocks_over_the_experts_at_their_first_rows():
     assert (blocks[0], experts[0]) == (1.0, 1.0)
     blocks, experts = unaligned_blocks(np.full(2, 300.0))      # 600 rows: 5 blocks, 2 experts
     assert (blocks[0], experts[0]) == (5.0, 2.0)
+
+
+def test_normal_runner_takes_the_masked_runners_mma_rate():
+    """DeepGEMM runs the contiguous and the masked layouts in one kernel (the GEMM type only
+    its scheduler's), so DeepEP normal's fit holds the low-latency runner's `tensor_frac` of
+    the same format (`epsim.calibrate.build.normal_runner_held`): its rows under the host
+    floor cannot read it. Nothing is held for another component, or without that fit."""
+    from types import SimpleNamespace
+
+    from epsim.calibrate.build import normal_runner_held
+    fits = {"deepep/experts_fp8_block/graph/low_latency":
+            SimpleNamespace(params={"tensor_frac": 0.52, "dequant_us": 0.0, "base_us": 20.0})}
+    assert normal_runner_held("deepep/experts_fp8_block/normal", fits) == {"tensor_frac": 0.52}
+    assert normal_runner_held("deepep/experts_fp8_block/normal", {}) is None
+    assert normal_runner_held("deepep/experts_fp8_block/graph/low_latency", fits) is None
+    assert normal_runner_held("any/experts_fp8_block/graph", fits) is None
