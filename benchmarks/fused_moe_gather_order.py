@@ -26,8 +26,9 @@ expert in one of three orders:
 - `scattered`: a random permutation within each expert (the limit of the atomics' order);
 - `block256`: ascending by windows of 256 consecutive (token, slot) rows, random inside a window
   (atomics that race only within one thread block's rows).
-Routing is balanced as AIC's `balanced` distribution: token t (in a random order p) takes experts
-(p(t) * top-k + j) mod E, j < top-k, so every expert holds T * top-k / E rows spread over the batch.
+Routing is balanced, as the table rows read here (`distribution == "balanced"`), though not
+AIC's own draw: token t (in a random order p) takes experts (p(t) * top-k + j) mod E, j < top-k,
+so every expert holds T * top-k / E rows spread over the batch.
 
 Timing as AIC's collector (`collector/sglang/collect_moe.py`, `benchmark_config`): each GEMM
 captured 5 times in one CUDA graph, an eager call and 2 replays to warm up, 10 timed replays
@@ -254,7 +255,7 @@ def table(records: list[dict]) -> str:
     r0 = records[0]
     lines = [f"# BF16 fused MoE default tile: each expert's row order, on {r0['gpu']}", "",
              f"`python {r0['command']}` ({r0['date']}; driver {r0['driver']}, power limit "
-             f"{r0['power_limit']}, L2 {r0['l2_bytes'] / 1e6 if r0['l2_bytes'] else '?'} MB, "
+             f"{r0['power_limit']}, L2 {(r0['l2_bytes'] or 0) / 1e6:.0f} MB, "
              f"{r0['sms']} SMs; torch {r0['torch']}, Triton {r0['triton']}, CUDA {r0['cuda']}). "
              "What is timed: the script's docstring (SGLang's `fused_moe_kernel`, tile 64 x 64 "
              f"x 32 GROUP_SIZE_M 8; {CALLS_PER_GRAPH} calls a CUDA-graph replay, median of "
